@@ -1,0 +1,51 @@
+package main
+
+import (
+	"math/rand/v2"
+	"testing"
+
+	"github.com/puzpuzpuz/xsync/v4"
+)
+
+func benchKeys(n int) []uint64 {
+	rng := rand.New(rand.NewPCG(1, 2))
+	keys := make([]uint64, n)
+	for i := range keys {
+		keys[i] = rng.Uint64()
+	}
+	return keys
+}
+
+func benchGets(b *testing.B, c contender, keys []uint64) {
+	b.ReportAllocs()
+	b.ResetTimer()
+	x := uint64(88172645463325252)
+	n := uint64(len(keys))
+	for range b.N {
+		x ^= x << 13
+		x ^= x >> 7
+		x ^= x << 17
+		if !c.get(keys[(x>>8)%n]) {
+			b.Fatal("missing")
+		}
+	}
+}
+
+func BenchmarkGetLhash(b *testing.B) {
+	keys := benchKeys(1 << 20)
+	benchGets(b, newLhash(keys), keys)
+}
+
+func BenchmarkGetMap(b *testing.B) {
+	keys := benchKeys(1 << 20)
+	benchGets(b, &mapC{m: fillMap(keys)}, keys)
+}
+
+func BenchmarkGetXsync(b *testing.B) {
+	keys := benchKeys(1 << 20)
+	c := &xsyncC{m: xsync.NewMap[uint64, uint64]()}
+	for i, k := range keys {
+		c.m.Store(k, uint64(i))
+	}
+	benchGets(b, c, keys)
+}

@@ -1,0 +1,293 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/tabuladb/tabula/api"
+	"github.com/tabuladb/tabula/internal/keyspace"
+)
+
+// maxParallel bounds the per-partition requests one batch call has in
+// flight: enough to cover a typical table at once, few enough that a batch
+// over a 4096-partition table does not open 4096 streams.
+const maxParallel = 64
+
+// GetResult is one key's outcome in BatchGet.
+type GetResult struct {
+	Value []byte
+	Found bool
+}
+
+// Mutation is one write in BatchWrite: a put of Value (with TTL, 0 meaning
+// the table's default) or, when Delete is set, a delete.
+type Mutation struct {
+	Key, Value []byte
+	Delete     bool
+	TTL        time.Duration
+}
+
+// group splits the items idx (indices into hashes) by partition of m, in
+// partition order, keeping the items' order within a group. Items whose hash
+// has no partition in m form a last group that the pick will send back as
+// UNAVAILABLE until the map is whole again.
+func group(m *api.PartitionMap, hashes []uint64, idx []int) [][]int {
+	byPart := make(map[int][]int)
+	var orphans []int
+	for _, i := range idx {
+		p, ok := partitionOf(m, hashes[i])
+		if !ok {
+			orphans = append(orphans, i)
+			continue
+		}
+		byPart[int(p.GetIndex())] = append(byPart[int(p.GetIndex())], i)
+	}
+	out := make([][]int, 0, len(byPart)+1)
+	for pi := range len(m.GetPartitions()) {
+		if g, ok := byPart[pi]; ok {
+			out = append(out, g)
+			delete(byPart, pi)
+		}
+	}
+	for _, g := range byPart { // indexes the map got wrong; still one partition each
+		out = append(out, g)
+	}
+	if len(orphans) > 0 {
+		out = append(out, orphans)
+	}
+	return out
+}
+
+// pickGroup routes a group to the partition of its first item, and asks for
+// a regroup when the current map puts the group's items in several.
+func pickGroup(hashes []uint64, g []int) pickFunc {
+	return func(m *api.PartitionMap) (*api.Partition, error) {
+		p, ok := partitionOf(m, hashes[g[0]])
+		if !ok {
+			return nil, unavailable("no_partition", "the partition map has no partition for hash %#x", hashes[g[0]])
+		}
+		for _, i := range g[1:] {
+			if h := hashes[i]; h < p.GetStart() || h > p.GetEnd() {
+				return nil, errRegroup
+			}
+		}
+		return p, nil
+	}
+}
+
+// runParallel calls fn(0..n-1), at most maxParallel at once, and returns the
+// first error (by index), noting how many others failed.
+func runParallel(n int, fn func(i int) error) error {
+	if n == 1 {
+		return fn(0)
+	}
+	errs := make([]error, n)
+	sem := make(chan struct{}, maxParallel)
+	var wg sync.WaitGroup
+	for i := range n {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			errs[i] = fn(i)
+		})
+	}
+	wg.Wait()
+	var first error
+	failed := 0
+	for _, err := range errs {
+		if err != nil {
+			if first == nil {
+				first = err
+			}
+			failed++
+		}
+	}
+	if failed > 1 {
+		return fmt.Errorf("%w (and %d more partition requests failed)", first, failed-1)
+	}
+	return first
+}
+
+// BatchGet reads many keys: one request per partition (in chunks of at most
+// api.MaxBatchKeys keys), the partitions in parallel, each retried on its
+// own. Results are in the order of keys; duplicates are allowed. Each
+// partition's keys are read at one point in time, but different partitions
+// are not read atomically together.
+func (t *Table) BatchGet(ctx context.Context, keys [][]byte) ([]GetResult, error) {
+	const op = "batch get from"
+	if t.err != nil {
+		return nil, t.errf(op, t.err)
+	}
+	hashes := make([]uint64, len(keys))
+	idx := make([]int, len(keys))
+	for i, k := range keys {
+		if err := api.ValidateKey("keys", k); err != nil {
+			return nil, t.errf(op, fmt.Errorf("key %d: %w", i, err))
+		}
+		hashes[i] = keyspace.Hash(k)
+		idx[i] = i
+	}
+	results := make([]GetResult, len(keys))
+	if len(keys) == 0 {
+		return results, nil
+	}
+	// One deadline for the whole batch, regroups included.
+	ctx, _, cancel := t.c.callCtx(ctx, true)
+	defer cancel()
+	if err := t.batchGet(ctx, keys, hashes, idx, results); err != nil {
+		return nil, err
+	}
+	return results, nil
+}
+
+func (t *Table) batchGet(ctx context.Context, keys [][]byte, hashes []uint64, idx []int, results []GetResult) error {
+	const op = "batch get from"
+	m, err := t.ts.current(ctx)
+	if err != nil {
+		return t.errf(op, err)
+	}
+	var chunks [][]int
+	for _, g := range group(m, hashes, idx) {
+		for len(g) > api.MaxBatchKeys {
+			chunks = append(chunks, g[:api.MaxBatchKeys])
+			g = g[api.MaxBatchKeys:]
+		}
+		chunks = append(chunks, g)
+	}
+	return runParallel(len(chunks), func(ci int) error {
+		g := chunks[ci]
+		req := &api.BatchGetRequest{Keys: make([][]byte, len(g))}
+		for j, i := range g {
+			req.Keys[j] = keys[i]
+		}
+		err := t.do(ctx, op, true, pickGroup(hashes, g), func(ctx context.Context, ts api.TableServerClient, h *api.RequestHeader) error {
+			req.Header = h
+			resp, err := ts.BatchGet(ctx, req)
+			if err != nil {
+				return err
+			}
+			if len(resp.GetResults()) != len(g) {
+				return &permanentError{t.errf(op, api.Errorf(api.ErrorCode_ERROR_CODE_UNSPECIFIED, "bad_response",
+					"server answered %d results for %d keys", len(resp.GetResults()), len(g)))}
+			}
+			for j, r := range resp.GetResults() {
+				v := r.GetValue()
+				if r.GetFound() && v == nil {
+					v = []byte{}
+				}
+				results[g[j]] = GetResult{Value: v, Found: r.GetFound()}
+			}
+			return nil
+		})
+		if errors.Is(err, errRegroup) {
+			return t.batchGet(ctx, keys, hashes, g, results)
+		}
+		return err
+	})
+}
+
+// BatchWrite applies mutations. The mutations of each partition go in one
+// request that the partition applies atomically (all or none; in the order
+// given, so a later mutation of a key wins); the partitions are written in
+// parallel and NOT atomically together: if BatchWrite returns an error, some
+// partitions' mutations may have been applied and others not. Each
+// partition's mutations must fit one request (api.MaxBatchKeys mutations,
+// api.MaxBatchBytes of keys and values) or the whole call fails with
+// INVALID_ARGUMENT before anything is written, since splitting them would
+// break the atomicity.
+func (t *Table) BatchWrite(ctx context.Context, muts []Mutation) error {
+	const op = "batch write to"
+	if t.err != nil {
+		return t.errf(op, t.err)
+	}
+	if len(muts) == 0 {
+		return nil
+	}
+	hashes := make([]uint64, len(muts))
+	idx := make([]int, len(muts))
+	pbs := make([]*api.Mutation, len(muts))
+	for i, mu := range muts {
+		if err := api.ValidateKey("mutations.key", mu.Key); err != nil {
+			return t.errf(op, fmt.Errorf("mutation %d: %w", i, err))
+		}
+		ttl, err := ttlMillis("mutations.ttl", mu.TTL)
+		if err != nil {
+			return t.errf(op, fmt.Errorf("mutation %d: %w", i, err))
+		}
+		pb := &api.Mutation{Op: api.Mutation_OP_PUT, Key: mu.Key, Value: mu.Value, TtlMs: ttl}
+		if mu.Delete {
+			pb = &api.Mutation{Op: api.Mutation_OP_DELETE, Key: mu.Key}
+		}
+		pbs[i] = pb
+		hashes[i] = keyspace.Hash(mu.Key)
+		idx[i] = i
+	}
+	ctx, _, cancel := t.c.callCtx(ctx, true)
+	defer cancel()
+	m, err := t.ts.current(ctx)
+	if err != nil {
+		return t.errf(op, err)
+	}
+	limit := maxValue(m)
+	for i, mu := range muts {
+		if mu.Delete {
+			continue
+		}
+		if err := api.ValidateValue("mutations.value", mu.Value, limit); err != nil {
+			return t.errf(op, fmt.Errorf("mutation %d: %w", i, err))
+		}
+	}
+	return t.batchWrite(ctx, pbs, hashes, idx)
+}
+
+func (t *Table) batchWrite(ctx context.Context, pbs []*api.Mutation, hashes []uint64, idx []int) error {
+	const op = "batch write to"
+	m, err := t.ts.current(ctx)
+	if err != nil {
+		return t.errf(op, err)
+	}
+	groups := group(m, hashes, idx)
+	for _, g := range groups {
+		if err := checkWriteGroup(pbs, g); err != nil {
+			return t.errf(op, err)
+		}
+	}
+	return runParallel(len(groups), func(gi int) error {
+		g := groups[gi]
+		req := &api.BatchWriteRequest{Mutations: make([]*api.Mutation, len(g))}
+		for j, i := range g {
+			req.Mutations[j] = pbs[i]
+		}
+		err := t.do(ctx, op, true, pickGroup(hashes, g), func(ctx context.Context, ts api.TableServerClient, h *api.RequestHeader) error {
+			req.Header = h
+			_, err := ts.BatchWrite(ctx, req)
+			return err
+		})
+		if errors.Is(err, errRegroup) {
+			return t.batchWrite(ctx, pbs, hashes, g)
+		}
+		return err
+	})
+}
+
+// checkWriteGroup refuses a partition's mutations that do not fit one
+// request.
+func checkWriteGroup(pbs []*api.Mutation, g []int) error {
+	if len(g) > api.MaxBatchKeys {
+		return api.InvalidArgument("mutations", "batch_too_many", api.MaxBatchKeys,
+			"%d mutations fall in one partition; the limit per partition is %d (a partition's mutations are applied atomically, so they are not split)",
+			len(g), api.MaxBatchKeys)
+	}
+	var bytes uint64
+	for _, i := range g {
+		bytes += uint64(len(pbs[i].GetKey()) + len(pbs[i].GetValue()))
+	}
+	if bytes > api.MaxBatchBytes {
+		return api.InvalidArgument("mutations", "batch_too_large", api.MaxBatchBytes,
+			"the mutations of one partition hold %d bytes; the limit per partition is %d", bytes, api.MaxBatchBytes)
+	}
+	return nil
+}

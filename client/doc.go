@@ -1,0 +1,65 @@
+// Package client is the Go SDK of Tabula: catalog calls to the Table Master
+// and key-value calls routed straight to the table server that owns each key.
+//
+//	c, err := client.New(ctx, client.Options{Masters: []string{"127.0.0.1:7070"}})
+//	if err != nil { ... }
+//	defer c.Close()
+//	_, err = c.CreateTable(ctx, "users", api.TableKind_TABLE_KIND_POINT, &api.TableOptions{Partitions: 12})
+//	users := c.Table("users")
+//	err = users.Put(ctx, []byte("ada"), []byte("lovelace"), client.WithTTL(time.Hour))
+//	v, err := users.Get(ctx, []byte("ada"))  // client.ErrKeyNotFound when absent
+//	r, err := users.CompareAndSwap(ctx, client.CAS{Key: []byte("ada"), Expected: v, Value: []byte("byron")})
+//
+// # Routing
+//
+// A key lives in the partition whose inclusive hash range holds
+// keyspace.Hash(key) (xxhash64). The client caches each table's partition map
+// (fetched from a master on first use, then kept fresh by a WatchPartitionMap
+// stream per table) and sends every request to the partition's primary with
+// the partition id and epoch it routed by. One gRPC connection per server
+// address is kept for the life of the Client.
+//
+// # Retries
+//
+// Each call retries until it succeeds, fails for good, or reaches the earlier
+// of ctx's deadline and Options.RetryTimeout (default 15s):
+//
+//	NOT_OWNER, STALE_EPOCH  the map is stale: patch it from the error's
+//	                        partition entry (or fetch it), retry at once,
+//	                        then with backoff
+//	UNAVAILABLE             back off, fetch the map (the server may be dead
+//	                        and its partitions moved), retry; also a partition
+//	                        with no primary, until the master places one
+//	SERVER_BUSY             back off at least the server's retry_after_ms
+//	anything else           returned at once (INVALID_ARGUMENT, NOT_FOUND,
+//	                        WRONG_KIND, UNIMPLEMENTED, ...)
+//
+// Backoff is exponential with full jitter, from 5 ms up to 1 s, drawn from a
+// per-client source seeded by Options.Seed. Master calls move on to the next
+// master address when one is unavailable. A call that gives up returns its
+// last error wrapped with what it was doing; api.CodeOf and api.DetailOf read
+// the server's ErrorDetail through the wrapping, and errors.Is(err,
+// context.DeadlineExceeded) tells a timeout. Input is checked before anything
+// is sent (api.ValidateKey, the table's value limit, TTLs), with the same
+// INVALID_ARGUMENT error the server would give.
+//
+// Put and BatchWrite are idempotent and safe to retry. Delete and
+// CompareAndSwap are retried too: if a reply is lost after the server applied
+// the request, the retry reports the state the first attempt left (Delete:
+// existed=false; CompareAndSwap: Swapped=false with Current = the new value).
+//
+// # Batches and scans
+//
+// BatchGet and BatchWrite split their keys by partition and send one request
+// per partition, in parallel, each retried on its own. A BatchWrite is atomic
+// per partition, not across partitions. Scan streams each partition in turn;
+// a partition's scan is retried only before its first record, so a record is
+// never delivered twice.
+//
+// # Concurrency
+//
+// A Client and its Table handles are safe for concurrent use; share one
+// Client per process and cluster. The Client owns one background goroutine
+// per table in use (the map watch); Close stops them, cuts in-flight calls
+// short with ErrClosed and closes every connection. Close is idempotent.
+package client

@@ -1,0 +1,55 @@
+package client
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/tabuladb/tabula/api"
+)
+
+var (
+	// ErrKeyNotFound is returned by Table.Get when the key is absent (or has
+	// expired).
+	ErrKeyNotFound = errors.New("client: key not found")
+	// ErrClosed is returned by every call made after (or cut short by)
+	// Client.Close.
+	ErrClosed = errors.New("client: closed")
+	// ErrNoMasters is returned by New and Options.Validate when no master
+	// address is given.
+	ErrNoMasters = errors.New("client: no master addresses")
+)
+
+// permanentError carries an error through the retry loop untouched: a
+// failure of the caller's own callback, or a stream that already delivered
+// records. The loop returns the inner error as is.
+type permanentError struct{ err error }
+
+func (e *permanentError) Error() string { return e.err.Error() }
+func (e *permanentError) Unwrap() error { return e.err }
+
+// errRegroup tells a batch call that its group of keys no longer falls in
+// one partition of the current map (the table was re-cut), so the keys must
+// be grouped again.
+var errRegroup = errors.New("client: batch group spans partitions; regroup")
+
+// unavailable is the error for a partition the client cannot reach at the
+// moment (no primary in the map); it is retried like a server's UNAVAILABLE.
+func unavailable(reason, format string, args ...any) error {
+	return api.Errorf(api.ErrorCode_ERROR_CODE_UNAVAILABLE, reason, format, args...)
+}
+
+// wrapCall says what was being done. When the call gave up because its
+// context ended, both the context error and the last RPC error are wrapped:
+// errors.Is(err, context.DeadlineExceeded) and api.CodeOf(err) both work.
+func wrapCall(what string, ctxErr, last error) error {
+	switch {
+	case last == nil && ctxErr == nil:
+		return nil
+	case last == nil:
+		return fmt.Errorf("%s: %w", what, ctxErr)
+	case ctxErr == nil:
+		return fmt.Errorf("%s: %w", what, last)
+	default:
+		return fmt.Errorf("%s: gave up (%w); last error: %w", what, ctxErr, last)
+	}
+}

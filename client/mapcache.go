@@ -1,0 +1,288 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sort"
+	"sync"
+	"sync/atomic"
+
+	"github.com/tabuladb/tabula/api"
+	"github.com/tabuladb/tabula/internal/keyspace"
+)
+
+// tableState is the client's cached partition map of one table. The stored
+// map is immutable: updates store a new one. Safe for concurrent use.
+//
+// The map is filled on first use by GetPartitionMap, then kept fresh by a
+// WatchPartitionMap stream (one goroutine per table, owned by the Client)
+// and patched or re-fetched when a server answers NOT_OWNER/STALE_EPOCH.
+type tableState struct {
+	c    *Client
+	name string
+	m    atomic.Pointer[api.PartitionMap]
+
+	// watching is set while the watch goroutine runs (or is starting).
+	watching atomic.Bool
+
+	mu sync.Mutex // guards inflight
+	// inflight is the GetPartitionMap in progress, shared by every caller
+	// that needs a fresh map meanwhile (a dead server makes every request
+	// to it ask at once).
+	inflight *mapFetch
+}
+
+type mapFetch struct {
+	done chan struct{} // closed when m and err are set
+	m    *api.PartitionMap
+	err  error
+}
+
+// state returns the cache of table name, making it on first use.
+func (c *Client) state(name string) *tableState {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ts, ok := c.tables[name]
+	if !ok {
+		ts = &tableState{c: c, name: name}
+		c.tables[name] = ts
+	}
+	return ts
+}
+
+// current returns the cached map, fetching one if there is none.
+func (ts *tableState) current(ctx context.Context) (*api.PartitionMap, error) {
+	if m := ts.m.Load(); m != nil {
+		if !ts.watching.Load() { // a map stored by CreateTable
+			ts.startWatch()
+		}
+		return m, nil
+	}
+	return ts.refresh(ctx)
+}
+
+// refresh fetches the map from a master and caches it, joining a fetch
+// already in progress instead of starting another.
+func (ts *tableState) refresh(ctx context.Context) (*api.PartitionMap, error) {
+	for {
+		ts.mu.Lock()
+		f := ts.inflight
+		if f == nil {
+			f = &mapFetch{done: make(chan struct{})}
+			ts.inflight = f
+			ts.mu.Unlock()
+			m, err := ts.c.fetchMap(ctx, ts.name)
+			if err == nil {
+				m = ts.store(m)
+				ts.startWatch()
+			}
+			f.m, f.err = m, err
+			ts.mu.Lock()
+			ts.inflight = nil
+			ts.mu.Unlock()
+			close(f.done)
+			return m, err
+		}
+		ts.mu.Unlock()
+		select {
+		case <-f.done:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		// The fetch we joined ended because its own caller gave up: ours
+		// has not, so try again.
+		if f.err != nil && ctx.Err() == nil && ts.c.ctx.Err() == nil &&
+			(errors.Is(f.err, context.Canceled) || errors.Is(f.err, context.DeadlineExceeded)) {
+			continue
+		}
+		return f.m, f.err
+	}
+}
+
+// store caches m unless the cached map is newer, and returns what is cached.
+// Epochs only grow, so a cached entry with a higher epoch than m's (patched
+// in from a server's NOT_OWNER answer) is kept.
+func (ts *tableState) store(m *api.PartitionMap) *api.PartitionMap {
+	for {
+		cur := ts.m.Load()
+		next := m
+		if cur != nil {
+			if m.GetVersion() < cur.GetVersion() {
+				return cur
+			}
+			if cur.GetTable().GetId() == m.GetTable().GetId() {
+				next = keepNewerEpochs(cur, m)
+			}
+		}
+		if ts.m.CompareAndSwap(cur, next) {
+			return next
+		}
+	}
+}
+
+// keepNewerEpochs returns m with every partition that has a higher epoch in
+// cur replaced by cur's entry (m itself when there is none).
+func keepNewerEpochs(cur, m *api.PartitionMap) *api.PartitionMap {
+	byID := make(map[uint64]*api.Partition, len(cur.GetPartitions()))
+	for _, p := range cur.GetPartitions() {
+		byID[p.GetId()] = p
+	}
+	var out *api.PartitionMap
+	for i, p := range m.GetPartitions() {
+		if c, ok := byID[p.GetId()]; ok && c.GetEpoch() > p.GetEpoch() {
+			if out == nil {
+				out = &api.PartitionMap{Table: m.GetTable(), Version: m.GetVersion(), Partitions: slices.Clone(m.GetPartitions())}
+			}
+			out.Partitions[i] = c
+		}
+	}
+	if out == nil {
+		return m
+	}
+	return out
+}
+
+// patch puts a server's view of one partition (from a NOT_OWNER or
+// STALE_EPOCH detail) into the cached map when it is newer than the cached
+// entry, and reports whether it did: then no master round trip is needed.
+func (ts *tableState) patch(p *api.Partition) bool {
+	if p == nil || p.GetId() == 0 {
+		return false
+	}
+	for {
+		cur := ts.m.Load()
+		if cur == nil {
+			return false
+		}
+		i := slices.IndexFunc(cur.GetPartitions(), func(q *api.Partition) bool { return q.GetId() == p.GetId() })
+		if i < 0 || cur.GetPartitions()[i].GetEpoch() >= p.GetEpoch() {
+			return false
+		}
+		next := &api.PartitionMap{Table: cur.GetTable(), Version: cur.GetVersion(), Partitions: slices.Clone(cur.GetPartitions())}
+		next.Partitions[i] = p
+		if ts.m.CompareAndSwap(cur, next) {
+			return true
+		}
+	}
+}
+
+// forget drops the cached map (the table was dropped).
+func (ts *tableState) forget() { ts.m.Store(nil) }
+
+// partitionOf finds the partition of m holding hash h. Partitions are in
+// index order and cut evenly (keyspace.Index), so the first guess is almost
+// always right; a map cut otherwise (after a split) is searched by range.
+func partitionOf(m *api.PartitionMap, h uint64) (*api.Partition, bool) {
+	ps := m.GetPartitions()
+	if len(ps) == 0 {
+		return nil, false
+	}
+	if p := ps[keyspace.Index(h, len(ps))]; p.GetStart() <= h && h <= p.GetEnd() {
+		return p, true
+	}
+	i := sort.Search(len(ps), func(i int) bool { return ps[i].GetEnd() >= h })
+	if i < len(ps) && ps[i].GetStart() <= h {
+		return ps[i], true
+	}
+	return nil, false
+}
+
+// primaryOf is the replica that takes requests for p: the primary.
+func primaryOf(p *api.Partition) *api.Replica {
+	for _, r := range p.GetReplicas() {
+		if r.GetRole() == api.ReplicaRole_REPLICA_ROLE_PRIMARY && r.GetAddr() != "" {
+			return r
+		}
+	}
+	return nil
+}
+
+// errTableGone ends a watch whose table is no longer in the map.
+var errTableGone = errors.New("client: watched table was dropped")
+
+// startWatch starts the table's watch goroutine unless it runs already or
+// the client is closed.
+func (ts *tableState) startWatch() {
+	if !ts.watching.CompareAndSwap(false, true) {
+		return
+	}
+	c := ts.c
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		ts.watching.Store(false)
+		return
+	}
+	c.wg.Add(1) // under c.mu, so Close's Wait cannot miss it
+	c.mu.Unlock()
+	go ts.watch()
+}
+
+// watch keeps the cached map fresh from a WatchPartitionMap stream,
+// reopening it with backoff (on the next master when one is unavailable)
+// until the client closes or the table is dropped.
+func (ts *tableState) watch() {
+	c := ts.c
+	defer c.wg.Done()
+	attempt := 0
+	for {
+		err := ts.watchOnce(&attempt)
+		if c.ctx.Err() != nil {
+			return
+		}
+		if errors.Is(err, errTableGone) {
+			c.log.Debug("tabula: watched table dropped", "table", ts.name)
+			ts.forget()
+			ts.watching.Store(false)
+			return
+		}
+		wait := c.jitter.backoff(attempt, watchBackoffBase, watchBackoffCap)
+		attempt++
+		c.log.Debug("tabula: partition map watch broke", "table", ts.name, "wait", wait, "err", err)
+		if !sleepCtx(c.ctx, wait) {
+			return
+		}
+	}
+}
+
+func (ts *tableState) watchOnce(attempt *int) error {
+	c := ts.c
+	n := uint32(len(c.opts.Masters))
+	idx := c.master.Load() % n
+	cc, err := c.conn(c.opts.Masters[idx])
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(c.ctx)
+	defer cancel()
+	var after uint64
+	if m := ts.m.Load(); m != nil {
+		after = m.GetVersion()
+	}
+	stream, err := api.NewMasterClient(cc).WatchPartitionMap(ctx, &api.WatchPartitionMapRequest{
+		Tenant: c.opts.Tenant, Table: ts.name, AfterVersion: after,
+	})
+	for err == nil {
+		var resp *api.WatchPartitionMapResponse
+		if resp, err = stream.Recv(); err != nil {
+			break
+		}
+		*attempt = 0
+		found := false
+		for _, m := range resp.GetMaps() {
+			tenant := m.GetTable().GetTenant()
+			if m.GetTable().GetName() == ts.name && (tenant == "" || tenant == c.opts.Tenant) && len(m.GetPartitions()) > 0 {
+				ts.store(m)
+				found = true
+			}
+		}
+		if !found {
+			return errTableGone
+		}
+	}
+	if api.CodeOf(err) == api.ErrorCode_ERROR_CODE_UNAVAILABLE {
+		c.master.CompareAndSwap(idx, (idx+1)%n)
+	}
+	return err
+}

@@ -1,0 +1,156 @@
+package client
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/tabuladb/tabula/api"
+	"github.com/tabuladb/tabula/internal/keyspace"
+)
+
+// evenMap is a map of n evenly cut partitions with ids 100+i, epoch 1 and a
+// primary each.
+func evenMap(tableID, version uint64, n int) *api.PartitionMap {
+	m := &api.PartitionMap{Table: &api.Table{Name: "t", Id: tableID}, Version: version}
+	for i := range n {
+		start, end := keyspace.Range(i, n)
+		m.Partitions = append(m.Partitions, &api.Partition{
+			Id: uint64(100 + i), Start: start, End: end, Epoch: 1, Index: uint32(i),
+			Replicas: []*api.Replica{{Addr: fmt.Sprintf("s%d", i%3), Role: api.ReplicaRole_REPLICA_ROLE_PRIMARY}},
+		})
+	}
+	return m
+}
+
+func TestPartitionOf(t *testing.T) {
+	m := evenMap(1, 1, 12)
+	for i := range 5000 {
+		key := []byte(fmt.Sprintf("key-%d", i))
+		h := keyspace.Hash(key)
+		p, ok := partitionOf(m, h)
+		if !ok || h < p.GetStart() || h > p.GetEnd() || int(p.GetIndex()) != keyspace.Index(h, 12) {
+			t.Fatalf("key %q: hash %#x routed to %v", key, h, p)
+		}
+	}
+	// An uneven cut (partition 0 split in two) is found by range.
+	s := evenMap(1, 2, 2)
+	mid := s.Partitions[0].End / 2
+	split := &api.PartitionMap{Table: s.Table, Version: 2, Partitions: []*api.Partition{
+		{Id: 1, Start: 0, End: mid, Index: 0},
+		{Id: 2, Start: mid + 1, End: s.Partitions[0].End, Index: 1},
+		{Id: 3, Start: s.Partitions[1].Start, End: s.Partitions[1].End, Index: 2},
+	}}
+	for _, tc := range []struct {
+		h  uint64
+		id uint64
+	}{{0, 1}, {mid, 1}, {mid + 1, 2}, {s.Partitions[0].End, 2}, {s.Partitions[1].Start, 3}, {^uint64(0), 3}} {
+		if p, ok := partitionOf(split, tc.h); !ok || p.GetId() != tc.id {
+			t.Errorf("hash %#x: got %v, want partition %d", tc.h, p, tc.id)
+		}
+	}
+	if _, ok := partitionOf(&api.PartitionMap{}, 5); ok {
+		t.Error("empty map routed a hash")
+	}
+}
+
+func TestPrimaryOf(t *testing.T) {
+	p := &api.Partition{Replicas: []*api.Replica{
+		{Addr: "a", Role: api.ReplicaRole_REPLICA_ROLE_SECONDARY},
+		{Addr: "b", Role: api.ReplicaRole_REPLICA_ROLE_PRIMARY},
+	}}
+	if r := primaryOf(p); r.GetAddr() != "b" {
+		t.Errorf("primary %v, want b", r)
+	}
+	if r := primaryOf(&api.Partition{}); r != nil {
+		t.Errorf("no replicas: primary %v", r)
+	}
+}
+
+func TestStoreAndPatch(t *testing.T) {
+	ts := &tableState{name: "t"}
+	m1 := evenMap(1, 10, 4)
+	if got := ts.store(m1); got != m1 {
+		t.Fatal("first store not kept")
+	}
+	// An older version is refused.
+	if got := ts.store(evenMap(1, 9, 4)); got != m1 {
+		t.Fatal("older map replaced a newer one")
+	}
+	// A server's newer entry patches the cached map without changing the
+	// original.
+	newer := &api.Partition{Id: 102, Start: m1.Partitions[2].Start, End: m1.Partitions[2].End, Epoch: 5, Index: 2,
+		Replicas: []*api.Replica{{Addr: "x", Role: api.ReplicaRole_REPLICA_ROLE_PRIMARY}}}
+	if !ts.patch(newer) {
+		t.Fatal("newer entry not patched in")
+	}
+	if m1.Partitions[2].GetEpoch() != 1 {
+		t.Fatal("patch modified a stored map")
+	}
+	if got := ts.m.Load().Partitions[2]; got != newer {
+		t.Fatalf("patched entry %v", got)
+	}
+	if ts.patch(&api.Partition{Id: 102, Epoch: 5}) || ts.patch(&api.Partition{Id: 999, Epoch: 9}) || ts.patch(nil) {
+		t.Fatal("patched with an entry that is not newer or unknown")
+	}
+	// A master map of the same version but an older epoch keeps the patch;
+	// a later one with a newer epoch wins.
+	got := ts.store(evenMap(1, 10, 4))
+	if got.Partitions[2] != newer || got.Partitions[1].GetEpoch() != 1 {
+		t.Fatalf("merge lost the patched entry: %v", got.Partitions[2])
+	}
+	m3 := evenMap(1, 11, 4)
+	m3.Partitions[2].Epoch = 6
+	if got := ts.store(m3); got != m3 {
+		t.Fatal("newer map with newer epochs not stored as is")
+	}
+	// A re-created table (new id) replaces everything.
+	m4 := evenMap(2, 12, 8)
+	if got := ts.store(m4); got != m4 {
+		t.Fatal("re-created table's map not stored")
+	}
+	ts.forget()
+	if ts.m.Load() != nil {
+		t.Fatal("forget kept the map")
+	}
+}
+
+func TestGroup(t *testing.T) {
+	m := evenMap(1, 1, 12)
+	var hashes []uint64
+	var idx []int
+	for i := range 3000 {
+		hashes = append(hashes, keyspace.Hash([]byte(fmt.Sprintf("k%d", i))))
+		idx = append(idx, i)
+	}
+	groups := group(m, hashes, idx)
+	if len(groups) != 12 {
+		t.Fatalf("%d groups, want 12", len(groups))
+	}
+	seen := 0
+	last := -1
+	for _, g := range groups {
+		p, err := pickGroup(hashes, g)(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if int(p.GetIndex()) <= last {
+			t.Fatal("groups not in partition order")
+		}
+		last = int(p.GetIndex())
+		for j := 1; j < len(g); j++ {
+			if g[j] <= g[j-1] {
+				t.Fatal("group lost the items' order")
+			}
+		}
+		seen += len(g)
+	}
+	if seen != len(idx) {
+		t.Fatalf("grouped %d items of %d", seen, len(idx))
+	}
+	// Re-cut into 24 partitions, a 12-way group spans two: regroup.
+	m24 := evenMap(1, 2, 24)
+	if _, err := pickGroup(hashes, groups[0])(m24); !errors.Is(err, errRegroup) {
+		t.Fatalf("pick over a re-cut map: %v, want errRegroup", err)
+	}
+}

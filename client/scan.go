@@ -1,0 +1,77 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/tabuladb/tabula/api"
+)
+
+// Scan calls fn for every live record of the table, partition by partition
+// in index order (within a partition, in the server's order). Records are
+// not in key order. fn's slices are valid only during the call. If fn
+// returns an error, Scan stops and returns it as is. The partitions are those
+// of the map when Scan starts; each is read at one point in time, not all at
+// the same one.
+func (t *Table) Scan(ctx context.Context, fn func(key, value []byte) error) error {
+	m, err := t.Map(ctx)
+	if err != nil {
+		return err
+	}
+	for i := range len(m.GetPartitions()) {
+		if err := t.ScanPartition(ctx, i, fn); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ScanPartition calls fn for every live record of partition index (0-based,
+// as in the partition map). A retryable failure before the first record is
+// retried; once records were delivered a failure is returned instead, so fn
+// never sees a record twice. If fn returns an error, ScanPartition stops and
+// returns it as is. Once streaming, a scan is bounded by ctx only, not by
+// Options.RetryTimeout.
+func (t *Table) ScanPartition(ctx context.Context, index int, fn func(key, value []byte) error) error {
+	op := fmt.Sprintf("scan partition %d of", index)
+	if t.err != nil {
+		return t.errf(op, t.err)
+	}
+	pick := func(m *api.PartitionMap) (*api.Partition, error) {
+		n := len(m.GetPartitions())
+		if index < 0 || index >= n {
+			return nil, &permanentError{t.errf(op, api.InvalidArgument("partition", "partition_out_of_range", uint64(n),
+				"partition %d is out of range; the table has %d", index, n))}
+		}
+		return m.GetPartitions()[index], nil
+	}
+	return t.do(ctx, op, false, pick, func(ctx context.Context, ts api.TableServerClient, h *api.RequestHeader) error {
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel() // ends the stream when fn stops early
+		stream, err := ts.Scan(ctx, &api.ScanRequest{Header: h})
+		if err != nil {
+			return err
+		}
+		delivered := 0
+		for {
+			resp, err := stream.Recv()
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			if err != nil {
+				if delivered > 0 && ctx.Err() == nil {
+					return &permanentError{t.errf(op, fmt.Errorf("stream broke after %d records: %w", delivered, err))}
+				}
+				return err
+			}
+			for _, kv := range resp.GetRecords() {
+				delivered++
+				if err := fn(kv.GetKey(), kv.GetValue()); err != nil {
+					return &permanentError{err}
+				}
+			}
+		}
+	})
+}

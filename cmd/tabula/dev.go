@@ -1,0 +1,59 @@
+package main
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/tabuladb/tabula/internal/testcluster"
+)
+
+func devCmd(g *globals) *cobra.Command {
+	var (
+		dir     string
+		listen  string
+		servers int
+	)
+	cmd := &cobra.Command{
+		Use:   "dev",
+		Short: "Run an embedded cluster: 1 master and 3 table servers in one process",
+		Long: `Run a whole cluster in one process for development: a Table Master on --listen and
+--servers table servers on free 127.0.0.1 ports, with data under --data. It prints the
+endpoints and "tabula dev ready" once it serves, and runs until interrupted.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := g.logger()
+			if err != nil {
+				return err
+			}
+			c, err := testcluster.Start(cmd.Context(), testcluster.Options{
+				Servers:           servers,
+				Dir:               dir,
+				MasterListen:      listen,
+				Logger:            log,
+				HeartbeatInterval: 100 * time.Millisecond,
+				LeaseDuration:     time.Second,
+				DeadAfter:         3 * time.Second,
+			})
+			if err != nil {
+				return fmt.Errorf("start dev cluster: %w", err)
+			}
+			out := cmd.OutOrStdout()
+			fmt.Fprintf(out, "master  %s\n", c.MasterAddr())
+			ids := c.ServerIDs()
+			for i, a := range c.ServerAddrs() {
+				fmt.Fprintf(out, "server  %s  id %s  fault-domain fd-%d\n", a, ids[i], i)
+			}
+			fmt.Fprintf(out, "data    %s\n", c.Dir())
+			fmt.Fprintln(out, "tabula dev ready")
+			<-cmd.Context().Done()
+			fmt.Fprintln(out, "tabula dev: shutting down")
+			return c.Close()
+		},
+	}
+	cmd.Flags().StringVar(&dir, "data", "./tabula-data", "data directory")
+	cmd.Flags().StringVar(&listen, "listen", defaultMaster, "master listen address")
+	cmd.Flags().IntVar(&servers, "servers", 3, "number of table servers")
+	return cmd
+}

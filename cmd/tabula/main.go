@@ -1,0 +1,103 @@
+// Command tabula is Tabula's one binary: the embedded dev cluster, the Table
+// Master, the table server, and the client commands. It only parses flags and
+// wires packages; everything else lives in them.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+	"google.golang.org/grpc/status"
+
+	"github.com/tabuladb/tabula/api"
+	"github.com/tabuladb/tabula/client"
+)
+
+// defaultMaster is the address `tabula dev` and `tabula master` listen on by
+// default, and so the default of every client command's --master.
+const defaultMaster = "127.0.0.1:7100"
+
+// globals are the flags every command shares.
+type globals struct {
+	master   []string
+	tenant   string
+	timeout  time.Duration
+	logLevel string
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := rootCmd().ExecuteContext(ctx)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "tabula:", describeErr(err))
+		os.Exit(1)
+	}
+}
+
+func rootCmd() *cobra.Command {
+	g := &globals{}
+	root := &cobra.Command{
+		Use:           "tabula",
+		Short:         "Tabula: a multi-tenant key-value platform",
+		Long:          "Tabula runs table servers under a Table Master and serves point tables over gRPC.\nStart a local cluster with `tabula dev`, then use the client commands against it.",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	pf := root.PersistentFlags()
+	pf.StringSliceVar(&g.master, "master", []string{defaultMaster}, "Table Master address(es), comma-separated")
+	pf.StringVar(&g.tenant, "tenant", api.DefaultTenant, "tenant to act as")
+	pf.DurationVar(&g.timeout, "timeout", 30*time.Second, "deadline of a client command (retries included)")
+	pf.StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	root.AddCommand(
+		devCmd(g), masterCmd(g), serverCmd(g),
+		tableCmd(g), putCmd(g), getCmd(g), delCmd(g), scanCmd(g),
+		workloadCmd(g),
+	)
+	return root
+}
+
+func (g *globals) logger() (*slog.Logger, error) {
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(g.logLevel)); err != nil {
+		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", g.logLevel)
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl})), nil
+}
+
+// client connects to the masters named by --master as --tenant.
+func (g *globals) client(ctx context.Context) (*client.Client, error) {
+	return client.New(ctx, client.Options{Masters: g.master, Tenant: g.tenant, RetryTimeout: g.timeout})
+}
+
+// withTimeout bounds a one-shot client command by --timeout.
+func (g *globals) withTimeout(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, g.timeout)
+}
+
+// describeErr renders an error for a person: the Tabula error code and
+// reason when the error carries one.
+func describeErr(err error) string {
+	var se interface{ GRPCStatus() *status.Status }
+	if !errors.As(err, &se) {
+		return err.Error()
+	}
+	d := api.DetailOf(err)
+	code := strings.TrimPrefix(d.GetCode().String(), "ERROR_CODE_")
+	msg := err.Error()
+	if i := strings.Index(msg, "desc = "); i >= 0 {
+		msg = msg[:strings.Index(msg, "rpc error:")] + msg[i+len("desc = "):]
+	}
+	if d.GetCode() == api.ErrorCode_ERROR_CODE_UNSPECIFIED {
+		return msg
+	}
+	return fmt.Sprintf("%s (%s, %s)", msg, code, d.GetReason())
+}

@@ -1,0 +1,53 @@
+package main
+
+import (
+	"fmt"
+	"net"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/tabuladb/tabula/tablemaster"
+)
+
+func masterCmd(g *globals) *cobra.Command {
+	var (
+		listen string
+		dir    string
+		opts   tablemaster.Options
+	)
+	cmd := &cobra.Command{
+		Use:   "master",
+		Short: "Run the Table Master",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := g.logger()
+			if err != nil {
+				return err
+			}
+			opts.DataDir, opts.Logger = dir, log
+			m, err := tablemaster.Open(opts)
+			if err != nil {
+				return err
+			}
+			lis, err := net.Listen("tcp", listen)
+			if err != nil {
+				return fmt.Errorf("listen on %s: %w (%v)", listen, err, m.Close())
+			}
+			log.Info("master serving", "addr", lis.Addr().String(), "data", dir)
+			go func() {
+				<-cmd.Context().Done()
+				log.Info("master shutting down")
+				_ = m.Close()
+			}()
+			return m.Serve(lis)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&listen, "listen", defaultMaster, "address to serve on")
+	f.StringVar(&dir, "data", "./tabula-data/master", "data directory")
+	f.DurationVar(&opts.HeartbeatInterval, "heartbeat-interval", 100*time.Millisecond, "how often servers heartbeat")
+	f.DurationVar(&opts.LeaseDuration, "lease", time.Second, "primary lease length")
+	f.DurationVar(&opts.DeadAfter, "dead-after", 3*time.Second, "silence after which a server is declared dead (must exceed --lease)")
+	return cmd
+}

@@ -1,0 +1,162 @@
+package main
+
+import (
+	"fmt"
+	"sort"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/tabuladb/tabula/api"
+)
+
+func tableCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{Use: "table", Short: "Create, list, describe and drop tables"}
+	cmd.AddCommand(tableCreateCmd(g), tableListCmd(g), tableDescribeCmd(g), tableDropCmd(g))
+	return cmd
+}
+
+func tableCreateCmd(g *globals) *cobra.Command {
+	var (
+		kind       string
+		opts       api.TableOptions
+		defaultTTL time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "create NAME",
+		Short: "Create a table",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			k, err := api.ParseKind(kind)
+			if err != nil {
+				return err
+			}
+			if defaultTTL < 0 {
+				return fmt.Errorf("--default-ttl %v is negative", defaultTTL)
+			}
+			opts.DefaultTtlMs = uint64(defaultTTL.Milliseconds())
+			ctx, cancel := g.withTimeout(cmd.Context())
+			defer cancel()
+			c, err := g.client(ctx)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			m, err := c.CreateTable(ctx, args[0], k, &opts)
+			if err != nil {
+				return fmt.Errorf("create table %s: %w", args[0], err)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "created table %s/%s (id %d, kind %s, %d partitions)\n",
+				m.GetTable().GetTenant(), m.GetTable().GetName(), m.GetTable().GetId(), api.KindName(k), len(m.GetPartitions()))
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&kind, "kind", "point", "table kind: point (bulk and ordered arrive later)")
+	f.Uint32Var(&opts.Partitions, "partitions", api.DefaultPartitions, fmt.Sprintf("number of partitions (1..%d)", api.MaxPartitions))
+	f.Uint32Var(&opts.Replication, "replication", 1, "copies of each partition (only 1 until replication arrives)")
+	f.Uint64Var(&opts.MaxValueBytes, "max-value-bytes", api.DefaultMaxValueBytes, fmt.Sprintf("largest value accepted (at most %d)", api.MaxValueBytesLimit))
+	f.DurationVar(&defaultTTL, "default-ttl", 0, "TTL of writes that give none (0: never expire)")
+	f.StringVar(&opts.Storage, "storage", "memory", "storage of point tables: memory")
+	return cmd
+}
+
+func tableListCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "list",
+		Short: "List the tenant's tables",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, cancel := g.withTimeout(cmd.Context())
+			defer cancel()
+			c, err := g.client(ctx)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			tables, err := c.ListTables(ctx)
+			if err != nil {
+				return fmt.Errorf("list tables: %w", err)
+			}
+			w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+			fmt.Fprintln(w, "NAME\tKIND\tPARTITIONS\tSTORAGE\tID")
+			for _, t := range tables {
+				fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%d\n", t.GetName(), api.KindName(t.GetKind()), t.GetOptions().GetPartitions(), t.GetOptions().GetStorage(), t.GetId())
+			}
+			return w.Flush()
+		},
+	}
+}
+
+func tableDescribeCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "describe NAME",
+		Short: "Show a table's options, partitions and where they are served",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx, cancel := g.withTimeout(cmd.Context())
+			defer cancel()
+			c, err := g.client(ctx)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			d, err := c.DescribeTable(ctx, args[0])
+			if err != nil {
+				return fmt.Errorf("describe table %s: %w", args[0], err)
+			}
+			t, o := d.GetMap().GetTable(), d.GetMap().GetTable().GetOptions()
+			out := cmd.OutOrStdout()
+			fmt.Fprintf(out, "table        %s/%s (id %d)\n", t.GetTenant(), t.GetName(), t.GetId())
+			fmt.Fprintf(out, "kind         %s\nstorage      %s\npartitions   %d\nreplication  %d\n", api.KindName(t.GetKind()), o.GetStorage(), o.GetPartitions(), o.GetReplication())
+			fmt.Fprintf(out, "max value    %d bytes\ndefault TTL  %v\ncreated      %s\nmap version  %d\n\n",
+				o.GetMaxValueBytes(), time.Duration(o.GetDefaultTtlMs())*time.Millisecond, time.UnixMilli(t.GetCreatedUnixMs()).UTC().Format(time.RFC3339), d.GetMap().GetVersion())
+			status := map[uint64]*api.ReplicaStatus{}
+			for _, s := range d.GetReplicas() {
+				status[s.GetPartitionId()] = s
+			}
+			w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(w, "#\tID\tHASH RANGE\tEPOCH\tPRIMARY\tADDR\tKEYS\tBYTES")
+			parts := d.GetMap().GetPartitions()
+			sort.Slice(parts, func(i, j int) bool { return parts[i].GetIndex() < parts[j].GetIndex() })
+			var keys, bytes uint64
+			for _, p := range parts {
+				srv, addr := "(unplaced)", "-"
+				for _, r := range p.GetReplicas() {
+					if r.GetRole() == api.ReplicaRole_REPLICA_ROLE_PRIMARY {
+						srv, addr = r.GetServerId(), r.GetAddr()
+					}
+				}
+				st := status[p.GetId()]
+				keys += st.GetKeys()
+				bytes += st.GetBytes()
+				fmt.Fprintf(w, "%d\t%d\t%016x-%016x\t%d\t%s\t%s\t%d\t%d\n", p.GetIndex(), p.GetId(), p.GetStart(), p.GetEnd(), p.GetEpoch(), srv, addr, st.GetKeys(), st.GetBytes())
+			}
+			fmt.Fprintf(w, "total\t\t\t\t\t\t%d\t%d\n", keys, bytes)
+			return w.Flush()
+		},
+	}
+}
+
+func tableDropCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "drop NAME",
+		Short: "Drop a table and all its data",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx, cancel := g.withTimeout(cmd.Context())
+			defer cancel()
+			c, err := g.client(ctx)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			if err := c.DropTable(ctx, args[0]); err != nil {
+				return fmt.Errorf("drop table %s: %w", args[0], err)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "dropped table %s/%s\n", g.tenant, args[0])
+			return nil
+		},
+	}
+}

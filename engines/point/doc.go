@@ -1,0 +1,36 @@
+// Package point is the point engine (DESIGN §7): a read/write hash table for
+// point tables. A linear-hashing index (package lhash) maps each key's
+// xxhash64 to a 48-bit location in a ValueStore; the store holds the records.
+//
+// Storage back ends, chosen by engines.Options.Storage:
+//
+//   - "" or "memory": records on the Go heap (memStore). A location is a slot
+//     number; nothing is durable.
+//   - the SSD log store (FlashStore style) arrives with the disk-store issue;
+//     until then any other name is refused with ErrStorageUnavailable.
+//
+// # Concurrency
+//
+// An Engine is safe for concurrent use. Readers take no lock: the index's
+// optimistic read verifies each candidate location by reading the record and
+// comparing keys, and retries if the bucket changed meanwhile. Writers lock
+// one of 256 stripes by key hash (a batch locks all of its stripes in
+// ascending order), store the new record, point the index at it, and free
+// the replaced one only after the index no longer points at it. A reader
+// that raced with that free sees the bucket change and retries, so it never
+// reports a reused location's record as its key's.
+//
+// # Records
+//
+// The memory store keeps each record as one immutable object (key and value
+// in one allocation); a location's pointer is swapped atomically, and the
+// garbage collector keeps a replaced record alive for readers still holding
+// it. TTL: a record with 0 < ExpiresAt <= Options.Now() is absent for Get,
+// Scan, Delete and CompareAndSwap; Get frees the expired records it finds.
+//
+// # Example
+//
+//	e, err := point.Open(engines.Options{})
+//	err = e.Apply([]engines.Mutation{{Key: []byte("k"), Value: []byte("v")}})
+//	v, expiresAt, err := e.Get([]byte("k"))
+package point

@@ -1,0 +1,134 @@
+package point
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+
+	"go.uber.org/goleak"
+
+	"github.com/tabuladb/tabula/engines"
+	"github.com/tabuladb/tabula/engines/enginetest"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func TestConformance(t *testing.T) {
+	enginetest.Run(t, func(t *testing.T, opts engines.Options) engines.Engine {
+		e, err := engines.Open(engines.KindPoint, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return e
+	})
+}
+
+func TestStorageUnavailable(t *testing.T) {
+	_, err := engines.Open(engines.KindPoint, engines.Options{Storage: "ssd"})
+	if !errors.Is(err, ErrStorageUnavailable) {
+		t.Fatalf("open with storage ssd: %v, want ErrStorageUnavailable", err)
+	}
+	t.Log(err)
+	for _, s := range []string{"", StorageMemory} {
+		e, err := Open(engines.Options{Storage: s})
+		if err != nil {
+			t.Fatalf("open with storage %q: %v", s, err)
+		}
+		if err := e.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func TestEmptyKeyRejected(t *testing.T) {
+	e, _ := Open(engines.Options{})
+	defer e.Close()
+	if err := e.Apply([]engines.Mutation{{Key: nil, Value: []byte("v")}}); !errors.Is(err, ErrEmptyKey) {
+		t.Fatalf("apply with an empty key: %v, want ErrEmptyKey", err)
+	}
+	if _, _, err := e.Get(nil); !errors.Is(err, engines.ErrNotFound) {
+		t.Fatalf("get of the empty key: %v, want ErrNotFound", err)
+	}
+}
+
+// TestExpiredFreed checks that a Get finding an expired record drops it from
+// the index and frees its bytes.
+func TestExpiredFreed(t *testing.T) {
+	clock := enginetest.NewClock()
+	e, _ := Open(engines.Options{Now: clock.Now})
+	defer e.Close()
+	if err := e.Apply([]engines.Mutation{{Key: []byte("k"), Value: []byte("v"), ExpiresAt: clock.Now() + 1}}); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(1)
+	if _, _, err := e.Get([]byte("k")); !errors.Is(err, engines.ErrNotFound) {
+		t.Fatalf("get of an expired key: %v", err)
+	}
+	if s := e.Stats(); s.Keys != 0 || s.Bytes != 0 {
+		t.Fatalf("stats after the expired key was read: %+v; want it dropped", s)
+	}
+}
+
+// TestIndexGrows fills an engine past many splits and reads everything back.
+func TestIndexGrows(t *testing.T) {
+	e, _ := Open(engines.Options{})
+	defer e.Close()
+	const n = 50_000
+	for i := range n {
+		k := []byte(fmt.Sprintf("key-%d", i))
+		if err := e.Apply([]engines.Mutation{{Key: k, Value: k}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range n {
+		k := fmt.Sprintf("key-%d", i)
+		v, _, err := e.Get([]byte(k))
+		if err != nil || string(v) != k {
+			t.Fatalf("get %q = %q, %v", k, v, err)
+		}
+	}
+	s := e.Stats()
+	if s.Keys != n || s.IndexBytes == 0 {
+		t.Fatalf("stats %+v", s)
+	}
+	t.Logf("%d keys: index %d bytes (%.1f per key)", n, s.IndexBytes, float64(s.IndexBytes)/n)
+}
+
+func BenchmarkGet(b *testing.B) {
+	e, _ := Open(engines.Options{})
+	defer e.Close()
+	const n = 1 << 16
+	keys := make([][]byte, n)
+	for i := range keys {
+		keys[i] = []byte(fmt.Sprintf("key-%08d", i))
+		if err := e.Apply([]engines.Mutation{{Key: keys[i], Value: keys[i]}}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		if _, _, err := e.Get(keys[i&(n-1)]); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkPut(b *testing.B) {
+	e, _ := Open(engines.Options{})
+	defer e.Close()
+	const n = 1 << 16
+	keys := make([][]byte, n)
+	for i := range keys {
+		keys[i] = []byte(fmt.Sprintf("key-%08d", i))
+	}
+	batch := make([]engines.Mutation, 1)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		batch[0] = engines.Mutation{Key: keys[i&(n-1)], Value: keys[i&(n-1)]}
+		if err := e.Apply(batch); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -1,0 +1,5 @@
+//go:build !race
+
+package lhash
+
+const raceEnabled = false

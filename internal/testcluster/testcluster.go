@@ -1,0 +1,272 @@
+// Package testcluster runs a whole Tabula cluster inside one process: a Table
+// Master and N table servers, each on its own 127.0.0.1 port with real gRPC
+// and its own data directory. Tests start it; `tabula dev` runs it too.
+//
+// A Cluster is safe for concurrent use. Close stops every part and, when the
+// cluster made its own temporary directory, removes it.
+//
+//	c, err := testcluster.Start(ctx, testcluster.Options{Servers: 3})
+//	defer c.Close()
+//	cl, err := client.New(ctx, client.Options{Masters: []string{c.MasterAddr()}})
+package testcluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/tabuladb/tabula/tablemaster"
+	"github.com/tabuladb/tabula/tableserver"
+
+	_ "github.com/tabuladb/tabula/engines/point" // the engines a cluster serves
+)
+
+// Options configure a Cluster. The zero value is a 3-server cluster in a
+// temporary directory with fast failure detection.
+type Options struct {
+	// Servers is the number of table servers. Default 3.
+	Servers int
+	// Dir holds the master's and servers' data. Default: a new temporary
+	// directory, removed by Close.
+	Dir string
+	// MasterListen is the master's listen address. Default "127.0.0.1:0".
+	MasterListen string
+	// Logger receives every part's logs. Default: discarded.
+	Logger *slog.Logger
+	// HeartbeatInterval, LeaseDuration and DeadAfter go to the master.
+	// Defaults 50ms, 500ms, 1.5s: failures are noticed quickly in tests.
+	HeartbeatInterval time.Duration
+	LeaseDuration     time.Duration
+	DeadAfter         time.Duration
+}
+
+// Cluster is a running in-process cluster.
+type Cluster struct {
+	opts    Options
+	ownDir  bool
+	master  *tablemaster.Master
+	mAddr   string
+	mu      sync.Mutex
+	servers []*server // guarded by mu
+	wg      sync.WaitGroup
+	closed  bool // guarded by mu
+}
+
+type server struct {
+	s    *tableserver.Server
+	addr string
+	dir  string
+	dead bool
+}
+
+// Start starts the master and the servers and returns once every server has
+// registered with the master.
+func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
+	if opts.Servers == 0 {
+		opts.Servers = 3
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if opts.MasterListen == "" {
+		opts.MasterListen = "127.0.0.1:0"
+	}
+	if opts.HeartbeatInterval == 0 {
+		opts.HeartbeatInterval = 50 * time.Millisecond
+	}
+	if opts.LeaseDuration == 0 {
+		opts.LeaseDuration = 500 * time.Millisecond
+	}
+	if opts.DeadAfter == 0 {
+		opts.DeadAfter = 1500 * time.Millisecond
+	}
+	c := &Cluster{opts: opts}
+	if opts.Dir == "" {
+		dir, err := os.MkdirTemp("", "tabula-cluster-*")
+		if err != nil {
+			return nil, fmt.Errorf("testcluster: %w", err)
+		}
+		c.opts.Dir, c.ownDir = dir, true
+	}
+	defer func() {
+		if err != nil {
+			err = errors.Join(err, c.Close())
+		}
+	}()
+	if err := c.startMaster(); err != nil {
+		return nil, err
+	}
+	for i := 0; i < opts.Servers; i++ {
+		if _, err := c.AddServer(ctx); err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+func (c *Cluster) startMaster() error {
+	m, err := tablemaster.Open(tablemaster.Options{
+		DataDir:           filepath.Join(c.opts.Dir, "master"),
+		Logger:            c.opts.Logger.With("part", "master"),
+		HeartbeatInterval: c.opts.HeartbeatInterval,
+		LeaseDuration:     c.opts.LeaseDuration,
+		DeadAfter:         c.opts.DeadAfter,
+	})
+	if err != nil {
+		return fmt.Errorf("testcluster: open master: %w", err)
+	}
+	lis, err := net.Listen("tcp", c.opts.MasterListen)
+	if err != nil {
+		return errors.Join(fmt.Errorf("testcluster: master listen: %w", err), m.Close())
+	}
+	c.master, c.mAddr = m, lis.Addr().String()
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		if err := m.Serve(lis); err != nil {
+			c.opts.Logger.Error("master stopped", "err", err)
+		}
+	}()
+	return nil
+}
+
+// AddServer starts one more table server and waits for it to register. It
+// returns the server's index.
+func (c *Cluster) AddServer(ctx context.Context) (int, error) {
+	c.mu.Lock()
+	i := len(c.servers)
+	c.servers = append(c.servers, &server{dir: filepath.Join(c.opts.Dir, fmt.Sprintf("server-%d", i)), dead: true})
+	c.mu.Unlock()
+	return i, c.startServer(ctx, i)
+}
+
+func (c *Cluster) startServer(ctx context.Context, i int) error {
+	c.mu.Lock()
+	sv := c.servers[i]
+	c.mu.Unlock()
+	s, err := tableserver.Open(tableserver.Options{
+		Masters:     []string{c.mAddr},
+		DataDir:     sv.dir,
+		FaultDomain: fmt.Sprintf("fd-%d", i),
+		Logger:      c.opts.Logger.With("part", fmt.Sprintf("server-%d", i)),
+	})
+	if err != nil {
+		return fmt.Errorf("testcluster: open server %d: %w", i, err)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return errors.Join(fmt.Errorf("testcluster: server %d listen: %w", i, err), s.Close())
+	}
+	c.mu.Lock()
+	sv.s, sv.addr, sv.dead = s, lis.Addr().String(), false
+	c.mu.Unlock()
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		if err := s.Serve(lis); err != nil {
+			c.opts.Logger.Error("server stopped", "server", i, "err", err)
+		}
+	}()
+	if err := s.WaitRegistered(ctx); err != nil {
+		return fmt.Errorf("testcluster: server %d did not register: %w", i, err)
+	}
+	return nil
+}
+
+// MasterAddr is the master's address.
+func (c *Cluster) MasterAddr() string { return c.mAddr }
+
+// Dir is where the cluster keeps its data.
+func (c *Cluster) Dir() string { return c.opts.Dir }
+
+// ServerAddrs lists the servers' addresses, by index (killed ones included).
+func (c *Cluster) ServerAddrs() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]string, len(c.servers))
+	for i, s := range c.servers {
+		out[i] = s.addr
+	}
+	return out
+}
+
+// ServerIDs lists the servers' master-assigned ids, by index.
+func (c *Cluster) ServerIDs() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]string, len(c.servers))
+	for i, s := range c.servers {
+		if s.s != nil {
+			out[i] = s.s.ID()
+		}
+	}
+	return out
+}
+
+// KillServer stops server i abruptly: no drain, no goodbye to the master,
+// in-memory data gone. The master notices by the missing heartbeats.
+func (c *Cluster) KillServer(i int) error {
+	c.mu.Lock()
+	if i < 0 || i >= len(c.servers) {
+		c.mu.Unlock()
+		return fmt.Errorf("testcluster: no server %d", i)
+	}
+	sv := c.servers[i]
+	if sv.dead {
+		c.mu.Unlock()
+		return fmt.Errorf("testcluster: server %d is not running", i)
+	}
+	sv.dead = true
+	c.mu.Unlock()
+	return sv.s.Close()
+}
+
+// RestartServer starts server i again on its data directory (a new port).
+func (c *Cluster) RestartServer(ctx context.Context, i int) error {
+	c.mu.Lock()
+	if i < 0 || i >= len(c.servers) || !c.servers[i].dead {
+		c.mu.Unlock()
+		return fmt.Errorf("testcluster: server %d is not a stopped server", i)
+	}
+	c.mu.Unlock()
+	return c.startServer(ctx, i)
+}
+
+// StopMaster stops the master abruptly; servers keep running (and, once
+// their leases run out, stop serving).
+func (c *Cluster) StopMaster() error {
+	return c.master.Close()
+}
+
+// Close stops every server, then the master. Idempotent.
+func (c *Cluster) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	servers := append([]*server(nil), c.servers...)
+	c.mu.Unlock()
+	var errs []error
+	for _, sv := range servers {
+		if sv.s != nil {
+			errs = append(errs, sv.s.Close())
+		}
+	}
+	if c.master != nil {
+		errs = append(errs, c.master.Close())
+	}
+	c.wg.Wait()
+	if c.ownDir {
+		errs = append(errs, os.RemoveAll(c.opts.Dir))
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,55 @@
+package tablemaster
+
+import "github.com/tabuladb/tabula/api"
+
+// Proto returns t as the wire message.
+func (t *Table) Proto() *api.Table {
+	return &api.Table{
+		Tenant: t.Tenant,
+		Name:   t.Name,
+		Kind:   t.Kind,
+		Options: &api.TableOptions{
+			Partitions:    t.Options.Partitions,
+			Replication:   t.Options.Replication,
+			MaxValueBytes: t.Options.MaxValueBytes,
+			DefaultTtlMs:  t.Options.DefaultTTLMs,
+			Storage:       t.Options.Storage,
+		},
+		Id:            t.ID,
+		CreatedUnixMs: t.CreatedUnixMs,
+	}
+}
+
+// MapProto returns t's partition map as the wire message, stamped with the
+// cluster map version it was taken at.
+func (t *Table) MapProto(version uint64) *api.PartitionMap {
+	m := &api.PartitionMap{Table: t.Proto(), Version: version, Partitions: make([]*api.Partition, len(t.Partitions))}
+	for i, p := range t.Partitions {
+		m.Partitions[i] = p.Proto()
+	}
+	return m
+}
+
+// Proto returns p as the wire message.
+func (p Partition) Proto() *api.Partition {
+	ap := &api.Partition{Id: p.ID, Start: p.Start, End: p.End, Epoch: p.Epoch, Index: p.Index,
+		Replicas: make([]*api.Replica, len(p.Replicas))}
+	for i, r := range p.Replicas {
+		ap.Replicas[i] = &api.Replica{ServerId: r.ServerID, Addr: r.Addr, Role: r.Role, FaultDomain: r.FaultDomain}
+	}
+	return ap
+}
+
+// optionsFromProto converts request options; nil means all defaults.
+func optionsFromProto(o *api.TableOptions) *TableOptions {
+	if o == nil {
+		return nil
+	}
+	return &TableOptions{
+		Partitions:    o.GetPartitions(),
+		Replication:   o.GetReplication(),
+		MaxValueBytes: o.GetMaxValueBytes(),
+		DefaultTTLMs:  o.GetDefaultTtlMs(),
+		Storage:       o.GetStorage(),
+	}
+}

@@ -1,0 +1,281 @@
+package tablemaster
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/tabuladb/tabula/api"
+)
+
+// Master is the Table Master: it owns the catalog and the partition map (a
+// State, persisted in Options.DataDir), tracks server liveness from
+// heartbeats, moves the partitions of dead or draining servers, and serves
+// api.MasterServer. It is safe for concurrent use.
+type Master struct {
+	api.UnimplementedMasterServer
+
+	opts   Options
+	logger *slog.Logger
+
+	// view is the latest published state. Readers load it without a lock;
+	// a published State is never modified again.
+	view atomic.Pointer[view]
+
+	// proposeMu is the sequencer: it orders commands and their log appends
+	// (the write-ahead order must equal the apply order). It is held across
+	// the fsync of one command, on purpose; no read path takes it, and
+	// catalog changes are rare (a few per second at most).
+	proposeMu sync.Mutex
+	// Guarded by proposeMu:
+	store  *store // nil once closed
+	seq    uint64 // seq of the last logged command
+	broken error  // set when a log write failed: the file's tail is unknown, refuse further commands
+
+	// liveMu guards liveness, which is memory only: heartbeats are not
+	// persisted. Lock order: proposeMu, then liveMu.
+	liveMu sync.Mutex
+	live   map[string]*liveness // by server id
+
+	// srvMu guards the gRPC servers Serve started.
+	srvMu   sync.Mutex
+	servers []*grpc.Server
+	closed  bool
+
+	closing   chan struct{} // closed by Close: stops the liveness loop and watch streams
+	closeOnce sync.Once
+	closeErr  error
+	wg        sync.WaitGroup // the liveness loop
+}
+
+var _ api.MasterServer = (*Master)(nil)
+
+// view is one published State and the channel closed when a newer one
+// replaces it: watchers wait on it.
+type view struct {
+	state   *State
+	changed chan struct{}
+}
+
+// liveness is what the master knows of a server from its heartbeats.
+type liveness struct {
+	lastHeard time.Time
+	// statuses is the latest report, replaced wholesale (never modified),
+	// with ServerId set.
+	statuses []*api.ReplicaStatus
+}
+
+// Open loads the master's state from opts.DataDir (creating it), creates
+// tenant api.DefaultTenant on a new master and starts the liveness loop.
+// Every known live server counts as heard at open time, so a restarted
+// master waits a full DeadAfter, longer than any lease it granted, before it
+// declares anyone dead. Close releases what Open took.
+func Open(opts Options) (*Master, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	opts = opts.withDefaults()
+	st, state, seq, err := openStore(opts.DataDir, opts.Logger)
+	if err != nil {
+		return nil, err
+	}
+	m := &Master{
+		opts:    opts,
+		logger:  opts.Logger,
+		store:   st,
+		seq:     seq,
+		live:    map[string]*liveness{},
+		closing: make(chan struct{}),
+	}
+	m.view.Store(&view{state: state, changed: make(chan struct{})})
+	now := opts.Now()
+	if _, ok := state.Tenants[api.DefaultTenant]; !ok {
+		if _, _, err := m.propose(Command{Op: OpCreateTenant, Tenant: api.DefaultTenant, UnixMs: now.UnixMilli()}, nil, nil); err != nil {
+			return nil, errors.Join(fmt.Errorf("tablemaster: bootstrap tenant %q: %w", api.DefaultTenant, err), st.close())
+		}
+	}
+	for id, srv := range state.Servers {
+		if srv.Alive {
+			m.live[id] = &liveness{lastHeard: now}
+		}
+	}
+	cur := m.State()
+	m.logger.Info("tablemaster: opened", "dir", opts.DataDir, "version", cur.Version, "seq", m.seq,
+		"tables", len(cur.Tables), "servers", len(cur.Servers))
+	m.wg.Add(1)
+	go m.livenessLoop()
+	return m, nil
+}
+
+// State returns the current state. It is shared and immutable: read it,
+// never modify it.
+func (m *Master) State() *State { return m.view.Load().state }
+
+// Serve serves api.MasterServer on lis until Close, with its own gRPC
+// server. It may be called for several listeners. It returns nil after
+// Close.
+func (m *Master) Serve(lis net.Listener) error {
+	s := grpc.NewServer(
+		grpc.MaxRecvMsgSize(api.MaxMessageBytes),
+		grpc.MaxSendMsgSize(api.MaxMessageBytes),
+		grpc.WaitForHandlers(true), // Close returns only after every handler has
+	)
+	api.RegisterMasterServer(s, m)
+	m.srvMu.Lock()
+	if m.closed {
+		m.srvMu.Unlock()
+		return errors.Join(ErrClosed, lis.Close())
+	}
+	m.servers = append(m.servers, s)
+	m.srvMu.Unlock()
+	if err := s.Serve(lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+		return fmt.Errorf("tablemaster: serve: %w", err)
+	}
+	return nil
+}
+
+// Close stops the gRPC servers (ending watch streams), the liveness loop,
+// and closes the state files. Every command acknowledged before is durable.
+// It is idempotent.
+func (m *Master) Close() error {
+	m.closeOnce.Do(func() {
+		m.srvMu.Lock()
+		m.closed = true
+		servers := m.servers
+		m.srvMu.Unlock()
+		close(m.closing)
+		for _, s := range servers {
+			s.Stop()
+		}
+		m.wg.Wait()
+		m.proposeMu.Lock()
+		m.closeErr = m.store.close()
+		m.store = nil
+		m.proposeMu.Unlock()
+	})
+	return m.closeErr
+}
+
+// propose applies cmd to a copy of the current state, logs it durably and
+// publishes the result: nothing is visible before the fsync. check, if not
+// nil, runs first under the lock and can turn the command into a no-op (a
+// server that heartbeated after all); after, if not nil, runs under the lock
+// once the command is durable (or was a valid no-op). It returns the result
+// and the state the caller should answer from.
+func (m *Master) propose(cmd Command, check func(*State) bool, after func(Result)) (Result, *State, error) {
+	m.proposeMu.Lock()
+	defer m.proposeMu.Unlock()
+	if m.store == nil {
+		return Result{}, nil, ErrClosed
+	}
+	if m.broken != nil {
+		return Result{}, nil, m.broken
+	}
+	cur := m.view.Load().state
+	if check != nil && !check(cur) {
+		return Result{}, cur, nil
+	}
+	next := cur.Clone()
+	res, err := next.Apply(cmd)
+	if err != nil {
+		return Result{}, cur, err
+	}
+	if !res.Changed {
+		if after != nil {
+			after(res)
+		}
+		return res, cur, nil
+	}
+	if err := m.store.append(logEntry{Seq: m.seq + 1, Cmd: cmd}); err != nil {
+		m.broken = fmt.Errorf("tablemaster: command log failed, restart the master: %w", err)
+		m.logger.Error("tablemaster: command log write failed; refusing further commands", "err", err)
+		return Result{}, nil, m.broken
+	}
+	m.seq++
+	m.publishLocked(next)
+	if after != nil {
+		after(res)
+	}
+	if m.store.records >= m.opts.SnapshotEvery {
+		if err := m.store.snapshot(next, m.seq); err != nil {
+			// Not fatal: the log still holds every command.
+			m.logger.Warn("tablemaster: snapshot failed", "seq", m.seq, "err", err)
+		}
+	}
+	return res, next, nil
+}
+
+// publishLocked makes next the current state and wakes the watchers.
+func (m *Master) publishLocked(next *State) {
+	old := m.view.Swap(&view{state: next, changed: make(chan struct{})})
+	close(old.changed)
+}
+
+// livenessLoop declares silent servers dead every HeartbeatInterval until Close.
+func (m *Master) livenessLoop() {
+	defer m.wg.Done()
+	t := time.NewTicker(m.opts.HeartbeatInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-m.closing:
+			return
+		case <-t.C:
+			m.checkLiveness()
+		}
+	}
+}
+
+// checkLiveness applies OpServerDown to every alive server silent longer
+// than DeadAfter.
+func (m *Master) checkLiveness() {
+	now := m.opts.Now()
+	st := m.State()
+	for _, id := range st.ServerIDs() {
+		if !st.Servers[id].Alive || !m.silent(id, now) {
+			continue
+		}
+		stillSilent := func(s *State) bool {
+			srv := s.Servers[id]
+			return srv != nil && srv.Alive && m.silent(id, now)
+		}
+		res, _, err := m.propose(Command{Op: OpServerDown, ServerID: id, UnixMs: now.UnixMilli()}, stillSilent, func(Result) {
+			m.liveMu.Lock()
+			if l := m.live[id]; l != nil {
+				l.statuses = nil
+			}
+			m.liveMu.Unlock()
+		})
+		switch {
+		case errors.Is(err, ErrClosed):
+			return
+		case err != nil:
+			m.logger.Error("tablemaster: declare server dead", "server", id, "err", err)
+		case res.Changed:
+			m.logger.Warn("tablemaster: server declared dead; its partitions moved", "server", id,
+				"silent_for", now.Sub(m.lastHeard(id)), "moved", len(res.Moved))
+		}
+	}
+}
+
+func (m *Master) silent(id string, now time.Time) bool {
+	m.liveMu.Lock()
+	defer m.liveMu.Unlock()
+	l := m.live[id]
+	return l == nil || now.Sub(l.lastHeard) > m.opts.DeadAfter
+}
+
+func (m *Master) lastHeard(id string) time.Time {
+	m.liveMu.Lock()
+	defer m.liveMu.Unlock()
+	if l := m.live[id]; l != nil {
+		return l.lastHeard
+	}
+	return time.Time{}
+}

@@ -1,0 +1,92 @@
+package tablemaster
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+)
+
+// Defaults of Options.
+const (
+	DefaultHeartbeatInterval = 100 * time.Millisecond
+	DefaultLeaseDuration     = time.Second
+	DefaultDeadAfter         = 3 * time.Second
+	// DefaultSnapshotEvery: a catalog command encodes to ~200 bytes, so 1024
+	// commands is ~200 KiB of log to replay at worst.
+	DefaultSnapshotEvery = 1024
+)
+
+// Options configure a Master. Only DataDir is required; every other zero
+// value takes the default documented on the field.
+type Options struct {
+	// DataDir holds the master's durable state (snapshot and command log).
+	// Required; created if missing.
+	DataDir string `json:"data_dir"`
+	// Logger receives the master's log lines. Default slog.Default().
+	Logger *slog.Logger `json:"-"`
+	// HeartbeatInterval is told to servers as how often to heartbeat, and is
+	// how often the master checks for silent servers. Default 100ms.
+	HeartbeatInterval time.Duration `json:"heartbeat_interval"`
+	// LeaseDuration is told to servers: a primary serves only while its last
+	// acknowledged heartbeat is younger than this. Default 1s.
+	LeaseDuration time.Duration `json:"lease_duration"`
+	// DeadAfter: a server silent this long is declared dead and its
+	// partitions move. Default 3s; must exceed LeaseDuration, so a server is
+	// declared dead only after its lease has run out by its own clock.
+	DeadAfter time.Duration `json:"dead_after"`
+	// SnapshotEvery is how many logged commands trigger a snapshot and a
+	// log reset. Default 1024.
+	SnapshotEvery int `json:"snapshot_every"`
+	// Now is the clock. Default time.Now.
+	Now func() time.Time `json:"-"`
+}
+
+// withDefaults returns o with every zero field set to its default.
+func (o Options) withDefaults() Options {
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.HeartbeatInterval == 0 {
+		o.HeartbeatInterval = DefaultHeartbeatInterval
+	}
+	if o.LeaseDuration == 0 {
+		o.LeaseDuration = DefaultLeaseDuration
+	}
+	if o.DeadAfter == 0 {
+		o.DeadAfter = DefaultDeadAfter
+	}
+	if o.SnapshotEvery == 0 {
+		o.SnapshotEvery = DefaultSnapshotEvery
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	return o
+}
+
+// Validate explains what is wrong with o (after defaults are applied), or
+// returns nil.
+func (o Options) Validate() error {
+	o = o.withDefaults()
+	var errs []error
+	if o.DataDir == "" {
+		errs = append(errs, errors.New("tablemaster: Options.DataDir is required"))
+	}
+	if o.HeartbeatInterval < 0 {
+		errs = append(errs, fmt.Errorf("tablemaster: Options.HeartbeatInterval %v is negative", o.HeartbeatInterval))
+	}
+	if o.LeaseDuration < 0 {
+		errs = append(errs, fmt.Errorf("tablemaster: Options.LeaseDuration %v is negative", o.LeaseDuration))
+	}
+	if o.LeaseDuration > 0 && o.LeaseDuration.Milliseconds() == 0 {
+		errs = append(errs, fmt.Errorf("tablemaster: Options.LeaseDuration %v is under 1ms, the unit servers are told", o.LeaseDuration))
+	}
+	if o.DeadAfter <= o.LeaseDuration {
+		errs = append(errs, fmt.Errorf("tablemaster: Options.DeadAfter %v must exceed LeaseDuration %v, or a partition could move while its old primary still holds a lease", o.DeadAfter, o.LeaseDuration))
+	}
+	if o.SnapshotEvery < 0 {
+		errs = append(errs, fmt.Errorf("tablemaster: Options.SnapshotEvery %d is negative", o.SnapshotEvery))
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,257 @@
+package tablemaster
+
+import (
+	"context"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/tabuladb/tabula/api"
+)
+
+// This file holds the RPCs of api.MasterServer. Every error they return is
+// a Tabula status (api helpers): a refusal keeps its code, anything else is
+// UNAVAILABLE.
+
+func errNilRequest() error {
+	return errInvalid("request", "request_nil", 0, "request is nil")
+}
+
+// CreateTable creates a table and places its partitions. The table is
+// durable when it returns.
+func (m *Master) CreateTable(_ context.Context, req *api.CreateTableRequest) (*api.CreateTableResponse, error) {
+	if req == nil {
+		return nil, errNilRequest()
+	}
+	res, st, err := m.propose(Command{
+		Op: OpCreateTable, UnixMs: m.opts.Now().UnixMilli(),
+		Tenant: req.Tenant, Table: req.Name, Kind: req.Kind, Options: optionsFromProto(req.Options),
+	}, nil, nil)
+	if err != nil {
+		return nil, rpcError("create table", err)
+	}
+	m.logger.Info("tablemaster: table created", "tenant", req.Tenant, "table", req.Name, "id", res.Table.ID,
+		"partitions", len(res.Table.Partitions), "placed", len(res.Moved))
+	return &api.CreateTableResponse{Map: res.Table.MapProto(st.Version)}, nil
+}
+
+// DropTable removes a table; durable when it returns.
+func (m *Master) DropTable(_ context.Context, req *api.DropTableRequest) (*api.DropTableResponse, error) {
+	if req == nil {
+		return nil, errNilRequest()
+	}
+	if _, _, err := m.propose(Command{Op: OpDropTable, UnixMs: m.opts.Now().UnixMilli(), Tenant: req.Tenant, Table: req.Name}, nil, nil); err != nil {
+		return nil, rpcError("drop table", err)
+	}
+	m.logger.Info("tablemaster: table dropped", "tenant", req.Tenant, "table", req.Name)
+	return &api.DropTableResponse{}, nil
+}
+
+// ListTables lists a tenant's tables by name.
+func (m *Master) ListTables(_ context.Context, req *api.ListTablesRequest) (*api.ListTablesResponse, error) {
+	if req == nil {
+		return nil, errNilRequest()
+	}
+	if err := errValidateName("tenant", req.Tenant); err != nil {
+		return nil, err
+	}
+	st := m.State()
+	if _, ok := st.Tenants[req.Tenant]; !ok {
+		return nil, errTenantNotFound(req.Tenant)
+	}
+	resp := &api.ListTablesResponse{}
+	for _, t := range st.TablesOf(req.Tenant) {
+		resp.Tables = append(resp.Tables, t.Proto())
+	}
+	return resp, nil
+}
+
+// lookup validates a tenant/table pair of a request and finds the table.
+func lookup(st *State, tenantField, tenant, tableField, table string) (*Table, error) {
+	if err := errValidateName(tenantField, tenant); err != nil {
+		return nil, err
+	}
+	if err := errValidateName(tableField, table); err != nil {
+		return nil, err
+	}
+	return st.Table(tenant, table)
+}
+
+// DescribeTable returns a table's map and the latest status each hosting
+// server reported for its replicas.
+func (m *Master) DescribeTable(_ context.Context, req *api.DescribeTableRequest) (*api.DescribeTableResponse, error) {
+	if req == nil {
+		return nil, errNilRequest()
+	}
+	st := m.State()
+	t, err := lookup(st, "tenant", req.Tenant, "name", req.Name)
+	if err != nil {
+		return nil, err
+	}
+	resp := &api.DescribeTableResponse{Map: t.MapProto(st.Version)}
+	m.liveMu.Lock()
+	defer m.liveMu.Unlock()
+	for _, p := range t.Partitions {
+		for _, r := range p.Replicas {
+			l := m.live[r.ServerID]
+			if l == nil {
+				continue
+			}
+			for _, s := range l.statuses {
+				if s.PartitionId == p.ID {
+					resp.Replicas = append(resp.Replicas, s)
+					break
+				}
+			}
+		}
+	}
+	return resp, nil
+}
+
+// GetPartitionMap returns one table's map.
+func (m *Master) GetPartitionMap(_ context.Context, req *api.GetPartitionMapRequest) (*api.GetPartitionMapResponse, error) {
+	if req == nil {
+		return nil, errNilRequest()
+	}
+	st := m.State()
+	t, err := lookup(st, "tenant", req.Tenant, "table", req.Table)
+	if err != nil {
+		return nil, err
+	}
+	return &api.GetPartitionMapResponse{Map: t.MapProto(st.Version)}, nil
+}
+
+// WatchPartitionMap sends the maps in scope (one table, or every table when
+// tenant and table are empty) when the cluster version exceeds
+// after_version, then again after every change, until the client goes away
+// or the master closes. A slow watcher skips to the latest version.
+func (m *Master) WatchPartitionMap(req *api.WatchPartitionMapRequest, stream grpc.ServerStreamingServer[api.WatchPartitionMapResponse]) error {
+	if req == nil {
+		return errNilRequest()
+	}
+	whole := req.Tenant == "" && req.Table == ""
+	if !whole {
+		if _, err := lookup(m.State(), "tenant", req.Tenant, "table", req.Table); err != nil {
+			return err
+		}
+	}
+	ctx := stream.Context()
+	after := req.AfterVersion
+	for {
+		v := m.view.Load()
+		if v.state.Version > after {
+			resp := &api.WatchPartitionMapResponse{Version: v.state.Version}
+			if whole {
+				for _, t := range v.state.TablesOf("") {
+					resp.Maps = append(resp.Maps, t.MapProto(v.state.Version))
+				}
+			} else if t, ok := v.state.Tables[tableKey(req.Tenant, req.Table)]; ok {
+				resp.Maps = append(resp.Maps, t.MapProto(v.state.Version))
+			}
+			if err := stream.Send(resp); err != nil {
+				return err
+			}
+			after = v.state.Version
+		}
+		select {
+		case <-v.changed:
+		case <-ctx.Done():
+			return status.FromContextError(ctx.Err()).Err()
+		case <-m.closing:
+			return api.Errorf(api.ErrorCode_ERROR_CODE_UNAVAILABLE, "master_closed", "master is shutting down")
+		}
+	}
+}
+
+func (m *Master) leaseMs() uint32 { return uint32(m.opts.LeaseDuration.Milliseconds()) }
+
+// RegisterServer adds a table server, or brings a known one back, and
+// places unplaced partitions on it. Durable when it returns.
+func (m *Master) RegisterServer(_ context.Context, req *api.RegisterServerRequest) (*api.RegisterServerResponse, error) {
+	if req == nil {
+		return nil, errNilRequest()
+	}
+	res, _, err := m.propose(Command{
+		Op: OpRegisterServer, UnixMs: m.opts.Now().UnixMilli(),
+		ServerID: req.ServerId, Addr: req.Addr, FaultDomain: req.FaultDomain,
+	}, nil, func(res Result) {
+		m.liveMu.Lock()
+		m.live[res.ServerID] = &liveness{lastHeard: m.opts.Now()}
+		m.liveMu.Unlock()
+	})
+	if err != nil {
+		return nil, rpcError("register server", err)
+	}
+	m.logger.Info("tablemaster: server registered", "server", res.ServerID, "addr", req.Addr,
+		"fault_domain", req.FaultDomain, "placed", len(res.Moved))
+	return &api.RegisterServerResponse{
+		ServerId:            res.ServerID,
+		HeartbeatIntervalMs: uint32(m.opts.HeartbeatInterval.Milliseconds()),
+		LeaseMs:             m.leaseMs(),
+	}, nil
+}
+
+// Heartbeat records that a server is alive and what its replicas report.
+// An unknown or dead-declared server is told to register again; a draining
+// one has its partitions moved before the answer.
+func (m *Master) Heartbeat(_ context.Context, req *api.HeartbeatRequest) (*api.HeartbeatResponse, error) {
+	if req == nil {
+		return nil, errNilRequest()
+	}
+	if err := ValidateServerID("server_id", req.ServerId); err != nil {
+		return nil, err
+	}
+	st := m.State()
+	resp := &api.HeartbeatResponse{MapVersion: st.Version, LeaseMs: m.leaseMs()}
+	srv := st.Servers[req.ServerId]
+	if srv == nil || !srv.Alive {
+		resp.Reregister = true
+		return resp, nil
+	}
+	statuses := make([]*api.ReplicaStatus, 0, len(req.Replicas))
+	for _, r := range req.Replicas {
+		if r == nil {
+			continue
+		}
+		c := proto.Clone(r).(*api.ReplicaStatus)
+		c.ServerId = req.ServerId
+		statuses = append(statuses, c)
+	}
+	m.liveMu.Lock()
+	m.live[req.ServerId] = &liveness{lastHeard: m.opts.Now(), statuses: statuses}
+	m.liveMu.Unlock()
+	if req.Draining && !srv.Draining {
+		res, next, err := m.propose(Command{Op: OpServerDown, UnixMs: m.opts.Now().UnixMilli(), ServerID: req.ServerId, Draining: true}, nil, nil)
+		if err != nil {
+			return nil, rpcError("drain server", err)
+		}
+		resp.MapVersion = next.Version
+		m.logger.Info("tablemaster: server draining; its partitions moved", "server", req.ServerId, "moved", len(res.Moved))
+	}
+	return resp, nil
+}
+
+// ListServers lists every known server by id.
+func (m *Master) ListServers(_ context.Context, req *api.ListServersRequest) (*api.ListServersResponse, error) {
+	if req == nil {
+		return nil, errNilRequest()
+	}
+	st := m.State()
+	counts := st.ReplicaCounts()
+	resp := &api.ListServersResponse{}
+	m.liveMu.Lock()
+	defer m.liveMu.Unlock()
+	for _, id := range st.ServerIDs() {
+		srv := st.Servers[id]
+		info := &api.ServerInfo{
+			Id: id, Addr: srv.Addr, FaultDomain: srv.FaultDomain, Alive: srv.Alive,
+			Replicas: uint32(counts[id]), Draining: srv.Draining,
+		}
+		if l := m.live[id]; l != nil {
+			info.LastHeartbeatUnixMs = l.lastHeard.UnixMilli()
+		}
+		resp.Servers = append(resp.Servers, info)
+	}
+	return resp, nil
+}

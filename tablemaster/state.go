@@ -1,0 +1,563 @@
+package tablemaster
+
+import (
+	"cmp"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	"github.com/tabuladb/tabula/api"
+	"github.com/tabuladb/tabula/internal/keyspace"
+)
+
+// Op names a command. The strings are written to the command log: never
+// change or reuse one.
+type Op string
+
+const (
+	// OpCreateTenant creates Command.Tenant.
+	OpCreateTenant Op = "create_tenant"
+	// OpCreateTable creates Command.Tenant/Table with Kind and Options and
+	// places its partitions on available servers (unplaced if none).
+	OpCreateTable Op = "create_table"
+	// OpDropTable removes a table; its ids are never reused.
+	OpDropTable Op = "drop_table"
+	// OpRegisterServer adds a server or brings a known one back (alive, not
+	// draining, new address), then places unplaced partitions. An empty
+	// ServerID asks for a new id "srv-N".
+	OpRegisterServer Op = "register_server"
+	// OpServerDown takes a server out of service: dead (Draining false) or
+	// drained (Draining true, it stays alive until it goes silent). Every
+	// partition it held loses that replica, gets a bumped epoch and a
+	// replacement by placement.
+	OpServerDown Op = "server_down"
+	// OpPlace places every partition short of replicas on available servers.
+	// It never moves a replica that exists.
+	OpPlace Op = "place"
+)
+
+// Command is one input of the state machine: a tagged union on Op, so the
+// log encodes every command the same way. Times travel inside commands, so
+// Apply never reads a clock.
+type Command struct {
+	Op Op `json:"op"`
+	// UnixMs is the proposer's clock when the command was made.
+	UnixMs      int64         `json:"unix_ms,omitempty"`
+	Tenant      string        `json:"tenant,omitempty"`
+	Table       string        `json:"table,omitempty"`
+	Kind        api.TableKind `json:"kind,omitempty"`
+	Options     *TableOptions `json:"options,omitempty"`
+	ServerID    string        `json:"server_id,omitempty"`
+	Addr        string        `json:"addr,omitempty"`
+	FaultDomain string        `json:"fault_domain,omitempty"`
+	// Draining: OpServerDown because the server is shutting down, not dead.
+	Draining bool `json:"draining,omitempty"`
+}
+
+// Result is what Apply reports about an applied command.
+type Result struct {
+	// Changed is false when the command was valid but changed nothing (a
+	// heartbeat-driven drain of a server already drained, say); such a
+	// command need not be logged.
+	Changed bool
+	// ServerID is the id of the server OpRegisterServer registered.
+	ServerID string
+	// Table is the table OpCreateTable made; it is part of the state and
+	// must not be modified.
+	Table *Table
+	// Moved lists the partitions whose replica set changed, in table then
+	// index order.
+	Moved []uint64
+}
+
+// TableOptions mirror api.TableOptions with the defaults filled in.
+type TableOptions struct {
+	Partitions    uint32 `json:"partitions"`
+	Replication   uint32 `json:"replication"`
+	MaxValueBytes uint64 `json:"max_value_bytes"`
+	DefaultTTLMs  uint64 `json:"default_ttl_ms,omitempty"`
+	Storage       string `json:"storage"`
+}
+
+// StorageMemory is the only storage of point tables so far.
+const StorageMemory = "memory"
+
+// Tenant is a tenant of the catalog.
+type Tenant struct {
+	Name          string `json:"name"`
+	CreatedUnixMs int64  `json:"created_unix_ms"`
+}
+
+// Table is a table and its partitions.
+type Table struct {
+	Tenant        string        `json:"tenant"`
+	Name          string        `json:"name"`
+	Kind          api.TableKind `json:"kind"`
+	Options       TableOptions  `json:"options"`
+	ID            uint64        `json:"id"`
+	CreatedUnixMs int64         `json:"created_unix_ms"`
+	Partitions    []Partition   `json:"partitions"`
+}
+
+// Partition is one hash range [Start, End] of a table and where it lives.
+type Partition struct {
+	ID    uint64 `json:"id"`
+	Index uint32 `json:"index"`
+	Start uint64 `json:"start"`
+	End   uint64 `json:"end"`
+	// Epoch is 0 until the partition first gets a primary and grows on every
+	// change of its replica set that removes a replica or sets a primary.
+	Epoch    uint64    `json:"epoch"`
+	Replicas []Replica `json:"replicas"`
+}
+
+// Replica is one copy of a partition on a server.
+type Replica struct {
+	ServerID    string          `json:"server_id"`
+	Addr        string          `json:"addr"`
+	Role        api.ReplicaRole `json:"role"`
+	FaultDomain string          `json:"fault_domain,omitempty"`
+}
+
+// Server is a registered table server.
+type Server struct {
+	ID          string `json:"id"`
+	Addr        string `json:"addr"`
+	FaultDomain string `json:"fault_domain,omitempty"`
+	Alive       bool   `json:"alive"`
+	Draining    bool   `json:"draining,omitempty"`
+}
+
+// State is the catalog and partition map: a deterministic state machine.
+// Apply is its only mutator; it does no I/O, reads no clock and starts no
+// goroutine, so the same commands in the same order give the same State on
+// every replica and on every replay. A command that fails changes nothing.
+//
+// State is not safe for concurrent use; the Master publishes immutable
+// clones to readers.
+type State struct {
+	// Version is the cluster map version; it grows on every change.
+	Version         uint64             `json:"version"`
+	NextTableID     uint64             `json:"next_table_id"`
+	NextPartitionID uint64             `json:"next_partition_id"`
+	NextServerID    uint64             `json:"next_server_id"`
+	Tenants         map[string]*Tenant `json:"tenants"`
+	// Tables by tableKey(tenant, name).
+	Tables  map[string]*Table  `json:"tables"`
+	Servers map[string]*Server `json:"servers"`
+}
+
+// NewState returns the empty state: no tenants, ids starting at 1.
+func NewState() *State {
+	return &State{
+		NextTableID:     1,
+		NextPartitionID: 1,
+		NextServerID:    1,
+		Tenants:         map[string]*Tenant{},
+		Tables:          map[string]*Table{},
+		Servers:         map[string]*Server{},
+	}
+}
+
+func tableKey(tenant, name string) string { return tenant + "/" + name }
+
+// Clone returns a deep copy of s.
+func (s *State) Clone() *State {
+	c := *s
+	c.Tenants = make(map[string]*Tenant, len(s.Tenants))
+	for k, v := range s.Tenants {
+		t := *v
+		c.Tenants[k] = &t
+	}
+	c.Tables = make(map[string]*Table, len(s.Tables))
+	for k, v := range s.Tables {
+		t := *v
+		t.Partitions = slices.Clone(v.Partitions)
+		for i := range t.Partitions {
+			t.Partitions[i].Replicas = slices.Clone(t.Partitions[i].Replicas)
+		}
+		c.Tables[k] = &t
+	}
+	c.Servers = make(map[string]*Server, len(s.Servers))
+	for k, v := range s.Servers {
+		sv := *v
+		c.Servers[k] = &sv
+	}
+	return &c
+}
+
+// Table returns tenant/name, or a NOT_FOUND error naming which is missing.
+func (s *State) Table(tenant, name string) (*Table, error) {
+	if _, ok := s.Tenants[tenant]; !ok {
+		return nil, errTenantNotFound(tenant)
+	}
+	t, ok := s.Tables[tableKey(tenant, name)]
+	if !ok {
+		return nil, errTableNotFound(tenant, name)
+	}
+	return t, nil
+}
+
+// TablesOf returns the tables of tenant sorted by name ("" means every
+// tenant, sorted by tenant then name).
+func (s *State) TablesOf(tenant string) []*Table {
+	var ts []*Table
+	for _, t := range s.Tables {
+		if tenant == "" || t.Tenant == tenant {
+			ts = append(ts, t)
+		}
+	}
+	slices.SortFunc(ts, func(a, b *Table) int {
+		return cmp.Or(cmp.Compare(a.Tenant, b.Tenant), cmp.Compare(a.Name, b.Name))
+	})
+	return ts
+}
+
+// ServerIDs returns the ids of every known server, sorted.
+func (s *State) ServerIDs() []string {
+	return slices.Sorted(maps.Keys(s.Servers))
+}
+
+// ReplicaCounts returns how many replicas each server holds.
+func (s *State) ReplicaCounts() map[string]int {
+	n := map[string]int{}
+	for _, t := range s.Tables {
+		for _, p := range t.Partitions {
+			for _, r := range p.Replicas {
+				n[r.ServerID]++
+			}
+		}
+	}
+	return n
+}
+
+// Apply applies cmd. On error the state is unchanged.
+func (s *State) Apply(cmd Command) (Result, error) {
+	var (
+		res Result
+		err error
+	)
+	switch cmd.Op {
+	case OpCreateTenant:
+		res, err = s.createTenant(cmd)
+	case OpCreateTable:
+		res, err = s.createTable(cmd)
+	case OpDropTable:
+		res, err = s.dropTable(cmd)
+	case OpRegisterServer:
+		res, err = s.registerServer(cmd)
+	case OpServerDown:
+		res, err = s.serverDown(cmd)
+	case OpPlace:
+		res.Moved = s.placeShort(s.candidates())
+		res.Changed = len(res.Moved) > 0
+	default:
+		return Result{}, errInvalid("op", "unknown_command", 0, "unknown command %q", cmd.Op)
+	}
+	if err != nil {
+		return Result{}, err
+	}
+	if res.Changed {
+		s.Version++
+	}
+	return res, nil
+}
+
+func (s *State) createTenant(cmd Command) (Result, error) {
+	if err := errValidateName("tenant", cmd.Tenant); err != nil {
+		return Result{}, err
+	}
+	if _, ok := s.Tenants[cmd.Tenant]; ok {
+		return Result{}, errCode(ErrTenantExists, api.ErrorCode_ERROR_CODE_ALREADY_EXISTS, "tenant_exists", "tenant %q already exists", cmd.Tenant)
+	}
+	s.Tenants[cmd.Tenant] = &Tenant{Name: cmd.Tenant, CreatedUnixMs: cmd.UnixMs}
+	return Result{Changed: true}, nil
+}
+
+// NormalizeOptions checks a table's kind and options and fills in defaults.
+// Only point tables with replication 1 and memory storage are served yet.
+func NormalizeOptions(kind api.TableKind, o *TableOptions) (TableOptions, error) {
+	switch kind {
+	case api.TableKind_TABLE_KIND_POINT:
+	case api.TableKind_TABLE_KIND_BULK, api.TableKind_TABLE_KIND_ORDERED:
+		return TableOptions{}, errCode(ErrUnimplemented, api.ErrorCode_ERROR_CODE_UNIMPLEMENTED, "kind_not_implemented",
+			"table kind %s is not implemented yet; only point tables are served", api.KindName(kind))
+	default:
+		return TableOptions{}, errInvalid("kind", "kind_invalid", 0, "kind must be point, bulk or ordered (got %d)", int32(kind))
+	}
+	var n TableOptions
+	if o != nil {
+		n = *o
+	}
+	if n.Partitions == 0 {
+		n.Partitions = api.DefaultPartitions
+	}
+	if n.Partitions > api.MaxPartitions {
+		return TableOptions{}, errInvalid("options.partitions", "too_many_partitions", api.MaxPartitions,
+			"options.partitions is %d; the limit is %d", n.Partitions, api.MaxPartitions)
+	}
+	if n.Replication == 0 {
+		n.Replication = 1
+	}
+	if n.Replication > 1 {
+		return TableOptions{}, errCode(ErrUnimplemented, api.ErrorCode_ERROR_CODE_UNIMPLEMENTED, "replication_not_implemented",
+			"options.replication %d: replication factor >1 arrives with data-path replication", n.Replication)
+	}
+	if n.MaxValueBytes == 0 {
+		n.MaxValueBytes = api.DefaultMaxValueBytes
+	}
+	if n.MaxValueBytes > api.MaxValueBytesLimit {
+		return TableOptions{}, errInvalid("options.max_value_bytes", "max_value_bytes_too_large", api.MaxValueBytesLimit,
+			"options.max_value_bytes is %d; the limit is %d", n.MaxValueBytes, api.MaxValueBytesLimit)
+	}
+	if n.Storage == "" {
+		n.Storage = StorageMemory
+	}
+	if n.Storage != StorageMemory {
+		return TableOptions{}, errInvalid("options.storage", "storage_invalid", 0,
+			"options.storage %q is not supported; allowed values: %q", n.Storage, StorageMemory)
+	}
+	return n, nil
+}
+
+func (s *State) createTable(cmd Command) (Result, error) {
+	if err := errValidateName("tenant", cmd.Tenant); err != nil {
+		return Result{}, err
+	}
+	if err := errValidateName("name", cmd.Table); err != nil {
+		return Result{}, err
+	}
+	opts, err := NormalizeOptions(cmd.Kind, cmd.Options)
+	if err != nil {
+		return Result{}, err
+	}
+	if _, ok := s.Tenants[cmd.Tenant]; !ok {
+		return Result{}, errTenantNotFound(cmd.Tenant)
+	}
+	key := tableKey(cmd.Tenant, cmd.Table)
+	if _, ok := s.Tables[key]; ok {
+		return Result{}, errCode(ErrTableExists, api.ErrorCode_ERROR_CODE_ALREADY_EXISTS, "table_exists", "table %s already exists", key)
+	}
+	// Validation is over: mutate.
+	n := int(opts.Partitions)
+	t := &Table{
+		Tenant: cmd.Tenant, Name: cmd.Table, Kind: cmd.Kind, Options: opts,
+		ID: s.NextTableID, CreatedUnixMs: cmd.UnixMs,
+		Partitions: make([]Partition, n),
+	}
+	for i := range t.Partitions {
+		start, end := keyspace.Range(i, n)
+		t.Partitions[i] = Partition{ID: s.NextPartitionID + uint64(i), Index: uint32(i), Start: start, End: end}
+	}
+	s.NextTableID++
+	s.NextPartitionID += uint64(n)
+	s.Tables[key] = t
+	cands := s.candidates()
+	var moved []uint64
+	for i := range t.Partitions {
+		if s.fill(t, i, cands) {
+			moved = append(moved, t.Partitions[i].ID)
+		}
+	}
+	return Result{Changed: true, Table: t, Moved: moved}, nil
+}
+
+func (s *State) dropTable(cmd Command) (Result, error) {
+	if err := errValidateName("tenant", cmd.Tenant); err != nil {
+		return Result{}, err
+	}
+	if err := errValidateName("name", cmd.Table); err != nil {
+		return Result{}, err
+	}
+	if _, err := s.Table(cmd.Tenant, cmd.Table); err != nil {
+		return Result{}, err
+	}
+	delete(s.Tables, tableKey(cmd.Tenant, cmd.Table))
+	return Result{Changed: true}, nil
+}
+
+// MaxServerIDLen bounds a server id a server chooses for itself.
+const MaxServerIDLen = 128
+
+// ValidateServerID checks a server id: 1 to 128 printable ASCII characters
+// other than space and '/'.
+func ValidateServerID(field, id string) error {
+	if id == "" {
+		return errInvalid(field, "server_id_empty", 0, "%s is empty", field)
+	}
+	if len(id) > MaxServerIDLen {
+		return errInvalid(field, "server_id_too_long", MaxServerIDLen, "%s is %d bytes; the limit is %d", field, len(id), MaxServerIDLen)
+	}
+	for i := 0; i < len(id); i++ {
+		if c := id[i]; c <= ' ' || c > '~' || c == '/' {
+			return errInvalid(field, "server_id_invalid", 0, "%s %q holds a character other than printable ASCII (no space or '/')", field, id)
+		}
+	}
+	return nil
+}
+
+func (s *State) registerServer(cmd Command) (Result, error) {
+	if cmd.ServerID != "" {
+		if err := ValidateServerID("server_id", cmd.ServerID); err != nil {
+			return Result{}, err
+		}
+	}
+	if cmd.Addr == "" {
+		return Result{}, errInvalid("addr", "addr_empty", 0, "addr is empty")
+	}
+	if strings.ContainsAny(cmd.Addr, " \t\r\n") || len(cmd.Addr) > 255 {
+		return Result{}, errInvalid("addr", "addr_invalid", 255, "addr %q must be host:port, at most 255 bytes", cmd.Addr)
+	}
+	if len(cmd.FaultDomain) > api.MaxNameLen {
+		return Result{}, errInvalid("fault_domain", "fault_domain_too_long", api.MaxNameLen, "fault_domain is %d bytes; the limit is %d", len(cmd.FaultDomain), api.MaxNameLen)
+	}
+	changed := false
+	id := cmd.ServerID
+	if id == "" {
+		for {
+			id = fmt.Sprintf("srv-%d", s.NextServerID)
+			s.NextServerID++
+			if _, taken := s.Servers[id]; !taken {
+				break
+			}
+		}
+		changed = true
+	}
+	srv, ok := s.Servers[id]
+	switch {
+	case !ok:
+		s.Servers[id] = &Server{ID: id, Addr: cmd.Addr, FaultDomain: cmd.FaultDomain, Alive: true}
+		changed = true
+	case !srv.Alive || srv.Draining || srv.Addr != cmd.Addr || srv.FaultDomain != cmd.FaultDomain:
+		// A returning server. Its old partitions were moved when it died;
+		// the ones it still holds (it drained, or only its address changed)
+		// get its new address.
+		srv.Alive, srv.Draining, srv.Addr, srv.FaultDomain = true, false, cmd.Addr, cmd.FaultDomain
+		for _, t := range s.Tables {
+			for i := range t.Partitions {
+				for j := range t.Partitions[i].Replicas {
+					if r := &t.Partitions[i].Replicas[j]; r.ServerID == id {
+						r.Addr, r.FaultDomain = cmd.Addr, cmd.FaultDomain
+					}
+				}
+			}
+		}
+		changed = true
+	}
+	moved := s.placeShort(s.candidates())
+	return Result{Changed: changed || len(moved) > 0, ServerID: id, Moved: moved}, nil
+}
+
+func (s *State) serverDown(cmd Command) (Result, error) {
+	if err := ValidateServerID("server_id", cmd.ServerID); err != nil {
+		return Result{}, err
+	}
+	srv, ok := s.Servers[cmd.ServerID]
+	if !ok {
+		return Result{}, errServerNotFound(cmd.ServerID)
+	}
+	changed := false
+	switch {
+	case cmd.Draining && srv.Alive && !srv.Draining:
+		srv.Draining = true
+		changed = true
+	case !cmd.Draining && srv.Alive:
+		srv.Alive, srv.Draining = false, false
+		changed = true
+	}
+	if !changed {
+		return Result{}, nil // already down: it holds no replica
+	}
+	cands := s.candidates()
+	var moved []uint64
+	for _, t := range s.tablesByID() {
+		for i := range t.Partitions {
+			p := &t.Partitions[i]
+			k := slices.IndexFunc(p.Replicas, func(r Replica) bool { return r.ServerID == cmd.ServerID })
+			if k < 0 {
+				continue
+			}
+			wasPrimary := p.Replicas[k].Role == api.ReplicaRole_REPLICA_ROLE_PRIMARY
+			p.Replicas = slices.Delete(p.Replicas, k, k+1)
+			epoch := p.Epoch
+			if wasPrimary && len(p.Replicas) > 0 {
+				// The first remaining replica is promoted. With data-path
+				// replication this becomes "the most caught-up secondary".
+				p.Replicas[0].Role = api.ReplicaRole_REPLICA_ROLE_PRIMARY
+			}
+			s.fill(t, i, cands) // bumps the epoch if it picks a new primary
+			if p.Epoch == epoch {
+				p.Epoch++ // exactly one bump per affected partition
+			}
+			moved = append(moved, p.ID)
+		}
+	}
+	return Result{Changed: true, Moved: moved}, nil
+}
+
+// tablesByID returns every table in id order, the deterministic order
+// placement walks them in.
+func (s *State) tablesByID() []*Table {
+	ts := slices.Collect(maps.Values(s.Tables))
+	slices.SortFunc(ts, func(a, b *Table) int { return cmp.Compare(a.ID, b.ID) })
+	return ts
+}
+
+// candidates is the placement view of every server, sorted by id.
+func (s *State) candidates() []Candidate {
+	counts := s.ReplicaCounts()
+	cands := make([]Candidate, 0, len(s.Servers))
+	for _, id := range s.ServerIDs() {
+		srv := s.Servers[id]
+		cands = append(cands, Candidate{
+			ID: id, FaultDomain: srv.FaultDomain, Replicas: counts[id],
+			Available: srv.Alive && !srv.Draining,
+		})
+	}
+	return cands
+}
+
+// placeShort fills every partition short of replicas, in table id and index
+// order. Existing replicas never move.
+func (s *State) placeShort(cands []Candidate) []uint64 {
+	var moved []uint64
+	for _, t := range s.tablesByID() {
+		for i := range t.Partitions {
+			if len(t.Partitions[i].Replicas) < int(t.Options.Replication) && s.fill(t, i, cands) {
+				moved = append(moved, t.Partitions[i].ID)
+			}
+		}
+	}
+	return moved
+}
+
+// fill places replicas of partition i of t until it has the table's
+// replication factor or no server qualifies, updating cands' counts. A
+// partition without a primary gets its first new replica as primary and a
+// bumped epoch. It reports whether any replica was added.
+func (s *State) fill(t *Table, i int, cands []Candidate) bool {
+	p := &t.Partitions[i]
+	hosts := make([]string, len(p.Replicas))
+	hasPrimary := false
+	for k, r := range p.Replicas {
+		hosts[k] = r.ServerID
+		hasPrimary = hasPrimary || r.Role == api.ReplicaRole_REPLICA_ROLE_PRIMARY
+	}
+	picks := Place(cands, hosts, int(t.Options.Replication)-len(p.Replicas))
+	for _, id := range picks {
+		srv := s.Servers[id]
+		role := api.ReplicaRole_REPLICA_ROLE_SECONDARY
+		if !hasPrimary {
+			role, hasPrimary = api.ReplicaRole_REPLICA_ROLE_PRIMARY, true
+			p.Epoch++
+		}
+		p.Replicas = append(p.Replicas, Replica{ServerID: id, Addr: srv.Addr, Role: role, FaultDomain: srv.FaultDomain})
+		for k := range cands {
+			if cands[k].ID == id {
+				cands[k].Replicas++
+			}
+		}
+	}
+	return len(picks) > 0
+}

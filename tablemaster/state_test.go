@@ -1,0 +1,254 @@
+package tablemaster
+
+import (
+	"errors"
+	"reflect"
+	"testing"
+
+	"github.com/tabuladb/tabula/api"
+	"github.com/tabuladb/tabula/internal/keyspace"
+)
+
+const point = api.TableKind_TABLE_KIND_POINT
+
+// mustApply applies cmds in order and fails the test on any error.
+func mustApply(t *testing.T, s *State, cmds ...Command) Result {
+	t.Helper()
+	var res Result
+	for _, c := range cmds {
+		var err error
+		if res, err = s.Apply(c); err != nil {
+			t.Fatalf("Apply(%+v): %v", c, err)
+		}
+	}
+	return res
+}
+
+func register(id, addr, fd string) Command {
+	return Command{Op: OpRegisterServer, ServerID: id, Addr: addr, FaultDomain: fd}
+}
+
+func createTable(tenant, name string, parts uint32) Command {
+	return Command{Op: OpCreateTable, Tenant: tenant, Table: name, Kind: point, UnixMs: 1000, Options: &TableOptions{Partitions: parts}}
+}
+
+// baseState has tenant "default", table default/t (4 partitions) and two servers.
+func baseState(t *testing.T) *State {
+	s := NewState()
+	mustApply(t, s,
+		Command{Op: OpCreateTenant, Tenant: "default"},
+		register("", "h1:1", "a"),
+		register("", "h2:1", "b"),
+		createTable("default", "t", 4),
+	)
+	return s
+}
+
+func TestApplyRefusals(t *testing.T) {
+	tests := []struct {
+		name   string
+		cmd    Command
+		kind   error
+		code   api.ErrorCode
+		reason string
+		field  string
+	}{
+		{"unknown op", Command{Op: "nope"}, ErrInvalidArgument, api.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, "unknown_command", "op"},
+		{"tenant bad name", Command{Op: OpCreateTenant, Tenant: "1x"}, ErrInvalidArgument, api.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, "name_invalid", "tenant"},
+		{"tenant exists", Command{Op: OpCreateTenant, Tenant: "default"}, ErrTenantExists, api.ErrorCode_ERROR_CODE_ALREADY_EXISTS, "tenant_exists", ""},
+		{"table empty tenant", Command{Op: OpCreateTable, Table: "x", Kind: point}, ErrInvalidArgument, api.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, "name_empty", "tenant"},
+		{"table empty name", Command{Op: OpCreateTable, Tenant: "default", Kind: point}, ErrInvalidArgument, api.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, "name_empty", "name"},
+		{"table unknown tenant", createTable("nobody", "x", 0), ErrTenantNotFound, api.ErrorCode_ERROR_CODE_NOT_FOUND, "tenant_not_found", ""},
+		{"table exists", createTable("default", "t", 0), ErrTableExists, api.ErrorCode_ERROR_CODE_ALREADY_EXISTS, "table_exists", ""},
+		{"kind unspecified", Command{Op: OpCreateTable, Tenant: "default", Table: "x"}, ErrInvalidArgument, api.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, "kind_invalid", "kind"},
+		{"kind bulk", Command{Op: OpCreateTable, Tenant: "default", Table: "x", Kind: api.TableKind_TABLE_KIND_BULK}, ErrUnimplemented, api.ErrorCode_ERROR_CODE_UNIMPLEMENTED, "kind_not_implemented", ""},
+		{"kind ordered", Command{Op: OpCreateTable, Tenant: "default", Table: "x", Kind: api.TableKind_TABLE_KIND_ORDERED}, ErrUnimplemented, api.ErrorCode_ERROR_CODE_UNIMPLEMENTED, "kind_not_implemented", ""},
+		{"too many partitions", createTable("default", "x", api.MaxPartitions+1), ErrInvalidArgument, api.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, "too_many_partitions", "options.partitions"},
+		{"replication 3", Command{Op: OpCreateTable, Tenant: "default", Table: "x", Kind: point, Options: &TableOptions{Replication: 3}}, ErrUnimplemented, api.ErrorCode_ERROR_CODE_UNIMPLEMENTED, "replication_not_implemented", ""},
+		{"value limit", Command{Op: OpCreateTable, Tenant: "default", Table: "x", Kind: point, Options: &TableOptions{MaxValueBytes: api.MaxValueBytesLimit + 1}}, ErrInvalidArgument, api.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, "max_value_bytes_too_large", "options.max_value_bytes"},
+		{"storage disk", Command{Op: OpCreateTable, Tenant: "default", Table: "x", Kind: point, Options: &TableOptions{Storage: "disk"}}, ErrInvalidArgument, api.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, "storage_invalid", "options.storage"},
+		{"drop unknown table", Command{Op: OpDropTable, Tenant: "default", Table: "x"}, ErrTableNotFound, api.ErrorCode_ERROR_CODE_NOT_FOUND, "table_not_found", ""},
+		{"drop unknown tenant", Command{Op: OpDropTable, Tenant: "nobody", Table: "t"}, ErrTenantNotFound, api.ErrorCode_ERROR_CODE_NOT_FOUND, "tenant_not_found", ""},
+		{"drop bad name", Command{Op: OpDropTable, Tenant: "default", Table: "-"}, ErrInvalidArgument, api.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, "name_invalid", "name"},
+		{"register no addr", register("", "", ""), ErrInvalidArgument, api.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, "addr_empty", "addr"},
+		{"register bad id", register("a b", "h:1", ""), ErrInvalidArgument, api.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, "server_id_invalid", "server_id"},
+		{"down unknown server", Command{Op: OpServerDown, ServerID: "srv-9"}, ErrServerNotFound, api.ErrorCode_ERROR_CODE_NOT_FOUND, "server_not_found", ""},
+		{"down empty id", Command{Op: OpServerDown}, ErrInvalidArgument, api.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, "server_id_empty", "server_id"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			s := baseState(t)
+			before := s.Clone()
+			res, err := s.Apply(tc.cmd)
+			if err == nil {
+				t.Fatalf("Apply succeeded: %+v", res)
+			}
+			if !errors.Is(err, tc.kind) {
+				t.Fatalf("error %v is not %v", err, tc.kind)
+			}
+			d := api.DetailOf(err)
+			if d.Code != tc.code || d.Reason != tc.reason || d.Field != tc.field {
+				t.Fatalf("detail = %v/%q/%q, want %v/%q/%q (%v)", d.Code, d.Reason, d.Field, tc.code, tc.reason, tc.field, err)
+			}
+			if !reflect.DeepEqual(s, before) {
+				t.Fatalf("refused command changed the state")
+			}
+		})
+	}
+}
+
+func TestCreateTableDefaultsAndPlacement(t *testing.T) {
+	s := NewState()
+	mustApply(t, s, Command{Op: OpCreateTenant, Tenant: "default"})
+	for _, c := range []Command{register("", "h1:1", "a"), register("", "h2:1", "b"), register("", "h3:1", "c")} {
+		mustApply(t, s, c)
+	}
+	v := s.Version
+	res := mustApply(t, s, Command{Op: OpCreateTable, Tenant: "default", Table: "t", Kind: point, UnixMs: 42})
+	if s.Version != v+1 {
+		t.Fatalf("version %d, want %d", s.Version, v+1)
+	}
+	tb := res.Table
+	want := TableOptions{Partitions: api.DefaultPartitions, Replication: 1, MaxValueBytes: api.DefaultMaxValueBytes, Storage: StorageMemory}
+	if tb.Options != want || tb.ID != 1 || tb.CreatedUnixMs != 42 {
+		t.Fatalf("table %+v, want options %+v id 1 created 42", tb, want)
+	}
+	for i, p := range tb.Partitions {
+		start, end := keyspace.Range(i, len(tb.Partitions))
+		if p.Index != uint32(i) || p.ID != uint64(i+1) || p.Start != start || p.End != end || p.Epoch != 1 {
+			t.Fatalf("partition %d = %+v", i, p)
+		}
+		if len(p.Replicas) != 1 || p.Replicas[0].Role != api.ReplicaRole_REPLICA_ROLE_PRIMARY {
+			t.Fatalf("partition %d replicas %+v", i, p.Replicas)
+		}
+	}
+	// Ids are never reused: drop and re-create.
+	mustApply(t, s, Command{Op: OpDropTable, Tenant: "default", Table: "t"})
+	res = mustApply(t, s, createTable("default", "t", 12))
+	if res.Table.ID != 2 || res.Table.Partitions[0].ID != 9 {
+		t.Fatalf("re-created table id %d first partition %d, want 2 and 9", res.Table.ID, res.Table.Partitions[0].ID)
+	}
+	counts := s.ReplicaCounts()
+	for _, id := range []string{"srv-1", "srv-2", "srv-3"} {
+		if counts[id] != 4 {
+			t.Fatalf("replica counts %v, want 4 each", counts)
+		}
+	}
+}
+
+func TestUnplacedThenRegister(t *testing.T) {
+	s := NewState()
+	res := mustApply(t, s, Command{Op: OpCreateTenant, Tenant: "default"}, createTable("default", "t", 4))
+	for _, p := range res.Table.Partitions {
+		if len(p.Replicas) != 0 || p.Epoch != 0 {
+			t.Fatalf("partition placed with no server: %+v", p)
+		}
+	}
+	res = mustApply(t, s, register("stable-id", "h1:1", ""))
+	if res.ServerID != "stable-id" || len(res.Moved) != 4 {
+		t.Fatalf("register result %+v, want stable-id placing 4", res)
+	}
+	for _, p := range s.Tables["default/t"].Partitions {
+		if len(p.Replicas) != 1 || p.Replicas[0].ServerID != "stable-id" || p.Replicas[0].Addr != "h1:1" || p.Epoch != 1 {
+			t.Fatalf("partition after register: %+v", p)
+		}
+	}
+	// A second server gets nothing: live partitions never move.
+	res = mustApply(t, s, register("", "h2:1", ""))
+	if len(res.Moved) != 0 || s.ReplicaCounts()[res.ServerID] != 0 {
+		t.Fatalf("second server took partitions: %+v", res)
+	}
+}
+
+func TestServerDownAndReturn(t *testing.T) {
+	s := NewState()
+	mustApply(t, s, Command{Op: OpCreateTenant, Tenant: "default"},
+		register("", "h1:1", "a"), register("", "h2:1", "b"), register("", "h3:1", "c"),
+		createTable("default", "t", 12))
+	before := s.Clone()
+	v := s.Version
+	res := mustApply(t, s, Command{Op: OpServerDown, ServerID: "srv-3"})
+	if s.Version != v+1 || len(res.Moved) != 4 || s.Servers["srv-3"].Alive {
+		t.Fatalf("server down: version %d moved %v alive %v", s.Version, res.Moved, s.Servers["srv-3"].Alive)
+	}
+	for i, p := range s.Tables["default/t"].Partitions {
+		old := before.Tables["default/t"].Partitions[i]
+		switch {
+		case old.Replicas[0].ServerID == "srv-3":
+			if p.Epoch != old.Epoch+1 || p.Replicas[0].ServerID == "srv-3" || p.Replicas[0].Role != api.ReplicaRole_REPLICA_ROLE_PRIMARY {
+				t.Fatalf("moved partition %d: %+v (was %+v)", i, p, old)
+			}
+		case !reflect.DeepEqual(p, old):
+			t.Fatalf("partition %d on a live server changed: %+v (was %+v)", i, p, old)
+		}
+	}
+	if c := s.ReplicaCounts(); c["srv-1"] != 6 || c["srv-2"] != 6 {
+		t.Fatalf("counts after down %v, want 6/6", c)
+	}
+	// Down again: valid, no change, no version bump.
+	res = mustApply(t, s, Command{Op: OpServerDown, ServerID: "srv-3"})
+	if res.Changed || s.Version != v+1 {
+		t.Fatalf("second down changed the state: %+v", res)
+	}
+	// It comes back: alive, but its old partitions stay where they went.
+	res = mustApply(t, s, register("srv-3", "h3:2", "c"))
+	if !res.Changed || !s.Servers["srv-3"].Alive || s.Servers["srv-3"].Addr != "h3:2" || s.ReplicaCounts()["srv-3"] != 0 {
+		t.Fatalf("returning server: %+v %+v", res, s.Servers["srv-3"])
+	}
+	// Drain srv-2: its 6 partitions go to the emptiest server, srv-3.
+	res = mustApply(t, s, Command{Op: OpServerDown, ServerID: "srv-2", Draining: true})
+	if !s.Servers["srv-2"].Alive || !s.Servers["srv-2"].Draining || len(res.Moved) != 6 {
+		t.Fatalf("drain: %+v %+v", res, s.Servers["srv-2"])
+	}
+	if c := s.ReplicaCounts(); c["srv-1"] != 6 || c["srv-3"] != 6 || c["srv-2"] != 0 {
+		t.Fatalf("counts after drain %v", c)
+	}
+	// Same address re-register of an alive server is a no-op.
+	v = s.Version
+	if res = mustApply(t, s, register("srv-1", "h1:1", "a")); res.Changed || s.Version != v {
+		t.Fatalf("idempotent register changed the state: %+v", res)
+	}
+	// Last server dies: partitions become unplaced with bumped epochs, and
+	// are placed again when a server registers.
+	mustApply(t, s, Command{Op: OpServerDown, ServerID: "srv-2"}, Command{Op: OpServerDown, ServerID: "srv-3"})
+	mustApply(t, s, Command{Op: OpServerDown, ServerID: "srv-1"})
+	for _, p := range s.Tables["default/t"].Partitions {
+		if len(p.Replicas) != 0 {
+			t.Fatalf("partition still placed with no live server: %+v", p)
+		}
+	}
+	res = mustApply(t, s, register("srv-2", "h2:1", "b"))
+	if len(res.Moved) != 12 {
+		t.Fatalf("re-registered server placed %d partitions, want 12", len(res.Moved))
+	}
+}
+
+func TestRegisterIDs(t *testing.T) {
+	s := NewState()
+	mustApply(t, s, register("srv-2", "h:2", ""))
+	a := mustApply(t, s, register("", "h:a", "")).ServerID
+	b := mustApply(t, s, register("", "h:b", "")).ServerID
+	if a != "srv-1" || b != "srv-3" {
+		t.Fatalf("generated ids %q %q, want srv-1 srv-3 (srv-2 was taken)", a, b)
+	}
+}
+
+func TestApplyDeterministic(t *testing.T) {
+	cmds := []Command{
+		{Op: OpCreateTenant, Tenant: "default"},
+		register("", "h1:1", "a"), register("", "h2:1", "b"), register("", "h3:1", "a"),
+		createTable("default", "t1", 7), createTable("default", "t2", 13),
+		{Op: OpServerDown, ServerID: "srv-2"}, createTable("default", "t3", 5),
+		register("", "h4:1", "c"), {Op: OpServerDown, ServerID: "srv-1", Draining: true},
+		{Op: OpDropTable, Tenant: "default", Table: "t2"}, {Op: OpPlace},
+	}
+	a, b := NewState(), NewState()
+	mustApply(t, a, cmds...)
+	mustApply(t, b, cmds...)
+	if !reflect.DeepEqual(a, b) {
+		t.Fatalf("same commands gave different states")
+	}
+	if !reflect.DeepEqual(a, a.Clone()) {
+		t.Fatalf("Clone differs")
+	}
+}

@@ -1,0 +1,129 @@
+package tableserver
+
+import (
+	"fmt"
+	"path/filepath"
+
+	"github.com/tabuladb/tabula/api"
+	"github.com/tabuladb/tabula/engines"
+)
+
+// replica is one partition this server hosts as primary. It is immutable
+// once published; a map change makes a new one sharing the engine.
+type replica struct {
+	table  *api.Table
+	part   *api.Partition
+	engine engines.Engine
+	// writer and batch are the engine's capabilities, nil when absent.
+	writer engines.Writer
+	batch  engines.BatchGetter
+}
+
+// hosting is an immutable snapshot of what the server hosts and what it
+// knows of the cluster map, swapped atomically on every map change.
+type hosting struct {
+	version uint64
+	// replicas are the partitions hosted here, by partition id.
+	replicas map[uint64]*replica
+	// failed are partitions assigned here whose engine did not open.
+	failed map[uint64]error
+	// parts is every partition in the cluster, for NOT_OWNER answers.
+	parts map[uint64]*api.Partition
+	// tables maps "tenant/table" to its map, to route keys sent to the
+	// wrong partition.
+	tables map[string]*api.PartitionMap
+}
+
+func tableKey(tenant, table string) string { return tenant + "/" + table }
+
+func primaryOf(p *api.Partition) *api.Replica {
+	for _, r := range p.GetReplicas() {
+		if r.GetRole() == api.ReplicaRole_REPLICA_ROLE_PRIMARY {
+			return r
+		}
+	}
+	return nil
+}
+
+// reconcile builds the hosting for a new cluster map, reusing the engines of
+// partitions still hosted, opening new ones, and returning the replicas to
+// close (no longer hosted) once the new hosting is published. Only the watch
+// goroutine calls it.
+func (s *Server) reconcile(old *hosting, resp *api.WatchPartitionMapResponse) (*hosting, []*replica) {
+	h := &hosting{
+		version:  resp.GetVersion(),
+		replicas: make(map[uint64]*replica),
+		failed:   make(map[uint64]error),
+		parts:    make(map[uint64]*api.Partition),
+		tables:   make(map[string]*api.PartitionMap),
+	}
+	id := s.id()
+	for _, m := range resp.GetMaps() {
+		t := m.GetTable()
+		h.tables[tableKey(t.GetTenant(), t.GetName())] = m
+		for _, p := range m.GetPartitions() {
+			h.parts[p.GetId()] = p
+			pr := primaryOf(p)
+			if pr == nil || pr.GetServerId() != id {
+				continue
+			}
+			if prev := old.replicas[p.GetId()]; prev != nil && prev.table.GetId() == t.GetId() {
+				r := *prev
+				r.part, r.table = p, t
+				h.replicas[p.GetId()] = &r
+				continue
+			}
+			r, err := s.openReplica(t, p)
+			if err != nil {
+				s.log.Error("open partition failed", "table", tableKey(t.GetTenant(), t.GetName()), "partition", p.GetId(), "err", err)
+				h.failed[p.GetId()] = err
+				continue
+			}
+			s.log.Info("serving partition", "table", tableKey(t.GetTenant(), t.GetName()), "partition", p.GetId(), "index", p.GetIndex(), "epoch", p.GetEpoch())
+			h.replicas[p.GetId()] = r
+		}
+	}
+	var gone []*replica
+	for pid, r := range old.replicas {
+		if h.replicas[pid] == nil {
+			gone = append(gone, r)
+		}
+	}
+	return h, gone
+}
+
+func (s *Server) openReplica(t *api.Table, p *api.Partition) (*replica, error) {
+	kind := engines.Kind(api.KindName(t.GetKind()))
+	e, err := engines.Open(kind, engines.Options{
+		Dir:     filepath.Join(s.opts.DataDir, "partitions", fmt.Sprint(p.GetId())),
+		Storage: t.GetOptions().GetStorage(),
+		Logger:  s.log.With("partition", p.GetId()),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("open %s engine for partition %d: %w", kind, p.GetId(), err)
+	}
+	r := &replica{table: t, part: p, engine: e}
+	r.writer, _ = e.(engines.Writer)
+	r.batch, _ = e.(engines.BatchGetter)
+	return r, nil
+}
+
+// status reports every hosted replica for a heartbeat.
+func (h *hosting) status(serverID string) []*api.ReplicaStatus {
+	out := make([]*api.ReplicaStatus, 0, len(h.replicas))
+	for pid, r := range h.replicas {
+		st := r.engine.Stats()
+		out = append(out, &api.ReplicaStatus{
+			PartitionId: pid,
+			Epoch:       r.part.GetEpoch(),
+			Role:        api.ReplicaRole_REPLICA_ROLE_PRIMARY,
+			Keys:        st.Keys,
+			Bytes:       st.Bytes,
+			IndexBytes:  st.IndexBytes,
+			ServerId:    serverID,
+			Reads:       st.Reads,
+			Writes:      st.Writes,
+		})
+	}
+	return out
+}

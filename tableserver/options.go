@@ -1,0 +1,67 @@
+package tableserver
+
+import (
+	"errors"
+	"log/slog"
+	"time"
+)
+
+// Options configure a Server. DataDir and Masters are required; every other
+// zero value takes the default its comment gives.
+type Options struct {
+	// Masters are the Table Master addresses, tried in turn.
+	Masters []string
+	// DataDir holds the server's identity and its partitions' files.
+	DataDir string
+	// Advertise is the address clients and the master reach this server at.
+	// Default: the listener's address.
+	Advertise string
+	// FaultDomain is the failure group (rack, host) the master spreads
+	// replicas across. Default "default".
+	FaultDomain string
+	// MaxInFlight is how many requests may run at once before new ones get
+	// SERVER_BUSY. Default 4096.
+	MaxInFlight int
+	// BusyRetryAfter is the retry_after a SERVER_BUSY answer carries.
+	// Default 10ms.
+	BusyRetryAfter time.Duration
+	// DrainTimeout bounds how long Drain waits for in-flight requests.
+	// Default 5s.
+	DrainTimeout time.Duration
+	// Logger receives the server's events. Default slog.Default().
+	Logger *slog.Logger
+}
+
+// Validate says what is wrong with o, if anything.
+func (o Options) Validate() error {
+	var errs []error
+	if len(o.Masters) == 0 {
+		errs = append(errs, errors.New("tableserver: at least one master address is required"))
+	}
+	if o.DataDir == "" {
+		errs = append(errs, errors.New("tableserver: a data directory is required"))
+	}
+	if o.MaxInFlight < 0 {
+		errs = append(errs, errors.New("tableserver: MaxInFlight must not be negative"))
+	}
+	return errors.Join(errs...)
+}
+
+func (o Options) withDefaults() Options {
+	if o.FaultDomain == "" {
+		o.FaultDomain = "default"
+	}
+	if o.MaxInFlight == 0 {
+		o.MaxInFlight = 4096
+	}
+	if o.BusyRetryAfter == 0 {
+		o.BusyRetryAfter = 10 * time.Millisecond
+	}
+	if o.DrainTimeout == 0 {
+		o.DrainTimeout = 5 * time.Second
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	return o
+}

@@ -1,0 +1,401 @@
+package tableserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/tabuladb/tabula/api"
+)
+
+// Server is a table server. Safe for concurrent use.
+type Server struct {
+	api.UnimplementedTableServerServer
+
+	opts  Options
+	log   *slog.Logger
+	start time.Time // origin of the monotonic clock the lease is kept on
+
+	serverID  atomic.Pointer[string]
+	hosting   atomic.Pointer[hosting]
+	leaseEnd  atomic.Int64 // lease end, ns since start; 0: no lease
+	leaseNS   atomic.Int64
+	beatNS    atomic.Int64
+	inflight  atomic.Int64
+	draining  atomic.Bool
+	advertise atomic.Pointer[string]
+
+	masters []*grpc.ClientConn
+	// masterIdx is the master tried first; moves on UNAVAILABLE.
+	masterIdx atomic.Int32
+
+	grpc   *grpc.Server
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // the heartbeat and watch loops
+
+	closeOnce sync.Once
+	closeErr  error
+	// registered is closed once the first registration succeeded.
+	registered chan struct{}
+}
+
+var _ api.TableServerServer = (*Server)(nil)
+
+// Open prepares a server: checks options, creates the data directory and
+// reads the stored identity. It does not contact the master; Serve does.
+func Open(opts Options) (*Server, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	opts = opts.withDefaults()
+	if err := os.MkdirAll(opts.DataDir, 0o755); err != nil {
+		return nil, fmt.Errorf("tableserver: create data directory: %w", err)
+	}
+	id, err := loadIdentity(opts.DataDir)
+	if err != nil {
+		return nil, fmt.Errorf("tableserver: %w", err)
+	}
+	s := &Server{
+		opts:       opts,
+		log:        opts.Logger,
+		start:      time.Now(),
+		registered: make(chan struct{}),
+	}
+	s.serverID.Store(&id)
+	s.hosting.Store(&hosting{replicas: map[uint64]*replica{}, failed: map[uint64]error{}, parts: map[uint64]*api.Partition{}, tables: map[string]*api.PartitionMap{}})
+	s.leaseNS.Store(int64(time.Second))
+	s.beatNS.Store(int64(100 * time.Millisecond))
+	for _, addr := range opts.Masters {
+		cc, err := grpc.NewClient(addr,
+			grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(api.MaxMessageBytes), grpc.MaxCallSendMsgSize(api.MaxMessageBytes)))
+		if err != nil {
+			s.closeMasters()
+			return nil, fmt.Errorf("tableserver: master address %q: %w", addr, err)
+		}
+		s.masters = append(s.masters, cc)
+	}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	s.grpc = grpc.NewServer(
+		grpc.MaxRecvMsgSize(api.MaxMessageBytes),
+		grpc.MaxSendMsgSize(api.MaxMessageBytes),
+		grpc.ChainUnaryInterceptor(s.admitUnary),
+		grpc.ChainStreamInterceptor(s.admitStream),
+	)
+	api.RegisterTableServerServer(s.grpc, s)
+	return s, nil
+}
+
+func (s *Server) id() string { return *s.serverID.Load() }
+
+// ID is the server's id, empty until its first registration.
+func (s *Server) ID() string { return s.id() }
+
+// Addr is the address the server advertises, empty before Serve.
+func (s *Server) Addr() string {
+	if a := s.advertise.Load(); a != nil {
+		return *a
+	}
+	return ""
+}
+
+// Serve registers with the master, starts heartbeating and watching the map,
+// and serves gRPC on lis until Close or Drain. A master that cannot be reached
+// is retried (with a log line), never fatal. It returns nil after Close.
+func (s *Server) Serve(lis net.Listener) error {
+	adv := s.opts.Advertise
+	if adv == "" {
+		adv = lis.Addr().String()
+	}
+	s.advertise.Store(&adv)
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		s.run()
+	}()
+	err := s.grpc.Serve(lis)
+	if errors.Is(err, grpc.ErrServerStopped) || s.ctx.Err() != nil {
+		return nil
+	}
+	return err
+}
+
+// WaitRegistered blocks until the server has registered with the master.
+func (s *Server) WaitRegistered(ctx context.Context) error {
+	select {
+	case <-s.registered:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// run registers, then runs the heartbeat and watch loops until Close.
+func (s *Server) run() {
+	if !s.register() {
+		return
+	}
+	close(s.registered)
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		s.watchLoop()
+	}()
+	s.heartbeatLoop()
+}
+
+// withMaster calls fn with a master client, moving to the next master
+// address when one is unreachable.
+func (s *Server) withMaster(ctx context.Context, fn func(api.MasterClient) error) error {
+	var err error
+	for range s.masters {
+		i := int(s.masterIdx.Load()) % len(s.masters)
+		err = fn(api.NewMasterClient(s.masters[i]))
+		if err == nil || api.CodeOf(err) != api.ErrorCode_ERROR_CODE_UNAVAILABLE || ctx.Err() != nil {
+			return err
+		}
+		s.masterIdx.CompareAndSwap(int32(i), int32((i+1)%len(s.masters)))
+	}
+	return err
+}
+
+// backoff sleeps the jittered, doubling delay for attempt n; false when the
+// server is closing.
+func (s *Server) backoff(n int) bool {
+	d := 50 * time.Millisecond << min(n, 5) // 50ms .. 1.6s
+	d = d/2 + rand.N(d/2+1)
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-s.ctx.Done():
+		return false
+	}
+}
+
+// register registers with the master, retrying until it succeeds or the
+// server closes. It logs the first failure and then every few seconds.
+func (s *Server) register() bool {
+	var lastLog time.Time
+	for attempt := 0; ; attempt++ {
+		ctx, cancel := context.WithTimeout(s.ctx, 2*time.Second)
+		sent := s.now()
+		var resp *api.RegisterServerResponse
+		err := s.withMaster(ctx, func(mc api.MasterClient) error {
+			var err error
+			resp, err = mc.RegisterServer(ctx, &api.RegisterServerRequest{
+				ServerId:    s.id(),
+				Addr:        s.Addr(),
+				FaultDomain: s.opts.FaultDomain,
+			})
+			return err
+		})
+		cancel()
+		if err == nil {
+			id := resp.GetServerId()
+			if id != s.id() {
+				if err := storeIdentity(s.opts.DataDir, id); err != nil {
+					s.log.Error("cannot persist server identity; retrying", "err", err)
+					if !s.backoff(attempt) {
+						return false
+					}
+					continue
+				}
+				s.serverID.Store(&id)
+			}
+			if ms := resp.GetHeartbeatIntervalMs(); ms > 0 {
+				s.beatNS.Store(int64(time.Duration(ms) * time.Millisecond))
+			}
+			if ms := resp.GetLeaseMs(); ms > 0 {
+				s.leaseNS.Store(int64(time.Duration(ms) * time.Millisecond))
+			}
+			// An answered registration is contact with the master, like
+			// an answered heartbeat: the lease runs from when it was sent.
+			s.leaseEnd.Store(sent + s.leaseNS.Load())
+			s.log.Info("registered with master", "server_id", id, "addr", s.Addr(), "fault_domain", s.opts.FaultDomain)
+			return true
+		}
+		if s.ctx.Err() != nil {
+			return false
+		}
+		if time.Since(lastLog) > 5*time.Second {
+			s.log.Warn("cannot reach the master; retrying", "masters", s.opts.Masters, "err", err)
+			lastLog = time.Now()
+		}
+		if !s.backoff(attempt) {
+			return false
+		}
+	}
+}
+
+// now is the server's monotonic clock.
+func (s *Server) now() int64 { return int64(time.Since(s.start)) }
+
+func (s *Server) leaseValid() bool { return s.now() < s.leaseEnd.Load() }
+
+// heartbeatLoop reports status every heartbeat interval and renews the lease
+// from each answered heartbeat.
+func (s *Server) heartbeatLoop() {
+	var lastLog time.Time
+	for {
+		t := time.NewTimer(time.Duration(s.beatNS.Load()))
+		select {
+		case <-s.ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		sent := s.now()
+		err := s.heartbeat(false)
+		if err == nil {
+			s.leaseEnd.Store(sent + s.leaseNS.Load())
+			continue
+		}
+		if errors.Is(err, errReregister) {
+			s.log.Warn("master does not know this server; registering again")
+			if !s.register() {
+				return
+			}
+			continue
+		}
+		if s.ctx.Err() == nil && time.Since(lastLog) > 5*time.Second {
+			s.log.Warn("heartbeat failed; lease runs out unless one succeeds", "err", err)
+			lastLog = time.Now()
+		}
+	}
+}
+
+var errReregister = errors.New("tableserver: master asks to register again")
+
+func (s *Server) heartbeat(draining bool) error {
+	ctx, cancel := context.WithTimeout(s.ctx, time.Duration(s.leaseNS.Load()))
+	defer cancel()
+	req := &api.HeartbeatRequest{
+		ServerId: s.id(),
+		Replicas: s.hosting.Load().status(s.id()),
+		Draining: draining,
+	}
+	return s.withMaster(ctx, func(mc api.MasterClient) error {
+		resp, err := mc.Heartbeat(ctx, req)
+		if err != nil {
+			return err
+		}
+		if resp.GetReregister() {
+			return errReregister
+		}
+		if ms := resp.GetLeaseMs(); ms > 0 {
+			s.leaseNS.Store(int64(time.Duration(ms) * time.Millisecond))
+		}
+		return nil
+	})
+}
+
+// watchLoop follows the cluster partition map and reconciles the hosted
+// replicas with it.
+func (s *Server) watchLoop() {
+	for attempt := 0; s.ctx.Err() == nil; attempt++ {
+		err := s.withMaster(s.ctx, func(mc api.MasterClient) error {
+			stream, err := mc.WatchPartitionMap(s.ctx, &api.WatchPartitionMapRequest{AfterVersion: s.hosting.Load().version})
+			if err != nil {
+				return err
+			}
+			for {
+				resp, err := stream.Recv()
+				if err != nil {
+					return err
+				}
+				attempt = 0
+				s.apply(resp)
+			}
+		})
+		if s.ctx.Err() != nil {
+			return
+		}
+		s.log.Debug("partition map watch broke; reconnecting", "err", err)
+		if !s.backoff(attempt) {
+			return
+		}
+	}
+}
+
+func (s *Server) apply(resp *api.WatchPartitionMapResponse) {
+	old := s.hosting.Load()
+	if resp.GetVersion() <= old.version {
+		return
+	}
+	h, gone := s.reconcile(old, resp)
+	s.hosting.Store(h)
+	for _, r := range gone {
+		s.log.Info("partition moved away; closing", "partition", r.part.GetId())
+		if err := r.engine.Close(); err != nil {
+			s.log.Error("close partition engine", "partition", r.part.GetId(), "err", err)
+		}
+	}
+}
+
+// Drain shuts the server down cleanly: new requests are refused with
+// UNAVAILABLE (so clients go elsewhere), the master is told to move the
+// partitions now, in-flight requests finish (up to DrainTimeout), then the
+// server closes.
+func (s *Server) Drain() error {
+	if s.draining.Swap(true) {
+		return s.Close()
+	}
+	s.log.Info("draining")
+	if s.id() != "" {
+		if err := s.heartbeat(true); err != nil {
+			s.log.Warn("could not tell the master about the drain; it will notice the silence", "err", err)
+		}
+	}
+	done := make(chan struct{})
+	go func() {
+		s.grpc.GracefulStop()
+		close(done)
+	}()
+	t := time.NewTimer(s.opts.DrainTimeout)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+		s.log.Warn("drain timed out; stopping in-flight requests", "timeout", s.opts.DrainTimeout)
+	}
+	return s.Close()
+}
+
+// Close stops the server at once: gRPC, loops, engines. Idempotent.
+func (s *Server) Close() error {
+	s.closeOnce.Do(func() {
+		s.cancel()
+		s.grpc.Stop()
+		s.wg.Wait()
+		var errs []error
+		for _, r := range s.hosting.Load().replicas {
+			if err := r.engine.Close(); err != nil {
+				errs = append(errs, fmt.Errorf("close partition %d: %w", r.part.GetId(), err))
+			}
+		}
+		errs = append(errs, s.closeMasters())
+		s.closeErr = errors.Join(errs...)
+	})
+	return s.closeErr
+}
+
+func (s *Server) closeMasters() error {
+	var errs []error
+	for _, cc := range s.masters {
+		errs = append(errs, cc.Close())
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,396 @@
+package tableserver
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/tabuladb/tabula/api"
+	"github.com/tabuladb/tabula/engines"
+	"github.com/tabuladb/tabula/internal/keyspace"
+)
+
+// scanChunkBytes and scanChunkRecords bound one ScanResponse.
+const (
+	scanChunkBytes   = 1 << 20
+	scanChunkRecords = 1000
+)
+
+// admit refuses work while draining or over the in-flight limit.
+func (s *Server) admit() (release func(), err error) {
+	if s.draining.Load() {
+		return nil, api.Errorf(api.ErrorCode_ERROR_CODE_UNAVAILABLE, "draining", "server %s is draining", s.id())
+	}
+	if n := s.inflight.Add(1); n > int64(s.opts.MaxInFlight) {
+		s.inflight.Add(-1)
+		return nil, api.Status(&api.ErrorDetail{
+			Code:         api.ErrorCode_ERROR_CODE_SERVER_BUSY,
+			Reason:       "too_many_requests",
+			RetryAfterMs: uint64(s.opts.BusyRetryAfter.Milliseconds()),
+		}, "server busy: more than "+itoa(s.opts.MaxInFlight)+" requests in flight")
+	}
+	return func() { s.inflight.Add(-1) }, nil
+}
+
+func (s *Server) admitUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	release, err := s.admit()
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	return h(ctx, req)
+}
+
+func (s *Server) admitStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+	release, err := s.admit()
+	if err != nil {
+		return err
+	}
+	defer release()
+	return h(srv, ss)
+}
+
+func itoa(n int) string {
+	var b [20]byte
+	i := len(b)
+	for {
+		i--
+		b[i] = byte('0' + n%10)
+		n /= 10
+		if n == 0 {
+			return string(b[i:])
+		}
+	}
+}
+
+// replicaFor checks the header against the hosted replicas: lease, owner,
+// epoch. It does not check keys.
+func (s *Server) replicaFor(hdr *api.RequestHeader) (*replica, *hosting, error) {
+	if hdr == nil {
+		return nil, nil, api.InvalidArgument("header", "header_missing", 0, "request header is missing")
+	}
+	if err := api.ValidateName("header.tenant", hdr.GetTenant()); err != nil {
+		return nil, nil, err
+	}
+	if err := api.ValidateName("header.table", hdr.GetTable()); err != nil {
+		return nil, nil, err
+	}
+	if !s.leaseValid() {
+		return nil, nil, api.Errorf(api.ErrorCode_ERROR_CODE_UNAVAILABLE, "lease_expired", "server %s holds no lease from the master", s.id())
+	}
+	h := s.hosting.Load()
+	r := h.replicas[hdr.GetPartitionId()]
+	if r == nil || r.table.GetTenant() != hdr.GetTenant() || r.table.GetName() != hdr.GetTable() {
+		if err := h.failed[hdr.GetPartitionId()]; err != nil {
+			return nil, nil, api.Errorf(api.ErrorCode_ERROR_CODE_UNAVAILABLE, "partition_open_failed", "partition %d cannot be opened on %s: %v", hdr.GetPartitionId(), s.id(), err)
+		}
+		// A table this server does not know may be new (its map is behind)
+		// or dropped (the client's is): either way the master's map is the
+		// authority, so NOT_OWNER sends the client there, and the master
+		// answers NOT_FOUND for a table that does not exist.
+		reason := "partition_not_here"
+		if _, ok := h.tables[tableKey(hdr.GetTenant(), hdr.GetTable())]; !ok {
+			reason = "table_not_here"
+		}
+		return nil, nil, api.Status(&api.ErrorDetail{
+			Code:       api.ErrorCode_ERROR_CODE_NOT_OWNER,
+			Reason:     reason,
+			Partition:  h.parts[hdr.GetPartitionId()],
+			MapVersion: h.version,
+		}, "partition "+itoa(int(hdr.GetPartitionId()))+" of "+hdr.GetTenant()+"/"+hdr.GetTable()+" is not served by "+s.id())
+	}
+	switch ep := r.part.GetEpoch(); {
+	case hdr.GetEpoch() < ep:
+		return nil, nil, api.Status(&api.ErrorDetail{
+			Code:         api.ErrorCode_ERROR_CODE_STALE_EPOCH,
+			Reason:       "stale_epoch",
+			Partition:    r.part,
+			CurrentEpoch: ep,
+			MapVersion:   h.version,
+		}, "request epoch "+itoa(int(hdr.GetEpoch()))+" is older than partition epoch "+itoa(int(ep)))
+	case hdr.GetEpoch() > ep:
+		return nil, nil, api.Errorf(api.ErrorCode_ERROR_CODE_UNAVAILABLE, "map_behind", "server %s has not seen epoch %d of partition %d yet", s.id(), hdr.GetEpoch(), hdr.GetPartitionId())
+	}
+	return r, h, nil
+}
+
+// checkKey validates key and that it hashes into r's partition.
+func checkKey(r *replica, h *hosting, field string, key []byte) error {
+	if err := api.ValidateKey(field, key); err != nil {
+		return err
+	}
+	hash := keyspace.Hash(key)
+	if hash >= r.part.GetStart() && hash <= r.part.GetEnd() {
+		return nil
+	}
+	d := &api.ErrorDetail{Code: api.ErrorCode_ERROR_CODE_NOT_OWNER, Reason: "key_not_in_partition", MapVersion: h.version}
+	if m := h.tables[tableKey(r.table.GetTenant(), r.table.GetName())]; m != nil && len(m.GetPartitions()) > 0 {
+		d.Partition = m.GetPartitions()[keyspace.Index(hash, len(m.GetPartitions()))]
+	}
+	return api.Status(d, field+" does not belong to partition "+itoa(int(r.part.GetId())))
+}
+
+func (r *replica) writable() (engines.Writer, error) {
+	if r.writer == nil {
+		return nil, api.Errorf(api.ErrorCode_ERROR_CODE_WRONG_KIND, "read_only_kind", "table %s/%s of kind %s does not accept writes", r.table.GetTenant(), r.table.GetName(), api.KindName(r.table.GetKind()))
+	}
+	return r.writer, nil
+}
+
+// expiry turns a request TTL (0: the table default) into an absolute expiry.
+func (r *replica) expiry(ttlMS uint64) int64 {
+	if ttlMS == 0 {
+		ttlMS = r.table.GetOptions().GetDefaultTtlMs()
+	}
+	if ttlMS == 0 {
+		return 0
+	}
+	return time.Now().UnixMilli() + int64(ttlMS)
+}
+
+func (r *replica) maxValue() uint64 {
+	if v := r.table.GetOptions().GetMaxValueBytes(); v > 0 {
+		return v
+	}
+	return api.DefaultMaxValueBytes
+}
+
+// engineErr maps an engine error to the API's error model.
+func engineErr(r *replica, err error) error {
+	switch {
+	case errors.Is(err, engines.ErrClosed):
+		return api.Errorf(api.ErrorCode_ERROR_CODE_UNAVAILABLE, "partition_closed", "partition %d was closed (moved or server stopping)", r.part.GetId())
+	case errors.Is(err, engines.ErrReadOnly):
+		return api.Errorf(api.ErrorCode_ERROR_CODE_WRONG_KIND, "read_only_kind", "%v", err)
+	case errors.Is(err, engines.ErrCorrupt):
+		return api.Errorf(api.ErrorCode_ERROR_CODE_UNAVAILABLE, "corrupt", "partition %d: %v", r.part.GetId(), err)
+	}
+	return api.Errorf(api.ErrorCode_ERROR_CODE_UNAVAILABLE, "engine_error", "partition %d: %v", r.part.GetId(), err)
+}
+
+// Get implements api.TableServerServer.
+func (s *Server) Get(ctx context.Context, req *api.GetRequest) (*api.GetResponse, error) {
+	r, h, err := s.replicaFor(req.GetHeader())
+	if err != nil {
+		return nil, err
+	}
+	if err := checkKey(r, h, "key", req.GetKey()); err != nil {
+		return nil, err
+	}
+	v, exp, err := r.engine.Get(req.GetKey())
+	if errors.Is(err, engines.ErrNotFound) {
+		return &api.GetResponse{}, nil
+	}
+	if err != nil {
+		return nil, engineErr(r, err)
+	}
+	return &api.GetResponse{Found: true, Value: v, ExpiresUnixMs: exp}, nil
+}
+
+// BatchGet implements api.TableServerServer.
+func (s *Server) BatchGet(ctx context.Context, req *api.BatchGetRequest) (*api.BatchGetResponse, error) {
+	r, h, err := s.replicaFor(req.GetHeader())
+	if err != nil {
+		return nil, err
+	}
+	keys := req.GetKeys()
+	if len(keys) > api.MaxBatchKeys {
+		return nil, api.InvalidArgument("keys", "batch_too_large", api.MaxBatchKeys, "%d keys in one BatchGet; the limit is %d", len(keys), api.MaxBatchKeys)
+	}
+	for i, k := range keys {
+		if err := checkKey(r, h, "keys["+itoa(i)+"]", k); err != nil {
+			return nil, err
+		}
+	}
+	resp := &api.BatchGetResponse{Results: make([]*api.GetResponse, len(keys))}
+	if r.batch != nil {
+		vals := make([][]byte, len(keys))
+		exps := make([]int64, len(keys))
+		found := make([]bool, len(keys))
+		if err := r.batch.GetBatch(keys, vals, exps, found); err != nil {
+			return nil, engineErr(r, err)
+		}
+		for i := range keys {
+			resp.Results[i] = &api.GetResponse{Found: found[i], Value: vals[i], ExpiresUnixMs: exps[i]}
+		}
+		return resp, nil
+	}
+	for i, k := range keys {
+		v, exp, err := r.engine.Get(k)
+		switch {
+		case errors.Is(err, engines.ErrNotFound):
+			resp.Results[i] = &api.GetResponse{}
+		case err != nil:
+			return nil, engineErr(r, err)
+		default:
+			resp.Results[i] = &api.GetResponse{Found: true, Value: v, ExpiresUnixMs: exp}
+		}
+	}
+	return resp, nil
+}
+
+// Put implements api.TableServerServer.
+func (s *Server) Put(ctx context.Context, req *api.PutRequest) (*api.PutResponse, error) {
+	r, h, err := s.replicaFor(req.GetHeader())
+	if err != nil {
+		return nil, err
+	}
+	if err := checkKey(r, h, "key", req.GetKey()); err != nil {
+		return nil, err
+	}
+	if err := api.ValidateValue("value", req.GetValue(), r.maxValue()); err != nil {
+		return nil, err
+	}
+	w, err := r.writable()
+	if err != nil {
+		return nil, err
+	}
+	if err := w.Apply([]engines.Mutation{{Key: req.GetKey(), Value: req.GetValue(), ExpiresAt: r.expiry(req.GetTtlMs())}}); err != nil {
+		return nil, engineErr(r, err)
+	}
+	return &api.PutResponse{}, nil
+}
+
+// Delete implements api.TableServerServer.
+func (s *Server) Delete(ctx context.Context, req *api.DeleteRequest) (*api.DeleteResponse, error) {
+	r, h, err := s.replicaFor(req.GetHeader())
+	if err != nil {
+		return nil, err
+	}
+	if err := checkKey(r, h, "key", req.GetKey()); err != nil {
+		return nil, err
+	}
+	w, err := r.writable()
+	if err != nil {
+		return nil, err
+	}
+	existed, err := w.Delete(req.GetKey())
+	if err != nil {
+		return nil, engineErr(r, err)
+	}
+	return &api.DeleteResponse{Existed: existed}, nil
+}
+
+// CompareAndSwap implements api.TableServerServer.
+func (s *Server) CompareAndSwap(ctx context.Context, req *api.CompareAndSwapRequest) (*api.CompareAndSwapResponse, error) {
+	r, h, err := s.replicaFor(req.GetHeader())
+	if err != nil {
+		return nil, err
+	}
+	if err := checkKey(r, h, "key", req.GetKey()); err != nil {
+		return nil, err
+	}
+	if !req.GetDelete() {
+		if err := api.ValidateValue("value", req.GetValue(), r.maxValue()); err != nil {
+			return nil, err
+		}
+	}
+	w, err := r.writable()
+	if err != nil {
+		return nil, err
+	}
+	res, err := w.CompareAndSwap(engines.CAS{
+		Key:           req.GetKey(),
+		ExpectExists:  req.GetExpectExists(),
+		ExpectedValue: req.GetExpected(),
+		New:           engines.Mutation{Delete: req.GetDelete(), Value: req.GetValue(), ExpiresAt: r.expiry(req.GetTtlMs())},
+	})
+	if err != nil {
+		return nil, engineErr(r, err)
+	}
+	return &api.CompareAndSwapResponse{Swapped: res.Swapped, Existed: res.Existed, Current: res.Current}, nil
+}
+
+// BatchWrite implements api.TableServerServer.
+func (s *Server) BatchWrite(ctx context.Context, req *api.BatchWriteRequest) (*api.BatchWriteResponse, error) {
+	r, h, err := s.replicaFor(req.GetHeader())
+	if err != nil {
+		return nil, err
+	}
+	muts := req.GetMutations()
+	if len(muts) == 0 {
+		return nil, api.InvalidArgument("mutations", "batch_empty", 0, "BatchWrite has no mutations")
+	}
+	if len(muts) > api.MaxBatchKeys {
+		return nil, api.InvalidArgument("mutations", "batch_too_large", api.MaxBatchKeys, "%d mutations in one BatchWrite; the limit is %d", len(muts), api.MaxBatchKeys)
+	}
+	w, err := r.writable()
+	if err != nil {
+		return nil, err
+	}
+	batch := make([]engines.Mutation, len(muts))
+	var total uint64
+	for i, m := range muts {
+		field := "mutations[" + itoa(i) + "]"
+		if err := checkKey(r, h, field+".key", m.GetKey()); err != nil {
+			return nil, err
+		}
+		switch m.GetOp() {
+		case api.Mutation_OP_PUT:
+			if err := api.ValidateValue(field+".value", m.GetValue(), r.maxValue()); err != nil {
+				return nil, err
+			}
+			batch[i] = engines.Mutation{Key: m.GetKey(), Value: m.GetValue(), ExpiresAt: r.expiry(m.GetTtlMs())}
+		case api.Mutation_OP_DELETE:
+			batch[i] = engines.Mutation{Key: m.GetKey(), Delete: true}
+		default:
+			return nil, api.InvalidArgument(field+".op", "op_invalid", 0, "%s has op %v; want OP_PUT or OP_DELETE", field, m.GetOp())
+		}
+		total += uint64(len(m.GetKey()) + len(m.GetValue()))
+	}
+	if total > api.MaxBatchBytes {
+		return nil, api.InvalidArgument("mutations", "batch_too_large", api.MaxBatchBytes, "BatchWrite carries %d bytes; the limit is %d", total, api.MaxBatchBytes)
+	}
+	if err := w.Apply(batch); err != nil {
+		return nil, engineErr(r, err)
+	}
+	return &api.BatchWriteResponse{}, nil
+}
+
+// Scan implements api.TableServerServer.
+func (s *Server) Scan(req *api.ScanRequest, stream grpc.ServerStreamingServer[api.ScanResponse]) error {
+	r, _, err := s.replicaFor(req.GetHeader())
+	if err != nil {
+		return err
+	}
+	ctx := stream.Context()
+	chunk := &api.ScanResponse{}
+	size := 0
+	flush := func() error {
+		if len(chunk.Records) == 0 {
+			return nil
+		}
+		if err := stream.Send(chunk); err != nil {
+			return err
+		}
+		chunk = &api.ScanResponse{}
+		size = 0
+		return nil
+	}
+	err = r.engine.Scan(func(rec engines.Record) error {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		// The record's slices are only valid during the call: copy.
+		kv := &api.KeyValue{
+			Key:           append([]byte(nil), rec.Key...),
+			Value:         append([]byte(nil), rec.Value...),
+			ExpiresUnixMs: rec.ExpiresAt,
+		}
+		chunk.Records = append(chunk.Records, kv)
+		size += len(kv.Key) + len(kv.Value)
+		if size >= scanChunkBytes || len(chunk.Records) >= scanChunkRecords {
+			return flush()
+		}
+		return nil
+	})
+	if err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return engineErr(r, err)
+	}
+	return flush()
+}
