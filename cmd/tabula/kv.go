@@ -154,14 +154,15 @@ func scanCmd(g *globals) *cobra.Command {
 	}
 }
 
-// printable returns b as is when it is printable UTF-8 without tabs or
-// newlines, else Go-quoted.
+// printable returns b as is when it is printable UTF-8 (no tabs or
+// newlines) that does not start with a double quote, else Go-quoted, so every
+// line splits unambiguously at its tab.
 func printable(b []byte) string {
-	if !utf8.Valid(b) {
+	if !utf8.Valid(b) || (len(b) > 0 && b[0] == '"') {
 		return strconv.Quote(string(b))
 	}
 	for _, r := range string(b) {
-		if !strconv.IsPrint(r) || r == '\t' || r == '"' {
+		if !strconv.IsPrint(r) || r == '\t' {
 			return strconv.Quote(string(b))
 		}
 	}

@@ -54,16 +54,16 @@ func workloadKVCmd(g *globals) *cobra.Command {
 						max = int64(p.Total / time.Second)
 					}
 					bar = progressbar.NewOptions64(max, progressbar.OptionSetWriter(errOut),
-						progressbar.OptionSetWidth(20), progressbar.OptionShowElapsedTimeOnFinish(),
-						progressbar.OptionClearOnFinish())
+						progressbar.OptionSetWidth(20), progressbar.OptionSetPredictTime(false),
+						progressbar.OptionThrottle(200*time.Millisecond), progressbar.OptionClearOnFinish())
 				}
 				if p.Phase == "preload" {
 					bar.Describe(fmt.Sprintf("preload %d/%d keys, %.0f keys/s", p.Done, p.Of, p.Rate))
 					_ = bar.Set64(int64(p.Done))
 					return
 				}
-				bar.Describe(fmt.Sprintf("run %v/%v  %d ops  %.0f ops/s  %d errors", p.Elapsed.Round(time.Second), p.Total, p.Done, p.Rate, p.Errors))
 				_ = bar.Set64(int64(p.Elapsed / time.Second))
+				bar.Describe(fmt.Sprintf("run %v/%v  %d ops  %.0f ops/s  %d errors", p.Elapsed.Round(time.Second), p.Total, p.Done, p.Rate, p.Errors))
 			}
 			phase := ""
 			res, err := workload.Run(ctx, t, opts, func(p workload.Progress) {
