@@ -1,7 +1,7 @@
 // Package client is the Go SDK of Tabula: catalog calls to the Table Master
 // and key-value calls routed straight to the table server that owns each key.
 //
-//	c, err := client.New(ctx, client.Options{Masters: []string{"127.0.0.1:7070"}})
+//	c, err := client.New(ctx, client.Options{Masters: []string{"127.0.0.1:7100"}})
 //	if err != nil { ... }
 //	defer c.Close()
 //	_, err = c.CreateTable(ctx, "users", api.TableKind_TABLE_KIND_POINT, &api.TableOptions{Partitions: 12})

@@ -3,6 +3,8 @@ package point
 import (
 	"errors"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"testing"
 
 	"go.uber.org/goleak"
@@ -130,5 +132,67 @@ func BenchmarkPut(b *testing.B) {
 		if err := e.Apply(batch); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// TestConcurrentGrowth has writers insert and then delete many keys (so the
+// index splits and merges under them, re-hashing keys through the store)
+// while readers get a set of stable keys, which must never go missing.
+func TestConcurrentGrowth(t *testing.T) {
+	e, _ := Open(engines.Options{})
+	defer e.Close()
+	const stable, churn = 1000, 20_000
+	for i := range stable {
+		k := []byte(fmt.Sprintf("stable-%d", i))
+		if err := e.Apply([]engines.Mutation{{Key: k, Value: k}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var wg sync.WaitGroup
+	var stop atomic.Bool
+	errs := make(chan error, 4)
+	for w := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w; i < churn; i += 2 {
+				k := []byte(fmt.Sprintf("churn-%d", i))
+				if err := e.Apply([]engines.Mutation{{Key: k, Value: k}}); err != nil {
+					errs <- err
+					return
+				}
+			}
+			for i := w; i < churn; i += 2 {
+				if _, err := e.Delete([]byte(fmt.Sprintf("churn-%d", i))); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	var readers sync.WaitGroup
+	for r := range 2 {
+		readers.Add(1)
+		go func() {
+			defer readers.Done()
+			for i := r; !stop.Load(); i++ {
+				k := fmt.Sprintf("stable-%d", i%stable)
+				v, _, err := e.Get([]byte(k))
+				if err != nil || string(v) != k {
+					errs <- fmt.Errorf("get %q = %q, %v", k, v, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	stop.Store(true)
+	readers.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if s := e.Stats(); s.Keys != stable {
+		t.Fatalf("%d keys after the churn, want %d", s.Keys, stable)
 	}
 }
