@@ -1637,7 +1637,11 @@ type RegisterServerResponse struct {
 	HeartbeatIntervalMs uint32                 `protobuf:"varint,2,opt,name=heartbeat_interval_ms,json=heartbeatIntervalMs,proto3" json:"heartbeat_interval_ms,omitempty"`
 	// A primary serves only while its last acknowledged heartbeat is younger
 	// than this, by its own monotonic clock.
-	LeaseMs       uint32 `protobuf:"varint,3,opt,name=lease_ms,json=leaseMs,proto3" json:"lease_ms,omitempty"`
+	LeaseMs uint32 `protobuf:"varint,3,opt,name=lease_ms,json=leaseMs,proto3" json:"lease_ms,omitempty"`
+	// The cluster map version at registration. The server serves nothing until
+	// its own map is at least this new: a server that was declared dead must
+	// not serve the partitions that were moved away from it meanwhile.
+	MapVersion    uint64 `protobuf:"varint,4,opt,name=map_version,json=mapVersion,proto3" json:"map_version,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1689,6 +1693,13 @@ func (x *RegisterServerResponse) GetHeartbeatIntervalMs() uint32 {
 func (x *RegisterServerResponse) GetLeaseMs() uint32 {
 	if x != nil {
 		return x.LeaseMs
+	}
+	return 0
+}
+
+func (x *RegisterServerResponse) GetMapVersion() uint64 {
+	if x != nil {
+		return x.MapVersion
 	}
 	return 0
 }
@@ -2940,11 +2951,13 @@ const file_tabula_proto_rawDesc = "" +
 	"\x15RegisterServerRequest\x12\x1b\n" +
 	"\tserver_id\x18\x01 \x01(\tR\bserverId\x12\x12\n" +
 	"\x04addr\x18\x02 \x01(\tR\x04addr\x12!\n" +
-	"\ffault_domain\x18\x03 \x01(\tR\vfaultDomain\"\x84\x01\n" +
+	"\ffault_domain\x18\x03 \x01(\tR\vfaultDomain\"\xa5\x01\n" +
 	"\x16RegisterServerResponse\x12\x1b\n" +
 	"\tserver_id\x18\x01 \x01(\tR\bserverId\x122\n" +
 	"\x15heartbeat_interval_ms\x18\x02 \x01(\rR\x13heartbeatIntervalMs\x12\x19\n" +
-	"\blease_ms\x18\x03 \x01(\rR\aleaseMs\"\x81\x01\n" +
+	"\blease_ms\x18\x03 \x01(\rR\aleaseMs\x12\x1f\n" +
+	"\vmap_version\x18\x04 \x01(\x04R\n" +
+	"mapVersion\"\x81\x01\n" +
 	"\x10HeartbeatRequest\x12\x1b\n" +
 	"\tserver_id\x18\x01 \x01(\tR\bserverId\x124\n" +
 	"\breplicas\x18\x02 \x03(\v2\x18.tabula.v1.ReplicaStatusR\breplicas\x12\x1a\n" +

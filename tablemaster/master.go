@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/tabuladb/tabula/api"
+	"github.com/tabuladb/tabula/internal/dirlock"
 )
 
 // Master is the Table Master: it owns the catalog and the partition map (a
@@ -23,6 +24,7 @@ type Master struct {
 
 	opts   Options
 	logger *slog.Logger
+	lock   *dirlock.Lock // exclusive use of opts.DataDir
 
 	// view is the latest published state. Readers load it without a lock;
 	// a published State is never modified again.
@@ -66,6 +68,12 @@ type view struct {
 // liveness is what the master knows of a server from its heartbeats.
 type liveness struct {
 	lastHeard time.Time
+	// dead is set, under liveMu, in the same step that finds the server
+	// silent and commits to declaring it dead; a heartbeat that sees it is
+	// told to register again and renews nothing. Without it, a heartbeat
+	// racing the decision could renew the lease of a server whose
+	// partitions are being moved.
+	dead bool
 	// statuses is the latest report, replaced wholesale (never modified),
 	// with ServerId set.
 	statuses []*api.ReplicaStatus
@@ -81,11 +89,17 @@ func Open(opts Options) (*Master, error) {
 		return nil, err
 	}
 	opts = opts.withDefaults()
+	// Two masters on one directory would interleave their command logs.
+	lock, err := dirlock.Acquire(opts.DataDir)
+	if err != nil {
+		return nil, fmt.Errorf("tablemaster: %w", err)
+	}
 	st, state, seq, err := openStore(opts.DataDir, opts.Logger)
 	if err != nil {
-		return nil, err
+		return nil, errors.Join(err, lock.Unlock())
 	}
 	m := &Master{
+		lock:    lock,
 		opts:    opts,
 		logger:  opts.Logger,
 		store:   st,
@@ -155,7 +169,7 @@ func (m *Master) Close() error {
 		}
 		m.wg.Wait()
 		m.proposeMu.Lock()
-		m.closeErr = m.store.close()
+		m.closeErr = errors.Join(m.store.close(), m.lock.Unlock())
 		m.store = nil
 		m.proposeMu.Unlock()
 	})
@@ -243,7 +257,21 @@ func (m *Master) checkLiveness() {
 		}
 		stillSilent := func(s *State) bool {
 			srv := s.Servers[id]
-			return srv != nil && srv.Alive && m.silent(id, now)
+			if srv == nil || !srv.Alive {
+				return false
+			}
+			m.liveMu.Lock()
+			defer m.liveMu.Unlock()
+			l := m.live[id]
+			if l != nil && now.Sub(l.lastHeard) <= m.opts.DeadAfter {
+				return false
+			}
+			if l == nil {
+				l = &liveness{}
+				m.live[id] = l
+			}
+			l.dead = true
+			return true
 		}
 		res, _, err := m.propose(Command{Op: OpServerDown, ServerID: id, UnixMs: now.UnixMilli()}, stillSilent, func(Result) {
 			m.liveMu.Lock()

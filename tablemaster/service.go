@@ -172,7 +172,7 @@ func (m *Master) RegisterServer(_ context.Context, req *api.RegisterServerReques
 	if req == nil {
 		return nil, errNilRequest()
 	}
-	res, _, err := m.propose(Command{
+	res, next, err := m.propose(Command{
 		Op: OpRegisterServer, UnixMs: m.opts.Now().UnixMilli(),
 		ServerID: req.ServerId, Addr: req.Addr, FaultDomain: req.FaultDomain,
 	}, nil, func(res Result) {
@@ -189,6 +189,7 @@ func (m *Master) RegisterServer(_ context.Context, req *api.RegisterServerReques
 		ServerId:            res.ServerID,
 		HeartbeatIntervalMs: uint32(m.opts.HeartbeatInterval.Milliseconds()),
 		LeaseMs:             m.leaseMs(),
+		MapVersion:          next.Version,
 	}, nil
 }
 
@@ -219,6 +220,12 @@ func (m *Master) Heartbeat(_ context.Context, req *api.HeartbeatRequest) (*api.H
 		statuses = append(statuses, c)
 	}
 	m.liveMu.Lock()
+	if l := m.live[req.ServerId]; l == nil || l.dead {
+		// Being (or just) declared dead: renew nothing.
+		m.liveMu.Unlock()
+		resp.Reregister = true
+		return resp, nil
+	}
 	m.live[req.ServerId] = &liveness{lastHeard: m.opts.Now(), statuses: statuses}
 	m.liveMu.Unlock()
 	if req.Draining && !srv.Draining {

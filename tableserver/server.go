@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net"
-	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -16,6 +15,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/tabuladb/tabula/api"
+	"github.com/tabuladb/tabula/internal/dirlock"
 )
 
 // Server is a table server. Safe for concurrent use.
@@ -34,6 +34,11 @@ type Server struct {
 	inflight  atomic.Int64
 	draining  atomic.Bool
 	advertise atomic.Pointer[string]
+	// minMapVersion is the map version the master had when it last
+	// registered this server: nothing is served from an older map.
+	minMapVersion atomic.Uint64
+
+	lock *dirlock.Lock
 
 	masters []*grpc.ClientConn
 	// masterIdx is the master tried first; moves on UNAVAILABLE.
@@ -59,18 +64,20 @@ func Open(opts Options) (*Server, error) {
 		return nil, err
 	}
 	opts = opts.withDefaults()
-	if err := os.MkdirAll(opts.DataDir, 0o755); err != nil {
-		return nil, fmt.Errorf("tableserver: create data directory: %w", err)
+	lock, err := dirlock.Acquire(opts.DataDir)
+	if err != nil {
+		return nil, fmt.Errorf("tableserver: %w", err)
 	}
 	id, err := loadIdentity(opts.DataDir)
 	if err != nil {
-		return nil, fmt.Errorf("tableserver: %w", err)
+		return nil, errors.Join(fmt.Errorf("tableserver: %w", err), lock.Unlock())
 	}
 	s := &Server{
 		opts:       opts,
 		log:        opts.Logger,
 		start:      time.Now(),
 		registered: make(chan struct{}),
+		lock:       lock,
 	}
 	s.serverID.Store(&id)
 	s.hosting.Store(&hosting{replicas: map[uint64]*replica{}, failed: map[uint64]error{}, parts: map[uint64]*api.Partition{}, tables: map[string]*api.PartitionMap{}})
@@ -81,8 +88,7 @@ func Open(opts Options) (*Server, error) {
 			grpc.WithTransportCredentials(insecure.NewCredentials()),
 			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(api.MaxMessageBytes), grpc.MaxCallSendMsgSize(api.MaxMessageBytes)))
 		if err != nil {
-			s.closeMasters()
-			return nil, fmt.Errorf("tableserver: master address %q: %w", addr, err)
+			return nil, errors.Join(fmt.Errorf("tableserver: master address %q: %w", addr, err), s.closeMasters(), lock.Unlock())
 		}
 		s.masters = append(s.masters, cc)
 	}
@@ -221,6 +227,10 @@ func (s *Server) register() bool {
 			if ms := resp.GetLeaseMs(); ms > 0 {
 				s.leaseNS.Store(int64(time.Duration(ms) * time.Millisecond))
 			}
+			// Fence first: a server declared dead while it was away still
+			// hosts partitions that were moved; it serves nothing until its
+			// watch has delivered the map the master has now.
+			s.raiseMinMapVersion(resp.GetMapVersion())
 			// An answered registration is contact with the master, like
 			// an answered heartbeat: the lease runs from when it was sent.
 			s.leaseEnd.Store(sent + s.leaseNS.Load())
@@ -236,6 +246,15 @@ func (s *Server) register() bool {
 		}
 		if !s.backoff(attempt) {
 			return false
+		}
+	}
+}
+
+func (s *Server) raiseMinMapVersion(v uint64) {
+	for {
+		cur := s.minMapVersion.Load()
+		if v <= cur || s.minMapVersion.CompareAndSwap(cur, v) {
+			return
 		}
 	}
 }
@@ -386,7 +405,7 @@ func (s *Server) Close() error {
 				errs = append(errs, fmt.Errorf("close partition %d: %w", r.part.GetId(), err))
 			}
 		}
-		errs = append(errs, s.closeMasters())
+		errs = append(errs, s.closeMasters(), s.lock.Unlock())
 		s.closeErr = errors.Join(errs...)
 	})
 	return s.closeErr

@@ -26,7 +26,7 @@ const (
 	// directory stays tiny (4M keys need ~180 segment pointers).
 	segShift   = 12
 	segBuckets = 1 << segShift
-	// Overflow segments are smaller (1024 buckets, 64 KiB): only ~6% of
+	// Overflow segments are smaller (1024 buckets, 64 KiB): only ~25% of
 	// buckets have an overflow bucket.
 	ovSegShift   = 10
 	ovSegBuckets = 1 << ovSegShift
@@ -36,8 +36,8 @@ const (
 	minLevel   = 6
 	minBuckets = 1 << minLevel
 
-	// A split happens when Len > 0.80 * 7 * buckets (8.0 index bytes per
-	// primary slot / 0.8 = 11.4 bytes per entry plus overflow); a merge when
+	// A split happens when Len > 0.80 * 7 * buckets (64-byte buckets of 7
+	// slots at 0.8 full: 11.4 bytes per entry, plus ~3 in overflow); a merge when
 	// Len < 0.50 * 7 * buckets. The gap keeps a workload that inserts and
 	// deletes at the boundary from splitting and merging the same bucket.
 	splitNum, splitDen = 4, 5
@@ -472,7 +472,7 @@ func (ix *Index) splitLocked(st uint64) {
 	sb, tb := ix.bucketAt(s), ix.bucketAt(t)
 	lock(sb)
 	lock(tb)
-	entries := ix.drainLocked(sb)
+	entries := ix.drainLocked(sb, ix.scratch[:0])
 	ws, wt := chainWriter{ix: ix, cur: sb, i: 1}, chainWriter{ix: ix, cur: tb, i: 1}
 	for _, w := range entries {
 		if ix.hash(w&locMask)>>level&1 == 0 {
@@ -503,8 +503,13 @@ func (ix *Index) mergeLocked(st uint64) {
 	bb, lb := ix.bucketAt(b), ix.bucketAt(l)
 	lock(bb)
 	lock(lb)
-	entries := ix.drainLocked(lb)
-	w := ix.tailLocked(bb)
+	// Rebuild the buddy's chain too rather than append to it: re-allocated
+	// overflow buckets take the lowest free ids, so after a shrink the high
+	// overflow segments empty out and are dropped (47 bytes per entry left
+	// after deleting 90% of 4M keys when chains kept their old ids, 21 now).
+	entries := ix.drainLocked(bb, ix.scratch[:0])
+	entries = ix.drainLocked(lb, entries)
+	w := chainWriter{ix: ix, cur: bb, i: 1}
 	for _, e := range entries {
 		w.add(e)
 	}
@@ -523,10 +528,10 @@ func (ix *Index) mergeLocked(st uint64) {
 	}
 }
 
-// drainLocked copies the entries of bk's chain into ix.scratch, empties the
-// chain and frees its overflow buckets. bk is locked; caller holds resizeMu.
-func (ix *Index) drainLocked(bk *bucket) []uint64 {
-	out := ix.scratch[:0]
+// drainLocked appends the entries of bk's chain to out (ix.scratch, reused),
+// empties the chain and frees its overflow buckets. bk is locked; caller
+// holds resizeMu.
+func (ix *Index) drainLocked(bk *bucket, out []uint64) []uint64 {
 	b, id := bk, uint64(0)
 	for {
 		for i := 1; i <= slots; i++ {
@@ -549,23 +554,6 @@ func (ix *Index) drainLocked(bk *bucket) []uint64 {
 	setNext(bk, 0)
 	ix.scratch = out
 	return out
-}
-
-// tailLocked returns a writer positioned after the last entry of bk's chain.
-func (ix *Index) tailLocked(bk *bucket) chainWriter {
-	b := bk
-	for {
-		next := atomic.LoadUint64(&b[0]) >> 32
-		if next == 0 {
-			break
-		}
-		b = ix.ovBucket(next)
-	}
-	i := 1
-	for i <= slots && atomic.LoadUint64(&b[i]) != 0 {
-		i++
-	}
-	return chainWriter{ix: ix, cur: b, i: i}
 }
 
 // chainWriter appends entries to a locked chain, adding overflow buckets as
