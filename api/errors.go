@@ -81,7 +81,10 @@ func DetailOf(err error) *ErrorDetail {
 	case codes.Unavailable, codes.DeadlineExceeded, codes.Aborted:
 		return &ErrorDetail{Code: ErrorCode_ERROR_CODE_UNAVAILABLE, Reason: "transport"}
 	case codes.ResourceExhausted:
-		return &ErrorDetail{Code: ErrorCode_ERROR_CODE_SERVER_BUSY, Reason: "transport"}
+		// Tabula's own SERVER_BUSY always carries a detail; a bare
+		// ResourceExhausted is gRPC refusing a message over the size limit,
+		// which no retry fixes.
+		return &ErrorDetail{Code: ErrorCode_ERROR_CODE_INVALID_ARGUMENT, Reason: "message_too_large"}
 	case codes.InvalidArgument:
 		return &ErrorDetail{Code: ErrorCode_ERROR_CODE_INVALID_ARGUMENT, Reason: "transport"}
 	case codes.NotFound:

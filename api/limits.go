@@ -26,6 +26,11 @@ const (
 	DefaultPartitions = 8
 	// MaxPartitions is the most partitions a table may have.
 	MaxPartitions = 4096
+	// MaxClusterPartitions is the most partitions of all tables together. A
+	// partition costs about 180 bytes in the master's snapshot and in the map
+	// the servers watch, so this keeps both near 20 MB, well inside
+	// MaxMessageBytes.
+	MaxClusterPartitions = 100000
 	// MaxNameLen is the longest tenant or table name.
 	MaxNameLen = 63
 	// DefaultTenant is the tenant a new master creates and clients use by default.

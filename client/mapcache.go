@@ -76,6 +76,10 @@ func (ts *tableState) refresh(ctx context.Context) (*api.PartitionMap, error) {
 			if err == nil {
 				m = ts.store(m)
 				ts.startWatch()
+			} else if api.CodeOf(err) == api.ErrorCode_ERROR_CODE_NOT_FOUND {
+				// The master says the table is gone (dropped, perhaps by
+				// another client): the cached map is of a dead table.
+				ts.forget()
 			}
 			f.m, f.err = m, err
 			ts.mu.Lock()
@@ -281,8 +285,11 @@ func (ts *tableState) watchOnce(attempt *int) error {
 			return errTableGone
 		}
 	}
-	if api.CodeOf(err) == api.ErrorCode_ERROR_CODE_UNAVAILABLE {
+	switch api.CodeOf(err) {
+	case api.ErrorCode_ERROR_CODE_UNAVAILABLE:
 		c.master.CompareAndSwap(idx, (idx+1)%n)
+	case api.ErrorCode_ERROR_CODE_NOT_FOUND:
+		return errTableGone // dropped before the stream opened
 	}
 	return err
 }

@@ -217,7 +217,12 @@ func (m *Master) propose(cmd Command, check func(*State) bool, after func(Result
 		after(res)
 	}
 	if m.store.records >= m.opts.SnapshotEvery {
-		if err := m.store.snapshot(next, m.seq); err != nil {
+		if err := m.store.snapshot(next, m.seq); errors.Is(err, errLogUncertain) {
+			// The command just applied is durable (in the old log or the
+			// snapshot), but where the next one would go is not known.
+			m.broken = fmt.Errorf("tablemaster: snapshot failed mid-way, restart the master: %w", err)
+			m.logger.Error("tablemaster: snapshot left the command log uncertain; refusing further commands", "err", err)
+		} else if err != nil {
 			// Not fatal: the log still holds every command.
 			m.logger.Warn("tablemaster: snapshot failed", "seq", m.seq, "err", err)
 		}

@@ -321,6 +321,15 @@ func NormalizeOptions(kind api.TableKind, o *TableOptions) (TableOptions, error)
 	return n, nil
 }
 
+// partitionCount is the number of partitions of every table.
+func (s *State) partitionCount() int {
+	n := 0
+	for _, t := range s.Tables {
+		n += len(t.Partitions)
+	}
+	return n
+}
+
 func (s *State) createTable(cmd Command) (Result, error) {
 	if err := errValidateName("tenant", cmd.Tenant); err != nil {
 		return Result{}, err
@@ -338,6 +347,10 @@ func (s *State) createTable(cmd Command) (Result, error) {
 	key := tableKey(cmd.Tenant, cmd.Table)
 	if _, ok := s.Tables[key]; ok {
 		return Result{}, errCode(ErrTableExists, api.ErrorCode_ERROR_CODE_ALREADY_EXISTS, "table_exists", "table %s already exists", key)
+	}
+	if total := s.partitionCount() + int(opts.Partitions); total > api.MaxClusterPartitions {
+		return Result{}, errInvalid("options.partitions", "cluster_partition_limit", api.MaxClusterPartitions,
+			"the cluster would hold %d partitions; the limit is %d (it keeps the master's snapshot and the servers' map watch bounded)", total, api.MaxClusterPartitions)
 	}
 	// Validation is over: mutate.
 	n := int(opts.Partitions)

@@ -2,6 +2,7 @@ package tablemaster
 
 import (
 	"errors"
+	"fmt"
 	"reflect"
 	"testing"
 
@@ -250,5 +251,30 @@ func TestApplyDeterministic(t *testing.T) {
 	}
 	if !reflect.DeepEqual(a, a.Clone()) {
 		t.Fatalf("Clone differs")
+	}
+}
+
+func TestClusterPartitionLimit(t *testing.T) {
+	s := NewState()
+	if _, err := s.Apply(Command{Op: OpCreateTenant, Tenant: "default"}); err != nil {
+		t.Fatal(err)
+	}
+	full := api.MaxClusterPartitions / api.MaxPartitions
+	for i := 0; i < full; i++ {
+		if _, err := s.Apply(createTable("default", fmt.Sprintf("t%d", i), api.MaxPartitions)); err != nil {
+			t.Fatalf("table %d: %v", i, err)
+		}
+	}
+	before := s.Version
+	_, err := s.Apply(createTable("default", "one-too-many", api.MaxPartitions))
+	if d := api.DetailOf(err); d.GetReason() != "cluster_partition_limit" || d.GetLimit() != api.MaxClusterPartitions {
+		t.Fatalf("over the cluster limit: %v", err)
+	}
+	if s.Version != before {
+		t.Fatal("a refused command changed the state")
+	}
+	// What is left still fits.
+	if _, err := s.Apply(createTable("default", "rest", uint32(api.MaxClusterPartitions-full*api.MaxPartitions))); err != nil {
+		t.Fatalf("the remainder: %v", err)
 	}
 }

@@ -189,6 +189,10 @@ func (s *store) append(e logEntry) error {
 	return nil
 }
 
+// errLogUncertain marks a snapshot failure after which the command log can
+// no longer be trusted to receive appends.
+var errLogUncertain = errors.New("command log state uncertain")
+
 // snapshot durably writes st (holding every command up to seq) as the
 // snapshot, then resets the log to an empty one. A crash between the two
 // leaves log records the snapshot covers; replay skips them by seq.
@@ -200,12 +204,16 @@ func (s *store) snapshot(st *State, seq uint64) error {
 	if err := writeFileAtomic(s.dir, snapFileName, appendRecord(encodeFileHeader(snapMagic), payload)); err != nil {
 		return fmt.Errorf("tablemaster: write snapshot: %w", err)
 	}
+	// From here a failure may leave the file at logFileName replaced while
+	// s.log still points at the old, unlinked one: commands appended there
+	// would vanish on restart. Such failures are errLogUncertain, which stops
+	// the master from taking commands.
 	if err := writeFileAtomic(s.dir, logFileName, encodeFileHeader(logMagic)); err != nil {
-		return fmt.Errorf("tablemaster: reset log: %w", err)
+		return fmt.Errorf("tablemaster: reset log: %w: %w", errLogUncertain, err)
 	}
 	f, err := os.OpenFile(filepath.Join(s.dir, logFileName), os.O_WRONLY|os.O_APPEND, 0)
 	if err != nil {
-		return fmt.Errorf("tablemaster: reopen log: %w", err)
+		return fmt.Errorf("tablemaster: reopen log: %w: %w", errLogUncertain, err)
 	}
 	old := s.log
 	s.log, s.records = f, 0

@@ -3,6 +3,7 @@ package tableserver
 import (
 	"context"
 	"errors"
+	"strconv"
 	"time"
 
 	"google.golang.org/grpc"
@@ -52,18 +53,9 @@ func (s *Server) admitStream(srv any, ss grpc.ServerStream, info *grpc.StreamSer
 	return h(srv, ss)
 }
 
-func itoa(n int) string {
-	var b [20]byte
-	i := len(b)
-	for {
-		i--
-		b[i] = byte('0' + n%10)
-		n /= 10
-		if n == 0 {
-			return string(b[i:])
-		}
-	}
-}
+func itoa(n int) string { return strconv.Itoa(n) }
+
+func u64(n uint64) string { return strconv.FormatUint(n, 10) }
 
 // replicaFor checks the header against the hosted replicas: lease, owner,
 // epoch. It does not check keys.
@@ -102,7 +94,7 @@ func (s *Server) replicaFor(hdr *api.RequestHeader) (*replica, *hosting, error) 
 			Reason:     reason,
 			Partition:  h.parts[hdr.GetPartitionId()],
 			MapVersion: h.version,
-		}, "partition "+itoa(int(hdr.GetPartitionId()))+" of "+hdr.GetTenant()+"/"+hdr.GetTable()+" is not served by "+s.id())
+		}, "partition "+u64(hdr.GetPartitionId())+" of "+hdr.GetTenant()+"/"+hdr.GetTable()+" is not served by "+s.id())
 	}
 	switch ep := r.part.GetEpoch(); {
 	case hdr.GetEpoch() < ep:
@@ -112,7 +104,7 @@ func (s *Server) replicaFor(hdr *api.RequestHeader) (*replica, *hosting, error) 
 			Partition:    r.part,
 			CurrentEpoch: ep,
 			MapVersion:   h.version,
-		}, "request epoch "+itoa(int(hdr.GetEpoch()))+" is older than partition epoch "+itoa(int(ep)))
+		}, "request epoch "+u64(hdr.GetEpoch())+" is older than partition epoch "+u64(ep))
 	case hdr.GetEpoch() > ep:
 		return nil, nil, api.Errorf(api.ErrorCode_ERROR_CODE_UNAVAILABLE, "map_behind", "server %s has not seen epoch %d of partition %d yet", s.id(), hdr.GetEpoch(), hdr.GetPartitionId())
 	}
@@ -132,7 +124,7 @@ func checkKey(r *replica, h *hosting, field string, key []byte) error {
 	if m := h.tables[tableKey(r.table.GetTenant(), r.table.GetName())]; m != nil && len(m.GetPartitions()) > 0 {
 		d.Partition = m.GetPartitions()[keyspace.Index(hash, len(m.GetPartitions()))]
 	}
-	return api.Status(d, field+" does not belong to partition "+itoa(int(r.part.GetId())))
+	return api.Status(d, field+" does not belong to partition "+u64(r.part.GetId()))
 }
 
 func (r *replica) writable() (engines.Writer, error) {
@@ -207,31 +199,58 @@ func (s *Server) BatchGet(ctx context.Context, req *api.BatchGetRequest) (*api.B
 			return nil, err
 		}
 	}
+	// The reply must fit one gRPC message: values are summed as they are
+	// read, in chunks, so a batch of many large (or repeated) keys is
+	// refused after reading at most one chunk past the budget, never after
+	// materialising the whole reply.
 	resp := &api.BatchGetResponse{Results: make([]*api.GetResponse, len(keys))}
+	var total uint64
+	for lo := 0; lo < len(keys); lo += batchGetChunk {
+		hi := min(lo+batchGetChunk, len(keys))
+		if err := r.getChunk(keys[lo:hi], resp.Results[lo:hi]); err != nil {
+			return nil, err
+		}
+		for _, g := range resp.Results[lo:hi] {
+			total += uint64(len(g.GetValue()))
+		}
+		if total > api.MaxBatchBytes {
+			return nil, api.InvalidArgument("keys", "reply_too_large", api.MaxBatchBytes,
+				"the values of these %d keys exceed %d bytes, the most one reply carries; ask for fewer keys per call", len(keys), api.MaxBatchBytes)
+		}
+	}
+	return resp, nil
+}
+
+// batchGetChunk is how many keys BatchGet reads before checking the reply
+// budget: with 4 MiB values, at most 64 MiB past it.
+const batchGetChunk = 16
+
+// getChunk reads keys into out, through the engine's BatchGetter when it has one.
+func (r *replica) getChunk(keys [][]byte, out []*api.GetResponse) error {
 	if r.batch != nil {
 		vals := make([][]byte, len(keys))
 		exps := make([]int64, len(keys))
 		found := make([]bool, len(keys))
 		if err := r.batch.GetBatch(keys, vals, exps, found); err != nil {
-			return nil, engineErr(r, err)
+			return engineErr(r, err)
 		}
 		for i := range keys {
-			resp.Results[i] = &api.GetResponse{Found: found[i], Value: vals[i], ExpiresUnixMs: exps[i]}
+			out[i] = &api.GetResponse{Found: found[i], Value: vals[i], ExpiresUnixMs: exps[i]}
 		}
-		return resp, nil
+		return nil
 	}
 	for i, k := range keys {
 		v, exp, err := r.engine.Get(k)
 		switch {
 		case errors.Is(err, engines.ErrNotFound):
-			resp.Results[i] = &api.GetResponse{}
+			out[i] = &api.GetResponse{}
 		case err != nil:
-			return nil, engineErr(r, err)
+			return engineErr(r, err)
 		default:
-			resp.Results[i] = &api.GetResponse{Found: true, Value: v, ExpiresUnixMs: exp}
+			out[i] = &api.GetResponse{Found: true, Value: v, ExpiresUnixMs: exp}
 		}
 	}
-	return resp, nil
+	return nil
 }
 
 // Put implements api.TableServerServer.

@@ -27,6 +27,12 @@ type memRecord struct {
 // memStore is the "memory" storage back end: records on the Go heap, a
 // location is a slot number. Slots are reused LIFO; the garbage collector is
 // the epoch that keeps a replaced record alive for readers still holding it.
+//
+// While a scan runs, no slot is reused: every write takes a fresh slot past
+// all existing ones, and the scan reads the slot directory afresh as it goes,
+// so a record rewritten during the scan is met again ahead of it (never
+// behind, where it would be missed). Slots freed meanwhile wait in deferred
+// until the last scan ends.
 type memStore struct {
 	// chunks is the slot directory; replaced (copied) when it grows.
 	chunks atomic.Pointer[[]*memChunk]
@@ -37,6 +43,10 @@ type memStore struct {
 	free []uint64
 	// next is the first never-used slot; guarded by mu.
 	next uint64
+	// scans counts running scans; deferred holds slots freed while one ran.
+	// Both guarded by mu.
+	scans    int
+	deferred []uint64
 }
 
 // NewMemoryStore returns an empty in-memory ValueStore.
@@ -64,7 +74,7 @@ func (s *memStore) Append(r engines.Record) (uint64, error) {
 
 	s.mu.Lock()
 	var loc uint64
-	if n := len(s.free); n > 0 {
+	if n := len(s.free); n > 0 && s.scans == 0 {
 		loc = s.free[n-1]
 		s.free = s.free[:n-1]
 	} else {
@@ -101,13 +111,36 @@ func (r *memRecord) record() engines.Record {
 func (s *memStore) Free(loc uint64) error {
 	s.slot(loc).Store(nil)
 	s.mu.Lock()
-	s.free = append(s.free, loc)
+	if s.scans > 0 {
+		s.deferred = append(s.deferred, loc)
+	} else {
+		s.free = append(s.free, loc)
+	}
 	s.mu.Unlock()
 	return nil
 }
 
 func (s *memStore) Scan(fn func(loc uint64, r engines.Record) error) error {
-	for ci, c := range *s.chunks.Load() {
+	s.mu.Lock()
+	s.scans++
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		if s.scans--; s.scans == 0 {
+			s.free = append(s.free, s.deferred...)
+			s.deferred = nil
+		}
+		s.mu.Unlock()
+	}()
+	// The directory is reloaded per chunk so chunks added during the scan
+	// (by writes that moved records forward) are read too. The scan ends
+	// once it catches up with the writers.
+	for ci := 0; ; ci++ {
+		d := *s.chunks.Load()
+		if ci >= len(d) {
+			return nil
+		}
+		c := d[ci]
 		for i := range c {
 			rec := c[i].Load()
 			if rec == nil {
@@ -118,7 +151,6 @@ func (s *memStore) Scan(fn func(loc uint64, r engines.Record) error) error {
 			}
 		}
 	}
-	return nil
 }
 
 // Close keeps the records: in-flight readers may still use them, and the
