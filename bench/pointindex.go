@@ -25,15 +25,15 @@ func init() {
 	})
 }
 
-// The contenders all map a uint64 key to a uint64. Ours stores a location
-// (the key's slot in keys, as the engine stores a value-store location) and
-// verifies a candidate by reading keys[loc], as the engine reads the record.
+// The contenders all map a uint64 key to a uint64 location: the key's record
+// in recs, a 2n-long array where key i sits at i and at i+n (a log store
+// writes each version somewhere new; a write points the key at one of its
+// two records). Ours keeps no key: it verifies a candidate location by
+// reading recs[loc], as the engine reads the record in its value store.
 type contender interface {
 	name() string
-	get(k uint64) bool
-	// put overwrites k with value v; slot is the key's number, so ours can
-	// alternate between the key's two locations (slot, slot+n).
-	put(k, slot, v uint64)
+	get(k uint64) (loc uint64, ok bool)
+	put(k, loc uint64)
 }
 
 // fmix64 is murmur3's finaliser: all 64 output bits depend on all input
@@ -49,31 +49,26 @@ func fmix64(k uint64) uint64 {
 
 type lhashC struct {
 	ix   *lhash.Index
-	keys []uint64 // location -> key; 2n long, keys[i] == keys[i+n]
-	n    uint64
+	recs []uint64 // location -> key (shared with the harness)
 }
 
-func newLhash(keys []uint64) *lhashC {
-	c := &lhashC{keys: append(slices.Clone(keys), keys...), n: uint64(len(keys))}
-	c.ix = lhash.New(func(loc uint64) uint64 { return fmix64(c.keys[loc]) })
-	for i, k := range keys {
-		c.ix.Upsert(fmix64(k), uint64(i), func(l uint64) bool { return c.keys[l] == k })
+func newLhash(recs []uint64) *lhashC {
+	c := &lhashC{recs: recs}
+	c.ix = lhash.New(func(loc uint64) uint64 { return fmix64(c.recs[loc]) })
+	for i, k := range recs[:len(recs)/2] {
+		c.ix.Upsert(fmix64(k), uint64(i), func(l uint64) bool { return c.recs[l] == k })
 	}
 	return c
 }
 
 func (c *lhashC) name() string { return "lhash" }
 
-func (c *lhashC) get(k uint64) bool {
-	_, ok := c.ix.Lookup(fmix64(k), func(loc uint64) bool { return c.keys[loc] == k })
-	return ok
+func (c *lhashC) get(k uint64) (uint64, bool) {
+	return c.ix.Lookup(fmix64(k), func(loc uint64) bool { return c.recs[loc] == k })
 }
 
-// put points k at one of its two locations, picked by bit 0 of v, as a log
-// store writes each version somewhere new (half the time it rewrites the
-// same location, which costs the index the same).
-func (c *lhashC) put(k, slot, v uint64) {
-	c.ix.Upsert(fmix64(k), slot+c.n*(v&1), func(l uint64) bool { return c.keys[l] == k })
+func (c *lhashC) put(k, loc uint64) {
+	c.ix.Upsert(fmix64(k), loc, func(l uint64) bool { return c.recs[l] == k })
 }
 
 type rwMapC struct {
@@ -82,15 +77,15 @@ type rwMapC struct {
 }
 
 func (c *rwMapC) name() string { return "map+RWMutex" }
-func (c *rwMapC) get(k uint64) bool {
+func (c *rwMapC) get(k uint64) (uint64, bool) {
 	c.mu.RLock()
-	_, ok := c.m[k]
+	v, ok := c.m[k]
 	c.mu.RUnlock()
-	return ok
+	return v, ok
 }
-func (c *rwMapC) put(k, _, v uint64) {
+func (c *rwMapC) put(k, loc uint64) {
 	c.mu.Lock()
-	c.m[k] = v
+	c.m[k] = loc
 	c.mu.Unlock()
 }
 
@@ -100,45 +95,50 @@ type mapC struct {
 }
 
 func (c *mapC) name() string { return "map+Mutex" }
-func (c *mapC) get(k uint64) bool {
+func (c *mapC) get(k uint64) (uint64, bool) {
 	c.mu.Lock()
-	_, ok := c.m[k]
+	v, ok := c.m[k]
 	c.mu.Unlock()
-	return ok
+	return v, ok
 }
-func (c *mapC) put(k, _, v uint64) {
+func (c *mapC) put(k, loc uint64) {
 	c.mu.Lock()
-	c.m[k] = v
+	c.m[k] = loc
 	c.mu.Unlock()
 }
 
 type syncMapC struct{ m sync.Map }
 
 func (c *syncMapC) name() string { return "sync.Map" }
-func (c *syncMapC) get(k uint64) bool {
-	_, ok := c.m.Load(k)
-	return ok
+func (c *syncMapC) get(k uint64) (uint64, bool) {
+	v, ok := c.m.Load(k)
+	if !ok {
+		return 0, false
+	}
+	return v.(uint64), true
 }
-func (c *syncMapC) put(k, _, v uint64) { c.m.Store(k, v) }
+func (c *syncMapC) put(k, loc uint64) { c.m.Store(k, loc) }
 
 type xsyncC struct{ m *xsync.Map[uint64, uint64] }
 
 func (c *xsyncC) name() string { return "xsync.Map" }
-func (c *xsyncC) get(k uint64) bool {
-	_, ok := c.m.Load(k)
-	return ok
-}
-func (c *xsyncC) put(k, _, v uint64) { c.m.Store(k, v) }
+func (c *xsyncC) get(k uint64) (uint64, bool) { return c.m.Load(k) }
+func (c *xsyncC) put(k, loc uint64)           { c.m.Store(k, loc) }
 
 // workload is a read/write mix; writes overwrite existing keys.
 type workload struct {
 	name      string
 	readPct   int
 	perWorker int // operations per goroutine per run
+	// record makes a read also fetch the key's record (recs[loc]), as an
+	// engine Get must to return the value. Ours has read it already to
+	// verify the key; the peers read it now.
+	record bool
 }
 
 // runMix runs w on c with g goroutines and returns operations per second.
-func runMix(c contender, keys []uint64, w workload, g int, seed uint64) float64 {
+// keys are the n keys; recs the 2n records (key i at i and i+n).
+func runMix(c contender, keys, recs []uint64, w workload, g int, seed uint64) float64 {
 	var wg sync.WaitGroup
 	start := make(chan struct{})
 	for i := range g {
@@ -156,11 +156,17 @@ func runMix(c contender, keys []uint64, w workload, g int, seed uint64) float64 
 				x ^= x << 17
 				slot := (x >> 8) % n
 				if int(x%100) < w.readPct {
-					if !c.get(keys[slot]) {
+					loc, ok := c.get(keys[slot])
+					if !ok {
 						panic(fmt.Sprintf("%s: key %d missing", c.name(), keys[slot]))
 					}
+					if w.record && recs[loc] != keys[slot] {
+						panic(fmt.Sprintf("%s: key %d points at the record of %d", c.name(), keys[slot], recs[loc]))
+					}
 				} else {
-					c.put(keys[slot], slot, x)
+					// Point the key at one of its two records, as a log
+					// store writes each version somewhere new.
+					c.put(keys[slot], slot+n*(x>>40&1))
 				}
 			}
 		}()
@@ -214,13 +220,14 @@ func runPointIndex(out io.Writer, args []string) error {
 		keys[i] = k
 	}
 	seen = nil
+	recs := append(slices.Clone(keys), keys...)
 
 	// Each contender is built fresh in every round and dropped after it, so
 	// the heap during a run holds only the keys and that contender: the
 	// garbage collector then charges each one for its own pointers and
 	// allocations, not for the others'.
 	builders := []func() contender{
-		func() contender { return newLhash(keys) },
+		func() contender { return newLhash(recs) },
 		func() contender { return &rwMapC{m: fillMap(keys)} },
 		func() contender { return &mapC{m: fillMap(keys)} },
 		func() contender {
@@ -238,13 +245,12 @@ func runPointIndex(out io.Writer, args []string) error {
 			return c
 		},
 	}
-	var names []string
-	for _, b := range builders {
-		names = append(names, b().name())
-	}
+	names := []string{"lhash", "map+RWMutex", "map+Mutex", "sync.Map", "xsync.Map"} // builders' order
 	mixes := []workload{
 		{name: "90/10", readPct: 90, perWorker: *ops},
 		{name: "50/50", readPct: 50, perWorker: *ops},
+		{name: "90/10+record", readPct: 90, perWorker: *ops, record: true},
+		{name: "50/50+record", readPct: 50, perWorker: *ops, record: true},
 	}
 	if *cpuProf != "" {
 		f, err := os.Create(*cpuProf)
@@ -272,10 +278,10 @@ func runPointIndex(out io.Writer, args []string) error {
 				lhBytes = float64(lh.ix.MemoryBytes()) / float64(lh.ix.Len())
 			}
 			// Warm up (page faults, caches), then measure both mixes.
-			runMix(c, keys, workload{readPct: 50, perWorker: *ops / 10}, *g, seed)
+			runMix(c, keys, recs, workload{readPct: 50, perWorker: *ops / 10}, *g, seed)
 			for _, m := range mixes {
 				runtime.GC() // each run starts from a collected heap
-				ops := runMix(c, keys, m, *g, seed+uint64(r))
+				ops := runMix(c, keys, recs, m, *g, seed+uint64(r))
 				res[m.name][c.name()] = append(res[m.name][c.name()], ops)
 			}
 			c = nil
@@ -353,17 +359,17 @@ type growContender interface {
 type growLhash struct{ c *lhashC }
 
 func newGrowLhash(keys []uint64) *growLhash {
-	c := &lhashC{keys: keys, n: uint64(len(keys))}
-	c.ix = lhash.New(func(loc uint64) uint64 { return fmix64(c.keys[loc]) })
+	c := &lhashC{recs: keys}
+	c.ix = lhash.New(func(loc uint64) uint64 { return fmix64(c.recs[loc]) })
 	return &growLhash{c: c}
 }
 
 func (g *growLhash) name() string { return "lhash" }
 func (g *growLhash) insert(i int, k uint64) {
-	g.c.ix.Upsert(fmix64(k), uint64(i), func(l uint64) bool { return g.c.keys[l] == k })
+	g.c.ix.Upsert(fmix64(k), uint64(i), func(l uint64) bool { return g.c.recs[l] == k })
 }
 func (g *growLhash) remove(i int, k uint64) {
-	g.c.ix.Delete(fmix64(k), func(l uint64) bool { return g.c.keys[l] == k })
+	g.c.ix.Delete(fmix64(k), func(l uint64) bool { return g.c.recs[l] == k })
 }
 func (g *growLhash) report(full bool) string {
 	what := "after-shrink"
