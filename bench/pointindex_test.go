@@ -50,3 +50,24 @@ func BenchmarkGetXsync(b *testing.B) {
 	}
 	benchGets(b, c, keys)
 }
+
+// The Small variants fit in cache: they compare per-lookup CPU cost, not
+// memory latency.
+func BenchmarkGetLhashSmall(b *testing.B) {
+	keys := benchKeys(1 << 10)
+	benchGets(b, newLhash(append(slices.Clone(keys), keys...)), keys)
+}
+
+func BenchmarkGetXsyncSmall(b *testing.B) {
+	keys := benchKeys(1 << 10)
+	c := &xsyncC{m: xsync.NewMap[uint64, uint64]()}
+	for i, k := range keys {
+		c.m.Store(k, uint64(i))
+	}
+	benchGets(b, c, keys)
+}
+
+func BenchmarkGetMapSmall(b *testing.B) {
+	keys := benchKeys(1 << 10)
+	benchGets(b, &mapC{m: fillMap(keys)}, keys)
+}
