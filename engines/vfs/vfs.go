@@ -1,0 +1,136 @@
+package vfs
+
+import (
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+)
+
+// File is an open file. Methods are safe for concurrent use as far as the
+// underlying *os.File is (ReadAt from many goroutines is fine; Write is
+// serialised by the caller).
+type File interface {
+	io.Reader
+	io.ReaderAt
+	io.Writer
+	io.Closer
+	// Sync makes everything written so far durable: after it returns, a
+	// crash keeps it.
+	Sync() error
+	// Size is the file's current length.
+	Size() (int64, error)
+	// Truncate changes the file's length (not durable until Sync).
+	Truncate(size int64) error
+}
+
+// FS is the file-system seam every engine and the stream layer use.
+// Implementations are safe for concurrent use.
+//
+// Durability model (what MemFS's Crash enforces, and what the OS gives):
+// a file's bytes are durable once the file was Synced; a file's existence
+// under a name (Create, Rename, Remove) is durable once its directory was
+// SyncDir'ed.
+type FS interface {
+	// Create creates or truncates name for reading and writing.
+	Create(name string) (File, error)
+	// Open opens an existing file read-only.
+	Open(name string) (File, error)
+	// OpenReadWrite opens an existing file for reading and writing; writes
+	// go to the end (append).
+	OpenReadWrite(name string) (File, error)
+	Remove(name string) error
+	// Rename atomically replaces newname with oldname.
+	Rename(oldname, newname string) error
+	MkdirAll(dir string, perm os.FileMode) error
+	// List returns the names (not paths) in dir, sorted.
+	List(dir string) ([]string, error)
+	// Stat returns a file's size; os.ErrNotExist if absent.
+	Stat(name string) (size int64, err error)
+	// SyncDir makes the creates, renames and removes in dir durable.
+	SyncDir(dir string) error
+}
+
+// ErrInjected is the error MemFS's fault injection returns (wrapped), unless
+// a specific error such as ErrNoSpace was asked for.
+var ErrInjected = errors.New("vfs: injected fault")
+
+// ErrNoSpace is returned (wrapped) by an injected full-disk fault; it wraps
+// the same errno the OS uses (ENOSPC).
+var ErrNoSpace = errNoSpace()
+
+// Default is the operating system's file system.
+var Default FS = osFS{}
+
+type osFS struct{}
+
+type osFile struct{ *os.File }
+
+func (f osFile) Size() (int64, error) {
+	st, err := f.Stat()
+	if err != nil {
+		return 0, err
+	}
+	return st.Size(), nil
+}
+
+func (osFS) Create(name string) (File, error) {
+	f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	return osFile{f}, nil
+}
+
+func (osFS) Open(name string) (File, error) {
+	f, err := os.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	return osFile{f}, nil
+}
+
+func (osFS) OpenReadWrite(name string) (File, error) {
+	f, err := os.OpenFile(name, os.O_RDWR|os.O_APPEND, 0)
+	if err != nil {
+		return nil, err
+	}
+	return osFile{f}, nil
+}
+
+func (osFS) Remove(name string) error                    { return os.Remove(name) }
+func (osFS) Rename(oldname, newname string) error        { return os.Rename(oldname, newname) }
+func (osFS) MkdirAll(dir string, perm os.FileMode) error { return os.MkdirAll(dir, perm) }
+
+func (osFS) List(dir string) ([]string, error) {
+	es, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	names := make([]string, len(es))
+	for i, e := range es {
+		names[i] = e.Name()
+	}
+	sort.Strings(names)
+	return names, nil
+}
+
+func (osFS) Stat(name string) (int64, error) {
+	st, err := os.Stat(name)
+	if err != nil {
+		return 0, err
+	}
+	return st.Size(), nil
+}
+
+func (osFS) SyncDir(dir string) error {
+	d, err := os.Open(filepath.Clean(dir))
+	if err != nil {
+		return err
+	}
+	if err := d.Sync(); err != nil {
+		return errors.Join(err, d.Close())
+	}
+	return d.Close()
+}
