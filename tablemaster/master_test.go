@@ -418,3 +418,83 @@ func TestMasterConcurrentCommands(t *testing.T) {
 		}
 	}
 }
+
+// TestReassignDurableAfter: a dead server's durable partitions stay with it
+// until ReassignDurableAfter, then move to a live server with a new epoch.
+func TestReassignDurableAfter(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	clk := newFakeClock()
+	r := start(t, Options{
+		DataDir:              t.TempDir(),
+		Logger:               testLogger(t),
+		HeartbeatInterval:    2 * time.Millisecond,
+		LeaseDuration:        100 * time.Millisecond,
+		DeadAfter:            300 * time.Millisecond,
+		ReassignDurableAfter: time.Minute,
+		Now:                  clk.Now,
+	})
+	defer r.stop(t)
+	var ids []string
+	for _, fd := range []string{"a", "b"} {
+		resp, err := r.c.RegisterServer(ctx, &api.RegisterServerRequest{Addr: "10.0.0.1:" + fd, FaultDomain: fd})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, resp.ServerId)
+	}
+	created, err := r.c.CreateTable(ctx, &api.CreateTableRequest{Tenant: api.DefaultTenant, Name: "d", Kind: point,
+		Options: &api.TableOptions{Partitions: 4, Storage: StorageSSD}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead, alive := ids[0], ids[1]
+	beat := func() {
+		if _, err := r.c.Heartbeat(ctx, &api.HeartbeatRequest{ServerId: alive}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mapNow := func() *api.PartitionMap {
+		resp, err := r.c.GetPartitionMap(ctx, &api.GetPartitionMapRequest{Tenant: api.DefaultTenant, Table: "d"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Map
+	}
+	waitServer := func(what string, cond func(*api.ServerInfo) bool) {
+		t.Helper()
+		for ctx.Err() == nil {
+			beat()
+			resp, err := r.c.ListServers(ctx, &api.ListServersRequest{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, s := range resp.Servers {
+				if s.Id == dead && cond(s) {
+					return
+				}
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+		t.Fatalf("timed out waiting for %s", what)
+	}
+	// Silence: declared dead, partitions held.
+	clk.Advance(time.Second)
+	waitServer("the server declared dead", func(s *api.ServerInfo) bool { return !s.Alive })
+	if got := hostsOf(mapNow()); got[dead] != 2 {
+		t.Fatalf("after death: %v; want the dead server to keep its 2 durable partitions", got)
+	}
+	// Past the grace period: moved.
+	clk.Advance(2 * time.Minute)
+	waitServer("the held partitions to move", func(s *api.ServerInfo) bool { return s.Replicas == 0 })
+	m := mapNow()
+	if got := hostsOf(m); got[alive] != 4 {
+		t.Fatalf("after the grace period: %v", got)
+	}
+	for i, p := range m.Partitions {
+		was := created.Map.Partitions[i]
+		if was.Replicas[0].ServerId == dead && p.Epoch <= was.Epoch {
+			t.Fatalf("partition %d moved without a new epoch", p.Id)
+		}
+	}
+}

@@ -12,6 +12,9 @@ const (
 	DefaultHeartbeatInterval = 100 * time.Millisecond
 	DefaultLeaseDuration     = time.Second
 	DefaultDeadAfter         = 3 * time.Second
+	// DefaultReassignDurableAfter: a server down this long is not coming
+	// back soon (a restart takes seconds, a reboot minutes).
+	DefaultReassignDurableAfter = 10 * time.Minute
 	// DefaultSnapshotEvery: a catalog command encodes to ~200 bytes, so 1024
 	// commands is ~200 KiB of log to replay at worst.
 	DefaultSnapshotEvery = 1024
@@ -35,6 +38,12 @@ type Options struct {
 	// partitions move. Default 3s; must exceed LeaseDuration, so a server is
 	// declared dead only after its lease has run out by its own clock.
 	DeadAfter time.Duration `json:"dead_after"`
+	// ReassignDurableAfter: the partitions of durable tables whose only copy
+	// is on a dead server stay assigned to it, unavailable, so that the
+	// server serves them again with their data when it returns. After this
+	// long they are moved to live servers anyway, empty (their data stays
+	// on the dead server's disk). Default 10 minutes.
+	ReassignDurableAfter time.Duration `json:"reassign_durable_after"`
 	// SnapshotEvery is how many logged commands trigger a snapshot and a
 	// log reset. Default 1024.
 	SnapshotEvery int `json:"snapshot_every"`
@@ -58,6 +67,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.SnapshotEvery == 0 {
 		o.SnapshotEvery = DefaultSnapshotEvery
+	}
+	if o.ReassignDurableAfter == 0 {
+		o.ReassignDurableAfter = DefaultReassignDurableAfter
 	}
 	if o.Now == nil {
 		o.Now = time.Now
@@ -84,6 +96,9 @@ func (o Options) Validate() error {
 	}
 	if o.DeadAfter <= o.LeaseDuration {
 		errs = append(errs, fmt.Errorf("tablemaster: Options.DeadAfter %v must exceed LeaseDuration %v, or a partition could move while its old primary still holds a lease", o.DeadAfter, o.LeaseDuration))
+	}
+	if o.ReassignDurableAfter < o.DeadAfter {
+		errs = append(errs, fmt.Errorf("tablemaster: Options.ReassignDurableAfter %v must be at least DeadAfter %v", o.ReassignDurableAfter, o.DeadAfter))
 	}
 	if o.SnapshotEvery < 0 {
 		errs = append(errs, fmt.Errorf("tablemaster: Options.SnapshotEvery %d is negative", o.SnapshotEvery))

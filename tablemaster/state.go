@@ -53,6 +53,9 @@ type Command struct {
 	FaultDomain string        `json:"fault_domain,omitempty"`
 	// Draining: OpServerDown because the server is shutting down, not dead.
 	Draining bool `json:"draining,omitempty"`
+	// Force: OpServerDown of a server already dead, moving the partitions
+	// of durable tables it still holds (their data stays on its disk).
+	Force bool `json:"force,omitempty"`
 }
 
 // Result is what Apply reports about an applied command.
@@ -69,6 +72,9 @@ type Result struct {
 	// Moved lists the partitions whose replica set changed, in table then
 	// index order.
 	Moved []uint64
+	// Held lists the partitions OpServerDown left on the server: durable
+	// partitions with no other replica, whose data only that server has.
+	Held []uint64
 }
 
 // TableOptions mirror api.TableOptions with the defaults filled in.
@@ -80,8 +86,17 @@ type TableOptions struct {
 	Storage       string `json:"storage"`
 }
 
-// StorageMemory is the only storage of point tables so far.
-const StorageMemory = "memory"
+// Storages of point tables. A table on durable storage (anything but
+// memory) keeps its data across server restarts, so its partitions are not
+// moved off a dead or draining server that holds their only copy (see
+// serverDown).
+const (
+	StorageMemory = "memory"
+	StorageSSD    = "ssd"
+)
+
+// durable reports whether t's data survives a server restart.
+func (t *Table) durable() bool { return t.Options.Storage != StorageMemory }
 
 // Tenant is a tenant of the catalog.
 type Tenant struct {
@@ -127,6 +142,8 @@ type Server struct {
 	FaultDomain string `json:"fault_domain,omitempty"`
 	Alive       bool   `json:"alive"`
 	Draining    bool   `json:"draining,omitempty"`
+	// DownSinceMs is when the server was declared dead (0 while alive).
+	DownSinceMs int64 `json:"down_since_ms,omitempty"`
 }
 
 // State is the catalog and partition map: a deterministic state machine.
@@ -314,9 +331,9 @@ func NormalizeOptions(kind api.TableKind, o *TableOptions) (TableOptions, error)
 	if n.Storage == "" {
 		n.Storage = StorageMemory
 	}
-	if n.Storage != StorageMemory {
+	if n.Storage != StorageMemory && n.Storage != StorageSSD {
 		return TableOptions{}, errInvalid("options.storage", "storage_invalid", 0,
-			"options.storage %q is not supported; allowed values: %q", n.Storage, StorageMemory)
+			"options.storage %q is not supported; allowed values: %q, %q", n.Storage, StorageMemory, StorageSSD)
 	}
 	return n, nil
 }
@@ -446,7 +463,7 @@ func (s *State) registerServer(cmd Command) (Result, error) {
 		// A returning server. Its old partitions were moved when it died;
 		// the ones it still holds (it drained, or only its address changed)
 		// get its new address.
-		srv.Alive, srv.Draining, srv.Addr, srv.FaultDomain = true, false, cmd.Addr, cmd.FaultDomain
+		srv.Alive, srv.Draining, srv.Addr, srv.FaultDomain, srv.DownSinceMs = true, false, cmd.Addr, cmd.FaultDomain, 0
 		for _, t := range s.Tables {
 			for i := range t.Partitions {
 				for j := range t.Partitions[i].Replicas {
@@ -472,23 +489,35 @@ func (s *State) serverDown(cmd Command) (Result, error) {
 	}
 	changed := false
 	switch {
+	case cmd.Force:
+		if srv.Alive {
+			return Result{}, errInvalid("force", "server_alive", 0, "server %s is alive: only a dead server's partitions can be forced off it", cmd.ServerID)
+		}
 	case cmd.Draining && srv.Alive && !srv.Draining:
 		srv.Draining = true
 		changed = true
 	case !cmd.Draining && srv.Alive:
-		srv.Alive, srv.Draining = false, false
+		srv.Alive, srv.Draining, srv.DownSinceMs = false, false, cmd.UnixMs
 		changed = true
 	}
-	if !changed {
-		return Result{}, nil // already down: it holds no replica
+	if !changed && !cmd.Force {
+		return Result{}, nil // already down: it holds only durable partitions, if anything
 	}
 	cands := s.candidates()
-	var moved []uint64
+	var moved, held []uint64
 	for _, t := range s.tablesByID() {
 		for i := range t.Partitions {
 			p := &t.Partitions[i]
 			k := slices.IndexFunc(p.Replicas, func(r Replica) bool { return r.ServerID == cmd.ServerID })
 			if k < 0 {
+				continue
+			}
+			if t.durable() && len(p.Replicas) == 1 && !cmd.Force {
+				// Its data is on this server's disk and nowhere else:
+				// moving it would serve an empty partition. It waits,
+				// unavailable, for the server to come back (or for the
+				// master to force it off after ReassignDurableAfter).
+				held = append(held, p.ID)
 				continue
 			}
 			wasPrimary := p.Replicas[k].Role == api.ReplicaRole_REPLICA_ROLE_PRIMARY
@@ -506,7 +535,7 @@ func (s *State) serverDown(cmd Command) (Result, error) {
 			moved = append(moved, p.ID)
 		}
 	}
-	return Result{Changed: true, Moved: moved}, nil
+	return Result{Changed: changed || len(moved) > 0, Moved: moved, Held: held}, nil
 }
 
 // tablesByID returns every table in id order, the deterministic order

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"testing"
 
 	"github.com/tabuladb/tabula/api"
@@ -276,5 +277,90 @@ func TestClusterPartitionLimit(t *testing.T) {
 	// What is left still fits.
 	if _, err := s.Apply(createTable("default", "rest", uint32(api.MaxClusterPartitions-full*api.MaxPartitions))); err != nil {
 		t.Fatalf("the remainder: %v", err)
+	}
+}
+
+// TestDurablePartitionsWaitForTheirServer: a dead or draining server keeps
+// the partitions of durable tables whose only copy it has (they would come
+// back empty elsewhere); memory partitions move at once; a forced move takes
+// the rest; a returning server serves what it kept.
+func TestDurablePartitionsWaitForTheirServer(t *testing.T) {
+	s := NewState()
+	mustApply(t, s,
+		Command{Op: OpCreateTenant, Tenant: "default"},
+		register("a", "h:1", "fd1"),
+		register("b", "h:2", "fd2"),
+		Command{Op: OpCreateTable, Tenant: "default", Table: "disk", Kind: point, Options: &TableOptions{Partitions: 4, Storage: StorageSSD}},
+		Command{Op: OpCreateTable, Tenant: "default", Table: "mem", Kind: point, Options: &TableOptions{Partitions: 4}},
+	)
+	on := func(table, server string) (ids []uint64, epochs []uint64) {
+		for _, p := range s.Tables["default/"+table].Partitions {
+			if len(p.Replicas) == 1 && p.Replicas[0].ServerID == server {
+				ids = append(ids, p.ID)
+				epochs = append(epochs, p.Epoch)
+			}
+		}
+		return ids, epochs
+	}
+	diskOnA, epochsBefore := on("disk", "a")
+	memOnA, _ := on("mem", "a")
+	if len(diskOnA) != 2 || len(memOnA) != 2 {
+		t.Fatalf("placement: disk %v mem %v on a", diskOnA, memOnA)
+	}
+
+	res := mustApply(t, s, Command{Op: OpServerDown, ServerID: "a", UnixMs: 5000})
+	if !slices.Equal(res.Held, diskOnA) || len(res.Moved) != 2 {
+		t.Fatalf("server down: held %v moved %v; want held %v and the 2 memory partitions moved", res.Held, res.Moved, diskOnA)
+	}
+	if ids, epochs := on("disk", "a"); !slices.Equal(ids, diskOnA) || !slices.Equal(epochs, epochsBefore) {
+		t.Fatalf("durable partitions changed: %v %v", ids, epochs)
+	}
+	if ids, _ := on("mem", "a"); len(ids) != 0 {
+		t.Fatalf("memory partitions still on the dead server: %v", ids)
+	}
+	if s.Servers["a"].DownSinceMs != 5000 {
+		t.Fatalf("DownSinceMs %d", s.Servers["a"].DownSinceMs)
+	}
+	// Already down: nothing more happens without force.
+	if res := mustApply(t, s, Command{Op: OpServerDown, ServerID: "a", UnixMs: 6000}); res.Changed {
+		t.Fatalf("second server down changed the state: %+v", res)
+	}
+
+	// It comes back: it still has its durable partitions.
+	mustApply(t, s, register("a", "h:9", "fd1"))
+	if ids, _ := on("disk", "a"); !slices.Equal(ids, diskOnA) {
+		t.Fatalf("returning server lost its partitions: %v", ids)
+	}
+	if s.Servers["a"].DownSinceMs != 0 {
+		t.Fatal("DownSinceMs not cleared on return")
+	}
+	for _, p := range s.Tables["default/disk"].Partitions {
+		if p.Replicas[0].ServerID == "a" && p.Replicas[0].Addr != "h:9" {
+			t.Fatalf("held partition kept the old address: %+v", p.Replicas[0])
+		}
+	}
+
+	// Draining also keeps them (there is nowhere to hand the data to).
+	res = mustApply(t, s, Command{Op: OpServerDown, ServerID: "a", Draining: true})
+	if !slices.Equal(res.Held, diskOnA) {
+		t.Fatalf("drain held %v, want %v", res.Held, diskOnA)
+	}
+
+	// Forcing is refused while the server lives, then moves them with new epochs.
+	if _, err := s.Apply(Command{Op: OpServerDown, ServerID: "a", Force: true}); api.DetailOf(err).GetReason() != "server_alive" {
+		t.Fatalf("force on a live server: %v", err)
+	}
+	mustApply(t, s, Command{Op: OpServerDown, ServerID: "a", UnixMs: 7000})
+	res = mustApply(t, s, Command{Op: OpServerDown, ServerID: "a", Force: true, UnixMs: 9000})
+	if !slices.Equal(res.Moved, diskOnA) || len(res.Held) != 0 {
+		t.Fatalf("force moved %v held %v", res.Moved, res.Held)
+	}
+	if ids, _ := on("disk", "a"); len(ids) != 0 {
+		t.Fatalf("forced partitions still on a: %v", ids)
+	}
+	for _, p := range s.Tables["default/disk"].Partitions {
+		if i := slices.Index(diskOnA, p.ID); i >= 0 && p.Epoch <= epochsBefore[i] {
+			t.Fatalf("forced partition %d kept epoch %d", p.ID, p.Epoch)
+		}
 	}
 }

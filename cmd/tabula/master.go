@@ -49,5 +49,7 @@ func masterCmd(g *globals) *cobra.Command {
 	f.DurationVar(&opts.HeartbeatInterval, "heartbeat-interval", 100*time.Millisecond, "how often servers heartbeat")
 	f.DurationVar(&opts.LeaseDuration, "lease", time.Second, "primary lease length")
 	f.DurationVar(&opts.DeadAfter, "dead-after", 3*time.Second, "silence after which a server is declared dead (must exceed --lease)")
+	f.DurationVar(&opts.ReassignDurableAfter, "reassign-durable-after", 10*time.Minute,
+		"how long durable partitions whose only copy is on a dead server wait for it before moving elsewhere, empty")
 	return cmd
 }
