@@ -112,6 +112,12 @@ func tableDescribeCmd(g *globals) *cobra.Command {
 			fmt.Fprintf(out, "kind         %s\nstorage      %s\npartitions   %d\nreplication  %d\n", api.KindName(t.GetKind()), o.GetStorage(), o.GetPartitions(), o.GetReplication())
 			fmt.Fprintf(out, "max value    %d bytes\ndefault TTL  %v\ncreated      %s\nmap version  %d\n\n",
 				o.GetMaxValueBytes(), time.Duration(o.GetDefaultTtlMs())*time.Millisecond, time.UnixMilli(t.GetCreatedUnixMs()).UTC().Format(time.RFC3339), d.GetMap().GetVersion())
+			down := map[string]bool{}
+			if servers, err := c.ListServers(ctx); err == nil {
+				for _, s := range servers {
+					down[s.GetId()] = !s.GetAlive()
+				}
+			}
 			status := map[uint64]*api.ReplicaStatus{}
 			for _, s := range d.GetReplicas() {
 				status[s.GetPartitionId()] = s
@@ -126,6 +132,9 @@ func tableDescribeCmd(g *globals) *cobra.Command {
 				for _, r := range p.GetReplicas() {
 					if r.GetRole() == api.ReplicaRole_REPLICA_ROLE_PRIMARY {
 						srv, addr = r.GetServerId(), r.GetAddr()
+						if down[srv] {
+							srv += " (down)"
+						}
 					}
 				}
 				st := status[p.GetId()]
