@@ -2,7 +2,6 @@ package tableserver
 
 import (
 	"fmt"
-	"path/filepath"
 
 	"github.com/tabuladb/tabula/api"
 	"github.com/tabuladb/tabula/engines"
@@ -68,6 +67,13 @@ func (s *Server) reconcile(old *hosting, resp *api.WatchPartitionMapResponse) (*
 				continue
 			}
 			if prev := old.replicas[p.GetId()]; prev != nil && prev.table.GetId() == t.GetId() {
+				if durable(t) && prev.part.GetEpoch() != p.GetEpoch() {
+					// Still ours at a new epoch: record it, so a restart
+					// reopens this data rather than moving it aside.
+					if _, err := s.preparePartitionDir(p.GetId(), p.GetEpoch()); err != nil {
+						s.log.Error("record new partition epoch", "partition", p.GetId(), "err", err)
+					}
+				}
 				r := *prev
 				r.part, r.table = p, t
 				h.replicas[p.GetId()] = &r
@@ -92,10 +98,23 @@ func (s *Server) reconcile(old *hosting, resp *api.WatchPartitionMapResponse) (*
 	return h, gone
 }
 
+// durable reports whether t's partitions keep files on this server.
+func durable(t *api.Table) bool {
+	st := t.GetOptions().GetStorage()
+	return st != "" && st != "memory"
+}
+
 func (s *Server) openReplica(t *api.Table, p *api.Partition) (*replica, error) {
 	kind := engines.Kind(api.KindName(t.GetKind()))
+	var dir string
+	if durable(t) {
+		var err error
+		if dir, err = s.preparePartitionDir(p.GetId(), p.GetEpoch()); err != nil {
+			return nil, err
+		}
+	}
 	e, err := engines.Open(kind, engines.Options{
-		Dir:     filepath.Join(s.opts.DataDir, "partitions", fmt.Sprint(p.GetId())),
+		Dir:     dir,
 		Storage: t.GetOptions().GetStorage(),
 		Logger:  s.log.With("partition", p.GetId()),
 	})

@@ -356,10 +356,28 @@ func (s *Server) apply(resp *api.WatchPartitionMapResponse) {
 	}
 	h, gone := s.reconcile(old, resp)
 	s.hosting.Store(h)
+	live := map[uint64]bool{} // table ids still in the map
+	for _, m := range resp.GetMaps() {
+		live[m.GetTable().GetId()] = true
+	}
 	for _, r := range gone {
-		s.log.Info("partition moved away; closing", "partition", r.part.GetId())
+		id := r.part.GetId()
 		if err := r.engine.Close(); err != nil {
-			s.log.Error("close partition engine", "partition", r.part.GetId(), "err", err)
+			s.log.Error("close partition engine", "partition", id, "err", err)
+		}
+		switch {
+		case !durable(r.table):
+			s.log.Info("partition moved away or dropped; closed", "partition", id)
+		case !live[r.table.GetId()]:
+			s.log.Info("table dropped; deleting partition data", "partition", id)
+			if err := s.removePartitionDir(id); err != nil {
+				s.log.Error("delete dropped partition", "partition", id, "err", err)
+			}
+		default:
+			// Moved to another server: this copy is stale from now on.
+			if err := s.orphan(id, r.part.GetEpoch(), "the partition moved to another server"); err != nil {
+				s.log.Error("move aside a partition that moved away", "partition", id, "err", err)
+			}
 		}
 	}
 }
