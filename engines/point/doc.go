@@ -6,8 +6,26 @@
 //
 //   - "" or "memory": records on the Go heap (memStore). A location is a slot
 //     number; nothing is durable.
-//   - the SSD log store (FlashStore style) arrives with the disk-store issue;
-//     until then any other name is refused with ErrStorageUnavailable.
+//   - "ssd": the FlashStore-style log store of engines/diskstore in
+//     Options.Dir (required), created or reopened; a location is a packed
+//     (segment slot, generation, offset). Open replays the log to rebuild the
+//     index. OpenDisk takes diskstore.Options (file system, segment size,
+//     durability, collector tuning). Any other name is refused with
+//     ErrStorageUnavailable.
+//
+// # Durability
+//
+// A writer holds its keys' stripes while it stores the batch (one unit in
+// the log: after a crash all of it or none), commits it and only then
+// points the index at it. With the disk store's default durability, Apply,
+// Delete and CompareAndSwap return once the batch is fsynced (writers on
+// other stripes share the fsync), so a kill -9 loses nothing acknowledged
+// and no reader ever saw a write a crash could lose. With
+// diskstore.DurabilityLazy they return before the fsync and a crash loses
+// up to its FlushInterval. Sync flushes everything; Close syncs. A delete
+// appends a tombstone; a Get that finds an expired record drops it with a
+// tombstone too. The collector (diskstore.Mover, implemented by mover)
+// relocates live records under the key's stripe.
 //
 // # Concurrency
 //

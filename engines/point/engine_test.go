@@ -25,12 +25,28 @@ func TestConformance(t *testing.T) {
 	})
 }
 
+// TestConformanceSSD runs the suite over the disk store in a temporary
+// directory (the entry point the bench suite and the server use).
+func TestConformanceSSD(t *testing.T) {
+	enginetest.Run(t, func(t *testing.T, opts engines.Options) engines.Engine {
+		opts.Dir, opts.Storage = t.TempDir(), StorageSSD
+		e, err := engines.Open(engines.KindPoint, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return e
+	})
+}
+
 func TestStorageUnavailable(t *testing.T) {
-	_, err := engines.Open(engines.KindPoint, engines.Options{Storage: "ssd"})
+	_, err := engines.Open(engines.KindPoint, engines.Options{Storage: "tape"})
 	if !errors.Is(err, ErrStorageUnavailable) {
-		t.Fatalf("open with storage ssd: %v, want ErrStorageUnavailable", err)
+		t.Fatalf("open with storage tape: %v, want ErrStorageUnavailable", err)
 	}
 	t.Log(err)
+	if _, err := engines.Open(engines.KindPoint, engines.Options{Storage: StorageSSD}); !errors.Is(err, ErrNoDir) {
+		t.Fatalf("open with storage ssd and no Dir: %v, want ErrNoDir", err)
+	}
 	for _, s := range []string{"", StorageMemory} {
 		e, err := Open(engines.Options{Storage: s})
 		if err != nil {

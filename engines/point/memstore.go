@@ -5,6 +5,7 @@ import (
 	"sync/atomic"
 
 	"github.com/tabuladb/tabula/engines"
+	"github.com/tabuladb/tabula/engines/diskstore"
 )
 
 // A chunk holds 16384 record pointers (128 KiB), so the directory of chunks
@@ -108,7 +109,34 @@ func (r *memRecord) record() engines.Record {
 	return engines.Record{Key: r.kv[:r.klen:r.klen], Value: r.kv[r.klen:], ExpiresAt: r.expiresAt}
 }
 
-func (s *memStore) Free(loc uint64) error {
+// Write appends the puts of ops; tombstones have nothing to record.
+func (s *memStore) Write(ops []diskstore.Op, locs []uint64) error {
+	for i := range ops {
+		if ops[i].Tombstone {
+			locs[i] = 0
+			continue
+		}
+		loc, err := s.Append(ops[i].Record)
+		if err != nil {
+			for j := range i {
+				if !ops[j].Tombstone {
+					_ = s.Free(locs[j], ops[j].Record)
+				}
+			}
+			return err
+		}
+		locs[i] = loc
+	}
+	return nil
+}
+
+// Tombstone has nothing to record: memory does not survive a restart.
+func (s *memStore) Tombstone([]byte, uint64) error { return nil }
+
+// Commit has nothing to make durable.
+func (s *memStore) Commit() error { return nil }
+
+func (s *memStore) Free(loc uint64, _ engines.Record) error {
 	s.slot(loc).Store(nil)
 	s.mu.Lock()
 	if s.scans > 0 {

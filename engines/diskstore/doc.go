@@ -1,0 +1,106 @@
+// Package diskstore is the FlashStore-style log store under point tables
+// (DESIGN §7): records are appended to a log of segment files; a write makes
+// the key's previous record garbage; a background collector re-appends the
+// live records of the segments with the best cost-benefit and deletes them.
+// The owner's index (engines/point's linear hash) maps keys to 48-bit
+// locations; the store knows no keys. All file I/O goes through engines/vfs.
+//
+// # Files
+//
+// A store is a directory of segment files named by a 64-bit sequence
+// number, "%016x.log", written in sequence order. Other files are ignored.
+//
+// # Segment header (32 bytes)
+//
+//	 0       8          12        14    15    16          24         28       32
+//	| magic | version   | slot    | gen | 0   | seq       | 0 (4)    | crc32c  |
+//	| (8)   | (4, =1)   | (2)     | (1) | (1) | (8)       |          | (4)     |
+//
+// magic is "TABLOGSG"; crc32c (Castagnoli) covers bytes 0-27. A segment of
+// another version is refused with ErrFormatVersion. slot and gen are the
+// segment's place in the location space (see below); seq repeats the name.
+//
+// # Record (20-byte header, then key and value)
+//
+//	 0        4      5       6         8         12                20
+//	| crc32c | kind | flags | keyLen  | valLen  | aux            | key | value |
+//	| (4)    | (1)  | (1)   | (2)     | (4)     | (8)            |     |       |
+//
+// Integers are little-endian. crc32c covers bytes 4 to the end of the value.
+// kind: 1 put, 2 tombstone (0 is never a record: zeroed media fails). flags:
+// bit 0 value is s2-compressed (reserved; this build refuses it), bit 1
+// "batch continues": the record belongs to a Write batch and is not its last
+// one. aux: for a put, ExpiresAt (Unix ms, 0 = never); for a tombstone, the
+// sequence number of the segment holding the deleted version. A record never
+// crosses a segment, nor does a batch.
+//
+// # Location (the index's 48 bits)
+//
+//	47              32 31  28 27                          0
+//	|   slot (16)     | gen(4)|        offset (28)          |
+//
+// At most 65536 live segments of at most 256 MiB: 8 TiB of log at the
+// default 128 MiB segment. See location.go for why the generation is there.
+//
+// # Writes and durability
+//
+// Append and Write encode records into the head segment's in-memory tail
+// under one mutex and return their locations at once; the records are
+// readable from memory until written. Commit, by Options.Durability:
+//
+//   - DurabilitySync (default): returns after the records are written and
+//     fsynced. One committer at a time leads: it writes every pending byte
+//     (everyone's) sequentially, fsyncs each touched segment in order and the
+//     directory when it created a file; the committers queued behind it find
+//     their bytes durable and return (group commit: many writes, one fsync).
+//   - DurabilityLazy: returns at once; a flusher goroutine syncs every
+//     FlushInterval. A crash loses at most that window, never a part of a
+//     record or batch.
+//
+// Sync always writes and fsyncs; Close syncs. A failed write or fsync makes
+// the store refuse writes until reopened (the file state is unknown after a
+// failed fsync; reopening recovers exactly what is durable).
+//
+// # Reads
+//
+// Read(loc) preads the record (one 4 KiB read for most records) through
+// vfs.File.ReadAt, or copies it from the unwritten tail, and checks its CRC:
+// a mismatch is an error wrapping engines.ErrCorrupt and is never served. A
+// location in a freed segment reads as "no record".
+//
+// # Recovery
+//
+// Open checks every segment header; Recover reads every record in
+// (segment, offset) order and hands it to the owner, so the last record of
+// a key wins and a tombstone deletes. In the last segment, a bad record (or
+// an unfinished batch) with no valid record after it is a torn tail of
+// unacknowledged writes and is cut off; anywhere else a bad record is
+// corruption and Recover fails with engines.ErrCorrupt. (A disk that
+// persists unsynced pages out of order could leave a valid record after a
+// torn one; that is refused as corruption, never silently served.)
+//
+// # Garbage collection
+//
+// Each segment counts its live bytes exactly: Append adds, Free (called by
+// the owner on overwrite, delete, expiry and relocation) subtracts. See
+// StartGC for victim choice and pacing. A collected segment's live records
+// are re-appended through the owner (Mover) under its per-key write lock, so
+// a concurrent overwrite wins; expired records are replaced by tombstones;
+// a tombstone is kept only while a segment as old as the version it deleted
+// survives and its key is still absent. Everything re-appended is synced
+// before the segment's file is removed. Scans and the collector exclude each
+// other, so a scan never sees a record twice.
+//
+// # Concurrency
+//
+// A Store is safe for concurrent use. Its goroutines (lazy flusher,
+// collector) are stopped by Close.
+//
+// # Example
+//
+//	s, err := diskstore.Open(dir, diskstore.Options{})
+//	err = s.Recover(func(loc uint64, r engines.Record, tomb bool) error { ... })
+//	loc, err := s.Append(engines.Record{Key: k, Value: v})
+//	err = s.Commit() // durable now
+//	r, ok, err := s.Read(loc, nil)
+package diskstore

@@ -1,0 +1,222 @@
+package diskstore
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/tabuladb/tabula/engines"
+)
+
+// Mover is the owner's half of garbage collection: only the owner's index
+// knows which records are live. Both methods must act atomically with
+// respect to the owner's writers of the key (hold the key's write lock).
+type Mover interface {
+	// Relocate is called for each put record r at loc in a segment being
+	// collected (r's slices are valid during the call only). If the index
+	// points at loc, the owner re-appends r (Store.Append), points the
+	// index at the copy (only if it still points at loc: a concurrent
+	// overwrite wins) and Frees loc; if r is expired it may instead drop
+	// it: Tombstone(r.Key, loc), remove the index entry, Free(loc). If the
+	// index points elsewhere, r is garbage: do nothing.
+	Relocate(loc uint64, r engines.Record) error
+	// RelocateTombstone is called for each tombstone of a victim that an
+	// older segment may still need (it shadows records there). If key is
+	// absent from the index, the owner calls keep, which re-appends the
+	// tombstone at the head; if key is present (written again since the
+	// delete), the tombstone is garbage and must not be kept — it would
+	// delete the newer record on the next restart.
+	RelocateTombstone(key []byte, keep func() error) error
+}
+
+// StartGC starts the collector, a goroutine owned by the store (Close stops
+// it). Call it once, after Recover.
+//
+// Victim choice is cost-benefit (Rosenblum and Ousterhout's LFS, as in
+// FlashStore): among sealed segments, the one maximising
+// (1-u)·age / (1+u), where u is the segment's live fraction (cost: read the
+// segment, write u of it; benefit: 1-u freed, weighted by age = segments
+// written since, as cold segments stay free longer). The collector runs
+// while the log is larger than MaxSpaceAmp × live bytes and holds at least
+// one segment's worth of garbage; between victims it rests so it uses at
+// most GCDutyCycle of the time (none while space amplification exceeds 2).
+func (s *Store) StartGC(m Mover) {
+	s.wg.Add(1)
+	go s.gcLoop(m)
+}
+
+func (s *Store) gcLoop(m Mover) {
+	defer s.wg.Done()
+	t := time.NewTicker(s.opts.GCInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.closing:
+			return
+		case <-t.C:
+		case <-s.kick:
+		}
+		for {
+			g, amp := s.pickVictim()
+			if g == nil {
+				break
+			}
+			start := time.Now()
+			if err := s.collect(g, m); err != nil {
+				if !errors.Is(err, engines.ErrClosed) {
+					s.opts.Logger.Error("diskstore: collect segment", "segment", g.seq, "err", err)
+				}
+				break
+			}
+			if amp >= 2 || s.opts.GCDutyCycle >= 1 {
+				continue
+			}
+			rest := time.Duration(float64(time.Since(start)) * (1 - s.opts.GCDutyCycle) / s.opts.GCDutyCycle)
+			select {
+			case <-s.closing:
+				return
+			case <-time.After(rest):
+			}
+		}
+	}
+}
+
+// GC runs one collection pass now, in the caller's goroutine, until the
+// space amplification is under MaxSpaceAmp (no pacing). For tests and
+// operators; the background collector does the same paced.
+func (s *Store) GC(m Mover) (collected int, err error) {
+	for {
+		g, _ := s.pickVictim()
+		if g == nil {
+			return collected, nil
+		}
+		if err := s.collect(g, m); err != nil {
+			return collected, err
+		}
+		collected++
+	}
+}
+
+// pickVictim returns the segment to collect next, or nil if the log needs
+// no collection, with the current space amplification.
+func (s *Store) pickVictim() (*segment, float64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.failed != nil || !s.recovered || s.closed.Load() {
+		return nil, 0
+	}
+	var logBytes, live int64
+	now := s.opts.Now()
+	for _, g := range s.segs {
+		logBytes += g.size.Load()
+		live += g.liveAt(now)
+	}
+	amp := float64(logBytes) / float64(max(live, 1))
+	if float64(logBytes) <= s.opts.MaxSpaceAmp*float64(live) || logBytes-live < s.opts.SegmentSize {
+		return nil, amp
+	}
+	var best *segment
+	bestScore := 0.0
+	for _, g := range s.segs {
+		if g == s.head || !g.sealed || g.queued || g.written.Load() != g.size.Load() {
+			continue
+		}
+		u := float64(g.liveAt(now)) / float64(max(g.size.Load()-segmentHeaderLen, 1))
+		if u >= 0.98 {
+			continue
+		}
+		age := float64(s.nextSeq - g.seq)
+		if score := (1 - u) * age / (1 + u); score > bestScore {
+			best, bestScore = g, score
+		}
+	}
+	return best, amp
+}
+
+// collect moves g's live records and needed tombstones to the head, makes
+// them durable, and frees g.
+func (s *Store) collect(g *segment, m Mover) error {
+	s.gcMu.Lock()
+	defer s.gcMu.Unlock()
+	if g.dead.Load() {
+		return nil // another collection (GC beside the background loop) took it
+	}
+	r := &segReader{s: s, g: g, end: g.size.Load(), off: segmentHeaderLen}
+	var moved int64
+	for {
+		select {
+		case <-s.closing:
+			return engines.ErrClosed
+		default:
+		}
+		off, h, key, value, err := r.next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return fmt.Errorf("collect segment %d at offset %d: %w", g.seq, off, err)
+		}
+		switch h.kind {
+		case kindPut:
+			v, err := s.decodeValue(h, value)
+			if err != nil {
+				return fmt.Errorf("collect segment %d at offset %d: %w", g.seq, off, err)
+			}
+			before := g.live.Load()
+			if err := m.Relocate(g.loc(off), engines.Record{Key: key, Value: v, ExpiresAt: h.aux}); err != nil {
+				return fmt.Errorf("collect segment %d: relocate record at %d: %w", g.seq, off, err)
+			}
+			moved += before - g.live.Load()
+		case kindTombstone:
+			if !s.olderSegmentUpTo(g, uint64(h.aux)) {
+				continue // nothing older left for it to shadow
+			}
+			aux := h.aux
+			keep := func() error {
+				_, err := s.append(kindTombstone, key, nil, aux)
+				return err
+			}
+			if err := m.RelocateTombstone(key, keep); err != nil {
+				return fmt.Errorf("collect segment %d: tombstone at %d: %w", g.seq, off, err)
+			}
+		}
+	}
+	// Every copy and every tombstone that shadows g's garbage must be
+	// durable before g's file goes.
+	if err := s.Sync(); err != nil {
+		return fmt.Errorf("collect segment %d: %w", g.seq, err)
+	}
+	if live := g.live.Load(); live != 0 {
+		s.opts.Logger.Warn("diskstore: collected segment still counts live bytes", "segment", g.seq, "live", live)
+	}
+	s.mu.Lock()
+	s.uninstallLocked(g)
+	s.mu.Unlock()
+	g.dead.Store(true)
+	// Wait for in-flight leaders that might still hold g (none should: g
+	// was fully written), then drop the file.
+	s.syncMu.Lock()
+	err := errors.Join(g.f.Close(), s.fs.Remove(g.path), s.fs.SyncDir(s.dir))
+	s.syncMu.Unlock()
+	s.stats.gcRuns.Add(1)
+	s.stats.gcBytesMoved.Add(moved)
+	s.stats.gcSegmentsFreed.Add(1)
+	if err != nil {
+		return fmt.Errorf("free segment %d: %w", g.seq, err)
+	}
+	return nil
+}
+
+// olderSegmentUpTo reports whether a segment other than g with sequence
+// number <= seq is still live (and may hold records a tombstone shadows).
+func (s *Store) olderSegmentUpTo(g *segment, seq uint64) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, x := range s.segs {
+		if x != g && x.seq <= seq {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,276 @@
+package diskstore
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+
+	"github.com/tabuladb/tabula/engines"
+	"github.com/tabuladb/tabula/engines/vfs"
+)
+
+// Segment file constants: never change or reuse.
+const (
+	segmentMagic     = "TABLOGSG"
+	segmentHeaderLen = 32
+	// FormatVersion is the segment format this package writes and reads.
+	FormatVersion = 1
+	segmentExt    = ".log"
+)
+
+// ErrFormatVersion: a segment was written by another format version.
+var ErrFormatVersion = errors.New("diskstore: unsupported format version")
+
+func segmentName(seq uint64) string { return fmt.Sprintf("%016x%s", seq, segmentExt) }
+
+// parseSegmentName returns the sequence number a segment file name carries.
+func parseSegmentName(name string) (uint64, bool) {
+	base, ok := strings.CutSuffix(name, segmentExt)
+	if !ok || len(base) != 16 {
+		return 0, false
+	}
+	seq, err := strconv.ParseUint(base, 16, 64)
+	return seq, err == nil
+}
+
+func encodeSegmentHeader(slot uint32, gen uint8, seq uint64) []byte {
+	b := make([]byte, segmentHeaderLen)
+	copy(b, segmentMagic)
+	binary.LittleEndian.PutUint32(b[8:], FormatVersion)
+	binary.LittleEndian.PutUint16(b[12:], uint16(slot))
+	b[14] = gen
+	binary.LittleEndian.PutUint64(b[16:], seq)
+	binary.LittleEndian.PutUint32(b[28:], crc32.Checksum(b[:28], castagnoli))
+	return b
+}
+
+func decodeSegmentHeader(b []byte) (slot uint32, gen uint8, seq uint64, err error) {
+	if len(b) < segmentHeaderLen {
+		return 0, 0, 0, fmt.Errorf("segment header cut at %d bytes: %w", len(b), engines.ErrCorrupt)
+	}
+	if string(b[:8]) != segmentMagic {
+		return 0, 0, 0, fmt.Errorf("segment magic %q: %w", b[:8], engines.ErrCorrupt)
+	}
+	if got := crc32.Checksum(b[:28], castagnoli); got != binary.LittleEndian.Uint32(b[28:]) {
+		return 0, 0, 0, fmt.Errorf("segment header crc: %w", engines.ErrCorrupt)
+	}
+	if v := binary.LittleEndian.Uint32(b[8:]); v != FormatVersion {
+		return 0, 0, 0, fmt.Errorf("segment format version %d, this build reads %d: %w", v, FormatVersion, ErrFormatVersion)
+	}
+	if b[15] != 0 || binary.LittleEndian.Uint32(b[24:]) != 0 || b[14] > genMask {
+		return 0, 0, 0, fmt.Errorf("segment header reserved bits set: %w", engines.ErrCorrupt)
+	}
+	return uint32(binary.LittleEndian.Uint16(b[12:])), b[14], binary.LittleEndian.Uint64(b[16:]), nil
+}
+
+// segment is one log file. Bytes [0, written) are in the file and never
+// change; bytes [written, size) are still in memory (flushing, then buf).
+type segment struct {
+	seq  uint64
+	slot uint32
+	gen  uint8
+	path string
+
+	// f is set before written first grows past 0 and never changes after.
+	f vfs.File
+	// size is the logical end: every byte appended, written or not.
+	size atomic.Int64
+	// written is how many bytes are in the file (readable with ReadAt).
+	written atomic.Int64
+	// live is the bytes of records the index points at (exact: added by
+	// Append, subtracted by Free).
+	live atomic.Int64
+	// ttlBytes are the live bytes of records with an expiry, the latest of
+	// which is maxExpiry: once the clock passes it they are all garbage
+	// awaiting collection (Free subtracts them as they go).
+	ttlBytes  atomic.Int64
+	maxExpiry atomic.Int64
+	// dead is set once the segment is freed; reads that fail on a dead
+	// segment report "no record", not corruption.
+	dead atomic.Bool
+
+	// Guarded by Store.mu.
+	flushing []byte // bytes [written, written+len(flushing)) being written
+	buf      []byte // bytes after flushing
+	sealed   bool   // no more appends
+	queued   bool   // in Store.pending
+	created  bool   // file exists (set by the sync leader, under syncMu)
+}
+
+func (g *segment) loc(off int64) uint64 { return packLoc(g.slot, g.gen, off) }
+
+// readAt fills p with the segment's bytes at off, from the file or the
+// in-memory tail. It returns io.ErrUnexpectedEOF past the logical end.
+func (s *Store) readAt(g *segment, p []byte, off int64) error {
+	end := off + int64(len(p))
+	if end > g.size.Load() {
+		return io.ErrUnexpectedEOF
+	}
+	w := g.written.Load()
+	if end > w {
+		s.mu.Lock()
+		w = g.written.Load()
+		if end > w {
+			// Copy the part past w from memory; the part before w is in
+			// the file, which never changes, so it can be read unlocked.
+			from := max(off, w)
+			mem := w
+			for _, chunk := range [][]byte{g.flushing, g.buf} {
+				lo, hi := max(from, mem), min(end, mem+int64(len(chunk)))
+				if lo < hi {
+					copy(p[lo-off:hi-off], chunk[lo-mem:hi-mem])
+				}
+				mem += int64(len(chunk))
+			}
+			s.mu.Unlock()
+			if off >= w {
+				return nil
+			}
+			p = p[:w-off]
+		} else {
+			s.mu.Unlock()
+		}
+	}
+	n, err := g.f.ReadAt(p, off)
+	if n == len(p) {
+		return nil
+	}
+	if err == nil || err == io.EOF {
+		err = io.ErrUnexpectedEOF
+	}
+	return err
+}
+
+// readRecord reads and verifies the record at off; buf is reused if large
+// enough. The first read guesses 4 KiB so most records take one read.
+func (s *Store) readRecord(g *segment, off int64, buf []byte) (header, []byte, []byte, error) {
+	size := g.size.Load()
+	if off < segmentHeaderLen || off+recordHeaderLen > size {
+		return header{}, nil, nil, fmt.Errorf("record offset %d outside segment of %d bytes: %w", off, size, engines.ErrCorrupt)
+	}
+	guess := min(max(int64(cap(buf)), 4096), size-off)
+	if int64(cap(buf)) < guess {
+		buf = make([]byte, guess)
+	}
+	buf = buf[:guess]
+	if err := s.readAt(g, buf, off); err != nil {
+		return header{}, nil, nil, err
+	}
+	h, err := parseHeader(buf)
+	if err != nil {
+		return h, nil, nil, err
+	}
+	n := h.total()
+	if off+n > size {
+		return h, nil, nil, fmt.Errorf("record of %d bytes at %d past segment end %d: %w", n, off, size, engines.ErrCorrupt)
+	}
+	if n > int64(len(buf)) {
+		nb := make([]byte, n)
+		copy(nb, buf)
+		if err := s.readAt(g, nb[len(buf):], off+int64(len(buf))); err != nil {
+			return h, nil, nil, err
+		}
+		buf = nb
+	}
+	h, key, value, err := decodeRecord(buf[:n])
+	return h, key, value, err
+}
+
+// segReader reads a segment's records in order through a window buffer.
+type segReader struct {
+	s    *Store
+	g    *segment
+	end  int64 // stop here
+	off  int64 // next record
+	win  []byte
+	wOff int64 // file offset of win[0]
+}
+
+// next returns the record at r.off, or io.EOF at r.end. Errors wrap
+// engines.ErrCorrupt when the bytes are not a valid record.
+func (r *segReader) next() (off int64, h header, key, value []byte, err error) {
+	if r.off >= r.end {
+		return r.off, h, nil, nil, io.EOF
+	}
+	off = r.off
+	if err := r.fill(off, recordHeaderLen); err != nil {
+		return off, h, nil, nil, err
+	}
+	if h, err = parseHeader(r.win[off-r.wOff:]); err != nil {
+		return off, h, nil, nil, err
+	}
+	n := h.total()
+	if off+n > r.end {
+		return off, h, nil, nil, fmt.Errorf("record of %d bytes at %d past end %d: %w", n, off, r.end, engines.ErrCorrupt)
+	}
+	if err := r.fill(off, n); err != nil {
+		return off, h, nil, nil, err
+	}
+	h, key, value, err = decodeRecord(r.win[off-r.wOff : off-r.wOff+n])
+	if err != nil {
+		return off, h, nil, nil, err
+	}
+	r.off = off + n
+	return off, h, key, value, nil
+}
+
+// fill makes the window hold [off, off+n).
+func (r *segReader) fill(off, n int64) error {
+	if off >= r.wOff && off+n <= r.wOff+int64(len(r.win)) {
+		return nil
+	}
+	if off+n > r.end {
+		return fmt.Errorf("record header at %d past end %d: %w", off, r.end, engines.ErrCorrupt)
+	}
+	want := min(max(n, 256<<10), r.end-off)
+	if int64(cap(r.win)) < want {
+		r.win = make([]byte, want)
+	}
+	r.win = r.win[:want]
+	r.wOff = off
+	if err := r.s.readAt(r.g, r.win, off); err != nil {
+		r.win = r.win[:0]
+		return fmt.Errorf("read segment %d at %d: %w", r.g.seq, off, err)
+	}
+	return nil
+}
+
+func (s *Store) segPath(seq uint64) string { return filepath.Join(s.dir, segmentName(seq)) }
+
+// addLive counts a live record of n bytes expiring at exp (0: never).
+func (g *segment) addLive(n, exp int64) {
+	g.live.Add(n)
+	if exp > 0 {
+		g.ttlBytes.Add(n)
+		for {
+			m := g.maxExpiry.Load()
+			if exp <= m || g.maxExpiry.CompareAndSwap(m, exp) {
+				break
+			}
+		}
+	}
+}
+
+// subLive uncounts a record added with addLive.
+func (g *segment) subLive(n, exp int64) {
+	g.live.Add(-n)
+	if exp > 0 {
+		g.ttlBytes.Add(-n)
+	}
+}
+
+// liveAt is the segment's live bytes with every record expired by now
+// counted as garbage (exact once all its TTL records expired).
+func (g *segment) liveAt(now int64) int64 {
+	live := g.live.Load()
+	if m := g.maxExpiry.Load(); m > 0 && m <= now {
+		live -= g.ttlBytes.Load()
+	}
+	return max(live, 0)
+}

@@ -1,0 +1,923 @@
+package diskstore
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tabuladb/tabula/engines"
+	"github.com/tabuladb/tabula/engines/vfs"
+)
+
+// Errors of the disk store.
+var (
+	// ErrTooLarge: a record does not fit in one segment.
+	ErrTooLarge = errors.New("diskstore: record larger than a segment")
+	// ErrNoSlots: the log has 65536 live segments (see the location format).
+	ErrNoSlots = errors.New("diskstore: every segment slot is in use")
+	// ErrNotRecovered: Append before Recover.
+	ErrNotRecovered = errors.New("diskstore: store not recovered yet")
+)
+
+// Durability says when a write is durable.
+type Durability int
+
+const (
+	// DurabilitySync (the default): Commit returns once everything the
+	// caller appended is written and fsynced. Concurrent committers share
+	// one write and one fsync (group commit), so a kill -9 loses nothing
+	// that Commit acknowledged.
+	DurabilitySync Durability = iota
+	// DurabilityLazy: Commit returns at once; a background flusher writes
+	// and fsyncs every FlushInterval (and Sync and Close do so at once). A
+	// crash loses up to FlushInterval of acknowledged writes; it never
+	// tears a record or serves a partial one.
+	DurabilityLazy
+)
+
+func (d Durability) String() string {
+	switch d {
+	case DurabilitySync:
+		return "sync"
+	case DurabilityLazy:
+		return "lazy"
+	}
+	return fmt.Sprintf("Durability(%d)", int(d))
+}
+
+// Options configure a Store. The zero value works.
+type Options struct {
+	// FS is the file system. Default: vfs.Default.
+	FS vfs.FS
+	// SegmentSize is the largest segment file, at most 256 MiB (the 28
+	// offset bits of a location); a Write batch must fit in one. Default:
+	// 128 MiB, so a batch of api.MaxBatchBytes (64 MiB) fits.
+	SegmentSize int64
+	// Durability: DurabilitySync (default) or DurabilityLazy.
+	Durability Durability
+	// FlushInterval is how often the lazy mode writes and fsyncs.
+	// Default: 50 ms.
+	FlushInterval time.Duration
+	// MaxSpaceAmp is the space amplification (log bytes / live bytes) above
+	// which the collector runs. Default: 1.15.
+	MaxSpaceAmp float64
+	// GCInterval is how often the collector checks for work. Default: 100 ms.
+	GCInterval time.Duration
+	// GCDutyCycle is the fraction of time the collector may run while the
+	// space amplification is below 2 (above it, it runs flat out).
+	// Default: 0.5.
+	GCDutyCycle float64
+	// Now is the clock TTLs are measured by, Unix milliseconds.
+	// Default: time.Now().UnixMilli().
+	Now func() int64
+	// Logger receives the store's events. Default: slog.Default().
+	Logger *slog.Logger
+}
+
+// Validate says what is wrong with o, if anything.
+func (o Options) Validate() error {
+	switch {
+	case o.SegmentSize != 0 && (o.SegmentSize < 4096 || o.SegmentSize > maxSegmentSize):
+		return fmt.Errorf("diskstore: SegmentSize %d outside [4096, %d]", o.SegmentSize, maxSegmentSize)
+	case o.Durability != DurabilitySync && o.Durability != DurabilityLazy:
+		return fmt.Errorf("diskstore: unknown durability %d", o.Durability)
+	case o.MaxSpaceAmp != 0 && o.MaxSpaceAmp <= 1:
+		return fmt.Errorf("diskstore: MaxSpaceAmp %v must exceed 1", o.MaxSpaceAmp)
+	case o.GCDutyCycle < 0 || o.GCDutyCycle > 1:
+		return fmt.Errorf("diskstore: GCDutyCycle %v outside [0, 1]", o.GCDutyCycle)
+	}
+	return nil
+}
+
+// WithDefaults returns o with zero fields set to their defaults.
+func (o Options) WithDefaults() Options {
+	if o.FS == nil {
+		o.FS = vfs.Default
+	}
+	if o.SegmentSize == 0 {
+		o.SegmentSize = 128 << 20
+	}
+	if o.FlushInterval == 0 {
+		o.FlushInterval = 50 * time.Millisecond
+	}
+	if o.MaxSpaceAmp == 0 {
+		o.MaxSpaceAmp = 1.15
+	}
+	if o.GCInterval == 0 {
+		o.GCInterval = 100 * time.Millisecond
+	}
+	if o.GCDutyCycle == 0 {
+		o.GCDutyCycle = 0.5
+	}
+	if o.Now == nil {
+		o.Now = func() int64 { return time.Now().UnixMilli() }
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	return o
+}
+
+// Store is the log store. It is safe for concurrent use.
+type Store struct {
+	dir  string
+	fs   vfs.FS
+	opts Options
+
+	// table maps a slot to its segment; replaced (copied) on change, under mu.
+	table atomic.Pointer[[]*segment]
+	// synced is the log position (bytes appended since open) known durable.
+	synced atomic.Int64
+
+	// mu guards the append state below and segments' in-memory tails.
+	mu sync.Mutex
+	// segs are the live segments in sequence order; guarded by mu.
+	segs []*segment
+	// head takes appends; nil until the first append. Guarded by mu.
+	head *segment
+	// pending are segments with unwritten bytes, in order; guarded by mu.
+	pending []*segment
+	// appended is the log position: bytes appended since open; guarded by mu.
+	appended int64
+	// nextSeq, freeSlots (FIFO), nextSlot and gens allocate segments;
+	// guarded by mu.
+	nextSeq   uint64
+	freeSlots []uint32
+	nextSlot  uint32
+	gens      []uint8
+	// failed is the sticky error of a failed write or sync: after it the
+	// store takes no more writes (the file state is unknown; reopening
+	// recovers what is durable). Guarded by mu.
+	failed error
+	// recovered is set by Recover; guarded by mu.
+	recovered bool
+
+	// syncMu makes one goroutine at a time the group-commit leader that
+	// writes and fsyncs; the others wait on it and usually find their bytes
+	// already durable.
+	syncMu sync.Mutex
+
+	// gcMu keeps the collector (writer) and scans (readers) apart, so a
+	// scan never sees a record at both its old and its new location.
+	gcMu sync.RWMutex
+
+	closed  atomic.Bool
+	closing chan struct{}
+	kick    chan struct{}
+	wg      sync.WaitGroup
+
+	stats struct {
+		gcRuns, gcBytesMoved, gcSegmentsFreed, syncs atomic.Int64
+	}
+}
+
+// Open opens (creating if needed) the store in dir and checks every segment
+// header. The store serves reads of existing records at once; Recover must
+// run before it takes appends.
+func Open(dir string, opts Options) (*Store, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	opts = opts.WithDefaults()
+	s := &Store{dir: dir, fs: opts.FS, opts: opts, closing: make(chan struct{}), kick: make(chan struct{}, 1), nextSeq: 1}
+	empty := []*segment{}
+	s.table.Store(&empty)
+	if err := s.fs.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("open disk store %s: %w", dir, err)
+	}
+	// The directory's name (and its parents', which MkdirAll may have just
+	// made) must be durable before anything in it is.
+	for d := filepath.Clean(dir); ; {
+		p := filepath.Dir(d)
+		if err := s.fs.SyncDir(p); err != nil {
+			return nil, fmt.Errorf("open disk store %s: sync %s: %w", dir, p, err)
+		}
+		if p == d || p == "." || p == "/" {
+			break
+		}
+		d = p
+	}
+	names, err := s.fs.List(dir)
+	if err != nil {
+		return nil, fmt.Errorf("open disk store %s: %w", dir, err)
+	}
+	var seqs []uint64
+	for _, n := range names {
+		if seq, ok := parseSegmentName(n); ok {
+			seqs = append(seqs, seq)
+		}
+	}
+	sort.Slice(seqs, func(i, j int) bool { return seqs[i] < seqs[j] })
+	for i, seq := range seqs {
+		g, err := s.openSegment(seq, i == len(seqs)-1)
+		if err != nil {
+			return nil, errors.Join(err, s.closeFiles())
+		}
+		if g == nil {
+			continue // an empty last segment whose header never became durable
+		}
+		s.segs = append(s.segs, g)
+		s.installLocked(g)
+		s.nextSeq = seq + 1
+	}
+	for slot := uint32(0); slot < s.nextSlot; slot++ {
+		if (*s.table.Load())[slot] == nil {
+			s.freeSlots = append(s.freeSlots, slot)
+		}
+	}
+	return s, nil
+}
+
+// openSegment opens and checks one segment file. A last segment too short
+// to hold a header was created but never synced: it is removed.
+func (s *Store) openSegment(seq uint64, last bool) (*segment, error) {
+	path := s.segPath(seq)
+	f, err := s.fs.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("open segment %d: %w", seq, err)
+	}
+	size, err := f.Size()
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("open segment %d: %w", seq, err), f.Close())
+	}
+	hdr := make([]byte, segmentHeaderLen)
+	if size < segmentHeaderLen && last {
+		s.opts.Logger.Warn("diskstore: removing a last segment with no durable header", "segment", seq, "bytes", size)
+		if err := errors.Join(f.Close(), s.fs.Remove(path), s.fs.SyncDir(s.dir)); err != nil {
+			return nil, fmt.Errorf("remove empty segment %d: %w", seq, err)
+		}
+		return nil, nil
+	}
+	if _, err := f.ReadAt(hdr, 0); err != nil {
+		return nil, errors.Join(fmt.Errorf("read segment %d header: %w (%w)", seq, err, engines.ErrCorrupt), f.Close())
+	}
+	slot, gen, hseq, err := decodeSegmentHeader(hdr)
+	if err == nil && hseq != seq {
+		err = fmt.Errorf("segment file %d holds segment %d: %w", seq, hseq, engines.ErrCorrupt)
+	}
+	if err == nil && (*s.table.Load()) != nil && int(slot) < len(*s.table.Load()) && (*s.table.Load())[slot] != nil {
+		err = fmt.Errorf("segment %d reuses slot %d of a live segment: %w", seq, slot, engines.ErrCorrupt)
+	}
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("open segment %s: %w", path, err), f.Close())
+	}
+	g := &segment{seq: seq, slot: slot, gen: gen, path: path, f: f, sealed: true, created: true}
+	g.size.Store(size)
+	g.written.Store(size)
+	return g, nil
+}
+
+// installLocked publishes g in the slot table. Caller holds mu (or owns s).
+func (s *Store) installLocked(g *segment) {
+	old := *s.table.Load()
+	n := max(len(old), int(g.slot)+1)
+	t := make([]*segment, n)
+	copy(t, old)
+	t[g.slot] = g
+	s.table.Store(&t)
+	for uint32(len(s.gens)) <= g.slot {
+		s.gens = append(s.gens, 0)
+	}
+	s.gens[g.slot] = g.gen
+	s.nextSlot = max(s.nextSlot, g.slot+1)
+}
+
+func (s *Store) uninstallLocked(g *segment) {
+	old := *s.table.Load()
+	t := make([]*segment, len(old))
+	copy(t, old)
+	t[g.slot] = nil
+	s.table.Store(&t)
+	s.freeSlots = append(s.freeSlots, g.slot)
+	for i, x := range s.segs {
+		if x == g {
+			s.segs = append(s.segs[:i:i], s.segs[i+1:]...)
+			break
+		}
+	}
+}
+
+func (s *Store) segAt(slot uint32, gen uint8) *segment {
+	t := *s.table.Load()
+	if int(slot) >= len(t) {
+		return nil
+	}
+	g := t[slot]
+	if g == nil || g.gen != gen {
+		return nil
+	}
+	return g
+}
+
+// ReplayFunc is called by Recover for each record in log order. A put
+// record is live (counted in its segment's live bytes) until the owner
+// Frees it; a tombstone is never live.
+type ReplayFunc func(loc uint64, r engines.Record, tombstone bool) error
+
+// Recover reads every record in log order and hands it to fn, which
+// rebuilds the owner's index. A bad record in the last segment with no good
+// record after it is a torn tail of unacknowledged writes: it is cut off.
+// Any other bad record is corruption: Recover fails with engines.ErrCorrupt
+// and changes nothing. After Recover the store takes appends (into a new
+// segment) and its background flusher runs.
+func (s *Store) Recover(fn ReplayFunc) error {
+	start := time.Now()
+	var bytesRead int64
+	type held struct {
+		loc  uint64
+		rec  engines.Record
+		tomb bool
+	}
+	var batch []held // records of an unfinished batch, copied
+	for i, g := range s.segs {
+		last := i == len(s.segs)-1
+		r := &segReader{s: s, g: g, end: g.size.Load(), off: segmentHeaderLen}
+		batchStart := int64(-1)
+		for {
+			off, h, key, value, err := r.next()
+			if err == io.EOF && batchStart >= 0 {
+				err = fmt.Errorf("batch from offset %d has no last record: %w", batchStart, engines.ErrCorrupt)
+				off = batchStart
+			}
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				if !last || !errors.Is(err, engines.ErrCorrupt) {
+					return fmt.Errorf("recover segment %d at offset %d: %w", g.seq, off, err)
+				}
+				if s.goodRecordAfter(g, off) {
+					return fmt.Errorf("recover segment %d: bad record at offset %d followed by good ones: %w", g.seq, off, err)
+				}
+				cut := off
+				if batchStart >= 0 {
+					cut = batchStart // an unfinished batch is dropped whole
+				}
+				if err := s.truncate(g, cut); err != nil {
+					return err
+				}
+				batch = batch[:0]
+				break
+			}
+			bytesRead += h.total()
+			loc := g.loc(off)
+			var rec engines.Record
+			switch h.kind {
+			case kindPut:
+				v, err := s.decodeValue(h, value)
+				if err != nil {
+					return fmt.Errorf("recover segment %d at offset %d: %w", g.seq, off, err)
+				}
+				rec = engines.Record{Key: key, Value: v, ExpiresAt: h.aux}
+			case kindTombstone:
+				rec = engines.Record{Key: key}
+			}
+			tomb := h.kind == kindTombstone
+			if h.flags&flagBatchCont != 0 || batchStart >= 0 {
+				if batchStart < 0 {
+					batchStart = off
+				}
+				rec.Key = append([]byte(nil), rec.Key...)
+				rec.Value = append([]byte(nil), rec.Value...)
+				batch = append(batch, held{loc, rec, tomb})
+				if h.flags&flagBatchCont != 0 {
+					continue
+				}
+				batchStart = -1
+				for _, b := range batch {
+					if err := s.replay(fn, b.loc, b.rec, b.tomb); err != nil {
+						return err
+					}
+				}
+				batch = batch[:0]
+				continue
+			}
+			if err := s.replay(fn, loc, rec, tomb); err != nil {
+				return err
+			}
+		}
+	}
+	s.mu.Lock()
+	s.recovered = true
+	s.mu.Unlock()
+	s.opts.Logger.Info("diskstore: recovered", "dir", s.dir, "segments", len(s.segs),
+		"bytes_read", bytesRead, "duration", time.Since(start))
+	if s.opts.Durability == DurabilityLazy {
+		s.wg.Add(1)
+		go s.flushLoop()
+	}
+	return nil
+}
+
+// replay counts a put live in its segment and hands the record to fn.
+func (s *Store) replay(fn ReplayFunc, loc uint64, r engines.Record, tomb bool) error {
+	slot, gen, off := unpackLoc(loc)
+	g := s.segAt(slot, gen)
+	if !tomb {
+		g.addLive(recordLen(len(r.Key), len(r.Value)), r.ExpiresAt)
+	}
+	if err := fn(loc, r, tomb); err != nil {
+		return fmt.Errorf("replay segment %d at offset %d: %w", g.seq, off, err)
+	}
+	return nil
+}
+
+// goodRecordAfter reports whether any valid record starts after off in g:
+// then the bad bytes at off are not a torn tail but damage to synced data.
+// It searches every byte offset of the rest of the segment (a flipped length
+// field hides where the next record starts).
+func (s *Store) goodRecordAfter(g *segment, off int64) bool {
+	end := g.size.Load()
+	if end-off <= recordHeaderLen {
+		return false
+	}
+	rest := make([]byte, end-off)
+	if err := s.readAt(g, rest, off); err != nil {
+		return false
+	}
+	for p := 1; p+recordHeaderLen <= len(rest); p++ {
+		if _, _, _, err := decodeRecord(rest[p:]); err == nil {
+			return true
+		}
+	}
+	return false
+}
+
+// truncate cuts g's torn tail at off, durably.
+func (s *Store) truncate(g *segment, off int64) error {
+	s.opts.Logger.Warn("diskstore: cutting a torn tail", "segment", g.seq, "offset", off, "bytes", g.size.Load()-off)
+	f, err := s.fs.OpenReadWrite(g.path)
+	if err != nil {
+		return fmt.Errorf("truncate segment %d: %w", g.seq, err)
+	}
+	if err := errors.Join(f.Truncate(off), f.Sync()); err != nil {
+		return errors.Join(fmt.Errorf("truncate segment %d at %d: %w", g.seq, off, err), f.Close())
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("truncate segment %d: %w", g.seq, err)
+	}
+	g.size.Store(off)
+	g.written.Store(off)
+	return nil
+}
+
+// Append adds a put record to the log and returns its location. It is
+// durable once a later Commit or Sync returns; until then it is readable
+// (from memory) but a crash may lose it.
+func (s *Store) Append(r engines.Record) (uint64, error) {
+	return s.append(kindPut, r.Key, r.Value, r.ExpiresAt)
+}
+
+// Op is one record of a Write: a put of Record, or a tombstone of
+// Record.Key shadowing the deleted version at Shadowed.
+type Op struct {
+	Record    engines.Record
+	Tombstone bool
+	Shadowed  uint64
+}
+
+// Write appends ops as one batch and sets locs[i] to the location of each
+// put (0 for tombstones). The batch lands in one segment and only its last
+// record lacks the batch-continues flag, so after a crash recovery replays
+// all of it or none. On error nothing was appended. Durable as Append.
+func (s *Store) Write(ops []Op, locs []uint64) error {
+	var total int64
+	for i := range ops {
+		r := &ops[i].Record
+		if len(r.Key) == 0 || len(r.Key) > MaxKeyLen {
+			return fmt.Errorf("write op %d: a %d-byte key: %w", i, len(r.Key), ErrTooLarge)
+		}
+		if ops[i].Tombstone {
+			total += recordLen(len(r.Key), 0)
+		} else {
+			total += recordLen(len(r.Key), len(r.Value))
+		}
+	}
+	if total > s.opts.SegmentSize-segmentHeaderLen {
+		return fmt.Errorf("write batch of %d bytes into %d-byte segments: %w", total, s.opts.SegmentSize, ErrTooLarge)
+	}
+	if s.closed.Load() {
+		return engines.ErrClosed
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	g, err := s.headForLocked(total)
+	if err != nil {
+		return err
+	}
+	for i := range ops {
+		var flags byte
+		if i < len(ops)-1 {
+			flags = flagBatchCont
+		}
+		op := &ops[i]
+		if op.Tombstone {
+			aux := int64(g.seq)
+			slot, gen, _ := unpackLoc(op.Shadowed)
+			if sg := s.segAt(slot, gen); sg != nil {
+				aux = int64(sg.seq)
+			}
+			s.appendLocked(g, kindTombstone, flags, op.Record.Key, nil, aux)
+			locs[i] = 0
+		} else {
+			locs[i] = s.appendLocked(g, kindPut, flags, op.Record.Key, op.Record.Value, op.Record.ExpiresAt)
+		}
+	}
+	return nil
+}
+
+// Tombstone appends a delete marker for key: the version at shadowed (a
+// location of key's deleted record) stays deleted after a restart. Durable
+// as Append.
+func (s *Store) Tombstone(key []byte, shadowed uint64) error {
+	slot, gen, _ := unpackLoc(shadowed)
+	var seq int64 = -1
+	if g := s.segAt(slot, gen); g != nil {
+		seq = int64(g.seq)
+	}
+	_, err := s.append(kindTombstone, key, nil, seq)
+	return err
+}
+
+// headForLocked returns the head segment, rotated if n more bytes do not
+// fit. Caller holds mu.
+func (s *Store) headForLocked(n int64) (*segment, error) {
+	switch {
+	case s.failed != nil:
+		return nil, fmt.Errorf("append: store failed earlier: %w", s.failed)
+	case !s.recovered:
+		return nil, ErrNotRecovered
+	}
+	if g := s.head; g != nil && g.size.Load()+n <= s.opts.SegmentSize {
+		return g, nil
+	}
+	return s.rotateLocked()
+}
+
+// appendLocked appends one record to g, the head. Caller holds mu.
+func (s *Store) appendLocked(g *segment, kind, flags byte, key, value []byte, aux int64) uint64 {
+	n := recordLen(len(key), len(value))
+	off := g.size.Load()
+	g.buf = appendRecord(g.buf, kind, flags, key, value, aux)
+	g.size.Add(n)
+	if kind == kindPut {
+		g.addLive(n, aux)
+	}
+	s.appended += n
+	if !g.queued {
+		g.queued = true
+		s.pending = append(s.pending, g)
+	}
+	return g.loc(off)
+}
+
+func (s *Store) append(kind byte, key, value []byte, aux int64) (uint64, error) {
+	if len(key) == 0 || len(key) > MaxKeyLen {
+		return 0, fmt.Errorf("append record with a %d-byte key: %w", len(key), ErrTooLarge)
+	}
+	n := recordLen(len(key), len(value))
+	if n > s.opts.SegmentSize-segmentHeaderLen {
+		return 0, fmt.Errorf("append record of %d bytes into %d-byte segments: %w", n, s.opts.SegmentSize, ErrTooLarge)
+	}
+	if s.closed.Load() {
+		return 0, engines.ErrClosed
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	g, err := s.headForLocked(n)
+	if err != nil {
+		return 0, err
+	}
+	if kind == kindTombstone && aux < 0 {
+		aux = int64(g.seq) // shadowed segment unknown: older versions are at most this new
+	}
+	return s.appendLocked(g, kind, 0, key, value, aux), nil
+}
+
+// rotateLocked seals the head and starts a new segment in memory; the sync
+// leader creates its file.
+func (s *Store) rotateLocked() (*segment, error) {
+	var slot uint32
+	switch {
+	case len(s.freeSlots) > 0:
+		slot = s.freeSlots[0]
+		s.freeSlots = s.freeSlots[1:]
+	case s.nextSlot < maxSlots:
+		slot = s.nextSlot
+	default:
+		return nil, fmt.Errorf("start segment %d: %w", s.nextSeq, ErrNoSlots)
+	}
+	var gen uint8
+	if int(slot) < len(s.gens) {
+		gen = (s.gens[slot] + 1) & genMask
+	}
+	seq := s.nextSeq
+	s.nextSeq++
+	g := &segment{seq: seq, slot: slot, gen: gen, path: s.segPath(seq)}
+	g.buf = encodeSegmentHeader(slot, gen, seq)
+	g.size.Store(segmentHeaderLen)
+	s.appended += segmentHeaderLen
+	if s.head != nil {
+		s.head.sealed = true
+	}
+	s.head = g
+	s.segs = append(s.segs, g)
+	s.installLocked(g)
+	g.queued = true
+	s.pending = append(s.pending, g)
+	return g, nil
+}
+
+// Commit makes the caller's earlier appends as durable as the store's
+// Durability promises: with DurabilitySync it returns once they are
+// written and fsynced (shared with concurrent committers); with
+// DurabilityLazy it returns at once.
+func (s *Store) Commit() error {
+	if s.opts.Durability == DurabilityLazy {
+		return nil
+	}
+	return s.Sync()
+}
+
+// Sync writes and fsyncs everything appended before the call, whatever the
+// durability mode. When it returns nil, those records survive a crash.
+func (s *Store) Sync() error {
+	s.mu.Lock()
+	target := s.appended
+	s.mu.Unlock()
+	return s.syncTo(target)
+}
+
+// syncTo makes the log durable up to position target. One caller at a time
+// leads: it takes every pending byte (its own and everyone else's), writes
+// and fsyncs each segment in order, then the directory if it created a
+// file. The callers queued behind it then find their bytes durable.
+func (s *Store) syncTo(target int64) error {
+	if s.synced.Load() >= target {
+		return nil
+	}
+	s.syncMu.Lock()
+	defer s.syncMu.Unlock()
+	if s.synced.Load() >= target {
+		return nil
+	}
+	s.mu.Lock()
+	if s.failed != nil {
+		s.mu.Unlock()
+		return fmt.Errorf("sync: store failed earlier: %w", s.failed)
+	}
+	end := s.appended
+	work := s.pending
+	s.pending = nil
+	for _, g := range work {
+		g.flushing, g.buf = g.buf, nil
+		g.queued = false
+	}
+	s.mu.Unlock()
+
+	err := s.writeOut(work)
+	if err != nil {
+		s.mu.Lock()
+		if s.failed == nil {
+			s.failed = err
+		}
+		s.mu.Unlock()
+		s.opts.Logger.Error("diskstore: write failed; the store takes no more writes until reopened", "dir", s.dir, "err", err)
+		return fmt.Errorf("sync: %w", err)
+	}
+	s.stats.syncs.Add(1)
+	s.synced.Store(end)
+	return nil
+}
+
+// writeOut writes and fsyncs work in order. Caller holds syncMu.
+func (s *Store) writeOut(work []*segment) error {
+	newFile := false
+	for _, g := range work {
+		if !g.created {
+			f, err := s.fs.Create(g.path)
+			if err != nil {
+				return fmt.Errorf("create segment %d: %w", g.seq, err)
+			}
+			g.f = f
+			g.created = true
+			newFile = true
+		}
+		if len(g.flushing) > 0 {
+			n, err := g.f.Write(g.flushing)
+			if err != nil {
+				return fmt.Errorf("write segment %d: %d of %d bytes: %w", g.seq, n, len(g.flushing), err)
+			}
+		}
+		s.mu.Lock()
+		g.written.Add(int64(len(g.flushing)))
+		g.flushing = nil
+		s.mu.Unlock()
+		if err := g.f.Sync(); err != nil {
+			return fmt.Errorf("sync segment %d: %w", g.seq, err)
+		}
+	}
+	if newFile {
+		if err := s.fs.SyncDir(s.dir); err != nil {
+			return fmt.Errorf("sync directory %s: %w", s.dir, err)
+		}
+	}
+	return nil
+}
+
+// flushLoop is the lazy mode's flusher.
+func (s *Store) flushLoop() {
+	defer s.wg.Done()
+	t := time.NewTicker(s.opts.FlushInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.closing:
+			return
+		case <-t.C:
+			if err := s.Sync(); err != nil {
+				s.opts.Logger.Error("diskstore: background flush failed", "dir", s.dir, "err", err)
+			}
+		}
+	}
+}
+
+// Read returns the record at loc, verified against its CRC. ok is false if
+// loc names no live segment (it was freed, maybe reused); a record that
+// fails its check is an error wrapping engines.ErrCorrupt, never returned.
+// The record's slices may alias buf.
+func (s *Store) Read(loc uint64, buf []byte) (engines.Record, bool, error) {
+	slot, gen, off := unpackLoc(loc)
+	g := s.segAt(slot, gen)
+	if g == nil {
+		return engines.Record{}, false, nil
+	}
+	h, key, value, err := s.readRecord(g, off, buf)
+	if err != nil {
+		if g.dead.Load() {
+			return engines.Record{}, false, nil // freed under us
+		}
+		return engines.Record{}, false, fmt.Errorf("read segment %d offset %d: %w", g.seq, off, err)
+	}
+	if h.kind != kindPut {
+		return engines.Record{}, false, nil
+	}
+	v, err := s.decodeValue(h, value)
+	if err != nil {
+		return engines.Record{}, false, fmt.Errorf("read segment %d offset %d: %w", g.seq, off, err)
+	}
+	return engines.Record{Key: key, Value: v, ExpiresAt: h.aux}, true, nil
+}
+
+func (s *Store) decodeValue(h header, v []byte) ([]byte, error) {
+	if h.flags&flagS2 != 0 {
+		return nil, fmt.Errorf("compressed values are not supported by this build: %w", engines.ErrCorrupt)
+	}
+	return v, nil
+}
+
+// Free marks the record r at loc garbage: its bytes leave its segment's
+// live count, which drives the collector.
+func (s *Store) Free(loc uint64, r engines.Record) error {
+	slot, gen, _ := unpackLoc(loc)
+	if g := s.segAt(slot, gen); g != nil {
+		g.subLive(recordLen(len(r.Key), len(r.Value)), r.ExpiresAt)
+	}
+	return nil
+}
+
+// Scan calls fn for every put record (live or garbage) in log order,
+// stopping at fn's first error. Records appended during the scan are seen
+// (they land ahead of it); the collector waits until the scan ends, so a
+// record is never met at two locations.
+func (s *Store) Scan(fn func(loc uint64, r engines.Record) error) error {
+	s.gcMu.RLock()
+	defer s.gcMu.RUnlock()
+	var lastSeq uint64
+	for {
+		s.mu.Lock()
+		var g *segment
+		for _, x := range s.segs {
+			if x.seq > lastSeq {
+				g = x
+				break
+			}
+		}
+		s.mu.Unlock()
+		if g == nil {
+			return nil
+		}
+		lastSeq = g.seq
+		r := &segReader{s: s, g: g, off: segmentHeaderLen}
+		for {
+			r.end = g.size.Load()
+			off, h, key, value, err := r.next()
+			if err == io.EOF {
+				// A head that grew meanwhile is read on; a sealed one is done.
+				if g.size.Load() > r.end {
+					continue
+				}
+				break
+			}
+			if err != nil {
+				return fmt.Errorf("scan segment %d at offset %d: %w", g.seq, off, err)
+			}
+			if h.kind != kindPut {
+				continue
+			}
+			v, err := s.decodeValue(h, value)
+			if err != nil {
+				return fmt.Errorf("scan segment %d at offset %d: %w", g.seq, off, err)
+			}
+			if err := fn(g.loc(off), engines.Record{Key: key, Value: v, ExpiresAt: h.aux}); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// Stats is a snapshot of the store's counters.
+type Stats struct {
+	Segments     int
+	LogBytes     int64 // bytes of every segment, headers included
+	LiveBytes    int64 // bytes of unexpired records the index points at
+	GarbageBytes int64 // LogBytes - LiveBytes
+	// SpaceAmp is LogBytes / LiveBytes (0 when empty).
+	SpaceAmp          float64
+	Syncs             int64 // group commits (write + fsync rounds)
+	GCRuns            int64 // segments collected
+	GCBytesMoved      int64
+	GCSegmentsFreed   int64
+	Durability        Durability
+	SegmentSizeTarget int64
+}
+
+// Stats returns the store's counters.
+func (s *Store) Stats() Stats {
+	s.mu.Lock()
+	st := Stats{Segments: len(s.segs), Durability: s.opts.Durability, SegmentSizeTarget: s.opts.SegmentSize}
+	now := s.opts.Now()
+	for _, g := range s.segs {
+		st.LogBytes += g.size.Load()
+		st.LiveBytes += g.liveAt(now)
+	}
+	s.mu.Unlock()
+	st.GarbageBytes = st.LogBytes - st.LiveBytes
+	if st.LiveBytes > 0 {
+		st.SpaceAmp = float64(st.LogBytes) / float64(st.LiveBytes)
+	}
+	st.Syncs = s.stats.syncs.Load()
+	st.GCRuns = s.stats.gcRuns.Load()
+	st.GCBytesMoved = s.stats.gcBytesMoved.Load()
+	st.GCSegmentsFreed = s.stats.gcSegmentsFreed.Load()
+	return st
+}
+
+// Close stops the background goroutines, makes every appended record
+// durable (in either durability mode) and closes the files. It is
+// idempotent.
+func (s *Store) Close() error {
+	if !s.closed.CompareAndSwap(false, true) {
+		return nil
+	}
+	close(s.closing)
+	s.wg.Wait()
+	var errs []error
+	s.mu.Lock()
+	failed := s.failed != nil
+	s.mu.Unlock()
+	if !failed {
+		if err := s.Sync(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	errs = append(errs, s.closeFiles())
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("close disk store %s: %w", s.dir, err)
+	}
+	return nil
+}
+
+func (s *Store) closeFiles() error {
+	s.syncMu.Lock()
+	defer s.syncMu.Unlock()
+	s.mu.Lock()
+	segs := append([]*segment(nil), s.segs...)
+	s.mu.Unlock()
+	var errs []error
+	for _, g := range segs {
+		if g.f != nil {
+			if err := g.f.Close(); err != nil && !errors.Is(err, os.ErrClosed) {
+				errs = append(errs, fmt.Errorf("close segment %d: %w", g.seq, err))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}

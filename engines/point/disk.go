@@ -1,0 +1,169 @@
+package point
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+
+	"github.com/tabuladb/tabula/engines"
+	"github.com/tabuladb/tabula/engines/diskstore"
+	"github.com/tabuladb/tabula/internal/keyspace"
+)
+
+// ErrNoDir: the ssd storage needs Options.Dir.
+var ErrNoDir = errors.New("point: storage \"ssd\" needs Options.Dir")
+
+// OpenDisk opens (creating or reopening) a point engine over the disk store
+// in opts.Dir. ds configures the store; its zero value works (its Now and
+// Logger default to opts'). Reopening rebuilds the index by replaying the
+// log, and starts the store's collector.
+//
+// Durability (ds.Durability): with diskstore.DurabilitySync (the default)
+// Apply, Delete and CompareAndSwap return only once their records are
+// fsynced (concurrent writers share one fsync), so a kill -9 loses nothing
+// acknowledged; with DurabilityLazy they return at once and a crash loses
+// up to ds.FlushInterval of writes. Sync makes everything durable; Close
+// syncs too.
+func OpenDisk(opts engines.Options, ds diskstore.Options) (*Engine, error) {
+	if opts.Dir == "" {
+		return nil, fmt.Errorf("open point engine: %w", ErrNoDir)
+	}
+	opts = opts.WithDefaults()
+	if ds.Now == nil {
+		ds.Now = opts.Now
+	}
+	if ds.Logger == nil {
+		ds.Logger = opts.Logger
+	}
+	s, err := diskstore.Open(opts.Dir, ds)
+	if err != nil {
+		return nil, fmt.Errorf("open point engine: %w", err)
+	}
+	e := OpenStore(opts, s)
+	e.disk = s
+	if err := s.Recover(e.replay); err != nil {
+		return nil, errors.Join(fmt.Errorf("open point engine: %w", err), s.Close())
+	}
+	s.StartGC(mover{e})
+	return e, nil
+}
+
+// replay applies one logged record while the store recovers (one
+// goroutine, before the engine is shared).
+func (e *Engine) replay(loc uint64, r engines.Record, tombstone bool) error {
+	h := keyspace.Hash(r.Key)
+	if tombstone {
+		prev, old, ok, err := e.find(h, r.Key)
+		if err != nil || !ok {
+			return err
+		}
+		return e.unlinkLocked(h, old, prev)
+	}
+	var rerr error
+	return errors.Join(e.putMatching(h, r.Key, loc, recordBytes(r), &rerr), rerr)
+}
+
+// putMatching is putLocked that reports read errors of the entries it
+// compares (recovery must not treat an unreadable entry as another key).
+func (e *Engine) putMatching(h uint64, key []byte, loc uint64, n int64, rerr *error) error {
+	var prev engines.Record
+	old, replaced := e.ix.Upsert(h, loc, func(l uint64) bool {
+		r, present, err := e.store.Read(l, nil)
+		if err != nil {
+			*rerr = err
+		}
+		if err == nil && present && bytes.Equal(r.Key, key) {
+			prev = r
+			return true
+		}
+		return false
+	})
+	sh := e.shard(h)
+	sh.bytes.Add(n)
+	if replaced {
+		sh.bytes.Add(-recordBytes(prev))
+		return e.store.Free(old, prev)
+	}
+	return nil
+}
+
+// Sync makes every write so far durable (whatever the durability mode).
+// With the memory store it does nothing.
+func (e *Engine) Sync() error {
+	if e.closed.Load() {
+		return engines.ErrClosed
+	}
+	if e.disk == nil {
+		return nil
+	}
+	return e.disk.Sync()
+}
+
+// DiskStats returns the disk store's counters (log, live and garbage bytes,
+// segments, collector work), and false for the memory store.
+func (e *Engine) DiskStats() (diskstore.Stats, bool) {
+	if e.disk == nil {
+		return diskstore.Stats{}, false
+	}
+	return e.disk.Stats(), true
+}
+
+// GC runs the disk store's collector to completion in the caller's
+// goroutine and returns how many segments it freed (tests, operators).
+func (e *Engine) GC() (int, error) {
+	if e.disk == nil {
+		return 0, nil
+	}
+	return e.disk.GC(mover{e})
+}
+
+// mover is the engine's side of the collector (diskstore.Mover).
+type mover struct{ e *Engine }
+
+var _ diskstore.Mover = mover{}
+
+// Relocate re-appends the record at loc if the index still points there
+// (else it is garbage), or drops it with a tombstone if it expired.
+func (m mover) Relocate(loc uint64, r engines.Record) error {
+	e := m.e
+	h := keyspace.Hash(r.Key)
+	mu := &e.stripes[e.stripeOf(h)]
+	mu.Lock()
+	defer mu.Unlock()
+	if _, ok := e.ix.Lookup(h, func(l uint64) bool { return l == loc }); !ok {
+		return nil
+	}
+	if e.expired(r) {
+		if err := e.disk.Tombstone(r.Key, loc); err != nil {
+			return err
+		}
+		return e.unlinkLocked(h, loc, r)
+	}
+	nloc, err := e.disk.Append(r)
+	if err != nil {
+		return err
+	}
+	// Replace exactly the entry at loc (the stripe keeps writers out, so it
+	// is still there).
+	if _, ok := e.ix.Upsert(h, nloc, func(l uint64) bool { return l == loc }); !ok {
+		return fmt.Errorf("relocate record at %d: entry gone under the stripe lock", loc)
+	}
+	return e.store.Free(loc, r)
+}
+
+// RelocateTombstone keeps a tombstone only while its key is absent.
+func (m mover) RelocateTombstone(key []byte, keep func() error) error {
+	e := m.e
+	h := keyspace.Hash(key)
+	mu := &e.stripes[e.stripeOf(h)]
+	mu.Lock()
+	defer mu.Unlock()
+	_, _, ok, err := e.find(h, key)
+	if err != nil {
+		return err
+	}
+	if ok {
+		return nil
+	}
+	return keep()
+}
