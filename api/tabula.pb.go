@@ -277,7 +277,8 @@ type TableOptions struct {
 	MaxValueBytes uint64 `protobuf:"varint,3,opt,name=max_value_bytes,json=maxValueBytes,proto3" json:"max_value_bytes,omitempty"`
 	// TTL applied to writes that give none, in milliseconds. 0: no expiry.
 	DefaultTtlMs uint64 `protobuf:"varint,4,opt,name=default_ttl_ms,json=defaultTtlMs,proto3" json:"default_ttl_ms,omitempty"`
-	// Storage of point tables: "memory" (default for now).
+	// Storage of point tables: "ssd" (default: the disk store, durable across
+	// restarts) or "memory" (lost when its server stops).
 	Storage       string `protobuf:"bytes,5,opt,name=storage,proto3" json:"storage,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

@@ -136,14 +136,14 @@ func TestMasterGRPC(t *testing.T) {
 	}
 
 	created, err := c.CreateTable(ctx, &api.CreateTableRequest{Tenant: api.DefaultTenant, Name: "t", Kind: api.TableKind_TABLE_KIND_POINT,
-		Options: &api.TableOptions{Partitions: 12}})
+		Options: &api.TableOptions{Partitions: 12, Storage: StorageMemory}}) // memory: a dead server's partitions move at once
 	if err != nil {
 		t.Fatal(err)
 	}
 	if h := hostsOf(created.Map); len(h) != 3 || h[ids[0]] != 4 || h[ids[1]] != 4 || h[ids[2]] != 4 {
 		t.Fatalf("12 partitions on 3 servers spread %v, want 4 each", h)
 	}
-	if o := created.Map.Table.Options; o.Replication != 1 || o.Storage != "memory" || o.MaxValueBytes != api.DefaultMaxValueBytes {
+	if o := created.Map.Table.Options; o.Replication != 1 || o.Storage != StorageMemory || o.MaxValueBytes != api.DefaultMaxValueBytes {
 		t.Fatalf("defaults not filled in: %v", o)
 	}
 
@@ -429,8 +429,8 @@ func TestReassignDurableAfter(t *testing.T) {
 		DataDir:              t.TempDir(),
 		Logger:               testLogger(t),
 		HeartbeatInterval:    2 * time.Millisecond,
-		LeaseDuration:        100 * time.Millisecond,
-		DeadAfter:            300 * time.Millisecond,
+		LeaseDuration:        time.Second,
+		DeadAfter:            5 * time.Second,
 		ReassignDurableAfter: time.Minute,
 		Now:                  clk.Now,
 	})
@@ -478,14 +478,22 @@ func TestReassignDurableAfter(t *testing.T) {
 		}
 		t.Fatalf("timed out waiting for %s", what)
 	}
+	// The clock moves in 1s steps with a heartbeat from the live server after
+	// each, so only the silent one is ever silent for DeadAfter.
+	advance := func(d time.Duration) {
+		for ; d > 0; d -= time.Second {
+			clk.Advance(time.Second)
+			beat()
+		}
+	}
 	// Silence: declared dead, partitions held.
-	clk.Advance(time.Second)
+	advance(6 * time.Second)
 	waitServer("the server declared dead", func(s *api.ServerInfo) bool { return !s.Alive })
 	if got := hostsOf(mapNow()); got[dead] != 2 {
 		t.Fatalf("after death: %v; want the dead server to keep its 2 durable partitions", got)
 	}
 	// Past the grace period: moved.
-	clk.Advance(2 * time.Minute)
+	advance(2 * time.Minute)
 	waitServer("the held partitions to move", func(s *api.ServerInfo) bool { return s.Replicas == 0 })
 	m := mapNow()
 	if got := hostsOf(m); got[alive] != 4 {

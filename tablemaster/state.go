@@ -329,7 +329,7 @@ func NormalizeOptions(kind api.TableKind, o *TableOptions) (TableOptions, error)
 			"options.max_value_bytes is %d; the limit is %d", n.MaxValueBytes, api.MaxValueBytesLimit)
 	}
 	if n.Storage == "" {
-		n.Storage = StorageMemory
+		n.Storage = StorageSSD
 	}
 	if n.Storage != StorageMemory && n.Storage != StorageSSD {
 		return TableOptions{}, errInvalid("options.storage", "storage_invalid", 0,

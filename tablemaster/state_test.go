@@ -31,7 +31,7 @@ func register(id, addr, fd string) Command {
 }
 
 func createTable(tenant, name string, parts uint32) Command {
-	return Command{Op: OpCreateTable, Tenant: tenant, Table: name, Kind: point, UnixMs: 1000, Options: &TableOptions{Partitions: parts}}
+	return Command{Op: OpCreateTable, Tenant: tenant, Table: name, Kind: point, UnixMs: 1000, Options: &TableOptions{Partitions: parts, Storage: StorageMemory}}
 }
 
 // baseState has tenant "default", table default/t (4 partitions) and two servers.
@@ -111,7 +111,7 @@ func TestCreateTableDefaultsAndPlacement(t *testing.T) {
 		t.Fatalf("version %d, want %d", s.Version, v+1)
 	}
 	tb := res.Table
-	want := TableOptions{Partitions: api.DefaultPartitions, Replication: 1, MaxValueBytes: api.DefaultMaxValueBytes, Storage: StorageMemory}
+	want := TableOptions{Partitions: api.DefaultPartitions, Replication: 1, MaxValueBytes: api.DefaultMaxValueBytes, Storage: StorageSSD}
 	if tb.Options != want || tb.ID != 1 || tb.CreatedUnixMs != 42 {
 		t.Fatalf("table %+v, want options %+v id 1 created 42", tb, want)
 	}
@@ -291,7 +291,7 @@ func TestDurablePartitionsWaitForTheirServer(t *testing.T) {
 		register("a", "h:1", "fd1"),
 		register("b", "h:2", "fd2"),
 		Command{Op: OpCreateTable, Tenant: "default", Table: "disk", Kind: point, Options: &TableOptions{Partitions: 4, Storage: StorageSSD}},
-		Command{Op: OpCreateTable, Tenant: "default", Table: "mem", Kind: point, Options: &TableOptions{Partitions: 4}},
+		Command{Op: OpCreateTable, Tenant: "default", Table: "mem", Kind: point, Options: &TableOptions{Partitions: 4, Storage: StorageMemory}},
 	)
 	on := func(table, server string) (ids []uint64, epochs []uint64) {
 		for _, p := range s.Tables["default/"+table].Partitions {

@@ -67,7 +67,7 @@ func TestMultiProcessCluster(t *testing.T) {
 		return alive == 3, nil
 	})
 
-	m, err := c.CreateTable(ctx, "mp", api.TableKind_TABLE_KIND_POINT, &api.TableOptions{Partitions: 12})
+	m, err := c.CreateTable(ctx, "mp", api.TableKind_TABLE_KIND_POINT, &api.TableOptions{Partitions: 12, Storage: "memory"}) // memory: a dead server's partitions move at once
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -330,6 +330,10 @@ func TestDevQuickStart(t *testing.T) {
 	dev.waitOutput("tabula dev ready", 30*time.Second)
 	if out := mustCLI(t, addr, "table", "list"); !strings.Contains(out, "kv") {
 		t.Fatalf("catalog lost across dev restart:\n%s", out)
+	}
+	// kv is on ssd storage (the default): its data survived the restart.
+	if out := mustCLI(t, addr, "get", "kv", "piped"); out != "from stdin" {
+		t.Fatalf("data lost across dev restart: get piped = %q", out)
 	}
 	mustCLI(t, addr, "put", "kv", "after", "restart")
 }

@@ -58,7 +58,7 @@ func tableCreateCmd(g *globals) *cobra.Command {
 	f.Uint32Var(&opts.Replication, "replication", 1, "copies of each partition (only 1 until replication arrives)")
 	f.Uint64Var(&opts.MaxValueBytes, "max-value-bytes", api.DefaultMaxValueBytes, fmt.Sprintf("largest value accepted (at most %d)", api.MaxValueBytesLimit))
 	f.DurationVar(&defaultTTL, "default-ttl", 0, "TTL of writes that give none (0: never expire)")
-	f.StringVar(&opts.Storage, "storage", "memory", "storage of point tables: memory")
+	f.StringVar(&opts.Storage, "storage", "ssd", "storage of point tables: ssd (the disk store, durable) or memory")
 	return cmd
 }
 
