@@ -82,6 +82,19 @@ type Stats struct {
 	// Reads and Writes count operations since open.
 	Reads  uint64
 	Writes uint64
+
+	// Engines that keep files report these too (zero otherwise).
+	//
+	// LiveBytes and GarbageBytes split the bytes on disk between records
+	// still current and versions overwritten, deleted or expired; Segments
+	// is the number of log files.
+	LiveBytes    uint64
+	GarbageBytes uint64
+	Segments     uint64
+	// CacheHits and CacheMisses count reads served by the read cache and
+	// reads that went to disk.
+	CacheHits   uint64
+	CacheMisses uint64
 }
 
 // Engine is what every storage engine provides. Methods are safe for
