@@ -758,10 +758,17 @@ type ReplicaStatus struct {
 	// Bytes of keys and values held.
 	Bytes uint64 `protobuf:"varint,5,opt,name=bytes,proto3" json:"bytes,omitempty"`
 	// Bytes of index memory.
-	IndexBytes    uint64 `protobuf:"varint,6,opt,name=index_bytes,json=indexBytes,proto3" json:"index_bytes,omitempty"`
-	ServerId      string `protobuf:"bytes,7,opt,name=server_id,json=serverId,proto3" json:"server_id,omitempty"`
-	Reads         uint64 `protobuf:"varint,8,opt,name=reads,proto3" json:"reads,omitempty"`
-	Writes        uint64 `protobuf:"varint,9,opt,name=writes,proto3" json:"writes,omitempty"`
+	IndexBytes uint64 `protobuf:"varint,6,opt,name=index_bytes,json=indexBytes,proto3" json:"index_bytes,omitempty"`
+	ServerId   string `protobuf:"bytes,7,opt,name=server_id,json=serverId,proto3" json:"server_id,omitempty"`
+	Reads      uint64 `protobuf:"varint,8,opt,name=reads,proto3" json:"reads,omitempty"`
+	Writes     uint64 `protobuf:"varint,9,opt,name=writes,proto3" json:"writes,omitempty"`
+	// Disk storage only: bytes of current records and of dead versions on
+	// disk, log files, and read-cache hits and misses.
+	LiveBytes     uint64 `protobuf:"varint,10,opt,name=live_bytes,json=liveBytes,proto3" json:"live_bytes,omitempty"`
+	GarbageBytes  uint64 `protobuf:"varint,11,opt,name=garbage_bytes,json=garbageBytes,proto3" json:"garbage_bytes,omitempty"`
+	Segments      uint64 `protobuf:"varint,12,opt,name=segments,proto3" json:"segments,omitempty"`
+	CacheHits     uint64 `protobuf:"varint,13,opt,name=cache_hits,json=cacheHits,proto3" json:"cache_hits,omitempty"`
+	CacheMisses   uint64 `protobuf:"varint,14,opt,name=cache_misses,json=cacheMisses,proto3" json:"cache_misses,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -855,6 +862,41 @@ func (x *ReplicaStatus) GetReads() uint64 {
 func (x *ReplicaStatus) GetWrites() uint64 {
 	if x != nil {
 		return x.Writes
+	}
+	return 0
+}
+
+func (x *ReplicaStatus) GetLiveBytes() uint64 {
+	if x != nil {
+		return x.LiveBytes
+	}
+	return 0
+}
+
+func (x *ReplicaStatus) GetGarbageBytes() uint64 {
+	if x != nil {
+		return x.GarbageBytes
+	}
+	return 0
+}
+
+func (x *ReplicaStatus) GetSegments() uint64 {
+	if x != nil {
+		return x.Segments
+	}
+	return 0
+}
+
+func (x *ReplicaStatus) GetCacheHits() uint64 {
+	if x != nil {
+		return x.CacheHits
+	}
+	return 0
+}
+
+func (x *ReplicaStatus) GetCacheMisses() uint64 {
+	if x != nil {
+		return x.CacheMisses
 	}
 	return 0
 }
@@ -2894,7 +2936,7 @@ const file_tabula_proto_rawDesc = "" +
 	"\x05alive\x18\x04 \x01(\bR\x05alive\x12\x1a\n" +
 	"\breplicas\x18\x05 \x01(\rR\breplicas\x123\n" +
 	"\x16last_heartbeat_unix_ms\x18\x06 \x01(\x03R\x13lastHeartbeatUnixMs\x12\x1a\n" +
-	"\bdraining\x18\a \x01(\bR\bdraining\"\x8a\x02\n" +
+	"\bdraining\x18\a \x01(\bR\bdraining\"\xac\x03\n" +
 	"\rReplicaStatus\x12!\n" +
 	"\fpartition_id\x18\x01 \x01(\x04R\vpartitionId\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12*\n" +
@@ -2905,7 +2947,15 @@ const file_tabula_proto_rawDesc = "" +
 	"indexBytes\x12\x1b\n" +
 	"\tserver_id\x18\a \x01(\tR\bserverId\x12\x14\n" +
 	"\x05reads\x18\b \x01(\x04R\x05reads\x12\x16\n" +
-	"\x06writes\x18\t \x01(\x04R\x06writes\"\x9b\x02\n" +
+	"\x06writes\x18\t \x01(\x04R\x06writes\x12\x1d\n" +
+	"\n" +
+	"live_bytes\x18\n" +
+	" \x01(\x04R\tliveBytes\x12#\n" +
+	"\rgarbage_bytes\x18\v \x01(\x04R\fgarbageBytes\x12\x1a\n" +
+	"\bsegments\x18\f \x01(\x04R\bsegments\x12\x1d\n" +
+	"\n" +
+	"cache_hits\x18\r \x01(\x04R\tcacheHits\x12!\n" +
+	"\fcache_misses\x18\x0e \x01(\x04R\vcacheMisses\"\x9b\x02\n" +
 	"\vErrorDetail\x12(\n" +
 	"\x04code\x18\x01 \x01(\x0e2\x14.tabula.v1.ErrorCodeR\x04code\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x122\n" +

@@ -133,15 +133,20 @@ func (h *hosting) status(serverID string) []*api.ReplicaStatus {
 	for pid, r := range h.replicas {
 		st := r.engine.Stats()
 		out = append(out, &api.ReplicaStatus{
-			PartitionId: pid,
-			Epoch:       r.part.GetEpoch(),
-			Role:        api.ReplicaRole_REPLICA_ROLE_PRIMARY,
-			Keys:        st.Keys,
-			Bytes:       st.Bytes,
-			IndexBytes:  st.IndexBytes,
-			ServerId:    serverID,
-			Reads:       st.Reads,
-			Writes:      st.Writes,
+			PartitionId:  pid,
+			Epoch:        r.part.GetEpoch(),
+			Role:         api.ReplicaRole_REPLICA_ROLE_PRIMARY,
+			Keys:         st.Keys,
+			Bytes:        st.Bytes,
+			IndexBytes:   st.IndexBytes,
+			ServerId:     serverID,
+			Reads:        st.Reads,
+			Writes:       st.Writes,
+			LiveBytes:    st.LiveBytes,
+			GarbageBytes: st.GarbageBytes,
+			Segments:     st.Segments,
+			CacheHits:    st.CacheHits,
+			CacheMisses:  st.CacheMisses,
 		})
 	}
 	return out

@@ -126,7 +126,7 @@ func tableDescribeCmd(g *globals) *cobra.Command {
 			fmt.Fprintln(w, "#\tID\tHASH RANGE\tEPOCH\tPRIMARY\tADDR\tKEYS\tBYTES")
 			parts := d.GetMap().GetPartitions()
 			sort.Slice(parts, func(i, j int) bool { return parts[i].GetIndex() < parts[j].GetIndex() })
-			var keys, bytes uint64
+			var keys, bytes, live, garbage, segments, hits, misses uint64
 			for _, p := range parts {
 				srv, addr := "(unplaced)", "-"
 				for _, r := range p.GetReplicas() {
@@ -140,10 +140,25 @@ func tableDescribeCmd(g *globals) *cobra.Command {
 				st := status[p.GetId()]
 				keys += st.GetKeys()
 				bytes += st.GetBytes()
+				live += st.GetLiveBytes()
+				garbage += st.GetGarbageBytes()
+				segments += st.GetSegments()
+				hits += st.GetCacheHits()
+				misses += st.GetCacheMisses()
 				fmt.Fprintf(w, "%d\t%d\t%016x-%016x\t%d\t%s\t%s\t%d\t%d\n", p.GetIndex(), p.GetId(), p.GetStart(), p.GetEnd(), p.GetEpoch(), srv, addr, st.GetKeys(), st.GetBytes())
 			}
 			fmt.Fprintf(w, "total\t\t\t\t\t\t%d\t%d\n", keys, bytes)
-			return w.Flush()
+			if err := w.Flush(); err != nil {
+				return err
+			}
+			if o.GetStorage() != "memory" {
+				rate := "-"
+				if hits+misses > 0 {
+					rate = fmt.Sprintf("%.1f%%", 100*float64(hits)/float64(hits+misses))
+				}
+				fmt.Fprintf(out, "\ndisk         %d live bytes, %d garbage bytes, %d segments, cache hit rate %s\n", live, garbage, segments, rate)
+			}
+			return nil
 		},
 	}
 }
