@@ -121,7 +121,7 @@ func (c *syncMapC) put(k, loc uint64) { c.m.Store(k, loc) }
 
 type xsyncC struct{ m *xsync.Map[uint64, uint64] }
 
-func (c *xsyncC) name() string { return "xsync.Map" }
+func (c *xsyncC) name() string                { return "xsync.Map" }
 func (c *xsyncC) get(k uint64) (uint64, bool) { return c.m.Load(k) }
 func (c *xsyncC) put(k, loc uint64)           { c.m.Store(k, loc) }
 
