@@ -279,7 +279,12 @@ type TableOptions struct {
 	DefaultTtlMs uint64 `protobuf:"varint,4,opt,name=default_ttl_ms,json=defaultTtlMs,proto3" json:"default_ttl_ms,omitempty"`
 	// Storage of point tables: "ssd" (default: the disk store, durable across
 	// restarts) or "memory" (lost when its server stops).
-	Storage       string `protobuf:"bytes,5,opt,name=storage,proto3" json:"storage,omitempty"`
+	Storage string `protobuf:"bytes,5,opt,name=storage,proto3" json:"storage,omitempty"`
+	// When a write to an ssd table is acknowledged: "sync" (default: once it
+	// is on disk, fsynced with group commit, so a crash loses nothing
+	// acknowledged) or "lazy" (at once; a crash can lose the last ~50 ms of
+	// acknowledged writes). Not allowed with storage "memory".
+	Durability    string `protobuf:"bytes,6,opt,name=durability,proto3" json:"durability,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -345,6 +350,13 @@ func (x *TableOptions) GetDefaultTtlMs() uint64 {
 func (x *TableOptions) GetStorage() string {
 	if x != nil {
 		return x.Storage
+	}
+	return ""
+}
+
+func (x *TableOptions) GetDurability() string {
+	if x != nil {
+		return x.Durability
 	}
 	return ""
 }
@@ -2894,7 +2906,7 @@ var File_tabula_proto protoreflect.FileDescriptor
 
 const file_tabula_proto_rawDesc = "" +
 	"\n" +
-	"\ftabula.proto\x12\ttabula.v1\"\xb8\x01\n" +
+	"\ftabula.proto\x12\ttabula.v1\"\xd8\x01\n" +
 	"\fTableOptions\x12\x1e\n" +
 	"\n" +
 	"partitions\x18\x01 \x01(\rR\n" +
@@ -2902,7 +2914,10 @@ const file_tabula_proto_rawDesc = "" +
 	"\vreplication\x18\x02 \x01(\rR\vreplication\x12&\n" +
 	"\x0fmax_value_bytes\x18\x03 \x01(\x04R\rmaxValueBytes\x12$\n" +
 	"\x0edefault_ttl_ms\x18\x04 \x01(\x04R\fdefaultTtlMs\x12\x18\n" +
-	"\astorage\x18\x05 \x01(\tR\astorage\"\xc8\x01\n" +
+	"\astorage\x18\x05 \x01(\tR\astorage\x12\x1e\n" +
+	"\n" +
+	"durability\x18\x06 \x01(\tR\n" +
+	"durability\"\xc8\x01\n" +
 	"\x05Table\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12(\n" +

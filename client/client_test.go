@@ -661,7 +661,12 @@ func TestNoLeaks(t *testing.T) {
 	// The table the client under test uses exists before the baseline too:
 	// its partitions' engines (and their goroutines) belong to the servers.
 	createTable(t, warm, "leak", &api.TableOptions{Partitions: 4})
-	if err := warm.Table("leak").Put(ctx, []byte("k"), []byte("v")); err != nil {
+	// A write to every partition: each server has opened its engines.
+	var warmMuts []client.Mutation
+	for i := range 200 {
+		warmMuts = append(warmMuts, client.Mutation{Key: []byte(fmt.Sprint("w", i)), Value: []byte("v")})
+	}
+	if err := warm.Table("leak").BatchWrite(ctx, warmMuts); err != nil {
 		t.Fatal(err)
 	}
 	if err := warm.Close(); err != nil {

@@ -142,6 +142,10 @@ type Options struct {
 	// Storage selects a storage back end within the kind, e.g. "memory".
 	// Empty: the kind's default.
 	Storage string
+	// Durability says when a write to a disk-backed engine is acknowledged:
+	// "sync" (default, once fsynced) or "lazy" (at once, flushed shortly
+	// after). Engines without files ignore it.
+	Durability string
 	// Now is the clock TTLs are measured by, in Unix milliseconds.
 	// Default: time.Now().UnixMilli().
 	Now func() int64

@@ -14,6 +14,7 @@ func (t *Table) Proto() *api.Table {
 			MaxValueBytes: t.Options.MaxValueBytes,
 			DefaultTtlMs:  t.Options.DefaultTTLMs,
 			Storage:       t.Options.Storage,
+			Durability:    t.Options.Durability,
 		},
 		Id:            t.ID,
 		CreatedUnixMs: t.CreatedUnixMs,
@@ -51,5 +52,6 @@ func optionsFromProto(o *api.TableOptions) *TableOptions {
 		MaxValueBytes: o.GetMaxValueBytes(),
 		DefaultTTLMs:  o.GetDefaultTtlMs(),
 		Storage:       o.GetStorage(),
+		Durability:    o.GetDurability(),
 	}
 }

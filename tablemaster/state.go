@@ -84,6 +84,8 @@ type TableOptions struct {
 	MaxValueBytes uint64 `json:"max_value_bytes"`
 	DefaultTTLMs  uint64 `json:"default_ttl_ms,omitempty"`
 	Storage       string `json:"storage"`
+	// Durability is "sync" or "lazy" for ssd tables, empty for memory ones.
+	Durability string `json:"durability,omitempty"`
 }
 
 // Storages of point tables. A table on durable storage (anything but
@@ -93,6 +95,12 @@ type TableOptions struct {
 const (
 	StorageMemory = "memory"
 	StorageSSD    = "ssd"
+)
+
+// Durabilities of ssd tables: when a write is acknowledged.
+const (
+	DurabilitySync = "sync"
+	DurabilityLazy = "lazy"
 )
 
 // durable reports whether t's data survives a server restart.
@@ -334,6 +342,17 @@ func NormalizeOptions(kind api.TableKind, o *TableOptions) (TableOptions, error)
 	if n.Storage != StorageMemory && n.Storage != StorageSSD {
 		return TableOptions{}, errInvalid("options.storage", "storage_invalid", 0,
 			"options.storage %q is not supported; allowed values: %q, %q", n.Storage, StorageMemory, StorageSSD)
+	}
+	switch {
+	case n.Storage == StorageMemory && n.Durability != "":
+		return TableOptions{}, errInvalid("options.durability", "durability_invalid", 0,
+			"options.durability %q applies to ssd tables only; a memory table loses its data when its server stops", n.Durability)
+	case n.Storage == StorageMemory:
+	case n.Durability == "":
+		n.Durability = DurabilitySync
+	case n.Durability != DurabilitySync && n.Durability != DurabilityLazy:
+		return TableOptions{}, errInvalid("options.durability", "durability_invalid", 0,
+			"options.durability %q is not supported; allowed values: %q, %q", n.Durability, DurabilitySync, DurabilityLazy)
 	}
 	return n, nil
 }

@@ -68,6 +68,19 @@
 // a mismatch is an error wrapping engines.ErrCorrupt and is never served. A
 // location in a freed segment reads as "no record".
 //
+// The read cache (ristretto, Options.CacheBytes, default 64 MiB) holds
+// checked records keyed by (segment sequence number, offset): every append
+// puts its record in (write-through) and every read that went to the file
+// does too; Free deletes the entry. A segment's bytes never change and its
+// sequence number is never reused, so an entry is exactly what a read of
+// that position returns: the cache needs no invalidation to stay correct,
+// whatever ristretto's asynchronous admission does (cache.go). A record
+// cached before its bytes on disk were damaged is still served from memory.
+//
+// ReadBatch reads many locations at once: cache first, then the rest
+// sorted by (segment, offset), neighbours within 64 KiB coalesced into one
+// read of at most 256 KiB, up to 8 reads in flight, each record checked.
+//
 // # Recovery
 //
 // Open checks every segment header; Recover reads every record in

@@ -149,10 +149,10 @@ func (s *Store) readAt(g *segment, p []byte, off int64) error {
 
 // readRecord reads and verifies the record at off; buf is reused if large
 // enough. The first read guesses 4 KiB so most records take one read.
-func (s *Store) readRecord(g *segment, off int64, buf []byte) (header, []byte, []byte, error) {
+func (s *Store) readRecord(g *segment, off int64, buf []byte) (h header, raw, key, value []byte, err error) {
 	size := g.size.Load()
 	if off < segmentHeaderLen || off+recordHeaderLen > size {
-		return header{}, nil, nil, fmt.Errorf("record offset %d outside segment of %d bytes: %w", off, size, engines.ErrCorrupt)
+		return header{}, nil, nil, nil, fmt.Errorf("record offset %d outside segment of %d bytes: %w", off, size, engines.ErrCorrupt)
 	}
 	guess := min(max(int64(cap(buf)), 4096), size-off)
 	if int64(cap(buf)) < guess {
@@ -160,26 +160,36 @@ func (s *Store) readRecord(g *segment, off int64, buf []byte) (header, []byte, [
 	}
 	buf = buf[:guess]
 	if err := s.readAt(g, buf, off); err != nil {
-		return header{}, nil, nil, err
+		return header{}, nil, nil, nil, err
 	}
-	h, err := parseHeader(buf)
-	if err != nil {
-		return h, nil, nil, err
+	return s.finishRecord(g, off, buf)
+}
+
+// finishRecord decodes the record at off whose first len(buf) bytes (at
+// least its header, or up to the segment end) are in buf, reading the rest
+// if the record is longer, and verifies it. raw is the whole record.
+func (s *Store) finishRecord(g *segment, off int64, buf []byte) (h header, raw, key, value []byte, err error) {
+	size := g.size.Load()
+	if len(buf) < recordHeaderLen {
+		return h, nil, nil, nil, fmt.Errorf("record at %d cut at %d bytes: %w", off, len(buf), engines.ErrCorrupt)
+	}
+	if h, err = parseHeader(buf); err != nil {
+		return h, nil, nil, nil, err
 	}
 	n := h.total()
 	if off+n > size {
-		return h, nil, nil, fmt.Errorf("record of %d bytes at %d past segment end %d: %w", n, off, size, engines.ErrCorrupt)
+		return h, nil, nil, nil, fmt.Errorf("record of %d bytes at %d past segment end %d: %w", n, off, size, engines.ErrCorrupt)
 	}
 	if n > int64(len(buf)) {
 		nb := make([]byte, n)
 		copy(nb, buf)
 		if err := s.readAt(g, nb[len(buf):], off+int64(len(buf))); err != nil {
-			return h, nil, nil, err
+			return h, nil, nil, nil, err
 		}
 		buf = nb
 	}
-	h, key, value, err := decodeRecord(buf[:n])
-	return h, key, value, err
+	h, key, value, err = decodeRecord(buf[:n])
+	return h, buf[:n:n], key, value, err
 }
 
 // segReader reads a segment's records in order through a window buffer.

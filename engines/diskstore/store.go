@@ -79,7 +79,15 @@ type Options struct {
 	Now func() int64
 	// Logger receives the store's events. Default: slog.Default().
 	Logger *slog.Logger
+	// CacheBytes bounds the read cache (ristretto; see cache.go): encoded
+	// records by log position, filled by every append (write-through) and
+	// every read that went to disk. Default: 64 MiB (a point partition
+	// engine opens one store, so 64 MiB per partition); negative: no cache.
+	CacheBytes int64
 }
+
+// DefaultCacheBytes is Options.CacheBytes's default.
+const DefaultCacheBytes = 64 << 20
 
 // Validate says what is wrong with o, if anything.
 func (o Options) Validate() error {
@@ -122,6 +130,9 @@ func (o Options) WithDefaults() Options {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
+	if o.CacheBytes == 0 {
+		o.CacheBytes = DefaultCacheBytes
+	}
 	return o
 }
 
@@ -158,6 +169,12 @@ type Store struct {
 	failed error
 	// recovered is set by Recover; guarded by mu.
 	recovered bool
+
+	// cache holds records by position (nil when Options.CacheBytes < 0);
+	// cacheOn is set once Recover is done (recovery reads would only
+	// thrash it).
+	cache   *readCache
+	cacheOn atomic.Bool
 
 	// syncMu makes one goroutine at a time the group-commit leader that
 	// writes and fsyncs; the others wait on it and usually find their bytes
@@ -230,6 +247,11 @@ func Open(dir string, opts Options) (*Store, error) {
 	for slot := uint32(0); slot < s.nextSlot; slot++ {
 		if (*s.table.Load())[slot] == nil {
 			s.freeSlots = append(s.freeSlots, slot)
+		}
+	}
+	if opts.CacheBytes > 0 {
+		if s.cache, err = newReadCache(opts.CacheBytes); err != nil {
+			return nil, errors.Join(err, s.closeFiles())
 		}
 	}
 	return s, nil
@@ -407,6 +429,7 @@ func (s *Store) Recover(fn ReplayFunc) error {
 	s.mu.Lock()
 	s.recovered = true
 	s.mu.Unlock()
+	s.cacheOn.Store(s.cache != nil)
 	s.opts.Logger.Info("diskstore: recovered", "dir", s.dir, "segments", len(s.segs),
 		"bytes_read", bytesRead, "duration", time.Since(start))
 	if s.opts.Durability == DurabilityLazy {
@@ -507,11 +530,12 @@ func (s *Store) Write(ops []Op, locs []uint64) error {
 		return engines.ErrClosed
 	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	g, err := s.headForLocked(total)
 	if err != nil {
+		s.mu.Unlock()
 		return err
 	}
+	start := int64(len(g.buf))
 	for i := range ops {
 		var flags byte
 		if i < len(ops)-1 {
@@ -530,8 +554,26 @@ func (s *Store) Write(ops []Op, locs []uint64) error {
 			locs[i] = s.appendLocked(g, kindPut, flags, op.Record.Key, op.Record.Value, op.Record.ExpiresAt)
 		}
 	}
+	// The batch's bytes: appends only ever write past len(g.buf) and a
+	// flushed buffer is dropped, not reused, so they stay as they are after
+	// mu is released.
+	enc := g.buf[start:]
+	base := g.size.Load() - int64(len(enc))
+	s.mu.Unlock()
+	if s.cacheOn.Load() {
+		for i := range ops {
+			if ops[i].Tombstone {
+				continue
+			}
+			_, _, off := unpackLoc(locs[i])
+			n := recordLen(len(ops[i].Record.Key), len(ops[i].Record.Value))
+			s.cache.set(cacheKey(g.seq, off), clone(enc[off-base:off-base+n]))
+		}
+	}
 	return nil
 }
+
+func clone(b []byte) []byte { return append(make([]byte, 0, len(b)), b...) }
 
 // Tombstone appends a delete marker for key: the version at shadowed (a
 // location of key's deleted record) stays deleted after a restart. Durable
@@ -590,15 +632,22 @@ func (s *Store) append(kind byte, key, value []byte, aux int64) (uint64, error) 
 		return 0, engines.ErrClosed
 	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	g, err := s.headForLocked(n)
 	if err != nil {
+		s.mu.Unlock()
 		return 0, err
 	}
 	if kind == kindTombstone && aux < 0 {
 		aux = int64(g.seq) // shadowed segment unknown: older versions are at most this new
 	}
-	return s.appendLocked(g, kind, 0, key, value, aux), nil
+	loc := s.appendLocked(g, kind, 0, key, value, aux)
+	enc := g.buf[int64(len(g.buf))-n:] // immutable once written (see Write)
+	s.mu.Unlock()
+	if kind == kindPut && s.cacheOn.Load() {
+		_, _, off := unpackLoc(loc)
+		s.cache.set(cacheKey(g.seq, off), clone(enc))
+	}
+	return loc, nil
 }
 
 // rotateLocked seals the head and starts a new segment in memory; the sync
@@ -759,7 +808,16 @@ func (s *Store) Read(loc uint64, buf []byte) (engines.Record, bool, error) {
 	if g == nil {
 		return engines.Record{}, false, nil
 	}
-	h, key, value, err := s.readRecord(g, off, buf)
+	caching := s.cacheOn.Load()
+	if caching {
+		if b, ok := s.cache.get(cacheKey(g.seq, off)); ok {
+			return cachedRecord(b), true, nil
+		}
+	}
+	h, raw, key, value, err := s.readRecord(g, off, buf)
+	if err == nil && caching && h.kind == kindPut {
+		s.cache.set(cacheKey(g.seq, off), clone(raw))
+	}
 	if err != nil {
 		if g.dead.Load() {
 			return engines.Record{}, false, nil // freed under us
@@ -776,6 +834,17 @@ func (s *Store) Read(loc uint64, buf []byte) (engines.Record, bool, error) {
 	return engines.Record{Key: key, Value: v, ExpiresAt: h.aux}, true, nil
 }
 
+// cachedRecord decodes a cached record: checked when it was cached, and
+// immutable since.
+func cachedRecord(b []byte) engines.Record {
+	h, _ := parseHeader(b)
+	return engines.Record{
+		Key:       b[recordHeaderLen : recordHeaderLen+h.keyLen : recordHeaderLen+h.keyLen],
+		Value:     b[recordHeaderLen+h.keyLen : h.total() : h.total()],
+		ExpiresAt: h.aux,
+	}
+}
+
 func (s *Store) decodeValue(h header, v []byte) ([]byte, error) {
 	if h.flags&flagS2 != 0 {
 		return nil, fmt.Errorf("compressed values are not supported by this build: %w", engines.ErrCorrupt)
@@ -786,9 +855,12 @@ func (s *Store) decodeValue(h header, v []byte) ([]byte, error) {
 // Free marks the record r at loc garbage: its bytes leave its segment's
 // live count, which drives the collector.
 func (s *Store) Free(loc uint64, r engines.Record) error {
-	slot, gen, _ := unpackLoc(loc)
+	slot, gen, off := unpackLoc(loc)
 	if g := s.segAt(slot, gen); g != nil {
 		g.subLive(recordLen(len(r.Key), len(r.Value)), r.ExpiresAt)
+		if s.cacheOn.Load() {
+			s.cache.del(cacheKey(g.seq, off)) // garbage: make room
+		}
 	}
 	return nil
 }
@@ -857,6 +929,10 @@ type Stats struct {
 	GCSegmentsFreed   int64
 	Durability        Durability
 	SegmentSizeTarget int64
+	// CacheHits and CacheMisses count reads (Read, ReadBatch) served by
+	// the read cache and reads that went to the log; both 0 without one.
+	CacheHits   int64
+	CacheMisses int64
 }
 
 // Stats returns the store's counters.
@@ -877,6 +953,9 @@ func (s *Store) Stats() Stats {
 	st.GCRuns = s.stats.gcRuns.Load()
 	st.GCBytesMoved = s.stats.gcBytesMoved.Load()
 	st.GCSegmentsFreed = s.stats.gcSegmentsFreed.Load()
+	if s.cache != nil {
+		st.CacheHits, st.CacheMisses = s.cache.counts()
+	}
 	return st
 }
 
@@ -899,6 +978,9 @@ func (s *Store) Close() error {
 		}
 	}
 	errs = append(errs, s.closeFiles())
+	if s.cache != nil {
+		s.cache.close()
+	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("close disk store %s: %w", s.dir, err)
 	}

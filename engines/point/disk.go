@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"slices"
+	"sync"
 
 	"github.com/tabuladb/tabula/engines"
 	"github.com/tabuladb/tabula/engines/diskstore"
@@ -166,4 +168,81 @@ func (m mover) RelocateTombstone(key []byte, keep func() error) error {
 		return nil
 	}
 	return keep()
+}
+
+// batchScratch is GetBatch's per-call memory, pooled.
+type batchScratch struct {
+	hs    []uint64
+	idx   []int // keys with an index entry
+	locs  []uint64
+	recs  []engines.Record
+	found []bool
+	errs  []error
+}
+
+var batchPool = sync.Pool{New: func() any { return new(batchScratch) }}
+
+// getBatchDisk looks every key up in the index first, then has the store
+// read all the locations at once (sorted, coalesced, in parallel; see
+// diskstore.Store.ReadBatch), and checks each record's key. An index entry
+// is taken by its 16-bit tag alone, so a record of another key (a tag
+// collision, or a location that went stale because the key was written or
+// relocated by the collector after the lookup) fails the key check, and
+// that key falls back to a plain Get. A record that is the key's but was
+// replaced after the lookup is still a value the key held during the call.
+// Values share one allocation.
+func (e *Engine) getBatchDisk(keys [][]byte, values [][]byte, expires []int64, found []bool) error {
+	sc := batchPool.Get().(*batchScratch)
+	defer func() {
+		clear(sc.recs) // drop references to read buffers
+		clear(sc.errs)
+		batchPool.Put(sc)
+	}()
+	sc.hs, sc.idx, sc.locs = sc.hs[:0], sc.idx[:0], sc.locs[:0]
+	for i, k := range keys {
+		values[i], expires[i], found[i] = nil, 0, false
+		h := keyspace.Hash(k)
+		sc.hs = append(sc.hs, h)
+		e.shard(h).reads.Add(1)
+		if loc, ok := e.ix.Lookup(h, func(uint64) bool { return true }); ok {
+			sc.idx = append(sc.idx, i)
+			sc.locs = append(sc.locs, loc)
+		}
+	}
+	n := len(sc.locs)
+	sc.recs = slices.Grow(sc.recs[:0], n)[:n]
+	sc.found = slices.Grow(sc.found[:0], n)[:n]
+	sc.errs = slices.Grow(sc.errs[:0], n)[:n]
+	e.disk.ReadBatch(sc.locs, sc.recs, sc.found, sc.errs)
+	total := 0
+	for j, i := range sc.idx {
+		r := &sc.recs[j]
+		switch {
+		case sc.errs[j] != nil || !sc.found[j] || !bytes.Equal(r.Key, keys[i]):
+			sc.found[j] = false // fall back to Get
+			v, exp, err := e.get(sc.hs[i], keys[i])
+			switch {
+			case err == nil:
+				values[i], expires[i], found[i] = v, exp, true
+			case !errors.Is(err, engines.ErrNotFound):
+				return fmt.Errorf("get batch key %d: %w", i, err)
+			}
+		case e.expired(*r):
+			sc.found[j] = false
+			e.dropExpired(sc.hs[i], keys[i])
+		default:
+			total += len(r.Value)
+		}
+	}
+	arena := make([]byte, 0, total)
+	for j, i := range sc.idx {
+		if !sc.found[j] {
+			continue
+		}
+		r := &sc.recs[j]
+		start := len(arena)
+		arena = append(arena, r.Value...)
+		values[i], expires[i], found[i] = arena[start:len(arena):len(arena)], r.ExpiresAt, true
+	}
+	return nil
 }

@@ -106,7 +106,9 @@ func TestBitFlips(t *testing.T) {
 	for round := range 60 {
 		fs := vfs.NewMem()
 		clock := enginetest.NewClock()
-		e, err := openMemOpts(t, fs, clock, diskstore.Options{SegmentSize: 8192})
+		// No read cache: it would serve the copy checked when it was
+		// written, and this test is about the reads that go to the log.
+		e, err := openMemOpts(t, fs, clock, diskstore.Options{SegmentSize: 8192, CacheBytes: -1})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -356,3 +358,21 @@ func TestGCDropsExpired(t *testing.T) {
 }
 
 func crc32c(b []byte) uint32 { return crc32.Checksum(b, crc32.MakeTable(crc32.Castagnoli)) }
+
+func TestOpenDurabilityOption(t *testing.T) {
+	for _, d := range []string{"", "sync", "lazy"} {
+		e, err := Open(engines.Options{Dir: t.TempDir(), Storage: StorageSSD, Durability: d})
+		if err != nil {
+			t.Fatalf("durability %q: %v", d, err)
+		}
+		if err := e.Apply([]engines.Mutation{{Key: []byte("k"), Value: []byte("v")}}); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := Open(engines.Options{Dir: t.TempDir(), Storage: StorageSSD, Durability: "eventually"}); err == nil {
+		t.Fatal("unknown durability accepted")
+	}
+}

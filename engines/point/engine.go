@@ -90,7 +90,16 @@ func Open(opts engines.Options) (*Engine, error) {
 	case "", StorageMemory:
 		return OpenStore(opts, NewMemoryStore()), nil
 	case StorageSSD:
-		return OpenDisk(opts, diskstore.Options{})
+		var ds diskstore.Options
+		switch opts.Durability {
+		case "", "sync":
+			ds.Durability = diskstore.DurabilitySync
+		case "lazy":
+			ds.Durability = diskstore.DurabilityLazy
+		default:
+			return nil, fmt.Errorf("open point engine: durability %q: want \"sync\" or \"lazy\"", opts.Durability)
+		}
+		return OpenDisk(opts, ds)
 	default:
 		return nil, fmt.Errorf("open point engine: storage %q: %w (have %q, %q)",
 			opts.Storage, ErrStorageUnavailable, StorageMemory, StorageSSD)
@@ -164,6 +173,11 @@ func (e *Engine) Get(key []byte) ([]byte, int64, error) {
 	}
 	h := keyspace.Hash(key)
 	e.shard(h).reads.Add(1)
+	return e.get(h, key)
+}
+
+// get is Get without the checks and the count.
+func (e *Engine) get(h uint64, key []byte) ([]byte, int64, error) {
 	rec, _, ok, err := e.find(h, key)
 	switch {
 	case err != nil:
@@ -177,12 +191,19 @@ func (e *Engine) Get(key []byte) ([]byte, int64, error) {
 	return clone(rec.Value), rec.ExpiresAt, nil
 }
 
-// GetBatch is a loop of Gets: with records in memory there is no I/O to sort
-// or overlap.
+// GetBatch fills values[i], expires[i] and found[i] for keys[i], each as
+// Get would. With the memory store it is a loop of Gets (there is no I/O to
+// sort or overlap); with the disk store see getBatchDisk.
 func (e *Engine) GetBatch(keys [][]byte, values [][]byte, expires []int64, found []bool) error {
 	if len(values) != len(keys) || len(expires) != len(keys) || len(found) != len(keys) {
 		return fmt.Errorf("get batch of %d keys into %d values, %d expiries, %d flags: %w",
 			len(keys), len(values), len(expires), len(found), ErrBatchShape)
+	}
+	if e.closed.Load() {
+		return engines.ErrClosed
+	}
+	if e.disk != nil {
+		return e.getBatchDisk(keys, values, expires, found)
 	}
 	for i, k := range keys {
 		v, exp, err := e.Get(k)
@@ -244,7 +265,11 @@ func (e *Engine) Scan(fn func(engines.Record) error) error {
 }
 
 // Stats returns the engine's counters. Keys may include expired records not
-// yet dropped.
+// yet dropped. With the disk store it also reports the log's live and
+// garbage bytes (record bytes with headers; GarbageBytes includes segment
+// headers and tombstones), its segment count and the read cache's hits and
+// misses (every record read: Get, GetBatch, and the reads writers make to
+// find a key's previous version); the memory store leaves them 0.
 func (e *Engine) Stats() engines.Stats {
 	s := engines.Stats{Keys: uint64(e.ix.Len()), IndexBytes: e.ix.MemoryBytes()}
 	var b int64
@@ -255,6 +280,14 @@ func (e *Engine) Stats() engines.Stats {
 		b += sh.bytes.Load()
 	}
 	s.Bytes = uint64(max(b, 0))
+	if e.disk != nil {
+		ds := e.disk.Stats()
+		s.LiveBytes = uint64(ds.LiveBytes)
+		s.GarbageBytes = uint64(max(ds.GarbageBytes, 0))
+		s.Segments = uint64(ds.Segments)
+		s.CacheHits = uint64(ds.CacheHits)
+		s.CacheMisses = uint64(ds.CacheMisses)
+	}
 	return s
 }
 
