@@ -8,7 +8,9 @@
 // # Files
 //
 // A store is a directory of segment files named by a 64-bit sequence
-// number, "%016x.log", written in sequence order. Other files are ignored.
+// number, "%016x.log", written in sequence order, and of index block files
+// "%016x.idx" named by a block number (see Index blocks). Other files are
+// ignored ("*.idx.tmp", unfinished blocks, are removed at recovery).
 //
 // # Segment header (32 bytes)
 //
@@ -83,7 +85,9 @@
 //
 // # Recovery
 //
-// Open checks every segment header; Recover reads every record in
+// Open checks every segment header; RecoverIndexed starts from the index
+// blocks (see Index blocks) and replays only the log after them; Recover
+// (and RecoverIndexed without a usable chain) reads every record in
 // (segment, offset) order and hands it to the owner, so the last record of
 // a key wins and a tombstone deletes. In the last segment, a bad record (or
 // an unfinished batch) with no valid record after it is a torn tail of
@@ -91,6 +95,50 @@
 // corruption and Recover fails with engines.ErrCorrupt. (A disk that
 // persists unsynced pages out of order could leave a valid record after a
 // torn one; that is refused as corruption, never silently served.)
+//
+// # Index blocks
+//
+// So that a restart reads keys' hashes, not values (FlashStore's delta
+// index blocks), the owner notes each index change under the key's write
+// lock (NoteIndexPut: hash, new location, replaced location, size, expiry;
+// NoteIndexDelete: hash, deleted location). Locations are noted as log
+// positions (segment sequence number, offset), which are never reused,
+// unlike slots. Every Options.IndexBlockBytes of appended log (64 MiB) and
+// at Close the owner, holding every key lock, cuts the noted changes with
+// the log position P they cover (CutIndexDelta: no writer is then between
+// appending a record and noting it, so the cut holds exactly the changes of
+// the records before P); WriteIndexDelta syncs the log, then writes the
+// block durably (temp file, fsync, rename, directory fsync).
+//
+//	 0       8         12     13    16       24       32          40          48        56        64
+//	| magic | version | kind | 0   | number | prev   | P seq     | P off     | count   | 0 (8)   |
+//	| (8)   | (4, =1) | (1)  | (3) | (8)    | (8)    | (8)       | (8)       | (8)     |         |
+//	| entries ... | crc32c (4) of everything before it |
+//
+//	entry: | op (1) | key hash (8) | uvarints: put (1): seq, off, bytes, expiresAt, old seq (0: none), [old off]
+//	                                           delete (2): seq, off of the deleted record |
+//
+// magic "TABIDXBK"; kind 1 is a base (every index entry at P), kind 2 a
+// delta (the changes since block prev = number-1). A chain is the newest
+// readable base and the deltas numbered after it without a gap; a block
+// that is missing, fails its CRC or does not link ends the chain there.
+//
+// RecoverIndexed loads the chain: the live records are its puts minus the
+// positions later changes replaced or deleted (each position is put and
+// removed at most once, so order does not matter). An entry in a segment
+// that no longer exists is stale — the collector freed it after the block,
+// having first re-appended the live record after P or found it garbage —
+// and is dropped. An entry past its segment's end or past P means the chain
+// disagrees with the log: the whole log is scanned instead (as without a
+// chain), and logged. Otherwise the entries are handed to the owner with
+// their hashes (its index's splits need no reads) and counted live, and
+// only the records at and after P are replayed as Recover does. Then
+// FinishIndexRecovery writes the tail's changes as the chain's next delta,
+// or, when there was no usable chain or its deltas outgrew its base, a new
+// base of the whole index, and removes the older blocks. A failed block
+// write, or an owner that calls StopIndexBlocks (its index may not match
+// the log), stops further blocks until reopened: the next restart replays
+// more log from the last good block, never less.
 //
 // # Garbage collection
 //

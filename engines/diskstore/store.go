@@ -84,6 +84,12 @@ type Options struct {
 	// every read that went to disk. Default: 64 MiB (a point partition
 	// engine opens one store, so 64 MiB per partition); negative: no cache.
 	CacheBytes int64
+	// IndexBlockBytes is how much log is appended between delta index
+	// blocks (indexblock.go): the owner's index changes, persisted so that
+	// a restart loads them and scans only the log after the last block.
+	// Default: 64 MiB; negative: no index blocks (every open scans the
+	// whole log). The owner must drive them (see RecoverIndexed).
+	IndexBlockBytes int64
 }
 
 // DefaultCacheBytes is Options.CacheBytes's default.
@@ -132,6 +138,9 @@ func (o Options) WithDefaults() Options {
 	}
 	if o.CacheBytes == 0 {
 		o.CacheBytes = DefaultCacheBytes
+	}
+	if o.IndexBlockBytes == 0 {
+		o.IndexBlockBytes = DefaultIndexBlockBytes
 	}
 	return o
 }
@@ -185,6 +194,12 @@ type Store struct {
 	// scan never sees a record at both its old and its new location.
 	gcMu sync.RWMutex
 
+	// logBytes counts every byte appended since open (mirrors appended,
+	// readable without mu).
+	logBytes atomic.Int64
+	// ix is the delta index block state (indexblock.go).
+	ix indexLog
+
 	closed  atomic.Bool
 	closing chan struct{}
 	kick    chan struct{}
@@ -192,6 +207,7 @@ type Store struct {
 
 	stats struct {
 		gcRuns, gcBytesMoved, gcSegmentsFreed, syncs atomic.Int64
+		recoveryBytes                                atomic.Int64
 	}
 }
 
@@ -350,7 +366,95 @@ type ReplayFunc func(loc uint64, r engines.Record, tombstone bool) error
 // and changes nothing. After Recover the store takes appends (into a new
 // segment) and its background flusher runs.
 func (s *Store) Recover(fn ReplayFunc) error {
+	return s.recoverFrom(fn, logPos{}, time.Now(), indexState{})
+}
+
+// RecoverIndexed is Recover with index blocks: it loads the newest chain of
+// index blocks (a base and the deltas after it), hands each entry to load
+// (its record counted live), and replays through fn only the records after
+// the chain's position. An entry whose segment was freed since is stale and
+// dropped (the collector re-appended the record after the chain's position
+// or it was garbage). Without a usable chain, or one that disagrees with
+// the log, it falls back to replaying the whole log, and logs why. Without
+// index blocks (Options.IndexBlockBytes < 0) it is Recover. Afterwards the
+// owner writes a new base (WriteIndexBase) before it appends.
+func (s *Store) RecoverIndexed(load func([]IndexEntry) error, fn ReplayFunc) error {
+	if !s.IndexBlocks() {
+		return s.Recover(fn)
+	}
 	start := time.Now()
+	s.ix.mu.Lock()
+	s.ix.recovering = true
+	s.ix.mu.Unlock()
+	st, ok := s.loadIndexChain()
+	var entries []IndexEntry
+	if ok {
+		entries, ok = s.resolveIndex(&st)
+	}
+
+	if !ok {
+		if len(s.segs) > 0 {
+			s.opts.Logger.Info("diskstore: no usable index blocks; scanning the whole log", "dir", s.dir)
+		}
+		st.at, st.blocks = logPos{}, 0
+		return s.recoverFrom(fn, logPos{}, start, st)
+	}
+	for _, e := range entries {
+		slot, gen, _ := unpackLoc(e.Loc)
+		s.segAt(slot, gen).addLive(recordLen(0, 0)+e.Bytes, e.ExpiresAt)
+	}
+	if err := load(entries); err != nil {
+		return fmt.Errorf("load index entries: %w", err)
+	}
+	s.ix.mu.Lock()
+	// Continue the chain (the tail's changes become its next delta) while
+	// its deltas are smaller than its base; else compact into a new base.
+	s.ix.prev = st.last
+	s.ix.cont = st.last+1 == s.ix.next && st.deltaBytes <= max(st.baseBytes, 1<<20)
+	s.ix.mu.Unlock()
+	return s.recoverFrom(fn, st.at, start, st)
+}
+
+// resolveIndex turns the chain's live records into entries at their current
+// locations, dropping those of freed segments; ok is false if the chain
+// disagrees with the log (a record past its segment's end or past the
+// chain's position), so the log must be scanned whole.
+func (s *Store) resolveIndex(st *indexState) (entries []IndexEntry, ok bool) {
+	bySeq := make(map[uint64]*segment, len(s.segs))
+	for _, g := range s.segs {
+		bySeq[g.seq] = g
+	}
+	if g := bySeq[st.at.seq]; g != nil && g.size.Load() < st.at.off {
+		s.opts.Logger.Warn("diskstore: index chain position past its segment's end", "dir", s.dir, "segment", g.seq, "offset", st.at.off)
+		return nil, false
+	}
+	entries = make([]IndexEntry, 0, len(st.puts)-len(st.removed))
+	stale := 0
+	for _, c := range st.puts {
+		p := c.pos
+		if _, ok := st.removed[p]; ok {
+			continue
+		}
+		g := bySeq[p.seq]
+		if g == nil {
+			stale++
+			continue
+		}
+		end := p.off + recordLen(0, 0) + c.bytes
+		if p.off < segmentHeaderLen || end > g.size.Load() || p.seq > st.at.seq || (p.seq == st.at.seq && end > st.at.off) {
+			s.opts.Logger.Warn("diskstore: index entry outside the log it covers", "dir", s.dir, "segment", p.seq, "offset", p.off)
+			return nil, false
+		}
+		entries = append(entries, IndexEntry{Hash: c.hash, Loc: g.loc(p.off), Bytes: c.bytes, ExpiresAt: c.exp})
+	}
+	st.puts, st.removed = nil, nil
+	st.stale = stale
+	return entries, true
+}
+
+// recoverFrom replays the records at and after from (all of them for the
+// zero position); ist describes the index blocks loaded before.
+func (s *Store) recoverFrom(fn ReplayFunc, from logPos, start time.Time, ist indexState) error {
 	var bytesRead int64
 	type held struct {
 		loc  uint64
@@ -360,7 +464,13 @@ func (s *Store) Recover(fn ReplayFunc) error {
 	var batch []held // records of an unfinished batch, copied
 	for i, g := range s.segs {
 		last := i == len(s.segs)-1
+		if g.seq < from.seq {
+			continue
+		}
 		r := &segReader{s: s, g: g, end: g.size.Load(), off: segmentHeaderLen}
+		if g.seq == from.seq {
+			r.off = max(from.off, segmentHeaderLen)
+		}
 		batchStart := int64(-1)
 		for {
 			off, h, key, value, err := r.next()
@@ -431,7 +541,9 @@ func (s *Store) Recover(fn ReplayFunc) error {
 	s.mu.Unlock()
 	s.cacheOn.Store(s.cache != nil)
 	s.opts.Logger.Info("diskstore: recovered", "dir", s.dir, "segments", len(s.segs),
-		"bytes_read", bytesRead, "duration", time.Since(start))
+		"bytes_read", bytesRead+ist.bytes, "index_blocks", ist.blocks, "index_bytes", ist.bytes,
+		"stale_entries", ist.stale, "tail_bytes", bytesRead, "duration", time.Since(start))
+	s.stats.recoveryBytes.Store(bytesRead + ist.bytes)
 	if s.opts.Durability == DurabilityLazy {
 		s.wg.Add(1)
 		go s.flushLoop()
@@ -613,6 +725,7 @@ func (s *Store) appendLocked(g *segment, kind, flags byte, key, value []byte, au
 		g.addLive(n, aux)
 	}
 	s.appended += n
+	s.logBytes.Add(n)
 	if !g.queued {
 		g.queued = true
 		s.pending = append(s.pending, g)
@@ -673,6 +786,7 @@ func (s *Store) rotateLocked() (*segment, error) {
 	g.buf = encodeSegmentHeader(slot, gen, seq)
 	g.size.Store(segmentHeaderLen)
 	s.appended += segmentHeaderLen
+	s.logBytes.Add(segmentHeaderLen)
 	if s.head != nil {
 		s.head.sealed = true
 	}
@@ -933,6 +1047,9 @@ type Stats struct {
 	// the read cache and reads that went to the log; both 0 without one.
 	CacheHits   int64
 	CacheMisses int64
+	// RecoveryBytes is what the last Recover read: index blocks and the
+	// log records it replayed.
+	RecoveryBytes int64
 }
 
 // Stats returns the store's counters.
@@ -953,6 +1070,7 @@ func (s *Store) Stats() Stats {
 	st.GCRuns = s.stats.gcRuns.Load()
 	st.GCBytesMoved = s.stats.gcBytesMoved.Load()
 	st.GCSegmentsFreed = s.stats.gcSegmentsFreed.Load()
+	st.RecoveryBytes = s.stats.recoveryBytes.Load()
 	if s.cache != nil {
 		st.CacheHits, st.CacheMisses = s.cache.counts()
 	}

@@ -24,7 +24,11 @@ const crashDir = "/data/p1"
 func openMem(t *testing.T, fs vfs.FS, clock *enginetest.Clock, seg int64) (*Engine, error) {
 	t.Helper()
 	return OpenDisk(engines.Options{Dir: crashDir, Now: clock.Now, Logger: quiet},
-		diskstore.Options{FS: fs, SegmentSize: seg, GCInterval: 1e6 /* 1 ms */, MaxSpaceAmp: 1.3, GCDutyCycle: 1})
+		diskstore.Options{FS: fs, SegmentSize: seg, GCInterval: 1e6 /* 1 ms */, MaxSpaceAmp: 1.3, GCDutyCycle: 1,
+			// A delta index block every half segment, so crashes also hit
+			// block writes and reopens load chains with collections after
+			// their last block.
+			IndexBlockBytes: seg / 2})
 }
 
 // keyState is what a crash may leave for one key: its acknowledged value
@@ -39,7 +43,8 @@ type keyState struct {
 
 // TestCrashConcurrentWriters crashes the file system (keeping a random
 // prefix of every unsynced tail) while writers put, delete, batch and CAS on
-// disjoint keys with the collector running on small segments, then reopens
+// disjoint keys with the collector running on small segments and delta
+// index blocks written every half segment, then reopens
 // and checks that every acknowledged write is there, each in-flight one is
 // either there or not, and nothing else.
 func TestCrashConcurrentWriters(t *testing.T) {
@@ -65,7 +70,8 @@ func crashRound(t *testing.T, rng *rand.Rand, round int) {
 	}
 	// Several generations: crash, reopen, write more, crash again.
 	for gen := range 3 {
-		e, err := openMem(t, fs, clock, seg)
+		kfs := &killableFS{FS: fs}
+		e, err := openMem(t, kfs, clock, seg)
 		if err != nil {
 			t.Fatalf("round %d gen %d: reopen: %v", round, gen, err)
 		}
@@ -88,9 +94,10 @@ func crashRound(t *testing.T, rng *rand.Rand, round int) {
 			}
 		}
 		stop.Store(true)
+		kfs.dead.Store(true) // the process dies: nothing it does from now on lands
 		fs.CrashKeepingPrefix(rng)
 		wg.Wait()
-		_ = e.Close() // fails: its files are gone with the crash
+		_ = e.Close() // fails: the process is dead
 	}
 	e, err := openMem(t, fs, clock, seg)
 	if err != nil {

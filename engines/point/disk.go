@@ -43,11 +43,43 @@ func OpenDisk(opts engines.Options, ds diskstore.Options) (*Engine, error) {
 	}
 	e := OpenStore(opts, s)
 	e.disk = s
-	if err := s.Recover(e.replay); err != nil {
+	e.recov = map[uint64]recMeta{}
+	if err := s.RecoverIndexed(e.loadEntries, e.replay); err != nil {
 		return nil, errors.Join(fmt.Errorf("open point engine: %w", err), s.Close())
 	}
+	// Persist the index as recovered (the tail's changes as the chain's
+	// next delta, or a new base), so the next open reads none of this log.
+	if err := s.FinishIndexRecovery(func() []diskstore.IndexEntry {
+		entries := make([]diskstore.IndexEntry, 0, len(e.recov))
+		for loc, m := range e.recov {
+			entries = append(entries, diskstore.IndexEntry{Hash: m.hash, Loc: loc, Bytes: m.bytes, ExpiresAt: m.exp})
+		}
+		return entries
+	}); err != nil {
+		e.opts.Logger.Warn("point: index block after recovery not written; the next open scans more log", "dir", opts.Dir, "err", err)
+	}
+	e.recov = nil
 	s.StartGC(mover{e})
 	return e, nil
+}
+
+// recMeta is what recovery knows of an indexed location.
+type recMeta struct {
+	hash       uint64
+	bytes, exp int64
+}
+
+// loadEntries indexes the entries of the store's index blocks while the
+// store recovers (one goroutine, before the engine is shared): locations of
+// distinct live records, so they are inserted without comparing keys.
+func (e *Engine) loadEntries(ens []diskstore.IndexEntry) error {
+	e.recov = make(map[uint64]recMeta, len(ens)+len(ens)/8)
+	for _, en := range ens {
+		e.recov[en.Loc] = recMeta{en.Hash, en.Bytes, en.ExpiresAt}
+		e.ix.Upsert(en.Hash, en.Loc, func(uint64) bool { return false })
+		e.shard(en.Hash).bytes.Add(en.Bytes)
+	}
+	return nil
 }
 
 // replay applies one logged record while the store recovers (one
@@ -62,12 +94,53 @@ func (e *Engine) replay(loc uint64, r engines.Record, tombstone bool) error {
 		return e.unlinkLocked(h, old, prev)
 	}
 	var rerr error
-	return errors.Join(e.putMatching(h, r.Key, loc, recordBytes(r), &rerr), rerr)
+	e.recov[loc] = recMeta{h, recordBytes(r), r.ExpiresAt}
+	return errors.Join(e.putMatching(h, r.Key, loc, r.ExpiresAt, recordBytes(r), &rerr), rerr)
+}
+
+// notePut tells the disk store's index blocks that h now points at loc,
+// replacing old (0: none). Caller holds h's stripe.
+func (e *Engine) notePut(h, loc, old uint64, n, exp int64) {
+	if e.disk == nil {
+		return
+	}
+	e.disk.NoteIndexPut(h, loc, old, n, exp)
+	if e.recov != nil && old != 0 && old != loc {
+		delete(e.recov, old)
+	}
+}
+
+// maybeIndexBlock writes a delta index block if enough log was appended
+// since the last one. Writers call it after unlocking their stripes.
+func (e *Engine) maybeIndexBlock() {
+	if e.disk == nil || e.closed.Load() || !e.disk.IndexDeltaDue() {
+		return
+	}
+	if err := e.writeIndexBlock(); err != nil {
+		e.opts.Logger.Warn("point: index block not written; restarts scan the log from the last one", "dir", e.opts.Dir, "err", err)
+	}
+}
+
+// writeIndexBlock cuts the index changes with every stripe held (so no
+// writer is between storing a record and noting its index change: the cut
+// holds exactly the changes of the records before its log position), then
+// persists them. One at a time.
+func (e *Engine) writeIndexBlock() error {
+	e.blockMu.Lock()
+	defer e.blockMu.Unlock()
+	for i := range e.stripes {
+		e.stripes[i].Lock()
+	}
+	cut := e.disk.CutIndexDelta()
+	for i := range e.stripes {
+		e.stripes[i].Unlock()
+	}
+	return e.disk.WriteIndexDelta(cut)
 }
 
 // putMatching is putLocked that reports read errors of the entries it
 // compares (recovery must not treat an unreadable entry as another key).
-func (e *Engine) putMatching(h uint64, key []byte, loc uint64, n int64, rerr *error) error {
+func (e *Engine) putMatching(h uint64, key []byte, loc uint64, exp, n int64, rerr *error) error {
 	var prev engines.Record
 	old, replaced := e.ix.Upsert(h, loc, func(l uint64) bool {
 		r, present, err := e.store.Read(l, nil)
@@ -82,6 +155,10 @@ func (e *Engine) putMatching(h uint64, key []byte, loc uint64, n int64, rerr *er
 	})
 	sh := e.shard(h)
 	sh.bytes.Add(n)
+	if !replaced {
+		old = 0
+	}
+	e.notePut(h, loc, old, n, exp)
 	if replaced {
 		sh.bytes.Add(-recordBytes(prev))
 		return e.store.Free(old, prev)
@@ -150,6 +227,7 @@ func (m mover) Relocate(loc uint64, r engines.Record) error {
 	if _, ok := e.ix.Upsert(h, nloc, func(l uint64) bool { return l == loc }); !ok {
 		return fmt.Errorf("relocate record at %d: entry gone under the stripe lock", loc)
 	}
+	e.notePut(h, nloc, loc, recordBytes(r), r.ExpiresAt)
 	return e.store.Free(loc, r)
 }
 

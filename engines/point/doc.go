@@ -8,8 +8,12 @@
 //     number; nothing is durable.
 //   - "ssd": the FlashStore-style log store of engines/diskstore in
 //     Options.Dir (required), created or reopened; a location is a packed
-//     (segment slot, generation, offset). Open replays the log to rebuild the
-//     index. OpenDisk takes diskstore.Options (file system, segment size,
+//     (segment slot, generation, offset). Open rebuilds the index from the
+//     store's delta index blocks (key hashes and locations, written every
+//     diskstore.Options.IndexBlockBytes of log and at Close) and replays only
+//     the log written after the last block; without usable blocks it
+//     replays the whole log. During recovery the index's Hasher answers from
+//     memory, so splits read nothing. OpenDisk takes diskstore.Options (file system, segment size,
 //     durability, collector tuning). Any other name is refused with
 //     ErrStorageUnavailable.
 //

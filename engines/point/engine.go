@@ -70,6 +70,12 @@ type Engine struct {
 	closed atomic.Bool
 	// disk is store when it is the disk store, else nil.
 	disk *diskstore.Store
+	// recov is, during recovery only (one goroutine, before the engine is
+	// shared), every indexed location's hash and size: the index's Hasher
+	// uses it so that splits read nothing from disk. nil after OpenDisk.
+	recov map[uint64]recMeta
+	// blockMu makes one goroutine at a time write an index block.
+	blockMu sync.Mutex
 
 	stripes [numStripes]stripe
 	shards  [numShards]shard
@@ -118,6 +124,11 @@ func OpenStore(opts engines.Options, store ValueStore) *Engine {
 // calls it under a bucket lock, so loc is live (the collector moves index
 // entries before it frees a segment).
 func (e *Engine) hashAt(loc uint64) uint64 {
+	if e.recov != nil {
+		if m, ok := e.recov[loc]; ok {
+			return m.hash
+		}
+	}
 	r, ok, err := e.store.Read(loc, nil)
 	if err != nil {
 		// A disk record that fails its checksum (or an I/O error) during a
@@ -296,6 +307,12 @@ func (e *Engine) Close() error {
 	if !e.closed.CompareAndSwap(false, true) {
 		return nil
 	}
+	if e.disk != nil && e.disk.IndexBlocks() {
+		// The last delta block, so that the next open reads no log.
+		if err := e.writeIndexBlock(); err != nil {
+			e.opts.Logger.Warn("point: index block at close; the next open scans more log", "err", err)
+		}
+	}
 	if err := e.store.Close(); err != nil {
 		return fmt.Errorf("close point engine: %w", err)
 	}
@@ -330,10 +347,16 @@ func (e *Engine) unlockSet(s *stripeSet) {
 
 // putLocked points key at loc (a stored, committed record of n bytes) and
 // frees the version it replaces. Caller holds key's stripe.
-func (e *Engine) putLocked(h uint64, key []byte, loc uint64, n int64) error {
-	var prev engines.Record
+func (e *Engine) putLocked(h uint64, key []byte, loc uint64, n, exp int64) error {
+	var (
+		prev engines.Record
+		rerr error
+	)
 	old, replaced := e.ix.Upsert(h, loc, func(l uint64) bool {
 		r, present, err := e.store.Read(l, nil)
+		if err != nil {
+			rerr = err
+		}
 		if err == nil && present && bytes.Equal(r.Key, key) {
 			prev = r
 			return true
@@ -342,6 +365,16 @@ func (e *Engine) putLocked(h uint64, key []byte, loc uint64, n int64) error {
 	})
 	sh := e.shard(h)
 	sh.bytes.Add(n)
+	if !replaced {
+		old = 0
+	}
+	if rerr != nil && e.disk != nil {
+		// An entry that could not be read may have been this key's: the
+		// index may now hold it twice. Keep that out of the index blocks:
+		// restarts replay the log from the last block on instead.
+		e.disk.StopIndexBlocks(fmt.Errorf("put: compare an index entry: %w", rerr))
+	}
+	e.notePut(h, loc, old, n, exp)
 	if replaced {
 		sh.bytes.Add(-recordBytes(prev))
 		if err := e.store.Free(old, prev); err != nil {
@@ -361,6 +394,12 @@ func (e *Engine) unlinkLocked(h, loc uint64, rec engines.Record) error {
 		return fmt.Errorf("unlink record at %d: entry gone under the stripe lock", loc)
 	}
 	e.shard(h).bytes.Add(-recordBytes(rec))
+	if e.disk != nil {
+		e.disk.NoteIndexDelete(h, loc)
+		if e.recov != nil {
+			delete(e.recov, loc)
+		}
+	}
 	if err := e.store.Free(loc, rec); err != nil {
 		return fmt.Errorf("free deleted record at %d: %w", loc, err)
 	}
@@ -399,6 +438,7 @@ func (e *Engine) Apply(batch []engines.Mutation) error {
 		hs = append(hs, h)
 		set.add(e.stripeOf(h))
 	}
+	defer e.maybeIndexBlock() // after the stripes are unlocked
 	e.lockSet(&set)
 	defer e.unlockSet(&set)
 	// Under the stripes: read what deletes remove, store the batch as one
@@ -438,7 +478,7 @@ func (e *Engine) Apply(batch []engines.Mutation) error {
 			}
 			continue
 		}
-		if err := e.putLocked(hs[j], m.Key, locs[k], int64(len(m.Key)+len(m.Value))); err != nil {
+		if err := e.putLocked(hs[j], m.Key, locs[k], int64(len(m.Key)+len(m.Value)), m.ExpiresAt); err != nil {
 			// The index already holds the record; a failed free only leaks.
 			errs = append(errs, err)
 		}
@@ -503,6 +543,7 @@ func (e *Engine) Delete(key []byte) (bool, error) {
 	}
 	h := keyspace.Hash(key)
 	mu := &e.stripes[e.stripeOf(h)]
+	defer e.maybeIndexBlock() // after the stripe is unlocked
 	mu.Lock()
 	defer mu.Unlock()
 	e.shard(h).writes.Add(1)
@@ -532,6 +573,7 @@ func (e *Engine) CompareAndSwap(c engines.CAS) (engines.CASResult, error) {
 	}
 	h := keyspace.Hash(c.Key)
 	mu := &e.stripes[e.stripeOf(h)]
+	defer e.maybeIndexBlock() // after the stripe is unlocked
 	mu.Lock()
 	defer mu.Unlock()
 	e.shard(h).writes.Add(1)
@@ -560,7 +602,7 @@ func (e *Engine) CompareAndSwap(c engines.CAS) (engines.CASResult, error) {
 		if err != nil {
 			return res, fmt.Errorf("compare and swap: %w", err)
 		}
-		if err := e.putLocked(h, c.Key, locs[0], int64(len(c.Key)+len(c.New.Value))); err != nil {
+		if err := e.putLocked(h, c.Key, locs[0], int64(len(c.Key)+len(c.New.Value)), c.New.ExpiresAt); err != nil {
 			return res, fmt.Errorf("compare and swap: %w", err)
 		}
 	}
