@@ -141,26 +141,11 @@ func (e *Engine) writeIndexBlock() error {
 // putMatching is putLocked that reports read errors of the entries it
 // compares (recovery must not treat an unreadable entry as another key).
 func (e *Engine) putMatching(h uint64, key []byte, loc uint64, exp, n int64, rerr *error) error {
-	var prev engines.Record
-	old, replaced := e.ix.Upsert(h, loc, func(l uint64) bool {
-		r, present, err := e.store.Read(l, nil)
-		if err != nil {
-			*rerr = err
-		}
-		if err == nil && present && bytes.Equal(r.Key, key) {
-			prev = r
-			return true
-		}
-		return false
-	})
-	sh := e.shard(h)
-	sh.bytes.Add(n)
-	if !replaced {
-		old = 0
+	old, prev, replaced, err := e.upsertLocked(h, key, loc, n, exp)
+	if err != nil {
+		*rerr = err
 	}
-	e.notePut(h, loc, old, n, exp)
 	if replaced {
-		sh.bytes.Add(-recordBytes(prev))
 		return e.store.Free(old, prev)
 	}
 	return nil

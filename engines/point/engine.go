@@ -345,14 +345,12 @@ func (e *Engine) unlockSet(s *stripeSet) {
 	}
 }
 
-// putLocked points key at loc (a stored, committed record of n bytes) and
-// frees the version it replaces. Caller holds key's stripe.
-func (e *Engine) putLocked(h uint64, key []byte, loc uint64, n, exp int64) error {
-	var (
-		prev engines.Record
-		rerr error
-	)
-	old, replaced := e.ix.Upsert(h, loc, func(l uint64) bool {
+// upsertLocked points key at loc (a stored, committed record of n bytes),
+// accounts its bytes and notes the change for the index blocks. It returns
+// the version it replaced, if any (still to be freed), and the last error
+// met reading an entry to compare keys. Caller holds key's stripe.
+func (e *Engine) upsertLocked(h uint64, key []byte, loc uint64, n, exp int64) (old uint64, prev engines.Record, replaced bool, rerr error) {
+	old, replaced = e.ix.Upsert(h, loc, func(l uint64) bool {
 		r, present, err := e.store.Read(l, nil)
 		if err != nil {
 			rerr = err
@@ -368,15 +366,24 @@ func (e *Engine) putLocked(h uint64, key []byte, loc uint64, n, exp int64) error
 	if !replaced {
 		old = 0
 	}
+	e.notePut(h, loc, old, n, exp)
+	if replaced {
+		sh.bytes.Add(-recordBytes(prev))
+	}
+	return old, prev, replaced, rerr
+}
+
+// putLocked points key at loc and frees the version it replaces. Caller
+// holds key's stripe.
+func (e *Engine) putLocked(h uint64, key []byte, loc uint64, n, exp int64) error {
+	old, prev, replaced, rerr := e.upsertLocked(h, key, loc, n, exp)
 	if rerr != nil && e.disk != nil {
 		// An entry that could not be read may have been this key's: the
 		// index may now hold it twice. Keep that out of the index blocks:
 		// restarts replay the log from the last block on instead.
 		e.disk.StopIndexBlocks(fmt.Errorf("put: compare an index entry: %w", rerr))
 	}
-	e.notePut(h, loc, old, n, exp)
 	if replaced {
-		sh.bytes.Add(-recordBytes(prev))
 		if err := e.store.Free(old, prev); err != nil {
 			return fmt.Errorf("free replaced record at %d: %w", old, err)
 		}
