@@ -87,17 +87,8 @@ func newDSData(cfg dsConfig) *dsData {
 
 // value returns version ver of key i's value: a window of the pool.
 func (d *dsData) value(i int, ver uint64) []byte {
-	off := dsMix(uint64(i)<<8|ver) & (1<<20 - 1)
+	off := fmix64(uint64(i)<<8|ver) & (1<<20 - 1)
 	return d.pool[off : off+uint64(d.cfg.valueSize) : off+uint64(d.cfg.valueSize)]
-}
-
-func dsMix(k uint64) uint64 {
-	k ^= k >> 33
-	k *= 0xff51afd7ed558ccd
-	k ^= k >> 33
-	k *= 0xc4ceb9fe1a85ec53
-	k ^= k >> 33
-	return k
 }
 
 // liveBytes is the key and value bytes of the live records.
@@ -114,7 +105,7 @@ func (x *xorshift) next() uint64 {
 }
 
 func newXorshift(seed uint64, worker int) xorshift {
-	return xorshift(dsMix(seed+uint64(worker)*0x9E3779B97F4A7C15) | 1)
+	return xorshift(fmix64(seed+uint64(worker)*0x9E3779B97F4A7C15) | 1)
 }
 
 // firstErr keeps the first error of several goroutines.
