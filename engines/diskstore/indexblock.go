@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/tabuladb/tabula/engines"
 )
@@ -72,8 +73,40 @@ type indexLog struct {
 	// recovery that will write a base notes nothing.
 	recovering bool
 
+	// compact, set by RecoverIndexed when the loaded chain's deltas outgrew
+	// its base, is the chain's live entries as of its last block: after
+	// recovery they replace that block as a base, in the background.
+	compact *indexCompaction
+	// The chain on disk: base is the number of its base block (0: none
+	// known); baseBytes its size; deltaBytes and deltas size the deltas
+	// after it. compacting is set while a compaction runs.
+	base                  uint64
+	baseBytes, deltaBytes int64
+	deltas                int
+	compacting            bool
+
 	// writeMu orders block writes.
 	writeMu sync.Mutex
+}
+
+// indexCompaction is a base block to write in place of delta block n: the
+// live entries as of n's log position, so blocks older than n can go. With
+// changes nil, the compaction reads them from the chain's files.
+type indexCompaction struct {
+	n       uint64
+	at      logPos
+	changes []indexChange
+	// replacedBytes and replacedDeltas size the deltas up to n (known
+	// already when changes is not nil).
+	replacedBytes  int64
+	replacedDeltas int
+}
+
+// compactDue reports whether the chain's deltas outgrew its base (then a
+// restart would read more history than index). Caller holds s.ix.mu.
+func (ix *indexLog) compactDue() bool {
+	return ix.base != 0 && !ix.compacting && !ix.broken &&
+		ix.deltaBytes > ix.baseBytes && (ix.deltaBytes > 1<<20 || ix.deltas > 16)
 }
 
 // IndexCut is the index changes up to a log position, taken by
@@ -215,8 +248,9 @@ func (s *Store) WriteIndexDelta(c IndexCut) error {
 		return nil
 	}
 	err := s.Sync()
+	var size int64
 	if err == nil {
-		err = s.writeIndexFile(n, indexKindDelta, prev, c.at, c.changes)
+		size, err = s.writeIndexFile(n, indexKindDelta, prev, c.at, c.changes)
 	}
 	s.ix.mu.Lock()
 	defer s.ix.mu.Unlock()
@@ -225,7 +259,24 @@ func (s *Store) WriteIndexDelta(c IndexCut) error {
 		return fmt.Errorf("write index block %d: %w", n, err)
 	}
 	s.ix.prev, s.ix.next = n, n+1
+	s.ix.deltaBytes += size
+	s.ix.deltas++
+	if !s.ix.recovering && s.ix.compactDue() {
+		s.startCompactionLocked(&indexCompaction{n: n, at: c.at})
+	}
 	return nil
+}
+
+// startCompactionLocked runs c in the background. Caller holds s.ix.mu.
+func (s *Store) startCompactionLocked(c *indexCompaction) {
+	select {
+	case <-s.closing:
+		return
+	default:
+	}
+	s.ix.compacting = true
+	s.wg.Add(1)
+	go s.compactIndex(c)
 }
 
 // FinishIndexRecovery persists the index as recovered, after RecoverIndexed
@@ -238,13 +289,129 @@ func (s *Store) FinishIndexRecovery(entries func() []IndexEntry) error {
 		return nil
 	}
 	s.ix.mu.Lock()
-	cont := s.ix.cont
-	s.ix.recovering = false
+	cont, compact := s.ix.cont, s.ix.compact
+	s.ix.recovering, s.ix.compact = false, nil
 	s.ix.mu.Unlock()
-	if cont {
-		return s.WriteIndexDelta(s.CutIndexDelta())
+	if !cont {
+		return s.WriteIndexBase(entries())
 	}
-	return s.WriteIndexBase(entries())
+	if compact != nil {
+		// The chain up to the loaded blocks is complete whatever happens to
+		// the tail's delta: compact it.
+		s.ix.mu.Lock()
+		s.startCompactionLocked(compact)
+		s.ix.mu.Unlock()
+	}
+	return s.WriteIndexDelta(s.CutIndexDelta())
+}
+
+// compactIndex writes c's entries as a base block in place of delta block
+// c.n (an atomic rename: either file describes the same index at the same
+// log position, and later deltas follow either), then removes the older
+// blocks. Restart work stays proportional to the index, not to its history;
+// a failure only leaves the longer chain, which still loads.
+func (s *Store) compactIndex(c *indexCompaction) {
+	defer s.wg.Done()
+	var size int64
+	err := func() error {
+		start := time.Now()
+		s.ix.mu.Lock()
+		base := s.ix.base
+		s.ix.mu.Unlock()
+		if c.changes == nil {
+			var err error
+			if c.changes, c.replacedBytes, err = s.mergeChainFiles(base, c.n); err != nil {
+				return err
+			}
+			c.replacedDeltas = int(c.n - base)
+		}
+		s.ix.writeMu.Lock()
+		defer s.ix.writeMu.Unlock()
+		select {
+		case <-s.closing:
+			return nil
+		default:
+		}
+		var err error
+		if size, err = s.writeIndexFile(c.n, indexKindBase, 0, c.at, c.changes); err != nil {
+			return err
+		}
+		if err := s.removeIndexFilesBelow(c.n); err != nil {
+			return err
+		}
+		s.opts.Logger.Info("diskstore: index chain compacted", "dir", s.dir, "block", c.n, "entries", len(c.changes), "bytes", size, "took", time.Since(start))
+		return nil
+	}()
+	s.ix.mu.Lock()
+	defer s.ix.mu.Unlock()
+	s.ix.compacting = false
+	if err != nil {
+		s.opts.Logger.Warn("diskstore: index chain not compacted; restarts read the longer chain", "dir", s.dir, "block", c.n, "err", err)
+		s.ix.base = 0 // do not retry until reopened
+		return
+	}
+	if size > 0 {
+		// The deltas after c.n stay; their sizes are what is left.
+		s.ix.base, s.ix.baseBytes = c.n, size
+		s.ix.deltaBytes -= c.replacedBytes
+		s.ix.deltas -= c.replacedDeltas
+	}
+}
+
+// mergeChainFiles reads base block base and the deltas after it up to block
+// n, and returns the live entries as of block n (puts minus those replaced
+// or deleted later) and the bytes of the deltas read.
+func (s *Store) mergeChainFiles(base, n uint64) (live []indexChange, deltaBytes int64, err error) {
+	var chain []indexBlock
+	for k := base; k <= n; k++ {
+		blk, size, err := s.readIndexFile(k)
+		if err == nil && k == base && blk.kind != indexKindBase {
+			err = fmt.Errorf("block %d is not a base: %w", k, engines.ErrCorrupt)
+		}
+		if err == nil && k > base && (blk.kind != indexKindDelta || blk.prev != k-1) {
+			err = fmt.Errorf("block %d does not continue the chain: %w", k, engines.ErrCorrupt)
+		}
+		if err != nil {
+			return nil, 0, fmt.Errorf("read index block %d: %w", k, err)
+		}
+		if k > base {
+			deltaBytes += size
+		}
+		chain = append(chain, blk)
+	}
+	puts, removed := mergeBlocks(chain)
+	live = puts[:0]
+	for _, c := range puts {
+		if _, ok := removed[c.pos]; !ok {
+			c.old = logPos{}
+			live = append(live, c)
+		}
+	}
+	return live, deltaBytes, nil
+}
+
+// mergeBlocks returns the put changes of a chain (base first) and the
+// positions its deltas replaced or deleted.
+func mergeBlocks(chain []indexBlock) (puts []indexChange, removed map[logPos]struct{}) {
+	// One allocation for every put of the chain (copying the base's
+	// entries again per delta would cost more than decoding them).
+	n := 0
+	for _, blk := range chain {
+		n += len(blk.changes)
+	}
+	puts = make([]indexChange, 0, n)
+	removed = map[logPos]struct{}{}
+	for _, blk := range chain {
+		for _, c := range blk.changes {
+			if blk.kind == indexKindDelta && c.old.seq != 0 {
+				removed[c.old] = struct{}{}
+			}
+			if c.op == indexOpPut {
+				puts = append(puts, c)
+			}
+		}
+	}
+	return puts, removed
 }
 
 // WriteIndexBase persists entries (every entry of the owner's index, right
@@ -275,7 +442,7 @@ func (s *Store) WriteIndexBase(entries []IndexEntry) error {
 	if n == 0 {
 		return nil // recovered without RecoverIndexed: no chain to continue
 	}
-	err := s.writeIndexFile(n, indexKindBase, 0, at, changes)
+	size, err := s.writeIndexFile(n, indexKindBase, 0, at, changes)
 	if err == nil {
 		err = s.removeIndexFilesBelow(n)
 	}
@@ -285,6 +452,7 @@ func (s *Store) WriteIndexBase(entries []IndexEntry) error {
 		s.ix.broken = true
 		return fmt.Errorf("write index base %d: %w", n, err)
 	}
+	s.ix.base, s.ix.baseBytes, s.ix.deltaBytes, s.ix.deltas = n, size, 0, 0
 	s.ix.prev, s.ix.next, s.ix.pending, s.ix.cutAt = n, n+1, nil, s.logBytes.Load()
 	return nil
 }
@@ -435,27 +603,27 @@ func decodeIndexBlock(b []byte) (blk indexBlock, err error) {
 
 // writeIndexFile writes a block durably: temp file, fsync, rename, fsync
 // the directory.
-func (s *Store) writeIndexFile(n uint64, kind byte, prev uint64, at logPos, changes []indexChange) error {
+func (s *Store) writeIndexFile(n uint64, kind byte, prev uint64, at logPos, changes []indexChange) (int64, error) {
 	b := encodeIndexBlock(kind, n, prev, at, changes)
 	final := filepath.Join(s.dir, indexName(n))
 	tmp := final + ".tmp"
 	f, err := s.fs.Create(tmp)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	if _, err := f.Write(b); err != nil {
-		return errors.Join(err, f.Close())
+		return 0, errors.Join(err, f.Close())
 	}
 	if err := f.Sync(); err != nil {
-		return errors.Join(err, f.Close())
+		return 0, errors.Join(err, f.Close())
 	}
 	if err := f.Close(); err != nil {
-		return err
+		return 0, err
 	}
 	if err := s.fs.Rename(tmp, final); err != nil {
-		return err
+		return 0, err
 	}
-	return s.fs.SyncDir(s.dir)
+	return int64(len(b)), s.fs.SyncDir(s.dir)
 }
 
 // readIndexFile reads and decodes block file n.
@@ -504,13 +672,16 @@ type indexState struct {
 	// the live records are puts minus removed, in any order.
 	puts    []indexChange
 	removed map[logPos]struct{}
-	at      logPos
-	blocks  int
-	bytes   int64
+	// live is, after resolveIndex, the puts not removed whose segments
+	// remain (what a base block at the chain's position holds).
+	live   []indexChange
+	at     logPos
+	blocks int
+	bytes  int64
 	// baseBytes and deltaBytes size the chain (to decide on compaction);
 	// last is the last block's number.
 	baseBytes, deltaBytes int64
-	last                  uint64
+	base, last            uint64
 	stale                 int // entries dropped: their segment was freed
 }
 
@@ -562,24 +733,7 @@ func (s *Store) loadIndexChain() (st indexState, ok bool) {
 	if !ok {
 		return st, false
 	}
-	st.puts = base.changes
-	st.removed = map[logPos]struct{}{}
-	apply := func(blk indexBlock) {
-		if blk.kind == indexKindDelta {
-			for _, c := range blk.changes {
-				if c.old.seq != 0 {
-					st.removed[c.old] = struct{}{}
-				}
-				if c.op == indexOpPut {
-					st.puts = append(st.puts, c)
-				}
-			}
-		}
-		st.at = blk.at
-		st.last = blk.n
-		st.blocks++
-	}
-	apply(base)
+	chain := []indexBlock{base}
 	for n := base.n + 1; have[n]; n++ {
 		blk, size, err := s.readIndexFile(n)
 		st.bytes += size
@@ -590,8 +744,15 @@ func (s *Store) loadIndexChain() (st indexState, ok bool) {
 			s.opts.Logger.Warn("diskstore: index chain ends at a bad block; scanning the log from the block before", "dir", s.dir, "block", n, "err", err)
 			break
 		}
-		apply(blk)
+		chain = append(chain, blk)
 		st.deltaBytes += size
 	}
+	st.puts, st.removed = mergeBlocks(chain)
+	for _, blk := range chain {
+		st.at = blk.at
+		st.last = blk.n
+		st.blocks++
+	}
+	st.base = base.n
 	return st, true
 }

@@ -407,10 +407,16 @@ func (s *Store) RecoverIndexed(load func([]IndexEntry) error, fn ReplayFunc) err
 		return fmt.Errorf("load index entries: %w", err)
 	}
 	s.ix.mu.Lock()
-	// Continue the chain (the tail's changes become its next delta) while
-	// its deltas are smaller than its base; else compact into a new base.
+	// Continue the chain (the tail's changes become its next delta); if its
+	// deltas outgrew its base, its live entries also replace its last block
+	// as a new base, in the background once recovered.
 	s.ix.prev = st.last
-	s.ix.cont = st.last+1 == s.ix.next && st.deltaBytes <= max(st.baseBytes, 1<<20)
+	s.ix.cont = st.last+1 == s.ix.next
+	s.ix.base, s.ix.baseBytes, s.ix.deltaBytes, s.ix.deltas = st.base, st.baseBytes, st.deltaBytes, st.blocks-1
+	if s.ix.cont && s.ix.compactDue() {
+		s.ix.compact = &indexCompaction{n: st.last, at: st.at, changes: st.live,
+			replacedBytes: st.deltaBytes, replacedDeltas: st.blocks - 1}
+	}
 	s.ix.mu.Unlock()
 	return s.recoverFrom(fn, st.at, start, st)
 }
@@ -430,6 +436,7 @@ func (s *Store) resolveIndex(st *indexState) (entries []IndexEntry, ok bool) {
 	}
 	entries = make([]IndexEntry, 0, len(st.puts)-len(st.removed))
 	stale := 0
+	live := st.puts[:0] // the live changes, kept in place for a compaction
 	for _, c := range st.puts {
 		p := c.pos
 		if _, ok := st.removed[p]; ok {
@@ -440,6 +447,8 @@ func (s *Store) resolveIndex(st *indexState) (entries []IndexEntry, ok bool) {
 			stale++
 			continue
 		}
+		c.old = logPos{}
+		live = append(live, c)
 		end := p.off + recordLen(0, 0) + c.bytes
 		if p.off < segmentHeaderLen || end > g.size.Load() || p.seq > st.at.seq || (p.seq == st.at.seq && end > st.at.off) {
 			s.opts.Logger.Warn("diskstore: index entry outside the log it covers", "dir", s.dir, "segment", p.seq, "offset", p.off)
@@ -447,7 +456,7 @@ func (s *Store) resolveIndex(st *indexState) (entries []IndexEntry, ok bool) {
 		}
 		entries = append(entries, IndexEntry{Hash: c.hash, Loc: g.loc(p.off), Bytes: c.bytes, ExpiresAt: c.exp})
 	}
-	st.puts, st.removed = nil, nil
+	st.puts, st.removed, st.live = nil, nil, live
 	st.stale = stale
 	return entries, true
 }

@@ -44,21 +44,16 @@ func OpenDisk(opts engines.Options, ds diskstore.Options) (*Engine, error) {
 	e := OpenStore(opts, s)
 	e.disk = s
 	e.recov = map[uint64]recMeta{}
+	e.recovGone = map[uint64]struct{}{}
 	if err := s.RecoverIndexed(e.loadEntries, e.replay); err != nil {
 		return nil, errors.Join(fmt.Errorf("open point engine: %w", err), s.Close())
 	}
 	// Persist the index as recovered (the tail's changes as the chain's
 	// next delta, or a new base), so the next open reads none of this log.
-	if err := s.FinishIndexRecovery(func() []diskstore.IndexEntry {
-		entries := make([]diskstore.IndexEntry, 0, len(e.recov))
-		for loc, m := range e.recov {
-			entries = append(entries, diskstore.IndexEntry{Hash: m.hash, Loc: loc, Bytes: m.bytes, ExpiresAt: m.exp})
-		}
-		return entries
-	}); err != nil {
+	if err := s.FinishIndexRecovery(e.recoveredEntries); err != nil {
 		e.opts.Logger.Warn("point: index block after recovery not written; the next open scans more log", "dir", opts.Dir, "err", err)
 	}
-	e.recov = nil
+	e.recov, e.recovBase, e.recovGone = nil, nil, nil
 	s.StartGC(mover{e})
 	return e, nil
 }
@@ -72,14 +67,89 @@ type recMeta struct {
 // loadEntries indexes the entries of the store's index blocks while the
 // store recovers (one goroutine, before the engine is shared): locations of
 // distinct live records, so they are inserted without comparing keys.
+// The index is sized for them first, so loading them splits no bucket (and
+// rehashes no key).
 func (e *Engine) loadEntries(ens []diskstore.IndexEntry) error {
-	e.recov = make(map[uint64]recMeta, len(ens)+len(ens)/8)
-	for _, en := range ens {
-		e.recov[en.Loc] = recMeta{en.Hash, en.Bytes, en.ExpiresAt}
-		e.ix.Upsert(en.Hash, en.Loc, func(uint64) bool { return false })
-		e.shard(en.Hash).bytes.Add(en.Bytes)
+	if err := e.ix.Grow(len(ens)); err != nil {
+		return err
+	}
+	e.recovBase = ens
+	// Insert in bucket order, in 2 halves at once (the halves touch
+	// disjoint buckets): a random order would miss the cache on almost
+	// every insert once the index outgrows it.
+	sorted, bounds := orderForLoad(ens, e.ix.BucketBits())
+	var wg sync.WaitGroup
+	var bytes [2][numShards]int64
+	mid := bounds[len(bounds)/2]
+	for half, part := range [][]diskstore.IndexEntry{sorted[:mid], sorted[mid:]} {
+		wg.Go(func() {
+			for _, en := range part {
+				e.ix.Upsert(en.Hash, en.Loc, func(uint64) bool { return false })
+				bytes[half][en.Hash>>32&(numShards-1)] += en.Bytes
+			}
+		})
+	}
+	wg.Wait()
+	for i := range numShards {
+		e.shards[i].bytes.Add(bytes[0][i] + bytes[1][i])
 	}
 	return nil
+}
+
+// loadGroupBits is log2 of the groups orderForLoad sorts into: 4096 groups
+// of the index's buckets, each a few KiB of it.
+const loadGroupBits = 12
+
+// orderForLoad returns ens grouped by the primary-bucket bits of their
+// hashes (a counting sort, stable) and the start of every group (plus
+// len(ens) at the end).
+func orderForLoad(ens []diskstore.IndexEntry, bucketBits int) ([]diskstore.IndexEntry, []int) {
+	shift := max(bucketBits-loadGroupBits, 0)
+	mask := uint64(1)<<bucketBits - 1
+	group := func(h uint64) uint64 { return (h & mask) >> shift }
+	bounds := make([]int, 1<<loadGroupBits+1)
+	for _, en := range ens {
+		bounds[group(en.Hash)+1]++
+	}
+	for i := 1; i < len(bounds); i++ {
+		bounds[i] += bounds[i-1]
+	}
+	next := append([]int(nil), bounds[:len(bounds)-1]...)
+	out := make([]diskstore.IndexEntry, len(ens))
+	for _, en := range ens {
+		g := group(en.Hash)
+		out[next[g]] = en
+		next[g]++
+	}
+	return out, bounds
+}
+
+// recoveredEntries is every entry of the recovered index: the loaded ones
+// the tail did not replace or delete, and the tail's.
+func (e *Engine) recoveredEntries() []diskstore.IndexEntry {
+	entries := make([]diskstore.IndexEntry, 0, len(e.recovBase)+len(e.recov))
+	for _, en := range e.recovBase {
+		if _, gone := e.recovGone[en.Loc]; !gone {
+			entries = append(entries, en)
+		}
+	}
+	for loc, m := range e.recov {
+		entries = append(entries, diskstore.IndexEntry{Hash: m.hash, Loc: loc, Bytes: m.bytes, ExpiresAt: m.exp})
+	}
+	return entries
+}
+
+// recovDrop forgets, during recovery, the entry at loc (replaced or deleted
+// by a replayed record).
+func (e *Engine) recovDrop(loc uint64) {
+	if e.recov == nil {
+		return
+	}
+	if _, ok := e.recov[loc]; ok {
+		delete(e.recov, loc)
+		return
+	}
+	e.recovGone[loc] = struct{}{}
 }
 
 // replay applies one logged record while the store recovers (one
@@ -105,8 +175,8 @@ func (e *Engine) notePut(h, loc, old uint64, n, exp int64) {
 		return
 	}
 	e.disk.NoteIndexPut(h, loc, old, n, exp)
-	if e.recov != nil && old != 0 && old != loc {
-		delete(e.recov, old)
+	if old != 0 && old != loc {
+		e.recovDrop(old)
 	}
 }
 

@@ -70,10 +70,14 @@ type Engine struct {
 	closed atomic.Bool
 	// disk is store when it is the disk store, else nil.
 	disk *diskstore.Store
-	// recov is, during recovery only (one goroutine, before the engine is
-	// shared), every indexed location's hash and size: the index's Hasher
-	// uses it so that splits read nothing from disk. nil after OpenDisk.
-	recov map[uint64]recMeta
+	// During recovery only (one goroutine, before the engine is shared):
+	// recovBase holds the entries loaded from index blocks, recovGone those
+	// of them the replayed tail replaced or deleted, and recov the tail's
+	// entries (hash and size by location; the index's Hasher answers from it
+	// so that tail splits read nothing back). All nil after OpenDisk.
+	recov     map[uint64]recMeta
+	recovBase []diskstore.IndexEntry
+	recovGone map[uint64]struct{}
 	// blockMu makes one goroutine at a time write an index block.
 	blockMu sync.Mutex
 
@@ -403,9 +407,7 @@ func (e *Engine) unlinkLocked(h, loc uint64, rec engines.Record) error {
 	e.shard(h).bytes.Add(-recordBytes(rec))
 	if e.disk != nil {
 		e.disk.NoteIndexDelete(h, loc)
-		if e.recov != nil {
-			delete(e.recov, loc)
-		}
+		e.recovDrop(loc)
 	}
 	if err := e.store.Free(loc, rec); err != nil {
 		return fmt.Errorf("free deleted record at %d: %w", loc, err)

@@ -108,6 +108,37 @@ func New(hash Hasher) *Index {
 	return ix
 }
 
+// Grow sizes an empty index for n entries, so that inserting them does no
+// split (recovery knows how many entries it will load). It must be called
+// before the index is shared; it returns an error if the index is not empty.
+func (ix *Index) Grow(n int) error {
+	if ix.count.Load() != 0 {
+		return fmt.Errorf("lhash: Grow on an index of %d entries", ix.count.Load())
+	}
+	// The bucket count at which n entries sit just below the split load.
+	nb := uint64(n)*splitDen/(slots*splitNum) + 1
+	if nb <= minBuckets {
+		return nil
+	}
+	level := uint64(bits.Len64(nb) - 1)
+	next := nb - 1<<level
+	segs := (nb-1)>>segShift + 1
+	dir := make([]*segment, segs)
+	for i := range dir {
+		dir[i] = new(segment)
+	}
+	ix.dir.Store(&dir)
+	ix.state.Store(level<<stateLevelShift | next)
+	return nil
+}
+
+// BucketBits is the number of low hash bits that pick an entry's primary
+// bucket (one more for the buckets already split this round): inserting
+// entries in the order of hash&(1<<BucketBits()-1) walks the table
+// sequentially, which is how a bulk load after Grow avoids a cache miss per
+// entry.
+func (ix *Index) BucketBits() int { return int(ix.state.Load() >> stateLevelShift) }
+
 // tagOf is the entry's tag for hash h, already shifted into place: hash bits
 // 32..47, with 0 mapped to 1 so that no entry word is zero.
 func tagOf(h uint64) uint64 {

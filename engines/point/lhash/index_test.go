@@ -482,3 +482,46 @@ func BenchmarkInsertGrow(b *testing.B) {
 		f.upsert(uint64(i), uint64(i))
 	}
 }
+
+// TestGrow checks that a pre-sized index takes its entries without a split
+// (the Hasher is never called), stays well formed, and still splits and
+// merges past them.
+func TestGrow(t *testing.T) {
+	for _, n := range []int{0, 1, 300, 100_000} {
+		keys := make([]uint64, 2*n+10)
+		for i := range keys {
+			keys[i] = uint64(i)*104729 + 1
+		}
+		hashed := 0
+		f := &fixture{keys: keys, hash: mix}
+		f.ix = New(func(loc uint64) uint64 { hashed++; return mix(f.keys[loc]) })
+		if err := f.ix.Grow(n); err != nil {
+			t.Fatal(err)
+		}
+		for i := range n {
+			f.upsert(keys[i], uint64(i))
+		}
+		if hashed != 0 {
+			t.Fatalf("n=%d: %d entries rehashed while loading a pre-sized index", n, hashed)
+		}
+		f.check(t)
+		if n > 0 {
+			if err := f.ix.Grow(n); err == nil {
+				t.Fatalf("n=%d: Grow of a non-empty index succeeded", n)
+			}
+		}
+		for i := n; i < len(keys); i++ {
+			f.upsert(keys[i], uint64(i))
+		}
+		f.check(t)
+		for i := range keys {
+			if loc, ok := f.lookup(keys[i]); !ok || loc != uint64(i) {
+				t.Fatalf("n=%d: lookup key %d = %d, %v", n, i, loc, ok)
+			}
+		}
+		for i := range keys {
+			f.delete(keys[i])
+		}
+		f.check(t)
+	}
+}
