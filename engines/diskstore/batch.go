@@ -70,6 +70,7 @@ func (s *Store) ReadBatch(locs []uint64, recs []engines.Record, found []bool, er
 		}
 		items = append(items, batchItem{i: i, g: g, off: off})
 	}
+	items = s.readBatchMapped(items, recs, found, errs)
 	if len(items) == 0 {
 		return
 	}
@@ -149,4 +150,64 @@ func (s *Store) readRun(items []batchItem, r batchRun, recs []engines.Record, fo
 			}
 		}
 	}
+}
+
+// readBatchMapped reads the items whose segments are mapped — copied into
+// one buffer, in location order, each checked against its CRC — and
+// returns the others. A mapped read is a memory copy (a page fault if the
+// page is not cached): no system call to coalesce, no reads to overlap.
+func (s *Store) readBatchMapped(items []batchItem, recs []engines.Record, found []bool, errs []error) []batchItem {
+	type span struct {
+		it         batchItem
+		start, end int
+	}
+	var spans []span
+	var arena []byte
+	rest := items[:0]
+	for _, it := range items {
+		var m []byte
+		if it.g.full.Load() {
+			m = s.pinMapped(it.g)
+		}
+		if m == nil {
+			rest = append(rest, it)
+			continue
+		}
+		size := int64(len(m))
+		var err error
+		n := int64(0)
+		if it.off < segmentHeaderLen || it.off+recordHeaderLen > size {
+			err = fmt.Errorf("record offset %d outside segment of %d bytes: %w", it.off, size, engines.ErrCorrupt)
+		} else if h, herr := parseHeader(m[it.off:]); herr != nil {
+			err = herr
+		} else if n = h.total(); it.off+n > size {
+			err = fmt.Errorf("record of %d bytes at %d past segment end %d: %w", n, it.off, size, engines.ErrCorrupt)
+		}
+		if err != nil {
+			it.g.unpin()
+			errs[it.i] = fmt.Errorf("read segment %d offset %d: %w", it.g.seq, it.off, err)
+			continue
+		}
+		if arena == nil {
+			arena = make([]byte, 0, int(n)*len(items))
+		}
+		start := len(arena)
+		arena = append(arena, m[it.off:it.off+n]...)
+		it.g.unpin()
+		spans = append(spans, span{it, start, len(arena)})
+	}
+	for _, sp := range spans {
+		h, key, value, err := decodeRecord(arena[sp.start:sp.end:sp.end])
+		if err == nil && h.kind == kindPut {
+			value, err = s.decodeValue(h, value)
+		}
+		switch {
+		case err != nil:
+			errs[sp.it.i] = fmt.Errorf("read segment %d offset %d: %w", sp.it.g.seq, sp.it.off, err)
+		case h.kind == kindPut:
+			recs[sp.it.i] = engines.Record{Key: key, Value: value, ExpiresAt: h.aux}
+			found[sp.it.i] = true
+		}
+	}
+	return rest
 }

@@ -195,9 +195,10 @@ func (s *Store) collect(g *segment, m Mover) error {
 	s.mu.Unlock()
 	g.dead.Store(true)
 	// Wait for in-flight leaders that might still hold g (none should: g
-	// was fully written), then drop the file.
+	// was fully written) and for reads inside its mapping, then drop the
+	// file.
 	s.syncMu.Lock()
-	err := errors.Join(g.f.Close(), s.fs.Remove(g.path), s.fs.SyncDir(s.dir))
+	err := errors.Join(s.unmapSegment(g), g.f.Close(), s.fs.Remove(g.path), s.fs.SyncDir(s.dir))
 	s.syncMu.Unlock()
 	s.stats.gcRuns.Add(1)
 	s.stats.gcBytesMoved.Add(moved)

@@ -7,9 +7,12 @@ import (
 	"hash/crc32"
 	"io"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/tabuladb/tabula/engines"
 	"github.com/tabuladb/tabula/engines/vfs"
@@ -95,6 +98,21 @@ type segment struct {
 	// segment report "no record", not corruption.
 	dead atomic.Bool
 
+	// A sealed segment whose bytes are all in its file is read through a
+	// read-only mapping of it (when the file system can map): no system
+	// call per read. full is set once it is sealed and written whole;
+	// mapped holds the mapping; readers counts reads inside it, which
+	// unmapping (set unmapping first, then wait for readers to leave) must
+	// not pull the pages from under. mapMu serialises mapping and
+	// unmapping; unmap and mapTried are guarded by it.
+	full      atomic.Bool
+	mapped    atomic.Pointer[[]byte]
+	readers   atomic.Int64
+	unmapping atomic.Bool
+	mapMu     sync.Mutex
+	unmap     func() error
+	mapTried  bool
+
 	// Guarded by Store.mu.
 	flushing []byte // bytes [written, written+len(flushing)) being written
 	buf      []byte // bytes after flushing
@@ -105,12 +123,95 @@ type segment struct {
 
 func (g *segment) loc(off int64) uint64 { return packLoc(g.slot, g.gen, off) }
 
+// pin returns g's mapping and holds it until unpin, or nil if g is not
+// mapped (then the caller reads the file).
+func (g *segment) pin() []byte {
+	if !g.full.Load() {
+		return nil
+	}
+	g.readers.Add(1)
+	if g.unmapping.Load() {
+		g.readers.Add(-1)
+		return nil
+	}
+	if m := g.mapped.Load(); m != nil {
+		return *m
+	}
+	g.readers.Add(-1)
+	return nil
+}
+
+func (g *segment) unpin() { g.readers.Add(-1) }
+
+// mapSegment maps a full segment's file if the file system can; a failure
+// only means reads keep using ReadAt. Called at most once per segment.
+func (s *Store) mapSegment(g *segment) {
+	g.mapMu.Lock()
+	defer g.mapMu.Unlock()
+	if g.mapTried || g.unmapping.Load() || g.f == nil {
+		return
+	}
+	g.mapTried = true
+	mf, ok := g.f.(vfs.Mapper)
+	size := g.size.Load()
+	if !ok || size != g.written.Load() {
+		return
+	}
+	data, unmap, err := mf.Map(size)
+	if err != nil {
+		s.opts.Logger.Warn("diskstore: cannot map segment; reading it with system calls", "segment", g.seq, "err", err)
+		return
+	}
+	g.unmap = unmap
+	g.mapped.Store(&data)
+}
+
+// unmapSegment stops reads through g's mapping, waits for those inside it,
+// and unmaps it. Idempotent.
+func (s *Store) unmapSegment(g *segment) error {
+	g.unmapping.Store(true)
+	for spins := 0; g.readers.Load() > 0; spins++ {
+		if spins < 100 {
+			runtime.Gosched()
+		} else {
+			time.Sleep(10 * time.Microsecond)
+		}
+	}
+	g.mapMu.Lock()
+	defer g.mapMu.Unlock()
+	g.mapped.Store(nil)
+	if g.unmap == nil {
+		return nil
+	}
+	err := g.unmap()
+	g.unmap = nil
+	if err != nil {
+		return fmt.Errorf("unmap segment %d: %w", g.seq, err)
+	}
+	return nil
+}
+
+// markFull records that g is sealed with all its bytes in its file, so
+// reads may map it. Caller holds s.mu.
+func (g *segment) markFullLocked() {
+	if g.sealed && g.flushing == nil && len(g.buf) == 0 && g.written.Load() == g.size.Load() {
+		g.full.Store(true)
+	}
+}
+
 // readAt fills p with the segment's bytes at off, from the file or the
 // in-memory tail. It returns io.ErrUnexpectedEOF past the logical end.
 func (s *Store) readAt(g *segment, p []byte, off int64) error {
 	end := off + int64(len(p))
 	if end > g.size.Load() {
 		return io.ErrUnexpectedEOF
+	}
+	if g.full.Load() {
+		if m := s.pinMapped(g); m != nil {
+			copy(p, m[off:end])
+			g.unpin()
+			return nil
+		}
 	}
 	w := g.written.Load()
 	if end > w {
@@ -147,12 +248,62 @@ func (s *Store) readAt(g *segment, p []byte, off int64) error {
 	return err
 }
 
+// pinMapped is pin, mapping g first if it was never tried.
+func (s *Store) pinMapped(g *segment) []byte {
+	if m := g.pin(); m != nil {
+		return m
+	}
+	g.mapMu.Lock()
+	tried := g.mapTried
+	g.mapMu.Unlock()
+	if tried {
+		return nil
+	}
+	s.mapSegment(g)
+	return g.pin()
+}
+
+// readMapped is readRecord from g's mapping; mapped is false if g is not
+// mapped (nothing was read). off is inside the segment.
+func (s *Store) readMapped(g *segment, off int64, buf []byte) (h header, raw, key, value []byte, mapped bool, err error) {
+	if !g.full.Load() {
+		return h, nil, nil, nil, false, nil
+	}
+	m := s.pinMapped(g)
+	if m == nil {
+		return h, nil, nil, nil, false, nil
+	}
+	defer g.unpin()
+	size := int64(len(m))
+	if off < segmentHeaderLen || off+recordHeaderLen > size {
+		return h, nil, nil, nil, true, fmt.Errorf("record offset %d outside segment of %d bytes: %w", off, size, engines.ErrCorrupt)
+	}
+	if h, err = parseHeader(m[off:]); err != nil {
+		return h, nil, nil, nil, true, err
+	}
+	n := h.total()
+	if off+n > size {
+		return h, nil, nil, nil, true, fmt.Errorf("record of %d bytes at %d past segment end %d: %w", n, off, size, engines.ErrCorrupt)
+	}
+	if int64(cap(buf)) < n {
+		buf = make([]byte, n)
+	}
+	buf = buf[:n]
+	copy(buf, m[off:off+n])
+	h, key, value, err = decodeRecord(buf)
+	return h, buf, key, value, true, err
+}
+
 // readRecord reads and verifies the record at off; buf is reused if large
-// enough. The first read guesses 4 KiB so most records take one read.
+// enough. From a mapped segment it copies exactly the record; else the
+// first read guesses 4 KiB so most records take one read.
 func (s *Store) readRecord(g *segment, off int64, buf []byte) (h header, raw, key, value []byte, err error) {
 	size := g.size.Load()
 	if off < segmentHeaderLen || off+recordHeaderLen > size {
 		return header{}, nil, nil, nil, fmt.Errorf("record offset %d outside segment of %d bytes: %w", off, size, engines.ErrCorrupt)
+	}
+	if h, raw, key, value, mapped, err := s.readMapped(g, off, buf); mapped {
+		return h, raw, key, value, err
 	}
 	guess := min(max(int64(cap(buf)), 4096), size-off)
 	if int64(cap(buf)) < guess {

@@ -163,8 +163,14 @@ func clone(b []byte) []byte { return append(make([]byte, 0, len(b)), b...) }
 // find returns the record the index holds for key (expired or not). It takes
 // no lock: the index retries if the record moves under it.
 func (e *Engine) find(h uint64, key []byte) (rec engines.Record, loc uint64, ok bool, err error) {
+	return e.findBuf(h, key, nil)
+}
+
+// findBuf is find reading records into buf (see ValueStore.Read): the
+// record found may alias it.
+func (e *Engine) findBuf(h uint64, key []byte, buf []byte) (rec engines.Record, loc uint64, ok bool, err error) {
 	loc, ok = e.ix.Lookup(h, func(l uint64) bool {
-		r, present, rerr := e.store.Read(l, nil)
+		r, present, rerr := e.store.Read(l, buf)
 		if rerr != nil {
 			err = rerr
 			return false
@@ -193,7 +199,9 @@ func (e *Engine) Get(key []byte) ([]byte, int64, error) {
 
 // get is Get without the checks and the count.
 func (e *Engine) get(h uint64, key []byte) ([]byte, int64, error) {
-	rec, _, ok, err := e.find(h, key)
+	bp := readBufs.Get().(*[]byte)
+	defer readBufs.Put(bp)
+	rec, _, ok, err := e.findBuf(h, key, *bp)
 	switch {
 	case err != nil:
 		return nil, 0, fmt.Errorf("get: %w", err)
@@ -205,6 +213,12 @@ func (e *Engine) get(h uint64, key []byte) ([]byte, int64, error) {
 	}
 	return clone(rec.Value), rec.ExpiresAt, nil
 }
+
+// readBufs are the buffers Gets read records into (the value is copied
+// out, so one buffer per concurrent Get instead of one per record; larger
+// records get their own).
+var readBufs = sync.Pool{New: func() any { b := make([]byte, 0, 4096); return &b }}
+
 
 // GetBatch fills values[i], expires[i] and found[i] for keys[i], each as
 // Get would. With the memory store it is a loop of Gets (there is no I/O to
