@@ -1005,6 +1005,57 @@ func (s *Store) Free(loc uint64, r engines.Record) error {
 func (s *Store) Scan(fn func(loc uint64, r engines.Record) error) error {
 	s.gcMu.RLock()
 	defer s.gcMu.RUnlock()
+	return s.scanLocked(nil, fn)
+}
+
+// Snapshot is a fixed log position with the collector paused: every
+// record before it stays where it is until Close, so an owner can yield
+// the records that were live at that position (see ScanSnapshot). Safe for
+// concurrent use; Close is idempotent.
+type Snapshot struct {
+	s      *Store
+	at     logPos
+	closed atomic.Bool
+}
+
+// Snapshot pauses the collector (waiting for a running collection to end)
+// and returns the log position every later append lands after. Writes go
+// on; the collector resumes at Close.
+func (s *Store) Snapshot() *Snapshot {
+	s.gcMu.RLock()
+	return &Snapshot{s: s, at: s.logPosition()}
+}
+
+// Mark moves the snapshot's position to the log's current end (the owner
+// calls it once its writers are quiet, so the position matches its index).
+func (sn *Snapshot) Mark() { sn.at = sn.s.logPosition() }
+
+// Before reports whether the record at loc lies before the snapshot's
+// position (false for a location that names no live segment).
+func (sn *Snapshot) Before(loc uint64) bool {
+	p, ok := sn.s.posOf(loc)
+	return ok && (p.seq < sn.at.seq || p.seq == sn.at.seq && p.off < sn.at.off)
+}
+
+// Scan calls fn for every put record before the snapshot's position, in
+// log order (sequential reads), stopping at fn's first error.
+func (sn *Snapshot) Scan(fn func(loc uint64, r engines.Record) error) error {
+	if sn.closed.Load() {
+		return fmt.Errorf("scan snapshot: %w", engines.ErrClosed)
+	}
+	return sn.s.scanLocked(&sn.at, fn)
+}
+
+// Close resumes the collector.
+func (sn *Snapshot) Close() {
+	if sn.closed.CompareAndSwap(false, true) {
+		sn.s.gcMu.RUnlock()
+	}
+}
+
+// scanLocked is Scan up to position until (nil: the end, following a
+// growing head). Caller holds gcMu for reading.
+func (s *Store) scanLocked(until *logPos, fn func(loc uint64, r engines.Record) error) error {
 	var lastSeq uint64
 	for {
 		s.mu.Lock()
@@ -1016,17 +1067,20 @@ func (s *Store) Scan(fn func(loc uint64, r engines.Record) error) error {
 			}
 		}
 		s.mu.Unlock()
-		if g == nil {
+		if g == nil || until != nil && g.seq > until.seq {
 			return nil
 		}
 		lastSeq = g.seq
 		r := &segReader{s: s, g: g, off: segmentHeaderLen}
 		for {
 			r.end = g.size.Load()
+			if until != nil && g.seq == until.seq {
+				r.end = min(r.end, until.off)
+			}
 			off, h, key, value, err := r.next()
 			if err == io.EOF {
 				// A head that grew meanwhile is read on; a sealed one is done.
-				if g.size.Load() > r.end {
+				if until == nil && g.size.Load() > r.end {
 					continue
 				}
 				break

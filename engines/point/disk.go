@@ -177,6 +177,7 @@ func (e *Engine) notePut(h, loc, old uint64, n, exp int64) {
 	e.disk.NoteIndexPut(h, loc, old, n, exp)
 	if old != 0 && old != loc {
 		e.recovDrop(old)
+		e.snapKeep(old)
 	}
 }
 

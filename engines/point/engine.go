@@ -81,6 +81,12 @@ type Engine struct {
 	// blockMu makes one goroutine at a time write an index block.
 	blockMu sync.Mutex
 
+	// snaps are the open snapshots (guarded by snapMu); snapCount is their
+	// number, read without the lock on the write path.
+	snapMu    sync.Mutex
+	snaps     []*Snapshot
+	snapCount atomic.Int64
+
 	stripes [numStripes]stripe
 	shards  [numShards]shard
 }
@@ -325,6 +331,7 @@ func (e *Engine) Close() error {
 	if !e.closed.CompareAndSwap(false, true) {
 		return nil
 	}
+	e.closeSnapshots()
 	if e.disk != nil && e.disk.IndexBlocks() {
 		// The last delta block, so that the next open reads no log.
 		if err := e.writeIndexBlock(); err != nil {
@@ -422,6 +429,7 @@ func (e *Engine) unlinkLocked(h, loc uint64, rec engines.Record) error {
 	if e.disk != nil {
 		e.disk.NoteIndexDelete(h, loc)
 		e.recovDrop(loc)
+		e.snapKeep(loc)
 	}
 	if err := e.store.Free(loc, rec); err != nil {
 		return fmt.Errorf("free deleted record at %d: %w", loc, err)
