@@ -225,7 +225,6 @@ func (e *Engine) get(h uint64, key []byte) ([]byte, int64, error) {
 // records get their own).
 var readBufs = sync.Pool{New: func() any { b := make([]byte, 0, 4096); return &b }}
 
-
 // GetBatch fills values[i], expires[i] and found[i] for keys[i], each as
 // Get would. With the memory store it is a loop of Gets (there is no I/O to
 // sort or overlap); with the disk store see getBatchDisk.

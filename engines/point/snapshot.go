@@ -133,4 +133,3 @@ func (e *Engine) closeSnapshots() {
 		sn.Close()
 	}
 }
-
