@@ -284,7 +284,11 @@ type TableOptions struct {
 	// is on disk, fsynced with group commit, so a crash loses nothing
 	// acknowledged) or "lazy" (at once; a crash can lose the last ~50 ms of
 	// acknowledged writes). Not allowed with storage "memory".
-	Durability    string `protobuf:"bytes,6,opt,name=durability,proto3" json:"durability,omitempty"`
+	Durability string `protobuf:"bytes,6,opt,name=durability,proto3" json:"durability,omitempty"`
+	// How ssd tables store values: "none" (default) or "s2" (values of 64
+	// bytes or more are compressed with s2 when that saves 1/8 or more). Not
+	// allowed with storage "memory".
+	Compression   string `protobuf:"bytes,7,opt,name=compression,proto3" json:"compression,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -357,6 +361,13 @@ func (x *TableOptions) GetStorage() string {
 func (x *TableOptions) GetDurability() string {
 	if x != nil {
 		return x.Durability
+	}
+	return ""
+}
+
+func (x *TableOptions) GetCompression() string {
+	if x != nil {
+		return x.Compression
 	}
 	return ""
 }
@@ -2906,7 +2917,7 @@ var File_tabula_proto protoreflect.FileDescriptor
 
 const file_tabula_proto_rawDesc = "" +
 	"\n" +
-	"\ftabula.proto\x12\ttabula.v1\"\xd8\x01\n" +
+	"\ftabula.proto\x12\ttabula.v1\"\xfa\x01\n" +
 	"\fTableOptions\x12\x1e\n" +
 	"\n" +
 	"partitions\x18\x01 \x01(\rR\n" +
@@ -2917,7 +2928,8 @@ const file_tabula_proto_rawDesc = "" +
 	"\astorage\x18\x05 \x01(\tR\astorage\x12\x1e\n" +
 	"\n" +
 	"durability\x18\x06 \x01(\tR\n" +
-	"durability\"\xc8\x01\n" +
+	"durability\x12 \n" +
+	"\vcompression\x18\a \x01(\tR\vcompression\"\xc8\x01\n" +
 	"\x05Table\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12(\n" +

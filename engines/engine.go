@@ -146,6 +146,9 @@ type Options struct {
 	// "sync" (default, once fsynced) or "lazy" (at once, flushed shortly
 	// after). Engines without files ignore it.
 	Durability string
+	// Compression is how disk-backed engines compress values: "none"
+	// (default) or "s2". Engines without files refuse anything else.
+	Compression string
 	// Now is the clock TTLs are measured by, in Unix milliseconds.
 	// Default: time.Now().UnixMilli().
 	Now func() int64

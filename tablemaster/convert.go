@@ -15,6 +15,7 @@ func (t *Table) Proto() *api.Table {
 			DefaultTtlMs:  t.Options.DefaultTTLMs,
 			Storage:       t.Options.Storage,
 			Durability:    t.Options.Durability,
+			Compression:   t.Options.Compression,
 		},
 		Id:            t.ID,
 		CreatedUnixMs: t.CreatedUnixMs,
@@ -53,5 +54,6 @@ func optionsFromProto(o *api.TableOptions) *TableOptions {
 		DefaultTTLMs:  o.GetDefaultTtlMs(),
 		Storage:       o.GetStorage(),
 		Durability:    o.GetDurability(),
+		Compression:   o.GetCompression(),
 	}
 }

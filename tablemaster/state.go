@@ -86,6 +86,8 @@ type TableOptions struct {
 	Storage       string `json:"storage"`
 	// Durability is "sync" or "lazy" for ssd tables, empty for memory ones.
 	Durability string `json:"durability,omitempty"`
+	// Compression is "none" or "s2" for ssd tables, empty for memory ones.
+	Compression string `json:"compression,omitempty"`
 }
 
 // Storages of point tables. A table on durable storage (anything but
@@ -95,6 +97,12 @@ type TableOptions struct {
 const (
 	StorageMemory = "memory"
 	StorageSSD    = "ssd"
+)
+
+// Compressions of ssd tables' values.
+const (
+	CompressionNone = "none"
+	CompressionS2   = "s2"
 )
 
 // Durabilities of ssd tables: when a write is acknowledged.
@@ -353,6 +361,17 @@ func NormalizeOptions(kind api.TableKind, o *TableOptions) (TableOptions, error)
 	case n.Durability != DurabilitySync && n.Durability != DurabilityLazy:
 		return TableOptions{}, errInvalid("options.durability", "durability_invalid", 0,
 			"options.durability %q is not supported; allowed values: %q, %q", n.Durability, DurabilitySync, DurabilityLazy)
+	}
+	switch {
+	case n.Storage == StorageMemory && n.Compression != "":
+		return TableOptions{}, errInvalid("options.compression", "compression_invalid", 0,
+			"options.compression %q applies to ssd tables only", n.Compression)
+	case n.Storage == StorageMemory:
+	case n.Compression == "":
+		n.Compression = CompressionNone
+	case n.Compression != CompressionNone && n.Compression != CompressionS2:
+		return TableOptions{}, errInvalid("options.compression", "compression_invalid", 0,
+			"options.compression %q is not supported; allowed values: %q, %q", n.Compression, CompressionNone, CompressionS2)
 	}
 	return n, nil
 }

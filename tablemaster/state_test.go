@@ -70,6 +70,8 @@ func TestApplyRefusals(t *testing.T) {
 		{"value limit", Command{Op: OpCreateTable, Tenant: "default", Table: "x", Kind: point, Options: &TableOptions{MaxValueBytes: api.MaxValueBytesLimit + 1}}, ErrInvalidArgument, api.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, "max_value_bytes_too_large", "options.max_value_bytes"},
 		{"durability with memory", Command{Op: OpCreateTable, Tenant: "default", Table: "x", Kind: point, Options: &TableOptions{Storage: StorageMemory, Durability: DurabilityLazy}}, ErrInvalidArgument, api.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, "durability_invalid", "options.durability"},
 		{"durability unknown", Command{Op: OpCreateTable, Tenant: "default", Table: "x", Kind: point, Options: &TableOptions{Durability: "eventually"}}, ErrInvalidArgument, api.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, "durability_invalid", "options.durability"},
+		{"compression with memory", Command{Op: OpCreateTable, Tenant: "default", Table: "x", Kind: point, Options: &TableOptions{Storage: StorageMemory, Compression: CompressionS2}}, ErrInvalidArgument, api.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, "compression_invalid", "options.compression"},
+		{"compression unknown", Command{Op: OpCreateTable, Tenant: "default", Table: "x", Kind: point, Options: &TableOptions{Compression: "zip"}}, ErrInvalidArgument, api.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, "compression_invalid", "options.compression"},
 		{"storage disk", Command{Op: OpCreateTable, Tenant: "default", Table: "x", Kind: point, Options: &TableOptions{Storage: "disk"}}, ErrInvalidArgument, api.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, "storage_invalid", "options.storage"},
 		{"drop unknown table", Command{Op: OpDropTable, Tenant: "default", Table: "x"}, ErrTableNotFound, api.ErrorCode_ERROR_CODE_NOT_FOUND, "table_not_found", ""},
 		{"drop unknown tenant", Command{Op: OpDropTable, Tenant: "nobody", Table: "t"}, ErrTenantNotFound, api.ErrorCode_ERROR_CODE_NOT_FOUND, "tenant_not_found", ""},
@@ -113,7 +115,7 @@ func TestCreateTableDefaultsAndPlacement(t *testing.T) {
 		t.Fatalf("version %d, want %d", s.Version, v+1)
 	}
 	tb := res.Table
-	want := TableOptions{Partitions: api.DefaultPartitions, Replication: 1, MaxValueBytes: api.DefaultMaxValueBytes, Storage: StorageSSD, Durability: DurabilitySync}
+	want := TableOptions{Partitions: api.DefaultPartitions, Replication: 1, MaxValueBytes: api.DefaultMaxValueBytes, Storage: StorageSSD, Durability: DurabilitySync, Compression: CompressionNone}
 	if tb.Options != want || tb.ID != 1 || tb.CreatedUnixMs != 42 {
 		t.Fatalf("table %+v, want options %+v id 1 created 42", tb, want)
 	}

@@ -114,10 +114,11 @@ func (s *Server) openReplica(t *api.Table, p *api.Partition) (*replica, error) {
 		}
 	}
 	e, err := engines.Open(kind, engines.Options{
-		Dir:        dir,
-		Storage:    t.GetOptions().GetStorage(),
-		Durability: t.GetOptions().GetDurability(),
-		Logger:     s.log.With("partition", p.GetId()),
+		Dir:         dir,
+		Storage:     t.GetOptions().GetStorage(),
+		Durability:  t.GetOptions().GetDurability(),
+		Compression: t.GetOptions().GetCompression(),
+		Logger:      s.log.With("partition", p.GetId()),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("open %s engine for partition %d: %w", kind, p.GetId(), err)

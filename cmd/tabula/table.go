@@ -59,6 +59,7 @@ func tableCreateCmd(g *globals) *cobra.Command {
 	f.Uint64Var(&opts.MaxValueBytes, "max-value-bytes", api.DefaultMaxValueBytes, fmt.Sprintf("largest value accepted (at most %d)", api.MaxValueBytesLimit))
 	f.DurationVar(&defaultTTL, "default-ttl", 0, "TTL of writes that give none (0: never expire)")
 	f.StringVar(&opts.Storage, "storage", "ssd", "storage of point tables: ssd (the disk store, durable) or memory")
+	f.StringVar(&opts.Compression, "compression", "", "ssd tables: none (default) or s2 (compress values of 64 bytes or more)")
 	f.StringVar(&opts.Durability, "durability", "", "ssd tables: sync (default: acknowledged once on disk) or lazy (acknowledged at once; a crash can lose the last ~50 ms of writes)")
 	return cmd
 }
@@ -111,6 +112,9 @@ func tableDescribeCmd(g *globals) *cobra.Command {
 			out := cmd.OutOrStdout()
 			fmt.Fprintf(out, "table        %s/%s (id %d)\n", t.GetTenant(), t.GetName(), t.GetId())
 			fmt.Fprintf(out, "kind         %s\nstorage      %s\n", api.KindName(t.GetKind()), o.GetStorage())
+			if c := o.GetCompression(); c != "" {
+				fmt.Fprintf(out, "compression  %s\n", c)
+			}
 			if d := o.GetDurability(); d != "" {
 				fmt.Fprintf(out, "durability   %s\n", d)
 			}

@@ -64,7 +64,12 @@ func (s *Store) ReadBatch(locs []uint64, recs []engines.Record, found []bool, er
 		}
 		if caching {
 			if b, ok := s.cache.get(cacheKey(g.seq, off)); ok {
-				recs[i], found[i] = cachedRecord(b), true
+				r, err := s.cachedRecord(b)
+				if err != nil {
+					errs[i] = fmt.Errorf("read segment %d offset %d: %w", g.seq, off, err)
+					continue
+				}
+				recs[i], found[i] = r, true
 				continue
 			}
 		}

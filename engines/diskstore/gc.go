@@ -174,7 +174,7 @@ func (s *Store) collect(g *segment, m Mover) error {
 			}
 			aux := h.aux
 			keep := func() error {
-				_, err := s.append(kindTombstone, key, nil, aux)
+				_, err := s.append(kindTombstone, 0, key, nil, aux)
 				return err
 			}
 			if err := m.RelocateTombstone(key, keep); err != nil {

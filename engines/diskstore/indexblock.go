@@ -147,6 +147,11 @@ func (s *Store) NoteIndexPut(hash, loc, old uint64, n, exp int64) {
 	if !s.IndexBlocks() {
 		return
 	}
+	if s.compressedSeen.Load() {
+		if h, ok := s.headerAt(loc); ok {
+			n = h.total() - recordHeaderLen // the stored, not the decoded, bytes
+		}
+	}
 	p, ok := s.posOf(loc)
 	c := indexChange{op: indexOpPut, hash: hash, pos: p, bytes: n, exp: exp}
 	if old != 0 {

@@ -3,6 +3,7 @@ package diskstore
 import (
 	"errors"
 	"fmt"
+	"github.com/klauspost/compress/s2"
 	"io"
 	"log/slog"
 	"os"
@@ -90,7 +91,22 @@ type Options struct {
 	// Default: 64 MiB; negative: no index blocks (every open scans the
 	// whole log). The owner must drive them (see RecoverIndexed).
 	IndexBlockBytes int64
+	// Compression compresses values when a record is written:
+	// CompressionNone (default) or CompressionS2 (klauspost/compress s2,
+	// for values of at least 64 bytes that shrink by 1/8 or more; a flag
+	// on the record says so). Reads decompress whatever they find,
+	// whatever the option.
+	Compression Compression
 }
+
+// Compression is a value codec.
+type Compression string
+
+// Compressions.
+const (
+	CompressionNone Compression = "none"
+	CompressionS2   Compression = "s2"
+)
 
 // DefaultCacheBytes is Options.CacheBytes's default.
 const DefaultCacheBytes = 64 << 20
@@ -106,6 +122,8 @@ func (o Options) Validate() error {
 		return fmt.Errorf("diskstore: MaxSpaceAmp %v must exceed 1", o.MaxSpaceAmp)
 	case o.GCDutyCycle < 0 || o.GCDutyCycle > 1:
 		return fmt.Errorf("diskstore: GCDutyCycle %v outside [0, 1]", o.GCDutyCycle)
+	case o.Compression != "" && o.Compression != CompressionNone && o.Compression != CompressionS2:
+		return fmt.Errorf("diskstore: unknown compression %q (have %q, %q)", o.Compression, CompressionNone, CompressionS2)
 	}
 	return nil
 }
@@ -190,6 +208,11 @@ type Store struct {
 	// already durable.
 	syncMu sync.Mutex
 
+	// compressedSeen is set once the store may hold a compressed record
+	// (it compresses, or read one): from then on Free and the index notes
+	// take records' lengths from the log, not from their decoded values.
+	compressedSeen atomic.Bool
+
 	// gcMu keeps the collector (writer) and scans (readers) apart, so a
 	// scan never sees a record at both its old and its new location.
 	gcMu sync.RWMutex
@@ -220,6 +243,7 @@ func Open(dir string, opts Options) (*Store, error) {
 	}
 	opts = opts.WithDefaults()
 	s := &Store{dir: dir, fs: opts.FS, opts: opts, closing: make(chan struct{}), kick: make(chan struct{}, 1), nextSeq: 1}
+	s.compressedSeen.Store(opts.Compression == CompressionS2)
 	empty := []*segment{}
 	s.table.Store(&empty)
 	if err := s.fs.MkdirAll(dir, 0o755); err != nil {
@@ -466,9 +490,10 @@ func (s *Store) resolveIndex(st *indexState) (entries []IndexEntry, ok bool) {
 func (s *Store) recoverFrom(fn ReplayFunc, from logPos, start time.Time, ist indexState) error {
 	var bytesRead int64
 	type held struct {
-		loc  uint64
-		rec  engines.Record
-		tomb bool
+		loc    uint64
+		rec    engines.Record
+		tomb   bool
+		stored int64 // the record's length in the log
 	}
 	var batch []held // records of an unfinished batch, copied
 	for i, g := range s.segs {
@@ -527,20 +552,20 @@ func (s *Store) recoverFrom(fn ReplayFunc, from logPos, start time.Time, ist ind
 				}
 				rec.Key = append([]byte(nil), rec.Key...)
 				rec.Value = append([]byte(nil), rec.Value...)
-				batch = append(batch, held{loc, rec, tomb})
+				batch = append(batch, held{loc, rec, tomb, h.total()})
 				if h.flags&flagBatchCont != 0 {
 					continue
 				}
 				batchStart = -1
 				for _, b := range batch {
-					if err := s.replay(fn, b.loc, b.rec, b.tomb); err != nil {
+					if err := s.replay(fn, b.loc, b.rec, b.tomb, b.stored); err != nil {
 						return err
 					}
 				}
 				batch = batch[:0]
 				continue
 			}
-			if err := s.replay(fn, loc, rec, tomb); err != nil {
+			if err := s.replay(fn, loc, rec, tomb, h.total()); err != nil {
 				return err
 			}
 		}
@@ -564,11 +589,11 @@ func (s *Store) recoverFrom(fn ReplayFunc, from logPos, start time.Time, ist ind
 }
 
 // replay counts a put live in its segment and hands the record to fn.
-func (s *Store) replay(fn ReplayFunc, loc uint64, r engines.Record, tomb bool) error {
+func (s *Store) replay(fn ReplayFunc, loc uint64, r engines.Record, tomb bool, stored int64) error {
 	slot, gen, off := unpackLoc(loc)
 	g := s.segAt(slot, gen)
 	if !tomb {
-		g.addLive(recordLen(len(r.Key), len(r.Value)), r.ExpiresAt)
+		g.addLive(stored, r.ExpiresAt)
 	}
 	if err := fn(loc, r, tomb); err != nil {
 		return fmt.Errorf("replay segment %d at offset %d: %w", g.seq, off, err)
@@ -619,7 +644,8 @@ func (s *Store) truncate(g *segment, off int64) error {
 // durable once a later Commit or Sync returns; until then it is readable
 // (from memory) but a crash may lose it.
 func (s *Store) Append(r engines.Record) (uint64, error) {
-	return s.append(kindPut, r.Key, r.Value, r.ExpiresAt)
+	v, flags := s.encodeValue(r.Value)
+	return s.append(kindPut, flags, r.Key, v, r.ExpiresAt)
 }
 
 // Op is one record of a Write: a put of Record, or a tombstone of
@@ -636,6 +662,10 @@ type Op struct {
 // all of it or none. On error nothing was appended. Durable as Append.
 func (s *Store) Write(ops []Op, locs []uint64) error {
 	var total int64
+	// The values as stored (compressed or not) and their flags, prepared
+	// before the lock.
+	stored := make([][]byte, len(ops))
+	sflags := make([]byte, len(ops))
 	for i := range ops {
 		r := &ops[i].Record
 		if len(r.Key) == 0 || len(r.Key) > MaxKeyLen {
@@ -644,7 +674,8 @@ func (s *Store) Write(ops []Op, locs []uint64) error {
 		if ops[i].Tombstone {
 			total += recordLen(len(r.Key), 0)
 		} else {
-			total += recordLen(len(r.Key), len(r.Value))
+			stored[i], sflags[i] = s.encodeValue(r.Value)
+			total += recordLen(len(r.Key), len(stored[i]))
 		}
 	}
 	if total > s.opts.SegmentSize-segmentHeaderLen {
@@ -675,7 +706,7 @@ func (s *Store) Write(ops []Op, locs []uint64) error {
 			s.appendLocked(g, kindTombstone, flags, op.Record.Key, nil, aux)
 			locs[i] = 0
 		} else {
-			locs[i] = s.appendLocked(g, kindPut, flags, op.Record.Key, op.Record.Value, op.Record.ExpiresAt)
+			locs[i] = s.appendLocked(g, kindPut, flags|sflags[i], op.Record.Key, stored[i], op.Record.ExpiresAt)
 		}
 	}
 	// The batch's bytes: appends only ever write past len(g.buf) and a
@@ -690,7 +721,7 @@ func (s *Store) Write(ops []Op, locs []uint64) error {
 				continue
 			}
 			_, _, off := unpackLoc(locs[i])
-			n := recordLen(len(ops[i].Record.Key), len(ops[i].Record.Value))
+			n := recordLen(len(ops[i].Record.Key), len(stored[i]))
 			s.cache.set(cacheKey(g.seq, off), clone(enc[off-base:off-base+n]))
 		}
 	}
@@ -708,7 +739,7 @@ func (s *Store) Tombstone(key []byte, shadowed uint64) error {
 	if g := s.segAt(slot, gen); g != nil {
 		seq = int64(g.seq)
 	}
-	_, err := s.append(kindTombstone, key, nil, seq)
+	_, err := s.append(kindTombstone, 0, key, nil, seq)
 	return err
 }
 
@@ -745,7 +776,7 @@ func (s *Store) appendLocked(g *segment, kind, flags byte, key, value []byte, au
 	return g.loc(off)
 }
 
-func (s *Store) append(kind byte, key, value []byte, aux int64) (uint64, error) {
+func (s *Store) append(kind, flags byte, key, value []byte, aux int64) (uint64, error) {
 	if len(key) == 0 || len(key) > MaxKeyLen {
 		return 0, fmt.Errorf("append record with a %d-byte key: %w", len(key), ErrTooLarge)
 	}
@@ -765,7 +796,7 @@ func (s *Store) append(kind byte, key, value []byte, aux int64) (uint64, error) 
 	if kind == kindTombstone && aux < 0 {
 		aux = int64(g.seq) // shadowed segment unknown: older versions are at most this new
 	}
-	loc := s.appendLocked(g, kind, 0, key, value, aux)
+	loc := s.appendLocked(g, kind, flags, key, value, aux)
 	enc := g.buf[int64(len(g.buf))-n:] // immutable once written (see Write)
 	s.mu.Unlock()
 	if kind == kindPut && s.cacheOn.Load() {
@@ -939,7 +970,11 @@ func (s *Store) Read(loc uint64, buf []byte) (engines.Record, bool, error) {
 	caching := s.cacheOn.Load()
 	if caching {
 		if b, ok := s.cache.get(cacheKey(g.seq, off)); ok {
-			return cachedRecord(b), true, nil
+			r, err := s.cachedRecord(b)
+			if err != nil {
+				return engines.Record{}, false, fmt.Errorf("read segment %d offset %d: %w", g.seq, off, err)
+			}
+			return r, true, nil
 		}
 	}
 	h, raw, key, value, mapped, err := s.readMapped(g, off, buf)
@@ -969,20 +1004,79 @@ func (s *Store) Read(loc uint64, buf []byte) (engines.Record, bool, error) {
 
 // cachedRecord decodes a cached record: checked when it was cached, and
 // immutable since.
-func cachedRecord(b []byte) engines.Record {
+func (s *Store) cachedRecord(b []byte) (engines.Record, error) {
 	h, _ := parseHeader(b)
+	v, err := s.decodeValue(h, b[recordHeaderLen+h.keyLen:h.total():h.total()])
 	return engines.Record{
 		Key:       b[recordHeaderLen : recordHeaderLen+h.keyLen : recordHeaderLen+h.keyLen],
-		Value:     b[recordHeaderLen+h.keyLen : h.total() : h.total()],
+		Value:     v,
 		ExpiresAt: h.aux,
-	}
+	}, err
 }
 
-func (s *Store) decodeValue(h header, v []byte) ([]byte, error) {
-	if h.flags&flagS2 != 0 {
-		return nil, fmt.Errorf("compressed values are not supported by this build: %w", engines.ErrCorrupt)
+// minCompress is the smallest value Compression tries to compress.
+const minCompress = 64
+
+// encodeValue returns v as the store keeps it and the flag that says how:
+// s2-compressed if the store compresses and that saves 1/8 or more.
+func (s *Store) encodeValue(v []byte) ([]byte, byte) {
+	if s.opts.Compression != CompressionS2 || len(v) < minCompress {
+		return v, 0
 	}
-	return v, nil
+	enc := s2.Encode(nil, v)
+	if len(enc) > len(v)-len(v)/8 {
+		return v, 0
+	}
+	return enc, flagS2
+}
+
+// decodeValue returns the value a record of header h stores as v. A
+// compressed value that does not decode, or would decode past
+// maxDecodedValue, is corrupt.
+func (s *Store) decodeValue(h header, v []byte) ([]byte, error) {
+	if h.flags&flagS2 == 0 {
+		return v, nil
+	}
+	s.compressedSeen.Store(true)
+	n, err := s2.DecodedLen(v)
+	if err != nil || n > maxDecodedValue {
+		return nil, fmt.Errorf("compressed value (decoded length %d, limit %d): %v: %w", n, maxDecodedValue, err, engines.ErrCorrupt)
+	}
+	d, err := s2.Decode(make([]byte, n), v)
+	if err != nil {
+		return nil, fmt.Errorf("compressed value: %v: %w", err, engines.ErrCorrupt)
+	}
+	return d, nil
+}
+
+// maxDecodedValue bounds a decompressed value: the largest value a table
+// may allow (api.MaxValueBytesLimit).
+const maxDecodedValue = 64 << 20
+
+// storedLen is the log length of the record r read at loc: its encoded
+// length, which differs from r's when its value was compressed.
+func (s *Store) storedLen(loc uint64, r engines.Record) int64 {
+	if s.compressedSeen.Load() {
+		if h, ok := s.headerAt(loc); ok {
+			return h.total()
+		}
+	}
+	return recordLen(len(r.Key), len(r.Value))
+}
+
+// headerAt reads the header of the record at loc.
+func (s *Store) headerAt(loc uint64) (header, bool) {
+	slot, gen, off := unpackLoc(loc)
+	g := s.segAt(slot, gen)
+	if g == nil {
+		return header{}, false
+	}
+	var hdr [recordHeaderLen]byte
+	if err := s.readAt(g, hdr[:], off); err != nil {
+		return header{}, false
+	}
+	h, err := parseHeader(hdr[:])
+	return h, err == nil
 }
 
 // Free marks the record r at loc garbage: its bytes leave its segment's
@@ -990,7 +1084,7 @@ func (s *Store) decodeValue(h header, v []byte) ([]byte, error) {
 func (s *Store) Free(loc uint64, r engines.Record) error {
 	slot, gen, off := unpackLoc(loc)
 	if g := s.segAt(slot, gen); g != nil {
-		g.subLive(recordLen(len(r.Key), len(r.Value)), r.ExpiresAt)
+		g.subLive(s.storedLen(loc, r), r.ExpiresAt)
 		if s.cacheOn.Load() {
 			s.cache.del(cacheKey(g.seq, off)) // garbage: make room
 		}

@@ -104,9 +104,15 @@ var (
 func Open(opts engines.Options) (*Engine, error) {
 	switch opts.Storage {
 	case "", StorageMemory:
+		if opts.Compression != "" && opts.Compression != "none" {
+			return nil, fmt.Errorf("open point engine: compression %q applies to the ssd storage only", opts.Compression)
+		}
 		return OpenStore(opts, NewMemoryStore()), nil
 	case StorageSSD:
-		var ds diskstore.Options
+		ds := diskstore.Options{Compression: diskstore.Compression(opts.Compression)}
+		if err := ds.Validate(); err != nil {
+			return nil, fmt.Errorf("open point engine: %w", err)
+		}
 		switch opts.Durability {
 		case "", "sync":
 			ds.Durability = diskstore.DurabilitySync

@@ -38,6 +38,19 @@ func TestConformanceSSD(t *testing.T) {
 	})
 }
 
+// TestConformanceSSDCompressed runs the suite over the disk store with s2
+// compression.
+func TestConformanceSSDCompressed(t *testing.T) {
+	enginetest.Run(t, func(t *testing.T, opts engines.Options) engines.Engine {
+		opts.Dir, opts.Storage, opts.Compression = t.TempDir(), StorageSSD, "s2"
+		e, err := engines.Open(engines.KindPoint, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return e
+	})
+}
+
 func TestStorageUnavailable(t *testing.T) {
 	_, err := engines.Open(engines.KindPoint, engines.Options{Storage: "tape"})
 	if !errors.Is(err, ErrStorageUnavailable) {
