@@ -41,8 +41,9 @@
 //	47              32 31  28 27                          0
 //	|   slot (16)     | gen(4)|        offset (28)          |
 //
-// At most 65536 live segments of at most 256 MiB: 8 TiB of log at the
-// default 128 MiB segment. See location.go for why the generation is there.
+// At most 65536 live segments of at most 256 MiB: 1 TiB of log at the
+// default 16 MiB segment (a batch larger than that gets a segment of its
+// own). See location.go for why the generation is there.
 //
 // # Writes and durability
 //
@@ -103,7 +104,7 @@
 // lock (NoteIndexPut: hash, new location, replaced location, size, expiry;
 // NoteIndexDelete: hash, deleted location). Locations are noted as log
 // positions (segment sequence number, offset), which are never reused,
-// unlike slots. Every Options.IndexBlockBytes of appended log (64 MiB) and
+// unlike slots. Every Options.IndexBlockBytes of appended log (8 MiB) and
 // at Close the owner, holding every key lock, cuts the noted changes with
 // the log position P they cover (CutIndexDelta: no writer is then between
 // appending a record and noting it, so the cut holds exactly the changes of

@@ -30,7 +30,7 @@ const (
 )
 
 // DefaultIndexBlockBytes is Options.IndexBlockBytes's default.
-const DefaultIndexBlockBytes = 64 << 20
+const DefaultIndexBlockBytes = 8 << 20
 
 // IndexEntry is one live record the owner's index points at, as persisted
 // in an index block: the key's 64-bit hash (so a restart can place the entry

@@ -10,8 +10,9 @@ package diskstore
 // holding a location into a freed and reused slot sees a generation mismatch
 // and reports "no record" instead of decoding the middle of another
 // segment), offset the record's byte offset in the segment file (segments
-// are at most 256 MiB). Limits: 65536 × SegmentSize of live log (8 TiB at the
-// default 128 MiB), records at most SegmentSize - segmentHeaderLen bytes.
+// are at most 256 MiB). Limits: 65536 live segments (1 TiB of log at the
+// default 16 MiB SegmentSize), a record or batch at most 256 MiB minus the
+// segment header.
 // A generation repeats only after 16 reuses of one slot; slots are reused
 // first-in first-out, so that takes 16 × (free slots) segment frees during a
 // single read.

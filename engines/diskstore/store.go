@@ -57,9 +57,13 @@ func (d Durability) String() string {
 type Options struct {
 	// FS is the file system. Default: vfs.Default.
 	FS vfs.FS
-	// SegmentSize is the largest segment file, at most 256 MiB (the 28
-	// offset bits of a location); a Write batch must fit in one. Default:
-	// 128 MiB, so a batch of api.MaxBatchBytes (64 MiB) fits.
+	// SegmentSize is the size at which the head segment is sealed and a
+	// new one started, at most 256 MiB (the 28 offset bits of a location).
+	// A record or Write batch larger than what is left starts a segment of
+	// its own, which may exceed SegmentSize up to 256 MiB (so a batch of
+	// api.MaxBatchBytes, 64 MiB, always fits). It is also the collector's
+	// unit: it frees whole segments, so the log carries up to about one
+	// segment of garbage beyond MaxSpaceAmp. Default: 16 MiB.
 	SegmentSize int64
 	// Durability: DurabilitySync (default) or DurabilityLazy.
 	Durability Durability
@@ -88,7 +92,8 @@ type Options struct {
 	// IndexBlockBytes is how much log is appended between delta index
 	// blocks (indexblock.go): the owner's index changes, persisted so that
 	// a restart loads them and scans only the log after the last block.
-	// Default: 64 MiB; negative: no index blocks (every open scans the
+	// Default: 8 MiB (a restart after a crash replays at most that much
+	// log); negative: no index blocks (every open scans the
 	// whole log). The owner must drive them (see RecoverIndexed).
 	IndexBlockBytes int64
 	// Compression compresses values when a record is written:
@@ -107,6 +112,9 @@ const (
 	CompressionNone Compression = "none"
 	CompressionS2   Compression = "s2"
 )
+
+// DefaultSegmentSize is Options.SegmentSize's default.
+const DefaultSegmentSize = 16 << 20
 
 // DefaultCacheBytes is Options.CacheBytes's default.
 const DefaultCacheBytes = 64 << 20
@@ -134,7 +142,7 @@ func (o Options) WithDefaults() Options {
 		o.FS = vfs.Default
 	}
 	if o.SegmentSize == 0 {
-		o.SegmentSize = 128 << 20
+		o.SegmentSize = DefaultSegmentSize
 	}
 	if o.FlushInterval == 0 {
 		o.FlushInterval = 50 * time.Millisecond
@@ -678,8 +686,8 @@ func (s *Store) Write(ops []Op, locs []uint64) error {
 			total += recordLen(len(r.Key), len(stored[i]))
 		}
 	}
-	if total > s.opts.SegmentSize-segmentHeaderLen {
-		return fmt.Errorf("write batch of %d bytes into %d-byte segments: %w", total, s.opts.SegmentSize, ErrTooLarge)
+	if total > maxSegmentSize-segmentHeaderLen {
+		return fmt.Errorf("write batch of %d bytes, more than a segment holds (%d): %w", total, maxSegmentSize-segmentHeaderLen, ErrTooLarge)
 	}
 	if s.closed.Load() {
 		return engines.ErrClosed
@@ -781,8 +789,8 @@ func (s *Store) append(kind, flags byte, key, value []byte, aux int64) (uint64, 
 		return 0, fmt.Errorf("append record with a %d-byte key: %w", len(key), ErrTooLarge)
 	}
 	n := recordLen(len(key), len(value))
-	if n > s.opts.SegmentSize-segmentHeaderLen {
-		return 0, fmt.Errorf("append record of %d bytes into %d-byte segments: %w", n, s.opts.SegmentSize, ErrTooLarge)
+	if n > maxSegmentSize-segmentHeaderLen {
+		return 0, fmt.Errorf("append record of %d bytes, more than a segment holds (%d): %w", n, maxSegmentSize-segmentHeaderLen, ErrTooLarge)
 	}
 	if s.closed.Load() {
 		return 0, engines.ErrClosed

@@ -1,6 +1,7 @@
 package point
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"hash/crc32"
@@ -378,4 +379,45 @@ func TestOpenDurabilityOption(t *testing.T) {
 	if _, err := Open(engines.Options{Dir: t.TempDir(), Storage: StorageSSD, Durability: "eventually"}); err == nil {
 		t.Fatal("unknown durability accepted")
 	}
+}
+
+// TestBatchLargerThanSegment: a batch larger than SegmentSize gets a
+// segment of its own, reads back, and survives a reopen.
+func TestBatchLargerThanSegment(t *testing.T) {
+	mem := vfs.NewMem()
+	clock := enginetest.NewClock()
+	ds := diskstore.Options{SegmentSize: 16 << 10, CacheBytes: -1}
+	e, err := openMemOpts(t, mem, clock, ds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustPut(t, e, "before", "x")
+	var batch []engines.Mutation
+	for i := range 100 {
+		batch = append(batch, engines.Mutation{Key: fmt.Appendf(nil, "big-%03d", i), Value: bytes.Repeat([]byte{byte(i)}, 1000)})
+	}
+	if err := e.Apply(batch); err != nil {
+		t.Fatalf("a 100 KB batch with 16 KiB segments: %v", err)
+	}
+	mustPut(t, e, "after", "y")
+	check := func(e *Engine) {
+		t.Helper()
+		for i := range 100 {
+			v, _, err := e.Get(fmt.Appendf(nil, "big-%03d", i))
+			if err != nil || !bytes.Equal(v, bytes.Repeat([]byte{byte(i)}, 1000)) {
+				t.Fatalf("big-%03d: %d bytes, %v", i, len(v), err)
+			}
+		}
+	}
+	check(e)
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+	mem.Crash()
+	e, err = openMemOpts(t, mem, clock, ds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	check(e)
 }

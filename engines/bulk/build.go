@@ -1,0 +1,436 @@
+package bulk
+
+import (
+	"bufio"
+	"bytes"
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/tabuladb/tabula/api"
+	"github.com/tabuladb/tabula/engines/bulk/internal/eliasfano"
+	"github.com/tabuladb/tabula/engines/bulk/mph"
+	"github.com/tabuladb/tabula/engines/diskstore"
+	"github.com/tabuladb/tabula/engines/vfs"
+	"github.com/tabuladb/tabula/internal/keyspace"
+)
+
+// Record is one input record of a partition build.
+type Record struct {
+	Key   []byte
+	Value []byte
+	// Delete marks a deletion of Key in a delta build (Value must be empty).
+	Delete bool
+}
+
+// PartitionSpec says which file BuildPartition writes.
+type PartitionSpec struct {
+	// Partition and Partitions: the file holds the keys k with
+	// keyspace.Index(keyspace.Hash(k), Partitions) == Partition.
+	// Partitions 0 means 1.
+	Partition, Partitions int
+	// Version is the table version recorded in the file. Default 0.
+	Version uint64
+	// Delta makes a delta file over BaseVersion: it may hold deletions.
+	Delta       bool
+	BaseVersion uint64
+}
+
+// PartitionOptions tune BuildPartition. The zero value works.
+type PartitionOptions struct {
+	// FS is where the file is written. Default vfs.Default.
+	FS vfs.FS
+	// LastWins accepts duplicate keys, keeping the last in input order.
+	// Default false: duplicates are an error (*DuplicateError).
+	LastWins bool
+	// FingerprintBits per key: 8 (default; an absent key reaches the disk
+	// with probability 1/256), 16 (1/65536) or -1 for none.
+	FingerprintBits int
+	// MaxValueBytes is the largest value. Default api.DefaultMaxValueBytes.
+	MaxValueBytes int
+	// MPH tunes the minimal perfect hash. The zero value is the default.
+	MPH mph.Options
+}
+
+func (o PartitionOptions) withDefaults() PartitionOptions {
+	if o.FS == nil {
+		o.FS = vfs.Default
+	}
+	switch o.FingerprintBits {
+	case 0:
+		o.FingerprintBits = 8
+	case -1:
+		o.FingerprintBits = 0
+	}
+	if o.MaxValueBytes == 0 {
+		o.MaxValueBytes = api.DefaultMaxValueBytes
+	}
+	return o
+}
+
+// Validate explains what is wrong with o.
+func (o PartitionOptions) Validate() error {
+	switch {
+	case o.FingerprintBits != 0 && o.FingerprintBits != 8 && o.FingerprintBits != 16 && o.FingerprintBits != -1:
+		return fmt.Errorf("bulk: FingerprintBits %d, want 8, 16 or -1", o.FingerprintBits)
+	case o.MaxValueBytes < 0 || o.MaxValueBytes > api.MaxValueBytesLimit:
+		return fmt.Errorf("bulk: MaxValueBytes %d, want 0..%d", o.MaxValueBytes, api.MaxValueBytesLimit)
+	}
+	return o.MPH.Validate()
+}
+
+// PartitionInfo describes a built partition file.
+type PartitionInfo struct {
+	Partition, Partitions int
+	// Path is the file written.
+	Path string
+	// Records is the number of records (including deletions); Deleted the
+	// deletions among them.
+	Records, Deleted uint64
+	// FileBytes is the file's size; IndexBytes the memory Open will hold
+	// for it (MPH, fingerprints, offsets, deleted bitmap).
+	FileBytes, IndexBytes int64
+	// CRC is the CRC32C of the whole file, for publishing.
+	CRC uint32
+}
+
+// ErrEmptyInput is returned by BuildTable when the input holds no record.
+var ErrEmptyInput = errors.New("bulk: input holds no records")
+
+// Position is where a record came from, for error messages.
+type Position struct {
+	File string
+	Line int64
+}
+
+func (p Position) String() string {
+	if p.File == "" {
+		return fmt.Sprintf("record %d", p.Line)
+	}
+	return fmt.Sprintf("%s:%d", p.File, p.Line)
+}
+
+// Duplicate is one duplicated key and where its first two records came from.
+type Duplicate struct {
+	Key         []byte
+	First, Next Position
+}
+
+// DuplicateError lists the first duplicated keys of a build without
+// LastWins.
+type DuplicateError struct {
+	// Dups are the first few duplicates (at most 10), by key hash order.
+	Dups []Duplicate
+	// Count is the number of duplicated keys found (at least len(Dups)).
+	Count int
+}
+
+func (e *DuplicateError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "bulk: %d duplicate key(s) (use LastWins / --last-wins to keep the last):", e.Count)
+	for _, d := range e.Dups {
+		fmt.Fprintf(&b, " %q at %s and %s;", trunc(d.Key), d.First, d.Next)
+	}
+	return strings.TrimSuffix(b.String(), ";")
+}
+
+func trunc(k []byte) []byte {
+	if len(k) > 64 {
+		return append(k[:64:64], "..."...)
+	}
+	return k
+}
+
+// entry is a record being built: its hash and index in the input.
+type entry struct {
+	h   uint64
+	idx uint32
+}
+
+// BuildPartition writes the partition file of records to path, durably:
+// when it returns nil the file is synced and renamed into place and its
+// directory synced. It writes path+".tmp" first. records are in input order
+// (LastWins keeps the last); every key must belong to spec.Partition.
+// The output depends only on records, spec and opts (not on timing).
+func BuildPartition(ctx context.Context, path string, records []Record, spec PartitionSpec, opts PartitionOptions) (PartitionInfo, error) {
+	return buildPartition(ctx, path, records, nil, spec, opts)
+}
+
+// buildPartition is BuildPartition with optional positions for errors.
+func buildPartition(ctx context.Context, path string, records []Record, pos []Position, spec PartitionSpec, opts PartitionOptions) (PartitionInfo, error) {
+	if err := opts.Validate(); err != nil {
+		return PartitionInfo{}, err
+	}
+	opts = opts.withDefaults()
+	if spec.Partitions == 0 {
+		spec.Partitions = 1
+	}
+	if spec.Partitions < 0 || spec.Partitions > 1<<31 || spec.Partition < 0 || spec.Partition >= spec.Partitions {
+		return PartitionInfo{}, fmt.Errorf("bulk: partition %d of %d", spec.Partition, spec.Partitions)
+	}
+	if uint64(len(records)) >= 1<<32-1 {
+		return PartitionInfo{}, fmt.Errorf("bulk: %d records in one partition, at most %d", len(records), uint64(1<<32-2))
+	}
+	posOf := func(i uint32) Position {
+		if pos != nil {
+			return pos[i]
+		}
+		return Position{Line: int64(i)}
+	}
+	for i, r := range records {
+		switch {
+		case len(r.Key) == 0 || len(r.Key) > api.MaxKeyBytes:
+			return PartitionInfo{}, fmt.Errorf("bulk: %s: key of %d bytes, want 1..%d", posOf(uint32(i)), len(r.Key), api.MaxKeyBytes)
+		case len(r.Value) > opts.MaxValueBytes:
+			return PartitionInfo{}, fmt.Errorf("bulk: %s: value of %d bytes, the limit is %d", posOf(uint32(i)), len(r.Value), opts.MaxValueBytes)
+		case r.Delete && !spec.Delta:
+			return PartitionInfo{}, fmt.Errorf("bulk: %s: a deletion in a full (not delta) build", posOf(uint32(i)))
+		case r.Delete && len(r.Value) > 0:
+			return PartitionInfo{}, fmt.Errorf("bulk: %s: a deletion with a value", posOf(uint32(i)))
+		}
+		if p := keyspace.Index(keyspace.Hash(r.Key), spec.Partitions); p != spec.Partition {
+			return PartitionInfo{}, fmt.Errorf("bulk: %s: key %q belongs to partition %d, not %d", posOf(uint32(i)), trunc(r.Key), p, spec.Partition)
+		}
+		if i&4095 == 0 && ctx.Err() != nil {
+			return PartitionInfo{}, ctx.Err()
+		}
+	}
+
+	// Hash, sort by (hash, input order), drop or report duplicates. Two
+	// different keys with one hash make the file use a seeded hash.
+	var ents []entry
+	var seed uint64
+	for {
+		ents = ents[:0]
+		if ents == nil {
+			ents = make([]entry, 0, len(records))
+		}
+		for i, r := range records {
+			ents = append(ents, entry{keyHash(seed, r.Key), uint32(i)})
+		}
+		sortEntries(ents)
+		var dupErr DuplicateError
+		collision := false
+		out := ents[:0]
+		for i := 0; i < len(ents); i++ {
+			e := ents[i]
+			if len(out) > 0 && out[len(out)-1].h == e.h {
+				prev := &out[len(out)-1]
+				if !bytes.Equal(records[prev.idx].Key, records[e.idx].Key) {
+					collision = true
+					break
+				}
+				if !opts.LastWins {
+					if dupErr.Count == 0 || !bytes.Equal(records[e.idx].Key, dupErr.Dups[len(dupErr.Dups)-1].Key) {
+						dupErr.Count++
+						if len(dupErr.Dups) < 10 {
+							dupErr.Dups = append(dupErr.Dups, Duplicate{Key: records[e.idx].Key, First: posOf(prev.idx), Next: posOf(e.idx)})
+						}
+					}
+				}
+				*prev = e // later input order wins
+				continue
+			}
+			out = append(out, e)
+		}
+		if collision {
+			seed++
+			continue
+		}
+		if dupErr.Count > 0 {
+			return PartitionInfo{}, &dupErr
+		}
+		ents = out
+		break
+	}
+	if err := ctx.Err(); err != nil {
+		return PartitionInfo{}, err
+	}
+	hs := make([]uint64, len(ents))
+	for i, e := range ents {
+		hs[i] = e.h
+	}
+	table, err := mph.Build(hs, opts.MPH)
+	if err != nil {
+		return PartitionInfo{}, fmt.Errorf("bulk: partition %d: %w", spec.Partition, err)
+	}
+	// bySlot[s] is the entry whose key has slot s.
+	n := len(ents)
+	bySlot := make([]uint32, n)
+	for i, e := range ents {
+		bySlot[table.Lookup(e.h)] = uint32(i)
+	}
+	hs = nil
+	if err := ctx.Err(); err != nil {
+		return PartitionInfo{}, err
+	}
+
+	ft := footer{
+		fpBits:      opts.FingerprintBits,
+		n:           uint64(n),
+		partition:   uint32(spec.Partition),
+		partitions:  uint32(spec.Partitions),
+		version:     spec.Version,
+		baseVersion: spec.BaseVersion,
+		hashSeed:    seed,
+	}
+	if spec.Delta {
+		ft.flags |= flagDelta
+	}
+	fs := opts.FS
+	tmp := path + ".tmp"
+	f, err := fs.Create(tmp)
+	if err != nil {
+		return PartitionInfo{}, fmt.Errorf("bulk: create %s: %w", tmp, err)
+	}
+	fail := func(err error) (PartitionInfo, error) {
+		return PartitionInfo{}, errors.Join(err, f.Close(), fs.Remove(tmp))
+	}
+	w := &crcWriter{w: bufio.NewWriterSize(f, 1<<20)}
+	if _, err := w.Write(appendHeader(nil)); err != nil {
+		return fail(fmt.Errorf("bulk: write %s: %w", tmp, err))
+	}
+
+	// Records in slot order.
+	offsets := make([]uint64, n+1)
+	var deleted []uint64
+	if spec.Delta {
+		deleted = make([]uint64, (n+63)/64)
+	}
+	fps := make([]byte, n*opts.FingerprintBits/8)
+	var buf []byte
+	w.sec()
+	fixed := true
+	var off, firstLen uint64
+	for s, ei := range bySlot {
+		e := ents[ei]
+		r := records[e.idx]
+		buf, err = diskstore.AppendPutRecord(buf[:0], r.Key, r.Value, 0)
+		if err != nil {
+			return fail(fmt.Errorf("bulk: %s: %w", posOf(e.idx), err))
+		}
+		if _, err := w.Write(buf); err != nil {
+			return fail(fmt.Errorf("bulk: write %s: %w", tmp, err))
+		}
+		offsets[s] = off
+		off += uint64(len(buf))
+		if s == 0 {
+			firstLen = uint64(len(buf))
+		} else if uint64(len(buf)) != firstLen {
+			fixed = false
+		}
+		ft.maxRecLen = max(ft.maxRecLen, uint32(len(buf)))
+		switch opts.FingerprintBits {
+		case 8:
+			fps[s] = byte(e.h)
+		case 16:
+			fps[2*s], fps[2*s+1] = byte(e.h), byte(e.h>>8)
+		}
+		if r.Delete {
+			deleted[s/64] |= 1 << (s % 64)
+			ft.deleted++
+		}
+		if s&4095 == 0 && ctx.Err() != nil {
+			return fail(ctx.Err())
+		}
+	}
+	offsets[n] = off
+	ft.secs[secRecords] = w.sec()
+	if fixed && n > 0 {
+		ft.fixedLen = firstLen
+	}
+	buf = table.AppendBinary(buf[:0])
+	w.Write(buf)
+	ft.secs[secMPH] = w.sec()
+	w.Write(fps)
+	ft.secs[secFPs] = w.sec()
+	var ef *eliasfano.List
+	if !fixed || n == 0 {
+		if n == 0 {
+			ft.fixedLen = 0
+		}
+		if ef, err = eliasfano.Build(offsets); err != nil {
+			return fail(err)
+		}
+		buf = ef.AppendBinary(buf[:0])
+		w.Write(buf)
+	}
+	ft.secs[secOffsets] = w.sec()
+	buf = buf[:0]
+	for _, d := range deleted {
+		buf = appendU64(buf, d)
+	}
+	w.Write(buf)
+	ft.secs[secDeleted] = w.sec()
+	if _, err := w.Write(ft.append(nil)); err != nil {
+		return fail(fmt.Errorf("bulk: write %s: %w", tmp, err))
+	}
+	if err := w.w.Flush(); err != nil {
+		return fail(fmt.Errorf("bulk: write %s: %w", tmp, err))
+	}
+	if err := f.Sync(); err != nil {
+		return fail(fmt.Errorf("bulk: sync %s: %w", tmp, err))
+	}
+	if err := f.Close(); err != nil {
+		return PartitionInfo{}, errors.Join(fmt.Errorf("bulk: close %s: %w", tmp, err), fs.Remove(tmp))
+	}
+	if err := fs.Rename(tmp, path); err != nil {
+		return PartitionInfo{}, errors.Join(fmt.Errorf("bulk: rename %s: %w", tmp, err), fs.Remove(tmp))
+	}
+	if err := fs.SyncDir(filepath.Dir(path)); err != nil {
+		return PartitionInfo{}, fmt.Errorf("bulk: sync directory of %s: %w", path, err)
+	}
+	idx := int64(table.MemoryBytes() + len(fps) + 8*len(deleted))
+	if ef != nil {
+		idx += int64(ef.MemoryBytes())
+	}
+	return PartitionInfo{
+		Partition: spec.Partition, Partitions: spec.Partitions, Path: path,
+		Records: uint64(n), Deleted: ft.deleted,
+		FileBytes: w.total, IndexBytes: idx, CRC: w.whole,
+	}, nil
+}
+
+func appendU64(b []byte, v uint64) []byte {
+	return append(b, byte(v), byte(v>>8), byte(v>>16), byte(v>>24), byte(v>>32), byte(v>>40), byte(v>>48), byte(v>>56))
+}
+
+// crcWriter tracks the offset, the CRC32C of the current section and of the
+// whole file. Errors stick: after one, writes do nothing and Flush reports.
+type crcWriter struct {
+	w          *bufio.Writer
+	total      int64
+	start      int64
+	crc, whole uint32
+}
+
+func (c *crcWriter) Write(p []byte) (int, error) {
+	c.crc = crc32.Update(c.crc, castagnoli, p)
+	c.whole = crc32.Update(c.whole, castagnoli, p)
+	c.total += int64(len(p))
+	return c.w.Write(p)
+}
+
+// sec ends the current section and starts the next.
+func (c *crcWriter) sec() section {
+	s := section{off: uint64(c.start), len: uint64(c.total - c.start), crc: c.crc}
+	c.start, c.crc = c.total, 0
+	return s
+}
+
+// sortEntries sorts by hash, then input order: an LSD radix sort on the
+// hash's 64 bits would be 8 passes; a stable sort of (h, idx) is enough
+// since ties in h are rare, so sort by h and fix ties by idx.
+func sortEntries(es []entry) {
+	slices.SortFunc(es, func(a, b entry) int {
+		if c := cmp.Compare(a.h, b.h); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.idx, b.idx)
+	})
+}

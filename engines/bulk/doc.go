@@ -1,0 +1,93 @@
+// Package bulk is the library of bulk tables (DESIGN §6): it builds the
+// immutable per-partition files of a table version from records, and reads
+// them for serving with a few bytes of memory per record.
+//
+// # Building
+//
+// BuildTable reads input files (tsv, csv or jsonl; see Format), routes each
+// record to partition keyspace.Index(keyspace.Hash(key), n) — the servers'
+// routing — spilling to temporary files when the records outgrow
+// BuildOptions.MemoryBudget, and builds the partitions in parallel with
+// BuildPartition, which is also a library call of its own so that a batch
+// engine can build partitions on many machines. The output is deterministic:
+// the same input gives the same bytes whatever the worker count or memory
+// budget.
+//
+// # Serving
+//
+// Open maps a partition file (mmap on Linux and macOS; a ReadAt path for any
+// vfs.File) and keeps in memory only what finds a value and rejects an
+// absent key: the minimal perfect hash (package mph, ~3.5 bits per key), a
+// fingerprint per key (8 bits by default: an absent key reaches the disk
+// with probability 1/256) and the record offsets (Elias-Fano, ~9 bits per
+// record; none when all records have one length). A Get hashes the key,
+// finds its slot, checks the fingerprint, reads the record, verifies its
+// CRC32C and compares the full key: a fingerprint false positive is never
+// served. NewOverlay serves a delta version over its base.
+//
+// # File format
+//
+// A partition file is a header, five sections and a footer:
+//
+//	| header (16) | records | mph | fingerprints | offsets | deleted | footer (192) |
+//
+// Header:
+//
+//	 0            8               12           16
+//	| "TABBULKH"  | version (4)   | crc32c (4) |
+//
+// crc32c covers bytes 0-11. Records: diskstore put records
+// (diskstore.AppendPutRecord, ExpiresAt 0) back to back in slot order: the
+// record of the key whose slot is i is the i-th. A deleted key of a delta
+// file is a put record with an empty value and its bit set in deleted. mph:
+// the mph.Table encoding. fingerprints: n bytes (fpBits 8) or n
+// little-endian uint16 (fpBits 16) or nothing (fpBits 0); slot i holds the
+// low fpBits of the key's hash. offsets: an eliasfano list of n+1 record
+// offsets relative to the records section (the last one its length), or
+// nothing when fixedLen > 0 (record i starts at i*fixedLen). deleted: a
+// bitmap of n bits in ⌈n/64⌉ little-endian words, only in delta files.
+//
+// Footer (192 bytes, the end of the file):
+//
+//	  0  section table: 5 × {offset (8), length (8)}   records, mph, fps, offsets, deleted
+//	 80  section crc32c: 5 × 4
+//	100  fpBits (1) | flags (1) | 0 (2)
+//	104  records n (8)
+//	112  deleted count (8)
+//	120  fixedLen (8)           0: variable-length records
+//	128  partition (4) | partitions (4)
+//	136  version (8)            the table version this file belongs to
+//	144  baseVersion (8)        a delta's base version (flags bit 0)
+//	152  hashSeed (8)           0: the key's hash is xxhash64(key), the routing hash
+//	160  maxRecordLen (4) | 0 (4)
+//	168  0 (8)
+//	176  format version (4)
+//	180  crc32c (4)             of footer bytes 0-179
+//	184  "TABBULKF" (8)
+//
+// Integers are little-endian. Sections are contiguous and in this order. The
+// key's hash h is xxhash64(key) when hashSeed is 0 (a build that meets two
+// keys with one 64-bit hash uses xxhash64 seeded with hashSeed instead).
+// Open checks the header, footer, section layout and the CRC32C of every
+// in-memory section; the records section CRC is checked by Verify (it reads
+// the whole file), and every record's own CRC on every read. A file of
+// another format version is refused with ErrFormatVersion; anything
+// damaged with an error wrapping engines.ErrCorrupt.
+//
+// The format constants (magics, version 1, flag bits, the footer layout)
+// never change or get reused; a new layout is a new format version.
+//
+// # Concurrency
+//
+// A *File and an *Overlay are safe for concurrent use, including Close
+// concurrent with reads: Close waits for reads in flight and later reads
+// fail with engines.ErrClosed; the mapping is released only when no read
+// uses it. BuildTable and BuildPartition may run concurrently with anything.
+//
+// # Example
+//
+//	infos, err := bulk.BuildTable(ctx, []string{"in.tsv"}, "out", bulk.BuildOptions{Partitions: 8})
+//	f, err := bulk.Open(vfs.Default, "out/"+bulk.PartitionFileName(3, 8), bulk.OpenOptions{})
+//	defer f.Close()
+//	v, ok, err := f.AppendGet(nil, []byte("key"))
+package bulk

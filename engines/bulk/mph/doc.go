@@ -1,0 +1,52 @@
+// Package mph is the minimal perfect hash of bulk table files (DESIGN §6): it
+// maps n distinct 64-bit key hashes to distinct slots in [0, n), using about
+// 3.5 bits per key, and answers a lookup with a few multiplications and one or
+// two memory reads.
+//
+// # Construction (PtrHash-style, Groot Koerkamp 2025)
+//
+// A hash h is mixed with the table's seed into x = fmix64(h ^ seed). Keys are
+// split into B = ceil(n/λ) buckets by the high bits of x (λ = 2.5 keys per
+// bucket on average, near the seed design's "groups of about 4 keys"; 60% of
+// the keys go to the first 30% of buckets, PTHash's skew). Each bucket gets
+// an 8-bit pilot p (the seed design's "displacement factor") such that every
+// key of the bucket lands on a free slot
+//
+//	slot(x, p) = ⌊((x ^ H[p]) * C) * S / 2^64⌋   with S = ceil(n/α), α = 0.99
+//
+// where H is a table of 256 pilot hashes derived from the seed. Buckets are
+// placed largest first; a bucket that finds no pilot with all its slots free
+// takes the pilot whose collisions are cheapest (sum of squared sizes of the
+// buckets it hits) and evicts those buckets, which are placed again (cuckoo
+// style; this is what lets 8-bit pilots reach α = 0.99 where plain greedy
+// displacement needs a collision table). Slots in [n, S) that got keys are
+// remapped to the free slots below n through a table of S-n uint32.
+//
+// A lookup is: bucket, pilot byte, one multiply, and — for about 1% of keys —
+// one remap read. The table never stores keys: a hash that was not built in
+// maps to some slot too, so callers reject absent keys themselves
+// (engines/bulk keeps a fingerprint per slot and compares the full key).
+//
+// Build is deterministic: the same set of hashes and Options give the same
+// table (and the same bytes), whatever their order. If eviction does not
+// converge (it always has in testing) Build retries with the next seed.
+//
+// # Encoding (AppendBinary / Decode)
+//
+//	 0          4        8        16       24       32          40
+//	| magic (4) | ver(4) | n (8)  | S (8)  | B (8)  | seed (8)  | pilots (B) | remap (4*(S-n)) |
+//
+// magic is "MPH1"; ver is 1. Integers are little-endian. The encoding has no
+// checksum of its own: the bulk file's footer carries a CRC32C of the section
+// that holds it. Decode validates sizes and the remap targets (< n), so a
+// damaged table is an error, never a panic or an out-of-range slot.
+//
+// # Concurrency
+//
+// A *Table is immutable after Build or Decode and safe for concurrent use.
+//
+// # Example
+//
+//	t, err := mph.Build(hashes, mph.Options{})
+//	slot := t.Lookup(hashes[0]) // in [0, len(hashes))
+package mph

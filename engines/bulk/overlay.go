@@ -1,0 +1,100 @@
+package bulk
+
+import (
+	"fmt"
+
+	"github.com/tabuladb/tabula/engines"
+)
+
+// Overlay serves a base file with delta files over it: a key is read from
+// the newest layer that has it, and a deletion there reads as absent. It
+// does not own its files: the caller closes them after the overlay's last
+// use (a read of a closed layer fails with engines.ErrClosed, never worse).
+// It is safe for concurrent use.
+type Overlay struct {
+	layers []*File // newest first; the last is the base
+}
+
+// NewOverlay returns base with deltas applied in order (the last wins).
+// Each delta must be a delta file whose base version is the version of the
+// layer below it, of the same partition.
+func NewOverlay(base *File, deltas ...*File) (*Overlay, error) {
+	if _, ok := base.Delta(); ok {
+		return nil, fmt.Errorf("bulk: overlay base (version %d) is a delta file", base.Version())
+	}
+	below := base
+	layers := []*File{base}
+	for _, d := range deltas {
+		bv, ok := d.Delta()
+		switch {
+		case !ok:
+			return nil, fmt.Errorf("bulk: overlay layer version %d is not a delta file", d.Version())
+		case bv != below.Version():
+			return nil, fmt.Errorf("bulk: delta version %d is over version %d, not %d", d.Version(), bv, below.Version())
+		case d.ft.partition != base.ft.partition || d.ft.partitions != base.ft.partitions:
+			return nil, fmt.Errorf("bulk: delta of partition %d/%d over partition %d/%d", d.ft.partition, d.ft.partitions, base.ft.partition, base.ft.partitions)
+		}
+		layers = append([]*File{d}, layers...)
+		below = d
+	}
+	return &Overlay{layers: layers}, nil
+}
+
+// AppendGet is File.AppendGet over the layers.
+func (o *Overlay) AppendGet(dst, key []byte) ([]byte, bool, error) {
+	for i, f := range o.layers {
+		if !f.acquire() {
+			return dst, false, engines.ErrClosed
+		}
+		out, st, err := f.get(dst, key, f.hash(key, 0, false))
+		f.release()
+		if err != nil || st != absent || i == len(o.layers)-1 {
+			return out, st == present, err
+		}
+	}
+	return dst, false, nil
+}
+
+// AppendGetBatch is File.AppendGetBatch over the layers.
+func (o *Overlay) AppendGetBatch(dst []byte, keys [][]byte, vals [][]byte, found []bool) ([]byte, error) {
+	if len(vals) != len(keys) || len(found) != len(keys) {
+		return dst, fmt.Errorf("bulk: batch of %d keys with %d vals and %d found", len(keys), len(vals), len(found))
+	}
+	// Hold every layer for the whole batch: it sees one set of files.
+	for i, f := range o.layers {
+		if !f.acquire() {
+			for _, g := range o.layers[:i] {
+				g.release()
+			}
+			return dst, engines.ErrClosed
+		}
+	}
+	defer func() {
+		for _, f := range o.layers {
+			f.release()
+		}
+	}()
+	return batch(dst, keys, vals, found, func(dst, key []byte) ([]byte, bool, error) {
+		for _, f := range o.layers {
+			out, st, err := f.get(dst, key, f.hash(key, 0, false))
+			if err != nil || st != absent {
+				return out, st == present, err
+			}
+		}
+		return dst, false, nil
+	})
+}
+
+// Stats sums the layers' statistics.
+func (o *Overlay) Stats() Stats {
+	var s Stats
+	for _, f := range o.layers {
+		fs := f.Stats()
+		s.Records += fs.Records
+		s.Deleted += fs.Deleted
+		s.IndexBytes += fs.IndexBytes
+		s.FileBytes += fs.FileBytes
+		s.Mapped = fs.Mapped
+	}
+	return s
+}
