@@ -30,7 +30,9 @@
 //
 // Integers are little-endian. crc32c covers bytes 4 to the end of the value.
 // kind: 1 put, 2 tombstone (0 is never a record: zeroed media fails). flags:
-// bit 0 value is s2-compressed (reserved; this build refuses it), bit 1
+// bit 0 value is s2-compressed (Options.Compression; valLen is then the
+// compressed length, and a value that does not decode, or decodes past
+// 64 MiB, is corrupt), bit 1
 // "batch continues": the record belongs to a Write batch and is not its last
 // one. aux: for a put, ExpiresAt (Unix ms, 0 = never); for a tombstone, the
 // sequence number of the segment holding the deleted version. A record never
@@ -66,15 +68,25 @@
 //
 // # Reads
 //
-// Read(loc) preads the record (one 4 KiB read for most records) through
-// vfs.File.ReadAt, or copies it from the unwritten tail, and checks its CRC:
-// a mismatch is an error wrapping engines.ErrCorrupt and is never served. A
-// location in a freed segment reads as "no record".
+// Read(loc) copies the record out of a read-only mapping of its segment
+// once the segment is sealed and fully written (and the file system can
+// map: vfs.Mapper), else preads it (one 4 KiB read for most records)
+// through vfs.File.ReadAt or copies it from the unwritten tail; then it
+// checks its CRC: a mismatch is an error wrapping engines.ErrCorrupt and is
+// never served. A location in a freed segment reads as "no record". A
+// segment is unmapped only once no read is inside its mapping.
+//
+// # Snapshots
+//
+// Snapshot pauses the collector and fixes a log position; its Scan reads
+// the records before that position in log order. The owner decides which
+// were live at the position (engines/point keeps, while a snapshot is open,
+// the locations its writers replace or delete).
 //
 // The read cache (ristretto, Options.CacheBytes, default 64 MiB) holds
 // checked records keyed by (segment sequence number, offset): every append
-// puts its record in (write-through) and every read that went to the file
-// does too; Free deletes the entry. A segment's bytes never change and its
+// puts its record in (write-through) and every read that preads does too
+// (a mapped segment's pages are cached by the OS already); Free deletes the entry. A segment's bytes never change and its
 // sequence number is never reused, so an entry is exactly what a read of
 // that position returns: the cache needs no invalidation to stay correct,
 // whatever ristretto's asynchronous admission does (cache.go). A record
