@@ -49,8 +49,9 @@ type batchRun struct {
 // returned). Records in the cache are served from it; the others are read
 // in location order, neighbours in one segment coalesced into one read
 // (gaps up to 64 KiB, reads up to 256 KiB), up to 8 reads at a time. Every
-// record is checked against its CRC. The records' slices are immutable and
-// stay valid. The caller verifies the keys: a location may be stale by the
+// record is checked against its CRC. The records' slices are the caller's:
+// fresh memory that no one else holds (values of one batch may share an
+// allocation). The caller verifies the keys: a location may be stale by the
 // time it is read, as with Read. Safe for concurrent use.
 func (s *Store) ReadBatch(locs []uint64, recs []engines.Record, found []bool, errs []error) {
 	caching := s.cacheOn.Load()
@@ -64,7 +65,7 @@ func (s *Store) ReadBatch(locs []uint64, recs []engines.Record, found []bool, er
 		}
 		if caching {
 			if b, ok := s.cache.get(cacheKey(g.seq, off)); ok {
-				r, err := s.cachedRecord(b)
+				r, err := s.cachedRecord(clone(b)) // the caller's to keep
 				if err != nil {
 					errs[i] = fmt.Errorf("read segment %d offset %d: %w", g.seq, off, err)
 					continue

@@ -41,6 +41,7 @@ type Mover interface {
 // while the log is larger than MaxSpaceAmp × live bytes and holds at least
 // one segment's worth of garbage; between victims it rests so it uses at
 // most GCDutyCycle of the time (none while space amplification exceeds 2).
+// Relocated records bypass the read cache (AppendRelocated).
 func (s *Store) StartGC(m Mover) {
 	s.wg.Add(1)
 	go s.gcLoop(m)
@@ -174,7 +175,7 @@ func (s *Store) collect(g *segment, m Mover) error {
 			}
 			aux := h.aux
 			keep := func() error {
-				_, err := s.append(kindTombstone, 0, key, nil, aux)
+				_, err := s.append(kindTombstone, 0, key, nil, aux, false)
 				return err
 			}
 			if err := m.RelocateTombstone(key, keep); err != nil {

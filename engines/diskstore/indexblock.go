@@ -102,11 +102,11 @@ type indexCompaction struct {
 	replacedDeltas int
 }
 
-// compactDue reports whether the chain's deltas outgrew its base (then a
-// restart would read more history than index). Caller holds s.ix.mu.
+// compactDue reports whether the chain's deltas outgrew half its base (so a
+// restart reads at most 1.5× the index). Caller holds s.ix.mu.
 func (ix *indexLog) compactDue() bool {
 	return ix.base != 0 && !ix.compacting && !ix.broken &&
-		ix.deltaBytes > ix.baseBytes && (ix.deltaBytes > 1<<20 || ix.deltas > 16)
+		2*ix.deltaBytes > ix.baseBytes && (ix.deltaBytes > 1<<20 || ix.deltas > 16)
 }
 
 // IndexCut is the index changes up to a log position, taken by

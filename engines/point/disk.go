@@ -274,7 +274,7 @@ func (m mover) Relocate(loc uint64, r engines.Record) error {
 		}
 		return e.unlinkLocked(h, loc, r)
 	}
-	nloc, err := e.disk.Append(r)
+	nloc, err := e.disk.AppendRelocated(r)
 	if err != nil {
 		return err
 	}
@@ -324,7 +324,7 @@ var batchPool = sync.Pool{New: func() any { return new(batchScratch) }}
 // relocated by the collector after the lookup) fails the key check, and
 // that key falls back to a plain Get. A record that is the key's but was
 // replaced after the lookup is still a value the key held during the call.
-// Values share one allocation.
+// Values of one batch may share allocations (each capped to its length).
 func (e *Engine) getBatchDisk(keys [][]byte, values [][]byte, expires []int64, found []bool) error {
 	sc := batchPool.Get().(*batchScratch)
 	defer func() {
@@ -348,7 +348,6 @@ func (e *Engine) getBatchDisk(keys [][]byte, values [][]byte, expires []int64, f
 	sc.found = slices.Grow(sc.found[:0], n)[:n]
 	sc.errs = slices.Grow(sc.errs[:0], n)[:n]
 	e.disk.ReadBatch(sc.locs, sc.recs, sc.found, sc.errs)
-	total := 0
 	for j, i := range sc.idx {
 		r := &sc.recs[j]
 		switch {
@@ -365,18 +364,9 @@ func (e *Engine) getBatchDisk(keys [][]byte, values [][]byte, expires []int64, f
 			sc.found[j] = false
 			e.dropExpired(sc.hs[i], keys[i])
 		default:
-			total += len(r.Value)
+			// ReadBatch's records are ours to keep: no second copy.
+			values[i], expires[i], found[i] = r.Value, r.ExpiresAt, true
 		}
-	}
-	arena := make([]byte, 0, total)
-	for j, i := range sc.idx {
-		if !sc.found[j] {
-			continue
-		}
-		r := &sc.recs[j]
-		start := len(arena)
-		arena = append(arena, r.Value...)
-		values[i], expires[i], found[i] = arena[start:len(arena):len(arena)], r.ExpiresAt, true
 	}
 	return nil
 }
