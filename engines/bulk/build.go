@@ -12,7 +12,6 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/tabuladb/tabula/api"
 	"github.com/tabuladb/tabula/engines/bulk/internal/eliasfano"
 	"github.com/tabuladb/tabula/engines/bulk/mph"
 	"github.com/tabuladb/tabula/engines/diskstore"
@@ -51,7 +50,7 @@ type PartitionOptions struct {
 	// FingerprintBits per key: 8 (default; an absent key reaches the disk
 	// with probability 1/256), 16 (1/65536) or -1 for none.
 	FingerprintBits int
-	// MaxValueBytes is the largest value. Default api.DefaultMaxValueBytes.
+	// MaxValueBytes is the largest value. Default defaultMaxValueBytes.
 	MaxValueBytes int
 	// MPH tunes the minimal perfect hash. The zero value is the default.
 	MPH mph.Options
@@ -68,7 +67,7 @@ func (o PartitionOptions) withDefaults() PartitionOptions {
 		o.FingerprintBits = 0
 	}
 	if o.MaxValueBytes == 0 {
-		o.MaxValueBytes = api.DefaultMaxValueBytes
+		o.MaxValueBytes = defaultMaxValueBytes
 	}
 	return o
 }
@@ -78,8 +77,8 @@ func (o PartitionOptions) Validate() error {
 	switch {
 	case o.FingerprintBits != 0 && o.FingerprintBits != 8 && o.FingerprintBits != 16 && o.FingerprintBits != -1:
 		return fmt.Errorf("bulk: FingerprintBits %d, want 8, 16 or -1", o.FingerprintBits)
-	case o.MaxValueBytes < 0 || o.MaxValueBytes > api.MaxValueBytesLimit:
-		return fmt.Errorf("bulk: MaxValueBytes %d, want 0..%d", o.MaxValueBytes, api.MaxValueBytesLimit)
+	case o.MaxValueBytes < 0 || o.MaxValueBytes > maxValueBytesLimit:
+		return fmt.Errorf("bulk: MaxValueBytes %d, want 0..%d", o.MaxValueBytes, maxValueBytesLimit)
 	}
 	return o.MPH.Validate()
 }
@@ -121,10 +120,15 @@ type Duplicate struct {
 	First, Next Position
 }
 
+// maxDups is how many duplicates a DuplicateError lists.
+const maxDups = 10
+
 // DuplicateError lists the first duplicated keys of a build without
 // LastWins.
 type DuplicateError struct {
-	// Dups are the first few duplicates (at most 10), by key hash order.
+	// Dups are the first few duplicates (at most 10): in input order of
+	// their second record from BuildTable, in key hash order from
+	// BuildPartition.
 	Dups []Duplicate
 	// Count is the number of duplicated keys found (at least len(Dups)).
 	Count int
@@ -184,8 +188,8 @@ func buildPartition(ctx context.Context, path string, records []Record, pos []Po
 	}
 	for i, r := range records {
 		switch {
-		case len(r.Key) == 0 || len(r.Key) > api.MaxKeyBytes:
-			return PartitionInfo{}, fmt.Errorf("bulk: %s: key of %d bytes, want 1..%d", posOf(uint32(i)), len(r.Key), api.MaxKeyBytes)
+		case len(r.Key) == 0 || len(r.Key) > maxKeyBytes:
+			return PartitionInfo{}, fmt.Errorf("bulk: %s: key of %d bytes, want 1..%d", posOf(uint32(i)), len(r.Key), maxKeyBytes)
 		case len(r.Value) > opts.MaxValueBytes:
 			return PartitionInfo{}, fmt.Errorf("bulk: %s: value of %d bytes, the limit is %d", posOf(uint32(i)), len(r.Value), opts.MaxValueBytes)
 		case r.Delete && !spec.Delta:
@@ -228,7 +232,7 @@ func buildPartition(ctx context.Context, path string, records []Record, pos []Po
 				if !opts.LastWins {
 					if dupErr.Count == 0 || !bytes.Equal(records[e.idx].Key, dupErr.Dups[len(dupErr.Dups)-1].Key) {
 						dupErr.Count++
-						if len(dupErr.Dups) < 10 {
+						if len(dupErr.Dups) < maxDups {
 							dupErr.Dups = append(dupErr.Dups, Duplicate{Key: records[e.idx].Key, First: posOf(prev.idx), Next: posOf(e.idx)})
 						}
 					}

@@ -21,7 +21,7 @@ const (
 
 	// flagDelta marks a delta file: baseVersion is meaningful and deleted
 	// may be non-empty.
-	flagDelta = 1 << 0
+	flagDelta  = 1 << 0
 	flagsKnown = flagDelta
 
 	secRecords = 0
@@ -193,3 +193,14 @@ func keyHash(seed uint64, key []byte) uint64 {
 	d.Write(key)
 	return d.Sum64()
 }
+
+// Limits, equal to the api package's (a test checks): engines/bulk does not
+// import api, so that it builds without gRPC (the bench module does not
+// carry it). Keys are 1..maxKeyBytes bytes.
+const (
+	maxKeyBytes          = 4 << 10  // api.MaxKeyBytes
+	defaultMaxValueBytes = 4 << 20  // api.DefaultMaxValueBytes
+	maxValueBytesLimit   = 64 << 20 // api.MaxValueBytesLimit
+	defaultPartitions    = 8        // api.DefaultPartitions
+	maxPartitions        = 4096     // api.MaxPartitions
+)

@@ -62,8 +62,8 @@ func (o Options) withDefaults() Options {
 func (o Options) Validate() error {
 	o = o.withDefaults()
 	switch {
-	case !(o.Lambda >= 1 && o.Lambda <= 16):
-		return fmt.Errorf("mph: Lambda %v, want 1..16", o.Lambda)
+	case !(o.Lambda >= 1 && o.Lambda <= 3.5):
+		return fmt.Errorf("mph: Lambda %v, want 1..3.5 (larger buckets do not place in reasonable time with 8-bit pilots)", o.Lambda)
 	case !(o.Alpha > 0.5 && o.Alpha <= 0.995):
 		return fmt.Errorf("mph: Alpha %v, want (0.5, 0.995]", o.Alpha)
 	case o.MaxSeeds < 0:
@@ -275,7 +275,7 @@ func buildSeed(hashes []uint64, opts Options, seed uint64) (*Table, error) {
 	b.owner = make([]uint32, t.slots)
 	b.taken = make([]uint64, (t.slots+63)/64)
 	b.osize = make([]uint8, t.slots)
-	budget := 64*n + 1<<16 // eviction steps before giving up on this seed
+	budget := 16*n + 1<<12 // eviction steps before giving up on this seed
 	for _, bk := range order {
 		if b.size(bk) == 0 {
 			break

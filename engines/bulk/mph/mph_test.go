@@ -91,14 +91,14 @@ func TestPerfect(t *testing.T) {
 func TestOptions(t *testing.T) {
 	r := rand.New(rand.NewPCG(seedOf(t), 1))
 	hs := randomHashes(r, 50000)
-	for _, o := range []Options{{Lambda: 1}, {Lambda: 4}, {Lambda: 5}, {Alpha: 0.9}, {Alpha: 0.995}, {Seed: 77}} {
+	for _, o := range []Options{{Lambda: 1}, {Lambda: 3}, {Lambda: 3.5}, {Alpha: 0.9}, {Alpha: 0.995}, {Seed: 77}} {
 		tab, err := Build(hs, o)
 		if err != nil {
 			t.Fatalf("%+v: %v", o, err)
 		}
 		checkPerfect(t, tab, hs)
 	}
-	for _, o := range []Options{{Lambda: 0.5}, {Alpha: 0.2}, {Alpha: 1}, {MaxSeeds: -1}} {
+	for _, o := range []Options{{Lambda: 0.5}, {Lambda: 4}, {Alpha: 0.2}, {Alpha: 1}, {MaxSeeds: -1}} {
 		if err := o.Validate(); err == nil {
 			t.Fatalf("%+v: Validate passed", o)
 		}

@@ -1,0 +1,300 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"time"
+
+	"github.com/cespare/xxhash/v2"
+
+	"github.com/tabuladb/tabula/engines/bulk"
+	"github.com/tabuladb/tabula/engines/bulk/mph"
+	"github.com/tabuladb/tabula/engines/diskstore"
+	"github.com/tabuladb/tabula/engines/vfs"
+)
+
+func init() {
+	register(suite{
+		name:  "bulk",
+		about: "bulk table files: MPH and file build speed, RAM per record, Get/BatchGet latency vs a Go map[string]uint64 index",
+		run:   runBulk,
+	})
+}
+
+// bulkData is the benchmark's records, in two arenas.
+type bulkData struct {
+	keys, vals []byte
+	kLen, vLen int
+	recs       []bulk.Record
+}
+
+func makeBulkData(rng *rand.Rand, n, kLen, vLen int, varVals bool) *bulkData {
+	d := &bulkData{keys: make([]byte, n*kLen), kLen: kLen, vLen: vLen, recs: make([]bulk.Record, n)}
+	for i := 0; i < len(d.keys); i += 8 {
+		v := rng.Uint64()
+		for j := 0; j < 8 && i+j < len(d.keys); j++ {
+			d.keys[i+j] = byte(v >> (8 * j))
+		}
+	}
+	d.vals = make([]byte, n*vLen)
+	for i := range d.vals {
+		d.vals[i] = byte(i * 131)
+	}
+	for i := range d.recs {
+		vl := vLen
+		if varVals {
+			vl = vLen/2 + int(d.keys[i*kLen])%vLen // vLen/2 .. 3vLen/2-1, capped below
+			vl = min(vl, vLen)
+		}
+		d.recs[i] = bulk.Record{Key: d.keys[i*kLen : (i+1)*kLen : (i+1)*kLen], Value: d.vals[i*vLen : i*vLen+vl : i*vLen+vl]}
+	}
+	return d
+}
+
+func medianF(xs []float64) float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if len(s) == 0 {
+		return 0
+	}
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+func percentile(ds []time.Duration, p float64) float64 {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return float64(s[int(float64(len(s)-1)*p)])
+}
+
+// mapIndex is the baseline: a Go map from key to the record's offset in
+// the same file, then the record is read and verified as ours does.
+type mapIndex struct {
+	m    map[string]uint64
+	data []byte // the file's records section (mapped)
+}
+
+func (mi *mapIndex) appendGet(dst, key []byte) ([]byte, bool, error) {
+	off, ok := mi.m[string(key)]
+	if !ok {
+		return dst, false, nil
+	}
+	pr, err := diskstore.DecodePutRecord(mi.data[off:])
+	if err != nil {
+		return dst, false, err
+	}
+	return append(dst, pr.Value...), true, nil
+}
+
+func runBulk(out io.Writer, args []string) error {
+	fs := flag.NewFlagSet("bulk", flag.ContinueOnError)
+	var (
+		nKeys   = fs.Int("keys", 10_000_000, "records")
+		kLen    = fs.Int("keybytes", 16, "key length")
+		vLen    = fs.Int("valbytes", 64, "value length")
+		rounds  = fs.Int("rounds", 3, "rounds; ours and the map alternate within each (ABBA)")
+		lookups = fs.Int("lookups", 1_000_000, "timed Gets per contender per round (present and absent each)")
+		bsize   = fs.Int("batch", 100, "keys per BatchGet")
+		dirArg  = fs.String("dir", "", "directory for the files (default: a temporary one, removed)")
+		seedArg = fs.Uint64("seed", 0, "seed (0: random)")
+	)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	seed := *seedArg
+	if seed == 0 {
+		seed = rand.Uint64()
+	}
+	n := *nKeys
+	fmt.Fprintf(out, "# bulk: %d records, %d-byte keys, %d-byte values, GOMAXPROCS %d, %d rounds, seed %d (rerun with -seed %d)\n",
+		n, *kLen, *vLen, runtime.GOMAXPROCS(0), *rounds, seed, seed)
+	dir := *dirArg
+	if dir == "" {
+		var err error
+		if dir, err = os.MkdirTemp("", "tabula-bench-bulk-"); err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+	}
+	rng := rand.New(rand.NewPCG(seed, 7))
+	d := makeBulkData(rng, n, *kLen, *vLen, false)
+	ctx := context.Background()
+
+	// MPH build, one goroutine: keys/s per core.
+	hs := make([]uint64, n)
+	for i, r := range d.recs {
+		hs[i] = xxhash.Sum64(r.Key)
+	}
+	var mphRates []float64
+	var tab *mph.Table
+	for range *rounds {
+		runtime.GC()
+		t0 := time.Now()
+		t, err := mph.Build(hs, mph.Options{})
+		if err != nil {
+			return err
+		}
+		mphRates = append(mphRates, float64(n)/time.Since(t0).Seconds())
+		tab = t
+	}
+	fmt.Fprintf(out, "figure mph-build-keys-per-s-per-core %.2f M\n", medianF(mphRates)/1e6)
+	fmt.Fprintf(out, "figure mph-bits-per-key %.2f bits\n", float64(8*tab.EncodedLen())/float64(n))
+	tab, hs = nil, nil
+
+	// File build (BuildPartition is one goroutine): records/s per core.
+	path := filepath.Join(dir, "fixed.bulk")
+	var fileRates []float64
+	var info bulk.PartitionInfo
+	for range *rounds {
+		runtime.GC()
+		t0 := time.Now()
+		var err error
+		info, err = bulk.BuildPartition(ctx, path, d.recs, bulk.PartitionSpec{}, bulk.PartitionOptions{})
+		if err != nil {
+			return err
+		}
+		fileRates = append(fileRates, float64(n)/time.Since(t0).Seconds())
+	}
+	fmt.Fprintf(out, "figure file-build-records-per-s-per-core %.2f M\n", medianF(fileRates)/1e6)
+	fmt.Fprintf(out, "raw file-bytes %d (%.1f per record)\n", info.FileBytes, float64(info.FileBytes)/float64(n))
+
+	f, err := bulk.Open(vfs.Default, path, bulk.OpenOptions{})
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	oursBytes := float64(f.Stats().IndexBytes) / float64(n)
+	fmt.Fprintf(out, "figure ram-bytes-per-record-fixed-len %.3f bytes\n", oursBytes)
+
+	// Variable-length values: the offsets table is then an Elias-Fano list.
+	{
+		dv := makeBulkData(rand.New(rand.NewPCG(seed, 8)), min(n, 2_000_000), *kLen, *vLen, true)
+		vpath := filepath.Join(dir, "var.bulk")
+		vi, err := bulk.BuildPartition(ctx, vpath, dv.recs, bulk.PartitionSpec{}, bulk.PartitionOptions{})
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "figure ram-bytes-per-record-var-len %.3f bytes (values %d..%d bytes, %d records)\n",
+			float64(vi.IndexBytes)/float64(len(dv.recs)), *vLen/2, *vLen, len(dv.recs))
+		os.Remove(vpath)
+	}
+
+	var mi *mapIndex
+	// Baseline index: map[string]uint64 key -> record offset, read from the
+	// file itself so both serve the same bytes.
+	{
+		raw, err := os.ReadFile(path) // the whole file in memory: records from byte 16
+		if err != nil {
+			return err
+		}
+		before := heapAlloc()
+		mi = &mapIndex{m: make(map[string]uint64)}
+		off := uint64(0)
+		if err := f.Scan(ctx, func(k, v []byte, _ bool) error {
+			mi.m[string(k)] = off + 16
+			off += uint64(diskstore.RecordLen(len(k), len(v)))
+			return nil
+		}); err != nil {
+			return err
+		}
+		mapBytes := float64(heapAlloc()-before) / float64(n)
+		mi.data = raw
+		fmt.Fprintf(out, "figure map-ram-bytes-per-record %.1f bytes (keys included: a map must hold them to reject absent keys)\n", mapBytes)
+		fmt.Fprintf(out, "ratio bulk/map ram-bytes-per-record %.2f (map bytes ÷ ours: > 1 means ours is smaller)\n", mapBytes/oursBytes)
+	}
+
+	// Get latency, present and absent, ours and the map alternating.
+	present := make([][]byte, *lookups)
+	absent := make([][]byte, *lookups)
+	for i := range present {
+		present[i] = d.recs[rng.IntN(n)].Key
+		k := make([]byte, *kLen)
+		for j := range k {
+			k[j] = byte(rng.Uint32())
+		}
+		absent[i] = k
+	}
+	type getFn func(dst, key []byte) ([]byte, bool, error)
+	contenders := []struct {
+		name string
+		get  getFn
+	}{{"bulk", f.AppendGet}, {"map", mi.appendGet}}
+	lat := map[string][]time.Duration{}
+	mean := map[string][]float64{}
+	for r := range *rounds {
+		order := []int{0, 1}
+		if r%2 == 1 {
+			order = []int{1, 0}
+		}
+		for _, ci := range order {
+			c := contenders[ci]
+			for _, kind := range []string{"present", "absent"} {
+				keys := present
+				if kind == "absent" {
+					keys = absent
+				}
+				var buf []byte
+				// Mean: a tight loop. Percentiles: each Get timed alone
+				// (includes ~20-30 ns of clock reads).
+				t0 := time.Now()
+				for _, k := range keys {
+					var ok bool
+					buf, ok, err = c.get(buf[:0], k)
+					if err != nil || ok != (kind == "present") {
+						return fmt.Errorf("%s get %s: ok %v err %v", c.name, kind, ok, err)
+					}
+				}
+				mean[c.name+" "+kind] = append(mean[c.name+" "+kind], float64(time.Since(t0).Nanoseconds())/float64(len(keys)))
+				ds := make([]time.Duration, len(keys))
+				for i, k := range keys {
+					t := time.Now()
+					buf, _, _ = c.get(buf[:0], k)
+					ds[i] = time.Since(t)
+				}
+				lat[c.name+" "+kind] = append(lat[c.name+" "+kind], ds...)
+			}
+		}
+	}
+	for _, kind := range []string{"present", "absent"} {
+		for _, c := range contenders {
+			k := c.name + " " + kind
+			fmt.Fprintf(out, "figure %s-get-%s-p50 %.0f ns\n", c.name, kind, percentile(lat[k], 0.5))
+			fmt.Fprintf(out, "figure %s-get-%s-p99 %.0f ns\n", c.name, kind, percentile(lat[k], 0.99))
+			fmt.Fprintf(out, "raw %s-get-%s-mean %.1f ns (tight loop, median of rounds)\n", c.name, kind, medianF(mean[k]))
+		}
+		fmt.Fprintf(out, "ratio bulk/map get-%s-p50 %.2f (map ns ÷ ours)\n", kind,
+			percentile(lat["map "+kind], 0.5)/percentile(lat["bulk "+kind], 0.5))
+		fmt.Fprintf(out, "ratio bulk/map get-%s-mean %.2f (map ns ÷ ours)\n", kind,
+			medianF(mean["map "+kind])/medianF(mean["bulk "+kind]))
+	}
+
+	// BatchGet: ns per key, present keys.
+	bs := *bsize
+	vals := make([][]byte, bs)
+	found := make([]bool, bs)
+	var perKey []float64
+	for range *rounds {
+		var buf []byte
+		t0 := time.Now()
+		cnt := 0
+		for i := 0; i+bs <= len(present); i += bs {
+			buf, err = f.AppendGetBatch(buf[:0], present[i:i+bs], vals, found)
+			if err != nil {
+				return err
+			}
+			cnt += bs
+		}
+		perKey = append(perKey, float64(time.Since(t0).Nanoseconds())/float64(cnt))
+	}
+	fmt.Fprintf(out, "figure bulk-batchget-ns-per-key %.1f ns (batches of %d)\n", medianF(perKey), bs)
+	return nil
+}
