@@ -1,0 +1,5 @@
+//go:build race
+
+package coproc_test
+
+const raceEnabled = true
