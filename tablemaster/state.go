@@ -351,29 +351,33 @@ func NormalizeOptions(kind api.TableKind, o *TableOptions) (TableOptions, error)
 		return TableOptions{}, errInvalid("options.storage", "storage_invalid", 0,
 			"options.storage %q is not supported; allowed values: %q, %q", n.Storage, StorageMemory, StorageSSD)
 	}
-	switch {
-	case n.Storage == StorageMemory && n.Durability != "":
-		return TableOptions{}, errInvalid("options.durability", "durability_invalid", 0,
-			"options.durability %q applies to ssd tables only; a memory table loses its data when its server stops", n.Durability)
-	case n.Storage == StorageMemory:
-	case n.Durability == "":
-		n.Durability = DurabilitySync
-	case n.Durability != DurabilitySync && n.Durability != DurabilityLazy:
-		return TableOptions{}, errInvalid("options.durability", "durability_invalid", 0,
-			"options.durability %q is not supported; allowed values: %q, %q", n.Durability, DurabilitySync, DurabilityLazy)
+	var err error
+	if n.Durability, err = ssdOption(n.Storage, "durability", n.Durability, DurabilitySync, DurabilityLazy,
+		"; a memory table loses its data when its server stops"); err != nil {
+		return TableOptions{}, err
 	}
-	switch {
-	case n.Storage == StorageMemory && n.Compression != "":
-		return TableOptions{}, errInvalid("options.compression", "compression_invalid", 0,
-			"options.compression %q applies to ssd tables only", n.Compression)
-	case n.Storage == StorageMemory:
-	case n.Compression == "":
-		n.Compression = CompressionNone
-	case n.Compression != CompressionNone && n.Compression != CompressionS2:
-		return TableOptions{}, errInvalid("options.compression", "compression_invalid", 0,
-			"options.compression %q is not supported; allowed values: %q, %q", n.Compression, CompressionNone, CompressionS2)
+	if n.Compression, err = ssdOption(n.Storage, "compression", n.Compression, CompressionNone, CompressionS2, ""); err != nil {
+		return TableOptions{}, err
 	}
 	return n, nil
+}
+
+// ssdOption validates an option only ssd tables take: empty for memory
+// tables (refused otherwise, with why appended), else def when empty, else
+// def or other.
+func ssdOption(storage, name, v, def, other, why string) (string, error) {
+	field, reason := "options."+name, name+"_invalid"
+	switch {
+	case storage == StorageMemory && v != "":
+		return "", errInvalid(field, reason, 0, "%s %q applies to ssd tables only%s", field, v, why)
+	case storage == StorageMemory:
+		return "", nil
+	case v == "":
+		return def, nil
+	case v != def && v != other:
+		return "", errInvalid(field, reason, 0, "%s %q is not supported; allowed values: %q, %q", field, v, def, other)
+	}
+	return v, nil
 }
 
 // partitionCount is the number of partitions of every table.

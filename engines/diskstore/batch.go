@@ -179,16 +179,8 @@ func (s *Store) readBatchMapped(items []batchItem, recs []engines.Record, found 
 			rest = append(rest, it)
 			continue
 		}
-		size := int64(len(m))
-		var err error
-		n := int64(0)
-		if it.off < segmentHeaderLen || it.off+recordHeaderLen > size {
-			err = fmt.Errorf("record offset %d outside segment of %d bytes: %w", it.off, size, engines.ErrCorrupt)
-		} else if h, herr := parseHeader(m[it.off:]); herr != nil {
-			err = herr
-		} else if n = h.total(); it.off+n > size {
-			err = fmt.Errorf("record of %d bytes at %d past segment end %d: %w", n, it.off, size, engines.ErrCorrupt)
-		}
+		h, err := mappedRecordLen(m, it.off)
+		n := h.total()
 		if err != nil {
 			it.g.unpin()
 			errs[it.i] = fmt.Errorf("read segment %d offset %d: %w", it.g.seq, it.off, err)

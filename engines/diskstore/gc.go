@@ -56,7 +56,6 @@ func (s *Store) gcLoop(m Mover) {
 		case <-s.closing:
 			return
 		case <-t.C:
-		case <-s.kick:
 		}
 		for {
 			g, amp := s.pickVictim()
@@ -84,9 +83,14 @@ func (s *Store) gcLoop(m Mover) {
 }
 
 // GC runs one collection pass now, in the caller's goroutine, until the
-// space amplification is under MaxSpaceAmp (no pacing). For tests and
-// operators; the background collector does the same paced.
+// space amplification is under MaxSpaceAmp (no pacing). It first writes out
+// what is buffered, so that sealed segments still in memory (lazy mode)
+// can be collected. For tests and operators; the background collector does
+// the same paced.
 func (s *Store) GC(m Mover) (collected int, err error) {
+	if err := s.Sync(); err != nil {
+		return 0, fmt.Errorf("gc: %w", err)
+	}
 	for {
 		g, _ := s.pickVictim()
 		if g == nil {

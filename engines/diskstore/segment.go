@@ -103,15 +103,16 @@ type segment struct {
 	// call per read. full is set once it is sealed and written whole;
 	// mapped holds the mapping; readers counts reads inside it, which
 	// unmapping (set unmapping first, then wait for readers to leave) must
-	// not pull the pages from under. mapMu serialises mapping and
-	// unmapping; unmap and mapTried are guarded by it.
+	// not pull the pages from under. mapTried is set once mapping was
+	// attempted (it is never retried). mapMu serialises mapping and
+	// unmapping; unmap is guarded by it.
 	full      atomic.Bool
 	mapped    atomic.Pointer[[]byte]
 	readers   atomic.Int64
 	unmapping atomic.Bool
+	mapTried  atomic.Bool
 	mapMu     sync.Mutex
 	unmap     func() error
-	mapTried  bool
 
 	// Guarded by Store.mu.
 	flushing []byte // bytes [written, written+len(flushing)) being written
@@ -148,10 +149,10 @@ func (g *segment) unpin() { g.readers.Add(-1) }
 func (s *Store) mapSegment(g *segment) {
 	g.mapMu.Lock()
 	defer g.mapMu.Unlock()
-	if g.mapTried || g.unmapping.Load() || g.f == nil {
+	if g.mapTried.Load() || g.unmapping.Load() || g.f == nil {
 		return
 	}
-	g.mapTried = true
+	g.mapTried.Store(true)
 	mf, ok := g.f.(vfs.Mapper)
 	size := g.size.Load()
 	if !ok || size != g.written.Load() {
@@ -250,17 +251,26 @@ func (s *Store) readAt(g *segment, p []byte, off int64) error {
 
 // pinMapped is pin, mapping g first if it was never tried.
 func (s *Store) pinMapped(g *segment) []byte {
-	if m := g.pin(); m != nil {
+	if m := g.pin(); m != nil || g.mapTried.Load() {
 		return m
-	}
-	g.mapMu.Lock()
-	tried := g.mapTried
-	g.mapMu.Unlock()
-	if tried {
-		return nil
 	}
 	s.mapSegment(g)
 	return g.pin()
+}
+
+// mappedRecordLen checks that a record starts at off of mapping m (its
+// header fits and parses, and its length stays inside m) and returns its
+// header.
+func mappedRecordLen(m []byte, off int64) (header, error) {
+	size := int64(len(m))
+	if off < segmentHeaderLen || off+recordHeaderLen > size {
+		return header{}, fmt.Errorf("record offset %d outside segment of %d bytes: %w", off, size, engines.ErrCorrupt)
+	}
+	h, err := parseHeader(m[off:])
+	if err == nil && off+h.total() > size {
+		err = fmt.Errorf("record of %d bytes at %d past segment end %d: %w", h.total(), off, size, engines.ErrCorrupt)
+	}
+	return h, err
 }
 
 // readMapped is readRecord from g's mapping; mapped is false if g is not
@@ -274,17 +284,10 @@ func (s *Store) readMapped(g *segment, off int64, buf []byte) (h header, raw, ke
 		return h, nil, nil, nil, false, nil
 	}
 	defer g.unpin()
-	size := int64(len(m))
-	if off < segmentHeaderLen || off+recordHeaderLen > size {
-		return h, nil, nil, nil, true, fmt.Errorf("record offset %d outside segment of %d bytes: %w", off, size, engines.ErrCorrupt)
-	}
-	if h, err = parseHeader(m[off:]); err != nil {
+	if h, err = mappedRecordLen(m, off); err != nil {
 		return h, nil, nil, nil, true, err
 	}
 	n := h.total()
-	if off+n > size {
-		return h, nil, nil, nil, true, fmt.Errorf("record of %d bytes at %d past segment end %d: %w", n, off, size, engines.ErrCorrupt)
-	}
 	if int64(cap(buf)) < n {
 		buf = make([]byte, n)
 	}
@@ -294,16 +297,13 @@ func (s *Store) readMapped(g *segment, off int64, buf []byte) (h header, raw, ke
 	return h, buf, key, value, true, err
 }
 
-// readRecord reads and verifies the record at off; buf is reused if large
-// enough. From a mapped segment it copies exactly the record; else the
-// first read guesses 4 KiB so most records take one read.
+// readRecord reads and verifies the record at off with ReadAt (or from the
+// unwritten tail; readMapped serves mapped segments); buf is reused if large
+// enough. The first read guesses 4 KiB so most records take one read.
 func (s *Store) readRecord(g *segment, off int64, buf []byte) (h header, raw, key, value []byte, err error) {
 	size := g.size.Load()
 	if off < segmentHeaderLen || off+recordHeaderLen > size {
 		return header{}, nil, nil, nil, fmt.Errorf("record offset %d outside segment of %d bytes: %w", off, size, engines.ErrCorrupt)
-	}
-	if h, raw, key, value, mapped, err := s.readMapped(g, off, buf); mapped {
-		return h, raw, key, value, err
 	}
 	guess := min(max(int64(cap(buf)), 4096), size-off)
 	if int64(cap(buf)) < guess {

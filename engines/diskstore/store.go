@@ -234,7 +234,6 @@ type Store struct {
 
 	closed  atomic.Bool
 	closing chan struct{}
-	kick    chan struct{}
 	wg      sync.WaitGroup
 
 	stats struct {
@@ -251,7 +250,7 @@ func Open(dir string, opts Options) (*Store, error) {
 		return nil, err
 	}
 	opts = opts.WithDefaults()
-	s := &Store{dir: dir, fs: opts.FS, opts: opts, closing: make(chan struct{}), kick: make(chan struct{}, 1), nextSeq: 1}
+	s := &Store{dir: dir, fs: opts.FS, opts: opts, closing: make(chan struct{}), nextSeq: 1}
 	s.compressedSeen.Store(opts.Compression == CompressionS2)
 	empty := []*segment{}
 	s.table.Store(&empty)
@@ -679,10 +678,19 @@ type Op struct {
 // all of it or none. On error nothing was appended. Durable as Append.
 func (s *Store) Write(ops []Op, locs []uint64) error {
 	var total int64
-	// The values as stored (compressed or not) and their flags, prepared
-	// before the lock.
-	stored := make([][]byte, len(ops))
-	sflags := make([]byte, len(ops))
+	// The values as stored and their flags, compressed before the lock
+	// (only a compressing store allocates for them).
+	var stored [][]byte
+	var sflags []byte
+	if s.opts.Compression == CompressionS2 {
+		stored, sflags = make([][]byte, len(ops)), make([]byte, len(ops))
+	}
+	value := func(i int) ([]byte, byte) {
+		if stored == nil {
+			return ops[i].Record.Value, 0
+		}
+		return stored[i], sflags[i]
+	}
 	for i := range ops {
 		r := &ops[i].Record
 		if len(r.Key) == 0 || len(r.Key) > MaxKeyLen {
@@ -691,8 +699,11 @@ func (s *Store) Write(ops []Op, locs []uint64) error {
 		if ops[i].Tombstone {
 			total += recordLen(len(r.Key), 0)
 		} else {
-			stored[i], sflags[i] = s.encodeValue(r.Value)
-			total += recordLen(len(r.Key), len(stored[i]))
+			if stored != nil {
+				stored[i], sflags[i] = s.encodeValue(r.Value)
+			}
+			v, _ := value(i)
+			total += recordLen(len(r.Key), len(v))
 		}
 	}
 	if total > maxSegmentSize-segmentHeaderLen {
@@ -723,7 +734,8 @@ func (s *Store) Write(ops []Op, locs []uint64) error {
 			s.appendLocked(g, kindTombstone, flags, op.Record.Key, nil, aux)
 			locs[i] = 0
 		} else {
-			locs[i] = s.appendLocked(g, kindPut, flags|sflags[i], op.Record.Key, stored[i], op.Record.ExpiresAt)
+			v, vflags := value(i)
+			locs[i] = s.appendLocked(g, kindPut, flags|vflags, op.Record.Key, v, op.Record.ExpiresAt)
 		}
 	}
 	// The batch's bytes: appends only ever write past len(g.buf) and a
@@ -738,7 +750,8 @@ func (s *Store) Write(ops []Op, locs []uint64) error {
 				continue
 			}
 			_, _, off := unpackLoc(locs[i])
-			n := recordLen(len(ops[i].Record.Key), len(stored[i]))
+			v, _ := value(i)
+			n := recordLen(len(ops[i].Record.Key), len(v))
 			s.cache.set(cacheKey(g.seq, off), clone(enc[off-base:off-base+n]))
 		}
 	}
