@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -482,6 +483,8 @@ func TestCorruption(t *testing.T) {
 	// Another format version is refused with a clear error.
 	bad := bytes.Clone(good)
 	bad[len(bad)-16] = 2
+	ft := bad[len(bad)-footerLen:]
+	binary.LittleEndian.PutUint32(ft[180:], crcOf(ft[:180]))
 	if _, err := open(bad); !errors.Is(err, ErrFormatVersion) {
 		t.Fatalf("version 2: %v", err)
 	}

@@ -77,11 +77,13 @@ func checkHeader(h []byte) error {
 	if len(h) < headerLen || string(h[:8]) != headerMagic {
 		return fmt.Errorf("bulk: not a bulk table file (bad header magic): %w", engines.ErrCorrupt)
 	}
-	if v := binary.LittleEndian.Uint32(h[8:]); v != formatVersion {
-		return fmt.Errorf("bulk: file format version %d, this build reads %d: %w", v, formatVersion, ErrFormatVersion)
-	}
+	// The crc is checked first: a flipped bit in the version field is
+	// corruption, and only a checksummed other version is reported as one.
 	if got, want := crcOf(h[:12]), binary.LittleEndian.Uint32(h[12:]); got != want {
 		return fmt.Errorf("bulk: header crc %#08x, stored %#08x: %w", got, want, engines.ErrCorrupt)
+	}
+	if v := binary.LittleEndian.Uint32(h[8:]); v != formatVersion {
+		return fmt.Errorf("bulk: file format version %d, this build reads %d: %w", v, formatVersion, ErrFormatVersion)
 	}
 	return nil
 }
@@ -116,11 +118,13 @@ func decodeFooter(b []byte, size int64) (footer, error) {
 	if len(b) != footerLen || string(b[184:]) != footerMagic {
 		return f, fmt.Errorf("bulk: not a bulk table file or truncated (bad footer magic): %w", engines.ErrCorrupt)
 	}
-	if v := binary.LittleEndian.Uint32(b[176:]); v != formatVersion {
-		return f, fmt.Errorf("bulk: file format version %d, this build reads %d: %w", v, formatVersion, ErrFormatVersion)
-	}
+	// The crc is checked first (see checkHeader). Later format versions
+	// keep the version at 176 and the crc of b[:180] at 180.
 	if got, want := crcOf(b[:180]), binary.LittleEndian.Uint32(b[180:]); got != want {
 		return f, fmt.Errorf("bulk: footer crc %#08x, stored %#08x: %w", got, want, engines.ErrCorrupt)
+	}
+	if v := binary.LittleEndian.Uint32(b[176:]); v != formatVersion {
+		return f, fmt.Errorf("bulk: file format version %d, this build reads %d: %w", v, formatVersion, ErrFormatVersion)
 	}
 	for i := range f.secs {
 		f.secs[i] = section{
