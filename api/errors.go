@@ -25,6 +25,8 @@ func grpcCode(c ErrorCode) codes.Code {
 		return codes.Unavailable
 	case ErrorCode_ERROR_CODE_UNIMPLEMENTED:
 		return codes.Unimplemented
+	case ErrorCode_ERROR_CODE_VERSION_GONE:
+		return codes.Aborted
 	default:
 		return codes.Internal
 	}

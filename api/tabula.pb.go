@@ -134,6 +134,62 @@ func (ReplicaRole) EnumDescriptor() ([]byte, []int) {
 	return file_tabula_proto_rawDescGZIP(), []int{1}
 }
 
+type BulkVersionState int32
+
+const (
+	BulkVersionState_BULK_VERSION_STATE_UNSPECIFIED BulkVersionState = 0
+	// Published; the servers are loading it. Not served yet.
+	BulkVersionState_BULK_VERSION_STATE_LOADING BulkVersionState = 1
+	// Loaded by every partition's server and retained; not the serving one
+	// (a previous version, or one rolled back from).
+	BulkVersionState_BULK_VERSION_STATE_READY BulkVersionState = 2
+	// The version reads go to.
+	BulkVersionState_BULK_VERSION_STATE_SERVING BulkVersionState = 3
+)
+
+// Enum value maps for BulkVersionState.
+var (
+	BulkVersionState_name = map[int32]string{
+		0: "BULK_VERSION_STATE_UNSPECIFIED",
+		1: "BULK_VERSION_STATE_LOADING",
+		2: "BULK_VERSION_STATE_READY",
+		3: "BULK_VERSION_STATE_SERVING",
+	}
+	BulkVersionState_value = map[string]int32{
+		"BULK_VERSION_STATE_UNSPECIFIED": 0,
+		"BULK_VERSION_STATE_LOADING":     1,
+		"BULK_VERSION_STATE_READY":       2,
+		"BULK_VERSION_STATE_SERVING":     3,
+	}
+)
+
+func (x BulkVersionState) Enum() *BulkVersionState {
+	p := new(BulkVersionState)
+	*p = x
+	return p
+}
+
+func (x BulkVersionState) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (BulkVersionState) Descriptor() protoreflect.EnumDescriptor {
+	return file_tabula_proto_enumTypes[2].Descriptor()
+}
+
+func (BulkVersionState) Type() protoreflect.EnumType {
+	return &file_tabula_proto_enumTypes[2]
+}
+
+func (x BulkVersionState) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use BulkVersionState.Descriptor instead.
+func (BulkVersionState) EnumDescriptor() ([]byte, []int) {
+	return file_tabula_proto_rawDescGZIP(), []int{2}
+}
+
 // ErrorCode is carried in ErrorDetail, the one detail message every Tabula
 // error status has. Clients act on it: NOT_OWNER and STALE_EPOCH mean refresh
 // the map and retry; SERVER_BUSY means back off for retry_after_ms;
@@ -158,21 +214,26 @@ const (
 	ErrorCode_ERROR_CODE_WRONG_KIND ErrorCode = 8
 	// The feature is not implemented yet.
 	ErrorCode_ERROR_CODE_UNIMPLEMENTED ErrorCode = 9
+	// Bulk tables: the server no longer holds the version the request named
+	// (it was unloaded). Refresh the map and retry the whole request on the
+	// current version; current_version says which that is.
+	ErrorCode_ERROR_CODE_VERSION_GONE ErrorCode = 10
 )
 
 // Enum value maps for ErrorCode.
 var (
 	ErrorCode_name = map[int32]string{
-		0: "ERROR_CODE_UNSPECIFIED",
-		1: "ERROR_CODE_NOT_OWNER",
-		2: "ERROR_CODE_STALE_EPOCH",
-		3: "ERROR_CODE_NOT_FOUND",
-		4: "ERROR_CODE_ALREADY_EXISTS",
-		5: "ERROR_CODE_INVALID_ARGUMENT",
-		6: "ERROR_CODE_SERVER_BUSY",
-		7: "ERROR_CODE_UNAVAILABLE",
-		8: "ERROR_CODE_WRONG_KIND",
-		9: "ERROR_CODE_UNIMPLEMENTED",
+		0:  "ERROR_CODE_UNSPECIFIED",
+		1:  "ERROR_CODE_NOT_OWNER",
+		2:  "ERROR_CODE_STALE_EPOCH",
+		3:  "ERROR_CODE_NOT_FOUND",
+		4:  "ERROR_CODE_ALREADY_EXISTS",
+		5:  "ERROR_CODE_INVALID_ARGUMENT",
+		6:  "ERROR_CODE_SERVER_BUSY",
+		7:  "ERROR_CODE_UNAVAILABLE",
+		8:  "ERROR_CODE_WRONG_KIND",
+		9:  "ERROR_CODE_UNIMPLEMENTED",
+		10: "ERROR_CODE_VERSION_GONE",
 	}
 	ErrorCode_value = map[string]int32{
 		"ERROR_CODE_UNSPECIFIED":      0,
@@ -185,6 +246,7 @@ var (
 		"ERROR_CODE_UNAVAILABLE":      7,
 		"ERROR_CODE_WRONG_KIND":       8,
 		"ERROR_CODE_UNIMPLEMENTED":    9,
+		"ERROR_CODE_VERSION_GONE":     10,
 	}
 )
 
@@ -199,11 +261,11 @@ func (x ErrorCode) String() string {
 }
 
 func (ErrorCode) Descriptor() protoreflect.EnumDescriptor {
-	return file_tabula_proto_enumTypes[2].Descriptor()
+	return file_tabula_proto_enumTypes[3].Descriptor()
 }
 
 func (ErrorCode) Type() protoreflect.EnumType {
-	return &file_tabula_proto_enumTypes[2]
+	return &file_tabula_proto_enumTypes[3]
 }
 
 func (x ErrorCode) Number() protoreflect.EnumNumber {
@@ -212,7 +274,7 @@ func (x ErrorCode) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ErrorCode.Descriptor instead.
 func (ErrorCode) EnumDescriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{2}
+	return file_tabula_proto_rawDescGZIP(), []int{3}
 }
 
 type Mutation_Op int32
@@ -248,11 +310,11 @@ func (x Mutation_Op) String() string {
 }
 
 func (Mutation_Op) Descriptor() protoreflect.EnumDescriptor {
-	return file_tabula_proto_enumTypes[3].Descriptor()
+	return file_tabula_proto_enumTypes[4].Descriptor()
 }
 
 func (Mutation_Op) Type() protoreflect.EnumType {
-	return &file_tabula_proto_enumTypes[3]
+	return &file_tabula_proto_enumTypes[4]
 }
 
 func (x Mutation_Op) Number() protoreflect.EnumNumber {
@@ -261,7 +323,7 @@ func (x Mutation_Op) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Mutation_Op.Descriptor instead.
 func (Mutation_Op) EnumDescriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{37, 0}
+	return file_tabula_proto_rawDescGZIP(), []int{47, 0}
 }
 
 // TableOptions are fixed at CreateTable. Zero values take the defaults the
@@ -288,9 +350,14 @@ type TableOptions struct {
 	// How ssd tables store values: "none" (default) or "s2" (values of 64
 	// bytes or more are compressed with s2 when that saves 1/8 or more). Not
 	// allowed with storage "memory".
-	Compression   string `protobuf:"bytes,7,opt,name=compression,proto3" json:"compression,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Compression string `protobuf:"bytes,7,opt,name=compression,proto3" json:"compression,omitempty"`
+	// Bulk tables: how many versions stay loaded on the servers — the serving
+	// one and the newest others, for rollback (plus the bases of retained
+	// deltas). Default 2, at most 8. Older versions are unloaded and their
+	// files deleted.
+	BulkRetainedVersions uint32 `protobuf:"varint,8,opt,name=bulk_retained_versions,json=bulkRetainedVersions,proto3" json:"bulk_retained_versions,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
 }
 
 func (x *TableOptions) Reset() {
@@ -370,6 +437,13 @@ func (x *TableOptions) GetCompression() string {
 		return x.Compression
 	}
 	return ""
+}
+
+func (x *TableOptions) GetBulkRetainedVersions() uint32 {
+	if x != nil {
+		return x.BulkRetainedVersions
+	}
+	return 0
 }
 
 type Table struct {
@@ -621,8 +695,10 @@ type PartitionMap struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Table *Table                 `protobuf:"bytes,1,opt,name=table,proto3" json:"table,omitempty"`
 	// Cluster map version at which this copy was taken; grows on every change.
-	Version       uint64       `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
-	Partitions    []*Partition `protobuf:"bytes,3,rep,name=partitions,proto3" json:"partitions,omitempty"`
+	Version    uint64       `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
+	Partitions []*Partition `protobuf:"bytes,3,rep,name=partitions,proto3" json:"partitions,omitempty"`
+	// Bulk tables: the serving version and the retained ones.
+	Bulk          *BulkInfo `protobuf:"bytes,4,opt,name=bulk,proto3" json:"bulk,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -678,6 +754,257 @@ func (x *PartitionMap) GetPartitions() []*Partition {
 	return nil
 }
 
+func (x *PartitionMap) GetBulk() *BulkInfo {
+	if x != nil {
+		return x.Bulk
+	}
+	return nil
+}
+
+// BulkFile describes one partition's file of a version.
+type BulkFile struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Partition uint32                 `protobuf:"varint,1,opt,name=partition,proto3" json:"partition,omitempty"`
+	Size      uint64                 `protobuf:"varint,2,opt,name=size,proto3" json:"size,omitempty"`
+	// CRC32C of the whole file.
+	Crc32C        uint32 `protobuf:"varint,3,opt,name=crc32c,proto3" json:"crc32c,omitempty"`
+	Records       uint64 `protobuf:"varint,4,opt,name=records,proto3" json:"records,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BulkFile) Reset() {
+	*x = BulkFile{}
+	mi := &file_tabula_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BulkFile) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BulkFile) ProtoMessage() {}
+
+func (x *BulkFile) ProtoReflect() protoreflect.Message {
+	mi := &file_tabula_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BulkFile.ProtoReflect.Descriptor instead.
+func (*BulkFile) Descriptor() ([]byte, []int) {
+	return file_tabula_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *BulkFile) GetPartition() uint32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+func (x *BulkFile) GetSize() uint64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *BulkFile) GetCrc32C() uint32 {
+	if x != nil {
+		return x.Crc32C
+	}
+	return 0
+}
+
+func (x *BulkFile) GetRecords() uint64 {
+	if x != nil {
+		return x.Records
+	}
+	return 0
+}
+
+type BulkVersion struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Version uint64                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	// A delta's base version; 0 for a full version.
+	BaseVersion   uint64           `protobuf:"varint,2,opt,name=base_version,json=baseVersion,proto3" json:"base_version,omitempty"`
+	State         BulkVersionState `protobuf:"varint,3,opt,name=state,proto3,enum=tabula.v1.BulkVersionState" json:"state,omitempty"`
+	CreatedUnixMs int64            `protobuf:"varint,4,opt,name=created_unix_ms,json=createdUnixMs,proto3" json:"created_unix_ms,omitempty"`
+	Records       uint64           `protobuf:"varint,5,opt,name=records,proto3" json:"records,omitempty"`
+	// Bytes of all its files.
+	Bytes uint64 `protobuf:"varint,6,opt,name=bytes,proto3" json:"bytes,omitempty"`
+	// Partitions whose current server has the version loaded.
+	LoadedPartitions uint32 `protobuf:"varint,7,opt,name=loaded_partitions,json=loadedPartitions,proto3" json:"loaded_partitions,omitempty"`
+	// BulkStatus only: per partition, in index order.
+	Files              []*BulkFile `protobuf:"bytes,8,rep,name=files,proto3" json:"files,omitempty"`
+	Loaded             []bool      `protobuf:"varint,9,rep,packed,name=loaded,proto3" json:"loaded,omitempty"`
+	ServingSinceUnixMs int64       `protobuf:"varint,10,opt,name=serving_since_unix_ms,json=servingSinceUnixMs,proto3" json:"serving_since_unix_ms,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
+}
+
+func (x *BulkVersion) Reset() {
+	*x = BulkVersion{}
+	mi := &file_tabula_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BulkVersion) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BulkVersion) ProtoMessage() {}
+
+func (x *BulkVersion) ProtoReflect() protoreflect.Message {
+	mi := &file_tabula_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BulkVersion.ProtoReflect.Descriptor instead.
+func (*BulkVersion) Descriptor() ([]byte, []int) {
+	return file_tabula_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *BulkVersion) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *BulkVersion) GetBaseVersion() uint64 {
+	if x != nil {
+		return x.BaseVersion
+	}
+	return 0
+}
+
+func (x *BulkVersion) GetState() BulkVersionState {
+	if x != nil {
+		return x.State
+	}
+	return BulkVersionState_BULK_VERSION_STATE_UNSPECIFIED
+}
+
+func (x *BulkVersion) GetCreatedUnixMs() int64 {
+	if x != nil {
+		return x.CreatedUnixMs
+	}
+	return 0
+}
+
+func (x *BulkVersion) GetRecords() uint64 {
+	if x != nil {
+		return x.Records
+	}
+	return 0
+}
+
+func (x *BulkVersion) GetBytes() uint64 {
+	if x != nil {
+		return x.Bytes
+	}
+	return 0
+}
+
+func (x *BulkVersion) GetLoadedPartitions() uint32 {
+	if x != nil {
+		return x.LoadedPartitions
+	}
+	return 0
+}
+
+func (x *BulkVersion) GetFiles() []*BulkFile {
+	if x != nil {
+		return x.Files
+	}
+	return nil
+}
+
+func (x *BulkVersion) GetLoaded() []bool {
+	if x != nil {
+		return x.Loaded
+	}
+	return nil
+}
+
+func (x *BulkVersion) GetServingSinceUnixMs() int64 {
+	if x != nil {
+		return x.ServingSinceUnixMs
+	}
+	return 0
+}
+
+type BulkInfo struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The serving version; 0 until the first version is loaded everywhere.
+	Current uint64 `protobuf:"varint,1,opt,name=current,proto3" json:"current,omitempty"`
+	// Versions loading or retained, by version.
+	Versions      []*BulkVersion `protobuf:"bytes,2,rep,name=versions,proto3" json:"versions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BulkInfo) Reset() {
+	*x = BulkInfo{}
+	mi := &file_tabula_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BulkInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BulkInfo) ProtoMessage() {}
+
+func (x *BulkInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_tabula_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BulkInfo.ProtoReflect.Descriptor instead.
+func (*BulkInfo) Descriptor() ([]byte, []int) {
+	return file_tabula_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *BulkInfo) GetCurrent() uint64 {
+	if x != nil {
+		return x.Current
+	}
+	return 0
+}
+
+func (x *BulkInfo) GetVersions() []*BulkVersion {
+	if x != nil {
+		return x.Versions
+	}
+	return nil
+}
+
 type ServerInfo struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
 	Id          string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -694,7 +1021,7 @@ type ServerInfo struct {
 
 func (x *ServerInfo) Reset() {
 	*x = ServerInfo{}
-	mi := &file_tabula_proto_msgTypes[5]
+	mi := &file_tabula_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -706,7 +1033,7 @@ func (x *ServerInfo) String() string {
 func (*ServerInfo) ProtoMessage() {}
 
 func (x *ServerInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[5]
+	mi := &file_tabula_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -719,7 +1046,7 @@ func (x *ServerInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServerInfo.ProtoReflect.Descriptor instead.
 func (*ServerInfo) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{5}
+	return file_tabula_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ServerInfo) GetId() string {
@@ -787,18 +1114,20 @@ type ReplicaStatus struct {
 	Writes     uint64 `protobuf:"varint,9,opt,name=writes,proto3" json:"writes,omitempty"`
 	// Disk storage only: bytes of current records and of dead versions on
 	// disk, log files, and read-cache hits and misses.
-	LiveBytes     uint64 `protobuf:"varint,10,opt,name=live_bytes,json=liveBytes,proto3" json:"live_bytes,omitempty"`
-	GarbageBytes  uint64 `protobuf:"varint,11,opt,name=garbage_bytes,json=garbageBytes,proto3" json:"garbage_bytes,omitempty"`
-	Segments      uint64 `protobuf:"varint,12,opt,name=segments,proto3" json:"segments,omitempty"`
-	CacheHits     uint64 `protobuf:"varint,13,opt,name=cache_hits,json=cacheHits,proto3" json:"cache_hits,omitempty"`
-	CacheMisses   uint64 `protobuf:"varint,14,opt,name=cache_misses,json=cacheMisses,proto3" json:"cache_misses,omitempty"`
+	LiveBytes    uint64 `protobuf:"varint,10,opt,name=live_bytes,json=liveBytes,proto3" json:"live_bytes,omitempty"`
+	GarbageBytes uint64 `protobuf:"varint,11,opt,name=garbage_bytes,json=garbageBytes,proto3" json:"garbage_bytes,omitempty"`
+	Segments     uint64 `protobuf:"varint,12,opt,name=segments,proto3" json:"segments,omitempty"`
+	CacheHits    uint64 `protobuf:"varint,13,opt,name=cache_hits,json=cacheHits,proto3" json:"cache_hits,omitempty"`
+	CacheMisses  uint64 `protobuf:"varint,14,opt,name=cache_misses,json=cacheMisses,proto3" json:"cache_misses,omitempty"`
+	// Bulk tables: the versions loaded (verified and ready to serve).
+	BulkLoaded    []*BulkLoaded `protobuf:"bytes,15,rep,name=bulk_loaded,json=bulkLoaded,proto3" json:"bulk_loaded,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ReplicaStatus) Reset() {
 	*x = ReplicaStatus{}
-	mi := &file_tabula_proto_msgTypes[6]
+	mi := &file_tabula_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -810,7 +1139,7 @@ func (x *ReplicaStatus) String() string {
 func (*ReplicaStatus) ProtoMessage() {}
 
 func (x *ReplicaStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[6]
+	mi := &file_tabula_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -823,7 +1152,7 @@ func (x *ReplicaStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaStatus.ProtoReflect.Descriptor instead.
 func (*ReplicaStatus) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{6}
+	return file_tabula_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ReplicaStatus) GetPartitionId() uint64 {
@@ -924,6 +1253,73 @@ func (x *ReplicaStatus) GetCacheMisses() uint64 {
 	return 0
 }
 
+func (x *ReplicaStatus) GetBulkLoaded() []*BulkLoaded {
+	if x != nil {
+		return x.BulkLoaded
+	}
+	return nil
+}
+
+type BulkLoaded struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Version       uint64                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	Size          uint64                 `protobuf:"varint,2,opt,name=size,proto3" json:"size,omitempty"`
+	Crc32C        uint32                 `protobuf:"varint,3,opt,name=crc32c,proto3" json:"crc32c,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BulkLoaded) Reset() {
+	*x = BulkLoaded{}
+	mi := &file_tabula_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BulkLoaded) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BulkLoaded) ProtoMessage() {}
+
+func (x *BulkLoaded) ProtoReflect() protoreflect.Message {
+	mi := &file_tabula_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BulkLoaded.ProtoReflect.Descriptor instead.
+func (*BulkLoaded) Descriptor() ([]byte, []int) {
+	return file_tabula_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *BulkLoaded) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *BulkLoaded) GetSize() uint64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *BulkLoaded) GetCrc32C() uint32 {
+	if x != nil {
+		return x.Crc32C
+	}
+	return 0
+}
+
 type ErrorDetail struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Code  ErrorCode              `protobuf:"varint,1,opt,name=code,proto3,enum=tabula.v1.ErrorCode" json:"code,omitempty"`
@@ -939,14 +1335,16 @@ type ErrorDetail struct {
 	Field string `protobuf:"bytes,6,opt,name=field,proto3" json:"field,omitempty"`
 	Limit uint64 `protobuf:"varint,7,opt,name=limit,proto3" json:"limit,omitempty"`
 	// The cluster map version the server had.
-	MapVersion    uint64 `protobuf:"varint,8,opt,name=map_version,json=mapVersion,proto3" json:"map_version,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	MapVersion uint64 `protobuf:"varint,8,opt,name=map_version,json=mapVersion,proto3" json:"map_version,omitempty"`
+	// VERSION_GONE: the bulk version the server serves now.
+	CurrentVersion uint64 `protobuf:"varint,9,opt,name=current_version,json=currentVersion,proto3" json:"current_version,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *ErrorDetail) Reset() {
 	*x = ErrorDetail{}
-	mi := &file_tabula_proto_msgTypes[7]
+	mi := &file_tabula_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -958,7 +1356,7 @@ func (x *ErrorDetail) String() string {
 func (*ErrorDetail) ProtoMessage() {}
 
 func (x *ErrorDetail) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[7]
+	mi := &file_tabula_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -971,7 +1369,7 @@ func (x *ErrorDetail) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ErrorDetail.ProtoReflect.Descriptor instead.
 func (*ErrorDetail) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{7}
+	return file_tabula_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ErrorDetail) GetCode() ErrorCode {
@@ -1030,6 +1428,13 @@ func (x *ErrorDetail) GetMapVersion() uint64 {
 	return 0
 }
 
+func (x *ErrorDetail) GetCurrentVersion() uint64 {
+	if x != nil {
+		return x.CurrentVersion
+	}
+	return 0
+}
+
 type CreateTableRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Tenant        string                 `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
@@ -1042,7 +1447,7 @@ type CreateTableRequest struct {
 
 func (x *CreateTableRequest) Reset() {
 	*x = CreateTableRequest{}
-	mi := &file_tabula_proto_msgTypes[8]
+	mi := &file_tabula_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1054,7 +1459,7 @@ func (x *CreateTableRequest) String() string {
 func (*CreateTableRequest) ProtoMessage() {}
 
 func (x *CreateTableRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[8]
+	mi := &file_tabula_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1067,7 +1472,7 @@ func (x *CreateTableRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTableRequest.ProtoReflect.Descriptor instead.
 func (*CreateTableRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{8}
+	return file_tabula_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *CreateTableRequest) GetTenant() string {
@@ -1107,7 +1512,7 @@ type CreateTableResponse struct {
 
 func (x *CreateTableResponse) Reset() {
 	*x = CreateTableResponse{}
-	mi := &file_tabula_proto_msgTypes[9]
+	mi := &file_tabula_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1119,7 +1524,7 @@ func (x *CreateTableResponse) String() string {
 func (*CreateTableResponse) ProtoMessage() {}
 
 func (x *CreateTableResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[9]
+	mi := &file_tabula_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1132,7 +1537,7 @@ func (x *CreateTableResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTableResponse.ProtoReflect.Descriptor instead.
 func (*CreateTableResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{9}
+	return file_tabula_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *CreateTableResponse) GetMap() *PartitionMap {
@@ -1152,7 +1557,7 @@ type DropTableRequest struct {
 
 func (x *DropTableRequest) Reset() {
 	*x = DropTableRequest{}
-	mi := &file_tabula_proto_msgTypes[10]
+	mi := &file_tabula_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1164,7 +1569,7 @@ func (x *DropTableRequest) String() string {
 func (*DropTableRequest) ProtoMessage() {}
 
 func (x *DropTableRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[10]
+	mi := &file_tabula_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1177,7 +1582,7 @@ func (x *DropTableRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DropTableRequest.ProtoReflect.Descriptor instead.
 func (*DropTableRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{10}
+	return file_tabula_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *DropTableRequest) GetTenant() string {
@@ -1202,7 +1607,7 @@ type DropTableResponse struct {
 
 func (x *DropTableResponse) Reset() {
 	*x = DropTableResponse{}
-	mi := &file_tabula_proto_msgTypes[11]
+	mi := &file_tabula_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1214,7 +1619,7 @@ func (x *DropTableResponse) String() string {
 func (*DropTableResponse) ProtoMessage() {}
 
 func (x *DropTableResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[11]
+	mi := &file_tabula_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1227,7 +1632,7 @@ func (x *DropTableResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DropTableResponse.ProtoReflect.Descriptor instead.
 func (*DropTableResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{11}
+	return file_tabula_proto_rawDescGZIP(), []int{15}
 }
 
 type ListTablesRequest struct {
@@ -1239,7 +1644,7 @@ type ListTablesRequest struct {
 
 func (x *ListTablesRequest) Reset() {
 	*x = ListTablesRequest{}
-	mi := &file_tabula_proto_msgTypes[12]
+	mi := &file_tabula_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1251,7 +1656,7 @@ func (x *ListTablesRequest) String() string {
 func (*ListTablesRequest) ProtoMessage() {}
 
 func (x *ListTablesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[12]
+	mi := &file_tabula_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1264,7 +1669,7 @@ func (x *ListTablesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTablesRequest.ProtoReflect.Descriptor instead.
 func (*ListTablesRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{12}
+	return file_tabula_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ListTablesRequest) GetTenant() string {
@@ -1283,7 +1688,7 @@ type ListTablesResponse struct {
 
 func (x *ListTablesResponse) Reset() {
 	*x = ListTablesResponse{}
-	mi := &file_tabula_proto_msgTypes[13]
+	mi := &file_tabula_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1295,7 +1700,7 @@ func (x *ListTablesResponse) String() string {
 func (*ListTablesResponse) ProtoMessage() {}
 
 func (x *ListTablesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[13]
+	mi := &file_tabula_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1308,7 +1713,7 @@ func (x *ListTablesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTablesResponse.ProtoReflect.Descriptor instead.
 func (*ListTablesResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{13}
+	return file_tabula_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ListTablesResponse) GetTables() []*Table {
@@ -1328,7 +1733,7 @@ type DescribeTableRequest struct {
 
 func (x *DescribeTableRequest) Reset() {
 	*x = DescribeTableRequest{}
-	mi := &file_tabula_proto_msgTypes[14]
+	mi := &file_tabula_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1340,7 +1745,7 @@ func (x *DescribeTableRequest) String() string {
 func (*DescribeTableRequest) ProtoMessage() {}
 
 func (x *DescribeTableRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[14]
+	mi := &file_tabula_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1353,7 +1758,7 @@ func (x *DescribeTableRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeTableRequest.ProtoReflect.Descriptor instead.
 func (*DescribeTableRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{14}
+	return file_tabula_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *DescribeTableRequest) GetTenant() string {
@@ -1381,7 +1786,7 @@ type DescribeTableResponse struct {
 
 func (x *DescribeTableResponse) Reset() {
 	*x = DescribeTableResponse{}
-	mi := &file_tabula_proto_msgTypes[15]
+	mi := &file_tabula_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1393,7 +1798,7 @@ func (x *DescribeTableResponse) String() string {
 func (*DescribeTableResponse) ProtoMessage() {}
 
 func (x *DescribeTableResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[15]
+	mi := &file_tabula_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1406,7 +1811,7 @@ func (x *DescribeTableResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeTableResponse.ProtoReflect.Descriptor instead.
 func (*DescribeTableResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{15}
+	return file_tabula_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *DescribeTableResponse) GetMap() *PartitionMap {
@@ -1433,7 +1838,7 @@ type GetPartitionMapRequest struct {
 
 func (x *GetPartitionMapRequest) Reset() {
 	*x = GetPartitionMapRequest{}
-	mi := &file_tabula_proto_msgTypes[16]
+	mi := &file_tabula_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1445,7 +1850,7 @@ func (x *GetPartitionMapRequest) String() string {
 func (*GetPartitionMapRequest) ProtoMessage() {}
 
 func (x *GetPartitionMapRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[16]
+	mi := &file_tabula_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1458,7 +1863,7 @@ func (x *GetPartitionMapRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPartitionMapRequest.ProtoReflect.Descriptor instead.
 func (*GetPartitionMapRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{16}
+	return file_tabula_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *GetPartitionMapRequest) GetTenant() string {
@@ -1484,7 +1889,7 @@ type GetPartitionMapResponse struct {
 
 func (x *GetPartitionMapResponse) Reset() {
 	*x = GetPartitionMapResponse{}
-	mi := &file_tabula_proto_msgTypes[17]
+	mi := &file_tabula_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1496,7 +1901,7 @@ func (x *GetPartitionMapResponse) String() string {
 func (*GetPartitionMapResponse) ProtoMessage() {}
 
 func (x *GetPartitionMapResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[17]
+	mi := &file_tabula_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1509,7 +1914,7 @@ func (x *GetPartitionMapResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPartitionMapResponse.ProtoReflect.Descriptor instead.
 func (*GetPartitionMapResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{17}
+	return file_tabula_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *GetPartitionMapResponse) GetMap() *PartitionMap {
@@ -1533,7 +1938,7 @@ type WatchPartitionMapRequest struct {
 
 func (x *WatchPartitionMapRequest) Reset() {
 	*x = WatchPartitionMapRequest{}
-	mi := &file_tabula_proto_msgTypes[18]
+	mi := &file_tabula_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1545,7 +1950,7 @@ func (x *WatchPartitionMapRequest) String() string {
 func (*WatchPartitionMapRequest) ProtoMessage() {}
 
 func (x *WatchPartitionMapRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[18]
+	mi := &file_tabula_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1558,7 +1963,7 @@ func (x *WatchPartitionMapRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchPartitionMapRequest.ProtoReflect.Descriptor instead.
 func (*WatchPartitionMapRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{18}
+	return file_tabula_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *WatchPartitionMapRequest) GetTenant() string {
@@ -1594,7 +1999,7 @@ type WatchPartitionMapResponse struct {
 
 func (x *WatchPartitionMapResponse) Reset() {
 	*x = WatchPartitionMapResponse{}
-	mi := &file_tabula_proto_msgTypes[19]
+	mi := &file_tabula_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1606,7 +2011,7 @@ func (x *WatchPartitionMapResponse) String() string {
 func (*WatchPartitionMapResponse) ProtoMessage() {}
 
 func (x *WatchPartitionMapResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[19]
+	mi := &file_tabula_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1619,7 +2024,7 @@ func (x *WatchPartitionMapResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchPartitionMapResponse.ProtoReflect.Descriptor instead.
 func (*WatchPartitionMapResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{19}
+	return file_tabula_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *WatchPartitionMapResponse) GetVersion() uint64 {
@@ -1648,7 +2053,7 @@ type RegisterServerRequest struct {
 
 func (x *RegisterServerRequest) Reset() {
 	*x = RegisterServerRequest{}
-	mi := &file_tabula_proto_msgTypes[20]
+	mi := &file_tabula_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1660,7 +2065,7 @@ func (x *RegisterServerRequest) String() string {
 func (*RegisterServerRequest) ProtoMessage() {}
 
 func (x *RegisterServerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[20]
+	mi := &file_tabula_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1673,7 +2078,7 @@ func (x *RegisterServerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterServerRequest.ProtoReflect.Descriptor instead.
 func (*RegisterServerRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{20}
+	return file_tabula_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *RegisterServerRequest) GetServerId() string {
@@ -1714,7 +2119,7 @@ type RegisterServerResponse struct {
 
 func (x *RegisterServerResponse) Reset() {
 	*x = RegisterServerResponse{}
-	mi := &file_tabula_proto_msgTypes[21]
+	mi := &file_tabula_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1726,7 +2131,7 @@ func (x *RegisterServerResponse) String() string {
 func (*RegisterServerResponse) ProtoMessage() {}
 
 func (x *RegisterServerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[21]
+	mi := &file_tabula_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1739,7 +2144,7 @@ func (x *RegisterServerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterServerResponse.ProtoReflect.Descriptor instead.
 func (*RegisterServerResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{21}
+	return file_tabula_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *RegisterServerResponse) GetServerId() string {
@@ -1782,7 +2187,7 @@ type HeartbeatRequest struct {
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_tabula_proto_msgTypes[22]
+	mi := &file_tabula_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1794,7 +2199,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[22]
+	mi := &file_tabula_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1807,7 +2212,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{22}
+	return file_tabula_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *HeartbeatRequest) GetServerId() string {
@@ -1844,7 +2249,7 @@ type HeartbeatResponse struct {
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_tabula_proto_msgTypes[23]
+	mi := &file_tabula_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1856,7 +2261,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[23]
+	mi := &file_tabula_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1869,7 +2274,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{23}
+	return file_tabula_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *HeartbeatResponse) GetMapVersion() uint64 {
@@ -1893,6 +2298,337 @@ func (x *HeartbeatResponse) GetLeaseMs() uint32 {
 	return 0
 }
 
+type BulkPublishRequest struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Tenant  string                 `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	Table   string                 `protobuf:"bytes,2,opt,name=table,proto3" json:"table,omitempty"`
+	Version uint64                 `protobuf:"varint,3,opt,name=version,proto3" json:"version,omitempty"`
+	// 0 for a full version; else the version this delta overlays.
+	BaseVersion uint64 `protobuf:"varint,4,opt,name=base_version,json=baseVersion,proto3" json:"base_version,omitempty"`
+	// One per partition, in index order.
+	Files         []*BulkFile `protobuf:"bytes,5,rep,name=files,proto3" json:"files,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BulkPublishRequest) Reset() {
+	*x = BulkPublishRequest{}
+	mi := &file_tabula_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BulkPublishRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BulkPublishRequest) ProtoMessage() {}
+
+func (x *BulkPublishRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tabula_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BulkPublishRequest.ProtoReflect.Descriptor instead.
+func (*BulkPublishRequest) Descriptor() ([]byte, []int) {
+	return file_tabula_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *BulkPublishRequest) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *BulkPublishRequest) GetTable() string {
+	if x != nil {
+		return x.Table
+	}
+	return ""
+}
+
+func (x *BulkPublishRequest) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *BulkPublishRequest) GetBaseVersion() uint64 {
+	if x != nil {
+		return x.BaseVersion
+	}
+	return 0
+}
+
+func (x *BulkPublishRequest) GetFiles() []*BulkFile {
+	if x != nil {
+		return x.Files
+	}
+	return nil
+}
+
+type BulkPublishResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Map           *PartitionMap          `protobuf:"bytes,1,opt,name=map,proto3" json:"map,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BulkPublishResponse) Reset() {
+	*x = BulkPublishResponse{}
+	mi := &file_tabula_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BulkPublishResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BulkPublishResponse) ProtoMessage() {}
+
+func (x *BulkPublishResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tabula_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BulkPublishResponse.ProtoReflect.Descriptor instead.
+func (*BulkPublishResponse) Descriptor() ([]byte, []int) {
+	return file_tabula_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *BulkPublishResponse) GetMap() *PartitionMap {
+	if x != nil {
+		return x.Map
+	}
+	return nil
+}
+
+type BulkStatusRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Tenant        string                 `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	Table         string                 `protobuf:"bytes,2,opt,name=table,proto3" json:"table,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BulkStatusRequest) Reset() {
+	*x = BulkStatusRequest{}
+	mi := &file_tabula_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BulkStatusRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BulkStatusRequest) ProtoMessage() {}
+
+func (x *BulkStatusRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tabula_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BulkStatusRequest.ProtoReflect.Descriptor instead.
+func (*BulkStatusRequest) Descriptor() ([]byte, []int) {
+	return file_tabula_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *BulkStatusRequest) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *BulkStatusRequest) GetTable() string {
+	if x != nil {
+		return x.Table
+	}
+	return ""
+}
+
+type BulkStatusResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Map   *PartitionMap          `protobuf:"bytes,1,opt,name=map,proto3" json:"map,omitempty"`
+	// map.bulk with files and loaded filled in.
+	Bulk          *BulkInfo `protobuf:"bytes,2,opt,name=bulk,proto3" json:"bulk,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BulkStatusResponse) Reset() {
+	*x = BulkStatusResponse{}
+	mi := &file_tabula_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BulkStatusResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BulkStatusResponse) ProtoMessage() {}
+
+func (x *BulkStatusResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tabula_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BulkStatusResponse.ProtoReflect.Descriptor instead.
+func (*BulkStatusResponse) Descriptor() ([]byte, []int) {
+	return file_tabula_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *BulkStatusResponse) GetMap() *PartitionMap {
+	if x != nil {
+		return x.Map
+	}
+	return nil
+}
+
+func (x *BulkStatusResponse) GetBulk() *BulkInfo {
+	if x != nil {
+		return x.Bulk
+	}
+	return nil
+}
+
+type BulkRollbackRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Tenant        string                 `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	Table         string                 `protobuf:"bytes,2,opt,name=table,proto3" json:"table,omitempty"`
+	Version       uint64                 `protobuf:"varint,3,opt,name=version,proto3" json:"version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BulkRollbackRequest) Reset() {
+	*x = BulkRollbackRequest{}
+	mi := &file_tabula_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BulkRollbackRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BulkRollbackRequest) ProtoMessage() {}
+
+func (x *BulkRollbackRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tabula_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BulkRollbackRequest.ProtoReflect.Descriptor instead.
+func (*BulkRollbackRequest) Descriptor() ([]byte, []int) {
+	return file_tabula_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *BulkRollbackRequest) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *BulkRollbackRequest) GetTable() string {
+	if x != nil {
+		return x.Table
+	}
+	return ""
+}
+
+func (x *BulkRollbackRequest) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+type BulkRollbackResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Map           *PartitionMap          `protobuf:"bytes,1,opt,name=map,proto3" json:"map,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BulkRollbackResponse) Reset() {
+	*x = BulkRollbackResponse{}
+	mi := &file_tabula_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BulkRollbackResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BulkRollbackResponse) ProtoMessage() {}
+
+func (x *BulkRollbackResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tabula_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BulkRollbackResponse.ProtoReflect.Descriptor instead.
+func (*BulkRollbackResponse) Descriptor() ([]byte, []int) {
+	return file_tabula_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *BulkRollbackResponse) GetMap() *PartitionMap {
+	if x != nil {
+		return x.Map
+	}
+	return nil
+}
+
 type ListServersRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -1901,7 +2637,7 @@ type ListServersRequest struct {
 
 func (x *ListServersRequest) Reset() {
 	*x = ListServersRequest{}
-	mi := &file_tabula_proto_msgTypes[24]
+	mi := &file_tabula_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1913,7 +2649,7 @@ func (x *ListServersRequest) String() string {
 func (*ListServersRequest) ProtoMessage() {}
 
 func (x *ListServersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[24]
+	mi := &file_tabula_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1926,7 +2662,7 @@ func (x *ListServersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListServersRequest.ProtoReflect.Descriptor instead.
 func (*ListServersRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{24}
+	return file_tabula_proto_rawDescGZIP(), []int{34}
 }
 
 type ListServersResponse struct {
@@ -1938,7 +2674,7 @@ type ListServersResponse struct {
 
 func (x *ListServersResponse) Reset() {
 	*x = ListServersResponse{}
-	mi := &file_tabula_proto_msgTypes[25]
+	mi := &file_tabula_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1950,7 +2686,7 @@ func (x *ListServersResponse) String() string {
 func (*ListServersResponse) ProtoMessage() {}
 
 func (x *ListServersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[25]
+	mi := &file_tabula_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1963,7 +2699,7 @@ func (x *ListServersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListServersResponse.ProtoReflect.Descriptor instead.
 func (*ListServersResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{25}
+	return file_tabula_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ListServersResponse) GetServers() []*ServerInfo {
@@ -1975,18 +2711,21 @@ func (x *ListServersResponse) GetServers() []*ServerInfo {
 
 // RequestHeader is on every data request: where the client routed it.
 type RequestHeader struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Tenant        string                 `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
-	Table         string                 `protobuf:"bytes,2,opt,name=table,proto3" json:"table,omitempty"`
-	PartitionId   uint64                 `protobuf:"varint,3,opt,name=partition_id,json=partitionId,proto3" json:"partition_id,omitempty"`
-	Epoch         uint64                 `protobuf:"varint,4,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Tenant      string                 `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	Table       string                 `protobuf:"bytes,2,opt,name=table,proto3" json:"table,omitempty"`
+	PartitionId uint64                 `protobuf:"varint,3,opt,name=partition_id,json=partitionId,proto3" json:"partition_id,omitempty"`
+	Epoch       uint64                 `protobuf:"varint,4,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	// Bulk tables: the version to read (every key of a request is answered
+	// from it); 0 means the server's serving version.
+	BulkVersion   uint64 `protobuf:"varint,5,opt,name=bulk_version,json=bulkVersion,proto3" json:"bulk_version,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RequestHeader) Reset() {
 	*x = RequestHeader{}
-	mi := &file_tabula_proto_msgTypes[26]
+	mi := &file_tabula_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1998,7 +2737,7 @@ func (x *RequestHeader) String() string {
 func (*RequestHeader) ProtoMessage() {}
 
 func (x *RequestHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[26]
+	mi := &file_tabula_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2011,7 +2750,7 @@ func (x *RequestHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestHeader.ProtoReflect.Descriptor instead.
 func (*RequestHeader) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{26}
+	return file_tabula_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *RequestHeader) GetTenant() string {
@@ -2042,6 +2781,13 @@ func (x *RequestHeader) GetEpoch() uint64 {
 	return 0
 }
 
+func (x *RequestHeader) GetBulkVersion() uint64 {
+	if x != nil {
+		return x.BulkVersion
+	}
+	return 0
+}
+
 type GetRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Header        *RequestHeader         `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
@@ -2052,7 +2798,7 @@ type GetRequest struct {
 
 func (x *GetRequest) Reset() {
 	*x = GetRequest{}
-	mi := &file_tabula_proto_msgTypes[27]
+	mi := &file_tabula_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2064,7 +2810,7 @@ func (x *GetRequest) String() string {
 func (*GetRequest) ProtoMessage() {}
 
 func (x *GetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[27]
+	mi := &file_tabula_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2077,7 +2823,7 @@ func (x *GetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRequest.ProtoReflect.Descriptor instead.
 func (*GetRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{27}
+	return file_tabula_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *GetRequest) GetHeader() *RequestHeader {
@@ -2106,7 +2852,7 @@ type GetResponse struct {
 
 func (x *GetResponse) Reset() {
 	*x = GetResponse{}
-	mi := &file_tabula_proto_msgTypes[28]
+	mi := &file_tabula_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2118,7 +2864,7 @@ func (x *GetResponse) String() string {
 func (*GetResponse) ProtoMessage() {}
 
 func (x *GetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[28]
+	mi := &file_tabula_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2131,7 +2877,7 @@ func (x *GetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetResponse.ProtoReflect.Descriptor instead.
 func (*GetResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{28}
+	return file_tabula_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *GetResponse) GetFound() bool {
@@ -2165,7 +2911,7 @@ type BatchGetRequest struct {
 
 func (x *BatchGetRequest) Reset() {
 	*x = BatchGetRequest{}
-	mi := &file_tabula_proto_msgTypes[29]
+	mi := &file_tabula_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2177,7 +2923,7 @@ func (x *BatchGetRequest) String() string {
 func (*BatchGetRequest) ProtoMessage() {}
 
 func (x *BatchGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[29]
+	mi := &file_tabula_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2190,7 +2936,7 @@ func (x *BatchGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchGetRequest.ProtoReflect.Descriptor instead.
 func (*BatchGetRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{29}
+	return file_tabula_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *BatchGetRequest) GetHeader() *RequestHeader {
@@ -2217,7 +2963,7 @@ type BatchGetResponse struct {
 
 func (x *BatchGetResponse) Reset() {
 	*x = BatchGetResponse{}
-	mi := &file_tabula_proto_msgTypes[30]
+	mi := &file_tabula_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2229,7 +2975,7 @@ func (x *BatchGetResponse) String() string {
 func (*BatchGetResponse) ProtoMessage() {}
 
 func (x *BatchGetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[30]
+	mi := &file_tabula_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2242,7 +2988,7 @@ func (x *BatchGetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchGetResponse.ProtoReflect.Descriptor instead.
 func (*BatchGetResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{30}
+	return file_tabula_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *BatchGetResponse) GetResults() []*GetResponse {
@@ -2265,7 +3011,7 @@ type PutRequest struct {
 
 func (x *PutRequest) Reset() {
 	*x = PutRequest{}
-	mi := &file_tabula_proto_msgTypes[31]
+	mi := &file_tabula_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2277,7 +3023,7 @@ func (x *PutRequest) String() string {
 func (*PutRequest) ProtoMessage() {}
 
 func (x *PutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[31]
+	mi := &file_tabula_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2290,7 +3036,7 @@ func (x *PutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutRequest.ProtoReflect.Descriptor instead.
 func (*PutRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{31}
+	return file_tabula_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *PutRequest) GetHeader() *RequestHeader {
@@ -2329,7 +3075,7 @@ type PutResponse struct {
 
 func (x *PutResponse) Reset() {
 	*x = PutResponse{}
-	mi := &file_tabula_proto_msgTypes[32]
+	mi := &file_tabula_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2341,7 +3087,7 @@ func (x *PutResponse) String() string {
 func (*PutResponse) ProtoMessage() {}
 
 func (x *PutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[32]
+	mi := &file_tabula_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2354,7 +3100,7 @@ func (x *PutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutResponse.ProtoReflect.Descriptor instead.
 func (*PutResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{32}
+	return file_tabula_proto_rawDescGZIP(), []int{42}
 }
 
 type DeleteRequest struct {
@@ -2367,7 +3113,7 @@ type DeleteRequest struct {
 
 func (x *DeleteRequest) Reset() {
 	*x = DeleteRequest{}
-	mi := &file_tabula_proto_msgTypes[33]
+	mi := &file_tabula_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2379,7 +3125,7 @@ func (x *DeleteRequest) String() string {
 func (*DeleteRequest) ProtoMessage() {}
 
 func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[33]
+	mi := &file_tabula_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2392,7 +3138,7 @@ func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRequest.ProtoReflect.Descriptor instead.
 func (*DeleteRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{33}
+	return file_tabula_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *DeleteRequest) GetHeader() *RequestHeader {
@@ -2418,7 +3164,7 @@ type DeleteResponse struct {
 
 func (x *DeleteResponse) Reset() {
 	*x = DeleteResponse{}
-	mi := &file_tabula_proto_msgTypes[34]
+	mi := &file_tabula_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2430,7 +3176,7 @@ func (x *DeleteResponse) String() string {
 func (*DeleteResponse) ProtoMessage() {}
 
 func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[34]
+	mi := &file_tabula_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2443,7 +3189,7 @@ func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteResponse.ProtoReflect.Descriptor instead.
 func (*DeleteResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{34}
+	return file_tabula_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *DeleteResponse) GetExisted() bool {
@@ -2471,7 +3217,7 @@ type CompareAndSwapRequest struct {
 
 func (x *CompareAndSwapRequest) Reset() {
 	*x = CompareAndSwapRequest{}
-	mi := &file_tabula_proto_msgTypes[35]
+	mi := &file_tabula_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2483,7 +3229,7 @@ func (x *CompareAndSwapRequest) String() string {
 func (*CompareAndSwapRequest) ProtoMessage() {}
 
 func (x *CompareAndSwapRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[35]
+	mi := &file_tabula_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2496,7 +3242,7 @@ func (x *CompareAndSwapRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompareAndSwapRequest.ProtoReflect.Descriptor instead.
 func (*CompareAndSwapRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{35}
+	return file_tabula_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *CompareAndSwapRequest) GetHeader() *RequestHeader {
@@ -2560,7 +3306,7 @@ type CompareAndSwapResponse struct {
 
 func (x *CompareAndSwapResponse) Reset() {
 	*x = CompareAndSwapResponse{}
-	mi := &file_tabula_proto_msgTypes[36]
+	mi := &file_tabula_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2572,7 +3318,7 @@ func (x *CompareAndSwapResponse) String() string {
 func (*CompareAndSwapResponse) ProtoMessage() {}
 
 func (x *CompareAndSwapResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[36]
+	mi := &file_tabula_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2585,7 +3331,7 @@ func (x *CompareAndSwapResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompareAndSwapResponse.ProtoReflect.Descriptor instead.
 func (*CompareAndSwapResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{36}
+	return file_tabula_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *CompareAndSwapResponse) GetSwapped() bool {
@@ -2621,7 +3367,7 @@ type Mutation struct {
 
 func (x *Mutation) Reset() {
 	*x = Mutation{}
-	mi := &file_tabula_proto_msgTypes[37]
+	mi := &file_tabula_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2633,7 +3379,7 @@ func (x *Mutation) String() string {
 func (*Mutation) ProtoMessage() {}
 
 func (x *Mutation) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[37]
+	mi := &file_tabula_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2646,7 +3392,7 @@ func (x *Mutation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Mutation.ProtoReflect.Descriptor instead.
 func (*Mutation) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{37}
+	return file_tabula_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *Mutation) GetOp() Mutation_Op {
@@ -2687,7 +3433,7 @@ type BatchWriteRequest struct {
 
 func (x *BatchWriteRequest) Reset() {
 	*x = BatchWriteRequest{}
-	mi := &file_tabula_proto_msgTypes[38]
+	mi := &file_tabula_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2699,7 +3445,7 @@ func (x *BatchWriteRequest) String() string {
 func (*BatchWriteRequest) ProtoMessage() {}
 
 func (x *BatchWriteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[38]
+	mi := &file_tabula_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2712,7 +3458,7 @@ func (x *BatchWriteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchWriteRequest.ProtoReflect.Descriptor instead.
 func (*BatchWriteRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{38}
+	return file_tabula_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *BatchWriteRequest) GetHeader() *RequestHeader {
@@ -2737,7 +3483,7 @@ type BatchWriteResponse struct {
 
 func (x *BatchWriteResponse) Reset() {
 	*x = BatchWriteResponse{}
-	mi := &file_tabula_proto_msgTypes[39]
+	mi := &file_tabula_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2749,7 +3495,7 @@ func (x *BatchWriteResponse) String() string {
 func (*BatchWriteResponse) ProtoMessage() {}
 
 func (x *BatchWriteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[39]
+	mi := &file_tabula_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2762,7 +3508,7 @@ func (x *BatchWriteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchWriteResponse.ProtoReflect.Descriptor instead.
 func (*BatchWriteResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{39}
+	return file_tabula_proto_rawDescGZIP(), []int{49}
 }
 
 type ScanRequest struct {
@@ -2774,7 +3520,7 @@ type ScanRequest struct {
 
 func (x *ScanRequest) Reset() {
 	*x = ScanRequest{}
-	mi := &file_tabula_proto_msgTypes[40]
+	mi := &file_tabula_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2786,7 +3532,7 @@ func (x *ScanRequest) String() string {
 func (*ScanRequest) ProtoMessage() {}
 
 func (x *ScanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[40]
+	mi := &file_tabula_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2799,7 +3545,7 @@ func (x *ScanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScanRequest.ProtoReflect.Descriptor instead.
 func (*ScanRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{40}
+	return file_tabula_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ScanRequest) GetHeader() *RequestHeader {
@@ -2820,7 +3566,7 @@ type KeyValue struct {
 
 func (x *KeyValue) Reset() {
 	*x = KeyValue{}
-	mi := &file_tabula_proto_msgTypes[41]
+	mi := &file_tabula_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2832,7 +3578,7 @@ func (x *KeyValue) String() string {
 func (*KeyValue) ProtoMessage() {}
 
 func (x *KeyValue) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[41]
+	mi := &file_tabula_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2845,7 +3591,7 @@ func (x *KeyValue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyValue.ProtoReflect.Descriptor instead.
 func (*KeyValue) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{41}
+	return file_tabula_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *KeyValue) GetKey() []byte {
@@ -2878,7 +3624,7 @@ type ScanResponse struct {
 
 func (x *ScanResponse) Reset() {
 	*x = ScanResponse{}
-	mi := &file_tabula_proto_msgTypes[42]
+	mi := &file_tabula_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2890,7 +3636,7 @@ func (x *ScanResponse) String() string {
 func (*ScanResponse) ProtoMessage() {}
 
 func (x *ScanResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[42]
+	mi := &file_tabula_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2903,7 +3649,7 @@ func (x *ScanResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScanResponse.ProtoReflect.Descriptor instead.
 func (*ScanResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{42}
+	return file_tabula_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ScanResponse) GetRecords() []*KeyValue {
@@ -2913,11 +3659,204 @@ func (x *ScanResponse) GetRecords() []*KeyValue {
 	return nil
 }
 
+// BulkUploadRequest: the first message carries header, version,
+// base_version and file (the whole file's size and CRC32C); every message
+// may carry data, which continues at offset.
+type BulkUploadRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Header        *RequestHeader         `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
+	Version       uint64                 `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
+	BaseVersion   uint64                 `protobuf:"varint,3,opt,name=base_version,json=baseVersion,proto3" json:"base_version,omitempty"`
+	File          *BulkFile              `protobuf:"bytes,4,opt,name=file,proto3" json:"file,omitempty"`
+	Offset        uint64                 `protobuf:"varint,5,opt,name=offset,proto3" json:"offset,omitempty"`
+	Data          []byte                 `protobuf:"bytes,6,opt,name=data,proto3" json:"data,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BulkUploadRequest) Reset() {
+	*x = BulkUploadRequest{}
+	mi := &file_tabula_proto_msgTypes[53]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BulkUploadRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BulkUploadRequest) ProtoMessage() {}
+
+func (x *BulkUploadRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tabula_proto_msgTypes[53]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BulkUploadRequest.ProtoReflect.Descriptor instead.
+func (*BulkUploadRequest) Descriptor() ([]byte, []int) {
+	return file_tabula_proto_rawDescGZIP(), []int{53}
+}
+
+func (x *BulkUploadRequest) GetHeader() *RequestHeader {
+	if x != nil {
+		return x.Header
+	}
+	return nil
+}
+
+func (x *BulkUploadRequest) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *BulkUploadRequest) GetBaseVersion() uint64 {
+	if x != nil {
+		return x.BaseVersion
+	}
+	return 0
+}
+
+func (x *BulkUploadRequest) GetFile() *BulkFile {
+	if x != nil {
+		return x.File
+	}
+	return nil
+}
+
+func (x *BulkUploadRequest) GetOffset() uint64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
+func (x *BulkUploadRequest) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+type BulkUploadStatusRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Header        *RequestHeader         `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
+	Version       uint64                 `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BulkUploadStatusRequest) Reset() {
+	*x = BulkUploadStatusRequest{}
+	mi := &file_tabula_proto_msgTypes[54]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BulkUploadStatusRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BulkUploadStatusRequest) ProtoMessage() {}
+
+func (x *BulkUploadStatusRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tabula_proto_msgTypes[54]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BulkUploadStatusRequest.ProtoReflect.Descriptor instead.
+func (*BulkUploadStatusRequest) Descriptor() ([]byte, []int) {
+	return file_tabula_proto_rawDescGZIP(), []int{54}
+}
+
+func (x *BulkUploadStatusRequest) GetHeader() *RequestHeader {
+	if x != nil {
+		return x.Header
+	}
+	return nil
+}
+
+func (x *BulkUploadStatusRequest) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+type BulkUploadResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Bytes of the file the server holds durably; an upload resumes here.
+	Received uint64 `protobuf:"varint,1,opt,name=received,proto3" json:"received,omitempty"`
+	// The file is complete, verified and loaded.
+	Loaded        bool `protobuf:"varint,2,opt,name=loaded,proto3" json:"loaded,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BulkUploadResponse) Reset() {
+	*x = BulkUploadResponse{}
+	mi := &file_tabula_proto_msgTypes[55]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BulkUploadResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BulkUploadResponse) ProtoMessage() {}
+
+func (x *BulkUploadResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tabula_proto_msgTypes[55]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BulkUploadResponse.ProtoReflect.Descriptor instead.
+func (*BulkUploadResponse) Descriptor() ([]byte, []int) {
+	return file_tabula_proto_rawDescGZIP(), []int{55}
+}
+
+func (x *BulkUploadResponse) GetReceived() uint64 {
+	if x != nil {
+		return x.Received
+	}
+	return 0
+}
+
+func (x *BulkUploadResponse) GetLoaded() bool {
+	if x != nil {
+		return x.Loaded
+	}
+	return false
+}
+
 var File_tabula_proto protoreflect.FileDescriptor
 
 const file_tabula_proto_rawDesc = "" +
 	"\n" +
-	"\ftabula.proto\x12\ttabula.v1\"\xfa\x01\n" +
+	"\ftabula.proto\x12\ttabula.v1\"\xb0\x02\n" +
 	"\fTableOptions\x12\x1e\n" +
 	"\n" +
 	"partitions\x18\x01 \x01(\rR\n" +
@@ -2929,7 +3868,8 @@ const file_tabula_proto_rawDesc = "" +
 	"\n" +
 	"durability\x18\x06 \x01(\tR\n" +
 	"durability\x12 \n" +
-	"\vcompression\x18\a \x01(\tR\vcompression\"\xc8\x01\n" +
+	"\vcompression\x18\a \x01(\tR\vcompression\x124\n" +
+	"\x16bulk_retained_versions\x18\b \x01(\rR\x14bulkRetainedVersions\"\xc8\x01\n" +
 	"\x05Table\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12(\n" +
@@ -2948,13 +3888,34 @@ const file_tabula_proto_rawDesc = "" +
 	"\x03end\x18\x03 \x01(\x04R\x03end\x12\x14\n" +
 	"\x05epoch\x18\x04 \x01(\x04R\x05epoch\x12.\n" +
 	"\breplicas\x18\x05 \x03(\v2\x12.tabula.v1.ReplicaR\breplicas\x12\x14\n" +
-	"\x05index\x18\x06 \x01(\rR\x05index\"\x86\x01\n" +
+	"\x05index\x18\x06 \x01(\rR\x05index\"\xaf\x01\n" +
 	"\fPartitionMap\x12&\n" +
 	"\x05table\x18\x01 \x01(\v2\x10.tabula.v1.TableR\x05table\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x04R\aversion\x124\n" +
 	"\n" +
 	"partitions\x18\x03 \x03(\v2\x14.tabula.v1.PartitionR\n" +
-	"partitions\"\xd6\x01\n" +
+	"partitions\x12'\n" +
+	"\x04bulk\x18\x04 \x01(\v2\x13.tabula.v1.BulkInfoR\x04bulk\"n\n" +
+	"\bBulkFile\x12\x1c\n" +
+	"\tpartition\x18\x01 \x01(\rR\tpartition\x12\x12\n" +
+	"\x04size\x18\x02 \x01(\x04R\x04size\x12\x16\n" +
+	"\x06crc32c\x18\x03 \x01(\rR\x06crc32c\x12\x18\n" +
+	"\arecords\x18\x04 \x01(\x04R\arecords\"\xf8\x02\n" +
+	"\vBulkVersion\x12\x18\n" +
+	"\aversion\x18\x01 \x01(\x04R\aversion\x12!\n" +
+	"\fbase_version\x18\x02 \x01(\x04R\vbaseVersion\x121\n" +
+	"\x05state\x18\x03 \x01(\x0e2\x1b.tabula.v1.BulkVersionStateR\x05state\x12&\n" +
+	"\x0fcreated_unix_ms\x18\x04 \x01(\x03R\rcreatedUnixMs\x12\x18\n" +
+	"\arecords\x18\x05 \x01(\x04R\arecords\x12\x14\n" +
+	"\x05bytes\x18\x06 \x01(\x04R\x05bytes\x12+\n" +
+	"\x11loaded_partitions\x18\a \x01(\rR\x10loadedPartitions\x12)\n" +
+	"\x05files\x18\b \x03(\v2\x13.tabula.v1.BulkFileR\x05files\x12\x16\n" +
+	"\x06loaded\x18\t \x03(\bR\x06loaded\x121\n" +
+	"\x15serving_since_unix_ms\x18\n" +
+	" \x01(\x03R\x12servingSinceUnixMs\"X\n" +
+	"\bBulkInfo\x12\x18\n" +
+	"\acurrent\x18\x01 \x01(\x04R\acurrent\x122\n" +
+	"\bversions\x18\x02 \x03(\v2\x16.tabula.v1.BulkVersionR\bversions\"\xd6\x01\n" +
 	"\n" +
 	"ServerInfo\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
@@ -2963,7 +3924,7 @@ const file_tabula_proto_rawDesc = "" +
 	"\x05alive\x18\x04 \x01(\bR\x05alive\x12\x1a\n" +
 	"\breplicas\x18\x05 \x01(\rR\breplicas\x123\n" +
 	"\x16last_heartbeat_unix_ms\x18\x06 \x01(\x03R\x13lastHeartbeatUnixMs\x12\x1a\n" +
-	"\bdraining\x18\a \x01(\bR\bdraining\"\xac\x03\n" +
+	"\bdraining\x18\a \x01(\bR\bdraining\"\xe4\x03\n" +
 	"\rReplicaStatus\x12!\n" +
 	"\fpartition_id\x18\x01 \x01(\x04R\vpartitionId\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12*\n" +
@@ -2982,7 +3943,14 @@ const file_tabula_proto_rawDesc = "" +
 	"\bsegments\x18\f \x01(\x04R\bsegments\x12\x1d\n" +
 	"\n" +
 	"cache_hits\x18\r \x01(\x04R\tcacheHits\x12!\n" +
-	"\fcache_misses\x18\x0e \x01(\x04R\vcacheMisses\"\x9b\x02\n" +
+	"\fcache_misses\x18\x0e \x01(\x04R\vcacheMisses\x126\n" +
+	"\vbulk_loaded\x18\x0f \x03(\v2\x15.tabula.v1.BulkLoadedR\n" +
+	"bulkLoaded\"R\n" +
+	"\n" +
+	"BulkLoaded\x12\x18\n" +
+	"\aversion\x18\x01 \x01(\x04R\aversion\x12\x12\n" +
+	"\x04size\x18\x02 \x01(\x04R\x04size\x12\x16\n" +
+	"\x06crc32c\x18\x03 \x01(\rR\x06crc32c\"\xc4\x02\n" +
 	"\vErrorDetail\x12(\n" +
 	"\x04code\x18\x01 \x01(\x0e2\x14.tabula.v1.ErrorCodeR\x04code\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x122\n" +
@@ -2992,7 +3960,8 @@ const file_tabula_proto_rawDesc = "" +
 	"\x05field\x18\x06 \x01(\tR\x05field\x12\x14\n" +
 	"\x05limit\x18\a \x01(\x04R\x05limit\x12\x1f\n" +
 	"\vmap_version\x18\b \x01(\x04R\n" +
-	"mapVersion\"\x9d\x01\n" +
+	"mapVersion\x12'\n" +
+	"\x0fcurrent_version\x18\t \x01(\x04R\x0ecurrentVersion\"\x9d\x01\n" +
 	"\x12CreateTableRequest\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12(\n" +
@@ -3046,15 +4015,36 @@ const file_tabula_proto_rawDesc = "" +
 	"\n" +
 	"reregister\x18\x02 \x01(\bR\n" +
 	"reregister\x12\x19\n" +
-	"\blease_ms\x18\x03 \x01(\rR\aleaseMs\"\x14\n" +
+	"\blease_ms\x18\x03 \x01(\rR\aleaseMs\"\xaa\x01\n" +
+	"\x12BulkPublishRequest\x12\x16\n" +
+	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x14\n" +
+	"\x05table\x18\x02 \x01(\tR\x05table\x12\x18\n" +
+	"\aversion\x18\x03 \x01(\x04R\aversion\x12!\n" +
+	"\fbase_version\x18\x04 \x01(\x04R\vbaseVersion\x12)\n" +
+	"\x05files\x18\x05 \x03(\v2\x13.tabula.v1.BulkFileR\x05files\"@\n" +
+	"\x13BulkPublishResponse\x12)\n" +
+	"\x03map\x18\x01 \x01(\v2\x17.tabula.v1.PartitionMapR\x03map\"A\n" +
+	"\x11BulkStatusRequest\x12\x16\n" +
+	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x14\n" +
+	"\x05table\x18\x02 \x01(\tR\x05table\"h\n" +
+	"\x12BulkStatusResponse\x12)\n" +
+	"\x03map\x18\x01 \x01(\v2\x17.tabula.v1.PartitionMapR\x03map\x12'\n" +
+	"\x04bulk\x18\x02 \x01(\v2\x13.tabula.v1.BulkInfoR\x04bulk\"]\n" +
+	"\x13BulkRollbackRequest\x12\x16\n" +
+	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x14\n" +
+	"\x05table\x18\x02 \x01(\tR\x05table\x12\x18\n" +
+	"\aversion\x18\x03 \x01(\x04R\aversion\"A\n" +
+	"\x14BulkRollbackResponse\x12)\n" +
+	"\x03map\x18\x01 \x01(\v2\x17.tabula.v1.PartitionMapR\x03map\"\x14\n" +
 	"\x12ListServersRequest\"F\n" +
 	"\x13ListServersResponse\x12/\n" +
-	"\aservers\x18\x01 \x03(\v2\x15.tabula.v1.ServerInfoR\aservers\"v\n" +
+	"\aservers\x18\x01 \x03(\v2\x15.tabula.v1.ServerInfoR\aservers\"\x99\x01\n" +
 	"\rRequestHeader\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x14\n" +
 	"\x05table\x18\x02 \x01(\tR\x05table\x12!\n" +
 	"\fpartition_id\x18\x03 \x01(\x04R\vpartitionId\x12\x14\n" +
-	"\x05epoch\x18\x04 \x01(\x04R\x05epoch\"P\n" +
+	"\x05epoch\x18\x04 \x01(\x04R\x05epoch\x12!\n" +
+	"\fbulk_version\x18\x05 \x01(\x04R\vbulkVersion\"P\n" +
 	"\n" +
 	"GetRequest\x120\n" +
 	"\x06header\x18\x01 \x01(\v2\x18.tabula.v1.RequestHeaderR\x06header\x12\x10\n" +
@@ -3113,7 +4103,20 @@ const file_tabula_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\fR\x05value\x12&\n" +
 	"\x0fexpires_unix_ms\x18\x03 \x01(\x03R\rexpiresUnixMs\"=\n" +
 	"\fScanResponse\x12-\n" +
-	"\arecords\x18\x01 \x03(\v2\x13.tabula.v1.KeyValueR\arecords*j\n" +
+	"\arecords\x18\x01 \x03(\v2\x13.tabula.v1.KeyValueR\arecords\"\xd7\x01\n" +
+	"\x11BulkUploadRequest\x120\n" +
+	"\x06header\x18\x01 \x01(\v2\x18.tabula.v1.RequestHeaderR\x06header\x12\x18\n" +
+	"\aversion\x18\x02 \x01(\x04R\aversion\x12!\n" +
+	"\fbase_version\x18\x03 \x01(\x04R\vbaseVersion\x12'\n" +
+	"\x04file\x18\x04 \x01(\v2\x13.tabula.v1.BulkFileR\x04file\x12\x16\n" +
+	"\x06offset\x18\x05 \x01(\x04R\x06offset\x12\x12\n" +
+	"\x04data\x18\x06 \x01(\fR\x04data\"e\n" +
+	"\x17BulkUploadStatusRequest\x120\n" +
+	"\x06header\x18\x01 \x01(\v2\x18.tabula.v1.RequestHeaderR\x06header\x12\x18\n" +
+	"\aversion\x18\x02 \x01(\x04R\aversion\"H\n" +
+	"\x12BulkUploadResponse\x12\x1a\n" +
+	"\breceived\x18\x01 \x01(\x04R\breceived\x12\x16\n" +
+	"\x06loaded\x18\x02 \x01(\bR\x06loaded*j\n" +
 	"\tTableKind\x12\x1a\n" +
 	"\x16TABLE_KIND_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10TABLE_KIND_POINT\x10\x01\x12\x13\n" +
@@ -3122,7 +4125,12 @@ const file_tabula_proto_rawDesc = "" +
 	"\vReplicaRole\x12\x1c\n" +
 	"\x18REPLICA_ROLE_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14REPLICA_ROLE_PRIMARY\x10\x01\x12\x1a\n" +
-	"\x16REPLICA_ROLE_SECONDARY\x10\x02*\xa8\x02\n" +
+	"\x16REPLICA_ROLE_SECONDARY\x10\x02*\x94\x01\n" +
+	"\x10BulkVersionState\x12\"\n" +
+	"\x1eBULK_VERSION_STATE_UNSPECIFIED\x10\x00\x12\x1e\n" +
+	"\x1aBULK_VERSION_STATE_LOADING\x10\x01\x12\x1c\n" +
+	"\x18BULK_VERSION_STATE_READY\x10\x02\x12\x1e\n" +
+	"\x1aBULK_VERSION_STATE_SERVING\x10\x03*\xc5\x02\n" +
 	"\tErrorCode\x12\x1a\n" +
 	"\x16ERROR_CODE_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14ERROR_CODE_NOT_OWNER\x10\x01\x12\x1a\n" +
@@ -3133,7 +4141,9 @@ const file_tabula_proto_rawDesc = "" +
 	"\x16ERROR_CODE_SERVER_BUSY\x10\x06\x12\x1a\n" +
 	"\x16ERROR_CODE_UNAVAILABLE\x10\a\x12\x19\n" +
 	"\x15ERROR_CODE_WRONG_KIND\x10\b\x12\x1c\n" +
-	"\x18ERROR_CODE_UNIMPLEMENTED\x10\t2\xe6\x05\n" +
+	"\x18ERROR_CODE_UNIMPLEMENTED\x10\t\x12\x1b\n" +
+	"\x17ERROR_CODE_VERSION_GONE\x10\n" +
+	"2\xd0\a\n" +
 	"\x06Master\x12L\n" +
 	"\vCreateTable\x12\x1d.tabula.v1.CreateTableRequest\x1a\x1e.tabula.v1.CreateTableResponse\x12F\n" +
 	"\tDropTable\x12\x1b.tabula.v1.DropTableRequest\x1a\x1c.tabula.v1.DropTableResponse\x12I\n" +
@@ -3144,7 +4154,11 @@ const file_tabula_proto_rawDesc = "" +
 	"\x11WatchPartitionMap\x12#.tabula.v1.WatchPartitionMapRequest\x1a$.tabula.v1.WatchPartitionMapResponse0\x01\x12U\n" +
 	"\x0eRegisterServer\x12 .tabula.v1.RegisterServerRequest\x1a!.tabula.v1.RegisterServerResponse\x12F\n" +
 	"\tHeartbeat\x12\x1b.tabula.v1.HeartbeatRequest\x1a\x1c.tabula.v1.HeartbeatResponse\x12L\n" +
-	"\vListServers\x12\x1d.tabula.v1.ListServersRequest\x1a\x1e.tabula.v1.ListServersResponse2\xda\x03\n" +
+	"\vListServers\x12\x1d.tabula.v1.ListServersRequest\x1a\x1e.tabula.v1.ListServersResponse\x12L\n" +
+	"\vBulkPublish\x12\x1d.tabula.v1.BulkPublishRequest\x1a\x1e.tabula.v1.BulkPublishResponse\x12I\n" +
+	"\n" +
+	"BulkStatus\x12\x1c.tabula.v1.BulkStatusRequest\x1a\x1d.tabula.v1.BulkStatusResponse\x12O\n" +
+	"\fBulkRollback\x12\x1e.tabula.v1.BulkRollbackRequest\x1a\x1f.tabula.v1.BulkRollbackResponse2\xfe\x04\n" +
 	"\vTableServer\x124\n" +
 	"\x03Get\x12\x15.tabula.v1.GetRequest\x1a\x16.tabula.v1.GetResponse\x12C\n" +
 	"\bBatchGet\x12\x1a.tabula.v1.BatchGetRequest\x1a\x1b.tabula.v1.BatchGetResponse\x124\n" +
@@ -3153,7 +4167,10 @@ const file_tabula_proto_rawDesc = "" +
 	"\x0eCompareAndSwap\x12 .tabula.v1.CompareAndSwapRequest\x1a!.tabula.v1.CompareAndSwapResponse\x12I\n" +
 	"\n" +
 	"BatchWrite\x12\x1c.tabula.v1.BatchWriteRequest\x1a\x1d.tabula.v1.BatchWriteResponse\x129\n" +
-	"\x04Scan\x12\x16.tabula.v1.ScanRequest\x1a\x17.tabula.v1.ScanResponse0\x01B$Z\"github.com/tabuladb/tabula/api;apib\x06proto3"
+	"\x04Scan\x12\x16.tabula.v1.ScanRequest\x1a\x17.tabula.v1.ScanResponse0\x01\x12K\n" +
+	"\n" +
+	"BulkUpload\x12\x1c.tabula.v1.BulkUploadRequest\x1a\x1d.tabula.v1.BulkUploadResponse(\x01\x12U\n" +
+	"\x10BulkUploadStatus\x12\".tabula.v1.BulkUploadStatusRequest\x1a\x1d.tabula.v1.BulkUploadResponseB$Z\"github.com/tabuladb/tabula/api;apib\x06proto3"
 
 var (
 	file_tabula_proto_rawDescOnce sync.Once
@@ -3167,125 +4184,162 @@ func file_tabula_proto_rawDescGZIP() []byte {
 	return file_tabula_proto_rawDescData
 }
 
-var file_tabula_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_tabula_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
+var file_tabula_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
+var file_tabula_proto_msgTypes = make([]protoimpl.MessageInfo, 56)
 var file_tabula_proto_goTypes = []any{
 	(TableKind)(0),                    // 0: tabula.v1.TableKind
 	(ReplicaRole)(0),                  // 1: tabula.v1.ReplicaRole
-	(ErrorCode)(0),                    // 2: tabula.v1.ErrorCode
-	(Mutation_Op)(0),                  // 3: tabula.v1.Mutation.Op
-	(*TableOptions)(nil),              // 4: tabula.v1.TableOptions
-	(*Table)(nil),                     // 5: tabula.v1.Table
-	(*Replica)(nil),                   // 6: tabula.v1.Replica
-	(*Partition)(nil),                 // 7: tabula.v1.Partition
-	(*PartitionMap)(nil),              // 8: tabula.v1.PartitionMap
-	(*ServerInfo)(nil),                // 9: tabula.v1.ServerInfo
-	(*ReplicaStatus)(nil),             // 10: tabula.v1.ReplicaStatus
-	(*ErrorDetail)(nil),               // 11: tabula.v1.ErrorDetail
-	(*CreateTableRequest)(nil),        // 12: tabula.v1.CreateTableRequest
-	(*CreateTableResponse)(nil),       // 13: tabula.v1.CreateTableResponse
-	(*DropTableRequest)(nil),          // 14: tabula.v1.DropTableRequest
-	(*DropTableResponse)(nil),         // 15: tabula.v1.DropTableResponse
-	(*ListTablesRequest)(nil),         // 16: tabula.v1.ListTablesRequest
-	(*ListTablesResponse)(nil),        // 17: tabula.v1.ListTablesResponse
-	(*DescribeTableRequest)(nil),      // 18: tabula.v1.DescribeTableRequest
-	(*DescribeTableResponse)(nil),     // 19: tabula.v1.DescribeTableResponse
-	(*GetPartitionMapRequest)(nil),    // 20: tabula.v1.GetPartitionMapRequest
-	(*GetPartitionMapResponse)(nil),   // 21: tabula.v1.GetPartitionMapResponse
-	(*WatchPartitionMapRequest)(nil),  // 22: tabula.v1.WatchPartitionMapRequest
-	(*WatchPartitionMapResponse)(nil), // 23: tabula.v1.WatchPartitionMapResponse
-	(*RegisterServerRequest)(nil),     // 24: tabula.v1.RegisterServerRequest
-	(*RegisterServerResponse)(nil),    // 25: tabula.v1.RegisterServerResponse
-	(*HeartbeatRequest)(nil),          // 26: tabula.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),         // 27: tabula.v1.HeartbeatResponse
-	(*ListServersRequest)(nil),        // 28: tabula.v1.ListServersRequest
-	(*ListServersResponse)(nil),       // 29: tabula.v1.ListServersResponse
-	(*RequestHeader)(nil),             // 30: tabula.v1.RequestHeader
-	(*GetRequest)(nil),                // 31: tabula.v1.GetRequest
-	(*GetResponse)(nil),               // 32: tabula.v1.GetResponse
-	(*BatchGetRequest)(nil),           // 33: tabula.v1.BatchGetRequest
-	(*BatchGetResponse)(nil),          // 34: tabula.v1.BatchGetResponse
-	(*PutRequest)(nil),                // 35: tabula.v1.PutRequest
-	(*PutResponse)(nil),               // 36: tabula.v1.PutResponse
-	(*DeleteRequest)(nil),             // 37: tabula.v1.DeleteRequest
-	(*DeleteResponse)(nil),            // 38: tabula.v1.DeleteResponse
-	(*CompareAndSwapRequest)(nil),     // 39: tabula.v1.CompareAndSwapRequest
-	(*CompareAndSwapResponse)(nil),    // 40: tabula.v1.CompareAndSwapResponse
-	(*Mutation)(nil),                  // 41: tabula.v1.Mutation
-	(*BatchWriteRequest)(nil),         // 42: tabula.v1.BatchWriteRequest
-	(*BatchWriteResponse)(nil),        // 43: tabula.v1.BatchWriteResponse
-	(*ScanRequest)(nil),               // 44: tabula.v1.ScanRequest
-	(*KeyValue)(nil),                  // 45: tabula.v1.KeyValue
-	(*ScanResponse)(nil),              // 46: tabula.v1.ScanResponse
+	(BulkVersionState)(0),             // 2: tabula.v1.BulkVersionState
+	(ErrorCode)(0),                    // 3: tabula.v1.ErrorCode
+	(Mutation_Op)(0),                  // 4: tabula.v1.Mutation.Op
+	(*TableOptions)(nil),              // 5: tabula.v1.TableOptions
+	(*Table)(nil),                     // 6: tabula.v1.Table
+	(*Replica)(nil),                   // 7: tabula.v1.Replica
+	(*Partition)(nil),                 // 8: tabula.v1.Partition
+	(*PartitionMap)(nil),              // 9: tabula.v1.PartitionMap
+	(*BulkFile)(nil),                  // 10: tabula.v1.BulkFile
+	(*BulkVersion)(nil),               // 11: tabula.v1.BulkVersion
+	(*BulkInfo)(nil),                  // 12: tabula.v1.BulkInfo
+	(*ServerInfo)(nil),                // 13: tabula.v1.ServerInfo
+	(*ReplicaStatus)(nil),             // 14: tabula.v1.ReplicaStatus
+	(*BulkLoaded)(nil),                // 15: tabula.v1.BulkLoaded
+	(*ErrorDetail)(nil),               // 16: tabula.v1.ErrorDetail
+	(*CreateTableRequest)(nil),        // 17: tabula.v1.CreateTableRequest
+	(*CreateTableResponse)(nil),       // 18: tabula.v1.CreateTableResponse
+	(*DropTableRequest)(nil),          // 19: tabula.v1.DropTableRequest
+	(*DropTableResponse)(nil),         // 20: tabula.v1.DropTableResponse
+	(*ListTablesRequest)(nil),         // 21: tabula.v1.ListTablesRequest
+	(*ListTablesResponse)(nil),        // 22: tabula.v1.ListTablesResponse
+	(*DescribeTableRequest)(nil),      // 23: tabula.v1.DescribeTableRequest
+	(*DescribeTableResponse)(nil),     // 24: tabula.v1.DescribeTableResponse
+	(*GetPartitionMapRequest)(nil),    // 25: tabula.v1.GetPartitionMapRequest
+	(*GetPartitionMapResponse)(nil),   // 26: tabula.v1.GetPartitionMapResponse
+	(*WatchPartitionMapRequest)(nil),  // 27: tabula.v1.WatchPartitionMapRequest
+	(*WatchPartitionMapResponse)(nil), // 28: tabula.v1.WatchPartitionMapResponse
+	(*RegisterServerRequest)(nil),     // 29: tabula.v1.RegisterServerRequest
+	(*RegisterServerResponse)(nil),    // 30: tabula.v1.RegisterServerResponse
+	(*HeartbeatRequest)(nil),          // 31: tabula.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),         // 32: tabula.v1.HeartbeatResponse
+	(*BulkPublishRequest)(nil),        // 33: tabula.v1.BulkPublishRequest
+	(*BulkPublishResponse)(nil),       // 34: tabula.v1.BulkPublishResponse
+	(*BulkStatusRequest)(nil),         // 35: tabula.v1.BulkStatusRequest
+	(*BulkStatusResponse)(nil),        // 36: tabula.v1.BulkStatusResponse
+	(*BulkRollbackRequest)(nil),       // 37: tabula.v1.BulkRollbackRequest
+	(*BulkRollbackResponse)(nil),      // 38: tabula.v1.BulkRollbackResponse
+	(*ListServersRequest)(nil),        // 39: tabula.v1.ListServersRequest
+	(*ListServersResponse)(nil),       // 40: tabula.v1.ListServersResponse
+	(*RequestHeader)(nil),             // 41: tabula.v1.RequestHeader
+	(*GetRequest)(nil),                // 42: tabula.v1.GetRequest
+	(*GetResponse)(nil),               // 43: tabula.v1.GetResponse
+	(*BatchGetRequest)(nil),           // 44: tabula.v1.BatchGetRequest
+	(*BatchGetResponse)(nil),          // 45: tabula.v1.BatchGetResponse
+	(*PutRequest)(nil),                // 46: tabula.v1.PutRequest
+	(*PutResponse)(nil),               // 47: tabula.v1.PutResponse
+	(*DeleteRequest)(nil),             // 48: tabula.v1.DeleteRequest
+	(*DeleteResponse)(nil),            // 49: tabula.v1.DeleteResponse
+	(*CompareAndSwapRequest)(nil),     // 50: tabula.v1.CompareAndSwapRequest
+	(*CompareAndSwapResponse)(nil),    // 51: tabula.v1.CompareAndSwapResponse
+	(*Mutation)(nil),                  // 52: tabula.v1.Mutation
+	(*BatchWriteRequest)(nil),         // 53: tabula.v1.BatchWriteRequest
+	(*BatchWriteResponse)(nil),        // 54: tabula.v1.BatchWriteResponse
+	(*ScanRequest)(nil),               // 55: tabula.v1.ScanRequest
+	(*KeyValue)(nil),                  // 56: tabula.v1.KeyValue
+	(*ScanResponse)(nil),              // 57: tabula.v1.ScanResponse
+	(*BulkUploadRequest)(nil),         // 58: tabula.v1.BulkUploadRequest
+	(*BulkUploadStatusRequest)(nil),   // 59: tabula.v1.BulkUploadStatusRequest
+	(*BulkUploadResponse)(nil),        // 60: tabula.v1.BulkUploadResponse
 }
 var file_tabula_proto_depIdxs = []int32{
 	0,  // 0: tabula.v1.Table.kind:type_name -> tabula.v1.TableKind
-	4,  // 1: tabula.v1.Table.options:type_name -> tabula.v1.TableOptions
+	5,  // 1: tabula.v1.Table.options:type_name -> tabula.v1.TableOptions
 	1,  // 2: tabula.v1.Replica.role:type_name -> tabula.v1.ReplicaRole
-	6,  // 3: tabula.v1.Partition.replicas:type_name -> tabula.v1.Replica
-	5,  // 4: tabula.v1.PartitionMap.table:type_name -> tabula.v1.Table
-	7,  // 5: tabula.v1.PartitionMap.partitions:type_name -> tabula.v1.Partition
-	1,  // 6: tabula.v1.ReplicaStatus.role:type_name -> tabula.v1.ReplicaRole
-	2,  // 7: tabula.v1.ErrorDetail.code:type_name -> tabula.v1.ErrorCode
-	7,  // 8: tabula.v1.ErrorDetail.partition:type_name -> tabula.v1.Partition
-	0,  // 9: tabula.v1.CreateTableRequest.kind:type_name -> tabula.v1.TableKind
-	4,  // 10: tabula.v1.CreateTableRequest.options:type_name -> tabula.v1.TableOptions
-	8,  // 11: tabula.v1.CreateTableResponse.map:type_name -> tabula.v1.PartitionMap
-	5,  // 12: tabula.v1.ListTablesResponse.tables:type_name -> tabula.v1.Table
-	8,  // 13: tabula.v1.DescribeTableResponse.map:type_name -> tabula.v1.PartitionMap
-	10, // 14: tabula.v1.DescribeTableResponse.replicas:type_name -> tabula.v1.ReplicaStatus
-	8,  // 15: tabula.v1.GetPartitionMapResponse.map:type_name -> tabula.v1.PartitionMap
-	8,  // 16: tabula.v1.WatchPartitionMapResponse.maps:type_name -> tabula.v1.PartitionMap
-	10, // 17: tabula.v1.HeartbeatRequest.replicas:type_name -> tabula.v1.ReplicaStatus
-	9,  // 18: tabula.v1.ListServersResponse.servers:type_name -> tabula.v1.ServerInfo
-	30, // 19: tabula.v1.GetRequest.header:type_name -> tabula.v1.RequestHeader
-	30, // 20: tabula.v1.BatchGetRequest.header:type_name -> tabula.v1.RequestHeader
-	32, // 21: tabula.v1.BatchGetResponse.results:type_name -> tabula.v1.GetResponse
-	30, // 22: tabula.v1.PutRequest.header:type_name -> tabula.v1.RequestHeader
-	30, // 23: tabula.v1.DeleteRequest.header:type_name -> tabula.v1.RequestHeader
-	30, // 24: tabula.v1.CompareAndSwapRequest.header:type_name -> tabula.v1.RequestHeader
-	3,  // 25: tabula.v1.Mutation.op:type_name -> tabula.v1.Mutation.Op
-	30, // 26: tabula.v1.BatchWriteRequest.header:type_name -> tabula.v1.RequestHeader
-	41, // 27: tabula.v1.BatchWriteRequest.mutations:type_name -> tabula.v1.Mutation
-	30, // 28: tabula.v1.ScanRequest.header:type_name -> tabula.v1.RequestHeader
-	45, // 29: tabula.v1.ScanResponse.records:type_name -> tabula.v1.KeyValue
-	12, // 30: tabula.v1.Master.CreateTable:input_type -> tabula.v1.CreateTableRequest
-	14, // 31: tabula.v1.Master.DropTable:input_type -> tabula.v1.DropTableRequest
-	16, // 32: tabula.v1.Master.ListTables:input_type -> tabula.v1.ListTablesRequest
-	18, // 33: tabula.v1.Master.DescribeTable:input_type -> tabula.v1.DescribeTableRequest
-	20, // 34: tabula.v1.Master.GetPartitionMap:input_type -> tabula.v1.GetPartitionMapRequest
-	22, // 35: tabula.v1.Master.WatchPartitionMap:input_type -> tabula.v1.WatchPartitionMapRequest
-	24, // 36: tabula.v1.Master.RegisterServer:input_type -> tabula.v1.RegisterServerRequest
-	26, // 37: tabula.v1.Master.Heartbeat:input_type -> tabula.v1.HeartbeatRequest
-	28, // 38: tabula.v1.Master.ListServers:input_type -> tabula.v1.ListServersRequest
-	31, // 39: tabula.v1.TableServer.Get:input_type -> tabula.v1.GetRequest
-	33, // 40: tabula.v1.TableServer.BatchGet:input_type -> tabula.v1.BatchGetRequest
-	35, // 41: tabula.v1.TableServer.Put:input_type -> tabula.v1.PutRequest
-	37, // 42: tabula.v1.TableServer.Delete:input_type -> tabula.v1.DeleteRequest
-	39, // 43: tabula.v1.TableServer.CompareAndSwap:input_type -> tabula.v1.CompareAndSwapRequest
-	42, // 44: tabula.v1.TableServer.BatchWrite:input_type -> tabula.v1.BatchWriteRequest
-	44, // 45: tabula.v1.TableServer.Scan:input_type -> tabula.v1.ScanRequest
-	13, // 46: tabula.v1.Master.CreateTable:output_type -> tabula.v1.CreateTableResponse
-	15, // 47: tabula.v1.Master.DropTable:output_type -> tabula.v1.DropTableResponse
-	17, // 48: tabula.v1.Master.ListTables:output_type -> tabula.v1.ListTablesResponse
-	19, // 49: tabula.v1.Master.DescribeTable:output_type -> tabula.v1.DescribeTableResponse
-	21, // 50: tabula.v1.Master.GetPartitionMap:output_type -> tabula.v1.GetPartitionMapResponse
-	23, // 51: tabula.v1.Master.WatchPartitionMap:output_type -> tabula.v1.WatchPartitionMapResponse
-	25, // 52: tabula.v1.Master.RegisterServer:output_type -> tabula.v1.RegisterServerResponse
-	27, // 53: tabula.v1.Master.Heartbeat:output_type -> tabula.v1.HeartbeatResponse
-	29, // 54: tabula.v1.Master.ListServers:output_type -> tabula.v1.ListServersResponse
-	32, // 55: tabula.v1.TableServer.Get:output_type -> tabula.v1.GetResponse
-	34, // 56: tabula.v1.TableServer.BatchGet:output_type -> tabula.v1.BatchGetResponse
-	36, // 57: tabula.v1.TableServer.Put:output_type -> tabula.v1.PutResponse
-	38, // 58: tabula.v1.TableServer.Delete:output_type -> tabula.v1.DeleteResponse
-	40, // 59: tabula.v1.TableServer.CompareAndSwap:output_type -> tabula.v1.CompareAndSwapResponse
-	43, // 60: tabula.v1.TableServer.BatchWrite:output_type -> tabula.v1.BatchWriteResponse
-	46, // 61: tabula.v1.TableServer.Scan:output_type -> tabula.v1.ScanResponse
-	46, // [46:62] is the sub-list for method output_type
-	30, // [30:46] is the sub-list for method input_type
-	30, // [30:30] is the sub-list for extension type_name
-	30, // [30:30] is the sub-list for extension extendee
-	0,  // [0:30] is the sub-list for field type_name
+	7,  // 3: tabula.v1.Partition.replicas:type_name -> tabula.v1.Replica
+	6,  // 4: tabula.v1.PartitionMap.table:type_name -> tabula.v1.Table
+	8,  // 5: tabula.v1.PartitionMap.partitions:type_name -> tabula.v1.Partition
+	12, // 6: tabula.v1.PartitionMap.bulk:type_name -> tabula.v1.BulkInfo
+	2,  // 7: tabula.v1.BulkVersion.state:type_name -> tabula.v1.BulkVersionState
+	10, // 8: tabula.v1.BulkVersion.files:type_name -> tabula.v1.BulkFile
+	11, // 9: tabula.v1.BulkInfo.versions:type_name -> tabula.v1.BulkVersion
+	1,  // 10: tabula.v1.ReplicaStatus.role:type_name -> tabula.v1.ReplicaRole
+	15, // 11: tabula.v1.ReplicaStatus.bulk_loaded:type_name -> tabula.v1.BulkLoaded
+	3,  // 12: tabula.v1.ErrorDetail.code:type_name -> tabula.v1.ErrorCode
+	8,  // 13: tabula.v1.ErrorDetail.partition:type_name -> tabula.v1.Partition
+	0,  // 14: tabula.v1.CreateTableRequest.kind:type_name -> tabula.v1.TableKind
+	5,  // 15: tabula.v1.CreateTableRequest.options:type_name -> tabula.v1.TableOptions
+	9,  // 16: tabula.v1.CreateTableResponse.map:type_name -> tabula.v1.PartitionMap
+	6,  // 17: tabula.v1.ListTablesResponse.tables:type_name -> tabula.v1.Table
+	9,  // 18: tabula.v1.DescribeTableResponse.map:type_name -> tabula.v1.PartitionMap
+	14, // 19: tabula.v1.DescribeTableResponse.replicas:type_name -> tabula.v1.ReplicaStatus
+	9,  // 20: tabula.v1.GetPartitionMapResponse.map:type_name -> tabula.v1.PartitionMap
+	9,  // 21: tabula.v1.WatchPartitionMapResponse.maps:type_name -> tabula.v1.PartitionMap
+	14, // 22: tabula.v1.HeartbeatRequest.replicas:type_name -> tabula.v1.ReplicaStatus
+	10, // 23: tabula.v1.BulkPublishRequest.files:type_name -> tabula.v1.BulkFile
+	9,  // 24: tabula.v1.BulkPublishResponse.map:type_name -> tabula.v1.PartitionMap
+	9,  // 25: tabula.v1.BulkStatusResponse.map:type_name -> tabula.v1.PartitionMap
+	12, // 26: tabula.v1.BulkStatusResponse.bulk:type_name -> tabula.v1.BulkInfo
+	9,  // 27: tabula.v1.BulkRollbackResponse.map:type_name -> tabula.v1.PartitionMap
+	13, // 28: tabula.v1.ListServersResponse.servers:type_name -> tabula.v1.ServerInfo
+	41, // 29: tabula.v1.GetRequest.header:type_name -> tabula.v1.RequestHeader
+	41, // 30: tabula.v1.BatchGetRequest.header:type_name -> tabula.v1.RequestHeader
+	43, // 31: tabula.v1.BatchGetResponse.results:type_name -> tabula.v1.GetResponse
+	41, // 32: tabula.v1.PutRequest.header:type_name -> tabula.v1.RequestHeader
+	41, // 33: tabula.v1.DeleteRequest.header:type_name -> tabula.v1.RequestHeader
+	41, // 34: tabula.v1.CompareAndSwapRequest.header:type_name -> tabula.v1.RequestHeader
+	4,  // 35: tabula.v1.Mutation.op:type_name -> tabula.v1.Mutation.Op
+	41, // 36: tabula.v1.BatchWriteRequest.header:type_name -> tabula.v1.RequestHeader
+	52, // 37: tabula.v1.BatchWriteRequest.mutations:type_name -> tabula.v1.Mutation
+	41, // 38: tabula.v1.ScanRequest.header:type_name -> tabula.v1.RequestHeader
+	56, // 39: tabula.v1.ScanResponse.records:type_name -> tabula.v1.KeyValue
+	41, // 40: tabula.v1.BulkUploadRequest.header:type_name -> tabula.v1.RequestHeader
+	10, // 41: tabula.v1.BulkUploadRequest.file:type_name -> tabula.v1.BulkFile
+	41, // 42: tabula.v1.BulkUploadStatusRequest.header:type_name -> tabula.v1.RequestHeader
+	17, // 43: tabula.v1.Master.CreateTable:input_type -> tabula.v1.CreateTableRequest
+	19, // 44: tabula.v1.Master.DropTable:input_type -> tabula.v1.DropTableRequest
+	21, // 45: tabula.v1.Master.ListTables:input_type -> tabula.v1.ListTablesRequest
+	23, // 46: tabula.v1.Master.DescribeTable:input_type -> tabula.v1.DescribeTableRequest
+	25, // 47: tabula.v1.Master.GetPartitionMap:input_type -> tabula.v1.GetPartitionMapRequest
+	27, // 48: tabula.v1.Master.WatchPartitionMap:input_type -> tabula.v1.WatchPartitionMapRequest
+	29, // 49: tabula.v1.Master.RegisterServer:input_type -> tabula.v1.RegisterServerRequest
+	31, // 50: tabula.v1.Master.Heartbeat:input_type -> tabula.v1.HeartbeatRequest
+	39, // 51: tabula.v1.Master.ListServers:input_type -> tabula.v1.ListServersRequest
+	33, // 52: tabula.v1.Master.BulkPublish:input_type -> tabula.v1.BulkPublishRequest
+	35, // 53: tabula.v1.Master.BulkStatus:input_type -> tabula.v1.BulkStatusRequest
+	37, // 54: tabula.v1.Master.BulkRollback:input_type -> tabula.v1.BulkRollbackRequest
+	42, // 55: tabula.v1.TableServer.Get:input_type -> tabula.v1.GetRequest
+	44, // 56: tabula.v1.TableServer.BatchGet:input_type -> tabula.v1.BatchGetRequest
+	46, // 57: tabula.v1.TableServer.Put:input_type -> tabula.v1.PutRequest
+	48, // 58: tabula.v1.TableServer.Delete:input_type -> tabula.v1.DeleteRequest
+	50, // 59: tabula.v1.TableServer.CompareAndSwap:input_type -> tabula.v1.CompareAndSwapRequest
+	53, // 60: tabula.v1.TableServer.BatchWrite:input_type -> tabula.v1.BatchWriteRequest
+	55, // 61: tabula.v1.TableServer.Scan:input_type -> tabula.v1.ScanRequest
+	58, // 62: tabula.v1.TableServer.BulkUpload:input_type -> tabula.v1.BulkUploadRequest
+	59, // 63: tabula.v1.TableServer.BulkUploadStatus:input_type -> tabula.v1.BulkUploadStatusRequest
+	18, // 64: tabula.v1.Master.CreateTable:output_type -> tabula.v1.CreateTableResponse
+	20, // 65: tabula.v1.Master.DropTable:output_type -> tabula.v1.DropTableResponse
+	22, // 66: tabula.v1.Master.ListTables:output_type -> tabula.v1.ListTablesResponse
+	24, // 67: tabula.v1.Master.DescribeTable:output_type -> tabula.v1.DescribeTableResponse
+	26, // 68: tabula.v1.Master.GetPartitionMap:output_type -> tabula.v1.GetPartitionMapResponse
+	28, // 69: tabula.v1.Master.WatchPartitionMap:output_type -> tabula.v1.WatchPartitionMapResponse
+	30, // 70: tabula.v1.Master.RegisterServer:output_type -> tabula.v1.RegisterServerResponse
+	32, // 71: tabula.v1.Master.Heartbeat:output_type -> tabula.v1.HeartbeatResponse
+	40, // 72: tabula.v1.Master.ListServers:output_type -> tabula.v1.ListServersResponse
+	34, // 73: tabula.v1.Master.BulkPublish:output_type -> tabula.v1.BulkPublishResponse
+	36, // 74: tabula.v1.Master.BulkStatus:output_type -> tabula.v1.BulkStatusResponse
+	38, // 75: tabula.v1.Master.BulkRollback:output_type -> tabula.v1.BulkRollbackResponse
+	43, // 76: tabula.v1.TableServer.Get:output_type -> tabula.v1.GetResponse
+	45, // 77: tabula.v1.TableServer.BatchGet:output_type -> tabula.v1.BatchGetResponse
+	47, // 78: tabula.v1.TableServer.Put:output_type -> tabula.v1.PutResponse
+	49, // 79: tabula.v1.TableServer.Delete:output_type -> tabula.v1.DeleteResponse
+	51, // 80: tabula.v1.TableServer.CompareAndSwap:output_type -> tabula.v1.CompareAndSwapResponse
+	54, // 81: tabula.v1.TableServer.BatchWrite:output_type -> tabula.v1.BatchWriteResponse
+	57, // 82: tabula.v1.TableServer.Scan:output_type -> tabula.v1.ScanResponse
+	60, // 83: tabula.v1.TableServer.BulkUpload:output_type -> tabula.v1.BulkUploadResponse
+	60, // 84: tabula.v1.TableServer.BulkUploadStatus:output_type -> tabula.v1.BulkUploadResponse
+	64, // [64:85] is the sub-list for method output_type
+	43, // [43:64] is the sub-list for method input_type
+	43, // [43:43] is the sub-list for extension type_name
+	43, // [43:43] is the sub-list for extension extendee
+	0,  // [0:43] is the sub-list for field type_name
 }
 
 func init() { file_tabula_proto_init() }
@@ -3298,8 +4352,8 @@ func file_tabula_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tabula_proto_rawDesc), len(file_tabula_proto_rawDesc)),
-			NumEnums:      4,
-			NumMessages:   43,
+			NumEnums:      5,
+			NumMessages:   56,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -36,6 +36,9 @@ const (
 	Master_RegisterServer_FullMethodName    = "/tabula.v1.Master/RegisterServer"
 	Master_Heartbeat_FullMethodName         = "/tabula.v1.Master/Heartbeat"
 	Master_ListServers_FullMethodName       = "/tabula.v1.Master/ListServers"
+	Master_BulkPublish_FullMethodName       = "/tabula.v1.Master/BulkPublish"
+	Master_BulkStatus_FullMethodName        = "/tabula.v1.Master/BulkStatus"
+	Master_BulkRollback_FullMethodName      = "/tabula.v1.Master/BulkRollback"
 )
 
 // MasterClient is the client API for Master service.
@@ -52,6 +55,15 @@ type MasterClient interface {
 	RegisterServer(ctx context.Context, in *RegisterServerRequest, opts ...grpc.CallOption) (*RegisterServerResponse, error)
 	Heartbeat(ctx context.Context, in *HeartbeatRequest, opts ...grpc.CallOption) (*HeartbeatResponse, error)
 	ListServers(ctx context.Context, in *ListServersRequest, opts ...grpc.CallOption) (*ListServersResponse, error)
+	// BulkPublish registers version files of a bulk table (loading) and
+	// returns the map the files go to. Publishing a version again with the
+	// same files is a no-op, so an interrupted publish is resumed by running
+	// it again.
+	BulkPublish(ctx context.Context, in *BulkPublishRequest, opts ...grpc.CallOption) (*BulkPublishResponse, error)
+	// BulkStatus returns a bulk table's versions with per-partition detail.
+	BulkStatus(ctx context.Context, in *BulkStatusRequest, opts ...grpc.CallOption) (*BulkStatusResponse, error)
+	// BulkRollback makes a retained, fully loaded version the serving one.
+	BulkRollback(ctx context.Context, in *BulkRollbackRequest, opts ...grpc.CallOption) (*BulkRollbackResponse, error)
 }
 
 type masterClient struct {
@@ -161,6 +173,36 @@ func (c *masterClient) ListServers(ctx context.Context, in *ListServersRequest, 
 	return out, nil
 }
 
+func (c *masterClient) BulkPublish(ctx context.Context, in *BulkPublishRequest, opts ...grpc.CallOption) (*BulkPublishResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(BulkPublishResponse)
+	err := c.cc.Invoke(ctx, Master_BulkPublish_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *masterClient) BulkStatus(ctx context.Context, in *BulkStatusRequest, opts ...grpc.CallOption) (*BulkStatusResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(BulkStatusResponse)
+	err := c.cc.Invoke(ctx, Master_BulkStatus_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *masterClient) BulkRollback(ctx context.Context, in *BulkRollbackRequest, opts ...grpc.CallOption) (*BulkRollbackResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(BulkRollbackResponse)
+	err := c.cc.Invoke(ctx, Master_BulkRollback_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // MasterServer is the server API for Master service.
 // All implementations must embed UnimplementedMasterServer
 // for forward compatibility.
@@ -175,6 +217,15 @@ type MasterServer interface {
 	RegisterServer(context.Context, *RegisterServerRequest) (*RegisterServerResponse, error)
 	Heartbeat(context.Context, *HeartbeatRequest) (*HeartbeatResponse, error)
 	ListServers(context.Context, *ListServersRequest) (*ListServersResponse, error)
+	// BulkPublish registers version files of a bulk table (loading) and
+	// returns the map the files go to. Publishing a version again with the
+	// same files is a no-op, so an interrupted publish is resumed by running
+	// it again.
+	BulkPublish(context.Context, *BulkPublishRequest) (*BulkPublishResponse, error)
+	// BulkStatus returns a bulk table's versions with per-partition detail.
+	BulkStatus(context.Context, *BulkStatusRequest) (*BulkStatusResponse, error)
+	// BulkRollback makes a retained, fully loaded version the serving one.
+	BulkRollback(context.Context, *BulkRollbackRequest) (*BulkRollbackResponse, error)
 	mustEmbedUnimplementedMasterServer()
 }
 
@@ -211,6 +262,15 @@ func (UnimplementedMasterServer) Heartbeat(context.Context, *HeartbeatRequest) (
 }
 func (UnimplementedMasterServer) ListServers(context.Context, *ListServersRequest) (*ListServersResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListServers not implemented")
+}
+func (UnimplementedMasterServer) BulkPublish(context.Context, *BulkPublishRequest) (*BulkPublishResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method BulkPublish not implemented")
+}
+func (UnimplementedMasterServer) BulkStatus(context.Context, *BulkStatusRequest) (*BulkStatusResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method BulkStatus not implemented")
+}
+func (UnimplementedMasterServer) BulkRollback(context.Context, *BulkRollbackRequest) (*BulkRollbackResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method BulkRollback not implemented")
 }
 func (UnimplementedMasterServer) mustEmbedUnimplementedMasterServer() {}
 func (UnimplementedMasterServer) testEmbeddedByValue()                {}
@@ -388,6 +448,60 @@ func _Master_ListServers_Handler(srv interface{}, ctx context.Context, dec func(
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Master_BulkPublish_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(BulkPublishRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MasterServer).BulkPublish(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Master_BulkPublish_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MasterServer).BulkPublish(ctx, req.(*BulkPublishRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Master_BulkStatus_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(BulkStatusRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MasterServer).BulkStatus(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Master_BulkStatus_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MasterServer).BulkStatus(ctx, req.(*BulkStatusRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Master_BulkRollback_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(BulkRollbackRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MasterServer).BulkRollback(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Master_BulkRollback_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MasterServer).BulkRollback(ctx, req.(*BulkRollbackRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Master_ServiceDesc is the grpc.ServiceDesc for Master service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -427,6 +541,18 @@ var Master_ServiceDesc = grpc.ServiceDesc{
 			MethodName: "ListServers",
 			Handler:    _Master_ListServers_Handler,
 		},
+		{
+			MethodName: "BulkPublish",
+			Handler:    _Master_BulkPublish_Handler,
+		},
+		{
+			MethodName: "BulkStatus",
+			Handler:    _Master_BulkStatus_Handler,
+		},
+		{
+			MethodName: "BulkRollback",
+			Handler:    _Master_BulkRollback_Handler,
+		},
 	},
 	Streams: []grpc.StreamDesc{
 		{
@@ -439,13 +565,15 @@ var Master_ServiceDesc = grpc.ServiceDesc{
 }
 
 const (
-	TableServer_Get_FullMethodName            = "/tabula.v1.TableServer/Get"
-	TableServer_BatchGet_FullMethodName       = "/tabula.v1.TableServer/BatchGet"
-	TableServer_Put_FullMethodName            = "/tabula.v1.TableServer/Put"
-	TableServer_Delete_FullMethodName         = "/tabula.v1.TableServer/Delete"
-	TableServer_CompareAndSwap_FullMethodName = "/tabula.v1.TableServer/CompareAndSwap"
-	TableServer_BatchWrite_FullMethodName     = "/tabula.v1.TableServer/BatchWrite"
-	TableServer_Scan_FullMethodName           = "/tabula.v1.TableServer/Scan"
+	TableServer_Get_FullMethodName              = "/tabula.v1.TableServer/Get"
+	TableServer_BatchGet_FullMethodName         = "/tabula.v1.TableServer/BatchGet"
+	TableServer_Put_FullMethodName              = "/tabula.v1.TableServer/Put"
+	TableServer_Delete_FullMethodName           = "/tabula.v1.TableServer/Delete"
+	TableServer_CompareAndSwap_FullMethodName   = "/tabula.v1.TableServer/CompareAndSwap"
+	TableServer_BatchWrite_FullMethodName       = "/tabula.v1.TableServer/BatchWrite"
+	TableServer_Scan_FullMethodName             = "/tabula.v1.TableServer/Scan"
+	TableServer_BulkUpload_FullMethodName       = "/tabula.v1.TableServer/BulkUpload"
+	TableServer_BulkUploadStatus_FullMethodName = "/tabula.v1.TableServer/BulkUploadStatus"
 )
 
 // TableServerClient is the client API for TableServer service.
@@ -461,6 +589,13 @@ type TableServerClient interface {
 	BatchWrite(ctx context.Context, in *BatchWriteRequest, opts ...grpc.CallOption) (*BatchWriteResponse, error)
 	// Scan streams every live record of one partition, in chunks.
 	Scan(ctx context.Context, in *ScanRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ScanResponse], error)
+	// BulkUpload receives one partition file of a bulk version, in order
+	// from any offset the server already holds (BulkUploadStatus), verifies
+	// it (whole-file CRC32C, then every section and record) and loads it
+	// beside the versions served.
+	BulkUpload(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[BulkUploadRequest, BulkUploadResponse], error)
+	// BulkUploadStatus says how much of a partition file the server holds.
+	BulkUploadStatus(ctx context.Context, in *BulkUploadStatusRequest, opts ...grpc.CallOption) (*BulkUploadResponse, error)
 }
 
 type tableServerClient struct {
@@ -550,6 +685,29 @@ func (c *tableServerClient) Scan(ctx context.Context, in *ScanRequest, opts ...g
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type TableServer_ScanClient = grpc.ServerStreamingClient[ScanResponse]
 
+func (c *tableServerClient) BulkUpload(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[BulkUploadRequest, BulkUploadResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &TableServer_ServiceDesc.Streams[1], TableServer_BulkUpload_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[BulkUploadRequest, BulkUploadResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type TableServer_BulkUploadClient = grpc.ClientStreamingClient[BulkUploadRequest, BulkUploadResponse]
+
+func (c *tableServerClient) BulkUploadStatus(ctx context.Context, in *BulkUploadStatusRequest, opts ...grpc.CallOption) (*BulkUploadResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(BulkUploadResponse)
+	err := c.cc.Invoke(ctx, TableServer_BulkUploadStatus_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // TableServerServer is the server API for TableServer service.
 // All implementations must embed UnimplementedTableServerServer
 // for forward compatibility.
@@ -563,6 +721,13 @@ type TableServerServer interface {
 	BatchWrite(context.Context, *BatchWriteRequest) (*BatchWriteResponse, error)
 	// Scan streams every live record of one partition, in chunks.
 	Scan(*ScanRequest, grpc.ServerStreamingServer[ScanResponse]) error
+	// BulkUpload receives one partition file of a bulk version, in order
+	// from any offset the server already holds (BulkUploadStatus), verifies
+	// it (whole-file CRC32C, then every section and record) and loads it
+	// beside the versions served.
+	BulkUpload(grpc.ClientStreamingServer[BulkUploadRequest, BulkUploadResponse]) error
+	// BulkUploadStatus says how much of a partition file the server holds.
+	BulkUploadStatus(context.Context, *BulkUploadStatusRequest) (*BulkUploadResponse, error)
 	mustEmbedUnimplementedTableServerServer()
 }
 
@@ -593,6 +758,12 @@ func (UnimplementedTableServerServer) BatchWrite(context.Context, *BatchWriteReq
 }
 func (UnimplementedTableServerServer) Scan(*ScanRequest, grpc.ServerStreamingServer[ScanResponse]) error {
 	return status.Error(codes.Unimplemented, "method Scan not implemented")
+}
+func (UnimplementedTableServerServer) BulkUpload(grpc.ClientStreamingServer[BulkUploadRequest, BulkUploadResponse]) error {
+	return status.Error(codes.Unimplemented, "method BulkUpload not implemented")
+}
+func (UnimplementedTableServerServer) BulkUploadStatus(context.Context, *BulkUploadStatusRequest) (*BulkUploadResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method BulkUploadStatus not implemented")
 }
 func (UnimplementedTableServerServer) mustEmbedUnimplementedTableServerServer() {}
 func (UnimplementedTableServerServer) testEmbeddedByValue()                     {}
@@ -734,6 +905,31 @@ func _TableServer_Scan_Handler(srv interface{}, stream grpc.ServerStream) error 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type TableServer_ScanServer = grpc.ServerStreamingServer[ScanResponse]
 
+func _TableServer_BulkUpload_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(TableServerServer).BulkUpload(&grpc.GenericServerStream[BulkUploadRequest, BulkUploadResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type TableServer_BulkUploadServer = grpc.ClientStreamingServer[BulkUploadRequest, BulkUploadResponse]
+
+func _TableServer_BulkUploadStatus_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(BulkUploadStatusRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TableServerServer).BulkUploadStatus(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: TableServer_BulkUploadStatus_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TableServerServer).BulkUploadStatus(ctx, req.(*BulkUploadStatusRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // TableServer_ServiceDesc is the grpc.ServiceDesc for TableServer service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -765,12 +961,21 @@ var TableServer_ServiceDesc = grpc.ServiceDesc{
 			MethodName: "BatchWrite",
 			Handler:    _TableServer_BatchWrite_Handler,
 		},
+		{
+			MethodName: "BulkUploadStatus",
+			Handler:    _TableServer_BulkUploadStatus_Handler,
+		},
 	},
 	Streams: []grpc.StreamDesc{
 		{
 			StreamName:    "Scan",
 			Handler:       _TableServer_Scan_Handler,
 			ServerStreams: true,
+		},
+		{
+			StreamName:    "BulkUpload",
+			Handler:       _TableServer_BulkUpload_Handler,
+			ClientStreams: true,
 		},
 	},
 	Metadata: "tabula.proto",

@@ -137,13 +137,35 @@ func (t *Table) BatchGet(ctx context.Context, keys [][]byte) ([]GetResult, error
 	// One deadline for the whole batch, regroups included.
 	ctx, _, cancel := t.c.callCtx(ctx, true)
 	defer cancel()
-	if err := t.batchGet(ctx, keys, hashes, idx, results); err != nil {
-		return nil, err
+	// A bulk table's batch reads one version in every partition: the
+	// serving one by the map at the start (or the pinned one). If a server
+	// has unloaded it meanwhile, the whole batch runs again on the new
+	// serving version, so no answer mixes versions.
+	for attempt := 0; ; attempt++ {
+		m, err := t.ts.current(ctx)
+		if err != nil {
+			return nil, t.errf(op, err)
+		}
+		version := t.pin
+		if version == 0 {
+			version = m.GetBulk().GetCurrent()
+		}
+		err = t.batchGet(ctx, keys, hashes, idx, results, version)
+		if err == nil {
+			return results, nil
+		}
+		if api.CodeOf(err) != api.ErrorCode_ERROR_CODE_VERSION_GONE || t.pin != 0 || attempt >= versionGoneRetries || ctx.Err() != nil {
+			return nil, err
+		}
+		t.refreshQuietly(ctx)
 	}
-	return results, nil
 }
 
-func (t *Table) batchGet(ctx context.Context, keys [][]byte, hashes []uint64, idx []int, results []GetResult) error {
+// versionGoneRetries bounds the whole-batch retries of a BatchGet on a bulk
+// table whose version is unloaded under it (each one follows a map change).
+const versionGoneRetries = 8
+
+func (t *Table) batchGet(ctx context.Context, keys [][]byte, hashes []uint64, idx []int, results []GetResult, version uint64) error {
 	const op = "batch get from"
 	m, err := t.ts.current(ctx)
 	if err != nil {
@@ -164,8 +186,13 @@ func (t *Table) batchGet(ctx context.Context, keys [][]byte, hashes []uint64, id
 			req.Keys[j] = keys[i]
 		}
 		err := t.do(ctx, op, true, pickGroup(hashes, g), func(ctx context.Context, ts api.TableServerClient, h *api.RequestHeader) error {
+			h.BulkVersion = version
 			req.Header = h
 			resp, err := ts.BatchGet(ctx, req)
+			if api.CodeOf(err) == api.ErrorCode_ERROR_CODE_VERSION_GONE {
+				// The whole batch retries on the new version, not this part.
+				return &permanentError{err}
+			}
 			if err != nil {
 				return err
 			}
@@ -183,7 +210,7 @@ func (t *Table) batchGet(ctx context.Context, keys [][]byte, hashes []uint64, id
 			return nil
 		})
 		if errors.Is(err, errRegroup) {
-			return t.batchGet(ctx, keys, hashes, g, results)
+			return t.batchGet(ctx, keys, hashes, g, results, version)
 		}
 		return err
 	})

@@ -136,7 +136,7 @@ func keepNewerEpochs(cur, m *api.PartitionMap) *api.PartitionMap {
 	for i, p := range m.GetPartitions() {
 		if c, ok := byID[p.GetId()]; ok && c.GetEpoch() > p.GetEpoch() {
 			if out == nil {
-				out = &api.PartitionMap{Table: m.GetTable(), Version: m.GetVersion(), Partitions: slices.Clone(m.GetPartitions())}
+				out = &api.PartitionMap{Table: m.GetTable(), Version: m.GetVersion(), Partitions: slices.Clone(m.GetPartitions()), Bulk: m.GetBulk()}
 			}
 			out.Partitions[i] = c
 		}
@@ -163,7 +163,7 @@ func (ts *tableState) patch(p *api.Partition) bool {
 		if i < 0 || cur.GetPartitions()[i].GetEpoch() >= p.GetEpoch() {
 			return false
 		}
-		next := &api.PartitionMap{Table: cur.GetTable(), Version: cur.GetVersion(), Partitions: slices.Clone(cur.GetPartitions())}
+		next := &api.PartitionMap{Table: cur.GetTable(), Version: cur.GetVersion(), Partitions: slices.Clone(cur.GetPartitions()), Bulk: cur.GetBulk()}
 		next.Partitions[i] = p
 		if ts.m.CompareAndSwap(cur, next) {
 			return true

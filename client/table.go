@@ -23,6 +23,7 @@ type Table struct {
 	name string
 	ts   *tableState // nil when the name is invalid
 	err  error       // the name's validation error
+	pin  uint64      // bulk tables: the version reads name (0: the serving one)
 }
 
 // Table returns a handle on the table name. It does no I/O; an invalid name
@@ -147,7 +148,11 @@ func (t *Table) do(ctx context.Context, op string, bounded bool, pick pickFunc, 
 			if r := primaryOf(p); r == nil {
 				err = unavailable("no_primary", "partition %d has no primary", p.GetId())
 			} else {
-				header = &api.RequestHeader{Tenant: c.opts.Tenant, Table: t.name, PartitionId: p.GetId(), Epoch: p.GetEpoch()}
+				// Bulk tables: the serving version by this map (the rpc
+				// may name another); a server that has unloaded it
+				// answers VERSION_GONE and the retry takes the new map's.
+				header = &api.RequestHeader{Tenant: c.opts.Tenant, Table: t.name, PartitionId: p.GetId(), Epoch: p.GetEpoch(),
+					BulkVersion: m.GetBulk().GetCurrent()}
 				cc, cerr := c.conn(r.GetAddr())
 				if cerr != nil {
 					err = cerr
@@ -195,6 +200,14 @@ func (t *Table) do(ctx context.Context, op string, bounded bool, pick pickFunc, 
 			backoffs++
 		case api.ErrorCode_ERROR_CODE_SERVER_BUSY:
 			wait = max(c.jitter.backoff(backoffs, backoffBase, backoffCap), time.Duration(d.GetRetryAfterMs())*time.Millisecond)
+			backoffs++
+		case api.ErrorCode_ERROR_CODE_VERSION_GONE:
+			// Our map is behind the version switches: take the new map.
+			if t.pin != 0 {
+				return fmt.Errorf("client: %s %q%s: %w", op, t.name, where, err)
+			}
+			refresh = true
+			wait = c.jitter.backoff(backoffs, backoffBase, backoffCap)
 			backoffs++
 		case api.ErrorCode_ERROR_CODE_NOT_FOUND:
 			if header != nil && d.GetMapVersion() != 0 && d.GetMapVersion() < m.GetVersion() {
@@ -260,6 +273,9 @@ func (t *Table) Get(ctx context.Context, key []byte) ([]byte, error) {
 	var resp *api.GetResponse
 	err := t.do(ctx, op, true, pickHash(keyspace.Hash(key)), func(ctx context.Context, ts api.TableServerClient, h *api.RequestHeader) error {
 		var err error
+		if t.pin != 0 {
+			h.BulkVersion = t.pin
+		}
 		resp, err = ts.Get(ctx, &api.GetRequest{Header: h, Key: key})
 		return err
 	})

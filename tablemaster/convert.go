@@ -16,6 +16,8 @@ func (t *Table) Proto() *api.Table {
 			Storage:       t.Options.Storage,
 			Durability:    t.Options.Durability,
 			Compression:   t.Options.Compression,
+
+			BulkRetainedVersions: t.Options.BulkRetainedVersions,
 		},
 		Id:            t.ID,
 		CreatedUnixMs: t.CreatedUnixMs,
@@ -29,6 +31,7 @@ func (t *Table) MapProto(version uint64) *api.PartitionMap {
 	for i, p := range t.Partitions {
 		m.Partitions[i] = p.Proto()
 	}
+	m.Bulk = t.BulkInfoProto(false)
 	return m
 }
 
@@ -55,5 +58,7 @@ func optionsFromProto(o *api.TableOptions) *TableOptions {
 		Storage:       o.GetStorage(),
 		Durability:    o.GetDurability(),
 		Compression:   o.GetCompression(),
+
+		BulkRetainedVersions: o.GetBulkRetainedVersions(),
 	}
 }

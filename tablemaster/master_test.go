@@ -150,7 +150,7 @@ func TestMasterGRPC(t *testing.T) {
 	// Refusals travel as Tabula statuses.
 	_, err = c.CreateTable(ctx, &api.CreateTableRequest{Tenant: api.DefaultTenant, Name: "t", Kind: api.TableKind_TABLE_KIND_POINT})
 	wantCode(t, err, codes.AlreadyExists, "table_exists", "")
-	_, err = c.CreateTable(ctx, &api.CreateTableRequest{Tenant: api.DefaultTenant, Name: "b", Kind: api.TableKind_TABLE_KIND_BULK})
+	_, err = c.CreateTable(ctx, &api.CreateTableRequest{Tenant: api.DefaultTenant, Name: "o", Kind: api.TableKind_TABLE_KIND_ORDERED})
 	wantCode(t, err, codes.Unimplemented, "kind_not_implemented", "")
 	_, err = c.CreateTable(ctx, &api.CreateTableRequest{Tenant: "nobody", Name: "x", Kind: api.TableKind_TABLE_KIND_POINT})
 	wantCode(t, err, codes.NotFound, "tenant_not_found", "")

@@ -35,6 +35,14 @@ const (
 	// OpPlace places every partition short of replicas on available servers.
 	// It never moves a replica that exists.
 	OpPlace Op = "place"
+	// OpBulkPublish registers Version (a delta of BaseVersion when not 0)
+	// of bulk table Tenant/Table with Files, loading (see bulk.go).
+	OpBulkPublish Op = "bulk_publish"
+	// OpBulkLoaded records that ServerID loaded File as partition
+	// PartitionID of Version; the last partition to load switches to it.
+	OpBulkLoaded Op = "bulk_loaded"
+	// OpBulkRollback makes retained Version the serving one.
+	OpBulkRollback Op = "bulk_rollback"
 )
 
 // Command is one input of the state machine: a tagged union on Op, so the
@@ -56,6 +64,12 @@ type Command struct {
 	// Force: OpServerDown of a server already dead, moving the partitions
 	// of durable tables it still holds (their data stays on its disk).
 	Force bool `json:"force,omitempty"`
+	// Bulk commands.
+	Version     uint64     `json:"version,omitempty"`
+	BaseVersion uint64     `json:"base_version,omitempty"`
+	Files       []BulkFile `json:"files,omitempty"`
+	PartitionID uint64     `json:"partition_id,omitempty"`
+	File        *BulkFile  `json:"file,omitempty"`
 }
 
 // Result is what Apply reports about an applied command.
@@ -86,8 +100,11 @@ type TableOptions struct {
 	Storage       string `json:"storage"`
 	// Durability is "sync" or "lazy" for ssd tables, empty for memory ones.
 	Durability string `json:"durability,omitempty"`
-	// Compression is "none" or "s2" for ssd tables, empty for memory ones.
+	// Compression is "none" or "s2" for ssd point tables, empty otherwise.
 	Compression string `json:"compression,omitempty"`
+	// BulkRetainedVersions is how many versions a bulk table keeps loaded
+	// (0 for other kinds).
+	BulkRetainedVersions uint32 `json:"bulk_retained_versions,omitempty"`
 }
 
 // Storages of point tables. A table on durable storage (anything but
@@ -129,6 +146,8 @@ type Table struct {
 	ID            uint64        `json:"id"`
 	CreatedUnixMs int64         `json:"created_unix_ms"`
 	Partitions    []Partition   `json:"partitions"`
+	// Bulk is a bulk table's versions (nil for other kinds).
+	Bulk *BulkState `json:"bulk,omitempty"`
 }
 
 // Partition is one hash range [Start, End] of a table and where it lives.
@@ -207,6 +226,7 @@ func (s *State) Clone() *State {
 	for k, v := range s.Tables {
 		t := *v
 		t.Partitions = slices.Clone(v.Partitions)
+		t.Bulk = v.Bulk.clone()
 		for i := range t.Partitions {
 			t.Partitions[i].Replicas = slices.Clone(t.Partitions[i].Replicas)
 		}
@@ -285,6 +305,12 @@ func (s *State) Apply(cmd Command) (Result, error) {
 	case OpPlace:
 		res.Moved = s.placeShort(s.candidates())
 		res.Changed = len(res.Moved) > 0
+	case OpBulkPublish:
+		res, err = s.bulkPublish(cmd)
+	case OpBulkLoaded:
+		res, err = s.bulkLoadedCmd(cmd)
+	case OpBulkRollback:
+		res, err = s.bulkRollback(cmd)
 	default:
 		return Result{}, errInvalid("op", "unknown_command", 0, "unknown command %q", cmd.Op)
 	}
@@ -309,16 +335,73 @@ func (s *State) createTenant(cmd Command) (Result, error) {
 }
 
 // NormalizeOptions checks a table's kind and options and fills in defaults.
-// Only point tables with replication 1 and memory storage are served yet.
+// Point and bulk tables with replication 1 are served yet.
 func NormalizeOptions(kind api.TableKind, o *TableOptions) (TableOptions, error) {
 	switch kind {
 	case api.TableKind_TABLE_KIND_POINT:
-	case api.TableKind_TABLE_KIND_BULK, api.TableKind_TABLE_KIND_ORDERED:
+	case api.TableKind_TABLE_KIND_BULK:
+		return normalizeBulkOptions(o)
+	case api.TableKind_TABLE_KIND_ORDERED:
 		return TableOptions{}, errCode(ErrUnimplemented, api.ErrorCode_ERROR_CODE_UNIMPLEMENTED, "kind_not_implemented",
 			"table kind %s is not implemented yet; only point tables are served", api.KindName(kind))
 	default:
 		return TableOptions{}, errInvalid("kind", "kind_invalid", 0, "kind must be point, bulk or ordered (got %d)", int32(kind))
 	}
+	n, err := normalizeCommon(o)
+	if err != nil {
+		return TableOptions{}, err
+	}
+	if n.BulkRetainedVersions != 0 {
+		return TableOptions{}, errInvalid("options.bulk_retained_versions", "bulk_option", 0, "options.bulk_retained_versions applies to bulk tables only")
+	}
+	if n.Storage == "" {
+		n.Storage = StorageSSD
+	}
+	if n.Storage != StorageMemory && n.Storage != StorageSSD {
+		return TableOptions{}, errInvalid("options.storage", "storage_invalid", 0,
+			"options.storage %q is not supported; allowed values: %q, %q", n.Storage, StorageMemory, StorageSSD)
+	}
+	if n.Durability, err = ssdOption(n.Storage, "durability", n.Durability, DurabilitySync, DurabilityLazy,
+		"; a memory table loses its data when its server stops"); err != nil {
+		return TableOptions{}, err
+	}
+	if n.Compression, err = ssdOption(n.Storage, "compression", n.Compression, CompressionNone, CompressionS2, ""); err != nil {
+		return TableOptions{}, err
+	}
+	return n, nil
+}
+
+// normalizeBulkOptions: bulk tables keep their version files on the
+// servers' disks (storage ssd); durability and compression are the
+// builder's business, not options.
+func normalizeBulkOptions(o *TableOptions) (TableOptions, error) {
+	n, err := normalizeCommon(o)
+	if err != nil {
+		return TableOptions{}, err
+	}
+	if n.Storage == "" {
+		n.Storage = StorageSSD
+	}
+	if n.Storage != StorageSSD {
+		return TableOptions{}, errInvalid("options.storage", "storage_invalid", 0,
+			"options.storage %q: bulk tables keep their version files on disk (storage %q)", n.Storage, StorageSSD)
+	}
+	if n.Durability != "" || n.Compression != "" || n.DefaultTTLMs != 0 {
+		return TableOptions{}, errInvalid("options", "bulk_option", 0,
+			"durability, compression and default TTL do not apply to bulk tables (their files are built offline and verified at load)")
+	}
+	if n.BulkRetainedVersions == 0 {
+		n.BulkRetainedVersions = DefaultBulkRetained
+	}
+	if n.BulkRetainedVersions > MaxBulkRetained {
+		return TableOptions{}, errInvalid("options.bulk_retained_versions", "too_many_retained", MaxBulkRetained,
+			"options.bulk_retained_versions is %d; the limit is %d", n.BulkRetainedVersions, MaxBulkRetained)
+	}
+	return n, nil
+}
+
+// normalizeCommon checks and defaults the options of every kind.
+func normalizeCommon(o *TableOptions) (TableOptions, error) {
 	var n TableOptions
 	if o != nil {
 		n = *o
@@ -343,21 +426,6 @@ func NormalizeOptions(kind api.TableKind, o *TableOptions) (TableOptions, error)
 	if n.MaxValueBytes > api.MaxValueBytesLimit {
 		return TableOptions{}, errInvalid("options.max_value_bytes", "max_value_bytes_too_large", api.MaxValueBytesLimit,
 			"options.max_value_bytes is %d; the limit is %d", n.MaxValueBytes, api.MaxValueBytesLimit)
-	}
-	if n.Storage == "" {
-		n.Storage = StorageSSD
-	}
-	if n.Storage != StorageMemory && n.Storage != StorageSSD {
-		return TableOptions{}, errInvalid("options.storage", "storage_invalid", 0,
-			"options.storage %q is not supported; allowed values: %q, %q", n.Storage, StorageMemory, StorageSSD)
-	}
-	var err error
-	if n.Durability, err = ssdOption(n.Storage, "durability", n.Durability, DurabilitySync, DurabilityLazy,
-		"; a memory table loses its data when its server stops"); err != nil {
-		return TableOptions{}, err
-	}
-	if n.Compression, err = ssdOption(n.Storage, "compression", n.Compression, CompressionNone, CompressionS2, ""); err != nil {
-		return TableOptions{}, err
 	}
 	return n, nil
 }
@@ -417,6 +485,9 @@ func (s *State) createTable(cmd Command) (Result, error) {
 		Tenant: cmd.Tenant, Name: cmd.Table, Kind: cmd.Kind, Options: opts,
 		ID: s.NextTableID, CreatedUnixMs: cmd.UnixMs,
 		Partitions: make([]Partition, n),
+	}
+	if cmd.Kind == api.TableKind_TABLE_KIND_BULK {
+		t.Bulk = &BulkState{}
 	}
 	for i := range t.Partitions {
 		start, end := keyspace.Range(i, n)

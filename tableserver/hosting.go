@@ -16,6 +16,10 @@ type replica struct {
 	// writer and batch are the engine's capabilities, nil when absent.
 	writer engines.Writer
 	batch  engines.BatchGetter
+	// bulk is the engine of a bulk partition (nil otherwise), and
+	// bulkRetained the versions the map lists for its table.
+	bulk         *bulkPart
+	bulkRetained []uint64
 }
 
 // hosting is an immutable snapshot of what the server hosts and what it
@@ -76,6 +80,10 @@ func (s *Server) reconcile(old *hosting, resp *api.WatchPartitionMapResponse) (*
 				}
 				r := *prev
 				r.part, r.table = p, t
+				if r.bulk != nil {
+					r.bulkRetained = bulkRetained(m)
+					r.bulk.sync(r.bulkRetained, m.GetBulk().GetCurrent())
+				}
 				h.replicas[p.GetId()] = &r
 				continue
 			}
@@ -84,6 +92,10 @@ func (s *Server) reconcile(old *hosting, resp *api.WatchPartitionMapResponse) (*
 				s.log.Error("open partition failed", "table", tableKey(t.GetTenant(), t.GetName()), "partition", p.GetId(), "err", err)
 				h.failed[p.GetId()] = err
 				continue
+			}
+			if r.bulk != nil {
+				r.bulkRetained = bulkRetained(m)
+				r.bulk.sync(r.bulkRetained, m.GetBulk().GetCurrent())
 			}
 			s.log.Info("serving partition", "table", tableKey(t.GetTenant(), t.GetName()), "partition", p.GetId(), "index", p.GetIndex(), "epoch", p.GetEpoch())
 			h.replicas[p.GetId()] = r
@@ -104,6 +116,16 @@ func durable(t *api.Table) bool {
 	return st != "" && st != "memory"
 }
 
+// bulkRetained lists the versions a bulk table's map retains.
+func bulkRetained(m *api.PartitionMap) []uint64 {
+	vs := m.GetBulk().GetVersions()
+	out := make([]uint64, len(vs))
+	for i, v := range vs {
+		out[i] = v.GetVersion()
+	}
+	return out
+}
+
 func (s *Server) openReplica(t *api.Table, p *api.Partition) (*replica, error) {
 	kind := engines.Kind(api.KindName(t.GetKind()))
 	var dir string
@@ -112,6 +134,10 @@ func (s *Server) openReplica(t *api.Table, p *api.Partition) (*replica, error) {
 		if dir, err = s.preparePartitionDir(p.GetId(), p.GetEpoch()); err != nil {
 			return nil, err
 		}
+	}
+	if t.GetKind() == api.TableKind_TABLE_KIND_BULK {
+		b := newBulkPart(p.GetId(), int(p.GetIndex()), int(t.GetOptions().GetPartitions()), dir, s.log.With("partition", p.GetId()))
+		return &replica{table: t, part: p, engine: b, bulk: b}, nil
 	}
 	e, err := engines.Open(kind, engines.Options{
 		Dir:         dir,
@@ -150,6 +176,9 @@ func (h *hosting) status(serverID string) []*api.ReplicaStatus {
 			CacheHits:    st.CacheHits,
 			CacheMisses:  st.CacheMisses,
 		})
+		if r.bulk != nil {
+			out[len(out)-1].BulkLoaded = r.bulk.loaded()
+		}
 	}
 	return out
 }

@@ -174,6 +174,9 @@ func (s *Server) Get(ctx context.Context, req *api.GetRequest) (*api.GetResponse
 	if err := checkKey(r, h, "key", req.GetKey()); err != nil {
 		return nil, err
 	}
+	if r.bulk != nil {
+		return s.bulkGet(r, req)
+	}
 	v, exp, err := r.engine.Get(req.GetKey())
 	if errors.Is(err, engines.ErrNotFound) {
 		return &api.GetResponse{}, nil
@@ -198,6 +201,9 @@ func (s *Server) BatchGet(ctx context.Context, req *api.BatchGetRequest) (*api.B
 		if err := checkKey(r, h, "keys["+itoa(i)+"]", k); err != nil {
 			return nil, err
 		}
+	}
+	if r.bulk != nil {
+		return s.bulkBatchGet(r, req)
 	}
 	// The reply must fit one gRPC message: values are summed as they are
 	// read, in chunks, so a batch of many large (or repeated) keys is

@@ -3,35 +3,24 @@ package main
 import (
 	"errors"
 	"fmt"
+	"strings"
+	"text/tabwriter"
 	"time"
 
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
 
 	"github.com/tabuladb/tabula/api"
+	"github.com/tabuladb/tabula/client"
 	"github.com/tabuladb/tabula/engines/bulk"
 )
-
-// errBulkServing is what the bulk commands that need servers say until bulk
-// tables are served (issue 4: publish, status, rollback).
-var errBulkServing = errors.New("not implemented yet: bulk tables cannot be published or served in this build (tabula bulk build works offline)")
 
 func bulkCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "bulk",
-		Short: "Build bulk-table versions (publish, status and rollback are not implemented yet)",
+		Short: "Build, publish and roll back bulk-table versions",
 	}
-	cmd.AddCommand(bulkBuildCmd(g))
-	for _, c := range []struct{ use, short string }{
-		{"publish", "Publish a built version to the servers (not implemented yet)"},
-		{"status TABLE", "Show a bulk table's versions and load progress (not implemented yet)"},
-		{"rollback TABLE", "Switch a bulk table back to a retained version (not implemented yet)"},
-	} {
-		cmd.AddCommand(&cobra.Command{
-			Use: c.use, Short: c.short,
-			RunE: func(*cobra.Command, []string) error { return errBulkServing },
-		})
-	}
+	cmd.AddCommand(bulkBuildCmd(g), bulkPublishCmd(g), bulkStatusCmd(g), bulkRollbackCmd(g))
 	return cmd
 }
 
@@ -83,9 +72,22 @@ jsonl: {"key":...,"delete":true}).`,
 				}
 				t := d.GetMap().GetTable()
 				if t.GetKind() != api.TableKind_TABLE_KIND_BULK {
-					return fmt.Errorf("table %s is a %s table; bulk build needs a bulk table", table, t.GetKind())
+					return fmt.Errorf("table %s is a %s table; bulk build needs a bulk table", table, api.KindName(t.GetKind()))
 				}
 				opts.Partitions = len(d.GetMap().GetPartitions())
+				if opts.Version == 0 {
+					// The next version: one above every version retained.
+					// (A version published and since retired is refused at
+					// publish; build again with --version.)
+					var last uint64
+					for _, v := range d.GetMap().GetBulk().GetVersions() {
+						last = max(last, v.GetVersion())
+					}
+					opts.Version = last + 1
+				}
+			}
+			if opts.Version == 0 {
+				opts.Version = 1
 			}
 			if opts.Partitions <= 0 || opts.Partitions > api.MaxPartitions {
 				return fmt.Errorf("--partitions %d: want 1..%d (or --table)", opts.Partitions, api.MaxPartitions)
@@ -125,8 +127,8 @@ jsonl: {"key":...,"delete":true}).`,
 			}
 			w := cmd.OutOrStdout()
 			took := time.Since(start)
-			fmt.Fprintf(w, "built %d partitions in %s: %d records, %.1f MB of files, %.2f bytes of memory per record, %v (%.0f records/s)\n",
-				len(infos), out, records, float64(bytes)/1e6, float64(index)/float64(max(records, 1)), took.Round(time.Millisecond), float64(records)/took.Seconds())
+			fmt.Fprintf(w, "built version %d: %d partitions in %s: %d records, %.1f MB of files, %.2f bytes of memory per record, %v (%.0f records/s)\n",
+				opts.Version, len(infos), out, records, float64(bytes)/1e6, float64(index)/float64(max(records, 1)), took.Round(time.Millisecond), float64(records)/took.Seconds())
 			for _, in := range infos {
 				fmt.Fprintf(w, "  %s  %d records  %d bytes  crc32c %08x\n", in.Path, in.Records, in.FileBytes, in.CRC)
 			}
@@ -140,10 +142,200 @@ jsonl: {"key":...,"delete":true}).`,
 	fl.StringVar(&format, "format", "tsv", "input format: tsv, csv or jsonl")
 	fl.BoolVar(&opts.Base64, "base64", false, "keys and values in the input are base64")
 	fl.StringVar(&out, "out", "", "output directory")
-	fl.Uint64Var(&opts.Version, "version", 0, "version number written into the files")
+	fl.Uint64Var(&opts.Version, "version", 0, "version number written into the files (default: with --table the next one, else 1)")
 	fl.Uint64Var(&opts.DeltaOf, "delta-of", 0, "build a delta over this version (changed and deleted keys)")
 	fl.BoolVar(&lastWins, "last-wins", false, "accept duplicate keys: the last in input order wins")
 	fl.Int64Var(&opts.MemoryBudget, "memory", 0, "memory budget in bytes for input held while building (default 1 GiB; beyond it, input spills to disk)")
 	fl.BoolVar(&noProgress, "no-progress", false, "do not show the progress bar")
+	return cmd
+}
+
+func bulkPublishCmd(g *globals) *cobra.Command {
+	var (
+		table, dir string
+		noProgress bool
+		parallel   int
+	)
+	cmd := &cobra.Command{
+		Use:   "publish --table T --dir DIR",
+		Short: "Publish a built version: upload each partition file to its server, switch the table once all are loaded",
+		Long: `Publish registers the version the files in DIR carry (written by tabula bulk
+build) with the master, uploads each partition's file to the server hosting the
+partition (checksummed; an interrupted publish resumes where it stopped when run
+again) and waits until every server has verified and loaded its file and the
+table serves the new version. Reads go on from the previous version meanwhile.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if table == "" || dir == "" {
+				return errors.New("--table and --dir are required")
+			}
+			ctx := cmd.Context()
+			c, err := g.client(ctx)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			t := c.Table(table)
+			m, err := t.Map(ctx)
+			if err != nil {
+				return err
+			}
+			if k := m.GetTable().GetKind(); k != api.TableKind_TABLE_KIND_BULK {
+				return fmt.Errorf("table %s is a %s table; publish needs a bulk table", table, api.KindName(k))
+			}
+			errOut := cmd.ErrOrStderr()
+			fmt.Fprintf(errOut, "checking %d partition files in %s\n", len(m.GetPartitions()), dir)
+			dv, err := bulk.DescribeDir(ctx, dir, len(m.GetPartitions()))
+			if err != nil {
+				return err
+			}
+			p := client.BulkPublish{Version: dv.Version, Base: dv.Base}
+			var total uint64
+			for _, f := range dv.Files {
+				p.Files = append(p.Files, client.BulkFile{Path: f.Path, Size: uint64(f.FileBytes), CRC32C: f.CRC, Records: f.Records})
+				total += uint64(f.FileBytes)
+			}
+			var bar *progressbar.ProgressBar
+			if !noProgress {
+				bar = progressbar.NewOptions64(int64(total), progressbar.OptionSetWriter(errOut), progressbar.OptionSetWidth(20),
+					progressbar.OptionShowBytes(true), progressbar.OptionThrottle(200*time.Millisecond), progressbar.OptionClearOnFinish())
+			}
+			start := time.Now()
+			err = t.PublishBulk(ctx, p, client.PublishOptions{Parallel: parallel, Progress: func(pp client.PublishProgress) {
+				if bar != nil {
+					bar.Describe(fmt.Sprintf("upload: %d/%d partitions loaded", pp.Loaded, pp.Partitions))
+					_ = bar.Set64(int64(pp.Sent))
+				}
+			}})
+			if bar != nil {
+				_ = bar.Finish()
+			}
+			if err != nil {
+				return err
+			}
+			kind := "full"
+			if dv.Base != 0 {
+				kind = fmt.Sprintf("delta over %d", dv.Base)
+			}
+			info, err := t.BulkStatus(ctx)
+			if err != nil {
+				return err
+			}
+			w := cmd.OutOrStdout()
+			took := time.Since(start).Round(time.Millisecond)
+			if cur := info.GetCurrent(); cur != dv.Version {
+				fmt.Fprintf(w, "version %d (%s) is loaded on all %d partitions; table %s serves version %d (tabula bulk rollback %s --version %d switches to it)\n",
+					dv.Version, kind, len(dv.Files), table, cur, table, dv.Version)
+				return nil
+			}
+			fmt.Fprintf(w, "table %s serves version %d (%s): %d partitions, %.1f MB, in %v\n",
+				table, dv.Version, kind, len(dv.Files), float64(total)/1e6, took)
+			return nil
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&table, "table", "", "bulk table to publish to")
+	fl.StringVar(&dir, "dir", "", "directory of partition files (tabula bulk build --out)")
+	fl.IntVar(&parallel, "parallel", 4, "partitions uploaded at once")
+	fl.BoolVar(&noProgress, "no-progress", false, "do not show the progress bar")
+	return cmd
+}
+
+func bulkStatusCmd(g *globals) *cobra.Command {
+	var detail bool
+	cmd := &cobra.Command{
+		Use:   "status TABLE",
+		Short: "Show a bulk table's versions and load progress",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx, cancel := g.withTimeout(cmd.Context())
+			defer cancel()
+			c, err := g.client(ctx)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			t := c.Table(args[0])
+			info, err := t.BulkStatus(ctx)
+			if err != nil {
+				return err
+			}
+			m, err := t.Map(ctx)
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			fmt.Fprintf(out, "table %s: serving version %d\n", args[0], info.GetCurrent())
+			w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(w, "VERSION\tBASE\tSTATE\tLOADED\tRECORDS\tBYTES\tPUBLISHED\tSERVING SINCE")
+			for _, v := range info.GetVersions() {
+				since := "-"
+				if ms := v.GetServingSinceUnixMs(); ms > 0 && v.GetState() == api.BulkVersionState_BULK_VERSION_STATE_SERVING {
+					since = time.UnixMilli(ms).UTC().Format(time.RFC3339)
+				}
+				base := "-"
+				if v.GetBaseVersion() != 0 {
+					base = fmt.Sprint(v.GetBaseVersion())
+				}
+				fmt.Fprintf(w, "%d\t%s\t%s\t%d/%d\t%d\t%d\t%s\t%s\n", v.GetVersion(), base,
+					strings.ToLower(strings.TrimPrefix(v.GetState().String(), "BULK_VERSION_STATE_")),
+					v.GetLoadedPartitions(), len(m.GetPartitions()), v.GetRecords(), v.GetBytes(),
+					time.UnixMilli(v.GetCreatedUnixMs()).UTC().Format(time.RFC3339), since)
+			}
+			if err := w.Flush(); err != nil {
+				return err
+			}
+			if !detail {
+				return nil
+			}
+			for _, v := range info.GetVersions() {
+				fmt.Fprintf(out, "\nversion %d:\n", v.GetVersion())
+				w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+				fmt.Fprintln(w, "PARTITION\tSERVER\tLOADED\tRECORDS\tBYTES\tCRC32C")
+				for i, f := range v.GetFiles() {
+					srv := "(unplaced)"
+					if i < len(m.GetPartitions()) {
+						for _, r := range m.GetPartitions()[i].GetReplicas() {
+							srv = r.GetServerId()
+						}
+					}
+					fmt.Fprintf(w, "%d\t%s\t%v\t%d\t%d\t%08x\n", i, srv, i < len(v.GetLoaded()) && v.GetLoaded()[i], f.GetRecords(), f.GetSize(), f.GetCrc32C())
+				}
+				if err := w.Flush(); err != nil {
+					return err
+				}
+			}
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&detail, "partitions", false, "also show each partition's file and load state")
+	return cmd
+}
+
+func bulkRollbackCmd(g *globals) *cobra.Command {
+	var version uint64
+	cmd := &cobra.Command{
+		Use:   "rollback TABLE --version M",
+		Short: "Switch a bulk table to a retained version",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if version == 0 {
+				return errors.New("--version is required (tabula bulk status lists the retained versions)")
+			}
+			ctx, cancel := g.withTimeout(cmd.Context())
+			defer cancel()
+			c, err := g.client(ctx)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			if err := c.Table(args[0]).BulkRollback(ctx, version); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "table %s serves version %d\n", args[0], version)
+			return nil
+		},
+	}
+	cmd.Flags().Uint64Var(&version, "version", 0, "retained version to serve")
 	return cmd
 }

@@ -53,12 +53,13 @@ func tableCreateCmd(g *globals) *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&kind, "kind", "point", "table kind: point (bulk and ordered arrive later)")
+	f.StringVar(&kind, "kind", "point", "table kind: point or bulk (ordered arrives later)")
 	f.Uint32Var(&opts.Partitions, "partitions", api.DefaultPartitions, fmt.Sprintf("number of partitions (1..%d)", api.MaxPartitions))
 	f.Uint32Var(&opts.Replication, "replication", 1, "copies of each partition (only 1 until replication arrives)")
 	f.Uint64Var(&opts.MaxValueBytes, "max-value-bytes", api.DefaultMaxValueBytes, fmt.Sprintf("largest value accepted (at most %d)", api.MaxValueBytesLimit))
 	f.DurationVar(&defaultTTL, "default-ttl", 0, "TTL of writes that give none (0: never expire)")
-	f.StringVar(&opts.Storage, "storage", "ssd", "storage of point tables: ssd (the disk store, durable) or memory")
+	f.StringVar(&opts.Storage, "storage", "", "storage of point tables: ssd (default: the disk store, durable) or memory")
+	f.Uint32Var(&opts.BulkRetainedVersions, "retain", 0, "bulk tables: versions kept loaded for rollback, the serving one included (default 2, at most 8)")
 	f.StringVar(&opts.Compression, "compression", "", "ssd tables: none (default) or s2 (compress values of 64 bytes or more)")
 	f.StringVar(&opts.Durability, "durability", "", "ssd tables: sync (default: acknowledged once on disk) or lazy (acknowledged at once; a crash can lose the last ~50 ms of writes)")
 	return cmd
@@ -119,6 +120,9 @@ func tableDescribeCmd(g *globals) *cobra.Command {
 				fmt.Fprintf(out, "durability   %s\n", d)
 			}
 			fmt.Fprintf(out, "partitions   %d\nreplication  %d\n", o.GetPartitions(), o.GetReplication())
+			if b := d.GetMap().GetBulk(); t.GetKind() == api.TableKind_TABLE_KIND_BULK {
+				fmt.Fprintf(out, "version      %d serving, %d retained (keeps %d)\n", b.GetCurrent(), len(b.GetVersions()), o.GetBulkRetainedVersions())
+			}
 			fmt.Fprintf(out, "max value    %d bytes\ndefault TTL  %v\ncreated      %s\nmap version  %d\n\n",
 				o.GetMaxValueBytes(), time.Duration(o.GetDefaultTtlMs())*time.Millisecond, time.UnixMilli(t.GetCreatedUnixMs()).UTC().Format(time.RFC3339), d.GetMap().GetVersion())
 			down := map[string]bool{}

@@ -1,0 +1,362 @@
+package client_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/tabuladb/tabula/api"
+	"github.com/tabuladb/tabula/client"
+	"github.com/tabuladb/tabula/engines/bulk"
+)
+
+const bulkKeys = 20000
+
+func bulkKey(i int) string { return fmt.Sprintf("key-%06d", i) }
+
+// buildVersion writes a TSV of keys [0, n) with values "<tag>:<key>" (and,
+// for a delta, deletion lines for del) and builds it into a directory.
+func buildVersion(t *testing.T, parts int, version, deltaOf uint64, tag string, keys []int, del []int) string {
+	t.Helper()
+	dir := t.TempDir()
+	var sb strings.Builder
+	for _, i := range keys {
+		fmt.Fprintf(&sb, "%s\t%s:%s\n", bulkKey(i), tag, bulkKey(i))
+	}
+	for _, i := range del {
+		fmt.Fprintf(&sb, "%s\n", bulkKey(i))
+	}
+	in := filepath.Join(dir, "in.tsv")
+	if err := os.WriteFile(in, []byte(sb.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "out")
+	if _, err := bulk.BuildTable(context.Background(), []string{in}, out, bulk.BuildOptions{Partitions: parts, Version: version, DeltaOf: deltaOf}); err != nil {
+		t.Fatalf("build version %d: %v", version, err)
+	}
+	return out
+}
+
+func publishDir(t *testing.T, ctx context.Context, tb *client.Table, dir string, parts int, opts client.PublishOptions) error {
+	t.Helper()
+	dv, err := bulk.DescribeDir(ctx, dir, parts)
+	if err != nil {
+		t.Fatalf("describe %s: %v", dir, err)
+	}
+	p := client.BulkPublish{Version: dv.Version, Base: dv.Base}
+	for _, f := range dv.Files {
+		p.Files = append(p.Files, client.BulkFile{Path: f.Path, Size: uint64(f.FileBytes), CRC32C: f.CRC, Records: f.Records})
+	}
+	return tb.PublishBulk(ctx, p, opts)
+}
+
+func seq(lo, hi int) []int {
+	out := make([]int, 0, hi-lo)
+	for i := lo; i < hi; i++ {
+		out = append(out, i)
+	}
+	return out
+}
+
+// TestBulkPublishSwitchRollbackDelta publishes versions to a 3-server
+// cluster while readers run BatchGets, and checks that no answer mixes
+// versions and no read fails across switches and rollbacks; then a delta.
+func TestBulkPublishSwitchRollbackDelta(t *testing.T) {
+	tc := startCluster(t, 3)
+	c := newClient(t, tc.MasterAddr())
+	ctx := testCtx(t)
+	const parts = 6
+	if _, err := c.CreateTable(ctx, "model", api.TableKind_TABLE_KIND_BULK, &api.TableOptions{Partitions: parts}); err != nil {
+		t.Fatal(err)
+	}
+	tb := c.Table("model")
+	// Before any version: reads say so; writes are refused.
+	if _, err := tb.Get(ctx, []byte(bulkKey(1))); api.DetailOf(err).GetReason() != "no_version" {
+		t.Fatalf("get before any version: %v", err)
+	}
+	if err := tb.Put(ctx, []byte("k"), []byte("v")); api.CodeOf(err) != api.ErrorCode_ERROR_CODE_WRONG_KIND {
+		t.Fatalf("put to a bulk table: %v", err)
+	}
+	all := seq(0, bulkKeys)
+	if err := publishDir(t, ctx, tb, buildVersion(t, parts, 1, 0, "v1", all, nil), parts, client.PublishOptions{}); err != nil {
+		t.Fatalf("publish 1: %v", err)
+	}
+	if v, err := tb.Get(ctx, []byte(bulkKey(7))); err != nil || string(v) != "v1:"+bulkKey(7) {
+		t.Fatalf("get after publish: %q %v", v, err)
+	}
+	if _, err := tb.Get(ctx, []byte("absent")); err != client.ErrKeyNotFound {
+		t.Fatalf("absent key: %v", err)
+	}
+
+	// Readers: batches of 64 random keys, every answer from one version.
+	var (
+		stop         atomic.Bool
+		reads, mixed atomic.Int64
+		failed       atomic.Int64
+		firstErr     atomic.Pointer[error]
+		seen         sync.Map // tag -> true
+		wg           sync.WaitGroup
+	)
+	for g := range 4 {
+		wg.Go(func() {
+			r := rand.New(rand.NewPCG(uint64(g), testSeed))
+			keys := make([][]byte, 64)
+			for !stop.Load() {
+				for i := range keys {
+					keys[i] = []byte(bulkKey(r.IntN(bulkKeys)))
+				}
+				res, err := tb.BatchGet(ctx, keys)
+				if err != nil {
+					failed.Add(1)
+					firstErr.CompareAndSwap(nil, &err)
+					continue
+				}
+				reads.Add(1)
+				tag := ""
+				for i, x := range res {
+					if !x.Found {
+						mixed.Add(1)
+						continue
+					}
+					tg, k, _ := strings.Cut(string(x.Value), ":")
+					if k != string(keys[i]) {
+						mixed.Add(1)
+					}
+					if tag == "" {
+						tag = tg
+					} else if tg != tag {
+						mixed.Add(1)
+					}
+				}
+				seen.Store(tag, true)
+			}
+		})
+	}
+	waitReads := func(n int64) {
+		t.Helper()
+		target := reads.Load() + n
+		waitFor(t, 30*time.Second, "reads to progress", func() bool { return reads.Load() >= target })
+	}
+	waitReads(20)
+	for v := uint64(2); v <= 3; v++ {
+		tag := fmt.Sprintf("v%d", v)
+		if err := publishDir(t, ctx, tb, buildVersion(t, parts, v, 0, tag, all, nil), parts, client.PublishOptions{}); err != nil {
+			t.Fatalf("publish %d: %v", v, err)
+		}
+		waitFor(t, 10*time.Second, "readers to see "+tag, func() bool { _, ok := seen.Load(tag); return ok })
+		waitReads(20)
+	}
+	// Retention 2: versions 2 and 3. Roll back to 2 and forward again.
+	if err := tb.BulkRollback(ctx, 1); api.CodeOf(err) != api.ErrorCode_ERROR_CODE_NOT_FOUND {
+		t.Fatalf("rollback to an unloaded version: %v", err)
+	}
+	for _, v := range []uint64{2, 3, 2} {
+		if err := tb.BulkRollback(ctx, v); err != nil {
+			t.Fatalf("rollback to %d: %v", v, err)
+		}
+		waitReads(20)
+	}
+	seen.Delete("v2")
+	waitFor(t, 10*time.Second, "readers to see v2 after rollback", func() bool { _, ok := seen.Load("v2"); return ok })
+	stop.Store(true)
+	wg.Wait()
+	if e := firstErr.Load(); e != nil {
+		t.Errorf("first failed read: %v", *e)
+	}
+	if failed.Load() != 0 || mixed.Load() != 0 {
+		t.Fatalf("%d batch reads: %d failed, %d keys wrong or from another version", reads.Load(), failed.Load(), mixed.Load())
+	}
+	t.Logf("%d batch reads of 64 keys across 2 publishes and 3 switches: none failed, none mixed", reads.Load())
+
+	// A pinned read of a retired version says VERSION_GONE; of a retained
+	// one, reads it.
+	if _, err := tb.AtVersion(1).Get(ctx, []byte(bulkKey(3))); api.CodeOf(err) != api.ErrorCode_ERROR_CODE_VERSION_GONE {
+		t.Fatalf("read of retired version 1: %v", err)
+	}
+	if v, err := tb.AtVersion(3).Get(ctx, []byte(bulkKey(3))); err != nil || string(v) != "v3:"+bulkKey(3) {
+		t.Fatalf("pinned read of version 3: %q %v", v, err)
+	}
+
+	// A delta over 2 (serving): keys 0..99 changed, 100..149 deleted.
+	if err := publishDir(t, ctx, tb, buildVersion(t, parts, 4, 2, "v4", seq(0, 100), seq(100, 150)), parts, client.PublishOptions{}); err != nil {
+		t.Fatalf("publish delta: %v", err)
+	}
+	keys := make([][]byte, 300)
+	for i := range keys {
+		keys[i] = []byte(bulkKey(i))
+	}
+	res, err := tb.BatchGet(ctx, keys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range res {
+		want, found := "v2:"+bulkKey(i), true
+		switch {
+		case i < 100:
+			want = "v4:" + bulkKey(i)
+		case i < 150:
+			want, found = "", false
+		}
+		if r.Found != found || string(r.Value) != want {
+			t.Fatalf("key %d over the delta: %q found=%v, want %q found=%v", i, r.Value, r.Found, want, found)
+		}
+	}
+	st, err := tb.BulkStatus(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.GetCurrent() != 4 {
+		t.Fatalf("serving %d after the delta", st.GetCurrent())
+	}
+}
+
+// TestBulkBadFileAndResume: a corrupt file is refused at load and the
+// table keeps serving; an interrupted publish resumes where it stopped.
+func TestBulkBadFileAndResume(t *testing.T) {
+	tc := startCluster(t, 2)
+	c := newClient(t, tc.MasterAddr())
+	ctx := testCtx(t)
+	const parts = 2
+	if _, err := c.CreateTable(ctx, "m", api.TableKind_TABLE_KIND_BULK, &api.TableOptions{Partitions: parts}); err != nil {
+		t.Fatal(err)
+	}
+	tb := c.Table("m")
+	all := seq(0, bulkKeys)
+	if err := publishDir(t, ctx, tb, buildVersion(t, parts, 1, 0, "v1", all, nil), parts, client.PublishOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// Version 2 with a byte flipped in the middle of partition 1's file.
+	dir := buildVersion(t, parts, 2, 0, "v2", all, nil)
+	path := filepath.Join(dir, bulk.PartitionFileName(1, parts))
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[len(b)/3] ^= 0x10
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// DescribeDir may already refuse it (an index section); else the
+	// server refuses it at load.
+	if dv, derr := bulk.DescribeDir(ctx, dir, parts); derr == nil {
+		p := client.BulkPublish{Version: dv.Version}
+		for _, f := range dv.Files {
+			p.Files = append(p.Files, client.BulkFile{Path: f.Path, Size: uint64(f.FileBytes), CRC32C: f.CRC, Records: f.Records})
+		}
+		err := tb.PublishBulk(ctx, p, client.PublishOptions{})
+		if api.DetailOf(err).GetReason() != "bad_file" {
+			t.Fatalf("publish of a corrupt file: %v", err)
+		}
+		t.Logf("corrupt file refused by the server: %v", err)
+	} else {
+		t.Logf("corrupt file refused before upload: %v", derr)
+	}
+	if v, err := tb.Get(ctx, []byte(bulkKey(5))); err != nil || string(v) != "v1:"+bulkKey(5) {
+		t.Fatalf("after a refused version: %q %v", v, err)
+	}
+
+	// Version 3: an upload cut off after half of partition 0's file (the
+	// sender closes its stream), then the publish run in full resumes it.
+	dir = buildVersion(t, parts, 3, 0, "v3", all, nil)
+	dv, err := bulk.DescribeDir(ctx, dir, parts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc, err := grpc.NewClient(tc.MasterAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	req := &api.BulkPublishRequest{Tenant: api.DefaultTenant, Table: "m", Version: 3}
+	for i, f := range dv.Files {
+		req.Files = append(req.Files, &api.BulkFile{Partition: uint32(i), Size: uint64(f.FileBytes), Crc32C: f.CRC, Records: f.Records})
+	}
+	pub, err := api.NewMasterClient(cc).BulkPublish(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p0 := pub.GetMap().GetPartitions()[0]
+	sc, err := grpc.NewClient(p0.GetReplicas()[0].GetAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sc.Close()
+	ts := api.NewTableServerClient(sc)
+	hdr := &api.RequestHeader{Tenant: api.DefaultTenant, Table: "m", PartitionId: p0.GetId(), Epoch: p0.GetEpoch()}
+	data, err := os.ReadFile(dv.Files[0].Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	half := uint64(len(data) / 2)
+	var up api.TableServer_BulkUploadClient
+	waitFor(t, 10*time.Second, "the server to see version 3", func() bool {
+		st, err := ts.BulkUploadStatus(ctx, &api.BulkUploadStatusRequest{Header: hdr, Version: 3})
+		return err == nil && st.GetReceived() == 0
+	})
+	if up, err = ts.BulkUpload(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := up.Send(&api.BulkUploadRequest{Header: hdr, Version: 3, File: req.Files[0], Data: data[:half]}); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := up.CloseAndRecv(); err != nil || r.GetReceived() != half || r.GetLoaded() {
+		t.Fatalf("half an upload: %v %v; want %d received", r, err, half)
+	}
+	if st, err := ts.BulkUploadStatus(ctx, &api.BulkUploadStatusRequest{Header: hdr, Version: 3}); err != nil || st.GetReceived() != half {
+		t.Fatalf("status after half an upload: %v %v", st, err)
+	}
+	// Data at the wrong offset is refused.
+	if up, err = ts.BulkUpload(ctx); err != nil {
+		t.Fatal(err)
+	}
+	_ = up.Send(&api.BulkUploadRequest{Header: hdr, Version: 3, File: req.Files[0], Offset: half + 10, Data: data[:10]})
+	if _, err := up.CloseAndRecv(); api.DetailOf(err).GetReason() != "offset_past_end" {
+		t.Fatalf("upload past the end: %v", err)
+	}
+	var resumedFrom atomic.Uint64
+	var once sync.Once
+	err = publishDir(t, ctx, tb, dir, parts, client.PublishOptions{Parallel: 1, ChunkBytes: 4 << 10, Progress: func(p client.PublishProgress) {
+		once.Do(func() { resumedFrom.Store(p.Sent) })
+	}})
+	if err != nil {
+		t.Fatalf("resumed publish: %v", err)
+	}
+	if resumedFrom.Load() < half {
+		t.Fatalf("the publish started at %d bytes; the server held %d", resumedFrom.Load(), half)
+	}
+	if v, err := tb.Get(ctx, []byte(bulkKey(5))); err != nil || string(v) != "v3:"+bulkKey(5) {
+		t.Fatalf("after resumed publish: %q %v", v, err)
+	}
+	// A publish interrupted at any point completes when run again.
+	dir = buildVersion(t, parts, 4, 0, "v4", all, nil)
+	ictx, cancel := context.WithCancel(ctx)
+	err = publishDir(t, ictx, tb, dir, parts, client.PublishOptions{Parallel: 1, ChunkBytes: 4 << 10, Progress: func(p client.PublishProgress) {
+		if p.Sent > 64<<10 {
+			cancel()
+		}
+	}})
+	cancel()
+	if err == nil {
+		t.Fatal("interrupted publish succeeded")
+	}
+	if err := publishDir(t, ctx, tb, dir, parts, client.PublishOptions{}); err != nil {
+		t.Fatalf("publish run again: %v", err)
+	}
+	if v, err := tb.Get(ctx, []byte(bulkKey(5))); err != nil || string(v) != "v4:"+bulkKey(5) {
+		t.Fatalf("after the publish ran again: %q %v", v, err)
+	}
+	// A wrong partition count is refused before anything is sent.
+	if _, err := bulk.DescribeDir(ctx, buildVersion(t, 3, 4, 0, "v4", all, nil), parts); err == nil {
+		t.Fatal("a 3-partition build described as a 2-partition version")
+	}
+}

@@ -1,0 +1,116 @@
+package tablemaster
+
+import (
+	"context"
+
+	"github.com/tabuladb/tabula/api"
+)
+
+// BulkPublish registers a version of a bulk table (see bulk.go). Durable
+// when it returns; the answer's map says which server each file goes to.
+func (m *Master) BulkPublish(_ context.Context, req *api.BulkPublishRequest) (*api.BulkPublishResponse, error) {
+	if req == nil {
+		return nil, errNilRequest()
+	}
+	for i, f := range req.Files {
+		if f.GetPartition() != uint32(i) {
+			return nil, errInvalid("files", "files_out_of_order", 0, "files[%d] is for partition %d; files must be in partition order", i, f.GetPartition())
+		}
+	}
+	res, st, err := m.propose(Command{
+		Op: OpBulkPublish, UnixMs: m.opts.Now().UnixMilli(), Tenant: req.Tenant, Table: req.Table,
+		Version: req.Version, BaseVersion: req.BaseVersion, Files: BulkFilesFromProto(req.Files),
+	}, nil, nil)
+	if err != nil {
+		return nil, rpcError("publish bulk version", err)
+	}
+	if res.Changed {
+		m.logger.Info("tablemaster: bulk version published", "tenant", req.Tenant, "table", req.Table,
+			"version", req.Version, "base", req.BaseVersion)
+	}
+	t := st.Tables[tableKey(req.Tenant, req.Table)]
+	return &api.BulkPublishResponse{Map: t.MapProto(st.Version)}, nil
+}
+
+// BulkStatus returns a bulk table's versions with per-partition detail.
+func (m *Master) BulkStatus(_ context.Context, req *api.BulkStatusRequest) (*api.BulkStatusResponse, error) {
+	if req == nil {
+		return nil, errNilRequest()
+	}
+	st := m.State()
+	t, err := lookup(st, "tenant", req.Tenant, "table", req.Table)
+	if err != nil {
+		return nil, err
+	}
+	if t.Bulk == nil {
+		return nil, errCode(ErrInvalidArgument, api.ErrorCode_ERROR_CODE_WRONG_KIND, "not_bulk", "table %s/%s is a %s table, not bulk", t.Tenant, t.Name, api.KindName(t.Kind))
+	}
+	return &api.BulkStatusResponse{Map: t.MapProto(st.Version), Bulk: t.BulkInfoProto(true)}, nil
+}
+
+// BulkRollback switches a bulk table to a retained version; durable when
+// it returns.
+func (m *Master) BulkRollback(_ context.Context, req *api.BulkRollbackRequest) (*api.BulkRollbackResponse, error) {
+	if req == nil {
+		return nil, errNilRequest()
+	}
+	_, st, err := m.propose(Command{Op: OpBulkRollback, UnixMs: m.opts.Now().UnixMilli(), Tenant: req.Tenant, Table: req.Table, Version: req.Version}, nil, nil)
+	if err != nil {
+		return nil, rpcError("roll back bulk version", err)
+	}
+	m.logger.Info("tablemaster: bulk table switched", "tenant", req.Tenant, "table", req.Table, "version", req.Version)
+	t := st.Tables[tableKey(req.Tenant, req.Table)]
+	return &api.BulkRollbackResponse{Map: t.MapProto(st.Version)}, nil
+}
+
+// bulkReports turns a heartbeat's reports of loaded bulk versions into
+// OpBulkLoaded commands for what the state does not record yet.
+func (m *Master) bulkReports(serverID string, statuses []*api.ReplicaStatus) {
+	var cmds []Command
+	st := m.State()
+	for _, rs := range statuses {
+		if len(rs.GetBulkLoaded()) == 0 {
+			continue
+		}
+		t, pi := st.bulkPartition(rs.GetPartitionId())
+		if t == nil {
+			continue
+		}
+		for _, l := range rs.GetBulkLoaded() {
+			k := t.Bulk.version(l.GetVersion())
+			if k < 0 || t.Bulk.Versions[k].LoadedOn[pi] == serverID {
+				continue
+			}
+			cmds = append(cmds, Command{
+				Op: OpBulkLoaded, UnixMs: m.opts.Now().UnixMilli(), Tenant: t.Tenant, Table: t.Name,
+				Version: l.GetVersion(), PartitionID: rs.GetPartitionId(), ServerID: serverID,
+				File: &BulkFile{Size: l.GetSize(), CRC: l.GetCrc32C()},
+			})
+		}
+	}
+	for _, c := range cmds {
+		res, _, err := m.propose(c, nil, nil)
+		if err != nil {
+			m.logger.Warn("tablemaster: bulk load report refused", "server", serverID, "partition", c.PartitionID, "version", c.Version, "err", err)
+			continue
+		}
+		if res.Changed && res.Table != nil && res.Table.Bulk != nil && res.Table.Bulk.Current == c.Version {
+			m.logger.Info("tablemaster: bulk version loaded everywhere; serving", "tenant", c.Tenant, "table", c.Table, "version", c.Version)
+		}
+	}
+}
+
+// bulkPartition finds the bulk table holding partition id and its index.
+func (s *State) bulkPartition(id uint64) (*Table, int) {
+	for _, t := range s.Tables {
+		if t.Bulk == nil {
+			continue
+		}
+		for i := range t.Partitions {
+			if t.Partitions[i].ID == id {
+				return t, i
+			}
+		}
+	}
+	return nil, -1
+}
