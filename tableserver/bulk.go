@@ -51,6 +51,10 @@ type bulkPart struct {
 	mu      sync.Mutex
 	uploads map[uint64]bool // versions with an upload running
 	closed  bool
+	// synced is the retained list of the last sync that read the
+	// directory: a map change that keeps it (a switch, a rollback) only
+	// records the serving version, with no I/O.
+	synced []uint64
 }
 
 var _ engines.Engine = (*bulkPart)(nil)
@@ -123,6 +127,11 @@ func (b *bulkPart) sync(retained []uint64, current uint64) {
 	if b.closed {
 		return
 	}
+	if b.synced != nil && slices.Equal(b.synced, retained) {
+		b.current.Store(current)
+		return
+	}
+	b.synced = slices.Clone(retained)
 	old := b.view.Load()
 	next := &bulkView{versions: make(map[uint64]*bulkVersion, len(retained))}
 	var gone []*bulkVersion

@@ -30,6 +30,11 @@ type Options struct {
 	DrainTimeout time.Duration
 	// Logger receives the server's events. Default slog.Default().
 	Logger *slog.Logger
+	// OnMapApplied, when set, is called (on the map-watch goroutine) after
+	// each cluster map is applied, with how long applying took: opening and
+	// closing partitions, loading and unloading bulk versions, and the
+	// atomic switch reads see. For metrics and benchmarks.
+	OnMapApplied func(version uint64, took time.Duration)
 }
 
 // Validate says what is wrong with o, if anything.

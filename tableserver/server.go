@@ -354,8 +354,12 @@ func (s *Server) apply(resp *api.WatchPartitionMapResponse) {
 	if resp.GetVersion() <= old.version {
 		return
 	}
+	start := time.Now()
 	h, gone := s.reconcile(old, resp)
 	s.hosting.Store(h)
+	if f := s.opts.OnMapApplied; f != nil {
+		defer func() { f(resp.GetVersion(), time.Since(start)) }()
+	}
 	live := map[uint64]bool{} // table ids still in the map
 	for _, m := range resp.GetMaps() {
 		live[m.GetTable().GetId()] = true

@@ -35,6 +35,8 @@ type Options struct {
 	HeartbeatInterval time.Duration
 	LeaseDuration     time.Duration
 	DeadAfter         time.Duration
+	// ServerOptions, when set, adjusts server i's options before it opens.
+	ServerOptions func(i int, o *tableserver.Options)
 }
 
 // Cluster is a running in-process cluster.
@@ -141,12 +143,16 @@ func (c *Cluster) startServer(ctx context.Context, i int) error {
 	c.mu.Lock()
 	sv := c.servers[i]
 	c.mu.Unlock()
-	s, err := tableserver.Open(tableserver.Options{
+	so := tableserver.Options{
 		Masters:     []string{c.mAddr},
 		DataDir:     sv.dir,
 		FaultDomain: fmt.Sprintf("fd-%d", i),
 		Logger:      c.opts.Logger.With("part", fmt.Sprintf("server-%d", i)),
-	})
+	}
+	if c.opts.ServerOptions != nil {
+		c.opts.ServerOptions(i, &so)
+	}
+	s, err := tableserver.Open(so)
 	if err != nil {
 		return fmt.Errorf("testcluster: open server %d: %w", i, err)
 	}

@@ -1,0 +1,206 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tabuladb/tabula/api"
+	"github.com/tabuladb/tabula/client"
+	"github.com/tabuladb/tabula/engines/bulk"
+	"github.com/tabuladb/tabula/internal/testcluster"
+	"github.com/tabuladb/tabula/tableserver"
+)
+
+func init() {
+	register(suite{
+		name:  "bulkswitch",
+		about: "bulk version switch: time per replica to apply a switch, and BatchGet latency and failures while versions switch (in-process cluster, real gRPC)",
+		run:   runBulkSwitch,
+	})
+}
+
+func runBulkSwitch(w io.Writer, args []string) error {
+	fs := flag.NewFlagSet("bulkswitch", flag.ContinueOnError)
+	keys := fs.Int("keys", 200_000, "records per version")
+	parts := fs.Int("partitions", 8, "table partitions")
+	servers := fs.Int("servers", 3, "table servers")
+	switches := fs.Int("switches", 40, "version switches (rollbacks between two versions)")
+	readers := fs.Int("readers", 2, "goroutines issuing BatchGets of 64 keys")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	defer cancel()
+	dir, err := os.MkdirTemp("", "tabula-bench-bulkswitch-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+
+	var (
+		applyMu  sync.Mutex
+		applies  []time.Duration
+		counting atomic.Bool
+	)
+	tc, err := testcluster.Start(ctx, testcluster.Options{
+		Servers: *servers, Dir: filepath.Join(dir, "cluster"),
+		ServerOptions: func(_ int, o *tableserver.Options) {
+			o.OnMapApplied = func(_ uint64, took time.Duration) {
+				if counting.Load() {
+					applyMu.Lock()
+					applies = append(applies, took)
+					applyMu.Unlock()
+				}
+			}
+		},
+	})
+	if err != nil {
+		return err
+	}
+	defer tc.Close()
+	c, err := client.New(ctx, client.Options{Masters: []string{tc.MasterAddr()}})
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	if _, err := c.CreateTable(ctx, "model", api.TableKind_TABLE_KIND_BULK, &api.TableOptions{Partitions: uint32(*parts)}); err != nil {
+		return err
+	}
+	tb := c.Table("model")
+	key := func(i int) string { return fmt.Sprintf("%016x", uint64(i)*0x9e3779b97f4a7c15) }
+	for v := 1; v <= 2; v++ {
+		in := filepath.Join(dir, fmt.Sprintf("v%d.tsv", v))
+		var sb strings.Builder
+		for i := range *keys {
+			fmt.Fprintf(&sb, "%s\tv%d:%s:%s\n", key(i), v, key(i), strings.Repeat("x", 64-22))
+		}
+		if err := os.WriteFile(in, []byte(sb.String()), 0o644); err != nil {
+			return err
+		}
+		out := filepath.Join(dir, fmt.Sprintf("v%d", v))
+		if _, err := bulk.BuildTable(ctx, []string{in}, out, bulk.BuildOptions{Partitions: *parts, Version: uint64(v)}); err != nil {
+			return err
+		}
+		dv, err := bulk.DescribeDir(ctx, out, *parts)
+		if err != nil {
+			return err
+		}
+		p := client.BulkPublish{Version: dv.Version}
+		for _, f := range dv.Files {
+			p.Files = append(p.Files, client.BulkFile{Path: f.Path, Size: uint64(f.FileBytes), CRC32C: f.CRC, Records: f.Records})
+		}
+		start := time.Now()
+		if err := tb.PublishBulk(ctx, p, client.PublishOptions{}); err != nil {
+			return err
+		}
+		fmt.Fprintf(w, "figure bulkswitch_publish_v%d_ms %.1f ms (%d records, %d partitions, %d servers)\n", v, float64(time.Since(start).Microseconds())/1000, *keys, *parts, *servers)
+	}
+
+	// Readers: BatchGets of 64 random keys; every answer must come from one
+	// version.
+	type sample struct {
+		d         time.Duration
+		switching bool
+	}
+	var (
+		stop      atomic.Bool
+		switching atomic.Bool
+		mu        sync.Mutex
+		samples   []sample
+		failed    atomic.Int64
+		mixed     atomic.Int64
+		wg        sync.WaitGroup
+	)
+	for g := range *readers {
+		wg.Go(func() {
+			r := rand.New(rand.NewPCG(uint64(g), 7))
+			ks := make([][]byte, 64)
+			var local []sample
+			for !stop.Load() {
+				for i := range ks {
+					ks[i] = []byte(key(r.IntN(*keys)))
+				}
+				sw := switching.Load()
+				t0 := time.Now()
+				res, err := tb.BatchGet(ctx, ks)
+				d := time.Since(t0)
+				if err != nil {
+					failed.Add(1)
+					continue
+				}
+				local = append(local, sample{d, sw})
+				tag := ""
+				for _, x := range res {
+					tg, _, _ := strings.Cut(string(x.Value), ":")
+					if !x.Found || (tag != "" && tg != tag) {
+						mixed.Add(1)
+					}
+					tag = tg
+				}
+			}
+			mu.Lock()
+			samples = append(samples, local...)
+			mu.Unlock()
+		})
+	}
+	time.Sleep(2 * time.Second) // steady state: no switches
+	switching.Store(true)
+	counting.Store(true)
+	for i := range *switches {
+		v := uint64(1 + i%2)
+		if err := tb.BulkRollback(ctx, v); err != nil {
+			stop.Store(true)
+			wg.Wait()
+			return fmt.Errorf("switch %d to version %d: %w", i, v, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	counting.Store(false)
+	switching.Store(false)
+	stop.Store(true)
+	wg.Wait()
+
+	var steady, during []time.Duration
+	for _, s := range samples {
+		if s.switching {
+			during = append(during, s.d)
+		} else {
+			steady = append(steady, s.d)
+		}
+	}
+	pct := func(ds []time.Duration, p float64) time.Duration {
+		if len(ds) == 0 {
+			return 0
+		}
+		slices.Sort(ds)
+		return ds[min(len(ds)-1, int(p*float64(len(ds))))]
+	}
+	us := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1000 }
+	applyMu.Lock()
+	ap := slices.Clone(applies)
+	applyMu.Unlock()
+	fmt.Fprintf(w, "figure bulkswitch_switches %d\n", *switches)
+	fmt.Fprintf(w, "figure bulkswitch_apply_per_replica_p50 %.1f us (%d map applies on %d servers)\n", us(pct(ap, 0.5)), len(ap), *servers)
+	fmt.Fprintf(w, "figure bulkswitch_apply_per_replica_p99 %.1f us\n", us(pct(ap, 0.99)))
+	fmt.Fprintf(w, "figure bulkswitch_apply_per_replica_max %.1f us\n", us(pct(ap, 1)))
+	fmt.Fprintf(w, "figure bulkswitch_batchget64_steady_p50 %.1f us (%d calls)\n", us(pct(steady, 0.5)), len(steady))
+	fmt.Fprintf(w, "figure bulkswitch_batchget64_steady_p99 %.1f us\n", us(pct(steady, 0.99)))
+	fmt.Fprintf(w, "figure bulkswitch_batchget64_switching_p50 %.1f us (%d calls)\n", us(pct(during, 0.5)), len(during))
+	fmt.Fprintf(w, "figure bulkswitch_batchget64_switching_p99 %.1f us\n", us(pct(during, 0.99)))
+	fmt.Fprintf(w, "figure bulkswitch_failed_reads %d\n", failed.Load())
+	fmt.Fprintf(w, "figure bulkswitch_mixed_or_missing_values %d\n", mixed.Load())
+	if s, d := pct(steady, 0.99), pct(during, 0.99); s > 0 {
+		fmt.Fprintf(w, "ratio switching/steady batchget64_p99 %.2f\n", float64(d)/float64(s))
+	}
+	return nil
+}
