@@ -1,0 +1,125 @@
+// Package stream is the stream layer (DESIGN §9, WAS §4): append-only
+// streams of extents, replicated on three extent nodes in distinct fault
+// domains.
+//
+// A stream is a name and an ordered list of extents; only the last is
+// appended to. An extent is a file of blocks, each with its CRC32C, plus
+// its commit length. Clients append entries — atomic multi-block appends,
+// blocks of client-chosen sizes up to 4 MiB — to the primary of the last
+// extent, which picks their offsets, writes them locally and to the two
+// secondaries in parallel and acknowledges them in offset order once all
+// three have them durably (group commit: one write, one fsync and one
+// Replicate per replica for everything queued). When an append fails, the
+// client asks the stream manager to seal the extent at the commit length
+// the reachable replicas agree on (the smallest: every acknowledged append
+// is on all three, so none is cut) and continues on a new extent on healthy
+// nodes. A sealed extent rejects appends, which fences an old writer.
+//
+// The pieces:
+//
+//   - Extent (extent.go): one replica's file: append, sync, freeze, seal,
+//     read with every block checked, scrub, crash recovery.
+//   - Store (store.go): a node's directory of extents; copies are built in
+//     a temp file and renamed in.
+//   - Node (node.go): the ExtentNode gRPC service (streampb) over a Store;
+//     the primary's ordering and group commit; the scrubber.
+//   - Manager (manager.go): the stream manager as a deterministic state
+//     machine (no I/O, goroutines or clock): streams → extents → replicas,
+//     node registry, placement, seal records, re-replication, repair and
+//     garbage collection, as Commands applied in order and Tasks for the
+//     owner to run. Snapshot/LoadSnapshot encode it (JSON).
+//   - Driver (driver.go): runs a Manager behind a StateLog (in memory:
+//     LocalLog; in the master: its raft log) and does the I/O: creating
+//     extents, the seal protocol, copy and delete tasks, node inventory.
+//   - Client (client.go): appends (assigning sequence numbers), reads at a
+//     location from any replica, reads a whole stream dropping duplicates.
+//   - streamtest: in-process clusters on real gRPC for tests.
+//
+// # Extent file
+//
+// One file per extent, "%016x.ext" (the extent id in hex), in the node's
+// store directory; "%016x.ext.tmp" is a copy being built (removed at open).
+// Integers are little-endian.
+//
+//	 0       8          12        16          24      28       32
+//	| magic | version  | flags   | extent id | 0 (4) | crc32c |
+//	| (8)   | (4, =1)  | (4)     | (8)       |       | (4)    |
+//
+// magic is "TABEXTNT"; crc32c (Castagnoli) covers bytes 0-27; flags bit 0:
+// this replica is the primary (it takes Append; secondaries take
+// Replicate). Another version is refused with ErrFormatVersion. Blocks
+// follow; extent offsets count from the end of this header, so offset 0 is
+// the first block.
+//
+// # Block (20-byte header, then the payload)
+//
+//	 0        4      5       6       8         12             20
+//	| crc32c | kind | flags | 0 (2) | len (4) | seq (8)      | payload (len) |
+//
+// crc32c covers, in order, the extent id (8) and the block's extent offset
+// (8) — not stored, so a block read from the wrong place or file fails —
+// then header bytes 4-19 and the payload. kind: 1 data, 2 seal (0 is never
+// a block: zeroed media fails). flags bit 0, "continues": the block is not
+// the last of its entry. len is at most MaxBlockBytes. seq is the entry's
+// sequence number (the writer's; 0 for none), in every block of the entry.
+//
+// A seal block (kind 2, flags 0, seq 0, len 8, payload = its own offset,
+// which is the sealed length) ends a sealed extent; nothing follows it.
+//
+// An entry is the blocks from one without "continues" (exclusive) to the
+// next one without it (inclusive). The commit length of a replica is always
+// at an entry boundary.
+//
+// # Durability and recovery
+//
+// Writes are appends to the file; a replica's commit length is its synced
+// length. Open reads and checks every block: an unfinished entry or a bad
+// block at the end with no valid block after it is a torn tail of
+// unacknowledged appends and is cut (durably). A bad block followed by a
+// valid one is media corruption: the extent opens marked corrupt (reads of
+// that block fail, the scrubber reports it) rather than losing what follows.
+// Seal truncates to the chosen length, writes the seal block and syncs; a
+// crash before the sync leaves the extent unsealed and the seal is redone.
+//
+// # Wire
+//
+// streampb/stream.proto: Append carries payloads with their CRC32C (checked
+// by the primary); Replicate, Read and Fetch carry the encoded blocks,
+// checked by the receiver, which also checks that they sit at the right
+// offset of the right extent. Errors map to gRPC codes (errors.go) and
+// back to this package's sentinels; corruption is codes.DataLoss.
+//
+// # Sealing
+//
+// Driver.Seal: CommitLength(freeze) on every replica in parallel (a frozen
+// replica takes no more appends or replicates, so nothing can be
+// acknowledged after its length is read), the smallest length among those
+// that answered is recorded (OpSeal) — or the length of a replica already
+// sealed by an earlier, interrupted seal — and the answering replicas are
+// sealed at it. Replicas that missed the seal are rebuilt from sealed ones.
+//
+// # Sequence numbers and duplicates
+//
+// A Client is the single writer of a stream: opening it bumps the stream's
+// writer epoch and seals its open extent, so an older writer's next seal
+// request fails with ErrFenced. The writer numbers entries 1, 2, ... in
+// stream order and keeps one batch in flight per stream; a batch that failed
+// is retried first on the new extent, so a duplicate always has a sequence
+// number at most the largest before it, and ReadStream drops exactly those.
+//
+// # Concurrency
+//
+// Extent, Store, Node, Driver, LocalLog, Conns and Client are safe for
+// concurrent use; Manager is not (its owner serialises it). Node and
+// Client own goroutines, stopped by Close.
+//
+// # Example
+//
+//	d := stream.NewDriver(stream.NewLocalLog(stream.NewManager(stream.ManagerOptions{})), stream.DriverOptions{})
+//	d.Apply(ctx, stream.Command{Op: stream.OpAddNode, Node: "en-1", Addr: addr1, FaultDomain: "rack-1"}) // ...3+
+//	d.Apply(ctx, stream.Command{Op: stream.OpCreateStream, Stream: "p7/log"})
+//	c := stream.NewClient(d, stream.ClientOptions{})
+//	res, err := c.Append(ctx, "p7/log", record) // durable on 3 nodes
+//	blocks, err := c.Read(ctx, res.Location)
+//	err = c.ReadStream(ctx, "p7/log", func(e stream.Entry) error { ... })
+package stream

@@ -1,0 +1,733 @@
+package stream
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"path/filepath"
+	"slices"
+	"sync"
+
+	"github.com/tabuladb/tabula/engines"
+	"github.com/tabuladb/tabula/engines/vfs"
+)
+
+// Extent is one replica of an extent: a file of blocks (format in the
+// package comment) and its commit length. It is safe for concurrent use:
+// writers (AppendEntries, AppendRaw, Sync, Freeze, Seal) are serialised;
+// reads run in parallel with them and with each other.
+//
+// Durability: AppendEntries and AppendRaw only write; the bytes are durable
+// once a later Sync, Freeze or Seal returned. Length reports the durable
+// length, which is what a reader may read and what a replica reports as its
+// commit length.
+type Extent struct {
+	id      uint64
+	primary bool
+	fs      vfs.FS
+	path    string
+
+	// wmu serialises the writers.
+	wmu sync.Mutex
+
+	// io is held shared around every use of f and exclusively by Close, so
+	// the file is closed only once no read is inside it.
+	io sync.RWMutex
+	f  vfs.File // nil once closed
+
+	mu sync.Mutex
+	// Guarded by mu.
+	written    int64   // extent bytes written: blocks [0, written)
+	durable    int64   // extent bytes synced
+	starts     []int64 // offset of every block below written
+	lastSeq    uint64  // seq of the last block below written
+	durableSeq uint64  // seq of the last block below durable
+	sealed     bool
+	frozen     bool
+	broken     error // a failed write or fsync: no more writes
+	corrupt    error // the first corruption a recovery, read or scrub met
+}
+
+// EntryData is an entry to append: its sequence number and block payloads.
+type EntryData struct {
+	Seq    uint64
+	Blocks [][]byte
+}
+
+// EntryLoc is where an appended entry landed.
+type EntryLoc struct {
+	Offset int64
+	// Sizes are the encoded sizes of its blocks.
+	Sizes []int64
+}
+
+// ReplicaInfo describes the state of one replica on its node.
+type ReplicaInfo struct {
+	ID      uint64
+	Primary bool
+	// Length is the durable length (the sealed length once sealed).
+	Length  int64
+	LastSeq uint64
+	Sealed  bool
+	Frozen  bool
+	// Broken: a write or fsync failed; the replica takes no more appends.
+	Broken bool
+	// Corrupt: a block failed its CRC (at recovery, a read or a scrub).
+	Corrupt bool
+}
+
+// createExtentFile durably creates an empty extent file at path: header,
+// fsync, directory fsync.
+func createExtentFile(fs vfs.FS, path string, id uint64, primary bool) error {
+	f, err := fs.Create(path)
+	if err != nil {
+		return fmt.Errorf("create extent %d: %w", id, err)
+	}
+	if _, err := f.Write(appendFileHeader(nil, id, primary)); err != nil {
+		return errors.Join(fmt.Errorf("write extent %d header: %w", id, err), f.Close())
+	}
+	if err := f.Sync(); err != nil {
+		return errors.Join(fmt.Errorf("sync extent %d: %w", id, err), f.Close())
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("close extent %d: %w", id, err)
+	}
+	if err := fs.SyncDir(filepath.Dir(path)); err != nil {
+		return fmt.Errorf("sync directory of extent %d: %w", id, err)
+	}
+	return nil
+}
+
+// openExtent opens the extent file at path and recovers it: every block is
+// read and checked; an unfinished entry or a torn block at the end (with no
+// valid block after it) is cut off, durably. A bad block followed by a valid
+// one is corruption, not a torn tail: the extent opens, marked corrupt, and
+// reads of that block fail. want is the extent id the file must carry.
+func openExtent(fs vfs.FS, path string, want uint64) (*Extent, error) {
+	f, err := fs.OpenReadWrite(path)
+	if err != nil {
+		return nil, fmt.Errorf("open extent %d: %w", want, err)
+	}
+	e := &Extent{fs: fs, path: path, f: f}
+	if err := e.recover(want); err != nil {
+		return nil, errors.Join(fmt.Errorf("recover extent %d: %w", want, err), f.Close())
+	}
+	return e, nil
+}
+
+// scanner reads an extent file sequentially through a window.
+type scanner struct {
+	f      vfs.File
+	size   int64 // extent bytes in the file
+	buf    []byte
+	bufOff int64
+}
+
+// peek returns the bytes at extent offset off: at least n of them, or all
+// that remain if fewer.
+func (s *scanner) peek(off int64, n int) ([]byte, error) {
+	want := min(int64(n), s.size-off)
+	if off >= s.bufOff && off+want <= s.bufOff+int64(len(s.buf)) {
+		return s.buf[off-s.bufOff:], nil
+	}
+	m := min(max(int64(n), 1<<20), s.size-off)
+	if int64(cap(s.buf)) < m {
+		s.buf = make([]byte, m)
+	}
+	s.buf = s.buf[:m]
+	if _, err := s.f.ReadAt(s.buf, fileHeaderLen+off); err != nil && !(errors.Is(err, io.EOF)) {
+		return nil, err
+	}
+	s.bufOff = off
+	return s.buf, nil
+}
+
+// block decodes the block at off.
+func (s *scanner) block(id uint64, off int64) (block, error) {
+	h, err := s.peek(off, BlockHeaderLen)
+	if err != nil {
+		return block{}, err
+	}
+	if len(h) < BlockHeaderLen {
+		return block{}, fmt.Errorf("block header at %d cut at %d bytes: %w", off, len(h), engines.ErrCorrupt)
+	}
+	_, _, n, _, err := parseBlockHeader(h)
+	if err != nil {
+		return block{}, fmt.Errorf("block at %d: %w", off, err)
+	}
+	b, err := s.peek(off, BlockHeaderLen+n)
+	if err != nil {
+		return block{}, err
+	}
+	return decodeBlock(b, id, off)
+}
+
+// resync finds the first offset at or after from where a valid block
+// starts, or -1.
+func (s *scanner) resync(id uint64, from int64) (int64, error) {
+	for q := from; q+BlockHeaderLen <= s.size; q++ {
+		h, err := s.peek(q, BlockHeaderLen)
+		if err != nil {
+			return -1, err
+		}
+		if _, _, _, _, err := parseBlockHeader(h); err != nil {
+			continue
+		}
+		if _, err := s.block(id, q); err == nil {
+			return q, nil
+		} else if !errors.Is(err, engines.ErrCorrupt) {
+			return -1, err
+		}
+	}
+	return -1, nil
+}
+
+func (e *Extent) recover(want uint64) error {
+	size, err := e.f.Size()
+	if err != nil {
+		return err
+	}
+	var h [fileHeaderLen]byte
+	if size < fileHeaderLen {
+		return fmt.Errorf("extent file of %d bytes: %w", size, engines.ErrCorrupt)
+	}
+	if _, err := e.f.ReadAt(h[:], 0); err != nil {
+		return err
+	}
+	id, primary, err := parseFileHeader(h[:])
+	if err != nil {
+		return err
+	}
+	if id != want {
+		return fmt.Errorf("extent file holds extent %d: %w", id, engines.ErrCorrupt)
+	}
+	e.id, e.primary = id, primary
+	s := &scanner{f: e.f, size: size - fileHeaderLen}
+	var (
+		pos        int64 // next block
+		entryStart int64 // start of the entry pos is in
+		seq        uint64
+		cut        = int64(-1)
+	)
+	for pos < s.size {
+		blk, err := s.block(id, pos)
+		if err != nil {
+			if !errors.Is(err, engines.ErrCorrupt) {
+				return err
+			}
+			next, rerr := s.resync(id, pos+1)
+			if rerr != nil {
+				return rerr
+			}
+			if next < 0 {
+				cut = entryStart // a torn tail: drop the unfinished entry
+				break
+			}
+			// Damage in the middle: keep the span as one unreadable block.
+			if e.corrupt == nil {
+				e.corrupt = err
+			}
+			e.starts = append(e.starts, pos)
+			pos, entryStart = next, next
+			continue
+		}
+		if blk.kind == kindSeal {
+			if entryStart != pos {
+				return fmt.Errorf("seal block at %d inside an entry: %w", pos, engines.ErrCorrupt)
+			}
+			e.sealed = true
+			if end := pos + blk.size(); end < s.size {
+				// Bytes after a seal were never acknowledged: drop them.
+				if err := e.truncateFile(end); err != nil {
+					return err
+				}
+			}
+			break
+		}
+		e.starts = append(e.starts, pos)
+		pos += blk.size()
+		if !blk.continues() {
+			entryStart, seq = pos, blk.seq
+		}
+	}
+	if !e.sealed && entryStart < pos {
+		cut = entryStart
+	}
+	if cut >= 0 {
+		i, _ := slices.BinarySearch(e.starts, cut)
+		e.starts = e.starts[:i]
+		if err := e.truncateFile(cut); err != nil {
+			return err
+		}
+		pos = cut
+	}
+	e.written, e.durable = entryStart, entryStart
+	if cut >= 0 {
+		e.written, e.durable = cut, cut
+	}
+	e.lastSeq, e.durableSeq = seq, seq
+	return nil
+}
+
+// truncateFile cuts the file after extent offset end, durably.
+func (e *Extent) truncateFile(end int64) error {
+	if err := e.f.Truncate(fileHeaderLen + end); err != nil {
+		return fmt.Errorf("cut extent %d at %d: %w", e.id, end, err)
+	}
+	if err := e.f.Sync(); err != nil {
+		return fmt.Errorf("sync extent %d: %w", e.id, err)
+	}
+	return nil
+}
+
+// ID is the extent's id.
+func (e *Extent) ID() uint64 { return e.id }
+
+// Info reports the replica's state.
+func (e *Extent) Info() ReplicaInfo {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return ReplicaInfo{
+		ID: e.id, Primary: e.primary, Length: e.durable, LastSeq: e.durableSeq,
+		Sealed: e.sealed, Frozen: e.frozen, Broken: e.broken != nil, Corrupt: e.corrupt != nil,
+	}
+}
+
+// Length is the durable length.
+func (e *Extent) Length() int64 {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.durable
+}
+
+// writableLocked says why the extent takes no writes, or nil.
+func (e *Extent) writableLocked() error {
+	switch {
+	case e.f == nil:
+		return fmt.Errorf("extent %d: %w", e.id, ErrClosed)
+	case e.sealed:
+		return fmt.Errorf("extent %d: %w", e.id, ErrSealed)
+	case e.broken != nil:
+		return fmt.Errorf("extent %d: %w (%v)", e.id, ErrBroken, e.broken)
+	case e.frozen:
+		return fmt.Errorf("extent %d: %w", e.id, ErrFrozen)
+	}
+	return nil
+}
+
+// checkEntries validates entries against the block and append limits.
+func checkEntries(entries []EntryData) error {
+	var total int64
+	for i, en := range entries {
+		if len(en.Blocks) == 0 {
+			return fmt.Errorf("entry %d has no blocks: %w", i, ErrTooLarge)
+		}
+		for _, b := range en.Blocks {
+			if len(b) > MaxBlockBytes {
+				return fmt.Errorf("block of %d bytes (max %d): %w", len(b), MaxBlockBytes, ErrTooLarge)
+			}
+			total += int64(len(b))
+		}
+	}
+	if total > MaxAppendBytes {
+		return fmt.Errorf("append of %d bytes (max %d): %w", total, MaxAppendBytes, ErrTooLarge)
+	}
+	return nil
+}
+
+// AppendEntries writes entries after the last one, each atomically, and
+// returns where they landed and their encoding (the bytes a primary
+// replicates). Nothing is durable until Sync. A failed write breaks the
+// extent.
+func (e *Extent) AppendEntries(entries []EntryData) (locs []EntryLoc, start int64, raw []byte, err error) {
+	if err := checkEntries(entries); err != nil {
+		return nil, 0, nil, err
+	}
+	e.wmu.Lock()
+	defer e.wmu.Unlock()
+	e.mu.Lock()
+	err = e.writableLocked()
+	start = e.written
+	e.mu.Unlock()
+	if err != nil {
+		return nil, 0, nil, err
+	}
+	size := 0
+	for _, en := range entries {
+		for _, b := range en.Blocks {
+			size += BlockHeaderLen + len(b)
+		}
+	}
+	raw = make([]byte, 0, size)
+	locs = make([]EntryLoc, len(entries))
+	var starts []int64
+	off := start
+	for i, en := range entries {
+		locs[i] = EntryLoc{Offset: off, Sizes: make([]int64, len(en.Blocks))}
+		for j, b := range en.Blocks {
+			var flags byte
+			if j < len(en.Blocks)-1 {
+				flags = flagContinues
+			}
+			raw = appendBlock(raw, e.id, off, kindData, flags, en.Seq, b)
+			starts = append(starts, off)
+			locs[i].Sizes[j] = blockSize(len(b))
+			off += blockSize(len(b))
+		}
+	}
+	if err := e.write(raw); err != nil {
+		return nil, 0, nil, err
+	}
+	e.mu.Lock()
+	e.starts = append(e.starts, starts...)
+	e.written = off
+	e.lastSeq = entries[len(entries)-1].Seq
+	e.mu.Unlock()
+	return locs, start, raw, nil
+}
+
+// write writes raw at the end of the file, breaking the extent on failure.
+// The caller holds wmu.
+func (e *Extent) write(raw []byte) error {
+	e.io.RLock()
+	var err error
+	if e.f == nil {
+		err = ErrClosed
+	} else {
+		_, err = e.f.Write(raw)
+	}
+	e.io.RUnlock()
+	if err != nil {
+		err = fmt.Errorf("write extent %d: %w", e.id, err)
+		e.mu.Lock()
+		if e.broken == nil {
+			e.broken = err
+		}
+		e.mu.Unlock()
+	}
+	return err
+}
+
+// AppendRaw writes encoded blocks at offset off, which must be the
+// replica's written length (a secondary taking a primary's entries, or a
+// copy being filled). Every block is checked first; with entryEnd the last
+// must end an entry. Nothing is durable until Sync.
+func (e *Extent) AppendRaw(off int64, raw []byte, entryEnd bool) (end int64, err error) {
+	if len(raw) > MaxAppendBytes+MaxAppendBytes/8 {
+		return 0, fmt.Errorf("replicate of %d bytes: %w", len(raw), ErrTooLarge)
+	}
+	var starts []int64
+	var seq uint64
+	cont := false
+	end = off
+	if err := DecodeBlocks(raw, e.id, off, func(o int64, s uint64, c bool, p []byte) error {
+		starts = append(starts, o)
+		seq, cont = s, c
+		end = o + blockSize(len(p))
+		return nil
+	}); err != nil {
+		return 0, fmt.Errorf("replicate to extent %d: %w", e.id, err)
+	}
+	if end-off != int64(len(raw)) {
+		return 0, fmt.Errorf("replicate to extent %d: a seal block in the data: %w", e.id, engines.ErrCorrupt)
+	}
+	if entryEnd && cont {
+		return 0, fmt.Errorf("replicate to extent %d: data ends inside an entry: %w", e.id, ErrBadRange)
+	}
+	e.wmu.Lock()
+	defer e.wmu.Unlock()
+	e.mu.Lock()
+	err = e.writableLocked()
+	written := e.written
+	e.mu.Unlock()
+	if err != nil {
+		return 0, err
+	}
+	if off != written {
+		return 0, fmt.Errorf("replicate to extent %d at %d, its length is %d: %w", e.id, off, written, ErrOffset)
+	}
+	if len(raw) == 0 {
+		return off, nil
+	}
+	if err := e.write(raw); err != nil {
+		return 0, err
+	}
+	e.mu.Lock()
+	e.starts = append(e.starts, starts...)
+	e.written = end
+	if !cont {
+		e.lastSeq = seq
+	}
+	e.mu.Unlock()
+	return end, nil
+}
+
+// Sync makes everything written durable. A failed fsync breaks the extent.
+func (e *Extent) Sync() error {
+	e.wmu.Lock()
+	defer e.wmu.Unlock()
+	return e.syncLocked()
+}
+
+// syncLocked is Sync; the caller holds wmu.
+func (e *Extent) syncLocked() error {
+	e.mu.Lock()
+	written, seq, broken, sealed := e.written, e.lastSeq, e.broken, e.sealed
+	done := e.durable == written
+	e.mu.Unlock()
+	if broken != nil {
+		return fmt.Errorf("extent %d: %w (%v)", e.id, ErrBroken, broken)
+	}
+	if done || sealed {
+		return nil
+	}
+	e.io.RLock()
+	var err error
+	if e.f == nil {
+		err = ErrClosed
+	} else {
+		err = e.f.Sync()
+	}
+	e.io.RUnlock()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if err != nil {
+		err = fmt.Errorf("sync extent %d: %w", e.id, err)
+		if e.broken == nil {
+			e.broken = err
+		}
+		return err
+	}
+	e.durable, e.durableSeq = written, seq
+	return nil
+}
+
+// Freeze stops the replica taking appends (the first step of a seal) and
+// returns its durable length and last sequence number once everything
+// written is synced. A sealed replica reports its sealed length.
+func (e *Extent) Freeze() (length int64, lastSeq uint64, sealed bool, err error) {
+	e.wmu.Lock()
+	defer e.wmu.Unlock()
+	e.mu.Lock()
+	e.frozen = true
+	sealed, broken := e.sealed, e.broken
+	e.mu.Unlock()
+	if !sealed && broken == nil {
+		if err := e.syncLocked(); err != nil {
+			return 0, 0, false, err
+		}
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.durable, e.durableSeq, e.sealed, nil
+}
+
+// Seal cuts the replica at length (an entry boundary not beyond what it
+// holds), writes the seal block and syncs: when it returns the replica is
+// durably sealed and takes no more appends. Sealing again at the same
+// length is a no-op; at another length it fails with ErrSealConflict. It
+// returns the sequence number of the last entry kept.
+func (e *Extent) Seal(length int64) (lastSeq uint64, err error) {
+	e.wmu.Lock()
+	defer e.wmu.Unlock()
+	e.mu.Lock()
+	sealed, written, broken, closed := e.sealed, e.written, e.broken, e.f == nil
+	e.mu.Unlock()
+	switch {
+	case closed:
+		return 0, fmt.Errorf("seal extent %d: %w", e.id, ErrClosed)
+	case sealed && length == written:
+		return e.Info().LastSeq, nil
+	case sealed:
+		return 0, fmt.Errorf("seal extent %d at %d, sealed at %d: %w", e.id, length, written, ErrSealConflict)
+	case broken != nil:
+		return 0, fmt.Errorf("seal extent %d: %w (%v)", e.id, ErrBroken, broken)
+	case length > written || length < 0:
+		return 0, fmt.Errorf("seal extent %d at %d, it holds %d: %w", e.id, length, written, ErrShort)
+	}
+	e.mu.Lock()
+	i, found := slices.BinarySearch(e.starts, length)
+	e.mu.Unlock()
+	if !found && length != written {
+		return 0, fmt.Errorf("seal extent %d at %d: not a block boundary: %w", e.id, length, ErrBadRange)
+	}
+	if i > 0 {
+		e.mu.Lock()
+		prev := e.starts[i-1]
+		e.mu.Unlock()
+		var h [BlockHeaderLen]byte
+		if err := e.readAt(h[:], prev); err != nil {
+			return 0, err
+		}
+		_, flags, _, seq, err := parseBlockHeader(h[:])
+		if err != nil {
+			return 0, fmt.Errorf("seal extent %d: %w", e.id, err)
+		}
+		if flags&flagContinues != 0 {
+			return 0, fmt.Errorf("seal extent %d at %d: inside an entry: %w", e.id, length, ErrBadRange)
+		}
+		lastSeq = seq
+	}
+	e.io.RLock()
+	err = func() error {
+		if e.f == nil {
+			return ErrClosed
+		}
+		if length < written {
+			if err := e.f.Truncate(fileHeaderLen + length); err != nil {
+				return err
+			}
+		}
+		if _, err := e.f.Write(sealBlock(e.id, length)); err != nil {
+			return err
+		}
+		return e.f.Sync()
+	}()
+	e.io.RUnlock()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if err != nil {
+		err = fmt.Errorf("seal extent %d: %w", e.id, err)
+		if e.broken == nil {
+			e.broken = err
+		}
+		return 0, err
+	}
+	e.starts = e.starts[:i]
+	e.written, e.durable = length, length
+	e.lastSeq, e.durableSeq = lastSeq, lastSeq
+	e.sealed, e.frozen = true, true
+	return lastSeq, nil
+}
+
+// readAt reads len(p) bytes at extent offset off.
+func (e *Extent) readAt(p []byte, off int64) error {
+	e.io.RLock()
+	defer e.io.RUnlock()
+	if e.f == nil {
+		return fmt.Errorf("read extent %d: %w", e.id, ErrClosed)
+	}
+	if _, err := e.f.ReadAt(p, fileHeaderLen+off); err != nil {
+		return fmt.Errorf("read extent %d at %d: %w", e.id, off, err)
+	}
+	return nil
+}
+
+// Read returns whole encoded blocks starting at block boundary off: those
+// that end within off+maxLen, but at least one, and none past the durable
+// length end (also returned). Every block is checked; a bad one fails the
+// read with engines.ErrCorrupt and marks the replica corrupt. A read at end
+// returns no data.
+func (e *Extent) Read(off, maxLen int64) (raw []byte, end int64, sealed bool, err error) {
+	e.mu.Lock()
+	end, sealed = e.durable, e.sealed
+	i, found := slices.BinarySearch(e.starts, off)
+	var stop int64
+	if found && off < end {
+		last := i
+		for last+1 < len(e.starts) {
+			next := blockEnd(e.starts, last+1, e.written)
+			if next > end || next-off > maxLen {
+				break
+			}
+			last++
+		}
+		stop = blockEnd(e.starts, last, e.written)
+	}
+	e.mu.Unlock()
+	if off == end {
+		return nil, end, sealed, nil
+	}
+	if !found || off > end || stop > end {
+		return nil, end, sealed, fmt.Errorf("read extent %d at %d (length %d): %w", e.id, off, end, ErrBadRange)
+	}
+	raw = make([]byte, stop-off)
+	if err := e.readAt(raw, off); err != nil {
+		return nil, end, sealed, err
+	}
+	if err := DecodeBlocks(raw, e.id, off, func(int64, uint64, bool, []byte) error { return nil }); err != nil {
+		err = fmt.Errorf("read extent %d: %w", e.id, err)
+		e.markCorrupt(err)
+		return nil, end, sealed, err
+	}
+	return raw, end, sealed, nil
+}
+
+// blockEnd is where block i of starts ends: the next block's start, or end.
+func blockEnd(starts []int64, i int, end int64) int64 {
+	if i+1 < len(starts) {
+		return starts[i+1]
+	}
+	return end
+}
+
+func (e *Extent) markCorrupt(err error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.corrupt == nil {
+		e.corrupt = err
+	}
+}
+
+// Scrub re-reads and checks every durable block (and the seal block of a
+// sealed replica). The first bad one is returned (wrapping
+// engines.ErrCorrupt) and marks the replica corrupt. stop, if it returns
+// true between chunks, ends the scrub early with a nil error.
+func (e *Extent) Scrub(stop func() bool) error {
+	var off int64
+	for {
+		if stop != nil && stop() {
+			return nil
+		}
+		raw, end, sealed, err := e.Read(off, 4<<20)
+		if err != nil {
+			return err
+		}
+		if len(raw) == 0 {
+			if sealed {
+				var b [BlockHeaderLen + 8]byte
+				if err := e.readAt(b[:], end); err != nil {
+					return err
+				}
+				if blk, err := decodeBlock(b[:], e.id, end); err != nil || blk.kind != kindSeal {
+					if err == nil {
+						err = fmt.Errorf("no seal block at %d: %w", end, engines.ErrCorrupt)
+					}
+					err = fmt.Errorf("scrub extent %d: %w", e.id, err)
+					e.markCorrupt(err)
+					return err
+				}
+			}
+			return nil
+		}
+		off += int64(len(raw))
+	}
+}
+
+// Close closes the file once no read is inside it. Idempotent.
+func (e *Extent) Close() error {
+	e.wmu.Lock()
+	defer e.wmu.Unlock()
+	e.io.Lock()
+	defer e.io.Unlock()
+	if e.f == nil {
+		return nil
+	}
+	err := e.f.Close()
+	e.f = nil
+	if err != nil {
+		return fmt.Errorf("close extent %d: %w", e.id, err)
+	}
+	return nil
+}
+
+// Break makes the replica refuse further appends: a primary whose
+// replication failed no longer knows what its secondaries hold, so the
+// extent must be sealed.
+func (e *Extent) Break(cause error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.broken == nil {
+		e.broken = cause
+	}
+}

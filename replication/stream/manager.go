@@ -1,0 +1,813 @@
+package stream
+
+import (
+	"cmp"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+)
+
+// Op names a stream manager command. The strings are written to the
+// master's log: never change or reuse one.
+type Op string
+
+const (
+	// OpAddNode registers extent node Node (Addr, FaultDomain) or brings a
+	// known one back alive with its new address, then re-replicates what
+	// it can.
+	OpAddNode Op = "add_node"
+	// OpNodeDown marks Node dead: its replicas stop counting; sealed
+	// extents get replacement replicas, unsealed ones a seal task.
+	OpNodeDown Op = "node_down"
+	// OpNodeLoad records Node's UsedBytes (from its heartbeat).
+	OpNodeLoad Op = "node_load"
+	// OpCreateStream creates the empty stream Stream.
+	OpCreateStream Op = "create_stream"
+	// OpDeleteStream removes Stream; extents no stream references any
+	// more are garbage: every replica gets a delete task.
+	OpDeleteStream Op = "delete_stream"
+	// OpConcat creates Stream as the concatenation of the extents of
+	// Sources, in order: a pointer operation. Every source extent must be
+	// sealed.
+	OpConcat Op = "concat"
+	// OpOpenWriter bumps Stream's writer epoch (Result.Epoch): allocations
+	// by writers with an older epoch fail with ErrFenced.
+	OpOpenWriter Op = "open_writer"
+	// OpAllocate appends a new extent to Stream, whose last extent must be
+	// sealed, on Replicas live nodes in distinct fault domains, least
+	// loaded first; Node, if live, is preferred as primary; Avoid lists
+	// nodes to use only if nothing else fits. Epoch, if not 0, must be the
+	// stream's writer epoch.
+	OpAllocate Op = "allocate_extent"
+	// OpSeal records that Extent is sealed at Length (LastSeq is its last
+	// entry's sequence number). Nodes are the replicas that confirmed the
+	// seal; the others are rebuilt from them.
+	OpSeal Op = "seal_extent"
+	// OpReportCorrupt marks Extent's replica on Node corrupt: it is
+	// rebuilt in place from a good replica (after a seal if need be).
+	OpReportCorrupt Op = "report_corrupt"
+	// OpReplicaReady: the copy task for Extent on Node succeeded.
+	OpReplicaReady Op = "replica_ready"
+	// OpReplicaFailed: the copy task for Extent on Node failed; a new
+	// replica is dropped (and its node cleaned), a repair is retried.
+	OpReplicaFailed Op = "replica_failed"
+	// OpReplicaDeleted: the delete task for Extent on Node is done.
+	OpReplicaDeleted Op = "replica_deleted"
+	// OpNodeExtents is Node's inventory (Extents): replicas it holds that
+	// the manager does not place there are garbage and get delete tasks.
+	OpNodeExtents Op = "node_extents"
+)
+
+// Command is one input of the Manager: a tagged union on Op, JSON-encoded
+// in the master's log.
+type Command struct {
+	Op          Op       `json:"op"`
+	Node        string   `json:"node,omitempty"`
+	Addr        string   `json:"addr,omitempty"`
+	FaultDomain string   `json:"fault_domain,omitempty"`
+	UsedBytes   int64    `json:"used_bytes,omitempty"`
+	Stream      string   `json:"stream,omitempty"`
+	Sources     []string `json:"sources,omitempty"`
+	Epoch       uint64   `json:"epoch,omitempty"`
+	Avoid       []string `json:"avoid,omitempty"`
+	Extent      uint64   `json:"extent,omitempty"`
+	Length      int64    `json:"length,omitempty"`
+	LastSeq     uint64   `json:"last_seq,omitempty"`
+	Nodes       []string `json:"nodes,omitempty"`
+	Extents     []uint64 `json:"extents,omitempty"`
+}
+
+// Result is what Apply reports.
+type Result struct {
+	// Changed is false for a valid command that changed nothing (a repeated
+	// seal, say); such a command need not be logged.
+	Changed bool
+	// Epoch is the new writer epoch of OpOpenWriter.
+	Epoch uint64
+	// Extent is the extent OpAllocate made.
+	Extent uint64
+}
+
+// ReplicaState is the state of one replica in the manager.
+type ReplicaState string
+
+// Replica states: strings in snapshots, never change or reuse.
+const (
+	// ReplicaOK: a replica that holds the extent.
+	ReplicaOK ReplicaState = "ok"
+	// ReplicaCopying: a new replica being copied from a good one.
+	ReplicaCopying ReplicaState = "copying"
+	// ReplicaRepair: a replica to rebuild in place (corrupt, or it missed
+	// the seal).
+	ReplicaRepair ReplicaState = "repair"
+)
+
+// NodeMeta is an extent node as the manager sees it.
+type NodeMeta struct {
+	ID          string `json:"id"`
+	Addr        string `json:"addr"`
+	FaultDomain string `json:"fault_domain"`
+	Alive       bool   `json:"alive"`
+	UsedBytes   int64  `json:"used_bytes,omitempty"`
+}
+
+// StreamMeta is a stream: a name and an ordered list of extents.
+type StreamMeta struct {
+	Name    string   `json:"name"`
+	Extents []uint64 `json:"extents"`
+	Epoch   uint64   `json:"epoch,omitempty"`
+	// Restarts are the indexes in Extents, ascending, where a new sequence
+	// number space starts: the first extent of each concatenated source
+	// after the first. A reader dropping duplicates forgets the sequence
+	// numbers seen before each.
+	Restarts []int `json:"restarts,omitempty"`
+}
+
+// Replica is one replica of an extent.
+type Replica struct {
+	Node  string       `json:"node"`
+	State ReplicaState `json:"state"`
+}
+
+// ExtentMeta is an extent: its replicas (the primary first while it is
+// open) and, once sealed, its length.
+type ExtentMeta struct {
+	ID       uint64    `json:"id"`
+	Primary  string    `json:"primary"`
+	Replicas []Replica `json:"replicas"`
+	Sealed   bool      `json:"sealed,omitempty"`
+	Length   int64     `json:"length,omitempty"`
+	LastSeq  uint64    `json:"last_seq,omitempty"`
+}
+
+// PendingDelete is a replica to remove from a node.
+type PendingDelete struct {
+	Extent uint64 `json:"extent"`
+	Node   string `json:"node"`
+}
+
+// ManagerOptions configure a Manager; the zero value works.
+type ManagerOptions struct {
+	// Replicas per extent. Default 3.
+	Replicas int `json:"replicas"`
+}
+
+// Manager is the stream manager's state machine (DESIGN §9, WAS §4.1):
+// streams → extents → replicas, the node registry, placement, seals,
+// re-replication, repair and garbage collection. It is deterministic and
+// does no I/O: its owner applies Commands (through a replicated log in the
+// master, directly in the Driver), runs the Tasks it lists and reports
+// their outcomes as Commands. Not safe for concurrent use.
+type Manager struct {
+	opts       ManagerOptions
+	nextExtent uint64
+	nodes      map[string]*NodeMeta
+	streams    map[string]*StreamMeta
+	extents    map[uint64]*ExtentMeta
+	deletes    map[PendingDelete]bool
+
+	// Derived, rebuilt from the above on load.
+	refs   map[uint64]int // stream references per extent
+	hosted map[string]int // replicas per node
+}
+
+// NewManager returns an empty manager.
+func NewManager(opts ManagerOptions) *Manager {
+	if opts.Replicas <= 0 {
+		opts.Replicas = 3
+	}
+	return &Manager{
+		opts: opts, nextExtent: 1,
+		nodes: map[string]*NodeMeta{}, streams: map[string]*StreamMeta{}, extents: map[uint64]*ExtentMeta{},
+		deletes: map[PendingDelete]bool{}, refs: map[uint64]int{}, hosted: map[string]int{},
+	}
+}
+
+func badCmd(format string, args ...any) error {
+	return fmt.Errorf("%s: %w", fmt.Sprintf(format, args...), ErrBadCommand)
+}
+
+// Apply applies one command. An error leaves the state unchanged; the same
+// command on the same state gives the same result on every replica of the
+// manager.
+func (m *Manager) Apply(c Command) (Result, error) {
+	switch c.Op {
+	case OpAddNode:
+		return m.addNode(c)
+	case OpNodeDown:
+		n, err := m.node(c.Node)
+		if err != nil {
+			return Result{}, err
+		}
+		if !n.Alive {
+			return Result{}, nil
+		}
+		n.Alive = false
+		m.planAll()
+		return Result{Changed: true}, nil
+	case OpNodeLoad:
+		n, err := m.node(c.Node)
+		if err != nil {
+			return Result{}, err
+		}
+		changed := n.UsedBytes != c.UsedBytes
+		n.UsedBytes = c.UsedBytes
+		return Result{Changed: changed}, nil
+	case OpCreateStream:
+		if c.Stream == "" {
+			return Result{}, badCmd("create_stream without a name")
+		}
+		if m.streams[c.Stream] != nil {
+			return Result{}, fmt.Errorf("create stream %q: %w", c.Stream, ErrStreamExists)
+		}
+		m.streams[c.Stream] = &StreamMeta{Name: c.Stream, Extents: []uint64{}}
+		return Result{Changed: true}, nil
+	case OpDeleteStream:
+		s, err := m.stream(c.Stream)
+		if err != nil {
+			return Result{}, err
+		}
+		delete(m.streams, s.Name)
+		for _, id := range s.Extents {
+			m.unref(id)
+		}
+		return Result{Changed: true}, nil
+	case OpConcat:
+		return m.concat(c)
+	case OpOpenWriter:
+		s, err := m.stream(c.Stream)
+		if err != nil {
+			return Result{}, err
+		}
+		s.Epoch++
+		return Result{Changed: true, Epoch: s.Epoch}, nil
+	case OpAllocate:
+		return m.allocate(c)
+	case OpSeal:
+		return m.seal(c)
+	case OpReportCorrupt, OpReplicaReady, OpReplicaFailed:
+		return m.replicaEvent(c)
+	case OpReplicaDeleted:
+		k := PendingDelete{Extent: c.Extent, Node: c.Node}
+		if !m.deletes[k] {
+			return Result{}, nil
+		}
+		delete(m.deletes, k)
+		return Result{Changed: true}, nil
+	case OpNodeExtents:
+		if _, err := m.node(c.Node); err != nil {
+			return Result{}, err
+		}
+		changed := false
+		for _, id := range c.Extents {
+			if e := m.extents[id]; e != nil && e.replica(c.Node) >= 0 {
+				continue
+			}
+			if id >= m.nextExtent {
+				continue // not allocated yet by this manager: not ours to judge
+			}
+			k := PendingDelete{Extent: id, Node: c.Node}
+			if !m.deletes[k] {
+				m.deletes[k] = true
+				changed = true
+			}
+		}
+		return Result{Changed: changed}, nil
+	}
+	return Result{}, badCmd("unknown op %q", c.Op)
+}
+
+func (m *Manager) node(id string) (*NodeMeta, error) {
+	n := m.nodes[id]
+	if n == nil {
+		return nil, fmt.Errorf("node %q: %w", id, ErrUnknownNode)
+	}
+	return n, nil
+}
+
+func (m *Manager) stream(name string) (*StreamMeta, error) {
+	s := m.streams[name]
+	if s == nil {
+		return nil, fmt.Errorf("stream %q: %w", name, ErrStreamNotFound)
+	}
+	return s, nil
+}
+
+func (m *Manager) extent(id uint64) (*ExtentMeta, error) {
+	e := m.extents[id]
+	if e == nil {
+		return nil, fmt.Errorf("extent %d: %w", id, ErrUnknownExtent)
+	}
+	return e, nil
+}
+
+// replica returns the index of node's replica of e, or -1.
+func (e *ExtentMeta) replica(node string) int {
+	return slices.IndexFunc(e.Replicas, func(r Replica) bool { return r.Node == node })
+}
+
+func (m *Manager) addNode(c Command) (Result, error) {
+	if c.Node == "" || c.Addr == "" {
+		return Result{}, badCmd("add_node needs a node id and an address")
+	}
+	n := m.nodes[c.Node]
+	if n == nil {
+		n = &NodeMeta{ID: c.Node}
+		m.nodes[c.Node] = n
+	}
+	n.Addr, n.FaultDomain, n.Alive = c.Addr, c.FaultDomain, true
+	m.planAll()
+	return Result{Changed: true}, nil
+}
+
+func (m *Manager) concat(c Command) (Result, error) {
+	if c.Stream == "" {
+		return Result{}, badCmd("concat without a name")
+	}
+	if m.streams[c.Stream] != nil {
+		return Result{}, fmt.Errorf("concat into %q: %w", c.Stream, ErrStreamExists)
+	}
+	ids := []uint64{}
+	var restarts []int
+	for _, src := range c.Sources {
+		s, err := m.stream(src)
+		if err != nil {
+			return Result{}, err
+		}
+		for _, id := range s.Extents {
+			if !m.extents[id].Sealed {
+				return Result{}, fmt.Errorf("concat %q: extent %d of %q: %w", c.Stream, id, src, ErrNotSealed)
+			}
+		}
+		if len(ids) > 0 && len(s.Extents) > 0 {
+			restarts = append(restarts, len(ids))
+		}
+		for _, r := range s.Restarts {
+			restarts = append(restarts, len(ids)+r)
+		}
+		ids = append(ids, s.Extents...)
+	}
+	m.streams[c.Stream] = &StreamMeta{Name: c.Stream, Extents: ids, Restarts: restarts}
+	for _, id := range ids {
+		m.refs[id]++
+	}
+	return Result{Changed: true}, nil
+}
+
+// unref drops one stream reference to extent id; the last one makes it
+// garbage.
+func (m *Manager) unref(id uint64) {
+	m.refs[id]--
+	if m.refs[id] > 0 {
+		return
+	}
+	delete(m.refs, id)
+	e := m.extents[id]
+	delete(m.extents, id)
+	for _, r := range e.Replicas {
+		m.hosted[r.Node]--
+		m.deletes[PendingDelete{Extent: id, Node: r.Node}] = true
+	}
+}
+
+// place picks up to n live nodes not in exclude, in fault domains not in
+// usedFD and distinct from each other: prefer first if it qualifies, then
+// by (in avoid, replicas hosted, used bytes, id).
+func (m *Manager) place(n int, exclude, usedFD, avoid map[string]bool, prefer string) []string {
+	var cands []*NodeMeta
+	for _, nd := range m.nodes {
+		if nd.Alive && !exclude[nd.ID] && !usedFD[nd.FaultDomain] {
+			cands = append(cands, nd)
+		}
+	}
+	b2i := func(b bool) int {
+		if b {
+			return 1
+		}
+		return 0
+	}
+	slices.SortFunc(cands, func(a, b *NodeMeta) int {
+		return cmp.Or(
+			cmp.Compare(b2i(a.ID != prefer), b2i(b.ID != prefer)),
+			cmp.Compare(b2i(avoid[a.ID]), b2i(avoid[b.ID])),
+			cmp.Compare(m.hosted[a.ID], m.hosted[b.ID]),
+			cmp.Compare(a.UsedBytes, b.UsedBytes),
+			cmp.Compare(a.ID, b.ID),
+		)
+	})
+	fds := maps.Clone(usedFD)
+	if fds == nil {
+		fds = map[string]bool{}
+	}
+	var out []string
+	for _, nd := range cands {
+		if len(out) == n {
+			break
+		}
+		if fds[nd.FaultDomain] {
+			continue
+		}
+		fds[nd.FaultDomain] = true
+		out = append(out, nd.ID)
+	}
+	return out
+}
+
+func (m *Manager) allocate(c Command) (Result, error) {
+	s, err := m.stream(c.Stream)
+	if err != nil {
+		return Result{}, err
+	}
+	if c.Epoch != 0 && c.Epoch != s.Epoch {
+		return Result{}, fmt.Errorf("allocate in %q with epoch %d, stream at %d: %w", s.Name, c.Epoch, s.Epoch, ErrFenced)
+	}
+	if k := len(s.Extents); k > 0 && !m.extents[s.Extents[k-1]].Sealed {
+		return Result{}, fmt.Errorf("allocate in %q: last extent %d: %w", s.Name, s.Extents[k-1], ErrNotSealed)
+	}
+	avoid := map[string]bool{}
+	for _, a := range c.Avoid {
+		avoid[a] = true
+	}
+	picks := m.place(m.opts.Replicas, nil, nil, avoid, c.Node)
+	if len(picks) < m.opts.Replicas {
+		return Result{}, fmt.Errorf("allocate in %q: %d of %d replicas placeable: %w", s.Name, len(picks), m.opts.Replicas, ErrNoPlacement)
+	}
+	e := &ExtentMeta{ID: m.nextExtent, Primary: picks[0]}
+	m.nextExtent++
+	for _, p := range picks {
+		e.Replicas = append(e.Replicas, Replica{Node: p, State: ReplicaOK})
+		m.hosted[p]++
+	}
+	m.extents[e.ID] = e
+	s.Extents = append(s.Extents, e.ID)
+	m.refs[e.ID]++
+	return Result{Changed: true, Extent: e.ID}, nil
+}
+
+func (m *Manager) seal(c Command) (Result, error) {
+	e, err := m.extent(c.Extent)
+	if err != nil {
+		return Result{}, err
+	}
+	if c.Length < 0 {
+		return Result{}, badCmd("seal at %d", c.Length)
+	}
+	if e.Sealed {
+		if e.Length != c.Length {
+			return Result{}, fmt.Errorf("seal extent %d at %d, sealed at %d: %w", e.ID, c.Length, e.Length, ErrSealConflict)
+		}
+		return Result{}, nil
+	}
+	e.Sealed, e.Length, e.LastSeq = true, c.Length, c.LastSeq
+	for i, r := range e.Replicas {
+		if r.State == ReplicaOK && !slices.Contains(c.Nodes, r.Node) {
+			e.Replicas[i].State = ReplicaRepair
+		}
+	}
+	m.plan(e)
+	return Result{Changed: true}, nil
+}
+
+func (m *Manager) replicaEvent(c Command) (Result, error) {
+	e, err := m.extent(c.Extent)
+	if err != nil {
+		return Result{}, err
+	}
+	i := e.replica(c.Node)
+	if i < 0 {
+		return Result{}, fmt.Errorf("extent %d has no replica on %q: %w", e.ID, c.Node, ErrUnknownNode)
+	}
+	r := &e.Replicas[i]
+	switch c.Op {
+	case OpReportCorrupt:
+		if r.State != ReplicaOK {
+			return Result{}, nil
+		}
+		r.State = ReplicaRepair
+	case OpReplicaReady:
+		if r.State == ReplicaOK {
+			return Result{}, nil
+		}
+		r.State = ReplicaOK
+	case OpReplicaFailed:
+		if r.State != ReplicaCopying {
+			return Result{}, nil // a repair stays to be retried
+		}
+		m.dropReplica(e, i)
+	}
+	m.plan(e)
+	return Result{Changed: true}, nil
+}
+
+// dropReplica removes replica i of e and queues its deletion.
+func (m *Manager) dropReplica(e *ExtentMeta, i int) {
+	r := e.Replicas[i]
+	e.Replicas = slices.Delete(e.Replicas, i, i+1)
+	m.hosted[r.Node]--
+	m.deletes[PendingDelete{Extent: e.ID, Node: r.Node}] = true
+}
+
+// planAll plans every extent, in id order.
+func (m *Manager) planAll() {
+	for _, id := range slices.Sorted(maps.Keys(m.extents)) {
+		m.plan(m.extents[id])
+	}
+}
+
+// plan brings a sealed extent back to Replicas good replicas: it places
+// new replicas (copying) in fault domains its live replicas do not use,
+// drops pending ones on dead nodes, and once enough replicas are good,
+// drops the ones on dead nodes. An open extent is sealed first (see Tasks).
+func (m *Manager) plan(e *ExtentMeta) {
+	if !e.Sealed {
+		return
+	}
+	for i := len(e.Replicas) - 1; i >= 0; i-- {
+		if r := e.Replicas[i]; r.State != ReplicaOK && !m.nodes[r.Node].Alive {
+			m.dropReplica(e, i)
+		}
+	}
+	healthy, pending := 0, 0
+	exclude, usedFD := map[string]bool{}, map[string]bool{}
+	for _, r := range e.Replicas {
+		exclude[r.Node] = true
+		nd := m.nodes[r.Node]
+		if !nd.Alive {
+			continue
+		}
+		usedFD[nd.FaultDomain] = true
+		if r.State == ReplicaOK {
+			healthy++
+		} else {
+			pending++
+		}
+	}
+	if healthy == 0 {
+		return // nothing to copy from until a node with a good replica returns
+	}
+	if need := m.opts.Replicas - healthy - pending; need > 0 {
+		for _, p := range m.place(need, exclude, usedFD, nil, "") {
+			e.Replicas = append(e.Replicas, Replica{Node: p, State: ReplicaCopying})
+			m.hosted[p]++
+		}
+	}
+	if healthy >= m.opts.Replicas {
+		for i := len(e.Replicas) - 1; i >= 0; i-- {
+			if !m.nodes[e.Replicas[i].Node].Alive {
+				m.dropReplica(e, i)
+			}
+		}
+	}
+}
+
+// TaskKind names what a Task asks of the owner.
+type TaskKind string
+
+// Task kinds.
+const (
+	// TaskSeal: seal the open Extent (probe its replicas' commit lengths,
+	// apply OpSeal, seal the replicas): one of its replicas is dead or bad.
+	TaskSeal TaskKind = "seal"
+	// TaskCopy: have Node (Addr) copy sealed Extent of Length from one of
+	// Sources, then apply OpReplicaReady (or OpReplicaFailed).
+	TaskCopy TaskKind = "copy"
+	// TaskDelete: delete Extent's replica on Node (Addr), then apply
+	// OpReplicaDeleted.
+	TaskDelete TaskKind = "delete"
+)
+
+// Task is work the manager's owner does outside the state machine.
+type Task struct {
+	Kind    TaskKind
+	Extent  uint64
+	Node    string
+	Addr    string
+	Length  int64
+	Sources []string // addresses of good replicas
+}
+
+// Tasks lists the work pending now, in a deterministic order: seals, then
+// copies, then deletes. Work for dead nodes waits until they return.
+func (m *Manager) Tasks() []Task {
+	var seals, copies, dels []Task
+	for _, id := range slices.Sorted(maps.Keys(m.extents)) {
+		e := m.extents[id]
+		if !e.Sealed {
+			for _, r := range e.Replicas {
+				if r.State != ReplicaOK || !m.nodes[r.Node].Alive {
+					seals = append(seals, Task{Kind: TaskSeal, Extent: id})
+					break
+				}
+			}
+			continue
+		}
+		var sources []string
+		for _, r := range e.Replicas {
+			if nd := m.nodes[r.Node]; r.State == ReplicaOK && nd.Alive {
+				sources = append(sources, nd.Addr)
+			}
+		}
+		if len(sources) == 0 {
+			continue
+		}
+		for _, r := range e.Replicas {
+			if nd := m.nodes[r.Node]; r.State != ReplicaOK && nd.Alive {
+				copies = append(copies, Task{Kind: TaskCopy, Extent: id, Node: r.Node, Addr: nd.Addr, Length: e.Length, Sources: sources})
+			}
+		}
+	}
+	keys := slices.SortedFunc(maps.Keys(m.deletes), func(a, b PendingDelete) int {
+		return cmp.Or(cmp.Compare(a.Extent, b.Extent), cmp.Compare(a.Node, b.Node))
+	})
+	for _, k := range keys {
+		if nd := m.nodes[k.Node]; nd != nil && nd.Alive {
+			dels = append(dels, Task{Kind: TaskDelete, Extent: k.Extent, Node: k.Node, Addr: nd.Addr})
+		}
+	}
+	return slices.Concat(seals, copies, dels)
+}
+
+// Stream returns a copy of stream name and its extents.
+func (m *Manager) Stream(name string) (StreamMeta, []ExtentMeta, error) {
+	s, err := m.stream(name)
+	if err != nil {
+		return StreamMeta{}, nil, err
+	}
+	out := StreamMeta{Name: s.Name, Epoch: s.Epoch, Extents: slices.Clone(s.Extents), Restarts: slices.Clone(s.Restarts)}
+	es := make([]ExtentMeta, len(s.Extents))
+	for i, id := range s.Extents {
+		es[i] = m.extents[id].clone()
+	}
+	return out, es, nil
+}
+
+func (e *ExtentMeta) clone() ExtentMeta {
+	c := *e
+	c.Replicas = slices.Clone(e.Replicas)
+	return c
+}
+
+// Extent returns a copy of extent id.
+func (m *Manager) Extent(id uint64) (ExtentMeta, error) {
+	e, err := m.extent(id)
+	if err != nil {
+		return ExtentMeta{}, err
+	}
+	return e.clone(), nil
+}
+
+// Node returns a copy of node id.
+func (m *Manager) Node(id string) (NodeMeta, error) {
+	n, err := m.node(id)
+	if err != nil {
+		return NodeMeta{}, err
+	}
+	return *n, nil
+}
+
+// Nodes returns copies of every node, by id.
+func (m *Manager) Nodes() []NodeMeta {
+	var out []NodeMeta
+	for _, id := range slices.Sorted(maps.Keys(m.nodes)) {
+		out = append(out, *m.nodes[id])
+	}
+	return out
+}
+
+// Streams returns the stream names, sorted.
+func (m *Manager) Streams() []string { return slices.Sorted(maps.Keys(m.streams)) }
+
+// ExtentIDs returns the ids of the live extents, sorted.
+func (m *Manager) ExtentIDs() []uint64 { return slices.Sorted(maps.Keys(m.extents)) }
+
+// snapshotVersion is the snapshot format version; bump on an incompatible
+// change and keep reading the old one.
+const snapshotVersion = 1
+
+type snapshot struct {
+	Version    int             `json:"version"`
+	Options    ManagerOptions  `json:"options"`
+	NextExtent uint64          `json:"next_extent"`
+	Nodes      []NodeMeta      `json:"nodes"`
+	Streams    []StreamMeta    `json:"streams"`
+	Extents    []ExtentMeta    `json:"extents"`
+	Deletes    []PendingDelete `json:"deletes"`
+}
+
+// Snapshot encodes the whole state (JSON, deterministic: sorted).
+func (m *Manager) Snapshot() []byte {
+	s := snapshot{Version: snapshotVersion, Options: m.opts, NextExtent: m.nextExtent,
+		Nodes: m.Nodes(), Streams: []StreamMeta{}, Extents: []ExtentMeta{}, Deletes: []PendingDelete{}}
+	if s.Nodes == nil {
+		s.Nodes = []NodeMeta{}
+	}
+	for _, name := range m.Streams() {
+		st := *m.streams[name]
+		s.Streams = append(s.Streams, st)
+	}
+	for _, id := range m.ExtentIDs() {
+		s.Extents = append(s.Extents, *m.extents[id])
+	}
+	s.Deletes = slices.SortedFunc(maps.Keys(m.deletes), func(a, b PendingDelete) int {
+		return cmp.Or(cmp.Compare(a.Extent, b.Extent), cmp.Compare(a.Node, b.Node))
+	})
+	if s.Deletes == nil {
+		s.Deletes = []PendingDelete{}
+	}
+	b, err := json.Marshal(s)
+	if err != nil {
+		panic(fmt.Sprintf("stream: encode manager snapshot: %v", err)) // plain data: cannot fail
+	}
+	return b
+}
+
+// LoadSnapshot decodes a Snapshot and checks it is consistent: every
+// reference resolves, no extent is unreferenced, replicas are on known
+// nodes, once each. A bad snapshot is an error wrapping ErrBadCommand.
+func LoadSnapshot(b []byte) (*Manager, error) {
+	var s snapshot
+	if err := json.Unmarshal(b, &s); err != nil {
+		return nil, badCmd("decode manager snapshot: %v", err)
+	}
+	if s.Version != snapshotVersion {
+		return nil, badCmd("manager snapshot version %d (this build reads %d)", s.Version, snapshotVersion)
+	}
+	if s.Options.Replicas <= 0 || s.Options.Replicas > 16 {
+		return nil, badCmd("snapshot with %d replicas per extent", s.Options.Replicas)
+	}
+	if s.NextExtent == 0 {
+		return nil, badCmd("snapshot with next extent 0")
+	}
+	m := NewManager(s.Options)
+	m.nextExtent = s.NextExtent
+	for _, n := range s.Nodes {
+		if n.ID == "" || m.nodes[n.ID] != nil {
+			return nil, badCmd("snapshot node %q empty or repeated", n.ID)
+		}
+		m.nodes[n.ID] = &n
+	}
+	for _, e := range s.Extents {
+		if e.ID == 0 || e.ID >= m.nextExtent || m.extents[e.ID] != nil {
+			return nil, badCmd("snapshot extent %d out of range or repeated", e.ID)
+		}
+		if e.Length < 0 || (!e.Sealed && (e.Length != 0 || e.LastSeq != 0)) {
+			return nil, badCmd("snapshot extent %d: length %d, sealed %v", e.ID, e.Length, e.Sealed)
+		}
+		for i, r := range e.Replicas {
+			if m.nodes[r.Node] == nil || e.replica(r.Node) != i {
+				return nil, badCmd("snapshot extent %d: replica on %q unknown or repeated", e.ID, r.Node)
+			}
+			if r.State != ReplicaOK && r.State != ReplicaCopying && r.State != ReplicaRepair {
+				return nil, badCmd("snapshot extent %d: replica state %q", e.ID, r.State)
+			}
+			if !e.Sealed && r.State == ReplicaCopying {
+				return nil, badCmd("snapshot extent %d: copying an open extent", e.ID)
+			}
+			m.hosted[r.Node]++
+		}
+		if e.replica(e.Primary) < 0 && !e.Sealed {
+			return nil, badCmd("snapshot extent %d: primary %q not a replica", e.ID, e.Primary)
+		}
+		m.extents[e.ID] = &e
+	}
+	for _, st := range s.Streams {
+		if st.Name == "" || m.streams[st.Name] != nil {
+			return nil, badCmd("snapshot stream %q empty or repeated", st.Name)
+		}
+		if st.Extents == nil {
+			st.Extents = []uint64{}
+		}
+		for i, r := range st.Restarts {
+			if r <= 0 || r >= len(st.Extents) || (i > 0 && r <= st.Restarts[i-1]) {
+				return nil, badCmd("snapshot stream %q: restart %d", st.Name, r)
+			}
+		}
+		for i, id := range st.Extents {
+			e := m.extents[id]
+			if e == nil {
+				return nil, badCmd("snapshot stream %q: unknown extent %d", st.Name, id)
+			}
+			if !e.Sealed && i != len(st.Extents)-1 {
+				return nil, badCmd("snapshot stream %q: open extent %d not last", st.Name, id)
+			}
+			m.refs[id]++
+		}
+		m.streams[st.Name] = &st
+	}
+	for id, e := range m.extents {
+		if m.refs[id] == 0 {
+			return nil, badCmd("snapshot extent %d referenced by no stream", id)
+		}
+		if !e.Sealed && m.refs[id] > 1 {
+			return nil, badCmd("snapshot open extent %d in %d streams", id, m.refs[id])
+		}
+	}
+	for _, d := range s.Deletes {
+		if m.nodes[d.Node] == nil || m.deletes[d] {
+			return nil, badCmd("snapshot delete of %d on %q: unknown node or repeated", d.Extent, d.Node)
+		}
+		m.deletes[d] = true
+	}
+	return m, nil
+}

@@ -1,0 +1,321 @@
+package stream
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+)
+
+func mustApply(t testing.TB, m *Manager, c Command) Result {
+	t.Helper()
+	r, err := m.Apply(c)
+	if err != nil {
+		t.Fatalf("%+v: %v", c, err)
+	}
+	return r
+}
+
+// newTestManager has nodes n0..n(k-1) in fault domains fd(i % fds).
+func newTestManager(t testing.TB, k, fds int) *Manager {
+	m := NewManager(ManagerOptions{})
+	for i := range k {
+		mustApply(t, m, Command{Op: OpAddNode, Node: fmt.Sprintf("n%d", i), Addr: fmt.Sprintf("a%d", i), FaultDomain: fmt.Sprintf("fd%d", i%fds)})
+	}
+	return m
+}
+
+// checkInvariants recounts the derived state and round-trips a snapshot.
+func checkInvariants(t testing.TB, m *Manager) {
+	t.Helper()
+	refs, hosted := map[uint64]int{}, map[string]int{}
+	for _, s := range m.streams {
+		for i, id := range s.Extents {
+			e := m.extents[id]
+			if e == nil {
+				t.Fatalf("stream %q: missing extent %d", s.Name, id)
+			}
+			if !e.Sealed && i != len(s.Extents)-1 {
+				t.Fatalf("stream %q: open extent %d not last", s.Name, id)
+			}
+			refs[id]++
+		}
+	}
+	for id, e := range m.extents {
+		if refs[id] == 0 || refs[id] != m.refs[id] {
+			t.Fatalf("extent %d: refs %d, counted %d", id, m.refs[id], refs[id])
+		}
+		seen := map[string]bool{}
+		for _, r := range e.Replicas {
+			if seen[r.Node] {
+				t.Fatalf("extent %d: two replicas on %s", id, r.Node)
+			}
+			seen[r.Node] = true
+			hosted[r.Node]++
+		}
+	}
+	for n, c := range m.hosted {
+		if c != hosted[n] {
+			t.Fatalf("node %s: hosted %d, counted %d", n, c, hosted[n])
+		}
+	}
+	snap := m.Snapshot()
+	m2, err := LoadSnapshot(snap)
+	if err != nil {
+		t.Fatalf("load own snapshot: %v\n%s", err, snap)
+	}
+	if !bytes.Equal(m2.Snapshot(), snap) {
+		t.Fatal("snapshot does not round-trip")
+	}
+	if !slices.EqualFunc(m.Tasks(), m2.Tasks(), func(a, b Task) bool { return fmt.Sprint(a) == fmt.Sprint(b) }) {
+		t.Fatal("tasks differ after a snapshot round trip")
+	}
+}
+
+func TestManagerPlacement(t *testing.T) {
+	m := newTestManager(t, 6, 3) // two nodes per fault domain
+	mustApply(t, m, Command{Op: OpCreateStream, Stream: "s"})
+	if _, err := m.Apply(Command{Op: OpCreateStream, Stream: "s"}); !errors.Is(err, ErrStreamExists) {
+		t.Fatal(err)
+	}
+	load := map[string]int{}
+	for i := range 12 {
+		c := Command{Op: OpAllocate, Stream: "s"}
+		if i == 5 {
+			c.Node = "n4"
+		}
+		r := mustApply(t, m, c)
+		e, _ := m.Extent(r.Extent)
+		fds := map[string]bool{}
+		for _, rep := range e.Replicas {
+			fds[m.nodes[rep.Node].FaultDomain] = true
+			load[rep.Node]++
+		}
+		if len(e.Replicas) != 3 || len(fds) != 3 || e.Primary != e.Replicas[0].Node {
+			t.Fatalf("extent %d: %+v", e.ID, e)
+		}
+		if i == 5 && e.Primary != "n4" {
+			t.Fatalf("preferred primary ignored: %+v", e)
+		}
+		if _, err := m.Apply(Command{Op: OpAllocate, Stream: "s"}); !errors.Is(err, ErrNotSealed) {
+			t.Fatalf("allocate after an open extent: %v", err)
+		}
+		mustApply(t, m, Command{Op: OpSeal, Extent: e.ID, Length: 10, Nodes: []string{e.Replicas[0].Node, e.Replicas[1].Node, e.Replicas[2].Node}})
+	}
+	for n, l := range load {
+		if l != 6 {
+			t.Fatalf("least-loaded placement: %v", load)
+		}
+		_ = n
+	}
+	checkInvariants(t, m)
+	// Two fault domains cannot hold three replicas.
+	m2 := newTestManager(t, 4, 2)
+	mustApply(t, m2, Command{Op: OpCreateStream, Stream: "s"})
+	if _, err := m2.Apply(Command{Op: OpAllocate, Stream: "s"}); !errors.Is(err, ErrNoPlacement) {
+		t.Fatal(err)
+	}
+	checkInvariants(t, m2)
+}
+
+func TestManagerSealRepairAndReplace(t *testing.T) {
+	m := newTestManager(t, 5, 5)
+	mustApply(t, m, Command{Op: OpCreateStream, Stream: "s"})
+	id := mustApply(t, m, Command{Op: OpAllocate, Stream: "s"}).Extent
+	e, _ := m.Extent(id)
+	a, b, c := e.Replicas[0].Node, e.Replicas[1].Node, e.Replicas[2].Node
+	// c dies: the open extent needs a seal first.
+	mustApply(t, m, Command{Op: OpNodeDown, Node: c})
+	if tasks := m.Tasks(); len(tasks) != 1 || tasks[0].Kind != TaskSeal || tasks[0].Extent != id {
+		t.Fatalf("tasks %+v", tasks)
+	}
+	// Sealed by a and b; c missed it and is dead: a new replica is placed.
+	mustApply(t, m, Command{Op: OpSeal, Extent: id, Length: 100, LastSeq: 7, Nodes: []string{a, b}})
+	if r, err := m.Apply(Command{Op: OpSeal, Extent: id, Length: 100}); err != nil || r.Changed {
+		t.Fatalf("repeated seal: %+v %v", r, err)
+	}
+	if _, err := m.Apply(Command{Op: OpSeal, Extent: id, Length: 99}); !errors.Is(err, ErrSealConflict) {
+		t.Fatal(err)
+	}
+	tasks := m.Tasks()
+	if len(tasks) != 1 || tasks[0].Kind != TaskCopy || tasks[0].Length != 100 || len(tasks[0].Sources) != 2 {
+		t.Fatalf("tasks %+v", tasks)
+	}
+	newNode := tasks[0].Node
+	if newNode == a || newNode == b || newNode == c {
+		t.Fatalf("replacement on %s", newNode)
+	}
+	checkInvariants(t, m)
+	mustApply(t, m, Command{Op: OpReplicaReady, Extent: id, Node: newNode})
+	e, _ = m.Extent(id)
+	if len(e.Replicas) != 3 || e.replica(c) >= 0 {
+		t.Fatalf("after the copy: %+v", e)
+	}
+	// c's delete waits until c is back.
+	if tasks := m.Tasks(); len(tasks) != 0 {
+		t.Fatalf("tasks with c dead: %+v", tasks)
+	}
+	mustApply(t, m, Command{Op: OpAddNode, Node: c, Addr: "a-new", FaultDomain: m.nodes[c].FaultDomain})
+	if tasks := m.Tasks(); len(tasks) != 1 || tasks[0].Kind != TaskDelete || tasks[0].Node != c || tasks[0].Addr != "a-new" {
+		t.Fatalf("tasks %+v", tasks)
+	}
+	mustApply(t, m, Command{Op: OpReplicaDeleted, Extent: id, Node: c})
+	// A corrupt report on b: rebuilt in place.
+	mustApply(t, m, Command{Op: OpReportCorrupt, Extent: id, Node: b})
+	if tasks := m.Tasks(); len(tasks) != 1 || tasks[0].Kind != TaskCopy || tasks[0].Node != b || len(tasks[0].Sources) != 2 {
+		t.Fatalf("tasks %+v", tasks)
+	}
+	mustApply(t, m, Command{Op: OpReplicaFailed, Extent: id, Node: b}) // a repair stays
+	if tasks := m.Tasks(); len(tasks) != 1 {
+		t.Fatalf("tasks %+v", tasks)
+	}
+	mustApply(t, m, Command{Op: OpReplicaReady, Extent: id, Node: b})
+	if tasks := m.Tasks(); len(tasks) != 0 {
+		t.Fatalf("tasks %+v", tasks)
+	}
+	checkInvariants(t, m)
+}
+
+func TestManagerConcatGCAndFencing(t *testing.T) {
+	m := newTestManager(t, 3, 3)
+	for _, s := range []string{"a", "b"} {
+		mustApply(t, m, Command{Op: OpCreateStream, Stream: s})
+		id := mustApply(t, m, Command{Op: OpAllocate, Stream: s}).Extent
+		mustApply(t, m, Command{Op: OpSeal, Extent: id, Length: 5, Nodes: []string{"n0", "n1", "n2"}})
+	}
+	ep := mustApply(t, m, Command{Op: OpOpenWriter, Stream: "a"}).Epoch
+	mustApply(t, m, Command{Op: OpOpenWriter, Stream: "a"})
+	if _, err := m.Apply(Command{Op: OpAllocate, Stream: "a", Epoch: ep}); !errors.Is(err, ErrFenced) {
+		t.Fatalf("allocate by an old writer: %v", err)
+	}
+	mustApply(t, m, Command{Op: OpConcat, Stream: "ab", Sources: []string{"a", "b"}})
+	s, _, _ := m.Stream("ab")
+	if !slices.Equal(s.Extents, []uint64{1, 2}) || !slices.Equal(s.Restarts, []int{1}) {
+		t.Fatalf("ab: %+v", s)
+	}
+	mustApply(t, m, Command{Op: OpDeleteStream, Stream: "a"})
+	mustApply(t, m, Command{Op: OpDeleteStream, Stream: "b"})
+	if tasks := m.Tasks(); len(tasks) != 0 {
+		t.Fatalf("tasks %+v", tasks)
+	}
+	checkInvariants(t, m)
+	mustApply(t, m, Command{Op: OpDeleteStream, Stream: "ab"})
+	if tasks := m.Tasks(); len(tasks) != 6 {
+		t.Fatalf("tasks %+v", tasks)
+	}
+	mustApply(t, m, Command{Op: OpNodeExtents, Node: "n0", Extents: []uint64{1, 2, 3}}) // 3 never allocated
+	checkInvariants(t, m)
+}
+
+// randomCommand draws a command over a small universe of names, so that
+// most commands are valid.
+func randomCommand(rng *rand.Rand) Command {
+	node := fmt.Sprintf("n%d", rng.IntN(6))
+	st := fmt.Sprintf("s%d", rng.IntN(3))
+	ext := uint64(1 + rng.IntN(12))
+	var nodes []string
+	for i := range 6 {
+		if rng.IntN(2) == 0 {
+			nodes = append(nodes, fmt.Sprintf("n%d", i))
+		}
+	}
+	ops := []Op{OpAddNode, OpNodeDown, OpNodeLoad, OpCreateStream, OpDeleteStream, OpConcat, OpOpenWriter,
+		OpAllocate, OpSeal, OpReportCorrupt, OpReplicaReady, OpReplicaFailed, OpReplicaDeleted, OpNodeExtents, "bogus"}
+	c := Command{Op: ops[rng.IntN(len(ops))], Node: node, Stream: st, Extent: ext}
+	switch c.Op {
+	case OpAddNode:
+		c.Addr, c.FaultDomain = "addr-"+node, fmt.Sprintf("fd%d", rng.IntN(4))
+	case OpNodeLoad:
+		c.UsedBytes = rng.Int64N(1000)
+	case OpConcat:
+		c.Stream = fmt.Sprintf("c%d", rng.IntN(3))
+		c.Sources = []string{fmt.Sprintf("s%d", rng.IntN(3)), fmt.Sprintf("s%d", rng.IntN(3))}
+	case OpAllocate:
+		c.Epoch = uint64(rng.IntN(2))
+		c.Avoid = nodes
+	case OpSeal:
+		c.Length, c.LastSeq, c.Nodes = int64(rng.IntN(3)), uint64(rng.IntN(5)), nodes
+	case OpNodeExtents:
+		c.Extents = []uint64{ext, ext + 1}
+	}
+	return c
+}
+
+// TestManagerRandomCommands applies random command sequences, checking
+// the invariants, that a failed command changes nothing, and that a
+// replayed log reproduces the state.
+func TestManagerRandomCommands(t *testing.T) {
+	seed := testSeed(t)
+	for round := range 200 {
+		rng := rand.New(rand.NewPCG(seed, uint64(round)))
+		m := NewManager(ManagerOptions{})
+		var log []Command
+		for range 200 {
+			c := randomCommand(rng)
+			before := m.Snapshot()
+			if _, err := m.Apply(c); err != nil {
+				if !bytes.Equal(before, m.Snapshot()) {
+					t.Fatalf("round %d: failed %+v changed the state: %v", round, c, err)
+				}
+				continue
+			}
+			log = append(log, c)
+			checkInvariants(t, m)
+		}
+		r := NewManager(ManagerOptions{})
+		for _, c := range log {
+			if _, err := r.Apply(c); err != nil {
+				t.Fatalf("round %d: replay of %+v: %v", round, c, err)
+			}
+		}
+		if !bytes.Equal(r.Snapshot(), m.Snapshot()) {
+			t.Fatalf("round %d: replay differs", round)
+		}
+	}
+}
+
+// FuzzLoadSnapshot: arbitrary bytes never panic the loader; what it
+// accepts re-encodes to a snapshot that loads to the same state.
+func FuzzLoadSnapshot(f *testing.F) {
+	m := newTestManager(f, 4, 4)
+	mustApply(f, m, Command{Op: OpCreateStream, Stream: "s"})
+	id := mustApply(f, m, Command{Op: OpAllocate, Stream: "s"}).Extent
+	mustApply(f, m, Command{Op: OpSeal, Extent: id, Length: 3, Nodes: []string{"n0"}})
+	mustApply(f, m, Command{Op: OpConcat, Stream: "t", Sources: []string{"s", "s"}})
+	f.Add(m.Snapshot())
+	f.Add(NewManager(ManagerOptions{}).Snapshot())
+	f.Add([]byte(`{"version":1}`))
+	f.Add([]byte(`{`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		m, err := LoadSnapshot(b)
+		if err != nil {
+			if !errors.Is(err, ErrBadCommand) {
+				t.Fatalf("error not ErrBadCommand: %v", err)
+			}
+			return
+		}
+		checkInvariants(t, m)
+		m.Tasks()
+	})
+}
+
+var managerErrors = []error{ErrBadCommand, ErrUnknownNode, ErrUnknownExtent, ErrStreamNotFound,
+	ErrStreamExists, ErrNotSealed, ErrFenced, ErrNoPlacement, ErrSealConflict}
+
+// FuzzApply drives a manager with commands drawn from the fuzzer's seed.
+func FuzzApply(f *testing.F) {
+	f.Add(uint64(1), uint8(50))
+	f.Add(uint64(42), uint8(200))
+	f.Fuzz(func(t *testing.T, seed uint64, n uint8) {
+		rng := rand.New(rand.NewPCG(seed, 0))
+		m := NewManager(ManagerOptions{})
+		for range int(n) {
+			if _, err := m.Apply(randomCommand(rng)); err != nil && !slices.ContainsFunc(managerErrors, func(e error) bool { return errors.Is(err, e) }) {
+				t.Fatalf("error wraps no manager sentinel: %v", err)
+			}
+		}
+		checkInvariants(t, m)
+	})
+}

@@ -1,0 +1,550 @@
+package stream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/tabuladb/tabula/engines"
+	"github.com/tabuladb/tabula/engines/vfs"
+	"github.com/tabuladb/tabula/replication/stream/streampb"
+)
+
+// NodeOptions configure an extent node. The zero value works apart from
+// Dir.
+type NodeOptions struct {
+	// FS holds the replicas. Default vfs.Default.
+	FS vfs.FS
+	// Dir is the store directory (required).
+	Dir string
+	// Conns dials other nodes (secondaries, copy sources). Default: a cache
+	// of the node's own, closed by Close.
+	Conns *Conns
+	// ReplicateTimeout bounds a primary's replication of one batch to one
+	// secondary. Default 5 s.
+	ReplicateTimeout time.Duration
+	// ScrubInterval is the pause between background scrub passes over
+	// every replica. Default 0: no background scrubber (call Scrub).
+	ScrubInterval time.Duration
+	// OnCorrupt, if set, is called for every replica a scrub pass finds
+	// corrupt (from the scrubbing goroutine): the owner tells the stream
+	// manager, which has it rebuilt from a good replica.
+	OnCorrupt func(extent uint64, err error)
+	// Logger gets the node's logs. Default: discarded.
+	Logger *slog.Logger
+}
+
+// Validate says what is wrong with o.
+func (o NodeOptions) Validate() error {
+	switch {
+	case o.Dir == "":
+		return errors.New("stream: NodeOptions.Dir is required")
+	case o.ReplicateTimeout < 0:
+		return fmt.Errorf("stream: NodeOptions.ReplicateTimeout %v is negative", o.ReplicateTimeout)
+	case o.ScrubInterval < 0:
+		return fmt.Errorf("stream: NodeOptions.ScrubInterval %v is negative", o.ScrubInterval)
+	}
+	return nil
+}
+
+// Node is an extent node: the ExtentNode gRPC service over a Store. As the
+// primary of an extent it orders appends, writes them locally and to the
+// two secondaries in parallel, and acknowledges them in offset order once
+// all three replicas have them durably; concurrent appends to one extent
+// are group-committed (one batch: one write, one fsync per replica, one
+// Replicate per secondary). It is safe for concurrent use; Close stops its
+// goroutines.
+type Node struct {
+	streampb.UnimplementedExtentNodeServer
+
+	opts     NodeOptions
+	store    *Store
+	conns    *Conns
+	ownConns bool
+	log      *slog.Logger
+
+	ctx    context.Context // cancelled by Close
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu sync.Mutex
+	// Guarded by mu.
+	appenders map[uint64]*appender
+	closed    bool
+}
+
+var _ streampb.ExtentNodeServer = (*Node)(nil)
+
+// OpenNode opens the node's store (recovering every replica) and, with
+// ScrubInterval, starts the scrubber. Register it on a grpc.Server made
+// with ServerOptions.
+func OpenNode(opts NodeOptions) (*Node, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	if opts.ReplicateTimeout == 0 {
+		opts.ReplicateTimeout = 5 * time.Second
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	st, err := OpenStore(opts.FS, opts.Dir)
+	if err != nil {
+		return nil, err
+	}
+	n := &Node{opts: opts, store: st, conns: opts.Conns, log: opts.Logger, appenders: map[uint64]*appender{}}
+	if n.conns == nil {
+		n.conns, n.ownConns = NewConns(), true
+	}
+	n.ctx, n.cancel = context.WithCancel(context.Background())
+	if opts.ScrubInterval > 0 {
+		n.wg.Add(1)
+		go n.scrubLoop()
+	}
+	return n, nil
+}
+
+// Register registers the node's service on s.
+func (n *Node) Register(s *grpc.Server) { streampb.RegisterExtentNodeServer(s, n) }
+
+// Store is the node's store.
+func (n *Node) Store() *Store { return n.store }
+
+// Close stops the scrubber and the appenders (failing queued appends),
+// waits for them and closes the store. Idempotent.
+func (n *Node) Close() error {
+	n.mu.Lock()
+	if n.closed {
+		n.mu.Unlock()
+		return nil
+	}
+	n.closed = true
+	n.mu.Unlock()
+	n.cancel()
+	n.wg.Wait()
+	err := n.store.Close()
+	if n.ownConns {
+		err = errors.Join(err, n.conns.Close())
+	}
+	return err
+}
+
+// Create implements streampb.ExtentNodeServer.
+func (n *Node) Create(_ context.Context, r *streampb.CreateRequest) (*streampb.CreateResponse, error) {
+	if _, err := n.store.Create(r.Extent, r.Primary); err != nil {
+		return nil, toStatus(err)
+	}
+	return &streampb.CreateResponse{}, nil
+}
+
+// appender group-commits the appends to one extent this node is primary of.
+type appender struct {
+	ext *Extent
+
+	mu sync.Mutex
+	// Guarded by mu.
+	queue   []*appendReq
+	running bool
+}
+
+type appendReq struct {
+	entries     []EntryData
+	secondaries []string
+	size        int64
+	done        chan appendResult // buffered: the runner never blocks
+}
+
+type appendResult struct {
+	locs []EntryLoc
+	end  int64
+	err  error
+}
+
+// Append implements streampb.ExtentNodeServer.
+func (n *Node) Append(ctx context.Context, r *streampb.AppendRequest) (*streampb.AppendResponse, error) {
+	ext, err := n.store.Get(r.Extent)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	if !ext.Info().Primary {
+		return nil, toStatus(fmt.Errorf("append to extent %d: not its primary: %w", r.Extent, ErrRole))
+	}
+	req := &appendReq{secondaries: r.Secondaries, done: make(chan appendResult, 1)}
+	for i, en := range r.Entries {
+		if len(en.Crcs) != len(en.Blocks) {
+			return nil, toStatus(fmt.Errorf("entry %d: %d blocks, %d crcs: %w", i, len(en.Blocks), len(en.Crcs), engines.ErrCorrupt))
+		}
+		for j, b := range en.Blocks {
+			if crc32c(b) != en.Crcs[j] {
+				return nil, toStatus(fmt.Errorf("entry %d block %d: payload crc mismatch: %w", i, j, engines.ErrCorrupt))
+			}
+			req.size += int64(len(b))
+		}
+		req.entries = append(req.entries, EntryData{Seq: en.Seq, Blocks: en.Blocks})
+	}
+	if err := checkEntries(req.entries); err != nil {
+		return nil, toStatus(err)
+	}
+	if err := n.enqueue(ext, req); err != nil {
+		return nil, toStatus(err)
+	}
+	select {
+	case res := <-req.done:
+		if res.err != nil {
+			return nil, toStatus(res.err)
+		}
+		out := &streampb.AppendResponse{CommitLength: res.end}
+		for _, l := range res.locs {
+			out.Entries = append(out.Entries, &streampb.EntryLocation{Offset: l.Offset, BlockSizes: l.Sizes})
+		}
+		return out, nil
+	case <-ctx.Done():
+		// The append may still land; the writer retries and readers drop
+		// the duplicate by its sequence number.
+		return nil, toStatus(ctx.Err())
+	}
+}
+
+// enqueue queues req on ext's appender, starting its runner if idle.
+func (n *Node) enqueue(ext *Extent, req *appendReq) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.closed {
+		return ErrClosed
+	}
+	a := n.appenders[ext.ID()]
+	if a == nil || a.ext != ext {
+		a = &appender{ext: ext}
+		n.appenders[ext.ID()] = a
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.queue = append(a.queue, req)
+	if !a.running {
+		a.running = true
+		n.wg.Add(1)
+		go n.runAppender(a)
+	}
+	return nil
+}
+
+// runAppender commits a's queue batch by batch until it is empty.
+func (n *Node) runAppender(a *appender) {
+	defer n.wg.Done()
+	for {
+		a.mu.Lock()
+		var batch []*appendReq
+		var size int64
+		for len(a.queue) > 0 && (len(batch) == 0 || size+a.queue[0].size <= MaxAppendBytes) {
+			size += a.queue[0].size
+			batch = append(batch, a.queue[0])
+			a.queue[0] = nil
+			a.queue = a.queue[1:]
+		}
+		if len(batch) == 0 {
+			a.running = false
+			a.mu.Unlock()
+			return
+		}
+		a.mu.Unlock()
+		n.commit(a.ext, batch)
+	}
+}
+
+// commit appends one batch locally, syncs it in parallel with replicating
+// it to the secondaries, and completes its requests in offset order.
+func (n *Node) commit(ext *Extent, batch []*appendReq) {
+	secs := batch[0].secondaries
+	var entries []EntryData
+	var ok []*appendReq
+	for _, r := range batch {
+		if !equalStrings(r.secondaries, secs) {
+			r.done <- appendResult{err: fmt.Errorf("append to extent %d: secondaries %v, others name %v: %w", ext.ID(), r.secondaries, secs, ErrRole)}
+			continue
+		}
+		ok = append(ok, r)
+		entries = append(entries, r.entries...)
+	}
+	fail := func(err error) {
+		for _, r := range ok {
+			r.done <- appendResult{err: err}
+		}
+	}
+	if n.ctx.Err() != nil {
+		fail(ErrClosed)
+		return
+	}
+	locs, start, raw, err := ext.AppendEntries(entries)
+	if err != nil {
+		fail(err)
+		return
+	}
+	errs := make([]error, 1+len(secs))
+	var wg sync.WaitGroup
+	for i, addr := range secs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[1+i] = n.replicate(ext.ID(), addr, start, raw)
+		}()
+	}
+	errs[0] = ext.Sync()
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		err = fmt.Errorf("append to extent %d: %w: %w", ext.ID(), ErrBroken, err)
+		ext.Break(err)
+		fail(err)
+		return
+	}
+	end := start + int64(len(raw))
+	i := 0
+	for _, r := range ok {
+		r.done <- appendResult{locs: locs[i : i+len(r.entries)], end: end}
+		i += len(r.entries)
+	}
+}
+
+func (n *Node) replicate(extent uint64, addr string, off int64, raw []byte) error {
+	c, err := n.conns.Node(addr)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(n.ctx, n.opts.ReplicateTimeout)
+	defer cancel()
+	if _, err := c.Replicate(ctx, &streampb.ReplicateRequest{Extent: extent, Offset: off, Data: raw}); err != nil {
+		return fmt.Errorf("replicate to %s: %w", addr, fromStatus(err))
+	}
+	return nil
+}
+
+func equalStrings(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// Replicate implements streampb.ExtentNodeServer.
+func (n *Node) Replicate(_ context.Context, r *streampb.ReplicateRequest) (*streampb.ReplicateResponse, error) {
+	ext, err := n.store.Get(r.Extent)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	if ext.Info().Primary {
+		return nil, toStatus(fmt.Errorf("replicate to extent %d: it is the primary: %w", r.Extent, ErrRole))
+	}
+	end, err := ext.AppendRaw(r.Offset, r.Data, true)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	if err := ext.Sync(); err != nil {
+		return nil, toStatus(err)
+	}
+	return &streampb.ReplicateResponse{CommitLength: end}, nil
+}
+
+// Read implements streampb.ExtentNodeServer.
+func (n *Node) Read(_ context.Context, r *streampb.ReadRequest) (*streampb.ReadResponse, error) {
+	ext, err := n.store.Get(r.Extent)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	raw, end, sealed, err := ext.Read(r.Offset, min(max(r.Length, 0), MaxAppendBytes))
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &streampb.ReadResponse{Data: raw, End: end, Sealed: sealed}, nil
+}
+
+// CommitLength implements streampb.ExtentNodeServer.
+func (n *Node) CommitLength(_ context.Context, r *streampb.CommitLengthRequest) (*streampb.CommitLengthResponse, error) {
+	ext, err := n.store.Get(r.Extent)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	if r.Freeze {
+		length, seq, sealed, err := ext.Freeze()
+		if err != nil {
+			return nil, toStatus(err)
+		}
+		return &streampb.CommitLengthResponse{Length: length, LastSeq: seq, Sealed: sealed}, nil
+	}
+	info := ext.Info()
+	return &streampb.CommitLengthResponse{Length: info.Length, LastSeq: info.LastSeq, Sealed: info.Sealed}, nil
+}
+
+// Seal implements streampb.ExtentNodeServer.
+func (n *Node) Seal(_ context.Context, r *streampb.SealRequest) (*streampb.SealResponse, error) {
+	ext, err := n.store.Get(r.Extent)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	seq, err := ext.Seal(r.Length)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &streampb.SealResponse{LastSeq: seq}, nil
+}
+
+// fetchChunk is how much a Fetch message carries (whole blocks, so a
+// 4 MiB block goes alone).
+const fetchChunk = 1 << 20
+
+// Fetch implements streampb.ExtentNodeServer.
+func (n *Node) Fetch(r *streampb.FetchRequest, s grpc.ServerStreamingServer[streampb.FetchChunk]) error {
+	ext, err := n.store.Get(r.Extent)
+	if err != nil {
+		return toStatus(err)
+	}
+	info := ext.Info()
+	if !info.Sealed {
+		return toStatus(fmt.Errorf("fetch extent %d: %w", r.Extent, ErrNotSealed))
+	}
+	var off int64
+	for {
+		raw, _, _, err := ext.Read(off, fetchChunk)
+		if err != nil {
+			return toStatus(err)
+		}
+		if len(raw) == 0 && off > 0 {
+			return nil
+		}
+		if err := s.Send(&streampb.FetchChunk{Offset: off, Data: raw, SealedLength: info.Length}); err != nil {
+			return err
+		}
+		if len(raw) == 0 {
+			return nil
+		}
+		off += int64(len(raw))
+	}
+}
+
+// Copy implements streampb.ExtentNodeServer.
+func (n *Node) Copy(ctx context.Context, r *streampb.CopyRequest) (*streampb.CopyResponse, error) {
+	var errs []error
+	for _, addr := range r.Sources {
+		err := n.copyFrom(ctx, r.Extent, addr, r.Length)
+		if err == nil {
+			n.mu.Lock()
+			delete(n.appenders, r.Extent)
+			n.mu.Unlock()
+			return &streampb.CopyResponse{}, nil
+		}
+		errs = append(errs, fmt.Errorf("from %s: %w", addr, err))
+	}
+	if len(errs) == 0 {
+		return nil, toStatus(fmt.Errorf("copy extent %d: no sources: %w", r.Extent, ErrUnavailable))
+	}
+	return nil, toStatus(fmt.Errorf("copy extent %d: %w", r.Extent, errors.Join(errs...)))
+}
+
+func (n *Node) copyFrom(ctx context.Context, extent uint64, addr string, length int64) error {
+	c, err := n.conns.Node(addr)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	s, err := c.Fetch(ctx, &streampb.FetchRequest{Extent: extent})
+	if err != nil {
+		return fromStatus(err)
+	}
+	return n.store.Install(extent, length, func(put func(int64, []byte) error) error {
+		for {
+			ch, err := s.Recv()
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			if err != nil {
+				return fromStatus(err)
+			}
+			if ch.SealedLength != length {
+				return fmt.Errorf("source sealed at %d, want %d: %w", ch.SealedLength, length, ErrSealConflict)
+			}
+			if err := put(ch.Offset, ch.Data); err != nil {
+				return err
+			}
+		}
+	})
+}
+
+// Delete implements streampb.ExtentNodeServer.
+func (n *Node) Delete(_ context.Context, r *streampb.DeleteRequest) (*streampb.DeleteResponse, error) {
+	n.mu.Lock()
+	delete(n.appenders, r.Extent)
+	n.mu.Unlock()
+	if err := n.store.Delete(r.Extent); err != nil {
+		return nil, toStatus(err)
+	}
+	return &streampb.DeleteResponse{}, nil
+}
+
+// Stat implements streampb.ExtentNodeServer.
+func (n *Node) Stat(context.Context, *streampb.StatRequest) (*streampb.StatResponse, error) {
+	out := &streampb.StatResponse{}
+	for _, id := range n.store.List() {
+		e, err := n.store.Get(id)
+		if err != nil {
+			continue // deleted meanwhile
+		}
+		info := e.Info()
+		out.UsedBytes += info.Length
+		out.Extents = append(out.Extents, &streampb.ExtentStat{
+			Extent: id, Length: info.Length, Sealed: info.Sealed, Corrupt: info.Corrupt,
+			Primary: info.Primary, LastSeq: info.LastSeq,
+		})
+	}
+	return out, nil
+}
+
+// Scrub re-verifies every block of every replica once and returns the ids
+// of the corrupt ones, calling OnCorrupt for each. It stops early, with
+// what it found so far, when ctx is done.
+func (n *Node) Scrub(ctx context.Context) []uint64 {
+	var bad []uint64
+	for _, id := range n.store.List() {
+		e, err := n.store.Get(id)
+		if err != nil {
+			continue
+		}
+		err = e.Scrub(func() bool { return ctx.Err() != nil })
+		if err == nil && e.Info().Corrupt {
+			err = fmt.Errorf("extent %d marked corrupt by an earlier read: %w", id, engines.ErrCorrupt)
+		}
+		if !errors.Is(err, engines.ErrCorrupt) {
+			continue
+		}
+		n.log.Warn("scrub found a corrupt replica", "extent", id, "err", err)
+		bad = append(bad, id)
+		if n.opts.OnCorrupt != nil {
+			n.opts.OnCorrupt(id, err)
+		}
+	}
+	return bad
+}
+
+func (n *Node) scrubLoop() {
+	defer n.wg.Done()
+	t := time.NewTimer(n.opts.ScrubInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-n.ctx.Done():
+			return
+		case <-t.C:
+			n.Scrub(n.ctx)
+			t.Reset(n.opts.ScrubInterval)
+		}
+	}
+}

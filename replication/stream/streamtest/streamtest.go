@@ -1,0 +1,207 @@
+package streamtest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/tabuladb/tabula/engines/vfs"
+	"github.com/tabuladb/tabula/replication/stream"
+)
+
+// Seed returns the seed of a randomised test, from TABULA_SEED if set, and
+// logs it so a failure can be rerun.
+func Seed(t testing.TB) uint64 {
+	t.Helper()
+	seed := rand.Uint64()
+	if s := os.Getenv("TABULA_SEED"); s != "" {
+		v, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			t.Fatalf("TABULA_SEED=%q is not a uint64: %v", s, err)
+		}
+		seed = v
+	}
+	t.Logf("seed %d (rerun with TABULA_SEED=%d)", seed, seed)
+	return seed
+}
+
+// WaitFor polls cond until it holds or timeout passes, then fails the
+// test naming what it waited for.
+func WaitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+		}
+		<-tick.C
+	}
+}
+
+// Options configure a Cluster; the zero value works.
+type Options struct {
+	// FaultDomains is how many fault domains the nodes are spread over,
+	// round robin. Default: one per node.
+	FaultDomains int
+	// Node is the template of every node's options (FS and Dir are set by
+	// the cluster; OnCorrupt reports to the driver).
+	Node stream.NodeOptions
+	// Driver configures the driver.
+	Driver stream.DriverOptions
+	// Manager configures the manager.
+	Manager stream.ManagerOptions
+	// Dir, if set, puts node i's store on the real file system in
+	// Dir/en-i (vfs.Default) instead of a MemFS: for measurements with
+	// real fsyncs. Node.FS is then nil.
+	Dir string
+}
+
+// Node is one extent node process of a Cluster.
+type Node struct {
+	ID, Addr, FaultDomain string
+	// FS is the node's file system (nil with Options.Dir).
+	FS *vfs.MemFS
+
+	mu sync.Mutex
+	// Guarded by mu.
+	node *stream.Node
+	srv  *grpc.Server
+	done chan struct{} // closed when Serve returns
+}
+
+// Node returns the running extent node, or nil if stopped.
+func (n *Node) Node() *stream.Node {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.node
+}
+
+// Cluster is a stream-layer cluster in the test process.
+type Cluster struct {
+	t      testing.TB
+	opts   Options
+	Nodes  []*Node
+	Log    *stream.LocalLog
+	Driver *stream.Driver
+}
+
+// Start starts n extent nodes and registers them with a new manager.
+func Start(t testing.TB, n int, opts Options) *Cluster {
+	t.Helper()
+	if opts.FaultDomains <= 0 {
+		opts.FaultDomains = n
+	}
+	c := &Cluster{t: t, opts: opts, Log: stream.NewLocalLog(stream.NewManager(opts.Manager))}
+	c.Driver = stream.NewDriver(c.Log, opts.Driver)
+	for i := range n {
+		nd := &Node{ID: fmt.Sprintf("en-%d", i), FaultDomain: fmt.Sprintf("fd-%d", i%opts.FaultDomains)}
+		if opts.Dir == "" {
+			nd.FS = vfs.NewMem()
+		}
+		c.Nodes = append(c.Nodes, nd)
+		if err := c.startNode(nd, "127.0.0.1:0"); err != nil {
+			c.Close()
+			t.Fatal(err)
+		}
+		if _, err := c.Driver.Apply(context.Background(), stream.Command{Op: stream.OpAddNode, Node: nd.ID, Addr: nd.Addr, FaultDomain: nd.FaultDomain}); err != nil {
+			c.Close()
+			t.Fatal(err)
+		}
+	}
+	return c
+}
+
+func (c *Cluster) startNode(nd *Node, addr string) error {
+	o := c.opts.Node
+	o.FS, o.Dir = nd.FS, "/extents"
+	if c.opts.Dir != "" {
+		o.FS, o.Dir = vfs.Default, filepath.Join(c.opts.Dir, nd.ID)
+	}
+	id := nd.ID
+	o.OnCorrupt = func(extent uint64, _ error) {
+		// Best effort, as a heartbeat would carry it.
+		_ = c.Driver.ReportCorrupt(context.Background(), extent, id)
+	}
+	node, err := stream.OpenNode(o)
+	if err != nil {
+		return fmt.Errorf("open node %s: %w", nd.ID, err)
+	}
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		return errors.Join(fmt.Errorf("listen for node %s: %w", nd.ID, err), node.Close())
+	}
+	srv := grpc.NewServer(stream.ServerOptions()...)
+	node.Register(srv)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = srv.Serve(lis)
+	}()
+	nd.mu.Lock()
+	nd.node, nd.srv, nd.done, nd.Addr = node, srv, done, lis.Addr().String()
+	nd.mu.Unlock()
+	return nil
+}
+
+// Stop kills node i's process: its server stops at once (connections
+// drop, calls in flight fail) and the node closes. Its FS stays, with
+// what was written; Crash it to drop what was not synced.
+func (c *Cluster) Stop(i int) {
+	nd := c.Nodes[i]
+	nd.mu.Lock()
+	node, srv, done := nd.node, nd.srv, nd.done
+	nd.node, nd.srv = nil, nil
+	nd.mu.Unlock()
+	if srv == nil {
+		return
+	}
+	srv.Stop()
+	<-done
+	if err := node.Close(); err != nil {
+		c.t.Logf("close node %s: %v", nd.ID, err)
+	}
+}
+
+// Restart starts node i again on its FS, at its old address if free.
+func (c *Cluster) Restart(i int) error {
+	nd := c.Nodes[i]
+	if nd.Node() != nil {
+		return fmt.Errorf("node %s is running", nd.ID)
+	}
+	return c.startNode(nd, nd.Addr)
+}
+
+// Index returns the index of the node with id, or -1.
+func (c *Cluster) Index(id string) int {
+	for i, nd := range c.Nodes {
+		if nd.ID == id {
+			return i
+		}
+	}
+	return -1
+}
+
+// Manager calls fn with the manager's state.
+func (c *Cluster) Manager(fn func(m *stream.Manager)) { c.Log.View(fn) }
+
+// Close stops every node and the driver.
+func (c *Cluster) Close() {
+	for i := range c.Nodes {
+		c.Stop(i)
+	}
+	if err := c.Driver.Close(); err != nil {
+		c.t.Logf("close driver: %v", err)
+	}
+}
