@@ -277,6 +277,89 @@ func (ErrorCode) EnumDescriptor() ([]byte, []int) {
 	return file_tabula_proto_rawDescGZIP(), []int{3}
 }
 
+// StreamOp names a stream manager operation. Streams are the internal
+// durable substrate (replicated append-only extents), not tenant data.
+type StreamOp int32
+
+const (
+	StreamOp_STREAM_OP_UNSPECIFIED StreamOp = 0
+	// Create the empty stream `stream`.
+	StreamOp_STREAM_OP_CREATE StreamOp = 1
+	// Delete `stream`; extents no stream references are garbage-collected.
+	StreamOp_STREAM_OP_DELETE StreamOp = 2
+	// List streams: json is a list of stream summaries.
+	StreamOp_STREAM_OP_LIST StreamOp = 3
+	// The stream's extents and replicas: json is stream.StreamInfo.
+	StreamOp_STREAM_OP_GET StreamOp = 4
+	// One extent: json is stream.ExtentPlacement plus the manager's record.
+	StreamOp_STREAM_OP_EXTENT StreamOp = 5
+	// Bump the writer epoch (fencing older writers): json is StreamInfo.
+	StreamOp_STREAM_OP_OPEN_WRITER StreamOp = 6
+	// Seal `extent` (0: none) of `stream` at the length the reachable
+	// replicas agree on and make sure the stream ends with an open extent on
+	// healthy nodes; `epoch` is the writer's. json is StreamInfo.
+	StreamOp_STREAM_OP_SEAL_AND_ALLOCATE StreamOp = 7
+	// A replica (`extent` on `node`) failed a checksum.
+	StreamOp_STREAM_OP_REPORT_CORRUPT StreamOp = 8
+	// The extent nodes: json is a list of nodes.
+	StreamOp_STREAM_OP_NODES StreamOp = 9
+)
+
+// Enum value maps for StreamOp.
+var (
+	StreamOp_name = map[int32]string{
+		0: "STREAM_OP_UNSPECIFIED",
+		1: "STREAM_OP_CREATE",
+		2: "STREAM_OP_DELETE",
+		3: "STREAM_OP_LIST",
+		4: "STREAM_OP_GET",
+		5: "STREAM_OP_EXTENT",
+		6: "STREAM_OP_OPEN_WRITER",
+		7: "STREAM_OP_SEAL_AND_ALLOCATE",
+		8: "STREAM_OP_REPORT_CORRUPT",
+		9: "STREAM_OP_NODES",
+	}
+	StreamOp_value = map[string]int32{
+		"STREAM_OP_UNSPECIFIED":       0,
+		"STREAM_OP_CREATE":            1,
+		"STREAM_OP_DELETE":            2,
+		"STREAM_OP_LIST":              3,
+		"STREAM_OP_GET":               4,
+		"STREAM_OP_EXTENT":            5,
+		"STREAM_OP_OPEN_WRITER":       6,
+		"STREAM_OP_SEAL_AND_ALLOCATE": 7,
+		"STREAM_OP_REPORT_CORRUPT":    8,
+		"STREAM_OP_NODES":             9,
+	}
+)
+
+func (x StreamOp) Enum() *StreamOp {
+	p := new(StreamOp)
+	*p = x
+	return p
+}
+
+func (x StreamOp) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (StreamOp) Descriptor() protoreflect.EnumDescriptor {
+	return file_tabula_proto_enumTypes[4].Descriptor()
+}
+
+func (StreamOp) Type() protoreflect.EnumType {
+	return &file_tabula_proto_enumTypes[4]
+}
+
+func (x StreamOp) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use StreamOp.Descriptor instead.
+func (StreamOp) EnumDescriptor() ([]byte, []int) {
+	return file_tabula_proto_rawDescGZIP(), []int{4}
+}
+
 type Mutation_Op int32
 
 const (
@@ -310,11 +393,11 @@ func (x Mutation_Op) String() string {
 }
 
 func (Mutation_Op) Descriptor() protoreflect.EnumDescriptor {
-	return file_tabula_proto_enumTypes[4].Descriptor()
+	return file_tabula_proto_enumTypes[5].Descriptor()
 }
 
 func (Mutation_Op) Type() protoreflect.EnumType {
-	return &file_tabula_proto_enumTypes[4]
+	return &file_tabula_proto_enumTypes[5]
 }
 
 func (x Mutation_Op) Number() protoreflect.EnumNumber {
@@ -323,7 +406,7 @@ func (x Mutation_Op) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Mutation_Op.Descriptor instead.
 func (Mutation_Op) EnumDescriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{47, 0}
+	return file_tabula_proto_rawDescGZIP(), []int{49, 0}
 }
 
 // TableOptions are fixed at CreateTable. Zero values take the defaults the
@@ -1435,6 +1518,128 @@ func (x *ErrorDetail) GetCurrentVersion() uint64 {
 	return 0
 }
 
+type StreamRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Op            StreamOp               `protobuf:"varint,1,opt,name=op,proto3,enum=tabula.v1.StreamOp" json:"op,omitempty"`
+	Stream        string                 `protobuf:"bytes,2,opt,name=stream,proto3" json:"stream,omitempty"`
+	Extent        uint64                 `protobuf:"varint,3,opt,name=extent,proto3" json:"extent,omitempty"`
+	Epoch         uint64                 `protobuf:"varint,4,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Node          string                 `protobuf:"bytes,5,opt,name=node,proto3" json:"node,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StreamRequest) Reset() {
+	*x = StreamRequest{}
+	mi := &file_tabula_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StreamRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StreamRequest) ProtoMessage() {}
+
+func (x *StreamRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tabula_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StreamRequest.ProtoReflect.Descriptor instead.
+func (*StreamRequest) Descriptor() ([]byte, []int) {
+	return file_tabula_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *StreamRequest) GetOp() StreamOp {
+	if x != nil {
+		return x.Op
+	}
+	return StreamOp_STREAM_OP_UNSPECIFIED
+}
+
+func (x *StreamRequest) GetStream() string {
+	if x != nil {
+		return x.Stream
+	}
+	return ""
+}
+
+func (x *StreamRequest) GetExtent() uint64 {
+	if x != nil {
+		return x.Extent
+	}
+	return 0
+}
+
+func (x *StreamRequest) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *StreamRequest) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+type StreamResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// JSON of the replication/stream type the op names (that package owns
+	// the format).
+	Json          []byte `protobuf:"bytes,1,opt,name=json,proto3" json:"json,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StreamResponse) Reset() {
+	*x = StreamResponse{}
+	mi := &file_tabula_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StreamResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StreamResponse) ProtoMessage() {}
+
+func (x *StreamResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tabula_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StreamResponse.ProtoReflect.Descriptor instead.
+func (*StreamResponse) Descriptor() ([]byte, []int) {
+	return file_tabula_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *StreamResponse) GetJson() []byte {
+	if x != nil {
+		return x.Json
+	}
+	return nil
+}
+
 type CreateTableRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Tenant        string                 `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
@@ -1447,7 +1652,7 @@ type CreateTableRequest struct {
 
 func (x *CreateTableRequest) Reset() {
 	*x = CreateTableRequest{}
-	mi := &file_tabula_proto_msgTypes[12]
+	mi := &file_tabula_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1459,7 +1664,7 @@ func (x *CreateTableRequest) String() string {
 func (*CreateTableRequest) ProtoMessage() {}
 
 func (x *CreateTableRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[12]
+	mi := &file_tabula_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1472,7 +1677,7 @@ func (x *CreateTableRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTableRequest.ProtoReflect.Descriptor instead.
 func (*CreateTableRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{12}
+	return file_tabula_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *CreateTableRequest) GetTenant() string {
@@ -1512,7 +1717,7 @@ type CreateTableResponse struct {
 
 func (x *CreateTableResponse) Reset() {
 	*x = CreateTableResponse{}
-	mi := &file_tabula_proto_msgTypes[13]
+	mi := &file_tabula_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1524,7 +1729,7 @@ func (x *CreateTableResponse) String() string {
 func (*CreateTableResponse) ProtoMessage() {}
 
 func (x *CreateTableResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[13]
+	mi := &file_tabula_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1537,7 +1742,7 @@ func (x *CreateTableResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTableResponse.ProtoReflect.Descriptor instead.
 func (*CreateTableResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{13}
+	return file_tabula_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *CreateTableResponse) GetMap() *PartitionMap {
@@ -1557,7 +1762,7 @@ type DropTableRequest struct {
 
 func (x *DropTableRequest) Reset() {
 	*x = DropTableRequest{}
-	mi := &file_tabula_proto_msgTypes[14]
+	mi := &file_tabula_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1569,7 +1774,7 @@ func (x *DropTableRequest) String() string {
 func (*DropTableRequest) ProtoMessage() {}
 
 func (x *DropTableRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[14]
+	mi := &file_tabula_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1582,7 +1787,7 @@ func (x *DropTableRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DropTableRequest.ProtoReflect.Descriptor instead.
 func (*DropTableRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{14}
+	return file_tabula_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *DropTableRequest) GetTenant() string {
@@ -1607,7 +1812,7 @@ type DropTableResponse struct {
 
 func (x *DropTableResponse) Reset() {
 	*x = DropTableResponse{}
-	mi := &file_tabula_proto_msgTypes[15]
+	mi := &file_tabula_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1619,7 +1824,7 @@ func (x *DropTableResponse) String() string {
 func (*DropTableResponse) ProtoMessage() {}
 
 func (x *DropTableResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[15]
+	mi := &file_tabula_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1632,7 +1837,7 @@ func (x *DropTableResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DropTableResponse.ProtoReflect.Descriptor instead.
 func (*DropTableResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{15}
+	return file_tabula_proto_rawDescGZIP(), []int{17}
 }
 
 type ListTablesRequest struct {
@@ -1644,7 +1849,7 @@ type ListTablesRequest struct {
 
 func (x *ListTablesRequest) Reset() {
 	*x = ListTablesRequest{}
-	mi := &file_tabula_proto_msgTypes[16]
+	mi := &file_tabula_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1656,7 +1861,7 @@ func (x *ListTablesRequest) String() string {
 func (*ListTablesRequest) ProtoMessage() {}
 
 func (x *ListTablesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[16]
+	mi := &file_tabula_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1669,7 +1874,7 @@ func (x *ListTablesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTablesRequest.ProtoReflect.Descriptor instead.
 func (*ListTablesRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{16}
+	return file_tabula_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ListTablesRequest) GetTenant() string {
@@ -1688,7 +1893,7 @@ type ListTablesResponse struct {
 
 func (x *ListTablesResponse) Reset() {
 	*x = ListTablesResponse{}
-	mi := &file_tabula_proto_msgTypes[17]
+	mi := &file_tabula_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1700,7 +1905,7 @@ func (x *ListTablesResponse) String() string {
 func (*ListTablesResponse) ProtoMessage() {}
 
 func (x *ListTablesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[17]
+	mi := &file_tabula_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1713,7 +1918,7 @@ func (x *ListTablesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTablesResponse.ProtoReflect.Descriptor instead.
 func (*ListTablesResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{17}
+	return file_tabula_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ListTablesResponse) GetTables() []*Table {
@@ -1733,7 +1938,7 @@ type DescribeTableRequest struct {
 
 func (x *DescribeTableRequest) Reset() {
 	*x = DescribeTableRequest{}
-	mi := &file_tabula_proto_msgTypes[18]
+	mi := &file_tabula_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1745,7 +1950,7 @@ func (x *DescribeTableRequest) String() string {
 func (*DescribeTableRequest) ProtoMessage() {}
 
 func (x *DescribeTableRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[18]
+	mi := &file_tabula_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1758,7 +1963,7 @@ func (x *DescribeTableRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeTableRequest.ProtoReflect.Descriptor instead.
 func (*DescribeTableRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{18}
+	return file_tabula_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *DescribeTableRequest) GetTenant() string {
@@ -1786,7 +1991,7 @@ type DescribeTableResponse struct {
 
 func (x *DescribeTableResponse) Reset() {
 	*x = DescribeTableResponse{}
-	mi := &file_tabula_proto_msgTypes[19]
+	mi := &file_tabula_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1798,7 +2003,7 @@ func (x *DescribeTableResponse) String() string {
 func (*DescribeTableResponse) ProtoMessage() {}
 
 func (x *DescribeTableResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[19]
+	mi := &file_tabula_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1811,7 +2016,7 @@ func (x *DescribeTableResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeTableResponse.ProtoReflect.Descriptor instead.
 func (*DescribeTableResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{19}
+	return file_tabula_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *DescribeTableResponse) GetMap() *PartitionMap {
@@ -1838,7 +2043,7 @@ type GetPartitionMapRequest struct {
 
 func (x *GetPartitionMapRequest) Reset() {
 	*x = GetPartitionMapRequest{}
-	mi := &file_tabula_proto_msgTypes[20]
+	mi := &file_tabula_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1850,7 +2055,7 @@ func (x *GetPartitionMapRequest) String() string {
 func (*GetPartitionMapRequest) ProtoMessage() {}
 
 func (x *GetPartitionMapRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[20]
+	mi := &file_tabula_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1863,7 +2068,7 @@ func (x *GetPartitionMapRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPartitionMapRequest.ProtoReflect.Descriptor instead.
 func (*GetPartitionMapRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{20}
+	return file_tabula_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *GetPartitionMapRequest) GetTenant() string {
@@ -1889,7 +2094,7 @@ type GetPartitionMapResponse struct {
 
 func (x *GetPartitionMapResponse) Reset() {
 	*x = GetPartitionMapResponse{}
-	mi := &file_tabula_proto_msgTypes[21]
+	mi := &file_tabula_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1901,7 +2106,7 @@ func (x *GetPartitionMapResponse) String() string {
 func (*GetPartitionMapResponse) ProtoMessage() {}
 
 func (x *GetPartitionMapResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[21]
+	mi := &file_tabula_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1914,7 +2119,7 @@ func (x *GetPartitionMapResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPartitionMapResponse.ProtoReflect.Descriptor instead.
 func (*GetPartitionMapResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{21}
+	return file_tabula_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *GetPartitionMapResponse) GetMap() *PartitionMap {
@@ -1938,7 +2143,7 @@ type WatchPartitionMapRequest struct {
 
 func (x *WatchPartitionMapRequest) Reset() {
 	*x = WatchPartitionMapRequest{}
-	mi := &file_tabula_proto_msgTypes[22]
+	mi := &file_tabula_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1950,7 +2155,7 @@ func (x *WatchPartitionMapRequest) String() string {
 func (*WatchPartitionMapRequest) ProtoMessage() {}
 
 func (x *WatchPartitionMapRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[22]
+	mi := &file_tabula_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1963,7 +2168,7 @@ func (x *WatchPartitionMapRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchPartitionMapRequest.ProtoReflect.Descriptor instead.
 func (*WatchPartitionMapRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{22}
+	return file_tabula_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *WatchPartitionMapRequest) GetTenant() string {
@@ -1999,7 +2204,7 @@ type WatchPartitionMapResponse struct {
 
 func (x *WatchPartitionMapResponse) Reset() {
 	*x = WatchPartitionMapResponse{}
-	mi := &file_tabula_proto_msgTypes[23]
+	mi := &file_tabula_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2011,7 +2216,7 @@ func (x *WatchPartitionMapResponse) String() string {
 func (*WatchPartitionMapResponse) ProtoMessage() {}
 
 func (x *WatchPartitionMapResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[23]
+	mi := &file_tabula_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2024,7 +2229,7 @@ func (x *WatchPartitionMapResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchPartitionMapResponse.ProtoReflect.Descriptor instead.
 func (*WatchPartitionMapResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{23}
+	return file_tabula_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *WatchPartitionMapResponse) GetVersion() uint64 {
@@ -2053,7 +2258,7 @@ type RegisterServerRequest struct {
 
 func (x *RegisterServerRequest) Reset() {
 	*x = RegisterServerRequest{}
-	mi := &file_tabula_proto_msgTypes[24]
+	mi := &file_tabula_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2065,7 +2270,7 @@ func (x *RegisterServerRequest) String() string {
 func (*RegisterServerRequest) ProtoMessage() {}
 
 func (x *RegisterServerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[24]
+	mi := &file_tabula_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2078,7 +2283,7 @@ func (x *RegisterServerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterServerRequest.ProtoReflect.Descriptor instead.
 func (*RegisterServerRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{24}
+	return file_tabula_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *RegisterServerRequest) GetServerId() string {
@@ -2119,7 +2324,7 @@ type RegisterServerResponse struct {
 
 func (x *RegisterServerResponse) Reset() {
 	*x = RegisterServerResponse{}
-	mi := &file_tabula_proto_msgTypes[25]
+	mi := &file_tabula_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2131,7 +2336,7 @@ func (x *RegisterServerResponse) String() string {
 func (*RegisterServerResponse) ProtoMessage() {}
 
 func (x *RegisterServerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[25]
+	mi := &file_tabula_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2144,7 +2349,7 @@ func (x *RegisterServerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterServerResponse.ProtoReflect.Descriptor instead.
 func (*RegisterServerResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{25}
+	return file_tabula_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *RegisterServerResponse) GetServerId() string {
@@ -2187,7 +2392,7 @@ type HeartbeatRequest struct {
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_tabula_proto_msgTypes[26]
+	mi := &file_tabula_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2199,7 +2404,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[26]
+	mi := &file_tabula_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2212,7 +2417,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{26}
+	return file_tabula_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *HeartbeatRequest) GetServerId() string {
@@ -2249,7 +2454,7 @@ type HeartbeatResponse struct {
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_tabula_proto_msgTypes[27]
+	mi := &file_tabula_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2261,7 +2466,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[27]
+	mi := &file_tabula_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2274,7 +2479,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{27}
+	return file_tabula_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *HeartbeatResponse) GetMapVersion() uint64 {
@@ -2313,7 +2518,7 @@ type BulkPublishRequest struct {
 
 func (x *BulkPublishRequest) Reset() {
 	*x = BulkPublishRequest{}
-	mi := &file_tabula_proto_msgTypes[28]
+	mi := &file_tabula_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2325,7 +2530,7 @@ func (x *BulkPublishRequest) String() string {
 func (*BulkPublishRequest) ProtoMessage() {}
 
 func (x *BulkPublishRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[28]
+	mi := &file_tabula_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2338,7 +2543,7 @@ func (x *BulkPublishRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkPublishRequest.ProtoReflect.Descriptor instead.
 func (*BulkPublishRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{28}
+	return file_tabula_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *BulkPublishRequest) GetTenant() string {
@@ -2385,7 +2590,7 @@ type BulkPublishResponse struct {
 
 func (x *BulkPublishResponse) Reset() {
 	*x = BulkPublishResponse{}
-	mi := &file_tabula_proto_msgTypes[29]
+	mi := &file_tabula_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2397,7 +2602,7 @@ func (x *BulkPublishResponse) String() string {
 func (*BulkPublishResponse) ProtoMessage() {}
 
 func (x *BulkPublishResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[29]
+	mi := &file_tabula_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2410,7 +2615,7 @@ func (x *BulkPublishResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkPublishResponse.ProtoReflect.Descriptor instead.
 func (*BulkPublishResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{29}
+	return file_tabula_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *BulkPublishResponse) GetMap() *PartitionMap {
@@ -2430,7 +2635,7 @@ type BulkStatusRequest struct {
 
 func (x *BulkStatusRequest) Reset() {
 	*x = BulkStatusRequest{}
-	mi := &file_tabula_proto_msgTypes[30]
+	mi := &file_tabula_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2442,7 +2647,7 @@ func (x *BulkStatusRequest) String() string {
 func (*BulkStatusRequest) ProtoMessage() {}
 
 func (x *BulkStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[30]
+	mi := &file_tabula_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2455,7 +2660,7 @@ func (x *BulkStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkStatusRequest.ProtoReflect.Descriptor instead.
 func (*BulkStatusRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{30}
+	return file_tabula_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *BulkStatusRequest) GetTenant() string {
@@ -2483,7 +2688,7 @@ type BulkStatusResponse struct {
 
 func (x *BulkStatusResponse) Reset() {
 	*x = BulkStatusResponse{}
-	mi := &file_tabula_proto_msgTypes[31]
+	mi := &file_tabula_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2495,7 +2700,7 @@ func (x *BulkStatusResponse) String() string {
 func (*BulkStatusResponse) ProtoMessage() {}
 
 func (x *BulkStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[31]
+	mi := &file_tabula_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2508,7 +2713,7 @@ func (x *BulkStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkStatusResponse.ProtoReflect.Descriptor instead.
 func (*BulkStatusResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{31}
+	return file_tabula_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *BulkStatusResponse) GetMap() *PartitionMap {
@@ -2536,7 +2741,7 @@ type BulkRollbackRequest struct {
 
 func (x *BulkRollbackRequest) Reset() {
 	*x = BulkRollbackRequest{}
-	mi := &file_tabula_proto_msgTypes[32]
+	mi := &file_tabula_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2548,7 +2753,7 @@ func (x *BulkRollbackRequest) String() string {
 func (*BulkRollbackRequest) ProtoMessage() {}
 
 func (x *BulkRollbackRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[32]
+	mi := &file_tabula_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2561,7 +2766,7 @@ func (x *BulkRollbackRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkRollbackRequest.ProtoReflect.Descriptor instead.
 func (*BulkRollbackRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{32}
+	return file_tabula_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *BulkRollbackRequest) GetTenant() string {
@@ -2594,7 +2799,7 @@ type BulkRollbackResponse struct {
 
 func (x *BulkRollbackResponse) Reset() {
 	*x = BulkRollbackResponse{}
-	mi := &file_tabula_proto_msgTypes[33]
+	mi := &file_tabula_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2606,7 +2811,7 @@ func (x *BulkRollbackResponse) String() string {
 func (*BulkRollbackResponse) ProtoMessage() {}
 
 func (x *BulkRollbackResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[33]
+	mi := &file_tabula_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2619,7 +2824,7 @@ func (x *BulkRollbackResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkRollbackResponse.ProtoReflect.Descriptor instead.
 func (*BulkRollbackResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{33}
+	return file_tabula_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *BulkRollbackResponse) GetMap() *PartitionMap {
@@ -2637,7 +2842,7 @@ type ListServersRequest struct {
 
 func (x *ListServersRequest) Reset() {
 	*x = ListServersRequest{}
-	mi := &file_tabula_proto_msgTypes[34]
+	mi := &file_tabula_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2649,7 +2854,7 @@ func (x *ListServersRequest) String() string {
 func (*ListServersRequest) ProtoMessage() {}
 
 func (x *ListServersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[34]
+	mi := &file_tabula_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2662,7 +2867,7 @@ func (x *ListServersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListServersRequest.ProtoReflect.Descriptor instead.
 func (*ListServersRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{34}
+	return file_tabula_proto_rawDescGZIP(), []int{36}
 }
 
 type ListServersResponse struct {
@@ -2674,7 +2879,7 @@ type ListServersResponse struct {
 
 func (x *ListServersResponse) Reset() {
 	*x = ListServersResponse{}
-	mi := &file_tabula_proto_msgTypes[35]
+	mi := &file_tabula_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2686,7 +2891,7 @@ func (x *ListServersResponse) String() string {
 func (*ListServersResponse) ProtoMessage() {}
 
 func (x *ListServersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[35]
+	mi := &file_tabula_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2699,7 +2904,7 @@ func (x *ListServersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListServersResponse.ProtoReflect.Descriptor instead.
 func (*ListServersResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{35}
+	return file_tabula_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ListServersResponse) GetServers() []*ServerInfo {
@@ -2725,7 +2930,7 @@ type RequestHeader struct {
 
 func (x *RequestHeader) Reset() {
 	*x = RequestHeader{}
-	mi := &file_tabula_proto_msgTypes[36]
+	mi := &file_tabula_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2737,7 +2942,7 @@ func (x *RequestHeader) String() string {
 func (*RequestHeader) ProtoMessage() {}
 
 func (x *RequestHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[36]
+	mi := &file_tabula_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2750,7 +2955,7 @@ func (x *RequestHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestHeader.ProtoReflect.Descriptor instead.
 func (*RequestHeader) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{36}
+	return file_tabula_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *RequestHeader) GetTenant() string {
@@ -2798,7 +3003,7 @@ type GetRequest struct {
 
 func (x *GetRequest) Reset() {
 	*x = GetRequest{}
-	mi := &file_tabula_proto_msgTypes[37]
+	mi := &file_tabula_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2810,7 +3015,7 @@ func (x *GetRequest) String() string {
 func (*GetRequest) ProtoMessage() {}
 
 func (x *GetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[37]
+	mi := &file_tabula_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2823,7 +3028,7 @@ func (x *GetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRequest.ProtoReflect.Descriptor instead.
 func (*GetRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{37}
+	return file_tabula_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *GetRequest) GetHeader() *RequestHeader {
@@ -2852,7 +3057,7 @@ type GetResponse struct {
 
 func (x *GetResponse) Reset() {
 	*x = GetResponse{}
-	mi := &file_tabula_proto_msgTypes[38]
+	mi := &file_tabula_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2864,7 +3069,7 @@ func (x *GetResponse) String() string {
 func (*GetResponse) ProtoMessage() {}
 
 func (x *GetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[38]
+	mi := &file_tabula_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2877,7 +3082,7 @@ func (x *GetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetResponse.ProtoReflect.Descriptor instead.
 func (*GetResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{38}
+	return file_tabula_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *GetResponse) GetFound() bool {
@@ -2911,7 +3116,7 @@ type BatchGetRequest struct {
 
 func (x *BatchGetRequest) Reset() {
 	*x = BatchGetRequest{}
-	mi := &file_tabula_proto_msgTypes[39]
+	mi := &file_tabula_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2923,7 +3128,7 @@ func (x *BatchGetRequest) String() string {
 func (*BatchGetRequest) ProtoMessage() {}
 
 func (x *BatchGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[39]
+	mi := &file_tabula_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2936,7 +3141,7 @@ func (x *BatchGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchGetRequest.ProtoReflect.Descriptor instead.
 func (*BatchGetRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{39}
+	return file_tabula_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *BatchGetRequest) GetHeader() *RequestHeader {
@@ -2963,7 +3168,7 @@ type BatchGetResponse struct {
 
 func (x *BatchGetResponse) Reset() {
 	*x = BatchGetResponse{}
-	mi := &file_tabula_proto_msgTypes[40]
+	mi := &file_tabula_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2975,7 +3180,7 @@ func (x *BatchGetResponse) String() string {
 func (*BatchGetResponse) ProtoMessage() {}
 
 func (x *BatchGetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[40]
+	mi := &file_tabula_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2988,7 +3193,7 @@ func (x *BatchGetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchGetResponse.ProtoReflect.Descriptor instead.
 func (*BatchGetResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{40}
+	return file_tabula_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *BatchGetResponse) GetResults() []*GetResponse {
@@ -3011,7 +3216,7 @@ type PutRequest struct {
 
 func (x *PutRequest) Reset() {
 	*x = PutRequest{}
-	mi := &file_tabula_proto_msgTypes[41]
+	mi := &file_tabula_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3023,7 +3228,7 @@ func (x *PutRequest) String() string {
 func (*PutRequest) ProtoMessage() {}
 
 func (x *PutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[41]
+	mi := &file_tabula_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3036,7 +3241,7 @@ func (x *PutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutRequest.ProtoReflect.Descriptor instead.
 func (*PutRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{41}
+	return file_tabula_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *PutRequest) GetHeader() *RequestHeader {
@@ -3075,7 +3280,7 @@ type PutResponse struct {
 
 func (x *PutResponse) Reset() {
 	*x = PutResponse{}
-	mi := &file_tabula_proto_msgTypes[42]
+	mi := &file_tabula_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3087,7 +3292,7 @@ func (x *PutResponse) String() string {
 func (*PutResponse) ProtoMessage() {}
 
 func (x *PutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[42]
+	mi := &file_tabula_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3100,7 +3305,7 @@ func (x *PutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutResponse.ProtoReflect.Descriptor instead.
 func (*PutResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{42}
+	return file_tabula_proto_rawDescGZIP(), []int{44}
 }
 
 type DeleteRequest struct {
@@ -3113,7 +3318,7 @@ type DeleteRequest struct {
 
 func (x *DeleteRequest) Reset() {
 	*x = DeleteRequest{}
-	mi := &file_tabula_proto_msgTypes[43]
+	mi := &file_tabula_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3125,7 +3330,7 @@ func (x *DeleteRequest) String() string {
 func (*DeleteRequest) ProtoMessage() {}
 
 func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[43]
+	mi := &file_tabula_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3138,7 +3343,7 @@ func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRequest.ProtoReflect.Descriptor instead.
 func (*DeleteRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{43}
+	return file_tabula_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *DeleteRequest) GetHeader() *RequestHeader {
@@ -3164,7 +3369,7 @@ type DeleteResponse struct {
 
 func (x *DeleteResponse) Reset() {
 	*x = DeleteResponse{}
-	mi := &file_tabula_proto_msgTypes[44]
+	mi := &file_tabula_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3176,7 +3381,7 @@ func (x *DeleteResponse) String() string {
 func (*DeleteResponse) ProtoMessage() {}
 
 func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[44]
+	mi := &file_tabula_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3189,7 +3394,7 @@ func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteResponse.ProtoReflect.Descriptor instead.
 func (*DeleteResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{44}
+	return file_tabula_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *DeleteResponse) GetExisted() bool {
@@ -3217,7 +3422,7 @@ type CompareAndSwapRequest struct {
 
 func (x *CompareAndSwapRequest) Reset() {
 	*x = CompareAndSwapRequest{}
-	mi := &file_tabula_proto_msgTypes[45]
+	mi := &file_tabula_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3229,7 +3434,7 @@ func (x *CompareAndSwapRequest) String() string {
 func (*CompareAndSwapRequest) ProtoMessage() {}
 
 func (x *CompareAndSwapRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[45]
+	mi := &file_tabula_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3242,7 +3447,7 @@ func (x *CompareAndSwapRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompareAndSwapRequest.ProtoReflect.Descriptor instead.
 func (*CompareAndSwapRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{45}
+	return file_tabula_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *CompareAndSwapRequest) GetHeader() *RequestHeader {
@@ -3306,7 +3511,7 @@ type CompareAndSwapResponse struct {
 
 func (x *CompareAndSwapResponse) Reset() {
 	*x = CompareAndSwapResponse{}
-	mi := &file_tabula_proto_msgTypes[46]
+	mi := &file_tabula_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3318,7 +3523,7 @@ func (x *CompareAndSwapResponse) String() string {
 func (*CompareAndSwapResponse) ProtoMessage() {}
 
 func (x *CompareAndSwapResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[46]
+	mi := &file_tabula_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3331,7 +3536,7 @@ func (x *CompareAndSwapResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompareAndSwapResponse.ProtoReflect.Descriptor instead.
 func (*CompareAndSwapResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{46}
+	return file_tabula_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *CompareAndSwapResponse) GetSwapped() bool {
@@ -3367,7 +3572,7 @@ type Mutation struct {
 
 func (x *Mutation) Reset() {
 	*x = Mutation{}
-	mi := &file_tabula_proto_msgTypes[47]
+	mi := &file_tabula_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3379,7 +3584,7 @@ func (x *Mutation) String() string {
 func (*Mutation) ProtoMessage() {}
 
 func (x *Mutation) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[47]
+	mi := &file_tabula_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3392,7 +3597,7 @@ func (x *Mutation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Mutation.ProtoReflect.Descriptor instead.
 func (*Mutation) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{47}
+	return file_tabula_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *Mutation) GetOp() Mutation_Op {
@@ -3433,7 +3638,7 @@ type BatchWriteRequest struct {
 
 func (x *BatchWriteRequest) Reset() {
 	*x = BatchWriteRequest{}
-	mi := &file_tabula_proto_msgTypes[48]
+	mi := &file_tabula_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3445,7 +3650,7 @@ func (x *BatchWriteRequest) String() string {
 func (*BatchWriteRequest) ProtoMessage() {}
 
 func (x *BatchWriteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[48]
+	mi := &file_tabula_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3458,7 +3663,7 @@ func (x *BatchWriteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchWriteRequest.ProtoReflect.Descriptor instead.
 func (*BatchWriteRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{48}
+	return file_tabula_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *BatchWriteRequest) GetHeader() *RequestHeader {
@@ -3483,7 +3688,7 @@ type BatchWriteResponse struct {
 
 func (x *BatchWriteResponse) Reset() {
 	*x = BatchWriteResponse{}
-	mi := &file_tabula_proto_msgTypes[49]
+	mi := &file_tabula_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3495,7 +3700,7 @@ func (x *BatchWriteResponse) String() string {
 func (*BatchWriteResponse) ProtoMessage() {}
 
 func (x *BatchWriteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[49]
+	mi := &file_tabula_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3508,7 +3713,7 @@ func (x *BatchWriteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchWriteResponse.ProtoReflect.Descriptor instead.
 func (*BatchWriteResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{49}
+	return file_tabula_proto_rawDescGZIP(), []int{51}
 }
 
 type ScanRequest struct {
@@ -3520,7 +3725,7 @@ type ScanRequest struct {
 
 func (x *ScanRequest) Reset() {
 	*x = ScanRequest{}
-	mi := &file_tabula_proto_msgTypes[50]
+	mi := &file_tabula_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3532,7 +3737,7 @@ func (x *ScanRequest) String() string {
 func (*ScanRequest) ProtoMessage() {}
 
 func (x *ScanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[50]
+	mi := &file_tabula_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3545,7 +3750,7 @@ func (x *ScanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScanRequest.ProtoReflect.Descriptor instead.
 func (*ScanRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{50}
+	return file_tabula_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ScanRequest) GetHeader() *RequestHeader {
@@ -3566,7 +3771,7 @@ type KeyValue struct {
 
 func (x *KeyValue) Reset() {
 	*x = KeyValue{}
-	mi := &file_tabula_proto_msgTypes[51]
+	mi := &file_tabula_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3578,7 +3783,7 @@ func (x *KeyValue) String() string {
 func (*KeyValue) ProtoMessage() {}
 
 func (x *KeyValue) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[51]
+	mi := &file_tabula_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3591,7 +3796,7 @@ func (x *KeyValue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyValue.ProtoReflect.Descriptor instead.
 func (*KeyValue) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{51}
+	return file_tabula_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *KeyValue) GetKey() []byte {
@@ -3624,7 +3829,7 @@ type ScanResponse struct {
 
 func (x *ScanResponse) Reset() {
 	*x = ScanResponse{}
-	mi := &file_tabula_proto_msgTypes[52]
+	mi := &file_tabula_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3636,7 +3841,7 @@ func (x *ScanResponse) String() string {
 func (*ScanResponse) ProtoMessage() {}
 
 func (x *ScanResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[52]
+	mi := &file_tabula_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3649,7 +3854,7 @@ func (x *ScanResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScanResponse.ProtoReflect.Descriptor instead.
 func (*ScanResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{52}
+	return file_tabula_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *ScanResponse) GetRecords() []*KeyValue {
@@ -3676,7 +3881,7 @@ type BulkUploadRequest struct {
 
 func (x *BulkUploadRequest) Reset() {
 	*x = BulkUploadRequest{}
-	mi := &file_tabula_proto_msgTypes[53]
+	mi := &file_tabula_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3688,7 +3893,7 @@ func (x *BulkUploadRequest) String() string {
 func (*BulkUploadRequest) ProtoMessage() {}
 
 func (x *BulkUploadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[53]
+	mi := &file_tabula_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3701,7 +3906,7 @@ func (x *BulkUploadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkUploadRequest.ProtoReflect.Descriptor instead.
 func (*BulkUploadRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{53}
+	return file_tabula_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *BulkUploadRequest) GetHeader() *RequestHeader {
@@ -3756,7 +3961,7 @@ type BulkUploadStatusRequest struct {
 
 func (x *BulkUploadStatusRequest) Reset() {
 	*x = BulkUploadStatusRequest{}
-	mi := &file_tabula_proto_msgTypes[54]
+	mi := &file_tabula_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3768,7 +3973,7 @@ func (x *BulkUploadStatusRequest) String() string {
 func (*BulkUploadStatusRequest) ProtoMessage() {}
 
 func (x *BulkUploadStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[54]
+	mi := &file_tabula_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3781,7 +3986,7 @@ func (x *BulkUploadStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkUploadStatusRequest.ProtoReflect.Descriptor instead.
 func (*BulkUploadStatusRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{54}
+	return file_tabula_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *BulkUploadStatusRequest) GetHeader() *RequestHeader {
@@ -3810,7 +4015,7 @@ type BulkUploadResponse struct {
 
 func (x *BulkUploadResponse) Reset() {
 	*x = BulkUploadResponse{}
-	mi := &file_tabula_proto_msgTypes[55]
+	mi := &file_tabula_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3822,7 +4027,7 @@ func (x *BulkUploadResponse) String() string {
 func (*BulkUploadResponse) ProtoMessage() {}
 
 func (x *BulkUploadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[55]
+	mi := &file_tabula_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3835,7 +4040,7 @@ func (x *BulkUploadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkUploadResponse.ProtoReflect.Descriptor instead.
 func (*BulkUploadResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{55}
+	return file_tabula_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *BulkUploadResponse) GetReceived() uint64 {
@@ -3961,7 +4166,15 @@ const file_tabula_proto_rawDesc = "" +
 	"\x05limit\x18\a \x01(\x04R\x05limit\x12\x1f\n" +
 	"\vmap_version\x18\b \x01(\x04R\n" +
 	"mapVersion\x12'\n" +
-	"\x0fcurrent_version\x18\t \x01(\x04R\x0ecurrentVersion\"\x9d\x01\n" +
+	"\x0fcurrent_version\x18\t \x01(\x04R\x0ecurrentVersion\"\x8e\x01\n" +
+	"\rStreamRequest\x12#\n" +
+	"\x02op\x18\x01 \x01(\x0e2\x13.tabula.v1.StreamOpR\x02op\x12\x16\n" +
+	"\x06stream\x18\x02 \x01(\tR\x06stream\x12\x16\n" +
+	"\x06extent\x18\x03 \x01(\x04R\x06extent\x12\x14\n" +
+	"\x05epoch\x18\x04 \x01(\x04R\x05epoch\x12\x12\n" +
+	"\x04node\x18\x05 \x01(\tR\x04node\"$\n" +
+	"\x0eStreamResponse\x12\x12\n" +
+	"\x04json\x18\x01 \x01(\fR\x04json\"\x9d\x01\n" +
 	"\x12CreateTableRequest\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12(\n" +
@@ -4143,7 +4356,18 @@ const file_tabula_proto_rawDesc = "" +
 	"\x15ERROR_CODE_WRONG_KIND\x10\b\x12\x1c\n" +
 	"\x18ERROR_CODE_UNIMPLEMENTED\x10\t\x12\x1b\n" +
 	"\x17ERROR_CODE_VERSION_GONE\x10\n" +
-	"2\xd0\a\n" +
+	"*\xfd\x01\n" +
+	"\bStreamOp\x12\x19\n" +
+	"\x15STREAM_OP_UNSPECIFIED\x10\x00\x12\x14\n" +
+	"\x10STREAM_OP_CREATE\x10\x01\x12\x14\n" +
+	"\x10STREAM_OP_DELETE\x10\x02\x12\x12\n" +
+	"\x0eSTREAM_OP_LIST\x10\x03\x12\x11\n" +
+	"\rSTREAM_OP_GET\x10\x04\x12\x14\n" +
+	"\x10STREAM_OP_EXTENT\x10\x05\x12\x19\n" +
+	"\x15STREAM_OP_OPEN_WRITER\x10\x06\x12\x1f\n" +
+	"\x1bSTREAM_OP_SEAL_AND_ALLOCATE\x10\a\x12\x1c\n" +
+	"\x18STREAM_OP_REPORT_CORRUPT\x10\b\x12\x13\n" +
+	"\x0fSTREAM_OP_NODES\x10\t2\x8f\b\n" +
 	"\x06Master\x12L\n" +
 	"\vCreateTable\x12\x1d.tabula.v1.CreateTableRequest\x1a\x1e.tabula.v1.CreateTableResponse\x12F\n" +
 	"\tDropTable\x12\x1b.tabula.v1.DropTableRequest\x1a\x1c.tabula.v1.DropTableResponse\x12I\n" +
@@ -4158,7 +4382,8 @@ const file_tabula_proto_rawDesc = "" +
 	"\vBulkPublish\x12\x1d.tabula.v1.BulkPublishRequest\x1a\x1e.tabula.v1.BulkPublishResponse\x12I\n" +
 	"\n" +
 	"BulkStatus\x12\x1c.tabula.v1.BulkStatusRequest\x1a\x1d.tabula.v1.BulkStatusResponse\x12O\n" +
-	"\fBulkRollback\x12\x1e.tabula.v1.BulkRollbackRequest\x1a\x1f.tabula.v1.BulkRollbackResponse2\xfe\x04\n" +
+	"\fBulkRollback\x12\x1e.tabula.v1.BulkRollbackRequest\x1a\x1f.tabula.v1.BulkRollbackResponse\x12=\n" +
+	"\x06Stream\x12\x18.tabula.v1.StreamRequest\x1a\x19.tabula.v1.StreamResponse2\xfe\x04\n" +
 	"\vTableServer\x124\n" +
 	"\x03Get\x12\x15.tabula.v1.GetRequest\x1a\x16.tabula.v1.GetResponse\x12C\n" +
 	"\bBatchGet\x12\x1a.tabula.v1.BatchGetRequest\x1a\x1b.tabula.v1.BatchGetResponse\x124\n" +
@@ -4184,162 +4409,168 @@ func file_tabula_proto_rawDescGZIP() []byte {
 	return file_tabula_proto_rawDescData
 }
 
-var file_tabula_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_tabula_proto_msgTypes = make([]protoimpl.MessageInfo, 56)
+var file_tabula_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
+var file_tabula_proto_msgTypes = make([]protoimpl.MessageInfo, 58)
 var file_tabula_proto_goTypes = []any{
 	(TableKind)(0),                    // 0: tabula.v1.TableKind
 	(ReplicaRole)(0),                  // 1: tabula.v1.ReplicaRole
 	(BulkVersionState)(0),             // 2: tabula.v1.BulkVersionState
 	(ErrorCode)(0),                    // 3: tabula.v1.ErrorCode
-	(Mutation_Op)(0),                  // 4: tabula.v1.Mutation.Op
-	(*TableOptions)(nil),              // 5: tabula.v1.TableOptions
-	(*Table)(nil),                     // 6: tabula.v1.Table
-	(*Replica)(nil),                   // 7: tabula.v1.Replica
-	(*Partition)(nil),                 // 8: tabula.v1.Partition
-	(*PartitionMap)(nil),              // 9: tabula.v1.PartitionMap
-	(*BulkFile)(nil),                  // 10: tabula.v1.BulkFile
-	(*BulkVersion)(nil),               // 11: tabula.v1.BulkVersion
-	(*BulkInfo)(nil),                  // 12: tabula.v1.BulkInfo
-	(*ServerInfo)(nil),                // 13: tabula.v1.ServerInfo
-	(*ReplicaStatus)(nil),             // 14: tabula.v1.ReplicaStatus
-	(*BulkLoaded)(nil),                // 15: tabula.v1.BulkLoaded
-	(*ErrorDetail)(nil),               // 16: tabula.v1.ErrorDetail
-	(*CreateTableRequest)(nil),        // 17: tabula.v1.CreateTableRequest
-	(*CreateTableResponse)(nil),       // 18: tabula.v1.CreateTableResponse
-	(*DropTableRequest)(nil),          // 19: tabula.v1.DropTableRequest
-	(*DropTableResponse)(nil),         // 20: tabula.v1.DropTableResponse
-	(*ListTablesRequest)(nil),         // 21: tabula.v1.ListTablesRequest
-	(*ListTablesResponse)(nil),        // 22: tabula.v1.ListTablesResponse
-	(*DescribeTableRequest)(nil),      // 23: tabula.v1.DescribeTableRequest
-	(*DescribeTableResponse)(nil),     // 24: tabula.v1.DescribeTableResponse
-	(*GetPartitionMapRequest)(nil),    // 25: tabula.v1.GetPartitionMapRequest
-	(*GetPartitionMapResponse)(nil),   // 26: tabula.v1.GetPartitionMapResponse
-	(*WatchPartitionMapRequest)(nil),  // 27: tabula.v1.WatchPartitionMapRequest
-	(*WatchPartitionMapResponse)(nil), // 28: tabula.v1.WatchPartitionMapResponse
-	(*RegisterServerRequest)(nil),     // 29: tabula.v1.RegisterServerRequest
-	(*RegisterServerResponse)(nil),    // 30: tabula.v1.RegisterServerResponse
-	(*HeartbeatRequest)(nil),          // 31: tabula.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),         // 32: tabula.v1.HeartbeatResponse
-	(*BulkPublishRequest)(nil),        // 33: tabula.v1.BulkPublishRequest
-	(*BulkPublishResponse)(nil),       // 34: tabula.v1.BulkPublishResponse
-	(*BulkStatusRequest)(nil),         // 35: tabula.v1.BulkStatusRequest
-	(*BulkStatusResponse)(nil),        // 36: tabula.v1.BulkStatusResponse
-	(*BulkRollbackRequest)(nil),       // 37: tabula.v1.BulkRollbackRequest
-	(*BulkRollbackResponse)(nil),      // 38: tabula.v1.BulkRollbackResponse
-	(*ListServersRequest)(nil),        // 39: tabula.v1.ListServersRequest
-	(*ListServersResponse)(nil),       // 40: tabula.v1.ListServersResponse
-	(*RequestHeader)(nil),             // 41: tabula.v1.RequestHeader
-	(*GetRequest)(nil),                // 42: tabula.v1.GetRequest
-	(*GetResponse)(nil),               // 43: tabula.v1.GetResponse
-	(*BatchGetRequest)(nil),           // 44: tabula.v1.BatchGetRequest
-	(*BatchGetResponse)(nil),          // 45: tabula.v1.BatchGetResponse
-	(*PutRequest)(nil),                // 46: tabula.v1.PutRequest
-	(*PutResponse)(nil),               // 47: tabula.v1.PutResponse
-	(*DeleteRequest)(nil),             // 48: tabula.v1.DeleteRequest
-	(*DeleteResponse)(nil),            // 49: tabula.v1.DeleteResponse
-	(*CompareAndSwapRequest)(nil),     // 50: tabula.v1.CompareAndSwapRequest
-	(*CompareAndSwapResponse)(nil),    // 51: tabula.v1.CompareAndSwapResponse
-	(*Mutation)(nil),                  // 52: tabula.v1.Mutation
-	(*BatchWriteRequest)(nil),         // 53: tabula.v1.BatchWriteRequest
-	(*BatchWriteResponse)(nil),        // 54: tabula.v1.BatchWriteResponse
-	(*ScanRequest)(nil),               // 55: tabula.v1.ScanRequest
-	(*KeyValue)(nil),                  // 56: tabula.v1.KeyValue
-	(*ScanResponse)(nil),              // 57: tabula.v1.ScanResponse
-	(*BulkUploadRequest)(nil),         // 58: tabula.v1.BulkUploadRequest
-	(*BulkUploadStatusRequest)(nil),   // 59: tabula.v1.BulkUploadStatusRequest
-	(*BulkUploadResponse)(nil),        // 60: tabula.v1.BulkUploadResponse
+	(StreamOp)(0),                     // 4: tabula.v1.StreamOp
+	(Mutation_Op)(0),                  // 5: tabula.v1.Mutation.Op
+	(*TableOptions)(nil),              // 6: tabula.v1.TableOptions
+	(*Table)(nil),                     // 7: tabula.v1.Table
+	(*Replica)(nil),                   // 8: tabula.v1.Replica
+	(*Partition)(nil),                 // 9: tabula.v1.Partition
+	(*PartitionMap)(nil),              // 10: tabula.v1.PartitionMap
+	(*BulkFile)(nil),                  // 11: tabula.v1.BulkFile
+	(*BulkVersion)(nil),               // 12: tabula.v1.BulkVersion
+	(*BulkInfo)(nil),                  // 13: tabula.v1.BulkInfo
+	(*ServerInfo)(nil),                // 14: tabula.v1.ServerInfo
+	(*ReplicaStatus)(nil),             // 15: tabula.v1.ReplicaStatus
+	(*BulkLoaded)(nil),                // 16: tabula.v1.BulkLoaded
+	(*ErrorDetail)(nil),               // 17: tabula.v1.ErrorDetail
+	(*StreamRequest)(nil),             // 18: tabula.v1.StreamRequest
+	(*StreamResponse)(nil),            // 19: tabula.v1.StreamResponse
+	(*CreateTableRequest)(nil),        // 20: tabula.v1.CreateTableRequest
+	(*CreateTableResponse)(nil),       // 21: tabula.v1.CreateTableResponse
+	(*DropTableRequest)(nil),          // 22: tabula.v1.DropTableRequest
+	(*DropTableResponse)(nil),         // 23: tabula.v1.DropTableResponse
+	(*ListTablesRequest)(nil),         // 24: tabula.v1.ListTablesRequest
+	(*ListTablesResponse)(nil),        // 25: tabula.v1.ListTablesResponse
+	(*DescribeTableRequest)(nil),      // 26: tabula.v1.DescribeTableRequest
+	(*DescribeTableResponse)(nil),     // 27: tabula.v1.DescribeTableResponse
+	(*GetPartitionMapRequest)(nil),    // 28: tabula.v1.GetPartitionMapRequest
+	(*GetPartitionMapResponse)(nil),   // 29: tabula.v1.GetPartitionMapResponse
+	(*WatchPartitionMapRequest)(nil),  // 30: tabula.v1.WatchPartitionMapRequest
+	(*WatchPartitionMapResponse)(nil), // 31: tabula.v1.WatchPartitionMapResponse
+	(*RegisterServerRequest)(nil),     // 32: tabula.v1.RegisterServerRequest
+	(*RegisterServerResponse)(nil),    // 33: tabula.v1.RegisterServerResponse
+	(*HeartbeatRequest)(nil),          // 34: tabula.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),         // 35: tabula.v1.HeartbeatResponse
+	(*BulkPublishRequest)(nil),        // 36: tabula.v1.BulkPublishRequest
+	(*BulkPublishResponse)(nil),       // 37: tabula.v1.BulkPublishResponse
+	(*BulkStatusRequest)(nil),         // 38: tabula.v1.BulkStatusRequest
+	(*BulkStatusResponse)(nil),        // 39: tabula.v1.BulkStatusResponse
+	(*BulkRollbackRequest)(nil),       // 40: tabula.v1.BulkRollbackRequest
+	(*BulkRollbackResponse)(nil),      // 41: tabula.v1.BulkRollbackResponse
+	(*ListServersRequest)(nil),        // 42: tabula.v1.ListServersRequest
+	(*ListServersResponse)(nil),       // 43: tabula.v1.ListServersResponse
+	(*RequestHeader)(nil),             // 44: tabula.v1.RequestHeader
+	(*GetRequest)(nil),                // 45: tabula.v1.GetRequest
+	(*GetResponse)(nil),               // 46: tabula.v1.GetResponse
+	(*BatchGetRequest)(nil),           // 47: tabula.v1.BatchGetRequest
+	(*BatchGetResponse)(nil),          // 48: tabula.v1.BatchGetResponse
+	(*PutRequest)(nil),                // 49: tabula.v1.PutRequest
+	(*PutResponse)(nil),               // 50: tabula.v1.PutResponse
+	(*DeleteRequest)(nil),             // 51: tabula.v1.DeleteRequest
+	(*DeleteResponse)(nil),            // 52: tabula.v1.DeleteResponse
+	(*CompareAndSwapRequest)(nil),     // 53: tabula.v1.CompareAndSwapRequest
+	(*CompareAndSwapResponse)(nil),    // 54: tabula.v1.CompareAndSwapResponse
+	(*Mutation)(nil),                  // 55: tabula.v1.Mutation
+	(*BatchWriteRequest)(nil),         // 56: tabula.v1.BatchWriteRequest
+	(*BatchWriteResponse)(nil),        // 57: tabula.v1.BatchWriteResponse
+	(*ScanRequest)(nil),               // 58: tabula.v1.ScanRequest
+	(*KeyValue)(nil),                  // 59: tabula.v1.KeyValue
+	(*ScanResponse)(nil),              // 60: tabula.v1.ScanResponse
+	(*BulkUploadRequest)(nil),         // 61: tabula.v1.BulkUploadRequest
+	(*BulkUploadStatusRequest)(nil),   // 62: tabula.v1.BulkUploadStatusRequest
+	(*BulkUploadResponse)(nil),        // 63: tabula.v1.BulkUploadResponse
 }
 var file_tabula_proto_depIdxs = []int32{
 	0,  // 0: tabula.v1.Table.kind:type_name -> tabula.v1.TableKind
-	5,  // 1: tabula.v1.Table.options:type_name -> tabula.v1.TableOptions
+	6,  // 1: tabula.v1.Table.options:type_name -> tabula.v1.TableOptions
 	1,  // 2: tabula.v1.Replica.role:type_name -> tabula.v1.ReplicaRole
-	7,  // 3: tabula.v1.Partition.replicas:type_name -> tabula.v1.Replica
-	6,  // 4: tabula.v1.PartitionMap.table:type_name -> tabula.v1.Table
-	8,  // 5: tabula.v1.PartitionMap.partitions:type_name -> tabula.v1.Partition
-	12, // 6: tabula.v1.PartitionMap.bulk:type_name -> tabula.v1.BulkInfo
+	8,  // 3: tabula.v1.Partition.replicas:type_name -> tabula.v1.Replica
+	7,  // 4: tabula.v1.PartitionMap.table:type_name -> tabula.v1.Table
+	9,  // 5: tabula.v1.PartitionMap.partitions:type_name -> tabula.v1.Partition
+	13, // 6: tabula.v1.PartitionMap.bulk:type_name -> tabula.v1.BulkInfo
 	2,  // 7: tabula.v1.BulkVersion.state:type_name -> tabula.v1.BulkVersionState
-	10, // 8: tabula.v1.BulkVersion.files:type_name -> tabula.v1.BulkFile
-	11, // 9: tabula.v1.BulkInfo.versions:type_name -> tabula.v1.BulkVersion
+	11, // 8: tabula.v1.BulkVersion.files:type_name -> tabula.v1.BulkFile
+	12, // 9: tabula.v1.BulkInfo.versions:type_name -> tabula.v1.BulkVersion
 	1,  // 10: tabula.v1.ReplicaStatus.role:type_name -> tabula.v1.ReplicaRole
-	15, // 11: tabula.v1.ReplicaStatus.bulk_loaded:type_name -> tabula.v1.BulkLoaded
+	16, // 11: tabula.v1.ReplicaStatus.bulk_loaded:type_name -> tabula.v1.BulkLoaded
 	3,  // 12: tabula.v1.ErrorDetail.code:type_name -> tabula.v1.ErrorCode
-	8,  // 13: tabula.v1.ErrorDetail.partition:type_name -> tabula.v1.Partition
-	0,  // 14: tabula.v1.CreateTableRequest.kind:type_name -> tabula.v1.TableKind
-	5,  // 15: tabula.v1.CreateTableRequest.options:type_name -> tabula.v1.TableOptions
-	9,  // 16: tabula.v1.CreateTableResponse.map:type_name -> tabula.v1.PartitionMap
-	6,  // 17: tabula.v1.ListTablesResponse.tables:type_name -> tabula.v1.Table
-	9,  // 18: tabula.v1.DescribeTableResponse.map:type_name -> tabula.v1.PartitionMap
-	14, // 19: tabula.v1.DescribeTableResponse.replicas:type_name -> tabula.v1.ReplicaStatus
-	9,  // 20: tabula.v1.GetPartitionMapResponse.map:type_name -> tabula.v1.PartitionMap
-	9,  // 21: tabula.v1.WatchPartitionMapResponse.maps:type_name -> tabula.v1.PartitionMap
-	14, // 22: tabula.v1.HeartbeatRequest.replicas:type_name -> tabula.v1.ReplicaStatus
-	10, // 23: tabula.v1.BulkPublishRequest.files:type_name -> tabula.v1.BulkFile
-	9,  // 24: tabula.v1.BulkPublishResponse.map:type_name -> tabula.v1.PartitionMap
-	9,  // 25: tabula.v1.BulkStatusResponse.map:type_name -> tabula.v1.PartitionMap
-	12, // 26: tabula.v1.BulkStatusResponse.bulk:type_name -> tabula.v1.BulkInfo
-	9,  // 27: tabula.v1.BulkRollbackResponse.map:type_name -> tabula.v1.PartitionMap
-	13, // 28: tabula.v1.ListServersResponse.servers:type_name -> tabula.v1.ServerInfo
-	41, // 29: tabula.v1.GetRequest.header:type_name -> tabula.v1.RequestHeader
-	41, // 30: tabula.v1.BatchGetRequest.header:type_name -> tabula.v1.RequestHeader
-	43, // 31: tabula.v1.BatchGetResponse.results:type_name -> tabula.v1.GetResponse
-	41, // 32: tabula.v1.PutRequest.header:type_name -> tabula.v1.RequestHeader
-	41, // 33: tabula.v1.DeleteRequest.header:type_name -> tabula.v1.RequestHeader
-	41, // 34: tabula.v1.CompareAndSwapRequest.header:type_name -> tabula.v1.RequestHeader
-	4,  // 35: tabula.v1.Mutation.op:type_name -> tabula.v1.Mutation.Op
-	41, // 36: tabula.v1.BatchWriteRequest.header:type_name -> tabula.v1.RequestHeader
-	52, // 37: tabula.v1.BatchWriteRequest.mutations:type_name -> tabula.v1.Mutation
-	41, // 38: tabula.v1.ScanRequest.header:type_name -> tabula.v1.RequestHeader
-	56, // 39: tabula.v1.ScanResponse.records:type_name -> tabula.v1.KeyValue
-	41, // 40: tabula.v1.BulkUploadRequest.header:type_name -> tabula.v1.RequestHeader
-	10, // 41: tabula.v1.BulkUploadRequest.file:type_name -> tabula.v1.BulkFile
-	41, // 42: tabula.v1.BulkUploadStatusRequest.header:type_name -> tabula.v1.RequestHeader
-	17, // 43: tabula.v1.Master.CreateTable:input_type -> tabula.v1.CreateTableRequest
-	19, // 44: tabula.v1.Master.DropTable:input_type -> tabula.v1.DropTableRequest
-	21, // 45: tabula.v1.Master.ListTables:input_type -> tabula.v1.ListTablesRequest
-	23, // 46: tabula.v1.Master.DescribeTable:input_type -> tabula.v1.DescribeTableRequest
-	25, // 47: tabula.v1.Master.GetPartitionMap:input_type -> tabula.v1.GetPartitionMapRequest
-	27, // 48: tabula.v1.Master.WatchPartitionMap:input_type -> tabula.v1.WatchPartitionMapRequest
-	29, // 49: tabula.v1.Master.RegisterServer:input_type -> tabula.v1.RegisterServerRequest
-	31, // 50: tabula.v1.Master.Heartbeat:input_type -> tabula.v1.HeartbeatRequest
-	39, // 51: tabula.v1.Master.ListServers:input_type -> tabula.v1.ListServersRequest
-	33, // 52: tabula.v1.Master.BulkPublish:input_type -> tabula.v1.BulkPublishRequest
-	35, // 53: tabula.v1.Master.BulkStatus:input_type -> tabula.v1.BulkStatusRequest
-	37, // 54: tabula.v1.Master.BulkRollback:input_type -> tabula.v1.BulkRollbackRequest
-	42, // 55: tabula.v1.TableServer.Get:input_type -> tabula.v1.GetRequest
-	44, // 56: tabula.v1.TableServer.BatchGet:input_type -> tabula.v1.BatchGetRequest
-	46, // 57: tabula.v1.TableServer.Put:input_type -> tabula.v1.PutRequest
-	48, // 58: tabula.v1.TableServer.Delete:input_type -> tabula.v1.DeleteRequest
-	50, // 59: tabula.v1.TableServer.CompareAndSwap:input_type -> tabula.v1.CompareAndSwapRequest
-	53, // 60: tabula.v1.TableServer.BatchWrite:input_type -> tabula.v1.BatchWriteRequest
-	55, // 61: tabula.v1.TableServer.Scan:input_type -> tabula.v1.ScanRequest
-	58, // 62: tabula.v1.TableServer.BulkUpload:input_type -> tabula.v1.BulkUploadRequest
-	59, // 63: tabula.v1.TableServer.BulkUploadStatus:input_type -> tabula.v1.BulkUploadStatusRequest
-	18, // 64: tabula.v1.Master.CreateTable:output_type -> tabula.v1.CreateTableResponse
-	20, // 65: tabula.v1.Master.DropTable:output_type -> tabula.v1.DropTableResponse
-	22, // 66: tabula.v1.Master.ListTables:output_type -> tabula.v1.ListTablesResponse
-	24, // 67: tabula.v1.Master.DescribeTable:output_type -> tabula.v1.DescribeTableResponse
-	26, // 68: tabula.v1.Master.GetPartitionMap:output_type -> tabula.v1.GetPartitionMapResponse
-	28, // 69: tabula.v1.Master.WatchPartitionMap:output_type -> tabula.v1.WatchPartitionMapResponse
-	30, // 70: tabula.v1.Master.RegisterServer:output_type -> tabula.v1.RegisterServerResponse
-	32, // 71: tabula.v1.Master.Heartbeat:output_type -> tabula.v1.HeartbeatResponse
-	40, // 72: tabula.v1.Master.ListServers:output_type -> tabula.v1.ListServersResponse
-	34, // 73: tabula.v1.Master.BulkPublish:output_type -> tabula.v1.BulkPublishResponse
-	36, // 74: tabula.v1.Master.BulkStatus:output_type -> tabula.v1.BulkStatusResponse
-	38, // 75: tabula.v1.Master.BulkRollback:output_type -> tabula.v1.BulkRollbackResponse
-	43, // 76: tabula.v1.TableServer.Get:output_type -> tabula.v1.GetResponse
-	45, // 77: tabula.v1.TableServer.BatchGet:output_type -> tabula.v1.BatchGetResponse
-	47, // 78: tabula.v1.TableServer.Put:output_type -> tabula.v1.PutResponse
-	49, // 79: tabula.v1.TableServer.Delete:output_type -> tabula.v1.DeleteResponse
-	51, // 80: tabula.v1.TableServer.CompareAndSwap:output_type -> tabula.v1.CompareAndSwapResponse
-	54, // 81: tabula.v1.TableServer.BatchWrite:output_type -> tabula.v1.BatchWriteResponse
-	57, // 82: tabula.v1.TableServer.Scan:output_type -> tabula.v1.ScanResponse
-	60, // 83: tabula.v1.TableServer.BulkUpload:output_type -> tabula.v1.BulkUploadResponse
-	60, // 84: tabula.v1.TableServer.BulkUploadStatus:output_type -> tabula.v1.BulkUploadResponse
-	64, // [64:85] is the sub-list for method output_type
-	43, // [43:64] is the sub-list for method input_type
-	43, // [43:43] is the sub-list for extension type_name
-	43, // [43:43] is the sub-list for extension extendee
-	0,  // [0:43] is the sub-list for field type_name
+	9,  // 13: tabula.v1.ErrorDetail.partition:type_name -> tabula.v1.Partition
+	4,  // 14: tabula.v1.StreamRequest.op:type_name -> tabula.v1.StreamOp
+	0,  // 15: tabula.v1.CreateTableRequest.kind:type_name -> tabula.v1.TableKind
+	6,  // 16: tabula.v1.CreateTableRequest.options:type_name -> tabula.v1.TableOptions
+	10, // 17: tabula.v1.CreateTableResponse.map:type_name -> tabula.v1.PartitionMap
+	7,  // 18: tabula.v1.ListTablesResponse.tables:type_name -> tabula.v1.Table
+	10, // 19: tabula.v1.DescribeTableResponse.map:type_name -> tabula.v1.PartitionMap
+	15, // 20: tabula.v1.DescribeTableResponse.replicas:type_name -> tabula.v1.ReplicaStatus
+	10, // 21: tabula.v1.GetPartitionMapResponse.map:type_name -> tabula.v1.PartitionMap
+	10, // 22: tabula.v1.WatchPartitionMapResponse.maps:type_name -> tabula.v1.PartitionMap
+	15, // 23: tabula.v1.HeartbeatRequest.replicas:type_name -> tabula.v1.ReplicaStatus
+	11, // 24: tabula.v1.BulkPublishRequest.files:type_name -> tabula.v1.BulkFile
+	10, // 25: tabula.v1.BulkPublishResponse.map:type_name -> tabula.v1.PartitionMap
+	10, // 26: tabula.v1.BulkStatusResponse.map:type_name -> tabula.v1.PartitionMap
+	13, // 27: tabula.v1.BulkStatusResponse.bulk:type_name -> tabula.v1.BulkInfo
+	10, // 28: tabula.v1.BulkRollbackResponse.map:type_name -> tabula.v1.PartitionMap
+	14, // 29: tabula.v1.ListServersResponse.servers:type_name -> tabula.v1.ServerInfo
+	44, // 30: tabula.v1.GetRequest.header:type_name -> tabula.v1.RequestHeader
+	44, // 31: tabula.v1.BatchGetRequest.header:type_name -> tabula.v1.RequestHeader
+	46, // 32: tabula.v1.BatchGetResponse.results:type_name -> tabula.v1.GetResponse
+	44, // 33: tabula.v1.PutRequest.header:type_name -> tabula.v1.RequestHeader
+	44, // 34: tabula.v1.DeleteRequest.header:type_name -> tabula.v1.RequestHeader
+	44, // 35: tabula.v1.CompareAndSwapRequest.header:type_name -> tabula.v1.RequestHeader
+	5,  // 36: tabula.v1.Mutation.op:type_name -> tabula.v1.Mutation.Op
+	44, // 37: tabula.v1.BatchWriteRequest.header:type_name -> tabula.v1.RequestHeader
+	55, // 38: tabula.v1.BatchWriteRequest.mutations:type_name -> tabula.v1.Mutation
+	44, // 39: tabula.v1.ScanRequest.header:type_name -> tabula.v1.RequestHeader
+	59, // 40: tabula.v1.ScanResponse.records:type_name -> tabula.v1.KeyValue
+	44, // 41: tabula.v1.BulkUploadRequest.header:type_name -> tabula.v1.RequestHeader
+	11, // 42: tabula.v1.BulkUploadRequest.file:type_name -> tabula.v1.BulkFile
+	44, // 43: tabula.v1.BulkUploadStatusRequest.header:type_name -> tabula.v1.RequestHeader
+	20, // 44: tabula.v1.Master.CreateTable:input_type -> tabula.v1.CreateTableRequest
+	22, // 45: tabula.v1.Master.DropTable:input_type -> tabula.v1.DropTableRequest
+	24, // 46: tabula.v1.Master.ListTables:input_type -> tabula.v1.ListTablesRequest
+	26, // 47: tabula.v1.Master.DescribeTable:input_type -> tabula.v1.DescribeTableRequest
+	28, // 48: tabula.v1.Master.GetPartitionMap:input_type -> tabula.v1.GetPartitionMapRequest
+	30, // 49: tabula.v1.Master.WatchPartitionMap:input_type -> tabula.v1.WatchPartitionMapRequest
+	32, // 50: tabula.v1.Master.RegisterServer:input_type -> tabula.v1.RegisterServerRequest
+	34, // 51: tabula.v1.Master.Heartbeat:input_type -> tabula.v1.HeartbeatRequest
+	42, // 52: tabula.v1.Master.ListServers:input_type -> tabula.v1.ListServersRequest
+	36, // 53: tabula.v1.Master.BulkPublish:input_type -> tabula.v1.BulkPublishRequest
+	38, // 54: tabula.v1.Master.BulkStatus:input_type -> tabula.v1.BulkStatusRequest
+	40, // 55: tabula.v1.Master.BulkRollback:input_type -> tabula.v1.BulkRollbackRequest
+	18, // 56: tabula.v1.Master.Stream:input_type -> tabula.v1.StreamRequest
+	45, // 57: tabula.v1.TableServer.Get:input_type -> tabula.v1.GetRequest
+	47, // 58: tabula.v1.TableServer.BatchGet:input_type -> tabula.v1.BatchGetRequest
+	49, // 59: tabula.v1.TableServer.Put:input_type -> tabula.v1.PutRequest
+	51, // 60: tabula.v1.TableServer.Delete:input_type -> tabula.v1.DeleteRequest
+	53, // 61: tabula.v1.TableServer.CompareAndSwap:input_type -> tabula.v1.CompareAndSwapRequest
+	56, // 62: tabula.v1.TableServer.BatchWrite:input_type -> tabula.v1.BatchWriteRequest
+	58, // 63: tabula.v1.TableServer.Scan:input_type -> tabula.v1.ScanRequest
+	61, // 64: tabula.v1.TableServer.BulkUpload:input_type -> tabula.v1.BulkUploadRequest
+	62, // 65: tabula.v1.TableServer.BulkUploadStatus:input_type -> tabula.v1.BulkUploadStatusRequest
+	21, // 66: tabula.v1.Master.CreateTable:output_type -> tabula.v1.CreateTableResponse
+	23, // 67: tabula.v1.Master.DropTable:output_type -> tabula.v1.DropTableResponse
+	25, // 68: tabula.v1.Master.ListTables:output_type -> tabula.v1.ListTablesResponse
+	27, // 69: tabula.v1.Master.DescribeTable:output_type -> tabula.v1.DescribeTableResponse
+	29, // 70: tabula.v1.Master.GetPartitionMap:output_type -> tabula.v1.GetPartitionMapResponse
+	31, // 71: tabula.v1.Master.WatchPartitionMap:output_type -> tabula.v1.WatchPartitionMapResponse
+	33, // 72: tabula.v1.Master.RegisterServer:output_type -> tabula.v1.RegisterServerResponse
+	35, // 73: tabula.v1.Master.Heartbeat:output_type -> tabula.v1.HeartbeatResponse
+	43, // 74: tabula.v1.Master.ListServers:output_type -> tabula.v1.ListServersResponse
+	37, // 75: tabula.v1.Master.BulkPublish:output_type -> tabula.v1.BulkPublishResponse
+	39, // 76: tabula.v1.Master.BulkStatus:output_type -> tabula.v1.BulkStatusResponse
+	41, // 77: tabula.v1.Master.BulkRollback:output_type -> tabula.v1.BulkRollbackResponse
+	19, // 78: tabula.v1.Master.Stream:output_type -> tabula.v1.StreamResponse
+	46, // 79: tabula.v1.TableServer.Get:output_type -> tabula.v1.GetResponse
+	48, // 80: tabula.v1.TableServer.BatchGet:output_type -> tabula.v1.BatchGetResponse
+	50, // 81: tabula.v1.TableServer.Put:output_type -> tabula.v1.PutResponse
+	52, // 82: tabula.v1.TableServer.Delete:output_type -> tabula.v1.DeleteResponse
+	54, // 83: tabula.v1.TableServer.CompareAndSwap:output_type -> tabula.v1.CompareAndSwapResponse
+	57, // 84: tabula.v1.TableServer.BatchWrite:output_type -> tabula.v1.BatchWriteResponse
+	60, // 85: tabula.v1.TableServer.Scan:output_type -> tabula.v1.ScanResponse
+	63, // 86: tabula.v1.TableServer.BulkUpload:output_type -> tabula.v1.BulkUploadResponse
+	63, // 87: tabula.v1.TableServer.BulkUploadStatus:output_type -> tabula.v1.BulkUploadResponse
+	66, // [66:88] is the sub-list for method output_type
+	44, // [44:66] is the sub-list for method input_type
+	44, // [44:44] is the sub-list for extension type_name
+	44, // [44:44] is the sub-list for extension extendee
+	0,  // [0:44] is the sub-list for field type_name
 }
 
 func init() { file_tabula_proto_init() }
@@ -4352,8 +4583,8 @@ func file_tabula_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tabula_proto_rawDesc), len(file_tabula_proto_rawDesc)),
-			NumEnums:      5,
-			NumMessages:   56,
+			NumEnums:      6,
+			NumMessages:   58,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -39,6 +39,7 @@ const (
 	Master_BulkPublish_FullMethodName       = "/tabula.v1.Master/BulkPublish"
 	Master_BulkStatus_FullMethodName        = "/tabula.v1.Master/BulkStatus"
 	Master_BulkRollback_FullMethodName      = "/tabula.v1.Master/BulkRollback"
+	Master_Stream_FullMethodName            = "/tabula.v1.Master/Stream"
 )
 
 // MasterClient is the client API for Master service.
@@ -64,6 +65,9 @@ type MasterClient interface {
 	BulkStatus(ctx context.Context, in *BulkStatusRequest, opts ...grpc.CallOption) (*BulkStatusResponse, error)
 	// BulkRollback makes a retained, fully loaded version the serving one.
 	BulkRollback(ctx context.Context, in *BulkRollbackRequest, opts ...grpc.CallOption) (*BulkRollbackResponse, error)
+	// Stream is the stream manager's service (the stream layer's control
+	// plane): see StreamOp.
+	Stream(ctx context.Context, in *StreamRequest, opts ...grpc.CallOption) (*StreamResponse, error)
 }
 
 type masterClient struct {
@@ -203,6 +207,16 @@ func (c *masterClient) BulkRollback(ctx context.Context, in *BulkRollbackRequest
 	return out, nil
 }
 
+func (c *masterClient) Stream(ctx context.Context, in *StreamRequest, opts ...grpc.CallOption) (*StreamResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(StreamResponse)
+	err := c.cc.Invoke(ctx, Master_Stream_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // MasterServer is the server API for Master service.
 // All implementations must embed UnimplementedMasterServer
 // for forward compatibility.
@@ -226,6 +240,9 @@ type MasterServer interface {
 	BulkStatus(context.Context, *BulkStatusRequest) (*BulkStatusResponse, error)
 	// BulkRollback makes a retained, fully loaded version the serving one.
 	BulkRollback(context.Context, *BulkRollbackRequest) (*BulkRollbackResponse, error)
+	// Stream is the stream manager's service (the stream layer's control
+	// plane): see StreamOp.
+	Stream(context.Context, *StreamRequest) (*StreamResponse, error)
 	mustEmbedUnimplementedMasterServer()
 }
 
@@ -271,6 +288,9 @@ func (UnimplementedMasterServer) BulkStatus(context.Context, *BulkStatusRequest)
 }
 func (UnimplementedMasterServer) BulkRollback(context.Context, *BulkRollbackRequest) (*BulkRollbackResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method BulkRollback not implemented")
+}
+func (UnimplementedMasterServer) Stream(context.Context, *StreamRequest) (*StreamResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Stream not implemented")
 }
 func (UnimplementedMasterServer) mustEmbedUnimplementedMasterServer() {}
 func (UnimplementedMasterServer) testEmbeddedByValue()                {}
@@ -502,6 +522,24 @@ func _Master_BulkRollback_Handler(srv interface{}, ctx context.Context, dec func
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Master_Stream_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(StreamRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MasterServer).Stream(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Master_Stream_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MasterServer).Stream(ctx, req.(*StreamRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Master_ServiceDesc is the grpc.ServiceDesc for Master service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -552,6 +590,10 @@ var Master_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "BulkRollback",
 			Handler:    _Master_BulkRollback_Handler,
+		},
+		{
+			MethodName: "Stream",
+			Handler:    _Master_Stream_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -1,6 +1,7 @@
 package tablemaster
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/tabuladb/tabula/api"
 	"github.com/tabuladb/tabula/internal/dirlock"
+	"github.com/tabuladb/tabula/replication/stream"
 )
 
 // Master is the Table Master: it owns the catalog and the partition map (a
@@ -49,6 +51,12 @@ type Master struct {
 	srvMu   sync.Mutex
 	servers []*grpc.Server
 	closed  bool
+
+	// streamDriver runs the stream manager's I/O (seals, tasks); streamCtx
+	// is cancelled by Close.
+	streamDriver *stream.Driver
+	streamCtx    context.Context
+	streamCancel context.CancelFunc
 
 	closing   chan struct{} // closed by Close: stops the liveness loop and watch streams
 	closeOnce sync.Once
@@ -122,8 +130,11 @@ func Open(opts Options) (*Master, error) {
 	cur := m.State()
 	m.logger.Info("tablemaster: opened", "dir", opts.DataDir, "version", cur.Version, "seq", m.seq,
 		"tables", len(cur.Tables), "servers", len(cur.Servers))
-	m.wg.Add(1)
+	m.streamCtx, m.streamCancel = context.WithCancel(context.Background())
+	m.streamDriver = stream.NewDriver(masterStreamLog{m}, stream.DriverOptions{Logger: opts.Logger.With("part", "stream-manager")})
+	m.wg.Add(2)
 	go m.livenessLoop()
+	go m.streamLoop()
 	return m, nil
 }
 
@@ -164,12 +175,14 @@ func (m *Master) Close() error {
 		servers := m.servers
 		m.srvMu.Unlock()
 		close(m.closing)
+		m.streamCancel()
 		for _, s := range servers {
 			s.Stop()
 		}
 		m.wg.Wait()
+		driverErr := m.streamDriver.Close()
 		m.proposeMu.Lock()
-		m.closeErr = errors.Join(m.store.close(), m.lock.Unlock())
+		m.closeErr = errors.Join(driverErr, m.store.close(), m.lock.Unlock())
 		m.store = nil
 		m.proposeMu.Unlock()
 	})

@@ -47,6 +47,12 @@ type Options struct {
 	// SnapshotEvery is how many logged commands trigger a snapshot and a
 	// log reset. Default 1024.
 	SnapshotEvery int `json:"snapshot_every"`
+	// StreamTaskInterval is how often the stream manager runs its pending
+	// tasks (re-replication, repair, garbage collection). Default 500ms.
+	StreamTaskInterval time.Duration `json:"stream_task_interval"`
+	// StreamSyncInterval is how often it asks every extent node for its
+	// inventory (load, orphans, corrupt replicas). Default 5s.
+	StreamSyncInterval time.Duration `json:"stream_sync_interval"`
 	// Now is the clock. Default time.Now.
 	Now func() time.Time `json:"-"`
 }
@@ -70,6 +76,12 @@ func (o Options) withDefaults() Options {
 	}
 	if o.ReassignDurableAfter == 0 {
 		o.ReassignDurableAfter = DefaultReassignDurableAfter
+	}
+	if o.StreamTaskInterval == 0 {
+		o.StreamTaskInterval = 500 * time.Millisecond
+	}
+	if o.StreamSyncInterval == 0 {
+		o.StreamSyncInterval = 5 * time.Second
 	}
 	if o.Now == nil {
 		o.Now = time.Now
@@ -99,6 +111,9 @@ func (o Options) Validate() error {
 	}
 	if o.ReassignDurableAfter < o.DeadAfter {
 		errs = append(errs, fmt.Errorf("tablemaster: Options.ReassignDurableAfter %v must be at least DeadAfter %v", o.ReassignDurableAfter, o.DeadAfter))
+	}
+	if o.StreamTaskInterval < 0 || o.StreamSyncInterval < 0 {
+		errs = append(errs, fmt.Errorf("tablemaster: Options.StreamTaskInterval %v and StreamSyncInterval %v must not be negative", o.StreamTaskInterval, o.StreamSyncInterval))
 	}
 	if o.SnapshotEvery < 0 {
 		errs = append(errs, fmt.Errorf("tablemaster: Options.SnapshotEvery %d is negative", o.SnapshotEvery))

@@ -9,6 +9,7 @@ import (
 
 	"github.com/tabuladb/tabula/api"
 	"github.com/tabuladb/tabula/internal/keyspace"
+	"github.com/tabuladb/tabula/replication/stream"
 )
 
 // Op names a command. The strings are written to the command log: never
@@ -70,6 +71,8 @@ type Command struct {
 	Files       []BulkFile `json:"files,omitempty"`
 	PartitionID uint64     `json:"partition_id,omitempty"`
 	File        *BulkFile  `json:"file,omitempty"`
+	// StreamCmd is OpStream's stream manager command.
+	StreamCmd *stream.Command `json:"stream_cmd,omitempty"`
 }
 
 // Result is what Apply reports about an applied command.
@@ -89,6 +92,8 @@ type Result struct {
 	// Held lists the partitions OpServerDown left on the server: durable
 	// partitions with no other replica, whose data only that server has.
 	Held []uint64
+	// Stream is OpStream's stream manager result.
+	Stream stream.Result
 }
 
 // TableOptions mirror api.TableOptions with the defaults filled in.
@@ -198,6 +203,9 @@ type State struct {
 	// Tables by tableKey(tenant, name).
 	Tables  map[string]*Table  `json:"tables"`
 	Servers map[string]*Server `json:"servers"`
+	// Streams is the stream manager (see streams.go); nil in states from
+	// before it existed until the first stream command.
+	Streams *StreamState `json:"streams,omitempty"`
 }
 
 // NewState returns the empty state: no tenants, ids starting at 1.
@@ -209,6 +217,7 @@ func NewState() *State {
 		Tenants:         map[string]*Tenant{},
 		Tables:          map[string]*Table{},
 		Servers:         map[string]*Server{},
+		Streams:         newStreamState(),
 	}
 }
 
@@ -237,6 +246,7 @@ func (s *State) Clone() *State {
 		sv := *v
 		c.Servers[k] = &sv
 	}
+	c.Streams = s.Streams.clone()
 	return &c
 }
 
@@ -311,6 +321,8 @@ func (s *State) Apply(cmd Command) (Result, error) {
 		res, err = s.bulkLoadedCmd(cmd)
 	case OpBulkRollback:
 		res, err = s.bulkRollback(cmd)
+	case OpStream:
+		res, err = s.applyStream(cmd)
 	default:
 		return Result{}, errInvalid("op", "unknown_command", 0, "unknown command %q", cmd.Op)
 	}
@@ -589,6 +601,10 @@ func (s *State) registerServer(cmd Command) (Result, error) {
 		changed = true
 	}
 	moved := s.placeShort(s.candidates())
+	if changed {
+		// Every table server is an extent node too.
+		s.streamNodeEvent(stream.Command{Op: stream.OpAddNode, Node: id, Addr: cmd.Addr, FaultDomain: cmd.FaultDomain})
+	}
 	return Result{Changed: changed || len(moved) > 0, ServerID: id, Moved: moved}, nil
 }
 
@@ -612,6 +628,7 @@ func (s *State) serverDown(cmd Command) (Result, error) {
 	case !cmd.Draining && srv.Alive:
 		srv.Alive, srv.Draining, srv.DownSinceMs = false, false, cmd.UnixMs
 		changed = true
+		s.streamNodeEvent(stream.Command{Op: stream.OpNodeDown, Node: cmd.ServerID})
 	}
 	if !changed && !cmd.Force {
 		return Result{}, nil // already down: it holds only durable partitions, if anything

@@ -28,6 +28,10 @@ type Options struct {
 	// DrainTimeout bounds how long Drain waits for in-flight requests.
 	// Default 5s.
 	DrainTimeout time.Duration
+	// ScrubInterval is the pause between the extent node's background
+	// passes re-verifying every block of every extent replica. Default 10
+	// minutes; negative turns the scrubber off.
+	ScrubInterval time.Duration
 	// Logger receives the server's events. Default slog.Default().
 	Logger *slog.Logger
 	// OnMapApplied, when set, is called (on the map-watch goroutine) after
@@ -67,6 +71,12 @@ func (o Options) withDefaults() Options {
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
+	}
+	switch {
+	case o.ScrubInterval == 0:
+		o.ScrubInterval = 10 * time.Minute
+	case o.ScrubInterval < 0:
+		o.ScrubInterval = 0 // the node's "off"
 	}
 	return o
 }

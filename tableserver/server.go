@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/tabuladb/tabula/api"
 	"github.com/tabuladb/tabula/internal/dirlock"
+	"github.com/tabuladb/tabula/replication/stream"
 )
 
 // Server is a table server. Safe for concurrent use.
@@ -39,6 +41,9 @@ type Server struct {
 	minMapVersion atomic.Uint64
 
 	lock *dirlock.Lock
+	// extents is the server's extent node of the stream layer, served on
+	// the same gRPC server.
+	extents *stream.Node
 
 	masters []*grpc.ClientConn
 	// masterIdx is the master tried first; moves on UNAVAILABLE.
@@ -100,6 +105,17 @@ func Open(opts Options) (*Server, error) {
 		grpc.ChainStreamInterceptor(s.admitStream),
 	)
 	api.RegisterTableServerServer(s.grpc, s)
+	node, err := stream.OpenNode(stream.NodeOptions{
+		Dir:           filepath.Join(opts.DataDir, "extents"),
+		ScrubInterval: opts.ScrubInterval,
+		OnCorrupt:     s.reportCorrupt,
+		Logger:        opts.Logger.With("part", "extent-node"),
+	})
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("tableserver: open extent node: %w", err), s.closeMasters(), lock.Unlock())
+	}
+	s.extents = node
+	node.Register(s.grpc)
 	return s, nil
 }
 
@@ -427,10 +443,25 @@ func (s *Server) Close() error {
 				errs = append(errs, fmt.Errorf("close partition %d: %w", r.part.GetId(), err))
 			}
 		}
-		errs = append(errs, s.closeMasters(), s.lock.Unlock())
+		errs = append(errs, s.extents.Close(), s.closeMasters(), s.lock.Unlock())
 		s.closeErr = errors.Join(errs...)
 	})
 	return s.closeErr
+}
+
+// reportCorrupt tells the stream manager that the scrubber found a
+// replica corrupt, so it is rebuilt from a good one.
+func (s *Server) reportCorrupt(extent uint64, cause error) {
+	s.log.Error("extent replica corrupt; reporting it for repair", "extent", extent, "err", cause)
+	ctx, cancel := context.WithTimeout(s.ctx, 5*time.Second)
+	defer cancel()
+	err := s.withMaster(ctx, func(mc api.MasterClient) error {
+		_, err := mc.Stream(ctx, &api.StreamRequest{Op: api.StreamOp_STREAM_OP_REPORT_CORRUPT, Extent: extent, Node: s.id()})
+		return err
+	})
+	if err != nil {
+		s.log.Warn("could not report a corrupt extent replica; the master's inventory sync finds it", "extent", extent, "err", err)
+	}
 }
 
 func (s *Server) closeMasters() error {

@@ -1,0 +1,229 @@
+package tablemaster
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/tabuladb/tabula/api"
+	"github.com/tabuladb/tabula/internal/streamerr"
+	"github.com/tabuladb/tabula/replication/stream"
+)
+
+// The master is the stream manager (DESIGN §9): the stream layer's state
+// machine (replication/stream.Manager) is part of State, its commands go
+// through the same command log (OpStream), every table server is an extent
+// node (added when it registers, marked down when it is declared dead), and
+// a stream.Driver in the master runs the seal protocol and the manager's
+// tasks (re-replication, repair, garbage collection) against the nodes.
+
+// OpStream applies Command.StreamCmd to the stream manager.
+const OpStream Op = "stream"
+
+// StreamState is the stream manager inside State. It encodes as the
+// manager's own snapshot.
+type StreamState struct {
+	M *stream.Manager
+}
+
+func newStreamState() *StreamState {
+	return &StreamState{M: stream.NewManager(stream.ManagerOptions{})}
+}
+
+// MarshalJSON implements json.Marshaler.
+func (s *StreamState) MarshalJSON() ([]byte, error) { return s.M.Snapshot(), nil }
+
+// UnmarshalJSON implements json.Unmarshaler.
+func (s *StreamState) UnmarshalJSON(b []byte) error {
+	m, err := stream.LoadSnapshot(b)
+	if err != nil {
+		return err
+	}
+	s.M = m
+	return nil
+}
+
+func (s *StreamState) clone() *StreamState {
+	if s == nil {
+		return nil
+	}
+	m, err := stream.LoadSnapshot(s.M.Snapshot())
+	if err != nil {
+		panic(fmt.Sprintf("tablemaster: stream manager state does not round-trip: %v", err)) // broken invariant
+	}
+	return &StreamState{M: m}
+}
+
+// streams returns the stream manager, creating it for a state from before
+// it existed.
+func (s *State) streams() *stream.Manager {
+	if s.Streams == nil {
+		s.Streams = newStreamState()
+	}
+	return s.Streams.M
+}
+
+// StreamManager returns the stream manager, read only: callers must not
+// modify it (the Master publishes immutable states).
+func (s *State) StreamManager() *stream.Manager {
+	if s.Streams == nil {
+		return stream.NewManager(stream.ManagerOptions{})
+	}
+	return s.Streams.M
+}
+
+func (s *State) applyStream(cmd Command) (Result, error) {
+	if cmd.StreamCmd == nil {
+		return Result{}, errInvalid("stream_cmd", "stream_cmd_missing", 0, "stream command is missing")
+	}
+	res, err := s.streams().Apply(*cmd.StreamCmd)
+	if err != nil {
+		return Result{}, wrapStatus(ErrInvalidArgument, streamerr.ToStatus("stream "+string(cmd.StreamCmd.Op), err))
+	}
+	return Result{Changed: res.Changed, Stream: res}, nil
+}
+
+// streamNodeEvent keeps the extent nodes in step with the table servers:
+// every server is an extent node. The manager refuses nothing valid here;
+// its error would only mean a broken invariant, and Apply must not fail a
+// server registration for it, so it is dropped.
+func (s *State) streamNodeEvent(c stream.Command) {
+	_, _ = s.streams().Apply(c)
+}
+
+// masterStreamLog is the stream.StateLog of the master: commands go
+// through propose (logged, fsynced, published).
+type masterStreamLog struct{ m *Master }
+
+func (l masterStreamLog) Apply(_ context.Context, c stream.Command) (stream.Result, error) {
+	res, _, err := l.m.propose(Command{Op: OpStream, UnixMs: l.m.opts.Now().UnixMilli(), StreamCmd: &c}, nil, nil)
+	if err != nil {
+		var e *Error
+		if errors.As(err, &e) {
+			return stream.Result{}, streamerr.FromStatus(e)
+		}
+		return stream.Result{}, err
+	}
+	return res.Stream, nil
+}
+
+func (l masterStreamLog) View(fn func(m *stream.Manager)) { fn(l.m.State().StreamManager()) }
+
+// streamLoop runs the stream manager's tasks and refreshes the nodes'
+// inventories until Close.
+func (m *Master) streamLoop() {
+	defer m.wg.Done()
+	tasks := time.NewTicker(m.opts.StreamTaskInterval)
+	defer tasks.Stop()
+	var lastSync time.Time
+	for {
+		select {
+		case <-m.closing:
+			return
+		case <-tasks.C:
+		}
+		ctx, cancel := context.WithTimeout(m.streamCtx, time.Minute)
+		if n, err := m.streamDriver.RunTasks(ctx); err != nil && ctx.Err() == nil {
+			m.logger.Warn("tablemaster: stream tasks", "done", n, "err", err)
+		} else if n > 0 {
+			m.logger.Info("tablemaster: stream tasks done", "tasks", n)
+		}
+		if time.Since(lastSync) >= m.opts.StreamSyncInterval {
+			lastSync = time.Now()
+			for _, nd := range m.State().StreamManager().Nodes() {
+				if nd.Alive {
+					if err := m.streamDriver.SyncNode(ctx, nd.ID); err != nil && ctx.Err() == nil {
+						m.logger.Debug("tablemaster: stream node sync", "node", nd.ID, "err", err)
+					}
+				}
+			}
+		}
+		cancel()
+	}
+}
+
+// Stream serves the stream manager's operations (api.StreamOp).
+func (m *Master) Stream(ctx context.Context, req *api.StreamRequest) (*api.StreamResponse, error) {
+	if req == nil {
+		return nil, errNilRequest()
+	}
+	what := "stream " + req.Op.String()
+	var (
+		out any
+		err error
+	)
+	d := m.streamDriver
+	switch req.Op {
+	case api.StreamOp_STREAM_OP_CREATE:
+		_, err = d.Apply(ctx, stream.Command{Op: stream.OpCreateStream, Stream: req.Stream})
+		if err == nil {
+			out, err = d.Stream(ctx, req.Stream)
+		}
+	case api.StreamOp_STREAM_OP_DELETE:
+		_, err = d.Apply(ctx, stream.Command{Op: stream.OpDeleteStream, Stream: req.Stream})
+		out = struct{}{}
+	case api.StreamOp_STREAM_OP_LIST:
+		type summary struct {
+			Name    string `json:"name"`
+			Extents int    `json:"extents"`
+			Sealed  int    `json:"sealed"`
+			Bytes   int64  `json:"sealed_bytes"`
+		}
+		list := []summary{}
+		sm := m.State().StreamManager()
+		for _, name := range sm.Streams() {
+			meta, exts, serr := sm.Stream(name)
+			if serr != nil {
+				continue
+			}
+			s := summary{Name: meta.Name, Extents: len(exts)}
+			for _, e := range exts {
+				if e.Sealed {
+					s.Sealed++
+					s.Bytes += e.Length
+				}
+			}
+			list = append(list, s)
+		}
+		out = list
+	case api.StreamOp_STREAM_OP_GET:
+		out, err = d.Stream(ctx, req.Stream)
+	case api.StreamOp_STREAM_OP_EXTENT:
+		var p stream.ExtentPlacement
+		if p, err = d.Extent(ctx, req.Extent); err == nil {
+			meta, _ := m.State().StreamManager().Extent(req.Extent)
+			out = struct {
+				Placement stream.ExtentPlacement `json:"placement"`
+				Meta      stream.ExtentMeta      `json:"meta"`
+			}{p, meta}
+		}
+	case api.StreamOp_STREAM_OP_OPEN_WRITER:
+		out, err = d.OpenWriter(ctx, req.Stream)
+	case api.StreamOp_STREAM_OP_SEAL_AND_ALLOCATE:
+		out, err = d.SealAndAllocate(ctx, req.Stream, req.Epoch, req.Extent)
+	case api.StreamOp_STREAM_OP_REPORT_CORRUPT:
+		err = d.ReportCorrupt(ctx, req.Extent, req.Node)
+		out = struct{}{}
+	case api.StreamOp_STREAM_OP_NODES:
+		out = m.State().StreamManager().Nodes()
+	default:
+		return nil, errInvalid("op", "stream_op_invalid", 0, "unknown stream op %v", req.Op)
+	}
+	if err != nil {
+		var e *Error
+		if errors.As(err, &e) {
+			return nil, e
+		}
+		if api.DetailOf(err).GetReason() != "unknown" && api.DetailOf(err).GetReason() != "" {
+			return nil, err
+		}
+		return nil, streamerr.ToStatus(what, err)
+	}
+	b, err := json.Marshal(out)
+	if err != nil {
+		return nil, api.Errorf(api.ErrorCode_ERROR_CODE_UNAVAILABLE, "encode", "%s: %v", what, err)
+	}
+	return &api.StreamResponse{Json: b}, nil
+}
