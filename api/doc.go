@@ -17,6 +17,9 @@
 //	SERVER_BUSY      ResourceExhausted   wait retry_after_ms, retry
 //	UNAVAILABLE      Unavailable         retry with backoff
 //	UNIMPLEMENTED    Unimplemented       not built yet
+//	VERSION_GONE     Aborted             bulk table: the version named was
+//	                                     unloaded; retry the whole request
+//	                                     on the current version
 //
 // Use [Errorf] to make one and [DetailOf] to read it back.
 //

@@ -31,6 +31,9 @@
 //	                        and its partitions moved), retry; also a partition
 //	                        with no primary, until the master places one
 //	SERVER_BUSY             back off at least the server's retry_after_ms
+//	VERSION_GONE            bulk tables: refresh the map and retry on the
+//	                        serving version (a BatchGet retries whole, so it
+//	                        never mixes versions; AtVersion handles return it)
 //	anything else           returned at once (INVALID_ARGUMENT, NOT_FOUND,
 //	                        WRONG_KIND, UNIMPLEMENTED, ...)
 //

@@ -355,7 +355,7 @@ func NormalizeOptions(kind api.TableKind, o *TableOptions) (TableOptions, error)
 		return normalizeBulkOptions(o)
 	case api.TableKind_TABLE_KIND_ORDERED:
 		return TableOptions{}, errCode(ErrUnimplemented, api.ErrorCode_ERROR_CODE_UNIMPLEMENTED, "kind_not_implemented",
-			"table kind %s is not implemented yet; only point tables are served", api.KindName(kind))
+			"table kind %s is not implemented yet; point and bulk tables are served", api.KindName(kind))
 	default:
 		return TableOptions{}, errInvalid("kind", "kind_invalid", 0, "kind must be point, bulk or ordered (got %d)", int32(kind))
 	}
