@@ -406,7 +406,7 @@ func (x Mutation_Op) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Mutation_Op.Descriptor instead.
 func (Mutation_Op) EnumDescriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{49, 0}
+	return file_tabula_proto_rawDescGZIP(), []int{64, 0}
 }
 
 // TableOptions are fixed at CreateTable. Zero values take the defaults the
@@ -781,7 +781,9 @@ type PartitionMap struct {
 	Version    uint64       `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
 	Partitions []*Partition `protobuf:"bytes,3,rep,name=partitions,proto3" json:"partitions,omitempty"`
 	// Bulk tables: the serving version and the retained ones.
-	Bulk          *BulkInfo `protobuf:"bytes,4,opt,name=bulk,proto3" json:"bulk,omitempty"`
+	Bulk *BulkInfo `protobuf:"bytes,4,opt,name=bulk,proto3" json:"bulk,omitempty"`
+	// The table's coprocessors, by name.
+	Coprocessors  []*Coprocessor `protobuf:"bytes,5,rep,name=coprocessors,proto3" json:"coprocessors,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -844,6 +846,1001 @@ func (x *PartitionMap) GetBulk() *BulkInfo {
 	return nil
 }
 
+func (x *PartitionMap) GetCoprocessors() []*Coprocessor {
+	if x != nil {
+		return x.Coprocessors
+	}
+	return nil
+}
+
+// CoprocVersion is one deployed version of a coprocessor module.
+type CoprocVersion struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Version uint64                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	// SHA-256 of the module, hex: versions are content-addressed (deploying
+	// the same bytes again returns the existing version).
+	Sha256        string `protobuf:"bytes,2,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	Size          uint64 `protobuf:"varint,3,opt,name=size,proto3" json:"size,omitempty"`
+	CreatedUnixMs int64  `protobuf:"varint,4,opt,name=created_unix_ms,json=createdUnixMs,proto3" json:"created_unix_ms,omitempty"`
+	// Servers hosting the table's partitions that have compiled it.
+	ReadyServers uint32 `protobuf:"varint,5,opt,name=ready_servers,json=readyServers,proto3" json:"ready_servers,omitempty"`
+	// Exported handler methods.
+	Methods       []string `protobuf:"bytes,6,rep,name=methods,proto3" json:"methods,omitempty"`
+	Writes        bool     `protobuf:"varint,7,opt,name=writes,proto3" json:"writes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CoprocVersion) Reset() {
+	*x = CoprocVersion{}
+	mi := &file_tabula_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CoprocVersion) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CoprocVersion) ProtoMessage() {}
+
+func (x *CoprocVersion) ProtoReflect() protoreflect.Message {
+	mi := &file_tabula_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CoprocVersion.ProtoReflect.Descriptor instead.
+func (*CoprocVersion) Descriptor() ([]byte, []int) {
+	return file_tabula_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *CoprocVersion) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *CoprocVersion) GetSha256() string {
+	if x != nil {
+		return x.Sha256
+	}
+	return ""
+}
+
+func (x *CoprocVersion) GetSize() uint64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *CoprocVersion) GetCreatedUnixMs() int64 {
+	if x != nil {
+		return x.CreatedUnixMs
+	}
+	return 0
+}
+
+func (x *CoprocVersion) GetReadyServers() uint32 {
+	if x != nil {
+		return x.ReadyServers
+	}
+	return 0
+}
+
+func (x *CoprocVersion) GetMethods() []string {
+	if x != nil {
+		return x.Methods
+	}
+	return nil
+}
+
+func (x *CoprocVersion) GetWrites() bool {
+	if x != nil {
+		return x.Writes
+	}
+	return false
+}
+
+type Coprocessor struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// The version the alias "live" names: what invocations run by default.
+	// 0 until the first version is compiled by every hosting server.
+	Live     uint64           `protobuf:"varint,2,opt,name=live,proto3" json:"live,omitempty"`
+	Versions []*CoprocVersion `protobuf:"bytes,3,rep,name=versions,proto3" json:"versions,omitempty"`
+	// Hosting servers, for ready_servers.
+	Servers       uint32 `protobuf:"varint,4,opt,name=servers,proto3" json:"servers,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Coprocessor) Reset() {
+	*x = Coprocessor{}
+	mi := &file_tabula_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Coprocessor) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Coprocessor) ProtoMessage() {}
+
+func (x *Coprocessor) ProtoReflect() protoreflect.Message {
+	mi := &file_tabula_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Coprocessor.ProtoReflect.Descriptor instead.
+func (*Coprocessor) Descriptor() ([]byte, []int) {
+	return file_tabula_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *Coprocessor) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Coprocessor) GetLive() uint64 {
+	if x != nil {
+		return x.Live
+	}
+	return 0
+}
+
+func (x *Coprocessor) GetVersions() []*CoprocVersion {
+	if x != nil {
+		return x.Versions
+	}
+	return nil
+}
+
+func (x *Coprocessor) GetServers() uint32 {
+	if x != nil {
+		return x.Servers
+	}
+	return 0
+}
+
+type CoprocDeployRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Tenant        string                 `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	Table         string                 `protobuf:"bytes,2,opt,name=table,proto3" json:"table,omitempty"`
+	Name          string                 `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
+	Wasm          []byte                 `protobuf:"bytes,4,opt,name=wasm,proto3" json:"wasm,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CoprocDeployRequest) Reset() {
+	*x = CoprocDeployRequest{}
+	mi := &file_tabula_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CoprocDeployRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CoprocDeployRequest) ProtoMessage() {}
+
+func (x *CoprocDeployRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tabula_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CoprocDeployRequest.ProtoReflect.Descriptor instead.
+func (*CoprocDeployRequest) Descriptor() ([]byte, []int) {
+	return file_tabula_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *CoprocDeployRequest) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *CoprocDeployRequest) GetTable() string {
+	if x != nil {
+		return x.Table
+	}
+	return ""
+}
+
+func (x *CoprocDeployRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *CoprocDeployRequest) GetWasm() []byte {
+	if x != nil {
+		return x.Wasm
+	}
+	return nil
+}
+
+type CoprocDeployResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Coprocessor   *Coprocessor           `protobuf:"bytes,1,opt,name=coprocessor,proto3" json:"coprocessor,omitempty"`
+	Version       uint64                 `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CoprocDeployResponse) Reset() {
+	*x = CoprocDeployResponse{}
+	mi := &file_tabula_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CoprocDeployResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CoprocDeployResponse) ProtoMessage() {}
+
+func (x *CoprocDeployResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tabula_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CoprocDeployResponse.ProtoReflect.Descriptor instead.
+func (*CoprocDeployResponse) Descriptor() ([]byte, []int) {
+	return file_tabula_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *CoprocDeployResponse) GetCoprocessor() *Coprocessor {
+	if x != nil {
+		return x.Coprocessor
+	}
+	return nil
+}
+
+func (x *CoprocDeployResponse) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+type CoprocListRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Tenant        string                 `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	Table         string                 `protobuf:"bytes,2,opt,name=table,proto3" json:"table,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CoprocListRequest) Reset() {
+	*x = CoprocListRequest{}
+	mi := &file_tabula_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CoprocListRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CoprocListRequest) ProtoMessage() {}
+
+func (x *CoprocListRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tabula_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CoprocListRequest.ProtoReflect.Descriptor instead.
+func (*CoprocListRequest) Descriptor() ([]byte, []int) {
+	return file_tabula_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *CoprocListRequest) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *CoprocListRequest) GetTable() string {
+	if x != nil {
+		return x.Table
+	}
+	return ""
+}
+
+type CoprocListResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Coprocessors  []*Coprocessor         `protobuf:"bytes,1,rep,name=coprocessors,proto3" json:"coprocessors,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CoprocListResponse) Reset() {
+	*x = CoprocListResponse{}
+	mi := &file_tabula_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CoprocListResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CoprocListResponse) ProtoMessage() {}
+
+func (x *CoprocListResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tabula_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CoprocListResponse.ProtoReflect.Descriptor instead.
+func (*CoprocListResponse) Descriptor() ([]byte, []int) {
+	return file_tabula_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *CoprocListResponse) GetCoprocessors() []*Coprocessor {
+	if x != nil {
+		return x.Coprocessors
+	}
+	return nil
+}
+
+type CoprocRollbackRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Tenant        string                 `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	Table         string                 `protobuf:"bytes,2,opt,name=table,proto3" json:"table,omitempty"`
+	Name          string                 `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
+	Version       uint64                 `protobuf:"varint,4,opt,name=version,proto3" json:"version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CoprocRollbackRequest) Reset() {
+	*x = CoprocRollbackRequest{}
+	mi := &file_tabula_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CoprocRollbackRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CoprocRollbackRequest) ProtoMessage() {}
+
+func (x *CoprocRollbackRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tabula_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CoprocRollbackRequest.ProtoReflect.Descriptor instead.
+func (*CoprocRollbackRequest) Descriptor() ([]byte, []int) {
+	return file_tabula_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *CoprocRollbackRequest) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *CoprocRollbackRequest) GetTable() string {
+	if x != nil {
+		return x.Table
+	}
+	return ""
+}
+
+func (x *CoprocRollbackRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *CoprocRollbackRequest) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+type CoprocRollbackResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Coprocessor   *Coprocessor           `protobuf:"bytes,1,opt,name=coprocessor,proto3" json:"coprocessor,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CoprocRollbackResponse) Reset() {
+	*x = CoprocRollbackResponse{}
+	mi := &file_tabula_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CoprocRollbackResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CoprocRollbackResponse) ProtoMessage() {}
+
+func (x *CoprocRollbackResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tabula_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CoprocRollbackResponse.ProtoReflect.Descriptor instead.
+func (*CoprocRollbackResponse) Descriptor() ([]byte, []int) {
+	return file_tabula_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *CoprocRollbackResponse) GetCoprocessor() *Coprocessor {
+	if x != nil {
+		return x.Coprocessor
+	}
+	return nil
+}
+
+type CoprocFetchRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Tenant        string                 `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	Table         string                 `protobuf:"bytes,2,opt,name=table,proto3" json:"table,omitempty"`
+	Name          string                 `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
+	Version       uint64                 `protobuf:"varint,4,opt,name=version,proto3" json:"version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CoprocFetchRequest) Reset() {
+	*x = CoprocFetchRequest{}
+	mi := &file_tabula_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CoprocFetchRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CoprocFetchRequest) ProtoMessage() {}
+
+func (x *CoprocFetchRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tabula_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CoprocFetchRequest.ProtoReflect.Descriptor instead.
+func (*CoprocFetchRequest) Descriptor() ([]byte, []int) {
+	return file_tabula_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *CoprocFetchRequest) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *CoprocFetchRequest) GetTable() string {
+	if x != nil {
+		return x.Table
+	}
+	return ""
+}
+
+func (x *CoprocFetchRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *CoprocFetchRequest) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+type CoprocFetchResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Wasm          []byte                 `protobuf:"bytes,1,opt,name=wasm,proto3" json:"wasm,omitempty"`
+	Sha256        string                 `protobuf:"bytes,2,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CoprocFetchResponse) Reset() {
+	*x = CoprocFetchResponse{}
+	mi := &file_tabula_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CoprocFetchResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CoprocFetchResponse) ProtoMessage() {}
+
+func (x *CoprocFetchResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tabula_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CoprocFetchResponse.ProtoReflect.Descriptor instead.
+func (*CoprocFetchResponse) Descriptor() ([]byte, []int) {
+	return file_tabula_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *CoprocFetchResponse) GetWasm() []byte {
+	if x != nil {
+		return x.Wasm
+	}
+	return nil
+}
+
+func (x *CoprocFetchResponse) GetSha256() string {
+	if x != nil {
+		return x.Sha256
+	}
+	return ""
+}
+
+// CoprocReady is a server's report that it compiled a version.
+type CoprocReady struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Tenant        string                 `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	Table         string                 `protobuf:"bytes,2,opt,name=table,proto3" json:"table,omitempty"`
+	Name          string                 `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
+	Version       uint64                 `protobuf:"varint,4,opt,name=version,proto3" json:"version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CoprocReady) Reset() {
+	*x = CoprocReady{}
+	mi := &file_tabula_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CoprocReady) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CoprocReady) ProtoMessage() {}
+
+func (x *CoprocReady) ProtoReflect() protoreflect.Message {
+	mi := &file_tabula_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CoprocReady.ProtoReflect.Descriptor instead.
+func (*CoprocReady) Descriptor() ([]byte, []int) {
+	return file_tabula_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *CoprocReady) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *CoprocReady) GetTable() string {
+	if x != nil {
+		return x.Table
+	}
+	return ""
+}
+
+func (x *CoprocReady) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *CoprocReady) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+type InvokeRequest struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Header *RequestHeader         `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
+	Name   string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// 0: the live version.
+	Version uint64 `protobuf:"varint,3,opt,name=version,proto3" json:"version,omitempty"`
+	Method  string `protobuf:"bytes,4,opt,name=method,proto3" json:"method,omitempty"`
+	Input   []byte `protobuf:"bytes,5,opt,name=input,proto3" json:"input,omitempty"`
+	// This partition's target keys (point and batch calls).
+	Keys [][]byte `protobuf:"bytes,6,rep,name=keys,proto3" json:"keys,omitempty"`
+	// Range calls: [range_start, range_end), empty meaning unbounded.
+	RangeStart []byte `protobuf:"bytes,7,opt,name=range_start,json=rangeStart,proto3" json:"range_start,omitempty"`
+	RangeEnd   []byte `protobuf:"bytes,8,opt,name=range_end,json=rangeEnd,proto3" json:"range_end,omitempty"`
+	RequestId  string `protobuf:"bytes,9,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// Write handlers: a retry with the same token returns the first result
+	// and applies nothing again.
+	IdempotencyToken string `protobuf:"bytes,10,opt,name=idempotency_token,json=idempotencyToken,proto3" json:"idempotency_token,omitempty"`
+	// Guest deadline; 0: the server's default.
+	TimeoutMs     uint32 `protobuf:"varint,11,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *InvokeRequest) Reset() {
+	*x = InvokeRequest{}
+	mi := &file_tabula_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *InvokeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*InvokeRequest) ProtoMessage() {}
+
+func (x *InvokeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tabula_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use InvokeRequest.ProtoReflect.Descriptor instead.
+func (*InvokeRequest) Descriptor() ([]byte, []int) {
+	return file_tabula_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *InvokeRequest) GetHeader() *RequestHeader {
+	if x != nil {
+		return x.Header
+	}
+	return nil
+}
+
+func (x *InvokeRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *InvokeRequest) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *InvokeRequest) GetMethod() string {
+	if x != nil {
+		return x.Method
+	}
+	return ""
+}
+
+func (x *InvokeRequest) GetInput() []byte {
+	if x != nil {
+		return x.Input
+	}
+	return nil
+}
+
+func (x *InvokeRequest) GetKeys() [][]byte {
+	if x != nil {
+		return x.Keys
+	}
+	return nil
+}
+
+func (x *InvokeRequest) GetRangeStart() []byte {
+	if x != nil {
+		return x.RangeStart
+	}
+	return nil
+}
+
+func (x *InvokeRequest) GetRangeEnd() []byte {
+	if x != nil {
+		return x.RangeEnd
+	}
+	return nil
+}
+
+func (x *InvokeRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+func (x *InvokeRequest) GetIdempotencyToken() string {
+	if x != nil {
+		return x.IdempotencyToken
+	}
+	return ""
+}
+
+func (x *InvokeRequest) GetTimeoutMs() uint32 {
+	if x != nil {
+		return x.TimeoutMs
+	}
+	return 0
+}
+
+type InvokeResponse struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Output []byte                 `protobuf:"bytes,1,opt,name=output,proto3" json:"output,omitempty"`
+	// The version that ran.
+	Version       uint64 `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *InvokeResponse) Reset() {
+	*x = InvokeResponse{}
+	mi := &file_tabula_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *InvokeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*InvokeResponse) ProtoMessage() {}
+
+func (x *InvokeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tabula_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use InvokeResponse.ProtoReflect.Descriptor instead.
+func (*InvokeResponse) Descriptor() ([]byte, []int) {
+	return file_tabula_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *InvokeResponse) GetOutput() []byte {
+	if x != nil {
+		return x.Output
+	}
+	return nil
+}
+
+func (x *InvokeResponse) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+type CoprocMergeRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Header        *RequestHeader         `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
+	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Version       uint64                 `protobuf:"varint,3,opt,name=version,proto3" json:"version,omitempty"`
+	Method        string                 `protobuf:"bytes,4,opt,name=method,proto3" json:"method,omitempty"`
+	Partials      [][]byte               `protobuf:"bytes,5,rep,name=partials,proto3" json:"partials,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CoprocMergeRequest) Reset() {
+	*x = CoprocMergeRequest{}
+	mi := &file_tabula_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CoprocMergeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CoprocMergeRequest) ProtoMessage() {}
+
+func (x *CoprocMergeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tabula_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CoprocMergeRequest.ProtoReflect.Descriptor instead.
+func (*CoprocMergeRequest) Descriptor() ([]byte, []int) {
+	return file_tabula_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *CoprocMergeRequest) GetHeader() *RequestHeader {
+	if x != nil {
+		return x.Header
+	}
+	return nil
+}
+
+func (x *CoprocMergeRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *CoprocMergeRequest) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *CoprocMergeRequest) GetMethod() string {
+	if x != nil {
+		return x.Method
+	}
+	return ""
+}
+
+func (x *CoprocMergeRequest) GetPartials() [][]byte {
+	if x != nil {
+		return x.Partials
+	}
+	return nil
+}
+
+type CoprocMergeResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Output        []byte                 `protobuf:"bytes,1,opt,name=output,proto3" json:"output,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CoprocMergeResponse) Reset() {
+	*x = CoprocMergeResponse{}
+	mi := &file_tabula_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CoprocMergeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CoprocMergeResponse) ProtoMessage() {}
+
+func (x *CoprocMergeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tabula_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CoprocMergeResponse.ProtoReflect.Descriptor instead.
+func (*CoprocMergeResponse) Descriptor() ([]byte, []int) {
+	return file_tabula_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *CoprocMergeResponse) GetOutput() []byte {
+	if x != nil {
+		return x.Output
+	}
+	return nil
+}
+
 // BulkFile describes one partition's file of a version.
 type BulkFile struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
@@ -858,7 +1855,7 @@ type BulkFile struct {
 
 func (x *BulkFile) Reset() {
 	*x = BulkFile{}
-	mi := &file_tabula_proto_msgTypes[5]
+	mi := &file_tabula_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -870,7 +1867,7 @@ func (x *BulkFile) String() string {
 func (*BulkFile) ProtoMessage() {}
 
 func (x *BulkFile) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[5]
+	mi := &file_tabula_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -883,7 +1880,7 @@ func (x *BulkFile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkFile.ProtoReflect.Descriptor instead.
 func (*BulkFile) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{5}
+	return file_tabula_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *BulkFile) GetPartition() uint32 {
@@ -936,7 +1933,7 @@ type BulkVersion struct {
 
 func (x *BulkVersion) Reset() {
 	*x = BulkVersion{}
-	mi := &file_tabula_proto_msgTypes[6]
+	mi := &file_tabula_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -948,7 +1945,7 @@ func (x *BulkVersion) String() string {
 func (*BulkVersion) ProtoMessage() {}
 
 func (x *BulkVersion) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[6]
+	mi := &file_tabula_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -961,7 +1958,7 @@ func (x *BulkVersion) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkVersion.ProtoReflect.Descriptor instead.
 func (*BulkVersion) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{6}
+	return file_tabula_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *BulkVersion) GetVersion() uint64 {
@@ -1046,7 +2043,7 @@ type BulkInfo struct {
 
 func (x *BulkInfo) Reset() {
 	*x = BulkInfo{}
-	mi := &file_tabula_proto_msgTypes[7]
+	mi := &file_tabula_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1058,7 +2055,7 @@ func (x *BulkInfo) String() string {
 func (*BulkInfo) ProtoMessage() {}
 
 func (x *BulkInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[7]
+	mi := &file_tabula_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1071,7 +2068,7 @@ func (x *BulkInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkInfo.ProtoReflect.Descriptor instead.
 func (*BulkInfo) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{7}
+	return file_tabula_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *BulkInfo) GetCurrent() uint64 {
@@ -1104,7 +2101,7 @@ type ServerInfo struct {
 
 func (x *ServerInfo) Reset() {
 	*x = ServerInfo{}
-	mi := &file_tabula_proto_msgTypes[8]
+	mi := &file_tabula_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1116,7 +2113,7 @@ func (x *ServerInfo) String() string {
 func (*ServerInfo) ProtoMessage() {}
 
 func (x *ServerInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[8]
+	mi := &file_tabula_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1129,7 +2126,7 @@ func (x *ServerInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServerInfo.ProtoReflect.Descriptor instead.
 func (*ServerInfo) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{8}
+	return file_tabula_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ServerInfo) GetId() string {
@@ -1210,7 +2207,7 @@ type ReplicaStatus struct {
 
 func (x *ReplicaStatus) Reset() {
 	*x = ReplicaStatus{}
-	mi := &file_tabula_proto_msgTypes[9]
+	mi := &file_tabula_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1222,7 +2219,7 @@ func (x *ReplicaStatus) String() string {
 func (*ReplicaStatus) ProtoMessage() {}
 
 func (x *ReplicaStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[9]
+	mi := &file_tabula_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1235,7 +2232,7 @@ func (x *ReplicaStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaStatus.ProtoReflect.Descriptor instead.
 func (*ReplicaStatus) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{9}
+	return file_tabula_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ReplicaStatus) GetPartitionId() uint64 {
@@ -1354,7 +2351,7 @@ type BulkLoaded struct {
 
 func (x *BulkLoaded) Reset() {
 	*x = BulkLoaded{}
-	mi := &file_tabula_proto_msgTypes[10]
+	mi := &file_tabula_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1366,7 +2363,7 @@ func (x *BulkLoaded) String() string {
 func (*BulkLoaded) ProtoMessage() {}
 
 func (x *BulkLoaded) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[10]
+	mi := &file_tabula_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1379,7 +2376,7 @@ func (x *BulkLoaded) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkLoaded.ProtoReflect.Descriptor instead.
 func (*BulkLoaded) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{10}
+	return file_tabula_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *BulkLoaded) GetVersion() uint64 {
@@ -1427,7 +2424,7 @@ type ErrorDetail struct {
 
 func (x *ErrorDetail) Reset() {
 	*x = ErrorDetail{}
-	mi := &file_tabula_proto_msgTypes[11]
+	mi := &file_tabula_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1439,7 +2436,7 @@ func (x *ErrorDetail) String() string {
 func (*ErrorDetail) ProtoMessage() {}
 
 func (x *ErrorDetail) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[11]
+	mi := &file_tabula_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1452,7 +2449,7 @@ func (x *ErrorDetail) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ErrorDetail.ProtoReflect.Descriptor instead.
 func (*ErrorDetail) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{11}
+	return file_tabula_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ErrorDetail) GetCode() ErrorCode {
@@ -1531,7 +2528,7 @@ type StreamRequest struct {
 
 func (x *StreamRequest) Reset() {
 	*x = StreamRequest{}
-	mi := &file_tabula_proto_msgTypes[12]
+	mi := &file_tabula_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1543,7 +2540,7 @@ func (x *StreamRequest) String() string {
 func (*StreamRequest) ProtoMessage() {}
 
 func (x *StreamRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[12]
+	mi := &file_tabula_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1556,7 +2553,7 @@ func (x *StreamRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamRequest.ProtoReflect.Descriptor instead.
 func (*StreamRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{12}
+	return file_tabula_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *StreamRequest) GetOp() StreamOp {
@@ -1605,7 +2602,7 @@ type StreamResponse struct {
 
 func (x *StreamResponse) Reset() {
 	*x = StreamResponse{}
-	mi := &file_tabula_proto_msgTypes[13]
+	mi := &file_tabula_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1617,7 +2614,7 @@ func (x *StreamResponse) String() string {
 func (*StreamResponse) ProtoMessage() {}
 
 func (x *StreamResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[13]
+	mi := &file_tabula_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1630,7 +2627,7 @@ func (x *StreamResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamResponse.ProtoReflect.Descriptor instead.
 func (*StreamResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{13}
+	return file_tabula_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *StreamResponse) GetJson() []byte {
@@ -1652,7 +2649,7 @@ type CreateTableRequest struct {
 
 func (x *CreateTableRequest) Reset() {
 	*x = CreateTableRequest{}
-	mi := &file_tabula_proto_msgTypes[14]
+	mi := &file_tabula_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1664,7 +2661,7 @@ func (x *CreateTableRequest) String() string {
 func (*CreateTableRequest) ProtoMessage() {}
 
 func (x *CreateTableRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[14]
+	mi := &file_tabula_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1677,7 +2674,7 @@ func (x *CreateTableRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTableRequest.ProtoReflect.Descriptor instead.
 func (*CreateTableRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{14}
+	return file_tabula_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *CreateTableRequest) GetTenant() string {
@@ -1717,7 +2714,7 @@ type CreateTableResponse struct {
 
 func (x *CreateTableResponse) Reset() {
 	*x = CreateTableResponse{}
-	mi := &file_tabula_proto_msgTypes[15]
+	mi := &file_tabula_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1729,7 +2726,7 @@ func (x *CreateTableResponse) String() string {
 func (*CreateTableResponse) ProtoMessage() {}
 
 func (x *CreateTableResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[15]
+	mi := &file_tabula_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1742,7 +2739,7 @@ func (x *CreateTableResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTableResponse.ProtoReflect.Descriptor instead.
 func (*CreateTableResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{15}
+	return file_tabula_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *CreateTableResponse) GetMap() *PartitionMap {
@@ -1762,7 +2759,7 @@ type DropTableRequest struct {
 
 func (x *DropTableRequest) Reset() {
 	*x = DropTableRequest{}
-	mi := &file_tabula_proto_msgTypes[16]
+	mi := &file_tabula_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1774,7 +2771,7 @@ func (x *DropTableRequest) String() string {
 func (*DropTableRequest) ProtoMessage() {}
 
 func (x *DropTableRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[16]
+	mi := &file_tabula_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1787,7 +2784,7 @@ func (x *DropTableRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DropTableRequest.ProtoReflect.Descriptor instead.
 func (*DropTableRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{16}
+	return file_tabula_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *DropTableRequest) GetTenant() string {
@@ -1812,7 +2809,7 @@ type DropTableResponse struct {
 
 func (x *DropTableResponse) Reset() {
 	*x = DropTableResponse{}
-	mi := &file_tabula_proto_msgTypes[17]
+	mi := &file_tabula_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1824,7 +2821,7 @@ func (x *DropTableResponse) String() string {
 func (*DropTableResponse) ProtoMessage() {}
 
 func (x *DropTableResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[17]
+	mi := &file_tabula_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1837,7 +2834,7 @@ func (x *DropTableResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DropTableResponse.ProtoReflect.Descriptor instead.
 func (*DropTableResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{17}
+	return file_tabula_proto_rawDescGZIP(), []int{32}
 }
 
 type ListTablesRequest struct {
@@ -1849,7 +2846,7 @@ type ListTablesRequest struct {
 
 func (x *ListTablesRequest) Reset() {
 	*x = ListTablesRequest{}
-	mi := &file_tabula_proto_msgTypes[18]
+	mi := &file_tabula_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1861,7 +2858,7 @@ func (x *ListTablesRequest) String() string {
 func (*ListTablesRequest) ProtoMessage() {}
 
 func (x *ListTablesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[18]
+	mi := &file_tabula_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1874,7 +2871,7 @@ func (x *ListTablesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTablesRequest.ProtoReflect.Descriptor instead.
 func (*ListTablesRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{18}
+	return file_tabula_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ListTablesRequest) GetTenant() string {
@@ -1893,7 +2890,7 @@ type ListTablesResponse struct {
 
 func (x *ListTablesResponse) Reset() {
 	*x = ListTablesResponse{}
-	mi := &file_tabula_proto_msgTypes[19]
+	mi := &file_tabula_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1905,7 +2902,7 @@ func (x *ListTablesResponse) String() string {
 func (*ListTablesResponse) ProtoMessage() {}
 
 func (x *ListTablesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[19]
+	mi := &file_tabula_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1918,7 +2915,7 @@ func (x *ListTablesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTablesResponse.ProtoReflect.Descriptor instead.
 func (*ListTablesResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{19}
+	return file_tabula_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ListTablesResponse) GetTables() []*Table {
@@ -1938,7 +2935,7 @@ type DescribeTableRequest struct {
 
 func (x *DescribeTableRequest) Reset() {
 	*x = DescribeTableRequest{}
-	mi := &file_tabula_proto_msgTypes[20]
+	mi := &file_tabula_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1950,7 +2947,7 @@ func (x *DescribeTableRequest) String() string {
 func (*DescribeTableRequest) ProtoMessage() {}
 
 func (x *DescribeTableRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[20]
+	mi := &file_tabula_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1963,7 +2960,7 @@ func (x *DescribeTableRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeTableRequest.ProtoReflect.Descriptor instead.
 func (*DescribeTableRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{20}
+	return file_tabula_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *DescribeTableRequest) GetTenant() string {
@@ -1991,7 +2988,7 @@ type DescribeTableResponse struct {
 
 func (x *DescribeTableResponse) Reset() {
 	*x = DescribeTableResponse{}
-	mi := &file_tabula_proto_msgTypes[21]
+	mi := &file_tabula_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2003,7 +3000,7 @@ func (x *DescribeTableResponse) String() string {
 func (*DescribeTableResponse) ProtoMessage() {}
 
 func (x *DescribeTableResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[21]
+	mi := &file_tabula_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2016,7 +3013,7 @@ func (x *DescribeTableResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeTableResponse.ProtoReflect.Descriptor instead.
 func (*DescribeTableResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{21}
+	return file_tabula_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *DescribeTableResponse) GetMap() *PartitionMap {
@@ -2043,7 +3040,7 @@ type GetPartitionMapRequest struct {
 
 func (x *GetPartitionMapRequest) Reset() {
 	*x = GetPartitionMapRequest{}
-	mi := &file_tabula_proto_msgTypes[22]
+	mi := &file_tabula_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2055,7 +3052,7 @@ func (x *GetPartitionMapRequest) String() string {
 func (*GetPartitionMapRequest) ProtoMessage() {}
 
 func (x *GetPartitionMapRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[22]
+	mi := &file_tabula_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2068,7 +3065,7 @@ func (x *GetPartitionMapRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPartitionMapRequest.ProtoReflect.Descriptor instead.
 func (*GetPartitionMapRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{22}
+	return file_tabula_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *GetPartitionMapRequest) GetTenant() string {
@@ -2094,7 +3091,7 @@ type GetPartitionMapResponse struct {
 
 func (x *GetPartitionMapResponse) Reset() {
 	*x = GetPartitionMapResponse{}
-	mi := &file_tabula_proto_msgTypes[23]
+	mi := &file_tabula_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2106,7 +3103,7 @@ func (x *GetPartitionMapResponse) String() string {
 func (*GetPartitionMapResponse) ProtoMessage() {}
 
 func (x *GetPartitionMapResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[23]
+	mi := &file_tabula_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2119,7 +3116,7 @@ func (x *GetPartitionMapResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPartitionMapResponse.ProtoReflect.Descriptor instead.
 func (*GetPartitionMapResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{23}
+	return file_tabula_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *GetPartitionMapResponse) GetMap() *PartitionMap {
@@ -2143,7 +3140,7 @@ type WatchPartitionMapRequest struct {
 
 func (x *WatchPartitionMapRequest) Reset() {
 	*x = WatchPartitionMapRequest{}
-	mi := &file_tabula_proto_msgTypes[24]
+	mi := &file_tabula_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2155,7 +3152,7 @@ func (x *WatchPartitionMapRequest) String() string {
 func (*WatchPartitionMapRequest) ProtoMessage() {}
 
 func (x *WatchPartitionMapRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[24]
+	mi := &file_tabula_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2168,7 +3165,7 @@ func (x *WatchPartitionMapRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchPartitionMapRequest.ProtoReflect.Descriptor instead.
 func (*WatchPartitionMapRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{24}
+	return file_tabula_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *WatchPartitionMapRequest) GetTenant() string {
@@ -2204,7 +3201,7 @@ type WatchPartitionMapResponse struct {
 
 func (x *WatchPartitionMapResponse) Reset() {
 	*x = WatchPartitionMapResponse{}
-	mi := &file_tabula_proto_msgTypes[25]
+	mi := &file_tabula_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2216,7 +3213,7 @@ func (x *WatchPartitionMapResponse) String() string {
 func (*WatchPartitionMapResponse) ProtoMessage() {}
 
 func (x *WatchPartitionMapResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[25]
+	mi := &file_tabula_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2229,7 +3226,7 @@ func (x *WatchPartitionMapResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchPartitionMapResponse.ProtoReflect.Descriptor instead.
 func (*WatchPartitionMapResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{25}
+	return file_tabula_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *WatchPartitionMapResponse) GetVersion() uint64 {
@@ -2258,7 +3255,7 @@ type RegisterServerRequest struct {
 
 func (x *RegisterServerRequest) Reset() {
 	*x = RegisterServerRequest{}
-	mi := &file_tabula_proto_msgTypes[26]
+	mi := &file_tabula_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2270,7 +3267,7 @@ func (x *RegisterServerRequest) String() string {
 func (*RegisterServerRequest) ProtoMessage() {}
 
 func (x *RegisterServerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[26]
+	mi := &file_tabula_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2283,7 +3280,7 @@ func (x *RegisterServerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterServerRequest.ProtoReflect.Descriptor instead.
 func (*RegisterServerRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{26}
+	return file_tabula_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *RegisterServerRequest) GetServerId() string {
@@ -2324,7 +3321,7 @@ type RegisterServerResponse struct {
 
 func (x *RegisterServerResponse) Reset() {
 	*x = RegisterServerResponse{}
-	mi := &file_tabula_proto_msgTypes[27]
+	mi := &file_tabula_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2336,7 +3333,7 @@ func (x *RegisterServerResponse) String() string {
 func (*RegisterServerResponse) ProtoMessage() {}
 
 func (x *RegisterServerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[27]
+	mi := &file_tabula_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2349,7 +3346,7 @@ func (x *RegisterServerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterServerResponse.ProtoReflect.Descriptor instead.
 func (*RegisterServerResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{27}
+	return file_tabula_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *RegisterServerResponse) GetServerId() string {
@@ -2385,14 +3382,16 @@ type HeartbeatRequest struct {
 	ServerId string                 `protobuf:"bytes,1,opt,name=server_id,json=serverId,proto3" json:"server_id,omitempty"`
 	Replicas []*ReplicaStatus       `protobuf:"bytes,2,rep,name=replicas,proto3" json:"replicas,omitempty"`
 	// The server is shutting down: move its partitions now.
-	Draining      bool `protobuf:"varint,3,opt,name=draining,proto3" json:"draining,omitempty"`
+	Draining bool `protobuf:"varint,3,opt,name=draining,proto3" json:"draining,omitempty"`
+	// Coprocessor versions compiled and ready on this server.
+	CoprocReady   []*CoprocReady `protobuf:"bytes,4,rep,name=coproc_ready,json=coprocReady,proto3" json:"coproc_ready,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_tabula_proto_msgTypes[28]
+	mi := &file_tabula_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2404,7 +3403,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[28]
+	mi := &file_tabula_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2417,7 +3416,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{28}
+	return file_tabula_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *HeartbeatRequest) GetServerId() string {
@@ -2441,6 +3440,13 @@ func (x *HeartbeatRequest) GetDraining() bool {
 	return false
 }
 
+func (x *HeartbeatRequest) GetCoprocReady() []*CoprocReady {
+	if x != nil {
+		return x.CoprocReady
+	}
+	return nil
+}
+
 type HeartbeatResponse struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
 	MapVersion uint64                 `protobuf:"varint,1,opt,name=map_version,json=mapVersion,proto3" json:"map_version,omitempty"`
@@ -2454,7 +3460,7 @@ type HeartbeatResponse struct {
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_tabula_proto_msgTypes[29]
+	mi := &file_tabula_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2466,7 +3472,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[29]
+	mi := &file_tabula_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2479,7 +3485,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{29}
+	return file_tabula_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *HeartbeatResponse) GetMapVersion() uint64 {
@@ -2518,7 +3524,7 @@ type BulkPublishRequest struct {
 
 func (x *BulkPublishRequest) Reset() {
 	*x = BulkPublishRequest{}
-	mi := &file_tabula_proto_msgTypes[30]
+	mi := &file_tabula_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2530,7 +3536,7 @@ func (x *BulkPublishRequest) String() string {
 func (*BulkPublishRequest) ProtoMessage() {}
 
 func (x *BulkPublishRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[30]
+	mi := &file_tabula_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2543,7 +3549,7 @@ func (x *BulkPublishRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkPublishRequest.ProtoReflect.Descriptor instead.
 func (*BulkPublishRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{30}
+	return file_tabula_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *BulkPublishRequest) GetTenant() string {
@@ -2590,7 +3596,7 @@ type BulkPublishResponse struct {
 
 func (x *BulkPublishResponse) Reset() {
 	*x = BulkPublishResponse{}
-	mi := &file_tabula_proto_msgTypes[31]
+	mi := &file_tabula_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2602,7 +3608,7 @@ func (x *BulkPublishResponse) String() string {
 func (*BulkPublishResponse) ProtoMessage() {}
 
 func (x *BulkPublishResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[31]
+	mi := &file_tabula_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2615,7 +3621,7 @@ func (x *BulkPublishResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkPublishResponse.ProtoReflect.Descriptor instead.
 func (*BulkPublishResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{31}
+	return file_tabula_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *BulkPublishResponse) GetMap() *PartitionMap {
@@ -2635,7 +3641,7 @@ type BulkStatusRequest struct {
 
 func (x *BulkStatusRequest) Reset() {
 	*x = BulkStatusRequest{}
-	mi := &file_tabula_proto_msgTypes[32]
+	mi := &file_tabula_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2647,7 +3653,7 @@ func (x *BulkStatusRequest) String() string {
 func (*BulkStatusRequest) ProtoMessage() {}
 
 func (x *BulkStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[32]
+	mi := &file_tabula_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2660,7 +3666,7 @@ func (x *BulkStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkStatusRequest.ProtoReflect.Descriptor instead.
 func (*BulkStatusRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{32}
+	return file_tabula_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *BulkStatusRequest) GetTenant() string {
@@ -2688,7 +3694,7 @@ type BulkStatusResponse struct {
 
 func (x *BulkStatusResponse) Reset() {
 	*x = BulkStatusResponse{}
-	mi := &file_tabula_proto_msgTypes[33]
+	mi := &file_tabula_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2700,7 +3706,7 @@ func (x *BulkStatusResponse) String() string {
 func (*BulkStatusResponse) ProtoMessage() {}
 
 func (x *BulkStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[33]
+	mi := &file_tabula_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2713,7 +3719,7 @@ func (x *BulkStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkStatusResponse.ProtoReflect.Descriptor instead.
 func (*BulkStatusResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{33}
+	return file_tabula_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *BulkStatusResponse) GetMap() *PartitionMap {
@@ -2741,7 +3747,7 @@ type BulkRollbackRequest struct {
 
 func (x *BulkRollbackRequest) Reset() {
 	*x = BulkRollbackRequest{}
-	mi := &file_tabula_proto_msgTypes[34]
+	mi := &file_tabula_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2753,7 +3759,7 @@ func (x *BulkRollbackRequest) String() string {
 func (*BulkRollbackRequest) ProtoMessage() {}
 
 func (x *BulkRollbackRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[34]
+	mi := &file_tabula_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2766,7 +3772,7 @@ func (x *BulkRollbackRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkRollbackRequest.ProtoReflect.Descriptor instead.
 func (*BulkRollbackRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{34}
+	return file_tabula_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *BulkRollbackRequest) GetTenant() string {
@@ -2799,7 +3805,7 @@ type BulkRollbackResponse struct {
 
 func (x *BulkRollbackResponse) Reset() {
 	*x = BulkRollbackResponse{}
-	mi := &file_tabula_proto_msgTypes[35]
+	mi := &file_tabula_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2811,7 +3817,7 @@ func (x *BulkRollbackResponse) String() string {
 func (*BulkRollbackResponse) ProtoMessage() {}
 
 func (x *BulkRollbackResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[35]
+	mi := &file_tabula_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2824,7 +3830,7 @@ func (x *BulkRollbackResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkRollbackResponse.ProtoReflect.Descriptor instead.
 func (*BulkRollbackResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{35}
+	return file_tabula_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *BulkRollbackResponse) GetMap() *PartitionMap {
@@ -2842,7 +3848,7 @@ type ListServersRequest struct {
 
 func (x *ListServersRequest) Reset() {
 	*x = ListServersRequest{}
-	mi := &file_tabula_proto_msgTypes[36]
+	mi := &file_tabula_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2854,7 +3860,7 @@ func (x *ListServersRequest) String() string {
 func (*ListServersRequest) ProtoMessage() {}
 
 func (x *ListServersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[36]
+	mi := &file_tabula_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2867,7 +3873,7 @@ func (x *ListServersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListServersRequest.ProtoReflect.Descriptor instead.
 func (*ListServersRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{36}
+	return file_tabula_proto_rawDescGZIP(), []int{51}
 }
 
 type ListServersResponse struct {
@@ -2879,7 +3885,7 @@ type ListServersResponse struct {
 
 func (x *ListServersResponse) Reset() {
 	*x = ListServersResponse{}
-	mi := &file_tabula_proto_msgTypes[37]
+	mi := &file_tabula_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2891,7 +3897,7 @@ func (x *ListServersResponse) String() string {
 func (*ListServersResponse) ProtoMessage() {}
 
 func (x *ListServersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[37]
+	mi := &file_tabula_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2904,7 +3910,7 @@ func (x *ListServersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListServersResponse.ProtoReflect.Descriptor instead.
 func (*ListServersResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{37}
+	return file_tabula_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ListServersResponse) GetServers() []*ServerInfo {
@@ -2930,7 +3936,7 @@ type RequestHeader struct {
 
 func (x *RequestHeader) Reset() {
 	*x = RequestHeader{}
-	mi := &file_tabula_proto_msgTypes[38]
+	mi := &file_tabula_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2942,7 +3948,7 @@ func (x *RequestHeader) String() string {
 func (*RequestHeader) ProtoMessage() {}
 
 func (x *RequestHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[38]
+	mi := &file_tabula_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2955,7 +3961,7 @@ func (x *RequestHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestHeader.ProtoReflect.Descriptor instead.
 func (*RequestHeader) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{38}
+	return file_tabula_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *RequestHeader) GetTenant() string {
@@ -3003,7 +4009,7 @@ type GetRequest struct {
 
 func (x *GetRequest) Reset() {
 	*x = GetRequest{}
-	mi := &file_tabula_proto_msgTypes[39]
+	mi := &file_tabula_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3015,7 +4021,7 @@ func (x *GetRequest) String() string {
 func (*GetRequest) ProtoMessage() {}
 
 func (x *GetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[39]
+	mi := &file_tabula_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3028,7 +4034,7 @@ func (x *GetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRequest.ProtoReflect.Descriptor instead.
 func (*GetRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{39}
+	return file_tabula_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *GetRequest) GetHeader() *RequestHeader {
@@ -3057,7 +4063,7 @@ type GetResponse struct {
 
 func (x *GetResponse) Reset() {
 	*x = GetResponse{}
-	mi := &file_tabula_proto_msgTypes[40]
+	mi := &file_tabula_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3069,7 +4075,7 @@ func (x *GetResponse) String() string {
 func (*GetResponse) ProtoMessage() {}
 
 func (x *GetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[40]
+	mi := &file_tabula_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3082,7 +4088,7 @@ func (x *GetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetResponse.ProtoReflect.Descriptor instead.
 func (*GetResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{40}
+	return file_tabula_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *GetResponse) GetFound() bool {
@@ -3116,7 +4122,7 @@ type BatchGetRequest struct {
 
 func (x *BatchGetRequest) Reset() {
 	*x = BatchGetRequest{}
-	mi := &file_tabula_proto_msgTypes[41]
+	mi := &file_tabula_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3128,7 +4134,7 @@ func (x *BatchGetRequest) String() string {
 func (*BatchGetRequest) ProtoMessage() {}
 
 func (x *BatchGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[41]
+	mi := &file_tabula_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3141,7 +4147,7 @@ func (x *BatchGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchGetRequest.ProtoReflect.Descriptor instead.
 func (*BatchGetRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{41}
+	return file_tabula_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *BatchGetRequest) GetHeader() *RequestHeader {
@@ -3168,7 +4174,7 @@ type BatchGetResponse struct {
 
 func (x *BatchGetResponse) Reset() {
 	*x = BatchGetResponse{}
-	mi := &file_tabula_proto_msgTypes[42]
+	mi := &file_tabula_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3180,7 +4186,7 @@ func (x *BatchGetResponse) String() string {
 func (*BatchGetResponse) ProtoMessage() {}
 
 func (x *BatchGetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[42]
+	mi := &file_tabula_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3193,7 +4199,7 @@ func (x *BatchGetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchGetResponse.ProtoReflect.Descriptor instead.
 func (*BatchGetResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{42}
+	return file_tabula_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *BatchGetResponse) GetResults() []*GetResponse {
@@ -3216,7 +4222,7 @@ type PutRequest struct {
 
 func (x *PutRequest) Reset() {
 	*x = PutRequest{}
-	mi := &file_tabula_proto_msgTypes[43]
+	mi := &file_tabula_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3228,7 +4234,7 @@ func (x *PutRequest) String() string {
 func (*PutRequest) ProtoMessage() {}
 
 func (x *PutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[43]
+	mi := &file_tabula_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3241,7 +4247,7 @@ func (x *PutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutRequest.ProtoReflect.Descriptor instead.
 func (*PutRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{43}
+	return file_tabula_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *PutRequest) GetHeader() *RequestHeader {
@@ -3280,7 +4286,7 @@ type PutResponse struct {
 
 func (x *PutResponse) Reset() {
 	*x = PutResponse{}
-	mi := &file_tabula_proto_msgTypes[44]
+	mi := &file_tabula_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3292,7 +4298,7 @@ func (x *PutResponse) String() string {
 func (*PutResponse) ProtoMessage() {}
 
 func (x *PutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[44]
+	mi := &file_tabula_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3305,7 +4311,7 @@ func (x *PutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutResponse.ProtoReflect.Descriptor instead.
 func (*PutResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{44}
+	return file_tabula_proto_rawDescGZIP(), []int{59}
 }
 
 type DeleteRequest struct {
@@ -3318,7 +4324,7 @@ type DeleteRequest struct {
 
 func (x *DeleteRequest) Reset() {
 	*x = DeleteRequest{}
-	mi := &file_tabula_proto_msgTypes[45]
+	mi := &file_tabula_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3330,7 +4336,7 @@ func (x *DeleteRequest) String() string {
 func (*DeleteRequest) ProtoMessage() {}
 
 func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[45]
+	mi := &file_tabula_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3343,7 +4349,7 @@ func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRequest.ProtoReflect.Descriptor instead.
 func (*DeleteRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{45}
+	return file_tabula_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *DeleteRequest) GetHeader() *RequestHeader {
@@ -3369,7 +4375,7 @@ type DeleteResponse struct {
 
 func (x *DeleteResponse) Reset() {
 	*x = DeleteResponse{}
-	mi := &file_tabula_proto_msgTypes[46]
+	mi := &file_tabula_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3381,7 +4387,7 @@ func (x *DeleteResponse) String() string {
 func (*DeleteResponse) ProtoMessage() {}
 
 func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[46]
+	mi := &file_tabula_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3394,7 +4400,7 @@ func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteResponse.ProtoReflect.Descriptor instead.
 func (*DeleteResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{46}
+	return file_tabula_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *DeleteResponse) GetExisted() bool {
@@ -3422,7 +4428,7 @@ type CompareAndSwapRequest struct {
 
 func (x *CompareAndSwapRequest) Reset() {
 	*x = CompareAndSwapRequest{}
-	mi := &file_tabula_proto_msgTypes[47]
+	mi := &file_tabula_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3434,7 +4440,7 @@ func (x *CompareAndSwapRequest) String() string {
 func (*CompareAndSwapRequest) ProtoMessage() {}
 
 func (x *CompareAndSwapRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[47]
+	mi := &file_tabula_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3447,7 +4453,7 @@ func (x *CompareAndSwapRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompareAndSwapRequest.ProtoReflect.Descriptor instead.
 func (*CompareAndSwapRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{47}
+	return file_tabula_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *CompareAndSwapRequest) GetHeader() *RequestHeader {
@@ -3511,7 +4517,7 @@ type CompareAndSwapResponse struct {
 
 func (x *CompareAndSwapResponse) Reset() {
 	*x = CompareAndSwapResponse{}
-	mi := &file_tabula_proto_msgTypes[48]
+	mi := &file_tabula_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3523,7 +4529,7 @@ func (x *CompareAndSwapResponse) String() string {
 func (*CompareAndSwapResponse) ProtoMessage() {}
 
 func (x *CompareAndSwapResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[48]
+	mi := &file_tabula_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3536,7 +4542,7 @@ func (x *CompareAndSwapResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompareAndSwapResponse.ProtoReflect.Descriptor instead.
 func (*CompareAndSwapResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{48}
+	return file_tabula_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *CompareAndSwapResponse) GetSwapped() bool {
@@ -3572,7 +4578,7 @@ type Mutation struct {
 
 func (x *Mutation) Reset() {
 	*x = Mutation{}
-	mi := &file_tabula_proto_msgTypes[49]
+	mi := &file_tabula_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3584,7 +4590,7 @@ func (x *Mutation) String() string {
 func (*Mutation) ProtoMessage() {}
 
 func (x *Mutation) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[49]
+	mi := &file_tabula_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3597,7 +4603,7 @@ func (x *Mutation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Mutation.ProtoReflect.Descriptor instead.
 func (*Mutation) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{49}
+	return file_tabula_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *Mutation) GetOp() Mutation_Op {
@@ -3638,7 +4644,7 @@ type BatchWriteRequest struct {
 
 func (x *BatchWriteRequest) Reset() {
 	*x = BatchWriteRequest{}
-	mi := &file_tabula_proto_msgTypes[50]
+	mi := &file_tabula_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3650,7 +4656,7 @@ func (x *BatchWriteRequest) String() string {
 func (*BatchWriteRequest) ProtoMessage() {}
 
 func (x *BatchWriteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[50]
+	mi := &file_tabula_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3663,7 +4669,7 @@ func (x *BatchWriteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchWriteRequest.ProtoReflect.Descriptor instead.
 func (*BatchWriteRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{50}
+	return file_tabula_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *BatchWriteRequest) GetHeader() *RequestHeader {
@@ -3688,7 +4694,7 @@ type BatchWriteResponse struct {
 
 func (x *BatchWriteResponse) Reset() {
 	*x = BatchWriteResponse{}
-	mi := &file_tabula_proto_msgTypes[51]
+	mi := &file_tabula_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3700,7 +4706,7 @@ func (x *BatchWriteResponse) String() string {
 func (*BatchWriteResponse) ProtoMessage() {}
 
 func (x *BatchWriteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[51]
+	mi := &file_tabula_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3713,7 +4719,7 @@ func (x *BatchWriteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchWriteResponse.ProtoReflect.Descriptor instead.
 func (*BatchWriteResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{51}
+	return file_tabula_proto_rawDescGZIP(), []int{66}
 }
 
 type ScanRequest struct {
@@ -3725,7 +4731,7 @@ type ScanRequest struct {
 
 func (x *ScanRequest) Reset() {
 	*x = ScanRequest{}
-	mi := &file_tabula_proto_msgTypes[52]
+	mi := &file_tabula_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3737,7 +4743,7 @@ func (x *ScanRequest) String() string {
 func (*ScanRequest) ProtoMessage() {}
 
 func (x *ScanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[52]
+	mi := &file_tabula_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3750,7 +4756,7 @@ func (x *ScanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScanRequest.ProtoReflect.Descriptor instead.
 func (*ScanRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{52}
+	return file_tabula_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *ScanRequest) GetHeader() *RequestHeader {
@@ -3771,7 +4777,7 @@ type KeyValue struct {
 
 func (x *KeyValue) Reset() {
 	*x = KeyValue{}
-	mi := &file_tabula_proto_msgTypes[53]
+	mi := &file_tabula_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3783,7 +4789,7 @@ func (x *KeyValue) String() string {
 func (*KeyValue) ProtoMessage() {}
 
 func (x *KeyValue) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[53]
+	mi := &file_tabula_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3796,7 +4802,7 @@ func (x *KeyValue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyValue.ProtoReflect.Descriptor instead.
 func (*KeyValue) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{53}
+	return file_tabula_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *KeyValue) GetKey() []byte {
@@ -3829,7 +4835,7 @@ type ScanResponse struct {
 
 func (x *ScanResponse) Reset() {
 	*x = ScanResponse{}
-	mi := &file_tabula_proto_msgTypes[54]
+	mi := &file_tabula_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3841,7 +4847,7 @@ func (x *ScanResponse) String() string {
 func (*ScanResponse) ProtoMessage() {}
 
 func (x *ScanResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[54]
+	mi := &file_tabula_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3854,7 +4860,7 @@ func (x *ScanResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScanResponse.ProtoReflect.Descriptor instead.
 func (*ScanResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{54}
+	return file_tabula_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *ScanResponse) GetRecords() []*KeyValue {
@@ -3881,7 +4887,7 @@ type BulkUploadRequest struct {
 
 func (x *BulkUploadRequest) Reset() {
 	*x = BulkUploadRequest{}
-	mi := &file_tabula_proto_msgTypes[55]
+	mi := &file_tabula_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3893,7 +4899,7 @@ func (x *BulkUploadRequest) String() string {
 func (*BulkUploadRequest) ProtoMessage() {}
 
 func (x *BulkUploadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[55]
+	mi := &file_tabula_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3906,7 +4912,7 @@ func (x *BulkUploadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkUploadRequest.ProtoReflect.Descriptor instead.
 func (*BulkUploadRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{55}
+	return file_tabula_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *BulkUploadRequest) GetHeader() *RequestHeader {
@@ -3961,7 +4967,7 @@ type BulkUploadStatusRequest struct {
 
 func (x *BulkUploadStatusRequest) Reset() {
 	*x = BulkUploadStatusRequest{}
-	mi := &file_tabula_proto_msgTypes[56]
+	mi := &file_tabula_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3973,7 +4979,7 @@ func (x *BulkUploadStatusRequest) String() string {
 func (*BulkUploadStatusRequest) ProtoMessage() {}
 
 func (x *BulkUploadStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[56]
+	mi := &file_tabula_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3986,7 +4992,7 @@ func (x *BulkUploadStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkUploadStatusRequest.ProtoReflect.Descriptor instead.
 func (*BulkUploadStatusRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{56}
+	return file_tabula_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *BulkUploadStatusRequest) GetHeader() *RequestHeader {
@@ -4015,7 +5021,7 @@ type BulkUploadResponse struct {
 
 func (x *BulkUploadResponse) Reset() {
 	*x = BulkUploadResponse{}
-	mi := &file_tabula_proto_msgTypes[57]
+	mi := &file_tabula_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4027,7 +5033,7 @@ func (x *BulkUploadResponse) String() string {
 func (*BulkUploadResponse) ProtoMessage() {}
 
 func (x *BulkUploadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[57]
+	mi := &file_tabula_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4040,7 +5046,7 @@ func (x *BulkUploadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkUploadResponse.ProtoReflect.Descriptor instead.
 func (*BulkUploadResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{57}
+	return file_tabula_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *BulkUploadResponse) GetReceived() uint64 {
@@ -4093,14 +5099,88 @@ const file_tabula_proto_rawDesc = "" +
 	"\x03end\x18\x03 \x01(\x04R\x03end\x12\x14\n" +
 	"\x05epoch\x18\x04 \x01(\x04R\x05epoch\x12.\n" +
 	"\breplicas\x18\x05 \x03(\v2\x12.tabula.v1.ReplicaR\breplicas\x12\x14\n" +
-	"\x05index\x18\x06 \x01(\rR\x05index\"\xaf\x01\n" +
+	"\x05index\x18\x06 \x01(\rR\x05index\"\xeb\x01\n" +
 	"\fPartitionMap\x12&\n" +
 	"\x05table\x18\x01 \x01(\v2\x10.tabula.v1.TableR\x05table\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x04R\aversion\x124\n" +
 	"\n" +
 	"partitions\x18\x03 \x03(\v2\x14.tabula.v1.PartitionR\n" +
 	"partitions\x12'\n" +
-	"\x04bulk\x18\x04 \x01(\v2\x13.tabula.v1.BulkInfoR\x04bulk\"n\n" +
+	"\x04bulk\x18\x04 \x01(\v2\x13.tabula.v1.BulkInfoR\x04bulk\x12:\n" +
+	"\fcoprocessors\x18\x05 \x03(\v2\x16.tabula.v1.CoprocessorR\fcoprocessors\"\xd4\x01\n" +
+	"\rCoprocVersion\x12\x18\n" +
+	"\aversion\x18\x01 \x01(\x04R\aversion\x12\x16\n" +
+	"\x06sha256\x18\x02 \x01(\tR\x06sha256\x12\x12\n" +
+	"\x04size\x18\x03 \x01(\x04R\x04size\x12&\n" +
+	"\x0fcreated_unix_ms\x18\x04 \x01(\x03R\rcreatedUnixMs\x12#\n" +
+	"\rready_servers\x18\x05 \x01(\rR\freadyServers\x12\x18\n" +
+	"\amethods\x18\x06 \x03(\tR\amethods\x12\x16\n" +
+	"\x06writes\x18\a \x01(\bR\x06writes\"\x85\x01\n" +
+	"\vCoprocessor\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
+	"\x04live\x18\x02 \x01(\x04R\x04live\x124\n" +
+	"\bversions\x18\x03 \x03(\v2\x18.tabula.v1.CoprocVersionR\bversions\x12\x18\n" +
+	"\aservers\x18\x04 \x01(\rR\aservers\"k\n" +
+	"\x13CoprocDeployRequest\x12\x16\n" +
+	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x14\n" +
+	"\x05table\x18\x02 \x01(\tR\x05table\x12\x12\n" +
+	"\x04name\x18\x03 \x01(\tR\x04name\x12\x12\n" +
+	"\x04wasm\x18\x04 \x01(\fR\x04wasm\"j\n" +
+	"\x14CoprocDeployResponse\x128\n" +
+	"\vcoprocessor\x18\x01 \x01(\v2\x16.tabula.v1.CoprocessorR\vcoprocessor\x12\x18\n" +
+	"\aversion\x18\x02 \x01(\x04R\aversion\"A\n" +
+	"\x11CoprocListRequest\x12\x16\n" +
+	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x14\n" +
+	"\x05table\x18\x02 \x01(\tR\x05table\"P\n" +
+	"\x12CoprocListResponse\x12:\n" +
+	"\fcoprocessors\x18\x01 \x03(\v2\x16.tabula.v1.CoprocessorR\fcoprocessors\"s\n" +
+	"\x15CoprocRollbackRequest\x12\x16\n" +
+	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x14\n" +
+	"\x05table\x18\x02 \x01(\tR\x05table\x12\x12\n" +
+	"\x04name\x18\x03 \x01(\tR\x04name\x12\x18\n" +
+	"\aversion\x18\x04 \x01(\x04R\aversion\"R\n" +
+	"\x16CoprocRollbackResponse\x128\n" +
+	"\vcoprocessor\x18\x01 \x01(\v2\x16.tabula.v1.CoprocessorR\vcoprocessor\"p\n" +
+	"\x12CoprocFetchRequest\x12\x16\n" +
+	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x14\n" +
+	"\x05table\x18\x02 \x01(\tR\x05table\x12\x12\n" +
+	"\x04name\x18\x03 \x01(\tR\x04name\x12\x18\n" +
+	"\aversion\x18\x04 \x01(\x04R\aversion\"A\n" +
+	"\x13CoprocFetchResponse\x12\x12\n" +
+	"\x04wasm\x18\x01 \x01(\fR\x04wasm\x12\x16\n" +
+	"\x06sha256\x18\x02 \x01(\tR\x06sha256\"i\n" +
+	"\vCoprocReady\x12\x16\n" +
+	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x14\n" +
+	"\x05table\x18\x02 \x01(\tR\x05table\x12\x12\n" +
+	"\x04name\x18\x03 \x01(\tR\x04name\x12\x18\n" +
+	"\aversion\x18\x04 \x01(\x04R\aversion\"\xda\x02\n" +
+	"\rInvokeRequest\x120\n" +
+	"\x06header\x18\x01 \x01(\v2\x18.tabula.v1.RequestHeaderR\x06header\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x18\n" +
+	"\aversion\x18\x03 \x01(\x04R\aversion\x12\x16\n" +
+	"\x06method\x18\x04 \x01(\tR\x06method\x12\x14\n" +
+	"\x05input\x18\x05 \x01(\fR\x05input\x12\x12\n" +
+	"\x04keys\x18\x06 \x03(\fR\x04keys\x12\x1f\n" +
+	"\vrange_start\x18\a \x01(\fR\n" +
+	"rangeStart\x12\x1b\n" +
+	"\trange_end\x18\b \x01(\fR\brangeEnd\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\t \x01(\tR\trequestId\x12+\n" +
+	"\x11idempotency_token\x18\n" +
+	" \x01(\tR\x10idempotencyToken\x12\x1d\n" +
+	"\n" +
+	"timeout_ms\x18\v \x01(\rR\ttimeoutMs\"B\n" +
+	"\x0eInvokeResponse\x12\x16\n" +
+	"\x06output\x18\x01 \x01(\fR\x06output\x12\x18\n" +
+	"\aversion\x18\x02 \x01(\x04R\aversion\"\xa8\x01\n" +
+	"\x12CoprocMergeRequest\x120\n" +
+	"\x06header\x18\x01 \x01(\v2\x18.tabula.v1.RequestHeaderR\x06header\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x18\n" +
+	"\aversion\x18\x03 \x01(\x04R\aversion\x12\x16\n" +
+	"\x06method\x18\x04 \x01(\tR\x06method\x12\x1a\n" +
+	"\bpartials\x18\x05 \x03(\fR\bpartials\"-\n" +
+	"\x13CoprocMergeResponse\x12\x16\n" +
+	"\x06output\x18\x01 \x01(\fR\x06output\"n\n" +
 	"\bBulkFile\x12\x1c\n" +
 	"\tpartition\x18\x01 \x01(\rR\tpartition\x12\x12\n" +
 	"\x04size\x18\x02 \x01(\x04R\x04size\x12\x16\n" +
@@ -4217,11 +5297,12 @@ const file_tabula_proto_rawDesc = "" +
 	"\x15heartbeat_interval_ms\x18\x02 \x01(\rR\x13heartbeatIntervalMs\x12\x19\n" +
 	"\blease_ms\x18\x03 \x01(\rR\aleaseMs\x12\x1f\n" +
 	"\vmap_version\x18\x04 \x01(\x04R\n" +
-	"mapVersion\"\x81\x01\n" +
+	"mapVersion\"\xbc\x01\n" +
 	"\x10HeartbeatRequest\x12\x1b\n" +
 	"\tserver_id\x18\x01 \x01(\tR\bserverId\x124\n" +
 	"\breplicas\x18\x02 \x03(\v2\x18.tabula.v1.ReplicaStatusR\breplicas\x12\x1a\n" +
-	"\bdraining\x18\x03 \x01(\bR\bdraining\"o\n" +
+	"\bdraining\x18\x03 \x01(\bR\bdraining\x129\n" +
+	"\fcoproc_ready\x18\x04 \x03(\v2\x16.tabula.v1.CoprocReadyR\vcoprocReady\"o\n" +
 	"\x11HeartbeatResponse\x12\x1f\n" +
 	"\vmap_version\x18\x01 \x01(\x04R\n" +
 	"mapVersion\x12\x1e\n" +
@@ -4367,7 +5448,8 @@ const file_tabula_proto_rawDesc = "" +
 	"\x15STREAM_OP_OPEN_WRITER\x10\x06\x12\x1f\n" +
 	"\x1bSTREAM_OP_SEAL_AND_ALLOCATE\x10\a\x12\x1c\n" +
 	"\x18STREAM_OP_REPORT_CORRUPT\x10\b\x12\x13\n" +
-	"\x0fSTREAM_OP_NODES\x10\t2\x8f\b\n" +
+	"\x0fSTREAM_OP_NODES\x10\t2\xd0\n" +
+	"\n" +
 	"\x06Master\x12L\n" +
 	"\vCreateTable\x12\x1d.tabula.v1.CreateTableRequest\x1a\x1e.tabula.v1.CreateTableResponse\x12F\n" +
 	"\tDropTable\x12\x1b.tabula.v1.DropTableRequest\x1a\x1c.tabula.v1.DropTableResponse\x12I\n" +
@@ -4383,7 +5465,12 @@ const file_tabula_proto_rawDesc = "" +
 	"\n" +
 	"BulkStatus\x12\x1c.tabula.v1.BulkStatusRequest\x1a\x1d.tabula.v1.BulkStatusResponse\x12O\n" +
 	"\fBulkRollback\x12\x1e.tabula.v1.BulkRollbackRequest\x1a\x1f.tabula.v1.BulkRollbackResponse\x12=\n" +
-	"\x06Stream\x12\x18.tabula.v1.StreamRequest\x1a\x19.tabula.v1.StreamResponse2\xfe\x04\n" +
+	"\x06Stream\x12\x18.tabula.v1.StreamRequest\x1a\x19.tabula.v1.StreamResponse\x12O\n" +
+	"\fCoprocDeploy\x12\x1e.tabula.v1.CoprocDeployRequest\x1a\x1f.tabula.v1.CoprocDeployResponse\x12I\n" +
+	"\n" +
+	"CoprocList\x12\x1c.tabula.v1.CoprocListRequest\x1a\x1d.tabula.v1.CoprocListResponse\x12U\n" +
+	"\x0eCoprocRollback\x12 .tabula.v1.CoprocRollbackRequest\x1a!.tabula.v1.CoprocRollbackResponse\x12L\n" +
+	"\vCoprocFetch\x12\x1d.tabula.v1.CoprocFetchRequest\x1a\x1e.tabula.v1.CoprocFetchResponse2\x8b\x06\n" +
 	"\vTableServer\x124\n" +
 	"\x03Get\x12\x15.tabula.v1.GetRequest\x1a\x16.tabula.v1.GetResponse\x12C\n" +
 	"\bBatchGet\x12\x1a.tabula.v1.BatchGetRequest\x1a\x1b.tabula.v1.BatchGetResponse\x124\n" +
@@ -4395,7 +5482,9 @@ const file_tabula_proto_rawDesc = "" +
 	"\x04Scan\x12\x16.tabula.v1.ScanRequest\x1a\x17.tabula.v1.ScanResponse0\x01\x12K\n" +
 	"\n" +
 	"BulkUpload\x12\x1c.tabula.v1.BulkUploadRequest\x1a\x1d.tabula.v1.BulkUploadResponse(\x01\x12U\n" +
-	"\x10BulkUploadStatus\x12\".tabula.v1.BulkUploadStatusRequest\x1a\x1d.tabula.v1.BulkUploadResponseB$Z\"github.com/tabuladb/tabula/api;apib\x06proto3"
+	"\x10BulkUploadStatus\x12\".tabula.v1.BulkUploadStatusRequest\x1a\x1d.tabula.v1.BulkUploadResponse\x12=\n" +
+	"\x06Invoke\x12\x18.tabula.v1.InvokeRequest\x1a\x19.tabula.v1.InvokeResponse\x12L\n" +
+	"\vCoprocMerge\x12\x1d.tabula.v1.CoprocMergeRequest\x1a\x1e.tabula.v1.CoprocMergeResponseB$Z\"github.com/tabuladb/tabula/api;apib\x06proto3"
 
 var (
 	file_tabula_proto_rawDescOnce sync.Once
@@ -4410,7 +5499,7 @@ func file_tabula_proto_rawDescGZIP() []byte {
 }
 
 var file_tabula_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_tabula_proto_msgTypes = make([]protoimpl.MessageInfo, 58)
+var file_tabula_proto_msgTypes = make([]protoimpl.MessageInfo, 73)
 var file_tabula_proto_goTypes = []any{
 	(TableKind)(0),                    // 0: tabula.v1.TableKind
 	(ReplicaRole)(0),                  // 1: tabula.v1.ReplicaRole
@@ -4423,59 +5512,74 @@ var file_tabula_proto_goTypes = []any{
 	(*Replica)(nil),                   // 8: tabula.v1.Replica
 	(*Partition)(nil),                 // 9: tabula.v1.Partition
 	(*PartitionMap)(nil),              // 10: tabula.v1.PartitionMap
-	(*BulkFile)(nil),                  // 11: tabula.v1.BulkFile
-	(*BulkVersion)(nil),               // 12: tabula.v1.BulkVersion
-	(*BulkInfo)(nil),                  // 13: tabula.v1.BulkInfo
-	(*ServerInfo)(nil),                // 14: tabula.v1.ServerInfo
-	(*ReplicaStatus)(nil),             // 15: tabula.v1.ReplicaStatus
-	(*BulkLoaded)(nil),                // 16: tabula.v1.BulkLoaded
-	(*ErrorDetail)(nil),               // 17: tabula.v1.ErrorDetail
-	(*StreamRequest)(nil),             // 18: tabula.v1.StreamRequest
-	(*StreamResponse)(nil),            // 19: tabula.v1.StreamResponse
-	(*CreateTableRequest)(nil),        // 20: tabula.v1.CreateTableRequest
-	(*CreateTableResponse)(nil),       // 21: tabula.v1.CreateTableResponse
-	(*DropTableRequest)(nil),          // 22: tabula.v1.DropTableRequest
-	(*DropTableResponse)(nil),         // 23: tabula.v1.DropTableResponse
-	(*ListTablesRequest)(nil),         // 24: tabula.v1.ListTablesRequest
-	(*ListTablesResponse)(nil),        // 25: tabula.v1.ListTablesResponse
-	(*DescribeTableRequest)(nil),      // 26: tabula.v1.DescribeTableRequest
-	(*DescribeTableResponse)(nil),     // 27: tabula.v1.DescribeTableResponse
-	(*GetPartitionMapRequest)(nil),    // 28: tabula.v1.GetPartitionMapRequest
-	(*GetPartitionMapResponse)(nil),   // 29: tabula.v1.GetPartitionMapResponse
-	(*WatchPartitionMapRequest)(nil),  // 30: tabula.v1.WatchPartitionMapRequest
-	(*WatchPartitionMapResponse)(nil), // 31: tabula.v1.WatchPartitionMapResponse
-	(*RegisterServerRequest)(nil),     // 32: tabula.v1.RegisterServerRequest
-	(*RegisterServerResponse)(nil),    // 33: tabula.v1.RegisterServerResponse
-	(*HeartbeatRequest)(nil),          // 34: tabula.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),         // 35: tabula.v1.HeartbeatResponse
-	(*BulkPublishRequest)(nil),        // 36: tabula.v1.BulkPublishRequest
-	(*BulkPublishResponse)(nil),       // 37: tabula.v1.BulkPublishResponse
-	(*BulkStatusRequest)(nil),         // 38: tabula.v1.BulkStatusRequest
-	(*BulkStatusResponse)(nil),        // 39: tabula.v1.BulkStatusResponse
-	(*BulkRollbackRequest)(nil),       // 40: tabula.v1.BulkRollbackRequest
-	(*BulkRollbackResponse)(nil),      // 41: tabula.v1.BulkRollbackResponse
-	(*ListServersRequest)(nil),        // 42: tabula.v1.ListServersRequest
-	(*ListServersResponse)(nil),       // 43: tabula.v1.ListServersResponse
-	(*RequestHeader)(nil),             // 44: tabula.v1.RequestHeader
-	(*GetRequest)(nil),                // 45: tabula.v1.GetRequest
-	(*GetResponse)(nil),               // 46: tabula.v1.GetResponse
-	(*BatchGetRequest)(nil),           // 47: tabula.v1.BatchGetRequest
-	(*BatchGetResponse)(nil),          // 48: tabula.v1.BatchGetResponse
-	(*PutRequest)(nil),                // 49: tabula.v1.PutRequest
-	(*PutResponse)(nil),               // 50: tabula.v1.PutResponse
-	(*DeleteRequest)(nil),             // 51: tabula.v1.DeleteRequest
-	(*DeleteResponse)(nil),            // 52: tabula.v1.DeleteResponse
-	(*CompareAndSwapRequest)(nil),     // 53: tabula.v1.CompareAndSwapRequest
-	(*CompareAndSwapResponse)(nil),    // 54: tabula.v1.CompareAndSwapResponse
-	(*Mutation)(nil),                  // 55: tabula.v1.Mutation
-	(*BatchWriteRequest)(nil),         // 56: tabula.v1.BatchWriteRequest
-	(*BatchWriteResponse)(nil),        // 57: tabula.v1.BatchWriteResponse
-	(*ScanRequest)(nil),               // 58: tabula.v1.ScanRequest
-	(*KeyValue)(nil),                  // 59: tabula.v1.KeyValue
-	(*ScanResponse)(nil),              // 60: tabula.v1.ScanResponse
-	(*BulkUploadRequest)(nil),         // 61: tabula.v1.BulkUploadRequest
-	(*BulkUploadStatusRequest)(nil),   // 62: tabula.v1.BulkUploadStatusRequest
-	(*BulkUploadResponse)(nil),        // 63: tabula.v1.BulkUploadResponse
+	(*CoprocVersion)(nil),             // 11: tabula.v1.CoprocVersion
+	(*Coprocessor)(nil),               // 12: tabula.v1.Coprocessor
+	(*CoprocDeployRequest)(nil),       // 13: tabula.v1.CoprocDeployRequest
+	(*CoprocDeployResponse)(nil),      // 14: tabula.v1.CoprocDeployResponse
+	(*CoprocListRequest)(nil),         // 15: tabula.v1.CoprocListRequest
+	(*CoprocListResponse)(nil),        // 16: tabula.v1.CoprocListResponse
+	(*CoprocRollbackRequest)(nil),     // 17: tabula.v1.CoprocRollbackRequest
+	(*CoprocRollbackResponse)(nil),    // 18: tabula.v1.CoprocRollbackResponse
+	(*CoprocFetchRequest)(nil),        // 19: tabula.v1.CoprocFetchRequest
+	(*CoprocFetchResponse)(nil),       // 20: tabula.v1.CoprocFetchResponse
+	(*CoprocReady)(nil),               // 21: tabula.v1.CoprocReady
+	(*InvokeRequest)(nil),             // 22: tabula.v1.InvokeRequest
+	(*InvokeResponse)(nil),            // 23: tabula.v1.InvokeResponse
+	(*CoprocMergeRequest)(nil),        // 24: tabula.v1.CoprocMergeRequest
+	(*CoprocMergeResponse)(nil),       // 25: tabula.v1.CoprocMergeResponse
+	(*BulkFile)(nil),                  // 26: tabula.v1.BulkFile
+	(*BulkVersion)(nil),               // 27: tabula.v1.BulkVersion
+	(*BulkInfo)(nil),                  // 28: tabula.v1.BulkInfo
+	(*ServerInfo)(nil),                // 29: tabula.v1.ServerInfo
+	(*ReplicaStatus)(nil),             // 30: tabula.v1.ReplicaStatus
+	(*BulkLoaded)(nil),                // 31: tabula.v1.BulkLoaded
+	(*ErrorDetail)(nil),               // 32: tabula.v1.ErrorDetail
+	(*StreamRequest)(nil),             // 33: tabula.v1.StreamRequest
+	(*StreamResponse)(nil),            // 34: tabula.v1.StreamResponse
+	(*CreateTableRequest)(nil),        // 35: tabula.v1.CreateTableRequest
+	(*CreateTableResponse)(nil),       // 36: tabula.v1.CreateTableResponse
+	(*DropTableRequest)(nil),          // 37: tabula.v1.DropTableRequest
+	(*DropTableResponse)(nil),         // 38: tabula.v1.DropTableResponse
+	(*ListTablesRequest)(nil),         // 39: tabula.v1.ListTablesRequest
+	(*ListTablesResponse)(nil),        // 40: tabula.v1.ListTablesResponse
+	(*DescribeTableRequest)(nil),      // 41: tabula.v1.DescribeTableRequest
+	(*DescribeTableResponse)(nil),     // 42: tabula.v1.DescribeTableResponse
+	(*GetPartitionMapRequest)(nil),    // 43: tabula.v1.GetPartitionMapRequest
+	(*GetPartitionMapResponse)(nil),   // 44: tabula.v1.GetPartitionMapResponse
+	(*WatchPartitionMapRequest)(nil),  // 45: tabula.v1.WatchPartitionMapRequest
+	(*WatchPartitionMapResponse)(nil), // 46: tabula.v1.WatchPartitionMapResponse
+	(*RegisterServerRequest)(nil),     // 47: tabula.v1.RegisterServerRequest
+	(*RegisterServerResponse)(nil),    // 48: tabula.v1.RegisterServerResponse
+	(*HeartbeatRequest)(nil),          // 49: tabula.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),         // 50: tabula.v1.HeartbeatResponse
+	(*BulkPublishRequest)(nil),        // 51: tabula.v1.BulkPublishRequest
+	(*BulkPublishResponse)(nil),       // 52: tabula.v1.BulkPublishResponse
+	(*BulkStatusRequest)(nil),         // 53: tabula.v1.BulkStatusRequest
+	(*BulkStatusResponse)(nil),        // 54: tabula.v1.BulkStatusResponse
+	(*BulkRollbackRequest)(nil),       // 55: tabula.v1.BulkRollbackRequest
+	(*BulkRollbackResponse)(nil),      // 56: tabula.v1.BulkRollbackResponse
+	(*ListServersRequest)(nil),        // 57: tabula.v1.ListServersRequest
+	(*ListServersResponse)(nil),       // 58: tabula.v1.ListServersResponse
+	(*RequestHeader)(nil),             // 59: tabula.v1.RequestHeader
+	(*GetRequest)(nil),                // 60: tabula.v1.GetRequest
+	(*GetResponse)(nil),               // 61: tabula.v1.GetResponse
+	(*BatchGetRequest)(nil),           // 62: tabula.v1.BatchGetRequest
+	(*BatchGetResponse)(nil),          // 63: tabula.v1.BatchGetResponse
+	(*PutRequest)(nil),                // 64: tabula.v1.PutRequest
+	(*PutResponse)(nil),               // 65: tabula.v1.PutResponse
+	(*DeleteRequest)(nil),             // 66: tabula.v1.DeleteRequest
+	(*DeleteResponse)(nil),            // 67: tabula.v1.DeleteResponse
+	(*CompareAndSwapRequest)(nil),     // 68: tabula.v1.CompareAndSwapRequest
+	(*CompareAndSwapResponse)(nil),    // 69: tabula.v1.CompareAndSwapResponse
+	(*Mutation)(nil),                  // 70: tabula.v1.Mutation
+	(*BatchWriteRequest)(nil),         // 71: tabula.v1.BatchWriteRequest
+	(*BatchWriteResponse)(nil),        // 72: tabula.v1.BatchWriteResponse
+	(*ScanRequest)(nil),               // 73: tabula.v1.ScanRequest
+	(*KeyValue)(nil),                  // 74: tabula.v1.KeyValue
+	(*ScanResponse)(nil),              // 75: tabula.v1.ScanResponse
+	(*BulkUploadRequest)(nil),         // 76: tabula.v1.BulkUploadRequest
+	(*BulkUploadStatusRequest)(nil),   // 77: tabula.v1.BulkUploadStatusRequest
+	(*BulkUploadResponse)(nil),        // 78: tabula.v1.BulkUploadResponse
 }
 var file_tabula_proto_depIdxs = []int32{
 	0,  // 0: tabula.v1.Table.kind:type_name -> tabula.v1.TableKind
@@ -4484,93 +5588,113 @@ var file_tabula_proto_depIdxs = []int32{
 	8,  // 3: tabula.v1.Partition.replicas:type_name -> tabula.v1.Replica
 	7,  // 4: tabula.v1.PartitionMap.table:type_name -> tabula.v1.Table
 	9,  // 5: tabula.v1.PartitionMap.partitions:type_name -> tabula.v1.Partition
-	13, // 6: tabula.v1.PartitionMap.bulk:type_name -> tabula.v1.BulkInfo
-	2,  // 7: tabula.v1.BulkVersion.state:type_name -> tabula.v1.BulkVersionState
-	11, // 8: tabula.v1.BulkVersion.files:type_name -> tabula.v1.BulkFile
-	12, // 9: tabula.v1.BulkInfo.versions:type_name -> tabula.v1.BulkVersion
-	1,  // 10: tabula.v1.ReplicaStatus.role:type_name -> tabula.v1.ReplicaRole
-	16, // 11: tabula.v1.ReplicaStatus.bulk_loaded:type_name -> tabula.v1.BulkLoaded
-	3,  // 12: tabula.v1.ErrorDetail.code:type_name -> tabula.v1.ErrorCode
-	9,  // 13: tabula.v1.ErrorDetail.partition:type_name -> tabula.v1.Partition
-	4,  // 14: tabula.v1.StreamRequest.op:type_name -> tabula.v1.StreamOp
-	0,  // 15: tabula.v1.CreateTableRequest.kind:type_name -> tabula.v1.TableKind
-	6,  // 16: tabula.v1.CreateTableRequest.options:type_name -> tabula.v1.TableOptions
-	10, // 17: tabula.v1.CreateTableResponse.map:type_name -> tabula.v1.PartitionMap
-	7,  // 18: tabula.v1.ListTablesResponse.tables:type_name -> tabula.v1.Table
-	10, // 19: tabula.v1.DescribeTableResponse.map:type_name -> tabula.v1.PartitionMap
-	15, // 20: tabula.v1.DescribeTableResponse.replicas:type_name -> tabula.v1.ReplicaStatus
-	10, // 21: tabula.v1.GetPartitionMapResponse.map:type_name -> tabula.v1.PartitionMap
-	10, // 22: tabula.v1.WatchPartitionMapResponse.maps:type_name -> tabula.v1.PartitionMap
-	15, // 23: tabula.v1.HeartbeatRequest.replicas:type_name -> tabula.v1.ReplicaStatus
-	11, // 24: tabula.v1.BulkPublishRequest.files:type_name -> tabula.v1.BulkFile
-	10, // 25: tabula.v1.BulkPublishResponse.map:type_name -> tabula.v1.PartitionMap
-	10, // 26: tabula.v1.BulkStatusResponse.map:type_name -> tabula.v1.PartitionMap
-	13, // 27: tabula.v1.BulkStatusResponse.bulk:type_name -> tabula.v1.BulkInfo
-	10, // 28: tabula.v1.BulkRollbackResponse.map:type_name -> tabula.v1.PartitionMap
-	14, // 29: tabula.v1.ListServersResponse.servers:type_name -> tabula.v1.ServerInfo
-	44, // 30: tabula.v1.GetRequest.header:type_name -> tabula.v1.RequestHeader
-	44, // 31: tabula.v1.BatchGetRequest.header:type_name -> tabula.v1.RequestHeader
-	46, // 32: tabula.v1.BatchGetResponse.results:type_name -> tabula.v1.GetResponse
-	44, // 33: tabula.v1.PutRequest.header:type_name -> tabula.v1.RequestHeader
-	44, // 34: tabula.v1.DeleteRequest.header:type_name -> tabula.v1.RequestHeader
-	44, // 35: tabula.v1.CompareAndSwapRequest.header:type_name -> tabula.v1.RequestHeader
-	5,  // 36: tabula.v1.Mutation.op:type_name -> tabula.v1.Mutation.Op
-	44, // 37: tabula.v1.BatchWriteRequest.header:type_name -> tabula.v1.RequestHeader
-	55, // 38: tabula.v1.BatchWriteRequest.mutations:type_name -> tabula.v1.Mutation
-	44, // 39: tabula.v1.ScanRequest.header:type_name -> tabula.v1.RequestHeader
-	59, // 40: tabula.v1.ScanResponse.records:type_name -> tabula.v1.KeyValue
-	44, // 41: tabula.v1.BulkUploadRequest.header:type_name -> tabula.v1.RequestHeader
-	11, // 42: tabula.v1.BulkUploadRequest.file:type_name -> tabula.v1.BulkFile
-	44, // 43: tabula.v1.BulkUploadStatusRequest.header:type_name -> tabula.v1.RequestHeader
-	20, // 44: tabula.v1.Master.CreateTable:input_type -> tabula.v1.CreateTableRequest
-	22, // 45: tabula.v1.Master.DropTable:input_type -> tabula.v1.DropTableRequest
-	24, // 46: tabula.v1.Master.ListTables:input_type -> tabula.v1.ListTablesRequest
-	26, // 47: tabula.v1.Master.DescribeTable:input_type -> tabula.v1.DescribeTableRequest
-	28, // 48: tabula.v1.Master.GetPartitionMap:input_type -> tabula.v1.GetPartitionMapRequest
-	30, // 49: tabula.v1.Master.WatchPartitionMap:input_type -> tabula.v1.WatchPartitionMapRequest
-	32, // 50: tabula.v1.Master.RegisterServer:input_type -> tabula.v1.RegisterServerRequest
-	34, // 51: tabula.v1.Master.Heartbeat:input_type -> tabula.v1.HeartbeatRequest
-	42, // 52: tabula.v1.Master.ListServers:input_type -> tabula.v1.ListServersRequest
-	36, // 53: tabula.v1.Master.BulkPublish:input_type -> tabula.v1.BulkPublishRequest
-	38, // 54: tabula.v1.Master.BulkStatus:input_type -> tabula.v1.BulkStatusRequest
-	40, // 55: tabula.v1.Master.BulkRollback:input_type -> tabula.v1.BulkRollbackRequest
-	18, // 56: tabula.v1.Master.Stream:input_type -> tabula.v1.StreamRequest
-	45, // 57: tabula.v1.TableServer.Get:input_type -> tabula.v1.GetRequest
-	47, // 58: tabula.v1.TableServer.BatchGet:input_type -> tabula.v1.BatchGetRequest
-	49, // 59: tabula.v1.TableServer.Put:input_type -> tabula.v1.PutRequest
-	51, // 60: tabula.v1.TableServer.Delete:input_type -> tabula.v1.DeleteRequest
-	53, // 61: tabula.v1.TableServer.CompareAndSwap:input_type -> tabula.v1.CompareAndSwapRequest
-	56, // 62: tabula.v1.TableServer.BatchWrite:input_type -> tabula.v1.BatchWriteRequest
-	58, // 63: tabula.v1.TableServer.Scan:input_type -> tabula.v1.ScanRequest
-	61, // 64: tabula.v1.TableServer.BulkUpload:input_type -> tabula.v1.BulkUploadRequest
-	62, // 65: tabula.v1.TableServer.BulkUploadStatus:input_type -> tabula.v1.BulkUploadStatusRequest
-	21, // 66: tabula.v1.Master.CreateTable:output_type -> tabula.v1.CreateTableResponse
-	23, // 67: tabula.v1.Master.DropTable:output_type -> tabula.v1.DropTableResponse
-	25, // 68: tabula.v1.Master.ListTables:output_type -> tabula.v1.ListTablesResponse
-	27, // 69: tabula.v1.Master.DescribeTable:output_type -> tabula.v1.DescribeTableResponse
-	29, // 70: tabula.v1.Master.GetPartitionMap:output_type -> tabula.v1.GetPartitionMapResponse
-	31, // 71: tabula.v1.Master.WatchPartitionMap:output_type -> tabula.v1.WatchPartitionMapResponse
-	33, // 72: tabula.v1.Master.RegisterServer:output_type -> tabula.v1.RegisterServerResponse
-	35, // 73: tabula.v1.Master.Heartbeat:output_type -> tabula.v1.HeartbeatResponse
-	43, // 74: tabula.v1.Master.ListServers:output_type -> tabula.v1.ListServersResponse
-	37, // 75: tabula.v1.Master.BulkPublish:output_type -> tabula.v1.BulkPublishResponse
-	39, // 76: tabula.v1.Master.BulkStatus:output_type -> tabula.v1.BulkStatusResponse
-	41, // 77: tabula.v1.Master.BulkRollback:output_type -> tabula.v1.BulkRollbackResponse
-	19, // 78: tabula.v1.Master.Stream:output_type -> tabula.v1.StreamResponse
-	46, // 79: tabula.v1.TableServer.Get:output_type -> tabula.v1.GetResponse
-	48, // 80: tabula.v1.TableServer.BatchGet:output_type -> tabula.v1.BatchGetResponse
-	50, // 81: tabula.v1.TableServer.Put:output_type -> tabula.v1.PutResponse
-	52, // 82: tabula.v1.TableServer.Delete:output_type -> tabula.v1.DeleteResponse
-	54, // 83: tabula.v1.TableServer.CompareAndSwap:output_type -> tabula.v1.CompareAndSwapResponse
-	57, // 84: tabula.v1.TableServer.BatchWrite:output_type -> tabula.v1.BatchWriteResponse
-	60, // 85: tabula.v1.TableServer.Scan:output_type -> tabula.v1.ScanResponse
-	63, // 86: tabula.v1.TableServer.BulkUpload:output_type -> tabula.v1.BulkUploadResponse
-	63, // 87: tabula.v1.TableServer.BulkUploadStatus:output_type -> tabula.v1.BulkUploadResponse
-	66, // [66:88] is the sub-list for method output_type
-	44, // [44:66] is the sub-list for method input_type
-	44, // [44:44] is the sub-list for extension type_name
-	44, // [44:44] is the sub-list for extension extendee
-	0,  // [0:44] is the sub-list for field type_name
+	28, // 6: tabula.v1.PartitionMap.bulk:type_name -> tabula.v1.BulkInfo
+	12, // 7: tabula.v1.PartitionMap.coprocessors:type_name -> tabula.v1.Coprocessor
+	11, // 8: tabula.v1.Coprocessor.versions:type_name -> tabula.v1.CoprocVersion
+	12, // 9: tabula.v1.CoprocDeployResponse.coprocessor:type_name -> tabula.v1.Coprocessor
+	12, // 10: tabula.v1.CoprocListResponse.coprocessors:type_name -> tabula.v1.Coprocessor
+	12, // 11: tabula.v1.CoprocRollbackResponse.coprocessor:type_name -> tabula.v1.Coprocessor
+	59, // 12: tabula.v1.InvokeRequest.header:type_name -> tabula.v1.RequestHeader
+	59, // 13: tabula.v1.CoprocMergeRequest.header:type_name -> tabula.v1.RequestHeader
+	2,  // 14: tabula.v1.BulkVersion.state:type_name -> tabula.v1.BulkVersionState
+	26, // 15: tabula.v1.BulkVersion.files:type_name -> tabula.v1.BulkFile
+	27, // 16: tabula.v1.BulkInfo.versions:type_name -> tabula.v1.BulkVersion
+	1,  // 17: tabula.v1.ReplicaStatus.role:type_name -> tabula.v1.ReplicaRole
+	31, // 18: tabula.v1.ReplicaStatus.bulk_loaded:type_name -> tabula.v1.BulkLoaded
+	3,  // 19: tabula.v1.ErrorDetail.code:type_name -> tabula.v1.ErrorCode
+	9,  // 20: tabula.v1.ErrorDetail.partition:type_name -> tabula.v1.Partition
+	4,  // 21: tabula.v1.StreamRequest.op:type_name -> tabula.v1.StreamOp
+	0,  // 22: tabula.v1.CreateTableRequest.kind:type_name -> tabula.v1.TableKind
+	6,  // 23: tabula.v1.CreateTableRequest.options:type_name -> tabula.v1.TableOptions
+	10, // 24: tabula.v1.CreateTableResponse.map:type_name -> tabula.v1.PartitionMap
+	7,  // 25: tabula.v1.ListTablesResponse.tables:type_name -> tabula.v1.Table
+	10, // 26: tabula.v1.DescribeTableResponse.map:type_name -> tabula.v1.PartitionMap
+	30, // 27: tabula.v1.DescribeTableResponse.replicas:type_name -> tabula.v1.ReplicaStatus
+	10, // 28: tabula.v1.GetPartitionMapResponse.map:type_name -> tabula.v1.PartitionMap
+	10, // 29: tabula.v1.WatchPartitionMapResponse.maps:type_name -> tabula.v1.PartitionMap
+	30, // 30: tabula.v1.HeartbeatRequest.replicas:type_name -> tabula.v1.ReplicaStatus
+	21, // 31: tabula.v1.HeartbeatRequest.coproc_ready:type_name -> tabula.v1.CoprocReady
+	26, // 32: tabula.v1.BulkPublishRequest.files:type_name -> tabula.v1.BulkFile
+	10, // 33: tabula.v1.BulkPublishResponse.map:type_name -> tabula.v1.PartitionMap
+	10, // 34: tabula.v1.BulkStatusResponse.map:type_name -> tabula.v1.PartitionMap
+	28, // 35: tabula.v1.BulkStatusResponse.bulk:type_name -> tabula.v1.BulkInfo
+	10, // 36: tabula.v1.BulkRollbackResponse.map:type_name -> tabula.v1.PartitionMap
+	29, // 37: tabula.v1.ListServersResponse.servers:type_name -> tabula.v1.ServerInfo
+	59, // 38: tabula.v1.GetRequest.header:type_name -> tabula.v1.RequestHeader
+	59, // 39: tabula.v1.BatchGetRequest.header:type_name -> tabula.v1.RequestHeader
+	61, // 40: tabula.v1.BatchGetResponse.results:type_name -> tabula.v1.GetResponse
+	59, // 41: tabula.v1.PutRequest.header:type_name -> tabula.v1.RequestHeader
+	59, // 42: tabula.v1.DeleteRequest.header:type_name -> tabula.v1.RequestHeader
+	59, // 43: tabula.v1.CompareAndSwapRequest.header:type_name -> tabula.v1.RequestHeader
+	5,  // 44: tabula.v1.Mutation.op:type_name -> tabula.v1.Mutation.Op
+	59, // 45: tabula.v1.BatchWriteRequest.header:type_name -> tabula.v1.RequestHeader
+	70, // 46: tabula.v1.BatchWriteRequest.mutations:type_name -> tabula.v1.Mutation
+	59, // 47: tabula.v1.ScanRequest.header:type_name -> tabula.v1.RequestHeader
+	74, // 48: tabula.v1.ScanResponse.records:type_name -> tabula.v1.KeyValue
+	59, // 49: tabula.v1.BulkUploadRequest.header:type_name -> tabula.v1.RequestHeader
+	26, // 50: tabula.v1.BulkUploadRequest.file:type_name -> tabula.v1.BulkFile
+	59, // 51: tabula.v1.BulkUploadStatusRequest.header:type_name -> tabula.v1.RequestHeader
+	35, // 52: tabula.v1.Master.CreateTable:input_type -> tabula.v1.CreateTableRequest
+	37, // 53: tabula.v1.Master.DropTable:input_type -> tabula.v1.DropTableRequest
+	39, // 54: tabula.v1.Master.ListTables:input_type -> tabula.v1.ListTablesRequest
+	41, // 55: tabula.v1.Master.DescribeTable:input_type -> tabula.v1.DescribeTableRequest
+	43, // 56: tabula.v1.Master.GetPartitionMap:input_type -> tabula.v1.GetPartitionMapRequest
+	45, // 57: tabula.v1.Master.WatchPartitionMap:input_type -> tabula.v1.WatchPartitionMapRequest
+	47, // 58: tabula.v1.Master.RegisterServer:input_type -> tabula.v1.RegisterServerRequest
+	49, // 59: tabula.v1.Master.Heartbeat:input_type -> tabula.v1.HeartbeatRequest
+	57, // 60: tabula.v1.Master.ListServers:input_type -> tabula.v1.ListServersRequest
+	51, // 61: tabula.v1.Master.BulkPublish:input_type -> tabula.v1.BulkPublishRequest
+	53, // 62: tabula.v1.Master.BulkStatus:input_type -> tabula.v1.BulkStatusRequest
+	55, // 63: tabula.v1.Master.BulkRollback:input_type -> tabula.v1.BulkRollbackRequest
+	33, // 64: tabula.v1.Master.Stream:input_type -> tabula.v1.StreamRequest
+	13, // 65: tabula.v1.Master.CoprocDeploy:input_type -> tabula.v1.CoprocDeployRequest
+	15, // 66: tabula.v1.Master.CoprocList:input_type -> tabula.v1.CoprocListRequest
+	17, // 67: tabula.v1.Master.CoprocRollback:input_type -> tabula.v1.CoprocRollbackRequest
+	19, // 68: tabula.v1.Master.CoprocFetch:input_type -> tabula.v1.CoprocFetchRequest
+	60, // 69: tabula.v1.TableServer.Get:input_type -> tabula.v1.GetRequest
+	62, // 70: tabula.v1.TableServer.BatchGet:input_type -> tabula.v1.BatchGetRequest
+	64, // 71: tabula.v1.TableServer.Put:input_type -> tabula.v1.PutRequest
+	66, // 72: tabula.v1.TableServer.Delete:input_type -> tabula.v1.DeleteRequest
+	68, // 73: tabula.v1.TableServer.CompareAndSwap:input_type -> tabula.v1.CompareAndSwapRequest
+	71, // 74: tabula.v1.TableServer.BatchWrite:input_type -> tabula.v1.BatchWriteRequest
+	73, // 75: tabula.v1.TableServer.Scan:input_type -> tabula.v1.ScanRequest
+	76, // 76: tabula.v1.TableServer.BulkUpload:input_type -> tabula.v1.BulkUploadRequest
+	77, // 77: tabula.v1.TableServer.BulkUploadStatus:input_type -> tabula.v1.BulkUploadStatusRequest
+	22, // 78: tabula.v1.TableServer.Invoke:input_type -> tabula.v1.InvokeRequest
+	24, // 79: tabula.v1.TableServer.CoprocMerge:input_type -> tabula.v1.CoprocMergeRequest
+	36, // 80: tabula.v1.Master.CreateTable:output_type -> tabula.v1.CreateTableResponse
+	38, // 81: tabula.v1.Master.DropTable:output_type -> tabula.v1.DropTableResponse
+	40, // 82: tabula.v1.Master.ListTables:output_type -> tabula.v1.ListTablesResponse
+	42, // 83: tabula.v1.Master.DescribeTable:output_type -> tabula.v1.DescribeTableResponse
+	44, // 84: tabula.v1.Master.GetPartitionMap:output_type -> tabula.v1.GetPartitionMapResponse
+	46, // 85: tabula.v1.Master.WatchPartitionMap:output_type -> tabula.v1.WatchPartitionMapResponse
+	48, // 86: tabula.v1.Master.RegisterServer:output_type -> tabula.v1.RegisterServerResponse
+	50, // 87: tabula.v1.Master.Heartbeat:output_type -> tabula.v1.HeartbeatResponse
+	58, // 88: tabula.v1.Master.ListServers:output_type -> tabula.v1.ListServersResponse
+	52, // 89: tabula.v1.Master.BulkPublish:output_type -> tabula.v1.BulkPublishResponse
+	54, // 90: tabula.v1.Master.BulkStatus:output_type -> tabula.v1.BulkStatusResponse
+	56, // 91: tabula.v1.Master.BulkRollback:output_type -> tabula.v1.BulkRollbackResponse
+	34, // 92: tabula.v1.Master.Stream:output_type -> tabula.v1.StreamResponse
+	14, // 93: tabula.v1.Master.CoprocDeploy:output_type -> tabula.v1.CoprocDeployResponse
+	16, // 94: tabula.v1.Master.CoprocList:output_type -> tabula.v1.CoprocListResponse
+	18, // 95: tabula.v1.Master.CoprocRollback:output_type -> tabula.v1.CoprocRollbackResponse
+	20, // 96: tabula.v1.Master.CoprocFetch:output_type -> tabula.v1.CoprocFetchResponse
+	61, // 97: tabula.v1.TableServer.Get:output_type -> tabula.v1.GetResponse
+	63, // 98: tabula.v1.TableServer.BatchGet:output_type -> tabula.v1.BatchGetResponse
+	65, // 99: tabula.v1.TableServer.Put:output_type -> tabula.v1.PutResponse
+	67, // 100: tabula.v1.TableServer.Delete:output_type -> tabula.v1.DeleteResponse
+	69, // 101: tabula.v1.TableServer.CompareAndSwap:output_type -> tabula.v1.CompareAndSwapResponse
+	72, // 102: tabula.v1.TableServer.BatchWrite:output_type -> tabula.v1.BatchWriteResponse
+	75, // 103: tabula.v1.TableServer.Scan:output_type -> tabula.v1.ScanResponse
+	78, // 104: tabula.v1.TableServer.BulkUpload:output_type -> tabula.v1.BulkUploadResponse
+	78, // 105: tabula.v1.TableServer.BulkUploadStatus:output_type -> tabula.v1.BulkUploadResponse
+	23, // 106: tabula.v1.TableServer.Invoke:output_type -> tabula.v1.InvokeResponse
+	25, // 107: tabula.v1.TableServer.CoprocMerge:output_type -> tabula.v1.CoprocMergeResponse
+	80, // [80:108] is the sub-list for method output_type
+	52, // [52:80] is the sub-list for method input_type
+	52, // [52:52] is the sub-list for extension type_name
+	52, // [52:52] is the sub-list for extension extendee
+	0,  // [0:52] is the sub-list for field type_name
 }
 
 func init() { file_tabula_proto_init() }
@@ -4584,7 +5708,7 @@ func file_tabula_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tabula_proto_rawDesc), len(file_tabula_proto_rawDesc)),
 			NumEnums:      6,
-			NumMessages:   58,
+			NumMessages:   73,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -40,6 +40,10 @@ const (
 	Master_BulkStatus_FullMethodName        = "/tabula.v1.Master/BulkStatus"
 	Master_BulkRollback_FullMethodName      = "/tabula.v1.Master/BulkRollback"
 	Master_Stream_FullMethodName            = "/tabula.v1.Master/Stream"
+	Master_CoprocDeploy_FullMethodName      = "/tabula.v1.Master/CoprocDeploy"
+	Master_CoprocList_FullMethodName        = "/tabula.v1.Master/CoprocList"
+	Master_CoprocRollback_FullMethodName    = "/tabula.v1.Master/CoprocRollback"
+	Master_CoprocFetch_FullMethodName       = "/tabula.v1.Master/CoprocFetch"
 )
 
 // MasterClient is the client API for Master service.
@@ -68,6 +72,15 @@ type MasterClient interface {
 	// Stream is the stream manager's service (the stream layer's control
 	// plane): see StreamOp.
 	Stream(ctx context.Context, in *StreamRequest, opts ...grpc.CallOption) (*StreamResponse, error)
+	// CoprocDeploy validates a WebAssembly module and registers it as the
+	// next version of a table's coprocessor; the alias "live" moves to it once
+	// every server hosting the table has compiled it.
+	CoprocDeploy(ctx context.Context, in *CoprocDeployRequest, opts ...grpc.CallOption) (*CoprocDeployResponse, error)
+	CoprocList(ctx context.Context, in *CoprocListRequest, opts ...grpc.CallOption) (*CoprocListResponse, error)
+	// CoprocRollback points "live" at another version, compiled everywhere.
+	CoprocRollback(ctx context.Context, in *CoprocRollbackRequest, opts ...grpc.CallOption) (*CoprocRollbackResponse, error)
+	// CoprocFetch returns a version's module (servers compile from it).
+	CoprocFetch(ctx context.Context, in *CoprocFetchRequest, opts ...grpc.CallOption) (*CoprocFetchResponse, error)
 }
 
 type masterClient struct {
@@ -217,6 +230,46 @@ func (c *masterClient) Stream(ctx context.Context, in *StreamRequest, opts ...gr
 	return out, nil
 }
 
+func (c *masterClient) CoprocDeploy(ctx context.Context, in *CoprocDeployRequest, opts ...grpc.CallOption) (*CoprocDeployResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CoprocDeployResponse)
+	err := c.cc.Invoke(ctx, Master_CoprocDeploy_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *masterClient) CoprocList(ctx context.Context, in *CoprocListRequest, opts ...grpc.CallOption) (*CoprocListResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CoprocListResponse)
+	err := c.cc.Invoke(ctx, Master_CoprocList_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *masterClient) CoprocRollback(ctx context.Context, in *CoprocRollbackRequest, opts ...grpc.CallOption) (*CoprocRollbackResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CoprocRollbackResponse)
+	err := c.cc.Invoke(ctx, Master_CoprocRollback_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *masterClient) CoprocFetch(ctx context.Context, in *CoprocFetchRequest, opts ...grpc.CallOption) (*CoprocFetchResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CoprocFetchResponse)
+	err := c.cc.Invoke(ctx, Master_CoprocFetch_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // MasterServer is the server API for Master service.
 // All implementations must embed UnimplementedMasterServer
 // for forward compatibility.
@@ -243,6 +296,15 @@ type MasterServer interface {
 	// Stream is the stream manager's service (the stream layer's control
 	// plane): see StreamOp.
 	Stream(context.Context, *StreamRequest) (*StreamResponse, error)
+	// CoprocDeploy validates a WebAssembly module and registers it as the
+	// next version of a table's coprocessor; the alias "live" moves to it once
+	// every server hosting the table has compiled it.
+	CoprocDeploy(context.Context, *CoprocDeployRequest) (*CoprocDeployResponse, error)
+	CoprocList(context.Context, *CoprocListRequest) (*CoprocListResponse, error)
+	// CoprocRollback points "live" at another version, compiled everywhere.
+	CoprocRollback(context.Context, *CoprocRollbackRequest) (*CoprocRollbackResponse, error)
+	// CoprocFetch returns a version's module (servers compile from it).
+	CoprocFetch(context.Context, *CoprocFetchRequest) (*CoprocFetchResponse, error)
 	mustEmbedUnimplementedMasterServer()
 }
 
@@ -291,6 +353,18 @@ func (UnimplementedMasterServer) BulkRollback(context.Context, *BulkRollbackRequ
 }
 func (UnimplementedMasterServer) Stream(context.Context, *StreamRequest) (*StreamResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Stream not implemented")
+}
+func (UnimplementedMasterServer) CoprocDeploy(context.Context, *CoprocDeployRequest) (*CoprocDeployResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CoprocDeploy not implemented")
+}
+func (UnimplementedMasterServer) CoprocList(context.Context, *CoprocListRequest) (*CoprocListResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CoprocList not implemented")
+}
+func (UnimplementedMasterServer) CoprocRollback(context.Context, *CoprocRollbackRequest) (*CoprocRollbackResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CoprocRollback not implemented")
+}
+func (UnimplementedMasterServer) CoprocFetch(context.Context, *CoprocFetchRequest) (*CoprocFetchResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CoprocFetch not implemented")
 }
 func (UnimplementedMasterServer) mustEmbedUnimplementedMasterServer() {}
 func (UnimplementedMasterServer) testEmbeddedByValue()                {}
@@ -540,6 +614,78 @@ func _Master_Stream_Handler(srv interface{}, ctx context.Context, dec func(inter
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Master_CoprocDeploy_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CoprocDeployRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MasterServer).CoprocDeploy(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Master_CoprocDeploy_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MasterServer).CoprocDeploy(ctx, req.(*CoprocDeployRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Master_CoprocList_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CoprocListRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MasterServer).CoprocList(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Master_CoprocList_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MasterServer).CoprocList(ctx, req.(*CoprocListRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Master_CoprocRollback_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CoprocRollbackRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MasterServer).CoprocRollback(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Master_CoprocRollback_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MasterServer).CoprocRollback(ctx, req.(*CoprocRollbackRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Master_CoprocFetch_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CoprocFetchRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MasterServer).CoprocFetch(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Master_CoprocFetch_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MasterServer).CoprocFetch(ctx, req.(*CoprocFetchRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Master_ServiceDesc is the grpc.ServiceDesc for Master service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -595,6 +741,22 @@ var Master_ServiceDesc = grpc.ServiceDesc{
 			MethodName: "Stream",
 			Handler:    _Master_Stream_Handler,
 		},
+		{
+			MethodName: "CoprocDeploy",
+			Handler:    _Master_CoprocDeploy_Handler,
+		},
+		{
+			MethodName: "CoprocList",
+			Handler:    _Master_CoprocList_Handler,
+		},
+		{
+			MethodName: "CoprocRollback",
+			Handler:    _Master_CoprocRollback_Handler,
+		},
+		{
+			MethodName: "CoprocFetch",
+			Handler:    _Master_CoprocFetch_Handler,
+		},
 	},
 	Streams: []grpc.StreamDesc{
 		{
@@ -616,6 +778,8 @@ const (
 	TableServer_Scan_FullMethodName             = "/tabula.v1.TableServer/Scan"
 	TableServer_BulkUpload_FullMethodName       = "/tabula.v1.TableServer/BulkUpload"
 	TableServer_BulkUploadStatus_FullMethodName = "/tabula.v1.TableServer/BulkUploadStatus"
+	TableServer_Invoke_FullMethodName           = "/tabula.v1.TableServer/Invoke"
+	TableServer_CoprocMerge_FullMethodName      = "/tabula.v1.TableServer/CoprocMerge"
 )
 
 // TableServerClient is the client API for TableServer service.
@@ -638,6 +802,10 @@ type TableServerClient interface {
 	BulkUpload(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[BulkUploadRequest, BulkUploadResponse], error)
 	// BulkUploadStatus says how much of a partition file the server holds.
 	BulkUploadStatus(ctx context.Context, in *BulkUploadStatusRequest, opts ...grpc.CallOption) (*BulkUploadResponse, error)
+	// Invoke runs a coprocessor handler once on this partition.
+	Invoke(ctx context.Context, in *InvokeRequest, opts ...grpc.CallOption) (*InvokeResponse, error)
+	// CoprocMerge runs a module's merge of per-partition outputs.
+	CoprocMerge(ctx context.Context, in *CoprocMergeRequest, opts ...grpc.CallOption) (*CoprocMergeResponse, error)
 }
 
 type tableServerClient struct {
@@ -750,6 +918,26 @@ func (c *tableServerClient) BulkUploadStatus(ctx context.Context, in *BulkUpload
 	return out, nil
 }
 
+func (c *tableServerClient) Invoke(ctx context.Context, in *InvokeRequest, opts ...grpc.CallOption) (*InvokeResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(InvokeResponse)
+	err := c.cc.Invoke(ctx, TableServer_Invoke_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *tableServerClient) CoprocMerge(ctx context.Context, in *CoprocMergeRequest, opts ...grpc.CallOption) (*CoprocMergeResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CoprocMergeResponse)
+	err := c.cc.Invoke(ctx, TableServer_CoprocMerge_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // TableServerServer is the server API for TableServer service.
 // All implementations must embed UnimplementedTableServerServer
 // for forward compatibility.
@@ -770,6 +958,10 @@ type TableServerServer interface {
 	BulkUpload(grpc.ClientStreamingServer[BulkUploadRequest, BulkUploadResponse]) error
 	// BulkUploadStatus says how much of a partition file the server holds.
 	BulkUploadStatus(context.Context, *BulkUploadStatusRequest) (*BulkUploadResponse, error)
+	// Invoke runs a coprocessor handler once on this partition.
+	Invoke(context.Context, *InvokeRequest) (*InvokeResponse, error)
+	// CoprocMerge runs a module's merge of per-partition outputs.
+	CoprocMerge(context.Context, *CoprocMergeRequest) (*CoprocMergeResponse, error)
 	mustEmbedUnimplementedTableServerServer()
 }
 
@@ -806,6 +998,12 @@ func (UnimplementedTableServerServer) BulkUpload(grpc.ClientStreamingServer[Bulk
 }
 func (UnimplementedTableServerServer) BulkUploadStatus(context.Context, *BulkUploadStatusRequest) (*BulkUploadResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method BulkUploadStatus not implemented")
+}
+func (UnimplementedTableServerServer) Invoke(context.Context, *InvokeRequest) (*InvokeResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Invoke not implemented")
+}
+func (UnimplementedTableServerServer) CoprocMerge(context.Context, *CoprocMergeRequest) (*CoprocMergeResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CoprocMerge not implemented")
 }
 func (UnimplementedTableServerServer) mustEmbedUnimplementedTableServerServer() {}
 func (UnimplementedTableServerServer) testEmbeddedByValue()                     {}
@@ -972,6 +1170,42 @@ func _TableServer_BulkUploadStatus_Handler(srv interface{}, ctx context.Context,
 	return interceptor(ctx, in, info, handler)
 }
 
+func _TableServer_Invoke_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(InvokeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TableServerServer).Invoke(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: TableServer_Invoke_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TableServerServer).Invoke(ctx, req.(*InvokeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _TableServer_CoprocMerge_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CoprocMergeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TableServerServer).CoprocMerge(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: TableServer_CoprocMerge_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TableServerServer).CoprocMerge(ctx, req.(*CoprocMergeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // TableServer_ServiceDesc is the grpc.ServiceDesc for TableServer service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1006,6 +1240,14 @@ var TableServer_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "BulkUploadStatus",
 			Handler:    _TableServer_BulkUploadStatus_Handler,
+		},
+		{
+			MethodName: "Invoke",
+			Handler:    _TableServer_Invoke_Handler,
+		},
+		{
+			MethodName: "CoprocMerge",
+			Handler:    _TableServer_CoprocMerge_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

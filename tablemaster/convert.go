@@ -32,6 +32,7 @@ func (t *Table) MapProto(version uint64) *api.PartitionMap {
 		m.Partitions[i] = p.Proto()
 	}
 	m.Bulk = t.BulkInfoProto(false)
+	m.Coprocessors = t.CoprocsProto()
 	return m
 }
 

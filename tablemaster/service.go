@@ -229,6 +229,7 @@ func (m *Master) Heartbeat(_ context.Context, req *api.HeartbeatRequest) (*api.H
 	m.live[req.ServerId] = &liveness{lastHeard: m.opts.Now(), statuses: statuses}
 	m.liveMu.Unlock()
 	m.bulkReports(req.ServerId, statuses)
+	m.coprocReports(req.ServerId, req.CoprocReady)
 	if req.Draining && !srv.Draining {
 		res, next, err := m.propose(Command{Op: OpServerDown, UnixMs: m.opts.Now().UnixMilli(), ServerID: req.ServerId, Draining: true}, nil, nil)
 		if err != nil {

@@ -73,6 +73,9 @@ type Command struct {
 	File        *BulkFile  `json:"file,omitempty"`
 	// StreamCmd is OpStream's stream manager command.
 	StreamCmd *stream.Command `json:"stream_cmd,omitempty"`
+	// Coprocessor commands: the coprocessor's name and the version deployed.
+	Name   string         `json:"name,omitempty"`
+	Coproc *CoprocVersion `json:"coproc,omitempty"`
 }
 
 // Result is what Apply reports about an applied command.
@@ -94,6 +97,8 @@ type Result struct {
 	Held []uint64
 	// Stream is OpStream's stream manager result.
 	Stream stream.Result
+	// Version is the coprocessor version OpCoprocDeploy made (or found).
+	Version uint64
 }
 
 // TableOptions mirror api.TableOptions with the defaults filled in.
@@ -153,6 +158,8 @@ type Table struct {
 	Partitions    []Partition   `json:"partitions"`
 	// Bulk is a bulk table's versions (nil for other kinds).
 	Bulk *BulkState `json:"bulk,omitempty"`
+	// Coprocs are the table's coprocessors by name.
+	Coprocs map[string]*Coproc `json:"coprocs,omitempty"`
 }
 
 // Partition is one hash range [Start, End] of a table and where it lives.
@@ -236,6 +243,7 @@ func (s *State) Clone() *State {
 		t := *v
 		t.Partitions = slices.Clone(v.Partitions)
 		t.Bulk = v.Bulk.clone()
+		t.Coprocs = cloneCoprocs(v.Coprocs)
 		for i := range t.Partitions {
 			t.Partitions[i].Replicas = slices.Clone(t.Partitions[i].Replicas)
 		}
@@ -323,6 +331,12 @@ func (s *State) Apply(cmd Command) (Result, error) {
 		res, err = s.bulkRollback(cmd)
 	case OpStream:
 		res, err = s.applyStream(cmd)
+	case OpCoprocDeploy:
+		res, err = s.coprocDeploy(cmd)
+	case OpCoprocReady:
+		res, err = s.coprocReady(cmd)
+	case OpCoprocRollback:
+		res, err = s.coprocRollback(cmd)
 	default:
 		return Result{}, errInvalid("op", "unknown_command", 0, "unknown command %q", cmd.Op)
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/tabuladb/tabula/api"
+	"github.com/tabuladb/tabula/coproc"
 	"github.com/tabuladb/tabula/engines"
 )
 
@@ -20,6 +21,8 @@ type replica struct {
 	// bulkRetained the versions the map lists for its table.
 	bulk         *bulkPart
 	bulkRetained []uint64
+	// cpart is the partition as coprocessors see it.
+	cpart *coproc.EnginePartition
 }
 
 // hosting is an immutable snapshot of what the server hosts and what it
@@ -135,9 +138,11 @@ func (s *Server) openReplica(t *api.Table, p *api.Partition) (*replica, error) {
 			return nil, err
 		}
 	}
+	info := coproc.PartitionInfo{ID: p.GetId(), Epoch: p.GetEpoch(), Index: int(p.GetIndex()), Count: int(t.GetOptions().GetPartitions()),
+		HashStart: p.GetStart(), HashEnd: p.GetEnd(), Primary: true}
 	if t.GetKind() == api.TableKind_TABLE_KIND_BULK {
 		b := newBulkPart(p.GetId(), int(p.GetIndex()), int(t.GetOptions().GetPartitions()), dir, s.log.With("partition", p.GetId()))
-		return &replica{table: t, part: p, engine: b, bulk: b}, nil
+		return &replica{table: t, part: p, engine: b, bulk: b, cpart: coproc.PartitionFromEngine(b, info, nil)}, nil
 	}
 	e, err := engines.Open(kind, engines.Options{
 		Dir:         dir,
@@ -149,7 +154,7 @@ func (s *Server) openReplica(t *api.Table, p *api.Partition) (*replica, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open %s engine for partition %d: %w", kind, p.GetId(), err)
 	}
-	r := &replica{table: t, part: p, engine: e}
+	r := &replica{table: t, part: p, engine: e, cpart: coproc.PartitionFromEngine(e, info, nil)}
 	r.writer, _ = e.(engines.Writer)
 	r.batch, _ = e.(engines.BatchGetter)
 	return r, nil

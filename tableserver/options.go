@@ -3,6 +3,7 @@ package tableserver
 import (
 	"errors"
 	"log/slog"
+	"path/filepath"
 	"time"
 )
 
@@ -28,6 +29,9 @@ type Options struct {
 	// DrainTimeout bounds how long Drain waits for in-flight requests.
 	// Default 5s.
 	DrainTimeout time.Duration
+	// CoprocCacheDir keeps coprocessors' compiled machine code across
+	// restarts. Default <DataDir>/coproc-cache. Servers may share one.
+	CoprocCacheDir string
 	// ScrubInterval is the pause between the extent node's background
 	// passes re-verifying every block of every extent replica. Default 10
 	// minutes; negative turns the scrubber off.
@@ -71,6 +75,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
+	}
+	if o.CoprocCacheDir == "" {
+		o.CoprocCacheDir = filepath.Join(o.DataDir, "coproc-cache")
 	}
 	switch {
 	case o.ScrubInterval == 0:

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/tabuladb/tabula/api"
+	"github.com/tabuladb/tabula/coproc"
 	"github.com/tabuladb/tabula/internal/dirlock"
 	"github.com/tabuladb/tabula/replication/stream"
 )
@@ -44,6 +45,8 @@ type Server struct {
 	// extents is the server's extent node of the stream layer, served on
 	// the same gRPC server.
 	extents *stream.Node
+	// cp runs the coprocessors of hosted tables.
+	cp *coprocs
 
 	masters []*grpc.ClientConn
 	// masterIdx is the master tried first; moves on UNAVAILABLE.
@@ -116,6 +119,14 @@ func Open(opts Options) (*Server, error) {
 	}
 	s.extents = node
 	node.Register(s.grpc)
+	rt, err := coproc.New(context.Background(), coproc.Options{
+		CacheDir: opts.CoprocCacheDir,
+		Logger:   opts.Logger.With("part", "coproc"),
+	})
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("tableserver: start the coprocessor runtime: %w", err), node.Close(), s.closeMasters(), lock.Unlock())
+	}
+	s.cp = &coprocs{rt: rt, state: map[coproc.ModuleKey]error{}}
 	return s, nil
 }
 
@@ -317,10 +328,12 @@ var errReregister = errors.New("tableserver: master asks to register again")
 func (s *Server) heartbeat(draining bool) error {
 	ctx, cancel := context.WithTimeout(s.ctx, time.Duration(s.leaseNS.Load()))
 	defer cancel()
+	h := s.hosting.Load()
 	req := &api.HeartbeatRequest{
-		ServerId: s.id(),
-		Replicas: s.hosting.Load().status(s.id()),
-		Draining: draining,
+		ServerId:    s.id(),
+		Replicas:    h.status(s.id()),
+		Draining:    draining,
+		CoprocReady: s.coprocReady(h),
 	}
 	return s.withMaster(ctx, func(mc api.MasterClient) error {
 		resp, err := mc.Heartbeat(ctx, req)
@@ -373,6 +386,7 @@ func (s *Server) apply(resp *api.WatchPartitionMapResponse) {
 	start := time.Now()
 	h, gone := s.reconcile(old, resp)
 	s.hosting.Store(h)
+	s.syncCoprocs(h)
 	if f := s.opts.OnMapApplied; f != nil {
 		defer func() { f(resp.GetVersion(), time.Since(start)) }()
 	}
@@ -443,6 +457,9 @@ func (s *Server) Close() error {
 				errs = append(errs, fmt.Errorf("close partition %d: %w", r.part.GetId(), err))
 			}
 		}
+		cctx, ccancel := context.WithTimeout(context.Background(), 5*time.Second)
+		errs = append(errs, s.cp.rt.Close(cctx))
+		ccancel()
 		errs = append(errs, s.extents.Close(), s.closeMasters(), s.lock.Unlock())
 		s.closeErr = errors.Join(errs...)
 	})

@@ -230,4 +230,3 @@ func extentCmd(g *globals) *cobra.Command {
 	})
 	return cmd
 }
-

@@ -1,0 +1,225 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/tabuladb/tabula/api"
+	"github.com/tabuladb/tabula/internal/keyspace"
+)
+
+// Invocation says where and how a coprocessor handler runs: on one key, a
+// batch of keys (one call per partition, in parallel), or every partition
+// (All); the per-partition outputs of a batch or All call are combined by
+// the module's "<method>__merge" export on a server (concatenated in
+// partition order when the module has none).
+type Invocation struct {
+	// Keys: one key is a point call; several are a batch call.
+	Keys [][]byte
+	// All runs the handler once on every partition (scatter-gather).
+	All bool
+	// Input is handed to every call.
+	Input []byte
+	// Version runs a given version instead of the live one.
+	Version uint64
+	// IdempotencyToken makes a write handler apply once: a retried call
+	// with the same token returns the first result. Point calls only (a
+	// batch's partitions each get the token with their index appended).
+	IdempotencyToken string
+	// Timeout bounds each guest call (0: the server's default, 1 s).
+	Timeout time.Duration
+	// AllowPartial returns the merge of the partitions that answered when
+	// some fail (All and batch calls), instead of an error.
+	AllowPartial bool
+}
+
+// Invoke runs coprocessor name's method next to the data and returns its
+// output (merged across partitions for batch and All calls).
+func (t *Table) Invoke(ctx context.Context, name, method string, inv Invocation) ([]byte, error) {
+	const op = "invoke on"
+	if t.err != nil {
+		return nil, t.errf(op, t.err)
+	}
+	if err := api.ValidateName("name", name); err != nil {
+		return nil, t.errf(op, err)
+	}
+	if !inv.All && len(inv.Keys) == 0 {
+		return nil, t.errf(op, api.InvalidArgument("keys", "no_target", 0, "give keys or All"))
+	}
+	hashes := make([]uint64, len(inv.Keys))
+	for i, k := range inv.Keys {
+		if err := api.ValidateKey("keys", k); err != nil {
+			return nil, t.errf(op, fmt.Errorf("key %d: %w", i, err))
+		}
+		hashes[i] = keyspace.Hash(k)
+	}
+	ctx, _, cancel := t.c.callCtx(ctx, true)
+	defer cancel()
+	m, err := t.ts.current(ctx)
+	if err != nil {
+		return nil, t.errf(op, err)
+	}
+	var timeoutMs uint32
+	if inv.Timeout > 0 {
+		timeoutMs = uint32(max(1, inv.Timeout.Milliseconds()))
+	}
+	call := func(pick pickFunc, keys [][]byte, token string) ([]byte, error) {
+		var out []byte
+		err := t.do(ctx, op, true, pick, func(ctx context.Context, ts api.TableServerClient, h *api.RequestHeader) error {
+			resp, err := ts.Invoke(ctx, &api.InvokeRequest{Header: h, Name: name, Version: inv.Version, Method: method,
+				Input: inv.Input, Keys: keys, IdempotencyToken: token, TimeoutMs: timeoutMs})
+			if err != nil {
+				return err
+			}
+			out = resp.GetOutput()
+			return nil
+		})
+		return out, err
+	}
+	if !inv.All && len(inv.Keys) == 1 {
+		return call(pickHash(hashes[0]), inv.Keys, inv.IdempotencyToken)
+	}
+	// Batch: the keys grouped by partition; All: every partition.
+	var groups [][]int
+	var picks []pickFunc
+	if inv.All {
+		for _, p := range m.GetPartitions() {
+			picks = append(picks, pickHash(p.GetStart()))
+			groups = append(groups, nil)
+		}
+	} else {
+		idx := make([]int, len(inv.Keys))
+		for i := range idx {
+			idx[i] = i
+		}
+		for _, g := range group(m, hashes, idx) {
+			groups = append(groups, g)
+			picks = append(picks, pickGroup(hashes, g))
+		}
+	}
+	partials := make([][]byte, len(groups))
+	errs := make([]error, len(groups))
+	_ = runParallel(len(groups), func(i int) error {
+		keys := make([][]byte, len(groups[i]))
+		for j, k := range groups[i] {
+			keys[j] = inv.Keys[k]
+		}
+		token := ""
+		if inv.IdempotencyToken != "" {
+			token = fmt.Sprintf("%s/%d", inv.IdempotencyToken, i)
+		}
+		partials[i], errs[i] = call(picks[i], keys, token)
+		return errs[i]
+	})
+	var ok [][]byte
+	var failed []error
+	for i, err := range errs {
+		if err != nil {
+			failed = append(failed, err)
+			continue
+		}
+		ok = append(ok, partials[i])
+	}
+	if len(failed) > 0 && (!inv.AllowPartial || len(ok) == 0) {
+		return nil, fmt.Errorf("client: invoke %s.%s on %q: %d of %d partition calls failed: %w", name, method, t.name, len(failed), len(groups), errors.Join(failed...))
+	}
+	if len(ok) == 1 {
+		return ok[0], nil
+	}
+	// Merge on a server (any partition's: they all compiled the module).
+	var out []byte
+	err = t.do(ctx, "merge on", true, pickHash(0), func(ctx context.Context, ts api.TableServerClient, h *api.RequestHeader) error {
+		resp, err := ts.CoprocMerge(ctx, &api.CoprocMergeRequest{Header: h, Name: name, Version: inv.Version, Method: method, Partials: ok})
+		if err != nil {
+			return err
+		}
+		out = resp.GetOutput()
+		return nil
+	})
+	if api.DetailOf(err).GetReason() == "unknown_method" {
+		// No merge export: the partitions' outputs in partition order.
+		var cat []byte
+		for _, p := range ok {
+			cat = append(cat, p...)
+		}
+		return cat, nil
+	}
+	return out, err
+}
+
+// DeployCoproc registers the WebAssembly module in file wasmPath as the
+// next version of the table's coprocessor name and returns its version.
+// The live alias moves to it once every server hosting the table has
+// compiled it; WaitCoprocLive waits for that.
+func (t *Table) DeployCoproc(ctx context.Context, name, wasmPath string) (uint64, error) {
+	wasm, err := os.ReadFile(wasmPath)
+	if err != nil {
+		return 0, fmt.Errorf("client: deploy %s: %w", name, err)
+	}
+	return t.DeployCoprocBytes(ctx, name, wasm)
+}
+
+// DeployCoprocBytes is DeployCoproc of module bytes.
+func (t *Table) DeployCoprocBytes(ctx context.Context, name string, wasm []byte) (uint64, error) {
+	if t.err != nil {
+		return 0, t.errf("deploy to", t.err)
+	}
+	var resp *api.CoprocDeployResponse
+	err := t.c.masterCall(ctx, fmt.Sprintf("client: deploy coprocessor %q to %q", name, t.name), func(ctx context.Context, mc api.MasterClient) error {
+		var err error
+		resp, err = mc.CoprocDeploy(ctx, &api.CoprocDeployRequest{Tenant: t.c.opts.Tenant, Table: t.name, Name: name, Wasm: wasm})
+		return err
+	})
+	if err != nil {
+		return 0, err
+	}
+	return resp.GetVersion(), nil
+}
+
+// Coprocs lists the table's coprocessors and their versions.
+func (t *Table) Coprocs(ctx context.Context) ([]*api.Coprocessor, error) {
+	if t.err != nil {
+		return nil, t.errf("list coprocessors of", t.err)
+	}
+	var resp *api.CoprocListResponse
+	err := t.c.masterCall(ctx, fmt.Sprintf("client: list coprocessors of %q", t.name), func(ctx context.Context, mc api.MasterClient) error {
+		var err error
+		resp, err = mc.CoprocList(ctx, &api.CoprocListRequest{Tenant: t.c.opts.Tenant, Table: t.name})
+		return err
+	})
+	return resp.GetCoprocessors(), err
+}
+
+// WaitCoprocLive waits until coprocessor name's live version is at least
+// version, then refreshes the cached map so invocations use it.
+func (t *Table) WaitCoprocLive(ctx context.Context, name string, version uint64) error {
+	for attempt := 0; ; attempt++ {
+		cs, err := t.Coprocs(ctx)
+		if err != nil {
+			return err
+		}
+		for _, c := range cs {
+			if c.GetName() == name && c.GetLive() >= version {
+				_, err := t.ts.refresh(ctx)
+				return err
+			}
+		}
+		if !sleepCtx(ctx, t.c.jitter.backoff(attempt, 20*time.Millisecond, 500*time.Millisecond)) {
+			return fmt.Errorf("client: coprocessor %q version %d of %q is not live: %w", name, version, t.name, ctx.Err())
+		}
+	}
+}
+
+// RollbackCoproc points coprocessor name's live alias at version.
+func (t *Table) RollbackCoproc(ctx context.Context, name string, version uint64) error {
+	if t.err != nil {
+		return t.errf("roll back coprocessor of", t.err)
+	}
+	return t.c.masterCall(ctx, fmt.Sprintf("client: roll back coprocessor %q of %q", name, t.name), func(ctx context.Context, mc api.MasterClient) error {
+		_, err := mc.CoprocRollback(ctx, &api.CoprocRollbackRequest{Tenant: t.c.opts.Tenant, Table: t.name, Name: name, Version: version})
+		return err
+	})
+}

@@ -1,0 +1,225 @@
+package tablemaster
+
+import (
+	"slices"
+
+	"github.com/tabuladb/tabula/api"
+)
+
+// Coprocessors (DESIGN §8). A deploy stores the module under its SHA-256 in
+// the master's data directory (coprocstore.go) and records it as the next
+// version of the table's coprocessor (OpCoprocDeploy). Servers hosting the
+// table fetch and compile it in the background and report it in
+// heartbeats (OpCoprocReady); once every hosting server has, the alias
+// "live" moves to it if it is the newest. Rollback points live at another
+// version compiled everywhere.
+
+// Ops of coprocessors.
+const (
+	// OpCoprocDeploy registers Coproc (SHA-256, size, methods) as a new
+	// version of coprocessor Name of Tenant/Table (the same bytes again:
+	// no change).
+	OpCoprocDeploy Op = "coproc_deploy"
+	// OpCoprocReady records that ServerID compiled Name's Version.
+	OpCoprocReady Op = "coproc_ready"
+	// OpCoprocRollback points Name's live alias at Version.
+	OpCoprocRollback Op = "coproc_rollback"
+)
+
+// Limits of coprocessors.
+const (
+	// MaxCoprocVersions is how many versions of one coprocessor are kept;
+	// a deploy beyond it drops the oldest version that is not live.
+	MaxCoprocVersions = 16
+	// MaxCoprocsPerTable bounds the coprocessors of a table.
+	MaxCoprocsPerTable = 64
+)
+
+// Coproc is one named coprocessor of a table.
+type Coproc struct {
+	Live     uint64          `json:"live,omitempty"`
+	Next     uint64          `json:"next"`
+	Versions []CoprocVersion `json:"versions"`
+}
+
+// CoprocVersion is one deployed module.
+type CoprocVersion struct {
+	Version       uint64   `json:"version"`
+	SHA256        string   `json:"sha256"`
+	Size          uint64   `json:"size"`
+	CreatedUnixMs int64    `json:"created_unix_ms,omitempty"`
+	Methods       []string `json:"methods,omitempty"`
+	Writes        bool     `json:"writes,omitempty"`
+	// ReadyOn lists the servers that compiled it, sorted.
+	ReadyOn []string `json:"ready_on,omitempty"`
+}
+
+func cloneCoprocs(m map[string]*Coproc) map[string]*Coproc {
+	if m == nil {
+		return nil
+	}
+	out := make(map[string]*Coproc, len(m))
+	for k, c := range m {
+		cc := *c
+		cc.Versions = slices.Clone(c.Versions)
+		for i := range cc.Versions {
+			cc.Versions[i].ReadyOn = slices.Clone(cc.Versions[i].ReadyOn)
+			cc.Versions[i].Methods = slices.Clone(cc.Versions[i].Methods)
+		}
+		out[k] = &cc
+	}
+	return out
+}
+
+// hosts lists the servers hosting t's partitions, sorted.
+func (t *Table) hosts() []string {
+	var out []string
+	for _, p := range t.Partitions {
+		for _, r := range p.Replicas {
+			if !slices.Contains(out, r.ServerID) {
+				out = append(out, r.ServerID)
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// readyEverywhere reports whether every server hosting t has compiled v.
+func (t *Table) readyEverywhere(v *CoprocVersion) bool {
+	hosts := t.hosts()
+	if len(hosts) == 0 {
+		return false
+	}
+	for _, h := range hosts {
+		if !slices.Contains(v.ReadyOn, h) {
+			return false
+		}
+	}
+	return true
+}
+
+func (c *Coproc) version(v uint64) int {
+	return slices.IndexFunc(c.Versions, func(x CoprocVersion) bool { return x.Version == v })
+}
+
+func (s *State) coprocTable(cmd Command) (*Table, error) {
+	if err := errValidateName("tenant", cmd.Tenant); err != nil {
+		return nil, err
+	}
+	if err := errValidateName("table", cmd.Table); err != nil {
+		return nil, err
+	}
+	if err := errValidateName("name", cmd.Name); err != nil {
+		return nil, err
+	}
+	return s.Table(cmd.Tenant, cmd.Table)
+}
+
+func (s *State) coprocDeploy(cmd Command) (Result, error) {
+	t, err := s.coprocTable(cmd)
+	if err != nil {
+		return Result{}, err
+	}
+	v := cmd.Coproc
+	if v == nil || len(v.SHA256) != 64 || v.Size == 0 {
+		return Result{}, errInvalid("coproc", "coproc_missing", 0, "the module's sha256 and size are missing")
+	}
+	c := t.Coprocs[cmd.Name]
+	if c == nil {
+		if len(t.Coprocs) >= MaxCoprocsPerTable {
+			return Result{}, errInvalid("name", "too_many_coprocessors", MaxCoprocsPerTable, "table %s/%s has %d coprocessors; the limit is %d", t.Tenant, t.Name, len(t.Coprocs), MaxCoprocsPerTable)
+		}
+		c = &Coproc{Next: 1}
+	} else if k := slices.IndexFunc(c.Versions, func(x CoprocVersion) bool { return x.SHA256 == v.SHA256 }); k >= 0 {
+		return Result{Changed: false, Version: c.Versions[k].Version}, nil
+	}
+	// Validation is over: mutate.
+	if t.Coprocs == nil {
+		t.Coprocs = map[string]*Coproc{}
+	}
+	t.Coprocs[cmd.Name] = c
+	nv := CoprocVersion{Version: c.Next, SHA256: v.SHA256, Size: v.Size, CreatedUnixMs: cmd.UnixMs, Methods: slices.Clone(v.Methods), Writes: v.Writes}
+	c.Next++
+	c.Versions = append(c.Versions, nv)
+	for len(c.Versions) > MaxCoprocVersions {
+		k := slices.IndexFunc(c.Versions, func(x CoprocVersion) bool { return x.Version != c.Live })
+		c.Versions = slices.Delete(c.Versions, k, k+1)
+	}
+	return Result{Changed: true, Version: nv.Version}, nil
+}
+
+func (s *State) coprocReady(cmd Command) (Result, error) {
+	t, err := s.coprocTable(cmd)
+	if err != nil {
+		return Result{}, err
+	}
+	c := t.Coprocs[cmd.Name]
+	if c == nil {
+		return Result{}, nil // dropped meanwhile
+	}
+	k := c.version(cmd.Version)
+	if k < 0 || slices.Contains(c.Versions[k].ReadyOn, cmd.ServerID) {
+		return Result{}, nil
+	}
+	v := &c.Versions[k]
+	v.ReadyOn = append(v.ReadyOn, cmd.ServerID)
+	slices.Sort(v.ReadyOn)
+	if v.Version > c.Live && t.readyEverywhere(v) {
+		c.Live = v.Version
+	}
+	return Result{Changed: true}, nil
+}
+
+func (s *State) coprocRollback(cmd Command) (Result, error) {
+	t, err := s.coprocTable(cmd)
+	if err != nil {
+		return Result{}, err
+	}
+	c := t.Coprocs[cmd.Name]
+	if c == nil {
+		return Result{}, errCode(ErrInvalidArgument, api.ErrorCode_ERROR_CODE_NOT_FOUND, "coprocessor_not_found", "table %s/%s has no coprocessor %q", t.Tenant, t.Name, cmd.Name)
+	}
+	k := c.version(cmd.Version)
+	if k < 0 {
+		return Result{}, errCode(ErrInvalidArgument, api.ErrorCode_ERROR_CODE_NOT_FOUND, "coproc_version_not_found", "coprocessor %q has no version %d", cmd.Name, cmd.Version)
+	}
+	if !t.readyEverywhere(&c.Versions[k]) {
+		return Result{}, errCode(ErrInvalidArgument, api.ErrorCode_ERROR_CODE_UNAVAILABLE, "coproc_not_ready", "version %d of %q is not compiled on every server hosting %s/%s yet", cmd.Version, cmd.Name, t.Tenant, t.Name)
+	}
+	if c.Live == cmd.Version {
+		return Result{}, nil
+	}
+	c.Live = cmd.Version
+	return Result{Changed: true}, nil
+}
+
+// CoprocsProto returns t's coprocessors as wire messages, by name.
+func (t *Table) CoprocsProto() []*api.Coprocessor {
+	if len(t.Coprocs) == 0 {
+		return nil
+	}
+	hosts := t.hosts()
+	names := make([]string, 0, len(t.Coprocs))
+	for n := range t.Coprocs {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	out := make([]*api.Coprocessor, 0, len(names))
+	for _, n := range names {
+		c := t.Coprocs[n]
+		pc := &api.Coprocessor{Name: n, Live: c.Live, Servers: uint32(len(hosts))}
+		for _, v := range c.Versions {
+			ready := 0
+			for _, h := range hosts {
+				if slices.Contains(v.ReadyOn, h) {
+					ready++
+				}
+			}
+			pc.Versions = append(pc.Versions, &api.CoprocVersion{Version: v.Version, Sha256: v.SHA256, Size: v.Size,
+				CreatedUnixMs: v.CreatedUnixMs, ReadyServers: uint32(ready), Methods: v.Methods, Writes: v.Writes})
+		}
+		out = append(out, pc)
+	}
+	return out
+}
