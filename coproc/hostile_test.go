@@ -79,14 +79,16 @@ func TestRunawayStoppedAtDeadline(t *testing.T) {
 					}
 				}
 				// The test machine is shared (2 cores, often loaded), so a
-				// measurement that fails is repeated; the median must be
-				// within 5 ms and no call may run on unbounded.
+				// measurement that fails is repeated, and the limits are on
+				// top of the machine's own floor measured alongside (how
+				// late a native Go loop stops): the median must be within
+				// 5 ms of it and no call may run on unbounded.
 				const limit, bound = 5 * time.Millisecond, 50 * time.Millisecond
 				for attempt := 1; ; attempt++ {
 					p50, worst := measure(guest, warm)
 					b50, bworst := measure(native, func() {})
 					t.Logf("%s gc=%v: stopped after the deadline by p50 %v, worst %v (a native Go loop: %v, %v)", method, gc, p50, worst, b50, bworst)
-					if p50 <= limit && worst <= bound || raceEnabled {
+					if p50 <= limit+b50 && worst <= bound+bworst || raceEnabled {
 						break
 					}
 					if attempt == 3 {
