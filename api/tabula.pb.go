@@ -303,33 +303,42 @@ const (
 	StreamOp_STREAM_OP_REPORT_CORRUPT StreamOp = 8
 	// The extent nodes: json is a list of nodes.
 	StreamOp_STREAM_OP_NODES StreamOp = 9
+	// Fragment `index` of coded `extent` on `node` failed a checksum.
+	StreamOp_STREAM_OP_REPORT_CORRUPT_FRAGMENT StreamOp = 10
+	// Set `stream`'s coding policy to `code` ("lrc-12-2-2", or "" for
+	// none): its sealed extents get erasure coded.
+	StreamOp_STREAM_OP_SET_CODE StreamOp = 11
 )
 
 // Enum value maps for StreamOp.
 var (
 	StreamOp_name = map[int32]string{
-		0: "STREAM_OP_UNSPECIFIED",
-		1: "STREAM_OP_CREATE",
-		2: "STREAM_OP_DELETE",
-		3: "STREAM_OP_LIST",
-		4: "STREAM_OP_GET",
-		5: "STREAM_OP_EXTENT",
-		6: "STREAM_OP_OPEN_WRITER",
-		7: "STREAM_OP_SEAL_AND_ALLOCATE",
-		8: "STREAM_OP_REPORT_CORRUPT",
-		9: "STREAM_OP_NODES",
+		0:  "STREAM_OP_UNSPECIFIED",
+		1:  "STREAM_OP_CREATE",
+		2:  "STREAM_OP_DELETE",
+		3:  "STREAM_OP_LIST",
+		4:  "STREAM_OP_GET",
+		5:  "STREAM_OP_EXTENT",
+		6:  "STREAM_OP_OPEN_WRITER",
+		7:  "STREAM_OP_SEAL_AND_ALLOCATE",
+		8:  "STREAM_OP_REPORT_CORRUPT",
+		9:  "STREAM_OP_NODES",
+		10: "STREAM_OP_REPORT_CORRUPT_FRAGMENT",
+		11: "STREAM_OP_SET_CODE",
 	}
 	StreamOp_value = map[string]int32{
-		"STREAM_OP_UNSPECIFIED":       0,
-		"STREAM_OP_CREATE":            1,
-		"STREAM_OP_DELETE":            2,
-		"STREAM_OP_LIST":              3,
-		"STREAM_OP_GET":               4,
-		"STREAM_OP_EXTENT":            5,
-		"STREAM_OP_OPEN_WRITER":       6,
-		"STREAM_OP_SEAL_AND_ALLOCATE": 7,
-		"STREAM_OP_REPORT_CORRUPT":    8,
-		"STREAM_OP_NODES":             9,
+		"STREAM_OP_UNSPECIFIED":             0,
+		"STREAM_OP_CREATE":                  1,
+		"STREAM_OP_DELETE":                  2,
+		"STREAM_OP_LIST":                    3,
+		"STREAM_OP_GET":                     4,
+		"STREAM_OP_EXTENT":                  5,
+		"STREAM_OP_OPEN_WRITER":             6,
+		"STREAM_OP_SEAL_AND_ALLOCATE":       7,
+		"STREAM_OP_REPORT_CORRUPT":          8,
+		"STREAM_OP_NODES":                   9,
+		"STREAM_OP_REPORT_CORRUPT_FRAGMENT": 10,
+		"STREAM_OP_SET_CODE":                11,
 	}
 )
 
@@ -2516,12 +2525,16 @@ func (x *ErrorDetail) GetCurrentVersion() uint64 {
 }
 
 type StreamRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Op            StreamOp               `protobuf:"varint,1,opt,name=op,proto3,enum=tabula.v1.StreamOp" json:"op,omitempty"`
-	Stream        string                 `protobuf:"bytes,2,opt,name=stream,proto3" json:"stream,omitempty"`
-	Extent        uint64                 `protobuf:"varint,3,opt,name=extent,proto3" json:"extent,omitempty"`
-	Epoch         uint64                 `protobuf:"varint,4,opt,name=epoch,proto3" json:"epoch,omitempty"`
-	Node          string                 `protobuf:"bytes,5,opt,name=node,proto3" json:"node,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Op     StreamOp               `protobuf:"varint,1,opt,name=op,proto3,enum=tabula.v1.StreamOp" json:"op,omitempty"`
+	Stream string                 `protobuf:"bytes,2,opt,name=stream,proto3" json:"stream,omitempty"`
+	Extent uint64                 `protobuf:"varint,3,opt,name=extent,proto3" json:"extent,omitempty"`
+	Epoch  uint64                 `protobuf:"varint,4,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Node   string                 `protobuf:"bytes,5,opt,name=node,proto3" json:"node,omitempty"`
+	// REPORT_CORRUPT_FRAGMENT: the fragment's index.
+	Index int32 `protobuf:"varint,6,opt,name=index,proto3" json:"index,omitempty"`
+	// CREATE and SET_CODE: the coding policy.
+	Code          string `protobuf:"bytes,7,opt,name=code,proto3" json:"code,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2587,6 +2600,20 @@ func (x *StreamRequest) GetEpoch() uint64 {
 func (x *StreamRequest) GetNode() string {
 	if x != nil {
 		return x.Node
+	}
+	return ""
+}
+
+func (x *StreamRequest) GetIndex() int32 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *StreamRequest) GetCode() string {
+	if x != nil {
+		return x.Code
 	}
 	return ""
 }
@@ -5246,13 +5273,15 @@ const file_tabula_proto_rawDesc = "" +
 	"\x05limit\x18\a \x01(\x04R\x05limit\x12\x1f\n" +
 	"\vmap_version\x18\b \x01(\x04R\n" +
 	"mapVersion\x12'\n" +
-	"\x0fcurrent_version\x18\t \x01(\x04R\x0ecurrentVersion\"\x8e\x01\n" +
+	"\x0fcurrent_version\x18\t \x01(\x04R\x0ecurrentVersion\"\xb8\x01\n" +
 	"\rStreamRequest\x12#\n" +
 	"\x02op\x18\x01 \x01(\x0e2\x13.tabula.v1.StreamOpR\x02op\x12\x16\n" +
 	"\x06stream\x18\x02 \x01(\tR\x06stream\x12\x16\n" +
 	"\x06extent\x18\x03 \x01(\x04R\x06extent\x12\x14\n" +
 	"\x05epoch\x18\x04 \x01(\x04R\x05epoch\x12\x12\n" +
-	"\x04node\x18\x05 \x01(\tR\x04node\"$\n" +
+	"\x04node\x18\x05 \x01(\tR\x04node\x12\x14\n" +
+	"\x05index\x18\x06 \x01(\x05R\x05index\x12\x12\n" +
+	"\x04code\x18\a \x01(\tR\x04code\"$\n" +
 	"\x0eStreamResponse\x12\x12\n" +
 	"\x04json\x18\x01 \x01(\fR\x04json\"\x9d\x01\n" +
 	"\x12CreateTableRequest\x12\x16\n" +
@@ -5437,7 +5466,7 @@ const file_tabula_proto_rawDesc = "" +
 	"\x15ERROR_CODE_WRONG_KIND\x10\b\x12\x1c\n" +
 	"\x18ERROR_CODE_UNIMPLEMENTED\x10\t\x12\x1b\n" +
 	"\x17ERROR_CODE_VERSION_GONE\x10\n" +
-	"*\xfd\x01\n" +
+	"*\xbc\x02\n" +
 	"\bStreamOp\x12\x19\n" +
 	"\x15STREAM_OP_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10STREAM_OP_CREATE\x10\x01\x12\x14\n" +
@@ -5448,7 +5477,10 @@ const file_tabula_proto_rawDesc = "" +
 	"\x15STREAM_OP_OPEN_WRITER\x10\x06\x12\x1f\n" +
 	"\x1bSTREAM_OP_SEAL_AND_ALLOCATE\x10\a\x12\x1c\n" +
 	"\x18STREAM_OP_REPORT_CORRUPT\x10\b\x12\x13\n" +
-	"\x0fSTREAM_OP_NODES\x10\t2\xd0\n" +
+	"\x0fSTREAM_OP_NODES\x10\t\x12%\n" +
+	"!STREAM_OP_REPORT_CORRUPT_FRAGMENT\x10\n" +
+	"\x12\x16\n" +
+	"\x12STREAM_OP_SET_CODE\x10\v2\xd0\n" +
 	"\n" +
 	"\x06Master\x12L\n" +
 	"\vCreateTable\x12\x1d.tabula.v1.CreateTableRequest\x1a\x1e.tabula.v1.CreateTableResponse\x12F\n" +

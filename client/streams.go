@@ -16,7 +16,10 @@ import (
 // append to and read streams through it. Safe for concurrent use.
 type Streams struct{ c *Client }
 
-var _ stream.ManagerClient = Streams{}
+var (
+	_ stream.ManagerClient    = Streams{}
+	_ stream.FragmentReporter = Streams{}
+)
 
 // Streams returns the cluster's stream manager.
 func (c *Client) Streams() Streams { return Streams{c} }
@@ -41,11 +44,22 @@ func (s Streams) call(ctx context.Context, req *api.StreamRequest, out any) erro
 	return nil
 }
 
-// Create makes the empty stream name.
-func (s Streams) Create(ctx context.Context, name string) (stream.StreamInfo, error) {
+// Create makes the empty stream name; code, when not empty, is its coding
+// policy (stream.CodeLRC12: sealed extents are erasure coded).
+func (s Streams) Create(ctx context.Context, name, code string) (stream.StreamInfo, error) {
 	var info stream.StreamInfo
-	err := s.call(ctx, &api.StreamRequest{Op: api.StreamOp_STREAM_OP_CREATE, Stream: name}, &info)
+	err := s.call(ctx, &api.StreamRequest{Op: api.StreamOp_STREAM_OP_CREATE, Stream: name, Code: code}, &info)
 	return info, err
+}
+
+// SetCode sets the stream's coding policy ("" for none).
+func (s Streams) SetCode(ctx context.Context, name, code string) error {
+	return s.call(ctx, &api.StreamRequest{Op: api.StreamOp_STREAM_OP_SET_CODE, Stream: name, Code: code}, nil)
+}
+
+// ReportCorruptFragment implements stream.FragmentReporter.
+func (s Streams) ReportCorruptFragment(ctx context.Context, extent uint64, index int, node string) error {
+	return s.call(ctx, &api.StreamRequest{Op: api.StreamOp_STREAM_OP_REPORT_CORRUPT_FRAGMENT, Extent: extent, Index: int32(index), Node: node}, nil)
 }
 
 // Delete removes the stream name; extents no stream references are

@@ -157,7 +157,7 @@ func (m *Master) Stream(ctx context.Context, req *api.StreamRequest) (*api.Strea
 	d := m.streamDriver
 	switch req.Op {
 	case api.StreamOp_STREAM_OP_CREATE:
-		_, err = d.Apply(ctx, stream.Command{Op: stream.OpCreateStream, Stream: req.Stream})
+		_, err = d.Apply(ctx, stream.Command{Op: stream.OpCreateStream, Stream: req.Stream, Code: req.Code})
 		if err == nil {
 			out, err = d.Stream(ctx, req.Stream)
 		}
@@ -208,6 +208,14 @@ func (m *Master) Stream(ctx context.Context, req *api.StreamRequest) (*api.Strea
 		out = struct{}{}
 	case api.StreamOp_STREAM_OP_NODES:
 		out = m.State().StreamManager().Nodes()
+	case api.StreamOp_STREAM_OP_REPORT_CORRUPT_FRAGMENT:
+		err = d.ReportCorruptFragment(ctx, req.Extent, int(req.Index), req.Node)
+		out = struct{}{}
+	case api.StreamOp_STREAM_OP_SET_CODE:
+		_, err = d.Apply(ctx, stream.Command{Op: stream.OpSetCode, Stream: req.Stream, Code: req.Code})
+		if err == nil {
+			out, err = d.Stream(ctx, req.Stream)
+		}
 	default:
 		return nil, errInvalid("op", "stream_op_invalid", 0, "unknown stream op %v", req.Op)
 	}

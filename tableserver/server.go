@@ -112,7 +112,10 @@ func Open(opts Options) (*Server, error) {
 		Dir:           filepath.Join(opts.DataDir, "extents"),
 		ScrubInterval: opts.ScrubInterval,
 		OnCorrupt:     s.reportCorrupt,
-		Logger:        opts.Logger.With("part", "extent-node"),
+		OnCorruptFragment: func(extent uint64, index int, cause error) {
+			s.reportStream("fragment", &api.StreamRequest{Op: api.StreamOp_STREAM_OP_REPORT_CORRUPT_FRAGMENT, Extent: extent, Index: int32(index)}, cause)
+		},
+		Logger: opts.Logger.With("part", "extent-node"),
 	})
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("tableserver: open extent node: %w", err), s.closeMasters(), lock.Unlock())
@@ -469,15 +472,22 @@ func (s *Server) Close() error {
 // reportCorrupt tells the stream manager that the scrubber found a
 // replica corrupt, so it is rebuilt from a good one.
 func (s *Server) reportCorrupt(extent uint64, cause error) {
-	s.log.Error("extent replica corrupt; reporting it for repair", "extent", extent, "err", cause)
+	s.reportStream("replica", &api.StreamRequest{Op: api.StreamOp_STREAM_OP_REPORT_CORRUPT, Extent: extent}, cause)
+}
+
+// reportStream sends a corrupt replica or fragment report (req, with this
+// node filled in) to the stream manager.
+func (s *Server) reportStream(what string, req *api.StreamRequest, cause error) {
+	s.log.Error("extent "+what+" corrupt; reporting it for repair", "extent", req.Extent, "index", req.Index, "err", cause)
+	req.Node = s.id()
 	ctx, cancel := context.WithTimeout(s.ctx, 5*time.Second)
 	defer cancel()
 	err := s.withMaster(ctx, func(mc api.MasterClient) error {
-		_, err := mc.Stream(ctx, &api.StreamRequest{Op: api.StreamOp_STREAM_OP_REPORT_CORRUPT, Extent: extent, Node: s.id()})
+		_, err := mc.Stream(ctx, req)
 		return err
 	})
 	if err != nil {
-		s.log.Warn("could not report a corrupt extent replica; the master's inventory sync finds it", "extent", extent, "err", err)
+		s.log.Warn("could not report a corrupt extent "+what+"; the master's inventory sync finds it", "extent", req.Extent, "err", err)
 	}
 }
 

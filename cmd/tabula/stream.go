@@ -38,23 +38,7 @@ func streamCmd(g *globals) *cobra.Command {
 				return w.Flush()
 			},
 		},
-		&cobra.Command{
-			Use: "create NAME", Short: "Create an empty stream", Args: cobra.ExactArgs(1),
-			RunE: func(cmd *cobra.Command, args []string) error {
-				ctx, cancel := g.withTimeout(cmd.Context())
-				defer cancel()
-				c, err := g.client(ctx)
-				if err != nil {
-					return err
-				}
-				defer c.Close()
-				if _, err := c.Streams().Create(ctx, args[0]); err != nil {
-					return err
-				}
-				fmt.Fprintf(cmd.OutOrStdout(), "created stream %s\n", args[0])
-				return nil
-			},
-		},
+		streamCreateCmd(g),
 		&cobra.Command{
 			Use: "rm NAME", Short: "Delete a stream (its unreferenced extents are garbage-collected)", Args: cobra.ExactArgs(1),
 			RunE: func(cmd *cobra.Command, args []string) error {
@@ -98,7 +82,36 @@ func streamCmd(g *globals) *cobra.Command {
 	return cmd
 }
 
+func streamCreateCmd(g *globals) *cobra.Command {
+	var code string
+	cmd := &cobra.Command{
+		Use: "create NAME [--code lrc-12-2-2]", Short: "Create an empty stream", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx, cancel := g.withTimeout(cmd.Context())
+			defer cancel()
+			c, err := g.client(ctx)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			if _, err := c.Streams().Create(ctx, args[0], code); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "created stream %s\n", args[0])
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&code, "code", "", "erasure-code sealed extents: "+stream.CodeLRC12+" (default: keep 3 replicas)")
+	return cmd
+}
+
 func sealState(e stream.ExtentPlacement) string {
+	if e.Coding != nil {
+		if e.Coding.Coded {
+			return "sealed, coded " + e.Coding.Scheme
+		}
+		return "sealed, coding " + e.Coding.Scheme
+	}
 	if e.Sealed {
 		return "sealed"
 	}
@@ -225,7 +238,19 @@ func extentCmd(g *globals) *cobra.Command {
 			for _, r := range p.Replicas {
 				fmt.Fprintf(w, "%s\t%s\t%s\t%v\t%s\n", r.Node, r.Addr, fd[r.Node], alive[r.Node], states[r.Node])
 			}
-			return w.Flush()
+			if err := w.Flush(); err != nil {
+				return err
+			}
+			if cd := p.Coding; cd != nil {
+				fmt.Fprintf(out, "\ncoding %s: %s; fragment size %d\n", cd.Scheme, cd.Spread(), cd.FragmentSize)
+				w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+				fmt.Fprintln(w, "FRAGMENT\tNODE\tFAULT DOMAIN\tOK\tCRC32C")
+				for _, f := range cd.Fragments {
+					fmt.Fprintf(w, "%d\t%s\t%s\t%v\t%08x\n", f.Index, f.Node, f.FaultDomain, f.OK, f.CRC)
+				}
+				return w.Flush()
+			}
+			return nil
 		},
 	})
 	return cmd

@@ -256,3 +256,114 @@ func TestStreamProcesses(t *testing.T) {
 		t.Log("note: the master did not log a task run (repair may have come from the inventory sync)")
 	}
 }
+
+// TestStreamCodingProcesses runs 10 `tabula server` processes, appends to a
+// stream whose policy is LRC(12,2,2), seals its extent, waits for the master
+// to have it coded into 16 fragments (and the 3 replicas deleted), then
+// kill -9s fragment holders until 3 fragments are gone: every acknowledged
+// byte still reads back, by reconstruction.
+func TestStreamCodingProcesses(t *testing.T) {
+	dir := t.TempDir()
+	masterAddr := freeAddr(t)
+	master := start(t, "master", append([]string{"master", "--listen", masterAddr, "--data", filepath.Join(dir, "master")}, fastTiming...)...)
+	master.waitOutput("master serving", 15*time.Second)
+	const n = 10
+	servers := make([]*proc, n)
+	for i := range n {
+		servers[i] = start(t, fmt.Sprintf("server-%d", i), "server", "--master", masterAddr,
+			"--data", filepath.Join(dir, fmt.Sprintf("server-%d", i)), "--fault-domain", fmt.Sprintf("fd-%d", i))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	c, err := client.New(ctx, client.Options{Masters: []string{masterAddr}, RetryTimeout: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	nodeOf := map[string]int{}
+	waitFor(t, 30*time.Second, "10 extent nodes", func() (bool, error) {
+		nodes, err := c.Streams().Nodes(ctx)
+		if err != nil {
+			return false, err
+		}
+		alive := 0
+		for _, nd := range nodes {
+			if nd.Alive {
+				alive++
+			}
+			var k int
+			if _, err := fmt.Sscanf(nd.FaultDomain, "fd-%d", &k); err == nil {
+				nodeOf[nd.ID] = k
+			}
+		}
+		return alive == n, nil
+	})
+	mustCLI(t, masterAddr, "stream", "create", "coded", "--code", stream.CodeLRC12)
+	sc := stream.NewClient(c.Streams(), stream.ClientOptions{})
+	defer sc.Close()
+	type acked struct {
+		data []byte
+		loc  stream.Location
+	}
+	var acks []acked
+	for i := range 300 {
+		data := []byte(fmt.Sprintf("record-%04d-%s", i, strings.Repeat(string(rune('a'+i%26)), 1000)))
+		res, err := sc.Append(ctx, "coded", data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		acks = append(acks, acked{data, res.Location})
+	}
+	info, err := c.Streams().Stream(ctx, "coded")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ext := info.Last().ID
+	if _, err := c.Streams().SealAndAllocate(ctx, "coded", info.Epoch, ext); err != nil {
+		t.Fatalf("seal: %v", err)
+	}
+	var p stream.ExtentPlacement
+	waitFor(t, 60*time.Second, "the sealed extent to be coded and its replicas deleted", func() (bool, error) {
+		var err error
+		p, err = c.Streams().Extent(ctx, ext)
+		return err == nil && p.Coding != nil && p.Coding.Coded && len(p.Replicas) == 0, err
+	})
+	out := mustCLI(t, masterAddr, "extent", "stat", fmt.Sprint(ext))
+	if !strings.Contains(out, "16 fragments in 10 fault domains") {
+		t.Fatalf("extent stat of a coded extent:\n%s", out)
+	}
+	// Kill holders until exactly 3 fragments are gone: a node with 2 and
+	// one with 1 (16 fragments on 10 nodes).
+	held := map[string][]int{}
+	for _, f := range p.Coding.Fragments {
+		held[f.Node] = append(held[f.Node], f.Index)
+	}
+	var two, one string
+	for node, idx := range held {
+		switch {
+		case len(idx) == 2 && two == "":
+			two = node
+		case len(idx) == 1 && one == "":
+			one = node
+		}
+	}
+	if two == "" || one == "" {
+		t.Fatalf("fragment spread %v: want nodes holding 2 and 1", held)
+	}
+	servers[nodeOf[two]].kill()
+	servers[nodeOf[one]].kill()
+	t.Logf("killed %s (fragments %v) and %s (fragment %v)", two, held[two], one, held[one])
+	for _, a := range acks {
+		if a.loc.Extent != ext {
+			continue
+		}
+		blocks, err := sc.Read(ctx, a.loc)
+		if err != nil {
+			t.Fatalf("read extent %d at %d with 3 fragments gone: %v", ext, a.loc.Offset, err)
+		}
+		if len(blocks) != 1 || !bytes.Equal(blocks[0], a.data) {
+			t.Fatalf("extent %d at %d reads %d blocks, not what was acknowledged", ext, a.loc.Offset, len(blocks))
+		}
+	}
+	t.Logf("all %d records read back with 3 of 16 fragments gone (%d reconstruction reads)", len(acks), sc.Reconstructions())
+}

@@ -51,6 +51,10 @@ type ClientOptions struct {
 	// succeeded on the new extent, with the time from the failure to that
 	// success (the seal-and-continue latency).
 	OnSeal func(stream string, sealed, next uint64, took time.Duration)
+	// FragmentTimeout bounds a read of one fragment of a coded extent;
+	// past it the client reads the fragment's local group and rebuilds
+	// the bytes (a reconstruction read). Default 250 ms.
+	FragmentTimeout time.Duration
 	// Logger gets the client's logs. Default: discarded.
 	Logger *slog.Logger
 }
@@ -69,6 +73,8 @@ type Client struct {
 	lg       *slog.Logger
 	rr       atomic.Uint64 // read replica rotation
 
+	reconstructions atomic.Int64
+
 	ctx    context.Context // cancelled by Close
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -86,6 +92,9 @@ func NewClient(mgr ManagerClient, opts ClientOptions) *Client {
 	}
 	if opts.MaxSeals <= 0 {
 		opts.MaxSeals = 8
+	}
+	if opts.FragmentTimeout <= 0 {
+		opts.FragmentTimeout = 250 * time.Millisecond
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
@@ -374,7 +383,37 @@ func (c *Client) Read(ctx context.Context, loc Location) ([][]byte, error) {
 		return nil, err
 	}
 	var out [][]byte
-	err = c.tryReplicas(ctx, p, func(n streampb.ExtentNodeClient) error {
+	decode := func(raw []byte) error {
+		out = out[:0]
+		return DecodeBlocks(raw, loc.Extent, loc.Offset, func(_ int64, _ uint64, _ bool, p []byte) error {
+			out = append(out, p)
+			return nil
+		})
+	}
+	if !coded(p) {
+		err = c.readReplicas(ctx, p, loc, decode)
+		if err == nil || ctx.Err() != nil {
+			return out, err
+		}
+		// The extent may have been coded (and its replicas deleted) since.
+		var perr error
+		if p, perr = c.mgr.Extent(ctx, loc.Extent); perr != nil || !coded(p) {
+			return nil, err
+		}
+	}
+	raw, err := c.readCoded(ctx, p, loc.Offset, loc.Length)
+	if err != nil {
+		return nil, err
+	}
+	if err := decode(raw); err != nil {
+		return nil, fmt.Errorf("coded extent %d: %w", loc.Extent, err)
+	}
+	return out, nil
+}
+
+// readReplicas reads loc from p's replicas and hands the bytes to decode.
+func (c *Client) readReplicas(ctx context.Context, p ExtentPlacement, loc Location, decode func([]byte) error) error {
+	return c.tryReplicas(ctx, p, func(n streampb.ExtentNodeClient) error {
 		resp, err := n.Read(ctx, &streampb.ReadRequest{Extent: loc.Extent, Offset: loc.Offset, Length: loc.Length})
 		if err != nil {
 			return fromStatus(err)
@@ -382,13 +421,8 @@ func (c *Client) Read(ctx context.Context, loc Location) ([][]byte, error) {
 		if int64(len(resp.Data)) != loc.Length {
 			return fmt.Errorf("read %d bytes at %d of extent %d, want %d: %w", len(resp.Data), loc.Offset, loc.Extent, loc.Length, ErrBadRange)
 		}
-		out = out[:0]
-		return DecodeBlocks(resp.Data, loc.Extent, loc.Offset, func(_ int64, _ uint64, _ bool, p []byte) error {
-			out = append(out, p)
-			return nil
-		})
+		return decode(resp.Data)
 	})
-	return out, err
 }
 
 // tryReplicas calls fn on the replicas of p, the good ones first, starting
@@ -460,7 +494,11 @@ func (c *Client) ReadStream(ctx context.Context, stream string, fn func(Entry) e
 		var cur *Entry
 		for off := int64(0); off < end; {
 			var raw []byte
-			if err := c.tryReplicas(ctx, p, func(n streampb.ExtentNodeClient) error {
+			if coded(p) {
+				if raw, err = c.readCodedBlocks(ctx, p, off, readChunk, end); err != nil {
+					return err
+				}
+			} else if err := c.tryReplicas(ctx, p, func(n streampb.ExtentNodeClient) error {
 				resp, err := n.Read(ctx, &streampb.ReadRequest{Extent: p.ID, Offset: off, Length: min(readChunk, end-off)})
 				if err != nil {
 					return fromStatus(err)
@@ -471,7 +509,15 @@ func (c *Client) ReadStream(ctx context.Context, stream string, fn func(Entry) e
 				raw = resp.Data
 				return DecodeBlocks(raw, p.ID, off, func(int64, uint64, bool, []byte) error { return nil })
 			}); err != nil {
-				return err
+				// The extent may have been coded (its replicas deleted) since.
+				np, perr := c.mgr.Extent(ctx, p.ID)
+				if perr != nil || !coded(np) {
+					return err
+				}
+				p = np
+				if raw, err = c.readCodedBlocks(ctx, p, off, readChunk, end); err != nil {
+					return err
+				}
 			}
 			if err := DecodeBlocks(raw, p.ID, off, func(o int64, seq uint64, cont bool, b []byte) error {
 				if cur == nil {

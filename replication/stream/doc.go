@@ -33,6 +33,10 @@
 //     extents, the seal protocol, copy and delete tasks, node inventory.
 //   - Client (client.go): appends (assigning sequence numbers), reads at a
 //     location from any replica, reads a whole stream dropping duplicates.
+//   - Erasure coding (coding.go, fragment.go, manager_coding.go,
+//     node_coding.go, driver_coding.go, client_coding.go): sealed extents
+//     of streams whose Code is CodeLRC12 are coded with LRC(12,2,2)
+//     (replication/lrc) — see "Coded extents" below.
 //   - streamtest: in-process clusters on real gRPC for tests.
 //
 // # Extent file
@@ -97,6 +101,43 @@
 // that answered is recorded (OpSeal) — or the length of a replica already
 // sealed by an earlier, interrupted seal — and the answering replicas are
 // sealed at it. Replicas that missed the seal are rebuilt from sealed ones.
+//
+// # Coded extents
+//
+// A stream's coding policy (StreamMeta.Code; create_stream or set_code)
+// makes the manager list a TaskCode for each of its sealed, non-empty
+// extents. The driver applies OpCodeStart, which places the 16 fragments
+// (placeFragment: fault domain with the fewest of the extent's fragments,
+// then the fewest of that fragment's local group, then the node with the
+// fewest; with ≥ 16 domains every fragment has its own, with fewer they
+// spread as evenly as possible, which CodingPlacement.Spread reports).
+// The placement is durable before any fragment exists. The driver then
+// asks a node holding a good sealed replica (the coordinator) to Code it:
+// the coordinator reads its replica (every block checked), cuts it at
+// block boundaries into 12 runs as even as whole blocks allow
+// (splitAtBlocks), pads them to the largest, computes the 4 parities and
+// PutFragments fragment i to its node. The driver records the result
+// (OpCoded: fragment size, boundaries, CRC32C per fragment); only then are
+// the 3 replicas dropped and deleted. A crash before OpCoded leaves the
+// extent coding and the next RunTasks (any driver over the same state)
+// codes it again — the split is a function of the extent, so the bytes
+// are the same, and fragments already stored with that size and CRC are
+// skipped; a fragment node that died meanwhile gets its slot re-placed
+// and the stale result is refused (ErrPlacementChanged).
+//
+// Reading a coded extent: the range is mapped to the data fragments
+// holding it (Boundaries), each read directly with ClientOptions.
+// FragmentTimeout; a down, slow or corrupt fragment is rebuilt from
+// lrc.RepairPlan's fragments (its local group — 6 reads — when intact,
+// else a global decode) over the same range. The result's block CRCs are
+// checked as for a replica read, so a decoding from bad inputs fails
+// rather than returning wrong bytes. A lost fragment (dead node) is moved
+// to another node that rebuilds it whole (RebuildFragment, checked against
+// the recorded CRC); the dead node's copy is deleted after that. Corrupt
+// fragments (reads, the scrubber, Stat) are rebuilt in place.
+//
+// Fragment file (fragment.go): header | payload | per-64-KiB-chunk
+// CRC32C table | table CRC; drawn in full there.
 //
 // # Sequence numbers and duplicates
 //

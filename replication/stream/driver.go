@@ -73,8 +73,12 @@ type ExtentPlacement struct {
 	// SeqRestart: a new sequence number space starts at this extent (a
 	// concatenated stream's source boundary).
 	SeqRestart bool
-	// Replicas: the primary first while the extent is open.
+	// Replicas: the primary first while the extent is open. Empty once
+	// the extent is coded.
 	Replicas []ReplicaAddr
+	// Coding is set once coding started (Coded: done; until then the
+	// replicas serve reads).
+	Coding *CodingPlacement
 }
 
 // ReplicaAddr is one replica's node.
@@ -97,6 +101,7 @@ func placementOf(m *Manager, e ExtentMeta) ExtentPlacement {
 			p.Replicas = append(p.Replicas, ra)
 		}
 	}
+	p.Coding = codingPlacementOf(m, e)
 	return p
 }
 
@@ -109,7 +114,8 @@ type DriverOptions struct {
 	// a node: an unreachable replica costs at most this during a seal.
 	// Default 1 s.
 	RPCTimeout time.Duration
-	// CopyTimeout bounds one re-replication copy. Default 10 min.
+	// CopyTimeout bounds one re-replication copy, one coding of an
+	// extent and one fragment rebuild. Default 10 min.
 	CopyTimeout time.Duration
 	// Logger gets the driver's logs. Default: discarded.
 	Logger *slog.Logger
@@ -429,6 +435,18 @@ func (d *Driver) RunTasks(ctx context.Context) (int, error) {
 			_, err = d.Seal(ctx, t.Extent)
 		case TaskCopy:
 			err = d.copy(ctx, t)
+		case TaskCode:
+			err = d.code(ctx, t)
+		case TaskRebuild:
+			err = d.rebuild(ctx, t)
+		case TaskDeleteFragment:
+			err = d.nodeCall(ctx, t.Addr, func(ctx context.Context, c streampb.ExtentNodeClient) error {
+				_, err := c.DeleteFragment(ctx, &streampb.DeleteFragmentRequest{Extent: t.Extent, Index: uint32(t.Index)})
+				return err
+			})
+			if err == nil {
+				_, err = d.log.Apply(ctx, Command{Op: OpFragmentDeleted, Extent: t.Extent, Index: t.Index, Node: t.Node})
+			}
 		case TaskDelete:
 			err = d.nodeCall(ctx, t.Addr, func(ctx context.Context, c streampb.ExtentNodeClient) error {
 				_, err := c.Delete(ctx, &streampb.DeleteRequest{Extent: t.Extent})
@@ -486,6 +504,15 @@ func (d *Driver) SyncNode(ctx context.Context, node string) error {
 	}
 	ids := make([]uint64, 0, len(st.Extents))
 	var errs []error
+	frags := make([]FragmentRef, 0, len(st.Fragments))
+	for _, f := range st.Fragments {
+		frags = append(frags, FragmentRef{Extent: f.Extent, Index: int(f.Index)})
+		if f.Corrupt {
+			if err := d.ReportCorruptFragment(ctx, f.Extent, int(f.Index), node); err != nil && !errors.Is(err, ErrUnknownExtent) && !errors.Is(err, ErrUnknownNode) && !errors.Is(err, ErrBadCommand) {
+				errs = append(errs, err)
+			}
+		}
+	}
 	for _, e := range st.Extents {
 		ids = append(ids, e.Extent)
 		if e.Corrupt {
@@ -497,7 +524,7 @@ func (d *Driver) SyncNode(ctx context.Context, node string) error {
 	if _, err := d.log.Apply(ctx, Command{Op: OpNodeLoad, Node: node, UsedBytes: st.UsedBytes}); err != nil {
 		errs = append(errs, err)
 	}
-	if _, err := d.log.Apply(ctx, Command{Op: OpNodeExtents, Node: node, Extents: ids}); err != nil {
+	if _, err := d.log.Apply(ctx, Command{Op: OpNodeExtents, Node: node, Extents: ids, Fragments: frags}); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)

@@ -67,6 +67,10 @@ var (
 	ErrBadCommand = errors.New("stream: bad command")
 	// ErrUnavailable: no replica could serve the request.
 	ErrUnavailable = errors.New("stream: no replica available")
+	// ErrPlacementChanged: a coding result names fragment nodes the
+	// manager no longer places the fragments on (one died meanwhile); the
+	// coding task runs again with the new placement.
+	ErrPlacementChanged = errors.New("stream: fragment placement changed")
 )
 
 // wireErrors maps sentinels to gRPC codes. Their texts travel in the status

@@ -57,6 +57,31 @@ const (
 	// OpNodeExtents is Node's inventory (Extents): replicas it holds that
 	// the manager does not place there are garbage and get delete tasks.
 	OpNodeExtents Op = "node_extents"
+
+	// Erasure coding (DESIGN §9, manager_coding.go).
+
+	// OpSetCode sets Stream's coding policy to Code (CodeLRC12, or "" for
+	// none): its sealed extents get coded. create_stream takes Code too.
+	OpSetCode Op = "set_code"
+	// OpCodeStart begins coding sealed Extent: the manager places its
+	// fragments (Result.Extent echoes it); a TaskCode follows.
+	OpCodeStart Op = "code_start"
+	// OpCoded: the coordinator stored every fragment of Extent on Nodes
+	// (which must be the placement), of FragmentSize bytes, with CRCs; the
+	// data fragments start at Boundaries. The extent becomes coded and its
+	// full replicas are deleted.
+	OpCoded Op = "coded"
+	// OpCodeAbort gives up coding Extent (e.g. an undecodable bug): its
+	// fragments are deleted, the replicas stay. Only before OpCoded.
+	OpCodeAbort Op = "code_abort"
+	// OpFragmentReady: fragment Index of Extent was rebuilt on Node.
+	OpFragmentReady Op = "fragment_ready"
+	// OpFragmentCorrupt: fragment Index of Extent on Node failed a check;
+	// it is rebuilt in place.
+	OpFragmentCorrupt Op = "fragment_corrupt"
+	// OpFragmentDeleted: the fragment delete task for Extent, Index on Node
+	// is done.
+	OpFragmentDeleted Op = "fragment_deleted"
 )
 
 // Command is one input of the Manager: a tagged union on Op, JSON-encoded
@@ -76,6 +101,14 @@ type Command struct {
 	LastSeq     uint64   `json:"last_seq,omitempty"`
 	Nodes       []string `json:"nodes,omitempty"`
 	Extents     []uint64 `json:"extents,omitempty"`
+
+	// Coding fields (added; zero for the commands above).
+	Code         string        `json:"code,omitempty"`
+	Index        int           `json:"index,omitempty"`
+	FragmentSize int64         `json:"fragment_size,omitempty"`
+	Boundaries   []int64       `json:"boundaries,omitempty"`
+	CRCs         []uint32      `json:"crcs,omitempty"`
+	Fragments    []FragmentRef `json:"fragments,omitempty"` // node_extents: fragments the node holds
 }
 
 // Result is what Apply reports.
@@ -122,6 +155,8 @@ type StreamMeta struct {
 	// after the first. A reader dropping duplicates forgets the sequence
 	// numbers seen before each.
 	Restarts []int `json:"restarts,omitempty"`
+	// Code is the erasure code its sealed extents get (CodeLRC12), or "".
+	Code string `json:"code,omitempty"`
 }
 
 // Replica is one replica of an extent.
@@ -139,6 +174,8 @@ type ExtentMeta struct {
 	Sealed   bool      `json:"sealed,omitempty"`
 	Length   int64     `json:"length,omitempty"`
 	LastSeq  uint64    `json:"last_seq,omitempty"`
+	// Coding is set once coding starts; Replicas is empty once coded.
+	Coding *Coding `json:"coding,omitempty"`
 }
 
 // PendingDelete is a replica to remove from a node.
@@ -166,6 +203,7 @@ type Manager struct {
 	streams    map[string]*StreamMeta
 	extents    map[uint64]*ExtentMeta
 	deletes    map[PendingDelete]bool
+	fragDels   map[PendingFragmentDelete]bool
 
 	// Derived, rebuilt from the above on load.
 	refs   map[uint64]int // stream references per extent
@@ -180,7 +218,7 @@ func NewManager(opts ManagerOptions) *Manager {
 	return &Manager{
 		opts: opts, nextExtent: 1,
 		nodes: map[string]*NodeMeta{}, streams: map[string]*StreamMeta{}, extents: map[uint64]*ExtentMeta{},
-		deletes: map[PendingDelete]bool{}, refs: map[uint64]int{}, hosted: map[string]int{},
+		deletes: map[PendingDelete]bool{}, fragDels: map[PendingFragmentDelete]bool{}, refs: map[uint64]int{}, hosted: map[string]int{},
 	}
 }
 
@@ -221,7 +259,12 @@ func (m *Manager) Apply(c Command) (Result, error) {
 		if m.streams[c.Stream] != nil {
 			return Result{}, fmt.Errorf("create stream %q: %w", c.Stream, ErrStreamExists)
 		}
-		m.streams[c.Stream] = &StreamMeta{Name: c.Stream, Extents: []uint64{}}
+		if c.Code != "" {
+			if _, err := codeOf(c.Code); err != nil {
+				return Result{}, err
+			}
+		}
+		m.streams[c.Stream] = &StreamMeta{Name: c.Stream, Extents: []uint64{}, Code: c.Code}
 		return Result{Changed: true}, nil
 	case OpDeleteStream:
 		s, err := m.stream(c.Stream)
@@ -255,11 +298,13 @@ func (m *Manager) Apply(c Command) (Result, error) {
 		}
 		delete(m.deletes, k)
 		return Result{Changed: true}, nil
+	case OpSetCode, OpCodeStart, OpCoded, OpCodeAbort, OpFragmentReady, OpFragmentCorrupt, OpFragmentDeleted:
+		return m.applyCoding(c)
 	case OpNodeExtents:
 		if _, err := m.node(c.Node); err != nil {
 			return Result{}, err
 		}
-		changed := false
+		changed := m.orphanFragments(c)
 		for _, id := range c.Extents {
 			if e := m.extents[id]; e != nil && e.replica(c.Node) >= 0 {
 				continue
@@ -369,6 +414,7 @@ func (m *Manager) unref(id uint64) {
 		m.hosted[r.Node]--
 		m.deletes[PendingDelete{Extent: id, Node: r.Node}] = true
 	}
+	m.dropFragments(e)
 }
 
 // place picks up to n live nodes not in exclude, in fault domains not in
@@ -523,6 +569,10 @@ func (m *Manager) plan(e *ExtentMeta) {
 	if !e.Sealed {
 		return
 	}
+	m.planFragments(e)
+	if e.Coding != nil && e.Coding.State == CodingDone {
+		return // no replicas any more
+	}
 	for i := len(e.Replicas) - 1; i >= 0; i-- {
 		if r := e.Replicas[i]; r.State != ReplicaOK && !m.nodes[r.Node].Alive {
 			m.dropReplica(e, i)
@@ -585,6 +635,17 @@ type Task struct {
 	Addr    string
 	Length  int64
 	Sources []string // addresses of good replicas
+
+	// Coding tasks (TaskCode, TaskRebuild, TaskDeleteFragment).
+	Scheme string
+	// Index is the fragment to rebuild or delete.
+	Index int
+	// Fragments[i] is the address of fragment i's node; "" if it is not
+	// available (dead node, or itself being rebuilt).
+	Fragments    []string
+	FragmentSize int64
+	// CRC is the CRC32C the rebuilt fragment must have.
+	CRC uint32
 }
 
 // Tasks lists the work pending now, in a deterministic order: seals, then
@@ -625,7 +686,8 @@ func (m *Manager) Tasks() []Task {
 			dels = append(dels, Task{Kind: TaskDelete, Extent: k.Extent, Node: k.Node, Addr: nd.Addr})
 		}
 	}
-	return slices.Concat(seals, copies, dels)
+	codes, rebuilds, fdels := m.codingTasks()
+	return slices.Concat(seals, copies, codes, rebuilds, dels, fdels)
 }
 
 // Stream returns a copy of stream name and its extents.
@@ -634,7 +696,7 @@ func (m *Manager) Stream(name string) (StreamMeta, []ExtentMeta, error) {
 	if err != nil {
 		return StreamMeta{}, nil, err
 	}
-	out := StreamMeta{Name: s.Name, Epoch: s.Epoch, Extents: slices.Clone(s.Extents), Restarts: slices.Clone(s.Restarts)}
+	out := StreamMeta{Name: s.Name, Epoch: s.Epoch, Extents: slices.Clone(s.Extents), Restarts: slices.Clone(s.Restarts), Code: s.Code}
 	es := make([]ExtentMeta, len(s.Extents))
 	for i, id := range s.Extents {
 		es[i] = m.extents[id].clone()
@@ -645,6 +707,7 @@ func (m *Manager) Stream(name string) (StreamMeta, []ExtentMeta, error) {
 func (e *ExtentMeta) clone() ExtentMeta {
 	c := *e
 	c.Replicas = slices.Clone(e.Replicas)
+	c.Coding = e.Coding.clone()
 	return c
 }
 
@@ -693,6 +756,9 @@ type snapshot struct {
 	Streams    []StreamMeta    `json:"streams"`
 	Extents    []ExtentMeta    `json:"extents"`
 	Deletes    []PendingDelete `json:"deletes"`
+	// FragmentDeletes: added with erasure coding; absent in older
+	// snapshots.
+	FragmentDeletes []PendingFragmentDelete `json:"fragment_deletes,omitempty"`
 }
 
 // Snapshot encodes the whole state (JSON, deterministic: sorted).
@@ -715,6 +781,7 @@ func (m *Manager) Snapshot() []byte {
 	if s.Deletes == nil {
 		s.Deletes = []PendingDelete{}
 	}
+	s.FragmentDeletes = m.sortedFragDels()
 	b, err := json.Marshal(s)
 	if err != nil {
 		panic(fmt.Sprintf("stream: encode manager snapshot: %v", err)) // plain data: cannot fail
@@ -769,6 +836,9 @@ func LoadSnapshot(b []byte) (*Manager, error) {
 		if e.replica(e.Primary) < 0 && !e.Sealed {
 			return nil, badCmd("snapshot extent %d: primary %q not a replica", e.ID, e.Primary)
 		}
+		if err := m.loadCoding(&e); err != nil {
+			return nil, err
+		}
 		m.extents[e.ID] = &e
 	}
 	for _, st := range s.Streams {
@@ -793,6 +863,11 @@ func LoadSnapshot(b []byte) (*Manager, error) {
 			}
 			m.refs[id]++
 		}
+		if st.Code != "" {
+			if _, err := codeOf(st.Code); err != nil {
+				return nil, err
+			}
+		}
 		m.streams[st.Name] = &st
 	}
 	for id, e := range m.extents {
@@ -808,6 +883,12 @@ func LoadSnapshot(b []byte) (*Manager, error) {
 			return nil, badCmd("snapshot delete of %d on %q: unknown node or repeated", d.Extent, d.Node)
 		}
 		m.deletes[d] = true
+	}
+	for _, d := range s.FragmentDeletes {
+		if m.nodes[d.Node] == nil || m.fragDels[d] || d.Index < 0 || d.Index > 255 {
+			return nil, badCmd("snapshot fragment delete of %d.%d on %q: unknown node, bad index or repeated", d.Extent, d.Index, d.Node)
+		}
+		m.fragDels[d] = true
 	}
 	return m, nil
 }

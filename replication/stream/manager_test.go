@@ -55,6 +55,11 @@ func checkInvariants(t testing.TB, m *Manager) {
 			seen[r.Node] = true
 			hosted[r.Node]++
 		}
+		if e.Coding != nil {
+			for _, f := range e.Coding.Fragments {
+				hosted[f.Node]++
+			}
+		}
 	}
 	for n, c := range m.hosted {
 		if c != hosted[n] {
@@ -211,7 +216,7 @@ func TestManagerConcatGCAndFencing(t *testing.T) {
 
 // randomCommand draws a command over a small universe of names, so that
 // most commands are valid.
-func randomCommand(rng *rand.Rand) Command {
+func randomCommand(rng *rand.Rand, m *Manager) Command {
 	node := fmt.Sprintf("n%d", rng.IntN(6))
 	st := fmt.Sprintf("s%d", rng.IntN(3))
 	ext := uint64(1 + rng.IntN(12))
@@ -222,7 +227,8 @@ func randomCommand(rng *rand.Rand) Command {
 		}
 	}
 	ops := []Op{OpAddNode, OpNodeDown, OpNodeLoad, OpCreateStream, OpDeleteStream, OpConcat, OpOpenWriter,
-		OpAllocate, OpSeal, OpReportCorrupt, OpReplicaReady, OpReplicaFailed, OpReplicaDeleted, OpNodeExtents, "bogus"}
+		OpAllocate, OpSeal, OpReportCorrupt, OpReplicaReady, OpReplicaFailed, OpReplicaDeleted, OpNodeExtents, "bogus",
+		OpSetCode, OpCodeStart, OpCodeStart, OpCoded, OpCoded, OpCodeAbort, OpFragmentReady, OpFragmentCorrupt, OpFragmentDeleted}
 	c := Command{Op: ops[rng.IntN(len(ops))], Node: node, Stream: st, Extent: ext}
 	switch c.Op {
 	case OpAddNode:
@@ -239,6 +245,31 @@ func randomCommand(rng *rand.Rand) Command {
 		c.Length, c.LastSeq, c.Nodes = int64(rng.IntN(3)), uint64(rng.IntN(5)), nodes
 	case OpNodeExtents:
 		c.Extents = []uint64{ext, ext + 1}
+		c.Fragments = []FragmentRef{{Extent: ext, Index: rng.IntN(16)}}
+	case OpSetCode:
+		c.Code = []string{CodeLRC12, "", "bogus"}[rng.IntN(3)]
+	case OpFragmentReady, OpFragmentCorrupt, OpFragmentDeleted:
+		c.Index = rng.IntN(17)
+		if e := m.extents[ext]; e != nil && e.Coding != nil && rng.IntN(2) == 0 {
+			c.Node = e.Coding.Fragments[c.Index%16].Node
+		}
+	case OpCoded:
+		// Mostly a valid result for the extent's current placement.
+		e := m.extents[ext]
+		if e == nil || e.Coding == nil {
+			break
+		}
+		for _, f := range e.Coding.Fragments {
+			c.Nodes = append(c.Nodes, f.Node)
+			c.CRCs = append(c.CRCs, rng.Uint32())
+		}
+		c.FragmentSize = (e.Length + 11) / 12
+		for i := range 13 {
+			c.Boundaries = append(c.Boundaries, min(int64(i)*c.FragmentSize, e.Length))
+		}
+		if rng.IntN(4) == 0 {
+			c.Nodes[rng.IntN(16)] = node
+		}
 	}
 	return c
 }
@@ -253,7 +284,7 @@ func TestManagerRandomCommands(t *testing.T) {
 		m := NewManager(ManagerOptions{})
 		var log []Command
 		for range 200 {
-			c := randomCommand(rng)
+			c := randomCommand(rng, m)
 			before := m.Snapshot()
 			if _, err := m.Apply(c); err != nil {
 				if !bytes.Equal(before, m.Snapshot()) {
@@ -286,6 +317,13 @@ func FuzzLoadSnapshot(f *testing.F) {
 	mustApply(f, m, Command{Op: OpConcat, Stream: "t", Sources: []string{"s", "s"}})
 	f.Add(m.Snapshot())
 	f.Add(NewManager(ManagerOptions{}).Snapshot())
+	mc := newTestManager(f, 8, 4)
+	cid := codedExtent(f, mc, 500)
+	mustApply(f, mc, Command{Op: OpCodeStart, Extent: cid})
+	f.Add(mc.Snapshot())
+	mustApply(f, mc, codedCommand(mc, cid))
+	mustApply(f, mc, Command{Op: OpNodeDown, Node: mc.extents[cid].Coding.Fragments[2].Node})
+	f.Add(mc.Snapshot())
 	f.Add([]byte(`{"version":1}`))
 	f.Add([]byte(`{`))
 	f.Fuzz(func(t *testing.T, b []byte) {
@@ -302,7 +340,7 @@ func FuzzLoadSnapshot(f *testing.F) {
 }
 
 var managerErrors = []error{ErrBadCommand, ErrUnknownNode, ErrUnknownExtent, ErrStreamNotFound,
-	ErrStreamExists, ErrNotSealed, ErrFenced, ErrNoPlacement, ErrSealConflict}
+	ErrStreamExists, ErrNotSealed, ErrFenced, ErrNoPlacement, ErrSealConflict, ErrUnavailable, ErrPlacementChanged}
 
 // FuzzApply drives a manager with commands drawn from the fuzzer's seed.
 func FuzzApply(f *testing.F) {
@@ -312,7 +350,7 @@ func FuzzApply(f *testing.F) {
 		rng := rand.New(rand.NewPCG(seed, 0))
 		m := NewManager(ManagerOptions{})
 		for range int(n) {
-			if _, err := m.Apply(randomCommand(rng)); err != nil && !slices.ContainsFunc(managerErrors, func(e error) bool { return errors.Is(err, e) }) {
+			if _, err := m.Apply(randomCommand(rng, m)); err != nil && !slices.ContainsFunc(managerErrors, func(e error) bool { return errors.Is(err, e) }) {
 				t.Fatalf("error wraps no manager sentinel: %v", err)
 			}
 		}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -36,6 +37,10 @@ type NodeOptions struct {
 	// corrupt (from the scrubbing goroutine): the owner tells the stream
 	// manager, which has it rebuilt from a good replica.
 	OnCorrupt func(extent uint64, err error)
+	// OnCorruptFragment, if set, is called for every fragment a scrub pass
+	// finds corrupt: the owner tells the stream manager
+	// (OpFragmentCorrupt), which has it rebuilt.
+	OnCorruptFragment func(extent uint64, index int, err error)
 	// Logger gets the node's logs. Default: discarded.
 	Logger *slog.Logger
 }
@@ -65,6 +70,7 @@ type Node struct {
 
 	opts     NodeOptions
 	store    *Store
+	frags    *FragmentStore
 	conns    *Conns
 	ownConns bool
 	log      *slog.Logger
@@ -98,7 +104,11 @@ func OpenNode(opts NodeOptions) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	n := &Node{opts: opts, store: st, conns: opts.Conns, log: opts.Logger, appenders: map[uint64]*appender{}}
+	frags, err := OpenFragmentStore(opts.FS, filepath.Join(opts.Dir, "fragments"))
+	if err != nil {
+		return nil, errors.Join(err, st.Close())
+	}
+	n := &Node{opts: opts, store: st, frags: frags, conns: opts.Conns, log: opts.Logger, appenders: map[uint64]*appender{}}
 	if n.conns == nil {
 		n.conns, n.ownConns = NewConns(), true
 	}
@@ -116,6 +126,9 @@ func (n *Node) Register(s *grpc.Server) { streampb.RegisterExtentNodeServer(s, n
 // Store is the node's store.
 func (n *Node) Store() *Store { return n.store }
 
+// Fragments is the node's fragment store.
+func (n *Node) Fragments() *FragmentStore { return n.frags }
+
 // Close stops the scrubber and the appenders (failing queued appends),
 // waits for them and closes the store. Idempotent.
 func (n *Node) Close() error {
@@ -128,7 +141,7 @@ func (n *Node) Close() error {
 	n.mu.Unlock()
 	n.cancel()
 	n.wg.Wait()
-	err := n.store.Close()
+	err := errors.Join(n.store.Close(), n.frags.Close())
 	if n.ownConns {
 		err = errors.Join(err, n.conns.Close())
 	}
@@ -505,6 +518,10 @@ func (n *Node) Stat(context.Context, *streampb.StatRequest) (*streampb.StatRespo
 			Primary: info.Primary, LastSeq: info.LastSeq,
 		})
 	}
+	for _, f := range n.frags.List() {
+		out.UsedBytes += f.Size
+		out.Fragments = append(out.Fragments, &streampb.FragmentStat{Extent: f.Extent, Index: uint32(f.Index), Size: f.Size, Crc: f.CRC, Corrupt: f.Corrupt})
+	}
 	return out, nil
 }
 
@@ -529,6 +546,29 @@ func (n *Node) Scrub(ctx context.Context) []uint64 {
 		bad = append(bad, id)
 		if n.opts.OnCorrupt != nil {
 			n.opts.OnCorrupt(id, err)
+		}
+	}
+	n.ScrubFragments(ctx)
+	return bad
+}
+
+// ScrubFragments re-verifies every fragment (every chunk and the whole
+// CRC) once and returns the corrupt ones, calling OnCorruptFragment for
+// each. Scrub calls it after the replicas.
+func (n *Node) ScrubFragments(ctx context.Context) []FragmentRef {
+	var bad []FragmentRef
+	for _, f := range n.frags.List() {
+		if ctx.Err() != nil {
+			break
+		}
+		err := n.frags.Scrub(f.Extent, f.Index)
+		if !errors.Is(err, engines.ErrCorrupt) {
+			continue
+		}
+		n.log.Warn("scrub found a corrupt fragment", "extent", f.Extent, "index", f.Index, "err", err)
+		bad = append(bad, FragmentRef{Extent: f.Extent, Index: f.Index})
+		if n.opts.OnCorruptFragment != nil {
+			n.opts.OnCorruptFragment(f.Extent, f.Index, err)
 		}
 	}
 	return bad

@@ -1122,9 +1122,11 @@ func (*StatRequest) Descriptor() ([]byte, []int) {
 }
 
 type StatResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Extents       []*ExtentStat          `protobuf:"bytes,1,rep,name=extents,proto3" json:"extents,omitempty"`
-	UsedBytes     int64                  `protobuf:"varint,2,opt,name=used_bytes,json=usedBytes,proto3" json:"used_bytes,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Extents []*ExtentStat          `protobuf:"bytes,1,rep,name=extents,proto3" json:"extents,omitempty"`
+	// used_bytes counts replicas and fragments.
+	UsedBytes     int64           `protobuf:"varint,2,opt,name=used_bytes,json=usedBytes,proto3" json:"used_bytes,omitempty"`
+	Fragments     []*FragmentStat `protobuf:"bytes,3,rep,name=fragments,proto3" json:"fragments,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1171,6 +1173,13 @@ func (x *StatResponse) GetUsedBytes() int64 {
 		return x.UsedBytes
 	}
 	return 0
+}
+
+func (x *StatResponse) GetFragments() []*FragmentStat {
+	if x != nil {
+		return x.Fragments
+	}
+	return nil
 }
 
 type ExtentStat struct {
@@ -1258,6 +1267,684 @@ func (x *ExtentStat) GetLastSeq() uint64 {
 	return 0
 }
 
+type FragmentStat struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Extent uint64                 `protobuf:"varint,1,opt,name=extent,proto3" json:"extent,omitempty"`
+	Index  uint32                 `protobuf:"varint,2,opt,name=index,proto3" json:"index,omitempty"`
+	Size   int64                  `protobuf:"varint,3,opt,name=size,proto3" json:"size,omitempty"`
+	// crc is the CRC32C of the whole fragment.
+	Crc uint32 `protobuf:"fixed32,4,opt,name=crc,proto3" json:"crc,omitempty"`
+	// corrupt: a read or the scrubber found a chunk failing its CRC.
+	Corrupt       bool `protobuf:"varint,5,opt,name=corrupt,proto3" json:"corrupt,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FragmentStat) Reset() {
+	*x = FragmentStat{}
+	mi := &file_stream_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FragmentStat) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FragmentStat) ProtoMessage() {}
+
+func (x *FragmentStat) ProtoReflect() protoreflect.Message {
+	mi := &file_stream_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FragmentStat.ProtoReflect.Descriptor instead.
+func (*FragmentStat) Descriptor() ([]byte, []int) {
+	return file_stream_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *FragmentStat) GetExtent() uint64 {
+	if x != nil {
+		return x.Extent
+	}
+	return 0
+}
+
+func (x *FragmentStat) GetIndex() uint32 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *FragmentStat) GetSize() int64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *FragmentStat) GetCrc() uint32 {
+	if x != nil {
+		return x.Crc
+	}
+	return 0
+}
+
+func (x *FragmentStat) GetCorrupt() bool {
+	if x != nil {
+		return x.Corrupt
+	}
+	return false
+}
+
+type CodeRequest struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Extent uint64                 `protobuf:"varint,1,opt,name=extent,proto3" json:"extent,omitempty"`
+	// length is the extent's sealed length.
+	Length int64 `protobuf:"varint,2,opt,name=length,proto3" json:"length,omitempty"`
+	// scheme names the code: "lrc-12-2-2".
+	Scheme string `protobuf:"bytes,3,opt,name=scheme,proto3" json:"scheme,omitempty"`
+	// fragments[i] is the address of the node that stores fragment i.
+	Fragments     []string `protobuf:"bytes,4,rep,name=fragments,proto3" json:"fragments,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CodeRequest) Reset() {
+	*x = CodeRequest{}
+	mi := &file_stream_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CodeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CodeRequest) ProtoMessage() {}
+
+func (x *CodeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_stream_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CodeRequest.ProtoReflect.Descriptor instead.
+func (*CodeRequest) Descriptor() ([]byte, []int) {
+	return file_stream_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *CodeRequest) GetExtent() uint64 {
+	if x != nil {
+		return x.Extent
+	}
+	return 0
+}
+
+func (x *CodeRequest) GetLength() int64 {
+	if x != nil {
+		return x.Length
+	}
+	return 0
+}
+
+func (x *CodeRequest) GetScheme() string {
+	if x != nil {
+		return x.Scheme
+	}
+	return ""
+}
+
+func (x *CodeRequest) GetFragments() []string {
+	if x != nil {
+		return x.Fragments
+	}
+	return nil
+}
+
+type CodeResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// fragment_size: every fragment's size (data fragments are padded).
+	FragmentSize int64 `protobuf:"varint,1,opt,name=fragment_size,json=fragmentSize,proto3" json:"fragment_size,omitempty"`
+	// boundaries[i] is the extent offset data fragment i starts at;
+	// boundaries[k] is the sealed length.
+	Boundaries []int64 `protobuf:"varint,2,rep,packed,name=boundaries,proto3" json:"boundaries,omitempty"`
+	// crcs[i] is the CRC32C of fragment i.
+	Crcs          []uint32 `protobuf:"fixed32,3,rep,packed,name=crcs,proto3" json:"crcs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CodeResponse) Reset() {
+	*x = CodeResponse{}
+	mi := &file_stream_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CodeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CodeResponse) ProtoMessage() {}
+
+func (x *CodeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_stream_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CodeResponse.ProtoReflect.Descriptor instead.
+func (*CodeResponse) Descriptor() ([]byte, []int) {
+	return file_stream_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *CodeResponse) GetFragmentSize() int64 {
+	if x != nil {
+		return x.FragmentSize
+	}
+	return 0
+}
+
+func (x *CodeResponse) GetBoundaries() []int64 {
+	if x != nil {
+		return x.Boundaries
+	}
+	return nil
+}
+
+func (x *CodeResponse) GetCrcs() []uint32 {
+	if x != nil {
+		return x.Crcs
+	}
+	return nil
+}
+
+type PutFragmentChunk struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// extent, index, size and crc are set on the first message.
+	Extent uint64 `protobuf:"varint,1,opt,name=extent,proto3" json:"extent,omitempty"`
+	Index  uint32 `protobuf:"varint,2,opt,name=index,proto3" json:"index,omitempty"`
+	Size   int64  `protobuf:"varint,3,opt,name=size,proto3" json:"size,omitempty"`
+	Crc    uint32 `protobuf:"fixed32,4,opt,name=crc,proto3" json:"crc,omitempty"`
+	// data: the fragment's next bytes.
+	Data          []byte `protobuf:"bytes,5,opt,name=data,proto3" json:"data,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PutFragmentChunk) Reset() {
+	*x = PutFragmentChunk{}
+	mi := &file_stream_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PutFragmentChunk) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PutFragmentChunk) ProtoMessage() {}
+
+func (x *PutFragmentChunk) ProtoReflect() protoreflect.Message {
+	mi := &file_stream_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PutFragmentChunk.ProtoReflect.Descriptor instead.
+func (*PutFragmentChunk) Descriptor() ([]byte, []int) {
+	return file_stream_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *PutFragmentChunk) GetExtent() uint64 {
+	if x != nil {
+		return x.Extent
+	}
+	return 0
+}
+
+func (x *PutFragmentChunk) GetIndex() uint32 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *PutFragmentChunk) GetSize() int64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *PutFragmentChunk) GetCrc() uint32 {
+	if x != nil {
+		return x.Crc
+	}
+	return 0
+}
+
+func (x *PutFragmentChunk) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+type PutFragmentResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PutFragmentResponse) Reset() {
+	*x = PutFragmentResponse{}
+	mi := &file_stream_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PutFragmentResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PutFragmentResponse) ProtoMessage() {}
+
+func (x *PutFragmentResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_stream_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PutFragmentResponse.ProtoReflect.Descriptor instead.
+func (*PutFragmentResponse) Descriptor() ([]byte, []int) {
+	return file_stream_proto_rawDescGZIP(), []int{27}
+}
+
+type ReadFragmentRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Extent        uint64                 `protobuf:"varint,1,opt,name=extent,proto3" json:"extent,omitempty"`
+	Index         uint32                 `protobuf:"varint,2,opt,name=index,proto3" json:"index,omitempty"`
+	Offset        int64                  `protobuf:"varint,3,opt,name=offset,proto3" json:"offset,omitempty"`
+	Length        int64                  `protobuf:"varint,4,opt,name=length,proto3" json:"length,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReadFragmentRequest) Reset() {
+	*x = ReadFragmentRequest{}
+	mi := &file_stream_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReadFragmentRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReadFragmentRequest) ProtoMessage() {}
+
+func (x *ReadFragmentRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_stream_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReadFragmentRequest.ProtoReflect.Descriptor instead.
+func (*ReadFragmentRequest) Descriptor() ([]byte, []int) {
+	return file_stream_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *ReadFragmentRequest) GetExtent() uint64 {
+	if x != nil {
+		return x.Extent
+	}
+	return 0
+}
+
+func (x *ReadFragmentRequest) GetIndex() uint32 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *ReadFragmentRequest) GetOffset() int64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
+func (x *ReadFragmentRequest) GetLength() int64 {
+	if x != nil {
+		return x.Length
+	}
+	return 0
+}
+
+type ReadFragmentResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Data  []byte                 `protobuf:"bytes,1,opt,name=data,proto3" json:"data,omitempty"`
+	// crc is the CRC32C of data, computed after the chunk checks: the
+	// reader checks the bytes it got.
+	Crc uint32 `protobuf:"fixed32,2,opt,name=crc,proto3" json:"crc,omitempty"`
+	// size is the fragment's size.
+	Size int64 `protobuf:"varint,3,opt,name=size,proto3" json:"size,omitempty"`
+	// fragment_crc is the CRC32C of the whole fragment (from its header):
+	// a coordinator resuming a coding skips fragments already stored.
+	FragmentCrc   uint32 `protobuf:"fixed32,4,opt,name=fragment_crc,json=fragmentCrc,proto3" json:"fragment_crc,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReadFragmentResponse) Reset() {
+	*x = ReadFragmentResponse{}
+	mi := &file_stream_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReadFragmentResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReadFragmentResponse) ProtoMessage() {}
+
+func (x *ReadFragmentResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_stream_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReadFragmentResponse.ProtoReflect.Descriptor instead.
+func (*ReadFragmentResponse) Descriptor() ([]byte, []int) {
+	return file_stream_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *ReadFragmentResponse) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+func (x *ReadFragmentResponse) GetCrc() uint32 {
+	if x != nil {
+		return x.Crc
+	}
+	return 0
+}
+
+func (x *ReadFragmentResponse) GetSize() int64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *ReadFragmentResponse) GetFragmentCrc() uint32 {
+	if x != nil {
+		return x.FragmentCrc
+	}
+	return 0
+}
+
+type RebuildFragmentRequest struct {
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Extent       uint64                 `protobuf:"varint,1,opt,name=extent,proto3" json:"extent,omitempty"`
+	Index        uint32                 `protobuf:"varint,2,opt,name=index,proto3" json:"index,omitempty"`
+	Scheme       string                 `protobuf:"bytes,3,opt,name=scheme,proto3" json:"scheme,omitempty"`
+	FragmentSize int64                  `protobuf:"varint,4,opt,name=fragment_size,json=fragmentSize,proto3" json:"fragment_size,omitempty"`
+	// crc is the CRC32C the rebuilt fragment must have.
+	Crc uint32 `protobuf:"fixed32,5,opt,name=crc,proto3" json:"crc,omitempty"`
+	// sources[i] is the address of fragment i's node, "" if unavailable.
+	Sources       []string `protobuf:"bytes,6,rep,name=sources,proto3" json:"sources,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RebuildFragmentRequest) Reset() {
+	*x = RebuildFragmentRequest{}
+	mi := &file_stream_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RebuildFragmentRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RebuildFragmentRequest) ProtoMessage() {}
+
+func (x *RebuildFragmentRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_stream_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RebuildFragmentRequest.ProtoReflect.Descriptor instead.
+func (*RebuildFragmentRequest) Descriptor() ([]byte, []int) {
+	return file_stream_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *RebuildFragmentRequest) GetExtent() uint64 {
+	if x != nil {
+		return x.Extent
+	}
+	return 0
+}
+
+func (x *RebuildFragmentRequest) GetIndex() uint32 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *RebuildFragmentRequest) GetScheme() string {
+	if x != nil {
+		return x.Scheme
+	}
+	return ""
+}
+
+func (x *RebuildFragmentRequest) GetFragmentSize() int64 {
+	if x != nil {
+		return x.FragmentSize
+	}
+	return 0
+}
+
+func (x *RebuildFragmentRequest) GetCrc() uint32 {
+	if x != nil {
+		return x.Crc
+	}
+	return 0
+}
+
+func (x *RebuildFragmentRequest) GetSources() []string {
+	if x != nil {
+		return x.Sources
+	}
+	return nil
+}
+
+type RebuildFragmentResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RebuildFragmentResponse) Reset() {
+	*x = RebuildFragmentResponse{}
+	mi := &file_stream_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RebuildFragmentResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RebuildFragmentResponse) ProtoMessage() {}
+
+func (x *RebuildFragmentResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_stream_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RebuildFragmentResponse.ProtoReflect.Descriptor instead.
+func (*RebuildFragmentResponse) Descriptor() ([]byte, []int) {
+	return file_stream_proto_rawDescGZIP(), []int{31}
+}
+
+type DeleteFragmentRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Extent        uint64                 `protobuf:"varint,1,opt,name=extent,proto3" json:"extent,omitempty"`
+	Index         uint32                 `protobuf:"varint,2,opt,name=index,proto3" json:"index,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteFragmentRequest) Reset() {
+	*x = DeleteFragmentRequest{}
+	mi := &file_stream_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteFragmentRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteFragmentRequest) ProtoMessage() {}
+
+func (x *DeleteFragmentRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_stream_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteFragmentRequest.ProtoReflect.Descriptor instead.
+func (*DeleteFragmentRequest) Descriptor() ([]byte, []int) {
+	return file_stream_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *DeleteFragmentRequest) GetExtent() uint64 {
+	if x != nil {
+		return x.Extent
+	}
+	return 0
+}
+
+func (x *DeleteFragmentRequest) GetIndex() uint32 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+type DeleteFragmentResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteFragmentResponse) Reset() {
+	*x = DeleteFragmentResponse{}
+	mi := &file_stream_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteFragmentResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteFragmentResponse) ProtoMessage() {}
+
+func (x *DeleteFragmentResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_stream_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteFragmentResponse.ProtoReflect.Descriptor instead.
+func (*DeleteFragmentResponse) Descriptor() ([]byte, []int) {
+	return file_stream_proto_rawDescGZIP(), []int{33}
+}
+
 var File_stream_proto protoreflect.FileDescriptor
 
 const file_stream_proto_rawDesc = "" +
@@ -1323,11 +2010,12 @@ const file_stream_proto_rawDesc = "" +
 	"\rDeleteRequest\x12\x16\n" +
 	"\x06extent\x18\x01 \x01(\x04R\x06extent\"\x10\n" +
 	"\x0eDeleteResponse\"\r\n" +
-	"\vStatRequest\"e\n" +
+	"\vStatRequest\"\xa3\x01\n" +
 	"\fStatResponse\x126\n" +
 	"\aextents\x18\x01 \x03(\v2\x1c.tabula.stream.v1.ExtentStatR\aextents\x12\x1d\n" +
 	"\n" +
-	"used_bytes\x18\x02 \x01(\x03R\tusedBytes\"\xa3\x01\n" +
+	"used_bytes\x18\x02 \x01(\x03R\tusedBytes\x12<\n" +
+	"\tfragments\x18\x03 \x03(\v2\x1e.tabula.stream.v1.FragmentStatR\tfragments\"\xa3\x01\n" +
 	"\n" +
 	"ExtentStat\x12\x16\n" +
 	"\x06extent\x18\x01 \x01(\x04R\x06extent\x12\x16\n" +
@@ -1335,7 +2023,53 @@ const file_stream_proto_rawDesc = "" +
 	"\x06sealed\x18\x03 \x01(\bR\x06sealed\x12\x18\n" +
 	"\acorrupt\x18\x04 \x01(\bR\acorrupt\x12\x18\n" +
 	"\aprimary\x18\x05 \x01(\bR\aprimary\x12\x19\n" +
-	"\blast_seq\x18\x06 \x01(\x04R\alastSeq2\x8d\x06\n" +
+	"\blast_seq\x18\x06 \x01(\x04R\alastSeq\"|\n" +
+	"\fFragmentStat\x12\x16\n" +
+	"\x06extent\x18\x01 \x01(\x04R\x06extent\x12\x14\n" +
+	"\x05index\x18\x02 \x01(\rR\x05index\x12\x12\n" +
+	"\x04size\x18\x03 \x01(\x03R\x04size\x12\x10\n" +
+	"\x03crc\x18\x04 \x01(\aR\x03crc\x12\x18\n" +
+	"\acorrupt\x18\x05 \x01(\bR\acorrupt\"s\n" +
+	"\vCodeRequest\x12\x16\n" +
+	"\x06extent\x18\x01 \x01(\x04R\x06extent\x12\x16\n" +
+	"\x06length\x18\x02 \x01(\x03R\x06length\x12\x16\n" +
+	"\x06scheme\x18\x03 \x01(\tR\x06scheme\x12\x1c\n" +
+	"\tfragments\x18\x04 \x03(\tR\tfragments\"g\n" +
+	"\fCodeResponse\x12#\n" +
+	"\rfragment_size\x18\x01 \x01(\x03R\ffragmentSize\x12\x1e\n" +
+	"\n" +
+	"boundaries\x18\x02 \x03(\x03R\n" +
+	"boundaries\x12\x12\n" +
+	"\x04crcs\x18\x03 \x03(\aR\x04crcs\"z\n" +
+	"\x10PutFragmentChunk\x12\x16\n" +
+	"\x06extent\x18\x01 \x01(\x04R\x06extent\x12\x14\n" +
+	"\x05index\x18\x02 \x01(\rR\x05index\x12\x12\n" +
+	"\x04size\x18\x03 \x01(\x03R\x04size\x12\x10\n" +
+	"\x03crc\x18\x04 \x01(\aR\x03crc\x12\x12\n" +
+	"\x04data\x18\x05 \x01(\fR\x04data\"\x15\n" +
+	"\x13PutFragmentResponse\"s\n" +
+	"\x13ReadFragmentRequest\x12\x16\n" +
+	"\x06extent\x18\x01 \x01(\x04R\x06extent\x12\x14\n" +
+	"\x05index\x18\x02 \x01(\rR\x05index\x12\x16\n" +
+	"\x06offset\x18\x03 \x01(\x03R\x06offset\x12\x16\n" +
+	"\x06length\x18\x04 \x01(\x03R\x06length\"s\n" +
+	"\x14ReadFragmentResponse\x12\x12\n" +
+	"\x04data\x18\x01 \x01(\fR\x04data\x12\x10\n" +
+	"\x03crc\x18\x02 \x01(\aR\x03crc\x12\x12\n" +
+	"\x04size\x18\x03 \x01(\x03R\x04size\x12!\n" +
+	"\ffragment_crc\x18\x04 \x01(\aR\vfragmentCrc\"\xaf\x01\n" +
+	"\x16RebuildFragmentRequest\x12\x16\n" +
+	"\x06extent\x18\x01 \x01(\x04R\x06extent\x12\x14\n" +
+	"\x05index\x18\x02 \x01(\rR\x05index\x12\x16\n" +
+	"\x06scheme\x18\x03 \x01(\tR\x06scheme\x12#\n" +
+	"\rfragment_size\x18\x04 \x01(\x03R\ffragmentSize\x12\x10\n" +
+	"\x03crc\x18\x05 \x01(\aR\x03crc\x12\x18\n" +
+	"\asources\x18\x06 \x03(\tR\asources\"\x19\n" +
+	"\x17RebuildFragmentResponse\"E\n" +
+	"\x15DeleteFragmentRequest\x12\x16\n" +
+	"\x06extent\x18\x01 \x01(\x04R\x06extent\x12\x14\n" +
+	"\x05index\x18\x02 \x01(\rR\x05index\"\x18\n" +
+	"\x16DeleteFragmentResponse2\xdc\t\n" +
 	"\n" +
 	"ExtentNode\x12K\n" +
 	"\x06Create\x12\x1f.tabula.stream.v1.CreateRequest\x1a .tabula.stream.v1.CreateResponse\x12K\n" +
@@ -1347,7 +2081,12 @@ const file_stream_proto_rawDesc = "" +
 	"\x05Fetch\x12\x1e.tabula.stream.v1.FetchRequest\x1a\x1c.tabula.stream.v1.FetchChunk0\x01\x12E\n" +
 	"\x04Copy\x12\x1d.tabula.stream.v1.CopyRequest\x1a\x1e.tabula.stream.v1.CopyResponse\x12K\n" +
 	"\x06Delete\x12\x1f.tabula.stream.v1.DeleteRequest\x1a .tabula.stream.v1.DeleteResponse\x12E\n" +
-	"\x04Stat\x12\x1d.tabula.stream.v1.StatRequest\x1a\x1e.tabula.stream.v1.StatResponseBAZ?github.com/tabuladb/tabula/replication/stream/streampb;streampbb\x06proto3"
+	"\x04Stat\x12\x1d.tabula.stream.v1.StatRequest\x1a\x1e.tabula.stream.v1.StatResponse\x12E\n" +
+	"\x04Code\x12\x1d.tabula.stream.v1.CodeRequest\x1a\x1e.tabula.stream.v1.CodeResponse\x12Z\n" +
+	"\vPutFragment\x12\".tabula.stream.v1.PutFragmentChunk\x1a%.tabula.stream.v1.PutFragmentResponse(\x01\x12]\n" +
+	"\fReadFragment\x12%.tabula.stream.v1.ReadFragmentRequest\x1a&.tabula.stream.v1.ReadFragmentResponse\x12f\n" +
+	"\x0fRebuildFragment\x12(.tabula.stream.v1.RebuildFragmentRequest\x1a).tabula.stream.v1.RebuildFragmentResponse\x12c\n" +
+	"\x0eDeleteFragment\x12'.tabula.stream.v1.DeleteFragmentRequest\x1a(.tabula.stream.v1.DeleteFragmentResponseBAZ?github.com/tabuladb/tabula/replication/stream/streampb;streampbb\x06proto3"
 
 var (
 	file_stream_proto_rawDescOnce sync.Once
@@ -1361,61 +2100,83 @@ func file_stream_proto_rawDescGZIP() []byte {
 	return file_stream_proto_rawDescData
 }
 
-var file_stream_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
+var file_stream_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
 var file_stream_proto_goTypes = []any{
-	(*CreateRequest)(nil),        // 0: tabula.stream.v1.CreateRequest
-	(*CreateResponse)(nil),       // 1: tabula.stream.v1.CreateResponse
-	(*AppendRequest)(nil),        // 2: tabula.stream.v1.AppendRequest
-	(*Entry)(nil),                // 3: tabula.stream.v1.Entry
-	(*AppendResponse)(nil),       // 4: tabula.stream.v1.AppendResponse
-	(*EntryLocation)(nil),        // 5: tabula.stream.v1.EntryLocation
-	(*ReplicateRequest)(nil),     // 6: tabula.stream.v1.ReplicateRequest
-	(*ReplicateResponse)(nil),    // 7: tabula.stream.v1.ReplicateResponse
-	(*ReadRequest)(nil),          // 8: tabula.stream.v1.ReadRequest
-	(*ReadResponse)(nil),         // 9: tabula.stream.v1.ReadResponse
-	(*CommitLengthRequest)(nil),  // 10: tabula.stream.v1.CommitLengthRequest
-	(*CommitLengthResponse)(nil), // 11: tabula.stream.v1.CommitLengthResponse
-	(*SealRequest)(nil),          // 12: tabula.stream.v1.SealRequest
-	(*SealResponse)(nil),         // 13: tabula.stream.v1.SealResponse
-	(*FetchRequest)(nil),         // 14: tabula.stream.v1.FetchRequest
-	(*FetchChunk)(nil),           // 15: tabula.stream.v1.FetchChunk
-	(*CopyRequest)(nil),          // 16: tabula.stream.v1.CopyRequest
-	(*CopyResponse)(nil),         // 17: tabula.stream.v1.CopyResponse
-	(*DeleteRequest)(nil),        // 18: tabula.stream.v1.DeleteRequest
-	(*DeleteResponse)(nil),       // 19: tabula.stream.v1.DeleteResponse
-	(*StatRequest)(nil),          // 20: tabula.stream.v1.StatRequest
-	(*StatResponse)(nil),         // 21: tabula.stream.v1.StatResponse
-	(*ExtentStat)(nil),           // 22: tabula.stream.v1.ExtentStat
+	(*CreateRequest)(nil),           // 0: tabula.stream.v1.CreateRequest
+	(*CreateResponse)(nil),          // 1: tabula.stream.v1.CreateResponse
+	(*AppendRequest)(nil),           // 2: tabula.stream.v1.AppendRequest
+	(*Entry)(nil),                   // 3: tabula.stream.v1.Entry
+	(*AppendResponse)(nil),          // 4: tabula.stream.v1.AppendResponse
+	(*EntryLocation)(nil),           // 5: tabula.stream.v1.EntryLocation
+	(*ReplicateRequest)(nil),        // 6: tabula.stream.v1.ReplicateRequest
+	(*ReplicateResponse)(nil),       // 7: tabula.stream.v1.ReplicateResponse
+	(*ReadRequest)(nil),             // 8: tabula.stream.v1.ReadRequest
+	(*ReadResponse)(nil),            // 9: tabula.stream.v1.ReadResponse
+	(*CommitLengthRequest)(nil),     // 10: tabula.stream.v1.CommitLengthRequest
+	(*CommitLengthResponse)(nil),    // 11: tabula.stream.v1.CommitLengthResponse
+	(*SealRequest)(nil),             // 12: tabula.stream.v1.SealRequest
+	(*SealResponse)(nil),            // 13: tabula.stream.v1.SealResponse
+	(*FetchRequest)(nil),            // 14: tabula.stream.v1.FetchRequest
+	(*FetchChunk)(nil),              // 15: tabula.stream.v1.FetchChunk
+	(*CopyRequest)(nil),             // 16: tabula.stream.v1.CopyRequest
+	(*CopyResponse)(nil),            // 17: tabula.stream.v1.CopyResponse
+	(*DeleteRequest)(nil),           // 18: tabula.stream.v1.DeleteRequest
+	(*DeleteResponse)(nil),          // 19: tabula.stream.v1.DeleteResponse
+	(*StatRequest)(nil),             // 20: tabula.stream.v1.StatRequest
+	(*StatResponse)(nil),            // 21: tabula.stream.v1.StatResponse
+	(*ExtentStat)(nil),              // 22: tabula.stream.v1.ExtentStat
+	(*FragmentStat)(nil),            // 23: tabula.stream.v1.FragmentStat
+	(*CodeRequest)(nil),             // 24: tabula.stream.v1.CodeRequest
+	(*CodeResponse)(nil),            // 25: tabula.stream.v1.CodeResponse
+	(*PutFragmentChunk)(nil),        // 26: tabula.stream.v1.PutFragmentChunk
+	(*PutFragmentResponse)(nil),     // 27: tabula.stream.v1.PutFragmentResponse
+	(*ReadFragmentRequest)(nil),     // 28: tabula.stream.v1.ReadFragmentRequest
+	(*ReadFragmentResponse)(nil),    // 29: tabula.stream.v1.ReadFragmentResponse
+	(*RebuildFragmentRequest)(nil),  // 30: tabula.stream.v1.RebuildFragmentRequest
+	(*RebuildFragmentResponse)(nil), // 31: tabula.stream.v1.RebuildFragmentResponse
+	(*DeleteFragmentRequest)(nil),   // 32: tabula.stream.v1.DeleteFragmentRequest
+	(*DeleteFragmentResponse)(nil),  // 33: tabula.stream.v1.DeleteFragmentResponse
 }
 var file_stream_proto_depIdxs = []int32{
 	3,  // 0: tabula.stream.v1.AppendRequest.entries:type_name -> tabula.stream.v1.Entry
 	5,  // 1: tabula.stream.v1.AppendResponse.entries:type_name -> tabula.stream.v1.EntryLocation
 	22, // 2: tabula.stream.v1.StatResponse.extents:type_name -> tabula.stream.v1.ExtentStat
-	0,  // 3: tabula.stream.v1.ExtentNode.Create:input_type -> tabula.stream.v1.CreateRequest
-	2,  // 4: tabula.stream.v1.ExtentNode.Append:input_type -> tabula.stream.v1.AppendRequest
-	6,  // 5: tabula.stream.v1.ExtentNode.Replicate:input_type -> tabula.stream.v1.ReplicateRequest
-	8,  // 6: tabula.stream.v1.ExtentNode.Read:input_type -> tabula.stream.v1.ReadRequest
-	10, // 7: tabula.stream.v1.ExtentNode.CommitLength:input_type -> tabula.stream.v1.CommitLengthRequest
-	12, // 8: tabula.stream.v1.ExtentNode.Seal:input_type -> tabula.stream.v1.SealRequest
-	14, // 9: tabula.stream.v1.ExtentNode.Fetch:input_type -> tabula.stream.v1.FetchRequest
-	16, // 10: tabula.stream.v1.ExtentNode.Copy:input_type -> tabula.stream.v1.CopyRequest
-	18, // 11: tabula.stream.v1.ExtentNode.Delete:input_type -> tabula.stream.v1.DeleteRequest
-	20, // 12: tabula.stream.v1.ExtentNode.Stat:input_type -> tabula.stream.v1.StatRequest
-	1,  // 13: tabula.stream.v1.ExtentNode.Create:output_type -> tabula.stream.v1.CreateResponse
-	4,  // 14: tabula.stream.v1.ExtentNode.Append:output_type -> tabula.stream.v1.AppendResponse
-	7,  // 15: tabula.stream.v1.ExtentNode.Replicate:output_type -> tabula.stream.v1.ReplicateResponse
-	9,  // 16: tabula.stream.v1.ExtentNode.Read:output_type -> tabula.stream.v1.ReadResponse
-	11, // 17: tabula.stream.v1.ExtentNode.CommitLength:output_type -> tabula.stream.v1.CommitLengthResponse
-	13, // 18: tabula.stream.v1.ExtentNode.Seal:output_type -> tabula.stream.v1.SealResponse
-	15, // 19: tabula.stream.v1.ExtentNode.Fetch:output_type -> tabula.stream.v1.FetchChunk
-	17, // 20: tabula.stream.v1.ExtentNode.Copy:output_type -> tabula.stream.v1.CopyResponse
-	19, // 21: tabula.stream.v1.ExtentNode.Delete:output_type -> tabula.stream.v1.DeleteResponse
-	21, // 22: tabula.stream.v1.ExtentNode.Stat:output_type -> tabula.stream.v1.StatResponse
-	13, // [13:23] is the sub-list for method output_type
-	3,  // [3:13] is the sub-list for method input_type
-	3,  // [3:3] is the sub-list for extension type_name
-	3,  // [3:3] is the sub-list for extension extendee
-	0,  // [0:3] is the sub-list for field type_name
+	23, // 3: tabula.stream.v1.StatResponse.fragments:type_name -> tabula.stream.v1.FragmentStat
+	0,  // 4: tabula.stream.v1.ExtentNode.Create:input_type -> tabula.stream.v1.CreateRequest
+	2,  // 5: tabula.stream.v1.ExtentNode.Append:input_type -> tabula.stream.v1.AppendRequest
+	6,  // 6: tabula.stream.v1.ExtentNode.Replicate:input_type -> tabula.stream.v1.ReplicateRequest
+	8,  // 7: tabula.stream.v1.ExtentNode.Read:input_type -> tabula.stream.v1.ReadRequest
+	10, // 8: tabula.stream.v1.ExtentNode.CommitLength:input_type -> tabula.stream.v1.CommitLengthRequest
+	12, // 9: tabula.stream.v1.ExtentNode.Seal:input_type -> tabula.stream.v1.SealRequest
+	14, // 10: tabula.stream.v1.ExtentNode.Fetch:input_type -> tabula.stream.v1.FetchRequest
+	16, // 11: tabula.stream.v1.ExtentNode.Copy:input_type -> tabula.stream.v1.CopyRequest
+	18, // 12: tabula.stream.v1.ExtentNode.Delete:input_type -> tabula.stream.v1.DeleteRequest
+	20, // 13: tabula.stream.v1.ExtentNode.Stat:input_type -> tabula.stream.v1.StatRequest
+	24, // 14: tabula.stream.v1.ExtentNode.Code:input_type -> tabula.stream.v1.CodeRequest
+	26, // 15: tabula.stream.v1.ExtentNode.PutFragment:input_type -> tabula.stream.v1.PutFragmentChunk
+	28, // 16: tabula.stream.v1.ExtentNode.ReadFragment:input_type -> tabula.stream.v1.ReadFragmentRequest
+	30, // 17: tabula.stream.v1.ExtentNode.RebuildFragment:input_type -> tabula.stream.v1.RebuildFragmentRequest
+	32, // 18: tabula.stream.v1.ExtentNode.DeleteFragment:input_type -> tabula.stream.v1.DeleteFragmentRequest
+	1,  // 19: tabula.stream.v1.ExtentNode.Create:output_type -> tabula.stream.v1.CreateResponse
+	4,  // 20: tabula.stream.v1.ExtentNode.Append:output_type -> tabula.stream.v1.AppendResponse
+	7,  // 21: tabula.stream.v1.ExtentNode.Replicate:output_type -> tabula.stream.v1.ReplicateResponse
+	9,  // 22: tabula.stream.v1.ExtentNode.Read:output_type -> tabula.stream.v1.ReadResponse
+	11, // 23: tabula.stream.v1.ExtentNode.CommitLength:output_type -> tabula.stream.v1.CommitLengthResponse
+	13, // 24: tabula.stream.v1.ExtentNode.Seal:output_type -> tabula.stream.v1.SealResponse
+	15, // 25: tabula.stream.v1.ExtentNode.Fetch:output_type -> tabula.stream.v1.FetchChunk
+	17, // 26: tabula.stream.v1.ExtentNode.Copy:output_type -> tabula.stream.v1.CopyResponse
+	19, // 27: tabula.stream.v1.ExtentNode.Delete:output_type -> tabula.stream.v1.DeleteResponse
+	21, // 28: tabula.stream.v1.ExtentNode.Stat:output_type -> tabula.stream.v1.StatResponse
+	25, // 29: tabula.stream.v1.ExtentNode.Code:output_type -> tabula.stream.v1.CodeResponse
+	27, // 30: tabula.stream.v1.ExtentNode.PutFragment:output_type -> tabula.stream.v1.PutFragmentResponse
+	29, // 31: tabula.stream.v1.ExtentNode.ReadFragment:output_type -> tabula.stream.v1.ReadFragmentResponse
+	31, // 32: tabula.stream.v1.ExtentNode.RebuildFragment:output_type -> tabula.stream.v1.RebuildFragmentResponse
+	33, // 33: tabula.stream.v1.ExtentNode.DeleteFragment:output_type -> tabula.stream.v1.DeleteFragmentResponse
+	19, // [19:34] is the sub-list for method output_type
+	4,  // [4:19] is the sub-list for method input_type
+	4,  // [4:4] is the sub-list for extension type_name
+	4,  // [4:4] is the sub-list for extension extendee
+	0,  // [0:4] is the sub-list for field type_name
 }
 
 func init() { file_stream_proto_init() }
@@ -1429,7 +2190,7 @@ func file_stream_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_stream_proto_rawDesc), len(file_stream_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   23,
+			NumMessages:   34,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -33,16 +33,21 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	ExtentNode_Create_FullMethodName       = "/tabula.stream.v1.ExtentNode/Create"
-	ExtentNode_Append_FullMethodName       = "/tabula.stream.v1.ExtentNode/Append"
-	ExtentNode_Replicate_FullMethodName    = "/tabula.stream.v1.ExtentNode/Replicate"
-	ExtentNode_Read_FullMethodName         = "/tabula.stream.v1.ExtentNode/Read"
-	ExtentNode_CommitLength_FullMethodName = "/tabula.stream.v1.ExtentNode/CommitLength"
-	ExtentNode_Seal_FullMethodName         = "/tabula.stream.v1.ExtentNode/Seal"
-	ExtentNode_Fetch_FullMethodName        = "/tabula.stream.v1.ExtentNode/Fetch"
-	ExtentNode_Copy_FullMethodName         = "/tabula.stream.v1.ExtentNode/Copy"
-	ExtentNode_Delete_FullMethodName       = "/tabula.stream.v1.ExtentNode/Delete"
-	ExtentNode_Stat_FullMethodName         = "/tabula.stream.v1.ExtentNode/Stat"
+	ExtentNode_Create_FullMethodName          = "/tabula.stream.v1.ExtentNode/Create"
+	ExtentNode_Append_FullMethodName          = "/tabula.stream.v1.ExtentNode/Append"
+	ExtentNode_Replicate_FullMethodName       = "/tabula.stream.v1.ExtentNode/Replicate"
+	ExtentNode_Read_FullMethodName            = "/tabula.stream.v1.ExtentNode/Read"
+	ExtentNode_CommitLength_FullMethodName    = "/tabula.stream.v1.ExtentNode/CommitLength"
+	ExtentNode_Seal_FullMethodName            = "/tabula.stream.v1.ExtentNode/Seal"
+	ExtentNode_Fetch_FullMethodName           = "/tabula.stream.v1.ExtentNode/Fetch"
+	ExtentNode_Copy_FullMethodName            = "/tabula.stream.v1.ExtentNode/Copy"
+	ExtentNode_Delete_FullMethodName          = "/tabula.stream.v1.ExtentNode/Delete"
+	ExtentNode_Stat_FullMethodName            = "/tabula.stream.v1.ExtentNode/Stat"
+	ExtentNode_Code_FullMethodName            = "/tabula.stream.v1.ExtentNode/Code"
+	ExtentNode_PutFragment_FullMethodName     = "/tabula.stream.v1.ExtentNode/PutFragment"
+	ExtentNode_ReadFragment_FullMethodName    = "/tabula.stream.v1.ExtentNode/ReadFragment"
+	ExtentNode_RebuildFragment_FullMethodName = "/tabula.stream.v1.ExtentNode/RebuildFragment"
+	ExtentNode_DeleteFragment_FullMethodName  = "/tabula.stream.v1.ExtentNode/DeleteFragment"
 )
 
 // ExtentNodeClient is the client API for ExtentNode service.
@@ -73,8 +78,27 @@ type ExtentNodeClient interface {
 	Copy(ctx context.Context, in *CopyRequest, opts ...grpc.CallOption) (*CopyResponse, error)
 	// Delete removes a replica. Idempotent.
 	Delete(ctx context.Context, in *DeleteRequest, opts ...grpc.CallOption) (*DeleteResponse, error)
-	// Stat lists the node's replicas.
+	// Stat lists the node's replicas and fragments.
 	Stat(ctx context.Context, in *StatRequest, opts ...grpc.CallOption) (*StatResponse, error)
+	// Code (to a node holding a good sealed replica: the coordinator) splits
+	// the extent at block boundaries into the data fragments of the scheme,
+	// computes the parities and stores fragment i on fragments[i] with
+	// PutFragment. It answers once every fragment is durable; a repeated call
+	// writes the same bytes (the split is a function of the extent).
+	Code(ctx context.Context, in *CodeRequest, opts ...grpc.CallOption) (*CodeResponse, error)
+	// PutFragment stores one fragment: the first message carries its
+	// identity, size and CRC32C, every message the next bytes. Durable (temp
+	// file, fsync, rename, directory fsync) when it answers; replaces an
+	// earlier copy.
+	PutFragment(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[PutFragmentChunk, PutFragmentResponse], error)
+	// ReadFragment returns a range of a fragment, every chunk it touches
+	// checked against the fragment's CRC table.
+	ReadFragment(ctx context.Context, in *ReadFragmentRequest, opts ...grpc.CallOption) (*ReadFragmentResponse, error)
+	// RebuildFragment makes this node rebuild a lost fragment from the
+	// others (its local group if it can, else globally) and store it.
+	RebuildFragment(ctx context.Context, in *RebuildFragmentRequest, opts ...grpc.CallOption) (*RebuildFragmentResponse, error)
+	// DeleteFragment removes a fragment. Idempotent.
+	DeleteFragment(ctx context.Context, in *DeleteFragmentRequest, opts ...grpc.CallOption) (*DeleteFragmentResponse, error)
 }
 
 type extentNodeClient struct {
@@ -194,6 +218,59 @@ func (c *extentNodeClient) Stat(ctx context.Context, in *StatRequest, opts ...gr
 	return out, nil
 }
 
+func (c *extentNodeClient) Code(ctx context.Context, in *CodeRequest, opts ...grpc.CallOption) (*CodeResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CodeResponse)
+	err := c.cc.Invoke(ctx, ExtentNode_Code_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *extentNodeClient) PutFragment(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[PutFragmentChunk, PutFragmentResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &ExtentNode_ServiceDesc.Streams[1], ExtentNode_PutFragment_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[PutFragmentChunk, PutFragmentResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type ExtentNode_PutFragmentClient = grpc.ClientStreamingClient[PutFragmentChunk, PutFragmentResponse]
+
+func (c *extentNodeClient) ReadFragment(ctx context.Context, in *ReadFragmentRequest, opts ...grpc.CallOption) (*ReadFragmentResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReadFragmentResponse)
+	err := c.cc.Invoke(ctx, ExtentNode_ReadFragment_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *extentNodeClient) RebuildFragment(ctx context.Context, in *RebuildFragmentRequest, opts ...grpc.CallOption) (*RebuildFragmentResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RebuildFragmentResponse)
+	err := c.cc.Invoke(ctx, ExtentNode_RebuildFragment_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *extentNodeClient) DeleteFragment(ctx context.Context, in *DeleteFragmentRequest, opts ...grpc.CallOption) (*DeleteFragmentResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DeleteFragmentResponse)
+	err := c.cc.Invoke(ctx, ExtentNode_DeleteFragment_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ExtentNodeServer is the server API for ExtentNode service.
 // All implementations must embed UnimplementedExtentNodeServer
 // for forward compatibility.
@@ -222,8 +299,27 @@ type ExtentNodeServer interface {
 	Copy(context.Context, *CopyRequest) (*CopyResponse, error)
 	// Delete removes a replica. Idempotent.
 	Delete(context.Context, *DeleteRequest) (*DeleteResponse, error)
-	// Stat lists the node's replicas.
+	// Stat lists the node's replicas and fragments.
 	Stat(context.Context, *StatRequest) (*StatResponse, error)
+	// Code (to a node holding a good sealed replica: the coordinator) splits
+	// the extent at block boundaries into the data fragments of the scheme,
+	// computes the parities and stores fragment i on fragments[i] with
+	// PutFragment. It answers once every fragment is durable; a repeated call
+	// writes the same bytes (the split is a function of the extent).
+	Code(context.Context, *CodeRequest) (*CodeResponse, error)
+	// PutFragment stores one fragment: the first message carries its
+	// identity, size and CRC32C, every message the next bytes. Durable (temp
+	// file, fsync, rename, directory fsync) when it answers; replaces an
+	// earlier copy.
+	PutFragment(grpc.ClientStreamingServer[PutFragmentChunk, PutFragmentResponse]) error
+	// ReadFragment returns a range of a fragment, every chunk it touches
+	// checked against the fragment's CRC table.
+	ReadFragment(context.Context, *ReadFragmentRequest) (*ReadFragmentResponse, error)
+	// RebuildFragment makes this node rebuild a lost fragment from the
+	// others (its local group if it can, else globally) and store it.
+	RebuildFragment(context.Context, *RebuildFragmentRequest) (*RebuildFragmentResponse, error)
+	// DeleteFragment removes a fragment. Idempotent.
+	DeleteFragment(context.Context, *DeleteFragmentRequest) (*DeleteFragmentResponse, error)
 	mustEmbedUnimplementedExtentNodeServer()
 }
 
@@ -263,6 +359,21 @@ func (UnimplementedExtentNodeServer) Delete(context.Context, *DeleteRequest) (*D
 }
 func (UnimplementedExtentNodeServer) Stat(context.Context, *StatRequest) (*StatResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Stat not implemented")
+}
+func (UnimplementedExtentNodeServer) Code(context.Context, *CodeRequest) (*CodeResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Code not implemented")
+}
+func (UnimplementedExtentNodeServer) PutFragment(grpc.ClientStreamingServer[PutFragmentChunk, PutFragmentResponse]) error {
+	return status.Error(codes.Unimplemented, "method PutFragment not implemented")
+}
+func (UnimplementedExtentNodeServer) ReadFragment(context.Context, *ReadFragmentRequest) (*ReadFragmentResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReadFragment not implemented")
+}
+func (UnimplementedExtentNodeServer) RebuildFragment(context.Context, *RebuildFragmentRequest) (*RebuildFragmentResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RebuildFragment not implemented")
+}
+func (UnimplementedExtentNodeServer) DeleteFragment(context.Context, *DeleteFragmentRequest) (*DeleteFragmentResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DeleteFragment not implemented")
 }
 func (UnimplementedExtentNodeServer) mustEmbedUnimplementedExtentNodeServer() {}
 func (UnimplementedExtentNodeServer) testEmbeddedByValue()                    {}
@@ -458,6 +569,85 @@ func _ExtentNode_Stat_Handler(srv interface{}, ctx context.Context, dec func(int
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ExtentNode_Code_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CodeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ExtentNodeServer).Code(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ExtentNode_Code_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ExtentNodeServer).Code(ctx, req.(*CodeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ExtentNode_PutFragment_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(ExtentNodeServer).PutFragment(&grpc.GenericServerStream[PutFragmentChunk, PutFragmentResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type ExtentNode_PutFragmentServer = grpc.ClientStreamingServer[PutFragmentChunk, PutFragmentResponse]
+
+func _ExtentNode_ReadFragment_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReadFragmentRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ExtentNodeServer).ReadFragment(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ExtentNode_ReadFragment_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ExtentNodeServer).ReadFragment(ctx, req.(*ReadFragmentRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ExtentNode_RebuildFragment_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RebuildFragmentRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ExtentNodeServer).RebuildFragment(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ExtentNode_RebuildFragment_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ExtentNodeServer).RebuildFragment(ctx, req.(*RebuildFragmentRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ExtentNode_DeleteFragment_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeleteFragmentRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ExtentNodeServer).DeleteFragment(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ExtentNode_DeleteFragment_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ExtentNodeServer).DeleteFragment(ctx, req.(*DeleteFragmentRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // ExtentNode_ServiceDesc is the grpc.ServiceDesc for ExtentNode service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -501,12 +691,33 @@ var ExtentNode_ServiceDesc = grpc.ServiceDesc{
 			MethodName: "Stat",
 			Handler:    _ExtentNode_Stat_Handler,
 		},
+		{
+			MethodName: "Code",
+			Handler:    _ExtentNode_Code_Handler,
+		},
+		{
+			MethodName: "ReadFragment",
+			Handler:    _ExtentNode_ReadFragment_Handler,
+		},
+		{
+			MethodName: "RebuildFragment",
+			Handler:    _ExtentNode_RebuildFragment_Handler,
+		},
+		{
+			MethodName: "DeleteFragment",
+			Handler:    _ExtentNode_DeleteFragment_Handler,
+		},
 	},
 	Streams: []grpc.StreamDesc{
 		{
 			StreamName:    "Fetch",
 			Handler:       _ExtentNode_Fetch_Handler,
 			ServerStreams: true,
+		},
+		{
+			StreamName:    "PutFragment",
+			Handler:       _ExtentNode_PutFragment_Handler,
+			ClientStreams: true,
 		},
 	},
 	Metadata: "stream.proto",

@@ -134,6 +134,9 @@ func (c *Cluster) startNode(nd *Node, addr string) error {
 		// Best effort, as a heartbeat would carry it.
 		_ = c.Driver.ReportCorrupt(context.Background(), extent, id)
 	}
+	o.OnCorruptFragment = func(extent uint64, index int, _ error) {
+		_ = c.Driver.ReportCorruptFragment(context.Background(), extent, index, id)
+	}
 	node, err := stream.OpenNode(o)
 	if err != nil {
 		return fmt.Errorf("open node %s: %w", nd.ID, err)
