@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -107,8 +108,8 @@ func TestPartitionRoundTrip(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if info.Records != uint64(tc.n) {
-				t.Fatalf("info %+v", info)
+			if info.Records != uint64(tc.n) || info.CRC != crcOf(readFile(t, path)) {
+				t.Fatalf("info %+v (file crc %#x)", info, crcOf(readFile(t, path)))
 			}
 			f, err := Open(vfs.Default, path, OpenOptions{NoMmap: !tc.mmap})
 			if err != nil {
@@ -482,7 +483,7 @@ func TestCorruption(t *testing.T) {
 	}
 	// Another format version is refused with a clear error.
 	bad := bytes.Clone(good)
-	bad[len(bad)-16] = 2
+	bad[len(bad)-16] = formatVersion + 1
 	ft := bad[len(bad)-footerLen:]
 	binary.LittleEndian.PutUint32(ft[180:], crcOf(ft[:180]))
 	if _, err := open(bad); !errors.Is(err, ErrFormatVersion) {
@@ -663,4 +664,92 @@ func FuzzOpen(f *testing.F) {
 			t.Fatalf("verify: %v", err)
 		}
 	})
+}
+
+func TestCRCCombine(t *testing.T) {
+	r := rand.New(rand.NewPCG(testSeed(t), 11))
+	b := make([]byte, 1<<16)
+	for i := range b {
+		b[i] = byte(r.Uint32())
+	}
+	for range 200 {
+		i := r.IntN(len(b))
+		j := i + r.IntN(len(b)-i+1)
+		if got, want := crcCombine(crcOf(b[:i]), crcOf(b[i:j]), uint64(j-i)), crcOf(b[:j]); got != want {
+			t.Fatalf("combine at %d..%d: %#x, want %#x", i, j, got, want)
+		}
+	}
+	big := make([]byte, 3<<20+5)
+	if got, want := crcCombine(crcOf(b), crcOf(big), uint64(len(big))), crcOf(append(slices.Clone(b), big...)); got != want {
+		t.Fatalf("combine of %d bytes: %#x, want %#x", len(big), got, want)
+	}
+}
+
+// TestWindows builds with output windows of a few records each: the bytes
+// are those of a one-window build, and they read back, with and without
+// duplicates to drop.
+func TestWindows(t *testing.T) {
+	seed := testSeed(t)
+	for _, tc := range []struct {
+		name  string
+		fixed bool
+		dups  bool
+	}{{"fixed", true, false}, {"var", false, false}, {"var-dups", false, true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := rand.New(rand.NewPCG(seed, 12))
+			recs := randomRecords(r, 3000, 50, tc.fixed)
+			want := recs
+			if tc.dups {
+				// Every 10th key again, with a new value: the last wins.
+				for i := 0; i < len(want); i += 10 {
+					recs = append(recs, Record{Key: want[i].Key, Value: []byte(fmt.Sprint("new", i))})
+				}
+				want = slices.Clone(want)
+				for i := 0; i < len(want); i += 10 {
+					want[i].Value = []byte(fmt.Sprint("new", i))
+				}
+			}
+			dir := t.TempDir()
+			build := func(name string) []byte {
+				path := filepath.Join(dir, name)
+				if _, err := BuildPartition(context.Background(), path, recs, PartitionSpec{}, PartitionOptions{LastWins: tc.dups}); err != nil {
+					t.Fatal(err)
+				}
+				return readFile(t, path)
+			}
+			one := build("one")
+			old := windowBytes
+			windowBytes = 1000
+			many := build("many")
+			windowBytes = old
+			if !bytes.Equal(one, many) {
+				t.Fatal("a build in small windows differs from one in a single window")
+			}
+			f, err := Open(vfs.Default, filepath.Join(dir, "many"), OpenOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			checkFile(t, f, want, r)
+		})
+	}
+}
+
+// TestOldFormatRefused: a file of format version 1 (before MPH parts) is
+// refused with ErrFormatVersion, not misread.
+func TestOldFormatRefused(t *testing.T) {
+	r := rand.New(rand.NewPCG(testSeed(t), 13))
+	path := filepath.Join(t.TempDir(), "p.bulk")
+	if _, err := BuildPartition(context.Background(), path, randomRecords(r, 100, 10, false), PartitionSpec{}, PartitionOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	b := readFile(t, path)
+	binary.LittleEndian.PutUint32(b[8:], 1)
+	binary.LittleEndian.PutUint32(b[12:], crcOf(b[:12]))
+	ft := b[len(b)-footerLen:]
+	binary.LittleEndian.PutUint32(ft[176:], 1)
+	binary.LittleEndian.PutUint32(ft[180:], crcOf(ft[:180]))
+	if _, err := OpenReaderAt(bytes.NewReader(b), int64(len(b)), nil); !errors.Is(err, ErrFormatVersion) {
+		t.Fatalf("version 1 file: %v, want ErrFormatVersion", err)
+	}
 }

@@ -74,8 +74,24 @@
 // another format version is refused with ErrFormatVersion; anything
 // damaged with an error wrapping engines.ErrCorrupt.
 //
-// The format constants (magics, version 1, flag bits, the footer layout)
-// never change or get reused; a new layout is a new format version.
+// The format constants (magics, flag bits, the footer layout) never change
+// or get reused; a new layout is a new format version. Version 2 (this one)
+// holds an mph encoding of version 2 (the table in parts); version 1 files
+// are refused with ErrFormatVersion.
+//
+// # Build and read paths
+//
+// BuildPartition hashes each key once (the routing hash is the file's key
+// hash), builds the MPH without sorting (the MPH itself fails on equal
+// hashes; only then are the records sorted to drop or report duplicates),
+// takes every record's slot from the MPH builder, and writes the records in
+// slot order a window of 128 MiB at a time: each window's records are read
+// in input order and copied to their places in a buffer of huge pages, a
+// group of 32 at a time with their cache lines touched first so that the
+// misses overlap. Each byte goes through CRC32C once: the whole file's CRC
+// is combined from the sections'. AppendGetBatch looks up a group of 16
+// keys' slots, then touches their records, then reads them, so the cache
+// misses of independent keys overlap.
 //
 // # Concurrency
 //

@@ -10,6 +10,7 @@ import (
 	"io"
 	"math/bits"
 	"os"
+	"runtime"
 	"sync"
 	"sync/atomic"
 
@@ -81,6 +82,7 @@ func Open(fs vfs.FS, name string, opts OpenOptions) (*File, error) {
 		if err != nil {
 			return nil, errors.Join(fmt.Errorf("bulk: mmap %s: %w", name, err), cerr)
 		}
+		adviseMapping(data)
 		f, err := newFile(bytes.NewReader(data), data, st.Size(), func() error { return munmap(data) })
 		if err != nil {
 			return nil, errors.Join(fmt.Errorf("bulk: open %s: %w", name, err), munmap(data))
@@ -276,21 +278,30 @@ func (f *File) recordRange(slot uint64) (off, end uint64) {
 
 // get appends key's value to dst. h is keyHash(f.ft.hashSeed, key).
 func (f *File) get(dst, key []byte, h uint64) ([]byte, lookupState, error) {
-	n := f.ft.n
-	if n == 0 {
+	if f.ft.n == 0 {
 		return dst, absent, nil
 	}
 	slot := f.table.Lookup(h)
+	if !f.fpMatch(slot, h) {
+		return dst, absent, nil
+	}
+	return f.read(dst, key, slot)
+}
+
+// fpMatch reports whether slot's fingerprint is h's.
+func (f *File) fpMatch(slot, h uint64) bool {
 	switch f.ft.fpBits {
 	case 8:
-		if f.fps[slot] != byte(h) {
-			return dst, absent, nil
-		}
+		return f.fps[slot] == byte(h)
 	case 16:
-		if binary.LittleEndian.Uint16(f.fps[2*slot:]) != uint16(h) {
-			return dst, absent, nil
-		}
+		return binary.LittleEndian.Uint16(f.fps[2*slot:]) == uint16(h)
 	}
+	return true
+}
+
+// read appends the value of slot's record to dst if the record's key is
+// key.
+func (f *File) read(dst, key []byte, slot uint64) ([]byte, lookupState, error) {
 	off, end := f.recordRange(slot)
 	var rec []byte
 	if f.data != nil {
@@ -371,10 +382,52 @@ func (f *File) AppendGetBatch(dst []byte, keys [][]byte, vals [][]byte, found []
 		return dst, engines.ErrClosed
 	}
 	defer f.release()
-	return batch(dst, keys, vals, found, func(dst, key []byte) ([]byte, bool, error) {
-		out, st, err := f.get(dst, key, f.hash(key, 0, false))
-		return out, st == present, err
-	})
+	if f.data == nil || f.ft.n == 0 {
+		return batch(dst, keys, vals, found, func(dst, key []byte) ([]byte, bool, error) {
+			out, st, err := f.get(dst, key, f.hash(key, 0, false))
+			return out, st == present, err
+		})
+	}
+	// Mapped: find every slot of a group of keys, then touch their
+	// records, then read them. A lookup is a chain of cache misses (pilot,
+	// then fingerprint and record); independent lookups side by side
+	// overlap theirs, where one after the other each waits in full.
+	const group = 16
+	var slots, hs [group]uint64
+	var match [group]bool
+	var offStack [64]int
+	offs := offStack[:0]
+	for g := 0; g < len(keys); g += group {
+		ks := keys[g:min(g+group, len(keys))]
+		for i, k := range ks {
+			hs[i] = f.hash(k, 0, false)
+			slots[i] = f.table.Lookup(hs[i])
+		}
+		var sink byte
+		for i := range ks {
+			match[i] = f.fpMatch(slots[i], hs[i])
+			if match[i] {
+				off, _ := f.recordRange(slots[i])
+				sink += f.data[f.recBase+int64(off)]
+			}
+		}
+		runtime.KeepAlive(sink) // keeps the touching loads
+		for i, k := range ks {
+			offs = append(offs, len(dst))
+			found[g+i] = false
+			if !match[i] {
+				continue
+			}
+			var st lookupState
+			var err error
+			if dst, st, err = f.read(dst, k, slots[i]); err != nil {
+				return dst, err
+			}
+			found[g+i] = st == present
+		}
+	}
+	setVals(dst, offs, vals, found)
+	return dst, nil
 }
 
 func batch(dst []byte, keys [][]byte, vals [][]byte, found []bool, get func(dst, key []byte) ([]byte, bool, error)) ([]byte, error) {
@@ -389,18 +442,24 @@ func batch(dst []byte, keys [][]byte, vals [][]byte, found []bool, get func(dst,
 		}
 		offs = append(offs, start)
 	}
-	for i := range keys {
+	setVals(dst, offs, vals, found)
+	return dst, nil
+}
+
+// setVals points vals[i] at value i in dst, which starts at offs[i] and
+// ends where the next begins.
+func setVals(dst []byte, offs []int, vals [][]byte, found []bool) {
+	for i := range vals {
 		if !found[i] {
 			vals[i] = nil
 			continue
 		}
 		end := len(dst)
-		if i+1 < len(keys) {
+		if i+1 < len(vals) {
 			end = offs[i+1]
 		}
 		vals[i] = dst[offs[i]:end:end]
 	}
-	return dst, nil
 }
 
 // Scan calls fn for every record in file order (slot order), verifying each

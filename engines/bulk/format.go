@@ -15,7 +15,7 @@ import (
 const (
 	headerMagic   = "TABBULKH"
 	footerMagic   = "TABBULKF"
-	formatVersion = 1
+	formatVersion = 2 // 1: MPH encoding version 1 (no longer read)
 	headerLen     = 16
 	footerLen     = 192
 
@@ -43,6 +43,49 @@ var ErrFormatVersion = errors.New("bulk: unsupported file format version")
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 func crcOf(b []byte) uint32 { return crc32.Checksum(b, castagnoli) }
+
+// crcCombine returns the CRC32C of a‖b from crcA = CRC32C(a), crcB =
+// CRC32C(b) and len(b) (zlib's crc32_combine: crcA times x^(8·lenB) mod
+// the polynomial, plus crcB).
+func crcCombine(crcA, crcB uint32, lenB uint64) uint32 {
+	// p = x^(8·lenB): the product of x^(2^k) for the set bits k of 8·lenB.
+	p := uint32(1) << 31 // 1, bit-reflected
+	for k := 3; lenB != 0; k++ {
+		if lenB&1 != 0 {
+			p = gfMul(crcX2k[k], p)
+		}
+		lenB >>= 1
+	}
+	return gfMul(p, crcA) ^ crcB
+}
+
+// gfMul is a·b modulo the Castagnoli polynomial, bit-reflected.
+func gfMul(a, b uint32) uint32 {
+	const poly = 0x82f63b78 // Castagnoli, reflected
+	var p uint32
+	for m := uint32(1) << 31; m != 0; m >>= 1 {
+		if a&m != 0 {
+			p ^= b
+		}
+		if b&1 != 0 {
+			b = b>>1 ^ poly
+		} else {
+			b >>= 1
+		}
+	}
+	return p
+}
+
+// crcX2k[k] is x^(2^k) modulo the polynomial, for every k of a length
+// below 2^61 bytes.
+var crcX2k = func() (t [64]uint32) {
+	p := uint32(1) << 30 // x
+	for k := range t {
+		t[k] = p
+		p = gfMul(p, p)
+	}
+	return t
+}()
 
 type section struct {
 	off, len uint64

@@ -34,8 +34,9 @@ type BuildOptions struct {
 	DeltaOf uint64
 	// MemoryBudget bounds the input bytes held in memory while reading
 	// and, as far as possible, the partitions being built at once (a
-	// partition is built in memory: about its records' bytes plus 40 bytes
-	// per record). Beyond it, records spill to temporary files. Default 1 GiB.
+	// partition is built in memory: about its records' bytes, as much
+	// again up to 128 MiB of output window, plus 40 bytes per record).
+	// Beyond it, records spill to temporary files. Default 1 GiB.
 	MemoryBudget int64
 	// Workers building partitions at once. Default GOMAXPROCS.
 	Workers int
@@ -296,7 +297,8 @@ func BuildTable(ctx context.Context, inputs []string, outDir string, opts BuildO
 	)
 	cost := func(i int) int64 {
 		s := spills[i]
-		return s.onDisk + int64(len(s.buf)) + 40*int64(s.records)
+		b := s.onDisk + int64(len(s.buf))
+		return b + min(b, int64(windowBytes)) + 40*int64(s.records)
 	}
 	next := make(chan int)
 	var wg sync.WaitGroup

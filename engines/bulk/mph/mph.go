@@ -13,8 +13,8 @@ import (
 // Encoding constants: on-disk, never change or reuse.
 const (
 	magic      = "MPH1"
-	version    = 1
-	headerLen  = 40
+	version    = 2 // 1: one part, no part table (no longer read)
+	headerLen  = 48
 	pilotCount = 256
 )
 
@@ -77,10 +77,20 @@ func (o Options) Validate() error {
 type Table struct {
 	n, slots, buckets uint64
 	seed              uint64
-	m1, m2, b1        uint64 // skewed bucket function, from buckets
+	nparts            uint64
+	parts             []part
 	pilots            []byte
 	remap             []uint32
 	ph                [pilotCount]uint64
+}
+
+// part is one part's place in the table and its skewed bucket function.
+// 64 bytes: a lookup reads one cache line of it.
+type part struct {
+	slotStart, slots     uint64
+	bucketStart, buckets uint64
+	m1, m2, b1           uint64
+	_                    uint64
 }
 
 // Len is the number of keys n; Lookup returns slots in [0, n).
@@ -89,10 +99,10 @@ func (t *Table) Len() int { return int(t.n) }
 // Seed is the seed the table was built with.
 func (t *Table) Seed() uint64 { return t.seed }
 
-// MemoryBytes is the memory the table holds: pilots, remap and the pilot
-// hash table.
+// MemoryBytes is the memory the table holds: pilots, remap, the parts and
+// the pilot hash table.
 func (t *Table) MemoryBytes() int {
-	return len(t.pilots) + 4*len(t.remap) + 8*pilotCount + 64
+	return len(t.pilots) + 4*len(t.remap) + 64*len(t.parts) + 8*pilotCount + 96
 }
 
 // fmix64 is murmur3's finaliser, a bijection in which every output bit
@@ -119,32 +129,38 @@ func (t *Table) initPilotHashes() {
 
 func (t *Table) mix(h uint64) uint64 { return fmix64(h ^ t.seed) }
 
+// split maps a mixed hash to its part and the rest of its bits, which pick
+// the bucket within the part: x·P = part·2^64 + rest.
+func (t *Table) split(x uint64) (p, rest uint64) { return bits.Mul64(x, t.nparts) }
+
 // skewT is the split of the bucket function: hashes below it (60% of keys)
 // go to the first 30% of buckets.
 const skewT = (1 << 64 / 5) * 3
 
-func (t *Table) initBuckets() {
-	t.b1 = (t.buckets*3 + 9) / 10
-	if t.buckets >= 2 && t.b1 >= t.buckets {
-		t.b1 = t.buckets - 1
+// setBuckets derives the bucket function of a part of b buckets.
+func (p *part) setBuckets(b uint64) {
+	p.buckets = b
+	p.b1 = (b*3 + 9) / 10
+	if b >= 2 && p.b1 >= b {
+		p.b1 = b - 1
 	}
-	t.m1 = t.b1 * 5 / 3
-	t.m2 = (t.buckets - t.b1) * 5 / 2
+	p.m1 = p.b1 * 5 / 3
+	p.m2 = (b - p.b1) * 5 / 2
 }
 
-// bucket maps a mixed hash to its bucket: PTHash's skew, which makes the
-// first buckets big (placed first, while most slots are free) and the rest
-// small (placed last, when a small bucket still finds free slots).
-func (t *Table) bucket(x uint64) uint64 {
-	if x < skewT {
-		return reduce(x, t.m1)
+// bucket maps the rest of a mixed hash to its bucket in the part: PTHash's
+// skew, which makes the first buckets big (placed first, while most slots
+// are free) and the rest small (placed last, when a small bucket still
+// finds free slots).
+func (p *part) bucket(rest uint64) uint64 {
+	if rest < skewT {
+		return reduce(rest, p.m1)
 	}
-	return min(t.b1+reduce(x-skewT, t.m2), t.buckets-1)
+	return min(p.b1+reduce(rest-skewT, p.m2), p.buckets-1)
 }
 
-func (t *Table) slot(x uint64, p byte) uint64 {
-	return reduce((x^t.ph[p])*mulC, t.slots)
-}
+// slot is the slot within its part of a mixed hash under pilot hash ph.
+func slot(x, ph, slots uint64) uint64 { return reduce((x^ph)*mulC, slots) }
 
 // Lookup returns the slot of h, in [0, n) when n > 0. For a hash that was
 // not in the build set it returns an arbitrary slot in [0, n). With n == 0
@@ -154,7 +170,9 @@ func (t *Table) Lookup(h uint64) uint64 {
 		return 0
 	}
 	x := t.mix(h)
-	s := t.slot(x, t.pilots[t.bucket(x)])
+	pi, rest := t.split(x)
+	p := &t.parts[pi]
+	s := p.slotStart + slot(x, t.ph[t.pilots[p.bucketStart+p.bucket(rest)]], p.slots)
 	if s >= t.n {
 		s = uint64(t.remap[s-t.n])
 	}
@@ -165,6 +183,17 @@ func (t *Table) Lookup(h uint64) uint64 {
 // (else ErrDuplicateHash). hashes is not modified. The result depends only on
 // the set of hashes and opts.
 func Build(hashes []uint64, opts Options) (*Table, error) {
+	return BuildSlots(hashes, opts, nil)
+}
+
+// BuildSlots is Build that also sets slots[i] to the slot of hashes[i]
+// (Lookup(hashes[i])) when slots is not nil; it must be len(hashes) long.
+// The builder knows every slot, so this is cheaper than a Lookup per hash
+// afterwards (measured at 10M keys: 0.1 s instead of 0.6-1.2 s).
+func BuildSlots(hashes []uint64, opts Options, slots []uint32) (*Table, error) {
+	if slots != nil && len(slots) != len(hashes) {
+		return nil, fmt.Errorf("mph: %d slots for %d hashes", len(slots), len(hashes))
+	}
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
@@ -175,7 +204,7 @@ func Build(hashes []uint64, opts Options) (*Table, error) {
 	}
 	var lastErr error
 	for i := 0; i < opts.MaxSeeds; i++ {
-		t, err := buildSeed(hashes, opts, opts.Seed+uint64(i))
+		t, err := buildSeed(hashes, opts, opts.Seed+uint64(i), slots)
 		if err == nil {
 			return t, nil
 		}
@@ -187,106 +216,85 @@ func Build(hashes []uint64, opts Options) (*Table, error) {
 	return nil, fmt.Errorf("%w after %d seeds: %v", ErrNoSolution, opts.MaxSeeds, lastErr)
 }
 
-// builder is the state of one construction attempt.
-type builder struct {
-	t      *Table
-	xs     []uint64 // mixed hashes grouped by bucket
-	start  []uint32 // bucket b's keys are xs[start[b]:start[b+1]]
-	owner  []uint32 // slot -> bucket+1, 0 free
-	taken  []uint64 // bitmap of owner != 0: the hot check stays in cache
-	osize  []uint8  // slot -> size of its owner bucket (saturated)
-	heap   []uint32 // evicted buckets, max-heap by (size, -bucket)
-	recent [16]uint32
-	nrec   int
-	rng    uint64
-	slotsB [64]uint64 // scratch: slots of the bucket being placed
-}
+// partKeys is the number of keys per part Build aims at: a part's working
+// set (about 14 bytes per key) then stays in a core's L2 cache.
+const partKeys = 1 << 16
 
-func buildSeed(hashes []uint64, opts Options, seed uint64) (*Table, error) {
+// partsFor is the number of parts of a table of n keys.
+func partsFor(n uint64) uint64 { return max(1, (n+partKeys/2)/partKeys) }
+
+func buildSeed(hashes []uint64, opts Options, seed uint64, slots []uint32) (*Table, error) {
 	n := uint64(len(hashes))
 	t := &Table{n: n, seed: seed}
 	t.initPilotHashes()
 	if n == 0 {
-		t.slots, t.buckets = 0, 0
 		return t, nil
 	}
-	t.slots = uint64(math.Ceil(float64(n) / opts.Alpha))
-	if t.slots < n {
-		t.slots = n
-	}
-	t.buckets = uint64(math.Ceil(float64(n) / opts.Lambda))
-	t.pilots = make([]byte, t.buckets)
-	t.initBuckets()
+	t.nparts = partsFor(n)
+	t.parts = make([]part, t.nparts)
 
-	b := &builder{t: t, rng: seed ^ 0x2545f4914f6cdd1d}
-	// Counting sort of the mixed hashes by bucket.
-	counts := make([]uint32, t.buckets+1)
+	// Counting sort of the mixed hashes by part: P sequential write
+	// streams, so the scatter stays in cache.
+	counts := make([]uint64, t.nparts+1)
 	for _, h := range hashes {
-		counts[t.bucket(t.mix(h))+1]++
+		p, _ := t.split(t.mix(h))
+		counts[p+1]++
 	}
-	maxSize := uint32(0)
-	for i := uint64(1); i <= t.buckets; i++ {
-		maxSize = max(maxSize, counts[i])
-		counts[i] += counts[i-1]
+	maxPart := uint64(0)
+	for p := uint64(0); p < t.nparts; p++ {
+		maxPart = max(maxPart, counts[p+1])
+		counts[p+1] += counts[p]
 	}
-	if maxSize > uint32(len(b.slotsB)) {
-		return nil, fmt.Errorf("mph: a bucket of %d keys (seed %d)", maxSize, seed)
+	xs := make([]uint64, n)
+	var is []uint32 // with slots: is[k] is the index in hashes of xs[k]
+	if slots != nil {
+		is = make([]uint32, n)
 	}
-	b.start = counts
-	b.xs = make([]uint64, n)
-	fill := make([]uint32, t.buckets)
-	copy(fill, counts[:t.buckets])
-	for _, h := range hashes {
+	fill := make([]uint64, t.nparts)
+	copy(fill, counts)
+	for i, h := range hashes {
 		x := t.mix(h)
-		bk := t.bucket(x)
-		b.xs[fill[bk]] = x
-		fill[bk]++
-	}
-	// Duplicates meet in one bucket. Sort each bucket's keys (they are few)
-	// so the construction cannot depend on input order, and spot duplicates.
-	for bk := uint64(0); bk < t.buckets; bk++ {
-		ks := b.xs[b.start[bk]:b.start[bk+1]]
-		for i := 1; i < len(ks); i++ {
-			for j := i; j > 0 && ks[j] < ks[j-1]; j-- {
-				ks[j], ks[j-1] = ks[j-1], ks[j]
-			}
+		p, _ := t.split(x)
+		xs[fill[p]] = x
+		if is != nil {
+			is[fill[p]] = uint32(i)
 		}
-		for i := 1; i < len(ks); i++ {
-			if ks[i] == ks[i-1] {
-				return nil, ErrDuplicateHash
-			}
-		}
-	}
-	// Order buckets by size, largest first, ties by bucket number.
-	bySize := make([]uint32, maxSize+2)
-	for bk := uint64(0); bk < t.buckets; bk++ {
-		bySize[maxSize-b.size(uint32(bk))+1]++
-	}
-	for i := 1; i < len(bySize); i++ {
-		bySize[i] += bySize[i-1]
-	}
-	order := make([]uint32, t.buckets)
-	for bk := uint64(0); bk < t.buckets; bk++ {
-		k := maxSize - b.size(uint32(bk))
-		order[bySize[k]] = uint32(bk)
-		bySize[k]++
+		fill[p]++
 	}
 	fill = nil
-	b.owner = make([]uint32, t.slots)
-	b.taken = make([]uint64, (t.slots+63)/64)
-	b.osize = make([]uint8, t.slots)
-	budget := 16*n + 1<<12 // eviction steps before giving up on this seed
-	for _, bk := range order {
-		if b.size(bk) == 0 {
-			break
+	for p := range t.parts {
+		np := counts[p+1] - counts[p]
+		pt := &t.parts[p]
+		pt.slots = max(1, min(uint64(math.Ceil(float64(np)/opts.Alpha)), 2*np+1))
+		pt.setBuckets(max(1, min(uint64(math.Ceil(float64(np)/opts.Lambda)), np)))
+		if p > 0 {
+			pv := &t.parts[p-1]
+			pt.slotStart = pv.slotStart + pv.slots
+			pt.bucketStart = pv.bucketStart + pv.buckets
 		}
-		if !b.place(bk, &budget) {
-			return nil, fmt.Errorf("mph: eviction did not converge (seed %d)", seed)
+	}
+	last := &t.parts[t.nparts-1]
+	t.slots = last.slotStart + last.slots
+	t.buckets = last.bucketStart + last.buckets
+	t.pilots = make([]byte, t.buckets)
+	taken := make([]uint64, (t.slots+63)/64) // global: for the remap
+	b := newBuilder(t, maxPart, is != nil)
+	for p := range t.parts {
+		var pis []uint32
+		if is != nil {
+			pis = is[counts[p]:counts[p+1]]
 		}
-		for len(b.heap) > 0 {
-			e := b.pop()
-			if !b.place(e, &budget) {
-				return nil, fmt.Errorf("mph: eviction did not converge (seed %d)", seed)
+		if err := b.buildPart(uint64(p), xs[counts[p]:counts[p+1]], pis); err != nil {
+			return nil, err
+		}
+		pt := &t.parts[p]
+		if is != nil && t.slots <= math.MaxUint32 {
+			b.slotsOfPart(pis, slots)
+		}
+		for s := uint64(0); s < pt.slots; s++ {
+			if b.taken[s/64]&(1<<(s%64)) != 0 {
+				g := pt.slotStart + s
+				taken[g/64] |= 1 << (g % 64)
 			}
 		}
 	}
@@ -294,19 +302,191 @@ func buildSeed(hashes []uint64, opts Options, seed uint64) (*Table, error) {
 	t.remap = make([]uint32, t.slots-n)
 	free := uint64(0)
 	for s := n; s < t.slots; s++ {
-		if b.owner[s] == 0 {
+		if taken[s/64]&(1<<(s%64)) == 0 {
 			continue
 		}
-		for b.owner[free] != 0 {
+		for taken[free/64]&(1<<(free%64)) != 0 {
 			free++
 		}
 		t.remap[s-n] = uint32(free)
 		free++
 	}
+	if slots != nil && t.slots > math.MaxUint32 {
+		// Slots past 2^32 before the remap: look them up instead.
+		for i, h := range hashes {
+			slots[i] = uint32(t.Lookup(h))
+		}
+	} else if slots != nil && len(t.remap) > 0 {
+		for i, s := range slots {
+			if uint64(s) >= n {
+				slots[i] = t.remap[uint64(s)-n]
+			}
+		}
+	}
 	return t, nil
 }
 
+// builder places the buckets of one part at a time; its scratch is sized
+// for the largest part and reused.
+type builder struct {
+	t      *Table
+	pt     *part
+	seed   uint64
+	xs     []uint64 // the part's mixed hashes, grouped by bucket
+	is     []uint32 // their indices in the input, or nil
+	tmp    []uint64 // scratch for the counting sort
+	tmpI   []uint32
+	start  []uint32 // bucket b's keys are xs[start[b]:start[b+1]]
+	owner  []uint32 // slot -> bucket+1, 0 free
+	taken  []uint64 // bitmap of owner != 0: the hot check stays in cache
+	osize  []uint8  // slot -> size of its owner bucket (saturated)
+	order  []uint32
+	heap   []uint32 // evicted buckets, max-heap by (size, -bucket)
+	pilots []byte   // the part's pilots
+	recent [16]uint32
+	nrec   int
+	rng    uint64
+	slotsB [64]uint64 // scratch: slots of the bucket being placed
+}
+
+func newBuilder(t *Table, maxPart uint64, withIndices bool) *builder {
+	maxSlots, maxBuckets := uint64(0), uint64(0)
+	for i := range t.parts {
+		maxSlots = max(maxSlots, t.parts[i].slots)
+		maxBuckets = max(maxBuckets, t.parts[i].buckets)
+	}
+	var tmpI []uint32
+	if withIndices {
+		tmpI = make([]uint32, maxPart)
+	}
+	return &builder{
+		t:     t,
+		tmpI:  tmpI,
+		tmp:   make([]uint64, maxPart),
+		start: make([]uint32, maxBuckets+1),
+		owner: make([]uint32, maxSlots),
+		taken: make([]uint64, (maxSlots+63)/64),
+		osize: make([]uint8, maxSlots),
+		order: make([]uint32, maxBuckets),
+	}
+}
+
+// buildPart finds the pilots of part p, whose mixed hashes are xs (which
+// it reorders, and is, if not nil, alongside).
+func (b *builder) buildPart(p uint64, xs []uint64, is []uint32) error {
+	t := b.t
+	pt := &t.parts[p]
+	b.pt, b.xs, b.is = pt, xs, is
+	b.pilots = t.pilots[pt.bucketStart : pt.bucketStart+pt.buckets]
+	b.heap, b.nrec = b.heap[:0], 0
+	b.rng = fmix64(t.seed^0x2545f4914f6cdd1d^(p+1)*0x9e3779b97f4a7c15) | 1
+	nb := pt.buckets
+	// Counting sort of the part's hashes by bucket.
+	start := b.start[:nb+1]
+	clear(start)
+	for _, x := range xs {
+		_, rest := t.split(x)
+		start[pt.bucket(rest)+1]++
+	}
+	maxSize := uint32(0)
+	for i := uint64(1); i <= nb; i++ {
+		maxSize = max(maxSize, start[i])
+		start[i] += start[i-1]
+	}
+	if maxSize > uint32(len(b.slotsB)) {
+		return fmt.Errorf("mph: a bucket of %d keys (seed %d)", maxSize, t.seed)
+	}
+	tmp := b.tmp[:len(xs)]
+	if is == nil {
+		for _, x := range xs {
+			_, rest := t.split(x)
+			bk := pt.bucket(rest)
+			tmp[start[bk]] = x
+			start[bk]++
+		}
+	} else {
+		tmpI := b.tmpI[:len(is)]
+		for k, x := range xs {
+			_, rest := t.split(x)
+			bk := pt.bucket(rest)
+			tmp[start[bk]] = x
+			tmpI[start[bk]] = is[k]
+			start[bk]++
+		}
+		copy(is, tmpI)
+	}
+	// start[bk] is now the end of bucket bk: shift back.
+	copy(start[1:], start[:nb])
+	start[0] = 0
+	copy(xs, tmp)
+	// Duplicates meet in one bucket. Sort each bucket's keys (they are few)
+	// so the construction cannot depend on input order, and spot duplicates.
+	for bk := uint64(0); bk < nb; bk++ {
+		ks := xs[start[bk]:start[bk+1]]
+		for i := 1; i < len(ks); i++ {
+			for j := i; j > 0 && ks[j] < ks[j-1]; j-- {
+				ks[j], ks[j-1] = ks[j-1], ks[j]
+				if is != nil {
+					o := int(start[bk])
+					is[o+j], is[o+j-1] = is[o+j-1], is[o+j]
+				}
+			}
+		}
+		for i := 1; i < len(ks); i++ {
+			if ks[i] == ks[i-1] {
+				return ErrDuplicateHash
+			}
+		}
+	}
+	// Order buckets by size, largest first, ties by bucket number.
+	var bySize [66]uint32
+	for bk := uint64(0); bk < nb; bk++ {
+		bySize[maxSize-b.size(uint32(bk))+1]++
+	}
+	for i := 1; i < len(bySize); i++ {
+		bySize[i] += bySize[i-1]
+	}
+	order := b.order[:nb]
+	for bk := uint64(0); bk < nb; bk++ {
+		k := maxSize - b.size(uint32(bk))
+		order[bySize[k]] = uint32(bk)
+		bySize[k]++
+	}
+	ns := pt.slots
+	clear(b.owner[:ns])
+	clear(b.taken[:(ns+63)/64])
+	clear(b.osize[:ns])
+	budget := 16*uint64(len(xs)) + 1<<12 // eviction steps before giving up on this seed
+	for _, bk := range order {
+		if b.size(bk) == 0 {
+			break
+		}
+		if !b.place(bk, &budget) {
+			return fmt.Errorf("mph: eviction did not converge (seed %d, part %d)", t.seed, p)
+		}
+		for len(b.heap) > 0 {
+			e := b.pop()
+			if !b.place(e, &budget) {
+				return fmt.Errorf("mph: eviction did not converge (seed %d, part %d)", t.seed, p)
+			}
+		}
+	}
+	return nil
+}
+
 func (b *builder) size(bk uint32) uint32 { return b.start[bk+1] - b.start[bk] }
+
+// slotsOfPart sets slots[is[k]] to the (global, not yet remapped) slot of
+// the part's k-th key.
+func (b *builder) slotsOfPart(is []uint32, slots []uint32) {
+	pt := b.pt
+	for bk := uint64(0); bk < pt.buckets; bk++ {
+		ph := b.t.ph[b.pilots[bk]]
+		for k := b.start[bk]; k < b.start[bk+1]; k++ {
+			slots[is[k]] = uint32(pt.slotStart + slot(b.xs[k], ph, pt.slots))
+		}
+	}
+}
 
 func (b *builder) less(i, j uint32) bool { // heap order: bigger first, then lower bucket
 	si, sj := b.size(i), b.size(j)
@@ -363,8 +543,9 @@ func (b *builder) isRecent(bk uint32) bool {
 // slotsOf fills b.slotsB with the slots of bucket bk under pilot p and
 // reports whether they are distinct.
 func (b *builder) slotsOf(ks []uint64, p byte) bool {
+	ph, ns := b.t.ph[p], b.pt.slots
 	for i, x := range ks {
-		s := b.t.slot(x, p)
+		s := slot(x, ph, ns)
 		for j := 0; j < i; j++ {
 			if b.slotsB[j] == s {
 				return false
@@ -373,6 +554,50 @@ func (b *builder) slotsOf(ks []uint64, p byte) bool {
 		b.slotsB[i] = s
 	}
 	return true
+}
+
+// freeSlots is slotsOf that also gives up at the first taken slot: most
+// pilots fail on their first key once the part fills up.
+func (b *builder) freeSlots(ks []uint64, p byte) bool {
+	ph, ns, taken := b.t.ph[p], b.pt.slots, b.taken
+	for i, x := range ks {
+		s := slot(x, ph, ns)
+		if taken[s/64]&(1<<(s%64)) != 0 {
+			return false
+		}
+		for j := 0; j < i; j++ {
+			if b.slotsB[j] == s {
+				return false
+			}
+		}
+		b.slotsB[i] = s
+	}
+	return true
+}
+
+// firstFree finds the first pilot from off on (wrapping) under which the
+// keys ks land on distinct free slots, leaving their slots in b.slotsB. It
+// tests the first key under 8 pilots at a time without branches: whether a
+// slot is free is a coin toss the branch predictor loses, and most pilots
+// fail on the first key once the part fills up.
+func (b *builder) firstFree(ks []uint64, off byte) (byte, bool) {
+	ph, ns, taken := &b.t.ph, b.pt.slots, b.taken
+	x0 := ks[0]
+	for d0 := 0; d0 < pilotCount; d0 += 8 {
+		var free uint32
+		for i := 0; i < 8; i++ {
+			s := slot(x0, ph[byte(d0+i)+off], ns)
+			free |= uint32(^taken[s/64]>>(s%64)&1) << i
+		}
+		for free != 0 {
+			p := byte(d0+bits.TrailingZeros32(free)) + off
+			free &= free - 1
+			if b.freeSlots(ks, p) {
+				return p, true
+			}
+		}
+	}
+	return 0, false
 }
 
 // place finds bucket bk a pilot, evicting other buckets if it must.
@@ -387,23 +612,9 @@ func (b *builder) place(bk uint32, budget *uint64) bool {
 	if b.nrec == 0 {
 		off = 0
 	}
-	for d := 0; d < pilotCount; d++ {
-		p := byte(d) + off
-		if !b.slotsOf(ks, p) {
-			continue
-		}
-		free := true
-		for i := range ks {
-			s := b.slotsB[i]
-			if b.taken[s/64]&(1<<(s%64)) != 0 {
-				free = false
-				break
-			}
-		}
-		if free {
-			b.assign(bk, ks, p)
-			return true
-		}
+	if p, ok := b.firstFree(ks, off); ok {
+		b.assign(bk, ks, p)
+		return true
 	}
 	// Second pass: the pilot with the cheapest collisions.
 	if *budget == 0 {
@@ -454,7 +665,7 @@ func (b *builder) place(bk uint32, budget *uint64) bool {
 }
 
 func (b *builder) assign(bk uint32, ks []uint64, p byte) {
-	b.t.pilots[bk] = p
+	b.pilots[bk] = p
 	sz := uint8(min(len(ks), 255))
 	for i := range ks {
 		s := b.slotsB[i]
@@ -467,9 +678,9 @@ func (b *builder) assign(bk uint32, ks []uint64, p byte) {
 }
 
 func (b *builder) evict(bk uint32) {
-	p := b.t.pilots[bk]
+	ph, ns := b.t.ph[b.pilots[bk]], b.pt.slots
 	for _, x := range b.xs[b.start[bk]:b.start[bk+1]] {
-		s := b.t.slot(x, p)
+		s := slot(x, ph, ns)
 		if b.owner[s] == bk+1 {
 			b.owner[s] = 0
 			b.taken[s/64] &^= 1 << (s % 64)
@@ -486,7 +697,12 @@ func (t *Table) AppendBinary(dst []byte) []byte {
 	binary.LittleEndian.PutUint64(h[16:], t.slots)
 	binary.LittleEndian.PutUint64(h[24:], t.buckets)
 	binary.LittleEndian.PutUint64(h[32:], t.seed)
+	binary.LittleEndian.PutUint64(h[40:], t.nparts)
 	dst = append(dst, h[:]...)
+	for i := range t.parts {
+		dst = binary.LittleEndian.AppendUint32(dst, uint32(t.parts[i].slots))
+		dst = binary.LittleEndian.AppendUint32(dst, uint32(t.parts[i].buckets))
+	}
 	dst = append(dst, t.pilots...)
 	for _, r := range t.remap {
 		dst = binary.LittleEndian.AppendUint32(dst, r)
@@ -495,7 +711,9 @@ func (t *Table) AppendBinary(dst []byte) []byte {
 }
 
 // EncodedLen is the length of the table's encoding.
-func (t *Table) EncodedLen() int { return headerLen + len(t.pilots) + 4*len(t.remap) }
+func (t *Table) EncodedLen() int {
+	return headerLen + 8*len(t.parts) + len(t.pilots) + 4*len(t.remap)
+}
 
 // Decode decodes a table encoded by AppendBinary, which must be all of b.
 // The table does not alias b. A malformed encoding is an error wrapping
@@ -515,19 +733,40 @@ func Decode(b []byte) (*Table, error) {
 		slots:   binary.LittleEndian.Uint64(b[16:]),
 		buckets: binary.LittleEndian.Uint64(b[24:]),
 		seed:    binary.LittleEndian.Uint64(b[32:]),
+		nparts:  binary.LittleEndian.Uint64(b[40:]),
 	}
 	rest := uint64(len(b) - headerLen)
 	switch {
 	case t.n >= math.MaxUint32:
 		return nil, fmt.Errorf("mph: %d keys: %w", t.n, engines.ErrCorrupt)
-	case t.n == 0 && (t.slots != 0 || t.buckets != 0):
-		return nil, fmt.Errorf("mph: empty table with %d slots, %d buckets: %w", t.slots, t.buckets, engines.ErrCorrupt)
-	case t.n > 0 && (t.buckets == 0 || t.slots < t.n || t.slots > 2*t.n+1 || t.buckets > t.n):
+	case t.n == 0 && (t.slots != 0 || t.buckets != 0 || t.nparts != 0):
+		return nil, fmt.Errorf("mph: empty table with %d slots, %d buckets, %d parts: %w", t.slots, t.buckets, t.nparts, engines.ErrCorrupt)
+	case t.n > 0 && t.nparts != partsFor(t.n):
+		return nil, fmt.Errorf("mph: %d parts for %d keys, want %d: %w", t.nparts, t.n, partsFor(t.n), engines.ErrCorrupt)
+	case t.n > 0 && (t.slots < t.n || t.slots > 2*t.n+t.nparts || t.buckets < t.nparts || t.buckets > t.n+t.nparts):
 		return nil, fmt.Errorf("mph: %d keys, %d slots, %d buckets: %w", t.n, t.slots, t.buckets, engines.ErrCorrupt)
-	case rest != t.buckets+4*(t.slots-t.n):
-		return nil, fmt.Errorf("mph: %d bytes after the header, want %d: %w", rest, t.buckets+4*(t.slots-t.n), engines.ErrCorrupt)
+	case rest != 8*t.nparts+t.buckets+4*(t.slots-t.n):
+		return nil, fmt.Errorf("mph: %d bytes after the header, want %d: %w", rest, 8*t.nparts+t.buckets+4*(t.slots-t.n), engines.ErrCorrupt)
 	}
 	b = b[headerLen:]
+	t.parts = make([]part, t.nparts)
+	var slots, buckets uint64
+	for i := range t.parts {
+		pt := &t.parts[i]
+		s := uint64(binary.LittleEndian.Uint32(b[8*i:]))
+		bk := uint64(binary.LittleEndian.Uint32(b[8*i+4:]))
+		if s == 0 || bk == 0 {
+			return nil, fmt.Errorf("mph: part %d of %d slots, %d buckets: %w", i, s, bk, engines.ErrCorrupt)
+		}
+		pt.slotStart, pt.slots, pt.bucketStart = slots, s, buckets
+		pt.setBuckets(bk)
+		slots += s
+		buckets += bk
+	}
+	if slots != t.slots || buckets != t.buckets {
+		return nil, fmt.Errorf("mph: parts of %d slots and %d buckets in a table of %d and %d: %w", slots, buckets, t.slots, t.buckets, engines.ErrCorrupt)
+	}
+	b = b[8*t.nparts:]
 	t.pilots = append([]byte(nil), b[:t.buckets]...)
 	b = b[t.buckets:]
 	t.remap = make([]uint32, t.slots-t.n)
@@ -539,6 +778,5 @@ func Decode(b []byte) (*Table, error) {
 		t.remap[i] = r
 	}
 	t.initPilotHashes()
-	t.initBuckets()
 	return t, nil
 }

@@ -242,3 +242,30 @@ func FuzzDecode(f *testing.F) {
 		}
 	})
 }
+
+func TestBuildSlots(t *testing.T) {
+	r := rand.New(rand.NewPCG(seedOf(t), 5))
+	for _, n := range []int{0, 1, 7, 1000, 200_000} {
+		hs := randomHashes(r, n)
+		slots := make([]uint32, n)
+		tab, err := BuildSlots(hs, Options{}, slots)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, h := range hs {
+			if got := tab.Lookup(h); uint64(slots[i]) != got {
+				t.Fatalf("n %d: slots[%d] = %d, Lookup says %d", n, i, slots[i], got)
+			}
+		}
+		plain, err := Build(hs, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(plain.AppendBinary(nil), tab.AppendBinary(nil)) {
+			t.Fatalf("n %d: BuildSlots built another table than Build", n)
+		}
+	}
+	if _, err := BuildSlots([]uint64{1, 2}, Options{}, make([]uint32, 1)); err == nil {
+		t.Fatal("slots of the wrong length accepted")
+	}
+}

@@ -176,6 +176,11 @@ func Decode(b []byte) (*List, error) {
 		lowBits: uint(b[8]),
 		hiLen:   binary.LittleEndian.Uint64(b[16:]),
 	}
+	for _, c := range b[9:16] {
+		if c != 0 {
+			return nil, fmt.Errorf("eliasfano: header padding %x: %w", b[9:16], engines.ErrCorrupt)
+		}
+	}
 	if l.n == 0 {
 		if len(b) != headerLen || l.lowBits != 0 || l.hiLen != 0 {
 			return nil, fmt.Errorf("eliasfano: empty list with a body: %w", engines.ErrCorrupt)
@@ -208,13 +213,26 @@ func Decode(b []byte) (*List, error) {
 	if l.hiLen%64 != 0 && l.high[nHigh-1]>>(l.hiLen%64) != 0 {
 		return nil, fmt.Errorf("eliasfano: bits past the high part: %w", engines.ErrCorrupt)
 	}
-	ones := uint64(0)
+	// The values must be non-decreasing too (equal high parts with
+	// decreasing low parts would not be): callers slice with them.
+	ones, prev := uint64(0), uint64(0)
 	for w, word := range l.high {
 		for word != 0 {
+			pos := uint64(w)*64 + uint64(bits.TrailingZeros64(word))
 			if ones&(1<<sampleShift-1) == 0 {
-				if ones>>sampleShift >= nSamples || l.samples[ones>>sampleShift] != uint64(w)*64+uint64(bits.TrailingZeros64(word)) {
+				if ones>>sampleShift >= nSamples || l.samples[ones>>sampleShift] != pos {
 					return nil, fmt.Errorf("eliasfano: sample %d wrong: %w", ones>>sampleShift, engines.ErrCorrupt)
 				}
+			}
+			if ones < l.n {
+				v := (pos - ones) << l.lowBits
+				if l.lowBits > 0 {
+					v |= getBits(l.low, ones*uint64(l.lowBits), l.lowBits)
+				}
+				if v < prev {
+					return nil, fmt.Errorf("eliasfano: value %d decreases: %w", ones, engines.ErrCorrupt)
+				}
+				prev = v
 			}
 			ones++
 			word &= word - 1
