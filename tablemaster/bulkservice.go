@@ -68,14 +68,19 @@ func (m *Master) BulkRollback(_ context.Context, req *api.BulkRollbackRequest) (
 func (m *Master) bulkReports(serverID string, statuses []*api.ReplicaStatus) {
 	var cmds []Command
 	st := m.State()
+	var where map[uint64]bulkPlace // built at the first report
 	for _, rs := range statuses {
 		if len(rs.GetBulkLoaded()) == 0 {
 			continue
 		}
-		t, pi := st.bulkPartition(rs.GetPartitionId())
-		if t == nil {
+		if where == nil {
+			where = st.bulkPartitions()
+		}
+		bp, ok := where[rs.GetPartitionId()]
+		if !ok {
 			continue
 		}
+		t, pi := bp.t, bp.i
 		for _, l := range rs.GetBulkLoaded() {
 			k := t.Bulk.version(l.GetVersion())
 			if k < 0 || t.Bulk.Versions[k].LoadedOn[pi] == serverID {
@@ -100,17 +105,23 @@ func (m *Master) bulkReports(serverID string, statuses []*api.ReplicaStatus) {
 	}
 }
 
-// bulkPartition finds the bulk table holding partition id and its index.
-func (s *State) bulkPartition(id uint64) (*Table, int) {
+// bulkPlace is a bulk partition's table and index.
+type bulkPlace struct {
+	t *Table
+	i int
+}
+
+// bulkPartitions indexes every bulk partition by id, so a heartbeat's
+// reports cost one pass over the bulk tables, not one per report.
+func (s *State) bulkPartitions() map[uint64]bulkPlace {
+	out := map[uint64]bulkPlace{}
 	for _, t := range s.Tables {
 		if t.Bulk == nil {
 			continue
 		}
 		for i := range t.Partitions {
-			if t.Partitions[i].ID == id {
-				return t, i
-			}
+			out[t.Partitions[i].ID] = bulkPlace{t, i}
 		}
 	}
-	return nil, -1
+	return out
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 
 	"github.com/tabuladb/tabula/api"
 	"github.com/tabuladb/tabula/coproc"
@@ -142,7 +143,7 @@ func (m *Master) coprocReports(serverID string, ready []*api.CoprocReady) {
 			continue
 		}
 		k := c.version(r.GetVersion())
-		if k < 0 || containsString(c.Versions[k].ReadyOn, serverID) {
+		if k < 0 || slices.Contains(c.Versions[k].ReadyOn, serverID) {
 			continue
 		}
 		res, _, err := m.propose(Command{Op: OpCoprocReady, UnixMs: m.opts.Now().UnixMilli(), Tenant: r.GetTenant(), Table: r.GetTable(),
@@ -153,13 +154,4 @@ func (m *Master) coprocReports(serverID string, ready []*api.CoprocReady) {
 			m.logger.Debug("tablemaster: coprocessor compiled", "server", serverID, "table", r.GetTable(), "name", r.GetName(), "version", r.GetVersion())
 		}
 	}
-}
-
-func containsString(xs []string, x string) bool {
-	for _, y := range xs {
-		if y == x {
-			return true
-		}
-	}
-	return false
 }

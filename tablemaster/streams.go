@@ -222,10 +222,7 @@ func (m *Master) Stream(ctx context.Context, req *api.StreamRequest) (*api.Strea
 	if err != nil {
 		var e *Error
 		if errors.As(err, &e) {
-			return nil, e
-		}
-		if api.DetailOf(err).GetReason() != "unknown" && api.DetailOf(err).GetReason() != "" {
-			return nil, err
+			return nil, e // a refused command: its status already
 		}
 		return nil, streamerr.ToStatus(what, err)
 	}

@@ -1,6 +1,7 @@
 package tableserver
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -172,7 +173,7 @@ func (b *bulkPart) sync(retained []uint64, current uint64) {
 			load = append(load, onDisk{v, crc, de.Name()})
 		}
 	}
-	slices.SortFunc(load, func(a, c onDisk) int { return cmpU64(a.version, c.version) })
+	slices.SortFunc(load, func(a, c onDisk) int { return cmp.Compare(a.version, c.version) })
 	for _, f := range load {
 		lv, err := b.openVersion(next, filepath.Join(b.dir, f.name), f.version, f.crc, nil)
 		if err != nil {
@@ -187,16 +188,6 @@ func (b *bulkPart) sync(retained []uint64, current uint64) {
 	for _, lv := range gone {
 		b.unload(lv)
 	}
-}
-
-func cmpU64(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // unload closes a version no longer in the view (Close waits for the reads
@@ -276,7 +267,7 @@ func (b *bulkPart) loaded() []*api.BulkLoaded {
 	for _, lv := range vs {
 		out = append(out, &api.BulkLoaded{Version: lv.version, Size: lv.size, Crc32C: lv.crc})
 	}
-	slices.SortFunc(out, func(a, c *api.BulkLoaded) int { return cmpU64(a.GetVersion(), c.GetVersion()) })
+	slices.SortFunc(out, func(a, c *api.BulkLoaded) int { return cmp.Compare(a.GetVersion(), c.GetVersion()) })
 	return out
 }
 
@@ -355,15 +346,22 @@ func (b *bulkPart) Close() error {
 // an interrupted upload may have to send again.
 const uploadSyncEvery = 64 << 20
 
-// uploadStatus reports how much of version's file with crc is here.
-func (b *bulkPart) uploadStatus(version uint64, crc uint32) (received uint64, loaded bool) {
-	if lv, _ := b.version(version); lv != nil && version != 0 {
-		return lv.size, true
+// partSize returns how many bytes of version's upload the .part file
+// holds (0 when there is none). The file's name carries the CRC, so the
+// directory is listed to find it.
+func (b *bulkPart) partSize(version uint64) uint64 {
+	des, err := os.ReadDir(b.dir)
+	if err != nil {
+		return 0
 	}
-	if fi, err := os.Stat(filepath.Join(b.dir, bulkFileName(version, crc, ".part"))); err == nil {
-		return uint64(fi.Size()), false
+	for _, de := range des {
+		if v, _, ext, ok := parseBulkFileName(de.Name()); ok && v == version && ext == ".part" {
+			if fi, err := de.Info(); err == nil {
+				return uint64(fi.Size())
+			}
+		}
 	}
-	return 0, false
+	return 0
 }
 
 // beginUpload claims version's upload; end releases it.
@@ -504,13 +502,4 @@ func (u *upload) finish(ctx context.Context) (*bulkVersion, error) {
 	b.view.Store(next)
 	b.log.Info("bulk version loaded", "version", u.version, "bytes", lv.size, "records", lv.file.Stats().Records)
 	return lv, nil
-}
-
-func readDirNames(dir string) ([]string, error) {
-	des, err := os.ReadDir(dir)
-	names := make([]string, len(des))
-	for i, de := range des {
-		names[i] = de.Name()
-	}
-	return names, err
 }

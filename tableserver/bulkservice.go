@@ -129,16 +129,7 @@ func (s *Server) BulkUploadStatus(ctx context.Context, req *api.BulkUploadStatus
 	if lv, _ := r.bulk.version(req.GetVersion()); lv != nil {
 		return &api.BulkUploadResponse{Received: lv.size, Loaded: true}, nil
 	}
-	// The .part file's name carries the CRC: find any for this version.
-	received := uint64(0)
-	if names, err := readDirNames(r.bulk.dir); err == nil {
-		for _, n := range names {
-			if v, crc, ext, ok := parseBulkFileName(n); ok && v == req.GetVersion() && ext == ".part" {
-				received, _ = r.bulk.uploadStatus(v, crc)
-			}
-		}
-	}
-	return &api.BulkUploadResponse{Received: received}, nil
+	return &api.BulkUploadResponse{Received: r.bulk.partSize(req.GetVersion())}, nil
 }
 
 // BulkUpload implements api.TableServerServer.
