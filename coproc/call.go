@@ -129,6 +129,11 @@ func (r *Runtime) Call(ctx context.Context, key ModuleKey, method string, req Ca
 	if req.Partition == nil {
 		return CallResult{}, fmt.Errorf("coproc: call %v %s: no partition", key, method)
 	}
+	for i, k := range req.Keys {
+		if isReserved(k) {
+			return CallResult{}, fmt.Errorf("%w: target key %d starts with the reserved prefix %q", ErrReservedKey, i, abi.ReservedPrefix)
+		}
+	}
 	if len(req.Input) > r.opts.MaxInputBytes {
 		return CallResult{}, fmt.Errorf("%w: %d bytes, limit %d", ErrInputTooLarge, len(req.Input), r.opts.MaxInputBytes)
 	}
@@ -211,21 +216,33 @@ func (r *Runtime) run(ctx context.Context, m *module, export string, input []byt
 	if deadline.IsZero() {
 		deadline = time.Now().Add(r.opts.DefaultTimeout)
 	}
-	cctx, cancel := context.WithDeadline(ctx, deadline)
-	defer cancel()
-	in, err := m.pool.get(cctx)
-	if err != nil {
-		return 0, err
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	// The fast path takes an idle instance and an execution slot without
+	// waiting; only a wait needs a context with the deadline.
+	in := m.pool.tryGet()
+	if in == nil {
+		wctx, cancel := context.WithDeadline(ctx, deadline)
+		var err error
+		in, err = m.pool.get(wctx)
+		cancel()
+		if err != nil {
+			return 0, err
+		}
 	}
 	select {
 	case r.exec <- struct{}{}:
 	default:
+		wctx, cancel := context.WithDeadline(ctx, deadline)
 		select {
 		case r.exec <- struct{}{}:
-		case <-cctx.Done():
+			cancel()
+		case <-wctx.Done():
+			cancel()
 			m.pool.release(in)
 			r.stats.busy.Add(1)
-			return 0, fmt.Errorf("%w: %d guest calls executing, none ended before the deadline: %w", ErrBusy, cap(r.exec), cctx.Err())
+			return 0, fmt.Errorf("%w: %d guest calls executing, none ended before the deadline: %w", ErrBusy, cap(r.exec), wctx.Err())
 		}
 	}
 	defer func() { <-r.exec }()
@@ -233,11 +250,17 @@ func (r *Runtime) run(ctx context.Context, m *module, export string, input []byt
 	st.in = in
 	in.beginCall(st)
 	defer st.closeScans()
-	cctx = context.WithValue(cctx, stateKey{}, st)
-
-	status, err := in.invoke(cctx, export, input)
+	if in.cc == nil {
+		in.cc = newCallCtx()
+	}
+	cc := in.cc
+	cc.arm(ctx, st, deadline)
+	status, err := in.invoke(cc, export, input)
+	if !cc.disarm() {
+		in.cc = nil
+	}
 	if err != nil {
-		err = st.classify(cctx, err)
+		err = st.classify(cc, err)
 		in.endCall()
 		m.pool.discard(in)
 		return 0, err
@@ -247,23 +270,41 @@ func (r *Runtime) run(ctx context.Context, m *module, export string, input []byt
 	return status, nil
 }
 
-// invoke writes input through tabula_reserve and calls the export.
+// minReserve is the smallest input buffer the host asks a guest for, so
+// that small inputs of later calls fit the buffer already reserved.
+const minReserve = 4096
+
+// invoke writes input into the guest's input buffer and calls the export.
+// The buffer tabula_reserve returned stays the guest's input buffer until
+// the next reserve (ABI.md), so reserve is called only when the input
+// outgrows it: most calls enter the guest once.
 func (in *instance) invoke(ctx context.Context, export string, input []byte) (int32, error) {
 	fn := in.handler(export)
 	if fn == nil {
 		return 0, fmt.Errorf("%w: %q", ErrUnknownMethod, export)
 	}
-	in.stack[0] = uint64(uint32(len(input)))
-	if err := in.reserve.CallWithStack(ctx, in.stack); err != nil {
-		return 0, err
+	n := uint32(len(input))
+	if n > in.inCap {
+		size := max(n, minReserve)
+		in.inCap = 0
+		in.stack[0] = uint64(size)
+		if err := in.reserve.CallWithStack(ctx, in.stack); err != nil {
+			return 0, err
+		}
+		ptr := uint32(in.stack[0])
+		if _, ok := in.mod.Memory().Read(ptr, size); !ok {
+			st := in.cur
+			st.abort = fmt.Errorf("%w: %s returned %#x, not a buffer of %d bytes", ErrGuestFault, abi.ReserveExport, ptr, size)
+			return 0, st.abort
+		}
+		in.inPtr, in.inCap = ptr, size
 	}
-	ptr := uint32(in.stack[0])
-	if len(input) > 0 && !in.mod.Memory().Write(ptr, input) {
+	if n > 0 && !in.mod.Memory().Write(in.inPtr, input) {
 		st := in.cur
-		st.abort = fmt.Errorf("%w: %s returned %#x, not a buffer of %d bytes", ErrGuestFault, abi.ReserveExport, ptr, len(input))
+		st.abort = fmt.Errorf("%w: input buffer %#x is outside guest memory", ErrGuestFault, in.inPtr)
 		return 0, st.abort
 	}
-	in.stack[0] = uint64(uint32(len(input)))
+	in.stack[0] = uint64(n)
 	if err := fn.CallWithStack(ctx, in.stack); err != nil {
 		return 0, err
 	}

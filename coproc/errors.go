@@ -6,7 +6,7 @@ import (
 )
 
 // Sentinel errors. Test them with errors.Is; each maps to one stable code at
-// the API edge (see STATUS.md for the suggested gRPC mapping).
+// the API edge (tableserver maps them to API error codes).
 var (
 	// ErrInvalidModule: the bytes are not a valid ABI v1 module (not wasm,
 	// missing exports, bad signatures, a command instead of a reactor...).
@@ -25,6 +25,9 @@ var (
 	ErrUnknownMethod = errors.New("coproc: unknown method")
 	// ErrInputTooLarge: the call's input is over Options.MaxInputBytes.
 	ErrInputTooLarge = errors.New("coproc: input too large")
+	// ErrReservedKey: a call's target key starts with abi.ReservedPrefix,
+	// the platform's own key space.
+	ErrReservedKey = errors.New("coproc: reserved key")
 	// ErrOutputTooLarge: the guest emitted more than Options.MaxOutputBytes.
 	ErrOutputTooLarge = errors.New("coproc: output too large")
 	// ErrWritesTooLarge: the guest staged more than Options.MaxWriteBytes or

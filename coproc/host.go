@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 
 	"github.com/tetratelabs/wazero"
@@ -68,6 +69,7 @@ var hostFuncs = []hostFunc{
 	{name: "request_id", params: types(i32, i32), results: types(i32), fn: hostRequestID},
 	{name: "partition_info", params: types(i32, i32), results: types(i32), fn: hostPartitionInfo},
 	{name: "keys", params: types(i32, i32), results: types(i32), fn: hostKeys},
+	{name: "get_keys", params: types(i32, i32), results: types(i32), fn: hostGetKeys},
 	{name: "range", params: types(i32, i32), results: types(i32), fn: hostRange},
 	{name: "result", params: types(i32, i32), results: types(i32), fn: hostResult},
 }
@@ -210,10 +212,7 @@ func hostGetMulti(st *callState, mem api.Memory, stack []uint64) {
 		ret(stack, abi.CodeInvalid)
 		return
 	}
-	values := make([][]byte, len(keys))
-	var missKeys [][]byte
-	var missIdx []int
-	for i, k := range keys {
+	for _, k := range keys {
 		if k == nil || len(k) > st.rt.opts.MaxKeyBytes {
 			ret(stack, abi.CodeInvalid)
 			return
@@ -222,13 +221,68 @@ func hostGetMulti(st *callState, mem api.Memory, stack []uint64) {
 			ret(stack, abi.CodeReservedKey)
 			return
 		}
+	}
+	// keys alias guest memory, which the host functions do not change
+	// while this one runs; getBatch copies what it keeps.
+	values := st.getBatch(keys)
+	st.scratch = abi.AppendList(st.scratch[:0], values)
+	st.reply(mem, stack, stack[2], stack[3], st.scratch)
+}
+
+// hostGetKeys reads the values of the call's target keys with one engine
+// batch read and returns them in the indexed encoding, written straight
+// into the guest's buffer when they fit.
+func hostGetKeys(st *callState, mem api.Memory, stack []uint64) {
+	if st.part == nil {
+		ret(stack, abi.CodeNoPartition)
+		return
+	}
+	values := st.getBatch(st.keys)
+	size := abi.IndexedSize(values)
+	outPtr, outCap := uint32(stack[0]), uint32(stack[1])
+	if uint64(size) > uint64(outCap) {
+		st.pending = slices.Grow(st.pending[:0], size)[:size]
+		abi.PutIndexed(st.pending, values)
+	} else if size > 0 {
+		buf, ok := mem.Read(outPtr, uint32(size))
+		if !ok {
+			st.fault("result buffer [%#x, +%d) is outside guest memory", outPtr, size)
+		}
+		abi.PutIndexed(buf, values)
+	}
+	stack[0] = uint64(uint32(size))
+}
+
+// getBatch reads keys (valid, not reserved) through the staged writes, the
+// rest with one engine batch read; values[i] is nil when keys[i] is absent.
+func (st *callState) getBatch(keys [][]byte) [][]byte {
+	if len(st.staged) == 0 {
+		vs, found, err := st.part.GetBatch(keys)
+		if err != nil {
+			st.storageErr("get batch", err)
+		}
+		for i := range keys {
+			st.observe(keys[i], vs[i], found[i])
+			switch {
+			case !found[i]:
+				vs[i] = nil
+			case vs[i] == nil:
+				vs[i] = []byte{}
+			}
+		}
+		return vs
+	}
+	values := make([][]byte, len(keys))
+	var missKeys [][]byte
+	var missIdx []int
+	for i, k := range keys {
 		if w, ok := st.staged[string(k)]; ok {
 			if !w.del {
 				values[i] = w.value
 			}
 			continue
 		}
-		missKeys = append(missKeys, bytes.Clone(k))
+		missKeys = append(missKeys, k)
 		missIdx = append(missIdx, i)
 	}
 	if len(missKeys) > 0 {
@@ -246,8 +300,7 @@ func hostGetMulti(st *callState, mem api.Memory, stack []uint64) {
 			}
 		}
 	}
-	st.scratch = abi.AppendList(st.scratch[:0], values)
-	st.reply(mem, stack, stack[2], stack[3], st.scratch)
+	return values
 }
 
 // maxScans bounds the scans a call keeps open.

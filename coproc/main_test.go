@@ -28,6 +28,7 @@ const (
 	filterScan      = "examples/filter_scan"
 	hostile         = "examples/hostile"
 	abiTest         = "testdata/abitest"
+	benchModule     = "testdata/bench"
 )
 
 func TestMain(m *testing.M) {
@@ -37,7 +38,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	modules = coproctest.NewModules(dir)
-	all := []string{abiTest, counterAdd, scoreCandidates, filterScan, hostile}
+	all := []string{abiTest, counterAdd, scoreCandidates, filterScan, hostile, benchModule}
 	modules.Start(all...)
 	// The compilation cache outlives the test binary, like the go build
 	// cache: compiling a Go guest takes ~1.5 s, ~25 s under -race.

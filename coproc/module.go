@@ -45,6 +45,11 @@ type instance struct {
 	reserve  api.Function
 	handlers map[string]api.Function
 	stack    []uint64
+	// inPtr, inCap: the input buffer the guest last reserved (inCap 0:
+	// none yet).
+	inPtr, inCap uint32
+	// cc is the call context reused from call to call (nil: make one).
+	cc *callCtx
 
 	// cur is the call being served (nil during instantiation).
 	cur *callState
@@ -55,6 +60,7 @@ type instance struct {
 	monoStart int64
 	wallBase  int64
 	rand      *rand.ChaCha8
+	seeded    bool // rand is seeded for the current call
 	stdout    *guestWriter
 	stderr    *guestWriter
 }
@@ -123,8 +129,17 @@ func (in *instance) beginCall(st *callState) {
 	in.cur = st
 	in.monoStart = in.mono
 	in.wallBase = st.now.UnixNano()
-	seed := sha256.Sum256(append([]byte(st.requestID), in.m.man.Digest[:]...))
-	in.rand.Seed(seed)
+	in.seeded = false
+}
+
+// seed seeds the guest's randomness from the call's request id, on the
+// first read of a call (most calls read none).
+func (in *instance) seed() {
+	if in.seeded || in.cur == nil {
+		return
+	}
+	in.seeded = true
+	in.rand.Seed(sha256.Sum256(append([]byte(in.cur.requestID), in.m.man.Digest[:]...)))
 }
 
 func (in *instance) endCall() {
@@ -157,6 +172,7 @@ func (in *instance) nanosleep(ns int64) {
 type randReader struct{ in *instance }
 
 func (r randReader) Read(p []byte) (int, error) {
+	r.in.seed()
 	n := len(p)
 	for len(p) >= 8 {
 		binary.LittleEndian.PutUint64(p, r.in.rand.Uint64())
@@ -195,6 +211,19 @@ func newPool(m *module, size, maxWaiters int) *pool {
 func (p *pool) put(in *instance) {
 	p.slots <- struct{}{}
 	p.idle <- in
+}
+
+// tryGet returns an idle instance, or nil when none is idle.
+func (p *pool) tryGet() *instance {
+	if p.closed.Load() {
+		return nil
+	}
+	select {
+	case in := <-p.idle:
+		return in
+	default:
+		return nil
+	}
 }
 
 // get returns an idle instance or a new one.

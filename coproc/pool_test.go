@@ -99,3 +99,24 @@ func TestCompilationCache(t *testing.T) {
 		t.Errorf("cached compile %v slower than cold %v", took[1], took[0])
 	}
 }
+
+func TestWarm(t *testing.T) {
+	r := newRuntime(t, coproc.Options{PoolSize: 3})
+	k := key("bench")
+	compile(t, r, k, benchModule)
+	before := r.Stats().InstancesCreated
+	n, err := r.Warm(context.Background(), k, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Compile left one instance; the pool holds three.
+	if n != 2 || r.Stats().InstancesCreated != before+2 {
+		t.Fatalf("Warm started %d (created %d -> %d), want 2", n, before, r.Stats().InstancesCreated)
+	}
+	if n, err := r.Warm(context.Background(), k, 3); n != 0 || err != nil {
+		t.Fatalf("Warm of a full pool: %d, %v", n, err)
+	}
+	if _, err := r.Warm(context.Background(), key("absent"), 1); !errors.Is(err, coproc.ErrModuleNotFound) {
+		t.Fatalf("Warm of an absent module: %v", err)
+	}
+}

@@ -269,6 +269,32 @@ func (r *Runtime) Compile(ctx context.Context, key ModuleKey, wasm []byte) (Mani
 	return man, nil
 }
 
+// Warm starts instances of the module under key until n are idle or its
+// pool is full, so that calls arriving together do not each pay an
+// instance's start (a Go guest's runtime initialisation) inside their
+// deadlines. It returns how many it started.
+func (r *Runtime) Warm(ctx context.Context, key ModuleKey, n int) (int, error) {
+	m, err := r.lookup(key)
+	if err != nil {
+		return 0, err
+	}
+	started := 0
+	for len(m.pool.idle) < n {
+		select {
+		case m.pool.slots <- struct{}{}:
+		default:
+			return started, nil // the pool is full
+		}
+		in, err := m.pool.instantiate(ctx)
+		if err != nil {
+			return started, err
+		}
+		started++
+		m.pool.release(in)
+	}
+	return started, nil
+}
+
 // Manifest returns the manifest of the module compiled under key.
 func (r *Runtime) Manifest(key ModuleKey) (Manifest, error) {
 	m, err := r.lookup(key)

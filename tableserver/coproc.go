@@ -154,6 +154,8 @@ func coprocErr(err error) error {
 		return api.Status(&api.ErrorDetail{Code: api.ErrorCode_ERROR_CODE_SERVER_BUSY, Reason: "coproc_busy", RetryAfterMs: 10}, err.Error())
 	case errors.Is(err, coproc.ErrUnknownMethod):
 		return api.Errorf(api.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, "unknown_method", "%v", err)
+	case errors.Is(err, coproc.ErrReservedKey):
+		return api.InvalidArgument("keys", "reserved_key", 0, "%v", err)
 	case errors.Is(err, coproc.ErrInputTooLarge):
 		return api.InvalidArgument("input", "input_too_large", 0, "%v", err)
 	case errors.Is(err, coproc.ErrDeadline):

@@ -192,3 +192,78 @@ type PartitionInfo struct {
 	// Primary: this replica is the primary, so put/delete/cas are allowed.
 	Primary bool
 }
+
+// Indexed encoding, used by get_keys: a count and a fixed-size entry per
+// item, so that a guest reaches item i without walking the items before it
+// (a walk costs a Go guest a loop iteration per item); little-endian:
+//
+//	| count u32 | count × ( offset u32 | len i32 ) | data |
+//
+// Item i is data[offset : offset+len]; len -1 is an absent item. Offsets
+// are relative to the start of data.
+
+// IndexedSize is the encoded size of items.
+func IndexedSize(items [][]byte) int {
+	n := 4 + 8*len(items)
+	for _, it := range items {
+		n += len(it)
+	}
+	return n
+}
+
+// PutIndexed encodes items into dst, which must hold IndexedSize(items)
+// bytes, and returns that size.
+func PutIndexed(dst []byte, items [][]byte) int {
+	le := binary.LittleEndian
+	le.PutUint32(dst, uint32(len(items)))
+	ent := dst[4 : 4+8*len(items)]
+	data := dst[4+8*len(items):]
+	off := 0
+	for i, it := range items {
+		le.PutUint32(ent[8*i:], uint32(off))
+		if it == nil {
+			le.PutUint32(ent[8*i+4:], 0xFFFFFFFF)
+			continue
+		}
+		le.PutUint32(ent[8*i+4:], uint32(len(it)))
+		off += copy(data[off:], it)
+	}
+	return 4 + 8*len(items) + off
+}
+
+// Indexed is a decoded indexed encoding. Items alias the encoding.
+type Indexed struct {
+	b []byte
+	n int
+}
+
+// ParseIndexed checks the header of an indexed encoding; items are checked
+// when At reads them.
+func ParseIndexed(b []byte) (Indexed, error) {
+	if len(b) < 4 {
+		return Indexed{}, fmt.Errorf("%w: indexed encoding of %d bytes has no count", ErrMalformed, len(b))
+	}
+	n := binary.LittleEndian.Uint32(b)
+	if uint64(n) > uint64(len(b)-4)/8 {
+		return Indexed{}, fmt.Errorf("%w: indexed count %d too large for %d bytes", ErrMalformed, n, len(b))
+	}
+	return Indexed{b: b, n: int(n)}, nil
+}
+
+// Len is the number of items.
+func (x Indexed) Len() int { return x.n }
+
+// At returns item i; ok is false when it is absent or malformed.
+func (x Indexed) At(i int) (item []byte, ok bool) {
+	if i < 0 || i >= x.n {
+		return nil, false
+	}
+	le := binary.LittleEndian
+	off := uint64(le.Uint32(x.b[4+8*i:]))
+	l := int32(le.Uint32(x.b[8+8*i:]))
+	data := x.b[4+8*x.n:]
+	if l < 0 || off+uint64(l) > uint64(len(data)) {
+		return nil, false
+	}
+	return data[off : off+uint64(l) : off+uint64(l)], true
+}

@@ -59,6 +59,9 @@ func hostPartitionInfo(op unsafe.Pointer, oc int32) int32
 //go:wasmimport tabula keys
 func hostKeys(op unsafe.Pointer, oc int32) int32
 
+//go:wasmimport tabula get_keys
+func hostGetKeys(op unsafe.Pointer, oc int32) int32
+
 //go:wasmimport tabula range
 func hostRange(op unsafe.Pointer, oc int32) int32
 
@@ -129,6 +132,7 @@ func Failf(status int32, format string, args ...any) error {
 type Call struct {
 	in      []byte
 	scratch []byte
+	batch   []byte // GetKeys's buffer
 }
 
 // call is reused: guests serve one call at a time.
@@ -250,6 +254,45 @@ func (c *Call) GetMulti(keys [][]byte) (values [][]byte, err error) {
 		return nil, err
 	}
 	return abi.DecodeList(clone(b), 0)
+}
+
+// Values is a batch read's result: Len values, in the order of the keys
+// read. It aliases a buffer of the call that the next GetKeys reuses: copy
+// a value that must outlive it.
+type Values struct{ x abi.Indexed }
+
+// Len is the number of values.
+func (v Values) Len() int { return v.x.Len() }
+
+// At is the i-th value; nil when that key is absent.
+func (v Values) At(i int) []byte {
+	b, _ := v.x.At(i)
+	return b
+}
+
+// GetKeys reads the values of the call's target keys (Keys, in that order)
+// with one host call and one engine batch read, through the call's staged
+// writes. It copies nothing and walks nothing: the fastest way to read a
+// batch call's keys.
+func (c *Call) GetKeys() (Values, error) {
+	if c.batch == nil {
+		c.batch = make([]byte, 64<<10)
+	}
+	n := hostGetKeys(ptr(c.batch), int32(len(c.batch)))
+	if n < 0 {
+		return Values{}, codeErr(n)
+	}
+	if int(n) > len(c.batch) {
+		c.batch = make([]byte, n)
+		if m := hostResult(ptr(c.batch), n); m != n {
+			return Values{}, fmt.Errorf("%w: result returned %d, want %d", ErrInvalid, m, n)
+		}
+	}
+	x, err := abi.ParseIndexed(c.batch[:n])
+	if err != nil {
+		return Values{}, err
+	}
+	return Values{x}, nil
 }
 
 // Scan calls fn for every record of the partition with start <= key < end

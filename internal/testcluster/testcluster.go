@@ -193,6 +193,17 @@ func (c *Cluster) ServerAddrs() []string {
 	return out
 }
 
+// Server is server i (nil before it first started), for calling its
+// handlers in process.
+func (c *Cluster) Server(i int) *tableserver.Server {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if i < 0 || i >= len(c.servers) {
+		return nil
+	}
+	return c.servers[i].s
+}
+
 // ServerIDs lists the servers' master-assigned ids, by index.
 func (c *Cluster) ServerIDs() []string {
 	c.mu.Lock()

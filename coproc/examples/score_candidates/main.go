@@ -5,7 +5,7 @@
 // input holds a weight vector, and the score is their dot product.
 //
 // Call "score" as a batch call over the candidate keys: on each partition
-// it fetches that partition's candidates with one batch get, scores them
+// it fetches that partition's candidates with one batch get (GetKeys), scores them
 // and emits its local top k; "score__merge" merges the partitions' top k
 // into the global top k at the coordinator.
 //
@@ -54,12 +54,13 @@ func scoreHandler(c *guest.Call) error {
 	if err != nil {
 		return err
 	}
-	values, err := c.GetMulti(keys)
+	values, err := c.GetKeys()
 	if err != nil {
 		return err
 	}
 	top := make([]scored, 0, len(keys))
-	for i, v := range values {
+	for i := range values.Len() {
+		v := values.At(i)
 		if v == nil || len(v) != 4*dim {
 			continue
 		}
