@@ -61,8 +61,21 @@ func ValidateKey(field string, key []byte) error {
 		return InvalidArgument(field, "key_empty", 0, "%s is empty", field)
 	case len(key) > MaxKeyBytes:
 		return InvalidArgument(field, "key_too_large", MaxKeyBytes, "%s is %d bytes; the limit is %d", field, len(key), MaxKeyBytes)
+	case IsReservedKey(key):
+		return InvalidArgument(field, "key_reserved", 0, "%s starts with %q, which the platform keeps for itself (coprocessor idempotency records)", field, ReservedKeyPrefix)
 	}
 	return nil
+}
+
+// ReservedKeyPrefix starts every key the platform keeps in a table's key
+// space for itself (coprocessors' idempotency records). Clients can neither
+// read nor write such keys, and scans skip them. It equals
+// coproc/abi.ReservedPrefix.
+const ReservedKeyPrefix = "\x00tabula/"
+
+// IsReservedKey reports whether key starts with ReservedKeyPrefix.
+func IsReservedKey(key []byte) bool {
+	return len(key) >= len(ReservedKeyPrefix) && string(key[:len(ReservedKeyPrefix)]) == ReservedKeyPrefix
 }
 
 // ValidateValue checks a value against a table's limit.

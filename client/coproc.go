@@ -12,13 +12,19 @@ import (
 )
 
 // Invocation says where and how a coprocessor handler runs: on one key, a
-// batch of keys (one call per partition, in parallel), or every partition
-// (All); the per-partition outputs of a batch or All call are combined by
-// the module's "<method>__merge" export on a server (concatenated in
-// partition order when the module has none).
+// batch of keys (one call per partition, in parallel), a key range, or every
+// partition (All); the per-partition outputs of a batch, range or All call
+// are combined by the module's "<method>__merge" export on a server
+// (concatenated in partition order when the module has none). Give exactly
+// one of Keys, Range and All.
 type Invocation struct {
 	// Keys: one key is a point call; several are a batch call.
 	Keys [][]byte
+	// Range runs the handler on the keys in [Start, End) (nil: unbounded).
+	// Point and bulk tables place keys by hash, so every partition may hold
+	// some: the handler runs once on every partition with the range as its
+	// target (the guest's Range(); its scans see only this partition).
+	Range *KeyRange
 	// All runs the handler once on every partition (scatter-gather).
 	All bool
 	// Input is handed to every call.
@@ -36,8 +42,13 @@ type Invocation struct {
 	AllowPartial bool
 }
 
+// KeyRange is a key range [Start, End); a nil bound is unbounded.
+type KeyRange struct {
+	Start, End []byte
+}
+
 // Invoke runs coprocessor name's method next to the data and returns its
-// output (merged across partitions for batch and All calls).
+// output (merged across partitions for batch, range and All calls).
 func (t *Table) Invoke(ctx context.Context, name, method string, inv Invocation) ([]byte, error) {
 	const op = "invoke on"
 	if t.err != nil {
@@ -46,9 +57,23 @@ func (t *Table) Invoke(ctx context.Context, name, method string, inv Invocation)
 	if err := api.ValidateName("name", name); err != nil {
 		return nil, t.errf(op, err)
 	}
-	if !inv.All && len(inv.Keys) == 0 {
-		return nil, t.errf(op, api.InvalidArgument("keys", "no_target", 0, "give keys or All"))
+	targets := 0
+	for _, given := range []bool{len(inv.Keys) > 0, inv.Range != nil, inv.All} {
+		if given {
+			targets++
+		}
 	}
+	if targets != 1 {
+		return nil, t.errf(op, api.InvalidArgument("keys", "no_target", 0, "give exactly one of keys, a range or all partitions"))
+	}
+	var rangeStart, rangeEnd []byte
+	if r := inv.Range; r != nil {
+		if r.Start != nil && r.End != nil && string(r.Start) >= string(r.End) {
+			return nil, t.errf(op, api.InvalidArgument("range", "range_empty", 0, "range [%q, %q) is empty", r.Start, r.End))
+		}
+		rangeStart, rangeEnd = r.Start, r.End
+	}
+	scatter := inv.All || inv.Range != nil
 	hashes := make([]uint64, len(inv.Keys))
 	for i, k := range inv.Keys {
 		if err := api.ValidateKey("keys", k); err != nil {
@@ -70,7 +95,8 @@ func (t *Table) Invoke(ctx context.Context, name, method string, inv Invocation)
 		var out []byte
 		err := t.do(ctx, op, true, pick, func(ctx context.Context, ts api.TableServerClient, h *api.RequestHeader) error {
 			resp, err := ts.Invoke(ctx, &api.InvokeRequest{Header: h, Name: name, Version: inv.Version, Method: method,
-				Input: inv.Input, Keys: keys, IdempotencyToken: token, TimeoutMs: timeoutMs})
+				Input: inv.Input, Keys: keys, IdempotencyToken: token, TimeoutMs: timeoutMs,
+				RangeStart: rangeStart, RangeEnd: rangeEnd})
 			if err != nil {
 				return err
 			}
@@ -79,13 +105,13 @@ func (t *Table) Invoke(ctx context.Context, name, method string, inv Invocation)
 		})
 		return out, err
 	}
-	if !inv.All && len(inv.Keys) == 1 {
+	if !scatter && len(inv.Keys) == 1 {
 		return call(pickHash(hashes[0]), inv.Keys, inv.IdempotencyToken)
 	}
-	// Batch: the keys grouped by partition; All: every partition.
+	// Batch: the keys grouped by partition; range and All: every partition.
 	var groups [][]int
 	var picks []pickFunc
-	if inv.All {
+	if scatter {
 		for _, p := range m.GetPartitions() {
 			picks = append(picks, pickHash(p.GetStart()))
 			groups = append(groups, nil)

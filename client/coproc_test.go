@@ -1,9 +1,13 @@
 package client_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
+	"fmt"
 	"math"
+	"slices"
+	"strings"
 	"os"
 	"path/filepath"
 	"sync"
@@ -198,5 +202,116 @@ func TestCoprocessorsEndToEnd(t *testing.T) {
 	cs, err := tb.Coprocs(ctx)
 	if err != nil || len(cs) != 3 {
 		t.Fatalf("coprocessors listed: %v %v", cs, err)
+	}
+}
+
+// TestCoprocessorsRangeLimitsIsolation runs filter_scan over a key range,
+// checks that the platform's idempotency records stay out of clients'
+// reach, that a memory bomb is stopped at its cap while the server keeps
+// serving, and that two tables never share an instance.
+func TestCoprocessorsRangeLimitsIsolation(t *testing.T) {
+	tc := coprocCluster(t)
+	c := newClient(t, tc.MasterAddr())
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	tb := createTable(t, c, "people", &api.TableOptions{Partitions: 4})
+	deploy := func(tb *client.Table, name, dir string) {
+		t.Helper()
+		v, err := tb.DeployCoprocBytes(ctx, name, buildModule(t, dir))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := tb.WaitCoprocLive(ctx, name, v); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// A range call: every partition filters its keys in [u10, u20).
+	for i := range 30 {
+		rec := fmt.Sprintf("name=n%02d,age=%d", i, i)
+		if err := tb.Put(ctx, fmt.Appendf(nil, "u%02d", i), []byte(rec)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deploy(tb, "filter", "examples/filter_scan")
+	out, err := tb.Invoke(ctx, "filter", "filter", client.Invocation{
+		Range: &client.KeyRange{Start: []byte("u10"), End: []byte("u20")},
+		Input: []byte("where age>=15\nselect name\n"),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	slices.Sort(lines)
+	want := []string{"u15\tname=n15", "u16\tname=n16", "u17\tname=n17", "u18\tname=n18", "u19\tname=n19"}
+	if !slices.Equal(lines, want) {
+		t.Fatalf("range call output %q, want %q", lines, want)
+	}
+	if _, err := tb.Invoke(ctx, "filter", "filter", client.Invocation{Range: &client.KeyRange{}, All: true}); api.DetailOf(err).GetReason() != "no_target" {
+		t.Fatalf("a range and all at once: %v", err)
+	}
+
+	// Idempotency records are the platform's: never in a scan, never
+	// readable or writable by a client, never a call's target.
+	deploy(tb, "counter", "examples/counter_add")
+	if _, err := tb.Invoke(ctx, "counter", "add", client.Invocation{Keys: [][]byte{[]byte("c1")}, Input: le64(1), IdempotencyToken: "t1"}); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	err = tb.Scan(ctx, func(key, _ []byte) error {
+		if bytes.HasPrefix(key, []byte(abi.ReservedPrefix)) {
+			return fmt.Errorf("scan returned the reserved key %q", key)
+		}
+		n++
+		return nil
+	})
+	if err != nil || n != 31 {
+		t.Fatalf("scan: %d records (want 31), %v", n, err)
+	}
+	idem := []byte(abi.IdempotencyPrefix + "t1")
+	if _, err := tb.Get(ctx, idem); api.DetailOf(err).GetReason() != "key_reserved" {
+		t.Fatalf("get of a reserved key: %v", err)
+	}
+	if err := tb.Put(ctx, idem, []byte("x")); api.DetailOf(err).GetReason() != "key_reserved" {
+		t.Fatalf("put of a reserved key: %v", err)
+	}
+	if _, err := tb.Invoke(ctx, "counter", "add", client.Invocation{Keys: [][]byte{idem}, Input: le64(1)}); api.DetailOf(err).GetReason() != "key_reserved" {
+		t.Fatalf("invoke on a reserved key: %v", err)
+	}
+
+	// A memory bomb is stopped at the cap; the server keeps serving.
+	deploy(tb, "hostile", "examples/hostile")
+	_, err = tb.Invoke(ctx, "hostile", "membomb", client.Invocation{Keys: [][]byte{[]byte("c1")}, Timeout: 5 * time.Second})
+	if api.DetailOf(err).GetReason() != "guest_memory_limit" {
+		t.Fatalf("memory bomb: %v", err)
+	}
+	if v, err := tb.Get(ctx, []byte("u01")); err != nil || string(v) != "name=n01,age=1" {
+		t.Fatalf("get after a memory bomb: %q %v", v, err)
+	}
+
+	// Two tables with the same module: each has its own instances, so an
+	// instance-local counter counts each table's calls alone.
+	abitest := buildModule(t, "testdata/abitest")
+	t1 := createTable(t, c, "iso1", &api.TableOptions{Partitions: 1})
+	t2 := createTable(t, c, "iso2", &api.TableOptions{Partitions: 1})
+	for _, x := range []*client.Table{t1, t2} {
+		v, err := x.DeployCoprocBytes(ctx, "seq", abitest)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := x.WaitCoprocLive(ctx, "seq", v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := uint64(1); i <= 3; i++ {
+		for _, x := range []*client.Table{t1, t2} {
+			out, err := x.Invoke(ctx, "seq", "seq", client.Invocation{Keys: [][]byte{[]byte("k")}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := binary.LittleEndian.Uint64(out); got != i {
+				t.Fatalf("call %d on %s saw instance counter %d: an instance served another table", i, x.Name(), got)
+			}
+		}
 	}
 }

@@ -2,6 +2,7 @@ package tableserver
 
 import (
 	"fmt"
+	"sync"
 
 	"github.com/tabuladb/tabula/api"
 	"github.com/tabuladb/tabula/coproc"
@@ -23,6 +24,10 @@ type replica struct {
 	bulkRetained []uint64
 	// cpart is the partition as coprocessors see it.
 	cpart *coproc.EnginePartition
+	// order orders writes: plain writes hold it shared (the engine orders
+	// them among themselves); a coprocessor's commit holds it exclusively,
+	// so its read check and its batch are atomic against every writer.
+	order *sync.RWMutex
 }
 
 // hosting is an immutable snapshot of what the server hosts and what it
@@ -142,7 +147,8 @@ func (s *Server) openReplica(t *api.Table, p *api.Partition) (*replica, error) {
 		HashStart: p.GetStart(), HashEnd: p.GetEnd(), Primary: true}
 	if t.GetKind() == api.TableKind_TABLE_KIND_BULK {
 		b := newBulkPart(p.GetId(), int(p.GetIndex()), int(t.GetOptions().GetPartitions()), dir, s.log.With("partition", p.GetId()))
-		return &replica{table: t, part: p, engine: b, bulk: b, cpart: coproc.PartitionFromEngine(b, info, nil)}, nil
+		order := new(sync.RWMutex)
+		return &replica{table: t, part: p, engine: b, bulk: b, cpart: coproc.PartitionFromEngine(b, info, order), order: order}, nil
 	}
 	e, err := engines.Open(kind, engines.Options{
 		Dir:         dir,
@@ -154,7 +160,8 @@ func (s *Server) openReplica(t *api.Table, p *api.Partition) (*replica, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open %s engine for partition %d: %w", kind, p.GetId(), err)
 	}
-	r := &replica{table: t, part: p, engine: e, cpart: coproc.PartitionFromEngine(e, info, nil)}
+	order := new(sync.RWMutex)
+	r := &replica{table: t, part: p, engine: e, cpart: coproc.PartitionFromEngine(e, info, order), order: order}
 	r.writer, _ = e.(engines.Writer)
 	r.batch, _ = e.(engines.BatchGetter)
 	return r, nil

@@ -275,7 +275,10 @@ func (s *Server) Put(ctx context.Context, req *api.PutRequest) (*api.PutResponse
 	if err != nil {
 		return nil, err
 	}
-	if err := w.Apply([]engines.Mutation{{Key: req.GetKey(), Value: req.GetValue(), ExpiresAt: r.expiry(req.GetTtlMs())}}); err != nil {
+	r.order.RLock()
+	err = w.Apply([]engines.Mutation{{Key: req.GetKey(), Value: req.GetValue(), ExpiresAt: r.expiry(req.GetTtlMs())}})
+	r.order.RUnlock()
+	if err != nil {
 		return nil, engineErr(r, err)
 	}
 	return &api.PutResponse{}, nil
@@ -294,7 +297,9 @@ func (s *Server) Delete(ctx context.Context, req *api.DeleteRequest) (*api.Delet
 	if err != nil {
 		return nil, err
 	}
+	r.order.RLock()
 	existed, err := w.Delete(req.GetKey())
+	r.order.RUnlock()
 	if err != nil {
 		return nil, engineErr(r, err)
 	}
@@ -319,6 +324,8 @@ func (s *Server) CompareAndSwap(ctx context.Context, req *api.CompareAndSwapRequ
 	if err != nil {
 		return nil, err
 	}
+	r.order.RLock()
+	defer r.order.RUnlock()
 	res, err := w.CompareAndSwap(engines.CAS{
 		Key:           req.GetKey(),
 		ExpectExists:  req.GetExpectExists(),
@@ -371,7 +378,10 @@ func (s *Server) BatchWrite(ctx context.Context, req *api.BatchWriteRequest) (*a
 	if total > api.MaxBatchBytes {
 		return nil, api.InvalidArgument("mutations", "batch_too_large", api.MaxBatchBytes, "BatchWrite carries %d bytes; the limit is %d", total, api.MaxBatchBytes)
 	}
-	if err := w.Apply(batch); err != nil {
+	r.order.RLock()
+	err = w.Apply(batch)
+	r.order.RUnlock()
+	if err != nil {
 		return nil, engineErr(r, err)
 	}
 	return &api.BatchWriteResponse{}, nil
@@ -400,6 +410,9 @@ func (s *Server) Scan(req *api.ScanRequest, stream grpc.ServerStreamingServer[ap
 	err = r.engine.Scan(func(rec engines.Record) error {
 		if err := ctx.Err(); err != nil {
 			return err
+		}
+		if api.IsReservedKey(rec.Key) {
+			return nil // the platform's own records (ABI.md, Reserved keys)
 		}
 		// The record's slices are only valid during the call: copy.
 		kv := &api.KeyValue{

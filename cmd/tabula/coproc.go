@@ -122,13 +122,13 @@ func coprocRollbackCmd(g *globals) *cobra.Command {
 
 func coprocInvokeCmd(g *globals) *cobra.Command {
 	var (
-		key, keys, input, token string
+		key, keys, rng, input, token string
 		all, partial, asHex     bool
 		version                 uint64
 		timeout                 time.Duration
 	)
 	cmd := &cobra.Command{
-		Use:   "invoke TABLE NAME METHOD (--key K | --keys K1,K2,... | --all) [--input FILE]",
+		Use:   "invoke TABLE NAME METHOD (--key K | --keys K1,K2,... | --range A..B | --all) [--input FILE]",
 		Short: "Run a coprocessor handler next to the data and print its output",
 		Args:  cobra.ExactArgs(3),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -140,8 +140,29 @@ func coprocInvokeCmd(g *globals) *cobra.Command {
 				for _, k := range strings.Split(keys, ",") {
 					inv.Keys = append(inv.Keys, []byte(k))
 				}
+			case rng != "":
+				start, end, ok := strings.Cut(rng, "..")
+				if !ok {
+					return fmt.Errorf("--range %q: want START..END (either may be empty: unbounded)", rng)
+				}
+				inv.Range = &client.KeyRange{}
+				if start != "" {
+					inv.Range.Start = []byte(start)
+				}
+				if end != "" {
+					inv.Range.End = []byte(end)
+				}
 			case !all:
-				return errors.New("give --key, --keys or --all")
+				return errors.New("give --key, --keys, --range or --all")
+			}
+			given := 0
+			for _, f := range []string{"key", "keys", "range", "all"} {
+				if cmd.Flags().Changed(f) {
+					given++
+				}
+			}
+			if given > 1 {
+				return errors.New("give only one of --key, --keys, --range and --all")
 			}
 			if input != "" {
 				b, err := os.ReadFile(input)
@@ -172,6 +193,7 @@ func coprocInvokeCmd(g *globals) *cobra.Command {
 	f := cmd.Flags()
 	f.StringVar(&key, "key", "", "run on this key's partition with it as the target")
 	f.StringVar(&keys, "keys", "", "comma-separated keys: one call per partition, outputs merged")
+	f.StringVar(&rng, "range", "", "START..END: run on every partition over the keys in [START, END), outputs merged")
 	f.BoolVar(&all, "all", false, "run on every partition, outputs merged")
 	f.StringVar(&input, "input", "", "file whose bytes are the handler's input")
 	f.StringVar(&token, "token", "", "idempotency token: a retry with the same token applies once")
