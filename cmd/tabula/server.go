@@ -52,6 +52,7 @@ func serverCmd(g *globals) *cobra.Command {
 	f.StringVar(&opts.DataDir, "data", "", "data directory (required)")
 	f.StringVar(&opts.FaultDomain, "fault-domain", "default", "failure group for replica spreading")
 	f.IntVar(&opts.MaxInFlight, "max-in-flight", 4096, "requests in flight before SERVER_BUSY")
+	f.StringVar(&opts.CoprocCacheDir, "coproc-cache", "", "directory keeping coprocessors' compiled machine code across restarts; servers may share one (default: <data>/coproc-cache)")
 	f.DurationVar(&opts.ScrubInterval, "scrub-interval", 10*time.Minute, "pause between the extent scrubber's passes over every block (negative: off)")
 	_ = cmd.MarkFlagRequired("data")
 	return cmd
