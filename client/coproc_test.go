@@ -199,6 +199,10 @@ func TestCoprocessorsEndToEnd(t *testing.T) {
 	if took > 2*time.Second {
 		t.Fatalf("runaway call took %v to stop", took)
 	}
+	// A Get stalled behind the guest would wait out its whole 200 ms.
+	if w := time.Duration(worst.Load()); w > 190*time.Millisecond {
+		t.Fatalf("a plain Get took %v while a guest spun", w)
+	}
 	cs, err := tb.Coprocs(ctx)
 	if err != nil || len(cs) != 3 {
 		t.Fatalf("coprocessors listed: %v %v", cs, err)
