@@ -136,7 +136,7 @@ func TestReadYourWrites(t *testing.T) {
 	if err := e.(engines.Writer).Apply([]engines.Mutation{{Key: []byte("ryw/c"), Value: []byte("stored")}}); err != nil {
 		t.Fatal(err)
 	}
-	res := call(t, r, k, "ryw", coproc.CallRequest{Partition: primary(e)})
+	res := call(t, r, k, "ryw", coproc.CallRequest{Partition: primary(e), Keys: [][]byte{[]byte("ryw/a"), []byte("ryw/b"), []byte("ryw/c")}})
 	kvs := list(t, res.Output)
 	if len(kvs) != 4 || string(kvs[0]) != "ryw/b" || string(kvs[1]) != "3" || string(kvs[2]) != "ryw/c" {
 		t.Fatalf("scan inside the call: %q", kvs)
@@ -170,6 +170,11 @@ func TestReservedKeysAndReadOnly(t *testing.T) {
 	out := string(call(t, r, k, "reserved", coproc.CallRequest{Partition: primary(e)}).Output)
 	if strings.Count(out, "reserved") != 2 {
 		t.Fatalf("reserved: %s", out)
+	}
+	// A reserved key is never a call's target (get_keys would read it).
+	_, err := r.Call(context.Background(), k, "echo", coproc.CallRequest{Partition: primary(e), Keys: [][]byte{coproc.IdempotencyKey("t")}})
+	if !errors.Is(err, coproc.ErrReservedKey) {
+		t.Fatalf("call on a reserved target key: %v", err)
 	}
 	secondary := coproc.PartitionFromEngine(e, coproc.PartitionInfo{Primary: false}, nil)
 	out = string(call(t, r, k, "tryput", coproc.CallRequest{Partition: secondary}).Output)

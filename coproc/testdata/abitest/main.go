@@ -154,6 +154,12 @@ func ryw(n int32) int32 {
 		must(!sw, "cas b 2->4 must fail")
 		vs, _ := c.GetMulti([][]byte{a, b, []byte("ryw/c")})
 		must(vs[0] == nil && string(vs[1]) == "3", "getmulti sees staged")
+		// The call's target keys, if given, are [a, b, c].
+		if keys, _ := c.Keys(); len(keys) == 3 {
+			kv, err := c.GetKeys()
+			must(err == nil && kv.Len() == 3, "get_keys")
+			must(kv.At(0) == nil && string(kv.At(1)) == "3" && string(kv.At(2)) == "stored", "get_keys sees staged and stored")
+		}
 		// The scan sees staged b=3 and the stored ryw/c (if any), not a.
 		return c.Emit(scanSorted(c, []byte("ryw/"), []byte("ryw0")))
 	})
