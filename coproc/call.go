@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"iter"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/tetratelabs/wazero/sys"
@@ -96,6 +97,24 @@ type callState struct {
 	nextScan    int32
 }
 
+// states recycles callStates: a call's state is ~400 bytes, the largest
+// allocation of a call.
+var states = sync.Pool{New: func() any { return new(callState) }}
+
+func acquireState() *callState { return states.Get().(*callState) }
+
+// releaseState returns st to the pool. The call's output (handed to the
+// caller) and everything else it referenced are dropped; only a small
+// scratch buffer is kept.
+func releaseState(st *callState) {
+	scratch := st.scratch[:0]
+	if cap(scratch) > 64<<10 {
+		scratch = nil
+	}
+	*st = callState{scratch: scratch}
+	states.Put(st)
+}
+
 type stateKey struct{}
 
 func stateOf(ctx context.Context) *callState {
@@ -146,6 +165,12 @@ func (r *Runtime) Call(ctx context.Context, key ModuleKey, method string, req Ca
 	}
 	info := req.Partition.Info()
 	res := CallResult{}
+	var st *callState
+	defer func() {
+		if st != nil {
+			releaseState(st)
+		}
+	}()
 	for attempt := 1; ; attempt++ {
 		if idemKey != nil {
 			v, found, err := req.Partition.Get(idemKey)
@@ -164,11 +189,13 @@ func (r *Runtime) Call(ctx context.Context, key ModuleKey, method string, req Ca
 				return CallResult{Output: rec.output, Replayed: true, Attempts: attempt - 1}, nil
 			}
 		}
-		st := &callState{
-			rt: r, m: m, method: method, requestID: req.RequestID, now: req.Now,
-			part: req.Partition, info: info, keys: req.Keys, rng: req.Range,
-			trackRead: m.man.Writes && info.Primary,
+		if st != nil {
+			releaseState(st)
 		}
+		st = acquireState()
+		st.rt, st.m, st.method, st.requestID, st.now = r, m, method, req.RequestID, req.Now
+		st.part, st.info, st.keys, st.rng = req.Partition, info, req.Keys, req.Range
+		st.trackRead = m.man.Writes && info.Primary
 		status, err := r.run(ctx, m, method, req.Input, req.Deadline, st)
 		res = CallResult{Output: st.out, Status: status, Message: st.errMsg, Attempts: attempt}
 		if err != nil {
