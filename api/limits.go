@@ -2,7 +2,6 @@ package api
 
 import (
 	"fmt"
-	"regexp"
 )
 
 // Limits every server enforces and every client may check early. Raising one
@@ -37,7 +36,21 @@ const (
 	DefaultTenant = "default"
 )
 
-var nameRE = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_-]*$`)
+// validName reports whether name matches ^[A-Za-z][A-Za-z0-9_-]*$ (a
+// byte loop: every request checks two or three names, and a regexp cost
+// ~0.45 µs each).
+func validName(name string) bool {
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z':
+		case i > 0 && ('0' <= c && c <= '9' || c == '_' || c == '-'):
+		default:
+			return false
+		}
+	}
+	return len(name) > 0
+}
 
 // ValidateName checks a tenant or table name: 1 to 63 characters, letters,
 // digits, '-' and '_', starting with a letter. field names the request field
@@ -48,7 +61,7 @@ func ValidateName(field, name string) error {
 		return InvalidArgument(field, "name_empty", 0, "%s is empty", field)
 	case len(name) > MaxNameLen:
 		return InvalidArgument(field, "name_too_long", MaxNameLen, "%s %q is %d characters; the limit is %d", field, name, len(name), MaxNameLen)
-	case !nameRE.MatchString(name):
+	case !validName(name):
 		return InvalidArgument(field, "name_invalid", 0, "%s %q must start with a letter and hold only letters, digits, '-' and '_'", field, name)
 	}
 	return nil

@@ -17,7 +17,9 @@ func BenchmarkCall(b *testing.B) {
 	k := key("bench")
 	compile(b, r, k, benchModule)
 	p := primary(newEngine(b))
-	ctx := context.Background()
+	// A request's context can be cancelled, as a gRPC handler's can.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
 	for _, c := range []struct {
 		method string
 		input  int

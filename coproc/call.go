@@ -281,9 +281,9 @@ func (r *Runtime) run(ctx context.Context, m *module, export string, input []byt
 		in.cc = newCallCtx()
 	}
 	cc := in.cc
-	cc.arm(ctx, st, deadline)
+	cc.arm(r.wd, ctx, st, deadline)
 	status, err := in.invoke(cc, export, input)
-	if !cc.disarm() {
+	if !cc.disarm(r.wd) {
 		in.cc = nil
 	}
 	if err != nil {

@@ -160,6 +160,8 @@ type Runtime struct {
 	// exec holds a token per guest call executing (Options.MaxConcurrency).
 	exec  chan struct{}
 	cache wazero.CompilationCache
+	// wd stops calls at their deadlines.
+	wd *watchdog
 
 	mu struct {
 		sync.Mutex
@@ -198,6 +200,7 @@ func New(ctx context.Context, opts Options) (*Runtime, error) {
 		cfg = cfg.WithCompilationCache(cache)
 	}
 	r.wrt = wazero.NewRuntimeWithConfig(ctx, cfg)
+	r.wd = newWatchdog(watchdogTick)
 	r.mu.modules = make(map[ModuleKey]*module)
 	if _, err := wasi_snapshot_preview1.Instantiate(ctx, r.wrt); err != nil {
 		return nil, errors.Join(fmt.Errorf("coproc: instantiate WASI: %w", err), r.close(ctx))
@@ -380,6 +383,7 @@ func (r *Runtime) Close(ctx context.Context) error {
 
 func (r *Runtime) close(ctx context.Context) error {
 	err := r.wrt.Close(ctx)
+	r.wd.close()
 	if r.cache != nil {
 		err = errors.Join(err, r.cache.Close(ctx))
 	}

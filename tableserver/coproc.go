@@ -182,7 +182,7 @@ func (s *Server) Invoke(ctx context.Context, req *api.InvokeRequest) (*api.Invok
 		return nil, err
 	}
 	for i, k := range req.GetKeys() {
-		if err := checkKey(r, h, "keys["+itoa(i)+"]", k); err != nil {
+		if err := checkKeyAt(r, h, i, k); err != nil {
 			return nil, err
 		}
 	}

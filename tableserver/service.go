@@ -111,6 +111,14 @@ func (s *Server) replicaFor(hdr *api.RequestHeader) (*replica, *hosting, error) 
 	return r, h, nil
 }
 
+// checkKeyAt is checkKey of keys[i], naming the field only on error.
+func checkKeyAt(r *replica, h *hosting, i int, key []byte) error {
+	if err := checkKey(r, h, "", key); err != nil {
+		return checkKey(r, h, "keys["+itoa(i)+"]", key)
+	}
+	return nil
+}
+
 // checkKey validates key and that it hashes into r's partition.
 func checkKey(r *replica, h *hosting, field string, key []byte) error {
 	if err := api.ValidateKey(field, key); err != nil {
@@ -198,7 +206,7 @@ func (s *Server) BatchGet(ctx context.Context, req *api.BatchGetRequest) (*api.B
 		return nil, api.InvalidArgument("keys", "batch_too_large", api.MaxBatchKeys, "%d keys in one BatchGet; the limit is %d", len(keys), api.MaxBatchKeys)
 	}
 	for i, k := range keys {
-		if err := checkKey(r, h, "keys["+itoa(i)+"]", k); err != nil {
+		if err := checkKeyAt(r, h, i, k); err != nil {
 			return nil, err
 		}
 	}
