@@ -319,3 +319,53 @@ func TestCoprocessorsRangeLimitsIsolation(t *testing.T) {
 		}
 	}
 }
+
+// TestCoprocessorFollowsPartitionMove moves a table's only partition to a
+// server that never hosted the table (its first server drains): the new
+// server compiles the live version in the background and the module serves
+// there, with no redeploy.
+func TestCoprocessorFollowsPartitionMove(t *testing.T) {
+	tc := coprocCluster(t)
+	c := newClient(t, tc.MasterAddr())
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	tb := createTable(t, c, "moving", &api.TableOptions{Partitions: 1, Storage: "memory"})
+	v, err := tb.DeployCoprocBytes(ctx, "counter", buildModule(t, "examples/counter_add"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tb.WaitCoprocLive(ctx, "counter", v); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tb.Invoke(ctx, "counter", "add", client.Invocation{Keys: [][]byte{[]byte("k")}, Input: le64(1)}); err != nil {
+		t.Fatal(err)
+	}
+	host := func() string {
+		m, err := tb.Map(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m.GetPartitions()[0].GetReplicas()[0].GetAddr()
+	}
+	from := host()
+	idx := slices.Index(tc.ServerAddrs(), from)
+	if idx < 0 {
+		t.Fatalf("partition on %s, not a cluster server %v", from, tc.ServerAddrs())
+	}
+	if err := tc.Server(idx).Drain(); err != nil {
+		t.Fatal(err)
+	}
+	// The client rides out the move (NOT_OWNER, then coproc_compiling on
+	// the new server) with its retries.
+	out, err := tb.Invoke(ctx, "counter", "add", client.Invocation{Keys: [][]byte{[]byte("k")}, Input: le64(1)})
+	if err != nil {
+		t.Fatalf("invoke after the move: %v", err)
+	}
+	if to := host(); to == from {
+		t.Fatalf("the partition did not move off the drained server %s", from)
+	}
+	// A memory partition starts empty on its new server.
+	if got := binary.LittleEndian.Uint64(out); got != 1 {
+		t.Fatalf("counter after the move: %d, want 1 (memory data does not move)", got)
+	}
+}
