@@ -162,6 +162,8 @@ type Runtime struct {
 	cache wazero.CompilationCache
 	// wd stops calls at their deadlines.
 	wd *watchdog
+	// realClock: Options.Now is time.Now.
+	realClock bool
 
 	mu struct {
 		sync.Mutex
@@ -179,6 +181,7 @@ type Runtime struct {
 // its call's context is done, caps each instance's memory, and hosts the
 // tabula and (filtered, see ABI.md) WASI modules.
 func New(ctx context.Context, opts Options) (*Runtime, error) {
+	realClock := opts.Now == nil
 	opts = opts.WithDefaults()
 	if err := opts.Validate(); err != nil {
 		return nil, err
@@ -187,7 +190,7 @@ func New(ctx context.Context, opts Options) (*Runtime, error) {
 		WithCloseOnContextDone(true).
 		WithMemoryLimitPages(opts.MemoryLimitPages).
 		WithDebugInfoEnabled(false)
-	r := &Runtime{opts: opts, exec: make(chan struct{}, opts.MaxConcurrency)}
+	r := &Runtime{opts: opts, exec: make(chan struct{}, opts.MaxConcurrency), realClock: realClock}
 	if opts.CacheDir != "" {
 		if err := os.MkdirAll(opts.CacheDir, 0o755); err != nil {
 			return nil, fmt.Errorf("coproc: create cache dir: %w", err)
