@@ -125,6 +125,7 @@ func waitAcked(acked *atomic.Int64, n int64) bool {
 func writeUntilCrash(e *Engine, rng *rand.Rand, w int, st []keyState, acked *atomic.Int64, stop *atomic.Bool) {
 	for i := 0; !stop.Load(); i++ {
 		k := rng.IntN(len(st))
+		k2 := -1 // the batch's second key
 		key := fmt.Sprintf("w%d-k%02d", w, k)
 		val := fmt.Sprintf("w%d-k%02d-v%d-%s", w, k, i, pad(rng.IntN(300)))
 		var err error
@@ -145,7 +146,7 @@ func writeUntilCrash(e *Engine, rng *rand.Rand, w int, st []keyState, acked *ato
 			}
 		default:
 			// A batch over two keys: both or neither survive a crash.
-			k2 := (k + 1) % len(st)
+			k2 = (k + 1) % len(st)
 			key2 := fmt.Sprintf("w%d-k%02d", w, k2)
 			if k2 == k {
 				continue
@@ -153,12 +154,16 @@ func writeUntilCrash(e *Engine, rng *rand.Rand, w int, st []keyState, acked *ato
 			st[k].inflight, st[k].inflightPresent, st[k].inflightValue = true, true, val
 			st[k2].inflight, st[k2].inflightPresent = true, false
 			err = e.Apply([]engines.Mutation{{Key: []byte(key), Value: []byte(val)}, {Key: []byte(key2), Delete: true}})
-			if err == nil {
-				st[k2].present, st[k2].inflight = false, false
-			}
 		}
-		if err != nil {
-			return // the crash; st[k] stays in flight
+		// A write that returns after the crash began is not acknowledged:
+		// its sync may have run after the crash dropped unsynced data (a
+		// dead process acknowledges nothing). One that returned before stop
+		// was set synced before the crash.
+		if err != nil || stop.Load() {
+			return // the crash; the write stays in flight
+		}
+		if k2 >= 0 {
+			st[k2].present, st[k2].inflight = false, false
 		}
 		st[k].present, st[k].value = st[k].inflightPresent, st[k].inflightValue
 		st[k].inflight = false
