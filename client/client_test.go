@@ -17,6 +17,7 @@ import (
 	"github.com/tabuladb/tabula/client"
 	"github.com/tabuladb/tabula/internal/keyspace"
 	"github.com/tabuladb/tabula/internal/testcluster"
+	"github.com/tabuladb/tabula/tablemaster"
 )
 
 const testSeed = 20240611
@@ -649,8 +650,20 @@ func TestNewAndClose(t *testing.T) {
 // TestNoLeaks checks that Close stops everything the client started: the
 // map watches, the batch fan-out and the connections.
 func TestNoLeaks(t *testing.T) {
-	tc := startCluster(t, 2)
+	// The master dials every server's extent node at its first stream sync
+	// (5 s by default): sync at once, so those connections are in the
+	// baseline rather than opened while the client under test runs.
 	ctx := testCtx(t)
+	tc, err := testcluster.Start(ctx, testcluster.Options{Servers: 2, Dir: t.TempDir(),
+		MasterOptions: func(o *tablemaster.Options) { o.StreamSyncInterval = 20 * time.Millisecond }})
+	if err != nil {
+		t.Fatalf("start cluster: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := tc.Close(); err != nil {
+			t.Errorf("close cluster: %v", err)
+		}
+	})
 	// Warm the cluster up so its own lazily started goroutines are in the
 	// baseline.
 	warm := newClient(t, tc.MasterAddr())
@@ -672,6 +685,7 @@ func TestNoLeaks(t *testing.T) {
 	if err := warm.Close(); err != nil {
 		t.Fatal(err)
 	}
+	time.Sleep(100 * time.Millisecond) // a few stream syncs: the master's node connections are up
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 
 	c, err := client.New(ctx, client.Options{Masters: []string{tc.MasterAddr()}, Seed: testSeed})

@@ -37,6 +37,8 @@ type Options struct {
 	DeadAfter         time.Duration
 	// ServerOptions, when set, adjusts server i's options before it opens.
 	ServerOptions func(i int, o *tableserver.Options)
+	// MasterOptions, when set, adjusts the master's options.
+	MasterOptions func(o *tablemaster.Options)
 }
 
 // Cluster is a running in-process cluster.
@@ -104,13 +106,17 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 }
 
 func (c *Cluster) startMaster() error {
-	m, err := tablemaster.Open(tablemaster.Options{
+	mo := tablemaster.Options{
 		DataDir:           filepath.Join(c.opts.Dir, "master"),
 		Logger:            c.opts.Logger.With("part", "master"),
 		HeartbeatInterval: c.opts.HeartbeatInterval,
 		LeaseDuration:     c.opts.LeaseDuration,
 		DeadAfter:         c.opts.DeadAfter,
-	})
+	}
+	if c.opts.MasterOptions != nil {
+		c.opts.MasterOptions(&mo)
+	}
+	m, err := tablemaster.Open(mo)
 	if err != nil {
 		return fmt.Errorf("testcluster: open master: %w", err)
 	}
