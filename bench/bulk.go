@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"time"
 
@@ -106,6 +107,9 @@ func runBulk(out io.Writer, args []string) error {
 		bsize   = fs.Int("batch", 100, "keys per BatchGet")
 		dirArg  = fs.String("dir", "", "directory for the files (default: a temporary one, removed)")
 		seedArg = fs.Uint64("seed", 0, "seed (0: random)")
+		cpuProf = fs.String("cpuprofile", "", "write a CPU profile of the file builds (not the MPH or Gets) to this file")
+		only    = fs.Bool("buildonly", false, "measure the MPH and file builds only (no RAM or Get figures)")
+		workers = fs.Int("workers", runtime.GOMAXPROCS(0), "workers of the second file build (PartitionOptions.Workers; <= 1: no second build)")
 	)
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -152,24 +156,58 @@ func runBulk(out io.Writer, args []string) error {
 	fmt.Fprintf(out, "figure mph-bits-per-key %.2f bits\n", float64(8*tab.EncodedLen())/float64(n))
 	tab, hs = nil, nil
 
-	// File build (BuildPartition is one goroutine): records/s per core.
+	// File build: records/s with one worker (per core; a second goroutine
+	// writes the file), then with -workers.
 	path := filepath.Join(dir, "fixed.bulk")
-	var fileRates, fileCPURates []float64
 	var info bulk.PartitionInfo
-	for range *rounds {
-		runtime.GC()
-		t0, c0 := time.Now(), cpuTime()
-		var err error
-		info, err = bulk.BuildPartition(ctx, path, d.recs, bulk.PartitionSpec{}, bulk.PartitionOptions{})
+	if *cpuProf != "" {
+		pf, err := os.Create(*cpuProf)
 		if err != nil {
 			return err
 		}
-		fileRates = append(fileRates, float64(n)/time.Since(t0).Seconds())
-		fileCPURates = append(fileCPURates, float64(n)/(cpuTime()-c0).Seconds())
+		if err := pprof.StartCPUProfile(pf); err != nil {
+			pf.Close()
+			return err
+		}
 	}
-	fmt.Fprintf(out, "figure file-build-records-per-s-per-core %.2f M\n", medianF(fileRates)/1e6)
-	fmt.Fprintf(out, "raw file-build-records-per-cpu-s %.2f M (process CPU time, GC included; the wall figure also waits for fsync)\n", medianF(fileCPURates)/1e6)
+	buildRates := func(workers int) (wall, cpu float64, err error) {
+		var rates, cpuRates []float64
+		for range *rounds {
+			// A build writes a new file: replacing the last round's
+			// (freeing 1 GB of page cache, ~0.3 s) is not part of it.
+			os.Remove(path)
+			runtime.GC()
+			t0, c0 := time.Now(), cpuTime()
+			info, err = bulk.BuildPartition(ctx, path, d.recs, bulk.PartitionSpec{}, bulk.PartitionOptions{Workers: workers})
+			if err != nil {
+				return 0, 0, err
+			}
+			rates = append(rates, float64(n)/time.Since(t0).Seconds())
+			cpuRates = append(cpuRates, float64(n)/(cpuTime()-c0).Seconds())
+		}
+		return medianF(rates), medianF(cpuRates), nil
+	}
+	wall, cpu, err := buildRates(1)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "figure file-build-records-per-s-per-core %.2f M\n", wall/1e6)
+	fmt.Fprintf(out, "raw file-build-records-per-cpu-s %.2f M (process CPU time, GC included; the wall figure also waits for fsync)\n", cpu/1e6)
+	if *workers > 1 {
+		wall, cpu, err := buildRates(*workers)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "figure file-build-records-per-s-%d-workers %.2f M\n", *workers, wall/1e6)
+		fmt.Fprintf(out, "raw file-build-records-per-cpu-s-%d-workers %.2f M\n", *workers, cpu/1e6)
+	}
+	if *cpuProf != "" {
+		pprof.StopCPUProfile()
+	}
 	fmt.Fprintf(out, "raw file-bytes %d (%.1f per record)\n", info.FileBytes, float64(info.FileBytes)/float64(n))
+	if *only {
+		return nil
+	}
 
 	f, err := bulk.Open(vfs.Default, path, bulk.OpenOptions{})
 	if err != nil {

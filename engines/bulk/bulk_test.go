@@ -17,6 +17,7 @@ import (
 	"testing"
 
 	"github.com/tabuladb/tabula/engines"
+	"github.com/tabuladb/tabula/engines/diskstore"
 	"github.com/tabuladb/tabula/engines/vfs"
 	"github.com/tabuladb/tabula/internal/keyspace"
 )
@@ -523,6 +524,17 @@ func TestCorruption(t *testing.T) {
 }
 
 func TestNoSpaceAndCrash(t *testing.T) {
+	for _, sb := range []int{syncBytes, 64 << 10} {
+		t.Run(fmt.Sprint("syncBytes=", sb), func(t *testing.T) {
+			old := syncBytes
+			syncBytes = sb // small: the records are synced as they go, too
+			defer func() { syncBytes = old }()
+			testNoSpaceAndCrash(t)
+		})
+	}
+}
+
+func testNoSpaceAndCrash(t *testing.T) {
 	seed := testSeed(t)
 	r := rand.New(rand.NewPCG(seed, 7))
 	recs := randomRecords(r, 300, 2000, false) // > 1 MiB: several writes
@@ -732,6 +744,72 @@ func TestWindows(t *testing.T) {
 			defer f.Close()
 			checkFile(t, f, want, r)
 		})
+	}
+}
+
+// TestWorkers: a build by several workers, in many windows, gives the same
+// bytes as one by one worker, for fixed- and variable-length records.
+func TestWorkers(t *testing.T) {
+	r := rand.New(rand.NewPCG(testSeed(t), 14))
+	for _, fixed := range []bool{true, false} {
+		recs := randomRecords(r, 200000, 40, fixed)
+		dir := t.TempDir()
+		build := func(name string, workers int) []byte {
+			path := filepath.Join(dir, name)
+			if _, err := BuildPartition(context.Background(), path, recs, PartitionSpec{}, PartitionOptions{Workers: workers}); err != nil {
+				t.Fatal(err)
+			}
+			return readFile(t, path)
+		}
+		one := build("one", 1)
+		old := windowBytes
+		windowBytes = 1 << 20
+		for _, w := range []int{2, 3} {
+			if got := build(fmt.Sprint("w", w), w); !bytes.Equal(got, one) {
+				windowBytes = old
+				t.Fatalf("fixed %v: %d workers built other bytes than one", fixed, w)
+			}
+		}
+		windowBytes = old
+	}
+}
+
+// TestRecordEncoder: the encoder's shortcut for records of one key and one
+// value length writes diskstore's encoding.
+func TestRecordEncoder(t *testing.T) {
+	r := rand.New(rand.NewPCG(testSeed(t), 15))
+	for _, kv := range [][2]int{{1, 0}, {16, 64}, {7, 1}, {300, 5000}} {
+		recs := make([]Record, 50)
+		var lens recordLens
+		for i := range recs {
+			recs[i] = Record{Key: make([]byte, kv[0]), Value: make([]byte, kv[1])}
+			for j := range recs[i].Key {
+				recs[i].Key[j] = byte(r.Uint32())
+			}
+			for j := range recs[i].Value {
+				recs[i].Value[j] = byte(r.Uint32())
+			}
+			lens.add(&recs[i])
+		}
+		e := newRecordEncoder(recs, lens, lens.first, nil)
+		if e.tmpl == nil {
+			t.Fatalf("key %d value %d bytes: no template", kv[0], kv[1])
+		}
+		buf := make([]byte, len(recs)*int(lens.first))
+		list := make([]uint64, len(recs))
+		for i := range list {
+			list[i] = uint64(i)<<32 | uint64(len(recs)-1-i) // record i in slot n-1-i
+		}
+		if err := e.fill(context.Background(), buf, 0, list); err != nil {
+			t.Fatal(err)
+		}
+		var want []byte
+		for i := range recs {
+			want, _ = diskstore.AppendPutRecord(want, recs[len(recs)-1-i].Key, recs[len(recs)-1-i].Value, 0)
+		}
+		if !bytes.Equal(buf, want) {
+			t.Fatalf("key %d value %d bytes: the encoder differs from diskstore", kv[0], kv[1])
+		}
 	}
 }
 

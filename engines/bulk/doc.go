@@ -85,13 +85,21 @@
 // hash), builds the MPH without sorting (the MPH itself fails on equal
 // hashes; only then are the records sorted to drop or report duplicates),
 // takes every record's slot from the MPH builder, and writes the records in
-// slot order a window of 128 MiB at a time: each window's records are read
-// in input order and copied to their places in a buffer of huge pages, a
-// group of 32 at a time with their cache lines touched first so that the
-// misses overlap. Each byte goes through CRC32C once: the whole file's CRC
-// is combined from the sections'. AppendGetBatch looks up a group of 16
-// keys' slots, then touches their records, then reads them, so the cache
-// misses of independent keys overlap.
+// slot order a window at a time: each window's records, listed with their
+// slots, are read in input order and copied to their places in a buffer of
+// huge pages, a group of 32 at a time with their cache lines touched first
+// so that the misses overlap. Records of one key and one value length get
+// their header from a template and their CRC32Cs three at a time. A
+// writer goroutine checksums and writes each filled window a MiB at a time
+// and has the file synced every 64 MiB without waiting, so the final sync
+// finds little left. PartitionOptions.Workers goroutines hash, build the
+// MPH's parts and fill windows at once (with more than one, two buffers
+// alternate: one is filled while the other is written); the bytes do not
+// depend on it. Each byte goes through
+// CRC32C once: the whole file's CRC is combined from the sections'.
+// AppendGetBatch looks up a group of 16 keys' slots, then touches their
+// records, then reads them, so the cache misses of independent keys
+// overlap.
 //
 // # Concurrency
 //

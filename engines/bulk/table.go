@@ -43,8 +43,9 @@ type BuildOptions struct {
 	// TempDir holds spill files. Default outDir/.spill (removed at the end).
 	TempDir string
 	// Partition tunes each partition build (FS, LastWins, FingerprintBits,
-	// MaxValueBytes, MPH). Its FS is also where inputs are read from,
-	// spill files and the output written.
+	// MaxValueBytes, MPH, Workers). Its FS is also where inputs are read
+	// from, spill files and the output written. Its Workers defaults to
+	// Workers / min(Workers, Partitions).
 	Partition PartitionOptions
 	// Progress, when set, is called as the build advances (from one
 	// goroutine at a time, at most every 64 Ki records or per partition).
@@ -74,6 +75,10 @@ func (o BuildOptions) withDefaults(outDir string) BuildOptions {
 	}
 	if o.TempDir == "" {
 		o.TempDir = filepath.Join(outDir, ".spill")
+	}
+	if o.Partition.Workers == 0 {
+		// Workers beyond one per partition help build each partition.
+		o.Partition.Workers = max(1, o.Workers/min(o.Workers, o.Partitions))
 	}
 	o.Partition = o.Partition.withDefaults()
 	return o

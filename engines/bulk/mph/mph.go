@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"math"
 	"math/bits"
+	"sync"
+	"sync/atomic"
 
 	"github.com/tabuladb/tabula/engines"
 )
@@ -43,6 +45,9 @@ type Options struct {
 	Alpha float64
 	// MaxSeeds is how many seeds Build tries before ErrNoSolution. Default 8.
 	MaxSeeds int
+	// Workers is how many goroutines build parts at once. Default 1. The
+	// table does not depend on it.
+	Workers int
 }
 
 func (o Options) withDefaults() Options {
@@ -68,6 +73,8 @@ func (o Options) Validate() error {
 		return fmt.Errorf("mph: Alpha %v, want (0.5, 0.995]", o.Alpha)
 	case o.MaxSeeds < 0:
 		return fmt.Errorf("mph: MaxSeeds %d < 0", o.MaxSeeds)
+	case o.Workers < 0:
+		return fmt.Errorf("mph: Workers %d < 0", o.Workers)
 	}
 	return nil
 }
@@ -277,26 +284,51 @@ func buildSeed(hashes []uint64, opts Options, seed uint64, slots []uint32) (*Tab
 	t.slots = last.slotStart + last.slots
 	t.buckets = last.bucketStart + last.buckets
 	t.pilots = make([]byte, t.buckets)
+	// The parts, by up to opts.Workers goroutines: each part's result
+	// depends only on its keys, so the table does not depend on the
+	// worker count. A part's pilots, slots and taken bits are its own;
+	// only the taken words at the parts' edges are shared (atomic OR).
 	taken := make([]uint64, (t.slots+63)/64) // global: for the remap
-	b := newBuilder(t, maxPart, is != nil)
-	for p := range t.parts {
-		var pis []uint32
-		if is != nil {
-			pis = is[counts[p]:counts[p+1]]
-		}
-		if err := b.buildPart(uint64(p), xs[counts[p]:counts[p+1]], pis); err != nil {
-			return nil, err
-		}
-		pt := &t.parts[p]
-		if is != nil && t.slots <= math.MaxUint32 {
-			b.slotsOfPart(pis, slots)
-		}
-		for s := uint64(0); s < pt.slots; s++ {
-			if b.taken[s/64]&(1<<(s%64)) != 0 {
-				g := pt.slotStart + s
-				taken[g/64] |= 1 << (g % 64)
+	var next atomic.Uint64
+	var mu sync.Mutex
+	failed, failErr := t.nparts, error(nil) // the lowest failed part; guarded by mu
+	build := func() {
+		b := newBuilder(t, maxPart, is != nil)
+		for {
+			p := next.Add(1) - 1
+			mu.Lock()
+			stop := p >= failed
+			mu.Unlock()
+			if p >= t.nparts || stop {
+				return
 			}
+			var pis []uint32
+			if is != nil {
+				pis = is[counts[p]:counts[p+1]]
+			}
+			if err := b.buildPart(p, xs[counts[p]:counts[p+1]], pis); err != nil {
+				mu.Lock()
+				if p < failed {
+					failed, failErr = p, err
+				}
+				mu.Unlock()
+				continue
+			}
+			if is != nil && t.slots <= math.MaxUint32 {
+				b.pairsOfPart(pis)
+			}
+			b.markTaken(taken)
 		}
+	}
+	workers := min(uint64(max(1, opts.Workers)), t.nparts)
+	var wg sync.WaitGroup
+	for range workers - 1 {
+		wg.Go(build)
+	}
+	build()
+	wg.Wait()
+	if failErr != nil {
+		return nil, failErr
 	}
 	// Remap taken slots >= n onto the free slots below n, in order.
 	t.remap = make([]uint32, t.slots-n)
@@ -316,12 +348,8 @@ func buildSeed(hashes []uint64, opts Options, seed uint64, slots []uint32) (*Tab
 		for i, h := range hashes {
 			slots[i] = uint32(t.Lookup(h))
 		}
-	} else if slots != nil && len(t.remap) > 0 {
-		for i, s := range slots {
-			if uint64(s) >= n {
-				slots[i] = t.remap[uint64(s)-n]
-			}
-		}
+	} else if slots != nil {
+		scatterSlots(xs, t.remap, slots)
 	}
 	return t, nil
 }
@@ -474,19 +502,71 @@ func (b *builder) buildPart(p uint64, xs []uint64, is []uint32) error {
 	return nil
 }
 
+// markTaken sets the part's taken slots in the table-wide bitmap taken.
+func (b *builder) markTaken(taken []uint64) {
+	pt := b.pt
+	w, acc := pt.slotStart/64, uint64(0)
+	for s := uint64(0); s < pt.slots; s++ {
+		g := pt.slotStart + s
+		if g/64 != w {
+			if acc != 0 {
+				atomic.OrUint64(&taken[w], acc)
+			}
+			w, acc = g/64, 0
+		}
+		acc |= (b.taken[s/64] >> (s % 64) & 1) << (g % 64)
+	}
+	if acc != 0 {
+		atomic.OrUint64(&taken[w], acc)
+	}
+}
+
 func (b *builder) size(bk uint32) uint32 { return b.start[bk+1] - b.start[bk] }
 
-// slotsOfPart sets slots[is[k]] to the (global, not yet remapped) slot of
-// the part's k-th key.
-func (b *builder) slotsOfPart(is []uint32, slots []uint32) {
+// pairsOfPart overwrites the part's mixed hashes, no longer needed, with
+// is[k]<<32 | the (global, not yet remapped) slot of the part's k-th key.
+func (b *builder) pairsOfPart(is []uint32) {
 	pt := b.pt
 	for bk := uint64(0); bk < pt.buckets; bk++ {
 		ph := b.t.ph[b.pilots[bk]]
 		for k := b.start[bk]; k < b.start[bk+1]; k++ {
-			slots[is[k]] = uint32(pt.slotStart + slot(b.xs[k], ph, pt.slots))
+			b.xs[k] = uint64(is[k])<<32 | (pt.slotStart + slot(b.xs[k], ph, pt.slots))
 		}
 	}
 }
+
+// scatterSlots sets slots[i] to the remapped slot of each pair i<<32 | slot
+// of pairs, a permutation of the indices. Stored straight from the pairs,
+// in part order, each store would miss the cache; grouped first by the
+// index's top bits (64 sequential streams), each group's stores fall in a
+// range of slots that stays in the cache. At 10M keys: 1.9 s instead of
+// 2.1 s for the build (medians of 6, alternating in one process), for 8
+// bytes per key more, briefly.
+func scatterSlots(pairs []uint64, remap []uint32, slots []uint32) {
+	n := uint64(len(pairs))
+	shift := max(0, bits.Len64(n)-scatterBits)
+	groups := (n + 1<<shift - 1) >> shift
+	pos := make([]uint64, groups) // group g holds the indices [g<<shift, (g+1)<<shift)
+	for g := range pos {
+		pos[g] = uint64(g) << shift
+	}
+	tmp := make([]uint64, n)
+	for _, pr := range pairs {
+		g := pr >> 32 >> shift
+		tmp[pos[g]] = pr
+		pos[g]++
+	}
+	for _, pr := range tmp {
+		s := uint32(pr)
+		if uint64(s) >= n {
+			s = remap[uint64(s)-n]
+		}
+		slots[pr>>32] = s
+	}
+}
+
+// scatterBits: scatterSlots makes at most 2^scatterBits groups.
+const scatterBits = 6
 
 func (b *builder) less(i, j uint32) bool { // heap order: bigger first, then lower bucket
 	si, sj := b.size(i), b.size(j)
@@ -577,17 +657,62 @@ func (b *builder) freeSlots(ks []uint64, p byte) bool {
 
 // firstFree finds the first pilot from off on (wrapping) under which the
 // keys ks land on distinct free slots, leaving their slots in b.slotsB. It
-// tests the first key under 8 pilots at a time without branches: whether a
-// slot is free is a coin toss the branch predictor loses, and most pilots
-// fail on the first key once the part fills up.
+// tests the first key (and the second and third, if any) under 8 pilots at
+// a time without branches: whether a slot is free is a coin toss the
+// branch predictor loses, and most pilots fail on the first keys once the
+// part fills up. Testing the first two keys instead of one, and three for
+// buckets of three or more, took the 10M-key build from 1.94 to 1.77 s
+// (medians of 6, alternating in one process).
 func (b *builder) firstFree(ks []uint64, off byte) (byte, bool) {
 	ph, ns, taken := &b.t.ph, b.pt.slots, b.taken
 	x0 := ks[0]
+	if len(ks) == 1 {
+		for d0 := 0; d0 < pilotCount; d0 += 8 {
+			var free uint32
+			for i := 0; i < 8; i++ {
+				s := slot(x0, ph[byte(d0+i)+off], ns)
+				free |= uint32(^taken[s/64]>>(s%64)&1) << i
+			}
+			if free != 0 {
+				p := byte(d0+bits.TrailingZeros32(free)) + off
+				b.slotsB[0] = slot(x0, ph[p], ns)
+				return p, true
+			}
+		}
+		return 0, false
+	}
+	x1 := ks[1]
+	if len(ks) >= 3 {
+		x2 := ks[2]
+		for d0 := 0; d0 < pilotCount; d0 += 8 {
+			var free uint32
+			for i := 0; i < 8; i++ {
+				h := ph[byte(d0+i)+off]
+				s0, s1, s2 := slot(x0, h, ns), slot(x1, h, ns), slot(x2, h, ns)
+				f := (^taken[s0/64] >> (s0 % 64)) & (^taken[s1/64] >> (s1 % 64)) & (^taken[s2/64] >> (s2 % 64))
+				d01, d02, d12 := s0^s1, s0^s2, s1^s2 // 0: one slot for two keys
+				f &= (d01 | -d01) >> 63 & ((d02 | -d02) >> 63) & ((d12 | -d12) >> 63)
+				free |= uint32(f&1) << i
+			}
+			for free != 0 {
+				p := byte(d0+bits.TrailingZeros32(free)) + off
+				free &= free - 1
+				if b.freeSlots(ks, p) {
+					return p, true
+				}
+			}
+		}
+		return 0, false
+	}
 	for d0 := 0; d0 < pilotCount; d0 += 8 {
 		var free uint32
 		for i := 0; i < 8; i++ {
-			s := slot(x0, ph[byte(d0+i)+off], ns)
-			free |= uint32(^taken[s/64]>>(s%64)&1) << i
+			h := ph[byte(d0+i)+off]
+			s0, s1 := slot(x0, h, ns), slot(x1, h, ns)
+			f := (^taken[s0/64] >> (s0 % 64)) & (^taken[s1/64] >> (s1 % 64))
+			d := s0 ^ s1 // 0: one slot for both keys
+			f &= (d | -d) >> 63
+			free |= uint32(f&1) << i
 		}
 		for free != 0 {
 			p := byte(d0+bits.TrailingZeros32(free)) + off

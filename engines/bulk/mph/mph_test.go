@@ -123,6 +123,31 @@ func TestDeterministic(t *testing.T) {
 	}
 }
 
+// TestWorkers: the parts built by several goroutines give the same table
+// and slots as one.
+func TestWorkers(t *testing.T) {
+	r := rand.New(rand.NewPCG(seedOf(t), 4))
+	hs := randomHashes(r, 300000) // 5 parts
+	want := make([]uint32, len(hs))
+	a, err := BuildSlots(hs, Options{}, want)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range []int{2, 3, 8} {
+		got := make([]uint32, len(hs))
+		b, err := BuildSlots(hs, Options{Workers: w}, got)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(a.AppendBinary(nil), b.AppendBinary(nil)) || !slices.Equal(got, want) {
+			t.Fatalf("workers %d: a different table or slots than one worker", w)
+		}
+	}
+	if err := (Options{Workers: -1}).Validate(); err == nil {
+		t.Fatal("Workers -1: Validate passed")
+	}
+}
+
 func TestDuplicate(t *testing.T) {
 	hs := []uint64{1, 2, 3, 2}
 	if _, err := Build(hs, Options{}); !errors.Is(err, ErrDuplicateHash) {
