@@ -123,9 +123,9 @@ func coprocRollbackCmd(g *globals) *cobra.Command {
 func coprocInvokeCmd(g *globals) *cobra.Command {
 	var (
 		key, keys, rng, input, token string
-		all, partial, asHex     bool
-		version                 uint64
-		timeout                 time.Duration
+		all, partial, asHex          bool
+		version                      uint64
+		timeout                      time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "invoke TABLE NAME METHOD (--key K | --keys K1,K2,... | --range A..B | --all) [--input FILE]",
