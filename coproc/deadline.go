@@ -25,11 +25,6 @@ type callCtx struct {
 	done     chan struct{}
 	fired    atomic.Bool
 	err      error // set before done closes, read after
-
-	// Set by arm before the watchdog sees the call, read by the watchdog
-	// under its lock.
-	parentDone <-chan struct{}
-	parentErr  func() error
 }
 
 var _ context.Context = (*callCtx)(nil)
@@ -38,8 +33,9 @@ func newCallCtx() *callCtx { return &callCtx{done: make(chan struct{})} }
 
 // arm starts a call under parent with st until deadline, watched by w.
 func (c *callCtx) arm(w *watchdog, parent context.Context, st *callState, deadline time.Time) {
+	// Set before add and cleared after remove, under the watchdog's lock
+	// in between: the watchdog reads deadline and parent while it holds it.
 	c.parent, c.st, c.deadline = parent, st, deadline
-	c.parentDone, c.parentErr = parent.Done(), parent.Err
 	w.add(c)
 }
 
@@ -47,7 +43,7 @@ func (c *callCtx) arm(w *watchdog, parent context.Context, st *callState, deadli
 // when it fired).
 func (c *callCtx) disarm(w *watchdog) (reusable bool) {
 	w.remove(c)
-	c.parent, c.st, c.parentDone, c.parentErr = nil, nil, nil, nil
+	c.parent, c.st = nil, nil
 	return !c.fired.Load()
 }
 
@@ -163,11 +159,9 @@ func (w *watchdog) check(now time.Time) int {
 		switch {
 		case !now.Before(c.deadline):
 			c.fire(context.DeadlineExceeded)
-		case c.parentDone != nil:
-			select {
-			case <-c.parentDone:
-				c.fire(c.parentErr())
-			default:
+		default:
+			if err := c.parent.Err(); err != nil {
+				c.fire(err)
 			}
 		}
 	}

@@ -256,51 +256,44 @@ func hostGetKeys(st *callState, mem api.Memory, stack []uint64) {
 // getBatch reads keys (valid, not reserved) through the staged writes, the
 // rest with one engine batch read; values[i] is nil when keys[i] is absent.
 func (st *callState) getBatch(keys [][]byte) [][]byte {
-	if len(st.staged) == 0 {
-		vs, found, err := st.part.GetBatch(keys)
-		if err != nil {
-			st.storageErr("get batch", err)
-		}
-		for i := range keys {
-			st.observe(keys[i], vs[i], found[i])
-			switch {
-			case !found[i]:
-				vs[i] = nil
-			case vs[i] == nil:
-				vs[i] = []byte{}
-			}
-		}
-		return vs
-	}
-	values := make([][]byte, len(keys))
-	var missKeys [][]byte
-	var missIdx []int
-	for i, k := range keys {
-		if w, ok := st.staged[string(k)]; ok {
-			if !w.del {
-				values[i] = w.value
-			}
-			continue
-		}
-		missKeys = append(missKeys, k)
-		missIdx = append(missIdx, i)
-	}
-	if len(missKeys) > 0 {
-		vs, found, err := st.part.GetBatch(missKeys)
-		if err != nil {
-			st.storageErr("get batch", err)
-		}
-		for j, i := range missIdx {
-			st.observe(missKeys[j], vs[j], found[j])
-			if found[j] {
-				values[i] = vs[j]
-				if values[i] == nil {
-					values[i] = []byte{}
+	miss := keys
+	var values [][]byte // with staged writes: the result, misses filled in below
+	var at []int        // at[j]: the index in keys of miss[j] (nil: j itself)
+	if len(st.staged) > 0 {
+		values, miss = make([][]byte, len(keys)), nil
+		for i, k := range keys {
+			if w, ok := st.staged[string(k)]; ok {
+				if !w.del {
+					values[i] = w.value
 				}
+				continue
 			}
+			miss, at = append(miss, k), append(at, i)
+		}
+		if len(miss) == 0 {
+			return values
 		}
 	}
-	return values
+	vs, found, err := st.part.GetBatch(miss)
+	if err != nil {
+		st.storageErr("get batch", err)
+	}
+	for j, k := range miss {
+		st.observe(k, vs[j], found[j])
+		switch {
+		case !found[j]:
+			vs[j] = nil
+		case vs[j] == nil:
+			vs[j] = []byte{}
+		}
+		if values != nil {
+			values[at[j]] = vs[j]
+		}
+	}
+	if values != nil {
+		return values
+	}
+	return vs
 }
 
 // maxScans bounds the scans a call keeps open.

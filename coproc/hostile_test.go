@@ -249,3 +249,23 @@ func TestServerServesDuringHostileCalls(t *testing.T) {
 }
 
 var spinSink uint64
+
+// TestCallerCancelStopsGuest: a caller that gives up (a client cancelling
+// its request) stops the guest long before the call's own deadline.
+func TestCallerCancelStopsGuest(t *testing.T) {
+	r, k := hostileRuntime(t, coproc.Options{})
+	p := primary(newEngine(t))
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(50*time.Millisecond, cancel)
+	start := time.Now()
+	_, err := r.Call(ctx, k, "spin", coproc.CallRequest{Partition: p, Deadline: time.Now().Add(10 * time.Second)})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("spin with its caller cancelled: %v", err)
+	}
+	if took := time.Since(start); took > 2*time.Second {
+		t.Fatalf("the guest ran %v after its caller cancelled at 50ms", took)
+	}
+	if res, err := r.Call(context.Background(), k, "ok", coproc.CallRequest{Partition: p}); err != nil || string(res.Output) != "ok" {
+		t.Fatalf("after: %v", err)
+	}
+}
