@@ -46,37 +46,54 @@ type batchRun struct {
 // recs[i], found[i] and errs[i] for locs[i]: found is false where Read's ok
 // would be (a freed location or a tombstone), errs[i] is what Read would
 // have failed with (a corrupt record wraps engines.ErrCorrupt and is never
-// returned). Records in the cache are served from it; the others are read
-// in location order, neighbours in one segment coalesced into one read
-// (gaps up to 64 KiB, reads up to 256 KiB), up to 8 reads at a time. Every
-// record is checked against its CRC. The records' slices are the caller's:
-// fresh memory that no one else holds (values of one batch may share an
-// allocation). The caller verifies the keys: a location may be stale by the
-// time it is read, as with Read. Safe for concurrent use.
+// returned). Records of mapped segments are copied from the mapping, their
+// memory reads overlapped (see readBatchMapped); of the others, those in
+// the cache are served from it and the rest are read in location order,
+// neighbours in one segment coalesced into one read (gaps up to 64 KiB,
+// reads up to 256 KiB), up to 8 reads at a time. Every record is checked
+// against its CRC. The records' slices are the caller's: fresh memory that
+// no one else holds (values of one batch may share an allocation). The
+// caller verifies the keys: a location may be stale by the time it is
+// read, as with Read. Safe for concurrent use.
 func (s *Store) ReadBatch(locs []uint64, recs []engines.Record, found []bool, errs []error) {
-	caching := s.cacheOn.Load()
-	items := make([]batchItem, 0, len(locs))
+	sc := batchScratchPool.Get().(*batchScratch)
+	defer func() {
+		clear(sc.items)
+		clear(sc.spans)
+		clear(sc.pins)
+		batchScratchPool.Put(sc)
+	}()
+	items := sc.items[:0]
 	for i, loc := range locs {
 		recs[i], found[i], errs[i] = engines.Record{}, false, nil
 		slot, gen, off := unpackLoc(loc)
-		g := s.segAt(slot, gen)
-		if g == nil {
-			continue
+		if g := s.segAt(slot, gen); g != nil {
+			items = append(items, batchItem{i: i, g: g, off: off})
 		}
-		if caching {
-			if b, ok := s.cache.get(cacheKey(g.seq, off)); ok {
-				r, err := s.cachedRecord(clone(b)) // the caller's to keep
-				if err != nil {
-					errs[i] = fmt.Errorf("read segment %d offset %d: %w", g.seq, off, err)
-					continue
-				}
-				recs[i], found[i] = r, true
+	}
+	sc.items = items
+	items = s.readBatchMapped(sc, items, recs, found, errs)
+	if len(items) == 0 {
+		return
+	}
+	caching := s.cacheOn.Load()
+	if caching {
+		rest := items[:0]
+		for _, it := range items {
+			b, ok := s.cache.get(cacheKey(it.g.seq, it.off))
+			if !ok {
+				rest = append(rest, it)
 				continue
 			}
+			r, err := s.cachedRecord(clone(b)) // the caller's to keep
+			if err != nil {
+				errs[it.i] = fmt.Errorf("read segment %d offset %d: %w", it.g.seq, it.off, err)
+				continue
+			}
+			recs[it.i], found[it.i] = r, true
 		}
-		items = append(items, batchItem{i: i, g: g, off: off})
+		items = rest
 	}
-	items = s.readBatchMapped(items, recs, found, errs)
 	if len(items) == 0 {
 		return
 	}
@@ -158,44 +175,99 @@ func (s *Store) readRun(items []batchItem, r batchRun, recs []engines.Record, fo
 	}
 }
 
-// readBatchMapped reads the items whose segments are mapped — copied into
-// one buffer, in location order, each checked against its CRC — and
-// returns the others. A mapped read is a memory copy (a page fault if the
-// page is not cached): no system call to coalesce, no reads to overlap.
-func (s *Store) readBatchMapped(items []batchItem, recs []engines.Record, found []bool, errs []error) []batchItem {
-	type span struct {
-		it         batchItem
-		start, end int
+// batchScratch is one ReadBatch's working memory, pooled.
+type batchScratch struct {
+	items []batchItem
+	spans []mappedSpan
+	pins  []*segment // segments this batch pinned, each once
+	sink  uint64     // what the touching loads read, kept so they stay
+}
+
+var batchScratchPool = sync.Pool{New: func() any { return new(batchScratch) }}
+
+// mappedSpan is one record of a batch read from a mapping.
+type mappedSpan struct {
+	it batchItem
+	m  []byte // the segment's mapping, pinned by the batch
+	n  int64  // the record's length, -1 if its header was bad
+}
+
+// pinOnce returns g's mapping pinned for the rest of the batch, pinning it
+// (and mapping it if never tried) the first time; nil if g is not mapped.
+func (sc *batchScratch) pinOnce(s *Store, g *segment) []byte {
+	for _, p := range sc.pins {
+		if p == g {
+			return *g.mapped.Load() // pinned: stays mapped
+		}
 	}
-	var spans []span
-	var arena []byte
+	m := s.pinMapped(g)
+	if m != nil {
+		sc.pins = append(sc.pins, g)
+	}
+	return m
+}
+
+// readBatchMapped reads the items whose segments are mapped and returns the
+// others. A mapped read is a memory copy (a page fault if the page is not
+// in the OS cache), so there is no system call to coalesce; what there is
+// to overlap is the memory latency, the cache and TLB misses of records
+// scattered over the mappings. So the records are read in passes of
+// independent loads — the first byte of every record, then (headers
+// parsed) one byte of each further cache line — which the processor
+// keeps in flight together, and only then copied, each into one shared
+// buffer and checked against its CRC. Records in the mappings are the
+// OS's cache already: the read cache is not consulted or filled for them.
+func (s *Store) readBatchMapped(sc *batchScratch, items []batchItem, recs []engines.Record, found []bool, errs []error) []batchItem {
+	defer func() {
+		for _, g := range sc.pins {
+			g.unpin()
+		}
+		sc.pins = sc.pins[:0]
+	}()
+	spans := sc.spans[:0]
 	rest := items[:0]
+	var sink uint64
 	for _, it := range items {
 		var m []byte
 		if it.g.full.Load() {
-			m = s.pinMapped(it.g)
+			m = sc.pinOnce(s, it.g)
 		}
 		if m == nil {
 			rest = append(rest, it)
 			continue
 		}
-		h, err := mappedRecordLen(m, it.off)
-		n := h.total()
+		if it.off < int64(len(m)) {
+			sink += uint64(m[it.off])
+		}
+		spans = append(spans, mappedSpan{it: it, m: m})
+	}
+	total := 0
+	for j := range spans {
+		sp := &spans[j]
+		h, err := mappedRecordLen(sp.m, sp.it.off)
 		if err != nil {
-			it.g.unpin()
-			errs[it.i] = fmt.Errorf("read segment %d offset %d: %w", it.g.seq, it.off, err)
+			sp.n = -1
+			errs[sp.it.i] = fmt.Errorf("read segment %d offset %d: %w", sp.it.g.seq, sp.it.off, err)
 			continue
 		}
-		if arena == nil {
-			arena = make([]byte, 0, int(n)*len(items))
+		sp.n = h.total()
+		total += int(sp.n)
+		end := sp.it.off + sp.n
+		for o := sp.it.off + 64; o < end; o += 64 {
+			sink += uint64(sp.m[o])
 		}
-		start := len(arena)
-		arena = append(arena, m[it.off:it.off+n]...)
-		it.g.unpin()
-		spans = append(spans, span{it, start, len(arena)})
 	}
+	sc.sink += sink
+	sc.spans = spans
+	arena := make([]byte, total)
 	for _, sp := range spans {
-		h, key, value, err := decodeRecord(arena[sp.start:sp.end:sp.end])
+		if sp.n < 0 {
+			continue
+		}
+		b := arena[:sp.n:sp.n]
+		arena = arena[sp.n:]
+		copy(b, sp.m[sp.it.off:sp.it.off+sp.n])
+		h, key, value, err := decodeRecord(b)
 		if err == nil && h.kind == kindPut {
 			value, err = s.decodeValue(h, value)
 		}

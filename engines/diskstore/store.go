@@ -997,21 +997,22 @@ func (s *Store) Read(loc uint64, buf []byte) (engines.Record, bool, error) {
 	if g == nil {
 		return engines.Record{}, false, nil
 	}
-	caching := s.cacheOn.Load()
-	if caching {
-		if b, ok := s.cache.get(cacheKey(g.seq, off)); ok {
-			r, err := s.cachedRecord(b)
-			if err != nil {
-				return engines.Record{}, false, fmt.Errorf("read segment %d offset %d: %w", g.seq, off, err)
-			}
-			return r, true, nil
-		}
-	}
+	// A mapped segment's pages are the OS's cache already: its records are
+	// read from the mapping, and the read cache fronts only the records
+	// read with system calls (the head, and file systems that cannot map).
 	h, raw, key, value, mapped, err := s.readMapped(g, off, buf)
 	if !mapped {
+		caching := s.cacheOn.Load()
+		if caching {
+			if b, ok := s.cache.get(cacheKey(g.seq, off)); ok {
+				r, err := s.cachedRecord(b)
+				if err != nil {
+					return engines.Record{}, false, fmt.Errorf("read segment %d offset %d: %w", g.seq, off, err)
+				}
+				return r, true, nil
+			}
+		}
 		h, raw, key, value, err = s.readRecord(g, off, buf)
-		// A mapped segment's pages are the OS's cache already; records
-		// read with a system call fill ours.
 		if err == nil && caching && h.kind == kindPut {
 			s.cache.set(cacheKey(g.seq, off), clone(raw))
 		}
