@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"runtime"
 	"time"
 
 	"github.com/tabuladb/tabula/engines"
@@ -37,10 +38,11 @@ type Mover interface {
 // FlashStore): among sealed segments, the one maximising
 // (1-u)·age / (1+u), where u is the segment's live fraction (cost: read the
 // segment, write u of it; benefit: 1-u freed, weighted by age = segments
-// written since, as cold segments stay free longer). The collector runs
-// while the log is larger than MaxSpaceAmp × live bytes and holds at least
-// one segment's worth of garbage; between victims it rests so it uses at
-// most GCDutyCycle of the time (none while space amplification exceeds 2).
+// written since, as cold segments stay free longer). When it runs, see
+// pickVictim: it keeps the store's files within MaxSpaceAmp × the live
+// keys and values where the record headers and index allow. Between
+// victims it rests so it uses at most GCDutyCycle of the time (none while
+// the log is over twice its live bytes).
 // Relocated records bypass the read cache (AppendRelocated).
 func (s *Store) StartGC(m Mover) {
 	s.wg.Add(1)
@@ -103,24 +105,54 @@ func (s *Store) GC(m Mover) (collected int, err error) {
 	}
 }
 
+// minGarbageFraction is the least garbage, as a fraction of the live
+// bytes, the collector leaves: below it every victim is nearly full, and
+// each byte freed costs many bytes copied.
+const minGarbageFraction = 0.03
+
+// gcHysteresis: once running, the collector goes on until the garbage is
+// this fraction under what MaxSpaceAmp allows, so that a steady stream of
+// overwrites finds it idle for a while instead of one segment at a time.
+const gcHysteresis = 0.15
+
 // pickVictim returns the segment to collect next, or nil if the log needs
-// no collection, with the current space amplification.
+// no collection, with the log's size over its live bytes (the pacing's
+// pressure).
+//
+// The goal is the space amplification a user measures: every file of the
+// store (segments and index blocks) over the stored keys and values of
+// the live records, at most MaxSpaceAmp. Record headers and the index are
+// overhead the collector cannot shed, so what it controls is the garbage:
+// it starts when the garbage exceeds what MaxSpaceAmp leaves room for
+// (never less than minGarbageFraction of the live bytes, nor one segment)
+// and stops gcHysteresis under it.
 func (s *Store) pickVictim() (*segment, float64) {
+	s.ix.mu.Lock()
+	indexBytes := s.ix.baseBytes + s.ix.deltaBytes
+	s.ix.mu.Unlock()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.failed != nil || !s.recovered || s.closed.Load() {
 		return nil, 0
 	}
-	var logBytes, live int64
+	var logBytes, live, payload int64
 	now := s.opts.Now()
 	for _, g := range s.segs {
 		logBytes += g.size.Load()
 		live += g.liveAt(now)
+		payload += g.payloadAt(now)
 	}
-	amp := float64(logBytes) / float64(max(live, 1))
-	if float64(logBytes) <= s.opts.MaxSpaceAmp*float64(live) || logBytes-live < s.opts.SegmentSize {
-		return nil, amp
+	pressure := float64(logBytes) / float64(max(live, 1))
+	garbage := logBytes - live
+	allowed := max(int64(s.opts.MaxSpaceAmp*float64(payload))-live-indexBytes, int64(minGarbageFraction*float64(live)))
+	if s.gcActive {
+		allowed = int64(float64(allowed) * (1 - gcHysteresis))
 	}
+	if garbage <= allowed || garbage < s.opts.SegmentSize {
+		s.gcActive = false
+		return nil, pressure
+	}
+	s.gcActive = true
 	var best *segment
 	bestScore := 0.0
 	for _, g := range s.segs {
@@ -136,8 +168,15 @@ func (s *Store) pickVictim() (*segment, float64) {
 			best, bestScore = g, score
 		}
 	}
-	return best, amp
+	if best == nil {
+		s.gcActive = false
+	}
+	return best, pressure
 }
+
+// gcYieldEvery is how many records the collector moves between yields of
+// its processor (a few tens of microseconds of work for 1 KiB records).
+const gcYieldEvery = 32
 
 // collect moves g's live records and needed tombstones to the head, makes
 // them durable, and frees g.
@@ -149,11 +188,16 @@ func (s *Store) collect(g *segment, m Mover) error {
 	}
 	r := &segReader{s: s, g: g, end: g.size.Load(), off: segmentHeaderLen}
 	var moved int64
-	for {
+	for n := 0; ; n++ {
 		select {
 		case <-s.closing:
 			return engines.ErrClosed
 		default:
+		}
+		if n%gcYieldEvery == gcYieldEvery-1 {
+			// Readers waiting for a processor get it now, not at the
+			// scheduler's next 10 ms preemption.
+			runtime.Gosched()
 		}
 		off, h, key, value, err := r.next()
 		if err == io.EOF {

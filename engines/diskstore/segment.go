@@ -94,6 +94,10 @@ type segment struct {
 	// awaiting collection (Free subtracts them as they go).
 	ttlBytes  atomic.Int64
 	maxExpiry atomic.Int64
+	// recs and ttlRecs count the records in live and ttlBytes, so that
+	// the collector can tell stored payload (keys and values) from record
+	// headers.
+	recs, ttlRecs atomic.Int64
 	// dead is set once the segment is freed; reads that fail on a dead
 	// segment report "no record", not corruption.
 	dead atomic.Bool
@@ -407,8 +411,10 @@ func (s *Store) segPath(seq uint64) string { return filepath.Join(s.dir, segment
 // addLive counts a live record of n bytes expiring at exp (0: never).
 func (g *segment) addLive(n, exp int64) {
 	g.live.Add(n)
+	g.recs.Add(1)
 	if exp > 0 {
 		g.ttlBytes.Add(n)
+		g.ttlRecs.Add(1)
 		for {
 			m := g.maxExpiry.Load()
 			if exp <= m || g.maxExpiry.CompareAndSwap(m, exp) {
@@ -421,8 +427,10 @@ func (g *segment) addLive(n, exp int64) {
 // subLive uncounts a record added with addLive.
 func (g *segment) subLive(n, exp int64) {
 	g.live.Add(-n)
+	g.recs.Add(-1)
 	if exp > 0 {
 		g.ttlBytes.Add(-n)
+		g.ttlRecs.Add(-1)
 	}
 }
 
@@ -434,4 +442,15 @@ func (g *segment) liveAt(now int64) int64 {
 		live -= g.ttlBytes.Load()
 	}
 	return max(live, 0)
+}
+
+// payloadAt is liveAt without the record headers: the stored key and
+// value bytes of the live records.
+func (g *segment) payloadAt(now int64) int64 {
+	live, recs := g.live.Load(), g.recs.Load()
+	if m := g.maxExpiry.Load(); m > 0 && m <= now {
+		live -= g.ttlBytes.Load()
+		recs -= g.ttlRecs.Load()
+	}
+	return max(live-recs*recordHeaderLen, 0)
 }

@@ -70,8 +70,11 @@ type Options struct {
 	// FlushInterval is how often the lazy mode writes and fsyncs.
 	// Default: 50 ms.
 	FlushInterval time.Duration
-	// MaxSpaceAmp is the space amplification (log bytes / live bytes) above
-	// which the collector runs. Default: 1.15.
+	// MaxSpaceAmp is the space amplification the collector keeps the store
+	// within: the bytes of its files (segments and index blocks) over the
+	// stored keys and values of its live records. Where record headers and
+	// the index alone exceed it (tiny records), the collector still keeps
+	// the garbage under 3% of the live bytes. Default: 1.15.
 	MaxSpaceAmp float64
 	// GCInterval is how often the collector checks for work. Default: 100 ms.
 	GCInterval time.Duration
@@ -205,6 +208,9 @@ type Store struct {
 	failed error
 	// recovered is set by Recover; guarded by mu.
 	recovered bool
+	// gcActive is set while the collector works towards its goal (see
+	// pickVictim); guarded by mu.
+	gcActive bool
 
 	// cache holds records by position (nil when Options.CacheBytes < 0);
 	// cacheOn is set once Recover is done (recovery reads would only
