@@ -3,6 +3,7 @@ package client_test
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -218,6 +219,70 @@ func TestBulkPublishSwitchRollbackDelta(t *testing.T) {
 	if st.GetCurrent() != 4 {
 		t.Fatalf("serving %d after the delta", st.GetCurrent())
 	}
+
+	// A delta over the delta: 100..119 put again, 0..9 deleted, new keys.
+	if err := publishDir(t, ctx, tb, buildVersion(t, parts, 5, 4, "v5", append(seq(100, 120), seq(bulkKeys, bulkKeys+50)...), seq(0, 10)), parts, client.PublishOptions{}); err != nil {
+		t.Fatalf("publish delta of a delta: %v", err)
+	}
+	model := map[string]string{}
+	for i := range bulkKeys {
+		switch {
+		case i < 100:
+			model[bulkKey(i)] = "v4:" + bulkKey(i)
+		case i < 150:
+		default:
+			model[bulkKey(i)] = "v2:" + bulkKey(i)
+		}
+	}
+	v4 := maps.Clone(model)
+	for i := range 10 {
+		delete(model, bulkKey(i))
+	}
+	for _, i := range append(seq(100, 120), seq(bulkKeys, bulkKeys+50)...) {
+		model[bulkKey(i)] = "v5:" + bulkKey(i)
+	}
+	checkScan := func(tb *client.Table, want map[string]string) {
+		t.Helper()
+		got := map[string]string{}
+		err := tb.Scan(ctx, func(k, v []byte) error {
+			if _, dup := got[string(k)]; dup {
+				return fmt.Errorf("key %q scanned twice", k)
+			}
+			got[string(k)] = string(v)
+			return nil
+		})
+		if err != nil {
+			t.Fatalf("scan: %v", err)
+		}
+		if !maps.Equal(got, want) {
+			diff := 0
+			for k, v := range want {
+				if got[k] != v {
+					diff++
+					if diff < 5 {
+						t.Errorf("key %q: scanned %q, want %q", k, got[k], v)
+					}
+				}
+			}
+			t.Fatalf("scan: %d keys, want %d; %d differ", len(got), len(want), diff)
+		}
+		// Scan agrees with Get at the version it read.
+		keys := make([][]byte, 0, 200)
+		for i := range 200 {
+			keys = append(keys, []byte(bulkKey(i)))
+		}
+		res, err := tb.BatchGet(ctx, keys)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, r := range res {
+			if w, ok := want[string(keys[i])]; r.Found != ok || string(r.Value) != w {
+				t.Fatalf("key %q: get %q %v, scanned %q %v", keys[i], r.Value, r.Found, w, ok)
+			}
+		}
+	}
+	checkScan(tb, model)
+	checkScan(tb.AtVersion(4), v4)
 }
 
 // TestBulkBadFileAndResume: a corrupt file is refused at load and the

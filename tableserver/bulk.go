@@ -90,6 +90,23 @@ func (v *bulkVersion) appendGetBatch(dst []byte, keys, vals [][]byte, found []bo
 	return v.file.AppendGetBatch(dst, keys, vals, found)
 }
 
+// scan calls fn for every live key of the version with the value Get
+// returns for it, each once; a delta is scanned over its base chain with
+// no per-key state (bulk.Overlay.Scan).
+func (v *bulkVersion) scan(ctx context.Context, fn func(engines.Record) error) error {
+	if v.overlay != nil {
+		return v.overlay.Scan(ctx, func(key, value []byte) error {
+			return fn(engines.Record{Key: key, Value: value})
+		})
+	}
+	return v.file.Scan(ctx, func(key, value []byte, deleted bool) error {
+		if deleted {
+			return nil
+		}
+		return fn(engines.Record{Key: key, Value: value})
+	})
+}
+
 func bulkFileName(version uint64, crc uint32, ext string) string {
 	return fmt.Sprintf("v%d-%08x%s", version, crc, ext)
 }
@@ -288,22 +305,13 @@ func (b *bulkPart) Get(key []byte) ([]byte, int64, error) {
 	return v, 0, nil
 }
 
-// Scan implements engines.Engine over the serving version; a delta
-// version cannot be scanned yet.
+// Scan implements engines.Engine over the serving version.
 func (b *bulkPart) Scan(fn func(engines.Record) error) error {
-	lv, v := b.version(0)
-	switch {
-	case lv == nil:
+	lv, _ := b.version(0)
+	if lv == nil {
 		return nil
-	case lv.overlay != nil:
-		return fmt.Errorf("bulk: scan of delta version %d is not implemented yet (scan its base, or publish a full version)", v)
 	}
-	return lv.file.Scan(context.Background(), func(key, value []byte, deleted bool) error {
-		if deleted {
-			return nil
-		}
-		return fn(engines.Record{Key: key, Value: value})
-	})
+	return lv.scan(context.Background(), fn)
 }
 
 // Stats implements engines.Engine: the serving version's file.
