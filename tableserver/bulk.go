@@ -50,8 +50,13 @@ type bulkPart struct {
 	// mu guards the fields below and serialises loads and unloads (not
 	// reads).
 	mu      sync.Mutex
-	uploads map[uint64]bool // versions with an upload running
+	uploads map[uint64]bool // versions with an upload (or a fetch) running
 	closed  bool
+	// fetching: a fetch of missing versions from streams is running.
+	fetching bool
+	// rejected are the retained versions whose file, fetched from its
+	// stream, is bad: not fetched again, reported in heartbeats.
+	rejected map[uint64]*api.BulkLoaded
 	// synced is the retained list of the last sync that read the
 	// directory: a map change that keeps it (a switch, a rollback) only
 	// records the serving version, with no I/O.
@@ -130,7 +135,7 @@ func parseBulkFileName(name string) (version uint64, crc uint32, ext string, ok 
 }
 
 func newBulkPart(id uint64, index, parts int, dir string, log *slog.Logger) *bulkPart {
-	b := &bulkPart{id: id, index: index, parts: parts, dir: dir, log: log, uploads: map[uint64]bool{}}
+	b := &bulkPart{id: id, index: index, parts: parts, dir: dir, log: log, uploads: map[uint64]bool{}, rejected: map[uint64]*api.BulkLoaded{}}
 	b.view.Store(&bulkView{versions: map[uint64]*bulkVersion{}})
 	return b
 }
@@ -150,6 +155,11 @@ func (b *bulkPart) sync(retained []uint64, current uint64) {
 		return
 	}
 	b.synced = slices.Clone(retained)
+	for v := range b.rejected {
+		if !slices.Contains(retained, v) {
+			delete(b.rejected, v)
+		}
+	}
 	old := b.view.Load()
 	next := &bulkView{versions: make(map[uint64]*bulkVersion, len(retained))}
 	var gone []*bulkVersion
@@ -277,13 +287,19 @@ func (b *bulkPart) version(v uint64) (*bulkVersion, uint64) {
 	return b.view.Load().versions[v], v
 }
 
-// loaded lists the loaded versions for a heartbeat.
+// loaded lists the loaded versions for a heartbeat, and the rejected
+// ones with their error.
 func (b *bulkPart) loaded() []*api.BulkLoaded {
 	vs := b.view.Load().versions
 	out := make([]*api.BulkLoaded, 0, len(vs))
 	for _, lv := range vs {
 		out = append(out, &api.BulkLoaded{Version: lv.version, Size: lv.size, Crc32C: lv.crc})
 	}
+	b.mu.Lock()
+	for _, r := range b.rejected {
+		out = append(out, r)
+	}
+	b.mu.Unlock()
 	slices.SortFunc(out, func(a, c *api.BulkLoaded) int { return cmp.Compare(a.GetVersion(), c.GetVersion()) })
 	return out
 }
