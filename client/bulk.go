@@ -404,9 +404,12 @@ func (t *Table) sendFile(ctx context.Context, ts api.TableServerClient, hdr *api
 		}
 		msg.Offset, msg.Data = off, buf[:n]
 		if err := stream.Send(msg); err != nil {
-			_, rerr := stream.CloseAndRecv() // the server's reason, if it sent one
+			resp, rerr := stream.CloseAndRecv() // the server's reason, if it sent one
 			if rerr != nil {
 				return false, rerr
+			}
+			if resp.GetLoaded() {
+				return true, nil // loaded meanwhile (fetched from its stream)
 			}
 			return false, err
 		}
