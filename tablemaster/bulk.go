@@ -170,6 +170,36 @@ func (s *State) dropStream(name string) {
 	}
 }
 
+// StrayBulkStreams lists the bulk file streams (BulkStreamName) that no
+// version of a table holds: their table is gone, or their version was
+// published and is no longer retained or loading. A stream of a version not
+// published yet is not stray (a publisher registers before it writes).
+func (s *State) StrayBulkStreams() []string {
+	byID := map[uint64]*Table{}
+	for _, t := range s.Tables {
+		byID[t.ID] = t
+	}
+	var out []string
+	for _, name := range s.StreamManager().Streams() {
+		tid, v, i, ok := parseBulkStreamName(name)
+		if !ok {
+			continue
+		}
+		t := byID[tid]
+		switch {
+		case t == nil:
+			if tid < s.NextTableID {
+				out = append(out, name) // dropped
+			}
+		case t.Bulk == nil || i >= len(t.Partitions):
+			out = append(out, name)
+		case t.Bulk.version(v) < 0 && v <= t.Bulk.LastVersion:
+			out = append(out, name)
+		}
+	}
+	return out
+}
+
 // bulkStored reports whether every file of bv is stored in its stream (or
 // bv does not go through streams).
 func (bv *BulkVersion) bulkStored() bool {
@@ -384,9 +414,10 @@ func (s *State) bulkLoadedCmd(cmd Command) (Result, error) {
 }
 
 // bulkMaybeSwitch switches t to loading version v once every partition's
-// server loaded it and every file is stored in its stream.
+// server loaded it and every file is stored in its stream, unless a server
+// refused its file (its publish failed).
 func (s *State) bulkMaybeSwitch(t *Table, v *BulkVersion, unixMs int64) {
-	if v.State == BulkLoading && v.bulkStored() && t.BulkLoadedCount(v) == len(t.Partitions) {
+	if v.State == BulkLoading && v.Error == "" && v.bulkStored() && t.BulkLoadedCount(v) == len(t.Partitions) {
 		s.bulkSwitch(t, v.Version, unixMs)
 	}
 }

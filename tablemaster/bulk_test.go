@@ -3,6 +3,7 @@ package tablemaster
 import (
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/tabuladb/tabula/api"
@@ -375,4 +376,121 @@ func TestBulkStreamName(t *testing.T) {
 			t.Fatalf("%q parsed", bad)
 		}
 	}
+}
+
+// TestBulkWithoutStreams: with fewer than 3 fault domains no stream can be
+// placed, so a version is registered without streams, switches on loads
+// alone, refuses stream records, and its partitions wait for their server.
+func TestBulkWithoutStreams(t *testing.T) {
+	s := NewState()
+	mustApply(t, s,
+		Command{Op: OpCreateTenant, Tenant: "default"},
+		register("", "h1:1", "a"),
+		register("", "h2:1", "b"),
+		Command{Op: OpCreateTable, Tenant: "default", Table: "b", Kind: bulkKind, Options: &TableOptions{Partitions: 3}},
+	)
+	f1 := files(3, 1)
+	mustApply(t, s, publish(1, 0, f1))
+	tb := s.Tables["default/b"]
+	if tb.Bulk.Versions[0].Streams {
+		t.Fatal("version registered with streams on 2 fault domains")
+	}
+	if _, err := s.Apply(stored(1, 0, BulkStreamName(tb.ID, 1, 0))); api.DetailOf(err).GetReason() != "version_without_streams" {
+		t.Fatalf("store of a version without streams: %v", err)
+	}
+	for i, p := range tb.Partitions {
+		mustApply(t, s, Command{Op: OpBulkLoaded, Tenant: "default", Table: "b", Version: 1, PartitionID: p.ID, ServerID: p.Replicas[0].ServerID, File: &f1[i]})
+	}
+	if cur, _, _ := versions(s); cur != 1 {
+		t.Fatalf("version without streams did not switch on its loads: current %d", cur)
+	}
+	host := tb.Partitions[0].Replicas[0].ServerID
+	res := mustApply(t, s, Command{Op: OpServerDown, ServerID: host, UnixMs: 10})
+	if !slices.Contains(res.Held, tb.Partitions[0].ID) {
+		t.Fatalf("partition with its only file on its server moved: moved %v held %v", res.Moved, res.Held)
+	}
+}
+
+// TestBulkRefusedFile: a server's report that the fetched file does not
+// verify becomes the loading version's error (once); it is ignored for a
+// version that already switched and from a server not hosting the
+// partition.
+func TestBulkRefusedFile(t *testing.T) {
+	s := bulkState(t)
+	f1, f2 := files(3, 1), files(3, 2)
+	mustApply(t, s, publish(1, 0, f1))
+	loadAll(t, s, 1, f1)
+	mustApply(t, s, publish(2, 0, f2))
+	tb := s.Tables["default/b"]
+	p := tb.Partitions[1]
+	refuse := func(v uint64, server string) Command {
+		return Command{Op: OpBulkLoaded, Tenant: "default", Table: "b", Version: v, PartitionID: p.ID, ServerID: server, File: &f2[1], Error: "verify: corrupt"}
+	}
+	if res := mustApply(t, s, refuse(2, "srv-9")); res.Changed {
+		t.Fatal("a refusal from a server not hosting the partition was recorded")
+	}
+	if res := mustApply(t, s, refuse(1, p.Replicas[0].ServerID)); res.Changed {
+		t.Fatal("a refusal of a serving version was recorded")
+	}
+	mustApply(t, s, refuse(2, p.Replicas[0].ServerID))
+	v := s.Tables["default/b"].Bulk.Versions[1]
+	if v.Version != 2 || v.Error == "" || !strings.Contains(v.Error, "corrupt") {
+		t.Fatalf("refusal not recorded: %+v", v)
+	}
+	if info := s.Tables["default/b"].BulkInfoProto(false); info.GetVersions()[1].GetError() != v.Error {
+		t.Fatal("the error is not in the version's status")
+	}
+	if res := mustApply(t, s, refuse(2, p.Replicas[0].ServerID)); res.Changed {
+		t.Fatal("a second refusal changed the state")
+	}
+	// The loads of the other partitions do not switch to it: 1 stays.
+	loadAll(t, s, 2, f2)
+	if cur, _, _ := versions(s); cur != 1 {
+		t.Fatalf("switched to a version a server refused: current %d", cur)
+	}
+}
+
+// TestStrayBulkStreams: streams written for a version after it was dropped,
+// or for a dropped table, are stray; those of loading or retained versions,
+// of versions not published yet and other streams are not.
+func TestStrayBulkStreams(t *testing.T) {
+	s := bulkState(t)
+	tb := s.Tables["default/b"]
+	f1, f2 := files(3, 1), files(3, 2)
+	mustApply(t, s, publish(1, 0, f1))
+	loadAll(t, s, 1, f1)
+	mustApply(t, s, publish(2, 0, f2))          // loading
+	mustApply(t, s, publish(3, 0, files(3, 3))) // abandons 2
+	late := BulkStreamName(tb.ID, 2, 0)         // a publisher of 2 still writing
+	writeStream(t, s, late, 10, false)
+	writeStream(t, s, BulkStreamName(tb.ID, 3, 0), 10, false) // loading: kept
+	writeStream(t, s, BulkStreamName(tb.ID, 9, 0), 10, false) // not published yet: kept
+	writeStream(t, s, BulkStreamName(tb.ID, 1, 7), 10, false) // no partition 7
+	writeStream(t, s, "logs/p1", 10, false)
+	mustApply(t, s, Command{Op: OpCreateTable, Tenant: "default", Table: "gone", Kind: bulkKind, Options: &TableOptions{Partitions: 1}})
+	gone := s.Tables["default/gone"]
+	mustApply(t, s, Command{Op: OpDropTable, Tenant: "default", Table: "gone"})
+	dropped := BulkStreamName(gone.ID, 1, 0)
+	writeStream(t, s, dropped, 10, false)
+	got := s.StrayBulkStreams()
+	want := []string{BulkStreamName(tb.ID, 1, 7), late, dropped}
+	slices.Sort(got)
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Fatalf("stray: %v, want %v", got, want)
+	}
+}
+
+// FuzzBulkStreamName: parseBulkStreamName accepts exactly the names
+// BulkStreamName makes, and never panics.
+func FuzzBulkStreamName(f *testing.F) {
+	for _, s := range []string{"bulk/1/2/3", "bulk/18446744073709551615/1/0", "bulk/1/2", "bulk//2/3", "bulk/1/2/03", "logs/x", ""} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, name string) {
+		tid, v, i, ok := parseBulkStreamName(name)
+		if ok && BulkStreamName(tid, v, i) != name {
+			t.Fatalf("%q parsed to %d %d %d, which names %q", name, tid, v, i, BulkStreamName(tid, v, i))
+		}
+	})
 }

@@ -359,6 +359,20 @@ func (b *bulkPart) reject(version uint64, file *api.BulkFile, err error) error {
 	return err
 }
 
+// bulkAllInStreams reports whether every version m lists has its files
+// in streams (so a copy on this server is never the only one).
+func bulkAllInStreams(m *api.PartitionMap) bool {
+	if m == nil {
+		return false
+	}
+	for _, v := range m.GetBulk().GetVersions() {
+		if !v.GetStreams() {
+			return false
+		}
+	}
+	return true
+}
+
 // isClosed reports whether the partition was closed (moved away, or the
 // server is stopping).
 func (b *bulkPart) isClosed() bool {

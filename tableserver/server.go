@@ -418,6 +418,13 @@ func (s *Server) apply(resp *api.WatchPartitionMapResponse) {
 			if err := s.removePartitionDir(id); err != nil {
 				s.log.Error("delete dropped partition", "partition", id, "err", err)
 			}
+		case r.bulk != nil && bulkAllInStreams(h.tables[tableKey(r.table.GetTenant(), r.table.GetName())]):
+			// Every version's files are in streams, where the new server
+			// fetches them: this copy is not the only one.
+			s.log.Info("bulk partition moved away; deleting its files (they are in streams)", "partition", id)
+			if err := s.removePartitionDir(id); err != nil {
+				s.log.Error("delete moved bulk partition", "partition", id, "err", err)
+			}
 		default:
 			// Moved to another server: this copy is stale from now on.
 			if err := s.orphan(id, r.part.GetEpoch(), "the partition moved to another server"); err != nil {
