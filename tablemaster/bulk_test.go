@@ -350,6 +350,14 @@ func TestBulkPartitionsMove(t *testing.T) {
 	if n := tb.BulkLoadedCount(&tb.Bulk.Versions[0]); n == 3 {
 		t.Fatal("moved partitions count as loaded before their new server reports")
 	}
+	// A draining server's bulk partitions move too.
+	drained := tb.Partitions[2].Replicas[0].ServerID
+	res = mustApply(t, s, Command{Op: OpServerDown, ServerID: drained, Draining: true, UnixMs: 15})
+	if len(res.Held) != 0 || !slices.Contains(res.Moved, tb.Partitions[2].ID) {
+		t.Fatalf("drain: moved %v held %v", res.Moved, res.Held)
+	}
+	mustApply(t, s, register(host, "h9:1", "a")) // the dead one is back
+	tb = s.Tables["default/b"]
 	// A version with a file not in a stream (published before streams)
 	// keeps its partitions with their server.
 	tb.Bulk.Versions[0].Files[1].Stream = ""

@@ -296,7 +296,10 @@ func bulkStatusCmd(g *globals) *cobra.Command {
 			for _, v := range info.GetVersions() {
 				fmt.Fprintf(out, "\nversion %d:\n", v.GetVersion())
 				w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-				fmt.Fprintln(w, "PARTITION\tSERVER\tLOADED\tRECORDS\tBYTES\tCRC32C")
+				if e := v.GetError(); e != "" {
+					fmt.Fprintf(out, "refused: %s\n", e)
+				}
+				fmt.Fprintln(w, "PARTITION\tSERVER\tLOADED\tRECORDS\tBYTES\tCRC32C\tSTREAM")
 				for i, f := range v.GetFiles() {
 					srv := "(unplaced)"
 					if i < len(m.GetPartitions()) {
@@ -304,7 +307,14 @@ func bulkStatusCmd(g *globals) *cobra.Command {
 							srv = r.GetServerId()
 						}
 					}
-					fmt.Fprintf(w, "%d\t%s\t%v\t%d\t%d\t%08x\n", i, srv, i < len(v.GetLoaded()) && v.GetLoaded()[i], f.GetRecords(), f.GetSize(), f.GetCrc32C())
+					st := f.GetStream()
+					switch {
+					case !v.GetStreams():
+						st = "(server only)"
+					case st == "":
+						st = "(storing)"
+					}
+					fmt.Fprintf(w, "%d\t%s\t%v\t%d\t%d\t%08x\t%s\n", i, srv, i < len(v.GetLoaded()) && v.GetLoaded()[i], f.GetRecords(), f.GetSize(), f.GetCrc32C(), st)
 				}
 				if err := w.Flush(); err != nil {
 					return err

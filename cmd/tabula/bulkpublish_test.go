@@ -185,6 +185,9 @@ func TestBulkMoveProcesses(t *testing.T) {
 	if out := mustCLI(t, masterAddr, "stream", "ls"); strings.Count(out, "bulk/") != 6 {
 		t.Fatalf("streams after the publish:\n%s", out)
 	}
+	if out := mustCLI(t, masterAddr, "bulk", "status", "model", "--partitions"); strings.Count(out, "bulk/") != 6 {
+		t.Fatalf("status does not show the streams:\n%s", out)
+	}
 	tb := c.Table("model")
 	m, err := tb.Map(ctx)
 	if err != nil {
