@@ -232,6 +232,9 @@ func (s *Server) fetchBulk(r *replica, version uint64, file *api.BulkFile) error
 	if lv, _ := b.version(version); lv != nil {
 		return nil
 	}
+	if cur := s.hosting.Load().replicas[b.id]; cur == nil || cur.bulk != b || !slices.Contains(cur.bulkRetained, version) {
+		return nil // moved away or no longer retained meanwhile
+	}
 	start := time.Now()
 	s.log.Info("bulk version missing here; fetching it from its stream", "partition", b.id, "version", version, "stream", file.GetStream(), "bytes", file.GetSize())
 	u, err := b.openUpload(version, file, 0)
