@@ -415,7 +415,7 @@ func (x Mutation_Op) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Mutation_Op.Descriptor instead.
 func (Mutation_Op) EnumDescriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{64, 0}
+	return file_tabula_proto_rawDescGZIP(), []int{66, 0}
 }
 
 // TableOptions are fixed at CreateTable. Zero values take the defaults the
@@ -1856,8 +1856,12 @@ type BulkFile struct {
 	Partition uint32                 `protobuf:"varint,1,opt,name=partition,proto3" json:"partition,omitempty"`
 	Size      uint64                 `protobuf:"varint,2,opt,name=size,proto3" json:"size,omitempty"`
 	// CRC32C of the whole file.
-	Crc32C        uint32 `protobuf:"varint,3,opt,name=crc32c,proto3" json:"crc32c,omitempty"`
-	Records       uint64 `protobuf:"varint,4,opt,name=records,proto3" json:"records,omitempty"`
+	Crc32C  uint32 `protobuf:"varint,3,opt,name=crc32c,proto3" json:"crc32c,omitempty"`
+	Records uint64 `protobuf:"varint,4,opt,name=records,proto3" json:"records,omitempty"`
+	// The stream holding the file (BulkStatus; empty until the publisher
+	// stored it): a server that hosts the partition without the file (after
+	// a move, or a lost file) fetches it from there.
+	Stream        string `protobuf:"bytes,5,opt,name=stream,proto3" json:"stream,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1920,6 +1924,13 @@ func (x *BulkFile) GetRecords() uint64 {
 	return 0
 }
 
+func (x *BulkFile) GetStream() string {
+	if x != nil {
+		return x.Stream
+	}
+	return ""
+}
+
 type BulkVersion struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Version uint64                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
@@ -1936,8 +1947,14 @@ type BulkVersion struct {
 	Files              []*BulkFile `protobuf:"bytes,8,rep,name=files,proto3" json:"files,omitempty"`
 	Loaded             []bool      `protobuf:"varint,9,rep,packed,name=loaded,proto3" json:"loaded,omitempty"`
 	ServingSinceUnixMs int64       `protobuf:"varint,10,opt,name=serving_since_unix_ms,json=servingSinceUnixMs,proto3" json:"serving_since_unix_ms,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// Why the version cannot load (a server refused its file), if so.
+	Error string `protobuf:"bytes,11,opt,name=error,proto3" json:"error,omitempty"`
+	// The version's files are stored in streams (they are unless the
+	// cluster had fewer than 3 servers in distinct fault domains when it was
+	// published: then they were uploaded to the servers only).
+	Streams       bool `protobuf:"varint,12,opt,name=streams,proto3" json:"streams,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *BulkVersion) Reset() {
@@ -2038,6 +2055,20 @@ func (x *BulkVersion) GetServingSinceUnixMs() int64 {
 		return x.ServingSinceUnixMs
 	}
 	return 0
+}
+
+func (x *BulkVersion) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *BulkVersion) GetStreams() bool {
+	if x != nil {
+		return x.Streams
+	}
+	return false
 }
 
 type BulkInfo struct {
@@ -2350,10 +2381,14 @@ func (x *ReplicaStatus) GetBulkLoaded() []*BulkLoaded {
 }
 
 type BulkLoaded struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Version       uint64                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
-	Size          uint64                 `protobuf:"varint,2,opt,name=size,proto3" json:"size,omitempty"`
-	Crc32C        uint32                 `protobuf:"varint,3,opt,name=crc32c,proto3" json:"crc32c,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Version uint64                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	Size    uint64                 `protobuf:"varint,2,opt,name=size,proto3" json:"size,omitempty"`
+	Crc32C  uint32                 `protobuf:"varint,3,opt,name=crc32c,proto3" json:"crc32c,omitempty"`
+	// Set when the server could not load the version's file, fetched from
+	// its stream, because the file itself is bad (it does not verify): why.
+	// The version cannot switch; size and crc32c are the published ones.
+	Error         string `protobuf:"bytes,4,opt,name=error,proto3" json:"error,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2407,6 +2442,13 @@ func (x *BulkLoaded) GetCrc32C() uint32 {
 		return x.Crc32C
 	}
 	return 0
+}
+
+func (x *BulkLoaded) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
 }
 
 type ErrorDetail struct {
@@ -3615,8 +3657,11 @@ func (x *BulkPublishRequest) GetFiles() []*BulkFile {
 }
 
 type BulkPublishResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Map           *PartitionMap          `protobuf:"bytes,1,opt,name=map,proto3" json:"map,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Map   *PartitionMap          `protobuf:"bytes,1,opt,name=map,proto3" json:"map,omitempty"`
+	// Per partition, in index order: the stream to write its file into
+	// before BulkStored.
+	Streams       []string `protobuf:"bytes,2,rep,name=streams,proto3" json:"streams,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3658,6 +3703,135 @@ func (x *BulkPublishResponse) GetMap() *PartitionMap {
 	return nil
 }
 
+func (x *BulkPublishResponse) GetStreams() []string {
+	if x != nil {
+		return x.Streams
+	}
+	return nil
+}
+
+// BulkStoredRequest says that partition's file of version is written,
+// complete, into stream (the name BulkPublish gave).
+type BulkStoredRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Tenant        string                 `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	Table         string                 `protobuf:"bytes,2,opt,name=table,proto3" json:"table,omitempty"`
+	Version       uint64                 `protobuf:"varint,3,opt,name=version,proto3" json:"version,omitempty"`
+	Partition     uint32                 `protobuf:"varint,4,opt,name=partition,proto3" json:"partition,omitempty"`
+	Stream        string                 `protobuf:"bytes,5,opt,name=stream,proto3" json:"stream,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BulkStoredRequest) Reset() {
+	*x = BulkStoredRequest{}
+	mi := &file_tabula_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BulkStoredRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BulkStoredRequest) ProtoMessage() {}
+
+func (x *BulkStoredRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tabula_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BulkStoredRequest.ProtoReflect.Descriptor instead.
+func (*BulkStoredRequest) Descriptor() ([]byte, []int) {
+	return file_tabula_proto_rawDescGZIP(), []int{47}
+}
+
+func (x *BulkStoredRequest) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *BulkStoredRequest) GetTable() string {
+	if x != nil {
+		return x.Table
+	}
+	return ""
+}
+
+func (x *BulkStoredRequest) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *BulkStoredRequest) GetPartition() uint32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+func (x *BulkStoredRequest) GetStream() string {
+	if x != nil {
+		return x.Stream
+	}
+	return ""
+}
+
+type BulkStoredResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Map           *PartitionMap          `protobuf:"bytes,1,opt,name=map,proto3" json:"map,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BulkStoredResponse) Reset() {
+	*x = BulkStoredResponse{}
+	mi := &file_tabula_proto_msgTypes[48]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BulkStoredResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BulkStoredResponse) ProtoMessage() {}
+
+func (x *BulkStoredResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tabula_proto_msgTypes[48]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BulkStoredResponse.ProtoReflect.Descriptor instead.
+func (*BulkStoredResponse) Descriptor() ([]byte, []int) {
+	return file_tabula_proto_rawDescGZIP(), []int{48}
+}
+
+func (x *BulkStoredResponse) GetMap() *PartitionMap {
+	if x != nil {
+		return x.Map
+	}
+	return nil
+}
+
 type BulkStatusRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Tenant        string                 `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
@@ -3668,7 +3842,7 @@ type BulkStatusRequest struct {
 
 func (x *BulkStatusRequest) Reset() {
 	*x = BulkStatusRequest{}
-	mi := &file_tabula_proto_msgTypes[47]
+	mi := &file_tabula_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3680,7 +3854,7 @@ func (x *BulkStatusRequest) String() string {
 func (*BulkStatusRequest) ProtoMessage() {}
 
 func (x *BulkStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[47]
+	mi := &file_tabula_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3693,7 +3867,7 @@ func (x *BulkStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkStatusRequest.ProtoReflect.Descriptor instead.
 func (*BulkStatusRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{47}
+	return file_tabula_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *BulkStatusRequest) GetTenant() string {
@@ -3721,7 +3895,7 @@ type BulkStatusResponse struct {
 
 func (x *BulkStatusResponse) Reset() {
 	*x = BulkStatusResponse{}
-	mi := &file_tabula_proto_msgTypes[48]
+	mi := &file_tabula_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3733,7 +3907,7 @@ func (x *BulkStatusResponse) String() string {
 func (*BulkStatusResponse) ProtoMessage() {}
 
 func (x *BulkStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[48]
+	mi := &file_tabula_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3746,7 +3920,7 @@ func (x *BulkStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkStatusResponse.ProtoReflect.Descriptor instead.
 func (*BulkStatusResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{48}
+	return file_tabula_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *BulkStatusResponse) GetMap() *PartitionMap {
@@ -3774,7 +3948,7 @@ type BulkRollbackRequest struct {
 
 func (x *BulkRollbackRequest) Reset() {
 	*x = BulkRollbackRequest{}
-	mi := &file_tabula_proto_msgTypes[49]
+	mi := &file_tabula_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3786,7 +3960,7 @@ func (x *BulkRollbackRequest) String() string {
 func (*BulkRollbackRequest) ProtoMessage() {}
 
 func (x *BulkRollbackRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[49]
+	mi := &file_tabula_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3799,7 +3973,7 @@ func (x *BulkRollbackRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkRollbackRequest.ProtoReflect.Descriptor instead.
 func (*BulkRollbackRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{49}
+	return file_tabula_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *BulkRollbackRequest) GetTenant() string {
@@ -3832,7 +4006,7 @@ type BulkRollbackResponse struct {
 
 func (x *BulkRollbackResponse) Reset() {
 	*x = BulkRollbackResponse{}
-	mi := &file_tabula_proto_msgTypes[50]
+	mi := &file_tabula_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3844,7 +4018,7 @@ func (x *BulkRollbackResponse) String() string {
 func (*BulkRollbackResponse) ProtoMessage() {}
 
 func (x *BulkRollbackResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[50]
+	mi := &file_tabula_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3857,7 +4031,7 @@ func (x *BulkRollbackResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkRollbackResponse.ProtoReflect.Descriptor instead.
 func (*BulkRollbackResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{50}
+	return file_tabula_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *BulkRollbackResponse) GetMap() *PartitionMap {
@@ -3875,7 +4049,7 @@ type ListServersRequest struct {
 
 func (x *ListServersRequest) Reset() {
 	*x = ListServersRequest{}
-	mi := &file_tabula_proto_msgTypes[51]
+	mi := &file_tabula_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3887,7 +4061,7 @@ func (x *ListServersRequest) String() string {
 func (*ListServersRequest) ProtoMessage() {}
 
 func (x *ListServersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[51]
+	mi := &file_tabula_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3900,7 +4074,7 @@ func (x *ListServersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListServersRequest.ProtoReflect.Descriptor instead.
 func (*ListServersRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{51}
+	return file_tabula_proto_rawDescGZIP(), []int{53}
 }
 
 type ListServersResponse struct {
@@ -3912,7 +4086,7 @@ type ListServersResponse struct {
 
 func (x *ListServersResponse) Reset() {
 	*x = ListServersResponse{}
-	mi := &file_tabula_proto_msgTypes[52]
+	mi := &file_tabula_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3924,7 +4098,7 @@ func (x *ListServersResponse) String() string {
 func (*ListServersResponse) ProtoMessage() {}
 
 func (x *ListServersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[52]
+	mi := &file_tabula_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3937,7 +4111,7 @@ func (x *ListServersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListServersResponse.ProtoReflect.Descriptor instead.
 func (*ListServersResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{52}
+	return file_tabula_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *ListServersResponse) GetServers() []*ServerInfo {
@@ -3963,7 +4137,7 @@ type RequestHeader struct {
 
 func (x *RequestHeader) Reset() {
 	*x = RequestHeader{}
-	mi := &file_tabula_proto_msgTypes[53]
+	mi := &file_tabula_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3975,7 +4149,7 @@ func (x *RequestHeader) String() string {
 func (*RequestHeader) ProtoMessage() {}
 
 func (x *RequestHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[53]
+	mi := &file_tabula_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3988,7 +4162,7 @@ func (x *RequestHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestHeader.ProtoReflect.Descriptor instead.
 func (*RequestHeader) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{53}
+	return file_tabula_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *RequestHeader) GetTenant() string {
@@ -4036,7 +4210,7 @@ type GetRequest struct {
 
 func (x *GetRequest) Reset() {
 	*x = GetRequest{}
-	mi := &file_tabula_proto_msgTypes[54]
+	mi := &file_tabula_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4048,7 +4222,7 @@ func (x *GetRequest) String() string {
 func (*GetRequest) ProtoMessage() {}
 
 func (x *GetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[54]
+	mi := &file_tabula_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4061,7 +4235,7 @@ func (x *GetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRequest.ProtoReflect.Descriptor instead.
 func (*GetRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{54}
+	return file_tabula_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *GetRequest) GetHeader() *RequestHeader {
@@ -4090,7 +4264,7 @@ type GetResponse struct {
 
 func (x *GetResponse) Reset() {
 	*x = GetResponse{}
-	mi := &file_tabula_proto_msgTypes[55]
+	mi := &file_tabula_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4102,7 +4276,7 @@ func (x *GetResponse) String() string {
 func (*GetResponse) ProtoMessage() {}
 
 func (x *GetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[55]
+	mi := &file_tabula_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4115,7 +4289,7 @@ func (x *GetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetResponse.ProtoReflect.Descriptor instead.
 func (*GetResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{55}
+	return file_tabula_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *GetResponse) GetFound() bool {
@@ -4149,7 +4323,7 @@ type BatchGetRequest struct {
 
 func (x *BatchGetRequest) Reset() {
 	*x = BatchGetRequest{}
-	mi := &file_tabula_proto_msgTypes[56]
+	mi := &file_tabula_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4161,7 +4335,7 @@ func (x *BatchGetRequest) String() string {
 func (*BatchGetRequest) ProtoMessage() {}
 
 func (x *BatchGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[56]
+	mi := &file_tabula_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4174,7 +4348,7 @@ func (x *BatchGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchGetRequest.ProtoReflect.Descriptor instead.
 func (*BatchGetRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{56}
+	return file_tabula_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *BatchGetRequest) GetHeader() *RequestHeader {
@@ -4201,7 +4375,7 @@ type BatchGetResponse struct {
 
 func (x *BatchGetResponse) Reset() {
 	*x = BatchGetResponse{}
-	mi := &file_tabula_proto_msgTypes[57]
+	mi := &file_tabula_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4213,7 +4387,7 @@ func (x *BatchGetResponse) String() string {
 func (*BatchGetResponse) ProtoMessage() {}
 
 func (x *BatchGetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[57]
+	mi := &file_tabula_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4226,7 +4400,7 @@ func (x *BatchGetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchGetResponse.ProtoReflect.Descriptor instead.
 func (*BatchGetResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{57}
+	return file_tabula_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *BatchGetResponse) GetResults() []*GetResponse {
@@ -4249,7 +4423,7 @@ type PutRequest struct {
 
 func (x *PutRequest) Reset() {
 	*x = PutRequest{}
-	mi := &file_tabula_proto_msgTypes[58]
+	mi := &file_tabula_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4261,7 +4435,7 @@ func (x *PutRequest) String() string {
 func (*PutRequest) ProtoMessage() {}
 
 func (x *PutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[58]
+	mi := &file_tabula_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4274,7 +4448,7 @@ func (x *PutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutRequest.ProtoReflect.Descriptor instead.
 func (*PutRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{58}
+	return file_tabula_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *PutRequest) GetHeader() *RequestHeader {
@@ -4313,7 +4487,7 @@ type PutResponse struct {
 
 func (x *PutResponse) Reset() {
 	*x = PutResponse{}
-	mi := &file_tabula_proto_msgTypes[59]
+	mi := &file_tabula_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4325,7 +4499,7 @@ func (x *PutResponse) String() string {
 func (*PutResponse) ProtoMessage() {}
 
 func (x *PutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[59]
+	mi := &file_tabula_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4338,7 +4512,7 @@ func (x *PutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutResponse.ProtoReflect.Descriptor instead.
 func (*PutResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{59}
+	return file_tabula_proto_rawDescGZIP(), []int{61}
 }
 
 type DeleteRequest struct {
@@ -4351,7 +4525,7 @@ type DeleteRequest struct {
 
 func (x *DeleteRequest) Reset() {
 	*x = DeleteRequest{}
-	mi := &file_tabula_proto_msgTypes[60]
+	mi := &file_tabula_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4363,7 +4537,7 @@ func (x *DeleteRequest) String() string {
 func (*DeleteRequest) ProtoMessage() {}
 
 func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[60]
+	mi := &file_tabula_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4376,7 +4550,7 @@ func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRequest.ProtoReflect.Descriptor instead.
 func (*DeleteRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{60}
+	return file_tabula_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *DeleteRequest) GetHeader() *RequestHeader {
@@ -4402,7 +4576,7 @@ type DeleteResponse struct {
 
 func (x *DeleteResponse) Reset() {
 	*x = DeleteResponse{}
-	mi := &file_tabula_proto_msgTypes[61]
+	mi := &file_tabula_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4414,7 +4588,7 @@ func (x *DeleteResponse) String() string {
 func (*DeleteResponse) ProtoMessage() {}
 
 func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[61]
+	mi := &file_tabula_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4427,7 +4601,7 @@ func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteResponse.ProtoReflect.Descriptor instead.
 func (*DeleteResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{61}
+	return file_tabula_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *DeleteResponse) GetExisted() bool {
@@ -4455,7 +4629,7 @@ type CompareAndSwapRequest struct {
 
 func (x *CompareAndSwapRequest) Reset() {
 	*x = CompareAndSwapRequest{}
-	mi := &file_tabula_proto_msgTypes[62]
+	mi := &file_tabula_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4467,7 +4641,7 @@ func (x *CompareAndSwapRequest) String() string {
 func (*CompareAndSwapRequest) ProtoMessage() {}
 
 func (x *CompareAndSwapRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[62]
+	mi := &file_tabula_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4480,7 +4654,7 @@ func (x *CompareAndSwapRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompareAndSwapRequest.ProtoReflect.Descriptor instead.
 func (*CompareAndSwapRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{62}
+	return file_tabula_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *CompareAndSwapRequest) GetHeader() *RequestHeader {
@@ -4544,7 +4718,7 @@ type CompareAndSwapResponse struct {
 
 func (x *CompareAndSwapResponse) Reset() {
 	*x = CompareAndSwapResponse{}
-	mi := &file_tabula_proto_msgTypes[63]
+	mi := &file_tabula_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4556,7 +4730,7 @@ func (x *CompareAndSwapResponse) String() string {
 func (*CompareAndSwapResponse) ProtoMessage() {}
 
 func (x *CompareAndSwapResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[63]
+	mi := &file_tabula_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4569,7 +4743,7 @@ func (x *CompareAndSwapResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompareAndSwapResponse.ProtoReflect.Descriptor instead.
 func (*CompareAndSwapResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{63}
+	return file_tabula_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *CompareAndSwapResponse) GetSwapped() bool {
@@ -4605,7 +4779,7 @@ type Mutation struct {
 
 func (x *Mutation) Reset() {
 	*x = Mutation{}
-	mi := &file_tabula_proto_msgTypes[64]
+	mi := &file_tabula_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4617,7 +4791,7 @@ func (x *Mutation) String() string {
 func (*Mutation) ProtoMessage() {}
 
 func (x *Mutation) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[64]
+	mi := &file_tabula_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4630,7 +4804,7 @@ func (x *Mutation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Mutation.ProtoReflect.Descriptor instead.
 func (*Mutation) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{64}
+	return file_tabula_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *Mutation) GetOp() Mutation_Op {
@@ -4671,7 +4845,7 @@ type BatchWriteRequest struct {
 
 func (x *BatchWriteRequest) Reset() {
 	*x = BatchWriteRequest{}
-	mi := &file_tabula_proto_msgTypes[65]
+	mi := &file_tabula_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4683,7 +4857,7 @@ func (x *BatchWriteRequest) String() string {
 func (*BatchWriteRequest) ProtoMessage() {}
 
 func (x *BatchWriteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[65]
+	mi := &file_tabula_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4696,7 +4870,7 @@ func (x *BatchWriteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchWriteRequest.ProtoReflect.Descriptor instead.
 func (*BatchWriteRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{65}
+	return file_tabula_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *BatchWriteRequest) GetHeader() *RequestHeader {
@@ -4721,7 +4895,7 @@ type BatchWriteResponse struct {
 
 func (x *BatchWriteResponse) Reset() {
 	*x = BatchWriteResponse{}
-	mi := &file_tabula_proto_msgTypes[66]
+	mi := &file_tabula_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4733,7 +4907,7 @@ func (x *BatchWriteResponse) String() string {
 func (*BatchWriteResponse) ProtoMessage() {}
 
 func (x *BatchWriteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[66]
+	mi := &file_tabula_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4746,7 +4920,7 @@ func (x *BatchWriteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchWriteResponse.ProtoReflect.Descriptor instead.
 func (*BatchWriteResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{66}
+	return file_tabula_proto_rawDescGZIP(), []int{68}
 }
 
 type ScanRequest struct {
@@ -4758,7 +4932,7 @@ type ScanRequest struct {
 
 func (x *ScanRequest) Reset() {
 	*x = ScanRequest{}
-	mi := &file_tabula_proto_msgTypes[67]
+	mi := &file_tabula_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4770,7 +4944,7 @@ func (x *ScanRequest) String() string {
 func (*ScanRequest) ProtoMessage() {}
 
 func (x *ScanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[67]
+	mi := &file_tabula_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4783,7 +4957,7 @@ func (x *ScanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScanRequest.ProtoReflect.Descriptor instead.
 func (*ScanRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{67}
+	return file_tabula_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *ScanRequest) GetHeader() *RequestHeader {
@@ -4804,7 +4978,7 @@ type KeyValue struct {
 
 func (x *KeyValue) Reset() {
 	*x = KeyValue{}
-	mi := &file_tabula_proto_msgTypes[68]
+	mi := &file_tabula_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4816,7 +4990,7 @@ func (x *KeyValue) String() string {
 func (*KeyValue) ProtoMessage() {}
 
 func (x *KeyValue) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[68]
+	mi := &file_tabula_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4829,7 +5003,7 @@ func (x *KeyValue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyValue.ProtoReflect.Descriptor instead.
 func (*KeyValue) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{68}
+	return file_tabula_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *KeyValue) GetKey() []byte {
@@ -4862,7 +5036,7 @@ type ScanResponse struct {
 
 func (x *ScanResponse) Reset() {
 	*x = ScanResponse{}
-	mi := &file_tabula_proto_msgTypes[69]
+	mi := &file_tabula_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4874,7 +5048,7 @@ func (x *ScanResponse) String() string {
 func (*ScanResponse) ProtoMessage() {}
 
 func (x *ScanResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[69]
+	mi := &file_tabula_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4887,7 +5061,7 @@ func (x *ScanResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScanResponse.ProtoReflect.Descriptor instead.
 func (*ScanResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{69}
+	return file_tabula_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *ScanResponse) GetRecords() []*KeyValue {
@@ -4914,7 +5088,7 @@ type BulkUploadRequest struct {
 
 func (x *BulkUploadRequest) Reset() {
 	*x = BulkUploadRequest{}
-	mi := &file_tabula_proto_msgTypes[70]
+	mi := &file_tabula_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4926,7 +5100,7 @@ func (x *BulkUploadRequest) String() string {
 func (*BulkUploadRequest) ProtoMessage() {}
 
 func (x *BulkUploadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[70]
+	mi := &file_tabula_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4939,7 +5113,7 @@ func (x *BulkUploadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkUploadRequest.ProtoReflect.Descriptor instead.
 func (*BulkUploadRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{70}
+	return file_tabula_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *BulkUploadRequest) GetHeader() *RequestHeader {
@@ -4994,7 +5168,7 @@ type BulkUploadStatusRequest struct {
 
 func (x *BulkUploadStatusRequest) Reset() {
 	*x = BulkUploadStatusRequest{}
-	mi := &file_tabula_proto_msgTypes[71]
+	mi := &file_tabula_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5006,7 +5180,7 @@ func (x *BulkUploadStatusRequest) String() string {
 func (*BulkUploadStatusRequest) ProtoMessage() {}
 
 func (x *BulkUploadStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[71]
+	mi := &file_tabula_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5019,7 +5193,7 @@ func (x *BulkUploadStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkUploadStatusRequest.ProtoReflect.Descriptor instead.
 func (*BulkUploadStatusRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{71}
+	return file_tabula_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *BulkUploadStatusRequest) GetHeader() *RequestHeader {
@@ -5048,7 +5222,7 @@ type BulkUploadResponse struct {
 
 func (x *BulkUploadResponse) Reset() {
 	*x = BulkUploadResponse{}
-	mi := &file_tabula_proto_msgTypes[72]
+	mi := &file_tabula_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5060,7 +5234,7 @@ func (x *BulkUploadResponse) String() string {
 func (*BulkUploadResponse) ProtoMessage() {}
 
 func (x *BulkUploadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[72]
+	mi := &file_tabula_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5073,7 +5247,7 @@ func (x *BulkUploadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkUploadResponse.ProtoReflect.Descriptor instead.
 func (*BulkUploadResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{72}
+	return file_tabula_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *BulkUploadResponse) GetReceived() uint64 {
@@ -5207,12 +5381,13 @@ const file_tabula_proto_rawDesc = "" +
 	"\x06method\x18\x04 \x01(\tR\x06method\x12\x1a\n" +
 	"\bpartials\x18\x05 \x03(\fR\bpartials\"-\n" +
 	"\x13CoprocMergeResponse\x12\x16\n" +
-	"\x06output\x18\x01 \x01(\fR\x06output\"n\n" +
+	"\x06output\x18\x01 \x01(\fR\x06output\"\x86\x01\n" +
 	"\bBulkFile\x12\x1c\n" +
 	"\tpartition\x18\x01 \x01(\rR\tpartition\x12\x12\n" +
 	"\x04size\x18\x02 \x01(\x04R\x04size\x12\x16\n" +
 	"\x06crc32c\x18\x03 \x01(\rR\x06crc32c\x12\x18\n" +
-	"\arecords\x18\x04 \x01(\x04R\arecords\"\xf8\x02\n" +
+	"\arecords\x18\x04 \x01(\x04R\arecords\x12\x16\n" +
+	"\x06stream\x18\x05 \x01(\tR\x06stream\"\xa8\x03\n" +
 	"\vBulkVersion\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\x04R\aversion\x12!\n" +
 	"\fbase_version\x18\x02 \x01(\x04R\vbaseVersion\x121\n" +
@@ -5224,7 +5399,9 @@ const file_tabula_proto_rawDesc = "" +
 	"\x05files\x18\b \x03(\v2\x13.tabula.v1.BulkFileR\x05files\x12\x16\n" +
 	"\x06loaded\x18\t \x03(\bR\x06loaded\x121\n" +
 	"\x15serving_since_unix_ms\x18\n" +
-	" \x01(\x03R\x12servingSinceUnixMs\"X\n" +
+	" \x01(\x03R\x12servingSinceUnixMs\x12\x14\n" +
+	"\x05error\x18\v \x01(\tR\x05error\x12\x18\n" +
+	"\astreams\x18\f \x01(\bR\astreams\"X\n" +
 	"\bBulkInfo\x12\x18\n" +
 	"\acurrent\x18\x01 \x01(\x04R\acurrent\x122\n" +
 	"\bversions\x18\x02 \x03(\v2\x16.tabula.v1.BulkVersionR\bversions\"\xd6\x01\n" +
@@ -5257,12 +5434,13 @@ const file_tabula_proto_rawDesc = "" +
 	"cache_hits\x18\r \x01(\x04R\tcacheHits\x12!\n" +
 	"\fcache_misses\x18\x0e \x01(\x04R\vcacheMisses\x126\n" +
 	"\vbulk_loaded\x18\x0f \x03(\v2\x15.tabula.v1.BulkLoadedR\n" +
-	"bulkLoaded\"R\n" +
+	"bulkLoaded\"h\n" +
 	"\n" +
 	"BulkLoaded\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\x04R\aversion\x12\x12\n" +
 	"\x04size\x18\x02 \x01(\x04R\x04size\x12\x16\n" +
-	"\x06crc32c\x18\x03 \x01(\rR\x06crc32c\"\xc4\x02\n" +
+	"\x06crc32c\x18\x03 \x01(\rR\x06crc32c\x12\x14\n" +
+	"\x05error\x18\x04 \x01(\tR\x05error\"\xc4\x02\n" +
 	"\vErrorDetail\x12(\n" +
 	"\x04code\x18\x01 \x01(\x0e2\x14.tabula.v1.ErrorCodeR\x04code\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x122\n" +
@@ -5344,8 +5522,17 @@ const file_tabula_proto_rawDesc = "" +
 	"\x05table\x18\x02 \x01(\tR\x05table\x12\x18\n" +
 	"\aversion\x18\x03 \x01(\x04R\aversion\x12!\n" +
 	"\fbase_version\x18\x04 \x01(\x04R\vbaseVersion\x12)\n" +
-	"\x05files\x18\x05 \x03(\v2\x13.tabula.v1.BulkFileR\x05files\"@\n" +
+	"\x05files\x18\x05 \x03(\v2\x13.tabula.v1.BulkFileR\x05files\"Z\n" +
 	"\x13BulkPublishResponse\x12)\n" +
+	"\x03map\x18\x01 \x01(\v2\x17.tabula.v1.PartitionMapR\x03map\x12\x18\n" +
+	"\astreams\x18\x02 \x03(\tR\astreams\"\x91\x01\n" +
+	"\x11BulkStoredRequest\x12\x16\n" +
+	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x14\n" +
+	"\x05table\x18\x02 \x01(\tR\x05table\x12\x18\n" +
+	"\aversion\x18\x03 \x01(\x04R\aversion\x12\x1c\n" +
+	"\tpartition\x18\x04 \x01(\rR\tpartition\x12\x16\n" +
+	"\x06stream\x18\x05 \x01(\tR\x06stream\"?\n" +
+	"\x12BulkStoredResponse\x12)\n" +
 	"\x03map\x18\x01 \x01(\v2\x17.tabula.v1.PartitionMapR\x03map\"A\n" +
 	"\x11BulkStatusRequest\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x14\n" +
@@ -5480,8 +5667,7 @@ const file_tabula_proto_rawDesc = "" +
 	"\x0fSTREAM_OP_NODES\x10\t\x12%\n" +
 	"!STREAM_OP_REPORT_CORRUPT_FRAGMENT\x10\n" +
 	"\x12\x16\n" +
-	"\x12STREAM_OP_SET_CODE\x10\v2\xd0\n" +
-	"\n" +
+	"\x12STREAM_OP_SET_CODE\x10\v2\x9b\v\n" +
 	"\x06Master\x12L\n" +
 	"\vCreateTable\x12\x1d.tabula.v1.CreateTableRequest\x1a\x1e.tabula.v1.CreateTableResponse\x12F\n" +
 	"\tDropTable\x12\x1b.tabula.v1.DropTableRequest\x1a\x1c.tabula.v1.DropTableResponse\x12I\n" +
@@ -5494,6 +5680,8 @@ const file_tabula_proto_rawDesc = "" +
 	"\tHeartbeat\x12\x1b.tabula.v1.HeartbeatRequest\x1a\x1c.tabula.v1.HeartbeatResponse\x12L\n" +
 	"\vListServers\x12\x1d.tabula.v1.ListServersRequest\x1a\x1e.tabula.v1.ListServersResponse\x12L\n" +
 	"\vBulkPublish\x12\x1d.tabula.v1.BulkPublishRequest\x1a\x1e.tabula.v1.BulkPublishResponse\x12I\n" +
+	"\n" +
+	"BulkStored\x12\x1c.tabula.v1.BulkStoredRequest\x1a\x1d.tabula.v1.BulkStoredResponse\x12I\n" +
 	"\n" +
 	"BulkStatus\x12\x1c.tabula.v1.BulkStatusRequest\x1a\x1d.tabula.v1.BulkStatusResponse\x12O\n" +
 	"\fBulkRollback\x12\x1e.tabula.v1.BulkRollbackRequest\x1a\x1f.tabula.v1.BulkRollbackResponse\x12=\n" +
@@ -5531,7 +5719,7 @@ func file_tabula_proto_rawDescGZIP() []byte {
 }
 
 var file_tabula_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_tabula_proto_msgTypes = make([]protoimpl.MessageInfo, 73)
+var file_tabula_proto_msgTypes = make([]protoimpl.MessageInfo, 75)
 var file_tabula_proto_goTypes = []any{
 	(TableKind)(0),                    // 0: tabula.v1.TableKind
 	(ReplicaRole)(0),                  // 1: tabula.v1.ReplicaRole
@@ -5586,32 +5774,34 @@ var file_tabula_proto_goTypes = []any{
 	(*HeartbeatResponse)(nil),         // 50: tabula.v1.HeartbeatResponse
 	(*BulkPublishRequest)(nil),        // 51: tabula.v1.BulkPublishRequest
 	(*BulkPublishResponse)(nil),       // 52: tabula.v1.BulkPublishResponse
-	(*BulkStatusRequest)(nil),         // 53: tabula.v1.BulkStatusRequest
-	(*BulkStatusResponse)(nil),        // 54: tabula.v1.BulkStatusResponse
-	(*BulkRollbackRequest)(nil),       // 55: tabula.v1.BulkRollbackRequest
-	(*BulkRollbackResponse)(nil),      // 56: tabula.v1.BulkRollbackResponse
-	(*ListServersRequest)(nil),        // 57: tabula.v1.ListServersRequest
-	(*ListServersResponse)(nil),       // 58: tabula.v1.ListServersResponse
-	(*RequestHeader)(nil),             // 59: tabula.v1.RequestHeader
-	(*GetRequest)(nil),                // 60: tabula.v1.GetRequest
-	(*GetResponse)(nil),               // 61: tabula.v1.GetResponse
-	(*BatchGetRequest)(nil),           // 62: tabula.v1.BatchGetRequest
-	(*BatchGetResponse)(nil),          // 63: tabula.v1.BatchGetResponse
-	(*PutRequest)(nil),                // 64: tabula.v1.PutRequest
-	(*PutResponse)(nil),               // 65: tabula.v1.PutResponse
-	(*DeleteRequest)(nil),             // 66: tabula.v1.DeleteRequest
-	(*DeleteResponse)(nil),            // 67: tabula.v1.DeleteResponse
-	(*CompareAndSwapRequest)(nil),     // 68: tabula.v1.CompareAndSwapRequest
-	(*CompareAndSwapResponse)(nil),    // 69: tabula.v1.CompareAndSwapResponse
-	(*Mutation)(nil),                  // 70: tabula.v1.Mutation
-	(*BatchWriteRequest)(nil),         // 71: tabula.v1.BatchWriteRequest
-	(*BatchWriteResponse)(nil),        // 72: tabula.v1.BatchWriteResponse
-	(*ScanRequest)(nil),               // 73: tabula.v1.ScanRequest
-	(*KeyValue)(nil),                  // 74: tabula.v1.KeyValue
-	(*ScanResponse)(nil),              // 75: tabula.v1.ScanResponse
-	(*BulkUploadRequest)(nil),         // 76: tabula.v1.BulkUploadRequest
-	(*BulkUploadStatusRequest)(nil),   // 77: tabula.v1.BulkUploadStatusRequest
-	(*BulkUploadResponse)(nil),        // 78: tabula.v1.BulkUploadResponse
+	(*BulkStoredRequest)(nil),         // 53: tabula.v1.BulkStoredRequest
+	(*BulkStoredResponse)(nil),        // 54: tabula.v1.BulkStoredResponse
+	(*BulkStatusRequest)(nil),         // 55: tabula.v1.BulkStatusRequest
+	(*BulkStatusResponse)(nil),        // 56: tabula.v1.BulkStatusResponse
+	(*BulkRollbackRequest)(nil),       // 57: tabula.v1.BulkRollbackRequest
+	(*BulkRollbackResponse)(nil),      // 58: tabula.v1.BulkRollbackResponse
+	(*ListServersRequest)(nil),        // 59: tabula.v1.ListServersRequest
+	(*ListServersResponse)(nil),       // 60: tabula.v1.ListServersResponse
+	(*RequestHeader)(nil),             // 61: tabula.v1.RequestHeader
+	(*GetRequest)(nil),                // 62: tabula.v1.GetRequest
+	(*GetResponse)(nil),               // 63: tabula.v1.GetResponse
+	(*BatchGetRequest)(nil),           // 64: tabula.v1.BatchGetRequest
+	(*BatchGetResponse)(nil),          // 65: tabula.v1.BatchGetResponse
+	(*PutRequest)(nil),                // 66: tabula.v1.PutRequest
+	(*PutResponse)(nil),               // 67: tabula.v1.PutResponse
+	(*DeleteRequest)(nil),             // 68: tabula.v1.DeleteRequest
+	(*DeleteResponse)(nil),            // 69: tabula.v1.DeleteResponse
+	(*CompareAndSwapRequest)(nil),     // 70: tabula.v1.CompareAndSwapRequest
+	(*CompareAndSwapResponse)(nil),    // 71: tabula.v1.CompareAndSwapResponse
+	(*Mutation)(nil),                  // 72: tabula.v1.Mutation
+	(*BatchWriteRequest)(nil),         // 73: tabula.v1.BatchWriteRequest
+	(*BatchWriteResponse)(nil),        // 74: tabula.v1.BatchWriteResponse
+	(*ScanRequest)(nil),               // 75: tabula.v1.ScanRequest
+	(*KeyValue)(nil),                  // 76: tabula.v1.KeyValue
+	(*ScanResponse)(nil),              // 77: tabula.v1.ScanResponse
+	(*BulkUploadRequest)(nil),         // 78: tabula.v1.BulkUploadRequest
+	(*BulkUploadStatusRequest)(nil),   // 79: tabula.v1.BulkUploadStatusRequest
+	(*BulkUploadResponse)(nil),        // 80: tabula.v1.BulkUploadResponse
 }
 var file_tabula_proto_depIdxs = []int32{
 	0,  // 0: tabula.v1.Table.kind:type_name -> tabula.v1.TableKind
@@ -5626,8 +5816,8 @@ var file_tabula_proto_depIdxs = []int32{
 	12, // 9: tabula.v1.CoprocDeployResponse.coprocessor:type_name -> tabula.v1.Coprocessor
 	12, // 10: tabula.v1.CoprocListResponse.coprocessors:type_name -> tabula.v1.Coprocessor
 	12, // 11: tabula.v1.CoprocRollbackResponse.coprocessor:type_name -> tabula.v1.Coprocessor
-	59, // 12: tabula.v1.InvokeRequest.header:type_name -> tabula.v1.RequestHeader
-	59, // 13: tabula.v1.CoprocMergeRequest.header:type_name -> tabula.v1.RequestHeader
+	61, // 12: tabula.v1.InvokeRequest.header:type_name -> tabula.v1.RequestHeader
+	61, // 13: tabula.v1.CoprocMergeRequest.header:type_name -> tabula.v1.RequestHeader
 	2,  // 14: tabula.v1.BulkVersion.state:type_name -> tabula.v1.BulkVersionState
 	26, // 15: tabula.v1.BulkVersion.files:type_name -> tabula.v1.BulkFile
 	27, // 16: tabula.v1.BulkInfo.versions:type_name -> tabula.v1.BulkVersion
@@ -5648,85 +5838,88 @@ var file_tabula_proto_depIdxs = []int32{
 	21, // 31: tabula.v1.HeartbeatRequest.coproc_ready:type_name -> tabula.v1.CoprocReady
 	26, // 32: tabula.v1.BulkPublishRequest.files:type_name -> tabula.v1.BulkFile
 	10, // 33: tabula.v1.BulkPublishResponse.map:type_name -> tabula.v1.PartitionMap
-	10, // 34: tabula.v1.BulkStatusResponse.map:type_name -> tabula.v1.PartitionMap
-	28, // 35: tabula.v1.BulkStatusResponse.bulk:type_name -> tabula.v1.BulkInfo
-	10, // 36: tabula.v1.BulkRollbackResponse.map:type_name -> tabula.v1.PartitionMap
-	29, // 37: tabula.v1.ListServersResponse.servers:type_name -> tabula.v1.ServerInfo
-	59, // 38: tabula.v1.GetRequest.header:type_name -> tabula.v1.RequestHeader
-	59, // 39: tabula.v1.BatchGetRequest.header:type_name -> tabula.v1.RequestHeader
-	61, // 40: tabula.v1.BatchGetResponse.results:type_name -> tabula.v1.GetResponse
-	59, // 41: tabula.v1.PutRequest.header:type_name -> tabula.v1.RequestHeader
-	59, // 42: tabula.v1.DeleteRequest.header:type_name -> tabula.v1.RequestHeader
-	59, // 43: tabula.v1.CompareAndSwapRequest.header:type_name -> tabula.v1.RequestHeader
-	5,  // 44: tabula.v1.Mutation.op:type_name -> tabula.v1.Mutation.Op
-	59, // 45: tabula.v1.BatchWriteRequest.header:type_name -> tabula.v1.RequestHeader
-	70, // 46: tabula.v1.BatchWriteRequest.mutations:type_name -> tabula.v1.Mutation
-	59, // 47: tabula.v1.ScanRequest.header:type_name -> tabula.v1.RequestHeader
-	74, // 48: tabula.v1.ScanResponse.records:type_name -> tabula.v1.KeyValue
-	59, // 49: tabula.v1.BulkUploadRequest.header:type_name -> tabula.v1.RequestHeader
-	26, // 50: tabula.v1.BulkUploadRequest.file:type_name -> tabula.v1.BulkFile
-	59, // 51: tabula.v1.BulkUploadStatusRequest.header:type_name -> tabula.v1.RequestHeader
-	35, // 52: tabula.v1.Master.CreateTable:input_type -> tabula.v1.CreateTableRequest
-	37, // 53: tabula.v1.Master.DropTable:input_type -> tabula.v1.DropTableRequest
-	39, // 54: tabula.v1.Master.ListTables:input_type -> tabula.v1.ListTablesRequest
-	41, // 55: tabula.v1.Master.DescribeTable:input_type -> tabula.v1.DescribeTableRequest
-	43, // 56: tabula.v1.Master.GetPartitionMap:input_type -> tabula.v1.GetPartitionMapRequest
-	45, // 57: tabula.v1.Master.WatchPartitionMap:input_type -> tabula.v1.WatchPartitionMapRequest
-	47, // 58: tabula.v1.Master.RegisterServer:input_type -> tabula.v1.RegisterServerRequest
-	49, // 59: tabula.v1.Master.Heartbeat:input_type -> tabula.v1.HeartbeatRequest
-	57, // 60: tabula.v1.Master.ListServers:input_type -> tabula.v1.ListServersRequest
-	51, // 61: tabula.v1.Master.BulkPublish:input_type -> tabula.v1.BulkPublishRequest
-	53, // 62: tabula.v1.Master.BulkStatus:input_type -> tabula.v1.BulkStatusRequest
-	55, // 63: tabula.v1.Master.BulkRollback:input_type -> tabula.v1.BulkRollbackRequest
-	33, // 64: tabula.v1.Master.Stream:input_type -> tabula.v1.StreamRequest
-	13, // 65: tabula.v1.Master.CoprocDeploy:input_type -> tabula.v1.CoprocDeployRequest
-	15, // 66: tabula.v1.Master.CoprocList:input_type -> tabula.v1.CoprocListRequest
-	17, // 67: tabula.v1.Master.CoprocRollback:input_type -> tabula.v1.CoprocRollbackRequest
-	19, // 68: tabula.v1.Master.CoprocFetch:input_type -> tabula.v1.CoprocFetchRequest
-	60, // 69: tabula.v1.TableServer.Get:input_type -> tabula.v1.GetRequest
-	62, // 70: tabula.v1.TableServer.BatchGet:input_type -> tabula.v1.BatchGetRequest
-	64, // 71: tabula.v1.TableServer.Put:input_type -> tabula.v1.PutRequest
-	66, // 72: tabula.v1.TableServer.Delete:input_type -> tabula.v1.DeleteRequest
-	68, // 73: tabula.v1.TableServer.CompareAndSwap:input_type -> tabula.v1.CompareAndSwapRequest
-	71, // 74: tabula.v1.TableServer.BatchWrite:input_type -> tabula.v1.BatchWriteRequest
-	73, // 75: tabula.v1.TableServer.Scan:input_type -> tabula.v1.ScanRequest
-	76, // 76: tabula.v1.TableServer.BulkUpload:input_type -> tabula.v1.BulkUploadRequest
-	77, // 77: tabula.v1.TableServer.BulkUploadStatus:input_type -> tabula.v1.BulkUploadStatusRequest
-	22, // 78: tabula.v1.TableServer.Invoke:input_type -> tabula.v1.InvokeRequest
-	24, // 79: tabula.v1.TableServer.CoprocMerge:input_type -> tabula.v1.CoprocMergeRequest
-	36, // 80: tabula.v1.Master.CreateTable:output_type -> tabula.v1.CreateTableResponse
-	38, // 81: tabula.v1.Master.DropTable:output_type -> tabula.v1.DropTableResponse
-	40, // 82: tabula.v1.Master.ListTables:output_type -> tabula.v1.ListTablesResponse
-	42, // 83: tabula.v1.Master.DescribeTable:output_type -> tabula.v1.DescribeTableResponse
-	44, // 84: tabula.v1.Master.GetPartitionMap:output_type -> tabula.v1.GetPartitionMapResponse
-	46, // 85: tabula.v1.Master.WatchPartitionMap:output_type -> tabula.v1.WatchPartitionMapResponse
-	48, // 86: tabula.v1.Master.RegisterServer:output_type -> tabula.v1.RegisterServerResponse
-	50, // 87: tabula.v1.Master.Heartbeat:output_type -> tabula.v1.HeartbeatResponse
-	58, // 88: tabula.v1.Master.ListServers:output_type -> tabula.v1.ListServersResponse
-	52, // 89: tabula.v1.Master.BulkPublish:output_type -> tabula.v1.BulkPublishResponse
-	54, // 90: tabula.v1.Master.BulkStatus:output_type -> tabula.v1.BulkStatusResponse
-	56, // 91: tabula.v1.Master.BulkRollback:output_type -> tabula.v1.BulkRollbackResponse
-	34, // 92: tabula.v1.Master.Stream:output_type -> tabula.v1.StreamResponse
-	14, // 93: tabula.v1.Master.CoprocDeploy:output_type -> tabula.v1.CoprocDeployResponse
-	16, // 94: tabula.v1.Master.CoprocList:output_type -> tabula.v1.CoprocListResponse
-	18, // 95: tabula.v1.Master.CoprocRollback:output_type -> tabula.v1.CoprocRollbackResponse
-	20, // 96: tabula.v1.Master.CoprocFetch:output_type -> tabula.v1.CoprocFetchResponse
-	61, // 97: tabula.v1.TableServer.Get:output_type -> tabula.v1.GetResponse
-	63, // 98: tabula.v1.TableServer.BatchGet:output_type -> tabula.v1.BatchGetResponse
-	65, // 99: tabula.v1.TableServer.Put:output_type -> tabula.v1.PutResponse
-	67, // 100: tabula.v1.TableServer.Delete:output_type -> tabula.v1.DeleteResponse
-	69, // 101: tabula.v1.TableServer.CompareAndSwap:output_type -> tabula.v1.CompareAndSwapResponse
-	72, // 102: tabula.v1.TableServer.BatchWrite:output_type -> tabula.v1.BatchWriteResponse
-	75, // 103: tabula.v1.TableServer.Scan:output_type -> tabula.v1.ScanResponse
-	78, // 104: tabula.v1.TableServer.BulkUpload:output_type -> tabula.v1.BulkUploadResponse
-	78, // 105: tabula.v1.TableServer.BulkUploadStatus:output_type -> tabula.v1.BulkUploadResponse
-	23, // 106: tabula.v1.TableServer.Invoke:output_type -> tabula.v1.InvokeResponse
-	25, // 107: tabula.v1.TableServer.CoprocMerge:output_type -> tabula.v1.CoprocMergeResponse
-	80, // [80:108] is the sub-list for method output_type
-	52, // [52:80] is the sub-list for method input_type
-	52, // [52:52] is the sub-list for extension type_name
-	52, // [52:52] is the sub-list for extension extendee
-	0,  // [0:52] is the sub-list for field type_name
+	10, // 34: tabula.v1.BulkStoredResponse.map:type_name -> tabula.v1.PartitionMap
+	10, // 35: tabula.v1.BulkStatusResponse.map:type_name -> tabula.v1.PartitionMap
+	28, // 36: tabula.v1.BulkStatusResponse.bulk:type_name -> tabula.v1.BulkInfo
+	10, // 37: tabula.v1.BulkRollbackResponse.map:type_name -> tabula.v1.PartitionMap
+	29, // 38: tabula.v1.ListServersResponse.servers:type_name -> tabula.v1.ServerInfo
+	61, // 39: tabula.v1.GetRequest.header:type_name -> tabula.v1.RequestHeader
+	61, // 40: tabula.v1.BatchGetRequest.header:type_name -> tabula.v1.RequestHeader
+	63, // 41: tabula.v1.BatchGetResponse.results:type_name -> tabula.v1.GetResponse
+	61, // 42: tabula.v1.PutRequest.header:type_name -> tabula.v1.RequestHeader
+	61, // 43: tabula.v1.DeleteRequest.header:type_name -> tabula.v1.RequestHeader
+	61, // 44: tabula.v1.CompareAndSwapRequest.header:type_name -> tabula.v1.RequestHeader
+	5,  // 45: tabula.v1.Mutation.op:type_name -> tabula.v1.Mutation.Op
+	61, // 46: tabula.v1.BatchWriteRequest.header:type_name -> tabula.v1.RequestHeader
+	72, // 47: tabula.v1.BatchWriteRequest.mutations:type_name -> tabula.v1.Mutation
+	61, // 48: tabula.v1.ScanRequest.header:type_name -> tabula.v1.RequestHeader
+	76, // 49: tabula.v1.ScanResponse.records:type_name -> tabula.v1.KeyValue
+	61, // 50: tabula.v1.BulkUploadRequest.header:type_name -> tabula.v1.RequestHeader
+	26, // 51: tabula.v1.BulkUploadRequest.file:type_name -> tabula.v1.BulkFile
+	61, // 52: tabula.v1.BulkUploadStatusRequest.header:type_name -> tabula.v1.RequestHeader
+	35, // 53: tabula.v1.Master.CreateTable:input_type -> tabula.v1.CreateTableRequest
+	37, // 54: tabula.v1.Master.DropTable:input_type -> tabula.v1.DropTableRequest
+	39, // 55: tabula.v1.Master.ListTables:input_type -> tabula.v1.ListTablesRequest
+	41, // 56: tabula.v1.Master.DescribeTable:input_type -> tabula.v1.DescribeTableRequest
+	43, // 57: tabula.v1.Master.GetPartitionMap:input_type -> tabula.v1.GetPartitionMapRequest
+	45, // 58: tabula.v1.Master.WatchPartitionMap:input_type -> tabula.v1.WatchPartitionMapRequest
+	47, // 59: tabula.v1.Master.RegisterServer:input_type -> tabula.v1.RegisterServerRequest
+	49, // 60: tabula.v1.Master.Heartbeat:input_type -> tabula.v1.HeartbeatRequest
+	59, // 61: tabula.v1.Master.ListServers:input_type -> tabula.v1.ListServersRequest
+	51, // 62: tabula.v1.Master.BulkPublish:input_type -> tabula.v1.BulkPublishRequest
+	53, // 63: tabula.v1.Master.BulkStored:input_type -> tabula.v1.BulkStoredRequest
+	55, // 64: tabula.v1.Master.BulkStatus:input_type -> tabula.v1.BulkStatusRequest
+	57, // 65: tabula.v1.Master.BulkRollback:input_type -> tabula.v1.BulkRollbackRequest
+	33, // 66: tabula.v1.Master.Stream:input_type -> tabula.v1.StreamRequest
+	13, // 67: tabula.v1.Master.CoprocDeploy:input_type -> tabula.v1.CoprocDeployRequest
+	15, // 68: tabula.v1.Master.CoprocList:input_type -> tabula.v1.CoprocListRequest
+	17, // 69: tabula.v1.Master.CoprocRollback:input_type -> tabula.v1.CoprocRollbackRequest
+	19, // 70: tabula.v1.Master.CoprocFetch:input_type -> tabula.v1.CoprocFetchRequest
+	62, // 71: tabula.v1.TableServer.Get:input_type -> tabula.v1.GetRequest
+	64, // 72: tabula.v1.TableServer.BatchGet:input_type -> tabula.v1.BatchGetRequest
+	66, // 73: tabula.v1.TableServer.Put:input_type -> tabula.v1.PutRequest
+	68, // 74: tabula.v1.TableServer.Delete:input_type -> tabula.v1.DeleteRequest
+	70, // 75: tabula.v1.TableServer.CompareAndSwap:input_type -> tabula.v1.CompareAndSwapRequest
+	73, // 76: tabula.v1.TableServer.BatchWrite:input_type -> tabula.v1.BatchWriteRequest
+	75, // 77: tabula.v1.TableServer.Scan:input_type -> tabula.v1.ScanRequest
+	78, // 78: tabula.v1.TableServer.BulkUpload:input_type -> tabula.v1.BulkUploadRequest
+	79, // 79: tabula.v1.TableServer.BulkUploadStatus:input_type -> tabula.v1.BulkUploadStatusRequest
+	22, // 80: tabula.v1.TableServer.Invoke:input_type -> tabula.v1.InvokeRequest
+	24, // 81: tabula.v1.TableServer.CoprocMerge:input_type -> tabula.v1.CoprocMergeRequest
+	36, // 82: tabula.v1.Master.CreateTable:output_type -> tabula.v1.CreateTableResponse
+	38, // 83: tabula.v1.Master.DropTable:output_type -> tabula.v1.DropTableResponse
+	40, // 84: tabula.v1.Master.ListTables:output_type -> tabula.v1.ListTablesResponse
+	42, // 85: tabula.v1.Master.DescribeTable:output_type -> tabula.v1.DescribeTableResponse
+	44, // 86: tabula.v1.Master.GetPartitionMap:output_type -> tabula.v1.GetPartitionMapResponse
+	46, // 87: tabula.v1.Master.WatchPartitionMap:output_type -> tabula.v1.WatchPartitionMapResponse
+	48, // 88: tabula.v1.Master.RegisterServer:output_type -> tabula.v1.RegisterServerResponse
+	50, // 89: tabula.v1.Master.Heartbeat:output_type -> tabula.v1.HeartbeatResponse
+	60, // 90: tabula.v1.Master.ListServers:output_type -> tabula.v1.ListServersResponse
+	52, // 91: tabula.v1.Master.BulkPublish:output_type -> tabula.v1.BulkPublishResponse
+	54, // 92: tabula.v1.Master.BulkStored:output_type -> tabula.v1.BulkStoredResponse
+	56, // 93: tabula.v1.Master.BulkStatus:output_type -> tabula.v1.BulkStatusResponse
+	58, // 94: tabula.v1.Master.BulkRollback:output_type -> tabula.v1.BulkRollbackResponse
+	34, // 95: tabula.v1.Master.Stream:output_type -> tabula.v1.StreamResponse
+	14, // 96: tabula.v1.Master.CoprocDeploy:output_type -> tabula.v1.CoprocDeployResponse
+	16, // 97: tabula.v1.Master.CoprocList:output_type -> tabula.v1.CoprocListResponse
+	18, // 98: tabula.v1.Master.CoprocRollback:output_type -> tabula.v1.CoprocRollbackResponse
+	20, // 99: tabula.v1.Master.CoprocFetch:output_type -> tabula.v1.CoprocFetchResponse
+	63, // 100: tabula.v1.TableServer.Get:output_type -> tabula.v1.GetResponse
+	65, // 101: tabula.v1.TableServer.BatchGet:output_type -> tabula.v1.BatchGetResponse
+	67, // 102: tabula.v1.TableServer.Put:output_type -> tabula.v1.PutResponse
+	69, // 103: tabula.v1.TableServer.Delete:output_type -> tabula.v1.DeleteResponse
+	71, // 104: tabula.v1.TableServer.CompareAndSwap:output_type -> tabula.v1.CompareAndSwapResponse
+	74, // 105: tabula.v1.TableServer.BatchWrite:output_type -> tabula.v1.BatchWriteResponse
+	77, // 106: tabula.v1.TableServer.Scan:output_type -> tabula.v1.ScanResponse
+	80, // 107: tabula.v1.TableServer.BulkUpload:output_type -> tabula.v1.BulkUploadResponse
+	80, // 108: tabula.v1.TableServer.BulkUploadStatus:output_type -> tabula.v1.BulkUploadResponse
+	23, // 109: tabula.v1.TableServer.Invoke:output_type -> tabula.v1.InvokeResponse
+	25, // 110: tabula.v1.TableServer.CoprocMerge:output_type -> tabula.v1.CoprocMergeResponse
+	82, // [82:111] is the sub-list for method output_type
+	53, // [53:82] is the sub-list for method input_type
+	53, // [53:53] is the sub-list for extension type_name
+	53, // [53:53] is the sub-list for extension extendee
+	0,  // [0:53] is the sub-list for field type_name
 }
 
 func init() { file_tabula_proto_init() }
@@ -5740,7 +5933,7 @@ func file_tabula_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tabula_proto_rawDesc), len(file_tabula_proto_rawDesc)),
 			NumEnums:      6,
-			NumMessages:   73,
+			NumMessages:   75,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

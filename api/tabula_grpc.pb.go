@@ -37,6 +37,7 @@ const (
 	Master_Heartbeat_FullMethodName         = "/tabula.v1.Master/Heartbeat"
 	Master_ListServers_FullMethodName       = "/tabula.v1.Master/ListServers"
 	Master_BulkPublish_FullMethodName       = "/tabula.v1.Master/BulkPublish"
+	Master_BulkStored_FullMethodName        = "/tabula.v1.Master/BulkStored"
 	Master_BulkStatus_FullMethodName        = "/tabula.v1.Master/BulkStatus"
 	Master_BulkRollback_FullMethodName      = "/tabula.v1.Master/BulkRollback"
 	Master_Stream_FullMethodName            = "/tabula.v1.Master/Stream"
@@ -65,6 +66,10 @@ type MasterClient interface {
 	// same files is a no-op, so an interrupted publish is resumed by running
 	// it again.
 	BulkPublish(ctx context.Context, in *BulkPublishRequest, opts ...grpc.CallOption) (*BulkPublishResponse, error)
+	// BulkStored seals the stream a partition file was written into and
+	// records it with the version; a version switches only once every file
+	// is stored.
+	BulkStored(ctx context.Context, in *BulkStoredRequest, opts ...grpc.CallOption) (*BulkStoredResponse, error)
 	// BulkStatus returns a bulk table's versions with per-partition detail.
 	BulkStatus(ctx context.Context, in *BulkStatusRequest, opts ...grpc.CallOption) (*BulkStatusResponse, error)
 	// BulkRollback makes a retained, fully loaded version the serving one.
@@ -200,6 +205,16 @@ func (c *masterClient) BulkPublish(ctx context.Context, in *BulkPublishRequest, 
 	return out, nil
 }
 
+func (c *masterClient) BulkStored(ctx context.Context, in *BulkStoredRequest, opts ...grpc.CallOption) (*BulkStoredResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(BulkStoredResponse)
+	err := c.cc.Invoke(ctx, Master_BulkStored_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *masterClient) BulkStatus(ctx context.Context, in *BulkStatusRequest, opts ...grpc.CallOption) (*BulkStatusResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(BulkStatusResponse)
@@ -289,6 +304,10 @@ type MasterServer interface {
 	// same files is a no-op, so an interrupted publish is resumed by running
 	// it again.
 	BulkPublish(context.Context, *BulkPublishRequest) (*BulkPublishResponse, error)
+	// BulkStored seals the stream a partition file was written into and
+	// records it with the version; a version switches only once every file
+	// is stored.
+	BulkStored(context.Context, *BulkStoredRequest) (*BulkStoredResponse, error)
 	// BulkStatus returns a bulk table's versions with per-partition detail.
 	BulkStatus(context.Context, *BulkStatusRequest) (*BulkStatusResponse, error)
 	// BulkRollback makes a retained, fully loaded version the serving one.
@@ -344,6 +363,9 @@ func (UnimplementedMasterServer) ListServers(context.Context, *ListServersReques
 }
 func (UnimplementedMasterServer) BulkPublish(context.Context, *BulkPublishRequest) (*BulkPublishResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method BulkPublish not implemented")
+}
+func (UnimplementedMasterServer) BulkStored(context.Context, *BulkStoredRequest) (*BulkStoredResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method BulkStored not implemented")
 }
 func (UnimplementedMasterServer) BulkStatus(context.Context, *BulkStatusRequest) (*BulkStatusResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method BulkStatus not implemented")
@@ -560,6 +582,24 @@ func _Master_BulkPublish_Handler(srv interface{}, ctx context.Context, dec func(
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Master_BulkStored_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(BulkStoredRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MasterServer).BulkStored(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Master_BulkStored_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MasterServer).BulkStored(ctx, req.(*BulkStoredRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Master_BulkStatus_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(BulkStatusRequest)
 	if err := dec(in); err != nil {
@@ -728,6 +768,10 @@ var Master_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "BulkPublish",
 			Handler:    _Master_BulkPublish_Handler,
+		},
+		{
+			MethodName: "BulkStored",
+			Handler:    _Master_BulkStored_Handler,
 		},
 		{
 			MethodName: "BulkStatus",

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"os"
 	"sync"
@@ -11,7 +12,10 @@ import (
 	"time"
 
 	"github.com/tabuladb/tabula/api"
+	"github.com/tabuladb/tabula/replication/stream"
 )
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // BulkFile is one partition's file of a bulk version to publish (what
 // engines/bulk.DescribeDir reports).
@@ -31,11 +35,14 @@ type BulkPublish struct {
 
 // PublishProgress is what PublishBulk reports as it goes.
 type PublishProgress struct {
-	// Partitions, and how many of them are loaded by their server.
-	Partitions, Loaded int
-	// Bytes of all files, and how many have reached the servers (a resumed
-	// upload counts what was there already).
-	Bytes, Sent uint64
+	// Partitions; how many files are stored (written into their streams
+	// and sealed); how many are loaded by the server hosting the
+	// partition.
+	Partitions, Stored, Loaded int
+	// Bytes of all files, and how many have been written into streams
+	// (Stored) and, with PublishOptions.DirectUpload, sent to the servers
+	// (Sent). A resumed publish counts what was there already.
+	Bytes, StoredBytes, Sent uint64
 	// Serving is set once the table serves the version.
 	Serving bool
 }
@@ -45,24 +52,36 @@ type PublishOptions struct {
 	// Progress, when set, is called as the publish advances (from several
 	// goroutines, one call at a time).
 	Progress func(PublishProgress)
-	// Parallel is how many partitions upload at once. Default 4.
+	// Parallel is how many partitions are written at once. Default 4.
 	Parallel int
 	// ChunkBytes is the size of one upload message. Default 1 MiB.
 	ChunkBytes int
+	// DirectUpload also sends each file straight to the server hosting
+	// its partition, beside writing it into its stream, so that server
+	// need not fetch it from the stream. Default false: every server
+	// fetches its file from the stream (see RATIONALE.md, "Bulk files go
+	// through streams", for the times of both).
+	DirectUpload bool
 }
 
 // uploadRetries bounds the attempts at one partition's upload.
 const uploadRetries = 20
 
+// streamEntryBlocks is how many blocks of stream.MaxBlockBytes one append
+// of a file into its stream carries: 16 MiB per round trip and fsync.
+const streamEntryBlocks = 4
+
 // PublishBulk makes p the table's serving version: it registers the version
-// with the master, uploads each partition file to the server hosting the
-// partition (resuming from what the server already holds, so running it
-// again after an interruption continues where it stopped), and waits until
-// every server has verified and loaded its file and the master has switched
-// the table to the version. Reads keep going to the previous version until
-// that switch, and never fail because of it. ctx bounds the whole publish.
-// Publishing a retained version again reloads it where a partition lost it
-// (a partition moved) without switching to it.
+// with the master, writes each partition file into the stream the master
+// names for it (sealed once complete, and recorded with the version: a
+// partition that moves to another server is reloaded from there), and
+// waits until the server hosting each partition has fetched, verified and
+// loaded its file and the master has switched the table to the version.
+// Files already stored are not written again, so running it again after an
+// interruption continues where it stopped. Reads keep going to the
+// previous version until that switch, and never fail because of it. ctx
+// bounds the whole publish. Publishing a retained version again is a
+// no-op that waits for it to be loaded everywhere.
 func (t *Table) PublishBulk(ctx context.Context, p BulkPublish, opts PublishOptions) error {
 	const op = "publish to"
 	if t.err != nil {
@@ -74,67 +93,127 @@ func (t *Table) PublishBulk(ctx context.Context, p BulkPublish, opts PublishOpti
 	if opts.ChunkBytes <= 0 {
 		opts.ChunkBytes = 1 << 20
 	}
+	for i, f := range p.Files {
+		if f.Size == 0 {
+			return t.errf(op, api.InvalidArgument(fmt.Sprintf("files[%d].size", i), "file_size", 0, "partition %d's file is empty", i))
+		}
+	}
 	req := &api.BulkPublishRequest{Tenant: t.c.opts.Tenant, Table: t.name, Version: p.Version, BaseVersion: p.Base}
 	var total uint64
 	for i, f := range p.Files {
 		req.Files = append(req.Files, &api.BulkFile{Partition: uint32(i), Size: f.Size, Crc32C: f.CRC32C, Records: f.Records})
 		total += f.Size
 	}
-	var pm *api.PartitionMap
+	var resp *api.BulkPublishResponse
 	err := t.c.masterCall(ctx, fmt.Sprintf("client: publish version %d to %q", p.Version, t.name), func(ctx context.Context, mc api.MasterClient) error {
-		resp, err := mc.BulkPublish(ctx, req)
-		pm = resp.GetMap()
+		var err error
+		resp, err = mc.BulkPublish(ctx, req)
 		return err
 	})
 	if err != nil {
 		return err
 	}
-	t.ts.store(pm)
+	t.ts.store(resp.GetMap())
+	useStreams := len(resp.GetStreams()) > 0
+	switch {
+	case useStreams && len(resp.GetStreams()) != len(p.Files):
+		return t.errf(op, api.Errorf(api.ErrorCode_ERROR_CODE_UNSPECIFIED, "bad_response", "the master named %d streams for %d files", len(resp.GetStreams()), len(p.Files)))
+	case !useStreams:
+		// Too few servers for a stream's 3 replicas when the version was
+		// registered: the files go to the servers only.
+		t.c.log.Warn("tabula: bulk files are uploaded to their servers only, not stored in streams (fewer than 3 servers in distinct fault domains); a partition that moves needs the version published again",
+			"table", t.name, "version", p.Version)
+		opts.DirectUpload = true
+	}
+	st, err := t.BulkStatus(ctx)
+	if err != nil {
+		return err
+	}
+	stored := make([]bool, len(p.Files))
+	for _, v := range st.GetVersions() {
+		if v.GetVersion() == p.Version {
+			for i, f := range v.GetFiles() {
+				if i < len(stored) && f.GetStream() != "" {
+					stored[i] = true
+				}
+			}
+		}
+	}
 
 	var (
-		mu       sync.Mutex
-		sent     atomic.Uint64
-		loaded   atomic.Int64
-		progress = func(serving bool) {
+		mu                sync.Mutex
+		storedBytes, sent atomic.Uint64
+		storedN, loaded   atomic.Int64
+		progress          = func(serving bool) {
 			if opts.Progress == nil {
 				return
 			}
 			mu.Lock()
 			defer mu.Unlock()
-			opts.Progress(PublishProgress{Partitions: len(p.Files), Loaded: int(loaded.Load()), Bytes: total, Sent: sent.Load(), Serving: serving})
+			opts.Progress(PublishProgress{Partitions: len(p.Files), Stored: int(storedN.Load()), Loaded: int(loaded.Load()),
+				Bytes: total, StoredBytes: storedBytes.Load(), Sent: sent.Load(), Serving: serving})
 		}
 	)
+	sc := stream.NewClient(t.c.Streams(), stream.ClientOptions{Logger: t.c.log})
+	defer sc.Close()
 	sem := make(chan struct{}, opts.Parallel)
-	errs := make([]error, len(p.Files))
+	errs := make([]error, 2*len(p.Files))
 	var wg sync.WaitGroup
 	for i := range p.Files {
+		if !useStreams {
+			break
+		}
+		if stored[i] {
+			storedN.Add(1)
+			storedBytes.Add(p.Files[i].Size)
+			continue
+		}
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			errs[i] = t.uploadPartition(ctx, p, i, opts.ChunkBytes, func(n uint64) { sent.Add(n); progress(false) })
+			errs[i] = t.storePartition(ctx, sc, p, i, resp.GetStreams()[i], func(n uint64) { storedBytes.Add(n); progress(false) })
 			if errs[i] == nil {
-				loaded.Add(1)
+				storedN.Add(1)
 				progress(false)
 			}
 		})
+	}
+	if opts.DirectUpload {
+		for i := range p.Files {
+			sem <- struct{}{}
+			wg.Go(func() {
+				defer func() { <-sem }()
+				err := t.uploadPartition(ctx, p, i, opts.ChunkBytes, func(n uint64) { sent.Add(n); progress(false) })
+				errs[len(p.Files)+i] = err
+			})
+		}
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("client: publish version %d to %q: %w", p.Version, t.name, err)
 	}
-	// Every server has loaded and reported its file; the master switches
-	// on the last report. Wait for it (a report can take a heartbeat). A
-	// version published again (retained, not serving) is done once loaded
-	// everywhere: it is served after a rollback to it.
+	// Every file is stored; the servers fetch theirs (or have them from
+	// the upload), load them and report; the master switches on the last
+	// report. Wait for it. A version published again (retained, not
+	// serving) is done once loaded everywhere: it is served after a
+	// rollback to it.
 	for attempt := 0; ; attempt++ {
 		st, err := t.BulkStatus(ctx)
 		if err != nil {
 			return err
 		}
 		done := st.GetCurrent() > p.Version // superseded meanwhile
+		found := false
 		for _, v := range st.GetVersions() {
-			if v.GetVersion() == p.Version && v.GetState() != api.BulkVersionState_BULK_VERSION_STATE_LOADING &&
-				int(v.GetLoadedPartitions()) == len(p.Files) {
+			if v.GetVersion() != p.Version {
+				continue
+			}
+			found = true
+			loaded.Store(int64(v.GetLoadedPartitions()))
+			if v.GetError() != "" {
+				return t.errf(op, api.InvalidArgument("file", "bad_file", 0, "version %d is refused: %s", p.Version, v.GetError()))
+			}
+			if v.GetState() != api.BulkVersionState_BULK_VERSION_STATE_LOADING && int(v.GetLoadedPartitions()) == len(p.Files) {
 				done = true
 			}
 		}
@@ -142,10 +221,74 @@ func (t *Table) PublishBulk(ctx context.Context, p BulkPublish, opts PublishOpti
 			progress(st.GetCurrent() == p.Version)
 			return nil
 		}
+		if !found {
+			return t.errf(op, api.Errorf(api.ErrorCode_ERROR_CODE_NOT_FOUND, "version_abandoned",
+				"version %d is no longer published (a newer publish abandoned it, or it was dropped)", p.Version))
+		}
+		progress(false)
 		if !sleepCtx(ctx, t.c.jitter.backoff(attempt, 20*time.Millisecond, 500*time.Millisecond)) {
-			return fmt.Errorf("client: publish version %d to %q: every partition loaded, but the table did not switch: %w", p.Version, t.name, ctx.Err())
+			return fmt.Errorf("client: publish version %d to %q: every file is stored, %d of %d partitions loaded it, the table did not switch yet: %w",
+				p.Version, t.name, loaded.Load(), len(p.Files), ctx.Err())
 		}
 	}
+}
+
+// storePartition writes partition i's file into stream name (afresh: what
+// an interrupted attempt left is deleted first) and has the master seal
+// and record it. The file is read once and each append carries its blocks'
+// CRC32C; the server that fetches it checks the whole file's CRC32C.
+func (t *Table) storePartition(ctx context.Context, sc *stream.Client, p BulkPublish, i int, name string, stored func(uint64)) error {
+	f := p.Files[i]
+	fh, err := os.Open(f.Path)
+	if err != nil {
+		return fmt.Errorf("partition %d: %w", i, err)
+	}
+	defer fh.Close()
+	if fi, err := fh.Stat(); err != nil {
+		return fmt.Errorf("partition %d: %w", i, err)
+	} else if uint64(fi.Size()) != f.Size {
+		return fmt.Errorf("partition %d: %s is %d bytes; the version describes %d", i, f.Path, fi.Size(), f.Size)
+	}
+	streams := t.c.Streams()
+	if err := streams.Delete(ctx, name); err != nil && !errors.Is(err, stream.ErrStreamNotFound) {
+		return fmt.Errorf("partition %d: delete what an earlier attempt left in stream %s: %w", i, name, err)
+	}
+	if _, err := streams.Create(ctx, name, ""); err != nil {
+		return fmt.Errorf("partition %d: create stream %s: %w", i, name, err)
+	}
+	buf := make([]byte, streamEntryBlocks*stream.MaxBlockBytes)
+	blocks := make([][]byte, 0, streamEntryBlocks)
+	crc := uint32(0)
+	for off := uint64(0); off < f.Size; {
+		n := min(uint64(len(buf)), f.Size-off)
+		if _, err := fh.ReadAt(buf[:n], int64(off)); err != nil {
+			return fmt.Errorf("partition %d: read %s at %d: %w", i, f.Path, off, err)
+		}
+		crc = crc32.Update(crc, castagnoli, buf[:n])
+		blocks = blocks[:0]
+		for b := uint64(0); b < n; b += stream.MaxBlockBytes {
+			blocks = append(blocks, buf[b:min(n, b+stream.MaxBlockBytes)])
+		}
+		if _, err := sc.Append(ctx, name, blocks...); err != nil {
+			return fmt.Errorf("partition %d: append to stream %s at file offset %d: %w", i, name, off, err)
+		}
+		off += n
+		stored(n)
+	}
+	if crc != f.CRC32C {
+		// The file changed since it was described: nothing is recorded,
+		// and the stream goes.
+		_ = streams.Delete(ctx, name)
+		return fmt.Errorf("partition %d: %s has CRC32C %08x; the version describes %08x (the file changed?)", i, f.Path, crc, f.CRC32C)
+	}
+	req := &api.BulkStoredRequest{Tenant: t.c.opts.Tenant, Table: t.name, Version: p.Version, Partition: uint32(i), Stream: name}
+	return t.c.masterCall(ctx, fmt.Sprintf("client: record partition %d of version %d of %q as stored", i, p.Version, t.name), func(ctx context.Context, mc api.MasterClient) error {
+		resp, err := mc.BulkStored(ctx, req)
+		if err == nil {
+			t.ts.store(resp.GetMap())
+		}
+		return err
+	})
 }
 
 // uploadPartition sends partition i's file to the server hosting it,
@@ -261,9 +404,12 @@ func (t *Table) sendFile(ctx context.Context, ts api.TableServerClient, hdr *api
 		}
 		msg.Offset, msg.Data = off, buf[:n]
 		if err := stream.Send(msg); err != nil {
-			_, rerr := stream.CloseAndRecv() // the server's reason, if it sent one
+			resp, rerr := stream.CloseAndRecv() // the server's reason, if it sent one
 			if rerr != nil {
 				return false, rerr
+			}
+			if resp.GetLoaded() {
+				return true, nil // loaded meanwhile (fetched from its stream)
 			}
 			return false, err
 		}

@@ -3,9 +3,11 @@ package client_test
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -218,6 +220,70 @@ func TestBulkPublishSwitchRollbackDelta(t *testing.T) {
 	if st.GetCurrent() != 4 {
 		t.Fatalf("serving %d after the delta", st.GetCurrent())
 	}
+
+	// A delta over the delta: 100..119 put again, 0..9 deleted, new keys.
+	if err := publishDir(t, ctx, tb, buildVersion(t, parts, 5, 4, "v5", append(seq(100, 120), seq(bulkKeys, bulkKeys+50)...), seq(0, 10)), parts, client.PublishOptions{}); err != nil {
+		t.Fatalf("publish delta of a delta: %v", err)
+	}
+	model := map[string]string{}
+	for i := range bulkKeys {
+		switch {
+		case i < 100:
+			model[bulkKey(i)] = "v4:" + bulkKey(i)
+		case i < 150:
+		default:
+			model[bulkKey(i)] = "v2:" + bulkKey(i)
+		}
+	}
+	v4 := maps.Clone(model)
+	for i := range 10 {
+		delete(model, bulkKey(i))
+	}
+	for _, i := range append(seq(100, 120), seq(bulkKeys, bulkKeys+50)...) {
+		model[bulkKey(i)] = "v5:" + bulkKey(i)
+	}
+	checkScan := func(tb *client.Table, want map[string]string) {
+		t.Helper()
+		got := map[string]string{}
+		err := tb.Scan(ctx, func(k, v []byte) error {
+			if _, dup := got[string(k)]; dup {
+				return fmt.Errorf("key %q scanned twice", k)
+			}
+			got[string(k)] = string(v)
+			return nil
+		})
+		if err != nil {
+			t.Fatalf("scan: %v", err)
+		}
+		if !maps.Equal(got, want) {
+			diff := 0
+			for k, v := range want {
+				if got[k] != v {
+					diff++
+					if diff < 5 {
+						t.Errorf("key %q: scanned %q, want %q", k, got[k], v)
+					}
+				}
+			}
+			t.Fatalf("scan: %d keys, want %d; %d differ", len(got), len(want), diff)
+		}
+		// Scan agrees with Get at the version it read.
+		keys := make([][]byte, 0, 200)
+		for i := range 200 {
+			keys = append(keys, []byte(bulkKey(i)))
+		}
+		res, err := tb.BatchGet(ctx, keys)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, r := range res {
+			if w, ok := want[string(keys[i])]; r.Found != ok || string(r.Value) != w {
+				t.Fatalf("key %q: get %q %v, scanned %q %v", keys[i], r.Value, r.Found, w, ok)
+			}
+		}
+	}
+	checkScan(tb, model)
+	checkScan(tb.AtVersion(4), v4)
 }
 
 // TestBulkBadFileAndResume: a corrupt file is refused at load and the
@@ -358,5 +424,266 @@ func TestBulkBadFileAndResume(t *testing.T) {
 	// A wrong partition count is refused before anything is sent.
 	if _, err := bulk.DescribeDir(ctx, buildVersion(t, 3, 4, 0, "v4", all, nil), parts); err == nil {
 		t.Fatal("a 3-partition build described as a 2-partition version")
+	}
+}
+
+// TestBulkPartitionsMoveLoadFromStreams publishes a full version and a
+// delta over it to 3 servers (each file stored in a stream), kills the
+// server of partition 0 while readers run BatchGets, and checks that its
+// partitions move, their new servers fetch every retained version from the
+// streams, every key reads back, and no answer is wrong or from another
+// version. Then a server restarts with its files deleted and fetches them
+// again.
+func TestBulkPartitionsMoveLoadFromStreams(t *testing.T) {
+	tc := startCluster(t, 3)
+	c := newClient(t, tc.MasterAddr())
+	ctx := testCtx(t)
+	const parts = 6
+	if _, err := c.CreateTable(ctx, "moving", api.TableKind_TABLE_KIND_BULK, &api.TableOptions{Partitions: parts}); err != nil {
+		t.Fatal(err)
+	}
+	tb := c.Table("moving")
+	all := seq(0, bulkKeys)
+	if err := publishDir(t, ctx, tb, buildVersion(t, parts, 1, 0, "v1", all, nil), parts, client.PublishOptions{}); err != nil {
+		t.Fatalf("publish 1: %v", err)
+	}
+	if err := publishDir(t, ctx, tb, buildVersion(t, parts, 2, 1, "v2", seq(0, 500), seq(500, 600)), parts, client.PublishOptions{}); err != nil {
+		t.Fatalf("publish delta 2: %v", err)
+	}
+	want := func(i int) (string, bool) {
+		switch {
+		case i < 500:
+			return "v2:" + bulkKey(i), true
+		case i < 600:
+			return "", false
+		}
+		return "v1:" + bulkKey(i), true
+	}
+	st, err := tb.BulkStatus(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range st.GetVersions() {
+		if !v.GetStreams() {
+			t.Fatalf("version %d is not stored in streams", v.GetVersion())
+		}
+		for i, f := range v.GetFiles() {
+			if f.GetStream() == "" {
+				t.Fatalf("version %d partition %d: no stream recorded", v.GetVersion(), i)
+			}
+		}
+	}
+
+	var (
+		stop                 atomic.Bool
+		reads, wrong, failed atomic.Int64
+		firstErr, firstWrong atomic.Pointer[string]
+		wg                   sync.WaitGroup
+	)
+	for g := range 3 {
+		wg.Go(func() {
+			r := rand.New(rand.NewPCG(uint64(g), testSeed))
+			idx := make([]int, 64)
+			keys := make([][]byte, 64)
+			for !stop.Load() {
+				for i := range keys {
+					idx[i] = r.IntN(bulkKeys)
+					keys[i] = []byte(bulkKey(idx[i]))
+				}
+				res, err := tb.BatchGet(ctx, keys)
+				if err != nil {
+					failed.Add(1)
+					msg := err.Error()
+					firstErr.CompareAndSwap(nil, &msg)
+					continue
+				}
+				reads.Add(1)
+				for i, x := range res {
+					if w, ok := want(idx[i]); x.Found != ok || string(x.Value) != w {
+						wrong.Add(1)
+						msg := fmt.Sprintf("key %d: %q found=%v, want %q found=%v", idx[i], x.Value, x.Found, w, ok)
+						firstWrong.CompareAndSwap(nil, &msg)
+					}
+				}
+			}
+		})
+	}
+	waitFor(t, 20*time.Second, "reads", func() bool { return reads.Load() >= 20 })
+
+	m, err := tb.Map(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	victim := m.GetPartitions()[0].GetReplicas()[0].GetServerId()
+	vi := slices.Index(tc.ServerIDs(), victim)
+	var moved []uint64
+	for _, p := range m.GetPartitions() {
+		if p.GetReplicas()[0].GetServerId() == victim {
+			moved = append(moved, p.GetId())
+		}
+	}
+	if err := tc.KillServer(vi); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("killed %s (server %d), host of partitions %v", victim, vi, moved)
+	// The partitions move to live servers, which fetch versions 1 and 2.
+	waitFor(t, 30*time.Second, "the moved partitions to load both versions on their new servers", func() bool {
+		st, err := tb.BulkStatus(ctx)
+		if err != nil {
+			return false
+		}
+		m, err := tb.Map(ctx)
+		if err != nil {
+			return false
+		}
+		for _, p := range m.GetPartitions() {
+			if len(p.GetReplicas()) == 0 || p.GetReplicas()[0].GetServerId() == victim {
+				return false
+			}
+		}
+		for _, v := range st.GetVersions() {
+			if v.GetLoadedPartitions() != parts {
+				return false
+			}
+		}
+		return st.GetCurrent() == 2
+	})
+	waitReadsFrom := reads.Load()
+	waitFor(t, 20*time.Second, "reads after the move", func() bool { return reads.Load() >= waitReadsFrom+20 })
+	stop.Store(true)
+	wg.Wait()
+	if w := firstWrong.Load(); w != nil {
+		t.Fatalf("%d wrong answers; first: %s", wrong.Load(), *w)
+	}
+	if e := firstErr.Load(); e != nil {
+		t.Fatalf("%d of %d batch reads failed across the move; first: %s", failed.Load(), reads.Load()+failed.Load(), *e)
+	}
+	t.Logf("%d batch reads of 64 keys across the kill and the move: none failed, none wrong", reads.Load())
+
+	checkAll := func(what string) {
+		t.Helper()
+		keys := make([][]byte, 0, bulkKeys)
+		for i := range bulkKeys {
+			keys = append(keys, []byte(bulkKey(i)))
+		}
+		res, err := tb.BatchGet(ctx, keys)
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		for i, x := range res {
+			if w, ok := want(i); x.Found != ok || string(x.Value) != w {
+				t.Fatalf("%s: key %d: %q found=%v, want %q found=%v", what, i, x.Value, x.Found, w, ok)
+			}
+		}
+		n := 0
+		if err := tb.Scan(ctx, func(k, v []byte) error { n++; return nil }); err != nil || n != bulkKeys-100 {
+			t.Fatalf("%s: scan: %d keys, %v", what, n, err)
+		}
+		// Version 1 (the delta's base) too, pinned.
+		res, err = tb.AtVersion(1).BatchGet(ctx, keys[:1000])
+		if err != nil {
+			t.Fatalf("%s: version 1: %v", what, err)
+		}
+		for i, x := range res {
+			if !x.Found || string(x.Value) != "v1:"+bulkKey(i) {
+				t.Fatalf("%s: version 1 key %d: %q %v", what, i, x.Value, x.Found)
+			}
+		}
+	}
+	checkAll("after the move")
+
+	// A server restarts having lost its files: it fetches them again.
+	ri := (vi + 1) % 3
+	if err := tc.KillServer(ri); err != nil {
+		t.Fatal(err)
+	}
+	bulkFiles := func(remove bool) int {
+		n := 0
+		_ = filepath.WalkDir(filepath.Join(tc.Dir(), fmt.Sprintf("server-%d", ri)), func(path string, d os.DirEntry, err error) error {
+			if err == nil && !d.IsDir() && filepath.Ext(path) == ".bulk" && !strings.Contains(path, "orphan") {
+				if !remove || os.Remove(path) == nil {
+					n++
+				}
+			}
+			return nil
+		})
+		return n
+	}
+	removed := bulkFiles(true)
+	if err := tc.RestartServer(ctx, ri); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("restarted server %d without its %d bulk files", ri, removed)
+	waitFor(t, 30*time.Second, "every partition to load both versions again", func() bool {
+		st, err := tb.BulkStatus(ctx)
+		if err != nil {
+			return false
+		}
+		for _, v := range st.GetVersions() {
+			if v.GetLoadedPartitions() != parts {
+				return false
+			}
+		}
+		return true
+	})
+	checkAll("after the restart")
+	if n := bulkFiles(false); n < removed {
+		t.Fatalf("server %d holds %d bulk files after the restart; it lost %d", ri, n, removed)
+	}
+}
+
+// TestBulkStreamBadFile: a file that passes the publisher's checks but not
+// the server's verification (its records are corrupt, its CRC32C is of the
+// corrupt bytes) is refused by the server that fetches it from its stream;
+// the publish fails with bad_file and the table keeps serving.
+func TestBulkStreamBadFile(t *testing.T) {
+	tc := startCluster(t, 3)
+	c := newClient(t, tc.MasterAddr())
+	ctx := testCtx(t)
+	const parts = 2
+	if _, err := c.CreateTable(ctx, "bad", api.TableKind_TABLE_KIND_BULK, &api.TableOptions{Partitions: parts}); err != nil {
+		t.Fatal(err)
+	}
+	tb := c.Table("bad")
+	all := seq(0, 5000)
+	if err := publishDir(t, ctx, tb, buildVersion(t, parts, 1, 0, "v1", all, nil), parts, client.PublishOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	dir := buildVersion(t, parts, 2, 0, "v2", all, nil)
+	path := filepath.Join(dir, bulk.PartitionFileName(1, parts))
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[len(b)/3] ^= 0x10 // inside the records
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	dv, err := bulk.DescribeDir(ctx, dir, parts)
+	if err != nil {
+		t.Skipf("the corruption landed where DescribeDir sees it: %v", err)
+	}
+	p := client.BulkPublish{Version: dv.Version}
+	for _, f := range dv.Files {
+		p.Files = append(p.Files, client.BulkFile{Path: f.Path, Size: uint64(f.FileBytes), CRC32C: f.CRC, Records: f.Records})
+	}
+	err = tb.PublishBulk(ctx, p, client.PublishOptions{})
+	if api.DetailOf(err).GetReason() != "bad_file" {
+		t.Fatalf("publish of a corrupt file: %v", err)
+	}
+	t.Logf("refused: %v", err)
+	st, err := tb.BulkStatus(ctx)
+	if err != nil || st.GetCurrent() != 1 {
+		t.Fatalf("serving %d after a refused version: %v", st.GetCurrent(), err)
+	}
+	if v, err := tb.Get(ctx, []byte(bulkKey(5))); err != nil || string(v) != "v1:"+bulkKey(5) {
+		t.Fatalf("after a refused version: %q %v", v, err)
+	}
+	// A good version 3 replaces the refused one.
+	if err := publishDir(t, ctx, tb, buildVersion(t, parts, 3, 0, "v3", all, nil), parts, client.PublishOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := tb.Get(ctx, []byte(bulkKey(5))); err != nil || string(v) != "v3:"+bulkKey(5) {
+		t.Fatalf("after version 3: %q %v", v, err)
 	}
 }

@@ -15,17 +15,39 @@ import (
 // returns an error, Scan stops and returns it as is. The partitions are those
 // of the map when Scan starts; each is read at one point in time, not all at
 // the same one.
+//
+// A bulk table is scanned at one version in every partition: the pinned one
+// (AtVersion) or the serving one when Scan starts, delta versions included
+// (each live key once, with the value Get returns at that version). If that
+// version is unloaded before the first record arrives, Scan starts again on
+// the new serving version; after that, it fails with VERSION_GONE rather
+// than mix versions.
 func (t *Table) Scan(ctx context.Context, fn func(key, value []byte) error) error {
-	m, err := t.Map(ctx)
-	if err != nil {
-		return err
+	delivered := 0
+	count := func(key, value []byte) error {
+		delivered++
+		return fn(key, value)
 	}
-	for i := range len(m.GetPartitions()) {
-		if err := t.ScanPartition(ctx, i, fn); err != nil {
+	for attempt := 0; ; attempt++ {
+		m, err := t.Map(ctx)
+		if err != nil {
 			return err
 		}
+		version := t.pin
+		if version == 0 {
+			version = m.GetBulk().GetCurrent()
+		}
+		for i := range len(m.GetPartitions()) {
+			if err = t.scanPartition(ctx, i, version, count); err != nil {
+				break
+			}
+		}
+		if err == nil || api.CodeOf(err) != api.ErrorCode_ERROR_CODE_VERSION_GONE || t.pin != 0 ||
+			delivered > 0 || attempt >= versionGoneRetries || ctx.Err() != nil {
+			return err
+		}
+		t.refreshQuietly(ctx)
 	}
-	return nil
 }
 
 // ScanPartition calls fn for every live record of partition index (0-based,
@@ -33,8 +55,15 @@ func (t *Table) Scan(ctx context.Context, fn func(key, value []byte) error) erro
 // retried; once records were delivered a failure is returned instead, so fn
 // never sees a record twice. If fn returns an error, ScanPartition stops and
 // returns it as is. Once streaming, a scan is bounded by ctx only, not by
-// Options.RetryTimeout.
+// Options.RetryTimeout. A bulk partition is read at the pinned version, or
+// the serving one by the map.
 func (t *Table) ScanPartition(ctx context.Context, index int, fn func(key, value []byte) error) error {
+	return t.scanPartition(ctx, index, t.pin, fn)
+}
+
+// scanPartition is ScanPartition at bulk version (0: the map's serving one,
+// following switches until the first record).
+func (t *Table) scanPartition(ctx context.Context, index int, version uint64, fn func(key, value []byte) error) error {
 	op := fmt.Sprintf("scan partition %d of", index)
 	if t.err != nil {
 		return t.errf(op, t.err)
@@ -50,6 +79,9 @@ func (t *Table) ScanPartition(ctx context.Context, index int, fn func(key, value
 	return t.do(ctx, op, false, pick, func(ctx context.Context, ts api.TableServerClient, h *api.RequestHeader) error {
 		ctx, cancel := context.WithCancel(ctx)
 		defer cancel() // ends the stream when fn stops early
+		if version != 0 {
+			h.BulkVersion = version
+		}
 		stream, err := ts.Scan(ctx, &api.ScanRequest{Header: h})
 		if err != nil {
 			return err
@@ -61,6 +93,11 @@ func (t *Table) ScanPartition(ctx context.Context, index int, fn func(key, value
 				return nil
 			}
 			if err != nil {
+				if version != 0 && api.CodeOf(err) == api.ErrorCode_ERROR_CODE_VERSION_GONE {
+					// A version chosen for the whole scan is gone: the
+					// caller decides (it must not change under the scan).
+					return &permanentError{t.errf(op, err)}
+				}
 				if delivered > 0 && ctx.Err() == nil {
 					return &permanentError{t.errf(op, fmt.Errorf("stream broke after %d records: %w", delivered, err))}
 				}

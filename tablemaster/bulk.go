@@ -1,10 +1,14 @@
 package tablemaster
 
 import (
+	"errors"
 	"fmt"
 	"slices"
+	"strconv"
+	"strings"
 
 	"github.com/tabuladb/tabula/api"
+	"github.com/tabuladb/tabula/replication/stream"
 )
 
 // Bulk tables (DESIGN §6). A version's files are built offline (one per
@@ -18,6 +22,16 @@ import (
 // table's retention. Rollback switches to a retained version loaded
 // everywhere. A request names one version; the servers serve every version
 // they hold loaded, so the switch fails no read.
+//
+// Every file is also written into a stream of its own (DESIGN §6), named
+// by BulkStreamName, which the publisher writes and OpBulkStored records
+// once the master has sealed it. A version switches only when every file
+// is stored as well as loaded, so the serving version and every retained
+// one can always be fetched from the stream layer: a partition moves off
+// a dead or draining server like a memory one, and its new server fetches
+// the files of the retained versions, verifies and loads them, and reports
+// them as it would an upload. The streams of a version go when the version
+// does (retention, an abandoned publish, a dropped table).
 
 // Limits of bulk tables.
 const (
@@ -62,6 +76,33 @@ type BulkVersion struct {
 	// LoadedOn[i] is the server that reported partition i's file loaded;
 	// the partition counts as loaded only while that server hosts it.
 	LoadedOn []string `json:"loaded_on"`
+	// Streams: the files go through streams (BulkFile.Stream) and the
+	// version switches only once all are stored. False when the cluster
+	// could not place a stream at publish (fewer than bulkStreamReplicas
+	// live servers in distinct fault domains): the files then exist only
+	// on the servers they were uploaded to, and a partition that moves
+	// needs the version published again.
+	Streams bool `json:"streams,omitempty"`
+	// Error says why the version cannot load: a server refused the file
+	// it fetched from the stream. A loading version with an error never
+	// switches; the next publish abandons it.
+	Error string `json:"error,omitempty"`
+}
+
+// bulkStreamReplicas is the replica count of the stream manager's extents
+// (stream.ManagerOptions.Replicas, default 3), each in its own fault domain.
+const bulkStreamReplicas = 3
+
+// streamsPlaceable reports whether a new extent can be placed now: enough
+// live extent nodes in distinct fault domains.
+func (s *State) streamsPlaceable() bool {
+	fds := map[string]bool{}
+	for _, n := range s.streams().Nodes() {
+		if n.Alive {
+			fds[n.FaultDomain] = true
+		}
+	}
+	return len(fds) >= bulkStreamReplicas
 }
 
 // BulkFile is one partition file of a version.
@@ -69,6 +110,116 @@ type BulkFile struct {
 	Size    uint64 `json:"size"`
 	CRC     uint32 `json:"crc"`
 	Records uint64 `json:"records,omitempty"`
+	// Stream is the stream holding the file once OpBulkStored recorded it
+	// (sealed); empty before.
+	Stream string `json:"stream,omitempty"`
+}
+
+// sameContent reports whether a and b describe the same files (what was
+// published; where they are stored aside).
+func sameContent(a, b []BulkFile) bool {
+	return slices.EqualFunc(a, b, func(x, y BulkFile) bool {
+		return x.Size == y.Size && x.CRC == y.CRC && x.Records == y.Records
+	})
+}
+
+// bulkStreamPrefix starts the name of every bulk file's stream.
+const bulkStreamPrefix = "bulk/"
+
+// BulkStreamName is the stream partition index's file of version of the
+// table with id tableID is written into: "bulk/<table id>/<version>/<index>".
+// The table id, never reused, keeps a dropped table's name from meeting a
+// new table's.
+func BulkStreamName(tableID, version uint64, index int) string {
+	return fmt.Sprintf("%s%d/%d/%d", bulkStreamPrefix, tableID, version, index)
+}
+
+// parseBulkStreamName reverses BulkStreamName.
+func parseBulkStreamName(name string) (tableID, version uint64, index int, ok bool) {
+	rest, found := strings.CutPrefix(name, bulkStreamPrefix)
+	if !found {
+		return 0, 0, 0, false
+	}
+	f := strings.Split(rest, "/")
+	if len(f) != 3 {
+		return 0, 0, 0, false
+	}
+	t, err1 := strconv.ParseUint(f[0], 10, 64)
+	v, err2 := strconv.ParseUint(f[1], 10, 64)
+	i, err3 := strconv.ParseUint(f[2], 10, 31)
+	if err1 != nil || err2 != nil || err3 != nil || BulkStreamName(t, v, int(i)) != name {
+		return 0, 0, 0, false
+	}
+	return t, v, int(i), true
+}
+
+// dropBulkStreams deletes the streams of version of t (every partition's,
+// recorded or still being written). A stream that is not there is fine.
+func (s *State) dropBulkStreams(t *Table, version uint64) {
+	for i := range t.Partitions {
+		s.dropStream(BulkStreamName(t.ID, version, i))
+	}
+}
+
+func (s *State) dropStream(name string) {
+	if _, _, err := s.streams().Stream(name); err != nil {
+		return
+	}
+	if _, err := s.streams().Apply(stream.Command{Op: stream.OpDeleteStream, Stream: name}); err != nil && !errors.Is(err, stream.ErrStreamNotFound) {
+		panic(fmt.Sprintf("tablemaster: delete stream %s: %v", name, err)) // it exists: a broken invariant
+	}
+}
+
+// StrayBulkStreams lists the bulk file streams (BulkStreamName) that no
+// version of a table holds: their table is gone, or their version was
+// published and is no longer retained or loading. A stream of a version not
+// published yet is not stray (a publisher registers before it writes).
+func (s *State) StrayBulkStreams() []string {
+	byID := map[uint64]*Table{}
+	for _, t := range s.Tables {
+		byID[t.ID] = t
+	}
+	var out []string
+	for _, name := range s.StreamManager().Streams() {
+		tid, v, i, ok := parseBulkStreamName(name)
+		if !ok {
+			continue
+		}
+		t := byID[tid]
+		switch {
+		case t == nil:
+			if tid < s.NextTableID {
+				out = append(out, name) // dropped
+			}
+		case t.Bulk == nil || i >= len(t.Partitions):
+			out = append(out, name)
+		case t.Bulk.version(v) < 0 && v <= t.Bulk.LastVersion:
+			out = append(out, name)
+		}
+	}
+	return out
+}
+
+// bulkStored reports whether every file of bv is stored in its stream (or
+// bv does not go through streams).
+func (bv *BulkVersion) bulkStored() bool {
+	return !bv.Streams || !slices.ContainsFunc(bv.Files, func(f BulkFile) bool { return f.Stream == "" })
+}
+
+// bulkMovable reports whether partition i of bulk table t can move to
+// another server without losing anything: every version loaded anywhere
+// (all but those still loading, whose publisher retries on the new
+// server) has its file in a stream, where the new server fetches it.
+func (t *Table) bulkMovable(i int) bool {
+	if t.Bulk == nil {
+		return false
+	}
+	for _, v := range t.Bulk.Versions {
+		if v.State != BulkLoading && (!v.Streams || v.Files[i].Stream == "") {
+			return false
+		}
+	}
+	return true
 }
 
 func (b *BulkState) clone() *BulkState {
@@ -170,7 +321,7 @@ func (s *State) bulkPublish(cmd Command) (Result, error) {
 		// The same version again: a resumed or repeated publish, fine if
 		// it is the same content (the uploads go where it is not loaded).
 		v := &b.Versions[k]
-		if v.Base != cmd.BaseVersion || !slices.Equal(v.Files, cmd.Files) {
+		if v.Base != cmd.BaseVersion || !sameContent(v.Files, cmd.Files) {
 			return Result{}, errCode(ErrInvalidArgument, api.ErrorCode_ERROR_CODE_ALREADY_EXISTS, "version_exists",
 				"version %d of %s/%s was published with other files; build the new content as version %d or later", cmd.Version, t.Tenant, t.Name, b.LastVersion+1)
 		}
@@ -189,10 +340,20 @@ func (s *State) bulkPublish(cmd Command) (Result, error) {
 	}
 	// Validation is over: mutate. A version still loading is abandoned by
 	// a newer publish: its uploads are deleted.
-	b.Versions = slices.DeleteFunc(b.Versions, func(v BulkVersion) bool { return v.State == BulkLoading })
+	b.Versions = slices.DeleteFunc(b.Versions, func(v BulkVersion) bool {
+		if v.State == BulkLoading {
+			s.dropBulkStreams(t, v.Version)
+			return true
+		}
+		return false
+	})
+	files := slices.Clone(cmd.Files)
+	for i := range files {
+		files[i].Stream = "" // recorded by OpBulkStored only
+	}
 	b.Versions = append(b.Versions, BulkVersion{
 		Version: cmd.Version, Base: cmd.BaseVersion, State: BulkLoading, CreatedUnixMs: cmd.UnixMs,
-		Files: slices.Clone(cmd.Files), LoadedOn: make([]string, len(t.Partitions)),
+		Files: files, LoadedOn: make([]string, len(t.Partitions)), Streams: s.streamsPlaceable(),
 	})
 	b.LastVersion = cmd.Version
 	return Result{Changed: true, Table: t}, nil
@@ -228,6 +389,16 @@ func (s *State) bulkLoadedCmd(cmd Command) (Result, error) {
 		return Result{}, errInvalid("file", "file_missing", 0, "the loaded file's size and crc are missing")
 	}
 	v := &b.Versions[k]
+	if cmd.Error != "" {
+		// A server refused the file it fetched: a loading version
+		// cannot switch, and its publisher is told.
+		hosted := slices.ContainsFunc(t.Partitions[pi].Replicas, func(r Replica) bool { return r.ServerID == cmd.ServerID })
+		if !hosted || v.State != BulkLoading || v.Error != "" {
+			return Result{}, nil
+		}
+		v.Error = fmt.Sprintf("partition %d: server %s refused the file: %s", pi, cmd.ServerID, cmd.Error)
+		return Result{Changed: true, Table: t}, nil
+	}
 	if f := v.Files[pi]; f.Size != cmd.File.Size || f.CRC != cmd.File.CRC {
 		return Result{}, errInvalid("file", "file_mismatch", 0, "server %s loaded a file of %d bytes, crc %08x, for partition %d of version %d; the version's file is %d bytes, crc %08x",
 			cmd.ServerID, cmd.File.Size, cmd.File.CRC, pi, cmd.Version, f.Size, f.CRC)
@@ -238,10 +409,65 @@ func (s *State) bulkLoadedCmd(cmd Command) (Result, error) {
 	}
 	v.LoadedOn[pi] = cmd.ServerID
 	res := Result{Changed: true, Table: t}
-	if v.State == BulkLoading && t.BulkLoadedCount(v) == len(t.Partitions) {
-		t.bulkSwitch(cmd.Version, cmd.UnixMs)
-	}
+	s.bulkMaybeSwitch(t, v, cmd.UnixMs)
 	return res, nil
+}
+
+// bulkMaybeSwitch switches t to loading version v once every partition's
+// server loaded it and every file is stored in its stream, unless a server
+// refused its file (its publish failed).
+func (s *State) bulkMaybeSwitch(t *Table, v *BulkVersion, unixMs int64) {
+	if v.State == BulkLoading && v.Error == "" && v.bulkStored() && t.BulkLoadedCount(v) == len(t.Partitions) {
+		s.bulkSwitch(t, v.Version, unixMs)
+	}
+}
+
+// bulkStoredCmd records that partition cmd.PartitionID (its index) of
+// cmd.Version is stored in stream cmd.Stream, which must be the version's
+// stream for it, exist, and be sealed to the end.
+func (s *State) bulkStoredCmd(cmd Command) (Result, error) {
+	t, err := s.bulkTable(cmd)
+	if err != nil {
+		return Result{}, err
+	}
+	k := t.Bulk.version(cmd.Version)
+	if k < 0 {
+		return Result{}, errCode(ErrInvalidArgument, api.ErrorCode_ERROR_CODE_NOT_FOUND, "version_not_retained",
+			"version %d of %s/%s is not being published or retained (a newer publish abandoned it?)", cmd.Version, t.Tenant, t.Name)
+	}
+	if !t.Bulk.Versions[k].Streams {
+		return Result{}, errInvalid("stream", "version_without_streams", 0,
+			"version %d of %s/%s was published without streams (too few servers then); its files are uploaded to the servers only", cmd.Version, t.Tenant, t.Name)
+	}
+	if cmd.PartitionID >= uint64(len(t.Partitions)) {
+		return Result{}, errInvalid("partition", "partition_out_of_range", uint64(len(t.Partitions)), "partition %d is out of range; %s/%s has %d", cmd.PartitionID, t.Tenant, t.Name, len(t.Partitions))
+	}
+	pi := int(cmd.PartitionID)
+	want := BulkStreamName(t.ID, cmd.Version, pi)
+	if cmd.Stream != want {
+		return Result{}, errInvalid("stream", "stream_name", 0, "partition %d of version %d is stored in stream %q, not %q", pi, cmd.Version, want, cmd.Stream)
+	}
+	_, exts, err := s.streams().Stream(cmd.Stream)
+	if err != nil {
+		return Result{}, errInvalid("stream", "stream_missing", 0, "stream %q: %v; write the file into it first", cmd.Stream, err)
+	}
+	var n int64
+	for _, e := range exts {
+		if !e.Sealed {
+			return Result{}, errInvalid("stream", "stream_not_sealed", 0, "stream %q has an open extent %d; it is sealed before it is recorded", cmd.Stream, e.ID)
+		}
+		n += e.Length
+	}
+	if n == 0 {
+		return Result{}, errInvalid("stream", "stream_empty", 0, "stream %q is empty", cmd.Stream)
+	}
+	v := &t.Bulk.Versions[k]
+	if v.Files[pi].Stream == cmd.Stream {
+		return Result{Table: t}, nil
+	}
+	v.Files[pi].Stream = cmd.Stream
+	s.bulkMaybeSwitch(t, v, cmd.UnixMs)
+	return Result{Changed: true, Table: t}, nil
 }
 
 func (s *State) bulkRollback(cmd Command) (Result, error) {
@@ -261,17 +487,22 @@ func (s *State) bulkRollback(cmd Command) (Result, error) {
 	v := &b.Versions[k]
 	if n := t.BulkLoadedCount(v); n < len(t.Partitions) {
 		return Result{}, errCode(ErrInvalidArgument, api.ErrorCode_ERROR_CODE_UNAVAILABLE, "version_not_loaded",
-			"version %d of %s/%s is loaded on %d of %d partitions (a partition moved, or it is still loading); publish it again to reload it", cmd.Version, t.Tenant, t.Name, n, len(t.Partitions))
+			"version %d of %s/%s is loaded on %d of %d partitions (a partition moved and its server is fetching it, or it is still loading); try again shortly", cmd.Version, t.Tenant, t.Name, n, len(t.Partitions))
 	}
-	t.bulkSwitch(cmd.Version, cmd.UnixMs)
+	if !v.bulkStored() {
+		return Result{}, errCode(ErrInvalidArgument, api.ErrorCode_ERROR_CODE_UNAVAILABLE, "version_not_stored",
+			"version %d of %s/%s is still being stored in streams; wait for its publish to finish", cmd.Version, t.Tenant, t.Name)
+	}
+	s.bulkSwitch(t, cmd.Version, cmd.UnixMs)
 	return Result{Changed: true, Table: t}, nil
 }
 
 // bulkSwitch makes version v (loaded everywhere) the serving one, then
 // keeps only the retained versions: the serving one, the newest
 // Options.BulkRetainedVersions-1 others loaded everywhere, any version
-// still loading, and the bases of every kept delta.
-func (t *Table) bulkSwitch(v uint64, unixMs int64) {
+// still loading, and the bases of every kept delta. The streams of the
+// versions dropped are deleted.
+func (s *State) bulkSwitch(t *Table, v uint64, unixMs int64) {
 	b := t.Bulk
 	for i := range b.Versions {
 		x := &b.Versions[i]
@@ -305,7 +536,13 @@ func (t *Table) bulkSwitch(v uint64, unixMs int64) {
 			keep[x.Base] = true
 		}
 	}
-	b.Versions = slices.DeleteFunc(b.Versions, func(x BulkVersion) bool { return !keep[x.Version] })
+	b.Versions = slices.DeleteFunc(b.Versions, func(x BulkVersion) bool {
+		if !keep[x.Version] {
+			s.dropBulkStreams(t, x.Version)
+			return true
+		}
+		return false
+	})
 }
 
 // BulkInfoProto returns t's bulk state as the wire message; detail adds
@@ -320,13 +557,13 @@ func (t *Table) BulkInfoProto(detail bool) *api.BulkInfo {
 		pv := &api.BulkVersion{
 			Version: v.Version, BaseVersion: v.Base, State: bulkStateProto(v.State),
 			CreatedUnixMs: v.CreatedUnixMs, ServingSinceUnixMs: v.ServingSinceUnixMs,
-			LoadedPartitions: uint32(t.BulkLoadedCount(v)),
+			LoadedPartitions: uint32(t.BulkLoadedCount(v)), Error: v.Error, Streams: v.Streams,
 		}
 		for pi, f := range v.Files {
 			pv.Records += f.Records
 			pv.Bytes += f.Size
 			if detail {
-				pv.Files = append(pv.Files, &api.BulkFile{Partition: uint32(pi), Size: f.Size, Crc32C: f.CRC, Records: f.Records})
+				pv.Files = append(pv.Files, &api.BulkFile{Partition: uint32(pi), Size: f.Size, Crc32C: f.CRC, Records: f.Records, Stream: f.Stream})
 				pv.Loaded = append(pv.Loaded, t.bulkLoaded(v, pi))
 			}
 		}

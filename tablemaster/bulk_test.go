@@ -3,20 +3,24 @@ package tablemaster
 import (
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/tabuladb/tabula/api"
+	"github.com/tabuladb/tabula/replication/stream"
 )
 
 const bulkKind = api.TableKind_TABLE_KIND_BULK
 
-// bulkState has table default/b (bulk, 3 partitions, retention 2) on two servers.
+// bulkState has table default/b (bulk, 3 partitions, retention 2) on
+// three servers (extent nodes: a stream's extent needs 3).
 func bulkState(t *testing.T) *State {
 	s := NewState()
 	mustApply(t, s,
 		Command{Op: OpCreateTenant, Tenant: "default"},
 		register("", "h1:1", "a"),
 		register("", "h2:1", "b"),
+		register("", "h3:1", "c"),
 		Command{Op: OpCreateTable, Tenant: "default", Table: "b", Kind: bulkKind, Options: &TableOptions{Partitions: 3}},
 	)
 	return s
@@ -34,9 +38,42 @@ func publish(v, base uint64, fs []BulkFile) Command {
 	return Command{Op: OpBulkPublish, Tenant: "default", Table: "b", Version: v, BaseVersion: base, Files: fs, UnixMs: 5}
 }
 
-// loadAll reports version v loaded by every partition's host.
+// writeStream makes stream name as a publisher leaves it: one extent of
+// length bytes, sealed when sealed.
+func writeStream(t *testing.T, s *State, name string, length int64, sealed bool) {
+	t.Helper()
+	mustApply(t, s, Command{Op: OpStream, StreamCmd: &stream.Command{Op: stream.OpCreateStream, Stream: name}})
+	res := mustApply(t, s, Command{Op: OpStream, StreamCmd: &stream.Command{Op: stream.OpAllocate, Stream: name}})
+	if sealed {
+		mustApply(t, s, Command{Op: OpStream, StreamCmd: &stream.Command{Op: stream.OpSeal, Extent: res.Stream.Extent, Length: length}})
+	}
+}
+
+func stored(v uint64, i int, name string) Command {
+	return Command{Op: OpBulkStored, Tenant: "default", Table: "b", Version: v, PartitionID: uint64(i), Stream: name, UnixMs: 8}
+}
+
+// storeAll writes and records the stream of every file of version v.
+func storeAll(t *testing.T, s *State, v uint64) {
+	t.Helper()
+	tb := s.Tables["default/b"]
+	for i := range tb.Partitions {
+		name := BulkStreamName(tb.ID, v, i)
+		writeStream(t, s, name, 1000, true)
+		mustApply(t, s, stored(v, i, name))
+	}
+}
+
+func hasStream(s *State, name string) bool {
+	_, _, err := s.StreamManager().Stream(name)
+	return err == nil
+}
+
+// loadAll stores version v's files and reports them loaded by every
+// partition's host.
 func loadAll(t *testing.T, s *State, v uint64, fs []BulkFile) {
 	t.Helper()
+	storeAll(t, s, v)
 	tb := s.Tables["default/b"]
 	for i, p := range tb.Partitions {
 		mustApply(t, s, Command{Op: OpBulkLoaded, Tenant: "default", Table: "b", Version: v, PartitionID: p.ID,
@@ -198,4 +235,270 @@ func TestBulkAbandonAndMove(t *testing.T) {
 	if s.Tables["default/b"].Bulk.Versions[0].LoadedOn[0] == "x" {
 		t.Fatal("Clone shares bulk state")
 	}
+}
+
+// TestBulkStored: a version switches only once every file is both loaded
+// and stored in its sealed stream; bad records are refused and change
+// nothing; retention, abandonment and drop delete the streams.
+func TestBulkStored(t *testing.T) {
+	s := bulkState(t)
+	tb := s.Tables["default/b"]
+	f1 := files(3, 1)
+	mustApply(t, s, publish(1, 0, f1))
+	for i, p := range tb.Partitions {
+		mustApply(t, s, Command{Op: OpBulkLoaded, Tenant: "default", Table: "b", Version: 1, PartitionID: p.ID, ServerID: s.Tables["default/b"].Partitions[i].Replicas[0].ServerID, File: &f1[i]})
+	}
+	if cur, _, _ := versions(s); cur != 0 {
+		t.Fatal("switched with no file stored")
+	}
+	name0 := BulkStreamName(tb.ID, 1, 0)
+	// Refused: no such stream; another name; an open extent; an empty
+	// stream; a partition out of range; a version not published.
+	bad := []struct {
+		cmd    Command
+		reason string
+	}{
+		{stored(1, 0, name0), "stream_missing"},
+		{stored(1, 0, BulkStreamName(tb.ID, 1, 1)), "stream_name"},
+		{stored(1, 0, "x"), "stream_name"},
+		{stored(1, 5, BulkStreamName(tb.ID, 1, 5)), "partition_out_of_range"},
+		{stored(7, 0, BulkStreamName(tb.ID, 7, 0)), "version_not_retained"},
+	}
+	for _, b := range bad {
+		before := s.Clone()
+		if _, err := s.Apply(b.cmd); api.DetailOf(err).GetReason() != b.reason {
+			t.Fatalf("%+v: %v, want %s", b.cmd, err, b.reason)
+		}
+		if s.Tables["default/b"].Bulk.Versions[0].Files[0].Stream != "" || before.Version != s.Version {
+			t.Fatal("a refused record changed the state")
+		}
+	}
+	writeStream(t, s, name0, 0, false)
+	if _, err := s.Apply(stored(1, 0, name0)); api.DetailOf(err).GetReason() != "stream_not_sealed" {
+		t.Fatalf("open stream: %v", err)
+	}
+	mustApply(t, s, Command{Op: OpStream, StreamCmd: &stream.Command{Op: stream.OpDeleteStream, Stream: name0}})
+	writeStream(t, s, name0, 0, true)
+	if _, err := s.Apply(stored(1, 0, name0)); api.DetailOf(err).GetReason() != "stream_empty" {
+		t.Fatalf("empty stream: %v", err)
+	}
+	mustApply(t, s, Command{Op: OpStream, StreamCmd: &stream.Command{Op: stream.OpDeleteStream, Stream: name0}})
+	storeAll(t, s, 1)
+	if cur, _, _ := versions(s); cur != 1 {
+		t.Fatalf("not switched after the last file was stored: current %d", cur)
+	}
+	if res := mustApply(t, s, stored(1, 0, name0)); res.Changed {
+		t.Fatal("a repeated record changed the state")
+	}
+	// The publish of the same files again keeps the records.
+	if res := mustApply(t, s, publish(1, 0, f1)); res.Changed || s.Tables["default/b"].Bulk.Versions[0].Files[0].Stream != name0 {
+		t.Fatal("publishing the same version again changed its records")
+	}
+
+	// Retention 2: publishing 2 and 3 drops 1 and its streams.
+	f2, f3, f4, f5 := files(3, 2), files(3, 3), files(3, 4), files(3, 5)
+	mustApply(t, s, publish(2, 0, f2))
+	loadAll(t, s, 2, f2)
+	mustApply(t, s, publish(3, 0, f3))
+	loadAll(t, s, 3, f3)
+	for i := range 3 {
+		if hasStream(s, BulkStreamName(tb.ID, 1, i)) {
+			t.Fatalf("stream of dropped version 1 partition %d still there", i)
+		}
+		if !hasStream(s, BulkStreamName(tb.ID, 2, i)) || !hasStream(s, BulkStreamName(tb.ID, 3, i)) {
+			t.Fatal("a stream of a retained version is gone")
+		}
+	}
+	// An abandoned version's streams go, stored or still being written.
+	mustApply(t, s, publish(4, 0, f4))
+	writeStream(t, s, BulkStreamName(tb.ID, 4, 0), 1000, true)
+	mustApply(t, s, stored(4, 0, BulkStreamName(tb.ID, 4, 0)))
+	writeStream(t, s, BulkStreamName(tb.ID, 4, 1), 0, false)
+	mustApply(t, s, publish(5, 0, f5))
+	if hasStream(s, BulkStreamName(tb.ID, 4, 0)) || hasStream(s, BulkStreamName(tb.ID, 4, 1)) {
+		t.Fatal("streams of the abandoned version 4 are still there")
+	}
+	// Dropping the table drops its streams.
+	mustApply(t, s, Command{Op: OpDropTable, Tenant: "default", Table: "b"})
+	for _, v := range []uint64{2, 3} {
+		if hasStream(s, BulkStreamName(tb.ID, v, 0)) {
+			t.Fatalf("stream of version %d of a dropped table is still there", v)
+		}
+	}
+}
+
+// TestBulkPartitionsMove: a bulk partition whose versions are all stored
+// moves off a dead server at once (its new server fetches the files); one
+// with a version only on its server's disk waits for it.
+func TestBulkPartitionsMove(t *testing.T) {
+	s := bulkState(t)
+	f1 := files(3, 1)
+	mustApply(t, s, publish(1, 0, f1))
+	loadAll(t, s, 1, f1)
+	tb := s.Tables["default/b"]
+	host := tb.Partitions[0].Replicas[0].ServerID
+	res := mustApply(t, s, Command{Op: OpServerDown, ServerID: host, UnixMs: 10})
+	if len(res.Held) != 0 || len(res.Moved) == 0 {
+		t.Fatalf("stored bulk partitions: moved %v held %v", res.Moved, res.Held)
+	}
+	tb = s.Tables["default/b"]
+	for _, p := range tb.Partitions {
+		if len(p.Replicas) != 1 || p.Replicas[0].ServerID == host {
+			t.Fatalf("partition %d still on %s or unplaced: %+v", p.ID, host, p.Replicas)
+		}
+	}
+	if n := tb.BulkLoadedCount(&tb.Bulk.Versions[0]); n == 3 {
+		t.Fatal("moved partitions count as loaded before their new server reports")
+	}
+	// A draining server's bulk partitions move too.
+	drained := tb.Partitions[2].Replicas[0].ServerID
+	res = mustApply(t, s, Command{Op: OpServerDown, ServerID: drained, Draining: true, UnixMs: 15})
+	if len(res.Held) != 0 || !slices.Contains(res.Moved, tb.Partitions[2].ID) {
+		t.Fatalf("drain: moved %v held %v", res.Moved, res.Held)
+	}
+	mustApply(t, s, register(host, "h9:1", "a")) // the dead one is back
+	tb = s.Tables["default/b"]
+	// A version with a file not in a stream (published before streams)
+	// keeps its partitions with their server.
+	tb.Bulk.Versions[0].Files[1].Stream = ""
+	host = tb.Partitions[1].Replicas[0].ServerID
+	res = mustApply(t, s, Command{Op: OpServerDown, ServerID: host, UnixMs: 20})
+	if !slices.Contains(res.Held, tb.Partitions[1].ID) {
+		t.Fatalf("partition with an unstored file: moved %v held %v", res.Moved, res.Held)
+	}
+}
+
+func TestBulkStreamName(t *testing.T) {
+	for _, c := range []struct {
+		tid, v uint64
+		i      int
+	}{{1, 1, 0}, {7, 1 << 63, 1023}} {
+		name := BulkStreamName(c.tid, c.v, c.i)
+		tid, v, i, ok := parseBulkStreamName(name)
+		if !ok || tid != c.tid || v != c.v || i != c.i {
+			t.Fatalf("%s parses to %d %d %d %v", name, tid, v, i, ok)
+		}
+	}
+	for _, bad := range []string{"", "bulk/", "bulk/1/2", "bulk/1/2/3/4", "bulk/01/2/3", "bulk/a/2/3", "blk/1/2/3", "bulk/1/2/-3"} {
+		if _, _, _, ok := parseBulkStreamName(bad); ok {
+			t.Fatalf("%q parsed", bad)
+		}
+	}
+}
+
+// TestBulkWithoutStreams: with fewer than 3 fault domains no stream can be
+// placed, so a version is registered without streams, switches on loads
+// alone, refuses stream records, and its partitions wait for their server.
+func TestBulkWithoutStreams(t *testing.T) {
+	s := NewState()
+	mustApply(t, s,
+		Command{Op: OpCreateTenant, Tenant: "default"},
+		register("", "h1:1", "a"),
+		register("", "h2:1", "b"),
+		Command{Op: OpCreateTable, Tenant: "default", Table: "b", Kind: bulkKind, Options: &TableOptions{Partitions: 3}},
+	)
+	f1 := files(3, 1)
+	mustApply(t, s, publish(1, 0, f1))
+	tb := s.Tables["default/b"]
+	if tb.Bulk.Versions[0].Streams {
+		t.Fatal("version registered with streams on 2 fault domains")
+	}
+	if _, err := s.Apply(stored(1, 0, BulkStreamName(tb.ID, 1, 0))); api.DetailOf(err).GetReason() != "version_without_streams" {
+		t.Fatalf("store of a version without streams: %v", err)
+	}
+	for i, p := range tb.Partitions {
+		mustApply(t, s, Command{Op: OpBulkLoaded, Tenant: "default", Table: "b", Version: 1, PartitionID: p.ID, ServerID: p.Replicas[0].ServerID, File: &f1[i]})
+	}
+	if cur, _, _ := versions(s); cur != 1 {
+		t.Fatalf("version without streams did not switch on its loads: current %d", cur)
+	}
+	host := tb.Partitions[0].Replicas[0].ServerID
+	res := mustApply(t, s, Command{Op: OpServerDown, ServerID: host, UnixMs: 10})
+	if !slices.Contains(res.Held, tb.Partitions[0].ID) {
+		t.Fatalf("partition with its only file on its server moved: moved %v held %v", res.Moved, res.Held)
+	}
+}
+
+// TestBulkRefusedFile: a server's report that the fetched file does not
+// verify becomes the loading version's error (once); it is ignored for a
+// version that already switched and from a server not hosting the
+// partition.
+func TestBulkRefusedFile(t *testing.T) {
+	s := bulkState(t)
+	f1, f2 := files(3, 1), files(3, 2)
+	mustApply(t, s, publish(1, 0, f1))
+	loadAll(t, s, 1, f1)
+	mustApply(t, s, publish(2, 0, f2))
+	tb := s.Tables["default/b"]
+	p := tb.Partitions[1]
+	refuse := func(v uint64, server string) Command {
+		return Command{Op: OpBulkLoaded, Tenant: "default", Table: "b", Version: v, PartitionID: p.ID, ServerID: server, File: &f2[1], Error: "verify: corrupt"}
+	}
+	if res := mustApply(t, s, refuse(2, "srv-9")); res.Changed {
+		t.Fatal("a refusal from a server not hosting the partition was recorded")
+	}
+	if res := mustApply(t, s, refuse(1, p.Replicas[0].ServerID)); res.Changed {
+		t.Fatal("a refusal of a serving version was recorded")
+	}
+	mustApply(t, s, refuse(2, p.Replicas[0].ServerID))
+	v := s.Tables["default/b"].Bulk.Versions[1]
+	if v.Version != 2 || v.Error == "" || !strings.Contains(v.Error, "corrupt") {
+		t.Fatalf("refusal not recorded: %+v", v)
+	}
+	if info := s.Tables["default/b"].BulkInfoProto(false); info.GetVersions()[1].GetError() != v.Error {
+		t.Fatal("the error is not in the version's status")
+	}
+	if res := mustApply(t, s, refuse(2, p.Replicas[0].ServerID)); res.Changed {
+		t.Fatal("a second refusal changed the state")
+	}
+	// The loads of the other partitions do not switch to it: 1 stays.
+	loadAll(t, s, 2, f2)
+	if cur, _, _ := versions(s); cur != 1 {
+		t.Fatalf("switched to a version a server refused: current %d", cur)
+	}
+}
+
+// TestStrayBulkStreams: streams written for a version after it was dropped,
+// or for a dropped table, are stray; those of loading or retained versions,
+// of versions not published yet and other streams are not.
+func TestStrayBulkStreams(t *testing.T) {
+	s := bulkState(t)
+	tb := s.Tables["default/b"]
+	f1, f2 := files(3, 1), files(3, 2)
+	mustApply(t, s, publish(1, 0, f1))
+	loadAll(t, s, 1, f1)
+	mustApply(t, s, publish(2, 0, f2))          // loading
+	mustApply(t, s, publish(3, 0, files(3, 3))) // abandons 2
+	late := BulkStreamName(tb.ID, 2, 0)         // a publisher of 2 still writing
+	writeStream(t, s, late, 10, false)
+	writeStream(t, s, BulkStreamName(tb.ID, 3, 0), 10, false) // loading: kept
+	writeStream(t, s, BulkStreamName(tb.ID, 9, 0), 10, false) // not published yet: kept
+	writeStream(t, s, BulkStreamName(tb.ID, 1, 7), 10, false) // no partition 7
+	writeStream(t, s, "logs/p1", 10, false)
+	mustApply(t, s, Command{Op: OpCreateTable, Tenant: "default", Table: "gone", Kind: bulkKind, Options: &TableOptions{Partitions: 1}})
+	gone := s.Tables["default/gone"]
+	mustApply(t, s, Command{Op: OpDropTable, Tenant: "default", Table: "gone"})
+	dropped := BulkStreamName(gone.ID, 1, 0)
+	writeStream(t, s, dropped, 10, false)
+	got := s.StrayBulkStreams()
+	want := []string{BulkStreamName(tb.ID, 1, 7), late, dropped}
+	slices.Sort(got)
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Fatalf("stray: %v, want %v", got, want)
+	}
+}
+
+// FuzzBulkStreamName: parseBulkStreamName accepts exactly the names
+// BulkStreamName makes, and never panics.
+func FuzzBulkStreamName(f *testing.F) {
+	for _, s := range []string{"bulk/1/2/3", "bulk/18446744073709551615/1/0", "bulk/1/2", "bulk//2/3", "bulk/1/2/03", "logs/x", ""} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, name string) {
+		tid, v, i, ok := parseBulkStreamName(name)
+		if ok && BulkStreamName(tid, v, i) != name {
+			t.Fatalf("%q parsed to %d %d %d, which names %q", name, tid, v, i, BulkStreamName(tid, v, i))
+		}
+	})
 }

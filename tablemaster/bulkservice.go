@@ -2,8 +2,10 @@ package tablemaster
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/tabuladb/tabula/api"
+	"github.com/tabuladb/tabula/internal/streamerr"
 )
 
 // BulkPublish registers a version of a bulk table (see bulk.go). Durable
@@ -29,7 +31,55 @@ func (m *Master) BulkPublish(_ context.Context, req *api.BulkPublishRequest) (*a
 			"version", req.Version, "base", req.BaseVersion)
 	}
 	t := st.Tables[tableKey(req.Tenant, req.Table)]
-	return &api.BulkPublishResponse{Map: t.MapProto(st.Version)}, nil
+	resp := &api.BulkPublishResponse{Map: t.MapProto(st.Version)}
+	if k := t.Bulk.version(req.Version); k >= 0 && t.Bulk.Versions[k].Streams {
+		for i := range t.Partitions {
+			resp.Streams = append(resp.Streams, BulkStreamName(t.ID, req.Version, i))
+		}
+	}
+	return resp, nil
+}
+
+// BulkStored seals the stream a publisher wrote a partition file into and
+// records it with the version (OpBulkStored). Durable when it returns.
+func (m *Master) BulkStored(ctx context.Context, req *api.BulkStoredRequest) (*api.BulkStoredResponse, error) {
+	if req == nil {
+		return nil, errNilRequest()
+	}
+	what := fmt.Sprintf("record partition %d of bulk version %d as stored", req.Partition, req.Version)
+	st := m.State()
+	t, err := lookup(st, "tenant", req.Tenant, "table", req.Table)
+	if err != nil {
+		return nil, err
+	}
+	if want := BulkStreamName(t.ID, req.Version, int(req.Partition)); req.Stream != want {
+		return nil, errInvalid("stream", "stream_name", 0, "partition %d of version %d is stored in stream %q, not %q", req.Partition, req.Version, want, req.Stream)
+	}
+	// Seal the stream's open extent: the file is immutable from here (and
+	// a sealed extent may be erasure coded).
+	info, err := m.streamDriver.Stream(ctx, req.Stream)
+	if err != nil {
+		return nil, streamerr.ToStatus(what, err)
+	}
+	for _, e := range info.Extents {
+		if !e.Sealed {
+			if _, err := m.streamDriver.Seal(ctx, e.ID); err != nil {
+				return nil, streamerr.ToStatus(what, err)
+			}
+		}
+	}
+	res, st, err := m.propose(Command{
+		Op: OpBulkStored, UnixMs: m.opts.Now().UnixMilli(), Tenant: req.Tenant, Table: req.Table,
+		Version: req.Version, PartitionID: uint64(req.Partition), Stream: req.Stream,
+	}, nil, nil)
+	if err != nil {
+		return nil, rpcError(what, err)
+	}
+	if res.Changed && res.Table != nil && res.Table.Bulk != nil && res.Table.Bulk.Current == req.Version {
+		m.logger.Info("tablemaster: bulk version loaded and stored everywhere; serving", "tenant", req.Tenant, "table", req.Table, "version", req.Version)
+	}
+	t = st.Tables[tableKey(req.Tenant, req.Table)]
+	return &api.BulkStoredResponse{Map: t.MapProto(st.Version)}, nil
 }
 
 // BulkStatus returns a bulk table's versions with per-partition detail.
@@ -86,10 +136,13 @@ func (m *Master) bulkReports(serverID string, statuses []*api.ReplicaStatus) {
 			if k < 0 || t.Bulk.Versions[k].LoadedOn[pi] == serverID {
 				continue
 			}
+			if l.GetError() != "" && (t.Bulk.Versions[k].Error != "" || t.Bulk.Versions[k].State != BulkLoading) {
+				continue // recorded already, or nothing to record
+			}
 			cmds = append(cmds, Command{
 				Op: OpBulkLoaded, UnixMs: m.opts.Now().UnixMilli(), Tenant: t.Tenant, Table: t.Name,
 				Version: l.GetVersion(), PartitionID: rs.GetPartitionId(), ServerID: serverID,
-				File: &BulkFile{Size: l.GetSize(), CRC: l.GetCrc32C()},
+				File: &BulkFile{Size: l.GetSize(), CRC: l.GetCrc32C()}, Error: l.GetError(),
 			})
 		}
 	}

@@ -44,6 +44,9 @@ const (
 	OpBulkLoaded Op = "bulk_loaded"
 	// OpBulkRollback makes retained Version the serving one.
 	OpBulkRollback Op = "bulk_rollback"
+	// OpBulkStored records that the file of partition index PartitionID of
+	// Version is in sealed stream Stream (BulkStreamName).
+	OpBulkStored Op = "bulk_stored"
 )
 
 // Command is one input of the state machine: a tagged union on Op, so the
@@ -71,6 +74,10 @@ type Command struct {
 	Files       []BulkFile `json:"files,omitempty"`
 	PartitionID uint64     `json:"partition_id,omitempty"`
 	File        *BulkFile  `json:"file,omitempty"`
+	// Stream is OpBulkStored's stream.
+	Stream string `json:"stream,omitempty"`
+	// Error: OpBulkLoaded reports that ServerID refused the file (why).
+	Error string `json:"error,omitempty"`
 	// StreamCmd is OpStream's stream manager command.
 	StreamCmd *stream.Command `json:"stream_cmd,omitempty"`
 	// Coprocessor commands: the coprocessor's name and the version deployed.
@@ -329,6 +336,8 @@ func (s *State) Apply(cmd Command) (Result, error) {
 		res, err = s.bulkLoadedCmd(cmd)
 	case OpBulkRollback:
 		res, err = s.bulkRollback(cmd)
+	case OpBulkStored:
+		res, err = s.bulkStoredCmd(cmd)
 	case OpStream:
 		res, err = s.applyStream(cmd)
 	case OpCoprocDeploy:
@@ -539,8 +548,14 @@ func (s *State) dropTable(cmd Command) (Result, error) {
 	if err := errValidateName("name", cmd.Table); err != nil {
 		return Result{}, err
 	}
-	if _, err := s.Table(cmd.Tenant, cmd.Table); err != nil {
+	t, err := s.Table(cmd.Tenant, cmd.Table)
+	if err != nil {
 		return Result{}, err
+	}
+	if t.Bulk != nil {
+		for _, v := range t.Bulk.Versions {
+			s.dropBulkStreams(t, v.Version)
+		}
 	}
 	delete(s.Tables, tableKey(cmd.Tenant, cmd.Table))
 	return Result{Changed: true}, nil
@@ -656,11 +671,13 @@ func (s *State) serverDown(cmd Command) (Result, error) {
 			if k < 0 {
 				continue
 			}
-			if t.durable() && len(p.Replicas) == 1 && !cmd.Force {
+			if t.durable() && len(p.Replicas) == 1 && !cmd.Force && !t.bulkMovable(i) {
 				// Its data is on this server's disk and nowhere else:
 				// moving it would serve an empty partition. It waits,
 				// unavailable, for the server to come back (or for the
 				// master to force it off after ReassignDurableAfter).
+				// A bulk partition whose versions are all in streams
+				// moves: its new server fetches them.
 				held = append(held, p.ID)
 				continue
 			}

@@ -132,6 +132,7 @@ func (m *Master) streamLoop() {
 		}
 		if time.Since(lastSync) >= m.opts.StreamSyncInterval {
 			lastSync = time.Now()
+			m.dropStrayBulkStreams(ctx)
 			for _, nd := range m.State().StreamManager().Nodes() {
 				if nd.Alive {
 					if err := m.streamDriver.SyncNode(ctx, nd.ID); err != nil && ctx.Err() == nil {
@@ -231,4 +232,19 @@ func (m *Master) Stream(ctx context.Context, req *api.StreamRequest) (*api.Strea
 		return nil, api.Errorf(api.ErrorCode_ERROR_CODE_UNAVAILABLE, "encode", "%s: %v", what, err)
 	}
 	return &api.StreamResponse{Json: b}, nil
+}
+
+// dropStrayBulkStreams deletes the bulk file streams no version holds (a
+// publisher that wrote one after its version was abandoned or its table
+// dropped). The state drops the streams of the versions it drops itself;
+// this catches the writes that raced with that.
+func (m *Master) dropStrayBulkStreams(ctx context.Context) {
+	for _, name := range m.State().StrayBulkStreams() {
+		_, err := m.streamDriver.Apply(ctx, stream.Command{Op: stream.OpDeleteStream, Stream: name})
+		if err != nil && !errors.Is(err, stream.ErrStreamNotFound) {
+			m.logger.Warn("tablemaster: delete a stray bulk stream", "stream", name, "err", err)
+			continue
+		}
+		m.logger.Info("tablemaster: deleted a stray bulk stream", "stream", name)
+	}
 }

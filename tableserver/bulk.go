@@ -50,8 +50,13 @@ type bulkPart struct {
 	// mu guards the fields below and serialises loads and unloads (not
 	// reads).
 	mu      sync.Mutex
-	uploads map[uint64]bool // versions with an upload running
+	uploads map[uint64]bool // versions with an upload (or a fetch) running
 	closed  bool
+	// fetching: a fetch of missing versions from streams is running.
+	fetching bool
+	// rejected are the retained versions whose file, fetched from its
+	// stream, is bad: not fetched again, reported in heartbeats.
+	rejected map[uint64]*api.BulkLoaded
 	// synced is the retained list of the last sync that read the
 	// directory: a map change that keeps it (a switch, a rollback) only
 	// records the serving version, with no I/O.
@@ -90,6 +95,23 @@ func (v *bulkVersion) appendGetBatch(dst []byte, keys, vals [][]byte, found []bo
 	return v.file.AppendGetBatch(dst, keys, vals, found)
 }
 
+// scan calls fn for every live key of the version with the value Get
+// returns for it, each once; a delta is scanned over its base chain with
+// no per-key state (bulk.Overlay.Scan).
+func (v *bulkVersion) scan(ctx context.Context, fn func(engines.Record) error) error {
+	if v.overlay != nil {
+		return v.overlay.Scan(ctx, func(key, value []byte) error {
+			return fn(engines.Record{Key: key, Value: value})
+		})
+	}
+	return v.file.Scan(ctx, func(key, value []byte, deleted bool) error {
+		if deleted {
+			return nil
+		}
+		return fn(engines.Record{Key: key, Value: value})
+	})
+}
+
 func bulkFileName(version uint64, crc uint32, ext string) string {
 	return fmt.Sprintf("v%d-%08x%s", version, crc, ext)
 }
@@ -113,7 +135,7 @@ func parseBulkFileName(name string) (version uint64, crc uint32, ext string, ok 
 }
 
 func newBulkPart(id uint64, index, parts int, dir string, log *slog.Logger) *bulkPart {
-	b := &bulkPart{id: id, index: index, parts: parts, dir: dir, log: log, uploads: map[uint64]bool{}}
+	b := &bulkPart{id: id, index: index, parts: parts, dir: dir, log: log, uploads: map[uint64]bool{}, rejected: map[uint64]*api.BulkLoaded{}}
 	b.view.Store(&bulkView{versions: map[uint64]*bulkVersion{}})
 	return b
 }
@@ -133,6 +155,11 @@ func (b *bulkPart) sync(retained []uint64, current uint64) {
 		return
 	}
 	b.synced = slices.Clone(retained)
+	for v := range b.rejected {
+		if !slices.Contains(retained, v) {
+			delete(b.rejected, v)
+		}
+	}
 	old := b.view.Load()
 	next := &bulkView{versions: make(map[uint64]*bulkVersion, len(retained))}
 	var gone []*bulkVersion
@@ -260,13 +287,19 @@ func (b *bulkPart) version(v uint64) (*bulkVersion, uint64) {
 	return b.view.Load().versions[v], v
 }
 
-// loaded lists the loaded versions for a heartbeat.
+// loaded lists the loaded versions for a heartbeat, and the rejected
+// ones with their error.
 func (b *bulkPart) loaded() []*api.BulkLoaded {
 	vs := b.view.Load().versions
 	out := make([]*api.BulkLoaded, 0, len(vs))
 	for _, lv := range vs {
 		out = append(out, &api.BulkLoaded{Version: lv.version, Size: lv.size, Crc32C: lv.crc})
 	}
+	b.mu.Lock()
+	for _, r := range b.rejected {
+		out = append(out, r)
+	}
+	b.mu.Unlock()
 	slices.SortFunc(out, func(a, c *api.BulkLoaded) int { return cmp.Compare(a.GetVersion(), c.GetVersion()) })
 	return out
 }
@@ -288,22 +321,13 @@ func (b *bulkPart) Get(key []byte) ([]byte, int64, error) {
 	return v, 0, nil
 }
 
-// Scan implements engines.Engine over the serving version; a delta
-// version cannot be scanned yet.
+// Scan implements engines.Engine over the serving version.
 func (b *bulkPart) Scan(fn func(engines.Record) error) error {
-	lv, v := b.version(0)
-	switch {
-	case lv == nil:
+	lv, _ := b.version(0)
+	if lv == nil {
 		return nil
-	case lv.overlay != nil:
-		return fmt.Errorf("bulk: scan of delta version %d is not implemented yet (scan its base, or publish a full version)", v)
 	}
-	return lv.file.Scan(context.Background(), func(key, value []byte, deleted bool) error {
-		if deleted {
-			return nil
-		}
-		return fn(engines.Record{Key: key, Value: value})
-	})
+	return lv.scan(context.Background(), fn)
 }
 
 // Stats implements engines.Engine: the serving version's file.

@@ -47,6 +47,10 @@ type Server struct {
 	extents *stream.Node
 	// cp runs the coprocessors of hosted tables.
 	cp *coprocs
+	// streams reads bulk files from their streams (bulkfetch.go);
+	// fetchKick asks the bulk fetcher for a round.
+	streams   *stream.Client
+	fetchKick chan struct{}
 
 	masters []*grpc.ClientConn
 	// masterIdx is the master tried first; moves on UNAVAILABLE.
@@ -86,6 +90,7 @@ func Open(opts Options) (*Server, error) {
 		start:      time.Now(),
 		registered: make(chan struct{}),
 		lock:       lock,
+		fetchKick:  make(chan struct{}, 1),
 	}
 	s.serverID.Store(&id)
 	s.hosting.Store(&hosting{replicas: map[uint64]*replica{}, failed: map[uint64]error{}, parts: map[uint64]*api.Partition{}, tables: map[string]*api.PartitionMap{}})
@@ -130,6 +135,7 @@ func Open(opts Options) (*Server, error) {
 		return nil, errors.Join(fmt.Errorf("tableserver: start the coprocessor runtime: %w", err), node.Close(), s.closeMasters(), lock.Unlock())
 	}
 	s.cp = &coprocs{rt: rt, state: map[coproc.ModuleKey]error{}}
+	s.streams = stream.NewClient(masterStreams{s}, stream.ClientOptions{Logger: opts.Logger.With("part", "bulk-fetch")})
 	return s, nil
 }
 
@@ -155,11 +161,12 @@ func (s *Server) Serve(lis net.Listener) error {
 		adv = lis.Addr().String()
 	}
 	s.advertise.Store(&adv)
-	s.wg.Add(1)
+	s.wg.Add(2)
 	go func() {
 		defer s.wg.Done()
 		s.run()
 	}()
+	go s.bulkFetchLoop()
 	err := s.grpc.Serve(lis)
 	if errors.Is(err, grpc.ErrServerStopped) || s.ctx.Err() != nil {
 		return nil
@@ -390,6 +397,7 @@ func (s *Server) apply(resp *api.WatchPartitionMapResponse) {
 	h, gone := s.reconcile(old, resp)
 	s.hosting.Store(h)
 	s.syncCoprocs(h)
+	s.kickBulkFetch()
 	if f := s.opts.OnMapApplied; f != nil {
 		defer func() { f(resp.GetVersion(), time.Since(start)) }()
 	}
@@ -409,6 +417,13 @@ func (s *Server) apply(resp *api.WatchPartitionMapResponse) {
 			s.log.Info("table dropped; deleting partition data", "partition", id)
 			if err := s.removePartitionDir(id); err != nil {
 				s.log.Error("delete dropped partition", "partition", id, "err", err)
+			}
+		case r.bulk != nil && bulkAllInStreams(h.tables[tableKey(r.table.GetTenant(), r.table.GetName())]):
+			// Every version's files are in streams, where the new server
+			// fetches them: this copy is not the only one.
+			s.log.Info("bulk partition moved away; deleting its files (they are in streams)", "partition", id)
+			if err := s.removePartitionDir(id); err != nil {
+				s.log.Error("delete moved bulk partition", "partition", id, "err", err)
 			}
 		default:
 			// Moved to another server: this copy is stale from now on.
@@ -463,7 +478,7 @@ func (s *Server) Close() error {
 		cctx, ccancel := context.WithTimeout(context.Background(), 5*time.Second)
 		errs = append(errs, s.cp.rt.Close(cctx))
 		ccancel()
-		errs = append(errs, s.extents.Close(), s.closeMasters(), s.lock.Unlock())
+		errs = append(errs, s.streams.Close(), s.extents.Close(), s.closeMasters(), s.lock.Unlock())
 		s.closeErr = errors.Join(errs...)
 	})
 	return s.closeErr

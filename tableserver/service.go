@@ -415,7 +415,25 @@ func (s *Server) Scan(req *api.ScanRequest, stream grpc.ServerStreamingServer[ap
 		size = 0
 		return nil
 	}
-	err = r.engine.Scan(func(rec engines.Record) error {
+	scan := r.engine.Scan
+	var scanned uint64 // the bulk version scanned
+	gone := false      // and it was unloaded under the scan
+	if r.bulk != nil {
+		// A bulk partition scans the version the request names (0: the
+		// serving one), held for the whole scan, as a BatchGet would.
+		lv, err := r.bulkVersionFor(req.GetHeader().GetBulkVersion())
+		if err != nil {
+			return err
+		}
+		r.bulk.reads.Add(1)
+		scanned = lv.version
+		scan = func(fn func(engines.Record) error) error {
+			err := lv.scan(ctx, fn)
+			gone = errors.Is(err, engines.ErrClosed)
+			return err
+		}
+	}
+	err = scan(func(rec engines.Record) error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
@@ -438,6 +456,9 @@ func (s *Server) Scan(req *api.ScanRequest, stream grpc.ServerStreamingServer[ap
 	if err != nil {
 		if ctx.Err() != nil {
 			return ctx.Err()
+		}
+		if gone {
+			return r.bulkErr(scanned, err)
 		}
 		return engineErr(r, err)
 	}

@@ -155,15 +155,19 @@ func bulkPublishCmd(g *globals) *cobra.Command {
 		table, dir string
 		noProgress bool
 		parallel   int
+		direct     bool
 	)
 	cmd := &cobra.Command{
 		Use:   "publish --table T --dir DIR",
-		Short: "Publish a built version: upload each partition file to its server, switch the table once all are loaded",
+		Short: "Publish a built version: store each partition file in a stream, switch the table once every server loaded its file",
 		Long: `Publish registers the version the files in DIR carry (written by tabula bulk
-build) with the master, uploads each partition's file to the server hosting the
-partition (checksummed; an interrupted publish resumes where it stopped when run
-again) and waits until every server has verified and loaded its file and the
-table serves the new version. Reads go on from the previous version meanwhile.`,
+build) with the master, writes each partition's file into a stream of the
+stream layer (replicated on 3 servers, checksummed, sealed; an interrupted
+publish continues with the files not stored yet when run again), and waits
+until the server hosting each partition has fetched, verified and loaded its
+file and the table serves the new version. Reads go on from the previous
+version meanwhile. A partition that later moves to another server (its
+server died or drained) is reloaded there from its stream.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if table == "" || dir == "" {
@@ -201,10 +205,10 @@ table serves the new version. Reads go on from the previous version meanwhile.`,
 					progressbar.OptionShowBytes(true), progressbar.OptionThrottle(200*time.Millisecond), progressbar.OptionClearOnFinish())
 			}
 			start := time.Now()
-			err = t.PublishBulk(ctx, p, client.PublishOptions{Parallel: parallel, Progress: func(pp client.PublishProgress) {
+			err = t.PublishBulk(ctx, p, client.PublishOptions{Parallel: parallel, DirectUpload: direct, Progress: func(pp client.PublishProgress) {
 				if bar != nil {
-					bar.Describe(fmt.Sprintf("upload: %d/%d partitions loaded", pp.Loaded, pp.Partitions))
-					_ = bar.Set64(int64(pp.Sent))
+					bar.Describe(fmt.Sprintf("%d/%d stored, %d/%d loaded", pp.Stored, pp.Partitions, pp.Loaded, pp.Partitions))
+					_ = bar.Set64(int64(pp.StoredBytes))
 				}
 			}})
 			if bar != nil {
@@ -236,7 +240,8 @@ table serves the new version. Reads go on from the previous version meanwhile.`,
 	fl := cmd.Flags()
 	fl.StringVar(&table, "table", "", "bulk table to publish to")
 	fl.StringVar(&dir, "dir", "", "directory of partition files (tabula bulk build --out)")
-	fl.IntVar(&parallel, "parallel", 4, "partitions uploaded at once")
+	fl.IntVar(&parallel, "parallel", 4, "partitions written at once")
+	fl.BoolVar(&direct, "direct-upload", false, "also send each file straight to its server (it then need not fetch it from the stream)")
 	fl.BoolVar(&noProgress, "no-progress", false, "do not show the progress bar")
 	return cmd
 }
@@ -291,7 +296,10 @@ func bulkStatusCmd(g *globals) *cobra.Command {
 			for _, v := range info.GetVersions() {
 				fmt.Fprintf(out, "\nversion %d:\n", v.GetVersion())
 				w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-				fmt.Fprintln(w, "PARTITION\tSERVER\tLOADED\tRECORDS\tBYTES\tCRC32C")
+				if e := v.GetError(); e != "" {
+					fmt.Fprintf(out, "refused: %s\n", e)
+				}
+				fmt.Fprintln(w, "PARTITION\tSERVER\tLOADED\tRECORDS\tBYTES\tCRC32C\tSTREAM")
 				for i, f := range v.GetFiles() {
 					srv := "(unplaced)"
 					if i < len(m.GetPartitions()) {
@@ -299,7 +307,14 @@ func bulkStatusCmd(g *globals) *cobra.Command {
 							srv = r.GetServerId()
 						}
 					}
-					fmt.Fprintf(w, "%d\t%s\t%v\t%d\t%d\t%08x\n", i, srv, i < len(v.GetLoaded()) && v.GetLoaded()[i], f.GetRecords(), f.GetSize(), f.GetCrc32C())
+					st := f.GetStream()
+					switch {
+					case !v.GetStreams():
+						st = "(server only)"
+					case st == "":
+						st = "(storing)"
+					}
+					fmt.Fprintf(w, "%d\t%s\t%v\t%d\t%d\t%08x\t%s\n", i, srv, i < len(v.GetLoaded()) && v.GetLoaded()[i], f.GetRecords(), f.GetSize(), f.GetCrc32C(), st)
 				}
 				if err := w.Flush(); err != nil {
 					return err

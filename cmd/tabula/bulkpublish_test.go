@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tabuladb/tabula/client"
+	"github.com/tabuladb/tabula/internal/keyspace"
 )
 
 // TestBulkPublishProcesses runs `tabula master` and 3 `tabula server`
@@ -132,5 +133,118 @@ func TestBulkPublishProcesses(t *testing.T) {
 	build("v2b", "--input", input("v2b.tsv", "other", 100), "--version", "2")
 	if _, errOut, err := cli(t, masterAddr, nil, "bulk", "publish", "--table", "model", "--dir", filepath.Join(dir, "v2b"), "--no-progress"); err == nil || !strings.Contains(errOut, "other files") {
 		t.Fatalf("publish of a used version number: err %v, stderr %q", err, errOut)
+	}
+}
+
+// TestBulkMoveProcesses publishes a bulk version to 3 server processes
+// (each file stored in a stream), kills the server of partition 0 with
+// SIGKILL, and checks that its partitions move and are served by their new
+// servers, which fetched the files from the streams: every key reads back.
+func TestBulkMoveProcesses(t *testing.T) {
+	dir := t.TempDir()
+	masterAddr := freeAddr(t)
+	master := start(t, "master", append([]string{"master", "--listen", masterAddr, "--data", filepath.Join(dir, "master")}, fastTiming...)...)
+	master.waitOutput("master serving", 15*time.Second)
+	procs := map[string]*proc{} // by address
+	for i := range 3 {
+		addr := freeAddr(t)
+		procs[addr] = start(t, fmt.Sprintf("server-%d", i), "server", "--master", masterAddr, "--listen", addr,
+			"--data", filepath.Join(dir, fmt.Sprintf("server-%d", i)), "--fault-domain", fmt.Sprintf("fd-%d", i))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c, err := client.New(ctx, client.Options{Masters: []string{masterAddr}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	waitFor(t, 20*time.Second, "3 live servers", func() (bool, error) {
+		ss, err := c.ListServers(ctx)
+		n := 0
+		for _, s := range ss {
+			if s.GetAlive() {
+				n++
+			}
+		}
+		return n == 3, err
+	})
+	mustCLI(t, masterAddr, "table", "create", "model", "--kind", "bulk", "--partitions", "6")
+	const n = 5000
+	var b strings.Builder
+	for i := range n {
+		fmt.Fprintf(&b, "key-%05d\tval-%d\n", i, i)
+	}
+	in := filepath.Join(dir, "in.tsv")
+	if err := os.WriteFile(in, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	mustCLI(t, masterAddr, "bulk", "build", "--table", "model", "--input", in, "--out", filepath.Join(dir, "v1"), "--no-progress")
+	if out := mustCLI(t, masterAddr, "bulk", "publish", "--table", "model", "--dir", filepath.Join(dir, "v1"), "--no-progress"); !strings.Contains(out, "serves version 1") {
+		t.Fatalf("publish: %s", out)
+	}
+	if out := mustCLI(t, masterAddr, "stream", "ls"); strings.Count(out, "bulk/") != 6 {
+		t.Fatalf("streams after the publish:\n%s", out)
+	}
+	if out := mustCLI(t, masterAddr, "bulk", "status", "model", "--partitions"); strings.Count(out, "bulk/") != 6 {
+		t.Fatalf("status does not show the streams:\n%s", out)
+	}
+	tb := c.Table("model")
+	m, err := tb.Map(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	victim := m.GetPartitions()[0].GetReplicas()[0]
+	p := procs[victim.GetAddr()]
+	if p == nil {
+		t.Fatalf("no process serves %s", victim.GetAddr())
+	}
+	p.kill() // SIGKILL
+	t.Logf("killed %s (%s) with SIGKILL", victim.GetServerId(), victim.GetAddr())
+	waitFor(t, 30*time.Second, "partitions to move and load version 1 on their new servers", func() (bool, error) {
+		st, err := tb.BulkStatus(ctx)
+		if err != nil {
+			return false, nil
+		}
+		m, err := tb.Map(ctx)
+		if err != nil {
+			return false, nil
+		}
+		for _, p := range m.GetPartitions() {
+			if len(p.GetReplicas()) == 0 || p.GetReplicas()[0].GetServerId() == victim.GetServerId() {
+				return false, nil
+			}
+		}
+		return st.GetCurrent() == 1 && len(st.GetVersions()) == 1 && st.GetVersions()[0].GetLoadedPartitions() == 6, nil
+	})
+	keys := make([][]byte, n)
+	for i := range keys {
+		keys[i] = []byte(fmt.Sprintf("key-%05d", i))
+	}
+	res, err := tb.BatchGet(ctx, keys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range res {
+		if !r.Found || string(r.Value) != fmt.Sprintf("val-%d", i) {
+			t.Fatalf("key %d after the move: %q %v", i, r.Value, r.Found)
+		}
+	}
+	// A key of the moved partition 0, through the CLI.
+	for i := range n {
+		if keyspace.Index(keyspace.Hash(keys[i]), 6) == 0 {
+			if v := strings.TrimSpace(mustCLI(t, masterAddr, "get", "model", string(keys[i]))); v != fmt.Sprintf("val-%d", i) {
+				t.Fatalf("get %s: %q", keys[i], v)
+			}
+			break
+		}
+	}
+	found := false
+	for _, q := range procs {
+		if q != p && strings.Contains(q.output(), "fetched from its stream") {
+			found = true
+		}
+	}
+	if !found {
+		t.Fatal("no live server logged a fetch from a stream")
 	}
 }

@@ -23,7 +23,10 @@
 // record; none when all records have one length). A Get hashes the key,
 // finds its slot, checks the fingerprint, reads the record, verifies its
 // CRC32C and compares the full key: a fingerprint false positive is never
-// served. NewOverlay serves a delta version over its base.
+// served. NewOverlay serves a delta version over its base; its Scan yields
+// each live key of the version once, with the value AppendGet returns,
+// holding no per-key state: a layer's record is served unless a newer
+// layer's index has its key (an in-memory fingerprint miss, almost always).
 //
 // # File format
 //

@@ -1,6 +1,7 @@
 package bulk
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/tabuladb/tabula/engines"
@@ -83,6 +84,61 @@ func (o *Overlay) AppendGetBatch(dst []byte, keys [][]byte, vals [][]byte, found
 		}
 		return dst, false, nil
 	})
+}
+
+// Scan calls fn once for every key the overlay serves, with the value
+// AppendGet returns for it: each live key once with its newest value,
+// deleted keys absent. It holds every layer for the whole scan, so it sees
+// one set of files (a layer closed before it starts fails it with
+// engines.ErrClosed). Records come layer by layer, newest first, each layer
+// in file order; key and value alias a buffer valid only during the call.
+// An error from fn stops the scan and is returned.
+//
+// It keeps no per-key state: a record of layer i is served unless a newer
+// layer has its key, which is a lookup in each newer layer's index — the
+// fingerprint rejects a key absent there with no disk read, except with
+// probability 2^-fpBits. So memory is O(1) and the cost over scanning every
+// layer is one MPH lookup per record per newer layer (a delta's own records
+// read their key in it: it is there).
+func (o *Overlay) Scan(ctx context.Context, fn func(key, value []byte) error) error {
+	for i, f := range o.layers {
+		if !f.acquire() {
+			for _, g := range o.layers[:i] {
+				g.release()
+			}
+			return engines.ErrClosed
+		}
+	}
+	defer func() {
+		for _, f := range o.layers {
+			f.release()
+		}
+	}()
+	var scratch []byte
+	for i, f := range o.layers {
+		newer := o.layers[:i]
+		err := f.scan(ctx, func(key, value []byte, deleted bool) error {
+			if deleted {
+				return nil // absent, unless a newer layer puts it again: served there
+			}
+			for _, g := range newer {
+				var st lookupState
+				var err error
+				scratch, st, err = g.get(scratch[:0], key, g.hash(key, 0, false))
+				if err != nil {
+					return err
+				}
+				if st != absent {
+					return nil // shadowed: served (or deleted) by a newer layer
+				}
+			}
+			return fn(key, value)
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Stats sums the layers' statistics.
