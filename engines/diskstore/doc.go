@@ -85,16 +85,21 @@
 //
 // The read cache (ristretto, Options.CacheBytes, default 64 MiB) holds
 // checked records keyed by (segment sequence number, offset): every append
-// puts its record in (write-through) and every read that preads does too
-// (a mapped segment's pages are cached by the OS already); Free deletes the entry. A segment's bytes never change and its
+// puts its record in (write-through) and every read that preads does too;
+// Free deletes the entry. Reads of mapped segments neither consult nor
+// fill it: their pages are the OS's cache already, and a copy out of the
+// mapping costs less than a cache lookup. A segment's bytes never change and its
 // sequence number is never reused, so an entry is exactly what a read of
 // that position returns: the cache needs no invalidation to stay correct,
 // whatever ristretto's asynchronous admission does (cache.go). A record
 // cached before its bytes on disk were damaged is still served from memory.
 //
-// ReadBatch reads many locations at once: cache first, then the rest
-// sorted by (segment, offset), neighbours within 64 KiB coalesced into one
-// read of at most 256 KiB, up to 8 reads in flight, each record checked.
+// ReadBatch reads many locations at once. Records of mapped segments are
+// read in passes of independent loads (every record's first cache line,
+// then its others) so that their cache and TLB misses overlap, then
+// copied and checked. The others: cache first, then sorted by (segment,
+// offset), neighbours within 64 KiB coalesced into one read of at most
+// 256 KiB, up to 8 reads in flight, each record checked.
 //
 // # Recovery
 //

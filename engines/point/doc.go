@@ -33,14 +33,16 @@
 //
 // # Reads on ssd
 //
-// Reads go through the disk store's read cache (diskstore.Options
+// Reads of sealed segments copy the record out of a read-only mapping;
+// the others go through the disk store's read cache (diskstore.Options
 // .CacheBytes, default 64 MiB per engine, i.e. per partition; Stats reports
 // its hits and misses). The cache is keyed by log position, and the index
 // moves a key to a new position only under the key's stripe after the
 // write is committed, so a cached value is never served for a key that was
-// overwritten or deleted. GetBatch looks every key up in the index first,
-// reads all the locations with one diskstore ReadBatch (sorted, coalesced,
-// parallel) and checks each record's key; a key whose record moved meanwhile
+// overwritten or deleted. GetBatch hashes every key and touches its index
+// bucket first (independent loads, so the misses overlap), looks every key
+// up, reads all the locations with one diskstore ReadBatch and checks each
+// record's key; a key whose record moved meanwhile
 // (overwrite, collector) or whose tag matched another key falls back to Get.
 //
 // # Concurrency
