@@ -413,6 +413,7 @@ type upload struct {
 	file    *api.BulkFile
 	path    string
 	f       *os.File
+	w       *bulk.HugeWriter // to f: the served file's page cache then maps with huge pages
 	crc     uint32
 	size    uint64 // bytes written
 	synced  uint64
@@ -448,7 +449,7 @@ func (b *bulkPart) openUpload(version uint64, file *api.BulkFile, offset uint64)
 	if _, err := f.Seek(int64(offset), io.SeekStart); err != nil {
 		return nil, errors.Join(err, f.Close())
 	}
-	return &upload{b: b, version: version, file: file, path: path, f: f, crc: crc, size: offset, synced: offset}, nil
+	return &upload{b: b, version: version, file: file, path: path, f: f, w: bulk.NewHugeWriter(f, int64(offset)), crc: crc, size: offset, synced: offset}, nil
 }
 
 func crcPrefix(f *os.File, n int64) (uint32, error) {
@@ -463,13 +464,13 @@ func (u *upload) write(p []byte) error {
 	if u.size+uint64(len(p)) > u.file.GetSize() {
 		return api.InvalidArgument("data", "upload_too_long", u.file.GetSize(), "upload runs past the file's size %d", u.file.GetSize())
 	}
-	if _, err := u.f.Write(p); err != nil {
+	if _, err := u.w.Write(p); err != nil {
 		return err
 	}
 	u.crc = crc32.Update(u.crc, castagnoli, p)
 	u.size += uint64(len(p))
 	if u.size-u.synced >= uploadSyncEvery {
-		if err := u.f.Sync(); err != nil {
+		if err := u.sync(); err != nil {
 			return err
 		}
 		u.synced = u.size
@@ -477,7 +478,17 @@ func (u *upload) write(p []byte) error {
 	return nil
 }
 
-func (u *upload) close() error { return u.f.Close() }
+// sync makes what was received durable.
+func (u *upload) sync() error {
+	if err := u.w.Flush(); err != nil {
+		return err
+	}
+	return u.f.Sync()
+}
+
+// close keeps what was received (an interrupted upload resumes from the
+// file's length) and closes the file.
+func (u *upload) close() error { return errors.Join(u.w.Flush(), u.f.Close()) }
 
 // finish checks the complete upload's CRC, makes it a .bulk file, verifies
 // and loads it. A file that fails is deleted; the versions served are
@@ -490,7 +501,7 @@ func (u *upload) finish(ctx context.Context) (*bulkVersion, error) {
 		return nil, api.InvalidArgument("file.crc32c", "checksum_mismatch", 0,
 			"partition %d version %d: the uploaded file's CRC32C is %08x, the publisher said %08x; the upload was discarded, send it again", b.id, u.version, u.crc, u.file.GetCrc32C())
 	}
-	if err := u.f.Sync(); err != nil {
+	if err := u.sync(); err != nil {
 		return nil, errors.Join(err, u.f.Close())
 	}
 	if err := u.f.Close(); err != nil {

@@ -188,13 +188,13 @@ func (s *Server) BulkUpload(stream grpc.ClientStreamingServer[api.BulkUploadRequ
 		if err == io.EOF {
 			// The sender stopped early: keep what arrived (synced) for a
 			// resume.
-			if err := u.f.Sync(); err != nil {
+			if err := u.sync(); err != nil {
 				return uploadErr(r, err)
 			}
 			return stream.SendAndClose(&api.BulkUploadResponse{Received: u.size})
 		}
 		if err != nil {
-			_ = u.f.Sync()
+			_ = u.sync()
 			return err
 		}
 	}

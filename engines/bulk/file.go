@@ -114,17 +114,36 @@ func OpenReaderAt(r io.ReaderAt, size int64, closer io.Closer) (*File, error) {
 	return newFile(r, nil, size, c)
 }
 
-func newFile(r io.ReaderAt, data []byte, size int64, closeFn func() error) (*File, error) {
+func newFile(r io.ReaderAt, data []byte, size int64, closeFn func() error) (_ *File, err error) {
 	if size < headerLen+footerLen {
 		return nil, fmt.Errorf("bulk: %d bytes, too short for a bulk file: %w", size, engines.ErrCorrupt)
 	}
-	read := func(off int64, n uint64) ([]byte, error) {
-		b := make([]byte, n)
+	// The sections a lookup reads at random (the MPH's pilots, the
+	// fingerprints) go in huge pages when large: with 4 KiB pages each
+	// lookup would add TLB misses to its cache misses.
+	var frees []func()
+	defer func() {
+		if err != nil {
+			for _, free := range frees {
+				free()
+			}
+		}
+	}()
+	readInto := func(off int64, n uint64, huge bool) ([]byte, error) {
+		var b []byte
+		if huge && n >= HugePageBytes {
+			var free func()
+			b, free = allocHuge(int(n))
+			frees = append(frees, free)
+		} else {
+			b = make([]byte, n)
+		}
 		if _, err := r.ReadAt(b, off); err != nil {
 			return nil, fmt.Errorf("bulk: read %d bytes at %d: %w", n, off, err)
 		}
 		return b, nil
 	}
+	read := func(off int64, n uint64) ([]byte, error) { return readInto(off, n, false) }
 	h, err := read(0, headerLen)
 	if err != nil {
 		return nil, err
@@ -142,10 +161,10 @@ func newFile(r io.ReaderAt, data []byte, size int64, closeFn func() error) (*Fil
 	if err := checkHeader(h); err != nil {
 		return nil, err
 	}
-	f := &File{ft: ft, ra: r, data: data, size: size, close: closeFn, drained: make(chan struct{}), recBase: int64(ft.secs[secRecords].off)}
-	sec := func(i int) ([]byte, error) {
+	f := &File{ft: ft, ra: r, data: data, size: size, drained: make(chan struct{}), recBase: int64(ft.secs[secRecords].off)}
+	sec := func(i int, huge bool) ([]byte, error) {
 		s := ft.secs[i]
-		b, err := read(int64(s.off), s.len)
+		b, err := readInto(int64(s.off), s.len, huge)
 		if err != nil {
 			return nil, err
 		}
@@ -154,21 +173,21 @@ func newFile(r io.ReaderAt, data []byte, size int64, closeFn func() error) (*Fil
 		}
 		return b, nil
 	}
-	b, err := sec(secMPH)
+	b, err := sec(secMPH, true)
 	if err != nil {
 		return nil, err
 	}
-	if f.table, err = mph.Decode(b); err != nil {
+	if f.table, err = mph.DecodeShared(b); err != nil {
 		return nil, fmt.Errorf("bulk: mph section: %w", err)
 	}
 	if uint64(f.table.Len()) != ft.n {
 		return nil, fmt.Errorf("bulk: mph of %d keys for %d records: %w", f.table.Len(), ft.n, engines.ErrCorrupt)
 	}
-	if f.fps, err = sec(secFPs); err != nil {
+	if f.fps, err = sec(secFPs, true); err != nil {
 		return nil, err
 	}
 	if ft.fixedLen == 0 {
-		if b, err = sec(secOffsets); err != nil {
+		if b, err = sec(secOffsets, false); err != nil {
 			return nil, err
 		}
 		if f.offs, err = eliasfano.Decode(b); err != nil {
@@ -178,7 +197,7 @@ func newFile(r io.ReaderAt, data []byte, size int64, closeFn func() error) (*Fil
 			return nil, fmt.Errorf("bulk: offsets do not span the records: %w", engines.ErrCorrupt)
 		}
 	}
-	if b, err = sec(secDeleted); err != nil {
+	if b, err = sec(secDeleted, false); err != nil {
 		return nil, err
 	}
 	if len(b) > 0 {
@@ -194,6 +213,13 @@ func newFile(r io.ReaderAt, data []byte, size int64, closeFn func() error) (*Fil
 	}
 	maxLen := int(ft.maxRecLen)
 	f.bufs.New = func() any { b := make([]byte, maxLen); return &b }
+	f.close = func() error {
+		err := closeFn()
+		for _, free := range frees {
+			free()
+		}
+		return err
+	}
 	return f, nil
 }
 

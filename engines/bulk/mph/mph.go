@@ -843,7 +843,15 @@ func (t *Table) EncodedLen() int {
 // Decode decodes a table encoded by AppendBinary, which must be all of b.
 // The table does not alias b. A malformed encoding is an error wrapping
 // engines.ErrCorrupt.
-func Decode(b []byte) (*Table, error) {
+func Decode(b []byte) (*Table, error) { return decode(b, false) }
+
+// DecodeShared is Decode for a table that keeps b's pilot bytes (the bulk
+// of the encoding: 8/λ bits per key) instead of copying them, so the caller
+// chooses their memory (engines/bulk puts them in huge pages). b must not
+// change, nor be freed, while the table is in use.
+func DecodeShared(b []byte) (*Table, error) { return decode(b, true) }
+
+func decode(b []byte, shared bool) (*Table, error) {
 	if len(b) < headerLen {
 		return nil, fmt.Errorf("mph: %d bytes, shorter than the header: %w", len(b), engines.ErrCorrupt)
 	}
@@ -892,7 +900,11 @@ func Decode(b []byte) (*Table, error) {
 		return nil, fmt.Errorf("mph: parts of %d slots and %d buckets in a table of %d and %d: %w", slots, buckets, t.slots, t.buckets, engines.ErrCorrupt)
 	}
 	b = b[8*t.nparts:]
-	t.pilots = append([]byte(nil), b[:t.buckets]...)
+	if shared {
+		t.pilots = b[:t.buckets:t.buckets]
+	} else {
+		t.pilots = append([]byte(nil), b[:t.buckets]...)
+	}
 	b = b[t.buckets:]
 	t.remap = make([]uint32, t.slots-t.n)
 	for i := range t.remap {
