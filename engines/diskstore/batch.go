@@ -56,6 +56,23 @@ type batchRun struct {
 // caller verifies the keys: a location may be stale by the time it is
 // read, as with Read. Safe for concurrent use.
 func (s *Store) ReadBatch(locs []uint64, recs []engines.Record, found []bool, errs []error) {
+	s.readBatch(locs, recs, found, errs, false)
+}
+
+// ReadBatchCold is ReadBatch for records that are likely on disk only
+// (an owner reading ahead during recovery): none is read through a
+// mapping — a page fault blocks its processor for the whole disk read, one
+// fault at a time per processor — but with positioned reads, coalesced as
+// ReadBatch's, coldParallel in flight.
+func (s *Store) ReadBatchCold(locs []uint64, recs []engines.Record, found []bool, errs []error) {
+	s.readBatch(locs, recs, found, errs, true)
+}
+
+// coldParallel is how many reads of a ReadBatchCold are in flight at once:
+// a device queue's worth (each is a goroutine blocked in pread).
+const coldParallel = 32
+
+func (s *Store) readBatch(locs []uint64, recs []engines.Record, found []bool, errs []error, cold bool) {
 	sc := batchScratchPool.Get().(*batchScratch)
 	defer func() {
 		clear(sc.items)
@@ -72,7 +89,9 @@ func (s *Store) ReadBatch(locs []uint64, recs []engines.Record, found []bool, er
 		}
 	}
 	sc.items = items
-	items = s.readBatchMapped(sc, items, recs, found, errs)
+	if !cold {
+		items = s.readBatchMapped(sc, items, recs, found, errs)
+	}
 	if len(items) == 0 {
 		return
 	}
@@ -107,11 +126,15 @@ func (s *Store) ReadBatch(locs []uint64, recs []engines.Record, found []bool, er
 		return int(a.off - b.off)
 	})
 	runs := make([]batchRun, 0, len(items))
+	gap := int64(batchGap)
+	if cold {
+		gap = 0 // cold reads come off the device: read no more than asked
+	}
 	for j, it := range items {
 		end := min(it.off+recordGuess, it.g.size.Load())
 		if n := len(runs); n > 0 {
 			r := &runs[n-1]
-			if items[r.lo].g == it.g && it.off <= r.end+batchGap && max(end, r.end)-r.start <= batchMaxRead {
+			if items[r.lo].g == it.g && it.off <= r.end+gap && max(end, r.end)-r.start <= batchMaxRead {
 				r.hi, r.end = j+1, max(end, r.end)
 				continue
 			}
@@ -119,8 +142,11 @@ func (s *Store) ReadBatch(locs []uint64, recs []engines.Record, found []bool, er
 		runs = append(runs, batchRun{lo: j, hi: j + 1, start: it.off, end: end})
 	}
 	workers := min(len(runs), batchParallel)
+	if cold {
+		workers = min(len(runs), coldParallel)
+	}
 	if workers == 1 {
-		s.readRun(items, runs[0], recs, found, errs, caching)
+		s.readRun(items, runs[0], recs, found, errs, caching, cold)
 		return
 	}
 	// The caller is one of the workers; each takes the next run.
@@ -131,7 +157,7 @@ func (s *Store) ReadBatch(locs []uint64, recs []engines.Record, found []bool, er
 			if k >= len(runs) {
 				return
 			}
-			s.readRun(items, runs[k], recs, found, errs, caching)
+			s.readRun(items, runs[k], recs, found, errs, caching, cold)
 		}
 	}
 	var wg sync.WaitGroup
@@ -144,10 +170,10 @@ func (s *Store) ReadBatch(locs []uint64, recs []engines.Record, found []bool, er
 
 // readRun does one coalesced read and decodes its records into the caller's
 // slices (each run writes distinct indexes).
-func (s *Store) readRun(items []batchItem, r batchRun, recs []engines.Record, found []bool, errs []error, caching bool) {
+func (s *Store) readRun(items []batchItem, r batchRun, recs []engines.Record, found []bool, errs []error, caching, cold bool) {
 	g := items[r.lo].g
 	buf := make([]byte, r.end-r.start)
-	if err := s.readAt(g, buf, r.start); err != nil {
+	if err := s.readAtVia(g, buf, r.start, !cold); err != nil {
 		for _, it := range items[r.lo:r.hi] {
 			if !g.dead.Load() { // freed under us: no record, as Read
 				errs[it.i] = fmt.Errorf("read segment %d offset %d: %w", g.seq, it.off, err)

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"runtime"
 	"time"
 
 	"github.com/tabuladb/tabula/engines"
@@ -174,10 +173,6 @@ func (s *Store) pickVictim() (*segment, float64) {
 	return best, pressure
 }
 
-// gcYieldEvery is how many records the collector moves between yields of
-// its processor (a few tens of microseconds of work for 1 KiB records).
-const gcYieldEvery = 32
-
 // collect moves g's live records and needed tombstones to the head, makes
 // them durable, and frees g.
 func (s *Store) collect(g *segment, m Mover) error {
@@ -188,16 +183,18 @@ func (s *Store) collect(g *segment, m Mover) error {
 	}
 	r := &segReader{s: s, g: g, end: g.size.Load(), off: segmentHeaderLen}
 	var moved int64
-	for n := 0; ; n++ {
+	// The collector does not yield its processor between records: with
+	// readers busy on every processor, each yield waited for the
+	// scheduler's next preemption (~10 ms), and a yield every 32 records
+	// slowed collection ~20× (space amplification 1.43 instead of 1.13
+	// after the benchmark's 15 s window) while the reads' p99.9 stayed the
+	// same (74 µs against 76 µs without yields): a preempted reader is one
+	// slow read per 10 ms, far fewer than 0.1% of them.
+	for {
 		select {
 		case <-s.closing:
 			return engines.ErrClosed
 		default:
-		}
-		if n%gcYieldEvery == gcYieldEvery-1 {
-			// Readers waiting for a processor get it now, not at the
-			// scheduler's next 10 ms preemption.
-			runtime.Gosched()
 		}
 		off, h, key, value, err := r.next()
 		if err == io.EOF {

@@ -207,11 +207,17 @@ func (g *segment) markFullLocked() {
 // readAt fills p with the segment's bytes at off, from the file or the
 // in-memory tail. It returns io.ErrUnexpectedEOF past the logical end.
 func (s *Store) readAt(g *segment, p []byte, off int64) error {
+	return s.readAtVia(g, p, off, true)
+}
+
+// readAtVia is readAt that reads a mapped segment through its mapping only
+// if viaMap (else with a positioned read of the file).
+func (s *Store) readAtVia(g *segment, p []byte, off int64, viaMap bool) error {
 	end := off + int64(len(p))
 	if end > g.size.Load() {
 		return io.ErrUnexpectedEOF
 	}
-	if g.full.Load() {
+	if viaMap && g.full.Load() {
 		if m := s.pinMapped(g); m != nil {
 			copy(p, m[off:end])
 			g.unpin()

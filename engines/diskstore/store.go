@@ -415,8 +415,10 @@ func (s *Store) Recover(fn ReplayFunc) error {
 // or it was garbage). Without a usable chain, or one that disagrees with
 // the log, it falls back to replaying the whole log, and logs why. Without
 // index blocks (Options.IndexBlockBytes < 0) it is Recover. Afterwards the
-// owner writes a new base (WriteIndexBase) before it appends.
-func (s *Store) RecoverIndexed(load func([]IndexEntry) error, fn ReplayFunc) error {
+// owner writes a new base (WriteIndexBase) before it appends. load also
+// gets the bytes of log fn will then be handed (an owner may size its index
+// for the records they hold).
+func (s *Store) RecoverIndexed(load func(entries []IndexEntry, tailBytes int64) error, fn ReplayFunc) error {
 	if !s.IndexBlocks() {
 		return s.Recover(fn)
 	}
@@ -441,7 +443,16 @@ func (s *Store) RecoverIndexed(load func([]IndexEntry) error, fn ReplayFunc) err
 		slot, gen, _ := unpackLoc(e.Loc)
 		s.segAt(slot, gen).addLive(recordLen(0, 0)+e.Bytes, e.ExpiresAt)
 	}
-	if err := load(entries); err != nil {
+	var tail int64
+	for _, g := range s.segs {
+		switch {
+		case g.seq > st.at.seq:
+			tail += g.size.Load() - segmentHeaderLen
+		case g.seq == st.at.seq:
+			tail += max(g.size.Load()-max(st.at.off, segmentHeaderLen), 0)
+		}
+	}
+	if err := load(entries, tail); err != nil {
 		return fmt.Errorf("load index entries: %w", err)
 	}
 	s.ix.mu.Lock()

@@ -78,6 +78,12 @@ type Engine struct {
 	recov     map[uint64]recMeta
 	recovBase []diskstore.IndexEntry
 	recovGone map[uint64]struct{}
+	// recovOps are replayed records not applied yet, recovOpBytes their
+	// size, and recovRecs the records at locations the pending ops will
+	// compare keys with, read ahead in one batch (see flushReplay).
+	recovOps     []replayOp
+	recovOpBytes int
+	recovRecs    map[uint64]engines.Record
 	// blockMu makes one goroutine at a time write an index block.
 	blockMu sync.Mutex
 
@@ -160,6 +166,17 @@ func (e *Engine) hashAt(loc uint64) uint64 {
 	return keyspace.Hash(r.Key)
 }
 
+// readRec reads the record at loc to compare its key, as store.Read;
+// during recovery from the records read ahead when it is among them.
+func (e *Engine) readRec(loc uint64, buf []byte) (engines.Record, bool, error) {
+	if e.recovRecs != nil {
+		if r, ok := e.recovRecs[loc]; ok {
+			return r, true, nil
+		}
+	}
+	return e.store.Read(loc, buf)
+}
+
 func (e *Engine) shard(h uint64) *shard { return &e.shards[h>>32&(numShards-1)] }
 
 func (e *Engine) stripeOf(h uint64) int { return int(h >> 40 & (numStripes - 1)) }
@@ -182,7 +199,7 @@ func (e *Engine) find(h uint64, key []byte) (rec engines.Record, loc uint64, ok 
 // record found may alias it.
 func (e *Engine) findBuf(h uint64, key []byte, buf []byte) (rec engines.Record, loc uint64, ok bool, err error) {
 	loc, ok = e.ix.Lookup(h, func(l uint64) bool {
-		r, present, rerr := e.store.Read(l, buf)
+		r, present, rerr := e.readRec(l, buf)
 		if rerr != nil {
 			err = rerr
 			return false
@@ -381,7 +398,7 @@ func (e *Engine) unlockSet(s *stripeSet) {
 // met reading an entry to compare keys. Caller holds key's stripe.
 func (e *Engine) upsertLocked(h uint64, key []byte, loc uint64, n, exp int64) (old uint64, prev engines.Record, replaced bool, rerr error) {
 	old, replaced = e.ix.Upsert(h, loc, func(l uint64) bool {
-		r, present, err := e.store.Read(l, nil)
+		r, present, err := e.readRec(l, nil)
 		if err != nil {
 			rerr = err
 		}
