@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tabuladb/tabula/engines"
@@ -68,6 +69,7 @@ type indexLog struct {
 	next    uint64 // number of the next block file
 	prev    uint64 // number of the last block written (0: none yet)
 	cutAt   int64  // logBytes at the last cut
+	cutTime int64  // Now at the last cut (0: none yet)
 	cont    bool   // recovery may continue the chain it loaded
 	// recovering is set from RecoverIndexed to FinishIndexRecovery; a
 	// recovery that will write a base notes nothing.
@@ -103,10 +105,11 @@ type indexCompaction struct {
 }
 
 // compactDue reports whether the chain's deltas outgrew half its base (so a
-// restart reads at most 1.5× the index). Caller holds s.ix.mu.
+// restart reads at most 1.5× the index), or number more than
+// indexMaxDeltas files. Caller holds s.ix.mu.
 func (ix *indexLog) compactDue() bool {
 	return ix.base != 0 && !ix.compacting && !ix.broken &&
-		2*ix.deltaBytes > ix.baseBytes && (ix.deltaBytes > 1<<20 || ix.deltas > 16)
+		(2*ix.deltaBytes > ix.baseBytes && (ix.deltaBytes > 1<<20 || ix.deltas > 16) || ix.deltas > indexMaxDeltas)
 }
 
 // IndexCut is the index changes up to a log position, taken by
@@ -201,15 +204,31 @@ func (s *Store) StopIndexBlocks(why error) {
 	s.ix.broken, s.ix.pending = true, nil
 }
 
+// indexMinTimedChanges is the fewest pending changes a block cut by time
+// (Options.IndexBlockInterval) holds: a trickle of writes does not make a
+// file per interval.
+const indexMinTimedChanges = 64
+
+// indexMaxDeltas is how many deltas a chain may have before it is
+// compacted whatever their size (see compactDue).
+const indexMaxDeltas = 256
+
 // IndexDeltaDue reports whether IndexBlockBytes of log were appended since
-// the last cut.
+// the last cut, or IndexBlockInterval passed with enough changes pending.
 func (s *Store) IndexDeltaDue() bool {
 	if !s.IndexBlocks() {
 		return false
 	}
 	s.ix.mu.Lock()
 	defer s.ix.mu.Unlock()
-	return !s.ix.broken && s.ix.next > 0 && s.logBytes.Load()-s.ix.cutAt >= s.opts.IndexBlockBytes
+	if s.ix.broken || s.ix.next == 0 {
+		return false
+	}
+	if s.logBytes.Load()-s.ix.cutAt >= s.opts.IndexBlockBytes {
+		return true
+	}
+	iv := s.opts.IndexBlockInterval.Milliseconds()
+	return iv > 0 && len(s.ix.pending) >= indexMinTimedChanges && s.opts.Now()-s.ix.cutTime >= iv
 }
 
 // CutIndexDelta takes the index changes noted so far and the log position
@@ -223,6 +242,7 @@ func (s *Store) CutIndexDelta() IndexCut {
 	c := IndexCut{changes: s.ix.pending, at: at}
 	s.ix.pending = nil
 	s.ix.cutAt = s.logBytes.Load()
+	s.ix.cutTime = s.opts.Now()
 	return c
 }
 
@@ -398,15 +418,25 @@ func (s *Store) mergeChainFiles(base, n uint64) (live []indexChange, deltaBytes 
 // mergeBlocks returns the put changes of a chain (base first) and the
 // positions its deltas replaced or deleted.
 func mergeBlocks(chain []indexBlock) (puts []indexChange, removed map[logPos]struct{}) {
-	// One allocation for every put of the chain (copying the base's
+	// One slice for every put of the chain: the base's (all puts), grown
+	// once if its decoder left no room for the deltas' (copying the base's
 	// entries again per delta would cost more than decoding them).
 	n := 0
 	for _, blk := range chain {
 		n += len(blk.changes)
 	}
-	puts = make([]indexChange, 0, n)
 	removed = map[logPos]struct{}{}
-	for _, blk := range chain {
+	for i, blk := range chain {
+		if i == 0 && blk.kind == indexKindBase && allPuts(blk.changes) {
+			puts = blk.changes
+			if cap(puts) < n {
+				puts = append(make([]indexChange, 0, n), puts...)
+			}
+			continue
+		}
+		if puts == nil {
+			puts = make([]indexChange, 0, n)
+		}
 		for _, c := range blk.changes {
 			if blk.kind == indexKindDelta && c.old.seq != 0 {
 				removed[c.old] = struct{}{}
@@ -417,6 +447,15 @@ func mergeBlocks(chain []indexBlock) (puts []indexChange, removed map[logPos]str
 		}
 	}
 	return puts, removed
+}
+
+func allPuts(cs []indexChange) bool {
+	for i := range cs {
+		if cs[i].op != indexOpPut {
+			return false
+		}
+	}
+	return true
 }
 
 // WriteIndexBase persists entries (every entry of the owner's index, right
@@ -458,7 +497,7 @@ func (s *Store) WriteIndexBase(entries []IndexEntry) error {
 		return fmt.Errorf("write index base %d: %w", n, err)
 	}
 	s.ix.base, s.ix.baseBytes, s.ix.deltaBytes, s.ix.deltas = n, size, 0, 0
-	s.ix.prev, s.ix.next, s.ix.pending, s.ix.cutAt = n, n+1, nil, s.logBytes.Load()
+	s.ix.prev, s.ix.next, s.ix.pending, s.ix.cutAt, s.ix.cutTime = n, n+1, nil, s.logBytes.Load(), s.opts.Now()
 	return nil
 }
 
@@ -537,7 +576,12 @@ type indexBlock struct {
 
 // decodeIndexBlock decodes and checks a whole block file. Errors wrap
 // engines.ErrCorrupt (or ErrFormatVersion).
-func decodeIndexBlock(b []byte) (blk indexBlock, err error) {
+func decodeIndexBlock(b []byte) (blk indexBlock, err error) { return decodeIndexBlockCap(b, 0) }
+
+// decodeIndexBlockCap is decodeIndexBlock with room for extra more changes
+// in blk.changes (a chain's base then takes its deltas' puts without a
+// copy of its own).
+func decodeIndexBlockCap(b []byte, extra int) (blk indexBlock, err error) {
 	if len(b) < indexHeaderLen+4 {
 		return blk, fmt.Errorf("index block of %d bytes: %w", len(b), engines.ErrCorrupt)
 	}
@@ -565,7 +609,7 @@ func decodeIndexBlock(b []byte) (blk indexBlock, err error) {
 	if count > uint64(len(body)) || blk.at.off < 0 || blk.at.off > maxSegmentSize {
 		return blk, fmt.Errorf("index block header fields: %w", engines.ErrCorrupt)
 	}
-	blk.changes = make([]indexChange, 0, count)
+	blk.changes = make([]indexChange, 0, count+uint64(extra))
 	p := body[indexHeaderLen:]
 	bad := false
 	uv := func() uint64 {
@@ -631,29 +675,110 @@ func (s *Store) writeIndexFile(n uint64, kind byte, prev uint64, at logPos, chan
 	return int64(len(b)), s.fs.SyncDir(s.dir)
 }
 
+// indexRead is one block file read by readIndexFiles.
+type indexRead struct {
+	blk  indexBlock
+	size int64
+	err  error
+}
+
+// indexReadWorkers is how many block files readIndexFiles reads and
+// decodes at once (a restart after a crash reads them from a cold disk:
+// 51 files of 18 MB took ~100 ms one after the other).
+const indexReadWorkers = 4
+
+// readIndexFiles reads and decodes block files ns, several at once.
+func (s *Store) readIndexFiles(ns []uint64) []indexRead {
+	out := make([]indexRead, len(ns))
+	raw := make([][]byte, len(ns))
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range min(indexReadWorkers, len(ns)) {
+		wg.Go(func() {
+			for {
+				k := int(next.Add(1) - 1)
+				if k >= len(ns) {
+					return
+				}
+				r := &out[k]
+				raw[k], r.size, r.err = s.readIndexBytes(ns[k])
+				if r.err == nil && k > 0 {
+					r.blk, r.err = decodeIndexFile(ns[k], raw[k])
+					raw[k] = nil
+				}
+			}
+		})
+	}
+	wg.Wait()
+	// The first (a base, when loading a chain) is decoded last, with room
+	// for the others' changes (mergeBlocks appends their puts to it).
+	if out[0].err == nil {
+		extra := 0
+		for _, r := range out[1:] {
+			extra += len(r.blk.changes)
+		}
+		out[0].blk, out[0].err = decodeIndexFileCap(ns[0], raw[0], extra)
+	}
+	return out
+}
+
+// indexReadChunk: a block file larger than this is read in chunks of it,
+// all at once (a base of 1M keys is 18 MB).
+const indexReadChunk = 2 << 20
+
 // readIndexFile reads and decodes block file n.
 func (s *Store) readIndexFile(n uint64) (indexBlock, int64, error) {
+	b, size, err := s.readIndexBytes(n)
+	if err != nil {
+		return indexBlock{}, size, err
+	}
+	blk, err := decodeIndexFile(n, b)
+	return blk, size, err
+}
+
+func decodeIndexFile(n uint64, b []byte) (indexBlock, error) { return decodeIndexFileCap(n, b, 0) }
+
+func decodeIndexFileCap(n uint64, b []byte, extra int) (indexBlock, error) {
+	blk, err := decodeIndexBlockCap(b, extra)
+	if err == nil && blk.n != n {
+		err = fmt.Errorf("index file %d holds block %d: %w", n, blk.n, engines.ErrCorrupt)
+	}
+	return blk, err
+}
+
+// readIndexBytes reads block file n whole.
+func (s *Store) readIndexBytes(n uint64) ([]byte, int64, error) {
 	f, err := s.fs.Open(filepath.Join(s.dir, indexName(n)))
 	if err != nil {
-		return indexBlock{}, 0, err
+		return nil, 0, err
 	}
 	defer f.Close()
 	size, err := f.Size()
 	if err != nil {
-		return indexBlock{}, 0, err
+		return nil, 0, err
 	}
 	if size > indexMaxFileLen {
-		return indexBlock{}, 0, fmt.Errorf("index block of %d bytes: %w", size, engines.ErrCorrupt)
+		return nil, 0, fmt.Errorf("index block of %d bytes: %w", size, engines.ErrCorrupt)
 	}
 	b := make([]byte, size)
-	if k, err := f.ReadAt(b, 0); k != len(b) {
-		return indexBlock{}, size, fmt.Errorf("read index block %d: %w", n, err)
+	chunks := int((size + indexReadChunk - 1) / indexReadChunk)
+	errs := make([]error, chunks)
+	var wg sync.WaitGroup
+	for c := range chunks {
+		read := func() {
+			p := b[int64(c)*indexReadChunk : min(int64(c+1)*indexReadChunk, size)]
+			if k, err := f.ReadAt(p, int64(c)*indexReadChunk); k != len(p) {
+				errs[c] = fmt.Errorf("read index block %d: %d of %d bytes at %d: %w", n, k, len(p), int64(c)*indexReadChunk, err)
+			}
+		}
+		if c == chunks-1 {
+			read()
+		} else {
+			wg.Go(read)
+		}
 	}
-	blk, err := decodeIndexBlock(b)
-	if err == nil && blk.n != n {
-		err = fmt.Errorf("index file %d holds block %d: %w", n, blk.n, engines.ErrCorrupt)
-	}
-	return blk, size, err
+	wg.Wait()
+	return b, size, errors.Join(errs...)
 }
 
 // indexFileIsBase reads block n's header only and reports whether it says
@@ -719,19 +844,27 @@ func (s *Store) loadIndexChain() (st indexState, ok bool) {
 		have[n] = true
 	}
 	var base indexBlock
+	var deltas []indexRead // read ahead with the base
 	for i := len(nums) - 1; i >= 0; i-- {
 		if !s.indexFileIsBase(nums[i]) {
 			continue
 		}
-		blk, size, err := s.readIndexFile(nums[i])
-		st.bytes += size
-		if err != nil {
-			s.opts.Logger.Warn("diskstore: unreadable index block", "dir", s.dir, "block", nums[i], "err", err)
+		// The base and the deltas after it, read and decoded at once.
+		want := []uint64{nums[i]}
+		for n := nums[i] + 1; have[n]; n++ {
+			want = append(want, n)
+		}
+		reads := s.readIndexFiles(want)
+		r := reads[0]
+		st.bytes += r.size
+		if r.err != nil {
+			s.opts.Logger.Warn("diskstore: unreadable index block", "dir", s.dir, "block", nums[i], "err", r.err)
 			continue
 		}
-		if blk.kind == indexKindBase {
-			base, ok = blk, true
-			st.baseBytes = size
+		if r.blk.kind == indexKindBase {
+			base, ok = r.blk, true
+			st.baseBytes = r.size
+			deltas = reads[1:]
 			break
 		}
 	}
@@ -739,8 +872,9 @@ func (s *Store) loadIndexChain() (st indexState, ok bool) {
 		return st, false
 	}
 	chain := []indexBlock{base}
-	for n := base.n + 1; have[n]; n++ {
-		blk, size, err := s.readIndexFile(n)
+	for i, r := range deltas {
+		n := base.n + 1 + uint64(i)
+		blk, size, err := r.blk, r.size, r.err
 		st.bytes += size
 		if err == nil && (blk.kind != indexKindDelta || blk.prev != n-1) {
 			err = fmt.Errorf("block %d (kind %d, prev %d) does not continue the chain: %w", n, blk.kind, blk.prev, engines.ErrCorrupt)

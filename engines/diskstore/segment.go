@@ -430,6 +430,39 @@ func (g *segment) addLive(n, exp int64) {
 	}
 }
 
+// segLive sums what addLive would add for many records.
+type segLive struct {
+	live, recs, ttlBytes, ttlRecs, maxExp int64
+}
+
+func (l *segLive) add(n, exp int64) {
+	l.live += n
+	l.recs++
+	if exp > 0 {
+		l.ttlBytes += n
+		l.ttlRecs++
+		l.maxExp = max(l.maxExp, exp)
+	}
+}
+
+func (l segLive) plus(m segLive) segLive {
+	return segLive{l.live + m.live, l.recs + m.recs, l.ttlBytes + m.ttlBytes, l.ttlRecs + m.ttlRecs, max(l.maxExp, m.maxExp)}
+}
+
+// addLiveBulk is addLive of the records l sums.
+func (g *segment) addLiveBulk(l segLive) {
+	g.live.Add(l.live)
+	g.recs.Add(l.recs)
+	g.ttlBytes.Add(l.ttlBytes)
+	g.ttlRecs.Add(l.ttlRecs)
+	for {
+		m := g.maxExpiry.Load()
+		if l.maxExp <= m || g.maxExpiry.CompareAndSwap(m, l.maxExp) {
+			break
+		}
+	}
+}
+
 // subLive uncounts a record added with addLive.
 func (g *segment) subLive(n, exp int64) {
 	g.live.Add(-n)

@@ -12,6 +12,7 @@ import (
 	"github.com/tabuladb/tabula/engines"
 	"github.com/tabuladb/tabula/engines/diskstore"
 	"github.com/tabuladb/tabula/engines/enginetest"
+	"github.com/tabuladb/tabula/engines/vfs"
 )
 
 // copyDir copies the files of src into a new directory (a crash image of
@@ -148,5 +149,53 @@ func TestReplayTailAfterBlocks(t *testing.T) {
 	fst, _ := f.DiskStats()
 	if st.LiveBytes != fst.LiveBytes {
 		t.Fatalf("live bytes %d after the indexed recovery, %d after a full scan", st.LiveBytes, fst.LiveBytes)
+	}
+}
+
+// TestIndexBlockInterval: with writes too slow to fill IndexBlockBytes, a
+// block is still cut once IndexBlockInterval passed and enough changes are
+// pending, so a crash replays little log; a trickle below the minimum
+// makes no block.
+func TestIndexBlockInterval(t *testing.T) {
+	mem := vfs.NewMem()
+	clock := enginetest.NewClock()
+	e, err := openMemOpts(t, mem, clock, diskstore.Options{CacheBytes: -1, GCInterval: 1 << 62})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	blocks := func() int {
+		names, err := mem.List(crashDir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, name := range names {
+			if filepath.Ext(name) == ".idx" {
+				n++
+			}
+		}
+		return n
+	}
+	start := blocks()
+	for i := range 10 {
+		mustPut(t, e, fmt.Sprintf("k%03d", i), "v")
+	}
+	clock.Advance(1000)
+	mustPut(t, e, "k-late", "v")
+	if got := blocks(); got != start {
+		t.Fatalf("11 changes cut a block by time (%d blocks, %d before)", got, start)
+	}
+	for i := range 100 {
+		mustPut(t, e, fmt.Sprintf("m%03d", i), "v")
+	}
+	if got := blocks(); got != start+1 {
+		t.Fatalf("%d blocks after 111 changes and %v, want %d", got, diskstore.DefaultIndexBlockInterval, start+1)
+	}
+	for i := range 100 {
+		mustPut(t, e, fmt.Sprintf("n%03d", i), "v")
+	}
+	if got := blocks(); got != start+1 {
+		t.Fatalf("%d blocks: a block was cut before the interval passed", got)
 	}
 }
