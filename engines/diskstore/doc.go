@@ -76,6 +76,11 @@
 // never served. A location in a freed segment reads as "no record". A
 // segment is unmapped only once no read is inside its mapping.
 //
+// ReadBatchCold reads like ReadBatch but never through a mapping (a fault on
+// a cold page blocks its processor for the whole disk read) nor the cache:
+// positioned reads, coalesced only where records overlap a page, 32 in
+// flight. It is for reads known to go to the device (recovery).
+//
 // # Snapshots
 //
 // Snapshot pauses the collector and fixes a log position; its Scan reads
@@ -121,7 +126,8 @@
 // lock (NoteIndexPut: hash, new location, replaced location, size, expiry;
 // NoteIndexDelete: hash, deleted location). Locations are noted as log
 // positions (segment sequence number, offset), which are never reused,
-// unlike slots. Every Options.IndexBlockBytes of appended log (8 MiB) and
+// unlike slots. Every Options.IndexBlockBytes of appended log (8 MiB), every
+// Options.IndexBlockInterval (250 ms) with at least 64 changes noted, and
 // at Close the owner, holding every key lock, cuts the noted changes with
 // the log position P they cover (CutIndexDelta: no writer is then between
 // appending a record and noting it, so the cut holds exactly the changes of

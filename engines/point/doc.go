@@ -10,10 +10,13 @@
 //     Options.Dir (required), created or reopened; a location is a packed
 //     (segment slot, generation, offset). Open rebuilds the index from the
 //     store's delta index blocks (key hashes and locations, written every
-//     diskstore.Options.IndexBlockBytes of log and at Close) and replays only
-//     the log written after the last block; without usable blocks it
-//     replays the whole log. During recovery the index's Hasher answers from
-//     memory, so splits read nothing. OpenDisk takes diskstore.Options (file system, segment size,
+//     diskstore.Options.IndexBlockBytes of log or IndexBlockInterval, and at
+//     Close) and replays only the log written after the last block; without
+//     usable blocks it replays the whole log. The index is sized for the
+//     blocks' entries and the tail's records, so the replay splits no
+//     bucket, and the replayed records are queued and applied a batch at a
+//     time: the entries their keys must be compared with (a cold disk read
+//     each) are read first, together (diskstore's ReadBatchCold). OpenDisk takes diskstore.Options (file system, segment size,
 //     durability, collector tuning). Any other name is refused with
 //     ErrStorageUnavailable.
 //
