@@ -1,4 +1,4 @@
-//go:build unix
+//go:build linux
 
 package vfs
 
@@ -6,18 +6,6 @@ import (
 	"fmt"
 	"syscall"
 )
-
-// Mapper is implemented by files that can be memory-mapped read-only: the
-// OS file system's (MemFS files are not, so tests that inject faults read
-// through ReadAt). A mapping shows the file's bytes as they are on the
-// page cache, so the caller must verify them (CRC) as it would a read, and
-// must never touch them after unmap.
-type Mapper interface {
-	// Map maps bytes [0, size) of the file read-only. The file must not
-	// shrink below size while mapped: touching a page past its end faults
-	// the process (SIGBUS).
-	Map(size int64) (data []byte, unmap func() error, err error)
-}
 
 // Map maps f read-only with MAP_SHARED and MADV_RANDOM (reads of single
 // records should not pull in their neighbours).

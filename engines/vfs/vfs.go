@@ -25,6 +25,18 @@ type File interface {
 	Truncate(size int64) error
 }
 
+// Mapper is implemented by files that can be memory-mapped read-only: the
+// OS file system's (MemFS files are not, so tests that inject faults read
+// through ReadAt). A mapping shows the file's bytes as they are on the
+// page cache, so the caller must verify them (CRC) as it would a read, and
+// must never touch them after unmap.
+type Mapper interface {
+	// Map maps bytes [0, size) of the file read-only. The file must not
+	// shrink below size while mapped: touching a page past its end faults
+	// the process (SIGBUS).
+	Map(size int64) (data []byte, unmap func() error, err error)
+}
+
 // FS is the file-system seam every engine and the stream layer use.
 // Implementations are safe for concurrent use.
 //
