@@ -80,12 +80,14 @@ func crashRound(t *testing.T, rng *rand.Rand, round int) {
 		var acked atomic.Int64
 		var stop atomic.Bool // the process "dies" with the crash
 		var wg sync.WaitGroup
+		// Time passes while they write (10 ms a write), so blocks are
+		// also cut by IndexBlockInterval.
 		for w := range writers {
 			wrng := rand.New(rand.NewPCG(rng.Uint64(), uint64(w)))
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				writeUntilCrash(e, wrng, w, states[w], &acked, &stop)
+				writeUntilCrash(e, wrng, w, states[w], &acked, &stop, func() { clock.Advance(10) })
 			}()
 		}
 		for acked.Load() < crashAfter {
@@ -122,8 +124,9 @@ func waitAcked(acked *atomic.Int64, n int64) bool {
 
 // writeUntilCrash writes keys of writer w until a write fails (the crash),
 // recording acknowledged states and the in-flight one.
-func writeUntilCrash(e *Engine, rng *rand.Rand, w int, st []keyState, acked *atomic.Int64, stop *atomic.Bool) {
+func writeUntilCrash(e *Engine, rng *rand.Rand, w int, st []keyState, acked *atomic.Int64, stop *atomic.Bool, tick func()) {
 	for i := 0; !stop.Load(); i++ {
+		tick()
 		k := rng.IntN(len(st))
 		k2 := -1 // the batch's second key
 		key := fmt.Sprintf("w%d-k%02d", w, k)

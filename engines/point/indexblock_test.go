@@ -163,6 +163,8 @@ func TestIndexBlocksGCThenCrash(t *testing.T) {
 		model := map[string]string{}
 		freed := int64(0)
 		for step := range 200 {
+			// Time passes too: blocks are also cut by IndexBlockInterval.
+			clock.Advance(int64(rng.IntN(60)))
 			k := fmt.Sprintf("k%02d", rng.IntN(40))
 			switch op := rng.IntN(20); {
 			case op < 12:
