@@ -211,7 +211,7 @@ func (e *Engine) replay(loc uint64, r engines.Record, tombstone bool) error {
 // at a time they made the replay of a few thousand overwrites the bulk of
 // a restart (~250 ms of 400 for 1M keys after a crash). So the entries
 // every queued record will be compared with are gathered first and read
-// in one ReadBatch (sorted, coalesced, parallel); the queued records
+// in one ReadBatchCold (sorted, parallel preads); the queued records
 // themselves are known. The comparisons are then the same, exact ones,
 // from memory; a record the read-ahead missed (an error, or an entry that
 // appeared meanwhile) is read as before.
