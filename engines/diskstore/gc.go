@@ -246,6 +246,13 @@ func (s *Store) collect(g *segment, m Mover) error {
 	s.syncMu.Lock()
 	err := errors.Join(s.unmapSegment(g), g.f.Close(), s.fs.Remove(g.path), s.fs.SyncDir(s.dir))
 	s.syncMu.Unlock()
+	if err == nil {
+		// Only now may a new segment take g's slot (see uninstallLocked);
+		// after a failure the slot stays unused until the store reopens.
+		s.mu.Lock()
+		s.freeSlotLocked(g.slot)
+		s.mu.Unlock()
+	}
 	s.stats.gcRuns.Add(1)
 	s.stats.gcBytesMoved.Add(moved)
 	s.stats.gcSegmentsFreed.Add(1)

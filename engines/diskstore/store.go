@@ -380,19 +380,30 @@ func (s *Store) installLocked(g *segment) {
 	s.nextSlot = max(s.nextSlot, g.slot+1)
 }
 
+// uninstallLocked takes g out of the location table and the segment list.
+// Its slot is not free yet: a new segment may take it only once g's file
+// is durably gone (freeSlotLocked). Reused before, a new segment's file
+// could be durable beside g's after a crash, two files of one slot, and
+// recovery refuses that as corruption (found by TestCrashConcurrentWriters).
 func (s *Store) uninstallLocked(g *segment) {
 	old := *s.table.Load()
 	t := make([]*segment, len(old))
 	copy(t, old)
 	t[g.slot] = nil
 	s.table.Store(&t)
-	s.freeSlots = append(s.freeSlots, g.slot)
 	for i, x := range s.segs {
 		if x == g {
 			s.segs = append(s.segs[:i:i], s.segs[i+1:]...)
 			break
 		}
 	}
+}
+
+// freeSlotLocked makes slot available to new segments, once the file of the
+// segment that held it was removed and the removal synced. Caller holds
+// s.mu.
+func (s *Store) freeSlotLocked(slot uint32) {
+	s.freeSlots = append(s.freeSlots, slot)
 }
 
 func (s *Store) segAt(slot uint32, gen uint8) *segment {

@@ -199,3 +199,47 @@ func TestIndexBlockInterval(t *testing.T) {
 		t.Fatalf("%d blocks: a block was cut before the interval passed", got)
 	}
 }
+
+// TestSlotNotReusedBeforeRemoval: a collected segment's slot is reused only
+// once its file is durably removed. Here the removal fails, new segments
+// are written, and the machine crashes: the reopened store must not find
+// two files of one slot (refused as corruption), and must hold every key.
+func TestSlotNotReusedBeforeRemoval(t *testing.T) {
+	mem := vfs.NewMem()
+	clock := enginetest.NewClock()
+	ds := diskstore.Options{SegmentSize: 4096, CacheBytes: -1, GCInterval: 1 << 62, MaxSpaceAmp: 1.2}
+	e, err := openMemOpts(t, mem, clock, ds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	model := map[string]string{}
+	put := func(k, v string) {
+		t.Helper()
+		mustPut(t, e, k, v)
+		model[k] = v
+	}
+	for round := range 4 {
+		for i := range 40 {
+			put(fmt.Sprintf("k%02d", i), fmt.Sprintf("r%d-%d-%s", round, i, pad(100)))
+		}
+	}
+	mem.InjectAfter(0, vfs.OpRemove, nil) // the collector's first file removal fails
+	if _, err := e.GC(); err == nil {
+		t.Fatal("a collection whose file removal failed reported no error")
+	}
+	mem.ClearFaults()
+	for i := range 40 { // new segments, which must not take the slot
+		put(fmt.Sprintf("k%02d", i), fmt.Sprintf("after-%d-%s", i, pad(100)))
+	}
+	if err := e.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	mem.Crash()
+	_ = e.Close()
+	e, err = openMemOpts(t, mem, clock, ds)
+	if err != nil {
+		t.Fatalf("reopen after the crash: %v", err)
+	}
+	defer e.Close()
+	checkModel(t, e, model, "after the crash")
+}
