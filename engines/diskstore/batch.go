@@ -62,8 +62,9 @@ func (s *Store) ReadBatch(locs []uint64, recs []engines.Record, found []bool, er
 // ReadBatchCold is ReadBatch for records that are likely on disk only
 // (an owner reading ahead during recovery): none is read through a
 // mapping — a page fault blocks its processor for the whole disk read, one
-// fault at a time per processor — but with positioned reads, coalesced as
-// ReadBatch's, coldParallel in flight.
+// fault at a time per processor — but with positioned reads, coalesced only
+// where records overlap (no gap is read: it would come off the device too),
+// coldParallel in flight.
 func (s *Store) ReadBatchCold(locs []uint64, recs []engines.Record, found []bool, errs []error) {
 	s.readBatch(locs, recs, found, errs, true)
 }

@@ -703,7 +703,7 @@ func (s *Store) readIndexFiles(ns []uint64) []indexRead {
 				r := &out[k]
 				raw[k], r.size, r.err = s.readIndexBytes(ns[k])
 				if r.err == nil && k > 0 {
-					r.blk, r.err = decodeIndexFile(ns[k], raw[k])
+					r.blk, r.err = decodeIndexFile(ns[k], raw[k], 0)
 					raw[k] = nil
 				}
 			}
@@ -717,7 +717,7 @@ func (s *Store) readIndexFiles(ns []uint64) []indexRead {
 		for _, r := range out[1:] {
 			extra += len(r.blk.changes)
 		}
-		out[0].blk, out[0].err = decodeIndexFileCap(ns[0], raw[0], extra)
+		out[0].blk, out[0].err = decodeIndexFile(ns[0], raw[0], extra)
 	}
 	return out
 }
@@ -732,13 +732,13 @@ func (s *Store) readIndexFile(n uint64) (indexBlock, int64, error) {
 	if err != nil {
 		return indexBlock{}, size, err
 	}
-	blk, err := decodeIndexFile(n, b)
+	blk, err := decodeIndexFile(n, b, 0)
 	return blk, size, err
 }
 
-func decodeIndexFile(n uint64, b []byte) (indexBlock, error) { return decodeIndexFileCap(n, b, 0) }
-
-func decodeIndexFileCap(n uint64, b []byte, extra int) (indexBlock, error) {
+// decodeIndexFile decodes block file n's bytes b, with room for extra more
+// changes (see decodeIndexBlockCap), checking it is block n.
+func decodeIndexFile(n uint64, b []byte, extra int) (indexBlock, error) {
 	blk, err := decodeIndexBlockCap(b, extra)
 	if err == nil && blk.n != n {
 		err = fmt.Errorf("index file %d holds block %d: %w", n, blk.n, engines.ErrCorrupt)

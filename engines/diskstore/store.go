@@ -493,7 +493,8 @@ func (s *Store) RecoverIndexed(load func(entries []IndexEntry, tailBytes int64) 
 }
 
 // resolveIndex turns the chain's live records into entries at their current
-// locations, dropping those of freed segments; ok is false if the chain
+// locations, dropping those of freed segments, and counts them live in
+// their segments; ok is false (and nothing is counted) if the chain
 // disagrees with the log (a record past its segment's end or past the
 // chain's position), so the log must be scanned whole.
 func (s *Store) resolveIndex(st *indexState) (entries []IndexEntry, ok bool) {
