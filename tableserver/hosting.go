@@ -81,8 +81,10 @@ func (s *Server) reconcile(old *hosting, resp *api.WatchPartitionMapResponse) (*
 			if prev := old.replicas[p.GetId()]; prev != nil && prev.table.GetId() == t.GetId() {
 				if durable(t) && prev.part.GetEpoch() != p.GetEpoch() {
 					// Still ours at a new epoch: record it, so a restart
-					// reopens this data rather than moving it aside.
-					if _, err := s.preparePartitionDir(p.GetId(), p.GetEpoch()); err != nil {
+					// reopens this data rather than moving it aside. The
+					// engine is open on the directory: recording an epoch
+					// must never move it.
+					if err := s.recordEpoch(p.GetId(), p.GetEpoch()); err != nil {
 						s.log.Error("record new partition epoch", "partition", p.GetId(), "err", err)
 					}
 				}

@@ -105,6 +105,17 @@ func (s *Server) preparePartitionDir(id, epoch uint64) (string, error) {
 	return dir, atomicfile.SyncDir(filepath.Dir(dir))
 }
 
+// recordEpoch durably rewrites the EPOCH file of partition id, whose
+// directory is open and serving, to epoch. Unlike preparePartitionDir it
+// never moves the directory: the data in it is the partition's current data.
+func (s *Server) recordEpoch(id, epoch uint64) error {
+	dir := s.partitionDir(id)
+	if err := atomicfile.WriteFile(filepath.Join(dir, epochFile), encodeEpoch(epoch), 0o644); err != nil {
+		return fmt.Errorf("record epoch %d of partition %d: %w", epoch, id, err)
+	}
+	return nil
+}
+
 // orphan moves partition id's directory aside, never to be opened again.
 func (s *Server) orphan(id, epoch uint64, why string) error {
 	to := filepath.Join(s.opts.DataDir, orphanedDir, fmt.Sprintf("%d-e%d-%d", id, epoch, time.Now().Unix()))
