@@ -72,8 +72,8 @@ type (
 		sent   int64
 		assign mAssign
 	}
-	mFreeze       struct{ ext, round int }
-	mFreezeAck    struct {
+	mFreeze    struct{ ext, round int }
+	mFreezeAck struct {
 		ext, round, n int
 		inc           int
 		recs          []partition.Record
