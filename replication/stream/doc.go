@@ -6,8 +6,9 @@
 // appended to. An extent is a file of blocks, each with its CRC32C, plus
 // its commit length. Clients append entries — atomic multi-block appends,
 // blocks of client-chosen sizes up to 4 MiB — to the primary of the last
-// extent, which picks their offsets, writes them locally and to the two
-// secondaries in parallel and acknowledges them in offset order once all
+// extent, which picks their offsets, writes them locally and to the
+// secondaries it was created with (the manager names them at Create) in
+// parallel and acknowledges them in offset order once all
 // three have them durably (group commit: one write, one fsync and one
 // Replicate per replica for everything queued). When an append fails, the
 // client asks the stream manager to seal the extent at the commit length
@@ -45,15 +46,26 @@
 // store directory; "%016x.ext.tmp" is a copy being built (removed at open).
 // Integers are little-endian.
 //
-//	 0       8          12        16          24      28       32
-//	| magic | version  | flags   | extent id | 0 (4) | crc32c |
-//	| (8)   | (4, =1)  | (4)     | (8)       |       | (4)    |
+//	 0       8          12        16          24            28       32
+//	| magic | version  | flags   | extent id | list len (4) | crc32c |
+//	| (8)   | (4, =2)  | (4)     | (8)       |  = L         | (4)    |
 //
-// magic is "TABEXTNT"; crc32c (Castagnoli) covers bytes 0-27; flags bit 0:
-// this replica is the primary (it takes Append; secondaries take
-// Replicate). Another version is refused with ErrFormatVersion. Blocks
-// follow; extent offsets count from the end of this header, so offset 0 is
-// the first block.
+//	32             33           34
+//	| ack (1)     | count (1)  | count × (node len (2) | node | addr len (2) | addr) | crc32c (4) |
+//	 └──────────────────────────── the replica list: L bytes ──────────────────────────────────┘
+//
+// magic is "TABEXTNT"; the first crc32c (Castagnoli) covers bytes 0-27,
+// the second the replica list before it. flags bit 0: this replica is the
+// primary (it takes Append; secondaries take Replicate). The replica list
+// (6 to 16 KiB) records, on a primary, the extent's secondaries (node id
+// and address) and its ack policy (0 all, 1 quorum): the primary
+// replicates to exactly these, also after a restart, and never
+// acknowledges an append held by fewer copies than the policy requires; a
+// secondary has count 0, ack 0. Version 1 (the same 32 bytes with list len
+// 0 and no list) is still read; a primary of version 1 refuses appends
+// (ErrBroken: seal it), as it does not know its secondaries. Another
+// version is refused with ErrFormatVersion. Blocks follow the header;
+// extent offsets count from its end, so offset 0 is the first block.
 //
 // # Block (20-byte header, then the payload)
 //

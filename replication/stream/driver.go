@@ -79,6 +79,8 @@ type ExtentPlacement struct {
 	// Coding is set once coding started (Coded: done; until then the
 	// replicas serve reads).
 	Coding *CodingPlacement
+	// Ack is the extent's acknowledgement policy (AckAll or AckQuorum).
+	Ack AckPolicy
 }
 
 // ReplicaAddr is one replica's node.
@@ -91,7 +93,7 @@ type ReplicaAddr struct {
 }
 
 func placementOf(m *Manager, e ExtentMeta) ExtentPlacement {
-	p := ExtentPlacement{ID: e.ID, Sealed: e.Sealed, Length: e.Length, LastSeq: e.LastSeq}
+	p := ExtentPlacement{ID: e.ID, Sealed: e.Sealed, Length: e.Length, LastSeq: e.LastSeq, Ack: AckAll}
 	for _, r := range e.Replicas {
 		nd := m.nodes[r.Node]
 		ra := ReplicaAddr{Node: r.Node, Addr: nd.Addr, OK: r.State == ReplicaOK && nd.Alive}
@@ -262,19 +264,7 @@ func (d *Driver) allocateLocked(ctx context.Context, name string, epoch uint64, 
 		if err != nil {
 			return err
 		}
-		errc := make([]error, len(p.Replicas))
-		var wg sync.WaitGroup
-		for i, r := range p.Replicas {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				errc[i] = d.nodeCall(ctx, r.Addr, func(ctx context.Context, c streampb.ExtentNodeClient) error {
-					_, err := c.Create(ctx, &streampb.CreateRequest{Extent: p.ID, Primary: i == 0})
-					return err
-				})
-			}()
-		}
-		wg.Wait()
+		errc := d.createReplicas(ctx, p)
 		var created []string
 		for i, r := range p.Replicas {
 			if errc[i] != nil {
@@ -295,6 +285,33 @@ func (d *Driver) allocateLocked(ctx context.Context, name string, epoch uint64, 
 		d.sealReplicas(ctx, p, 0, created)
 	}
 	return fmt.Errorf("allocate extent in %q: %w", name, errors.Join(errs...))
+}
+
+// createReplicas creates p's replicas (the primary first, told its
+// secondaries and the ack policy) in parallel and returns each one's error.
+func (d *Driver) createReplicas(ctx context.Context, p ExtentPlacement) []error {
+	errc := make([]error, len(p.Replicas))
+	var secs []*streampb.ReplicaRef
+	for _, r := range p.Replicas[1:] {
+		secs = append(secs, &streampb.ReplicaRef{Node: r.Node, Addr: r.Addr})
+	}
+	var wg sync.WaitGroup
+	for i, r := range p.Replicas {
+		req := &streampb.CreateRequest{Extent: p.ID}
+		if i == 0 {
+			req.Primary, req.Secondaries, req.Ack = true, secs, string(p.Ack)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errc[i] = d.nodeCall(ctx, r.Addr, func(ctx context.Context, c streampb.ExtentNodeClient) error {
+				_, err := c.Create(ctx, req)
+				return err
+			})
+		}()
+	}
+	wg.Wait()
+	return errc
 }
 
 // nodeCall runs fn against the node at addr with the RPC timeout.

@@ -24,6 +24,9 @@ import (
 type Extent struct {
 	id      uint64
 	primary bool
+	cfg     ReplicaConfig // from the file header
+	version uint32        // the file's format version
+	base    int64         // file offset of extent offset 0 (the header's size)
 	fs      vfs.FS
 	path    string
 
@@ -78,12 +81,16 @@ type ReplicaInfo struct {
 
 // createExtentFile durably creates an empty extent file at path: header,
 // fsync, directory fsync.
-func createExtentFile(fs vfs.FS, path string, id uint64, primary bool) error {
+func createExtentFile(fs vfs.FS, path string, id uint64, cfg ReplicaConfig) error {
+	h, err := appendFileHeader(nil, id, cfg)
+	if err != nil {
+		return fmt.Errorf("create extent %d: %w", id, err)
+	}
 	f, err := fs.Create(path)
 	if err != nil {
 		return fmt.Errorf("create extent %d: %w", id, err)
 	}
-	if _, err := f.Write(appendFileHeader(nil, id, primary)); err != nil {
+	if _, err := f.Write(h); err != nil {
 		return errors.Join(fmt.Errorf("write extent %d header: %w", id, err), f.Close())
 	}
 	if err := f.Sync(); err != nil {
@@ -118,6 +125,7 @@ func openExtent(fs vfs.FS, path string, want uint64) (*Extent, error) {
 // scanner reads an extent file sequentially through a window.
 type scanner struct {
 	f      vfs.File
+	base   int64 // file offset of extent offset 0
 	size   int64 // extent bytes in the file
 	buf    []byte
 	bufOff int64
@@ -135,7 +143,7 @@ func (s *scanner) peek(off int64, n int) ([]byte, error) {
 		s.buf = make([]byte, m)
 	}
 	s.buf = s.buf[:m]
-	if _, err := s.f.ReadAt(s.buf, fileHeaderLen+off); err != nil && !(errors.Is(err, io.EOF)) {
+	if _, err := s.f.ReadAt(s.buf, s.base+off); err != nil && !(errors.Is(err, io.EOF)) {
 		return nil, err
 	}
 	s.bufOff = off
@@ -194,15 +202,31 @@ func (e *Extent) recover(want uint64) error {
 	if _, err := e.f.ReadAt(h[:], 0); err != nil {
 		return err
 	}
-	id, primary, err := parseFileHeader(h[:])
+	hd, trailer, err := parseFileHeader(h[:])
 	if err != nil {
 		return err
 	}
+	if trailer > 0 {
+		if size < hd.size {
+			return fmt.Errorf("extent file of %d bytes, header of %d: %w", size, hd.size, engines.ErrCorrupt)
+		}
+		t := make([]byte, trailer)
+		if _, err := e.f.ReadAt(t, fileHeaderLen); err != nil {
+			return err
+		}
+		if err := parseHeaderTrailer(&hd, t); err != nil {
+			return err
+		}
+	}
+	id := hd.extent
 	if id != want {
 		return fmt.Errorf("extent file holds extent %d: %w", id, engines.ErrCorrupt)
 	}
-	e.id, e.primary = id, primary
-	s := &scanner{f: e.f, size: size - fileHeaderLen}
+	if hd.cfg.Ack == "" {
+		hd.cfg.Ack = AckAll
+	}
+	e.id, e.primary, e.cfg, e.version, e.base = id, hd.cfg.Primary, hd.cfg, hd.version, hd.size
+	s := &scanner{f: e.f, base: e.base, size: size - e.base}
 	var (
 		pos        int64 // next block
 		entryStart int64 // start of the entry pos is in
@@ -271,7 +295,7 @@ func (e *Extent) recover(want uint64) error {
 
 // truncateFile cuts the file after extent offset end, durably.
 func (e *Extent) truncateFile(end int64) error {
-	if err := e.f.Truncate(fileHeaderLen + end); err != nil {
+	if err := e.f.Truncate(e.base + end); err != nil {
 		return fmt.Errorf("cut extent %d at %d: %w", e.id, end, err)
 	}
 	if err := e.f.Sync(); err != nil {
@@ -282,6 +306,14 @@ func (e *Extent) truncateFile(end int64) error {
 
 // ID is the extent's id.
 func (e *Extent) ID() uint64 { return e.id }
+
+// Config is what the replica was created with (its file header). A
+// replica of format version 1 reports no secondaries.
+func (e *Extent) Config() ReplicaConfig {
+	c := e.cfg
+	c.Secondaries = slices.Clone(c.Secondaries)
+	return c
+}
 
 // Info reports the replica's state.
 func (e *Extent) Info() ReplicaInfo {
@@ -574,7 +606,7 @@ func (e *Extent) Seal(length int64) (lastSeq uint64, err error) {
 			return ErrClosed
 		}
 		if length < written {
-			if err := e.f.Truncate(fileHeaderLen + length); err != nil {
+			if err := e.f.Truncate(e.base + length); err != nil {
 				return err
 			}
 		}
@@ -607,7 +639,7 @@ func (e *Extent) readAt(p []byte, off int64) error {
 	if e.f == nil {
 		return fmt.Errorf("read extent %d: %w", e.id, ErrClosed)
 	}
-	if _, err := e.f.ReadAt(p, fileHeaderLen+off); err != nil {
+	if _, err := e.f.ReadAt(p, e.base+off); err != nil {
 		return fmt.Errorf("read extent %d at %d: %w", e.id, off, err)
 	}
 	return nil

@@ -150,7 +150,11 @@ func (n *Node) Close() error {
 
 // Create implements streampb.ExtentNodeServer.
 func (n *Node) Create(_ context.Context, r *streampb.CreateRequest) (*streampb.CreateResponse, error) {
-	if _, err := n.store.Create(r.Extent, r.Primary); err != nil {
+	cfg := ReplicaConfig{Primary: r.Primary, Ack: AckPolicy(r.Ack)}
+	for _, s := range r.Secondaries {
+		cfg.Secondaries = append(cfg.Secondaries, ReplicaRef{Node: s.Node, Addr: s.Addr})
+	}
+	if _, err := n.store.CreateReplica(r.Extent, cfg); err != nil {
 		return nil, toStatus(err)
 	}
 	return &streampb.CreateResponse{}, nil
@@ -167,10 +171,9 @@ type appender struct {
 }
 
 type appendReq struct {
-	entries     []EntryData
-	secondaries []string
-	size        int64
-	done        chan appendResult // buffered: the runner never blocks
+	entries []EntryData
+	size    int64
+	done    chan appendResult // buffered: the runner never blocks
 }
 
 type appendResult struct {
@@ -188,7 +191,19 @@ func (n *Node) Append(ctx context.Context, r *streampb.AppendRequest) (*streampb
 	if !ext.Info().Primary {
 		return nil, toStatus(fmt.Errorf("append to extent %d: not its primary: %w", r.Extent, ErrRole))
 	}
-	req := &appendReq{secondaries: r.Secondaries, done: make(chan appendResult, 1)}
+	if ext.version < fileVersion {
+		return nil, toStatus(fmt.Errorf("append to extent %d: a primary of format version %d does not record its secondaries; seal the extent: %w", r.Extent, ext.version, ErrBroken))
+	}
+	if len(r.Secondaries) > 0 {
+		var mine []string
+		for _, s := range ext.cfg.Secondaries {
+			mine = append(mine, s.Addr)
+		}
+		if !equalStrings(mine, r.Secondaries) {
+			return nil, toStatus(fmt.Errorf("append to extent %d naming secondaries %v: its secondaries are %v: %w", r.Extent, r.Secondaries, mine, ErrRole))
+		}
+	}
+	req := &appendReq{done: make(chan appendResult, 1)}
 	for i, en := range r.Entries {
 		if len(en.Crcs) != len(en.Blocks) {
 			return nil, toStatus(fmt.Errorf("entry %d: %d blocks, %d crcs: %w", i, len(en.Blocks), len(en.Crcs), engines.ErrCorrupt))
@@ -273,15 +288,13 @@ func (n *Node) runAppender(a *appender) {
 // commit appends one batch locally, syncs it in parallel with replicating
 // it to the secondaries, and completes its requests in offset order.
 func (n *Node) commit(ext *Extent, batch []*appendReq) {
-	secs := batch[0].secondaries
+	var secs []string
+	for _, s := range ext.cfg.Secondaries {
+		secs = append(secs, s.Addr)
+	}
 	var entries []EntryData
-	var ok []*appendReq
+	ok := batch
 	for _, r := range batch {
-		if !equalStrings(r.secondaries, secs) {
-			r.done <- appendResult{err: fmt.Errorf("append to extent %d: secondaries %v, others name %v: %w", ext.ID(), r.secondaries, secs, ErrRole)}
-			continue
-		}
-		ok = append(ok, r)
 		entries = append(entries, r.entries...)
 	}
 	fail := func(err error) {

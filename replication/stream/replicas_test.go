@@ -1,0 +1,115 @@
+package stream_test
+
+import (
+	"context"
+	"errors"
+	"hash/crc32"
+	"testing"
+
+	"github.com/tabuladb/tabula/replication/stream"
+	"github.com/tabuladb/tabula/replication/stream/streampb"
+	"github.com/tabuladb/tabula/replication/stream/streamtest"
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// rawAppend sends one Append of one single-block entry straight to the
+// node at addr, naming secs as the secondaries.
+func rawAppend(ctx context.Context, conns *stream.Conns, addr string, extent uint64, secs []string, seq uint64, payload []byte) (*streampb.AppendResponse, error) {
+	n, err := conns.Node(addr)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := n.Append(ctx, &streampb.AppendRequest{Extent: extent, Secondaries: secs, Entries: []*streampb.Entry{
+		{Seq: seq, Blocks: [][]byte{payload}, Crcs: []uint32{crc32.Checksum(payload, castagnoli)}},
+	}})
+	return resp, stream.FromStatus(err)
+}
+
+// replicaLength is the durable length of extent's replica on addr.
+func replicaLength(t *testing.T, ctx context.Context, conns *stream.Conns, addr string, extent uint64) int64 {
+	t.Helper()
+	n, err := conns.Node(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := n.CommitLength(ctx, &streampb.CommitLengthRequest{Extent: extent})
+	if err != nil {
+		t.Fatalf("commit length of %d on %s: %v", extent, addr, err)
+	}
+	return resp.Length
+}
+
+// TestPrimaryReplicatesToItsOwnSecondaries: the primary extent node
+// replicates to the secondaries it was created with, whatever an append
+// names: an append naming none is still on every replica when it is
+// acknowledged (it used to be acknowledged with one copy, and a seal at
+// the smallest length then cut it), an append naming others is refused,
+// the primary still knows its secondaries after a restart, and with a
+// secondary down nothing is acknowledged.
+func TestPrimaryReplicatesToItsOwnSecondaries(t *testing.T) {
+	c := streamtest.Start(t, 3, streamtest.Options{})
+	defer c.Close()
+	ctx := context.Background()
+	if _, err := c.Driver.Apply(ctx, stream.Command{Op: stream.OpCreateStream, Stream: "s"}); err != nil {
+		t.Fatal(err)
+	}
+	info, err := c.Driver.SealAndAllocate(ctx, "s", 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := info.Last()
+	conns := stream.NewConns()
+	defer conns.Close()
+	prim := p.Replicas[0].Addr
+	checkAll := func(want int64) {
+		t.Helper()
+		for _, r := range p.Replicas {
+			if got := replicaLength(t, ctx, conns, r.Addr, p.ID); got != want {
+				t.Fatalf("replica on %s holds %d bytes, %d acknowledged", r.Node, got, want)
+			}
+		}
+	}
+	resp, err := rawAppend(ctx, conns, prim, p.ID, nil, 1, []byte("no secondaries named"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkAll(resp.CommitLength)
+
+	if _, err := rawAppend(ctx, conns, prim, p.ID, []string{p.Replicas[1].Addr}, 2, []byte("one secondary named")); !errors.Is(err, stream.ErrRole) {
+		t.Fatalf("append naming one of two secondaries: %v", err)
+	}
+	checkAll(resp.CommitLength)
+
+	// The primary's node restarts: it still knows its secondaries.
+	pi := c.Index(p.Replicas[0].Node)
+	c.Stop(pi)
+	if err := c.Restart(pi); err != nil {
+		t.Fatal(err)
+	}
+	prim = c.Nodes[pi].Addr
+	if prim != p.Replicas[0].Addr {
+		t.Skipf("primary restarted at another address (%s, was %s)", prim, p.Replicas[0].Addr)
+	}
+	conns = stream.NewConns() // the old connection to it is broken
+	defer conns.Close()
+	if resp, err = rawAppend(ctx, conns, prim, p.ID, nil, 3, []byte("after a restart")); err != nil {
+		t.Fatal(err)
+	}
+	checkAll(resp.CommitLength)
+
+	// A secondary is down: nothing more is acknowledged.
+	c.Stop(c.Index(p.Replicas[2].Node))
+	if _, err := rawAppend(ctx, conns, prim, p.ID, nil, 4, []byte("one secondary down")); err == nil {
+		t.Fatal("append acknowledged with a secondary down")
+	}
+	// The seal keeps everything acknowledged.
+	if _, err := c.Driver.Seal(ctx, p.ID); err != nil {
+		t.Fatal(err)
+	}
+	var sealed stream.ExtentMeta
+	c.Manager(func(m *stream.Manager) { sealed, _ = m.Extent(p.ID) })
+	if !sealed.Sealed || sealed.Length < resp.CommitLength {
+		t.Fatalf("sealed %v at %d, %d acknowledged", sealed.Sealed, sealed.Length, resp.CommitLength)
+	}
+}
