@@ -114,6 +114,15 @@
 // sealed by an earlier, interrupted seal — and the answering replicas are
 // sealed at it. Replicas that missed the seal are rebuilt from sealed ones.
 //
+// An extent none of whose reachable replicas exists (the owner crashed
+// between OpAllocate and creating the replicas) is sealed empty, but only
+// when more of its replicas are known never to have existed than an
+// acknowledgement could do without under its ack policy (one with AckAll,
+// a majority with AckQuorum): then nothing was acknowledged on it. The
+// missing replicas are created as empty secondaries sealed at 0 (a late
+// Create of the primary then fails) and the seal is recorded. An extent
+// with any replica that exists goes through the normal seal.
+//
 // # Coded extents
 //
 // A stream's coding policy (StreamMeta.Code; create_stream or set_code)

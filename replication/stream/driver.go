@@ -363,16 +363,19 @@ func (d *Driver) sealLocked(ctx context.Context, extent uint64) ([]string, error
 	}
 	wg.Wait()
 	var (
-		unreachable, reached []string
-		length               = int64(-1)
-		lastSeq              uint64
-		sealedAt             = int64(-1)
-		sealedSeq            uint64
+		unreachable, reached, missing []string
+		length                        = int64(-1)
+		lastSeq                       uint64
+		sealedAt                      = int64(-1)
+		sealedSeq                     uint64
 	)
 	for i, r := range p.Replicas {
 		pr := probes[i]
 		if pr.err != nil {
 			unreachable = append(unreachable, r.Node)
+			if errors.Is(pr.err, ErrNoExtent) {
+				missing = append(missing, r.Node)
+			}
 			d.lg.Info("seal: replica unreachable", "extent", extent, "node", r.Node, "err", pr.err)
 			continue
 		}
@@ -385,6 +388,9 @@ func (d *Driver) sealLocked(ctx context.Context, extent uint64) ([]string, error
 		}
 	}
 	if len(reached) == 0 {
+		if n := len(p.Replicas); len(missing) > 0 && len(missing) >= n-p.Ack.Required(n)+1 {
+			return d.sealNeverCreated(ctx, p, missing, unreachable)
+		}
 		return unreachable, fmt.Errorf("seal extent %d: %w", extent, ErrUnavailable)
 	}
 	if sealedAt >= 0 {
@@ -397,6 +403,51 @@ func (d *Driver) sealLocked(ctx context.Context, extent uint64) ([]string, error
 	}
 	d.sealReplicas(ctx, p, length, reached)
 	return unreachable, nil
+}
+
+// sealNeverCreated seals empty an extent none of whose reachable replicas
+// exists: an owner crashed between allocating it (OpAllocate) and creating
+// its replicas. Nothing was ever acknowledged on it: an append is
+// acknowledged only once the ack policy's number of copies holds it, and
+// missing lists more replicas that never existed than an acknowledgement
+// could do without. Each missing replica is created as an empty secondary
+// and sealed at 0 (a late Create of the primary then fails with
+// ErrExists), and the seal is recorded with those that made it; the others
+// are rebuilt from them.
+func (d *Driver) sealNeverCreated(ctx context.Context, p ExtentPlacement, missing, unreachable []string) ([]string, error) {
+	d.lg.Warn("seal: no replica of the extent exists; sealing it empty", "extent", p.ID, "missing", missing)
+	var made []string
+	var errs []error
+	for _, r := range p.Replicas {
+		if !contains(missing, r.Node) {
+			continue
+		}
+		err := d.nodeCall(ctx, r.Addr, func(ctx context.Context, c streampb.ExtentNodeClient) error {
+			if _, err := c.Create(ctx, &streampb.CreateRequest{Extent: p.ID}); err != nil {
+				return err
+			}
+			_, err := c.Seal(ctx, &streampb.SealRequest{Extent: p.ID, Length: 0})
+			return err
+		})
+		if err != nil {
+			errs = append(errs, fmt.Errorf("create extent %d on %s sealed empty: %w", p.ID, r.Node, err))
+			continue
+		}
+		made = append(made, r.Node)
+	}
+	if len(made) == 0 {
+		return unreachable, fmt.Errorf("seal extent %d: %w: %w", p.ID, ErrUnavailable, errors.Join(errs...))
+	}
+	var still []string
+	for _, u := range unreachable {
+		if !contains(made, u) {
+			still = append(still, u)
+		}
+	}
+	if _, err := d.log.Apply(ctx, Command{Op: OpSeal, Extent: p.ID, Length: 0, Nodes: made}); err != nil {
+		return still, err
+	}
+	return still, nil
 }
 
 // sealReplicas seals the replicas of p on nodes at length; one that fails

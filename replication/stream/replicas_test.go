@@ -113,3 +113,59 @@ func TestPrimaryReplicatesToItsOwnSecondaries(t *testing.T) {
 		t.Fatalf("sealed %v at %d, %d acknowledged", sealed.Sealed, sealed.Length, resp.CommitLength)
 	}
 }
+
+// TestAllocatedButNeverCreated: an owner (master) that crashes between
+// logging an extent's allocation and creating its replicas used to leave
+// the stream unwritable for good (the seal found no replica). A fresh
+// driver now seals such an extent empty and the stream goes on; an extent
+// of which one replica exists goes through the normal seal.
+func TestAllocatedButNeverCreated(t *testing.T) {
+	c := streamtest.Start(t, 3, streamtest.Options{})
+	defer c.Close()
+	ctx := context.Background()
+	for _, name := range []string{"none", "one"} {
+		if _, err := c.Driver.Apply(ctx, stream.Command{Op: stream.OpCreateStream, Stream: name}); err != nil {
+			t.Fatal(err)
+		}
+		// The crash: the allocation is logged, no replica is created.
+		res, err := c.Driver.Apply(ctx, stream.Command{Op: stream.OpAllocate, Stream: name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var meta stream.ExtentMeta
+		c.Manager(func(m *stream.Manager) { meta, _ = m.Extent(res.Extent) })
+		if name == "one" {
+			// Only the primary was created before the crash.
+			if _, err := c.Nodes[c.Index(meta.Primary)].Node().Store().Create(res.Extent, true); err != nil {
+				t.Fatal(err)
+			}
+		}
+		d := stream.NewDriver(c.Log, stream.DriverOptions{}) // the restarted owner
+		info, err := d.SealAndAllocate(ctx, name, 0, res.Extent)
+		if err != nil {
+			d.Close()
+			t.Fatalf("%s: seal and allocate after the crash: %v", name, err)
+		}
+		c.Manager(func(m *stream.Manager) { meta, _ = m.Extent(res.Extent) })
+		if !meta.Sealed || meta.Length != 0 || info.Last().ID == res.Extent || info.Last().Sealed {
+			t.Fatalf("%s: extent %+v, stream %+v", name, meta, info)
+		}
+		if _, err := d.RunTasks(ctx); err != nil { // rebuild the replicas the seal missed
+			t.Fatalf("%s: %v", name, err)
+		}
+		c.Manager(func(m *stream.Manager) { meta, _ = m.Extent(res.Extent) })
+		for _, r := range meta.Replicas {
+			e, err := c.Nodes[c.Index(r.Node)].Node().Store().Get(res.Extent)
+			if r.State != stream.ReplicaOK || err != nil || !e.Info().Sealed || e.Info().Length != 0 {
+				t.Fatalf("%s: replica %+v: %v", name, r, err)
+			}
+		}
+		cl := stream.NewClient(d, stream.ClientOptions{})
+		if _, err := cl.Append(ctx, name, []byte("after the crash")); err != nil {
+			t.Fatalf("%s: append after the crash: %v", name, err)
+		}
+		if err := errors.Join(cl.Close(), d.Close()); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
