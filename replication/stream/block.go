@@ -156,6 +156,22 @@ type Entry struct {
 	Sizes []int64
 }
 
+// Payload is the entry's blocks joined.
+func (e Entry) Payload() []byte {
+	if len(e.Blocks) == 1 {
+		return e.Blocks[0]
+	}
+	var n int
+	for _, b := range e.Blocks {
+		n += len(b)
+	}
+	out := make([]byte, 0, n)
+	for _, b := range e.Blocks {
+		out = append(out, b...)
+	}
+	return out
+}
+
 // Len is the entry's encoded length in its extent.
 func (e Entry) Len() int64 {
 	var n int64

@@ -23,7 +23,12 @@
 //   - Store (store.go): a node's directory of extents; copies are built in
 //     a temp file and renamed in.
 //   - Node (node.go): the ExtentNode gRPC service (streampb) over a Store;
-//     the primary's ordering and group commit; the scrubber.
+//     the scrubber. Its methods also serve in-process callers (the table
+//     server hosting the node): Append with a streampb.AppendRequest,
+//     Extent for a replica to tail; their errors are status errors, which
+//     FromStatus maps back to the sentinels.
+//   - appender (appender.go): the primary's ordering, group commit,
+//     per-secondary replication and commit point.
 //   - Manager (manager.go): the stream manager as a deterministic state
 //     machine (no I/O, goroutines or clock): streams → extents → replicas,
 //     node registry, placement, seal records, re-replication, repair and
@@ -104,6 +109,33 @@
 // checked by the receiver, which also checks that they sit at the right
 // offset of the right extent. Errors map to gRPC codes (errors.go) and
 // back to this package's sentinels; corruption is codes.DataLoss.
+//
+// # Appends and the commit point
+//
+// The primary's appender (appender.go) takes one batch at a time: it
+// writes it locally, queues it for one sender per secondary, syncs, and
+// acknowledges the batch once it is durable locally and on as many
+// secondaries as the extent's ack policy requires (AckAll: all;
+// AckQuorum: a majority of the replicas, the primary included). Each
+// sender replicates its secondary's queue in order, one Replicate in
+// flight (queued batches coalesced up to 4 MiB), so a slow secondary
+// delays only itself. A secondary whose Replicate fails (or takes longer
+// than NodeOptions.ReplicateTimeout), or whose queue passes
+// NodeOptions.MaxReplicaLag, is dropped from the ack set for good; the
+// append responses name it (AppendResponse.dropped, ExtentStat.dropped)
+// and the Client then seals and continues on a new extent. With fewer
+// copies left than required, the extent breaks (ErrBroken) and the
+// writer seals.
+//
+// The commit point is the length acknowledged so far. Every Replicate
+// carries the primary's (commit_length); when no batch follows an
+// acknowledgement within ~1 ms the sender tells it in a data-less
+// Replicate, so an idle extent's secondaries learn it promptly. A replica
+// reports it as Extent.CommittedLength (primary: acknowledged; secondary:
+// last told, capped at its durable length; sealed: the sealed length;
+// memory only, 0 after a restart until told), WaitCommitted blocks until
+// it passes a length, and ReadEntries decodes the entries below it: what
+// a partition's secondary tails and applies.
 //
 // # Sealing
 //

@@ -1,6 +1,7 @@
 package stream
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -49,6 +50,13 @@ type Extent struct {
 	frozen     bool
 	broken     error // a failed write or fsync: no more writes
 	corrupt    error // the first corruption a recovery, read or scrub met
+	// committed is the commit point: on a primary the length
+	// acknowledged, on a secondary the last commit length its primary
+	// told it (CommittedLength caps it at durable). Memory only.
+	committed int64
+	// changed, if not nil, is closed (and cleared) when committed,
+	// durable or sealed change: WaitCommitted's wake-up.
+	changed chan struct{}
 }
 
 // EntryData is an entry to append: its sequence number and block payloads.
@@ -531,6 +539,7 @@ func (e *Extent) syncLocked() error {
 		return err
 	}
 	e.durable, e.durableSeq = written, seq
+	e.notifyLocked()
 	return nil
 }
 
@@ -629,6 +638,7 @@ func (e *Extent) Seal(length int64) (lastSeq uint64, err error) {
 	e.written, e.durable = length, length
 	e.lastSeq, e.durableSeq = lastSeq, lastSeq
 	e.sealed, e.frozen = true, true
+	e.notifyLocked()
 	return lastSeq, nil
 }
 
@@ -747,6 +757,9 @@ func (e *Extent) Close() error {
 	}
 	err := e.f.Close()
 	e.f = nil
+	e.mu.Lock()
+	e.notifyLocked()
+	e.mu.Unlock()
 	if err != nil {
 		return fmt.Errorf("close extent %d: %w", e.id, err)
 	}
@@ -762,4 +775,136 @@ func (e *Extent) Break(cause error) {
 	if e.broken == nil {
 		e.broken = cause
 	}
+}
+
+// notifyLocked wakes the WaitCommitted callers; the caller holds mu.
+func (e *Extent) notifyLocked() {
+	if e.changed != nil {
+		close(e.changed)
+		e.changed = nil
+	}
+}
+
+// setCommitted raises the commit point to n (never lowers it): a
+// primary's acknowledged length, or the commit length a secondary's
+// primary told it.
+func (e *Extent) setCommitted(n int64) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if n > e.committed {
+		e.committed = n
+		e.notifyLocked()
+	}
+}
+
+// CommittedLength is the replica's commit point: the length up to which
+// its entries are acknowledged, so a replica may apply them. A sealed
+// replica reports its sealed length; a primary the length it
+// acknowledged; a secondary the last commit length its primary told it
+// (in every Replicate, and in a data-less one ~1 ms after an
+// acknowledgement no further append followed), never beyond its own
+// durable length. It is memory only: after a restart it is 0 until told
+// (or sealed).
+func (e *Extent) CommittedLength() int64 {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.committedLocked()
+}
+
+func (e *Extent) committedLocked() int64 {
+	if e.sealed {
+		return e.durable
+	}
+	return min(e.committed, e.durable)
+}
+
+// WaitCommitted blocks until CommittedLength is above beyond or the
+// replica is sealed, and returns CommittedLength; or until ctx is done
+// (ctx's error) or the replica is closed (ErrClosed).
+func (e *Extent) WaitCommitted(ctx context.Context, beyond int64) (int64, error) {
+	e.mu.Lock()
+	for {
+		if c := e.committedLocked(); c > beyond || e.sealed {
+			e.mu.Unlock()
+			return c, nil
+		}
+		if e.f == nil {
+			e.mu.Unlock()
+			return 0, fmt.Errorf("extent %d: %w", e.id, ErrClosed)
+		}
+		if e.changed == nil {
+			e.changed = make(chan struct{})
+		}
+		ch := e.changed
+		e.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+		e.mu.Lock()
+	}
+}
+
+// ReadEntries decodes the entries in [from, to) of the replica's durable
+// bytes and calls fn for each, in order (Entry.Extent is the replica's id,
+// Blocks are copies; Payload joins them). Every block's CRC is checked.
+// from and to must be entry boundaries (an offset an append returned or
+// an entry's end, e.g. a CommittedLength) not beyond the durable length;
+// otherwise it fails with ErrBadRange.
+func (e *Extent) ReadEntries(from, to int64, fn func(Entry) error) error {
+	e.mu.Lock()
+	durable := e.durable
+	i, found := slices.BinarySearch(e.starts, from)
+	var prev int64 = -1
+	if found && i > 0 {
+		prev = e.starts[i-1]
+	}
+	e.mu.Unlock()
+	if from < 0 || to < from || to > durable || (!found && from != durable) {
+		return fmt.Errorf("read entries [%d, %d) of extent %d (length %d): %w", from, to, e.id, durable, ErrBadRange)
+	}
+	if prev >= 0 {
+		var h [BlockHeaderLen]byte
+		if err := e.readAt(h[:], prev); err != nil {
+			return err
+		}
+		if _, flags, _, _, err := parseBlockHeader(h[:]); err != nil {
+			return fmt.Errorf("read entries of extent %d: %w", e.id, err)
+		} else if flags&flagContinues != 0 {
+			return fmt.Errorf("read entries of extent %d at %d: inside an entry: %w", e.id, from, ErrBadRange)
+		}
+	}
+	var cur *Entry
+	for off := from; off < to; {
+		raw, _, _, err := e.Read(off, min(to-off, 4<<20))
+		if err != nil {
+			return err
+		}
+		if len(raw) == 0 || off+int64(len(raw)) > to {
+			return fmt.Errorf("read entries [%d, %d) of extent %d: a block crosses %d: %w", from, to, e.id, to, ErrBadRange)
+		}
+		if err := DecodeBlocks(raw, e.id, off, func(o int64, seq uint64, cont bool, p []byte) error {
+			if cur == nil {
+				cur = &Entry{Seq: seq, Extent: e.id, Offset: o}
+			} else if cur.Seq != seq {
+				return fmt.Errorf("extent %d: block at %d has seq %d inside entry %d: %w", e.id, o, seq, cur.Seq, engines.ErrCorrupt)
+			}
+			cur.Blocks = append(cur.Blocks, slices.Clone(p))
+			cur.Sizes = append(cur.Sizes, blockSize(len(p)))
+			if cont {
+				return nil
+			}
+			en := *cur
+			cur = nil
+			return fn(en)
+		}); err != nil {
+			return err
+		}
+		off += int64(len(raw))
+	}
+	if cur != nil {
+		return fmt.Errorf("read entries [%d, %d) of extent %d: %d is inside an entry: %w", from, to, e.id, to, ErrBadRange)
+	}
+	return nil
 }

@@ -3,8 +3,11 @@ package stream_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"hash/crc32"
+	"slices"
 	"testing"
+	"time"
 
 	"github.com/tabuladb/tabula/replication/stream"
 	"github.com/tabuladb/tabula/replication/stream/streampb"
@@ -167,5 +170,101 @@ func TestAllocatedButNeverCreated(t *testing.T) {
 		if err := errors.Join(cl.Close(), d.Close()); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// TestCommitPointOnSecondaries: an in-process Append on the primary's
+// node; the secondaries learn the commit point promptly with no further
+// append (a data-less Replicate), WaitCommitted wakes on it and on the
+// seal, and ReadEntries returns the committed entries with their blocks.
+func TestCommitPointOnSecondaries(t *testing.T) {
+	c := streamtest.Start(t, 3, streamtest.Options{})
+	defer c.Close()
+	ctx := context.Background()
+	if _, err := c.Driver.Apply(ctx, stream.Command{Op: stream.OpCreateStream, Stream: "s"}); err != nil {
+		t.Fatal(err)
+	}
+	info, err := c.Driver.SealAndAllocate(ctx, "s", 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := info.Last()
+	prim := c.Nodes[c.Index(p.Replicas[0].Node)].Node()
+	var secs []*stream.Extent
+	for _, r := range p.Replicas[1:] {
+		e, err := c.Nodes[c.Index(r.Node)].Node().Extent(p.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		secs = append(secs, e)
+	}
+	entry := func(seq uint64, blocks ...string) *streampb.Entry {
+		en := &streampb.Entry{Seq: seq}
+		for _, b := range blocks {
+			en.Blocks = append(en.Blocks, []byte(b))
+			en.Crcs = append(en.Crcs, crc32.Checksum([]byte(b), castagnoli))
+		}
+		return en
+	}
+	want := []string{"one", "two-a|two-b", "three"}
+	resp, err := prim.Append(ctx, &streampb.AppendRequest{Extent: p.ID, Entries: []*streampb.Entry{entry(1, "one"), entry(2, "two-a|", "two-b")}})
+	if err != nil {
+		t.Fatal(stream.FromStatus(err))
+	}
+	resp2, err := prim.Append(ctx, &streampb.AppendRequest{Extent: p.ID, Entries: []*streampb.Entry{entry(3, "three")}})
+	if err != nil {
+		t.Fatal(stream.FromStatus(err))
+	}
+	end := resp2.CommitLength
+	pe, err := prim.Extent(p.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := pe.CommittedLength(); got != end {
+		t.Fatalf("primary committed %d, acknowledged %d", got, end)
+	}
+	for i, e := range secs {
+		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		got, err := e.WaitCommitted(wctx, resp.CommitLength)
+		cancel()
+		if err != nil || got != end {
+			t.Fatalf("secondary %d: committed %d (%v), want %d", i, got, err, end)
+		}
+		var seen []string
+		if err := e.ReadEntries(0, got, func(en stream.Entry) error {
+			if en.Seq != uint64(len(seen)+1) {
+				return fmt.Errorf("entry %d has seq %d", len(seen), en.Seq)
+			}
+			seen = append(seen, string(en.Payload()))
+			return nil
+		}); err != nil || !slices.Equal(seen, want) {
+			t.Fatalf("secondary %d: entries %q (%v), want %q", i, seen, err, want)
+		}
+		if err := e.ReadEntries(resp.Entries[1].Offset+1, got, func(stream.Entry) error { return nil }); !errors.Is(err, stream.ErrBadRange) {
+			t.Fatalf("read from inside an entry: %v", err)
+		}
+		if err := e.ReadEntries(resp.Entries[1].Offset+resp.Entries[1].BlockSizes[0], got, func(stream.Entry) error { return nil }); !errors.Is(err, stream.ErrBadRange) {
+			t.Fatalf("read from the second block of an entry: %v", err)
+		}
+		wctx, cancel = context.WithTimeout(ctx, 20*time.Millisecond)
+		if _, err := e.WaitCommitted(wctx, end); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("wait beyond the end: %v", err)
+		}
+		cancel()
+	}
+	// A seal wakes a waiter with the sealed length.
+	done := make(chan error, 1)
+	go func() {
+		got, err := secs[0].WaitCommitted(ctx, end)
+		if err == nil && got != end {
+			err = fmt.Errorf("woke at %d, sealed at %d", got, end)
+		}
+		done <- err
+	}()
+	if _, err := c.Driver.Seal(ctx, p.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
 	}
 }

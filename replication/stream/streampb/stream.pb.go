@@ -333,7 +333,12 @@ type AppendResponse struct {
 	// One per entry, in request order.
 	Entries []*EntryLocation `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
 	// The extent's commit length after the request's entries.
-	CommitLength  int64 `protobuf:"varint,2,opt,name=commit_length,json=commitLength,proto3" json:"commit_length,omitempty"`
+	CommitLength int64 `protobuf:"varint,2,opt,name=commit_length,json=commitLength,proto3" json:"commit_length,omitempty"`
+	// dropped: node ids of secondaries the primary no longer counts towards
+	// acknowledgements (failed, or too far behind under the quorum policy).
+	// The entries are durable on enough other replicas; the writer should
+	// seal the extent and continue on a new one.
+	Dropped       []string `protobuf:"bytes,3,rep,name=dropped,proto3" json:"dropped,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -380,6 +385,13 @@ func (x *AppendResponse) GetCommitLength() int64 {
 		return x.CommitLength
 	}
 	return 0
+}
+
+func (x *AppendResponse) GetDropped() []string {
+	if x != nil {
+		return x.Dropped
+	}
+	return nil
 }
 
 type EntryLocation struct {
@@ -440,8 +452,13 @@ type ReplicateRequest struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Extent uint64                 `protobuf:"varint,1,opt,name=extent,proto3" json:"extent,omitempty"`
 	Offset int64                  `protobuf:"varint,2,opt,name=offset,proto3" json:"offset,omitempty"`
-	// data is encoded blocks ending at an entry boundary.
-	Data          []byte `protobuf:"bytes,3,opt,name=data,proto3" json:"data,omitempty"`
+	// data is encoded blocks ending at an entry boundary. Empty: the request
+	// only tells the commit length.
+	Data []byte `protobuf:"bytes,3,opt,name=data,proto3" json:"data,omitempty"`
+	// commit_length is the primary's commit point when it sent this: the
+	// length acknowledged so far (durable on the copies the ack policy
+	// requires). A secondary applies entries only up to it.
+	CommitLength  int64 `protobuf:"varint,4,opt,name=commit_length,json=commitLength,proto3" json:"commit_length,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -495,6 +512,13 @@ func (x *ReplicateRequest) GetData() []byte {
 		return x.Data
 	}
 	return nil
+}
+
+func (x *ReplicateRequest) GetCommitLength() int64 {
+	if x != nil {
+		return x.CommitLength
+	}
+	return 0
 }
 
 type ReplicateResponse struct {
@@ -1264,9 +1288,13 @@ type ExtentStat struct {
 	Length int64                  `protobuf:"varint,2,opt,name=length,proto3" json:"length,omitempty"`
 	Sealed bool                   `protobuf:"varint,3,opt,name=sealed,proto3" json:"sealed,omitempty"`
 	// corrupt: a read or the scrubber found a block failing its CRC.
-	Corrupt       bool   `protobuf:"varint,4,opt,name=corrupt,proto3" json:"corrupt,omitempty"`
-	Primary       bool   `protobuf:"varint,5,opt,name=primary,proto3" json:"primary,omitempty"`
-	LastSeq       uint64 `protobuf:"varint,6,opt,name=last_seq,json=lastSeq,proto3" json:"last_seq,omitempty"`
+	Corrupt bool   `protobuf:"varint,4,opt,name=corrupt,proto3" json:"corrupt,omitempty"`
+	Primary bool   `protobuf:"varint,5,opt,name=primary,proto3" json:"primary,omitempty"`
+	LastSeq uint64 `protobuf:"varint,6,opt,name=last_seq,json=lastSeq,proto3" json:"last_seq,omitempty"`
+	// committed_length: see Extent.CommittedLength.
+	CommittedLength int64 `protobuf:"varint,7,opt,name=committed_length,json=committedLength,proto3" json:"committed_length,omitempty"`
+	// dropped (a primary): secondaries no longer in its ack set.
+	Dropped       []string `protobuf:"bytes,8,rep,name=dropped,proto3" json:"dropped,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1341,6 +1369,20 @@ func (x *ExtentStat) GetLastSeq() uint64 {
 		return x.LastSeq
 	}
 	return 0
+}
+
+func (x *ExtentStat) GetCommittedLength() int64 {
+	if x != nil {
+		return x.CommittedLength
+	}
+	return 0
+}
+
+func (x *ExtentStat) GetDropped() []string {
+	if x != nil {
+		return x.Dropped
+	}
+	return nil
 }
 
 type FragmentStat struct {
@@ -2043,18 +2085,20 @@ const file_stream_proto_rawDesc = "" +
 	"\x05Entry\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x16\n" +
 	"\x06blocks\x18\x02 \x03(\fR\x06blocks\x12\x12\n" +
-	"\x04crcs\x18\x03 \x03(\aR\x04crcs\"p\n" +
+	"\x04crcs\x18\x03 \x03(\aR\x04crcs\"\x8a\x01\n" +
 	"\x0eAppendResponse\x129\n" +
 	"\aentries\x18\x01 \x03(\v2\x1f.tabula.stream.v1.EntryLocationR\aentries\x12#\n" +
-	"\rcommit_length\x18\x02 \x01(\x03R\fcommitLength\"H\n" +
+	"\rcommit_length\x18\x02 \x01(\x03R\fcommitLength\x12\x18\n" +
+	"\adropped\x18\x03 \x03(\tR\adropped\"H\n" +
 	"\rEntryLocation\x12\x16\n" +
 	"\x06offset\x18\x01 \x01(\x03R\x06offset\x12\x1f\n" +
 	"\vblock_sizes\x18\x02 \x03(\x03R\n" +
-	"blockSizes\"V\n" +
+	"blockSizes\"{\n" +
 	"\x10ReplicateRequest\x12\x16\n" +
 	"\x06extent\x18\x01 \x01(\x04R\x06extent\x12\x16\n" +
 	"\x06offset\x18\x02 \x01(\x03R\x06offset\x12\x12\n" +
-	"\x04data\x18\x03 \x01(\fR\x04data\"8\n" +
+	"\x04data\x18\x03 \x01(\fR\x04data\x12#\n" +
+	"\rcommit_length\x18\x04 \x01(\x03R\fcommitLength\"8\n" +
 	"\x11ReplicateResponse\x12#\n" +
 	"\rcommit_length\x18\x01 \x01(\x03R\fcommitLength\"U\n" +
 	"\vReadRequest\x12\x16\n" +
@@ -2097,7 +2141,7 @@ const file_stream_proto_rawDesc = "" +
 	"\aextents\x18\x01 \x03(\v2\x1c.tabula.stream.v1.ExtentStatR\aextents\x12\x1d\n" +
 	"\n" +
 	"used_bytes\x18\x02 \x01(\x03R\tusedBytes\x12<\n" +
-	"\tfragments\x18\x03 \x03(\v2\x1e.tabula.stream.v1.FragmentStatR\tfragments\"\xa3\x01\n" +
+	"\tfragments\x18\x03 \x03(\v2\x1e.tabula.stream.v1.FragmentStatR\tfragments\"\xe8\x01\n" +
 	"\n" +
 	"ExtentStat\x12\x16\n" +
 	"\x06extent\x18\x01 \x01(\x04R\x06extent\x12\x16\n" +
@@ -2105,7 +2149,9 @@ const file_stream_proto_rawDesc = "" +
 	"\x06sealed\x18\x03 \x01(\bR\x06sealed\x12\x18\n" +
 	"\acorrupt\x18\x04 \x01(\bR\acorrupt\x12\x18\n" +
 	"\aprimary\x18\x05 \x01(\bR\aprimary\x12\x19\n" +
-	"\blast_seq\x18\x06 \x01(\x04R\alastSeq\"|\n" +
+	"\blast_seq\x18\x06 \x01(\x04R\alastSeq\x12)\n" +
+	"\x10committed_length\x18\a \x01(\x03R\x0fcommittedLength\x12\x18\n" +
+	"\adropped\x18\b \x03(\tR\adropped\"|\n" +
 	"\fFragmentStat\x12\x16\n" +
 	"\x06extent\x18\x01 \x01(\x04R\x06extent\x12\x14\n" +
 	"\x05index\x18\x02 \x01(\rR\x05index\x12\x12\n" +
