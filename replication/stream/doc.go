@@ -155,6 +155,16 @@
 // Create of the primary then fails) and the seal is recorded. An extent
 // with any replica that exists goes through the normal seal.
 //
+// # Placement by the caller
+//
+// A stream records its replica count (create_stream's Replicas, 1-5;
+// default ManagerOptions.Replicas) and ack policy; its extents keep that
+// many replicas (ExtentMeta.Copies), also when re-replicated. OpAllocate
+// (Driver.SealAndAllocateOn) can name the exact nodes of the new extent,
+// primary first — a partition puts its log's open extent on its replica
+// servers, with the primary extent on its primary — validated as known,
+// alive and distinct. A 1-replica stream's extents are a primary alone.
+//
 // # Coded extents
 //
 // A stream's coding policy (StreamMeta.Code; create_stream or set_code)

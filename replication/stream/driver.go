@@ -1,6 +1,7 @@
 package stream
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -93,7 +94,7 @@ type ReplicaAddr struct {
 }
 
 func placementOf(m *Manager, e ExtentMeta) ExtentPlacement {
-	p := ExtentPlacement{ID: e.ID, Sealed: e.Sealed, Length: e.Length, LastSeq: e.LastSeq, Ack: AckAll}
+	p := ExtentPlacement{ID: e.ID, Sealed: e.Sealed, Length: e.Length, LastSeq: e.LastSeq, Ack: cmp.Or(e.Ack, AckAll)}
 	for _, r := range e.Replicas {
 		nd := m.nodes[r.Node]
 		ra := ReplicaAddr{Node: r.Node, Addr: nd.Addr, OK: r.State == ReplicaOK && nd.Alive}
@@ -219,6 +220,16 @@ func (d *Driver) OpenWriter(ctx context.Context, name string) (StreamInfo, error
 // not reach) and creates its replicas. A writer epoch other than 0 must be
 // the stream's.
 func (d *Driver) SealAndAllocate(ctx context.Context, name string, epoch, extent uint64) (StreamInfo, error) {
+	return d.SealAndAllocateOn(ctx, name, epoch, extent, nil)
+}
+
+// SealAndAllocateOn is SealAndAllocate with the new extent's placement
+// decided by the caller (a partition putting its log's open extent on its
+// replica servers): nodes are the extent node ids, primary first, as many
+// as the stream's replicas (see OpAllocate). With nodes nil the manager
+// places it. A replica that cannot be created on a named node makes the
+// extent sealed empty and the call fail (the caller picks other nodes).
+func (d *Driver) SealAndAllocateOn(ctx context.Context, name string, epoch, extent uint64, nodes []string) (StreamInfo, error) {
 	d.sealMu.Lock()
 	defer d.sealMu.Unlock()
 	var avoid []string
@@ -238,7 +249,7 @@ func (d *Driver) SealAndAllocate(ctx context.Context, name string, epoch, extent
 	if last := info.Last(); last != nil && !last.Sealed {
 		return info, nil // another writer's call allocated it already
 	}
-	if err := d.allocateLocked(ctx, name, epoch, avoid); err != nil {
+	if err := d.allocateLocked(ctx, name, epoch, avoid, nodes); err != nil {
 		return StreamInfo{}, err
 	}
 	return d.Stream(ctx, name)
@@ -253,10 +264,10 @@ func (d *Driver) ReportCorrupt(ctx context.Context, extent uint64, node string) 
 // allocateLocked allocates and creates a new last extent of name. A
 // replica that cannot be created makes the extent sealed empty and the
 // allocation retried without that node.
-func (d *Driver) allocateLocked(ctx context.Context, name string, epoch uint64, avoid []string) error {
+func (d *Driver) allocateLocked(ctx context.Context, name string, epoch uint64, avoid, nodes []string) error {
 	var errs []error
 	for range 3 {
-		res, err := d.log.Apply(ctx, Command{Op: OpAllocate, Stream: name, Epoch: epoch, Avoid: avoid})
+		res, err := d.log.Apply(ctx, Command{Op: OpAllocate, Stream: name, Epoch: epoch, Avoid: avoid, Nodes: nodes})
 		if err != nil {
 			return errors.Join(append(errs, err)...)
 		}
@@ -283,6 +294,9 @@ func (d *Driver) allocateLocked(ctx context.Context, name string, epoch uint64, 
 			return err
 		}
 		d.sealReplicas(ctx, p, 0, created)
+		if len(nodes) > 0 {
+			break // the caller's placement: it decides again
+		}
 	}
 	return fmt.Errorf("allocate extent in %q: %w", name, errors.Join(errs...))
 }

@@ -268,3 +268,85 @@ func TestCommitPointOnSecondaries(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestPlacementTheCallerDecides: a stream records its replica count
+// (1-5); OpAllocate on named nodes (primary first) is validated; an
+// extent of a 1-replica stream takes appends with its primary alone, and
+// its sealed extent keeps one copy.
+func TestPlacementTheCallerDecides(t *testing.T) {
+	c := streamtest.Start(t, 4, streamtest.Options{})
+	defer c.Close()
+	ctx := context.Background()
+	d := c.Driver
+	if _, err := d.Apply(ctx, stream.Command{Op: stream.OpCreateStream, Stream: "big", Replicas: 6}); !errors.Is(err, stream.ErrBadCommand) {
+		t.Fatalf("6 replicas: %v", err)
+	}
+	for _, s := range []stream.Command{{Stream: "two", Replicas: 2}, {Stream: "one", Replicas: 1}} {
+		s.Op = stream.OpCreateStream
+		if _, err := d.Apply(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.Stop(3)
+	if _, err := d.Apply(ctx, stream.Command{Op: stream.OpNodeDown, Node: "en-3"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		nodes []string
+		want  error
+	}{
+		{[]string{"en-0"}, stream.ErrBadCommand},
+		{[]string{"en-0", "en-0"}, stream.ErrBadCommand},
+		{[]string{"en-0", "en-9"}, stream.ErrUnknownNode},
+		{[]string{"en-0", "en-3"}, stream.ErrNoPlacement},
+	} {
+		if _, err := d.Apply(ctx, stream.Command{Op: stream.OpAllocate, Stream: "two", Nodes: tc.nodes}); !errors.Is(err, tc.want) {
+			t.Fatalf("allocate on %v: %v, want %v", tc.nodes, err, tc.want)
+		}
+	}
+	cl := stream.NewClient(d, stream.ClientOptions{})
+	defer cl.Close()
+	for _, tc := range []struct {
+		stream string
+		nodes  []string
+	}{{"two", []string{"en-2", "en-0"}}, {"one", []string{"en-1"}}} {
+		info, err := d.SealAndAllocateOn(ctx, tc.stream, 0, 0, tc.nodes)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := info.Last()
+		var got []string
+		for _, r := range p.Replicas {
+			got = append(got, r.Node)
+		}
+		if !slices.Equal(got, tc.nodes) {
+			t.Fatalf("%s: replicas on %v, asked for %v", tc.stream, got, tc.nodes)
+		}
+		res, err := cl.Append(ctx, tc.stream, []byte("x"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The client's writer sealed the extent and took a new one.
+		var meta stream.ExtentMeta
+		c.Manager(func(m *stream.Manager) { meta, _ = m.Extent(res.Location.Extent) })
+		if len(meta.Replicas) != len(tc.nodes) {
+			t.Fatalf("%s: extent of %d replicas, want %d", tc.stream, len(meta.Replicas), len(tc.nodes))
+		}
+		for _, r := range meta.Replicas {
+			e, err := c.Nodes[c.Index(r.Node)].Node().Extent(meta.ID)
+			if err != nil || e.Length() != res.Location.Length {
+				t.Fatalf("%s: replica on %s: %v", tc.stream, r.Node, err)
+			}
+		}
+		if _, err := d.Seal(ctx, meta.ID); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := d.RunTasks(ctx); err != nil {
+			t.Fatal(err)
+		}
+		c.Manager(func(m *stream.Manager) { meta, _ = m.Extent(p.ID) })
+		if len(meta.Replicas) != len(tc.nodes) {
+			t.Fatalf("%s: sealed extent with %d replicas, want %d", tc.stream, len(meta.Replicas), len(tc.nodes))
+		}
+	}
+}
