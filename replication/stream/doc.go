@@ -14,7 +14,9 @@
 // client asks the stream manager to seal the extent at the commit length
 // the reachable replicas agree on (the smallest: every acknowledged append
 // is on all three, so none is cut) and continues on a new extent on healthy
-// nodes. A sealed extent rejects appends, which fences an old writer.
+// nodes. A stream may instead have its appends acknowledged on a majority
+// (AckQuorum; see "Appends and the commit point" and "Sealing"). A sealed
+// extent rejects appends, which fences an old writer.
 //
 // The pieces:
 //
@@ -145,6 +147,11 @@
 // that answered is recorded (OpSeal) — or the length of a replica already
 // sealed by an earlier, interrupted seal — and the answering replicas are
 // sealed at it. Replicas that missed the seal are rebuilt from sealed ones.
+// An AckQuorum extent's seal needs a majority of its replicas reachable
+// and takes the largest length among them (an acknowledged append is on a
+// majority, so on at least one of them); the replicas at that length are
+// sealed, the shorter ones are left out of the seal record and rebuilt
+// whole from the sealed ones (TaskCopy), like a replica that missed it.
 //
 // An extent none of whose reachable replicas exists (the owner crashed
 // between OpAllocate and creating the replicas) is sealed empty, but only

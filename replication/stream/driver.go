@@ -342,7 +342,9 @@ func (d *Driver) nodeCall(ctx context.Context, addr string, fn func(context.Cont
 // Seal seals extent by the WAS protocol: freeze every reachable replica
 // and read its commit length, record the smallest (every acknowledged
 // append is on all replicas, so none is cut) as the sealed length, then
-// seal the replicas at it. Replicas that miss the seal are rebuilt later
+// seal the replicas at it. An AckQuorum extent needs a majority reachable
+// and is sealed at the largest length among them (an acknowledged append
+// is on a majority, so on one of them); the shorter ones are rebuilt. Replicas that miss the seal are rebuilt later
 // (TaskCopy). It returns the nodes it could not reach.
 func (d *Driver) Seal(ctx context.Context, extent uint64) (unreachable []string, err error) {
 	d.sealMu.Lock()
@@ -397,9 +399,18 @@ func (d *Driver) sealLocked(ctx context.Context, extent uint64) ([]string, error
 		if pr.resp.Sealed {
 			sealedAt, sealedSeq = pr.resp.Length, pr.resp.LastSeq
 		}
-		if length < 0 || pr.resp.Length < length {
+		longer := pr.resp.Length > length
+		if p.Ack != AckQuorum {
+			longer = pr.resp.Length < length // AckAll: the smallest
+		}
+		if length < 0 || longer {
 			length, lastSeq = pr.resp.Length, pr.resp.LastSeq
 		}
+	}
+	if n := len(p.Replicas); p.Ack == AckQuorum && len(reached) > 0 && len(reached) < p.Ack.Required(n) && sealedAt < 0 {
+		// An acknowledged append is on a majority, not on all: a seal
+		// without a majority could cut it.
+		return unreachable, fmt.Errorf("seal extent %d: %d of %d replicas reachable, a majority needed: %w", extent, len(reached), n, ErrUnavailable)
 	}
 	if len(reached) == 0 {
 		if n := len(p.Replicas); len(missing) > 0 && len(missing) >= n-p.Ack.Required(n)+1 {
@@ -412,10 +423,22 @@ func (d *Driver) sealLocked(ctx context.Context, extent uint64) ([]string, error
 		// length was the decision.
 		length, lastSeq = sealedAt, sealedSeq
 	}
-	if _, err := d.log.Apply(ctx, Command{Op: OpSeal, Extent: extent, Length: length, LastSeq: lastSeq, Nodes: reached}); err != nil {
+	keep := reached
+	if p.Ack == AckQuorum {
+		// The shorter replicas cannot be sealed at the longest length:
+		// they are left out of the seal and rebuilt from the others
+		// (TaskCopy), as a replica that missed it.
+		keep = nil
+		for i, r := range p.Replicas {
+			if probes[i].err == nil && probes[i].resp.Length >= length {
+				keep = append(keep, r.Node)
+			}
+		}
+	}
+	if _, err := d.log.Apply(ctx, Command{Op: OpSeal, Extent: extent, Length: length, LastSeq: lastSeq, Nodes: keep}); err != nil {
 		return unreachable, err
 	}
-	d.sealReplicas(ctx, p, length, reached)
+	d.sealReplicas(ctx, p, length, keep)
 	return unreachable, nil
 }
 

@@ -236,7 +236,7 @@ func (n *Node) Append(ctx context.Context, r *streampb.AppendRequest) (*streampb
 		if res.err != nil {
 			return nil, toStatus(res.err)
 		}
-		out := &streampb.AppendResponse{CommitLength: res.end}
+		out := &streampb.AppendResponse{CommitLength: res.end, Dropped: res.dropped}
 		for _, l := range res.locs {
 			out.Entries = append(out.Entries, &streampb.EntryLocation{Offset: l.Offset, BlockSizes: l.Sizes})
 		}

@@ -350,3 +350,66 @@ func TestPlacementTheCallerDecides(t *testing.T) {
 		}
 	}
 }
+
+// TestQuorumSlowSecondary: under AckQuorum a paused secondary does not
+// delay acknowledgements; past ReplicateTimeout it is dropped from the ack
+// set and the responses say so; the seal takes the longest length of a
+// reachable majority (acknowledged entries are on a majority, not on all:
+// the smallest length would cut them) and the short replica is rebuilt.
+func TestQuorumSlowSecondary(t *testing.T) {
+	c := streamtest.Start(t, 3, streamtest.Options{Node: stream.NodeOptions{ReplicateTimeout: 150 * time.Millisecond}})
+	defer c.Close()
+	ctx := context.Background()
+	d := c.Driver
+	if _, err := d.Apply(ctx, stream.Command{Op: stream.OpCreateStream, Stream: "q", Ack: stream.AckQuorum}); err != nil {
+		t.Fatal(err)
+	}
+	info, err := d.SealAndAllocateOn(ctx, "q", 0, 0, []string{"en-0", "en-1", "en-2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := info.Last()
+	if p.Ack != stream.AckQuorum {
+		t.Fatalf("extent ack policy %q", p.Ack)
+	}
+	conns := stream.NewConns()
+	defer conns.Close()
+	c.Nodes[2].PauseReplicate(3 * time.Second)
+	var last *streampb.AppendResponse
+	start := time.Now()
+	for seq := uint64(1); last == nil || len(last.Dropped) == 0; seq++ {
+		if time.Since(start) > 2*time.Second {
+			t.Fatal("the paused secondary was never reported dropped")
+		}
+		t0 := time.Now()
+		resp, err := rawAppend(ctx, conns, c.Nodes[0].Addr, p.ID, nil, seq, []byte(fmt.Sprintf("entry %d", seq)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if took := time.Since(t0); took > time.Second {
+			t.Fatalf("append %d took %v with one secondary paused", seq, took)
+		}
+		last = resp
+	}
+	if !slices.Equal(last.Dropped, []string{"en-2"}) {
+		t.Fatalf("dropped %v", last.Dropped)
+	}
+	if got := replicaLength(t, ctx, conns, c.Nodes[2].Addr, p.ID); got >= last.CommitLength {
+		t.Fatalf("paused secondary holds %d bytes of %d", got, last.CommitLength)
+	}
+	if _, err := d.Seal(ctx, p.ID); err != nil {
+		t.Fatal(err)
+	}
+	var meta stream.ExtentMeta
+	c.Manager(func(m *stream.Manager) { meta, _ = m.Extent(p.ID) })
+	if !meta.Sealed || meta.Length != last.CommitLength {
+		t.Fatalf("sealed %v at %d, %d acknowledged", meta.Sealed, meta.Length, last.CommitLength)
+	}
+	if _, err := d.RunTasks(ctx); err != nil {
+		t.Fatal(err)
+	}
+	e, err := c.Nodes[2].Node().Extent(p.ID)
+	if err != nil || !e.Info().Sealed || e.Length() != meta.Length {
+		t.Fatalf("rebuilt replica: %+v %v", e.Info(), err)
+	}
+}
