@@ -31,7 +31,8 @@ const (
 
 	fileHeaderLen = 32
 	fileMagic     = "TABEXTNT"
-	fileVersion   = 1
+	fileVersion1  = 1 // no replica list: a primary of it takes no appends
+	fileVersion   = 2
 	// fileFlagPrimary marks the replica that orders appends.
 	fileFlagPrimary = 1 << 0
 )
@@ -155,6 +156,22 @@ type Entry struct {
 	Sizes []int64
 }
 
+// Payload is the entry's blocks joined.
+func (e Entry) Payload() []byte {
+	if len(e.Blocks) == 1 {
+		return e.Blocks[0]
+	}
+	var n int
+	for _, b := range e.Blocks {
+		n += len(b)
+	}
+	out := make([]byte, 0, n)
+	for _, b := range e.Blocks {
+		out = append(out, b...)
+	}
+	return out
+}
+
 // Len is the entry's encoded length in its extent.
 func (e Entry) Len() int64 {
 	var n int64
@@ -190,36 +207,189 @@ func DecodeBlocks(b []byte, extent uint64, off int64, fn func(off int64, seq uin
 	return nil
 }
 
-// appendFileHeader appends an extent file's header.
-func appendFileHeader(dst []byte, extent uint64, primary bool) []byte {
+// AckPolicy says how many of an extent's replicas must hold an append
+// durably before its primary acknowledges it. The strings are in the
+// manager's log and snapshots: never change or reuse one.
+type AckPolicy string
+
+const (
+	// AckAll (also ""): every replica (WAS). A failed or slow replica
+	// fails the appends; the writer seals and continues elsewhere, and a
+	// seal at the smallest length of the reachable replicas cuts nothing
+	// acknowledged.
+	AckAll AckPolicy = "all"
+	// AckQuorum: a majority of the replicas, the primary included
+	// (ObjectStore). A slow replica does not delay acknowledgements; a
+	// seal needs a majority reachable and seals at the largest length
+	// among them.
+	AckQuorum AckPolicy = "quorum"
+)
+
+// Valid says whether p is a known policy ("" is AckAll).
+func (p AckPolicy) Valid() bool { return p == "" || p == AckAll || p == AckQuorum }
+
+// Required is how many copies (the primary's included) an append needs
+// under p on an extent of n replicas.
+func (p AckPolicy) Required(n int) int {
+	if p == AckQuorum {
+		return n/2 + 1
+	}
+	return n
+}
+
+// ReplicaRef names one replica of an extent: its node's id and address.
+type ReplicaRef struct {
+	Node string
+	Addr string
+}
+
+// ReplicaConfig is what a replica is created with and what its file header
+// records (format version 2).
+type ReplicaConfig struct {
+	// Primary: this replica orders appends (Append); otherwise it takes
+	// Replicate.
+	Primary bool
+	// Secondaries are, on a primary, the extent's other replicas: the
+	// primary replicates every append to exactly these and acknowledges
+	// only once Ack.Required(1+len(Secondaries)) copies hold it.
+	Secondaries []ReplicaRef
+	// Ack is the extent's acknowledgement policy (primary only).
+	Ack AckPolicy
+}
+
+// maxHeaderTrailer bounds a version 2 header's replica list.
+const maxHeaderTrailer = 16 << 10
+
+// fileHeader is a decoded extent file header.
+type fileHeader struct {
+	version uint32
+	extent  uint64
+	cfg     ReplicaConfig
+	// size is the whole header's length: where offset 0 of the extent
+	// is in the file.
+	size int64
+}
+
+// appendFileHeader appends an extent file's header (the current version,
+// 2).
+func appendFileHeader(dst []byte, extent uint64, cfg ReplicaConfig) ([]byte, error) {
+	var t []byte
+	ack := byte(0)
+	if cfg.Ack == AckQuorum {
+		ack = 1
+	}
+	if len(cfg.Secondaries) > 255 {
+		return nil, fmt.Errorf("%d secondaries: %w", len(cfg.Secondaries), ErrTooLarge)
+	}
+	t = append(t, ack, byte(len(cfg.Secondaries)))
+	for _, r := range cfg.Secondaries {
+		if len(r.Node) > 0xffff || len(r.Addr) > 0xffff {
+			return nil, fmt.Errorf("secondary %q at %q: name too long: %w", r.Node, r.Addr, ErrTooLarge)
+		}
+		t = binary.LittleEndian.AppendUint16(t, uint16(len(r.Node)))
+		t = append(t, r.Node...)
+		t = binary.LittleEndian.AppendUint16(t, uint16(len(r.Addr)))
+		t = append(t, r.Addr...)
+	}
+	t = binary.LittleEndian.AppendUint32(t, crc32c(t))
+	if len(t) > maxHeaderTrailer {
+		return nil, fmt.Errorf("extent header of %d bytes: %w", len(t), ErrTooLarge)
+	}
 	var h [fileHeaderLen]byte
 	copy(h[:], fileMagic)
 	binary.LittleEndian.PutUint32(h[8:], fileVersion)
-	if primary {
+	if cfg.Primary {
 		binary.LittleEndian.PutUint32(h[12:], fileFlagPrimary)
 	}
 	binary.LittleEndian.PutUint64(h[16:], extent)
+	binary.LittleEndian.PutUint32(h[24:], uint32(len(t)))
 	binary.LittleEndian.PutUint32(h[28:], crc32c(h[:28]))
-	return append(dst, h[:]...)
+	dst = append(dst, h[:]...)
+	return append(dst, t...), nil
 }
 
-// parseFileHeader checks an extent file's header.
-func parseFileHeader(h []byte) (extent uint64, primary bool, err error) {
+// parseFileHeader checks the fixed part of an extent file's header (its
+// first fileHeaderLen bytes) and returns the length of the replica list
+// that follows it (version 2; 0 for version 1).
+func parseFileHeader(h []byte) (hd fileHeader, trailer int, err error) {
 	if len(h) < fileHeaderLen {
-		return 0, false, fmt.Errorf("extent header of %d bytes: %w", len(h), engines.ErrCorrupt)
+		return hd, 0, fmt.Errorf("extent header of %d bytes: %w", len(h), engines.ErrCorrupt)
 	}
 	if got, want := crc32c(h[:28]), binary.LittleEndian.Uint32(h[28:]); got != want {
-		return 0, false, fmt.Errorf("extent header crc %#08x, stored %#08x: %w", got, want, engines.ErrCorrupt)
+		return hd, 0, fmt.Errorf("extent header crc %#08x, stored %#08x: %w", got, want, engines.ErrCorrupt)
 	}
 	if string(h[:8]) != fileMagic {
-		return 0, false, fmt.Errorf("extent header magic %q: %w", h[:8], engines.ErrCorrupt)
+		return hd, 0, fmt.Errorf("extent header magic %q: %w", h[:8], engines.ErrCorrupt)
 	}
-	if v := binary.LittleEndian.Uint32(h[8:]); v != fileVersion {
-		return 0, false, fmt.Errorf("extent format version %d (this build reads %d): %w", v, fileVersion, ErrFormatVersion)
+	hd.version = binary.LittleEndian.Uint32(h[8:])
+	if hd.version != fileVersion1 && hd.version != fileVersion {
+		return hd, 0, fmt.Errorf("extent format version %d (this build reads %d and %d): %w", hd.version, fileVersion1, fileVersion, ErrFormatVersion)
 	}
 	flags := binary.LittleEndian.Uint32(h[12:])
-	if flags&^fileFlagPrimary != 0 || binary.LittleEndian.Uint32(h[24:]) != 0 {
-		return 0, false, fmt.Errorf("extent header flags %#x: %w", flags, engines.ErrCorrupt)
+	if flags&^fileFlagPrimary != 0 {
+		return hd, 0, fmt.Errorf("extent header flags %#x: %w", flags, engines.ErrCorrupt)
 	}
-	return binary.LittleEndian.Uint64(h[16:]), flags&fileFlagPrimary != 0, nil
+	trailer = int(binary.LittleEndian.Uint32(h[24:]))
+	switch {
+	case hd.version == fileVersion1 && trailer != 0:
+		return hd, 0, fmt.Errorf("version 1 extent header with reserved bytes %#x: %w", trailer, engines.ErrCorrupt)
+	case hd.version == fileVersion && (trailer < 6 || trailer > maxHeaderTrailer):
+		return hd, 0, fmt.Errorf("extent header replica list of %d bytes: %w", trailer, engines.ErrCorrupt)
+	}
+	hd.extent = binary.LittleEndian.Uint64(h[16:])
+	hd.cfg.Primary = flags&fileFlagPrimary != 0
+	hd.size = fileHeaderLen + int64(trailer)
+	return hd, trailer, nil
+}
+
+// parseHeaderTrailer decodes a version 2 header's replica list into hd.
+func parseHeaderTrailer(hd *fileHeader, t []byte) error {
+	n := len(t) - 4
+	if n < 2 {
+		return fmt.Errorf("extent header replica list of %d bytes: %w", len(t), engines.ErrCorrupt)
+	}
+	if got, want := crc32c(t[:n]), binary.LittleEndian.Uint32(t[n:]); got != want {
+		return fmt.Errorf("extent header replica list crc %#08x, stored %#08x: %w", got, want, engines.ErrCorrupt)
+	}
+	switch t[0] {
+	case 0:
+		hd.cfg.Ack = AckAll
+	case 1:
+		hd.cfg.Ack = AckQuorum
+	default:
+		return fmt.Errorf("extent header ack policy %d: %w", t[0], engines.ErrCorrupt)
+	}
+	count := int(t[1])
+	p := t[2:n]
+	str := func() (string, error) {
+		if len(p) < 2 {
+			return "", fmt.Errorf("extent header replica list cut: %w", engines.ErrCorrupt)
+		}
+		l := int(binary.LittleEndian.Uint16(p))
+		if len(p) < 2+l {
+			return "", fmt.Errorf("extent header replica list cut: %w", engines.ErrCorrupt)
+		}
+		s := string(p[2 : 2+l])
+		p = p[2+l:]
+		return s, nil
+	}
+	hd.cfg.Secondaries = nil
+	for range count {
+		node, err := str()
+		if err != nil {
+			return err
+		}
+		addr, err := str()
+		if err != nil {
+			return err
+		}
+		hd.cfg.Secondaries = append(hd.cfg.Secondaries, ReplicaRef{Node: node, Addr: addr})
+	}
+	if len(p) != 0 {
+		return fmt.Errorf("extent header replica list: %d bytes after the list: %w", len(p), engines.ErrCorrupt)
+	}
+	if !hd.cfg.Primary && (count != 0 || t[0] != 0) {
+		return fmt.Errorf("extent header: a secondary with %d secondaries: %w", count, engines.ErrCorrupt)
+	}
+	return nil
 }

@@ -2,7 +2,9 @@ package stream
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"strconv"
@@ -78,17 +80,50 @@ func TestBlockEveryBitFlipAndCut(t *testing.T) {
 }
 
 func TestFileHeader(t *testing.T) {
-	h := appendFileHeader(nil, 42, true)
-	id, primary, err := parseFileHeader(h)
-	if err != nil || id != 42 || !primary {
-		t.Fatalf("%d %v %v", id, primary, err)
+	cfg := ReplicaConfig{Primary: true, Ack: AckQuorum, Secondaries: []ReplicaRef{{"en-1", "127.0.0.1:1"}, {"en-2", "127.0.0.1:2"}}}
+	h, err := appendFileHeader(nil, 42, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	parse := func(h []byte) (fileHeader, error) {
+		hd, n, err := parseFileHeader(h)
+		if err != nil {
+			return hd, err
+		}
+		if fileHeaderLen+n != len(h) {
+			return hd, fmt.Errorf("trailer of %d bytes in a header of %d: %w", n, len(h), engines.ErrCorrupt)
+		}
+		if n > 0 {
+			err = parseHeaderTrailer(&hd, h[fileHeaderLen:])
+		}
+		return hd, err
+	}
+	hd, err := parse(h)
+	if err != nil || hd.extent != 42 || hd.version != fileVersion || hd.size != int64(len(h)) || !sameConfig(hd.cfg, cfg) {
+		t.Fatalf("%+v %v", hd, err)
 	}
 	for i := range len(h) * 8 {
 		c := bytes.Clone(h)
 		c[i/8] ^= 1 << (i % 8)
-		if _, _, err := parseFileHeader(c); err == nil {
+		if _, err := parse(c); err == nil {
 			t.Fatalf("flip of bit %d accepted", i)
 		}
+	}
+	// Version 1 (no replica list) is still read; an unknown version is
+	// refused by name.
+	var v1 [fileHeaderLen]byte
+	copy(v1[:], fileMagic)
+	binary.LittleEndian.PutUint32(v1[8:], fileVersion1)
+	binary.LittleEndian.PutUint32(v1[12:], fileFlagPrimary)
+	binary.LittleEndian.PutUint64(v1[16:], 7)
+	binary.LittleEndian.PutUint32(v1[28:], crc32c(v1[:28]))
+	if hd, err := parse(v1[:]); err != nil || hd.version != 1 || hd.extent != 7 || !hd.cfg.Primary || hd.size != fileHeaderLen {
+		t.Fatalf("version 1: %+v %v", hd, err)
+	}
+	binary.LittleEndian.PutUint32(v1[8:], 9)
+	binary.LittleEndian.PutUint32(v1[28:], crc32c(v1[:28]))
+	if _, err := parse(v1[:]); !errors.Is(err, ErrFormatVersion) {
+		t.Fatalf("version 9: %v", err)
 	}
 }
 

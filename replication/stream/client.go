@@ -312,12 +312,22 @@ func (c *Client) send(w *writer, batch []*wreq) {
 			if !failedAt.IsZero() && c.opts.OnSeal != nil {
 				c.opts.OnSeal(w.name, sealed, last.ID, time.Since(failedAt))
 			}
-			w.mu.Lock()
-			w.info = info
-			w.mu.Unlock()
 			for i, r := range batch {
 				r.done <- wres{res: resultOf(r.seq, last.ID, resp.Entries[i])}
 			}
+			if len(resp.Dropped) > 0 {
+				// Durable on enough replicas, but the primary dropped a
+				// secondary: seal and continue on a healthy extent.
+				c.lg.Info("primary dropped secondaries; sealing the extent", "stream", w.name, "extent", last.ID, "dropped", resp.Dropped)
+				if next, err := c.mgr.SealAndAllocate(c.ctx, w.name, info.Epoch, last.ID); err != nil {
+					c.lg.Warn("seal after a dropped secondary", "stream", w.name, "extent", last.ID, "err", err)
+				} else {
+					info = next
+				}
+			}
+			w.mu.Lock()
+			w.info = info
+			w.mu.Unlock()
 			return
 		}
 		if errors.Is(err, ErrTooLarge) || status.Code(err) == codes.InvalidArgument || c.ctx.Err() != nil {

@@ -6,14 +6,17 @@
 // appended to. An extent is a file of blocks, each with its CRC32C, plus
 // its commit length. Clients append entries — atomic multi-block appends,
 // blocks of client-chosen sizes up to 4 MiB — to the primary of the last
-// extent, which picks their offsets, writes them locally and to the two
-// secondaries in parallel and acknowledges them in offset order once all
+// extent, which picks their offsets, writes them locally and to the
+// secondaries it was created with (the manager names them at Create) in
+// parallel and acknowledges them in offset order once all
 // three have them durably (group commit: one write, one fsync and one
 // Replicate per replica for everything queued). When an append fails, the
 // client asks the stream manager to seal the extent at the commit length
 // the reachable replicas agree on (the smallest: every acknowledged append
 // is on all three, so none is cut) and continues on a new extent on healthy
-// nodes. A sealed extent rejects appends, which fences an old writer.
+// nodes. A stream may instead have its appends acknowledged on a majority
+// (AckQuorum; see "Appends and the commit point" and "Sealing"). A sealed
+// extent rejects appends, which fences an old writer.
 //
 // The pieces:
 //
@@ -22,7 +25,12 @@
 //   - Store (store.go): a node's directory of extents; copies are built in
 //     a temp file and renamed in.
 //   - Node (node.go): the ExtentNode gRPC service (streampb) over a Store;
-//     the primary's ordering and group commit; the scrubber.
+//     the scrubber. Its methods also serve in-process callers (the table
+//     server hosting the node): Append with a streampb.AppendRequest,
+//     Extent for a replica to tail; their errors are status errors, which
+//     FromStatus maps back to the sentinels.
+//   - appender (appender.go): the primary's ordering, group commit,
+//     per-secondary replication and commit point.
 //   - Manager (manager.go): the stream manager as a deterministic state
 //     machine (no I/O, goroutines or clock): streams → extents → replicas,
 //     node registry, placement, seal records, re-replication, repair and
@@ -45,15 +53,26 @@
 // store directory; "%016x.ext.tmp" is a copy being built (removed at open).
 // Integers are little-endian.
 //
-//	 0       8          12        16          24      28       32
-//	| magic | version  | flags   | extent id | 0 (4) | crc32c |
-//	| (8)   | (4, =1)  | (4)     | (8)       |       | (4)    |
+//	 0       8          12        16          24            28       32
+//	| magic | version  | flags   | extent id | list len (4) | crc32c |
+//	| (8)   | (4, =2)  | (4)     | (8)       |  = L         | (4)    |
 //
-// magic is "TABEXTNT"; crc32c (Castagnoli) covers bytes 0-27; flags bit 0:
-// this replica is the primary (it takes Append; secondaries take
-// Replicate). Another version is refused with ErrFormatVersion. Blocks
-// follow; extent offsets count from the end of this header, so offset 0 is
-// the first block.
+//	32             33           34
+//	| ack (1)     | count (1)  | count × (node len (2) | node | addr len (2) | addr) | crc32c (4) |
+//	 └──────────────────────────── the replica list: L bytes ──────────────────────────────────┘
+//
+// magic is "TABEXTNT"; the first crc32c (Castagnoli) covers bytes 0-27,
+// the second the replica list before it. flags bit 0: this replica is the
+// primary (it takes Append; secondaries take Replicate). The replica list
+// (6 to 16 KiB) records, on a primary, the extent's secondaries (node id
+// and address) and its ack policy (0 all, 1 quorum): the primary
+// replicates to exactly these, also after a restart, and never
+// acknowledges an append held by fewer copies than the policy requires; a
+// secondary has count 0, ack 0. Version 1 (the same 32 bytes with list len
+// 0 and no list) is still read; a primary of version 1 refuses appends
+// (ErrBroken: seal it), as it does not know its secondaries. Another
+// version is refused with ErrFormatVersion. Blocks follow the header;
+// extent offsets count from its end, so offset 0 is the first block.
 //
 // # Block (20-byte header, then the payload)
 //
@@ -93,6 +112,33 @@
 // offset of the right extent. Errors map to gRPC codes (errors.go) and
 // back to this package's sentinels; corruption is codes.DataLoss.
 //
+// # Appends and the commit point
+//
+// The primary's appender (appender.go) takes one batch at a time: it
+// writes it locally, queues it for one sender per secondary, syncs, and
+// acknowledges the batch once it is durable locally and on as many
+// secondaries as the extent's ack policy requires (AckAll: all;
+// AckQuorum: a majority of the replicas, the primary included). Each
+// sender replicates its secondary's queue in order, one Replicate in
+// flight (queued batches coalesced up to 4 MiB), so a slow secondary
+// delays only itself. A secondary whose Replicate fails (or takes longer
+// than NodeOptions.ReplicateTimeout), or whose queue passes
+// NodeOptions.MaxReplicaLag, is dropped from the ack set for good; the
+// append responses name it (AppendResponse.dropped, ExtentStat.dropped)
+// and the Client then seals and continues on a new extent. With fewer
+// copies left than required, the extent breaks (ErrBroken) and the
+// writer seals.
+//
+// The commit point is the length acknowledged so far. Every Replicate
+// carries the primary's (commit_length); when no batch follows an
+// acknowledgement within ~1 ms the sender tells it in a data-less
+// Replicate, so an idle extent's secondaries learn it promptly. A replica
+// reports it as Extent.CommittedLength (primary: acknowledged; secondary:
+// last told, capped at its durable length; sealed: the sealed length;
+// memory only, 0 after a restart until told), WaitCommitted blocks until
+// it passes a length, and ReadEntries decodes the entries below it: what
+// a partition's secondary tails and applies.
+//
 // # Sealing
 //
 // Driver.Seal: CommitLength(freeze) on every replica in parallel (a frozen
@@ -101,6 +147,30 @@
 // that answered is recorded (OpSeal) — or the length of a replica already
 // sealed by an earlier, interrupted seal — and the answering replicas are
 // sealed at it. Replicas that missed the seal are rebuilt from sealed ones.
+// An AckQuorum extent's seal needs a majority of its replicas reachable
+// and takes the largest length among them (an acknowledged append is on a
+// majority, so on at least one of them); the replicas at that length are
+// sealed, the shorter ones are left out of the seal record and rebuilt
+// whole from the sealed ones (TaskCopy), like a replica that missed it.
+//
+// An extent none of whose reachable replicas exists (the owner crashed
+// between OpAllocate and creating the replicas) is sealed empty, but only
+// when more of its replicas are known never to have existed than an
+// acknowledgement could do without under its ack policy (one with AckAll,
+// a majority with AckQuorum): then nothing was acknowledged on it. The
+// missing replicas are created as empty secondaries sealed at 0 (a late
+// Create of the primary then fails) and the seal is recorded. An extent
+// with any replica that exists goes through the normal seal.
+//
+// # Placement by the caller
+//
+// A stream records its replica count (create_stream's Replicas, 1-5;
+// default ManagerOptions.Replicas) and ack policy; its extents keep that
+// many replicas (ExtentMeta.Copies), also when re-replicated. OpAllocate
+// (Driver.SealAndAllocateOn) can name the exact nodes of the new extent,
+// primary first — a partition puts its log's open extent on its replica
+// servers, with the primary extent on its primary — validated as known,
+// alive and distinct. A 1-replica stream's extents are a primary alone.
 //
 // # Coded extents
 //

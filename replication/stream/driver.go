@@ -1,6 +1,7 @@
 package stream
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -79,6 +80,8 @@ type ExtentPlacement struct {
 	// Coding is set once coding started (Coded: done; until then the
 	// replicas serve reads).
 	Coding *CodingPlacement
+	// Ack is the extent's acknowledgement policy (AckAll or AckQuorum).
+	Ack AckPolicy
 }
 
 // ReplicaAddr is one replica's node.
@@ -91,7 +94,7 @@ type ReplicaAddr struct {
 }
 
 func placementOf(m *Manager, e ExtentMeta) ExtentPlacement {
-	p := ExtentPlacement{ID: e.ID, Sealed: e.Sealed, Length: e.Length, LastSeq: e.LastSeq}
+	p := ExtentPlacement{ID: e.ID, Sealed: e.Sealed, Length: e.Length, LastSeq: e.LastSeq, Ack: cmp.Or(e.Ack, AckAll)}
 	for _, r := range e.Replicas {
 		nd := m.nodes[r.Node]
 		ra := ReplicaAddr{Node: r.Node, Addr: nd.Addr, OK: r.State == ReplicaOK && nd.Alive}
@@ -217,6 +220,16 @@ func (d *Driver) OpenWriter(ctx context.Context, name string) (StreamInfo, error
 // not reach) and creates its replicas. A writer epoch other than 0 must be
 // the stream's.
 func (d *Driver) SealAndAllocate(ctx context.Context, name string, epoch, extent uint64) (StreamInfo, error) {
+	return d.SealAndAllocateOn(ctx, name, epoch, extent, nil)
+}
+
+// SealAndAllocateOn is SealAndAllocate with the new extent's placement
+// decided by the caller (a partition putting its log's open extent on its
+// replica servers): nodes are the extent node ids, primary first, as many
+// as the stream's replicas (see OpAllocate). With nodes nil the manager
+// places it. A replica that cannot be created on a named node makes the
+// extent sealed empty and the call fail (the caller picks other nodes).
+func (d *Driver) SealAndAllocateOn(ctx context.Context, name string, epoch, extent uint64, nodes []string) (StreamInfo, error) {
 	d.sealMu.Lock()
 	defer d.sealMu.Unlock()
 	var avoid []string
@@ -236,7 +249,7 @@ func (d *Driver) SealAndAllocate(ctx context.Context, name string, epoch, extent
 	if last := info.Last(); last != nil && !last.Sealed {
 		return info, nil // another writer's call allocated it already
 	}
-	if err := d.allocateLocked(ctx, name, epoch, avoid); err != nil {
+	if err := d.allocateLocked(ctx, name, epoch, avoid, nodes); err != nil {
 		return StreamInfo{}, err
 	}
 	return d.Stream(ctx, name)
@@ -251,10 +264,10 @@ func (d *Driver) ReportCorrupt(ctx context.Context, extent uint64, node string) 
 // allocateLocked allocates and creates a new last extent of name. A
 // replica that cannot be created makes the extent sealed empty and the
 // allocation retried without that node.
-func (d *Driver) allocateLocked(ctx context.Context, name string, epoch uint64, avoid []string) error {
+func (d *Driver) allocateLocked(ctx context.Context, name string, epoch uint64, avoid, nodes []string) error {
 	var errs []error
 	for range 3 {
-		res, err := d.log.Apply(ctx, Command{Op: OpAllocate, Stream: name, Epoch: epoch, Avoid: avoid})
+		res, err := d.log.Apply(ctx, Command{Op: OpAllocate, Stream: name, Epoch: epoch, Avoid: avoid, Nodes: nodes})
 		if err != nil {
 			return errors.Join(append(errs, err)...)
 		}
@@ -262,19 +275,7 @@ func (d *Driver) allocateLocked(ctx context.Context, name string, epoch uint64, 
 		if err != nil {
 			return err
 		}
-		errc := make([]error, len(p.Replicas))
-		var wg sync.WaitGroup
-		for i, r := range p.Replicas {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				errc[i] = d.nodeCall(ctx, r.Addr, func(ctx context.Context, c streampb.ExtentNodeClient) error {
-					_, err := c.Create(ctx, &streampb.CreateRequest{Extent: p.ID, Primary: i == 0})
-					return err
-				})
-			}()
-		}
-		wg.Wait()
+		errc := d.createReplicas(ctx, p)
 		var created []string
 		for i, r := range p.Replicas {
 			if errc[i] != nil {
@@ -293,8 +294,38 @@ func (d *Driver) allocateLocked(ctx context.Context, name string, epoch uint64, 
 			return err
 		}
 		d.sealReplicas(ctx, p, 0, created)
+		if len(nodes) > 0 {
+			break // the caller's placement: it decides again
+		}
 	}
 	return fmt.Errorf("allocate extent in %q: %w", name, errors.Join(errs...))
+}
+
+// createReplicas creates p's replicas (the primary first, told its
+// secondaries and the ack policy) in parallel and returns each one's error.
+func (d *Driver) createReplicas(ctx context.Context, p ExtentPlacement) []error {
+	errc := make([]error, len(p.Replicas))
+	var secs []*streampb.ReplicaRef
+	for _, r := range p.Replicas[1:] {
+		secs = append(secs, &streampb.ReplicaRef{Node: r.Node, Addr: r.Addr})
+	}
+	var wg sync.WaitGroup
+	for i, r := range p.Replicas {
+		req := &streampb.CreateRequest{Extent: p.ID}
+		if i == 0 {
+			req.Primary, req.Secondaries, req.Ack = true, secs, string(p.Ack)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errc[i] = d.nodeCall(ctx, r.Addr, func(ctx context.Context, c streampb.ExtentNodeClient) error {
+				_, err := c.Create(ctx, req)
+				return err
+			})
+		}()
+	}
+	wg.Wait()
+	return errc
 }
 
 // nodeCall runs fn against the node at addr with the RPC timeout.
@@ -311,7 +342,9 @@ func (d *Driver) nodeCall(ctx context.Context, addr string, fn func(context.Cont
 // Seal seals extent by the WAS protocol: freeze every reachable replica
 // and read its commit length, record the smallest (every acknowledged
 // append is on all replicas, so none is cut) as the sealed length, then
-// seal the replicas at it. Replicas that miss the seal are rebuilt later
+// seal the replicas at it. An AckQuorum extent needs a majority reachable
+// and is sealed at the largest length among them (an acknowledged append
+// is on a majority, so on one of them); the shorter ones are rebuilt. Replicas that miss the seal are rebuilt later
 // (TaskCopy). It returns the nodes it could not reach.
 func (d *Driver) Seal(ctx context.Context, extent uint64) (unreachable []string, err error) {
 	d.sealMu.Lock()
@@ -346,16 +379,19 @@ func (d *Driver) sealLocked(ctx context.Context, extent uint64) ([]string, error
 	}
 	wg.Wait()
 	var (
-		unreachable, reached []string
-		length               = int64(-1)
-		lastSeq              uint64
-		sealedAt             = int64(-1)
-		sealedSeq            uint64
+		unreachable, reached, missing []string
+		length                        = int64(-1)
+		lastSeq                       uint64
+		sealedAt                      = int64(-1)
+		sealedSeq                     uint64
 	)
 	for i, r := range p.Replicas {
 		pr := probes[i]
 		if pr.err != nil {
 			unreachable = append(unreachable, r.Node)
+			if errors.Is(pr.err, ErrNoExtent) {
+				missing = append(missing, r.Node)
+			}
 			d.lg.Info("seal: replica unreachable", "extent", extent, "node", r.Node, "err", pr.err)
 			continue
 		}
@@ -363,11 +399,23 @@ func (d *Driver) sealLocked(ctx context.Context, extent uint64) ([]string, error
 		if pr.resp.Sealed {
 			sealedAt, sealedSeq = pr.resp.Length, pr.resp.LastSeq
 		}
-		if length < 0 || pr.resp.Length < length {
+		longer := pr.resp.Length > length
+		if p.Ack != AckQuorum {
+			longer = pr.resp.Length < length // AckAll: the smallest
+		}
+		if length < 0 || longer {
 			length, lastSeq = pr.resp.Length, pr.resp.LastSeq
 		}
 	}
+	if n := len(p.Replicas); p.Ack == AckQuorum && len(reached) > 0 && len(reached) < p.Ack.Required(n) && sealedAt < 0 {
+		// An acknowledged append is on a majority, not on all: a seal
+		// without a majority could cut it.
+		return unreachable, fmt.Errorf("seal extent %d: %d of %d replicas reachable, a majority needed: %w", extent, len(reached), n, ErrUnavailable)
+	}
 	if len(reached) == 0 {
+		if n := len(p.Replicas); len(missing) > 0 && len(missing) >= n-p.Ack.Required(n)+1 {
+			return d.sealNeverCreated(ctx, p, missing, unreachable)
+		}
 		return unreachable, fmt.Errorf("seal extent %d: %w", extent, ErrUnavailable)
 	}
 	if sealedAt >= 0 {
@@ -375,11 +423,68 @@ func (d *Driver) sealLocked(ctx context.Context, extent uint64) ([]string, error
 		// length was the decision.
 		length, lastSeq = sealedAt, sealedSeq
 	}
-	if _, err := d.log.Apply(ctx, Command{Op: OpSeal, Extent: extent, Length: length, LastSeq: lastSeq, Nodes: reached}); err != nil {
+	keep := reached
+	if p.Ack == AckQuorum {
+		// The shorter replicas cannot be sealed at the longest length:
+		// they are left out of the seal and rebuilt from the others
+		// (TaskCopy), as a replica that missed it.
+		keep = nil
+		for i, r := range p.Replicas {
+			if probes[i].err == nil && probes[i].resp.Length >= length {
+				keep = append(keep, r.Node)
+			}
+		}
+	}
+	if _, err := d.log.Apply(ctx, Command{Op: OpSeal, Extent: extent, Length: length, LastSeq: lastSeq, Nodes: keep}); err != nil {
 		return unreachable, err
 	}
-	d.sealReplicas(ctx, p, length, reached)
+	d.sealReplicas(ctx, p, length, keep)
 	return unreachable, nil
+}
+
+// sealNeverCreated seals empty an extent none of whose reachable replicas
+// exists: an owner crashed between allocating it (OpAllocate) and creating
+// its replicas. Nothing was ever acknowledged on it: an append is
+// acknowledged only once the ack policy's number of copies holds it, and
+// missing lists more replicas that never existed than an acknowledgement
+// could do without. Each missing replica is created as an empty secondary
+// and sealed at 0 (a late Create of the primary then fails with
+// ErrExists), and the seal is recorded with those that made it; the others
+// are rebuilt from them.
+func (d *Driver) sealNeverCreated(ctx context.Context, p ExtentPlacement, missing, unreachable []string) ([]string, error) {
+	d.lg.Warn("seal: no replica of the extent exists; sealing it empty", "extent", p.ID, "missing", missing)
+	var made []string
+	var errs []error
+	for _, r := range p.Replicas {
+		if !contains(missing, r.Node) {
+			continue
+		}
+		err := d.nodeCall(ctx, r.Addr, func(ctx context.Context, c streampb.ExtentNodeClient) error {
+			if _, err := c.Create(ctx, &streampb.CreateRequest{Extent: p.ID}); err != nil {
+				return err
+			}
+			_, err := c.Seal(ctx, &streampb.SealRequest{Extent: p.ID, Length: 0})
+			return err
+		})
+		if err != nil {
+			errs = append(errs, fmt.Errorf("create extent %d on %s sealed empty: %w", p.ID, r.Node, err))
+			continue
+		}
+		made = append(made, r.Node)
+	}
+	if len(made) == 0 {
+		return unreachable, fmt.Errorf("seal extent %d: %w: %w", p.ID, ErrUnavailable, errors.Join(errs...))
+	}
+	var still []string
+	for _, u := range unreachable {
+		if !contains(made, u) {
+			still = append(still, u)
+		}
+	}
+	if _, err := d.log.Apply(ctx, Command{Op: OpSeal, Extent: p.ID, Length: 0, Nodes: made}); err != nil {
+		return still, err
+	}
+	return still, nil
 }
 
 // sealReplicas seals the replicas of p on nodes at length; one that fails

@@ -152,3 +152,8 @@ func fromStatus(err error) error {
 	}
 	return err
 }
+
+// FromStatus turns an error of an ExtentNode RPC (or of a Node method
+// called in-process, which returns the same status errors) back into one
+// that wraps this package's sentinel, so errors.Is works on it.
+func FromStatus(err error) error { return fromStatus(err) }

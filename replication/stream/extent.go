@@ -1,6 +1,7 @@
 package stream
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -24,6 +25,9 @@ import (
 type Extent struct {
 	id      uint64
 	primary bool
+	cfg     ReplicaConfig // from the file header
+	version uint32        // the file's format version
+	base    int64         // file offset of extent offset 0 (the header's size)
 	fs      vfs.FS
 	path    string
 
@@ -46,6 +50,13 @@ type Extent struct {
 	frozen     bool
 	broken     error // a failed write or fsync: no more writes
 	corrupt    error // the first corruption a recovery, read or scrub met
+	// committed is the commit point: on a primary the length
+	// acknowledged, on a secondary the last commit length its primary
+	// told it (CommittedLength caps it at durable). Memory only.
+	committed int64
+	// changed, if not nil, is closed (and cleared) when committed,
+	// durable or sealed change: WaitCommitted's wake-up.
+	changed chan struct{}
 }
 
 // EntryData is an entry to append: its sequence number and block payloads.
@@ -78,12 +89,16 @@ type ReplicaInfo struct {
 
 // createExtentFile durably creates an empty extent file at path: header,
 // fsync, directory fsync.
-func createExtentFile(fs vfs.FS, path string, id uint64, primary bool) error {
+func createExtentFile(fs vfs.FS, path string, id uint64, cfg ReplicaConfig) error {
+	h, err := appendFileHeader(nil, id, cfg)
+	if err != nil {
+		return fmt.Errorf("create extent %d: %w", id, err)
+	}
 	f, err := fs.Create(path)
 	if err != nil {
 		return fmt.Errorf("create extent %d: %w", id, err)
 	}
-	if _, err := f.Write(appendFileHeader(nil, id, primary)); err != nil {
+	if _, err := f.Write(h); err != nil {
 		return errors.Join(fmt.Errorf("write extent %d header: %w", id, err), f.Close())
 	}
 	if err := f.Sync(); err != nil {
@@ -118,6 +133,7 @@ func openExtent(fs vfs.FS, path string, want uint64) (*Extent, error) {
 // scanner reads an extent file sequentially through a window.
 type scanner struct {
 	f      vfs.File
+	base   int64 // file offset of extent offset 0
 	size   int64 // extent bytes in the file
 	buf    []byte
 	bufOff int64
@@ -135,7 +151,7 @@ func (s *scanner) peek(off int64, n int) ([]byte, error) {
 		s.buf = make([]byte, m)
 	}
 	s.buf = s.buf[:m]
-	if _, err := s.f.ReadAt(s.buf, fileHeaderLen+off); err != nil && !(errors.Is(err, io.EOF)) {
+	if _, err := s.f.ReadAt(s.buf, s.base+off); err != nil && !(errors.Is(err, io.EOF)) {
 		return nil, err
 	}
 	s.bufOff = off
@@ -194,15 +210,31 @@ func (e *Extent) recover(want uint64) error {
 	if _, err := e.f.ReadAt(h[:], 0); err != nil {
 		return err
 	}
-	id, primary, err := parseFileHeader(h[:])
+	hd, trailer, err := parseFileHeader(h[:])
 	if err != nil {
 		return err
 	}
+	if trailer > 0 {
+		if size < hd.size {
+			return fmt.Errorf("extent file of %d bytes, header of %d: %w", size, hd.size, engines.ErrCorrupt)
+		}
+		t := make([]byte, trailer)
+		if _, err := e.f.ReadAt(t, fileHeaderLen); err != nil {
+			return err
+		}
+		if err := parseHeaderTrailer(&hd, t); err != nil {
+			return err
+		}
+	}
+	id := hd.extent
 	if id != want {
 		return fmt.Errorf("extent file holds extent %d: %w", id, engines.ErrCorrupt)
 	}
-	e.id, e.primary = id, primary
-	s := &scanner{f: e.f, size: size - fileHeaderLen}
+	if hd.cfg.Ack == "" {
+		hd.cfg.Ack = AckAll
+	}
+	e.id, e.primary, e.cfg, e.version, e.base = id, hd.cfg.Primary, hd.cfg, hd.version, hd.size
+	s := &scanner{f: e.f, base: e.base, size: size - e.base}
 	var (
 		pos        int64 // next block
 		entryStart int64 // start of the entry pos is in
@@ -271,7 +303,7 @@ func (e *Extent) recover(want uint64) error {
 
 // truncateFile cuts the file after extent offset end, durably.
 func (e *Extent) truncateFile(end int64) error {
-	if err := e.f.Truncate(fileHeaderLen + end); err != nil {
+	if err := e.f.Truncate(e.base + end); err != nil {
 		return fmt.Errorf("cut extent %d at %d: %w", e.id, end, err)
 	}
 	if err := e.f.Sync(); err != nil {
@@ -282,6 +314,14 @@ func (e *Extent) truncateFile(end int64) error {
 
 // ID is the extent's id.
 func (e *Extent) ID() uint64 { return e.id }
+
+// Config is what the replica was created with (its file header). A
+// replica of format version 1 reports no secondaries.
+func (e *Extent) Config() ReplicaConfig {
+	c := e.cfg
+	c.Secondaries = slices.Clone(c.Secondaries)
+	return c
+}
 
 // Info reports the replica's state.
 func (e *Extent) Info() ReplicaInfo {
@@ -499,6 +539,7 @@ func (e *Extent) syncLocked() error {
 		return err
 	}
 	e.durable, e.durableSeq = written, seq
+	e.notifyLocked()
 	return nil
 }
 
@@ -574,7 +615,7 @@ func (e *Extent) Seal(length int64) (lastSeq uint64, err error) {
 			return ErrClosed
 		}
 		if length < written {
-			if err := e.f.Truncate(fileHeaderLen + length); err != nil {
+			if err := e.f.Truncate(e.base + length); err != nil {
 				return err
 			}
 		}
@@ -597,6 +638,7 @@ func (e *Extent) Seal(length int64) (lastSeq uint64, err error) {
 	e.written, e.durable = length, length
 	e.lastSeq, e.durableSeq = lastSeq, lastSeq
 	e.sealed, e.frozen = true, true
+	e.notifyLocked()
 	return lastSeq, nil
 }
 
@@ -607,7 +649,7 @@ func (e *Extent) readAt(p []byte, off int64) error {
 	if e.f == nil {
 		return fmt.Errorf("read extent %d: %w", e.id, ErrClosed)
 	}
-	if _, err := e.f.ReadAt(p, fileHeaderLen+off); err != nil {
+	if _, err := e.f.ReadAt(p, e.base+off); err != nil {
 		return fmt.Errorf("read extent %d at %d: %w", e.id, off, err)
 	}
 	return nil
@@ -715,6 +757,9 @@ func (e *Extent) Close() error {
 	}
 	err := e.f.Close()
 	e.f = nil
+	e.mu.Lock()
+	e.notifyLocked()
+	e.mu.Unlock()
 	if err != nil {
 		return fmt.Errorf("close extent %d: %w", e.id, err)
 	}
@@ -730,4 +775,136 @@ func (e *Extent) Break(cause error) {
 	if e.broken == nil {
 		e.broken = cause
 	}
+}
+
+// notifyLocked wakes the WaitCommitted callers; the caller holds mu.
+func (e *Extent) notifyLocked() {
+	if e.changed != nil {
+		close(e.changed)
+		e.changed = nil
+	}
+}
+
+// setCommitted raises the commit point to n (never lowers it): a
+// primary's acknowledged length, or the commit length a secondary's
+// primary told it.
+func (e *Extent) setCommitted(n int64) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if n > e.committed {
+		e.committed = n
+		e.notifyLocked()
+	}
+}
+
+// CommittedLength is the replica's commit point: the length up to which
+// its entries are acknowledged, so a replica may apply them. A sealed
+// replica reports its sealed length; a primary the length it
+// acknowledged; a secondary the last commit length its primary told it
+// (in every Replicate, and in a data-less one ~1 ms after an
+// acknowledgement no further append followed), never beyond its own
+// durable length. It is memory only: after a restart it is 0 until told
+// (or sealed).
+func (e *Extent) CommittedLength() int64 {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.committedLocked()
+}
+
+func (e *Extent) committedLocked() int64 {
+	if e.sealed {
+		return e.durable
+	}
+	return min(e.committed, e.durable)
+}
+
+// WaitCommitted blocks until CommittedLength is above beyond or the
+// replica is sealed, and returns CommittedLength; or until ctx is done
+// (ctx's error) or the replica is closed (ErrClosed).
+func (e *Extent) WaitCommitted(ctx context.Context, beyond int64) (int64, error) {
+	e.mu.Lock()
+	for {
+		if c := e.committedLocked(); c > beyond || e.sealed {
+			e.mu.Unlock()
+			return c, nil
+		}
+		if e.f == nil {
+			e.mu.Unlock()
+			return 0, fmt.Errorf("extent %d: %w", e.id, ErrClosed)
+		}
+		if e.changed == nil {
+			e.changed = make(chan struct{})
+		}
+		ch := e.changed
+		e.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+		e.mu.Lock()
+	}
+}
+
+// ReadEntries decodes the entries in [from, to) of the replica's durable
+// bytes and calls fn for each, in order (Entry.Extent is the replica's id,
+// Blocks are copies; Payload joins them). Every block's CRC is checked.
+// from and to must be entry boundaries (an offset an append returned or
+// an entry's end, e.g. a CommittedLength) not beyond the durable length;
+// otherwise it fails with ErrBadRange.
+func (e *Extent) ReadEntries(from, to int64, fn func(Entry) error) error {
+	e.mu.Lock()
+	durable := e.durable
+	i, found := slices.BinarySearch(e.starts, from)
+	var prev int64 = -1
+	if found && i > 0 {
+		prev = e.starts[i-1]
+	}
+	e.mu.Unlock()
+	if from < 0 || to < from || to > durable || (!found && from != durable) {
+		return fmt.Errorf("read entries [%d, %d) of extent %d (length %d): %w", from, to, e.id, durable, ErrBadRange)
+	}
+	if prev >= 0 {
+		var h [BlockHeaderLen]byte
+		if err := e.readAt(h[:], prev); err != nil {
+			return err
+		}
+		if _, flags, _, _, err := parseBlockHeader(h[:]); err != nil {
+			return fmt.Errorf("read entries of extent %d: %w", e.id, err)
+		} else if flags&flagContinues != 0 {
+			return fmt.Errorf("read entries of extent %d at %d: inside an entry: %w", e.id, from, ErrBadRange)
+		}
+	}
+	var cur *Entry
+	for off := from; off < to; {
+		raw, _, _, err := e.Read(off, min(to-off, 4<<20))
+		if err != nil {
+			return err
+		}
+		if len(raw) == 0 || off+int64(len(raw)) > to {
+			return fmt.Errorf("read entries [%d, %d) of extent %d: a block crosses %d: %w", from, to, e.id, to, ErrBadRange)
+		}
+		if err := DecodeBlocks(raw, e.id, off, func(o int64, seq uint64, cont bool, p []byte) error {
+			if cur == nil {
+				cur = &Entry{Seq: seq, Extent: e.id, Offset: o}
+			} else if cur.Seq != seq {
+				return fmt.Errorf("extent %d: block at %d has seq %d inside entry %d: %w", e.id, o, seq, cur.Seq, engines.ErrCorrupt)
+			}
+			cur.Blocks = append(cur.Blocks, slices.Clone(p))
+			cur.Sizes = append(cur.Sizes, blockSize(len(p)))
+			if cont {
+				return nil
+			}
+			en := *cur
+			cur = nil
+			return fn(en)
+		}); err != nil {
+			return err
+		}
+		off += int64(len(raw))
+	}
+	if cur != nil {
+		return fmt.Errorf("read entries [%d, %d) of extent %d: %d is inside an entry: %w", from, to, e.id, to, ErrBadRange)
+	}
+	return nil
 }

@@ -342,7 +342,7 @@ func TestExtentBitFlip(t *testing.T) {
 	}
 	length := e.Length()
 	victim := locs[4]
-	flipAt := fileHeaderLen + victim.Offset + 2 // inside the CRC-covered header
+	flipAt := e.base + victim.Offset + 2 // inside the CRC-covered header
 	if err := fs.FlipBit("/node/0000000000000004.ext", flipAt, uint(rng.IntN(8))); err != nil {
 		t.Fatal(err)
 	}

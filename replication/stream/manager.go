@@ -22,7 +22,9 @@ const (
 	OpNodeDown Op = "node_down"
 	// OpNodeLoad records Node's UsedBytes (from its heartbeat).
 	OpNodeLoad Op = "node_load"
-	// OpCreateStream creates the empty stream Stream.
+	// OpCreateStream creates the empty stream Stream with Replicas replicas
+	// per extent (1-5; 0: ManagerOptions.Replicas) and ack policy Ack
+	// (AckAll or AckQuorum; "": AckAll).
 	OpCreateStream Op = "create_stream"
 	// OpDeleteStream removes Stream; extents no stream references any
 	// more are garbage: every replica gets a delete task.
@@ -35,10 +37,13 @@ const (
 	// by writers with an older epoch fail with ErrFenced.
 	OpOpenWriter Op = "open_writer"
 	// OpAllocate appends a new extent to Stream, whose last extent must be
-	// sealed, on Replicas live nodes in distinct fault domains, least
-	// loaded first; Node, if live, is preferred as primary; Avoid lists
-	// nodes to use only if nothing else fits. Epoch, if not 0, must be the
-	// stream's writer epoch.
+	// sealed, on the stream's replica count of live nodes in distinct
+	// fault domains, least loaded first; Node, if live, is preferred as
+	// primary; Avoid lists nodes to use only if nothing else fits. Nodes,
+	// if set, are the exact nodes instead, primary first: as many as the
+	// stream's replicas, known, alive and distinct (fault domains are the
+	// caller's business). Epoch, if not 0, must be the stream's writer
+	// epoch.
 	OpAllocate Op = "allocate_extent"
 	// OpSeal records that Extent is sealed at Length (LastSeq is its last
 	// entry's sequence number). Nodes are the replicas that confirmed the
@@ -101,6 +106,9 @@ type Command struct {
 	LastSeq     uint64   `json:"last_seq,omitempty"`
 	Nodes       []string `json:"nodes,omitempty"`
 	Extents     []uint64 `json:"extents,omitempty"`
+	// Replicas and Ack: create_stream (added with partition logs).
+	Replicas int       `json:"replicas,omitempty"`
+	Ack      AckPolicy `json:"ack,omitempty"`
 
 	// Coding fields (added; zero for the commands above).
 	Code         string        `json:"code,omitempty"`
@@ -157,6 +165,10 @@ type StreamMeta struct {
 	Restarts []int `json:"restarts,omitempty"`
 	// Code is the erasure code its sealed extents get (CodeLRC12), or "".
 	Code string `json:"code,omitempty"`
+	// Replicas per extent (0: ManagerOptions.Replicas) and the ack policy
+	// of its extents ("": AckAll).
+	Replicas int       `json:"replicas,omitempty"`
+	Ack      AckPolicy `json:"ack,omitempty"`
 }
 
 // Replica is one replica of an extent.
@@ -176,7 +188,14 @@ type ExtentMeta struct {
 	LastSeq  uint64    `json:"last_seq,omitempty"`
 	// Coding is set once coding starts; Replicas is empty once coded.
 	Coding *Coding `json:"coding,omitempty"`
+	// Copies is how many replicas it keeps (its stream's at allocation;
+	// 0: ManagerOptions.Replicas); Ack its ack policy ("": AckAll).
+	Copies int       `json:"copies,omitempty"`
+	Ack    AckPolicy `json:"ack,omitempty"`
 }
+
+// MaxStreamReplicas is the most replicas a stream's extents may have.
+const MaxStreamReplicas = 5
 
 // PendingDelete is a replica to remove from a node.
 type PendingDelete struct {
@@ -264,7 +283,13 @@ func (m *Manager) Apply(c Command) (Result, error) {
 				return Result{}, err
 			}
 		}
-		m.streams[c.Stream] = &StreamMeta{Name: c.Stream, Extents: []uint64{}, Code: c.Code}
+		if c.Replicas < 0 || c.Replicas > MaxStreamReplicas {
+			return Result{}, badCmd("create_stream %q with %d replicas (1 to %d)", c.Stream, c.Replicas, MaxStreamReplicas)
+		}
+		if !c.Ack.Valid() {
+			return Result{}, badCmd("create_stream %q with ack policy %q (%q or %q)", c.Stream, c.Ack, AckAll, AckQuorum)
+		}
+		m.streams[c.Stream] = &StreamMeta{Name: c.Stream, Extents: []uint64{}, Code: c.Code, Replicas: c.Replicas, Ack: c.Ack}
 		return Result{Changed: true}, nil
 	case OpDeleteStream:
 		s, err := m.stream(c.Stream)
@@ -471,15 +496,39 @@ func (m *Manager) allocate(c Command) (Result, error) {
 	if k := len(s.Extents); k > 0 && !m.extents[s.Extents[k-1]].Sealed {
 		return Result{}, fmt.Errorf("allocate in %q: last extent %d: %w", s.Name, s.Extents[k-1], ErrNotSealed)
 	}
-	avoid := map[string]bool{}
-	for _, a := range c.Avoid {
-		avoid[a] = true
+	want := cmp.Or(s.Replicas, m.opts.Replicas)
+	var picks []string
+	if len(c.Nodes) > 0 {
+		if len(c.Nodes) != want {
+			return Result{}, badCmd("allocate in %q on %d nodes %v: the stream has %d replicas", s.Name, len(c.Nodes), c.Nodes, want)
+		}
+		for i, id := range c.Nodes {
+			nd, err := m.node(id)
+			if err != nil {
+				return Result{}, fmt.Errorf("allocate in %q: %w", s.Name, err)
+			}
+			if !nd.Alive {
+				return Result{}, fmt.Errorf("allocate in %q: node %q is down: %w", s.Name, id, ErrNoPlacement)
+			}
+			if slices.Contains(c.Nodes[:i], id) {
+				return Result{}, badCmd("allocate in %q: node %q named twice", s.Name, id)
+			}
+		}
+		picks = slices.Clone(c.Nodes)
+	} else {
+		avoid := map[string]bool{}
+		for _, a := range c.Avoid {
+			avoid[a] = true
+		}
+		picks = m.place(want, nil, nil, avoid, c.Node)
+		if len(picks) < want {
+			return Result{}, fmt.Errorf("allocate in %q: %d of %d replicas placeable: %w", s.Name, len(picks), want, ErrNoPlacement)
+		}
 	}
-	picks := m.place(m.opts.Replicas, nil, nil, avoid, c.Node)
-	if len(picks) < m.opts.Replicas {
-		return Result{}, fmt.Errorf("allocate in %q: %d of %d replicas placeable: %w", s.Name, len(picks), m.opts.Replicas, ErrNoPlacement)
+	e := &ExtentMeta{ID: m.nextExtent, Primary: picks[0], Ack: s.Ack}
+	if s.Replicas != 0 {
+		e.Copies = s.Replicas
 	}
-	e := &ExtentMeta{ID: m.nextExtent, Primary: picks[0]}
 	m.nextExtent++
 	for _, p := range picks {
 		e.Replicas = append(e.Replicas, Replica{Node: p, State: ReplicaOK})
@@ -596,13 +645,14 @@ func (m *Manager) plan(e *ExtentMeta) {
 	if healthy == 0 {
 		return // nothing to copy from until a node with a good replica returns
 	}
-	if need := m.opts.Replicas - healthy - pending; need > 0 {
+	copies := cmp.Or(e.Copies, m.opts.Replicas)
+	if need := copies - healthy - pending; need > 0 {
 		for _, p := range m.place(need, exclude, usedFD, nil, "") {
 			e.Replicas = append(e.Replicas, Replica{Node: p, State: ReplicaCopying})
 			m.hosted[p]++
 		}
 	}
-	if healthy >= m.opts.Replicas {
+	if healthy >= copies {
 		for i := len(e.Replicas) - 1; i >= 0; i-- {
 			if !m.nodes[e.Replicas[i].Node].Alive {
 				m.dropReplica(e, i)
@@ -696,7 +746,8 @@ func (m *Manager) Stream(name string) (StreamMeta, []ExtentMeta, error) {
 	if err != nil {
 		return StreamMeta{}, nil, err
 	}
-	out := StreamMeta{Name: s.Name, Epoch: s.Epoch, Extents: slices.Clone(s.Extents), Restarts: slices.Clone(s.Restarts), Code: s.Code}
+	out := *s
+	out.Extents, out.Restarts = slices.Clone(s.Extents), slices.Clone(s.Restarts)
 	es := make([]ExtentMeta, len(s.Extents))
 	for i, id := range s.Extents {
 		es[i] = m.extents[id].clone()
@@ -818,6 +869,9 @@ func LoadSnapshot(b []byte) (*Manager, error) {
 		if e.ID == 0 || e.ID >= m.nextExtent || m.extents[e.ID] != nil {
 			return nil, badCmd("snapshot extent %d out of range or repeated", e.ID)
 		}
+		if e.Copies < 0 || e.Copies > MaxStreamReplicas || !e.Ack.Valid() {
+			return nil, badCmd("snapshot extent %d: %d copies, ack %q", e.ID, e.Copies, e.Ack)
+		}
 		if e.Length < 0 || (!e.Sealed && (e.Length != 0 || e.LastSeq != 0)) {
 			return nil, badCmd("snapshot extent %d: length %d, sealed %v", e.ID, e.Length, e.Sealed)
 		}
@@ -847,6 +901,9 @@ func LoadSnapshot(b []byte) (*Manager, error) {
 		}
 		if st.Extents == nil {
 			st.Extents = []uint64{}
+		}
+		if st.Replicas < 0 || st.Replicas > MaxStreamReplicas || !st.Ack.Valid() {
+			return nil, badCmd("snapshot stream %q: %d replicas, ack %q", st.Name, st.Replicas, st.Ack)
 		}
 		for i, r := range st.Restarts {
 			if r <= 0 || r >= len(st.Extents) || (i > 0 && r <= st.Restarts[i-1]) {

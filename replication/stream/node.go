@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -28,8 +29,16 @@ type NodeOptions struct {
 	// of the node's own, closed by Close.
 	Conns *Conns
 	// ReplicateTimeout bounds a primary's replication of one batch to one
-	// secondary. Default 5 s.
+	// secondary; past it the secondary is dropped from the extent's ack
+	// set (with AckAll, the appends fail and the writer seals). Default
+	// 5 s; a partition's commit log wants ~100-200 ms, so a paused
+	// secondary does not stall its writes for long.
 	ReplicateTimeout time.Duration
+	// MaxReplicaLag bounds, per secondary of an extent this node is
+	// primary of, the bytes queued for it but not yet acknowledged by it.
+	// Past it (a slow secondary under AckQuorum) the secondary is dropped
+	// from the ack set and the append responses name it. Default 64 MiB.
+	MaxReplicaLag int64
 	// ScrubInterval is the pause between background scrub passes over
 	// every replica. Default 0: no background scrubber (call Scrub).
 	ScrubInterval time.Duration
@@ -97,6 +106,9 @@ func OpenNode(opts NodeOptions) (*Node, error) {
 	if opts.ReplicateTimeout == 0 {
 		opts.ReplicateTimeout = 5 * time.Second
 	}
+	if opts.MaxReplicaLag <= 0 {
+		opts.MaxReplicaLag = 64 << 20
+	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -126,6 +138,12 @@ func (n *Node) Register(s *grpc.Server) { streampb.RegisterExtentNodeServer(s, n
 // Store is the node's store.
 func (n *Node) Store() *Store { return n.store }
 
+// Extent returns the node's replica of extent id (ErrNoExtent if it has
+// none): what an in-process owner of the node (the table server hosting
+// it) tails with WaitCommitted and ReadEntries. The replica may be
+// replaced by a copy (Copy) or deleted: get it again after ErrClosed.
+func (n *Node) Extent(id uint64) (*Extent, error) { return n.store.Get(id) }
+
 // Fragments is the node's fragment store.
 func (n *Node) Fragments() *FragmentStore { return n.frags }
 
@@ -150,33 +168,27 @@ func (n *Node) Close() error {
 
 // Create implements streampb.ExtentNodeServer.
 func (n *Node) Create(_ context.Context, r *streampb.CreateRequest) (*streampb.CreateResponse, error) {
-	if _, err := n.store.Create(r.Extent, r.Primary); err != nil {
+	cfg := ReplicaConfig{Primary: r.Primary, Ack: AckPolicy(r.Ack)}
+	for _, s := range r.Secondaries {
+		cfg.Secondaries = append(cfg.Secondaries, ReplicaRef{Node: s.Node, Addr: s.Addr})
+	}
+	if _, err := n.store.CreateReplica(r.Extent, cfg); err != nil {
 		return nil, toStatus(err)
 	}
 	return &streampb.CreateResponse{}, nil
 }
 
-// appender group-commits the appends to one extent this node is primary of.
-type appender struct {
-	ext *Extent
-
-	mu sync.Mutex
-	// Guarded by mu.
-	queue   []*appendReq
-	running bool
-}
-
 type appendReq struct {
-	entries     []EntryData
-	secondaries []string
-	size        int64
-	done        chan appendResult // buffered: the runner never blocks
+	entries []EntryData
+	size    int64
+	done    chan appendResult // buffered: the runner never blocks
 }
 
 type appendResult struct {
-	locs []EntryLoc
-	end  int64
-	err  error
+	locs    []EntryLoc
+	end     int64
+	dropped []string
+	err     error
 }
 
 // Append implements streampb.ExtentNodeServer.
@@ -188,7 +200,19 @@ func (n *Node) Append(ctx context.Context, r *streampb.AppendRequest) (*streampb
 	if !ext.Info().Primary {
 		return nil, toStatus(fmt.Errorf("append to extent %d: not its primary: %w", r.Extent, ErrRole))
 	}
-	req := &appendReq{secondaries: r.Secondaries, done: make(chan appendResult, 1)}
+	if ext.version < fileVersion {
+		return nil, toStatus(fmt.Errorf("append to extent %d: a primary of format version %d does not record its secondaries; seal the extent: %w", r.Extent, ext.version, ErrBroken))
+	}
+	if len(r.Secondaries) > 0 {
+		var mine []string
+		for _, s := range ext.cfg.Secondaries {
+			mine = append(mine, s.Addr)
+		}
+		if !slices.Equal(mine, r.Secondaries) {
+			return nil, toStatus(fmt.Errorf("append to extent %d naming secondaries %v: its secondaries are %v: %w", r.Extent, r.Secondaries, mine, ErrRole))
+		}
+	}
+	req := &appendReq{done: make(chan appendResult, 1)}
 	for i, en := range r.Entries {
 		if len(en.Crcs) != len(en.Blocks) {
 			return nil, toStatus(fmt.Errorf("entry %d: %d blocks, %d crcs: %w", i, len(en.Blocks), len(en.Crcs), engines.ErrCorrupt))
@@ -212,7 +236,7 @@ func (n *Node) Append(ctx context.Context, r *streampb.AppendRequest) (*streampb
 		if res.err != nil {
 			return nil, toStatus(res.err)
 		}
-		out := &streampb.AppendResponse{CommitLength: res.end}
+		out := &streampb.AppendResponse{CommitLength: res.end, Dropped: res.dropped}
 		for _, l := range res.locs {
 			out.Entries = append(out.Entries, &streampb.EntryLocation{Offset: l.Offset, BlockSizes: l.Sizes})
 		}
@@ -224,130 +248,6 @@ func (n *Node) Append(ctx context.Context, r *streampb.AppendRequest) (*streampb
 	}
 }
 
-// enqueue queues req on ext's appender, starting its runner if idle.
-func (n *Node) enqueue(ext *Extent, req *appendReq) error {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.closed {
-		return ErrClosed
-	}
-	a := n.appenders[ext.ID()]
-	if a == nil || a.ext != ext {
-		a = &appender{ext: ext}
-		n.appenders[ext.ID()] = a
-	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	a.queue = append(a.queue, req)
-	if !a.running {
-		a.running = true
-		n.wg.Add(1)
-		go n.runAppender(a)
-	}
-	return nil
-}
-
-// runAppender commits a's queue batch by batch until it is empty.
-func (n *Node) runAppender(a *appender) {
-	defer n.wg.Done()
-	for {
-		a.mu.Lock()
-		var batch []*appendReq
-		var size int64
-		for len(a.queue) > 0 && (len(batch) == 0 || size+a.queue[0].size <= MaxAppendBytes) {
-			size += a.queue[0].size
-			batch = append(batch, a.queue[0])
-			a.queue[0] = nil
-			a.queue = a.queue[1:]
-		}
-		if len(batch) == 0 {
-			a.running = false
-			a.mu.Unlock()
-			return
-		}
-		a.mu.Unlock()
-		n.commit(a.ext, batch)
-	}
-}
-
-// commit appends one batch locally, syncs it in parallel with replicating
-// it to the secondaries, and completes its requests in offset order.
-func (n *Node) commit(ext *Extent, batch []*appendReq) {
-	secs := batch[0].secondaries
-	var entries []EntryData
-	var ok []*appendReq
-	for _, r := range batch {
-		if !equalStrings(r.secondaries, secs) {
-			r.done <- appendResult{err: fmt.Errorf("append to extent %d: secondaries %v, others name %v: %w", ext.ID(), r.secondaries, secs, ErrRole)}
-			continue
-		}
-		ok = append(ok, r)
-		entries = append(entries, r.entries...)
-	}
-	fail := func(err error) {
-		for _, r := range ok {
-			r.done <- appendResult{err: err}
-		}
-	}
-	if n.ctx.Err() != nil {
-		fail(ErrClosed)
-		return
-	}
-	locs, start, raw, err := ext.AppendEntries(entries)
-	if err != nil {
-		fail(err)
-		return
-	}
-	errs := make([]error, 1+len(secs))
-	var wg sync.WaitGroup
-	for i, addr := range secs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[1+i] = n.replicate(ext.ID(), addr, start, raw)
-		}()
-	}
-	errs[0] = ext.Sync()
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		err = fmt.Errorf("append to extent %d: %w: %w", ext.ID(), ErrBroken, err)
-		ext.Break(err)
-		fail(err)
-		return
-	}
-	end := start + int64(len(raw))
-	i := 0
-	for _, r := range ok {
-		r.done <- appendResult{locs: locs[i : i+len(r.entries)], end: end}
-		i += len(r.entries)
-	}
-}
-
-func (n *Node) replicate(extent uint64, addr string, off int64, raw []byte) error {
-	c, err := n.conns.Node(addr)
-	if err != nil {
-		return err
-	}
-	ctx, cancel := context.WithTimeout(n.ctx, n.opts.ReplicateTimeout)
-	defer cancel()
-	if _, err := c.Replicate(ctx, &streampb.ReplicateRequest{Extent: extent, Offset: off, Data: raw}); err != nil {
-		return fmt.Errorf("replicate to %s: %w", addr, fromStatus(err))
-	}
-	return nil
-}
-
-func equalStrings(a, b []string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
-}
-
 // Replicate implements streampb.ExtentNodeServer.
 func (n *Node) Replicate(_ context.Context, r *streampb.ReplicateRequest) (*streampb.ReplicateResponse, error) {
 	ext, err := n.store.Get(r.Extent)
@@ -357,6 +257,11 @@ func (n *Node) Replicate(_ context.Context, r *streampb.ReplicateRequest) (*stre
 	if ext.Info().Primary {
 		return nil, toStatus(fmt.Errorf("replicate to extent %d: it is the primary: %w", r.Extent, ErrRole))
 	}
+	if len(r.Data) == 0 {
+		// Only the commit length.
+		ext.setCommitted(r.CommitLength)
+		return &streampb.ReplicateResponse{CommitLength: ext.Length()}, nil
+	}
 	end, err := ext.AppendRaw(r.Offset, r.Data, true)
 	if err != nil {
 		return nil, toStatus(err)
@@ -364,6 +269,7 @@ func (n *Node) Replicate(_ context.Context, r *streampb.ReplicateRequest) (*stre
 	if err := ext.Sync(); err != nil {
 		return nil, toStatus(err)
 	}
+	ext.setCommitted(r.CommitLength)
 	return &streampb.ReplicateResponse{CommitLength: end}, nil
 }
 
@@ -515,7 +421,7 @@ func (n *Node) Stat(context.Context, *streampb.StatRequest) (*streampb.StatRespo
 		out.UsedBytes += info.Length
 		out.Extents = append(out.Extents, &streampb.ExtentStat{
 			Extent: id, Length: info.Length, Sealed: info.Sealed, Corrupt: info.Corrupt,
-			Primary: info.Primary, LastSeq: info.LastSeq,
+			Primary: info.Primary, LastSeq: info.LastSeq, CommittedLength: e.CommittedLength(), Dropped: n.dropped(e),
 		})
 	}
 	for _, f := range n.frags.List() {

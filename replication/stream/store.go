@@ -83,10 +83,26 @@ func OpenStore(fs vfs.FS, dir string) (*Store, error) {
 	return s, nil
 }
 
-// Create durably creates an empty replica of extent id. Creating an extent
-// that exists empty, unsealed and of the same role is a no-op (a retried
-// create); otherwise it fails with ErrExists.
+// Create durably creates an empty replica of extent id: a primary with no
+// secondaries (one copy), or a secondary. See CreateReplica.
 func (s *Store) Create(id uint64, primary bool) (*Extent, error) {
+	return s.CreateReplica(id, ReplicaConfig{Primary: primary})
+}
+
+// CreateReplica durably creates an empty replica of extent id with cfg
+// recorded in its header. Creating an extent that exists empty, unsealed
+// and with the same configuration is a no-op (a retried create);
+// otherwise it fails with ErrExists.
+func (s *Store) CreateReplica(id uint64, cfg ReplicaConfig) (*Extent, error) {
+	if !cfg.Ack.Valid() {
+		return nil, fmt.Errorf("create extent %d: ack policy %q: %w", id, cfg.Ack, ErrBadCommand)
+	}
+	if cfg.Ack == "" {
+		cfg.Ack = AckAll
+	}
+	if !cfg.Primary && (len(cfg.Secondaries) > 0 || cfg.Ack != AckAll) {
+		return nil, fmt.Errorf("create extent %d: a secondary with secondaries or an ack policy: %w", id, ErrBadCommand)
+	}
 	s.mu.Lock()
 	if err := s.reserveLocked(id); err != nil {
 		s.mu.Unlock()
@@ -95,14 +111,14 @@ func (s *Store) Create(id uint64, primary bool) (*Extent, error) {
 	if e := s.extents[id]; e != nil {
 		delete(s.busy, id)
 		s.mu.Unlock()
-		if info := e.Info(); info.Primary == primary && info.Length == 0 && !info.Sealed {
+		if info := e.Info(); info.Length == 0 && !info.Sealed && sameConfig(e.Config(), cfg) {
 			return e, nil
 		}
 		return nil, fmt.Errorf("create extent %d: %w", id, ErrExists)
 	}
 	s.mu.Unlock()
 	e, err := func() (*Extent, error) {
-		if err := createExtentFile(s.fs, s.path(id), id, primary); err != nil {
+		if err := createExtentFile(s.fs, s.path(id), id, cfg); err != nil {
 			return nil, err
 		}
 		return openExtent(s.fs, s.path(id), id)
@@ -118,6 +134,10 @@ func (s *Store) Create(id uint64, primary bool) (*Extent, error) {
 	}
 	s.extents[id] = e
 	return e, nil
+}
+
+func sameConfig(a, b ReplicaConfig) bool {
+	return a.Primary == b.Primary && a.Ack == b.Ack && slices.Equal(a.Secondaries, b.Secondaries)
 }
 
 // reserveLocked marks id busy, or says why it cannot be.
@@ -195,7 +215,7 @@ func (s *Store) Install(id uint64, length int64, fill func(put func(off int64, r
 		s.mu.Unlock()
 	}()
 	tmp := filepath.Join(s.dir, fmt.Sprintf("%016x%s", id, tmpSuffix))
-	if err := createExtentFile(s.fs, tmp, id, false); err != nil {
+	if err := createExtentFile(s.fs, tmp, id, ReplicaConfig{}); err != nil {
 		return err
 	}
 	e, err := openExtent(s.fs, tmp, id)

@@ -39,7 +39,14 @@ type CreateRequest struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Extent uint64                 `protobuf:"varint,1,opt,name=extent,proto3" json:"extent,omitempty"`
 	// primary: this replica orders appends; otherwise it takes Replicate.
-	Primary       bool `protobuf:"varint,2,opt,name=primary,proto3" json:"primary,omitempty"`
+	Primary bool `protobuf:"varint,2,opt,name=primary,proto3" json:"primary,omitempty"`
+	// secondaries (primary only): the extent's other replicas. The primary
+	// records them durably with the replica, replicates every append to
+	// exactly these and never acknowledges an append held by fewer copies
+	// than the ack policy requires of 1 + len(secondaries).
+	Secondaries []*ReplicaRef `protobuf:"bytes,3,rep,name=secondaries,proto3" json:"secondaries,omitempty"`
+	// ack (primary only): "all" (or empty) or "quorum".
+	Ack           string `protobuf:"bytes,4,opt,name=ack,proto3" json:"ack,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -88,6 +95,73 @@ func (x *CreateRequest) GetPrimary() bool {
 	return false
 }
 
+func (x *CreateRequest) GetSecondaries() []*ReplicaRef {
+	if x != nil {
+		return x.Secondaries
+	}
+	return nil
+}
+
+func (x *CreateRequest) GetAck() string {
+	if x != nil {
+		return x.Ack
+	}
+	return ""
+}
+
+// ReplicaRef names a replica's node.
+type ReplicaRef struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Node          string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	Addr          string                 `protobuf:"bytes,2,opt,name=addr,proto3" json:"addr,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReplicaRef) Reset() {
+	*x = ReplicaRef{}
+	mi := &file_stream_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReplicaRef) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReplicaRef) ProtoMessage() {}
+
+func (x *ReplicaRef) ProtoReflect() protoreflect.Message {
+	mi := &file_stream_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReplicaRef.ProtoReflect.Descriptor instead.
+func (*ReplicaRef) Descriptor() ([]byte, []int) {
+	return file_stream_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *ReplicaRef) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *ReplicaRef) GetAddr() string {
+	if x != nil {
+		return x.Addr
+	}
+	return ""
+}
+
 type CreateResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -96,7 +170,7 @@ type CreateResponse struct {
 
 func (x *CreateResponse) Reset() {
 	*x = CreateResponse{}
-	mi := &file_stream_proto_msgTypes[1]
+	mi := &file_stream_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -108,7 +182,7 @@ func (x *CreateResponse) String() string {
 func (*CreateResponse) ProtoMessage() {}
 
 func (x *CreateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_stream_proto_msgTypes[1]
+	mi := &file_stream_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -121,14 +195,16 @@ func (x *CreateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateResponse.ProtoReflect.Descriptor instead.
 func (*CreateResponse) Descriptor() ([]byte, []int) {
-	return file_stream_proto_rawDescGZIP(), []int{1}
+	return file_stream_proto_rawDescGZIP(), []int{2}
 }
 
 type AppendRequest struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Extent uint64                 `protobuf:"varint,1,opt,name=extent,proto3" json:"extent,omitempty"`
-	// Addresses of the two secondaries, from the stream manager's extent
-	// metadata.
+	// Optional: addresses of the secondaries as the writer knows them (from
+	// the stream manager's extent metadata). The primary replicates to the
+	// secondaries it was created with; if this is not empty and names others,
+	// the append is refused (ErrRole).
 	Secondaries   []string `protobuf:"bytes,2,rep,name=secondaries,proto3" json:"secondaries,omitempty"`
 	Entries       []*Entry `protobuf:"bytes,3,rep,name=entries,proto3" json:"entries,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -137,7 +213,7 @@ type AppendRequest struct {
 
 func (x *AppendRequest) Reset() {
 	*x = AppendRequest{}
-	mi := &file_stream_proto_msgTypes[2]
+	mi := &file_stream_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -149,7 +225,7 @@ func (x *AppendRequest) String() string {
 func (*AppendRequest) ProtoMessage() {}
 
 func (x *AppendRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stream_proto_msgTypes[2]
+	mi := &file_stream_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -162,7 +238,7 @@ func (x *AppendRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppendRequest.ProtoReflect.Descriptor instead.
 func (*AppendRequest) Descriptor() ([]byte, []int) {
-	return file_stream_proto_rawDescGZIP(), []int{2}
+	return file_stream_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *AppendRequest) GetExtent() uint64 {
@@ -203,7 +279,7 @@ type Entry struct {
 
 func (x *Entry) Reset() {
 	*x = Entry{}
-	mi := &file_stream_proto_msgTypes[3]
+	mi := &file_stream_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -215,7 +291,7 @@ func (x *Entry) String() string {
 func (*Entry) ProtoMessage() {}
 
 func (x *Entry) ProtoReflect() protoreflect.Message {
-	mi := &file_stream_proto_msgTypes[3]
+	mi := &file_stream_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -228,7 +304,7 @@ func (x *Entry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Entry.ProtoReflect.Descriptor instead.
 func (*Entry) Descriptor() ([]byte, []int) {
-	return file_stream_proto_rawDescGZIP(), []int{3}
+	return file_stream_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Entry) GetSeq() uint64 {
@@ -257,14 +333,19 @@ type AppendResponse struct {
 	// One per entry, in request order.
 	Entries []*EntryLocation `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
 	// The extent's commit length after the request's entries.
-	CommitLength  int64 `protobuf:"varint,2,opt,name=commit_length,json=commitLength,proto3" json:"commit_length,omitempty"`
+	CommitLength int64 `protobuf:"varint,2,opt,name=commit_length,json=commitLength,proto3" json:"commit_length,omitempty"`
+	// dropped: node ids of secondaries the primary no longer counts towards
+	// acknowledgements (failed, or too far behind under the quorum policy).
+	// The entries are durable on enough other replicas; the writer should
+	// seal the extent and continue on a new one.
+	Dropped       []string `protobuf:"bytes,3,rep,name=dropped,proto3" json:"dropped,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *AppendResponse) Reset() {
 	*x = AppendResponse{}
-	mi := &file_stream_proto_msgTypes[4]
+	mi := &file_stream_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -276,7 +357,7 @@ func (x *AppendResponse) String() string {
 func (*AppendResponse) ProtoMessage() {}
 
 func (x *AppendResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_stream_proto_msgTypes[4]
+	mi := &file_stream_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -289,7 +370,7 @@ func (x *AppendResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppendResponse.ProtoReflect.Descriptor instead.
 func (*AppendResponse) Descriptor() ([]byte, []int) {
-	return file_stream_proto_rawDescGZIP(), []int{4}
+	return file_stream_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *AppendResponse) GetEntries() []*EntryLocation {
@@ -306,6 +387,13 @@ func (x *AppendResponse) GetCommitLength() int64 {
 	return 0
 }
 
+func (x *AppendResponse) GetDropped() []string {
+	if x != nil {
+		return x.Dropped
+	}
+	return nil
+}
+
 type EntryLocation struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// offset of the entry's first block.
@@ -318,7 +406,7 @@ type EntryLocation struct {
 
 func (x *EntryLocation) Reset() {
 	*x = EntryLocation{}
-	mi := &file_stream_proto_msgTypes[5]
+	mi := &file_stream_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -330,7 +418,7 @@ func (x *EntryLocation) String() string {
 func (*EntryLocation) ProtoMessage() {}
 
 func (x *EntryLocation) ProtoReflect() protoreflect.Message {
-	mi := &file_stream_proto_msgTypes[5]
+	mi := &file_stream_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -343,7 +431,7 @@ func (x *EntryLocation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EntryLocation.ProtoReflect.Descriptor instead.
 func (*EntryLocation) Descriptor() ([]byte, []int) {
-	return file_stream_proto_rawDescGZIP(), []int{5}
+	return file_stream_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *EntryLocation) GetOffset() int64 {
@@ -364,15 +452,20 @@ type ReplicateRequest struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Extent uint64                 `protobuf:"varint,1,opt,name=extent,proto3" json:"extent,omitempty"`
 	Offset int64                  `protobuf:"varint,2,opt,name=offset,proto3" json:"offset,omitempty"`
-	// data is encoded blocks ending at an entry boundary.
-	Data          []byte `protobuf:"bytes,3,opt,name=data,proto3" json:"data,omitempty"`
+	// data is encoded blocks ending at an entry boundary. Empty: the request
+	// only tells the commit length.
+	Data []byte `protobuf:"bytes,3,opt,name=data,proto3" json:"data,omitempty"`
+	// commit_length is the primary's commit point when it sent this: the
+	// length acknowledged so far (durable on the copies the ack policy
+	// requires). A secondary applies entries only up to it.
+	CommitLength  int64 `protobuf:"varint,4,opt,name=commit_length,json=commitLength,proto3" json:"commit_length,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ReplicateRequest) Reset() {
 	*x = ReplicateRequest{}
-	mi := &file_stream_proto_msgTypes[6]
+	mi := &file_stream_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -384,7 +477,7 @@ func (x *ReplicateRequest) String() string {
 func (*ReplicateRequest) ProtoMessage() {}
 
 func (x *ReplicateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stream_proto_msgTypes[6]
+	mi := &file_stream_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -397,7 +490,7 @@ func (x *ReplicateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicateRequest.ProtoReflect.Descriptor instead.
 func (*ReplicateRequest) Descriptor() ([]byte, []int) {
-	return file_stream_proto_rawDescGZIP(), []int{6}
+	return file_stream_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ReplicateRequest) GetExtent() uint64 {
@@ -421,6 +514,13 @@ func (x *ReplicateRequest) GetData() []byte {
 	return nil
 }
 
+func (x *ReplicateRequest) GetCommitLength() int64 {
+	if x != nil {
+		return x.CommitLength
+	}
+	return 0
+}
+
 type ReplicateResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	CommitLength  int64                  `protobuf:"varint,1,opt,name=commit_length,json=commitLength,proto3" json:"commit_length,omitempty"`
@@ -430,7 +530,7 @@ type ReplicateResponse struct {
 
 func (x *ReplicateResponse) Reset() {
 	*x = ReplicateResponse{}
-	mi := &file_stream_proto_msgTypes[7]
+	mi := &file_stream_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -442,7 +542,7 @@ func (x *ReplicateResponse) String() string {
 func (*ReplicateResponse) ProtoMessage() {}
 
 func (x *ReplicateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_stream_proto_msgTypes[7]
+	mi := &file_stream_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -455,7 +555,7 @@ func (x *ReplicateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicateResponse.ProtoReflect.Descriptor instead.
 func (*ReplicateResponse) Descriptor() ([]byte, []int) {
-	return file_stream_proto_rawDescGZIP(), []int{7}
+	return file_stream_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ReplicateResponse) GetCommitLength() int64 {
@@ -479,7 +579,7 @@ type ReadRequest struct {
 
 func (x *ReadRequest) Reset() {
 	*x = ReadRequest{}
-	mi := &file_stream_proto_msgTypes[8]
+	mi := &file_stream_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -491,7 +591,7 @@ func (x *ReadRequest) String() string {
 func (*ReadRequest) ProtoMessage() {}
 
 func (x *ReadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stream_proto_msgTypes[8]
+	mi := &file_stream_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -504,7 +604,7 @@ func (x *ReadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadRequest.ProtoReflect.Descriptor instead.
 func (*ReadRequest) Descriptor() ([]byte, []int) {
-	return file_stream_proto_rawDescGZIP(), []int{8}
+	return file_stream_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ReadRequest) GetExtent() uint64 {
@@ -541,7 +641,7 @@ type ReadResponse struct {
 
 func (x *ReadResponse) Reset() {
 	*x = ReadResponse{}
-	mi := &file_stream_proto_msgTypes[9]
+	mi := &file_stream_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -553,7 +653,7 @@ func (x *ReadResponse) String() string {
 func (*ReadResponse) ProtoMessage() {}
 
 func (x *ReadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_stream_proto_msgTypes[9]
+	mi := &file_stream_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -566,7 +666,7 @@ func (x *ReadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadResponse.ProtoReflect.Descriptor instead.
 func (*ReadResponse) Descriptor() ([]byte, []int) {
-	return file_stream_proto_rawDescGZIP(), []int{9}
+	return file_stream_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ReadResponse) GetData() []byte {
@@ -600,7 +700,7 @@ type CommitLengthRequest struct {
 
 func (x *CommitLengthRequest) Reset() {
 	*x = CommitLengthRequest{}
-	mi := &file_stream_proto_msgTypes[10]
+	mi := &file_stream_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -612,7 +712,7 @@ func (x *CommitLengthRequest) String() string {
 func (*CommitLengthRequest) ProtoMessage() {}
 
 func (x *CommitLengthRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stream_proto_msgTypes[10]
+	mi := &file_stream_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -625,7 +725,7 @@ func (x *CommitLengthRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommitLengthRequest.ProtoReflect.Descriptor instead.
 func (*CommitLengthRequest) Descriptor() ([]byte, []int) {
-	return file_stream_proto_rawDescGZIP(), []int{10}
+	return file_stream_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *CommitLengthRequest) GetExtent() uint64 {
@@ -653,7 +753,7 @@ type CommitLengthResponse struct {
 
 func (x *CommitLengthResponse) Reset() {
 	*x = CommitLengthResponse{}
-	mi := &file_stream_proto_msgTypes[11]
+	mi := &file_stream_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -665,7 +765,7 @@ func (x *CommitLengthResponse) String() string {
 func (*CommitLengthResponse) ProtoMessage() {}
 
 func (x *CommitLengthResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_stream_proto_msgTypes[11]
+	mi := &file_stream_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -678,7 +778,7 @@ func (x *CommitLengthResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommitLengthResponse.ProtoReflect.Descriptor instead.
 func (*CommitLengthResponse) Descriptor() ([]byte, []int) {
-	return file_stream_proto_rawDescGZIP(), []int{11}
+	return file_stream_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *CommitLengthResponse) GetLength() int64 {
@@ -712,7 +812,7 @@ type SealRequest struct {
 
 func (x *SealRequest) Reset() {
 	*x = SealRequest{}
-	mi := &file_stream_proto_msgTypes[12]
+	mi := &file_stream_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -724,7 +824,7 @@ func (x *SealRequest) String() string {
 func (*SealRequest) ProtoMessage() {}
 
 func (x *SealRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stream_proto_msgTypes[12]
+	mi := &file_stream_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -737,7 +837,7 @@ func (x *SealRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SealRequest.ProtoReflect.Descriptor instead.
 func (*SealRequest) Descriptor() ([]byte, []int) {
-	return file_stream_proto_rawDescGZIP(), []int{12}
+	return file_stream_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *SealRequest) GetExtent() uint64 {
@@ -764,7 +864,7 @@ type SealResponse struct {
 
 func (x *SealResponse) Reset() {
 	*x = SealResponse{}
-	mi := &file_stream_proto_msgTypes[13]
+	mi := &file_stream_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -776,7 +876,7 @@ func (x *SealResponse) String() string {
 func (*SealResponse) ProtoMessage() {}
 
 func (x *SealResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_stream_proto_msgTypes[13]
+	mi := &file_stream_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -789,7 +889,7 @@ func (x *SealResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SealResponse.ProtoReflect.Descriptor instead.
 func (*SealResponse) Descriptor() ([]byte, []int) {
-	return file_stream_proto_rawDescGZIP(), []int{13}
+	return file_stream_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *SealResponse) GetLastSeq() uint64 {
@@ -808,7 +908,7 @@ type FetchRequest struct {
 
 func (x *FetchRequest) Reset() {
 	*x = FetchRequest{}
-	mi := &file_stream_proto_msgTypes[14]
+	mi := &file_stream_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -820,7 +920,7 @@ func (x *FetchRequest) String() string {
 func (*FetchRequest) ProtoMessage() {}
 
 func (x *FetchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stream_proto_msgTypes[14]
+	mi := &file_stream_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -833,7 +933,7 @@ func (x *FetchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchRequest.ProtoReflect.Descriptor instead.
 func (*FetchRequest) Descriptor() ([]byte, []int) {
-	return file_stream_proto_rawDescGZIP(), []int{14}
+	return file_stream_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *FetchRequest) GetExtent() uint64 {
@@ -857,7 +957,7 @@ type FetchChunk struct {
 
 func (x *FetchChunk) Reset() {
 	*x = FetchChunk{}
-	mi := &file_stream_proto_msgTypes[15]
+	mi := &file_stream_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -869,7 +969,7 @@ func (x *FetchChunk) String() string {
 func (*FetchChunk) ProtoMessage() {}
 
 func (x *FetchChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_stream_proto_msgTypes[15]
+	mi := &file_stream_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -882,7 +982,7 @@ func (x *FetchChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchChunk.ProtoReflect.Descriptor instead.
 func (*FetchChunk) Descriptor() ([]byte, []int) {
-	return file_stream_proto_rawDescGZIP(), []int{15}
+	return file_stream_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *FetchChunk) GetOffset() int64 {
@@ -920,7 +1020,7 @@ type CopyRequest struct {
 
 func (x *CopyRequest) Reset() {
 	*x = CopyRequest{}
-	mi := &file_stream_proto_msgTypes[16]
+	mi := &file_stream_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -932,7 +1032,7 @@ func (x *CopyRequest) String() string {
 func (*CopyRequest) ProtoMessage() {}
 
 func (x *CopyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stream_proto_msgTypes[16]
+	mi := &file_stream_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -945,7 +1045,7 @@ func (x *CopyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CopyRequest.ProtoReflect.Descriptor instead.
 func (*CopyRequest) Descriptor() ([]byte, []int) {
-	return file_stream_proto_rawDescGZIP(), []int{16}
+	return file_stream_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *CopyRequest) GetExtent() uint64 {
@@ -977,7 +1077,7 @@ type CopyResponse struct {
 
 func (x *CopyResponse) Reset() {
 	*x = CopyResponse{}
-	mi := &file_stream_proto_msgTypes[17]
+	mi := &file_stream_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -989,7 +1089,7 @@ func (x *CopyResponse) String() string {
 func (*CopyResponse) ProtoMessage() {}
 
 func (x *CopyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_stream_proto_msgTypes[17]
+	mi := &file_stream_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1002,7 +1102,7 @@ func (x *CopyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CopyResponse.ProtoReflect.Descriptor instead.
 func (*CopyResponse) Descriptor() ([]byte, []int) {
-	return file_stream_proto_rawDescGZIP(), []int{17}
+	return file_stream_proto_rawDescGZIP(), []int{18}
 }
 
 type DeleteRequest struct {
@@ -1014,7 +1114,7 @@ type DeleteRequest struct {
 
 func (x *DeleteRequest) Reset() {
 	*x = DeleteRequest{}
-	mi := &file_stream_proto_msgTypes[18]
+	mi := &file_stream_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1026,7 +1126,7 @@ func (x *DeleteRequest) String() string {
 func (*DeleteRequest) ProtoMessage() {}
 
 func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stream_proto_msgTypes[18]
+	mi := &file_stream_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1039,7 +1139,7 @@ func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRequest.ProtoReflect.Descriptor instead.
 func (*DeleteRequest) Descriptor() ([]byte, []int) {
-	return file_stream_proto_rawDescGZIP(), []int{18}
+	return file_stream_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *DeleteRequest) GetExtent() uint64 {
@@ -1057,7 +1157,7 @@ type DeleteResponse struct {
 
 func (x *DeleteResponse) Reset() {
 	*x = DeleteResponse{}
-	mi := &file_stream_proto_msgTypes[19]
+	mi := &file_stream_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1069,7 +1169,7 @@ func (x *DeleteResponse) String() string {
 func (*DeleteResponse) ProtoMessage() {}
 
 func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_stream_proto_msgTypes[19]
+	mi := &file_stream_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1082,7 +1182,7 @@ func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteResponse.ProtoReflect.Descriptor instead.
 func (*DeleteResponse) Descriptor() ([]byte, []int) {
-	return file_stream_proto_rawDescGZIP(), []int{19}
+	return file_stream_proto_rawDescGZIP(), []int{20}
 }
 
 type StatRequest struct {
@@ -1093,7 +1193,7 @@ type StatRequest struct {
 
 func (x *StatRequest) Reset() {
 	*x = StatRequest{}
-	mi := &file_stream_proto_msgTypes[20]
+	mi := &file_stream_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1105,7 +1205,7 @@ func (x *StatRequest) String() string {
 func (*StatRequest) ProtoMessage() {}
 
 func (x *StatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stream_proto_msgTypes[20]
+	mi := &file_stream_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1118,7 +1218,7 @@ func (x *StatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatRequest.ProtoReflect.Descriptor instead.
 func (*StatRequest) Descriptor() ([]byte, []int) {
-	return file_stream_proto_rawDescGZIP(), []int{20}
+	return file_stream_proto_rawDescGZIP(), []int{21}
 }
 
 type StatResponse struct {
@@ -1133,7 +1233,7 @@ type StatResponse struct {
 
 func (x *StatResponse) Reset() {
 	*x = StatResponse{}
-	mi := &file_stream_proto_msgTypes[21]
+	mi := &file_stream_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1145,7 +1245,7 @@ func (x *StatResponse) String() string {
 func (*StatResponse) ProtoMessage() {}
 
 func (x *StatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_stream_proto_msgTypes[21]
+	mi := &file_stream_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1158,7 +1258,7 @@ func (x *StatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatResponse.ProtoReflect.Descriptor instead.
 func (*StatResponse) Descriptor() ([]byte, []int) {
-	return file_stream_proto_rawDescGZIP(), []int{21}
+	return file_stream_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *StatResponse) GetExtents() []*ExtentStat {
@@ -1188,16 +1288,20 @@ type ExtentStat struct {
 	Length int64                  `protobuf:"varint,2,opt,name=length,proto3" json:"length,omitempty"`
 	Sealed bool                   `protobuf:"varint,3,opt,name=sealed,proto3" json:"sealed,omitempty"`
 	// corrupt: a read or the scrubber found a block failing its CRC.
-	Corrupt       bool   `protobuf:"varint,4,opt,name=corrupt,proto3" json:"corrupt,omitempty"`
-	Primary       bool   `protobuf:"varint,5,opt,name=primary,proto3" json:"primary,omitempty"`
-	LastSeq       uint64 `protobuf:"varint,6,opt,name=last_seq,json=lastSeq,proto3" json:"last_seq,omitempty"`
+	Corrupt bool   `protobuf:"varint,4,opt,name=corrupt,proto3" json:"corrupt,omitempty"`
+	Primary bool   `protobuf:"varint,5,opt,name=primary,proto3" json:"primary,omitempty"`
+	LastSeq uint64 `protobuf:"varint,6,opt,name=last_seq,json=lastSeq,proto3" json:"last_seq,omitempty"`
+	// committed_length: see Extent.CommittedLength.
+	CommittedLength int64 `protobuf:"varint,7,opt,name=committed_length,json=committedLength,proto3" json:"committed_length,omitempty"`
+	// dropped (a primary): secondaries no longer in its ack set.
+	Dropped       []string `protobuf:"bytes,8,rep,name=dropped,proto3" json:"dropped,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ExtentStat) Reset() {
 	*x = ExtentStat{}
-	mi := &file_stream_proto_msgTypes[22]
+	mi := &file_stream_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1209,7 +1313,7 @@ func (x *ExtentStat) String() string {
 func (*ExtentStat) ProtoMessage() {}
 
 func (x *ExtentStat) ProtoReflect() protoreflect.Message {
-	mi := &file_stream_proto_msgTypes[22]
+	mi := &file_stream_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1222,7 +1326,7 @@ func (x *ExtentStat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExtentStat.ProtoReflect.Descriptor instead.
 func (*ExtentStat) Descriptor() ([]byte, []int) {
-	return file_stream_proto_rawDescGZIP(), []int{22}
+	return file_stream_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ExtentStat) GetExtent() uint64 {
@@ -1267,6 +1371,20 @@ func (x *ExtentStat) GetLastSeq() uint64 {
 	return 0
 }
 
+func (x *ExtentStat) GetCommittedLength() int64 {
+	if x != nil {
+		return x.CommittedLength
+	}
+	return 0
+}
+
+func (x *ExtentStat) GetDropped() []string {
+	if x != nil {
+		return x.Dropped
+	}
+	return nil
+}
+
 type FragmentStat struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Extent uint64                 `protobuf:"varint,1,opt,name=extent,proto3" json:"extent,omitempty"`
@@ -1282,7 +1400,7 @@ type FragmentStat struct {
 
 func (x *FragmentStat) Reset() {
 	*x = FragmentStat{}
-	mi := &file_stream_proto_msgTypes[23]
+	mi := &file_stream_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1294,7 +1412,7 @@ func (x *FragmentStat) String() string {
 func (*FragmentStat) ProtoMessage() {}
 
 func (x *FragmentStat) ProtoReflect() protoreflect.Message {
-	mi := &file_stream_proto_msgTypes[23]
+	mi := &file_stream_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1307,7 +1425,7 @@ func (x *FragmentStat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FragmentStat.ProtoReflect.Descriptor instead.
 func (*FragmentStat) Descriptor() ([]byte, []int) {
-	return file_stream_proto_rawDescGZIP(), []int{23}
+	return file_stream_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *FragmentStat) GetExtent() uint64 {
@@ -1360,7 +1478,7 @@ type CodeRequest struct {
 
 func (x *CodeRequest) Reset() {
 	*x = CodeRequest{}
-	mi := &file_stream_proto_msgTypes[24]
+	mi := &file_stream_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1372,7 +1490,7 @@ func (x *CodeRequest) String() string {
 func (*CodeRequest) ProtoMessage() {}
 
 func (x *CodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stream_proto_msgTypes[24]
+	mi := &file_stream_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1385,7 +1503,7 @@ func (x *CodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CodeRequest.ProtoReflect.Descriptor instead.
 func (*CodeRequest) Descriptor() ([]byte, []int) {
-	return file_stream_proto_rawDescGZIP(), []int{24}
+	return file_stream_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *CodeRequest) GetExtent() uint64 {
@@ -1431,7 +1549,7 @@ type CodeResponse struct {
 
 func (x *CodeResponse) Reset() {
 	*x = CodeResponse{}
-	mi := &file_stream_proto_msgTypes[25]
+	mi := &file_stream_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1443,7 +1561,7 @@ func (x *CodeResponse) String() string {
 func (*CodeResponse) ProtoMessage() {}
 
 func (x *CodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_stream_proto_msgTypes[25]
+	mi := &file_stream_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1456,7 +1574,7 @@ func (x *CodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CodeResponse.ProtoReflect.Descriptor instead.
 func (*CodeResponse) Descriptor() ([]byte, []int) {
-	return file_stream_proto_rawDescGZIP(), []int{25}
+	return file_stream_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *CodeResponse) GetFragmentSize() int64 {
@@ -1495,7 +1613,7 @@ type PutFragmentChunk struct {
 
 func (x *PutFragmentChunk) Reset() {
 	*x = PutFragmentChunk{}
-	mi := &file_stream_proto_msgTypes[26]
+	mi := &file_stream_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1507,7 +1625,7 @@ func (x *PutFragmentChunk) String() string {
 func (*PutFragmentChunk) ProtoMessage() {}
 
 func (x *PutFragmentChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_stream_proto_msgTypes[26]
+	mi := &file_stream_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1520,7 +1638,7 @@ func (x *PutFragmentChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutFragmentChunk.ProtoReflect.Descriptor instead.
 func (*PutFragmentChunk) Descriptor() ([]byte, []int) {
-	return file_stream_proto_rawDescGZIP(), []int{26}
+	return file_stream_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *PutFragmentChunk) GetExtent() uint64 {
@@ -1566,7 +1684,7 @@ type PutFragmentResponse struct {
 
 func (x *PutFragmentResponse) Reset() {
 	*x = PutFragmentResponse{}
-	mi := &file_stream_proto_msgTypes[27]
+	mi := &file_stream_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1578,7 +1696,7 @@ func (x *PutFragmentResponse) String() string {
 func (*PutFragmentResponse) ProtoMessage() {}
 
 func (x *PutFragmentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_stream_proto_msgTypes[27]
+	mi := &file_stream_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1591,7 +1709,7 @@ func (x *PutFragmentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutFragmentResponse.ProtoReflect.Descriptor instead.
 func (*PutFragmentResponse) Descriptor() ([]byte, []int) {
-	return file_stream_proto_rawDescGZIP(), []int{27}
+	return file_stream_proto_rawDescGZIP(), []int{28}
 }
 
 type ReadFragmentRequest struct {
@@ -1606,7 +1724,7 @@ type ReadFragmentRequest struct {
 
 func (x *ReadFragmentRequest) Reset() {
 	*x = ReadFragmentRequest{}
-	mi := &file_stream_proto_msgTypes[28]
+	mi := &file_stream_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1618,7 +1736,7 @@ func (x *ReadFragmentRequest) String() string {
 func (*ReadFragmentRequest) ProtoMessage() {}
 
 func (x *ReadFragmentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stream_proto_msgTypes[28]
+	mi := &file_stream_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1631,7 +1749,7 @@ func (x *ReadFragmentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadFragmentRequest.ProtoReflect.Descriptor instead.
 func (*ReadFragmentRequest) Descriptor() ([]byte, []int) {
-	return file_stream_proto_rawDescGZIP(), []int{28}
+	return file_stream_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ReadFragmentRequest) GetExtent() uint64 {
@@ -1679,7 +1797,7 @@ type ReadFragmentResponse struct {
 
 func (x *ReadFragmentResponse) Reset() {
 	*x = ReadFragmentResponse{}
-	mi := &file_stream_proto_msgTypes[29]
+	mi := &file_stream_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1691,7 +1809,7 @@ func (x *ReadFragmentResponse) String() string {
 func (*ReadFragmentResponse) ProtoMessage() {}
 
 func (x *ReadFragmentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_stream_proto_msgTypes[29]
+	mi := &file_stream_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1704,7 +1822,7 @@ func (x *ReadFragmentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadFragmentResponse.ProtoReflect.Descriptor instead.
 func (*ReadFragmentResponse) Descriptor() ([]byte, []int) {
-	return file_stream_proto_rawDescGZIP(), []int{29}
+	return file_stream_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ReadFragmentResponse) GetData() []byte {
@@ -1751,7 +1869,7 @@ type RebuildFragmentRequest struct {
 
 func (x *RebuildFragmentRequest) Reset() {
 	*x = RebuildFragmentRequest{}
-	mi := &file_stream_proto_msgTypes[30]
+	mi := &file_stream_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1763,7 +1881,7 @@ func (x *RebuildFragmentRequest) String() string {
 func (*RebuildFragmentRequest) ProtoMessage() {}
 
 func (x *RebuildFragmentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stream_proto_msgTypes[30]
+	mi := &file_stream_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1776,7 +1894,7 @@ func (x *RebuildFragmentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RebuildFragmentRequest.ProtoReflect.Descriptor instead.
 func (*RebuildFragmentRequest) Descriptor() ([]byte, []int) {
-	return file_stream_proto_rawDescGZIP(), []int{30}
+	return file_stream_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *RebuildFragmentRequest) GetExtent() uint64 {
@@ -1829,7 +1947,7 @@ type RebuildFragmentResponse struct {
 
 func (x *RebuildFragmentResponse) Reset() {
 	*x = RebuildFragmentResponse{}
-	mi := &file_stream_proto_msgTypes[31]
+	mi := &file_stream_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1841,7 +1959,7 @@ func (x *RebuildFragmentResponse) String() string {
 func (*RebuildFragmentResponse) ProtoMessage() {}
 
 func (x *RebuildFragmentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_stream_proto_msgTypes[31]
+	mi := &file_stream_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1854,7 +1972,7 @@ func (x *RebuildFragmentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RebuildFragmentResponse.ProtoReflect.Descriptor instead.
 func (*RebuildFragmentResponse) Descriptor() ([]byte, []int) {
-	return file_stream_proto_rawDescGZIP(), []int{31}
+	return file_stream_proto_rawDescGZIP(), []int{32}
 }
 
 type DeleteFragmentRequest struct {
@@ -1867,7 +1985,7 @@ type DeleteFragmentRequest struct {
 
 func (x *DeleteFragmentRequest) Reset() {
 	*x = DeleteFragmentRequest{}
-	mi := &file_stream_proto_msgTypes[32]
+	mi := &file_stream_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1879,7 +1997,7 @@ func (x *DeleteFragmentRequest) String() string {
 func (*DeleteFragmentRequest) ProtoMessage() {}
 
 func (x *DeleteFragmentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stream_proto_msgTypes[32]
+	mi := &file_stream_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1892,7 +2010,7 @@ func (x *DeleteFragmentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteFragmentRequest.ProtoReflect.Descriptor instead.
 func (*DeleteFragmentRequest) Descriptor() ([]byte, []int) {
-	return file_stream_proto_rawDescGZIP(), []int{32}
+	return file_stream_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *DeleteFragmentRequest) GetExtent() uint64 {
@@ -1917,7 +2035,7 @@ type DeleteFragmentResponse struct {
 
 func (x *DeleteFragmentResponse) Reset() {
 	*x = DeleteFragmentResponse{}
-	mi := &file_stream_proto_msgTypes[33]
+	mi := &file_stream_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1929,7 +2047,7 @@ func (x *DeleteFragmentResponse) String() string {
 func (*DeleteFragmentResponse) ProtoMessage() {}
 
 func (x *DeleteFragmentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_stream_proto_msgTypes[33]
+	mi := &file_stream_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1942,17 +2060,23 @@ func (x *DeleteFragmentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteFragmentResponse.ProtoReflect.Descriptor instead.
 func (*DeleteFragmentResponse) Descriptor() ([]byte, []int) {
-	return file_stream_proto_rawDescGZIP(), []int{33}
+	return file_stream_proto_rawDescGZIP(), []int{34}
 }
 
 var File_stream_proto protoreflect.FileDescriptor
 
 const file_stream_proto_rawDesc = "" +
 	"\n" +
-	"\fstream.proto\x12\x10tabula.stream.v1\"A\n" +
+	"\fstream.proto\x12\x10tabula.stream.v1\"\x93\x01\n" +
 	"\rCreateRequest\x12\x16\n" +
 	"\x06extent\x18\x01 \x01(\x04R\x06extent\x12\x18\n" +
-	"\aprimary\x18\x02 \x01(\bR\aprimary\"\x10\n" +
+	"\aprimary\x18\x02 \x01(\bR\aprimary\x12>\n" +
+	"\vsecondaries\x18\x03 \x03(\v2\x1c.tabula.stream.v1.ReplicaRefR\vsecondaries\x12\x10\n" +
+	"\x03ack\x18\x04 \x01(\tR\x03ack\"4\n" +
+	"\n" +
+	"ReplicaRef\x12\x12\n" +
+	"\x04node\x18\x01 \x01(\tR\x04node\x12\x12\n" +
+	"\x04addr\x18\x02 \x01(\tR\x04addr\"\x10\n" +
 	"\x0eCreateResponse\"|\n" +
 	"\rAppendRequest\x12\x16\n" +
 	"\x06extent\x18\x01 \x01(\x04R\x06extent\x12 \n" +
@@ -1961,18 +2085,20 @@ const file_stream_proto_rawDesc = "" +
 	"\x05Entry\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x16\n" +
 	"\x06blocks\x18\x02 \x03(\fR\x06blocks\x12\x12\n" +
-	"\x04crcs\x18\x03 \x03(\aR\x04crcs\"p\n" +
+	"\x04crcs\x18\x03 \x03(\aR\x04crcs\"\x8a\x01\n" +
 	"\x0eAppendResponse\x129\n" +
 	"\aentries\x18\x01 \x03(\v2\x1f.tabula.stream.v1.EntryLocationR\aentries\x12#\n" +
-	"\rcommit_length\x18\x02 \x01(\x03R\fcommitLength\"H\n" +
+	"\rcommit_length\x18\x02 \x01(\x03R\fcommitLength\x12\x18\n" +
+	"\adropped\x18\x03 \x03(\tR\adropped\"H\n" +
 	"\rEntryLocation\x12\x16\n" +
 	"\x06offset\x18\x01 \x01(\x03R\x06offset\x12\x1f\n" +
 	"\vblock_sizes\x18\x02 \x03(\x03R\n" +
-	"blockSizes\"V\n" +
+	"blockSizes\"{\n" +
 	"\x10ReplicateRequest\x12\x16\n" +
 	"\x06extent\x18\x01 \x01(\x04R\x06extent\x12\x16\n" +
 	"\x06offset\x18\x02 \x01(\x03R\x06offset\x12\x12\n" +
-	"\x04data\x18\x03 \x01(\fR\x04data\"8\n" +
+	"\x04data\x18\x03 \x01(\fR\x04data\x12#\n" +
+	"\rcommit_length\x18\x04 \x01(\x03R\fcommitLength\"8\n" +
 	"\x11ReplicateResponse\x12#\n" +
 	"\rcommit_length\x18\x01 \x01(\x03R\fcommitLength\"U\n" +
 	"\vReadRequest\x12\x16\n" +
@@ -2015,7 +2141,7 @@ const file_stream_proto_rawDesc = "" +
 	"\aextents\x18\x01 \x03(\v2\x1c.tabula.stream.v1.ExtentStatR\aextents\x12\x1d\n" +
 	"\n" +
 	"used_bytes\x18\x02 \x01(\x03R\tusedBytes\x12<\n" +
-	"\tfragments\x18\x03 \x03(\v2\x1e.tabula.stream.v1.FragmentStatR\tfragments\"\xa3\x01\n" +
+	"\tfragments\x18\x03 \x03(\v2\x1e.tabula.stream.v1.FragmentStatR\tfragments\"\xe8\x01\n" +
 	"\n" +
 	"ExtentStat\x12\x16\n" +
 	"\x06extent\x18\x01 \x01(\x04R\x06extent\x12\x16\n" +
@@ -2023,7 +2149,9 @@ const file_stream_proto_rawDesc = "" +
 	"\x06sealed\x18\x03 \x01(\bR\x06sealed\x12\x18\n" +
 	"\acorrupt\x18\x04 \x01(\bR\acorrupt\x12\x18\n" +
 	"\aprimary\x18\x05 \x01(\bR\aprimary\x12\x19\n" +
-	"\blast_seq\x18\x06 \x01(\x04R\alastSeq\"|\n" +
+	"\blast_seq\x18\x06 \x01(\x04R\alastSeq\x12)\n" +
+	"\x10committed_length\x18\a \x01(\x03R\x0fcommittedLength\x12\x18\n" +
+	"\adropped\x18\b \x03(\tR\adropped\"|\n" +
 	"\fFragmentStat\x12\x16\n" +
 	"\x06extent\x18\x01 \x01(\x04R\x06extent\x12\x14\n" +
 	"\x05index\x18\x02 \x01(\rR\x05index\x12\x12\n" +
@@ -2100,83 +2228,85 @@ func file_stream_proto_rawDescGZIP() []byte {
 	return file_stream_proto_rawDescData
 }
 
-var file_stream_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
+var file_stream_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
 var file_stream_proto_goTypes = []any{
 	(*CreateRequest)(nil),           // 0: tabula.stream.v1.CreateRequest
-	(*CreateResponse)(nil),          // 1: tabula.stream.v1.CreateResponse
-	(*AppendRequest)(nil),           // 2: tabula.stream.v1.AppendRequest
-	(*Entry)(nil),                   // 3: tabula.stream.v1.Entry
-	(*AppendResponse)(nil),          // 4: tabula.stream.v1.AppendResponse
-	(*EntryLocation)(nil),           // 5: tabula.stream.v1.EntryLocation
-	(*ReplicateRequest)(nil),        // 6: tabula.stream.v1.ReplicateRequest
-	(*ReplicateResponse)(nil),       // 7: tabula.stream.v1.ReplicateResponse
-	(*ReadRequest)(nil),             // 8: tabula.stream.v1.ReadRequest
-	(*ReadResponse)(nil),            // 9: tabula.stream.v1.ReadResponse
-	(*CommitLengthRequest)(nil),     // 10: tabula.stream.v1.CommitLengthRequest
-	(*CommitLengthResponse)(nil),    // 11: tabula.stream.v1.CommitLengthResponse
-	(*SealRequest)(nil),             // 12: tabula.stream.v1.SealRequest
-	(*SealResponse)(nil),            // 13: tabula.stream.v1.SealResponse
-	(*FetchRequest)(nil),            // 14: tabula.stream.v1.FetchRequest
-	(*FetchChunk)(nil),              // 15: tabula.stream.v1.FetchChunk
-	(*CopyRequest)(nil),             // 16: tabula.stream.v1.CopyRequest
-	(*CopyResponse)(nil),            // 17: tabula.stream.v1.CopyResponse
-	(*DeleteRequest)(nil),           // 18: tabula.stream.v1.DeleteRequest
-	(*DeleteResponse)(nil),          // 19: tabula.stream.v1.DeleteResponse
-	(*StatRequest)(nil),             // 20: tabula.stream.v1.StatRequest
-	(*StatResponse)(nil),            // 21: tabula.stream.v1.StatResponse
-	(*ExtentStat)(nil),              // 22: tabula.stream.v1.ExtentStat
-	(*FragmentStat)(nil),            // 23: tabula.stream.v1.FragmentStat
-	(*CodeRequest)(nil),             // 24: tabula.stream.v1.CodeRequest
-	(*CodeResponse)(nil),            // 25: tabula.stream.v1.CodeResponse
-	(*PutFragmentChunk)(nil),        // 26: tabula.stream.v1.PutFragmentChunk
-	(*PutFragmentResponse)(nil),     // 27: tabula.stream.v1.PutFragmentResponse
-	(*ReadFragmentRequest)(nil),     // 28: tabula.stream.v1.ReadFragmentRequest
-	(*ReadFragmentResponse)(nil),    // 29: tabula.stream.v1.ReadFragmentResponse
-	(*RebuildFragmentRequest)(nil),  // 30: tabula.stream.v1.RebuildFragmentRequest
-	(*RebuildFragmentResponse)(nil), // 31: tabula.stream.v1.RebuildFragmentResponse
-	(*DeleteFragmentRequest)(nil),   // 32: tabula.stream.v1.DeleteFragmentRequest
-	(*DeleteFragmentResponse)(nil),  // 33: tabula.stream.v1.DeleteFragmentResponse
+	(*ReplicaRef)(nil),              // 1: tabula.stream.v1.ReplicaRef
+	(*CreateResponse)(nil),          // 2: tabula.stream.v1.CreateResponse
+	(*AppendRequest)(nil),           // 3: tabula.stream.v1.AppendRequest
+	(*Entry)(nil),                   // 4: tabula.stream.v1.Entry
+	(*AppendResponse)(nil),          // 5: tabula.stream.v1.AppendResponse
+	(*EntryLocation)(nil),           // 6: tabula.stream.v1.EntryLocation
+	(*ReplicateRequest)(nil),        // 7: tabula.stream.v1.ReplicateRequest
+	(*ReplicateResponse)(nil),       // 8: tabula.stream.v1.ReplicateResponse
+	(*ReadRequest)(nil),             // 9: tabula.stream.v1.ReadRequest
+	(*ReadResponse)(nil),            // 10: tabula.stream.v1.ReadResponse
+	(*CommitLengthRequest)(nil),     // 11: tabula.stream.v1.CommitLengthRequest
+	(*CommitLengthResponse)(nil),    // 12: tabula.stream.v1.CommitLengthResponse
+	(*SealRequest)(nil),             // 13: tabula.stream.v1.SealRequest
+	(*SealResponse)(nil),            // 14: tabula.stream.v1.SealResponse
+	(*FetchRequest)(nil),            // 15: tabula.stream.v1.FetchRequest
+	(*FetchChunk)(nil),              // 16: tabula.stream.v1.FetchChunk
+	(*CopyRequest)(nil),             // 17: tabula.stream.v1.CopyRequest
+	(*CopyResponse)(nil),            // 18: tabula.stream.v1.CopyResponse
+	(*DeleteRequest)(nil),           // 19: tabula.stream.v1.DeleteRequest
+	(*DeleteResponse)(nil),          // 20: tabula.stream.v1.DeleteResponse
+	(*StatRequest)(nil),             // 21: tabula.stream.v1.StatRequest
+	(*StatResponse)(nil),            // 22: tabula.stream.v1.StatResponse
+	(*ExtentStat)(nil),              // 23: tabula.stream.v1.ExtentStat
+	(*FragmentStat)(nil),            // 24: tabula.stream.v1.FragmentStat
+	(*CodeRequest)(nil),             // 25: tabula.stream.v1.CodeRequest
+	(*CodeResponse)(nil),            // 26: tabula.stream.v1.CodeResponse
+	(*PutFragmentChunk)(nil),        // 27: tabula.stream.v1.PutFragmentChunk
+	(*PutFragmentResponse)(nil),     // 28: tabula.stream.v1.PutFragmentResponse
+	(*ReadFragmentRequest)(nil),     // 29: tabula.stream.v1.ReadFragmentRequest
+	(*ReadFragmentResponse)(nil),    // 30: tabula.stream.v1.ReadFragmentResponse
+	(*RebuildFragmentRequest)(nil),  // 31: tabula.stream.v1.RebuildFragmentRequest
+	(*RebuildFragmentResponse)(nil), // 32: tabula.stream.v1.RebuildFragmentResponse
+	(*DeleteFragmentRequest)(nil),   // 33: tabula.stream.v1.DeleteFragmentRequest
+	(*DeleteFragmentResponse)(nil),  // 34: tabula.stream.v1.DeleteFragmentResponse
 }
 var file_stream_proto_depIdxs = []int32{
-	3,  // 0: tabula.stream.v1.AppendRequest.entries:type_name -> tabula.stream.v1.Entry
-	5,  // 1: tabula.stream.v1.AppendResponse.entries:type_name -> tabula.stream.v1.EntryLocation
-	22, // 2: tabula.stream.v1.StatResponse.extents:type_name -> tabula.stream.v1.ExtentStat
-	23, // 3: tabula.stream.v1.StatResponse.fragments:type_name -> tabula.stream.v1.FragmentStat
-	0,  // 4: tabula.stream.v1.ExtentNode.Create:input_type -> tabula.stream.v1.CreateRequest
-	2,  // 5: tabula.stream.v1.ExtentNode.Append:input_type -> tabula.stream.v1.AppendRequest
-	6,  // 6: tabula.stream.v1.ExtentNode.Replicate:input_type -> tabula.stream.v1.ReplicateRequest
-	8,  // 7: tabula.stream.v1.ExtentNode.Read:input_type -> tabula.stream.v1.ReadRequest
-	10, // 8: tabula.stream.v1.ExtentNode.CommitLength:input_type -> tabula.stream.v1.CommitLengthRequest
-	12, // 9: tabula.stream.v1.ExtentNode.Seal:input_type -> tabula.stream.v1.SealRequest
-	14, // 10: tabula.stream.v1.ExtentNode.Fetch:input_type -> tabula.stream.v1.FetchRequest
-	16, // 11: tabula.stream.v1.ExtentNode.Copy:input_type -> tabula.stream.v1.CopyRequest
-	18, // 12: tabula.stream.v1.ExtentNode.Delete:input_type -> tabula.stream.v1.DeleteRequest
-	20, // 13: tabula.stream.v1.ExtentNode.Stat:input_type -> tabula.stream.v1.StatRequest
-	24, // 14: tabula.stream.v1.ExtentNode.Code:input_type -> tabula.stream.v1.CodeRequest
-	26, // 15: tabula.stream.v1.ExtentNode.PutFragment:input_type -> tabula.stream.v1.PutFragmentChunk
-	28, // 16: tabula.stream.v1.ExtentNode.ReadFragment:input_type -> tabula.stream.v1.ReadFragmentRequest
-	30, // 17: tabula.stream.v1.ExtentNode.RebuildFragment:input_type -> tabula.stream.v1.RebuildFragmentRequest
-	32, // 18: tabula.stream.v1.ExtentNode.DeleteFragment:input_type -> tabula.stream.v1.DeleteFragmentRequest
-	1,  // 19: tabula.stream.v1.ExtentNode.Create:output_type -> tabula.stream.v1.CreateResponse
-	4,  // 20: tabula.stream.v1.ExtentNode.Append:output_type -> tabula.stream.v1.AppendResponse
-	7,  // 21: tabula.stream.v1.ExtentNode.Replicate:output_type -> tabula.stream.v1.ReplicateResponse
-	9,  // 22: tabula.stream.v1.ExtentNode.Read:output_type -> tabula.stream.v1.ReadResponse
-	11, // 23: tabula.stream.v1.ExtentNode.CommitLength:output_type -> tabula.stream.v1.CommitLengthResponse
-	13, // 24: tabula.stream.v1.ExtentNode.Seal:output_type -> tabula.stream.v1.SealResponse
-	15, // 25: tabula.stream.v1.ExtentNode.Fetch:output_type -> tabula.stream.v1.FetchChunk
-	17, // 26: tabula.stream.v1.ExtentNode.Copy:output_type -> tabula.stream.v1.CopyResponse
-	19, // 27: tabula.stream.v1.ExtentNode.Delete:output_type -> tabula.stream.v1.DeleteResponse
-	21, // 28: tabula.stream.v1.ExtentNode.Stat:output_type -> tabula.stream.v1.StatResponse
-	25, // 29: tabula.stream.v1.ExtentNode.Code:output_type -> tabula.stream.v1.CodeResponse
-	27, // 30: tabula.stream.v1.ExtentNode.PutFragment:output_type -> tabula.stream.v1.PutFragmentResponse
-	29, // 31: tabula.stream.v1.ExtentNode.ReadFragment:output_type -> tabula.stream.v1.ReadFragmentResponse
-	31, // 32: tabula.stream.v1.ExtentNode.RebuildFragment:output_type -> tabula.stream.v1.RebuildFragmentResponse
-	33, // 33: tabula.stream.v1.ExtentNode.DeleteFragment:output_type -> tabula.stream.v1.DeleteFragmentResponse
-	19, // [19:34] is the sub-list for method output_type
-	4,  // [4:19] is the sub-list for method input_type
-	4,  // [4:4] is the sub-list for extension type_name
-	4,  // [4:4] is the sub-list for extension extendee
-	0,  // [0:4] is the sub-list for field type_name
+	1,  // 0: tabula.stream.v1.CreateRequest.secondaries:type_name -> tabula.stream.v1.ReplicaRef
+	4,  // 1: tabula.stream.v1.AppendRequest.entries:type_name -> tabula.stream.v1.Entry
+	6,  // 2: tabula.stream.v1.AppendResponse.entries:type_name -> tabula.stream.v1.EntryLocation
+	23, // 3: tabula.stream.v1.StatResponse.extents:type_name -> tabula.stream.v1.ExtentStat
+	24, // 4: tabula.stream.v1.StatResponse.fragments:type_name -> tabula.stream.v1.FragmentStat
+	0,  // 5: tabula.stream.v1.ExtentNode.Create:input_type -> tabula.stream.v1.CreateRequest
+	3,  // 6: tabula.stream.v1.ExtentNode.Append:input_type -> tabula.stream.v1.AppendRequest
+	7,  // 7: tabula.stream.v1.ExtentNode.Replicate:input_type -> tabula.stream.v1.ReplicateRequest
+	9,  // 8: tabula.stream.v1.ExtentNode.Read:input_type -> tabula.stream.v1.ReadRequest
+	11, // 9: tabula.stream.v1.ExtentNode.CommitLength:input_type -> tabula.stream.v1.CommitLengthRequest
+	13, // 10: tabula.stream.v1.ExtentNode.Seal:input_type -> tabula.stream.v1.SealRequest
+	15, // 11: tabula.stream.v1.ExtentNode.Fetch:input_type -> tabula.stream.v1.FetchRequest
+	17, // 12: tabula.stream.v1.ExtentNode.Copy:input_type -> tabula.stream.v1.CopyRequest
+	19, // 13: tabula.stream.v1.ExtentNode.Delete:input_type -> tabula.stream.v1.DeleteRequest
+	21, // 14: tabula.stream.v1.ExtentNode.Stat:input_type -> tabula.stream.v1.StatRequest
+	25, // 15: tabula.stream.v1.ExtentNode.Code:input_type -> tabula.stream.v1.CodeRequest
+	27, // 16: tabula.stream.v1.ExtentNode.PutFragment:input_type -> tabula.stream.v1.PutFragmentChunk
+	29, // 17: tabula.stream.v1.ExtentNode.ReadFragment:input_type -> tabula.stream.v1.ReadFragmentRequest
+	31, // 18: tabula.stream.v1.ExtentNode.RebuildFragment:input_type -> tabula.stream.v1.RebuildFragmentRequest
+	33, // 19: tabula.stream.v1.ExtentNode.DeleteFragment:input_type -> tabula.stream.v1.DeleteFragmentRequest
+	2,  // 20: tabula.stream.v1.ExtentNode.Create:output_type -> tabula.stream.v1.CreateResponse
+	5,  // 21: tabula.stream.v1.ExtentNode.Append:output_type -> tabula.stream.v1.AppendResponse
+	8,  // 22: tabula.stream.v1.ExtentNode.Replicate:output_type -> tabula.stream.v1.ReplicateResponse
+	10, // 23: tabula.stream.v1.ExtentNode.Read:output_type -> tabula.stream.v1.ReadResponse
+	12, // 24: tabula.stream.v1.ExtentNode.CommitLength:output_type -> tabula.stream.v1.CommitLengthResponse
+	14, // 25: tabula.stream.v1.ExtentNode.Seal:output_type -> tabula.stream.v1.SealResponse
+	16, // 26: tabula.stream.v1.ExtentNode.Fetch:output_type -> tabula.stream.v1.FetchChunk
+	18, // 27: tabula.stream.v1.ExtentNode.Copy:output_type -> tabula.stream.v1.CopyResponse
+	20, // 28: tabula.stream.v1.ExtentNode.Delete:output_type -> tabula.stream.v1.DeleteResponse
+	22, // 29: tabula.stream.v1.ExtentNode.Stat:output_type -> tabula.stream.v1.StatResponse
+	26, // 30: tabula.stream.v1.ExtentNode.Code:output_type -> tabula.stream.v1.CodeResponse
+	28, // 31: tabula.stream.v1.ExtentNode.PutFragment:output_type -> tabula.stream.v1.PutFragmentResponse
+	30, // 32: tabula.stream.v1.ExtentNode.ReadFragment:output_type -> tabula.stream.v1.ReadFragmentResponse
+	32, // 33: tabula.stream.v1.ExtentNode.RebuildFragment:output_type -> tabula.stream.v1.RebuildFragmentResponse
+	34, // 34: tabula.stream.v1.ExtentNode.DeleteFragment:output_type -> tabula.stream.v1.DeleteFragmentResponse
+	20, // [20:35] is the sub-list for method output_type
+	5,  // [5:20] is the sub-list for method input_type
+	5,  // [5:5] is the sub-list for extension type_name
+	5,  // [5:5] is the sub-list for extension extendee
+	0,  // [0:5] is the sub-list for field type_name
 }
 
 func init() { file_stream_proto_init() }
@@ -2190,7 +2320,7 @@ func file_stream_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_stream_proto_rawDesc), len(file_stream_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   34,
+			NumMessages:   35,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -76,9 +77,39 @@ type Node struct {
 
 	mu sync.Mutex
 	// Guarded by mu.
-	node *stream.Node
-	srv  *grpc.Server
-	done chan struct{} // closed when Serve returns
+	node        *stream.Node
+	srv         *grpc.Server
+	done        chan struct{} // closed when Serve returns
+	pausedUntil time.Time     // Replicate calls wait until then
+}
+
+// PauseReplicate makes node's Replicate handler hold every call (those in
+// flight at their next arrival, new ones) until d from now, or until the
+// call's context ends: a secondary that is stopped (SIGSTOP) or stalled
+// on its disk, as its primary sees it.
+func (n *Node) PauseReplicate(d time.Duration) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.pausedUntil = time.Now().Add(d)
+}
+
+// intercept holds Replicate calls while the node is paused.
+func (n *Node) intercept(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	if strings.HasSuffix(info.FullMethod, "/Replicate") {
+		n.mu.Lock()
+		wait := time.Until(n.pausedUntil)
+		n.mu.Unlock()
+		if wait > 0 {
+			t := time.NewTimer(wait)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+				return nil, ctx.Err()
+			}
+		}
+	}
+	return handler(ctx, req)
 }
 
 // Node returns the running extent node, or nil if stopped.
@@ -145,7 +176,7 @@ func (c *Cluster) startNode(nd *Node, addr string) error {
 	if err != nil {
 		return errors.Join(fmt.Errorf("listen for node %s: %w", nd.ID, err), node.Close())
 	}
-	srv := grpc.NewServer(stream.ServerOptions()...)
+	srv := grpc.NewServer(append(stream.ServerOptions(), grpc.UnaryInterceptor(nd.intercept))...)
 	node.Register(srv)
 	done := make(chan struct{})
 	go func() {

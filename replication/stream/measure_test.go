@@ -1,0 +1,89 @@
+package stream_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tabuladb/tabula/replication/stream"
+	"github.com/tabuladb/tabula/replication/stream/streamtest"
+)
+
+// TestMeasureAckPolicies measures appends of 100-byte records through a
+// Client on 3 real nodes on loopback with real files and fsyncs, under
+// each ack policy: steady, then with one secondary's Replicate handler
+// paused for 2 s (a SIGSTOP'd secondary as its primary sees it). Set
+// TABULA_STREAM_MEASURE=1 to run it; it prints p50, p99, max and
+// throughput.
+func TestMeasureAckPolicies(t *testing.T) {
+	if os.Getenv("TABULA_STREAM_MEASURE") == "" {
+		t.Skip("a measurement: set TABULA_STREAM_MEASURE=1")
+	}
+	const (
+		streams   = 4
+		perStream = 4
+		phase     = 2 * time.Second
+	)
+	for _, policy := range []stream.AckPolicy{stream.AckAll, stream.AckQuorum} {
+		t.Run(string(policy), func(t *testing.T) {
+			c := streamtest.Start(t, 3, streamtest.Options{Dir: t.TempDir(), Node: stream.NodeOptions{ReplicateTimeout: 150 * time.Millisecond}})
+			defer c.Close()
+			ctx := context.Background()
+			cl := stream.NewClient(c.Driver, stream.ClientOptions{AppendTimeout: 5 * time.Second, MaxSeals: 64})
+			defer cl.Close()
+			for s := range streams {
+				if _, err := c.Driver.Apply(ctx, stream.Command{Op: stream.OpCreateStream, Stream: fmt.Sprint("p", s), Ack: policy}); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := cl.Append(ctx, fmt.Sprint("p", s), []byte("warm-up")); err != nil {
+					t.Fatal(err)
+				}
+			}
+			run := func(name string, during func()) {
+				var mu sync.Mutex
+				var lat []time.Duration
+				var fails int
+				stop := time.Now().Add(phase)
+				var wg sync.WaitGroup
+				rec := make([]byte, 100)
+				for s := range streams * perStream {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						for time.Now().Before(stop) {
+							t0 := time.Now()
+							_, err := cl.Append(ctx, fmt.Sprint("p", s%streams), rec)
+							d := time.Since(t0)
+							mu.Lock()
+							if err != nil {
+								fails++
+							} else {
+								lat = append(lat, d)
+							}
+							mu.Unlock()
+						}
+					}()
+				}
+				if during != nil {
+					during()
+				}
+				wg.Wait()
+				slices.Sort(lat)
+				q := func(p float64) time.Duration {
+					if len(lat) == 0 {
+						return 0
+					}
+					return lat[min(len(lat)-1, int(p*float64(len(lat))))]
+				}
+				t.Logf("%-6s %-16s %6d appends %7.0f/s  p50 %8v  p99 %8v  max %8v  failed %d",
+					policy, name, len(lat), float64(len(lat))/phase.Seconds(), q(0.50).Round(time.Microsecond), q(0.99).Round(time.Microsecond), lat[len(lat)-1].Round(time.Microsecond), fails)
+			}
+			run("steady", nil)
+			run("secondary-paused", func() { c.Nodes[2].PauseReplicate(phase) })
+		})
+	}
+}

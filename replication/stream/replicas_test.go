@@ -1,0 +1,415 @@
+package stream_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/tabuladb/tabula/replication/stream"
+	"github.com/tabuladb/tabula/replication/stream/streampb"
+	"github.com/tabuladb/tabula/replication/stream/streamtest"
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// rawAppend sends one Append of one single-block entry straight to the
+// node at addr, naming secs as the secondaries.
+func rawAppend(ctx context.Context, conns *stream.Conns, addr string, extent uint64, secs []string, seq uint64, payload []byte) (*streampb.AppendResponse, error) {
+	n, err := conns.Node(addr)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := n.Append(ctx, &streampb.AppendRequest{Extent: extent, Secondaries: secs, Entries: []*streampb.Entry{
+		{Seq: seq, Blocks: [][]byte{payload}, Crcs: []uint32{crc32.Checksum(payload, castagnoli)}},
+	}})
+	return resp, stream.FromStatus(err)
+}
+
+// replicaLength is the durable length of extent's replica on addr.
+func replicaLength(t *testing.T, ctx context.Context, conns *stream.Conns, addr string, extent uint64) int64 {
+	t.Helper()
+	n, err := conns.Node(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := n.CommitLength(ctx, &streampb.CommitLengthRequest{Extent: extent})
+	if err != nil {
+		t.Fatalf("commit length of %d on %s: %v", extent, addr, err)
+	}
+	return resp.Length
+}
+
+// TestPrimaryReplicatesToItsOwnSecondaries: the primary extent node
+// replicates to the secondaries it was created with, whatever an append
+// names: an append naming none is still on every replica when it is
+// acknowledged (it used to be acknowledged with one copy, and a seal at
+// the smallest length then cut it), an append naming others is refused,
+// the primary still knows its secondaries after a restart, and with a
+// secondary down nothing is acknowledged.
+func TestPrimaryReplicatesToItsOwnSecondaries(t *testing.T) {
+	c := streamtest.Start(t, 3, streamtest.Options{})
+	defer c.Close()
+	ctx := context.Background()
+	if _, err := c.Driver.Apply(ctx, stream.Command{Op: stream.OpCreateStream, Stream: "s"}); err != nil {
+		t.Fatal(err)
+	}
+	info, err := c.Driver.SealAndAllocate(ctx, "s", 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := info.Last()
+	conns := stream.NewConns()
+	defer conns.Close()
+	prim := p.Replicas[0].Addr
+	checkAll := func(want int64) {
+		t.Helper()
+		for _, r := range p.Replicas {
+			if got := replicaLength(t, ctx, conns, r.Addr, p.ID); got != want {
+				t.Fatalf("replica on %s holds %d bytes, %d acknowledged", r.Node, got, want)
+			}
+		}
+	}
+	resp, err := rawAppend(ctx, conns, prim, p.ID, nil, 1, []byte("no secondaries named"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkAll(resp.CommitLength)
+
+	if _, err := rawAppend(ctx, conns, prim, p.ID, []string{p.Replicas[1].Addr}, 2, []byte("one secondary named")); !errors.Is(err, stream.ErrRole) {
+		t.Fatalf("append naming one of two secondaries: %v", err)
+	}
+	checkAll(resp.CommitLength)
+
+	// The primary's node restarts: it still knows its secondaries.
+	pi := c.Index(p.Replicas[0].Node)
+	c.Stop(pi)
+	if err := c.Restart(pi); err != nil {
+		t.Fatal(err)
+	}
+	prim = c.Nodes[pi].Addr
+	if prim != p.Replicas[0].Addr {
+		t.Skipf("primary restarted at another address (%s, was %s)", prim, p.Replicas[0].Addr)
+	}
+	conns = stream.NewConns() // the old connection to it is broken
+	defer conns.Close()
+	if resp, err = rawAppend(ctx, conns, prim, p.ID, nil, 3, []byte("after a restart")); err != nil {
+		t.Fatal(err)
+	}
+	checkAll(resp.CommitLength)
+
+	// A secondary is down: nothing more is acknowledged.
+	c.Stop(c.Index(p.Replicas[2].Node))
+	if _, err := rawAppend(ctx, conns, prim, p.ID, nil, 4, []byte("one secondary down")); err == nil {
+		t.Fatal("append acknowledged with a secondary down")
+	}
+	// The seal keeps everything acknowledged.
+	if _, err := c.Driver.Seal(ctx, p.ID); err != nil {
+		t.Fatal(err)
+	}
+	var sealed stream.ExtentMeta
+	c.Manager(func(m *stream.Manager) { sealed, _ = m.Extent(p.ID) })
+	if !sealed.Sealed || sealed.Length < resp.CommitLength {
+		t.Fatalf("sealed %v at %d, %d acknowledged", sealed.Sealed, sealed.Length, resp.CommitLength)
+	}
+}
+
+// TestAllocatedButNeverCreated: an owner (master) that crashes between
+// logging an extent's allocation and creating its replicas used to leave
+// the stream unwritable for good (the seal found no replica). A fresh
+// driver now seals such an extent empty and the stream goes on; an extent
+// of which one replica exists goes through the normal seal.
+func TestAllocatedButNeverCreated(t *testing.T) {
+	c := streamtest.Start(t, 3, streamtest.Options{})
+	defer c.Close()
+	ctx := context.Background()
+	for _, name := range []string{"none", "one"} {
+		if _, err := c.Driver.Apply(ctx, stream.Command{Op: stream.OpCreateStream, Stream: name}); err != nil {
+			t.Fatal(err)
+		}
+		// The crash: the allocation is logged, no replica is created.
+		res, err := c.Driver.Apply(ctx, stream.Command{Op: stream.OpAllocate, Stream: name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var meta stream.ExtentMeta
+		c.Manager(func(m *stream.Manager) { meta, _ = m.Extent(res.Extent) })
+		if name == "one" {
+			// Only the primary was created before the crash.
+			if _, err := c.Nodes[c.Index(meta.Primary)].Node().Store().Create(res.Extent, true); err != nil {
+				t.Fatal(err)
+			}
+		}
+		d := stream.NewDriver(c.Log, stream.DriverOptions{}) // the restarted owner
+		info, err := d.SealAndAllocate(ctx, name, 0, res.Extent)
+		if err != nil {
+			d.Close()
+			t.Fatalf("%s: seal and allocate after the crash: %v", name, err)
+		}
+		c.Manager(func(m *stream.Manager) { meta, _ = m.Extent(res.Extent) })
+		if !meta.Sealed || meta.Length != 0 || info.Last().ID == res.Extent || info.Last().Sealed {
+			t.Fatalf("%s: extent %+v, stream %+v", name, meta, info)
+		}
+		if _, err := d.RunTasks(ctx); err != nil { // rebuild the replicas the seal missed
+			t.Fatalf("%s: %v", name, err)
+		}
+		c.Manager(func(m *stream.Manager) { meta, _ = m.Extent(res.Extent) })
+		for _, r := range meta.Replicas {
+			e, err := c.Nodes[c.Index(r.Node)].Node().Store().Get(res.Extent)
+			if r.State != stream.ReplicaOK || err != nil || !e.Info().Sealed || e.Info().Length != 0 {
+				t.Fatalf("%s: replica %+v: %v", name, r, err)
+			}
+		}
+		cl := stream.NewClient(d, stream.ClientOptions{})
+		if _, err := cl.Append(ctx, name, []byte("after the crash")); err != nil {
+			t.Fatalf("%s: append after the crash: %v", name, err)
+		}
+		if err := errors.Join(cl.Close(), d.Close()); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestCommitPointOnSecondaries: an in-process Append on the primary's
+// node; the secondaries learn the commit point promptly with no further
+// append (a data-less Replicate), WaitCommitted wakes on it and on the
+// seal, and ReadEntries returns the committed entries with their blocks.
+func TestCommitPointOnSecondaries(t *testing.T) {
+	c := streamtest.Start(t, 3, streamtest.Options{})
+	defer c.Close()
+	ctx := context.Background()
+	if _, err := c.Driver.Apply(ctx, stream.Command{Op: stream.OpCreateStream, Stream: "s"}); err != nil {
+		t.Fatal(err)
+	}
+	info, err := c.Driver.SealAndAllocate(ctx, "s", 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := info.Last()
+	prim := c.Nodes[c.Index(p.Replicas[0].Node)].Node()
+	var secs []*stream.Extent
+	for _, r := range p.Replicas[1:] {
+		e, err := c.Nodes[c.Index(r.Node)].Node().Extent(p.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		secs = append(secs, e)
+	}
+	entry := func(seq uint64, blocks ...string) *streampb.Entry {
+		en := &streampb.Entry{Seq: seq}
+		for _, b := range blocks {
+			en.Blocks = append(en.Blocks, []byte(b))
+			en.Crcs = append(en.Crcs, crc32.Checksum([]byte(b), castagnoli))
+		}
+		return en
+	}
+	want := []string{"one", "two-a|two-b", "three"}
+	resp, err := prim.Append(ctx, &streampb.AppendRequest{Extent: p.ID, Entries: []*streampb.Entry{entry(1, "one"), entry(2, "two-a|", "two-b")}})
+	if err != nil {
+		t.Fatal(stream.FromStatus(err))
+	}
+	resp2, err := prim.Append(ctx, &streampb.AppendRequest{Extent: p.ID, Entries: []*streampb.Entry{entry(3, "three")}})
+	if err != nil {
+		t.Fatal(stream.FromStatus(err))
+	}
+	end := resp2.CommitLength
+	pe, err := prim.Extent(p.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := pe.CommittedLength(); got != end {
+		t.Fatalf("primary committed %d, acknowledged %d", got, end)
+	}
+	for i, e := range secs {
+		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		got, err := e.WaitCommitted(wctx, resp.CommitLength)
+		cancel()
+		if err != nil || got != end {
+			t.Fatalf("secondary %d: committed %d (%v), want %d", i, got, err, end)
+		}
+		var seen []string
+		if err := e.ReadEntries(0, got, func(en stream.Entry) error {
+			if en.Seq != uint64(len(seen)+1) {
+				return fmt.Errorf("entry %d has seq %d", len(seen), en.Seq)
+			}
+			seen = append(seen, string(en.Payload()))
+			return nil
+		}); err != nil || !slices.Equal(seen, want) {
+			t.Fatalf("secondary %d: entries %q (%v), want %q", i, seen, err, want)
+		}
+		if err := e.ReadEntries(resp.Entries[1].Offset+1, got, func(stream.Entry) error { return nil }); !errors.Is(err, stream.ErrBadRange) {
+			t.Fatalf("read from inside an entry: %v", err)
+		}
+		if err := e.ReadEntries(resp.Entries[1].Offset+resp.Entries[1].BlockSizes[0], got, func(stream.Entry) error { return nil }); !errors.Is(err, stream.ErrBadRange) {
+			t.Fatalf("read from the second block of an entry: %v", err)
+		}
+		wctx, cancel = context.WithTimeout(ctx, 20*time.Millisecond)
+		if _, err := e.WaitCommitted(wctx, end); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("wait beyond the end: %v", err)
+		}
+		cancel()
+	}
+	// A seal wakes a waiter with the sealed length.
+	done := make(chan error, 1)
+	go func() {
+		got, err := secs[0].WaitCommitted(ctx, end)
+		if err == nil && got != end {
+			err = fmt.Errorf("woke at %d, sealed at %d", got, end)
+		}
+		done <- err
+	}()
+	if _, err := c.Driver.Seal(ctx, p.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestPlacementTheCallerDecides: a stream records its replica count
+// (1-5); OpAllocate on named nodes (primary first) is validated; an
+// extent of a 1-replica stream takes appends with its primary alone, and
+// its sealed extent keeps one copy.
+func TestPlacementTheCallerDecides(t *testing.T) {
+	c := streamtest.Start(t, 4, streamtest.Options{})
+	defer c.Close()
+	ctx := context.Background()
+	d := c.Driver
+	if _, err := d.Apply(ctx, stream.Command{Op: stream.OpCreateStream, Stream: "big", Replicas: 6}); !errors.Is(err, stream.ErrBadCommand) {
+		t.Fatalf("6 replicas: %v", err)
+	}
+	for _, s := range []stream.Command{{Stream: "two", Replicas: 2}, {Stream: "one", Replicas: 1}} {
+		s.Op = stream.OpCreateStream
+		if _, err := d.Apply(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.Stop(3)
+	if _, err := d.Apply(ctx, stream.Command{Op: stream.OpNodeDown, Node: "en-3"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		nodes []string
+		want  error
+	}{
+		{[]string{"en-0"}, stream.ErrBadCommand},
+		{[]string{"en-0", "en-0"}, stream.ErrBadCommand},
+		{[]string{"en-0", "en-9"}, stream.ErrUnknownNode},
+		{[]string{"en-0", "en-3"}, stream.ErrNoPlacement},
+	} {
+		if _, err := d.Apply(ctx, stream.Command{Op: stream.OpAllocate, Stream: "two", Nodes: tc.nodes}); !errors.Is(err, tc.want) {
+			t.Fatalf("allocate on %v: %v, want %v", tc.nodes, err, tc.want)
+		}
+	}
+	cl := stream.NewClient(d, stream.ClientOptions{})
+	defer cl.Close()
+	for _, tc := range []struct {
+		stream string
+		nodes  []string
+	}{{"two", []string{"en-2", "en-0"}}, {"one", []string{"en-1"}}} {
+		info, err := d.SealAndAllocateOn(ctx, tc.stream, 0, 0, tc.nodes)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := info.Last()
+		var got []string
+		for _, r := range p.Replicas {
+			got = append(got, r.Node)
+		}
+		if !slices.Equal(got, tc.nodes) {
+			t.Fatalf("%s: replicas on %v, asked for %v", tc.stream, got, tc.nodes)
+		}
+		res, err := cl.Append(ctx, tc.stream, []byte("x"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The client's writer sealed the extent and took a new one.
+		var meta stream.ExtentMeta
+		c.Manager(func(m *stream.Manager) { meta, _ = m.Extent(res.Location.Extent) })
+		if len(meta.Replicas) != len(tc.nodes) {
+			t.Fatalf("%s: extent of %d replicas, want %d", tc.stream, len(meta.Replicas), len(tc.nodes))
+		}
+		for _, r := range meta.Replicas {
+			e, err := c.Nodes[c.Index(r.Node)].Node().Extent(meta.ID)
+			if err != nil || e.Length() != res.Location.Length {
+				t.Fatalf("%s: replica on %s: %v", tc.stream, r.Node, err)
+			}
+		}
+		if _, err := d.Seal(ctx, meta.ID); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := d.RunTasks(ctx); err != nil {
+			t.Fatal(err)
+		}
+		c.Manager(func(m *stream.Manager) { meta, _ = m.Extent(p.ID) })
+		if len(meta.Replicas) != len(tc.nodes) {
+			t.Fatalf("%s: sealed extent with %d replicas, want %d", tc.stream, len(meta.Replicas), len(tc.nodes))
+		}
+	}
+}
+
+// TestQuorumSlowSecondary: under AckQuorum a paused secondary does not
+// delay acknowledgements; past ReplicateTimeout it is dropped from the ack
+// set and the responses say so; the seal takes the longest length of a
+// reachable majority (acknowledged entries are on a majority, not on all:
+// the smallest length would cut them) and the short replica is rebuilt.
+func TestQuorumSlowSecondary(t *testing.T) {
+	c := streamtest.Start(t, 3, streamtest.Options{Node: stream.NodeOptions{ReplicateTimeout: 150 * time.Millisecond}})
+	defer c.Close()
+	ctx := context.Background()
+	d := c.Driver
+	if _, err := d.Apply(ctx, stream.Command{Op: stream.OpCreateStream, Stream: "q", Ack: stream.AckQuorum}); err != nil {
+		t.Fatal(err)
+	}
+	info, err := d.SealAndAllocateOn(ctx, "q", 0, 0, []string{"en-0", "en-1", "en-2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := info.Last()
+	if p.Ack != stream.AckQuorum {
+		t.Fatalf("extent ack policy %q", p.Ack)
+	}
+	conns := stream.NewConns()
+	defer conns.Close()
+	c.Nodes[2].PauseReplicate(3 * time.Second)
+	var last *streampb.AppendResponse
+	start := time.Now()
+	for seq := uint64(1); last == nil || len(last.Dropped) == 0; seq++ {
+		if time.Since(start) > 2*time.Second {
+			t.Fatal("the paused secondary was never reported dropped")
+		}
+		t0 := time.Now()
+		resp, err := rawAppend(ctx, conns, c.Nodes[0].Addr, p.ID, nil, seq, []byte(fmt.Sprintf("entry %d", seq)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if took := time.Since(t0); took > time.Second {
+			t.Fatalf("append %d took %v with one secondary paused", seq, took)
+		}
+		last = resp
+	}
+	if !slices.Equal(last.Dropped, []string{"en-2"}) {
+		t.Fatalf("dropped %v", last.Dropped)
+	}
+	if got := replicaLength(t, ctx, conns, c.Nodes[2].Addr, p.ID); got >= last.CommitLength {
+		t.Fatalf("paused secondary holds %d bytes of %d", got, last.CommitLength)
+	}
+	if _, err := d.Seal(ctx, p.ID); err != nil {
+		t.Fatal(err)
+	}
+	var meta stream.ExtentMeta
+	c.Manager(func(m *stream.Manager) { meta, _ = m.Extent(p.ID) })
+	if !meta.Sealed || meta.Length != last.CommitLength {
+		t.Fatalf("sealed %v at %d, %d acknowledged", meta.Sealed, meta.Length, last.CommitLength)
+	}
+	if _, err := d.RunTasks(ctx); err != nil {
+		t.Fatal(err)
+	}
+	e, err := c.Nodes[2].Node().Extent(p.ID)
+	if err != nil || !e.Info().Sealed || e.Length() != meta.Length {
+		t.Fatalf("rebuilt replica: %+v %v", e.Info(), err)
+	}
+}
