@@ -197,17 +197,19 @@ func (r *Replica) Serving() bool {
 // BecomePrimary makes the replica the primary at epoch. logEnd is the last
 // LSN of the log as sealed when the previous primary was deposed (every
 // record up to it is committed): the replica applies up to it (Observe)
-// before it proposes. A replica that is primary already at a lower epoch
-// (the master re-granted it after a log reseal, say) keeps its in-flight
-// writes.
+// before it proposes. Becoming primary at the epoch it is primary at
+// already changes nothing. A primary at a lower epoch starts a new term:
+// another primary may have written the log meanwhile, so its in-flight
+// writes fail with ErrOutcomeUnknown and it catches up like any new
+// primary (seal-and-continue within one epoch is LogRestarted).
 func (r *Replica) BecomePrimary(epoch, logEnd uint64) error {
 	if epoch < r.epoch {
 		return fmt.Errorf("%w: become primary at %d, replica at %d", ErrStaleEpoch, epoch, r.epoch)
 	}
-	if r.role == RolePrimary {
-		r.epoch = epoch
+	if r.role == RolePrimary && epoch == r.epoch {
 		return nil
 	}
+	r.depose(ErrOutcomeUnknown)
 	if logEnd < r.last {
 		// The log was sealed before records this replica saw: they were
 		// never committed. A secondary only sees committed records, so

@@ -461,10 +461,9 @@ func (s *sim) deliverAssign(sv *server, a mAssign) {
 		s.drain(sv)
 		return
 	case partition.RolePrimary:
-		if wasPrimary {
-			if err := sv.core.BecomePrimary(a.epoch, a.logEnd); err != nil {
-				s.fatalf("server %d: %v", sv.id, err)
-			}
+		if wasPrimary && a.epoch == sv.core.Epoch() {
+			// Seal-and-continue within its term: the records the seal
+			// cut are sent again.
 			if err := sv.core.LogRestarted(a.logEnd); err != nil {
 				s.fatalf("server %d: %v", sv.id, err)
 			}
@@ -609,7 +608,7 @@ func (s *sim) drain(sv *server) {
 			}
 			delete(sv.tokens, a.Token)
 			if prev, dup := s.acked[a.LSN]; dup && !bytes.Equal(prev, s.writes[w].body) {
-				s.fatalf("LSN %d acknowledged for two writes", a.LSN)
+				s.fatalf("LSN %d acknowledged for two writes (now by server %d at epoch %d: %q, before: %q)", a.LSN, sv.id, sv.core.Epoch(), s.writes[w].body, prev)
 			}
 			s.acked[a.LSN] = s.writes[w].body
 			s.maxAcked = max(s.maxAcked, a.LSN)
@@ -775,6 +774,11 @@ func (s *sim) masterTick() {
 	for _, id := range x.replicas {
 		if rep, ok := r.replies[id]; ok && (n < 0 || rep.n < n) {
 			n, from = rep.n, rep
+		}
+	}
+	for _, id := range x.replicas {
+		if rep, ok := r.replies[id]; ok {
+			s.logf("master: extent %d freeze reply from %d: %d records", x.id, id, rep.n)
 		}
 	}
 	x.sealed, x.recs = true, from.recs[:n]

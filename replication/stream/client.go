@@ -501,60 +501,74 @@ func (c *Client) ReadStream(ctx context.Context, stream string, fn func(Entry) e
 				return err
 			}
 		}
-		var cur *Entry
-		for off := int64(0); off < end; {
-			var raw []byte
-			if coded(p) {
-				if raw, err = c.readCodedBlocks(ctx, p, off, readChunk, end); err != nil {
-					return err
-				}
-			} else if err := c.tryReplicas(ctx, p, func(n streampb.ExtentNodeClient) error {
-				resp, err := n.Read(ctx, &streampb.ReadRequest{Extent: p.ID, Offset: off, Length: min(readChunk, end-off)})
-				if err != nil {
-					return fromStatus(err)
-				}
-				if len(resp.Data) == 0 || off+int64(len(resp.Data)) > end {
-					return fmt.Errorf("read of extent %d at %d returned %d bytes, end %d: %w", p.ID, off, len(resp.Data), end, ErrBadRange)
-				}
-				raw = resp.Data
-				return DecodeBlocks(raw, p.ID, off, func(int64, uint64, bool, []byte) error { return nil })
-			}); err != nil {
-				// The extent may have been coded (its replicas deleted) since.
-				np, perr := c.mgr.Extent(ctx, p.ID)
-				if perr != nil || !coded(np) {
-					return err
-				}
-				p = np
-				if raw, err = c.readCodedBlocks(ctx, p, off, readChunk, end); err != nil {
-					return err
-				}
+		if err := c.ReadExtent(ctx, p, 0, end, func(e Entry) error {
+			if e.Seq != 0 && e.Seq <= maxSeq {
+				return nil // a duplicate
 			}
-			if err := DecodeBlocks(raw, p.ID, off, func(o int64, seq uint64, cont bool, b []byte) error {
-				if cur == nil {
-					cur = &Entry{Seq: seq, Extent: p.ID, Offset: o}
-				} else if cur.Seq != seq {
-					return fmt.Errorf("extent %d: block at %d has seq %d inside entry %d: %w", p.ID, o, seq, cur.Seq, engines.ErrCorrupt)
-				}
-				cur.Blocks = append(cur.Blocks, bytes.Clone(b))
-				cur.Sizes = append(cur.Sizes, blockSize(len(b)))
-				if cont {
-					return nil
-				}
-				e := *cur
-				cur = nil
-				if e.Seq != 0 && e.Seq <= maxSeq {
-					return nil // a duplicate
-				}
-				maxSeq = max(maxSeq, e.Seq)
-				return fn(e)
-			}); err != nil {
+			maxSeq = max(maxSeq, e.Seq)
+			return fn(e)
+		}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ReadExtent reads the entries of extent p in [from, end) (from at an
+// entry boundary, end at most its sealed or committed length), from any
+// good replica or, for a coded extent, its fragments, calling fn for each
+// in order; every block's CRC32C is checked. fn may keep the entry.
+func (c *Client) ReadExtent(ctx context.Context, p ExtentPlacement, from, end int64, fn func(Entry) error) error {
+	var err error
+	var cur *Entry
+	for off := from; off < end; {
+		var raw []byte
+		if coded(p) {
+			if raw, err = c.readCodedBlocks(ctx, p, off, readChunk, end); err != nil {
 				return err
 			}
-			off += int64(len(raw))
+		} else if err := c.tryReplicas(ctx, p, func(n streampb.ExtentNodeClient) error {
+			resp, err := n.Read(ctx, &streampb.ReadRequest{Extent: p.ID, Offset: off, Length: min(readChunk, end-off)})
+			if err != nil {
+				return fromStatus(err)
+			}
+			if len(resp.Data) == 0 || off+int64(len(resp.Data)) > end {
+				return fmt.Errorf("read of extent %d at %d returned %d bytes, end %d: %w", p.ID, off, len(resp.Data), end, ErrBadRange)
+			}
+			raw = resp.Data
+			return DecodeBlocks(raw, p.ID, off, func(int64, uint64, bool, []byte) error { return nil })
+		}); err != nil {
+			// The extent may have been coded (its replicas deleted) since.
+			np, perr := c.mgr.Extent(ctx, p.ID)
+			if perr != nil || !coded(np) {
+				return err
+			}
+			p = np
+			if raw, err = c.readCodedBlocks(ctx, p, off, readChunk, end); err != nil {
+				return err
+			}
 		}
-		if cur != nil {
-			return fmt.Errorf("extent %d ends inside an entry at %d: %w", p.ID, end, engines.ErrCorrupt)
+		if err := DecodeBlocks(raw, p.ID, off, func(o int64, seq uint64, cont bool, b []byte) error {
+			if cur == nil {
+				cur = &Entry{Seq: seq, Extent: p.ID, Offset: o}
+			} else if cur.Seq != seq {
+				return fmt.Errorf("extent %d: block at %d has seq %d inside entry %d: %w", p.ID, o, seq, cur.Seq, engines.ErrCorrupt)
+			}
+			cur.Blocks = append(cur.Blocks, bytes.Clone(b))
+			cur.Sizes = append(cur.Sizes, blockSize(len(b)))
+			if cont {
+				return nil
+			}
+			e := *cur
+			cur = nil
+			return fn(e)
+		}); err != nil {
+			return err
 		}
+		off += int64(len(raw))
+	}
+	if cur != nil {
+		return fmt.Errorf("extent %d ends inside an entry at %d: %w", p.ID, end, engines.ErrCorrupt)
 	}
 	return nil
 }

@@ -1,0 +1,330 @@
+package tablemaster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/tabuladb/tabula/api"
+	"github.com/tabuladb/tabula/replication/stream"
+)
+
+// A point table's partition keeps its writes in a commit log: the stream
+// LogStreamName(id), whose open extent lives on the partition's replica
+// servers (the primary extent on the primary). Partition.Log.Extent names
+// that extent; 0 means the log is being reconfigured (after a replica
+// set change or a failed append): the master's log loop seals the last
+// extent at the length the reachable replicas agree on and allocates the
+// next on the current replicas, then records it (OpPartitionLog). Every
+// step is in the command log or re-derivable from the stream manager's
+// state, so a master crash at any point resumes: the loop redoes what is
+// missing.
+
+// Log commands. The strings are written to the command log: never change
+// or reuse one.
+const (
+	// OpPartitionLog records that Extent, allocated on Servers (primary
+	// first), is the open extent of partition PartitionID's log. It is
+	// refused (no change) if the partition's epoch or replicas moved on
+	// since: the loop allocates again.
+	OpPartitionLog Op = "partition_log"
+	// OpPartitionLogReset: the open extent Extent of partition
+	// PartitionID failed an append (its primary said so); the log is
+	// reconfigured, dropping the replicas on Servers (those the seal could
+	// not reach). The primary is never dropped this way: it is the one
+	// asking.
+	OpPartitionLogReset Op = "partition_log_reset"
+)
+
+// PartitionLog is where a partition's commit log continues.
+type PartitionLog struct {
+	Stream string `json:"stream"`
+	// Extent is the open extent; 0 while being reconfigured.
+	Extent uint64 `json:"extent,omitempty"`
+}
+
+// LogStreamName is the commit-log stream of partition id.
+func LogStreamName(id uint64) string { return "log/" + strconv.FormatUint(id, 10) }
+
+// replicatesByLog reports whether t's writes go through a commit log.
+func (t *Table) replicatesByLog() bool { return t.Kind == api.TableKind_TABLE_KIND_POINT }
+
+// resetLog marks p's log for reconfiguration (its replica set changed).
+func (p *Partition) resetLog() {
+	if p.Log != nil {
+		p.Log.Extent = 0
+	}
+}
+
+// partition finds partition id in any table.
+func (s *State) partition(id uint64) (*Table, *Partition) {
+	for _, t := range s.Tables {
+		for i := range t.Partitions {
+			if t.Partitions[i].ID == id {
+				return t, &t.Partitions[i]
+			}
+		}
+	}
+	return nil, nil
+}
+
+func serversOf(p *Partition) []string {
+	out := make([]string, len(p.Replicas))
+	for i, r := range p.Replicas {
+		out[i] = r.ServerID
+	}
+	return out
+}
+
+func (s *State) partitionLog(cmd Command) (Result, error) {
+	_, p := s.partition(cmd.PartitionID)
+	switch {
+	case p == nil || p.Log == nil:
+		return Result{}, errInvalid("partition_id", "no_log", 0, "partition %d has no commit log", cmd.PartitionID)
+	case p.Epoch != cmd.Epoch || !slices.Equal(serversOf(p), cmd.Servers) || p.Log.Extent != 0:
+		return Result{}, nil // moved on meanwhile; the loop decides again
+	}
+	p.Log.Extent = cmd.Extent
+	return Result{Changed: true, Moved: []uint64{p.ID}}, nil
+}
+
+func (s *State) partitionLogReset(cmd Command) (Result, error) {
+	_, p := s.partition(cmd.PartitionID)
+	if p == nil || p.Log == nil {
+		return Result{}, errInvalid("partition_id", "no_log", 0, "partition %d has no commit log", cmd.PartitionID)
+	}
+	if p.Epoch != cmd.Epoch || (cmd.Extent != 0 && p.Log.Extent != cmd.Extent) {
+		return Result{}, nil // already reconfigured
+	}
+	changed := p.Log.Extent != 0
+	p.Log.Extent = 0
+	for _, id := range cmd.Servers {
+		k := slices.IndexFunc(p.Replicas, func(r Replica) bool { return r.ServerID == id })
+		if k < 0 || p.Replicas[k].Role == api.ReplicaRole_REPLICA_ROLE_PRIMARY {
+			continue
+		}
+		p.Replicas = slices.Delete(p.Replicas, k, k+1)
+		changed = true
+	}
+	return Result{Changed: changed, Moved: []uint64{p.ID}}, nil
+}
+
+// dropLogStreams deletes the log streams of a dropped table.
+func (s *State) dropLogStreams(t *Table) {
+	for _, p := range t.Partitions {
+		if p.Log != nil {
+			_, _ = s.streams().Apply(stream.Command{Op: stream.OpDeleteStream, Stream: p.Log.Stream})
+		}
+	}
+}
+
+// logLoop reconfigures the logs of partitions that need it, every
+// HeartbeatInterval and when kicked, until Close.
+func (m *Master) logLoop() {
+	defer m.wg.Done()
+	t := time.NewTicker(m.opts.HeartbeatInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-m.closing:
+			return
+		case <-t.C:
+		case <-m.logKick:
+		}
+		m.reconfigureLogs()
+	}
+}
+
+func (m *Master) kickLogs() {
+	select {
+	case m.logKick <- struct{}{}:
+	default:
+	}
+}
+
+// reconfigureLogs gives every partition whose log is being reconfigured
+// its next extent. Partitions are independent: one that cannot proceed
+// (no replica reachable) does not hold up the others.
+func (m *Master) reconfigureLogs() {
+	st := m.State()
+	for _, t := range st.tablesByID() {
+		for _, p := range t.Partitions {
+			if p.Log == nil || p.Log.Extent != 0 || len(p.Replicas) == 0 {
+				continue
+			}
+			ctx, cancel := context.WithTimeout(m.streamCtx, 10*time.Second)
+			err := m.reconfigureLog(ctx, p, int(t.Options.Replication))
+			cancel()
+			if err != nil && m.streamCtx.Err() == nil {
+				m.logger.Warn("tablemaster: partition log not reconfigured yet; retrying", "partition", p.ID, "err", err)
+			}
+		}
+	}
+}
+
+// reconfigureLog seals p's last extent and allocates the next on p's
+// replicas, then records it. Idempotent: a crash anywhere is redone by the
+// next call.
+func (m *Master) reconfigureLog(ctx context.Context, p Partition, replicas int) error {
+	d := m.streamDriver
+	name := p.Log.Stream
+	if _, err := d.Apply(ctx, stream.Command{Op: stream.OpCreateStream, Stream: name, Replicas: replicas}); err != nil && !errors.Is(err, stream.ErrStreamExists) {
+		return fmt.Errorf("create log stream %s: %w", name, err)
+	}
+	nodes := serversOf(&p)
+	info, err := d.Stream(ctx, name)
+	if err != nil {
+		return err
+	}
+	if last := info.Last(); last != nil && !last.Sealed {
+		if sameNodes(last, nodes) {
+			// Allocated on exactly these replicas by an earlier round
+			// that did not get to record it: no primary of this epoch was
+			// told of it, so it is unused.
+			return m.recordLog(p, last.ID, nodes)
+		}
+		unreachable, err := d.Seal(ctx, last.ID)
+		if err != nil {
+			return fmt.Errorf("seal extent %d of %s: %w", last.ID, name, err)
+		}
+		var drop []string
+		for _, id := range unreachable {
+			if slices.Contains(nodes, id) && id != nodes[0] {
+				drop = append(drop, id)
+			}
+		}
+		if len(drop) > 0 {
+			// Secondaries the seal could not reach leave the replica set
+			// (placement adds others, which replay the log).
+			_, _, err := m.propose(Command{Op: OpPartitionLogReset, UnixMs: m.opts.Now().UnixMilli(), PartitionID: p.ID, Epoch: p.Epoch, Servers: drop}, nil, nil)
+			if err == nil {
+				m.kickLogs()
+			}
+			return err
+		}
+	}
+	info, err = d.SealAndAllocateOn(ctx, name, 0, 0, nodes)
+	if err != nil {
+		return fmt.Errorf("allocate the next extent of %s on %v: %w", name, nodes, err)
+	}
+	last := info.Last()
+	if last == nil || last.Sealed {
+		return fmt.Errorf("log stream %s has no open extent after allocation", name)
+	}
+	return m.recordLog(p, last.ID, nodes)
+}
+
+func (m *Master) recordLog(p Partition, extent uint64, nodes []string) error {
+	res, _, err := m.propose(Command{Op: OpPartitionLog, UnixMs: m.opts.Now().UnixMilli(), PartitionID: p.ID, Epoch: p.Epoch, Servers: nodes, Extent: extent}, nil, nil)
+	if err == nil && res.Changed {
+		m.logger.Info("tablemaster: partition log continues", "partition", p.ID, "epoch", p.Epoch, "extent", extent, "replicas", nodes)
+	}
+	return err
+}
+
+func sameNodes(e *stream.ExtentPlacement, nodes []string) bool {
+	if len(e.Replicas) != len(nodes) {
+		return false
+	}
+	for i, r := range e.Replicas {
+		if r.Node != nodes[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// promotions chooses, for every partition whose primary is on server, the
+// secondary that reported the highest applied LSN: it has the least of
+// the log to apply before it serves. Reports are the latest heartbeats;
+// a secondary that sent none is a last resort (the state machine takes
+// the first replica when the choice is absent).
+func (m *Master) promotions(st *State, server string) map[uint64]string {
+	applied := map[uint64]map[string]uint64{} // partition -> server -> LSN
+	m.liveMu.Lock()
+	for id, l := range m.live {
+		if id == server || l.dead {
+			continue
+		}
+		for _, r := range l.statuses {
+			if applied[r.PartitionId] == nil {
+				applied[r.PartitionId] = map[string]uint64{}
+			}
+			applied[r.PartitionId][id] = r.AppliedLsn
+		}
+	}
+	m.liveMu.Unlock()
+	out := map[uint64]string{}
+	for _, t := range st.Tables {
+		for _, p := range t.Partitions {
+			if len(p.Replicas) < 2 || p.Replicas[0].ServerID != server && primaryID(&p) != server {
+				continue
+			}
+			best, bestLSN := "", uint64(0)
+			for _, r := range p.Replicas {
+				if r.ServerID == server {
+					continue
+				}
+				if lsn, ok := applied[p.ID][r.ServerID]; ok && (best == "" || lsn > bestLSN) {
+					best, bestLSN = r.ServerID, lsn
+				}
+			}
+			if best != "" {
+				out[p.ID] = best
+			}
+		}
+	}
+	return out
+}
+
+func primaryID(p *Partition) string {
+	for _, r := range p.Replicas {
+		if r.Role == api.ReplicaRole_REPLICA_ROLE_PRIMARY {
+			return r.ServerID
+		}
+	}
+	return ""
+}
+
+// PartitionLogFailed implements api.MasterServer: a primary's append
+// failed; the log is reconfigured and the answer is the new entry once it
+// is (or the current one if the primary is stale).
+func (m *Master) PartitionLogFailed(ctx context.Context, req *api.PartitionLogFailedRequest) (*api.PartitionLogFailedResponse, error) {
+	if req == nil {
+		return nil, errNilRequest()
+	}
+	st := m.State()
+	_, p := st.partition(req.PartitionId)
+	if p == nil || p.Log == nil {
+		return nil, rpcError("partition log failed", errInvalid("partition_id", "no_log", 0, "partition %d has no commit log", req.PartitionId))
+	}
+	if p.Epoch == req.Epoch && p.Log.Extent == req.Extent {
+		m.logger.Warn("tablemaster: partition log append failed; sealing and continuing", "partition", p.ID, "extent", req.Extent, "server", req.ServerId, "reason", req.Reason)
+		if _, _, err := m.propose(Command{Op: OpPartitionLogReset, UnixMs: m.opts.Now().UnixMilli(), PartitionID: p.ID, Epoch: req.Epoch, Extent: req.Extent}, nil, nil); err != nil {
+			return nil, rpcError("partition log failed", err)
+		}
+		m.kickLogs()
+	}
+	// Wait for the next extent (or a change that makes the caller stale).
+	for {
+		v := m.view.Load()
+		_, p := v.state.partition(req.PartitionId)
+		if p == nil || p.Log == nil || p.Epoch != req.Epoch || p.Log.Extent != 0 {
+			resp := &api.PartitionLogFailedResponse{MapVersion: v.state.Version}
+			if p != nil {
+				resp.Partition = p.Proto()
+			}
+			return resp, nil
+		}
+		select {
+		case <-v.changed:
+		case <-ctx.Done():
+			return nil, rpcError("partition log failed", ctx.Err())
+		case <-m.closing:
+			return nil, rpcError("partition log failed", ErrClosed)
+		}
+	}
+}

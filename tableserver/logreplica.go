@@ -1,0 +1,590 @@
+package tableserver
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/tabuladb/tabula/api"
+	"github.com/tabuladb/tabula/engines"
+	"github.com/tabuladb/tabula/replication/partition"
+	"github.com/tabuladb/tabula/replication/stream"
+	"github.com/tabuladb/tabula/replication/stream/streampb"
+)
+
+// logReplica is one replicated partition's life on this server: the
+// replica core (replication/partition), the pump that appends the
+// primary's records to the commit log on the local extent node and applies
+// what is durable, the tailer that feeds a secondary (or a new primary
+// catching up) the committed records, and the overlay of writes in flight
+// that a primary decides outcomes against. It outlives map changes (the
+// hosting snapshots share it) until the partition leaves this server.
+//
+// Safe for concurrent use. Lock order: mu before nothing; no I/O under mu
+// except reads of the engine (memory or mapped: microseconds) while a
+// write's outcome is decided, which must be atomic with its numbering.
+type logReplica struct {
+	s      *Server
+	pid    uint64
+	stream string
+	engine engines.Engine
+	writer engines.Writer
+	log    *slog.Logger
+
+	kick chan struct{} // wakes the pump
+	tick chan struct{} // wakes the tailer
+	ctx  context.Context
+	stop context.CancelFunc
+	wg   sync.WaitGroup
+
+	mu sync.Mutex
+	// Guarded by mu:
+	core    *partition.Replica
+	want    roleWant
+	extent  uint64 // the open extent appended to (primary) or tailed
+	overlay map[string]overlayEntry
+	waiters map[uint64]chan writeResult
+	nextTok uint64
+	// appended maps the LSNs sent to the current extent to where their
+	// entries end, for the seal-and-continue point.
+	appended []lsnEnd
+	// resealing: the log refused an append; the master is sealing it.
+	resealing bool
+	// caughtUp: a new primary applied the whole sealed log.
+	caughtUp bool
+	// tail position: the extent being read and the offset in it.
+	tailExtent uint64
+	tailOff    int64
+	fatal      error
+}
+
+// roleWant is what the map says this replica is.
+type roleWant struct {
+	role   partition.Role
+	epoch  uint64
+	extent uint64
+}
+
+type lsnEnd struct {
+	lsn uint64
+	end int64
+}
+
+// overlayEntry is a write in flight: the state a key will have once it is
+// applied.
+type overlayEntry struct {
+	lsn     uint64
+	deleted bool
+	value   []byte
+	expires int64
+}
+
+type writeResult struct {
+	lsn    uint64
+	result []byte
+	err    error
+}
+
+// Reserved keys the replication keeps in the engine, applied atomically
+// with each record (the prefix is the platform's: clients can neither read
+// nor write these keys and scans skip them).
+var (
+	appliedLSNKey = []byte(api.ReservedKeyPrefix + "log/applied")
+	requestPrefix = api.ReservedKeyPrefix + "req/"
+)
+
+// requestTTL is how long a write's outcome is kept for retries of its
+// request id.
+const requestTTL = 10 * time.Minute
+
+func requestKey(id string) []byte { return []byte(requestPrefix + id) }
+
+// maxRecordBytes bounds one log record: one append of the stream layer.
+const maxRecordBytes = stream.MaxAppendBytes - 1<<20
+
+func newLogReplica(s *Server, pid uint64, streamName string, e engines.Engine) (*logReplica, error) {
+	w, _ := e.(engines.Writer)
+	if w == nil {
+		return nil, fmt.Errorf("partition %d: engine %T takes no writes; it cannot apply a log", pid, e)
+	}
+	applied, err := readAppliedLSN(e)
+	if err != nil {
+		return nil, fmt.Errorf("partition %d: read the applied LSN: %w", pid, err)
+	}
+	l := &logReplica{
+		s: s, pid: pid, stream: streamName, engine: e, writer: w,
+		log:     s.log.With("partition", pid),
+		kick:    make(chan struct{}, 1),
+		tick:    make(chan struct{}, 1),
+		core:    partition.New(partition.Config{}, applied),
+		overlay: map[string]overlayEntry{},
+		waiters: map[uint64]chan writeResult{},
+	}
+	l.ctx, l.stop = context.WithCancel(s.ctx)
+	l.wg.Add(2)
+	go l.pumpLoop()
+	go l.tailLoop()
+	return l, nil
+}
+
+func readAppliedLSN(e engines.Engine) (uint64, error) {
+	v, _, err := e.Get(appliedLSNKey)
+	switch {
+	case errors.Is(err, engines.ErrNotFound):
+		return 0, nil
+	case err != nil:
+		return 0, err
+	case len(v) != 8:
+		return 0, fmt.Errorf("applied LSN of %d bytes: %w", len(v), engines.ErrCorrupt)
+	}
+	return binary.LittleEndian.Uint64(v), nil
+}
+
+// close stops the goroutines; writes waiting fail as of unknown outcome.
+// The engine is the caller's to close.
+func (l *logReplica) close() {
+	l.stop()
+	l.wg.Wait()
+	l.mu.Lock()
+	l.core.Close()
+	l.answerLocked(l.core.Ready())
+	l.mu.Unlock()
+}
+
+// update applies the partition's map entry: role, epoch, open extent.
+func (l *logReplica) update(p *api.Partition, serverID string) {
+	w := roleWant{role: partition.RoleNone, epoch: p.GetEpoch(), extent: p.GetLog().GetExtent()}
+	for _, r := range p.GetReplicas() {
+		if r.GetServerId() != serverID {
+			continue
+		}
+		switch r.GetRole() {
+		case api.ReplicaRole_REPLICA_ROLE_PRIMARY:
+			w.role = partition.RolePrimary
+		case api.ReplicaRole_REPLICA_ROLE_SECONDARY:
+			w.role = partition.RoleSecondary
+		}
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if w == l.want {
+		return
+	}
+	prev := l.want
+	l.want = w
+	switch {
+	case w.role == partition.RoleSecondary:
+		if l.core.Role() != partition.RoleSecondary || l.core.Epoch() != w.epoch {
+			if err := l.core.BecomeSecondary(w.epoch); err != nil {
+				l.log.Error("cannot become secondary", "err", err)
+			}
+			clear(l.overlay)
+			l.appended = nil
+			l.resealing = false
+			l.caughtUp = false
+		}
+		l.extent = w.extent
+	case w.role == partition.RolePrimary && l.core.Role() == partition.RolePrimary && l.caughtUp:
+		// Still the primary: a new epoch or a new extent after a seal.
+		if w.extent != 0 && w.extent != l.extent {
+			if err := l.restartLogLocked(w); err != nil {
+				l.log.Error("continue the log on the next extent", "extent", w.extent, "err", err)
+				l.fatal = err
+				return
+			}
+		}
+		if w.epoch > l.core.Epoch() {
+			_ = l.core.BecomePrimary(w.epoch, 0)
+		}
+	case w.role == partition.RolePrimary:
+		// A new primary: the tailer applies the sealed log first
+		// (catchUpLocked promotes it once the log's end is applied).
+		l.caughtUp = false
+		l.extent = 0
+	default:
+		l.core.Close()
+		clear(l.overlay)
+	}
+	if prev.role != w.role || prev.extent != w.extent {
+		l.log.Debug("replica role", "role", w.role, "epoch", w.epoch, "extent", w.extent)
+	}
+	l.wake()
+}
+
+func (l *logReplica) wake() {
+	select {
+	case l.kick <- struct{}{}:
+	default:
+	}
+	select {
+	case l.tick <- struct{}{}:
+	default:
+	}
+}
+
+// restartLogLocked: the extent this primary appended to was sealed and the
+// log continues on w.extent. The records the seal kept are durable; the
+// rest are sent again to the new extent with the same LSNs.
+func (l *logReplica) restartLogLocked(w roleWant) error {
+	old := l.extent
+	through := l.core.CommitPoint()
+	if old != 0 {
+		ext, err := l.s.extents.Extent(old)
+		if err != nil {
+			return fmt.Errorf("read the sealed extent %d: %w", old, err)
+		}
+		info := ext.Info()
+		if !info.Sealed {
+			return fmt.Errorf("extent %d is not sealed yet", old)
+		}
+		for _, a := range l.appended {
+			if a.end <= info.Length {
+				through = max(through, a.lsn)
+			}
+		}
+	}
+	if err := l.core.LogRestarted(through); err != nil {
+		return err
+	}
+	l.appended = nil
+	l.resealing = false
+	l.extent = w.extent
+	return nil
+}
+
+// decide is a write's outcome, evaluated against the partition's state
+// including every write in flight before it: the mutations to apply (none
+// for a CAS that did not match) and the result to answer with.
+type decide func(get func(key []byte) (value []byte, found bool, err error)) (muts []engines.Mutation, result []byte, err error)
+
+// write numbers a write, waits until it is applied and returns its LSN
+// and result. reqID, if not empty, makes a retry return the first result.
+func (l *logReplica) write(ctx context.Context, epoch uint64, reqID string, fn decide) (uint64, []byte, error) {
+	l.mu.Lock()
+	if err := l.writableLocked(epoch); err != nil {
+		l.mu.Unlock()
+		return 0, nil, err
+	}
+	if reqID != "" {
+		if len(reqID) > partition.MaxRequestIDLen {
+			l.mu.Unlock()
+			return 0, nil, api.InvalidArgument("request_id", "request_id_too_long", partition.MaxRequestIDLen, "request id of %d bytes; the limit is %d", len(reqID), partition.MaxRequestIDLen)
+		}
+		if lsn, res, ok, err := l.committedRequest(reqID); err != nil || ok {
+			l.mu.Unlock()
+			return lsn, res, err
+		}
+	}
+	muts, result, err := fn(l.getLocked)
+	if err != nil {
+		l.mu.Unlock()
+		return 0, nil, err
+	}
+	now := time.Now().UnixMilli()
+	w := partition.Write{Mutations: make([]partition.Mutation, 0, len(muts)+1)}
+	for _, m := range muts {
+		pm := partition.Mutation{Kind: partition.MutPut, Key: m.Key, Value: m.Value, ExpiresAt: m.ExpiresAt}
+		if m.Delete {
+			pm = partition.Mutation{Kind: partition.MutDelete, Key: m.Key}
+		}
+		w.Mutations = append(w.Mutations, pm)
+	}
+	next := l.core.Last() + 1 // the LSN Propose gives a new write
+	if reqID != "" {
+		// The outcome is kept under the request id, replicated with the
+		// write, so a retry on any replica returns it:
+		// | lsn (8) | result |.
+		kept := binary.LittleEndian.AppendUint64(make([]byte, 0, 8+len(result)), next)
+		w.Mutations = append(w.Mutations, partition.Mutation{Kind: partition.MutPut, Key: requestKey(reqID), Value: append(kept, result...), ExpiresAt: now + requestTTL.Milliseconds()})
+	}
+	w.Result = result
+	body := partition.EncodeWrite(nil, w)
+	if len(body) > maxRecordBytes {
+		l.mu.Unlock()
+		return 0, nil, api.InvalidArgument("mutations", "write_too_large", maxRecordBytes, "the write is %d bytes encoded; one replicated write carries at most %d", len(body), maxRecordBytes)
+	}
+	l.nextTok++
+	tok := l.nextTok
+	lsn, joined, err := l.core.Propose(partition.Proposal{Epoch: epoch, RequestID: reqID, Body: body, Token: tok})
+	if err != nil {
+		l.mu.Unlock()
+		return 0, nil, l.proposeErr(err)
+	}
+	if !joined && lsn != next {
+		panic(fmt.Sprintf("tableserver: partition %d: proposal got LSN %d, expected %d", l.pid, lsn, next)) // broken invariant
+	}
+	done := make(chan writeResult, 1)
+	l.waiters[tok] = done
+	if !joined {
+		for _, m := range w.Mutations {
+			l.overlay[string(m.Key)] = overlayEntry{lsn: lsn, deleted: m.Kind == partition.MutDelete, value: m.Value, expires: m.ExpiresAt}
+		}
+	}
+	l.mu.Unlock()
+	select {
+	case l.kick <- struct{}{}:
+	default:
+	}
+	select {
+	case r := <-done:
+		if joined && r.err == nil {
+			// Joined a request in flight with the same id: the result is
+			// the first one's, kept under the id.
+			lsn, res, _, err := l.committedRequest(reqID)
+			return lsn, res, err
+		}
+		return r.lsn, r.result, r.err
+	case <-ctx.Done():
+		return 0, nil, api.Errorf(api.ErrorCode_ERROR_CODE_UNAVAILABLE, "outcome_unknown", "partition %d: the write (LSN %d) was not acknowledged before the deadline; it may still apply: retry with the same request id", l.pid, lsn)
+	}
+}
+
+func (l *logReplica) writableLocked(epoch uint64) error {
+	switch {
+	case l.fatal != nil:
+		return api.Errorf(api.ErrorCode_ERROR_CODE_UNAVAILABLE, "replica_failed", "partition %d: %v", l.pid, l.fatal)
+	case l.want.role != partition.RolePrimary:
+		return api.Errorf(api.ErrorCode_ERROR_CODE_NOT_OWNER, "not_primary", "partition %d: this server is not its primary", l.pid)
+	case !l.caughtUp || l.want.extent == 0 || l.extent == 0:
+		return api.Errorf(api.ErrorCode_ERROR_CODE_UNAVAILABLE, "log_reconfiguring", "partition %d: its log is being reconfigured (failover or a replica change); retry shortly", l.pid)
+	}
+	return nil
+}
+
+func (l *logReplica) proposeErr(err error) error {
+	switch {
+	case errors.Is(err, partition.ErrStaleEpoch):
+		return api.Errorf(api.ErrorCode_ERROR_CODE_STALE_EPOCH, "stale_epoch", "partition %d: %v", l.pid, err)
+	case errors.Is(err, partition.ErrNotPrimary):
+		return api.Errorf(api.ErrorCode_ERROR_CODE_NOT_OWNER, "not_primary", "partition %d: %v", l.pid, err)
+	case errors.Is(err, partition.ErrBusy):
+		return api.Status(&api.ErrorDetail{Code: api.ErrorCode_ERROR_CODE_SERVER_BUSY, Reason: "log_busy", RetryAfterMs: 5}, fmt.Sprintf("partition %d: %v", l.pid, err))
+	}
+	return api.Errorf(api.ErrorCode_ERROR_CODE_UNAVAILABLE, "not_ready", "partition %d: %v", l.pid, err)
+}
+
+// getLocked reads key as it will be once every write in flight applies.
+func (l *logReplica) getLocked(key []byte) ([]byte, bool, error) {
+	if o, ok := l.overlay[string(key)]; ok {
+		if o.deleted || (o.expires != 0 && o.expires <= time.Now().UnixMilli()) {
+			return nil, false, nil
+		}
+		return o.value, true, nil
+	}
+	v, _, err := l.engine.Get(key)
+	if errors.Is(err, engines.ErrNotFound) {
+		return nil, false, nil
+	}
+	return v, err == nil, err
+}
+
+// committedRequest looks up the kept outcome of request id.
+func (l *logReplica) committedRequest(id string) (uint64, []byte, bool, error) {
+	v, _, err := l.engine.Get(requestKey(id))
+	switch {
+	case errors.Is(err, engines.ErrNotFound):
+		return 0, nil, false, nil
+	case err != nil:
+		return 0, nil, false, err
+	case len(v) < 8:
+		return 0, nil, false, fmt.Errorf("partition %d: kept outcome of request %q is %d bytes: %w", l.pid, id, len(v), engines.ErrCorrupt)
+	}
+	return binary.LittleEndian.Uint64(v), v[8:], true, nil
+}
+
+// pumpLoop does the core's work: append, apply, answer.
+func (l *logReplica) pumpLoop() {
+	defer l.wg.Done()
+	for {
+		select {
+		case <-l.ctx.Done():
+			return
+		case <-l.kick:
+		}
+		l.pump()
+	}
+}
+
+func (l *logReplica) pump() {
+	for l.ctx.Err() == nil {
+		l.mu.Lock()
+		rd := l.core.Ready()
+		ext := l.extent
+		l.mu.Unlock()
+		if rd.Empty() {
+			return
+		}
+		if err := l.apply(rd.Apply); err != nil {
+			l.mu.Lock()
+			l.fatal = fmt.Errorf("apply the log: %w", err)
+			l.mu.Unlock()
+			l.log.Error("cannot apply the log; the replica stops", "err", err)
+			return
+		}
+		l.mu.Lock()
+		for _, rec := range rd.Apply {
+			w, _ := partition.DecodeWrite(rec.Body)
+			for _, m := range w.Mutations {
+				if o, ok := l.overlay[string(m.Key)]; ok && o.lsn == rec.LSN {
+					delete(l.overlay, string(m.Key))
+				}
+			}
+		}
+		l.core.Advance(rd)
+		l.answerLocked(rd)
+		l.mu.Unlock()
+		if len(rd.Append) > 0 {
+			l.appendRecords(ext, rd.Append)
+		}
+	}
+}
+
+// answerLocked answers the callers of acked and failed writes.
+func (l *logReplica) answerLocked(rd partition.Ready) {
+	for _, a := range rd.Acks {
+		if ch := l.waiters[a.Token]; ch != nil {
+			delete(l.waiters, a.Token)
+			ch <- writeResult{lsn: a.LSN, result: l.resultOf(a.LSN, rd)}
+		}
+	}
+	for _, f := range rd.Fails {
+		if ch := l.waiters[f.Token]; ch != nil {
+			delete(l.waiters, f.Token)
+			ch <- writeResult{err: api.Errorf(api.ErrorCode_ERROR_CODE_UNAVAILABLE, "outcome_unknown", "partition %d: %v", l.pid, f.Err)}
+		}
+	}
+}
+
+func (l *logReplica) resultOf(lsn uint64, rd partition.Ready) []byte {
+	for _, rec := range rd.Apply {
+		if rec.LSN == lsn {
+			if w, err := partition.DecodeWrite(rec.Body); err == nil {
+				return w.Result
+			}
+		}
+	}
+	return nil
+}
+
+// apply applies committed records to the engine, each atomically with
+// the applied LSN.
+func (l *logReplica) apply(recs []partition.Record) error {
+	for _, rec := range recs {
+		w, err := partition.DecodeWrite(rec.Body)
+		if err != nil {
+			return fmt.Errorf("record %d: %w", rec.LSN, err)
+		}
+		batch := make([]engines.Mutation, 0, len(w.Mutations)+1)
+		for _, m := range w.Mutations {
+			batch = append(batch, engines.Mutation{Key: m.Key, Value: m.Value, ExpiresAt: m.ExpiresAt, Delete: m.Kind == partition.MutDelete})
+		}
+		batch = append(batch, engines.Mutation{Key: appliedLSNKey, Value: binary.LittleEndian.AppendUint64(nil, rec.LSN)})
+		if err := l.writer.Apply(batch); err != nil {
+			return fmt.Errorf("record %d: %w", rec.LSN, err)
+		}
+	}
+	return nil
+}
+
+var castagnoliTable = crc32.MakeTable(crc32.Castagnoli)
+
+// appendRecords appends recs to extent on this server's extent node (the
+// extent's primary), which replicates them and answers once every replica
+// has them durably.
+func (l *logReplica) appendRecords(extent uint64, recs []partition.Record) {
+	for len(recs) > 0 && l.ctx.Err() == nil {
+		req := &streampb.AppendRequest{Extent: extent}
+		size := 0
+		n := 0
+		for n < len(recs) {
+			b := partition.EncodeRecord(nil, recs[n])
+			if n > 0 && size+len(b) > maxRecordBytes {
+				break
+			}
+			size += len(b)
+			en := &streampb.Entry{Seq: recs[n].LSN}
+			for len(b) > 0 || len(en.Blocks) == 0 {
+				k := min(len(b), stream.MaxBlockBytes)
+				en.Blocks = append(en.Blocks, b[:k])
+				en.Crcs = append(en.Crcs, crc32.Checksum(b[:k], castagnoliTable))
+				b = b[k:]
+			}
+			req.Entries = append(req.Entries, en)
+			n++
+		}
+		resp, err := l.s.extents.Append(l.ctx, req)
+		l.mu.Lock()
+		if l.extent != extent || l.core.Role() != partition.RolePrimary {
+			l.mu.Unlock()
+			return // the log moved on meanwhile; the core re-sends what it must
+		}
+		if err != nil {
+			l.core.AppendFailed()
+			start := !l.resealing
+			l.resealing = true
+			epoch := l.core.Epoch()
+			l.mu.Unlock()
+			if start {
+				l.log.Warn("commit log append failed; asking the master to seal and continue", "extent", extent, "err", err)
+				l.wg.Add(1)
+				go l.reseal(epoch, extent, err)
+			}
+			return
+		}
+		for i, en := range resp.GetEntries() {
+			end := en.GetOffset()
+			for _, s := range en.GetBlockSizes() {
+				end += s
+			}
+			l.appended = append(l.appended, lsnEnd{lsn: recs[i].LSN, end: end})
+		}
+		last := recs[n-1].LSN
+		l.core.Durable(last)
+		// Forget positions below the commit point: only the in-flight
+		// tail matters for a seal.
+		k := 0
+		for k < len(l.appended) && l.appended[k].lsn <= last {
+			k++
+		}
+		l.appended = l.appended[k:]
+		l.mu.Unlock()
+		recs = recs[n:]
+	}
+	select {
+	case l.kick <- struct{}{}:
+	default:
+	}
+}
+
+// reseal asks the master to seal the failed extent and continue the log;
+// the answer (or the map watch) brings the next extent.
+func (l *logReplica) reseal(epoch, extent uint64, cause error) {
+	defer l.wg.Done()
+	for attempt := 0; l.ctx.Err() == nil; attempt++ {
+		ctx, cancel := context.WithTimeout(l.ctx, 10*time.Second)
+		var resp *api.PartitionLogFailedResponse
+		err := l.s.withMaster(ctx, func(mc api.MasterClient) error {
+			var err error
+			resp, err = mc.PartitionLogFailed(ctx, &api.PartitionLogFailedRequest{
+				ServerId: l.s.id(), PartitionId: l.pid, Epoch: epoch, Extent: extent, Reason: cause.Error(),
+			})
+			return err
+		})
+		cancel()
+		if err == nil {
+			l.s.raiseMinMapVersion(resp.GetMapVersion())
+			if p := resp.GetPartition(); p != nil {
+				l.update(p, l.s.id())
+			}
+			return
+		}
+		if !l.s.backoff(attempt) {
+			return
+		}
+	}
+}

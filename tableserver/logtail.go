@@ -1,0 +1,245 @@
+package tableserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/tabuladb/tabula/replication/partition"
+	"github.com/tabuladb/tabula/replication/stream"
+)
+
+// tailInterval is how often the tailer looks at the log when nothing woke
+// it: the wait for the commit point to move is bounded by it too.
+const tailInterval = 50 * time.Millisecond
+
+// tailLoop feeds the core the committed records of the log while this
+// replica is a secondary or a new primary catching up, and finishes a
+// primary's move to the next extent.
+func (l *logReplica) tailLoop() {
+	defer l.wg.Done()
+	t := time.NewTicker(tailInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-l.ctx.Done():
+			return
+		case <-l.tick:
+		case <-t.C:
+		}
+		if err := l.tailOnce(); err != nil && l.ctx.Err() == nil {
+			l.log.Warn("reading the commit log", "err", err)
+		}
+	}
+}
+
+func (l *logReplica) tailOnce() error {
+	l.mu.Lock()
+	want, caught := l.want, l.caughtUp
+	l.mu.Unlock()
+	switch {
+	case want.role == partition.RoleSecondary:
+		return l.follow()
+	case want.role == partition.RolePrimary && !caught:
+		return l.catchUp(want)
+	case want.role == partition.RolePrimary && want.extent != 0:
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		if l.want.extent != l.extent && l.want.extent != 0 && l.caughtUp {
+			return l.restartLogLocked(l.want)
+		}
+	}
+	return nil
+}
+
+// observe hands records to the core (duplicates and records already
+// applied are ignored by it) and wakes the pump to apply them.
+func (l *logReplica) observe(recs []partition.Record) error {
+	if len(recs) == 0 {
+		return nil
+	}
+	l.mu.Lock()
+	var err error
+	for _, rec := range recs {
+		if err = l.core.Observe(rec); err != nil {
+			break
+		}
+	}
+	l.mu.Unlock()
+	select {
+	case l.kick <- struct{}{}:
+	default:
+	}
+	return err
+}
+
+// follow reads the log from the tail position: sealed extents to their
+// end, the open extent up to the commit point the primary told this
+// server's replica of it.
+func (l *logReplica) follow() error {
+	ctx, cancel := context.WithTimeout(l.ctx, 5*time.Second)
+	defer cancel()
+	info, err := masterStreams{l.s}.Stream(ctx, l.stream)
+	if err != nil {
+		return fmt.Errorf("stream %s: %w", l.stream, err)
+	}
+	l.mu.Lock()
+	ext, off := l.tailExtent, l.tailOff
+	l.mu.Unlock()
+	i := 0
+	if ext != 0 {
+		for i < len(info.Extents) && info.Extents[i].ID != ext {
+			i++
+		}
+		if i == len(info.Extents) {
+			return fmt.Errorf("extent %d of %s is gone from the stream", ext, l.stream)
+		}
+	}
+	for ; i < len(info.Extents); i++ {
+		e := info.Extents[i]
+		if e.ID != ext {
+			off = 0
+		}
+		var end int64
+		if e.Sealed {
+			end = e.Length
+		} else {
+			local, err := l.s.extents.Extent(e.ID)
+			if err != nil {
+				return nil // not created here yet: the next round
+			}
+			wctx, wcancel := context.WithTimeout(ctx, tailInterval)
+			end, err = local.WaitCommitted(wctx, off)
+			wcancel()
+			if err != nil && !errors.Is(err, context.DeadlineExceeded) {
+				return err
+			}
+			end = max(end, local.CommittedLength())
+		}
+		if end > off {
+			if err := l.readExtent(ctx, e, off, end); err != nil {
+				return err
+			}
+		}
+		l.mu.Lock()
+		l.tailExtent, l.tailOff = e.ID, end
+		l.mu.Unlock()
+		ext, off = e.ID, end
+		if !e.Sealed {
+			return nil // the open extent is the log's end
+		}
+	}
+	return nil
+}
+
+// readExtent observes the records of extent e in [from, to): from the
+// local replica when this server holds it, else from another replica.
+func (l *logReplica) readExtent(ctx context.Context, e stream.ExtentPlacement, from, to int64) error {
+	var recs []partition.Record
+	collect := func(en stream.Entry) error {
+		rec, err := partition.DecodeRecord(en.Payload())
+		if err != nil {
+			return fmt.Errorf("extent %d offset %d: %w", e.ID, en.Offset, err)
+		}
+		recs = append(recs, rec)
+		if len(recs) >= 256 {
+			err = l.observe(recs)
+			recs = recs[:0]
+		}
+		return err
+	}
+	if local, err := l.s.extents.Extent(e.ID); err == nil && local.Info().Length >= to {
+		if err := local.ReadEntries(from, to, collect); err != nil {
+			return err
+		}
+		return l.observe(recs)
+	}
+	if !e.Sealed {
+		return fmt.Errorf("extent %d is open and not on this server", e.ID)
+	}
+	// Not held here (a replica placed after the extent was sealed): read
+	// it from another replica.
+	if err := l.s.streams.ReadExtent(ctx, e, from, to, collect); err != nil {
+		return err
+	}
+	return l.observe(recs)
+}
+
+// catchUp makes a new primary: it applies every record of the sealed log
+// (the master sealed the last extent before it allocated want.extent),
+// then the core becomes primary at the log's end and the replica serves
+// once the engine has applied it.
+func (l *logReplica) catchUp(want roleWant) error {
+	if want.extent == 0 {
+		return nil // the master is still sealing and allocating
+	}
+	ctx, cancel := context.WithTimeout(l.ctx, time.Minute)
+	defer cancel()
+	info, err := masterStreams{l.s}.Stream(ctx, l.stream)
+	if err != nil {
+		return fmt.Errorf("stream %s: %w", l.stream, err)
+	}
+	l.mu.Lock()
+	ext, off := l.tailExtent, l.tailOff
+	l.mu.Unlock()
+	started := ext == 0
+	for _, e := range info.Extents {
+		if e.ID == want.extent {
+			break
+		}
+		if !started && e.ID != ext {
+			continue
+		}
+		if !started || e.ID != ext {
+			started = true
+		}
+		if e.ID != ext {
+			off = 0
+		}
+		if !e.Sealed {
+			return fmt.Errorf("extent %d before the open extent %d is not sealed", e.ID, want.extent)
+		}
+		if e.Length > off {
+			if err := l.readExtent(ctx, e, off, e.Length); err != nil {
+				return err
+			}
+		}
+		l.mu.Lock()
+		l.tailExtent, l.tailOff = e.ID, e.Length
+		l.mu.Unlock()
+		ext, off = e.ID, e.Length
+	}
+	// A primary must not inherit records in the open extent that it did
+	// not write in this life: a restarted primary whose open extent holds
+	// entries asks for a seal first.
+	if local, err := l.s.extents.Extent(want.extent); err == nil && local.Info().Length > 0 {
+		l.mu.Lock()
+		start := !l.resealing
+		l.resealing = true
+		l.mu.Unlock()
+		if start {
+			l.log.Info("open extent holds records from before this process; asking for a seal", "extent", want.extent)
+			l.wg.Add(1)
+			go l.reseal(want.epoch, want.extent, errors.New("primary restarted with records in the open extent"))
+		}
+		return nil
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.want != want {
+		return nil // the map moved on meanwhile
+	}
+	if l.core.Role() != partition.RolePrimary {
+		if err := l.core.BecomePrimary(want.epoch, l.core.Last()); err != nil {
+			return err
+		}
+	}
+	if !l.core.Serving() {
+		return nil // the pump is still applying; the next round finishes
+	}
+	l.caughtUp, l.extent, l.resealing, l.appended = true, want.extent, false, nil
+	l.tailExtent, l.tailOff = want.extent, 0
+	l.log.Info("serving as primary", "epoch", want.epoch, "extent", want.extent, "lsn", l.core.Last())
+	return nil
+}
