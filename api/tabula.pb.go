@@ -415,7 +415,7 @@ func (x Mutation_Op) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Mutation_Op.Descriptor instead.
 func (Mutation_Op) EnumDescriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{66, 0}
+	return file_tabula_proto_rawDescGZIP(), []int{67, 0}
 }
 
 // TableOptions are fixed at CreateTable. Zero values take the defaults the
@@ -705,7 +705,10 @@ type Partition struct {
 	// Empty while no live server can host the partition.
 	Replicas []*Replica `protobuf:"bytes,5,rep,name=replicas,proto3" json:"replicas,omitempty"`
 	// Position of the partition in its table, 0-based.
-	Index         uint32 `protobuf:"varint,6,opt,name=index,proto3" json:"index,omitempty"`
+	Index uint32 `protobuf:"varint,6,opt,name=index,proto3" json:"index,omitempty"`
+	// The partition's commit log (point tables): every write is one record
+	// of this stream, whose open extent lives on the replicas' servers.
+	Log           *PartitionLog `protobuf:"bytes,7,opt,name=log,proto3" json:"log,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -782,6 +785,70 @@ func (x *Partition) GetIndex() uint32 {
 	return 0
 }
 
+func (x *Partition) GetLog() *PartitionLog {
+	if x != nil {
+		return x.Log
+	}
+	return nil
+}
+
+// PartitionLog is where a partition's commit log continues.
+type PartitionLog struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The stream's name ("log/<partition id>").
+	Stream string `protobuf:"bytes,1,opt,name=stream,proto3" json:"stream,omitempty"`
+	// The open extent, on the replicas' servers with its primary extent on
+	// the partition's primary; 0 while the master seals the last one and
+	// allocates the next (the partition takes no writes meanwhile).
+	Extent        uint64 `protobuf:"varint,2,opt,name=extent,proto3" json:"extent,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PartitionLog) Reset() {
+	*x = PartitionLog{}
+	mi := &file_tabula_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PartitionLog) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PartitionLog) ProtoMessage() {}
+
+func (x *PartitionLog) ProtoReflect() protoreflect.Message {
+	mi := &file_tabula_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PartitionLog.ProtoReflect.Descriptor instead.
+func (*PartitionLog) Descriptor() ([]byte, []int) {
+	return file_tabula_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *PartitionLog) GetStream() string {
+	if x != nil {
+		return x.Stream
+	}
+	return ""
+}
+
+func (x *PartitionLog) GetExtent() uint64 {
+	if x != nil {
+		return x.Extent
+	}
+	return 0
+}
+
 // PartitionMap is a table and where its partitions live.
 type PartitionMap struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -799,7 +866,7 @@ type PartitionMap struct {
 
 func (x *PartitionMap) Reset() {
 	*x = PartitionMap{}
-	mi := &file_tabula_proto_msgTypes[4]
+	mi := &file_tabula_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -811,7 +878,7 @@ func (x *PartitionMap) String() string {
 func (*PartitionMap) ProtoMessage() {}
 
 func (x *PartitionMap) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[4]
+	mi := &file_tabula_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -824,7 +891,7 @@ func (x *PartitionMap) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionMap.ProtoReflect.Descriptor instead.
 func (*PartitionMap) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{4}
+	return file_tabula_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *PartitionMap) GetTable() *Table {
@@ -882,7 +949,7 @@ type CoprocVersion struct {
 
 func (x *CoprocVersion) Reset() {
 	*x = CoprocVersion{}
-	mi := &file_tabula_proto_msgTypes[5]
+	mi := &file_tabula_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -894,7 +961,7 @@ func (x *CoprocVersion) String() string {
 func (*CoprocVersion) ProtoMessage() {}
 
 func (x *CoprocVersion) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[5]
+	mi := &file_tabula_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -907,7 +974,7 @@ func (x *CoprocVersion) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CoprocVersion.ProtoReflect.Descriptor instead.
 func (*CoprocVersion) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{5}
+	return file_tabula_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *CoprocVersion) GetVersion() uint64 {
@@ -974,7 +1041,7 @@ type Coprocessor struct {
 
 func (x *Coprocessor) Reset() {
 	*x = Coprocessor{}
-	mi := &file_tabula_proto_msgTypes[6]
+	mi := &file_tabula_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -986,7 +1053,7 @@ func (x *Coprocessor) String() string {
 func (*Coprocessor) ProtoMessage() {}
 
 func (x *Coprocessor) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[6]
+	mi := &file_tabula_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -999,7 +1066,7 @@ func (x *Coprocessor) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Coprocessor.ProtoReflect.Descriptor instead.
 func (*Coprocessor) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{6}
+	return file_tabula_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Coprocessor) GetName() string {
@@ -1042,7 +1109,7 @@ type CoprocDeployRequest struct {
 
 func (x *CoprocDeployRequest) Reset() {
 	*x = CoprocDeployRequest{}
-	mi := &file_tabula_proto_msgTypes[7]
+	mi := &file_tabula_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1054,7 +1121,7 @@ func (x *CoprocDeployRequest) String() string {
 func (*CoprocDeployRequest) ProtoMessage() {}
 
 func (x *CoprocDeployRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[7]
+	mi := &file_tabula_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1067,7 +1134,7 @@ func (x *CoprocDeployRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CoprocDeployRequest.ProtoReflect.Descriptor instead.
 func (*CoprocDeployRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{7}
+	return file_tabula_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *CoprocDeployRequest) GetTenant() string {
@@ -1108,7 +1175,7 @@ type CoprocDeployResponse struct {
 
 func (x *CoprocDeployResponse) Reset() {
 	*x = CoprocDeployResponse{}
-	mi := &file_tabula_proto_msgTypes[8]
+	mi := &file_tabula_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1120,7 +1187,7 @@ func (x *CoprocDeployResponse) String() string {
 func (*CoprocDeployResponse) ProtoMessage() {}
 
 func (x *CoprocDeployResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[8]
+	mi := &file_tabula_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1133,7 +1200,7 @@ func (x *CoprocDeployResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CoprocDeployResponse.ProtoReflect.Descriptor instead.
 func (*CoprocDeployResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{8}
+	return file_tabula_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *CoprocDeployResponse) GetCoprocessor() *Coprocessor {
@@ -1160,7 +1227,7 @@ type CoprocListRequest struct {
 
 func (x *CoprocListRequest) Reset() {
 	*x = CoprocListRequest{}
-	mi := &file_tabula_proto_msgTypes[9]
+	mi := &file_tabula_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1172,7 +1239,7 @@ func (x *CoprocListRequest) String() string {
 func (*CoprocListRequest) ProtoMessage() {}
 
 func (x *CoprocListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[9]
+	mi := &file_tabula_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1185,7 +1252,7 @@ func (x *CoprocListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CoprocListRequest.ProtoReflect.Descriptor instead.
 func (*CoprocListRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{9}
+	return file_tabula_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *CoprocListRequest) GetTenant() string {
@@ -1211,7 +1278,7 @@ type CoprocListResponse struct {
 
 func (x *CoprocListResponse) Reset() {
 	*x = CoprocListResponse{}
-	mi := &file_tabula_proto_msgTypes[10]
+	mi := &file_tabula_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1223,7 +1290,7 @@ func (x *CoprocListResponse) String() string {
 func (*CoprocListResponse) ProtoMessage() {}
 
 func (x *CoprocListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[10]
+	mi := &file_tabula_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1236,7 +1303,7 @@ func (x *CoprocListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CoprocListResponse.ProtoReflect.Descriptor instead.
 func (*CoprocListResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{10}
+	return file_tabula_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *CoprocListResponse) GetCoprocessors() []*Coprocessor {
@@ -1258,7 +1325,7 @@ type CoprocRollbackRequest struct {
 
 func (x *CoprocRollbackRequest) Reset() {
 	*x = CoprocRollbackRequest{}
-	mi := &file_tabula_proto_msgTypes[11]
+	mi := &file_tabula_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1270,7 +1337,7 @@ func (x *CoprocRollbackRequest) String() string {
 func (*CoprocRollbackRequest) ProtoMessage() {}
 
 func (x *CoprocRollbackRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[11]
+	mi := &file_tabula_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1283,7 +1350,7 @@ func (x *CoprocRollbackRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CoprocRollbackRequest.ProtoReflect.Descriptor instead.
 func (*CoprocRollbackRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{11}
+	return file_tabula_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *CoprocRollbackRequest) GetTenant() string {
@@ -1323,7 +1390,7 @@ type CoprocRollbackResponse struct {
 
 func (x *CoprocRollbackResponse) Reset() {
 	*x = CoprocRollbackResponse{}
-	mi := &file_tabula_proto_msgTypes[12]
+	mi := &file_tabula_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1335,7 +1402,7 @@ func (x *CoprocRollbackResponse) String() string {
 func (*CoprocRollbackResponse) ProtoMessage() {}
 
 func (x *CoprocRollbackResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[12]
+	mi := &file_tabula_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1348,7 +1415,7 @@ func (x *CoprocRollbackResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CoprocRollbackResponse.ProtoReflect.Descriptor instead.
 func (*CoprocRollbackResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{12}
+	return file_tabula_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *CoprocRollbackResponse) GetCoprocessor() *Coprocessor {
@@ -1370,7 +1437,7 @@ type CoprocFetchRequest struct {
 
 func (x *CoprocFetchRequest) Reset() {
 	*x = CoprocFetchRequest{}
-	mi := &file_tabula_proto_msgTypes[13]
+	mi := &file_tabula_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1382,7 +1449,7 @@ func (x *CoprocFetchRequest) String() string {
 func (*CoprocFetchRequest) ProtoMessage() {}
 
 func (x *CoprocFetchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[13]
+	mi := &file_tabula_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1395,7 +1462,7 @@ func (x *CoprocFetchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CoprocFetchRequest.ProtoReflect.Descriptor instead.
 func (*CoprocFetchRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{13}
+	return file_tabula_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *CoprocFetchRequest) GetTenant() string {
@@ -1436,7 +1503,7 @@ type CoprocFetchResponse struct {
 
 func (x *CoprocFetchResponse) Reset() {
 	*x = CoprocFetchResponse{}
-	mi := &file_tabula_proto_msgTypes[14]
+	mi := &file_tabula_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1448,7 +1515,7 @@ func (x *CoprocFetchResponse) String() string {
 func (*CoprocFetchResponse) ProtoMessage() {}
 
 func (x *CoprocFetchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[14]
+	mi := &file_tabula_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1461,7 +1528,7 @@ func (x *CoprocFetchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CoprocFetchResponse.ProtoReflect.Descriptor instead.
 func (*CoprocFetchResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{14}
+	return file_tabula_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *CoprocFetchResponse) GetWasm() []byte {
@@ -1491,7 +1558,7 @@ type CoprocReady struct {
 
 func (x *CoprocReady) Reset() {
 	*x = CoprocReady{}
-	mi := &file_tabula_proto_msgTypes[15]
+	mi := &file_tabula_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1503,7 +1570,7 @@ func (x *CoprocReady) String() string {
 func (*CoprocReady) ProtoMessage() {}
 
 func (x *CoprocReady) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[15]
+	mi := &file_tabula_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1516,7 +1583,7 @@ func (x *CoprocReady) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CoprocReady.ProtoReflect.Descriptor instead.
 func (*CoprocReady) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{15}
+	return file_tabula_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *CoprocReady) GetTenant() string {
@@ -1572,7 +1639,7 @@ type InvokeRequest struct {
 
 func (x *InvokeRequest) Reset() {
 	*x = InvokeRequest{}
-	mi := &file_tabula_proto_msgTypes[16]
+	mi := &file_tabula_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1584,7 +1651,7 @@ func (x *InvokeRequest) String() string {
 func (*InvokeRequest) ProtoMessage() {}
 
 func (x *InvokeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[16]
+	mi := &file_tabula_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1597,7 +1664,7 @@ func (x *InvokeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InvokeRequest.ProtoReflect.Descriptor instead.
 func (*InvokeRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{16}
+	return file_tabula_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *InvokeRequest) GetHeader() *RequestHeader {
@@ -1688,7 +1755,7 @@ type InvokeResponse struct {
 
 func (x *InvokeResponse) Reset() {
 	*x = InvokeResponse{}
-	mi := &file_tabula_proto_msgTypes[17]
+	mi := &file_tabula_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1700,7 +1767,7 @@ func (x *InvokeResponse) String() string {
 func (*InvokeResponse) ProtoMessage() {}
 
 func (x *InvokeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[17]
+	mi := &file_tabula_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1713,7 +1780,7 @@ func (x *InvokeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InvokeResponse.ProtoReflect.Descriptor instead.
 func (*InvokeResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{17}
+	return file_tabula_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *InvokeResponse) GetOutput() []byte {
@@ -1743,7 +1810,7 @@ type CoprocMergeRequest struct {
 
 func (x *CoprocMergeRequest) Reset() {
 	*x = CoprocMergeRequest{}
-	mi := &file_tabula_proto_msgTypes[18]
+	mi := &file_tabula_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1755,7 +1822,7 @@ func (x *CoprocMergeRequest) String() string {
 func (*CoprocMergeRequest) ProtoMessage() {}
 
 func (x *CoprocMergeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[18]
+	mi := &file_tabula_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1768,7 +1835,7 @@ func (x *CoprocMergeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CoprocMergeRequest.ProtoReflect.Descriptor instead.
 func (*CoprocMergeRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{18}
+	return file_tabula_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *CoprocMergeRequest) GetHeader() *RequestHeader {
@@ -1815,7 +1882,7 @@ type CoprocMergeResponse struct {
 
 func (x *CoprocMergeResponse) Reset() {
 	*x = CoprocMergeResponse{}
-	mi := &file_tabula_proto_msgTypes[19]
+	mi := &file_tabula_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1827,7 +1894,7 @@ func (x *CoprocMergeResponse) String() string {
 func (*CoprocMergeResponse) ProtoMessage() {}
 
 func (x *CoprocMergeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[19]
+	mi := &file_tabula_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1840,7 +1907,7 @@ func (x *CoprocMergeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CoprocMergeResponse.ProtoReflect.Descriptor instead.
 func (*CoprocMergeResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{19}
+	return file_tabula_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *CoprocMergeResponse) GetOutput() []byte {
@@ -1868,7 +1935,7 @@ type BulkFile struct {
 
 func (x *BulkFile) Reset() {
 	*x = BulkFile{}
-	mi := &file_tabula_proto_msgTypes[20]
+	mi := &file_tabula_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1880,7 +1947,7 @@ func (x *BulkFile) String() string {
 func (*BulkFile) ProtoMessage() {}
 
 func (x *BulkFile) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[20]
+	mi := &file_tabula_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1893,7 +1960,7 @@ func (x *BulkFile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkFile.ProtoReflect.Descriptor instead.
 func (*BulkFile) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{20}
+	return file_tabula_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *BulkFile) GetPartition() uint32 {
@@ -1959,7 +2026,7 @@ type BulkVersion struct {
 
 func (x *BulkVersion) Reset() {
 	*x = BulkVersion{}
-	mi := &file_tabula_proto_msgTypes[21]
+	mi := &file_tabula_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1971,7 +2038,7 @@ func (x *BulkVersion) String() string {
 func (*BulkVersion) ProtoMessage() {}
 
 func (x *BulkVersion) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[21]
+	mi := &file_tabula_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1984,7 +2051,7 @@ func (x *BulkVersion) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkVersion.ProtoReflect.Descriptor instead.
 func (*BulkVersion) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{21}
+	return file_tabula_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *BulkVersion) GetVersion() uint64 {
@@ -2083,7 +2150,7 @@ type BulkInfo struct {
 
 func (x *BulkInfo) Reset() {
 	*x = BulkInfo{}
-	mi := &file_tabula_proto_msgTypes[22]
+	mi := &file_tabula_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2095,7 +2162,7 @@ func (x *BulkInfo) String() string {
 func (*BulkInfo) ProtoMessage() {}
 
 func (x *BulkInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[22]
+	mi := &file_tabula_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2108,7 +2175,7 @@ func (x *BulkInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkInfo.ProtoReflect.Descriptor instead.
 func (*BulkInfo) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{22}
+	return file_tabula_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *BulkInfo) GetCurrent() uint64 {
@@ -2141,7 +2208,7 @@ type ServerInfo struct {
 
 func (x *ServerInfo) Reset() {
 	*x = ServerInfo{}
-	mi := &file_tabula_proto_msgTypes[23]
+	mi := &file_tabula_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2153,7 +2220,7 @@ func (x *ServerInfo) String() string {
 func (*ServerInfo) ProtoMessage() {}
 
 func (x *ServerInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[23]
+	mi := &file_tabula_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2166,7 +2233,7 @@ func (x *ServerInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServerInfo.ProtoReflect.Descriptor instead.
 func (*ServerInfo) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{23}
+	return file_tabula_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ServerInfo) GetId() string {
@@ -2240,14 +2307,18 @@ type ReplicaStatus struct {
 	CacheHits    uint64 `protobuf:"varint,13,opt,name=cache_hits,json=cacheHits,proto3" json:"cache_hits,omitempty"`
 	CacheMisses  uint64 `protobuf:"varint,14,opt,name=cache_misses,json=cacheMisses,proto3" json:"cache_misses,omitempty"`
 	// Bulk tables: the versions loaded (verified and ready to serve).
-	BulkLoaded    []*BulkLoaded `protobuf:"bytes,15,rep,name=bulk_loaded,json=bulkLoaded,proto3" json:"bulk_loaded,omitempty"`
+	BulkLoaded []*BulkLoaded `protobuf:"bytes,15,rep,name=bulk_loaded,json=bulkLoaded,proto3" json:"bulk_loaded,omitempty"`
+	// Replicated tables: the last log record applied to the engine, and the
+	// commit point this replica knows.
+	AppliedLsn    uint64 `protobuf:"varint,16,opt,name=applied_lsn,json=appliedLsn,proto3" json:"applied_lsn,omitempty"`
+	CommitLsn     uint64 `protobuf:"varint,17,opt,name=commit_lsn,json=commitLsn,proto3" json:"commit_lsn,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ReplicaStatus) Reset() {
 	*x = ReplicaStatus{}
-	mi := &file_tabula_proto_msgTypes[24]
+	mi := &file_tabula_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2259,7 +2330,7 @@ func (x *ReplicaStatus) String() string {
 func (*ReplicaStatus) ProtoMessage() {}
 
 func (x *ReplicaStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[24]
+	mi := &file_tabula_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2272,7 +2343,7 @@ func (x *ReplicaStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaStatus.ProtoReflect.Descriptor instead.
 func (*ReplicaStatus) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{24}
+	return file_tabula_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ReplicaStatus) GetPartitionId() uint64 {
@@ -2380,6 +2451,20 @@ func (x *ReplicaStatus) GetBulkLoaded() []*BulkLoaded {
 	return nil
 }
 
+func (x *ReplicaStatus) GetAppliedLsn() uint64 {
+	if x != nil {
+		return x.AppliedLsn
+	}
+	return 0
+}
+
+func (x *ReplicaStatus) GetCommitLsn() uint64 {
+	if x != nil {
+		return x.CommitLsn
+	}
+	return 0
+}
+
 type BulkLoaded struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Version uint64                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
@@ -2395,7 +2480,7 @@ type BulkLoaded struct {
 
 func (x *BulkLoaded) Reset() {
 	*x = BulkLoaded{}
-	mi := &file_tabula_proto_msgTypes[25]
+	mi := &file_tabula_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2407,7 +2492,7 @@ func (x *BulkLoaded) String() string {
 func (*BulkLoaded) ProtoMessage() {}
 
 func (x *BulkLoaded) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[25]
+	mi := &file_tabula_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2420,7 +2505,7 @@ func (x *BulkLoaded) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkLoaded.ProtoReflect.Descriptor instead.
 func (*BulkLoaded) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{25}
+	return file_tabula_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *BulkLoaded) GetVersion() uint64 {
@@ -2475,7 +2560,7 @@ type ErrorDetail struct {
 
 func (x *ErrorDetail) Reset() {
 	*x = ErrorDetail{}
-	mi := &file_tabula_proto_msgTypes[26]
+	mi := &file_tabula_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2487,7 +2572,7 @@ func (x *ErrorDetail) String() string {
 func (*ErrorDetail) ProtoMessage() {}
 
 func (x *ErrorDetail) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[26]
+	mi := &file_tabula_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2500,7 +2585,7 @@ func (x *ErrorDetail) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ErrorDetail.ProtoReflect.Descriptor instead.
 func (*ErrorDetail) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{26}
+	return file_tabula_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ErrorDetail) GetCode() ErrorCode {
@@ -2583,7 +2668,7 @@ type StreamRequest struct {
 
 func (x *StreamRequest) Reset() {
 	*x = StreamRequest{}
-	mi := &file_tabula_proto_msgTypes[27]
+	mi := &file_tabula_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2595,7 +2680,7 @@ func (x *StreamRequest) String() string {
 func (*StreamRequest) ProtoMessage() {}
 
 func (x *StreamRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[27]
+	mi := &file_tabula_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2608,7 +2693,7 @@ func (x *StreamRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamRequest.ProtoReflect.Descriptor instead.
 func (*StreamRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{27}
+	return file_tabula_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *StreamRequest) GetOp() StreamOp {
@@ -2671,7 +2756,7 @@ type StreamResponse struct {
 
 func (x *StreamResponse) Reset() {
 	*x = StreamResponse{}
-	mi := &file_tabula_proto_msgTypes[28]
+	mi := &file_tabula_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2683,7 +2768,7 @@ func (x *StreamResponse) String() string {
 func (*StreamResponse) ProtoMessage() {}
 
 func (x *StreamResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[28]
+	mi := &file_tabula_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2696,7 +2781,7 @@ func (x *StreamResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamResponse.ProtoReflect.Descriptor instead.
 func (*StreamResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{28}
+	return file_tabula_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *StreamResponse) GetJson() []byte {
@@ -2718,7 +2803,7 @@ type CreateTableRequest struct {
 
 func (x *CreateTableRequest) Reset() {
 	*x = CreateTableRequest{}
-	mi := &file_tabula_proto_msgTypes[29]
+	mi := &file_tabula_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2730,7 +2815,7 @@ func (x *CreateTableRequest) String() string {
 func (*CreateTableRequest) ProtoMessage() {}
 
 func (x *CreateTableRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[29]
+	mi := &file_tabula_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2743,7 +2828,7 @@ func (x *CreateTableRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTableRequest.ProtoReflect.Descriptor instead.
 func (*CreateTableRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{29}
+	return file_tabula_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *CreateTableRequest) GetTenant() string {
@@ -2783,7 +2868,7 @@ type CreateTableResponse struct {
 
 func (x *CreateTableResponse) Reset() {
 	*x = CreateTableResponse{}
-	mi := &file_tabula_proto_msgTypes[30]
+	mi := &file_tabula_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2795,7 +2880,7 @@ func (x *CreateTableResponse) String() string {
 func (*CreateTableResponse) ProtoMessage() {}
 
 func (x *CreateTableResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[30]
+	mi := &file_tabula_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2808,7 +2893,7 @@ func (x *CreateTableResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTableResponse.ProtoReflect.Descriptor instead.
 func (*CreateTableResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{30}
+	return file_tabula_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *CreateTableResponse) GetMap() *PartitionMap {
@@ -2828,7 +2913,7 @@ type DropTableRequest struct {
 
 func (x *DropTableRequest) Reset() {
 	*x = DropTableRequest{}
-	mi := &file_tabula_proto_msgTypes[31]
+	mi := &file_tabula_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2840,7 +2925,7 @@ func (x *DropTableRequest) String() string {
 func (*DropTableRequest) ProtoMessage() {}
 
 func (x *DropTableRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[31]
+	mi := &file_tabula_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2853,7 +2938,7 @@ func (x *DropTableRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DropTableRequest.ProtoReflect.Descriptor instead.
 func (*DropTableRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{31}
+	return file_tabula_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *DropTableRequest) GetTenant() string {
@@ -2878,7 +2963,7 @@ type DropTableResponse struct {
 
 func (x *DropTableResponse) Reset() {
 	*x = DropTableResponse{}
-	mi := &file_tabula_proto_msgTypes[32]
+	mi := &file_tabula_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2890,7 +2975,7 @@ func (x *DropTableResponse) String() string {
 func (*DropTableResponse) ProtoMessage() {}
 
 func (x *DropTableResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[32]
+	mi := &file_tabula_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2903,7 +2988,7 @@ func (x *DropTableResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DropTableResponse.ProtoReflect.Descriptor instead.
 func (*DropTableResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{32}
+	return file_tabula_proto_rawDescGZIP(), []int{33}
 }
 
 type ListTablesRequest struct {
@@ -2915,7 +3000,7 @@ type ListTablesRequest struct {
 
 func (x *ListTablesRequest) Reset() {
 	*x = ListTablesRequest{}
-	mi := &file_tabula_proto_msgTypes[33]
+	mi := &file_tabula_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2927,7 +3012,7 @@ func (x *ListTablesRequest) String() string {
 func (*ListTablesRequest) ProtoMessage() {}
 
 func (x *ListTablesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[33]
+	mi := &file_tabula_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2940,7 +3025,7 @@ func (x *ListTablesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTablesRequest.ProtoReflect.Descriptor instead.
 func (*ListTablesRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{33}
+	return file_tabula_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ListTablesRequest) GetTenant() string {
@@ -2959,7 +3044,7 @@ type ListTablesResponse struct {
 
 func (x *ListTablesResponse) Reset() {
 	*x = ListTablesResponse{}
-	mi := &file_tabula_proto_msgTypes[34]
+	mi := &file_tabula_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2971,7 +3056,7 @@ func (x *ListTablesResponse) String() string {
 func (*ListTablesResponse) ProtoMessage() {}
 
 func (x *ListTablesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[34]
+	mi := &file_tabula_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2984,7 +3069,7 @@ func (x *ListTablesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTablesResponse.ProtoReflect.Descriptor instead.
 func (*ListTablesResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{34}
+	return file_tabula_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ListTablesResponse) GetTables() []*Table {
@@ -3004,7 +3089,7 @@ type DescribeTableRequest struct {
 
 func (x *DescribeTableRequest) Reset() {
 	*x = DescribeTableRequest{}
-	mi := &file_tabula_proto_msgTypes[35]
+	mi := &file_tabula_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3016,7 +3101,7 @@ func (x *DescribeTableRequest) String() string {
 func (*DescribeTableRequest) ProtoMessage() {}
 
 func (x *DescribeTableRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[35]
+	mi := &file_tabula_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3029,7 +3114,7 @@ func (x *DescribeTableRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeTableRequest.ProtoReflect.Descriptor instead.
 func (*DescribeTableRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{35}
+	return file_tabula_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *DescribeTableRequest) GetTenant() string {
@@ -3057,7 +3142,7 @@ type DescribeTableResponse struct {
 
 func (x *DescribeTableResponse) Reset() {
 	*x = DescribeTableResponse{}
-	mi := &file_tabula_proto_msgTypes[36]
+	mi := &file_tabula_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3069,7 +3154,7 @@ func (x *DescribeTableResponse) String() string {
 func (*DescribeTableResponse) ProtoMessage() {}
 
 func (x *DescribeTableResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[36]
+	mi := &file_tabula_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3082,7 +3167,7 @@ func (x *DescribeTableResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeTableResponse.ProtoReflect.Descriptor instead.
 func (*DescribeTableResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{36}
+	return file_tabula_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *DescribeTableResponse) GetMap() *PartitionMap {
@@ -3109,7 +3194,7 @@ type GetPartitionMapRequest struct {
 
 func (x *GetPartitionMapRequest) Reset() {
 	*x = GetPartitionMapRequest{}
-	mi := &file_tabula_proto_msgTypes[37]
+	mi := &file_tabula_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3121,7 +3206,7 @@ func (x *GetPartitionMapRequest) String() string {
 func (*GetPartitionMapRequest) ProtoMessage() {}
 
 func (x *GetPartitionMapRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[37]
+	mi := &file_tabula_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3134,7 +3219,7 @@ func (x *GetPartitionMapRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPartitionMapRequest.ProtoReflect.Descriptor instead.
 func (*GetPartitionMapRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{37}
+	return file_tabula_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *GetPartitionMapRequest) GetTenant() string {
@@ -3160,7 +3245,7 @@ type GetPartitionMapResponse struct {
 
 func (x *GetPartitionMapResponse) Reset() {
 	*x = GetPartitionMapResponse{}
-	mi := &file_tabula_proto_msgTypes[38]
+	mi := &file_tabula_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3172,7 +3257,7 @@ func (x *GetPartitionMapResponse) String() string {
 func (*GetPartitionMapResponse) ProtoMessage() {}
 
 func (x *GetPartitionMapResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[38]
+	mi := &file_tabula_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3185,7 +3270,7 @@ func (x *GetPartitionMapResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPartitionMapResponse.ProtoReflect.Descriptor instead.
 func (*GetPartitionMapResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{38}
+	return file_tabula_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *GetPartitionMapResponse) GetMap() *PartitionMap {
@@ -3209,7 +3294,7 @@ type WatchPartitionMapRequest struct {
 
 func (x *WatchPartitionMapRequest) Reset() {
 	*x = WatchPartitionMapRequest{}
-	mi := &file_tabula_proto_msgTypes[39]
+	mi := &file_tabula_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3221,7 +3306,7 @@ func (x *WatchPartitionMapRequest) String() string {
 func (*WatchPartitionMapRequest) ProtoMessage() {}
 
 func (x *WatchPartitionMapRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[39]
+	mi := &file_tabula_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3234,7 +3319,7 @@ func (x *WatchPartitionMapRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchPartitionMapRequest.ProtoReflect.Descriptor instead.
 func (*WatchPartitionMapRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{39}
+	return file_tabula_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *WatchPartitionMapRequest) GetTenant() string {
@@ -3270,7 +3355,7 @@ type WatchPartitionMapResponse struct {
 
 func (x *WatchPartitionMapResponse) Reset() {
 	*x = WatchPartitionMapResponse{}
-	mi := &file_tabula_proto_msgTypes[40]
+	mi := &file_tabula_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3282,7 +3367,7 @@ func (x *WatchPartitionMapResponse) String() string {
 func (*WatchPartitionMapResponse) ProtoMessage() {}
 
 func (x *WatchPartitionMapResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[40]
+	mi := &file_tabula_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3295,7 +3380,7 @@ func (x *WatchPartitionMapResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchPartitionMapResponse.ProtoReflect.Descriptor instead.
 func (*WatchPartitionMapResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{40}
+	return file_tabula_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *WatchPartitionMapResponse) GetVersion() uint64 {
@@ -3324,7 +3409,7 @@ type RegisterServerRequest struct {
 
 func (x *RegisterServerRequest) Reset() {
 	*x = RegisterServerRequest{}
-	mi := &file_tabula_proto_msgTypes[41]
+	mi := &file_tabula_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3336,7 +3421,7 @@ func (x *RegisterServerRequest) String() string {
 func (*RegisterServerRequest) ProtoMessage() {}
 
 func (x *RegisterServerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[41]
+	mi := &file_tabula_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3349,7 +3434,7 @@ func (x *RegisterServerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterServerRequest.ProtoReflect.Descriptor instead.
 func (*RegisterServerRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{41}
+	return file_tabula_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *RegisterServerRequest) GetServerId() string {
@@ -3390,7 +3475,7 @@ type RegisterServerResponse struct {
 
 func (x *RegisterServerResponse) Reset() {
 	*x = RegisterServerResponse{}
-	mi := &file_tabula_proto_msgTypes[42]
+	mi := &file_tabula_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3402,7 +3487,7 @@ func (x *RegisterServerResponse) String() string {
 func (*RegisterServerResponse) ProtoMessage() {}
 
 func (x *RegisterServerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[42]
+	mi := &file_tabula_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3415,7 +3500,7 @@ func (x *RegisterServerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterServerResponse.ProtoReflect.Descriptor instead.
 func (*RegisterServerResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{42}
+	return file_tabula_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *RegisterServerResponse) GetServerId() string {
@@ -3460,7 +3545,7 @@ type HeartbeatRequest struct {
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_tabula_proto_msgTypes[43]
+	mi := &file_tabula_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3472,7 +3557,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[43]
+	mi := &file_tabula_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3485,7 +3570,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{43}
+	return file_tabula_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *HeartbeatRequest) GetServerId() string {
@@ -3529,7 +3614,7 @@ type HeartbeatResponse struct {
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_tabula_proto_msgTypes[44]
+	mi := &file_tabula_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3541,7 +3626,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[44]
+	mi := &file_tabula_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3554,7 +3639,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{44}
+	return file_tabula_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *HeartbeatResponse) GetMapVersion() uint64 {
@@ -3593,7 +3678,7 @@ type BulkPublishRequest struct {
 
 func (x *BulkPublishRequest) Reset() {
 	*x = BulkPublishRequest{}
-	mi := &file_tabula_proto_msgTypes[45]
+	mi := &file_tabula_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3605,7 +3690,7 @@ func (x *BulkPublishRequest) String() string {
 func (*BulkPublishRequest) ProtoMessage() {}
 
 func (x *BulkPublishRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[45]
+	mi := &file_tabula_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3618,7 +3703,7 @@ func (x *BulkPublishRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkPublishRequest.ProtoReflect.Descriptor instead.
 func (*BulkPublishRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{45}
+	return file_tabula_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *BulkPublishRequest) GetTenant() string {
@@ -3668,7 +3753,7 @@ type BulkPublishResponse struct {
 
 func (x *BulkPublishResponse) Reset() {
 	*x = BulkPublishResponse{}
-	mi := &file_tabula_proto_msgTypes[46]
+	mi := &file_tabula_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3680,7 +3765,7 @@ func (x *BulkPublishResponse) String() string {
 func (*BulkPublishResponse) ProtoMessage() {}
 
 func (x *BulkPublishResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[46]
+	mi := &file_tabula_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3693,7 +3778,7 @@ func (x *BulkPublishResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkPublishResponse.ProtoReflect.Descriptor instead.
 func (*BulkPublishResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{46}
+	return file_tabula_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *BulkPublishResponse) GetMap() *PartitionMap {
@@ -3725,7 +3810,7 @@ type BulkStoredRequest struct {
 
 func (x *BulkStoredRequest) Reset() {
 	*x = BulkStoredRequest{}
-	mi := &file_tabula_proto_msgTypes[47]
+	mi := &file_tabula_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3737,7 +3822,7 @@ func (x *BulkStoredRequest) String() string {
 func (*BulkStoredRequest) ProtoMessage() {}
 
 func (x *BulkStoredRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[47]
+	mi := &file_tabula_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3750,7 +3835,7 @@ func (x *BulkStoredRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkStoredRequest.ProtoReflect.Descriptor instead.
 func (*BulkStoredRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{47}
+	return file_tabula_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *BulkStoredRequest) GetTenant() string {
@@ -3797,7 +3882,7 @@ type BulkStoredResponse struct {
 
 func (x *BulkStoredResponse) Reset() {
 	*x = BulkStoredResponse{}
-	mi := &file_tabula_proto_msgTypes[48]
+	mi := &file_tabula_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3809,7 +3894,7 @@ func (x *BulkStoredResponse) String() string {
 func (*BulkStoredResponse) ProtoMessage() {}
 
 func (x *BulkStoredResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[48]
+	mi := &file_tabula_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3822,7 +3907,7 @@ func (x *BulkStoredResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkStoredResponse.ProtoReflect.Descriptor instead.
 func (*BulkStoredResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{48}
+	return file_tabula_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *BulkStoredResponse) GetMap() *PartitionMap {
@@ -3842,7 +3927,7 @@ type BulkStatusRequest struct {
 
 func (x *BulkStatusRequest) Reset() {
 	*x = BulkStatusRequest{}
-	mi := &file_tabula_proto_msgTypes[49]
+	mi := &file_tabula_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3854,7 +3939,7 @@ func (x *BulkStatusRequest) String() string {
 func (*BulkStatusRequest) ProtoMessage() {}
 
 func (x *BulkStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[49]
+	mi := &file_tabula_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3867,7 +3952,7 @@ func (x *BulkStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkStatusRequest.ProtoReflect.Descriptor instead.
 func (*BulkStatusRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{49}
+	return file_tabula_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *BulkStatusRequest) GetTenant() string {
@@ -3895,7 +3980,7 @@ type BulkStatusResponse struct {
 
 func (x *BulkStatusResponse) Reset() {
 	*x = BulkStatusResponse{}
-	mi := &file_tabula_proto_msgTypes[50]
+	mi := &file_tabula_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3907,7 +3992,7 @@ func (x *BulkStatusResponse) String() string {
 func (*BulkStatusResponse) ProtoMessage() {}
 
 func (x *BulkStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[50]
+	mi := &file_tabula_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3920,7 +4005,7 @@ func (x *BulkStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkStatusResponse.ProtoReflect.Descriptor instead.
 func (*BulkStatusResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{50}
+	return file_tabula_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *BulkStatusResponse) GetMap() *PartitionMap {
@@ -3948,7 +4033,7 @@ type BulkRollbackRequest struct {
 
 func (x *BulkRollbackRequest) Reset() {
 	*x = BulkRollbackRequest{}
-	mi := &file_tabula_proto_msgTypes[51]
+	mi := &file_tabula_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3960,7 +4045,7 @@ func (x *BulkRollbackRequest) String() string {
 func (*BulkRollbackRequest) ProtoMessage() {}
 
 func (x *BulkRollbackRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[51]
+	mi := &file_tabula_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3973,7 +4058,7 @@ func (x *BulkRollbackRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkRollbackRequest.ProtoReflect.Descriptor instead.
 func (*BulkRollbackRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{51}
+	return file_tabula_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *BulkRollbackRequest) GetTenant() string {
@@ -4006,7 +4091,7 @@ type BulkRollbackResponse struct {
 
 func (x *BulkRollbackResponse) Reset() {
 	*x = BulkRollbackResponse{}
-	mi := &file_tabula_proto_msgTypes[52]
+	mi := &file_tabula_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4018,7 +4103,7 @@ func (x *BulkRollbackResponse) String() string {
 func (*BulkRollbackResponse) ProtoMessage() {}
 
 func (x *BulkRollbackResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[52]
+	mi := &file_tabula_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4031,7 +4116,7 @@ func (x *BulkRollbackResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkRollbackResponse.ProtoReflect.Descriptor instead.
 func (*BulkRollbackResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{52}
+	return file_tabula_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *BulkRollbackResponse) GetMap() *PartitionMap {
@@ -4049,7 +4134,7 @@ type ListServersRequest struct {
 
 func (x *ListServersRequest) Reset() {
 	*x = ListServersRequest{}
-	mi := &file_tabula_proto_msgTypes[53]
+	mi := &file_tabula_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4061,7 +4146,7 @@ func (x *ListServersRequest) String() string {
 func (*ListServersRequest) ProtoMessage() {}
 
 func (x *ListServersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[53]
+	mi := &file_tabula_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4074,7 +4159,7 @@ func (x *ListServersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListServersRequest.ProtoReflect.Descriptor instead.
 func (*ListServersRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{53}
+	return file_tabula_proto_rawDescGZIP(), []int{54}
 }
 
 type ListServersResponse struct {
@@ -4086,7 +4171,7 @@ type ListServersResponse struct {
 
 func (x *ListServersResponse) Reset() {
 	*x = ListServersResponse{}
-	mi := &file_tabula_proto_msgTypes[54]
+	mi := &file_tabula_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4098,7 +4183,7 @@ func (x *ListServersResponse) String() string {
 func (*ListServersResponse) ProtoMessage() {}
 
 func (x *ListServersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[54]
+	mi := &file_tabula_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4111,7 +4196,7 @@ func (x *ListServersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListServersResponse.ProtoReflect.Descriptor instead.
 func (*ListServersResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{54}
+	return file_tabula_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *ListServersResponse) GetServers() []*ServerInfo {
@@ -4130,14 +4215,21 @@ type RequestHeader struct {
 	Epoch       uint64                 `protobuf:"varint,4,opt,name=epoch,proto3" json:"epoch,omitempty"`
 	// Bulk tables: the version to read (every key of a request is answered
 	// from it); 0 means the server's serving version.
-	BulkVersion   uint64 `protobuf:"varint,5,opt,name=bulk_version,json=bulkVersion,proto3" json:"bulk_version,omitempty"`
+	BulkVersion uint64 `protobuf:"varint,5,opt,name=bulk_version,json=bulkVersion,proto3" json:"bulk_version,omitempty"`
+	// Reads: served by any replica (eventual), not only the primary. The
+	// reply carries the LSN it reflects.
+	ReadAny bool `protobuf:"varint,6,opt,name=read_any,json=readAny,proto3" json:"read_any,omitempty"`
+	// Reads: the replica must have applied at least this LSN (a client reads
+	// its own writes from any replica); a replica behind answers UNAVAILABLE
+	// with reason "behind_min_lsn".
+	MinLsn        uint64 `protobuf:"varint,7,opt,name=min_lsn,json=minLsn,proto3" json:"min_lsn,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RequestHeader) Reset() {
 	*x = RequestHeader{}
-	mi := &file_tabula_proto_msgTypes[55]
+	mi := &file_tabula_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4149,7 +4241,7 @@ func (x *RequestHeader) String() string {
 func (*RequestHeader) ProtoMessage() {}
 
 func (x *RequestHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[55]
+	mi := &file_tabula_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4162,7 +4254,7 @@ func (x *RequestHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestHeader.ProtoReflect.Descriptor instead.
 func (*RequestHeader) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{55}
+	return file_tabula_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *RequestHeader) GetTenant() string {
@@ -4200,6 +4292,20 @@ func (x *RequestHeader) GetBulkVersion() uint64 {
 	return 0
 }
 
+func (x *RequestHeader) GetReadAny() bool {
+	if x != nil {
+		return x.ReadAny
+	}
+	return false
+}
+
+func (x *RequestHeader) GetMinLsn() uint64 {
+	if x != nil {
+		return x.MinLsn
+	}
+	return 0
+}
+
 type GetRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Header        *RequestHeader         `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
@@ -4210,7 +4316,7 @@ type GetRequest struct {
 
 func (x *GetRequest) Reset() {
 	*x = GetRequest{}
-	mi := &file_tabula_proto_msgTypes[56]
+	mi := &file_tabula_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4222,7 +4328,7 @@ func (x *GetRequest) String() string {
 func (*GetRequest) ProtoMessage() {}
 
 func (x *GetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[56]
+	mi := &file_tabula_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4235,7 +4341,7 @@ func (x *GetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRequest.ProtoReflect.Descriptor instead.
 func (*GetRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{56}
+	return file_tabula_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *GetRequest) GetHeader() *RequestHeader {
@@ -4258,13 +4364,15 @@ type GetResponse struct {
 	Value []byte                 `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
 	// 0: never expires.
 	ExpiresUnixMs int64 `protobuf:"varint,3,opt,name=expires_unix_ms,json=expiresUnixMs,proto3" json:"expires_unix_ms,omitempty"`
+	// Replicated tables: the last log record the answering replica applied.
+	Lsn           uint64 `protobuf:"varint,4,opt,name=lsn,proto3" json:"lsn,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GetResponse) Reset() {
 	*x = GetResponse{}
-	mi := &file_tabula_proto_msgTypes[57]
+	mi := &file_tabula_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4276,7 +4384,7 @@ func (x *GetResponse) String() string {
 func (*GetResponse) ProtoMessage() {}
 
 func (x *GetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[57]
+	mi := &file_tabula_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4289,7 +4397,7 @@ func (x *GetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetResponse.ProtoReflect.Descriptor instead.
 func (*GetResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{57}
+	return file_tabula_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *GetResponse) GetFound() bool {
@@ -4313,6 +4421,13 @@ func (x *GetResponse) GetExpiresUnixMs() int64 {
 	return 0
 }
 
+func (x *GetResponse) GetLsn() uint64 {
+	if x != nil {
+		return x.Lsn
+	}
+	return 0
+}
+
 type BatchGetRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Header        *RequestHeader         `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
@@ -4323,7 +4438,7 @@ type BatchGetRequest struct {
 
 func (x *BatchGetRequest) Reset() {
 	*x = BatchGetRequest{}
-	mi := &file_tabula_proto_msgTypes[58]
+	mi := &file_tabula_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4335,7 +4450,7 @@ func (x *BatchGetRequest) String() string {
 func (*BatchGetRequest) ProtoMessage() {}
 
 func (x *BatchGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[58]
+	mi := &file_tabula_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4348,7 +4463,7 @@ func (x *BatchGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchGetRequest.ProtoReflect.Descriptor instead.
 func (*BatchGetRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{58}
+	return file_tabula_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *BatchGetRequest) GetHeader() *RequestHeader {
@@ -4368,14 +4483,16 @@ func (x *BatchGetRequest) GetKeys() [][]byte {
 type BatchGetResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// One per key, in request order.
-	Results       []*GetResponse `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	Results []*GetResponse `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	// Replicated tables: the last log record the answering replica applied.
+	Lsn           uint64 `protobuf:"varint,2,opt,name=lsn,proto3" json:"lsn,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *BatchGetResponse) Reset() {
 	*x = BatchGetResponse{}
-	mi := &file_tabula_proto_msgTypes[59]
+	mi := &file_tabula_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4387,7 +4504,7 @@ func (x *BatchGetResponse) String() string {
 func (*BatchGetResponse) ProtoMessage() {}
 
 func (x *BatchGetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[59]
+	mi := &file_tabula_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4400,7 +4517,7 @@ func (x *BatchGetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchGetResponse.ProtoReflect.Descriptor instead.
 func (*BatchGetResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{59}
+	return file_tabula_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *BatchGetResponse) GetResults() []*GetResponse {
@@ -4410,20 +4527,30 @@ func (x *BatchGetResponse) GetResults() []*GetResponse {
 	return nil
 }
 
+func (x *BatchGetResponse) GetLsn() uint64 {
+	if x != nil {
+		return x.Lsn
+	}
+	return 0
+}
+
 type PutRequest struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Header *RequestHeader         `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
 	Key    []byte                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
 	Value  []byte                 `protobuf:"bytes,3,opt,name=value,proto3" json:"value,omitempty"`
 	// 0: the table's default TTL.
-	TtlMs         uint64 `protobuf:"varint,4,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
+	TtlMs uint64 `protobuf:"varint,4,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
+	// Identifies the request across retries (the SDK sets one): a retry of
+	// an applied write returns the first outcome and applies nothing again.
+	RequestId     string `protobuf:"bytes,5,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PutRequest) Reset() {
 	*x = PutRequest{}
-	mi := &file_tabula_proto_msgTypes[60]
+	mi := &file_tabula_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4435,7 +4562,7 @@ func (x *PutRequest) String() string {
 func (*PutRequest) ProtoMessage() {}
 
 func (x *PutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[60]
+	mi := &file_tabula_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4448,7 +4575,7 @@ func (x *PutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutRequest.ProtoReflect.Descriptor instead.
 func (*PutRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{60}
+	return file_tabula_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *PutRequest) GetHeader() *RequestHeader {
@@ -4479,15 +4606,24 @@ func (x *PutRequest) GetTtlMs() uint64 {
 	return 0
 }
 
+func (x *PutRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
 type PutResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The write's log sequence number.
+	Lsn           uint64 `protobuf:"varint,1,opt,name=lsn,proto3" json:"lsn,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PutResponse) Reset() {
 	*x = PutResponse{}
-	mi := &file_tabula_proto_msgTypes[61]
+	mi := &file_tabula_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4499,7 +4635,7 @@ func (x *PutResponse) String() string {
 func (*PutResponse) ProtoMessage() {}
 
 func (x *PutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[61]
+	mi := &file_tabula_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4512,20 +4648,28 @@ func (x *PutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutResponse.ProtoReflect.Descriptor instead.
 func (*PutResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{61}
+	return file_tabula_proto_rawDescGZIP(), []int{62}
+}
+
+func (x *PutResponse) GetLsn() uint64 {
+	if x != nil {
+		return x.Lsn
+	}
+	return 0
 }
 
 type DeleteRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Header        *RequestHeader         `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
 	Key           []byte                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	RequestId     string                 `protobuf:"bytes,3,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *DeleteRequest) Reset() {
 	*x = DeleteRequest{}
-	mi := &file_tabula_proto_msgTypes[62]
+	mi := &file_tabula_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4537,7 +4681,7 @@ func (x *DeleteRequest) String() string {
 func (*DeleteRequest) ProtoMessage() {}
 
 func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[62]
+	mi := &file_tabula_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4550,7 +4694,7 @@ func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRequest.ProtoReflect.Descriptor instead.
 func (*DeleteRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{62}
+	return file_tabula_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *DeleteRequest) GetHeader() *RequestHeader {
@@ -4567,16 +4711,24 @@ func (x *DeleteRequest) GetKey() []byte {
 	return nil
 }
 
+func (x *DeleteRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
 type DeleteResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Existed       bool                   `protobuf:"varint,1,opt,name=existed,proto3" json:"existed,omitempty"`
+	Lsn           uint64                 `protobuf:"varint,2,opt,name=lsn,proto3" json:"lsn,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *DeleteResponse) Reset() {
 	*x = DeleteResponse{}
-	mi := &file_tabula_proto_msgTypes[63]
+	mi := &file_tabula_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4588,7 +4740,7 @@ func (x *DeleteResponse) String() string {
 func (*DeleteResponse) ProtoMessage() {}
 
 func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[63]
+	mi := &file_tabula_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4601,7 +4753,7 @@ func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteResponse.ProtoReflect.Descriptor instead.
 func (*DeleteResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{63}
+	return file_tabula_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *DeleteResponse) GetExisted() bool {
@@ -4609,6 +4761,13 @@ func (x *DeleteResponse) GetExisted() bool {
 		return x.Existed
 	}
 	return false
+}
+
+func (x *DeleteResponse) GetLsn() uint64 {
+	if x != nil {
+		return x.Lsn
+	}
+	return 0
 }
 
 type CompareAndSwapRequest struct {
@@ -4623,13 +4782,14 @@ type CompareAndSwapRequest struct {
 	Delete        bool   `protobuf:"varint,5,opt,name=delete,proto3" json:"delete,omitempty"`
 	Value         []byte `protobuf:"bytes,6,opt,name=value,proto3" json:"value,omitempty"`
 	TtlMs         uint64 `protobuf:"varint,7,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
+	RequestId     string `protobuf:"bytes,8,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CompareAndSwapRequest) Reset() {
 	*x = CompareAndSwapRequest{}
-	mi := &file_tabula_proto_msgTypes[64]
+	mi := &file_tabula_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4641,7 +4801,7 @@ func (x *CompareAndSwapRequest) String() string {
 func (*CompareAndSwapRequest) ProtoMessage() {}
 
 func (x *CompareAndSwapRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[64]
+	mi := &file_tabula_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4654,7 +4814,7 @@ func (x *CompareAndSwapRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompareAndSwapRequest.ProtoReflect.Descriptor instead.
 func (*CompareAndSwapRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{64}
+	return file_tabula_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *CompareAndSwapRequest) GetHeader() *RequestHeader {
@@ -4706,19 +4866,27 @@ func (x *CompareAndSwapRequest) GetTtlMs() uint64 {
 	return 0
 }
 
+func (x *CompareAndSwapRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
 type CompareAndSwapResponse struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Swapped bool                   `protobuf:"varint,1,opt,name=swapped,proto3" json:"swapped,omitempty"`
 	// The state before the call (when not swapped: the state that did not match).
 	Existed       bool   `protobuf:"varint,2,opt,name=existed,proto3" json:"existed,omitempty"`
 	Current       []byte `protobuf:"bytes,3,opt,name=current,proto3" json:"current,omitempty"`
+	Lsn           uint64 `protobuf:"varint,4,opt,name=lsn,proto3" json:"lsn,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CompareAndSwapResponse) Reset() {
 	*x = CompareAndSwapResponse{}
-	mi := &file_tabula_proto_msgTypes[65]
+	mi := &file_tabula_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4730,7 +4898,7 @@ func (x *CompareAndSwapResponse) String() string {
 func (*CompareAndSwapResponse) ProtoMessage() {}
 
 func (x *CompareAndSwapResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[65]
+	mi := &file_tabula_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4743,7 +4911,7 @@ func (x *CompareAndSwapResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompareAndSwapResponse.ProtoReflect.Descriptor instead.
 func (*CompareAndSwapResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{65}
+	return file_tabula_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *CompareAndSwapResponse) GetSwapped() bool {
@@ -4767,6 +4935,13 @@ func (x *CompareAndSwapResponse) GetCurrent() []byte {
 	return nil
 }
 
+func (x *CompareAndSwapResponse) GetLsn() uint64 {
+	if x != nil {
+		return x.Lsn
+	}
+	return 0
+}
+
 type Mutation struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Op            Mutation_Op            `protobuf:"varint,1,opt,name=op,proto3,enum=tabula.v1.Mutation_Op" json:"op,omitempty"`
@@ -4779,7 +4954,7 @@ type Mutation struct {
 
 func (x *Mutation) Reset() {
 	*x = Mutation{}
-	mi := &file_tabula_proto_msgTypes[66]
+	mi := &file_tabula_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4791,7 +4966,7 @@ func (x *Mutation) String() string {
 func (*Mutation) ProtoMessage() {}
 
 func (x *Mutation) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[66]
+	mi := &file_tabula_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4804,7 +4979,7 @@ func (x *Mutation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Mutation.ProtoReflect.Descriptor instead.
 func (*Mutation) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{66}
+	return file_tabula_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *Mutation) GetOp() Mutation_Op {
@@ -4839,13 +5014,14 @@ type BatchWriteRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Header        *RequestHeader         `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
 	Mutations     []*Mutation            `protobuf:"bytes,2,rep,name=mutations,proto3" json:"mutations,omitempty"`
+	RequestId     string                 `protobuf:"bytes,3,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *BatchWriteRequest) Reset() {
 	*x = BatchWriteRequest{}
-	mi := &file_tabula_proto_msgTypes[67]
+	mi := &file_tabula_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4857,7 +5033,7 @@ func (x *BatchWriteRequest) String() string {
 func (*BatchWriteRequest) ProtoMessage() {}
 
 func (x *BatchWriteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[67]
+	mi := &file_tabula_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4870,7 +5046,7 @@ func (x *BatchWriteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchWriteRequest.ProtoReflect.Descriptor instead.
 func (*BatchWriteRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{67}
+	return file_tabula_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *BatchWriteRequest) GetHeader() *RequestHeader {
@@ -4887,15 +5063,23 @@ func (x *BatchWriteRequest) GetMutations() []*Mutation {
 	return nil
 }
 
+func (x *BatchWriteRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
 type BatchWriteResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
+	Lsn           uint64                 `protobuf:"varint,1,opt,name=lsn,proto3" json:"lsn,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *BatchWriteResponse) Reset() {
 	*x = BatchWriteResponse{}
-	mi := &file_tabula_proto_msgTypes[68]
+	mi := &file_tabula_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4907,7 +5091,7 @@ func (x *BatchWriteResponse) String() string {
 func (*BatchWriteResponse) ProtoMessage() {}
 
 func (x *BatchWriteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[68]
+	mi := &file_tabula_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4920,7 +5104,14 @@ func (x *BatchWriteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchWriteResponse.ProtoReflect.Descriptor instead.
 func (*BatchWriteResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{68}
+	return file_tabula_proto_rawDescGZIP(), []int{69}
+}
+
+func (x *BatchWriteResponse) GetLsn() uint64 {
+	if x != nil {
+		return x.Lsn
+	}
+	return 0
 }
 
 type ScanRequest struct {
@@ -4932,7 +5123,7 @@ type ScanRequest struct {
 
 func (x *ScanRequest) Reset() {
 	*x = ScanRequest{}
-	mi := &file_tabula_proto_msgTypes[69]
+	mi := &file_tabula_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4944,7 +5135,7 @@ func (x *ScanRequest) String() string {
 func (*ScanRequest) ProtoMessage() {}
 
 func (x *ScanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[69]
+	mi := &file_tabula_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4957,7 +5148,7 @@ func (x *ScanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScanRequest.ProtoReflect.Descriptor instead.
 func (*ScanRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{69}
+	return file_tabula_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *ScanRequest) GetHeader() *RequestHeader {
@@ -4978,7 +5169,7 @@ type KeyValue struct {
 
 func (x *KeyValue) Reset() {
 	*x = KeyValue{}
-	mi := &file_tabula_proto_msgTypes[70]
+	mi := &file_tabula_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4990,7 +5181,7 @@ func (x *KeyValue) String() string {
 func (*KeyValue) ProtoMessage() {}
 
 func (x *KeyValue) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[70]
+	mi := &file_tabula_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5003,7 +5194,7 @@ func (x *KeyValue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyValue.ProtoReflect.Descriptor instead.
 func (*KeyValue) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{70}
+	return file_tabula_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *KeyValue) GetKey() []byte {
@@ -5036,7 +5227,7 @@ type ScanResponse struct {
 
 func (x *ScanResponse) Reset() {
 	*x = ScanResponse{}
-	mi := &file_tabula_proto_msgTypes[71]
+	mi := &file_tabula_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5048,7 +5239,7 @@ func (x *ScanResponse) String() string {
 func (*ScanResponse) ProtoMessage() {}
 
 func (x *ScanResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[71]
+	mi := &file_tabula_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5061,7 +5252,7 @@ func (x *ScanResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScanResponse.ProtoReflect.Descriptor instead.
 func (*ScanResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{71}
+	return file_tabula_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *ScanResponse) GetRecords() []*KeyValue {
@@ -5088,7 +5279,7 @@ type BulkUploadRequest struct {
 
 func (x *BulkUploadRequest) Reset() {
 	*x = BulkUploadRequest{}
-	mi := &file_tabula_proto_msgTypes[72]
+	mi := &file_tabula_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5100,7 +5291,7 @@ func (x *BulkUploadRequest) String() string {
 func (*BulkUploadRequest) ProtoMessage() {}
 
 func (x *BulkUploadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[72]
+	mi := &file_tabula_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5113,7 +5304,7 @@ func (x *BulkUploadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkUploadRequest.ProtoReflect.Descriptor instead.
 func (*BulkUploadRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{72}
+	return file_tabula_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *BulkUploadRequest) GetHeader() *RequestHeader {
@@ -5168,7 +5359,7 @@ type BulkUploadStatusRequest struct {
 
 func (x *BulkUploadStatusRequest) Reset() {
 	*x = BulkUploadStatusRequest{}
-	mi := &file_tabula_proto_msgTypes[73]
+	mi := &file_tabula_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5180,7 +5371,7 @@ func (x *BulkUploadStatusRequest) String() string {
 func (*BulkUploadStatusRequest) ProtoMessage() {}
 
 func (x *BulkUploadStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[73]
+	mi := &file_tabula_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5193,7 +5384,7 @@ func (x *BulkUploadStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkUploadStatusRequest.ProtoReflect.Descriptor instead.
 func (*BulkUploadStatusRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{73}
+	return file_tabula_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *BulkUploadStatusRequest) GetHeader() *RequestHeader {
@@ -5222,7 +5413,7 @@ type BulkUploadResponse struct {
 
 func (x *BulkUploadResponse) Reset() {
 	*x = BulkUploadResponse{}
-	mi := &file_tabula_proto_msgTypes[74]
+	mi := &file_tabula_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5234,7 +5425,7 @@ func (x *BulkUploadResponse) String() string {
 func (*BulkUploadResponse) ProtoMessage() {}
 
 func (x *BulkUploadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[74]
+	mi := &file_tabula_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5247,7 +5438,7 @@ func (x *BulkUploadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkUploadResponse.ProtoReflect.Descriptor instead.
 func (*BulkUploadResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{74}
+	return file_tabula_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *BulkUploadResponse) GetReceived() uint64 {
@@ -5262,6 +5453,135 @@ func (x *BulkUploadResponse) GetLoaded() bool {
 		return x.Loaded
 	}
 	return false
+}
+
+type PartitionLogFailedRequest struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	ServerId    string                 `protobuf:"bytes,1,opt,name=server_id,json=serverId,proto3" json:"server_id,omitempty"`
+	PartitionId uint64                 `protobuf:"varint,2,opt,name=partition_id,json=partitionId,proto3" json:"partition_id,omitempty"`
+	Epoch       uint64                 `protobuf:"varint,3,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	// The extent whose append failed.
+	Extent        uint64 `protobuf:"varint,4,opt,name=extent,proto3" json:"extent,omitempty"`
+	Reason        string `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PartitionLogFailedRequest) Reset() {
+	*x = PartitionLogFailedRequest{}
+	mi := &file_tabula_proto_msgTypes[76]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PartitionLogFailedRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PartitionLogFailedRequest) ProtoMessage() {}
+
+func (x *PartitionLogFailedRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tabula_proto_msgTypes[76]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PartitionLogFailedRequest.ProtoReflect.Descriptor instead.
+func (*PartitionLogFailedRequest) Descriptor() ([]byte, []int) {
+	return file_tabula_proto_rawDescGZIP(), []int{76}
+}
+
+func (x *PartitionLogFailedRequest) GetServerId() string {
+	if x != nil {
+		return x.ServerId
+	}
+	return ""
+}
+
+func (x *PartitionLogFailedRequest) GetPartitionId() uint64 {
+	if x != nil {
+		return x.PartitionId
+	}
+	return 0
+}
+
+func (x *PartitionLogFailedRequest) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *PartitionLogFailedRequest) GetExtent() uint64 {
+	if x != nil {
+		return x.Extent
+	}
+	return 0
+}
+
+func (x *PartitionLogFailedRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+type PartitionLogFailedResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Partition     *Partition             `protobuf:"bytes,1,opt,name=partition,proto3" json:"partition,omitempty"`
+	MapVersion    uint64                 `protobuf:"varint,2,opt,name=map_version,json=mapVersion,proto3" json:"map_version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PartitionLogFailedResponse) Reset() {
+	*x = PartitionLogFailedResponse{}
+	mi := &file_tabula_proto_msgTypes[77]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PartitionLogFailedResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PartitionLogFailedResponse) ProtoMessage() {}
+
+func (x *PartitionLogFailedResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tabula_proto_msgTypes[77]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PartitionLogFailedResponse.ProtoReflect.Descriptor instead.
+func (*PartitionLogFailedResponse) Descriptor() ([]byte, []int) {
+	return file_tabula_proto_rawDescGZIP(), []int{77}
+}
+
+func (x *PartitionLogFailedResponse) GetPartition() *Partition {
+	if x != nil {
+		return x.Partition
+	}
+	return nil
+}
+
+func (x *PartitionLogFailedResponse) GetMapVersion() uint64 {
+	if x != nil {
+		return x.MapVersion
+	}
+	return 0
 }
 
 var File_tabula_proto protoreflect.FileDescriptor
@@ -5293,14 +5613,18 @@ const file_tabula_proto_rawDesc = "" +
 	"\tserver_id\x18\x01 \x01(\tR\bserverId\x12\x12\n" +
 	"\x04addr\x18\x02 \x01(\tR\x04addr\x12*\n" +
 	"\x04role\x18\x03 \x01(\x0e2\x16.tabula.v1.ReplicaRoleR\x04role\x12!\n" +
-	"\ffault_domain\x18\x04 \x01(\tR\vfaultDomain\"\x9f\x01\n" +
+	"\ffault_domain\x18\x04 \x01(\tR\vfaultDomain\"\xca\x01\n" +
 	"\tPartition\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x14\n" +
 	"\x05start\x18\x02 \x01(\x04R\x05start\x12\x10\n" +
 	"\x03end\x18\x03 \x01(\x04R\x03end\x12\x14\n" +
 	"\x05epoch\x18\x04 \x01(\x04R\x05epoch\x12.\n" +
 	"\breplicas\x18\x05 \x03(\v2\x12.tabula.v1.ReplicaR\breplicas\x12\x14\n" +
-	"\x05index\x18\x06 \x01(\rR\x05index\"\xeb\x01\n" +
+	"\x05index\x18\x06 \x01(\rR\x05index\x12)\n" +
+	"\x03log\x18\a \x01(\v2\x17.tabula.v1.PartitionLogR\x03log\">\n" +
+	"\fPartitionLog\x12\x16\n" +
+	"\x06stream\x18\x01 \x01(\tR\x06stream\x12\x16\n" +
+	"\x06extent\x18\x02 \x01(\x04R\x06extent\"\xeb\x01\n" +
 	"\fPartitionMap\x12&\n" +
 	"\x05table\x18\x01 \x01(\v2\x10.tabula.v1.TableR\x05table\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x04R\aversion\x124\n" +
@@ -5413,7 +5737,7 @@ const file_tabula_proto_rawDesc = "" +
 	"\x05alive\x18\x04 \x01(\bR\x05alive\x12\x1a\n" +
 	"\breplicas\x18\x05 \x01(\rR\breplicas\x123\n" +
 	"\x16last_heartbeat_unix_ms\x18\x06 \x01(\x03R\x13lastHeartbeatUnixMs\x12\x1a\n" +
-	"\bdraining\x18\a \x01(\bR\bdraining\"\xe4\x03\n" +
+	"\bdraining\x18\a \x01(\bR\bdraining\"\xa4\x04\n" +
 	"\rReplicaStatus\x12!\n" +
 	"\fpartition_id\x18\x01 \x01(\x04R\vpartitionId\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12*\n" +
@@ -5434,7 +5758,11 @@ const file_tabula_proto_rawDesc = "" +
 	"cache_hits\x18\r \x01(\x04R\tcacheHits\x12!\n" +
 	"\fcache_misses\x18\x0e \x01(\x04R\vcacheMisses\x126\n" +
 	"\vbulk_loaded\x18\x0f \x03(\v2\x15.tabula.v1.BulkLoadedR\n" +
-	"bulkLoaded\"h\n" +
+	"bulkLoaded\x12\x1f\n" +
+	"\vapplied_lsn\x18\x10 \x01(\x04R\n" +
+	"appliedLsn\x12\x1d\n" +
+	"\n" +
+	"commit_lsn\x18\x11 \x01(\x04R\tcommitLsn\"h\n" +
 	"\n" +
 	"BulkLoaded\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\x04R\aversion\x12\x12\n" +
@@ -5548,38 +5876,48 @@ const file_tabula_proto_rawDesc = "" +
 	"\x03map\x18\x01 \x01(\v2\x17.tabula.v1.PartitionMapR\x03map\"\x14\n" +
 	"\x12ListServersRequest\"F\n" +
 	"\x13ListServersResponse\x12/\n" +
-	"\aservers\x18\x01 \x03(\v2\x15.tabula.v1.ServerInfoR\aservers\"\x99\x01\n" +
+	"\aservers\x18\x01 \x03(\v2\x15.tabula.v1.ServerInfoR\aservers\"\xcd\x01\n" +
 	"\rRequestHeader\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x14\n" +
 	"\x05table\x18\x02 \x01(\tR\x05table\x12!\n" +
 	"\fpartition_id\x18\x03 \x01(\x04R\vpartitionId\x12\x14\n" +
 	"\x05epoch\x18\x04 \x01(\x04R\x05epoch\x12!\n" +
-	"\fbulk_version\x18\x05 \x01(\x04R\vbulkVersion\"P\n" +
+	"\fbulk_version\x18\x05 \x01(\x04R\vbulkVersion\x12\x19\n" +
+	"\bread_any\x18\x06 \x01(\bR\areadAny\x12\x17\n" +
+	"\amin_lsn\x18\a \x01(\x04R\x06minLsn\"P\n" +
 	"\n" +
 	"GetRequest\x120\n" +
 	"\x06header\x18\x01 \x01(\v2\x18.tabula.v1.RequestHeaderR\x06header\x12\x10\n" +
-	"\x03key\x18\x02 \x01(\fR\x03key\"a\n" +
+	"\x03key\x18\x02 \x01(\fR\x03key\"s\n" +
 	"\vGetResponse\x12\x14\n" +
 	"\x05found\x18\x01 \x01(\bR\x05found\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\fR\x05value\x12&\n" +
-	"\x0fexpires_unix_ms\x18\x03 \x01(\x03R\rexpiresUnixMs\"W\n" +
+	"\x0fexpires_unix_ms\x18\x03 \x01(\x03R\rexpiresUnixMs\x12\x10\n" +
+	"\x03lsn\x18\x04 \x01(\x04R\x03lsn\"W\n" +
 	"\x0fBatchGetRequest\x120\n" +
 	"\x06header\x18\x01 \x01(\v2\x18.tabula.v1.RequestHeaderR\x06header\x12\x12\n" +
-	"\x04keys\x18\x02 \x03(\fR\x04keys\"D\n" +
+	"\x04keys\x18\x02 \x03(\fR\x04keys\"V\n" +
 	"\x10BatchGetResponse\x120\n" +
-	"\aresults\x18\x01 \x03(\v2\x16.tabula.v1.GetResponseR\aresults\"}\n" +
+	"\aresults\x18\x01 \x03(\v2\x16.tabula.v1.GetResponseR\aresults\x12\x10\n" +
+	"\x03lsn\x18\x02 \x01(\x04R\x03lsn\"\x9c\x01\n" +
 	"\n" +
 	"PutRequest\x120\n" +
 	"\x06header\x18\x01 \x01(\v2\x18.tabula.v1.RequestHeaderR\x06header\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\fR\x03key\x12\x14\n" +
 	"\x05value\x18\x03 \x01(\fR\x05value\x12\x15\n" +
-	"\x06ttl_ms\x18\x04 \x01(\x04R\x05ttlMs\"\r\n" +
-	"\vPutResponse\"S\n" +
+	"\x06ttl_ms\x18\x04 \x01(\x04R\x05ttlMs\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x05 \x01(\tR\trequestId\"\x1f\n" +
+	"\vPutResponse\x12\x10\n" +
+	"\x03lsn\x18\x01 \x01(\x04R\x03lsn\"r\n" +
 	"\rDeleteRequest\x120\n" +
 	"\x06header\x18\x01 \x01(\v2\x18.tabula.v1.RequestHeaderR\x06header\x12\x10\n" +
-	"\x03key\x18\x02 \x01(\fR\x03key\"*\n" +
+	"\x03key\x18\x02 \x01(\fR\x03key\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x03 \x01(\tR\trequestId\"<\n" +
 	"\x0eDeleteResponse\x12\x18\n" +
-	"\aexisted\x18\x01 \x01(\bR\aexisted\"\xe1\x01\n" +
+	"\aexisted\x18\x01 \x01(\bR\aexisted\x12\x10\n" +
+	"\x03lsn\x18\x02 \x01(\x04R\x03lsn\"\x80\x02\n" +
 	"\x15CompareAndSwapRequest\x120\n" +
 	"\x06header\x18\x01 \x01(\v2\x18.tabula.v1.RequestHeaderR\x06header\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\fR\x03key\x12#\n" +
@@ -5587,11 +5925,14 @@ const file_tabula_proto_rawDesc = "" +
 	"\bexpected\x18\x04 \x01(\fR\bexpected\x12\x16\n" +
 	"\x06delete\x18\x05 \x01(\bR\x06delete\x12\x14\n" +
 	"\x05value\x18\x06 \x01(\fR\x05value\x12\x15\n" +
-	"\x06ttl_ms\x18\a \x01(\x04R\x05ttlMs\"f\n" +
+	"\x06ttl_ms\x18\a \x01(\x04R\x05ttlMs\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\b \x01(\tR\trequestId\"x\n" +
 	"\x16CompareAndSwapResponse\x12\x18\n" +
 	"\aswapped\x18\x01 \x01(\bR\aswapped\x12\x18\n" +
 	"\aexisted\x18\x02 \x01(\bR\aexisted\x12\x18\n" +
-	"\acurrent\x18\x03 \x01(\fR\acurrent\"\xa6\x01\n" +
+	"\acurrent\x18\x03 \x01(\fR\acurrent\x12\x10\n" +
+	"\x03lsn\x18\x04 \x01(\x04R\x03lsn\"\xa6\x01\n" +
 	"\bMutation\x12&\n" +
 	"\x02op\x18\x01 \x01(\x0e2\x16.tabula.v1.Mutation.OpR\x02op\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\fR\x03key\x12\x14\n" +
@@ -5601,11 +5942,14 @@ const file_tabula_proto_rawDesc = "" +
 	"\x0eOP_UNSPECIFIED\x10\x00\x12\n" +
 	"\n" +
 	"\x06OP_PUT\x10\x01\x12\r\n" +
-	"\tOP_DELETE\x10\x02\"x\n" +
+	"\tOP_DELETE\x10\x02\"\x97\x01\n" +
 	"\x11BatchWriteRequest\x120\n" +
 	"\x06header\x18\x01 \x01(\v2\x18.tabula.v1.RequestHeaderR\x06header\x121\n" +
-	"\tmutations\x18\x02 \x03(\v2\x13.tabula.v1.MutationR\tmutations\"\x14\n" +
-	"\x12BatchWriteResponse\"?\n" +
+	"\tmutations\x18\x02 \x03(\v2\x13.tabula.v1.MutationR\tmutations\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x03 \x01(\tR\trequestId\"&\n" +
+	"\x12BatchWriteResponse\x12\x10\n" +
+	"\x03lsn\x18\x01 \x01(\x04R\x03lsn\"?\n" +
 	"\vScanRequest\x120\n" +
 	"\x06header\x18\x01 \x01(\v2\x18.tabula.v1.RequestHeaderR\x06header\"Z\n" +
 	"\bKeyValue\x12\x10\n" +
@@ -5626,7 +5970,17 @@ const file_tabula_proto_rawDesc = "" +
 	"\aversion\x18\x02 \x01(\x04R\aversion\"H\n" +
 	"\x12BulkUploadResponse\x12\x1a\n" +
 	"\breceived\x18\x01 \x01(\x04R\breceived\x12\x16\n" +
-	"\x06loaded\x18\x02 \x01(\bR\x06loaded*j\n" +
+	"\x06loaded\x18\x02 \x01(\bR\x06loaded\"\xa1\x01\n" +
+	"\x19PartitionLogFailedRequest\x12\x1b\n" +
+	"\tserver_id\x18\x01 \x01(\tR\bserverId\x12!\n" +
+	"\fpartition_id\x18\x02 \x01(\x04R\vpartitionId\x12\x14\n" +
+	"\x05epoch\x18\x03 \x01(\x04R\x05epoch\x12\x16\n" +
+	"\x06extent\x18\x04 \x01(\x04R\x06extent\x12\x16\n" +
+	"\x06reason\x18\x05 \x01(\tR\x06reason\"q\n" +
+	"\x1aPartitionLogFailedResponse\x122\n" +
+	"\tpartition\x18\x01 \x01(\v2\x14.tabula.v1.PartitionR\tpartition\x12\x1f\n" +
+	"\vmap_version\x18\x02 \x01(\x04R\n" +
+	"mapVersion*j\n" +
 	"\tTableKind\x12\x1a\n" +
 	"\x16TABLE_KIND_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10TABLE_KIND_POINT\x10\x01\x12\x13\n" +
@@ -5667,7 +6021,7 @@ const file_tabula_proto_rawDesc = "" +
 	"\x0fSTREAM_OP_NODES\x10\t\x12%\n" +
 	"!STREAM_OP_REPORT_CORRUPT_FRAGMENT\x10\n" +
 	"\x12\x16\n" +
-	"\x12STREAM_OP_SET_CODE\x10\v2\x9b\v\n" +
+	"\x12STREAM_OP_SET_CODE\x10\v2\xfe\v\n" +
 	"\x06Master\x12L\n" +
 	"\vCreateTable\x12\x1d.tabula.v1.CreateTableRequest\x1a\x1e.tabula.v1.CreateTableResponse\x12F\n" +
 	"\tDropTable\x12\x1b.tabula.v1.DropTableRequest\x1a\x1c.tabula.v1.DropTableResponse\x12I\n" +
@@ -5677,7 +6031,8 @@ const file_tabula_proto_rawDesc = "" +
 	"\x0fGetPartitionMap\x12!.tabula.v1.GetPartitionMapRequest\x1a\".tabula.v1.GetPartitionMapResponse\x12`\n" +
 	"\x11WatchPartitionMap\x12#.tabula.v1.WatchPartitionMapRequest\x1a$.tabula.v1.WatchPartitionMapResponse0\x01\x12U\n" +
 	"\x0eRegisterServer\x12 .tabula.v1.RegisterServerRequest\x1a!.tabula.v1.RegisterServerResponse\x12F\n" +
-	"\tHeartbeat\x12\x1b.tabula.v1.HeartbeatRequest\x1a\x1c.tabula.v1.HeartbeatResponse\x12L\n" +
+	"\tHeartbeat\x12\x1b.tabula.v1.HeartbeatRequest\x1a\x1c.tabula.v1.HeartbeatResponse\x12a\n" +
+	"\x12PartitionLogFailed\x12$.tabula.v1.PartitionLogFailedRequest\x1a%.tabula.v1.PartitionLogFailedResponse\x12L\n" +
 	"\vListServers\x12\x1d.tabula.v1.ListServersRequest\x1a\x1e.tabula.v1.ListServersResponse\x12L\n" +
 	"\vBulkPublish\x12\x1d.tabula.v1.BulkPublishRequest\x1a\x1e.tabula.v1.BulkPublishResponse\x12I\n" +
 	"\n" +
@@ -5719,207 +6074,214 @@ func file_tabula_proto_rawDescGZIP() []byte {
 }
 
 var file_tabula_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_tabula_proto_msgTypes = make([]protoimpl.MessageInfo, 75)
+var file_tabula_proto_msgTypes = make([]protoimpl.MessageInfo, 78)
 var file_tabula_proto_goTypes = []any{
-	(TableKind)(0),                    // 0: tabula.v1.TableKind
-	(ReplicaRole)(0),                  // 1: tabula.v1.ReplicaRole
-	(BulkVersionState)(0),             // 2: tabula.v1.BulkVersionState
-	(ErrorCode)(0),                    // 3: tabula.v1.ErrorCode
-	(StreamOp)(0),                     // 4: tabula.v1.StreamOp
-	(Mutation_Op)(0),                  // 5: tabula.v1.Mutation.Op
-	(*TableOptions)(nil),              // 6: tabula.v1.TableOptions
-	(*Table)(nil),                     // 7: tabula.v1.Table
-	(*Replica)(nil),                   // 8: tabula.v1.Replica
-	(*Partition)(nil),                 // 9: tabula.v1.Partition
-	(*PartitionMap)(nil),              // 10: tabula.v1.PartitionMap
-	(*CoprocVersion)(nil),             // 11: tabula.v1.CoprocVersion
-	(*Coprocessor)(nil),               // 12: tabula.v1.Coprocessor
-	(*CoprocDeployRequest)(nil),       // 13: tabula.v1.CoprocDeployRequest
-	(*CoprocDeployResponse)(nil),      // 14: tabula.v1.CoprocDeployResponse
-	(*CoprocListRequest)(nil),         // 15: tabula.v1.CoprocListRequest
-	(*CoprocListResponse)(nil),        // 16: tabula.v1.CoprocListResponse
-	(*CoprocRollbackRequest)(nil),     // 17: tabula.v1.CoprocRollbackRequest
-	(*CoprocRollbackResponse)(nil),    // 18: tabula.v1.CoprocRollbackResponse
-	(*CoprocFetchRequest)(nil),        // 19: tabula.v1.CoprocFetchRequest
-	(*CoprocFetchResponse)(nil),       // 20: tabula.v1.CoprocFetchResponse
-	(*CoprocReady)(nil),               // 21: tabula.v1.CoprocReady
-	(*InvokeRequest)(nil),             // 22: tabula.v1.InvokeRequest
-	(*InvokeResponse)(nil),            // 23: tabula.v1.InvokeResponse
-	(*CoprocMergeRequest)(nil),        // 24: tabula.v1.CoprocMergeRequest
-	(*CoprocMergeResponse)(nil),       // 25: tabula.v1.CoprocMergeResponse
-	(*BulkFile)(nil),                  // 26: tabula.v1.BulkFile
-	(*BulkVersion)(nil),               // 27: tabula.v1.BulkVersion
-	(*BulkInfo)(nil),                  // 28: tabula.v1.BulkInfo
-	(*ServerInfo)(nil),                // 29: tabula.v1.ServerInfo
-	(*ReplicaStatus)(nil),             // 30: tabula.v1.ReplicaStatus
-	(*BulkLoaded)(nil),                // 31: tabula.v1.BulkLoaded
-	(*ErrorDetail)(nil),               // 32: tabula.v1.ErrorDetail
-	(*StreamRequest)(nil),             // 33: tabula.v1.StreamRequest
-	(*StreamResponse)(nil),            // 34: tabula.v1.StreamResponse
-	(*CreateTableRequest)(nil),        // 35: tabula.v1.CreateTableRequest
-	(*CreateTableResponse)(nil),       // 36: tabula.v1.CreateTableResponse
-	(*DropTableRequest)(nil),          // 37: tabula.v1.DropTableRequest
-	(*DropTableResponse)(nil),         // 38: tabula.v1.DropTableResponse
-	(*ListTablesRequest)(nil),         // 39: tabula.v1.ListTablesRequest
-	(*ListTablesResponse)(nil),        // 40: tabula.v1.ListTablesResponse
-	(*DescribeTableRequest)(nil),      // 41: tabula.v1.DescribeTableRequest
-	(*DescribeTableResponse)(nil),     // 42: tabula.v1.DescribeTableResponse
-	(*GetPartitionMapRequest)(nil),    // 43: tabula.v1.GetPartitionMapRequest
-	(*GetPartitionMapResponse)(nil),   // 44: tabula.v1.GetPartitionMapResponse
-	(*WatchPartitionMapRequest)(nil),  // 45: tabula.v1.WatchPartitionMapRequest
-	(*WatchPartitionMapResponse)(nil), // 46: tabula.v1.WatchPartitionMapResponse
-	(*RegisterServerRequest)(nil),     // 47: tabula.v1.RegisterServerRequest
-	(*RegisterServerResponse)(nil),    // 48: tabula.v1.RegisterServerResponse
-	(*HeartbeatRequest)(nil),          // 49: tabula.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),         // 50: tabula.v1.HeartbeatResponse
-	(*BulkPublishRequest)(nil),        // 51: tabula.v1.BulkPublishRequest
-	(*BulkPublishResponse)(nil),       // 52: tabula.v1.BulkPublishResponse
-	(*BulkStoredRequest)(nil),         // 53: tabula.v1.BulkStoredRequest
-	(*BulkStoredResponse)(nil),        // 54: tabula.v1.BulkStoredResponse
-	(*BulkStatusRequest)(nil),         // 55: tabula.v1.BulkStatusRequest
-	(*BulkStatusResponse)(nil),        // 56: tabula.v1.BulkStatusResponse
-	(*BulkRollbackRequest)(nil),       // 57: tabula.v1.BulkRollbackRequest
-	(*BulkRollbackResponse)(nil),      // 58: tabula.v1.BulkRollbackResponse
-	(*ListServersRequest)(nil),        // 59: tabula.v1.ListServersRequest
-	(*ListServersResponse)(nil),       // 60: tabula.v1.ListServersResponse
-	(*RequestHeader)(nil),             // 61: tabula.v1.RequestHeader
-	(*GetRequest)(nil),                // 62: tabula.v1.GetRequest
-	(*GetResponse)(nil),               // 63: tabula.v1.GetResponse
-	(*BatchGetRequest)(nil),           // 64: tabula.v1.BatchGetRequest
-	(*BatchGetResponse)(nil),          // 65: tabula.v1.BatchGetResponse
-	(*PutRequest)(nil),                // 66: tabula.v1.PutRequest
-	(*PutResponse)(nil),               // 67: tabula.v1.PutResponse
-	(*DeleteRequest)(nil),             // 68: tabula.v1.DeleteRequest
-	(*DeleteResponse)(nil),            // 69: tabula.v1.DeleteResponse
-	(*CompareAndSwapRequest)(nil),     // 70: tabula.v1.CompareAndSwapRequest
-	(*CompareAndSwapResponse)(nil),    // 71: tabula.v1.CompareAndSwapResponse
-	(*Mutation)(nil),                  // 72: tabula.v1.Mutation
-	(*BatchWriteRequest)(nil),         // 73: tabula.v1.BatchWriteRequest
-	(*BatchWriteResponse)(nil),        // 74: tabula.v1.BatchWriteResponse
-	(*ScanRequest)(nil),               // 75: tabula.v1.ScanRequest
-	(*KeyValue)(nil),                  // 76: tabula.v1.KeyValue
-	(*ScanResponse)(nil),              // 77: tabula.v1.ScanResponse
-	(*BulkUploadRequest)(nil),         // 78: tabula.v1.BulkUploadRequest
-	(*BulkUploadStatusRequest)(nil),   // 79: tabula.v1.BulkUploadStatusRequest
-	(*BulkUploadResponse)(nil),        // 80: tabula.v1.BulkUploadResponse
+	(TableKind)(0),                     // 0: tabula.v1.TableKind
+	(ReplicaRole)(0),                   // 1: tabula.v1.ReplicaRole
+	(BulkVersionState)(0),              // 2: tabula.v1.BulkVersionState
+	(ErrorCode)(0),                     // 3: tabula.v1.ErrorCode
+	(StreamOp)(0),                      // 4: tabula.v1.StreamOp
+	(Mutation_Op)(0),                   // 5: tabula.v1.Mutation.Op
+	(*TableOptions)(nil),               // 6: tabula.v1.TableOptions
+	(*Table)(nil),                      // 7: tabula.v1.Table
+	(*Replica)(nil),                    // 8: tabula.v1.Replica
+	(*Partition)(nil),                  // 9: tabula.v1.Partition
+	(*PartitionLog)(nil),               // 10: tabula.v1.PartitionLog
+	(*PartitionMap)(nil),               // 11: tabula.v1.PartitionMap
+	(*CoprocVersion)(nil),              // 12: tabula.v1.CoprocVersion
+	(*Coprocessor)(nil),                // 13: tabula.v1.Coprocessor
+	(*CoprocDeployRequest)(nil),        // 14: tabula.v1.CoprocDeployRequest
+	(*CoprocDeployResponse)(nil),       // 15: tabula.v1.CoprocDeployResponse
+	(*CoprocListRequest)(nil),          // 16: tabula.v1.CoprocListRequest
+	(*CoprocListResponse)(nil),         // 17: tabula.v1.CoprocListResponse
+	(*CoprocRollbackRequest)(nil),      // 18: tabula.v1.CoprocRollbackRequest
+	(*CoprocRollbackResponse)(nil),     // 19: tabula.v1.CoprocRollbackResponse
+	(*CoprocFetchRequest)(nil),         // 20: tabula.v1.CoprocFetchRequest
+	(*CoprocFetchResponse)(nil),        // 21: tabula.v1.CoprocFetchResponse
+	(*CoprocReady)(nil),                // 22: tabula.v1.CoprocReady
+	(*InvokeRequest)(nil),              // 23: tabula.v1.InvokeRequest
+	(*InvokeResponse)(nil),             // 24: tabula.v1.InvokeResponse
+	(*CoprocMergeRequest)(nil),         // 25: tabula.v1.CoprocMergeRequest
+	(*CoprocMergeResponse)(nil),        // 26: tabula.v1.CoprocMergeResponse
+	(*BulkFile)(nil),                   // 27: tabula.v1.BulkFile
+	(*BulkVersion)(nil),                // 28: tabula.v1.BulkVersion
+	(*BulkInfo)(nil),                   // 29: tabula.v1.BulkInfo
+	(*ServerInfo)(nil),                 // 30: tabula.v1.ServerInfo
+	(*ReplicaStatus)(nil),              // 31: tabula.v1.ReplicaStatus
+	(*BulkLoaded)(nil),                 // 32: tabula.v1.BulkLoaded
+	(*ErrorDetail)(nil),                // 33: tabula.v1.ErrorDetail
+	(*StreamRequest)(nil),              // 34: tabula.v1.StreamRequest
+	(*StreamResponse)(nil),             // 35: tabula.v1.StreamResponse
+	(*CreateTableRequest)(nil),         // 36: tabula.v1.CreateTableRequest
+	(*CreateTableResponse)(nil),        // 37: tabula.v1.CreateTableResponse
+	(*DropTableRequest)(nil),           // 38: tabula.v1.DropTableRequest
+	(*DropTableResponse)(nil),          // 39: tabula.v1.DropTableResponse
+	(*ListTablesRequest)(nil),          // 40: tabula.v1.ListTablesRequest
+	(*ListTablesResponse)(nil),         // 41: tabula.v1.ListTablesResponse
+	(*DescribeTableRequest)(nil),       // 42: tabula.v1.DescribeTableRequest
+	(*DescribeTableResponse)(nil),      // 43: tabula.v1.DescribeTableResponse
+	(*GetPartitionMapRequest)(nil),     // 44: tabula.v1.GetPartitionMapRequest
+	(*GetPartitionMapResponse)(nil),    // 45: tabula.v1.GetPartitionMapResponse
+	(*WatchPartitionMapRequest)(nil),   // 46: tabula.v1.WatchPartitionMapRequest
+	(*WatchPartitionMapResponse)(nil),  // 47: tabula.v1.WatchPartitionMapResponse
+	(*RegisterServerRequest)(nil),      // 48: tabula.v1.RegisterServerRequest
+	(*RegisterServerResponse)(nil),     // 49: tabula.v1.RegisterServerResponse
+	(*HeartbeatRequest)(nil),           // 50: tabula.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),          // 51: tabula.v1.HeartbeatResponse
+	(*BulkPublishRequest)(nil),         // 52: tabula.v1.BulkPublishRequest
+	(*BulkPublishResponse)(nil),        // 53: tabula.v1.BulkPublishResponse
+	(*BulkStoredRequest)(nil),          // 54: tabula.v1.BulkStoredRequest
+	(*BulkStoredResponse)(nil),         // 55: tabula.v1.BulkStoredResponse
+	(*BulkStatusRequest)(nil),          // 56: tabula.v1.BulkStatusRequest
+	(*BulkStatusResponse)(nil),         // 57: tabula.v1.BulkStatusResponse
+	(*BulkRollbackRequest)(nil),        // 58: tabula.v1.BulkRollbackRequest
+	(*BulkRollbackResponse)(nil),       // 59: tabula.v1.BulkRollbackResponse
+	(*ListServersRequest)(nil),         // 60: tabula.v1.ListServersRequest
+	(*ListServersResponse)(nil),        // 61: tabula.v1.ListServersResponse
+	(*RequestHeader)(nil),              // 62: tabula.v1.RequestHeader
+	(*GetRequest)(nil),                 // 63: tabula.v1.GetRequest
+	(*GetResponse)(nil),                // 64: tabula.v1.GetResponse
+	(*BatchGetRequest)(nil),            // 65: tabula.v1.BatchGetRequest
+	(*BatchGetResponse)(nil),           // 66: tabula.v1.BatchGetResponse
+	(*PutRequest)(nil),                 // 67: tabula.v1.PutRequest
+	(*PutResponse)(nil),                // 68: tabula.v1.PutResponse
+	(*DeleteRequest)(nil),              // 69: tabula.v1.DeleteRequest
+	(*DeleteResponse)(nil),             // 70: tabula.v1.DeleteResponse
+	(*CompareAndSwapRequest)(nil),      // 71: tabula.v1.CompareAndSwapRequest
+	(*CompareAndSwapResponse)(nil),     // 72: tabula.v1.CompareAndSwapResponse
+	(*Mutation)(nil),                   // 73: tabula.v1.Mutation
+	(*BatchWriteRequest)(nil),          // 74: tabula.v1.BatchWriteRequest
+	(*BatchWriteResponse)(nil),         // 75: tabula.v1.BatchWriteResponse
+	(*ScanRequest)(nil),                // 76: tabula.v1.ScanRequest
+	(*KeyValue)(nil),                   // 77: tabula.v1.KeyValue
+	(*ScanResponse)(nil),               // 78: tabula.v1.ScanResponse
+	(*BulkUploadRequest)(nil),          // 79: tabula.v1.BulkUploadRequest
+	(*BulkUploadStatusRequest)(nil),    // 80: tabula.v1.BulkUploadStatusRequest
+	(*BulkUploadResponse)(nil),         // 81: tabula.v1.BulkUploadResponse
+	(*PartitionLogFailedRequest)(nil),  // 82: tabula.v1.PartitionLogFailedRequest
+	(*PartitionLogFailedResponse)(nil), // 83: tabula.v1.PartitionLogFailedResponse
 }
 var file_tabula_proto_depIdxs = []int32{
 	0,  // 0: tabula.v1.Table.kind:type_name -> tabula.v1.TableKind
 	6,  // 1: tabula.v1.Table.options:type_name -> tabula.v1.TableOptions
 	1,  // 2: tabula.v1.Replica.role:type_name -> tabula.v1.ReplicaRole
 	8,  // 3: tabula.v1.Partition.replicas:type_name -> tabula.v1.Replica
-	7,  // 4: tabula.v1.PartitionMap.table:type_name -> tabula.v1.Table
-	9,  // 5: tabula.v1.PartitionMap.partitions:type_name -> tabula.v1.Partition
-	28, // 6: tabula.v1.PartitionMap.bulk:type_name -> tabula.v1.BulkInfo
-	12, // 7: tabula.v1.PartitionMap.coprocessors:type_name -> tabula.v1.Coprocessor
-	11, // 8: tabula.v1.Coprocessor.versions:type_name -> tabula.v1.CoprocVersion
-	12, // 9: tabula.v1.CoprocDeployResponse.coprocessor:type_name -> tabula.v1.Coprocessor
-	12, // 10: tabula.v1.CoprocListResponse.coprocessors:type_name -> tabula.v1.Coprocessor
-	12, // 11: tabula.v1.CoprocRollbackResponse.coprocessor:type_name -> tabula.v1.Coprocessor
-	61, // 12: tabula.v1.InvokeRequest.header:type_name -> tabula.v1.RequestHeader
-	61, // 13: tabula.v1.CoprocMergeRequest.header:type_name -> tabula.v1.RequestHeader
-	2,  // 14: tabula.v1.BulkVersion.state:type_name -> tabula.v1.BulkVersionState
-	26, // 15: tabula.v1.BulkVersion.files:type_name -> tabula.v1.BulkFile
-	27, // 16: tabula.v1.BulkInfo.versions:type_name -> tabula.v1.BulkVersion
-	1,  // 17: tabula.v1.ReplicaStatus.role:type_name -> tabula.v1.ReplicaRole
-	31, // 18: tabula.v1.ReplicaStatus.bulk_loaded:type_name -> tabula.v1.BulkLoaded
-	3,  // 19: tabula.v1.ErrorDetail.code:type_name -> tabula.v1.ErrorCode
-	9,  // 20: tabula.v1.ErrorDetail.partition:type_name -> tabula.v1.Partition
-	4,  // 21: tabula.v1.StreamRequest.op:type_name -> tabula.v1.StreamOp
-	0,  // 22: tabula.v1.CreateTableRequest.kind:type_name -> tabula.v1.TableKind
-	6,  // 23: tabula.v1.CreateTableRequest.options:type_name -> tabula.v1.TableOptions
-	10, // 24: tabula.v1.CreateTableResponse.map:type_name -> tabula.v1.PartitionMap
-	7,  // 25: tabula.v1.ListTablesResponse.tables:type_name -> tabula.v1.Table
-	10, // 26: tabula.v1.DescribeTableResponse.map:type_name -> tabula.v1.PartitionMap
-	30, // 27: tabula.v1.DescribeTableResponse.replicas:type_name -> tabula.v1.ReplicaStatus
-	10, // 28: tabula.v1.GetPartitionMapResponse.map:type_name -> tabula.v1.PartitionMap
-	10, // 29: tabula.v1.WatchPartitionMapResponse.maps:type_name -> tabula.v1.PartitionMap
-	30, // 30: tabula.v1.HeartbeatRequest.replicas:type_name -> tabula.v1.ReplicaStatus
-	21, // 31: tabula.v1.HeartbeatRequest.coproc_ready:type_name -> tabula.v1.CoprocReady
-	26, // 32: tabula.v1.BulkPublishRequest.files:type_name -> tabula.v1.BulkFile
-	10, // 33: tabula.v1.BulkPublishResponse.map:type_name -> tabula.v1.PartitionMap
-	10, // 34: tabula.v1.BulkStoredResponse.map:type_name -> tabula.v1.PartitionMap
-	10, // 35: tabula.v1.BulkStatusResponse.map:type_name -> tabula.v1.PartitionMap
-	28, // 36: tabula.v1.BulkStatusResponse.bulk:type_name -> tabula.v1.BulkInfo
-	10, // 37: tabula.v1.BulkRollbackResponse.map:type_name -> tabula.v1.PartitionMap
-	29, // 38: tabula.v1.ListServersResponse.servers:type_name -> tabula.v1.ServerInfo
-	61, // 39: tabula.v1.GetRequest.header:type_name -> tabula.v1.RequestHeader
-	61, // 40: tabula.v1.BatchGetRequest.header:type_name -> tabula.v1.RequestHeader
-	63, // 41: tabula.v1.BatchGetResponse.results:type_name -> tabula.v1.GetResponse
-	61, // 42: tabula.v1.PutRequest.header:type_name -> tabula.v1.RequestHeader
-	61, // 43: tabula.v1.DeleteRequest.header:type_name -> tabula.v1.RequestHeader
-	61, // 44: tabula.v1.CompareAndSwapRequest.header:type_name -> tabula.v1.RequestHeader
-	5,  // 45: tabula.v1.Mutation.op:type_name -> tabula.v1.Mutation.Op
-	61, // 46: tabula.v1.BatchWriteRequest.header:type_name -> tabula.v1.RequestHeader
-	72, // 47: tabula.v1.BatchWriteRequest.mutations:type_name -> tabula.v1.Mutation
-	61, // 48: tabula.v1.ScanRequest.header:type_name -> tabula.v1.RequestHeader
-	76, // 49: tabula.v1.ScanResponse.records:type_name -> tabula.v1.KeyValue
-	61, // 50: tabula.v1.BulkUploadRequest.header:type_name -> tabula.v1.RequestHeader
-	26, // 51: tabula.v1.BulkUploadRequest.file:type_name -> tabula.v1.BulkFile
-	61, // 52: tabula.v1.BulkUploadStatusRequest.header:type_name -> tabula.v1.RequestHeader
-	35, // 53: tabula.v1.Master.CreateTable:input_type -> tabula.v1.CreateTableRequest
-	37, // 54: tabula.v1.Master.DropTable:input_type -> tabula.v1.DropTableRequest
-	39, // 55: tabula.v1.Master.ListTables:input_type -> tabula.v1.ListTablesRequest
-	41, // 56: tabula.v1.Master.DescribeTable:input_type -> tabula.v1.DescribeTableRequest
-	43, // 57: tabula.v1.Master.GetPartitionMap:input_type -> tabula.v1.GetPartitionMapRequest
-	45, // 58: tabula.v1.Master.WatchPartitionMap:input_type -> tabula.v1.WatchPartitionMapRequest
-	47, // 59: tabula.v1.Master.RegisterServer:input_type -> tabula.v1.RegisterServerRequest
-	49, // 60: tabula.v1.Master.Heartbeat:input_type -> tabula.v1.HeartbeatRequest
-	59, // 61: tabula.v1.Master.ListServers:input_type -> tabula.v1.ListServersRequest
-	51, // 62: tabula.v1.Master.BulkPublish:input_type -> tabula.v1.BulkPublishRequest
-	53, // 63: tabula.v1.Master.BulkStored:input_type -> tabula.v1.BulkStoredRequest
-	55, // 64: tabula.v1.Master.BulkStatus:input_type -> tabula.v1.BulkStatusRequest
-	57, // 65: tabula.v1.Master.BulkRollback:input_type -> tabula.v1.BulkRollbackRequest
-	33, // 66: tabula.v1.Master.Stream:input_type -> tabula.v1.StreamRequest
-	13, // 67: tabula.v1.Master.CoprocDeploy:input_type -> tabula.v1.CoprocDeployRequest
-	15, // 68: tabula.v1.Master.CoprocList:input_type -> tabula.v1.CoprocListRequest
-	17, // 69: tabula.v1.Master.CoprocRollback:input_type -> tabula.v1.CoprocRollbackRequest
-	19, // 70: tabula.v1.Master.CoprocFetch:input_type -> tabula.v1.CoprocFetchRequest
-	62, // 71: tabula.v1.TableServer.Get:input_type -> tabula.v1.GetRequest
-	64, // 72: tabula.v1.TableServer.BatchGet:input_type -> tabula.v1.BatchGetRequest
-	66, // 73: tabula.v1.TableServer.Put:input_type -> tabula.v1.PutRequest
-	68, // 74: tabula.v1.TableServer.Delete:input_type -> tabula.v1.DeleteRequest
-	70, // 75: tabula.v1.TableServer.CompareAndSwap:input_type -> tabula.v1.CompareAndSwapRequest
-	73, // 76: tabula.v1.TableServer.BatchWrite:input_type -> tabula.v1.BatchWriteRequest
-	75, // 77: tabula.v1.TableServer.Scan:input_type -> tabula.v1.ScanRequest
-	78, // 78: tabula.v1.TableServer.BulkUpload:input_type -> tabula.v1.BulkUploadRequest
-	79, // 79: tabula.v1.TableServer.BulkUploadStatus:input_type -> tabula.v1.BulkUploadStatusRequest
-	22, // 80: tabula.v1.TableServer.Invoke:input_type -> tabula.v1.InvokeRequest
-	24, // 81: tabula.v1.TableServer.CoprocMerge:input_type -> tabula.v1.CoprocMergeRequest
-	36, // 82: tabula.v1.Master.CreateTable:output_type -> tabula.v1.CreateTableResponse
-	38, // 83: tabula.v1.Master.DropTable:output_type -> tabula.v1.DropTableResponse
-	40, // 84: tabula.v1.Master.ListTables:output_type -> tabula.v1.ListTablesResponse
-	42, // 85: tabula.v1.Master.DescribeTable:output_type -> tabula.v1.DescribeTableResponse
-	44, // 86: tabula.v1.Master.GetPartitionMap:output_type -> tabula.v1.GetPartitionMapResponse
-	46, // 87: tabula.v1.Master.WatchPartitionMap:output_type -> tabula.v1.WatchPartitionMapResponse
-	48, // 88: tabula.v1.Master.RegisterServer:output_type -> tabula.v1.RegisterServerResponse
-	50, // 89: tabula.v1.Master.Heartbeat:output_type -> tabula.v1.HeartbeatResponse
-	60, // 90: tabula.v1.Master.ListServers:output_type -> tabula.v1.ListServersResponse
-	52, // 91: tabula.v1.Master.BulkPublish:output_type -> tabula.v1.BulkPublishResponse
-	54, // 92: tabula.v1.Master.BulkStored:output_type -> tabula.v1.BulkStoredResponse
-	56, // 93: tabula.v1.Master.BulkStatus:output_type -> tabula.v1.BulkStatusResponse
-	58, // 94: tabula.v1.Master.BulkRollback:output_type -> tabula.v1.BulkRollbackResponse
-	34, // 95: tabula.v1.Master.Stream:output_type -> tabula.v1.StreamResponse
-	14, // 96: tabula.v1.Master.CoprocDeploy:output_type -> tabula.v1.CoprocDeployResponse
-	16, // 97: tabula.v1.Master.CoprocList:output_type -> tabula.v1.CoprocListResponse
-	18, // 98: tabula.v1.Master.CoprocRollback:output_type -> tabula.v1.CoprocRollbackResponse
-	20, // 99: tabula.v1.Master.CoprocFetch:output_type -> tabula.v1.CoprocFetchResponse
-	63, // 100: tabula.v1.TableServer.Get:output_type -> tabula.v1.GetResponse
-	65, // 101: tabula.v1.TableServer.BatchGet:output_type -> tabula.v1.BatchGetResponse
-	67, // 102: tabula.v1.TableServer.Put:output_type -> tabula.v1.PutResponse
-	69, // 103: tabula.v1.TableServer.Delete:output_type -> tabula.v1.DeleteResponse
-	71, // 104: tabula.v1.TableServer.CompareAndSwap:output_type -> tabula.v1.CompareAndSwapResponse
-	74, // 105: tabula.v1.TableServer.BatchWrite:output_type -> tabula.v1.BatchWriteResponse
-	77, // 106: tabula.v1.TableServer.Scan:output_type -> tabula.v1.ScanResponse
-	80, // 107: tabula.v1.TableServer.BulkUpload:output_type -> tabula.v1.BulkUploadResponse
-	80, // 108: tabula.v1.TableServer.BulkUploadStatus:output_type -> tabula.v1.BulkUploadResponse
-	23, // 109: tabula.v1.TableServer.Invoke:output_type -> tabula.v1.InvokeResponse
-	25, // 110: tabula.v1.TableServer.CoprocMerge:output_type -> tabula.v1.CoprocMergeResponse
-	82, // [82:111] is the sub-list for method output_type
-	53, // [53:82] is the sub-list for method input_type
-	53, // [53:53] is the sub-list for extension type_name
-	53, // [53:53] is the sub-list for extension extendee
-	0,  // [0:53] is the sub-list for field type_name
+	10, // 4: tabula.v1.Partition.log:type_name -> tabula.v1.PartitionLog
+	7,  // 5: tabula.v1.PartitionMap.table:type_name -> tabula.v1.Table
+	9,  // 6: tabula.v1.PartitionMap.partitions:type_name -> tabula.v1.Partition
+	29, // 7: tabula.v1.PartitionMap.bulk:type_name -> tabula.v1.BulkInfo
+	13, // 8: tabula.v1.PartitionMap.coprocessors:type_name -> tabula.v1.Coprocessor
+	12, // 9: tabula.v1.Coprocessor.versions:type_name -> tabula.v1.CoprocVersion
+	13, // 10: tabula.v1.CoprocDeployResponse.coprocessor:type_name -> tabula.v1.Coprocessor
+	13, // 11: tabula.v1.CoprocListResponse.coprocessors:type_name -> tabula.v1.Coprocessor
+	13, // 12: tabula.v1.CoprocRollbackResponse.coprocessor:type_name -> tabula.v1.Coprocessor
+	62, // 13: tabula.v1.InvokeRequest.header:type_name -> tabula.v1.RequestHeader
+	62, // 14: tabula.v1.CoprocMergeRequest.header:type_name -> tabula.v1.RequestHeader
+	2,  // 15: tabula.v1.BulkVersion.state:type_name -> tabula.v1.BulkVersionState
+	27, // 16: tabula.v1.BulkVersion.files:type_name -> tabula.v1.BulkFile
+	28, // 17: tabula.v1.BulkInfo.versions:type_name -> tabula.v1.BulkVersion
+	1,  // 18: tabula.v1.ReplicaStatus.role:type_name -> tabula.v1.ReplicaRole
+	32, // 19: tabula.v1.ReplicaStatus.bulk_loaded:type_name -> tabula.v1.BulkLoaded
+	3,  // 20: tabula.v1.ErrorDetail.code:type_name -> tabula.v1.ErrorCode
+	9,  // 21: tabula.v1.ErrorDetail.partition:type_name -> tabula.v1.Partition
+	4,  // 22: tabula.v1.StreamRequest.op:type_name -> tabula.v1.StreamOp
+	0,  // 23: tabula.v1.CreateTableRequest.kind:type_name -> tabula.v1.TableKind
+	6,  // 24: tabula.v1.CreateTableRequest.options:type_name -> tabula.v1.TableOptions
+	11, // 25: tabula.v1.CreateTableResponse.map:type_name -> tabula.v1.PartitionMap
+	7,  // 26: tabula.v1.ListTablesResponse.tables:type_name -> tabula.v1.Table
+	11, // 27: tabula.v1.DescribeTableResponse.map:type_name -> tabula.v1.PartitionMap
+	31, // 28: tabula.v1.DescribeTableResponse.replicas:type_name -> tabula.v1.ReplicaStatus
+	11, // 29: tabula.v1.GetPartitionMapResponse.map:type_name -> tabula.v1.PartitionMap
+	11, // 30: tabula.v1.WatchPartitionMapResponse.maps:type_name -> tabula.v1.PartitionMap
+	31, // 31: tabula.v1.HeartbeatRequest.replicas:type_name -> tabula.v1.ReplicaStatus
+	22, // 32: tabula.v1.HeartbeatRequest.coproc_ready:type_name -> tabula.v1.CoprocReady
+	27, // 33: tabula.v1.BulkPublishRequest.files:type_name -> tabula.v1.BulkFile
+	11, // 34: tabula.v1.BulkPublishResponse.map:type_name -> tabula.v1.PartitionMap
+	11, // 35: tabula.v1.BulkStoredResponse.map:type_name -> tabula.v1.PartitionMap
+	11, // 36: tabula.v1.BulkStatusResponse.map:type_name -> tabula.v1.PartitionMap
+	29, // 37: tabula.v1.BulkStatusResponse.bulk:type_name -> tabula.v1.BulkInfo
+	11, // 38: tabula.v1.BulkRollbackResponse.map:type_name -> tabula.v1.PartitionMap
+	30, // 39: tabula.v1.ListServersResponse.servers:type_name -> tabula.v1.ServerInfo
+	62, // 40: tabula.v1.GetRequest.header:type_name -> tabula.v1.RequestHeader
+	62, // 41: tabula.v1.BatchGetRequest.header:type_name -> tabula.v1.RequestHeader
+	64, // 42: tabula.v1.BatchGetResponse.results:type_name -> tabula.v1.GetResponse
+	62, // 43: tabula.v1.PutRequest.header:type_name -> tabula.v1.RequestHeader
+	62, // 44: tabula.v1.DeleteRequest.header:type_name -> tabula.v1.RequestHeader
+	62, // 45: tabula.v1.CompareAndSwapRequest.header:type_name -> tabula.v1.RequestHeader
+	5,  // 46: tabula.v1.Mutation.op:type_name -> tabula.v1.Mutation.Op
+	62, // 47: tabula.v1.BatchWriteRequest.header:type_name -> tabula.v1.RequestHeader
+	73, // 48: tabula.v1.BatchWriteRequest.mutations:type_name -> tabula.v1.Mutation
+	62, // 49: tabula.v1.ScanRequest.header:type_name -> tabula.v1.RequestHeader
+	77, // 50: tabula.v1.ScanResponse.records:type_name -> tabula.v1.KeyValue
+	62, // 51: tabula.v1.BulkUploadRequest.header:type_name -> tabula.v1.RequestHeader
+	27, // 52: tabula.v1.BulkUploadRequest.file:type_name -> tabula.v1.BulkFile
+	62, // 53: tabula.v1.BulkUploadStatusRequest.header:type_name -> tabula.v1.RequestHeader
+	9,  // 54: tabula.v1.PartitionLogFailedResponse.partition:type_name -> tabula.v1.Partition
+	36, // 55: tabula.v1.Master.CreateTable:input_type -> tabula.v1.CreateTableRequest
+	38, // 56: tabula.v1.Master.DropTable:input_type -> tabula.v1.DropTableRequest
+	40, // 57: tabula.v1.Master.ListTables:input_type -> tabula.v1.ListTablesRequest
+	42, // 58: tabula.v1.Master.DescribeTable:input_type -> tabula.v1.DescribeTableRequest
+	44, // 59: tabula.v1.Master.GetPartitionMap:input_type -> tabula.v1.GetPartitionMapRequest
+	46, // 60: tabula.v1.Master.WatchPartitionMap:input_type -> tabula.v1.WatchPartitionMapRequest
+	48, // 61: tabula.v1.Master.RegisterServer:input_type -> tabula.v1.RegisterServerRequest
+	50, // 62: tabula.v1.Master.Heartbeat:input_type -> tabula.v1.HeartbeatRequest
+	82, // 63: tabula.v1.Master.PartitionLogFailed:input_type -> tabula.v1.PartitionLogFailedRequest
+	60, // 64: tabula.v1.Master.ListServers:input_type -> tabula.v1.ListServersRequest
+	52, // 65: tabula.v1.Master.BulkPublish:input_type -> tabula.v1.BulkPublishRequest
+	54, // 66: tabula.v1.Master.BulkStored:input_type -> tabula.v1.BulkStoredRequest
+	56, // 67: tabula.v1.Master.BulkStatus:input_type -> tabula.v1.BulkStatusRequest
+	58, // 68: tabula.v1.Master.BulkRollback:input_type -> tabula.v1.BulkRollbackRequest
+	34, // 69: tabula.v1.Master.Stream:input_type -> tabula.v1.StreamRequest
+	14, // 70: tabula.v1.Master.CoprocDeploy:input_type -> tabula.v1.CoprocDeployRequest
+	16, // 71: tabula.v1.Master.CoprocList:input_type -> tabula.v1.CoprocListRequest
+	18, // 72: tabula.v1.Master.CoprocRollback:input_type -> tabula.v1.CoprocRollbackRequest
+	20, // 73: tabula.v1.Master.CoprocFetch:input_type -> tabula.v1.CoprocFetchRequest
+	63, // 74: tabula.v1.TableServer.Get:input_type -> tabula.v1.GetRequest
+	65, // 75: tabula.v1.TableServer.BatchGet:input_type -> tabula.v1.BatchGetRequest
+	67, // 76: tabula.v1.TableServer.Put:input_type -> tabula.v1.PutRequest
+	69, // 77: tabula.v1.TableServer.Delete:input_type -> tabula.v1.DeleteRequest
+	71, // 78: tabula.v1.TableServer.CompareAndSwap:input_type -> tabula.v1.CompareAndSwapRequest
+	74, // 79: tabula.v1.TableServer.BatchWrite:input_type -> tabula.v1.BatchWriteRequest
+	76, // 80: tabula.v1.TableServer.Scan:input_type -> tabula.v1.ScanRequest
+	79, // 81: tabula.v1.TableServer.BulkUpload:input_type -> tabula.v1.BulkUploadRequest
+	80, // 82: tabula.v1.TableServer.BulkUploadStatus:input_type -> tabula.v1.BulkUploadStatusRequest
+	23, // 83: tabula.v1.TableServer.Invoke:input_type -> tabula.v1.InvokeRequest
+	25, // 84: tabula.v1.TableServer.CoprocMerge:input_type -> tabula.v1.CoprocMergeRequest
+	37, // 85: tabula.v1.Master.CreateTable:output_type -> tabula.v1.CreateTableResponse
+	39, // 86: tabula.v1.Master.DropTable:output_type -> tabula.v1.DropTableResponse
+	41, // 87: tabula.v1.Master.ListTables:output_type -> tabula.v1.ListTablesResponse
+	43, // 88: tabula.v1.Master.DescribeTable:output_type -> tabula.v1.DescribeTableResponse
+	45, // 89: tabula.v1.Master.GetPartitionMap:output_type -> tabula.v1.GetPartitionMapResponse
+	47, // 90: tabula.v1.Master.WatchPartitionMap:output_type -> tabula.v1.WatchPartitionMapResponse
+	49, // 91: tabula.v1.Master.RegisterServer:output_type -> tabula.v1.RegisterServerResponse
+	51, // 92: tabula.v1.Master.Heartbeat:output_type -> tabula.v1.HeartbeatResponse
+	83, // 93: tabula.v1.Master.PartitionLogFailed:output_type -> tabula.v1.PartitionLogFailedResponse
+	61, // 94: tabula.v1.Master.ListServers:output_type -> tabula.v1.ListServersResponse
+	53, // 95: tabula.v1.Master.BulkPublish:output_type -> tabula.v1.BulkPublishResponse
+	55, // 96: tabula.v1.Master.BulkStored:output_type -> tabula.v1.BulkStoredResponse
+	57, // 97: tabula.v1.Master.BulkStatus:output_type -> tabula.v1.BulkStatusResponse
+	59, // 98: tabula.v1.Master.BulkRollback:output_type -> tabula.v1.BulkRollbackResponse
+	35, // 99: tabula.v1.Master.Stream:output_type -> tabula.v1.StreamResponse
+	15, // 100: tabula.v1.Master.CoprocDeploy:output_type -> tabula.v1.CoprocDeployResponse
+	17, // 101: tabula.v1.Master.CoprocList:output_type -> tabula.v1.CoprocListResponse
+	19, // 102: tabula.v1.Master.CoprocRollback:output_type -> tabula.v1.CoprocRollbackResponse
+	21, // 103: tabula.v1.Master.CoprocFetch:output_type -> tabula.v1.CoprocFetchResponse
+	64, // 104: tabula.v1.TableServer.Get:output_type -> tabula.v1.GetResponse
+	66, // 105: tabula.v1.TableServer.BatchGet:output_type -> tabula.v1.BatchGetResponse
+	68, // 106: tabula.v1.TableServer.Put:output_type -> tabula.v1.PutResponse
+	70, // 107: tabula.v1.TableServer.Delete:output_type -> tabula.v1.DeleteResponse
+	72, // 108: tabula.v1.TableServer.CompareAndSwap:output_type -> tabula.v1.CompareAndSwapResponse
+	75, // 109: tabula.v1.TableServer.BatchWrite:output_type -> tabula.v1.BatchWriteResponse
+	78, // 110: tabula.v1.TableServer.Scan:output_type -> tabula.v1.ScanResponse
+	81, // 111: tabula.v1.TableServer.BulkUpload:output_type -> tabula.v1.BulkUploadResponse
+	81, // 112: tabula.v1.TableServer.BulkUploadStatus:output_type -> tabula.v1.BulkUploadResponse
+	24, // 113: tabula.v1.TableServer.Invoke:output_type -> tabula.v1.InvokeResponse
+	26, // 114: tabula.v1.TableServer.CoprocMerge:output_type -> tabula.v1.CoprocMergeResponse
+	85, // [85:115] is the sub-list for method output_type
+	55, // [55:85] is the sub-list for method input_type
+	55, // [55:55] is the sub-list for extension type_name
+	55, // [55:55] is the sub-list for extension extendee
+	0,  // [0:55] is the sub-list for field type_name
 }
 
 func init() { file_tabula_proto_init() }
@@ -5933,7 +6295,7 @@ func file_tabula_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tabula_proto_rawDesc), len(file_tabula_proto_rawDesc)),
 			NumEnums:      6,
-			NumMessages:   75,
+			NumMessages:   78,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

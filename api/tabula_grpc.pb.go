@@ -27,24 +27,25 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Master_CreateTable_FullMethodName       = "/tabula.v1.Master/CreateTable"
-	Master_DropTable_FullMethodName         = "/tabula.v1.Master/DropTable"
-	Master_ListTables_FullMethodName        = "/tabula.v1.Master/ListTables"
-	Master_DescribeTable_FullMethodName     = "/tabula.v1.Master/DescribeTable"
-	Master_GetPartitionMap_FullMethodName   = "/tabula.v1.Master/GetPartitionMap"
-	Master_WatchPartitionMap_FullMethodName = "/tabula.v1.Master/WatchPartitionMap"
-	Master_RegisterServer_FullMethodName    = "/tabula.v1.Master/RegisterServer"
-	Master_Heartbeat_FullMethodName         = "/tabula.v1.Master/Heartbeat"
-	Master_ListServers_FullMethodName       = "/tabula.v1.Master/ListServers"
-	Master_BulkPublish_FullMethodName       = "/tabula.v1.Master/BulkPublish"
-	Master_BulkStored_FullMethodName        = "/tabula.v1.Master/BulkStored"
-	Master_BulkStatus_FullMethodName        = "/tabula.v1.Master/BulkStatus"
-	Master_BulkRollback_FullMethodName      = "/tabula.v1.Master/BulkRollback"
-	Master_Stream_FullMethodName            = "/tabula.v1.Master/Stream"
-	Master_CoprocDeploy_FullMethodName      = "/tabula.v1.Master/CoprocDeploy"
-	Master_CoprocList_FullMethodName        = "/tabula.v1.Master/CoprocList"
-	Master_CoprocRollback_FullMethodName    = "/tabula.v1.Master/CoprocRollback"
-	Master_CoprocFetch_FullMethodName       = "/tabula.v1.Master/CoprocFetch"
+	Master_CreateTable_FullMethodName        = "/tabula.v1.Master/CreateTable"
+	Master_DropTable_FullMethodName          = "/tabula.v1.Master/DropTable"
+	Master_ListTables_FullMethodName         = "/tabula.v1.Master/ListTables"
+	Master_DescribeTable_FullMethodName      = "/tabula.v1.Master/DescribeTable"
+	Master_GetPartitionMap_FullMethodName    = "/tabula.v1.Master/GetPartitionMap"
+	Master_WatchPartitionMap_FullMethodName  = "/tabula.v1.Master/WatchPartitionMap"
+	Master_RegisterServer_FullMethodName     = "/tabula.v1.Master/RegisterServer"
+	Master_Heartbeat_FullMethodName          = "/tabula.v1.Master/Heartbeat"
+	Master_PartitionLogFailed_FullMethodName = "/tabula.v1.Master/PartitionLogFailed"
+	Master_ListServers_FullMethodName        = "/tabula.v1.Master/ListServers"
+	Master_BulkPublish_FullMethodName        = "/tabula.v1.Master/BulkPublish"
+	Master_BulkStored_FullMethodName         = "/tabula.v1.Master/BulkStored"
+	Master_BulkStatus_FullMethodName         = "/tabula.v1.Master/BulkStatus"
+	Master_BulkRollback_FullMethodName       = "/tabula.v1.Master/BulkRollback"
+	Master_Stream_FullMethodName             = "/tabula.v1.Master/Stream"
+	Master_CoprocDeploy_FullMethodName       = "/tabula.v1.Master/CoprocDeploy"
+	Master_CoprocList_FullMethodName         = "/tabula.v1.Master/CoprocList"
+	Master_CoprocRollback_FullMethodName     = "/tabula.v1.Master/CoprocRollback"
+	Master_CoprocFetch_FullMethodName        = "/tabula.v1.Master/CoprocFetch"
 )
 
 // MasterClient is the client API for Master service.
@@ -60,6 +61,11 @@ type MasterClient interface {
 	WatchPartitionMap(ctx context.Context, in *WatchPartitionMapRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchPartitionMapResponse], error)
 	RegisterServer(ctx context.Context, in *RegisterServerRequest, opts ...grpc.CallOption) (*RegisterServerResponse, error)
 	Heartbeat(ctx context.Context, in *HeartbeatRequest, opts ...grpc.CallOption) (*HeartbeatResponse, error)
+	// PartitionLogFailed: a primary's commit log refused an append (a
+	// replica failed). The master seals the open extent at the length the
+	// reachable replicas agree on, drops replicas it could not reach, and
+	// allocates the next extent; the answer is the partition's new entry.
+	PartitionLogFailed(ctx context.Context, in *PartitionLogFailedRequest, opts ...grpc.CallOption) (*PartitionLogFailedResponse, error)
 	ListServers(ctx context.Context, in *ListServersRequest, opts ...grpc.CallOption) (*ListServersResponse, error)
 	// BulkPublish registers version files of a bulk table (loading) and
 	// returns the map the files go to. Publishing a version again with the
@@ -185,6 +191,16 @@ func (c *masterClient) Heartbeat(ctx context.Context, in *HeartbeatRequest, opts
 	return out, nil
 }
 
+func (c *masterClient) PartitionLogFailed(ctx context.Context, in *PartitionLogFailedRequest, opts ...grpc.CallOption) (*PartitionLogFailedResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PartitionLogFailedResponse)
+	err := c.cc.Invoke(ctx, Master_PartitionLogFailed_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *masterClient) ListServers(ctx context.Context, in *ListServersRequest, opts ...grpc.CallOption) (*ListServersResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ListServersResponse)
@@ -298,6 +314,11 @@ type MasterServer interface {
 	WatchPartitionMap(*WatchPartitionMapRequest, grpc.ServerStreamingServer[WatchPartitionMapResponse]) error
 	RegisterServer(context.Context, *RegisterServerRequest) (*RegisterServerResponse, error)
 	Heartbeat(context.Context, *HeartbeatRequest) (*HeartbeatResponse, error)
+	// PartitionLogFailed: a primary's commit log refused an append (a
+	// replica failed). The master seals the open extent at the length the
+	// reachable replicas agree on, drops replicas it could not reach, and
+	// allocates the next extent; the answer is the partition's new entry.
+	PartitionLogFailed(context.Context, *PartitionLogFailedRequest) (*PartitionLogFailedResponse, error)
 	ListServers(context.Context, *ListServersRequest) (*ListServersResponse, error)
 	// BulkPublish registers version files of a bulk table (loading) and
 	// returns the map the files go to. Publishing a version again with the
@@ -357,6 +378,9 @@ func (UnimplementedMasterServer) RegisterServer(context.Context, *RegisterServer
 }
 func (UnimplementedMasterServer) Heartbeat(context.Context, *HeartbeatRequest) (*HeartbeatResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Heartbeat not implemented")
+}
+func (UnimplementedMasterServer) PartitionLogFailed(context.Context, *PartitionLogFailedRequest) (*PartitionLogFailedResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method PartitionLogFailed not implemented")
 }
 func (UnimplementedMasterServer) ListServers(context.Context, *ListServersRequest) (*ListServersResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListServers not implemented")
@@ -542,6 +566,24 @@ func _Master_Heartbeat_Handler(srv interface{}, ctx context.Context, dec func(in
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(MasterServer).Heartbeat(ctx, req.(*HeartbeatRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Master_PartitionLogFailed_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PartitionLogFailedRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MasterServer).PartitionLogFailed(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Master_PartitionLogFailed_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MasterServer).PartitionLogFailed(ctx, req.(*PartitionLogFailedRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -760,6 +802,10 @@ var Master_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Heartbeat",
 			Handler:    _Master_Heartbeat_Handler,
+		},
+		{
+			MethodName: "PartitionLogFailed",
+			Handler:    _Master_PartitionLogFailed_Handler,
 		},
 		{
 			MethodName: "ListServers",

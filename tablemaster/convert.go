@@ -43,6 +43,9 @@ func (p Partition) Proto() *api.Partition {
 	for i, r := range p.Replicas {
 		ap.Replicas[i] = &api.Replica{ServerId: r.ServerID, Addr: r.Addr, Role: r.Role, FaultDomain: r.FaultDomain}
 	}
+	if p.Log != nil {
+		ap.Log = &api.PartitionLog{Stream: p.Log.Stream, Extent: p.Log.Extent}
+	}
 	return ap
 }
 

@@ -58,6 +58,9 @@ type Master struct {
 	streamCtx    context.Context
 	streamCancel context.CancelFunc
 
+	// logKick wakes the log loop (replication.go) at once.
+	logKick chan struct{}
+
 	closing   chan struct{} // closed by Close: stops the liveness loop and watch streams
 	closeOnce sync.Once
 	closeErr  error
@@ -114,6 +117,7 @@ func Open(opts Options) (*Master, error) {
 		seq:     seq,
 		live:    map[string]*liveness{},
 		closing: make(chan struct{}),
+		logKick: make(chan struct{}, 1),
 	}
 	m.view.Store(&view{state: state, changed: make(chan struct{})})
 	now := opts.Now()
@@ -132,9 +136,10 @@ func Open(opts Options) (*Master, error) {
 		"tables", len(cur.Tables), "servers", len(cur.Servers))
 	m.streamCtx, m.streamCancel = context.WithCancel(context.Background())
 	m.streamDriver = stream.NewDriver(masterStreamLog{m}, stream.DriverOptions{Logger: opts.Logger.With("part", "stream-manager")})
-	m.wg.Add(2)
+	m.wg.Add(3)
 	go m.livenessLoop()
 	go m.streamLoop()
+	go m.logLoop()
 	return m, nil
 }
 
@@ -291,7 +296,7 @@ func (m *Master) checkLiveness() {
 			l.dead = true
 			return true
 		}
-		res, _, err := m.propose(Command{Op: OpServerDown, ServerID: id, UnixMs: now.UnixMilli()}, stillSilent, func(Result) {
+		res, _, err := m.propose(Command{Op: OpServerDown, ServerID: id, UnixMs: now.UnixMilli(), Promote: m.promotions(st, id)}, stillSilent, func(Result) {
 			m.liveMu.Lock()
 			if l := m.live[id]; l != nil {
 				l.statuses = nil
@@ -304,6 +309,7 @@ func (m *Master) checkLiveness() {
 		case err != nil:
 			m.logger.Error("tablemaster: declare server dead", "server", id, "err", err)
 		case res.Changed:
+			m.kickLogs()
 			m.logger.Warn("tablemaster: server declared dead; its partitions moved", "server", id,
 				"silent_for", now.Sub(m.lastHeard(id)), "moved", len(res.Moved),
 				"held_for_its_return", len(res.Held))

@@ -80,6 +80,14 @@ type Command struct {
 	Error string `json:"error,omitempty"`
 	// StreamCmd is OpStream's stream manager command.
 	StreamCmd *stream.Command `json:"stream_cmd,omitempty"`
+	// Promote: OpServerDown's choice of new primary per partition id (the
+	// most caught-up secondary by the replicas' reports).
+	Promote map[uint64]string `json:"promote,omitempty"`
+	// Log commands (replication.go): the extent allocated or failed, the
+	// epoch and replica servers it was decided at.
+	Extent  uint64   `json:"extent,omitempty"`
+	Epoch   uint64   `json:"epoch,omitempty"`
+	Servers []string `json:"servers,omitempty"`
 	// Coprocessor commands: the coprocessor's name and the version deployed.
 	Name   string         `json:"name,omitempty"`
 	Coproc *CoprocVersion `json:"coproc,omitempty"`
@@ -179,6 +187,9 @@ type Partition struct {
 	// change of its replica set that removes a replica or sets a primary.
 	Epoch    uint64    `json:"epoch"`
 	Replicas []Replica `json:"replicas"`
+	// Log is the partition's commit log (point tables; nil for bulk
+	// tables, whose files are their own record). See replication.go.
+	Log *PartitionLog `json:"log,omitempty"`
 }
 
 // Replica is one copy of a partition on a server.
@@ -253,6 +264,10 @@ func (s *State) Clone() *State {
 		t.Coprocs = cloneCoprocs(v.Coprocs)
 		for i := range t.Partitions {
 			t.Partitions[i].Replicas = slices.Clone(t.Partitions[i].Replicas)
+			if l := t.Partitions[i].Log; l != nil {
+				c := *l
+				t.Partitions[i].Log = &c
+			}
 		}
 		c.Tables[k] = &t
 	}
@@ -346,6 +361,10 @@ func (s *State) Apply(cmd Command) (Result, error) {
 		res, err = s.coprocReady(cmd)
 	case OpCoprocRollback:
 		res, err = s.coprocRollback(cmd)
+	case OpPartitionLog:
+		res, err = s.partitionLog(cmd)
+	case OpPartitionLogReset:
+		res, err = s.partitionLogReset(cmd)
 	default:
 		return Result{}, errInvalid("op", "unknown_command", 0, "unknown command %q", cmd.Op)
 	}
@@ -527,6 +546,9 @@ func (s *State) createTable(cmd Command) (Result, error) {
 	for i := range t.Partitions {
 		start, end := keyspace.Range(i, n)
 		t.Partitions[i] = Partition{ID: s.NextPartitionID + uint64(i), Index: uint32(i), Start: start, End: end}
+		if t.replicatesByLog() {
+			t.Partitions[i].Log = &PartitionLog{Stream: LogStreamName(t.Partitions[i].ID)}
+		}
 	}
 	s.NextTableID++
 	s.NextPartitionID += uint64(n)
@@ -557,6 +579,7 @@ func (s *State) dropTable(cmd Command) (Result, error) {
 			s.dropBulkStreams(t, v.Version)
 		}
 	}
+	s.dropLogStreams(t)
 	delete(s.Tables, tableKey(cmd.Tenant, cmd.Table))
 	return Result{Changed: true}, nil
 }
@@ -685,10 +708,13 @@ func (s *State) serverDown(cmd Command) (Result, error) {
 			p.Replicas = slices.Delete(p.Replicas, k, k+1)
 			epoch := p.Epoch
 			if wasPrimary && len(p.Replicas) > 0 {
-				// The first remaining replica is promoted. With data-path
-				// replication this becomes "the most caught-up secondary".
-				p.Replicas[0].Role = api.ReplicaRole_REPLICA_ROLE_PRIMARY
+				// The most caught-up secondary (the proposer's choice,
+				// from the replicas' reports) is promoted; else the first.
+				j := max(0, slices.IndexFunc(p.Replicas, func(r Replica) bool { return r.ServerID == cmd.Promote[p.ID] }))
+				p.Replicas[j].Role = api.ReplicaRole_REPLICA_ROLE_PRIMARY
+				p.Replicas[0], p.Replicas[j] = p.Replicas[j], p.Replicas[0]
 			}
+			p.resetLog()
 			s.fill(t, i, cands) // bumps the epoch if it picks a new primary
 			if p.Epoch == epoch {
 				p.Epoch++ // exactly one bump per affected partition
@@ -748,6 +774,9 @@ func (s *State) fill(t *Table, i int, cands []Candidate) bool {
 		hasPrimary = hasPrimary || r.Role == api.ReplicaRole_REPLICA_ROLE_PRIMARY
 	}
 	picks := Place(cands, hosts, int(t.Options.Replication)-len(p.Replicas))
+	if len(picks) > 0 {
+		p.resetLog() // the next extent includes the new replicas
+	}
 	for _, id := range picks {
 		srv := s.Servers[id]
 		role := api.ReplicaRole_REPLICA_ROLE_SECONDARY

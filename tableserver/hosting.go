@@ -1,6 +1,7 @@
 package tableserver
 
 import (
+	"errors"
 	"fmt"
 	"sync"
 
@@ -9,12 +10,16 @@ import (
 	"github.com/tabuladb/tabula/engines"
 )
 
-// replica is one partition this server hosts as primary. It is immutable
-// once published; a map change makes a new one sharing the engine.
+// replica is one partition this server hosts: as primary, or (tables
+// replicated through a commit log) as secondary. It is immutable once
+// published; a map change makes a new one sharing the engine and log.
 type replica struct {
 	table  *api.Table
 	part   *api.Partition
 	engine engines.Engine
+	// log is the partition's replication (nil for tables without a commit
+	// log: bulk); writes go through it and reads check its role.
+	log *logReplica
 	// writer and batch are the engine's capabilities, nil when absent.
 	writer engines.Writer
 	batch  engines.BatchGetter
@@ -23,7 +28,7 @@ type replica struct {
 	bulk         *bulkPart
 	bulkRetained []uint64
 	// cpart is the partition as coprocessors see it.
-	cpart *coproc.EnginePartition
+	cpart coproc.Partition
 	// order orders writes: plain writes hold it shared (the engine orders
 	// them among themselves); a coprocessor's commit holds it exclusively,
 	// so its read check and its batch are atomic against every writer.
@@ -74,12 +79,14 @@ func (s *Server) reconcile(old *hosting, resp *api.WatchPartitionMapResponse) (*
 		h.tables[tableKey(t.GetTenant(), t.GetName())] = m
 		for _, p := range m.GetPartitions() {
 			h.parts[p.GetId()] = p
-			pr := primaryOf(p)
-			if pr == nil || pr.GetServerId() != id {
+			if !hostedHere(p, id) {
 				continue
 			}
 			if prev := old.replicas[p.GetId()]; prev != nil && prev.table.GetId() == t.GetId() {
-				if durable(t) && prev.part.GetEpoch() != p.GetEpoch() {
+				if prev.log != nil {
+					prev.log.update(p, id)
+				}
+				if durable(t) && prev.log == nil && prev.part.GetEpoch() != p.GetEpoch() {
 					// Still ours at a new epoch: record it, so a restart
 					// reopens this data rather than moving it aside. The
 					// engine is open on the directory: recording an epoch
@@ -120,6 +127,28 @@ func (s *Server) reconcile(old *hosting, resp *api.WatchPartitionMapResponse) (*
 	return h, gone
 }
 
+// hostedHere reports whether server id hosts p: as its primary, or as
+// any replica of a partition replicated through a commit log.
+func hostedHere(p *api.Partition, id string) bool {
+	for _, r := range p.GetReplicas() {
+		if r.GetServerId() != id {
+			continue
+		}
+		return r.GetRole() == api.ReplicaRole_REPLICA_ROLE_PRIMARY || p.GetLog() != nil
+	}
+	return false
+}
+
+// roleOf is server id's role in p.
+func roleOf(p *api.Partition, id string) api.ReplicaRole {
+	for _, r := range p.GetReplicas() {
+		if r.GetServerId() == id {
+			return r.GetRole()
+		}
+	}
+	return api.ReplicaRole_REPLICA_ROLE_UNSPECIFIED
+}
+
 // durable reports whether t's partitions keep files on this server.
 func durable(t *api.Table) bool {
 	st := t.GetOptions().GetStorage()
@@ -139,7 +168,15 @@ func bulkRetained(m *api.PartitionMap) []uint64 {
 func (s *Server) openReplica(t *api.Table, p *api.Partition) (*replica, error) {
 	kind := engines.Kind(api.KindName(t.GetKind()))
 	var dir string
-	if durable(t) {
+	switch {
+	case durable(t) && p.GetLog() != nil:
+		// The data is a prefix of the partition's log whatever the
+		// epoch: the replica continues from its applied LSN.
+		var err error
+		if dir, err = s.prepareLogPartitionDir(p.GetId()); err != nil {
+			return nil, err
+		}
+	case durable(t):
 		var err error
 		if dir, err = s.preparePartitionDir(p.GetId(), p.GetEpoch()); err != nil {
 			return nil, err
@@ -166,6 +203,16 @@ func (s *Server) openReplica(t *api.Table, p *api.Partition) (*replica, error) {
 	r := &replica{table: t, part: p, engine: e, cpart: coproc.PartitionFromEngine(e, info, order), order: order}
 	r.writer, _ = e.(engines.Writer)
 	r.batch, _ = e.(engines.BatchGetter)
+	if lg := p.GetLog(); lg != nil {
+		l, err := newLogReplica(s, p.GetId(), lg.GetStream(), e)
+		if err != nil {
+			return nil, errors.Join(err, e.Close())
+		}
+		l.update(p, s.id())
+		r.log = l
+		info.Primary = roleOf(p, s.id()) == api.ReplicaRole_REPLICA_ROLE_PRIMARY
+		r.cpart = &logCoprocPartition{EnginePartition: coproc.PartitionFromEngine(e, info, order), l: l}
+	}
 	return r, nil
 }
 
@@ -174,10 +221,18 @@ func (h *hosting) status(serverID string) []*api.ReplicaStatus {
 	out := make([]*api.ReplicaStatus, 0, len(h.replicas))
 	for pid, r := range h.replicas {
 		st := r.engine.Stats()
+		role := api.ReplicaRole_REPLICA_ROLE_PRIMARY
+		var applied, commit uint64
+		if r.log != nil {
+			role = roleOf(r.part, serverID)
+			applied, commit = r.log.positions()
+		}
 		out = append(out, &api.ReplicaStatus{
+			AppliedLsn:   applied,
+			CommitLsn:    commit,
 			PartitionId:  pid,
 			Epoch:        r.part.GetEpoch(),
-			Role:         api.ReplicaRole_REPLICA_ROLE_PRIMARY,
+			Role:         role,
 			Keys:         st.Keys,
 			Bytes:        st.Bytes,
 			IndexBytes:   st.IndexBytes,

@@ -1,6 +1,7 @@
 package tableserver
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/tabuladb/tabula/api"
+	"github.com/tabuladb/tabula/coproc"
 	"github.com/tabuladb/tabula/engines"
 	"github.com/tabuladb/tabula/replication/partition"
 	"github.com/tabuladb/tabula/replication/stream"
@@ -587,4 +589,47 @@ func (l *logReplica) reseal(epoch, extent uint64, cause error) {
 			return
 		}
 	}
+}
+
+// positions are the applied LSN and the commit point, for status reports.
+func (l *logReplica) positions() (applied, commit uint64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.core.Applied(), l.core.CommitPoint()
+}
+
+// logCoprocPartition is a replicated partition as coprocessors see it:
+// reads from the engine, and a call's commit as one log record whose reads
+// are checked against the state including every write in flight.
+type logCoprocPartition struct {
+	*coproc.EnginePartition
+	l *logReplica
+}
+
+// Commit implements coproc.Partition.
+func (p *logCoprocPartition) Commit(ctx context.Context, reads []coproc.Read, batch []engines.Mutation) error {
+	p.l.mu.Lock()
+	want := p.l.want
+	p.l.mu.Unlock()
+	if want.role != partition.RolePrimary {
+		return coproc.ErrReadOnly
+	}
+	if len(batch) == 0 {
+		// Nothing to write: the reads are checked against what is
+		// applied, as a read-only call sees it.
+		return p.EnginePartition.Commit(ctx, reads, nil)
+	}
+	_, _, err := p.l.write(ctx, want.epoch, "", func(get func([]byte) ([]byte, bool, error)) ([]engines.Mutation, []byte, error) {
+		for _, r := range reads {
+			v, found, err := get(r.Key)
+			if err != nil {
+				return nil, nil, fmt.Errorf("check read of %q: %w", r.Key, err)
+			}
+			if found != r.Existed || (found && !bytes.Equal(v, r.Value)) {
+				return nil, nil, coproc.ErrConflict
+			}
+		}
+		return batch, nil, nil
+	})
+	return err
 }

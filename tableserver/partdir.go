@@ -105,6 +105,18 @@ func (s *Server) preparePartitionDir(id, epoch uint64) (string, error) {
 	return dir, atomicfile.SyncDir(filepath.Dir(dir))
 }
 
+// prepareLogPartitionDir makes the directory of partition id, replicated
+// through its commit log, ready: its engine's data, if any, is a prefix of
+// that log (nothing is applied beyond the commit point), so it is kept
+// whatever epoch the partition is at, and the replica continues from it.
+func (s *Server) prepareLogPartitionDir(id uint64) (string, error) {
+	dir := s.partitionDir(id)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", fmt.Errorf("create partition %d directory: %w", id, err)
+	}
+	return dir, atomicfile.SyncDir(filepath.Dir(dir))
+}
+
 // recordEpoch durably rewrites the EPOCH file of partition id, whose
 // directory is open and serving, to epoch. Unlike preparePartitionDir it
 // never moves the directory: the data in it is the partition's current data.

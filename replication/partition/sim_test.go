@@ -138,6 +138,11 @@ type sim struct {
 	srv  []*server
 	cut  map[[2]int]int64 // link -> healed at
 	drop float64
+	// quorum: appends are durable on a majority of the extent's replicas
+	// and a seal takes the longest of a majority (the stream layer's
+	// AckQuorum); otherwise on every replica, sealed at the shortest of
+	// any that answer (AckAll). Odd seeds run quorum.
+	quorum bool
 
 	// master state
 	epoch     uint64
@@ -182,6 +187,7 @@ func newSim(t *testing.T, seed uint64) *sim {
 		dead: map[int]bool{}, primaries: map[uint64]int{}, acked: map[uint64][]byte{},
 		assigns: map[int]mAssign{}, ackedAt: map[int]int64{}, holdAcks: map[int]bool{}}
 	s.drop = []float64{0, 0, 0.01, 0.05}[s.rng.IntN(4)]
+	s.quorum = seed%2 == 1
 	for i := range nServers {
 		s.srv = append(s.srv, &server{id: i, inc: 1, alive: true, exts: map[int]*extReplica{}, tokens: map[uint64]int{},
 			core: partition.New(partition.Config{MaxInFlight: 64}, 0)})
@@ -394,7 +400,14 @@ func (s *sim) deliver(m msg) {
 			return
 		}
 		if len(e.recs) < b.n {
-			return // cannot happen for a replica that answered the freeze
+			// Quorum: a shorter replica copies the tail from a longer
+			// one (the stream manager's repair); sealed extents are
+			// immutable, so the master's copy is the truth.
+			for _, x := range s.exts {
+				if x.id == b.ext {
+					e.recs = slices.Clone(x.recs)
+				}
+			}
 		}
 		e.recs, e.sealed, e.frozen = e.recs[:b.n], true, true
 	case mAssign:
@@ -529,11 +542,22 @@ func (s *sim) tick(sv *server) {
 		s.send(sv.id, master, mReseal{ext: sv.cur})
 	}
 	if e.primary {
-		// Durable: acknowledged by every secondary (and synced locally).
+		// Durable: acknowledged by every secondary (quorum: by enough
+		// to make a majority with the primary's own synced copy).
 		if !e.broken && len(e.recs) > 0 {
 			n := len(e.recs)
-			for _, r := range e.replicas[1:] {
-				n = min(n, e.acked[r])
+			if s.quorum {
+				counts := []int{len(e.recs)}
+				for _, r := range e.replicas[1:] {
+					counts = append(counts, min(len(e.recs), e.acked[r]))
+				}
+				slices.Sort(counts)
+				slices.Reverse(counts)
+				n = counts[len(counts)/2]
+			} else {
+				for _, r := range e.replicas[1:] {
+					n = min(n, e.acked[r])
+				}
 			}
 			if n > 0 {
 				sv.core.Durable(e.recs[n-1].LSN)
@@ -752,9 +776,13 @@ func (s *sim) masterTick() {
 	if alive < len(x.replicas) && s.now < r.deadline {
 		return
 	}
-	if alive == 0 {
-		// No replica of the open extent answers: nothing can be sealed
-		// safely; try again.
+	need := 1
+	if s.quorum {
+		need = len(x.replicas)/2 + 1
+	}
+	if alive < need {
+		// Too few replicas of the open extent answer to know what was
+		// acknowledged: nothing can be sealed safely; try again.
 		s.startReconfig(r.replace)
 		s.reconf.replace = r.replace
 		return
@@ -767,12 +795,15 @@ func (s *sim) masterTick() {
 			return
 		}
 	}
-	// Seal at the smallest length among the replies: every acknowledged
-	// append is on every replica.
+	// Seal at the smallest length among the replies (every acknowledged
+	// append is on every replica), or with quorum at the longest among a
+	// majority (every acknowledged append is on a majority, which meets
+	// every other majority).
 	n := -1
 	var from mFreezeAck
 	for _, id := range x.replicas {
-		if rep, ok := r.replies[id]; ok && (n < 0 || rep.n < n) {
+		rep, ok := r.replies[id]
+		if ok && (n < 0 || (!s.quorum && rep.n < n) || (s.quorum && rep.n > n)) {
 			n, from = rep.n, rep
 		}
 	}
