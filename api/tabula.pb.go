@@ -218,6 +218,11 @@ const (
 	// (it was unloaded). Refresh the map and retry the whole request on the
 	// current version; current_version says which that is.
 	ErrorCode_ERROR_CODE_VERSION_GONE ErrorCode = 10
+	// Every copy of the data was lost: an operator forgot the dead server
+	// that held a partition's only copy (tabula server forget
+	// --accept-data-loss), and the partition was placed again, empty. The
+	// master's DataLoss records (ListDataLoss) say which partitions and when.
+	ErrorCode_ERROR_CODE_DATA_LOSS ErrorCode = 11
 )
 
 // Enum value maps for ErrorCode.
@@ -234,6 +239,7 @@ var (
 		8:  "ERROR_CODE_WRONG_KIND",
 		9:  "ERROR_CODE_UNIMPLEMENTED",
 		10: "ERROR_CODE_VERSION_GONE",
+		11: "ERROR_CODE_DATA_LOSS",
 	}
 	ErrorCode_value = map[string]int32{
 		"ERROR_CODE_UNSPECIFIED":      0,
@@ -247,6 +253,7 @@ var (
 		"ERROR_CODE_WRONG_KIND":       8,
 		"ERROR_CODE_UNIMPLEMENTED":    9,
 		"ERROR_CODE_VERSION_GONE":     10,
+		"ERROR_CODE_DATA_LOSS":        11,
 	}
 )
 
@@ -3315,9 +3322,15 @@ func (x *WatchPartitionMapResponse) GetMaps() []*PartitionMap {
 type RegisterServerRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Stable id kept in the server's data directory; empty asks for a new one.
-	ServerId      string `protobuf:"bytes,1,opt,name=server_id,json=serverId,proto3" json:"server_id,omitempty"`
-	Addr          string `protobuf:"bytes,2,opt,name=addr,proto3" json:"addr,omitempty"`
-	FaultDomain   string `protobuf:"bytes,3,opt,name=fault_domain,json=faultDomain,proto3" json:"fault_domain,omitempty"`
+	ServerId string `protobuf:"bytes,1,opt,name=server_id,json=serverId,proto3" json:"server_id,omitempty"`
+	Addr     string `protobuf:"bytes,2,opt,name=addr,proto3" json:"addr,omitempty"`
+	// Empty: a fault domain of the server's own, "server:<id>".
+	FaultDomain string `protobuf:"bytes,3,opt,name=fault_domain,json=faultDomain,proto3" json:"fault_domain,omitempty"`
+	// Random, nonzero, chosen at every process start. While the id is alive,
+	// the master refuses a registration with another incarnation or address
+	// (ALREADY_EXISTS, reason server_id_in_use) until the old process drains
+	// or is declared dead; 0 (servers before incarnations) compares addresses.
+	Incarnation   uint64 `protobuf:"varint,4,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3371,6 +3384,13 @@ func (x *RegisterServerRequest) GetFaultDomain() string {
 		return x.FaultDomain
 	}
 	return ""
+}
+
+func (x *RegisterServerRequest) GetIncarnation() uint64 {
+	if x != nil {
+		return x.Incarnation
+	}
+	return 0
 }
 
 type RegisterServerResponse struct {
@@ -5264,6 +5284,316 @@ func (x *BulkUploadResponse) GetLoaded() bool {
 	return false
 }
 
+type ForgetServerRequest struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	ServerId string                 `protobuf:"bytes,1,opt,name=server_id,json=serverId,proto3" json:"server_id,omitempty"`
+	// The operator accepts that partitions whose only copy is on the server
+	// are placed again empty. Required when there is any.
+	AcceptDataLoss bool `protobuf:"varint,2,opt,name=accept_data_loss,json=acceptDataLoss,proto3" json:"accept_data_loss,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *ForgetServerRequest) Reset() {
+	*x = ForgetServerRequest{}
+	mi := &file_tabula_proto_msgTypes[75]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ForgetServerRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ForgetServerRequest) ProtoMessage() {}
+
+func (x *ForgetServerRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tabula_proto_msgTypes[75]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ForgetServerRequest.ProtoReflect.Descriptor instead.
+func (*ForgetServerRequest) Descriptor() ([]byte, []int) {
+	return file_tabula_proto_rawDescGZIP(), []int{75}
+}
+
+func (x *ForgetServerRequest) GetServerId() string {
+	if x != nil {
+		return x.ServerId
+	}
+	return ""
+}
+
+func (x *ForgetServerRequest) GetAcceptDataLoss() bool {
+	if x != nil {
+		return x.AcceptDataLoss
+	}
+	return false
+}
+
+type ForgetServerResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Every partition the server held, moved to live servers.
+	Moved uint32 `protobuf:"varint,1,opt,name=moved,proto3" json:"moved,omitempty"`
+	// The ones that lost every copy of their data.
+	Lost          []*LostPartition `protobuf:"bytes,2,rep,name=lost,proto3" json:"lost,omitempty"`
+	MapVersion    uint64           `protobuf:"varint,3,opt,name=map_version,json=mapVersion,proto3" json:"map_version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ForgetServerResponse) Reset() {
+	*x = ForgetServerResponse{}
+	mi := &file_tabula_proto_msgTypes[76]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ForgetServerResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ForgetServerResponse) ProtoMessage() {}
+
+func (x *ForgetServerResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tabula_proto_msgTypes[76]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ForgetServerResponse.ProtoReflect.Descriptor instead.
+func (*ForgetServerResponse) Descriptor() ([]byte, []int) {
+	return file_tabula_proto_rawDescGZIP(), []int{76}
+}
+
+func (x *ForgetServerResponse) GetMoved() uint32 {
+	if x != nil {
+		return x.Moved
+	}
+	return 0
+}
+
+func (x *ForgetServerResponse) GetLost() []*LostPartition {
+	if x != nil {
+		return x.Lost
+	}
+	return nil
+}
+
+func (x *ForgetServerResponse) GetMapVersion() uint64 {
+	if x != nil {
+		return x.MapVersion
+	}
+	return 0
+}
+
+// LostPartition is a partition whose every copy was lost.
+type LostPartition struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Tenant      string                 `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	Table       string                 `protobuf:"bytes,2,opt,name=table,proto3" json:"table,omitempty"`
+	Index       uint32                 `protobuf:"varint,3,opt,name=index,proto3" json:"index,omitempty"`
+	PartitionId uint64                 `protobuf:"varint,4,opt,name=partition_id,json=partitionId,proto3" json:"partition_id,omitempty"`
+	// The forgotten server that held the only copy; its disk may still hold
+	// the data under partitions/<partition_id>.
+	ServerId   string `protobuf:"bytes,5,opt,name=server_id,json=serverId,proto3" json:"server_id,omitempty"`
+	LostUnixMs int64  `protobuf:"varint,6,opt,name=lost_unix_ms,json=lostUnixMs,proto3" json:"lost_unix_ms,omitempty"`
+	// The partition's epoch on that server.
+	Epoch         uint64 `protobuf:"varint,7,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LostPartition) Reset() {
+	*x = LostPartition{}
+	mi := &file_tabula_proto_msgTypes[77]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LostPartition) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LostPartition) ProtoMessage() {}
+
+func (x *LostPartition) ProtoReflect() protoreflect.Message {
+	mi := &file_tabula_proto_msgTypes[77]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LostPartition.ProtoReflect.Descriptor instead.
+func (*LostPartition) Descriptor() ([]byte, []int) {
+	return file_tabula_proto_rawDescGZIP(), []int{77}
+}
+
+func (x *LostPartition) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *LostPartition) GetTable() string {
+	if x != nil {
+		return x.Table
+	}
+	return ""
+}
+
+func (x *LostPartition) GetIndex() uint32 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *LostPartition) GetPartitionId() uint64 {
+	if x != nil {
+		return x.PartitionId
+	}
+	return 0
+}
+
+func (x *LostPartition) GetServerId() string {
+	if x != nil {
+		return x.ServerId
+	}
+	return ""
+}
+
+func (x *LostPartition) GetLostUnixMs() int64 {
+	if x != nil {
+		return x.LostUnixMs
+	}
+	return 0
+}
+
+func (x *LostPartition) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+type ListDataLossRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Both empty: every table of every tenant.
+	Tenant        string `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	Table         string `protobuf:"bytes,2,opt,name=table,proto3" json:"table,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListDataLossRequest) Reset() {
+	*x = ListDataLossRequest{}
+	mi := &file_tabula_proto_msgTypes[78]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListDataLossRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListDataLossRequest) ProtoMessage() {}
+
+func (x *ListDataLossRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tabula_proto_msgTypes[78]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListDataLossRequest.ProtoReflect.Descriptor instead.
+func (*ListDataLossRequest) Descriptor() ([]byte, []int) {
+	return file_tabula_proto_rawDescGZIP(), []int{78}
+}
+
+func (x *ListDataLossRequest) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *ListDataLossRequest) GetTable() string {
+	if x != nil {
+		return x.Table
+	}
+	return ""
+}
+
+type ListDataLossResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// In tenant, table and index order.
+	Lost          []*LostPartition `protobuf:"bytes,1,rep,name=lost,proto3" json:"lost,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListDataLossResponse) Reset() {
+	*x = ListDataLossResponse{}
+	mi := &file_tabula_proto_msgTypes[79]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListDataLossResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListDataLossResponse) ProtoMessage() {}
+
+func (x *ListDataLossResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tabula_proto_msgTypes[79]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListDataLossResponse.ProtoReflect.Descriptor instead.
+func (*ListDataLossResponse) Descriptor() ([]byte, []int) {
+	return file_tabula_proto_rawDescGZIP(), []int{79}
+}
+
+func (x *ListDataLossResponse) GetLost() []*LostPartition {
+	if x != nil {
+		return x.Lost
+	}
+	return nil
+}
+
 var File_tabula_proto protoreflect.FileDescriptor
 
 const file_tabula_proto_rawDesc = "" +
@@ -5494,11 +5824,12 @@ const file_tabula_proto_rawDesc = "" +
 	"\rafter_version\x18\x03 \x01(\x04R\fafterVersion\"b\n" +
 	"\x19WatchPartitionMapResponse\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\x04R\aversion\x12+\n" +
-	"\x04maps\x18\x02 \x03(\v2\x17.tabula.v1.PartitionMapR\x04maps\"k\n" +
+	"\x04maps\x18\x02 \x03(\v2\x17.tabula.v1.PartitionMapR\x04maps\"\x8d\x01\n" +
 	"\x15RegisterServerRequest\x12\x1b\n" +
 	"\tserver_id\x18\x01 \x01(\tR\bserverId\x12\x12\n" +
 	"\x04addr\x18\x02 \x01(\tR\x04addr\x12!\n" +
-	"\ffault_domain\x18\x03 \x01(\tR\vfaultDomain\"\xa5\x01\n" +
+	"\ffault_domain\x18\x03 \x01(\tR\vfaultDomain\x12 \n" +
+	"\vincarnation\x18\x04 \x01(\x04R\vincarnation\"\xa5\x01\n" +
 	"\x16RegisterServerResponse\x12\x1b\n" +
 	"\tserver_id\x18\x01 \x01(\tR\bserverId\x122\n" +
 	"\x15heartbeat_interval_ms\x18\x02 \x01(\rR\x13heartbeatIntervalMs\x12\x19\n" +
@@ -5626,7 +5957,29 @@ const file_tabula_proto_rawDesc = "" +
 	"\aversion\x18\x02 \x01(\x04R\aversion\"H\n" +
 	"\x12BulkUploadResponse\x12\x1a\n" +
 	"\breceived\x18\x01 \x01(\x04R\breceived\x12\x16\n" +
-	"\x06loaded\x18\x02 \x01(\bR\x06loaded*j\n" +
+	"\x06loaded\x18\x02 \x01(\bR\x06loaded\"\\\n" +
+	"\x13ForgetServerRequest\x12\x1b\n" +
+	"\tserver_id\x18\x01 \x01(\tR\bserverId\x12(\n" +
+	"\x10accept_data_loss\x18\x02 \x01(\bR\x0eacceptDataLoss\"{\n" +
+	"\x14ForgetServerResponse\x12\x14\n" +
+	"\x05moved\x18\x01 \x01(\rR\x05moved\x12,\n" +
+	"\x04lost\x18\x02 \x03(\v2\x18.tabula.v1.LostPartitionR\x04lost\x12\x1f\n" +
+	"\vmap_version\x18\x03 \x01(\x04R\n" +
+	"mapVersion\"\xcb\x01\n" +
+	"\rLostPartition\x12\x16\n" +
+	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x14\n" +
+	"\x05table\x18\x02 \x01(\tR\x05table\x12\x14\n" +
+	"\x05index\x18\x03 \x01(\rR\x05index\x12!\n" +
+	"\fpartition_id\x18\x04 \x01(\x04R\vpartitionId\x12\x1b\n" +
+	"\tserver_id\x18\x05 \x01(\tR\bserverId\x12 \n" +
+	"\flost_unix_ms\x18\x06 \x01(\x03R\n" +
+	"lostUnixMs\x12\x14\n" +
+	"\x05epoch\x18\a \x01(\x04R\x05epoch\"C\n" +
+	"\x13ListDataLossRequest\x12\x16\n" +
+	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x14\n" +
+	"\x05table\x18\x02 \x01(\tR\x05table\"D\n" +
+	"\x14ListDataLossResponse\x12,\n" +
+	"\x04lost\x18\x01 \x03(\v2\x18.tabula.v1.LostPartitionR\x04lost*j\n" +
 	"\tTableKind\x12\x1a\n" +
 	"\x16TABLE_KIND_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10TABLE_KIND_POINT\x10\x01\x12\x13\n" +
@@ -5640,7 +5993,7 @@ const file_tabula_proto_rawDesc = "" +
 	"\x1eBULK_VERSION_STATE_UNSPECIFIED\x10\x00\x12\x1e\n" +
 	"\x1aBULK_VERSION_STATE_LOADING\x10\x01\x12\x1c\n" +
 	"\x18BULK_VERSION_STATE_READY\x10\x02\x12\x1e\n" +
-	"\x1aBULK_VERSION_STATE_SERVING\x10\x03*\xc5\x02\n" +
+	"\x1aBULK_VERSION_STATE_SERVING\x10\x03*\xdf\x02\n" +
 	"\tErrorCode\x12\x1a\n" +
 	"\x16ERROR_CODE_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14ERROR_CODE_NOT_OWNER\x10\x01\x12\x1a\n" +
@@ -5653,7 +6006,8 @@ const file_tabula_proto_rawDesc = "" +
 	"\x15ERROR_CODE_WRONG_KIND\x10\b\x12\x1c\n" +
 	"\x18ERROR_CODE_UNIMPLEMENTED\x10\t\x12\x1b\n" +
 	"\x17ERROR_CODE_VERSION_GONE\x10\n" +
-	"*\xbc\x02\n" +
+	"\x12\x18\n" +
+	"\x14ERROR_CODE_DATA_LOSS\x10\v*\xbc\x02\n" +
 	"\bStreamOp\x12\x19\n" +
 	"\x15STREAM_OP_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10STREAM_OP_CREATE\x10\x01\x12\x14\n" +
@@ -5667,7 +6021,7 @@ const file_tabula_proto_rawDesc = "" +
 	"\x0fSTREAM_OP_NODES\x10\t\x12%\n" +
 	"!STREAM_OP_REPORT_CORRUPT_FRAGMENT\x10\n" +
 	"\x12\x16\n" +
-	"\x12STREAM_OP_SET_CODE\x10\v2\x9b\v\n" +
+	"\x12STREAM_OP_SET_CODE\x10\v2\xbd\f\n" +
 	"\x06Master\x12L\n" +
 	"\vCreateTable\x12\x1d.tabula.v1.CreateTableRequest\x1a\x1e.tabula.v1.CreateTableResponse\x12F\n" +
 	"\tDropTable\x12\x1b.tabula.v1.DropTableRequest\x1a\x1c.tabula.v1.DropTableResponse\x12I\n" +
@@ -5690,7 +6044,9 @@ const file_tabula_proto_rawDesc = "" +
 	"\n" +
 	"CoprocList\x12\x1c.tabula.v1.CoprocListRequest\x1a\x1d.tabula.v1.CoprocListResponse\x12U\n" +
 	"\x0eCoprocRollback\x12 .tabula.v1.CoprocRollbackRequest\x1a!.tabula.v1.CoprocRollbackResponse\x12L\n" +
-	"\vCoprocFetch\x12\x1d.tabula.v1.CoprocFetchRequest\x1a\x1e.tabula.v1.CoprocFetchResponse2\x8b\x06\n" +
+	"\vCoprocFetch\x12\x1d.tabula.v1.CoprocFetchRequest\x1a\x1e.tabula.v1.CoprocFetchResponse\x12O\n" +
+	"\fForgetServer\x12\x1e.tabula.v1.ForgetServerRequest\x1a\x1f.tabula.v1.ForgetServerResponse\x12O\n" +
+	"\fListDataLoss\x12\x1e.tabula.v1.ListDataLossRequest\x1a\x1f.tabula.v1.ListDataLossResponse2\x8b\x06\n" +
 	"\vTableServer\x124\n" +
 	"\x03Get\x12\x15.tabula.v1.GetRequest\x1a\x16.tabula.v1.GetResponse\x12C\n" +
 	"\bBatchGet\x12\x1a.tabula.v1.BatchGetRequest\x1a\x1b.tabula.v1.BatchGetResponse\x124\n" +
@@ -5719,7 +6075,7 @@ func file_tabula_proto_rawDescGZIP() []byte {
 }
 
 var file_tabula_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_tabula_proto_msgTypes = make([]protoimpl.MessageInfo, 75)
+var file_tabula_proto_msgTypes = make([]protoimpl.MessageInfo, 80)
 var file_tabula_proto_goTypes = []any{
 	(TableKind)(0),                    // 0: tabula.v1.TableKind
 	(ReplicaRole)(0),                  // 1: tabula.v1.ReplicaRole
@@ -5802,6 +6158,11 @@ var file_tabula_proto_goTypes = []any{
 	(*BulkUploadRequest)(nil),         // 78: tabula.v1.BulkUploadRequest
 	(*BulkUploadStatusRequest)(nil),   // 79: tabula.v1.BulkUploadStatusRequest
 	(*BulkUploadResponse)(nil),        // 80: tabula.v1.BulkUploadResponse
+	(*ForgetServerRequest)(nil),       // 81: tabula.v1.ForgetServerRequest
+	(*ForgetServerResponse)(nil),      // 82: tabula.v1.ForgetServerResponse
+	(*LostPartition)(nil),             // 83: tabula.v1.LostPartition
+	(*ListDataLossRequest)(nil),       // 84: tabula.v1.ListDataLossRequest
+	(*ListDataLossResponse)(nil),      // 85: tabula.v1.ListDataLossResponse
 }
 var file_tabula_proto_depIdxs = []int32{
 	0,  // 0: tabula.v1.Table.kind:type_name -> tabula.v1.TableKind
@@ -5857,69 +6218,75 @@ var file_tabula_proto_depIdxs = []int32{
 	61, // 50: tabula.v1.BulkUploadRequest.header:type_name -> tabula.v1.RequestHeader
 	26, // 51: tabula.v1.BulkUploadRequest.file:type_name -> tabula.v1.BulkFile
 	61, // 52: tabula.v1.BulkUploadStatusRequest.header:type_name -> tabula.v1.RequestHeader
-	35, // 53: tabula.v1.Master.CreateTable:input_type -> tabula.v1.CreateTableRequest
-	37, // 54: tabula.v1.Master.DropTable:input_type -> tabula.v1.DropTableRequest
-	39, // 55: tabula.v1.Master.ListTables:input_type -> tabula.v1.ListTablesRequest
-	41, // 56: tabula.v1.Master.DescribeTable:input_type -> tabula.v1.DescribeTableRequest
-	43, // 57: tabula.v1.Master.GetPartitionMap:input_type -> tabula.v1.GetPartitionMapRequest
-	45, // 58: tabula.v1.Master.WatchPartitionMap:input_type -> tabula.v1.WatchPartitionMapRequest
-	47, // 59: tabula.v1.Master.RegisterServer:input_type -> tabula.v1.RegisterServerRequest
-	49, // 60: tabula.v1.Master.Heartbeat:input_type -> tabula.v1.HeartbeatRequest
-	59, // 61: tabula.v1.Master.ListServers:input_type -> tabula.v1.ListServersRequest
-	51, // 62: tabula.v1.Master.BulkPublish:input_type -> tabula.v1.BulkPublishRequest
-	53, // 63: tabula.v1.Master.BulkStored:input_type -> tabula.v1.BulkStoredRequest
-	55, // 64: tabula.v1.Master.BulkStatus:input_type -> tabula.v1.BulkStatusRequest
-	57, // 65: tabula.v1.Master.BulkRollback:input_type -> tabula.v1.BulkRollbackRequest
-	33, // 66: tabula.v1.Master.Stream:input_type -> tabula.v1.StreamRequest
-	13, // 67: tabula.v1.Master.CoprocDeploy:input_type -> tabula.v1.CoprocDeployRequest
-	15, // 68: tabula.v1.Master.CoprocList:input_type -> tabula.v1.CoprocListRequest
-	17, // 69: tabula.v1.Master.CoprocRollback:input_type -> tabula.v1.CoprocRollbackRequest
-	19, // 70: tabula.v1.Master.CoprocFetch:input_type -> tabula.v1.CoprocFetchRequest
-	62, // 71: tabula.v1.TableServer.Get:input_type -> tabula.v1.GetRequest
-	64, // 72: tabula.v1.TableServer.BatchGet:input_type -> tabula.v1.BatchGetRequest
-	66, // 73: tabula.v1.TableServer.Put:input_type -> tabula.v1.PutRequest
-	68, // 74: tabula.v1.TableServer.Delete:input_type -> tabula.v1.DeleteRequest
-	70, // 75: tabula.v1.TableServer.CompareAndSwap:input_type -> tabula.v1.CompareAndSwapRequest
-	73, // 76: tabula.v1.TableServer.BatchWrite:input_type -> tabula.v1.BatchWriteRequest
-	75, // 77: tabula.v1.TableServer.Scan:input_type -> tabula.v1.ScanRequest
-	78, // 78: tabula.v1.TableServer.BulkUpload:input_type -> tabula.v1.BulkUploadRequest
-	79, // 79: tabula.v1.TableServer.BulkUploadStatus:input_type -> tabula.v1.BulkUploadStatusRequest
-	22, // 80: tabula.v1.TableServer.Invoke:input_type -> tabula.v1.InvokeRequest
-	24, // 81: tabula.v1.TableServer.CoprocMerge:input_type -> tabula.v1.CoprocMergeRequest
-	36, // 82: tabula.v1.Master.CreateTable:output_type -> tabula.v1.CreateTableResponse
-	38, // 83: tabula.v1.Master.DropTable:output_type -> tabula.v1.DropTableResponse
-	40, // 84: tabula.v1.Master.ListTables:output_type -> tabula.v1.ListTablesResponse
-	42, // 85: tabula.v1.Master.DescribeTable:output_type -> tabula.v1.DescribeTableResponse
-	44, // 86: tabula.v1.Master.GetPartitionMap:output_type -> tabula.v1.GetPartitionMapResponse
-	46, // 87: tabula.v1.Master.WatchPartitionMap:output_type -> tabula.v1.WatchPartitionMapResponse
-	48, // 88: tabula.v1.Master.RegisterServer:output_type -> tabula.v1.RegisterServerResponse
-	50, // 89: tabula.v1.Master.Heartbeat:output_type -> tabula.v1.HeartbeatResponse
-	60, // 90: tabula.v1.Master.ListServers:output_type -> tabula.v1.ListServersResponse
-	52, // 91: tabula.v1.Master.BulkPublish:output_type -> tabula.v1.BulkPublishResponse
-	54, // 92: tabula.v1.Master.BulkStored:output_type -> tabula.v1.BulkStoredResponse
-	56, // 93: tabula.v1.Master.BulkStatus:output_type -> tabula.v1.BulkStatusResponse
-	58, // 94: tabula.v1.Master.BulkRollback:output_type -> tabula.v1.BulkRollbackResponse
-	34, // 95: tabula.v1.Master.Stream:output_type -> tabula.v1.StreamResponse
-	14, // 96: tabula.v1.Master.CoprocDeploy:output_type -> tabula.v1.CoprocDeployResponse
-	16, // 97: tabula.v1.Master.CoprocList:output_type -> tabula.v1.CoprocListResponse
-	18, // 98: tabula.v1.Master.CoprocRollback:output_type -> tabula.v1.CoprocRollbackResponse
-	20, // 99: tabula.v1.Master.CoprocFetch:output_type -> tabula.v1.CoprocFetchResponse
-	63, // 100: tabula.v1.TableServer.Get:output_type -> tabula.v1.GetResponse
-	65, // 101: tabula.v1.TableServer.BatchGet:output_type -> tabula.v1.BatchGetResponse
-	67, // 102: tabula.v1.TableServer.Put:output_type -> tabula.v1.PutResponse
-	69, // 103: tabula.v1.TableServer.Delete:output_type -> tabula.v1.DeleteResponse
-	71, // 104: tabula.v1.TableServer.CompareAndSwap:output_type -> tabula.v1.CompareAndSwapResponse
-	74, // 105: tabula.v1.TableServer.BatchWrite:output_type -> tabula.v1.BatchWriteResponse
-	77, // 106: tabula.v1.TableServer.Scan:output_type -> tabula.v1.ScanResponse
-	80, // 107: tabula.v1.TableServer.BulkUpload:output_type -> tabula.v1.BulkUploadResponse
-	80, // 108: tabula.v1.TableServer.BulkUploadStatus:output_type -> tabula.v1.BulkUploadResponse
-	23, // 109: tabula.v1.TableServer.Invoke:output_type -> tabula.v1.InvokeResponse
-	25, // 110: tabula.v1.TableServer.CoprocMerge:output_type -> tabula.v1.CoprocMergeResponse
-	82, // [82:111] is the sub-list for method output_type
-	53, // [53:82] is the sub-list for method input_type
-	53, // [53:53] is the sub-list for extension type_name
-	53, // [53:53] is the sub-list for extension extendee
-	0,  // [0:53] is the sub-list for field type_name
+	83, // 53: tabula.v1.ForgetServerResponse.lost:type_name -> tabula.v1.LostPartition
+	83, // 54: tabula.v1.ListDataLossResponse.lost:type_name -> tabula.v1.LostPartition
+	35, // 55: tabula.v1.Master.CreateTable:input_type -> tabula.v1.CreateTableRequest
+	37, // 56: tabula.v1.Master.DropTable:input_type -> tabula.v1.DropTableRequest
+	39, // 57: tabula.v1.Master.ListTables:input_type -> tabula.v1.ListTablesRequest
+	41, // 58: tabula.v1.Master.DescribeTable:input_type -> tabula.v1.DescribeTableRequest
+	43, // 59: tabula.v1.Master.GetPartitionMap:input_type -> tabula.v1.GetPartitionMapRequest
+	45, // 60: tabula.v1.Master.WatchPartitionMap:input_type -> tabula.v1.WatchPartitionMapRequest
+	47, // 61: tabula.v1.Master.RegisterServer:input_type -> tabula.v1.RegisterServerRequest
+	49, // 62: tabula.v1.Master.Heartbeat:input_type -> tabula.v1.HeartbeatRequest
+	59, // 63: tabula.v1.Master.ListServers:input_type -> tabula.v1.ListServersRequest
+	51, // 64: tabula.v1.Master.BulkPublish:input_type -> tabula.v1.BulkPublishRequest
+	53, // 65: tabula.v1.Master.BulkStored:input_type -> tabula.v1.BulkStoredRequest
+	55, // 66: tabula.v1.Master.BulkStatus:input_type -> tabula.v1.BulkStatusRequest
+	57, // 67: tabula.v1.Master.BulkRollback:input_type -> tabula.v1.BulkRollbackRequest
+	33, // 68: tabula.v1.Master.Stream:input_type -> tabula.v1.StreamRequest
+	13, // 69: tabula.v1.Master.CoprocDeploy:input_type -> tabula.v1.CoprocDeployRequest
+	15, // 70: tabula.v1.Master.CoprocList:input_type -> tabula.v1.CoprocListRequest
+	17, // 71: tabula.v1.Master.CoprocRollback:input_type -> tabula.v1.CoprocRollbackRequest
+	19, // 72: tabula.v1.Master.CoprocFetch:input_type -> tabula.v1.CoprocFetchRequest
+	81, // 73: tabula.v1.Master.ForgetServer:input_type -> tabula.v1.ForgetServerRequest
+	84, // 74: tabula.v1.Master.ListDataLoss:input_type -> tabula.v1.ListDataLossRequest
+	62, // 75: tabula.v1.TableServer.Get:input_type -> tabula.v1.GetRequest
+	64, // 76: tabula.v1.TableServer.BatchGet:input_type -> tabula.v1.BatchGetRequest
+	66, // 77: tabula.v1.TableServer.Put:input_type -> tabula.v1.PutRequest
+	68, // 78: tabula.v1.TableServer.Delete:input_type -> tabula.v1.DeleteRequest
+	70, // 79: tabula.v1.TableServer.CompareAndSwap:input_type -> tabula.v1.CompareAndSwapRequest
+	73, // 80: tabula.v1.TableServer.BatchWrite:input_type -> tabula.v1.BatchWriteRequest
+	75, // 81: tabula.v1.TableServer.Scan:input_type -> tabula.v1.ScanRequest
+	78, // 82: tabula.v1.TableServer.BulkUpload:input_type -> tabula.v1.BulkUploadRequest
+	79, // 83: tabula.v1.TableServer.BulkUploadStatus:input_type -> tabula.v1.BulkUploadStatusRequest
+	22, // 84: tabula.v1.TableServer.Invoke:input_type -> tabula.v1.InvokeRequest
+	24, // 85: tabula.v1.TableServer.CoprocMerge:input_type -> tabula.v1.CoprocMergeRequest
+	36, // 86: tabula.v1.Master.CreateTable:output_type -> tabula.v1.CreateTableResponse
+	38, // 87: tabula.v1.Master.DropTable:output_type -> tabula.v1.DropTableResponse
+	40, // 88: tabula.v1.Master.ListTables:output_type -> tabula.v1.ListTablesResponse
+	42, // 89: tabula.v1.Master.DescribeTable:output_type -> tabula.v1.DescribeTableResponse
+	44, // 90: tabula.v1.Master.GetPartitionMap:output_type -> tabula.v1.GetPartitionMapResponse
+	46, // 91: tabula.v1.Master.WatchPartitionMap:output_type -> tabula.v1.WatchPartitionMapResponse
+	48, // 92: tabula.v1.Master.RegisterServer:output_type -> tabula.v1.RegisterServerResponse
+	50, // 93: tabula.v1.Master.Heartbeat:output_type -> tabula.v1.HeartbeatResponse
+	60, // 94: tabula.v1.Master.ListServers:output_type -> tabula.v1.ListServersResponse
+	52, // 95: tabula.v1.Master.BulkPublish:output_type -> tabula.v1.BulkPublishResponse
+	54, // 96: tabula.v1.Master.BulkStored:output_type -> tabula.v1.BulkStoredResponse
+	56, // 97: tabula.v1.Master.BulkStatus:output_type -> tabula.v1.BulkStatusResponse
+	58, // 98: tabula.v1.Master.BulkRollback:output_type -> tabula.v1.BulkRollbackResponse
+	34, // 99: tabula.v1.Master.Stream:output_type -> tabula.v1.StreamResponse
+	14, // 100: tabula.v1.Master.CoprocDeploy:output_type -> tabula.v1.CoprocDeployResponse
+	16, // 101: tabula.v1.Master.CoprocList:output_type -> tabula.v1.CoprocListResponse
+	18, // 102: tabula.v1.Master.CoprocRollback:output_type -> tabula.v1.CoprocRollbackResponse
+	20, // 103: tabula.v1.Master.CoprocFetch:output_type -> tabula.v1.CoprocFetchResponse
+	82, // 104: tabula.v1.Master.ForgetServer:output_type -> tabula.v1.ForgetServerResponse
+	85, // 105: tabula.v1.Master.ListDataLoss:output_type -> tabula.v1.ListDataLossResponse
+	63, // 106: tabula.v1.TableServer.Get:output_type -> tabula.v1.GetResponse
+	65, // 107: tabula.v1.TableServer.BatchGet:output_type -> tabula.v1.BatchGetResponse
+	67, // 108: tabula.v1.TableServer.Put:output_type -> tabula.v1.PutResponse
+	69, // 109: tabula.v1.TableServer.Delete:output_type -> tabula.v1.DeleteResponse
+	71, // 110: tabula.v1.TableServer.CompareAndSwap:output_type -> tabula.v1.CompareAndSwapResponse
+	74, // 111: tabula.v1.TableServer.BatchWrite:output_type -> tabula.v1.BatchWriteResponse
+	77, // 112: tabula.v1.TableServer.Scan:output_type -> tabula.v1.ScanResponse
+	80, // 113: tabula.v1.TableServer.BulkUpload:output_type -> tabula.v1.BulkUploadResponse
+	80, // 114: tabula.v1.TableServer.BulkUploadStatus:output_type -> tabula.v1.BulkUploadResponse
+	23, // 115: tabula.v1.TableServer.Invoke:output_type -> tabula.v1.InvokeResponse
+	25, // 116: tabula.v1.TableServer.CoprocMerge:output_type -> tabula.v1.CoprocMergeResponse
+	86, // [86:117] is the sub-list for method output_type
+	55, // [55:86] is the sub-list for method input_type
+	55, // [55:55] is the sub-list for extension type_name
+	55, // [55:55] is the sub-list for extension extendee
+	0,  // [0:55] is the sub-list for field type_name
 }
 
 func init() { file_tabula_proto_init() }
@@ -5933,7 +6300,7 @@ func file_tabula_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tabula_proto_rawDesc), len(file_tabula_proto_rawDesc)),
 			NumEnums:      6,
-			NumMessages:   75,
+			NumMessages:   80,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

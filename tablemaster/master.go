@@ -303,39 +303,13 @@ func (m *Master) checkLiveness() {
 			return
 		case err != nil:
 			m.logger.Error("tablemaster: declare server dead", "server", id, "err", err)
+		case res.Changed && len(res.Held) > 0:
+			m.logger.Error("tablemaster: server declared dead; partitions whose only copy it holds are UNAVAILABLE until it returns "+
+				"(if it never will: tabula server forget --accept-data-loss, which places them again empty)", "server", id,
+				"silent_for", now.Sub(m.lastHeard(id)), "moved", len(res.Moved), "held_for_its_return", len(res.Held))
 		case res.Changed:
 			m.logger.Warn("tablemaster: server declared dead; its partitions moved", "server", id,
-				"silent_for", now.Sub(m.lastHeard(id)), "moved", len(res.Moved),
-				"held_for_its_return", len(res.Held))
-		}
-	}
-	m.reassignAbandoned(now)
-}
-
-// reassignAbandoned forces the durable partitions still held by servers dead
-// longer than ReassignDurableAfter onto live servers.
-func (m *Master) reassignAbandoned(now time.Time) {
-	st := m.State()
-	held := st.ReplicaCounts()
-	for _, id := range st.ServerIDs() {
-		srv := st.Servers[id]
-		if srv.Alive || held[id] == 0 || srv.DownSinceMs == 0 ||
-			now.Sub(time.UnixMilli(srv.DownSinceMs)) < m.opts.ReassignDurableAfter {
-			continue
-		}
-		stillDown := func(s *State) bool {
-			srv := s.Servers[id]
-			return srv != nil && !srv.Alive
-		}
-		res, _, err := m.propose(Command{Op: OpServerDown, ServerID: id, Force: true, UnixMs: now.UnixMilli()}, stillDown, nil)
-		switch {
-		case errors.Is(err, ErrClosed):
-			return
-		case err != nil:
-			m.logger.Error("tablemaster: reassign partitions of a long-dead server", "server", id, "err", err)
-		case res.Changed:
-			m.logger.Error("tablemaster: server down too long; its durable partitions move to live servers EMPTY (their data stays on its disk)",
-				"server", id, "down_for", now.Sub(time.UnixMilli(srv.DownSinceMs)), "moved", len(res.Moved))
+				"silent_for", now.Sub(m.lastHeard(id)), "moved", len(res.Moved))
 		}
 	}
 }
