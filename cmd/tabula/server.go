@@ -50,7 +50,7 @@ func serverCmd(g *globals) *cobra.Command {
 	f.StringVar(&listen, "listen", "127.0.0.1:0", "address to serve on")
 	f.StringVar(&opts.Advertise, "advertise", "", "address clients reach this server at (default: the listen address)")
 	f.StringVar(&opts.DataDir, "data", "", "data directory (required)")
-	f.StringVar(&opts.FaultDomain, "fault-domain", "default", "failure group for replica spreading")
+	f.StringVar(&opts.FaultDomain, "fault-domain", "", "failure group (rack, host) for replica spreading: no two replicas of a partition share one (default: a domain of this server's own, server:<id>)")
 	f.IntVar(&opts.MaxInFlight, "max-in-flight", 4096, "requests in flight before SERVER_BUSY")
 	f.StringVar(&opts.CoprocCacheDir, "coproc-cache", "", "directory keeping coprocessors' compiled machine code across restarts; servers may share one (default: <data>/coproc-cache)")
 	f.DurationVar(&opts.ScrubInterval, "scrub-interval", 10*time.Minute, "pause between the extent scrubber's passes over every block (negative: off)")
