@@ -3329,7 +3329,8 @@ type RegisterServerRequest struct {
 	// Random, nonzero, chosen at every process start. While the id is alive,
 	// the master refuses a registration with another incarnation or address
 	// (ALREADY_EXISTS, reason server_id_in_use) until the old process drains
-	// or is declared dead; 0 (servers before incarnations) compares addresses.
+	// or has been silent longer than its lease; 0 (servers before
+	// incarnations) compares addresses.
 	Incarnation   uint64 `protobuf:"varint,4,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

@@ -25,8 +25,8 @@
 //
 // A live server id belongs to one process, named by the incarnation it
 // registers with: another process registering that id is refused until the
-// first drains or is declared dead (see State.registerServer for why not
-// an epoch bump). A server that names no fault domain gets one of its own
+// first drains or has been silent longer than its lease (see
+// State.registerServer for why not an epoch bump). A server that names no fault domain gets one of its own
 // (DefaultFaultDomain).
 //
 // # Concurrency

@@ -177,3 +177,42 @@ func TestForgetServer(t *testing.T) {
 		t.Fatalf("forgotten server got its partitions back: %v", got)
 	}
 }
+
+// TestRegisterTakeoverAfterLease: a second process of a live id is refused
+// while the first one's lease may still run, and admitted once the first
+// has been silent for longer than the lease, before it is declared dead.
+func TestRegisterTakeoverAfterLease(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	clk := newFakeClock()
+	r := start(t, Options{DataDir: t.TempDir(), Logger: testLogger(t), HeartbeatInterval: time.Hour,
+		LeaseDuration: time.Second, DeadAfter: 5 * time.Second, Now: clk.Now})
+	defer r.stop(t)
+	first, err := r.c.RegisterServer(ctx, &api.RegisterServerRequest{Addr: "10.0.0.1:1", Incarnation: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := first.ServerId
+	second := &api.RegisterServerRequest{ServerId: id, Addr: "10.0.0.2:1", Incarnation: 2}
+	clk.Advance(900 * time.Millisecond)
+	_, err = r.c.RegisterServer(ctx, second)
+	wantCode(t, err, codes.AlreadyExists, "server_id_in_use", "")
+	if _, err := r.c.Heartbeat(ctx, &api.HeartbeatRequest{ServerId: id}); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(900 * time.Millisecond)
+	_, err = r.c.RegisterServer(ctx, second)
+	wantCode(t, err, codes.AlreadyExists, "server_id_in_use", "")
+	clk.Advance(200 * time.Millisecond) // 1.1s since the last heartbeat
+	if _, err := r.c.RegisterServer(ctx, second); err != nil {
+		t.Fatalf("takeover after the lease: %v", err)
+	}
+	if srv := r.m.State().Servers[id]; !srv.Alive || srv.Addr != "10.0.0.2:1" || srv.Incarnation != 2 {
+		t.Fatalf("server after the takeover: %+v", srv)
+	}
+	// The same process again changes nothing.
+	v := r.m.State().Version
+	if _, err := r.c.RegisterServer(ctx, second); err != nil || r.m.State().Version != v {
+		t.Fatalf("re-registration of the same process: %v, version %d -> %d", err, v, r.m.State().Version)
+	}
+}

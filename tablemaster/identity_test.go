@@ -66,6 +66,19 @@ func TestRegisterIdentity(t *testing.T) {
 		}
 	}
 
+	// The holder silent past its lease (the master's liveness says so):
+	// a new process takes the id over at once, without waiting for the
+	// declaration of death.
+	silent := registerInc("b", "h2:9", 50)
+	silent.HolderSilent = true
+	mustApply(t, s, silent)
+	if srv := s.Servers["b"]; !srv.Alive || srv.Incarnation != 50 || srv.Addr != "h2:9" {
+		t.Fatalf("server after a takeover from a silent holder: %+v", srv)
+	}
+	if _, err := s.Apply(registerInc("b", "h2:1", 5)); !errors.Is(err, ErrServerInUse) {
+		t.Fatalf("the superseded process registering again: %v", err)
+	}
+
 	// Declared dead: the new process takes over the replicas the id still
 	// holds (durable single copies) at their epochs, at its address.
 	mustApply(t, s, Command{Op: OpServerDown, ServerID: "a", UnixMs: 5})

@@ -314,11 +314,15 @@ func (m *Master) checkLiveness() {
 	}
 }
 
-func (m *Master) silent(id string, now time.Time) bool {
+func (m *Master) silent(id string, now time.Time) bool { return m.silentFor(id, now, m.opts.DeadAfter) }
+
+// silentFor reports whether server id has not been heard from for longer
+// than d (never heard counts as silent).
+func (m *Master) silentFor(id string, now time.Time, d time.Duration) bool {
 	m.liveMu.Lock()
 	defer m.liveMu.Unlock()
 	l := m.live[id]
-	return l == nil || now.Sub(l.lastHeard) > m.opts.DeadAfter
+	return l == nil || now.Sub(l.lastHeard) > d
 }
 
 func (m *Master) lastHeard(id string) time.Time {

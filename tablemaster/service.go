@@ -181,9 +181,15 @@ func (m *Master) RegisterServer(_ context.Context, req *api.RegisterServerReques
 	if req == nil {
 		return nil, errNilRequest()
 	}
+	now := m.opts.Now()
 	res, next, err := m.propose(Command{
-		Op: OpRegisterServer, UnixMs: m.opts.Now().UnixMilli(),
+		Op: OpRegisterServer, UnixMs: now.UnixMilli(),
 		ServerID: req.ServerId, Addr: req.Addr, FaultDomain: req.FaultDomain, Incarnation: req.Incarnation,
+		// The process holding the id (if another) has not been heard from
+		// for longer than its lease, counted from when its last heartbeat
+		// arrived (after it was sent, when the lease starts): it serves
+		// nothing now, so a new process may take the id over.
+		HolderSilent: req.ServerId != "" && m.silentFor(req.ServerId, now, m.opts.LeaseDuration),
 	}, nil, func(res Result) {
 		m.liveMu.Lock()
 		m.live[res.ServerID] = &liveness{lastHeard: m.opts.Now()}

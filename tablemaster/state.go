@@ -82,6 +82,10 @@ type Command struct {
 	// Incarnation: OpRegisterServer's process incarnation, a random number
 	// the server picks at each start (0 from servers that predate it).
 	Incarnation uint64 `json:"incarnation,omitempty"`
+	// HolderSilent: OpRegisterServer's proposer found the process that
+	// holds the (live) id silent for longer than its lease, so it serves
+	// nothing; another process may take the id over (see registerServer).
+	HolderSilent bool `json:"holder_silent,omitempty"`
 	// AcceptDataLoss: OpForgetServer may leave partitions with no copy of
 	// their data.
 	AcceptDataLoss bool `json:"accept_data_loss,omitempty"`
@@ -709,13 +713,14 @@ func DefaultFaultDomain(serverID string) string { return "server:" + serverID }
 // A known id is a process identity, (Incarnation, Addr): a server picks a
 // new random incarnation at every start and keeps its address for its life.
 // While the id is alive and not draining, a registration with another
-// identity is refused (ALREADY_EXISTS, reason server_id_in_use): two
-// processes with one id (a copied data directory, a restart while the old
-// process still runs) would otherwise both hold the id's replicas in one
-// epoch. The refused process retries; it gets in once the old one drained
-// (a draining server admits no request) or fell silent for DeadAfter and was
-// declared dead (its lease ran out by its own clock before that). It then
-// takes over the replicas the id still holds at their current epoch.
+// identity is refused (ALREADY_EXISTS, reason server_id_in_use) unless
+// HolderSilent: two processes with one id (a copied data directory, a
+// restart while the old process still runs) would otherwise both hold the
+// id's replicas in one epoch. The refused process retries; it gets in once
+// the old one drained (a draining server admits no request), or has been
+// silent longer than its lease (HolderSilent: it serves nothing, its lease
+// ran out by its own clock), or was declared dead. It then takes over the
+// replicas the id still holds at their current epoch.
 //
 // Refusing was chosen over bumping those replicas' epochs: a bump does not
 // stop an old process that still heartbeats (heartbeats carry no
@@ -723,8 +728,8 @@ func DefaultFaultDomain(serverID string) string { return "server:" + serverID }
 // today's table server moves a durable partition's directory aside when it
 // opens it at an epoch other than the one on disk, so a bump on every
 // restart would empty every restarted single-copy partition. The price is
-// that a server restarted after a crash waits up to DeadAfter (3s) before it
-// serves again; a drained one (SIGTERM) registers at once.
+// that a server restarted after a crash waits out the old process's lease
+// (1s) before it serves again; a drained one (SIGTERM) registers at once.
 //
 // The same identity again (the master restarted, or declared the server
 // dead while it was cut off) changes nothing but liveness. Incarnation 0 is
@@ -745,9 +750,9 @@ func (s *State) registerServer(cmd Command) (Result, error) {
 		return Result{}, errInvalid("fault_domain", "fault_domain_too_long", api.MaxNameLen, "fault_domain is %d bytes; the limit is %d", len(cmd.FaultDomain), api.MaxNameLen)
 	}
 	srv, ok := s.Servers[cmd.ServerID]
-	if ok && srv.Alive && !srv.Draining && (srv.Addr != cmd.Addr || srv.Incarnation != 0 && srv.Incarnation != cmd.Incarnation) {
+	if ok && srv.Alive && !srv.Draining && !cmd.HolderSilent && (srv.Addr != cmd.Addr || srv.Incarnation != 0 && srv.Incarnation != cmd.Incarnation) {
 		return Result{}, errCode(ErrServerInUse, api.ErrorCode_ERROR_CODE_ALREADY_EXISTS, "server_id_in_use",
-			"server id %s is held by a live process (addr %s, incarnation %x); this one (addr %s, incarnation %x) may register once that one drains or is declared dead after its silence",
+			"server id %s is held by a live process (addr %s, incarnation %x); this one (addr %s, incarnation %x) may register once that one drains, or stays silent past its lease",
 			cmd.ServerID, srv.Addr, srv.Incarnation, cmd.Addr, cmd.Incarnation)
 	}
 	changed := false

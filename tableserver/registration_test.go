@@ -131,8 +131,8 @@ func TestDefaultFaultDomainsDistinct(t *testing.T) {
 
 // TestSecondProcessOfLiveIDRefused: a second process with a live server's
 // id (a copied data directory) must not take over its partitions while the
-// first one still heartbeats; it registers once the first is declared dead,
-// and then it alone serves them.
+// first one still heartbeats; it registers once the first has been silent
+// past its lease, and then it alone serves them, at the same epoch.
 func TestSecondProcessOfLiveIDRefused(t *testing.T) {
 	c := newRegCluster(t)
 	ctx := context.Background()
@@ -175,8 +175,8 @@ func TestSecondProcessOfLiveIDRefused(t *testing.T) {
 	if r := gm.GetMap().GetPartitions()[0].GetReplicas(); len(r) != 1 || r[0].GetAddr() != a.Addr() {
 		t.Fatalf("partition replicas %v, want a's address %s", r, a.Addr())
 	}
-	// a dies without a word; once declared dead, b gets in and serves the
-	// partition at its address.
+	// a dies without a word; once its lease is over, b gets in and serves
+	// the partition at its address.
 	if err := a.Close(); err != nil {
 		t.Fatal(err)
 	}

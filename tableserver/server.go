@@ -286,7 +286,7 @@ func (s *Server) register() bool {
 			if d := api.DetailOf(err); d.GetReason() == "server_id_in_use" {
 				// Another process holds this id (a restart before the
 				// master noticed the old one died, or a copied data
-				// directory): wait until it drains or is declared dead.
+				// directory): wait until it drains or its lease runs out.
 				s.log.Warn("the master refuses this registration while another process holds the server id; retrying", "server_id", s.id(), "err", err)
 			} else {
 				s.log.Warn("cannot reach the master; retrying", "masters", s.opts.Masters, "err", err)
