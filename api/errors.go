@@ -27,6 +27,8 @@ func grpcCode(c ErrorCode) codes.Code {
 		return codes.Unimplemented
 	case ErrorCode_ERROR_CODE_VERSION_GONE:
 		return codes.Aborted
+	case ErrorCode_ERROR_CODE_DATA_LOSS:
+		return codes.DataLoss
 	default:
 		return codes.Internal
 	}
@@ -93,6 +95,8 @@ func DetailOf(err error) *ErrorDetail {
 		return &ErrorDetail{Code: ErrorCode_ERROR_CODE_NOT_FOUND, Reason: "transport"}
 	case codes.Unimplemented:
 		return &ErrorDetail{Code: ErrorCode_ERROR_CODE_UNIMPLEMENTED, Reason: "transport"}
+	case codes.DataLoss:
+		return &ErrorDetail{Code: ErrorCode_ERROR_CODE_DATA_LOSS, Reason: "transport"}
 	}
 	return &ErrorDetail{Code: ErrorCode_ERROR_CODE_UNSPECIFIED, Reason: "unknown"}
 }

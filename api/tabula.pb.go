@@ -218,6 +218,11 @@ const (
 	// (it was unloaded). Refresh the map and retry the whole request on the
 	// current version; current_version says which that is.
 	ErrorCode_ERROR_CODE_VERSION_GONE ErrorCode = 10
+	// Every copy of the data was lost: an operator forgot the dead server
+	// that held a partition's only copy (tabula server forget
+	// --accept-data-loss), and the partition was placed again, empty. The
+	// master's DataLoss records (ListDataLoss) say which partitions and when.
+	ErrorCode_ERROR_CODE_DATA_LOSS ErrorCode = 11
 )
 
 // Enum value maps for ErrorCode.
@@ -234,6 +239,7 @@ var (
 		8:  "ERROR_CODE_WRONG_KIND",
 		9:  "ERROR_CODE_UNIMPLEMENTED",
 		10: "ERROR_CODE_VERSION_GONE",
+		11: "ERROR_CODE_DATA_LOSS",
 	}
 	ErrorCode_value = map[string]int32{
 		"ERROR_CODE_UNSPECIFIED":      0,
@@ -247,6 +253,7 @@ var (
 		"ERROR_CODE_WRONG_KIND":       8,
 		"ERROR_CODE_UNIMPLEMENTED":    9,
 		"ERROR_CODE_VERSION_GONE":     10,
+		"ERROR_CODE_DATA_LOSS":        11,
 	}
 )
 
@@ -3400,9 +3407,16 @@ func (x *WatchPartitionMapResponse) GetMaps() []*PartitionMap {
 type RegisterServerRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Stable id kept in the server's data directory; empty asks for a new one.
-	ServerId      string `protobuf:"bytes,1,opt,name=server_id,json=serverId,proto3" json:"server_id,omitempty"`
-	Addr          string `protobuf:"bytes,2,opt,name=addr,proto3" json:"addr,omitempty"`
-	FaultDomain   string `protobuf:"bytes,3,opt,name=fault_domain,json=faultDomain,proto3" json:"fault_domain,omitempty"`
+	ServerId string `protobuf:"bytes,1,opt,name=server_id,json=serverId,proto3" json:"server_id,omitempty"`
+	Addr     string `protobuf:"bytes,2,opt,name=addr,proto3" json:"addr,omitempty"`
+	// Empty: a fault domain of the server's own, "server:<id>".
+	FaultDomain string `protobuf:"bytes,3,opt,name=fault_domain,json=faultDomain,proto3" json:"fault_domain,omitempty"`
+	// Random, nonzero, chosen at every process start. While the id is alive,
+	// the master refuses a registration with another incarnation or address
+	// (ALREADY_EXISTS, reason server_id_in_use) until the old process drains
+	// or has been silent longer than its lease; 0 (servers before
+	// incarnations) compares addresses.
+	Incarnation   uint64 `protobuf:"varint,4,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3456,6 +3470,13 @@ func (x *RegisterServerRequest) GetFaultDomain() string {
 		return x.FaultDomain
 	}
 	return ""
+}
+
+func (x *RegisterServerRequest) GetIncarnation() uint64 {
+	if x != nil {
+		return x.Incarnation
+	}
+	return 0
 }
 
 type RegisterServerResponse struct {
@@ -5584,6 +5605,316 @@ func (x *PartitionLogFailedResponse) GetMapVersion() uint64 {
 	return 0
 }
 
+type ForgetServerRequest struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	ServerId string                 `protobuf:"bytes,1,opt,name=server_id,json=serverId,proto3" json:"server_id,omitempty"`
+	// The operator accepts that partitions whose only copy is on the server
+	// are placed again empty. Required when there is any.
+	AcceptDataLoss bool `protobuf:"varint,2,opt,name=accept_data_loss,json=acceptDataLoss,proto3" json:"accept_data_loss,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *ForgetServerRequest) Reset() {
+	*x = ForgetServerRequest{}
+	mi := &file_tabula_proto_msgTypes[78]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ForgetServerRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ForgetServerRequest) ProtoMessage() {}
+
+func (x *ForgetServerRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tabula_proto_msgTypes[78]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ForgetServerRequest.ProtoReflect.Descriptor instead.
+func (*ForgetServerRequest) Descriptor() ([]byte, []int) {
+	return file_tabula_proto_rawDescGZIP(), []int{78}
+}
+
+func (x *ForgetServerRequest) GetServerId() string {
+	if x != nil {
+		return x.ServerId
+	}
+	return ""
+}
+
+func (x *ForgetServerRequest) GetAcceptDataLoss() bool {
+	if x != nil {
+		return x.AcceptDataLoss
+	}
+	return false
+}
+
+type ForgetServerResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Every partition the server held, moved to live servers.
+	Moved uint32 `protobuf:"varint,1,opt,name=moved,proto3" json:"moved,omitempty"`
+	// The ones that lost every copy of their data.
+	Lost          []*LostPartition `protobuf:"bytes,2,rep,name=lost,proto3" json:"lost,omitempty"`
+	MapVersion    uint64           `protobuf:"varint,3,opt,name=map_version,json=mapVersion,proto3" json:"map_version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ForgetServerResponse) Reset() {
+	*x = ForgetServerResponse{}
+	mi := &file_tabula_proto_msgTypes[79]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ForgetServerResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ForgetServerResponse) ProtoMessage() {}
+
+func (x *ForgetServerResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tabula_proto_msgTypes[79]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ForgetServerResponse.ProtoReflect.Descriptor instead.
+func (*ForgetServerResponse) Descriptor() ([]byte, []int) {
+	return file_tabula_proto_rawDescGZIP(), []int{79}
+}
+
+func (x *ForgetServerResponse) GetMoved() uint32 {
+	if x != nil {
+		return x.Moved
+	}
+	return 0
+}
+
+func (x *ForgetServerResponse) GetLost() []*LostPartition {
+	if x != nil {
+		return x.Lost
+	}
+	return nil
+}
+
+func (x *ForgetServerResponse) GetMapVersion() uint64 {
+	if x != nil {
+		return x.MapVersion
+	}
+	return 0
+}
+
+// LostPartition is a partition whose every copy was lost.
+type LostPartition struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Tenant      string                 `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	Table       string                 `protobuf:"bytes,2,opt,name=table,proto3" json:"table,omitempty"`
+	Index       uint32                 `protobuf:"varint,3,opt,name=index,proto3" json:"index,omitempty"`
+	PartitionId uint64                 `protobuf:"varint,4,opt,name=partition_id,json=partitionId,proto3" json:"partition_id,omitempty"`
+	// The forgotten server that held the only copy; its disk may still hold
+	// the data under partitions/<partition_id>.
+	ServerId   string `protobuf:"bytes,5,opt,name=server_id,json=serverId,proto3" json:"server_id,omitempty"`
+	LostUnixMs int64  `protobuf:"varint,6,opt,name=lost_unix_ms,json=lostUnixMs,proto3" json:"lost_unix_ms,omitempty"`
+	// The partition's epoch on that server.
+	Epoch         uint64 `protobuf:"varint,7,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LostPartition) Reset() {
+	*x = LostPartition{}
+	mi := &file_tabula_proto_msgTypes[80]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LostPartition) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LostPartition) ProtoMessage() {}
+
+func (x *LostPartition) ProtoReflect() protoreflect.Message {
+	mi := &file_tabula_proto_msgTypes[80]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LostPartition.ProtoReflect.Descriptor instead.
+func (*LostPartition) Descriptor() ([]byte, []int) {
+	return file_tabula_proto_rawDescGZIP(), []int{80}
+}
+
+func (x *LostPartition) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *LostPartition) GetTable() string {
+	if x != nil {
+		return x.Table
+	}
+	return ""
+}
+
+func (x *LostPartition) GetIndex() uint32 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *LostPartition) GetPartitionId() uint64 {
+	if x != nil {
+		return x.PartitionId
+	}
+	return 0
+}
+
+func (x *LostPartition) GetServerId() string {
+	if x != nil {
+		return x.ServerId
+	}
+	return ""
+}
+
+func (x *LostPartition) GetLostUnixMs() int64 {
+	if x != nil {
+		return x.LostUnixMs
+	}
+	return 0
+}
+
+func (x *LostPartition) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+type ListDataLossRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Both empty: every table of every tenant.
+	Tenant        string `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	Table         string `protobuf:"bytes,2,opt,name=table,proto3" json:"table,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListDataLossRequest) Reset() {
+	*x = ListDataLossRequest{}
+	mi := &file_tabula_proto_msgTypes[81]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListDataLossRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListDataLossRequest) ProtoMessage() {}
+
+func (x *ListDataLossRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tabula_proto_msgTypes[81]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListDataLossRequest.ProtoReflect.Descriptor instead.
+func (*ListDataLossRequest) Descriptor() ([]byte, []int) {
+	return file_tabula_proto_rawDescGZIP(), []int{81}
+}
+
+func (x *ListDataLossRequest) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *ListDataLossRequest) GetTable() string {
+	if x != nil {
+		return x.Table
+	}
+	return ""
+}
+
+type ListDataLossResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// In tenant, table and index order.
+	Lost          []*LostPartition `protobuf:"bytes,1,rep,name=lost,proto3" json:"lost,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListDataLossResponse) Reset() {
+	*x = ListDataLossResponse{}
+	mi := &file_tabula_proto_msgTypes[82]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListDataLossResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListDataLossResponse) ProtoMessage() {}
+
+func (x *ListDataLossResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tabula_proto_msgTypes[82]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListDataLossResponse.ProtoReflect.Descriptor instead.
+func (*ListDataLossResponse) Descriptor() ([]byte, []int) {
+	return file_tabula_proto_rawDescGZIP(), []int{82}
+}
+
+func (x *ListDataLossResponse) GetLost() []*LostPartition {
+	if x != nil {
+		return x.Lost
+	}
+	return nil
+}
+
 var File_tabula_proto protoreflect.FileDescriptor
 
 const file_tabula_proto_rawDesc = "" +
@@ -5822,11 +6153,12 @@ const file_tabula_proto_rawDesc = "" +
 	"\rafter_version\x18\x03 \x01(\x04R\fafterVersion\"b\n" +
 	"\x19WatchPartitionMapResponse\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\x04R\aversion\x12+\n" +
-	"\x04maps\x18\x02 \x03(\v2\x17.tabula.v1.PartitionMapR\x04maps\"k\n" +
+	"\x04maps\x18\x02 \x03(\v2\x17.tabula.v1.PartitionMapR\x04maps\"\x8d\x01\n" +
 	"\x15RegisterServerRequest\x12\x1b\n" +
 	"\tserver_id\x18\x01 \x01(\tR\bserverId\x12\x12\n" +
 	"\x04addr\x18\x02 \x01(\tR\x04addr\x12!\n" +
-	"\ffault_domain\x18\x03 \x01(\tR\vfaultDomain\"\xa5\x01\n" +
+	"\ffault_domain\x18\x03 \x01(\tR\vfaultDomain\x12 \n" +
+	"\vincarnation\x18\x04 \x01(\x04R\vincarnation\"\xa5\x01\n" +
 	"\x16RegisterServerResponse\x12\x1b\n" +
 	"\tserver_id\x18\x01 \x01(\tR\bserverId\x122\n" +
 	"\x15heartbeat_interval_ms\x18\x02 \x01(\rR\x13heartbeatIntervalMs\x12\x19\n" +
@@ -5980,7 +6312,29 @@ const file_tabula_proto_rawDesc = "" +
 	"\x1aPartitionLogFailedResponse\x122\n" +
 	"\tpartition\x18\x01 \x01(\v2\x14.tabula.v1.PartitionR\tpartition\x12\x1f\n" +
 	"\vmap_version\x18\x02 \x01(\x04R\n" +
-	"mapVersion*j\n" +
+	"mapVersion\"\\\n" +
+	"\x13ForgetServerRequest\x12\x1b\n" +
+	"\tserver_id\x18\x01 \x01(\tR\bserverId\x12(\n" +
+	"\x10accept_data_loss\x18\x02 \x01(\bR\x0eacceptDataLoss\"{\n" +
+	"\x14ForgetServerResponse\x12\x14\n" +
+	"\x05moved\x18\x01 \x01(\rR\x05moved\x12,\n" +
+	"\x04lost\x18\x02 \x03(\v2\x18.tabula.v1.LostPartitionR\x04lost\x12\x1f\n" +
+	"\vmap_version\x18\x03 \x01(\x04R\n" +
+	"mapVersion\"\xcb\x01\n" +
+	"\rLostPartition\x12\x16\n" +
+	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x14\n" +
+	"\x05table\x18\x02 \x01(\tR\x05table\x12\x14\n" +
+	"\x05index\x18\x03 \x01(\rR\x05index\x12!\n" +
+	"\fpartition_id\x18\x04 \x01(\x04R\vpartitionId\x12\x1b\n" +
+	"\tserver_id\x18\x05 \x01(\tR\bserverId\x12 \n" +
+	"\flost_unix_ms\x18\x06 \x01(\x03R\n" +
+	"lostUnixMs\x12\x14\n" +
+	"\x05epoch\x18\a \x01(\x04R\x05epoch\"C\n" +
+	"\x13ListDataLossRequest\x12\x16\n" +
+	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x14\n" +
+	"\x05table\x18\x02 \x01(\tR\x05table\"D\n" +
+	"\x14ListDataLossResponse\x12,\n" +
+	"\x04lost\x18\x01 \x03(\v2\x18.tabula.v1.LostPartitionR\x04lost*j\n" +
 	"\tTableKind\x12\x1a\n" +
 	"\x16TABLE_KIND_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10TABLE_KIND_POINT\x10\x01\x12\x13\n" +
@@ -5994,7 +6348,7 @@ const file_tabula_proto_rawDesc = "" +
 	"\x1eBULK_VERSION_STATE_UNSPECIFIED\x10\x00\x12\x1e\n" +
 	"\x1aBULK_VERSION_STATE_LOADING\x10\x01\x12\x1c\n" +
 	"\x18BULK_VERSION_STATE_READY\x10\x02\x12\x1e\n" +
-	"\x1aBULK_VERSION_STATE_SERVING\x10\x03*\xc5\x02\n" +
+	"\x1aBULK_VERSION_STATE_SERVING\x10\x03*\xdf\x02\n" +
 	"\tErrorCode\x12\x1a\n" +
 	"\x16ERROR_CODE_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14ERROR_CODE_NOT_OWNER\x10\x01\x12\x1a\n" +
@@ -6007,7 +6361,8 @@ const file_tabula_proto_rawDesc = "" +
 	"\x15ERROR_CODE_WRONG_KIND\x10\b\x12\x1c\n" +
 	"\x18ERROR_CODE_UNIMPLEMENTED\x10\t\x12\x1b\n" +
 	"\x17ERROR_CODE_VERSION_GONE\x10\n" +
-	"*\xbc\x02\n" +
+	"\x12\x18\n" +
+	"\x14ERROR_CODE_DATA_LOSS\x10\v*\xbc\x02\n" +
 	"\bStreamOp\x12\x19\n" +
 	"\x15STREAM_OP_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10STREAM_OP_CREATE\x10\x01\x12\x14\n" +
@@ -6021,7 +6376,7 @@ const file_tabula_proto_rawDesc = "" +
 	"\x0fSTREAM_OP_NODES\x10\t\x12%\n" +
 	"!STREAM_OP_REPORT_CORRUPT_FRAGMENT\x10\n" +
 	"\x12\x16\n" +
-	"\x12STREAM_OP_SET_CODE\x10\v2\xfe\v\n" +
+	"\x12STREAM_OP_SET_CODE\x10\v2\xa0\r\n" +
 	"\x06Master\x12L\n" +
 	"\vCreateTable\x12\x1d.tabula.v1.CreateTableRequest\x1a\x1e.tabula.v1.CreateTableResponse\x12F\n" +
 	"\tDropTable\x12\x1b.tabula.v1.DropTableRequest\x1a\x1c.tabula.v1.DropTableResponse\x12I\n" +
@@ -6045,7 +6400,9 @@ const file_tabula_proto_rawDesc = "" +
 	"\n" +
 	"CoprocList\x12\x1c.tabula.v1.CoprocListRequest\x1a\x1d.tabula.v1.CoprocListResponse\x12U\n" +
 	"\x0eCoprocRollback\x12 .tabula.v1.CoprocRollbackRequest\x1a!.tabula.v1.CoprocRollbackResponse\x12L\n" +
-	"\vCoprocFetch\x12\x1d.tabula.v1.CoprocFetchRequest\x1a\x1e.tabula.v1.CoprocFetchResponse2\x8b\x06\n" +
+	"\vCoprocFetch\x12\x1d.tabula.v1.CoprocFetchRequest\x1a\x1e.tabula.v1.CoprocFetchResponse\x12O\n" +
+	"\fForgetServer\x12\x1e.tabula.v1.ForgetServerRequest\x1a\x1f.tabula.v1.ForgetServerResponse\x12O\n" +
+	"\fListDataLoss\x12\x1e.tabula.v1.ListDataLossRequest\x1a\x1f.tabula.v1.ListDataLossResponse2\x8b\x06\n" +
 	"\vTableServer\x124\n" +
 	"\x03Get\x12\x15.tabula.v1.GetRequest\x1a\x16.tabula.v1.GetResponse\x12C\n" +
 	"\bBatchGet\x12\x1a.tabula.v1.BatchGetRequest\x1a\x1b.tabula.v1.BatchGetResponse\x124\n" +
@@ -6074,7 +6431,7 @@ func file_tabula_proto_rawDescGZIP() []byte {
 }
 
 var file_tabula_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_tabula_proto_msgTypes = make([]protoimpl.MessageInfo, 78)
+var file_tabula_proto_msgTypes = make([]protoimpl.MessageInfo, 83)
 var file_tabula_proto_goTypes = []any{
 	(TableKind)(0),                     // 0: tabula.v1.TableKind
 	(ReplicaRole)(0),                   // 1: tabula.v1.ReplicaRole
@@ -6160,6 +6517,11 @@ var file_tabula_proto_goTypes = []any{
 	(*BulkUploadResponse)(nil),         // 81: tabula.v1.BulkUploadResponse
 	(*PartitionLogFailedRequest)(nil),  // 82: tabula.v1.PartitionLogFailedRequest
 	(*PartitionLogFailedResponse)(nil), // 83: tabula.v1.PartitionLogFailedResponse
+	(*ForgetServerRequest)(nil),        // 84: tabula.v1.ForgetServerRequest
+	(*ForgetServerResponse)(nil),       // 85: tabula.v1.ForgetServerResponse
+	(*LostPartition)(nil),              // 86: tabula.v1.LostPartition
+	(*ListDataLossRequest)(nil),        // 87: tabula.v1.ListDataLossRequest
+	(*ListDataLossResponse)(nil),       // 88: tabula.v1.ListDataLossResponse
 }
 var file_tabula_proto_depIdxs = []int32{
 	0,  // 0: tabula.v1.Table.kind:type_name -> tabula.v1.TableKind
@@ -6217,71 +6579,77 @@ var file_tabula_proto_depIdxs = []int32{
 	27, // 52: tabula.v1.BulkUploadRequest.file:type_name -> tabula.v1.BulkFile
 	62, // 53: tabula.v1.BulkUploadStatusRequest.header:type_name -> tabula.v1.RequestHeader
 	9,  // 54: tabula.v1.PartitionLogFailedResponse.partition:type_name -> tabula.v1.Partition
-	36, // 55: tabula.v1.Master.CreateTable:input_type -> tabula.v1.CreateTableRequest
-	38, // 56: tabula.v1.Master.DropTable:input_type -> tabula.v1.DropTableRequest
-	40, // 57: tabula.v1.Master.ListTables:input_type -> tabula.v1.ListTablesRequest
-	42, // 58: tabula.v1.Master.DescribeTable:input_type -> tabula.v1.DescribeTableRequest
-	44, // 59: tabula.v1.Master.GetPartitionMap:input_type -> tabula.v1.GetPartitionMapRequest
-	46, // 60: tabula.v1.Master.WatchPartitionMap:input_type -> tabula.v1.WatchPartitionMapRequest
-	48, // 61: tabula.v1.Master.RegisterServer:input_type -> tabula.v1.RegisterServerRequest
-	50, // 62: tabula.v1.Master.Heartbeat:input_type -> tabula.v1.HeartbeatRequest
-	82, // 63: tabula.v1.Master.PartitionLogFailed:input_type -> tabula.v1.PartitionLogFailedRequest
-	60, // 64: tabula.v1.Master.ListServers:input_type -> tabula.v1.ListServersRequest
-	52, // 65: tabula.v1.Master.BulkPublish:input_type -> tabula.v1.BulkPublishRequest
-	54, // 66: tabula.v1.Master.BulkStored:input_type -> tabula.v1.BulkStoredRequest
-	56, // 67: tabula.v1.Master.BulkStatus:input_type -> tabula.v1.BulkStatusRequest
-	58, // 68: tabula.v1.Master.BulkRollback:input_type -> tabula.v1.BulkRollbackRequest
-	34, // 69: tabula.v1.Master.Stream:input_type -> tabula.v1.StreamRequest
-	14, // 70: tabula.v1.Master.CoprocDeploy:input_type -> tabula.v1.CoprocDeployRequest
-	16, // 71: tabula.v1.Master.CoprocList:input_type -> tabula.v1.CoprocListRequest
-	18, // 72: tabula.v1.Master.CoprocRollback:input_type -> tabula.v1.CoprocRollbackRequest
-	20, // 73: tabula.v1.Master.CoprocFetch:input_type -> tabula.v1.CoprocFetchRequest
-	63, // 74: tabula.v1.TableServer.Get:input_type -> tabula.v1.GetRequest
-	65, // 75: tabula.v1.TableServer.BatchGet:input_type -> tabula.v1.BatchGetRequest
-	67, // 76: tabula.v1.TableServer.Put:input_type -> tabula.v1.PutRequest
-	69, // 77: tabula.v1.TableServer.Delete:input_type -> tabula.v1.DeleteRequest
-	71, // 78: tabula.v1.TableServer.CompareAndSwap:input_type -> tabula.v1.CompareAndSwapRequest
-	74, // 79: tabula.v1.TableServer.BatchWrite:input_type -> tabula.v1.BatchWriteRequest
-	76, // 80: tabula.v1.TableServer.Scan:input_type -> tabula.v1.ScanRequest
-	79, // 81: tabula.v1.TableServer.BulkUpload:input_type -> tabula.v1.BulkUploadRequest
-	80, // 82: tabula.v1.TableServer.BulkUploadStatus:input_type -> tabula.v1.BulkUploadStatusRequest
-	23, // 83: tabula.v1.TableServer.Invoke:input_type -> tabula.v1.InvokeRequest
-	25, // 84: tabula.v1.TableServer.CoprocMerge:input_type -> tabula.v1.CoprocMergeRequest
-	37, // 85: tabula.v1.Master.CreateTable:output_type -> tabula.v1.CreateTableResponse
-	39, // 86: tabula.v1.Master.DropTable:output_type -> tabula.v1.DropTableResponse
-	41, // 87: tabula.v1.Master.ListTables:output_type -> tabula.v1.ListTablesResponse
-	43, // 88: tabula.v1.Master.DescribeTable:output_type -> tabula.v1.DescribeTableResponse
-	45, // 89: tabula.v1.Master.GetPartitionMap:output_type -> tabula.v1.GetPartitionMapResponse
-	47, // 90: tabula.v1.Master.WatchPartitionMap:output_type -> tabula.v1.WatchPartitionMapResponse
-	49, // 91: tabula.v1.Master.RegisterServer:output_type -> tabula.v1.RegisterServerResponse
-	51, // 92: tabula.v1.Master.Heartbeat:output_type -> tabula.v1.HeartbeatResponse
-	83, // 93: tabula.v1.Master.PartitionLogFailed:output_type -> tabula.v1.PartitionLogFailedResponse
-	61, // 94: tabula.v1.Master.ListServers:output_type -> tabula.v1.ListServersResponse
-	53, // 95: tabula.v1.Master.BulkPublish:output_type -> tabula.v1.BulkPublishResponse
-	55, // 96: tabula.v1.Master.BulkStored:output_type -> tabula.v1.BulkStoredResponse
-	57, // 97: tabula.v1.Master.BulkStatus:output_type -> tabula.v1.BulkStatusResponse
-	59, // 98: tabula.v1.Master.BulkRollback:output_type -> tabula.v1.BulkRollbackResponse
-	35, // 99: tabula.v1.Master.Stream:output_type -> tabula.v1.StreamResponse
-	15, // 100: tabula.v1.Master.CoprocDeploy:output_type -> tabula.v1.CoprocDeployResponse
-	17, // 101: tabula.v1.Master.CoprocList:output_type -> tabula.v1.CoprocListResponse
-	19, // 102: tabula.v1.Master.CoprocRollback:output_type -> tabula.v1.CoprocRollbackResponse
-	21, // 103: tabula.v1.Master.CoprocFetch:output_type -> tabula.v1.CoprocFetchResponse
-	64, // 104: tabula.v1.TableServer.Get:output_type -> tabula.v1.GetResponse
-	66, // 105: tabula.v1.TableServer.BatchGet:output_type -> tabula.v1.BatchGetResponse
-	68, // 106: tabula.v1.TableServer.Put:output_type -> tabula.v1.PutResponse
-	70, // 107: tabula.v1.TableServer.Delete:output_type -> tabula.v1.DeleteResponse
-	72, // 108: tabula.v1.TableServer.CompareAndSwap:output_type -> tabula.v1.CompareAndSwapResponse
-	75, // 109: tabula.v1.TableServer.BatchWrite:output_type -> tabula.v1.BatchWriteResponse
-	78, // 110: tabula.v1.TableServer.Scan:output_type -> tabula.v1.ScanResponse
-	81, // 111: tabula.v1.TableServer.BulkUpload:output_type -> tabula.v1.BulkUploadResponse
-	81, // 112: tabula.v1.TableServer.BulkUploadStatus:output_type -> tabula.v1.BulkUploadResponse
-	24, // 113: tabula.v1.TableServer.Invoke:output_type -> tabula.v1.InvokeResponse
-	26, // 114: tabula.v1.TableServer.CoprocMerge:output_type -> tabula.v1.CoprocMergeResponse
-	85, // [85:115] is the sub-list for method output_type
-	55, // [55:85] is the sub-list for method input_type
-	55, // [55:55] is the sub-list for extension type_name
-	55, // [55:55] is the sub-list for extension extendee
-	0,  // [0:55] is the sub-list for field type_name
+	86, // 55: tabula.v1.ForgetServerResponse.lost:type_name -> tabula.v1.LostPartition
+	86, // 56: tabula.v1.ListDataLossResponse.lost:type_name -> tabula.v1.LostPartition
+	36, // 57: tabula.v1.Master.CreateTable:input_type -> tabula.v1.CreateTableRequest
+	38, // 58: tabula.v1.Master.DropTable:input_type -> tabula.v1.DropTableRequest
+	40, // 59: tabula.v1.Master.ListTables:input_type -> tabula.v1.ListTablesRequest
+	42, // 60: tabula.v1.Master.DescribeTable:input_type -> tabula.v1.DescribeTableRequest
+	44, // 61: tabula.v1.Master.GetPartitionMap:input_type -> tabula.v1.GetPartitionMapRequest
+	46, // 62: tabula.v1.Master.WatchPartitionMap:input_type -> tabula.v1.WatchPartitionMapRequest
+	48, // 63: tabula.v1.Master.RegisterServer:input_type -> tabula.v1.RegisterServerRequest
+	50, // 64: tabula.v1.Master.Heartbeat:input_type -> tabula.v1.HeartbeatRequest
+	82, // 65: tabula.v1.Master.PartitionLogFailed:input_type -> tabula.v1.PartitionLogFailedRequest
+	60, // 66: tabula.v1.Master.ListServers:input_type -> tabula.v1.ListServersRequest
+	52, // 67: tabula.v1.Master.BulkPublish:input_type -> tabula.v1.BulkPublishRequest
+	54, // 68: tabula.v1.Master.BulkStored:input_type -> tabula.v1.BulkStoredRequest
+	56, // 69: tabula.v1.Master.BulkStatus:input_type -> tabula.v1.BulkStatusRequest
+	58, // 70: tabula.v1.Master.BulkRollback:input_type -> tabula.v1.BulkRollbackRequest
+	34, // 71: tabula.v1.Master.Stream:input_type -> tabula.v1.StreamRequest
+	14, // 72: tabula.v1.Master.CoprocDeploy:input_type -> tabula.v1.CoprocDeployRequest
+	16, // 73: tabula.v1.Master.CoprocList:input_type -> tabula.v1.CoprocListRequest
+	18, // 74: tabula.v1.Master.CoprocRollback:input_type -> tabula.v1.CoprocRollbackRequest
+	20, // 75: tabula.v1.Master.CoprocFetch:input_type -> tabula.v1.CoprocFetchRequest
+	84, // 76: tabula.v1.Master.ForgetServer:input_type -> tabula.v1.ForgetServerRequest
+	87, // 77: tabula.v1.Master.ListDataLoss:input_type -> tabula.v1.ListDataLossRequest
+	63, // 78: tabula.v1.TableServer.Get:input_type -> tabula.v1.GetRequest
+	65, // 79: tabula.v1.TableServer.BatchGet:input_type -> tabula.v1.BatchGetRequest
+	67, // 80: tabula.v1.TableServer.Put:input_type -> tabula.v1.PutRequest
+	69, // 81: tabula.v1.TableServer.Delete:input_type -> tabula.v1.DeleteRequest
+	71, // 82: tabula.v1.TableServer.CompareAndSwap:input_type -> tabula.v1.CompareAndSwapRequest
+	74, // 83: tabula.v1.TableServer.BatchWrite:input_type -> tabula.v1.BatchWriteRequest
+	76, // 84: tabula.v1.TableServer.Scan:input_type -> tabula.v1.ScanRequest
+	79, // 85: tabula.v1.TableServer.BulkUpload:input_type -> tabula.v1.BulkUploadRequest
+	80, // 86: tabula.v1.TableServer.BulkUploadStatus:input_type -> tabula.v1.BulkUploadStatusRequest
+	23, // 87: tabula.v1.TableServer.Invoke:input_type -> tabula.v1.InvokeRequest
+	25, // 88: tabula.v1.TableServer.CoprocMerge:input_type -> tabula.v1.CoprocMergeRequest
+	37, // 89: tabula.v1.Master.CreateTable:output_type -> tabula.v1.CreateTableResponse
+	39, // 90: tabula.v1.Master.DropTable:output_type -> tabula.v1.DropTableResponse
+	41, // 91: tabula.v1.Master.ListTables:output_type -> tabula.v1.ListTablesResponse
+	43, // 92: tabula.v1.Master.DescribeTable:output_type -> tabula.v1.DescribeTableResponse
+	45, // 93: tabula.v1.Master.GetPartitionMap:output_type -> tabula.v1.GetPartitionMapResponse
+	47, // 94: tabula.v1.Master.WatchPartitionMap:output_type -> tabula.v1.WatchPartitionMapResponse
+	49, // 95: tabula.v1.Master.RegisterServer:output_type -> tabula.v1.RegisterServerResponse
+	51, // 96: tabula.v1.Master.Heartbeat:output_type -> tabula.v1.HeartbeatResponse
+	83, // 97: tabula.v1.Master.PartitionLogFailed:output_type -> tabula.v1.PartitionLogFailedResponse
+	61, // 98: tabula.v1.Master.ListServers:output_type -> tabula.v1.ListServersResponse
+	53, // 99: tabula.v1.Master.BulkPublish:output_type -> tabula.v1.BulkPublishResponse
+	55, // 100: tabula.v1.Master.BulkStored:output_type -> tabula.v1.BulkStoredResponse
+	57, // 101: tabula.v1.Master.BulkStatus:output_type -> tabula.v1.BulkStatusResponse
+	59, // 102: tabula.v1.Master.BulkRollback:output_type -> tabula.v1.BulkRollbackResponse
+	35, // 103: tabula.v1.Master.Stream:output_type -> tabula.v1.StreamResponse
+	15, // 104: tabula.v1.Master.CoprocDeploy:output_type -> tabula.v1.CoprocDeployResponse
+	17, // 105: tabula.v1.Master.CoprocList:output_type -> tabula.v1.CoprocListResponse
+	19, // 106: tabula.v1.Master.CoprocRollback:output_type -> tabula.v1.CoprocRollbackResponse
+	21, // 107: tabula.v1.Master.CoprocFetch:output_type -> tabula.v1.CoprocFetchResponse
+	85, // 108: tabula.v1.Master.ForgetServer:output_type -> tabula.v1.ForgetServerResponse
+	88, // 109: tabula.v1.Master.ListDataLoss:output_type -> tabula.v1.ListDataLossResponse
+	64, // 110: tabula.v1.TableServer.Get:output_type -> tabula.v1.GetResponse
+	66, // 111: tabula.v1.TableServer.BatchGet:output_type -> tabula.v1.BatchGetResponse
+	68, // 112: tabula.v1.TableServer.Put:output_type -> tabula.v1.PutResponse
+	70, // 113: tabula.v1.TableServer.Delete:output_type -> tabula.v1.DeleteResponse
+	72, // 114: tabula.v1.TableServer.CompareAndSwap:output_type -> tabula.v1.CompareAndSwapResponse
+	75, // 115: tabula.v1.TableServer.BatchWrite:output_type -> tabula.v1.BatchWriteResponse
+	78, // 116: tabula.v1.TableServer.Scan:output_type -> tabula.v1.ScanResponse
+	81, // 117: tabula.v1.TableServer.BulkUpload:output_type -> tabula.v1.BulkUploadResponse
+	81, // 118: tabula.v1.TableServer.BulkUploadStatus:output_type -> tabula.v1.BulkUploadResponse
+	24, // 119: tabula.v1.TableServer.Invoke:output_type -> tabula.v1.InvokeResponse
+	26, // 120: tabula.v1.TableServer.CoprocMerge:output_type -> tabula.v1.CoprocMergeResponse
+	89, // [89:121] is the sub-list for method output_type
+	57, // [57:89] is the sub-list for method input_type
+	57, // [57:57] is the sub-list for extension type_name
+	57, // [57:57] is the sub-list for extension extendee
+	0,  // [0:57] is the sub-list for field type_name
 }
 
 func init() { file_tabula_proto_init() }
@@ -6295,7 +6663,7 @@ func file_tabula_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tabula_proto_rawDesc), len(file_tabula_proto_rawDesc)),
 			NumEnums:      6,
-			NumMessages:   78,
+			NumMessages:   83,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

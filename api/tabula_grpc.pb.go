@@ -46,6 +46,8 @@ const (
 	Master_CoprocList_FullMethodName         = "/tabula.v1.Master/CoprocList"
 	Master_CoprocRollback_FullMethodName     = "/tabula.v1.Master/CoprocRollback"
 	Master_CoprocFetch_FullMethodName        = "/tabula.v1.Master/CoprocFetch"
+	Master_ForgetServer_FullMethodName       = "/tabula.v1.Master/ForgetServer"
+	Master_ListDataLoss_FullMethodName       = "/tabula.v1.Master/ListDataLoss"
 )
 
 // MasterClient is the client API for Master service.
@@ -92,6 +94,13 @@ type MasterClient interface {
 	CoprocRollback(ctx context.Context, in *CoprocRollbackRequest, opts ...grpc.CallOption) (*CoprocRollbackResponse, error)
 	// CoprocFetch returns a version's module (servers compile from it).
 	CoprocFetch(ctx context.Context, in *CoprocFetchRequest, opts ...grpc.CallOption) (*CoprocFetchResponse, error)
+	// ForgetServer removes a dead server and moves the partitions it still
+	// holds to live servers. Durable partitions whose only copy it held move
+	// EMPTY and are recorded as data lost, so it is refused unless
+	// accept_data_loss is set. No automatic path ever does this.
+	ForgetServer(ctx context.Context, in *ForgetServerRequest, opts ...grpc.CallOption) (*ForgetServerResponse, error)
+	// ListDataLoss lists the partitions that lost every copy of their data.
+	ListDataLoss(ctx context.Context, in *ListDataLossRequest, opts ...grpc.CallOption) (*ListDataLossResponse, error)
 }
 
 type masterClient struct {
@@ -301,6 +310,26 @@ func (c *masterClient) CoprocFetch(ctx context.Context, in *CoprocFetchRequest, 
 	return out, nil
 }
 
+func (c *masterClient) ForgetServer(ctx context.Context, in *ForgetServerRequest, opts ...grpc.CallOption) (*ForgetServerResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ForgetServerResponse)
+	err := c.cc.Invoke(ctx, Master_ForgetServer_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *masterClient) ListDataLoss(ctx context.Context, in *ListDataLossRequest, opts ...grpc.CallOption) (*ListDataLossResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListDataLossResponse)
+	err := c.cc.Invoke(ctx, Master_ListDataLoss_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // MasterServer is the server API for Master service.
 // All implementations must embed UnimplementedMasterServer
 // for forward compatibility.
@@ -345,6 +374,13 @@ type MasterServer interface {
 	CoprocRollback(context.Context, *CoprocRollbackRequest) (*CoprocRollbackResponse, error)
 	// CoprocFetch returns a version's module (servers compile from it).
 	CoprocFetch(context.Context, *CoprocFetchRequest) (*CoprocFetchResponse, error)
+	// ForgetServer removes a dead server and moves the partitions it still
+	// holds to live servers. Durable partitions whose only copy it held move
+	// EMPTY and are recorded as data lost, so it is refused unless
+	// accept_data_loss is set. No automatic path ever does this.
+	ForgetServer(context.Context, *ForgetServerRequest) (*ForgetServerResponse, error)
+	// ListDataLoss lists the partitions that lost every copy of their data.
+	ListDataLoss(context.Context, *ListDataLossRequest) (*ListDataLossResponse, error)
 	mustEmbedUnimplementedMasterServer()
 }
 
@@ -411,6 +447,12 @@ func (UnimplementedMasterServer) CoprocRollback(context.Context, *CoprocRollback
 }
 func (UnimplementedMasterServer) CoprocFetch(context.Context, *CoprocFetchRequest) (*CoprocFetchResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method CoprocFetch not implemented")
+}
+func (UnimplementedMasterServer) ForgetServer(context.Context, *ForgetServerRequest) (*ForgetServerResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ForgetServer not implemented")
+}
+func (UnimplementedMasterServer) ListDataLoss(context.Context, *ListDataLossRequest) (*ListDataLossResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListDataLoss not implemented")
 }
 func (UnimplementedMasterServer) mustEmbedUnimplementedMasterServer() {}
 func (UnimplementedMasterServer) testEmbeddedByValue()                {}
@@ -768,6 +810,42 @@ func _Master_CoprocFetch_Handler(srv interface{}, ctx context.Context, dec func(
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Master_ForgetServer_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ForgetServerRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MasterServer).ForgetServer(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Master_ForgetServer_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MasterServer).ForgetServer(ctx, req.(*ForgetServerRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Master_ListDataLoss_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListDataLossRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MasterServer).ListDataLoss(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Master_ListDataLoss_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MasterServer).ListDataLoss(ctx, req.(*ListDataLossRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Master_ServiceDesc is the grpc.ServiceDesc for Master service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -846,6 +924,14 @@ var Master_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "CoprocFetch",
 			Handler:    _Master_CoprocFetch_Handler,
+		},
+		{
+			MethodName: "ForgetServer",
+			Handler:    _Master_ForgetServer_Handler,
+		},
+		{
+			MethodName: "ListDataLoss",
+			Handler:    _Master_ListDataLoss_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

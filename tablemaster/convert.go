@@ -66,3 +66,23 @@ func optionsFromProto(o *api.TableOptions) *TableOptions {
 		BulkRetainedVersions: o.GetBulkRetainedVersions(),
 	}
 }
+
+// DataLoss returns the partitions marked DataLost of table tenant/table, or
+// of every table when both are empty, in tenant, table and index order.
+func (s *State) DataLoss(tenant, table string) []*api.LostPartition {
+	var out []*api.LostPartition
+	for _, t := range s.TablesOf(tenant) {
+		if table != "" && t.Name != table {
+			continue
+		}
+		for _, p := range t.Partitions {
+			if d := p.DataLost; d != nil {
+				out = append(out, &api.LostPartition{
+					Tenant: t.Tenant, Table: t.Name, Index: p.Index, PartitionId: p.ID,
+					ServerId: d.ServerID, LostUnixMs: d.UnixMs, Epoch: d.Epoch,
+				})
+			}
+		}
+	}
+	return out
+}

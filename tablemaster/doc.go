@@ -18,7 +18,16 @@
 //
 // Partitions move only when their server dies (silent longer than
 // Options.DeadAfter) or drains: in-memory tables would lose data if a live
-// partition moved. Every move bumps the partition's epoch.
+// partition moved. Every move bumps the partition's epoch. A durable
+// partition whose only copy is on a dead or draining server never moves on
+// its own (it would be served empty); only OpForgetServer, the operator's
+// command with AcceptDataLoss, moves it, and marks it DataLost.
+//
+// A live server id belongs to one process, named by the incarnation it
+// registers with: another process registering that id is refused until the
+// first drains or has been silent longer than its lease (see
+// State.registerServer for why not an epoch bump). A server that names no fault domain gets one of its own
+// (DefaultFaultDomain).
 //
 // # Concurrency
 //

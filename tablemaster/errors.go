@@ -19,6 +19,9 @@ var (
 	ErrServerNotFound  = errors.New("tablemaster: server not found")
 	ErrTenantExists    = errors.New("tablemaster: tenant already exists")
 	ErrTableExists     = errors.New("tablemaster: table already exists")
+	// ErrServerInUse: a registration names the id of a live server with
+	// another process identity (see OpRegisterServer).
+	ErrServerInUse = errors.New("tablemaster: server id in use by another process")
 
 	// ErrCorrupt is returned by Open when the snapshot or the command log
 	// fails its checksum or framing anywhere but in a torn final record.

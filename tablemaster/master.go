@@ -58,8 +58,10 @@ type Master struct {
 	streamCtx    context.Context
 	streamCancel context.CancelFunc
 
-	// logKick wakes the log loop (replication.go) at once.
-	logKick chan struct{}
+	// logKick wakes the log loop (replication.go) at once; logRetry is
+	// its per-partition backoff, owned by it.
+	logKick  chan struct{}
+	logRetry map[uint64]*logRetry
 
 	closing   chan struct{} // closed by Close: stops the liveness loop and watch streams
 	closeOnce sync.Once
@@ -110,14 +112,15 @@ func Open(opts Options) (*Master, error) {
 		return nil, errors.Join(err, lock.Unlock())
 	}
 	m := &Master{
-		lock:    lock,
-		opts:    opts,
-		logger:  opts.Logger,
-		store:   st,
-		seq:     seq,
-		live:    map[string]*liveness{},
-		closing: make(chan struct{}),
-		logKick: make(chan struct{}, 1),
+		lock:     lock,
+		opts:     opts,
+		logger:   opts.Logger,
+		store:    st,
+		seq:      seq,
+		live:     map[string]*liveness{},
+		closing:  make(chan struct{}),
+		logKick:  make(chan struct{}, 1),
+		logRetry: map[uint64]*logRetry{},
 	}
 	m.view.Store(&view{state: state, changed: make(chan struct{})})
 	now := opts.Now()
@@ -308,49 +311,27 @@ func (m *Master) checkLiveness() {
 			return
 		case err != nil:
 			m.logger.Error("tablemaster: declare server dead", "server", id, "err", err)
+		case res.Changed && len(res.Held) > 0:
+			m.logger.Error("tablemaster: server declared dead; partitions whose only copy it holds are UNAVAILABLE until it returns "+
+				"(if it never will: tabula server forget --accept-data-loss, which places them again empty)", "server", id,
+				"silent_for", now.Sub(m.lastHeard(id)), "moved", len(res.Moved), "held_for_its_return", len(res.Held))
 		case res.Changed:
 			m.kickLogs()
 			m.logger.Warn("tablemaster: server declared dead; its partitions moved", "server", id,
-				"silent_for", now.Sub(m.lastHeard(id)), "moved", len(res.Moved),
-				"held_for_its_return", len(res.Held))
-		}
-	}
-	m.reassignAbandoned(now)
-}
-
-// reassignAbandoned forces the durable partitions still held by servers dead
-// longer than ReassignDurableAfter onto live servers.
-func (m *Master) reassignAbandoned(now time.Time) {
-	st := m.State()
-	held := st.ReplicaCounts()
-	for _, id := range st.ServerIDs() {
-		srv := st.Servers[id]
-		if srv.Alive || held[id] == 0 || srv.DownSinceMs == 0 ||
-			now.Sub(time.UnixMilli(srv.DownSinceMs)) < m.opts.ReassignDurableAfter {
-			continue
-		}
-		stillDown := func(s *State) bool {
-			srv := s.Servers[id]
-			return srv != nil && !srv.Alive
-		}
-		res, _, err := m.propose(Command{Op: OpServerDown, ServerID: id, Force: true, UnixMs: now.UnixMilli()}, stillDown, nil)
-		switch {
-		case errors.Is(err, ErrClosed):
-			return
-		case err != nil:
-			m.logger.Error("tablemaster: reassign partitions of a long-dead server", "server", id, "err", err)
-		case res.Changed:
-			m.logger.Error("tablemaster: server down too long; its durable partitions move to live servers EMPTY (their data stays on its disk)",
-				"server", id, "down_for", now.Sub(time.UnixMilli(srv.DownSinceMs)), "moved", len(res.Moved))
+				"silent_for", now.Sub(m.lastHeard(id)), "moved", len(res.Moved))
 		}
 	}
 }
 
-func (m *Master) silent(id string, now time.Time) bool {
+func (m *Master) silent(id string, now time.Time) bool { return m.silentFor(id, now, m.opts.DeadAfter) }
+
+// silentFor reports whether server id has not been heard from for longer
+// than d (never heard counts as silent).
+func (m *Master) silentFor(id string, now time.Time, d time.Duration) bool {
 	m.liveMu.Lock()
 	defer m.liveMu.Unlock()
 	l := m.live[id]
-	return l == nil || now.Sub(l.lastHeard) > m.opts.DeadAfter
+	return l == nil || now.Sub(l.lastHeard) > d
 }
 
 func (m *Master) lastHeard(id string) time.Time {

@@ -12,9 +12,6 @@ const (
 	DefaultHeartbeatInterval = 100 * time.Millisecond
 	DefaultLeaseDuration     = time.Second
 	DefaultDeadAfter         = 3 * time.Second
-	// DefaultReassignDurableAfter: a server down this long is not coming
-	// back soon (a restart takes seconds, a reboot minutes).
-	DefaultReassignDurableAfter = 10 * time.Minute
 	// DefaultSnapshotEvery: a catalog command encodes to ~200 bytes, so 1024
 	// commands is ~200 KiB of log to replay at worst.
 	DefaultSnapshotEvery = 1024
@@ -36,14 +33,11 @@ type Options struct {
 	LeaseDuration time.Duration `json:"lease_duration"`
 	// DeadAfter: a server silent this long is declared dead and its
 	// partitions move. Default 3s; must exceed LeaseDuration, so a server is
-	// declared dead only after its lease has run out by its own clock.
+	// declared dead only after its lease has run out by its own clock. A
+	// durable partition whose only copy is on the dead server never moves on
+	// its own: it waits, unavailable, for the server to return, or for an
+	// operator to forget the server and accept the loss (ForgetServer).
 	DeadAfter time.Duration `json:"dead_after"`
-	// ReassignDurableAfter: the partitions of durable tables whose only copy
-	// is on a dead server stay assigned to it, unavailable, so that the
-	// server serves them again with their data when it returns. After this
-	// long they are moved to live servers anyway, empty (their data stays
-	// on the dead server's disk). Default 10 minutes.
-	ReassignDurableAfter time.Duration `json:"reassign_durable_after"`
 	// SnapshotEvery is how many logged commands trigger a snapshot and a
 	// log reset. Default 1024.
 	SnapshotEvery int `json:"snapshot_every"`
@@ -73,9 +67,6 @@ func (o Options) withDefaults() Options {
 	}
 	if o.SnapshotEvery == 0 {
 		o.SnapshotEvery = DefaultSnapshotEvery
-	}
-	if o.ReassignDurableAfter == 0 {
-		o.ReassignDurableAfter = DefaultReassignDurableAfter
 	}
 	if o.StreamTaskInterval == 0 {
 		o.StreamTaskInterval = 500 * time.Millisecond
@@ -108,9 +99,6 @@ func (o Options) Validate() error {
 	}
 	if o.DeadAfter <= o.LeaseDuration {
 		errs = append(errs, fmt.Errorf("tablemaster: Options.DeadAfter %v must exceed LeaseDuration %v, or a partition could move while its old primary still holds a lease", o.DeadAfter, o.LeaseDuration))
-	}
-	if o.ReassignDurableAfter < o.DeadAfter {
-		errs = append(errs, fmt.Errorf("tablemaster: Options.ReassignDurableAfter %v must be at least DeadAfter %v", o.ReassignDurableAfter, o.DeadAfter))
 	}
 	if o.StreamTaskInterval < 0 || o.StreamSyncInterval < 0 {
 		errs = append(errs, fmt.Errorf("tablemaster: Options.StreamTaskInterval %v and StreamSyncInterval %v must not be negative", o.StreamTaskInterval, o.StreamSyncInterval))

@@ -147,22 +147,52 @@ func (m *Master) kickLogs() {
 
 // reconfigureLogs gives every partition whose log is being reconfigured
 // its next extent. Partitions are independent: one that cannot proceed
-// (no replica reachable) does not hold up the others.
+// (a replica unreachable) does not hold up the others, and retries with
+// backoff (each failed allocation leaves an empty sealed extent behind).
 func (m *Master) reconfigureLogs() {
 	st := m.State()
+	now := time.Now()
 	for _, t := range st.tablesByID() {
 		for _, p := range t.Partitions {
+			if m.streamCtx.Err() != nil {
+				return
+			}
 			if p.Log == nil || p.Log.Extent != 0 || len(p.Replicas) == 0 {
+				delete(m.logRetry, p.ID)
+				continue
+			}
+			r := m.logRetry[p.ID]
+			if r != nil && now.Before(r.next) {
 				continue
 			}
 			ctx, cancel := context.WithTimeout(m.streamCtx, 10*time.Second)
 			err := m.reconfigureLog(ctx, p, int(t.Options.Replication))
 			cancel()
-			if err != nil && m.streamCtx.Err() == nil {
-				m.logger.Warn("tablemaster: partition log not reconfigured yet; retrying", "partition", p.ID, "err", err)
+			if err == nil || m.streamCtx.Err() != nil {
+				delete(m.logRetry, p.ID)
+				continue
+			}
+			if r == nil {
+				r = &logRetry{wait: m.opts.HeartbeatInterval}
+				m.logRetry[p.ID] = r
+			} else {
+				r.wait = min(2*r.wait, 5*time.Second)
+			}
+			r.next = now.Add(r.wait)
+			if msg := err.Error(); msg != r.lastErr {
+				r.lastErr = msg
+				m.logger.Warn("tablemaster: partition log not reconfigured yet; retrying", "partition", p.ID, "retry_in", r.wait, "err", err)
 			}
 		}
 	}
+}
+
+// logRetry is the backoff of one partition's log reconfiguration; only
+// the log loop touches it.
+type logRetry struct {
+	next    time.Time
+	wait    time.Duration
+	lastErr string
 }
 
 // reconfigureLog seals p's last extent and allocates the next on p's

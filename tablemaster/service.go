@@ -24,9 +24,18 @@ func (m *Master) CreateTable(_ context.Context, req *api.CreateTableRequest) (*a
 	if req == nil {
 		return nil, errNilRequest()
 	}
+	opts := optionsFromProto(req.Options)
+	if opts == nil {
+		opts = &TableOptions{}
+	}
+	if opts.Replication == 0 {
+		// Logged explicitly, so replaying the command never depends on
+		// the default of the master that replays it.
+		opts.Replication = defaultReplication()
+	}
 	res, st, err := m.propose(Command{
 		Op: OpCreateTable, UnixMs: m.opts.Now().UnixMilli(),
-		Tenant: req.Tenant, Table: req.Name, Kind: req.Kind, Options: optionsFromProto(req.Options),
+		Tenant: req.Tenant, Table: req.Name, Kind: req.Kind, Options: opts,
 	}, nil, nil)
 	if err != nil {
 		return nil, rpcError("create table", err)
@@ -172,9 +181,15 @@ func (m *Master) RegisterServer(_ context.Context, req *api.RegisterServerReques
 	if req == nil {
 		return nil, errNilRequest()
 	}
+	now := m.opts.Now()
 	res, next, err := m.propose(Command{
-		Op: OpRegisterServer, UnixMs: m.opts.Now().UnixMilli(),
-		ServerID: req.ServerId, Addr: req.Addr, FaultDomain: req.FaultDomain,
+		Op: OpRegisterServer, UnixMs: now.UnixMilli(),
+		ServerID: req.ServerId, Addr: req.Addr, FaultDomain: req.FaultDomain, Incarnation: req.Incarnation,
+		// The process holding the id (if another) has not been heard from
+		// for longer than its lease, counted from when its last heartbeat
+		// arrived (after it was sent, when the lease starts): it serves
+		// nothing now, so a new process may take the id over.
+		HolderSilent: req.ServerId != "" && m.silentFor(req.ServerId, now, m.opts.LeaseDuration),
 	}, nil, func(res Result) {
 		m.liveMu.Lock()
 		m.live[res.ServerID] = &liveness{lastHeard: m.opts.Now()}
@@ -184,7 +199,7 @@ func (m *Master) RegisterServer(_ context.Context, req *api.RegisterServerReques
 		return nil, rpcError("register server", err)
 	}
 	m.logger.Info("tablemaster: server registered", "server", res.ServerID, "addr", req.Addr,
-		"fault_domain", req.FaultDomain, "placed", len(res.Moved))
+		"fault_domain", next.Servers[res.ServerID].FaultDomain, "incarnation", req.Incarnation, "placed", len(res.Moved))
 	return &api.RegisterServerResponse{
 		ServerId:            res.ServerID,
 		HeartbeatIntervalMs: uint32(m.opts.HeartbeatInterval.Milliseconds()),
@@ -263,4 +278,54 @@ func (m *Master) ListServers(_ context.Context, req *api.ListServersRequest) (*a
 		resp.Servers = append(resp.Servers, info)
 	}
 	return resp, nil
+}
+
+// ForgetServer removes a dead server; see OpForgetServer. Durable when it
+// returns.
+func (m *Master) ForgetServer(_ context.Context, req *api.ForgetServerRequest) (*api.ForgetServerResponse, error) {
+	if req == nil {
+		return nil, errNilRequest()
+	}
+	res, next, err := m.propose(Command{
+		Op: OpForgetServer, UnixMs: m.opts.Now().UnixMilli(), ServerID: req.ServerId, AcceptDataLoss: req.AcceptDataLoss,
+	}, nil, func(Result) {
+		m.liveMu.Lock()
+		delete(m.live, req.ServerId)
+		m.liveMu.Unlock()
+	})
+	if err != nil {
+		return nil, rpcError("forget server", err)
+	}
+	resp := &api.ForgetServerResponse{Moved: uint32(len(res.Moved)), MapVersion: next.Version}
+	lost := map[uint64]bool{}
+	for _, id := range res.Lost {
+		lost[id] = true
+	}
+	for _, lp := range next.DataLoss("", "") {
+		if lost[lp.PartitionId] {
+			resp.Lost = append(resp.Lost, lp)
+		}
+	}
+	if len(resp.Lost) > 0 {
+		m.logger.Error("tablemaster: server forgotten; partitions whose only copy it held are placed again EMPTY (data loss accepted by the operator)",
+			"server", req.ServerId, "moved", len(res.Moved), "lost", len(resp.Lost))
+	} else {
+		m.logger.Warn("tablemaster: server forgotten; its partitions moved", "server", req.ServerId, "moved", len(res.Moved))
+	}
+	return resp, nil
+}
+
+// ListDataLoss lists the partitions that lost every copy of their data, of
+// one table or (tenant and table empty) of all.
+func (m *Master) ListDataLoss(_ context.Context, req *api.ListDataLossRequest) (*api.ListDataLossResponse, error) {
+	if req == nil {
+		return nil, errNilRequest()
+	}
+	st := m.State()
+	if req.Tenant != "" || req.Table != "" {
+		if _, err := lookup(st, "tenant", req.Tenant, "table", req.Table); err != nil {
+			return nil, err
+		}
+	}
+	return &api.ListDataLossResponse{Lost: st.DataLoss(req.Tenant, req.Table)}, nil
 }

@@ -26,13 +26,21 @@ const (
 	OpDropTable Op = "drop_table"
 	// OpRegisterServer adds a server or brings a known one back (alive, not
 	// draining, new address), then places unplaced partitions. An empty
-	// ServerID asks for a new id "srv-N".
+	// ServerID asks for a new id "srv-N"; an empty FaultDomain gives the
+	// server a domain of its own (DefaultFaultDomain). A live server's id is
+	// refused to another process (see registerServer).
 	OpRegisterServer Op = "register_server"
 	// OpServerDown takes a server out of service: dead (Draining false) or
 	// drained (Draining true, it stays alive until it goes silent). Every
 	// partition it held loses that replica, gets a bumped epoch and a
 	// replacement by placement.
 	OpServerDown Op = "server_down"
+	// OpForgetServer removes dead server ServerID from the cluster: every
+	// partition it still holds moves to live servers. A durable partition
+	// whose only copy it held moves empty and is marked DataLost, so the
+	// command is refused unless AcceptDataLoss says the operator accepts
+	// that (tabula server forget --accept-data-loss).
+	OpForgetServer Op = "forget_server"
 	// OpPlace places every partition short of replicas on available servers.
 	// It never moves a replica that exists.
 	OpPlace Op = "place"
@@ -67,7 +75,20 @@ type Command struct {
 	Draining bool `json:"draining,omitempty"`
 	// Force: OpServerDown of a server already dead, moving the partitions
 	// of durable tables it still holds (their data stays on its disk).
+	// Masters before OpForgetServer logged it on their own after
+	// --reassign-durable-after; it is only replayed now, never proposed: no
+	// automatic path moves a durable partition's only copy.
 	Force bool `json:"force,omitempty"`
+	// Incarnation: OpRegisterServer's process incarnation, a random number
+	// the server picks at each start (0 from servers that predate it).
+	Incarnation uint64 `json:"incarnation,omitempty"`
+	// HolderSilent: OpRegisterServer's proposer found the process that
+	// holds the (live) id silent for longer than its lease, so it serves
+	// nothing; another process may take the id over (see registerServer).
+	HolderSilent bool `json:"holder_silent,omitempty"`
+	// AcceptDataLoss: OpForgetServer may leave partitions with no copy of
+	// their data.
+	AcceptDataLoss bool `json:"accept_data_loss,omitempty"`
 	// Bulk commands.
 	Version     uint64     `json:"version,omitempty"`
 	BaseVersion uint64     `json:"base_version,omitempty"`
@@ -110,6 +131,9 @@ type Result struct {
 	// Held lists the partitions OpServerDown left on the server: durable
 	// partitions with no other replica, whose data only that server has.
 	Held []uint64
+	// Lost lists the partitions OpForgetServer left with no copy of their
+	// data (now DataLost), in table then index order.
+	Lost []uint64
 	// Stream is OpStream's stream manager result.
 	Stream stream.Result
 	// Version is the coprocessor version OpCoprocDeploy made (or found).
@@ -190,6 +214,22 @@ type Partition struct {
 	// Log is the partition's commit log (point tables; nil for bulk
 	// tables, whose files are their own record). See replication.go.
 	Log *PartitionLog `json:"log,omitempty"`
+	// DataLost is set when an operator forgot the dead server that held the
+	// partition's only copy (OpForgetServer): the partition was placed again,
+	// empty. It stays set, so describe keeps showing it. A DataLoss is never
+	// modified once set (clones share it).
+	DataLost *DataLoss `json:"data_lost,omitempty"`
+}
+
+// DataLoss records how a partition lost every copy of its data.
+type DataLoss struct {
+	// UnixMs is when the operator's command was made.
+	UnixMs int64 `json:"unix_ms"`
+	// ServerID is the forgotten server that held the only copy (its data
+	// may still be on that server's disk, under partitions/<id>).
+	ServerID string `json:"server_id"`
+	// Epoch is the partition's epoch before it moved.
+	Epoch uint64 `json:"epoch"`
 }
 
 // Replica is one copy of a partition on a server.
@@ -207,6 +247,9 @@ type Server struct {
 	FaultDomain string `json:"fault_domain,omitempty"`
 	Alive       bool   `json:"alive"`
 	Draining    bool   `json:"draining,omitempty"`
+	// Incarnation is the registered process's incarnation (0: unknown, a
+	// server from before incarnations).
+	Incarnation uint64 `json:"incarnation,omitempty"`
 	// DownSinceMs is when the server was declared dead (0 while alive).
 	DownSinceMs int64 `json:"down_since_ms,omitempty"`
 }
@@ -342,6 +385,8 @@ func (s *State) Apply(cmd Command) (Result, error) {
 		res, err = s.registerServer(cmd)
 	case OpServerDown:
 		res, err = s.serverDown(cmd)
+	case OpForgetServer:
+		res, err = s.forgetServer(cmd)
 	case OpPlace:
 		res.Moved = s.placeShort(s.candidates())
 		res.Changed = len(res.Moved) > 0
@@ -371,7 +416,10 @@ func (s *State) Apply(cmd Command) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	if res.Changed {
+	if res.Changed && cmd.Op != OpStream {
+		// The stream manager's own state (extents, seals, node inventory)
+		// is not the partition map: servers and clients need not refetch
+		// the map when only it changed.
 		s.Version++
 	}
 	return res, nil
@@ -388,8 +436,71 @@ func (s *State) createTenant(cmd Command) (Result, error) {
 	return Result{Changed: true}, nil
 }
 
-// NormalizeOptions checks a table's kind and options and fills in defaults.
-// Point and bulk tables with replication 1 are served yet.
+// Replication factors of tables.
+const (
+	// MaxReplication is the largest replication factor a table may ask for.
+	MaxReplication = 5
+	// DefaultReplication is the factor of a table that names none once
+	// replicationServed is on (1 until then).
+	DefaultReplication = 3
+)
+
+// replicationServed is the one switch for replicated tables. While it is
+// false, table servers keep one copy per partition: a factor above 1 is
+// refused as UNIMPLEMENTED and the default factor is 1. Data-path replication
+// flips it to true; the rest (factors 1–MaxReplication, default
+// DefaultReplication, no factor above the number of fault domains) is
+// enforced already and tested with it on. It is a variable only so tests can
+// turn it on.
+var replicationServed = false
+
+// defaultReplication is the factor of a create-table request that names none.
+func defaultReplication() uint32 {
+	if replicationServed {
+		return DefaultReplication
+	}
+	return 1
+}
+
+// checkReplication checks a replication factor (defaults filled in) against
+// the range and the switch: served says whether factors above 1 are served.
+func checkReplication(n uint32, served bool) error {
+	switch {
+	case n < 1 || n > MaxReplication:
+		return errInvalid("options.replication", "replication_out_of_range", MaxReplication,
+			"options.replication is %d; it must be 1 to %d", n, MaxReplication)
+	case n > 1 && !served:
+		return errCode(ErrUnimplemented, api.ErrorCode_ERROR_CODE_UNIMPLEMENTED, "replication_not_implemented",
+			"options.replication %d: replication factor >1 arrives with data-path replication", n)
+	}
+	return nil
+}
+
+// checkReplicationFits refuses a factor above the number of fault domains
+// the available servers span: placement puts at most one replica of a
+// partition in a domain, so such a table would stay short of copies for good
+// while looking replicated. A factor of 1 is accepted with no server at all
+// (its partitions wait, unplaced, for the first one).
+func (s *State) checkReplicationFits(n uint32) error {
+	if n <= 1 {
+		return nil
+	}
+	domains := map[string]bool{}
+	for _, c := range s.candidates() {
+		if c.Available {
+			domains[c.domain()] = true
+		}
+	}
+	if d := len(domains); int(n) > d {
+		return errInvalid("options.replication", "replication_above_fault_domains", uint64(d),
+			"options.replication is %d but the live servers span %d fault domain(s), and each replica needs a domain of its own: "+
+				"ask for at most %d replicas or start servers in more fault domains (tabula server --fault-domain)", n, d, d)
+	}
+	return nil
+}
+
+// NormalizeOptions checks a table's kind and options and fills in defaults
+// (replication: defaultReplication). Point and bulk tables are served.
 func NormalizeOptions(kind api.TableKind, o *TableOptions) (TableOptions, error) {
 	switch kind {
 	case api.TableKind_TABLE_KIND_POINT:
@@ -468,11 +579,10 @@ func normalizeCommon(o *TableOptions) (TableOptions, error) {
 			"options.partitions is %d; the limit is %d", n.Partitions, api.MaxPartitions)
 	}
 	if n.Replication == 0 {
-		n.Replication = 1
+		n.Replication = defaultReplication()
 	}
-	if n.Replication > 1 {
-		return TableOptions{}, errCode(ErrUnimplemented, api.ErrorCode_ERROR_CODE_UNIMPLEMENTED, "replication_not_implemented",
-			"options.replication %d: replication factor >1 arrives with data-path replication", n.Replication)
+	if err := checkReplication(n.Replication, replicationServed); err != nil {
+		return TableOptions{}, err
 	}
 	if n.MaxValueBytes == 0 {
 		n.MaxValueBytes = api.DefaultMaxValueBytes
@@ -518,12 +628,25 @@ func (s *State) createTable(cmd Command) (Result, error) {
 	if err := errValidateName("name", cmd.Table); err != nil {
 		return Result{}, err
 	}
-	opts, err := NormalizeOptions(cmd.Kind, cmd.Options)
+	var req TableOptions
+	if cmd.Options != nil {
+		req = *cmd.Options
+	}
+	if req.Replication == 0 {
+		// The master logs the factor it resolved (CreateTable fills the
+		// default in), so a replay never depends on today's default; 0 is
+		// from a master before that, whose default was 1.
+		req.Replication = 1
+	}
+	opts, err := NormalizeOptions(cmd.Kind, &req)
 	if err != nil {
 		return Result{}, err
 	}
 	if _, ok := s.Tenants[cmd.Tenant]; !ok {
 		return Result{}, errTenantNotFound(cmd.Tenant)
+	}
+	if err := s.checkReplicationFits(opts.Replication); err != nil {
+		return Result{}, err
 	}
 	key := tableKey(cmd.Tenant, cmd.Table)
 	if _, ok := s.Tables[key]; ok {
@@ -604,6 +727,39 @@ func ValidateServerID(field, id string) error {
 	return nil
 }
 
+// DefaultFaultDomain is the fault domain of a server that names none: a
+// domain of its own, derived from its id, so it is stable across restarts
+// (the id lives in the server's data directory) and replicas of one
+// partition never share a server by accident. Servers that share a rack or
+// a host should name their domain (tabula server --fault-domain).
+func DefaultFaultDomain(serverID string) string { return "server:" + serverID }
+
+// registerServer adds a server or brings a known one back.
+//
+// A known id is a process identity, (Incarnation, Addr): a server picks a
+// new random incarnation at every start and keeps its address for its life.
+// While the id is alive and not draining, a registration with another
+// identity is refused (ALREADY_EXISTS, reason server_id_in_use) unless
+// HolderSilent: two processes with one id (a copied data directory, a
+// restart while the old process still runs) would otherwise both hold the
+// id's replicas in one epoch. The refused process retries; it gets in once
+// the old one drained (a draining server admits no request), or has been
+// silent longer than its lease (HolderSilent: it serves nothing, its lease
+// ran out by its own clock), or was declared dead. It then takes over the
+// replicas the id still holds at their current epoch.
+//
+// Refusing was chosen over bumping those replicas' epochs: a bump does not
+// stop an old process that still heartbeats (heartbeats carry no
+// incarnation) from following the map and serving at the new epoch, and
+// today's table server moves a durable partition's directory aside when it
+// opens it at an epoch other than the one on disk, so a bump on every
+// restart would empty every restarted single-copy partition. The price is
+// that a server restarted after a crash waits out the old process's lease
+// (1s) before it serves again; a drained one (SIGTERM) registers at once.
+//
+// The same identity again (the master restarted, or declared the server
+// dead while it was cut off) changes nothing but liveness. Incarnation 0 is
+// a server from before incarnations: its identity is its address.
 func (s *State) registerServer(cmd Command) (Result, error) {
 	if cmd.ServerID != "" {
 		if err := ValidateServerID("server_id", cmd.ServerID); err != nil {
@@ -619,6 +775,12 @@ func (s *State) registerServer(cmd Command) (Result, error) {
 	if len(cmd.FaultDomain) > api.MaxNameLen {
 		return Result{}, errInvalid("fault_domain", "fault_domain_too_long", api.MaxNameLen, "fault_domain is %d bytes; the limit is %d", len(cmd.FaultDomain), api.MaxNameLen)
 	}
+	srv, ok := s.Servers[cmd.ServerID]
+	if ok && srv.Alive && !srv.Draining && !cmd.HolderSilent && (srv.Addr != cmd.Addr || srv.Incarnation != 0 && srv.Incarnation != cmd.Incarnation) {
+		return Result{}, errCode(ErrServerInUse, api.ErrorCode_ERROR_CODE_ALREADY_EXISTS, "server_id_in_use",
+			"server id %s is held by a live process (addr %s, incarnation %x); this one (addr %s, incarnation %x) may register once that one drains, or stays silent past its lease",
+			cmd.ServerID, srv.Addr, srv.Incarnation, cmd.Addr, cmd.Incarnation)
+	}
 	changed := false
 	id := cmd.ServerID
 	if id == "" {
@@ -631,21 +793,27 @@ func (s *State) registerServer(cmd Command) (Result, error) {
 		}
 		changed = true
 	}
-	srv, ok := s.Servers[id]
+	fd := cmd.FaultDomain
+	if fd == "" {
+		fd = DefaultFaultDomain(id)
+	}
+	srv, ok = s.Servers[id]
 	switch {
 	case !ok:
-		s.Servers[id] = &Server{ID: id, Addr: cmd.Addr, FaultDomain: cmd.FaultDomain, Alive: true}
+		s.Servers[id] = &Server{ID: id, Addr: cmd.Addr, FaultDomain: fd, Alive: true, Incarnation: cmd.Incarnation}
 		changed = true
-	case !srv.Alive || srv.Draining || srv.Addr != cmd.Addr || srv.FaultDomain != cmd.FaultDomain:
-		// A returning server. Its old partitions were moved when it died;
-		// the ones it still holds (it drained, or only its address changed)
-		// get its new address.
-		srv.Alive, srv.Draining, srv.Addr, srv.FaultDomain, srv.DownSinceMs = true, false, cmd.Addr, cmd.FaultDomain, 0
+	case !srv.Alive || srv.Draining || srv.Addr != cmd.Addr || srv.FaultDomain != fd || srv.Incarnation != cmd.Incarnation:
+		// A returning server (or a new process of a dead or drained one,
+		// or a server from before incarnations that now sends one). Its
+		// old partitions were moved when it died; the ones it still holds
+		// (durable single copies, or it drained) get its new address.
+		srv.Alive, srv.Draining, srv.Addr, srv.FaultDomain, srv.DownSinceMs = true, false, cmd.Addr, fd, 0
+		srv.Incarnation = cmd.Incarnation
 		for _, t := range s.Tables {
 			for i := range t.Partitions {
 				for j := range t.Partitions[i].Replicas {
 					if r := &t.Partitions[i].Replicas[j]; r.ServerID == id {
-						r.Addr, r.FaultDomain = cmd.Addr, cmd.FaultDomain
+						r.Addr, r.FaultDomain = cmd.Addr, fd
 					}
 				}
 			}
@@ -655,7 +823,7 @@ func (s *State) registerServer(cmd Command) (Result, error) {
 	moved := s.placeShort(s.candidates())
 	if changed {
 		// Every table server is an extent node too.
-		s.streamNodeEvent(stream.Command{Op: stream.OpAddNode, Node: id, Addr: cmd.Addr, FaultDomain: cmd.FaultDomain})
+		s.streamNodeEvent(stream.Command{Op: stream.OpAddNode, Node: id, Addr: cmd.Addr, FaultDomain: fd})
 	}
 	return Result{Changed: changed || len(moved) > 0, ServerID: id, Moved: moved}, nil
 }
@@ -694,35 +862,111 @@ func (s *State) serverDown(cmd Command) (Result, error) {
 			if k < 0 {
 				continue
 			}
-			if t.durable() && len(p.Replicas) == 1 && !cmd.Force && !t.bulkMovable(i) {
+			if !cmd.Force && t.onlyCopy(i) {
 				// Its data is on this server's disk and nowhere else:
 				// moving it would serve an empty partition. It waits,
-				// unavailable, for the server to come back (or for the
-				// master to force it off after ReassignDurableAfter).
-				// A bulk partition whose versions are all in streams
-				// moves: its new server fetches them.
+				// unavailable, for the server to come back, or for an
+				// operator to accept the loss (OpForgetServer). A bulk
+				// partition whose versions are all in streams moves:
+				// its new server fetches them.
 				held = append(held, p.ID)
 				continue
 			}
-			wasPrimary := p.Replicas[k].Role == api.ReplicaRole_REPLICA_ROLE_PRIMARY
-			p.Replicas = slices.Delete(p.Replicas, k, k+1)
-			epoch := p.Epoch
-			if wasPrimary && len(p.Replicas) > 0 {
-				// The most caught-up secondary (the proposer's choice,
-				// from the replicas' reports) is promoted; else the first.
-				j := max(0, slices.IndexFunc(p.Replicas, func(r Replica) bool { return r.ServerID == cmd.Promote[p.ID] }))
-				p.Replicas[j].Role = api.ReplicaRole_REPLICA_ROLE_PRIMARY
-				p.Replicas[0], p.Replicas[j] = p.Replicas[j], p.Replicas[0]
-			}
-			p.resetLog()
-			s.fill(t, i, cands) // bumps the epoch if it picks a new primary
-			if p.Epoch == epoch {
-				p.Epoch++ // exactly one bump per affected partition
-			}
+			s.dropReplica(t, i, k, cmd.Promote[p.ID], cands)
 			moved = append(moved, p.ID)
 		}
 	}
 	return Result{Changed: changed || len(moved) > 0, Moved: moved, Held: held}, nil
+}
+
+// dropReplica removes replica k of partition i of t, promotes a remaining
+// one if it was the primary, places replacements and bumps the epoch once.
+func (s *State) dropReplica(t *Table, i, k int, promote string, cands []Candidate) {
+	p := &t.Partitions[i]
+	wasPrimary := p.Replicas[k].Role == api.ReplicaRole_REPLICA_ROLE_PRIMARY
+	p.Replicas = slices.Delete(p.Replicas, k, k+1)
+	p.resetLog() // the next extent goes to the remaining replicas
+	epoch := p.Epoch
+	if wasPrimary && len(p.Replicas) > 0 {
+		// The most caught-up secondary (promote: the proposer's choice,
+		// from the replicas' reports) is promoted; else the first.
+		j := max(0, slices.IndexFunc(p.Replicas, func(r Replica) bool { return r.ServerID == promote }))
+		p.Replicas[j].Role = api.ReplicaRole_REPLICA_ROLE_PRIMARY
+		p.Replicas[0], p.Replicas[j] = p.Replicas[j], p.Replicas[0]
+	}
+	s.fill(t, i, cands) // bumps the epoch if it picks a new primary
+	if wasPrimary && p.Epoch == epoch {
+		// Exactly one bump per change of primary. A secondary's removal
+		// keeps the epoch: the primary's term goes on (its log continues
+		// on the next extent).
+		p.Epoch++
+	}
+}
+
+// onlyCopy reports whether partition i of t keeps its data on one server
+// and nowhere else: durable, one replica, and not a bulk partition whose
+// versions are all in streams (a new server fetches those).
+func (t *Table) onlyCopy(i int) bool {
+	return t.durable() && len(t.Partitions[i].Replicas) == 1 && !t.bulkMovable(i)
+}
+
+// forgetServer removes a dead server and moves every partition it still
+// holds; see OpForgetServer.
+func (s *State) forgetServer(cmd Command) (Result, error) {
+	if err := ValidateServerID("server_id", cmd.ServerID); err != nil {
+		return Result{}, err
+	}
+	srv, ok := s.Servers[cmd.ServerID]
+	if !ok {
+		return Result{}, errServerNotFound(cmd.ServerID)
+	}
+	if srv.Alive {
+		return Result{}, errInvalid("server_id", "server_alive", 0,
+			"server %s is alive (or not yet declared dead): only a dead server can be forgotten; stop it first, or drain it (SIGTERM) to move its partitions without loss", cmd.ServerID)
+	}
+	type hit struct {
+		t    *Table
+		i, k int
+	}
+	var hits []hit
+	var lost []string
+	for _, t := range s.tablesByID() {
+		for i := range t.Partitions {
+			k := slices.IndexFunc(t.Partitions[i].Replicas, func(r Replica) bool { return r.ServerID == cmd.ServerID })
+			if k < 0 {
+				continue
+			}
+			hits = append(hits, hit{t, i, k})
+			if t.onlyCopy(i) {
+				lost = append(lost, fmt.Sprintf("%s/%s#%d", t.Tenant, t.Name, t.Partitions[i].Index))
+			}
+		}
+	}
+	if len(lost) > 0 && !cmd.AcceptDataLoss {
+		const show = 10
+		names := strings.Join(lost[:min(len(lost), show)], ", ")
+		if len(lost) > show {
+			names += fmt.Sprintf(" and %d more", len(lost)-show)
+		}
+		return Result{}, errInvalid("accept_data_loss", "data_loss_not_accepted", 0,
+			"server %s holds the only copy of %d partition(s) (%s): forgetting it moves them to other servers EMPTY; "+
+				"bring the server back instead, or accept the loss explicitly (accept_data_loss, tabula server forget --accept-data-loss)",
+			cmd.ServerID, len(lost), names)
+	}
+	// Validation is over: mutate.
+	delete(s.Servers, cmd.ServerID)
+	cands := s.candidates()
+	res := Result{Changed: true}
+	for _, h := range hits {
+		p := &h.t.Partitions[h.i]
+		if h.t.onlyCopy(h.i) {
+			p.DataLost = &DataLoss{UnixMs: cmd.UnixMs, ServerID: cmd.ServerID, Epoch: p.Epoch}
+			res.Lost = append(res.Lost, p.ID)
+		}
+		s.dropReplica(h.t, h.i, h.k, "", cands)
+		res.Moved = append(res.Moved, p.ID)
+	}
+	return res, nil
 }
 
 // tablesByID returns every table in id order, the deterministic order

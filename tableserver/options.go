@@ -3,6 +3,7 @@ package tableserver
 import (
 	"errors"
 	"log/slog"
+	"math/rand/v2"
 	"path/filepath"
 	"time"
 )
@@ -18,8 +19,17 @@ type Options struct {
 	// Default: the listener's address.
 	Advertise string
 	// FaultDomain is the failure group (rack, host) the master spreads
-	// replicas across. Default "default".
+	// replicas across: no two replicas of a partition share one. Default
+	// empty: a domain of the server's own, "server:<id>" (the master names
+	// it; stable across restarts, as the id is kept in DataDir). Servers
+	// that fail together (one host, one rack) should name a shared domain.
 	FaultDomain string
+	// Incarnation identifies this run of the server to the master, which
+	// refuses a second process registering a live server's id (see
+	// tablemaster's OpRegisterServer). Default: a random nonzero number
+	// chosen by Open, so every start is a new incarnation; set it only to
+	// test that.
+	Incarnation uint64
 	// MaxInFlight is how many requests may run at once before new ones get
 	// SERVER_BUSY. Default 4096.
 	MaxInFlight int
@@ -61,8 +71,8 @@ func (o Options) Validate() error {
 }
 
 func (o Options) withDefaults() Options {
-	if o.FaultDomain == "" {
-		o.FaultDomain = "default"
+	for o.Incarnation == 0 {
+		o.Incarnation = rand.Uint64()
 	}
 	if o.MaxInFlight == 0 {
 		o.MaxInFlight = 4096

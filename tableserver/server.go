@@ -242,6 +242,7 @@ func (s *Server) register() bool {
 				ServerId:    s.id(),
 				Addr:        s.Addr(),
 				FaultDomain: s.opts.FaultDomain,
+				Incarnation: s.opts.Incarnation,
 			})
 			return err
 		})
@@ -271,14 +272,25 @@ func (s *Server) register() bool {
 			// An answered registration is contact with the master, like
 			// an answered heartbeat: the lease runs from when it was sent.
 			s.leaseEnd.Store(sent + s.leaseNS.Load())
-			s.log.Info("registered with master", "server_id", id, "addr", s.Addr(), "fault_domain", s.opts.FaultDomain)
+			fd := s.opts.FaultDomain
+			if fd == "" {
+				fd = "(its own)"
+			}
+			s.log.Info("registered with master", "server_id", id, "addr", s.Addr(), "fault_domain", fd, "incarnation", s.opts.Incarnation)
 			return true
 		}
 		if s.ctx.Err() != nil {
 			return false
 		}
 		if time.Since(lastLog) > 5*time.Second {
-			s.log.Warn("cannot reach the master; retrying", "masters", s.opts.Masters, "err", err)
+			if d := api.DetailOf(err); d.GetReason() == "server_id_in_use" {
+				// Another process holds this id (a restart before the
+				// master noticed the old one died, or a copied data
+				// directory): wait until it drains or its lease runs out.
+				s.log.Warn("the master refuses this registration while another process holds the server id; retrying", "server_id", s.id(), "err", err)
+			} else {
+				s.log.Warn("cannot reach the master; retrying", "masters", s.opts.Masters, "err", err)
+			}
 			lastLog = time.Now()
 		}
 		if !s.backoff(attempt) {

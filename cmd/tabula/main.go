@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	"github.com/tabuladb/tabula/api"
@@ -73,6 +75,26 @@ func (g *globals) logger() (*slog.Logger, error) {
 // client connects to the masters named by --master as --tenant.
 func (g *globals) client(ctx context.Context) (*client.Client, error) {
 	return client.New(ctx, client.Options{Masters: g.master, Tenant: g.tenant, RetryTimeout: g.timeout})
+}
+
+// masterCall calls fn with a client of each --master address in turn until
+// one answers with anything but UNAVAILABLE: for the operator RPCs the SDK
+// does not wrap (ForgetServer, ListDataLoss).
+func (g *globals) masterCall(ctx context.Context, fn func(api.MasterClient) error) error {
+	var err error
+	for _, addr := range g.master {
+		cc, dialErr := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if dialErr != nil {
+			err = fmt.Errorf("master address %q: %w", addr, dialErr)
+			continue
+		}
+		err = fn(api.NewMasterClient(cc))
+		_ = cc.Close()
+		if err == nil || api.CodeOf(err) != api.ErrorCode_ERROR_CODE_UNAVAILABLE || ctx.Err() != nil {
+			return err
+		}
+	}
+	return err
 }
 
 // withTimeout bounds a one-shot client command by --timeout.

@@ -49,7 +49,13 @@ func masterCmd(g *globals) *cobra.Command {
 	f.DurationVar(&opts.HeartbeatInterval, "heartbeat-interval", 100*time.Millisecond, "how often servers heartbeat")
 	f.DurationVar(&opts.LeaseDuration, "lease", time.Second, "primary lease length")
 	f.DurationVar(&opts.DeadAfter, "dead-after", 3*time.Second, "silence after which a server is declared dead (must exceed --lease)")
-	f.DurationVar(&opts.ReassignDurableAfter, "reassign-durable-after", 10*time.Minute,
-		"how long durable partitions whose only copy is on a dead server wait for it before moving elsewhere, empty")
+	// Deprecated: the master no longer moves a durable partition's only
+	// copy on its own (it moved them EMPTY). Accepted, and ignored, for one
+	// release so existing command lines keep working.
+	var reassignDurableAfter time.Duration
+	f.DurationVar(&reassignDurableAfter, "reassign-durable-after", 0, "ignored")
+	_ = f.MarkDeprecated("reassign-durable-after",
+		"it does nothing: durable partitions on a dead server now wait for it however long it takes; "+
+			"if it never returns, `tabula server forget ID --accept-data-loss` moves them (empty)")
 	return cmd
 }

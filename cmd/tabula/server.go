@@ -2,11 +2,14 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"net"
+	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/tabuladb/tabula/api"
 	"github.com/tabuladb/tabula/tableserver"
 
 	_ "github.com/tabuladb/tabula/engines/point" // engines this server hosts
@@ -50,10 +53,63 @@ func serverCmd(g *globals) *cobra.Command {
 	f.StringVar(&listen, "listen", "127.0.0.1:0", "address to serve on")
 	f.StringVar(&opts.Advertise, "advertise", "", "address clients reach this server at (default: the listen address)")
 	f.StringVar(&opts.DataDir, "data", "", "data directory (required)")
-	f.StringVar(&opts.FaultDomain, "fault-domain", "default", "failure group for replica spreading")
+	f.StringVar(&opts.FaultDomain, "fault-domain", "", "failure group (rack, host) for replica spreading: no two replicas of a partition share one (default: a domain of this server's own, server:<id>)")
 	f.IntVar(&opts.MaxInFlight, "max-in-flight", 4096, "requests in flight before SERVER_BUSY")
 	f.StringVar(&opts.CoprocCacheDir, "coproc-cache", "", "directory keeping coprocessors' compiled machine code across restarts; servers may share one (default: <data>/coproc-cache)")
 	f.DurationVar(&opts.ScrubInterval, "scrub-interval", 10*time.Minute, "pause between the extent scrubber's passes over every block (negative: off)")
 	_ = cmd.MarkFlagRequired("data")
+	cmd.AddCommand(serverForgetCmd(g))
 	return cmd
+}
+
+// serverForgetCmd is the only way a durable partition whose only copy was
+// on a dead server moves: the operator says the server is gone for good and
+// accepts that those partitions start again empty.
+func serverForgetCmd(g *globals) *cobra.Command {
+	var accept bool
+	cmd := &cobra.Command{
+		Use:   "forget ID",
+		Short: "Remove a dead server for good, moving its partitions (EMPTY where it held the only copy)",
+		Long: "Remove a dead table server from the cluster and move every partition it still holds to live servers.\n" +
+			"A durable (ssd or bulk) partition whose only copy is on that server moves EMPTY: the master refuses\n" +
+			"unless --accept-data-loss is given, prints every partition lost, and `tabula table describe` keeps\n" +
+			"showing them. Prefer bringing the server back: its partitions wait for it, with their data, however\n" +
+			"long it is down. A forgotten server that returns later registers as a new, empty server; the data\n" +
+			"it held stays on its disk under partitions/<partition id>.",
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx, cancel := g.withTimeout(cmd.Context())
+			defer cancel()
+			var resp *api.ForgetServerResponse
+			err := g.masterCall(ctx, func(mc api.MasterClient) error {
+				var err error
+				resp, err = mc.ForgetServer(ctx, &api.ForgetServerRequest{ServerId: args[0], AcceptDataLoss: accept})
+				return err
+			})
+			if err != nil {
+				return fmt.Errorf("forget server %s: %w", args[0], err)
+			}
+			out := cmd.OutOrStdout()
+			fmt.Fprintf(out, "forgot server %s: %d partition(s) moved to live servers (map version %d)\n", args[0], resp.GetMoved(), resp.GetMapVersion())
+			if len(resp.GetLost()) == 0 {
+				fmt.Fprintln(out, "no data lost: every partition it held had another copy or was not durable")
+				return nil
+			}
+			fmt.Fprintf(out, "DATA LOST: %d partition(s) had their only copy on %s and now start EMPTY:\n", len(resp.GetLost()), args[0])
+			return printLost(out, resp.GetLost())
+		},
+	}
+	cmd.Flags().BoolVar(&accept, "accept-data-loss", false, "move partitions whose only copy is on the server, EMPTY")
+	return cmd
+}
+
+// printLost prints lost partitions as a table.
+func printLost(out io.Writer, lost []*api.LostPartition) error {
+	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "TABLE\t#\tID\tLOST AT\tFROM SERVER\tAT EPOCH")
+	for _, l := range lost {
+		fmt.Fprintf(w, "%s/%s\t%d\t%d\t%s\t%s\t%d\n", l.GetTenant(), l.GetTable(), l.GetIndex(), l.GetPartitionId(),
+			time.UnixMilli(l.GetLostUnixMs()).UTC().Format(time.RFC3339), l.GetServerId(), l.GetEpoch())
+	}
+	return w.Flush()
 }

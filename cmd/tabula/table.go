@@ -55,7 +55,9 @@ func tableCreateCmd(g *globals) *cobra.Command {
 	f := cmd.Flags()
 	f.StringVar(&kind, "kind", "point", "table kind: point or bulk (ordered arrives later)")
 	f.Uint32Var(&opts.Partitions, "partitions", api.DefaultPartitions, fmt.Sprintf("number of partitions (1..%d)", api.MaxPartitions))
-	f.Uint32Var(&opts.Replication, "replication", 1, "copies of each partition (only 1 until replication arrives)")
+	f.Uint32Var(&opts.Replication, "replicas", 0, "copies of each partition, 1-5, each in its own fault domain, so at most the number of fault domains of live servers (default: the master's; 1 until data-path replication is served)")
+	f.Uint32Var(&opts.Replication, "replication", 0, "same as --replicas")
+	_ = f.MarkHidden("replication")
 	f.Uint64Var(&opts.MaxValueBytes, "max-value-bytes", api.DefaultMaxValueBytes, fmt.Sprintf("largest value accepted (at most %d)", api.MaxValueBytesLimit))
 	f.DurationVar(&defaultTTL, "default-ttl", 0, "TTL of writes that give none (0: never expire)")
 	f.StringVar(&opts.Storage, "storage", "", "storage of point tables: ssd (default: the disk store, durable) or memory")
@@ -163,6 +165,21 @@ func tableDescribeCmd(g *globals) *cobra.Command {
 			fmt.Fprintf(w, "total\t\t\t\t\t\t%d\t%d\n", keys, bytes)
 			if err := w.Flush(); err != nil {
 				return err
+			}
+			var lost *api.ListDataLossResponse
+			err = g.masterCall(ctx, func(mc api.MasterClient) error {
+				var err error
+				lost, err = mc.ListDataLoss(ctx, &api.ListDataLossRequest{Tenant: t.GetTenant(), Table: t.GetName()})
+				return err
+			})
+			if err != nil && api.CodeOf(err) != api.ErrorCode_ERROR_CODE_UNIMPLEMENTED { // an older master keeps no such record
+				return fmt.Errorf("describe table %s: list data loss: %w", args[0], err)
+			}
+			if l := lost.GetLost(); len(l) > 0 {
+				fmt.Fprintf(out, "\nDATA LOST    %d partition(s) lost every copy (an operator forgot the server with --accept-data-loss) and started again EMPTY:\n", len(l))
+				if err := printLost(out, l); err != nil {
+					return err
+				}
 			}
 			if o.GetStorage() != "memory" {
 				rate := "-"

@@ -242,6 +242,9 @@ func (c *Cluster) KillServer(i int) error {
 }
 
 // RestartServer starts server i again on its data directory (a new port).
+// After KillServer the master admits the new process only once the killed
+// one has been silent longer than its lease (Options.LeaseDuration): a live
+// server id belongs to one process.
 func (c *Cluster) RestartServer(ctx context.Context, i int) error {
 	c.mu.Lock()
 	if i < 0 || i >= len(c.servers) || !c.servers[i].dead {
