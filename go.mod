@@ -17,6 +17,7 @@ require (
 )
 
 require (
+	github.com/anishathalye/porcupine v1.3.1 // indirect
 	github.com/dustin/go-humanize v1.0.1 // indirect
 	github.com/inconshreveable/mousetrap v1.1.0 // indirect
 	github.com/klauspost/cpuid/v2 v2.3.0 // indirect
