@@ -178,7 +178,7 @@ func TestRecorderEnds(t *testing.T) {
 	r.Begin(0, put("k", "e")).Finish(ok, api.Errorf(api.ErrorCode_ERROR_CODE_UNAVAILABLE, "down", "down"))
 	inflight := r.Begin(1, put("k", "f"))
 	r.Begin(0, get("k")).Finish(found("a"), nil)
-	if s := r.Stats(); s != (Stats{Ok: 2, Unknown: 2, Failed: 3}) {
+	if s := r.Stats(); s != (Stats{Ok: 2, Unknown: 2, Dropped: 3}) {
 		t.Fatalf("stats %+v", s)
 	}
 	h := r.History()

@@ -53,9 +53,11 @@ type Recorder struct {
 	stats   Stats
 }
 
-// Stats counts how the recorded operations ended.
+// Stats counts how the recorded operations ended: Ok with a reply, Unknown
+// writes (kept as never returning), and Dropped ones (certain failures, and
+// reads without a reply).
 type Stats struct {
-	Ok, Unknown, Failed int
+	Ok, Unknown, Dropped int
 }
 
 // NewRecorder starts an empty history; its clock starts now.
@@ -133,7 +135,7 @@ func (c *Call) end(out Output, keep bool) {
 	delete(r.pending, c)
 	switch {
 	case !keep:
-		r.stats.Failed++
+		r.stats.Dropped++
 		return
 	case out.Unknown:
 		r.stats.Unknown++
