@@ -30,6 +30,15 @@ import (
 //	TABULA_NEMESIS_DURATION  how long clients run under faults (default 20s)
 //	TABULA_NEMESIS_FAULTS    comma-separated faults the nemesis picks from
 //	                         (default kill,stop,blackhole,delay; also: reset)
+//
+// reset (every connection to a server reset, for 0.1–2 s) is left out of the
+// default while the SDK retries writes without request ids (issue 13, item
+// 5): a reset loses the reply of a write the server applied, the SDK's retry
+// reports the state the first attempt left, and the history is rightly not
+// linearizable. Seed 1795560627053971236 with TABULA_NEMESIS_FAULTS=reset
+// and a 30s run showed it: a Delete of a present key, applied, its reply
+// lost in a reset, retried after the reset and answered existed=false. Put
+// it in the default once writes carry request ids.
 const (
 	nemesisServers  = 5
 	nemesisClients  = 8
@@ -465,6 +474,6 @@ func TestNemesis(t *testing.T) {
 		if err != nil {
 			t.Logf("no visualisation: %v", err)
 		}
-		t.Errorf("history not linearizable (seed %d); keys %v", seed, res.BadKeys)
+		t.Errorf("history not linearizable (seed %d); keys %v\n%s", seed, res.BadKeys, res.Report(40))
 	}
 }

@@ -232,6 +232,18 @@ func TestRecorderFindsViolation(t *testing.T) {
 	if strings.Join(res.BadKeys, ",") != "lost,stale" {
 		t.Fatalf("bad keys %v", res.BadKeys)
 	}
+	rep := res.Report(10)
+	t.Logf("report:\n%s", rep)
+	for _, want := range []string{
+		`key "lost": 1 of 2 operations linearized, reaching "v"`,
+		`* client 1 [`,
+		`get("lost") -> not found`,
+		`key "stale": 2 of 3 operations linearized, reaching "2"`,
+	} {
+		if !strings.Contains(rep, want) {
+			t.Fatalf("report lacks %q:\n%s", want, rep)
+		}
+	}
 	path := filepath.Join(t.TempDir(), "history.html")
 	if err := res.Visualize(path); err != nil {
 		t.Fatal(err)

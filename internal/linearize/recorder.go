@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -200,7 +201,8 @@ type Result struct {
 	// maxBadKeys, in key order), when Verdict is Illegal.
 	BadKeys []string
 
-	info porcupine.LinearizationInfo // of BadKeys' histories
+	info  porcupine.LinearizationInfo      // of BadKeys' histories
+	byKey map[string][]porcupine.Operation // BadKeys' histories, in call order
 }
 
 // maxBadKeys bounds the keys a failed Check reports and draws.
@@ -222,9 +224,12 @@ func (r *Recorder) check(ops []porcupine.Operation, timeout time.Duration) Resul
 		return res
 	}
 	var bad []porcupine.Operation
+	res.byKey = make(map[string][]porcupine.Operation)
 	for _, part := range parts {
 		if porcupine.CheckOperationsTimeout(m, part, timeout) == porcupine.Illegal {
-			res.BadKeys = append(res.BadKeys, part[0].Input.(Input).Key)
+			k := part[0].Input.(Input).Key
+			res.BadKeys = append(res.BadKeys, k)
+			res.byKey[k] = part
 			bad = append(bad, part...)
 			if len(res.BadKeys) == maxBadKeys {
 				break
@@ -236,6 +241,66 @@ func (r *Recorder) check(ops []porcupine.Operation, timeout time.Duration) Resul
 	res.info.AddAnnotations(r.notes)
 	r.mu.Unlock()
 	return res
+}
+
+// Report describes the keys that failed the check, for a test log: per
+// key, how far the longest linearization porcupine found got and the state
+// it reached, then the key's operations in call order (times in ms since
+// the Recorder was made; "?" an unknown outcome), those outside that
+// linearization marked "*". At most maxOps operations per key are listed,
+// starting a little before the first one marked.
+func (res Result) Report(maxOps int) string {
+	if res.Verdict != porcupine.Illegal {
+		return fmt.Sprintf("verdict %s", res.Verdict)
+	}
+	type id struct {
+		call   int64
+		client int
+	}
+	var b strings.Builder
+	m := Model()
+	// The info's partitions are the bad keys' histories, in key order.
+	for p, partials := range res.info.PartialLinearizationsOperations() {
+		if p >= len(res.BadKeys) {
+			break
+		}
+		key := res.BadKeys[p]
+		var longest []porcupine.Operation
+		for _, l := range partials {
+			if len(l) > len(longest) {
+				longest = l
+			}
+		}
+		linearized := map[id]bool{}
+		state := m.Init()
+		for _, o := range longest {
+			linearized[id{o.Call, o.ClientId}] = true
+			_, state = m.Step(state, o.Input, o.Output)
+		}
+		ops := res.byKey[key]
+		fmt.Fprintf(&b, "key %q: %d of %d operations linearized, reaching %s; no other fits next\n",
+			key, len(longest), len(ops), m.DescribeState(state))
+		first := len(ops)
+		for i, o := range ops {
+			if !linearized[id{o.Call, o.ClientId}] {
+				first = i
+				break
+			}
+		}
+		lo := max(0, first-maxOps/4)
+		for _, o := range ops[lo:min(len(ops), lo+maxOps)] {
+			mark := " "
+			if !linearized[id{o.Call, o.ClientId}] {
+				mark = "*"
+			}
+			ret := fmt.Sprintf("%.1f", float64(o.Return)/1e6)
+			if o.Output.(Output).Unknown {
+				ret = "?"
+			}
+			fmt.Fprintf(&b, "  %s client %d [%.1f, %s] %s\n", mark, o.ClientId, float64(o.Call)/1e6, ret, describeOperation(o.Input, o.Output))
+		}
+	}
+	return b.String()
 }
 
 // Visualize writes porcupine's HTML view of the keys that failed the check
