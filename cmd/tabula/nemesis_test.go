@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -11,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -37,8 +39,15 @@ import (
 // reports the state the first attempt left, and the history is rightly not
 // linearizable. Seed 1795560627053971236 with TABULA_NEMESIS_FAULTS=reset
 // and a 30s run showed it: a Delete of a present key, applied, its reply
-// lost in a reset, retried after the reset and answered existed=false. Put
-// it in the default once writes carry request ids.
+// lost in a reset, retried after the reset and answered existed=false.
+// kill -9 does the same, less often (the retry must land after the restart
+// within the call's deadline): seed 1795560714716574848 with kill only, a
+// CAS answered "not swapped, current = its own new value" and a Delete
+// answered existed=false. Until request ids land, a violation explained by
+// such retried writes alone skips the test (see the end of TestNemesis);
+// then put reset in the default and remove the skip. Seeds replay every
+// random choice, not the processes' timing, so a replay may not hit the
+// same interleaving.
 const (
 	nemesisServers  = 5
 	nemesisClients  = 8
@@ -59,6 +68,30 @@ type nemesisServer struct {
 	dead     bool // killed, not yet restarted
 	restarts int
 }
+
+// retryWatch is a slog handler for one client's SDK logs: it notes when
+// the SDK retried a call after UNAVAILABLE, the error after which a write
+// may have been applied with its reply lost. Safe for concurrent use.
+type retryWatch struct{ retried *atomic.Bool }
+
+func (h retryWatch) Enabled(context.Context, slog.Level) bool { return true }
+func (h retryWatch) WithAttrs([]slog.Attr) slog.Handler       { return h }
+func (h retryWatch) WithGroup(string) slog.Handler            { return h }
+func (h retryWatch) Handle(_ context.Context, r slog.Record) error {
+	if r.Message != "tabula: retrying" {
+		return nil
+	}
+	r.Attrs(func(a slog.Attr) bool {
+		if err, ok := a.Value.Any().(error); ok && a.Key == "err" && api.CodeOf(err) == api.ErrorCode_ERROR_CODE_UNAVAILABLE {
+			h.retried.Store(true)
+		}
+		return true
+	})
+	return nil
+}
+
+// retriedTag marks a write the SDK retried after UNAVAILABLE.
+const retriedTag = "retried after UNAVAILABLE"
 
 func envDuration(t *testing.T, name string, def time.Duration) time.Duration {
 	t.Helper()
@@ -94,6 +127,13 @@ func TestNemesis(t *testing.T) {
 	faults := []string{"kill", "stop", "blackhole", "delay"}
 	if s := os.Getenv("TABULA_NEMESIS_FAULTS"); s != "" {
 		faults = strings.Split(s, ",")
+		for _, f := range faults {
+			switch f {
+			case "kill", "stop", "blackhole", "delay", "reset":
+			default:
+				t.Fatalf("TABULA_NEMESIS_FAULTS: unknown fault %q (kill, stop, blackhole, delay, reset)", f)
+			}
+		}
 	}
 	t.Logf("nemesis seed %d (TABULA_NEMESIS_SEED=%d to replay), duration %v, faults %v", seed, seed, duration, faults)
 	defer func() {
@@ -179,10 +219,14 @@ func TestNemesis(t *testing.T) {
 		statsMu  sync.Mutex
 		errCodes = map[string]int{} // guarded by statsMu
 		ownCAS   int                // guarded by statsMu: CAS not swapped, seeing its own new value
+		// writes the SDK retried after UNAVAILABLE
+		retriedWrites atomic.Int64
 	)
 	clientsStop := make(chan struct{})
 	for c := 0; c < nemesisClients; c++ {
-		cl, err := client.New(ctx, client.Options{Masters: []string{masterAddr}, RetryTimeout: 2 * time.Second, Seed: seed + uint64(c) + 2})
+		retried := new(atomic.Bool)
+		cl, err := client.New(ctx, client.Options{Masters: []string{masterAddr}, RetryTimeout: 2 * time.Second, Seed: seed + uint64(c) + 2,
+			Logger: slog.New(retryWatch{retried})})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -198,6 +242,15 @@ func TestNemesis(t *testing.T) {
 				case <-clientsStop:
 					return
 				default:
+				}
+				retried.Store(false)
+				// finish ends a write, tagged when the SDK retried it.
+				finish := func(call *linearize.Call, out linearize.Output, err error) {
+					if retried.Load() {
+						call.Tag(retriedTag)
+						retriedWrites.Add(1)
+					}
+					call.Finish(out, err)
 				}
 				k := keys[r.IntN(len(keys))]
 				v := fmt.Sprintf("c%d-%d", c, seq)
@@ -225,7 +278,7 @@ func TestNemesis(t *testing.T) {
 					in.Kind, in.Value = linearize.Put, v
 					call := rec.Begin(c, in)
 					err = tbl.Put(opCtx, []byte(k), []byte(v))
-					call.Finish(out, err)
+					finish(call, out, err)
 					if err == nil {
 						seen[k] = v
 					}
@@ -233,7 +286,7 @@ func TestNemesis(t *testing.T) {
 					in.Kind = linearize.Delete
 					call := rec.Begin(c, in)
 					out.Existed, err = tbl.Delete(opCtx, []byte(k))
-					call.Finish(out, err)
+					finish(call, out, err)
 					if err == nil {
 						delete(seen, k)
 					}
@@ -252,7 +305,7 @@ func TestNemesis(t *testing.T) {
 					var res client.CASResult
 					res, err = tbl.CompareAndSwap(opCtx, cas)
 					out = linearize.Output{Swapped: res.Swapped, Existed: res.Existed, Current: string(res.Current)}
-					call.Finish(out, err)
+					finish(call, out, err)
 					switch {
 					case err != nil:
 					case res.Swapped && cas.Delete, !res.Swapped && !res.Existed:
@@ -359,9 +412,6 @@ func TestNemesis(t *testing.T) {
 			case "reset":
 				d = between(100*time.Millisecond, 2*time.Second)
 				desc = fmt.Sprintf("reset server-%d's connections for %v", s.idx, d)
-			default:
-				t.Errorf("unknown fault %q in TABULA_NEMESIS_FAULTS", fault)
-				return
 			}
 			injected = append(injected, fmt.Sprintf("%.1fs %s", float64(rec.Now())/1e9, desc))
 			end := rec.Note("nemesis", desc)
@@ -449,8 +499,8 @@ func TestNemesis(t *testing.T) {
 		codes = append(codes, fmt.Sprintf("%s=%d", c, n))
 	}
 	sort.Strings(codes)
-	t.Logf("operations: %d ok, %d writes of unknown outcome, %d dropped (failed reads, certain failures); errors by code: %s; CAS not swapped that saw its own new value: %d",
-		st.Ok, st.Unknown, st.Dropped, strings.Join(codes, " "), ownCAS)
+	t.Logf("operations: %d ok, %d writes of unknown outcome, %d dropped (failed reads, certain failures); errors by code: %s; CAS not swapped that saw its own new value: %d; writes the SDK retried after UNAVAILABLE: %d",
+		st.Ok, st.Unknown, st.Dropped, strings.Join(codes, " "), ownCAS, retriedWrites.Load())
 	statsMu.Unlock()
 	if st.Ok < 100 {
 		t.Errorf("only %d operations succeeded: the cluster did not serve", st.Ok)
@@ -473,6 +523,21 @@ func TestNemesis(t *testing.T) {
 		}
 		if err != nil {
 			t.Logf("no visualisation: %v", err)
+		}
+		// Known bug (issue 13, item 5): the SDK retries a Delete or CAS
+		// after UNAVAILABLE without a request id, so when the first attempt
+		// was applied and its reply lost (kill -9, reset) the retry answers
+		// from the state the first attempt left. If taking exactly those
+		// retried answers as unknown makes the history linearizable, the
+		// violation is that bug: skip rather than fail at random (about one
+		// 30 s kill-only run in three hits it). Remove this once writes
+		// carry request ids.
+		relaxed := rec.CheckWith(2*time.Minute, func(in linearize.Input, out linearize.Output, tag string) bool {
+			return tag == retriedTag && (in.Kind == linearize.Delete || in.Kind == linearize.CAS)
+		})
+		if relaxed.Verdict == porcupine.Ok {
+			t.Skipf("history not linearizable (seed %d), only through writes the SDK retried after UNAVAILABLE: the known retry-without-request-id bug (issue 13, item 5); keys %v\n%s",
+				seed, res.BadKeys, res.Report(40))
 		}
 		t.Errorf("history not linearizable (seed %d); keys %v\n%s", seed, res.BadKeys, res.Report(40))
 	}

@@ -224,12 +224,16 @@ func TestRecorderFindsViolation(t *testing.T) {
 	r.Begin(0, put("stale", "1")).Ok(ok)
 	r.Begin(0, put("stale", "2")).Ok(ok)
 	r.Begin(1, get("stale")).Ok(found("1"))
+	r.Begin(0, put("relaxed", "1")).Ok(ok)
+	c := r.Begin(0, del("relaxed"))
+	c.Tag("relax")
+	c.Ok(Output{Existed: false}) // a retried delete's answer
 	end()
 	res := r.Check(time.Minute)
 	if res.Verdict != porcupine.Illegal {
 		t.Fatalf("verdict %v", res.Verdict)
 	}
-	if strings.Join(res.BadKeys, ",") != "lost,stale" {
+	if strings.Join(res.BadKeys, ",") != "lost,relaxed,stale" {
 		t.Fatalf("bad keys %v", res.BadKeys)
 	}
 	rep := res.Report(10)
@@ -256,6 +260,11 @@ func TestRecorderFindsViolation(t *testing.T) {
 		if !strings.Contains(string(b), want) {
 			t.Fatalf("visualisation lacks %q", want)
 		}
+	}
+	// Relaxing the stale read leaves the lost write.
+	relaxed := r.CheckWith(time.Minute, func(in Input, out Output, tag string) bool { return tag == "relax" })
+	if relaxed.Verdict != porcupine.Illegal || strings.Join(relaxed.BadKeys, ",") != "lost,stale" {
+		t.Fatalf("relaxed: verdict %v, bad keys %v", relaxed.Verdict, relaxed.BadKeys)
 	}
 	if err := (Result{Verdict: porcupine.Ok}).Visualize(path); err == nil {
 		t.Fatal("Visualize of a passing result succeeded")
