@@ -39,8 +39,13 @@
 //	...
 //	res := rec.Check(time.Minute)
 //	if res.Verdict == porcupine.Illegal {
-//		path, _ := res.Visualize(dir)  // porcupine's HTML view
+//		t.Log(res.Report(40))           // the failing keys' histories as text
+//		err := res.Visualize(path)      // porcupine's HTML view
 //	}
+//
+// Call.Tag labels an operation; CheckWith re-checks with chosen answered
+// writes taken as of unknown outcome, to tell a violation a known client
+// behaviour explains from any other.
 //
 // # Concurrency
 //
