@@ -1,0 +1,544 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+
+	"github.com/tabuladb/tabula/api"
+	"github.com/tabuladb/tabula/client"
+	"github.com/tabuladb/tabula/internal/faultproxy"
+	"github.com/tabuladb/tabula/internal/linearize"
+)
+
+// Nemesis test settings, from the environment so a failure can be replayed
+// and a longer run asked for:
+//
+//	TABULA_NEMESIS_SEED      seed of every random choice (default: the clock)
+//	TABULA_NEMESIS_DURATION  how long clients run under faults (default 20s)
+//	TABULA_NEMESIS_FAULTS    comma-separated faults the nemesis picks from
+//	                         (default kill,stop,blackhole,delay; also: reset)
+//
+// reset (every connection to a server reset, for 0.1–2 s) is left out of the
+// default while the SDK retries writes without request ids (issue 13, item
+// 5): a reset loses the reply of a write the server applied, the SDK's retry
+// reports the state the first attempt left, and the history is rightly not
+// linearizable. Seed 1795560627053971236 with TABULA_NEMESIS_FAULTS=reset
+// and a 30s run showed it: a Delete of a present key, applied, its reply
+// lost in a reset, retried after the reset and answered existed=false.
+// kill -9 does the same, less often (the retry must land after the restart
+// within the call's deadline): seed 1795560714716574848 with kill only, a
+// CAS answered "not swapped, current = its own new value" and a Delete
+// answered existed=false. Until request ids land, a violation explained by
+// such retried writes alone skips the test (see the end of TestNemesis);
+// then put reset in the default and remove the skip. Seeds replay every
+// random choice, not the processes' timing, so a replay may not hit the
+// same interleaving.
+const (
+	nemesisServers  = 5
+	nemesisClients  = 8
+	nemesisKeys     = 200
+	nemesisPartsNum = 10
+)
+
+// nemesisServer is one table server process and the proxies in front of it:
+// in carries everything that reaches the server (it advertises in's
+// address), toMaster everything it sends the master.
+type nemesisServer struct {
+	idx      int
+	args     []string
+	proc     *proc
+	in       *faultproxy.Proxy
+	toMaster *faultproxy.Proxy
+	stopped  bool // SIGSTOPped
+	dead     bool // killed, not yet restarted
+	restarts int
+}
+
+// retryWatch is a slog handler for one client's SDK logs: it notes when
+// the SDK retried a call after UNAVAILABLE, the error after which a write
+// may have been applied with its reply lost. Safe for concurrent use.
+type retryWatch struct{ retried *atomic.Bool }
+
+func (h retryWatch) Enabled(context.Context, slog.Level) bool { return true }
+func (h retryWatch) WithAttrs([]slog.Attr) slog.Handler       { return h }
+func (h retryWatch) WithGroup(string) slog.Handler            { return h }
+func (h retryWatch) Handle(_ context.Context, r slog.Record) error {
+	if r.Message != "tabula: retrying" {
+		return nil
+	}
+	r.Attrs(func(a slog.Attr) bool {
+		if err, ok := a.Value.Any().(error); ok && a.Key == "err" && api.CodeOf(err) == api.ErrorCode_ERROR_CODE_UNAVAILABLE {
+			h.retried.Store(true)
+		}
+		return true
+	})
+	return nil
+}
+
+// retriedTag marks a write the SDK retried after UNAVAILABLE.
+const retriedTag = "retried after UNAVAILABLE"
+
+func envDuration(t *testing.T, name string, def time.Duration) time.Duration {
+	t.Helper()
+	s := os.Getenv(name)
+	if s == "" {
+		return def
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	return d
+}
+
+// TestNemesis runs `tabula master` and five `tabula server` processes, each
+// server behind a fault proxy, while eight clients run Put, Get, Delete and
+// CAS on a few hundred keys and a nemesis kills (kill -9, then restarts),
+// pauses (SIGSTOP/SIGCONT), cuts (blackhole) and slows (delay) servers that
+// host primaries. At the end everything is healed, every key is read back,
+// and the whole history must be linearizable (porcupine).
+func TestNemesis(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-process nemesis: skipped with -short")
+	}
+	seed := uint64(time.Now().UnixNano())
+	if s := os.Getenv("TABULA_NEMESIS_SEED"); s != "" {
+		var err error
+		if seed, err = strconv.ParseUint(s, 10, 64); err != nil {
+			t.Fatalf("TABULA_NEMESIS_SEED: %v", err)
+		}
+	}
+	duration := envDuration(t, "TABULA_NEMESIS_DURATION", 20*time.Second)
+	faults := []string{"kill", "stop", "blackhole", "delay"}
+	if s := os.Getenv("TABULA_NEMESIS_FAULTS"); s != "" {
+		faults = strings.Split(s, ",")
+		for _, f := range faults {
+			switch f {
+			case "kill", "stop", "blackhole", "delay", "reset":
+			default:
+				t.Fatalf("TABULA_NEMESIS_FAULTS: unknown fault %q (kill, stop, blackhole, delay, reset)", f)
+			}
+		}
+	}
+	t.Logf("nemesis seed %d (TABULA_NEMESIS_SEED=%d to replay), duration %v, faults %v", seed, seed, duration, faults)
+	defer func() {
+		if t.Failed() {
+			t.Logf("replay with: TABULA_NEMESIS_SEED=%d TABULA_NEMESIS_DURATION=%v TABULA_NEMESIS_FAULTS=%s go test ./cmd/tabula -run TestNemesis",
+				seed, duration, strings.Join(faults, ","))
+		}
+	}()
+	nemRand := rand.New(rand.NewPCG(seed, 1))
+
+	dir := t.TempDir()
+	masterAddr := freeAddr(t)
+	master := start(t, "master", append([]string{"master", "--listen", masterAddr, "--data", filepath.Join(dir, "master")}, fastTiming...)...)
+	master.waitOutput("master serving", 15*time.Second)
+
+	servers := make([]*nemesisServer, nemesisServers)
+	for i := range servers {
+		listen := freeAddr(t)
+		in, err := faultproxy.New(listen)
+		if err != nil {
+			t.Fatal(err)
+		}
+		toMaster, err := faultproxy.New(masterAddr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = in.Close(); _ = toMaster.Close() })
+		s := &nemesisServer{idx: i, in: in, toMaster: toMaster, args: []string{"server",
+			"--master", toMaster.Addr(), "--listen", listen, "--advertise", in.Addr(),
+			"--data", filepath.Join(dir, fmt.Sprintf("server-%d", i)), "--fault-domain", fmt.Sprintf("fd-%d", i)}}
+		s.proc = start(t, fmt.Sprintf("server-%d", i), s.args...)
+		servers[i] = s
+	}
+	// Continue any paused process before the cleanup kills it (SIGKILL
+	// works on a stopped process, but a stopped one holds no surprises).
+	t.Cleanup(func() {
+		for _, s := range servers {
+			if s.stopped {
+				_ = s.proc.cmd.Process.Signal(syscall.SIGCONT)
+			}
+		}
+	})
+
+	ctx, cancel := context.WithTimeout(context.Background(), duration+3*time.Minute)
+	defer cancel()
+	admin, err := client.New(ctx, client.Options{Masters: []string{masterAddr}, Seed: seed | 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	waitFor(t, 20*time.Second, "5 live servers", func() (bool, error) {
+		ss, err := admin.ListServers(ctx)
+		n := 0
+		for _, s := range ss {
+			if s.GetAlive() {
+				n++
+			}
+		}
+		return n == nemesisServers, err
+	})
+
+	replicas := uint32(3)
+	opts := &api.TableOptions{Partitions: nemesisPartsNum, Storage: "ssd", Replication: replicas}
+	_, err = admin.CreateTable(ctx, "nemesis", api.TableKind_TABLE_KIND_POINT, opts)
+	if api.CodeOf(err) == api.ErrorCode_ERROR_CODE_UNIMPLEMENTED {
+		t.Logf("replication %d refused (%v): falling back to 1 replica; kills make a server's partitions unavailable until it restarts", replicas, err)
+		opts.Replication = 1
+		_, err = admin.CreateTable(ctx, "nemesis", api.TableKind_TABLE_KIND_POINT, opts)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	rec := linearize.NewRecorder(linearize.Options{})
+	keys := make([]string, nemesisKeys)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("key-%03d", i)
+	}
+
+	// The clients: each its own SDK client, as separate processes would be.
+	var (
+		wg       sync.WaitGroup
+		statsMu  sync.Mutex
+		errCodes = map[string]int{} // guarded by statsMu
+		ownCAS   int                // guarded by statsMu: CAS not swapped, seeing its own new value
+		// writes the SDK retried after UNAVAILABLE
+		retriedWrites atomic.Int64
+	)
+	clientsStop := make(chan struct{})
+	for c := 0; c < nemesisClients; c++ {
+		retried := new(atomic.Bool)
+		cl, err := client.New(ctx, client.Options{Masters: []string{masterAddr}, RetryTimeout: 2 * time.Second, Seed: seed + uint64(c) + 2,
+			Logger: slog.New(retryWatch{retried})})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cl.Close()
+		tbl := cl.Table("nemesis")
+		r := rand.New(rand.NewPCG(seed, uint64(c)+2))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			seen := map[string]string{} // the last value this client saw per key
+			for seq := 0; ; seq++ {
+				select {
+				case <-clientsStop:
+					return
+				default:
+				}
+				retried.Store(false)
+				// finish ends a write, tagged when the SDK retried it.
+				finish := func(call *linearize.Call, out linearize.Output, err error) {
+					if retried.Load() {
+						call.Tag(retriedTag)
+						retriedWrites.Add(1)
+					}
+					call.Finish(out, err)
+				}
+				k := keys[r.IntN(len(keys))]
+				v := fmt.Sprintf("c%d-%d", c, seq)
+				opCtx, opCancel := context.WithTimeout(ctx, time.Second+time.Duration(r.IntN(1000))*time.Millisecond)
+				var (
+					in  = linearize.Input{Key: k}
+					out linearize.Output
+					err error
+				)
+				switch p := r.IntN(100); {
+				case p < 30:
+					in.Kind = linearize.Get
+					call := rec.Begin(c, in)
+					var got []byte
+					got, err = tbl.Get(opCtx, []byte(k))
+					if errors.Is(err, client.ErrKeyNotFound) {
+						err = nil
+						delete(seen, k)
+					} else if err == nil {
+						out = linearize.Output{Found: true, Value: string(got)}
+						seen[k] = string(got)
+					}
+					call.Finish(out, err)
+				case p < 60:
+					in.Kind, in.Value = linearize.Put, v
+					call := rec.Begin(c, in)
+					err = tbl.Put(opCtx, []byte(k), []byte(v))
+					finish(call, out, err)
+					if err == nil {
+						seen[k] = v
+					}
+				case p < 70:
+					in.Kind = linearize.Delete
+					call := rec.Begin(c, in)
+					out.Existed, err = tbl.Delete(opCtx, []byte(k))
+					finish(call, out, err)
+					if err == nil {
+						delete(seen, k)
+					}
+				default:
+					in.Kind, in.Value = linearize.CAS, v
+					cas := client.CAS{Key: []byte(k), Value: []byte(v)}
+					if exp, ok := seen[k]; ok && r.IntN(4) != 0 {
+						in.Expected, cas.Expected = exp, []byte(exp)
+					} else {
+						in.ExpectAbsent, cas.ExpectAbsent = true, true
+					}
+					if r.IntN(5) == 0 {
+						in.SwapDelete, cas.Delete = true, true
+					}
+					call := rec.Begin(c, in)
+					var res client.CASResult
+					res, err = tbl.CompareAndSwap(opCtx, cas)
+					out = linearize.Output{Swapped: res.Swapped, Existed: res.Existed, Current: string(res.Current)}
+					finish(call, out, err)
+					switch {
+					case err != nil:
+					case res.Swapped && cas.Delete, !res.Swapped && !res.Existed:
+						delete(seen, k)
+					case res.Swapped:
+						seen[k] = v
+					default:
+						seen[k] = string(res.Current)
+						if string(res.Current) == v {
+							statsMu.Lock()
+							ownCAS++
+							statsMu.Unlock()
+						}
+					}
+				}
+				opCancel()
+				if err != nil {
+					code := api.CodeOf(err).String()
+					if errors.Is(err, context.DeadlineExceeded) {
+						code += "+deadline"
+					}
+					statsMu.Lock()
+					errCodes[code]++
+					statsMu.Unlock()
+				}
+			}
+		}()
+	}
+
+	// The nemesis: one fault at a time on a server hosting primaries, then
+	// a quiet spell.
+	nemesisStop := make(chan struct{})
+	var nemesisWG sync.WaitGroup
+	var injected []string // written by the nemesis goroutine, read after nemesisWG.Wait
+	restart := func(s *nemesisServer) {
+		s.restarts++
+		s.proc = start(t, fmt.Sprintf("server-%d-restart-%d", s.idx, s.restarts), s.args...)
+		s.dead = false
+	}
+	// pause waits d or until the nemesis is stopped; false when stopped.
+	pause := func(d time.Duration) bool {
+		tm := time.NewTimer(d)
+		defer tm.Stop()
+		select {
+		case <-tm.C:
+			return true
+		case <-nemesisStop:
+			return false
+		}
+	}
+	between := func(lo, hi time.Duration) time.Duration {
+		return lo + time.Duration(nemRand.Int64N(int64(hi-lo)+1))
+	}
+	nemesisWG.Add(1)
+	go func() {
+		defer nemesisWG.Done()
+		for {
+			if !pause(between(300*time.Millisecond, 1500*time.Millisecond)) {
+				return
+			}
+			// Choose among the servers hosting primaries (all of them, if
+			// the master cannot be asked right now).
+			hosts := map[string]bool{}
+			dctx, dcancel := context.WithTimeout(ctx, time.Second)
+			if d, err := admin.DescribeTable(dctx, "nemesis"); err == nil {
+				for _, p := range d.GetMap().GetPartitions() {
+					for _, r := range p.GetReplicas() {
+						if r.GetRole() == api.ReplicaRole_REPLICA_ROLE_PRIMARY {
+							hosts[r.GetAddr()] = true
+						}
+					}
+				}
+			}
+			dcancel()
+			var candidates []*nemesisServer
+			for _, s := range servers {
+				if len(hosts) == 0 || hosts[s.in.Addr()] {
+					candidates = append(candidates, s)
+				}
+			}
+			if len(candidates) == 0 {
+				candidates = servers
+			}
+			s := candidates[nemRand.IntN(len(candidates))]
+			fault := faults[nemRand.IntN(len(faults))]
+			var desc string
+			var d time.Duration
+			switch fault {
+			case "kill":
+				d = between(500*time.Millisecond, 3*time.Second)
+				desc = fmt.Sprintf("kill -9 server-%d, restart after %v", s.idx, d)
+			case "stop":
+				d = between(500*time.Millisecond, 10*time.Second)
+				desc = fmt.Sprintf("SIGSTOP server-%d for %v", s.idx, d)
+			case "blackhole":
+				d = between(500*time.Millisecond, 5*time.Second)
+				desc = fmt.Sprintf("blackhole server-%d (inbound and to the master) for %v", s.idx, d)
+			case "delay":
+				d = between(500*time.Millisecond, 5*time.Second)
+				lat := between(5*time.Millisecond, 300*time.Millisecond)
+				desc = fmt.Sprintf("delay server-%d's links by %v for %v", s.idx, lat, d)
+				s.in.Delay(lat)
+				s.toMaster.Delay(lat)
+			case "reset":
+				d = between(100*time.Millisecond, 2*time.Second)
+				desc = fmt.Sprintf("reset server-%d's connections for %v", s.idx, d)
+			}
+			injected = append(injected, fmt.Sprintf("%.1fs %s", float64(rec.Now())/1e9, desc))
+			end := rec.Note("nemesis", desc)
+			switch fault {
+			case "kill":
+				s.proc.kill()
+				s.dead = true
+				pause(d)
+				restart(s)
+			case "stop":
+				_ = s.proc.cmd.Process.Signal(syscall.SIGSTOP)
+				s.stopped = true
+				pause(d)
+				_ = s.proc.cmd.Process.Signal(syscall.SIGCONT)
+				s.stopped = false
+			case "blackhole":
+				s.in.Blackhole()
+				s.toMaster.Blackhole()
+				pause(d)
+				s.in.Heal()
+				s.toMaster.Heal()
+			case "delay":
+				pause(d)
+				s.in.Heal()
+				s.toMaster.Heal()
+			case "reset":
+				s.in.Reset()
+				s.toMaster.Reset()
+				pause(d)
+				s.in.Heal()
+				s.toMaster.Heal()
+			}
+			end()
+		}
+	}()
+
+	t0 := time.Now()
+	time.Sleep(duration) // the run's length: the clients and the nemesis work meanwhile
+	close(nemesisStop)
+	nemesisWG.Wait()
+	close(clientsStop)
+	wg.Wait()
+	for _, s := range servers {
+		if !s.proc.running() {
+			t.Errorf("server-%d exited on its own: %v", s.idx, s.proc.err)
+			restart(s)
+		}
+	}
+	t.Logf("faults injected:\n  %s", strings.Join(injected, "\n  "))
+
+	// Read every key back, once every partition serves again: each read
+	// goes into the history, so every acknowledged write's effect is
+	// checked against what the end state shows.
+	tRead := time.Now()
+	reader, err := client.New(ctx, client.Options{Masters: []string{masterAddr}, RetryTimeout: 2 * time.Second, Seed: seed + 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reader.Close()
+	tbl := reader.Table("nemesis")
+	for _, k := range keys {
+		waitFor(t, 60*time.Second, "key "+k+" to be readable after healing", func() (bool, error) {
+			call := rec.Begin(nemesisClients, linearize.Input{Kind: linearize.Get, Key: k})
+			rctx, rcancel := context.WithTimeout(ctx, 2*time.Second)
+			defer rcancel()
+			v, err := tbl.Get(rctx, []byte(k))
+			switch {
+			case errors.Is(err, client.ErrKeyNotFound):
+				call.Ok(linearize.Output{})
+				return true, nil
+			case err != nil:
+				call.Unknown()
+				return false, err
+			}
+			call.Ok(linearize.Output{Found: true, Value: string(v)})
+			return true, nil
+		})
+	}
+	t.Logf("final read of %d keys took %v (healed at %.1fs)", len(keys), time.Since(tRead), float64(time.Since(t0))/1e9)
+
+	st := rec.Stats()
+	statsMu.Lock()
+	codes := make([]string, 0, len(errCodes))
+	for c, n := range errCodes {
+		codes = append(codes, fmt.Sprintf("%s=%d", c, n))
+	}
+	sort.Strings(codes)
+	t.Logf("operations: %d ok, %d writes of unknown outcome, %d dropped (failed reads, certain failures); errors by code: %s; CAS not swapped that saw its own new value: %d; writes the SDK retried after UNAVAILABLE: %d",
+		st.Ok, st.Unknown, st.Dropped, strings.Join(codes, " "), ownCAS, retriedWrites.Load())
+	statsMu.Unlock()
+	if st.Ok < 100 {
+		t.Errorf("only %d operations succeeded: the cluster did not serve", st.Ok)
+	}
+
+	tCheck := time.Now()
+	res := rec.Check(2 * time.Minute)
+	t.Logf("porcupine: %s over %d operations on %d keys in %v", res.Verdict, res.Ops, res.Keys, time.Since(tCheck))
+	switch res.Verdict {
+	case porcupine.Ok:
+	case porcupine.Unknown:
+		t.Logf("the linearizability check timed out: inconclusive, not a failure")
+	default:
+		out, err := os.MkdirTemp("", "tabula-nemesis-*") // kept: the test's TempDir is removed
+		if err == nil {
+			path := filepath.Join(out, "history.html")
+			if err = res.Visualize(path); err == nil {
+				t.Logf("visualisation of the failing keys: %s", path)
+			}
+		}
+		if err != nil {
+			t.Logf("no visualisation: %v", err)
+		}
+		// Known bug (issue 13, item 5): the SDK retries a Delete or CAS
+		// after UNAVAILABLE without a request id, so when the first attempt
+		// was applied and its reply lost (kill -9, reset) the retry answers
+		// from the state the first attempt left. If taking exactly those
+		// retried answers as unknown makes the history linearizable, the
+		// violation is that bug: skip rather than fail at random (about one
+		// 30 s kill-only run in three hits it). Remove this once writes
+		// carry request ids.
+		relaxed := rec.CheckWith(2*time.Minute, func(in linearize.Input, out linearize.Output, tag string) bool {
+			return tag == retriedTag && (in.Kind == linearize.Delete || in.Kind == linearize.CAS)
+		})
+		if relaxed.Verdict == porcupine.Ok {
+			t.Skipf("history not linearizable (seed %d), only through writes the SDK retried after UNAVAILABLE: the known retry-without-request-id bug (issue 13, item 5); keys %v\n%s",
+				seed, res.BadKeys, res.Report(40))
+		}
+		t.Errorf("history not linearizable (seed %d); keys %v\n%s", seed, res.BadKeys, res.Report(40))
+	}
+}
