@@ -176,6 +176,7 @@ func (c *Client) conn(addr string) (*grpc.ClientConn, error) {
 	}
 	dopts := []grpc.DialOption{
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		api.FastReconnect(),
 		grpc.WithDefaultCallOptions(
 			grpc.MaxCallRecvMsgSize(api.MaxMessageBytes),
 			grpc.MaxCallSendMsgSize(api.MaxMessageBytes),

@@ -26,7 +26,7 @@ func durableCluster(t *testing.T, ctx context.Context, opts Options) (r *running
 		ids = append(ids, resp.ServerId)
 	}
 	resp, err := r.c.CreateTable(ctx, &api.CreateTableRequest{Tenant: api.DefaultTenant, Name: "d", Kind: point,
-		Options: &api.TableOptions{Partitions: 4, Storage: StorageSSD}})
+		Options: &api.TableOptions{Partitions: 4, Storage: StorageSSD, Replication: 1}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,7 +106,7 @@ func TestForgetServer(t *testing.T) {
 	r, dead, alive, created, beat := durableCluster(t, ctx, opts)
 	// A memory table too: its partitions on the dead server move at death.
 	if _, err := r.c.CreateTable(ctx, &api.CreateTableRequest{Tenant: api.DefaultTenant, Name: "m", Kind: point,
-		Options: &api.TableOptions{Partitions: 2, Storage: StorageMemory}}); err != nil {
+		Options: &api.TableOptions{Partitions: 2, Storage: StorageMemory, Replication: 1}}); err != nil {
 		t.Fatal(err)
 	}
 

@@ -136,7 +136,7 @@ func TestMasterGRPC(t *testing.T) {
 	}
 
 	created, err := c.CreateTable(ctx, &api.CreateTableRequest{Tenant: api.DefaultTenant, Name: "t", Kind: api.TableKind_TABLE_KIND_POINT,
-		Options: &api.TableOptions{Partitions: 12, Storage: StorageMemory}}) // memory: a dead server's partitions move at once
+		Options: &api.TableOptions{Partitions: 12, Storage: StorageMemory, Replication: 1}}) // memory: a dead server's partitions move at once
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -378,7 +378,7 @@ func TestMasterConcurrentCommands(t *testing.T) {
 			for i := range 5 {
 				name := string(rune('a'+w)) + string(rune('a'+i))
 				if _, err := m.CreateTable(ctx, &api.CreateTableRequest{Tenant: api.DefaultTenant, Name: name, Kind: api.TableKind_TABLE_KIND_POINT,
-					Options: &api.TableOptions{Partitions: 3}}); err != nil {
+					Options: &api.TableOptions{Partitions: 3, Replication: 1}}); err != nil {
 					errs <- err
 				}
 				if _, err := m.Heartbeat(ctx, &api.HeartbeatRequest{ServerId: reg.ServerId}); err != nil {

@@ -452,7 +452,7 @@ const (
 // DefaultReplication, no factor above the number of fault domains) is
 // enforced already and tested with it on. It is a variable only so tests can
 // turn it on.
-var replicationServed = false
+var replicationServed = true
 
 // defaultReplication is the factor of a create-table request that names none.
 func defaultReplication() uint32 {
@@ -479,8 +479,8 @@ func checkReplication(n uint32, served bool) error {
 // checkReplicationFits refuses a factor above the number of fault domains
 // the available servers span: placement puts at most one replica of a
 // partition in a domain, so such a table would stay short of copies for good
-// while looking replicated. A factor of 1 is accepted with no server at all
-// (its partitions wait, unplaced, for the first one).
+// while looking replicated. Any factor is accepted with no server at all
+// (a cluster starting up: the partitions wait, unplaced, for servers).
 func (s *State) checkReplicationFits(n uint32) error {
 	if n <= 1 {
 		return nil
@@ -491,7 +491,7 @@ func (s *State) checkReplicationFits(n uint32) error {
 			domains[c.domain()] = true
 		}
 	}
-	if d := len(domains); int(n) > d {
+	if d := len(domains); d > 0 && int(n) > d {
 		return errInvalid("options.replication", "replication_above_fault_domains", uint64(d),
 			"options.replication is %d but the live servers span %d fault domain(s), and each replica needs a domain of its own: "+
 				"ask for at most %d replicas or start servers in more fault domains (tabula server --fault-domain)", n, d, d)
@@ -540,7 +540,19 @@ func NormalizeOptions(kind api.TableKind, o *TableOptions) (TableOptions, error)
 // servers' disks (storage ssd); durability and compression are the
 // builder's business, not options.
 func normalizeBulkOptions(o *TableOptions) (TableOptions, error) {
-	n, err := normalizeCommon(o)
+	// A bulk partition serves from one copy; its files are in replicated
+	// streams, so a lost server's partitions load elsewhere. Rows of
+	// serving copies are a later step (see ARCHITECTURE.md).
+	if o != nil && o.Replication > 1 {
+		return TableOptions{}, errCode(ErrUnimplemented, api.ErrorCode_ERROR_CODE_UNIMPLEMENTED, "bulk_replication_not_implemented",
+			"options.replication %d: bulk tables serve one copy per partition (their files are stored in 3-way replicated streams); serving rows are not implemented yet", o.Replication)
+	}
+	b := TableOptions{}
+	if o != nil {
+		b = *o
+	}
+	b.Replication = 1
+	n, err := normalizeCommon(&b)
 	if err != nil {
 		return TableOptions{}, err
 	}

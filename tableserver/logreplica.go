@@ -633,3 +633,11 @@ func (p *logCoprocPartition) Commit(ctx context.Context, reads []coproc.Read, ba
 	})
 	return err
 }
+
+// readState is the applied LSN and whether the replica serves as primary
+// (caught up on the log it inherited).
+func (l *logReplica) readState() (applied uint64, serving bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.core.Applied(), l.caughtUp && l.want.role == partition.RolePrimary && l.fatal == nil
+}

@@ -39,6 +39,8 @@ func (l *logReplica) tailOnce() error {
 	want, caught := l.want, l.caughtUp
 	l.mu.Unlock()
 	switch {
+	case want.role == partition.RoleSecondary && want.extent == 0 && l.tailExtent == 0:
+		return nil // the master has not allocated the log yet
 	case want.role == partition.RoleSecondary:
 		return l.follow()
 	case want.role == partition.RolePrimary && !caught:

@@ -98,7 +98,7 @@ func Open(opts Options) (*Server, error) {
 	s.beatNS.Store(int64(100 * time.Millisecond))
 	for _, addr := range opts.Masters {
 		cc, err := grpc.NewClient(addr,
-			grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithTransportCredentials(insecure.NewCredentials()), api.FastReconnect(),
 			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(api.MaxMessageBytes), grpc.MaxCallSendMsgSize(api.MaxMessageBytes)))
 		if err != nil {
 			return nil, errors.Join(fmt.Errorf("tableserver: master address %q: %w", addr, err), s.closeMasters(), lock.Unlock())
@@ -116,7 +116,10 @@ func Open(opts Options) (*Server, error) {
 	node, err := stream.OpenNode(stream.NodeOptions{
 		Dir:           filepath.Join(opts.DataDir, "extents"),
 		ScrubInterval: opts.ScrubInterval,
-		OnCorrupt:     s.reportCorrupt,
+		// Partition logs: a secondary that does not answer within this
+		// leaves the ack set (quorum) rather than stalling writes.
+		ReplicateTimeout: 150 * time.Millisecond,
+		OnCorrupt:        s.reportCorrupt,
 		OnCorruptFragment: func(extent uint64, index int, cause error) {
 			s.reportStream("fragment", &api.StreamRequest{Op: api.StreamOp_STREAM_OP_REPORT_CORRUPT_FRAGMENT, Extent: extent, Index: int32(index)}, cause)
 		},
@@ -365,6 +368,10 @@ func (s *Server) heartbeat(draining bool) error {
 		if resp.GetReregister() {
 			return errReregister
 		}
+		// The lease renews on the master's map: nothing is served from an
+		// older one (a primary deposed while it was away learns it before
+		// it serves again).
+		s.raiseMinMapVersion(resp.GetMapVersion())
 		if ms := resp.GetLeaseMs(); ms > 0 {
 			s.leaseNS.Store(int64(time.Duration(ms) * time.Millisecond))
 		}
@@ -419,6 +426,9 @@ func (s *Server) apply(resp *api.WatchPartitionMapResponse) {
 	}
 	for _, r := range gone {
 		id := r.part.GetId()
+		if r.log != nil {
+			r.log.close()
+		}
 		if err := r.engine.Close(); err != nil {
 			s.log.Error("close partition engine", "partition", id, "err", err)
 		}
@@ -483,6 +493,9 @@ func (s *Server) Close() error {
 		s.wg.Wait()
 		var errs []error
 		for _, r := range s.hosting.Load().replicas {
+			if r.log != nil {
+				r.log.close()
+			}
 			if err := r.engine.Close(); err != nil {
 				errs = append(errs, fmt.Errorf("close partition %d: %w", r.part.GetId(), err))
 			}

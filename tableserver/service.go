@@ -185,14 +185,18 @@ func (s *Server) Get(ctx context.Context, req *api.GetRequest) (*api.GetResponse
 	if r.bulk != nil {
 		return s.bulkGet(r, req)
 	}
+	lsn, err := readable(r, h, req.GetHeader(), s.id())
+	if err != nil {
+		return nil, err
+	}
 	v, exp, err := r.engine.Get(req.GetKey())
 	if errors.Is(err, engines.ErrNotFound) {
-		return &api.GetResponse{}, nil
+		return &api.GetResponse{Lsn: lsn}, nil
 	}
 	if err != nil {
 		return nil, engineErr(r, err)
 	}
-	return &api.GetResponse{Found: true, Value: v, ExpiresUnixMs: exp}, nil
+	return &api.GetResponse{Found: true, Value: v, ExpiresUnixMs: exp, Lsn: lsn}, nil
 }
 
 // BatchGet implements api.TableServerServer.
@@ -213,11 +217,15 @@ func (s *Server) BatchGet(ctx context.Context, req *api.BatchGetRequest) (*api.B
 	if r.bulk != nil {
 		return s.bulkBatchGet(r, req)
 	}
+	lsn, err := readable(r, h, req.GetHeader(), s.id())
+	if err != nil {
+		return nil, err
+	}
 	// The reply must fit one gRPC message: values are summed as they are
 	// read, in chunks, so a batch of many large (or repeated) keys is
 	// refused after reading at most one chunk past the budget, never after
 	// materialising the whole reply.
-	resp := &api.BatchGetResponse{Results: make([]*api.GetResponse, len(keys))}
+	resp := &api.BatchGetResponse{Results: make([]*api.GetResponse, len(keys)), Lsn: lsn}
 	var total uint64
 	for lo := 0; lo < len(keys); lo += batchGetChunk {
 		hi := min(lo+batchGetChunk, len(keys))
@@ -283,6 +291,9 @@ func (s *Server) Put(ctx context.Context, req *api.PutRequest) (*api.PutResponse
 	if err != nil {
 		return nil, err
 	}
+	if r.log != nil {
+		return s.loggedPut(ctx, r, req)
+	}
 	r.order.RLock()
 	err = w.Apply([]engines.Mutation{{Key: req.GetKey(), Value: req.GetValue(), ExpiresAt: r.expiry(req.GetTtlMs())}})
 	r.order.RUnlock()
@@ -304,6 +315,9 @@ func (s *Server) Delete(ctx context.Context, req *api.DeleteRequest) (*api.Delet
 	w, err := r.writable()
 	if err != nil {
 		return nil, err
+	}
+	if r.log != nil {
+		return s.loggedDelete(ctx, r, req)
 	}
 	r.order.RLock()
 	existed, err := w.Delete(req.GetKey())
@@ -331,6 +345,9 @@ func (s *Server) CompareAndSwap(ctx context.Context, req *api.CompareAndSwapRequ
 	w, err := r.writable()
 	if err != nil {
 		return nil, err
+	}
+	if r.log != nil {
+		return s.loggedCAS(ctx, r, req)
 	}
 	r.order.RLock()
 	defer r.order.RUnlock()
@@ -386,6 +403,9 @@ func (s *Server) BatchWrite(ctx context.Context, req *api.BatchWriteRequest) (*a
 	if total > api.MaxBatchBytes {
 		return nil, api.InvalidArgument("mutations", "batch_too_large", api.MaxBatchBytes, "BatchWrite carries %d bytes; the limit is %d", total, api.MaxBatchBytes)
 	}
+	if r.log != nil {
+		return s.loggedBatch(ctx, r, req, batch)
+	}
 	r.order.RLock()
 	err = w.Apply(batch)
 	r.order.RUnlock()
@@ -397,9 +417,14 @@ func (s *Server) BatchWrite(ctx context.Context, req *api.BatchWriteRequest) (*a
 
 // Scan implements api.TableServerServer.
 func (s *Server) Scan(req *api.ScanRequest, stream grpc.ServerStreamingServer[api.ScanResponse]) error {
-	r, _, err := s.replicaFor(req.GetHeader())
+	r, h, err := s.replicaFor(req.GetHeader())
 	if err != nil {
 		return err
+	}
+	if r.bulk == nil {
+		if _, err := readable(r, h, req.GetHeader(), s.id()); err != nil {
+			return err
+		}
 	}
 	ctx := stream.Context()
 	chunk := &api.ScanResponse{}

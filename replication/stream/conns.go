@@ -8,6 +8,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/tabuladb/tabula/api"
 	"github.com/tabuladb/tabula/replication/stream/streampb"
 )
 
@@ -38,6 +39,7 @@ type Conns struct {
 func NewConns(opts ...grpc.DialOption) *Conns {
 	def := []grpc.DialOption{
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		api.FastReconnect(),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxMessageBytes), grpc.MaxCallSendMsgSize(MaxMessageBytes)),
 	}
 	return &Conns{opts: append(def, opts...), conns: map[string]*grpc.ClientConn{}}
