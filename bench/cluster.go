@@ -41,6 +41,7 @@ type clConfig struct {
 	duration                      time.Duration
 	kills                         int
 	failoverTimeout, opTimeout    time.Duration
+	killInterval                  time.Duration
 	restart                       string
 	pause                         time.Duration
 	peers, workloads              map[string]bool
@@ -72,6 +73,7 @@ func runCluster(out io.Writer, args []string) (err error) {
 	fs.IntVar(&cfg.kills, "kills", 20, "kill -9s of a server hosting primaries in the failover run")
 	fs.DurationVar(&cfg.failoverTimeout, "failover-timeout", 30*time.Second, "a partition not writable this long after the kill counts as a failure")
 	fs.DurationVar(&cfg.opTimeout, "op-timeout", 2*time.Second, "deadline of one write in the failover run (the writer moves on to its next write after it)")
+	fs.DurationVar(&cfg.killInterval, "kill-interval", 2*time.Second, "steady write load between the cluster settling and the next kill")
 	fs.StringVar(&cfg.restart, "restart", "auto", "when the killed server is restarted: immediate (as soon as it is gone), after (once its partitions are writable again or the failover timeout passed), auto (immediate with 1 replica, whose partitions wait for their server; after otherwise)")
 	fs.DurationVar(&cfg.pause, "pause", 5*time.Second, "SIGSTOP length of the paused-secondary run (and of its steady run before)")
 	peers := fs.String("peers", "etcd,redis", "peers to run: etcd, redis (comma list; none for ours alone)")

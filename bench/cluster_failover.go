@@ -95,6 +95,15 @@ type clKeyState struct {
 	attempted uint64 // highest seq sent (acknowledged or not)
 }
 
+// holds reports whether a read of the key (found, v) keeps its last
+// acknowledged write: v is that write's value, or the value of a later
+// write whose outcome was unknown to the writer (it timed out or failed
+// after being sent, so it may have been applied).
+func (s *clKeyState) holds(found bool, v []byte) bool {
+	seq, ok := clFoSeq(s.key, v)
+	return found && ok && seq >= s.lastAcked && seq <= s.attempted
+}
+
 // clFoValue is the value written as seq to key: the key and seq, padded.
 func clFoValue(buf, key []byte, seq uint64, size int) []byte {
 	buf = append(buf[:0], key...)
@@ -261,8 +270,13 @@ func clFailover(ctx context.Context, out io.Writer, tab *clTabula, keys [][]byte
 	if err := settle("before the first kill"); err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "# failover: %d writers on the %d keys + 1 probe writer per partition (32 keys each), %v per write; %d kill -9s of a server hosting primaries, restart %s (same data dir and port), then wait until every partition takes writes again\n",
-		cfg.goroutines, len(keys), cfg.opTimeout, cfg.kills, map[bool]string{true: "as soon as it is gone", false: "once its partitions were writable (or the failover timeout passed)"}[restartNow])
+	select { // steady load before the first kill
+	case <-time.After(cfg.killInterval):
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	fmt.Fprintf(out, "# failover: %d writers on the %d keys + 1 probe writer per partition (32 keys each), %v per write; %d kill -9s of a server hosting primaries, restart %s (same data dir and port), wait until every partition takes writes again, then %v of steady load before the next kill\n",
+		cfg.goroutines, len(keys), cfg.opTimeout, cfg.kills, map[bool]string{true: "as soon as it is gone", false: "once its partitions were writable (or the failover timeout passed)"}[restartNow], cfg.killInterval)
 	if tab.singleCopy {
 		fmt.Fprintln(out, "note: 1 replica: a killed server's partitions wait for its restart, so failover time here is restart time (process start, registration, the client reconnecting)")
 	}
@@ -363,6 +377,13 @@ func clFailover(ctx context.Context, out io.Writer, tab *clTabula, keys [][]byte
 			continue
 		}
 		settleFail = 0
+		// Steady load before the next kill, so every kill hits a
+		// cluster under its full write load.
+		select {
+		case <-time.After(cfg.killInterval):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
 	stopWriters()
 	elapsed := time.Since(t0)
@@ -420,8 +441,7 @@ func clReadBack(ctx context.Context, out io.Writer, tab *clTabula, states []*clK
 		}
 		for i, r := range res {
 			s := part[i]
-			seq, ok := clFoSeq(s.key, r.Value)
-			if r.Found && ok && seq >= s.lastAcked && seq <= s.attempted {
+			if s.holds(r.Found, r.Value) {
 				continue
 			}
 			lost++
