@@ -10,8 +10,12 @@ import (
 // Defaults of Options.
 const (
 	DefaultHeartbeatInterval = 100 * time.Millisecond
-	DefaultLeaseDuration     = time.Second
-	DefaultDeadAfter         = 3 * time.Second
+	// A failed primary is replaced about DeadAfter after its last answered
+	// heartbeat (then the seal, promotion and clients' map refresh, tens of
+	// milliseconds): the failover target is 1.5 s. DeadAfter exceeds the
+	// lease, so the old primary has stopped serving by its own clock.
+	DefaultLeaseDuration = 800 * time.Millisecond
+	DefaultDeadAfter     = time.Second
 	// DefaultSnapshotEvery: a catalog command encodes to ~200 bytes, so 1024
 	// commands is ~200 KiB of log to replay at worst.
 	DefaultSnapshotEvery = 1024

@@ -2,11 +2,11 @@ package main
 
 import (
 	"fmt"
-	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/tabuladb/tabula/internal/testcluster"
+	"github.com/tabuladb/tabula/tablemaster"
 )
 
 func devCmd(g *globals) *cobra.Command {
@@ -32,9 +32,9 @@ endpoints and "tabula dev ready" once it serves, and runs until interrupted.`,
 				Dir:               dir,
 				MasterListen:      listen,
 				Logger:            log,
-				HeartbeatInterval: 100 * time.Millisecond,
-				LeaseDuration:     time.Second,
-				DeadAfter:         3 * time.Second,
+				HeartbeatInterval: tablemaster.DefaultHeartbeatInterval,
+				LeaseDuration:     tablemaster.DefaultLeaseDuration,
+				DeadAfter:         tablemaster.DefaultDeadAfter,
 			})
 			if err != nil {
 				return fmt.Errorf("start dev cluster: %w", err)

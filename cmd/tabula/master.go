@@ -47,8 +47,8 @@ func masterCmd(g *globals) *cobra.Command {
 	f.StringVar(&listen, "listen", defaultMaster, "address to serve on")
 	f.StringVar(&dir, "data", "./tabula-data/master", "data directory")
 	f.DurationVar(&opts.HeartbeatInterval, "heartbeat-interval", 100*time.Millisecond, "how often servers heartbeat")
-	f.DurationVar(&opts.LeaseDuration, "lease", time.Second, "primary lease length")
-	f.DurationVar(&opts.DeadAfter, "dead-after", 3*time.Second, "silence after which a server is declared dead (must exceed --lease)")
+	f.DurationVar(&opts.LeaseDuration, "lease", tablemaster.DefaultLeaseDuration, "primary lease length")
+	f.DurationVar(&opts.DeadAfter, "dead-after", tablemaster.DefaultDeadAfter, "silence after which a server is declared dead (must exceed --lease)")
 	// Deprecated: the master no longer moves a durable partition's only
 	// copy on its own (it moved them EMPTY). Accepted, and ignored, for one
 	// release so existing command lines keep working.
