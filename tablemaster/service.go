@@ -31,7 +31,7 @@ func (m *Master) CreateTable(_ context.Context, req *api.CreateTableRequest) (*a
 	if opts.Replication == 0 {
 		// Logged explicitly, so replaying the command never depends on
 		// the default of the master that replays it.
-		opts.Replication = defaultReplication()
+		opts.Replication = m.State().defaultReplicationFor(req.Kind)
 	}
 	res, st, err := m.propose(Command{
 		Op: OpCreateTable, UnixMs: m.opts.Now().UnixMilli(),

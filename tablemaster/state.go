@@ -462,6 +462,29 @@ func defaultReplication() uint32 {
 	return 1
 }
 
+// defaultReplicationFor is the factor of a new table of kind that names
+// none: DefaultReplication, or as many as the live servers' fault domains
+// when they are fewer (a one-server development cluster gets 1; a factor
+// asked for explicitly is refused above the domains instead). With no live
+// server at all it is DefaultReplication: the cluster is starting. Bulk
+// tables serve one copy (their files are in replicated streams).
+func (s *State) defaultReplicationFor(kind api.TableKind) uint32 {
+	n := defaultReplication()
+	if kind == api.TableKind_TABLE_KIND_BULK {
+		return 1
+	}
+	domains := map[string]bool{}
+	for _, c := range s.candidates() {
+		if c.Available {
+			domains[c.domain()] = true
+		}
+	}
+	if d := uint32(len(domains)); d > 0 && d < n {
+		n = d
+	}
+	return n
+}
+
 // checkReplication checks a replication factor (defaults filled in) against
 // the range and the switch: served says whether factors above 1 are served.
 func checkReplication(n uint32, served bool) error {
