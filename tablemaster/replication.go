@@ -44,6 +44,9 @@ type PartitionLog struct {
 	Stream string `json:"stream"`
 	// Extent is the open extent; 0 while being reconfigured.
 	Extent uint64 `json:"extent,omitempty"`
+	// Last is the last extent recorded as open (it stays when Extent
+	// goes to 0): a reconfiguration seals it, never adopts it again.
+	Last uint64 `json:"last,omitempty"`
 }
 
 // LogStreamName is the commit-log stream of partition id.
@@ -87,7 +90,7 @@ func (s *State) partitionLog(cmd Command) (Result, error) {
 	case p.Epoch != cmd.Epoch || !slices.Equal(serversOf(p), cmd.Servers) || p.Log.Extent != 0:
 		return Result{}, nil // moved on meanwhile; the loop decides again
 	}
-	p.Log.Extent = cmd.Extent
+	p.Log.Extent, p.Log.Last = cmd.Extent, cmd.Extent
 	return Result{Changed: true, Moved: []uint64{p.ID}}, nil
 }
 
@@ -210,10 +213,10 @@ func (m *Master) reconfigureLog(ctx context.Context, p Partition, replicas int) 
 		return err
 	}
 	if last := info.Last(); last != nil && !last.Sealed {
-		if sameNodes(last, nodes) {
+		if last.ID != p.Log.Last && sameNodes(last, nodes) {
 			// Allocated on exactly these replicas by an earlier round
-			// that did not get to record it: no primary of this epoch was
-			// told of it, so it is unused.
+			// that did not get to record it: no primary was told of it,
+			// so it is unused.
 			return m.recordLog(p, last.ID, nodes)
 		}
 		unreachable, err := d.Seal(ctx, last.ID)

@@ -106,6 +106,10 @@ const requestTTL = 10 * time.Minute
 
 func requestKey(id string) []byte { return []byte(requestPrefix + id) }
 
+// maxWriteWait bounds how long a write waits for the log when its caller
+// set no deadline.
+const maxWriteWait = 30 * time.Second
+
 // maxRecordBytes bounds one log record: one append of the stream layer.
 const maxRecordBytes = stream.MaxAppendBytes - 1<<20
 
@@ -191,26 +195,33 @@ func (l *logReplica) update(p *api.Partition, serverID string) {
 			l.caughtUp = false
 		}
 		l.extent = w.extent
-	case w.role == partition.RolePrimary && l.core.Role() == partition.RolePrimary && l.caughtUp:
-		// Still the primary: a new epoch or a new extent after a seal.
+	case w.role == partition.RolePrimary && l.core.Role() == partition.RolePrimary && l.caughtUp && w.epoch == l.core.Epoch():
+		// Still the primary in its term: the log continues on the next
+		// extent after a seal (the tailer retries if it cannot yet).
 		if w.extent != 0 && w.extent != l.extent {
 			if err := l.restartLogLocked(w); err != nil {
-				l.log.Error("continue the log on the next extent", "extent", w.extent, "err", err)
-				l.fatal = err
-				return
+				l.log.Warn("continue the log on the next extent; retrying", "extent", w.extent, "err", err)
 			}
 		}
-		if w.epoch > l.core.Epoch() {
-			_ = l.core.BecomePrimary(w.epoch, 0)
-		}
 	case w.role == partition.RolePrimary:
-		// A new primary: the tailer applies the sealed log first
-		// (catchUpLocked promotes it once the log's end is applied).
+		// A new term (a new primary, or this one again at a later epoch:
+		// another primary may have written the log meanwhile). In-flight
+		// writes fail as of unknown outcome; the tailer applies the
+		// sealed log, then promotes the core (catchUp).
+		if l.core.Role() == partition.RolePrimary {
+			if err := l.core.BecomeSecondary(w.epoch); err != nil {
+				l.log.Error("end the previous term", "err", err)
+			}
+		}
+		clear(l.overlay)
+		l.appended = nil
+		l.resealing = false
 		l.caughtUp = false
 		l.extent = 0
 	default:
 		l.core.Close()
 		clear(l.overlay)
+		l.caughtUp = false
 	}
 	if prev.role != w.role || prev.extent != w.extent {
 		l.log.Debug("replica role", "role", w.role, "epoch", w.epoch, "extent", w.extent)
@@ -332,7 +343,11 @@ func (l *logReplica) write(ctx context.Context, epoch uint64, reqID string, fn d
 	case l.kick <- struct{}{}:
 	default:
 	}
+	wait := time.NewTimer(maxWriteWait)
+	defer wait.Stop()
 	select {
+	case <-wait.C:
+		return 0, nil, api.Errorf(api.ErrorCode_ERROR_CODE_UNAVAILABLE, "outcome_unknown", "partition %d: the write (LSN %d) was not acknowledged within %v (the log is being reconfigured?); it may still apply: retry with the same request id", l.pid, lsn, maxWriteWait)
 	case r := <-done:
 		if joined && r.err == nil {
 			// Joined a request in flight with the same id: the result is
@@ -604,6 +619,16 @@ func (l *logReplica) positions() (applied, commit uint64) {
 type logCoprocPartition struct {
 	*coproc.EnginePartition
 	l *logReplica
+}
+
+// Info implements coproc.Partition: Primary follows the replica's role.
+func (p *logCoprocPartition) Info() coproc.PartitionInfo {
+	info := p.EnginePartition.Info()
+	p.l.mu.Lock()
+	info.Primary = p.l.want.role == partition.RolePrimary
+	info.Epoch = p.l.want.epoch
+	p.l.mu.Unlock()
+	return info
 }
 
 // Commit implements coproc.Partition.

@@ -232,7 +232,7 @@ func (l *logReplica) catchUp(want roleWant) error {
 	if l.want != want {
 		return nil // the map moved on meanwhile
 	}
-	if l.core.Role() != partition.RolePrimary {
+	if l.core.Role() != partition.RolePrimary || l.core.Epoch() != want.epoch {
 		if err := l.core.BecomePrimary(want.epoch, l.core.Last()); err != nil {
 			return err
 		}
