@@ -49,7 +49,7 @@ type tableState struct {
 type move struct {
 	entry  *api.Partition
 	ctx    context.Context
-	cancel context.CancelFunc
+	cancel context.CancelCauseFunc
 }
 
 // errMoved is the cause of an attempt cut short because its partition's
@@ -177,7 +177,7 @@ func (ts *tableState) notify(next *api.PartitionMap) {
 	}
 	for id, mv := range ts.moves {
 		if p := byID[id]; p == nil || !sameEntry(p, mv.entry) {
-			mv.cancel()
+			mv.cancel(errMoved)
 			delete(ts.moves, id)
 		}
 	}
@@ -207,12 +207,12 @@ func (ts *tableState) moved(p *api.Partition) context.Context {
 		return movedCtx
 	}
 	if old := ts.moves[id]; old != nil {
-		old.cancel()
+		old.cancel(errMoved)
 	}
 	if ts.moves == nil {
 		ts.moves = make(map[uint64]*move)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancelCause(context.Background())
 	ts.moves[id] = &move{entry: cur, ctx: ctx, cancel: cancel}
 	return ctx
 }
