@@ -8,13 +8,18 @@ import (
 )
 
 // Retry timing. Data calls start at 5 ms (a NOT_OWNER refresh plus a retry is
-// about one master round trip) and cap at 1 s (a failover takes about one
-// lease, ~1 s, so waiting longer only adds latency). The partition-map watch
-// is a background stream: it backs off further, up to 5 s, so a cluster with
+// about one master round trip) and cap at 250 ms: a failover takes about a
+// second (lease ~1 s) and a call waiting through it is also woken by the map
+// change that ends it (tableState.changedCh), which resets its backoff, so
+// the cap only bounds how late a call notices a partition that became
+// ready without a map change (a new primary still catching up answers
+// log_reconfiguring). Master calls cap at 1 s. The partition-map watch is
+// a background stream: it backs off further, up to 5 s, so a cluster with
 // its masters down is not hammered by every idle client.
 const (
 	backoffBase      = 5 * time.Millisecond
-	backoffCap       = time.Second
+	backoffCap       = 250 * time.Millisecond
+	masterBackoffCap = time.Second
 	watchBackoffBase = 50 * time.Millisecond
 	watchBackoffCap  = 5 * time.Second
 )
@@ -48,6 +53,13 @@ type jitter struct {
 
 func newJitter(seed uint64) *jitter {
 	return &jitter{r: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))}
+}
+
+// intN is uniform in [0, n).
+func (j *jitter) intN(n int) int {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.r.IntN(n)
 }
 
 func (j *jitter) backoff(attempt int, base, limit time.Duration) time.Duration {

@@ -95,11 +95,13 @@ func runParallel(n int, fn func(i int) error) error {
 		})
 	}
 	wg.Wait()
+	// The first error, but an unknown outcome first of all: the caller
+	// must learn that some part may have applied.
 	var first error
 	failed := 0
 	for _, err := range errs {
 		if err != nil {
-			if first == nil {
+			if first == nil || (errors.Is(err, ErrOutcomeUnknown) && !errors.Is(first, ErrOutcomeUnknown)) {
 				first = err
 			}
 			failed++
@@ -115,8 +117,10 @@ func runParallel(n int, fn func(i int) error) error {
 // api.MaxBatchKeys keys), the partitions in parallel, each retried on its
 // own. Results are in the order of keys; duplicates are allowed. Each
 // partition's keys are read at one point in time, but different partitions
-// are not read atomically together.
-func (t *Table) BatchGet(ctx context.Context, keys [][]byte) ([]GetResult, error) {
+// are not read atomically together. ReadAny, MinLSN and a Session apply to
+// every partition's read; ReportLSN reports only for a batch within one
+// partition.
+func (t *Table) BatchGet(ctx context.Context, keys [][]byte, opts ...ReadOption) ([]GetResult, error) {
 	const op = "batch get from"
 	if t.err != nil {
 		return nil, t.errf(op, t.err)
@@ -134,6 +138,7 @@ func (t *Table) BatchGet(ctx context.Context, keys [][]byte) ([]GetResult, error
 	if len(keys) == 0 {
 		return results, nil
 	}
+	ro := readOpts(opts)
 	// One deadline for the whole batch, regroups included.
 	ctx, _, cancel := t.c.callCtx(ctx, true)
 	defer cancel()
@@ -150,8 +155,12 @@ func (t *Table) BatchGet(ctx context.Context, keys [][]byte) ([]GetResult, error
 		if version == 0 {
 			version = m.GetBulk().GetCurrent()
 		}
-		err = t.batchGet(ctx, keys, hashes, idx, results, version)
+		var lsns lsnSet
+		err = t.batchGet(ctx, keys, hashes, idx, results, version, ro, &lsns)
 		if err == nil {
+			if ro.lsn != nil {
+				*ro.lsn = lsns.single()
+			}
 			return results, nil
 		}
 		if api.CodeOf(err) != api.ErrorCode_ERROR_CODE_VERSION_GONE || t.pin != 0 || attempt >= versionGoneRetries || ctx.Err() != nil {
@@ -165,7 +174,36 @@ func (t *Table) BatchGet(ctx context.Context, keys [][]byte) ([]GetResult, error
 // table whose version is unloaded under it (each one follows a map change).
 const versionGoneRetries = 8
 
-func (t *Table) batchGet(ctx context.Context, keys [][]byte, hashes []uint64, idx []int, results []GetResult, version uint64) error {
+// lsnSet collects the LSNs of a multi-partition call's parts. Safe for
+// concurrent use.
+type lsnSet struct {
+	mu    sync.Mutex
+	parts map[uint64]uint64 // partition id → LSN; guarded by mu
+}
+
+func (s *lsnSet) add(partition, lsn uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.parts == nil {
+		s.parts = make(map[uint64]uint64)
+	}
+	s.parts[partition] = max(s.parts[partition], lsn)
+}
+
+// single is the LSN when the call touched one partition, else 0.
+func (s *lsnSet) single() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.parts) != 1 {
+		return 0
+	}
+	for _, l := range s.parts {
+		return l
+	}
+	return 0
+}
+
+func (t *Table) batchGet(ctx context.Context, keys [][]byte, hashes []uint64, idx []int, results []GetResult, version uint64, ro readOptions, lsns *lsnSet) error {
 	const op = "batch get from"
 	m, err := t.ts.current(ctx)
 	if err != nil {
@@ -185,19 +223,19 @@ func (t *Table) batchGet(ctx context.Context, keys [][]byte, hashes []uint64, id
 		for j, i := range g {
 			req.Keys[j] = keys[i]
 		}
-		err := t.do(ctx, op, true, pickGroup(hashes, g), func(ctx context.Context, ts api.TableServerClient, h *api.RequestHeader) error {
+		pid, lsn, err := t.call(ctx, callSpec{op: op, bounded: true, pick: pickGroup(hashes, g), read: ro, rpc: func(ctx context.Context, ts api.TableServerClient, h *api.RequestHeader) (uint64, error) {
 			h.BulkVersion = version
 			req.Header = h
 			resp, err := ts.BatchGet(ctx, req)
 			if api.CodeOf(err) == api.ErrorCode_ERROR_CODE_VERSION_GONE {
 				// The whole batch retries on the new version, not this part.
-				return &permanentError{err}
+				return 0, &permanentError{err}
 			}
 			if err != nil {
-				return err
+				return 0, err
 			}
 			if len(resp.GetResults()) != len(g) {
-				return &permanentError{t.errf(op, api.Errorf(api.ErrorCode_ERROR_CODE_UNSPECIFIED, "bad_response",
+				return 0, &permanentError{t.errf(op, api.Errorf(api.ErrorCode_ERROR_CODE_UNSPECIFIED, "bad_response",
 					"server answered %d results for %d keys", len(resp.GetResults()), len(g)))}
 			}
 			for j, r := range resp.GetResults() {
@@ -207,10 +245,13 @@ func (t *Table) batchGet(ctx context.Context, keys [][]byte, hashes []uint64, id
 				}
 				results[g[j]] = GetResult{Value: v, Found: r.GetFound()}
 			}
-			return nil
-		})
+			return resp.GetLsn(), nil
+		}})
 		if errors.Is(err, errRegroup) {
-			return t.batchGet(ctx, keys, hashes, g, results, version)
+			return t.batchGet(ctx, keys, hashes, g, results, version, ro, lsns)
+		}
+		if err == nil {
+			lsns.add(pid, lsn)
 		}
 		return err
 	})
@@ -225,10 +266,23 @@ func (t *Table) batchGet(ctx context.Context, keys [][]byte, hashes []uint64, id
 // api.MaxBatchBytes of keys and values) or the whole call fails with
 // INVALID_ARGUMENT before anything is written, since splitting them would
 // break the atomicity.
-func (t *Table) BatchWrite(ctx context.Context, muts []Mutation) error {
+//
+// Each partition's request carries a request id derived from the call's
+// (WithRequestID, else a random one): its retries apply at most once. A
+// call that gives up after a partition's attempt that may have applied
+// returns ErrOutcomeUnknown (some partitions may be applied, others not);
+// calling again with the same mutations in the same order and
+// WithRequestID(err's RequestID) applies each partition's share at most
+// once. ReportLSN reports only for a batch within one partition; a Session
+// records every partition's LSN. WithTTL does not apply (Mutation.TTL does).
+func (t *Table) BatchWrite(ctx context.Context, muts []Mutation, opts ...WriteOption) error {
 	const op = "batch write to"
 	if t.err != nil {
 		return t.errf(op, t.err)
+	}
+	wo, err := writeOpts(opts)
+	if err != nil {
+		return t.errf(op, err)
 	}
 	if len(muts) == 0 {
 		return nil
@@ -267,10 +321,17 @@ func (t *Table) BatchWrite(ctx context.Context, muts []Mutation) error {
 			return t.errf(op, fmt.Errorf("mutation %d: %w", i, err))
 		}
 	}
-	return t.batchWrite(ctx, pbs, hashes, idx)
+	var lsns lsnSet
+	if err := t.batchWrite(ctx, pbs, hashes, idx, wo, &lsns); err != nil {
+		return err
+	}
+	if wo.lsn != nil {
+		*wo.lsn = lsns.single()
+	}
+	return nil
 }
 
-func (t *Table) batchWrite(ctx context.Context, pbs []*api.Mutation, hashes []uint64, idx []int) error {
+func (t *Table) batchWrite(ctx context.Context, pbs []*api.Mutation, hashes []uint64, idx []int, wo writeOptions, lsns *lsnSet) error {
 	const op = "batch write to"
 	m, err := t.ts.current(ctx)
 	if err != nil {
@@ -284,17 +345,24 @@ func (t *Table) batchWrite(ctx context.Context, pbs []*api.Mutation, hashes []ui
 	}
 	return runParallel(len(groups), func(gi int) error {
 		g := groups[gi]
-		req := &api.BatchWriteRequest{Mutations: make([]*api.Mutation, len(g))}
+		req := &api.BatchWriteRequest{Mutations: make([]*api.Mutation, len(g)), RequestId: groupRequestID(wo.reqID, g[0])}
 		for j, i := range g {
 			req.Mutations[j] = pbs[i]
 		}
-		err := t.do(ctx, op, true, pickGroup(hashes, g), func(ctx context.Context, ts api.TableServerClient, h *api.RequestHeader) error {
-			req.Header = h
-			_, err := ts.BatchWrite(ctx, req)
-			return err
-		})
+		pid, lsn, err := t.call(ctx, callSpec{op: op, bounded: true, pick: pickGroup(hashes, g), reqID: wo.reqID,
+			rpc: func(ctx context.Context, ts api.TableServerClient, h *api.RequestHeader) (uint64, error) {
+				req.Header = h
+				resp, err := ts.BatchWrite(ctx, req)
+				return resp.GetLsn(), err
+			}})
 		if errors.Is(err, errRegroup) {
-			return t.batchWrite(ctx, pbs, hashes, g)
+			return t.batchWrite(ctx, pbs, hashes, g, wo, lsns)
+		}
+		if err == nil {
+			lsns.add(pid, lsn)
+			if wo.session != nil {
+				wo.session.note(t.name, pid, lsn)
+			}
 		}
 		return err
 	})

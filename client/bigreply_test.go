@@ -26,7 +26,7 @@ func TestBatchGetReplyTooLarge(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cl.Close()
-	if _, err := cl.CreateTable(ctx, "t", api.TableKind_TABLE_KIND_POINT, &api.TableOptions{Partitions: 1, MaxValueBytes: 40 << 20}); err != nil {
+	if _, err := cl.CreateTable(ctx, "t", api.TableKind_TABLE_KIND_POINT, &api.TableOptions{Replication: 1, Partitions: 1, MaxValueBytes: 40 << 20}); err != nil {
 		t.Fatal(err)
 	}
 	tb := cl.Table("t")

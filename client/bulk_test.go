@@ -78,7 +78,7 @@ func TestBulkPublishSwitchRollbackDelta(t *testing.T) {
 	c := newClient(t, tc.MasterAddr())
 	ctx := testCtx(t)
 	const parts = 6
-	if _, err := c.CreateTable(ctx, "model", api.TableKind_TABLE_KIND_BULK, &api.TableOptions{Partitions: parts}); err != nil {
+	if _, err := c.CreateTable(ctx, "model", api.TableKind_TABLE_KIND_BULK, &api.TableOptions{Replication: 1, Partitions: parts}); err != nil {
 		t.Fatal(err)
 	}
 	tb := c.Table("model")
@@ -293,7 +293,7 @@ func TestBulkBadFileAndResume(t *testing.T) {
 	c := newClient(t, tc.MasterAddr())
 	ctx := testCtx(t)
 	const parts = 2
-	if _, err := c.CreateTable(ctx, "m", api.TableKind_TABLE_KIND_BULK, &api.TableOptions{Partitions: parts}); err != nil {
+	if _, err := c.CreateTable(ctx, "m", api.TableKind_TABLE_KIND_BULK, &api.TableOptions{Replication: 1, Partitions: parts}); err != nil {
 		t.Fatal(err)
 	}
 	tb := c.Table("m")
@@ -439,7 +439,7 @@ func TestBulkPartitionsMoveLoadFromStreams(t *testing.T) {
 	c := newClient(t, tc.MasterAddr())
 	ctx := testCtx(t)
 	const parts = 6
-	if _, err := c.CreateTable(ctx, "moving", api.TableKind_TABLE_KIND_BULK, &api.TableOptions{Partitions: parts}); err != nil {
+	if _, err := c.CreateTable(ctx, "moving", api.TableKind_TABLE_KIND_BULK, &api.TableOptions{Replication: 1, Partitions: parts}); err != nil {
 		t.Fatal(err)
 	}
 	tb := c.Table("moving")
@@ -641,7 +641,7 @@ func TestBulkStreamBadFile(t *testing.T) {
 	c := newClient(t, tc.MasterAddr())
 	ctx := testCtx(t)
 	const parts = 2
-	if _, err := c.CreateTable(ctx, "bad", api.TableKind_TABLE_KIND_BULK, &api.TableOptions{Partitions: parts}); err != nil {
+	if _, err := c.CreateTable(ctx, "bad", api.TableKind_TABLE_KIND_BULK, &api.TableOptions{Replication: 1, Partitions: parts}); err != nil {
 		t.Fatal(err)
 	}
 	tb := c.Table("bad")

@@ -284,10 +284,10 @@ func (c *Client) masterCall(ctx context.Context, what string, fn func(ctx contex
 				}
 			} else {
 				fresh = 0
-				wait = c.jitter.backoff(attempt, backoffBase, backoffCap)
+				wait = c.jitter.backoff(attempt, backoffBase, masterBackoffCap)
 			}
 		case api.ErrorCode_ERROR_CODE_SERVER_BUSY:
-			wait = max(c.jitter.backoff(attempt, backoffBase, backoffCap), time.Duration(d.GetRetryAfterMs())*time.Millisecond)
+			wait = max(c.jitter.backoff(attempt, backoffBase, masterBackoffCap), time.Duration(d.GetRetryAfterMs())*time.Millisecond)
 		default:
 			return fmt.Errorf("%s: %w", what, err)
 		}

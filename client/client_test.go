@@ -186,7 +186,7 @@ func TestTTL(t *testing.T) {
 	tc := startCluster(t, 1)
 	c := newClient(t, tc.MasterAddr())
 	ctx := testCtx(t)
-	tbl := createTable(t, c, "ttl", &api.TableOptions{Partitions: 2})
+	tbl := createTable(t, c, "ttl", &api.TableOptions{Replication: 1, Partitions: 2})
 
 	if err := tbl.Put(ctx, []byte("long"), []byte("v"), client.WithTTL(time.Hour)); err != nil {
 		t.Fatal(err)
@@ -334,7 +334,7 @@ func TestInvalidInput(t *testing.T) {
 	tc := startCluster(t, 1)
 	c := newClient(t, tc.MasterAddr())
 	ctx := testCtx(t)
-	tbl := createTable(t, c, "inv", &api.TableOptions{Partitions: 1, MaxValueBytes: 1024})
+	tbl := createTable(t, c, "inv", &api.TableOptions{Replication: 1, Partitions: 1, MaxValueBytes: 1024})
 	big := bytes.Repeat([]byte("k"), api.MaxKeyBytes+1)
 	okKey := bytes.Repeat([]byte("k"), api.MaxKeyBytes)
 	tooMany := make([]client.Mutation, api.MaxBatchKeys+1)
@@ -419,11 +419,11 @@ func TestDropAndRecreate(t *testing.T) {
 	tc := startCluster(t, 2)
 	c := newClient(t, tc.MasterAddr())
 	ctx := testCtx(t)
-	tbl := createTable(t, c, "again", &api.TableOptions{Partitions: 3})
+	tbl := createTable(t, c, "again", &api.TableOptions{Replication: 1, Partitions: 3})
 	if err := tbl.Put(ctx, []byte("k"), []byte("old")); err != nil {
 		t.Fatal(err)
 	}
-	_, err := c.CreateTable(ctx, "again", api.TableKind_TABLE_KIND_POINT, nil)
+	_, err := c.CreateTable(ctx, "again", api.TableKind_TABLE_KIND_POINT, &api.TableOptions{Replication: 1})
 	wantCode(t, "create twice", err, api.ErrorCode_ERROR_CODE_ALREADY_EXISTS)
 	if err := c.DropTable(ctx, "again"); err != nil {
 		t.Fatal(err)
@@ -434,7 +434,7 @@ func TestDropAndRecreate(t *testing.T) {
 	// Re-created behind the client's back (another client): the stale cache
 	// is noticed.
 	other := newClient(t, tc.MasterAddr())
-	if _, err := other.CreateTable(ctx, "again", api.TableKind_TABLE_KIND_POINT, &api.TableOptions{Partitions: 5}); err != nil {
+	if _, err := other.CreateTable(ctx, "again", api.TableKind_TABLE_KIND_POINT, &api.TableOptions{Replication: 1, Partitions: 5}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := tbl.Get(ctx, []byte("k")); !errors.Is(err, client.ErrKeyNotFound) {
@@ -582,7 +582,7 @@ func TestMasterFailover(t *testing.T) {
 	// The first master is dead: calls move on to the second.
 	c := newClient(t, deadAddr(t), tc.MasterAddr())
 	ctx := testCtx(t)
-	tbl := createTable(t, c, "mf", &api.TableOptions{Partitions: 2})
+	tbl := createTable(t, c, "mf", &api.TableOptions{Replication: 1, Partitions: 2})
 	if err := tbl.Put(ctx, []byte("k"), []byte("v")); err != nil {
 		t.Fatal(err)
 	}
@@ -629,7 +629,7 @@ func TestNewAndClose(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := testCtx(t)
-	tbl := createTable(t, c, "closing", nil)
+	tbl := createTable(t, c, "closing", &api.TableOptions{Replication: 1})
 	if err := tbl.Put(ctx, []byte("k"), []byte("v")); err != nil {
 		t.Fatal(err)
 	}
@@ -667,13 +667,13 @@ func TestNoLeaks(t *testing.T) {
 	// Warm the cluster up so its own lazily started goroutines are in the
 	// baseline.
 	warm := newClient(t, tc.MasterAddr())
-	createTable(t, warm, "warm", &api.TableOptions{Partitions: 4})
+	createTable(t, warm, "warm", &api.TableOptions{Replication: 1, Partitions: 4})
 	if err := warm.Table("warm").Put(ctx, []byte("k"), []byte("v")); err != nil {
 		t.Fatal(err)
 	}
 	// The table the client under test uses exists before the baseline too:
 	// its partitions' engines (and their goroutines) belong to the servers.
-	createTable(t, warm, "leak", &api.TableOptions{Partitions: 4})
+	createTable(t, warm, "leak", &api.TableOptions{Replication: 1, Partitions: 4})
 	// A write to every partition: each server has opened its engines.
 	var warmMuts []client.Mutation
 	for i := range 200 {

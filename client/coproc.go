@@ -31,9 +31,13 @@ type Invocation struct {
 	Input []byte
 	// Version runs a given version instead of the live one.
 	Version uint64
-	// IdempotencyToken makes a write handler apply once: a retried call
-	// with the same token returns the first result. Point calls only (a
-	// batch's partitions each get the token with their index appended).
+	// IdempotencyToken makes a write handler apply once: a call with the
+	// same token returns the first result (the server keeps it for its
+	// idempotency TTL). Empty: the SDK makes a random one per Invoke, so
+	// its own retries never apply a write twice; set it to retry a call
+	// that failed with ErrOutcomeUnknown (OutcomeUnknownError.RequestID).
+	// A batch's, range's or All call's partitions each get the token with
+	// "/" and their index appended. At most MaxRequestIDBytes bytes.
 	IdempotencyToken string
 	// Timeout bounds each guest call (0: the server's default, 1 s).
 	Timeout time.Duration
@@ -87,26 +91,36 @@ func (t *Table) Invoke(ctx context.Context, name, method string, inv Invocation)
 	if err != nil {
 		return nil, t.errf(op, err)
 	}
+	token := inv.IdempotencyToken
+	if token == "" {
+		token = newRequestID()
+	} else if len(token) > MaxRequestIDBytes {
+		return nil, t.errf(op, api.InvalidArgument("idempotency_token", "token_too_long", MaxRequestIDBytes,
+			"idempotency token of %d bytes; the limit is %d", len(token), MaxRequestIDBytes))
+	}
 	var timeoutMs uint32
 	if inv.Timeout > 0 {
 		timeoutMs = uint32(max(1, inv.Timeout.Milliseconds()))
 	}
-	call := func(pick pickFunc, keys [][]byte, token string) ([]byte, error) {
+	// Every attempt of a partition's call carries the same token (and, as
+	// request id, the same seed of the guest's randomness).
+	call := func(pick pickFunc, keys [][]byte, partToken string) ([]byte, error) {
 		var out []byte
-		err := t.do(ctx, op, true, pick, func(ctx context.Context, ts api.TableServerClient, h *api.RequestHeader) error {
-			resp, err := ts.Invoke(ctx, &api.InvokeRequest{Header: h, Name: name, Version: inv.Version, Method: method,
-				Input: inv.Input, Keys: keys, IdempotencyToken: token, TimeoutMs: timeoutMs,
-				RangeStart: rangeStart, RangeEnd: rangeEnd})
-			if err != nil {
-				return err
-			}
-			out = resp.GetOutput()
-			return nil
-		})
+		_, _, err := t.call(ctx, callSpec{op: op, bounded: true, pick: pick, reqID: token, invoke: true,
+			rpc: func(ctx context.Context, ts api.TableServerClient, h *api.RequestHeader) (uint64, error) {
+				resp, err := ts.Invoke(ctx, &api.InvokeRequest{Header: h, Name: name, Version: inv.Version, Method: method,
+					Input: inv.Input, Keys: keys, IdempotencyToken: partToken, RequestId: partToken, TimeoutMs: timeoutMs,
+					RangeStart: rangeStart, RangeEnd: rangeEnd})
+				if err != nil {
+					return 0, err
+				}
+				out = resp.GetOutput()
+				return 0, nil
+			}})
 		return out, err
 	}
 	if !scatter && len(inv.Keys) == 1 {
-		return call(pickHash(hashes[0]), inv.Keys, inv.IdempotencyToken)
+		return call(pickHash(hashes[0]), inv.Keys, token)
 	}
 	// Batch: the keys grouped by partition; range and All: every partition.
 	var groups [][]int
@@ -133,11 +147,7 @@ func (t *Table) Invoke(ctx context.Context, name, method string, inv Invocation)
 		for j, k := range groups[i] {
 			keys[j] = inv.Keys[k]
 		}
-		token := ""
-		if inv.IdempotencyToken != "" {
-			token = fmt.Sprintf("%s/%d", inv.IdempotencyToken, i)
-		}
-		partials[i], errs[i] = call(picks[i], keys, token)
+		partials[i], errs[i] = call(picks[i], keys, fmt.Sprintf("%s/%d", token, i))
 		return errs[i]
 	})
 	var ok [][]byte

@@ -19,6 +19,18 @@
 // the partition id and epoch it routed by. One gRPC connection per server
 // address is kept for the life of the Client.
 //
+// # Replicas and LSNs
+//
+// A partition has a primary and secondaries (3 copies by default) that
+// apply one commit log. Every write's reply carries its LSN, its position in
+// the partition's log: ReportLSN(&n) stores it (CASResult.LSN too). Reads go
+// to the primary and are linearizable. ReadAny() lets any replica answer
+// (eventual; ReportLSN gives the LSN the answer reflects); MinLSN(n) asks
+// for a replica that has applied at least LSN n of the partition, and a
+// Session does that per partition for every write and read made through
+// it (read-your-writes and monotonic reads from any replica). A replica
+// behind answers behind_min_lsn and the SDK tries another, then the primary.
+//
 // # Retries
 //
 // Each call retries until it succeeds, fails for good, or reaches the earlier
@@ -37,8 +49,13 @@
 //	anything else           returned at once (INVALID_ARGUMENT, NOT_FOUND,
 //	                        WRONG_KIND, UNIMPLEMENTED, ...)
 //
-// Backoff is exponential with full jitter, from 5 ms up to 1 s, drawn from a
-// per-client source seeded by Options.Seed. Master calls move on to the next
+// Backoff is exponential with full jitter, from 5 ms up to 250 ms (master
+// calls: 1 s), drawn from a per-client source seeded by Options.Seed. A
+// call waiting to retry wakes as soon as the map watch delivers a new map
+// (a failover) and retries by it, and an attempt in flight to a partition
+// whose entry changes (new epoch or replicas) is cut short and retried at
+// once, so a call to a paused or cut-off primary follows the failover
+// instead of waiting for its deadline. Master calls move on to the next
 // master address when one is unavailable. A call that gives up returns its
 // last error wrapped with what it was doing; api.CodeOf and api.DetailOf read
 // the server's ErrorDetail through the wrapping, and errors.Is(err,
@@ -46,10 +63,27 @@
 // is sent (api.ValidateKey, the table's value limit, TTLs), with the same
 // INVALID_ARGUMENT error the server would give.
 //
-// Put and BatchWrite are idempotent and safe to retry. Delete and
-// CompareAndSwap are retried too: if a reply is lost after the server applied
-// the request, the retry reports the state the first attempt left (Delete:
-// existed=false; CompareAndSwap: Swapped=false with Current = the new value).
+// # Writes and request ids
+//
+// Every write (Put, Delete, CompareAndSwap, each partition's request of a
+// BatchWrite, Invoke through its idempotency token) carries a random 128-bit
+// request id made once per call; every retry of the call reuses it, and the
+// SDK never retries a write without one. The server keeps each write's
+// outcome under its id for 10 minutes, replicated with the write: a retry
+// after a lost reply is not applied again and returns the first outcome
+// (a CompareAndSwap that swapped reports Swapped=true, a Delete the
+// original existed), also across a primary failover. So a write that
+// returns without error was applied exactly once.
+//
+// A write the SDK gives up on after an attempt that may have applied (a
+// deadline or broken connection after the request was sent, or a server's
+// UNAVAILABLE outcome_unknown) returns an *OutcomeUnknownError:
+// errors.Is(err, ErrOutcomeUnknown). Its outcome is unknown: sending the
+// same write again with WithRequestID(err.RequestID) within 10 minutes
+// applies it at most once and returns its outcome. Any other error of a
+// write means it was not applied (for a BatchWrite: not in the partitions
+// whose requests failed). Ids older than 10 minutes are forgotten, so a
+// retry after that may apply again.
 //
 // # Batches and scans
 //

@@ -31,7 +31,7 @@ func TestTableDroppedByAnotherClient(t *testing.T) {
 	}
 	c1, c2 := mk(), mk()
 	for _, name := range []string{"right-away", "later"} {
-		if _, err := c1.CreateTable(ctx, name, api.TableKind_TABLE_KIND_POINT, nil); err != nil {
+		if _, err := c1.CreateTable(ctx, name, api.TableKind_TABLE_KIND_POINT, &api.TableOptions{Replication: 1}); err != nil {
 			t.Fatal(err)
 		}
 		// c1 holds the map CreateTable returned; its first use comes after

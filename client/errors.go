@@ -53,3 +53,40 @@ func wrapCall(what string, ctxErr, last error) error {
 		return fmt.Errorf("%s: gave up (%w); last error: %w", what, ctxErr, last)
 	}
 }
+
+// ErrOutcomeUnknown is matched (errors.Is) by the error of a write the SDK
+// gave up on after a failure that leaves its outcome unknown: the request
+// may have been applied (a deadline or a broken connection after it was
+// sent, or a server answering UNAVAILABLE outcome_unknown because its
+// primary changed under the write). The error is an *OutcomeUnknownError
+// naming the request id: sending the same write again with
+// WithRequestID(id) within 10 minutes returns its outcome, applying it at
+// most once. Errors of writes that certainly did not apply do not match.
+var ErrOutcomeUnknown = errors.New("client: outcome of the write is unknown")
+
+// OutcomeUnknownError is the error of a write whose outcome is unknown; it
+// matches ErrOutcomeUnknown and wraps the error the SDK gave up on (a
+// context error, ErrClosed, the server's last answer).
+type OutcomeUnknownError struct {
+	// RequestID is the write's request id: retry with WithRequestID
+	// (Invocation.IdempotencyToken for Invoke) to learn the outcome.
+	RequestID string
+	// Err is the error the SDK gave up on.
+	Err error
+	// invoke: a coprocessor call, retried with its idempotency token.
+	invoke bool
+}
+
+func (e *OutcomeUnknownError) Error() string {
+	how := fmt.Sprintf("client.WithRequestID(%q)", e.RequestID)
+	if e.invoke {
+		how = fmt.Sprintf("Invocation.IdempotencyToken %q", e.RequestID)
+	}
+	return fmt.Sprintf("outcome unknown: the write may or may not have been applied; send it again with %s within 10 minutes to apply it at most once and learn its outcome: %v", how, e.Err)
+}
+
+// Unwrap returns the error the SDK gave up on.
+func (e *OutcomeUnknownError) Unwrap() error { return e.Err }
+
+// Is matches ErrOutcomeUnknown.
+func (e *OutcomeUnknownError) Is(target error) bool { return target == ErrOutcomeUnknown }

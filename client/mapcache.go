@@ -31,7 +31,38 @@ type tableState struct {
 	// that needs a fresh map meanwhile (a dead server makes every request
 	// to it ask at once).
 	inflight *mapFetch
+
+	moveMu sync.Mutex // guards changed and moves
+	// changed is closed (and set to nil) when the cached map changes: a
+	// call waiting to retry wakes up and routes by the new map at once
+	// instead of sleeping out its backoff. Made on demand.
+	changed chan struct{}
+	// moves holds, per partition id, a context cancelled when the
+	// partition's entry in the cached map changes (epoch or replicas):
+	// attempts in flight to the partition are cut short and retried on
+	// the new map, so a call to a paused or cut-off primary follows the
+	// failover instead of waiting for its deadline.
+	moves map[uint64]*move
 }
+
+// move tracks one partition's entry for the attempts routed by it.
+type move struct {
+	entry  *api.Partition
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+}
+
+// errMoved is the cause of an attempt cut short because its partition's
+// entry changed in the cached map.
+var errMoved = errors.New("client: the partition moved (new epoch or replicas)")
+
+// movedCtx is the context of an attempt routed by an entry already
+// replaced: cancelled from the start.
+var movedCtx = func() context.Context {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	cancel(errMoved)
+	return ctx
+}()
 
 type mapFetch struct {
 	done chan struct{} // closed when m and err are set
@@ -120,9 +151,102 @@ func (ts *tableState) store(m *api.PartitionMap) *api.PartitionMap {
 			}
 		}
 		if ts.m.CompareAndSwap(cur, next) {
+			if next != cur {
+				ts.notify(next)
+			}
 			return next
 		}
 	}
+}
+
+// notify wakes the calls waiting to retry and cuts short the attempts to
+// partitions whose entry changed in next (nil: the table was forgotten).
+func (ts *tableState) notify(next *api.PartitionMap) {
+	ts.moveMu.Lock()
+	defer ts.moveMu.Unlock()
+	if ts.changed != nil {
+		close(ts.changed)
+		ts.changed = nil
+	}
+	if len(ts.moves) == 0 {
+		return
+	}
+	byID := make(map[uint64]*api.Partition, len(next.GetPartitions()))
+	for _, p := range next.GetPartitions() {
+		byID[p.GetId()] = p
+	}
+	for id, mv := range ts.moves {
+		if p := byID[id]; p == nil || !sameEntry(p, mv.entry) {
+			mv.cancel(errMoved)
+			delete(ts.moves, id)
+		}
+	}
+}
+
+// changedCh returns a channel closed at the next change of the cached map.
+func (ts *tableState) changedCh() <-chan struct{} {
+	ts.moveMu.Lock()
+	defer ts.moveMu.Unlock()
+	if ts.changed == nil {
+		ts.changed = make(chan struct{})
+	}
+	return ts.changed
+}
+
+// moved returns a context cancelled (cause errMoved) when partition p's
+// entry in the cached map changes; already cancelled when it has.
+func (ts *tableState) moved(p *api.Partition) context.Context {
+	ts.moveMu.Lock()
+	defer ts.moveMu.Unlock()
+	id := p.GetId()
+	if mv := ts.moves[id]; mv != nil && (mv.entry == p || sameEntry(mv.entry, p)) {
+		return mv.ctx
+	}
+	cur := entryOf(ts.m.Load(), p)
+	if cur == nil || !sameEntry(cur, p) {
+		return movedCtx
+	}
+	if old := ts.moves[id]; old != nil {
+		old.cancel(errMoved)
+	}
+	if ts.moves == nil {
+		ts.moves = make(map[uint64]*move)
+	}
+	ctx, cancel := context.WithCancelCause(context.Background())
+	ts.moves[id] = &move{entry: cur, ctx: ctx, cancel: cancel}
+	return ctx
+}
+
+// entryOf finds the entry of p's partition in m (nil if none).
+func entryOf(m *api.PartitionMap, p *api.Partition) *api.Partition {
+	ps := m.GetPartitions()
+	if i := int(p.GetIndex()); i < len(ps) && ps[i].GetId() == p.GetId() {
+		return ps[i]
+	}
+	for _, q := range ps {
+		if q.GetId() == p.GetId() {
+			return q
+		}
+	}
+	return nil
+}
+
+// sameEntry reports whether a and b route alike: same epoch, same replicas
+// in the same roles.
+func sameEntry(a, b *api.Partition) bool {
+	if a == b {
+		return true
+	}
+	if a.GetEpoch() != b.GetEpoch() || len(a.GetReplicas()) != len(b.GetReplicas()) {
+		return false
+	}
+	for i, r := range a.GetReplicas() {
+		q := b.GetReplicas()[i]
+		if r.GetAddr() != q.GetAddr() || r.GetRole() != q.GetRole() {
+			return false
+		}
+	}
+	return true
 }
 
 // keepNewerEpochs returns m with every partition that has a higher epoch in
@@ -166,13 +290,17 @@ func (ts *tableState) patch(p *api.Partition) bool {
 		next := &api.PartitionMap{Table: cur.GetTable(), Version: cur.GetVersion(), Partitions: slices.Clone(cur.GetPartitions()), Bulk: cur.GetBulk()}
 		next.Partitions[i] = p
 		if ts.m.CompareAndSwap(cur, next) {
+			ts.notify(next)
 			return true
 		}
 	}
 }
 
 // forget drops the cached map (the table was dropped).
-func (ts *tableState) forget() { ts.m.Store(nil) }
+func (ts *tableState) forget() {
+	ts.m.Store(nil)
+	ts.notify(nil)
+}
 
 // partitionOf finds the partition of m holding hash h. Partitions are in
 // index order and cut evenly (keyspace.Index), so the first guess is almost
@@ -190,6 +318,36 @@ func partitionOf(m *api.PartitionMap, h uint64) (*api.Partition, bool) {
 		return ps[i], true
 	}
 	return nil, false
+}
+
+// replicaFor picks the replica an attempt of a ReadAny read goes to: any
+// replica at first (spreading reads), then, after failures (tried holds
+// their addresses), another secondary, then the primary, then any again.
+func (c *Client) replicaFor(p *api.Partition, tried map[string]bool) *api.Replica {
+	var untried []*api.Replica
+	var primary *api.Replica
+	for _, r := range p.GetReplicas() {
+		if r.GetAddr() == "" {
+			continue
+		}
+		if r.GetRole() == api.ReplicaRole_REPLICA_ROLE_PRIMARY {
+			primary = r
+		}
+		if !tried[r.GetAddr()] && (len(tried) == 0 || r.GetRole() != api.ReplicaRole_REPLICA_ROLE_PRIMARY) {
+			untried = append(untried, r)
+		}
+	}
+	switch {
+	case len(untried) > 0:
+		return untried[c.jitter.intN(len(untried))]
+	case primary != nil && !tried[primary.GetAddr()]:
+		return primary
+	}
+	clear(tried)
+	if primary != nil {
+		return primary
+	}
+	return nil
 }
 
 // primaryOf is the replica that takes requests for p: the primary.

@@ -1,9 +1,11 @@
 package client
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/tabuladb/tabula/api"
 	"github.com/tabuladb/tabula/internal/keyspace"
@@ -152,5 +154,85 @@ func TestGroup(t *testing.T) {
 	m24 := evenMap(1, 2, 24)
 	if _, err := pickGroup(hashes, groups[0])(m24); !errors.Is(err, errRegroup) {
 		t.Fatalf("pick over a re-cut map: %v, want errRegroup", err)
+	}
+}
+
+// A map change wakes the calls waiting to retry and cuts short the
+// attempts in flight to the partitions whose entry changed, and only
+// those: a failover delivered by the watch is followed at once.
+func TestMapChangeWakesAndCuts(t *testing.T) {
+	ts := &tableState{}
+	m1 := evenMap(1, 1, 3)
+	ts.store(m1)
+	changed := ts.changedCh()
+	p0, p1 := m1.GetPartitions()[0], m1.GetPartitions()[1]
+	moved0, moved1 := ts.moved(p0), ts.moved(p1)
+	if ts.moved(p0) != moved0 {
+		t.Fatal("two attempts on one entry got different contexts")
+	}
+
+	// Partition 0 fails over to another server at epoch 2.
+	m2 := evenMap(1, 2, 3)
+	m2.Partitions[0] = &api.Partition{Id: p0.GetId(), Start: p0.GetStart(), End: p0.GetEnd(), Epoch: 2, Index: 0,
+		Replicas: []*api.Replica{{Addr: "s9", Role: api.ReplicaRole_REPLICA_ROLE_PRIMARY}}}
+	ts.store(m2)
+	select {
+	case <-changed:
+	default:
+		t.Fatal("a waiting call was not woken by the map change")
+	}
+	if !errors.Is(context.Cause(moved0), errMoved) {
+		t.Fatal("the attempt to the failed-over partition was not cut short")
+	}
+	if moved1.Err() != nil {
+		t.Fatal("an attempt to an unchanged partition was cut short")
+	}
+	// An attempt routed by the old entry is cut at once; by the new one not.
+	if ts.moved(p0).Err() == nil {
+		t.Fatal("an attempt routed by a replaced entry was not cut")
+	}
+	if ts.moved(m2.GetPartitions()[0]).Err() != nil {
+		t.Fatal("an attempt routed by the current entry was cut")
+	}
+
+	// The wait itself: it ends on the change, long before the backoff.
+	ch := ts.changedCh()
+	go ts.store(evenMap(1, 3, 3))
+	start := time.Now()
+	if r := pauseOrChange(context.Background(), time.Now().Add(time.Minute), 30*time.Second, ch); r != pauseChanged {
+		t.Fatalf("pause ended with %v, want pauseChanged", r)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("woken after %v", d)
+	}
+}
+
+// A ReadAny read spreads over the replicas; after failures it tries the
+// other secondaries, then the primary.
+func TestReplicaFor(t *testing.T) {
+	c := &Client{jitter: newJitter(1)}
+	p := &api.Partition{Id: 1, Replicas: []*api.Replica{
+		{Addr: "a", Role: api.ReplicaRole_REPLICA_ROLE_PRIMARY},
+		{Addr: "b", Role: api.ReplicaRole_REPLICA_ROLE_SECONDARY},
+		{Addr: "c", Role: api.ReplicaRole_REPLICA_ROLE_SECONDARY},
+	}}
+	seen := map[string]bool{}
+	for range 50 {
+		seen[c.replicaFor(p, map[string]bool{}).GetAddr()] = true
+	}
+	if len(seen) != 3 {
+		t.Fatalf("50 picks reached %v", seen)
+	}
+	tried := map[string]bool{"b": true}
+	if r := c.replicaFor(p, tried); r.GetAddr() != "c" {
+		t.Fatalf("after b failed: %s, want the other secondary c", r.GetAddr())
+	}
+	tried["c"] = true
+	if r := c.replicaFor(p, tried); r.GetAddr() != "a" {
+		t.Fatalf("after both secondaries failed: %s, want the primary", r.GetAddr())
+	}
+	tried["a"] = true
+	if r := c.replicaFor(p, tried); r == nil || len(tried) != 0 {
+		t.Fatalf("after every replica failed: %v with tried %v; want a fresh round", r, tried)
 	}
 }

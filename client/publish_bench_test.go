@@ -57,7 +57,7 @@ func BenchmarkBulkPublish(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer c.Close()
-			if _, err := c.CreateTable(ctx, "m", api.TableKind_TABLE_KIND_BULK, &api.TableOptions{Partitions: parts}); err != nil {
+			if _, err := c.CreateTable(ctx, "m", api.TableKind_TABLE_KIND_BULK, &api.TableOptions{Replication: 1, Partitions: parts}); err != nil {
 				b.Fatal(err)
 			}
 			tb := c.Table("m")

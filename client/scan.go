@@ -22,7 +22,12 @@ import (
 // version is unloaded before the first record arrives, Scan starts again on
 // the new serving version; after that, it fails with VERSION_GONE rather
 // than mix versions.
-func (t *Table) Scan(ctx context.Context, fn func(key, value []byte) error) error {
+//
+// ReadAny, MinLSN and a Session apply to every partition's scan (a
+// partition's scan runs on one replica); ReportLSN reports nothing, as a
+// scan's reply carries no LSN.
+func (t *Table) Scan(ctx context.Context, fn func(key, value []byte) error, opts ...ReadOption) error {
+	ro := readOpts(opts)
 	delivered := 0
 	count := func(key, value []byte) error {
 		delivered++
@@ -38,7 +43,7 @@ func (t *Table) Scan(ctx context.Context, fn func(key, value []byte) error) erro
 			version = m.GetBulk().GetCurrent()
 		}
 		for i := range len(m.GetPartitions()) {
-			if err = t.scanPartition(ctx, i, version, count); err != nil {
+			if err = t.scanPartition(ctx, i, version, count, ro); err != nil {
 				break
 			}
 		}
@@ -56,14 +61,14 @@ func (t *Table) Scan(ctx context.Context, fn func(key, value []byte) error) erro
 // never sees a record twice. If fn returns an error, ScanPartition stops and
 // returns it as is. Once streaming, a scan is bounded by ctx only, not by
 // Options.RetryTimeout. A bulk partition is read at the pinned version, or
-// the serving one by the map.
-func (t *Table) ScanPartition(ctx context.Context, index int, fn func(key, value []byte) error) error {
-	return t.scanPartition(ctx, index, t.pin, fn)
+// the serving one by the map. The read options are as for Scan.
+func (t *Table) ScanPartition(ctx context.Context, index int, fn func(key, value []byte) error, opts ...ReadOption) error {
+	return t.scanPartition(ctx, index, t.pin, fn, readOpts(opts))
 }
 
 // scanPartition is ScanPartition at bulk version (0: the map's serving one,
 // following switches until the first record).
-func (t *Table) scanPartition(ctx context.Context, index int, version uint64, fn func(key, value []byte) error) error {
+func (t *Table) scanPartition(ctx context.Context, index int, version uint64, fn func(key, value []byte) error, ro readOptions) error {
 	op := fmt.Sprintf("scan partition %d of", index)
 	if t.err != nil {
 		return t.errf(op, t.err)
@@ -76,39 +81,49 @@ func (t *Table) scanPartition(ctx context.Context, index int, version uint64, fn
 		}
 		return m.GetPartitions()[index], nil
 	}
-	return t.do(ctx, op, false, pick, func(ctx context.Context, ts api.TableServerClient, h *api.RequestHeader) error {
-		ctx, cancel := context.WithCancel(ctx)
-		defer cancel() // ends the stream when fn stops early
-		if version != 0 {
-			h.BulkVersion = version
+	ro.lsn = nil
+	_, _, err := t.call(ctx, callSpec{op: op, pick: pick, read: ro, rpc: func(ctx context.Context, ts api.TableServerClient, h *api.RequestHeader) (uint64, error) {
+		return 0, t.scanAttempt(ctx, ts, h, op, version, fn)
+	}})
+	return err
+}
+
+// scanAttempt streams one partition's scan from one replica.
+func (t *Table) scanAttempt(ctx context.Context, ts api.TableServerClient, h *api.RequestHeader, op string, version uint64, fn func(key, value []byte) error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel() // ends the stream when fn stops early
+	if version != 0 {
+		h.BulkVersion = version
+	}
+	stream, err := ts.Scan(ctx, &api.ScanRequest{Header: h})
+	if err != nil {
+		return err
+	}
+	delivered := 0
+	for {
+		resp, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			return nil
 		}
-		stream, err := ts.Scan(ctx, &api.ScanRequest{Header: h})
 		if err != nil {
+			if version != 0 && api.CodeOf(err) == api.ErrorCode_ERROR_CODE_VERSION_GONE {
+				// A version chosen for the whole scan is gone: the
+				// caller decides (it must not change under the scan).
+				return &permanentError{t.errf(op, err)}
+			}
+			// Once records were delivered a retry would repeat them: a
+			// failure is final, unless the caller's context ended (the
+			// call reports that), which a cut for a partition move is not.
+			if delivered > 0 && (ctx.Err() == nil || errors.Is(context.Cause(ctx), errMoved)) {
+				return &permanentError{t.errf(op, fmt.Errorf("stream broke after %d records: %w", delivered, err))}
+			}
 			return err
 		}
-		delivered := 0
-		for {
-			resp, err := stream.Recv()
-			if errors.Is(err, io.EOF) {
-				return nil
-			}
-			if err != nil {
-				if version != 0 && api.CodeOf(err) == api.ErrorCode_ERROR_CODE_VERSION_GONE {
-					// A version chosen for the whole scan is gone: the
-					// caller decides (it must not change under the scan).
-					return &permanentError{t.errf(op, err)}
-				}
-				if delivered > 0 && ctx.Err() == nil {
-					return &permanentError{t.errf(op, fmt.Errorf("stream broke after %d records: %w", delivered, err))}
-				}
-				return err
-			}
-			for _, kv := range resp.GetRecords() {
-				delivered++
-				if err := fn(kv.GetKey(), kv.GetValue()); err != nil {
-					return &permanentError{err}
-				}
+		for _, kv := range resp.GetRecords() {
+			delivered++
+			if err := fn(kv.GetKey(), kv.GetValue()); err != nil {
+				return &permanentError{err}
 			}
 		}
-	})
+	}
 }

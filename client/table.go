@@ -4,7 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"strings"
 	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/tabuladb/tabula/api"
 	"github.com/tabuladb/tabula/internal/keyspace"
@@ -86,8 +91,11 @@ func ttlMillis(field string, d time.Duration) (uint64, error) {
 // retried like UNAVAILABLE.
 type pickFunc func(m *api.PartitionMap) (*api.Partition, error)
 
-// rpcFunc sends one attempt of a request to a partition's primary.
+// rpcFunc sends one attempt of a request to a partition's replica.
 type rpcFunc func(ctx context.Context, ts api.TableServerClient, h *api.RequestHeader) error
+
+// lsnRPC is an rpcFunc that also returns the LSN the reply carries.
+type lsnRPC func(ctx context.Context, ts api.TableServerClient, h *api.RequestHeader) (uint64, error)
 
 // pickHash routes to the partition holding hash h.
 func pickHash(h uint64) pickFunc {
@@ -99,14 +107,40 @@ func pickHash(h uint64) pickFunc {
 	}
 }
 
-// do sends a request to a partition's primary and retries it under the
-// client's policy until it succeeds, fails for good, or runs out of time:
+// callSpec is one logical request to one partition.
+type callSpec struct {
+	op      string
+	bounded bool // the call's deadline bounds each attempt (unary calls)
+	pick    pickFunc
+	rpc     lsnRPC
+	// reqID marks a write: the id every attempt carries. A write the call
+	// gives up on after an attempt that may have applied returns an
+	// *OutcomeUnknownError naming it.
+	reqID  string
+	invoke bool // a coprocessor call: reqID is its idempotency token
+	read   readOptions
+}
+
+// do runs a request that reports no LSN (see call).
+func (t *Table) do(ctx context.Context, op string, bounded bool, pick pickFunc, rpc rpcFunc) error {
+	_, _, err := t.call(ctx, callSpec{op: op, bounded: bounded, pick: pick,
+		rpc: func(ctx context.Context, ts api.TableServerClient, h *api.RequestHeader) (uint64, error) {
+			return 0, rpc(ctx, ts, h)
+		}})
+	return err
+}
+
+// call sends a request to a partition's primary (any replica for a
+// ReadAny read) and retries it under the client's policy until it
+// succeeds, fails for good, or runs out of time. It returns the partition
+// that answered and the LSN of the reply.
 //
 //   - NOT_OWNER, STALE_EPOCH: patch the cached map from the error's
 //     partition entry when it is newer, else fetch the map; retry at once
 //     the first time, later with backoff.
 //   - UNAVAILABLE (also a partition with no primary): back off, then fetch
-//     the map (the server may be dead and its partitions moved).
+//     the map (the server may be dead and its partitions moved). A ReadAny
+//     read tries another replica at once, then the primary.
 //   - SERVER_BUSY: back off at least the server's retry_after_ms.
 //   - NOT_FOUND from a server whose map is older than ours (a table just
 //     created): back off and retry. Otherwise fetch the map once and retry
@@ -114,11 +148,12 @@ func pickHash(h uint64) pickFunc {
 //     map may be of the dropped one.
 //   - anything else: return at once.
 //
-// bounded puts the call's deadline on each attempt too (unary calls); scans
-// pass false and are bounded by ctx alone once they stream.
-func (t *Table) do(ctx context.Context, op string, bounded bool, pick pickFunc, rpc rpcFunc) error {
+// A backoff ends early when the cached map changes (the watch delivered a
+// failover), and resets; an attempt in flight to a partition whose entry
+// changes is cut short and retried on the new map at once.
+func (t *Table) call(ctx context.Context, spec callSpec) (partition, lsn uint64, _ error) {
 	c := t.c
-	ctx, deadline, cancel := c.callCtx(ctx, bounded)
+	ctx, deadline, cancel := c.callCtx(ctx, spec.bounded)
 	defer cancel()
 	var (
 		last      error
@@ -126,60 +161,117 @@ func (t *Table) do(ctx context.Context, op string, bounded bool, pick pickFunc, 
 		rerouted  bool   // the immediate retry after a routing error is used
 		refetched bool   // the NOT_FOUND re-check is used
 		backoffs  int
+		ambiguous bool            // a write attempt may have applied
+		tried     map[string]bool // ReadAny: replicas that failed
 	)
-	giveUp := func() error { return c.giveUp(ctx, fmt.Sprintf("client: %s %q%s", op, t.name, where), last) }
+	op := spec.op
+	if spec.read.any {
+		tried = make(map[string]bool)
+	}
+	giveUp := func() error {
+		err := c.giveUp(ctx, fmt.Sprintf("client: %s %q%s", op, t.name, where), last)
+		if ambiguous {
+			return &OutcomeUnknownError{RequestID: spec.reqID, Err: err, invoke: spec.invoke}
+		}
+		return err
+	}
 	for {
 		if c.ctx.Err() != nil {
-			return giveUp()
+			return 0, 0, giveUp()
 		}
+		changed := t.ts.changedCh()
 		m, err := t.ts.current(ctx)
 		if err != nil {
 			if ctx.Err() != nil || c.ctx.Err() != nil {
 				if last == nil {
 					last = err
 				}
-				return giveUp()
+				return 0, 0, giveUp()
 			}
-			return t.errf(op, err)
+			return 0, 0, t.errf(op, err)
 		}
-		var header *api.RequestHeader
-		p, err := pick(m)
+		var (
+			header *api.RequestHeader
+			target *api.Replica
+			moved  bool // the attempt was cut short by a map change
+		)
+		p, err := spec.pick(m)
 		if err == nil {
-			if r := primaryOf(p); r == nil {
+			if spec.read.any {
+				target = c.replicaFor(p, tried)
+			} else {
+				target = primaryOf(p)
+			}
+			if target == nil {
 				err = unavailable("no_primary", "partition %d has no primary", p.GetId())
 			} else {
 				// Bulk tables: the serving version by this map (the rpc
 				// may name another); a server that has unloaded it
 				// answers VERSION_GONE and the retry takes the new map's.
 				header = &api.RequestHeader{Tenant: c.opts.Tenant, Table: t.name, PartitionId: p.GetId(), Epoch: p.GetEpoch(),
-					BulkVersion: m.GetBulk().GetCurrent()}
-				cc, cerr := c.conn(r.GetAddr())
+					BulkVersion: m.GetBulk().GetCurrent(), ReadAny: spec.read.any, MinLsn: spec.read.minLSN}
+				if s := spec.read.session; s != nil {
+					header.MinLsn = max(header.MinLsn, s.LSN(t.name, p.GetId()))
+				}
+				cc, cerr := c.conn(target.GetAddr())
 				if cerr != nil {
 					err = cerr
 				} else {
-					err = rpc(ctx, api.NewTableServerClient(cc), header)
+					actx, acancel := context.WithCancelCause(ctx)
+					stop := context.AfterFunc(t.ts.moved(p), func() { acancel(errMoved) })
+					var got uint64
+					got, err = spec.rpc(actx, api.NewTableServerClient(cc), header)
+					stop()
+					moved = err != nil && ctx.Err() == nil && errors.Is(context.Cause(actx), errMoved)
+					acancel(nil)
+					if err == nil {
+						if s := spec.read.session; s != nil {
+							s.note(t.name, p.GetId(), got)
+						}
+						return p.GetId(), got, nil
+					}
+					if spec.reqID != "" && maybeApplied(err) {
+						ambiguous = true
+					}
 				}
 				if err != nil {
-					where = fmt.Sprintf(" (partition %d at %s)", p.GetId(), r.GetAddr())
+					where = fmt.Sprintf(" (partition %d at %s)", p.GetId(), target.GetAddr())
 				}
 			}
 		}
-		if err == nil {
-			return nil
-		}
 		if errors.Is(err, errRegroup) {
-			return err
+			return 0, 0, err
 		}
 		if perm := (*permanentError)(nil); errors.As(err, &perm) {
-			return perm.err
+			return 0, 0, perm.err
 		}
-		if last == nil || !endedByDeadline(ctx, err) {
+		if last == nil || !endedByDeadline(ctx, err) || moved {
 			last = err
 		}
 		if errors.Is(err, ErrClosed) || ctx.Err() != nil || c.ctx.Err() != nil {
-			return giveUp()
+			return 0, 0, giveUp()
+		}
+		if moved {
+			// The partition's entry changed while the attempt was in
+			// flight: route by the new map at once.
+			c.log.Debug("tabula: retrying", "op", op, "table", t.name, "where", where, "wait", time.Duration(0), "err", err)
+			continue
 		}
 		d := api.DetailOf(err)
+		if target != nil && tried != nil {
+			tried[target.GetAddr()] = true
+			if d.GetCode() == api.ErrorCode_ERROR_CODE_UNAVAILABLE || d.GetCode() == api.ErrorCode_ERROR_CODE_NOT_OWNER {
+				// Another replica may well answer: try it at once, the
+				// primary last.
+				if d.GetCode() == api.ErrorCode_ERROR_CODE_NOT_OWNER {
+					t.ts.patch(d.GetPartition())
+				}
+				if next := c.replicaFor(p, maps.Clone(tried)); next != nil && !tried[next.GetAddr()] {
+					c.log.Debug("tabula: retrying", "op", op, "table", t.name, "where", where, "wait", time.Duration(0), "err", err)
+					continue
+				}
+			}
+		}
 		var wait time.Duration
 		refresh := false
 		switch d.GetCode() {
@@ -195,7 +287,10 @@ func (t *Table) do(ctx context.Context, op string, bounded bool, pick pickFunc, 
 			wait = c.jitter.backoff(backoffs, backoffBase, backoffCap)
 			backoffs++
 		case api.ErrorCode_ERROR_CODE_UNAVAILABLE:
-			refresh = true
+			// A server that answered (log_reconfiguring, behind_min_lsn,
+			// outcome_unknown) keeps its partition: no map fetch needed;
+			// a transport failure may mean a dead server.
+			refresh = !hasDetail(err)
 			wait = c.jitter.backoff(backoffs, backoffBase, backoffCap)
 			backoffs++
 		case api.ErrorCode_ERROR_CODE_SERVER_BUSY:
@@ -204,7 +299,7 @@ func (t *Table) do(ctx context.Context, op string, bounded bool, pick pickFunc, 
 		case api.ErrorCode_ERROR_CODE_VERSION_GONE:
 			// Our map is behind the version switches: take the new map.
 			if t.pin != 0 {
-				return fmt.Errorf("client: %s %q%s: %w", op, t.name, where, err)
+				return 0, 0, fmt.Errorf("client: %s %q%s: %w", op, t.name, where, err)
 			}
 			refresh = true
 			wait = c.jitter.backoff(backoffs, backoffBase, backoffCap)
@@ -218,28 +313,110 @@ func (t *Table) do(ctx context.Context, op string, bounded bool, pick pickFunc, 
 				break
 			}
 			if refetched || header == nil {
-				return t.errf(op, err)
+				return 0, 0, t.errf(op, err)
 			}
 			refetched = true
 			nm, ferr := t.ts.refresh(ctx)
 			if ferr != nil {
-				return t.errf(op, ferr)
+				return 0, 0, t.errf(op, ferr)
 			}
 			if nm.GetTable().GetId() == m.GetTable().GetId() {
-				return t.errf(op, err)
+				return 0, 0, t.errf(op, err)
 			}
 			continue
 		default:
-			return fmt.Errorf("client: %s %q%s: %w", op, t.name, where, err)
+			return 0, 0, fmt.Errorf("client: %s %q%s: %w", op, t.name, where, err)
 		}
 		c.log.Debug("tabula: retrying", "op", op, "table", t.name, "where", where, "wait", wait, "err", err)
-		if !pause(ctx, deadline, wait) {
-			return giveUp()
+		switch pauseOrChange(ctx, deadline, wait, changed) {
+		case pauseEnded:
+			return 0, 0, giveUp()
+		case pauseChanged:
+			// The watch delivered a new map: retry by it now, and back
+			// off from the start if it is not ready yet.
+			backoffs = 0
+			continue
 		}
 		if refresh {
 			t.refreshQuietly(ctx)
 		}
 	}
+}
+
+// pauseResult says how a wait between retries ended.
+type pauseResult int
+
+const (
+	pauseWaited  pauseResult = iota // the full wait passed
+	pauseChanged                    // the map changed first
+	pauseEnded                      // ctx ended, or the wait would pass the deadline
+)
+
+// pauseOrChange waits d before the next retry, or until changed is closed.
+func pauseOrChange(ctx context.Context, deadline time.Time, d time.Duration, changed <-chan struct{}) pauseResult {
+	select {
+	case <-changed:
+		if ctx.Err() != nil {
+			return pauseEnded
+		}
+		return pauseChanged
+	default:
+	}
+	if !time.Now().Add(d).Before(deadline) {
+		return pauseEnded
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return pauseWaited
+	case <-changed:
+		return pauseChanged
+	case <-ctx.Done():
+		return pauseEnded
+	}
+}
+
+// hasDetail reports whether err carries a Tabula ErrorDetail: a server
+// answered it, as opposed to a transport failure.
+func hasDetail(err error) bool {
+	st, ok := status.FromError(err)
+	if !ok {
+		var se interface{ GRPCStatus() *status.Status }
+		if !errors.As(err, &se) {
+			return false
+		}
+		st = se.GRPCStatus()
+	}
+	for _, d := range st.Details() {
+		if _, ok := d.(*api.ErrorDetail); ok {
+			return true
+		}
+	}
+	return false
+}
+
+// maybeApplied reports whether a write attempt that failed with err may
+// have been applied: the server said so (UNAVAILABLE outcome_unknown: its
+// primary changed under the write), or the attempt failed in transport
+// after the request may have reached the server (a deadline, a cancel, a
+// connection broken mid-call). A server's refusal (any other answer with
+// an ErrorDetail) and a connection that could not be made ("Error while
+// dialing": nothing was sent) certainly did not apply.
+func maybeApplied(err error) bool {
+	if hasDetail(err) {
+		return api.DetailOf(err).GetReason() == "outcome_unknown"
+	}
+	if errors.Is(err, ErrClosed) {
+		return false
+	}
+	switch status.Code(err) {
+	case codes.InvalidArgument, codes.ResourceExhausted, codes.Unimplemented, codes.NotFound, codes.PermissionDenied, codes.Unauthenticated:
+		return false
+	case codes.Unavailable:
+		return !strings.Contains(status.Convert(err).Message(), "Error while dialing")
+	}
+	return true
 }
 
 // refreshQuietly fetches the map between retries; a failure is logged, not
@@ -264,23 +441,31 @@ func (t *Table) check(op, field string, key []byte) error {
 }
 
 // Get returns the value of key, or ErrKeyNotFound when it is absent or
-// expired. Reads go to the partition's primary, so they are strong.
-func (t *Table) Get(ctx context.Context, key []byte) ([]byte, error) {
+// expired. Reads go to the partition's primary, so they are strong
+// (linearizable); ReadAny lets any replica answer, MinLSN or a Session
+// bound how stale that answer may be, and ReportLSN gives the LSN it
+// reflects.
+func (t *Table) Get(ctx context.Context, key []byte, opts ...ReadOption) ([]byte, error) {
 	const op = "get from"
 	if err := t.check(op, "key", key); err != nil {
 		return nil, err
 	}
+	ro := readOpts(opts)
 	var resp *api.GetResponse
-	err := t.do(ctx, op, true, pickHash(keyspace.Hash(key)), func(ctx context.Context, ts api.TableServerClient, h *api.RequestHeader) error {
-		var err error
-		if t.pin != 0 {
-			h.BulkVersion = t.pin
-		}
-		resp, err = ts.Get(ctx, &api.GetRequest{Header: h, Key: key})
-		return err
-	})
+	_, lsn, err := t.call(ctx, callSpec{op: op, bounded: true, pick: pickHash(keyspace.Hash(key)), read: ro,
+		rpc: func(ctx context.Context, ts api.TableServerClient, h *api.RequestHeader) (uint64, error) {
+			var err error
+			if t.pin != 0 {
+				h.BulkVersion = t.pin
+			}
+			resp, err = ts.Get(ctx, &api.GetRequest{Header: h, Key: key})
+			return resp.GetLsn(), err
+		}})
 	if err != nil {
 		return nil, err
+	}
+	if ro.lsn != nil {
+		*ro.lsn = lsn
 	}
 	if !resp.GetFound() {
 		return nil, ErrKeyNotFound
@@ -291,31 +476,35 @@ func (t *Table) Get(ctx context.Context, key []byte) ([]byte, error) {
 	return resp.GetValue(), nil
 }
 
-// WriteOption modifies one write.
-type WriteOption func(*writeOptions)
-
-type writeOptions struct {
-	ttl time.Duration
+// write runs one partition's write under wo's request id and reports its
+// LSN to wo's ReportLSN and Session.
+func (t *Table) write(ctx context.Context, op string, wo writeOptions, pick pickFunc, rpc lsnRPC) error {
+	pid, lsn, err := t.call(ctx, callSpec{op: op, bounded: true, pick: pick, rpc: rpc, reqID: wo.reqID})
+	if err != nil {
+		return err
+	}
+	if wo.lsn != nil {
+		*wo.lsn = lsn
+	}
+	if wo.session != nil {
+		wo.session.note(t.name, pid, lsn)
+	}
+	return nil
 }
 
-// WithTTL makes the written record expire after d, rounded up to whole
-// milliseconds. 0 means the table's default TTL; a negative d is an
-// INVALID_ARGUMENT error.
-func WithTTL(d time.Duration) WriteOption {
-	return func(o *writeOptions) { o.ttl = d }
-}
-
-// Put sets key to value. When Put returns nil the write is acknowledged by
-// the partition's primary (and durable as the table's storage makes it).
-// Put is idempotent, so it is retried like a read.
+// Put sets key to value. When Put returns nil the write is acknowledged:
+// committed to the partition's log on its replicas (durable as the table's
+// storage makes it). ReportLSN gives its LSN. Retries carry the call's
+// request id, so the write applies at most once; a call that gives up
+// after an attempt that may have applied returns ErrOutcomeUnknown.
 func (t *Table) Put(ctx context.Context, key, value []byte, opts ...WriteOption) error {
 	const op = "put to"
 	if err := t.check(op, "key", key); err != nil {
 		return err
 	}
-	var wo writeOptions
-	for _, o := range opts {
-		o(&wo)
+	wo, err := writeOpts(opts)
+	if err != nil {
+		return t.errf(op, err)
 	}
 	ttl, err := ttlMillis("ttl", wo.ttl)
 	if err != nil {
@@ -328,25 +517,30 @@ func (t *Table) Put(ctx context.Context, key, value []byte, opts ...WriteOption)
 		}
 		return pickHash(h)(m)
 	}
-	return t.do(ctx, op, true, pick, func(ctx context.Context, ts api.TableServerClient, hd *api.RequestHeader) error {
-		_, err := ts.Put(ctx, &api.PutRequest{Header: hd, Key: key, Value: value, TtlMs: ttl})
-		return err
+	return t.write(ctx, op, wo, pick, func(ctx context.Context, ts api.TableServerClient, hd *api.RequestHeader) (uint64, error) {
+		resp, err := ts.Put(ctx, &api.PutRequest{Header: hd, Key: key, Value: value, TtlMs: ttl, RequestId: wo.reqID})
+		return resp.GetLsn(), err
 	})
 }
 
-// Delete removes key and reports whether it existed. If a first attempt
-// was lost in transit after the server applied it, the retry reports
-// existed=false.
-func (t *Table) Delete(ctx context.Context, key []byte) (existed bool, err error) {
+// Delete removes key and reports whether it existed. Retries carry the
+// call's request id, so a retry after a lost reply reports what the first
+// attempt found; a call that gives up after an attempt that may have
+// applied returns ErrOutcomeUnknown. WithTTL does not apply.
+func (t *Table) Delete(ctx context.Context, key []byte, opts ...WriteOption) (existed bool, err error) {
 	const op = "delete from"
 	if err := t.check(op, "key", key); err != nil {
 		return false, err
 	}
+	wo, err := writeOpts(opts)
+	if err != nil {
+		return false, t.errf(op, err)
+	}
 	var resp *api.DeleteResponse
-	err = t.do(ctx, op, true, pickHash(keyspace.Hash(key)), func(ctx context.Context, ts api.TableServerClient, h *api.RequestHeader) error {
+	err = t.write(ctx, op, wo, pickHash(keyspace.Hash(key)), func(ctx context.Context, ts api.TableServerClient, h *api.RequestHeader) (uint64, error) {
 		var err error
-		resp, err = ts.Delete(ctx, &api.DeleteRequest{Header: h, Key: key})
-		return err
+		resp, err = ts.Delete(ctx, &api.DeleteRequest{Header: h, Key: key, RequestId: wo.reqID})
+		return resp.GetLsn(), err
 	})
 	if err != nil {
 		return false, err
@@ -376,18 +570,26 @@ type CASResult struct {
 	// swapped, the state that did not match the expectation.
 	Existed bool
 	Current []byte
+	// LSN is the call's position in the partition's log (also when not
+	// swapped); 0 for tables without a log.
+	LSN uint64
 }
 
 // CompareAndSwap atomically checks and replaces one key's state. A
 // mismatch is not an error: it is Swapped=false with the current state.
-// If an attempt was applied but its reply lost (a transport failure), the
-// retry sees the state the first attempt wrote and reports Swapped=false
-// with Current equal to the new value; callers that must tell the two apart
-// can compare Current with the value they wrote.
-func (t *Table) CompareAndSwap(ctx context.Context, c CAS) (CASResult, error) {
+// Retries carry the call's request id, so a retry after a lost reply
+// returns the first attempt's result (Swapped=true if it swapped); a call
+// that gives up after an attempt that may have applied returns
+// ErrOutcomeUnknown. Of the options, WithRequestID, ReportLSN and Session
+// apply (the TTL is CAS.TTL).
+func (t *Table) CompareAndSwap(ctx context.Context, c CAS, opts ...WriteOption) (CASResult, error) {
 	const op = "compare-and-swap in"
 	if err := t.check(op, "key", c.Key); err != nil {
 		return CASResult{}, err
+	}
+	wo, err := writeOpts(opts)
+	if err != nil {
+		return CASResult{}, t.errf(op, err)
 	}
 	ttl, err := ttlMillis("ttl", c.TTL)
 	if err != nil {
@@ -412,16 +614,16 @@ func (t *Table) CompareAndSwap(ctx context.Context, c CAS) (CASResult, error) {
 		return pickHash(h)(m)
 	}
 	var resp *api.CompareAndSwapResponse
-	err = t.do(ctx, op, true, pick, func(ctx context.Context, ts api.TableServerClient, h *api.RequestHeader) error {
+	err = t.write(ctx, op, wo, pick, func(ctx context.Context, ts api.TableServerClient, h *api.RequestHeader) (uint64, error) {
 		var err error
 		resp, err = ts.CompareAndSwap(ctx, &api.CompareAndSwapRequest{
 			Header: h, Key: c.Key, ExpectExists: !c.ExpectAbsent, Expected: expected,
-			Delete: c.Delete, Value: value, TtlMs: ttl,
+			Delete: c.Delete, Value: value, TtlMs: ttl, RequestId: wo.reqID,
 		})
-		return err
+		return resp.GetLsn(), err
 	})
 	if err != nil {
 		return CASResult{}, err
 	}
-	return CASResult{Swapped: resp.GetSwapped(), Existed: resp.GetExisted(), Current: resp.GetCurrent()}, nil
+	return CASResult{Swapped: resp.GetSwapped(), Existed: resp.GetExisted(), Current: resp.GetCurrent(), LSN: resp.GetLsn()}, nil
 }

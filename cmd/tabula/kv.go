@@ -20,8 +20,72 @@ type quietError struct{ msg string }
 
 func (e quietError) Error() string { return e.msg }
 
+// writeFlags are the flags of put and del: the request id to retry a
+// write whose outcome is unknown, and -v to print its LSN.
+type writeFlags struct {
+	requestID string
+	verbose   bool
+}
+
+func (w *writeFlags) add(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&w.requestID, "request-id", "", "send the write under this request id (default: a random one); repeating a write with the id an \"outcome unknown\" error printed applies it at most once and prints its outcome")
+	cmd.Flags().BoolVarP(&w.verbose, "verbose", "v", false, "print the write's log sequence number (LSN) on stderr")
+}
+
+// options are the client options of the write; lsn receives its LSN.
+func (w *writeFlags) options(lsn *uint64) []client.WriteOption {
+	opts := []client.WriteOption{client.ReportLSN(lsn)}
+	if w.requestID != "" {
+		opts = append(opts, client.WithRequestID(w.requestID))
+	}
+	return opts
+}
+
+// explain adds the CLI's way to settle a write of unknown outcome.
+func explainWrite(err error) error {
+	var ou *client.OutcomeUnknownError
+	if errors.As(err, &ou) {
+		return fmt.Errorf("%w\n(to settle it, run the same command again with --request-id %s)", err, ou.RequestID)
+	}
+	return err
+}
+
+// readFlags are the flags of get and scan: which replica may answer.
+type readFlags struct {
+	read    string
+	minLSN  uint64
+	verbose bool
+}
+
+func (r *readFlags) add(cmd *cobra.Command, verbose bool) {
+	cmd.Flags().StringVar(&r.read, "read", "primary", "which replica answers: primary (linearizable) or any (any replica: eventual, see --min-lsn)")
+	cmd.Flags().Uint64Var(&r.minLSN, "min-lsn", 0, "only a replica that has applied at least this LSN of the partition's log answers (the LSN a put -v printed: read your write from any replica)")
+	if verbose {
+		cmd.Flags().BoolVarP(&r.verbose, "verbose", "v", false, "print the LSN the answer reflects on stderr")
+	}
+}
+
+func (r *readFlags) options(lsn *uint64) ([]client.ReadOption, error) {
+	var opts []client.ReadOption
+	switch r.read {
+	case "primary":
+	case "any":
+		opts = append(opts, client.ReadAny())
+	default:
+		return nil, fmt.Errorf("--read %q: want primary or any", r.read)
+	}
+	if r.minLSN > 0 {
+		opts = append(opts, client.MinLSN(r.minLSN))
+	}
+	if lsn != nil {
+		opts = append(opts, client.ReportLSN(lsn))
+	}
+	return opts, nil
+}
+
 func putCmd(g *globals) *cobra.Command {
 	var ttl time.Duration
+	var wf writeFlags
 	cmd := &cobra.Command{
 		Use:   "put TABLE KEY [VALUE]",
 		Short: "Write a value (from the argument, or stdin when omitted)",
@@ -47,26 +111,37 @@ func putCmd(g *globals) *cobra.Command {
 				return err
 			}
 			defer c.Close()
-			var opts []client.WriteOption
+			var lsn uint64
+			opts := wf.options(&lsn)
 			if ttl > 0 {
 				opts = append(opts, client.WithTTL(ttl))
 			}
 			if err := c.Table(args[0]).Put(ctx, []byte(args[1]), value, opts...); err != nil {
-				return fmt.Errorf("put %s %q: %w", args[0], args[1], err)
+				return explainWrite(fmt.Errorf("put %s %q: %w", args[0], args[1], err))
+			}
+			if wf.verbose {
+				fmt.Fprintf(cmd.ErrOrStderr(), "lsn %d\n", lsn)
 			}
 			return nil
 		},
 	}
 	cmd.Flags().DurationVar(&ttl, "ttl", 0, "expire the value after this long (0: the table's default)")
+	wf.add(cmd)
 	return cmd
 }
 
 func getCmd(g *globals) *cobra.Command {
-	return &cobra.Command{
+	var rf readFlags
+	cmd := &cobra.Command{
 		Use:   "get TABLE KEY",
 		Short: "Print a value (raw bytes; a newline is added on a terminal). Exit 1 if absent",
 		Args:  cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			var lsn uint64
+			opts, err := rf.options(&lsn)
+			if err != nil {
+				return err
+			}
 			ctx, cancel := g.withTimeout(cmd.Context())
 			defer cancel()
 			c, err := g.client(ctx)
@@ -74,7 +149,10 @@ func getCmd(g *globals) *cobra.Command {
 				return err
 			}
 			defer c.Close()
-			v, err := c.Table(args[0]).Get(ctx, []byte(args[1]))
+			v, err := c.Table(args[0]).Get(ctx, []byte(args[1]), opts...)
+			if rf.verbose && (err == nil || errors.Is(err, client.ErrKeyNotFound)) {
+				fmt.Fprintf(cmd.ErrOrStderr(), "lsn %d\n", lsn)
+			}
 			if errors.Is(err, client.ErrKeyNotFound) {
 				return quietError{fmt.Sprintf("key %q not found in %s", args[1], args[0])}
 			}
@@ -91,6 +169,8 @@ func getCmd(g *globals) *cobra.Command {
 			return nil
 		},
 	}
+	rf.add(cmd, true)
+	return cmd
 }
 
 func isTerminal(f *os.File) bool {
@@ -99,7 +179,8 @@ func isTerminal(f *os.File) bool {
 }
 
 func delCmd(g *globals) *cobra.Command {
-	return &cobra.Command{
+	var wf writeFlags
+	cmd := &cobra.Command{
 		Use:   "del TABLE KEY",
 		Short: "Delete a key",
 		Args:  cobra.ExactArgs(2),
@@ -111,26 +192,37 @@ func delCmd(g *globals) *cobra.Command {
 				return err
 			}
 			defer c.Close()
-			existed, err := c.Table(args[0]).Delete(ctx, []byte(args[1]))
+			var lsn uint64
+			existed, err := c.Table(args[0]).Delete(ctx, []byte(args[1]), wf.options(&lsn)...)
 			if err != nil {
-				return fmt.Errorf("del %s %q: %w", args[0], args[1], err)
+				return explainWrite(fmt.Errorf("del %s %q: %w", args[0], args[1], err))
 			}
 			if existed {
 				fmt.Fprintln(cmd.OutOrStdout(), "deleted")
 			} else {
 				fmt.Fprintln(cmd.OutOrStdout(), "key did not exist")
 			}
+			if wf.verbose {
+				fmt.Fprintf(cmd.ErrOrStderr(), "lsn %d\n", lsn)
+			}
 			return nil
 		},
 	}
+	wf.add(cmd)
+	return cmd
 }
 
 func scanCmd(g *globals) *cobra.Command {
-	return &cobra.Command{
+	var rf readFlags
+	cmd := &cobra.Command{
 		Use:   "scan TABLE",
 		Short: "Print every record as KEY<TAB>VALUE lines (quoted when not printable)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			opts, err := rf.options(nil)
+			if err != nil {
+				return err
+			}
 			ctx, cancel := g.withTimeout(cmd.Context())
 			defer cancel()
 			c, err := g.client(ctx)
@@ -144,7 +236,7 @@ func scanCmd(g *globals) *cobra.Command {
 				n++
 				_, err := fmt.Fprintf(out, "%s\t%s\n", printable(k), printable(v))
 				return err
-			})
+			}, opts...)
 			if err != nil {
 				return fmt.Errorf("scan %s (after %d records): %w", args[0], n, err)
 			}
@@ -152,6 +244,8 @@ func scanCmd(g *globals) *cobra.Command {
 			return nil
 		},
 	}
+	rf.add(cmd, false)
+	return cmd
 }
 
 // printable returns b as is when it is printable UTF-8 (no tabs or

@@ -31,21 +31,16 @@ import (
 //	TABULA_NEMESIS_SEED      seed of every random choice (default: the clock)
 //	TABULA_NEMESIS_DURATION  how long clients run under faults (default 20s)
 //	TABULA_NEMESIS_FAULTS    comma-separated faults the nemesis picks from
-//	                         (default kill,stop,blackhole,delay; also: reset)
+//	                         (default kill,stop,blackhole,delay,reset)
 //
-// reset (every connection to a server reset, for 0.1–2 s) is left out of the
-// default while the SDK retries writes without request ids (issue 13, item
-// 5): a reset loses the reply of a write the server applied, the SDK's retry
-// reports the state the first attempt left, and the history is rightly not
-// linearizable. Seed 1795560627053971236 with TABULA_NEMESIS_FAULTS=reset
-// and a 30s run showed it: a Delete of a present key, applied, its reply
-// lost in a reset, retried after the reset and answered existed=false.
-// kill -9 does the same, less often (the retry must land after the restart
-// within the call's deadline): seed 1795560714716574848 with kill only, a
-// CAS answered "not swapped, current = its own new value" and a Delete
-// answered existed=false. Until request ids land, a violation explained by
-// such retried writes alone skips the test (see the end of TestNemesis);
-// then put reset in the default and remove the skip. Seeds replay every
+// Every write carries a request id (issue 13, item 5), so a write whose
+// reply was lost (kill -9, reset) and that the SDK retried answers its
+// first outcome; one the SDK gave up on is ErrOutcomeUnknown, and only
+// those (and deadline-like errors) are taken as of unknown outcome: any
+// other failed write must have certainly not applied, which the history
+// checks too. (Before request ids, seed 1795560627053971236 with
+// TABULA_NEMESIS_FAULTS=reset and a 30s run showed a Delete applied, its
+// reply lost, retried and answered existed=false.) Seeds replay every
 // random choice, not the processes' timing, so a replay may not hit the
 // same interleaving.
 const (
@@ -124,7 +119,7 @@ func TestNemesis(t *testing.T) {
 		}
 	}
 	duration := envDuration(t, "TABULA_NEMESIS_DURATION", 20*time.Second)
-	faults := []string{"kill", "stop", "blackhole", "delay"}
+	faults := []string{"kill", "stop", "blackhole", "delay", "reset"}
 	if s := os.Getenv("TABULA_NEMESIS_FAULTS"); s != "" {
 		faults = strings.Split(s, ",")
 		for _, f := range faults {
@@ -207,7 +202,12 @@ func TestNemesis(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	rec := linearize.NewRecorder(linearize.Options{})
+	// A failed write applied nothing unless the SDK says its outcome is
+	// unknown (or the error is the caller's deadline, which the SDK wraps
+	// in ErrOutcomeUnknown when an attempt may have applied).
+	rec := linearize.NewRecorder(linearize.Options{Classify: func(err error) bool {
+		return linearize.Definite(err) || !errors.Is(err, client.ErrOutcomeUnknown)
+	}})
 	keys := make([]string, nemesisKeys)
 	for i := range keys {
 		keys[i] = fmt.Sprintf("key-%03d", i)
@@ -523,21 +523,6 @@ func TestNemesis(t *testing.T) {
 		}
 		if err != nil {
 			t.Logf("no visualisation: %v", err)
-		}
-		// Known bug (issue 13, item 5): the SDK retries a Delete or CAS
-		// after UNAVAILABLE without a request id, so when the first attempt
-		// was applied and its reply lost (kill -9, reset) the retry answers
-		// from the state the first attempt left. If taking exactly those
-		// retried answers as unknown makes the history linearizable, the
-		// violation is that bug: skip rather than fail at random (about one
-		// 30 s kill-only run in three hits it). Remove this once writes
-		// carry request ids.
-		relaxed := rec.CheckWith(2*time.Minute, func(in linearize.Input, out linearize.Output, tag string) bool {
-			return tag == retriedTag && (in.Kind == linearize.Delete || in.Kind == linearize.CAS)
-		})
-		if relaxed.Verdict == porcupine.Ok {
-			t.Skipf("history not linearizable (seed %d), only through writes the SDK retried after UNAVAILABLE: the known retry-without-request-id bug (issue 13, item 5); keys %v\n%s",
-				seed, res.BadKeys, res.Report(40))
 		}
 		t.Errorf("history not linearizable (seed %d); keys %v\n%s", seed, res.BadKeys, res.Report(40))
 	}

@@ -24,7 +24,7 @@ func TestRunAgainstCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cl.Close()
-	if _, err := cl.CreateTable(ctx, "w", api.TableKind_TABLE_KIND_POINT, &api.TableOptions{Partitions: 4}); err != nil {
+	if _, err := cl.CreateTable(ctx, "w", api.TableKind_TABLE_KIND_POINT, &api.TableOptions{Partitions: 4, Replication: 1}); err != nil {
 		t.Fatal(err)
 	}
 	var phases []string
