@@ -197,12 +197,8 @@ func (l *logReplica) update(p *api.Partition, serverID string) {
 		l.extent = w.extent
 	case w.role == partition.RolePrimary && l.core.Role() == partition.RolePrimary && l.caughtUp && w.epoch == l.core.Epoch():
 		// Still the primary in its term: the log continues on the next
-		// extent after a seal (the tailer retries if it cannot yet).
-		if w.extent != 0 && w.extent != l.extent {
-			if err := l.restartLogLocked(w); err != nil {
-				l.log.Warn("continue the log on the next extent; retrying", "extent", w.extent, "err", err)
-			}
-		}
+		// extent once the last is sealed (the tailer does it: it asks the
+		// master for the sealed length).
 	case w.role == partition.RolePrimary:
 		// A new term (a new primary, or this one again at a later epoch:
 		// another primary may have written the log meanwhile). In-flight
@@ -240,25 +236,17 @@ func (l *logReplica) wake() {
 	}
 }
 
-// restartLogLocked: the extent this primary appended to was sealed and the
-// log continues on w.extent. The records the seal kept are durable; the
-// rest are sent again to the new extent with the same LSNs.
-func (l *logReplica) restartLogLocked(w roleWant) error {
-	old := l.extent
+// restartLogLocked: the extent this primary appended to was sealed at
+// sealedLen and the log continues on w.extent. The records the seal kept
+// are durable; the rest are sent again to the new extent with the same
+// LSNs. A record whose append had not returned when the seal came may be
+// in the sealed extent and sent again too: readers drop the duplicate by
+// its LSN.
+func (l *logReplica) restartLogLocked(w roleWant, sealedLen int64) error {
 	through := l.core.CommitPoint()
-	if old != 0 {
-		ext, err := l.s.extents.Extent(old)
-		if err != nil {
-			return fmt.Errorf("read the sealed extent %d: %w", old, err)
-		}
-		info := ext.Info()
-		if !info.Sealed {
-			return fmt.Errorf("extent %d is not sealed yet", old)
-		}
-		for _, a := range l.appended {
-			if a.end <= info.Length {
-				through = max(through, a.lsn)
-			}
+	for _, a := range l.appended {
+		if a.end <= sealedLen {
+			through = max(through, a.lsn)
 		}
 	}
 	if err := l.core.LogRestarted(through); err != nil {

@@ -46,11 +46,41 @@ func (l *logReplica) tailOnce() error {
 	case want.role == partition.RolePrimary && !caught:
 		return l.catchUp(want)
 	case want.role == partition.RolePrimary && want.extent != 0:
-		l.mu.Lock()
-		defer l.mu.Unlock()
-		if l.want.extent != l.extent && l.want.extent != 0 && l.caughtUp {
-			return l.restartLogLocked(l.want)
-		}
+		return l.continueLog(want)
+	}
+	return nil
+}
+
+// continueLog moves a primary in its term to the next extent of its log
+// once the master has sealed the one it appended to.
+func (l *logReplica) continueLog(want roleWant) error {
+	l.mu.Lock()
+	old := l.extent
+	l.mu.Unlock()
+	if old == want.extent {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(l.ctx, 5*time.Second)
+	defer cancel()
+	p, err := masterStreams{l.s}.Extent(ctx, old)
+	if err != nil {
+		return fmt.Errorf("extent %d of %s: %w", old, l.stream, err)
+	}
+	if !p.Sealed {
+		return nil // the master is sealing it
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.want != want || l.extent != old || !l.caughtUp {
+		return nil // moved on meanwhile
+	}
+	if err := l.restartLogLocked(want, p.Length); err != nil {
+		return err
+	}
+	l.log.Debug("log continues on the next extent", "extent", want.extent, "sealed", old, "length", p.Length)
+	select {
+	case l.kick <- struct{}{}:
+	default:
 	}
 	return nil
 }

@@ -440,6 +440,14 @@ func (s *Server) apply(resp *api.WatchPartitionMapResponse) {
 			if err := s.removePartitionDir(id); err != nil {
 				s.log.Error("delete dropped partition", "partition", id, "err", err)
 			}
+		case r.log != nil:
+			// The engine's files are state derived from the partition's
+			// commit log, whose extents the stream layer keeps: a replica
+			// placed here again replays the log.
+			s.log.Info("replica moved away; deleting its engine files (the log holds the data)", "partition", id)
+			if err := s.removePartitionDir(id); err != nil {
+				s.log.Error("delete a moved replica's files", "partition", id, "err", err)
+			}
 		case r.bulk != nil && bulkAllInStreams(h.tables[tableKey(r.table.GetTenant(), r.table.GetName())]):
 			// Every version's files are in streams, where the new server
 			// fetches them: this copy is not the only one.

@@ -68,6 +68,10 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+		if os.Getenv("TABULA_TEST_LOG") != "" {
+			// Debugging a test: every part's logs on stderr.
+			opts.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
+		}
 	}
 	if opts.MasterListen == "" {
 		opts.MasterListen = "127.0.0.1:0"

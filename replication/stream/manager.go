@@ -40,7 +40,7 @@ const (
 	// sealed, on the stream's replica count of live nodes in distinct
 	// fault domains, least loaded first; Node, if live, is preferred as
 	// primary; Avoid lists nodes to use only if nothing else fits. Nodes,
-	// if set, are the exact nodes instead, primary first: as many as the
+	// if set, are the exact nodes instead, primary first: at most the
 	// stream's replicas, known, alive and distinct (fault domains are the
 	// caller's business). Epoch, if not 0, must be the stream's writer
 	// epoch.
@@ -499,7 +499,10 @@ func (m *Manager) allocate(c Command) (Result, error) {
 	want := cmp.Or(s.Replicas, m.opts.Replicas)
 	var picks []string
 	if len(c.Nodes) > 0 {
-		if len(c.Nodes) != want {
+		// Fewer than the stream's replicas is a degraded extent (a
+		// partition that lost a replica goes on with the rest); once
+		// sealed it is re-replicated to the stream's count.
+		if len(c.Nodes) > want {
 			return Result{}, badCmd("allocate in %q on %d nodes %v: the stream has %d replicas", s.Name, len(c.Nodes), c.Nodes, want)
 		}
 		for i, id := range c.Nodes {
