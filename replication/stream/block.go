@@ -17,8 +17,10 @@ const (
 	// MaxBlockBytes is the largest payload of one block (4 MiB).
 	MaxBlockBytes = 4 << 20
 	// MaxAppendBytes is the most payload one Append request (or one batch
-	// the primary replicates) carries: 32 MiB.
-	MaxAppendBytes = 32 << 20
+	// the primary replicates) carries: 68 MiB, so one partition-log record
+	// holds the largest value or BatchWrite a table takes (64 MiB) and
+	// MaxMessageBytes equals the table server's gRPC limit.
+	MaxAppendBytes = 68 << 20
 
 	kindInvalid = 0 // zeroed media is never a block
 	kindData    = 1
