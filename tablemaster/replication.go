@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/tabuladb/tabula/api"
@@ -155,11 +156,14 @@ func (m *Master) kickLogs() {
 func (m *Master) reconfigureLogs() {
 	st := m.State()
 	now := time.Now()
+	type job struct {
+		p        Partition
+		replicas int
+		retry    *logRetry
+	}
+	var jobs []job
 	for _, t := range st.tablesByID() {
 		for _, p := range t.Partitions {
-			if m.streamCtx.Err() != nil {
-				return
-			}
 			if p.Log == nil || p.Log.Extent != 0 || len(p.Replicas) == 0 {
 				delete(m.logRetry, p.ID)
 				continue
@@ -168,27 +172,50 @@ func (m *Master) reconfigureLogs() {
 			if r != nil && now.Before(r.next) {
 				continue
 			}
-			ctx, cancel := context.WithTimeout(m.streamCtx, 10*time.Second)
-			err := m.reconfigureLog(ctx, p, int(t.Options.Replication))
-			cancel()
-			if err == nil || m.streamCtx.Err() != nil {
-				delete(m.logRetry, p.ID)
-				continue
-			}
 			if r == nil {
-				r = &logRetry{wait: m.opts.HeartbeatInterval}
+				r = &logRetry{}
 				m.logRetry[p.ID] = r
-			} else {
-				r.wait = min(2*r.wait, 5*time.Second)
 			}
-			r.next = now.Add(r.wait)
-			if msg := err.Error(); msg != r.lastErr {
-				r.lastErr = msg
-				m.logger.Warn("tablemaster: partition log not reconfigured yet; retrying", "partition", p.ID, "retry_in", r.wait, "err", err)
-			}
+			jobs = append(jobs, job{p: p, replicas: int(t.Options.Replication), retry: r})
+		}
+	}
+	// A failed server's partitions are reconfigured together: each takes
+	// a few master commands (fsyncs) and node RPCs, and one after the
+	// other they added up to seconds of unavailability.
+	errs := make([]error, len(jobs))
+	sem := make(chan struct{}, logReconfigureParallel)
+	var wg sync.WaitGroup
+	for i, j := range jobs {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			ctx, cancel := context.WithTimeout(m.streamCtx, 10*time.Second)
+			defer cancel()
+			errs[i] = m.reconfigureLog(ctx, j.p, j.replicas)
+		}()
+	}
+	wg.Wait()
+	if m.streamCtx.Err() != nil {
+		return
+	}
+	for i, j := range jobs {
+		r, err := j.retry, errs[i]
+		if err == nil {
+			delete(m.logRetry, j.p.ID)
+			continue
+		}
+		r.wait = min(max(2*r.wait, m.opts.HeartbeatInterval), 5*time.Second)
+		r.next = now.Add(r.wait)
+		if msg := err.Error(); msg != r.lastErr {
+			r.lastErr = msg
+			m.logger.Warn("tablemaster: partition log not reconfigured yet; retrying", "partition", j.p.ID, "retry_in", r.wait, "err", err)
 		}
 	}
 }
+
+// logReconfigureParallel bounds the partitions reconfigured at once.
+const logReconfigureParallel = 32
 
 // logRetry is the backoff of one partition's log reconfiguration; only
 // the log loop touches it.

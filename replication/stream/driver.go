@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -136,9 +137,12 @@ type Driver struct {
 	opts     DriverOptions
 	lg       *slog.Logger
 
-	// sealMu serialises seals and allocations, so two writers that fail
-	// together seal once and get one new extent.
-	sealMu sync.Mutex
+	// locks serialise seals per extent (two seals of one extent would
+	// probe, and could decide, different lengths) and allocations per
+	// stream (two writers that fail together get one new extent). Streams
+	// are independent: a failed server's many partition logs are sealed
+	// and continued in parallel. Order: a stream's key before an extent's.
+	locks keyedLocks
 }
 
 // NewDriver returns a driver over log.
@@ -230,12 +234,14 @@ func (d *Driver) SealAndAllocate(ctx context.Context, name string, epoch, extent
 // places it. A replica that cannot be created on a named node makes the
 // extent sealed empty and the call fail (the caller picks other nodes).
 func (d *Driver) SealAndAllocateOn(ctx context.Context, name string, epoch, extent uint64, nodes []string) (StreamInfo, error) {
-	d.sealMu.Lock()
-	defer d.sealMu.Unlock()
+	defer d.locks.lock("s" + name)()
 	var avoid []string
 	if extent != 0 {
 		var err error
-		if avoid, err = d.sealLocked(ctx, extent); err != nil {
+		unlock := d.locks.lock(extentKey(extent))
+		avoid, err = d.sealLocked(ctx, extent)
+		unlock()
+		if err != nil {
 			return StreamInfo{}, err
 		}
 	}
@@ -347,9 +353,51 @@ func (d *Driver) nodeCall(ctx context.Context, addr string, fn func(context.Cont
 // is on a majority, so on one of them); the shorter ones are rebuilt. Replicas that miss the seal are rebuilt later
 // (TaskCopy). It returns the nodes it could not reach.
 func (d *Driver) Seal(ctx context.Context, extent uint64) (unreachable []string, err error) {
-	d.sealMu.Lock()
-	defer d.sealMu.Unlock()
+	defer d.locks.lock(extentKey(extent))()
 	return d.sealLocked(ctx, extent)
+}
+
+// sealGrace is how long a seal waits for the replicas that have not
+// answered once enough have to decide the length.
+const sealGrace = 50 * time.Millisecond
+
+func extentKey(id uint64) string { return "e" + strconv.FormatUint(id, 10) }
+
+// keyedLocks is a set of mutexes by key, created on demand and dropped
+// when unused. The zero value works; safe for concurrent use.
+type keyedLocks struct {
+	mu sync.Mutex
+	// Guarded by mu: each key's lock and how many hold or wait for it.
+	m map[string]*keyedLock
+}
+
+type keyedLock struct {
+	sync.Mutex
+	refs int
+}
+
+// lock locks key and returns its unlock.
+func (k *keyedLocks) lock(key string) func() {
+	k.mu.Lock()
+	if k.m == nil {
+		k.m = map[string]*keyedLock{}
+	}
+	l := k.m[key]
+	if l == nil {
+		l = &keyedLock{}
+		k.m[key] = l
+	}
+	l.refs++
+	k.mu.Unlock()
+	l.Lock()
+	return func() {
+		l.Unlock()
+		k.mu.Lock()
+		if l.refs--; l.refs == 0 {
+			delete(k.m, key)
+		}
+		k.mu.Unlock()
+	}
 }
 
 func (d *Driver) sealLocked(ctx context.Context, extent uint64) ([]string, error) {
@@ -365,19 +413,53 @@ func (d *Driver) sealLocked(ctx context.Context, extent uint64) ([]string, error
 		err  error
 	}
 	probes := make([]probe, len(p.Replicas))
-	var wg sync.WaitGroup
+	type answer struct {
+		i int
+		probe
+	}
+	answers := make(chan answer, len(p.Replicas)) // buffered: a late probe never blocks
 	for i, r := range p.Replicas {
-		wg.Add(1)
 		go func() {
-			defer wg.Done()
-			probes[i].err = d.nodeCall(ctx, r.Addr, func(ctx context.Context, c streampb.ExtentNodeClient) error {
+			var a answer
+			a.i = i
+			a.err = d.nodeCall(ctx, r.Addr, func(ctx context.Context, c streampb.ExtentNodeClient) error {
 				var err error
-				probes[i].resp, err = c.CommitLength(ctx, &streampb.CommitLengthRequest{Extent: extent, Freeze: true})
+				a.resp, err = c.CommitLength(ctx, &streampb.CommitLengthRequest{Extent: extent, Freeze: true})
 				return err
 			})
+			answers <- a
 		}()
 	}
-	wg.Wait()
+	// Wait for every replica, or, once enough answered to decide (a
+	// majority for AckQuorum, one for AckAll), for a short grace more: a
+	// stopped or cut-off node would otherwise hold every write of the
+	// stream for the whole RPC timeout. A replica that did not answer is
+	// left out of the seal and rebuilt, as an unreachable one.
+	need := 1
+	if p.Ack == AckQuorum {
+		need = p.Ack.Required(len(p.Replicas))
+	}
+	for i := range probes {
+		probes[i].err = fmt.Errorf("no answer within the seal's grace: %w", ErrUnavailable)
+	}
+	var grace <-chan time.Time
+	ok := 0
+	for got := 0; got < len(p.Replicas); got++ {
+		var a answer
+		select {
+		case a = <-answers:
+		case <-grace:
+			got = len(p.Replicas)
+			continue
+		}
+		probes[a.i] = a.probe
+		if a.err == nil {
+			ok++
+		}
+		if ok >= need && grace == nil {
+			grace = time.After(sealGrace)
+		}
+	}
 	var (
 		unreachable, reached, missing []string
 		length                        = int64(-1)
