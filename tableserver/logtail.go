@@ -108,16 +108,43 @@ func (l *logReplica) observe(recs []partition.Record) error {
 
 // follow reads the log from the tail position: sealed extents to their
 // end, the open extent up to the commit point the primary told this
-// server's replica of it.
+// server's replica of it. While the tail is in the open extent the map
+// names, it reads the local replica only: the master is asked for the
+// stream's extents when one seals or the map names another.
 func (l *logReplica) follow() error {
 	ctx, cancel := context.WithTimeout(l.ctx, 5*time.Second)
 	defer cancel()
+	l.mu.Lock()
+	ext, off, open := l.tailExtent, l.tailOff, l.want.extent
+	l.mu.Unlock()
+	if ext != 0 && ext == open {
+		if local, err := l.s.extents.Extent(ext); err == nil && !local.Info().Sealed {
+			wctx, wcancel := context.WithTimeout(ctx, tailInterval)
+			end, err := local.WaitCommitted(wctx, off)
+			wcancel()
+			if err != nil && !errors.Is(err, context.DeadlineExceeded) {
+				return err
+			}
+			end = max(end, local.CommittedLength())
+			if end > off {
+				if err := l.readLocal(local, ext, off, end); err != nil {
+					return err
+				}
+				l.mu.Lock()
+				l.tailOff = end
+				l.mu.Unlock()
+			}
+			if !local.Info().Sealed {
+				return nil
+			}
+		}
+	}
 	info, err := masterStreams{l.s}.Stream(ctx, l.stream)
 	if err != nil {
 		return fmt.Errorf("stream %s: %w", l.stream, err)
 	}
 	l.mu.Lock()
-	ext, off := l.tailExtent, l.tailOff
+	ext, off = l.tailExtent, l.tailOff
 	l.mu.Unlock()
 	i := 0
 	if ext != 0 {
@@ -163,6 +190,24 @@ func (l *logReplica) follow() error {
 		}
 	}
 	return nil
+}
+
+// readLocal observes the records of the local replica of extent id in
+// [from, to).
+func (l *logReplica) readLocal(local *stream.Extent, id uint64, from, to int64) error {
+	var recs []partition.Record
+	err := local.ReadEntries(from, to, func(en stream.Entry) error {
+		rec, err := partition.DecodeRecord(en.Payload())
+		if err != nil {
+			return fmt.Errorf("extent %d offset %d: %w", id, en.Offset, err)
+		}
+		recs = append(recs, rec)
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	return l.observe(recs)
 }
 
 // readExtent observes the records of extent e in [from, to): from the
