@@ -355,6 +355,21 @@ func (s *State) ServerIDs() []string {
 	return slices.Sorted(maps.Keys(s.Servers))
 }
 
+// primaryCounts returns how many primaries each server holds.
+func (s *State) primaryCounts() map[string]int {
+	n := map[string]int{}
+	for _, t := range s.Tables {
+		for _, p := range t.Partitions {
+			for _, r := range p.Replicas {
+				if r.Role == api.ReplicaRole_REPLICA_ROLE_PRIMARY {
+					n[r.ServerID]++
+				}
+			}
+		}
+	}
+	return n
+}
+
 // ReplicaCounts returns how many replicas each server holds.
 func (s *State) ReplicaCounts() map[string]int {
 	n := map[string]int{}
@@ -1055,6 +1070,20 @@ func (s *State) fill(t *Table, i int, cands []Candidate) bool {
 	picks := Place(cands, hosts, int(t.Options.Replication)-len(p.Replicas))
 	if len(picks) > 0 {
 		p.resetLog() // the next extent includes the new replicas
+	}
+	if !hasPrimary && len(picks) > 1 {
+		// The primary orders and applies first, and serves the strong
+		// reads: it goes to the pick holding the fewest primaries, so a
+		// table's primaries spread over its servers (ties: placement's
+		// order).
+		n := s.primaryCounts()
+		best := 0
+		for k, id := range picks {
+			if n[id] < n[picks[best]] {
+				best = k
+			}
+		}
+		picks[0], picks[best] = picks[best], picks[0]
 	}
 	for _, id := range picks {
 		srv := s.Servers[id]

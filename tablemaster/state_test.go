@@ -372,3 +372,25 @@ func TestDurablePartitionsWaitForTheirServer(t *testing.T) {
 		}
 	}
 }
+
+// A replicated table's primaries spread over its servers, and each
+// partition gets a commit log to be allocated.
+func TestPrimariesSpread(t *testing.T) {
+	s := NewState()
+	mustApply(t, s,
+		Command{Op: OpCreateTenant, Tenant: "default"},
+		register("srv-1", "a:1", "fd-1"), register("srv-2", "a:2", "fd-2"), register("srv-3", "a:3", "fd-3"),
+		Command{Op: OpCreateTable, Tenant: "default", Table: "t", Kind: point, Options: &TableOptions{Partitions: 12, Replication: 3}},
+	)
+	n := s.primaryCounts()
+	for _, id := range []string{"srv-1", "srv-2", "srv-3"} {
+		if n[id] != 4 {
+			t.Fatalf("primaries per server %v, want 4 each", n)
+		}
+	}
+	for _, p := range s.Tables["default/t"].Partitions {
+		if len(p.Replicas) != 3 || p.Log == nil || p.Log.Stream != LogStreamName(p.ID) || p.Log.Extent != 0 {
+			t.Fatalf("partition %d: replicas %v log %+v", p.ID, p.Replicas, p.Log)
+		}
+	}
+}

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"sort"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -133,12 +134,18 @@ func tableDescribeCmd(g *globals) *cobra.Command {
 					down[s.GetId()] = !s.GetAlive()
 				}
 			}
+			// The primary's report counts the partition; every replica's
+			// says how far it has applied the log.
 			status := map[uint64]*api.ReplicaStatus{}
+			replicaStatus := map[string]*api.ReplicaStatus{} // partition/server
 			for _, s := range d.GetReplicas() {
-				status[s.GetPartitionId()] = s
+				replicaStatus[fmt.Sprintf("%d/%s", s.GetPartitionId(), s.GetServerId())] = s
+				if s.GetRole() != api.ReplicaRole_REPLICA_ROLE_SECONDARY || status[s.GetPartitionId()] == nil {
+					status[s.GetPartitionId()] = s
+				}
 			}
 			w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(w, "#\tID\tHASH RANGE\tEPOCH\tPRIMARY\tADDR\tKEYS\tBYTES")
+			fmt.Fprintln(w, "#\tID\tHASH RANGE\tEPOCH\tPRIMARY\tADDR\tLSN\tSECONDARIES (applied LSN)\tKEYS\tBYTES")
 			parts := d.GetMap().GetPartitions()
 			sort.Slice(parts, func(i, j int) bool { return parts[i].GetIndex() < parts[j].GetIndex() })
 			var keys, bytes, live, garbage, segments, hits, misses uint64
@@ -160,9 +167,32 @@ func tableDescribeCmd(g *globals) *cobra.Command {
 				segments += st.GetSegments()
 				hits += st.GetCacheHits()
 				misses += st.GetCacheMisses()
-				fmt.Fprintf(w, "%d\t%d\t%016x-%016x\t%d\t%s\t%s\t%d\t%d\n", p.GetIndex(), p.GetId(), p.GetStart(), p.GetEnd(), p.GetEpoch(), srv, addr, st.GetKeys(), st.GetBytes())
+				var secs []string
+				for _, r := range p.GetReplicas() {
+					if r.GetRole() != api.ReplicaRole_REPLICA_ROLE_SECONDARY {
+						continue
+					}
+					s := r.GetServerId()
+					switch rs := replicaStatus[fmt.Sprintf("%d/%s", p.GetId(), s)]; {
+					case down[s]:
+						s += " (down)"
+					case rs == nil:
+						s += " (no report)"
+					default:
+						s += fmt.Sprintf(" %d", rs.GetAppliedLsn())
+					}
+					secs = append(secs, s)
+				}
+				if len(secs) == 0 {
+					secs = []string{"-"}
+				}
+				lsn := "-"
+				if p.GetLog() != nil && st != nil {
+					lsn = fmt.Sprint(st.GetAppliedLsn())
+				}
+				fmt.Fprintf(w, "%d\t%d\t%016x-%016x\t%d\t%s\t%s\t%s\t%s\t%d\t%d\n", p.GetIndex(), p.GetId(), p.GetStart(), p.GetEnd(), p.GetEpoch(), srv, addr, lsn, strings.Join(secs, ", "), st.GetKeys(), st.GetBytes())
 			}
-			fmt.Fprintf(w, "total\t\t\t\t\t\t%d\t%d\n", keys, bytes)
+			fmt.Fprintf(w, "total\t\t\t\t\t\t\t\t%d\t%d\n", keys, bytes)
 			if err := w.Flush(); err != nil {
 				return err
 			}
