@@ -1012,6 +1012,13 @@ func (s *State) forgetServer(cmd Command) (Result, error) {
 		if h.t.onlyCopy(h.i) {
 			p.DataLost = &DataLoss{UnixMs: cmd.UnixMs, ServerID: cmd.ServerID, Epoch: p.Epoch}
 			res.Lost = append(res.Lost, p.ID)
+			if p.Log != nil {
+				// Its log's only copies were on the forgotten server: the
+				// partition starts again on a new, empty log (the old one
+				// could never be sealed, having no replica left).
+				_, _ = s.streams().Apply(stream.Command{Op: stream.OpDeleteStream, Stream: p.Log.Stream})
+				p.Log = &PartitionLog{Stream: fmt.Sprintf("%s/lost-%d", LogStreamName(p.ID), p.Epoch)}
+			}
 		}
 		s.dropReplica(h.t, h.i, h.k, "", cands)
 		res.Moved = append(res.Moved, p.ID)

@@ -42,7 +42,10 @@ func newFixture(t *testing.T, partitions uint32) *fixture {
 	f.master = api.NewMasterClient(f.dial(t, c.MasterAddr()))
 	resp, err := f.master.CreateTable(ctx, &api.CreateTableRequest{
 		Tenant: api.DefaultTenant, Name: "t", Kind: api.TableKind_TABLE_KIND_POINT,
-		Options: &api.TableOptions{Partitions: partitions, MaxValueBytes: 1024},
+		// One copy: each server hosts only its own partitions, so a request
+		// to another server is NOT_OWNER partition_not_here (a secondary's
+		// answer, not_primary, is tested with replicas).
+		Options: &api.TableOptions{Partitions: partitions, MaxValueBytes: 1024, Replication: 1},
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -43,7 +43,7 @@ func TestKillServerMidWorkloadKeepsAcknowledgedWrites(t *testing.T) {
 		}
 		return n == 2, err
 	})
-	if _, err := c.CreateTable(ctx, "durable", api.TableKind_TABLE_KIND_POINT, &api.TableOptions{Partitions: 6, Storage: "ssd"}); err != nil {
+	if _, err := c.CreateTable(ctx, "durable", api.TableKind_TABLE_KIND_POINT, &api.TableOptions{Partitions: 6, Storage: "ssd", Replication: 1}); err != nil {
 		t.Fatal(err)
 	}
 	tbl := c.Table("durable")

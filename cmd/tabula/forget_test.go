@@ -29,7 +29,7 @@ func TestServerForget(t *testing.T) {
 	for _, s := range servers {
 		s.waitOutput("registered with master", 20*time.Second)
 	}
-	mustCLI(t, masterAddr, "table", "create", "d", "--partitions", "4", "--storage", "ssd")
+	mustCLI(t, masterAddr, "table", "create", "d", "--partitions", "4", "--storage", "ssd", "--replicas", "1")
 	before := mustCLI(t, masterAddr, "table", "describe", "d")
 	if strings.Contains(before, "DATA LOST") {
 		t.Fatalf("describe of a healthy table:\n%s", before)
