@@ -715,7 +715,11 @@ type Partition struct {
 	Index uint32 `protobuf:"varint,6,opt,name=index,proto3" json:"index,omitempty"`
 	// The partition's commit log (point tables): every write is one record
 	// of this stream, whose open extent lives on the replicas' servers.
-	Log           *PartitionLog `protobuf:"bytes,7,opt,name=log,proto3" json:"log,omitempty"`
+	Log *PartitionLog `protobuf:"bytes,7,opt,name=log,proto3" json:"log,omitempty"`
+	// Every copy of the partition was lost (an operator forgot the server
+	// that held it, accepting the loss) and it started again empty: a read
+	// of a key it does not hold answers DATA_LOSS, never "not found".
+	DataLost      bool `protobuf:"varint,8,opt,name=data_lost,json=dataLost,proto3" json:"data_lost,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -797,6 +801,13 @@ func (x *Partition) GetLog() *PartitionLog {
 		return x.Log
 	}
 	return nil
+}
+
+func (x *Partition) GetDataLost() bool {
+	if x != nil {
+		return x.DataLost
+	}
+	return false
 }
 
 // PartitionLog is where a partition's commit log continues.
@@ -5944,7 +5955,7 @@ const file_tabula_proto_rawDesc = "" +
 	"\tserver_id\x18\x01 \x01(\tR\bserverId\x12\x12\n" +
 	"\x04addr\x18\x02 \x01(\tR\x04addr\x12*\n" +
 	"\x04role\x18\x03 \x01(\x0e2\x16.tabula.v1.ReplicaRoleR\x04role\x12!\n" +
-	"\ffault_domain\x18\x04 \x01(\tR\vfaultDomain\"\xca\x01\n" +
+	"\ffault_domain\x18\x04 \x01(\tR\vfaultDomain\"\xe7\x01\n" +
 	"\tPartition\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x14\n" +
 	"\x05start\x18\x02 \x01(\x04R\x05start\x12\x10\n" +
@@ -5952,7 +5963,8 @@ const file_tabula_proto_rawDesc = "" +
 	"\x05epoch\x18\x04 \x01(\x04R\x05epoch\x12.\n" +
 	"\breplicas\x18\x05 \x03(\v2\x12.tabula.v1.ReplicaR\breplicas\x12\x14\n" +
 	"\x05index\x18\x06 \x01(\rR\x05index\x12)\n" +
-	"\x03log\x18\a \x01(\v2\x17.tabula.v1.PartitionLogR\x03log\">\n" +
+	"\x03log\x18\a \x01(\v2\x17.tabula.v1.PartitionLogR\x03log\x12\x1b\n" +
+	"\tdata_lost\x18\b \x01(\bR\bdataLost\">\n" +
 	"\fPartitionLog\x12\x16\n" +
 	"\x06stream\x18\x01 \x01(\tR\x06stream\x12\x16\n" +
 	"\x06extent\x18\x02 \x01(\x04R\x06extent\"\xeb\x01\n" +

@@ -46,6 +46,7 @@ func (p Partition) Proto() *api.Partition {
 	if p.Log != nil {
 		ap.Log = &api.PartitionLog{Stream: p.Log.Stream, Extent: p.Log.Extent}
 	}
+	ap.DataLost = p.DataLost != nil
 	return ap
 }
 

@@ -160,6 +160,18 @@ func (r *replica) maxValue() uint64 {
 	return api.DefaultMaxValueBytes
 }
 
+// dataLost is the answer for a read that finds nothing on a partition
+// that lost every copy of its data: the key may have existed, so "not
+// found" would be a lie.
+func dataLost(r *replica) error {
+	if !r.part.GetDataLost() {
+		return nil
+	}
+	return api.Errorf(api.ErrorCode_ERROR_CODE_DATA_LOSS, "partition_data_lost",
+		"partition %d of %s/%s lost every copy of its data (an operator forgot the server that held it) and started again empty: absent keys may have existed; see tabula table describe",
+		r.part.GetId(), r.table.GetTenant(), r.table.GetName())
+}
+
 // engineErr maps an engine error to the API's error model.
 func engineErr(r *replica, err error) error {
 	switch {
@@ -191,6 +203,9 @@ func (s *Server) Get(ctx context.Context, req *api.GetRequest) (*api.GetResponse
 	}
 	v, exp, err := r.engine.Get(req.GetKey())
 	if errors.Is(err, engines.ErrNotFound) {
+		if err := dataLost(r); err != nil {
+			return nil, err
+		}
 		return &api.GetResponse{Lsn: lsn}, nil
 	}
 	if err != nil {
@@ -238,6 +253,13 @@ func (s *Server) BatchGet(ctx context.Context, req *api.BatchGetRequest) (*api.B
 		if total > api.MaxBatchBytes {
 			return nil, api.InvalidArgument("keys", "reply_too_large", api.MaxBatchBytes,
 				"the values of these %d keys exceed %d bytes, the most one reply carries; ask for fewer keys per call", len(keys), api.MaxBatchBytes)
+		}
+	}
+	for _, g := range resp.Results {
+		if !g.GetFound() {
+			if err := dataLost(r); err != nil {
+				return nil, err
+			}
 		}
 	}
 	return resp, nil
@@ -424,6 +446,9 @@ func (s *Server) Scan(req *api.ScanRequest, stream grpc.ServerStreamingServer[ap
 	if r.bulk == nil {
 		if _, err := readable(r, h, req.GetHeader(), s.id()); err != nil {
 			return err
+		}
+		if err := dataLost(r); err != nil {
+			return err // a scan cannot show what is missing
 		}
 	}
 	ctx := stream.Context()

@@ -63,6 +63,23 @@ func TestServerForget(t *testing.T) {
 	for k := range 8 {
 		mustCLI(t, masterAddr, "put", "d", fmt.Sprintf("k%d", k), "v")
 	}
+	// An absent key of a lost partition is DATA_LOSS, never "not found";
+	// of the others, not found.
+	lostAnswers, notFound := 0, 0
+	for k := range 16 {
+		_, errOut, err := cli(t, masterAddr, nil, "get", "d", fmt.Sprintf("absent-%d", k))
+		switch {
+		case err != nil && strings.Contains(errOut, "partition_data_lost"):
+			lostAnswers++
+		case err != nil && strings.Contains(strings.ToLower(errOut), "not found"):
+			notFound++
+		default:
+			t.Fatalf("get of an absent key: %v\n%s", err, errOut)
+		}
+	}
+	if lostAnswers == 0 || notFound == 0 {
+		t.Fatalf("absent keys: %d answered DATA_LOSS, %d not found; want both kinds (2 of 4 partitions lost)", lostAnswers, notFound)
+	}
 }
 
 // lostRows counts the rows of a lost-partitions table in out.
