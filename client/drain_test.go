@@ -1,0 +1,90 @@
+package client_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/tabuladb/tabula/api"
+)
+
+// Draining a server (what SIGTERM does) hands its primaries to secondaries
+// with no failed client request: writers and readers run through it, and
+// every acknowledged write reads back.
+func TestDrainFailsNoRequest(t *testing.T) {
+	tc := startCluster(t, 4)
+	c := newClient(t, tc.MasterAddr())
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	tbl := createTable(t, c, "drain", &api.TableOptions{Partitions: 8, Replication: 3})
+	var (
+		wg     sync.WaitGroup
+		failed atomic.Int64
+		mu     sync.Mutex
+		acked  = map[string]string{}
+	)
+	stop := make(chan struct{})
+	for w := range 6 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				k, v := fmt.Sprintf("w%d-%d", w, i%200), fmt.Sprintf("v%d", i)
+				cctx, ccancel := context.WithTimeout(ctx, 10*time.Second)
+				err := tbl.Put(cctx, []byte(k), []byte(v))
+				if err == nil {
+					_, err = tbl.Get(cctx, []byte(k))
+				}
+				ccancel()
+				if err != nil {
+					failed.Add(1)
+					t.Errorf("request failed during the drain: %v", err)
+					continue
+				}
+				mu.Lock()
+				acked[k] = v
+				mu.Unlock()
+			}
+		}()
+	}
+	time.Sleep(300 * time.Millisecond)
+	m, err := tbl.Map(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Drain the server holding the first partition's primary.
+	target := -1
+	for i, a := range tc.ServerAddrs() {
+		for _, r := range m.GetPartitions()[0].GetReplicas() {
+			if r.GetRole() == api.ReplicaRole_REPLICA_ROLE_PRIMARY && r.GetAddr() == a {
+				target = i
+			}
+		}
+	}
+	if target < 0 {
+		t.Fatal("no primary of partition 0 among the servers")
+	}
+	if err := tc.Server(target).Drain(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(500 * time.Millisecond)
+	close(stop)
+	wg.Wait()
+	if n := failed.Load(); n > 0 {
+		t.Fatalf("%d requests failed during the drain", n)
+	}
+	for k, v := range acked {
+		got, err := tbl.Get(ctx, []byte(k))
+		if err != nil || string(got) != v {
+			t.Fatalf("acknowledged %s=%s reads back %q, %v", k, v, got, err)
+		}
+	}
+}
