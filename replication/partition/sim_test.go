@@ -25,7 +25,7 @@ import (
 
 var (
 	simSeed      = flag.Uint64("sim.seed", 0, "run only this simulation seed")
-	simScenarios = flag.Int("sim.scenarios", 0, "number of simulated scenarios (default 1000; 100 with -short or -race)")
+	simScenarios = flag.Int("sim.scenarios", 0, "number of simulated scenarios (default 2000; 100 with -short or -race)")
 )
 
 const (
@@ -986,7 +986,7 @@ func TestSimulation(t *testing.T) {
 	}
 	n := *simScenarios
 	if n == 0 {
-		n = 1000
+		n = 2000
 		if testing.Short() || raceEnabled {
 			n = 100
 		}
