@@ -231,7 +231,9 @@ type logRetry struct {
 func (m *Master) reconfigureLog(ctx context.Context, p Partition, replicas int) error {
 	d := m.streamDriver
 	name := p.Log.Stream
-	if _, err := d.Apply(ctx, stream.Command{Op: stream.OpCreateStream, Stream: name, Replicas: replicas}); err != nil && !errors.Is(err, stream.ErrStreamExists) {
+	// Quorum acks: a slow or stopped secondary does not hold the
+	// partition's writes (RATIONALE.md, Partition replication).
+	if _, err := d.Apply(ctx, stream.Command{Op: stream.OpCreateStream, Stream: name, Replicas: replicas, Ack: stream.AckQuorum}); err != nil && !errors.Is(err, stream.ErrStreamExists) {
 		return fmt.Errorf("create log stream %s: %w", name, err)
 	}
 	nodes := serversOf(&p)
