@@ -149,6 +149,12 @@ type Options struct {
 	// Compression is how disk-backed engines compress values: "none"
 	// (default) or "s2". Engines without files refuse anything else.
 	Compression string
+	// Replayable says every write is also in a log the owner keeps
+	// durably and replays after a crash from the engine's own position (a
+	// replicated partition's commit log): a disk-backed engine then need
+	// not sync its writes (Durability is ignored: lazy) and may persist
+	// its restart state less often.
+	Replayable bool
 	// Now is the clock TTLs are measured by, in Unix milliseconds.
 	// Default: time.Now().UnixMilli().
 	Now func() int64

@@ -189,18 +189,15 @@ func (s *Server) openReplica(t *api.Table, p *api.Partition) (*replica, error) {
 		order := new(sync.RWMutex)
 		return &replica{table: t, part: p, engine: b, bulk: b, cpart: coproc.PartitionFromEngine(b, info, order), order: order}, nil
 	}
-	durability := t.GetOptions().GetDurability()
-	if p.GetLog() != nil && durable(t) {
+	e, err := engines.Open(kind, engines.Options{
 		// The commit log is the durable record (a write is acknowledged
 		// once a quorum of its replicas fsynced it): the engine flushes
-		// in the background, and after a crash replays the log from the
-		// LSN its files reached.
-		durability = "lazy"
-	}
-	e, err := engines.Open(kind, engines.Options{
+		// in the background, and after a crash the log is replayed from
+		// the LSN its files reached.
+		Replayable:  p.GetLog() != nil,
 		Dir:         dir,
 		Storage:     t.GetOptions().GetStorage(),
-		Durability:  durability,
+		Durability:  t.GetOptions().GetDurability(),
 		Compression: t.GetOptions().GetCompression(),
 		Logger:      s.log.With("partition", p.GetId()),
 	})

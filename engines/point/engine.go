@@ -7,6 +7,7 @@ import (
 	"math/bits"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/tabuladb/tabula/engines"
 	"github.com/tabuladb/tabula/engines/diskstore"
@@ -107,6 +108,11 @@ var (
 // "memory" (in memory, nothing durable) or "ssd" (the disk store in
 // opts.Dir, created or reopened, with the default diskstore.Options: every
 // acknowledged write is fsynced; see OpenDisk).
+// replayableIndexInterval cuts index blocks of a Replayable engine by
+// time: a restart replays at most this much of its own log (and then the
+// owner's log from the LSN reached).
+const replayableIndexInterval = 10 * time.Second
+
 func Open(opts engines.Options) (*Engine, error) {
 	switch opts.Storage {
 	case "", StorageMemory:
@@ -126,6 +132,14 @@ func Open(opts engines.Options) (*Engine, error) {
 			ds.Durability = diskstore.DurabilityLazy
 		default:
 			return nil, fmt.Errorf("open point engine: durability %q: want \"sync\" or \"lazy\"", opts.Durability)
+		}
+		if opts.Replayable {
+			// The owner's log holds every write: no fsync per write, and
+			// index blocks by size (or every replayableIndexInterval) rather
+			// than every 250 ms, each of which was a file created and
+			// fsynced on the write path of every replica.
+			ds.Durability = diskstore.DurabilityLazy
+			ds.IndexBlockInterval = replayableIndexInterval
 		}
 		return OpenDisk(opts, ds)
 	default:
