@@ -257,10 +257,11 @@ func (m *Master) publishLocked(next *State) {
 	close(old.changed)
 }
 
-// livenessLoop declares silent servers dead every HeartbeatInterval until Close.
+// livenessLoop declares silent servers dead every half HeartbeatInterval
+// until Close (a failover waits for this tick after DeadAfter).
 func (m *Master) livenessLoop() {
 	defer m.wg.Done()
-	t := time.NewTicker(m.opts.HeartbeatInterval)
+	t := time.NewTicker(max(m.opts.HeartbeatInterval/2, time.Millisecond))
 	defer t.Stop()
 	for {
 		select {

@@ -442,7 +442,16 @@ func (l *logReplica) pump() {
 		}
 		l.core.Advance(rd)
 		l.answerLocked(rd)
+		promoting := l.want.role == partition.RolePrimary && !l.caughtUp
 		l.mu.Unlock()
+		if promoting && len(rd.Apply) > 0 {
+			// A new primary serves once it applied the log it inherited:
+			// let the tailer see it now, not at its next tick.
+			select {
+			case l.tick <- struct{}{}:
+			default:
+			}
+		}
 		if len(rd.Append) > 0 {
 			l.appendRecords(ext, rd.Append)
 		}
