@@ -37,6 +37,13 @@ type Stage struct {
 	done    bool
 }
 
+// Staging reports whether a Stage of version is open.
+func (e *Engine) Staging(version uint64) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.staging[version]
+}
+
 // StagedBytes returns how many bytes of version's file an earlier,
 // interrupted stage left (0: none), where a new Stage may resume.
 func (e *Engine) StagedBytes(version uint64) uint64 {
@@ -129,10 +136,13 @@ func (s *Stage) release() {
 func (s *Stage) Received() uint64 { return s.n }
 
 // Write appends p to the file; bytes past its size fail with
-// ErrStageTooLong. Every 64 MiB it syncs what was written.
+// ErrStageTooLong, and any once the engine is closed engines.ErrClosed. Every 64 MiB it syncs what was written.
 func (s *Stage) Write(p []byte) (int, error) {
 	if s.done {
 		return 0, fmt.Errorf("bulk: write to a finished stage of version %d", s.version)
+	}
+	if s.e.closed.Load() {
+		return 0, engines.ErrClosed // the partition closed: the file would not load
 	}
 	if s.n+uint64(len(p)) > s.want {
 		return 0, fmt.Errorf("bulk: stage of version %d: %d bytes: %w (%d)", s.version, s.n+uint64(len(p)), ErrStageTooLong, s.want)
