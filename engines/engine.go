@@ -160,6 +160,10 @@ type Options struct {
 	Now func() int64
 	// Logger receives the engine's events. Default: slog.Default().
 	Logger *slog.Logger
+	// Partition and Partitions name the partition the engine serves (its
+	// index of the table's count). Engines whose files record their
+	// partition (bulk) refuse a file of another. Partitions 0: unchecked.
+	Partition, Partitions int
 }
 
 // WithDefaults returns o with zero fields set to their defaults.

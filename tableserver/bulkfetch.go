@@ -4,8 +4,8 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
-	"os"
 	"slices"
 	"time"
 
@@ -13,6 +13,7 @@ import (
 
 	"github.com/tabuladb/tabula/api"
 	"github.com/tabuladb/tabula/engines"
+	"github.com/tabuladb/tabula/engines/bulk"
 	"github.com/tabuladb/tabula/internal/streamerr"
 	"github.com/tabuladb/tabula/replication/stream"
 )
@@ -69,18 +70,17 @@ func (s *Server) bulkFetchLoop() {
 }
 
 // bulkMissing lists the retained versions of r neither loaded here nor
-// being uploaded or fetched.
+// being uploaded or fetched, nor refused.
 func (r *replica) bulkMissing() []uint64 {
 	b := r.bulk
-	view := b.view.Load()
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.closed || b.fetching {
+	if b.fetching {
 		return nil
 	}
 	var out []uint64
 	for _, v := range r.bulkRetained {
-		if view.versions[v] == nil && !b.uploads[v] && b.rejected[v] == nil {
+		if _, err := b.Version(v); errors.Is(err, bulk.ErrVersionNotLoaded) && !b.Staging(v) && b.rejected[v] == nil {
 			out = append(out, v)
 		}
 	}
@@ -124,7 +124,7 @@ func (s *Server) bulkFetchRound(sem chan struct{}) (pending bool) {
 		}
 		b := r.bulk
 		b.mu.Lock()
-		if b.closed || b.fetching {
+		if b.fetching {
 			b.mu.Unlock()
 			continue
 		}
@@ -220,73 +220,79 @@ func bulkFetchPlan(info *api.BulkInfo, index int, missing []uint64) (jobs []bulk
 }
 
 // fetchBulk reads version's file from its stream and loads it, exactly as
-// an upload is finished. It is the only writer of the version's .part file
-// while it runs (it claims the version as an upload does).
+// an upload is finished (the engine's Stage: the whole file's CRC32C
+// against the one published, then Verify, then the load). It is the only
+// writer of the version's file while it runs (the stage claims the
+// version as an upload does).
 func (s *Server) fetchBulk(r *replica, version uint64, file *api.BulkFile) error {
 	b := r.bulk
-	end, err := b.beginUpload(version)
-	if err != nil {
-		return nil // an upload of it is running: it loads it
-	}
-	defer end()
-	if lv, _ := b.version(version); lv != nil {
+	if _, err := b.Version(version); err == nil {
 		return nil
 	}
 	if cur := s.hosting.Load().replicas[b.id]; cur == nil || cur.bulk != b || !slices.Contains(cur.bulkRetained, version) {
 		return nil // moved away or no longer retained meanwhile
 	}
-	start := time.Now()
-	s.log.Info("bulk version missing here; fetching it from its stream", "partition", b.id, "version", version, "stream", file.GetStream(), "bytes", file.GetSize())
-	u, err := b.openUpload(version, file, 0)
+	st, err := b.Stage(version, file.GetSize(), file.GetCrc32C(), 0)
+	if errors.Is(err, bulk.ErrStageBusy) || errors.Is(err, engines.ErrClosed) {
+		return nil // an upload of it is running (it loads it), or the partition closed
+	}
 	if err != nil {
 		return err
 	}
-	discard := func(err error) error {
-		_ = u.close()
-		_ = os.Remove(u.path)
-		return err
-	}
+	start := time.Now()
+	s.log.Info("bulk version missing here; fetching it from its stream", "partition", b.id, "version", version, "stream", file.GetStream(), "bytes", file.GetSize())
 	logged := uint64(0)
 	err = s.streams.ReadStream(s.ctx, file.GetStream(), func(e stream.Entry) error {
-		if b.isClosed() {
-			return engines.ErrClosed
-		}
 		for _, blk := range e.Blocks {
-			if err := u.write(blk); err != nil {
+			if _, err := st.Write(blk); err != nil {
 				return err
 			}
 		}
-		if u.size-logged >= bulkFetchLogEvery {
-			logged = u.size
-			s.log.Info("bulk fetch progress", "partition", b.id, "version", version, "bytes", u.size, "of", file.GetSize())
+		if n := st.Received(); n-logged >= bulkFetchLogEvery {
+			logged = n
+			s.log.Info("bulk fetch progress", "partition", b.id, "version", version, "bytes", n, "of", file.GetSize())
 		}
 		return nil
 	})
 	if err != nil {
-		return discard(fmt.Errorf("read stream %s: %w", file.GetStream(), err))
-	}
-	refused := func(err error) error {
-		err = b.reject(version, file, err)
-		if api.CodeOf(err) == api.ErrorCode_ERROR_CODE_INVALID_ARGUMENT {
-			if herr := s.heartbeat(false); herr != nil {
-				s.log.Warn("heartbeat after a refused bulk file failed; the next one reports it", "err", herr)
-			}
+		aerr := st.Abort()
+		if errors.Is(err, engines.ErrClosed) {
+			return nil
 		}
-		return err
+		if errors.Is(err, bulk.ErrStageTooLong) {
+			err = stageErr(r, version, err)
+			return s.refuse(b, version, file, err)
+		}
+		return errors.Join(fmt.Errorf("read stream %s: %w", file.GetStream(), err), aerr)
 	}
-	if u.size != file.GetSize() {
-		return refused(discard(api.InvalidArgument("stream", "stream_size", file.GetSize(),
-			"stream %s holds %d bytes; the file is %d", file.GetStream(), u.size, file.GetSize())))
+	if st.Received() != file.GetSize() {
+		_ = st.Abort()
+		return s.refuse(b, version, file, api.InvalidArgument("stream", "stream_size", file.GetSize(),
+			"stream %s holds %d bytes; the file is %d", file.GetStream(), st.Received(), file.GetSize()))
 	}
-	lv, err := u.finish(s.ctx)
-	if err != nil {
-		return refused(err)
+	if _, err := st.Finish(s.ctx); err != nil {
+		if errors.Is(err, engines.ErrClosed) {
+			return nil
+		}
+		return s.refuse(b, version, file, stageErr(r, version, err))
 	}
-	s.log.Info("bulk version fetched from its stream and loaded", "partition", b.id, "version", version, "bytes", lv.size, "took", time.Since(start).Round(time.Millisecond))
+	s.log.Info("bulk version fetched from its stream and loaded", "partition", b.id, "version", version, "bytes", file.GetSize(), "took", time.Since(start).Round(time.Millisecond))
 	if err := s.heartbeat(false); err != nil {
 		s.log.Warn("heartbeat after bulk load failed; the next one reports it", "err", err)
 	}
 	return nil
+}
+
+// refuse records err as why version's file is refused when the file
+// itself is bad (INVALID_ARGUMENT), and then heartbeats, so the master
+// learns at once that the version cannot load here; it returns err.
+func (s *Server) refuse(b *bulkPart, version uint64, file *api.BulkFile, err error) error {
+	if b.reject(version, file, err); api.CodeOf(err) == api.ErrorCode_ERROR_CODE_INVALID_ARGUMENT {
+		if herr := s.heartbeat(false); herr != nil {
+			s.log.Warn("heartbeat after a refused bulk file failed; the next one reports it", "err", herr)
+		}
+	}
+	return err
 }
 
 // masterStreams is the stream manager reached through the master's Stream
@@ -374,12 +380,4 @@ func bulkAllInStreams(m *api.PartitionMap) bool {
 		}
 	}
 	return true
-}
-
-// isClosed reports whether the partition was closed (moved away, or the
-// server is stopping).
-func (b *bulkPart) isClosed() bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.closed
 }

@@ -10,7 +10,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/tabuladb/tabula/api"
-	"github.com/tabuladb/tabula/engines"
+	"github.com/tabuladb/tabula/engines/bulk"
 )
 
 // bulkReplica checks a bulk request's header and returns its partition.
@@ -27,35 +27,27 @@ func (s *Server) bulkReplica(hdr *api.RequestHeader) (*replica, *hosting, error)
 
 // bulkVersionFor returns the loaded version a read names (0: the serving
 // one), or the error that tells the client what to do.
-func (r *replica) bulkVersionFor(v uint64) (*bulkVersion, error) {
-	lv, v := r.bulk.version(v)
-	if lv != nil {
-		return lv, nil
-	}
-	cur := r.bulk.current.Load()
+func (r *replica) bulkVersionFor(v uint64) (*bulk.Version, error) {
+	lv, err := r.bulk.Version(v)
 	switch {
-	case v == 0:
+	case err == nil:
+		return lv, nil
+	case errors.Is(err, bulk.ErrNoVersion):
 		return nil, api.Errorf(api.ErrorCode_ERROR_CODE_NOT_FOUND, "no_version", "bulk table %s/%s has no serving version yet: publish one", r.table.GetTenant(), r.table.GetName())
-	case slices.Contains(r.bulkRetained, v) || v > slices.Max(append(r.bulkRetained, 0)):
+	case errors.Is(err, bulk.ErrVersionNotLoaded):
 		// Retained but not loaded here (this server took the partition
 		// over, or is still loading), or newer than this server's map.
+		if v == 0 {
+			v = r.bulk.Serving()
+		}
 		return nil, api.Errorf(api.ErrorCode_ERROR_CODE_UNAVAILABLE, "version_not_loaded", "partition %d does not have version %d loaded on this server", r.part.GetId(), v)
 	}
-	return nil, errVersionGone(r, v, cur)
+	return nil, engineErr(r, err)
 }
 
 func errVersionGone(r *replica, v, cur uint64) error {
 	return api.Status(&api.ErrorDetail{Code: api.ErrorCode_ERROR_CODE_VERSION_GONE, Reason: "version_gone", CurrentVersion: cur},
 		"bulk table "+r.table.GetTenant()+"/"+r.table.GetName()+" no longer holds version "+u64(v)+"; the serving version is "+u64(cur))
-}
-
-// bulkErr maps a read error of loaded version v: a version unloaded under
-// the read is VERSION_GONE.
-func (r *replica) bulkErr(v uint64, err error) error {
-	if errors.Is(err, engines.ErrClosed) {
-		return errVersionGone(r, v, r.bulk.current.Load())
-	}
-	return engineErr(r, err)
 }
 
 // bulkGet answers Get on a bulk partition.
@@ -64,10 +56,9 @@ func (s *Server) bulkGet(r *replica, req *api.GetRequest) (*api.GetResponse, err
 	if err != nil {
 		return nil, err
 	}
-	r.bulk.reads.Add(1)
-	v, ok, err := lv.appendGet(nil, req.GetKey())
+	v, ok, err := lv.AppendGet(nil, req.GetKey())
 	if err != nil {
-		return nil, r.bulkErr(lv.version, err)
+		return nil, engineErr(r, err)
 	}
 	if !ok {
 		return &api.GetResponse{}, nil
@@ -83,11 +74,10 @@ func (s *Server) bulkBatchGet(r *replica, req *api.BatchGetRequest) (*api.BatchG
 		return nil, err
 	}
 	keys := req.GetKeys()
-	r.bulk.reads.Add(uint64(len(keys)))
 	vals := make([][]byte, len(keys))
 	found := make([]bool, len(keys))
-	if _, err := lv.appendGetBatch(nil, keys, vals, found); err != nil {
-		return nil, r.bulkErr(lv.version, err)
+	if _, err := lv.AppendGetBatch(nil, keys, vals, found); err != nil {
+		return nil, engineErr(r, err)
 	}
 	resp := &api.BatchGetResponse{Results: make([]*api.GetResponse, len(keys))}
 	var total uint64
@@ -126,10 +116,10 @@ func (s *Server) BulkUploadStatus(ctx context.Context, req *api.BulkUploadStatus
 	if err := r.checkUploadVersion(req.GetVersion()); err != nil {
 		return nil, err
 	}
-	if lv, _ := r.bulk.version(req.GetVersion()); lv != nil {
-		return &api.BulkUploadResponse{Received: lv.size, Loaded: true}, nil
+	if lv, err := r.bulk.Version(req.GetVersion()); err == nil {
+		return &api.BulkUploadResponse{Received: lv.Describe().Size, Loaded: true}, nil
 	}
-	return &api.BulkUploadResponse{Received: r.bulk.partSize(req.GetVersion())}, nil
+	return &api.BulkUploadResponse{Received: r.bulk.StagedBytes(req.GetVersion())}, nil
 }
 
 // BulkUpload implements api.TableServerServer.
@@ -152,66 +142,74 @@ func (s *Server) BulkUpload(stream grpc.ClientStreamingServer[api.BulkUploadRequ
 	if file.GetPartition() != r.part.GetIndex() {
 		return api.InvalidArgument("file.partition", "wrong_partition", 0, "file of partition %d sent to partition %d (index %d)", file.GetPartition(), r.part.GetId(), r.part.GetIndex())
 	}
-	if lv, _ := r.bulk.version(version); lv != nil {
-		if lv.crc != file.GetCrc32C() || lv.size != file.GetSize() {
-			return api.InvalidArgument("file", "version_loaded_differs", 0, "version %d is loaded here with another file (%d bytes, crc %08x)", version, lv.size, lv.crc)
+	if lv, err := r.bulk.Version(version); err == nil {
+		if d := lv.Describe(); d.CRC != file.GetCrc32C() || d.Size != file.GetSize() {
+			return api.InvalidArgument("file", "version_loaded_differs", 0, "version %d is loaded here with another file (%d bytes, crc %08x)", version, d.Size, d.CRC)
 		}
-		return stream.SendAndClose(&api.BulkUploadResponse{Received: lv.size, Loaded: true})
+		return stream.SendAndClose(&api.BulkUploadResponse{Received: file.GetSize(), Loaded: true})
 	}
-	end, err := r.bulk.beginUpload(version)
+	st, err := r.bulk.Stage(version, file.GetSize(), file.GetCrc32C(), first.GetOffset())
 	if err != nil {
-		return err
+		return stageErr(r, version, err)
 	}
-	defer end()
-	u, err := r.bulk.openUpload(version, file, first.GetOffset())
-	if err != nil {
-		return uploadErr(r, err)
-	}
-	closed := false
-	defer func() {
-		if !closed {
-			_ = u.close()
-		}
-	}()
+	defer st.Close() // keeps what arrived for a resume; nothing after Finish
 	msg := first
 	for {
-		if off := msg.GetOffset(); len(msg.GetData()) > 0 && off != u.size {
-			return api.InvalidArgument("offset", "offset_mismatch", u.size, "data at offset %d; the upload is at %d", off, u.size)
+		if off := msg.GetOffset(); len(msg.GetData()) > 0 && off != st.Received() {
+			return api.InvalidArgument("offset", "offset_mismatch", st.Received(), "data at offset %d; the upload is at %d", off, st.Received())
 		}
-		if err := u.write(msg.GetData()); err != nil {
-			return uploadErr(r, err)
+		if _, err := st.Write(msg.GetData()); err != nil {
+			return stageErr(r, version, err)
 		}
-		if u.size == file.GetSize() {
+		if st.Received() == file.GetSize() {
 			break
 		}
 		msg, err = stream.Recv()
 		if err == io.EOF {
 			// The sender stopped early: keep what arrived (synced) for a
 			// resume.
-			if err := u.sync(); err != nil {
-				return uploadErr(r, err)
+			if err := st.Sync(); err != nil {
+				return stageErr(r, version, err)
 			}
-			return stream.SendAndClose(&api.BulkUploadResponse{Received: u.size})
+			return stream.SendAndClose(&api.BulkUploadResponse{Received: st.Received()})
 		}
 		if err != nil {
-			_ = u.sync()
+			_ = st.Sync()
 			return err
 		}
 	}
-	closed = true
-	lv, err := u.finish(stream.Context())
-	if err != nil {
-		return uploadErr(r, err)
+	if _, err := st.Finish(stream.Context()); err != nil {
+		return stageErr(r, version, err)
 	}
 	// Tell the master now rather than at the next heartbeat: the version
 	// switches as soon as the last partition reports.
 	if err := s.heartbeat(false); err != nil {
 		s.log.Warn("heartbeat after bulk load failed; the next one reports it", "err", err)
 	}
-	return stream.SendAndClose(&api.BulkUploadResponse{Received: lv.size, Loaded: true})
+	return stream.SendAndClose(&api.BulkUploadResponse{Received: file.GetSize(), Loaded: true})
 }
 
-func uploadErr(r *replica, err error) error {
+// stageErr maps an error writing or loading version's file (an upload or
+// a fetch from its stream) to what the sender can act on: a bad file is
+// INVALID_ARGUMENT (send it again, or fix it), anything else UNAVAILABLE.
+func stageErr(r *replica, version uint64, err error) error {
+	var off *bulk.StageOffsetError
+	var gone *bulk.VersionGoneError
+	switch {
+	case errors.Is(err, bulk.ErrStageBusy):
+		return api.Errorf(api.ErrorCode_ERROR_CODE_SERVER_BUSY, "upload_in_progress", "partition %d: an upload of version %d is already running", r.part.GetId(), version)
+	case errors.As(err, &off):
+		return api.InvalidArgument("offset", "offset_past_end", off.Held, "upload offset %d is past the %d bytes held; resume from BulkUploadStatus", off.Offset, off.Held)
+	case errors.Is(err, bulk.ErrStageTooLong):
+		return api.InvalidArgument("data", "upload_too_long", 0, "partition %d version %d: %v", r.part.GetId(), version, err)
+	case errors.Is(err, bulk.ErrChecksum):
+		return api.InvalidArgument("file.crc32c", "checksum_mismatch", 0,
+			"partition %d version %d: %v; the upload was discarded, send it again", r.part.GetId(), version, err)
+	case errors.Is(err, bulk.ErrRefused):
+		return api.InvalidArgument("data", "bad_file", 0, "partition %d version %d: the file is rejected: %v", r.part.GetId(), version, err)
+	case errors.As(err, &gone):
+		return errVersionGone(r, gone.Version, gone.Current)
+	}
 	if _, ok := status.FromError(err); ok {
 		return err // already a status
 	}

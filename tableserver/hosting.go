@@ -185,9 +185,12 @@ func (s *Server) openReplica(t *api.Table, p *api.Partition) (*replica, error) {
 	info := coproc.PartitionInfo{ID: p.GetId(), Epoch: p.GetEpoch(), Index: int(p.GetIndex()), Count: int(t.GetOptions().GetPartitions()),
 		HashStart: p.GetStart(), HashEnd: p.GetEnd(), Primary: true}
 	if t.GetKind() == api.TableKind_TABLE_KIND_BULK {
-		b := newBulkPart(p.GetId(), int(p.GetIndex()), int(t.GetOptions().GetPartitions()), dir, s.log.With("partition", p.GetId()))
+		b, err := s.openBulkPart(t, p, dir)
+		if err != nil {
+			return nil, err
+		}
 		order := new(sync.RWMutex)
-		return &replica{table: t, part: p, engine: b, bulk: b, cpart: coproc.PartitionFromEngine(b, info, order), order: order}, nil
+		return &replica{table: t, part: p, engine: b.Engine, batch: b.Engine, bulk: b, cpart: coproc.PartitionFromEngine(b.Engine, info, order), order: order}, nil
 	}
 	e, err := engines.Open(kind, engines.Options{
 		// The commit log is the durable record (a write is acknowledged

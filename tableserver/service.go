@@ -10,6 +10,7 @@ import (
 
 	"github.com/tabuladb/tabula/api"
 	"github.com/tabuladb/tabula/engines"
+	"github.com/tabuladb/tabula/engines/bulk"
 	"github.com/tabuladb/tabula/internal/keyspace"
 )
 
@@ -174,7 +175,10 @@ func dataLost(r *replica) error {
 
 // engineErr maps an engine error to the API's error model.
 func engineErr(r *replica, err error) error {
+	var gone *bulk.VersionGoneError
 	switch {
+	case errors.As(err, &gone): // a bulk version unloaded under the read
+		return errVersionGone(r, gone.Version, gone.Current)
 	case errors.Is(err, engines.ErrClosed):
 		return api.Errorf(api.ErrorCode_ERROR_CODE_UNAVAILABLE, "partition_closed", "partition %d was closed (moved or server stopping)", r.part.GetId())
 	case errors.Is(err, engines.ErrReadOnly):
@@ -466,8 +470,6 @@ func (s *Server) Scan(req *api.ScanRequest, stream grpc.ServerStreamingServer[ap
 		return nil
 	}
 	scan := r.engine.Scan
-	var scanned uint64 // the bulk version scanned
-	gone := false      // and it was unloaded under the scan
 	if r.bulk != nil {
 		// A bulk partition scans the version the request names (0: the
 		// serving one), held for the whole scan, as a BatchGet would.
@@ -475,13 +477,7 @@ func (s *Server) Scan(req *api.ScanRequest, stream grpc.ServerStreamingServer[ap
 		if err != nil {
 			return err
 		}
-		r.bulk.reads.Add(1)
-		scanned = lv.version
-		scan = func(fn func(engines.Record) error) error {
-			err := lv.scan(ctx, fn)
-			gone = errors.Is(err, engines.ErrClosed)
-			return err
-		}
+		scan = func(fn func(engines.Record) error) error { return lv.Scan(ctx, fn) }
 	}
 	err = scan(func(rec engines.Record) error {
 		if err := ctx.Err(); err != nil {
@@ -506,9 +502,6 @@ func (s *Server) Scan(req *api.ScanRequest, stream grpc.ServerStreamingServer[ap
 	if err != nil {
 		if ctx.Err() != nil {
 			return ctx.Err()
-		}
-		if gone {
-			return r.bulkErr(scanned, err)
 		}
 		return engineErr(r, err)
 	}

@@ -1,6 +1,7 @@
 // Package bulk is the library of bulk tables (DESIGN §6): it builds the
-// immutable per-partition files of a table version from records, and reads
-// them for serving with a few bytes of memory per record.
+// immutable per-partition files of a table version from records, reads
+// them with a few bytes of memory per record, and serves a partition's
+// versions as the read-only engine of kind bulk in the engines registry.
 //
 // # Building
 //
@@ -27,6 +28,31 @@
 // each live key of the version once, with the value AppendGet returns,
 // holding no per-key state: a layer's record is served unless a newer
 // layer's index has its key (an in-memory fingerprint miss, almost always).
+//
+// # Serving engine
+//
+// Engine (engines.Open(engines.KindBulk, opts), or OpenEngine) serves one
+// partition from its directory: the loaded versions, one of them serving.
+// It is read-only (not an engines.Writer): a version comes in whole,
+// written with Stage (an upload, or a copy from a stream; resumable from
+// StagedBytes) and loaded by Stage.Finish after its whole-file CRC32C and
+// every record are checked, or found in the directory at the first Retain
+// after a restart; Retain(retained, current) unloads and deletes the
+// versions no longer retained (a delta keeps its base chain loaded) and
+// sets the serving one. Through engines.Engine and engines.BatchGetter it
+// serves the serving version (a read racing a switch is read again at the
+// new one); Version(v) gives a pinned version, whose reads fail with a
+// *VersionGoneError once it is unloaded. Files in the directory:
+//
+//	v<version>-<crc32c as 8 hex digits>.bulk   a loaded (verified) version
+//	v<version>-<crc32c as 8 hex digits>.part   a stage in progress
+//
+// A .bulk file is only ever made by renaming a complete, verified .part;
+// its name carries what it is checked against, so nothing else is stored.
+// Which versions to hold, where their files come from, and telling anyone
+// what is loaded is the owner's business (the table server: the cluster
+// map, uploads, streams, heartbeats). The engine passes
+// enginetest.RunReadOnly.
 //
 // # File format
 //
@@ -110,6 +136,9 @@
 // concurrent with reads: Close waits for reads in flight and later reads
 // fail with engines.ErrClosed; the mapping is released only when no read
 // uses it. BuildTable and BuildPartition may run concurrently with anything.
+// An *Engine and its *Versions are safe for concurrent use; reads never
+// wait on a load, an unload or a stage (the loaded set is immutable and
+// swapped atomically). A *Stage is used by one goroutine.
 //
 // # Example
 //
@@ -117,4 +146,13 @@
 //	f, err := bulk.Open(vfs.Default, "out/"+bulk.PartitionFileName(3, 8), bulk.OpenOptions{})
 //	defer f.Close()
 //	v, ok, err := f.AppendGet(nil, []byte("key"))
+//
+//	e, err := engines.Open(engines.KindBulk, engines.Options{Dir: dir, Partition: 3, Partitions: 8})
+//	be := e.(*bulk.Engine)
+//	be.Retain([]uint64{1}, 0)                   // the map lists version 1
+//	st, err := be.Stage(1, size, crc, be.StagedBytes(1))
+//	_, err = io.Copy(st, upload)
+//	_, err = st.Finish(ctx)                     // verified and loaded
+//	be.Retain([]uint64{1}, 1)                   // and serving
+//	v, _, err := e.Get([]byte("key"))
 package bulk

@@ -20,6 +20,15 @@
 // engines.Writer get the read-only subset. The suite closes every engine it
 // opens.
 //
+// A read-only engine (bulk) is filled through its own loading API:
+// RunReadOnly takes a LoadFunc that installs a snapshot of records as all
+// the engine serves, and runs the read checks over loaded data, reloads,
+// reads racing loads, and a seeded model of successive snapshots:
+//
+//	enginetest.RunReadOnly(t, open, func(e engines.Engine, recs []engines.Record) error {
+//		// build a version from recs, load it, make it current
+//	})
+//
 // Randomised subtests log "seed N"; rerun one with TABULA_SEED=N. Run the
 // suite under -race: its concurrent subtests exist for the race detector as
 // much as for their own checks.
