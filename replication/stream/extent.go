@@ -572,7 +572,7 @@ func (e *Extent) Seal(length int64) (lastSeq uint64, err error) {
 	e.wmu.Lock()
 	defer e.wmu.Unlock()
 	e.mu.Lock()
-	sealed, written, broken, closed := e.sealed, e.written, e.broken, e.f == nil
+	sealed, written, durable, broken, closed := e.sealed, e.written, e.durable, e.broken, e.f == nil
 	e.mu.Unlock()
 	switch {
 	case closed:
@@ -581,11 +581,16 @@ func (e *Extent) Seal(length int64) (lastSeq uint64, err error) {
 		return e.Info().LastSeq, nil
 	case sealed:
 		return 0, fmt.Errorf("seal extent %d at %d, sealed at %d: %w", e.id, length, written, ErrSealConflict)
-	case broken != nil:
-		return 0, fmt.Errorf("seal extent %d: %w (%v)", e.id, ErrBroken, broken)
+	case broken != nil && length > durable:
+		// A broken replica (a failed write or replication) vouches only
+		// for what it synced.
+		return 0, fmt.Errorf("seal extent %d at %d, it holds %d durably: %w (%v)", e.id, length, durable, ErrBroken, broken)
 	case length > written || length < 0:
 		return 0, fmt.Errorf("seal extent %d at %d, it holds %d: %w", e.id, length, written, ErrShort)
 	}
+	// A broken replica is sealed within its durable bytes: they are
+	// intact (a primary breaks its extent when a secondary fails, and may
+	// hold the only complete copy of what a quorum acknowledged).
 	e.mu.Lock()
 	i, found := slices.BinarySearch(e.starts, length)
 	e.mu.Unlock()
@@ -638,6 +643,7 @@ func (e *Extent) Seal(length int64) (lastSeq uint64, err error) {
 	e.written, e.durable = length, length
 	e.lastSeq, e.durableSeq = lastSeq, lastSeq
 	e.sealed, e.frozen = true, true
+	e.broken = nil // sealed and synced: whole again, and immutable
 	e.notifyLocked()
 	return lastSeq, nil
 }

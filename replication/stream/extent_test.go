@@ -426,3 +426,40 @@ func TestStoreInstallAndDelete(t *testing.T) {
 		t.Fatalf("left %v", names)
 	}
 }
+
+// A primary breaks its extent when a secondary fails, yet may hold the
+// only complete copy of what a quorum acknowledged: it must take a seal
+// within its synced bytes (it refused any, and the sealed extent then had
+// no replica holding its data), never beyond them.
+func TestBrokenExtentSealsWithinDurable(t *testing.T) {
+	s, err := OpenStore(vfs.NewMem(), "/node")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	e, err := s.Create(7, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, _, err := e.AppendEntries([]EntryData{{Seq: 1, Blocks: [][]byte{[]byte("acked")}}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	durable := e.Info().Length
+	if _, _, _, err := e.AppendEntries([]EntryData{{Seq: 2, Blocks: [][]byte{[]byte("not synced")}}}); err != nil {
+		t.Fatal(err)
+	}
+	e.Break(errors.New("replicate to a secondary failed"))
+	if _, err := e.Seal(durable + 1); !errors.Is(err, ErrBroken) {
+		t.Fatalf("seal beyond the durable length of a broken extent: %v", err)
+	}
+	seq, err := e.Seal(durable)
+	if err != nil || seq != 1 {
+		t.Fatalf("seal at the durable length of a broken extent: seq %d, %v", seq, err)
+	}
+	if got := readEntries(t, e); len(got) != 1 || string(got[0].Blocks[0]) != "acked" {
+		t.Fatalf("sealed extent holds %v", got)
+	}
+}
