@@ -21,6 +21,8 @@ func (l *logReplica) tailLoop() {
 	defer l.wg.Done()
 	t := time.NewTicker(tailInterval)
 	defer t.Stop()
+	var lastErr string
+	var lastLog time.Time
 	for {
 		select {
 		case <-l.ctx.Done():
@@ -28,8 +30,16 @@ func (l *logReplica) tailLoop() {
 		case <-l.tick:
 		case <-t.C:
 		}
-		if err := l.tailOnce(); err != nil && l.ctx.Err() == nil {
-			l.log.Warn("reading the commit log", "err", err)
+		err := l.tailOnce()
+		if err == nil || l.ctx.Err() != nil {
+			lastErr = ""
+			continue
+		}
+		// Retried every tick: log a new error at once, the same one every
+		// few seconds.
+		if msg := err.Error(); msg != lastErr || time.Since(lastLog) > 5*time.Second {
+			l.log.Warn("reading the commit log; retrying", "err", err)
+			lastErr, lastLog = msg, time.Now()
 		}
 	}
 }
