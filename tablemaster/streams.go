@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/tabuladb/tabula/api"
@@ -49,11 +48,7 @@ func (s *StreamState) clone() *StreamState {
 	if s == nil {
 		return nil
 	}
-	m, err := stream.LoadSnapshot(s.M.Snapshot())
-	if err != nil {
-		panic(fmt.Sprintf("tablemaster: stream manager state does not round-trip: %v", err)) // broken invariant
-	}
-	return &StreamState{M: m}
+	return &StreamState{M: s.M.Clone()}
 }
 
 // streams returns the stream manager, creating it for a state from before
