@@ -147,6 +147,10 @@ type Replica struct {
 	applied uint64
 	// catchUp is the log end a new primary must apply before it proposes.
 	catchUp uint64
+	// logEpoch is the epoch of the last record observed: along the log,
+	// epochs never decrease (an older primary's records end where the
+	// seal that deposed it cut the log).
+	logEpoch uint64
 	// appendBlocked: the log refused an append (its extent failed or was
 	// sealed); nothing more is sent until LogRestarted.
 	appendBlocked bool
@@ -351,6 +355,10 @@ func (r *Replica) Observe(rec Record) error {
 	if rec.LSN != r.last+1 {
 		return fmt.Errorf("partition: log gap: record %d after %d", rec.LSN, r.last)
 	}
+	if rec.Epoch < r.logEpoch {
+		return fmt.Errorf("partition: record %d of epoch %d after one of epoch %d: a deposed primary's record in the log", rec.LSN, rec.Epoch, r.logEpoch)
+	}
+	r.logEpoch = rec.Epoch
 	r.last, r.durable = rec.LSN, rec.LSN
 	r.unapplied = append(r.unapplied, rec)
 	return nil
