@@ -108,7 +108,7 @@ func (r *replica) checkUploadVersion(v uint64) error {
 }
 
 // BulkUploadStatus implements api.TableServerServer.
-func (s *Server) BulkUploadStatus(ctx context.Context, req *api.BulkUploadStatusRequest) (*api.BulkUploadResponse, error) {
+func (s *service) BulkUploadStatus(ctx context.Context, req *api.BulkUploadStatusRequest) (*api.BulkUploadResponse, error) {
 	r, _, err := s.bulkReplica(req.GetHeader())
 	if err != nil {
 		return nil, err
@@ -123,7 +123,7 @@ func (s *Server) BulkUploadStatus(ctx context.Context, req *api.BulkUploadStatus
 }
 
 // BulkUpload implements api.TableServerServer.
-func (s *Server) BulkUpload(stream grpc.ClientStreamingServer[api.BulkUploadRequest, api.BulkUploadResponse]) error {
+func (s *service) BulkUpload(stream grpc.ClientStreamingServer[api.BulkUploadRequest, api.BulkUploadResponse]) error {
 	first, err := stream.Recv()
 	if err != nil {
 		return err

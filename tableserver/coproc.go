@@ -173,7 +173,7 @@ func coprocErr(err error) error {
 }
 
 // Invoke implements api.TableServerServer.
-func (s *Server) Invoke(ctx context.Context, req *api.InvokeRequest) (*api.InvokeResponse, error) {
+func (s *service) Invoke(ctx context.Context, req *api.InvokeRequest) (*api.InvokeResponse, error) {
 	r, h, err := s.replicaFor(req.GetHeader())
 	if err != nil {
 		return nil, err
@@ -213,7 +213,7 @@ func nonEmpty(b []byte) []byte {
 }
 
 // CoprocMerge implements api.TableServerServer.
-func (s *Server) CoprocMerge(ctx context.Context, req *api.CoprocMergeRequest) (*api.CoprocMergeResponse, error) {
+func (s *service) CoprocMerge(ctx context.Context, req *api.CoprocMergeRequest) (*api.CoprocMergeResponse, error) {
 	r, h, err := s.replicaFor(req.GetHeader())
 	if err != nil {
 		return nil, err

@@ -21,10 +21,11 @@ import (
 	"github.com/tabuladb/tabula/replication/stream"
 )
 
-// Server is a table server. Safe for concurrent use.
+// Server is a table server: its registration, lease and map watch, the
+// partitions it hosts (hosting.go; a replicated partition's life is a
+// logReplica) and its extent node. Its RPC surface is service. Safe for
+// concurrent use.
 type Server struct {
-	api.UnimplementedTableServerServer
-
 	opts  Options
 	log   *slog.Logger
 	start time.Time // origin of the monotonic clock the lease is kept on
@@ -67,7 +68,15 @@ type Server struct {
 	registered chan struct{}
 }
 
-var _ api.TableServerServer = (*Server)(nil)
+// service is the TableServer RPC surface (service.go, writes.go,
+// bulkservice.go, coproc.go): the request checks and the read and write
+// paths over the Server's hosted replicas.
+type service struct {
+	api.UnimplementedTableServerServer
+	*Server
+}
+
+var _ api.TableServerServer = (*service)(nil)
 
 // Open prepares a server: checks options, creates the data directory and
 // reads the stored identity. It does not contact the master; Serve does.
@@ -112,7 +121,7 @@ func Open(opts Options) (*Server, error) {
 		grpc.ChainUnaryInterceptor(s.admitUnary),
 		grpc.ChainStreamInterceptor(s.admitStream),
 	)
-	api.RegisterTableServerServer(s.grpc, s)
+	api.RegisterTableServerServer(s.grpc, &service{Server: s})
 	node, err := stream.OpenNode(stream.NodeOptions{
 		Dir:           filepath.Join(opts.DataDir, "extents"),
 		ScrubInterval: opts.ScrubInterval,

@@ -190,7 +190,7 @@ func engineErr(r *replica, err error) error {
 }
 
 // Get implements api.TableServerServer.
-func (s *Server) Get(ctx context.Context, req *api.GetRequest) (*api.GetResponse, error) {
+func (s *service) Get(ctx context.Context, req *api.GetRequest) (*api.GetResponse, error) {
 	r, h, err := s.replicaFor(req.GetHeader())
 	if err != nil {
 		return nil, err
@@ -219,7 +219,7 @@ func (s *Server) Get(ctx context.Context, req *api.GetRequest) (*api.GetResponse
 }
 
 // BatchGet implements api.TableServerServer.
-func (s *Server) BatchGet(ctx context.Context, req *api.BatchGetRequest) (*api.BatchGetResponse, error) {
+func (s *service) BatchGet(ctx context.Context, req *api.BatchGetRequest) (*api.BatchGetResponse, error) {
 	r, h, err := s.replicaFor(req.GetHeader())
 	if err != nil {
 		return nil, err
@@ -302,7 +302,7 @@ func (r *replica) getChunk(keys [][]byte, out []*api.GetResponse) error {
 }
 
 // Put implements api.TableServerServer.
-func (s *Server) Put(ctx context.Context, req *api.PutRequest) (*api.PutResponse, error) {
+func (s *service) Put(ctx context.Context, req *api.PutRequest) (*api.PutResponse, error) {
 	r, h, err := s.replicaFor(req.GetHeader())
 	if err != nil {
 		return nil, err
@@ -330,7 +330,7 @@ func (s *Server) Put(ctx context.Context, req *api.PutRequest) (*api.PutResponse
 }
 
 // Delete implements api.TableServerServer.
-func (s *Server) Delete(ctx context.Context, req *api.DeleteRequest) (*api.DeleteResponse, error) {
+func (s *service) Delete(ctx context.Context, req *api.DeleteRequest) (*api.DeleteResponse, error) {
 	r, h, err := s.replicaFor(req.GetHeader())
 	if err != nil {
 		return nil, err
@@ -355,7 +355,7 @@ func (s *Server) Delete(ctx context.Context, req *api.DeleteRequest) (*api.Delet
 }
 
 // CompareAndSwap implements api.TableServerServer.
-func (s *Server) CompareAndSwap(ctx context.Context, req *api.CompareAndSwapRequest) (*api.CompareAndSwapResponse, error) {
+func (s *service) CompareAndSwap(ctx context.Context, req *api.CompareAndSwapRequest) (*api.CompareAndSwapResponse, error) {
 	r, h, err := s.replicaFor(req.GetHeader())
 	if err != nil {
 		return nil, err
@@ -390,7 +390,7 @@ func (s *Server) CompareAndSwap(ctx context.Context, req *api.CompareAndSwapRequ
 }
 
 // BatchWrite implements api.TableServerServer.
-func (s *Server) BatchWrite(ctx context.Context, req *api.BatchWriteRequest) (*api.BatchWriteResponse, error) {
+func (s *service) BatchWrite(ctx context.Context, req *api.BatchWriteRequest) (*api.BatchWriteResponse, error) {
 	r, h, err := s.replicaFor(req.GetHeader())
 	if err != nil {
 		return nil, err
@@ -442,7 +442,7 @@ func (s *Server) BatchWrite(ctx context.Context, req *api.BatchWriteRequest) (*a
 }
 
 // Scan implements api.TableServerServer.
-func (s *Server) Scan(req *api.ScanRequest, stream grpc.ServerStreamingServer[api.ScanResponse]) error {
+func (s *service) Scan(req *api.ScanRequest, stream grpc.ServerStreamingServer[api.ScanResponse]) error {
 	r, h, err := s.replicaFor(req.GetHeader())
 	if err != nil {
 		return err
