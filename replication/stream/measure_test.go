@@ -87,3 +87,76 @@ func TestMeasureAckPolicies(t *testing.T) {
 		})
 	}
 }
+
+// TestMeasureJournal measures the partition-log shape of the table
+// servers: 3 real nodes on loopback with real files and fsyncs, 15
+// streams of 3 replicas with quorum acks, 16 writers appending 100-byte
+// records. Set TABULA_STREAM_MEASURE=1 to run it; it prints appends/s,
+// p50 and p99.
+func TestMeasureJournal(t *testing.T) {
+	if os.Getenv("TABULA_STREAM_MEASURE") == "" {
+		t.Skip("a measurement: set TABULA_STREAM_MEASURE=1")
+	}
+	if os.Getenv("TABULA_STREAM_MEASURE_BEFORE") != "" {
+		measureJournal(t, "no-journal", stream.NodeOptions{Journal: stream.JournalOptions{Disabled: true}})
+	}
+	measureJournal(t, "journal", stream.NodeOptions{})
+}
+
+func measureJournal(t *testing.T, name string, node stream.NodeOptions) {
+	const (
+		streams = 15
+		writers = 16
+		phase   = 3 * time.Second
+	)
+	c := streamtest.Start(t, 3, streamtest.Options{Dir: t.TempDir(), Node: node})
+	defer c.Close()
+	ctx := context.Background()
+	cl := stream.NewClient(c.Driver, stream.ClientOptions{})
+	defer cl.Close()
+	for s := range streams {
+		if _, err := c.Driver.Apply(ctx, stream.Command{Op: stream.OpCreateStream, Stream: fmt.Sprint("p", s), Ack: stream.AckQuorum, Replicas: 3}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := cl.Append(ctx, fmt.Sprint("p", s), []byte("warm-up")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var mu sync.Mutex
+	var lat []time.Duration
+	var fails int
+	start := time.Now()
+	stop := start.Add(phase)
+	var wg sync.WaitGroup
+	rec := make([]byte, 100)
+	for w := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var mine []time.Duration
+			for i := 0; time.Now().Before(stop); i++ {
+				t0 := time.Now()
+				_, err := cl.Append(ctx, fmt.Sprint("p", (w+i*writers)%streams), rec)
+				if err != nil {
+					mu.Lock()
+					fails++
+					mu.Unlock()
+					continue
+				}
+				mine = append(mine, time.Since(t0))
+			}
+			mu.Lock()
+			lat = append(lat, mine...)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	el := time.Since(start)
+	slices.Sort(lat)
+	if len(lat) == 0 {
+		t.Fatalf("no appends (%d failed)", fails)
+	}
+	q := func(p float64) time.Duration { return lat[min(len(lat)-1, int(p*float64(len(lat))))] }
+	t.Logf("%-10s %7d appends %7.0f/s  p50 %8v  p99 %8v  max %8v  failed %d",
+		name, len(lat), float64(len(lat))/el.Seconds(), q(0.50).Round(time.Microsecond), q(0.99).Round(time.Microsecond), lat[len(lat)-1].Round(time.Microsecond), fails)
+}
