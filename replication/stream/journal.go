@@ -7,6 +7,7 @@ import (
 	"hash/crc32"
 	"log/slog"
 	"math/rand/v2"
+	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -284,29 +285,28 @@ func listJournal(fs vfs.FS, dir string) ([]uint64, error) {
 }
 
 // readJournal reads and decodes every journal file in dir, oldest first.
-// It returns the records in journal order and the newest file's number (0
-// if none).
-func readJournal(fs vfs.FS, dir string) (recs []journalRecord, newest uint64, err error) {
+// It returns the records in journal order, the newest file's number (0 if
+// none) and the last batch number.
+func readJournal(fs vfs.FS, dir string) (recs []journalRecord, newest, batch uint64, err error) {
 	nums, err := listJournal(fs, dir)
 	if err != nil {
-		return nil, 0, fmt.Errorf("list journal: %w", err)
+		return nil, 0, 0, fmt.Errorf("list journal: %w", err)
 	}
-	var batch uint64
 	for i, num := range nums {
 		b, err := readWholeFile(fs, filepath.Join(dir, journalName(num)))
 		if err != nil {
-			return nil, 0, fmt.Errorf("read journal file %s: %w", journalName(num), err)
+			return nil, 0, 0, fmt.Errorf("read journal file %s: %w", journalName(num), err)
 		}
 		rs, last, err := scanJournalFile(b, num, i == len(nums)-1, batch)
 		if err != nil {
-			return nil, 0, fmt.Errorf("journal file %s: %w", journalName(num), err)
+			return nil, 0, 0, fmt.Errorf("journal file %s: %w", journalName(num), err)
 		}
 		recs, batch = append(recs, rs...), last
 	}
 	if len(nums) > 0 {
 		newest = nums[len(nums)-1]
 	}
-	return recs, newest, nil
+	return recs, newest, batch, nil
 }
 
 func readWholeFile(fs vfs.FS, path string) ([]byte, error) {
@@ -361,10 +361,11 @@ type journal struct {
 	buf   []byte
 }
 
-// openJournal starts a journal in dir with a new file numbered num.
-func openJournal(fs vfs.FS, dir string, num uint64, o JournalOptions, log *slog.Logger, onRotate func()) (*journal, error) {
+// openJournal starts a journal in dir with a new file numbered num, its
+// batches numbered from batch+1 (batch numbers increase across files).
+func openJournal(fs vfs.FS, dir string, num, batch uint64, o JournalOptions, log *slog.Logger, onRotate func()) (*journal, error) {
 	j := &journal{
-		fs: fs, dir: dir, fileBytes: o.FileBytes, log: log, onRotate: onRotate,
+		fs: fs, dir: dir, fileBytes: o.FileBytes, log: log, onRotate: onRotate, batch: batch,
 		wake: make(chan struct{}, 1), stopped: make(chan struct{}), changed: make(chan struct{}),
 	}
 	if j.fileBytes <= 0 {
@@ -587,16 +588,22 @@ func (j *journal) older() []uint64 {
 // them).
 func (j *journal) remove(nums []uint64) error {
 	var err error
+	var removed []uint64
 	for _, num := range nums {
-		if rerr := j.fs.Remove(filepath.Join(j.dir, journalName(num))); rerr != nil {
+		rerr := j.fs.Remove(filepath.Join(j.dir, journalName(num)))
+		if rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
 			err = errors.Join(err, fmt.Errorf("remove journal file %s: %w", journalName(num), rerr))
+			continue
 		}
+		removed = append(removed, num)
 	}
 	if serr := j.fs.SyncDir(j.dir); serr != nil {
-		err = errors.Join(err, fmt.Errorf("sync journal directory: %w", serr))
+		// The removals may not last; they are redone at the next
+		// checkpoint (a replay of a covered file is a no-op anyway).
+		return errors.Join(err, fmt.Errorf("sync journal directory: %w", serr))
 	}
 	j.mu.Lock()
-	j.files = slices.DeleteFunc(j.files, func(n uint64) bool { return slices.Contains(nums, n) })
+	j.files = slices.DeleteFunc(j.files, func(n uint64) bool { return slices.Contains(removed, n) })
 	j.mu.Unlock()
 	return err
 }

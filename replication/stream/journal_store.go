@@ -26,7 +26,7 @@ func (s *Store) startJournal(o JournalOptions) error {
 	if err := s.fs.SyncDir(s.dir); err != nil {
 		return fmt.Errorf("sync store directory: %w", err)
 	}
-	recs, newest, err := readJournal(s.fs, dir)
+	recs, newest, batch, err := readJournal(s.fs, dir)
 	if err != nil {
 		return err
 	}
@@ -39,7 +39,7 @@ func (s *Store) startJournal(o JournalOptions) error {
 		return fmt.Errorf("list journal: %w", err)
 	}
 	ckWake := make(chan struct{}, 1)
-	jr, err := openJournal(s.fs, dir, newest+1, o, s.log, func() {
+	jr, err := openJournal(s.fs, dir, newest+1, batch, o, s.log, func() {
 		select {
 		case ckWake <- struct{}{}:
 		default:
@@ -55,13 +55,15 @@ func (s *Store) startJournal(o JournalOptions) error {
 	}
 	s.ckWake, s.ckStop, s.ckDone = ckWake, make(chan struct{}), make(chan struct{})
 	s.mu.Unlock()
+	go s.checkpointLoop()
 	jr.mu.Lock()
 	jr.files = append(old, jr.files...)
 	jr.mu.Unlock()
 	if err := jr.remove(old); err != nil {
-		return err
+		// Kept: the next checkpoint removes them, and a replay of them
+		// is a no-op.
+		s.log.Warn("remove replayed journal files", "err", err)
 	}
-	go s.checkpointLoop()
 	return nil
 }
 
