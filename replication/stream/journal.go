@@ -325,39 +325,40 @@ func readWholeFile(fs vfs.FS, path string) ([]byte, error) {
 	return b, f.Close()
 }
 
-// journal is a node's running journal. Safe for concurrent use: add and
-// wait from any goroutine; one committer goroutine (run) owns the file.
+// journal is a node's running journal. Safe for concurrent use. There
+// is no committer goroutine: a waiter that finds records queued and no
+// commit running commits them itself (the leader) and wakes the others,
+// one of which leads the next batch, which formed meanwhile. That saves
+// a goroutine hand-off per batch on the append's path.
 type journal struct {
 	fs        vfs.FS
 	dir       string
 	fileBytes int64
 	log       *slog.Logger
-	onRotate  func() // called (from the committer) after a move to a new file
-
-	wake    chan struct{} // 1-buffered: records were queued or close asked
-	stopped chan struct{} // closed when run returns
+	onRotate  func() // called (from a leader) after a move to a new file
 
 	mu sync.Mutex
 	// Guarded by mu.
-	queue   []journalRecord // records not yet taken by the committer
-	spare   []journalRecord // the previous queue, reused
+	queue   []journalRecord // records not yet taken by a leader
+	spare   []journalRecord // a previous queue, reused
 	next    uint64          // ticket of the last record queued (tickets count from 1)
-	taken   uint64          // ticket of the last record the committer took
+	taken   uint64          // ticket of the last record a leader took
 	done    uint64          // records with tickets up to done are durable
-	err     error           // the committer failed: no more records are taken
+	leading bool            // a leader is committing
+	err     error           // a commit failed (or closed): no more records are taken
 	closing bool
-	changed chan struct{} // closed and replaced when done or err change
+	changed chan struct{} // closed and replaced when done, leading or err change
 	cur     uint64        // number of the file being written
 	files   []uint64      // journal files on disk, oldest first (cur last)
 
-	// fmu is held by the committer around its file operations, and by
-	// forceRotate.
+	// fmu is held by the leader around its file operations, and by
+	// forceRotate and close.
 	fmu sync.Mutex
 	// Guarded by fmu.
-	f     vfs.File
-	size  int64  // bytes in f
-	salt  uint64 // f's salt
-	batch uint64 // last batch number written
+	f     vfs.File // nil once closed
+	size  int64    // bytes in f
+	salt  uint64   // f's salt
+	batch uint64   // last batch number written
 	buf   []byte
 }
 
@@ -366,7 +367,7 @@ type journal struct {
 func openJournal(fs vfs.FS, dir string, num, batch uint64, o JournalOptions, log *slog.Logger, onRotate func()) (*journal, error) {
 	j := &journal{
 		fs: fs, dir: dir, fileBytes: o.FileBytes, log: log, onRotate: onRotate, batch: batch,
-		wake: make(chan struct{}, 1), stopped: make(chan struct{}), changed: make(chan struct{}),
+		changed: make(chan struct{}),
 	}
 	if j.fileBytes <= 0 {
 		j.fileBytes = defaultJournalFileBytes
@@ -376,7 +377,6 @@ func openJournal(fs vfs.FS, dir string, num, batch uint64, o JournalOptions, log
 		return nil, err
 	}
 	j.f, j.salt, j.size, j.cur, j.files = f, salt, journalHeaderLen, num, []uint64{num}
-	go j.run()
 	return j, nil
 }
 
@@ -400,37 +400,35 @@ func (j *journal) createFile(num uint64) (vfs.File, uint64, error) {
 	return f, salt, nil
 }
 
-// add queues r and returns its ticket, for wait. It does not block.
+// add queues r and returns its ticket, for wait. It does not block; r is
+// durable once a wait for its ticket (or a later one) returned nil.
 func (j *journal) add(r journalRecord) (uint64, error) {
 	j.mu.Lock()
+	defer j.mu.Unlock()
 	switch {
 	case j.err != nil:
-		err := j.err
-		j.mu.Unlock()
-		return 0, err
+		return 0, j.err
 	case j.closing:
-		j.mu.Unlock()
 		return 0, fmt.Errorf("journal: %w", ErrClosed)
 	}
 	j.queue = append(j.queue, r)
 	j.next++
-	t := j.next
-	j.mu.Unlock()
-	select {
-	case j.wake <- struct{}{}:
-	default:
-	}
-	return t, nil
+	return j.next, nil
 }
 
 // wait blocks until the record with ticket t is durable, or the journal
-// failed before writing it.
+// failed before writing it. It commits queued records itself when no
+// other waiter is.
 func (j *journal) wait(t uint64) error {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	for j.done < t {
 		if j.err != nil {
 			return j.err
+		}
+		if !j.leading && len(j.queue) > 0 {
+			j.leadLocked()
+			continue
 		}
 		ch := j.changed
 		j.mu.Unlock()
@@ -440,64 +438,59 @@ func (j *journal) wait(t uint64) error {
 	return nil
 }
 
-// run is the committer: it writes everything queued as one frame, fsyncs,
-// and releases the waiters, until closed with nothing queued.
-func (j *journal) run() {
-	defer close(j.stopped)
-	for {
-		j.mu.Lock()
-		for len(j.queue) == 0 && !j.closing {
-			j.mu.Unlock()
-			<-j.wake
-			j.mu.Lock()
-		}
-		if len(j.queue) == 0 {
-			j.mu.Unlock()
-			return
-		}
-		var recs []journalRecord
-		size := 0
-		k := 0
-		for k < len(j.queue) && (k == 0 || size+j.queue[k].size() <= journalBatchBytes) {
-			size += j.queue[k].size()
-			k++
-		}
-		if k == len(j.queue) {
-			recs, j.queue, j.spare = j.queue, j.spare[:0], nil
-		} else {
-			recs = slices.Clone(j.queue[:k])
-			clear(j.queue[:k])
-			j.queue = j.queue[k:]
-		}
-		j.taken += uint64(k)
-		last := j.taken
-		j.mu.Unlock()
-
-		j.fmu.Lock()
-		err := j.commit(recs)
-		j.fmu.Unlock()
-
-		clear(recs)
-		j.mu.Lock()
-		if j.spare == nil {
-			j.spare = recs[:0]
-		}
-		if err != nil {
-			j.log.Error("journal write failed; the node takes no more writes", "err", err)
-			j.err = fmt.Errorf("journal: %w: %w", ErrBroken, err)
-			j.queue = nil
-		} else {
-			j.done = last
-		}
-		close(j.changed)
-		j.changed = make(chan struct{})
-		j.mu.Unlock()
+// leadLocked commits a batch of the queue: everything queued up to
+// journalBatchBytes, as one frame, one write and one fsync. The caller
+// holds mu, which is released during the I/O.
+func (j *journal) leadLocked() {
+	j.leading = true
+	size, k := 0, 0
+	for k < len(j.queue) && (k == 0 || size+j.queue[k].size() <= journalBatchBytes) {
+		size += j.queue[k].size()
+		k++
 	}
+	var recs []journalRecord
+	if k == len(j.queue) {
+		recs, j.queue, j.spare = j.queue, j.spare[:0], nil
+	} else {
+		recs = slices.Clone(j.queue[:k])
+		clear(j.queue[:k])
+		j.queue = j.queue[k:]
+	}
+	j.taken += uint64(k)
+	last := j.taken
+	j.mu.Unlock()
+
+	j.fmu.Lock()
+	err := j.commit(recs)
+	j.fmu.Unlock()
+	clear(recs)
+
+	j.mu.Lock()
+	j.leading = false
+	if j.spare == nil {
+		j.spare = recs[:0]
+	}
+	if err != nil {
+		if j.err == nil {
+			if !errors.Is(err, ErrClosed) {
+				j.log.Error("journal write failed; the node takes no more writes", "err", err)
+			}
+			j.err = fmt.Errorf("journal: %w: %w", ErrBroken, err)
+		}
+		j.queue = nil
+	} else {
+		j.done = last
+	}
+	close(j.changed)
+	j.changed = make(chan struct{})
 }
 
 // commit writes recs as one frame and fsyncs, moving to a new file first
 // if this one is full.
 func (j *journal) commit(recs []journalRecord) error {
+	if j.f == nil {
+		return fmt.Errorf("journal: %w", ErrClosed)
+	}
 	n := journalFrameHdrLen
 	for _, r := range recs {
 		n += r.size()
@@ -615,21 +608,26 @@ func (j *journal) stat() (files []uint64) {
 	return slices.Clone(j.files)
 }
 
-// close writes what is queued, stops the committer and closes the file.
-// Later adds fail with ErrClosed. Idempotent.
+// close writes what is queued and closes the file. Later adds fail with
+// ErrClosed. Idempotent.
 func (j *journal) close() error {
 	j.mu.Lock()
-	already := j.closing
-	j.closing = true
-	j.mu.Unlock()
-	select {
-	case j.wake <- struct{}{}:
-	default:
-	}
-	<-j.stopped
-	if already {
+	if j.closing {
+		j.mu.Unlock()
 		return nil
 	}
+	j.closing = true
+	for j.done < j.next && j.err == nil {
+		if !j.leading && len(j.queue) > 0 {
+			j.leadLocked()
+			continue
+		}
+		ch := j.changed
+		j.mu.Unlock()
+		<-ch
+		j.mu.Lock()
+	}
+	j.mu.Unlock()
 	j.fmu.Lock()
 	defer j.fmu.Unlock()
 	if j.f == nil {
