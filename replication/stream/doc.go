@@ -117,9 +117,10 @@
 // replicates on the secondaries — is also a record in the node's journal,
 // "journal/%016x.jnl" in the store directory (the file number in hex). The
 // write goes to the extent file first (not synced), then its record is
-// queued; one committer per node writes everything queued as one frame
-// with one write and one fsync, then releases the waiters (Extent.Sync);
-// the next frame forms while an fsync runs, with no added delay. So a
+// queued. A waiter (Extent.Sync) that finds records queued and no commit
+// running writes everything queued as one frame with one write and one
+// fsync, then releases the waiters, one of which commits the next frame,
+// formed while the fsync ran (no added delay). So a
 // node with 15 open extents makes one fsync where it made 15; an extent's
 // durable length (hence its commit length) counts what the journal holds
 // durably.

@@ -20,9 +20,9 @@ import (
 
 // The node's journal (see the package comment, "Journal"): every write of
 // every extent of a node, appends on primaries and replicates on
-// secondaries alike, is queued as a record; one committer goroutine writes
-// everything queued as one frame and fsyncs once, then releases the
-// waiters. The extent files get the same bytes (written before the record
+// secondaries alike, is queued as a record; a waiter writes everything
+// queued as one frame and fsyncs once, then releases the other waiters.
+// The extent files get the same bytes (written before the record
 // is queued) and are fsynced only by checkpoints, after which the journal
 // files before the current one are removed.
 
@@ -43,11 +43,11 @@ const (
 )
 
 const (
-	// maxJournalFrame bounds a frame's length when decoding: the committer
+	// maxJournalFrame bounds a frame's length when decoding: a commit
 	// writes at most journalBatchBytes plus one record, and one record is
 	// at most one Replicate (MaxAppendBytes and its block headers).
 	maxJournalFrame = 128 << 20
-	// journalBatchBytes: the committer stops adding records to a frame
+	// journalBatchBytes: a commit stops adding records to a frame
 	// past this many bytes (a single larger record goes alone).
 	journalBatchBytes = 16 << 20
 	// defaultJournalFileBytes is JournalOptions.FileBytes's default.
@@ -57,8 +57,8 @@ const (
 // JournalOptions configure a node's journal. The zero value works.
 type JournalOptions struct {
 	// Disabled turns the journal off: every commit fsyncs its extent's own
-	// file (one fsync per extent per commit; ~5x slower for a node with
-	// many open extents, see RATIONALE). For measurements.
+	// file (one fsync per extent per commit, the layout before the
+	// journal). For measurements.
 	Disabled bool
 	// FileBytes is the size past which the journal moves to a new file;
 	// the move starts a checkpoint (every extent file fsynced), after
