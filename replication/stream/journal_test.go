@@ -585,3 +585,55 @@ func FuzzJournalFrame(f *testing.F) {
 		}
 	})
 }
+
+// TestJournalCheckpointKeepsJournalAfterFailedFsync: a checkpoint whose
+// fsync of an extent file fails removes no journal file (after a failed
+// fsync the file's content is unknown; the journal is the only copy),
+// nor does any later checkpoint; the extent takes no more writes, and
+// after a crash the replay brings its acknowledged entries back.
+func TestJournalCheckpointKeepsJournalAfterFailedFsync(t *testing.T) {
+	fs := vfs.NewMem()
+	s, err := OpenJournaledStore(fs, "/node", JournalOptions{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := s.Create(11, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		if _, _, _, err := e.AppendEntries([]EntryData{{Seq: uint64(i + 1), Blocks: [][]byte{[]byte("acknowledged")}}}); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.Sync(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Checkpoint: the new journal file's header sync succeeds, the
+	// extent file's fsync fails.
+	fs.InjectAfter(1, vfs.OpSync, nil)
+	if err := s.Checkpoint(); !errors.Is(err, vfs.ErrInjected) {
+		t.Fatalf("checkpoint with a failing fsync: %v", err)
+	}
+	if err := s.Checkpoint(); err == nil {
+		t.Fatal("a later checkpoint passed an extent whose fsync failed")
+	}
+	if files := s.jr.stat(); len(files) < 2 {
+		t.Fatalf("journal files after failed checkpoints: %v", files)
+	}
+	if _, _, _, err := e.AppendEntries([]EntryData{{Seq: 9, Blocks: [][]byte{[]byte("x")}}}); !errors.Is(err, ErrBroken) {
+		t.Fatalf("append after a failed fsync: %v", err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	fs.Crash()
+	s, err = OpenJournaledStore(fs, "/node", JournalOptions{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if got := readEntries(t, mustGet(t, s, 11)); len(got) != 3 {
+		t.Fatalf("%d entries after the replay, want 3", len(got))
+	}
+}
