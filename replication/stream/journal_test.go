@@ -637,3 +637,76 @@ func TestJournalCheckpointKeepsJournalAfterFailedFsync(t *testing.T) {
 		t.Fatalf("%d entries after the replay, want 3", len(got))
 	}
 }
+
+// BenchmarkStoreCommit is the journal's effect on the disk alone, with no
+// network: one node's store on the real file system with 15 open extents,
+// 16 writers each appending a 100-byte entry and syncing it (what a
+// replicated append costs a node), with and without the journal. It
+// reports appends/s and the p50 and p99 of append+sync.
+func BenchmarkStoreCommit(b *testing.B) {
+	for _, journaled := range []bool{false, true} {
+		name := map[bool]string{false: "no-journal", true: "journal"}[journaled]
+		b.Run(name, func(b *testing.B) {
+			dir := b.TempDir()
+			var s *Store
+			var err error
+			if journaled {
+				s, err = OpenJournaledStore(vfs.Default, dir, JournalOptions{}, nil)
+			} else {
+				s, err = OpenStore(vfs.Default, dir)
+			}
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close()
+			const extents, writers = 15, 16
+			var exts []*Extent
+			var locks [extents]sync.Mutex // one writer at a time per extent, as an appender
+			for id := range uint64(extents) {
+				e, err := s.Create(id+1, true)
+				if err != nil {
+					b.Fatal(err)
+				}
+				exts = append(exts, e)
+			}
+			payload := make([]byte, 100)
+			var next atomic.Int64
+			lat := make([][]time.Duration, writers)
+			b.ReportAllocs()
+			b.ResetTimer()
+			start := time.Now()
+			var wg sync.WaitGroup
+			for w := range writers {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for i := next.Add(1); i <= int64(b.N); i = next.Add(1) {
+						k := int(i) % extents
+						t0 := time.Now()
+						locks[k].Lock()
+						_, _, _, err := exts[k].AppendEntries([]EntryData{{Seq: uint64(i), Blocks: [][]byte{payload}}})
+						if err == nil {
+							err = exts[k].Sync()
+						}
+						locks[k].Unlock()
+						if err != nil {
+							b.Error(err)
+							return
+						}
+						lat[w] = append(lat[w], time.Since(t0))
+					}
+				}()
+			}
+			wg.Wait()
+			el := time.Since(start)
+			b.StopTimer()
+			all := slices.Concat(lat...)
+			slices.Sort(all)
+			if len(all) > 0 {
+				b.ReportMetric(float64(len(all))/el.Seconds(), "appends/s")
+				b.ReportMetric(float64(all[len(all)/2].Microseconds()), "p50-µs")
+				b.ReportMetric(float64(all[len(all)*99/100].Microseconds()), "p99-µs")
+			}
+		})
+	}
+}
