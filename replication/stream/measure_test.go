@@ -3,13 +3,16 @@ package stream_test
 import (
 	"context"
 	"fmt"
+	"hash/crc32"
 	"os"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/tabuladb/tabula/replication/stream"
+	"github.com/tabuladb/tabula/replication/stream/streampb"
 	"github.com/tabuladb/tabula/replication/stream/streamtest"
 )
 
@@ -99,12 +102,15 @@ func TestMeasureJournal(t *testing.T) {
 		t.Skip("a measurement: set TABULA_STREAM_MEASURE=1")
 	}
 	if os.Getenv("TABULA_STREAM_MEASURE_BEFORE") != "" {
-		measureJournal(t, "no-journal", stream.NodeOptions{Journal: stream.JournalOptions{Disabled: true}})
+		measureJournal(t, "no-journal", stream.NodeOptions{Journal: stream.JournalOptions{Disabled: true}}, false)
 	}
-	measureJournal(t, "journal", stream.NodeOptions{})
+	measureJournal(t, "journal", stream.NodeOptions{}, false)
+	// As a table server appends: in-process calls of Node.Append on the
+	// primary's node (no client RPC), replicated over gRPC.
+	measureJournal(t, "journal, in-process primary", stream.NodeOptions{}, true)
 }
 
-func measureJournal(t *testing.T, name string, node stream.NodeOptions) {
+func measureJournal(t *testing.T, name string, node stream.NodeOptions, inProcess bool) {
 	const (
 		streams = 15
 		writers = 16
@@ -123,13 +129,39 @@ func measureJournal(t *testing.T, name string, node stream.NodeOptions) {
 			t.Fatal(err)
 		}
 	}
+	// With inProcess, each stream's open extent and its primary's node.
+	type target struct {
+		node   *stream.Node
+		extent uint64
+	}
+	var targets []target
+	if inProcess {
+		for s := range streams {
+			info, err := c.Driver.Stream(ctx, fmt.Sprint("p", s))
+			if err != nil {
+				t.Fatal(err)
+			}
+			last := info.Last()
+			targets = append(targets, target{node: c.Nodes[c.Index(last.Replicas[0].Node)].Node(), extent: last.ID})
+		}
+	}
+	rec := make([]byte, 100)
+	crc := crc32.Checksum(rec, crc32.MakeTable(crc32.Castagnoli))
+	var seq atomic.Uint64
+	appendOne := func(s int) error {
+		if !inProcess {
+			_, err := cl.Append(ctx, fmt.Sprint("p", s), rec)
+			return err
+		}
+		_, err := targets[s].node.Append(ctx, &streampb.AppendRequest{Extent: targets[s].extent, Entries: []*streampb.Entry{{Seq: seq.Add(1), Blocks: [][]byte{rec}, Crcs: []uint32{crc}}}})
+		return err
+	}
 	var mu sync.Mutex
 	var lat []time.Duration
 	var fails int
 	start := time.Now()
 	stop := start.Add(phase)
 	var wg sync.WaitGroup
-	rec := make([]byte, 100)
 	for w := range writers {
 		wg.Add(1)
 		go func() {
@@ -137,7 +169,7 @@ func measureJournal(t *testing.T, name string, node stream.NodeOptions) {
 			var mine []time.Duration
 			for i := 0; time.Now().Before(stop); i++ {
 				t0 := time.Now()
-				_, err := cl.Append(ctx, fmt.Sprint("p", (w+i*writers)%streams), rec)
+				err := appendOne((w + i*writers) % streams)
 				if err != nil {
 					mu.Lock()
 					fails++
@@ -158,6 +190,6 @@ func measureJournal(t *testing.T, name string, node stream.NodeOptions) {
 		t.Fatalf("no appends (%d failed)", fails)
 	}
 	q := func(p float64) time.Duration { return lat[min(len(lat)-1, int(p*float64(len(lat))))] }
-	t.Logf("%-10s %7d appends %7.0f/s  p50 %8v  p99 %8v  max %8v  failed %d",
+	t.Logf("%-28s %7d appends %7.0f/s  p50 %8v  p99 %8v  max %8v  failed %d",
 		name, len(lat), float64(len(lat))/el.Seconds(), q(0.50).Round(time.Microsecond), q(0.99).Round(time.Microsecond), lat[len(lat)-1].Round(time.Microsecond), fails)
 }
