@@ -9,8 +9,9 @@
 // extent, which picks their offsets, writes them locally and to the
 // secondaries it was created with (the manager names them at Create) in
 // parallel and acknowledges them in offset order once all
-// three have them durably (group commit: one write, one fsync and one
-// Replicate per replica for everything queued). When an append fails, the
+// three have them durably (group commit: one write and one Replicate per
+// replica for everything queued, and one journal fsync per node for
+// everything every extent of the node queued). When an append fails, the
 // client asks the stream manager to seal the extent at the commit length
 // the reachable replicas agree on (the smallest: every acknowledged append
 // is on all three, so none is cut) and continues on a new extent on healthy
@@ -24,6 +25,9 @@
 //     read with every block checked, scrub, crash recovery.
 //   - Store (store.go): a node's directory of extents; copies are built in
 //     a temp file and renamed in.
+//   - journal (journal.go, journal_store.go): the node's journal of the
+//     writes of all its extents, group-committed; replay at open;
+//     checkpoints.
 //   - Node (node.go): the ExtentNode gRPC service (streampb) over a Store;
 //     the scrubber. Its methods also serve in-process callers (the table
 //     server hosting the node): Append with a streampb.AppendRequest,
@@ -95,14 +99,95 @@
 //
 // # Durability and recovery
 //
-// Writes are appends to the file; a replica's commit length is its synced
-// length. Open reads and checks every block: an unfinished entry or a bad
+// Writes are appends to the file; a replica's commit length is its
+// durable length: in a node's store, what the journal holds durably (see
+// "Journal"); in a store without a journal, what the file holds synced.
+// Open reads and checks every block: an unfinished entry or a bad
 // block at the end with no valid block after it is a torn tail of
 // unacknowledged appends and is cut (durably). A bad block followed by a
 // valid one is media corruption: the extent opens marked corrupt (reads of
 // that block fail, the scrubber reports it) rather than losing what follows.
 // Seal truncates to the chosen length, writes the seal block and syncs; a
-// crash before the sync leaves the extent unsealed and the seal is redone.
+// crash before the sync leaves the extent unsealed and the seal is redone
+// (with a journal, the seal is journaled first and the replay finishes it).
+//
+// # Journal
+//
+// Every write of every extent of a node — appends on the primaries,
+// replicates on the secondaries — is also a record in the node's journal,
+// "journal/%016x.jnl" in the store directory (the file number in hex). The
+// write goes to the extent file first (not synced), then its record is
+// queued. A waiter (Extent.Sync) that finds records queued and no commit
+// running writes everything queued as one frame with one write and one
+// fsync, then releases the waiters, one of which commits the next frame,
+// formed while the fsync ran (no added delay). So a
+// node with 15 open extents makes one fsync where it made 15; an extent's
+// durable length (hence its commit length) counts what the journal holds
+// durably.
+//
+// File: a header, then frames. Integers are little-endian; formats and
+// constants never change or get reused.
+//
+//	 0        8             12                20         28
+//	| magic  | version (4) | file number (8) | salt (8) | crc32c (4) |
+//	| (8)    |  = 1        |                 |          | of 0-27    |
+//
+// magic is "TABJOURN"; salt is random per file.
+//
+// Frame (one per write+fsync; a batch of records):
+//
+//	 0        4          8             9       12          20
+//	| crc32c | len (4)  | version (1) | 0 (3) | batch (8) | records (len) |
+//	                      = 1
+//
+// crc32c (Castagnoli) covers the file's salt (8) and the frame's file
+// offset (8) — neither stored, so a frame from another file or one
+// embedded in a payload never checks — then bytes 4 to the end. batch
+// numbers increase by one across frames and files. Record:
+//
+//	 0          1       4         8            16           24
+//	| kind (1) | 0 (3) | len (4) | extent (8) | offset (8) | data (len) |
+//
+// kind 1, data: data is the encoded blocks the extent file got at offset
+// (len > 0). kind 2, seal: the extent was sealed at offset (len 0).
+//
+// A frame is written only after the previous one's fsync returned, so
+// after a crash only the newest file's last frame can be damaged: a bad
+// frame there with no valid frame after it is a torn tail (never
+// acknowledged) and is dropped; a bad frame followed by a valid one, or
+// anywhere in an older file, is corruption and fails the node's open
+// (engines.ErrCorrupt), never dropping acknowledged data silently. A
+// header cut before its sync leaves an empty newest file.
+//
+// Recovery (OpenNode, OpenJournaledStore): the extents are opened as
+// above (torn tails cut), then the journal is replayed, extent by extent
+// in journal order. Records of an extent the node no longer has (deleted)
+// or of a sealed one (fsynced when sealed) are skipped. Otherwise a data
+// record whose bytes the file holds is skipped; else the file is cut at
+// the record's offset and the record written (a torn or never-synced
+// tail, a hole the OS left); a record beyond the file's end is data a
+// synced file lost: ErrCorrupt. A seal record drops the data beyond its
+// length and writes the seal block (the cut may have reached the disk
+// without the seal block). The files are synced, recovered again, and the
+// old journal files removed; a new file continues the batch numbers.
+//
+// Checkpoints: when the journal moves to a new file (past
+// JournalOptions.FileBytes, 32 MiB by default) every extent file written
+// since its last fsync is fsynced and the journal files before the
+// current one are removed: each of their records was queued after its
+// bytes reached the extent file and before the move. So the journal holds
+// about 2 × FileBytes. An extent whose file fsync ever failed keeps the
+// journal (the file's content is unknown after a failed fsync) until it
+// is deleted. A failed journal write or fsync breaks the journal for good:
+// every later write of the node fails (ErrBroken) and its writers seal.
+//
+// Sealed extents: Seal journals a seal record and waits for it, then cuts
+// the file, writes the seal block and fsyncs the file, so a sealed
+// extent is fully in its file before Seal returns: copies (Fetch), coding
+// and scrubbing of sealed extents read files that need no journal.
+// Freeze waits for the extent's journaled writes. Reads and scrubs of an
+// open extent read the file below the durable length, which the file
+// holds (written before the record was queued), synced or not.
 //
 // # Wire
 //

@@ -21,7 +21,9 @@ import (
 // Durability: AppendEntries and AppendRaw only write; the bytes are durable
 // once a later Sync, Freeze or Seal returned. Length reports the durable
 // length, which is what a reader may read and what a replica reports as its
-// commit length.
+// commit length. In a store with a journal (a node's), the writes also
+// queue a journal record and Sync waits for the journal's shared fsync;
+// the extent file itself is fsynced by checkpoints and by Seal.
 type Extent struct {
 	id      uint64
 	primary bool
@@ -30,6 +32,7 @@ type Extent struct {
 	base    int64         // file offset of extent offset 0 (the header's size)
 	fs      vfs.FS
 	path    string
+	jr      *journal // nil: Sync fsyncs the file
 
 	// wmu serialises the writers.
 	wmu sync.Mutex
@@ -57,6 +60,16 @@ type Extent struct {
 	// changed, if not nil, is closed (and cleared) when committed,
 	// durable or sealed change: WaitCommitted's wake-up.
 	changed chan struct{}
+	// With a journal: the ticket of the last record queued, and written
+	// and lastSeq after it (what Sync makes durable).
+	jticket uint64
+	jend    int64
+	jseq    uint64
+	// dirty: bytes written to the file since its last fsync (a
+	// checkpoint's). fileErr: an fsync of the file failed, so its content
+	// is unknown and only the journal holds the writes.
+	dirty   bool
+	fileErr error
 }
 
 // EntryData is an entry to append: its sequence number and block payloads.
@@ -418,10 +431,15 @@ func (e *Extent) AppendEntries(entries []EntryData) (locs []EntryLoc, start int6
 	if err := e.write(raw); err != nil {
 		return nil, 0, nil, err
 	}
+	t, err := e.journal(start, raw)
+	if err != nil {
+		return nil, 0, nil, err
+	}
 	e.mu.Lock()
 	e.starts = append(e.starts, starts...)
 	e.written = off
 	e.lastSeq = entries[len(entries)-1].Seq
+	e.jticket, e.jend, e.jseq = t, e.written, e.lastSeq
 	e.mu.Unlock()
 	return locs, start, raw, nil
 }
@@ -437,15 +455,34 @@ func (e *Extent) write(raw []byte) error {
 		_, err = e.f.Write(raw)
 	}
 	e.io.RUnlock()
+	e.mu.Lock()
+	defer e.mu.Unlock()
 	if err != nil {
 		err = fmt.Errorf("write extent %d: %w", e.id, err)
-		e.mu.Lock()
 		if e.broken == nil {
 			e.broken = err
 		}
-		e.mu.Unlock()
+		return err
 	}
-	return err
+	e.dirty = true
+	return nil
+}
+
+// journal queues the record of raw, just written at off, in the journal
+// (if any) and returns its ticket. A failure breaks the extent: the file
+// holds bytes the journal does not. The caller holds wmu, so an extent's
+// records are queued in offset order.
+func (e *Extent) journal(off int64, raw []byte) (uint64, error) {
+	if e.jr == nil {
+		return 0, nil
+	}
+	t, err := e.jr.add(journalRecord{kind: journalKindData, extent: e.id, off: off, data: raw})
+	if err != nil {
+		err = fmt.Errorf("journal extent %d: %w", e.id, err)
+		e.Break(err)
+		return 0, err
+	}
+	return t, nil
 }
 
 // AppendRaw writes encoded blocks at offset off, which must be the
@@ -492,12 +529,17 @@ func (e *Extent) AppendRaw(off int64, raw []byte, entryEnd bool) (end int64, err
 	if err := e.write(raw); err != nil {
 		return 0, err
 	}
+	t, err := e.journal(off, raw)
+	if err != nil {
+		return 0, err
+	}
 	e.mu.Lock()
 	e.starts = append(e.starts, starts...)
 	e.written = end
 	if !cont {
 		e.lastSeq = seq
 	}
+	e.jticket, e.jend, e.jseq = t, e.written, e.lastSeq
 	e.mu.Unlock()
 	return end, nil
 }
@@ -511,6 +553,9 @@ func (e *Extent) Sync() error {
 
 // syncLocked is Sync; the caller holds wmu.
 func (e *Extent) syncLocked() error {
+	if e.jr != nil {
+		return e.syncJournalLocked()
+	}
 	e.mu.Lock()
 	written, seq, broken, sealed := e.written, e.lastSeq, e.broken, e.sealed
 	done := e.durable == written
@@ -539,8 +584,70 @@ func (e *Extent) syncLocked() error {
 		return err
 	}
 	e.durable, e.durableSeq = written, seq
+	e.dirty = false
 	e.notifyLocked()
 	return nil
+}
+
+// syncJournalLocked is syncLocked with a journal: it waits until the
+// extent's last journal record is durable. The caller holds wmu.
+func (e *Extent) syncJournalLocked() error {
+	e.mu.Lock()
+	t, end, seq, broken, sealed := e.jticket, e.jend, e.jseq, e.broken, e.sealed
+	done := e.durable >= end
+	e.mu.Unlock()
+	if broken != nil {
+		return fmt.Errorf("extent %d: %w (%v)", e.id, ErrBroken, broken)
+	}
+	if done || sealed {
+		return nil
+	}
+	if err := e.jr.wait(t); err != nil {
+		err = fmt.Errorf("sync extent %d: %w", e.id, err)
+		e.Break(err)
+		return err
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if !e.sealed && end > e.durable {
+		e.durable, e.durableSeq = end, seq
+		e.notifyLocked()
+	}
+	return nil
+}
+
+// syncFile fsyncs the extent file if written since its last fsync: a
+// checkpoint, after which the journal no longer needs to hold the writes.
+// A closed extent (deleted, or replaced by a sealed copy) needs none. A
+// failed fsync breaks the extent and is remembered: its file can no
+// longer be trusted, so no checkpoint passes it.
+func (e *Extent) syncFile() error {
+	e.mu.Lock()
+	dirty, ferr := e.dirty, e.fileErr
+	e.dirty = false
+	e.mu.Unlock()
+	if ferr != nil {
+		return ferr
+	}
+	if !dirty {
+		return nil
+	}
+	e.io.RLock()
+	var err error
+	if e.f != nil {
+		err = e.f.Sync()
+	}
+	e.io.RUnlock()
+	if err != nil {
+		err = fmt.Errorf("checkpoint extent %d: %w", e.id, err)
+		e.mu.Lock()
+		e.fileErr = err
+		if e.broken == nil {
+			e.broken = err
+		}
+		e.mu.Unlock()
+	}
+	return err
 }
 
 // Freeze stops the replica taking appends (the first step of a seal) and
@@ -614,6 +721,20 @@ func (e *Extent) Seal(length int64) (lastSeq uint64, err error) {
 		}
 		lastSeq = seq
 	}
+	if e.jr != nil {
+		// The seal goes through the journal first: the file is cut below
+		// data the journal holds, and a crash may keep that cut without
+		// the seal block; the replay then finishes the seal.
+		t, err := e.jr.add(journalRecord{kind: journalKindSeal, extent: e.id, off: length})
+		if err == nil {
+			err = e.jr.wait(t)
+		}
+		if err != nil {
+			err = fmt.Errorf("seal extent %d: %w", e.id, err)
+			e.Break(err)
+			return 0, err
+		}
+	}
 	e.io.RLock()
 	err = func() error {
 		if e.f == nil {
@@ -637,8 +758,12 @@ func (e *Extent) Seal(length int64) (lastSeq uint64, err error) {
 		if e.broken == nil {
 			e.broken = err
 		}
+		if e.fileErr == nil {
+			e.fileErr = err // keep the journal's seal record for the replay
+		}
 		return 0, err
 	}
+	e.dirty = false
 	e.starts = e.starts[:i]
 	e.written, e.durable = length, length
 	e.lastSeq, e.durableSeq = lastSeq, lastSeq

@@ -50,6 +50,10 @@ type NodeOptions struct {
 	// finds corrupt: the owner tells the stream manager
 	// (OpFragmentCorrupt), which has it rebuilt.
 	OnCorruptFragment func(extent uint64, index int, err error)
+	// Journal configures the node's journal (see the package comment,
+	// "Journal"): every write of every extent of the node shares one
+	// journal write and fsync. The zero value journals.
+	Journal JournalOptions
 	// Logger gets the node's logs. Default: discarded.
 	Logger *slog.Logger
 }
@@ -63,17 +67,20 @@ func (o NodeOptions) Validate() error {
 		return fmt.Errorf("stream: NodeOptions.ReplicateTimeout %v is negative", o.ReplicateTimeout)
 	case o.ScrubInterval < 0:
 		return fmt.Errorf("stream: NodeOptions.ScrubInterval %v is negative", o.ScrubInterval)
+	case o.Journal.FileBytes < 0:
+		return fmt.Errorf("stream: NodeOptions.Journal.FileBytes %d is negative", o.Journal.FileBytes)
 	}
 	return nil
 }
 
 // Node is an extent node: the ExtentNode gRPC service over a Store. As the
 // primary of an extent it orders appends, writes them locally and to the
-// two secondaries in parallel, and acknowledges them in offset order once
-// all three replicas have them durably; concurrent appends to one extent
-// are group-committed (one batch: one write, one fsync per replica, one
-// Replicate per secondary). It is safe for concurrent use; Close stops its
-// goroutines.
+// secondaries in parallel, and acknowledges them in offset order once
+// enough replicas have them durably; concurrent appends to one extent are
+// group-committed (one batch: one write per replica, one Replicate per
+// secondary), and the writes of all the node's extents share the node's
+// journal (one write and one fsync for everything queued). It is safe for
+// concurrent use; Close stops its goroutines.
 type Node struct {
 	streampb.UnimplementedExtentNodeServer
 
@@ -96,8 +103,8 @@ type Node struct {
 
 var _ streampb.ExtentNodeServer = (*Node)(nil)
 
-// OpenNode opens the node's store (recovering every replica) and, with
-// ScrubInterval, starts the scrubber. Register it on a grpc.Server made
+// OpenNode opens the node's store (recovering every replica and replaying
+// the journal into them) and, with ScrubInterval, starts the scrubber. Register it on a grpc.Server made
 // with ServerOptions.
 func OpenNode(opts NodeOptions) (*Node, error) {
 	if err := opts.Validate(); err != nil {
@@ -112,7 +119,13 @@ func OpenNode(opts NodeOptions) (*Node, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	st, err := OpenStore(opts.FS, opts.Dir)
+	var st *Store
+	var err error
+	if opts.Journal.Disabled {
+		st, err = OpenStore(opts.FS, opts.Dir)
+	} else {
+		st, err = OpenJournaledStore(opts.FS, opts.Dir, opts.Journal, opts.Logger)
+	}
 	if err != nil {
 		return nil, err
 	}

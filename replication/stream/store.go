@@ -3,6 +3,7 @@ package stream
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"os"
 	"path/filepath"
@@ -10,16 +11,27 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/tabuladb/tabula/engines/vfs"
 )
 
 // Store is the directory of extent replicas of one extent node: one file
-// per extent, "%016x.ext" (see the package comment). It is safe for
-// concurrent use.
+// per extent, "%016x.ext" (see the package comment), and, for a node, the
+// journal of their writes in "journal/". It is safe for concurrent use.
 type Store struct {
 	fs  vfs.FS
 	dir string
+	jr  *journal // nil: every extent fsyncs its own file
+	log *slog.Logger
+
+	// The checkpointer (with a journal): woken by the journal moving to a
+	// new file, stopped by Close.
+	ckWake chan struct{}
+	ckStop chan struct{}
+	ckDone chan struct{}
+	ckErr  atomic.Pointer[error] // the last checkpoint's failure, for tests
+	ckMu   sync.Mutex            // serialises checkpoints
 
 	mu sync.Mutex
 	// Guarded by mu.
@@ -39,8 +51,39 @@ func (s *Store) path(id uint64) string {
 
 // OpenStore opens (creating it if needed) the store in dir and recovers
 // every extent in it (see Extent). Unfinished copies ("*.ext.tmp") are
-// removed. An extent file that cannot be opened fails the open.
+// removed. An extent file that cannot be opened fails the open. The store
+// has no journal: every Sync fsyncs its extent's file (OpenJournaledStore
+// is what a node uses).
 func OpenStore(fs vfs.FS, dir string) (*Store, error) {
+	return openStore(fs, dir)
+}
+
+// OpenJournaledStore opens the store in dir as OpenStore does, then
+// replays its journal ("journal/" in dir; see the package comment,
+// "Journal") into the extent files and starts a new one: the extents'
+// writes are then journaled and Sync waits for the journal's shared
+// fsync. A journal damaged anywhere but at its torn tail fails the open
+// with engines.ErrCorrupt, as does a journal record for data an extent
+// file lost. log may be nil.
+func OpenJournaledStore(fs vfs.FS, dir string, o JournalOptions, log *slog.Logger) (*Store, error) {
+	if o.FileBytes < 0 {
+		return nil, fmt.Errorf("stream: JournalOptions.FileBytes %d is negative", o.FileBytes)
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	s, err := openStore(fs, dir)
+	if err != nil {
+		return nil, err
+	}
+	s.log = log
+	if err := s.startJournal(o); err != nil {
+		return nil, errors.Join(fmt.Errorf("stream: %w", err), s.Close())
+	}
+	return s, nil
+}
+
+func openStore(fs vfs.FS, dir string) (*Store, error) {
 	if fs == nil {
 		fs = vfs.Default
 	}
@@ -121,7 +164,7 @@ func (s *Store) CreateReplica(id uint64, cfg ReplicaConfig) (*Extent, error) {
 		if err := createExtentFile(s.fs, s.path(id), id, cfg); err != nil {
 			return nil, err
 		}
-		return openExtent(s.fs, s.path(id), id)
+		return s.openExtent(id)
 	}()
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -243,7 +286,7 @@ func (s *Store) Install(id uint64, length int64, fill func(put func(off int64, r
 	if err := s.fs.SyncDir(s.dir); err != nil {
 		return fmt.Errorf("install extent %d: sync store: %w", id, err)
 	}
-	ne, err := openExtent(s.fs, s.path(id), id)
+	ne, err := s.openExtent(id)
 	if err != nil {
 		return err
 	}
@@ -275,15 +318,37 @@ func (s *Store) UsedBytes() int64 {
 	return n
 }
 
-// Close closes every replica. Idempotent.
+// openExtent opens and recovers the file of extent id, journaled if the
+// store is.
+func (s *Store) openExtent(id uint64) (*Extent, error) {
+	e, err := openExtent(s.fs, s.path(id), id)
+	if err != nil {
+		return nil, err
+	}
+	e.jr = s.jr
+	return e, nil
+}
+
+// Close stops the checkpointer, writes what the journal has queued and
+// closes it, and closes every replica. Idempotent.
 func (s *Store) Close() error {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if s.closed {
+		s.mu.Unlock()
 		return nil
 	}
 	s.closed = true
+	s.mu.Unlock()
 	var err error
+	if s.ckStop != nil {
+		close(s.ckStop)
+		<-s.ckDone
+	}
+	if s.jr != nil {
+		err = s.jr.close()
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	for _, e := range s.extents {
 		err = errors.Join(err, e.Close())
 	}
