@@ -776,9 +776,13 @@ func (s *sim) masterTick() {
 	if alive < len(x.replicas) && s.now < r.deadline {
 		return
 	}
+	// The seal must hear from enough replicas to meet every set that could
+	// have acknowledged an append: n - required + 1 (1 under all-replica
+	// acks; under quorum 2 of 3, and 1 of 2, where an append needed both).
 	need := 1
 	if s.quorum {
-		need = len(x.replicas)/2 + 1
+		n := len(x.replicas)
+		need = n - (n/2 + 1) + 1
 	}
 	if alive < need {
 		// Too few replicas of the open extent answer to know what was

@@ -239,6 +239,14 @@ func (p AckPolicy) Required(n int) int {
 	return n
 }
 
+// SealQuorum is how many replicas of an extent of n replicas a seal must
+// freeze and hear from under p: enough to meet every set of Required(n)
+// copies that could have acknowledged an append (n - Required(n) + 1),
+// so the longest of them holds everything acknowledged and no later
+// append can gather its copies. Under AckAll that is one replica; under
+// AckQuorum a majority of an odd n, and 1 of 2 (an append needed both).
+func (p AckPolicy) SealQuorum(n int) int { return n - p.Required(n) + 1 }
+
 // ReplicaRef names one replica of an extent: its node's id and address.
 type ReplicaRef struct {
 	Node string

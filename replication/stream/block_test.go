@@ -170,3 +170,21 @@ func FuzzDecodeBlocks(f *testing.F) {
 		}
 	})
 }
+
+func TestSealQuorum(t *testing.T) {
+	for _, tc := range []struct {
+		ack               AckPolicy
+		n, required, seal int
+	}{
+		{AckAll, 1, 1, 1}, {AckAll, 3, 3, 1},
+		{AckQuorum, 1, 1, 1}, {AckQuorum, 2, 2, 1}, {AckQuorum, 3, 2, 2}, {AckQuorum, 4, 3, 2}, {AckQuorum, 5, 3, 3},
+	} {
+		if r, s := tc.ack.Required(tc.n), tc.ack.SealQuorum(tc.n); r != tc.required || s != tc.seal {
+			t.Errorf("%s of %d: required %d seal %d, want %d and %d", tc.ack, tc.n, r, s, tc.required, tc.seal)
+		}
+		// Every ack set meets every seal set.
+		if tc.ack.Required(tc.n)+tc.ack.SealQuorum(tc.n) <= tc.n {
+			t.Errorf("%s of %d: an ack set and a seal set can miss each other", tc.ack, tc.n)
+		}
+	}
+}

@@ -430,15 +430,12 @@ func (d *Driver) sealLocked(ctx context.Context, extent uint64) ([]string, error
 			answers <- a
 		}()
 	}
-	// Wait for every replica, or, once enough answered to decide (a
-	// majority for AckQuorum, one for AckAll), for a short grace more: a
-	// stopped or cut-off node would otherwise hold every write of the
-	// stream for the whole RPC timeout. A replica that did not answer is
-	// left out of the seal and rebuilt, as an unreachable one.
-	need := 1
-	if p.Ack == AckQuorum {
-		need = p.Ack.Required(len(p.Replicas))
-	}
+	// Wait for every replica, or, once enough answered to decide (the
+	// seal quorum), for a short grace more: a stopped or cut-off node
+	// would otherwise hold every write of the stream for the whole RPC
+	// timeout. A replica that did not answer is left out of the seal and
+	// rebuilt, as an unreachable one.
+	need := p.Ack.SealQuorum(len(p.Replicas))
 	for i := range probes {
 		probes[i].err = fmt.Errorf("no answer within the seal's grace: %w", ErrUnavailable)
 	}
@@ -489,13 +486,13 @@ func (d *Driver) sealLocked(ctx context.Context, extent uint64) ([]string, error
 			length, lastSeq = pr.resp.Length, pr.resp.LastSeq
 		}
 	}
-	if n := len(p.Replicas); p.Ack == AckQuorum && len(reached) > 0 && len(reached) < p.Ack.Required(n) && sealedAt < 0 {
-		// An acknowledged append is on a majority, not on all: a seal
-		// without a majority could cut it.
-		return unreachable, fmt.Errorf("seal extent %d: %d of %d replicas reachable, a majority needed: %w", extent, len(reached), n, ErrUnavailable)
+	if n := len(p.Replicas); len(reached) > 0 && len(reached) < p.Ack.SealQuorum(n) && sealedAt < 0 {
+		// An acknowledged append is on Required(n) copies, not on all: a
+		// seal that meets fewer could cut it.
+		return unreachable, fmt.Errorf("seal extent %d: %d of %d replicas reachable, %d needed: %w", extent, len(reached), n, p.Ack.SealQuorum(n), ErrUnavailable)
 	}
 	if len(reached) == 0 {
-		if n := len(p.Replicas); len(missing) > 0 && len(missing) >= n-p.Ack.Required(n)+1 {
+		if n := len(p.Replicas); len(missing) > 0 && len(missing) >= p.Ack.SealQuorum(n) {
 			return d.sealNeverCreated(ctx, p, missing, unreachable)
 		}
 		return unreachable, fmt.Errorf("seal extent %d: %w", extent, ErrUnavailable)
