@@ -23,6 +23,7 @@ func devCmd(g *globals) *cobra.Command {
 endpoints and "tabula dev ready" once it serves, and runs until interrupted.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			serverProcs()
 			log, err := g.logger()
 			if err != nil {
 				return err

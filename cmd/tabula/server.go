@@ -26,6 +26,7 @@ func serverCmd(g *globals) *cobra.Command {
 		Long:  "Run a table server: it registers with the master, hosts the partitions it is assigned, and drains cleanly on SIGTERM.",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			serverProcs()
 			log, err := g.logger()
 			if err != nil {
 				return err
