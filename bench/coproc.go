@@ -432,7 +432,7 @@ func coprocServerLevel(ctx context.Context, w io.Writer, cfg coprocConfig, wasm 
 		}
 	}
 
-	srv := tc.Server(0)
+	srv := tc.Server(0).Handler()
 	invoke := func(method string, keys [][]byte) func() error {
 		req := &api.InvokeRequest{Header: hdr, Name: name, Method: method, Keys: keys}
 		return func() error {
@@ -519,7 +519,7 @@ func coprocServerLevel(ctx context.Context, w io.Writer, cfg coprocConfig, wasm 
 			return err
 		}
 		t1 := time.Now()
-		if err := coprocWaitInvoke(ctx, tc.Server(0), routes, name, pointKey); err != nil {
+		if err := coprocWaitInvoke(ctx, tc.Server(0).Handler(), routes, name, pointKey); err != nil {
 			return err
 		}
 		total = append(total, float64(time.Since(t0).Microseconds())/1000)

@@ -78,6 +78,11 @@ type service struct {
 
 var _ api.TableServerServer = (*service)(nil)
 
+// Handler is the server's TableServer RPC surface, for in-process callers
+// (benchmarks of the request path without the network). It checks every
+// request as the gRPC service does.
+func (s *Server) Handler() api.TableServerServer { return &service{Server: s} }
+
 // Open prepares a server: checks options, creates the data directory and
 // reads the stored identity. It does not contact the master; Serve does.
 func Open(opts Options) (*Server, error) {
