@@ -76,7 +76,7 @@ func (r *replica) bulkMissing() []uint64 {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.fetching {
-		return nil
+		return nil // the running fetch's end starts another round
 	}
 	var out []uint64
 	for _, v := range r.bulkRetained {
@@ -126,6 +126,7 @@ func (s *Server) bulkFetchRound(sem chan struct{}) (pending bool) {
 		b.mu.Lock()
 		if b.fetching {
 			b.mu.Unlock()
+			pending = true // the running fetch may leave work: look again
 			continue
 		}
 		b.fetching = true
@@ -133,10 +134,17 @@ func (s *Server) bulkFetchRound(sem chan struct{}) (pending bool) {
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
+			again := false
 			defer func() {
 				b.mu.Lock()
 				b.fetching = false
 				b.mu.Unlock()
+				// Only now: a round kicked while fetching was still set
+				// skipped this partition (a version published meanwhile
+				// was never fetched).
+				if again {
+					s.kickBulkFetch()
+				}
 			}()
 			select {
 			case sem <- struct{}{}:
@@ -165,7 +173,7 @@ func (s *Server) bulkFetchRound(sem chan struct{}) (pending bool) {
 					return
 				}
 			}
-			s.kickBulkFetch()
+			again = true
 		}()
 	}
 	return pending
