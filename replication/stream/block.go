@@ -1,6 +1,7 @@
 package stream
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -238,6 +239,36 @@ func (p AckPolicy) Required(n int) int {
 	}
 	return n
 }
+
+// entryAssembler joins decoded blocks into entries (an entry is the blocks
+// up to one without "continues") for readers of a range of an extent.
+type entryAssembler struct {
+	extent uint64
+	cur    *Entry
+}
+
+// block is a DecodeBlocks callback: it adds one block (copied) and calls
+// fn with each entry it completes.
+func (a *entryAssembler) block(fn func(Entry) error) func(off int64, seq uint64, cont bool, p []byte) error {
+	return func(off int64, seq uint64, cont bool, p []byte) error {
+		if a.cur == nil {
+			a.cur = &Entry{Seq: seq, Extent: a.extent, Offset: off}
+		} else if a.cur.Seq != seq {
+			return fmt.Errorf("extent %d: block at %d has seq %d inside entry %d: %w", a.extent, off, seq, a.cur.Seq, engines.ErrCorrupt)
+		}
+		a.cur.Blocks = append(a.cur.Blocks, bytes.Clone(p))
+		a.cur.Sizes = append(a.cur.Sizes, blockSize(len(p)))
+		if cont {
+			return nil
+		}
+		e := *a.cur
+		a.cur = nil
+		return fn(e)
+	}
+}
+
+// inside reports whether the blocks so far end inside an entry.
+func (a *entryAssembler) inside() bool { return a.cur != nil }
 
 // SealQuorum is how many replicas of an extent of n replicas a seal must
 // freeze and hear from under p: enough to meet every set of Required(n)

@@ -1,7 +1,6 @@
 package stream
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -520,7 +519,7 @@ func (c *Client) ReadStream(ctx context.Context, stream string, fn func(Entry) e
 // in order; every block's CRC32C is checked. fn may keep the entry.
 func (c *Client) ReadExtent(ctx context.Context, p ExtentPlacement, from, end int64, fn func(Entry) error) error {
 	var err error
-	var cur *Entry
+	asm := entryAssembler{extent: p.ID}
 	for off := from; off < end; {
 		var raw []byte
 		if coded(p) {
@@ -548,26 +547,12 @@ func (c *Client) ReadExtent(ctx context.Context, p ExtentPlacement, from, end in
 				return err
 			}
 		}
-		if err := DecodeBlocks(raw, p.ID, off, func(o int64, seq uint64, cont bool, b []byte) error {
-			if cur == nil {
-				cur = &Entry{Seq: seq, Extent: p.ID, Offset: o}
-			} else if cur.Seq != seq {
-				return fmt.Errorf("extent %d: block at %d has seq %d inside entry %d: %w", p.ID, o, seq, cur.Seq, engines.ErrCorrupt)
-			}
-			cur.Blocks = append(cur.Blocks, bytes.Clone(b))
-			cur.Sizes = append(cur.Sizes, blockSize(len(b)))
-			if cont {
-				return nil
-			}
-			e := *cur
-			cur = nil
-			return fn(e)
-		}); err != nil {
+		if err := DecodeBlocks(raw, p.ID, off, asm.block(fn)); err != nil {
 			return err
 		}
 		off += int64(len(raw))
 	}
-	if cur != nil {
+	if asm.inside() {
 		return fmt.Errorf("extent %d ends inside an entry at %d: %w", p.ID, end, engines.ErrCorrupt)
 	}
 	return nil

@@ -1006,7 +1006,7 @@ func (e *Extent) ReadEntries(from, to int64, fn func(Entry) error) error {
 			return fmt.Errorf("read entries of extent %d at %d: inside an entry: %w", e.id, from, ErrBadRange)
 		}
 	}
-	var cur *Entry
+	asm := entryAssembler{extent: e.id}
 	for off := from; off < to; {
 		raw, _, _, err := e.Read(off, min(to-off, 4<<20))
 		if err != nil {
@@ -1015,26 +1015,12 @@ func (e *Extent) ReadEntries(from, to int64, fn func(Entry) error) error {
 		if len(raw) == 0 || off+int64(len(raw)) > to {
 			return fmt.Errorf("read entries [%d, %d) of extent %d: a block crosses %d: %w", from, to, e.id, to, ErrBadRange)
 		}
-		if err := DecodeBlocks(raw, e.id, off, func(o int64, seq uint64, cont bool, p []byte) error {
-			if cur == nil {
-				cur = &Entry{Seq: seq, Extent: e.id, Offset: o}
-			} else if cur.Seq != seq {
-				return fmt.Errorf("extent %d: block at %d has seq %d inside entry %d: %w", e.id, o, seq, cur.Seq, engines.ErrCorrupt)
-			}
-			cur.Blocks = append(cur.Blocks, slices.Clone(p))
-			cur.Sizes = append(cur.Sizes, blockSize(len(p)))
-			if cont {
-				return nil
-			}
-			en := *cur
-			cur = nil
-			return fn(en)
-		}); err != nil {
+		if err := DecodeBlocks(raw, e.id, off, asm.block(fn)); err != nil {
 			return err
 		}
 		off += int64(len(raw))
 	}
-	if cur != nil {
+	if asm.inside() {
 		return fmt.Errorf("read entries [%d, %d) of extent %d: %d is inside an entry: %w", from, to, e.id, to, ErrBadRange)
 	}
 	return nil
