@@ -23,6 +23,7 @@ func TestDrainFailsNoRequest(t *testing.T) {
 	var (
 		wg     sync.WaitGroup
 		failed atomic.Int64
+		done   atomic.Int64 // writes acknowledged and read back
 		mu     sync.Mutex
 		acked  = map[string]string{}
 	)
@@ -52,10 +53,25 @@ func TestDrainFailsNoRequest(t *testing.T) {
 				mu.Lock()
 				acked[k] = v
 				mu.Unlock()
+				done.Add(1)
 			}
 		}()
 	}
-	time.Sleep(300 * time.Millisecond)
+	// Load runs before the drain and after it: wait on acknowledged writes,
+	// not on time.
+	waitDone := func(n int64) {
+		deadline := time.After(30 * time.Second)
+		tick := time.NewTicker(5 * time.Millisecond)
+		defer tick.Stop()
+		for done.Load() < n {
+			select {
+			case <-deadline:
+				t.Fatalf("only %d of %d writes acknowledged", done.Load(), n)
+			case <-tick.C:
+			}
+		}
+	}
+	waitDone(200)
 	m, err := tbl.Map(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -75,7 +91,7 @@ func TestDrainFailsNoRequest(t *testing.T) {
 	if err := tc.Server(target).Drain(); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(500 * time.Millisecond)
+	waitDone(done.Load() + 300)
 	close(stop)
 	wg.Wait()
 	if n := failed.Load(); n > 0 {

@@ -446,6 +446,12 @@ func testScanStops(v *env) {
 	for i := range 10 {
 		v.put(strconv.Itoa(i), "v")
 	}
+	checkScanStops(v)
+}
+
+// checkScanStops: a Scan of an engine holding 10 records stops at fn's
+// first error and returns it.
+func checkScanStops(v *env) {
 	stop := errors.New("stop")
 	calls := 0
 	err := v.e.Scan(func(engines.Record) error {

@@ -156,18 +156,7 @@ func testLoadScanStops(v *env, load LoadFunc) {
 		m[fmt.Sprint(i)] = "v"
 	}
 	v.load(load, m)
-	stop := errors.New("stop")
-	calls := 0
-	err := v.e.Scan(func(engines.Record) error {
-		calls++
-		if calls == 3 {
-			return stop
-		}
-		return nil
-	})
-	if !errors.Is(err, stop) || calls != 3 {
-		v.t.Fatalf("scan returned %v after %d calls; want fn's error after 3", err, calls)
-	}
+	checkScanStops(v)
 }
 
 func testLoadStats(v *env, load LoadFunc) {
