@@ -7,19 +7,23 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	"github.com/tabuladb/tabula/replication/stream/streampb"
 )
 
 // The primary's side of an extent (see the package comment, "Appends"):
 // an appender orders the appends and group-commits them, one batch at a
-// time: it writes the batch locally, hands it to one sender per secondary,
-// syncs, and acknowledges the batch once it is durable locally and on as
-// many secondaries as the ack policy requires. Each sender replicates its
-// secondary's queue in order, one Replicate in flight, so a slow
-// secondary delays only itself: under AckQuorum the appender goes on
-// without it, and once its queue passes MaxReplicaLag (or a Replicate
-// fails) it is dropped from the ack set for good. Acknowledgements are in
-// offset order because batches are.
+// time: it writes the batch locally, queues it for each secondary on the
+// node's link to that secondary's node, syncs, and acknowledges the batch
+// once it is durable locally and on as many secondaries as the ack policy
+// requires. A link sends what every extent queued for its node in one
+// ReplicateBatch, one in flight, so each secondary's queue goes in order
+// and a slow node delays only the copies it holds: under AckQuorum the
+// appenders go on without it, and once a queue passes MaxReplicaLag (or a
+// Replicate fails) that secondary is dropped from its extent's ack set for
+// good. Acknowledgements are in offset order because batches are.
 
 // commitNotifyDelay is how long a sender waits, after its secondary's
 // commit point fell behind the primary's with nothing more to replicate,
@@ -45,15 +49,17 @@ type appender struct {
 // secondary is an appender's view of one secondary.
 type secondary struct {
 	ref  ReplicaRef
-	wake chan struct{} // 1-buffered: data was queued
+	a    *appender
+	link *link // to ref's node
 
-	// Guarded by the appender's mu.
+	// Guarded by a.mu.
 	pending []pendingRep
 	queued  int64 // bytes in pending
 	acked   int64 // the length it reported durable
 	told    int64 // the commit length last sent to it
 	failed  error // not nil: dropped from the ack set
-	running bool
+
+	listed bool // guarded by link.mu: on the link's ready list
 }
 
 type pendingRep struct {
@@ -61,13 +67,14 @@ type pendingRep struct {
 	raw []byte
 }
 
+// newAppender makes ext's appender; the caller holds n.mu.
 func newAppender(n *Node, ext *Extent) *appender {
 	cfg := ext.Config()
 	a := &appender{n: n, ext: ext, required: cfg.Ack.Required(1 + len(cfg.Secondaries)), changed: make(chan struct{})}
 	length := ext.Length()
 	a.committed = ext.CommittedLength()
 	for _, r := range cfg.Secondaries {
-		a.secs = append(a.secs, &secondary{ref: r, wake: make(chan struct{}, 1), acked: length})
+		a.secs = append(a.secs, &secondary{ref: r, a: a, link: n.linkForLocked(r.Addr), acked: length})
 	}
 	return a
 }
@@ -78,21 +85,13 @@ func (a *appender) notifyLocked() {
 	a.changed = make(chan struct{})
 }
 
-// kickLocked makes s's sender run: it starts one, or wakes the running one.
+// kickLocked queues s on its link: it has data, or is behind on the
+// commit point.
 func (a *appender) kickLocked(s *secondary) {
 	if s.failed != nil {
 		return
 	}
-	if s.running {
-		select {
-		case s.wake <- struct{}{}:
-		default:
-		}
-		return
-	}
-	s.running = true
-	a.n.wg.Add(1)
-	go a.runSender(s)
+	s.link.queue(s)
 }
 
 // dropLocked drops s from the ack set.
@@ -270,102 +269,230 @@ func (a *appender) commit(batch []*appendReq) {
 	}
 }
 
-// maxReplicate is how many bytes one Replicate of queued batches carries
-// at most (a single larger batch goes alone).
+// maxReplicate is how many bytes one ReplicateBatch carries at most (a
+// single larger batch of one extent goes alone).
 const maxReplicate = 4 << 20
 
-// runSender replicates s's queue in order, and tells s the commit length
-// once it fell behind and nothing more came within commitNotifyDelay.
-func (a *appender) runSender(s *secondary) {
-	defer a.n.wg.Done()
+// link is the node's replication to one secondary node: every extent this
+// node is primary of with a replica there queues its secondary on the link
+// (kickLocked), and one sender goroutine sends everything queued in one
+// ReplicateBatch at a time. Many partitions' appends to one node so cost
+// one RPC and one journal sync there, not one each.
+type link struct {
+	n    *Node
+	addr string
+	wake chan struct{} // 1-buffered: a secondary was queued
+
+	mu sync.Mutex
+	// Guarded by mu (taken after an appender's mu, never before).
+	ready   []*secondary // each at most once (secondary.listed)
+	running bool
+}
+
+// linkForLocked returns the node's link to addr, creating it. The caller
+// holds n.mu.
+func (n *Node) linkForLocked(addr string) *link {
+	l := n.links[addr]
+	if l == nil {
+		l = &link{n: n, addr: addr, wake: make(chan struct{}, 1)}
+		n.links[addr] = l
+	}
+	return l
+}
+
+// queue lists s for the next batch, starting the sender if idle.
+func (l *link) queue(s *secondary) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !s.listed {
+		s.listed = true
+		l.ready = append(l.ready, s)
+	}
+	if l.running {
+		select {
+		case l.wake <- struct{}{}:
+		default:
+		}
+		return
+	}
+	l.running = true
+	l.n.wg.Add(1)
+	go l.run()
+}
+
+// take empties the ready list; with none ready it marks the sender
+// stopped (under the same lock, so a later queue starts a new one).
+func (l *link) take() []*secondary {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	list := l.ready
+	l.ready = nil
+	for _, s := range list {
+		s.listed = false
+	}
+	if len(list) == 0 {
+		l.running = false
+	}
+	return list
+}
+
+// linkItem is one secondary's part of a batch.
+type linkItem struct {
+	s      *secondary
+	k      int // pending batches included
+	off    int64
+	data   []byte
+	commit int64
+}
+
+// run sends the link's queued work until there is none. A batch with only
+// commit lengths waits commitNotifyDelay first for data to carry them.
+func (l *link) run() {
+	defer l.n.wg.Done()
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	defer timer.Stop()
-	a.mu.Lock()
-	defer a.mu.Unlock()
+	waited := false
 	for {
-		if s.failed != nil || a.n.ctx.Err() != nil {
-			s.running = false
+		list := l.take()
+		if len(list) == 0 {
 			return
 		}
-		if len(s.pending) > 0 {
-			off := s.pending[0].off
-			data := s.pending[0].raw
-			k := 1
-			if len(data) < maxReplicate && len(s.pending) > 1 {
-				data = append([]byte(nil), data...)
-				for k < len(s.pending) && len(data)+len(s.pending[k].raw) <= maxReplicate {
-					data = append(data, s.pending[k].raw...)
-					k++
-				}
-			}
-			commit := a.committed
-			a.mu.Unlock()
-			end, err := a.n.replicate(a.ext.ID(), s.ref.Addr, off, data, commit)
-			a.mu.Lock()
-			if err != nil {
-				a.dropLocked(s, err)
-				continue
-			}
-			if s.failed != nil {
-				continue
-			}
-			clear(s.pending[:k])
-			s.pending = s.pending[k:]
-			s.queued -= int64(len(data))
-			s.acked = max(s.acked, end)
-			s.told = max(s.told, commit)
-			a.notifyLocked()
+		if l.n.ctx.Err() != nil {
+			continue // take drains; appenders fail their own appends
+		}
+		items, hasData := l.gather(list)
+		if len(items) == 0 {
 			continue
 		}
-		if s.told >= a.committed {
-			s.running = false
-			return
-		}
-		// Behind on the commit point with nothing to send: wait a moment
-		// for more data (which carries the commit length), else tell it.
-		select {
-		case <-s.wake:
-		default:
-		}
-		a.mu.Unlock()
-		timer.Reset(commitNotifyDelay)
-		woke := false
-		select {
-		case <-s.wake:
-			woke = true
-		case <-timer.C:
-		case <-a.n.ctx.Done():
-		}
-		timer.Stop() // Go ≥ 1.23: no stale tick is received after Stop
-		a.mu.Lock()
-		if woke || len(s.pending) > 0 || s.failed != nil || a.n.ctx.Err() != nil {
+		if !hasData && !waited {
+			// Behind on commit points only: wait a moment for data, else
+			// tell them.
+			for _, it := range items {
+				l.requeue(it.s)
+			}
+			select {
+			case <-l.wake:
+			default:
+			}
+			timer.Reset(commitNotifyDelay)
+			select {
+			case <-l.wake:
+			case <-timer.C:
+			case <-l.n.ctx.Done():
+			}
+			timer.Stop() // Go ≥ 1.23: no stale tick is received after Stop
+			waited = true
 			continue
 		}
-		commit, off := a.committed, s.acked
-		a.mu.Unlock()
-		_, err := a.n.replicate(a.ext.ID(), s.ref.Addr, off, nil, commit)
-		a.mu.Lock()
-		if err != nil {
-			a.dropLocked(s, err)
-			continue
-		}
-		s.told = max(s.told, commit)
+		waited = false
+		l.send(items)
 	}
 }
 
-// replicate sends one Replicate (data, or only the commit length) to the
-// secondary at addr and returns the length it reports durable.
-func (n *Node) replicate(extent uint64, addr string, off int64, raw []byte, commit int64) (int64, error) {
-	c, err := n.conns.Node(addr)
-	if err != nil {
-		return 0, err
+// requeue lists s again without waking the sender (which is the caller).
+func (l *link) requeue(s *secondary) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !s.listed {
+		s.listed = true
+		l.ready = append(l.ready, s)
 	}
-	ctx, cancel := context.WithTimeout(n.ctx, n.opts.ReplicateTimeout)
-	defer cancel()
-	resp, err := c.Replicate(ctx, &streampb.ReplicateRequest{Extent: extent, Offset: off, Data: raw, CommitLength: commit})
-	if err != nil {
-		return 0, fmt.Errorf("replicate to %s: %w", addr, fromStatus(err))
+}
+
+// gather builds the items of one batch from list, up to maxReplicate
+// bytes; a secondary whose data did not fit is queued again.
+func (l *link) gather(list []*secondary) (items []linkItem, hasData bool) {
+	budget := maxReplicate
+	for _, s := range list {
+		a := s.a
+		a.mu.Lock()
+		if s.failed != nil {
+			a.mu.Unlock()
+			continue
+		}
+		it := linkItem{s: s, commit: a.committed}
+		if len(s.pending) > 0 && (budget > 0 || len(items) == 0) {
+			it.off, it.data, it.k = s.pending[0].off, s.pending[0].raw, 1
+			if len(it.data) < budget && len(s.pending) > 1 {
+				it.data = append([]byte(nil), it.data...)
+				for it.k < len(s.pending) && len(it.data)+len(s.pending[it.k].raw) <= budget {
+					it.data = append(it.data, s.pending[it.k].raw...)
+					it.k++
+				}
+			}
+			budget -= len(it.data)
+			hasData = true
+		} else if len(s.pending) > 0 {
+			l.requeue(s)
+		}
+		if it.k == 0 {
+			if s.told >= it.commit {
+				a.mu.Unlock()
+				continue
+			}
+			it.off = s.acked
+		}
+		a.mu.Unlock()
+		items = append(items, it)
 	}
-	return resp.CommitLength, nil
+	return items, hasData
+}
+
+// send sends one batch and hands each item's outcome to its appender.
+func (l *link) send(items []linkItem) {
+	req := &streampb.ReplicateBatchRequest{Items: make([]*streampb.ReplicateRequest, len(items))}
+	for i, it := range items {
+		req.Items[i] = &streampb.ReplicateRequest{Extent: it.s.a.ext.ID(), Offset: it.off, Data: it.data, CommitLength: it.commit}
+	}
+	var resp *streampb.ReplicateBatchResponse
+	c, err := l.n.conns.Node(l.addr)
+	if err == nil {
+		ctx, cancel := context.WithTimeout(l.n.ctx, l.n.opts.ReplicateTimeout)
+		resp, err = c.ReplicateBatch(ctx, req)
+		cancel()
+		if err == nil && len(resp.Items) != len(items) {
+			err = fmt.Errorf("%d results for %d items: %w", len(resp.Items), len(items), ErrBadRange)
+		}
+	}
+	if err != nil {
+		err = fmt.Errorf("replicate to %s: %w", l.addr, fromStatus(err))
+	}
+	for i, it := range items {
+		ierr := err
+		var end int64
+		if ierr == nil {
+			r := resp.Items[i]
+			if r.Code != 0 {
+				ierr = fmt.Errorf("replicate extent %d to %s: %w", it.s.a.ext.ID(), l.addr, fromStatus(status.Error(codes.Code(r.Code), r.Message)))
+			}
+			end = r.CommitLength
+		}
+		it.s.a.delivered(it, end, ierr)
+	}
+}
+
+// delivered records the outcome of one item of a batch.
+func (a *appender) delivered(it linkItem, end int64, err error) {
+	s := it.s
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if err != nil {
+		a.dropLocked(s, err)
+		return
+	}
+	if s.failed != nil {
+		return
+	}
+	if it.k > 0 {
+		clear(s.pending[:it.k])
+		s.pending = s.pending[it.k:]
+		s.queued -= int64(len(it.data))
+		s.acked = max(s.acked, end)
+	}
+	s.told = max(s.told, it.commit)
+	a.notifyLocked()
+	if len(s.pending) > 0 || s.told < a.committed {
+		a.kickLocked(s)
+	}
 }

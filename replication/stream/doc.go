@@ -9,9 +9,10 @@
 // extent, which picks their offsets, writes them locally and to the
 // secondaries it was created with (the manager names them at Create) in
 // parallel and acknowledges them in offset order once all
-// three have them durably (group commit: one write and one Replicate per
-// replica for everything queued, and one journal fsync per node for
-// everything every extent of the node queued). When an append fails, the
+// three have them durably (group commit: one write per replica for
+// everything queued, one ReplicateBatch per secondary node for everything
+// every extent of the primary's node queued for it, and one journal fsync
+// per node for everything every extent of the node queued). When an append fails, the
 // client asks the stream manager to seal the extent at the commit length
 // the reachable replicas agree on (the smallest: every acknowledged append
 // is on all three, so none is cut) and continues on a new extent on healthy
@@ -200,13 +201,15 @@
 // # Appends and the commit point
 //
 // The primary's appender (appender.go) takes one batch at a time: it
-// writes it locally, queues it for one sender per secondary, syncs, and
-// acknowledges the batch once it is durable locally and on as many
-// secondaries as the extent's ack policy requires (AckAll: all;
-// AckQuorum: a majority of the replicas, the primary included). Each
-// sender replicates its secondary's queue in order, one Replicate in
-// flight (queued batches coalesced up to 4 MiB), so a slow secondary
-// delays only itself. A secondary whose Replicate fails (or takes longer
+// writes it locally, queues it for each secondary on the node's link to
+// that secondary's node, syncs, and acknowledges the batch once it is
+// durable locally and on as many secondaries as the extent's ack policy
+// requires (AckAll: all; AckQuorum: a majority of the replicas, the
+// primary included). A link sends what every extent queued for its node
+// in one ReplicateBatch (an item per extent, queued batches coalesced, up
+// to 4 MiB), one call in flight, so each secondary's queue goes in order
+// and a slow node delays only the copies it holds; the receiver writes
+// every item, then syncs them together. A secondary whose Replicate fails (or takes longer
 // than NodeOptions.ReplicateTimeout), or whose queue passes
 // NodeOptions.MaxReplicaLag, is dropped from the ack set for good; the
 // append responses name it (AppendResponse.dropped, ExtentStat.dropped)
@@ -216,8 +219,7 @@
 //
 // The commit point is the length acknowledged so far. Every Replicate
 // carries the primary's (commit_length); when no batch follows an
-// acknowledgement within ~1 ms the sender tells it in a data-less
-// Replicate, so an idle extent's secondaries learn it promptly. A replica
+// acknowledgement within ~1 ms the link tells it in a data-less item, so an idle extent's secondaries learn it promptly. A replica
 // reports it as Extent.CommittedLength (primary: acknowledged; secondary:
 // last told, capped at its durable length; sealed: the sealed length;
 // memory only, 0 after a restart until told), WaitCommitted blocks until

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/status"
 
 	"github.com/tabuladb/tabula/engines"
 	"github.com/tabuladb/tabula/engines/vfs"
@@ -98,6 +99,7 @@ type Node struct {
 	mu sync.Mutex
 	// Guarded by mu.
 	appenders map[uint64]*appender
+	links     map[string]*link // by secondary node address
 	closed    bool
 }
 
@@ -133,7 +135,7 @@ func OpenNode(opts NodeOptions) (*Node, error) {
 	if err != nil {
 		return nil, errors.Join(err, st.Close())
 	}
-	n := &Node{opts: opts, store: st, frags: frags, conns: opts.Conns, log: opts.Logger, appenders: map[uint64]*appender{}}
+	n := &Node{opts: opts, store: st, frags: frags, conns: opts.Conns, log: opts.Logger, appenders: map[uint64]*appender{}, links: map[string]*link{}}
 	if n.conns == nil {
 		n.conns, n.ownConns = NewConns(), true
 	}
@@ -263,27 +265,78 @@ func (n *Node) Append(ctx context.Context, r *streampb.AppendRequest) (*streampb
 
 // Replicate implements streampb.ExtentNodeServer.
 func (n *Node) Replicate(_ context.Context, r *streampb.ReplicateRequest) (*streampb.ReplicateResponse, error) {
-	ext, err := n.store.Get(r.Extent)
+	ext, end, err := n.replicateWrite(r)
+	if err == nil && len(r.Data) > 0 {
+		err = n.replicateSync(ext, r)
+	}
 	if err != nil {
 		return nil, toStatus(err)
 	}
+	return &streampb.ReplicateResponse{CommitLength: end}, nil
+}
+
+// ReplicateBatch implements streampb.ExtentNodeServer: every item is
+// written, then synced (the journal makes that one fsync for all), and
+// each answers alone.
+func (n *Node) ReplicateBatch(_ context.Context, r *streampb.ReplicateBatchRequest) (*streampb.ReplicateBatchResponse, error) {
+	out := &streampb.ReplicateBatchResponse{Items: make([]*streampb.ReplicateResult, len(r.Items))}
+	exts := make([]*Extent, len(r.Items))
+	for i, it := range r.Items {
+		ext, end, err := n.replicateWrite(it)
+		out.Items[i] = replicateResult(end, err)
+		if err == nil && len(it.Data) > 0 {
+			exts[i] = ext
+		}
+	}
+	for i, ext := range exts {
+		if ext == nil {
+			continue
+		}
+		if err := n.replicateSync(ext, r.Items[i]); err != nil {
+			out.Items[i] = replicateResult(0, err)
+		}
+	}
+	return out, nil
+}
+
+func replicateResult(end int64, err error) *streampb.ReplicateResult {
+	if err == nil {
+		return &streampb.ReplicateResult{CommitLength: end}
+	}
+	st, _ := status.FromError(toStatus(err))
+	return &streampb.ReplicateResult{Code: uint32(st.Code()), Message: st.Message()}
+}
+
+// replicateWrite is a Replicate's first half: it writes r's data (not yet
+// durable) and returns the replica's length after it, or, for a request
+// with only a commit length, records that and returns the length.
+func (n *Node) replicateWrite(r *streampb.ReplicateRequest) (*Extent, int64, error) {
+	ext, err := n.store.Get(r.Extent)
+	if err != nil {
+		return nil, 0, err
+	}
 	if ext.Info().Primary {
-		return nil, toStatus(fmt.Errorf("replicate to extent %d: it is the primary: %w", r.Extent, ErrRole))
+		return nil, 0, fmt.Errorf("replicate to extent %d: it is the primary: %w", r.Extent, ErrRole)
 	}
 	if len(r.Data) == 0 {
-		// Only the commit length.
 		ext.setCommitted(r.CommitLength)
-		return &streampb.ReplicateResponse{CommitLength: ext.Length()}, nil
+		return ext, ext.Length(), nil
 	}
 	end, err := ext.AppendRaw(r.Offset, r.Data, true)
 	if err != nil {
-		return nil, toStatus(err)
+		return nil, 0, err
 	}
+	return ext, end, nil
+}
+
+// replicateSync is a Replicate's second half: the data durable, the
+// commit length recorded.
+func (n *Node) replicateSync(ext *Extent, r *streampb.ReplicateRequest) error {
 	if err := ext.Sync(); err != nil {
-		return nil, toStatus(err)
+		return err
 	}
 	ext.setCommitted(r.CommitLength)
-	return &streampb.ReplicateResponse{CommitLength: end}, nil
+	return nil
 }
 
 // Read implements streampb.ExtentNodeServer.

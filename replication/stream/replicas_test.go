@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -411,5 +412,67 @@ func TestQuorumSlowSecondary(t *testing.T) {
 	e, err := c.Nodes[2].Node().Extent(p.ID)
 	if err != nil || !e.Info().Sealed || e.Length() != meta.Length {
 		t.Fatalf("rebuilt replica: %+v %v", e.Info(), err)
+	}
+}
+
+// TestLinkBatchesExtents: appends to many extents with the same primary
+// and secondary nodes reach each secondary node together, in one
+// ReplicateBatch (one RPC and one journal sync there), not one call each.
+// The secondaries hold their Replicates for a moment, so while the first
+// batch waits every other extent's append queues on the links.
+func TestLinkBatchesExtents(t *testing.T) {
+	c := streamtest.Start(t, 3, streamtest.Options{})
+	defer c.Close()
+	ctx := context.Background()
+	d := c.Driver
+	const extents = 8
+	ids := make([]uint64, extents)
+	for i := range ids {
+		name := fmt.Sprintf("s%d", i)
+		if _, err := d.Apply(ctx, stream.Command{Op: stream.OpCreateStream, Stream: name}); err != nil {
+			t.Fatal(err)
+		}
+		info, err := d.SealAndAllocateOn(ctx, name, 0, 0, []string{"en-0", "en-1", "en-2"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids[i] = info.Last().ID
+	}
+	conns := stream.NewConns()
+	defer conns.Close()
+	c.Nodes[1].PauseReplicate(200 * time.Millisecond)
+	c.Nodes[2].PauseReplicate(200 * time.Millisecond)
+	var wg sync.WaitGroup
+	errs := make(chan error, extents)
+	for i, id := range ids {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := rawAppend(ctx, conns, c.Nodes[0].Addr, id, nil, 1, []byte(fmt.Sprintf("entry of %d", i))); err != nil {
+				errs <- err
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	for _, n := range c.Nodes[1:] {
+		var calls, most int
+		for _, k := range n.ReplicateBatches() {
+			if k > 0 {
+				calls++
+				most = max(most, k)
+			}
+		}
+		if calls >= extents || most < 2 {
+			t.Fatalf("%s: %d appends to %d extents reached it in %d calls with data (at most %d extents in one)", n.ID, extents, extents, calls, most)
+		}
+		for _, id := range ids {
+			if got := replicaLength(t, ctx, conns, n.Addr, id); got == 0 {
+				t.Fatalf("%s: extent %d holds nothing", n.ID, id)
+			}
+		}
 	}
 }

@@ -565,6 +565,158 @@ func (x *ReplicateResponse) GetCommitLength() int64 {
 	return 0
 }
 
+type ReplicateBatchRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// items: at most one per extent.
+	Items         []*ReplicateRequest `protobuf:"bytes,1,rep,name=items,proto3" json:"items,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReplicateBatchRequest) Reset() {
+	*x = ReplicateBatchRequest{}
+	mi := &file_stream_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReplicateBatchRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReplicateBatchRequest) ProtoMessage() {}
+
+func (x *ReplicateBatchRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_stream_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReplicateBatchRequest.ProtoReflect.Descriptor instead.
+func (*ReplicateBatchRequest) Descriptor() ([]byte, []int) {
+	return file_stream_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *ReplicateBatchRequest) GetItems() []*ReplicateRequest {
+	if x != nil {
+		return x.Items
+	}
+	return nil
+}
+
+type ReplicateBatchResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// items answer the request's items, in order.
+	Items         []*ReplicateResult `protobuf:"bytes,1,rep,name=items,proto3" json:"items,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReplicateBatchResponse) Reset() {
+	*x = ReplicateBatchResponse{}
+	mi := &file_stream_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReplicateBatchResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReplicateBatchResponse) ProtoMessage() {}
+
+func (x *ReplicateBatchResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_stream_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReplicateBatchResponse.ProtoReflect.Descriptor instead.
+func (*ReplicateBatchResponse) Descriptor() ([]byte, []int) {
+	return file_stream_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *ReplicateBatchResponse) GetItems() []*ReplicateResult {
+	if x != nil {
+		return x.Items
+	}
+	return nil
+}
+
+// ReplicateResult is one item's outcome: the durable length, or the gRPC
+// status code and message the item's Replicate would have failed with.
+type ReplicateResult struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	CommitLength  int64                  `protobuf:"varint,1,opt,name=commit_length,json=commitLength,proto3" json:"commit_length,omitempty"`
+	Code          uint32                 `protobuf:"varint,2,opt,name=code,proto3" json:"code,omitempty"`
+	Message       string                 `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReplicateResult) Reset() {
+	*x = ReplicateResult{}
+	mi := &file_stream_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReplicateResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReplicateResult) ProtoMessage() {}
+
+func (x *ReplicateResult) ProtoReflect() protoreflect.Message {
+	mi := &file_stream_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReplicateResult.ProtoReflect.Descriptor instead.
+func (*ReplicateResult) Descriptor() ([]byte, []int) {
+	return file_stream_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *ReplicateResult) GetCommitLength() int64 {
+	if x != nil {
+		return x.CommitLength
+	}
+	return 0
+}
+
+func (x *ReplicateResult) GetCode() uint32 {
+	if x != nil {
+		return x.Code
+	}
+	return 0
+}
+
+func (x *ReplicateResult) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
 type ReadRequest struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Extent uint64                 `protobuf:"varint,1,opt,name=extent,proto3" json:"extent,omitempty"`
@@ -579,7 +731,7 @@ type ReadRequest struct {
 
 func (x *ReadRequest) Reset() {
 	*x = ReadRequest{}
-	mi := &file_stream_proto_msgTypes[9]
+	mi := &file_stream_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -591,7 +743,7 @@ func (x *ReadRequest) String() string {
 func (*ReadRequest) ProtoMessage() {}
 
 func (x *ReadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stream_proto_msgTypes[9]
+	mi := &file_stream_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -604,7 +756,7 @@ func (x *ReadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadRequest.ProtoReflect.Descriptor instead.
 func (*ReadRequest) Descriptor() ([]byte, []int) {
-	return file_stream_proto_rawDescGZIP(), []int{9}
+	return file_stream_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ReadRequest) GetExtent() uint64 {
@@ -641,7 +793,7 @@ type ReadResponse struct {
 
 func (x *ReadResponse) Reset() {
 	*x = ReadResponse{}
-	mi := &file_stream_proto_msgTypes[10]
+	mi := &file_stream_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -653,7 +805,7 @@ func (x *ReadResponse) String() string {
 func (*ReadResponse) ProtoMessage() {}
 
 func (x *ReadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_stream_proto_msgTypes[10]
+	mi := &file_stream_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -666,7 +818,7 @@ func (x *ReadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadResponse.ProtoReflect.Descriptor instead.
 func (*ReadResponse) Descriptor() ([]byte, []int) {
-	return file_stream_proto_rawDescGZIP(), []int{10}
+	return file_stream_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ReadResponse) GetData() []byte {
@@ -700,7 +852,7 @@ type CommitLengthRequest struct {
 
 func (x *CommitLengthRequest) Reset() {
 	*x = CommitLengthRequest{}
-	mi := &file_stream_proto_msgTypes[11]
+	mi := &file_stream_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -712,7 +864,7 @@ func (x *CommitLengthRequest) String() string {
 func (*CommitLengthRequest) ProtoMessage() {}
 
 func (x *CommitLengthRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stream_proto_msgTypes[11]
+	mi := &file_stream_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -725,7 +877,7 @@ func (x *CommitLengthRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommitLengthRequest.ProtoReflect.Descriptor instead.
 func (*CommitLengthRequest) Descriptor() ([]byte, []int) {
-	return file_stream_proto_rawDescGZIP(), []int{11}
+	return file_stream_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *CommitLengthRequest) GetExtent() uint64 {
@@ -753,7 +905,7 @@ type CommitLengthResponse struct {
 
 func (x *CommitLengthResponse) Reset() {
 	*x = CommitLengthResponse{}
-	mi := &file_stream_proto_msgTypes[12]
+	mi := &file_stream_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -765,7 +917,7 @@ func (x *CommitLengthResponse) String() string {
 func (*CommitLengthResponse) ProtoMessage() {}
 
 func (x *CommitLengthResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_stream_proto_msgTypes[12]
+	mi := &file_stream_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -778,7 +930,7 @@ func (x *CommitLengthResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommitLengthResponse.ProtoReflect.Descriptor instead.
 func (*CommitLengthResponse) Descriptor() ([]byte, []int) {
-	return file_stream_proto_rawDescGZIP(), []int{12}
+	return file_stream_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *CommitLengthResponse) GetLength() int64 {
@@ -812,7 +964,7 @@ type SealRequest struct {
 
 func (x *SealRequest) Reset() {
 	*x = SealRequest{}
-	mi := &file_stream_proto_msgTypes[13]
+	mi := &file_stream_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -824,7 +976,7 @@ func (x *SealRequest) String() string {
 func (*SealRequest) ProtoMessage() {}
 
 func (x *SealRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stream_proto_msgTypes[13]
+	mi := &file_stream_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -837,7 +989,7 @@ func (x *SealRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SealRequest.ProtoReflect.Descriptor instead.
 func (*SealRequest) Descriptor() ([]byte, []int) {
-	return file_stream_proto_rawDescGZIP(), []int{13}
+	return file_stream_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *SealRequest) GetExtent() uint64 {
@@ -864,7 +1016,7 @@ type SealResponse struct {
 
 func (x *SealResponse) Reset() {
 	*x = SealResponse{}
-	mi := &file_stream_proto_msgTypes[14]
+	mi := &file_stream_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -876,7 +1028,7 @@ func (x *SealResponse) String() string {
 func (*SealResponse) ProtoMessage() {}
 
 func (x *SealResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_stream_proto_msgTypes[14]
+	mi := &file_stream_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -889,7 +1041,7 @@ func (x *SealResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SealResponse.ProtoReflect.Descriptor instead.
 func (*SealResponse) Descriptor() ([]byte, []int) {
-	return file_stream_proto_rawDescGZIP(), []int{14}
+	return file_stream_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *SealResponse) GetLastSeq() uint64 {
@@ -908,7 +1060,7 @@ type FetchRequest struct {
 
 func (x *FetchRequest) Reset() {
 	*x = FetchRequest{}
-	mi := &file_stream_proto_msgTypes[15]
+	mi := &file_stream_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -920,7 +1072,7 @@ func (x *FetchRequest) String() string {
 func (*FetchRequest) ProtoMessage() {}
 
 func (x *FetchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stream_proto_msgTypes[15]
+	mi := &file_stream_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -933,7 +1085,7 @@ func (x *FetchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchRequest.ProtoReflect.Descriptor instead.
 func (*FetchRequest) Descriptor() ([]byte, []int) {
-	return file_stream_proto_rawDescGZIP(), []int{15}
+	return file_stream_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *FetchRequest) GetExtent() uint64 {
@@ -957,7 +1109,7 @@ type FetchChunk struct {
 
 func (x *FetchChunk) Reset() {
 	*x = FetchChunk{}
-	mi := &file_stream_proto_msgTypes[16]
+	mi := &file_stream_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -969,7 +1121,7 @@ func (x *FetchChunk) String() string {
 func (*FetchChunk) ProtoMessage() {}
 
 func (x *FetchChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_stream_proto_msgTypes[16]
+	mi := &file_stream_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -982,7 +1134,7 @@ func (x *FetchChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchChunk.ProtoReflect.Descriptor instead.
 func (*FetchChunk) Descriptor() ([]byte, []int) {
-	return file_stream_proto_rawDescGZIP(), []int{16}
+	return file_stream_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *FetchChunk) GetOffset() int64 {
@@ -1020,7 +1172,7 @@ type CopyRequest struct {
 
 func (x *CopyRequest) Reset() {
 	*x = CopyRequest{}
-	mi := &file_stream_proto_msgTypes[17]
+	mi := &file_stream_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1032,7 +1184,7 @@ func (x *CopyRequest) String() string {
 func (*CopyRequest) ProtoMessage() {}
 
 func (x *CopyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stream_proto_msgTypes[17]
+	mi := &file_stream_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1045,7 +1197,7 @@ func (x *CopyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CopyRequest.ProtoReflect.Descriptor instead.
 func (*CopyRequest) Descriptor() ([]byte, []int) {
-	return file_stream_proto_rawDescGZIP(), []int{17}
+	return file_stream_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *CopyRequest) GetExtent() uint64 {
@@ -1077,7 +1229,7 @@ type CopyResponse struct {
 
 func (x *CopyResponse) Reset() {
 	*x = CopyResponse{}
-	mi := &file_stream_proto_msgTypes[18]
+	mi := &file_stream_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1089,7 +1241,7 @@ func (x *CopyResponse) String() string {
 func (*CopyResponse) ProtoMessage() {}
 
 func (x *CopyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_stream_proto_msgTypes[18]
+	mi := &file_stream_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1102,7 +1254,7 @@ func (x *CopyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CopyResponse.ProtoReflect.Descriptor instead.
 func (*CopyResponse) Descriptor() ([]byte, []int) {
-	return file_stream_proto_rawDescGZIP(), []int{18}
+	return file_stream_proto_rawDescGZIP(), []int{21}
 }
 
 type DeleteRequest struct {
@@ -1114,7 +1266,7 @@ type DeleteRequest struct {
 
 func (x *DeleteRequest) Reset() {
 	*x = DeleteRequest{}
-	mi := &file_stream_proto_msgTypes[19]
+	mi := &file_stream_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1126,7 +1278,7 @@ func (x *DeleteRequest) String() string {
 func (*DeleteRequest) ProtoMessage() {}
 
 func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stream_proto_msgTypes[19]
+	mi := &file_stream_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1139,7 +1291,7 @@ func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRequest.ProtoReflect.Descriptor instead.
 func (*DeleteRequest) Descriptor() ([]byte, []int) {
-	return file_stream_proto_rawDescGZIP(), []int{19}
+	return file_stream_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *DeleteRequest) GetExtent() uint64 {
@@ -1157,7 +1309,7 @@ type DeleteResponse struct {
 
 func (x *DeleteResponse) Reset() {
 	*x = DeleteResponse{}
-	mi := &file_stream_proto_msgTypes[20]
+	mi := &file_stream_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1169,7 +1321,7 @@ func (x *DeleteResponse) String() string {
 func (*DeleteResponse) ProtoMessage() {}
 
 func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_stream_proto_msgTypes[20]
+	mi := &file_stream_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1182,7 +1334,7 @@ func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteResponse.ProtoReflect.Descriptor instead.
 func (*DeleteResponse) Descriptor() ([]byte, []int) {
-	return file_stream_proto_rawDescGZIP(), []int{20}
+	return file_stream_proto_rawDescGZIP(), []int{23}
 }
 
 type StatRequest struct {
@@ -1193,7 +1345,7 @@ type StatRequest struct {
 
 func (x *StatRequest) Reset() {
 	*x = StatRequest{}
-	mi := &file_stream_proto_msgTypes[21]
+	mi := &file_stream_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1205,7 +1357,7 @@ func (x *StatRequest) String() string {
 func (*StatRequest) ProtoMessage() {}
 
 func (x *StatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stream_proto_msgTypes[21]
+	mi := &file_stream_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1218,7 +1370,7 @@ func (x *StatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatRequest.ProtoReflect.Descriptor instead.
 func (*StatRequest) Descriptor() ([]byte, []int) {
-	return file_stream_proto_rawDescGZIP(), []int{21}
+	return file_stream_proto_rawDescGZIP(), []int{24}
 }
 
 type StatResponse struct {
@@ -1233,7 +1385,7 @@ type StatResponse struct {
 
 func (x *StatResponse) Reset() {
 	*x = StatResponse{}
-	mi := &file_stream_proto_msgTypes[22]
+	mi := &file_stream_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1245,7 +1397,7 @@ func (x *StatResponse) String() string {
 func (*StatResponse) ProtoMessage() {}
 
 func (x *StatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_stream_proto_msgTypes[22]
+	mi := &file_stream_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1258,7 +1410,7 @@ func (x *StatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatResponse.ProtoReflect.Descriptor instead.
 func (*StatResponse) Descriptor() ([]byte, []int) {
-	return file_stream_proto_rawDescGZIP(), []int{22}
+	return file_stream_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *StatResponse) GetExtents() []*ExtentStat {
@@ -1301,7 +1453,7 @@ type ExtentStat struct {
 
 func (x *ExtentStat) Reset() {
 	*x = ExtentStat{}
-	mi := &file_stream_proto_msgTypes[23]
+	mi := &file_stream_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1313,7 +1465,7 @@ func (x *ExtentStat) String() string {
 func (*ExtentStat) ProtoMessage() {}
 
 func (x *ExtentStat) ProtoReflect() protoreflect.Message {
-	mi := &file_stream_proto_msgTypes[23]
+	mi := &file_stream_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1326,7 +1478,7 @@ func (x *ExtentStat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExtentStat.ProtoReflect.Descriptor instead.
 func (*ExtentStat) Descriptor() ([]byte, []int) {
-	return file_stream_proto_rawDescGZIP(), []int{23}
+	return file_stream_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ExtentStat) GetExtent() uint64 {
@@ -1400,7 +1552,7 @@ type FragmentStat struct {
 
 func (x *FragmentStat) Reset() {
 	*x = FragmentStat{}
-	mi := &file_stream_proto_msgTypes[24]
+	mi := &file_stream_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1412,7 +1564,7 @@ func (x *FragmentStat) String() string {
 func (*FragmentStat) ProtoMessage() {}
 
 func (x *FragmentStat) ProtoReflect() protoreflect.Message {
-	mi := &file_stream_proto_msgTypes[24]
+	mi := &file_stream_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1425,7 +1577,7 @@ func (x *FragmentStat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FragmentStat.ProtoReflect.Descriptor instead.
 func (*FragmentStat) Descriptor() ([]byte, []int) {
-	return file_stream_proto_rawDescGZIP(), []int{24}
+	return file_stream_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *FragmentStat) GetExtent() uint64 {
@@ -1478,7 +1630,7 @@ type CodeRequest struct {
 
 func (x *CodeRequest) Reset() {
 	*x = CodeRequest{}
-	mi := &file_stream_proto_msgTypes[25]
+	mi := &file_stream_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1490,7 +1642,7 @@ func (x *CodeRequest) String() string {
 func (*CodeRequest) ProtoMessage() {}
 
 func (x *CodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stream_proto_msgTypes[25]
+	mi := &file_stream_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1503,7 +1655,7 @@ func (x *CodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CodeRequest.ProtoReflect.Descriptor instead.
 func (*CodeRequest) Descriptor() ([]byte, []int) {
-	return file_stream_proto_rawDescGZIP(), []int{25}
+	return file_stream_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *CodeRequest) GetExtent() uint64 {
@@ -1549,7 +1701,7 @@ type CodeResponse struct {
 
 func (x *CodeResponse) Reset() {
 	*x = CodeResponse{}
-	mi := &file_stream_proto_msgTypes[26]
+	mi := &file_stream_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1561,7 +1713,7 @@ func (x *CodeResponse) String() string {
 func (*CodeResponse) ProtoMessage() {}
 
 func (x *CodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_stream_proto_msgTypes[26]
+	mi := &file_stream_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1574,7 +1726,7 @@ func (x *CodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CodeResponse.ProtoReflect.Descriptor instead.
 func (*CodeResponse) Descriptor() ([]byte, []int) {
-	return file_stream_proto_rawDescGZIP(), []int{26}
+	return file_stream_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *CodeResponse) GetFragmentSize() int64 {
@@ -1613,7 +1765,7 @@ type PutFragmentChunk struct {
 
 func (x *PutFragmentChunk) Reset() {
 	*x = PutFragmentChunk{}
-	mi := &file_stream_proto_msgTypes[27]
+	mi := &file_stream_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1625,7 +1777,7 @@ func (x *PutFragmentChunk) String() string {
 func (*PutFragmentChunk) ProtoMessage() {}
 
 func (x *PutFragmentChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_stream_proto_msgTypes[27]
+	mi := &file_stream_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1638,7 +1790,7 @@ func (x *PutFragmentChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutFragmentChunk.ProtoReflect.Descriptor instead.
 func (*PutFragmentChunk) Descriptor() ([]byte, []int) {
-	return file_stream_proto_rawDescGZIP(), []int{27}
+	return file_stream_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *PutFragmentChunk) GetExtent() uint64 {
@@ -1684,7 +1836,7 @@ type PutFragmentResponse struct {
 
 func (x *PutFragmentResponse) Reset() {
 	*x = PutFragmentResponse{}
-	mi := &file_stream_proto_msgTypes[28]
+	mi := &file_stream_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1696,7 +1848,7 @@ func (x *PutFragmentResponse) String() string {
 func (*PutFragmentResponse) ProtoMessage() {}
 
 func (x *PutFragmentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_stream_proto_msgTypes[28]
+	mi := &file_stream_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1709,7 +1861,7 @@ func (x *PutFragmentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutFragmentResponse.ProtoReflect.Descriptor instead.
 func (*PutFragmentResponse) Descriptor() ([]byte, []int) {
-	return file_stream_proto_rawDescGZIP(), []int{28}
+	return file_stream_proto_rawDescGZIP(), []int{31}
 }
 
 type ReadFragmentRequest struct {
@@ -1724,7 +1876,7 @@ type ReadFragmentRequest struct {
 
 func (x *ReadFragmentRequest) Reset() {
 	*x = ReadFragmentRequest{}
-	mi := &file_stream_proto_msgTypes[29]
+	mi := &file_stream_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1736,7 +1888,7 @@ func (x *ReadFragmentRequest) String() string {
 func (*ReadFragmentRequest) ProtoMessage() {}
 
 func (x *ReadFragmentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stream_proto_msgTypes[29]
+	mi := &file_stream_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1749,7 +1901,7 @@ func (x *ReadFragmentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadFragmentRequest.ProtoReflect.Descriptor instead.
 func (*ReadFragmentRequest) Descriptor() ([]byte, []int) {
-	return file_stream_proto_rawDescGZIP(), []int{29}
+	return file_stream_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ReadFragmentRequest) GetExtent() uint64 {
@@ -1797,7 +1949,7 @@ type ReadFragmentResponse struct {
 
 func (x *ReadFragmentResponse) Reset() {
 	*x = ReadFragmentResponse{}
-	mi := &file_stream_proto_msgTypes[30]
+	mi := &file_stream_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1809,7 +1961,7 @@ func (x *ReadFragmentResponse) String() string {
 func (*ReadFragmentResponse) ProtoMessage() {}
 
 func (x *ReadFragmentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_stream_proto_msgTypes[30]
+	mi := &file_stream_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1822,7 +1974,7 @@ func (x *ReadFragmentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadFragmentResponse.ProtoReflect.Descriptor instead.
 func (*ReadFragmentResponse) Descriptor() ([]byte, []int) {
-	return file_stream_proto_rawDescGZIP(), []int{30}
+	return file_stream_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ReadFragmentResponse) GetData() []byte {
@@ -1869,7 +2021,7 @@ type RebuildFragmentRequest struct {
 
 func (x *RebuildFragmentRequest) Reset() {
 	*x = RebuildFragmentRequest{}
-	mi := &file_stream_proto_msgTypes[31]
+	mi := &file_stream_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1881,7 +2033,7 @@ func (x *RebuildFragmentRequest) String() string {
 func (*RebuildFragmentRequest) ProtoMessage() {}
 
 func (x *RebuildFragmentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stream_proto_msgTypes[31]
+	mi := &file_stream_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1894,7 +2046,7 @@ func (x *RebuildFragmentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RebuildFragmentRequest.ProtoReflect.Descriptor instead.
 func (*RebuildFragmentRequest) Descriptor() ([]byte, []int) {
-	return file_stream_proto_rawDescGZIP(), []int{31}
+	return file_stream_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *RebuildFragmentRequest) GetExtent() uint64 {
@@ -1947,7 +2099,7 @@ type RebuildFragmentResponse struct {
 
 func (x *RebuildFragmentResponse) Reset() {
 	*x = RebuildFragmentResponse{}
-	mi := &file_stream_proto_msgTypes[32]
+	mi := &file_stream_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1959,7 +2111,7 @@ func (x *RebuildFragmentResponse) String() string {
 func (*RebuildFragmentResponse) ProtoMessage() {}
 
 func (x *RebuildFragmentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_stream_proto_msgTypes[32]
+	mi := &file_stream_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1972,7 +2124,7 @@ func (x *RebuildFragmentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RebuildFragmentResponse.ProtoReflect.Descriptor instead.
 func (*RebuildFragmentResponse) Descriptor() ([]byte, []int) {
-	return file_stream_proto_rawDescGZIP(), []int{32}
+	return file_stream_proto_rawDescGZIP(), []int{35}
 }
 
 type DeleteFragmentRequest struct {
@@ -1985,7 +2137,7 @@ type DeleteFragmentRequest struct {
 
 func (x *DeleteFragmentRequest) Reset() {
 	*x = DeleteFragmentRequest{}
-	mi := &file_stream_proto_msgTypes[33]
+	mi := &file_stream_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1997,7 +2149,7 @@ func (x *DeleteFragmentRequest) String() string {
 func (*DeleteFragmentRequest) ProtoMessage() {}
 
 func (x *DeleteFragmentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stream_proto_msgTypes[33]
+	mi := &file_stream_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2010,7 +2162,7 @@ func (x *DeleteFragmentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteFragmentRequest.ProtoReflect.Descriptor instead.
 func (*DeleteFragmentRequest) Descriptor() ([]byte, []int) {
-	return file_stream_proto_rawDescGZIP(), []int{33}
+	return file_stream_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *DeleteFragmentRequest) GetExtent() uint64 {
@@ -2035,7 +2187,7 @@ type DeleteFragmentResponse struct {
 
 func (x *DeleteFragmentResponse) Reset() {
 	*x = DeleteFragmentResponse{}
-	mi := &file_stream_proto_msgTypes[34]
+	mi := &file_stream_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2047,7 +2199,7 @@ func (x *DeleteFragmentResponse) String() string {
 func (*DeleteFragmentResponse) ProtoMessage() {}
 
 func (x *DeleteFragmentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_stream_proto_msgTypes[34]
+	mi := &file_stream_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2060,7 +2212,7 @@ func (x *DeleteFragmentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteFragmentResponse.ProtoReflect.Descriptor instead.
 func (*DeleteFragmentResponse) Descriptor() ([]byte, []int) {
-	return file_stream_proto_rawDescGZIP(), []int{34}
+	return file_stream_proto_rawDescGZIP(), []int{37}
 }
 
 var File_stream_proto protoreflect.FileDescriptor
@@ -2100,7 +2252,15 @@ const file_stream_proto_rawDesc = "" +
 	"\x04data\x18\x03 \x01(\fR\x04data\x12#\n" +
 	"\rcommit_length\x18\x04 \x01(\x03R\fcommitLength\"8\n" +
 	"\x11ReplicateResponse\x12#\n" +
-	"\rcommit_length\x18\x01 \x01(\x03R\fcommitLength\"U\n" +
+	"\rcommit_length\x18\x01 \x01(\x03R\fcommitLength\"Q\n" +
+	"\x15ReplicateBatchRequest\x128\n" +
+	"\x05items\x18\x01 \x03(\v2\".tabula.stream.v1.ReplicateRequestR\x05items\"Q\n" +
+	"\x16ReplicateBatchResponse\x127\n" +
+	"\x05items\x18\x01 \x03(\v2!.tabula.stream.v1.ReplicateResultR\x05items\"d\n" +
+	"\x0fReplicateResult\x12#\n" +
+	"\rcommit_length\x18\x01 \x01(\x03R\fcommitLength\x12\x12\n" +
+	"\x04code\x18\x02 \x01(\rR\x04code\x12\x18\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\"U\n" +
 	"\vReadRequest\x12\x16\n" +
 	"\x06extent\x18\x01 \x01(\x04R\x06extent\x12\x16\n" +
 	"\x06offset\x18\x02 \x01(\x03R\x06offset\x12\x16\n" +
@@ -2197,12 +2357,14 @@ const file_stream_proto_rawDesc = "" +
 	"\x15DeleteFragmentRequest\x12\x16\n" +
 	"\x06extent\x18\x01 \x01(\x04R\x06extent\x12\x14\n" +
 	"\x05index\x18\x02 \x01(\rR\x05index\"\x18\n" +
-	"\x16DeleteFragmentResponse2\xdc\t\n" +
+	"\x16DeleteFragmentResponse2\xc1\n" +
+	"\n" +
 	"\n" +
 	"ExtentNode\x12K\n" +
 	"\x06Create\x12\x1f.tabula.stream.v1.CreateRequest\x1a .tabula.stream.v1.CreateResponse\x12K\n" +
 	"\x06Append\x12\x1f.tabula.stream.v1.AppendRequest\x1a .tabula.stream.v1.AppendResponse\x12T\n" +
-	"\tReplicate\x12\".tabula.stream.v1.ReplicateRequest\x1a#.tabula.stream.v1.ReplicateResponse\x12E\n" +
+	"\tReplicate\x12\".tabula.stream.v1.ReplicateRequest\x1a#.tabula.stream.v1.ReplicateResponse\x12c\n" +
+	"\x0eReplicateBatch\x12'.tabula.stream.v1.ReplicateBatchRequest\x1a(.tabula.stream.v1.ReplicateBatchResponse\x12E\n" +
 	"\x04Read\x12\x1d.tabula.stream.v1.ReadRequest\x1a\x1e.tabula.stream.v1.ReadResponse\x12]\n" +
 	"\fCommitLength\x12%.tabula.stream.v1.CommitLengthRequest\x1a&.tabula.stream.v1.CommitLengthResponse\x12E\n" +
 	"\x04Seal\x12\x1d.tabula.stream.v1.SealRequest\x1a\x1e.tabula.stream.v1.SealResponse\x12G\n" +
@@ -2228,7 +2390,7 @@ func file_stream_proto_rawDescGZIP() []byte {
 	return file_stream_proto_rawDescData
 }
 
-var file_stream_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
+var file_stream_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
 var file_stream_proto_goTypes = []any{
 	(*CreateRequest)(nil),           // 0: tabula.stream.v1.CreateRequest
 	(*ReplicaRef)(nil),              // 1: tabula.stream.v1.ReplicaRef
@@ -2239,74 +2401,81 @@ var file_stream_proto_goTypes = []any{
 	(*EntryLocation)(nil),           // 6: tabula.stream.v1.EntryLocation
 	(*ReplicateRequest)(nil),        // 7: tabula.stream.v1.ReplicateRequest
 	(*ReplicateResponse)(nil),       // 8: tabula.stream.v1.ReplicateResponse
-	(*ReadRequest)(nil),             // 9: tabula.stream.v1.ReadRequest
-	(*ReadResponse)(nil),            // 10: tabula.stream.v1.ReadResponse
-	(*CommitLengthRequest)(nil),     // 11: tabula.stream.v1.CommitLengthRequest
-	(*CommitLengthResponse)(nil),    // 12: tabula.stream.v1.CommitLengthResponse
-	(*SealRequest)(nil),             // 13: tabula.stream.v1.SealRequest
-	(*SealResponse)(nil),            // 14: tabula.stream.v1.SealResponse
-	(*FetchRequest)(nil),            // 15: tabula.stream.v1.FetchRequest
-	(*FetchChunk)(nil),              // 16: tabula.stream.v1.FetchChunk
-	(*CopyRequest)(nil),             // 17: tabula.stream.v1.CopyRequest
-	(*CopyResponse)(nil),            // 18: tabula.stream.v1.CopyResponse
-	(*DeleteRequest)(nil),           // 19: tabula.stream.v1.DeleteRequest
-	(*DeleteResponse)(nil),          // 20: tabula.stream.v1.DeleteResponse
-	(*StatRequest)(nil),             // 21: tabula.stream.v1.StatRequest
-	(*StatResponse)(nil),            // 22: tabula.stream.v1.StatResponse
-	(*ExtentStat)(nil),              // 23: tabula.stream.v1.ExtentStat
-	(*FragmentStat)(nil),            // 24: tabula.stream.v1.FragmentStat
-	(*CodeRequest)(nil),             // 25: tabula.stream.v1.CodeRequest
-	(*CodeResponse)(nil),            // 26: tabula.stream.v1.CodeResponse
-	(*PutFragmentChunk)(nil),        // 27: tabula.stream.v1.PutFragmentChunk
-	(*PutFragmentResponse)(nil),     // 28: tabula.stream.v1.PutFragmentResponse
-	(*ReadFragmentRequest)(nil),     // 29: tabula.stream.v1.ReadFragmentRequest
-	(*ReadFragmentResponse)(nil),    // 30: tabula.stream.v1.ReadFragmentResponse
-	(*RebuildFragmentRequest)(nil),  // 31: tabula.stream.v1.RebuildFragmentRequest
-	(*RebuildFragmentResponse)(nil), // 32: tabula.stream.v1.RebuildFragmentResponse
-	(*DeleteFragmentRequest)(nil),   // 33: tabula.stream.v1.DeleteFragmentRequest
-	(*DeleteFragmentResponse)(nil),  // 34: tabula.stream.v1.DeleteFragmentResponse
+	(*ReplicateBatchRequest)(nil),   // 9: tabula.stream.v1.ReplicateBatchRequest
+	(*ReplicateBatchResponse)(nil),  // 10: tabula.stream.v1.ReplicateBatchResponse
+	(*ReplicateResult)(nil),         // 11: tabula.stream.v1.ReplicateResult
+	(*ReadRequest)(nil),             // 12: tabula.stream.v1.ReadRequest
+	(*ReadResponse)(nil),            // 13: tabula.stream.v1.ReadResponse
+	(*CommitLengthRequest)(nil),     // 14: tabula.stream.v1.CommitLengthRequest
+	(*CommitLengthResponse)(nil),    // 15: tabula.stream.v1.CommitLengthResponse
+	(*SealRequest)(nil),             // 16: tabula.stream.v1.SealRequest
+	(*SealResponse)(nil),            // 17: tabula.stream.v1.SealResponse
+	(*FetchRequest)(nil),            // 18: tabula.stream.v1.FetchRequest
+	(*FetchChunk)(nil),              // 19: tabula.stream.v1.FetchChunk
+	(*CopyRequest)(nil),             // 20: tabula.stream.v1.CopyRequest
+	(*CopyResponse)(nil),            // 21: tabula.stream.v1.CopyResponse
+	(*DeleteRequest)(nil),           // 22: tabula.stream.v1.DeleteRequest
+	(*DeleteResponse)(nil),          // 23: tabula.stream.v1.DeleteResponse
+	(*StatRequest)(nil),             // 24: tabula.stream.v1.StatRequest
+	(*StatResponse)(nil),            // 25: tabula.stream.v1.StatResponse
+	(*ExtentStat)(nil),              // 26: tabula.stream.v1.ExtentStat
+	(*FragmentStat)(nil),            // 27: tabula.stream.v1.FragmentStat
+	(*CodeRequest)(nil),             // 28: tabula.stream.v1.CodeRequest
+	(*CodeResponse)(nil),            // 29: tabula.stream.v1.CodeResponse
+	(*PutFragmentChunk)(nil),        // 30: tabula.stream.v1.PutFragmentChunk
+	(*PutFragmentResponse)(nil),     // 31: tabula.stream.v1.PutFragmentResponse
+	(*ReadFragmentRequest)(nil),     // 32: tabula.stream.v1.ReadFragmentRequest
+	(*ReadFragmentResponse)(nil),    // 33: tabula.stream.v1.ReadFragmentResponse
+	(*RebuildFragmentRequest)(nil),  // 34: tabula.stream.v1.RebuildFragmentRequest
+	(*RebuildFragmentResponse)(nil), // 35: tabula.stream.v1.RebuildFragmentResponse
+	(*DeleteFragmentRequest)(nil),   // 36: tabula.stream.v1.DeleteFragmentRequest
+	(*DeleteFragmentResponse)(nil),  // 37: tabula.stream.v1.DeleteFragmentResponse
 }
 var file_stream_proto_depIdxs = []int32{
 	1,  // 0: tabula.stream.v1.CreateRequest.secondaries:type_name -> tabula.stream.v1.ReplicaRef
 	4,  // 1: tabula.stream.v1.AppendRequest.entries:type_name -> tabula.stream.v1.Entry
 	6,  // 2: tabula.stream.v1.AppendResponse.entries:type_name -> tabula.stream.v1.EntryLocation
-	23, // 3: tabula.stream.v1.StatResponse.extents:type_name -> tabula.stream.v1.ExtentStat
-	24, // 4: tabula.stream.v1.StatResponse.fragments:type_name -> tabula.stream.v1.FragmentStat
-	0,  // 5: tabula.stream.v1.ExtentNode.Create:input_type -> tabula.stream.v1.CreateRequest
-	3,  // 6: tabula.stream.v1.ExtentNode.Append:input_type -> tabula.stream.v1.AppendRequest
-	7,  // 7: tabula.stream.v1.ExtentNode.Replicate:input_type -> tabula.stream.v1.ReplicateRequest
-	9,  // 8: tabula.stream.v1.ExtentNode.Read:input_type -> tabula.stream.v1.ReadRequest
-	11, // 9: tabula.stream.v1.ExtentNode.CommitLength:input_type -> tabula.stream.v1.CommitLengthRequest
-	13, // 10: tabula.stream.v1.ExtentNode.Seal:input_type -> tabula.stream.v1.SealRequest
-	15, // 11: tabula.stream.v1.ExtentNode.Fetch:input_type -> tabula.stream.v1.FetchRequest
-	17, // 12: tabula.stream.v1.ExtentNode.Copy:input_type -> tabula.stream.v1.CopyRequest
-	19, // 13: tabula.stream.v1.ExtentNode.Delete:input_type -> tabula.stream.v1.DeleteRequest
-	21, // 14: tabula.stream.v1.ExtentNode.Stat:input_type -> tabula.stream.v1.StatRequest
-	25, // 15: tabula.stream.v1.ExtentNode.Code:input_type -> tabula.stream.v1.CodeRequest
-	27, // 16: tabula.stream.v1.ExtentNode.PutFragment:input_type -> tabula.stream.v1.PutFragmentChunk
-	29, // 17: tabula.stream.v1.ExtentNode.ReadFragment:input_type -> tabula.stream.v1.ReadFragmentRequest
-	31, // 18: tabula.stream.v1.ExtentNode.RebuildFragment:input_type -> tabula.stream.v1.RebuildFragmentRequest
-	33, // 19: tabula.stream.v1.ExtentNode.DeleteFragment:input_type -> tabula.stream.v1.DeleteFragmentRequest
-	2,  // 20: tabula.stream.v1.ExtentNode.Create:output_type -> tabula.stream.v1.CreateResponse
-	5,  // 21: tabula.stream.v1.ExtentNode.Append:output_type -> tabula.stream.v1.AppendResponse
-	8,  // 22: tabula.stream.v1.ExtentNode.Replicate:output_type -> tabula.stream.v1.ReplicateResponse
-	10, // 23: tabula.stream.v1.ExtentNode.Read:output_type -> tabula.stream.v1.ReadResponse
-	12, // 24: tabula.stream.v1.ExtentNode.CommitLength:output_type -> tabula.stream.v1.CommitLengthResponse
-	14, // 25: tabula.stream.v1.ExtentNode.Seal:output_type -> tabula.stream.v1.SealResponse
-	16, // 26: tabula.stream.v1.ExtentNode.Fetch:output_type -> tabula.stream.v1.FetchChunk
-	18, // 27: tabula.stream.v1.ExtentNode.Copy:output_type -> tabula.stream.v1.CopyResponse
-	20, // 28: tabula.stream.v1.ExtentNode.Delete:output_type -> tabula.stream.v1.DeleteResponse
-	22, // 29: tabula.stream.v1.ExtentNode.Stat:output_type -> tabula.stream.v1.StatResponse
-	26, // 30: tabula.stream.v1.ExtentNode.Code:output_type -> tabula.stream.v1.CodeResponse
-	28, // 31: tabula.stream.v1.ExtentNode.PutFragment:output_type -> tabula.stream.v1.PutFragmentResponse
-	30, // 32: tabula.stream.v1.ExtentNode.ReadFragment:output_type -> tabula.stream.v1.ReadFragmentResponse
-	32, // 33: tabula.stream.v1.ExtentNode.RebuildFragment:output_type -> tabula.stream.v1.RebuildFragmentResponse
-	34, // 34: tabula.stream.v1.ExtentNode.DeleteFragment:output_type -> tabula.stream.v1.DeleteFragmentResponse
-	20, // [20:35] is the sub-list for method output_type
-	5,  // [5:20] is the sub-list for method input_type
-	5,  // [5:5] is the sub-list for extension type_name
-	5,  // [5:5] is the sub-list for extension extendee
-	0,  // [0:5] is the sub-list for field type_name
+	7,  // 3: tabula.stream.v1.ReplicateBatchRequest.items:type_name -> tabula.stream.v1.ReplicateRequest
+	11, // 4: tabula.stream.v1.ReplicateBatchResponse.items:type_name -> tabula.stream.v1.ReplicateResult
+	26, // 5: tabula.stream.v1.StatResponse.extents:type_name -> tabula.stream.v1.ExtentStat
+	27, // 6: tabula.stream.v1.StatResponse.fragments:type_name -> tabula.stream.v1.FragmentStat
+	0,  // 7: tabula.stream.v1.ExtentNode.Create:input_type -> tabula.stream.v1.CreateRequest
+	3,  // 8: tabula.stream.v1.ExtentNode.Append:input_type -> tabula.stream.v1.AppendRequest
+	7,  // 9: tabula.stream.v1.ExtentNode.Replicate:input_type -> tabula.stream.v1.ReplicateRequest
+	9,  // 10: tabula.stream.v1.ExtentNode.ReplicateBatch:input_type -> tabula.stream.v1.ReplicateBatchRequest
+	12, // 11: tabula.stream.v1.ExtentNode.Read:input_type -> tabula.stream.v1.ReadRequest
+	14, // 12: tabula.stream.v1.ExtentNode.CommitLength:input_type -> tabula.stream.v1.CommitLengthRequest
+	16, // 13: tabula.stream.v1.ExtentNode.Seal:input_type -> tabula.stream.v1.SealRequest
+	18, // 14: tabula.stream.v1.ExtentNode.Fetch:input_type -> tabula.stream.v1.FetchRequest
+	20, // 15: tabula.stream.v1.ExtentNode.Copy:input_type -> tabula.stream.v1.CopyRequest
+	22, // 16: tabula.stream.v1.ExtentNode.Delete:input_type -> tabula.stream.v1.DeleteRequest
+	24, // 17: tabula.stream.v1.ExtentNode.Stat:input_type -> tabula.stream.v1.StatRequest
+	28, // 18: tabula.stream.v1.ExtentNode.Code:input_type -> tabula.stream.v1.CodeRequest
+	30, // 19: tabula.stream.v1.ExtentNode.PutFragment:input_type -> tabula.stream.v1.PutFragmentChunk
+	32, // 20: tabula.stream.v1.ExtentNode.ReadFragment:input_type -> tabula.stream.v1.ReadFragmentRequest
+	34, // 21: tabula.stream.v1.ExtentNode.RebuildFragment:input_type -> tabula.stream.v1.RebuildFragmentRequest
+	36, // 22: tabula.stream.v1.ExtentNode.DeleteFragment:input_type -> tabula.stream.v1.DeleteFragmentRequest
+	2,  // 23: tabula.stream.v1.ExtentNode.Create:output_type -> tabula.stream.v1.CreateResponse
+	5,  // 24: tabula.stream.v1.ExtentNode.Append:output_type -> tabula.stream.v1.AppendResponse
+	8,  // 25: tabula.stream.v1.ExtentNode.Replicate:output_type -> tabula.stream.v1.ReplicateResponse
+	10, // 26: tabula.stream.v1.ExtentNode.ReplicateBatch:output_type -> tabula.stream.v1.ReplicateBatchResponse
+	13, // 27: tabula.stream.v1.ExtentNode.Read:output_type -> tabula.stream.v1.ReadResponse
+	15, // 28: tabula.stream.v1.ExtentNode.CommitLength:output_type -> tabula.stream.v1.CommitLengthResponse
+	17, // 29: tabula.stream.v1.ExtentNode.Seal:output_type -> tabula.stream.v1.SealResponse
+	19, // 30: tabula.stream.v1.ExtentNode.Fetch:output_type -> tabula.stream.v1.FetchChunk
+	21, // 31: tabula.stream.v1.ExtentNode.Copy:output_type -> tabula.stream.v1.CopyResponse
+	23, // 32: tabula.stream.v1.ExtentNode.Delete:output_type -> tabula.stream.v1.DeleteResponse
+	25, // 33: tabula.stream.v1.ExtentNode.Stat:output_type -> tabula.stream.v1.StatResponse
+	29, // 34: tabula.stream.v1.ExtentNode.Code:output_type -> tabula.stream.v1.CodeResponse
+	31, // 35: tabula.stream.v1.ExtentNode.PutFragment:output_type -> tabula.stream.v1.PutFragmentResponse
+	33, // 36: tabula.stream.v1.ExtentNode.ReadFragment:output_type -> tabula.stream.v1.ReadFragmentResponse
+	35, // 37: tabula.stream.v1.ExtentNode.RebuildFragment:output_type -> tabula.stream.v1.RebuildFragmentResponse
+	37, // 38: tabula.stream.v1.ExtentNode.DeleteFragment:output_type -> tabula.stream.v1.DeleteFragmentResponse
+	23, // [23:39] is the sub-list for method output_type
+	7,  // [7:23] is the sub-list for method input_type
+	7,  // [7:7] is the sub-list for extension type_name
+	7,  // [7:7] is the sub-list for extension extendee
+	0,  // [0:7] is the sub-list for field type_name
 }
 
 func init() { file_stream_proto_init() }
@@ -2320,7 +2489,7 @@ func file_stream_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_stream_proto_rawDesc), len(file_stream_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   35,
+			NumMessages:   38,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -36,6 +36,7 @@ const (
 	ExtentNode_Create_FullMethodName          = "/tabula.stream.v1.ExtentNode/Create"
 	ExtentNode_Append_FullMethodName          = "/tabula.stream.v1.ExtentNode/Append"
 	ExtentNode_Replicate_FullMethodName       = "/tabula.stream.v1.ExtentNode/Replicate"
+	ExtentNode_ReplicateBatch_FullMethodName  = "/tabula.stream.v1.ExtentNode/ReplicateBatch"
 	ExtentNode_Read_FullMethodName            = "/tabula.stream.v1.ExtentNode/Read"
 	ExtentNode_CommitLength_FullMethodName    = "/tabula.stream.v1.ExtentNode/CommitLength"
 	ExtentNode_Seal_FullMethodName            = "/tabula.stream.v1.ExtentNode/Seal"
@@ -64,6 +65,12 @@ type ExtentNodeClient interface {
 	// Replicate (primary to secondary) writes encoded blocks at an offset that
 	// must be the secondary's length, and answers once they are durable.
 	Replicate(ctx context.Context, in *ReplicateRequest, opts ...grpc.CallOption) (*ReplicateResponse, error)
+	// ReplicateBatch carries, in one call, what a primary node has for one
+	// secondary node across every extent: each item is one Replicate, and
+	// they are made durable together (one journal sync). A primary has at
+	// most one in flight per secondary node, so items of one extent arrive
+	// in order.
+	ReplicateBatch(ctx context.Context, in *ReplicateBatchRequest, opts ...grpc.CallOption) (*ReplicateBatchResponse, error)
 	// Read returns whole encoded blocks starting at a block boundary.
 	Read(ctx context.Context, in *ReadRequest, opts ...grpc.CallOption) (*ReadResponse, error)
 	// CommitLength reports a replica's durable length; with freeze, the
@@ -133,6 +140,16 @@ func (c *extentNodeClient) Replicate(ctx context.Context, in *ReplicateRequest, 
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ReplicateResponse)
 	err := c.cc.Invoke(ctx, ExtentNode_Replicate_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *extentNodeClient) ReplicateBatch(ctx context.Context, in *ReplicateBatchRequest, opts ...grpc.CallOption) (*ReplicateBatchResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReplicateBatchResponse)
+	err := c.cc.Invoke(ctx, ExtentNode_ReplicateBatch_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -285,6 +302,12 @@ type ExtentNodeServer interface {
 	// Replicate (primary to secondary) writes encoded blocks at an offset that
 	// must be the secondary's length, and answers once they are durable.
 	Replicate(context.Context, *ReplicateRequest) (*ReplicateResponse, error)
+	// ReplicateBatch carries, in one call, what a primary node has for one
+	// secondary node across every extent: each item is one Replicate, and
+	// they are made durable together (one journal sync). A primary has at
+	// most one in flight per secondary node, so items of one extent arrive
+	// in order.
+	ReplicateBatch(context.Context, *ReplicateBatchRequest) (*ReplicateBatchResponse, error)
 	// Read returns whole encoded blocks starting at a block boundary.
 	Read(context.Context, *ReadRequest) (*ReadResponse, error)
 	// CommitLength reports a replica's durable length; with freeze, the
@@ -338,6 +361,9 @@ func (UnimplementedExtentNodeServer) Append(context.Context, *AppendRequest) (*A
 }
 func (UnimplementedExtentNodeServer) Replicate(context.Context, *ReplicateRequest) (*ReplicateResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Replicate not implemented")
+}
+func (UnimplementedExtentNodeServer) ReplicateBatch(context.Context, *ReplicateBatchRequest) (*ReplicateBatchResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReplicateBatch not implemented")
 }
 func (UnimplementedExtentNodeServer) Read(context.Context, *ReadRequest) (*ReadResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Read not implemented")
@@ -446,6 +472,24 @@ func _ExtentNode_Replicate_Handler(srv interface{}, ctx context.Context, dec fun
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(ExtentNodeServer).Replicate(ctx, req.(*ReplicateRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ExtentNode_ReplicateBatch_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReplicateBatchRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ExtentNodeServer).ReplicateBatch(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ExtentNode_ReplicateBatch_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ExtentNodeServer).ReplicateBatch(ctx, req.(*ReplicateBatchRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -666,6 +710,10 @@ var ExtentNode_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Replicate",
 			Handler:    _ExtentNode_Replicate_Handler,
+		},
+		{
+			MethodName: "ReplicateBatch",
+			Handler:    _ExtentNode_ReplicateBatch_Handler,
 		},
 		{
 			MethodName: "Read",

@@ -18,6 +18,7 @@ import (
 
 	"github.com/tabuladb/tabula/engines/vfs"
 	"github.com/tabuladb/tabula/replication/stream"
+	"github.com/tabuladb/tabula/replication/stream/streampb"
 )
 
 // Seed returns the seed of a randomised test, from TABULA_SEED if set, and
@@ -81,6 +82,15 @@ type Node struct {
 	srv         *grpc.Server
 	done        chan struct{} // closed when Serve returns
 	pausedUntil time.Time     // Replicate calls wait until then
+	batches     []int         // extents with data in each ReplicateBatch received
+}
+
+// ReplicateBatches returns, for every ReplicateBatch the node received so
+// far, how many extents it carried data for.
+func (n *Node) ReplicateBatches() []int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return append([]int(nil), n.batches...)
 }
 
 // PauseReplicate makes node's Replicate handler hold every call (those in
@@ -93,9 +103,21 @@ func (n *Node) PauseReplicate(d time.Duration) {
 	n.pausedUntil = time.Now().Add(d)
 }
 
-// intercept holds Replicate calls while the node is paused.
+// intercept holds Replicate and ReplicateBatch calls while the node is
+// paused.
 func (n *Node) intercept(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	if strings.HasSuffix(info.FullMethod, "/Replicate") {
+	if b, ok := req.(*streampb.ReplicateBatchRequest); ok {
+		k := 0
+		for _, it := range b.Items {
+			if len(it.Data) > 0 {
+				k++
+			}
+		}
+		n.mu.Lock()
+		n.batches = append(n.batches, k)
+		n.mu.Unlock()
+	}
+	if strings.HasSuffix(info.FullMethod, "/Replicate") || strings.HasSuffix(info.FullMethod, "/ReplicateBatch") {
 		n.mu.Lock()
 		wait := time.Until(n.pausedUntil)
 		n.mu.Unlock()
