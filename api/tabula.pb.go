@@ -422,7 +422,7 @@ func (x Mutation_Op) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Mutation_Op.Descriptor instead.
 func (Mutation_Op) EnumDescriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{67, 0}
+	return file_tabula_proto_rawDescGZIP(), []int{70, 0}
 }
 
 // TableOptions are fixed at CreateTable. Zero values take the defaults the
@@ -4566,6 +4566,151 @@ func (x *BatchGetResponse) GetLsn() uint64 {
 	return 0
 }
 
+type MultiGetRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// gets: at most MaxBatchKeys.
+	Gets          []*GetRequest `protobuf:"bytes,1,rep,name=gets,proto3" json:"gets,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MultiGetRequest) Reset() {
+	*x = MultiGetRequest{}
+	mi := &file_tabula_proto_msgTypes[61]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MultiGetRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MultiGetRequest) ProtoMessage() {}
+
+func (x *MultiGetRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tabula_proto_msgTypes[61]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MultiGetRequest.ProtoReflect.Descriptor instead.
+func (*MultiGetRequest) Descriptor() ([]byte, []int) {
+	return file_tabula_proto_rawDescGZIP(), []int{61}
+}
+
+func (x *MultiGetRequest) GetGets() []*GetRequest {
+	if x != nil {
+		return x.Gets
+	}
+	return nil
+}
+
+type MultiGetResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// One per get, in request order.
+	Results       []*MultiGetResult `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MultiGetResponse) Reset() {
+	*x = MultiGetResponse{}
+	mi := &file_tabula_proto_msgTypes[62]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MultiGetResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MultiGetResponse) ProtoMessage() {}
+
+func (x *MultiGetResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tabula_proto_msgTypes[62]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MultiGetResponse.ProtoReflect.Descriptor instead.
+func (*MultiGetResponse) Descriptor() ([]byte, []int) {
+	return file_tabula_proto_rawDescGZIP(), []int{62}
+}
+
+func (x *MultiGetResponse) GetResults() []*MultiGetResult {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
+// MultiGetResult is one Get's reply, or the error it failed with: an
+// encoded google.rpc.Status, exactly as the Get alone would have
+// returned it (code, message and details).
+type MultiGetResult struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Response      *GetResponse           `protobuf:"bytes,1,opt,name=response,proto3" json:"response,omitempty"`
+	Status        []byte                 `protobuf:"bytes,2,opt,name=status,proto3" json:"status,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MultiGetResult) Reset() {
+	*x = MultiGetResult{}
+	mi := &file_tabula_proto_msgTypes[63]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MultiGetResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MultiGetResult) ProtoMessage() {}
+
+func (x *MultiGetResult) ProtoReflect() protoreflect.Message {
+	mi := &file_tabula_proto_msgTypes[63]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MultiGetResult.ProtoReflect.Descriptor instead.
+func (*MultiGetResult) Descriptor() ([]byte, []int) {
+	return file_tabula_proto_rawDescGZIP(), []int{63}
+}
+
+func (x *MultiGetResult) GetResponse() *GetResponse {
+	if x != nil {
+		return x.Response
+	}
+	return nil
+}
+
+func (x *MultiGetResult) GetStatus() []byte {
+	if x != nil {
+		return x.Status
+	}
+	return nil
+}
+
 type PutRequest struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Header *RequestHeader         `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
@@ -4582,7 +4727,7 @@ type PutRequest struct {
 
 func (x *PutRequest) Reset() {
 	*x = PutRequest{}
-	mi := &file_tabula_proto_msgTypes[61]
+	mi := &file_tabula_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4594,7 +4739,7 @@ func (x *PutRequest) String() string {
 func (*PutRequest) ProtoMessage() {}
 
 func (x *PutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[61]
+	mi := &file_tabula_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4607,7 +4752,7 @@ func (x *PutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutRequest.ProtoReflect.Descriptor instead.
 func (*PutRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{61}
+	return file_tabula_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *PutRequest) GetHeader() *RequestHeader {
@@ -4655,7 +4800,7 @@ type PutResponse struct {
 
 func (x *PutResponse) Reset() {
 	*x = PutResponse{}
-	mi := &file_tabula_proto_msgTypes[62]
+	mi := &file_tabula_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4667,7 +4812,7 @@ func (x *PutResponse) String() string {
 func (*PutResponse) ProtoMessage() {}
 
 func (x *PutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[62]
+	mi := &file_tabula_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4680,7 +4825,7 @@ func (x *PutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutResponse.ProtoReflect.Descriptor instead.
 func (*PutResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{62}
+	return file_tabula_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *PutResponse) GetLsn() uint64 {
@@ -4701,7 +4846,7 @@ type DeleteRequest struct {
 
 func (x *DeleteRequest) Reset() {
 	*x = DeleteRequest{}
-	mi := &file_tabula_proto_msgTypes[63]
+	mi := &file_tabula_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4713,7 +4858,7 @@ func (x *DeleteRequest) String() string {
 func (*DeleteRequest) ProtoMessage() {}
 
 func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[63]
+	mi := &file_tabula_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4726,7 +4871,7 @@ func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRequest.ProtoReflect.Descriptor instead.
 func (*DeleteRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{63}
+	return file_tabula_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *DeleteRequest) GetHeader() *RequestHeader {
@@ -4760,7 +4905,7 @@ type DeleteResponse struct {
 
 func (x *DeleteResponse) Reset() {
 	*x = DeleteResponse{}
-	mi := &file_tabula_proto_msgTypes[64]
+	mi := &file_tabula_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4772,7 +4917,7 @@ func (x *DeleteResponse) String() string {
 func (*DeleteResponse) ProtoMessage() {}
 
 func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[64]
+	mi := &file_tabula_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4785,7 +4930,7 @@ func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteResponse.ProtoReflect.Descriptor instead.
 func (*DeleteResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{64}
+	return file_tabula_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *DeleteResponse) GetExisted() bool {
@@ -4821,7 +4966,7 @@ type CompareAndSwapRequest struct {
 
 func (x *CompareAndSwapRequest) Reset() {
 	*x = CompareAndSwapRequest{}
-	mi := &file_tabula_proto_msgTypes[65]
+	mi := &file_tabula_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4833,7 +4978,7 @@ func (x *CompareAndSwapRequest) String() string {
 func (*CompareAndSwapRequest) ProtoMessage() {}
 
 func (x *CompareAndSwapRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[65]
+	mi := &file_tabula_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4846,7 +4991,7 @@ func (x *CompareAndSwapRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompareAndSwapRequest.ProtoReflect.Descriptor instead.
 func (*CompareAndSwapRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{65}
+	return file_tabula_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *CompareAndSwapRequest) GetHeader() *RequestHeader {
@@ -4918,7 +5063,7 @@ type CompareAndSwapResponse struct {
 
 func (x *CompareAndSwapResponse) Reset() {
 	*x = CompareAndSwapResponse{}
-	mi := &file_tabula_proto_msgTypes[66]
+	mi := &file_tabula_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4930,7 +5075,7 @@ func (x *CompareAndSwapResponse) String() string {
 func (*CompareAndSwapResponse) ProtoMessage() {}
 
 func (x *CompareAndSwapResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[66]
+	mi := &file_tabula_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4943,7 +5088,7 @@ func (x *CompareAndSwapResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompareAndSwapResponse.ProtoReflect.Descriptor instead.
 func (*CompareAndSwapResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{66}
+	return file_tabula_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *CompareAndSwapResponse) GetSwapped() bool {
@@ -4986,7 +5131,7 @@ type Mutation struct {
 
 func (x *Mutation) Reset() {
 	*x = Mutation{}
-	mi := &file_tabula_proto_msgTypes[67]
+	mi := &file_tabula_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4998,7 +5143,7 @@ func (x *Mutation) String() string {
 func (*Mutation) ProtoMessage() {}
 
 func (x *Mutation) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[67]
+	mi := &file_tabula_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5011,7 +5156,7 @@ func (x *Mutation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Mutation.ProtoReflect.Descriptor instead.
 func (*Mutation) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{67}
+	return file_tabula_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *Mutation) GetOp() Mutation_Op {
@@ -5053,7 +5198,7 @@ type BatchWriteRequest struct {
 
 func (x *BatchWriteRequest) Reset() {
 	*x = BatchWriteRequest{}
-	mi := &file_tabula_proto_msgTypes[68]
+	mi := &file_tabula_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5065,7 +5210,7 @@ func (x *BatchWriteRequest) String() string {
 func (*BatchWriteRequest) ProtoMessage() {}
 
 func (x *BatchWriteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[68]
+	mi := &file_tabula_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5078,7 +5223,7 @@ func (x *BatchWriteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchWriteRequest.ProtoReflect.Descriptor instead.
 func (*BatchWriteRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{68}
+	return file_tabula_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *BatchWriteRequest) GetHeader() *RequestHeader {
@@ -5111,7 +5256,7 @@ type BatchWriteResponse struct {
 
 func (x *BatchWriteResponse) Reset() {
 	*x = BatchWriteResponse{}
-	mi := &file_tabula_proto_msgTypes[69]
+	mi := &file_tabula_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5123,7 +5268,7 @@ func (x *BatchWriteResponse) String() string {
 func (*BatchWriteResponse) ProtoMessage() {}
 
 func (x *BatchWriteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[69]
+	mi := &file_tabula_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5136,7 +5281,7 @@ func (x *BatchWriteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchWriteResponse.ProtoReflect.Descriptor instead.
 func (*BatchWriteResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{69}
+	return file_tabula_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *BatchWriteResponse) GetLsn() uint64 {
@@ -5155,7 +5300,7 @@ type ScanRequest struct {
 
 func (x *ScanRequest) Reset() {
 	*x = ScanRequest{}
-	mi := &file_tabula_proto_msgTypes[70]
+	mi := &file_tabula_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5167,7 +5312,7 @@ func (x *ScanRequest) String() string {
 func (*ScanRequest) ProtoMessage() {}
 
 func (x *ScanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[70]
+	mi := &file_tabula_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5180,7 +5325,7 @@ func (x *ScanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScanRequest.ProtoReflect.Descriptor instead.
 func (*ScanRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{70}
+	return file_tabula_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *ScanRequest) GetHeader() *RequestHeader {
@@ -5201,7 +5346,7 @@ type KeyValue struct {
 
 func (x *KeyValue) Reset() {
 	*x = KeyValue{}
-	mi := &file_tabula_proto_msgTypes[71]
+	mi := &file_tabula_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5213,7 +5358,7 @@ func (x *KeyValue) String() string {
 func (*KeyValue) ProtoMessage() {}
 
 func (x *KeyValue) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[71]
+	mi := &file_tabula_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5226,7 +5371,7 @@ func (x *KeyValue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyValue.ProtoReflect.Descriptor instead.
 func (*KeyValue) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{71}
+	return file_tabula_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *KeyValue) GetKey() []byte {
@@ -5259,7 +5404,7 @@ type ScanResponse struct {
 
 func (x *ScanResponse) Reset() {
 	*x = ScanResponse{}
-	mi := &file_tabula_proto_msgTypes[72]
+	mi := &file_tabula_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5271,7 +5416,7 @@ func (x *ScanResponse) String() string {
 func (*ScanResponse) ProtoMessage() {}
 
 func (x *ScanResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[72]
+	mi := &file_tabula_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5284,7 +5429,7 @@ func (x *ScanResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScanResponse.ProtoReflect.Descriptor instead.
 func (*ScanResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{72}
+	return file_tabula_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *ScanResponse) GetRecords() []*KeyValue {
@@ -5311,7 +5456,7 @@ type BulkUploadRequest struct {
 
 func (x *BulkUploadRequest) Reset() {
 	*x = BulkUploadRequest{}
-	mi := &file_tabula_proto_msgTypes[73]
+	mi := &file_tabula_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5323,7 +5468,7 @@ func (x *BulkUploadRequest) String() string {
 func (*BulkUploadRequest) ProtoMessage() {}
 
 func (x *BulkUploadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[73]
+	mi := &file_tabula_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5336,7 +5481,7 @@ func (x *BulkUploadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkUploadRequest.ProtoReflect.Descriptor instead.
 func (*BulkUploadRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{73}
+	return file_tabula_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *BulkUploadRequest) GetHeader() *RequestHeader {
@@ -5391,7 +5536,7 @@ type BulkUploadStatusRequest struct {
 
 func (x *BulkUploadStatusRequest) Reset() {
 	*x = BulkUploadStatusRequest{}
-	mi := &file_tabula_proto_msgTypes[74]
+	mi := &file_tabula_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5403,7 +5548,7 @@ func (x *BulkUploadStatusRequest) String() string {
 func (*BulkUploadStatusRequest) ProtoMessage() {}
 
 func (x *BulkUploadStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[74]
+	mi := &file_tabula_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5416,7 +5561,7 @@ func (x *BulkUploadStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkUploadStatusRequest.ProtoReflect.Descriptor instead.
 func (*BulkUploadStatusRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{74}
+	return file_tabula_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *BulkUploadStatusRequest) GetHeader() *RequestHeader {
@@ -5445,7 +5590,7 @@ type BulkUploadResponse struct {
 
 func (x *BulkUploadResponse) Reset() {
 	*x = BulkUploadResponse{}
-	mi := &file_tabula_proto_msgTypes[75]
+	mi := &file_tabula_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5457,7 +5602,7 @@ func (x *BulkUploadResponse) String() string {
 func (*BulkUploadResponse) ProtoMessage() {}
 
 func (x *BulkUploadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[75]
+	mi := &file_tabula_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5470,7 +5615,7 @@ func (x *BulkUploadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkUploadResponse.ProtoReflect.Descriptor instead.
 func (*BulkUploadResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{75}
+	return file_tabula_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *BulkUploadResponse) GetReceived() uint64 {
@@ -5501,7 +5646,7 @@ type PartitionLogFailedRequest struct {
 
 func (x *PartitionLogFailedRequest) Reset() {
 	*x = PartitionLogFailedRequest{}
-	mi := &file_tabula_proto_msgTypes[76]
+	mi := &file_tabula_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5513,7 +5658,7 @@ func (x *PartitionLogFailedRequest) String() string {
 func (*PartitionLogFailedRequest) ProtoMessage() {}
 
 func (x *PartitionLogFailedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[76]
+	mi := &file_tabula_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5526,7 +5671,7 @@ func (x *PartitionLogFailedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionLogFailedRequest.ProtoReflect.Descriptor instead.
 func (*PartitionLogFailedRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{76}
+	return file_tabula_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *PartitionLogFailedRequest) GetServerId() string {
@@ -5574,7 +5719,7 @@ type PartitionLogFailedResponse struct {
 
 func (x *PartitionLogFailedResponse) Reset() {
 	*x = PartitionLogFailedResponse{}
-	mi := &file_tabula_proto_msgTypes[77]
+	mi := &file_tabula_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5586,7 +5731,7 @@ func (x *PartitionLogFailedResponse) String() string {
 func (*PartitionLogFailedResponse) ProtoMessage() {}
 
 func (x *PartitionLogFailedResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[77]
+	mi := &file_tabula_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5599,7 +5744,7 @@ func (x *PartitionLogFailedResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionLogFailedResponse.ProtoReflect.Descriptor instead.
 func (*PartitionLogFailedResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{77}
+	return file_tabula_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *PartitionLogFailedResponse) GetPartition() *Partition {
@@ -5628,7 +5773,7 @@ type ForgetServerRequest struct {
 
 func (x *ForgetServerRequest) Reset() {
 	*x = ForgetServerRequest{}
-	mi := &file_tabula_proto_msgTypes[78]
+	mi := &file_tabula_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5640,7 +5785,7 @@ func (x *ForgetServerRequest) String() string {
 func (*ForgetServerRequest) ProtoMessage() {}
 
 func (x *ForgetServerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[78]
+	mi := &file_tabula_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5653,7 +5798,7 @@ func (x *ForgetServerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForgetServerRequest.ProtoReflect.Descriptor instead.
 func (*ForgetServerRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{78}
+	return file_tabula_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *ForgetServerRequest) GetServerId() string {
@@ -5683,7 +5828,7 @@ type ForgetServerResponse struct {
 
 func (x *ForgetServerResponse) Reset() {
 	*x = ForgetServerResponse{}
-	mi := &file_tabula_proto_msgTypes[79]
+	mi := &file_tabula_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5695,7 +5840,7 @@ func (x *ForgetServerResponse) String() string {
 func (*ForgetServerResponse) ProtoMessage() {}
 
 func (x *ForgetServerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[79]
+	mi := &file_tabula_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5708,7 +5853,7 @@ func (x *ForgetServerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForgetServerResponse.ProtoReflect.Descriptor instead.
 func (*ForgetServerResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{79}
+	return file_tabula_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *ForgetServerResponse) GetMoved() uint32 {
@@ -5751,7 +5896,7 @@ type LostPartition struct {
 
 func (x *LostPartition) Reset() {
 	*x = LostPartition{}
-	mi := &file_tabula_proto_msgTypes[80]
+	mi := &file_tabula_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5763,7 +5908,7 @@ func (x *LostPartition) String() string {
 func (*LostPartition) ProtoMessage() {}
 
 func (x *LostPartition) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[80]
+	mi := &file_tabula_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5776,7 +5921,7 @@ func (x *LostPartition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LostPartition.ProtoReflect.Descriptor instead.
 func (*LostPartition) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{80}
+	return file_tabula_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *LostPartition) GetTenant() string {
@@ -5839,7 +5984,7 @@ type ListDataLossRequest struct {
 
 func (x *ListDataLossRequest) Reset() {
 	*x = ListDataLossRequest{}
-	mi := &file_tabula_proto_msgTypes[81]
+	mi := &file_tabula_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5851,7 +5996,7 @@ func (x *ListDataLossRequest) String() string {
 func (*ListDataLossRequest) ProtoMessage() {}
 
 func (x *ListDataLossRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[81]
+	mi := &file_tabula_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5864,7 +6009,7 @@ func (x *ListDataLossRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDataLossRequest.ProtoReflect.Descriptor instead.
 func (*ListDataLossRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{81}
+	return file_tabula_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *ListDataLossRequest) GetTenant() string {
@@ -5891,7 +6036,7 @@ type ListDataLossResponse struct {
 
 func (x *ListDataLossResponse) Reset() {
 	*x = ListDataLossResponse{}
-	mi := &file_tabula_proto_msgTypes[82]
+	mi := &file_tabula_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5903,7 +6048,7 @@ func (x *ListDataLossResponse) String() string {
 func (*ListDataLossResponse) ProtoMessage() {}
 
 func (x *ListDataLossResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[82]
+	mi := &file_tabula_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5916,7 +6061,7 @@ func (x *ListDataLossResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDataLossResponse.ProtoReflect.Descriptor instead.
 func (*ListDataLossResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{82}
+	return file_tabula_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *ListDataLossResponse) GetLost() []*LostPartition {
@@ -6243,7 +6388,14 @@ const file_tabula_proto_rawDesc = "" +
 	"\x04keys\x18\x02 \x03(\fR\x04keys\"V\n" +
 	"\x10BatchGetResponse\x120\n" +
 	"\aresults\x18\x01 \x03(\v2\x16.tabula.v1.GetResponseR\aresults\x12\x10\n" +
-	"\x03lsn\x18\x02 \x01(\x04R\x03lsn\"\x9c\x01\n" +
+	"\x03lsn\x18\x02 \x01(\x04R\x03lsn\"<\n" +
+	"\x0fMultiGetRequest\x12)\n" +
+	"\x04gets\x18\x01 \x03(\v2\x15.tabula.v1.GetRequestR\x04gets\"G\n" +
+	"\x10MultiGetResponse\x123\n" +
+	"\aresults\x18\x01 \x03(\v2\x19.tabula.v1.MultiGetResultR\aresults\"\\\n" +
+	"\x0eMultiGetResult\x122\n" +
+	"\bresponse\x18\x01 \x01(\v2\x16.tabula.v1.GetResponseR\bresponse\x12\x16\n" +
+	"\x06status\x18\x02 \x01(\fR\x06status\"\x9c\x01\n" +
 	"\n" +
 	"PutRequest\x120\n" +
 	"\x06header\x18\x01 \x01(\v2\x18.tabula.v1.RequestHeaderR\x06header\x12\x10\n" +
@@ -6414,10 +6566,11 @@ const file_tabula_proto_rawDesc = "" +
 	"\x0eCoprocRollback\x12 .tabula.v1.CoprocRollbackRequest\x1a!.tabula.v1.CoprocRollbackResponse\x12L\n" +
 	"\vCoprocFetch\x12\x1d.tabula.v1.CoprocFetchRequest\x1a\x1e.tabula.v1.CoprocFetchResponse\x12O\n" +
 	"\fForgetServer\x12\x1e.tabula.v1.ForgetServerRequest\x1a\x1f.tabula.v1.ForgetServerResponse\x12O\n" +
-	"\fListDataLoss\x12\x1e.tabula.v1.ListDataLossRequest\x1a\x1f.tabula.v1.ListDataLossResponse2\x8b\x06\n" +
+	"\fListDataLoss\x12\x1e.tabula.v1.ListDataLossRequest\x1a\x1f.tabula.v1.ListDataLossResponse2\xd0\x06\n" +
 	"\vTableServer\x124\n" +
 	"\x03Get\x12\x15.tabula.v1.GetRequest\x1a\x16.tabula.v1.GetResponse\x12C\n" +
-	"\bBatchGet\x12\x1a.tabula.v1.BatchGetRequest\x1a\x1b.tabula.v1.BatchGetResponse\x124\n" +
+	"\bBatchGet\x12\x1a.tabula.v1.BatchGetRequest\x1a\x1b.tabula.v1.BatchGetResponse\x12C\n" +
+	"\bMultiGet\x12\x1a.tabula.v1.MultiGetRequest\x1a\x1b.tabula.v1.MultiGetResponse\x124\n" +
 	"\x03Put\x12\x15.tabula.v1.PutRequest\x1a\x16.tabula.v1.PutResponse\x12=\n" +
 	"\x06Delete\x12\x18.tabula.v1.DeleteRequest\x1a\x19.tabula.v1.DeleteResponse\x12U\n" +
 	"\x0eCompareAndSwap\x12 .tabula.v1.CompareAndSwapRequest\x1a!.tabula.v1.CompareAndSwapResponse\x12I\n" +
@@ -6443,7 +6596,7 @@ func file_tabula_proto_rawDescGZIP() []byte {
 }
 
 var file_tabula_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_tabula_proto_msgTypes = make([]protoimpl.MessageInfo, 83)
+var file_tabula_proto_msgTypes = make([]protoimpl.MessageInfo, 86)
 var file_tabula_proto_goTypes = []any{
 	(TableKind)(0),                     // 0: tabula.v1.TableKind
 	(ReplicaRole)(0),                   // 1: tabula.v1.ReplicaRole
@@ -6512,28 +6665,31 @@ var file_tabula_proto_goTypes = []any{
 	(*GetResponse)(nil),                // 64: tabula.v1.GetResponse
 	(*BatchGetRequest)(nil),            // 65: tabula.v1.BatchGetRequest
 	(*BatchGetResponse)(nil),           // 66: tabula.v1.BatchGetResponse
-	(*PutRequest)(nil),                 // 67: tabula.v1.PutRequest
-	(*PutResponse)(nil),                // 68: tabula.v1.PutResponse
-	(*DeleteRequest)(nil),              // 69: tabula.v1.DeleteRequest
-	(*DeleteResponse)(nil),             // 70: tabula.v1.DeleteResponse
-	(*CompareAndSwapRequest)(nil),      // 71: tabula.v1.CompareAndSwapRequest
-	(*CompareAndSwapResponse)(nil),     // 72: tabula.v1.CompareAndSwapResponse
-	(*Mutation)(nil),                   // 73: tabula.v1.Mutation
-	(*BatchWriteRequest)(nil),          // 74: tabula.v1.BatchWriteRequest
-	(*BatchWriteResponse)(nil),         // 75: tabula.v1.BatchWriteResponse
-	(*ScanRequest)(nil),                // 76: tabula.v1.ScanRequest
-	(*KeyValue)(nil),                   // 77: tabula.v1.KeyValue
-	(*ScanResponse)(nil),               // 78: tabula.v1.ScanResponse
-	(*BulkUploadRequest)(nil),          // 79: tabula.v1.BulkUploadRequest
-	(*BulkUploadStatusRequest)(nil),    // 80: tabula.v1.BulkUploadStatusRequest
-	(*BulkUploadResponse)(nil),         // 81: tabula.v1.BulkUploadResponse
-	(*PartitionLogFailedRequest)(nil),  // 82: tabula.v1.PartitionLogFailedRequest
-	(*PartitionLogFailedResponse)(nil), // 83: tabula.v1.PartitionLogFailedResponse
-	(*ForgetServerRequest)(nil),        // 84: tabula.v1.ForgetServerRequest
-	(*ForgetServerResponse)(nil),       // 85: tabula.v1.ForgetServerResponse
-	(*LostPartition)(nil),              // 86: tabula.v1.LostPartition
-	(*ListDataLossRequest)(nil),        // 87: tabula.v1.ListDataLossRequest
-	(*ListDataLossResponse)(nil),       // 88: tabula.v1.ListDataLossResponse
+	(*MultiGetRequest)(nil),            // 67: tabula.v1.MultiGetRequest
+	(*MultiGetResponse)(nil),           // 68: tabula.v1.MultiGetResponse
+	(*MultiGetResult)(nil),             // 69: tabula.v1.MultiGetResult
+	(*PutRequest)(nil),                 // 70: tabula.v1.PutRequest
+	(*PutResponse)(nil),                // 71: tabula.v1.PutResponse
+	(*DeleteRequest)(nil),              // 72: tabula.v1.DeleteRequest
+	(*DeleteResponse)(nil),             // 73: tabula.v1.DeleteResponse
+	(*CompareAndSwapRequest)(nil),      // 74: tabula.v1.CompareAndSwapRequest
+	(*CompareAndSwapResponse)(nil),     // 75: tabula.v1.CompareAndSwapResponse
+	(*Mutation)(nil),                   // 76: tabula.v1.Mutation
+	(*BatchWriteRequest)(nil),          // 77: tabula.v1.BatchWriteRequest
+	(*BatchWriteResponse)(nil),         // 78: tabula.v1.BatchWriteResponse
+	(*ScanRequest)(nil),                // 79: tabula.v1.ScanRequest
+	(*KeyValue)(nil),                   // 80: tabula.v1.KeyValue
+	(*ScanResponse)(nil),               // 81: tabula.v1.ScanResponse
+	(*BulkUploadRequest)(nil),          // 82: tabula.v1.BulkUploadRequest
+	(*BulkUploadStatusRequest)(nil),    // 83: tabula.v1.BulkUploadStatusRequest
+	(*BulkUploadResponse)(nil),         // 84: tabula.v1.BulkUploadResponse
+	(*PartitionLogFailedRequest)(nil),  // 85: tabula.v1.PartitionLogFailedRequest
+	(*PartitionLogFailedResponse)(nil), // 86: tabula.v1.PartitionLogFailedResponse
+	(*ForgetServerRequest)(nil),        // 87: tabula.v1.ForgetServerRequest
+	(*ForgetServerResponse)(nil),       // 88: tabula.v1.ForgetServerResponse
+	(*LostPartition)(nil),              // 89: tabula.v1.LostPartition
+	(*ListDataLossRequest)(nil),        // 90: tabula.v1.ListDataLossRequest
+	(*ListDataLossResponse)(nil),       // 91: tabula.v1.ListDataLossResponse
 }
 var file_tabula_proto_depIdxs = []int32{
 	0,  // 0: tabula.v1.Table.kind:type_name -> tabula.v1.TableKind
@@ -6579,89 +6735,94 @@ var file_tabula_proto_depIdxs = []int32{
 	62, // 40: tabula.v1.GetRequest.header:type_name -> tabula.v1.RequestHeader
 	62, // 41: tabula.v1.BatchGetRequest.header:type_name -> tabula.v1.RequestHeader
 	64, // 42: tabula.v1.BatchGetResponse.results:type_name -> tabula.v1.GetResponse
-	62, // 43: tabula.v1.PutRequest.header:type_name -> tabula.v1.RequestHeader
-	62, // 44: tabula.v1.DeleteRequest.header:type_name -> tabula.v1.RequestHeader
-	62, // 45: tabula.v1.CompareAndSwapRequest.header:type_name -> tabula.v1.RequestHeader
-	5,  // 46: tabula.v1.Mutation.op:type_name -> tabula.v1.Mutation.Op
-	62, // 47: tabula.v1.BatchWriteRequest.header:type_name -> tabula.v1.RequestHeader
-	73, // 48: tabula.v1.BatchWriteRequest.mutations:type_name -> tabula.v1.Mutation
-	62, // 49: tabula.v1.ScanRequest.header:type_name -> tabula.v1.RequestHeader
-	77, // 50: tabula.v1.ScanResponse.records:type_name -> tabula.v1.KeyValue
-	62, // 51: tabula.v1.BulkUploadRequest.header:type_name -> tabula.v1.RequestHeader
-	27, // 52: tabula.v1.BulkUploadRequest.file:type_name -> tabula.v1.BulkFile
-	62, // 53: tabula.v1.BulkUploadStatusRequest.header:type_name -> tabula.v1.RequestHeader
-	9,  // 54: tabula.v1.PartitionLogFailedResponse.partition:type_name -> tabula.v1.Partition
-	86, // 55: tabula.v1.ForgetServerResponse.lost:type_name -> tabula.v1.LostPartition
-	86, // 56: tabula.v1.ListDataLossResponse.lost:type_name -> tabula.v1.LostPartition
-	36, // 57: tabula.v1.Master.CreateTable:input_type -> tabula.v1.CreateTableRequest
-	38, // 58: tabula.v1.Master.DropTable:input_type -> tabula.v1.DropTableRequest
-	40, // 59: tabula.v1.Master.ListTables:input_type -> tabula.v1.ListTablesRequest
-	42, // 60: tabula.v1.Master.DescribeTable:input_type -> tabula.v1.DescribeTableRequest
-	44, // 61: tabula.v1.Master.GetPartitionMap:input_type -> tabula.v1.GetPartitionMapRequest
-	46, // 62: tabula.v1.Master.WatchPartitionMap:input_type -> tabula.v1.WatchPartitionMapRequest
-	48, // 63: tabula.v1.Master.RegisterServer:input_type -> tabula.v1.RegisterServerRequest
-	50, // 64: tabula.v1.Master.Heartbeat:input_type -> tabula.v1.HeartbeatRequest
-	82, // 65: tabula.v1.Master.PartitionLogFailed:input_type -> tabula.v1.PartitionLogFailedRequest
-	60, // 66: tabula.v1.Master.ListServers:input_type -> tabula.v1.ListServersRequest
-	52, // 67: tabula.v1.Master.BulkPublish:input_type -> tabula.v1.BulkPublishRequest
-	54, // 68: tabula.v1.Master.BulkStored:input_type -> tabula.v1.BulkStoredRequest
-	56, // 69: tabula.v1.Master.BulkStatus:input_type -> tabula.v1.BulkStatusRequest
-	58, // 70: tabula.v1.Master.BulkRollback:input_type -> tabula.v1.BulkRollbackRequest
-	34, // 71: tabula.v1.Master.Stream:input_type -> tabula.v1.StreamRequest
-	14, // 72: tabula.v1.Master.CoprocDeploy:input_type -> tabula.v1.CoprocDeployRequest
-	16, // 73: tabula.v1.Master.CoprocList:input_type -> tabula.v1.CoprocListRequest
-	18, // 74: tabula.v1.Master.CoprocRollback:input_type -> tabula.v1.CoprocRollbackRequest
-	20, // 75: tabula.v1.Master.CoprocFetch:input_type -> tabula.v1.CoprocFetchRequest
-	84, // 76: tabula.v1.Master.ForgetServer:input_type -> tabula.v1.ForgetServerRequest
-	87, // 77: tabula.v1.Master.ListDataLoss:input_type -> tabula.v1.ListDataLossRequest
-	63, // 78: tabula.v1.TableServer.Get:input_type -> tabula.v1.GetRequest
-	65, // 79: tabula.v1.TableServer.BatchGet:input_type -> tabula.v1.BatchGetRequest
-	67, // 80: tabula.v1.TableServer.Put:input_type -> tabula.v1.PutRequest
-	69, // 81: tabula.v1.TableServer.Delete:input_type -> tabula.v1.DeleteRequest
-	71, // 82: tabula.v1.TableServer.CompareAndSwap:input_type -> tabula.v1.CompareAndSwapRequest
-	74, // 83: tabula.v1.TableServer.BatchWrite:input_type -> tabula.v1.BatchWriteRequest
-	76, // 84: tabula.v1.TableServer.Scan:input_type -> tabula.v1.ScanRequest
-	79, // 85: tabula.v1.TableServer.BulkUpload:input_type -> tabula.v1.BulkUploadRequest
-	80, // 86: tabula.v1.TableServer.BulkUploadStatus:input_type -> tabula.v1.BulkUploadStatusRequest
-	23, // 87: tabula.v1.TableServer.Invoke:input_type -> tabula.v1.InvokeRequest
-	25, // 88: tabula.v1.TableServer.CoprocMerge:input_type -> tabula.v1.CoprocMergeRequest
-	37, // 89: tabula.v1.Master.CreateTable:output_type -> tabula.v1.CreateTableResponse
-	39, // 90: tabula.v1.Master.DropTable:output_type -> tabula.v1.DropTableResponse
-	41, // 91: tabula.v1.Master.ListTables:output_type -> tabula.v1.ListTablesResponse
-	43, // 92: tabula.v1.Master.DescribeTable:output_type -> tabula.v1.DescribeTableResponse
-	45, // 93: tabula.v1.Master.GetPartitionMap:output_type -> tabula.v1.GetPartitionMapResponse
-	47, // 94: tabula.v1.Master.WatchPartitionMap:output_type -> tabula.v1.WatchPartitionMapResponse
-	49, // 95: tabula.v1.Master.RegisterServer:output_type -> tabula.v1.RegisterServerResponse
-	51, // 96: tabula.v1.Master.Heartbeat:output_type -> tabula.v1.HeartbeatResponse
-	83, // 97: tabula.v1.Master.PartitionLogFailed:output_type -> tabula.v1.PartitionLogFailedResponse
-	61, // 98: tabula.v1.Master.ListServers:output_type -> tabula.v1.ListServersResponse
-	53, // 99: tabula.v1.Master.BulkPublish:output_type -> tabula.v1.BulkPublishResponse
-	55, // 100: tabula.v1.Master.BulkStored:output_type -> tabula.v1.BulkStoredResponse
-	57, // 101: tabula.v1.Master.BulkStatus:output_type -> tabula.v1.BulkStatusResponse
-	59, // 102: tabula.v1.Master.BulkRollback:output_type -> tabula.v1.BulkRollbackResponse
-	35, // 103: tabula.v1.Master.Stream:output_type -> tabula.v1.StreamResponse
-	15, // 104: tabula.v1.Master.CoprocDeploy:output_type -> tabula.v1.CoprocDeployResponse
-	17, // 105: tabula.v1.Master.CoprocList:output_type -> tabula.v1.CoprocListResponse
-	19, // 106: tabula.v1.Master.CoprocRollback:output_type -> tabula.v1.CoprocRollbackResponse
-	21, // 107: tabula.v1.Master.CoprocFetch:output_type -> tabula.v1.CoprocFetchResponse
-	85, // 108: tabula.v1.Master.ForgetServer:output_type -> tabula.v1.ForgetServerResponse
-	88, // 109: tabula.v1.Master.ListDataLoss:output_type -> tabula.v1.ListDataLossResponse
-	64, // 110: tabula.v1.TableServer.Get:output_type -> tabula.v1.GetResponse
-	66, // 111: tabula.v1.TableServer.BatchGet:output_type -> tabula.v1.BatchGetResponse
-	68, // 112: tabula.v1.TableServer.Put:output_type -> tabula.v1.PutResponse
-	70, // 113: tabula.v1.TableServer.Delete:output_type -> tabula.v1.DeleteResponse
-	72, // 114: tabula.v1.TableServer.CompareAndSwap:output_type -> tabula.v1.CompareAndSwapResponse
-	75, // 115: tabula.v1.TableServer.BatchWrite:output_type -> tabula.v1.BatchWriteResponse
-	78, // 116: tabula.v1.TableServer.Scan:output_type -> tabula.v1.ScanResponse
-	81, // 117: tabula.v1.TableServer.BulkUpload:output_type -> tabula.v1.BulkUploadResponse
-	81, // 118: tabula.v1.TableServer.BulkUploadStatus:output_type -> tabula.v1.BulkUploadResponse
-	24, // 119: tabula.v1.TableServer.Invoke:output_type -> tabula.v1.InvokeResponse
-	26, // 120: tabula.v1.TableServer.CoprocMerge:output_type -> tabula.v1.CoprocMergeResponse
-	89, // [89:121] is the sub-list for method output_type
-	57, // [57:89] is the sub-list for method input_type
-	57, // [57:57] is the sub-list for extension type_name
-	57, // [57:57] is the sub-list for extension extendee
-	0,  // [0:57] is the sub-list for field type_name
+	63, // 43: tabula.v1.MultiGetRequest.gets:type_name -> tabula.v1.GetRequest
+	69, // 44: tabula.v1.MultiGetResponse.results:type_name -> tabula.v1.MultiGetResult
+	64, // 45: tabula.v1.MultiGetResult.response:type_name -> tabula.v1.GetResponse
+	62, // 46: tabula.v1.PutRequest.header:type_name -> tabula.v1.RequestHeader
+	62, // 47: tabula.v1.DeleteRequest.header:type_name -> tabula.v1.RequestHeader
+	62, // 48: tabula.v1.CompareAndSwapRequest.header:type_name -> tabula.v1.RequestHeader
+	5,  // 49: tabula.v1.Mutation.op:type_name -> tabula.v1.Mutation.Op
+	62, // 50: tabula.v1.BatchWriteRequest.header:type_name -> tabula.v1.RequestHeader
+	76, // 51: tabula.v1.BatchWriteRequest.mutations:type_name -> tabula.v1.Mutation
+	62, // 52: tabula.v1.ScanRequest.header:type_name -> tabula.v1.RequestHeader
+	80, // 53: tabula.v1.ScanResponse.records:type_name -> tabula.v1.KeyValue
+	62, // 54: tabula.v1.BulkUploadRequest.header:type_name -> tabula.v1.RequestHeader
+	27, // 55: tabula.v1.BulkUploadRequest.file:type_name -> tabula.v1.BulkFile
+	62, // 56: tabula.v1.BulkUploadStatusRequest.header:type_name -> tabula.v1.RequestHeader
+	9,  // 57: tabula.v1.PartitionLogFailedResponse.partition:type_name -> tabula.v1.Partition
+	89, // 58: tabula.v1.ForgetServerResponse.lost:type_name -> tabula.v1.LostPartition
+	89, // 59: tabula.v1.ListDataLossResponse.lost:type_name -> tabula.v1.LostPartition
+	36, // 60: tabula.v1.Master.CreateTable:input_type -> tabula.v1.CreateTableRequest
+	38, // 61: tabula.v1.Master.DropTable:input_type -> tabula.v1.DropTableRequest
+	40, // 62: tabula.v1.Master.ListTables:input_type -> tabula.v1.ListTablesRequest
+	42, // 63: tabula.v1.Master.DescribeTable:input_type -> tabula.v1.DescribeTableRequest
+	44, // 64: tabula.v1.Master.GetPartitionMap:input_type -> tabula.v1.GetPartitionMapRequest
+	46, // 65: tabula.v1.Master.WatchPartitionMap:input_type -> tabula.v1.WatchPartitionMapRequest
+	48, // 66: tabula.v1.Master.RegisterServer:input_type -> tabula.v1.RegisterServerRequest
+	50, // 67: tabula.v1.Master.Heartbeat:input_type -> tabula.v1.HeartbeatRequest
+	85, // 68: tabula.v1.Master.PartitionLogFailed:input_type -> tabula.v1.PartitionLogFailedRequest
+	60, // 69: tabula.v1.Master.ListServers:input_type -> tabula.v1.ListServersRequest
+	52, // 70: tabula.v1.Master.BulkPublish:input_type -> tabula.v1.BulkPublishRequest
+	54, // 71: tabula.v1.Master.BulkStored:input_type -> tabula.v1.BulkStoredRequest
+	56, // 72: tabula.v1.Master.BulkStatus:input_type -> tabula.v1.BulkStatusRequest
+	58, // 73: tabula.v1.Master.BulkRollback:input_type -> tabula.v1.BulkRollbackRequest
+	34, // 74: tabula.v1.Master.Stream:input_type -> tabula.v1.StreamRequest
+	14, // 75: tabula.v1.Master.CoprocDeploy:input_type -> tabula.v1.CoprocDeployRequest
+	16, // 76: tabula.v1.Master.CoprocList:input_type -> tabula.v1.CoprocListRequest
+	18, // 77: tabula.v1.Master.CoprocRollback:input_type -> tabula.v1.CoprocRollbackRequest
+	20, // 78: tabula.v1.Master.CoprocFetch:input_type -> tabula.v1.CoprocFetchRequest
+	87, // 79: tabula.v1.Master.ForgetServer:input_type -> tabula.v1.ForgetServerRequest
+	90, // 80: tabula.v1.Master.ListDataLoss:input_type -> tabula.v1.ListDataLossRequest
+	63, // 81: tabula.v1.TableServer.Get:input_type -> tabula.v1.GetRequest
+	65, // 82: tabula.v1.TableServer.BatchGet:input_type -> tabula.v1.BatchGetRequest
+	67, // 83: tabula.v1.TableServer.MultiGet:input_type -> tabula.v1.MultiGetRequest
+	70, // 84: tabula.v1.TableServer.Put:input_type -> tabula.v1.PutRequest
+	72, // 85: tabula.v1.TableServer.Delete:input_type -> tabula.v1.DeleteRequest
+	74, // 86: tabula.v1.TableServer.CompareAndSwap:input_type -> tabula.v1.CompareAndSwapRequest
+	77, // 87: tabula.v1.TableServer.BatchWrite:input_type -> tabula.v1.BatchWriteRequest
+	79, // 88: tabula.v1.TableServer.Scan:input_type -> tabula.v1.ScanRequest
+	82, // 89: tabula.v1.TableServer.BulkUpload:input_type -> tabula.v1.BulkUploadRequest
+	83, // 90: tabula.v1.TableServer.BulkUploadStatus:input_type -> tabula.v1.BulkUploadStatusRequest
+	23, // 91: tabula.v1.TableServer.Invoke:input_type -> tabula.v1.InvokeRequest
+	25, // 92: tabula.v1.TableServer.CoprocMerge:input_type -> tabula.v1.CoprocMergeRequest
+	37, // 93: tabula.v1.Master.CreateTable:output_type -> tabula.v1.CreateTableResponse
+	39, // 94: tabula.v1.Master.DropTable:output_type -> tabula.v1.DropTableResponse
+	41, // 95: tabula.v1.Master.ListTables:output_type -> tabula.v1.ListTablesResponse
+	43, // 96: tabula.v1.Master.DescribeTable:output_type -> tabula.v1.DescribeTableResponse
+	45, // 97: tabula.v1.Master.GetPartitionMap:output_type -> tabula.v1.GetPartitionMapResponse
+	47, // 98: tabula.v1.Master.WatchPartitionMap:output_type -> tabula.v1.WatchPartitionMapResponse
+	49, // 99: tabula.v1.Master.RegisterServer:output_type -> tabula.v1.RegisterServerResponse
+	51, // 100: tabula.v1.Master.Heartbeat:output_type -> tabula.v1.HeartbeatResponse
+	86, // 101: tabula.v1.Master.PartitionLogFailed:output_type -> tabula.v1.PartitionLogFailedResponse
+	61, // 102: tabula.v1.Master.ListServers:output_type -> tabula.v1.ListServersResponse
+	53, // 103: tabula.v1.Master.BulkPublish:output_type -> tabula.v1.BulkPublishResponse
+	55, // 104: tabula.v1.Master.BulkStored:output_type -> tabula.v1.BulkStoredResponse
+	57, // 105: tabula.v1.Master.BulkStatus:output_type -> tabula.v1.BulkStatusResponse
+	59, // 106: tabula.v1.Master.BulkRollback:output_type -> tabula.v1.BulkRollbackResponse
+	35, // 107: tabula.v1.Master.Stream:output_type -> tabula.v1.StreamResponse
+	15, // 108: tabula.v1.Master.CoprocDeploy:output_type -> tabula.v1.CoprocDeployResponse
+	17, // 109: tabula.v1.Master.CoprocList:output_type -> tabula.v1.CoprocListResponse
+	19, // 110: tabula.v1.Master.CoprocRollback:output_type -> tabula.v1.CoprocRollbackResponse
+	21, // 111: tabula.v1.Master.CoprocFetch:output_type -> tabula.v1.CoprocFetchResponse
+	88, // 112: tabula.v1.Master.ForgetServer:output_type -> tabula.v1.ForgetServerResponse
+	91, // 113: tabula.v1.Master.ListDataLoss:output_type -> tabula.v1.ListDataLossResponse
+	64, // 114: tabula.v1.TableServer.Get:output_type -> tabula.v1.GetResponse
+	66, // 115: tabula.v1.TableServer.BatchGet:output_type -> tabula.v1.BatchGetResponse
+	68, // 116: tabula.v1.TableServer.MultiGet:output_type -> tabula.v1.MultiGetResponse
+	71, // 117: tabula.v1.TableServer.Put:output_type -> tabula.v1.PutResponse
+	73, // 118: tabula.v1.TableServer.Delete:output_type -> tabula.v1.DeleteResponse
+	75, // 119: tabula.v1.TableServer.CompareAndSwap:output_type -> tabula.v1.CompareAndSwapResponse
+	78, // 120: tabula.v1.TableServer.BatchWrite:output_type -> tabula.v1.BatchWriteResponse
+	81, // 121: tabula.v1.TableServer.Scan:output_type -> tabula.v1.ScanResponse
+	84, // 122: tabula.v1.TableServer.BulkUpload:output_type -> tabula.v1.BulkUploadResponse
+	84, // 123: tabula.v1.TableServer.BulkUploadStatus:output_type -> tabula.v1.BulkUploadResponse
+	24, // 124: tabula.v1.TableServer.Invoke:output_type -> tabula.v1.InvokeResponse
+	26, // 125: tabula.v1.TableServer.CoprocMerge:output_type -> tabula.v1.CoprocMergeResponse
+	93, // [93:126] is the sub-list for method output_type
+	60, // [60:93] is the sub-list for method input_type
+	60, // [60:60] is the sub-list for extension type_name
+	60, // [60:60] is the sub-list for extension extendee
+	0,  // [0:60] is the sub-list for field type_name
 }
 
 func init() { file_tabula_proto_init() }
@@ -6675,7 +6836,7 @@ func file_tabula_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tabula_proto_rawDesc), len(file_tabula_proto_rawDesc)),
 			NumEnums:      6,
-			NumMessages:   83,
+			NumMessages:   86,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -947,6 +947,7 @@ var Master_ServiceDesc = grpc.ServiceDesc{
 const (
 	TableServer_Get_FullMethodName              = "/tabula.v1.TableServer/Get"
 	TableServer_BatchGet_FullMethodName         = "/tabula.v1.TableServer/BatchGet"
+	TableServer_MultiGet_FullMethodName         = "/tabula.v1.TableServer/MultiGet"
 	TableServer_Put_FullMethodName              = "/tabula.v1.TableServer/Put"
 	TableServer_Delete_FullMethodName           = "/tabula.v1.TableServer/Delete"
 	TableServer_CompareAndSwap_FullMethodName   = "/tabula.v1.TableServer/CompareAndSwap"
@@ -964,6 +965,10 @@ const (
 type TableServerClient interface {
 	Get(ctx context.Context, in *GetRequest, opts ...grpc.CallOption) (*GetResponse, error)
 	BatchGet(ctx context.Context, in *BatchGetRequest, opts ...grpc.CallOption) (*BatchGetResponse, error)
+	// MultiGet answers independent Gets together, of any partitions and
+	// tables the server hosts: the SDK coalesces concurrent Gets to one
+	// server into one call. Each is checked and answered as its own Get.
+	MultiGet(ctx context.Context, in *MultiGetRequest, opts ...grpc.CallOption) (*MultiGetResponse, error)
 	Put(ctx context.Context, in *PutRequest, opts ...grpc.CallOption) (*PutResponse, error)
 	Delete(ctx context.Context, in *DeleteRequest, opts ...grpc.CallOption) (*DeleteResponse, error)
 	CompareAndSwap(ctx context.Context, in *CompareAndSwapRequest, opts ...grpc.CallOption) (*CompareAndSwapResponse, error)
@@ -1006,6 +1011,16 @@ func (c *tableServerClient) BatchGet(ctx context.Context, in *BatchGetRequest, o
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(BatchGetResponse)
 	err := c.cc.Invoke(ctx, TableServer_BatchGet_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *tableServerClient) MultiGet(ctx context.Context, in *MultiGetRequest, opts ...grpc.CallOption) (*MultiGetResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(MultiGetResponse)
+	err := c.cc.Invoke(ctx, TableServer_MultiGet_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -1120,6 +1135,10 @@ func (c *tableServerClient) CoprocMerge(ctx context.Context, in *CoprocMergeRequ
 type TableServerServer interface {
 	Get(context.Context, *GetRequest) (*GetResponse, error)
 	BatchGet(context.Context, *BatchGetRequest) (*BatchGetResponse, error)
+	// MultiGet answers independent Gets together, of any partitions and
+	// tables the server hosts: the SDK coalesces concurrent Gets to one
+	// server into one call. Each is checked and answered as its own Get.
+	MultiGet(context.Context, *MultiGetRequest) (*MultiGetResponse, error)
 	Put(context.Context, *PutRequest) (*PutResponse, error)
 	Delete(context.Context, *DeleteRequest) (*DeleteResponse, error)
 	CompareAndSwap(context.Context, *CompareAndSwapRequest) (*CompareAndSwapResponse, error)
@@ -1153,6 +1172,9 @@ func (UnimplementedTableServerServer) Get(context.Context, *GetRequest) (*GetRes
 }
 func (UnimplementedTableServerServer) BatchGet(context.Context, *BatchGetRequest) (*BatchGetResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method BatchGet not implemented")
+}
+func (UnimplementedTableServerServer) MultiGet(context.Context, *MultiGetRequest) (*MultiGetResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method MultiGet not implemented")
 }
 func (UnimplementedTableServerServer) Put(context.Context, *PutRequest) (*PutResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Put not implemented")
@@ -1234,6 +1256,24 @@ func _TableServer_BatchGet_Handler(srv interface{}, ctx context.Context, dec fun
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(TableServerServer).BatchGet(ctx, req.(*BatchGetRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _TableServer_MultiGet_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(MultiGetRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TableServerServer).MultiGet(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: TableServer_MultiGet_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TableServerServer).MultiGet(ctx, req.(*MultiGetRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -1396,6 +1436,10 @@ var TableServer_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "BatchGet",
 			Handler:    _TableServer_BatchGet_Handler,
+		},
+		{
+			MethodName: "MultiGet",
+			Handler:    _TableServer_MultiGet_Handler,
 		},
 		{
 			MethodName: "Put",

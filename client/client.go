@@ -108,9 +108,10 @@ type Client struct {
 
 	mu sync.Mutex // guards the fields below
 	// closed is set by Close; no connection or goroutine starts after it.
-	closed bool
-	conns  map[string]*grpc.ClientConn // by address
-	tables map[string]*tableState      // by table name
+	closed  bool
+	conns   map[string]*grpc.ClientConn // by address
+	servers map[string]*serverClient    // by address, over conns
+	tables  map[string]*tableState      // by table name
 }
 
 // New makes a Client. It dials lazily: New does no I/O, so an unreachable
@@ -124,11 +125,12 @@ func New(ctx context.Context, opts Options) (*Client, error) {
 	}
 	opts = opts.withDefaults()
 	c := &Client{
-		opts:   opts,
-		log:    opts.Logger,
-		jitter: newJitter(opts.Seed),
-		conns:  make(map[string]*grpc.ClientConn),
-		tables: make(map[string]*tableState),
+		opts:    opts,
+		log:     opts.Logger,
+		jitter:  newJitter(opts.Seed),
+		conns:   make(map[string]*grpc.ClientConn),
+		servers: make(map[string]*serverClient),
+		tables:  make(map[string]*tableState),
 	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.log.Debug("tabula client", "masters", opts.Masters, "tenant", opts.Tenant, "seed", opts.Seed)
@@ -190,6 +192,24 @@ func (c *Client) conn(addr string) (*grpc.ClientConn, error) {
 	}
 	c.conns[addr] = cc
 	return cc, nil
+}
+
+// server returns the stub for the table server at addr (its Gets
+// coalesce), making it and its connection on first use.
+func (c *Client) server(addr string) (api.TableServerClient, error) {
+	cc, err := c.conn(addr)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s, ok := c.servers[addr]
+	if !ok {
+		ts := api.NewTableServerClient(cc)
+		s = &serverClient{TableServerClient: ts, gets: getCoalescer{ts: ts, base: c.ctx}}
+		c.servers[addr] = s
+	}
+	return s, nil
 }
 
 // callCtx bounds one call: its retries end at the earlier of ctx's deadline

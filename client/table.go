@@ -213,14 +213,14 @@ func (t *Table) call(ctx context.Context, spec callSpec) (partition, lsn uint64,
 				if s := spec.read.session; s != nil {
 					header.MinLsn = max(header.MinLsn, s.LSN(t.name, p.GetId()))
 				}
-				cc, cerr := c.conn(target.GetAddr())
+				ts, cerr := c.server(target.GetAddr())
 				if cerr != nil {
 					err = cerr
 				} else {
 					actx, acancel := context.WithCancelCause(ctx)
 					stop := context.AfterFunc(t.ts.moved(p), func() { acancel(errMoved) })
 					var got uint64
-					got, err = spec.rpc(actx, api.NewTableServerClient(cc), header)
+					got, err = spec.rpc(actx, ts, header)
 					stop()
 					moved = err != nil && ctx.Err() == nil && errors.Is(context.Cause(actx), errMoved)
 					acancel(nil)

@@ -3,10 +3,13 @@ package tableserver
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/tabuladb/tabula/api"
 	"github.com/tabuladb/tabula/engines"
@@ -216,6 +219,41 @@ func (s *service) Get(ctx context.Context, req *api.GetRequest) (*api.GetRespons
 		return nil, engineErr(r, err)
 	}
 	return &api.GetResponse{Found: true, Value: v, ExpiresUnixMs: exp, Lsn: lsn}, nil
+}
+
+// MultiGet implements api.TableServerServer: every get is answered as Get
+// answers it alone, its error included. Values are summed as they are
+// read; once they pass MaxBatchBytes the remaining gets are answered
+// SERVER_BUSY (reason multiget_reply_budget), which the SDK retries alone,
+// so the reply always fits one message.
+func (s *service) MultiGet(ctx context.Context, req *api.MultiGetRequest) (*api.MultiGetResponse, error) {
+	gets := req.GetGets()
+	if len(gets) > api.MaxBatchKeys {
+		return nil, api.InvalidArgument("gets", "batch_too_large", api.MaxBatchKeys, "%d gets in one MultiGet; the limit is %d", len(gets), api.MaxBatchKeys)
+	}
+	out := &api.MultiGetResponse{Results: make([]*api.MultiGetResult, len(gets))}
+	var total int
+	for i, g := range gets {
+		var resp *api.GetResponse
+		var err error
+		if total > api.MaxBatchBytes {
+			err = api.Errorf(api.ErrorCode_ERROR_CODE_SERVER_BUSY, "multiget_reply_budget", "get %d of a MultiGet: the reply already holds %d bytes of values; ask again alone", i, total)
+		} else {
+			resp, err = s.Get(ctx, g)
+		}
+		if err != nil {
+			st, _ := status.FromError(err)
+			b, merr := proto.Marshal(st.Proto())
+			if merr != nil {
+				return nil, fmt.Errorf("tableserver: encode the status of get %d: %w", i, merr)
+			}
+			out.Results[i] = &api.MultiGetResult{Status: b}
+			continue
+		}
+		total += len(g.GetKey()) + len(resp.GetValue())
+		out.Results[i] = &api.MultiGetResult{Response: resp}
+	}
+	return out, nil
 }
 
 // BatchGet implements api.TableServerServer.
