@@ -190,6 +190,63 @@ func (BulkVersionState) EnumDescriptor() ([]byte, []int) {
 	return file_tabula_proto_rawDescGZIP(), []int{2}
 }
 
+// ReplicaState is a replica's progress in joining its partition.
+type ReplicaState int32
+
+const (
+	ReplicaState_REPLICA_STATE_UNSPECIFIED ReplicaState = 0
+	// Copying a snapshot of the partition from another replica.
+	ReplicaState_REPLICA_STATE_COPYING ReplicaState = 1
+	// Applying the commit log from the snapshot's LSN (or its own restart
+	// point) up to the log's end.
+	ReplicaState_REPLICA_STATE_CATCHING_UP ReplicaState = 2
+	// Applied up to the commit point it knows: a full replica.
+	ReplicaState_REPLICA_STATE_IN_SYNC ReplicaState = 3
+)
+
+// Enum value maps for ReplicaState.
+var (
+	ReplicaState_name = map[int32]string{
+		0: "REPLICA_STATE_UNSPECIFIED",
+		1: "REPLICA_STATE_COPYING",
+		2: "REPLICA_STATE_CATCHING_UP",
+		3: "REPLICA_STATE_IN_SYNC",
+	}
+	ReplicaState_value = map[string]int32{
+		"REPLICA_STATE_UNSPECIFIED": 0,
+		"REPLICA_STATE_COPYING":     1,
+		"REPLICA_STATE_CATCHING_UP": 2,
+		"REPLICA_STATE_IN_SYNC":     3,
+	}
+)
+
+func (x ReplicaState) Enum() *ReplicaState {
+	p := new(ReplicaState)
+	*p = x
+	return p
+}
+
+func (x ReplicaState) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ReplicaState) Descriptor() protoreflect.EnumDescriptor {
+	return file_tabula_proto_enumTypes[3].Descriptor()
+}
+
+func (ReplicaState) Type() protoreflect.EnumType {
+	return &file_tabula_proto_enumTypes[3]
+}
+
+func (x ReplicaState) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ReplicaState.Descriptor instead.
+func (ReplicaState) EnumDescriptor() ([]byte, []int) {
+	return file_tabula_proto_rawDescGZIP(), []int{3}
+}
+
 // ErrorCode is carried in ErrorDetail, the one detail message every Tabula
 // error status has. Clients act on it: NOT_OWNER and STALE_EPOCH mean refresh
 // the map and retry; SERVER_BUSY means back off for retry_after_ms;
@@ -268,11 +325,11 @@ func (x ErrorCode) String() string {
 }
 
 func (ErrorCode) Descriptor() protoreflect.EnumDescriptor {
-	return file_tabula_proto_enumTypes[3].Descriptor()
+	return file_tabula_proto_enumTypes[4].Descriptor()
 }
 
 func (ErrorCode) Type() protoreflect.EnumType {
-	return &file_tabula_proto_enumTypes[3]
+	return &file_tabula_proto_enumTypes[4]
 }
 
 func (x ErrorCode) Number() protoreflect.EnumNumber {
@@ -281,7 +338,7 @@ func (x ErrorCode) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ErrorCode.Descriptor instead.
 func (ErrorCode) EnumDescriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{3}
+	return file_tabula_proto_rawDescGZIP(), []int{4}
 }
 
 // StreamOp names a stream manager operation. Streams are the internal
@@ -360,11 +417,11 @@ func (x StreamOp) String() string {
 }
 
 func (StreamOp) Descriptor() protoreflect.EnumDescriptor {
-	return file_tabula_proto_enumTypes[4].Descriptor()
+	return file_tabula_proto_enumTypes[5].Descriptor()
 }
 
 func (StreamOp) Type() protoreflect.EnumType {
-	return &file_tabula_proto_enumTypes[4]
+	return &file_tabula_proto_enumTypes[5]
 }
 
 func (x StreamOp) Number() protoreflect.EnumNumber {
@@ -373,7 +430,7 @@ func (x StreamOp) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use StreamOp.Descriptor instead.
 func (StreamOp) EnumDescriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{4}
+	return file_tabula_proto_rawDescGZIP(), []int{5}
 }
 
 type Mutation_Op int32
@@ -409,11 +466,11 @@ func (x Mutation_Op) String() string {
 }
 
 func (Mutation_Op) Descriptor() protoreflect.EnumDescriptor {
-	return file_tabula_proto_enumTypes[5].Descriptor()
+	return file_tabula_proto_enumTypes[6].Descriptor()
 }
 
 func (Mutation_Op) Type() protoreflect.EnumType {
-	return &file_tabula_proto_enumTypes[5]
+	return &file_tabula_proto_enumTypes[6]
 }
 
 func (x Mutation_Op) Number() protoreflect.EnumNumber {
@@ -2328,10 +2385,16 @@ type ReplicaStatus struct {
 	BulkLoaded []*BulkLoaded `protobuf:"bytes,15,rep,name=bulk_loaded,json=bulkLoaded,proto3" json:"bulk_loaded,omitempty"`
 	// Replicated tables: the last log record applied to the engine, and the
 	// commit point this replica knows.
-	AppliedLsn    uint64 `protobuf:"varint,16,opt,name=applied_lsn,json=appliedLsn,proto3" json:"applied_lsn,omitempty"`
-	CommitLsn     uint64 `protobuf:"varint,17,opt,name=commit_lsn,json=commitLsn,proto3" json:"commit_lsn,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	AppliedLsn uint64 `protobuf:"varint,16,opt,name=applied_lsn,json=appliedLsn,proto3" json:"applied_lsn,omitempty"`
+	CommitLsn  uint64 `protobuf:"varint,17,opt,name=commit_lsn,json=commitLsn,proto3" json:"commit_lsn,omitempty"`
+	// Replicated tables: where the replica is in joining the partition.
+	State ReplicaState `protobuf:"varint,18,opt,name=state,proto3,enum=tabula.v1.ReplicaState" json:"state,omitempty"`
+	// While copying: the bytes copied so far and the source's estimate of
+	// the total.
+	CopiedBytes    uint64 `protobuf:"varint,19,opt,name=copied_bytes,json=copiedBytes,proto3" json:"copied_bytes,omitempty"`
+	CopyTotalBytes uint64 `protobuf:"varint,20,opt,name=copy_total_bytes,json=copyTotalBytes,proto3" json:"copy_total_bytes,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *ReplicaStatus) Reset() {
@@ -2479,6 +2542,27 @@ func (x *ReplicaStatus) GetAppliedLsn() uint64 {
 func (x *ReplicaStatus) GetCommitLsn() uint64 {
 	if x != nil {
 		return x.CommitLsn
+	}
+	return 0
+}
+
+func (x *ReplicaStatus) GetState() ReplicaState {
+	if x != nil {
+		return x.State
+	}
+	return ReplicaState_REPLICA_STATE_UNSPECIFIED
+}
+
+func (x *ReplicaStatus) GetCopiedBytes() uint64 {
+	if x != nil {
+		return x.CopiedBytes
+	}
+	return 0
+}
+
+func (x *ReplicaStatus) GetCopyTotalBytes() uint64 {
+	if x != nil {
+		return x.CopyTotalBytes
 	}
 	return 0
 }
@@ -5439,6 +5523,139 @@ func (x *ScanResponse) GetRecords() []*KeyValue {
 	return nil
 }
 
+type CopyReplicaRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// header names the partition (epoch: the copier's map's).
+	Header *RequestHeader `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
+	// copier is the server id asking, for the logs.
+	Copier        string `protobuf:"bytes,2,opt,name=copier,proto3" json:"copier,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CopyReplicaRequest) Reset() {
+	*x = CopyReplicaRequest{}
+	mi := &file_tabula_proto_msgTypes[76]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CopyReplicaRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CopyReplicaRequest) ProtoMessage() {}
+
+func (x *CopyReplicaRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tabula_proto_msgTypes[76]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CopyReplicaRequest.ProtoReflect.Descriptor instead.
+func (*CopyReplicaRequest) Descriptor() ([]byte, []int) {
+	return file_tabula_proto_rawDescGZIP(), []int{76}
+}
+
+func (x *CopyReplicaRequest) GetHeader() *RequestHeader {
+	if x != nil {
+		return x.Header
+	}
+	return nil
+}
+
+func (x *CopyReplicaRequest) GetCopier() string {
+	if x != nil {
+		return x.Copier
+	}
+	return ""
+}
+
+// CopyReplicaChunk: the first carries lsn and total_bytes; the last has
+// done set and counts what was sent, so a cut stream is never taken for a
+// whole snapshot.
+type CopyReplicaChunk struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Lsn           uint64                 `protobuf:"varint,1,opt,name=lsn,proto3" json:"lsn,omitempty"`
+	TotalBytes    uint64                 `protobuf:"varint,2,opt,name=total_bytes,json=totalBytes,proto3" json:"total_bytes,omitempty"`
+	Records       []*KeyValue            `protobuf:"bytes,3,rep,name=records,proto3" json:"records,omitempty"`
+	Done          bool                   `protobuf:"varint,4,opt,name=done,proto3" json:"done,omitempty"`
+	SentRecords   uint64                 `protobuf:"varint,5,opt,name=sent_records,json=sentRecords,proto3" json:"sent_records,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CopyReplicaChunk) Reset() {
+	*x = CopyReplicaChunk{}
+	mi := &file_tabula_proto_msgTypes[77]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CopyReplicaChunk) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CopyReplicaChunk) ProtoMessage() {}
+
+func (x *CopyReplicaChunk) ProtoReflect() protoreflect.Message {
+	mi := &file_tabula_proto_msgTypes[77]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CopyReplicaChunk.ProtoReflect.Descriptor instead.
+func (*CopyReplicaChunk) Descriptor() ([]byte, []int) {
+	return file_tabula_proto_rawDescGZIP(), []int{77}
+}
+
+func (x *CopyReplicaChunk) GetLsn() uint64 {
+	if x != nil {
+		return x.Lsn
+	}
+	return 0
+}
+
+func (x *CopyReplicaChunk) GetTotalBytes() uint64 {
+	if x != nil {
+		return x.TotalBytes
+	}
+	return 0
+}
+
+func (x *CopyReplicaChunk) GetRecords() []*KeyValue {
+	if x != nil {
+		return x.Records
+	}
+	return nil
+}
+
+func (x *CopyReplicaChunk) GetDone() bool {
+	if x != nil {
+		return x.Done
+	}
+	return false
+}
+
+func (x *CopyReplicaChunk) GetSentRecords() uint64 {
+	if x != nil {
+		return x.SentRecords
+	}
+	return 0
+}
+
 // BulkUploadRequest: the first message carries header, version,
 // base_version and file (the whole file's size and CRC32C); every message
 // may carry data, which continues at offset.
@@ -5456,7 +5673,7 @@ type BulkUploadRequest struct {
 
 func (x *BulkUploadRequest) Reset() {
 	*x = BulkUploadRequest{}
-	mi := &file_tabula_proto_msgTypes[76]
+	mi := &file_tabula_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5468,7 +5685,7 @@ func (x *BulkUploadRequest) String() string {
 func (*BulkUploadRequest) ProtoMessage() {}
 
 func (x *BulkUploadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[76]
+	mi := &file_tabula_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5481,7 +5698,7 @@ func (x *BulkUploadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkUploadRequest.ProtoReflect.Descriptor instead.
 func (*BulkUploadRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{76}
+	return file_tabula_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *BulkUploadRequest) GetHeader() *RequestHeader {
@@ -5536,7 +5753,7 @@ type BulkUploadStatusRequest struct {
 
 func (x *BulkUploadStatusRequest) Reset() {
 	*x = BulkUploadStatusRequest{}
-	mi := &file_tabula_proto_msgTypes[77]
+	mi := &file_tabula_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5548,7 +5765,7 @@ func (x *BulkUploadStatusRequest) String() string {
 func (*BulkUploadStatusRequest) ProtoMessage() {}
 
 func (x *BulkUploadStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[77]
+	mi := &file_tabula_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5561,7 +5778,7 @@ func (x *BulkUploadStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkUploadStatusRequest.ProtoReflect.Descriptor instead.
 func (*BulkUploadStatusRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{77}
+	return file_tabula_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *BulkUploadStatusRequest) GetHeader() *RequestHeader {
@@ -5590,7 +5807,7 @@ type BulkUploadResponse struct {
 
 func (x *BulkUploadResponse) Reset() {
 	*x = BulkUploadResponse{}
-	mi := &file_tabula_proto_msgTypes[78]
+	mi := &file_tabula_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5602,7 +5819,7 @@ func (x *BulkUploadResponse) String() string {
 func (*BulkUploadResponse) ProtoMessage() {}
 
 func (x *BulkUploadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[78]
+	mi := &file_tabula_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5615,7 +5832,7 @@ func (x *BulkUploadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkUploadResponse.ProtoReflect.Descriptor instead.
 func (*BulkUploadResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{78}
+	return file_tabula_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *BulkUploadResponse) GetReceived() uint64 {
@@ -5646,7 +5863,7 @@ type PartitionLogFailedRequest struct {
 
 func (x *PartitionLogFailedRequest) Reset() {
 	*x = PartitionLogFailedRequest{}
-	mi := &file_tabula_proto_msgTypes[79]
+	mi := &file_tabula_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5658,7 +5875,7 @@ func (x *PartitionLogFailedRequest) String() string {
 func (*PartitionLogFailedRequest) ProtoMessage() {}
 
 func (x *PartitionLogFailedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[79]
+	mi := &file_tabula_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5671,7 +5888,7 @@ func (x *PartitionLogFailedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionLogFailedRequest.ProtoReflect.Descriptor instead.
 func (*PartitionLogFailedRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{79}
+	return file_tabula_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *PartitionLogFailedRequest) GetServerId() string {
@@ -5719,7 +5936,7 @@ type PartitionLogFailedResponse struct {
 
 func (x *PartitionLogFailedResponse) Reset() {
 	*x = PartitionLogFailedResponse{}
-	mi := &file_tabula_proto_msgTypes[80]
+	mi := &file_tabula_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5731,7 +5948,7 @@ func (x *PartitionLogFailedResponse) String() string {
 func (*PartitionLogFailedResponse) ProtoMessage() {}
 
 func (x *PartitionLogFailedResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[80]
+	mi := &file_tabula_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5744,7 +5961,7 @@ func (x *PartitionLogFailedResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionLogFailedResponse.ProtoReflect.Descriptor instead.
 func (*PartitionLogFailedResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{80}
+	return file_tabula_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *PartitionLogFailedResponse) GetPartition() *Partition {
@@ -5773,7 +5990,7 @@ type ForgetServerRequest struct {
 
 func (x *ForgetServerRequest) Reset() {
 	*x = ForgetServerRequest{}
-	mi := &file_tabula_proto_msgTypes[81]
+	mi := &file_tabula_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5785,7 +6002,7 @@ func (x *ForgetServerRequest) String() string {
 func (*ForgetServerRequest) ProtoMessage() {}
 
 func (x *ForgetServerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[81]
+	mi := &file_tabula_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5798,7 +6015,7 @@ func (x *ForgetServerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForgetServerRequest.ProtoReflect.Descriptor instead.
 func (*ForgetServerRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{81}
+	return file_tabula_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *ForgetServerRequest) GetServerId() string {
@@ -5828,7 +6045,7 @@ type ForgetServerResponse struct {
 
 func (x *ForgetServerResponse) Reset() {
 	*x = ForgetServerResponse{}
-	mi := &file_tabula_proto_msgTypes[82]
+	mi := &file_tabula_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5840,7 +6057,7 @@ func (x *ForgetServerResponse) String() string {
 func (*ForgetServerResponse) ProtoMessage() {}
 
 func (x *ForgetServerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[82]
+	mi := &file_tabula_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5853,7 +6070,7 @@ func (x *ForgetServerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForgetServerResponse.ProtoReflect.Descriptor instead.
 func (*ForgetServerResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{82}
+	return file_tabula_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *ForgetServerResponse) GetMoved() uint32 {
@@ -5896,7 +6113,7 @@ type LostPartition struct {
 
 func (x *LostPartition) Reset() {
 	*x = LostPartition{}
-	mi := &file_tabula_proto_msgTypes[83]
+	mi := &file_tabula_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5908,7 +6125,7 @@ func (x *LostPartition) String() string {
 func (*LostPartition) ProtoMessage() {}
 
 func (x *LostPartition) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[83]
+	mi := &file_tabula_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5921,7 +6138,7 @@ func (x *LostPartition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LostPartition.ProtoReflect.Descriptor instead.
 func (*LostPartition) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{83}
+	return file_tabula_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *LostPartition) GetTenant() string {
@@ -5984,7 +6201,7 @@ type ListDataLossRequest struct {
 
 func (x *ListDataLossRequest) Reset() {
 	*x = ListDataLossRequest{}
-	mi := &file_tabula_proto_msgTypes[84]
+	mi := &file_tabula_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5996,7 +6213,7 @@ func (x *ListDataLossRequest) String() string {
 func (*ListDataLossRequest) ProtoMessage() {}
 
 func (x *ListDataLossRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[84]
+	mi := &file_tabula_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6009,7 +6226,7 @@ func (x *ListDataLossRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDataLossRequest.ProtoReflect.Descriptor instead.
 func (*ListDataLossRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{84}
+	return file_tabula_proto_rawDescGZIP(), []int{86}
 }
 
 func (x *ListDataLossRequest) GetTenant() string {
@@ -6036,7 +6253,7 @@ type ListDataLossResponse struct {
 
 func (x *ListDataLossResponse) Reset() {
 	*x = ListDataLossResponse{}
-	mi := &file_tabula_proto_msgTypes[85]
+	mi := &file_tabula_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6048,7 +6265,7 @@ func (x *ListDataLossResponse) String() string {
 func (*ListDataLossResponse) ProtoMessage() {}
 
 func (x *ListDataLossResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[85]
+	mi := &file_tabula_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6061,7 +6278,7 @@ func (x *ListDataLossResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDataLossResponse.ProtoReflect.Descriptor instead.
 func (*ListDataLossResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{85}
+	return file_tabula_proto_rawDescGZIP(), []int{87}
 }
 
 func (x *ListDataLossResponse) GetLost() []*LostPartition {
@@ -6225,7 +6442,7 @@ const file_tabula_proto_rawDesc = "" +
 	"\x05alive\x18\x04 \x01(\bR\x05alive\x12\x1a\n" +
 	"\breplicas\x18\x05 \x01(\rR\breplicas\x123\n" +
 	"\x16last_heartbeat_unix_ms\x18\x06 \x01(\x03R\x13lastHeartbeatUnixMs\x12\x1a\n" +
-	"\bdraining\x18\a \x01(\bR\bdraining\"\xa4\x04\n" +
+	"\bdraining\x18\a \x01(\bR\bdraining\"\xa0\x05\n" +
 	"\rReplicaStatus\x12!\n" +
 	"\fpartition_id\x18\x01 \x01(\x04R\vpartitionId\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12*\n" +
@@ -6250,7 +6467,10 @@ const file_tabula_proto_rawDesc = "" +
 	"\vapplied_lsn\x18\x10 \x01(\x04R\n" +
 	"appliedLsn\x12\x1d\n" +
 	"\n" +
-	"commit_lsn\x18\x11 \x01(\x04R\tcommitLsn\"h\n" +
+	"commit_lsn\x18\x11 \x01(\x04R\tcommitLsn\x12-\n" +
+	"\x05state\x18\x12 \x01(\x0e2\x17.tabula.v1.ReplicaStateR\x05state\x12!\n" +
+	"\fcopied_bytes\x18\x13 \x01(\x04R\vcopiedBytes\x12(\n" +
+	"\x10copy_total_bytes\x18\x14 \x01(\x04R\x0ecopyTotalBytes\"h\n" +
 	"\n" +
 	"BulkLoaded\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\x04R\aversion\x12\x12\n" +
@@ -6453,7 +6673,17 @@ const file_tabula_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\fR\x05value\x12&\n" +
 	"\x0fexpires_unix_ms\x18\x03 \x01(\x03R\rexpiresUnixMs\"=\n" +
 	"\fScanResponse\x12-\n" +
-	"\arecords\x18\x01 \x03(\v2\x13.tabula.v1.KeyValueR\arecords\"\xd7\x01\n" +
+	"\arecords\x18\x01 \x03(\v2\x13.tabula.v1.KeyValueR\arecords\"^\n" +
+	"\x12CopyReplicaRequest\x120\n" +
+	"\x06header\x18\x01 \x01(\v2\x18.tabula.v1.RequestHeaderR\x06header\x12\x16\n" +
+	"\x06copier\x18\x02 \x01(\tR\x06copier\"\xab\x01\n" +
+	"\x10CopyReplicaChunk\x12\x10\n" +
+	"\x03lsn\x18\x01 \x01(\x04R\x03lsn\x12\x1f\n" +
+	"\vtotal_bytes\x18\x02 \x01(\x04R\n" +
+	"totalBytes\x12-\n" +
+	"\arecords\x18\x03 \x03(\v2\x13.tabula.v1.KeyValueR\arecords\x12\x12\n" +
+	"\x04done\x18\x04 \x01(\bR\x04done\x12!\n" +
+	"\fsent_records\x18\x05 \x01(\x04R\vsentRecords\"\xd7\x01\n" +
 	"\x11BulkUploadRequest\x120\n" +
 	"\x06header\x18\x01 \x01(\v2\x18.tabula.v1.RequestHeaderR\x06header\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x04R\aversion\x12!\n" +
@@ -6512,7 +6742,12 @@ const file_tabula_proto_rawDesc = "" +
 	"\x1eBULK_VERSION_STATE_UNSPECIFIED\x10\x00\x12\x1e\n" +
 	"\x1aBULK_VERSION_STATE_LOADING\x10\x01\x12\x1c\n" +
 	"\x18BULK_VERSION_STATE_READY\x10\x02\x12\x1e\n" +
-	"\x1aBULK_VERSION_STATE_SERVING\x10\x03*\xdf\x02\n" +
+	"\x1aBULK_VERSION_STATE_SERVING\x10\x03*\x82\x01\n" +
+	"\fReplicaState\x12\x1d\n" +
+	"\x19REPLICA_STATE_UNSPECIFIED\x10\x00\x12\x19\n" +
+	"\x15REPLICA_STATE_COPYING\x10\x01\x12\x1d\n" +
+	"\x19REPLICA_STATE_CATCHING_UP\x10\x02\x12\x19\n" +
+	"\x15REPLICA_STATE_IN_SYNC\x10\x03*\xdf\x02\n" +
 	"\tErrorCode\x12\x1a\n" +
 	"\x16ERROR_CODE_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14ERROR_CODE_NOT_OWNER\x10\x01\x12\x1a\n" +
@@ -6566,7 +6801,7 @@ const file_tabula_proto_rawDesc = "" +
 	"\x0eCoprocRollback\x12 .tabula.v1.CoprocRollbackRequest\x1a!.tabula.v1.CoprocRollbackResponse\x12L\n" +
 	"\vCoprocFetch\x12\x1d.tabula.v1.CoprocFetchRequest\x1a\x1e.tabula.v1.CoprocFetchResponse\x12O\n" +
 	"\fForgetServer\x12\x1e.tabula.v1.ForgetServerRequest\x1a\x1f.tabula.v1.ForgetServerResponse\x12O\n" +
-	"\fListDataLoss\x12\x1e.tabula.v1.ListDataLossRequest\x1a\x1f.tabula.v1.ListDataLossResponse2\xd0\x06\n" +
+	"\fListDataLoss\x12\x1e.tabula.v1.ListDataLossRequest\x1a\x1f.tabula.v1.ListDataLossResponse2\x9d\a\n" +
 	"\vTableServer\x124\n" +
 	"\x03Get\x12\x15.tabula.v1.GetRequest\x1a\x16.tabula.v1.GetResponse\x12C\n" +
 	"\bBatchGet\x12\x1a.tabula.v1.BatchGetRequest\x1a\x1b.tabula.v1.BatchGetResponse\x12C\n" +
@@ -6577,6 +6812,7 @@ const file_tabula_proto_rawDesc = "" +
 	"\n" +
 	"BatchWrite\x12\x1c.tabula.v1.BatchWriteRequest\x1a\x1d.tabula.v1.BatchWriteResponse\x129\n" +
 	"\x04Scan\x12\x16.tabula.v1.ScanRequest\x1a\x17.tabula.v1.ScanResponse0\x01\x12K\n" +
+	"\vCopyReplica\x12\x1d.tabula.v1.CopyReplicaRequest\x1a\x1b.tabula.v1.CopyReplicaChunk0\x01\x12K\n" +
 	"\n" +
 	"BulkUpload\x12\x1c.tabula.v1.BulkUploadRequest\x1a\x1d.tabula.v1.BulkUploadResponse(\x01\x12U\n" +
 	"\x10BulkUploadStatus\x12\".tabula.v1.BulkUploadStatusRequest\x1a\x1d.tabula.v1.BulkUploadResponse\x12=\n" +
@@ -6595,234 +6831,242 @@ func file_tabula_proto_rawDescGZIP() []byte {
 	return file_tabula_proto_rawDescData
 }
 
-var file_tabula_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_tabula_proto_msgTypes = make([]protoimpl.MessageInfo, 86)
+var file_tabula_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
+var file_tabula_proto_msgTypes = make([]protoimpl.MessageInfo, 88)
 var file_tabula_proto_goTypes = []any{
 	(TableKind)(0),                     // 0: tabula.v1.TableKind
 	(ReplicaRole)(0),                   // 1: tabula.v1.ReplicaRole
 	(BulkVersionState)(0),              // 2: tabula.v1.BulkVersionState
-	(ErrorCode)(0),                     // 3: tabula.v1.ErrorCode
-	(StreamOp)(0),                      // 4: tabula.v1.StreamOp
-	(Mutation_Op)(0),                   // 5: tabula.v1.Mutation.Op
-	(*TableOptions)(nil),               // 6: tabula.v1.TableOptions
-	(*Table)(nil),                      // 7: tabula.v1.Table
-	(*Replica)(nil),                    // 8: tabula.v1.Replica
-	(*Partition)(nil),                  // 9: tabula.v1.Partition
-	(*PartitionLog)(nil),               // 10: tabula.v1.PartitionLog
-	(*PartitionMap)(nil),               // 11: tabula.v1.PartitionMap
-	(*CoprocVersion)(nil),              // 12: tabula.v1.CoprocVersion
-	(*Coprocessor)(nil),                // 13: tabula.v1.Coprocessor
-	(*CoprocDeployRequest)(nil),        // 14: tabula.v1.CoprocDeployRequest
-	(*CoprocDeployResponse)(nil),       // 15: tabula.v1.CoprocDeployResponse
-	(*CoprocListRequest)(nil),          // 16: tabula.v1.CoprocListRequest
-	(*CoprocListResponse)(nil),         // 17: tabula.v1.CoprocListResponse
-	(*CoprocRollbackRequest)(nil),      // 18: tabula.v1.CoprocRollbackRequest
-	(*CoprocRollbackResponse)(nil),     // 19: tabula.v1.CoprocRollbackResponse
-	(*CoprocFetchRequest)(nil),         // 20: tabula.v1.CoprocFetchRequest
-	(*CoprocFetchResponse)(nil),        // 21: tabula.v1.CoprocFetchResponse
-	(*CoprocReady)(nil),                // 22: tabula.v1.CoprocReady
-	(*InvokeRequest)(nil),              // 23: tabula.v1.InvokeRequest
-	(*InvokeResponse)(nil),             // 24: tabula.v1.InvokeResponse
-	(*CoprocMergeRequest)(nil),         // 25: tabula.v1.CoprocMergeRequest
-	(*CoprocMergeResponse)(nil),        // 26: tabula.v1.CoprocMergeResponse
-	(*BulkFile)(nil),                   // 27: tabula.v1.BulkFile
-	(*BulkVersion)(nil),                // 28: tabula.v1.BulkVersion
-	(*BulkInfo)(nil),                   // 29: tabula.v1.BulkInfo
-	(*ServerInfo)(nil),                 // 30: tabula.v1.ServerInfo
-	(*ReplicaStatus)(nil),              // 31: tabula.v1.ReplicaStatus
-	(*BulkLoaded)(nil),                 // 32: tabula.v1.BulkLoaded
-	(*ErrorDetail)(nil),                // 33: tabula.v1.ErrorDetail
-	(*StreamRequest)(nil),              // 34: tabula.v1.StreamRequest
-	(*StreamResponse)(nil),             // 35: tabula.v1.StreamResponse
-	(*CreateTableRequest)(nil),         // 36: tabula.v1.CreateTableRequest
-	(*CreateTableResponse)(nil),        // 37: tabula.v1.CreateTableResponse
-	(*DropTableRequest)(nil),           // 38: tabula.v1.DropTableRequest
-	(*DropTableResponse)(nil),          // 39: tabula.v1.DropTableResponse
-	(*ListTablesRequest)(nil),          // 40: tabula.v1.ListTablesRequest
-	(*ListTablesResponse)(nil),         // 41: tabula.v1.ListTablesResponse
-	(*DescribeTableRequest)(nil),       // 42: tabula.v1.DescribeTableRequest
-	(*DescribeTableResponse)(nil),      // 43: tabula.v1.DescribeTableResponse
-	(*GetPartitionMapRequest)(nil),     // 44: tabula.v1.GetPartitionMapRequest
-	(*GetPartitionMapResponse)(nil),    // 45: tabula.v1.GetPartitionMapResponse
-	(*WatchPartitionMapRequest)(nil),   // 46: tabula.v1.WatchPartitionMapRequest
-	(*WatchPartitionMapResponse)(nil),  // 47: tabula.v1.WatchPartitionMapResponse
-	(*RegisterServerRequest)(nil),      // 48: tabula.v1.RegisterServerRequest
-	(*RegisterServerResponse)(nil),     // 49: tabula.v1.RegisterServerResponse
-	(*HeartbeatRequest)(nil),           // 50: tabula.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),          // 51: tabula.v1.HeartbeatResponse
-	(*BulkPublishRequest)(nil),         // 52: tabula.v1.BulkPublishRequest
-	(*BulkPublishResponse)(nil),        // 53: tabula.v1.BulkPublishResponse
-	(*BulkStoredRequest)(nil),          // 54: tabula.v1.BulkStoredRequest
-	(*BulkStoredResponse)(nil),         // 55: tabula.v1.BulkStoredResponse
-	(*BulkStatusRequest)(nil),          // 56: tabula.v1.BulkStatusRequest
-	(*BulkStatusResponse)(nil),         // 57: tabula.v1.BulkStatusResponse
-	(*BulkRollbackRequest)(nil),        // 58: tabula.v1.BulkRollbackRequest
-	(*BulkRollbackResponse)(nil),       // 59: tabula.v1.BulkRollbackResponse
-	(*ListServersRequest)(nil),         // 60: tabula.v1.ListServersRequest
-	(*ListServersResponse)(nil),        // 61: tabula.v1.ListServersResponse
-	(*RequestHeader)(nil),              // 62: tabula.v1.RequestHeader
-	(*GetRequest)(nil),                 // 63: tabula.v1.GetRequest
-	(*GetResponse)(nil),                // 64: tabula.v1.GetResponse
-	(*BatchGetRequest)(nil),            // 65: tabula.v1.BatchGetRequest
-	(*BatchGetResponse)(nil),           // 66: tabula.v1.BatchGetResponse
-	(*MultiGetRequest)(nil),            // 67: tabula.v1.MultiGetRequest
-	(*MultiGetResponse)(nil),           // 68: tabula.v1.MultiGetResponse
-	(*MultiGetResult)(nil),             // 69: tabula.v1.MultiGetResult
-	(*PutRequest)(nil),                 // 70: tabula.v1.PutRequest
-	(*PutResponse)(nil),                // 71: tabula.v1.PutResponse
-	(*DeleteRequest)(nil),              // 72: tabula.v1.DeleteRequest
-	(*DeleteResponse)(nil),             // 73: tabula.v1.DeleteResponse
-	(*CompareAndSwapRequest)(nil),      // 74: tabula.v1.CompareAndSwapRequest
-	(*CompareAndSwapResponse)(nil),     // 75: tabula.v1.CompareAndSwapResponse
-	(*Mutation)(nil),                   // 76: tabula.v1.Mutation
-	(*BatchWriteRequest)(nil),          // 77: tabula.v1.BatchWriteRequest
-	(*BatchWriteResponse)(nil),         // 78: tabula.v1.BatchWriteResponse
-	(*ScanRequest)(nil),                // 79: tabula.v1.ScanRequest
-	(*KeyValue)(nil),                   // 80: tabula.v1.KeyValue
-	(*ScanResponse)(nil),               // 81: tabula.v1.ScanResponse
-	(*BulkUploadRequest)(nil),          // 82: tabula.v1.BulkUploadRequest
-	(*BulkUploadStatusRequest)(nil),    // 83: tabula.v1.BulkUploadStatusRequest
-	(*BulkUploadResponse)(nil),         // 84: tabula.v1.BulkUploadResponse
-	(*PartitionLogFailedRequest)(nil),  // 85: tabula.v1.PartitionLogFailedRequest
-	(*PartitionLogFailedResponse)(nil), // 86: tabula.v1.PartitionLogFailedResponse
-	(*ForgetServerRequest)(nil),        // 87: tabula.v1.ForgetServerRequest
-	(*ForgetServerResponse)(nil),       // 88: tabula.v1.ForgetServerResponse
-	(*LostPartition)(nil),              // 89: tabula.v1.LostPartition
-	(*ListDataLossRequest)(nil),        // 90: tabula.v1.ListDataLossRequest
-	(*ListDataLossResponse)(nil),       // 91: tabula.v1.ListDataLossResponse
+	(ReplicaState)(0),                  // 3: tabula.v1.ReplicaState
+	(ErrorCode)(0),                     // 4: tabula.v1.ErrorCode
+	(StreamOp)(0),                      // 5: tabula.v1.StreamOp
+	(Mutation_Op)(0),                   // 6: tabula.v1.Mutation.Op
+	(*TableOptions)(nil),               // 7: tabula.v1.TableOptions
+	(*Table)(nil),                      // 8: tabula.v1.Table
+	(*Replica)(nil),                    // 9: tabula.v1.Replica
+	(*Partition)(nil),                  // 10: tabula.v1.Partition
+	(*PartitionLog)(nil),               // 11: tabula.v1.PartitionLog
+	(*PartitionMap)(nil),               // 12: tabula.v1.PartitionMap
+	(*CoprocVersion)(nil),              // 13: tabula.v1.CoprocVersion
+	(*Coprocessor)(nil),                // 14: tabula.v1.Coprocessor
+	(*CoprocDeployRequest)(nil),        // 15: tabula.v1.CoprocDeployRequest
+	(*CoprocDeployResponse)(nil),       // 16: tabula.v1.CoprocDeployResponse
+	(*CoprocListRequest)(nil),          // 17: tabula.v1.CoprocListRequest
+	(*CoprocListResponse)(nil),         // 18: tabula.v1.CoprocListResponse
+	(*CoprocRollbackRequest)(nil),      // 19: tabula.v1.CoprocRollbackRequest
+	(*CoprocRollbackResponse)(nil),     // 20: tabula.v1.CoprocRollbackResponse
+	(*CoprocFetchRequest)(nil),         // 21: tabula.v1.CoprocFetchRequest
+	(*CoprocFetchResponse)(nil),        // 22: tabula.v1.CoprocFetchResponse
+	(*CoprocReady)(nil),                // 23: tabula.v1.CoprocReady
+	(*InvokeRequest)(nil),              // 24: tabula.v1.InvokeRequest
+	(*InvokeResponse)(nil),             // 25: tabula.v1.InvokeResponse
+	(*CoprocMergeRequest)(nil),         // 26: tabula.v1.CoprocMergeRequest
+	(*CoprocMergeResponse)(nil),        // 27: tabula.v1.CoprocMergeResponse
+	(*BulkFile)(nil),                   // 28: tabula.v1.BulkFile
+	(*BulkVersion)(nil),                // 29: tabula.v1.BulkVersion
+	(*BulkInfo)(nil),                   // 30: tabula.v1.BulkInfo
+	(*ServerInfo)(nil),                 // 31: tabula.v1.ServerInfo
+	(*ReplicaStatus)(nil),              // 32: tabula.v1.ReplicaStatus
+	(*BulkLoaded)(nil),                 // 33: tabula.v1.BulkLoaded
+	(*ErrorDetail)(nil),                // 34: tabula.v1.ErrorDetail
+	(*StreamRequest)(nil),              // 35: tabula.v1.StreamRequest
+	(*StreamResponse)(nil),             // 36: tabula.v1.StreamResponse
+	(*CreateTableRequest)(nil),         // 37: tabula.v1.CreateTableRequest
+	(*CreateTableResponse)(nil),        // 38: tabula.v1.CreateTableResponse
+	(*DropTableRequest)(nil),           // 39: tabula.v1.DropTableRequest
+	(*DropTableResponse)(nil),          // 40: tabula.v1.DropTableResponse
+	(*ListTablesRequest)(nil),          // 41: tabula.v1.ListTablesRequest
+	(*ListTablesResponse)(nil),         // 42: tabula.v1.ListTablesResponse
+	(*DescribeTableRequest)(nil),       // 43: tabula.v1.DescribeTableRequest
+	(*DescribeTableResponse)(nil),      // 44: tabula.v1.DescribeTableResponse
+	(*GetPartitionMapRequest)(nil),     // 45: tabula.v1.GetPartitionMapRequest
+	(*GetPartitionMapResponse)(nil),    // 46: tabula.v1.GetPartitionMapResponse
+	(*WatchPartitionMapRequest)(nil),   // 47: tabula.v1.WatchPartitionMapRequest
+	(*WatchPartitionMapResponse)(nil),  // 48: tabula.v1.WatchPartitionMapResponse
+	(*RegisterServerRequest)(nil),      // 49: tabula.v1.RegisterServerRequest
+	(*RegisterServerResponse)(nil),     // 50: tabula.v1.RegisterServerResponse
+	(*HeartbeatRequest)(nil),           // 51: tabula.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),          // 52: tabula.v1.HeartbeatResponse
+	(*BulkPublishRequest)(nil),         // 53: tabula.v1.BulkPublishRequest
+	(*BulkPublishResponse)(nil),        // 54: tabula.v1.BulkPublishResponse
+	(*BulkStoredRequest)(nil),          // 55: tabula.v1.BulkStoredRequest
+	(*BulkStoredResponse)(nil),         // 56: tabula.v1.BulkStoredResponse
+	(*BulkStatusRequest)(nil),          // 57: tabula.v1.BulkStatusRequest
+	(*BulkStatusResponse)(nil),         // 58: tabula.v1.BulkStatusResponse
+	(*BulkRollbackRequest)(nil),        // 59: tabula.v1.BulkRollbackRequest
+	(*BulkRollbackResponse)(nil),       // 60: tabula.v1.BulkRollbackResponse
+	(*ListServersRequest)(nil),         // 61: tabula.v1.ListServersRequest
+	(*ListServersResponse)(nil),        // 62: tabula.v1.ListServersResponse
+	(*RequestHeader)(nil),              // 63: tabula.v1.RequestHeader
+	(*GetRequest)(nil),                 // 64: tabula.v1.GetRequest
+	(*GetResponse)(nil),                // 65: tabula.v1.GetResponse
+	(*BatchGetRequest)(nil),            // 66: tabula.v1.BatchGetRequest
+	(*BatchGetResponse)(nil),           // 67: tabula.v1.BatchGetResponse
+	(*MultiGetRequest)(nil),            // 68: tabula.v1.MultiGetRequest
+	(*MultiGetResponse)(nil),           // 69: tabula.v1.MultiGetResponse
+	(*MultiGetResult)(nil),             // 70: tabula.v1.MultiGetResult
+	(*PutRequest)(nil),                 // 71: tabula.v1.PutRequest
+	(*PutResponse)(nil),                // 72: tabula.v1.PutResponse
+	(*DeleteRequest)(nil),              // 73: tabula.v1.DeleteRequest
+	(*DeleteResponse)(nil),             // 74: tabula.v1.DeleteResponse
+	(*CompareAndSwapRequest)(nil),      // 75: tabula.v1.CompareAndSwapRequest
+	(*CompareAndSwapResponse)(nil),     // 76: tabula.v1.CompareAndSwapResponse
+	(*Mutation)(nil),                   // 77: tabula.v1.Mutation
+	(*BatchWriteRequest)(nil),          // 78: tabula.v1.BatchWriteRequest
+	(*BatchWriteResponse)(nil),         // 79: tabula.v1.BatchWriteResponse
+	(*ScanRequest)(nil),                // 80: tabula.v1.ScanRequest
+	(*KeyValue)(nil),                   // 81: tabula.v1.KeyValue
+	(*ScanResponse)(nil),               // 82: tabula.v1.ScanResponse
+	(*CopyReplicaRequest)(nil),         // 83: tabula.v1.CopyReplicaRequest
+	(*CopyReplicaChunk)(nil),           // 84: tabula.v1.CopyReplicaChunk
+	(*BulkUploadRequest)(nil),          // 85: tabula.v1.BulkUploadRequest
+	(*BulkUploadStatusRequest)(nil),    // 86: tabula.v1.BulkUploadStatusRequest
+	(*BulkUploadResponse)(nil),         // 87: tabula.v1.BulkUploadResponse
+	(*PartitionLogFailedRequest)(nil),  // 88: tabula.v1.PartitionLogFailedRequest
+	(*PartitionLogFailedResponse)(nil), // 89: tabula.v1.PartitionLogFailedResponse
+	(*ForgetServerRequest)(nil),        // 90: tabula.v1.ForgetServerRequest
+	(*ForgetServerResponse)(nil),       // 91: tabula.v1.ForgetServerResponse
+	(*LostPartition)(nil),              // 92: tabula.v1.LostPartition
+	(*ListDataLossRequest)(nil),        // 93: tabula.v1.ListDataLossRequest
+	(*ListDataLossResponse)(nil),       // 94: tabula.v1.ListDataLossResponse
 }
 var file_tabula_proto_depIdxs = []int32{
 	0,  // 0: tabula.v1.Table.kind:type_name -> tabula.v1.TableKind
-	6,  // 1: tabula.v1.Table.options:type_name -> tabula.v1.TableOptions
+	7,  // 1: tabula.v1.Table.options:type_name -> tabula.v1.TableOptions
 	1,  // 2: tabula.v1.Replica.role:type_name -> tabula.v1.ReplicaRole
-	8,  // 3: tabula.v1.Partition.replicas:type_name -> tabula.v1.Replica
-	10, // 4: tabula.v1.Partition.log:type_name -> tabula.v1.PartitionLog
-	7,  // 5: tabula.v1.PartitionMap.table:type_name -> tabula.v1.Table
-	9,  // 6: tabula.v1.PartitionMap.partitions:type_name -> tabula.v1.Partition
-	29, // 7: tabula.v1.PartitionMap.bulk:type_name -> tabula.v1.BulkInfo
-	13, // 8: tabula.v1.PartitionMap.coprocessors:type_name -> tabula.v1.Coprocessor
-	12, // 9: tabula.v1.Coprocessor.versions:type_name -> tabula.v1.CoprocVersion
-	13, // 10: tabula.v1.CoprocDeployResponse.coprocessor:type_name -> tabula.v1.Coprocessor
-	13, // 11: tabula.v1.CoprocListResponse.coprocessors:type_name -> tabula.v1.Coprocessor
-	13, // 12: tabula.v1.CoprocRollbackResponse.coprocessor:type_name -> tabula.v1.Coprocessor
-	62, // 13: tabula.v1.InvokeRequest.header:type_name -> tabula.v1.RequestHeader
-	62, // 14: tabula.v1.CoprocMergeRequest.header:type_name -> tabula.v1.RequestHeader
+	9,  // 3: tabula.v1.Partition.replicas:type_name -> tabula.v1.Replica
+	11, // 4: tabula.v1.Partition.log:type_name -> tabula.v1.PartitionLog
+	8,  // 5: tabula.v1.PartitionMap.table:type_name -> tabula.v1.Table
+	10, // 6: tabula.v1.PartitionMap.partitions:type_name -> tabula.v1.Partition
+	30, // 7: tabula.v1.PartitionMap.bulk:type_name -> tabula.v1.BulkInfo
+	14, // 8: tabula.v1.PartitionMap.coprocessors:type_name -> tabula.v1.Coprocessor
+	13, // 9: tabula.v1.Coprocessor.versions:type_name -> tabula.v1.CoprocVersion
+	14, // 10: tabula.v1.CoprocDeployResponse.coprocessor:type_name -> tabula.v1.Coprocessor
+	14, // 11: tabula.v1.CoprocListResponse.coprocessors:type_name -> tabula.v1.Coprocessor
+	14, // 12: tabula.v1.CoprocRollbackResponse.coprocessor:type_name -> tabula.v1.Coprocessor
+	63, // 13: tabula.v1.InvokeRequest.header:type_name -> tabula.v1.RequestHeader
+	63, // 14: tabula.v1.CoprocMergeRequest.header:type_name -> tabula.v1.RequestHeader
 	2,  // 15: tabula.v1.BulkVersion.state:type_name -> tabula.v1.BulkVersionState
-	27, // 16: tabula.v1.BulkVersion.files:type_name -> tabula.v1.BulkFile
-	28, // 17: tabula.v1.BulkInfo.versions:type_name -> tabula.v1.BulkVersion
+	28, // 16: tabula.v1.BulkVersion.files:type_name -> tabula.v1.BulkFile
+	29, // 17: tabula.v1.BulkInfo.versions:type_name -> tabula.v1.BulkVersion
 	1,  // 18: tabula.v1.ReplicaStatus.role:type_name -> tabula.v1.ReplicaRole
-	32, // 19: tabula.v1.ReplicaStatus.bulk_loaded:type_name -> tabula.v1.BulkLoaded
-	3,  // 20: tabula.v1.ErrorDetail.code:type_name -> tabula.v1.ErrorCode
-	9,  // 21: tabula.v1.ErrorDetail.partition:type_name -> tabula.v1.Partition
-	4,  // 22: tabula.v1.StreamRequest.op:type_name -> tabula.v1.StreamOp
-	0,  // 23: tabula.v1.CreateTableRequest.kind:type_name -> tabula.v1.TableKind
-	6,  // 24: tabula.v1.CreateTableRequest.options:type_name -> tabula.v1.TableOptions
-	11, // 25: tabula.v1.CreateTableResponse.map:type_name -> tabula.v1.PartitionMap
-	7,  // 26: tabula.v1.ListTablesResponse.tables:type_name -> tabula.v1.Table
-	11, // 27: tabula.v1.DescribeTableResponse.map:type_name -> tabula.v1.PartitionMap
-	31, // 28: tabula.v1.DescribeTableResponse.replicas:type_name -> tabula.v1.ReplicaStatus
-	11, // 29: tabula.v1.GetPartitionMapResponse.map:type_name -> tabula.v1.PartitionMap
-	11, // 30: tabula.v1.WatchPartitionMapResponse.maps:type_name -> tabula.v1.PartitionMap
-	31, // 31: tabula.v1.HeartbeatRequest.replicas:type_name -> tabula.v1.ReplicaStatus
-	22, // 32: tabula.v1.HeartbeatRequest.coproc_ready:type_name -> tabula.v1.CoprocReady
-	27, // 33: tabula.v1.BulkPublishRequest.files:type_name -> tabula.v1.BulkFile
-	11, // 34: tabula.v1.BulkPublishResponse.map:type_name -> tabula.v1.PartitionMap
-	11, // 35: tabula.v1.BulkStoredResponse.map:type_name -> tabula.v1.PartitionMap
-	11, // 36: tabula.v1.BulkStatusResponse.map:type_name -> tabula.v1.PartitionMap
-	29, // 37: tabula.v1.BulkStatusResponse.bulk:type_name -> tabula.v1.BulkInfo
-	11, // 38: tabula.v1.BulkRollbackResponse.map:type_name -> tabula.v1.PartitionMap
-	30, // 39: tabula.v1.ListServersResponse.servers:type_name -> tabula.v1.ServerInfo
-	62, // 40: tabula.v1.GetRequest.header:type_name -> tabula.v1.RequestHeader
-	62, // 41: tabula.v1.BatchGetRequest.header:type_name -> tabula.v1.RequestHeader
-	64, // 42: tabula.v1.BatchGetResponse.results:type_name -> tabula.v1.GetResponse
-	63, // 43: tabula.v1.MultiGetRequest.gets:type_name -> tabula.v1.GetRequest
-	69, // 44: tabula.v1.MultiGetResponse.results:type_name -> tabula.v1.MultiGetResult
-	64, // 45: tabula.v1.MultiGetResult.response:type_name -> tabula.v1.GetResponse
-	62, // 46: tabula.v1.PutRequest.header:type_name -> tabula.v1.RequestHeader
-	62, // 47: tabula.v1.DeleteRequest.header:type_name -> tabula.v1.RequestHeader
-	62, // 48: tabula.v1.CompareAndSwapRequest.header:type_name -> tabula.v1.RequestHeader
-	5,  // 49: tabula.v1.Mutation.op:type_name -> tabula.v1.Mutation.Op
-	62, // 50: tabula.v1.BatchWriteRequest.header:type_name -> tabula.v1.RequestHeader
-	76, // 51: tabula.v1.BatchWriteRequest.mutations:type_name -> tabula.v1.Mutation
-	62, // 52: tabula.v1.ScanRequest.header:type_name -> tabula.v1.RequestHeader
-	80, // 53: tabula.v1.ScanResponse.records:type_name -> tabula.v1.KeyValue
-	62, // 54: tabula.v1.BulkUploadRequest.header:type_name -> tabula.v1.RequestHeader
-	27, // 55: tabula.v1.BulkUploadRequest.file:type_name -> tabula.v1.BulkFile
-	62, // 56: tabula.v1.BulkUploadStatusRequest.header:type_name -> tabula.v1.RequestHeader
-	9,  // 57: tabula.v1.PartitionLogFailedResponse.partition:type_name -> tabula.v1.Partition
-	89, // 58: tabula.v1.ForgetServerResponse.lost:type_name -> tabula.v1.LostPartition
-	89, // 59: tabula.v1.ListDataLossResponse.lost:type_name -> tabula.v1.LostPartition
-	36, // 60: tabula.v1.Master.CreateTable:input_type -> tabula.v1.CreateTableRequest
-	38, // 61: tabula.v1.Master.DropTable:input_type -> tabula.v1.DropTableRequest
-	40, // 62: tabula.v1.Master.ListTables:input_type -> tabula.v1.ListTablesRequest
-	42, // 63: tabula.v1.Master.DescribeTable:input_type -> tabula.v1.DescribeTableRequest
-	44, // 64: tabula.v1.Master.GetPartitionMap:input_type -> tabula.v1.GetPartitionMapRequest
-	46, // 65: tabula.v1.Master.WatchPartitionMap:input_type -> tabula.v1.WatchPartitionMapRequest
-	48, // 66: tabula.v1.Master.RegisterServer:input_type -> tabula.v1.RegisterServerRequest
-	50, // 67: tabula.v1.Master.Heartbeat:input_type -> tabula.v1.HeartbeatRequest
-	85, // 68: tabula.v1.Master.PartitionLogFailed:input_type -> tabula.v1.PartitionLogFailedRequest
-	60, // 69: tabula.v1.Master.ListServers:input_type -> tabula.v1.ListServersRequest
-	52, // 70: tabula.v1.Master.BulkPublish:input_type -> tabula.v1.BulkPublishRequest
-	54, // 71: tabula.v1.Master.BulkStored:input_type -> tabula.v1.BulkStoredRequest
-	56, // 72: tabula.v1.Master.BulkStatus:input_type -> tabula.v1.BulkStatusRequest
-	58, // 73: tabula.v1.Master.BulkRollback:input_type -> tabula.v1.BulkRollbackRequest
-	34, // 74: tabula.v1.Master.Stream:input_type -> tabula.v1.StreamRequest
-	14, // 75: tabula.v1.Master.CoprocDeploy:input_type -> tabula.v1.CoprocDeployRequest
-	16, // 76: tabula.v1.Master.CoprocList:input_type -> tabula.v1.CoprocListRequest
-	18, // 77: tabula.v1.Master.CoprocRollback:input_type -> tabula.v1.CoprocRollbackRequest
-	20, // 78: tabula.v1.Master.CoprocFetch:input_type -> tabula.v1.CoprocFetchRequest
-	87, // 79: tabula.v1.Master.ForgetServer:input_type -> tabula.v1.ForgetServerRequest
-	90, // 80: tabula.v1.Master.ListDataLoss:input_type -> tabula.v1.ListDataLossRequest
-	63, // 81: tabula.v1.TableServer.Get:input_type -> tabula.v1.GetRequest
-	65, // 82: tabula.v1.TableServer.BatchGet:input_type -> tabula.v1.BatchGetRequest
-	67, // 83: tabula.v1.TableServer.MultiGet:input_type -> tabula.v1.MultiGetRequest
-	70, // 84: tabula.v1.TableServer.Put:input_type -> tabula.v1.PutRequest
-	72, // 85: tabula.v1.TableServer.Delete:input_type -> tabula.v1.DeleteRequest
-	74, // 86: tabula.v1.TableServer.CompareAndSwap:input_type -> tabula.v1.CompareAndSwapRequest
-	77, // 87: tabula.v1.TableServer.BatchWrite:input_type -> tabula.v1.BatchWriteRequest
-	79, // 88: tabula.v1.TableServer.Scan:input_type -> tabula.v1.ScanRequest
-	82, // 89: tabula.v1.TableServer.BulkUpload:input_type -> tabula.v1.BulkUploadRequest
-	83, // 90: tabula.v1.TableServer.BulkUploadStatus:input_type -> tabula.v1.BulkUploadStatusRequest
-	23, // 91: tabula.v1.TableServer.Invoke:input_type -> tabula.v1.InvokeRequest
-	25, // 92: tabula.v1.TableServer.CoprocMerge:input_type -> tabula.v1.CoprocMergeRequest
-	37, // 93: tabula.v1.Master.CreateTable:output_type -> tabula.v1.CreateTableResponse
-	39, // 94: tabula.v1.Master.DropTable:output_type -> tabula.v1.DropTableResponse
-	41, // 95: tabula.v1.Master.ListTables:output_type -> tabula.v1.ListTablesResponse
-	43, // 96: tabula.v1.Master.DescribeTable:output_type -> tabula.v1.DescribeTableResponse
-	45, // 97: tabula.v1.Master.GetPartitionMap:output_type -> tabula.v1.GetPartitionMapResponse
-	47, // 98: tabula.v1.Master.WatchPartitionMap:output_type -> tabula.v1.WatchPartitionMapResponse
-	49, // 99: tabula.v1.Master.RegisterServer:output_type -> tabula.v1.RegisterServerResponse
-	51, // 100: tabula.v1.Master.Heartbeat:output_type -> tabula.v1.HeartbeatResponse
-	86, // 101: tabula.v1.Master.PartitionLogFailed:output_type -> tabula.v1.PartitionLogFailedResponse
-	61, // 102: tabula.v1.Master.ListServers:output_type -> tabula.v1.ListServersResponse
-	53, // 103: tabula.v1.Master.BulkPublish:output_type -> tabula.v1.BulkPublishResponse
-	55, // 104: tabula.v1.Master.BulkStored:output_type -> tabula.v1.BulkStoredResponse
-	57, // 105: tabula.v1.Master.BulkStatus:output_type -> tabula.v1.BulkStatusResponse
-	59, // 106: tabula.v1.Master.BulkRollback:output_type -> tabula.v1.BulkRollbackResponse
-	35, // 107: tabula.v1.Master.Stream:output_type -> tabula.v1.StreamResponse
-	15, // 108: tabula.v1.Master.CoprocDeploy:output_type -> tabula.v1.CoprocDeployResponse
-	17, // 109: tabula.v1.Master.CoprocList:output_type -> tabula.v1.CoprocListResponse
-	19, // 110: tabula.v1.Master.CoprocRollback:output_type -> tabula.v1.CoprocRollbackResponse
-	21, // 111: tabula.v1.Master.CoprocFetch:output_type -> tabula.v1.CoprocFetchResponse
-	88, // 112: tabula.v1.Master.ForgetServer:output_type -> tabula.v1.ForgetServerResponse
-	91, // 113: tabula.v1.Master.ListDataLoss:output_type -> tabula.v1.ListDataLossResponse
-	64, // 114: tabula.v1.TableServer.Get:output_type -> tabula.v1.GetResponse
-	66, // 115: tabula.v1.TableServer.BatchGet:output_type -> tabula.v1.BatchGetResponse
-	68, // 116: tabula.v1.TableServer.MultiGet:output_type -> tabula.v1.MultiGetResponse
-	71, // 117: tabula.v1.TableServer.Put:output_type -> tabula.v1.PutResponse
-	73, // 118: tabula.v1.TableServer.Delete:output_type -> tabula.v1.DeleteResponse
-	75, // 119: tabula.v1.TableServer.CompareAndSwap:output_type -> tabula.v1.CompareAndSwapResponse
-	78, // 120: tabula.v1.TableServer.BatchWrite:output_type -> tabula.v1.BatchWriteResponse
-	81, // 121: tabula.v1.TableServer.Scan:output_type -> tabula.v1.ScanResponse
-	84, // 122: tabula.v1.TableServer.BulkUpload:output_type -> tabula.v1.BulkUploadResponse
-	84, // 123: tabula.v1.TableServer.BulkUploadStatus:output_type -> tabula.v1.BulkUploadResponse
-	24, // 124: tabula.v1.TableServer.Invoke:output_type -> tabula.v1.InvokeResponse
-	26, // 125: tabula.v1.TableServer.CoprocMerge:output_type -> tabula.v1.CoprocMergeResponse
-	93, // [93:126] is the sub-list for method output_type
-	60, // [60:93] is the sub-list for method input_type
-	60, // [60:60] is the sub-list for extension type_name
-	60, // [60:60] is the sub-list for extension extendee
-	0,  // [0:60] is the sub-list for field type_name
+	33, // 19: tabula.v1.ReplicaStatus.bulk_loaded:type_name -> tabula.v1.BulkLoaded
+	3,  // 20: tabula.v1.ReplicaStatus.state:type_name -> tabula.v1.ReplicaState
+	4,  // 21: tabula.v1.ErrorDetail.code:type_name -> tabula.v1.ErrorCode
+	10, // 22: tabula.v1.ErrorDetail.partition:type_name -> tabula.v1.Partition
+	5,  // 23: tabula.v1.StreamRequest.op:type_name -> tabula.v1.StreamOp
+	0,  // 24: tabula.v1.CreateTableRequest.kind:type_name -> tabula.v1.TableKind
+	7,  // 25: tabula.v1.CreateTableRequest.options:type_name -> tabula.v1.TableOptions
+	12, // 26: tabula.v1.CreateTableResponse.map:type_name -> tabula.v1.PartitionMap
+	8,  // 27: tabula.v1.ListTablesResponse.tables:type_name -> tabula.v1.Table
+	12, // 28: tabula.v1.DescribeTableResponse.map:type_name -> tabula.v1.PartitionMap
+	32, // 29: tabula.v1.DescribeTableResponse.replicas:type_name -> tabula.v1.ReplicaStatus
+	12, // 30: tabula.v1.GetPartitionMapResponse.map:type_name -> tabula.v1.PartitionMap
+	12, // 31: tabula.v1.WatchPartitionMapResponse.maps:type_name -> tabula.v1.PartitionMap
+	32, // 32: tabula.v1.HeartbeatRequest.replicas:type_name -> tabula.v1.ReplicaStatus
+	23, // 33: tabula.v1.HeartbeatRequest.coproc_ready:type_name -> tabula.v1.CoprocReady
+	28, // 34: tabula.v1.BulkPublishRequest.files:type_name -> tabula.v1.BulkFile
+	12, // 35: tabula.v1.BulkPublishResponse.map:type_name -> tabula.v1.PartitionMap
+	12, // 36: tabula.v1.BulkStoredResponse.map:type_name -> tabula.v1.PartitionMap
+	12, // 37: tabula.v1.BulkStatusResponse.map:type_name -> tabula.v1.PartitionMap
+	30, // 38: tabula.v1.BulkStatusResponse.bulk:type_name -> tabula.v1.BulkInfo
+	12, // 39: tabula.v1.BulkRollbackResponse.map:type_name -> tabula.v1.PartitionMap
+	31, // 40: tabula.v1.ListServersResponse.servers:type_name -> tabula.v1.ServerInfo
+	63, // 41: tabula.v1.GetRequest.header:type_name -> tabula.v1.RequestHeader
+	63, // 42: tabula.v1.BatchGetRequest.header:type_name -> tabula.v1.RequestHeader
+	65, // 43: tabula.v1.BatchGetResponse.results:type_name -> tabula.v1.GetResponse
+	64, // 44: tabula.v1.MultiGetRequest.gets:type_name -> tabula.v1.GetRequest
+	70, // 45: tabula.v1.MultiGetResponse.results:type_name -> tabula.v1.MultiGetResult
+	65, // 46: tabula.v1.MultiGetResult.response:type_name -> tabula.v1.GetResponse
+	63, // 47: tabula.v1.PutRequest.header:type_name -> tabula.v1.RequestHeader
+	63, // 48: tabula.v1.DeleteRequest.header:type_name -> tabula.v1.RequestHeader
+	63, // 49: tabula.v1.CompareAndSwapRequest.header:type_name -> tabula.v1.RequestHeader
+	6,  // 50: tabula.v1.Mutation.op:type_name -> tabula.v1.Mutation.Op
+	63, // 51: tabula.v1.BatchWriteRequest.header:type_name -> tabula.v1.RequestHeader
+	77, // 52: tabula.v1.BatchWriteRequest.mutations:type_name -> tabula.v1.Mutation
+	63, // 53: tabula.v1.ScanRequest.header:type_name -> tabula.v1.RequestHeader
+	81, // 54: tabula.v1.ScanResponse.records:type_name -> tabula.v1.KeyValue
+	63, // 55: tabula.v1.CopyReplicaRequest.header:type_name -> tabula.v1.RequestHeader
+	81, // 56: tabula.v1.CopyReplicaChunk.records:type_name -> tabula.v1.KeyValue
+	63, // 57: tabula.v1.BulkUploadRequest.header:type_name -> tabula.v1.RequestHeader
+	28, // 58: tabula.v1.BulkUploadRequest.file:type_name -> tabula.v1.BulkFile
+	63, // 59: tabula.v1.BulkUploadStatusRequest.header:type_name -> tabula.v1.RequestHeader
+	10, // 60: tabula.v1.PartitionLogFailedResponse.partition:type_name -> tabula.v1.Partition
+	92, // 61: tabula.v1.ForgetServerResponse.lost:type_name -> tabula.v1.LostPartition
+	92, // 62: tabula.v1.ListDataLossResponse.lost:type_name -> tabula.v1.LostPartition
+	37, // 63: tabula.v1.Master.CreateTable:input_type -> tabula.v1.CreateTableRequest
+	39, // 64: tabula.v1.Master.DropTable:input_type -> tabula.v1.DropTableRequest
+	41, // 65: tabula.v1.Master.ListTables:input_type -> tabula.v1.ListTablesRequest
+	43, // 66: tabula.v1.Master.DescribeTable:input_type -> tabula.v1.DescribeTableRequest
+	45, // 67: tabula.v1.Master.GetPartitionMap:input_type -> tabula.v1.GetPartitionMapRequest
+	47, // 68: tabula.v1.Master.WatchPartitionMap:input_type -> tabula.v1.WatchPartitionMapRequest
+	49, // 69: tabula.v1.Master.RegisterServer:input_type -> tabula.v1.RegisterServerRequest
+	51, // 70: tabula.v1.Master.Heartbeat:input_type -> tabula.v1.HeartbeatRequest
+	88, // 71: tabula.v1.Master.PartitionLogFailed:input_type -> tabula.v1.PartitionLogFailedRequest
+	61, // 72: tabula.v1.Master.ListServers:input_type -> tabula.v1.ListServersRequest
+	53, // 73: tabula.v1.Master.BulkPublish:input_type -> tabula.v1.BulkPublishRequest
+	55, // 74: tabula.v1.Master.BulkStored:input_type -> tabula.v1.BulkStoredRequest
+	57, // 75: tabula.v1.Master.BulkStatus:input_type -> tabula.v1.BulkStatusRequest
+	59, // 76: tabula.v1.Master.BulkRollback:input_type -> tabula.v1.BulkRollbackRequest
+	35, // 77: tabula.v1.Master.Stream:input_type -> tabula.v1.StreamRequest
+	15, // 78: tabula.v1.Master.CoprocDeploy:input_type -> tabula.v1.CoprocDeployRequest
+	17, // 79: tabula.v1.Master.CoprocList:input_type -> tabula.v1.CoprocListRequest
+	19, // 80: tabula.v1.Master.CoprocRollback:input_type -> tabula.v1.CoprocRollbackRequest
+	21, // 81: tabula.v1.Master.CoprocFetch:input_type -> tabula.v1.CoprocFetchRequest
+	90, // 82: tabula.v1.Master.ForgetServer:input_type -> tabula.v1.ForgetServerRequest
+	93, // 83: tabula.v1.Master.ListDataLoss:input_type -> tabula.v1.ListDataLossRequest
+	64, // 84: tabula.v1.TableServer.Get:input_type -> tabula.v1.GetRequest
+	66, // 85: tabula.v1.TableServer.BatchGet:input_type -> tabula.v1.BatchGetRequest
+	68, // 86: tabula.v1.TableServer.MultiGet:input_type -> tabula.v1.MultiGetRequest
+	71, // 87: tabula.v1.TableServer.Put:input_type -> tabula.v1.PutRequest
+	73, // 88: tabula.v1.TableServer.Delete:input_type -> tabula.v1.DeleteRequest
+	75, // 89: tabula.v1.TableServer.CompareAndSwap:input_type -> tabula.v1.CompareAndSwapRequest
+	78, // 90: tabula.v1.TableServer.BatchWrite:input_type -> tabula.v1.BatchWriteRequest
+	80, // 91: tabula.v1.TableServer.Scan:input_type -> tabula.v1.ScanRequest
+	83, // 92: tabula.v1.TableServer.CopyReplica:input_type -> tabula.v1.CopyReplicaRequest
+	85, // 93: tabula.v1.TableServer.BulkUpload:input_type -> tabula.v1.BulkUploadRequest
+	86, // 94: tabula.v1.TableServer.BulkUploadStatus:input_type -> tabula.v1.BulkUploadStatusRequest
+	24, // 95: tabula.v1.TableServer.Invoke:input_type -> tabula.v1.InvokeRequest
+	26, // 96: tabula.v1.TableServer.CoprocMerge:input_type -> tabula.v1.CoprocMergeRequest
+	38, // 97: tabula.v1.Master.CreateTable:output_type -> tabula.v1.CreateTableResponse
+	40, // 98: tabula.v1.Master.DropTable:output_type -> tabula.v1.DropTableResponse
+	42, // 99: tabula.v1.Master.ListTables:output_type -> tabula.v1.ListTablesResponse
+	44, // 100: tabula.v1.Master.DescribeTable:output_type -> tabula.v1.DescribeTableResponse
+	46, // 101: tabula.v1.Master.GetPartitionMap:output_type -> tabula.v1.GetPartitionMapResponse
+	48, // 102: tabula.v1.Master.WatchPartitionMap:output_type -> tabula.v1.WatchPartitionMapResponse
+	50, // 103: tabula.v1.Master.RegisterServer:output_type -> tabula.v1.RegisterServerResponse
+	52, // 104: tabula.v1.Master.Heartbeat:output_type -> tabula.v1.HeartbeatResponse
+	89, // 105: tabula.v1.Master.PartitionLogFailed:output_type -> tabula.v1.PartitionLogFailedResponse
+	62, // 106: tabula.v1.Master.ListServers:output_type -> tabula.v1.ListServersResponse
+	54, // 107: tabula.v1.Master.BulkPublish:output_type -> tabula.v1.BulkPublishResponse
+	56, // 108: tabula.v1.Master.BulkStored:output_type -> tabula.v1.BulkStoredResponse
+	58, // 109: tabula.v1.Master.BulkStatus:output_type -> tabula.v1.BulkStatusResponse
+	60, // 110: tabula.v1.Master.BulkRollback:output_type -> tabula.v1.BulkRollbackResponse
+	36, // 111: tabula.v1.Master.Stream:output_type -> tabula.v1.StreamResponse
+	16, // 112: tabula.v1.Master.CoprocDeploy:output_type -> tabula.v1.CoprocDeployResponse
+	18, // 113: tabula.v1.Master.CoprocList:output_type -> tabula.v1.CoprocListResponse
+	20, // 114: tabula.v1.Master.CoprocRollback:output_type -> tabula.v1.CoprocRollbackResponse
+	22, // 115: tabula.v1.Master.CoprocFetch:output_type -> tabula.v1.CoprocFetchResponse
+	91, // 116: tabula.v1.Master.ForgetServer:output_type -> tabula.v1.ForgetServerResponse
+	94, // 117: tabula.v1.Master.ListDataLoss:output_type -> tabula.v1.ListDataLossResponse
+	65, // 118: tabula.v1.TableServer.Get:output_type -> tabula.v1.GetResponse
+	67, // 119: tabula.v1.TableServer.BatchGet:output_type -> tabula.v1.BatchGetResponse
+	69, // 120: tabula.v1.TableServer.MultiGet:output_type -> tabula.v1.MultiGetResponse
+	72, // 121: tabula.v1.TableServer.Put:output_type -> tabula.v1.PutResponse
+	74, // 122: tabula.v1.TableServer.Delete:output_type -> tabula.v1.DeleteResponse
+	76, // 123: tabula.v1.TableServer.CompareAndSwap:output_type -> tabula.v1.CompareAndSwapResponse
+	79, // 124: tabula.v1.TableServer.BatchWrite:output_type -> tabula.v1.BatchWriteResponse
+	82, // 125: tabula.v1.TableServer.Scan:output_type -> tabula.v1.ScanResponse
+	84, // 126: tabula.v1.TableServer.CopyReplica:output_type -> tabula.v1.CopyReplicaChunk
+	87, // 127: tabula.v1.TableServer.BulkUpload:output_type -> tabula.v1.BulkUploadResponse
+	87, // 128: tabula.v1.TableServer.BulkUploadStatus:output_type -> tabula.v1.BulkUploadResponse
+	25, // 129: tabula.v1.TableServer.Invoke:output_type -> tabula.v1.InvokeResponse
+	27, // 130: tabula.v1.TableServer.CoprocMerge:output_type -> tabula.v1.CoprocMergeResponse
+	97, // [97:131] is the sub-list for method output_type
+	63, // [63:97] is the sub-list for method input_type
+	63, // [63:63] is the sub-list for extension type_name
+	63, // [63:63] is the sub-list for extension extendee
+	0,  // [0:63] is the sub-list for field type_name
 }
 
 func init() { file_tabula_proto_init() }
@@ -6835,8 +7079,8 @@ func file_tabula_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tabula_proto_rawDesc), len(file_tabula_proto_rawDesc)),
-			NumEnums:      6,
-			NumMessages:   86,
+			NumEnums:      7,
+			NumMessages:   88,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -953,6 +953,7 @@ const (
 	TableServer_CompareAndSwap_FullMethodName   = "/tabula.v1.TableServer/CompareAndSwap"
 	TableServer_BatchWrite_FullMethodName       = "/tabula.v1.TableServer/BatchWrite"
 	TableServer_Scan_FullMethodName             = "/tabula.v1.TableServer/Scan"
+	TableServer_CopyReplica_FullMethodName      = "/tabula.v1.TableServer/CopyReplica"
 	TableServer_BulkUpload_FullMethodName       = "/tabula.v1.TableServer/BulkUpload"
 	TableServer_BulkUploadStatus_FullMethodName = "/tabula.v1.TableServer/BulkUploadStatus"
 	TableServer_Invoke_FullMethodName           = "/tabula.v1.TableServer/Invoke"
@@ -976,6 +977,14 @@ type TableServerClient interface {
 	BatchWrite(ctx context.Context, in *BatchWriteRequest, opts ...grpc.CallOption) (*BatchWriteResponse, error)
 	// Scan streams every live record of one partition, in chunks.
 	Scan(ctx context.Context, in *ScanRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ScanResponse], error)
+	// CopyReplica streams a snapshot of one replicated partition to a new
+	// replica of it: first the LSN the snapshot starts from, then every
+	// record (the platform's reserved ones included). The snapshot is read
+	// while writes go on, so it may hold some effects of later records;
+	// the new replica applies the log from that LSN on, and since records
+	// carry their outcomes (absolute values), applying one again is
+	// harmless: once it is caught up it holds exactly the partition's state.
+	CopyReplica(ctx context.Context, in *CopyReplicaRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[CopyReplicaChunk], error)
 	// BulkUpload receives one partition file of a bulk version, in order
 	// from any offset the server already holds (BulkUploadStatus), verifies
 	// it (whole-file CRC32C, then every section and record) and loads it
@@ -1086,9 +1095,28 @@ func (c *tableServerClient) Scan(ctx context.Context, in *ScanRequest, opts ...g
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type TableServer_ScanClient = grpc.ServerStreamingClient[ScanResponse]
 
+func (c *tableServerClient) CopyReplica(ctx context.Context, in *CopyReplicaRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[CopyReplicaChunk], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &TableServer_ServiceDesc.Streams[1], TableServer_CopyReplica_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[CopyReplicaRequest, CopyReplicaChunk]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type TableServer_CopyReplicaClient = grpc.ServerStreamingClient[CopyReplicaChunk]
+
 func (c *tableServerClient) BulkUpload(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[BulkUploadRequest, BulkUploadResponse], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &TableServer_ServiceDesc.Streams[1], TableServer_BulkUpload_FullMethodName, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &TableServer_ServiceDesc.Streams[2], TableServer_BulkUpload_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -1146,6 +1174,14 @@ type TableServerServer interface {
 	BatchWrite(context.Context, *BatchWriteRequest) (*BatchWriteResponse, error)
 	// Scan streams every live record of one partition, in chunks.
 	Scan(*ScanRequest, grpc.ServerStreamingServer[ScanResponse]) error
+	// CopyReplica streams a snapshot of one replicated partition to a new
+	// replica of it: first the LSN the snapshot starts from, then every
+	// record (the platform's reserved ones included). The snapshot is read
+	// while writes go on, so it may hold some effects of later records;
+	// the new replica applies the log from that LSN on, and since records
+	// carry their outcomes (absolute values), applying one again is
+	// harmless: once it is caught up it holds exactly the partition's state.
+	CopyReplica(*CopyReplicaRequest, grpc.ServerStreamingServer[CopyReplicaChunk]) error
 	// BulkUpload receives one partition file of a bulk version, in order
 	// from any offset the server already holds (BulkUploadStatus), verifies
 	// it (whole-file CRC32C, then every section and record) and loads it
@@ -1190,6 +1226,9 @@ func (UnimplementedTableServerServer) BatchWrite(context.Context, *BatchWriteReq
 }
 func (UnimplementedTableServerServer) Scan(*ScanRequest, grpc.ServerStreamingServer[ScanResponse]) error {
 	return status.Error(codes.Unimplemented, "method Scan not implemented")
+}
+func (UnimplementedTableServerServer) CopyReplica(*CopyReplicaRequest, grpc.ServerStreamingServer[CopyReplicaChunk]) error {
+	return status.Error(codes.Unimplemented, "method CopyReplica not implemented")
 }
 func (UnimplementedTableServerServer) BulkUpload(grpc.ClientStreamingServer[BulkUploadRequest, BulkUploadResponse]) error {
 	return status.Error(codes.Unimplemented, "method BulkUpload not implemented")
@@ -1361,6 +1400,17 @@ func _TableServer_Scan_Handler(srv interface{}, stream grpc.ServerStream) error 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type TableServer_ScanServer = grpc.ServerStreamingServer[ScanResponse]
 
+func _TableServer_CopyReplica_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(CopyReplicaRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(TableServerServer).CopyReplica(m, &grpc.GenericServerStream[CopyReplicaRequest, CopyReplicaChunk]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type TableServer_CopyReplicaServer = grpc.ServerStreamingServer[CopyReplicaChunk]
+
 func _TableServer_BulkUpload_Handler(srv interface{}, stream grpc.ServerStream) error {
 	return srv.(TableServerServer).BulkUpload(&grpc.GenericServerStream[BulkUploadRequest, BulkUploadResponse]{ServerStream: stream})
 }
@@ -1474,6 +1524,11 @@ var TableServer_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "Scan",
 			Handler:       _TableServer_Scan_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "CopyReplica",
+			Handler:       _TableServer_CopyReplica_Handler,
 			ServerStreams: true,
 		},
 		{

@@ -212,7 +212,7 @@ func (s *Server) openReplica(t *api.Table, p *api.Partition) (*replica, error) {
 	r.writer, _ = e.(engines.Writer)
 	r.batch, _ = e.(engines.BatchGetter)
 	if lg := p.GetLog(); lg != nil {
-		l, err := newLogReplica(s, p.GetId(), lg.GetStream(), e)
+		l, err := newLogReplica(s, t, p.GetId(), lg.GetStream(), e)
 		if err != nil {
 			return nil, errors.Join(err, e.Close())
 		}
@@ -230,12 +230,17 @@ func (h *hosting) status(serverID string) []*api.ReplicaStatus {
 	for pid, r := range h.replicas {
 		st := r.engine.Stats()
 		role := api.ReplicaRole_REPLICA_ROLE_PRIMARY
-		var applied, commit uint64
+		var applied, commit, copied, total uint64
+		var state api.ReplicaState
 		if r.log != nil {
 			role = roleOf(r.part, serverID)
 			applied, commit = r.log.positions()
+			state, copied, total = r.log.progress()
 		}
 		out = append(out, &api.ReplicaStatus{
+			State:          state,
+			CopiedBytes:    copied,
+			CopyTotalBytes: total,
 			AppliedLsn:   applied,
 			CommitLsn:    commit,
 			PartitionId:  pid,

@@ -33,6 +33,8 @@ import (
 type logReplica struct {
 	s      *Server
 	pid    uint64
+	tenant string
+	table  string
 	stream string
 	engine engines.Engine
 	writer engines.Writer
@@ -63,6 +65,14 @@ type logReplica struct {
 	tailExtent uint64
 	tailOff    int64
 	fatal      error
+	// needCopy: a replica that has applied nothing copies a snapshot
+	// before it tails the log as a secondary (copy.go); copied and
+	// copyTotal are its progress in bytes.
+	needCopy          bool
+	copied, copyTotal uint64
+	// synced: as a secondary, the tailer reached the commit point of the
+	// open extent since it last became one.
+	synced bool
 }
 
 // roleWant is what the map says this replica is.
@@ -70,6 +80,7 @@ type roleWant struct {
 	role   partition.Role
 	epoch  uint64
 	extent uint64
+	source string // the primary's address, when another server's
 }
 
 type lsnEnd struct {
@@ -113,7 +124,7 @@ const maxWriteWait = 30 * time.Second
 // maxRecordBytes bounds one log record: one append of the stream layer.
 const maxRecordBytes = stream.MaxAppendBytes - 1<<20
 
-func newLogReplica(s *Server, pid uint64, streamName string, e engines.Engine) (*logReplica, error) {
+func newLogReplica(s *Server, t *api.Table, pid uint64, streamName string, e engines.Engine) (*logReplica, error) {
 	w, _ := e.(engines.Writer)
 	if w == nil {
 		return nil, fmt.Errorf("partition %d: engine %T takes no writes; it cannot apply a log", pid, e)
@@ -123,7 +134,8 @@ func newLogReplica(s *Server, pid uint64, streamName string, e engines.Engine) (
 		return nil, fmt.Errorf("partition %d: read the applied LSN: %w", pid, err)
 	}
 	l := &logReplica{
-		s: s, pid: pid, stream: streamName, engine: e, writer: w,
+		s: s, pid: pid, tenant: t.GetTenant(), table: t.GetName(), stream: streamName, engine: e, writer: w,
+		needCopy: applied == 0,
 		log:     s.log.With("partition", pid),
 		kick:    make(chan struct{}, 1),
 		tick:    make(chan struct{}, 1),
@@ -176,6 +188,9 @@ func (l *logReplica) update(p *api.Partition, serverID string) {
 			w.role = partition.RoleSecondary
 		}
 	}
+	if p := primaryOf(p); p != nil && p.GetServerId() != serverID {
+		w.source = p.GetAddr()
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if w == l.want {
@@ -193,6 +208,7 @@ func (l *logReplica) update(p *api.Partition, serverID string) {
 			l.appended = nil
 			l.resealing = false
 			l.caughtUp = false
+			l.synced = false
 		}
 		l.extent = w.extent
 	case w.role == partition.RolePrimary && l.core.Role() == partition.RolePrimary && l.caughtUp && w.epoch == l.core.Epoch():
@@ -658,8 +674,8 @@ func (p *logCoprocPartition) Commit(ctx context.Context, reads []coproc.Read, ba
 
 // readState is the applied LSN and whether the replica serves as primary
 // (caught up on the log it inherited).
-func (l *logReplica) readState() (applied uint64, serving bool) {
+func (l *logReplica) readState() (applied uint64, serving, copying bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.core.Applied(), l.caughtUp && l.want.role == partition.RolePrimary && l.fatal == nil
+	return l.core.Applied(), l.caughtUp && l.want.role == partition.RolePrimary && l.fatal == nil, l.needCopy && l.want.role == partition.RoleSecondary
 }

@@ -48,7 +48,23 @@ func (l *logReplica) tailOnce() error {
 	l.mu.Lock()
 	want, caught := l.want, l.caughtUp
 	l.mu.Unlock()
+	l.mu.Lock()
+	copying := l.needCopy
+	l.mu.Unlock()
 	switch {
+	case want.role == partition.RoleSecondary && copying:
+		return l.copyIn(want)
+	case want.role == partition.RolePrimary && copying:
+		// Promoted before it copied anything (a new partition's first
+		// primary, or its copy cut short): it replays the log from the
+		// start, over an empty engine.
+		if err := l.empty(); err != nil {
+			return fmt.Errorf("empty the replica: %w", err)
+		}
+		l.mu.Lock()
+		l.needCopy = false
+		l.mu.Unlock()
+		return l.catchUp(want)
 	case want.role == partition.RoleSecondary && want.extent == 0 && l.tailExtent == 0:
 		return nil // the master has not allocated the log yet
 	case want.role == partition.RoleSecondary:
@@ -140,8 +156,11 @@ func (l *logReplica) follow() error {
 				if err := l.readLocal(local, ext, off, end); err != nil {
 					return err
 				}
+			}
+			if end >= off {
 				l.mu.Lock()
 				l.tailOff = end
+				l.synced = true // at the commit point of the open extent
 				l.mu.Unlock()
 			}
 			if !local.Info().Sealed {

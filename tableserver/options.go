@@ -46,6 +46,11 @@ type Options struct {
 	// passes re-verifying every block of every extent replica. Default 10
 	// minutes; negative turns the scrubber off.
 	ScrubInterval time.Duration
+	// RepairBandwidth bounds the bytes per second this server copies into
+	// new replicas of its partitions, every copy together, so foreground
+	// requests keep their latency. Default DefaultRepairBandwidth;
+	// negative: unlimited.
+	RepairBandwidth int64
 	// Logger receives the server's events. Default slog.Default().
 	Logger *slog.Logger
 	// OnMapApplied, when set, is called (on the map-watch goroutine) after
@@ -76,6 +81,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.MaxInFlight == 0 {
 		o.MaxInFlight = 4096
+	}
+	if o.RepairBandwidth == 0 {
+		o.RepairBandwidth = DefaultRepairBandwidth
 	}
 	if o.BusyRetryAfter == 0 {
 		o.BusyRetryAfter = 10 * time.Millisecond

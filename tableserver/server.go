@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/time/rate"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
@@ -52,6 +53,8 @@ type Server struct {
 	// fetchKick asks the bulk fetcher for a round.
 	streams   *stream.Client
 	fetchKick chan struct{}
+	// repair throttles copies into new replicas (Options.RepairBandwidth).
+	repair *rate.Limiter
 
 	masters []*grpc.ClientConn
 	// masterIdx is the master tried first; moves on UNAVAILABLE.
@@ -105,6 +108,7 @@ func Open(opts Options) (*Server, error) {
 		registered: make(chan struct{}),
 		lock:       lock,
 		fetchKick:  make(chan struct{}, 1),
+		repair:     newRepairLimiter(opts.RepairBandwidth),
 	}
 	s.serverID.Store(&id)
 	s.hosting.Store(&hosting{replicas: map[uint64]*replica{}, failed: map[uint64]error{}, parts: map[uint64]*api.Partition{}, tables: map[string]*api.PartitionMap{}})

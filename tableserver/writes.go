@@ -123,7 +123,7 @@ func readable(r *replica, h *hosting, hdr *api.RequestHeader, serverID string) (
 	if r.log == nil {
 		return 0, nil
 	}
-	applied, serving := r.log.readState()
+	applied, serving, copying := r.log.readState()
 	if !hdr.GetReadAny() && (roleOf(r.part, serverID) != api.ReplicaRole_REPLICA_ROLE_PRIMARY || !serving) {
 		if roleOf(r.part, serverID) == api.ReplicaRole_REPLICA_ROLE_PRIMARY {
 			return 0, api.Errorf(api.ErrorCode_ERROR_CODE_UNAVAILABLE, "log_reconfiguring", "partition %d: its new primary is still applying the log; retry shortly", r.part.GetId())
@@ -131,6 +131,9 @@ func readable(r *replica, h *hosting, hdr *api.RequestHeader, serverID string) (
 		return 0, api.Status(&api.ErrorDetail{
 			Code: api.ErrorCode_ERROR_CODE_NOT_OWNER, Reason: "not_primary", Partition: r.part, MapVersion: h.version,
 		}, "partition "+u64(r.part.GetId())+" is served by its primary; this server holds a secondary (read_any reads it)")
+	}
+	if copying {
+		return 0, api.Errorf(api.ErrorCode_ERROR_CODE_UNAVAILABLE, "replica_copying", "partition %d on %s is a new replica still copying its data; read another replica", r.part.GetId(), serverID)
 	}
 	if min := hdr.GetMinLsn(); applied < min {
 		return 0, api.Errorf(api.ErrorCode_ERROR_CODE_UNAVAILABLE, "behind_min_lsn", "partition %d on %s has applied LSN %d, the read asks for %d", r.part.GetId(), serverID, applied, min)

@@ -61,6 +61,7 @@ func serverCmd(g *globals) *cobra.Command {
 	f.StringVar(&opts.FaultDomain, "fault-domain", "", "failure group (rack, host) for replica spreading: no two replicas of a partition share one (default: a domain of this server's own, server:<id>)")
 	f.IntVar(&opts.MaxInFlight, "max-in-flight", 4096, "requests in flight before SERVER_BUSY")
 	f.StringVar(&opts.CoprocCacheDir, "coproc-cache", "", "directory keeping coprocessors' compiled machine code across restarts; servers may share one (default: <data>/coproc-cache)")
+	f.Int64Var(&opts.RepairBandwidth, "repair-bandwidth", tableserver.DefaultRepairBandwidth, "bytes per second this server copies into new replicas, all copies together (negative: unlimited)")
 	f.DurationVar(&opts.ScrubInterval, "scrub-interval", 10*time.Minute, "pause between the extent scrubber's passes over every block (negative: off)")
 	_ = cmd.MarkFlagRequired("data")
 	cmd.AddCommand(serverForgetCmd(g))

@@ -145,7 +145,7 @@ func tableDescribeCmd(g *globals) *cobra.Command {
 				}
 			}
 			w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(w, "#\tID\tHASH RANGE\tEPOCH\tPRIMARY\tADDR\tLSN\tSECONDARIES (applied LSN)\tKEYS\tBYTES")
+			fmt.Fprintln(w, "#\tID\tHASH RANGE\tEPOCH\tPRIMARY\tADDR\tLSN\tSECONDARIES (applied LSN, or state)\tKEYS\tBYTES")
 			parts := d.GetMap().GetPartitions()
 			sort.Slice(parts, func(i, j int) bool { return parts[i].GetIndex() < parts[j].GetIndex() })
 			var keys, bytes, live, garbage, segments, hits, misses uint64
@@ -179,7 +179,7 @@ func tableDescribeCmd(g *globals) *cobra.Command {
 					case rs == nil:
 						s += " (no report)"
 					default:
-						s += fmt.Sprintf(" %d", rs.GetAppliedLsn())
+						s += " " + replicaProgress(rs)
 					}
 					secs = append(secs, s)
 				}
@@ -243,4 +243,38 @@ func tableDropCmd(g *globals) *cobra.Command {
 			return nil
 		},
 	}
+}
+
+// replicaProgress is a secondary's applied LSN, or where it is in joining
+// its partition: copying (with bytes copied of the source's estimate) or
+// catching up (applied LSN and how far it is behind the commit point).
+func replicaProgress(rs *api.ReplicaStatus) string {
+	switch rs.GetState() {
+	case api.ReplicaState_REPLICA_STATE_COPYING:
+		s := fmt.Sprintf("copying %s", humanBytes(rs.GetCopiedBytes()))
+		if t := rs.GetCopyTotalBytes(); t > 0 {
+			s += fmt.Sprintf(" of ~%s (%d%%)", humanBytes(t), min(100, rs.GetCopiedBytes()*100/t))
+		}
+		return "(" + s + ")"
+	case api.ReplicaState_REPLICA_STATE_CATCHING_UP:
+		lag := uint64(0)
+		if rs.GetCommitLsn() > rs.GetAppliedLsn() {
+			lag = rs.GetCommitLsn() - rs.GetAppliedLsn()
+		}
+		return fmt.Sprintf("%d (catching up, %d behind)", rs.GetAppliedLsn(), lag)
+	}
+	return fmt.Sprint(rs.GetAppliedLsn())
+}
+
+// humanBytes is n in B, KiB, MiB or GiB.
+func humanBytes(n uint64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%d B", n)
 }
