@@ -136,12 +136,12 @@ func newLogReplica(s *Server, t *api.Table, pid uint64, streamName string, e eng
 	l := &logReplica{
 		s: s, pid: pid, tenant: t.GetTenant(), table: t.GetName(), stream: streamName, engine: e, writer: w,
 		needCopy: applied == 0,
-		log:     s.log.With("partition", pid),
-		kick:    make(chan struct{}, 1),
-		tick:    make(chan struct{}, 1),
-		core:    partition.New(partition.Config{}, applied),
-		overlay: map[string]overlayEntry{},
-		waiters: map[uint64]chan writeResult{},
+		log:      s.log.With("partition", pid),
+		kick:     make(chan struct{}, 1),
+		tick:     make(chan struct{}, 1),
+		core:     partition.New(partition.Config{}, applied),
+		overlay:  map[string]overlayEntry{},
+		waiters:  map[uint64]chan writeResult{},
 	}
 	l.ctx, l.stop = context.WithCancel(s.ctx)
 	l.wg.Add(2)
