@@ -71,8 +71,11 @@ type Master struct {
 
 var _ api.MasterServer = (*Master)(nil)
 
-// view is one published State and the channel closed when a newer one
-// replaces it: watchers wait on it.
+// view is one published State and the channel closed when a State with a
+// newer map version replaces it: map watchers wait on it. A State that
+// changes only the stream manager (extent seals, node disk usage and
+// inventories, every few seconds per node) keeps the map version and the
+// channel, so it wakes no watcher.
 type view struct {
 	state   *State
 	changed chan struct{}
@@ -251,9 +254,15 @@ func (m *Master) propose(cmd Command, check func(*State) bool, after func(Result
 	return res, next, nil
 }
 
-// publishLocked makes next the current state and wakes the watchers.
+// publishLocked makes next the current state and, if its map version
+// moved, wakes the map watchers.
 func (m *Master) publishLocked(next *State) {
-	old := m.view.Swap(&view{state: next, changed: make(chan struct{})})
+	old := m.view.Load()
+	if next.Version == old.state.Version {
+		m.view.Store(&view{state: next, changed: old.changed})
+		return
+	}
+	m.view.Store(&view{state: next, changed: make(chan struct{})})
 	close(old.changed)
 }
 
