@@ -220,7 +220,8 @@ func (m *Master) propose(cmd Command, check func(*State) bool, after func(Result
 		return Result{}, cur, nil
 	}
 	next := cur.Clone()
-	res, err := next.Apply(cmd)
+	// Validated once, here; logged as resolved, applied as logged on replay.
+	res, cmd, err := next.ApplyChecked(cmd)
 	if err != nil {
 		return Result{}, cur, err
 	}

@@ -125,7 +125,8 @@ func replayLog(data []byte, st *State, seq uint64, logger *slog.Logger) (records
 		if e.Seq != seq+1 {
 			return 0, 0, 0, fmt.Errorf("%w: record %d has seq %d, want %d", ErrCorrupt, i, e.Seq, seq+1)
 		}
-		if _, err := st.Apply(e.Cmd); err != nil {
+		// As logged: validated when it was proposed, never again.
+		if _, err := st.ApplyLogged(e.Cmd); err != nil {
 			return 0, 0, 0, fmt.Errorf("%w: command seq %d (%s) does not apply: %v", ErrCorrupt, e.Seq, e.Cmd.Op, err)
 		}
 		seq = e.Seq
