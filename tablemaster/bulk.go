@@ -97,7 +97,7 @@ const bulkStreamReplicas = 3
 // live extent nodes in distinct fault domains.
 func (s *State) streamsPlaceable() bool {
 	fds := map[string]bool{}
-	for _, n := range s.streams().Nodes() {
+	for _, n := range s.StreamManager().Nodes() {
 		if n.Alive {
 			fds[n.FaultDomain] = true
 		}
@@ -162,7 +162,7 @@ func (s *State) dropBulkStreams(t *Table, version uint64) {
 }
 
 func (s *State) dropStream(name string) {
-	if _, _, err := s.streams().Stream(name); err != nil {
+	if _, _, err := s.StreamManager().Stream(name); err != nil {
 		return
 	}
 	if _, err := s.streams().Apply(stream.Command{Op: stream.OpDeleteStream, Stream: name}); err != nil && !errors.Is(err, stream.ErrStreamNotFound) {
@@ -296,7 +296,8 @@ func (s *State) bulkTable(cmd Command, chk bool) (*Table, error) {
 		return nil, errCode(ErrInvalidArgument, api.ErrorCode_ERROR_CODE_WRONG_KIND, "not_bulk",
 			"table %s/%s is a %s table; versions are published to bulk tables", t.Tenant, t.Name, api.KindName(t.Kind))
 	}
-	return t, nil
+	// Bulk commands modify the table (a no-op's copy is dropped).
+	return s.mutTable(t), nil
 }
 
 func (s *State) bulkPublish(cmd Command, chk bool) (Result, error) {
@@ -587,7 +588,7 @@ func BulkFilesFromProto(fs []*api.BulkFile) []BulkFile {
 // checkBulkStream checks, at proposal, that a bulk file's stream exists and
 // is sealed to a non-zero length.
 func (s *State) checkBulkStream(name string) error {
-	_, exts, err := s.streams().Stream(name)
+	_, exts, err := s.StreamManager().Stream(name)
 	if err != nil {
 		return errInvalid("stream", "stream_missing", 0, "stream %q: %v; write the file into it first", name, err)
 	}

@@ -113,7 +113,12 @@ func (s *State) coprocTable(cmd Command, chk bool) (*Table, error) {
 	if err := checkName(chk, "name", cmd.Name); err != nil {
 		return nil, err
 	}
-	return s.Table(cmd.Tenant, cmd.Table)
+	t, err := s.Table(cmd.Tenant, cmd.Table)
+	if err != nil {
+		return nil, err
+	}
+	// Coprocessor commands modify the table (a no-op's copy is dropped).
+	return s.mutTable(t), nil
 }
 
 func (s *State) coprocDeploy(cmd Command, chk bool) (Result, error) {

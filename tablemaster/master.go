@@ -235,9 +235,7 @@ func (m *Master) propose(cmd Command, check func(*State) bool, after func(Result
 	if check != nil && !check(cur) {
 		return Result{}, cur, nil
 	}
-	next := cur.Clone()
-	// Validated once, here; logged as resolved, applied as logged on replay.
-	res, cmd, err := next.ApplyChecked(cmd)
+	next, res, cmd, err := successor(cur, cmd)
 	if err != nil {
 		return Result{}, cur, err
 	}
@@ -414,4 +412,14 @@ func (m *Master) lastHeard(id string) time.Time {
 		return l.lastHeard
 	}
 	return time.Time{}
+}
+
+// successor applies cmd, validated (it is proposed), to a copy of the
+// published state cur, leaving cur as it was. It returns the new state, the
+// result and the command to log.
+func successor(cur *State, cmd Command) (*State, Result, Command, error) {
+	next := cur.successor() // copy on write: see cow.go
+	res, cmd, err := next.ApplyChecked(cmd)
+	next.seal()
+	return next, res, cmd, err
 }

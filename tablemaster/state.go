@@ -275,6 +275,13 @@ type State struct {
 	// Streams is the stream manager (see streams.go); nil in states from
 	// before it existed until the first stream command.
 	Streams *StreamState `json:"streams,omitempty"`
+
+	// cow is set while the State is a successor being built (cow.go);
+	// nil on a published State and on one its user owns whole.
+	cow *cow
+	// primaries caches primaryCounts while one command places replicas;
+	// nil between commands.
+	primaries map[string]int
 }
 
 // NewState returns the empty state: no tenants, ids starting at 1.
@@ -292,9 +299,11 @@ func NewState() *State {
 
 func tableKey(tenant, name string) string { return tenant + "/" + name }
 
-// Clone returns a deep copy of s.
+// Clone returns a deep copy of s, owned whole by the caller. (The Master
+// copies on write instead: see cow.go.)
 func (s *State) Clone() *State {
 	c := *s
+	c.cow, c.primaries = nil, nil
 	c.Tenants = make(map[string]*Tenant, len(s.Tenants))
 	for k, v := range s.Tenants {
 		t := *v
@@ -302,18 +311,7 @@ func (s *State) Clone() *State {
 	}
 	c.Tables = make(map[string]*Table, len(s.Tables))
 	for k, v := range s.Tables {
-		t := *v
-		t.Partitions = slices.Clone(v.Partitions)
-		t.Bulk = v.Bulk.clone()
-		t.Coprocs = cloneCoprocs(v.Coprocs)
-		for i := range t.Partitions {
-			t.Partitions[i].Replicas = slices.Clone(t.Partitions[i].Replicas)
-			if l := t.Partitions[i].Log; l != nil {
-				c := *l
-				t.Partitions[i].Log = &c
-			}
-		}
-		c.Tables[k] = &t
+		c.Tables[k] = cloneTable(v)
 	}
 	c.Servers = make(map[string]*Server, len(s.Servers))
 	for k, v := range s.Servers {
@@ -422,6 +420,7 @@ func (s *State) apply(cmd *Command, chk bool) (Result, error) {
 		res Result
 		err error
 	)
+	defer func() { s.primaries = nil }()
 	switch cmd.Op {
 	case OpCreateTenant:
 		res, err = s.createTenant(*cmd, chk)
@@ -480,7 +479,7 @@ func (s *State) createTenant(cmd Command, chk bool) (Result, error) {
 	if _, ok := s.Tenants[cmd.Tenant]; ok {
 		return Result{}, errCode(ErrTenantExists, api.ErrorCode_ERROR_CODE_ALREADY_EXISTS, "tenant_exists", "tenant %q already exists", cmd.Tenant)
 	}
-	s.Tenants[cmd.Tenant] = &Tenant{Name: cmd.Tenant, CreatedUnixMs: cmd.UnixMs}
+	s.tenantsW()[cmd.Tenant] = &Tenant{Name: cmd.Tenant, CreatedUnixMs: cmd.UnixMs}
 	return Result{Changed: true}, nil
 }
 
@@ -768,7 +767,8 @@ func (s *State) createTable(cmd *Command, chk bool) (Result, error) {
 	}
 	s.NextTableID++
 	s.NextPartitionID += uint64(n)
-	s.Tables[key] = t
+	s.tablesW()[key] = t
+	s.ownNewTable(t)
 	cands := s.candidates()
 	var moved []uint64
 	for i := range t.Partitions {
@@ -796,7 +796,7 @@ func (s *State) dropTable(cmd Command, chk bool) (Result, error) {
 		}
 	}
 	s.dropLogStreams(t)
-	delete(s.Tables, tableKey(cmd.Tenant, cmd.Table))
+	delete(s.tablesW(), tableKey(cmd.Tenant, cmd.Table))
 	return Result{Changed: true}, nil
 }
 
@@ -884,16 +884,23 @@ func (s *State) registerServer(cmd Command, chk bool) (Result, error) {
 	srv, ok = s.Servers[id]
 	switch {
 	case !ok:
-		s.Servers[id] = &Server{ID: id, Addr: cmd.Addr, FaultDomain: fd, Alive: true, Incarnation: cmd.Incarnation}
+		srv = &Server{ID: id, Addr: cmd.Addr, FaultDomain: fd, Alive: true, Incarnation: cmd.Incarnation}
+		s.serversW()[id] = srv
+		s.ownNewServer(srv)
 		changed = true
 	case !srv.Alive || srv.Draining || srv.Addr != cmd.Addr || srv.FaultDomain != fd || srv.Incarnation != cmd.Incarnation:
 		// A returning server (or a new process of a dead or drained one,
 		// or a server from before incarnations that now sends one). Its
 		// old partitions were moved when it died; the ones it still holds
 		// (durable single copies, or it drained) get its new address.
+		srv = s.mutServer(id)
 		srv.Alive, srv.Draining, srv.Addr, srv.FaultDomain, srv.DownSinceMs = true, false, cmd.Addr, fd, 0
 		srv.Incarnation = cmd.Incarnation
 		for _, t := range s.Tables {
+			if !t.staleAddr(id, cmd.Addr, fd) {
+				continue
+			}
+			t = s.mutTable(t)
 			for i := range t.Partitions {
 				for j := range t.Partitions[i].Replicas {
 					if r := &t.Partitions[i].Replicas[j]; r.ServerID == id {
@@ -927,9 +934,11 @@ func (s *State) serverDown(cmd Command, chk bool) (Result, error) {
 			return Result{}, errInvalid("force", "server_alive", 0, "server %s is alive: only a dead server's partitions can be forced off it", cmd.ServerID)
 		}
 	case cmd.Draining && srv.Alive && !srv.Draining:
+		srv = s.mutServer(cmd.ServerID)
 		srv.Draining = true
 		changed = true
 	case !cmd.Draining && srv.Alive:
+		srv = s.mutServer(cmd.ServerID)
 		srv.Alive, srv.Draining, srv.DownSinceMs = false, false, cmd.UnixMs
 		changed = true
 		s.streamNodeEvent(stream.Command{Op: stream.OpNodeDown, Node: cmd.ServerID})
@@ -956,6 +965,8 @@ func (s *State) serverDown(cmd Command, chk bool) (Result, error) {
 				held = append(held, p.ID)
 				continue
 			}
+			t = s.mutTable(t)
+			p = &t.Partitions[i]
 			s.dropReplica(t, i, k, cmd.Promote[p.ID], cands)
 			moved = append(moved, p.ID)
 		}
@@ -968,6 +979,9 @@ func (s *State) serverDown(cmd Command, chk bool) (Result, error) {
 func (s *State) dropReplica(t *Table, i, k int, promote string, cands []Candidate) {
 	p := &t.Partitions[i]
 	wasPrimary := p.Replicas[k].Role == api.ReplicaRole_REPLICA_ROLE_PRIMARY
+	if wasPrimary && s.primaries != nil {
+		s.primaries[p.Replicas[k].ServerID]--
+	}
 	p.Replicas = slices.Delete(p.Replicas, k, k+1)
 	p.resetLog() // the next extent goes to the remaining replicas
 	epoch := p.Epoch
@@ -977,6 +991,9 @@ func (s *State) dropReplica(t *Table, i, k int, promote string, cands []Candidat
 		j := max(0, slices.IndexFunc(p.Replicas, func(r Replica) bool { return r.ServerID == promote }))
 		p.Replicas[j].Role = api.ReplicaRole_REPLICA_ROLE_PRIMARY
 		p.Replicas[0], p.Replicas[j] = p.Replicas[j], p.Replicas[0]
+		if s.primaries != nil {
+			s.primaries[p.Replicas[0].ServerID]++
+		}
 	}
 	s.fill(t, i, cands) // bumps the epoch if it picks a new primary
 	if wasPrimary && p.Epoch == epoch {
@@ -1038,10 +1055,11 @@ func (s *State) forgetServer(cmd Command, chk bool) (Result, error) {
 			cmd.ServerID, len(lost), names)
 	}
 	// Validation is over: mutate.
-	delete(s.Servers, cmd.ServerID)
+	delete(s.serversW(), cmd.ServerID)
 	cands := s.candidates()
 	res := Result{Changed: true}
 	for _, h := range hits {
+		h.t = s.mutTable(h.t)
 		p := &h.t.Partitions[h.i]
 		if h.t.onlyCopy(h.i) {
 			p.DataLost = &DataLoss{UnixMs: cmd.UnixMs, ServerID: cmd.ServerID, Epoch: p.Epoch}
@@ -1088,7 +1106,14 @@ func (s *State) placeShort(cands []Candidate) []uint64 {
 	var moved []uint64
 	for _, t := range s.tablesByID() {
 		for i := range t.Partitions {
-			if len(t.Partitions[i].Replicas) < int(t.Options.Replication) && s.fill(t, i, cands) {
+			if len(t.Partitions[i].Replicas) >= int(t.Options.Replication) {
+				continue
+			}
+			if Place(cands, serversOf(&t.Partitions[i]), int(t.Options.Replication)-len(t.Partitions[i].Replicas)) == nil {
+				continue // nowhere to put it: copy nothing
+			}
+			t = s.mutTable(t)
+			if s.fill(t, i, cands) {
 				moved = append(moved, t.Partitions[i].ID)
 			}
 		}
@@ -1117,7 +1142,10 @@ func (s *State) fill(t *Table, i int, cands []Candidate) bool {
 		// reads: it goes to the pick holding the fewest primaries, so a
 		// table's primaries spread over its servers (ties: placement's
 		// order).
-		n := s.primaryCounts()
+		if s.primaries == nil {
+			s.primaries = s.primaryCounts()
+		}
+		n := s.primaries
 		best := 0
 		for k, id := range picks {
 			if n[id] < n[picks[best]] {
@@ -1132,6 +1160,9 @@ func (s *State) fill(t *Table, i int, cands []Candidate) bool {
 		if !hasPrimary {
 			role, hasPrimary = api.ReplicaRole_REPLICA_ROLE_PRIMARY, true
 			p.Epoch++
+			if s.primaries != nil {
+				s.primaries[id]++
+			}
 		}
 		p.Replicas = append(p.Replicas, Replica{ServerID: id, Addr: srv.Addr, Role: role, FaultDomain: srv.FaultDomain})
 		for k := range cands {
