@@ -97,7 +97,7 @@ const bulkStreamReplicas = 3
 // live extent nodes in distinct fault domains.
 func (s *State) streamsPlaceable() bool {
 	fds := map[string]bool{}
-	for _, n := range s.streams().Nodes() {
+	for _, n := range s.StreamManager().Nodes() {
 		if n.Alive {
 			fds[n.FaultDomain] = true
 		}
@@ -162,7 +162,7 @@ func (s *State) dropBulkStreams(t *Table, version uint64) {
 }
 
 func (s *State) dropStream(name string) {
-	if _, _, err := s.streams().Stream(name); err != nil {
+	if _, _, err := s.StreamManager().Stream(name); err != nil {
 		return
 	}
 	if _, err := s.streams().Apply(stream.Command{Op: stream.OpDeleteStream, Stream: name}); err != nil && !errors.Is(err, stream.ErrStreamNotFound) {
@@ -281,11 +281,11 @@ func (t *Table) BulkRetained() []uint64 {
 }
 
 // bulkTable finds a bulk table for a bulk command.
-func (s *State) bulkTable(cmd Command) (*Table, error) {
-	if err := errValidateName("tenant", cmd.Tenant); err != nil {
+func (s *State) bulkTable(cmd Command, chk bool) (*Table, error) {
+	if err := checkName(chk, "tenant", cmd.Tenant); err != nil {
 		return nil, err
 	}
-	if err := errValidateName("table", cmd.Table); err != nil {
+	if err := checkName(chk, "table", cmd.Table); err != nil {
 		return nil, err
 	}
 	t, err := s.Table(cmd.Tenant, cmd.Table)
@@ -296,16 +296,17 @@ func (s *State) bulkTable(cmd Command) (*Table, error) {
 		return nil, errCode(ErrInvalidArgument, api.ErrorCode_ERROR_CODE_WRONG_KIND, "not_bulk",
 			"table %s/%s is a %s table; versions are published to bulk tables", t.Tenant, t.Name, api.KindName(t.Kind))
 	}
-	return t, nil
+	// Bulk commands modify the table (a no-op's copy is dropped).
+	return s.mutTable(t), nil
 }
 
-func (s *State) bulkPublish(cmd Command) (Result, error) {
-	t, err := s.bulkTable(cmd)
+func (s *State) bulkPublish(cmd Command, chk bool) (Result, error) {
+	t, err := s.bulkTable(cmd, chk)
 	if err != nil {
 		return Result{}, err
 	}
 	b := t.Bulk
-	if cmd.Version == 0 {
+	if chk && cmd.Version == 0 {
 		return Result{}, errInvalid("version", "version_zero", 0, "version must be 1 or more (build with --version N, or with --table to take the next one)")
 	}
 	if len(cmd.Files) != len(t.Partitions) {
@@ -313,7 +314,7 @@ func (s *State) bulkPublish(cmd Command) (Result, error) {
 			"%d files for a table of %d partitions (build with --table %s, or --partitions %d)", len(cmd.Files), len(t.Partitions), t.Name, len(t.Partitions))
 	}
 	for i, f := range cmd.Files {
-		if f.Size == 0 || f.Size > MaxBulkFileBytes {
+		if chk && (f.Size == 0 || f.Size > MaxBulkFileBytes) {
 			return Result{}, errInvalid(fmt.Sprintf("files[%d].size", i), "file_size", MaxBulkFileBytes, "partition %d's file size %d is not in 1..%d", i, f.Size, uint64(MaxBulkFileBytes))
 		}
 	}
@@ -370,8 +371,8 @@ func (t *Table) readyVersions() []uint64 {
 	return out
 }
 
-func (s *State) bulkLoadedCmd(cmd Command) (Result, error) {
-	t, err := s.bulkTable(cmd)
+func (s *State) bulkLoadedCmd(cmd Command, chk bool) (Result, error) {
+	t, err := s.bulkTable(cmd, chk)
 	if err != nil {
 		return Result{}, err
 	}
@@ -425,8 +426,8 @@ func (s *State) bulkMaybeSwitch(t *Table, v *BulkVersion, unixMs int64) {
 // bulkStoredCmd records that partition cmd.PartitionID (its index) of
 // cmd.Version is stored in stream cmd.Stream, which must be the version's
 // stream for it, exist, and be sealed to the end.
-func (s *State) bulkStoredCmd(cmd Command) (Result, error) {
-	t, err := s.bulkTable(cmd)
+func (s *State) bulkStoredCmd(cmd Command, chk bool) (Result, error) {
+	t, err := s.bulkTable(cmd, chk)
 	if err != nil {
 		return Result{}, err
 	}
@@ -447,19 +448,10 @@ func (s *State) bulkStoredCmd(cmd Command) (Result, error) {
 	if cmd.Stream != want {
 		return Result{}, errInvalid("stream", "stream_name", 0, "partition %d of version %d is stored in stream %q, not %q", pi, cmd.Version, want, cmd.Stream)
 	}
-	_, exts, err := s.streams().Stream(cmd.Stream)
-	if err != nil {
-		return Result{}, errInvalid("stream", "stream_missing", 0, "stream %q: %v; write the file into it first", cmd.Stream, err)
-	}
-	var n int64
-	for _, e := range exts {
-		if !e.Sealed {
-			return Result{}, errInvalid("stream", "stream_not_sealed", 0, "stream %q has an open extent %d; it is sealed before it is recorded", cmd.Stream, e.ID)
+	if chk {
+		if err := s.checkBulkStream(cmd.Stream); err != nil {
+			return Result{}, err
 		}
-		n += e.Length
-	}
-	if n == 0 {
-		return Result{}, errInvalid("stream", "stream_empty", 0, "stream %q is empty", cmd.Stream)
 	}
 	v := &t.Bulk.Versions[k]
 	if v.Files[pi].Stream == cmd.Stream {
@@ -470,8 +462,8 @@ func (s *State) bulkStoredCmd(cmd Command) (Result, error) {
 	return Result{Changed: true, Table: t}, nil
 }
 
-func (s *State) bulkRollback(cmd Command) (Result, error) {
-	t, err := s.bulkTable(cmd)
+func (s *State) bulkRollback(cmd Command, chk bool) (Result, error) {
+	t, err := s.bulkTable(cmd, chk)
 	if err != nil {
 		return Result{}, err
 	}
@@ -485,11 +477,11 @@ func (s *State) bulkRollback(cmd Command) (Result, error) {
 		return Result{Table: t}, nil
 	}
 	v := &b.Versions[k]
-	if n := t.BulkLoadedCount(v); n < len(t.Partitions) {
+	if n := t.BulkLoadedCount(v); chk && n < len(t.Partitions) {
 		return Result{}, errCode(ErrInvalidArgument, api.ErrorCode_ERROR_CODE_UNAVAILABLE, "version_not_loaded",
 			"version %d of %s/%s is loaded on %d of %d partitions (a partition moved and its server is fetching it, or it is still loading); try again shortly", cmd.Version, t.Tenant, t.Name, n, len(t.Partitions))
 	}
-	if !v.bulkStored() {
+	if chk && !v.bulkStored() {
 		return Result{}, errCode(ErrInvalidArgument, api.ErrorCode_ERROR_CODE_UNAVAILABLE, "version_not_stored",
 			"version %d of %s/%s is still being stored in streams; wait for its publish to finish", cmd.Version, t.Tenant, t.Name)
 	}
@@ -591,4 +583,24 @@ func BulkFilesFromProto(fs []*api.BulkFile) []BulkFile {
 		out[i] = BulkFile{Size: f.GetSize(), CRC: f.GetCrc32C(), Records: f.GetRecords()}
 	}
 	return out
+}
+
+// checkBulkStream checks, at proposal, that a bulk file's stream exists and
+// is sealed to a non-zero length.
+func (s *State) checkBulkStream(name string) error {
+	_, exts, err := s.StreamManager().Stream(name)
+	if err != nil {
+		return errInvalid("stream", "stream_missing", 0, "stream %q: %v; write the file into it first", name, err)
+	}
+	var n int64
+	for _, e := range exts {
+		if !e.Sealed {
+			return errInvalid("stream", "stream_not_sealed", 0, "stream %q has an open extent %d; it is sealed before it is recorded", name, e.ID)
+		}
+		n += e.Length
+	}
+	if n == 0 {
+		return errInvalid("stream", "stream_empty", 0, "stream %q is empty", name)
+	}
+	return nil
 }

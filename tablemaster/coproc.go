@@ -103,31 +103,36 @@ func (c *Coproc) version(v uint64) int {
 	return slices.IndexFunc(c.Versions, func(x CoprocVersion) bool { return x.Version == v })
 }
 
-func (s *State) coprocTable(cmd Command) (*Table, error) {
-	if err := errValidateName("tenant", cmd.Tenant); err != nil {
+func (s *State) coprocTable(cmd Command, chk bool) (*Table, error) {
+	if err := checkName(chk, "tenant", cmd.Tenant); err != nil {
 		return nil, err
 	}
-	if err := errValidateName("table", cmd.Table); err != nil {
+	if err := checkName(chk, "table", cmd.Table); err != nil {
 		return nil, err
 	}
-	if err := errValidateName("name", cmd.Name); err != nil {
+	if err := checkName(chk, "name", cmd.Name); err != nil {
 		return nil, err
 	}
-	return s.Table(cmd.Tenant, cmd.Table)
+	t, err := s.Table(cmd.Tenant, cmd.Table)
+	if err != nil {
+		return nil, err
+	}
+	// Coprocessor commands modify the table (a no-op's copy is dropped).
+	return s.mutTable(t), nil
 }
 
-func (s *State) coprocDeploy(cmd Command) (Result, error) {
-	t, err := s.coprocTable(cmd)
+func (s *State) coprocDeploy(cmd Command, chk bool) (Result, error) {
+	t, err := s.coprocTable(cmd, chk)
 	if err != nil {
 		return Result{}, err
 	}
 	v := cmd.Coproc
-	if v == nil || len(v.SHA256) != 64 || v.Size == 0 {
+	if v == nil || chk && (len(v.SHA256) != 64 || v.Size == 0) {
 		return Result{}, errInvalid("coproc", "coproc_missing", 0, "the module's sha256 and size are missing")
 	}
 	c := t.Coprocs[cmd.Name]
 	if c == nil {
-		if len(t.Coprocs) >= MaxCoprocsPerTable {
+		if chk && len(t.Coprocs) >= MaxCoprocsPerTable {
 			return Result{}, errInvalid("name", "too_many_coprocessors", MaxCoprocsPerTable, "table %s/%s has %d coprocessors; the limit is %d", t.Tenant, t.Name, len(t.Coprocs), MaxCoprocsPerTable)
 		}
 		c = &Coproc{Next: 1}
@@ -149,8 +154,8 @@ func (s *State) coprocDeploy(cmd Command) (Result, error) {
 	return Result{Changed: true, Version: nv.Version}, nil
 }
 
-func (s *State) coprocReady(cmd Command) (Result, error) {
-	t, err := s.coprocTable(cmd)
+func (s *State) coprocReady(cmd Command, chk bool) (Result, error) {
+	t, err := s.coprocTable(cmd, chk)
 	if err != nil {
 		return Result{}, err
 	}
@@ -171,8 +176,8 @@ func (s *State) coprocReady(cmd Command) (Result, error) {
 	return Result{Changed: true}, nil
 }
 
-func (s *State) coprocRollback(cmd Command) (Result, error) {
-	t, err := s.coprocTable(cmd)
+func (s *State) coprocRollback(cmd Command, chk bool) (Result, error) {
+	t, err := s.coprocTable(cmd, chk)
 	if err != nil {
 		return Result{}, err
 	}
@@ -184,7 +189,7 @@ func (s *State) coprocRollback(cmd Command) (Result, error) {
 	if k < 0 {
 		return Result{}, errCode(ErrInvalidArgument, api.ErrorCode_ERROR_CODE_NOT_FOUND, "coproc_version_not_found", "coprocessor %q has no version %d", cmd.Name, cmd.Version)
 	}
-	if !t.readyEverywhere(&c.Versions[k]) {
+	if chk && !t.readyEverywhere(&c.Versions[k]) {
 		return Result{}, errCode(ErrInvalidArgument, api.ErrorCode_ERROR_CODE_UNAVAILABLE, "coproc_not_ready", "version %d of %q is not compiled on every server hosting %s/%s yet", cmd.Version, cmd.Name, t.Tenant, t.Name)
 	}
 	if c.Live == cmd.Version {

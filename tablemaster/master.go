@@ -41,6 +41,10 @@ type Master struct {
 	store  *store // nil once closed
 	seq    uint64 // seq of the last logged command
 	broken error  // set when a log write failed: the file's tail is unknown, refuse further commands
+	// snapJob is the snapshot cut and waiting for snapLoop; snapping is
+	// set from the cut until its log trim is done (one at a time).
+	snapJob  *snapJob
+	snapping bool
 
 	// liveMu guards liveness, which is memory only: heartbeats are not
 	// persisted. Lock order: proposeMu, then liveMu.
@@ -63,6 +67,10 @@ type Master struct {
 	logKick  chan struct{}
 	logRetry map[uint64]*logRetry
 
+	// snapKick wakes snapLoop, which writes snapshots off the propose
+	// lock.
+	snapKick chan struct{}
+
 	closing   chan struct{} // closed by Close: stops the liveness loop and watch streams
 	closeOnce sync.Once
 	closeErr  error
@@ -71,11 +79,20 @@ type Master struct {
 
 var _ api.MasterServer = (*Master)(nil)
 
-// view is one published State and the channel closed when a newer one
-// replaces it: watchers wait on it.
+// view is one published State and the channel closed when a State with a
+// newer map version replaces it: map watchers wait on it. A State that
+// changes only the stream manager (extent seals, node disk usage and
+// inventories, every few seconds per node) keeps the map version and the
+// channel, so it wakes no watcher.
 type view struct {
 	state   *State
 	changed chan struct{}
+}
+
+// snapJob is a snapshot to write: the published state after cut.seq.
+type snapJob struct {
+	cut   logCut
+	state *State
 }
 
 // liveness is what the master knows of a server from its heartbeats.
@@ -120,6 +137,7 @@ func Open(opts Options) (*Master, error) {
 		live:     map[string]*liveness{},
 		closing:  make(chan struct{}),
 		logKick:  make(chan struct{}, 1),
+		snapKick: make(chan struct{}, 1),
 		logRetry: map[uint64]*logRetry{},
 	}
 	m.view.Store(&view{state: state, changed: make(chan struct{})})
@@ -139,7 +157,8 @@ func Open(opts Options) (*Master, error) {
 		"tables", len(cur.Tables), "servers", len(cur.Servers))
 	m.streamCtx, m.streamCancel = context.WithCancel(context.Background())
 	m.streamDriver = stream.NewDriver(masterStreamLog{m}, stream.DriverOptions{Logger: opts.Logger.With("part", "stream-manager")})
-	m.wg.Add(3)
+	m.wg.Add(4)
+	go m.snapLoop()
 	go m.livenessLoop()
 	go m.streamLoop()
 	go m.logLoop()
@@ -216,8 +235,7 @@ func (m *Master) propose(cmd Command, check func(*State) bool, after func(Result
 	if check != nil && !check(cur) {
 		return Result{}, cur, nil
 	}
-	next := cur.Clone()
-	res, err := next.Apply(cmd)
+	next, res, cmd, err := successor(cur, cmd)
 	if err != nil {
 		return Result{}, cur, err
 	}
@@ -237,23 +255,75 @@ func (m *Master) propose(cmd Command, check func(*State) bool, after func(Result
 	if after != nil {
 		after(res)
 	}
-	if m.store.records >= m.opts.SnapshotEvery {
-		if err := m.store.snapshot(next, m.seq); errors.Is(err, errLogUncertain) {
-			// The command just applied is durable (in the old log or the
-			// snapshot), but where the next one would go is not known.
-			m.broken = fmt.Errorf("tablemaster: snapshot failed mid-way, restart the master: %w", err)
-			m.logger.Error("tablemaster: snapshot left the command log uncertain; refusing further commands", "err", err)
-		} else if err != nil {
-			// Not fatal: the log still holds every command.
-			m.logger.Warn("tablemaster: snapshot failed", "seq", m.seq, "err", err)
+	if m.store.records >= m.opts.SnapshotEvery && !m.snapping {
+		// next is published, so immutable: snapLoop encodes and writes
+		// it without the lock while commands go on.
+		m.snapping = true
+		m.snapJob = &snapJob{cut: m.store.cut(m.seq), state: next}
+		select {
+		case m.snapKick <- struct{}{}:
+		default:
 		}
 	}
 	return res, next, nil
 }
 
-// publishLocked makes next the current state and wakes the watchers.
+// snapLoop writes the snapshots propose cuts until Close (which drops one
+// not yet started: the log still holds its commands).
+func (m *Master) snapLoop() {
+	defer m.wg.Done()
+	for {
+		select {
+		case <-m.closing:
+			return
+		case <-m.snapKick:
+		}
+		m.writeSnapshot()
+	}
+}
+
+// writeSnapshot writes the pending snapshot, then, under the propose lock,
+// trims the log to the commands after it (see store).
+func (m *Master) writeSnapshot() {
+	m.proposeMu.Lock()
+	job, st := m.snapJob, m.store
+	m.snapJob = nil
+	m.proposeMu.Unlock()
+	if job == nil || st == nil {
+		return
+	}
+	err := writeSnapshot(m.opts.DataDir, job.state, job.cut.seq)
+	if err == nil {
+		err = st.step("snapshot-written")
+	}
+	m.proposeMu.Lock()
+	defer m.proposeMu.Unlock()
+	m.snapping = false
+	if err == nil && m.store != nil && m.broken == nil {
+		err = m.store.trim(job.cut)
+	}
+	switch {
+	case errors.Is(err, errLogUncertain):
+		// Every acknowledged command is durable (in the old log, or the
+		// snapshot and the new one), but where the next would go is not
+		// known.
+		m.broken = fmt.Errorf("tablemaster: snapshot failed mid-way, restart the master: %w", err)
+		m.logger.Error("tablemaster: snapshot left the command log uncertain; refusing further commands", "err", err)
+	case err != nil:
+		// Not fatal: the log still holds every command.
+		m.logger.Warn("tablemaster: snapshot failed", "seq", job.cut.seq, "err", err)
+	}
+}
+
+// publishLocked makes next the current state and, if its map version
+// moved, wakes the map watchers.
 func (m *Master) publishLocked(next *State) {
-	old := m.view.Swap(&view{state: next, changed: make(chan struct{})})
+	old := m.view.Load()
+	if next.Version == old.state.Version {
+		m.view.Store(&view{state: next, changed: old.changed})
+		return
+	}
+	m.view.Store(&view{state: next, changed: make(chan struct{})})
 	close(old.changed)
 }
 
@@ -342,4 +412,14 @@ func (m *Master) lastHeard(id string) time.Time {
 		return l.lastHeard
 	}
 	return time.Time{}
+}
+
+// successor applies cmd, validated (it is proposed), to a copy of the
+// published state cur, leaving cur as it was. It returns the new state, the
+// result and the command to log.
+func successor(cur *State, cmd Command) (*State, Result, Command, error) {
+	next := cur.successor() // copy on write: see cow.go
+	res, cmd, err := next.ApplyChecked(cmd)
+	next.seal()
+	return next, res, cmd, err
 }

@@ -63,13 +63,16 @@ func (p *Partition) resetLog() {
 	}
 }
 
-// partition finds partition id in any table.
+// partition finds partition id in any table. A table's partitions have
+// consecutive ids from its first (createTable), so it looks at one
+// partition per table.
 func (s *State) partition(id uint64) (*Table, *Partition) {
 	for _, t := range s.Tables {
-		for i := range t.Partitions {
-			if t.Partitions[i].ID == id {
-				return t, &t.Partitions[i]
-			}
+		if len(t.Partitions) == 0 || id < t.Partitions[0].ID {
+			continue
+		}
+		if k := id - t.Partitions[0].ID; k < uint64(len(t.Partitions)) && t.Partitions[k].ID == id {
+			return t, &t.Partitions[k]
 		}
 	}
 	return nil, nil
@@ -91,6 +94,7 @@ func (s *State) partitionLog(cmd Command) (Result, error) {
 	case p.Epoch != cmd.Epoch || !slices.Equal(serversOf(p), cmd.Servers) || p.Log.Extent != 0:
 		return Result{}, nil // moved on meanwhile; the loop decides again
 	}
+	_, p = s.mutPartition(cmd.PartitionID)
 	p.Log.Extent, p.Log.Last = cmd.Extent, cmd.Extent
 	return Result{Changed: true, Moved: []uint64{p.ID}}, nil
 }
@@ -103,6 +107,7 @@ func (s *State) partitionLogReset(cmd Command) (Result, error) {
 	if p.Epoch != cmd.Epoch || (cmd.Extent != 0 && p.Log.Extent != cmd.Extent) {
 		return Result{}, nil // already reconfigured
 	}
+	_, p = s.mutPartition(cmd.PartitionID)
 	changed := p.Log.Extent != 0
 	p.Log.Extent = 0
 	for _, id := range cmd.Servers {

@@ -255,7 +255,8 @@ type Server struct {
 }
 
 // State is the catalog and partition map: a deterministic state machine.
-// Apply is its only mutator; it does no I/O, reads no clock and starts no
+// Apply (a proposed command, validated) and ApplyLogged (a logged one, as
+// written) are its only mutators; it does no I/O, reads no clock and starts no
 // goroutine, so the same commands in the same order give the same State on
 // every replica and on every replay. A command that fails changes nothing.
 //
@@ -274,6 +275,13 @@ type State struct {
 	// Streams is the stream manager (see streams.go); nil in states from
 	// before it existed until the first stream command.
 	Streams *StreamState `json:"streams,omitempty"`
+
+	// cow is set while the State is a successor being built (cow.go);
+	// nil on a published State and on one its user owns whole.
+	cow *cow
+	// primaries caches primaryCounts while one command places replicas;
+	// nil between commands.
+	primaries map[string]int
 }
 
 // NewState returns the empty state: no tenants, ids starting at 1.
@@ -291,9 +299,11 @@ func NewState() *State {
 
 func tableKey(tenant, name string) string { return tenant + "/" + name }
 
-// Clone returns a deep copy of s.
+// Clone returns a deep copy of s, owned whole by the caller. (The Master
+// copies on write instead: see cow.go.)
 func (s *State) Clone() *State {
 	c := *s
+	c.cow, c.primaries = nil, nil
 	c.Tenants = make(map[string]*Tenant, len(s.Tenants))
 	for k, v := range s.Tenants {
 		t := *v
@@ -301,18 +311,7 @@ func (s *State) Clone() *State {
 	}
 	c.Tables = make(map[string]*Table, len(s.Tables))
 	for k, v := range s.Tables {
-		t := *v
-		t.Partitions = slices.Clone(v.Partitions)
-		t.Bulk = v.Bulk.clone()
-		t.Coprocs = cloneCoprocs(v.Coprocs)
-		for i := range t.Partitions {
-			t.Partitions[i].Replicas = slices.Clone(t.Partitions[i].Replicas)
-			if l := t.Partitions[i].Log; l != nil {
-				c := *l
-				t.Partitions[i].Log = &c
-			}
-		}
-		c.Tables[k] = &t
+		c.Tables[k] = cloneTable(v)
 	}
 	c.Servers = make(map[string]*Server, len(s.Servers))
 	for k, v := range s.Servers {
@@ -383,48 +382,81 @@ func (s *State) ReplicaCounts() map[string]int {
 	return n
 }
 
-// Apply applies cmd. On error the state is unchanged.
+// Commands are validated once, when they are proposed, and applied as
+// logged ever after. Apply is the proposal path: it checks cmd against the
+// rules of this release (names, options, limits, the operator's consent)
+// and applies it. ApplyLogged is the path of a logged command (replay,
+// and a replicated log's committed entries): it applies without those
+// rules, so a later release that tightens one still reads an old log. Both
+// keep the structural checks (the table must exist, say) that make a
+// command that no longer fits the state a deterministic no-op with an
+// error; on error the state is unchanged.
+
+// Apply validates cmd against the current rules and applies it. On error
+// the state is unchanged.
 func (s *State) Apply(cmd Command) (Result, error) {
+	res, _, err := s.ApplyChecked(cmd)
+	return res, err
+}
+
+// ApplyChecked is Apply that also returns the command to log: cmd with
+// what validation resolved filled in (a table's options normalized), so
+// replaying it never depends on this release's defaults.
+func (s *State) ApplyChecked(cmd Command) (Result, Command, error) {
+	res, err := s.apply(&cmd, true)
+	return res, cmd, err
+}
+
+// ApplyLogged applies a command as it was logged, without re-validating
+// it (see Apply). On error the state is unchanged.
+func (s *State) ApplyLogged(cmd Command) (Result, error) {
+	return s.apply(&cmd, false)
+}
+
+// apply applies cmd; chk applies the rules of proposal (and may fill in
+// *cmd what they resolve).
+func (s *State) apply(cmd *Command, chk bool) (Result, error) {
 	var (
 		res Result
 		err error
 	)
+	defer func() { s.primaries = nil }()
 	switch cmd.Op {
 	case OpCreateTenant:
-		res, err = s.createTenant(cmd)
+		res, err = s.createTenant(*cmd, chk)
 	case OpCreateTable:
-		res, err = s.createTable(cmd)
+		res, err = s.createTable(cmd, chk)
 	case OpDropTable:
-		res, err = s.dropTable(cmd)
+		res, err = s.dropTable(*cmd, chk)
 	case OpRegisterServer:
-		res, err = s.registerServer(cmd)
+		res, err = s.registerServer(*cmd, chk)
 	case OpServerDown:
-		res, err = s.serverDown(cmd)
+		res, err = s.serverDown(*cmd, chk)
 	case OpForgetServer:
-		res, err = s.forgetServer(cmd)
+		res, err = s.forgetServer(*cmd, chk)
 	case OpPlace:
 		res.Moved = s.placeShort(s.candidates())
 		res.Changed = len(res.Moved) > 0
 	case OpBulkPublish:
-		res, err = s.bulkPublish(cmd)
+		res, err = s.bulkPublish(*cmd, chk)
 	case OpBulkLoaded:
-		res, err = s.bulkLoadedCmd(cmd)
+		res, err = s.bulkLoadedCmd(*cmd, chk)
 	case OpBulkRollback:
-		res, err = s.bulkRollback(cmd)
+		res, err = s.bulkRollback(*cmd, chk)
 	case OpBulkStored:
-		res, err = s.bulkStoredCmd(cmd)
+		res, err = s.bulkStoredCmd(*cmd, chk)
 	case OpStream:
-		res, err = s.applyStream(cmd)
+		res, err = s.applyStream(*cmd)
 	case OpCoprocDeploy:
-		res, err = s.coprocDeploy(cmd)
+		res, err = s.coprocDeploy(*cmd, chk)
 	case OpCoprocReady:
-		res, err = s.coprocReady(cmd)
+		res, err = s.coprocReady(*cmd, chk)
 	case OpCoprocRollback:
-		res, err = s.coprocRollback(cmd)
+		res, err = s.coprocRollback(*cmd, chk)
 	case OpPartitionLog:
-		res, err = s.partitionLog(cmd)
+		res, err = s.partitionLog(*cmd)
 	case OpPartitionLogReset:
-		res, err = s.partitionLogReset(cmd)
+		res, err = s.partitionLogReset(*cmd)
 	default:
 		return Result{}, errInvalid("op", "unknown_command", 0, "unknown command %q", cmd.Op)
 	}
@@ -440,14 +472,14 @@ func (s *State) Apply(cmd Command) (Result, error) {
 	return res, nil
 }
 
-func (s *State) createTenant(cmd Command) (Result, error) {
-	if err := errValidateName("tenant", cmd.Tenant); err != nil {
+func (s *State) createTenant(cmd Command, chk bool) (Result, error) {
+	if err := checkName(chk, "tenant", cmd.Tenant); err != nil {
 		return Result{}, err
 	}
 	if _, ok := s.Tenants[cmd.Tenant]; ok {
 		return Result{}, errCode(ErrTenantExists, api.ErrorCode_ERROR_CODE_ALREADY_EXISTS, "tenant_exists", "tenant %q already exists", cmd.Tenant)
 	}
-	s.Tenants[cmd.Tenant] = &Tenant{Name: cmd.Tenant, CreatedUnixMs: cmd.UnixMs}
+	s.tenantsW()[cmd.Tenant] = &Tenant{Name: cmd.Tenant, CreatedUnixMs: cmd.UnixMs}
 	return Result{Changed: true}, nil
 }
 
@@ -671,11 +703,11 @@ func (s *State) partitionCount() int {
 	return n
 }
 
-func (s *State) createTable(cmd Command) (Result, error) {
-	if err := errValidateName("tenant", cmd.Tenant); err != nil {
+func (s *State) createTable(cmd *Command, chk bool) (Result, error) {
+	if err := checkName(chk, "tenant", cmd.Tenant); err != nil {
 		return Result{}, err
 	}
-	if err := errValidateName("name", cmd.Table); err != nil {
+	if err := checkName(chk, "name", cmd.Table); err != nil {
 		return Result{}, err
 	}
 	var req TableOptions
@@ -688,21 +720,31 @@ func (s *State) createTable(cmd Command) (Result, error) {
 		// from a master before that, whose default was 1.
 		req.Replication = 1
 	}
-	opts, err := NormalizeOptions(cmd.Kind, &req)
-	if err != nil {
-		return Result{}, err
+	var opts TableOptions
+	if chk {
+		var err error
+		if opts, err = NormalizeOptions(cmd.Kind, &req); err != nil {
+			return Result{}, err
+		}
+		// Logged normalized: a replay needs no defaults.
+		logged := opts
+		cmd.Options = &logged
+	} else {
+		opts = fillOptionDefaults(cmd.Kind, req)
 	}
 	if _, ok := s.Tenants[cmd.Tenant]; !ok {
 		return Result{}, errTenantNotFound(cmd.Tenant)
 	}
-	if err := s.checkReplicationFits(opts.Replication); err != nil {
-		return Result{}, err
+	if chk {
+		if err := s.checkReplicationFits(opts.Replication); err != nil {
+			return Result{}, err
+		}
 	}
 	key := tableKey(cmd.Tenant, cmd.Table)
 	if _, ok := s.Tables[key]; ok {
 		return Result{}, errCode(ErrTableExists, api.ErrorCode_ERROR_CODE_ALREADY_EXISTS, "table_exists", "table %s already exists", key)
 	}
-	if total := s.partitionCount() + int(opts.Partitions); total > api.MaxClusterPartitions {
+	if total := s.partitionCount() + int(opts.Partitions); chk && total > api.MaxClusterPartitions {
 		return Result{}, errInvalid("options.partitions", "cluster_partition_limit", api.MaxClusterPartitions,
 			"the cluster would hold %d partitions; the limit is %d (it keeps the master's snapshot and the servers' map watch bounded)", total, api.MaxClusterPartitions)
 	}
@@ -725,7 +767,8 @@ func (s *State) createTable(cmd Command) (Result, error) {
 	}
 	s.NextTableID++
 	s.NextPartitionID += uint64(n)
-	s.Tables[key] = t
+	s.tablesW()[key] = t
+	s.ownNewTable(t)
 	cands := s.candidates()
 	var moved []uint64
 	for i := range t.Partitions {
@@ -736,11 +779,11 @@ func (s *State) createTable(cmd Command) (Result, error) {
 	return Result{Changed: true, Table: t, Moved: moved}, nil
 }
 
-func (s *State) dropTable(cmd Command) (Result, error) {
-	if err := errValidateName("tenant", cmd.Tenant); err != nil {
+func (s *State) dropTable(cmd Command, chk bool) (Result, error) {
+	if err := checkName(chk, "tenant", cmd.Tenant); err != nil {
 		return Result{}, err
 	}
-	if err := errValidateName("name", cmd.Table); err != nil {
+	if err := checkName(chk, "name", cmd.Table); err != nil {
 		return Result{}, err
 	}
 	t, err := s.Table(cmd.Tenant, cmd.Table)
@@ -753,7 +796,7 @@ func (s *State) dropTable(cmd Command) (Result, error) {
 		}
 	}
 	s.dropLogStreams(t)
-	delete(s.Tables, tableKey(cmd.Tenant, cmd.Table))
+	delete(s.tablesW(), tableKey(cmd.Tenant, cmd.Table))
 	return Result{Changed: true}, nil
 }
 
@@ -810,23 +853,14 @@ func DefaultFaultDomain(serverID string) string { return "server:" + serverID }
 // The same identity again (the master restarted, or declared the server
 // dead while it was cut off) changes nothing but liveness. Incarnation 0 is
 // a server from before incarnations: its identity is its address.
-func (s *State) registerServer(cmd Command) (Result, error) {
-	if cmd.ServerID != "" {
-		if err := ValidateServerID("server_id", cmd.ServerID); err != nil {
+func (s *State) registerServer(cmd Command, chk bool) (Result, error) {
+	if chk {
+		if err := checkRegistration(cmd); err != nil {
 			return Result{}, err
 		}
 	}
-	if cmd.Addr == "" {
-		return Result{}, errInvalid("addr", "addr_empty", 0, "addr is empty")
-	}
-	if strings.ContainsAny(cmd.Addr, " \t\r\n") || len(cmd.Addr) > 255 {
-		return Result{}, errInvalid("addr", "addr_invalid", 255, "addr %q must be host:port, at most 255 bytes", cmd.Addr)
-	}
-	if len(cmd.FaultDomain) > api.MaxNameLen {
-		return Result{}, errInvalid("fault_domain", "fault_domain_too_long", api.MaxNameLen, "fault_domain is %d bytes; the limit is %d", len(cmd.FaultDomain), api.MaxNameLen)
-	}
 	srv, ok := s.Servers[cmd.ServerID]
-	if ok && srv.Alive && !srv.Draining && !cmd.HolderSilent && (srv.Addr != cmd.Addr || srv.Incarnation != 0 && srv.Incarnation != cmd.Incarnation) {
+	if chk && ok && srv.Alive && !srv.Draining && !cmd.HolderSilent && (srv.Addr != cmd.Addr || srv.Incarnation != 0 && srv.Incarnation != cmd.Incarnation) {
 		return Result{}, errCode(ErrServerInUse, api.ErrorCode_ERROR_CODE_ALREADY_EXISTS, "server_id_in_use",
 			"server id %s is held by a live process (addr %s, incarnation %x); this one (addr %s, incarnation %x) may register once that one drains, or stays silent past its lease",
 			cmd.ServerID, srv.Addr, srv.Incarnation, cmd.Addr, cmd.Incarnation)
@@ -850,16 +884,23 @@ func (s *State) registerServer(cmd Command) (Result, error) {
 	srv, ok = s.Servers[id]
 	switch {
 	case !ok:
-		s.Servers[id] = &Server{ID: id, Addr: cmd.Addr, FaultDomain: fd, Alive: true, Incarnation: cmd.Incarnation}
+		srv = &Server{ID: id, Addr: cmd.Addr, FaultDomain: fd, Alive: true, Incarnation: cmd.Incarnation}
+		s.serversW()[id] = srv
+		s.ownNewServer(srv)
 		changed = true
 	case !srv.Alive || srv.Draining || srv.Addr != cmd.Addr || srv.FaultDomain != fd || srv.Incarnation != cmd.Incarnation:
 		// A returning server (or a new process of a dead or drained one,
 		// or a server from before incarnations that now sends one). Its
 		// old partitions were moved when it died; the ones it still holds
 		// (durable single copies, or it drained) get its new address.
+		srv = s.mutServer(id)
 		srv.Alive, srv.Draining, srv.Addr, srv.FaultDomain, srv.DownSinceMs = true, false, cmd.Addr, fd, 0
 		srv.Incarnation = cmd.Incarnation
 		for _, t := range s.Tables {
+			if !t.staleAddr(id, cmd.Addr, fd) {
+				continue
+			}
+			t = s.mutTable(t)
 			for i := range t.Partitions {
 				for j := range t.Partitions[i].Replicas {
 					if r := &t.Partitions[i].Replicas[j]; r.ServerID == id {
@@ -878,8 +919,8 @@ func (s *State) registerServer(cmd Command) (Result, error) {
 	return Result{Changed: changed || len(moved) > 0, ServerID: id, Moved: moved}, nil
 }
 
-func (s *State) serverDown(cmd Command) (Result, error) {
-	if err := ValidateServerID("server_id", cmd.ServerID); err != nil {
+func (s *State) serverDown(cmd Command, chk bool) (Result, error) {
+	if err := checkServerID(chk, cmd.ServerID); err != nil {
 		return Result{}, err
 	}
 	srv, ok := s.Servers[cmd.ServerID]
@@ -889,13 +930,15 @@ func (s *State) serverDown(cmd Command) (Result, error) {
 	changed := false
 	switch {
 	case cmd.Force:
-		if srv.Alive {
+		if chk && srv.Alive {
 			return Result{}, errInvalid("force", "server_alive", 0, "server %s is alive: only a dead server's partitions can be forced off it", cmd.ServerID)
 		}
 	case cmd.Draining && srv.Alive && !srv.Draining:
+		srv = s.mutServer(cmd.ServerID)
 		srv.Draining = true
 		changed = true
 	case !cmd.Draining && srv.Alive:
+		srv = s.mutServer(cmd.ServerID)
 		srv.Alive, srv.Draining, srv.DownSinceMs = false, false, cmd.UnixMs
 		changed = true
 		s.streamNodeEvent(stream.Command{Op: stream.OpNodeDown, Node: cmd.ServerID})
@@ -922,6 +965,8 @@ func (s *State) serverDown(cmd Command) (Result, error) {
 				held = append(held, p.ID)
 				continue
 			}
+			t = s.mutTable(t)
+			p = &t.Partitions[i]
 			s.dropReplica(t, i, k, cmd.Promote[p.ID], cands)
 			moved = append(moved, p.ID)
 		}
@@ -934,6 +979,9 @@ func (s *State) serverDown(cmd Command) (Result, error) {
 func (s *State) dropReplica(t *Table, i, k int, promote string, cands []Candidate) {
 	p := &t.Partitions[i]
 	wasPrimary := p.Replicas[k].Role == api.ReplicaRole_REPLICA_ROLE_PRIMARY
+	if wasPrimary && s.primaries != nil {
+		s.primaries[p.Replicas[k].ServerID]--
+	}
 	p.Replicas = slices.Delete(p.Replicas, k, k+1)
 	p.resetLog() // the next extent goes to the remaining replicas
 	epoch := p.Epoch
@@ -943,6 +991,9 @@ func (s *State) dropReplica(t *Table, i, k int, promote string, cands []Candidat
 		j := max(0, slices.IndexFunc(p.Replicas, func(r Replica) bool { return r.ServerID == promote }))
 		p.Replicas[j].Role = api.ReplicaRole_REPLICA_ROLE_PRIMARY
 		p.Replicas[0], p.Replicas[j] = p.Replicas[j], p.Replicas[0]
+		if s.primaries != nil {
+			s.primaries[p.Replicas[0].ServerID]++
+		}
 	}
 	s.fill(t, i, cands) // bumps the epoch if it picks a new primary
 	if wasPrimary && p.Epoch == epoch {
@@ -962,15 +1013,15 @@ func (t *Table) onlyCopy(i int) bool {
 
 // forgetServer removes a dead server and moves every partition it still
 // holds; see OpForgetServer.
-func (s *State) forgetServer(cmd Command) (Result, error) {
-	if err := ValidateServerID("server_id", cmd.ServerID); err != nil {
+func (s *State) forgetServer(cmd Command, chk bool) (Result, error) {
+	if err := checkServerID(chk, cmd.ServerID); err != nil {
 		return Result{}, err
 	}
 	srv, ok := s.Servers[cmd.ServerID]
 	if !ok {
 		return Result{}, errServerNotFound(cmd.ServerID)
 	}
-	if srv.Alive {
+	if chk && srv.Alive {
 		return Result{}, errInvalid("server_id", "server_alive", 0,
 			"server %s is alive (or not yet declared dead): only a dead server can be forgotten; stop it first, or drain it (SIGTERM) to move its partitions without loss", cmd.ServerID)
 	}
@@ -992,7 +1043,7 @@ func (s *State) forgetServer(cmd Command) (Result, error) {
 			}
 		}
 	}
-	if len(lost) > 0 && !cmd.AcceptDataLoss {
+	if chk && len(lost) > 0 && !cmd.AcceptDataLoss {
 		const show = 10
 		names := strings.Join(lost[:min(len(lost), show)], ", ")
 		if len(lost) > show {
@@ -1004,10 +1055,11 @@ func (s *State) forgetServer(cmd Command) (Result, error) {
 			cmd.ServerID, len(lost), names)
 	}
 	// Validation is over: mutate.
-	delete(s.Servers, cmd.ServerID)
+	delete(s.serversW(), cmd.ServerID)
 	cands := s.candidates()
 	res := Result{Changed: true}
 	for _, h := range hits {
+		h.t = s.mutTable(h.t)
 		p := &h.t.Partitions[h.i]
 		if h.t.onlyCopy(h.i) {
 			p.DataLost = &DataLoss{UnixMs: cmd.UnixMs, ServerID: cmd.ServerID, Epoch: p.Epoch}
@@ -1054,7 +1106,14 @@ func (s *State) placeShort(cands []Candidate) []uint64 {
 	var moved []uint64
 	for _, t := range s.tablesByID() {
 		for i := range t.Partitions {
-			if len(t.Partitions[i].Replicas) < int(t.Options.Replication) && s.fill(t, i, cands) {
+			if len(t.Partitions[i].Replicas) >= int(t.Options.Replication) {
+				continue
+			}
+			if Place(cands, serversOf(&t.Partitions[i]), int(t.Options.Replication)-len(t.Partitions[i].Replicas)) == nil {
+				continue // nowhere to put it: copy nothing
+			}
+			t = s.mutTable(t)
+			if s.fill(t, i, cands) {
 				moved = append(moved, t.Partitions[i].ID)
 			}
 		}
@@ -1083,7 +1142,10 @@ func (s *State) fill(t *Table, i int, cands []Candidate) bool {
 		// reads: it goes to the pick holding the fewest primaries, so a
 		// table's primaries spread over its servers (ties: placement's
 		// order).
-		n := s.primaryCounts()
+		if s.primaries == nil {
+			s.primaries = s.primaryCounts()
+		}
+		n := s.primaries
 		best := 0
 		for k, id := range picks {
 			if n[id] < n[picks[best]] {
@@ -1098,6 +1160,9 @@ func (s *State) fill(t *Table, i int, cands []Candidate) bool {
 		if !hasPrimary {
 			role, hasPrimary = api.ReplicaRole_REPLICA_ROLE_PRIMARY, true
 			p.Epoch++
+			if s.primaries != nil {
+				s.primaries[id]++
+			}
 		}
 		p.Replicas = append(p.Replicas, Replica{ServerID: id, Addr: srv.Addr, Role: role, FaultDomain: srv.FaultDomain})
 		for k := range cands {
@@ -1107,4 +1172,75 @@ func (s *State) fill(t *Table, i int, cands []Candidate) bool {
 		}
 	}
 	return len(picks) > 0
+}
+
+// checkName is errValidateName at proposal (chk), nothing for a logged
+// command.
+func checkName(chk bool, field, name string) error {
+	if !chk {
+		return nil
+	}
+	return errValidateName(field, name)
+}
+
+// checkServerID is ValidateServerID("server_id") at proposal (chk).
+func checkServerID(chk bool, id string) error {
+	if !chk {
+		return nil
+	}
+	return ValidateServerID("server_id", id)
+}
+
+// checkRegistration checks the fields of an OpRegisterServer.
+func checkRegistration(cmd Command) error {
+	if cmd.ServerID != "" {
+		if err := ValidateServerID("server_id", cmd.ServerID); err != nil {
+			return err
+		}
+	}
+	if cmd.Addr == "" {
+		return errInvalid("addr", "addr_empty", 0, "addr is empty")
+	}
+	if strings.ContainsAny(cmd.Addr, " \t\r\n") || len(cmd.Addr) > 255 {
+		return errInvalid("addr", "addr_invalid", 255, "addr %q must be host:port, at most 255 bytes", cmd.Addr)
+	}
+	if len(cmd.FaultDomain) > api.MaxNameLen {
+		return errInvalid("fault_domain", "fault_domain_too_long", api.MaxNameLen, "fault_domain is %d bytes; the limit is %d", len(cmd.FaultDomain), api.MaxNameLen)
+	}
+	return nil
+}
+
+// fillOptionDefaults is the options a logged OpCreateTable applies: o
+// with every zero field defaulted as NormalizeOptions would, refusing
+// nothing (a logged command was validated when it was proposed; masters
+// from before it was logged normalized did not log the defaults).
+func fillOptionDefaults(kind api.TableKind, o TableOptions) TableOptions {
+	if o.Partitions == 0 {
+		o.Partitions = api.DefaultPartitions
+	}
+	if o.Replication == 0 {
+		o.Replication = 1
+	}
+	if o.MaxValueBytes == 0 {
+		o.MaxValueBytes = api.DefaultMaxValueBytes
+	}
+	if o.Storage == "" {
+		o.Storage = StorageSSD
+	}
+	if kind == api.TableKind_TABLE_KIND_BULK {
+		o.Replication = 1
+		if o.BulkRetainedVersions == 0 {
+			o.BulkRetainedVersions = DefaultBulkRetained
+		}
+		return o
+	}
+	if o.Storage != StorageMemory {
+		if o.Durability == "" {
+			o.Durability = DurabilitySync
+		}
+		if o.Compression == "" {
+			o.Compression = CompressionNone
+		}
+	}
+	return o
 }

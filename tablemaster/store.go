@@ -41,12 +41,40 @@ type snapshotBody struct {
 
 // store is the master's durable state: a snapshot plus the command log of
 // everything after it. Not safe for concurrent use; the Master calls it
-// under its propose lock.
+// under its propose lock (writeSnapshot, a function, runs outside it).
+//
+// A snapshot is cut in three steps, so only the first and last hold the
+// propose lock and neither does more than a small write:
+//
+//  1. cut (locked): note the log's length and records at seq N, whose
+//     State is published, hence immutable.
+//  2. writeSnapshot (unlocked): encode that State and replace the snapshot
+//     file with it (write temp, fsync, rename, fsync dir). Commands go on
+//     being appended to the log meanwhile.
+//  3. trim (locked): replace the log with its records past the cut (write
+//     temp, fsync, rename, fsync dir) and append to the new file.
+//
+// A crash anywhere leaves a snapshot and a log whose records continue it:
+// before the snapshot's rename, the old snapshot and the whole log; after
+// it, the new snapshot and a log that still holds records it covers (replay
+// skips them by seq); after the log's rename, the new snapshot and the
+// records past it.
 type store struct {
 	dir     string
 	logger  *slog.Logger
 	log     *os.File // opened O_APPEND
 	records int      // records in the log file
+	size    int64    // bytes in the log file
+	// crashAt, if set (tests), is called at each step of a snapshot and
+	// of trim; an error stops there as a crash would.
+	crashAt func(step string) error
+}
+
+// logCut is where the log stood when a snapshot was cut.
+type logCut struct {
+	seq     uint64
+	size    int64
+	records int
 }
 
 // openStore loads dir (creating it): the snapshot, then the log replayed on
@@ -73,6 +101,7 @@ func openStore(dir string, logger *slog.Logger) (*store, *State, uint64, error) 
 		if err := writeFileAtomic(dir, logFileName, encodeFileHeader(logMagic)); err != nil {
 			return nil, nil, 0, fmt.Errorf("tablemaster: create log: %w", err)
 		}
+		s.size = fileHeaderLen
 	case err != nil:
 		return nil, nil, 0, fmt.Errorf("tablemaster: read log: %w", err)
 	default:
@@ -81,7 +110,7 @@ func openStore(dir string, logger *slog.Logger) (*store, *State, uint64, error) 
 		if err != nil {
 			return nil, nil, 0, fmt.Errorf("tablemaster: replay %s: %w", logPath, err)
 		}
-		s.records = n
+		s.records, s.size = n, int64(valid)
 		if valid < len(data) {
 			if err := cutFile(logPath, int64(valid)); err != nil {
 				return nil, nil, 0, fmt.Errorf("tablemaster: cut torn log tail: %w", err)
@@ -125,7 +154,8 @@ func replayLog(data []byte, st *State, seq uint64, logger *slog.Logger) (records
 		if e.Seq != seq+1 {
 			return 0, 0, 0, fmt.Errorf("%w: record %d has seq %d, want %d", ErrCorrupt, i, e.Seq, seq+1)
 		}
-		if _, err := st.Apply(e.Cmd); err != nil {
+		// As logged: validated when it was proposed, never again.
+		if _, err := st.ApplyLogged(e.Cmd); err != nil {
 			return 0, 0, 0, fmt.Errorf("%w: command seq %d (%s) does not apply: %v", ErrCorrupt, e.Seq, e.Cmd.Op, err)
 		}
 		seq = e.Seq
@@ -179,13 +209,15 @@ func (s *store) append(e logEntry) error {
 	if err != nil {
 		return fmt.Errorf("tablemaster: encode command: %w", err)
 	}
-	if _, err := s.log.Write(appendRecord(nil, payload)); err != nil {
+	rec := appendRecord(nil, payload)
+	if _, err := s.log.Write(rec); err != nil {
 		return fmt.Errorf("tablemaster: append command seq %d: %w", e.Seq, err)
 	}
 	if err := s.log.Sync(); err != nil {
 		return fmt.Errorf("tablemaster: sync command seq %d: %w", e.Seq, err)
 	}
 	s.records++
+	s.size += int64(len(rec))
 	return nil
 }
 
@@ -193,34 +225,71 @@ func (s *store) append(e logEntry) error {
 // no longer be trusted to receive appends.
 var errLogUncertain = errors.New("command log state uncertain")
 
-// snapshot durably writes st (holding every command up to seq) as the
-// snapshot, then resets the log to an empty one. A crash between the two
-// leaves log records the snapshot covers; replay skips them by seq.
-func (s *store) snapshot(st *State, seq uint64) error {
+// cut notes where the log stands after the command seq (step 1 of a
+// snapshot).
+func (s *store) cut(seq uint64) logCut {
+	return logCut{seq: seq, size: s.size, records: s.records}
+}
+
+// writeSnapshot durably replaces the snapshot in dir with st, the state
+// after command seq (step 2 of a snapshot). It only reads st, which must
+// not change meanwhile: the Master passes a published State.
+func writeSnapshot(dir string, st *State, seq uint64) error {
 	payload, err := json.Marshal(snapshotBody{Seq: seq, State: st})
 	if err != nil {
 		return fmt.Errorf("tablemaster: encode snapshot: %w", err)
 	}
-	if err := writeFileAtomic(s.dir, snapFileName, appendRecord(encodeFileHeader(snapMagic), payload)); err != nil {
+	if err := writeFileAtomic(dir, snapFileName, appendRecord(encodeFileHeader(snapMagic), payload)); err != nil {
 		return fmt.Errorf("tablemaster: write snapshot: %w", err)
 	}
-	// From here a failure may leave the file at logFileName replaced while
-	// s.log still points at the old, unlinked one: commands appended there
-	// would vanish on restart. Such failures are errLogUncertain, which stops
-	// the master from taking commands.
-	if err := writeFileAtomic(s.dir, logFileName, encodeFileHeader(logMagic)); err != nil {
-		return fmt.Errorf("tablemaster: reset log: %w: %w", errLogUncertain, err)
+	return nil
+}
+
+// trim replaces the log with its records past c, whose snapshot is durable
+// (step 3 of a snapshot). When it returns nil the new log is durable and
+// receives the appends.
+func (s *store) trim(c logCut) error {
+	path := filepath.Join(s.dir, logFileName)
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("tablemaster: read log to trim: %w", err)
 	}
-	f, err := os.OpenFile(filepath.Join(s.dir, logFileName), os.O_WRONLY|os.O_APPEND, 0)
+	if int64(len(data)) != s.size || c.size > s.size || c.size < fileHeaderLen {
+		return fmt.Errorf("tablemaster: trim log: file is %d bytes, %d written, cut at %d", len(data), s.size, c.size)
+	}
+	tail := data[c.size:]
+	if err := s.step("trim-read"); err != nil {
+		return err
+	}
+	if err := writeFileAtomic(s.dir, logFileName, append(encodeFileHeader(logMagic), tail...)); err != nil {
+		// A failed rename leaves the old file in place; a failure after
+		// it (the directory's fsync) leaves either: s.log may point at a
+		// file no longer at logFileName. Commands appended there would
+		// vanish on restart.
+		return fmt.Errorf("tablemaster: trim log: %w: %w", errLogUncertain, err)
+	}
+	if err := s.step("trim-renamed"); err != nil {
+		return fmt.Errorf("%w: %w", errLogUncertain, err)
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
 	if err != nil {
 		return fmt.Errorf("tablemaster: reopen log: %w: %w", errLogUncertain, err)
 	}
 	old := s.log
-	s.log, s.records = f, 0
+	s.log = f
+	s.records -= c.records
+	s.size = fileHeaderLen + int64(len(tail))
 	if err := old.Close(); err != nil {
 		s.logger.Warn("tablemaster: close old log", "err", err)
 	}
 	return nil
+}
+
+func (s *store) step(name string) error {
+	if s.crashAt == nil {
+		return nil
+	}
+	return s.crashAt(name)
 }
 
 func (s *store) close() error {

@@ -68,7 +68,7 @@ func runStore(t *testing.T, dir string, cmds []Command, snapshotEvery int) logge
 			t.Fatal(err)
 		}
 		if snapshotEvery > 0 && s.records >= snapshotEvery {
-			if err := s.snapshot(st, seq); err != nil {
+			if err := snapshotNow(s, st, seq); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -220,7 +220,7 @@ func TestStoreCrashBetweenSnapshotAndLogReset(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.snapshot(st, seq); err != nil {
+	if err := snapshotNow(s, st, seq); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.close(); err != nil {
@@ -281,4 +281,14 @@ func TestStoreRefusesBadFiles(t *testing.T) {
 			}
 		})
 	}
+}
+
+// snapshotNow cuts, writes and trims a snapshot of st (after seq) at once,
+// as the Master does in three steps.
+func snapshotNow(s *store, st *State, seq uint64) error {
+	c := s.cut(seq)
+	if err := writeSnapshot(s.dir, st, seq); err != nil {
+		return err
+	}
+	return s.trim(c)
 }

@@ -51,11 +51,17 @@ func (s *StreamState) clone() *StreamState {
 	return &StreamState{M: s.M.Clone()}
 }
 
-// streams returns the stream manager, creating it for a state from before
-// it existed.
+// streams returns the stream manager for writing: its own copy in a
+// successor State (cow.go), created for a state from before it existed.
+// Readers use StreamManager.
 func (s *State) streams() *stream.Manager {
 	if s.Streams == nil {
 		s.Streams = newStreamState()
+	} else if s.cow != nil && !s.cow.streams {
+		s.Streams = s.Streams.clone()
+	}
+	if s.cow != nil {
+		s.cow.streams = true
 	}
 	return s.Streams.M
 }
