@@ -58,6 +58,7 @@ func (s *Store) gcLoop(m Mover) {
 			return
 		case <-t.C:
 		}
+		s.warnLongSnapshots()
 		for {
 			g, amp := s.pickVictim()
 			if g == nil {
@@ -176,8 +177,8 @@ func (s *Store) pickVictim() (*segment, float64) {
 // collect moves g's live records and needed tombstones to the head, makes
 // them durable, and frees g.
 func (s *Store) collect(g *segment, m Mover) error {
-	s.gcMu.Lock()
-	defer s.gcMu.Unlock()
+	s.collectMu.Lock()
+	defer s.collectMu.Unlock()
 	if g.dead.Load() {
 		return nil // another collection (GC beside the background loop) took it
 	}
@@ -238,28 +239,30 @@ func (s *Store) collect(g *segment, m Mover) error {
 	}
 	s.mu.Lock()
 	s.uninstallLocked(g)
-	s.mu.Unlock()
 	g.dead.Store(true)
-	// Wait for in-flight leaders that might still hold g (none should: g
-	// was fully written) and for reads inside its mapping, then drop the
-	// file.
-	s.syncMu.Lock()
-	err := errors.Join(s.unmapSegment(g), g.f.Close(), s.fs.Remove(g.path), s.fs.SyncDir(s.dir))
-	s.syncMu.Unlock()
-	if err == nil {
-		// Only now may a new segment take g's slot (see uninstallLocked);
-		// after a failure the slot stays unused until the store reopens.
-		s.mu.Lock()
-		s.freeSlotLocked(g.slot)
-		s.mu.Unlock()
+	// A snapshot that pins g will still read it: its file stays until the
+	// last pin goes (renamed, so that a crash meanwhile leaves nothing
+	// recovery reads). Pins are taken under mu, so none comes after this.
+	pinned := g.pins > 0
+	if pinned {
+		g.obsolete = true
+		s.obsolete = append(s.obsolete, g)
 	}
+	s.mu.Unlock()
 	s.stats.gcRuns.Add(1)
 	s.stats.gcBytesMoved.Add(moved)
 	s.stats.gcSegmentsFreed.Add(1)
-	if err != nil {
-		return fmt.Errorf("free segment %d: %w", g.seq, err)
+	if pinned {
+		s.stats.gcSegmentsDeferred.Add(1)
+		if err := s.retireSegment(g); err != nil {
+			// The file keeps its name: harmless (its records are all
+			// garbage or copied), but recovery reads it, so tombstones that
+			// shadow it are kept meanwhile (olderSegmentUpTo).
+			s.opts.Logger.Warn("diskstore: rename of a collected segment a snapshot holds", "segment", g.seq, "err", err)
+		}
+		return nil
 	}
-	return nil
+	return s.dropSegment(g)
 }
 
 // olderSegmentUpTo reports whether a segment other than g with sequence
@@ -269,6 +272,14 @@ func (s *Store) olderSegmentUpTo(g *segment, seq uint64) bool {
 	defer s.mu.Unlock()
 	for _, x := range s.segs {
 		if x != g && x.seq <= seq {
+			return true
+		}
+	}
+	// A collected segment whose file still bears its segment name (a
+	// snapshot pins it and the rename failed) would be replayed after a
+	// crash: what it shadows must stay shadowed.
+	for _, x := range s.obsolete {
+		if x != g && x.seq <= seq && !x.retired {
 			return true
 		}
 	}

@@ -124,6 +124,18 @@ type segment struct {
 	sealed   bool   // no more appends
 	queued   bool   // in Store.pending
 	created  bool   // file exists (set by the sync leader, under syncMu)
+	// pins counts the snapshots that will still read the segment (see
+	// Snapshot); obsolete is set once the collector freed it while pinned
+	// (it is then in Store.obsolete, out of the location table, and its
+	// file goes with the last pin); retired once its file is durably
+	// renamed "<seq>.obsolete", which recovery deletes.
+	pins     int
+	obsolete bool
+	retired  bool
+
+	// removed is set once the file was closed and deleted (or that was
+	// tried); guarded by Store.syncMu, as path is after creation.
+	removed bool
 }
 
 func (g *segment) loc(off int64) uint64 { return packLoc(g.slot, g.gen, off) }

@@ -109,6 +109,11 @@ type Options struct {
 	// 220 ms of a 430 ms restart of 1M keys). Default: 250 ms; negative:
 	// by bytes only.
 	IndexBlockInterval time.Duration
+	// SnapshotWarnAge: a snapshot held longer than this is logged (as a
+	// warning, again every SnapshotWarnAge while it is held), with the
+	// collected segments it keeps on disk; Stats reports the oldest
+	// snapshot's age too. Default: 10 minutes; negative: never logged.
+	SnapshotWarnAge time.Duration
 	// Compression compresses values when a record is written:
 	// CompressionNone (default) or CompressionS2 (klauspost/compress s2,
 	// for values of at least 64 bytes that shrink by 1/8 or more; a flag
@@ -131,6 +136,9 @@ const DefaultSegmentSize = 16 << 20
 
 // DefaultIndexBlockInterval is Options.IndexBlockInterval's default.
 const DefaultIndexBlockInterval = 250 * time.Millisecond
+
+// DefaultSnapshotWarnAge is Options.SnapshotWarnAge's default.
+const DefaultSnapshotWarnAge = 10 * time.Minute
 
 // DefaultCacheBytes is Options.CacheBytes's default.
 const DefaultCacheBytes = 64 << 20
@@ -186,6 +194,9 @@ func (o Options) WithDefaults() Options {
 	}
 	if o.IndexBlockInterval == 0 {
 		o.IndexBlockInterval = DefaultIndexBlockInterval
+	}
+	if o.SnapshotWarnAge == 0 {
+		o.SnapshotWarnAge = DefaultSnapshotWarnAge
 	}
 	return o
 }
@@ -243,9 +254,15 @@ type Store struct {
 	// take records' lengths from the log, not from their decoded values.
 	compressedSeen atomic.Bool
 
-	// gcMu keeps the collector (writer) and scans (readers) apart, so a
-	// scan never sees a record at both its old and its new location.
-	gcMu sync.RWMutex
+	// collectMu makes one collection at a time (GC beside the background
+	// collector).
+	collectMu sync.Mutex
+
+	// obsolete are segments the collector freed while a snapshot pinned
+	// them, until their files are deleted; snaps are the snapshots holding
+	// pins (snapshot.go). Guarded by mu.
+	obsolete []*segment
+	snaps    map[*Snapshot]struct{}
 
 	// logBytes counts every byte appended since open (mirrors appended,
 	// readable without mu).
@@ -259,6 +276,7 @@ type Store struct {
 
 	stats struct {
 		gcRuns, gcBytesMoved, gcSegmentsFreed, syncs atomic.Int64
+		gcSegmentsDeferred                           atomic.Int64
 		recoveryBytes                                atomic.Int64
 	}
 }
@@ -271,7 +289,7 @@ func Open(dir string, opts Options) (*Store, error) {
 		return nil, err
 	}
 	opts = opts.WithDefaults()
-	s := &Store{dir: dir, fs: opts.FS, opts: opts, closing: make(chan struct{}), nextSeq: 1}
+	s := &Store{dir: dir, fs: opts.FS, opts: opts, closing: make(chan struct{}), nextSeq: 1, snaps: map[*Snapshot]struct{}{}}
 	s.compressedSeen.Store(opts.Compression == CompressionS2)
 	empty := []*segment{}
 	s.table.Store(&empty)
@@ -292,6 +310,9 @@ func Open(dir string, opts Options) (*Store, error) {
 	}
 	names, err := s.fs.List(dir)
 	if err != nil {
+		return nil, fmt.Errorf("open disk store %s: %w", dir, err)
+	}
+	if err := s.removeObsoleteFiles(names); err != nil {
 		return nil, fmt.Errorf("open disk store %s: %w", dir, err)
 	}
 	var seqs []uint64
@@ -1258,110 +1279,6 @@ func (s *Store) Free(loc uint64, r engines.Record) error {
 	return nil
 }
 
-// Scan calls fn for every put record (live or garbage) in log order,
-// stopping at fn's first error. Records appended during the scan are seen
-// (they land ahead of it); the collector waits until the scan ends, so a
-// record is never met at two locations.
-func (s *Store) Scan(fn func(loc uint64, r engines.Record) error) error {
-	s.gcMu.RLock()
-	defer s.gcMu.RUnlock()
-	return s.scanLocked(nil, fn)
-}
-
-// Snapshot is a fixed log position with the collector paused: every
-// record before it stays where it is until Close, so an owner can yield
-// the records that were live at that position (see ScanSnapshot). Safe for
-// concurrent use; Close is idempotent.
-type Snapshot struct {
-	s      *Store
-	at     logPos
-	closed atomic.Bool
-}
-
-// Snapshot pauses the collector (waiting for a running collection to end)
-// and returns the log position every later append lands after. Writes go
-// on; the collector resumes at Close.
-func (s *Store) Snapshot() *Snapshot {
-	s.gcMu.RLock()
-	return &Snapshot{s: s, at: s.logPosition()}
-}
-
-// Mark moves the snapshot's position to the log's current end (the owner
-// calls it once its writers are quiet, so the position matches its index).
-func (sn *Snapshot) Mark() { sn.at = sn.s.logPosition() }
-
-// Before reports whether the record at loc lies before the snapshot's
-// position (false for a location that names no live segment).
-func (sn *Snapshot) Before(loc uint64) bool {
-	p, ok := sn.s.posOf(loc)
-	return ok && (p.seq < sn.at.seq || p.seq == sn.at.seq && p.off < sn.at.off)
-}
-
-// Scan calls fn for every put record before the snapshot's position, in
-// log order (sequential reads), stopping at fn's first error.
-func (sn *Snapshot) Scan(fn func(loc uint64, r engines.Record) error) error {
-	if sn.closed.Load() {
-		return fmt.Errorf("scan snapshot: %w", engines.ErrClosed)
-	}
-	return sn.s.scanLocked(&sn.at, fn)
-}
-
-// Close resumes the collector.
-func (sn *Snapshot) Close() {
-	if sn.closed.CompareAndSwap(false, true) {
-		sn.s.gcMu.RUnlock()
-	}
-}
-
-// scanLocked is Scan up to position until (nil: the end, following a
-// growing head). Caller holds gcMu for reading.
-func (s *Store) scanLocked(until *logPos, fn func(loc uint64, r engines.Record) error) error {
-	var lastSeq uint64
-	for {
-		s.mu.Lock()
-		var g *segment
-		for _, x := range s.segs {
-			if x.seq > lastSeq {
-				g = x
-				break
-			}
-		}
-		s.mu.Unlock()
-		if g == nil || until != nil && g.seq > until.seq {
-			return nil
-		}
-		lastSeq = g.seq
-		r := &segReader{s: s, g: g, off: segmentHeaderLen}
-		for {
-			r.end = g.size.Load()
-			if until != nil && g.seq == until.seq {
-				r.end = min(r.end, until.off)
-			}
-			off, h, key, value, err := r.next()
-			if err == io.EOF {
-				// A head that grew meanwhile is read on; a sealed one is done.
-				if until == nil && g.size.Load() > r.end {
-					continue
-				}
-				break
-			}
-			if err != nil {
-				return fmt.Errorf("scan segment %d at offset %d: %w", g.seq, off, err)
-			}
-			if h.kind != kindPut {
-				continue
-			}
-			v, err := s.decodeValue(h, value)
-			if err != nil {
-				return fmt.Errorf("scan segment %d at offset %d: %w", g.seq, off, err)
-			}
-			if err := fn(g.loc(off), engines.Record{Key: key, Value: v, ExpiresAt: h.aux}); err != nil {
-				return err
-			}
-		}
-	}
-}
-
 // Stats is a snapshot of the store's counters.
 type Stats struct {
 	Segments     int
@@ -1386,6 +1303,21 @@ type Stats struct {
 	// MappedSegments is how many segments are read through a memory
 	// mapping (sealed, fully written, on a file system that maps).
 	MappedSegments int
+	// Snapshots is how many snapshots hold pins; OldestSnapshotMs the age
+	// of the oldest (by Options.Now), 0 without one.
+	Snapshots        int
+	OldestSnapshotMs int64
+	// PinnedSegments are the live segments some snapshot pins (they may
+	// still be collected). ObsoleteSegments and ObsoleteBytes are the
+	// segments the collector freed while pinned, whose files wait for
+	// their last pin: disk space outside LogBytes (and SpaceAmp), the
+	// price of open snapshots.
+	PinnedSegments   int
+	ObsoleteSegments int
+	ObsoleteBytes    int64
+	// GCSegmentsDeferred counts the segments collected while pinned (their
+	// files deleted later); GCSegmentsFreed includes them.
+	GCSegmentsDeferred int64
 }
 
 // Stats returns the store's counters.
@@ -1399,8 +1331,20 @@ func (s *Store) Stats() Stats {
 		if g.mapped.Load() != nil {
 			st.MappedSegments++
 		}
+		if g.pins > 0 {
+			st.PinnedSegments++
+		}
+	}
+	for _, g := range s.obsolete {
+		st.ObsoleteSegments++
+		st.ObsoleteBytes += g.size.Load()
+	}
+	st.Snapshots = len(s.snaps)
+	for sn := range s.snaps {
+		st.OldestSnapshotMs = max(st.OldestSnapshotMs, now-sn.taken)
 	}
 	s.mu.Unlock()
+	st.GCSegmentsDeferred = s.stats.gcSegmentsDeferred.Load()
 	st.GarbageBytes = st.LogBytes - st.LiveBytes
 	if st.LiveBytes > 0 {
 		st.SpaceAmp = float64(st.LogBytes) / float64(st.LiveBytes)
@@ -1431,6 +1375,26 @@ func (s *Store) Close() error {
 	s.mu.Unlock()
 	if !failed {
 		if err := s.Sync(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	// Open snapshots end with the store: their pins go, and the segments
+	// collected under them are deleted (a Scan still running returns
+	// engines.ErrClosed).
+	s.mu.Lock()
+	snaps := make([]*Snapshot, 0, len(s.snaps))
+	for sn := range s.snaps {
+		snaps = append(snaps, sn)
+	}
+	obsolete := append([]*segment(nil), s.obsolete...)
+	s.mu.Unlock()
+	for _, sn := range snaps {
+		if err := sn.Close(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	for _, g := range obsolete {
+		if err := s.dropSegment(g); err != nil {
 			errs = append(errs, err)
 		}
 	}

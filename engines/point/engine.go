@@ -310,12 +310,23 @@ func (e *Engine) dropExpired(h uint64, key []byte) {
 	_ = e.unlinkLocked(h, loc, rec) // cannot fail under the stripe lock
 }
 
-// Scan calls fn for every live record. It reads the store in location
-// order and passes a record on only if the index still points at it, so a
+// Scan calls fn for every live record. With the disk store it scans a
+// Snapshot: exactly the records live when it started, each once, in log
+// order, with no engine lock held while fn runs and the collector running
+// beside it. With the memory store it reads the store in location order
+// and passes a record on only if the index still points at it, so a
 // replaced version still awaiting its free is not reported.
 func (e *Engine) Scan(fn func(engines.Record) error) error {
 	if e.closed.Load() {
 		return engines.ErrClosed
+	}
+	if e.disk != nil {
+		sn, err := e.Snapshot()
+		if err != nil {
+			return err
+		}
+		defer sn.Close()
+		return sn.Scan(fn)
 	}
 	return e.store.Scan(func(loc uint64, r engines.Record) error {
 		if e.expired(r) {
