@@ -2393,6 +2393,12 @@ type ReplicaStatus struct {
 	// the total.
 	CopiedBytes    uint64 `protobuf:"varint,19,opt,name=copied_bytes,json=copiedBytes,proto3" json:"copied_bytes,omitempty"`
 	CopyTotalBytes uint64 `protobuf:"varint,20,opt,name=copy_total_bytes,json=copyTotalBytes,proto3" json:"copy_total_bytes,omitempty"`
+	// Replicated tables: the applied LSN the engine has made durable (0: not
+	// durable, or not known yet), and the commit-log extent holding the
+	// record after it, which a restart reads first (0: not known). The
+	// master deletes the log's extents before the earliest of its replicas'.
+	FlushedLsn     uint64 `protobuf:"varint,21,opt,name=flushed_lsn,json=flushedLsn,proto3" json:"flushed_lsn,omitempty"`
+	KeepFromExtent uint64 `protobuf:"varint,22,opt,name=keep_from_extent,json=keepFromExtent,proto3" json:"keep_from_extent,omitempty"`
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
 }
@@ -2563,6 +2569,20 @@ func (x *ReplicaStatus) GetCopiedBytes() uint64 {
 func (x *ReplicaStatus) GetCopyTotalBytes() uint64 {
 	if x != nil {
 		return x.CopyTotalBytes
+	}
+	return 0
+}
+
+func (x *ReplicaStatus) GetFlushedLsn() uint64 {
+	if x != nil {
+		return x.FlushedLsn
+	}
+	return 0
+}
+
+func (x *ReplicaStatus) GetKeepFromExtent() uint64 {
+	if x != nil {
+		return x.KeepFromExtent
 	}
 	return 0
 }
@@ -6442,7 +6462,7 @@ const file_tabula_proto_rawDesc = "" +
 	"\x05alive\x18\x04 \x01(\bR\x05alive\x12\x1a\n" +
 	"\breplicas\x18\x05 \x01(\rR\breplicas\x123\n" +
 	"\x16last_heartbeat_unix_ms\x18\x06 \x01(\x03R\x13lastHeartbeatUnixMs\x12\x1a\n" +
-	"\bdraining\x18\a \x01(\bR\bdraining\"\xa0\x05\n" +
+	"\bdraining\x18\a \x01(\bR\bdraining\"\xeb\x05\n" +
 	"\rReplicaStatus\x12!\n" +
 	"\fpartition_id\x18\x01 \x01(\x04R\vpartitionId\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12*\n" +
@@ -6470,7 +6490,10 @@ const file_tabula_proto_rawDesc = "" +
 	"commit_lsn\x18\x11 \x01(\x04R\tcommitLsn\x12-\n" +
 	"\x05state\x18\x12 \x01(\x0e2\x17.tabula.v1.ReplicaStateR\x05state\x12!\n" +
 	"\fcopied_bytes\x18\x13 \x01(\x04R\vcopiedBytes\x12(\n" +
-	"\x10copy_total_bytes\x18\x14 \x01(\x04R\x0ecopyTotalBytes\"h\n" +
+	"\x10copy_total_bytes\x18\x14 \x01(\x04R\x0ecopyTotalBytes\x12\x1f\n" +
+	"\vflushed_lsn\x18\x15 \x01(\x04R\n" +
+	"flushedLsn\x12(\n" +
+	"\x10keep_from_extent\x18\x16 \x01(\x04R\x0ekeepFromExtent\"h\n" +
 	"\n" +
 	"BulkLoaded\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\x04R\aversion\x12\x12\n" +

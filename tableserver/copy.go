@@ -202,6 +202,7 @@ func (l *logReplica) copyIn(want roleWant) error {
 	}
 	l.needCopy = false
 	l.tailExtent, l.tailOff = 0, 0
+	l.starts, l.flushed = nil, 0
 	l.log.Info("copied a snapshot; applying the log from its LSN", "from", want.source, "lsn", lsn,
 		"records", got, "bytes", bytes, "took", time.Since(start).Round(time.Millisecond))
 	return nil

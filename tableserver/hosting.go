@@ -230,14 +230,17 @@ func (h *hosting) status(serverID string) []*api.ReplicaStatus {
 	for pid, r := range h.replicas {
 		st := r.engine.Stats()
 		role := api.ReplicaRole_REPLICA_ROLE_PRIMARY
-		var applied, commit, copied, total uint64
+		var applied, commit, copied, total, flushed, keep uint64
 		var state api.ReplicaState
 		if r.log != nil {
 			role = roleOf(r.part, serverID)
 			applied, commit = r.log.positions()
 			state, copied, total = r.log.progress()
+			flushed, keep = r.log.truncation()
 		}
 		out = append(out, &api.ReplicaStatus{
+			FlushedLsn:     flushed,
+			KeepFromExtent: keep,
 			State:          state,
 			CopiedBytes:    copied,
 			CopyTotalBytes: total,

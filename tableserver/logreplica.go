@@ -73,6 +73,12 @@ type logReplica struct {
 	// synced: as a secondary, the tailer reached the commit point of the
 	// open extent since it last became one.
 	synced bool
+	// durable: the engine keeps files (truncate.go); flushed is the
+	// applied LSN its last Sync covered, starts the first LSN of the log
+	// extents read or appended since the replica started.
+	durable bool
+	flushed uint64
+	starts  []extentStart
 }
 
 // roleWant is what the map says this replica is.
@@ -136,6 +142,7 @@ func newLogReplica(s *Server, t *api.Table, pid uint64, streamName string, e eng
 	l := &logReplica{
 		s: s, pid: pid, tenant: t.GetTenant(), table: t.GetName(), stream: streamName, engine: e, writer: w,
 		needCopy: applied == 0,
+		durable:  durable(t),
 		log:      s.log.With("partition", pid),
 		kick:     make(chan struct{}, 1),
 		tick:     make(chan struct{}, 1),
@@ -565,6 +572,9 @@ func (l *logReplica) appendRecords(extent uint64, recs []partition.Record) {
 				go l.reseal(epoch, extent, err)
 			}
 			return
+		}
+		if len(resp.GetEntries()) > 0 && resp.GetEntries()[0].GetOffset() == 0 {
+			_ = l.noteExtentLocked(extent, recs[0].LSN) // a primary appends after all it applied
 		}
 		for i, en := range resp.GetEntries() {
 			end := en.GetOffset()

@@ -31,6 +31,18 @@ func (l *logReplica) tailLoop() {
 		case <-t.C:
 		}
 		err := l.tailOnce()
+		if errors.Is(err, errLogTruncated) {
+			l.mu.Lock()
+			secondary := l.want.role == partition.RoleSecondary
+			if secondary {
+				l.needCopy, l.starts = true, nil
+			}
+			l.mu.Unlock()
+			if secondary {
+				l.log.Warn("the log no longer holds what this replica needs; copying a snapshot", "err", err)
+				continue
+			}
+		}
 		if err == nil || l.ctx.Err() != nil {
 			lastErr = ""
 			continue
@@ -236,6 +248,9 @@ func (l *logReplica) readLocal(local *stream.Extent, id uint64, from, to int64) 
 	if err != nil {
 		return err
 	}
+	if err := l.noteRead(id, from, recs); err != nil {
+		return err
+	}
 	return l.observe(recs)
 }
 
@@ -243,10 +258,17 @@ func (l *logReplica) readLocal(local *stream.Extent, id uint64, from, to int64) 
 // local replica when this server holds it, else from another replica.
 func (l *logReplica) readExtent(ctx context.Context, e stream.ExtentPlacement, from, to int64) error {
 	var recs []partition.Record
+	first := true
 	collect := func(en stream.Entry) error {
 		rec, err := partition.DecodeRecord(en.Payload())
 		if err != nil {
 			return fmt.Errorf("extent %d offset %d: %w", e.ID, en.Offset, err)
+		}
+		if first {
+			first = false
+			if err := l.noteRead(e.ID, from, []partition.Record{rec}); err != nil {
+				return err
+			}
 		}
 		recs = append(recs, rec)
 		if len(recs) >= 256 {

@@ -51,6 +51,10 @@ type Options struct {
 	// requests keep their latency. Default DefaultRepairBandwidth;
 	// negative: unlimited.
 	RepairBandwidth int64
+	// LogFlushInterval is how often the server makes its replicated
+	// partitions' engines durable and reports the LSN they reached, which
+	// bounds how much commit log the master keeps. Default 5s.
+	LogFlushInterval time.Duration
 	// Logger receives the server's events. Default slog.Default().
 	Logger *slog.Logger
 	// OnMapApplied, when set, is called (on the map-watch goroutine) after
@@ -81,6 +85,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.MaxInFlight == 0 {
 		o.MaxInFlight = 4096
+	}
+	if o.LogFlushInterval <= 0 {
+		o.LogFlushInterval = 5 * time.Second
 	}
 	if o.RepairBandwidth == 0 {
 		o.RepairBandwidth = DefaultRepairBandwidth

@@ -211,11 +211,12 @@ func (s *Server) run() {
 		return
 	}
 	close(s.registered)
-	s.wg.Add(1)
+	s.wg.Add(2)
 	go func() {
 		defer s.wg.Done()
 		s.watchLoop()
 	}()
+	go s.flushLoop()
 	s.heartbeatLoop()
 }
 
