@@ -9,6 +9,7 @@ import (
 
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
+	"go.etcd.io/raft/v3/tracker"
 )
 
 // StateMachine is the replicated state a Node drives. Its methods are
@@ -302,8 +303,9 @@ func (c *core) retryReads() {
 	}
 }
 
-// learnerCaughtUp checks that id is a learner whose log lags ours by at
-// most promoteMaxLag entries (only the leader tracks followers).
+// learnerCaughtUp checks that id is a learner that replicates our log
+// (it is past probing and snapshots) and lags it by at most promoteMaxLag
+// entries. Only the leader tracks followers.
 func (c *core) learnerCaughtUp(id uint64) error {
 	if !c.leading {
 		return c.notLeader()
@@ -318,7 +320,7 @@ func (c *core) learnerCaughtUp(id uint64) error {
 	st := c.rn.Status()
 	pr, ok := st.Progress[id]
 	last, _ := c.storage.LastIndex()
-	if !ok || pr.Match+c.cfg.promoteMaxLag < last {
+	if !ok || pr.State != tracker.StateReplicate || pr.Match+c.cfg.promoteMaxLag < last {
 		var match uint64
 		if ok {
 			match = pr.Match
