@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"runtime/debug"
 	"slices"
 	"sort"
 	"strings"
@@ -19,7 +20,7 @@ import (
 )
 
 var (
-	simScenarios = flag.Int("sim.scenarios", 120, "scenarios per group size in TestSimulation")
+	simScenarios = flag.Int("sim.scenarios", 0, "scenarios per group size in TestSimulation (default 120; 15 with -race or -short)")
 	simSeed      = flag.Uint64("sim.seed", 0, "run only the scenario with this seed")
 	simVerbose   = flag.Bool("sim.v", false, "print every scenario's trace")
 )
@@ -426,6 +427,11 @@ func (s *sim) step(i int, faults bool) {
 // run plays the fault phase, then heals everything and waits for every
 // member to converge, and checks the outcome.
 func (s *sim) run(steps int) {
+	defer func() {
+		if r := recover(); r != nil {
+			s.failf("panic: %v\n%s", r, debug.Stack())
+		}
+	}()
 	s.net.SetFaults(NetworkFaults{DropRate: 0.02, MaxDelay: 5 * time.Millisecond})
 	for i := 0; i < steps && !s.failed; i++ {
 		s.step(i, true)
@@ -502,11 +508,18 @@ func (s *sim) check() {
 }
 
 func TestSimulation(t *testing.T) {
+	scenarios := *simScenarios
+	if scenarios == 0 {
+		scenarios = 120
+		if raceEnabled || testing.Short() {
+			scenarios = 15
+		}
+	}
 	for _, members := range []int{3, 5} {
 		t.Run(fmt.Sprintf("members=%d", members), func(t *testing.T) {
 			var acked, proposed, reads int
 			var st simStats
-			for k := range *simScenarios {
+			for k := range scenarios {
 				seed := uint64(members)*1_000_000 + uint64(k)
 				if *simSeed != 0 {
 					if *simSeed/1_000_000 != uint64(members) {
