@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sort"
 
 	"go.etcd.io/raft/v3"
@@ -168,23 +169,23 @@ func (c *core) restore(snap raftpb.Snapshot) error {
 	if err := c.sm.Restore(data); err != nil {
 		return fmt.Errorf("raftnode: restore state machine at %d: %w", snap.Metadata.Index, err)
 	}
-	for id := range c.members {
+	for _, id := range sortedKeys(c.members) {
 		if _, ok := members[id]; !ok && id != c.cfg.id {
 			c.cfg.removePeer(id)
 		}
 	}
 	c.members = members
-	for id, addr := range members {
+	for _, id := range sortedKeys(members) {
 		if id != c.cfg.id {
-			c.cfg.setPeer(id, addr)
+			c.cfg.setPeer(id, members[id])
 		}
 	}
 	c.confState = snap.Metadata.ConfState
 	c.membersChanged = true
 	c.applied = snap.Metadata.Index
 	c.snapIndex = max(c.snapIndex, snap.Metadata.Index)
-	for i, p := range c.byIndex {
-		if i <= c.applied {
+	for _, i := range sortedKeys(c.byIndex) {
+		if p := c.byIndex[i]; i <= c.applied {
 			delete(c.byIndex, i)
 			p.finish(i, nil, fmt.Errorf("%w: a snapshot from the leader replaced entry %d", ErrOutcomeUnknown, i))
 		}
@@ -298,8 +299,8 @@ func (c *core) retryReads() {
 	if c.lead == 0 {
 		return
 	}
-	for _, r := range c.reads {
-		c.requestRead(r)
+	for _, tag := range sortedKeys(c.reads) {
+		c.requestRead(c.reads[tag])
 	}
 }
 
@@ -346,14 +347,14 @@ func (c *core) handleReady() error {
 
 func (c *core) fail(err error) {
 	c.err = fmt.Errorf("%w: %w", ErrStopped, err)
-	for _, p := range c.unindexed {
-		p.finish(0, nil, c.err)
+	for _, tag := range sortedKeys(c.unindexed) {
+		c.unindexed[tag].finish(0, nil, c.err)
 	}
-	for _, p := range c.byIndex {
-		p.finish(0, nil, c.err)
+	for _, i := range sortedKeys(c.byIndex) {
+		c.byIndex[i].finish(0, nil, c.err)
 	}
-	for _, r := range c.reads {
-		r.done(0, nil, c.err)
+	for _, tag := range sortedKeys(c.reads) {
+		c.reads[tag].done(0, nil, c.err)
 	}
 	for _, r := range c.readyReads {
 		r.done(0, nil, c.err)
@@ -412,7 +413,8 @@ func (c *core) indexProposals(ents []raftpb.Entry) {
 			c.byIndex[ents[i].Index] = p
 		}
 	}
-	for tag, p := range c.unindexed {
+	for _, tag := range sortedKeys(c.unindexed) {
+		p := c.unindexed[tag]
 		delete(c.unindexed, tag)
 		p.finish(0, nil, fmt.Errorf("%w: raft did not append it", ErrProposalDropped))
 	}
@@ -568,4 +570,15 @@ func (c *core) snapshotWritten(snap raftpb.Snapshot, err error) error {
 	}
 	c.snapIndex = max(c.snapIndex, snap.Metadata.Index)
 	return nil
+}
+
+// sortedKeys returns m's keys in order: the core visits maps in a fixed
+// order so that a simulation replays exactly from its seed.
+func sortedKeys[V any](m map[uint64]V) []uint64 {
+	keys := make([]uint64, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
 }

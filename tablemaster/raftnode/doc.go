@@ -89,11 +89,10 @@
 // fsynced, before the log names it; a snapshot file the log does not name
 // is an orphan of a crash and is removed at open.
 //
-// A torn final record of the newest generation (a crash during an append;
-// never acknowledged, since messages go out after the fsync) is dropped at
-// open. Any other damage — a bad header, a bad record followed by intact
-// ones, a torn record in an older generation, a missing or damaged
-// snapshot the log names — fails Start with an error that errors.Is
+// A torn final record (a crash during an append; never acknowledged,
+// since messages go out after the fsync) is dropped at open. Any other
+// damage — a bad header, a bad record followed by intact ones, a missing
+// or damaged snapshot the log names — fails Start with an error that errors.Is
 // ErrCorrupt; an unknown version gives ErrUnsupportedVersion.
 //
 // # Example

@@ -2,7 +2,9 @@ package raftnode
 
 import (
 	"context"
+	crand "crypto/rand"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -11,6 +13,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -22,6 +25,7 @@ import (
 var (
 	simScenarios = flag.Int("sim.scenarios", 0, "scenarios per group size in TestSimulation (default 120; 15 with -race or -short)")
 	simSeed      = flag.Uint64("sim.seed", 0, "run only the scenario with this seed")
+	simFirst     = flag.Int("sim.first", 0, "number of the first scenario (seeds are members×10⁶ + number)")
 	simVerbose   = flag.Bool("sim.v", false, "print every scenario's trace")
 )
 
@@ -91,10 +95,11 @@ type sim struct {
 	proposed int
 	reads    int
 	stats    simStats
+	faults   bool // in the fault phase
 }
 
 type simStats struct {
-	crashes, snapshotsTaken, snapshotsReceived, confChanges, transfers int
+	crashes, diskFaults, snapshotsTaken, snapshotsReceived, confChanges, transfers int
 }
 
 func (s *sim) failf(format string, args ...any) {
@@ -114,6 +119,33 @@ func (s *sim) noteApplied(id, index uint64, data string) {
 		s.failf("member %d applied %q at %d, another member applied %q", id, data, index, prev)
 	}
 	s.applied[index] = data
+}
+
+// seededReader stands in for crypto/rand.Reader during a scenario: etcd
+// raft draws its randomised election timeouts from it, and the simulation
+// must replay exactly from its seed.
+type seededReader struct {
+	mu  sync.Mutex
+	rng *rand.Rand
+}
+
+func (r *seededReader) Read(p []byte) (int, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for i := range p {
+		p[i] = byte(r.rng.Uint32())
+	}
+	return len(p), nil
+}
+
+// withSeededCryptoRand runs f with crypto/rand.Reader drawing from seed.
+// Tests of this package do not run in parallel, so nothing else reads it
+// meanwhile.
+func withSeededCryptoRand(seed uint64, f func()) {
+	saved := crand.Reader
+	crand.Reader = &seededReader{rng: rand.New(rand.NewPCG(seed, 11))}
+	defer func() { crand.Reader = saved }()
+	f()
 }
 
 func newSim(t testing.TB, seed uint64, members int) *sim {
@@ -208,13 +240,26 @@ func (s *sim) ready(n *simNode) {
 		return
 	}
 	if err := n.c.handleReady(); err != nil {
-		s.failf("member %d: %v", n.id, err)
+		s.storageFailed(n, err)
+		return
 	}
 	if n.c.removed {
 		s.logf("member %d: removed; stops", n.id)
 		s.stop(n)
 		n.removed = true
 	}
+}
+
+// storageFailed handles a core's storage error: an injected disk fault
+// kills the member (a crash follows); anything else is a failure.
+func (s *sim) storageFailed(n *simNode, err error) {
+	if !errors.Is(err, vfs.ErrInjected) {
+		s.failf("member %d: %v", n.id, err)
+		return
+	}
+	s.logf("member %d: disk fault: %v", n.id, err)
+	s.stats.diskFaults++
+	s.crash(n)
 }
 
 func (s *sim) stop(n *simNode) {
@@ -309,8 +354,14 @@ func (s *sim) runSnapshots(n *simNode) {
 		n.snaps = n.snaps[1:]
 		err := n.c.storage.WriteSnapshotFile(snap)
 		s.stats.snapshotsTaken++
+		if s.faults && s.rng.IntN(10) == 0 {
+			s.logf("member %d: crash after writing snapshot %d", n.id, snap.Metadata.Index)
+			s.crash(n)
+			return
+		}
 		if err := n.c.snapshotWritten(snap, err); err != nil {
-			s.failf("member %d: snapshot: %v", n.id, err)
+			s.storageFailed(n, err)
+			return
 		}
 		s.ready(n)
 	}
@@ -358,6 +409,7 @@ func (s *sim) changeMembership(l *simNode) {
 // step advances virtual time by one millisecond: ticks every 10 ms,
 // deliveries, and, in the fault phase, one random event.
 func (s *sim) step(i int, faults bool) {
+	s.faults = faults
 	if i%10 == 0 {
 		for _, n := range s.up() {
 			n.c.tick()
@@ -416,7 +468,14 @@ func (s *sim) step(i int, faults bool) {
 		if l := s.leader(); l != nil {
 			s.changeMembership(l)
 		}
-	case r < 15:
+	case r < 17:
+		if up := s.up(); len(up) > 0 {
+			n := up[s.rng.IntN(len(up))]
+			k := s.rng.IntN(40)
+			s.logf("member %d: disk fails after %d more writes", n.id, k)
+			n.fs.InjectAfter(k, vfs.OpCreate|vfs.OpWrite|vfs.OpSync|vfs.OpSyncDir|vfs.OpRename, nil)
+		}
+	case r < 18:
 		drop := s.rng.Float64() * 0.2
 		maxDelay := time.Duration(1+s.rng.IntN(30)) * time.Millisecond
 		s.net.SetFaults(NetworkFaults{DropRate: drop, MaxDelay: maxDelay})
@@ -439,7 +498,9 @@ func (s *sim) run(steps int) {
 	s.net.Heal()
 	s.net.SetFaults(NetworkFaults{MaxDelay: 2 * time.Millisecond})
 	for _, id := range s.ids() {
-		if n := s.nodes[id]; n.c == nil && !n.removed {
+		n := s.nodes[id]
+		n.fs.ClearFaults()
+		if n.c == nil && !n.removed {
 			s.start(n, nil)
 		}
 	}
@@ -520,19 +581,23 @@ func TestSimulation(t *testing.T) {
 			var acked, proposed, reads int
 			var st simStats
 			for k := range scenarios {
-				seed := uint64(members)*1_000_000 + uint64(k)
+				seed := uint64(members)*1_000_000 + uint64(*simFirst+k)
 				if *simSeed != 0 {
 					if *simSeed/1_000_000 != uint64(members) {
 						return
 					}
 					seed = *simSeed
 				}
-				s := newSim(t, seed, members)
-				s.run(3000)
+				var s *sim
+				withSeededCryptoRand(seed, func() {
+					s = newSim(t, seed, members)
+					s.run(3000)
+				})
 				acked += len(s.acked)
 				proposed += s.proposed
 				reads += s.reads
 				st.crashes += s.stats.crashes
+				st.diskFaults += s.stats.diskFaults
 				st.snapshotsTaken += s.stats.snapshotsTaken
 				st.snapshotsReceived += s.stats.snapshotsReceived
 				st.confChanges += s.stats.confChanges

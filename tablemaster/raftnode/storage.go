@@ -80,8 +80,8 @@ func OpenStorage(fs vfs.FS, dir string, logger *slog.Logger) (*Storage, error) {
 		}
 	}
 	rp := replay{}
-	for i, gen := range gens {
-		if err := s.replayFile(&rp, gen, i == len(gens)-1); err != nil {
+	for _, gen := range gens {
+		if err := s.replayFile(&rp, gen); err != nil {
 			return nil, err
 		}
 	}
@@ -150,7 +150,7 @@ type replay struct {
 
 func (rp *replay) lastIndex() uint64 { return rp.base.index + uint64(len(rp.ents)) }
 
-func (s *Storage) replayFile(rp *replay, gen uint64, last bool) error {
+func (s *Storage) replayFile(rp *replay, gen uint64) error {
 	name := path.Join(s.dir, walName(gen))
 	data, err := readFile(s.fs, name)
 	if err != nil {
@@ -164,10 +164,11 @@ func (s *Storage) replayFile(rp *replay, gen uint64, last bool) error {
 	if err != nil {
 		return fmt.Errorf("raftnode: %s: %w", name, err)
 	}
+	// Any generation may end torn: a Save without sync (raft allows it for
+	// commit-only changes) leaves an unsynced tail, and a rewrite that
+	// follows copies the whole log into the next generation from memory
+	// without syncing the old one, whose name a crash may keep.
 	if torn {
-		if !last {
-			return fmt.Errorf("%w: %s: torn record in a log file that is not the newest", ErrCorrupt, name)
-		}
 		s.logger.Warn("raftnode: dropped the torn tail of the log (a crash during an append; it was never acknowledged)", "file", name)
 	}
 	for i, r := range recs {
@@ -497,29 +498,33 @@ func (s *Storage) rewrite(base snapMark) error {
 	}
 	old := s.f
 	s.f, s.gen = f, gen
-	var errs []error
+	// The new generation is durable; what follows only tidies up. A file
+	// left behind replays to the same state (or is an orphan snapshot,
+	// removed at the next open), so failures here are logged, not fatal.
 	if old != nil {
-		errs = append(errs, old.Close())
+		if err := old.Close(); err != nil {
+			s.logger.Warn("raftnode: close previous log", "err", err)
+		}
 	}
 	names, err := s.fs.List(s.dir)
 	if err != nil {
-		return errors.Join(append(errs, fmt.Errorf("raftnode: list %s: %w", s.dir, err))...)
+		s.logger.Warn("raftnode: list log directory", "dir", s.dir, "err", err)
+		return nil
 	}
 	for _, n := range names {
 		var x uint64
+		// Snapshot files newer than the base are orphans of a crash, or
+		// one being written by the snapshot writer; both are left alone.
 		if (scanName(n, "wal-%016x.log", &x) && x < gen) || (scanName(n, "snap-%016x.snap", &x) && x < base.index) {
 			if err := s.fs.Remove(path.Join(s.dir, n)); err != nil {
-				errs = append(errs, fmt.Errorf("raftnode: remove %s: %w", n, err))
+				s.logger.Warn("raftnode: remove old file", "file", n, "err", err)
 			}
 		}
 	}
-	// Snapshot files newer than the base are orphans of a crash before
-	// their Compact; one being written concurrently is not listed yet (it
-	// is renamed into place last), or is about to be named by a Compact.
 	if err := s.fs.SyncDir(s.dir); err != nil {
-		errs = append(errs, fmt.Errorf("raftnode: sync %s: %w", s.dir, err))
+		s.logger.Warn("raftnode: sync log directory", "dir", s.dir, "err", err)
 	}
-	return errors.Join(errs...)
+	return nil
 }
 
 // Close closes the log file. Idempotent.
