@@ -21,6 +21,8 @@ type grpcMember struct {
 	node *Node
 	sm   *sumSM
 	done chan struct{}
+	// leads receives the terms at which this member became leader.
+	leads chan uint64
 }
 
 func (m *grpcMember) start(t *testing.T, peers map[uint64]string) {
@@ -42,9 +44,15 @@ func (m *grpcMember) start(t *testing.T, peers map[uint64]string) {
 	if peers != nil {
 		peers[m.id] = m.addr
 	}
+	m.leads = make(chan uint64, 16)
 	m.node, err = Start(Options{
 		ID: m.id, Dir: m.dir, FS: vfs.Default, StateMachine: m.sm, Transport: m.tr, Peers: peers,
 		SnapshotEvery: 20, KeepEntries: 5,
+		OnLeaderChange: func(lc LeaderChange) {
+			if lc.IsLeader {
+				m.leads <- lc.Term
+			}
+		},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -124,6 +132,10 @@ func TestGRPCCluster(t *testing.T) {
 		}
 	}
 
+	oldTerm := old.node.Status().Term
+	if got := <-old.leads; got != oldTerm {
+		t.Fatalf("leader notified of term %d, leads at %d", got, oldTerm)
+	}
 	old.stop()
 	killed := time.Now()
 	waitFor(t, 5*time.Second, "a new leader", func() bool { return leader() != nil })
@@ -131,6 +143,14 @@ func TestGRPCCluster(t *testing.T) {
 	t.Logf("new leader %d after %v", leader().id, failover)
 	if failover > 3*time.Second {
 		t.Errorf("failover took %v, want about 2 s at most", failover)
+	}
+	select {
+	case term := <-leader().leads:
+		if term <= oldTerm {
+			t.Fatalf("new leader notified of term %d, not past %d", term, oldTerm)
+		}
+	default:
+		t.Fatal("new leader was not notified")
 	}
 	propose(60) // past several snapshots: the log the old leader needs is gone
 
