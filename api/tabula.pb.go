@@ -479,7 +479,7 @@ func (x Mutation_Op) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Mutation_Op.Descriptor instead.
 func (Mutation_Op) EnumDescriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{70, 0}
+	return file_tabula_proto_rawDescGZIP(), []int{79, 0}
 }
 
 // TableOptions are fixed at CreateTable. Zero values take the defaults the
@@ -2676,8 +2676,11 @@ type ErrorDetail struct {
 	MapVersion uint64 `protobuf:"varint,8,opt,name=map_version,json=mapVersion,proto3" json:"map_version,omitempty"`
 	// VERSION_GONE: the bulk version the server serves now.
 	CurrentVersion uint64 `protobuf:"varint,9,opt,name=current_version,json=currentVersion,proto3" json:"current_version,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// UNAVAILABLE not_leader: the address of the master that leads, when
+	// this member knows it.
+	Leader        string `protobuf:"bytes,10,opt,name=leader,proto3" json:"leader,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ErrorDetail) Reset() {
@@ -2773,6 +2776,453 @@ func (x *ErrorDetail) GetCurrentVersion() uint64 {
 	return 0
 }
 
+func (x *ErrorDetail) GetLeader() string {
+	if x != nil {
+		return x.Leader
+	}
+	return ""
+}
+
+type MasterMember struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	Addr          string                 `protobuf:"bytes,2,opt,name=addr,proto3" json:"addr,omitempty"`
+	Learner       bool                   `protobuf:"varint,3,opt,name=learner,proto3" json:"learner,omitempty"`
+	Leader        bool                   `protobuf:"varint,4,opt,name=leader,proto3" json:"leader,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MasterMember) Reset() {
+	*x = MasterMember{}
+	mi := &file_tabula_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MasterMember) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MasterMember) ProtoMessage() {}
+
+func (x *MasterMember) ProtoReflect() protoreflect.Message {
+	mi := &file_tabula_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MasterMember.ProtoReflect.Descriptor instead.
+func (*MasterMember) Descriptor() ([]byte, []int) {
+	return file_tabula_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *MasterMember) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *MasterMember) GetAddr() string {
+	if x != nil {
+		return x.Addr
+	}
+	return ""
+}
+
+func (x *MasterMember) GetLearner() bool {
+	if x != nil {
+		return x.Learner
+	}
+	return false
+}
+
+func (x *MasterMember) GetLeader() bool {
+	if x != nil {
+		return x.Leader
+	}
+	return false
+}
+
+type MasterMembersRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MasterMembersRequest) Reset() {
+	*x = MasterMembersRequest{}
+	mi := &file_tabula_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MasterMembersRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MasterMembersRequest) ProtoMessage() {}
+
+func (x *MasterMembersRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tabula_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MasterMembersRequest.ProtoReflect.Descriptor instead.
+func (*MasterMembersRequest) Descriptor() ([]byte, []int) {
+	return file_tabula_proto_rawDescGZIP(), []int{29}
+}
+
+type MasterMembersResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// replicated: false for a single master without raft (members is it).
+	Replicated bool            `protobuf:"varint,1,opt,name=replicated,proto3" json:"replicated,omitempty"`
+	Members    []*MasterMember `protobuf:"bytes,2,rep,name=members,proto3" json:"members,omitempty"`
+	Term       uint64          `protobuf:"varint,3,opt,name=term,proto3" json:"term,omitempty"`
+	// The member that answered, and its applied raft index.
+	Self          uint64 `protobuf:"varint,4,opt,name=self,proto3" json:"self,omitempty"`
+	Applied       uint64 `protobuf:"varint,5,opt,name=applied,proto3" json:"applied,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MasterMembersResponse) Reset() {
+	*x = MasterMembersResponse{}
+	mi := &file_tabula_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MasterMembersResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MasterMembersResponse) ProtoMessage() {}
+
+func (x *MasterMembersResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tabula_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MasterMembersResponse.ProtoReflect.Descriptor instead.
+func (*MasterMembersResponse) Descriptor() ([]byte, []int) {
+	return file_tabula_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *MasterMembersResponse) GetReplicated() bool {
+	if x != nil {
+		return x.Replicated
+	}
+	return false
+}
+
+func (x *MasterMembersResponse) GetMembers() []*MasterMember {
+	if x != nil {
+		return x.Members
+	}
+	return nil
+}
+
+func (x *MasterMembersResponse) GetTerm() uint64 {
+	if x != nil {
+		return x.Term
+	}
+	return 0
+}
+
+func (x *MasterMembersResponse) GetSelf() uint64 {
+	if x != nil {
+		return x.Self
+	}
+	return 0
+}
+
+func (x *MasterMembersResponse) GetApplied() uint64 {
+	if x != nil {
+		return x.Applied
+	}
+	return 0
+}
+
+type AddMasterRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	Addr  string                 `protobuf:"bytes,2,opt,name=addr,proto3" json:"addr,omitempty"`
+	// promote: once the learner has caught up, make it a voter (waits, up
+	// to the call's deadline).
+	Promote       bool `protobuf:"varint,3,opt,name=promote,proto3" json:"promote,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AddMasterRequest) Reset() {
+	*x = AddMasterRequest{}
+	mi := &file_tabula_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AddMasterRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AddMasterRequest) ProtoMessage() {}
+
+func (x *AddMasterRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tabula_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AddMasterRequest.ProtoReflect.Descriptor instead.
+func (*AddMasterRequest) Descriptor() ([]byte, []int) {
+	return file_tabula_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *AddMasterRequest) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *AddMasterRequest) GetAddr() string {
+	if x != nil {
+		return x.Addr
+	}
+	return ""
+}
+
+func (x *AddMasterRequest) GetPromote() bool {
+	if x != nil {
+		return x.Promote
+	}
+	return false
+}
+
+type AddMasterResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AddMasterResponse) Reset() {
+	*x = AddMasterResponse{}
+	mi := &file_tabula_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AddMasterResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AddMasterResponse) ProtoMessage() {}
+
+func (x *AddMasterResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tabula_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AddMasterResponse.ProtoReflect.Descriptor instead.
+func (*AddMasterResponse) Descriptor() ([]byte, []int) {
+	return file_tabula_proto_rawDescGZIP(), []int{32}
+}
+
+type RemoveMasterRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemoveMasterRequest) Reset() {
+	*x = RemoveMasterRequest{}
+	mi := &file_tabula_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoveMasterRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoveMasterRequest) ProtoMessage() {}
+
+func (x *RemoveMasterRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tabula_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoveMasterRequest.ProtoReflect.Descriptor instead.
+func (*RemoveMasterRequest) Descriptor() ([]byte, []int) {
+	return file_tabula_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *RemoveMasterRequest) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+type RemoveMasterResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemoveMasterResponse) Reset() {
+	*x = RemoveMasterResponse{}
+	mi := &file_tabula_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoveMasterResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoveMasterResponse) ProtoMessage() {}
+
+func (x *RemoveMasterResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tabula_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoveMasterResponse.ProtoReflect.Descriptor instead.
+func (*RemoveMasterResponse) Descriptor() ([]byte, []int) {
+	return file_tabula_proto_rawDescGZIP(), []int{34}
+}
+
+type TransferLeaderRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	To            uint64                 `protobuf:"varint,1,opt,name=to,proto3" json:"to,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TransferLeaderRequest) Reset() {
+	*x = TransferLeaderRequest{}
+	mi := &file_tabula_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TransferLeaderRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TransferLeaderRequest) ProtoMessage() {}
+
+func (x *TransferLeaderRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tabula_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TransferLeaderRequest.ProtoReflect.Descriptor instead.
+func (*TransferLeaderRequest) Descriptor() ([]byte, []int) {
+	return file_tabula_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *TransferLeaderRequest) GetTo() uint64 {
+	if x != nil {
+		return x.To
+	}
+	return 0
+}
+
+type TransferLeaderResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TransferLeaderResponse) Reset() {
+	*x = TransferLeaderResponse{}
+	mi := &file_tabula_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TransferLeaderResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TransferLeaderResponse) ProtoMessage() {}
+
+func (x *TransferLeaderResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tabula_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TransferLeaderResponse.ProtoReflect.Descriptor instead.
+func (*TransferLeaderResponse) Descriptor() ([]byte, []int) {
+	return file_tabula_proto_rawDescGZIP(), []int{36}
+}
+
 type StreamRequest struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Op     StreamOp               `protobuf:"varint,1,opt,name=op,proto3,enum=tabula.v1.StreamOp" json:"op,omitempty"`
@@ -2790,7 +3240,7 @@ type StreamRequest struct {
 
 func (x *StreamRequest) Reset() {
 	*x = StreamRequest{}
-	mi := &file_tabula_proto_msgTypes[28]
+	mi := &file_tabula_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2802,7 +3252,7 @@ func (x *StreamRequest) String() string {
 func (*StreamRequest) ProtoMessage() {}
 
 func (x *StreamRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[28]
+	mi := &file_tabula_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2815,7 +3265,7 @@ func (x *StreamRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamRequest.ProtoReflect.Descriptor instead.
 func (*StreamRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{28}
+	return file_tabula_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *StreamRequest) GetOp() StreamOp {
@@ -2878,7 +3328,7 @@ type StreamResponse struct {
 
 func (x *StreamResponse) Reset() {
 	*x = StreamResponse{}
-	mi := &file_tabula_proto_msgTypes[29]
+	mi := &file_tabula_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2890,7 +3340,7 @@ func (x *StreamResponse) String() string {
 func (*StreamResponse) ProtoMessage() {}
 
 func (x *StreamResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[29]
+	mi := &file_tabula_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2903,7 +3353,7 @@ func (x *StreamResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamResponse.ProtoReflect.Descriptor instead.
 func (*StreamResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{29}
+	return file_tabula_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *StreamResponse) GetJson() []byte {
@@ -2925,7 +3375,7 @@ type CreateTableRequest struct {
 
 func (x *CreateTableRequest) Reset() {
 	*x = CreateTableRequest{}
-	mi := &file_tabula_proto_msgTypes[30]
+	mi := &file_tabula_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2937,7 +3387,7 @@ func (x *CreateTableRequest) String() string {
 func (*CreateTableRequest) ProtoMessage() {}
 
 func (x *CreateTableRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[30]
+	mi := &file_tabula_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2950,7 +3400,7 @@ func (x *CreateTableRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTableRequest.ProtoReflect.Descriptor instead.
 func (*CreateTableRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{30}
+	return file_tabula_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *CreateTableRequest) GetTenant() string {
@@ -2990,7 +3440,7 @@ type CreateTableResponse struct {
 
 func (x *CreateTableResponse) Reset() {
 	*x = CreateTableResponse{}
-	mi := &file_tabula_proto_msgTypes[31]
+	mi := &file_tabula_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3002,7 +3452,7 @@ func (x *CreateTableResponse) String() string {
 func (*CreateTableResponse) ProtoMessage() {}
 
 func (x *CreateTableResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[31]
+	mi := &file_tabula_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3015,7 +3465,7 @@ func (x *CreateTableResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTableResponse.ProtoReflect.Descriptor instead.
 func (*CreateTableResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{31}
+	return file_tabula_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *CreateTableResponse) GetMap() *PartitionMap {
@@ -3035,7 +3485,7 @@ type DropTableRequest struct {
 
 func (x *DropTableRequest) Reset() {
 	*x = DropTableRequest{}
-	mi := &file_tabula_proto_msgTypes[32]
+	mi := &file_tabula_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3047,7 +3497,7 @@ func (x *DropTableRequest) String() string {
 func (*DropTableRequest) ProtoMessage() {}
 
 func (x *DropTableRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[32]
+	mi := &file_tabula_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3060,7 +3510,7 @@ func (x *DropTableRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DropTableRequest.ProtoReflect.Descriptor instead.
 func (*DropTableRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{32}
+	return file_tabula_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *DropTableRequest) GetTenant() string {
@@ -3085,7 +3535,7 @@ type DropTableResponse struct {
 
 func (x *DropTableResponse) Reset() {
 	*x = DropTableResponse{}
-	mi := &file_tabula_proto_msgTypes[33]
+	mi := &file_tabula_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3097,7 +3547,7 @@ func (x *DropTableResponse) String() string {
 func (*DropTableResponse) ProtoMessage() {}
 
 func (x *DropTableResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[33]
+	mi := &file_tabula_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3110,7 +3560,7 @@ func (x *DropTableResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DropTableResponse.ProtoReflect.Descriptor instead.
 func (*DropTableResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{33}
+	return file_tabula_proto_rawDescGZIP(), []int{42}
 }
 
 type ListTablesRequest struct {
@@ -3122,7 +3572,7 @@ type ListTablesRequest struct {
 
 func (x *ListTablesRequest) Reset() {
 	*x = ListTablesRequest{}
-	mi := &file_tabula_proto_msgTypes[34]
+	mi := &file_tabula_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3134,7 +3584,7 @@ func (x *ListTablesRequest) String() string {
 func (*ListTablesRequest) ProtoMessage() {}
 
 func (x *ListTablesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[34]
+	mi := &file_tabula_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3147,7 +3597,7 @@ func (x *ListTablesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTablesRequest.ProtoReflect.Descriptor instead.
 func (*ListTablesRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{34}
+	return file_tabula_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ListTablesRequest) GetTenant() string {
@@ -3166,7 +3616,7 @@ type ListTablesResponse struct {
 
 func (x *ListTablesResponse) Reset() {
 	*x = ListTablesResponse{}
-	mi := &file_tabula_proto_msgTypes[35]
+	mi := &file_tabula_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3178,7 +3628,7 @@ func (x *ListTablesResponse) String() string {
 func (*ListTablesResponse) ProtoMessage() {}
 
 func (x *ListTablesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[35]
+	mi := &file_tabula_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3191,7 +3641,7 @@ func (x *ListTablesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTablesResponse.ProtoReflect.Descriptor instead.
 func (*ListTablesResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{35}
+	return file_tabula_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ListTablesResponse) GetTables() []*Table {
@@ -3211,7 +3661,7 @@ type DescribeTableRequest struct {
 
 func (x *DescribeTableRequest) Reset() {
 	*x = DescribeTableRequest{}
-	mi := &file_tabula_proto_msgTypes[36]
+	mi := &file_tabula_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3223,7 +3673,7 @@ func (x *DescribeTableRequest) String() string {
 func (*DescribeTableRequest) ProtoMessage() {}
 
 func (x *DescribeTableRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[36]
+	mi := &file_tabula_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3236,7 +3686,7 @@ func (x *DescribeTableRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeTableRequest.ProtoReflect.Descriptor instead.
 func (*DescribeTableRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{36}
+	return file_tabula_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *DescribeTableRequest) GetTenant() string {
@@ -3264,7 +3714,7 @@ type DescribeTableResponse struct {
 
 func (x *DescribeTableResponse) Reset() {
 	*x = DescribeTableResponse{}
-	mi := &file_tabula_proto_msgTypes[37]
+	mi := &file_tabula_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3276,7 +3726,7 @@ func (x *DescribeTableResponse) String() string {
 func (*DescribeTableResponse) ProtoMessage() {}
 
 func (x *DescribeTableResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[37]
+	mi := &file_tabula_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3289,7 +3739,7 @@ func (x *DescribeTableResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeTableResponse.ProtoReflect.Descriptor instead.
 func (*DescribeTableResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{37}
+	return file_tabula_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *DescribeTableResponse) GetMap() *PartitionMap {
@@ -3316,7 +3766,7 @@ type GetPartitionMapRequest struct {
 
 func (x *GetPartitionMapRequest) Reset() {
 	*x = GetPartitionMapRequest{}
-	mi := &file_tabula_proto_msgTypes[38]
+	mi := &file_tabula_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3328,7 +3778,7 @@ func (x *GetPartitionMapRequest) String() string {
 func (*GetPartitionMapRequest) ProtoMessage() {}
 
 func (x *GetPartitionMapRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[38]
+	mi := &file_tabula_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3341,7 +3791,7 @@ func (x *GetPartitionMapRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPartitionMapRequest.ProtoReflect.Descriptor instead.
 func (*GetPartitionMapRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{38}
+	return file_tabula_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *GetPartitionMapRequest) GetTenant() string {
@@ -3367,7 +3817,7 @@ type GetPartitionMapResponse struct {
 
 func (x *GetPartitionMapResponse) Reset() {
 	*x = GetPartitionMapResponse{}
-	mi := &file_tabula_proto_msgTypes[39]
+	mi := &file_tabula_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3379,7 +3829,7 @@ func (x *GetPartitionMapResponse) String() string {
 func (*GetPartitionMapResponse) ProtoMessage() {}
 
 func (x *GetPartitionMapResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[39]
+	mi := &file_tabula_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3392,7 +3842,7 @@ func (x *GetPartitionMapResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPartitionMapResponse.ProtoReflect.Descriptor instead.
 func (*GetPartitionMapResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{39}
+	return file_tabula_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *GetPartitionMapResponse) GetMap() *PartitionMap {
@@ -3416,7 +3866,7 @@ type WatchPartitionMapRequest struct {
 
 func (x *WatchPartitionMapRequest) Reset() {
 	*x = WatchPartitionMapRequest{}
-	mi := &file_tabula_proto_msgTypes[40]
+	mi := &file_tabula_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3428,7 +3878,7 @@ func (x *WatchPartitionMapRequest) String() string {
 func (*WatchPartitionMapRequest) ProtoMessage() {}
 
 func (x *WatchPartitionMapRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[40]
+	mi := &file_tabula_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3441,7 +3891,7 @@ func (x *WatchPartitionMapRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchPartitionMapRequest.ProtoReflect.Descriptor instead.
 func (*WatchPartitionMapRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{40}
+	return file_tabula_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *WatchPartitionMapRequest) GetTenant() string {
@@ -3477,7 +3927,7 @@ type WatchPartitionMapResponse struct {
 
 func (x *WatchPartitionMapResponse) Reset() {
 	*x = WatchPartitionMapResponse{}
-	mi := &file_tabula_proto_msgTypes[41]
+	mi := &file_tabula_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3489,7 +3939,7 @@ func (x *WatchPartitionMapResponse) String() string {
 func (*WatchPartitionMapResponse) ProtoMessage() {}
 
 func (x *WatchPartitionMapResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[41]
+	mi := &file_tabula_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3502,7 +3952,7 @@ func (x *WatchPartitionMapResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchPartitionMapResponse.ProtoReflect.Descriptor instead.
 func (*WatchPartitionMapResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{41}
+	return file_tabula_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *WatchPartitionMapResponse) GetVersion() uint64 {
@@ -3538,7 +3988,7 @@ type RegisterServerRequest struct {
 
 func (x *RegisterServerRequest) Reset() {
 	*x = RegisterServerRequest{}
-	mi := &file_tabula_proto_msgTypes[42]
+	mi := &file_tabula_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3550,7 +4000,7 @@ func (x *RegisterServerRequest) String() string {
 func (*RegisterServerRequest) ProtoMessage() {}
 
 func (x *RegisterServerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[42]
+	mi := &file_tabula_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3563,7 +4013,7 @@ func (x *RegisterServerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterServerRequest.ProtoReflect.Descriptor instead.
 func (*RegisterServerRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{42}
+	return file_tabula_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *RegisterServerRequest) GetServerId() string {
@@ -3611,7 +4061,7 @@ type RegisterServerResponse struct {
 
 func (x *RegisterServerResponse) Reset() {
 	*x = RegisterServerResponse{}
-	mi := &file_tabula_proto_msgTypes[43]
+	mi := &file_tabula_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3623,7 +4073,7 @@ func (x *RegisterServerResponse) String() string {
 func (*RegisterServerResponse) ProtoMessage() {}
 
 func (x *RegisterServerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[43]
+	mi := &file_tabula_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3636,7 +4086,7 @@ func (x *RegisterServerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterServerResponse.ProtoReflect.Descriptor instead.
 func (*RegisterServerResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{43}
+	return file_tabula_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *RegisterServerResponse) GetServerId() string {
@@ -3681,7 +4131,7 @@ type HeartbeatRequest struct {
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_tabula_proto_msgTypes[44]
+	mi := &file_tabula_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3693,7 +4143,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[44]
+	mi := &file_tabula_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3706,7 +4156,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{44}
+	return file_tabula_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *HeartbeatRequest) GetServerId() string {
@@ -3750,7 +4200,7 @@ type HeartbeatResponse struct {
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_tabula_proto_msgTypes[45]
+	mi := &file_tabula_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3762,7 +4212,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[45]
+	mi := &file_tabula_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3775,7 +4225,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{45}
+	return file_tabula_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *HeartbeatResponse) GetMapVersion() uint64 {
@@ -3814,7 +4264,7 @@ type BulkPublishRequest struct {
 
 func (x *BulkPublishRequest) Reset() {
 	*x = BulkPublishRequest{}
-	mi := &file_tabula_proto_msgTypes[46]
+	mi := &file_tabula_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3826,7 +4276,7 @@ func (x *BulkPublishRequest) String() string {
 func (*BulkPublishRequest) ProtoMessage() {}
 
 func (x *BulkPublishRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[46]
+	mi := &file_tabula_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3839,7 +4289,7 @@ func (x *BulkPublishRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkPublishRequest.ProtoReflect.Descriptor instead.
 func (*BulkPublishRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{46}
+	return file_tabula_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *BulkPublishRequest) GetTenant() string {
@@ -3889,7 +4339,7 @@ type BulkPublishResponse struct {
 
 func (x *BulkPublishResponse) Reset() {
 	*x = BulkPublishResponse{}
-	mi := &file_tabula_proto_msgTypes[47]
+	mi := &file_tabula_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3901,7 +4351,7 @@ func (x *BulkPublishResponse) String() string {
 func (*BulkPublishResponse) ProtoMessage() {}
 
 func (x *BulkPublishResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[47]
+	mi := &file_tabula_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3914,7 +4364,7 @@ func (x *BulkPublishResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkPublishResponse.ProtoReflect.Descriptor instead.
 func (*BulkPublishResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{47}
+	return file_tabula_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *BulkPublishResponse) GetMap() *PartitionMap {
@@ -3946,7 +4396,7 @@ type BulkStoredRequest struct {
 
 func (x *BulkStoredRequest) Reset() {
 	*x = BulkStoredRequest{}
-	mi := &file_tabula_proto_msgTypes[48]
+	mi := &file_tabula_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3958,7 +4408,7 @@ func (x *BulkStoredRequest) String() string {
 func (*BulkStoredRequest) ProtoMessage() {}
 
 func (x *BulkStoredRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[48]
+	mi := &file_tabula_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3971,7 +4421,7 @@ func (x *BulkStoredRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkStoredRequest.ProtoReflect.Descriptor instead.
 func (*BulkStoredRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{48}
+	return file_tabula_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *BulkStoredRequest) GetTenant() string {
@@ -4018,7 +4468,7 @@ type BulkStoredResponse struct {
 
 func (x *BulkStoredResponse) Reset() {
 	*x = BulkStoredResponse{}
-	mi := &file_tabula_proto_msgTypes[49]
+	mi := &file_tabula_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4030,7 +4480,7 @@ func (x *BulkStoredResponse) String() string {
 func (*BulkStoredResponse) ProtoMessage() {}
 
 func (x *BulkStoredResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[49]
+	mi := &file_tabula_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4043,7 +4493,7 @@ func (x *BulkStoredResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkStoredResponse.ProtoReflect.Descriptor instead.
 func (*BulkStoredResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{49}
+	return file_tabula_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *BulkStoredResponse) GetMap() *PartitionMap {
@@ -4063,7 +4513,7 @@ type BulkStatusRequest struct {
 
 func (x *BulkStatusRequest) Reset() {
 	*x = BulkStatusRequest{}
-	mi := &file_tabula_proto_msgTypes[50]
+	mi := &file_tabula_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4075,7 +4525,7 @@ func (x *BulkStatusRequest) String() string {
 func (*BulkStatusRequest) ProtoMessage() {}
 
 func (x *BulkStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[50]
+	mi := &file_tabula_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4088,7 +4538,7 @@ func (x *BulkStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkStatusRequest.ProtoReflect.Descriptor instead.
 func (*BulkStatusRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{50}
+	return file_tabula_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *BulkStatusRequest) GetTenant() string {
@@ -4116,7 +4566,7 @@ type BulkStatusResponse struct {
 
 func (x *BulkStatusResponse) Reset() {
 	*x = BulkStatusResponse{}
-	mi := &file_tabula_proto_msgTypes[51]
+	mi := &file_tabula_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4128,7 +4578,7 @@ func (x *BulkStatusResponse) String() string {
 func (*BulkStatusResponse) ProtoMessage() {}
 
 func (x *BulkStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[51]
+	mi := &file_tabula_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4141,7 +4591,7 @@ func (x *BulkStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkStatusResponse.ProtoReflect.Descriptor instead.
 func (*BulkStatusResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{51}
+	return file_tabula_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *BulkStatusResponse) GetMap() *PartitionMap {
@@ -4169,7 +4619,7 @@ type BulkRollbackRequest struct {
 
 func (x *BulkRollbackRequest) Reset() {
 	*x = BulkRollbackRequest{}
-	mi := &file_tabula_proto_msgTypes[52]
+	mi := &file_tabula_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4181,7 +4631,7 @@ func (x *BulkRollbackRequest) String() string {
 func (*BulkRollbackRequest) ProtoMessage() {}
 
 func (x *BulkRollbackRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[52]
+	mi := &file_tabula_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4194,7 +4644,7 @@ func (x *BulkRollbackRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkRollbackRequest.ProtoReflect.Descriptor instead.
 func (*BulkRollbackRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{52}
+	return file_tabula_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *BulkRollbackRequest) GetTenant() string {
@@ -4227,7 +4677,7 @@ type BulkRollbackResponse struct {
 
 func (x *BulkRollbackResponse) Reset() {
 	*x = BulkRollbackResponse{}
-	mi := &file_tabula_proto_msgTypes[53]
+	mi := &file_tabula_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4239,7 +4689,7 @@ func (x *BulkRollbackResponse) String() string {
 func (*BulkRollbackResponse) ProtoMessage() {}
 
 func (x *BulkRollbackResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[53]
+	mi := &file_tabula_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4252,7 +4702,7 @@ func (x *BulkRollbackResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkRollbackResponse.ProtoReflect.Descriptor instead.
 func (*BulkRollbackResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{53}
+	return file_tabula_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *BulkRollbackResponse) GetMap() *PartitionMap {
@@ -4270,7 +4720,7 @@ type ListServersRequest struct {
 
 func (x *ListServersRequest) Reset() {
 	*x = ListServersRequest{}
-	mi := &file_tabula_proto_msgTypes[54]
+	mi := &file_tabula_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4282,7 +4732,7 @@ func (x *ListServersRequest) String() string {
 func (*ListServersRequest) ProtoMessage() {}
 
 func (x *ListServersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[54]
+	mi := &file_tabula_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4295,7 +4745,7 @@ func (x *ListServersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListServersRequest.ProtoReflect.Descriptor instead.
 func (*ListServersRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{54}
+	return file_tabula_proto_rawDescGZIP(), []int{63}
 }
 
 type ListServersResponse struct {
@@ -4307,7 +4757,7 @@ type ListServersResponse struct {
 
 func (x *ListServersResponse) Reset() {
 	*x = ListServersResponse{}
-	mi := &file_tabula_proto_msgTypes[55]
+	mi := &file_tabula_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4319,7 +4769,7 @@ func (x *ListServersResponse) String() string {
 func (*ListServersResponse) ProtoMessage() {}
 
 func (x *ListServersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[55]
+	mi := &file_tabula_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4332,7 +4782,7 @@ func (x *ListServersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListServersResponse.ProtoReflect.Descriptor instead.
 func (*ListServersResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{55}
+	return file_tabula_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *ListServersResponse) GetServers() []*ServerInfo {
@@ -4365,7 +4815,7 @@ type RequestHeader struct {
 
 func (x *RequestHeader) Reset() {
 	*x = RequestHeader{}
-	mi := &file_tabula_proto_msgTypes[56]
+	mi := &file_tabula_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4377,7 +4827,7 @@ func (x *RequestHeader) String() string {
 func (*RequestHeader) ProtoMessage() {}
 
 func (x *RequestHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[56]
+	mi := &file_tabula_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4390,7 +4840,7 @@ func (x *RequestHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestHeader.ProtoReflect.Descriptor instead.
 func (*RequestHeader) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{56}
+	return file_tabula_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *RequestHeader) GetTenant() string {
@@ -4452,7 +4902,7 @@ type GetRequest struct {
 
 func (x *GetRequest) Reset() {
 	*x = GetRequest{}
-	mi := &file_tabula_proto_msgTypes[57]
+	mi := &file_tabula_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4464,7 +4914,7 @@ func (x *GetRequest) String() string {
 func (*GetRequest) ProtoMessage() {}
 
 func (x *GetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[57]
+	mi := &file_tabula_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4477,7 +4927,7 @@ func (x *GetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRequest.ProtoReflect.Descriptor instead.
 func (*GetRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{57}
+	return file_tabula_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *GetRequest) GetHeader() *RequestHeader {
@@ -4508,7 +4958,7 @@ type GetResponse struct {
 
 func (x *GetResponse) Reset() {
 	*x = GetResponse{}
-	mi := &file_tabula_proto_msgTypes[58]
+	mi := &file_tabula_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4520,7 +4970,7 @@ func (x *GetResponse) String() string {
 func (*GetResponse) ProtoMessage() {}
 
 func (x *GetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[58]
+	mi := &file_tabula_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4533,7 +4983,7 @@ func (x *GetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetResponse.ProtoReflect.Descriptor instead.
 func (*GetResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{58}
+	return file_tabula_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *GetResponse) GetFound() bool {
@@ -4574,7 +5024,7 @@ type BatchGetRequest struct {
 
 func (x *BatchGetRequest) Reset() {
 	*x = BatchGetRequest{}
-	mi := &file_tabula_proto_msgTypes[59]
+	mi := &file_tabula_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4586,7 +5036,7 @@ func (x *BatchGetRequest) String() string {
 func (*BatchGetRequest) ProtoMessage() {}
 
 func (x *BatchGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[59]
+	mi := &file_tabula_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4599,7 +5049,7 @@ func (x *BatchGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchGetRequest.ProtoReflect.Descriptor instead.
 func (*BatchGetRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{59}
+	return file_tabula_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *BatchGetRequest) GetHeader() *RequestHeader {
@@ -4628,7 +5078,7 @@ type BatchGetResponse struct {
 
 func (x *BatchGetResponse) Reset() {
 	*x = BatchGetResponse{}
-	mi := &file_tabula_proto_msgTypes[60]
+	mi := &file_tabula_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4640,7 +5090,7 @@ func (x *BatchGetResponse) String() string {
 func (*BatchGetResponse) ProtoMessage() {}
 
 func (x *BatchGetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[60]
+	mi := &file_tabula_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4653,7 +5103,7 @@ func (x *BatchGetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchGetResponse.ProtoReflect.Descriptor instead.
 func (*BatchGetResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{60}
+	return file_tabula_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *BatchGetResponse) GetResults() []*GetResponse {
@@ -4680,7 +5130,7 @@ type MultiGetRequest struct {
 
 func (x *MultiGetRequest) Reset() {
 	*x = MultiGetRequest{}
-	mi := &file_tabula_proto_msgTypes[61]
+	mi := &file_tabula_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4692,7 +5142,7 @@ func (x *MultiGetRequest) String() string {
 func (*MultiGetRequest) ProtoMessage() {}
 
 func (x *MultiGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[61]
+	mi := &file_tabula_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4705,7 +5155,7 @@ func (x *MultiGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MultiGetRequest.ProtoReflect.Descriptor instead.
 func (*MultiGetRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{61}
+	return file_tabula_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *MultiGetRequest) GetGets() []*GetRequest {
@@ -4725,7 +5175,7 @@ type MultiGetResponse struct {
 
 func (x *MultiGetResponse) Reset() {
 	*x = MultiGetResponse{}
-	mi := &file_tabula_proto_msgTypes[62]
+	mi := &file_tabula_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4737,7 +5187,7 @@ func (x *MultiGetResponse) String() string {
 func (*MultiGetResponse) ProtoMessage() {}
 
 func (x *MultiGetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[62]
+	mi := &file_tabula_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4750,7 +5200,7 @@ func (x *MultiGetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MultiGetResponse.ProtoReflect.Descriptor instead.
 func (*MultiGetResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{62}
+	return file_tabula_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *MultiGetResponse) GetResults() []*MultiGetResult {
@@ -4773,7 +5223,7 @@ type MultiGetResult struct {
 
 func (x *MultiGetResult) Reset() {
 	*x = MultiGetResult{}
-	mi := &file_tabula_proto_msgTypes[63]
+	mi := &file_tabula_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4785,7 +5235,7 @@ func (x *MultiGetResult) String() string {
 func (*MultiGetResult) ProtoMessage() {}
 
 func (x *MultiGetResult) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[63]
+	mi := &file_tabula_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4798,7 +5248,7 @@ func (x *MultiGetResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MultiGetResult.ProtoReflect.Descriptor instead.
 func (*MultiGetResult) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{63}
+	return file_tabula_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *MultiGetResult) GetResponse() *GetResponse {
@@ -4831,7 +5281,7 @@ type PutRequest struct {
 
 func (x *PutRequest) Reset() {
 	*x = PutRequest{}
-	mi := &file_tabula_proto_msgTypes[64]
+	mi := &file_tabula_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4843,7 +5293,7 @@ func (x *PutRequest) String() string {
 func (*PutRequest) ProtoMessage() {}
 
 func (x *PutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[64]
+	mi := &file_tabula_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4856,7 +5306,7 @@ func (x *PutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutRequest.ProtoReflect.Descriptor instead.
 func (*PutRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{64}
+	return file_tabula_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *PutRequest) GetHeader() *RequestHeader {
@@ -4904,7 +5354,7 @@ type PutResponse struct {
 
 func (x *PutResponse) Reset() {
 	*x = PutResponse{}
-	mi := &file_tabula_proto_msgTypes[65]
+	mi := &file_tabula_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4916,7 +5366,7 @@ func (x *PutResponse) String() string {
 func (*PutResponse) ProtoMessage() {}
 
 func (x *PutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[65]
+	mi := &file_tabula_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4929,7 +5379,7 @@ func (x *PutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutResponse.ProtoReflect.Descriptor instead.
 func (*PutResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{65}
+	return file_tabula_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *PutResponse) GetLsn() uint64 {
@@ -4950,7 +5400,7 @@ type DeleteRequest struct {
 
 func (x *DeleteRequest) Reset() {
 	*x = DeleteRequest{}
-	mi := &file_tabula_proto_msgTypes[66]
+	mi := &file_tabula_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4962,7 +5412,7 @@ func (x *DeleteRequest) String() string {
 func (*DeleteRequest) ProtoMessage() {}
 
 func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[66]
+	mi := &file_tabula_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4975,7 +5425,7 @@ func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRequest.ProtoReflect.Descriptor instead.
 func (*DeleteRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{66}
+	return file_tabula_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *DeleteRequest) GetHeader() *RequestHeader {
@@ -5009,7 +5459,7 @@ type DeleteResponse struct {
 
 func (x *DeleteResponse) Reset() {
 	*x = DeleteResponse{}
-	mi := &file_tabula_proto_msgTypes[67]
+	mi := &file_tabula_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5021,7 +5471,7 @@ func (x *DeleteResponse) String() string {
 func (*DeleteResponse) ProtoMessage() {}
 
 func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[67]
+	mi := &file_tabula_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5034,7 +5484,7 @@ func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteResponse.ProtoReflect.Descriptor instead.
 func (*DeleteResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{67}
+	return file_tabula_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *DeleteResponse) GetExisted() bool {
@@ -5070,7 +5520,7 @@ type CompareAndSwapRequest struct {
 
 func (x *CompareAndSwapRequest) Reset() {
 	*x = CompareAndSwapRequest{}
-	mi := &file_tabula_proto_msgTypes[68]
+	mi := &file_tabula_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5082,7 +5532,7 @@ func (x *CompareAndSwapRequest) String() string {
 func (*CompareAndSwapRequest) ProtoMessage() {}
 
 func (x *CompareAndSwapRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[68]
+	mi := &file_tabula_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5095,7 +5545,7 @@ func (x *CompareAndSwapRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompareAndSwapRequest.ProtoReflect.Descriptor instead.
 func (*CompareAndSwapRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{68}
+	return file_tabula_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *CompareAndSwapRequest) GetHeader() *RequestHeader {
@@ -5167,7 +5617,7 @@ type CompareAndSwapResponse struct {
 
 func (x *CompareAndSwapResponse) Reset() {
 	*x = CompareAndSwapResponse{}
-	mi := &file_tabula_proto_msgTypes[69]
+	mi := &file_tabula_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5179,7 +5629,7 @@ func (x *CompareAndSwapResponse) String() string {
 func (*CompareAndSwapResponse) ProtoMessage() {}
 
 func (x *CompareAndSwapResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[69]
+	mi := &file_tabula_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5192,7 +5642,7 @@ func (x *CompareAndSwapResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompareAndSwapResponse.ProtoReflect.Descriptor instead.
 func (*CompareAndSwapResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{69}
+	return file_tabula_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *CompareAndSwapResponse) GetSwapped() bool {
@@ -5235,7 +5685,7 @@ type Mutation struct {
 
 func (x *Mutation) Reset() {
 	*x = Mutation{}
-	mi := &file_tabula_proto_msgTypes[70]
+	mi := &file_tabula_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5247,7 +5697,7 @@ func (x *Mutation) String() string {
 func (*Mutation) ProtoMessage() {}
 
 func (x *Mutation) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[70]
+	mi := &file_tabula_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5260,7 +5710,7 @@ func (x *Mutation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Mutation.ProtoReflect.Descriptor instead.
 func (*Mutation) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{70}
+	return file_tabula_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *Mutation) GetOp() Mutation_Op {
@@ -5302,7 +5752,7 @@ type BatchWriteRequest struct {
 
 func (x *BatchWriteRequest) Reset() {
 	*x = BatchWriteRequest{}
-	mi := &file_tabula_proto_msgTypes[71]
+	mi := &file_tabula_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5314,7 +5764,7 @@ func (x *BatchWriteRequest) String() string {
 func (*BatchWriteRequest) ProtoMessage() {}
 
 func (x *BatchWriteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[71]
+	mi := &file_tabula_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5327,7 +5777,7 @@ func (x *BatchWriteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchWriteRequest.ProtoReflect.Descriptor instead.
 func (*BatchWriteRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{71}
+	return file_tabula_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *BatchWriteRequest) GetHeader() *RequestHeader {
@@ -5360,7 +5810,7 @@ type BatchWriteResponse struct {
 
 func (x *BatchWriteResponse) Reset() {
 	*x = BatchWriteResponse{}
-	mi := &file_tabula_proto_msgTypes[72]
+	mi := &file_tabula_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5372,7 +5822,7 @@ func (x *BatchWriteResponse) String() string {
 func (*BatchWriteResponse) ProtoMessage() {}
 
 func (x *BatchWriteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[72]
+	mi := &file_tabula_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5385,7 +5835,7 @@ func (x *BatchWriteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchWriteResponse.ProtoReflect.Descriptor instead.
 func (*BatchWriteResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{72}
+	return file_tabula_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *BatchWriteResponse) GetLsn() uint64 {
@@ -5404,7 +5854,7 @@ type ScanRequest struct {
 
 func (x *ScanRequest) Reset() {
 	*x = ScanRequest{}
-	mi := &file_tabula_proto_msgTypes[73]
+	mi := &file_tabula_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5416,7 +5866,7 @@ func (x *ScanRequest) String() string {
 func (*ScanRequest) ProtoMessage() {}
 
 func (x *ScanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[73]
+	mi := &file_tabula_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5429,7 +5879,7 @@ func (x *ScanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScanRequest.ProtoReflect.Descriptor instead.
 func (*ScanRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{73}
+	return file_tabula_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *ScanRequest) GetHeader() *RequestHeader {
@@ -5450,7 +5900,7 @@ type KeyValue struct {
 
 func (x *KeyValue) Reset() {
 	*x = KeyValue{}
-	mi := &file_tabula_proto_msgTypes[74]
+	mi := &file_tabula_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5462,7 +5912,7 @@ func (x *KeyValue) String() string {
 func (*KeyValue) ProtoMessage() {}
 
 func (x *KeyValue) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[74]
+	mi := &file_tabula_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5475,7 +5925,7 @@ func (x *KeyValue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyValue.ProtoReflect.Descriptor instead.
 func (*KeyValue) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{74}
+	return file_tabula_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *KeyValue) GetKey() []byte {
@@ -5508,7 +5958,7 @@ type ScanResponse struct {
 
 func (x *ScanResponse) Reset() {
 	*x = ScanResponse{}
-	mi := &file_tabula_proto_msgTypes[75]
+	mi := &file_tabula_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5520,7 +5970,7 @@ func (x *ScanResponse) String() string {
 func (*ScanResponse) ProtoMessage() {}
 
 func (x *ScanResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[75]
+	mi := &file_tabula_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5533,7 +5983,7 @@ func (x *ScanResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScanResponse.ProtoReflect.Descriptor instead.
 func (*ScanResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{75}
+	return file_tabula_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *ScanResponse) GetRecords() []*KeyValue {
@@ -5555,7 +6005,7 @@ type CopyReplicaRequest struct {
 
 func (x *CopyReplicaRequest) Reset() {
 	*x = CopyReplicaRequest{}
-	mi := &file_tabula_proto_msgTypes[76]
+	mi := &file_tabula_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5567,7 +6017,7 @@ func (x *CopyReplicaRequest) String() string {
 func (*CopyReplicaRequest) ProtoMessage() {}
 
 func (x *CopyReplicaRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[76]
+	mi := &file_tabula_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5580,7 +6030,7 @@ func (x *CopyReplicaRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CopyReplicaRequest.ProtoReflect.Descriptor instead.
 func (*CopyReplicaRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{76}
+	return file_tabula_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *CopyReplicaRequest) GetHeader() *RequestHeader {
@@ -5613,7 +6063,7 @@ type CopyReplicaChunk struct {
 
 func (x *CopyReplicaChunk) Reset() {
 	*x = CopyReplicaChunk{}
-	mi := &file_tabula_proto_msgTypes[77]
+	mi := &file_tabula_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5625,7 +6075,7 @@ func (x *CopyReplicaChunk) String() string {
 func (*CopyReplicaChunk) ProtoMessage() {}
 
 func (x *CopyReplicaChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[77]
+	mi := &file_tabula_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5638,7 +6088,7 @@ func (x *CopyReplicaChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CopyReplicaChunk.ProtoReflect.Descriptor instead.
 func (*CopyReplicaChunk) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{77}
+	return file_tabula_proto_rawDescGZIP(), []int{86}
 }
 
 func (x *CopyReplicaChunk) GetLsn() uint64 {
@@ -5693,7 +6143,7 @@ type BulkUploadRequest struct {
 
 func (x *BulkUploadRequest) Reset() {
 	*x = BulkUploadRequest{}
-	mi := &file_tabula_proto_msgTypes[78]
+	mi := &file_tabula_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5705,7 +6155,7 @@ func (x *BulkUploadRequest) String() string {
 func (*BulkUploadRequest) ProtoMessage() {}
 
 func (x *BulkUploadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[78]
+	mi := &file_tabula_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5718,7 +6168,7 @@ func (x *BulkUploadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkUploadRequest.ProtoReflect.Descriptor instead.
 func (*BulkUploadRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{78}
+	return file_tabula_proto_rawDescGZIP(), []int{87}
 }
 
 func (x *BulkUploadRequest) GetHeader() *RequestHeader {
@@ -5773,7 +6223,7 @@ type BulkUploadStatusRequest struct {
 
 func (x *BulkUploadStatusRequest) Reset() {
 	*x = BulkUploadStatusRequest{}
-	mi := &file_tabula_proto_msgTypes[79]
+	mi := &file_tabula_proto_msgTypes[88]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5785,7 +6235,7 @@ func (x *BulkUploadStatusRequest) String() string {
 func (*BulkUploadStatusRequest) ProtoMessage() {}
 
 func (x *BulkUploadStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[79]
+	mi := &file_tabula_proto_msgTypes[88]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5798,7 +6248,7 @@ func (x *BulkUploadStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkUploadStatusRequest.ProtoReflect.Descriptor instead.
 func (*BulkUploadStatusRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{79}
+	return file_tabula_proto_rawDescGZIP(), []int{88}
 }
 
 func (x *BulkUploadStatusRequest) GetHeader() *RequestHeader {
@@ -5827,7 +6277,7 @@ type BulkUploadResponse struct {
 
 func (x *BulkUploadResponse) Reset() {
 	*x = BulkUploadResponse{}
-	mi := &file_tabula_proto_msgTypes[80]
+	mi := &file_tabula_proto_msgTypes[89]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5839,7 +6289,7 @@ func (x *BulkUploadResponse) String() string {
 func (*BulkUploadResponse) ProtoMessage() {}
 
 func (x *BulkUploadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[80]
+	mi := &file_tabula_proto_msgTypes[89]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5852,7 +6302,7 @@ func (x *BulkUploadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkUploadResponse.ProtoReflect.Descriptor instead.
 func (*BulkUploadResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{80}
+	return file_tabula_proto_rawDescGZIP(), []int{89}
 }
 
 func (x *BulkUploadResponse) GetReceived() uint64 {
@@ -5883,7 +6333,7 @@ type PartitionLogFailedRequest struct {
 
 func (x *PartitionLogFailedRequest) Reset() {
 	*x = PartitionLogFailedRequest{}
-	mi := &file_tabula_proto_msgTypes[81]
+	mi := &file_tabula_proto_msgTypes[90]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5895,7 +6345,7 @@ func (x *PartitionLogFailedRequest) String() string {
 func (*PartitionLogFailedRequest) ProtoMessage() {}
 
 func (x *PartitionLogFailedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[81]
+	mi := &file_tabula_proto_msgTypes[90]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5908,7 +6358,7 @@ func (x *PartitionLogFailedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionLogFailedRequest.ProtoReflect.Descriptor instead.
 func (*PartitionLogFailedRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{81}
+	return file_tabula_proto_rawDescGZIP(), []int{90}
 }
 
 func (x *PartitionLogFailedRequest) GetServerId() string {
@@ -5956,7 +6406,7 @@ type PartitionLogFailedResponse struct {
 
 func (x *PartitionLogFailedResponse) Reset() {
 	*x = PartitionLogFailedResponse{}
-	mi := &file_tabula_proto_msgTypes[82]
+	mi := &file_tabula_proto_msgTypes[91]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5968,7 +6418,7 @@ func (x *PartitionLogFailedResponse) String() string {
 func (*PartitionLogFailedResponse) ProtoMessage() {}
 
 func (x *PartitionLogFailedResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[82]
+	mi := &file_tabula_proto_msgTypes[91]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5981,7 +6431,7 @@ func (x *PartitionLogFailedResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionLogFailedResponse.ProtoReflect.Descriptor instead.
 func (*PartitionLogFailedResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{82}
+	return file_tabula_proto_rawDescGZIP(), []int{91}
 }
 
 func (x *PartitionLogFailedResponse) GetPartition() *Partition {
@@ -6010,7 +6460,7 @@ type ForgetServerRequest struct {
 
 func (x *ForgetServerRequest) Reset() {
 	*x = ForgetServerRequest{}
-	mi := &file_tabula_proto_msgTypes[83]
+	mi := &file_tabula_proto_msgTypes[92]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6022,7 +6472,7 @@ func (x *ForgetServerRequest) String() string {
 func (*ForgetServerRequest) ProtoMessage() {}
 
 func (x *ForgetServerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[83]
+	mi := &file_tabula_proto_msgTypes[92]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6035,7 +6485,7 @@ func (x *ForgetServerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForgetServerRequest.ProtoReflect.Descriptor instead.
 func (*ForgetServerRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{83}
+	return file_tabula_proto_rawDescGZIP(), []int{92}
 }
 
 func (x *ForgetServerRequest) GetServerId() string {
@@ -6065,7 +6515,7 @@ type ForgetServerResponse struct {
 
 func (x *ForgetServerResponse) Reset() {
 	*x = ForgetServerResponse{}
-	mi := &file_tabula_proto_msgTypes[84]
+	mi := &file_tabula_proto_msgTypes[93]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6077,7 +6527,7 @@ func (x *ForgetServerResponse) String() string {
 func (*ForgetServerResponse) ProtoMessage() {}
 
 func (x *ForgetServerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[84]
+	mi := &file_tabula_proto_msgTypes[93]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6090,7 +6540,7 @@ func (x *ForgetServerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForgetServerResponse.ProtoReflect.Descriptor instead.
 func (*ForgetServerResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{84}
+	return file_tabula_proto_rawDescGZIP(), []int{93}
 }
 
 func (x *ForgetServerResponse) GetMoved() uint32 {
@@ -6133,7 +6583,7 @@ type LostPartition struct {
 
 func (x *LostPartition) Reset() {
 	*x = LostPartition{}
-	mi := &file_tabula_proto_msgTypes[85]
+	mi := &file_tabula_proto_msgTypes[94]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6145,7 +6595,7 @@ func (x *LostPartition) String() string {
 func (*LostPartition) ProtoMessage() {}
 
 func (x *LostPartition) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[85]
+	mi := &file_tabula_proto_msgTypes[94]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6158,7 +6608,7 @@ func (x *LostPartition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LostPartition.ProtoReflect.Descriptor instead.
 func (*LostPartition) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{85}
+	return file_tabula_proto_rawDescGZIP(), []int{94}
 }
 
 func (x *LostPartition) GetTenant() string {
@@ -6221,7 +6671,7 @@ type ListDataLossRequest struct {
 
 func (x *ListDataLossRequest) Reset() {
 	*x = ListDataLossRequest{}
-	mi := &file_tabula_proto_msgTypes[86]
+	mi := &file_tabula_proto_msgTypes[95]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6233,7 +6683,7 @@ func (x *ListDataLossRequest) String() string {
 func (*ListDataLossRequest) ProtoMessage() {}
 
 func (x *ListDataLossRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[86]
+	mi := &file_tabula_proto_msgTypes[95]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6246,7 +6696,7 @@ func (x *ListDataLossRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDataLossRequest.ProtoReflect.Descriptor instead.
 func (*ListDataLossRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{86}
+	return file_tabula_proto_rawDescGZIP(), []int{95}
 }
 
 func (x *ListDataLossRequest) GetTenant() string {
@@ -6273,7 +6723,7 @@ type ListDataLossResponse struct {
 
 func (x *ListDataLossResponse) Reset() {
 	*x = ListDataLossResponse{}
-	mi := &file_tabula_proto_msgTypes[87]
+	mi := &file_tabula_proto_msgTypes[96]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6285,7 +6735,7 @@ func (x *ListDataLossResponse) String() string {
 func (*ListDataLossResponse) ProtoMessage() {}
 
 func (x *ListDataLossResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[87]
+	mi := &file_tabula_proto_msgTypes[96]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6298,7 +6748,7 @@ func (x *ListDataLossResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDataLossResponse.ProtoReflect.Descriptor instead.
 func (*ListDataLossResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{87}
+	return file_tabula_proto_rawDescGZIP(), []int{96}
 }
 
 func (x *ListDataLossResponse) GetLost() []*LostPartition {
@@ -6499,7 +6949,7 @@ const file_tabula_proto_rawDesc = "" +
 	"\aversion\x18\x01 \x01(\x04R\aversion\x12\x12\n" +
 	"\x04size\x18\x02 \x01(\x04R\x04size\x12\x16\n" +
 	"\x06crc32c\x18\x03 \x01(\rR\x06crc32c\x12\x14\n" +
-	"\x05error\x18\x04 \x01(\tR\x05error\"\xc4\x02\n" +
+	"\x05error\x18\x04 \x01(\tR\x05error\"\xdc\x02\n" +
 	"\vErrorDetail\x12(\n" +
 	"\x04code\x18\x01 \x01(\x0e2\x14.tabula.v1.ErrorCodeR\x04code\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x122\n" +
@@ -6510,7 +6960,34 @@ const file_tabula_proto_rawDesc = "" +
 	"\x05limit\x18\a \x01(\x04R\x05limit\x12\x1f\n" +
 	"\vmap_version\x18\b \x01(\x04R\n" +
 	"mapVersion\x12'\n" +
-	"\x0fcurrent_version\x18\t \x01(\x04R\x0ecurrentVersion\"\xb8\x01\n" +
+	"\x0fcurrent_version\x18\t \x01(\x04R\x0ecurrentVersion\x12\x16\n" +
+	"\x06leader\x18\n" +
+	" \x01(\tR\x06leader\"d\n" +
+	"\fMasterMember\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x12\n" +
+	"\x04addr\x18\x02 \x01(\tR\x04addr\x12\x18\n" +
+	"\alearner\x18\x03 \x01(\bR\alearner\x12\x16\n" +
+	"\x06leader\x18\x04 \x01(\bR\x06leader\"\x16\n" +
+	"\x14MasterMembersRequest\"\xac\x01\n" +
+	"\x15MasterMembersResponse\x12\x1e\n" +
+	"\n" +
+	"replicated\x18\x01 \x01(\bR\n" +
+	"replicated\x121\n" +
+	"\amembers\x18\x02 \x03(\v2\x17.tabula.v1.MasterMemberR\amembers\x12\x12\n" +
+	"\x04term\x18\x03 \x01(\x04R\x04term\x12\x12\n" +
+	"\x04self\x18\x04 \x01(\x04R\x04self\x12\x18\n" +
+	"\aapplied\x18\x05 \x01(\x04R\aapplied\"P\n" +
+	"\x10AddMasterRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x12\n" +
+	"\x04addr\x18\x02 \x01(\tR\x04addr\x12\x18\n" +
+	"\apromote\x18\x03 \x01(\bR\apromote\"\x13\n" +
+	"\x11AddMasterResponse\"%\n" +
+	"\x13RemoveMasterRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\"\x16\n" +
+	"\x14RemoveMasterResponse\"'\n" +
+	"\x15TransferLeaderRequest\x12\x0e\n" +
+	"\x02to\x18\x01 \x01(\x04R\x02to\"\x18\n" +
+	"\x16TransferLeaderResponse\"\xb8\x01\n" +
 	"\rStreamRequest\x12#\n" +
 	"\x02op\x18\x01 \x01(\x0e2\x13.tabula.v1.StreamOpR\x02op\x12\x16\n" +
 	"\x06stream\x18\x02 \x01(\tR\x06stream\x12\x16\n" +
@@ -6798,7 +7275,7 @@ const file_tabula_proto_rawDesc = "" +
 	"\x0fSTREAM_OP_NODES\x10\t\x12%\n" +
 	"!STREAM_OP_REPORT_CORRUPT_FRAGMENT\x10\n" +
 	"\x12\x16\n" +
-	"\x12STREAM_OP_SET_CODE\x10\v2\xa0\r\n" +
+	"\x12STREAM_OP_SET_CODE\x10\v2\xe4\x0f\n" +
 	"\x06Master\x12L\n" +
 	"\vCreateTable\x12\x1d.tabula.v1.CreateTableRequest\x1a\x1e.tabula.v1.CreateTableResponse\x12F\n" +
 	"\tDropTable\x12\x1b.tabula.v1.DropTableRequest\x1a\x1c.tabula.v1.DropTableResponse\x12I\n" +
@@ -6824,7 +7301,11 @@ const file_tabula_proto_rawDesc = "" +
 	"\x0eCoprocRollback\x12 .tabula.v1.CoprocRollbackRequest\x1a!.tabula.v1.CoprocRollbackResponse\x12L\n" +
 	"\vCoprocFetch\x12\x1d.tabula.v1.CoprocFetchRequest\x1a\x1e.tabula.v1.CoprocFetchResponse\x12O\n" +
 	"\fForgetServer\x12\x1e.tabula.v1.ForgetServerRequest\x1a\x1f.tabula.v1.ForgetServerResponse\x12O\n" +
-	"\fListDataLoss\x12\x1e.tabula.v1.ListDataLossRequest\x1a\x1f.tabula.v1.ListDataLossResponse2\x9d\a\n" +
+	"\fListDataLoss\x12\x1e.tabula.v1.ListDataLossRequest\x1a\x1f.tabula.v1.ListDataLossResponse\x12R\n" +
+	"\rMasterMembers\x12\x1f.tabula.v1.MasterMembersRequest\x1a .tabula.v1.MasterMembersResponse\x12F\n" +
+	"\tAddMaster\x12\x1b.tabula.v1.AddMasterRequest\x1a\x1c.tabula.v1.AddMasterResponse\x12O\n" +
+	"\fRemoveMaster\x12\x1e.tabula.v1.RemoveMasterRequest\x1a\x1f.tabula.v1.RemoveMasterResponse\x12U\n" +
+	"\x0eTransferLeader\x12 .tabula.v1.TransferLeaderRequest\x1a!.tabula.v1.TransferLeaderResponse2\x9d\a\n" +
 	"\vTableServer\x124\n" +
 	"\x03Get\x12\x15.tabula.v1.GetRequest\x1a\x16.tabula.v1.GetResponse\x12C\n" +
 	"\bBatchGet\x12\x1a.tabula.v1.BatchGetRequest\x1a\x1b.tabula.v1.BatchGetResponse\x12C\n" +
@@ -6855,7 +7336,7 @@ func file_tabula_proto_rawDescGZIP() []byte {
 }
 
 var file_tabula_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
-var file_tabula_proto_msgTypes = make([]protoimpl.MessageInfo, 88)
+var file_tabula_proto_msgTypes = make([]protoimpl.MessageInfo, 97)
 var file_tabula_proto_goTypes = []any{
 	(TableKind)(0),                     // 0: tabula.v1.TableKind
 	(ReplicaRole)(0),                   // 1: tabula.v1.ReplicaRole
@@ -6892,204 +7373,222 @@ var file_tabula_proto_goTypes = []any{
 	(*ReplicaStatus)(nil),              // 32: tabula.v1.ReplicaStatus
 	(*BulkLoaded)(nil),                 // 33: tabula.v1.BulkLoaded
 	(*ErrorDetail)(nil),                // 34: tabula.v1.ErrorDetail
-	(*StreamRequest)(nil),              // 35: tabula.v1.StreamRequest
-	(*StreamResponse)(nil),             // 36: tabula.v1.StreamResponse
-	(*CreateTableRequest)(nil),         // 37: tabula.v1.CreateTableRequest
-	(*CreateTableResponse)(nil),        // 38: tabula.v1.CreateTableResponse
-	(*DropTableRequest)(nil),           // 39: tabula.v1.DropTableRequest
-	(*DropTableResponse)(nil),          // 40: tabula.v1.DropTableResponse
-	(*ListTablesRequest)(nil),          // 41: tabula.v1.ListTablesRequest
-	(*ListTablesResponse)(nil),         // 42: tabula.v1.ListTablesResponse
-	(*DescribeTableRequest)(nil),       // 43: tabula.v1.DescribeTableRequest
-	(*DescribeTableResponse)(nil),      // 44: tabula.v1.DescribeTableResponse
-	(*GetPartitionMapRequest)(nil),     // 45: tabula.v1.GetPartitionMapRequest
-	(*GetPartitionMapResponse)(nil),    // 46: tabula.v1.GetPartitionMapResponse
-	(*WatchPartitionMapRequest)(nil),   // 47: tabula.v1.WatchPartitionMapRequest
-	(*WatchPartitionMapResponse)(nil),  // 48: tabula.v1.WatchPartitionMapResponse
-	(*RegisterServerRequest)(nil),      // 49: tabula.v1.RegisterServerRequest
-	(*RegisterServerResponse)(nil),     // 50: tabula.v1.RegisterServerResponse
-	(*HeartbeatRequest)(nil),           // 51: tabula.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),          // 52: tabula.v1.HeartbeatResponse
-	(*BulkPublishRequest)(nil),         // 53: tabula.v1.BulkPublishRequest
-	(*BulkPublishResponse)(nil),        // 54: tabula.v1.BulkPublishResponse
-	(*BulkStoredRequest)(nil),          // 55: tabula.v1.BulkStoredRequest
-	(*BulkStoredResponse)(nil),         // 56: tabula.v1.BulkStoredResponse
-	(*BulkStatusRequest)(nil),          // 57: tabula.v1.BulkStatusRequest
-	(*BulkStatusResponse)(nil),         // 58: tabula.v1.BulkStatusResponse
-	(*BulkRollbackRequest)(nil),        // 59: tabula.v1.BulkRollbackRequest
-	(*BulkRollbackResponse)(nil),       // 60: tabula.v1.BulkRollbackResponse
-	(*ListServersRequest)(nil),         // 61: tabula.v1.ListServersRequest
-	(*ListServersResponse)(nil),        // 62: tabula.v1.ListServersResponse
-	(*RequestHeader)(nil),              // 63: tabula.v1.RequestHeader
-	(*GetRequest)(nil),                 // 64: tabula.v1.GetRequest
-	(*GetResponse)(nil),                // 65: tabula.v1.GetResponse
-	(*BatchGetRequest)(nil),            // 66: tabula.v1.BatchGetRequest
-	(*BatchGetResponse)(nil),           // 67: tabula.v1.BatchGetResponse
-	(*MultiGetRequest)(nil),            // 68: tabula.v1.MultiGetRequest
-	(*MultiGetResponse)(nil),           // 69: tabula.v1.MultiGetResponse
-	(*MultiGetResult)(nil),             // 70: tabula.v1.MultiGetResult
-	(*PutRequest)(nil),                 // 71: tabula.v1.PutRequest
-	(*PutResponse)(nil),                // 72: tabula.v1.PutResponse
-	(*DeleteRequest)(nil),              // 73: tabula.v1.DeleteRequest
-	(*DeleteResponse)(nil),             // 74: tabula.v1.DeleteResponse
-	(*CompareAndSwapRequest)(nil),      // 75: tabula.v1.CompareAndSwapRequest
-	(*CompareAndSwapResponse)(nil),     // 76: tabula.v1.CompareAndSwapResponse
-	(*Mutation)(nil),                   // 77: tabula.v1.Mutation
-	(*BatchWriteRequest)(nil),          // 78: tabula.v1.BatchWriteRequest
-	(*BatchWriteResponse)(nil),         // 79: tabula.v1.BatchWriteResponse
-	(*ScanRequest)(nil),                // 80: tabula.v1.ScanRequest
-	(*KeyValue)(nil),                   // 81: tabula.v1.KeyValue
-	(*ScanResponse)(nil),               // 82: tabula.v1.ScanResponse
-	(*CopyReplicaRequest)(nil),         // 83: tabula.v1.CopyReplicaRequest
-	(*CopyReplicaChunk)(nil),           // 84: tabula.v1.CopyReplicaChunk
-	(*BulkUploadRequest)(nil),          // 85: tabula.v1.BulkUploadRequest
-	(*BulkUploadStatusRequest)(nil),    // 86: tabula.v1.BulkUploadStatusRequest
-	(*BulkUploadResponse)(nil),         // 87: tabula.v1.BulkUploadResponse
-	(*PartitionLogFailedRequest)(nil),  // 88: tabula.v1.PartitionLogFailedRequest
-	(*PartitionLogFailedResponse)(nil), // 89: tabula.v1.PartitionLogFailedResponse
-	(*ForgetServerRequest)(nil),        // 90: tabula.v1.ForgetServerRequest
-	(*ForgetServerResponse)(nil),       // 91: tabula.v1.ForgetServerResponse
-	(*LostPartition)(nil),              // 92: tabula.v1.LostPartition
-	(*ListDataLossRequest)(nil),        // 93: tabula.v1.ListDataLossRequest
-	(*ListDataLossResponse)(nil),       // 94: tabula.v1.ListDataLossResponse
+	(*MasterMember)(nil),               // 35: tabula.v1.MasterMember
+	(*MasterMembersRequest)(nil),       // 36: tabula.v1.MasterMembersRequest
+	(*MasterMembersResponse)(nil),      // 37: tabula.v1.MasterMembersResponse
+	(*AddMasterRequest)(nil),           // 38: tabula.v1.AddMasterRequest
+	(*AddMasterResponse)(nil),          // 39: tabula.v1.AddMasterResponse
+	(*RemoveMasterRequest)(nil),        // 40: tabula.v1.RemoveMasterRequest
+	(*RemoveMasterResponse)(nil),       // 41: tabula.v1.RemoveMasterResponse
+	(*TransferLeaderRequest)(nil),      // 42: tabula.v1.TransferLeaderRequest
+	(*TransferLeaderResponse)(nil),     // 43: tabula.v1.TransferLeaderResponse
+	(*StreamRequest)(nil),              // 44: tabula.v1.StreamRequest
+	(*StreamResponse)(nil),             // 45: tabula.v1.StreamResponse
+	(*CreateTableRequest)(nil),         // 46: tabula.v1.CreateTableRequest
+	(*CreateTableResponse)(nil),        // 47: tabula.v1.CreateTableResponse
+	(*DropTableRequest)(nil),           // 48: tabula.v1.DropTableRequest
+	(*DropTableResponse)(nil),          // 49: tabula.v1.DropTableResponse
+	(*ListTablesRequest)(nil),          // 50: tabula.v1.ListTablesRequest
+	(*ListTablesResponse)(nil),         // 51: tabula.v1.ListTablesResponse
+	(*DescribeTableRequest)(nil),       // 52: tabula.v1.DescribeTableRequest
+	(*DescribeTableResponse)(nil),      // 53: tabula.v1.DescribeTableResponse
+	(*GetPartitionMapRequest)(nil),     // 54: tabula.v1.GetPartitionMapRequest
+	(*GetPartitionMapResponse)(nil),    // 55: tabula.v1.GetPartitionMapResponse
+	(*WatchPartitionMapRequest)(nil),   // 56: tabula.v1.WatchPartitionMapRequest
+	(*WatchPartitionMapResponse)(nil),  // 57: tabula.v1.WatchPartitionMapResponse
+	(*RegisterServerRequest)(nil),      // 58: tabula.v1.RegisterServerRequest
+	(*RegisterServerResponse)(nil),     // 59: tabula.v1.RegisterServerResponse
+	(*HeartbeatRequest)(nil),           // 60: tabula.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),          // 61: tabula.v1.HeartbeatResponse
+	(*BulkPublishRequest)(nil),         // 62: tabula.v1.BulkPublishRequest
+	(*BulkPublishResponse)(nil),        // 63: tabula.v1.BulkPublishResponse
+	(*BulkStoredRequest)(nil),          // 64: tabula.v1.BulkStoredRequest
+	(*BulkStoredResponse)(nil),         // 65: tabula.v1.BulkStoredResponse
+	(*BulkStatusRequest)(nil),          // 66: tabula.v1.BulkStatusRequest
+	(*BulkStatusResponse)(nil),         // 67: tabula.v1.BulkStatusResponse
+	(*BulkRollbackRequest)(nil),        // 68: tabula.v1.BulkRollbackRequest
+	(*BulkRollbackResponse)(nil),       // 69: tabula.v1.BulkRollbackResponse
+	(*ListServersRequest)(nil),         // 70: tabula.v1.ListServersRequest
+	(*ListServersResponse)(nil),        // 71: tabula.v1.ListServersResponse
+	(*RequestHeader)(nil),              // 72: tabula.v1.RequestHeader
+	(*GetRequest)(nil),                 // 73: tabula.v1.GetRequest
+	(*GetResponse)(nil),                // 74: tabula.v1.GetResponse
+	(*BatchGetRequest)(nil),            // 75: tabula.v1.BatchGetRequest
+	(*BatchGetResponse)(nil),           // 76: tabula.v1.BatchGetResponse
+	(*MultiGetRequest)(nil),            // 77: tabula.v1.MultiGetRequest
+	(*MultiGetResponse)(nil),           // 78: tabula.v1.MultiGetResponse
+	(*MultiGetResult)(nil),             // 79: tabula.v1.MultiGetResult
+	(*PutRequest)(nil),                 // 80: tabula.v1.PutRequest
+	(*PutResponse)(nil),                // 81: tabula.v1.PutResponse
+	(*DeleteRequest)(nil),              // 82: tabula.v1.DeleteRequest
+	(*DeleteResponse)(nil),             // 83: tabula.v1.DeleteResponse
+	(*CompareAndSwapRequest)(nil),      // 84: tabula.v1.CompareAndSwapRequest
+	(*CompareAndSwapResponse)(nil),     // 85: tabula.v1.CompareAndSwapResponse
+	(*Mutation)(nil),                   // 86: tabula.v1.Mutation
+	(*BatchWriteRequest)(nil),          // 87: tabula.v1.BatchWriteRequest
+	(*BatchWriteResponse)(nil),         // 88: tabula.v1.BatchWriteResponse
+	(*ScanRequest)(nil),                // 89: tabula.v1.ScanRequest
+	(*KeyValue)(nil),                   // 90: tabula.v1.KeyValue
+	(*ScanResponse)(nil),               // 91: tabula.v1.ScanResponse
+	(*CopyReplicaRequest)(nil),         // 92: tabula.v1.CopyReplicaRequest
+	(*CopyReplicaChunk)(nil),           // 93: tabula.v1.CopyReplicaChunk
+	(*BulkUploadRequest)(nil),          // 94: tabula.v1.BulkUploadRequest
+	(*BulkUploadStatusRequest)(nil),    // 95: tabula.v1.BulkUploadStatusRequest
+	(*BulkUploadResponse)(nil),         // 96: tabula.v1.BulkUploadResponse
+	(*PartitionLogFailedRequest)(nil),  // 97: tabula.v1.PartitionLogFailedRequest
+	(*PartitionLogFailedResponse)(nil), // 98: tabula.v1.PartitionLogFailedResponse
+	(*ForgetServerRequest)(nil),        // 99: tabula.v1.ForgetServerRequest
+	(*ForgetServerResponse)(nil),       // 100: tabula.v1.ForgetServerResponse
+	(*LostPartition)(nil),              // 101: tabula.v1.LostPartition
+	(*ListDataLossRequest)(nil),        // 102: tabula.v1.ListDataLossRequest
+	(*ListDataLossResponse)(nil),       // 103: tabula.v1.ListDataLossResponse
 }
 var file_tabula_proto_depIdxs = []int32{
-	0,  // 0: tabula.v1.Table.kind:type_name -> tabula.v1.TableKind
-	7,  // 1: tabula.v1.Table.options:type_name -> tabula.v1.TableOptions
-	1,  // 2: tabula.v1.Replica.role:type_name -> tabula.v1.ReplicaRole
-	9,  // 3: tabula.v1.Partition.replicas:type_name -> tabula.v1.Replica
-	11, // 4: tabula.v1.Partition.log:type_name -> tabula.v1.PartitionLog
-	8,  // 5: tabula.v1.PartitionMap.table:type_name -> tabula.v1.Table
-	10, // 6: tabula.v1.PartitionMap.partitions:type_name -> tabula.v1.Partition
-	30, // 7: tabula.v1.PartitionMap.bulk:type_name -> tabula.v1.BulkInfo
-	14, // 8: tabula.v1.PartitionMap.coprocessors:type_name -> tabula.v1.Coprocessor
-	13, // 9: tabula.v1.Coprocessor.versions:type_name -> tabula.v1.CoprocVersion
-	14, // 10: tabula.v1.CoprocDeployResponse.coprocessor:type_name -> tabula.v1.Coprocessor
-	14, // 11: tabula.v1.CoprocListResponse.coprocessors:type_name -> tabula.v1.Coprocessor
-	14, // 12: tabula.v1.CoprocRollbackResponse.coprocessor:type_name -> tabula.v1.Coprocessor
-	63, // 13: tabula.v1.InvokeRequest.header:type_name -> tabula.v1.RequestHeader
-	63, // 14: tabula.v1.CoprocMergeRequest.header:type_name -> tabula.v1.RequestHeader
-	2,  // 15: tabula.v1.BulkVersion.state:type_name -> tabula.v1.BulkVersionState
-	28, // 16: tabula.v1.BulkVersion.files:type_name -> tabula.v1.BulkFile
-	29, // 17: tabula.v1.BulkInfo.versions:type_name -> tabula.v1.BulkVersion
-	1,  // 18: tabula.v1.ReplicaStatus.role:type_name -> tabula.v1.ReplicaRole
-	33, // 19: tabula.v1.ReplicaStatus.bulk_loaded:type_name -> tabula.v1.BulkLoaded
-	3,  // 20: tabula.v1.ReplicaStatus.state:type_name -> tabula.v1.ReplicaState
-	4,  // 21: tabula.v1.ErrorDetail.code:type_name -> tabula.v1.ErrorCode
-	10, // 22: tabula.v1.ErrorDetail.partition:type_name -> tabula.v1.Partition
-	5,  // 23: tabula.v1.StreamRequest.op:type_name -> tabula.v1.StreamOp
-	0,  // 24: tabula.v1.CreateTableRequest.kind:type_name -> tabula.v1.TableKind
-	7,  // 25: tabula.v1.CreateTableRequest.options:type_name -> tabula.v1.TableOptions
-	12, // 26: tabula.v1.CreateTableResponse.map:type_name -> tabula.v1.PartitionMap
-	8,  // 27: tabula.v1.ListTablesResponse.tables:type_name -> tabula.v1.Table
-	12, // 28: tabula.v1.DescribeTableResponse.map:type_name -> tabula.v1.PartitionMap
-	32, // 29: tabula.v1.DescribeTableResponse.replicas:type_name -> tabula.v1.ReplicaStatus
-	12, // 30: tabula.v1.GetPartitionMapResponse.map:type_name -> tabula.v1.PartitionMap
-	12, // 31: tabula.v1.WatchPartitionMapResponse.maps:type_name -> tabula.v1.PartitionMap
-	32, // 32: tabula.v1.HeartbeatRequest.replicas:type_name -> tabula.v1.ReplicaStatus
-	23, // 33: tabula.v1.HeartbeatRequest.coproc_ready:type_name -> tabula.v1.CoprocReady
-	28, // 34: tabula.v1.BulkPublishRequest.files:type_name -> tabula.v1.BulkFile
-	12, // 35: tabula.v1.BulkPublishResponse.map:type_name -> tabula.v1.PartitionMap
-	12, // 36: tabula.v1.BulkStoredResponse.map:type_name -> tabula.v1.PartitionMap
-	12, // 37: tabula.v1.BulkStatusResponse.map:type_name -> tabula.v1.PartitionMap
-	30, // 38: tabula.v1.BulkStatusResponse.bulk:type_name -> tabula.v1.BulkInfo
-	12, // 39: tabula.v1.BulkRollbackResponse.map:type_name -> tabula.v1.PartitionMap
-	31, // 40: tabula.v1.ListServersResponse.servers:type_name -> tabula.v1.ServerInfo
-	63, // 41: tabula.v1.GetRequest.header:type_name -> tabula.v1.RequestHeader
-	63, // 42: tabula.v1.BatchGetRequest.header:type_name -> tabula.v1.RequestHeader
-	65, // 43: tabula.v1.BatchGetResponse.results:type_name -> tabula.v1.GetResponse
-	64, // 44: tabula.v1.MultiGetRequest.gets:type_name -> tabula.v1.GetRequest
-	70, // 45: tabula.v1.MultiGetResponse.results:type_name -> tabula.v1.MultiGetResult
-	65, // 46: tabula.v1.MultiGetResult.response:type_name -> tabula.v1.GetResponse
-	63, // 47: tabula.v1.PutRequest.header:type_name -> tabula.v1.RequestHeader
-	63, // 48: tabula.v1.DeleteRequest.header:type_name -> tabula.v1.RequestHeader
-	63, // 49: tabula.v1.CompareAndSwapRequest.header:type_name -> tabula.v1.RequestHeader
-	6,  // 50: tabula.v1.Mutation.op:type_name -> tabula.v1.Mutation.Op
-	63, // 51: tabula.v1.BatchWriteRequest.header:type_name -> tabula.v1.RequestHeader
-	77, // 52: tabula.v1.BatchWriteRequest.mutations:type_name -> tabula.v1.Mutation
-	63, // 53: tabula.v1.ScanRequest.header:type_name -> tabula.v1.RequestHeader
-	81, // 54: tabula.v1.ScanResponse.records:type_name -> tabula.v1.KeyValue
-	63, // 55: tabula.v1.CopyReplicaRequest.header:type_name -> tabula.v1.RequestHeader
-	81, // 56: tabula.v1.CopyReplicaChunk.records:type_name -> tabula.v1.KeyValue
-	63, // 57: tabula.v1.BulkUploadRequest.header:type_name -> tabula.v1.RequestHeader
-	28, // 58: tabula.v1.BulkUploadRequest.file:type_name -> tabula.v1.BulkFile
-	63, // 59: tabula.v1.BulkUploadStatusRequest.header:type_name -> tabula.v1.RequestHeader
-	10, // 60: tabula.v1.PartitionLogFailedResponse.partition:type_name -> tabula.v1.Partition
-	92, // 61: tabula.v1.ForgetServerResponse.lost:type_name -> tabula.v1.LostPartition
-	92, // 62: tabula.v1.ListDataLossResponse.lost:type_name -> tabula.v1.LostPartition
-	37, // 63: tabula.v1.Master.CreateTable:input_type -> tabula.v1.CreateTableRequest
-	39, // 64: tabula.v1.Master.DropTable:input_type -> tabula.v1.DropTableRequest
-	41, // 65: tabula.v1.Master.ListTables:input_type -> tabula.v1.ListTablesRequest
-	43, // 66: tabula.v1.Master.DescribeTable:input_type -> tabula.v1.DescribeTableRequest
-	45, // 67: tabula.v1.Master.GetPartitionMap:input_type -> tabula.v1.GetPartitionMapRequest
-	47, // 68: tabula.v1.Master.WatchPartitionMap:input_type -> tabula.v1.WatchPartitionMapRequest
-	49, // 69: tabula.v1.Master.RegisterServer:input_type -> tabula.v1.RegisterServerRequest
-	51, // 70: tabula.v1.Master.Heartbeat:input_type -> tabula.v1.HeartbeatRequest
-	88, // 71: tabula.v1.Master.PartitionLogFailed:input_type -> tabula.v1.PartitionLogFailedRequest
-	61, // 72: tabula.v1.Master.ListServers:input_type -> tabula.v1.ListServersRequest
-	53, // 73: tabula.v1.Master.BulkPublish:input_type -> tabula.v1.BulkPublishRequest
-	55, // 74: tabula.v1.Master.BulkStored:input_type -> tabula.v1.BulkStoredRequest
-	57, // 75: tabula.v1.Master.BulkStatus:input_type -> tabula.v1.BulkStatusRequest
-	59, // 76: tabula.v1.Master.BulkRollback:input_type -> tabula.v1.BulkRollbackRequest
-	35, // 77: tabula.v1.Master.Stream:input_type -> tabula.v1.StreamRequest
-	15, // 78: tabula.v1.Master.CoprocDeploy:input_type -> tabula.v1.CoprocDeployRequest
-	17, // 79: tabula.v1.Master.CoprocList:input_type -> tabula.v1.CoprocListRequest
-	19, // 80: tabula.v1.Master.CoprocRollback:input_type -> tabula.v1.CoprocRollbackRequest
-	21, // 81: tabula.v1.Master.CoprocFetch:input_type -> tabula.v1.CoprocFetchRequest
-	90, // 82: tabula.v1.Master.ForgetServer:input_type -> tabula.v1.ForgetServerRequest
-	93, // 83: tabula.v1.Master.ListDataLoss:input_type -> tabula.v1.ListDataLossRequest
-	64, // 84: tabula.v1.TableServer.Get:input_type -> tabula.v1.GetRequest
-	66, // 85: tabula.v1.TableServer.BatchGet:input_type -> tabula.v1.BatchGetRequest
-	68, // 86: tabula.v1.TableServer.MultiGet:input_type -> tabula.v1.MultiGetRequest
-	71, // 87: tabula.v1.TableServer.Put:input_type -> tabula.v1.PutRequest
-	73, // 88: tabula.v1.TableServer.Delete:input_type -> tabula.v1.DeleteRequest
-	75, // 89: tabula.v1.TableServer.CompareAndSwap:input_type -> tabula.v1.CompareAndSwapRequest
-	78, // 90: tabula.v1.TableServer.BatchWrite:input_type -> tabula.v1.BatchWriteRequest
-	80, // 91: tabula.v1.TableServer.Scan:input_type -> tabula.v1.ScanRequest
-	83, // 92: tabula.v1.TableServer.CopyReplica:input_type -> tabula.v1.CopyReplicaRequest
-	85, // 93: tabula.v1.TableServer.BulkUpload:input_type -> tabula.v1.BulkUploadRequest
-	86, // 94: tabula.v1.TableServer.BulkUploadStatus:input_type -> tabula.v1.BulkUploadStatusRequest
-	24, // 95: tabula.v1.TableServer.Invoke:input_type -> tabula.v1.InvokeRequest
-	26, // 96: tabula.v1.TableServer.CoprocMerge:input_type -> tabula.v1.CoprocMergeRequest
-	38, // 97: tabula.v1.Master.CreateTable:output_type -> tabula.v1.CreateTableResponse
-	40, // 98: tabula.v1.Master.DropTable:output_type -> tabula.v1.DropTableResponse
-	42, // 99: tabula.v1.Master.ListTables:output_type -> tabula.v1.ListTablesResponse
-	44, // 100: tabula.v1.Master.DescribeTable:output_type -> tabula.v1.DescribeTableResponse
-	46, // 101: tabula.v1.Master.GetPartitionMap:output_type -> tabula.v1.GetPartitionMapResponse
-	48, // 102: tabula.v1.Master.WatchPartitionMap:output_type -> tabula.v1.WatchPartitionMapResponse
-	50, // 103: tabula.v1.Master.RegisterServer:output_type -> tabula.v1.RegisterServerResponse
-	52, // 104: tabula.v1.Master.Heartbeat:output_type -> tabula.v1.HeartbeatResponse
-	89, // 105: tabula.v1.Master.PartitionLogFailed:output_type -> tabula.v1.PartitionLogFailedResponse
-	62, // 106: tabula.v1.Master.ListServers:output_type -> tabula.v1.ListServersResponse
-	54, // 107: tabula.v1.Master.BulkPublish:output_type -> tabula.v1.BulkPublishResponse
-	56, // 108: tabula.v1.Master.BulkStored:output_type -> tabula.v1.BulkStoredResponse
-	58, // 109: tabula.v1.Master.BulkStatus:output_type -> tabula.v1.BulkStatusResponse
-	60, // 110: tabula.v1.Master.BulkRollback:output_type -> tabula.v1.BulkRollbackResponse
-	36, // 111: tabula.v1.Master.Stream:output_type -> tabula.v1.StreamResponse
-	16, // 112: tabula.v1.Master.CoprocDeploy:output_type -> tabula.v1.CoprocDeployResponse
-	18, // 113: tabula.v1.Master.CoprocList:output_type -> tabula.v1.CoprocListResponse
-	20, // 114: tabula.v1.Master.CoprocRollback:output_type -> tabula.v1.CoprocRollbackResponse
-	22, // 115: tabula.v1.Master.CoprocFetch:output_type -> tabula.v1.CoprocFetchResponse
-	91, // 116: tabula.v1.Master.ForgetServer:output_type -> tabula.v1.ForgetServerResponse
-	94, // 117: tabula.v1.Master.ListDataLoss:output_type -> tabula.v1.ListDataLossResponse
-	65, // 118: tabula.v1.TableServer.Get:output_type -> tabula.v1.GetResponse
-	67, // 119: tabula.v1.TableServer.BatchGet:output_type -> tabula.v1.BatchGetResponse
-	69, // 120: tabula.v1.TableServer.MultiGet:output_type -> tabula.v1.MultiGetResponse
-	72, // 121: tabula.v1.TableServer.Put:output_type -> tabula.v1.PutResponse
-	74, // 122: tabula.v1.TableServer.Delete:output_type -> tabula.v1.DeleteResponse
-	76, // 123: tabula.v1.TableServer.CompareAndSwap:output_type -> tabula.v1.CompareAndSwapResponse
-	79, // 124: tabula.v1.TableServer.BatchWrite:output_type -> tabula.v1.BatchWriteResponse
-	82, // 125: tabula.v1.TableServer.Scan:output_type -> tabula.v1.ScanResponse
-	84, // 126: tabula.v1.TableServer.CopyReplica:output_type -> tabula.v1.CopyReplicaChunk
-	87, // 127: tabula.v1.TableServer.BulkUpload:output_type -> tabula.v1.BulkUploadResponse
-	87, // 128: tabula.v1.TableServer.BulkUploadStatus:output_type -> tabula.v1.BulkUploadResponse
-	25, // 129: tabula.v1.TableServer.Invoke:output_type -> tabula.v1.InvokeResponse
-	27, // 130: tabula.v1.TableServer.CoprocMerge:output_type -> tabula.v1.CoprocMergeResponse
-	97, // [97:131] is the sub-list for method output_type
-	63, // [63:97] is the sub-list for method input_type
-	63, // [63:63] is the sub-list for extension type_name
-	63, // [63:63] is the sub-list for extension extendee
-	0,  // [0:63] is the sub-list for field type_name
+	0,   // 0: tabula.v1.Table.kind:type_name -> tabula.v1.TableKind
+	7,   // 1: tabula.v1.Table.options:type_name -> tabula.v1.TableOptions
+	1,   // 2: tabula.v1.Replica.role:type_name -> tabula.v1.ReplicaRole
+	9,   // 3: tabula.v1.Partition.replicas:type_name -> tabula.v1.Replica
+	11,  // 4: tabula.v1.Partition.log:type_name -> tabula.v1.PartitionLog
+	8,   // 5: tabula.v1.PartitionMap.table:type_name -> tabula.v1.Table
+	10,  // 6: tabula.v1.PartitionMap.partitions:type_name -> tabula.v1.Partition
+	30,  // 7: tabula.v1.PartitionMap.bulk:type_name -> tabula.v1.BulkInfo
+	14,  // 8: tabula.v1.PartitionMap.coprocessors:type_name -> tabula.v1.Coprocessor
+	13,  // 9: tabula.v1.Coprocessor.versions:type_name -> tabula.v1.CoprocVersion
+	14,  // 10: tabula.v1.CoprocDeployResponse.coprocessor:type_name -> tabula.v1.Coprocessor
+	14,  // 11: tabula.v1.CoprocListResponse.coprocessors:type_name -> tabula.v1.Coprocessor
+	14,  // 12: tabula.v1.CoprocRollbackResponse.coprocessor:type_name -> tabula.v1.Coprocessor
+	72,  // 13: tabula.v1.InvokeRequest.header:type_name -> tabula.v1.RequestHeader
+	72,  // 14: tabula.v1.CoprocMergeRequest.header:type_name -> tabula.v1.RequestHeader
+	2,   // 15: tabula.v1.BulkVersion.state:type_name -> tabula.v1.BulkVersionState
+	28,  // 16: tabula.v1.BulkVersion.files:type_name -> tabula.v1.BulkFile
+	29,  // 17: tabula.v1.BulkInfo.versions:type_name -> tabula.v1.BulkVersion
+	1,   // 18: tabula.v1.ReplicaStatus.role:type_name -> tabula.v1.ReplicaRole
+	33,  // 19: tabula.v1.ReplicaStatus.bulk_loaded:type_name -> tabula.v1.BulkLoaded
+	3,   // 20: tabula.v1.ReplicaStatus.state:type_name -> tabula.v1.ReplicaState
+	4,   // 21: tabula.v1.ErrorDetail.code:type_name -> tabula.v1.ErrorCode
+	10,  // 22: tabula.v1.ErrorDetail.partition:type_name -> tabula.v1.Partition
+	35,  // 23: tabula.v1.MasterMembersResponse.members:type_name -> tabula.v1.MasterMember
+	5,   // 24: tabula.v1.StreamRequest.op:type_name -> tabula.v1.StreamOp
+	0,   // 25: tabula.v1.CreateTableRequest.kind:type_name -> tabula.v1.TableKind
+	7,   // 26: tabula.v1.CreateTableRequest.options:type_name -> tabula.v1.TableOptions
+	12,  // 27: tabula.v1.CreateTableResponse.map:type_name -> tabula.v1.PartitionMap
+	8,   // 28: tabula.v1.ListTablesResponse.tables:type_name -> tabula.v1.Table
+	12,  // 29: tabula.v1.DescribeTableResponse.map:type_name -> tabula.v1.PartitionMap
+	32,  // 30: tabula.v1.DescribeTableResponse.replicas:type_name -> tabula.v1.ReplicaStatus
+	12,  // 31: tabula.v1.GetPartitionMapResponse.map:type_name -> tabula.v1.PartitionMap
+	12,  // 32: tabula.v1.WatchPartitionMapResponse.maps:type_name -> tabula.v1.PartitionMap
+	32,  // 33: tabula.v1.HeartbeatRequest.replicas:type_name -> tabula.v1.ReplicaStatus
+	23,  // 34: tabula.v1.HeartbeatRequest.coproc_ready:type_name -> tabula.v1.CoprocReady
+	28,  // 35: tabula.v1.BulkPublishRequest.files:type_name -> tabula.v1.BulkFile
+	12,  // 36: tabula.v1.BulkPublishResponse.map:type_name -> tabula.v1.PartitionMap
+	12,  // 37: tabula.v1.BulkStoredResponse.map:type_name -> tabula.v1.PartitionMap
+	12,  // 38: tabula.v1.BulkStatusResponse.map:type_name -> tabula.v1.PartitionMap
+	30,  // 39: tabula.v1.BulkStatusResponse.bulk:type_name -> tabula.v1.BulkInfo
+	12,  // 40: tabula.v1.BulkRollbackResponse.map:type_name -> tabula.v1.PartitionMap
+	31,  // 41: tabula.v1.ListServersResponse.servers:type_name -> tabula.v1.ServerInfo
+	72,  // 42: tabula.v1.GetRequest.header:type_name -> tabula.v1.RequestHeader
+	72,  // 43: tabula.v1.BatchGetRequest.header:type_name -> tabula.v1.RequestHeader
+	74,  // 44: tabula.v1.BatchGetResponse.results:type_name -> tabula.v1.GetResponse
+	73,  // 45: tabula.v1.MultiGetRequest.gets:type_name -> tabula.v1.GetRequest
+	79,  // 46: tabula.v1.MultiGetResponse.results:type_name -> tabula.v1.MultiGetResult
+	74,  // 47: tabula.v1.MultiGetResult.response:type_name -> tabula.v1.GetResponse
+	72,  // 48: tabula.v1.PutRequest.header:type_name -> tabula.v1.RequestHeader
+	72,  // 49: tabula.v1.DeleteRequest.header:type_name -> tabula.v1.RequestHeader
+	72,  // 50: tabula.v1.CompareAndSwapRequest.header:type_name -> tabula.v1.RequestHeader
+	6,   // 51: tabula.v1.Mutation.op:type_name -> tabula.v1.Mutation.Op
+	72,  // 52: tabula.v1.BatchWriteRequest.header:type_name -> tabula.v1.RequestHeader
+	86,  // 53: tabula.v1.BatchWriteRequest.mutations:type_name -> tabula.v1.Mutation
+	72,  // 54: tabula.v1.ScanRequest.header:type_name -> tabula.v1.RequestHeader
+	90,  // 55: tabula.v1.ScanResponse.records:type_name -> tabula.v1.KeyValue
+	72,  // 56: tabula.v1.CopyReplicaRequest.header:type_name -> tabula.v1.RequestHeader
+	90,  // 57: tabula.v1.CopyReplicaChunk.records:type_name -> tabula.v1.KeyValue
+	72,  // 58: tabula.v1.BulkUploadRequest.header:type_name -> tabula.v1.RequestHeader
+	28,  // 59: tabula.v1.BulkUploadRequest.file:type_name -> tabula.v1.BulkFile
+	72,  // 60: tabula.v1.BulkUploadStatusRequest.header:type_name -> tabula.v1.RequestHeader
+	10,  // 61: tabula.v1.PartitionLogFailedResponse.partition:type_name -> tabula.v1.Partition
+	101, // 62: tabula.v1.ForgetServerResponse.lost:type_name -> tabula.v1.LostPartition
+	101, // 63: tabula.v1.ListDataLossResponse.lost:type_name -> tabula.v1.LostPartition
+	46,  // 64: tabula.v1.Master.CreateTable:input_type -> tabula.v1.CreateTableRequest
+	48,  // 65: tabula.v1.Master.DropTable:input_type -> tabula.v1.DropTableRequest
+	50,  // 66: tabula.v1.Master.ListTables:input_type -> tabula.v1.ListTablesRequest
+	52,  // 67: tabula.v1.Master.DescribeTable:input_type -> tabula.v1.DescribeTableRequest
+	54,  // 68: tabula.v1.Master.GetPartitionMap:input_type -> tabula.v1.GetPartitionMapRequest
+	56,  // 69: tabula.v1.Master.WatchPartitionMap:input_type -> tabula.v1.WatchPartitionMapRequest
+	58,  // 70: tabula.v1.Master.RegisterServer:input_type -> tabula.v1.RegisterServerRequest
+	60,  // 71: tabula.v1.Master.Heartbeat:input_type -> tabula.v1.HeartbeatRequest
+	97,  // 72: tabula.v1.Master.PartitionLogFailed:input_type -> tabula.v1.PartitionLogFailedRequest
+	70,  // 73: tabula.v1.Master.ListServers:input_type -> tabula.v1.ListServersRequest
+	62,  // 74: tabula.v1.Master.BulkPublish:input_type -> tabula.v1.BulkPublishRequest
+	64,  // 75: tabula.v1.Master.BulkStored:input_type -> tabula.v1.BulkStoredRequest
+	66,  // 76: tabula.v1.Master.BulkStatus:input_type -> tabula.v1.BulkStatusRequest
+	68,  // 77: tabula.v1.Master.BulkRollback:input_type -> tabula.v1.BulkRollbackRequest
+	44,  // 78: tabula.v1.Master.Stream:input_type -> tabula.v1.StreamRequest
+	15,  // 79: tabula.v1.Master.CoprocDeploy:input_type -> tabula.v1.CoprocDeployRequest
+	17,  // 80: tabula.v1.Master.CoprocList:input_type -> tabula.v1.CoprocListRequest
+	19,  // 81: tabula.v1.Master.CoprocRollback:input_type -> tabula.v1.CoprocRollbackRequest
+	21,  // 82: tabula.v1.Master.CoprocFetch:input_type -> tabula.v1.CoprocFetchRequest
+	99,  // 83: tabula.v1.Master.ForgetServer:input_type -> tabula.v1.ForgetServerRequest
+	102, // 84: tabula.v1.Master.ListDataLoss:input_type -> tabula.v1.ListDataLossRequest
+	36,  // 85: tabula.v1.Master.MasterMembers:input_type -> tabula.v1.MasterMembersRequest
+	38,  // 86: tabula.v1.Master.AddMaster:input_type -> tabula.v1.AddMasterRequest
+	40,  // 87: tabula.v1.Master.RemoveMaster:input_type -> tabula.v1.RemoveMasterRequest
+	42,  // 88: tabula.v1.Master.TransferLeader:input_type -> tabula.v1.TransferLeaderRequest
+	73,  // 89: tabula.v1.TableServer.Get:input_type -> tabula.v1.GetRequest
+	75,  // 90: tabula.v1.TableServer.BatchGet:input_type -> tabula.v1.BatchGetRequest
+	77,  // 91: tabula.v1.TableServer.MultiGet:input_type -> tabula.v1.MultiGetRequest
+	80,  // 92: tabula.v1.TableServer.Put:input_type -> tabula.v1.PutRequest
+	82,  // 93: tabula.v1.TableServer.Delete:input_type -> tabula.v1.DeleteRequest
+	84,  // 94: tabula.v1.TableServer.CompareAndSwap:input_type -> tabula.v1.CompareAndSwapRequest
+	87,  // 95: tabula.v1.TableServer.BatchWrite:input_type -> tabula.v1.BatchWriteRequest
+	89,  // 96: tabula.v1.TableServer.Scan:input_type -> tabula.v1.ScanRequest
+	92,  // 97: tabula.v1.TableServer.CopyReplica:input_type -> tabula.v1.CopyReplicaRequest
+	94,  // 98: tabula.v1.TableServer.BulkUpload:input_type -> tabula.v1.BulkUploadRequest
+	95,  // 99: tabula.v1.TableServer.BulkUploadStatus:input_type -> tabula.v1.BulkUploadStatusRequest
+	24,  // 100: tabula.v1.TableServer.Invoke:input_type -> tabula.v1.InvokeRequest
+	26,  // 101: tabula.v1.TableServer.CoprocMerge:input_type -> tabula.v1.CoprocMergeRequest
+	47,  // 102: tabula.v1.Master.CreateTable:output_type -> tabula.v1.CreateTableResponse
+	49,  // 103: tabula.v1.Master.DropTable:output_type -> tabula.v1.DropTableResponse
+	51,  // 104: tabula.v1.Master.ListTables:output_type -> tabula.v1.ListTablesResponse
+	53,  // 105: tabula.v1.Master.DescribeTable:output_type -> tabula.v1.DescribeTableResponse
+	55,  // 106: tabula.v1.Master.GetPartitionMap:output_type -> tabula.v1.GetPartitionMapResponse
+	57,  // 107: tabula.v1.Master.WatchPartitionMap:output_type -> tabula.v1.WatchPartitionMapResponse
+	59,  // 108: tabula.v1.Master.RegisterServer:output_type -> tabula.v1.RegisterServerResponse
+	61,  // 109: tabula.v1.Master.Heartbeat:output_type -> tabula.v1.HeartbeatResponse
+	98,  // 110: tabula.v1.Master.PartitionLogFailed:output_type -> tabula.v1.PartitionLogFailedResponse
+	71,  // 111: tabula.v1.Master.ListServers:output_type -> tabula.v1.ListServersResponse
+	63,  // 112: tabula.v1.Master.BulkPublish:output_type -> tabula.v1.BulkPublishResponse
+	65,  // 113: tabula.v1.Master.BulkStored:output_type -> tabula.v1.BulkStoredResponse
+	67,  // 114: tabula.v1.Master.BulkStatus:output_type -> tabula.v1.BulkStatusResponse
+	69,  // 115: tabula.v1.Master.BulkRollback:output_type -> tabula.v1.BulkRollbackResponse
+	45,  // 116: tabula.v1.Master.Stream:output_type -> tabula.v1.StreamResponse
+	16,  // 117: tabula.v1.Master.CoprocDeploy:output_type -> tabula.v1.CoprocDeployResponse
+	18,  // 118: tabula.v1.Master.CoprocList:output_type -> tabula.v1.CoprocListResponse
+	20,  // 119: tabula.v1.Master.CoprocRollback:output_type -> tabula.v1.CoprocRollbackResponse
+	22,  // 120: tabula.v1.Master.CoprocFetch:output_type -> tabula.v1.CoprocFetchResponse
+	100, // 121: tabula.v1.Master.ForgetServer:output_type -> tabula.v1.ForgetServerResponse
+	103, // 122: tabula.v1.Master.ListDataLoss:output_type -> tabula.v1.ListDataLossResponse
+	37,  // 123: tabula.v1.Master.MasterMembers:output_type -> tabula.v1.MasterMembersResponse
+	39,  // 124: tabula.v1.Master.AddMaster:output_type -> tabula.v1.AddMasterResponse
+	41,  // 125: tabula.v1.Master.RemoveMaster:output_type -> tabula.v1.RemoveMasterResponse
+	43,  // 126: tabula.v1.Master.TransferLeader:output_type -> tabula.v1.TransferLeaderResponse
+	74,  // 127: tabula.v1.TableServer.Get:output_type -> tabula.v1.GetResponse
+	76,  // 128: tabula.v1.TableServer.BatchGet:output_type -> tabula.v1.BatchGetResponse
+	78,  // 129: tabula.v1.TableServer.MultiGet:output_type -> tabula.v1.MultiGetResponse
+	81,  // 130: tabula.v1.TableServer.Put:output_type -> tabula.v1.PutResponse
+	83,  // 131: tabula.v1.TableServer.Delete:output_type -> tabula.v1.DeleteResponse
+	85,  // 132: tabula.v1.TableServer.CompareAndSwap:output_type -> tabula.v1.CompareAndSwapResponse
+	88,  // 133: tabula.v1.TableServer.BatchWrite:output_type -> tabula.v1.BatchWriteResponse
+	91,  // 134: tabula.v1.TableServer.Scan:output_type -> tabula.v1.ScanResponse
+	93,  // 135: tabula.v1.TableServer.CopyReplica:output_type -> tabula.v1.CopyReplicaChunk
+	96,  // 136: tabula.v1.TableServer.BulkUpload:output_type -> tabula.v1.BulkUploadResponse
+	96,  // 137: tabula.v1.TableServer.BulkUploadStatus:output_type -> tabula.v1.BulkUploadResponse
+	25,  // 138: tabula.v1.TableServer.Invoke:output_type -> tabula.v1.InvokeResponse
+	27,  // 139: tabula.v1.TableServer.CoprocMerge:output_type -> tabula.v1.CoprocMergeResponse
+	102, // [102:140] is the sub-list for method output_type
+	64,  // [64:102] is the sub-list for method input_type
+	64,  // [64:64] is the sub-list for extension type_name
+	64,  // [64:64] is the sub-list for extension extendee
+	0,   // [0:64] is the sub-list for field type_name
 }
 
 func init() { file_tabula_proto_init() }
@@ -7103,7 +7602,7 @@ func file_tabula_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tabula_proto_rawDesc), len(file_tabula_proto_rawDesc)),
 			NumEnums:      7,
-			NumMessages:   88,
+			NumMessages:   97,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

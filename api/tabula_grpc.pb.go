@@ -48,6 +48,10 @@ const (
 	Master_CoprocFetch_FullMethodName        = "/tabula.v1.Master/CoprocFetch"
 	Master_ForgetServer_FullMethodName       = "/tabula.v1.Master/ForgetServer"
 	Master_ListDataLoss_FullMethodName       = "/tabula.v1.Master/ListDataLoss"
+	Master_MasterMembers_FullMethodName      = "/tabula.v1.Master/MasterMembers"
+	Master_AddMaster_FullMethodName          = "/tabula.v1.Master/AddMaster"
+	Master_RemoveMaster_FullMethodName       = "/tabula.v1.Master/RemoveMaster"
+	Master_TransferLeader_FullMethodName     = "/tabula.v1.Master/TransferLeader"
 )
 
 // MasterClient is the client API for Master service.
@@ -101,6 +105,15 @@ type MasterClient interface {
 	ForgetServer(ctx context.Context, in *ForgetServerRequest, opts ...grpc.CallOption) (*ForgetServerResponse, error)
 	// ListDataLoss lists the partitions that lost every copy of their data.
 	ListDataLoss(ctx context.Context, in *ListDataLossRequest, opts ...grpc.CallOption) (*ListDataLossResponse, error)
+	// MasterMembers lists the masters of a replicated (raft) master group
+	// and which one leads; any member answers. The other membership calls
+	// go to the leader.
+	MasterMembers(ctx context.Context, in *MasterMembersRequest, opts ...grpc.CallOption) (*MasterMembersResponse, error)
+	// AddMaster adds a member as a learner; it becomes a voter once it has
+	// caught up (promote).
+	AddMaster(ctx context.Context, in *AddMasterRequest, opts ...grpc.CallOption) (*AddMasterResponse, error)
+	RemoveMaster(ctx context.Context, in *RemoveMasterRequest, opts ...grpc.CallOption) (*RemoveMasterResponse, error)
+	TransferLeader(ctx context.Context, in *TransferLeaderRequest, opts ...grpc.CallOption) (*TransferLeaderResponse, error)
 }
 
 type masterClient struct {
@@ -330,6 +343,46 @@ func (c *masterClient) ListDataLoss(ctx context.Context, in *ListDataLossRequest
 	return out, nil
 }
 
+func (c *masterClient) MasterMembers(ctx context.Context, in *MasterMembersRequest, opts ...grpc.CallOption) (*MasterMembersResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(MasterMembersResponse)
+	err := c.cc.Invoke(ctx, Master_MasterMembers_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *masterClient) AddMaster(ctx context.Context, in *AddMasterRequest, opts ...grpc.CallOption) (*AddMasterResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AddMasterResponse)
+	err := c.cc.Invoke(ctx, Master_AddMaster_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *masterClient) RemoveMaster(ctx context.Context, in *RemoveMasterRequest, opts ...grpc.CallOption) (*RemoveMasterResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RemoveMasterResponse)
+	err := c.cc.Invoke(ctx, Master_RemoveMaster_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *masterClient) TransferLeader(ctx context.Context, in *TransferLeaderRequest, opts ...grpc.CallOption) (*TransferLeaderResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(TransferLeaderResponse)
+	err := c.cc.Invoke(ctx, Master_TransferLeader_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // MasterServer is the server API for Master service.
 // All implementations must embed UnimplementedMasterServer
 // for forward compatibility.
@@ -381,6 +434,15 @@ type MasterServer interface {
 	ForgetServer(context.Context, *ForgetServerRequest) (*ForgetServerResponse, error)
 	// ListDataLoss lists the partitions that lost every copy of their data.
 	ListDataLoss(context.Context, *ListDataLossRequest) (*ListDataLossResponse, error)
+	// MasterMembers lists the masters of a replicated (raft) master group
+	// and which one leads; any member answers. The other membership calls
+	// go to the leader.
+	MasterMembers(context.Context, *MasterMembersRequest) (*MasterMembersResponse, error)
+	// AddMaster adds a member as a learner; it becomes a voter once it has
+	// caught up (promote).
+	AddMaster(context.Context, *AddMasterRequest) (*AddMasterResponse, error)
+	RemoveMaster(context.Context, *RemoveMasterRequest) (*RemoveMasterResponse, error)
+	TransferLeader(context.Context, *TransferLeaderRequest) (*TransferLeaderResponse, error)
 	mustEmbedUnimplementedMasterServer()
 }
 
@@ -453,6 +515,18 @@ func (UnimplementedMasterServer) ForgetServer(context.Context, *ForgetServerRequ
 }
 func (UnimplementedMasterServer) ListDataLoss(context.Context, *ListDataLossRequest) (*ListDataLossResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListDataLoss not implemented")
+}
+func (UnimplementedMasterServer) MasterMembers(context.Context, *MasterMembersRequest) (*MasterMembersResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method MasterMembers not implemented")
+}
+func (UnimplementedMasterServer) AddMaster(context.Context, *AddMasterRequest) (*AddMasterResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method AddMaster not implemented")
+}
+func (UnimplementedMasterServer) RemoveMaster(context.Context, *RemoveMasterRequest) (*RemoveMasterResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RemoveMaster not implemented")
+}
+func (UnimplementedMasterServer) TransferLeader(context.Context, *TransferLeaderRequest) (*TransferLeaderResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method TransferLeader not implemented")
 }
 func (UnimplementedMasterServer) mustEmbedUnimplementedMasterServer() {}
 func (UnimplementedMasterServer) testEmbeddedByValue()                {}
@@ -846,6 +920,78 @@ func _Master_ListDataLoss_Handler(srv interface{}, ctx context.Context, dec func
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Master_MasterMembers_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(MasterMembersRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MasterServer).MasterMembers(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Master_MasterMembers_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MasterServer).MasterMembers(ctx, req.(*MasterMembersRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Master_AddMaster_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AddMasterRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MasterServer).AddMaster(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Master_AddMaster_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MasterServer).AddMaster(ctx, req.(*AddMasterRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Master_RemoveMaster_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RemoveMasterRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MasterServer).RemoveMaster(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Master_RemoveMaster_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MasterServer).RemoveMaster(ctx, req.(*RemoveMasterRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Master_TransferLeader_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(TransferLeaderRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MasterServer).TransferLeader(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Master_TransferLeader_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MasterServer).TransferLeader(ctx, req.(*TransferLeaderRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Master_ServiceDesc is the grpc.ServiceDesc for Master service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -932,6 +1078,22 @@ var Master_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListDataLoss",
 			Handler:    _Master_ListDataLoss_Handler,
+		},
+		{
+			MethodName: "MasterMembers",
+			Handler:    _Master_MasterMembers_Handler,
+		},
+		{
+			MethodName: "AddMaster",
+			Handler:    _Master_AddMaster_Handler,
+		},
+		{
+			MethodName: "RemoveMaster",
+			Handler:    _Master_RemoveMaster_Handler,
+		},
+		{
+			MethodName: "TransferLeader",
+			Handler:    _Master_TransferLeader_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -71,6 +73,10 @@ type Master struct {
 	// lock.
 	snapKick chan struct{}
 
+	// raft is the raft side of a replicated master (raft.go); nil for a
+	// single master, whose command log is store.
+	raft *raftState
+
 	closing   chan struct{} // closed by Close: stops the liveness loop and watch streams
 	closeOnce sync.Once
 	closeErr  error
@@ -124,22 +130,36 @@ func Open(opts Options) (*Master, error) {
 	if err != nil {
 		return nil, fmt.Errorf("tablemaster: %w", err)
 	}
-	st, state, seq, err := openStore(opts.DataDir, opts.Logger)
-	if err != nil {
-		return nil, errors.Join(err, lock.Unlock())
-	}
 	m := &Master{
 		lock:     lock,
 		opts:     opts,
 		logger:   opts.Logger,
-		store:    st,
-		seq:      seq,
 		live:     map[string]*liveness{},
 		closing:  make(chan struct{}),
 		logKick:  make(chan struct{}, 1),
 		snapKick: make(chan struct{}, 1),
 		logRetry: map[uint64]*logRetry{},
 	}
+	m.streamCtx, m.streamCancel = context.WithCancel(context.Background())
+	if opts.RaftID != 0 {
+		if err := m.openRaft(); err != nil {
+			m.streamCancel()
+			return nil, errors.Join(err, lock.Unlock())
+		}
+		m.logger.Info("tablemaster: raft member started", "dir", opts.DataDir, "id", opts.RaftID, "peers", opts.Peers)
+		m.startLoops()
+		return m, nil
+	}
+	if _, err := os.Stat(filepath.Join(opts.DataDir, raftDirName)); err == nil {
+		m.streamCancel()
+		return nil, errors.Join(fmt.Errorf("tablemaster: %s holds a raft member's state (%s/): start it with its member id (--id)", opts.DataDir, raftDirName), lock.Unlock())
+	}
+	st, state, seq, err := openStore(opts.DataDir, opts.Logger)
+	if err != nil {
+		m.streamCancel()
+		return nil, errors.Join(err, lock.Unlock())
+	}
+	m.store, m.seq = st, seq
 	m.view.Store(&view{state: state, changed: make(chan struct{})})
 	now := opts.Now()
 	if _, ok := state.Tenants[api.DefaultTenant]; !ok {
@@ -155,14 +175,19 @@ func Open(opts Options) (*Master, error) {
 	cur := m.State()
 	m.logger.Info("tablemaster: opened", "dir", opts.DataDir, "version", cur.Version, "seq", m.seq,
 		"tables", len(cur.Tables), "servers", len(cur.Servers))
-	m.streamCtx, m.streamCancel = context.WithCancel(context.Background())
-	m.streamDriver = stream.NewDriver(masterStreamLog{m}, stream.DriverOptions{Logger: opts.Logger.With("part", "stream-manager")})
+	m.startLoops()
+	return m, nil
+}
+
+// startLoops starts the stream driver and the loops; they act only while
+// this master leads (leads).
+func (m *Master) startLoops() {
+	m.streamDriver = stream.NewDriver(masterStreamLog{m}, stream.DriverOptions{Logger: m.logger.With("part", "stream-manager")})
 	m.wg.Add(4)
 	go m.snapLoop()
 	go m.livenessLoop()
 	go m.streamLoop()
 	go m.logLoop()
-	return m, nil
 }
 
 // State returns the current state. It is shared and immutable: read it,
@@ -177,8 +202,13 @@ func (m *Master) Serve(lis net.Listener) error {
 		grpc.MaxRecvMsgSize(api.MaxMessageBytes),
 		grpc.MaxSendMsgSize(api.MaxMessageBytes),
 		grpc.WaitForHandlers(true), // Close returns only after every handler has
+		grpc.ChainUnaryInterceptor(m.leaderOnlyUnary),
+		grpc.ChainStreamInterceptor(m.leaderOnlyStream),
 	)
 	api.RegisterMasterServer(s, m)
+	if m.raft != nil {
+		m.raft.transport.Register(s)
+	}
 	m.srvMu.Lock()
 	if m.closed {
 		m.srvMu.Unlock()
@@ -206,10 +236,18 @@ func (m *Master) Close() error {
 		for _, s := range servers {
 			s.Stop()
 		}
+		var raftErr error
+		if m.raft != nil {
+			raftErr = errors.Join(m.raft.node.Close(), m.raft.transport.Close())
+		}
 		m.wg.Wait()
 		driverErr := m.streamDriver.Close()
 		m.proposeMu.Lock()
-		m.closeErr = errors.Join(driverErr, m.store.close(), m.lock.Unlock())
+		var storeErr error
+		if m.store != nil {
+			storeErr = m.store.close()
+		}
+		m.closeErr = errors.Join(raftErr, driverErr, storeErr, m.lock.Unlock())
 		m.store = nil
 		m.proposeMu.Unlock()
 	})
@@ -223,6 +261,9 @@ func (m *Master) Close() error {
 // once the command is durable (or was a valid no-op). It returns the result
 // and the state the caller should answer from.
 func (m *Master) propose(cmd Command, check func(*State) bool, after func(Result)) (Result, *State, error) {
+	if m.raft != nil {
+		return m.proposeRaft(cmd, check, after)
+	}
 	m.proposeMu.Lock()
 	defer m.proposeMu.Unlock()
 	if m.store == nil {
@@ -346,6 +387,9 @@ func (m *Master) livenessLoop() {
 // checkLiveness applies OpServerDown to every alive server silent longer
 // than DeadAfter.
 func (m *Master) checkLiveness() {
+	if !m.leads() {
+		return
+	}
 	now := m.opts.Now()
 	st := m.State()
 	for _, id := range st.ServerIDs() {

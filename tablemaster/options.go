@@ -53,6 +53,18 @@ type Options struct {
 	StreamSyncInterval time.Duration `json:"stream_sync_interval"`
 	// Now is the clock. Default time.Now.
 	Now func() time.Time `json:"-"`
+	// RaftID, when not 0, makes this master one member of a replicated
+	// master group (raft): DataDir then holds the member's raft log and
+	// snapshots. Peers are the group's founding members, id to address
+	// (this one's included; the address is where each serves both the
+	// master's API and raft), used only on a new DataDir; a member that
+	// joins an existing group starts with no Peers and is added by the
+	// leader (AddMaster).
+	RaftID uint64            `json:"raft_id,omitempty"`
+	Peers  map[uint64]string `json:"peers,omitempty"`
+	// RaftTick is the raft clock's tick: elections time out after 10,
+	// the leader heartbeats every one. Default 50ms.
+	RaftTick time.Duration `json:"raft_tick,omitempty"`
 }
 
 // withDefaults returns o with every zero field set to its default.
@@ -81,6 +93,9 @@ func (o Options) withDefaults() Options {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
+	if o.RaftTick == 0 {
+		o.RaftTick = 50 * time.Millisecond
+	}
 	return o
 }
 
@@ -106,6 +121,15 @@ func (o Options) Validate() error {
 	}
 	if o.StreamTaskInterval < 0 || o.StreamSyncInterval < 0 {
 		errs = append(errs, fmt.Errorf("tablemaster: Options.StreamTaskInterval %v and StreamSyncInterval %v must not be negative", o.StreamTaskInterval, o.StreamSyncInterval))
+	}
+	if len(o.Peers) > 0 && o.RaftID == 0 {
+		errs = append(errs, errors.New("tablemaster: Options.Peers needs Options.RaftID, this member's id among them"))
+	}
+	if _, ok := o.Peers[o.RaftID]; len(o.Peers) > 0 && !ok {
+		errs = append(errs, fmt.Errorf("tablemaster: Options.RaftID %d is not among the Peers", o.RaftID))
+	}
+	if o.RaftTick < 0 {
+		errs = append(errs, fmt.Errorf("tablemaster: Options.RaftTick %v is negative", o.RaftTick))
 	}
 	if o.SnapshotEvery < 0 {
 		errs = append(errs, fmt.Errorf("tablemaster: Options.SnapshotEvery %d is negative", o.SnapshotEvery))

@@ -159,6 +159,9 @@ func (m *Master) kickLogs() {
 // (a replica unreachable) does not hold up the others, and retries with
 // backoff (each failed allocation leaves an empty sealed extent behind).
 func (m *Master) reconfigureLogs() {
+	if !m.leads() {
+		return
+	}
 	st := m.State()
 	now := time.Now()
 	type job struct {

@@ -125,6 +125,9 @@ func (m *Master) streamLoop() {
 			return
 		case <-tasks.C:
 		}
+		if !m.leads() {
+			continue
+		}
 		ctx, cancel := context.WithTimeout(m.streamCtx, time.Minute)
 		if n, err := m.streamDriver.RunTasks(ctx); err != nil && ctx.Err() == nil {
 			m.logger.Warn("tablemaster: stream tasks", "done", n, "err", err)

@@ -23,6 +23,10 @@ import (
 type Options struct {
 	// Servers is the number of table servers. Default 3.
 	Servers int
+	// Masters is the number of masters: 1 (the default) runs a single
+	// master; more run a raft group of that many members (ids 1..n),
+	// member 1 on MasterListen, the others on free ports.
+	Masters int
 	// Dir holds the master's and servers' data. Default: a new temporary
 	// directory, removed by Close.
 	Dir string
@@ -47,6 +51,8 @@ type Cluster struct {
 	ownDir  bool
 	master  *tablemaster.Master
 	mAddr   string
+	// members are the raft masters (Options.Masters > 1), by index.
+	members []*member
 	mu      sync.Mutex
 	servers []*server // guarded by mu
 	wg      sync.WaitGroup
@@ -98,7 +104,11 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 			err = errors.Join(err, c.Close())
 		}
 	}()
-	if err := c.startMaster(); err != nil {
+	if opts.Masters > 1 {
+		if err := c.startMembers(); err != nil {
+			return nil, err
+		}
+	} else if err := c.startMaster(); err != nil {
 		return nil, err
 	}
 	for i := 0; i < opts.Servers; i++ {
@@ -154,7 +164,7 @@ func (c *Cluster) startServer(ctx context.Context, i int) error {
 	sv := c.servers[i]
 	c.mu.Unlock()
 	so := tableserver.Options{
-		Masters:     []string{c.mAddr},
+		Masters:     c.MasterAddrs(),
 		DataDir:     sv.dir,
 		FaultDomain: fmt.Sprintf("fd-%d", i),
 		Logger:      c.opts.Logger.With("part", fmt.Sprintf("server-%d", i)),
@@ -186,8 +196,26 @@ func (c *Cluster) startServer(ctx context.Context, i int) error {
 	return nil
 }
 
-// MasterAddr is the master's address.
-func (c *Cluster) MasterAddr() string { return c.mAddr }
+// MasterAddr is the master's address (the first member's, with a raft
+// group).
+func (c *Cluster) MasterAddr() string {
+	if len(c.members) > 0 {
+		return c.members[0].addr
+	}
+	return c.mAddr
+}
+
+// MasterAddrs lists every master's address.
+func (c *Cluster) MasterAddrs() []string {
+	if len(c.members) == 0 {
+		return []string{c.mAddr}
+	}
+	out := make([]string, len(c.members))
+	for i, mb := range c.members {
+		out[i] = mb.addr
+	}
+	return out
+}
 
 // Dir is where the cluster keeps its data.
 func (c *Cluster) Dir() string { return c.opts.Dir }
@@ -260,8 +288,16 @@ func (c *Cluster) RestartServer(ctx context.Context, i int) error {
 }
 
 // StopMaster stops the master abruptly; servers keep running (and, once
-// their leases run out, stop serving).
+// their leases run out, stop serving). With a raft group it stops every
+// member.
 func (c *Cluster) StopMaster() error {
+	if len(c.members) > 0 {
+		var errs []error
+		for i := range c.members {
+			errs = append(errs, c.KillMaster(i))
+		}
+		return errors.Join(errs...)
+	}
 	return c.master.Close()
 }
 
@@ -283,6 +319,11 @@ func (c *Cluster) Close() error {
 	}
 	if c.master != nil {
 		errs = append(errs, c.master.Close())
+	}
+	for i := range c.members {
+		if err := c.KillMaster(i); err != nil && !errors.Is(err, errNotRunning) {
+			errs = append(errs, err)
+		}
 	}
 	c.wg.Wait()
 	if c.ownDir {
