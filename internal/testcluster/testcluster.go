@@ -47,10 +47,10 @@ type Options struct {
 
 // Cluster is a running in-process cluster.
 type Cluster struct {
-	opts    Options
-	ownDir  bool
-	master  *tablemaster.Master
-	mAddr   string
+	opts   Options
+	ownDir bool
+	master *tablemaster.Master
+	mAddr  string
 	// members are the raft masters (Options.Masters > 1), by index.
 	members []*member
 	mu      sync.Mutex
