@@ -20,8 +20,11 @@ const (
 	backoffBase      = 5 * time.Millisecond
 	backoffCap       = 250 * time.Millisecond
 	masterBackoffCap = time.Second
-	watchBackoffBase = 50 * time.Millisecond
-	watchBackoffCap  = 5 * time.Second
+	// masterAttemptTimeout bounds one master's part of a call when there
+	// are several masters.
+	masterAttemptTimeout = 2 * time.Second
+	watchBackoffBase     = 50 * time.Millisecond
+	watchBackoffCap      = 5 * time.Second
 )
 
 // backoff is the wait before retry number attempt (0-based) under

@@ -178,7 +178,7 @@ func (c *Client) conn(addr string) (*grpc.ClientConn, error) {
 	}
 	dopts := []grpc.DialOption{
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		api.FastReconnect(),
+		api.FastReconnect(), api.Keepalive(),
 		grpc.WithDefaultCallOptions(
 			grpc.MaxCallRecvMsgSize(api.MaxMessageBytes),
 			grpc.MaxCallSendMsgSize(api.MaxMessageBytes),
@@ -276,7 +276,14 @@ func (c *Client) masterCall(ctx context.Context, what string, fn func(ctx contex
 		addr := c.opts.Masters[idx]
 		cc, err := c.conn(addr)
 		if err == nil {
-			err = fn(ctx, api.NewMasterClient(cc))
+			// One master gets at most masterAttemptTimeout of the call when
+			// there are others to try: a stopped one must not hold it all.
+			actx, acancel := ctx, context.CancelFunc(func() {})
+			if n > 1 {
+				actx, acancel = context.WithTimeout(ctx, masterAttemptTimeout)
+			}
+			err = fn(actx, api.NewMasterClient(cc))
+			acancel()
 		}
 		if err == nil {
 			return nil
@@ -294,7 +301,16 @@ func (c *Client) masterCall(ctx context.Context, what string, fn func(ctx contex
 		var wait time.Duration
 		switch d.GetCode() {
 		case api.ErrorCode_ERROR_CODE_UNAVAILABLE:
-			c.master.CompareAndSwap(idx, (idx+1)%n)
+			next := (idx + 1) % n
+			if leader := d.GetLeader(); leader != "" {
+				// A follower of a raft group named its leader.
+				for k, a := range c.opts.Masters {
+					if a == leader {
+						next = uint32(k)
+					}
+				}
+			}
+			c.master.CompareAndSwap(idx, next)
 			// Try each other master once at once: a dead master should
 			// cost one failed dial, not a backoff.
 			if fresh < int(n)-1 {

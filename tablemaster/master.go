@@ -202,6 +202,7 @@ func (m *Master) Serve(lis net.Listener) error {
 		grpc.MaxRecvMsgSize(api.MaxMessageBytes),
 		grpc.MaxSendMsgSize(api.MaxMessageBytes),
 		grpc.WaitForHandlers(true), // Close returns only after every handler has
+		api.ServerKeepalive(),
 		grpc.ChainUnaryInterceptor(m.leaderOnlyUnary),
 		grpc.ChainStreamInterceptor(m.leaderOnlyStream),
 	)

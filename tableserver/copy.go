@@ -123,7 +123,7 @@ func (l *logReplica) copyIn(want roleWant) error {
 	if err := l.empty(); err != nil {
 		return fmt.Errorf("empty the replica before copying: %w", err)
 	}
-	cc, err := grpc.NewClient(want.source, grpc.WithTransportCredentials(insecure.NewCredentials()), api.FastReconnect(),
+	cc, err := grpc.NewClient(want.source, grpc.WithTransportCredentials(insecure.NewCredentials()), api.FastReconnect(), api.Keepalive(),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(api.MaxMessageBytes)))
 	if err != nil {
 		return fmt.Errorf("copy source %s: %w", want.source, err)

@@ -116,7 +116,7 @@ func Open(opts Options) (*Server, error) {
 	s.beatNS.Store(int64(100 * time.Millisecond))
 	for _, addr := range opts.Masters {
 		cc, err := grpc.NewClient(addr,
-			grpc.WithTransportCredentials(insecure.NewCredentials()), api.FastReconnect(),
+			grpc.WithTransportCredentials(insecure.NewCredentials()), api.FastReconnect(), api.Keepalive(),
 			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(api.MaxMessageBytes), grpc.MaxCallSendMsgSize(api.MaxMessageBytes)))
 		if err != nil {
 			return nil, errors.Join(fmt.Errorf("tableserver: master address %q: %w", addr, err), s.closeMasters(), lock.Unlock())
@@ -127,6 +127,7 @@ func Open(opts Options) (*Server, error) {
 	s.grpc = grpc.NewServer(
 		grpc.MaxRecvMsgSize(api.MaxMessageBytes),
 		grpc.MaxSendMsgSize(api.MaxMessageBytes),
+		api.ServerKeepalive(),
 		grpc.ChainUnaryInterceptor(s.admitUnary),
 		grpc.ChainStreamInterceptor(s.admitStream),
 	)
@@ -223,14 +224,35 @@ func (s *Server) run() {
 // withMaster calls fn with a master client, moving to the next master
 // address when one is unreachable.
 func (s *Server) withMaster(ctx context.Context, fn func(api.MasterClient) error) error {
+	return s.withMasterEach(ctx, 0, func(_ context.Context, mc api.MasterClient) error { return fn(mc) })
+}
+
+// withMasterEach is withMaster giving each master at most per (0: the
+// whole of ctx), so a master that hangs (stopped, or partitioned away)
+// costs only that before the next is tried. A follower of a raft group
+// that names its leader sends the next try there.
+func (s *Server) withMasterEach(ctx context.Context, per time.Duration, fn func(context.Context, api.MasterClient) error) error {
 	var err error
 	for range s.masters {
 		i := int(s.masterIdx.Load()) % len(s.masters)
-		err = fn(api.NewMasterClient(s.masters[i]))
+		actx, cancel := ctx, context.CancelFunc(func() {})
+		if per > 0 {
+			actx, cancel = context.WithTimeout(ctx, per)
+		}
+		err = fn(actx, api.NewMasterClient(s.masters[i]))
+		cancel()
 		if err == nil || api.CodeOf(err) != api.ErrorCode_ERROR_CODE_UNAVAILABLE || ctx.Err() != nil {
 			return err
 		}
-		s.masterIdx.CompareAndSwap(int32(i), int32((i+1)%len(s.masters)))
+		next := (i + 1) % len(s.masters)
+		if leader := api.DetailOf(err).GetLeader(); leader != "" {
+			for k, addr := range s.opts.Masters {
+				if addr == leader {
+					next = k
+				}
+			}
+		}
+		s.masterIdx.CompareAndSwap(int32(i), int32(next))
 	}
 	return err
 }
@@ -379,7 +401,9 @@ func (s *Server) heartbeat(draining bool) error {
 		Draining:    draining,
 		CoprocReady: s.coprocReady(h),
 	}
-	return s.withMaster(ctx, func(mc api.MasterClient) error {
+	// Each master gets a third of the lease: a stopped leader must not
+	// use all of it.
+	return s.withMasterEach(ctx, time.Duration(s.leaseNS.Load())/3, func(ctx context.Context, mc api.MasterClient) error {
 		resp, err := mc.Heartbeat(ctx, req)
 		if err != nil {
 			return err

@@ -14,13 +14,15 @@ func devCmd(g *globals) *cobra.Command {
 		dir     string
 		listen  string
 		servers int
+		masters int
 	)
 	cmd := &cobra.Command{
 		Use:   "dev",
 		Short: "Run an embedded cluster: 1 master and 3 table servers in one process",
 		Long: `Run a whole cluster in one process for development: a Table Master on --listen and
---servers table servers on free 127.0.0.1 ports, with data under --data. It prints the
-endpoints and "tabula dev ready" once it serves, and runs until interrupted.`,
+--servers table servers on free 127.0.0.1 ports, with data under --data. With --masters 3
+(or 5) the master is a raft group: member N on the --listen port + N-1. It
+prints the endpoints and "tabula dev ready" once it serves, and runs until interrupted.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			serverProcs()
@@ -28,8 +30,12 @@ endpoints and "tabula dev ready" once it serves, and runs until interrupted.`,
 			if err != nil {
 				return err
 			}
+			if masters < 1 {
+				return fmt.Errorf("--masters %d: want 1 (a single master), 3 or 5", masters)
+			}
 			c, err := testcluster.Start(cmd.Context(), testcluster.Options{
 				Servers:           servers,
+				Masters:           masters,
 				Dir:               dir,
 				MasterListen:      listen,
 				Logger:            log,
@@ -41,7 +47,13 @@ endpoints and "tabula dev ready" once it serves, and runs until interrupted.`,
 				return fmt.Errorf("start dev cluster: %w", err)
 			}
 			out := cmd.OutOrStdout()
-			fmt.Fprintf(out, "master  %s\n", c.MasterAddr())
+			for i, a := range c.MasterAddrs() {
+				if c.Masters() > 1 {
+					fmt.Fprintf(out, "master  %s  raft member %d\n", a, i+1)
+				} else {
+					fmt.Fprintf(out, "master  %s\n", a)
+				}
+			}
 			ids := c.ServerIDs()
 			for i, a := range c.ServerAddrs() {
 				fmt.Fprintf(out, "server  %s  id %s  fault-domain fd-%d\n", a, ids[i], i)
@@ -56,5 +68,6 @@ endpoints and "tabula dev ready" once it serves, and runs until interrupted.`,
 	cmd.Flags().StringVar(&dir, "data", "./tabula-data", "data directory")
 	cmd.Flags().StringVar(&listen, "listen", defaultMaster, "master listen address")
 	cmd.Flags().IntVar(&servers, "servers", 3, "number of table servers")
+	cmd.Flags().IntVar(&masters, "masters", 1, "number of masters: 1, or 3 or 5 for a raft group")
 	return cmd
 }

@@ -83,7 +83,7 @@ func (g *globals) client(ctx context.Context) (*client.Client, error) {
 func (g *globals) masterCall(ctx context.Context, fn func(api.MasterClient) error) error {
 	var err error
 	for _, addr := range g.master {
-		cc, dialErr := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()), api.FastReconnect())
+		cc, dialErr := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()), api.FastReconnect(), api.Keepalive())
 		if dialErr != nil {
 			err = fmt.Errorf("master address %q: %w", addr, dialErr)
 			continue

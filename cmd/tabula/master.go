@@ -3,10 +3,14 @@ package main
 import (
 	"fmt"
 	"net"
+	"strconv"
+	"strings"
+	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/tabuladb/tabula/api"
 	"github.com/tabuladb/tabula/tablemaster"
 )
 
@@ -14,18 +18,42 @@ func masterCmd(g *globals) *cobra.Command {
 	var (
 		listen string
 		dir    string
+		peers  string
 		opts   tablemaster.Options
 	)
 	cmd := &cobra.Command{
 		Use:   "master",
-		Short: "Run the Table Master",
-		Args:  cobra.NoArgs,
+		Short: "Run the Table Master (alone, or one member of a raft group with --id and --peers)",
+		Long: `Run the Table Master. Alone by default; with --id and --peers it is one member of a
+group of 3 or 5 masters on raft: one leads (the others answer with its address, and
+servers, clients and the CLI follow it from any address in --master), and the group
+survives the loss of a minority. Example, three members:
+
+  tabula master --id 1 --peers 1=127.0.0.1:7101,2=127.0.0.1:7102,3=127.0.0.1:7103 --data m1
+  tabula master --id 2 --peers 1=127.0.0.1:7101,2=127.0.0.1:7102,3=127.0.0.1:7103 --data m2
+  tabula master --id 3 --peers 1=127.0.0.1:7101,2=127.0.0.1:7102,3=127.0.0.1:7103 --data m3
+  tabula --master 127.0.0.1:7101,127.0.0.1:7102,127.0.0.1:7103 server --data s1
+
+A member joining a running group starts with --id and no --peers, then is added by
+"tabula master add ID ADDR".`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log, err := g.logger()
 			if err != nil {
 				return err
 			}
 			opts.DataDir, opts.Logger = dir, log
+			if peers != "" {
+				if opts.Peers, err = parsePeers(peers); err != nil {
+					return err
+				}
+				if opts.RaftID == 0 {
+					return fmt.Errorf("--peers needs --id, this member's id among them")
+				}
+				if addr, ok := opts.Peers[opts.RaftID]; ok && !cmd.Flags().Changed("listen") {
+					listen = addr
+				}
+			}
 			m, err := tablemaster.Open(opts)
 			if err != nil {
 				return err
@@ -44,7 +72,9 @@ func masterCmd(g *globals) *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&listen, "listen", defaultMaster, "address to serve on")
+	f.StringVar(&listen, "listen", defaultMaster, "address to serve on (a raft member: default its address in --peers)")
+	f.Uint64Var(&opts.RaftID, "id", 0, "this master's member id in a raft group (0: run alone)")
+	f.StringVar(&peers, "peers", "", "the raft group's founding members, ID=ADDR,... (this one's included); only read on a new data directory")
 	f.StringVar(&dir, "data", "./tabula-data/master", "data directory")
 	f.DurationVar(&opts.HeartbeatInterval, "heartbeat-interval", 100*time.Millisecond, "how often servers heartbeat")
 	f.DurationVar(&opts.LeaseDuration, "lease", tablemaster.DefaultLeaseDuration, "primary lease length")
@@ -57,5 +87,151 @@ func masterCmd(g *globals) *cobra.Command {
 	_ = f.MarkDeprecated("reassign-durable-after",
 		"it does nothing: durable partitions on a dead server now wait for it however long it takes; "+
 			"if it never returns, `tabula server forget ID --accept-data-loss` moves them (empty)")
+	cmd.AddCommand(masterMembersCmd(g), masterAddCmd(g), masterRemoveCmd(g), masterTransferCmd(g))
 	return cmd
+}
+
+// parsePeers parses ID=ADDR,...
+func parsePeers(s string) (map[uint64]string, error) {
+	out := map[uint64]string{}
+	for _, p := range strings.Split(s, ",") {
+		id, addr, ok := strings.Cut(strings.TrimSpace(p), "=")
+		n, err := strconv.ParseUint(id, 10, 64)
+		if !ok || err != nil || n == 0 || addr == "" {
+			return nil, fmt.Errorf("--peers %q: want ID=ADDR,... with ids from 1 (%q is not)", s, p)
+		}
+		if _, dup := out[n]; dup {
+			return nil, fmt.Errorf("--peers %q: member %d twice", s, n)
+		}
+		out[n] = addr
+	}
+	return out, nil
+}
+
+func masterMembersCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "members",
+		Short: "List the masters of the raft group and which leads",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, cancel := g.withTimeout(cmd.Context())
+			defer cancel()
+			var resp *api.MasterMembersResponse
+			err := g.masterCall(ctx, func(mc api.MasterClient) error {
+				var err error
+				resp, err = mc.MasterMembers(ctx, &api.MasterMembersRequest{})
+				return err
+			})
+			if err != nil {
+				return fmt.Errorf("master members: %w", err)
+			}
+			out := cmd.OutOrStdout()
+			if !resp.GetReplicated() {
+				fmt.Fprintln(out, "a single master (no raft group): run masters with --id and --peers to replicate it")
+				return nil
+			}
+			w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(w, "ID\tADDR\tROLE")
+			for _, m := range resp.GetMembers() {
+				role := "follower"
+				switch {
+				case m.GetLeader():
+					role = "leader"
+				case m.GetLearner():
+					role = "learner"
+				}
+				fmt.Fprintf(w, "%d\t%s\t%s\n", m.GetId(), m.GetAddr(), role)
+			}
+			if err := w.Flush(); err != nil {
+				return err
+			}
+			fmt.Fprintf(out, "term %d (answered by member %d, applied index %d)\n", resp.GetTerm(), resp.GetSelf(), resp.GetApplied())
+			return nil
+		},
+	}
+}
+
+func masterAddCmd(g *globals) *cobra.Command {
+	var promote bool
+	cmd := &cobra.Command{
+		Use:   "add ID ADDR",
+		Short: "Add a master to the raft group: a learner, promoted to voter once caught up",
+		Long: "Add a master to the raft group. Start it first with --id ID (and no --peers) on an empty data\n" +
+			"directory; it joins as a learner, copies the state, and with --promote (the default) becomes a\n" +
+			"voter once it has caught up.",
+		Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id, err := strconv.ParseUint(args[0], 10, 64)
+			if err != nil || id == 0 {
+				return fmt.Errorf("member id %q: want a number from 1", args[0])
+			}
+			ctx, cancel := g.withTimeout(cmd.Context())
+			defer cancel()
+			err = g.masterCall(ctx, func(mc api.MasterClient) error {
+				_, err := mc.AddMaster(ctx, &api.AddMasterRequest{Id: id, Addr: args[1], Promote: promote})
+				return err
+			})
+			if err != nil {
+				return fmt.Errorf("add master %d: %w", id, err)
+			}
+			state := "a learner"
+			if promote {
+				state = "a voter"
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "master %d at %s added as %s\n", id, args[1], state)
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&promote, "promote", true, "make it a voter once it has caught up (waits up to --timeout)")
+	return cmd
+}
+
+func masterRemoveCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "remove ID",
+		Short: "Remove a master from the raft group",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id, err := strconv.ParseUint(args[0], 10, 64)
+			if err != nil || id == 0 {
+				return fmt.Errorf("member id %q: want a number from 1", args[0])
+			}
+			ctx, cancel := g.withTimeout(cmd.Context())
+			defer cancel()
+			err = g.masterCall(ctx, func(mc api.MasterClient) error {
+				_, err := mc.RemoveMaster(ctx, &api.RemoveMasterRequest{Id: id})
+				return err
+			})
+			if err != nil {
+				return fmt.Errorf("remove master %d: %w", id, err)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "master %d removed\n", id)
+			return nil
+		},
+	}
+}
+
+func masterTransferCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "transfer-leader ID",
+		Short: "Make another member of the raft group lead",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id, err := strconv.ParseUint(args[0], 10, 64)
+			if err != nil || id == 0 {
+				return fmt.Errorf("member id %q: want a number from 1", args[0])
+			}
+			ctx, cancel := g.withTimeout(cmd.Context())
+			defer cancel()
+			err = g.masterCall(ctx, func(mc api.MasterClient) error {
+				_, err := mc.TransferLeader(ctx, &api.TransferLeaderRequest{To: id})
+				return err
+			})
+			if err != nil {
+				return fmt.Errorf("transfer leadership to %d: %w", id, err)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "master %d leads\n", id)
+			return nil
+		},
+	}
 }

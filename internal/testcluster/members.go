@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"path/filepath"
+	"strconv"
 	"time"
 
 	"github.com/tabuladb/tabula/tablemaster"
@@ -20,13 +21,21 @@ type member struct {
 
 var errNotRunning = errors.New("testcluster: master is not running")
 
-// startMembers starts Options.Masters raft masters.
+// startMembers starts Options.Masters raft masters. With a fixed
+// MasterListen port P, member i+1 listens on P+i (a raft group records
+// its members' addresses: a restart on the same directory needs the
+// same ones); with port 0, on free ports.
 func (c *Cluster) startMembers() error {
 	peers := map[uint64]string{}
+	host, port, err := net.SplitHostPort(c.opts.MasterListen)
+	if err != nil {
+		return fmt.Errorf("testcluster: master listen address %q: %w", c.opts.MasterListen, err)
+	}
+	base, _ := strconv.Atoi(port)
 	for i := range c.opts.Masters {
-		addr := "127.0.0.1:0"
-		if i == 0 {
-			addr = c.opts.MasterListen
+		addr := net.JoinHostPort(host, "0")
+		if base != 0 {
+			addr = net.JoinHostPort(host, strconv.Itoa(base+i))
 		}
 		lis, err := net.Listen("tcp", addr)
 		if err != nil {

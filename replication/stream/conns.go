@@ -20,7 +20,7 @@ const MaxMessageBytes = MaxAppendBytes + 4<<20
 // ServerOptions are the grpc.ServerOptions an extent node's server needs
 // (message size limits).
 func ServerOptions() []grpc.ServerOption {
-	return []grpc.ServerOption{grpc.MaxRecvMsgSize(MaxMessageBytes), grpc.MaxSendMsgSize(MaxMessageBytes)}
+	return []grpc.ServerOption{grpc.MaxRecvMsgSize(MaxMessageBytes), grpc.MaxSendMsgSize(MaxMessageBytes), api.ServerKeepalive()}
 }
 
 // Conns caches one gRPC connection per extent node address. It is safe for
@@ -39,7 +39,7 @@ type Conns struct {
 func NewConns(opts ...grpc.DialOption) *Conns {
 	def := []grpc.DialOption{
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		api.FastReconnect(),
+		api.FastReconnect(), api.Keepalive(),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxMessageBytes), grpc.MaxCallSendMsgSize(MaxMessageBytes)),
 	}
 	return &Conns{opts: append(def, opts...), conns: map[string]*grpc.ClientConn{}}

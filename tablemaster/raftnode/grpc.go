@@ -59,7 +59,7 @@ func NewGRPCTransport(id uint64, logger *slog.Logger, dialOpts ...grpc.DialOptio
 	}
 	return &GRPCTransport{
 		id: id, logger: logger, peers: map[uint64]*peer{},
-		dialOpts: append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()), api.FastReconnect()}, dialOpts...),
+		dialOpts: append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()), api.FastReconnect(), api.Keepalive()}, dialOpts...),
 	}
 }
 
