@@ -33,7 +33,8 @@ import (
 func init() {
 	register(suite{
 		name: "master",
-		about: "a tabula master process under a simulated cluster (default 1,000 servers x 100 partitions) heartbeating over real gRPC: " +
+		about: "three raft masters under kill -9s of the leader (time to CreateTable and to leases, failed writes), proposals/s; " +
+			"then a tabula master process under a simulated cluster (default 1,000 servers x 100 partitions) heartbeating over real gRPC: " +
 			"the master's CPU and the time from a map change to its arrival at every watching server",
 		run: runMaster,
 	})
@@ -85,8 +86,18 @@ func runMaster(out io.Writer, args []string) (err error) {
 	fs.StringVar(&cfg.dir, "dir", "", "directory for data and logs (default: a new temp dir, removed after a successful run)")
 	fs.StringVar(&cfg.tabulaBin, "tabula-bin", "", "tabula binary to run (default: built from this checkout)")
 	fs.Uint64Var(&cfg.seed, "seed", rand.Uint64(), "random seed (heartbeat phases)")
+	sections := fs.String("sections", "failover,scale", "sections to run: failover (3 raft masters, kill -9s of the leader), scale (the simulated cluster)")
+	var fc mfConfig
+	fs.IntVar(&fc.kills, "kills", 20, "failover: kill -9s of the leader")
+	fs.DurationVar(&fc.proposalTime, "proposal-time", 5*time.Second, "failover: how long proposals per second are measured")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	secs := clSet(*sections)
+	for s := range secs {
+		if s != "failover" && s != "scale" {
+			return fmt.Errorf("unknown section %q (want failover, scale)", s)
+		}
 	}
 	if cfg.watchers < 0 || cfg.watchers > cfg.servers {
 		cfg.watchers = cfg.servers
@@ -124,6 +135,14 @@ func runMaster(out io.Writer, args []string) (err error) {
 	bin, err := msTabulaBin(ctx, dir, cfg.tabulaBin)
 	if err != nil {
 		return err
+	}
+	if secs["failover"] {
+		if err := runMasterFailover(ctx, out, bin, fc, cfg.seed); err != nil {
+			return fmt.Errorf("master failover: %w", err)
+		}
+	}
+	if !secs["scale"] {
+		return nil
 	}
 	node, err := msStartNode()
 	if err != nil {

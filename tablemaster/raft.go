@@ -45,6 +45,9 @@ type raftState struct {
 	// leading: this member leads and has applied every earlier command.
 	leading    atomic.Bool
 	leaderAddr atomic.Pointer[string]
+	// leaseGranted: a heartbeat was answered since this member last
+	// became the leader (logged once: when leases flow again).
+	leaseGranted atomic.Bool
 	// electionTimeout is how long a deposed leader may go on believing it
 	// leads (CheckQuorum steps it down within it).
 	electionTimeout time.Duration
@@ -165,6 +168,7 @@ func (m *Master) becomeLeader(term uint64) {
 		}
 	}
 	m.liveMu.Unlock()
+	m.raft.leaseGranted.Store(false)
 	m.raft.leading.Store(true)
 	m.logger.Info("tablemaster: leading", "term", term, "member", m.opts.RaftID, "version", m.State().Version)
 	if _, ok := m.State().Tenants[api.DefaultTenant]; !ok {

@@ -243,6 +243,9 @@ func (m *Master) Heartbeat(_ context.Context, req *api.HeartbeatRequest) (*api.H
 	}
 	m.live[req.ServerId] = &liveness{lastHeard: m.opts.Now(), statuses: statuses}
 	m.liveMu.Unlock()
+	if m.raft != nil && !m.raft.leaseGranted.Swap(true) {
+		m.logger.Info("tablemaster: leases granted again: first heartbeat answered as leader", "server", req.ServerId)
+	}
 	m.bulkReports(req.ServerId, statuses)
 	m.coprocReports(req.ServerId, req.CoprocReady)
 	if req.Draining && !srv.Draining {
