@@ -8,13 +8,19 @@
 //
 // The catalog and map are a deterministic state machine, State: Apply(Command)
 // is its only mutator and does no I/O, reads no clock (times travel inside
-// commands) and starts no goroutine, so it is tested line by line and can
-// later sit under raft unchanged. Placement (Place) is a pure function of a
+// commands) and starts no goroutine, so it is tested line by line and sits
+// under raft unchanged. Placement (Place) is a pure function of a
 // snapshot of the servers. The Master drives the state machine: it applies a
 // command to a copy of the current state, appends the command to the command
 // log and fsyncs, and only then publishes the copy, so nothing a client sees
 // is ever lost by a crash. Heartbeats are not persisted; liveness lives in
 // memory, and a restarted master treats every server as heard at open time.
+//
+// With Options.RaftID the master is one member of a raft group
+// (raft.go, over tablemaster/raftnode): the raft log replaces the command
+// log, the leader validates and proposes, every member applies committed
+// commands as logged, and only the leader takes calls (followers answer
+// not_leader naming it) except map watches, which any member serves.
 //
 // Partitions move only when their server dies (silent longer than
 // Options.DeadAfter) or drains: in-memory tables would lose data if a live
