@@ -576,15 +576,28 @@ func (l *logReplica) appendRecords(extent uint64, recs []partition.Record) {
 		if len(resp.GetEntries()) > 0 && resp.GetEntries()[0].GetOffset() == 0 {
 			_ = l.noteExtentLocked(extent, recs[0].LSN) // a primary appends after all it applied
 		}
+		var extEnd int64
 		for i, en := range resp.GetEntries() {
 			end := en.GetOffset()
 			for _, s := range en.GetBlockSizes() {
 				end += s
 			}
 			l.appended = append(l.appended, lsnEnd{lsn: recs[i].LSN, end: end})
+			extEnd = max(extEnd, end)
 		}
 		last := recs[n-1].LSN
 		l.core.Durable(last)
+		if extEnd >= l.s.opts.LogExtentBytes && !l.resealing {
+			// The log moves to a new extent now and then, so the master
+			// can delete whole extents below what every replica flushed
+			// (truncate.go). Writes pause for the seal and the next
+			// extent's allocation, tens of milliseconds.
+			l.resealing = true
+			epoch := l.core.Epoch()
+			l.log.Info("commit log extent full; moving to the next", "extent", extent, "bytes", extEnd)
+			l.wg.Add(1)
+			go l.reseal(epoch, extent, fmt.Errorf("extent %d holds %d bytes, the most one extent of a commit log takes (rolling over)", extent, extEnd))
+		}
 		// Forget positions below the commit point: only the in-flight
 		// tail matters for a seal.
 		k := 0

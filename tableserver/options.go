@@ -51,6 +51,10 @@ type Options struct {
 	// requests keep their latency. Default DefaultRepairBandwidth;
 	// negative: unlimited.
 	RepairBandwidth int64
+	// LogExtentBytes is how large a partition's commit-log extent grows
+	// before the primary moves the log to a new one: the unit the master
+	// deletes once every replica flushed past it. Default 64 MiB.
+	LogExtentBytes int64
 	// LogFlushInterval is how often the server makes its replicated
 	// partitions' engines durable and reports the LSN they reached, which
 	// bounds how much commit log the master keeps. Default 5s.
@@ -85,6 +89,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.MaxInFlight == 0 {
 		o.MaxInFlight = 4096
+	}
+	if o.LogExtentBytes <= 0 {
+		o.LogExtentBytes = 64 << 20
 	}
 	if o.LogFlushInterval <= 0 {
 		o.LogFlushInterval = 5 * time.Second
