@@ -42,6 +42,9 @@ type Server struct {
 	// minMapVersion is the map version the master had when it last
 	// registered this server: nothing is served from an older map.
 	minMapVersion atomic.Uint64
+	// swept: the stale partition data was swept (sweep.go), once per
+	// process.
+	swept atomic.Bool
 
 	lock *dirlock.Lock
 	// extents is the server's extent node of the stream layer, served on
@@ -458,6 +461,7 @@ func (s *Server) apply(resp *api.WatchPartitionMapResponse) {
 	start := time.Now()
 	h, gone := s.reconcile(old, resp)
 	s.hosting.Store(h)
+	defer s.sweep(h) // after the partitions that left are closed below
 	s.syncCoprocs(h)
 	s.kickBulkFetch()
 	if f := s.opts.OnMapApplied; f != nil {
