@@ -27,13 +27,14 @@ func newTestManager(t testing.TB, k, fds int) *Manager {
 	return m
 }
 
-// checkInvariants recounts the derived state and round-trips a snapshot.
+// checkInvariants recounts the derived state, checks every extent that
+// plan would change is unsettled, and round-trips a snapshot.
 func checkInvariants(t testing.TB, m *Manager) {
 	t.Helper()
-	refs, hosted := map[uint64]int{}, map[string]int{}
-	for _, s := range m.streams {
+	refs, hosted, onNode := map[uint64]int{}, map[string]int{}, map[nodeExtent]int{}
+	for _, s := range m.streams.All() {
 		for i, id := range s.Extents {
-			e := m.extents[id]
+			e := m.extents.Get(id)
 			if e == nil {
 				t.Fatalf("stream %q: missing extent %d", s.Name, id)
 			}
@@ -43,9 +44,9 @@ func checkInvariants(t testing.TB, m *Manager) {
 			refs[id]++
 		}
 	}
-	for id, e := range m.extents {
-		if refs[id] == 0 || refs[id] != m.refs[id] {
-			t.Fatalf("extent %d: refs %d, counted %d", id, m.refs[id], refs[id])
+	for id, e := range m.extents.All() {
+		if r := m.refs.Get(id); refs[id] == 0 || r == nil || refs[id] != *r {
+			t.Fatalf("extent %d: refs %v, counted %d", id, r, refs[id])
 		}
 		seen := map[string]bool{}
 		for _, r := range e.Replicas {
@@ -54,16 +55,45 @@ func checkInvariants(t testing.TB, m *Manager) {
 			}
 			seen[r.Node] = true
 			hosted[r.Node]++
+			onNode[nodeExtent{r.Node, id}]++
 		}
 		if e.Coding != nil {
 			for _, f := range e.Coding.Fragments {
 				hosted[f.Node]++
+				onNode[nodeExtent{f.Node, id}]++
+			}
+		}
+		if m.unsettled.Has(id) == m.settled(e) {
+			t.Fatalf("extent %d: settled %v, in unsettled %v", id, m.settled(e), m.unsettled.Has(id))
+		}
+		if !m.unsettled.Has(id) {
+			c := m.Clone()
+			before := c.Snapshot()
+			c.plan(c.mutExtent(id))
+			if !bytes.Equal(before, c.Snapshot()) {
+				t.Fatalf("extent %d is settled, but plan changes it", id)
 			}
 		}
 	}
-	for n, c := range m.hosted {
-		if c != hosted[n] {
-			t.Fatalf("node %s: hosted %d, counted %d", n, c, hosted[n])
+	if m.refs.Len() != len(refs) {
+		t.Fatalf("%d extents referenced, %d counted", m.refs.Len(), len(refs))
+	}
+	for n, c := range m.hosted.All() {
+		if *c != hosted[n] {
+			t.Fatalf("node %s: hosted %d, counted %d", n, *c, hosted[n])
+		}
+	}
+	if m.hosted.Len() != len(hosted) || m.onNode.Len() != len(onNode) {
+		t.Fatalf("hosted on %d nodes (counted %d), %d (node, extent) pairs (counted %d)", m.hosted.Len(), len(hosted), m.onNode.Len(), len(onNode))
+	}
+	for k, c := range m.onNode.All() {
+		if *c != onNode[k] {
+			t.Fatalf("%+v: %d, counted %d", k, *c, onNode[k])
+		}
+	}
+	for id := range m.unsettled.All() {
+		if !m.extents.Has(id) {
+			t.Fatalf("unsettled extent %d does not exist", id)
 		}
 	}
 	snap := m.Snapshot()
@@ -95,7 +125,7 @@ func TestManagerPlacement(t *testing.T) {
 		e, _ := m.Extent(r.Extent)
 		fds := map[string]bool{}
 		for _, rep := range e.Replicas {
-			fds[m.nodes[rep.Node].FaultDomain] = true
+			fds[m.nodes.Get(rep.Node).FaultDomain] = true
 			load[rep.Node]++
 		}
 		if len(e.Replicas) != 3 || len(fds) != 3 || e.Primary != e.Replicas[0].Node {
@@ -162,7 +192,7 @@ func TestManagerSealRepairAndReplace(t *testing.T) {
 	if tasks := m.Tasks(); len(tasks) != 0 {
 		t.Fatalf("tasks with c dead: %+v", tasks)
 	}
-	mustApply(t, m, Command{Op: OpAddNode, Node: c, Addr: "a-new", FaultDomain: m.nodes[c].FaultDomain})
+	mustApply(t, m, Command{Op: OpAddNode, Node: c, Addr: "a-new", FaultDomain: m.nodes.Get(c).FaultDomain})
 	if tasks := m.Tasks(); len(tasks) != 1 || tasks[0].Kind != TaskDelete || tasks[0].Node != c || tasks[0].Addr != "a-new" {
 		t.Fatalf("tasks %+v", tasks)
 	}
@@ -250,12 +280,12 @@ func randomCommand(rng *rand.Rand, m *Manager) Command {
 		c.Code = []string{CodeLRC12, "", "bogus"}[rng.IntN(3)]
 	case OpFragmentReady, OpFragmentCorrupt, OpFragmentDeleted:
 		c.Index = rng.IntN(17)
-		if e := m.extents[ext]; e != nil && e.Coding != nil && rng.IntN(2) == 0 {
+		if e := m.extents.Get(ext); e != nil && e.Coding != nil && rng.IntN(2) == 0 {
 			c.Node = e.Coding.Fragments[c.Index%16].Node
 		}
 	case OpCoded:
 		// Mostly a valid result for the extent's current placement.
-		e := m.extents[ext]
+		e := m.extents.Get(ext)
 		if e == nil || e.Coding == nil {
 			break
 		}
@@ -322,7 +352,7 @@ func FuzzLoadSnapshot(f *testing.F) {
 	mustApply(f, mc, Command{Op: OpCodeStart, Extent: cid})
 	f.Add(mc.Snapshot())
 	mustApply(f, mc, codedCommand(mc, cid))
-	mustApply(f, mc, Command{Op: OpNodeDown, Node: mc.extents[cid].Coding.Fragments[2].Node})
+	mustApply(f, mc, Command{Op: OpNodeDown, Node: mc.extents.Get(cid).Coding.Fragments[2].Node})
 	f.Add(mc.Snapshot())
 	f.Add([]byte(`{"version":1}`))
 	f.Add([]byte(`{`))
