@@ -30,6 +30,16 @@ const (
 	// OpDeleteStream removes Stream; extents no stream references any
 	// more are garbage: every replica gets a delete task.
 	OpDeleteStream Op = "delete_stream"
+	// OpTrimStream removes every extent of Stream before Extent, the first
+	// one to keep, which must be in the stream: a prefix truncation, e.g.
+	// of a partition's commit log below what every replica has flushed.
+	// Extents no stream references any more are garbage, as with
+	// delete_stream: each replica and fragment gets a delete task. Only
+	// sealed extents can precede another, so the open (last) extent always
+	// stays. A trim to the stream's first extent changes nothing (a
+	// repeated trim); to an extent not in the stream (trimmed already, or
+	// never there) it fails with ErrUnknownExtent.
+	OpTrimStream Op = "trim_stream"
 	// OpConcat creates Stream as the concatenation of the extents of
 	// Sources, in order: a pointer operation. Every source extent must be
 	// sealed.
@@ -370,6 +380,8 @@ func (m *Manager) Apply(c Command) (Result, error) {
 			m.unref(id)
 		}
 		return Result{Changed: true}, nil
+	case OpTrimStream:
+		return m.trim(c)
 	case OpConcat:
 		return m.concat(c)
 	case OpOpenWriter:
@@ -537,6 +549,45 @@ func (m *Manager) concat(c Command) (Result, error) {
 	m.streams.Set(m.o(), c.Stream, StreamMeta{Name: c.Stream, Extents: ids, Restarts: restarts})
 	for _, id := range ids {
 		m.refs.Set(m.o(), id, *m.refs.Get(id)+1)
+	}
+	return Result{Changed: true}, nil
+}
+
+// trim applies OpTrimStream.
+func (m *Manager) trim(c Command) (Result, error) {
+	s, err := m.stream(c.Stream)
+	if err != nil {
+		return Result{}, fmt.Errorf("trim: %w", err)
+	}
+	k := slices.Index(s.Extents, c.Extent)
+	if k < 0 {
+		held := "holds no extent"
+		if n := len(s.Extents); n > 0 {
+			held = fmt.Sprintf("holds extents %d to %d", s.Extents[0], s.Extents[n-1])
+		}
+		return Result{}, fmt.Errorf("trim stream %q before extent %d: the stream %s, and a trim keeps the extent it names: %w",
+			s.Name, c.Extent, held, ErrUnknownExtent)
+	}
+	if k == 0 {
+		return Result{}, nil
+	}
+	drop := s.Extents[:k] // of the read-only version: not modified below
+	for _, id := range drop {
+		if !m.extents.Get(id).Sealed { // a broken invariant: only the last extent is open
+			return Result{}, fmt.Errorf("trim stream %q before extent %d: extent %d: %w", s.Name, c.Extent, id, ErrNotSealed)
+		}
+	}
+	ms := m.streams.Mut(m.o(), c.Stream)
+	ms.Extents = slices.Clone(ms.Extents[k:])
+	var restarts []int
+	for _, r := range ms.Restarts {
+		if r > k { // a restart at k is the new first extent's: implicit
+			restarts = append(restarts, r-k)
+		}
+	}
+	ms.Restarts = restarts
+	for _, id := range drop {
+		m.unref(id)
 	}
 	return Result{Changed: true}, nil
 }

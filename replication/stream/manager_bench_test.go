@@ -92,4 +92,21 @@ func BenchmarkManagerCommand(b *testing.B) {
 				{Op: OpAllocate, Stream: name, Nodes: ns}}
 		})
 	})
+	b.Run("trim", func(b *testing.B) {
+		// A log that rolls to a new extent and drops the old one (three
+		// commands: seal, allocate, trim), as a partition's commit log does
+		// once every replica has flushed past its extent.
+		run(b, func(i int, m *Manager) []Command {
+			name := fmt.Sprintf("log-%d", i%streams)
+			s, es, _ := m.Stream(name)
+			last := s.Extents[len(s.Extents)-1]
+			var ns []string
+			for _, r := range es[len(es)-1].Replicas {
+				ns = append(ns, r.Node)
+			}
+			return []Command{{Op: OpSeal, Extent: last, Length: 100, Nodes: ns},
+				{Op: OpAllocate, Stream: name, Nodes: ns},
+				{Op: OpTrimStream, Stream: name, Extent: m.nextExtent}}
+		})
+	})
 }
