@@ -40,7 +40,9 @@
 //     machine (no I/O, goroutines or clock): streams → extents → replicas,
 //     node registry, placement, seal records, re-replication, repair and
 //     garbage collection, as Commands applied in order and Tasks for the
-//     owner to run. Snapshot/LoadSnapshot encode it (JSON).
+//     owner to run. Snapshot/LoadSnapshot encode it (JSON). Its state is
+//     persistent (ptree.go: treaps whose nodes a writer copies on write),
+//     so Clone is O(1) and a command copies only what it changes.
 //   - Driver (driver.go): runs a Manager behind a StateLog (in memory:
 //     LocalLog; in the master: its raft log) and does the I/O: creating
 //     extents, the seal protocol, copy and delete tasks, node inventory.

@@ -97,7 +97,7 @@ type ReplicaAddr struct {
 func placementOf(m *Manager, e ExtentMeta) ExtentPlacement {
 	p := ExtentPlacement{ID: e.ID, Sealed: e.Sealed, Length: e.Length, LastSeq: e.LastSeq, Ack: cmp.Or(e.Ack, AckAll)}
 	for _, r := range e.Replicas {
-		nd := m.nodes[r.Node]
+		nd := m.nodes.Get(r.Node)
 		ra := ReplicaAddr{Node: r.Node, Addr: nd.Addr, OK: r.State == ReplicaOK && nd.Alive}
 		if r.Node == e.Primary && !e.Sealed {
 			p.Replicas = append([]ReplicaAddr{ra}, p.Replicas...)

@@ -62,7 +62,7 @@ func codingPlacementOf(m *Manager, e ExtentMeta) *CodingPlacement {
 	p := &CodingPlacement{Scheme: cd.Scheme, Coded: cd.State == CodingDone, FragmentSize: cd.FragmentSize, Boundaries: slices.Clone(cd.Boundaries)}
 	perFD := map[string]int{}
 	for i, f := range cd.Fragments {
-		nd := m.nodes[f.Node]
+		nd := m.nodes.Get(f.Node)
 		fa := FragmentAddr{Index: i, Node: f.Node, Addr: nd.Addr, FaultDomain: nd.FaultDomain, OK: f.State == FragmentOK && nd.Alive}
 		if i < len(cd.CRCs) {
 			fa.CRC = cd.CRCs[i]
@@ -87,7 +87,7 @@ func (d *Driver) ReportCorruptFragment(ctx context.Context, extent uint64, index
 // codeTask returns the manager's TaskCode for extent, if any.
 func (d *Driver) codeTask(extent uint64) (t Task, ok bool, nodes []string) {
 	d.log.View(func(m *Manager) {
-		e := m.extents[extent]
+		e := m.extents.Get(extent)
 		if e == nil || e.Coding == nil {
 			return
 		}

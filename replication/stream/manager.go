@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 )
 
 // Op names a stream manager command. The strings are written to the
@@ -29,6 +30,16 @@ const (
 	// OpDeleteStream removes Stream; extents no stream references any
 	// more are garbage: every replica gets a delete task.
 	OpDeleteStream Op = "delete_stream"
+	// OpTrimStream removes every extent of Stream before Extent, the first
+	// one to keep, which must be in the stream: a prefix truncation, e.g.
+	// of a partition's commit log below what every replica has flushed.
+	// Extents no stream references any more are garbage, as with
+	// delete_stream: each replica and fragment gets a delete task. Only
+	// sealed extents can precede another, so the open (last) extent always
+	// stays. A trim to the stream's first extent changes nothing (a
+	// repeated trim); to an extent not in the stream (trimmed already, or
+	// never there) it fails with ErrUnknownExtent.
+	OpTrimStream Op = "trim_stream"
 	// OpConcat creates Stream as the concatenation of the extents of
 	// Sources, in order: a pointer operation. Every source extent must be
 	// sealed.
@@ -214,19 +225,74 @@ type ManagerOptions struct {
 // re-replication, repair and garbage collection. It is deterministic and
 // does no I/O: its owner applies Commands (through a replicated log in the
 // master, directly in the Driver), runs the Tasks it lists and reports
-// their outcomes as Commands. Not safe for concurrent use.
+// their outcomes as Commands.
+//
+// Its state is persistent (ptree.go): Clone costs O(1) and a command
+// copies only the nodes, streams and extents it changes, so the master
+// applies each command to a clone of the published manager at a cost
+// independent of the cluster's size.
+//
+// Not safe for concurrent use, except that any number of goroutines may
+// read (and Clone) a manager nobody modifies.
 type Manager struct {
 	opts       ManagerOptions
 	nextExtent uint64
-	nodes      map[string]*NodeMeta
-	streams    map[string]*StreamMeta
-	extents    map[uint64]*ExtentMeta
-	deletes    map[PendingDelete]bool
-	fragDels   map[PendingFragmentDelete]bool
+	nodes      ptree[string, NodeMeta]
+	streams    ptree[string, StreamMeta]
+	extents    ptree[uint64, ExtentMeta]
+	deletes    ptree[PendingDelete, struct{}]
+	fragDels   ptree[PendingFragmentDelete, struct{}]
 
 	// Derived, rebuilt from the above on load.
-	refs   map[uint64]int // stream references per extent
-	hosted map[string]int // replicas per node
+	refs   ptree[uint64, int] // stream references per extent
+	hosted ptree[string, int] // replicas and fragments per node
+	// onNode counts the replicas and fragments of each extent on each
+	// node: the extents a node's death concerns.
+	onNode ptree[nodeExtent, int]
+	// unsettled holds the extents that are not settled: those plan may
+	// change, which planAll plans (and only those).
+	unsettled ptree[uint64, struct{}]
+
+	// own is the writer this manager is: it modifies in place the tree
+	// nodes it owns. Clone gives both copies new owners. (Not an atomic:
+	// tests compare states with reflect.DeepEqual, which compares the
+	// owners a plain pointer points to, all alike.)
+	own *owner
+}
+
+// nodeExtent keys Manager.onNode.
+type nodeExtent struct {
+	Node   string
+	Extent uint64
+}
+
+var (
+	nodeTree   = &treeKind[string, NodeMeta]{cmp: strings.Compare, hash: hashString}
+	streamTree = &treeKind[string, StreamMeta]{cmp: strings.Compare, hash: hashString, clone: func(s StreamMeta) StreamMeta {
+		s.Extents, s.Restarts = slices.Clone(s.Extents), slices.Clone(s.Restarts)
+		return s
+	}}
+	extentTree = &treeKind[uint64, ExtentMeta]{cmp: cmp.Compare[uint64], hash: hashU64, clone: func(e ExtentMeta) ExtentMeta { return e.clone() }}
+	deleteTree = &treeKind[PendingDelete, struct{}]{cmp: comparePendingDelete, hash: func(k PendingDelete) uint64 {
+		return hashU64(k.Extent ^ hashString(k.Node))
+	}}
+	fragDelTree = &treeKind[PendingFragmentDelete, struct{}]{cmp: comparePendingFragmentDelete, hash: func(k PendingFragmentDelete) uint64 {
+		return hashU64(k.Extent ^ hashString(k.Node) ^ uint64(k.Index)<<56)
+	}}
+	refsTree   = &treeKind[uint64, int]{cmp: cmp.Compare[uint64], hash: hashU64}
+	hostedTree = &treeKind[string, int]{cmp: strings.Compare, hash: hashString}
+	onNodeTree = &treeKind[nodeExtent, int]{cmp: func(a, b nodeExtent) int {
+		return cmp.Or(strings.Compare(a.Node, b.Node), cmp.Compare(a.Extent, b.Extent))
+	}, hash: func(k nodeExtent) uint64 { return hashU64(k.Extent ^ hashString(k.Node)) }}
+	idSetTree = &treeKind[uint64, struct{}]{cmp: cmp.Compare[uint64], hash: hashU64}
+)
+
+func comparePendingDelete(a, b PendingDelete) int {
+	return cmp.Or(cmp.Compare(a.Extent, b.Extent), strings.Compare(a.Node, b.Node))
+}
+
+func comparePendingFragmentDelete(a, b PendingFragmentDelete) int {
+	return cmp.Or(cmp.Compare(a.Extent, b.Extent), cmp.Compare(a.Index, b.Index), strings.Compare(a.Node, b.Node))
 }
 
 // NewManager returns an empty manager.
@@ -235,11 +301,15 @@ func NewManager(opts ManagerOptions) *Manager {
 		opts.Replicas = 3
 	}
 	return &Manager{
-		opts: opts, nextExtent: 1,
-		nodes: map[string]*NodeMeta{}, streams: map[string]*StreamMeta{}, extents: map[uint64]*ExtentMeta{},
-		deletes: map[PendingDelete]bool{}, fragDels: map[PendingFragmentDelete]bool{}, refs: map[uint64]int{}, hosted: map[string]int{},
+		opts: opts, nextExtent: 1, own: new(owner),
+		nodes: newTree(nodeTree), streams: newTree(streamTree), extents: newTree(extentTree),
+		deletes: newTree(deleteTree), fragDels: newTree(fragDelTree), refs: newTree(refsTree), hosted: newTree(hostedTree),
+		onNode: newTree(onNodeTree), unsettled: newTree(idSetTree),
 	}
 }
+
+// o is the writer m is now.
+func (m *Manager) o() *owner { return m.own }
 
 func badCmd(format string, args ...any) error {
 	return fmt.Errorf("%s: %w", fmt.Sprintf(format, args...), ErrBadCommand)
@@ -260,7 +330,13 @@ func (m *Manager) Apply(c Command) (Result, error) {
 		if !n.Alive {
 			return Result{}, nil
 		}
-		n.Alive = false
+		m.nodes.Mut(m.o(), c.Node).Alive = false
+		for k := range m.onNode.From(nodeExtent{Node: c.Node}) {
+			if k.Node != c.Node {
+				break
+			}
+			m.setUnsettled(k.Extent, true)
+		}
 		m.planAll()
 		return Result{Changed: true}, nil
 	case OpNodeLoad:
@@ -268,14 +344,16 @@ func (m *Manager) Apply(c Command) (Result, error) {
 		if err != nil {
 			return Result{}, err
 		}
-		changed := n.UsedBytes != c.UsedBytes
-		n.UsedBytes = c.UsedBytes
-		return Result{Changed: changed}, nil
+		if n.UsedBytes == c.UsedBytes {
+			return Result{}, nil
+		}
+		m.nodes.Mut(m.o(), c.Node).UsedBytes = c.UsedBytes
+		return Result{Changed: true}, nil
 	case OpCreateStream:
 		if c.Stream == "" {
 			return Result{}, badCmd("create_stream without a name")
 		}
-		if m.streams[c.Stream] != nil {
+		if m.streams.Has(c.Stream) {
 			return Result{}, fmt.Errorf("create stream %q: %w", c.Stream, ErrStreamExists)
 		}
 		if c.Code != "" {
@@ -289,25 +367,28 @@ func (m *Manager) Apply(c Command) (Result, error) {
 		if !c.Ack.Valid() {
 			return Result{}, badCmd("create_stream %q with ack policy %q (%q or %q)", c.Stream, c.Ack, AckAll, AckQuorum)
 		}
-		m.streams[c.Stream] = &StreamMeta{Name: c.Stream, Extents: []uint64{}, Code: c.Code, Replicas: c.Replicas, Ack: c.Ack}
+		m.streams.Set(m.o(), c.Stream, StreamMeta{Name: c.Stream, Extents: []uint64{}, Code: c.Code, Replicas: c.Replicas, Ack: c.Ack})
 		return Result{Changed: true}, nil
 	case OpDeleteStream:
 		s, err := m.stream(c.Stream)
 		if err != nil {
 			return Result{}, err
 		}
-		delete(m.streams, s.Name)
-		for _, id := range s.Extents {
+		ids := s.Extents // s is read only, never modified: a slice of the old version
+		m.streams.Delete(m.o(), c.Stream)
+		for _, id := range ids {
 			m.unref(id)
 		}
 		return Result{Changed: true}, nil
+	case OpTrimStream:
+		return m.trim(c)
 	case OpConcat:
 		return m.concat(c)
 	case OpOpenWriter:
-		s, err := m.stream(c.Stream)
-		if err != nil {
+		if _, err := m.stream(c.Stream); err != nil {
 			return Result{}, err
 		}
+		s := m.streams.Mut(m.o(), c.Stream)
 		s.Epoch++
 		return Result{Changed: true, Epoch: s.Epoch}, nil
 	case OpAllocate:
@@ -317,11 +398,9 @@ func (m *Manager) Apply(c Command) (Result, error) {
 	case OpReportCorrupt, OpReplicaReady, OpReplicaFailed:
 		return m.replicaEvent(c)
 	case OpReplicaDeleted:
-		k := PendingDelete{Extent: c.Extent, Node: c.Node}
-		if !m.deletes[k] {
+		if !m.deletes.Delete(m.o(), PendingDelete{Extent: c.Extent, Node: c.Node}) {
 			return Result{}, nil
 		}
-		delete(m.deletes, k)
 		return Result{Changed: true}, nil
 	case OpSetCode, OpCodeStart, OpCoded, OpCodeAbort, OpFragmentReady, OpFragmentCorrupt, OpFragmentDeleted:
 		return m.applyCoding(c)
@@ -331,15 +410,15 @@ func (m *Manager) Apply(c Command) (Result, error) {
 		}
 		changed := m.orphanFragments(c)
 		for _, id := range c.Extents {
-			if e := m.extents[id]; e != nil && e.replica(c.Node) >= 0 {
+			if e := m.extents.Get(id); e != nil && e.replica(c.Node) >= 0 {
 				continue
 			}
 			if id >= m.nextExtent {
 				continue // not allocated yet by this manager: not ours to judge
 			}
 			k := PendingDelete{Extent: id, Node: c.Node}
-			if !m.deletes[k] {
-				m.deletes[k] = true
+			if !m.deletes.Has(k) {
+				m.deletes.Set(m.o(), k, struct{}{})
 				changed = true
 			}
 		}
@@ -348,28 +427,78 @@ func (m *Manager) Apply(c Command) (Result, error) {
 	return Result{}, badCmd("unknown op %q", c.Op)
 }
 
+// node returns node id, read only.
 func (m *Manager) node(id string) (*NodeMeta, error) {
-	n := m.nodes[id]
+	n := m.nodes.Get(id)
 	if n == nil {
 		return nil, fmt.Errorf("node %q: %w", id, ErrUnknownNode)
 	}
 	return n, nil
 }
 
+// stream returns stream name, read only.
 func (m *Manager) stream(name string) (*StreamMeta, error) {
-	s := m.streams[name]
+	s := m.streams.Get(name)
 	if s == nil {
 		return nil, fmt.Errorf("stream %q: %w", name, ErrStreamNotFound)
 	}
 	return s, nil
 }
 
+// extent returns extent id, read only.
 func (m *Manager) extent(id uint64) (*ExtentMeta, error) {
-	e := m.extents[id]
+	e := m.extents.Get(id)
 	if e == nil {
 		return nil, fmt.Errorf("extent %d: %w", id, ErrUnknownExtent)
 	}
 	return e, nil
+}
+
+// mutExtent returns extent id (which exists) for writing.
+func (m *Manager) mutExtent(id uint64) *ExtentMeta { return m.extents.Mut(m.o(), id) }
+
+// alive reports whether node id is alive (it must be known).
+func (m *Manager) alive(id string) bool { return m.nodes.Get(id).Alive }
+
+// hostedOn is how many replicas and fragments node id holds.
+func (m *Manager) hostedOn(id string) int {
+	if h := m.hosted.Get(id); h != nil {
+		return *h
+	}
+	return 0
+}
+
+// host counts d more replicas or fragments of extent on node (d < 0:
+// fewer).
+func (m *Manager) host(node string, extent uint64, d int) {
+	o := m.o()
+	if h := m.hostedOn(node) + d; h != 0 {
+		m.hosted.Set(o, node, h)
+	} else {
+		m.hosted.Delete(o, node)
+	}
+	k := nodeExtent{Node: node, Extent: extent}
+	n := d
+	if p := m.onNode.Get(k); p != nil {
+		n += *p
+	}
+	if n != 0 {
+		m.onNode.Set(o, k, n)
+	} else {
+		m.onNode.Delete(o, k)
+	}
+}
+
+func (m *Manager) addDelete(k PendingDelete) {
+	if !m.deletes.Has(k) {
+		m.deletes.Set(m.o(), k, struct{}{})
+	}
+}
+
+func (m *Manager) addFragDelete(k PendingFragmentDelete) {
+	if !m.fragDels.Has(k) {
+		m.fragDels.Set(m.o(), k, struct{}{})
+	}
 }
 
 // replica returns the index of node's replica of e, or -1.
@@ -381,11 +510,10 @@ func (m *Manager) addNode(c Command) (Result, error) {
 	if c.Node == "" || c.Addr == "" {
 		return Result{}, badCmd("add_node needs a node id and an address")
 	}
-	n := m.nodes[c.Node]
-	if n == nil {
-		n = &NodeMeta{ID: c.Node}
-		m.nodes[c.Node] = n
+	if !m.nodes.Has(c.Node) {
+		m.nodes.Set(m.o(), c.Node, NodeMeta{ID: c.Node})
 	}
+	n := m.nodes.Mut(m.o(), c.Node)
 	n.Addr, n.FaultDomain, n.Alive = c.Addr, c.FaultDomain, true
 	m.planAll()
 	return Result{Changed: true}, nil
@@ -395,7 +523,7 @@ func (m *Manager) concat(c Command) (Result, error) {
 	if c.Stream == "" {
 		return Result{}, badCmd("concat without a name")
 	}
-	if m.streams[c.Stream] != nil {
+	if m.streams.Has(c.Stream) {
 		return Result{}, fmt.Errorf("concat into %q: %w", c.Stream, ErrStreamExists)
 	}
 	ids := []uint64{}
@@ -406,7 +534,7 @@ func (m *Manager) concat(c Command) (Result, error) {
 			return Result{}, err
 		}
 		for _, id := range s.Extents {
-			if !m.extents[id].Sealed {
+			if !m.extents.Get(id).Sealed {
 				return Result{}, fmt.Errorf("concat %q: extent %d of %q: %w", c.Stream, id, src, ErrNotSealed)
 			}
 		}
@@ -418,9 +546,48 @@ func (m *Manager) concat(c Command) (Result, error) {
 		}
 		ids = append(ids, s.Extents...)
 	}
-	m.streams[c.Stream] = &StreamMeta{Name: c.Stream, Extents: ids, Restarts: restarts}
+	m.streams.Set(m.o(), c.Stream, StreamMeta{Name: c.Stream, Extents: ids, Restarts: restarts})
 	for _, id := range ids {
-		m.refs[id]++
+		m.refs.Set(m.o(), id, *m.refs.Get(id)+1)
+	}
+	return Result{Changed: true}, nil
+}
+
+// trim applies OpTrimStream.
+func (m *Manager) trim(c Command) (Result, error) {
+	s, err := m.stream(c.Stream)
+	if err != nil {
+		return Result{}, fmt.Errorf("trim: %w", err)
+	}
+	k := slices.Index(s.Extents, c.Extent)
+	if k < 0 {
+		held := "holds no extent"
+		if n := len(s.Extents); n > 0 {
+			held = fmt.Sprintf("holds extents %d to %d", s.Extents[0], s.Extents[n-1])
+		}
+		return Result{}, fmt.Errorf("trim stream %q before extent %d: the stream %s, and a trim keeps the extent it names: %w",
+			s.Name, c.Extent, held, ErrUnknownExtent)
+	}
+	if k == 0 {
+		return Result{}, nil
+	}
+	drop := s.Extents[:k] // of the read-only version: not modified below
+	for _, id := range drop {
+		if !m.extents.Get(id).Sealed { // a broken invariant: only the last extent is open
+			return Result{}, fmt.Errorf("trim stream %q before extent %d: extent %d: %w", s.Name, c.Extent, id, ErrNotSealed)
+		}
+	}
+	ms := m.streams.Mut(m.o(), c.Stream)
+	ms.Extents = slices.Clone(ms.Extents[k:])
+	var restarts []int
+	for _, r := range ms.Restarts {
+		if r > k { // a restart at k is the new first extent's: implicit
+			restarts = append(restarts, r-k)
+		}
+	}
+	ms.Restarts = restarts
+	for _, id := range drop {
+		m.unref(id)
 	}
 	return Result{Changed: true}, nil
 }
@@ -428,16 +595,18 @@ func (m *Manager) concat(c Command) (Result, error) {
 // unref drops one stream reference to extent id; the last one makes it
 // garbage.
 func (m *Manager) unref(id uint64) {
-	m.refs[id]--
-	if m.refs[id] > 0 {
+	o := m.o()
+	if r := *m.refs.Get(id) - 1; r > 0 {
+		m.refs.Set(o, id, r)
 		return
 	}
-	delete(m.refs, id)
-	e := m.extents[id]
-	delete(m.extents, id)
+	m.refs.Delete(o, id)
+	e := m.extents.Get(id) // read only: the node leaves the tree next
+	m.extents.Delete(o, id)
+	m.unsettled.Delete(o, id)
 	for _, r := range e.Replicas {
-		m.hosted[r.Node]--
-		m.deletes[PendingDelete{Extent: id, Node: r.Node}] = true
+		m.host(r.Node, id, -1)
+		m.addDelete(PendingDelete{Extent: id, Node: r.Node})
 	}
 	m.dropFragments(e)
 }
@@ -447,7 +616,7 @@ func (m *Manager) unref(id uint64) {
 // by (in avoid, replicas hosted, used bytes, id).
 func (m *Manager) place(n int, exclude, usedFD, avoid map[string]bool, prefer string) []string {
 	var cands []*NodeMeta
-	for _, nd := range m.nodes {
+	for _, nd := range m.nodes.All() {
 		if nd.Alive && !exclude[nd.ID] && !usedFD[nd.FaultDomain] {
 			cands = append(cands, nd)
 		}
@@ -462,7 +631,7 @@ func (m *Manager) place(n int, exclude, usedFD, avoid map[string]bool, prefer st
 		return cmp.Or(
 			cmp.Compare(b2i(a.ID != prefer), b2i(b.ID != prefer)),
 			cmp.Compare(b2i(avoid[a.ID]), b2i(avoid[b.ID])),
-			cmp.Compare(m.hosted[a.ID], m.hosted[b.ID]),
+			cmp.Compare(m.hostedOn(a.ID), m.hostedOn(b.ID)),
 			cmp.Compare(a.UsedBytes, b.UsedBytes),
 			cmp.Compare(a.ID, b.ID),
 		)
@@ -493,7 +662,7 @@ func (m *Manager) allocate(c Command) (Result, error) {
 	if c.Epoch != 0 && c.Epoch != s.Epoch {
 		return Result{}, fmt.Errorf("allocate in %q with epoch %d, stream at %d: %w", s.Name, c.Epoch, s.Epoch, ErrFenced)
 	}
-	if k := len(s.Extents); k > 0 && !m.extents[s.Extents[k-1]].Sealed {
+	if k := len(s.Extents); k > 0 && !m.extents.Get(s.Extents[k-1]).Sealed {
 		return Result{}, fmt.Errorf("allocate in %q: last extent %d: %w", s.Name, s.Extents[k-1], ErrNotSealed)
 	}
 	want := cmp.Or(s.Replicas, m.opts.Replicas)
@@ -528,18 +697,20 @@ func (m *Manager) allocate(c Command) (Result, error) {
 			return Result{}, fmt.Errorf("allocate in %q: %d of %d replicas placeable: %w", s.Name, len(picks), want, ErrNoPlacement)
 		}
 	}
-	e := &ExtentMeta{ID: m.nextExtent, Primary: picks[0], Ack: s.Ack}
+	e := ExtentMeta{ID: m.nextExtent, Primary: picks[0], Ack: s.Ack}
 	if s.Replicas != 0 {
 		e.Copies = s.Replicas
 	}
 	m.nextExtent++
 	for _, p := range picks {
 		e.Replicas = append(e.Replicas, Replica{Node: p, State: ReplicaOK})
-		m.hosted[p]++
+		m.host(p, e.ID, 1)
 	}
-	m.extents[e.ID] = e
-	s.Extents = append(s.Extents, e.ID)
-	m.refs[e.ID]++
+	o := m.o()
+	m.extents.Set(o, e.ID, e)
+	ms := m.streams.Mut(o, c.Stream)
+	ms.Extents = append(ms.Extents, e.ID)
+	m.refs.Set(o, e.ID, 1)
 	return Result{Changed: true, Extent: e.ID}, nil
 }
 
@@ -557,6 +728,7 @@ func (m *Manager) seal(c Command) (Result, error) {
 		}
 		return Result{}, nil
 	}
+	e = m.mutExtent(c.Extent)
 	e.Sealed, e.Length, e.LastSeq = true, c.Length, c.LastSeq
 	for i, r := range e.Replicas {
 		if r.State == ReplicaOK && !slices.Contains(c.Nodes, r.Node) {
@@ -576,48 +748,97 @@ func (m *Manager) replicaEvent(c Command) (Result, error) {
 	if i < 0 {
 		return Result{}, fmt.Errorf("extent %d has no replica on %q: %w", e.ID, c.Node, ErrUnknownNode)
 	}
-	r := &e.Replicas[i]
-	switch c.Op {
+	switch st := e.Replicas[i].State; c.Op {
 	case OpReportCorrupt:
-		if r.State != ReplicaOK {
+		if st != ReplicaOK {
 			return Result{}, nil
 		}
-		r.State = ReplicaRepair
+		e = m.mutExtent(c.Extent)
+		e.Replicas[i].State = ReplicaRepair
 	case OpReplicaReady:
-		if r.State == ReplicaOK {
+		if st == ReplicaOK {
 			return Result{}, nil
 		}
-		r.State = ReplicaOK
+		e = m.mutExtent(c.Extent)
+		e.Replicas[i].State = ReplicaOK
 	case OpReplicaFailed:
-		if r.State != ReplicaCopying {
+		if st != ReplicaCopying {
 			return Result{}, nil // a repair stays to be retried
 		}
+		e = m.mutExtent(c.Extent)
 		m.dropReplica(e, i)
 	}
 	m.plan(e)
 	return Result{Changed: true}, nil
 }
 
-// dropReplica removes replica i of e and queues its deletion.
+// dropReplica removes replica i of e (for writing) and queues its
+// deletion.
 func (m *Manager) dropReplica(e *ExtentMeta, i int) {
 	r := e.Replicas[i]
 	e.Replicas = slices.Delete(e.Replicas, i, i+1)
-	m.hosted[r.Node]--
-	m.deletes[PendingDelete{Extent: e.ID, Node: r.Node}] = true
+	m.host(r.Node, e.ID, -1)
+	m.addDelete(PendingDelete{Extent: e.ID, Node: r.Node})
 }
 
-// planAll plans every extent, in id order.
+// planAll plans every extent, in id order. Only the unsettled ones can
+// change: it plans those.
 func (m *Manager) planAll() {
-	for _, id := range slices.Sorted(maps.Keys(m.extents)) {
-		m.plan(m.extents[id])
+	for _, id := range m.unsettled.Keys() {
+		if m.settled(m.extents.Get(id)) {
+			m.setUnsettled(id, false)
+			continue
+		}
+		m.plan(m.mutExtent(id))
 	}
 }
 
-// plan brings a sealed extent back to Replicas good replicas: it places
-// new replicas (copying) in fault domains its live replicas do not use,
-// drops pending ones on dead nodes, and once enough replicas are good,
-// drops the ones on dead nodes. An open extent is sealed first (see Tasks).
+// settled reports whether plan(e) would change nothing: e is open, or
+// every replica and fragment of e is on a live node and e has its copies
+// (good or being made) or is coded. The state of one extent and the
+// liveness of its nodes decide it: planning one extent never unsettles
+// another, so planAll need only plan the extents that are not settled
+// (Manager.unsettled holds them: an extent joins it when plan leaves it
+// unsettled or when one of its nodes dies, leaves it when plan settles it;
+// a command that changes an extent without planning it updates it too).
+func (m *Manager) settled(e *ExtentMeta) bool {
+	if !e.Sealed {
+		return true
+	}
+	if cd := e.Coding; cd != nil {
+		for _, f := range cd.Fragments {
+			if !m.alive(f.Node) {
+				return false
+			}
+		}
+		if cd.State == CodingDone {
+			return true
+		}
+	}
+	for _, r := range e.Replicas {
+		if !m.alive(r.Node) {
+			return false
+		}
+	}
+	return len(e.Replicas) >= cmp.Or(e.Copies, m.opts.Replicas)
+}
+
+func (m *Manager) setUnsettled(id uint64, on bool) {
+	switch has := m.unsettled.Has(id); {
+	case on && !has:
+		m.unsettled.Set(m.o(), id, struct{}{})
+	case !on && has:
+		m.unsettled.Delete(m.o(), id)
+	}
+}
+
+// plan brings a sealed extent (for writing) back to Replicas good
+// replicas: it places new replicas (copying) in fault domains its live
+// replicas do not use, drops pending ones on dead nodes, and once enough
+// replicas are good, drops the ones on dead nodes. An open extent is
+// sealed first (see Tasks).
 func (m *Manager) plan(e *ExtentMeta) {
+	defer func() { m.setUnsettled(e.ID, !m.settled(e)) }()
 	if !e.Sealed {
 		return
 	}
@@ -626,7 +847,7 @@ func (m *Manager) plan(e *ExtentMeta) {
 		return // no replicas any more
 	}
 	for i := len(e.Replicas) - 1; i >= 0; i-- {
-		if r := e.Replicas[i]; r.State != ReplicaOK && !m.nodes[r.Node].Alive {
+		if r := e.Replicas[i]; r.State != ReplicaOK && !m.alive(r.Node) {
 			m.dropReplica(e, i)
 		}
 	}
@@ -634,7 +855,7 @@ func (m *Manager) plan(e *ExtentMeta) {
 	exclude, usedFD := map[string]bool{}, map[string]bool{}
 	for _, r := range e.Replicas {
 		exclude[r.Node] = true
-		nd := m.nodes[r.Node]
+		nd := m.nodes.Get(r.Node)
 		if !nd.Alive {
 			continue
 		}
@@ -652,12 +873,12 @@ func (m *Manager) plan(e *ExtentMeta) {
 	if need := copies - healthy - pending; need > 0 {
 		for _, p := range m.place(need, exclude, usedFD, nil, "") {
 			e.Replicas = append(e.Replicas, Replica{Node: p, State: ReplicaCopying})
-			m.hosted[p]++
+			m.host(p, e.ID, 1)
 		}
 	}
 	if healthy >= copies {
 		for i := len(e.Replicas) - 1; i >= 0; i-- {
-			if !m.nodes[e.Replicas[i].Node].Alive {
+			if !m.alive(e.Replicas[i].Node) {
 				m.dropReplica(e, i)
 			}
 		}
@@ -705,11 +926,10 @@ type Task struct {
 // copies, then deletes. Work for dead nodes waits until they return.
 func (m *Manager) Tasks() []Task {
 	var seals, copies, dels []Task
-	for _, id := range slices.Sorted(maps.Keys(m.extents)) {
-		e := m.extents[id]
+	for id, e := range m.extents.All() {
 		if !e.Sealed {
 			for _, r := range e.Replicas {
-				if r.State != ReplicaOK || !m.nodes[r.Node].Alive {
+				if r.State != ReplicaOK || !m.alive(r.Node) {
 					seals = append(seals, Task{Kind: TaskSeal, Extent: id})
 					break
 				}
@@ -718,7 +938,7 @@ func (m *Manager) Tasks() []Task {
 		}
 		var sources []string
 		for _, r := range e.Replicas {
-			if nd := m.nodes[r.Node]; r.State == ReplicaOK && nd.Alive {
+			if nd := m.nodes.Get(r.Node); r.State == ReplicaOK && nd.Alive {
 				sources = append(sources, nd.Addr)
 			}
 		}
@@ -726,16 +946,13 @@ func (m *Manager) Tasks() []Task {
 			continue
 		}
 		for _, r := range e.Replicas {
-			if nd := m.nodes[r.Node]; r.State != ReplicaOK && nd.Alive {
+			if nd := m.nodes.Get(r.Node); r.State != ReplicaOK && nd.Alive {
 				copies = append(copies, Task{Kind: TaskCopy, Extent: id, Node: r.Node, Addr: nd.Addr, Length: e.Length, Sources: sources})
 			}
 		}
 	}
-	keys := slices.SortedFunc(maps.Keys(m.deletes), func(a, b PendingDelete) int {
-		return cmp.Or(cmp.Compare(a.Extent, b.Extent), cmp.Compare(a.Node, b.Node))
-	})
-	for _, k := range keys {
-		if nd := m.nodes[k.Node]; nd != nil && nd.Alive {
+	for k := range m.deletes.All() {
+		if nd := m.nodes.Get(k.Node); nd != nil && nd.Alive {
 			dels = append(dels, Task{Kind: TaskDelete, Extent: k.Extent, Node: k.Node, Addr: nd.Addr})
 		}
 	}
@@ -753,7 +970,7 @@ func (m *Manager) Stream(name string) (StreamMeta, []ExtentMeta, error) {
 	out.Extents, out.Restarts = slices.Clone(s.Extents), slices.Clone(s.Restarts)
 	es := make([]ExtentMeta, len(s.Extents))
 	for i, id := range s.Extents {
-		es[i] = m.extents[id].clone()
+		es[i] = m.extents.Get(id).clone()
 	}
 	return out, es, nil
 }
@@ -786,17 +1003,17 @@ func (m *Manager) Node(id string) (NodeMeta, error) {
 // Nodes returns copies of every node, by id.
 func (m *Manager) Nodes() []NodeMeta {
 	var out []NodeMeta
-	for _, id := range slices.Sorted(maps.Keys(m.nodes)) {
-		out = append(out, *m.nodes[id])
+	for _, n := range m.nodes.All() {
+		out = append(out, *n)
 	}
 	return out
 }
 
 // Streams returns the stream names, sorted.
-func (m *Manager) Streams() []string { return slices.Sorted(maps.Keys(m.streams)) }
+func (m *Manager) Streams() []string { return m.streams.Keys() }
 
 // ExtentIDs returns the ids of the live extents, sorted.
-func (m *Manager) ExtentIDs() []uint64 { return slices.Sorted(maps.Keys(m.extents)) }
+func (m *Manager) ExtentIDs() []uint64 { return m.extents.Keys() }
 
 // snapshotVersion is the snapshot format version; bump on an incompatible
 // change and keep reading the old one.
@@ -818,22 +1035,15 @@ type snapshot struct {
 // Snapshot encodes the whole state (JSON, deterministic: sorted).
 func (m *Manager) Snapshot() []byte {
 	s := snapshot{Version: snapshotVersion, Options: m.opts, NextExtent: m.nextExtent,
-		Nodes: m.Nodes(), Streams: []StreamMeta{}, Extents: []ExtentMeta{}, Deletes: []PendingDelete{}}
+		Nodes: m.Nodes(), Streams: make([]StreamMeta, 0, m.streams.Len()), Extents: make([]ExtentMeta, 0, m.extents.Len()), Deletes: m.deletes.Keys()}
 	if s.Nodes == nil {
 		s.Nodes = []NodeMeta{}
 	}
-	for _, name := range m.Streams() {
-		st := *m.streams[name]
-		s.Streams = append(s.Streams, st)
+	for _, st := range m.streams.All() {
+		s.Streams = append(s.Streams, *st)
 	}
-	for _, id := range m.ExtentIDs() {
-		s.Extents = append(s.Extents, *m.extents[id])
-	}
-	s.Deletes = slices.SortedFunc(maps.Keys(m.deletes), func(a, b PendingDelete) int {
-		return cmp.Or(cmp.Compare(a.Extent, b.Extent), cmp.Compare(a.Node, b.Node))
-	})
-	if s.Deletes == nil {
-		s.Deletes = []PendingDelete{}
+	for _, e := range m.extents.All() {
+		s.Extents = append(s.Extents, *e)
 	}
 	s.FragmentDeletes = m.sortedFragDels()
 	b, err := json.Marshal(s)
@@ -861,15 +1071,16 @@ func LoadSnapshot(b []byte) (*Manager, error) {
 		return nil, badCmd("snapshot with next extent 0")
 	}
 	m := NewManager(s.Options)
+	o := m.o()
 	m.nextExtent = s.NextExtent
 	for _, n := range s.Nodes {
-		if n.ID == "" || m.nodes[n.ID] != nil {
+		if n.ID == "" || m.nodes.Has(n.ID) {
 			return nil, badCmd("snapshot node %q empty or repeated", n.ID)
 		}
-		m.nodes[n.ID] = &n
+		m.nodes.Set(o, n.ID, n)
 	}
 	for _, e := range s.Extents {
-		if e.ID == 0 || e.ID >= m.nextExtent || m.extents[e.ID] != nil {
+		if e.ID == 0 || e.ID >= m.nextExtent || m.extents.Has(e.ID) {
 			return nil, badCmd("snapshot extent %d out of range or repeated", e.ID)
 		}
 		if e.Copies < 0 || e.Copies > MaxStreamReplicas || !e.Ack.Valid() {
@@ -879,7 +1090,7 @@ func LoadSnapshot(b []byte) (*Manager, error) {
 			return nil, badCmd("snapshot extent %d: length %d, sealed %v", e.ID, e.Length, e.Sealed)
 		}
 		for i, r := range e.Replicas {
-			if m.nodes[r.Node] == nil || e.replica(r.Node) != i {
+			if !m.nodes.Has(r.Node) || e.replica(r.Node) != i {
 				return nil, badCmd("snapshot extent %d: replica on %q unknown or repeated", e.ID, r.Node)
 			}
 			if r.State != ReplicaOK && r.State != ReplicaCopying && r.State != ReplicaRepair {
@@ -888,7 +1099,7 @@ func LoadSnapshot(b []byte) (*Manager, error) {
 			if !e.Sealed && r.State == ReplicaCopying {
 				return nil, badCmd("snapshot extent %d: copying an open extent", e.ID)
 			}
-			m.hosted[r.Node]++
+			m.host(r.Node, e.ID, 1)
 		}
 		if e.replica(e.Primary) < 0 && !e.Sealed {
 			return nil, badCmd("snapshot extent %d: primary %q not a replica", e.ID, e.Primary)
@@ -896,10 +1107,11 @@ func LoadSnapshot(b []byte) (*Manager, error) {
 		if err := m.loadCoding(&e); err != nil {
 			return nil, err
 		}
-		m.extents[e.ID] = &e
+		m.extents.Set(o, e.ID, e)
+		m.setUnsettled(e.ID, !m.settled(&e))
 	}
 	for _, st := range s.Streams {
-		if st.Name == "" || m.streams[st.Name] != nil {
+		if st.Name == "" || m.streams.Has(st.Name) {
 			return nil, badCmd("snapshot stream %q empty or repeated", st.Name)
 		}
 		if st.Extents == nil {
@@ -914,41 +1126,46 @@ func LoadSnapshot(b []byte) (*Manager, error) {
 			}
 		}
 		for i, id := range st.Extents {
-			e := m.extents[id]
+			e := m.extents.Get(id)
 			if e == nil {
 				return nil, badCmd("snapshot stream %q: unknown extent %d", st.Name, id)
 			}
 			if !e.Sealed && i != len(st.Extents)-1 {
 				return nil, badCmd("snapshot stream %q: open extent %d not last", st.Name, id)
 			}
-			m.refs[id]++
+			r := 0
+			if p := m.refs.Get(id); p != nil {
+				r = *p
+			}
+			m.refs.Set(o, id, r+1)
 		}
 		if st.Code != "" {
 			if _, err := codeOf(st.Code); err != nil {
 				return nil, err
 			}
 		}
-		m.streams[st.Name] = &st
+		m.streams.Set(o, st.Name, st)
 	}
-	for id, e := range m.extents {
-		if m.refs[id] == 0 {
+	for id, e := range m.extents.All() {
+		r := m.refs.Get(id)
+		if r == nil {
 			return nil, badCmd("snapshot extent %d referenced by no stream", id)
 		}
-		if !e.Sealed && m.refs[id] > 1 {
-			return nil, badCmd("snapshot open extent %d in %d streams", id, m.refs[id])
+		if !e.Sealed && *r > 1 {
+			return nil, badCmd("snapshot open extent %d in %d streams", id, *r)
 		}
 	}
 	for _, d := range s.Deletes {
-		if m.nodes[d.Node] == nil || m.deletes[d] {
+		if !m.nodes.Has(d.Node) || m.deletes.Has(d) {
 			return nil, badCmd("snapshot delete of %d on %q: unknown node or repeated", d.Extent, d.Node)
 		}
-		m.deletes[d] = true
+		m.deletes.Set(o, d, struct{}{})
 	}
 	for _, d := range s.FragmentDeletes {
-		if m.nodes[d.Node] == nil || m.fragDels[d] || d.Index < 0 || d.Index > 255 {
+		if !m.nodes.Has(d.Node) || m.fragDels.Has(d) || d.Index < 0 || d.Index > 255 {
 			return nil, badCmd("snapshot fragment delete of %d.%d on %q: unknown node, bad index or repeated", d.Extent, d.Index, d.Node)
 		}
-		m.fragDels[d] = true
+		m.fragDels.Set(o, d, struct{}{})
 	}
 	return m, nil
 }

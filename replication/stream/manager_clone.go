@@ -1,36 +1,22 @@
 package stream
 
-import (
-	"maps"
-	"slices"
-)
-
-// Clone returns a deep copy of m: what Snapshot and LoadSnapshot give,
-// without encoding. The master clones its whole state for every command
-// it applies; through JSON that cost 1.7 ms with 300 extents, and a
-// failover applies dozens of commands in a row.
+// Clone returns a copy of m in O(1): the two share every tree node, and
+// each copies the nodes it changes from then on (ptree.go). Both m and the
+// copy may be modified, independently. Clone retires m's ownership of its
+// nodes, and changes nothing else: it may run while other goroutines read
+// m, but not concurrently with another Clone or an Apply of m.
+//
+// The master applies each command to a clone of its published manager. A
+// deep copy cost 30 ms at 1,000 nodes and 33,300 partition logs, and node
+// inventories and disk-usage reports alone are hundreds of commands per
+// second at that size; this costs a few microseconds plus O(log n) per
+// node, stream or extent the command changes.
 func (m *Manager) Clone() *Manager {
-	c := *m
-	c.nodes = make(map[string]*NodeMeta, len(m.nodes))
-	for k, v := range m.nodes {
-		n := *v
-		c.nodes[k] = &n
+	c := &Manager{
+		opts: m.opts, nextExtent: m.nextExtent, own: new(owner),
+		nodes: m.nodes, streams: m.streams, extents: m.extents, deletes: m.deletes, fragDels: m.fragDels,
+		refs: m.refs, hosted: m.hosted, onNode: m.onNode, unsettled: m.unsettled,
 	}
-	c.streams = make(map[string]*StreamMeta, len(m.streams))
-	for k, v := range m.streams {
-		s := *v
-		s.Extents = slices.Clone(v.Extents)
-		s.Restarts = slices.Clone(v.Restarts)
-		c.streams[k] = &s
-	}
-	c.extents = make(map[uint64]*ExtentMeta, len(m.extents))
-	for k, v := range m.extents {
-		e := v.clone()
-		c.extents[k] = &e
-	}
-	c.deletes = maps.Clone(m.deletes)
-	c.fragDels = maps.Clone(m.fragDels)
-	c.refs = maps.Clone(m.refs)
-	c.hosted = maps.Clone(m.hosted)
-	return &c
+	m.own = new(owner)
+	return c
 }

@@ -3,7 +3,6 @@ package stream
 import (
 	"cmp"
 	"fmt"
-	"maps"
 	"slices"
 )
 
@@ -125,16 +124,16 @@ func (m *Manager) applyCoding(c Command) (Result, error) {
 				return Result{}, err
 			}
 		}
-		changed := s.Code != c.Code
-		s.Code = c.Code
-		return Result{Changed: changed}, nil
-	}
-	if c.Op == OpFragmentDeleted {
-		k := PendingFragmentDelete{Extent: c.Extent, Index: c.Index, Node: c.Node}
-		if !m.fragDels[k] {
+		if s.Code == c.Code {
 			return Result{}, nil
 		}
-		delete(m.fragDels, k)
+		m.streams.Mut(m.o(), c.Stream).Code = c.Code
+		return Result{Changed: true}, nil
+	}
+	if c.Op == OpFragmentDeleted {
+		if !m.fragDels.Delete(m.o(), PendingFragmentDelete{Extent: c.Extent, Index: c.Index, Node: c.Node}) {
+			return Result{}, nil
+		}
 		return Result{Changed: true}, nil
 	}
 	e, err := m.extent(c.Extent)
@@ -154,7 +153,9 @@ func (m *Manager) applyCoding(c Command) (Result, error) {
 			return Result{}, badCmd("code_abort of extent %d: already coded", e.ID)
 		}
 		m.dropFragments(e)
+		e = m.mutExtent(e.ID)
 		e.Coding = nil
+		m.setUnsettled(e.ID, !m.settled(e)) // its fragments' nodes no longer count
 		return Result{Changed: true}, nil
 	}
 	// Fragment events.
@@ -164,7 +165,7 @@ func (m *Manager) applyCoding(c Command) (Result, error) {
 	if c.Index < 0 || c.Index >= len(e.Coding.Fragments) {
 		return Result{}, badCmd("%s of extent %d: fragment %d out of range", c.Op, e.ID, c.Index)
 	}
-	f := &e.Coding.Fragments[c.Index]
+	f := e.Coding.Fragments[c.Index]
 	if f.Node != c.Node {
 		return Result{}, fmt.Errorf("extent %d fragment %d is not on %q: %w", e.ID, c.Index, c.Node, ErrUnknownNode)
 	}
@@ -173,16 +174,16 @@ func (m *Manager) applyCoding(c Command) (Result, error) {
 		if f.State != FragmentRebuild {
 			return Result{}, nil
 		}
-		f.State = FragmentOK
 		if f.Old != "" && f.Old != f.Node {
-			m.fragDels[PendingFragmentDelete{Extent: e.ID, Index: c.Index, Node: f.Old}] = true
+			m.addFragDelete(PendingFragmentDelete{Extent: e.ID, Index: c.Index, Node: f.Old})
 		}
-		f.Old = ""
+		mf := &m.mutExtent(e.ID).Coding.Fragments[c.Index]
+		mf.State, mf.Old = FragmentOK, ""
 	case OpFragmentCorrupt:
 		if f.State != FragmentOK {
 			return Result{}, nil
 		}
-		f.State = FragmentRebuild
+		m.mutExtent(e.ID).Coding.Fragments[c.Index].State = FragmentRebuild
 	}
 	return Result{Changed: true}, nil
 }
@@ -202,25 +203,28 @@ func (m *Manager) codeStart(e *ExtentMeta, c Command) (Result, error) {
 	if len(m.goodReplicas(e)) == 0 {
 		return Result{}, fmt.Errorf("code extent %d: no good replica: %w", e.ID, ErrUnavailable)
 	}
+	// Placed on a scratch copy of e: a failure changes nothing.
+	scratch := *e
 	cd := &Coding{Scheme: scheme, State: CodingStarted, Fragments: make([]Fragment, code.TotalShards())}
-	e.Coding = cd
+	scratch.Coding = cd
+	hosted := map[string]int{}
 	for i := range cd.Fragments {
-		n := m.placeFragment(e, i)
+		n := m.placeFragment(&scratch, i, hosted)
 		if n == "" {
-			e.Coding = nil
-			for j := range i {
-				m.hosted[cd.Fragments[j].Node]--
-			}
 			return Result{}, fmt.Errorf("code extent %d: %w", e.ID, ErrNoPlacement)
 		}
 		cd.Fragments[i] = Fragment{Node: n, State: FragmentPending}
-		m.hosted[n]++
+		hosted[n]++
 	}
+	for _, f := range cd.Fragments {
+		m.host(f.Node, e.ID, 1)
+	}
+	m.mutExtent(e.ID).Coding = cd
 	return Result{Changed: true, Extent: e.ID}, nil
 }
 
 func (m *Manager) coded(e *ExtentMeta, c Command) (Result, error) {
-	cd := e.Coding
+	cd := e.Coding // read only until the checks pass
 	if cd == nil {
 		return Result{}, badCmd("coded extent %d: coding not started", e.ID)
 	}
@@ -240,6 +244,8 @@ func (m *Manager) coded(e *ExtentMeta, c Command) (Result, error) {
 	if err := checkBoundaries(c.Boundaries, c.FragmentSize, e.Length); err != nil {
 		return Result{}, fmt.Errorf("coded extent %d: %w", e.ID, err)
 	}
+	e = m.mutExtent(e.ID)
+	cd = e.Coding
 	cd.State, cd.FragmentSize = CodingDone, c.FragmentSize
 	cd.Boundaries, cd.CRCs = slices.Clone(c.Boundaries), slices.Clone(c.CRCs)
 	for i := range cd.Fragments {
@@ -268,7 +274,7 @@ func checkBoundaries(b []int64, size, length int64) error {
 func (m *Manager) goodReplicas(e *ExtentMeta) []string {
 	var out []string
 	for _, r := range e.Replicas {
-		if nd := m.nodes[r.Node]; r.State == ReplicaOK && nd.Alive {
+		if nd := m.nodes.Get(r.Node); r.State == ReplicaOK && nd.Alive {
 			out = append(out, nd.Addr)
 		}
 	}
@@ -282,13 +288,14 @@ func (m *Manager) goodReplicas(e *ExtentMeta) []string {
 // the node with the fewest of e's fragments, fewest replicas and fragments
 // hosted, least used bytes, and id. With at least as many fault domains
 // as fragments every fragment gets its own; with fewer, they spread as
-// evenly as possible. "" if no node is alive.
-func (m *Manager) placeFragment(e *ExtentMeta, i int) string {
+// evenly as possible. "" if no node is alive. extra counts fragments
+// placed but not counted in m.hosted yet (nil: none).
+func (m *Manager) placeFragment(e *ExtentMeta, i int, extra map[string]int) string {
 	code, _ := codeOf(e.Coding.Scheme)
 	g := fragmentGroup(code, i)
 	fdCount, fdGroup, nodeCount := map[string]int{}, map[string]int{}, map[string]int{}
 	for j, f := range e.Coding.Fragments {
-		nd := m.nodes[f.Node]
+		nd := m.nodes.Get(f.Node)
 		if j == i || nd == nil || !nd.Alive {
 			continue
 		}
@@ -304,12 +311,12 @@ func (m *Manager) placeFragment(e *ExtentMeta, i int) string {
 			cmp.Compare(fdCount[a.FaultDomain], fdCount[b.FaultDomain]),
 			cmp.Compare(fdGroup[a.FaultDomain], fdGroup[b.FaultDomain]),
 			cmp.Compare(nodeCount[a.ID], nodeCount[b.ID]),
-			cmp.Compare(m.hosted[a.ID], m.hosted[b.ID]),
+			cmp.Compare(m.hostedOn(a.ID)+extra[a.ID], m.hostedOn(b.ID)+extra[b.ID]),
 			cmp.Compare(a.UsedBytes, b.UsedBytes),
 			cmp.Compare(a.ID, b.ID),
 		) < 0
 	}
-	for _, nd := range m.nodes {
+	for _, nd := range m.nodes.All() {
 		if nd.Alive && (best == nil || less(nd, best)) {
 			best = nd
 		}
@@ -320,7 +327,7 @@ func (m *Manager) placeFragment(e *ExtentMeta, i int) string {
 	return best.ID
 }
 
-// planFragments moves e's fragments off dead nodes: while coding, to a new
+// planFragments moves the fragments of e (for writing) off dead nodes: while coding, to a new
 // node (the coordinator's next run writes it there); once coded, to a new
 // node that rebuilds it. The dead node's copy is deleted when it returns
 // (after the rebuild, for a coded fragment).
@@ -331,20 +338,20 @@ func (m *Manager) planFragments(e *ExtentMeta) {
 	}
 	for i := range cd.Fragments {
 		f := &cd.Fragments[i]
-		if m.nodes[f.Node].Alive {
+		if m.alive(f.Node) {
 			continue
 		}
-		n := m.placeFragment(e, i)
+		n := m.placeFragment(e, i, nil)
 		if n == "" {
 			continue
 		}
 		dead := f.Node
-		m.hosted[dead]--
-		m.hosted[n]++
+		m.host(dead, e.ID, -1)
+		m.host(n, e.ID, 1)
 		f.Node = n
 		switch {
 		case cd.State == CodingStarted:
-			m.fragDels[PendingFragmentDelete{Extent: e.ID, Index: i, Node: dead}] = true
+			m.addFragDelete(PendingFragmentDelete{Extent: e.ID, Index: i, Node: dead})
 		case f.State == FragmentOK:
 			f.State, f.Old = FragmentRebuild, dead
 		default: // already rebuilding: the dead target held nothing useful
@@ -352,23 +359,23 @@ func (m *Manager) planFragments(e *ExtentMeta) {
 				f.Old = ""
 			}
 			if dead != f.Old {
-				m.fragDels[PendingFragmentDelete{Extent: e.ID, Index: i, Node: dead}] = true
+				m.addFragDelete(PendingFragmentDelete{Extent: e.ID, Index: i, Node: dead})
 			}
 		}
 	}
 }
 
 // dropFragments queues the deletion of every fragment of e (garbage, or an
-// aborted coding).
+// aborted coding). It does not modify e: the caller drops e.Coding.
 func (m *Manager) dropFragments(e *ExtentMeta) {
 	if e.Coding == nil {
 		return
 	}
 	for i, f := range e.Coding.Fragments {
-		m.hosted[f.Node]--
-		m.fragDels[PendingFragmentDelete{Extent: e.ID, Index: i, Node: f.Node}] = true
+		m.host(f.Node, e.ID, -1)
+		m.addFragDelete(PendingFragmentDelete{Extent: e.ID, Index: i, Node: f.Node})
 		if f.Old != "" {
-			m.fragDels[PendingFragmentDelete{Extent: e.ID, Index: i, Node: f.Old}] = true
+			m.addFragDelete(PendingFragmentDelete{Extent: e.ID, Index: i, Node: f.Old})
 		}
 	}
 }
@@ -381,14 +388,14 @@ func (m *Manager) orphanFragments(c Command) bool {
 		if r.Extent >= m.nextExtent || r.Index < 0 || r.Index > 255 {
 			continue
 		}
-		if e := m.extents[r.Extent]; e != nil && e.Coding != nil && r.Index < len(e.Coding.Fragments) {
+		if e := m.extents.Get(r.Extent); e != nil && e.Coding != nil && r.Index < len(e.Coding.Fragments) {
 			if f := e.Coding.Fragments[r.Index]; f.Node == c.Node || f.Old == c.Node {
 				continue
 			}
 		}
 		k := PendingFragmentDelete{Extent: r.Extent, Index: r.Index, Node: c.Node}
-		if !m.fragDels[k] {
-			m.fragDels[k] = true
+		if !m.fragDels.Has(k) {
+			m.addFragDelete(k)
 			changed = true
 		}
 	}
@@ -398,8 +405,7 @@ func (m *Manager) orphanFragments(c Command) bool {
 // codingTasks lists code, rebuild and fragment delete tasks, by extent.
 func (m *Manager) codingTasks() (codes, rebuilds, dels []Task) {
 	want := map[uint64]string{}
-	for _, name := range slices.Sorted(maps.Keys(m.streams)) {
-		s := m.streams[name]
+	for _, s := range m.streams.All() {
 		if s.Code == "" {
 			continue
 		}
@@ -409,8 +415,7 @@ func (m *Manager) codingTasks() (codes, rebuilds, dels []Task) {
 			}
 		}
 	}
-	for _, id := range slices.Sorted(maps.Keys(m.extents)) {
-		e := m.extents[id]
+	for id, e := range m.extents.All() {
 		cd := e.Coding
 		if cd == nil {
 			scheme, ok := want[id]
@@ -422,7 +427,7 @@ func (m *Manager) codingTasks() (codes, rebuilds, dels []Task) {
 		addrs := make([]string, len(cd.Fragments))
 		all := true
 		for i, f := range cd.Fragments {
-			nd := m.nodes[f.Node]
+			nd := m.nodes.Get(f.Node)
 			switch {
 			case !nd.Alive:
 				all = false
@@ -437,25 +442,21 @@ func (m *Manager) codingTasks() (codes, rebuilds, dels []Task) {
 			continue
 		}
 		for i, f := range cd.Fragments {
-			if nd := m.nodes[f.Node]; f.State == FragmentRebuild && nd.Alive {
+			if nd := m.nodes.Get(f.Node); f.State == FragmentRebuild && nd.Alive {
 				rebuilds = append(rebuilds, Task{Kind: TaskRebuild, Extent: id, Index: i, Node: f.Node, Addr: nd.Addr,
 					Scheme: cd.Scheme, Length: e.Length, Fragments: addrs, FragmentSize: cd.FragmentSize, CRC: cd.CRCs[i]})
 			}
 		}
 	}
 	for _, k := range m.sortedFragDels() {
-		if nd := m.nodes[k.Node]; nd != nil && nd.Alive {
+		if nd := m.nodes.Get(k.Node); nd != nil && nd.Alive {
 			dels = append(dels, Task{Kind: TaskDeleteFragment, Extent: k.Extent, Index: k.Index, Node: k.Node, Addr: nd.Addr})
 		}
 	}
 	return codes, rebuilds, dels
 }
 
-func (m *Manager) sortedFragDels() []PendingFragmentDelete {
-	return slices.SortedFunc(maps.Keys(m.fragDels), func(a, b PendingFragmentDelete) int {
-		return cmp.Or(cmp.Compare(a.Extent, b.Extent), cmp.Compare(a.Index, b.Index), cmp.Compare(a.Node, b.Node))
-	})
-}
+func (m *Manager) sortedFragDels() []PendingFragmentDelete { return m.fragDels.Keys() }
 
 // FragmentDeletes lists the fragment deletes pending, sorted.
 func (m *Manager) FragmentDeletes() []PendingFragmentDelete { return m.sortedFragDels() }
@@ -493,10 +494,10 @@ func (m *Manager) loadCoding(e *ExtentMeta) error {
 		if cd.State == CodingDone {
 			okState = f.State == FragmentOK || f.State == FragmentRebuild
 		}
-		if m.nodes[f.Node] == nil || (f.Old != "" && m.nodes[f.Old] == nil) || !okState || (f.Old != "" && f.State != FragmentRebuild) {
+		if !m.nodes.Has(f.Node) || (f.Old != "" && !m.nodes.Has(f.Old)) || !okState || (f.Old != "" && f.State != FragmentRebuild) {
 			return badCmd("snapshot extent %d fragment %d: node %q (old %q), state %q", e.ID, i, f.Node, f.Old, f.State)
 		}
-		m.hosted[f.Node]++
+		m.host(f.Node, e.ID, 1)
 	}
 	return nil
 }

@@ -34,7 +34,7 @@ func tasksOf(m *Manager, kind TaskKind) []Task {
 
 // codedCommand is the OpCoded a coordinator would report for e.
 func codedCommand(m *Manager, id uint64) Command {
-	e := m.extents[id]
+	e := m.extents.Get(id)
 	c := Command{Op: OpCoded, Extent: id, FragmentSize: (e.Length + 11) / 12}
 	for i, f := range e.Coding.Fragments {
 		c.Nodes = append(c.Nodes, f.Node)
@@ -61,8 +61,8 @@ func TestManagerFragmentPlacement(t *testing.T) {
 			mustApply(t, m, Command{Op: OpCodeStart, Extent: id})
 			checkInvariants(t, m)
 			perFD, perGroupFD := map[string]int{}, map[[2]string]int{}
-			for i, f := range m.extents[id].Coding.Fragments {
-				fd := m.nodes[f.Node].FaultDomain
+			for i, f := range m.extents.Get(id).Coding.Fragments {
+				fd := m.nodes.Get(f.Node).FaultDomain
 				perFD[fd]++
 				perGroupFD[[2]string{fmt.Sprint(fragmentGroup(code, i)), fd}]++
 			}
@@ -118,9 +118,9 @@ func TestManagerCodingLifecycle(t *testing.T) {
 	// A fragment node dies while coding: its slot moves; a result for the
 	// old placement is refused.
 	stale := codedCommand(m, id)
-	victim := m.extents[id].Coding.Fragments[3].Node
+	victim := m.extents.Get(id).Coding.Fragments[3].Node
 	mustApply(t, m, Command{Op: OpNodeDown, Node: victim})
-	if m.extents[id].Coding.Fragments[3].Node == victim {
+	if m.extents.Get(id).Coding.Fragments[3].Node == victim {
 		t.Fatal("fragment left on a dead node while coding")
 	}
 	if _, err := m.Apply(stale); !errors.Is(err, ErrPlacementChanged) {
@@ -165,7 +165,7 @@ func TestManagerCodingLifecycle(t *testing.T) {
 		t.Fatal("old fragment not deleted after the rebuild")
 	}
 	// Corruption: rebuilt in place.
-	n7 := m.extents[id].Coding.Fragments[7].Node
+	n7 := m.extents.Get(id).Coding.Fragments[7].Node
 	mustApply(t, m, Command{Op: OpFragmentCorrupt, Extent: id, Index: 7, Node: n7})
 	if rb := tasksOf(m, TaskRebuild); !slices.ContainsFunc(rb, func(t Task) bool { return t.Index == 7 && t.Node == n7 }) {
 		t.Fatalf("no in-place rebuild: %+v", rb)
@@ -174,7 +174,7 @@ func TestManagerCodingLifecycle(t *testing.T) {
 	// Inventory: a fragment the manager does not place is garbage.
 	mustApply(t, m, Command{Op: OpNodeExtents, Node: n7, Fragments: []FragmentRef{{Extent: id, Index: 7}, {Extent: id, Index: 0}}})
 	if fd := m.FragmentDeletes(); slices.Contains(fd, PendingFragmentDelete{Extent: id, Index: 7, Node: n7}) ||
-		(m.extents[id].Coding.Fragments[0].Node != n7 && !slices.Contains(fd, PendingFragmentDelete{Extent: id, Index: 0, Node: n7})) {
+		(m.extents.Get(id).Coding.Fragments[0].Node != n7 && !slices.Contains(fd, PendingFragmentDelete{Extent: id, Index: 0, Node: n7})) {
 		t.Fatalf("inventory deletes %v", fd)
 	}
 	// GC: every fragment goes.
@@ -214,8 +214,8 @@ func TestManagerCodePolicy(t *testing.T) {
 	}
 	mustApply(t, m, Command{Op: OpCodeStart, Extent: id})
 	mustApply(t, m, Command{Op: OpCodeAbort, Extent: id})
-	if m.extents[id].Coding != nil || len(m.FragmentDeletes()) != 16 {
-		t.Fatalf("abort left %+v, %d deletes", m.extents[id].Coding, len(m.FragmentDeletes()))
+	if m.extents.Get(id).Coding != nil || len(m.FragmentDeletes()) != 16 {
+		t.Fatalf("abort left %+v, %d deletes", m.extents.Get(id).Coding, len(m.FragmentDeletes()))
 	}
 	checkInvariants(t, m)
 }

@@ -27,13 +27,14 @@ func newTestManager(t testing.TB, k, fds int) *Manager {
 	return m
 }
 
-// checkInvariants recounts the derived state and round-trips a snapshot.
+// checkInvariants recounts the derived state, checks every extent that
+// plan would change is unsettled, and round-trips a snapshot.
 func checkInvariants(t testing.TB, m *Manager) {
 	t.Helper()
-	refs, hosted := map[uint64]int{}, map[string]int{}
-	for _, s := range m.streams {
+	refs, hosted, onNode := map[uint64]int{}, map[string]int{}, map[nodeExtent]int{}
+	for _, s := range m.streams.All() {
 		for i, id := range s.Extents {
-			e := m.extents[id]
+			e := m.extents.Get(id)
 			if e == nil {
 				t.Fatalf("stream %q: missing extent %d", s.Name, id)
 			}
@@ -43,9 +44,9 @@ func checkInvariants(t testing.TB, m *Manager) {
 			refs[id]++
 		}
 	}
-	for id, e := range m.extents {
-		if refs[id] == 0 || refs[id] != m.refs[id] {
-			t.Fatalf("extent %d: refs %d, counted %d", id, m.refs[id], refs[id])
+	for id, e := range m.extents.All() {
+		if r := m.refs.Get(id); refs[id] == 0 || r == nil || refs[id] != *r {
+			t.Fatalf("extent %d: refs %v, counted %d", id, r, refs[id])
 		}
 		seen := map[string]bool{}
 		for _, r := range e.Replicas {
@@ -54,16 +55,45 @@ func checkInvariants(t testing.TB, m *Manager) {
 			}
 			seen[r.Node] = true
 			hosted[r.Node]++
+			onNode[nodeExtent{r.Node, id}]++
 		}
 		if e.Coding != nil {
 			for _, f := range e.Coding.Fragments {
 				hosted[f.Node]++
+				onNode[nodeExtent{f.Node, id}]++
+			}
+		}
+		if m.unsettled.Has(id) == m.settled(e) {
+			t.Fatalf("extent %d: settled %v, in unsettled %v", id, m.settled(e), m.unsettled.Has(id))
+		}
+		if !m.unsettled.Has(id) {
+			c := m.Clone()
+			before := c.Snapshot()
+			c.plan(c.mutExtent(id))
+			if !bytes.Equal(before, c.Snapshot()) {
+				t.Fatalf("extent %d is settled, but plan changes it", id)
 			}
 		}
 	}
-	for n, c := range m.hosted {
-		if c != hosted[n] {
-			t.Fatalf("node %s: hosted %d, counted %d", n, c, hosted[n])
+	if m.refs.Len() != len(refs) {
+		t.Fatalf("%d extents referenced, %d counted", m.refs.Len(), len(refs))
+	}
+	for n, c := range m.hosted.All() {
+		if *c != hosted[n] {
+			t.Fatalf("node %s: hosted %d, counted %d", n, *c, hosted[n])
+		}
+	}
+	if m.hosted.Len() != len(hosted) || m.onNode.Len() != len(onNode) {
+		t.Fatalf("hosted on %d nodes (counted %d), %d (node, extent) pairs (counted %d)", m.hosted.Len(), len(hosted), m.onNode.Len(), len(onNode))
+	}
+	for k, c := range m.onNode.All() {
+		if *c != onNode[k] {
+			t.Fatalf("%+v: %d, counted %d", k, *c, onNode[k])
+		}
+	}
+	for id := range m.unsettled.All() {
+		if !m.extents.Has(id) {
+			t.Fatalf("unsettled extent %d does not exist", id)
 		}
 	}
 	snap := m.Snapshot()
@@ -95,7 +125,7 @@ func TestManagerPlacement(t *testing.T) {
 		e, _ := m.Extent(r.Extent)
 		fds := map[string]bool{}
 		for _, rep := range e.Replicas {
-			fds[m.nodes[rep.Node].FaultDomain] = true
+			fds[m.nodes.Get(rep.Node).FaultDomain] = true
 			load[rep.Node]++
 		}
 		if len(e.Replicas) != 3 || len(fds) != 3 || e.Primary != e.Replicas[0].Node {
@@ -162,7 +192,7 @@ func TestManagerSealRepairAndReplace(t *testing.T) {
 	if tasks := m.Tasks(); len(tasks) != 0 {
 		t.Fatalf("tasks with c dead: %+v", tasks)
 	}
-	mustApply(t, m, Command{Op: OpAddNode, Node: c, Addr: "a-new", FaultDomain: m.nodes[c].FaultDomain})
+	mustApply(t, m, Command{Op: OpAddNode, Node: c, Addr: "a-new", FaultDomain: m.nodes.Get(c).FaultDomain})
 	if tasks := m.Tasks(); len(tasks) != 1 || tasks[0].Kind != TaskDelete || tasks[0].Node != c || tasks[0].Addr != "a-new" {
 		t.Fatalf("tasks %+v", tasks)
 	}
@@ -228,7 +258,8 @@ func randomCommand(rng *rand.Rand, m *Manager) Command {
 	}
 	ops := []Op{OpAddNode, OpNodeDown, OpNodeLoad, OpCreateStream, OpDeleteStream, OpConcat, OpOpenWriter,
 		OpAllocate, OpSeal, OpReportCorrupt, OpReplicaReady, OpReplicaFailed, OpReplicaDeleted, OpNodeExtents, "bogus",
-		OpSetCode, OpCodeStart, OpCodeStart, OpCoded, OpCoded, OpCodeAbort, OpFragmentReady, OpFragmentCorrupt, OpFragmentDeleted}
+		OpSetCode, OpCodeStart, OpCodeStart, OpCoded, OpCoded, OpCodeAbort, OpFragmentReady, OpFragmentCorrupt, OpFragmentDeleted,
+		OpTrimStream, OpTrimStream}
 	c := Command{Op: ops[rng.IntN(len(ops))], Node: node, Stream: st, Extent: ext}
 	switch c.Op {
 	case OpAddNode:
@@ -248,14 +279,22 @@ func randomCommand(rng *rand.Rand, m *Manager) Command {
 		c.Fragments = []FragmentRef{{Extent: ext, Index: rng.IntN(16)}}
 	case OpSetCode:
 		c.Code = []string{CodeLRC12, "", "bogus"}[rng.IntN(3)]
+	case OpTrimStream:
+		// Mostly an extent of the stream (of a concatenation, now and then).
+		if rng.IntN(3) == 0 {
+			c.Stream = fmt.Sprintf("c%d", rng.IntN(3))
+		}
+		if s := m.streams.Get(c.Stream); s != nil && len(s.Extents) > 0 && rng.IntN(4) != 0 {
+			c.Extent = s.Extents[rng.IntN(len(s.Extents))]
+		}
 	case OpFragmentReady, OpFragmentCorrupt, OpFragmentDeleted:
 		c.Index = rng.IntN(17)
-		if e := m.extents[ext]; e != nil && e.Coding != nil && rng.IntN(2) == 0 {
+		if e := m.extents.Get(ext); e != nil && e.Coding != nil && rng.IntN(2) == 0 {
 			c.Node = e.Coding.Fragments[c.Index%16].Node
 		}
 	case OpCoded:
 		// Mostly a valid result for the extent's current placement.
-		e := m.extents[ext]
+		e := m.extents.Get(ext)
 		if e == nil || e.Coding == nil {
 			break
 		}
@@ -322,7 +361,7 @@ func FuzzLoadSnapshot(f *testing.F) {
 	mustApply(f, mc, Command{Op: OpCodeStart, Extent: cid})
 	f.Add(mc.Snapshot())
 	mustApply(f, mc, codedCommand(mc, cid))
-	mustApply(f, mc, Command{Op: OpNodeDown, Node: mc.extents[cid].Coding.Fragments[2].Node})
+	mustApply(f, mc, Command{Op: OpNodeDown, Node: mc.extents.Get(cid).Coding.Fragments[2].Node})
 	f.Add(mc.Snapshot())
 	f.Add([]byte(`{"version":1}`))
 	f.Add([]byte(`{`))
@@ -356,4 +395,149 @@ func FuzzApply(f *testing.F) {
 		}
 		checkInvariants(t, m)
 	})
+}
+
+// TestManagerTrimStream trims a stream's prefix: the extents before the
+// named one leave the stream and, unless another stream holds them, the
+// manager (delete tasks for every replica, and fragment of a coded one);
+// refusals; a repeat changes nothing; a replayed log and a snapshot give
+// the same state.
+func TestManagerTrimStream(t *testing.T) {
+	m := newTestManager(t, 16, 16)
+	var log []Command
+	apply := func(c Command) Result {
+		t.Helper()
+		log = append(log, c)
+		return mustApply(t, m, c)
+	}
+	apply(Command{Op: OpCreateStream, Stream: "s"})
+	var ids []uint64
+	for i := range 5 {
+		id := apply(Command{Op: OpAllocate, Stream: "s"}).Extent
+		ids = append(ids, id)
+		if i < 4 {
+			e, _ := m.Extent(id)
+			apply(Command{Op: OpSeal, Extent: id, Length: 100, Nodes: []string{e.Replicas[0].Node, e.Replicas[1].Node, e.Replicas[2].Node}})
+		}
+	}
+	// ids[1] is coded (its replicas deleted); u is another stream.
+	apply(Command{Op: OpCodeStart, Extent: ids[1], Code: CodeLRC12})
+	apply(codedCommand(m, ids[1]))
+	for _, d := range tasksOf(m, TaskDelete) {
+		apply(Command{Op: OpReplicaDeleted, Extent: d.Extent, Node: d.Node})
+	}
+	apply(Command{Op: OpCreateStream, Stream: "u"})
+	u := apply(Command{Op: OpAllocate, Stream: "u"}).Extent
+	apply(Command{Op: OpSeal, Extent: u, Length: 7, Nodes: []string{"n0"}})
+	before := m.Clone()
+	frags := m.extents.Get(ids[1]).Coding.Fragments
+
+	if r := apply(Command{Op: OpTrimStream, Stream: "s", Extent: ids[2]}); !r.Changed {
+		t.Fatal("trim changed nothing")
+	}
+	checkInvariants(t, m)
+	if s, _, _ := m.Stream("s"); !slices.Equal(s.Extents, ids[2:]) {
+		t.Fatalf("stream after the trim: %v, want %v", s.Extents, ids[2:])
+	}
+	if m.extents.Has(ids[0]) || m.extents.Has(ids[1]) {
+		t.Fatalf("extents left %v", m.ExtentIDs())
+	}
+	// Every replica of ids[0] and fragment of the coded ids[1] is deleted.
+	var dels []PendingDelete
+	for _, d := range tasksOf(m, TaskDelete) {
+		dels = append(dels, PendingDelete{Extent: d.Extent, Node: d.Node})
+	}
+	var want []PendingDelete
+	e0, _ := before.Extent(ids[0])
+	for _, r := range e0.Replicas {
+		want = append(want, PendingDelete{Extent: ids[0], Node: r.Node})
+	}
+	slices.SortFunc(want, comparePendingDelete)
+	if !slices.Equal(dels, want) {
+		t.Fatalf("replica deletes %v, want %v", dels, want)
+	}
+	fd := m.FragmentDeletes()
+	if len(fd) != len(frags) {
+		t.Fatalf("fragment deletes %v, want one per fragment (%d)", fd, len(frags))
+	}
+	for i, f := range frags {
+		if !slices.Contains(fd, PendingFragmentDelete{Extent: ids[1], Index: i, Node: f.Node}) {
+			t.Fatalf("no delete of fragment %d on %s: %v", i, f.Node, fd)
+		}
+	}
+	// The version before is unchanged (copy on write).
+	if s, _, _ := before.Stream("s"); !slices.Equal(s.Extents, ids) {
+		t.Fatalf("the version before the trim changed: %v", s.Extents)
+	}
+	checkInvariants(t, before)
+	// Refusals.
+	for _, c := range []struct {
+		cmd  Command
+		want error
+	}{
+		{Command{Op: OpTrimStream, Stream: "nope", Extent: ids[2]}, ErrStreamNotFound},
+		{Command{Op: OpTrimStream, Stream: "s", Extent: ids[0]}, ErrUnknownExtent}, // trimmed already
+		{Command{Op: OpTrimStream, Stream: "s", Extent: u}, ErrUnknownExtent},
+		{Command{Op: OpTrimStream, Stream: "s", Extent: 999}, ErrUnknownExtent},
+		{Command{Op: OpTrimStream, Stream: "s"}, ErrUnknownExtent},
+	} {
+		snap := m.Snapshot()
+		if _, err := m.Apply(c.cmd); !errors.Is(err, c.want) {
+			t.Fatalf("%+v: %v, want %v", c.cmd, err, c.want)
+		}
+		if !bytes.Equal(snap, m.Snapshot()) {
+			t.Fatalf("refused %+v changed the state", c.cmd)
+		}
+	}
+	// Repeated: nothing more.
+	if r := apply(Command{Op: OpTrimStream, Stream: "s", Extent: ids[2]}); r.Changed {
+		t.Fatal("a repeated trim changed the state")
+	}
+	// t = u + s shares ids[2:5]: trimming them from s keeps them.
+	e4, _ := m.Extent(ids[4])
+	apply(Command{Op: OpSeal, Extent: ids[4], Length: 100, Nodes: []string{e4.Replicas[0].Node, e4.Replicas[1].Node, e4.Replicas[2].Node}})
+	apply(Command{Op: OpConcat, Stream: "t", Sources: []string{"u", "s"}})
+	ids = append(ids, apply(Command{Op: OpAllocate, Stream: "s"}).Extent)
+	ndel := len(tasksOf(m, TaskDelete))
+	apply(Command{Op: OpTrimStream, Stream: "s", Extent: ids[3]})
+	if !m.extents.Has(ids[2]) || len(tasksOf(m, TaskDelete)) != ndel {
+		t.Fatal("an extent another stream holds was deleted")
+	}
+	// Up to the open extent: every sealed one goes, the open one stays.
+	apply(Command{Op: OpTrimStream, Stream: "s", Extent: ids[5]})
+	if s, es, _ := m.Stream("s"); !slices.Equal(s.Extents, ids[5:]) || es[0].Sealed {
+		t.Fatalf("stream after trimming to its open extent: %+v", s)
+	}
+	// t's restart (s's extents after u's) goes with the prefix...
+	apply(Command{Op: OpTrimStream, Stream: "t", Extent: ids[2]})
+	if s, _, _ := m.Stream("t"); !slices.Equal(s.Extents, ids[2:5]) || len(s.Restarts) != 0 || !m.extents.Has(u) {
+		t.Fatalf("t after the trim: %+v", s)
+	}
+	// ... and now ids[2] is t's alone: trimming it deletes it.
+	apply(Command{Op: OpTrimStream, Stream: "t", Extent: ids[3]})
+	if m.extents.Has(ids[2]) || len(tasksOf(m, TaskDelete)) != ndel+3 {
+		t.Fatalf("ids[2] not deleted: %d delete tasks", len(tasksOf(m, TaskDelete)))
+	}
+	checkInvariants(t, m)
+	// The deletes run: nothing is left pending.
+	for _, d := range tasksOf(m, TaskDelete) {
+		apply(Command{Op: OpReplicaDeleted, Extent: d.Extent, Node: d.Node})
+	}
+	for _, d := range tasksOf(m, TaskDeleteFragment) {
+		apply(Command{Op: OpFragmentDeleted, Extent: d.Extent, Index: d.Index, Node: d.Node})
+	}
+	if n := len(tasksOf(m, TaskDelete)) + len(m.FragmentDeletes()); n != 0 {
+		t.Fatalf("%d deletes left", n)
+	}
+	// Replay and encoding round trip.
+	r := newTestManager(t, 16, 16)
+	for _, c := range log {
+		if _, err := r.Apply(c); err != nil {
+			t.Fatalf("replay of %+v: %v", c, err)
+		}
+	}
+	if !bytes.Equal(r.Snapshot(), m.Snapshot()) {
+		t.Fatal("replayed log differs")
+	}
+	checkInvariants(t, r)
 }
