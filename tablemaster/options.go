@@ -53,6 +53,14 @@ type Options struct {
 	StreamSyncInterval time.Duration `json:"stream_sync_interval"`
 	// Now is the clock. Default time.Now.
 	Now func() time.Time `json:"-"`
+	// TruncateInterval is how often the leader deletes partition-log
+	// extents every replica has flushed past. Default 10s.
+	TruncateInterval time.Duration `json:"truncate_interval,omitempty"`
+	// MaxLogLag: a replica whose flushed LSN is more than this many
+	// records behind its partition's most advanced replica no longer holds
+	// the log back; it copies a snapshot when it finds the log trimmed
+	// past it. Default 1,000,000.
+	MaxLogLag uint64 `json:"max_log_lag,omitempty"`
 	// RaftID, when not 0, makes this master one member of a replicated
 	// master group (raft): DataDir then holds the member's raft log and
 	// snapshots. Peers are the group's founding members, id to address
@@ -92,6 +100,12 @@ func (o Options) withDefaults() Options {
 	}
 	if o.Now == nil {
 		o.Now = time.Now
+	}
+	if o.TruncateInterval == 0 {
+		o.TruncateInterval = 10 * time.Second
+	}
+	if o.MaxLogLag == 0 {
+		o.MaxLogLag = 1_000_000
 	}
 	if o.RaftTick == 0 {
 		o.RaftTick = 50 * time.Millisecond

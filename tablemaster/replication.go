@@ -136,6 +136,7 @@ func (m *Master) logLoop() {
 	defer m.wg.Done()
 	t := time.NewTicker(m.opts.HeartbeatInterval)
 	defer t.Stop()
+	var truncated time.Time
 	for {
 		select {
 		case <-m.closing:
@@ -144,6 +145,11 @@ func (m *Master) logLoop() {
 		case <-m.logKick:
 		}
 		m.reconfigureLogs()
+		if m.truncateDue(&truncated) {
+			ctx, cancel := context.WithTimeout(m.streamCtx, 30*time.Second)
+			m.truncateLogs(ctx)
+			cancel()
+		}
 	}
 }
 

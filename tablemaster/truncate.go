@@ -1,0 +1,105 @@
+package tablemaster
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"time"
+
+	"github.com/tabuladb/tabula/api"
+	"github.com/tabuladb/tabula/replication/stream"
+)
+
+// Partition logs are truncated from the front. Every replica reports, in
+// its heartbeats, the applied LSN its engine has made durable (flushed_lsn)
+// and the log extent holding the record after it (keep_from_extent): the
+// first it would read after a crash. The leader deletes (OpTrimStream) a
+// log's extents before the earliest of those over the partition's
+// replicas. A replica that has not reported yet, or is copying a snapshot,
+// keeps the whole log; one whose flushed LSN is more than MaxLogLag behind
+// the partition's best is left out, and copies a snapshot when it finds
+// the log trimmed past it (tableserver/truncate.go).
+
+// truncateLogs trims every partition log it can.
+func (m *Master) truncateLogs(ctx context.Context) {
+	if !m.leads() {
+		return
+	}
+	reports := map[uint64]map[string]*api.ReplicaStatus{}
+	m.liveMu.Lock()
+	for id, l := range m.live {
+		if l.dead {
+			continue
+		}
+		for _, r := range l.statuses {
+			if reports[r.PartitionId] == nil {
+				reports[r.PartitionId] = map[string]*api.ReplicaStatus{}
+			}
+			reports[r.PartitionId][id] = r
+		}
+	}
+	m.liveMu.Unlock()
+	st := m.State()
+	for _, t := range st.tablesByID() {
+		for _, p := range t.Partitions {
+			if p.Log == nil || p.Log.Extent == 0 || len(p.Replicas) == 0 {
+				continue
+			}
+			info, err := m.streamDriver.Stream(ctx, p.Log.Stream)
+			if err != nil || len(info.Extents) < 2 {
+				continue
+			}
+			keep := logKeep(p, reports[p.ID], info, m.opts.MaxLogLag)
+			if keep <= 0 {
+				continue
+			}
+			_, err = m.streamDriver.Apply(ctx, stream.Command{Op: stream.OpTrimStream, Stream: p.Log.Stream, Extent: info.Extents[keep].ID})
+			switch {
+			case err == nil:
+				m.logger.Info("tablemaster: partition log truncated", "partition", p.ID, "extents_deleted", keep, "first_kept", info.Extents[keep].ID)
+			case errors.Is(err, stream.ErrUnknownExtent), ctx.Err() != nil:
+			default:
+				m.logger.Warn("tablemaster: truncate a partition log", "partition", p.ID, "err", err)
+			}
+		}
+	}
+}
+
+// logKeep is the index in info.Extents of the first extent p's log must
+// keep (0: nothing to trim).
+func logKeep(p Partition, reports map[string]*api.ReplicaStatus, info stream.StreamInfo, maxLag uint64) int {
+	var best uint64
+	for _, r := range p.Replicas {
+		if rs := reports[r.ServerID]; rs != nil {
+			best = max(best, rs.FlushedLsn)
+		}
+	}
+	keep := len(info.Extents) - 1 // never the open extent
+	for _, r := range p.Replicas {
+		rs := reports[r.ServerID]
+		switch {
+		case rs == nil || rs.State == api.ReplicaState_REPLICA_STATE_COPYING:
+			return 0 // not reported yet, or its copy needs the log from its LSN
+		case maxLag > 0 && rs.FlushedLsn+maxLag < best:
+			continue // too far behind: it copies a snapshot instead
+		case rs.KeepFromExtent == 0:
+			return 0
+		}
+		k := slices.IndexFunc(info.Extents, func(e stream.ExtentPlacement) bool { return e.ID == rs.KeepFromExtent })
+		if k < 0 {
+			return 0 // an extent the stream does not hold (a report older than the stream)
+		}
+		keep = min(keep, k)
+	}
+	return keep
+}
+
+// truncateDue reports whether the log loop should run truncateLogs now
+// (every TruncateInterval), and notes the time if so.
+func (m *Master) truncateDue(last *time.Time) bool {
+	if time.Since(*last) < m.opts.TruncateInterval {
+		return false
+	}
+	*last = time.Now()
+	return true
+}

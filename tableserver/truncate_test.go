@@ -1,0 +1,123 @@
+package tableserver_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/tabuladb/tabula/api"
+	"github.com/tabuladb/tabula/internal/testcluster"
+	"github.com/tabuladb/tabula/replication/stream"
+	"github.com/tabuladb/tabula/tablemaster"
+	"github.com/tabuladb/tabula/tableserver"
+)
+
+// TestLogTruncated: a partition's commit log moves to a new extent as it
+// fills, replicas flush and report how far, and the master deletes the
+// extents every replica is past; a server restarted afterwards recovers
+// from its engine and the kept log, and a replica placed afterwards copies
+// a snapshot: every write is still there.
+func TestLogTruncated(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c, err := testcluster.Start(ctx, testcluster.Options{Servers: 4,
+		ServerOptions: func(i int, o *tableserver.Options) {
+			o.LogExtentBytes = 32 << 10
+			o.LogFlushInterval = 100 * time.Millisecond
+		},
+		MasterOptions: func(o *tablemaster.Options) { o.TruncateInterval = 200 * time.Millisecond },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	f := &fixture{c: c, conns: map[string]*grpc.ClientConn{}}
+	f.master = api.NewMasterClient(f.dial(t, c.MasterAddr()))
+	resp, err := f.master.CreateTable(ctx, &api.CreateTableRequest{Tenant: api.DefaultTenant, Name: "t", Kind: api.TableKind_TABLE_KIND_POINT,
+		Options: &api.TableOptions{Partitions: 1, Replication: 3, Storage: "ssd"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := resp.GetMap().GetPartitions()[0]
+	streamInfo := func() stream.StreamInfo {
+		t.Helper()
+		r, err := f.master.Stream(ctx, &api.StreamRequest{Op: api.StreamOp_STREAM_OP_GET, Stream: p.GetLog().GetStream()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var info stream.StreamInfo
+		if err := json.Unmarshal(r.GetJson(), &info); err != nil {
+			t.Fatal(err)
+		}
+		return info
+	}
+	const keys = 600
+	put := func(gen int) (last uint64) {
+		for i := range keys {
+			key := fmt.Appendf(nil, "k%04d", i)
+			r, err := eventually(t, func() (*api.PutResponse, error) {
+				d, err := f.master.DescribeTable(ctx, &api.DescribeTableRequest{Tenant: api.DefaultTenant, Name: "t"})
+				if err != nil {
+					return nil, err
+				}
+				p = d.GetMap().GetPartitions()[0]
+				return f.server(t, p).Put(ctx, &api.PutRequest{Header: hdr(p), Key: key, Value: fmt.Appendf(nil, "%0100d", gen*keys+i)})
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			last = max(last, r.GetLsn())
+		}
+		return last
+	}
+	put(1)
+	first := streamInfo().Extents[0].ID
+	deadline := time.Now().Add(30 * time.Second)
+	for streamInfo().Extents[0].ID == first {
+		if time.Now().After(deadline) {
+			t.Fatalf("the log was never truncated: %d extents, the first %d", len(streamInfo().Extents), first)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	// A secondary restarts, and a replica is replaced: both end with
+	// every write, though the log no longer starts at LSN 1.
+	ids := c.ServerIDs()
+	var sec int
+	for i, id := range ids {
+		for _, r := range p.GetReplicas() {
+			if r.GetServerId() == id && r.GetRole() == api.ReplicaRole_REPLICA_ROLE_SECONDARY {
+				sec = i
+			}
+		}
+	}
+	if err := c.KillServer(sec); err != nil {
+		t.Fatal(err)
+	}
+	put(2)
+	if err := c.RestartServer(ctx, sec); err != nil {
+		t.Fatal(err)
+	}
+	last := put(3)
+	d, err := f.master.DescribeTable(ctx, &api.DescribeTableRequest{Tenant: api.DefaultTenant, Name: "t"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p = d.GetMap().GetPartitions()[0]
+	for _, r := range p.GetReplicas() {
+		sc := api.NewTableServerClient(f.dial(t, r.GetAddr()))
+		h := hdr(p)
+		h.ReadAny, h.MinLsn = true, last
+		for i := range keys {
+			g, err := eventually(t, func() (*api.GetResponse, error) {
+				return sc.Get(ctx, &api.GetRequest{Header: h, Key: fmt.Appendf(nil, "k%04d", i)})
+			})
+			if err != nil || string(g.GetValue()) != fmt.Sprintf("%0100d", 3*keys+i) {
+				t.Fatalf("replica on %s, key %d: %q, %v", r.GetServerId(), i, g.GetValue(), err)
+			}
+		}
+	}
+}
