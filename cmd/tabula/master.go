@@ -73,6 +73,8 @@ A member joining a running group starts with --id and no --peers, then is added 
 	}
 	f := cmd.Flags()
 	f.StringVar(&listen, "listen", defaultMaster, "address to serve on (a raft member: default its address in --peers)")
+	f.DurationVar(&opts.TruncateInterval, "truncate-interval", 10*time.Second, "how often partition logs are truncated below what every replica flushed")
+	f.Uint64Var(&opts.MaxLogLag, "max-log-lag", 1_000_000, "records a replica may fall behind its partition's best before it no longer holds the log back (it copies a snapshot instead)")
 	f.Uint64Var(&opts.RaftID, "id", 0, "this master's member id in a raft group (0: run alone)")
 	f.StringVar(&peers, "peers", "", "the raft group's founding members, ID=ADDR,... (this one's included); only read on a new data directory")
 	f.StringVar(&dir, "data", "./tabula-data/master", "data directory")
