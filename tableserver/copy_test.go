@@ -128,6 +128,7 @@ func TestNewReplicaCopies(t *testing.T) {
 		}
 	})
 	var newAddr string
+	var newP *api.Partition // the map entry once the new replica is in sync
 	deadline := time.Now().Add(60 * time.Second)
 	sawCopying := false
 	for newAddr == "" {
@@ -151,7 +152,7 @@ func TestNewReplicaCopies(t *testing.T) {
 				for _, r := range d.GetMap().GetPartitions()[0].GetReplicas() {
 					if r.GetServerId() == spare {
 						newAddr = r.GetAddr()
-						p = d.GetMap().GetPartitions()[0]
+						newP = d.GetMap().GetPartitions()[0]
 					}
 				}
 			}
@@ -160,6 +161,7 @@ func TestNewReplicaCopies(t *testing.T) {
 	}
 	close(stop)
 	wg.Wait()
+	p = newP
 	if !sawCopying {
 		t.Errorf("the new replica was never reported copying")
 	}
