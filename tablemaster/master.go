@@ -393,6 +393,7 @@ func (m *Master) checkLiveness() {
 	}
 	now := m.opts.Now()
 	st := m.State()
+	defer m.replaceDead(st, now)
 	for _, id := range st.ServerIDs() {
 		if !st.Servers[id].Alive || !m.silent(id, now) {
 			continue
@@ -415,7 +416,7 @@ func (m *Master) checkLiveness() {
 			l.dead = true
 			return true
 		}
-		res, _, err := m.propose(Command{Op: OpServerDown, ServerID: id, UnixMs: now.UnixMilli(), Promote: m.promotions(st, id)}, stillSilent, func(Result) {
+		res, _, err := m.propose(Command{Op: OpServerDown, ServerID: id, UnixMs: now.UnixMilli(), Promote: m.promotions(st, id), Keep: m.opts.ReplaceAfter > 0}, stillSilent, func(Result) {
 			m.liveMu.Lock()
 			if l := m.live[id]; l != nil {
 				l.statuses = nil
@@ -435,6 +436,35 @@ func (m *Master) checkLiveness() {
 			m.kickLogs()
 			m.logger.Warn("tablemaster: server declared dead; its partitions moved", "server", id,
 				"silent_for", now.Sub(m.lastHeard(id)), "moved", len(res.Moved))
+		}
+	}
+}
+
+// replaceDead drops the kept replicas (Command.Keep) of servers dead for
+// longer than ReplaceAfter; placement puts new ones on live servers, which
+// copy them.
+func (m *Master) replaceDead(st *State, now time.Time) {
+	if m.opts.ReplaceAfter <= 0 {
+		return
+	}
+	for _, id := range st.ServerIDs() {
+		srv := st.Servers[id]
+		if srv.Alive || srv.DownSinceMs == 0 || now.Sub(time.UnixMilli(srv.DownSinceMs)) < m.opts.ReplaceAfter || !st.holdsLogReplicas(id) {
+			continue
+		}
+		res, _, err := m.propose(Command{Op: OpServerDown, ServerID: id, UnixMs: now.UnixMilli(), Replace: true}, func(s *State) bool {
+			srv := s.Servers[id]
+			return srv != nil && !srv.Alive
+		}, nil)
+		switch {
+		case errors.Is(err, ErrClosed):
+			return
+		case err != nil:
+			m.logger.Error("tablemaster: replace a dead server's replicas", "server", id, "err", err)
+		case res.Changed:
+			m.kickLogs()
+			m.logger.Warn("tablemaster: server dead past --replace-after; its replicas are placed again elsewhere", "server", id,
+				"down_for", now.Sub(time.UnixMilli(srv.DownSinceMs)).Round(time.Second), "partitions", len(res.Moved))
 		}
 	}
 }

@@ -16,6 +16,8 @@ const (
 	// lease, so the old primary has stopped serving by its own clock.
 	DefaultLeaseDuration = 800 * time.Millisecond
 	DefaultDeadAfter     = time.Second
+	// DefaultReplaceAfter: see Options.ReplaceAfter.
+	DefaultReplaceAfter = time.Minute
 	// DefaultSnapshotEvery: a catalog command encodes to ~200 bytes, so 1024
 	// commands is ~200 KiB of log to replay at worst.
 	DefaultSnapshotEvery = 1024
@@ -53,6 +55,13 @@ type Options struct {
 	StreamSyncInterval time.Duration `json:"stream_sync_interval"`
 	// Now is the clock. Default time.Now.
 	Now func() time.Time `json:"-"`
+	// ReplaceAfter is how long a dead (or drained) server's replicas of
+	// replicated partitions stay in their replica sets, as secondaries out
+	// of the log, before new ones are placed elsewhere (and copy the data):
+	// a server back sooner (a restart, an upgrade) catches up from the log
+	// instead. Its primaries fail over at once either way. Default 60s;
+	// negative: replace at once.
+	ReplaceAfter time.Duration `json:"replace_after,omitempty"`
 	// TruncateInterval is how often the leader deletes partition-log
 	// extents every replica has flushed past. Default 10s.
 	TruncateInterval time.Duration `json:"truncate_interval,omitempty"`
@@ -100,6 +109,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.Now == nil {
 		o.Now = time.Now
+	}
+	if o.ReplaceAfter == 0 {
+		o.ReplaceAfter = DefaultReplaceAfter
 	}
 	if o.TruncateInterval == 0 {
 		o.TruncateInterval = 10 * time.Second

@@ -78,6 +78,40 @@ func (s *State) partition(id uint64) (*Table, *Partition) {
 	return nil, nil
 }
 
+// holdsLogReplicas reports whether server id holds a replica of a
+// partition replicated through a log.
+func (s *State) holdsLogReplicas(id string) bool {
+	for _, t := range s.Tables {
+		if !t.replicatesByLog() {
+			continue
+		}
+		for i := range t.Partitions {
+			if hostsReplica(&t.Partitions[i], id) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// hostsReplica reports whether server id holds a replica of p.
+func hostsReplica(p *Partition, id string) bool {
+	return slices.ContainsFunc(p.Replicas, func(r Replica) bool { return r.ServerID == id })
+}
+
+// liveServersOf is serversOf without the replicas whose servers are dead
+// or draining (kept until replaced, Command.Keep): the servers the log's
+// next extent goes to. The primary stays first.
+func (s *State) liveServersOf(p *Partition) []string {
+	var out []string
+	for _, r := range p.Replicas {
+		if srv := s.Servers[r.ServerID]; srv != nil && srv.Alive && (!srv.Draining || r.Role == api.ReplicaRole_REPLICA_ROLE_PRIMARY) {
+			out = append(out, r.ServerID)
+		}
+	}
+	return out
+}
+
 func serversOf(p *Partition) []string {
 	out := make([]string, len(p.Replicas))
 	for i, r := range p.Replicas {
@@ -91,7 +125,7 @@ func (s *State) partitionLog(cmd Command) (Result, error) {
 	switch {
 	case p == nil || p.Log == nil:
 		return Result{}, errInvalid("partition_id", "no_log", 0, "partition %d has no commit log", cmd.PartitionID)
-	case p.Epoch != cmd.Epoch || !slices.Equal(serversOf(p), cmd.Servers) || p.Log.Extent != 0:
+	case p.Epoch != cmd.Epoch || !slices.Equal(s.liveServersOf(p), cmd.Servers) || p.Log.Extent != 0:
 		return Result{}, nil // moved on meanwhile; the loop decides again
 	}
 	_, p = s.mutPartition(cmd.PartitionID)
@@ -173,6 +207,7 @@ func (m *Master) reconfigureLogs() {
 	type job struct {
 		p        Partition
 		replicas int
+		nodes    []string // the live replicas, primary first
 		retry    *logRetry
 	}
 	var jobs []job
@@ -182,6 +217,10 @@ func (m *Master) reconfigureLogs() {
 				delete(m.logRetry, p.ID)
 				continue
 			}
+			nodes := st.liveServersOf(&p)
+			if len(nodes) == 0 || nodes[0] != primaryID(&p) {
+				continue // its primary's server is down, with no live replica to take over: it waits
+			}
 			r := m.logRetry[p.ID]
 			if r != nil && now.Before(r.next) {
 				continue
@@ -190,7 +229,7 @@ func (m *Master) reconfigureLogs() {
 				r = &logRetry{}
 				m.logRetry[p.ID] = r
 			}
-			jobs = append(jobs, job{p: p, replicas: int(t.Options.Replication), retry: r})
+			jobs = append(jobs, job{p: p, replicas: int(t.Options.Replication), nodes: nodes, retry: r})
 		}
 	}
 	// A failed server's partitions are reconfigured together: each takes
@@ -206,7 +245,7 @@ func (m *Master) reconfigureLogs() {
 			defer func() { <-sem; wg.Done() }()
 			ctx, cancel := context.WithTimeout(m.streamCtx, 10*time.Second)
 			defer cancel()
-			errs[i] = m.reconfigureLog(ctx, j.p, j.replicas)
+			errs[i] = m.reconfigureLog(ctx, j.p, j.replicas, j.nodes)
 		}()
 	}
 	wg.Wait()
@@ -239,10 +278,10 @@ type logRetry struct {
 	lastErr string
 }
 
-// reconfigureLog seals p's last extent and allocates the next on p's
-// replicas, then records it. Idempotent: a crash anywhere is redone by the
+// reconfigureLog seals p's last extent and allocates the next on nodes (p's
+// live replicas, primary first), then records it. Idempotent: a crash anywhere is redone by the
 // next call.
-func (m *Master) reconfigureLog(ctx context.Context, p Partition, replicas int) error {
+func (m *Master) reconfigureLog(ctx context.Context, p Partition, replicas int, nodes []string) error {
 	d := m.streamDriver
 	name := p.Log.Stream
 	// Quorum acks: a slow or stopped secondary does not hold the
@@ -250,7 +289,6 @@ func (m *Master) reconfigureLog(ctx context.Context, p Partition, replicas int) 
 	if _, err := d.Apply(ctx, stream.Command{Op: stream.OpCreateStream, Stream: name, Replicas: replicas, Ack: stream.AckQuorum}); err != nil && !errors.Is(err, stream.ErrStreamExists) {
 		return fmt.Errorf("create log stream %s: %w", name, err)
 	}
-	nodes := serversOf(&p)
 	info, err := d.Stream(ctx, name)
 	if err != nil {
 		return err

@@ -249,7 +249,7 @@ func (m *Master) Heartbeat(_ context.Context, req *api.HeartbeatRequest) (*api.H
 	m.bulkReports(req.ServerId, statuses)
 	m.coprocReports(req.ServerId, req.CoprocReady)
 	if req.Draining && !srv.Draining {
-		res, next, err := m.propose(Command{Op: OpServerDown, UnixMs: m.opts.Now().UnixMilli(), ServerID: req.ServerId, Draining: true}, nil, nil)
+		res, next, err := m.propose(Command{Op: OpServerDown, UnixMs: m.opts.Now().UnixMilli(), ServerID: req.ServerId, Draining: true, Keep: m.opts.ReplaceAfter > 0}, nil, nil)
 		if err != nil {
 			return nil, rpcError("drain server", err)
 		}

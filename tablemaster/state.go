@@ -79,6 +79,18 @@ type Command struct {
 	// --reassign-durable-after; it is only replayed now, never proposed: no
 	// automatic path moves a durable partition's only copy.
 	Force bool `json:"force,omitempty"`
+	// Keep: OpServerDown keeps the server's replicas of partitions
+	// replicated through a log (and with other replicas) in the replica
+	// set, as secondaries, until they are replaced (Replace, after
+	// Options.ReplaceAfter): a primary among them hands its role to
+	// another replica, and the log's next extent leaves them out, but a
+	// server that comes back soon (a restart, an upgrade) catches up from
+	// the log instead of being copied elsewhere. Commands from before it
+	// (false) drop the replicas at once.
+	Keep bool `json:"keep,omitempty"`
+	// Replace: OpServerDown of a dead server whose kept replicas (Keep)
+	// are now dropped and placed again on live servers, which copy them.
+	Replace bool `json:"replace,omitempty"`
 	// Incarnation: OpRegisterServer's process incarnation, a random number
 	// the server picks at each start (0 from servers that predate it).
 	Incarnation uint64 `json:"incarnation,omitempty"`
@@ -909,6 +921,19 @@ func (s *State) registerServer(cmd Command, chk bool) (Result, error) {
 				}
 			}
 		}
+		// Replicas kept while it was away (Command.Keep) rejoin the log:
+		// its next extent includes them, and they catch up from it.
+		for _, t := range s.Tables {
+			if !t.replicatesByLog() || !slices.ContainsFunc(t.Partitions, func(p Partition) bool { return hostsReplica(&p, id) }) {
+				continue
+			}
+			t = s.mutTable(t)
+			for i := range t.Partitions {
+				if hostsReplica(&t.Partitions[i], id) {
+					t.Partitions[i].resetLog()
+				}
+			}
+		}
 		changed = true
 	}
 	moved := s.placeShort(s.candidates())
@@ -943,8 +968,11 @@ func (s *State) serverDown(cmd Command, chk bool) (Result, error) {
 		changed = true
 		s.streamNodeEvent(stream.Command{Op: stream.OpNodeDown, Node: cmd.ServerID})
 	}
-	if !changed && !cmd.Force {
-		return Result{}, nil // already down: it holds only durable partitions, if anything
+	if cmd.Replace && chk && srv.Alive {
+		return Result{}, errInvalid("replace", "server_alive", 0, "server %s is alive: only a dead server's replicas are replaced", cmd.ServerID)
+	}
+	if !changed && !cmd.Force && !cmd.Replace {
+		return Result{}, nil // already down: it holds only durable partitions, or kept replicas
 	}
 	cands := s.candidates()
 	var moved, held []uint64
@@ -965,6 +993,12 @@ func (s *State) serverDown(cmd Command, chk bool) (Result, error) {
 				held = append(held, p.ID)
 				continue
 			}
+			if cmd.Keep && !cmd.Replace && t.replicatesByLog() && len(p.Replicas) > 1 {
+				t = s.mutTable(t)
+				s.demoteReplica(t, i, k, cmd.Promote[t.Partitions[i].ID])
+				moved = append(moved, t.Partitions[i].ID)
+				continue
+			}
 			t = s.mutTable(t)
 			p = &t.Partitions[i]
 			s.dropReplica(t, i, k, cmd.Promote[p.ID], cands)
@@ -972,6 +1006,45 @@ func (s *State) serverDown(cmd Command, chk bool) (Result, error) {
 		}
 	}
 	return Result{Changed: changed || len(moved) > 0, Moved: moved, Held: held}, nil
+}
+
+// demoteReplica keeps replica k of partition i of t (its server died or
+// drains; see Command.Keep): if it was the primary, a live replica
+// (promote, the proposer's choice, else the first live one) takes the
+// role and the epoch is bumped once; the log is reconfigured either way,
+// so its next extent leaves the replica out. With no live replica left the
+// primary stays where it is: the partition waits for its server.
+func (s *State) demoteReplica(t *Table, i, k int, promote string) {
+	p := &t.Partitions[i]
+	p.resetLog()
+	if p.Replicas[k].Role != api.ReplicaRole_REPLICA_ROLE_PRIMARY {
+		return
+	}
+	live := func(j int) bool {
+		srv := s.Servers[p.Replicas[j].ServerID]
+		return j != k && srv != nil && srv.Alive && !srv.Draining
+	}
+	j := slices.IndexFunc(p.Replicas, func(r Replica) bool { return r.ServerID == promote })
+	if j < 0 || !live(j) {
+		j = -1
+		for c := range p.Replicas {
+			if live(c) {
+				j = c
+				break
+			}
+		}
+	}
+	if j < 0 {
+		return
+	}
+	if s.primaries != nil {
+		s.primaries[p.Replicas[k].ServerID]--
+		s.primaries[p.Replicas[j].ServerID]++
+	}
+	p.Replicas[k].Role = api.ReplicaRole_REPLICA_ROLE_SECONDARY
+	p.Replicas[j].Role = api.ReplicaRole_REPLICA_ROLE_PRIMARY
+	p.Replicas[0], p.Replicas[j] = p.Replicas[j], p.Replicas[0]
+	p.Epoch++
 }
 
 // dropReplica removes replica k of partition i of t, promotes a remaining

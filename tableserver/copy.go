@@ -77,7 +77,9 @@ func (s *service) CopyReplica(req *api.CopyReplicaRequest, stream grpc.ServerStr
 	if err != nil {
 		return engineErr(r, err)
 	}
-	s.log.Info("copying a snapshot to a new replica", "partition", r.part.GetId(), "to", req.GetCopier(), "lsn", lsn)
+	if lsn > 0 {
+		s.log.Info("copying a snapshot to a new replica", "partition", r.part.GetId(), "to", req.GetCopier(), "lsn", lsn)
+	}
 	chunk := &api.CopyReplicaChunk{Lsn: lsn, TotalBytes: r.engine.Stats().Bytes}
 	size := 0
 	var sent uint64
@@ -154,7 +156,9 @@ func (l *logReplica) copyIn(want roleWant) error {
 			l.mu.Lock()
 			l.copyTotal = chunk.GetTotalBytes()
 			l.mu.Unlock()
-			l.log.Info("copying a snapshot", "from", want.source, "lsn", lsn, "bytes", chunk.GetTotalBytes())
+			if lsn > 0 {
+				l.log.Info("copying a snapshot", "from", want.source, "lsn", lsn, "bytes", chunk.GetTotalBytes())
+			}
 		}
 		batch := make([]engines.Mutation, 0, len(chunk.GetRecords()))
 		n := 0
@@ -203,6 +207,10 @@ func (l *logReplica) copyIn(want roleWant) error {
 	l.needCopy = false
 	l.tailExtent, l.tailOff = 0, 0
 	l.starts, l.flushed = nil, 0
+	if lsn == 0 && got == 0 {
+		l.log.Debug("the primary has applied nothing yet: nothing to copy", "from", want.source)
+		return nil
+	}
 	l.log.Info("copied a snapshot; applying the log from its LSN", "from", want.source, "lsn", lsn,
 		"records", got, "bytes", bytes, "took", time.Since(start).Round(time.Millisecond))
 	return nil

@@ -42,6 +42,7 @@ prints the endpoints and "tabula dev ready" once it serves, and runs until inter
 				HeartbeatInterval: tablemaster.DefaultHeartbeatInterval,
 				LeaseDuration:     tablemaster.DefaultLeaseDuration,
 				DeadAfter:         tablemaster.DefaultDeadAfter,
+				ReplaceAfter:      tablemaster.DefaultReplaceAfter,
 			})
 			if err != nil {
 				return fmt.Errorf("start dev cluster: %w", err)

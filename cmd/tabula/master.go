@@ -73,6 +73,7 @@ A member joining a running group starts with --id and no --peers, then is added 
 	}
 	f := cmd.Flags()
 	f.StringVar(&listen, "listen", defaultMaster, "address to serve on (a raft member: default its address in --peers)")
+	f.DurationVar(&opts.ReplaceAfter, "replace-after", tablemaster.DefaultReplaceAfter, "how long a dead server's replicas wait for it (its primaries fail over at once) before new ones are placed elsewhere and copy the data (negative: at once)")
 	f.DurationVar(&opts.TruncateInterval, "truncate-interval", 10*time.Second, "how often partition logs are truncated below what every replica flushed")
 	f.Uint64Var(&opts.MaxLogLag, "max-log-lag", 1_000_000, "records a replica may fall behind its partition's best before it no longer holds the log back (it copies a snapshot instead)")
 	f.Uint64Var(&opts.RaftID, "id", 0, "this master's member id in a raft group (0: run alone)")

@@ -62,6 +62,7 @@ func (c *Cluster) startMember(i int, peers map[uint64]string) error {
 		HeartbeatInterval: c.opts.HeartbeatInterval,
 		LeaseDuration:     c.opts.LeaseDuration,
 		DeadAfter:         c.opts.DeadAfter,
+		ReplaceAfter:      c.opts.ReplaceAfter,
 		RaftID:            mb.id,
 		Peers:             peers,
 	}

@@ -39,6 +39,10 @@ type Options struct {
 	HeartbeatInterval time.Duration
 	LeaseDuration     time.Duration
 	DeadAfter         time.Duration
+	// ReplaceAfter goes to the master (tablemaster.Options.ReplaceAfter).
+	// Default: replace a dead server's replicas at once, as tests of
+	// replacement want.
+	ReplaceAfter time.Duration
 	// ServerOptions, when set, adjusts server i's options before it opens.
 	ServerOptions func(i int, o *tableserver.Options)
 	// MasterOptions, when set, adjusts the master's options.
@@ -91,6 +95,9 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	if opts.DeadAfter == 0 {
 		opts.DeadAfter = 1500 * time.Millisecond
 	}
+	if opts.ReplaceAfter == 0 {
+		opts.ReplaceAfter = -1
+	}
 	c := &Cluster{opts: opts}
 	if opts.Dir == "" {
 		dir, err := os.MkdirTemp("", "tabula-cluster-*")
@@ -126,6 +133,7 @@ func (c *Cluster) startMaster() error {
 		HeartbeatInterval: c.opts.HeartbeatInterval,
 		LeaseDuration:     c.opts.LeaseDuration,
 		DeadAfter:         c.opts.DeadAfter,
+		ReplaceAfter:      c.opts.ReplaceAfter,
 	}
 	if c.opts.MasterOptions != nil {
 		c.opts.MasterOptions(&mo)
