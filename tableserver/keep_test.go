@@ -89,7 +89,9 @@ func TestDeadReplicaKept(t *testing.T) {
 	for i := range 100 {
 		h := hdr(describe())
 		h.ReadAny, h.MinLsn = true, last
-		g, err := eventually(t, func() (*api.GetResponse, error) { return sc.Get(ctx, &api.GetRequest{Header: h, Key: fmt.Appendf(nil, "k%d", i)}) })
+		g, err := eventually(t, func() (*api.GetResponse, error) {
+			return sc.Get(ctx, &api.GetRequest{Header: h, Key: fmt.Appendf(nil, "k%d", i)})
+		})
 		if err != nil || string(g.GetValue()) != fmt.Sprintf("v%d", i) {
 			t.Fatalf("the returned replica, key %d: %v, %v", i, g, err)
 		}
