@@ -479,7 +479,7 @@ func (x Mutation_Op) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Mutation_Op.Descriptor instead.
 func (Mutation_Op) EnumDescriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{79, 0}
+	return file_tabula_proto_rawDescGZIP(), []int{83, 0}
 }
 
 // TableOptions are fixed at CreateTable. Zero values take the defaults the
@@ -2783,6 +2783,241 @@ func (x *ErrorDetail) GetLeader() string {
 	return ""
 }
 
+type MovePartitionRequest struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Tenant string                 `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	Table  string                 `protobuf:"bytes,2,opt,name=table,proto3" json:"table,omitempty"`
+	Index  uint32                 `protobuf:"varint,3,opt,name=index,proto3" json:"index,omitempty"`
+	// from: the server whose replica moves (default: the primary's).
+	From string `protobuf:"bytes,4,opt,name=from,proto3" json:"from,omitempty"`
+	// to: the target server (default: placement's choice).
+	To            string `protobuf:"bytes,5,opt,name=to,proto3" json:"to,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MovePartitionRequest) Reset() {
+	*x = MovePartitionRequest{}
+	mi := &file_tabula_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MovePartitionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MovePartitionRequest) ProtoMessage() {}
+
+func (x *MovePartitionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tabula_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MovePartitionRequest.ProtoReflect.Descriptor instead.
+func (*MovePartitionRequest) Descriptor() ([]byte, []int) {
+	return file_tabula_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *MovePartitionRequest) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *MovePartitionRequest) GetTable() string {
+	if x != nil {
+		return x.Table
+	}
+	return ""
+}
+
+func (x *MovePartitionRequest) GetIndex() uint32 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *MovePartitionRequest) GetFrom() string {
+	if x != nil {
+		return x.From
+	}
+	return ""
+}
+
+func (x *MovePartitionRequest) GetTo() string {
+	if x != nil {
+		return x.To
+	}
+	return ""
+}
+
+type MovePartitionResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	From          string                 `protobuf:"bytes,1,opt,name=from,proto3" json:"from,omitempty"`
+	To            string                 `protobuf:"bytes,2,opt,name=to,proto3" json:"to,omitempty"`
+	MapVersion    uint64                 `protobuf:"varint,3,opt,name=map_version,json=mapVersion,proto3" json:"map_version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MovePartitionResponse) Reset() {
+	*x = MovePartitionResponse{}
+	mi := &file_tabula_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MovePartitionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MovePartitionResponse) ProtoMessage() {}
+
+func (x *MovePartitionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tabula_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MovePartitionResponse.ProtoReflect.Descriptor instead.
+func (*MovePartitionResponse) Descriptor() ([]byte, []int) {
+	return file_tabula_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *MovePartitionResponse) GetFrom() string {
+	if x != nil {
+		return x.From
+	}
+	return ""
+}
+
+func (x *MovePartitionResponse) GetTo() string {
+	if x != nil {
+		return x.To
+	}
+	return ""
+}
+
+func (x *MovePartitionResponse) GetMapVersion() uint64 {
+	if x != nil {
+		return x.MapVersion
+	}
+	return 0
+}
+
+type DrainServerRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ServerId      string                 `protobuf:"bytes,1,opt,name=server_id,json=serverId,proto3" json:"server_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DrainServerRequest) Reset() {
+	*x = DrainServerRequest{}
+	mi := &file_tabula_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DrainServerRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DrainServerRequest) ProtoMessage() {}
+
+func (x *DrainServerRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tabula_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DrainServerRequest.ProtoReflect.Descriptor instead.
+func (*DrainServerRequest) Descriptor() ([]byte, []int) {
+	return file_tabula_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *DrainServerRequest) GetServerId() string {
+	if x != nil {
+		return x.ServerId
+	}
+	return ""
+}
+
+type DrainServerResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// replicas: how many replicas the server holds, to be moved.
+	Replicas      uint32 `protobuf:"varint,1,opt,name=replicas,proto3" json:"replicas,omitempty"`
+	MapVersion    uint64 `protobuf:"varint,2,opt,name=map_version,json=mapVersion,proto3" json:"map_version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DrainServerResponse) Reset() {
+	*x = DrainServerResponse{}
+	mi := &file_tabula_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DrainServerResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DrainServerResponse) ProtoMessage() {}
+
+func (x *DrainServerResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tabula_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DrainServerResponse.ProtoReflect.Descriptor instead.
+func (*DrainServerResponse) Descriptor() ([]byte, []int) {
+	return file_tabula_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *DrainServerResponse) GetReplicas() uint32 {
+	if x != nil {
+		return x.Replicas
+	}
+	return 0
+}
+
+func (x *DrainServerResponse) GetMapVersion() uint64 {
+	if x != nil {
+		return x.MapVersion
+	}
+	return 0
+}
+
 type MasterMember struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Id            uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -2795,7 +3030,7 @@ type MasterMember struct {
 
 func (x *MasterMember) Reset() {
 	*x = MasterMember{}
-	mi := &file_tabula_proto_msgTypes[28]
+	mi := &file_tabula_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2807,7 +3042,7 @@ func (x *MasterMember) String() string {
 func (*MasterMember) ProtoMessage() {}
 
 func (x *MasterMember) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[28]
+	mi := &file_tabula_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2820,7 +3055,7 @@ func (x *MasterMember) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MasterMember.ProtoReflect.Descriptor instead.
 func (*MasterMember) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{28}
+	return file_tabula_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *MasterMember) GetId() uint64 {
@@ -2859,7 +3094,7 @@ type MasterMembersRequest struct {
 
 func (x *MasterMembersRequest) Reset() {
 	*x = MasterMembersRequest{}
-	mi := &file_tabula_proto_msgTypes[29]
+	mi := &file_tabula_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2871,7 +3106,7 @@ func (x *MasterMembersRequest) String() string {
 func (*MasterMembersRequest) ProtoMessage() {}
 
 func (x *MasterMembersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[29]
+	mi := &file_tabula_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2884,7 +3119,7 @@ func (x *MasterMembersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MasterMembersRequest.ProtoReflect.Descriptor instead.
 func (*MasterMembersRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{29}
+	return file_tabula_proto_rawDescGZIP(), []int{33}
 }
 
 type MasterMembersResponse struct {
@@ -2902,7 +3137,7 @@ type MasterMembersResponse struct {
 
 func (x *MasterMembersResponse) Reset() {
 	*x = MasterMembersResponse{}
-	mi := &file_tabula_proto_msgTypes[30]
+	mi := &file_tabula_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2914,7 +3149,7 @@ func (x *MasterMembersResponse) String() string {
 func (*MasterMembersResponse) ProtoMessage() {}
 
 func (x *MasterMembersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[30]
+	mi := &file_tabula_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2927,7 +3162,7 @@ func (x *MasterMembersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MasterMembersResponse.ProtoReflect.Descriptor instead.
 func (*MasterMembersResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{30}
+	return file_tabula_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *MasterMembersResponse) GetReplicated() bool {
@@ -2978,7 +3213,7 @@ type AddMasterRequest struct {
 
 func (x *AddMasterRequest) Reset() {
 	*x = AddMasterRequest{}
-	mi := &file_tabula_proto_msgTypes[31]
+	mi := &file_tabula_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2990,7 +3225,7 @@ func (x *AddMasterRequest) String() string {
 func (*AddMasterRequest) ProtoMessage() {}
 
 func (x *AddMasterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[31]
+	mi := &file_tabula_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3003,7 +3238,7 @@ func (x *AddMasterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddMasterRequest.ProtoReflect.Descriptor instead.
 func (*AddMasterRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{31}
+	return file_tabula_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *AddMasterRequest) GetId() uint64 {
@@ -3035,7 +3270,7 @@ type AddMasterResponse struct {
 
 func (x *AddMasterResponse) Reset() {
 	*x = AddMasterResponse{}
-	mi := &file_tabula_proto_msgTypes[32]
+	mi := &file_tabula_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3047,7 +3282,7 @@ func (x *AddMasterResponse) String() string {
 func (*AddMasterResponse) ProtoMessage() {}
 
 func (x *AddMasterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[32]
+	mi := &file_tabula_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3060,7 +3295,7 @@ func (x *AddMasterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddMasterResponse.ProtoReflect.Descriptor instead.
 func (*AddMasterResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{32}
+	return file_tabula_proto_rawDescGZIP(), []int{36}
 }
 
 type RemoveMasterRequest struct {
@@ -3072,7 +3307,7 @@ type RemoveMasterRequest struct {
 
 func (x *RemoveMasterRequest) Reset() {
 	*x = RemoveMasterRequest{}
-	mi := &file_tabula_proto_msgTypes[33]
+	mi := &file_tabula_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3084,7 +3319,7 @@ func (x *RemoveMasterRequest) String() string {
 func (*RemoveMasterRequest) ProtoMessage() {}
 
 func (x *RemoveMasterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[33]
+	mi := &file_tabula_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3097,7 +3332,7 @@ func (x *RemoveMasterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveMasterRequest.ProtoReflect.Descriptor instead.
 func (*RemoveMasterRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{33}
+	return file_tabula_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *RemoveMasterRequest) GetId() uint64 {
@@ -3115,7 +3350,7 @@ type RemoveMasterResponse struct {
 
 func (x *RemoveMasterResponse) Reset() {
 	*x = RemoveMasterResponse{}
-	mi := &file_tabula_proto_msgTypes[34]
+	mi := &file_tabula_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3127,7 +3362,7 @@ func (x *RemoveMasterResponse) String() string {
 func (*RemoveMasterResponse) ProtoMessage() {}
 
 func (x *RemoveMasterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[34]
+	mi := &file_tabula_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3140,7 +3375,7 @@ func (x *RemoveMasterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveMasterResponse.ProtoReflect.Descriptor instead.
 func (*RemoveMasterResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{34}
+	return file_tabula_proto_rawDescGZIP(), []int{38}
 }
 
 type TransferLeaderRequest struct {
@@ -3152,7 +3387,7 @@ type TransferLeaderRequest struct {
 
 func (x *TransferLeaderRequest) Reset() {
 	*x = TransferLeaderRequest{}
-	mi := &file_tabula_proto_msgTypes[35]
+	mi := &file_tabula_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3164,7 +3399,7 @@ func (x *TransferLeaderRequest) String() string {
 func (*TransferLeaderRequest) ProtoMessage() {}
 
 func (x *TransferLeaderRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[35]
+	mi := &file_tabula_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3177,7 +3412,7 @@ func (x *TransferLeaderRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeaderRequest.ProtoReflect.Descriptor instead.
 func (*TransferLeaderRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{35}
+	return file_tabula_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *TransferLeaderRequest) GetTo() uint64 {
@@ -3195,7 +3430,7 @@ type TransferLeaderResponse struct {
 
 func (x *TransferLeaderResponse) Reset() {
 	*x = TransferLeaderResponse{}
-	mi := &file_tabula_proto_msgTypes[36]
+	mi := &file_tabula_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3207,7 +3442,7 @@ func (x *TransferLeaderResponse) String() string {
 func (*TransferLeaderResponse) ProtoMessage() {}
 
 func (x *TransferLeaderResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[36]
+	mi := &file_tabula_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3220,7 +3455,7 @@ func (x *TransferLeaderResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeaderResponse.ProtoReflect.Descriptor instead.
 func (*TransferLeaderResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{36}
+	return file_tabula_proto_rawDescGZIP(), []int{40}
 }
 
 type StreamRequest struct {
@@ -3240,7 +3475,7 @@ type StreamRequest struct {
 
 func (x *StreamRequest) Reset() {
 	*x = StreamRequest{}
-	mi := &file_tabula_proto_msgTypes[37]
+	mi := &file_tabula_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3252,7 +3487,7 @@ func (x *StreamRequest) String() string {
 func (*StreamRequest) ProtoMessage() {}
 
 func (x *StreamRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[37]
+	mi := &file_tabula_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3265,7 +3500,7 @@ func (x *StreamRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamRequest.ProtoReflect.Descriptor instead.
 func (*StreamRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{37}
+	return file_tabula_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *StreamRequest) GetOp() StreamOp {
@@ -3328,7 +3563,7 @@ type StreamResponse struct {
 
 func (x *StreamResponse) Reset() {
 	*x = StreamResponse{}
-	mi := &file_tabula_proto_msgTypes[38]
+	mi := &file_tabula_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3340,7 +3575,7 @@ func (x *StreamResponse) String() string {
 func (*StreamResponse) ProtoMessage() {}
 
 func (x *StreamResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[38]
+	mi := &file_tabula_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3353,7 +3588,7 @@ func (x *StreamResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamResponse.ProtoReflect.Descriptor instead.
 func (*StreamResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{38}
+	return file_tabula_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *StreamResponse) GetJson() []byte {
@@ -3375,7 +3610,7 @@ type CreateTableRequest struct {
 
 func (x *CreateTableRequest) Reset() {
 	*x = CreateTableRequest{}
-	mi := &file_tabula_proto_msgTypes[39]
+	mi := &file_tabula_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3387,7 +3622,7 @@ func (x *CreateTableRequest) String() string {
 func (*CreateTableRequest) ProtoMessage() {}
 
 func (x *CreateTableRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[39]
+	mi := &file_tabula_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3400,7 +3635,7 @@ func (x *CreateTableRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTableRequest.ProtoReflect.Descriptor instead.
 func (*CreateTableRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{39}
+	return file_tabula_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *CreateTableRequest) GetTenant() string {
@@ -3440,7 +3675,7 @@ type CreateTableResponse struct {
 
 func (x *CreateTableResponse) Reset() {
 	*x = CreateTableResponse{}
-	mi := &file_tabula_proto_msgTypes[40]
+	mi := &file_tabula_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3452,7 +3687,7 @@ func (x *CreateTableResponse) String() string {
 func (*CreateTableResponse) ProtoMessage() {}
 
 func (x *CreateTableResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[40]
+	mi := &file_tabula_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3465,7 +3700,7 @@ func (x *CreateTableResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTableResponse.ProtoReflect.Descriptor instead.
 func (*CreateTableResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{40}
+	return file_tabula_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *CreateTableResponse) GetMap() *PartitionMap {
@@ -3485,7 +3720,7 @@ type DropTableRequest struct {
 
 func (x *DropTableRequest) Reset() {
 	*x = DropTableRequest{}
-	mi := &file_tabula_proto_msgTypes[41]
+	mi := &file_tabula_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3497,7 +3732,7 @@ func (x *DropTableRequest) String() string {
 func (*DropTableRequest) ProtoMessage() {}
 
 func (x *DropTableRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[41]
+	mi := &file_tabula_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3510,7 +3745,7 @@ func (x *DropTableRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DropTableRequest.ProtoReflect.Descriptor instead.
 func (*DropTableRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{41}
+	return file_tabula_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *DropTableRequest) GetTenant() string {
@@ -3535,7 +3770,7 @@ type DropTableResponse struct {
 
 func (x *DropTableResponse) Reset() {
 	*x = DropTableResponse{}
-	mi := &file_tabula_proto_msgTypes[42]
+	mi := &file_tabula_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3547,7 +3782,7 @@ func (x *DropTableResponse) String() string {
 func (*DropTableResponse) ProtoMessage() {}
 
 func (x *DropTableResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[42]
+	mi := &file_tabula_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3560,7 +3795,7 @@ func (x *DropTableResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DropTableResponse.ProtoReflect.Descriptor instead.
 func (*DropTableResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{42}
+	return file_tabula_proto_rawDescGZIP(), []int{46}
 }
 
 type ListTablesRequest struct {
@@ -3572,7 +3807,7 @@ type ListTablesRequest struct {
 
 func (x *ListTablesRequest) Reset() {
 	*x = ListTablesRequest{}
-	mi := &file_tabula_proto_msgTypes[43]
+	mi := &file_tabula_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3584,7 +3819,7 @@ func (x *ListTablesRequest) String() string {
 func (*ListTablesRequest) ProtoMessage() {}
 
 func (x *ListTablesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[43]
+	mi := &file_tabula_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3597,7 +3832,7 @@ func (x *ListTablesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTablesRequest.ProtoReflect.Descriptor instead.
 func (*ListTablesRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{43}
+	return file_tabula_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ListTablesRequest) GetTenant() string {
@@ -3616,7 +3851,7 @@ type ListTablesResponse struct {
 
 func (x *ListTablesResponse) Reset() {
 	*x = ListTablesResponse{}
-	mi := &file_tabula_proto_msgTypes[44]
+	mi := &file_tabula_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3628,7 +3863,7 @@ func (x *ListTablesResponse) String() string {
 func (*ListTablesResponse) ProtoMessage() {}
 
 func (x *ListTablesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[44]
+	mi := &file_tabula_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3641,7 +3876,7 @@ func (x *ListTablesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTablesResponse.ProtoReflect.Descriptor instead.
 func (*ListTablesResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{44}
+	return file_tabula_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ListTablesResponse) GetTables() []*Table {
@@ -3661,7 +3896,7 @@ type DescribeTableRequest struct {
 
 func (x *DescribeTableRequest) Reset() {
 	*x = DescribeTableRequest{}
-	mi := &file_tabula_proto_msgTypes[45]
+	mi := &file_tabula_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3673,7 +3908,7 @@ func (x *DescribeTableRequest) String() string {
 func (*DescribeTableRequest) ProtoMessage() {}
 
 func (x *DescribeTableRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[45]
+	mi := &file_tabula_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3686,7 +3921,7 @@ func (x *DescribeTableRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeTableRequest.ProtoReflect.Descriptor instead.
 func (*DescribeTableRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{45}
+	return file_tabula_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *DescribeTableRequest) GetTenant() string {
@@ -3714,7 +3949,7 @@ type DescribeTableResponse struct {
 
 func (x *DescribeTableResponse) Reset() {
 	*x = DescribeTableResponse{}
-	mi := &file_tabula_proto_msgTypes[46]
+	mi := &file_tabula_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3726,7 +3961,7 @@ func (x *DescribeTableResponse) String() string {
 func (*DescribeTableResponse) ProtoMessage() {}
 
 func (x *DescribeTableResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[46]
+	mi := &file_tabula_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3739,7 +3974,7 @@ func (x *DescribeTableResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeTableResponse.ProtoReflect.Descriptor instead.
 func (*DescribeTableResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{46}
+	return file_tabula_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *DescribeTableResponse) GetMap() *PartitionMap {
@@ -3766,7 +4001,7 @@ type GetPartitionMapRequest struct {
 
 func (x *GetPartitionMapRequest) Reset() {
 	*x = GetPartitionMapRequest{}
-	mi := &file_tabula_proto_msgTypes[47]
+	mi := &file_tabula_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3778,7 +4013,7 @@ func (x *GetPartitionMapRequest) String() string {
 func (*GetPartitionMapRequest) ProtoMessage() {}
 
 func (x *GetPartitionMapRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[47]
+	mi := &file_tabula_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3791,7 +4026,7 @@ func (x *GetPartitionMapRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPartitionMapRequest.ProtoReflect.Descriptor instead.
 func (*GetPartitionMapRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{47}
+	return file_tabula_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *GetPartitionMapRequest) GetTenant() string {
@@ -3817,7 +4052,7 @@ type GetPartitionMapResponse struct {
 
 func (x *GetPartitionMapResponse) Reset() {
 	*x = GetPartitionMapResponse{}
-	mi := &file_tabula_proto_msgTypes[48]
+	mi := &file_tabula_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3829,7 +4064,7 @@ func (x *GetPartitionMapResponse) String() string {
 func (*GetPartitionMapResponse) ProtoMessage() {}
 
 func (x *GetPartitionMapResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[48]
+	mi := &file_tabula_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3842,7 +4077,7 @@ func (x *GetPartitionMapResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPartitionMapResponse.ProtoReflect.Descriptor instead.
 func (*GetPartitionMapResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{48}
+	return file_tabula_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *GetPartitionMapResponse) GetMap() *PartitionMap {
@@ -3866,7 +4101,7 @@ type WatchPartitionMapRequest struct {
 
 func (x *WatchPartitionMapRequest) Reset() {
 	*x = WatchPartitionMapRequest{}
-	mi := &file_tabula_proto_msgTypes[49]
+	mi := &file_tabula_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3878,7 +4113,7 @@ func (x *WatchPartitionMapRequest) String() string {
 func (*WatchPartitionMapRequest) ProtoMessage() {}
 
 func (x *WatchPartitionMapRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[49]
+	mi := &file_tabula_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3891,7 +4126,7 @@ func (x *WatchPartitionMapRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchPartitionMapRequest.ProtoReflect.Descriptor instead.
 func (*WatchPartitionMapRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{49}
+	return file_tabula_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *WatchPartitionMapRequest) GetTenant() string {
@@ -3927,7 +4162,7 @@ type WatchPartitionMapResponse struct {
 
 func (x *WatchPartitionMapResponse) Reset() {
 	*x = WatchPartitionMapResponse{}
-	mi := &file_tabula_proto_msgTypes[50]
+	mi := &file_tabula_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3939,7 +4174,7 @@ func (x *WatchPartitionMapResponse) String() string {
 func (*WatchPartitionMapResponse) ProtoMessage() {}
 
 func (x *WatchPartitionMapResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[50]
+	mi := &file_tabula_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3952,7 +4187,7 @@ func (x *WatchPartitionMapResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchPartitionMapResponse.ProtoReflect.Descriptor instead.
 func (*WatchPartitionMapResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{50}
+	return file_tabula_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *WatchPartitionMapResponse) GetVersion() uint64 {
@@ -3988,7 +4223,7 @@ type RegisterServerRequest struct {
 
 func (x *RegisterServerRequest) Reset() {
 	*x = RegisterServerRequest{}
-	mi := &file_tabula_proto_msgTypes[51]
+	mi := &file_tabula_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4000,7 +4235,7 @@ func (x *RegisterServerRequest) String() string {
 func (*RegisterServerRequest) ProtoMessage() {}
 
 func (x *RegisterServerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[51]
+	mi := &file_tabula_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4013,7 +4248,7 @@ func (x *RegisterServerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterServerRequest.ProtoReflect.Descriptor instead.
 func (*RegisterServerRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{51}
+	return file_tabula_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *RegisterServerRequest) GetServerId() string {
@@ -4061,7 +4296,7 @@ type RegisterServerResponse struct {
 
 func (x *RegisterServerResponse) Reset() {
 	*x = RegisterServerResponse{}
-	mi := &file_tabula_proto_msgTypes[52]
+	mi := &file_tabula_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4073,7 +4308,7 @@ func (x *RegisterServerResponse) String() string {
 func (*RegisterServerResponse) ProtoMessage() {}
 
 func (x *RegisterServerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[52]
+	mi := &file_tabula_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4086,7 +4321,7 @@ func (x *RegisterServerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterServerResponse.ProtoReflect.Descriptor instead.
 func (*RegisterServerResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{52}
+	return file_tabula_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *RegisterServerResponse) GetServerId() string {
@@ -4131,7 +4366,7 @@ type HeartbeatRequest struct {
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_tabula_proto_msgTypes[53]
+	mi := &file_tabula_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4143,7 +4378,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[53]
+	mi := &file_tabula_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4156,7 +4391,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{53}
+	return file_tabula_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *HeartbeatRequest) GetServerId() string {
@@ -4200,7 +4435,7 @@ type HeartbeatResponse struct {
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_tabula_proto_msgTypes[54]
+	mi := &file_tabula_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4212,7 +4447,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[54]
+	mi := &file_tabula_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4225,7 +4460,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{54}
+	return file_tabula_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *HeartbeatResponse) GetMapVersion() uint64 {
@@ -4264,7 +4499,7 @@ type BulkPublishRequest struct {
 
 func (x *BulkPublishRequest) Reset() {
 	*x = BulkPublishRequest{}
-	mi := &file_tabula_proto_msgTypes[55]
+	mi := &file_tabula_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4276,7 +4511,7 @@ func (x *BulkPublishRequest) String() string {
 func (*BulkPublishRequest) ProtoMessage() {}
 
 func (x *BulkPublishRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[55]
+	mi := &file_tabula_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4289,7 +4524,7 @@ func (x *BulkPublishRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkPublishRequest.ProtoReflect.Descriptor instead.
 func (*BulkPublishRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{55}
+	return file_tabula_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *BulkPublishRequest) GetTenant() string {
@@ -4339,7 +4574,7 @@ type BulkPublishResponse struct {
 
 func (x *BulkPublishResponse) Reset() {
 	*x = BulkPublishResponse{}
-	mi := &file_tabula_proto_msgTypes[56]
+	mi := &file_tabula_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4351,7 +4586,7 @@ func (x *BulkPublishResponse) String() string {
 func (*BulkPublishResponse) ProtoMessage() {}
 
 func (x *BulkPublishResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[56]
+	mi := &file_tabula_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4364,7 +4599,7 @@ func (x *BulkPublishResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkPublishResponse.ProtoReflect.Descriptor instead.
 func (*BulkPublishResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{56}
+	return file_tabula_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *BulkPublishResponse) GetMap() *PartitionMap {
@@ -4396,7 +4631,7 @@ type BulkStoredRequest struct {
 
 func (x *BulkStoredRequest) Reset() {
 	*x = BulkStoredRequest{}
-	mi := &file_tabula_proto_msgTypes[57]
+	mi := &file_tabula_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4408,7 +4643,7 @@ func (x *BulkStoredRequest) String() string {
 func (*BulkStoredRequest) ProtoMessage() {}
 
 func (x *BulkStoredRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[57]
+	mi := &file_tabula_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4421,7 +4656,7 @@ func (x *BulkStoredRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkStoredRequest.ProtoReflect.Descriptor instead.
 func (*BulkStoredRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{57}
+	return file_tabula_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *BulkStoredRequest) GetTenant() string {
@@ -4468,7 +4703,7 @@ type BulkStoredResponse struct {
 
 func (x *BulkStoredResponse) Reset() {
 	*x = BulkStoredResponse{}
-	mi := &file_tabula_proto_msgTypes[58]
+	mi := &file_tabula_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4480,7 +4715,7 @@ func (x *BulkStoredResponse) String() string {
 func (*BulkStoredResponse) ProtoMessage() {}
 
 func (x *BulkStoredResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[58]
+	mi := &file_tabula_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4493,7 +4728,7 @@ func (x *BulkStoredResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkStoredResponse.ProtoReflect.Descriptor instead.
 func (*BulkStoredResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{58}
+	return file_tabula_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *BulkStoredResponse) GetMap() *PartitionMap {
@@ -4513,7 +4748,7 @@ type BulkStatusRequest struct {
 
 func (x *BulkStatusRequest) Reset() {
 	*x = BulkStatusRequest{}
-	mi := &file_tabula_proto_msgTypes[59]
+	mi := &file_tabula_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4525,7 +4760,7 @@ func (x *BulkStatusRequest) String() string {
 func (*BulkStatusRequest) ProtoMessage() {}
 
 func (x *BulkStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[59]
+	mi := &file_tabula_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4538,7 +4773,7 @@ func (x *BulkStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkStatusRequest.ProtoReflect.Descriptor instead.
 func (*BulkStatusRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{59}
+	return file_tabula_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *BulkStatusRequest) GetTenant() string {
@@ -4566,7 +4801,7 @@ type BulkStatusResponse struct {
 
 func (x *BulkStatusResponse) Reset() {
 	*x = BulkStatusResponse{}
-	mi := &file_tabula_proto_msgTypes[60]
+	mi := &file_tabula_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4578,7 +4813,7 @@ func (x *BulkStatusResponse) String() string {
 func (*BulkStatusResponse) ProtoMessage() {}
 
 func (x *BulkStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[60]
+	mi := &file_tabula_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4591,7 +4826,7 @@ func (x *BulkStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkStatusResponse.ProtoReflect.Descriptor instead.
 func (*BulkStatusResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{60}
+	return file_tabula_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *BulkStatusResponse) GetMap() *PartitionMap {
@@ -4619,7 +4854,7 @@ type BulkRollbackRequest struct {
 
 func (x *BulkRollbackRequest) Reset() {
 	*x = BulkRollbackRequest{}
-	mi := &file_tabula_proto_msgTypes[61]
+	mi := &file_tabula_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4631,7 +4866,7 @@ func (x *BulkRollbackRequest) String() string {
 func (*BulkRollbackRequest) ProtoMessage() {}
 
 func (x *BulkRollbackRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[61]
+	mi := &file_tabula_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4644,7 +4879,7 @@ func (x *BulkRollbackRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkRollbackRequest.ProtoReflect.Descriptor instead.
 func (*BulkRollbackRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{61}
+	return file_tabula_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *BulkRollbackRequest) GetTenant() string {
@@ -4677,7 +4912,7 @@ type BulkRollbackResponse struct {
 
 func (x *BulkRollbackResponse) Reset() {
 	*x = BulkRollbackResponse{}
-	mi := &file_tabula_proto_msgTypes[62]
+	mi := &file_tabula_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4689,7 +4924,7 @@ func (x *BulkRollbackResponse) String() string {
 func (*BulkRollbackResponse) ProtoMessage() {}
 
 func (x *BulkRollbackResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[62]
+	mi := &file_tabula_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4702,7 +4937,7 @@ func (x *BulkRollbackResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkRollbackResponse.ProtoReflect.Descriptor instead.
 func (*BulkRollbackResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{62}
+	return file_tabula_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *BulkRollbackResponse) GetMap() *PartitionMap {
@@ -4720,7 +4955,7 @@ type ListServersRequest struct {
 
 func (x *ListServersRequest) Reset() {
 	*x = ListServersRequest{}
-	mi := &file_tabula_proto_msgTypes[63]
+	mi := &file_tabula_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4732,7 +4967,7 @@ func (x *ListServersRequest) String() string {
 func (*ListServersRequest) ProtoMessage() {}
 
 func (x *ListServersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[63]
+	mi := &file_tabula_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4745,7 +4980,7 @@ func (x *ListServersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListServersRequest.ProtoReflect.Descriptor instead.
 func (*ListServersRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{63}
+	return file_tabula_proto_rawDescGZIP(), []int{67}
 }
 
 type ListServersResponse struct {
@@ -4757,7 +4992,7 @@ type ListServersResponse struct {
 
 func (x *ListServersResponse) Reset() {
 	*x = ListServersResponse{}
-	mi := &file_tabula_proto_msgTypes[64]
+	mi := &file_tabula_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4769,7 +5004,7 @@ func (x *ListServersResponse) String() string {
 func (*ListServersResponse) ProtoMessage() {}
 
 func (x *ListServersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[64]
+	mi := &file_tabula_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4782,7 +5017,7 @@ func (x *ListServersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListServersResponse.ProtoReflect.Descriptor instead.
 func (*ListServersResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{64}
+	return file_tabula_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *ListServersResponse) GetServers() []*ServerInfo {
@@ -4815,7 +5050,7 @@ type RequestHeader struct {
 
 func (x *RequestHeader) Reset() {
 	*x = RequestHeader{}
-	mi := &file_tabula_proto_msgTypes[65]
+	mi := &file_tabula_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4827,7 +5062,7 @@ func (x *RequestHeader) String() string {
 func (*RequestHeader) ProtoMessage() {}
 
 func (x *RequestHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[65]
+	mi := &file_tabula_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4840,7 +5075,7 @@ func (x *RequestHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestHeader.ProtoReflect.Descriptor instead.
 func (*RequestHeader) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{65}
+	return file_tabula_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *RequestHeader) GetTenant() string {
@@ -4902,7 +5137,7 @@ type GetRequest struct {
 
 func (x *GetRequest) Reset() {
 	*x = GetRequest{}
-	mi := &file_tabula_proto_msgTypes[66]
+	mi := &file_tabula_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4914,7 +5149,7 @@ func (x *GetRequest) String() string {
 func (*GetRequest) ProtoMessage() {}
 
 func (x *GetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[66]
+	mi := &file_tabula_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4927,7 +5162,7 @@ func (x *GetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRequest.ProtoReflect.Descriptor instead.
 func (*GetRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{66}
+	return file_tabula_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *GetRequest) GetHeader() *RequestHeader {
@@ -4958,7 +5193,7 @@ type GetResponse struct {
 
 func (x *GetResponse) Reset() {
 	*x = GetResponse{}
-	mi := &file_tabula_proto_msgTypes[67]
+	mi := &file_tabula_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4970,7 +5205,7 @@ func (x *GetResponse) String() string {
 func (*GetResponse) ProtoMessage() {}
 
 func (x *GetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[67]
+	mi := &file_tabula_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4983,7 +5218,7 @@ func (x *GetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetResponse.ProtoReflect.Descriptor instead.
 func (*GetResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{67}
+	return file_tabula_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *GetResponse) GetFound() bool {
@@ -5024,7 +5259,7 @@ type BatchGetRequest struct {
 
 func (x *BatchGetRequest) Reset() {
 	*x = BatchGetRequest{}
-	mi := &file_tabula_proto_msgTypes[68]
+	mi := &file_tabula_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5036,7 +5271,7 @@ func (x *BatchGetRequest) String() string {
 func (*BatchGetRequest) ProtoMessage() {}
 
 func (x *BatchGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[68]
+	mi := &file_tabula_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5049,7 +5284,7 @@ func (x *BatchGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchGetRequest.ProtoReflect.Descriptor instead.
 func (*BatchGetRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{68}
+	return file_tabula_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *BatchGetRequest) GetHeader() *RequestHeader {
@@ -5078,7 +5313,7 @@ type BatchGetResponse struct {
 
 func (x *BatchGetResponse) Reset() {
 	*x = BatchGetResponse{}
-	mi := &file_tabula_proto_msgTypes[69]
+	mi := &file_tabula_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5090,7 +5325,7 @@ func (x *BatchGetResponse) String() string {
 func (*BatchGetResponse) ProtoMessage() {}
 
 func (x *BatchGetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[69]
+	mi := &file_tabula_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5103,7 +5338,7 @@ func (x *BatchGetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchGetResponse.ProtoReflect.Descriptor instead.
 func (*BatchGetResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{69}
+	return file_tabula_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *BatchGetResponse) GetResults() []*GetResponse {
@@ -5130,7 +5365,7 @@ type MultiGetRequest struct {
 
 func (x *MultiGetRequest) Reset() {
 	*x = MultiGetRequest{}
-	mi := &file_tabula_proto_msgTypes[70]
+	mi := &file_tabula_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5142,7 +5377,7 @@ func (x *MultiGetRequest) String() string {
 func (*MultiGetRequest) ProtoMessage() {}
 
 func (x *MultiGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[70]
+	mi := &file_tabula_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5155,7 +5390,7 @@ func (x *MultiGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MultiGetRequest.ProtoReflect.Descriptor instead.
 func (*MultiGetRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{70}
+	return file_tabula_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *MultiGetRequest) GetGets() []*GetRequest {
@@ -5175,7 +5410,7 @@ type MultiGetResponse struct {
 
 func (x *MultiGetResponse) Reset() {
 	*x = MultiGetResponse{}
-	mi := &file_tabula_proto_msgTypes[71]
+	mi := &file_tabula_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5187,7 +5422,7 @@ func (x *MultiGetResponse) String() string {
 func (*MultiGetResponse) ProtoMessage() {}
 
 func (x *MultiGetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[71]
+	mi := &file_tabula_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5200,7 +5435,7 @@ func (x *MultiGetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MultiGetResponse.ProtoReflect.Descriptor instead.
 func (*MultiGetResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{71}
+	return file_tabula_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *MultiGetResponse) GetResults() []*MultiGetResult {
@@ -5223,7 +5458,7 @@ type MultiGetResult struct {
 
 func (x *MultiGetResult) Reset() {
 	*x = MultiGetResult{}
-	mi := &file_tabula_proto_msgTypes[72]
+	mi := &file_tabula_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5235,7 +5470,7 @@ func (x *MultiGetResult) String() string {
 func (*MultiGetResult) ProtoMessage() {}
 
 func (x *MultiGetResult) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[72]
+	mi := &file_tabula_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5248,7 +5483,7 @@ func (x *MultiGetResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MultiGetResult.ProtoReflect.Descriptor instead.
 func (*MultiGetResult) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{72}
+	return file_tabula_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *MultiGetResult) GetResponse() *GetResponse {
@@ -5281,7 +5516,7 @@ type PutRequest struct {
 
 func (x *PutRequest) Reset() {
 	*x = PutRequest{}
-	mi := &file_tabula_proto_msgTypes[73]
+	mi := &file_tabula_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5293,7 +5528,7 @@ func (x *PutRequest) String() string {
 func (*PutRequest) ProtoMessage() {}
 
 func (x *PutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[73]
+	mi := &file_tabula_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5306,7 +5541,7 @@ func (x *PutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutRequest.ProtoReflect.Descriptor instead.
 func (*PutRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{73}
+	return file_tabula_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *PutRequest) GetHeader() *RequestHeader {
@@ -5354,7 +5589,7 @@ type PutResponse struct {
 
 func (x *PutResponse) Reset() {
 	*x = PutResponse{}
-	mi := &file_tabula_proto_msgTypes[74]
+	mi := &file_tabula_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5366,7 +5601,7 @@ func (x *PutResponse) String() string {
 func (*PutResponse) ProtoMessage() {}
 
 func (x *PutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[74]
+	mi := &file_tabula_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5379,7 +5614,7 @@ func (x *PutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutResponse.ProtoReflect.Descriptor instead.
 func (*PutResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{74}
+	return file_tabula_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *PutResponse) GetLsn() uint64 {
@@ -5400,7 +5635,7 @@ type DeleteRequest struct {
 
 func (x *DeleteRequest) Reset() {
 	*x = DeleteRequest{}
-	mi := &file_tabula_proto_msgTypes[75]
+	mi := &file_tabula_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5412,7 +5647,7 @@ func (x *DeleteRequest) String() string {
 func (*DeleteRequest) ProtoMessage() {}
 
 func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[75]
+	mi := &file_tabula_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5425,7 +5660,7 @@ func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRequest.ProtoReflect.Descriptor instead.
 func (*DeleteRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{75}
+	return file_tabula_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *DeleteRequest) GetHeader() *RequestHeader {
@@ -5459,7 +5694,7 @@ type DeleteResponse struct {
 
 func (x *DeleteResponse) Reset() {
 	*x = DeleteResponse{}
-	mi := &file_tabula_proto_msgTypes[76]
+	mi := &file_tabula_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5471,7 +5706,7 @@ func (x *DeleteResponse) String() string {
 func (*DeleteResponse) ProtoMessage() {}
 
 func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[76]
+	mi := &file_tabula_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5484,7 +5719,7 @@ func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteResponse.ProtoReflect.Descriptor instead.
 func (*DeleteResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{76}
+	return file_tabula_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *DeleteResponse) GetExisted() bool {
@@ -5520,7 +5755,7 @@ type CompareAndSwapRequest struct {
 
 func (x *CompareAndSwapRequest) Reset() {
 	*x = CompareAndSwapRequest{}
-	mi := &file_tabula_proto_msgTypes[77]
+	mi := &file_tabula_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5532,7 +5767,7 @@ func (x *CompareAndSwapRequest) String() string {
 func (*CompareAndSwapRequest) ProtoMessage() {}
 
 func (x *CompareAndSwapRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[77]
+	mi := &file_tabula_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5545,7 +5780,7 @@ func (x *CompareAndSwapRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompareAndSwapRequest.ProtoReflect.Descriptor instead.
 func (*CompareAndSwapRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{77}
+	return file_tabula_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *CompareAndSwapRequest) GetHeader() *RequestHeader {
@@ -5617,7 +5852,7 @@ type CompareAndSwapResponse struct {
 
 func (x *CompareAndSwapResponse) Reset() {
 	*x = CompareAndSwapResponse{}
-	mi := &file_tabula_proto_msgTypes[78]
+	mi := &file_tabula_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5629,7 +5864,7 @@ func (x *CompareAndSwapResponse) String() string {
 func (*CompareAndSwapResponse) ProtoMessage() {}
 
 func (x *CompareAndSwapResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[78]
+	mi := &file_tabula_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5642,7 +5877,7 @@ func (x *CompareAndSwapResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompareAndSwapResponse.ProtoReflect.Descriptor instead.
 func (*CompareAndSwapResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{78}
+	return file_tabula_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *CompareAndSwapResponse) GetSwapped() bool {
@@ -5685,7 +5920,7 @@ type Mutation struct {
 
 func (x *Mutation) Reset() {
 	*x = Mutation{}
-	mi := &file_tabula_proto_msgTypes[79]
+	mi := &file_tabula_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5697,7 +5932,7 @@ func (x *Mutation) String() string {
 func (*Mutation) ProtoMessage() {}
 
 func (x *Mutation) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[79]
+	mi := &file_tabula_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5710,7 +5945,7 @@ func (x *Mutation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Mutation.ProtoReflect.Descriptor instead.
 func (*Mutation) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{79}
+	return file_tabula_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *Mutation) GetOp() Mutation_Op {
@@ -5752,7 +5987,7 @@ type BatchWriteRequest struct {
 
 func (x *BatchWriteRequest) Reset() {
 	*x = BatchWriteRequest{}
-	mi := &file_tabula_proto_msgTypes[80]
+	mi := &file_tabula_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5764,7 +5999,7 @@ func (x *BatchWriteRequest) String() string {
 func (*BatchWriteRequest) ProtoMessage() {}
 
 func (x *BatchWriteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[80]
+	mi := &file_tabula_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5777,7 +6012,7 @@ func (x *BatchWriteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchWriteRequest.ProtoReflect.Descriptor instead.
 func (*BatchWriteRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{80}
+	return file_tabula_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *BatchWriteRequest) GetHeader() *RequestHeader {
@@ -5810,7 +6045,7 @@ type BatchWriteResponse struct {
 
 func (x *BatchWriteResponse) Reset() {
 	*x = BatchWriteResponse{}
-	mi := &file_tabula_proto_msgTypes[81]
+	mi := &file_tabula_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5822,7 +6057,7 @@ func (x *BatchWriteResponse) String() string {
 func (*BatchWriteResponse) ProtoMessage() {}
 
 func (x *BatchWriteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[81]
+	mi := &file_tabula_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5835,7 +6070,7 @@ func (x *BatchWriteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchWriteResponse.ProtoReflect.Descriptor instead.
 func (*BatchWriteResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{81}
+	return file_tabula_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *BatchWriteResponse) GetLsn() uint64 {
@@ -5854,7 +6089,7 @@ type ScanRequest struct {
 
 func (x *ScanRequest) Reset() {
 	*x = ScanRequest{}
-	mi := &file_tabula_proto_msgTypes[82]
+	mi := &file_tabula_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5866,7 +6101,7 @@ func (x *ScanRequest) String() string {
 func (*ScanRequest) ProtoMessage() {}
 
 func (x *ScanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[82]
+	mi := &file_tabula_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5879,7 +6114,7 @@ func (x *ScanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScanRequest.ProtoReflect.Descriptor instead.
 func (*ScanRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{82}
+	return file_tabula_proto_rawDescGZIP(), []int{86}
 }
 
 func (x *ScanRequest) GetHeader() *RequestHeader {
@@ -5900,7 +6135,7 @@ type KeyValue struct {
 
 func (x *KeyValue) Reset() {
 	*x = KeyValue{}
-	mi := &file_tabula_proto_msgTypes[83]
+	mi := &file_tabula_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5912,7 +6147,7 @@ func (x *KeyValue) String() string {
 func (*KeyValue) ProtoMessage() {}
 
 func (x *KeyValue) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[83]
+	mi := &file_tabula_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5925,7 +6160,7 @@ func (x *KeyValue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyValue.ProtoReflect.Descriptor instead.
 func (*KeyValue) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{83}
+	return file_tabula_proto_rawDescGZIP(), []int{87}
 }
 
 func (x *KeyValue) GetKey() []byte {
@@ -5958,7 +6193,7 @@ type ScanResponse struct {
 
 func (x *ScanResponse) Reset() {
 	*x = ScanResponse{}
-	mi := &file_tabula_proto_msgTypes[84]
+	mi := &file_tabula_proto_msgTypes[88]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5970,7 +6205,7 @@ func (x *ScanResponse) String() string {
 func (*ScanResponse) ProtoMessage() {}
 
 func (x *ScanResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[84]
+	mi := &file_tabula_proto_msgTypes[88]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5983,7 +6218,7 @@ func (x *ScanResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScanResponse.ProtoReflect.Descriptor instead.
 func (*ScanResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{84}
+	return file_tabula_proto_rawDescGZIP(), []int{88}
 }
 
 func (x *ScanResponse) GetRecords() []*KeyValue {
@@ -6005,7 +6240,7 @@ type CopyReplicaRequest struct {
 
 func (x *CopyReplicaRequest) Reset() {
 	*x = CopyReplicaRequest{}
-	mi := &file_tabula_proto_msgTypes[85]
+	mi := &file_tabula_proto_msgTypes[89]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6017,7 +6252,7 @@ func (x *CopyReplicaRequest) String() string {
 func (*CopyReplicaRequest) ProtoMessage() {}
 
 func (x *CopyReplicaRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[85]
+	mi := &file_tabula_proto_msgTypes[89]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6030,7 +6265,7 @@ func (x *CopyReplicaRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CopyReplicaRequest.ProtoReflect.Descriptor instead.
 func (*CopyReplicaRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{85}
+	return file_tabula_proto_rawDescGZIP(), []int{89}
 }
 
 func (x *CopyReplicaRequest) GetHeader() *RequestHeader {
@@ -6063,7 +6298,7 @@ type CopyReplicaChunk struct {
 
 func (x *CopyReplicaChunk) Reset() {
 	*x = CopyReplicaChunk{}
-	mi := &file_tabula_proto_msgTypes[86]
+	mi := &file_tabula_proto_msgTypes[90]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6075,7 +6310,7 @@ func (x *CopyReplicaChunk) String() string {
 func (*CopyReplicaChunk) ProtoMessage() {}
 
 func (x *CopyReplicaChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[86]
+	mi := &file_tabula_proto_msgTypes[90]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6088,7 +6323,7 @@ func (x *CopyReplicaChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CopyReplicaChunk.ProtoReflect.Descriptor instead.
 func (*CopyReplicaChunk) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{86}
+	return file_tabula_proto_rawDescGZIP(), []int{90}
 }
 
 func (x *CopyReplicaChunk) GetLsn() uint64 {
@@ -6143,7 +6378,7 @@ type BulkUploadRequest struct {
 
 func (x *BulkUploadRequest) Reset() {
 	*x = BulkUploadRequest{}
-	mi := &file_tabula_proto_msgTypes[87]
+	mi := &file_tabula_proto_msgTypes[91]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6155,7 +6390,7 @@ func (x *BulkUploadRequest) String() string {
 func (*BulkUploadRequest) ProtoMessage() {}
 
 func (x *BulkUploadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[87]
+	mi := &file_tabula_proto_msgTypes[91]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6168,7 +6403,7 @@ func (x *BulkUploadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkUploadRequest.ProtoReflect.Descriptor instead.
 func (*BulkUploadRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{87}
+	return file_tabula_proto_rawDescGZIP(), []int{91}
 }
 
 func (x *BulkUploadRequest) GetHeader() *RequestHeader {
@@ -6223,7 +6458,7 @@ type BulkUploadStatusRequest struct {
 
 func (x *BulkUploadStatusRequest) Reset() {
 	*x = BulkUploadStatusRequest{}
-	mi := &file_tabula_proto_msgTypes[88]
+	mi := &file_tabula_proto_msgTypes[92]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6235,7 +6470,7 @@ func (x *BulkUploadStatusRequest) String() string {
 func (*BulkUploadStatusRequest) ProtoMessage() {}
 
 func (x *BulkUploadStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[88]
+	mi := &file_tabula_proto_msgTypes[92]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6248,7 +6483,7 @@ func (x *BulkUploadStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkUploadStatusRequest.ProtoReflect.Descriptor instead.
 func (*BulkUploadStatusRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{88}
+	return file_tabula_proto_rawDescGZIP(), []int{92}
 }
 
 func (x *BulkUploadStatusRequest) GetHeader() *RequestHeader {
@@ -6277,7 +6512,7 @@ type BulkUploadResponse struct {
 
 func (x *BulkUploadResponse) Reset() {
 	*x = BulkUploadResponse{}
-	mi := &file_tabula_proto_msgTypes[89]
+	mi := &file_tabula_proto_msgTypes[93]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6289,7 +6524,7 @@ func (x *BulkUploadResponse) String() string {
 func (*BulkUploadResponse) ProtoMessage() {}
 
 func (x *BulkUploadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[89]
+	mi := &file_tabula_proto_msgTypes[93]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6302,7 +6537,7 @@ func (x *BulkUploadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkUploadResponse.ProtoReflect.Descriptor instead.
 func (*BulkUploadResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{89}
+	return file_tabula_proto_rawDescGZIP(), []int{93}
 }
 
 func (x *BulkUploadResponse) GetReceived() uint64 {
@@ -6333,7 +6568,7 @@ type PartitionLogFailedRequest struct {
 
 func (x *PartitionLogFailedRequest) Reset() {
 	*x = PartitionLogFailedRequest{}
-	mi := &file_tabula_proto_msgTypes[90]
+	mi := &file_tabula_proto_msgTypes[94]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6345,7 +6580,7 @@ func (x *PartitionLogFailedRequest) String() string {
 func (*PartitionLogFailedRequest) ProtoMessage() {}
 
 func (x *PartitionLogFailedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[90]
+	mi := &file_tabula_proto_msgTypes[94]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6358,7 +6593,7 @@ func (x *PartitionLogFailedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionLogFailedRequest.ProtoReflect.Descriptor instead.
 func (*PartitionLogFailedRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{90}
+	return file_tabula_proto_rawDescGZIP(), []int{94}
 }
 
 func (x *PartitionLogFailedRequest) GetServerId() string {
@@ -6406,7 +6641,7 @@ type PartitionLogFailedResponse struct {
 
 func (x *PartitionLogFailedResponse) Reset() {
 	*x = PartitionLogFailedResponse{}
-	mi := &file_tabula_proto_msgTypes[91]
+	mi := &file_tabula_proto_msgTypes[95]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6418,7 +6653,7 @@ func (x *PartitionLogFailedResponse) String() string {
 func (*PartitionLogFailedResponse) ProtoMessage() {}
 
 func (x *PartitionLogFailedResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[91]
+	mi := &file_tabula_proto_msgTypes[95]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6431,7 +6666,7 @@ func (x *PartitionLogFailedResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionLogFailedResponse.ProtoReflect.Descriptor instead.
 func (*PartitionLogFailedResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{91}
+	return file_tabula_proto_rawDescGZIP(), []int{95}
 }
 
 func (x *PartitionLogFailedResponse) GetPartition() *Partition {
@@ -6460,7 +6695,7 @@ type ForgetServerRequest struct {
 
 func (x *ForgetServerRequest) Reset() {
 	*x = ForgetServerRequest{}
-	mi := &file_tabula_proto_msgTypes[92]
+	mi := &file_tabula_proto_msgTypes[96]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6472,7 +6707,7 @@ func (x *ForgetServerRequest) String() string {
 func (*ForgetServerRequest) ProtoMessage() {}
 
 func (x *ForgetServerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[92]
+	mi := &file_tabula_proto_msgTypes[96]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6485,7 +6720,7 @@ func (x *ForgetServerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForgetServerRequest.ProtoReflect.Descriptor instead.
 func (*ForgetServerRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{92}
+	return file_tabula_proto_rawDescGZIP(), []int{96}
 }
 
 func (x *ForgetServerRequest) GetServerId() string {
@@ -6515,7 +6750,7 @@ type ForgetServerResponse struct {
 
 func (x *ForgetServerResponse) Reset() {
 	*x = ForgetServerResponse{}
-	mi := &file_tabula_proto_msgTypes[93]
+	mi := &file_tabula_proto_msgTypes[97]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6527,7 +6762,7 @@ func (x *ForgetServerResponse) String() string {
 func (*ForgetServerResponse) ProtoMessage() {}
 
 func (x *ForgetServerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[93]
+	mi := &file_tabula_proto_msgTypes[97]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6540,7 +6775,7 @@ func (x *ForgetServerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForgetServerResponse.ProtoReflect.Descriptor instead.
 func (*ForgetServerResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{93}
+	return file_tabula_proto_rawDescGZIP(), []int{97}
 }
 
 func (x *ForgetServerResponse) GetMoved() uint32 {
@@ -6583,7 +6818,7 @@ type LostPartition struct {
 
 func (x *LostPartition) Reset() {
 	*x = LostPartition{}
-	mi := &file_tabula_proto_msgTypes[94]
+	mi := &file_tabula_proto_msgTypes[98]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6595,7 +6830,7 @@ func (x *LostPartition) String() string {
 func (*LostPartition) ProtoMessage() {}
 
 func (x *LostPartition) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[94]
+	mi := &file_tabula_proto_msgTypes[98]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6608,7 +6843,7 @@ func (x *LostPartition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LostPartition.ProtoReflect.Descriptor instead.
 func (*LostPartition) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{94}
+	return file_tabula_proto_rawDescGZIP(), []int{98}
 }
 
 func (x *LostPartition) GetTenant() string {
@@ -6671,7 +6906,7 @@ type ListDataLossRequest struct {
 
 func (x *ListDataLossRequest) Reset() {
 	*x = ListDataLossRequest{}
-	mi := &file_tabula_proto_msgTypes[95]
+	mi := &file_tabula_proto_msgTypes[99]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6683,7 +6918,7 @@ func (x *ListDataLossRequest) String() string {
 func (*ListDataLossRequest) ProtoMessage() {}
 
 func (x *ListDataLossRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[95]
+	mi := &file_tabula_proto_msgTypes[99]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6696,7 +6931,7 @@ func (x *ListDataLossRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDataLossRequest.ProtoReflect.Descriptor instead.
 func (*ListDataLossRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{95}
+	return file_tabula_proto_rawDescGZIP(), []int{99}
 }
 
 func (x *ListDataLossRequest) GetTenant() string {
@@ -6723,7 +6958,7 @@ type ListDataLossResponse struct {
 
 func (x *ListDataLossResponse) Reset() {
 	*x = ListDataLossResponse{}
-	mi := &file_tabula_proto_msgTypes[96]
+	mi := &file_tabula_proto_msgTypes[100]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6735,7 +6970,7 @@ func (x *ListDataLossResponse) String() string {
 func (*ListDataLossResponse) ProtoMessage() {}
 
 func (x *ListDataLossResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[96]
+	mi := &file_tabula_proto_msgTypes[100]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6748,7 +6983,7 @@ func (x *ListDataLossResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDataLossResponse.ProtoReflect.Descriptor instead.
 func (*ListDataLossResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{96}
+	return file_tabula_proto_rawDescGZIP(), []int{100}
 }
 
 func (x *ListDataLossResponse) GetLost() []*LostPartition {
@@ -6962,7 +7197,24 @@ const file_tabula_proto_rawDesc = "" +
 	"mapVersion\x12'\n" +
 	"\x0fcurrent_version\x18\t \x01(\x04R\x0ecurrentVersion\x12\x16\n" +
 	"\x06leader\x18\n" +
-	" \x01(\tR\x06leader\"d\n" +
+	" \x01(\tR\x06leader\"~\n" +
+	"\x14MovePartitionRequest\x12\x16\n" +
+	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x14\n" +
+	"\x05table\x18\x02 \x01(\tR\x05table\x12\x14\n" +
+	"\x05index\x18\x03 \x01(\rR\x05index\x12\x12\n" +
+	"\x04from\x18\x04 \x01(\tR\x04from\x12\x0e\n" +
+	"\x02to\x18\x05 \x01(\tR\x02to\"\\\n" +
+	"\x15MovePartitionResponse\x12\x12\n" +
+	"\x04from\x18\x01 \x01(\tR\x04from\x12\x0e\n" +
+	"\x02to\x18\x02 \x01(\tR\x02to\x12\x1f\n" +
+	"\vmap_version\x18\x03 \x01(\x04R\n" +
+	"mapVersion\"1\n" +
+	"\x12DrainServerRequest\x12\x1b\n" +
+	"\tserver_id\x18\x01 \x01(\tR\bserverId\"R\n" +
+	"\x13DrainServerResponse\x12\x1a\n" +
+	"\breplicas\x18\x01 \x01(\rR\breplicas\x12\x1f\n" +
+	"\vmap_version\x18\x02 \x01(\x04R\n" +
+	"mapVersion\"d\n" +
 	"\fMasterMember\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x12\n" +
 	"\x04addr\x18\x02 \x01(\tR\x04addr\x12\x18\n" +
@@ -7275,7 +7527,7 @@ const file_tabula_proto_rawDesc = "" +
 	"\x0fSTREAM_OP_NODES\x10\t\x12%\n" +
 	"!STREAM_OP_REPORT_CORRUPT_FRAGMENT\x10\n" +
 	"\x12\x16\n" +
-	"\x12STREAM_OP_SET_CODE\x10\v2\xe4\x0f\n" +
+	"\x12STREAM_OP_SET_CODE\x10\v2\x86\x11\n" +
 	"\x06Master\x12L\n" +
 	"\vCreateTable\x12\x1d.tabula.v1.CreateTableRequest\x1a\x1e.tabula.v1.CreateTableResponse\x12F\n" +
 	"\tDropTable\x12\x1b.tabula.v1.DropTableRequest\x1a\x1c.tabula.v1.DropTableResponse\x12I\n" +
@@ -7305,7 +7557,9 @@ const file_tabula_proto_rawDesc = "" +
 	"\rMasterMembers\x12\x1f.tabula.v1.MasterMembersRequest\x1a .tabula.v1.MasterMembersResponse\x12F\n" +
 	"\tAddMaster\x12\x1b.tabula.v1.AddMasterRequest\x1a\x1c.tabula.v1.AddMasterResponse\x12O\n" +
 	"\fRemoveMaster\x12\x1e.tabula.v1.RemoveMasterRequest\x1a\x1f.tabula.v1.RemoveMasterResponse\x12U\n" +
-	"\x0eTransferLeader\x12 .tabula.v1.TransferLeaderRequest\x1a!.tabula.v1.TransferLeaderResponse2\x9d\a\n" +
+	"\x0eTransferLeader\x12 .tabula.v1.TransferLeaderRequest\x1a!.tabula.v1.TransferLeaderResponse\x12R\n" +
+	"\rMovePartition\x12\x1f.tabula.v1.MovePartitionRequest\x1a .tabula.v1.MovePartitionResponse\x12L\n" +
+	"\vDrainServer\x12\x1d.tabula.v1.DrainServerRequest\x1a\x1e.tabula.v1.DrainServerResponse2\x9d\a\n" +
 	"\vTableServer\x124\n" +
 	"\x03Get\x12\x15.tabula.v1.GetRequest\x1a\x16.tabula.v1.GetResponse\x12C\n" +
 	"\bBatchGet\x12\x1a.tabula.v1.BatchGetRequest\x1a\x1b.tabula.v1.BatchGetResponse\x12C\n" +
@@ -7336,7 +7590,7 @@ func file_tabula_proto_rawDescGZIP() []byte {
 }
 
 var file_tabula_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
-var file_tabula_proto_msgTypes = make([]protoimpl.MessageInfo, 97)
+var file_tabula_proto_msgTypes = make([]protoimpl.MessageInfo, 101)
 var file_tabula_proto_goTypes = []any{
 	(TableKind)(0),                     // 0: tabula.v1.TableKind
 	(ReplicaRole)(0),                   // 1: tabula.v1.ReplicaRole
@@ -7373,75 +7627,79 @@ var file_tabula_proto_goTypes = []any{
 	(*ReplicaStatus)(nil),              // 32: tabula.v1.ReplicaStatus
 	(*BulkLoaded)(nil),                 // 33: tabula.v1.BulkLoaded
 	(*ErrorDetail)(nil),                // 34: tabula.v1.ErrorDetail
-	(*MasterMember)(nil),               // 35: tabula.v1.MasterMember
-	(*MasterMembersRequest)(nil),       // 36: tabula.v1.MasterMembersRequest
-	(*MasterMembersResponse)(nil),      // 37: tabula.v1.MasterMembersResponse
-	(*AddMasterRequest)(nil),           // 38: tabula.v1.AddMasterRequest
-	(*AddMasterResponse)(nil),          // 39: tabula.v1.AddMasterResponse
-	(*RemoveMasterRequest)(nil),        // 40: tabula.v1.RemoveMasterRequest
-	(*RemoveMasterResponse)(nil),       // 41: tabula.v1.RemoveMasterResponse
-	(*TransferLeaderRequest)(nil),      // 42: tabula.v1.TransferLeaderRequest
-	(*TransferLeaderResponse)(nil),     // 43: tabula.v1.TransferLeaderResponse
-	(*StreamRequest)(nil),              // 44: tabula.v1.StreamRequest
-	(*StreamResponse)(nil),             // 45: tabula.v1.StreamResponse
-	(*CreateTableRequest)(nil),         // 46: tabula.v1.CreateTableRequest
-	(*CreateTableResponse)(nil),        // 47: tabula.v1.CreateTableResponse
-	(*DropTableRequest)(nil),           // 48: tabula.v1.DropTableRequest
-	(*DropTableResponse)(nil),          // 49: tabula.v1.DropTableResponse
-	(*ListTablesRequest)(nil),          // 50: tabula.v1.ListTablesRequest
-	(*ListTablesResponse)(nil),         // 51: tabula.v1.ListTablesResponse
-	(*DescribeTableRequest)(nil),       // 52: tabula.v1.DescribeTableRequest
-	(*DescribeTableResponse)(nil),      // 53: tabula.v1.DescribeTableResponse
-	(*GetPartitionMapRequest)(nil),     // 54: tabula.v1.GetPartitionMapRequest
-	(*GetPartitionMapResponse)(nil),    // 55: tabula.v1.GetPartitionMapResponse
-	(*WatchPartitionMapRequest)(nil),   // 56: tabula.v1.WatchPartitionMapRequest
-	(*WatchPartitionMapResponse)(nil),  // 57: tabula.v1.WatchPartitionMapResponse
-	(*RegisterServerRequest)(nil),      // 58: tabula.v1.RegisterServerRequest
-	(*RegisterServerResponse)(nil),     // 59: tabula.v1.RegisterServerResponse
-	(*HeartbeatRequest)(nil),           // 60: tabula.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),          // 61: tabula.v1.HeartbeatResponse
-	(*BulkPublishRequest)(nil),         // 62: tabula.v1.BulkPublishRequest
-	(*BulkPublishResponse)(nil),        // 63: tabula.v1.BulkPublishResponse
-	(*BulkStoredRequest)(nil),          // 64: tabula.v1.BulkStoredRequest
-	(*BulkStoredResponse)(nil),         // 65: tabula.v1.BulkStoredResponse
-	(*BulkStatusRequest)(nil),          // 66: tabula.v1.BulkStatusRequest
-	(*BulkStatusResponse)(nil),         // 67: tabula.v1.BulkStatusResponse
-	(*BulkRollbackRequest)(nil),        // 68: tabula.v1.BulkRollbackRequest
-	(*BulkRollbackResponse)(nil),       // 69: tabula.v1.BulkRollbackResponse
-	(*ListServersRequest)(nil),         // 70: tabula.v1.ListServersRequest
-	(*ListServersResponse)(nil),        // 71: tabula.v1.ListServersResponse
-	(*RequestHeader)(nil),              // 72: tabula.v1.RequestHeader
-	(*GetRequest)(nil),                 // 73: tabula.v1.GetRequest
-	(*GetResponse)(nil),                // 74: tabula.v1.GetResponse
-	(*BatchGetRequest)(nil),            // 75: tabula.v1.BatchGetRequest
-	(*BatchGetResponse)(nil),           // 76: tabula.v1.BatchGetResponse
-	(*MultiGetRequest)(nil),            // 77: tabula.v1.MultiGetRequest
-	(*MultiGetResponse)(nil),           // 78: tabula.v1.MultiGetResponse
-	(*MultiGetResult)(nil),             // 79: tabula.v1.MultiGetResult
-	(*PutRequest)(nil),                 // 80: tabula.v1.PutRequest
-	(*PutResponse)(nil),                // 81: tabula.v1.PutResponse
-	(*DeleteRequest)(nil),              // 82: tabula.v1.DeleteRequest
-	(*DeleteResponse)(nil),             // 83: tabula.v1.DeleteResponse
-	(*CompareAndSwapRequest)(nil),      // 84: tabula.v1.CompareAndSwapRequest
-	(*CompareAndSwapResponse)(nil),     // 85: tabula.v1.CompareAndSwapResponse
-	(*Mutation)(nil),                   // 86: tabula.v1.Mutation
-	(*BatchWriteRequest)(nil),          // 87: tabula.v1.BatchWriteRequest
-	(*BatchWriteResponse)(nil),         // 88: tabula.v1.BatchWriteResponse
-	(*ScanRequest)(nil),                // 89: tabula.v1.ScanRequest
-	(*KeyValue)(nil),                   // 90: tabula.v1.KeyValue
-	(*ScanResponse)(nil),               // 91: tabula.v1.ScanResponse
-	(*CopyReplicaRequest)(nil),         // 92: tabula.v1.CopyReplicaRequest
-	(*CopyReplicaChunk)(nil),           // 93: tabula.v1.CopyReplicaChunk
-	(*BulkUploadRequest)(nil),          // 94: tabula.v1.BulkUploadRequest
-	(*BulkUploadStatusRequest)(nil),    // 95: tabula.v1.BulkUploadStatusRequest
-	(*BulkUploadResponse)(nil),         // 96: tabula.v1.BulkUploadResponse
-	(*PartitionLogFailedRequest)(nil),  // 97: tabula.v1.PartitionLogFailedRequest
-	(*PartitionLogFailedResponse)(nil), // 98: tabula.v1.PartitionLogFailedResponse
-	(*ForgetServerRequest)(nil),        // 99: tabula.v1.ForgetServerRequest
-	(*ForgetServerResponse)(nil),       // 100: tabula.v1.ForgetServerResponse
-	(*LostPartition)(nil),              // 101: tabula.v1.LostPartition
-	(*ListDataLossRequest)(nil),        // 102: tabula.v1.ListDataLossRequest
-	(*ListDataLossResponse)(nil),       // 103: tabula.v1.ListDataLossResponse
+	(*MovePartitionRequest)(nil),       // 35: tabula.v1.MovePartitionRequest
+	(*MovePartitionResponse)(nil),      // 36: tabula.v1.MovePartitionResponse
+	(*DrainServerRequest)(nil),         // 37: tabula.v1.DrainServerRequest
+	(*DrainServerResponse)(nil),        // 38: tabula.v1.DrainServerResponse
+	(*MasterMember)(nil),               // 39: tabula.v1.MasterMember
+	(*MasterMembersRequest)(nil),       // 40: tabula.v1.MasterMembersRequest
+	(*MasterMembersResponse)(nil),      // 41: tabula.v1.MasterMembersResponse
+	(*AddMasterRequest)(nil),           // 42: tabula.v1.AddMasterRequest
+	(*AddMasterResponse)(nil),          // 43: tabula.v1.AddMasterResponse
+	(*RemoveMasterRequest)(nil),        // 44: tabula.v1.RemoveMasterRequest
+	(*RemoveMasterResponse)(nil),       // 45: tabula.v1.RemoveMasterResponse
+	(*TransferLeaderRequest)(nil),      // 46: tabula.v1.TransferLeaderRequest
+	(*TransferLeaderResponse)(nil),     // 47: tabula.v1.TransferLeaderResponse
+	(*StreamRequest)(nil),              // 48: tabula.v1.StreamRequest
+	(*StreamResponse)(nil),             // 49: tabula.v1.StreamResponse
+	(*CreateTableRequest)(nil),         // 50: tabula.v1.CreateTableRequest
+	(*CreateTableResponse)(nil),        // 51: tabula.v1.CreateTableResponse
+	(*DropTableRequest)(nil),           // 52: tabula.v1.DropTableRequest
+	(*DropTableResponse)(nil),          // 53: tabula.v1.DropTableResponse
+	(*ListTablesRequest)(nil),          // 54: tabula.v1.ListTablesRequest
+	(*ListTablesResponse)(nil),         // 55: tabula.v1.ListTablesResponse
+	(*DescribeTableRequest)(nil),       // 56: tabula.v1.DescribeTableRequest
+	(*DescribeTableResponse)(nil),      // 57: tabula.v1.DescribeTableResponse
+	(*GetPartitionMapRequest)(nil),     // 58: tabula.v1.GetPartitionMapRequest
+	(*GetPartitionMapResponse)(nil),    // 59: tabula.v1.GetPartitionMapResponse
+	(*WatchPartitionMapRequest)(nil),   // 60: tabula.v1.WatchPartitionMapRequest
+	(*WatchPartitionMapResponse)(nil),  // 61: tabula.v1.WatchPartitionMapResponse
+	(*RegisterServerRequest)(nil),      // 62: tabula.v1.RegisterServerRequest
+	(*RegisterServerResponse)(nil),     // 63: tabula.v1.RegisterServerResponse
+	(*HeartbeatRequest)(nil),           // 64: tabula.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),          // 65: tabula.v1.HeartbeatResponse
+	(*BulkPublishRequest)(nil),         // 66: tabula.v1.BulkPublishRequest
+	(*BulkPublishResponse)(nil),        // 67: tabula.v1.BulkPublishResponse
+	(*BulkStoredRequest)(nil),          // 68: tabula.v1.BulkStoredRequest
+	(*BulkStoredResponse)(nil),         // 69: tabula.v1.BulkStoredResponse
+	(*BulkStatusRequest)(nil),          // 70: tabula.v1.BulkStatusRequest
+	(*BulkStatusResponse)(nil),         // 71: tabula.v1.BulkStatusResponse
+	(*BulkRollbackRequest)(nil),        // 72: tabula.v1.BulkRollbackRequest
+	(*BulkRollbackResponse)(nil),       // 73: tabula.v1.BulkRollbackResponse
+	(*ListServersRequest)(nil),         // 74: tabula.v1.ListServersRequest
+	(*ListServersResponse)(nil),        // 75: tabula.v1.ListServersResponse
+	(*RequestHeader)(nil),              // 76: tabula.v1.RequestHeader
+	(*GetRequest)(nil),                 // 77: tabula.v1.GetRequest
+	(*GetResponse)(nil),                // 78: tabula.v1.GetResponse
+	(*BatchGetRequest)(nil),            // 79: tabula.v1.BatchGetRequest
+	(*BatchGetResponse)(nil),           // 80: tabula.v1.BatchGetResponse
+	(*MultiGetRequest)(nil),            // 81: tabula.v1.MultiGetRequest
+	(*MultiGetResponse)(nil),           // 82: tabula.v1.MultiGetResponse
+	(*MultiGetResult)(nil),             // 83: tabula.v1.MultiGetResult
+	(*PutRequest)(nil),                 // 84: tabula.v1.PutRequest
+	(*PutResponse)(nil),                // 85: tabula.v1.PutResponse
+	(*DeleteRequest)(nil),              // 86: tabula.v1.DeleteRequest
+	(*DeleteResponse)(nil),             // 87: tabula.v1.DeleteResponse
+	(*CompareAndSwapRequest)(nil),      // 88: tabula.v1.CompareAndSwapRequest
+	(*CompareAndSwapResponse)(nil),     // 89: tabula.v1.CompareAndSwapResponse
+	(*Mutation)(nil),                   // 90: tabula.v1.Mutation
+	(*BatchWriteRequest)(nil),          // 91: tabula.v1.BatchWriteRequest
+	(*BatchWriteResponse)(nil),         // 92: tabula.v1.BatchWriteResponse
+	(*ScanRequest)(nil),                // 93: tabula.v1.ScanRequest
+	(*KeyValue)(nil),                   // 94: tabula.v1.KeyValue
+	(*ScanResponse)(nil),               // 95: tabula.v1.ScanResponse
+	(*CopyReplicaRequest)(nil),         // 96: tabula.v1.CopyReplicaRequest
+	(*CopyReplicaChunk)(nil),           // 97: tabula.v1.CopyReplicaChunk
+	(*BulkUploadRequest)(nil),          // 98: tabula.v1.BulkUploadRequest
+	(*BulkUploadStatusRequest)(nil),    // 99: tabula.v1.BulkUploadStatusRequest
+	(*BulkUploadResponse)(nil),         // 100: tabula.v1.BulkUploadResponse
+	(*PartitionLogFailedRequest)(nil),  // 101: tabula.v1.PartitionLogFailedRequest
+	(*PartitionLogFailedResponse)(nil), // 102: tabula.v1.PartitionLogFailedResponse
+	(*ForgetServerRequest)(nil),        // 103: tabula.v1.ForgetServerRequest
+	(*ForgetServerResponse)(nil),       // 104: tabula.v1.ForgetServerResponse
+	(*LostPartition)(nil),              // 105: tabula.v1.LostPartition
+	(*ListDataLossRequest)(nil),        // 106: tabula.v1.ListDataLossRequest
+	(*ListDataLossResponse)(nil),       // 107: tabula.v1.ListDataLossResponse
 }
 var file_tabula_proto_depIdxs = []int32{
 	0,   // 0: tabula.v1.Table.kind:type_name -> tabula.v1.TableKind
@@ -7457,8 +7715,8 @@ var file_tabula_proto_depIdxs = []int32{
 	14,  // 10: tabula.v1.CoprocDeployResponse.coprocessor:type_name -> tabula.v1.Coprocessor
 	14,  // 11: tabula.v1.CoprocListResponse.coprocessors:type_name -> tabula.v1.Coprocessor
 	14,  // 12: tabula.v1.CoprocRollbackResponse.coprocessor:type_name -> tabula.v1.Coprocessor
-	72,  // 13: tabula.v1.InvokeRequest.header:type_name -> tabula.v1.RequestHeader
-	72,  // 14: tabula.v1.CoprocMergeRequest.header:type_name -> tabula.v1.RequestHeader
+	76,  // 13: tabula.v1.InvokeRequest.header:type_name -> tabula.v1.RequestHeader
+	76,  // 14: tabula.v1.CoprocMergeRequest.header:type_name -> tabula.v1.RequestHeader
 	2,   // 15: tabula.v1.BulkVersion.state:type_name -> tabula.v1.BulkVersionState
 	28,  // 16: tabula.v1.BulkVersion.files:type_name -> tabula.v1.BulkFile
 	29,  // 17: tabula.v1.BulkInfo.versions:type_name -> tabula.v1.BulkVersion
@@ -7467,7 +7725,7 @@ var file_tabula_proto_depIdxs = []int32{
 	3,   // 20: tabula.v1.ReplicaStatus.state:type_name -> tabula.v1.ReplicaState
 	4,   // 21: tabula.v1.ErrorDetail.code:type_name -> tabula.v1.ErrorCode
 	10,  // 22: tabula.v1.ErrorDetail.partition:type_name -> tabula.v1.Partition
-	35,  // 23: tabula.v1.MasterMembersResponse.members:type_name -> tabula.v1.MasterMember
+	39,  // 23: tabula.v1.MasterMembersResponse.members:type_name -> tabula.v1.MasterMember
 	5,   // 24: tabula.v1.StreamRequest.op:type_name -> tabula.v1.StreamOp
 	0,   // 25: tabula.v1.CreateTableRequest.kind:type_name -> tabula.v1.TableKind
 	7,   // 26: tabula.v1.CreateTableRequest.options:type_name -> tabula.v1.TableOptions
@@ -7486,106 +7744,110 @@ var file_tabula_proto_depIdxs = []int32{
 	30,  // 39: tabula.v1.BulkStatusResponse.bulk:type_name -> tabula.v1.BulkInfo
 	12,  // 40: tabula.v1.BulkRollbackResponse.map:type_name -> tabula.v1.PartitionMap
 	31,  // 41: tabula.v1.ListServersResponse.servers:type_name -> tabula.v1.ServerInfo
-	72,  // 42: tabula.v1.GetRequest.header:type_name -> tabula.v1.RequestHeader
-	72,  // 43: tabula.v1.BatchGetRequest.header:type_name -> tabula.v1.RequestHeader
-	74,  // 44: tabula.v1.BatchGetResponse.results:type_name -> tabula.v1.GetResponse
-	73,  // 45: tabula.v1.MultiGetRequest.gets:type_name -> tabula.v1.GetRequest
-	79,  // 46: tabula.v1.MultiGetResponse.results:type_name -> tabula.v1.MultiGetResult
-	74,  // 47: tabula.v1.MultiGetResult.response:type_name -> tabula.v1.GetResponse
-	72,  // 48: tabula.v1.PutRequest.header:type_name -> tabula.v1.RequestHeader
-	72,  // 49: tabula.v1.DeleteRequest.header:type_name -> tabula.v1.RequestHeader
-	72,  // 50: tabula.v1.CompareAndSwapRequest.header:type_name -> tabula.v1.RequestHeader
+	76,  // 42: tabula.v1.GetRequest.header:type_name -> tabula.v1.RequestHeader
+	76,  // 43: tabula.v1.BatchGetRequest.header:type_name -> tabula.v1.RequestHeader
+	78,  // 44: tabula.v1.BatchGetResponse.results:type_name -> tabula.v1.GetResponse
+	77,  // 45: tabula.v1.MultiGetRequest.gets:type_name -> tabula.v1.GetRequest
+	83,  // 46: tabula.v1.MultiGetResponse.results:type_name -> tabula.v1.MultiGetResult
+	78,  // 47: tabula.v1.MultiGetResult.response:type_name -> tabula.v1.GetResponse
+	76,  // 48: tabula.v1.PutRequest.header:type_name -> tabula.v1.RequestHeader
+	76,  // 49: tabula.v1.DeleteRequest.header:type_name -> tabula.v1.RequestHeader
+	76,  // 50: tabula.v1.CompareAndSwapRequest.header:type_name -> tabula.v1.RequestHeader
 	6,   // 51: tabula.v1.Mutation.op:type_name -> tabula.v1.Mutation.Op
-	72,  // 52: tabula.v1.BatchWriteRequest.header:type_name -> tabula.v1.RequestHeader
-	86,  // 53: tabula.v1.BatchWriteRequest.mutations:type_name -> tabula.v1.Mutation
-	72,  // 54: tabula.v1.ScanRequest.header:type_name -> tabula.v1.RequestHeader
-	90,  // 55: tabula.v1.ScanResponse.records:type_name -> tabula.v1.KeyValue
-	72,  // 56: tabula.v1.CopyReplicaRequest.header:type_name -> tabula.v1.RequestHeader
-	90,  // 57: tabula.v1.CopyReplicaChunk.records:type_name -> tabula.v1.KeyValue
-	72,  // 58: tabula.v1.BulkUploadRequest.header:type_name -> tabula.v1.RequestHeader
+	76,  // 52: tabula.v1.BatchWriteRequest.header:type_name -> tabula.v1.RequestHeader
+	90,  // 53: tabula.v1.BatchWriteRequest.mutations:type_name -> tabula.v1.Mutation
+	76,  // 54: tabula.v1.ScanRequest.header:type_name -> tabula.v1.RequestHeader
+	94,  // 55: tabula.v1.ScanResponse.records:type_name -> tabula.v1.KeyValue
+	76,  // 56: tabula.v1.CopyReplicaRequest.header:type_name -> tabula.v1.RequestHeader
+	94,  // 57: tabula.v1.CopyReplicaChunk.records:type_name -> tabula.v1.KeyValue
+	76,  // 58: tabula.v1.BulkUploadRequest.header:type_name -> tabula.v1.RequestHeader
 	28,  // 59: tabula.v1.BulkUploadRequest.file:type_name -> tabula.v1.BulkFile
-	72,  // 60: tabula.v1.BulkUploadStatusRequest.header:type_name -> tabula.v1.RequestHeader
+	76,  // 60: tabula.v1.BulkUploadStatusRequest.header:type_name -> tabula.v1.RequestHeader
 	10,  // 61: tabula.v1.PartitionLogFailedResponse.partition:type_name -> tabula.v1.Partition
-	101, // 62: tabula.v1.ForgetServerResponse.lost:type_name -> tabula.v1.LostPartition
-	101, // 63: tabula.v1.ListDataLossResponse.lost:type_name -> tabula.v1.LostPartition
-	46,  // 64: tabula.v1.Master.CreateTable:input_type -> tabula.v1.CreateTableRequest
-	48,  // 65: tabula.v1.Master.DropTable:input_type -> tabula.v1.DropTableRequest
-	50,  // 66: tabula.v1.Master.ListTables:input_type -> tabula.v1.ListTablesRequest
-	52,  // 67: tabula.v1.Master.DescribeTable:input_type -> tabula.v1.DescribeTableRequest
-	54,  // 68: tabula.v1.Master.GetPartitionMap:input_type -> tabula.v1.GetPartitionMapRequest
-	56,  // 69: tabula.v1.Master.WatchPartitionMap:input_type -> tabula.v1.WatchPartitionMapRequest
-	58,  // 70: tabula.v1.Master.RegisterServer:input_type -> tabula.v1.RegisterServerRequest
-	60,  // 71: tabula.v1.Master.Heartbeat:input_type -> tabula.v1.HeartbeatRequest
-	97,  // 72: tabula.v1.Master.PartitionLogFailed:input_type -> tabula.v1.PartitionLogFailedRequest
-	70,  // 73: tabula.v1.Master.ListServers:input_type -> tabula.v1.ListServersRequest
-	62,  // 74: tabula.v1.Master.BulkPublish:input_type -> tabula.v1.BulkPublishRequest
-	64,  // 75: tabula.v1.Master.BulkStored:input_type -> tabula.v1.BulkStoredRequest
-	66,  // 76: tabula.v1.Master.BulkStatus:input_type -> tabula.v1.BulkStatusRequest
-	68,  // 77: tabula.v1.Master.BulkRollback:input_type -> tabula.v1.BulkRollbackRequest
-	44,  // 78: tabula.v1.Master.Stream:input_type -> tabula.v1.StreamRequest
+	105, // 62: tabula.v1.ForgetServerResponse.lost:type_name -> tabula.v1.LostPartition
+	105, // 63: tabula.v1.ListDataLossResponse.lost:type_name -> tabula.v1.LostPartition
+	50,  // 64: tabula.v1.Master.CreateTable:input_type -> tabula.v1.CreateTableRequest
+	52,  // 65: tabula.v1.Master.DropTable:input_type -> tabula.v1.DropTableRequest
+	54,  // 66: tabula.v1.Master.ListTables:input_type -> tabula.v1.ListTablesRequest
+	56,  // 67: tabula.v1.Master.DescribeTable:input_type -> tabula.v1.DescribeTableRequest
+	58,  // 68: tabula.v1.Master.GetPartitionMap:input_type -> tabula.v1.GetPartitionMapRequest
+	60,  // 69: tabula.v1.Master.WatchPartitionMap:input_type -> tabula.v1.WatchPartitionMapRequest
+	62,  // 70: tabula.v1.Master.RegisterServer:input_type -> tabula.v1.RegisterServerRequest
+	64,  // 71: tabula.v1.Master.Heartbeat:input_type -> tabula.v1.HeartbeatRequest
+	101, // 72: tabula.v1.Master.PartitionLogFailed:input_type -> tabula.v1.PartitionLogFailedRequest
+	74,  // 73: tabula.v1.Master.ListServers:input_type -> tabula.v1.ListServersRequest
+	66,  // 74: tabula.v1.Master.BulkPublish:input_type -> tabula.v1.BulkPublishRequest
+	68,  // 75: tabula.v1.Master.BulkStored:input_type -> tabula.v1.BulkStoredRequest
+	70,  // 76: tabula.v1.Master.BulkStatus:input_type -> tabula.v1.BulkStatusRequest
+	72,  // 77: tabula.v1.Master.BulkRollback:input_type -> tabula.v1.BulkRollbackRequest
+	48,  // 78: tabula.v1.Master.Stream:input_type -> tabula.v1.StreamRequest
 	15,  // 79: tabula.v1.Master.CoprocDeploy:input_type -> tabula.v1.CoprocDeployRequest
 	17,  // 80: tabula.v1.Master.CoprocList:input_type -> tabula.v1.CoprocListRequest
 	19,  // 81: tabula.v1.Master.CoprocRollback:input_type -> tabula.v1.CoprocRollbackRequest
 	21,  // 82: tabula.v1.Master.CoprocFetch:input_type -> tabula.v1.CoprocFetchRequest
-	99,  // 83: tabula.v1.Master.ForgetServer:input_type -> tabula.v1.ForgetServerRequest
-	102, // 84: tabula.v1.Master.ListDataLoss:input_type -> tabula.v1.ListDataLossRequest
-	36,  // 85: tabula.v1.Master.MasterMembers:input_type -> tabula.v1.MasterMembersRequest
-	38,  // 86: tabula.v1.Master.AddMaster:input_type -> tabula.v1.AddMasterRequest
-	40,  // 87: tabula.v1.Master.RemoveMaster:input_type -> tabula.v1.RemoveMasterRequest
-	42,  // 88: tabula.v1.Master.TransferLeader:input_type -> tabula.v1.TransferLeaderRequest
-	73,  // 89: tabula.v1.TableServer.Get:input_type -> tabula.v1.GetRequest
-	75,  // 90: tabula.v1.TableServer.BatchGet:input_type -> tabula.v1.BatchGetRequest
-	77,  // 91: tabula.v1.TableServer.MultiGet:input_type -> tabula.v1.MultiGetRequest
-	80,  // 92: tabula.v1.TableServer.Put:input_type -> tabula.v1.PutRequest
-	82,  // 93: tabula.v1.TableServer.Delete:input_type -> tabula.v1.DeleteRequest
-	84,  // 94: tabula.v1.TableServer.CompareAndSwap:input_type -> tabula.v1.CompareAndSwapRequest
-	87,  // 95: tabula.v1.TableServer.BatchWrite:input_type -> tabula.v1.BatchWriteRequest
-	89,  // 96: tabula.v1.TableServer.Scan:input_type -> tabula.v1.ScanRequest
-	92,  // 97: tabula.v1.TableServer.CopyReplica:input_type -> tabula.v1.CopyReplicaRequest
-	94,  // 98: tabula.v1.TableServer.BulkUpload:input_type -> tabula.v1.BulkUploadRequest
-	95,  // 99: tabula.v1.TableServer.BulkUploadStatus:input_type -> tabula.v1.BulkUploadStatusRequest
-	24,  // 100: tabula.v1.TableServer.Invoke:input_type -> tabula.v1.InvokeRequest
-	26,  // 101: tabula.v1.TableServer.CoprocMerge:input_type -> tabula.v1.CoprocMergeRequest
-	47,  // 102: tabula.v1.Master.CreateTable:output_type -> tabula.v1.CreateTableResponse
-	49,  // 103: tabula.v1.Master.DropTable:output_type -> tabula.v1.DropTableResponse
-	51,  // 104: tabula.v1.Master.ListTables:output_type -> tabula.v1.ListTablesResponse
-	53,  // 105: tabula.v1.Master.DescribeTable:output_type -> tabula.v1.DescribeTableResponse
-	55,  // 106: tabula.v1.Master.GetPartitionMap:output_type -> tabula.v1.GetPartitionMapResponse
-	57,  // 107: tabula.v1.Master.WatchPartitionMap:output_type -> tabula.v1.WatchPartitionMapResponse
-	59,  // 108: tabula.v1.Master.RegisterServer:output_type -> tabula.v1.RegisterServerResponse
-	61,  // 109: tabula.v1.Master.Heartbeat:output_type -> tabula.v1.HeartbeatResponse
-	98,  // 110: tabula.v1.Master.PartitionLogFailed:output_type -> tabula.v1.PartitionLogFailedResponse
-	71,  // 111: tabula.v1.Master.ListServers:output_type -> tabula.v1.ListServersResponse
-	63,  // 112: tabula.v1.Master.BulkPublish:output_type -> tabula.v1.BulkPublishResponse
-	65,  // 113: tabula.v1.Master.BulkStored:output_type -> tabula.v1.BulkStoredResponse
-	67,  // 114: tabula.v1.Master.BulkStatus:output_type -> tabula.v1.BulkStatusResponse
-	69,  // 115: tabula.v1.Master.BulkRollback:output_type -> tabula.v1.BulkRollbackResponse
-	45,  // 116: tabula.v1.Master.Stream:output_type -> tabula.v1.StreamResponse
-	16,  // 117: tabula.v1.Master.CoprocDeploy:output_type -> tabula.v1.CoprocDeployResponse
-	18,  // 118: tabula.v1.Master.CoprocList:output_type -> tabula.v1.CoprocListResponse
-	20,  // 119: tabula.v1.Master.CoprocRollback:output_type -> tabula.v1.CoprocRollbackResponse
-	22,  // 120: tabula.v1.Master.CoprocFetch:output_type -> tabula.v1.CoprocFetchResponse
-	100, // 121: tabula.v1.Master.ForgetServer:output_type -> tabula.v1.ForgetServerResponse
-	103, // 122: tabula.v1.Master.ListDataLoss:output_type -> tabula.v1.ListDataLossResponse
-	37,  // 123: tabula.v1.Master.MasterMembers:output_type -> tabula.v1.MasterMembersResponse
-	39,  // 124: tabula.v1.Master.AddMaster:output_type -> tabula.v1.AddMasterResponse
-	41,  // 125: tabula.v1.Master.RemoveMaster:output_type -> tabula.v1.RemoveMasterResponse
-	43,  // 126: tabula.v1.Master.TransferLeader:output_type -> tabula.v1.TransferLeaderResponse
-	74,  // 127: tabula.v1.TableServer.Get:output_type -> tabula.v1.GetResponse
-	76,  // 128: tabula.v1.TableServer.BatchGet:output_type -> tabula.v1.BatchGetResponse
-	78,  // 129: tabula.v1.TableServer.MultiGet:output_type -> tabula.v1.MultiGetResponse
-	81,  // 130: tabula.v1.TableServer.Put:output_type -> tabula.v1.PutResponse
-	83,  // 131: tabula.v1.TableServer.Delete:output_type -> tabula.v1.DeleteResponse
-	85,  // 132: tabula.v1.TableServer.CompareAndSwap:output_type -> tabula.v1.CompareAndSwapResponse
-	88,  // 133: tabula.v1.TableServer.BatchWrite:output_type -> tabula.v1.BatchWriteResponse
-	91,  // 134: tabula.v1.TableServer.Scan:output_type -> tabula.v1.ScanResponse
-	93,  // 135: tabula.v1.TableServer.CopyReplica:output_type -> tabula.v1.CopyReplicaChunk
-	96,  // 136: tabula.v1.TableServer.BulkUpload:output_type -> tabula.v1.BulkUploadResponse
-	96,  // 137: tabula.v1.TableServer.BulkUploadStatus:output_type -> tabula.v1.BulkUploadResponse
-	25,  // 138: tabula.v1.TableServer.Invoke:output_type -> tabula.v1.InvokeResponse
-	27,  // 139: tabula.v1.TableServer.CoprocMerge:output_type -> tabula.v1.CoprocMergeResponse
-	102, // [102:140] is the sub-list for method output_type
-	64,  // [64:102] is the sub-list for method input_type
+	103, // 83: tabula.v1.Master.ForgetServer:input_type -> tabula.v1.ForgetServerRequest
+	106, // 84: tabula.v1.Master.ListDataLoss:input_type -> tabula.v1.ListDataLossRequest
+	40,  // 85: tabula.v1.Master.MasterMembers:input_type -> tabula.v1.MasterMembersRequest
+	42,  // 86: tabula.v1.Master.AddMaster:input_type -> tabula.v1.AddMasterRequest
+	44,  // 87: tabula.v1.Master.RemoveMaster:input_type -> tabula.v1.RemoveMasterRequest
+	46,  // 88: tabula.v1.Master.TransferLeader:input_type -> tabula.v1.TransferLeaderRequest
+	35,  // 89: tabula.v1.Master.MovePartition:input_type -> tabula.v1.MovePartitionRequest
+	37,  // 90: tabula.v1.Master.DrainServer:input_type -> tabula.v1.DrainServerRequest
+	77,  // 91: tabula.v1.TableServer.Get:input_type -> tabula.v1.GetRequest
+	79,  // 92: tabula.v1.TableServer.BatchGet:input_type -> tabula.v1.BatchGetRequest
+	81,  // 93: tabula.v1.TableServer.MultiGet:input_type -> tabula.v1.MultiGetRequest
+	84,  // 94: tabula.v1.TableServer.Put:input_type -> tabula.v1.PutRequest
+	86,  // 95: tabula.v1.TableServer.Delete:input_type -> tabula.v1.DeleteRequest
+	88,  // 96: tabula.v1.TableServer.CompareAndSwap:input_type -> tabula.v1.CompareAndSwapRequest
+	91,  // 97: tabula.v1.TableServer.BatchWrite:input_type -> tabula.v1.BatchWriteRequest
+	93,  // 98: tabula.v1.TableServer.Scan:input_type -> tabula.v1.ScanRequest
+	96,  // 99: tabula.v1.TableServer.CopyReplica:input_type -> tabula.v1.CopyReplicaRequest
+	98,  // 100: tabula.v1.TableServer.BulkUpload:input_type -> tabula.v1.BulkUploadRequest
+	99,  // 101: tabula.v1.TableServer.BulkUploadStatus:input_type -> tabula.v1.BulkUploadStatusRequest
+	24,  // 102: tabula.v1.TableServer.Invoke:input_type -> tabula.v1.InvokeRequest
+	26,  // 103: tabula.v1.TableServer.CoprocMerge:input_type -> tabula.v1.CoprocMergeRequest
+	51,  // 104: tabula.v1.Master.CreateTable:output_type -> tabula.v1.CreateTableResponse
+	53,  // 105: tabula.v1.Master.DropTable:output_type -> tabula.v1.DropTableResponse
+	55,  // 106: tabula.v1.Master.ListTables:output_type -> tabula.v1.ListTablesResponse
+	57,  // 107: tabula.v1.Master.DescribeTable:output_type -> tabula.v1.DescribeTableResponse
+	59,  // 108: tabula.v1.Master.GetPartitionMap:output_type -> tabula.v1.GetPartitionMapResponse
+	61,  // 109: tabula.v1.Master.WatchPartitionMap:output_type -> tabula.v1.WatchPartitionMapResponse
+	63,  // 110: tabula.v1.Master.RegisterServer:output_type -> tabula.v1.RegisterServerResponse
+	65,  // 111: tabula.v1.Master.Heartbeat:output_type -> tabula.v1.HeartbeatResponse
+	102, // 112: tabula.v1.Master.PartitionLogFailed:output_type -> tabula.v1.PartitionLogFailedResponse
+	75,  // 113: tabula.v1.Master.ListServers:output_type -> tabula.v1.ListServersResponse
+	67,  // 114: tabula.v1.Master.BulkPublish:output_type -> tabula.v1.BulkPublishResponse
+	69,  // 115: tabula.v1.Master.BulkStored:output_type -> tabula.v1.BulkStoredResponse
+	71,  // 116: tabula.v1.Master.BulkStatus:output_type -> tabula.v1.BulkStatusResponse
+	73,  // 117: tabula.v1.Master.BulkRollback:output_type -> tabula.v1.BulkRollbackResponse
+	49,  // 118: tabula.v1.Master.Stream:output_type -> tabula.v1.StreamResponse
+	16,  // 119: tabula.v1.Master.CoprocDeploy:output_type -> tabula.v1.CoprocDeployResponse
+	18,  // 120: tabula.v1.Master.CoprocList:output_type -> tabula.v1.CoprocListResponse
+	20,  // 121: tabula.v1.Master.CoprocRollback:output_type -> tabula.v1.CoprocRollbackResponse
+	22,  // 122: tabula.v1.Master.CoprocFetch:output_type -> tabula.v1.CoprocFetchResponse
+	104, // 123: tabula.v1.Master.ForgetServer:output_type -> tabula.v1.ForgetServerResponse
+	107, // 124: tabula.v1.Master.ListDataLoss:output_type -> tabula.v1.ListDataLossResponse
+	41,  // 125: tabula.v1.Master.MasterMembers:output_type -> tabula.v1.MasterMembersResponse
+	43,  // 126: tabula.v1.Master.AddMaster:output_type -> tabula.v1.AddMasterResponse
+	45,  // 127: tabula.v1.Master.RemoveMaster:output_type -> tabula.v1.RemoveMasterResponse
+	47,  // 128: tabula.v1.Master.TransferLeader:output_type -> tabula.v1.TransferLeaderResponse
+	36,  // 129: tabula.v1.Master.MovePartition:output_type -> tabula.v1.MovePartitionResponse
+	38,  // 130: tabula.v1.Master.DrainServer:output_type -> tabula.v1.DrainServerResponse
+	78,  // 131: tabula.v1.TableServer.Get:output_type -> tabula.v1.GetResponse
+	80,  // 132: tabula.v1.TableServer.BatchGet:output_type -> tabula.v1.BatchGetResponse
+	82,  // 133: tabula.v1.TableServer.MultiGet:output_type -> tabula.v1.MultiGetResponse
+	85,  // 134: tabula.v1.TableServer.Put:output_type -> tabula.v1.PutResponse
+	87,  // 135: tabula.v1.TableServer.Delete:output_type -> tabula.v1.DeleteResponse
+	89,  // 136: tabula.v1.TableServer.CompareAndSwap:output_type -> tabula.v1.CompareAndSwapResponse
+	92,  // 137: tabula.v1.TableServer.BatchWrite:output_type -> tabula.v1.BatchWriteResponse
+	95,  // 138: tabula.v1.TableServer.Scan:output_type -> tabula.v1.ScanResponse
+	97,  // 139: tabula.v1.TableServer.CopyReplica:output_type -> tabula.v1.CopyReplicaChunk
+	100, // 140: tabula.v1.TableServer.BulkUpload:output_type -> tabula.v1.BulkUploadResponse
+	100, // 141: tabula.v1.TableServer.BulkUploadStatus:output_type -> tabula.v1.BulkUploadResponse
+	25,  // 142: tabula.v1.TableServer.Invoke:output_type -> tabula.v1.InvokeResponse
+	27,  // 143: tabula.v1.TableServer.CoprocMerge:output_type -> tabula.v1.CoprocMergeResponse
+	104, // [104:144] is the sub-list for method output_type
+	64,  // [64:104] is the sub-list for method input_type
 	64,  // [64:64] is the sub-list for extension type_name
 	64,  // [64:64] is the sub-list for extension extendee
 	0,   // [0:64] is the sub-list for field type_name
@@ -7602,7 +7864,7 @@ func file_tabula_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tabula_proto_rawDesc), len(file_tabula_proto_rawDesc)),
 			NumEnums:      7,
-			NumMessages:   97,
+			NumMessages:   101,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

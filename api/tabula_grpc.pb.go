@@ -52,6 +52,8 @@ const (
 	Master_AddMaster_FullMethodName          = "/tabula.v1.Master/AddMaster"
 	Master_RemoveMaster_FullMethodName       = "/tabula.v1.Master/RemoveMaster"
 	Master_TransferLeader_FullMethodName     = "/tabula.v1.Master/TransferLeader"
+	Master_MovePartition_FullMethodName      = "/tabula.v1.Master/MovePartition"
+	Master_DrainServer_FullMethodName        = "/tabula.v1.Master/DrainServer"
 )
 
 // MasterClient is the client API for Master service.
@@ -114,6 +116,15 @@ type MasterClient interface {
 	AddMaster(ctx context.Context, in *AddMasterRequest, opts ...grpc.CallOption) (*AddMasterResponse, error)
 	RemoveMaster(ctx context.Context, in *RemoveMasterRequest, opts ...grpc.CallOption) (*RemoveMasterResponse, error)
 	TransferLeader(ctx context.Context, in *TransferLeaderRequest, opts ...grpc.CallOption) (*TransferLeaderResponse, error)
+	// MovePartition moves one replica of a replicated partition to another
+	// server with its data: the target is added, copies and catches up, takes
+	// the primary role if the source had it, then the source leaves. It
+	// returns once the move has started (describe shows its progress).
+	MovePartition(ctx context.Context, in *MovePartitionRequest, opts ...grpc.CallOption) (*MovePartitionResponse, error)
+	// DrainServer moves every replica off a server the same way, a few at
+	// a time; its primaries hand off at once. SIGTERM to a server does the
+	// same.
+	DrainServer(ctx context.Context, in *DrainServerRequest, opts ...grpc.CallOption) (*DrainServerResponse, error)
 }
 
 type masterClient struct {
@@ -383,6 +394,26 @@ func (c *masterClient) TransferLeader(ctx context.Context, in *TransferLeaderReq
 	return out, nil
 }
 
+func (c *masterClient) MovePartition(ctx context.Context, in *MovePartitionRequest, opts ...grpc.CallOption) (*MovePartitionResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(MovePartitionResponse)
+	err := c.cc.Invoke(ctx, Master_MovePartition_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *masterClient) DrainServer(ctx context.Context, in *DrainServerRequest, opts ...grpc.CallOption) (*DrainServerResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DrainServerResponse)
+	err := c.cc.Invoke(ctx, Master_DrainServer_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // MasterServer is the server API for Master service.
 // All implementations must embed UnimplementedMasterServer
 // for forward compatibility.
@@ -443,6 +474,15 @@ type MasterServer interface {
 	AddMaster(context.Context, *AddMasterRequest) (*AddMasterResponse, error)
 	RemoveMaster(context.Context, *RemoveMasterRequest) (*RemoveMasterResponse, error)
 	TransferLeader(context.Context, *TransferLeaderRequest) (*TransferLeaderResponse, error)
+	// MovePartition moves one replica of a replicated partition to another
+	// server with its data: the target is added, copies and catches up, takes
+	// the primary role if the source had it, then the source leaves. It
+	// returns once the move has started (describe shows its progress).
+	MovePartition(context.Context, *MovePartitionRequest) (*MovePartitionResponse, error)
+	// DrainServer moves every replica off a server the same way, a few at
+	// a time; its primaries hand off at once. SIGTERM to a server does the
+	// same.
+	DrainServer(context.Context, *DrainServerRequest) (*DrainServerResponse, error)
 	mustEmbedUnimplementedMasterServer()
 }
 
@@ -527,6 +567,12 @@ func (UnimplementedMasterServer) RemoveMaster(context.Context, *RemoveMasterRequ
 }
 func (UnimplementedMasterServer) TransferLeader(context.Context, *TransferLeaderRequest) (*TransferLeaderResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method TransferLeader not implemented")
+}
+func (UnimplementedMasterServer) MovePartition(context.Context, *MovePartitionRequest) (*MovePartitionResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method MovePartition not implemented")
+}
+func (UnimplementedMasterServer) DrainServer(context.Context, *DrainServerRequest) (*DrainServerResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DrainServer not implemented")
 }
 func (UnimplementedMasterServer) mustEmbedUnimplementedMasterServer() {}
 func (UnimplementedMasterServer) testEmbeddedByValue()                {}
@@ -992,6 +1038,42 @@ func _Master_TransferLeader_Handler(srv interface{}, ctx context.Context, dec fu
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Master_MovePartition_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(MovePartitionRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MasterServer).MovePartition(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Master_MovePartition_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MasterServer).MovePartition(ctx, req.(*MovePartitionRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Master_DrainServer_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DrainServerRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MasterServer).DrainServer(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Master_DrainServer_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MasterServer).DrainServer(ctx, req.(*DrainServerRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Master_ServiceDesc is the grpc.ServiceDesc for Master service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1094,6 +1176,14 @@ var Master_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "TransferLeader",
 			Handler:    _Master_TransferLeader_Handler,
+		},
+		{
+			MethodName: "MovePartition",
+			Handler:    _Master_MovePartition_Handler,
+		},
+		{
+			MethodName: "DrainServer",
+			Handler:    _Master_DrainServer_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

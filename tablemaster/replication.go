@@ -179,6 +179,7 @@ func (m *Master) logLoop() {
 		case <-m.logKick:
 		}
 		m.reconfigureLogs()
+		m.moveLoop(m.streamCtx)
 		if m.truncateDue(&truncated) {
 			ctx, cancel := context.WithTimeout(m.streamCtx, 30*time.Second)
 			m.truncateLogs(ctx)

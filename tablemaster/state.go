@@ -88,6 +88,8 @@ type Command struct {
 	// the log instead of being copied elsewhere. Commands from before it
 	// (false) drop the replicas at once.
 	Keep bool `json:"keep,omitempty"`
+	// To: OpMoveReplica's and OpMoveDone's target server.
+	To string `json:"to,omitempty"`
 	// Replace: OpServerDown of a dead server whose kept replicas (Keep)
 	// are now dropped and placed again on live servers, which copy them.
 	Replace bool `json:"replace,omitempty"`
@@ -231,6 +233,9 @@ type Partition struct {
 	// empty. It stays set, so describe keeps showing it. A DataLoss is never
 	// modified once set (clones share it).
 	DataLost *DataLoss `json:"data_lost,omitempty"`
+	// Move is the replica move in progress, if any (move.go). A Move is
+	// never modified once set (clones share it).
+	Move *Move `json:"move,omitempty"`
 }
 
 // DataLoss records how a partition lost every copy of its data.
@@ -469,6 +474,10 @@ func (s *State) apply(cmd *Command, chk bool) (Result, error) {
 		res, err = s.partitionLog(*cmd)
 	case OpPartitionLogReset:
 		res, err = s.partitionLogReset(*cmd)
+	case OpMoveReplica:
+		res, err = s.moveReplica(cmd, chk)
+	case OpMoveDone:
+		res, err = s.moveDone(*cmd)
 	default:
 		return Result{}, errInvalid("op", "unknown_command", 0, "unknown command %q", cmd.Op)
 	}

@@ -59,7 +59,7 @@ func rootCmd() *cobra.Command {
 	root.AddCommand(
 		devCmd(g), masterCmd(g), serverCmd(g),
 		tableCmd(g), putCmd(g), getCmd(g), delCmd(g), scanCmd(g),
-		workloadCmd(g), bulkCmd(g), streamCmd(g), extentCmd(g), coprocCmd(g),
+		workloadCmd(g), bulkCmd(g), streamCmd(g), extentCmd(g), coprocCmd(g), partitionCmd(g),
 	)
 	return root
 }

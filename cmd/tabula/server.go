@@ -64,7 +64,7 @@ func serverCmd(g *globals) *cobra.Command {
 	f.Int64Var(&opts.RepairBandwidth, "repair-bandwidth", tableserver.DefaultRepairBandwidth, "bytes per second this server copies into new replicas, all copies together (negative: unlimited)")
 	f.DurationVar(&opts.ScrubInterval, "scrub-interval", 10*time.Minute, "pause between the extent scrubber's passes over every block (negative: off)")
 	_ = cmd.MarkFlagRequired("data")
-	cmd.AddCommand(serverForgetCmd(g))
+	cmd.AddCommand(serverForgetCmd(g), serverDrainCmd(g))
 	return cmd
 }
 

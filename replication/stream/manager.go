@@ -51,8 +51,8 @@ const (
 	// sealed, on the stream's replica count of live nodes in distinct
 	// fault domains, least loaded first; Node, if live, is preferred as
 	// primary; Avoid lists nodes to use only if nothing else fits. Nodes,
-	// if set, are the exact nodes instead, primary first: at most the
-	// stream's replicas, known, alive and distinct (fault domains are the
+	// if set, are the exact nodes instead, primary first: at most twice
+	// the stream's replicas, known, alive and distinct (fault domains are the
 	// caller's business). Epoch, if not 0, must be the stream's writer
 	// epoch.
 	OpAllocate Op = "allocate_extent"
@@ -670,9 +670,11 @@ func (m *Manager) allocate(c Command) (Result, error) {
 	if len(c.Nodes) > 0 {
 		// Fewer than the stream's replicas is a degraded extent (a
 		// partition that lost a replica goes on with the rest); once
-		// sealed it is re-replicated to the stream's count.
-		if len(c.Nodes) > want {
-			return Result{}, badCmd("allocate in %q on %d nodes %v: the stream has %d replicas", s.Name, len(c.Nodes), c.Nodes, want)
+		// sealed it is re-replicated to the stream's count. More is a
+		// partition's replica moving (its target joins before its source
+		// leaves): up to twice the count.
+		if len(c.Nodes) > 2*want {
+			return Result{}, badCmd("allocate in %q on %d nodes %v: the stream has %d replicas, and an extent takes at most twice that", s.Name, len(c.Nodes), c.Nodes, want)
 		}
 		for i, id := range c.Nodes {
 			nd, err := m.node(id)

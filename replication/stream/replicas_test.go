@@ -296,7 +296,7 @@ func TestPlacementTheCallerDecides(t *testing.T) {
 		nodes []string
 		want  error
 	}{
-		{[]string{"en-0", "en-1", "en-2"}, stream.ErrBadCommand}, // more than the stream's 2
+		{[]string{"en-0", "en-1", "en-2", "en-4", "en-5"}, stream.ErrBadCommand}, // more than twice the stream's 2
 		{[]string{"en-0", "en-0"}, stream.ErrBadCommand},
 		{[]string{"en-0", "en-9"}, stream.ErrUnknownNode},
 		{[]string{"en-0", "en-3"}, stream.ErrNoPlacement},

@@ -1,0 +1,255 @@
+package tablemaster
+
+import (
+	"context"
+	"errors"
+	"slices"
+
+	"github.com/tabuladb/tabula/api"
+)
+
+// Moves with data. A replica of a log-replicated partition moves from one
+// server to another in four steps, none of which lowers the partition's
+// replication: OpMoveReplica adds the target as a secondary (the log's next
+// extent includes it; it copies a snapshot and catches up, see
+// tableserver/copy.go); once the target reports itself in sync, OpMoveDone
+// hands the primary role to it if the source had it (one epoch bump: the
+// old primary's in-flight writes are retried by their clients with their
+// request ids) and removes the source. A draining server (tabula server
+// drain, or SIGTERM) has every such replica moved off it this way, a few
+// at a time (moveLoop).
+
+// Move commands. The strings are written to the command log: never change
+// or reuse one.
+const (
+	// OpMoveReplica starts moving partition PartitionID's replica on
+	// ServerID to To (chosen by placement when empty; the logged command
+	// names it).
+	OpMoveReplica Op = "move_replica"
+	// OpMoveDone ends partition PartitionID's move from ServerID to To: the
+	// source leaves (the target takes the primary role if the source had
+	// it). A move whose target is gone is dropped instead.
+	OpMoveDone Op = "move_done"
+)
+
+// Move is a partition's replica move in progress.
+type Move struct {
+	From    string `json:"from"`
+	To      string `json:"to"`
+	SinceMs int64  `json:"since_ms"`
+}
+
+// movesPerServer bounds the moves off one draining server at a time.
+const movesPerServer = 4
+
+func (s *State) moveReplica(cmd *Command, chk bool) (Result, error) {
+	t, p := s.partition(cmd.PartitionID)
+	if p == nil {
+		return Result{}, errInvalid("partition_id", "partition_not_found", 0, "no partition %d", cmd.PartitionID)
+	}
+	if chk {
+		switch {
+		case p.Log == nil:
+			return Result{}, errInvalid("partition_id", "not_replicated", 0, "partition %d is not replicated through a commit log: only those move with their data", p.ID)
+		case p.Move != nil:
+			return Result{}, errCode(ErrInvalidArgument, api.ErrorCode_ERROR_CODE_UNAVAILABLE, "move_in_progress", "partition %d is moving from %s to %s already", p.ID, p.Move.From, p.Move.To)
+		case !hostsReplica(p, cmd.ServerID):
+			return Result{}, errInvalid("server_id", "no_replica", 0, "server %s holds no replica of partition %d", cmd.ServerID, p.ID)
+		}
+		var others []string
+		for _, r := range p.Replicas {
+			if r.ServerID != cmd.ServerID {
+				others = append(others, r.ServerID)
+			}
+		}
+		cands := s.candidates()
+		if cmd.To == "" {
+			picks := Place(cands, others, 1)
+			if len(picks) == 0 {
+				return Result{}, errCode(ErrInvalidArgument, api.ErrorCode_ERROR_CODE_UNAVAILABLE, "no_target", "no live server in a fault domain partition %d does not use can take its replica from %s", p.ID, cmd.ServerID)
+			}
+			cmd.To = picks[0]
+		}
+		to := s.Servers[cmd.To]
+		switch {
+		case to == nil:
+			return Result{}, errServerNotFound(cmd.To)
+		case !to.Alive || to.Draining:
+			return Result{}, errInvalid("to", "server_unavailable", 0, "server %s is dead or draining", cmd.To)
+		case hostsReplica(p, cmd.To):
+			return Result{}, errInvalid("to", "has_replica", 0, "server %s already holds a replica of partition %d", cmd.To, p.ID)
+		}
+		for _, r := range p.Replicas {
+			if r.ServerID != cmd.ServerID && s.Servers[r.ServerID] != nil && s.Servers[r.ServerID].FaultDomain == to.FaultDomain {
+				return Result{}, errInvalid("to", "fault_domain_taken", 0, "server %s is in fault domain %q, which replica %s of partition %d uses", cmd.To, to.FaultDomain, r.ServerID, p.ID)
+			}
+		}
+	}
+	to := s.Servers[cmd.To]
+	if p.Move != nil || to == nil || hostsReplica(p, cmd.To) || !hostsReplica(p, cmd.ServerID) {
+		return Result{}, nil
+	}
+	t = s.mutTable(t)
+	p = &t.Partitions[p.Index]
+	p.Replicas = append(p.Replicas, Replica{ServerID: to.ID, Addr: to.Addr, Role: api.ReplicaRole_REPLICA_ROLE_SECONDARY, FaultDomain: to.FaultDomain})
+	p.Move = &Move{From: cmd.ServerID, To: cmd.To, SinceMs: cmd.UnixMs}
+	p.resetLog()
+	return Result{Changed: true, Moved: []uint64{p.ID}}, nil
+}
+
+func (s *State) moveDone(cmd Command) (Result, error) {
+	t, p := s.partition(cmd.PartitionID)
+	if p == nil || p.Move == nil || p.Move.From != cmd.ServerID || p.Move.To != cmd.To {
+		return Result{}, nil // done or dropped already
+	}
+	t = s.mutTable(t)
+	p = &t.Partitions[p.Index]
+	p.Move = nil
+	k := slices.IndexFunc(p.Replicas, func(r Replica) bool { return r.ServerID == cmd.ServerID })
+	j := slices.IndexFunc(p.Replicas, func(r Replica) bool { return r.ServerID == cmd.To })
+	if k < 0 || j < 0 {
+		return Result{Changed: true, Moved: []uint64{p.ID}}, nil // one end is gone: the move is dropped
+	}
+	if p.Replicas[k].Role == api.ReplicaRole_REPLICA_ROLE_PRIMARY {
+		p.Replicas[k].Role = api.ReplicaRole_REPLICA_ROLE_SECONDARY
+		p.Replicas[j].Role = api.ReplicaRole_REPLICA_ROLE_PRIMARY
+		p.Epoch++
+	}
+	p.Replicas = slices.Delete(p.Replicas, k, k+1)
+	if j = slices.IndexFunc(p.Replicas, func(r Replica) bool { return r.Role == api.ReplicaRole_REPLICA_ROLE_PRIMARY }); j > 0 {
+		p.Replicas[0], p.Replicas[j] = p.Replicas[j], p.Replicas[0]
+	}
+	p.resetLog()
+	return Result{Changed: true, Moved: []uint64{p.ID}}, nil
+}
+
+// moveLoop, run by the log loop on the leader: finishes moves whose target
+// reports itself in sync (or is gone), and starts moves off draining
+// servers.
+func (m *Master) moveLoop(ctx context.Context) {
+	if !m.leads() {
+		return
+	}
+	st := m.State()
+	insync := map[uint64]map[string]bool{}
+	m.liveMu.Lock()
+	for id, l := range m.live {
+		if l.dead {
+			continue
+		}
+		for _, r := range l.statuses {
+			if r.State == api.ReplicaState_REPLICA_STATE_IN_SYNC {
+				if insync[r.PartitionId] == nil {
+					insync[r.PartitionId] = map[string]bool{}
+				}
+				insync[r.PartitionId][id] = true
+			}
+		}
+	}
+	m.liveMu.Unlock()
+	moving := map[string]int{} // moves off each server
+	for _, t := range st.tablesByID() {
+		for _, p := range t.Partitions {
+			if p.Move == nil {
+				continue
+			}
+			moving[p.Move.From]++
+			to := st.Servers[p.Move.To]
+			if insync[p.ID][p.Move.To] || !hostsReplica(&p, p.Move.To) || to == nil {
+				res, _, err := m.propose(Command{Op: OpMoveDone, UnixMs: m.opts.Now().UnixMilli(), PartitionID: p.ID, ServerID: p.Move.From, To: p.Move.To}, nil, nil)
+				if err == nil && res.Changed {
+					m.logger.Info("tablemaster: replica moved", "partition", p.ID, "from", p.Move.From, "to", p.Move.To)
+					m.kickLogs()
+				}
+			}
+		}
+	}
+	for _, id := range st.ServerIDs() {
+		srv := st.Servers[id]
+		if !srv.Draining || moving[id] >= movesPerServer {
+			continue
+		}
+		for _, t := range st.tablesByID() {
+			if !t.replicatesByLog() {
+				continue
+			}
+			for _, p := range t.Partitions {
+				if moving[id] >= movesPerServer || p.Move != nil || !hostsReplica(&p, id) {
+					continue
+				}
+				res, _, err := m.propose(Command{Op: OpMoveReplica, UnixMs: m.opts.Now().UnixMilli(), PartitionID: p.ID, ServerID: id}, nil, nil)
+				switch {
+				case err == nil && res.Changed:
+					moving[id]++
+					m.kickLogs()
+				case err != nil && !errors.Is(err, ErrClosed) && ctx.Err() == nil:
+					m.logger.Debug("tablemaster: cannot move a replica off a draining server yet", "server", id, "partition", p.ID, "err", err)
+				}
+			}
+		}
+	}
+}
+
+// MovePartition implements api.MasterServer.
+func (m *Master) MovePartition(_ context.Context, req *api.MovePartitionRequest) (*api.MovePartitionResponse, error) {
+	if req == nil {
+		return nil, errNilRequest()
+	}
+	st := m.State()
+	t, err := lookup(st, "tenant", req.GetTenant(), "table", req.GetTable())
+	if err != nil {
+		return nil, err
+	}
+	if int(req.GetIndex()) >= len(t.Partitions) {
+		return nil, api.InvalidArgument("index", "partition_not_found", uint64(len(t.Partitions)), "table %s has %d partitions; there is no index %d", t.Name, len(t.Partitions), req.GetIndex())
+	}
+	p := t.Partitions[req.GetIndex()]
+	from := req.GetFrom()
+	if from == "" {
+		from = primaryID(&p)
+	}
+	cmd := Command{Op: OpMoveReplica, UnixMs: m.opts.Now().UnixMilli(), PartitionID: p.ID, ServerID: from, To: req.GetTo()}
+	_, next, err := m.propose(cmd, nil, nil)
+	if err != nil {
+		return nil, rpcError("move partition", err)
+	}
+	_, np := next.partition(p.ID)
+	out := &api.MovePartitionResponse{From: from, MapVersion: next.Version}
+	if np != nil && np.Move != nil {
+		out.To = np.Move.To
+	}
+	m.logger.Info("tablemaster: moving a replica", "partition", p.ID, "from", from, "to", out.To)
+	m.kickLogs()
+	return out, nil
+}
+
+// DrainServer implements api.MasterServer.
+func (m *Master) DrainServer(_ context.Context, req *api.DrainServerRequest) (*api.DrainServerResponse, error) {
+	if req == nil {
+		return nil, errNilRequest()
+	}
+	st := m.State()
+	srv := st.Servers[req.GetServerId()]
+	if srv == nil {
+		return nil, rpcError("drain server", errServerNotFound(req.GetServerId()))
+	}
+	if !srv.Alive {
+		return nil, rpcError("drain server", errInvalid("server_id", "server_dead", 0,
+			"server %s is dead: its replicas are placed again after --replace-after (or forget it: tabula server forget)", req.GetServerId()))
+	}
+	_, next, err := m.propose(Command{Op: OpServerDown, UnixMs: m.opts.Now().UnixMilli(), ServerID: req.GetServerId(), Draining: true, Keep: true}, nil, nil)
+	if err != nil {
+		return nil, rpcError("drain server", err)
+	}
+	var n uint32
+	for _, t := range next.Tables {
+		for i := range t.Partitions {
+			if hostsReplica(&t.Partitions[i], req.GetServerId()) {
+				n++
+			}
+		}
+	}
+	m.logger.Info("tablemaster: draining a server: its replicas move off", "server", req.GetServerId(), "replicas", n)
+	m.kickLogs()
+	return &api.DrainServerResponse{Replicas: n, MapVersion: next.Version}, nil
+}
