@@ -257,9 +257,33 @@ var anyMemberMethods = map[string]bool{
 	"/tabula.v1.Master/MasterMembers":     true,
 }
 
+// readMethods answer from the state: on a raft leader they first confirm
+// with a quorum that it still leads and has applied everything committed
+// (ReadIndex), so a deposed leader that has not noticed yet never answers
+// with a stale catalog or map.
+var readMethods = map[string]bool{
+	"/tabula.v1.Master/GetPartitionMap": true,
+	"/tabula.v1.Master/DescribeTable":   true,
+	"/tabula.v1.Master/ListTables":      true,
+	"/tabula.v1.Master/ListServers":     true,
+	"/tabula.v1.Master/ListDataLoss":    true,
+	"/tabula.v1.Master/BulkStatus":      true,
+	"/tabula.v1.Master/CoprocList":      true,
+}
+
 func (m *Master) leaderOnlyUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-	if m.raft != nil && !anyMemberMethods[info.FullMethod] && strings.HasPrefix(info.FullMethod, "/tabula.v1.Master/") && !m.leads() {
-		return nil, m.notLeader()
+	if m.raft != nil && !anyMemberMethods[info.FullMethod] && strings.HasPrefix(info.FullMethod, "/tabula.v1.Master/") {
+		if !m.leads() {
+			return nil, m.notLeader()
+		}
+		if readMethods[info.FullMethod] {
+			rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			err := m.raft.node.ReadIndex(rctx)
+			cancel()
+			if err != nil || !m.leads() {
+				return nil, m.notLeader()
+			}
+		}
 	}
 	return h(ctx, req)
 }
