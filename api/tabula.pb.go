@@ -202,6 +202,10 @@ const (
 	ReplicaState_REPLICA_STATE_CATCHING_UP ReplicaState = 2
 	// Applied up to the commit point it knows: a full replica.
 	ReplicaState_REPLICA_STATE_IN_SYNC ReplicaState = 3
+	// Its engine failed (a write or sync error, or data that fails its
+	// checksums): it serves nothing, and the master replaces it from a
+	// healthy replica.
+	ReplicaState_REPLICA_STATE_FAILED ReplicaState = 4
 )
 
 // Enum value maps for ReplicaState.
@@ -211,12 +215,14 @@ var (
 		1: "REPLICA_STATE_COPYING",
 		2: "REPLICA_STATE_CATCHING_UP",
 		3: "REPLICA_STATE_IN_SYNC",
+		4: "REPLICA_STATE_FAILED",
 	}
 	ReplicaState_value = map[string]int32{
 		"REPLICA_STATE_UNSPECIFIED": 0,
 		"REPLICA_STATE_COPYING":     1,
 		"REPLICA_STATE_CATCHING_UP": 2,
 		"REPLICA_STATE_IN_SYNC":     3,
+		"REPLICA_STATE_FAILED":      4,
 	}
 )
 
@@ -7494,12 +7500,13 @@ const file_tabula_proto_rawDesc = "" +
 	"\x1eBULK_VERSION_STATE_UNSPECIFIED\x10\x00\x12\x1e\n" +
 	"\x1aBULK_VERSION_STATE_LOADING\x10\x01\x12\x1c\n" +
 	"\x18BULK_VERSION_STATE_READY\x10\x02\x12\x1e\n" +
-	"\x1aBULK_VERSION_STATE_SERVING\x10\x03*\x82\x01\n" +
+	"\x1aBULK_VERSION_STATE_SERVING\x10\x03*\x9c\x01\n" +
 	"\fReplicaState\x12\x1d\n" +
 	"\x19REPLICA_STATE_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15REPLICA_STATE_COPYING\x10\x01\x12\x1d\n" +
 	"\x19REPLICA_STATE_CATCHING_UP\x10\x02\x12\x19\n" +
-	"\x15REPLICA_STATE_IN_SYNC\x10\x03*\xdf\x02\n" +
+	"\x15REPLICA_STATE_IN_SYNC\x10\x03\x12\x18\n" +
+	"\x14REPLICA_STATE_FAILED\x10\x04*\xdf\x02\n" +
 	"\tErrorCode\x12\x1a\n" +
 	"\x16ERROR_CODE_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14ERROR_CODE_NOT_OWNER\x10\x01\x12\x1a\n" +

@@ -7,6 +7,8 @@ import (
 	"sort"
 	"sync"
 	"time"
+
+	"github.com/tabuladb/tabula/engines/vfs"
 )
 
 // Sentinel errors every engine uses, so callers test them with errors.Is.
@@ -155,6 +157,10 @@ type Options struct {
 	// not sync its writes (Durability is ignored: lazy) and may persist
 	// its restart state less often.
 	Replayable bool
+	// FS is the file system disk-backed engines keep their files on.
+	// Default: vfs.Default (the operating system's); tests inject faults
+	// through a vfs.MemFS.
+	FS vfs.FS
 	// Now is the clock TTLs are measured by, in Unix milliseconds.
 	// Default: time.Now().UnixMilli().
 	Now func() int64

@@ -26,6 +26,12 @@ const (
 	// ServerID to To (chosen by placement when empty; the logged command
 	// names it).
 	OpMoveReplica Op = "move_replica"
+	// OpReplicaFailed drops partition PartitionID's replica on ServerID,
+	// which reported its engine failed (REPLICA_STATE_FAILED); Promote
+	// names the new primary if it was the primary. Placement puts a new
+	// replica elsewhere, which copies from a healthy one. A partition with
+	// no other replica keeps it (there is nothing to copy from).
+	OpReplicaFailed Op = "replica_failed"
 	// OpMoveDone ends partition PartitionID's move from ServerID to To: the
 	// source leaves (the target takes the primary role if the source had
 	// it). A move whose target is gone is dropped instead.
@@ -97,6 +103,26 @@ func (s *State) moveReplica(cmd *Command, chk bool) (Result, error) {
 	return Result{Changed: true, Moved: []uint64{p.ID}}, nil
 }
 
+func (s *State) replicaFailed(cmd Command) (Result, error) {
+	t, p := s.partition(cmd.PartitionID)
+	if p == nil || len(p.Replicas) < 2 {
+		return Result{}, nil
+	}
+	k := slices.IndexFunc(p.Replicas, func(r Replica) bool { return r.ServerID == cmd.ServerID })
+	if k < 0 {
+		return Result{}, nil
+	}
+	cands := s.candidates()
+	for i := range cands {
+		if cands[i].ID == cmd.ServerID {
+			cands[i].Available = false // not back where it failed
+		}
+	}
+	t = s.mutTable(t)
+	s.dropReplica(t, int(p.Index), k, cmd.Promote[p.ID], cands)
+	return Result{Changed: true, Moved: []uint64{p.ID}}, nil
+}
+
 func (s *State) moveDone(cmd Command) (Result, error) {
 	t, p := s.partition(cmd.PartitionID)
 	if p == nil || p.Move == nil || p.Move.From != cmd.ServerID || p.Move.To != cmd.To {
@@ -132,12 +158,20 @@ func (m *Master) moveLoop(ctx context.Context) {
 	}
 	st := m.State()
 	insync := map[uint64]map[string]bool{}
+	type failure struct {
+		pid    uint64
+		server string
+	}
+	var failed []failure
 	m.liveMu.Lock()
 	for id, l := range m.live {
 		if l.dead {
 			continue
 		}
 		for _, r := range l.statuses {
+			if r.State == api.ReplicaState_REPLICA_STATE_FAILED {
+				failed = append(failed, failure{r.PartitionId, id})
+			}
 			if r.State == api.ReplicaState_REPLICA_STATE_IN_SYNC {
 				if insync[r.PartitionId] == nil {
 					insync[r.PartitionId] = map[string]bool{}
@@ -147,6 +181,18 @@ func (m *Master) moveLoop(ctx context.Context) {
 		}
 	}
 	m.liveMu.Unlock()
+	for _, f := range failed {
+		_, p := st.partition(f.pid)
+		if p == nil || !hostsReplica(p, f.server) || len(p.Replicas) < 2 {
+			continue
+		}
+		res, _, err := m.propose(Command{Op: OpReplicaFailed, UnixMs: m.opts.Now().UnixMilli(), PartitionID: f.pid, ServerID: f.server,
+			Promote: m.promotions(st, f.server)}, nil, nil)
+		if err == nil && res.Changed {
+			m.logger.Warn("tablemaster: a replica's engine failed; placing a new one", "partition", f.pid, "server", f.server)
+			m.kickLogs()
+		}
+	}
 	moving := map[string]int{} // moves off each server
 	for _, t := range st.tablesByID() {
 		for _, p := range t.Partitions {

@@ -478,6 +478,8 @@ func (s *State) apply(cmd *Command, chk bool) (Result, error) {
 		res, err = s.moveReplica(cmd, chk)
 	case OpMoveDone:
 		res, err = s.moveDone(*cmd)
+	case OpReplicaFailed:
+		res, err = s.replicaFailed(*cmd)
 	default:
 		return Result{}, errInvalid("op", "unknown_command", 0, "unknown command %q", cmd.Op)
 	}

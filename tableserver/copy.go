@@ -250,10 +250,24 @@ func (l *logReplica) progress() (state api.ReplicaState, copied, total uint64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	switch {
+	case l.fatal != nil:
+		return api.ReplicaState_REPLICA_STATE_FAILED, 0, 0
 	case l.needCopy && l.want.role == partition.RoleSecondary:
 		return api.ReplicaState_REPLICA_STATE_COPYING, l.copied, l.copyTotal
 	case l.want.role == partition.RolePrimary && l.caughtUp, l.want.role == partition.RoleSecondary && l.synced:
 		return api.ReplicaState_REPLICA_STATE_IN_SYNC, 0, 0
 	}
 	return api.ReplicaState_REPLICA_STATE_CATCHING_UP, 0, 0
+}
+
+// fail marks the replica failed (its engine cannot be trusted): it serves
+// nothing more and reports REPLICA_STATE_FAILED, so the master replaces
+// it.
+func (l *logReplica) fail(err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.fatal == nil {
+		l.fatal = err
+		l.log.Error("replica failed; it serves nothing and will be replaced", "err", err)
+	}
 }

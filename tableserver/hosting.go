@@ -199,6 +199,7 @@ func (s *Server) openReplica(t *api.Table, p *api.Partition) (*replica, error) {
 		// the LSN its files reached.
 		Replayable:  p.GetLog() != nil,
 		Dir:         dir,
+		FS:          s.opts.EngineFS,
 		Storage:     t.GetOptions().GetStorage(),
 		Durability:  t.GetOptions().GetDurability(),
 		Compression: t.GetOptions().GetCompression(),

@@ -697,8 +697,8 @@ func (p *logCoprocPartition) Commit(ctx context.Context, reads []coproc.Read, ba
 
 // readState is the applied LSN and whether the replica serves as primary
 // (caught up on the log it inherited).
-func (l *logReplica) readState() (applied uint64, serving, copying bool) {
+func (l *logReplica) readState() (applied uint64, serving, copying bool, failed error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.core.Applied(), l.caughtUp && l.want.role == partition.RolePrimary && l.fatal == nil, l.needCopy && l.want.role == partition.RoleSecondary
+	return l.core.Applied(), l.caughtUp && l.want.role == partition.RolePrimary && l.fatal == nil, l.needCopy && l.want.role == partition.RoleSecondary, l.fatal
 }

@@ -6,6 +6,8 @@ import (
 	"math/rand/v2"
 	"path/filepath"
 	"time"
+
+	"github.com/tabuladb/tabula/engines/vfs"
 )
 
 // Options configure a Server. DataDir and Masters are required; every other
@@ -59,6 +61,10 @@ type Options struct {
 	// partitions' engines durable and reports the LSN they reached, which
 	// bounds how much commit log the master keeps. Default 5s.
 	LogFlushInterval time.Duration
+	// EngineFS, if set, is the file system the partitions' engines keep
+	// their files on instead of the operating system's: for tests that
+	// inject disk faults (a vfs.MemFS).
+	EngineFS vfs.FS
 	// Logger receives the server's events. Default slog.Default().
 	Logger *slog.Logger
 	// OnMapApplied, when set, is called (on the map-watch goroutine) after

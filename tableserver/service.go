@@ -187,6 +187,11 @@ func engineErr(r *replica, err error) error {
 	case errors.Is(err, engines.ErrReadOnly):
 		return api.Errorf(api.ErrorCode_ERROR_CODE_WRONG_KIND, "read_only_kind", "%v", err)
 	case errors.Is(err, engines.ErrCorrupt):
+		if r.log != nil {
+			// Data that fails its checksums is never served: the replica
+			// reports itself failed and is rebuilt from a healthy one.
+			r.log.fail(err)
+		}
 		return api.Errorf(api.ErrorCode_ERROR_CODE_UNAVAILABLE, "corrupt", "partition %d: %v", r.part.GetId(), err)
 	}
 	return api.Errorf(api.ErrorCode_ERROR_CODE_UNAVAILABLE, "engine_error", "partition %d: %v", r.part.GetId(), err)
