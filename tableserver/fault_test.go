@@ -90,7 +90,9 @@ func TestEngineFaultReplaced(t *testing.T) {
 		h := hdr(p)
 		h.ReadAny, h.MinLsn = true, last
 		for i := range 400 {
-			g, err := eventually(t, func() (*api.GetResponse, error) { return sc.Get(ctx, &api.GetRequest{Header: h, Key: fmt.Appendf(nil, "k%d", i)}) })
+			g, err := eventually(t, func() (*api.GetResponse, error) {
+				return sc.Get(ctx, &api.GetRequest{Header: h, Key: fmt.Appendf(nil, "k%d", i)})
+			})
 			if err != nil || string(g.GetValue()) != fmt.Sprintf("v%d", i) {
 				t.Fatalf("replica on %s, key %d: %v, %v", r.GetServerId(), i, g, err)
 			}
