@@ -256,6 +256,8 @@ func replicaProgress(rs *api.ReplicaStatus) string {
 			s += fmt.Sprintf(" of ~%s (%d%%)", humanBytes(t), min(100, rs.GetCopiedBytes()*100/t))
 		}
 		return "(" + s + ")"
+	case api.ReplicaState_REPLICA_STATE_FAILED:
+		return "(FAILED: being replaced)"
 	case api.ReplicaState_REPLICA_STATE_CATCHING_UP:
 		lag := uint64(0)
 		if rs.GetCommitLsn() > rs.GetAppliedLsn() {
