@@ -40,6 +40,7 @@ type clConfig struct {
 	rounds                        int
 	duration                      time.Duration
 	kills                         int
+	repairBytes                   int64
 	failoverTimeout, opTimeout    time.Duration
 	killInterval                  time.Duration
 	restart                       string
@@ -77,7 +78,8 @@ func runCluster(out io.Writer, args []string) (err error) {
 	fs.StringVar(&cfg.restart, "restart", "auto", "when the killed server is restarted: immediate (as soon as it is gone), after (once its partitions are writable again or the failover timeout passed), auto (immediate with 1 replica, whose partitions wait for their server; after otherwise)")
 	fs.DurationVar(&cfg.pause, "pause", 5*time.Second, "SIGSTOP length of the paused-secondary run (and of its steady run before)")
 	peers := fs.String("peers", "etcd,redis", "peers to run: etcd, redis (comma list; none for ours alone)")
-	workloads := fs.String("workloads", "writes,reads,pause,failover", "workloads to run (comma list)")
+	workloads := fs.String("workloads", "writes,reads,pause,failover,repair", "workloads to run (comma list)")
+	fs.Int64Var(&cfg.repairBytes, "repair-bytes", 1<<30, "repair: bytes of the partition copied to a new replica")
 	fs.StringVar(&cfg.dir, "dir", "", "directory for data and logs (default: a new temp dir, removed after a successful run)")
 	fs.StringVar(&cfg.tabulaBin, "tabula-bin", "", "tabula binary to run (default: built from this checkout)")
 	fs.Uint64Var(&cfg.seed, "seed", rand.Uint64(), "random seed")
@@ -86,7 +88,7 @@ func runCluster(out io.Writer, args []string) (err error) {
 	}
 	cfg.peers, cfg.workloads = clSet(*peers), clSet(*workloads)
 	for w := range cfg.workloads {
-		if !slices.Contains([]string{"writes", "reads", "pause", "failover"}, w) {
+		if !slices.Contains([]string{"writes", "reads", "pause", "failover", "repair"}, w) {
 			return fmt.Errorf("unknown workload %q", w)
 		}
 	}
@@ -188,6 +190,11 @@ func runCluster(out io.Writer, args []string) (err error) {
 	}
 	if cfg.workloads["failover"] {
 		if err := clFailover(ctx, out, tab, keys, &cfg); err != nil {
+			return err
+		}
+	}
+	if cfg.workloads["repair"] {
+		if err := clRepair(ctx, out, tab, keys, &cfg); err != nil {
 			return err
 		}
 	}
