@@ -55,6 +55,18 @@ func TestLogTruncated(t *testing.T) {
 		}
 		return info
 	}
+	// The log's first extent, before any write.
+	var first uint64
+	deadline := time.Now().Add(10 * time.Second)
+	for first == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the log has no extent")
+		}
+		if info := streamInfo(); len(info.Extents) > 0 {
+			first = info.Extents[0].ID
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	const keys = 600
 	put := func(gen int) (last uint64) {
 		for i := range keys {
@@ -75,8 +87,7 @@ func TestLogTruncated(t *testing.T) {
 		return last
 	}
 	put(1)
-	first := streamInfo().Extents[0].ID
-	deadline := time.Now().Add(30 * time.Second)
+	deadline = time.Now().Add(30 * time.Second)
 	for streamInfo().Extents[0].ID == first {
 		if time.Now().After(deadline) {
 			t.Fatalf("the log was never truncated: %d extents, the first %d", len(streamInfo().Extents), first)
