@@ -87,6 +87,9 @@ var _ api.MasterServer = (*Master)(nil)
 type view struct {
 	state   *State
 	changed chan struct{}
+	// mv is the map version of state as watchers see it (watch.go),
+	// shared by every view at that version.
+	mv *mapVersion
 }
 
 // snapJob is a snapshot to write: the published state after cut.seq.
@@ -140,7 +143,7 @@ func Open(opts Options) (*Master, error) {
 		snapKick: make(chan struct{}, 1),
 		logRetry: map[uint64]*logRetry{},
 	}
-	m.view.Store(&view{state: state, changed: make(chan struct{})})
+	m.view.Store(&view{state: state, changed: make(chan struct{}), mv: newMapVersion(state)})
 	now := opts.Now()
 	if _, ok := state.Tenants[api.DefaultTenant]; !ok {
 		if _, _, err := m.propose(Command{Op: OpCreateTenant, Tenant: api.DefaultTenant, UnixMs: now.UnixMilli()}, nil, nil); err != nil {
@@ -177,6 +180,7 @@ func (m *Master) Serve(lis net.Listener) error {
 		grpc.MaxRecvMsgSize(api.MaxMessageBytes),
 		grpc.MaxSendMsgSize(api.MaxMessageBytes),
 		grpc.WaitForHandlers(true), // Close returns only after every handler has
+		serverCodec(),              // map watches send pre-encoded responses
 	)
 	api.RegisterMasterServer(s, m)
 	m.srvMu.Lock()
@@ -320,10 +324,10 @@ func (m *Master) writeSnapshot() {
 func (m *Master) publishLocked(next *State) {
 	old := m.view.Load()
 	if next.Version == old.state.Version {
-		m.view.Store(&view{state: next, changed: old.changed})
+		m.view.Store(&view{state: next, changed: old.changed, mv: old.mv})
 		return
 	}
-	m.view.Store(&view{state: next, changed: make(chan struct{})})
+	m.view.Store(&view{state: next, changed: make(chan struct{}), mv: newMapVersion(next)})
 	close(old.changed)
 }
 
