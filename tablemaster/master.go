@@ -143,7 +143,7 @@ func Open(opts Options) (*Master, error) {
 		snapKick: make(chan struct{}, 1),
 		logRetry: map[uint64]*logRetry{},
 	}
-	m.view.Store(&view{state: state, changed: make(chan struct{}), mv: newMapVersion(state)})
+	m.view.Store(&view{state: state, changed: make(chan struct{}), mv: newMapVersion(nil, state)})
 	now := opts.Now()
 	if _, ok := state.Tenants[api.DefaultTenant]; !ok {
 		if _, _, err := m.propose(Command{Op: OpCreateTenant, Tenant: api.DefaultTenant, UnixMs: now.UnixMilli()}, nil, nil); err != nil {
@@ -327,7 +327,8 @@ func (m *Master) publishLocked(next *State) {
 		m.view.Store(&view{state: next, changed: old.changed, mv: old.mv})
 		return
 	}
-	m.view.Store(&view{state: next, changed: make(chan struct{}), mv: newMapVersion(next)})
+	m.view.Store(&view{state: next, changed: make(chan struct{}), mv: newMapVersion(old.mv, next)})
+	old.mv.superseded()
 	close(old.changed)
 }
 
