@@ -47,6 +47,7 @@ type msConfig struct {
 	heartbeat                         time.Duration
 	dir, tabulaBin                    string
 	seed                              uint64
+	deltas                            bool
 }
 
 // The master suite runs `tabula master` as a process and, in this process,
@@ -60,8 +61,9 @@ type msConfig struct {
 //     node service that answers the master's inventory calls (Stat) with a
 //     disk usage that changes every call, as a live node's does;
 //   - -watchers of them watch the whole partition map (WatchPartitionMap,
-//     as every table server does). A watcher reads each message whole but
-//     decodes only its version, so the simulation's CPU stays small;
+//     as every table server does, asking for deltas unless -deltas=false).
+//     A watcher reads each message whole but decodes only its version, so
+//     the simulation's CPU stays small;
 //   - bulk tables of -parts-per-table partitions, one replica each (they
 //     need no commit-log extents, which simulated servers cannot host),
 //     give every server -per-server partitions.
@@ -85,6 +87,7 @@ func runMaster(out io.Writer, args []string) (err error) {
 	fs.StringVar(&cfg.dir, "dir", "", "directory for data and logs (default: a new temp dir, removed after a successful run)")
 	fs.StringVar(&cfg.tabulaBin, "tabula-bin", "", "tabula binary to run (default: built from this checkout)")
 	fs.Uint64Var(&cfg.seed, "seed", rand.Uint64(), "random seed (heartbeat phases)")
+	fs.BoolVar(&cfg.deltas, "deltas", true, "watchers ask for deltas after the first full map, as table servers do (false: a full map per version)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -159,8 +162,8 @@ func runMaster(out io.Writer, args []string) (err error) {
 	}
 	mc := func(i int) api.MasterClient { return api.NewMasterClient(conns[i%len(conns)]) }
 
-	fmt.Fprintf(out, "# master: tabula master process; %d simulated servers (%d watching the map) on %d gRPC connections, %d partitions each in bulk tables of %d (1 replica); GOMAXPROCS %d of this process; dir %s; seed %d\n",
-		cfg.servers, cfg.watchers, cfg.conns, cfg.perServer, cfg.partsPerTable, runtime.GOMAXPROCS(0), dir, cfg.seed)
+	fmt.Fprintf(out, "# master: tabula master process; %d simulated servers (%d watching the map, deltas %v) on %d gRPC connections, %d partitions each in bulk tables of %d (1 replica); GOMAXPROCS %d of this process; dir %s; seed %d\n",
+		cfg.servers, cfg.watchers, cfg.deltas, cfg.conns, cfg.perServer, cfg.partsPerTable, runtime.GOMAXPROCS(0), dir, cfg.seed)
 
 	// Register the servers.
 	t0 := time.Now()
@@ -238,7 +241,7 @@ func runMaster(out io.Writer, args []string) (err error) {
 	defer wWG.Wait()
 	defer wStop()
 	for i := range ws {
-		ws[i] = &msWatcher{changed: make(chan struct{}, 1)}
+		ws[i] = &msWatcher{changed: make(chan struct{}, 1), deltas: cfg.deltas}
 		wWG.Add(1)
 		go func() {
 			defer wWG.Done()
@@ -382,6 +385,7 @@ type msWatcher struct {
 	arrivals   []msArrival
 	changed    chan struct{}
 	reconnects atomic.Int64
+	deltas     bool // ask for deltas
 }
 
 type msArrival struct {
@@ -398,7 +402,7 @@ func (w *msWatcher) run(ctx context.Context, cc *grpc.ClientConn) {
 		w.mu.Unlock()
 		st, err := cc.NewStream(ctx, msWatchDesc, api.Master_WatchPartitionMap_FullMethodName, grpc.ForceCodecV2(msVersionCodec{}))
 		if err == nil {
-			err = st.SendMsg(&api.WatchPartitionMapRequest{AfterVersion: after})
+			err = st.SendMsg(&api.WatchPartitionMapRequest{AfterVersion: after, Deltas: w.deltas})
 		}
 		if err == nil {
 			err = st.CloseSend()
