@@ -3481,7 +3481,16 @@ type WatchPartitionMapResponse struct {
 	// in maps when it was dropped and created again (maps holds the new
 	// table). An entry whose id the watcher does not hold under that name
 	// (a table created and dropped within the delta) changes nothing.
-	Removed       []*Table `protobuf:"bytes,5,rep,name=removed,proto3" json:"removed,omitempty"`
+	Removed []*Table `protobuf:"bytes,5,rep,name=removed,proto3" json:"removed,omitempty"`
+	// Delta: the tables whose partitions changed in place (same id, same
+	// number of partitions; a server died, a replica moved), each with its
+	// table, bulk and coprocessors whole but only the changed partitions:
+	// each replaces the held partition at its index. Apply after removed;
+	// a table is never in both maps and patches. A watcher that does not
+	// hold the table under that id, or whose held map has not a partition
+	// of the same id at a patched index, missed something: as for a gap,
+	// it asks for a full map.
+	Patches       []*PartitionMap `protobuf:"bytes,6,rep,name=patches,proto3" json:"patches,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3547,6 +3556,13 @@ func (x *WatchPartitionMapResponse) GetFromVersion() uint64 {
 func (x *WatchPartitionMapResponse) GetRemoved() []*Table {
 	if x != nil {
 		return x.Removed
+	}
+	return nil
+}
+
+func (x *WatchPartitionMapResponse) GetPatches() []*PartitionMap {
+	if x != nil {
+		return x.Patches
 	}
 	return nil
 }
@@ -6580,13 +6596,14 @@ const file_tabula_proto_rawDesc = "" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x14\n" +
 	"\x05table\x18\x02 \x01(\tR\x05table\x12#\n" +
 	"\rafter_version\x18\x03 \x01(\x04R\fafterVersion\x12\x16\n" +
-	"\x06deltas\x18\x04 \x01(\bR\x06deltas\"\xc7\x01\n" +
+	"\x06deltas\x18\x04 \x01(\bR\x06deltas\"\xfa\x01\n" +
 	"\x19WatchPartitionMapResponse\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\x04R\aversion\x12+\n" +
 	"\x04maps\x18\x02 \x03(\v2\x17.tabula.v1.PartitionMapR\x04maps\x12\x14\n" +
 	"\x05delta\x18\x03 \x01(\bR\x05delta\x12!\n" +
 	"\ffrom_version\x18\x04 \x01(\x04R\vfromVersion\x12*\n" +
-	"\aremoved\x18\x05 \x03(\v2\x10.tabula.v1.TableR\aremoved\"\x8d\x01\n" +
+	"\aremoved\x18\x05 \x03(\v2\x10.tabula.v1.TableR\aremoved\x121\n" +
+	"\apatches\x18\x06 \x03(\v2\x17.tabula.v1.PartitionMapR\apatches\"\x8d\x01\n" +
 	"\x15RegisterServerRequest\x12\x1b\n" +
 	"\tserver_id\x18\x01 \x01(\tR\bserverId\x12\x12\n" +
 	"\x04addr\x18\x02 \x01(\tR\x04addr\x12!\n" +
@@ -7020,110 +7037,111 @@ var file_tabula_proto_depIdxs = []int32{
 	12, // 30: tabula.v1.GetPartitionMapResponse.map:type_name -> tabula.v1.PartitionMap
 	12, // 31: tabula.v1.WatchPartitionMapResponse.maps:type_name -> tabula.v1.PartitionMap
 	8,  // 32: tabula.v1.WatchPartitionMapResponse.removed:type_name -> tabula.v1.Table
-	32, // 33: tabula.v1.HeartbeatRequest.replicas:type_name -> tabula.v1.ReplicaStatus
-	23, // 34: tabula.v1.HeartbeatRequest.coproc_ready:type_name -> tabula.v1.CoprocReady
-	28, // 35: tabula.v1.BulkPublishRequest.files:type_name -> tabula.v1.BulkFile
-	12, // 36: tabula.v1.BulkPublishResponse.map:type_name -> tabula.v1.PartitionMap
-	12, // 37: tabula.v1.BulkStoredResponse.map:type_name -> tabula.v1.PartitionMap
-	12, // 38: tabula.v1.BulkStatusResponse.map:type_name -> tabula.v1.PartitionMap
-	30, // 39: tabula.v1.BulkStatusResponse.bulk:type_name -> tabula.v1.BulkInfo
-	12, // 40: tabula.v1.BulkRollbackResponse.map:type_name -> tabula.v1.PartitionMap
-	31, // 41: tabula.v1.ListServersResponse.servers:type_name -> tabula.v1.ServerInfo
-	63, // 42: tabula.v1.GetRequest.header:type_name -> tabula.v1.RequestHeader
-	63, // 43: tabula.v1.BatchGetRequest.header:type_name -> tabula.v1.RequestHeader
-	65, // 44: tabula.v1.BatchGetResponse.results:type_name -> tabula.v1.GetResponse
-	64, // 45: tabula.v1.MultiGetRequest.gets:type_name -> tabula.v1.GetRequest
-	70, // 46: tabula.v1.MultiGetResponse.results:type_name -> tabula.v1.MultiGetResult
-	65, // 47: tabula.v1.MultiGetResult.response:type_name -> tabula.v1.GetResponse
-	63, // 48: tabula.v1.PutRequest.header:type_name -> tabula.v1.RequestHeader
-	63, // 49: tabula.v1.DeleteRequest.header:type_name -> tabula.v1.RequestHeader
-	63, // 50: tabula.v1.CompareAndSwapRequest.header:type_name -> tabula.v1.RequestHeader
-	6,  // 51: tabula.v1.Mutation.op:type_name -> tabula.v1.Mutation.Op
-	63, // 52: tabula.v1.BatchWriteRequest.header:type_name -> tabula.v1.RequestHeader
-	77, // 53: tabula.v1.BatchWriteRequest.mutations:type_name -> tabula.v1.Mutation
-	63, // 54: tabula.v1.ScanRequest.header:type_name -> tabula.v1.RequestHeader
-	81, // 55: tabula.v1.ScanResponse.records:type_name -> tabula.v1.KeyValue
-	63, // 56: tabula.v1.CopyReplicaRequest.header:type_name -> tabula.v1.RequestHeader
-	81, // 57: tabula.v1.CopyReplicaChunk.records:type_name -> tabula.v1.KeyValue
-	63, // 58: tabula.v1.BulkUploadRequest.header:type_name -> tabula.v1.RequestHeader
-	28, // 59: tabula.v1.BulkUploadRequest.file:type_name -> tabula.v1.BulkFile
-	63, // 60: tabula.v1.BulkUploadStatusRequest.header:type_name -> tabula.v1.RequestHeader
-	10, // 61: tabula.v1.PartitionLogFailedResponse.partition:type_name -> tabula.v1.Partition
-	92, // 62: tabula.v1.ForgetServerResponse.lost:type_name -> tabula.v1.LostPartition
-	92, // 63: tabula.v1.ListDataLossResponse.lost:type_name -> tabula.v1.LostPartition
-	37, // 64: tabula.v1.Master.CreateTable:input_type -> tabula.v1.CreateTableRequest
-	39, // 65: tabula.v1.Master.DropTable:input_type -> tabula.v1.DropTableRequest
-	41, // 66: tabula.v1.Master.ListTables:input_type -> tabula.v1.ListTablesRequest
-	43, // 67: tabula.v1.Master.DescribeTable:input_type -> tabula.v1.DescribeTableRequest
-	45, // 68: tabula.v1.Master.GetPartitionMap:input_type -> tabula.v1.GetPartitionMapRequest
-	47, // 69: tabula.v1.Master.WatchPartitionMap:input_type -> tabula.v1.WatchPartitionMapRequest
-	49, // 70: tabula.v1.Master.RegisterServer:input_type -> tabula.v1.RegisterServerRequest
-	51, // 71: tabula.v1.Master.Heartbeat:input_type -> tabula.v1.HeartbeatRequest
-	88, // 72: tabula.v1.Master.PartitionLogFailed:input_type -> tabula.v1.PartitionLogFailedRequest
-	61, // 73: tabula.v1.Master.ListServers:input_type -> tabula.v1.ListServersRequest
-	53, // 74: tabula.v1.Master.BulkPublish:input_type -> tabula.v1.BulkPublishRequest
-	55, // 75: tabula.v1.Master.BulkStored:input_type -> tabula.v1.BulkStoredRequest
-	57, // 76: tabula.v1.Master.BulkStatus:input_type -> tabula.v1.BulkStatusRequest
-	59, // 77: tabula.v1.Master.BulkRollback:input_type -> tabula.v1.BulkRollbackRequest
-	35, // 78: tabula.v1.Master.Stream:input_type -> tabula.v1.StreamRequest
-	15, // 79: tabula.v1.Master.CoprocDeploy:input_type -> tabula.v1.CoprocDeployRequest
-	17, // 80: tabula.v1.Master.CoprocList:input_type -> tabula.v1.CoprocListRequest
-	19, // 81: tabula.v1.Master.CoprocRollback:input_type -> tabula.v1.CoprocRollbackRequest
-	21, // 82: tabula.v1.Master.CoprocFetch:input_type -> tabula.v1.CoprocFetchRequest
-	90, // 83: tabula.v1.Master.ForgetServer:input_type -> tabula.v1.ForgetServerRequest
-	93, // 84: tabula.v1.Master.ListDataLoss:input_type -> tabula.v1.ListDataLossRequest
-	64, // 85: tabula.v1.TableServer.Get:input_type -> tabula.v1.GetRequest
-	66, // 86: tabula.v1.TableServer.BatchGet:input_type -> tabula.v1.BatchGetRequest
-	68, // 87: tabula.v1.TableServer.MultiGet:input_type -> tabula.v1.MultiGetRequest
-	71, // 88: tabula.v1.TableServer.Put:input_type -> tabula.v1.PutRequest
-	73, // 89: tabula.v1.TableServer.Delete:input_type -> tabula.v1.DeleteRequest
-	75, // 90: tabula.v1.TableServer.CompareAndSwap:input_type -> tabula.v1.CompareAndSwapRequest
-	78, // 91: tabula.v1.TableServer.BatchWrite:input_type -> tabula.v1.BatchWriteRequest
-	80, // 92: tabula.v1.TableServer.Scan:input_type -> tabula.v1.ScanRequest
-	83, // 93: tabula.v1.TableServer.CopyReplica:input_type -> tabula.v1.CopyReplicaRequest
-	85, // 94: tabula.v1.TableServer.BulkUpload:input_type -> tabula.v1.BulkUploadRequest
-	86, // 95: tabula.v1.TableServer.BulkUploadStatus:input_type -> tabula.v1.BulkUploadStatusRequest
-	24, // 96: tabula.v1.TableServer.Invoke:input_type -> tabula.v1.InvokeRequest
-	26, // 97: tabula.v1.TableServer.CoprocMerge:input_type -> tabula.v1.CoprocMergeRequest
-	38, // 98: tabula.v1.Master.CreateTable:output_type -> tabula.v1.CreateTableResponse
-	40, // 99: tabula.v1.Master.DropTable:output_type -> tabula.v1.DropTableResponse
-	42, // 100: tabula.v1.Master.ListTables:output_type -> tabula.v1.ListTablesResponse
-	44, // 101: tabula.v1.Master.DescribeTable:output_type -> tabula.v1.DescribeTableResponse
-	46, // 102: tabula.v1.Master.GetPartitionMap:output_type -> tabula.v1.GetPartitionMapResponse
-	48, // 103: tabula.v1.Master.WatchPartitionMap:output_type -> tabula.v1.WatchPartitionMapResponse
-	50, // 104: tabula.v1.Master.RegisterServer:output_type -> tabula.v1.RegisterServerResponse
-	52, // 105: tabula.v1.Master.Heartbeat:output_type -> tabula.v1.HeartbeatResponse
-	89, // 106: tabula.v1.Master.PartitionLogFailed:output_type -> tabula.v1.PartitionLogFailedResponse
-	62, // 107: tabula.v1.Master.ListServers:output_type -> tabula.v1.ListServersResponse
-	54, // 108: tabula.v1.Master.BulkPublish:output_type -> tabula.v1.BulkPublishResponse
-	56, // 109: tabula.v1.Master.BulkStored:output_type -> tabula.v1.BulkStoredResponse
-	58, // 110: tabula.v1.Master.BulkStatus:output_type -> tabula.v1.BulkStatusResponse
-	60, // 111: tabula.v1.Master.BulkRollback:output_type -> tabula.v1.BulkRollbackResponse
-	36, // 112: tabula.v1.Master.Stream:output_type -> tabula.v1.StreamResponse
-	16, // 113: tabula.v1.Master.CoprocDeploy:output_type -> tabula.v1.CoprocDeployResponse
-	18, // 114: tabula.v1.Master.CoprocList:output_type -> tabula.v1.CoprocListResponse
-	20, // 115: tabula.v1.Master.CoprocRollback:output_type -> tabula.v1.CoprocRollbackResponse
-	22, // 116: tabula.v1.Master.CoprocFetch:output_type -> tabula.v1.CoprocFetchResponse
-	91, // 117: tabula.v1.Master.ForgetServer:output_type -> tabula.v1.ForgetServerResponse
-	94, // 118: tabula.v1.Master.ListDataLoss:output_type -> tabula.v1.ListDataLossResponse
-	65, // 119: tabula.v1.TableServer.Get:output_type -> tabula.v1.GetResponse
-	67, // 120: tabula.v1.TableServer.BatchGet:output_type -> tabula.v1.BatchGetResponse
-	69, // 121: tabula.v1.TableServer.MultiGet:output_type -> tabula.v1.MultiGetResponse
-	72, // 122: tabula.v1.TableServer.Put:output_type -> tabula.v1.PutResponse
-	74, // 123: tabula.v1.TableServer.Delete:output_type -> tabula.v1.DeleteResponse
-	76, // 124: tabula.v1.TableServer.CompareAndSwap:output_type -> tabula.v1.CompareAndSwapResponse
-	79, // 125: tabula.v1.TableServer.BatchWrite:output_type -> tabula.v1.BatchWriteResponse
-	82, // 126: tabula.v1.TableServer.Scan:output_type -> tabula.v1.ScanResponse
-	84, // 127: tabula.v1.TableServer.CopyReplica:output_type -> tabula.v1.CopyReplicaChunk
-	87, // 128: tabula.v1.TableServer.BulkUpload:output_type -> tabula.v1.BulkUploadResponse
-	87, // 129: tabula.v1.TableServer.BulkUploadStatus:output_type -> tabula.v1.BulkUploadResponse
-	25, // 130: tabula.v1.TableServer.Invoke:output_type -> tabula.v1.InvokeResponse
-	27, // 131: tabula.v1.TableServer.CoprocMerge:output_type -> tabula.v1.CoprocMergeResponse
-	98, // [98:132] is the sub-list for method output_type
-	64, // [64:98] is the sub-list for method input_type
-	64, // [64:64] is the sub-list for extension type_name
-	64, // [64:64] is the sub-list for extension extendee
-	0,  // [0:64] is the sub-list for field type_name
+	12, // 33: tabula.v1.WatchPartitionMapResponse.patches:type_name -> tabula.v1.PartitionMap
+	32, // 34: tabula.v1.HeartbeatRequest.replicas:type_name -> tabula.v1.ReplicaStatus
+	23, // 35: tabula.v1.HeartbeatRequest.coproc_ready:type_name -> tabula.v1.CoprocReady
+	28, // 36: tabula.v1.BulkPublishRequest.files:type_name -> tabula.v1.BulkFile
+	12, // 37: tabula.v1.BulkPublishResponse.map:type_name -> tabula.v1.PartitionMap
+	12, // 38: tabula.v1.BulkStoredResponse.map:type_name -> tabula.v1.PartitionMap
+	12, // 39: tabula.v1.BulkStatusResponse.map:type_name -> tabula.v1.PartitionMap
+	30, // 40: tabula.v1.BulkStatusResponse.bulk:type_name -> tabula.v1.BulkInfo
+	12, // 41: tabula.v1.BulkRollbackResponse.map:type_name -> tabula.v1.PartitionMap
+	31, // 42: tabula.v1.ListServersResponse.servers:type_name -> tabula.v1.ServerInfo
+	63, // 43: tabula.v1.GetRequest.header:type_name -> tabula.v1.RequestHeader
+	63, // 44: tabula.v1.BatchGetRequest.header:type_name -> tabula.v1.RequestHeader
+	65, // 45: tabula.v1.BatchGetResponse.results:type_name -> tabula.v1.GetResponse
+	64, // 46: tabula.v1.MultiGetRequest.gets:type_name -> tabula.v1.GetRequest
+	70, // 47: tabula.v1.MultiGetResponse.results:type_name -> tabula.v1.MultiGetResult
+	65, // 48: tabula.v1.MultiGetResult.response:type_name -> tabula.v1.GetResponse
+	63, // 49: tabula.v1.PutRequest.header:type_name -> tabula.v1.RequestHeader
+	63, // 50: tabula.v1.DeleteRequest.header:type_name -> tabula.v1.RequestHeader
+	63, // 51: tabula.v1.CompareAndSwapRequest.header:type_name -> tabula.v1.RequestHeader
+	6,  // 52: tabula.v1.Mutation.op:type_name -> tabula.v1.Mutation.Op
+	63, // 53: tabula.v1.BatchWriteRequest.header:type_name -> tabula.v1.RequestHeader
+	77, // 54: tabula.v1.BatchWriteRequest.mutations:type_name -> tabula.v1.Mutation
+	63, // 55: tabula.v1.ScanRequest.header:type_name -> tabula.v1.RequestHeader
+	81, // 56: tabula.v1.ScanResponse.records:type_name -> tabula.v1.KeyValue
+	63, // 57: tabula.v1.CopyReplicaRequest.header:type_name -> tabula.v1.RequestHeader
+	81, // 58: tabula.v1.CopyReplicaChunk.records:type_name -> tabula.v1.KeyValue
+	63, // 59: tabula.v1.BulkUploadRequest.header:type_name -> tabula.v1.RequestHeader
+	28, // 60: tabula.v1.BulkUploadRequest.file:type_name -> tabula.v1.BulkFile
+	63, // 61: tabula.v1.BulkUploadStatusRequest.header:type_name -> tabula.v1.RequestHeader
+	10, // 62: tabula.v1.PartitionLogFailedResponse.partition:type_name -> tabula.v1.Partition
+	92, // 63: tabula.v1.ForgetServerResponse.lost:type_name -> tabula.v1.LostPartition
+	92, // 64: tabula.v1.ListDataLossResponse.lost:type_name -> tabula.v1.LostPartition
+	37, // 65: tabula.v1.Master.CreateTable:input_type -> tabula.v1.CreateTableRequest
+	39, // 66: tabula.v1.Master.DropTable:input_type -> tabula.v1.DropTableRequest
+	41, // 67: tabula.v1.Master.ListTables:input_type -> tabula.v1.ListTablesRequest
+	43, // 68: tabula.v1.Master.DescribeTable:input_type -> tabula.v1.DescribeTableRequest
+	45, // 69: tabula.v1.Master.GetPartitionMap:input_type -> tabula.v1.GetPartitionMapRequest
+	47, // 70: tabula.v1.Master.WatchPartitionMap:input_type -> tabula.v1.WatchPartitionMapRequest
+	49, // 71: tabula.v1.Master.RegisterServer:input_type -> tabula.v1.RegisterServerRequest
+	51, // 72: tabula.v1.Master.Heartbeat:input_type -> tabula.v1.HeartbeatRequest
+	88, // 73: tabula.v1.Master.PartitionLogFailed:input_type -> tabula.v1.PartitionLogFailedRequest
+	61, // 74: tabula.v1.Master.ListServers:input_type -> tabula.v1.ListServersRequest
+	53, // 75: tabula.v1.Master.BulkPublish:input_type -> tabula.v1.BulkPublishRequest
+	55, // 76: tabula.v1.Master.BulkStored:input_type -> tabula.v1.BulkStoredRequest
+	57, // 77: tabula.v1.Master.BulkStatus:input_type -> tabula.v1.BulkStatusRequest
+	59, // 78: tabula.v1.Master.BulkRollback:input_type -> tabula.v1.BulkRollbackRequest
+	35, // 79: tabula.v1.Master.Stream:input_type -> tabula.v1.StreamRequest
+	15, // 80: tabula.v1.Master.CoprocDeploy:input_type -> tabula.v1.CoprocDeployRequest
+	17, // 81: tabula.v1.Master.CoprocList:input_type -> tabula.v1.CoprocListRequest
+	19, // 82: tabula.v1.Master.CoprocRollback:input_type -> tabula.v1.CoprocRollbackRequest
+	21, // 83: tabula.v1.Master.CoprocFetch:input_type -> tabula.v1.CoprocFetchRequest
+	90, // 84: tabula.v1.Master.ForgetServer:input_type -> tabula.v1.ForgetServerRequest
+	93, // 85: tabula.v1.Master.ListDataLoss:input_type -> tabula.v1.ListDataLossRequest
+	64, // 86: tabula.v1.TableServer.Get:input_type -> tabula.v1.GetRequest
+	66, // 87: tabula.v1.TableServer.BatchGet:input_type -> tabula.v1.BatchGetRequest
+	68, // 88: tabula.v1.TableServer.MultiGet:input_type -> tabula.v1.MultiGetRequest
+	71, // 89: tabula.v1.TableServer.Put:input_type -> tabula.v1.PutRequest
+	73, // 90: tabula.v1.TableServer.Delete:input_type -> tabula.v1.DeleteRequest
+	75, // 91: tabula.v1.TableServer.CompareAndSwap:input_type -> tabula.v1.CompareAndSwapRequest
+	78, // 92: tabula.v1.TableServer.BatchWrite:input_type -> tabula.v1.BatchWriteRequest
+	80, // 93: tabula.v1.TableServer.Scan:input_type -> tabula.v1.ScanRequest
+	83, // 94: tabula.v1.TableServer.CopyReplica:input_type -> tabula.v1.CopyReplicaRequest
+	85, // 95: tabula.v1.TableServer.BulkUpload:input_type -> tabula.v1.BulkUploadRequest
+	86, // 96: tabula.v1.TableServer.BulkUploadStatus:input_type -> tabula.v1.BulkUploadStatusRequest
+	24, // 97: tabula.v1.TableServer.Invoke:input_type -> tabula.v1.InvokeRequest
+	26, // 98: tabula.v1.TableServer.CoprocMerge:input_type -> tabula.v1.CoprocMergeRequest
+	38, // 99: tabula.v1.Master.CreateTable:output_type -> tabula.v1.CreateTableResponse
+	40, // 100: tabula.v1.Master.DropTable:output_type -> tabula.v1.DropTableResponse
+	42, // 101: tabula.v1.Master.ListTables:output_type -> tabula.v1.ListTablesResponse
+	44, // 102: tabula.v1.Master.DescribeTable:output_type -> tabula.v1.DescribeTableResponse
+	46, // 103: tabula.v1.Master.GetPartitionMap:output_type -> tabula.v1.GetPartitionMapResponse
+	48, // 104: tabula.v1.Master.WatchPartitionMap:output_type -> tabula.v1.WatchPartitionMapResponse
+	50, // 105: tabula.v1.Master.RegisterServer:output_type -> tabula.v1.RegisterServerResponse
+	52, // 106: tabula.v1.Master.Heartbeat:output_type -> tabula.v1.HeartbeatResponse
+	89, // 107: tabula.v1.Master.PartitionLogFailed:output_type -> tabula.v1.PartitionLogFailedResponse
+	62, // 108: tabula.v1.Master.ListServers:output_type -> tabula.v1.ListServersResponse
+	54, // 109: tabula.v1.Master.BulkPublish:output_type -> tabula.v1.BulkPublishResponse
+	56, // 110: tabula.v1.Master.BulkStored:output_type -> tabula.v1.BulkStoredResponse
+	58, // 111: tabula.v1.Master.BulkStatus:output_type -> tabula.v1.BulkStatusResponse
+	60, // 112: tabula.v1.Master.BulkRollback:output_type -> tabula.v1.BulkRollbackResponse
+	36, // 113: tabula.v1.Master.Stream:output_type -> tabula.v1.StreamResponse
+	16, // 114: tabula.v1.Master.CoprocDeploy:output_type -> tabula.v1.CoprocDeployResponse
+	18, // 115: tabula.v1.Master.CoprocList:output_type -> tabula.v1.CoprocListResponse
+	20, // 116: tabula.v1.Master.CoprocRollback:output_type -> tabula.v1.CoprocRollbackResponse
+	22, // 117: tabula.v1.Master.CoprocFetch:output_type -> tabula.v1.CoprocFetchResponse
+	91, // 118: tabula.v1.Master.ForgetServer:output_type -> tabula.v1.ForgetServerResponse
+	94, // 119: tabula.v1.Master.ListDataLoss:output_type -> tabula.v1.ListDataLossResponse
+	65, // 120: tabula.v1.TableServer.Get:output_type -> tabula.v1.GetResponse
+	67, // 121: tabula.v1.TableServer.BatchGet:output_type -> tabula.v1.BatchGetResponse
+	69, // 122: tabula.v1.TableServer.MultiGet:output_type -> tabula.v1.MultiGetResponse
+	72, // 123: tabula.v1.TableServer.Put:output_type -> tabula.v1.PutResponse
+	74, // 124: tabula.v1.TableServer.Delete:output_type -> tabula.v1.DeleteResponse
+	76, // 125: tabula.v1.TableServer.CompareAndSwap:output_type -> tabula.v1.CompareAndSwapResponse
+	79, // 126: tabula.v1.TableServer.BatchWrite:output_type -> tabula.v1.BatchWriteResponse
+	82, // 127: tabula.v1.TableServer.Scan:output_type -> tabula.v1.ScanResponse
+	84, // 128: tabula.v1.TableServer.CopyReplica:output_type -> tabula.v1.CopyReplicaChunk
+	87, // 129: tabula.v1.TableServer.BulkUpload:output_type -> tabula.v1.BulkUploadResponse
+	87, // 130: tabula.v1.TableServer.BulkUploadStatus:output_type -> tabula.v1.BulkUploadResponse
+	25, // 131: tabula.v1.TableServer.Invoke:output_type -> tabula.v1.InvokeResponse
+	27, // 132: tabula.v1.TableServer.CoprocMerge:output_type -> tabula.v1.CoprocMergeResponse
+	99, // [99:133] is the sub-list for method output_type
+	65, // [65:99] is the sub-list for method input_type
+	65, // [65:65] is the sub-list for extension type_name
+	65, // [65:65] is the sub-list for extension extendee
+	0,  // [0:65] is the sub-list for field type_name
 }
 
 func init() { file_tabula_proto_init() }

@@ -59,9 +59,12 @@ func serverCodec() grpc.ServerOption { return grpc.ForceServerCodecV2(newWatchCo
 
 // Deltas. A watcher that asks for them (WatchPartitionMapRequest.deltas)
 // gets a full map first, then per version the maps of the tables added or
-// changed and the tables dropped (see api.WatchPartitionMapResponse). A
-// CreateTable is then ~200 bytes to each server instead of the whole map
-// (at 1,000 servers x 100 partitions, ~10 MB). The master keeps the deltas
+// replaced, the changed partitions of tables changed in place, and the
+// tables dropped (see api.WatchPartitionMapResponse). A CreateTable is
+// then ~200 bytes to each server instead of the whole map (at 1,000
+// servers x 100 partitions, ~10 MB), and a server's death its ~100
+// partitions instead of the ~100 whole tables they belong to. The master
+// keeps the deltas
 // of recent versions (memory only, chained through mapVersion.prev): a
 // watcher one version behind gets the shared encoded delta of the current
 // one, a watcher further behind one delta merged from the chain, and a
@@ -102,9 +105,9 @@ type mapVersion struct {
 	// Both are sorted by key.
 	hasDelta bool
 	from     uint64
-	changed  []*Table
+	changed  []tableChange
 	removed  []*Table
-	// changedParts is the number of partitions in changed.
+	// changedParts is the number of partitions changed sends.
 	changedParts int
 
 	// prev is the version before, nil when it was trimmed from the
@@ -114,6 +117,49 @@ type mapVersion struct {
 	mu    sync.Mutex // guards full and delta
 	full  *encodedMsg
 	delta *encodedMsg
+}
+
+// tableChange is a table added or changed in a delta: whole, or only the
+// partitions at parts (in index order) when it changed in place.
+type tableChange struct {
+	t     *Table
+	parts []int // nil: the whole table
+}
+
+func (c tableChange) size() int {
+	if c.parts == nil {
+		return len(c.t.Partitions)
+	}
+	return len(c.parts)
+}
+
+// changedPartitions returns the indexes of t's partitions that differ from
+// o's, or nil when t is not o changed in place (another table, another
+// number of partitions) or more than half of them changed: then the whole
+// table is sent.
+func changedPartitions(o, t *Table) []int {
+	if o.ID != t.ID || len(o.Partitions) != len(t.Partitions) {
+		return nil
+	}
+	parts := []int{}
+	for i := range t.Partitions {
+		if !samePartition(&o.Partitions[i], &t.Partitions[i]) {
+			parts = append(parts, i)
+		}
+	}
+	if 2*len(parts) > len(t.Partitions) {
+		return nil
+	}
+	return parts
+}
+
+// samePartition reports whether a and b are equal (pointers compared by
+// the values they point to).
+func samePartition(a, b *Partition) bool {
+	return a.ID == b.ID && a.Index == b.Index && a.Start == b.Start && a.End == b.End && a.Epoch == b.Epoch &&
+		slices.Equal(a.Replicas, b.Replicas) &&
+		(a.Log == b.Log || a.Log != nil && b.Log != nil && *a.Log == *b.Log) &&
+		(a.DataLost == b.DataLost || a.DataLost != nil && b.DataLost != nil && *a.DataLost == *b.DataLost)
 }
 
 // newMapVersion returns the map version of s, the first State published
@@ -132,8 +178,12 @@ func newMapVersion(prev *mapVersion, s *State) *mapVersion {
 		if ok && o == t {
 			continue
 		}
-		mv.changed = append(mv.changed, t)
-		mv.changedParts += len(t.Partitions)
+		c := tableChange{t: t}
+		if ok {
+			c.parts = changedPartitions(o, t)
+		}
+		mv.changed = append(mv.changed, c)
+		mv.changedParts += c.size()
 		if ok && o.ID != t.ID {
 			mv.removed = append(mv.removed, o)
 		}
@@ -143,7 +193,7 @@ func newMapVersion(prev *mapVersion, s *State) *mapVersion {
 			mv.removed = append(mv.removed, o)
 		}
 	}
-	sortTables(mv.changed)
+	sortChanges(mv.changed)
 	sortTables(mv.removed)
 	mv.prev.Store(prev)
 	mv.trimHistory()
@@ -153,6 +203,12 @@ func newMapVersion(prev *mapVersion, s *State) *mapVersion {
 func sortTables(ts []*Table) {
 	slices.SortFunc(ts, func(a, b *Table) int {
 		return cmp.Or(cmp.Compare(a.Tenant, b.Tenant), cmp.Compare(a.Name, b.Name), cmp.Compare(a.ID, b.ID))
+	})
+}
+
+func sortChanges(cs []tableChange) {
+	slices.SortFunc(cs, func(a, b tableChange) int {
+		return cmp.Or(cmp.Compare(a.t.Tenant, b.t.Tenant), cmp.Compare(a.t.Name, b.t.Name))
 	})
 }
 
@@ -218,10 +274,19 @@ func (mv *mapVersion) deltaMsg() (*encodedMsg, error) {
 }
 
 // deltaResponse builds a delta response.
-func deltaResponse(from, to uint64, changed, removed []*Table) *api.WatchPartitionMapResponse {
+func deltaResponse(from, to uint64, changed []tableChange, removed []*Table) *api.WatchPartitionMapResponse {
 	resp := &api.WatchPartitionMapResponse{Version: to, Delta: true, FromVersion: from}
-	for _, t := range changed {
-		resp.Maps = append(resp.Maps, t.MapProto(to))
+	for _, c := range changed {
+		if c.parts == nil {
+			resp.Maps = append(resp.Maps, c.t.MapProto(to))
+			continue
+		}
+		pm := &api.PartitionMap{Table: c.t.Proto(), Version: to, Partitions: make([]*api.Partition, len(c.parts)),
+			Bulk: c.t.BulkInfoProto(false), Coprocessors: c.t.CoprocsProto()}
+		for i, k := range c.parts {
+			pm.Partitions[i] = c.t.Partitions[k].Proto()
+		}
+		resp.Patches = append(resp.Patches, pm)
 	}
 	for _, t := range removed {
 		resp.Removed = append(resp.Removed, &api.Table{Tenant: t.Tenant, Name: t.Name, Id: t.ID})
@@ -233,7 +298,7 @@ func deltaResponse(from, to uint64, changed, removed []*Table) *api.WatchPartiti
 // and mv, of every table (key "") or only of table key, merged from the
 // chain of deltas; ok is false when the chain does not reach back to from
 // or the delta would be larger than half the cluster's partitions.
-func (mv *mapVersion) deltaSince(from uint64, key string) (changed, removed []*Table, ok bool) {
+func (mv *mapVersion) deltaSince(from uint64, key string) (changed []tableChange, removed []*Table, ok bool) {
 	var chain []*mapVersion
 	parts := 0
 	for x := mv; ; {
@@ -255,18 +320,32 @@ func (mv *mapVersion) deltaSince(from uint64, key string) (changed, removed []*T
 	if len(chain) == 1 && key == "" {
 		return mv.changed, mv.removed, true
 	}
+	// Per table as of mv (a later version may have changed or dropped it
+	// again): whole, or the union of the partitions changed in place.
+	type merged struct {
+		whole bool
+		parts map[int]bool
+	}
+	byKey := map[string]*merged{}
 	seen := map[*Table]bool{}
 	for _, x := range chain {
-		for _, t := range x.changed {
-			k := tableKey(t.Tenant, t.Name)
-			if key != "" && k != key {
+		for _, c := range x.changed {
+			k := tableKey(c.t.Tenant, c.t.Name)
+			cur := mv.tables[k]
+			if key != "" && k != key || cur == nil {
 				continue
 			}
-			// The table as of mv (a later version may have changed or
-			// dropped it again).
-			if cur := mv.tables[k]; cur != nil && !seen[cur] {
-				seen[cur] = true
-				changed = append(changed, cur)
+			g := byKey[k]
+			if g == nil {
+				g = &merged{parts: map[int]bool{}}
+				byKey[k] = g
+			}
+			if c.parts == nil || c.t.ID != cur.ID || len(c.t.Partitions) != len(cur.Partitions) {
+				g.whole = true
+				continue
+			}
+			for _, i := range c.parts {
+				g.parts[i] = true
 			}
 		}
 		for _, t := range x.removed {
@@ -280,7 +359,15 @@ func (mv *mapVersion) deltaSince(from uint64, key string) (changed, removed []*T
 			}
 		}
 	}
-	sortTables(changed)
+	for k, g := range byKey {
+		c := tableChange{t: mv.tables[k]}
+		if !g.whole && 2*len(g.parts) <= len(c.t.Partitions) {
+			c.parts = slices.AppendSeq([]int{}, maps.Keys(g.parts)) // non-nil when empty: a patch
+			slices.Sort(c.parts)
+		}
+		changed = append(changed, c)
+	}
+	sortChanges(changed)
 	sortTables(removed)
 	return changed, removed, true
 }

@@ -19,7 +19,8 @@ type watchView map[string]*api.PartitionMap
 
 // applyWatch applies a watch response to v as a consumer must: a full map
 // replaces it, a delta (from v's version, which the caller checks) drops
-// removed tables whose id it holds, then puts the maps it carries.
+// removed tables whose id it holds, puts the maps it carries and patches
+// the partitions of the others.
 func applyWatch(v watchView, resp *api.WatchPartitionMapResponse) watchView {
 	next := watchView{}
 	if resp.Delta {
@@ -33,6 +34,14 @@ func applyWatch(v watchView, resp *api.WatchPartitionMapResponse) watchView {
 	}
 	for _, m := range resp.Maps {
 		next[tableKey(m.Table.Tenant, m.Table.Name)] = m
+	}
+	for _, m := range resp.Patches {
+		k := tableKey(m.Table.Tenant, m.Table.Name)
+		pm, err := api.PatchMap(next[k], m)
+		if err != nil {
+			panic(err)
+		}
+		next[k] = pm
 	}
 	return next
 }
@@ -98,7 +107,7 @@ func TestWatchDeltasMatchFullMaps(t *testing.T) {
 	full := map[uint64]watchView{mv.version: applyWatch(nil, decode(t, must(mv.fullMsg())))}
 	keys := map[string]bool{}
 	next := cowWorkload(r, func() *State { return cur }, 600)
-	var deltas, merged, fulls, scoped int
+	var deltas, merged, fulls, scoped, patches int
 	for i := range 600 {
 		st, res, _, err := successor(cur, next(i))
 		if err != nil || !res.Changed {
@@ -120,6 +129,7 @@ func TestWatchDeltasMatchFullMaps(t *testing.T) {
 		// The watcher one version behind gets the shared delta.
 		msg := must(watchMsg(mv, prev.version, true, ""))
 		resp := decode(t, msg)
+		patches += len(resp.Patches)
 		if resp.Delta {
 			deltas++
 			if resp.FromVersion != prev.version || resp.Version != mv.version {
@@ -169,8 +179,8 @@ func TestWatchDeltasMatchFullMaps(t *testing.T) {
 			t.Fatalf("step %d: a watcher without deltas got %v", i, resp)
 		}
 	}
-	t.Logf("%d versions: %d deltas, %d full maps to the watcher one behind; %d merged deltas, %d of one table", len(full), deltas, fulls, merged, scoped)
-	if deltas < 100 || merged < 10 || scoped < 50 {
+	t.Logf("%d versions: %d deltas (%d patched tables), %d full maps to the watcher one behind; %d merged deltas, %d of one table", len(full), deltas, patches, fulls, merged, scoped)
+	if deltas < 100 || merged < 10 || scoped < 50 || patches < 50 {
 		t.Fatalf("too few deltas exercised")
 	}
 }
@@ -217,7 +227,8 @@ func TestWatchHistoryBounded(t *testing.T) {
 		t.Fatalf("a watcher within the history got delta %v with %d maps", resp.Delta, len(resp.Maps))
 	}
 
-	// One big table: every change of it counts all its partitions.
+	// A big table dropped and created again: every creation counts all
+	// its partitions.
 	cur = NewState()
 	mustApply(t, cur, Command{Op: OpCreateTenant, Tenant: "default"})
 	mustApply(t, cur, register("", "h:1", ""))
@@ -225,8 +236,11 @@ func TestWatchHistoryBounded(t *testing.T) {
 	cur.seal()
 	mv = newMapVersion(nil, cur)
 	for i := range 40 {
-		st, _, _, err := successor(cur, Command{Op: OpCoprocDeploy, Tenant: "default", Table: "big", Name: "c",
-			Coproc: &CoprocVersion{SHA256: fmt.Sprintf("%064x", i), Size: 10}})
+		cmd := Command{Op: OpDropTable, Tenant: "default", Table: "big"}
+		if i%2 == 1 {
+			cmd = createTable("default", "big", 500)
+		}
+		st, _, _, err := successor(cur, cmd)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -237,12 +251,24 @@ func TestWatchHistoryBounded(t *testing.T) {
 	for x := mv; x != nil; x = x.prev.Load() {
 		n++
 	}
-	if n > 3 {
-		t.Fatalf("history of %d versions of a 500-partition table, want ≤ ~1,000 partitions", n)
+	if n > 5 {
+		t.Fatalf("history of %d versions creating a 500-partition table, want ≤ ~1,000 partitions", n)
 	}
-	// A delta of more than half the map: the full map.
-	if resp := decode(t, must(watchMsg(mv, mv.version-3, true, ""))); resp.Delta {
-		t.Fatal("a watcher 3 versions behind got a delta larger than the map")
+
+	// A delta of more than half the map: the full map, shared.
+	cur = NewState()
+	mustApply(t, cur, Command{Op: OpCreateTenant, Tenant: "default"})
+	mustApply(t, cur, register("", "h:1", ""))
+	mustApply(t, cur, createTable("default", "small", 1000))
+	cur.seal()
+	mv = newMapVersion(nil, cur)
+	st, _, _, err := successor(cur, createTable("default", "big", 2000))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mv = newMapVersion(mv, st)
+	if msg := must(watchMsg(mv, mv.from, true, "")); decode(t, msg).Delta || msg != must(mv.fullMsg()) {
+		t.Fatal("a delta of 2,000 of 3,000 partitions was sent instead of the shared full map")
 	}
 }
 
