@@ -446,9 +446,12 @@ func (ts *tableState) watchOnce(attempt *int) error {
 		*attempt = 0
 		if resp.GetDelta() && resp.GetFromVersion() != have {
 			ts.needFull.Store(true)
-			return fmt.Errorf("%w: delta from %d, cached map current at %d", errMapGap, resp.GetFromVersion(), have)
+			return fmt.Errorf("%w: delta from %d, cached map current at %d", api.ErrMapGap, resp.GetFromVersion(), have)
 		}
 		if err := ts.applyWatch(resp); err != nil {
+			if errors.Is(err, api.ErrMapGap) {
+				ts.needFull.Store(true)
+			}
 			return err
 		}
 		have = resp.GetVersion()
@@ -463,14 +466,11 @@ func (ts *tableState) watchOnce(attempt *int) error {
 	return err
 }
 
-// errMapGap is a map delta that does not start at the version the cache
-// is current at: the watch reopens for a full map.
-var errMapGap = errors.New("client: partition map delta does not start at the cached version")
-
 // applyWatch applies one watch response to the cached map: a full map
 // holds the table's map (errTableGone when it does not), a delta the
-// table's new map if it changed, or names it removed (errTableGone) if it
-// was dropped.
+// table's new map or its changed partitions (api.ErrMapGap when they do
+// not apply to the cached map) if it changed, or names it removed
+// (errTableGone) if it was dropped.
 func (ts *tableState) applyWatch(resp *api.WatchPartitionMapResponse) error {
 	tenant := ts.c.opts.Tenant
 	ours := func(t *api.Table) bool {
@@ -486,6 +486,19 @@ func (ts *tableState) applyWatch(resp *api.WatchPartitionMapResponse) error {
 	}
 	if !resp.GetDelta() {
 		return errTableGone
+	}
+	for _, pm := range resp.GetPatches() {
+		if !ours(pm.GetTable()) {
+			continue
+		}
+		// Patched onto the map as the master sent it: a partition
+		// patched in from a NOT_OWNER answer (newer) is kept by store.
+		m, err := api.PatchMap(ts.m.Load(), pm)
+		if err != nil {
+			return err
+		}
+		ts.store(m)
+		return nil
 	}
 	cur := ts.m.Load()
 	for _, t := range resp.GetRemoved() {

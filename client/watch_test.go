@@ -100,14 +100,17 @@ func waitCond(t *testing.T, d time.Duration, what string, cond func() bool) {
 }
 
 // The cache follows deltas from the version of its map, reopens the watch
-// for a full map when a delta does not start at the version it holds, and
-// forgets a table a delta removes.
+// for a full map when a delta does not start at the version it holds,
+// patches partitions, and forgets a table a delta removes.
 func TestWatchDeltasAndGap(t *testing.T) {
 	m5 := evenMap(1, 5, 4)
 	m7 := evenMap(1, 7, 4)
 	m7.Partitions[0].Epoch = 2
 	m10 := evenMap(1, 10, 4)
 	m10.Partitions[0].Epoch = 3
+	p2 := proto.Clone(m10.Partitions[2]).(*api.Partition)
+	p2.Epoch = 4
+	patch11 := &api.PartitionMap{Table: m10.Table, Version: 11, Partitions: []*api.Partition{p2}}
 	other := evenMap(2, 6, 1)
 	other.Table.Name = "u"
 	f := &scriptMaster{getMap: m5, proceed: make(chan struct{}), scripts: [][]*api.WatchPartitionMapResponse{
@@ -118,8 +121,9 @@ func TestWatchDeltasAndGap(t *testing.T) {
 		},
 		{
 			{Version: 10, Maps: []*api.PartitionMap{m10}},
-			{Version: 11, Delta: true, FromVersion: 10, Removed: []*api.Table{{Name: "t", Id: 99}}}, // another table's id
-			{Version: 12, Delta: true, FromVersion: 11, Removed: []*api.Table{{Name: "t", Id: 1}}},
+			{Version: 11, Delta: true, FromVersion: 10, Patches: []*api.PartitionMap{patch11}},
+			{Version: 12, Delta: true, FromVersion: 11, Removed: []*api.Table{{Name: "t", Id: 99}}}, // another table's id
+			{Version: 13, Delta: true, FromVersion: 12, Removed: []*api.Table{{Name: "t", Id: 1}}},
 		},
 	}}
 	addr := serveMaster(t, f)
@@ -134,9 +138,9 @@ func TestWatchDeltasAndGap(t *testing.T) {
 		t.Fatal(err)
 	}
 	ts := c.state("t")
-	waitCond(t, 5*time.Second, "the full map after the gap", func() bool { return ts.seen.Load() == 11 })
-	if got := ts.m.Load(); got.GetVersion() != 10 || got.GetPartitions()[0].GetEpoch() != 3 {
-		t.Fatalf("cached map %v, want the full map of version 10", got)
+	waitCond(t, 5*time.Second, "the full map after the gap", func() bool { return ts.seen.Load() == 12 })
+	if got := ts.m.Load(); got.GetVersion() != 11 || got.GetPartitions()[0].GetEpoch() != 3 || got.GetPartitions()[2].GetEpoch() != 4 || got.GetPartitions()[1].GetEpoch() != 1 {
+		t.Fatalf("cached map %v, want the full map of version 10 patched at 11", got)
 	}
 	reqs := f.requests()
 	if len(reqs) != 2 || !reqs[0].Deltas || reqs[0].AfterVersion != 5 || reqs[0].Table != "t" || reqs[1].AfterVersion != 0 || !reqs[1].Deltas {

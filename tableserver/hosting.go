@@ -91,12 +91,8 @@ func primaryOf(p *api.Partition) *api.Replica {
 	return nil
 }
 
-// errMapGap is a map delta that does not apply to the version held: the
-// watch is reopened for a full map.
-var errMapGap = errors.New("tableserver: map delta does not start at the version held")
-
 // reconcile builds the hosting for a new cluster map (a full one, or a
-// delta from old's version), reusing the engines of partitions still
+// delta from old's version: api.ErrMapGap if it does not apply), reusing the engines of partitions still
 // hosted, opening new ones, and returning the replicas to close (no longer
 // hosted) once the new hosting is published. A delta touches only the
 // tables it names (and those with partitions that failed to open): its
@@ -119,7 +115,7 @@ func (s *Server) reconcile(old *hosting, resp *api.WatchPartitionMapResponse) (*
 		}
 	} else {
 		if resp.GetFromVersion() != old.version {
-			return nil, nil, fmt.Errorf("%w: delta from %d to %d, held %d", errMapGap, resp.GetFromVersion(), resp.GetVersion(), old.version)
+			return nil, nil, fmt.Errorf("%w: delta from %d to %d, held %d", api.ErrMapGap, resp.GetFromVersion(), resp.GetVersion(), old.version)
 		}
 		h.tables = maps.Clone(old.tables)
 		if h.tables == nil {
@@ -138,6 +134,15 @@ func (s *Server) reconcile(old *hosting, resp *api.WatchPartitionMapResponse) (*
 		}
 		for _, m := range resp.GetMaps() {
 			k := tableKey(m.GetTable().GetTenant(), m.GetTable().GetName())
+			h.tables[k] = m
+			touched[k] = true
+		}
+		for _, pm := range resp.GetPatches() {
+			k := tableKey(pm.GetTable().GetTenant(), pm.GetTable().GetName())
+			m, err := api.PatchMap(h.tables[k], pm)
+			if err != nil {
+				return nil, nil, err
+			}
 			h.tables[k] = m
 			touched[k] = true
 		}

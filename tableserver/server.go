@@ -441,7 +441,7 @@ func (s *Server) watchLoop() {
 }
 
 // apply applies a watch response: a full map newer than the one held, or
-// a delta from the version held (errMapGap otherwise, and nothing
+// a delta from the version held (api.ErrMapGap otherwise, and nothing
 // changes). A full map at the version held is applied again (it follows
 // a gap).
 func (s *Server) apply(resp *api.WatchPartitionMapResponse) error {

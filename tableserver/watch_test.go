@@ -21,6 +21,7 @@ type mapGen struct {
 	nextID   uint64
 	nextPart uint64
 	tables   map[string]*api.PartitionMap
+	patches  int // tables sent as patches
 }
 
 func (g *mapGen) newTable(name string) *api.PartitionMap {
@@ -43,24 +44,37 @@ func (g *mapGen) step() (full, delta *api.WatchPartitionMapResponse) {
 	g.version++
 	delta = &api.WatchPartitionMapResponse{Version: g.version, Delta: true, FromVersion: from}
 	changed := map[string]*api.PartitionMap{}
+	// moved holds the indexes of the partitions that moved in tables
+	// changed only so: sent as patches half the time.
+	moved := map[string]map[int]bool{}
 	for range 1 + g.r.IntN(2) {
 		name := fmt.Sprintf("t%d", g.r.IntN(6))
 		cur := g.tables[name]
 		switch k := g.r.IntN(5); {
 		case cur == nil:
 			changed[name] = g.newTable(name)
+			delete(moved, name)
 		case k == 0: // dropped
 			delta.Removed = append(delta.Removed, &api.Table{Tenant: "default", Name: name, Id: cur.Table.Id})
 			delete(g.tables, name)
 			delete(changed, name)
+			delete(moved, name)
 		case k == 1: // dropped and created again
 			delta.Removed = append(delta.Removed, &api.Table{Tenant: "default", Name: name, Id: cur.Table.Id})
 			changed[name] = g.newTable(name)
+			delete(moved, name)
 		default: // a partition moves
 			m := proto.Clone(cur).(*api.PartitionMap)
-			p := m.Partitions[g.r.IntN(len(m.Partitions))]
+			i := g.r.IntN(len(m.Partitions))
+			p := m.Partitions[i]
 			p.Epoch++
 			p.Replicas[0].ServerId = fmt.Sprintf("srv-%d", 1+g.r.IntN(3))
+			if _, isNew := changed[name]; !isNew || moved[name] != nil {
+				if moved[name] == nil {
+					moved[name] = map[int]bool{}
+				}
+				moved[name][i] = true
+			}
 			changed[name] = m
 		}
 		if m := changed[name]; m != nil {
@@ -71,6 +85,15 @@ func (g *mapGen) step() (full, delta *api.WatchPartitionMapResponse) {
 		m := proto.Clone(changed[name]).(*api.PartitionMap)
 		m.Version = g.version
 		g.tables[name] = m
+		if idx := moved[name]; idx != nil && g.r.IntN(2) == 0 {
+			patch := &api.PartitionMap{Table: m.Table, Version: m.Version}
+			for _, i := range slices.Sorted(maps.Keys(idx)) {
+				patch.Partitions = append(patch.Partitions, m.Partitions[i])
+			}
+			delta.Patches = append(delta.Patches, patch)
+			g.patches++
+			continue
+		}
 		delta.Maps = append(delta.Maps, m)
 	}
 	// A removal of a table the watcher never held (created and dropped
@@ -147,10 +170,14 @@ func TestMapDeltasMatchFullMaps(t *testing.T) {
 	for i := range 300 {
 		full, delta := g.step()
 		before := byDelta.hosting.Load()
-		if i%17 == 0 {
+		if i%17 == 0 || i%17 == 5 && len(delta.Patches) > 0 {
 			gap := proto.Clone(delta).(*api.WatchPartitionMapResponse)
-			gap.FromVersion--
-			if err := byDelta.apply(gap); !errors.Is(err, errMapGap) {
+			if i%17 == 0 {
+				gap.FromVersion--
+			} else {
+				gap.Patches[0].Table.Id++ // a table not held
+			}
+			if err := byDelta.apply(gap); !errors.Is(err, api.ErrMapGap) {
 				t.Fatalf("step %d: a delta from %d applied to version %d: %v", i, gap.FromVersion, before.version, err)
 			}
 			if byDelta.hosting.Load() != before {
@@ -174,6 +201,9 @@ func TestMapDeltasMatchFullMaps(t *testing.T) {
 		for _, r := range delta.Removed {
 			named[r.Name] = true
 		}
+		for _, m := range delta.Patches {
+			named[m.Table.Name] = true
+		}
 		for id, r := range before.replicas {
 			if !named[r.table.Name] && got.replicas[id] != r {
 				t.Fatalf("step %d: replica %d of table %s, which the delta does not name, was rebuilt", i, id, r.table.Name)
@@ -181,7 +211,7 @@ func TestMapDeltasMatchFullMaps(t *testing.T) {
 		}
 		hosted += len(got.replicas)
 	}
-	if hosted < 300 {
-		t.Fatalf("only %d replicas hosted over the run: the test exercises too little", hosted)
+	if hosted < 300 || g.patches < 30 {
+		t.Fatalf("only %d replicas hosted and %d patches sent over the run: the test exercises too little", hosted, g.patches)
 	}
 }
