@@ -44,7 +44,7 @@ type msConfig struct {
 	servers, perServer, partsPerTable int
 	watchers, conns, changes          int
 	settle, window                    time.Duration
-	heartbeat                         time.Duration
+	heartbeat, lease, deadAfter       time.Duration
 	dir, tabulaBin                    string
 	seed                              uint64
 	deltas                            bool
@@ -84,6 +84,8 @@ func runMaster(out io.Writer, args []string) (err error) {
 	fs.DurationVar(&cfg.settle, "settle", 10*time.Second, "heartbeating before the measurements")
 	fs.DurationVar(&cfg.window, "window", 10*time.Second, "length of the heartbeats-only CPU measurement")
 	fs.DurationVar(&cfg.heartbeat, "heartbeat-interval", 0, "the master's --heartbeat-interval (0: its default)")
+	fs.DurationVar(&cfg.lease, "lease", 0, "the master's --lease (0: its default)")
+	fs.DurationVar(&cfg.deadAfter, "dead-after", 0, "the master's --dead-after (0: its default; with a longer -heartbeat-interval, raise it and -lease)")
 	fs.StringVar(&cfg.dir, "dir", "", "directory for data and logs (default: a new temp dir, removed after a successful run)")
 	fs.StringVar(&cfg.tabulaBin, "tabula-bin", "", "tabula binary to run (default: built from this checkout)")
 	fs.Uint64Var(&cfg.seed, "seed", rand.Uint64(), "random seed (heartbeat phases)")
@@ -140,6 +142,12 @@ func runMaster(out io.Writer, args []string) (err error) {
 	margs := []string{"master", "--listen", addrs[0], "--data", filepath.Join(dir, "master")}
 	if cfg.heartbeat > 0 {
 		margs = append(margs, "--heartbeat-interval", cfg.heartbeat.String())
+	}
+	if cfg.lease > 0 {
+		margs = append(margs, "--lease", cfg.lease.String())
+	}
+	if cfg.deadAfter > 0 {
+		margs = append(margs, "--dead-after", cfg.deadAfter.String())
 	}
 	master, err := procs.start("tabula-master", bin, margs...)
 	if err != nil {
