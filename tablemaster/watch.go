@@ -20,8 +20,9 @@ import (
 // Map watches. Every table server watches the whole cluster map, so one map
 // change is sent to every server: the response of a version is built and
 // marshalled once (mapVersion) and its bytes are sent as they are to every
-// watcher (watchCodec). Marshalling per watcher cost the master a core at
-// 200 servers x 100 partitions (see RATIONALE.md, "map watches").
+// watcher (watchCodec). Marshalled per watcher, the 1.75 MB map of 200
+// servers x 100 partitions cost 8.8 ms each, 1.8 s of CPU per version (see
+// RATIONALE.md, "Map watches").
 
 // encodedMsg is a message marshalled once, sent as is by watchCodec to
 // every stream that sends it. Its bytes are never modified.
