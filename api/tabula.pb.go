@@ -4100,7 +4100,12 @@ type WatchPartitionMapRequest struct {
 	Tenant string `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
 	Table  string `protobuf:"bytes,2,opt,name=table,proto3" json:"table,omitempty"`
 	// Send nothing until the cluster map is newer than this version.
-	AfterVersion  uint64 `protobuf:"varint,3,opt,name=after_version,json=afterVersion,proto3" json:"after_version,omitempty"`
+	AfterVersion uint64 `protobuf:"varint,3,opt,name=after_version,json=afterVersion,proto3" json:"after_version,omitempty"`
+	// Ask for deltas: after the first response (a full map, unless
+	// after_version is a version the master still holds deltas from), every
+	// response may be a delta (WatchPartitionMapResponse.delta). A master
+	// that does not know the field sends full maps, which stay valid.
+	Deltas        bool `protobuf:"varint,4,opt,name=deltas,proto3" json:"deltas,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4156,12 +4161,47 @@ func (x *WatchPartitionMapRequest) GetAfterVersion() uint64 {
 	return 0
 }
 
+func (x *WatchPartitionMapRequest) GetDeltas() bool {
+	if x != nil {
+		return x.Deltas
+	}
+	return false
+}
+
+// WatchPartitionMapResponse is a full map (delta false: maps holds every
+// map in scope at version) or, only to a watcher that asked for deltas, a
+// delta from from_version to version: maps holds the maps of the tables in
+// scope added or changed since from_version (whole, stamped with version),
+// removed the tables dropped since (tenant, name, id). Applying a delta to
+// the full map at from_version gives the full map at version, except that
+// the maps of unchanged tables keep the version stamp they came with. A
+// watcher whose version is not from_version missed something: it must
+// reopen the watch without after_version (or with deltas false) for a
+// full map.
 type WatchPartitionMapResponse struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Version uint64                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
-	// Every map in scope at this version. A watched table that was dropped is
-	// absent.
-	Maps          []*PartitionMap `protobuf:"bytes,2,rep,name=maps,proto3" json:"maps,omitempty"`
+	// Full: every map in scope at this version (a watched table that was
+	// dropped is absent). Delta: the maps added or changed.
+	Maps  []*PartitionMap `protobuf:"bytes,2,rep,name=maps,proto3" json:"maps,omitempty"`
+	Delta bool            `protobuf:"varint,3,opt,name=delta,proto3" json:"delta,omitempty"`
+	// Delta: the version it applies to.
+	FromVersion uint64 `protobuf:"varint,4,opt,name=from_version,json=fromVersion,proto3" json:"from_version,omitempty"`
+	// Delta: the tables in scope dropped since from_version (only tenant,
+	// name and id are set); apply before maps. A name may be both here and
+	// in maps when it was dropped and created again (maps holds the new
+	// table). An entry whose id the watcher does not hold under that name
+	// (a table created and dropped within the delta) changes nothing.
+	Removed []*Table `protobuf:"bytes,5,rep,name=removed,proto3" json:"removed,omitempty"`
+	// Delta: the tables whose partitions changed in place (same id, same
+	// number of partitions; a server died, a replica moved), each with its
+	// table, bulk and coprocessors whole but only the changed partitions:
+	// each replaces the held partition at its index. Apply after removed;
+	// a table is never in both maps and patches. A watcher that does not
+	// hold the table under that id, or whose held map has not a partition
+	// of the same id at a patched index, missed something: as for a gap,
+	// it asks for a full map.
+	Patches       []*PartitionMap `protobuf:"bytes,6,rep,name=patches,proto3" json:"patches,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4206,6 +4246,34 @@ func (x *WatchPartitionMapResponse) GetVersion() uint64 {
 func (x *WatchPartitionMapResponse) GetMaps() []*PartitionMap {
 	if x != nil {
 		return x.Maps
+	}
+	return nil
+}
+
+func (x *WatchPartitionMapResponse) GetDelta() bool {
+	if x != nil {
+		return x.Delta
+	}
+	return false
+}
+
+func (x *WatchPartitionMapResponse) GetFromVersion() uint64 {
+	if x != nil {
+		return x.FromVersion
+	}
+	return 0
+}
+
+func (x *WatchPartitionMapResponse) GetRemoved() []*Table {
+	if x != nil {
+		return x.Removed
+	}
+	return nil
+}
+
+func (x *WatchPartitionMapResponse) GetPatches() []*PartitionMap {
+	if x != nil {
+		return x.Patches
 	}
 	return nil
 }
@@ -7281,14 +7349,19 @@ const file_tabula_proto_rawDesc = "" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x14\n" +
 	"\x05table\x18\x02 \x01(\tR\x05table\"D\n" +
 	"\x17GetPartitionMapResponse\x12)\n" +
-	"\x03map\x18\x01 \x01(\v2\x17.tabula.v1.PartitionMapR\x03map\"m\n" +
+	"\x03map\x18\x01 \x01(\v2\x17.tabula.v1.PartitionMapR\x03map\"\x85\x01\n" +
 	"\x18WatchPartitionMapRequest\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x14\n" +
 	"\x05table\x18\x02 \x01(\tR\x05table\x12#\n" +
-	"\rafter_version\x18\x03 \x01(\x04R\fafterVersion\"b\n" +
+	"\rafter_version\x18\x03 \x01(\x04R\fafterVersion\x12\x16\n" +
+	"\x06deltas\x18\x04 \x01(\bR\x06deltas\"\xfa\x01\n" +
 	"\x19WatchPartitionMapResponse\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\x04R\aversion\x12+\n" +
-	"\x04maps\x18\x02 \x03(\v2\x17.tabula.v1.PartitionMapR\x04maps\"\x8d\x01\n" +
+	"\x04maps\x18\x02 \x03(\v2\x17.tabula.v1.PartitionMapR\x04maps\x12\x14\n" +
+	"\x05delta\x18\x03 \x01(\bR\x05delta\x12!\n" +
+	"\ffrom_version\x18\x04 \x01(\x04R\vfromVersion\x12*\n" +
+	"\aremoved\x18\x05 \x03(\v2\x10.tabula.v1.TableR\aremoved\x121\n" +
+	"\apatches\x18\x06 \x03(\v2\x17.tabula.v1.PartitionMapR\apatches\"\x8d\x01\n" +
 	"\x15RegisterServerRequest\x12\x1b\n" +
 	"\tserver_id\x18\x01 \x01(\tR\bserverId\x12\x12\n" +
 	"\x04addr\x18\x02 \x01(\tR\x04addr\x12!\n" +
@@ -7742,122 +7815,124 @@ var file_tabula_proto_depIdxs = []int32{
 	32,  // 30: tabula.v1.DescribeTableResponse.replicas:type_name -> tabula.v1.ReplicaStatus
 	12,  // 31: tabula.v1.GetPartitionMapResponse.map:type_name -> tabula.v1.PartitionMap
 	12,  // 32: tabula.v1.WatchPartitionMapResponse.maps:type_name -> tabula.v1.PartitionMap
-	32,  // 33: tabula.v1.HeartbeatRequest.replicas:type_name -> tabula.v1.ReplicaStatus
-	23,  // 34: tabula.v1.HeartbeatRequest.coproc_ready:type_name -> tabula.v1.CoprocReady
-	28,  // 35: tabula.v1.BulkPublishRequest.files:type_name -> tabula.v1.BulkFile
-	12,  // 36: tabula.v1.BulkPublishResponse.map:type_name -> tabula.v1.PartitionMap
-	12,  // 37: tabula.v1.BulkStoredResponse.map:type_name -> tabula.v1.PartitionMap
-	12,  // 38: tabula.v1.BulkStatusResponse.map:type_name -> tabula.v1.PartitionMap
-	30,  // 39: tabula.v1.BulkStatusResponse.bulk:type_name -> tabula.v1.BulkInfo
-	12,  // 40: tabula.v1.BulkRollbackResponse.map:type_name -> tabula.v1.PartitionMap
-	31,  // 41: tabula.v1.ListServersResponse.servers:type_name -> tabula.v1.ServerInfo
-	76,  // 42: tabula.v1.GetRequest.header:type_name -> tabula.v1.RequestHeader
-	76,  // 43: tabula.v1.BatchGetRequest.header:type_name -> tabula.v1.RequestHeader
-	78,  // 44: tabula.v1.BatchGetResponse.results:type_name -> tabula.v1.GetResponse
-	77,  // 45: tabula.v1.MultiGetRequest.gets:type_name -> tabula.v1.GetRequest
-	83,  // 46: tabula.v1.MultiGetResponse.results:type_name -> tabula.v1.MultiGetResult
-	78,  // 47: tabula.v1.MultiGetResult.response:type_name -> tabula.v1.GetResponse
-	76,  // 48: tabula.v1.PutRequest.header:type_name -> tabula.v1.RequestHeader
-	76,  // 49: tabula.v1.DeleteRequest.header:type_name -> tabula.v1.RequestHeader
-	76,  // 50: tabula.v1.CompareAndSwapRequest.header:type_name -> tabula.v1.RequestHeader
-	6,   // 51: tabula.v1.Mutation.op:type_name -> tabula.v1.Mutation.Op
-	76,  // 52: tabula.v1.BatchWriteRequest.header:type_name -> tabula.v1.RequestHeader
-	90,  // 53: tabula.v1.BatchWriteRequest.mutations:type_name -> tabula.v1.Mutation
-	76,  // 54: tabula.v1.ScanRequest.header:type_name -> tabula.v1.RequestHeader
-	94,  // 55: tabula.v1.ScanResponse.records:type_name -> tabula.v1.KeyValue
-	76,  // 56: tabula.v1.CopyReplicaRequest.header:type_name -> tabula.v1.RequestHeader
-	94,  // 57: tabula.v1.CopyReplicaChunk.records:type_name -> tabula.v1.KeyValue
-	76,  // 58: tabula.v1.BulkUploadRequest.header:type_name -> tabula.v1.RequestHeader
-	28,  // 59: tabula.v1.BulkUploadRequest.file:type_name -> tabula.v1.BulkFile
-	76,  // 60: tabula.v1.BulkUploadStatusRequest.header:type_name -> tabula.v1.RequestHeader
-	10,  // 61: tabula.v1.PartitionLogFailedResponse.partition:type_name -> tabula.v1.Partition
-	105, // 62: tabula.v1.ForgetServerResponse.lost:type_name -> tabula.v1.LostPartition
-	105, // 63: tabula.v1.ListDataLossResponse.lost:type_name -> tabula.v1.LostPartition
-	50,  // 64: tabula.v1.Master.CreateTable:input_type -> tabula.v1.CreateTableRequest
-	52,  // 65: tabula.v1.Master.DropTable:input_type -> tabula.v1.DropTableRequest
-	54,  // 66: tabula.v1.Master.ListTables:input_type -> tabula.v1.ListTablesRequest
-	56,  // 67: tabula.v1.Master.DescribeTable:input_type -> tabula.v1.DescribeTableRequest
-	58,  // 68: tabula.v1.Master.GetPartitionMap:input_type -> tabula.v1.GetPartitionMapRequest
-	60,  // 69: tabula.v1.Master.WatchPartitionMap:input_type -> tabula.v1.WatchPartitionMapRequest
-	62,  // 70: tabula.v1.Master.RegisterServer:input_type -> tabula.v1.RegisterServerRequest
-	64,  // 71: tabula.v1.Master.Heartbeat:input_type -> tabula.v1.HeartbeatRequest
-	101, // 72: tabula.v1.Master.PartitionLogFailed:input_type -> tabula.v1.PartitionLogFailedRequest
-	74,  // 73: tabula.v1.Master.ListServers:input_type -> tabula.v1.ListServersRequest
-	66,  // 74: tabula.v1.Master.BulkPublish:input_type -> tabula.v1.BulkPublishRequest
-	68,  // 75: tabula.v1.Master.BulkStored:input_type -> tabula.v1.BulkStoredRequest
-	70,  // 76: tabula.v1.Master.BulkStatus:input_type -> tabula.v1.BulkStatusRequest
-	72,  // 77: tabula.v1.Master.BulkRollback:input_type -> tabula.v1.BulkRollbackRequest
-	48,  // 78: tabula.v1.Master.Stream:input_type -> tabula.v1.StreamRequest
-	15,  // 79: tabula.v1.Master.CoprocDeploy:input_type -> tabula.v1.CoprocDeployRequest
-	17,  // 80: tabula.v1.Master.CoprocList:input_type -> tabula.v1.CoprocListRequest
-	19,  // 81: tabula.v1.Master.CoprocRollback:input_type -> tabula.v1.CoprocRollbackRequest
-	21,  // 82: tabula.v1.Master.CoprocFetch:input_type -> tabula.v1.CoprocFetchRequest
-	103, // 83: tabula.v1.Master.ForgetServer:input_type -> tabula.v1.ForgetServerRequest
-	106, // 84: tabula.v1.Master.ListDataLoss:input_type -> tabula.v1.ListDataLossRequest
-	40,  // 85: tabula.v1.Master.MasterMembers:input_type -> tabula.v1.MasterMembersRequest
-	42,  // 86: tabula.v1.Master.AddMaster:input_type -> tabula.v1.AddMasterRequest
-	44,  // 87: tabula.v1.Master.RemoveMaster:input_type -> tabula.v1.RemoveMasterRequest
-	46,  // 88: tabula.v1.Master.TransferLeader:input_type -> tabula.v1.TransferLeaderRequest
-	35,  // 89: tabula.v1.Master.MovePartition:input_type -> tabula.v1.MovePartitionRequest
-	37,  // 90: tabula.v1.Master.DrainServer:input_type -> tabula.v1.DrainServerRequest
-	77,  // 91: tabula.v1.TableServer.Get:input_type -> tabula.v1.GetRequest
-	79,  // 92: tabula.v1.TableServer.BatchGet:input_type -> tabula.v1.BatchGetRequest
-	81,  // 93: tabula.v1.TableServer.MultiGet:input_type -> tabula.v1.MultiGetRequest
-	84,  // 94: tabula.v1.TableServer.Put:input_type -> tabula.v1.PutRequest
-	86,  // 95: tabula.v1.TableServer.Delete:input_type -> tabula.v1.DeleteRequest
-	88,  // 96: tabula.v1.TableServer.CompareAndSwap:input_type -> tabula.v1.CompareAndSwapRequest
-	91,  // 97: tabula.v1.TableServer.BatchWrite:input_type -> tabula.v1.BatchWriteRequest
-	93,  // 98: tabula.v1.TableServer.Scan:input_type -> tabula.v1.ScanRequest
-	96,  // 99: tabula.v1.TableServer.CopyReplica:input_type -> tabula.v1.CopyReplicaRequest
-	98,  // 100: tabula.v1.TableServer.BulkUpload:input_type -> tabula.v1.BulkUploadRequest
-	99,  // 101: tabula.v1.TableServer.BulkUploadStatus:input_type -> tabula.v1.BulkUploadStatusRequest
-	24,  // 102: tabula.v1.TableServer.Invoke:input_type -> tabula.v1.InvokeRequest
-	26,  // 103: tabula.v1.TableServer.CoprocMerge:input_type -> tabula.v1.CoprocMergeRequest
-	51,  // 104: tabula.v1.Master.CreateTable:output_type -> tabula.v1.CreateTableResponse
-	53,  // 105: tabula.v1.Master.DropTable:output_type -> tabula.v1.DropTableResponse
-	55,  // 106: tabula.v1.Master.ListTables:output_type -> tabula.v1.ListTablesResponse
-	57,  // 107: tabula.v1.Master.DescribeTable:output_type -> tabula.v1.DescribeTableResponse
-	59,  // 108: tabula.v1.Master.GetPartitionMap:output_type -> tabula.v1.GetPartitionMapResponse
-	61,  // 109: tabula.v1.Master.WatchPartitionMap:output_type -> tabula.v1.WatchPartitionMapResponse
-	63,  // 110: tabula.v1.Master.RegisterServer:output_type -> tabula.v1.RegisterServerResponse
-	65,  // 111: tabula.v1.Master.Heartbeat:output_type -> tabula.v1.HeartbeatResponse
-	102, // 112: tabula.v1.Master.PartitionLogFailed:output_type -> tabula.v1.PartitionLogFailedResponse
-	75,  // 113: tabula.v1.Master.ListServers:output_type -> tabula.v1.ListServersResponse
-	67,  // 114: tabula.v1.Master.BulkPublish:output_type -> tabula.v1.BulkPublishResponse
-	69,  // 115: tabula.v1.Master.BulkStored:output_type -> tabula.v1.BulkStoredResponse
-	71,  // 116: tabula.v1.Master.BulkStatus:output_type -> tabula.v1.BulkStatusResponse
-	73,  // 117: tabula.v1.Master.BulkRollback:output_type -> tabula.v1.BulkRollbackResponse
-	49,  // 118: tabula.v1.Master.Stream:output_type -> tabula.v1.StreamResponse
-	16,  // 119: tabula.v1.Master.CoprocDeploy:output_type -> tabula.v1.CoprocDeployResponse
-	18,  // 120: tabula.v1.Master.CoprocList:output_type -> tabula.v1.CoprocListResponse
-	20,  // 121: tabula.v1.Master.CoprocRollback:output_type -> tabula.v1.CoprocRollbackResponse
-	22,  // 122: tabula.v1.Master.CoprocFetch:output_type -> tabula.v1.CoprocFetchResponse
-	104, // 123: tabula.v1.Master.ForgetServer:output_type -> tabula.v1.ForgetServerResponse
-	107, // 124: tabula.v1.Master.ListDataLoss:output_type -> tabula.v1.ListDataLossResponse
-	41,  // 125: tabula.v1.Master.MasterMembers:output_type -> tabula.v1.MasterMembersResponse
-	43,  // 126: tabula.v1.Master.AddMaster:output_type -> tabula.v1.AddMasterResponse
-	45,  // 127: tabula.v1.Master.RemoveMaster:output_type -> tabula.v1.RemoveMasterResponse
-	47,  // 128: tabula.v1.Master.TransferLeader:output_type -> tabula.v1.TransferLeaderResponse
-	36,  // 129: tabula.v1.Master.MovePartition:output_type -> tabula.v1.MovePartitionResponse
-	38,  // 130: tabula.v1.Master.DrainServer:output_type -> tabula.v1.DrainServerResponse
-	78,  // 131: tabula.v1.TableServer.Get:output_type -> tabula.v1.GetResponse
-	80,  // 132: tabula.v1.TableServer.BatchGet:output_type -> tabula.v1.BatchGetResponse
-	82,  // 133: tabula.v1.TableServer.MultiGet:output_type -> tabula.v1.MultiGetResponse
-	85,  // 134: tabula.v1.TableServer.Put:output_type -> tabula.v1.PutResponse
-	87,  // 135: tabula.v1.TableServer.Delete:output_type -> tabula.v1.DeleteResponse
-	89,  // 136: tabula.v1.TableServer.CompareAndSwap:output_type -> tabula.v1.CompareAndSwapResponse
-	92,  // 137: tabula.v1.TableServer.BatchWrite:output_type -> tabula.v1.BatchWriteResponse
-	95,  // 138: tabula.v1.TableServer.Scan:output_type -> tabula.v1.ScanResponse
-	97,  // 139: tabula.v1.TableServer.CopyReplica:output_type -> tabula.v1.CopyReplicaChunk
-	100, // 140: tabula.v1.TableServer.BulkUpload:output_type -> tabula.v1.BulkUploadResponse
-	100, // 141: tabula.v1.TableServer.BulkUploadStatus:output_type -> tabula.v1.BulkUploadResponse
-	25,  // 142: tabula.v1.TableServer.Invoke:output_type -> tabula.v1.InvokeResponse
-	27,  // 143: tabula.v1.TableServer.CoprocMerge:output_type -> tabula.v1.CoprocMergeResponse
-	104, // [104:144] is the sub-list for method output_type
-	64,  // [64:104] is the sub-list for method input_type
-	64,  // [64:64] is the sub-list for extension type_name
-	64,  // [64:64] is the sub-list for extension extendee
-	0,   // [0:64] is the sub-list for field type_name
+	8,   // 33: tabula.v1.WatchPartitionMapResponse.removed:type_name -> tabula.v1.Table
+	12,  // 34: tabula.v1.WatchPartitionMapResponse.patches:type_name -> tabula.v1.PartitionMap
+	32,  // 35: tabula.v1.HeartbeatRequest.replicas:type_name -> tabula.v1.ReplicaStatus
+	23,  // 36: tabula.v1.HeartbeatRequest.coproc_ready:type_name -> tabula.v1.CoprocReady
+	28,  // 37: tabula.v1.BulkPublishRequest.files:type_name -> tabula.v1.BulkFile
+	12,  // 38: tabula.v1.BulkPublishResponse.map:type_name -> tabula.v1.PartitionMap
+	12,  // 39: tabula.v1.BulkStoredResponse.map:type_name -> tabula.v1.PartitionMap
+	12,  // 40: tabula.v1.BulkStatusResponse.map:type_name -> tabula.v1.PartitionMap
+	30,  // 41: tabula.v1.BulkStatusResponse.bulk:type_name -> tabula.v1.BulkInfo
+	12,  // 42: tabula.v1.BulkRollbackResponse.map:type_name -> tabula.v1.PartitionMap
+	31,  // 43: tabula.v1.ListServersResponse.servers:type_name -> tabula.v1.ServerInfo
+	76,  // 44: tabula.v1.GetRequest.header:type_name -> tabula.v1.RequestHeader
+	76,  // 45: tabula.v1.BatchGetRequest.header:type_name -> tabula.v1.RequestHeader
+	78,  // 46: tabula.v1.BatchGetResponse.results:type_name -> tabula.v1.GetResponse
+	77,  // 47: tabula.v1.MultiGetRequest.gets:type_name -> tabula.v1.GetRequest
+	83,  // 48: tabula.v1.MultiGetResponse.results:type_name -> tabula.v1.MultiGetResult
+	78,  // 49: tabula.v1.MultiGetResult.response:type_name -> tabula.v1.GetResponse
+	76,  // 50: tabula.v1.PutRequest.header:type_name -> tabula.v1.RequestHeader
+	76,  // 51: tabula.v1.DeleteRequest.header:type_name -> tabula.v1.RequestHeader
+	76,  // 52: tabula.v1.CompareAndSwapRequest.header:type_name -> tabula.v1.RequestHeader
+	6,   // 53: tabula.v1.Mutation.op:type_name -> tabula.v1.Mutation.Op
+	76,  // 54: tabula.v1.BatchWriteRequest.header:type_name -> tabula.v1.RequestHeader
+	90,  // 55: tabula.v1.BatchWriteRequest.mutations:type_name -> tabula.v1.Mutation
+	76,  // 56: tabula.v1.ScanRequest.header:type_name -> tabula.v1.RequestHeader
+	94,  // 57: tabula.v1.ScanResponse.records:type_name -> tabula.v1.KeyValue
+	76,  // 58: tabula.v1.CopyReplicaRequest.header:type_name -> tabula.v1.RequestHeader
+	94,  // 59: tabula.v1.CopyReplicaChunk.records:type_name -> tabula.v1.KeyValue
+	76,  // 60: tabula.v1.BulkUploadRequest.header:type_name -> tabula.v1.RequestHeader
+	28,  // 61: tabula.v1.BulkUploadRequest.file:type_name -> tabula.v1.BulkFile
+	76,  // 62: tabula.v1.BulkUploadStatusRequest.header:type_name -> tabula.v1.RequestHeader
+	10,  // 63: tabula.v1.PartitionLogFailedResponse.partition:type_name -> tabula.v1.Partition
+	105, // 64: tabula.v1.ForgetServerResponse.lost:type_name -> tabula.v1.LostPartition
+	105, // 65: tabula.v1.ListDataLossResponse.lost:type_name -> tabula.v1.LostPartition
+	50,  // 66: tabula.v1.Master.CreateTable:input_type -> tabula.v1.CreateTableRequest
+	52,  // 67: tabula.v1.Master.DropTable:input_type -> tabula.v1.DropTableRequest
+	54,  // 68: tabula.v1.Master.ListTables:input_type -> tabula.v1.ListTablesRequest
+	56,  // 69: tabula.v1.Master.DescribeTable:input_type -> tabula.v1.DescribeTableRequest
+	58,  // 70: tabula.v1.Master.GetPartitionMap:input_type -> tabula.v1.GetPartitionMapRequest
+	60,  // 71: tabula.v1.Master.WatchPartitionMap:input_type -> tabula.v1.WatchPartitionMapRequest
+	62,  // 72: tabula.v1.Master.RegisterServer:input_type -> tabula.v1.RegisterServerRequest
+	64,  // 73: tabula.v1.Master.Heartbeat:input_type -> tabula.v1.HeartbeatRequest
+	101, // 74: tabula.v1.Master.PartitionLogFailed:input_type -> tabula.v1.PartitionLogFailedRequest
+	74,  // 75: tabula.v1.Master.ListServers:input_type -> tabula.v1.ListServersRequest
+	66,  // 76: tabula.v1.Master.BulkPublish:input_type -> tabula.v1.BulkPublishRequest
+	68,  // 77: tabula.v1.Master.BulkStored:input_type -> tabula.v1.BulkStoredRequest
+	70,  // 78: tabula.v1.Master.BulkStatus:input_type -> tabula.v1.BulkStatusRequest
+	72,  // 79: tabula.v1.Master.BulkRollback:input_type -> tabula.v1.BulkRollbackRequest
+	48,  // 80: tabula.v1.Master.Stream:input_type -> tabula.v1.StreamRequest
+	15,  // 81: tabula.v1.Master.CoprocDeploy:input_type -> tabula.v1.CoprocDeployRequest
+	17,  // 82: tabula.v1.Master.CoprocList:input_type -> tabula.v1.CoprocListRequest
+	19,  // 83: tabula.v1.Master.CoprocRollback:input_type -> tabula.v1.CoprocRollbackRequest
+	21,  // 84: tabula.v1.Master.CoprocFetch:input_type -> tabula.v1.CoprocFetchRequest
+	103, // 85: tabula.v1.Master.ForgetServer:input_type -> tabula.v1.ForgetServerRequest
+	106, // 86: tabula.v1.Master.ListDataLoss:input_type -> tabula.v1.ListDataLossRequest
+	40,  // 87: tabula.v1.Master.MasterMembers:input_type -> tabula.v1.MasterMembersRequest
+	42,  // 88: tabula.v1.Master.AddMaster:input_type -> tabula.v1.AddMasterRequest
+	44,  // 89: tabula.v1.Master.RemoveMaster:input_type -> tabula.v1.RemoveMasterRequest
+	46,  // 90: tabula.v1.Master.TransferLeader:input_type -> tabula.v1.TransferLeaderRequest
+	35,  // 91: tabula.v1.Master.MovePartition:input_type -> tabula.v1.MovePartitionRequest
+	37,  // 92: tabula.v1.Master.DrainServer:input_type -> tabula.v1.DrainServerRequest
+	77,  // 93: tabula.v1.TableServer.Get:input_type -> tabula.v1.GetRequest
+	79,  // 94: tabula.v1.TableServer.BatchGet:input_type -> tabula.v1.BatchGetRequest
+	81,  // 95: tabula.v1.TableServer.MultiGet:input_type -> tabula.v1.MultiGetRequest
+	84,  // 96: tabula.v1.TableServer.Put:input_type -> tabula.v1.PutRequest
+	86,  // 97: tabula.v1.TableServer.Delete:input_type -> tabula.v1.DeleteRequest
+	88,  // 98: tabula.v1.TableServer.CompareAndSwap:input_type -> tabula.v1.CompareAndSwapRequest
+	91,  // 99: tabula.v1.TableServer.BatchWrite:input_type -> tabula.v1.BatchWriteRequest
+	93,  // 100: tabula.v1.TableServer.Scan:input_type -> tabula.v1.ScanRequest
+	96,  // 101: tabula.v1.TableServer.CopyReplica:input_type -> tabula.v1.CopyReplicaRequest
+	98,  // 102: tabula.v1.TableServer.BulkUpload:input_type -> tabula.v1.BulkUploadRequest
+	99,  // 103: tabula.v1.TableServer.BulkUploadStatus:input_type -> tabula.v1.BulkUploadStatusRequest
+	24,  // 104: tabula.v1.TableServer.Invoke:input_type -> tabula.v1.InvokeRequest
+	26,  // 105: tabula.v1.TableServer.CoprocMerge:input_type -> tabula.v1.CoprocMergeRequest
+	51,  // 106: tabula.v1.Master.CreateTable:output_type -> tabula.v1.CreateTableResponse
+	53,  // 107: tabula.v1.Master.DropTable:output_type -> tabula.v1.DropTableResponse
+	55,  // 108: tabula.v1.Master.ListTables:output_type -> tabula.v1.ListTablesResponse
+	57,  // 109: tabula.v1.Master.DescribeTable:output_type -> tabula.v1.DescribeTableResponse
+	59,  // 110: tabula.v1.Master.GetPartitionMap:output_type -> tabula.v1.GetPartitionMapResponse
+	61,  // 111: tabula.v1.Master.WatchPartitionMap:output_type -> tabula.v1.WatchPartitionMapResponse
+	63,  // 112: tabula.v1.Master.RegisterServer:output_type -> tabula.v1.RegisterServerResponse
+	65,  // 113: tabula.v1.Master.Heartbeat:output_type -> tabula.v1.HeartbeatResponse
+	102, // 114: tabula.v1.Master.PartitionLogFailed:output_type -> tabula.v1.PartitionLogFailedResponse
+	75,  // 115: tabula.v1.Master.ListServers:output_type -> tabula.v1.ListServersResponse
+	67,  // 116: tabula.v1.Master.BulkPublish:output_type -> tabula.v1.BulkPublishResponse
+	69,  // 117: tabula.v1.Master.BulkStored:output_type -> tabula.v1.BulkStoredResponse
+	71,  // 118: tabula.v1.Master.BulkStatus:output_type -> tabula.v1.BulkStatusResponse
+	73,  // 119: tabula.v1.Master.BulkRollback:output_type -> tabula.v1.BulkRollbackResponse
+	49,  // 120: tabula.v1.Master.Stream:output_type -> tabula.v1.StreamResponse
+	16,  // 121: tabula.v1.Master.CoprocDeploy:output_type -> tabula.v1.CoprocDeployResponse
+	18,  // 122: tabula.v1.Master.CoprocList:output_type -> tabula.v1.CoprocListResponse
+	20,  // 123: tabula.v1.Master.CoprocRollback:output_type -> tabula.v1.CoprocRollbackResponse
+	22,  // 124: tabula.v1.Master.CoprocFetch:output_type -> tabula.v1.CoprocFetchResponse
+	104, // 125: tabula.v1.Master.ForgetServer:output_type -> tabula.v1.ForgetServerResponse
+	107, // 126: tabula.v1.Master.ListDataLoss:output_type -> tabula.v1.ListDataLossResponse
+	41,  // 127: tabula.v1.Master.MasterMembers:output_type -> tabula.v1.MasterMembersResponse
+	43,  // 128: tabula.v1.Master.AddMaster:output_type -> tabula.v1.AddMasterResponse
+	45,  // 129: tabula.v1.Master.RemoveMaster:output_type -> tabula.v1.RemoveMasterResponse
+	47,  // 130: tabula.v1.Master.TransferLeader:output_type -> tabula.v1.TransferLeaderResponse
+	36,  // 131: tabula.v1.Master.MovePartition:output_type -> tabula.v1.MovePartitionResponse
+	38,  // 132: tabula.v1.Master.DrainServer:output_type -> tabula.v1.DrainServerResponse
+	78,  // 133: tabula.v1.TableServer.Get:output_type -> tabula.v1.GetResponse
+	80,  // 134: tabula.v1.TableServer.BatchGet:output_type -> tabula.v1.BatchGetResponse
+	82,  // 135: tabula.v1.TableServer.MultiGet:output_type -> tabula.v1.MultiGetResponse
+	85,  // 136: tabula.v1.TableServer.Put:output_type -> tabula.v1.PutResponse
+	87,  // 137: tabula.v1.TableServer.Delete:output_type -> tabula.v1.DeleteResponse
+	89,  // 138: tabula.v1.TableServer.CompareAndSwap:output_type -> tabula.v1.CompareAndSwapResponse
+	92,  // 139: tabula.v1.TableServer.BatchWrite:output_type -> tabula.v1.BatchWriteResponse
+	95,  // 140: tabula.v1.TableServer.Scan:output_type -> tabula.v1.ScanResponse
+	97,  // 141: tabula.v1.TableServer.CopyReplica:output_type -> tabula.v1.CopyReplicaChunk
+	100, // 142: tabula.v1.TableServer.BulkUpload:output_type -> tabula.v1.BulkUploadResponse
+	100, // 143: tabula.v1.TableServer.BulkUploadStatus:output_type -> tabula.v1.BulkUploadResponse
+	25,  // 144: tabula.v1.TableServer.Invoke:output_type -> tabula.v1.InvokeResponse
+	27,  // 145: tabula.v1.TableServer.CoprocMerge:output_type -> tabula.v1.CoprocMergeResponse
+	106, // [106:146] is the sub-list for method output_type
+	66,  // [66:106] is the sub-list for method input_type
+	66,  // [66:66] is the sub-list for extension type_name
+	66,  // [66:66] is the sub-list for extension extendee
+	0,   // [0:66] is the sub-list for field type_name
 }
 
 func init() { file_tabula_proto_init() }

@@ -45,9 +45,10 @@ type msConfig struct {
 	servers, perServer, partsPerTable int
 	watchers, conns, changes          int
 	settle, window                    time.Duration
-	heartbeat                         time.Duration
+	heartbeat, lease, deadAfter       time.Duration
 	dir, tabulaBin                    string
 	seed                              uint64
+	deltas                            bool
 }
 
 // The master suite runs `tabula master` as a process and, in this process,
@@ -61,8 +62,9 @@ type msConfig struct {
 //     node service that answers the master's inventory calls (Stat) with a
 //     disk usage that changes every call, as a live node's does;
 //   - -watchers of them watch the whole partition map (WatchPartitionMap,
-//     as every table server does). A watcher reads each message whole but
-//     decodes only its version, so the simulation's CPU stays small;
+//     as every table server does, asking for deltas unless -deltas=false).
+//     A watcher reads each message whole but decodes only its version, so
+//     the simulation's CPU stays small;
 //   - bulk tables of -parts-per-table partitions, one replica each (they
 //     need no commit-log extents, which simulated servers cannot host),
 //     give every server -per-server partitions.
@@ -83,6 +85,8 @@ func runMaster(out io.Writer, args []string) (err error) {
 	fs.DurationVar(&cfg.settle, "settle", 10*time.Second, "heartbeating before the measurements")
 	fs.DurationVar(&cfg.window, "window", 10*time.Second, "length of the heartbeats-only CPU measurement")
 	fs.DurationVar(&cfg.heartbeat, "heartbeat-interval", 0, "the master's --heartbeat-interval (0: its default)")
+	fs.DurationVar(&cfg.lease, "lease", 0, "the master's --lease (0: its default)")
+	fs.DurationVar(&cfg.deadAfter, "dead-after", 0, "the master's --dead-after (0: its default; with a longer -heartbeat-interval, raise it and -lease)")
 	fs.StringVar(&cfg.dir, "dir", "", "directory for data and logs (default: a new temp dir, removed after a successful run)")
 	fs.StringVar(&cfg.tabulaBin, "tabula-bin", "", "tabula binary to run (default: built from this checkout)")
 	fs.Uint64Var(&cfg.seed, "seed", rand.Uint64(), "random seed (heartbeat phases)")
@@ -90,6 +94,7 @@ func runMaster(out io.Writer, args []string) (err error) {
 	var fc mfConfig
 	fs.IntVar(&fc.kills, "kills", 20, "failover: kill -9s of the leader")
 	fs.DurationVar(&fc.proposalTime, "proposal-time", 5*time.Second, "failover: how long proposals per second are measured")
+	fs.BoolVar(&cfg.deltas, "deltas", true, "watchers ask for deltas after the first full map, as table servers do (false: a full map per version)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -157,6 +162,12 @@ func runMaster(out io.Writer, args []string) (err error) {
 	if cfg.heartbeat > 0 {
 		margs = append(margs, "--heartbeat-interval", cfg.heartbeat.String())
 	}
+	if cfg.lease > 0 {
+		margs = append(margs, "--lease", cfg.lease.String())
+	}
+	if cfg.deadAfter > 0 {
+		margs = append(margs, "--dead-after", cfg.deadAfter.String())
+	}
 	master, err := procs.start("tabula-master", bin, margs...)
 	if err != nil {
 		return err
@@ -178,8 +189,8 @@ func runMaster(out io.Writer, args []string) (err error) {
 	}
 	mc := func(i int) api.MasterClient { return api.NewMasterClient(conns[i%len(conns)]) }
 
-	fmt.Fprintf(out, "# master: tabula master process; %d simulated servers (%d watching the map) on %d gRPC connections, %d partitions each in bulk tables of %d (1 replica); GOMAXPROCS %d of this process; dir %s; seed %d\n",
-		cfg.servers, cfg.watchers, cfg.conns, cfg.perServer, cfg.partsPerTable, runtime.GOMAXPROCS(0), dir, cfg.seed)
+	fmt.Fprintf(out, "# master: tabula master process; %d simulated servers (%d watching the map, deltas %v) on %d gRPC connections, %d partitions each in bulk tables of %d (1 replica); GOMAXPROCS %d of this process; dir %s; seed %d\n",
+		cfg.servers, cfg.watchers, cfg.deltas, cfg.conns, cfg.perServer, cfg.partsPerTable, runtime.GOMAXPROCS(0), dir, cfg.seed)
 
 	// Register the servers.
 	t0 := time.Now()
@@ -257,7 +268,7 @@ func runMaster(out io.Writer, args []string) (err error) {
 	defer wWG.Wait()
 	defer wStop()
 	for i := range ws {
-		ws[i] = &msWatcher{changed: make(chan struct{}, 1)}
+		ws[i] = &msWatcher{changed: make(chan struct{}, 1), deltas: cfg.deltas}
 		wWG.Add(1)
 		go func() {
 			defer wWG.Done()
@@ -401,6 +412,7 @@ type msWatcher struct {
 	arrivals   []msArrival
 	changed    chan struct{}
 	reconnects atomic.Int64
+	deltas     bool // ask for deltas
 }
 
 type msArrival struct {
@@ -417,7 +429,7 @@ func (w *msWatcher) run(ctx context.Context, cc *grpc.ClientConn) {
 		w.mu.Unlock()
 		st, err := cc.NewStream(ctx, msWatchDesc, api.Master_WatchPartitionMap_FullMethodName, grpc.ForceCodecV2(msVersionCodec{}))
 		if err == nil {
-			err = st.SendMsg(&api.WatchPartitionMapRequest{AfterVersion: after})
+			err = st.SendMsg(&api.WatchPartitionMapRequest{AfterVersion: after, Deltas: w.deltas})
 		}
 		if err == nil {
 			err = st.CloseSend()

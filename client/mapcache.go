@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sort"
 	"sync"
@@ -25,6 +26,12 @@ type tableState struct {
 
 	// watching is set while the watch goroutine runs (or is starting).
 	watching atomic.Bool
+	// seen is the cluster map version the watch has brought the cached
+	// map to (the map's own version stays that of its table's last
+	// change: deltas name only the tables that changed); needFull asks the
+	// next watch for a full map, after a delta that did not start at seen.
+	seen     atomic.Uint64
+	needFull atomic.Bool
 
 	mu sync.Mutex // guards inflight
 	// inflight is the GetPartitionMap in progress, shared by every caller
@@ -299,6 +306,7 @@ func (ts *tableState) patch(p *api.Partition) bool {
 // forget drops the cached map (the table was dropped).
 func (ts *tableState) forget() {
 	ts.m.Store(nil)
+	ts.seen.Store(0)
 	ts.notify(nil)
 }
 
@@ -418,12 +426,17 @@ func (ts *tableState) watchOnce(attempt *int) error {
 	}
 	ctx, cancel := context.WithCancel(c.ctx)
 	defer cancel()
-	var after uint64
+	// have is the version the cached map is known current at: the
+	// master sends a delta from it when it still can.
+	var have uint64
 	if m := ts.m.Load(); m != nil {
-		after = m.GetVersion()
+		have = max(m.GetVersion(), ts.seen.Load())
+	}
+	if ts.needFull.Swap(false) {
+		have = 0
 	}
 	stream, err := api.NewMasterClient(cc).WatchPartitionMap(ctx, &api.WatchPartitionMapRequest{
-		Tenant: c.opts.Tenant, Table: ts.name, AfterVersion: after,
+		Tenant: c.opts.Tenant, Table: ts.name, AfterVersion: have, Deltas: true,
 	})
 	for err == nil {
 		var resp *api.WatchPartitionMapResponse
@@ -431,17 +444,18 @@ func (ts *tableState) watchOnce(attempt *int) error {
 			break
 		}
 		*attempt = 0
-		found := false
-		for _, m := range resp.GetMaps() {
-			tenant := m.GetTable().GetTenant()
-			if m.GetTable().GetName() == ts.name && (tenant == "" || tenant == c.opts.Tenant) && len(m.GetPartitions()) > 0 {
-				ts.store(m)
-				found = true
+		if resp.GetDelta() && resp.GetFromVersion() != have {
+			ts.needFull.Store(true)
+			return fmt.Errorf("%w: delta from %d, cached map current at %d", api.ErrMapGap, resp.GetFromVersion(), have)
+		}
+		if err := ts.applyWatch(resp); err != nil {
+			if errors.Is(err, api.ErrMapGap) {
+				ts.needFull.Store(true)
 			}
+			return err
 		}
-		if !found {
-			return errTableGone
-		}
+		have = resp.GetVersion()
+		ts.seen.Store(have)
 	}
 	switch api.CodeOf(err) {
 	case api.ErrorCode_ERROR_CODE_UNAVAILABLE:
@@ -450,4 +464,47 @@ func (ts *tableState) watchOnce(attempt *int) error {
 		return errTableGone // dropped before the stream opened
 	}
 	return err
+}
+
+// applyWatch applies one watch response to the cached map: a full map
+// holds the table's map (errTableGone when it does not), a delta the
+// table's new map or its changed partitions (api.ErrMapGap when they do
+// not apply to the cached map) if it changed, or names it removed
+// (errTableGone) if it was dropped.
+func (ts *tableState) applyWatch(resp *api.WatchPartitionMapResponse) error {
+	tenant := ts.c.opts.Tenant
+	ours := func(t *api.Table) bool {
+		return t.GetName() == ts.name && (t.GetTenant() == "" || t.GetTenant() == tenant)
+	}
+	for _, m := range resp.GetMaps() {
+		if ours(m.GetTable()) && len(m.GetPartitions()) > 0 {
+			// A dropped and created again table is in removed too:
+			// its new map is what counts.
+			ts.store(m)
+			return nil
+		}
+	}
+	if !resp.GetDelta() {
+		return errTableGone
+	}
+	for _, pm := range resp.GetPatches() {
+		if !ours(pm.GetTable()) {
+			continue
+		}
+		// Patched onto the map as the master sent it: a partition
+		// patched in from a NOT_OWNER answer (newer) is kept by store.
+		m, err := api.PatchMap(ts.m.Load(), pm)
+		if err != nil {
+			return err
+		}
+		ts.store(m)
+		return nil
+	}
+	cur := ts.m.Load()
+	for _, t := range resp.GetRemoved() {
+		if ours(t) && (cur == nil || cur.GetTable().GetId() == t.GetId()) {
+			return errTableGone
+		}
+	}
+	return nil
 }

@@ -35,6 +35,16 @@
 // State.registerServer for why not an epoch bump). A server that names no fault domain gets one of its own
 // (DefaultFaultDomain).
 //
+// # Map watches
+//
+// WatchPartitionMap sends a watcher that asks for deltas a full map, then
+// per map version only the tables added, changed or dropped; the master
+// keeps the deltas of recent versions in memory and sends a full map to a
+// watcher it has none for (watch.go). Each version's whole-cluster full
+// map and delta are encoded once and shared by every watcher, so Serve's
+// gRPC server uses a codec that sends pre-encoded bytes: serve the Master
+// only with Serve.
+//
 // # Concurrency
 //
 // Master is safe for concurrent use. Commands are serialised by one lock

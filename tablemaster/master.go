@@ -93,6 +93,9 @@ var _ api.MasterServer = (*Master)(nil)
 type view struct {
 	state   *State
 	changed chan struct{}
+	// mv is the map version of state as watchers see it (watch.go),
+	// shared by every view at that version.
+	mv *mapVersion
 }
 
 // snapJob is a snapshot to write: the published state after cut.seq.
@@ -160,7 +163,7 @@ func Open(opts Options) (*Master, error) {
 		return nil, errors.Join(err, lock.Unlock())
 	}
 	m.store, m.seq = st, seq
-	m.view.Store(&view{state: state, changed: make(chan struct{})})
+	m.view.Store(&view{state: state, changed: make(chan struct{}), mv: newMapVersion(nil, state)})
 	now := opts.Now()
 	if _, ok := state.Tenants[api.DefaultTenant]; !ok {
 		if _, _, err := m.propose(Command{Op: OpCreateTenant, Tenant: api.DefaultTenant, UnixMs: now.UnixMilli()}, nil, nil); err != nil {
@@ -202,6 +205,7 @@ func (m *Master) Serve(lis net.Listener) error {
 		grpc.MaxRecvMsgSize(api.MaxMessageBytes),
 		grpc.MaxSendMsgSize(api.MaxMessageBytes),
 		grpc.WaitForHandlers(true), // Close returns only after every handler has
+		serverCodec(),              // map watches send pre-encoded responses
 		api.ServerKeepalive(),
 		grpc.ChainUnaryInterceptor(m.leaderOnlyUnary),
 		grpc.ChainStreamInterceptor(m.leaderOnlyStream),
@@ -362,10 +366,11 @@ func (m *Master) writeSnapshot() {
 func (m *Master) publishLocked(next *State) {
 	old := m.view.Load()
 	if next.Version == old.state.Version {
-		m.view.Store(&view{state: next, changed: old.changed})
+		m.view.Store(&view{state: next, changed: old.changed, mv: old.mv})
 		return
 	}
-	m.view.Store(&view{state: next, changed: make(chan struct{})})
+	m.view.Store(&view{state: next, changed: make(chan struct{}), mv: newMapVersion(old.mv, next)})
+	old.mv.superseded()
 	close(old.changed)
 }
 

@@ -110,7 +110,8 @@ func (m *Master) openRaft() error {
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("tablemaster: %w", err)
 	}
-	m.view.Store(&view{state: NewState(), changed: make(chan struct{})})
+	init := NewState()
+	m.view.Store(&view{state: init, changed: make(chan struct{}), mv: newMapVersion(nil, init)})
 	r := &raftState{transport: raftnode.NewGRPCTransport(m.opts.RaftID, m.logger.With("part", "raft"))}
 	none := ""
 	r.leaderAddr.Store(&none)

@@ -3,8 +3,6 @@ package tablemaster
 import (
 	"context"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/tabuladb/tabula/api"
@@ -129,48 +127,6 @@ func (m *Master) GetPartitionMap(_ context.Context, req *api.GetPartitionMapRequ
 		return nil, err
 	}
 	return &api.GetPartitionMapResponse{Map: t.MapProto(st.Version)}, nil
-}
-
-// WatchPartitionMap sends the maps in scope (one table, or every table when
-// tenant and table are empty) when the cluster version exceeds
-// after_version, then again after every change, until the client goes away
-// or the master closes. A slow watcher skips to the latest version.
-func (m *Master) WatchPartitionMap(req *api.WatchPartitionMapRequest, stream grpc.ServerStreamingServer[api.WatchPartitionMapResponse]) error {
-	if req == nil {
-		return errNilRequest()
-	}
-	whole := req.Tenant == "" && req.Table == ""
-	if !whole {
-		if _, err := lookup(m.State(), "tenant", req.Tenant, "table", req.Table); err != nil {
-			return err
-		}
-	}
-	ctx := stream.Context()
-	after := req.AfterVersion
-	for {
-		v := m.view.Load()
-		if v.state.Version > after {
-			resp := &api.WatchPartitionMapResponse{Version: v.state.Version}
-			if whole {
-				for _, t := range v.state.TablesOf("") {
-					resp.Maps = append(resp.Maps, t.MapProto(v.state.Version))
-				}
-			} else if t, ok := v.state.Tables[tableKey(req.Tenant, req.Table)]; ok {
-				resp.Maps = append(resp.Maps, t.MapProto(v.state.Version))
-			}
-			if err := stream.Send(resp); err != nil {
-				return err
-			}
-			after = v.state.Version
-		}
-		select {
-		case <-v.changed:
-		case <-ctx.Done():
-			return status.FromContextError(ctx.Err()).Err()
-		case <-m.closing:
-			return api.Errorf(api.ErrorCode_ERROR_CODE_UNAVAILABLE, "master_closed", "master is shutting down")
-		}
-	}
 }
 
 func (m *Master) leaseMs() uint32 { return uint32(m.opts.LeaseDuration.Milliseconds()) }

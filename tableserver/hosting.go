@@ -3,6 +3,8 @@ package tableserver
 import (
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sync"
 
 	"github.com/tabuladb/tabula/api"
@@ -41,13 +43,41 @@ type hosting struct {
 	version uint64
 	// replicas are the partitions hosted here, by partition id.
 	replicas map[uint64]*replica
-	// failed are partitions assigned here whose engine did not open.
-	failed map[uint64]error
-	// parts is every partition in the cluster, for NOT_OWNER answers.
-	parts map[uint64]*api.Partition
+	// failed are partitions assigned here whose engine did not open, and
+	// failedTables their tables' keys: every map change retries them.
+	failed       map[uint64]error
+	failedTables map[string]bool
 	// tables maps "tenant/table" to its map, to route keys sent to the
 	// wrong partition.
 	tables map[string]*api.PartitionMap
+
+	// parts is every partition in the cluster, for NOT_OWNER answers: see
+	// part. Set when the hosting is made, or by partsOnce on first use.
+	partsOnce sync.Once
+	parts     map[uint64]*api.Partition
+}
+
+// part returns partition id of the cluster map (nil if none). The index
+// is built on the first call for a map version (O(cluster)), not on every
+// map change: most versions never answer a NOT_OWNER with it.
+func (h *hosting) part(id uint64) *api.Partition {
+	h.partsOnce.Do(func() {
+		if h.parts != nil {
+			return
+		}
+		n := 0
+		for _, m := range h.tables {
+			n += len(m.GetPartitions())
+		}
+		parts := make(map[uint64]*api.Partition, n)
+		for _, m := range h.tables {
+			for _, p := range m.GetPartitions() {
+				parts[p.GetId()] = p
+			}
+		}
+		h.parts = parts
+	})
+	return h.parts[id]
 }
 
 func tableKey(tenant, table string) string { return tenant + "/" + table }
@@ -61,61 +91,70 @@ func primaryOf(p *api.Partition) *api.Replica {
 	return nil
 }
 
-// reconcile builds the hosting for a new cluster map, reusing the engines of
-// partitions still hosted, opening new ones, and returning the replicas to
-// close (no longer hosted) once the new hosting is published. Only the watch
+// reconcile builds the hosting for a new cluster map (a full one, or a
+// delta from old's version: api.ErrMapGap if it does not apply), reusing the engines of partitions still
+// hosted, opening new ones, and returning the replicas to close (no longer
+// hosted) once the new hosting is published. A delta touches only the
+// tables it names (and those with partitions that failed to open): its
+// work is proportional to the change, not to the cluster. Only the watch
 // goroutine calls it.
-func (s *Server) reconcile(old *hosting, resp *api.WatchPartitionMapResponse) (*hosting, []*replica) {
+func (s *Server) reconcile(old *hosting, resp *api.WatchPartitionMapResponse) (*hosting, []*replica, error) {
 	h := &hosting{
-		version:  resp.GetVersion(),
-		replicas: make(map[uint64]*replica),
-		failed:   make(map[uint64]error),
-		parts:    make(map[uint64]*api.Partition),
-		tables:   make(map[string]*api.PartitionMap),
+		version:      resp.GetVersion(),
+		replicas:     make(map[uint64]*replica, len(old.replicas)),
+		failed:       make(map[uint64]error),
+		failedTables: make(map[string]bool),
 	}
 	id := s.id()
-	for _, m := range resp.GetMaps() {
-		t := m.GetTable()
-		h.tables[tableKey(t.GetTenant(), t.GetName())] = m
-		for _, p := range m.GetPartitions() {
-			h.parts[p.GetId()] = p
-			if !hostedHere(p, id) {
-				continue
+	if !resp.GetDelta() {
+		h.tables = make(map[string]*api.PartitionMap, len(resp.GetMaps()))
+		for _, m := range resp.GetMaps() {
+			t := m.GetTable()
+			h.tables[tableKey(t.GetTenant(), t.GetName())] = m
+			s.hostTable(old, h, id, m)
+		}
+	} else {
+		if resp.GetFromVersion() != old.version {
+			return nil, nil, fmt.Errorf("%w: delta from %d to %d, held %d", api.ErrMapGap, resp.GetFromVersion(), resp.GetVersion(), old.version)
+		}
+		h.tables = maps.Clone(old.tables)
+		if h.tables == nil {
+			h.tables = map[string]*api.PartitionMap{}
+		}
+		touched := maps.Clone(old.failedTables)
+		if touched == nil {
+			touched = map[string]bool{}
+		}
+		for _, t := range resp.GetRemoved() {
+			k := tableKey(t.GetTenant(), t.GetName())
+			if cur := h.tables[k]; cur != nil && cur.GetTable().GetId() == t.GetId() {
+				delete(h.tables, k)
+				touched[k] = true
 			}
-			if prev := old.replicas[p.GetId()]; prev != nil && prev.table.GetId() == t.GetId() {
-				if prev.log != nil {
-					prev.log.update(p, id)
-				}
-				if durable(t) && prev.log == nil && prev.part.GetEpoch() != p.GetEpoch() {
-					// Still ours at a new epoch: record it, so a restart
-					// reopens this data rather than moving it aside. The
-					// engine is open on the directory: recording an epoch
-					// must never move it.
-					if err := s.recordEpoch(p.GetId(), p.GetEpoch()); err != nil {
-						s.log.Error("record new partition epoch", "partition", p.GetId(), "err", err)
-					}
-				}
-				r := *prev
-				r.part, r.table = p, t
-				if r.bulk != nil {
-					r.bulkRetained = bulkRetained(m)
-					r.bulk.sync(r.bulkRetained, m.GetBulk().GetCurrent())
-				}
-				h.replicas[p.GetId()] = &r
-				continue
-			}
-			r, err := s.openReplica(t, p)
+		}
+		for _, m := range resp.GetMaps() {
+			k := tableKey(m.GetTable().GetTenant(), m.GetTable().GetName())
+			h.tables[k] = m
+			touched[k] = true
+		}
+		for _, pm := range resp.GetPatches() {
+			k := tableKey(pm.GetTable().GetTenant(), pm.GetTable().GetName())
+			m, err := api.PatchMap(h.tables[k], pm)
 			if err != nil {
-				s.log.Error("open partition failed", "table", tableKey(t.GetTenant(), t.GetName()), "partition", p.GetId(), "err", err)
-				h.failed[p.GetId()] = err
-				continue
+				return nil, nil, err
 			}
-			if r.bulk != nil {
-				r.bulkRetained = bulkRetained(m)
-				r.bulk.sync(r.bulkRetained, m.GetBulk().GetCurrent())
+			h.tables[k] = m
+			touched[k] = true
+		}
+		for pid, r := range old.replicas {
+			if !touched[tableKey(r.table.GetTenant(), r.table.GetName())] {
+				h.replicas[pid] = r
 			}
-			s.log.Info("serving partition", "table", tableKey(t.GetTenant(), t.GetName()), "partition", p.GetId(), "index", p.GetIndex(), "epoch", p.GetEpoch())
-			h.replicas[p.GetId()] = r
+		}
+		for _, k := range slices.Sorted(maps.Keys(touched)) {
+			if m := h.tables[k]; m != nil {
+				s.hostTable(old, h, id, m)
+			}
 		}
 	}
 	var gone []*replica
@@ -124,7 +163,53 @@ func (s *Server) reconcile(old *hosting, resp *api.WatchPartitionMapResponse) (*
 			gone = append(gone, r)
 		}
 	}
-	return h, gone
+	return h, gone, nil
+}
+
+// hostTable puts the partitions of table map m that server id hosts into
+// h, reusing old's replicas.
+func (s *Server) hostTable(old, h *hosting, id string, m *api.PartitionMap) {
+	t := m.GetTable()
+	for _, p := range m.GetPartitions() {
+		if !hostedHere(p, id) {
+			continue
+		}
+		if prev := old.replicas[p.GetId()]; prev != nil && prev.table.GetId() == t.GetId() {
+			if prev.log != nil {
+				prev.log.update(p, id)
+			}
+			if durable(t) && prev.log == nil && prev.part.GetEpoch() != p.GetEpoch() {
+				// Still ours at a new epoch: record it, so a restart
+				// reopens this data rather than moving it aside. The
+				// engine is open on the directory: recording an epoch
+				// must never move it.
+				if err := s.recordEpoch(p.GetId(), p.GetEpoch()); err != nil {
+					s.log.Error("record new partition epoch", "partition", p.GetId(), "err", err)
+				}
+			}
+			r := *prev
+			r.part, r.table = p, t
+			if r.bulk != nil {
+				r.bulkRetained = bulkRetained(m)
+				r.bulk.sync(r.bulkRetained, m.GetBulk().GetCurrent())
+			}
+			h.replicas[p.GetId()] = &r
+			continue
+		}
+		r, err := s.openReplica(t, p)
+		if err != nil {
+			s.log.Error("open partition failed", "table", tableKey(t.GetTenant(), t.GetName()), "partition", p.GetId(), "err", err)
+			h.failed[p.GetId()] = err
+			h.failedTables[tableKey(t.GetTenant(), t.GetName())] = true
+			continue
+		}
+		if r.bulk != nil {
+			r.bulkRetained = bulkRetained(m)
+			r.bulk.sync(r.bulkRetained, m.GetBulk().GetCurrent())
+		}
+		s.log.Info("serving partition", "table", tableKey(t.GetTenant(), t.GetName()), "partition", p.GetId(), "index", p.GetIndex(), "epoch", p.GetEpoch())
+		h.replicas[p.GetId()] = r
+	}
 }
 
 // hostedHere reports whether server id hosts p: as its primary, or as

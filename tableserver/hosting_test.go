@@ -26,7 +26,7 @@ func TestNewEpochKeepsData(t *testing.T) {
 	s := newDirServer(t)
 	id := "srv-1"
 	s.serverID.Store(&id)
-	h, _ := s.reconcile(s.hosting.Load(), mapAt(1, 1, id))
+	h, _, _ := s.reconcile(s.hosting.Load(), mapAt(1, 1, id))
 	r := h.replicas[7]
 	if r == nil {
 		t.Fatalf("partition not opened: %v", h.failed[7])
@@ -34,7 +34,7 @@ func TestNewEpochKeepsData(t *testing.T) {
 	if err := r.writer.Apply([]engines.Mutation{{Key: []byte("k"), Value: []byte("v")}}); err != nil {
 		t.Fatal(err)
 	}
-	h2, gone := s.reconcile(h, mapAt(2, 2, id))
+	h2, gone, _ := s.reconcile(h, mapAt(2, 2, id))
 	if len(gone) != 0 || h2.replicas[7] == nil {
 		t.Fatalf("partition left the hosting at a new epoch")
 	}
@@ -42,7 +42,7 @@ func TestNewEpochKeepsData(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A restart: the partition reopens at epoch 2 from its directory.
-	h3, _ := s.reconcile(&hosting{replicas: map[uint64]*replica{}}, mapAt(3, 2, id))
+	h3, _, _ := s.reconcile(&hosting{replicas: map[uint64]*replica{}}, mapAt(3, 2, id))
 	r3 := h3.replicas[7]
 	if r3 == nil {
 		t.Fatalf("partition not reopened: %v", h3.failed[7])

@@ -426,11 +426,19 @@ func (s *Server) heartbeat(draining bool) error {
 }
 
 // watchLoop follows the cluster partition map and reconciles the hosted
-// replicas with it.
+// partitions. It asks for deltas (a full map first): a map change costs
+// this server work and bytes in proportion to the change. A delta that
+// does not start at the version held (a gap) reopens the watch for a full
+// map.
 func (s *Server) watchLoop() {
+	full := false // the next watch asks for a full map
 	for attempt := 0; s.ctx.Err() == nil; attempt++ {
 		err := s.withMaster(s.ctx, func(mc api.MasterClient) error {
-			stream, err := mc.WatchPartitionMap(s.ctx, &api.WatchPartitionMapRequest{AfterVersion: s.hosting.Load().version})
+			after := s.hosting.Load().version
+			if full {
+				after = 0
+			}
+			stream, err := mc.WatchPartitionMap(s.ctx, &api.WatchPartitionMapRequest{AfterVersion: after, Deltas: true})
 			if err != nil {
 				return err
 			}
@@ -440,26 +448,40 @@ func (s *Server) watchLoop() {
 					return err
 				}
 				attempt = 0
-				s.apply(resp)
+				full = false
+				if err := s.apply(resp); err != nil {
+					full = true
+					return err
+				}
 			}
 		})
 		if s.ctx.Err() != nil {
 			return
 		}
-		s.log.Debug("partition map watch broke; reconnecting", "err", err)
+		s.log.Debug("partition map watch broke; reconnecting", "err", err, "full_map", full)
+		if full {
+			continue // a gap: at once
+		}
 		if !s.backoff(attempt) {
 			return
 		}
 	}
 }
 
-func (s *Server) apply(resp *api.WatchPartitionMapResponse) {
+// apply applies a watch response: a full map newer than the one held, or
+// a delta from the version held (api.ErrMapGap otherwise, and nothing
+// changes). A full map at the version held is applied again (it follows
+// a gap).
+func (s *Server) apply(resp *api.WatchPartitionMapResponse) error {
 	old := s.hosting.Load()
-	if resp.GetVersion() <= old.version {
-		return
+	if (!resp.GetDelta() && resp.GetVersion() < old.version) || (resp.GetDelta() && resp.GetVersion() <= old.version) {
+		return nil
 	}
 	start := time.Now()
-	h, gone := s.reconcile(old, resp)
+	h, gone, err := s.reconcile(old, resp)
+	if err != nil {
+		return err
+	}
 	s.hosting.Store(h)
 	defer s.sweep(h) // after the partitions that left are closed below
 	s.syncCoprocs(h)
@@ -467,9 +489,8 @@ func (s *Server) apply(resp *api.WatchPartitionMapResponse) {
 	if f := s.opts.OnMapApplied; f != nil {
 		defer func() { f(resp.GetVersion(), time.Since(start)) }()
 	}
-	live := map[uint64]bool{} // table ids still in the map
-	for _, m := range resp.GetMaps() {
-		live[m.GetTable().GetId()] = true
+	live := func(t *api.Table) bool { // the table is still in the map
+		return h.tables[tableKey(t.GetTenant(), t.GetName())].GetTable().GetId() == t.GetId()
 	}
 	for _, r := range gone {
 		id := r.part.GetId()
@@ -482,7 +503,7 @@ func (s *Server) apply(resp *api.WatchPartitionMapResponse) {
 		switch {
 		case !durable(r.table):
 			s.log.Info("partition moved away or dropped; closed", "partition", id)
-		case !live[r.table.GetId()]:
+		case !live(r.table):
 			s.log.Info("table dropped; deleting partition data", "partition", id)
 			if err := s.removePartitionDir(id); err != nil {
 				s.log.Error("delete dropped partition", "partition", id, "err", err)
@@ -509,6 +530,7 @@ func (s *Server) apply(resp *api.WatchPartitionMapResponse) {
 			}
 		}
 	}
+	return nil
 }
 
 // Drain shuts the server down cleanly: new requests are refused with

@@ -96,7 +96,7 @@ func (s *Server) replicaFor(hdr *api.RequestHeader) (*replica, *hosting, error) 
 		return nil, nil, api.Status(&api.ErrorDetail{
 			Code:       api.ErrorCode_ERROR_CODE_NOT_OWNER,
 			Reason:     reason,
-			Partition:  h.parts[hdr.GetPartitionId()],
+			Partition:  h.part(hdr.GetPartitionId()),
 			MapVersion: h.version,
 		}, "partition "+u64(hdr.GetPartitionId())+" of "+hdr.GetTenant()+"/"+hdr.GetTable()+" is not served by "+s.id())
 	}

@@ -37,7 +37,7 @@ func (s *Server) sweep(h *hosting) {
 		if err != nil || !e.IsDir() || h.replicas[id] != nil || h.failed[id] != nil {
 			continue
 		}
-		p := h.parts[id]
+		p := h.part(id)
 		switch {
 		case p == nil:
 			s.log.Info("sweep: deleting the data of a partition of a dropped table", "partition", id)
@@ -62,7 +62,7 @@ func (s *Server) sweep(h *hosting) {
 		if err != nil {
 			continue
 		}
-		if p := h.parts[id]; p != nil && p.GetLog() == nil {
+		if p := h.part(id); p != nil && p.GetLog() == nil {
 			continue // a single copy's data: an operator's to delete
 		}
 		s.log.Info("sweep: deleting moved-aside data the cluster no longer needs", "dir", e.Name())
