@@ -4433,9 +4433,14 @@ type HeartbeatRequest struct {
 	// The server is shutting down: move its partitions now.
 	Draining bool `protobuf:"varint,3,opt,name=draining,proto3" json:"draining,omitempty"`
 	// Coprocessor versions compiled and ready on this server.
-	CoprocReady   []*CoprocReady `protobuf:"bytes,4,rep,name=coproc_ready,json=coprocReady,proto3" json:"coproc_ready,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	CoprocReady []*CoprocReady `protobuf:"bytes,4,rep,name=coproc_ready,json=coprocReady,proto3" json:"coproc_ready,omitempty"`
+	// replicas_omitted: this heartbeat only renews the lease; the replicas'
+	// statuses are as the server last reported them. Servers send them in
+	// full every few heartbeats, which keeps a large cluster's heartbeats
+	// cheap for the master.
+	ReplicasOmitted bool `protobuf:"varint,5,opt,name=replicas_omitted,json=replicasOmitted,proto3" json:"replicas_omitted,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *HeartbeatRequest) Reset() {
@@ -4494,6 +4499,13 @@ func (x *HeartbeatRequest) GetCoprocReady() []*CoprocReady {
 		return x.CoprocReady
 	}
 	return nil
+}
+
+func (x *HeartbeatRequest) GetReplicasOmitted() bool {
+	if x != nil {
+		return x.ReplicasOmitted
+	}
+	return false
 }
 
 type HeartbeatResponse struct {
@@ -7372,12 +7384,13 @@ const file_tabula_proto_rawDesc = "" +
 	"\x15heartbeat_interval_ms\x18\x02 \x01(\rR\x13heartbeatIntervalMs\x12\x19\n" +
 	"\blease_ms\x18\x03 \x01(\rR\aleaseMs\x12\x1f\n" +
 	"\vmap_version\x18\x04 \x01(\x04R\n" +
-	"mapVersion\"\xbc\x01\n" +
+	"mapVersion\"\xe7\x01\n" +
 	"\x10HeartbeatRequest\x12\x1b\n" +
 	"\tserver_id\x18\x01 \x01(\tR\bserverId\x124\n" +
 	"\breplicas\x18\x02 \x03(\v2\x18.tabula.v1.ReplicaStatusR\breplicas\x12\x1a\n" +
 	"\bdraining\x18\x03 \x01(\bR\bdraining\x129\n" +
-	"\fcoproc_ready\x18\x04 \x03(\v2\x16.tabula.v1.CoprocReadyR\vcoprocReady\"o\n" +
+	"\fcoproc_ready\x18\x04 \x03(\v2\x16.tabula.v1.CoprocReadyR\vcoprocReady\x12)\n" +
+	"\x10replicas_omitted\x18\x05 \x01(\bR\x0freplicasOmitted\"o\n" +
 	"\x11HeartbeatResponse\x12\x1f\n" +
 	"\vmap_version\x18\x01 \x01(\x04R\n" +
 	"mapVersion\x12\x1e\n" +

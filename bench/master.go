@@ -356,9 +356,14 @@ func (s *msSim) heartbeat(ctx context.Context, interval, phase time.Duration, hb
 	}
 	t := time.NewTicker(interval)
 	defer t.Stop()
-	for {
+	for beat := 0; ; beat++ {
 		s.mu.Lock()
+		// As table servers do: the replicas' statuses in full every 5th
+		// heartbeat, the others only renew the lease.
 		req := &api.HeartbeatRequest{ServerId: s.id, Replicas: s.st}
+		if beat%5 != 0 {
+			req.Replicas, req.ReplicasOmitted = nil, true
+		}
 		s.mu.Unlock()
 		start := time.Now()
 		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)

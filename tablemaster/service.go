@@ -3,7 +3,6 @@ package tablemaster
 import (
 	"context"
 
-	"google.golang.org/protobuf/proto"
 
 	"github.com/tabuladb/tabula/api"
 )
@@ -181,28 +180,35 @@ func (m *Master) Heartbeat(_ context.Context, req *api.HeartbeatRequest) (*api.H
 		resp.Reregister = true
 		return resp, nil
 	}
+	// The request is this call's own (gRPC decodes a new one per call):
+	// its statuses are kept as they are, not copied.
 	statuses := make([]*api.ReplicaStatus, 0, len(req.Replicas))
 	for _, r := range req.Replicas {
 		if r == nil {
 			continue
 		}
-		c := proto.Clone(r).(*api.ReplicaStatus)
-		c.ServerId = req.ServerId
-		statuses = append(statuses, c)
+		r.ServerId = req.ServerId
+		statuses = append(statuses, r)
 	}
 	m.liveMu.Lock()
-	if l := m.live[req.ServerId]; l == nil || l.dead {
+	l := m.live[req.ServerId]
+	if l == nil || l.dead {
 		// Being (or just) declared dead: renew nothing.
 		m.liveMu.Unlock()
 		resp.Reregister = true
 		return resp, nil
+	}
+	if req.ReplicasOmitted {
+		statuses = l.statuses // as last reported
 	}
 	m.live[req.ServerId] = &liveness{lastHeard: m.opts.Now(), statuses: statuses}
 	m.liveMu.Unlock()
 	if m.raft != nil && !m.raft.leaseGranted.Swap(true) {
 		m.logger.Info("tablemaster: leases granted again: first heartbeat answered as leader", "server", req.ServerId)
 	}
-	m.bulkReports(req.ServerId, statuses)
+	if !req.ReplicasOmitted {
+		m.bulkReports(req.ServerId, statuses)
+	}
 	m.coprocReports(req.ServerId, req.CoprocReady)
 	if req.Draining && !srv.Draining {
 		res, next, err := m.propose(Command{Op: OpServerDown, UnixMs: m.opts.Now().UnixMilli(), ServerID: req.ServerId, Draining: true, Keep: m.opts.ReplaceAfter > 0}, nil, nil)

@@ -45,6 +45,14 @@ type Server struct {
 	// swept: the stale partition data was swept (sweep.go), once per
 	// process.
 	swept atomic.Bool
+	// Heartbeat bookkeeping, guarded by beatMu: beats sent, the hosting
+	// version and master of the last full status report, and whether the
+	// last beat was answered.
+	beatMu          sync.Mutex
+	beats           int
+	reportedVersion uint64
+	reportedMaster  int32
+	lastBeatOK      bool
 
 	lock *dirlock.Lock
 	// extents is the server's extent node of the stream layer, served on
@@ -373,7 +381,7 @@ func (s *Server) heartbeatLoop() {
 		case <-t.C:
 		}
 		sent := s.now()
-		err := s.heartbeat(false)
+		err := s.beat(false, false)
 		if err == nil {
 			s.leaseEnd.Store(sent + s.leaseNS.Load())
 			continue
@@ -394,16 +402,48 @@ func (s *Server) heartbeatLoop() {
 
 var errReregister = errors.New("tableserver: master asks to register again")
 
-func (s *Server) heartbeat(draining bool) error {
+// fullStatusEvery: a heartbeat carries the replicas' statuses in full every
+// this many beats (500 ms at the default 100 ms), and otherwise only
+// renews the lease.
+const fullStatusEvery = 5
+
+// heartbeat reports every replica's status now (a bulk version loaded, a
+// coprocessor ready, a drain) and renews the lease.
+func (s *Server) heartbeat(draining bool) error { return s.beat(draining, true) }
+
+// beat sends one heartbeat; with full false the replicas' statuses go only
+// if due (fullStatusEvery, or something changed).
+func (s *Server) beat(draining, full bool) (err error) {
 	ctx, cancel := context.WithTimeout(s.ctx, time.Duration(s.leaseNS.Load()))
 	defer cancel()
 	h := s.hosting.Load()
 	req := &api.HeartbeatRequest{
 		ServerId:    s.id(),
-		Replicas:    h.status(s.id()),
 		Draining:    draining,
 		CoprocReady: s.coprocReady(h),
 	}
+	// Replica statuses go in full every fullStatusEvery heartbeats, and at
+	// once after a map change, a failed heartbeat or a move to another
+	// master (a new leader starts with none); the others only renew the
+	// lease.
+	master := s.masterIdx.Load()
+	s.beatMu.Lock()
+	full = full || s.beats%fullStatusEvery == 0 || h.version != s.reportedVersion || master != s.reportedMaster || !s.lastBeatOK || draining
+	s.beats++
+	s.beatMu.Unlock()
+	if full {
+		req.Replicas = h.status(s.id())
+	} else {
+		req.ReplicasOmitted = true
+	}
+	defer func() {
+		s.beatMu.Lock()
+		defer s.beatMu.Unlock()
+		s.lastBeatOK = err == nil
+		if err == nil && full {
+			s.reportedVersion, s.reportedMaster = h.version, s.masterIdx.Load()
+		}
+	}()
 	// Each master gets a third of the lease: a stopped leader must not
 	// use all of it.
 	return s.withMasterEach(ctx, time.Duration(s.leaseNS.Load())/3, func(ctx context.Context, mc api.MasterClient) error {
