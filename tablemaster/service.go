@@ -3,7 +3,6 @@ package tablemaster
 import (
 	"context"
 
-
 	"github.com/tabuladb/tabula/api"
 )
 
