@@ -1,8 +1,11 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"os"
+	"slices"
 	"math/rand/v2"
 	"path/filepath"
 	"strings"
@@ -55,6 +58,9 @@ var catalogModel = porcupine.Model{
 		s, in, out := state.(bool), input.(catalogIn), output.(catalogOut)
 		switch in.op {
 		case "create":
+			if out == "missing" { // refused: no such tenant
+				return true, s
+			}
 			return out != "ok" || !s, true
 		case "drop":
 			return out != "ok" || s, false
@@ -77,11 +83,18 @@ var catalogModel = porcupine.Model{
 // TestMasterNemesis: three master processes on raft and three table
 // servers; clients create, drop and describe tables while a nemesis kills
 // (kill -9, then restarts) or stops (SIGSTOP, then SIGCONT) the leader
-// again and again. The catalog history is linearizable, and writes to a
+// again and again (with TABULA_MASTER_NEMESIS_SERVERS=1, every fourth
+// time a table server too). The catalog history is linearizable, and writes to a
 // replicated table never fail: primaries keep their leases through every
 // new leader.
 func TestMasterNemesis(t *testing.T) {
 	duration := envDuration(t, "TABULA_MASTER_NEMESIS_DURATION", 12*time.Second)
+	// TABULA_MASTER_NEMESIS_SERVERS=1 also kills a table server every
+	// fourth fault. Off by default: two runs in about twenty with it
+	// reported a catalog history porcupine could not linearize (seeds
+	// 4731185607504270043 and one before the history was printed), not yet
+	// explained; the failure report prints the history of the name.
+	serverFaults := os.Getenv("TABULA_MASTER_NEMESIS_SERVERS") != ""
 	seed := rand.Uint64()
 	t.Logf("seed %d", seed)
 	rng := rand.New(rand.NewPCG(seed, 1))
@@ -101,9 +114,13 @@ func TestMasterNemesis(t *testing.T) {
 	for i := range 3 {
 		startMaster(i)
 	}
-	for i := range 3 {
-		start(t, fmt.Sprintf("server-%d", i), "server", "--master", masterList, "--listen", freeAddr(t),
+	servers := make([]*proc, 3)
+	startServer := func(i int) {
+		servers[i] = start(t, fmt.Sprintf("server-%d", i), "server", "--master", masterList, "--listen", freeAddr(t),
 			"--data", filepath.Join(dir, fmt.Sprintf("s%d", i)), "--fault-domain", fmt.Sprintf("fd-%d", i))
+	}
+	for i := range 3 {
+		startServer(i)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), duration+2*time.Minute)
 	defer cancel()
@@ -235,6 +252,15 @@ func TestMasterNemesis(t *testing.T) {
 			continue
 		}
 		faults++
+		if serverFaults && faults%4 == 0 {
+			// A table server dies too: its primaries fail over (through
+			// whichever master leads), and it comes back.
+			k := rng.IntN(len(servers))
+			t.Logf("kill -9 table server %d", k)
+			servers[k].kill()
+			time.Sleep(time.Duration(500+rng.IntN(1000)) * time.Millisecond)
+			startServer(k)
+		}
 		if rng.IntN(2) == 0 {
 			t.Logf("kill -9 the leader, master %d", i+1)
 			masters[i].kill()
@@ -253,8 +279,24 @@ func TestMasterNemesis(t *testing.T) {
 	t.Logf("%d leader faults; %d catalog operations; %d writes, %d failed", faults, len(history), writes.Load(), failed.Load())
 	res, info := porcupine.CheckOperationsVerbose(catalogModel, history, time.Minute)
 	if res != porcupine.Ok {
-		path := filepath.Join(t.TempDir(), "catalog.html")
+		path := filepath.Join(os.TempDir(), fmt.Sprintf("tabula-master-nemesis-%d.html", seed))
 		_ = porcupine.VisualizePath(catalogModel, info, path)
+		for _, part := range catalogModel.Partition(history) {
+			if porcupine.CheckOperations(catalogModel, part) {
+				continue
+			}
+			slices.SortFunc(part, func(a, b porcupine.Operation) int { return cmp.Compare(a.Call, b.Call) })
+			var b strings.Builder
+			for _, op := range part {
+				ret := "never"
+				if op.Return < 1<<62 {
+					ret = fmt.Sprintf("%.3fs", float64(op.Return)/1e9)
+				}
+				fmt.Fprintf(&b, "  client %d  %.3fs..%s  %s\n", op.ClientId, float64(op.Call)/1e9, ret, catalogModel.DescribeOperation(op.Input, op.Output))
+			}
+			t.Logf("a history with no linearization:\n%s", b.String())
+			break
+		}
 		t.Fatalf("catalog history not linearizable (%v; seed %d); see %s", res, seed, path)
 	}
 	if failed.Load() > 0 {
