@@ -171,6 +171,13 @@ func (m *Master) becomeLeader(term uint64) {
 	m.liveMu.Unlock()
 	m.raft.leaseGranted.Store(false)
 	m.raft.leading.Store(true)
+	// Leadership may have ended between the check above and the store (its
+	// notice cleared a flag not yet set): check again, or a follower would
+	// take calls as the leader until the next change.
+	if st := m.raft.node.Status(); !st.IsLeader || st.Term != term {
+		m.raft.leading.Store(false)
+		return
+	}
 	m.logger.Info("tablemaster: leading", "term", term, "member", m.opts.RaftID, "version", m.State().Version)
 	if _, ok := m.State().Tenants[api.DefaultTenant]; !ok {
 		if _, _, err := m.propose(Command{Op: OpCreateTenant, Tenant: api.DefaultTenant, UnixMs: m.opts.Now().UnixMilli()}, nil, nil); err != nil {
