@@ -26,6 +26,10 @@ import (
 type Master struct {
 	api.UnimplementedMasterServer
 
+	// nextPlaceCheck is when the liveness loop next looks for partitions
+	// short of replicas (placeShortOnes); only that loop touches it.
+	nextPlaceCheck time.Time
+
 	opts   Options
 	logger *slog.Logger
 	lock   *dirlock.Lock // exclusive use of opts.DataDir
@@ -399,6 +403,7 @@ func (m *Master) checkLiveness() {
 	now := m.opts.Now()
 	st := m.State()
 	defer m.replaceDead(st, now)
+	defer m.placeShortOnes(st, now)
 	for _, id := range st.ServerIDs() {
 		if !st.Servers[id].Alive || !m.silent(id, now) {
 			continue
@@ -442,6 +447,33 @@ func (m *Master) checkLiveness() {
 			m.logger.Warn("tablemaster: server declared dead; its partitions moved", "server", id,
 				"silent_for", now.Sub(m.lastHeard(id)), "moved", len(res.Moved))
 		}
+	}
+}
+
+// placeShortCheckEvery is how often the leader looks for partitions
+// short of replicas that a server could now take.
+const placeShortCheckEvery = 2 * time.Second
+
+// placeShortOnes proposes OpPlace when a partition is short of replicas
+// and some available server could take one (a server back from a drain,
+// one a log reset dropped answering again): every path that leaves a
+// partition short is repaired here at the latest.
+func (m *Master) placeShortOnes(st *State, now time.Time) {
+	if now.Before(m.nextPlaceCheck) {
+		return
+	}
+	m.nextPlaceCheck = now.Add(placeShortCheckEvery)
+	if !st.placeable() {
+		return
+	}
+	res, _, err := m.propose(Command{Op: OpPlace, UnixMs: now.UnixMilli()}, func(s *State) bool { return s.placeable() }, nil)
+	switch {
+	case errors.Is(err, ErrClosed):
+	case err != nil:
+		m.logger.Error("tablemaster: place partitions short of replicas", "err", err)
+	case res.Changed:
+		m.kickLogs()
+		m.logger.Warn("tablemaster: partitions short of replicas placed again", "partitions", len(res.Moved))
 	}
 }
 

@@ -141,16 +141,29 @@ func (s *State) partitionLogReset(cmd Command) (Result, error) {
 	if p.Epoch != cmd.Epoch || (cmd.Extent != 0 && p.Log.Extent != cmd.Extent) {
 		return Result{}, nil // already reconfigured
 	}
-	_, p = s.mutPartition(cmd.PartitionID)
+	t, p := s.mutPartition(cmd.PartitionID)
 	changed := p.Log.Extent != 0
 	p.Log.Extent = 0
+	dropped := false
 	for _, id := range cmd.Servers {
 		k := slices.IndexFunc(p.Replicas, func(r Replica) bool { return r.ServerID == id })
 		if k < 0 || p.Replicas[k].Role == api.ReplicaRole_REPLICA_ROLE_PRIMARY {
 			continue
 		}
 		p.Replicas = slices.Delete(p.Replicas, k, k+1)
-		changed = true
+		changed, dropped = true, true
+	}
+	if dropped {
+		// The replication factor is restored at once, on servers other
+		// than the ones just dropped (they did not answer; a later
+		// placement may pick them again, and they copy a snapshot then).
+		cands := s.candidates()
+		for k := range cands {
+			if slices.Contains(cmd.Servers, cands[k].ID) {
+				cands[k].Available = false
+			}
+		}
+		s.fill(t, int(p.Index), cands)
 	}
 	return Result{Changed: changed, Moved: []uint64{p.ID}}, nil
 }

@@ -1184,6 +1184,26 @@ func (s *State) candidates() []Candidate {
 	return cands
 }
 
+// placeable reports whether some partition is short of replicas and an
+// available server could take one.
+func (s *State) placeable() bool {
+	var cands []Candidate
+	for _, t := range s.tablesByID() {
+		for i := range t.Partitions {
+			if len(t.Partitions[i].Replicas) >= int(t.Options.Replication) {
+				continue
+			}
+			if cands == nil {
+				cands = s.candidates()
+			}
+			if Place(cands, serversOf(&t.Partitions[i]), int(t.Options.Replication)-len(t.Partitions[i].Replicas)) != nil {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // placeShort fills every partition short of replicas, in table id and index
 // order. Existing replicas never move.
 func (s *State) placeShort(cands []Candidate) []uint64 {

@@ -394,3 +394,42 @@ func TestPrimariesSpread(t *testing.T) {
 		}
 	}
 }
+
+// A secondary the log's seal could not reach leaves the replica set, and
+// the partition gets a new replica at once, on a server other than the one
+// dropped (before, it stayed one short until some server registered).
+func TestLogResetRestoresReplication(t *testing.T) {
+	s := NewState()
+	mustApply(t, s,
+		Command{Op: OpCreateTenant, Tenant: "default"},
+		register("srv-1", "a:1", "fd-1"), register("srv-2", "a:2", "fd-2"), register("srv-3", "a:3", "fd-3"),
+		register("srv-4", "a:4", "fd-4"),
+		Command{Op: OpCreateTable, Tenant: "default", Table: "t", Kind: point, Options: &TableOptions{Partitions: 1, Replication: 3}},
+	)
+	p := s.Tables["default/t"].Partitions[0]
+	mustApply(t, s, Command{Op: OpPartitionLog, PartitionID: p.ID, Epoch: p.Epoch, Servers: serversOf(&p), Extent: 7})
+	var victim string
+	for _, r := range p.Replicas {
+		if r.Role == api.ReplicaRole_REPLICA_ROLE_SECONDARY {
+			victim = r.ServerID
+			break
+		}
+	}
+	res := mustApply(t, s, Command{Op: OpPartitionLogReset, PartitionID: p.ID, Epoch: p.Epoch, Servers: []string{victim}})
+	if !res.Changed {
+		t.Fatal("log reset with a dropped secondary changed nothing")
+	}
+	q := s.Tables["default/t"].Partitions[0]
+	if len(q.Replicas) != 3 {
+		t.Fatalf("replicas after dropping %s: %v, want 3", victim, q.Replicas)
+	}
+	if hostsReplica(&q, victim) {
+		t.Fatalf("the dropped server %s was placed again at once: %v", victim, q.Replicas)
+	}
+	if q.Epoch != p.Epoch || primaryID(&q) != primaryID(&p) {
+		t.Fatalf("primary or epoch changed: %s@%d -> %s@%d", primaryID(&p), p.Epoch, primaryID(&q), q.Epoch)
+	}
+	if q.Log.Extent != 0 {
+		t.Fatalf("log extent %d after the reset, want 0 (the next one includes the new replica)", q.Log.Extent)
+	}
+}
