@@ -215,6 +215,11 @@ type clTabula struct {
 	partitions  int
 	singleCopy  bool
 	serverCount int
+
+	// bin, procs and dir start more servers (the repair section's spare).
+	bin   string
+	procs *clProcs
+	dir   string
 }
 
 const clTable = "bench"
@@ -241,7 +246,7 @@ func clStartTabula(ctx context.Context, out io.Writer, procs *clProcs, dir strin
 	if err != nil {
 		return nil, err
 	}
-	t := &clTabula{masterAddr: addrs[0], tableName: clTable, serverCount: cfg.servers}
+	t := &clTabula{masterAddr: addrs[0], tableName: clTable, serverCount: cfg.servers, bin: bin, procs: procs, dir: dir}
 	t.master, err = procs.start("tabula-master", bin, "master", "--listen", t.masterAddr, "--data", filepath.Join(dir, "master"))
 	if err != nil {
 		return nil, err

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"path/filepath"
+	"regexp"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -198,6 +200,14 @@ func clRepair(ctx context.Context, out io.Writer, tab *clTabula, keys [][]byte, 
 		fmt.Fprintf(out, "figure repair-copy-write-p99-ratio %.2f\n", copyP99/steady)
 	}
 
+	// The same copy unthrottled: a spare server started with
+	// --repair-bandwidth -1 takes a secondary. Time to in sync includes the
+	// master's steps and the catch-up; the copy itself is what the spare
+	// logs.
+	if err := clUnthrottledCopy(ctx, out, tab, mc, name, filled, load); err != nil {
+		return err
+	}
+
 	// drain
 	ids, err := tab.serverIDs(ctx)
 	if err != nil {
@@ -277,3 +287,73 @@ func clRepair(ctx context.Context, out io.Writer, tab *clTabula, keys [][]byte, 
 	}
 	return nil
 }
+
+// clUnthrottledCopy moves a secondary of table name (filled bytes) to a
+// new server started with --repair-bandwidth -1 and reports the copy's
+// rate. The spare joins tab.servers (the rolling restart restarts it too).
+func clUnthrottledCopy(ctx context.Context, out io.Writer, tab *clTabula, mc api.MasterClient, name string, filled int64, load *rpLoad) error {
+	addrs, err := clFreeAddrs(1)
+	if err != nil {
+		return err
+	}
+	spare, err := tab.procs.start("tabula-server-spare", tab.bin, "server",
+		"--master", tab.masterAddr, "--listen", addrs[0], "--data", filepath.Join(tab.dir, "server-spare"),
+		"--fault-domain", "fd-spare", "--repair-bandwidth", "-1")
+	if err != nil {
+		return err
+	}
+	if err := spare.waitLog(ctx, "registered with master", 30*time.Second); err != nil {
+		return err
+	}
+	tab.servers = append(tab.servers, spare)
+	var to string
+	if err := clPoll(ctx, 30*time.Second, 50*time.Millisecond, func() (bool, error) {
+		ids, err := tab.serverIDs(ctx)
+		to = ids["fd-spare"]
+		return to != "", err
+	}, "the spare server alive"); err != nil {
+		return err
+	}
+	d, err := mc.DescribeTable(ctx, &api.DescribeTableRequest{Tenant: api.DefaultTenant, Name: name})
+	if err != nil {
+		return err
+	}
+	var from string
+	for _, r := range d.GetMap().GetPartitions()[0].GetReplicas() {
+		if r.GetRole() == api.ReplicaRole_REPLICA_ROLE_SECONDARY {
+			from = r.GetServerId()
+		}
+	}
+	load.set("copy-unthrottled")
+	t0 := time.Now()
+	if _, err := mc.MovePartition(ctx, &api.MovePartitionRequest{Tenant: api.DefaultTenant, Table: name, Index: 0, From: from, To: to}); err != nil {
+		return fmt.Errorf("repair: unthrottled move: %w", err)
+	}
+	if err := clPoll(ctx, 30*time.Minute, 100*time.Millisecond, func() (bool, error) {
+		d, err := mc.DescribeTable(ctx, &api.DescribeTableRequest{Tenant: api.DefaultTenant, Name: name})
+		if err != nil {
+			return false, err
+		}
+		p := d.GetMap().GetPartitions()[0]
+		has := func(id string) bool {
+			return slices.ContainsFunc(p.GetReplicas(), func(r *api.Replica) bool { return r.GetServerId() == id })
+		}
+		return !has(from) && has(to), nil
+	}, "the unthrottled move done"); err != nil {
+		return err
+	}
+	took := time.Since(t0)
+	p99, errs, first := load.result("copy-unthrottled")
+	fmt.Fprintf(out, "repair copy unthrottled: %d MiB from %s to %s in sync after %v (%.0f MB/s); write p99 %.0f us during it (%d errors %s)\n",
+		filled>>20, from, to, took.Round(time.Millisecond), float64(filled)/took.Seconds()/1e6, p99, errs, first)
+	fmt.Fprintf(out, "figure repair-unthrottled-in-sync-seconds %.1f s\n", took.Seconds())
+	if m := clCopyTook.FindStringSubmatch(spare.log()); m != nil {
+		if d, err := time.ParseDuration(m[1]); err == nil && d > 0 {
+			fmt.Fprintf(out, "figure repair-unthrottled-copy-rate %.0f MB/s\n", float64(filled)/d.Seconds()/1e6)
+		}
+	}
+	return nil
+}
+
+// clCopyTook finds a server's log line of a finished snapshot copy.
+var clCopyTook = regexp.MustCompile(`copied a snapshot.* took=(\S+)`)

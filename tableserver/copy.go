@@ -34,6 +34,13 @@ import (
 // copyChunkBytes bounds one CopyReplicaChunk's records.
 const copyChunkBytes = 1 << 20
 
+// copyWindowBytes is the flow-control window of a copy's connection:
+// this many bytes are in flight before the source waits.
+const copyWindowBytes = 8 * copyChunkBytes
+
+// copyReadAhead is how many chunks a copy receives ahead of applying.
+const copyReadAhead = 4
+
 // DefaultRepairBandwidth is how many bytes per second a server copies
 // into new replicas, all copies together, unless Options.RepairBandwidth
 // says otherwise.
@@ -125,7 +132,12 @@ func (l *logReplica) copyIn(want roleWant) error {
 	if err := l.empty(); err != nil {
 		return fmt.Errorf("empty the replica before copying: %w", err)
 	}
+	// The copy's own connection, with flow-control windows of several
+	// chunks: gRPC's default window (64 KiB, grown by its bandwidth
+	// estimate) had the source wait for window updates between the
+	// pieces of every chunk.
 	cc, err := grpc.NewClient(want.source, grpc.WithTransportCredentials(insecure.NewCredentials()), api.FastReconnect(), api.Keepalive(),
+		grpc.WithInitialWindowSize(copyWindowBytes), grpc.WithInitialConnWindowSize(copyWindowBytes),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(api.MaxMessageBytes)))
 	if err != nil {
 		return fmt.Errorf("copy source %s: %w", want.source, err)
@@ -141,10 +153,35 @@ func (l *logReplica) copyIn(want roleWant) error {
 		return fmt.Errorf("copy from %s: %w", want.source, err)
 	}
 	start := time.Now()
+	// Chunks are received while earlier ones are applied: a goroutine
+	// reads ahead up to copyReadAhead chunks.
+	type received struct {
+		chunk *api.CopyReplicaChunk
+		err   error
+	}
+	chunks := make(chan received, copyReadAhead)
+	go func() {
+		defer close(chunks)
+		for {
+			chunk, err := stream.Recv()
+			select {
+			case chunks <- received{chunk, err}:
+			case <-ctx.Done():
+				return
+			}
+			if err != nil || chunk.GetDone() {
+				return
+			}
+		}
+	}()
 	var lsn, got, bytes uint64
 	first := true
 	for {
-		chunk, err := stream.Recv()
+		rc, ok := <-chunks
+		if !ok {
+			return fmt.Errorf("copy from %s (%d records in): %w", want.source, got, ctx.Err())
+		}
+		chunk, err := rc.chunk, rc.err
 		if errors.Is(err, io.EOF) {
 			return fmt.Errorf("copy from %s: the stream ended without its last chunk (%d records in): %w", want.source, got, engines.ErrCorrupt)
 		}

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -875,6 +876,9 @@ func (s *Store) Write(ops []Op, locs []uint64) error {
 		return err
 	}
 	start := int64(len(g.buf))
+	// One growth for the whole batch rather than a doubling per record
+	// (a batch of large values otherwise copied its buffer over and over).
+	g.buf = slices.Grow(g.buf, int(total))
 	for i := range ops {
 		var flags byte
 		if i < len(ops)-1 {
