@@ -78,7 +78,7 @@ func runCluster(out io.Writer, args []string) (err error) {
 	fs.StringVar(&cfg.restart, "restart", "auto", "when the killed server is restarted: immediate (as soon as it is gone), after (once its partitions are writable again or the failover timeout passed), auto (immediate with 1 replica, whose partitions wait for their server; after otherwise)")
 	fs.DurationVar(&cfg.pause, "pause", 5*time.Second, "SIGSTOP length of the paused-secondary run (and of its steady run before)")
 	peers := fs.String("peers", "etcd,redis", "peers to run: etcd, redis (comma list; none for ours alone)")
-	workloads := fs.String("workloads", "writes,reads,pause,failover,repair", "workloads to run (comma list)")
+	workloads := fs.String("workloads", "writes,reads,pause,failover,repair", "workloads to run (comma list; also lazyflush: puts with engines flushing lazily vs fsyncing every write, on a second cluster)")
 	fs.Int64Var(&cfg.repairBytes, "repair-bytes", 1<<30, "repair: bytes of the partition copied to a new replica")
 	fs.StringVar(&cfg.dir, "dir", "", "directory for data and logs (default: a new temp dir, removed after a successful run)")
 	fs.StringVar(&cfg.tabulaBin, "tabula-bin", "", "tabula binary to run (default: built from this checkout)")
@@ -88,7 +88,7 @@ func runCluster(out io.Writer, args []string) (err error) {
 	}
 	cfg.peers, cfg.workloads = clSet(*peers), clSet(*workloads)
 	for w := range cfg.workloads {
-		if !slices.Contains([]string{"writes", "reads", "pause", "failover", "repair"}, w) {
+		if !slices.Contains([]string{"writes", "reads", "pause", "failover", "repair", "lazyflush"}, w) {
 			return fmt.Errorf("unknown workload %q", w)
 		}
 	}
@@ -178,6 +178,11 @@ func runCluster(out io.Writer, args []string) (err error) {
 			return err
 		}
 	}
+	if cfg.workloads["lazyflush"] {
+		if err := clLazyFlush(ctx, out, procs, dir, tab, keys, &cfg); err != nil {
+			return err
+		}
+	}
 	if cfg.workloads["reads"] {
 		if err := clReads(ctx, out, tab, rds, keys, &cfg); err != nil {
 			return err
@@ -225,6 +230,12 @@ type clTabula struct {
 const clTable = "bench"
 
 func clStartTabula(ctx context.Context, out io.Writer, procs *clProcs, dir string, cfg *clConfig) (*clTabula, error) {
+	return clStartTabulaAs(ctx, out, procs, dir, cfg, "")
+}
+
+// clStartTabulaAs starts a tabula cluster whose processes' names start
+// with prefix, its servers run with serverArgs added.
+func clStartTabulaAs(ctx context.Context, out io.Writer, procs *clProcs, dir string, cfg *clConfig, prefix string, serverArgs ...string) (*clTabula, error) {
 	bin := cfg.tabulaBin
 	if bin == "" {
 		bin = filepath.Join(dir, "tabula")
@@ -247,7 +258,7 @@ func clStartTabula(ctx context.Context, out io.Writer, procs *clProcs, dir strin
 		return nil, err
 	}
 	t := &clTabula{masterAddr: addrs[0], tableName: clTable, serverCount: cfg.servers, bin: bin, procs: procs, dir: dir}
-	t.master, err = procs.start("tabula-master", bin, "master", "--listen", t.masterAddr, "--data", filepath.Join(dir, "master"))
+	t.master, err = procs.start(prefix+"tabula-master", bin, "master", "--listen", t.masterAddr, "--data", filepath.Join(dir, "master"))
 	if err != nil {
 		return nil, err
 	}
@@ -255,9 +266,10 @@ func clStartTabula(ctx context.Context, out io.Writer, procs *clProcs, dir strin
 		return nil, err
 	}
 	for i := range cfg.servers {
-		p, err := procs.start(fmt.Sprintf("tabula-server-%d", i), bin, "server",
+		args := append([]string{"server",
 			"--master", t.masterAddr, "--listen", addrs[1+i],
-			"--data", filepath.Join(dir, fmt.Sprintf("server-%d", i)), "--fault-domain", fmt.Sprintf("fd-%d", i))
+			"--data", filepath.Join(dir, fmt.Sprintf("server-%d", i)), "--fault-domain", fmt.Sprintf("fd-%d", i)}, serverArgs...)
+		p, err := procs.start(fmt.Sprintf("%stabula-server-%d", prefix, i), bin, args...)
 		if err != nil {
 			return nil, err
 		}
@@ -607,5 +619,37 @@ func clReads(ctx context.Context, out io.Writer, tab *clTabula, rds *clRedis, ke
 	if p, ok := res["redis"]; ok {
 		fmt.Fprintf(out, "ratio tabula/redis get-ops %.2f\n", res["tabula"][0]/p[0])
 	}
+	return nil
+}
+
+// clLazyFlush: what flushing engines lazily gains. The same puts on the
+// main cluster (replicated partitions' engines flush in the background:
+// the commit log is the durable record) and on a second cluster whose
+// servers run --engine-sync-writes (every engine write fsynced too), in
+// alternating rounds.
+func clLazyFlush(ctx context.Context, out io.Writer, procs *clProcs, dir string, tab *clTabula, keys [][]byte, cfg *clConfig) error {
+	if tab.singleCopy {
+		fmt.Fprintln(out, "note: lazyflush skipped: the table has 1 replica (its engine fsyncs every write)")
+		return nil
+	}
+	c2 := *cfg
+	c2.tabulaBin = tab.bin
+	sync, err := clStartTabulaAs(ctx, out, procs, filepath.Join(dir, "engine-sync"), &c2, "engine-sync-", "--engine-sync-writes")
+	if err != nil {
+		return fmt.Errorf("lazyflush: the engine-sync cluster: %w", err)
+	}
+	defer sync.close()
+	put := func(t *clTabula) clOp {
+		return func(ctx context.Context, rng *rand.Rand, val []byte) error {
+			clPutValue(rng, val)
+			return t.tbl.Put(ctx, keys[rng.IntN(len(keys))], val)
+		}
+	}
+	res, err := clCompare(ctx, out, "put-lazyflush", []clContender{{"tabula", put(tab)}, {"tabula-engine-sync", put(sync)}}, cfg)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "ratio tabula/tabula-engine-sync put-ops %.2f\n", res["tabula"][0]/res["tabula-engine-sync"][0])
+	fmt.Fprintf(out, "ratio tabula/tabula-engine-sync put-p99 %.2f\n", res["tabula"][2]/res["tabula-engine-sync"][2])
 	return nil
 }

@@ -282,7 +282,7 @@ func (s *Server) openReplica(t *api.Table, p *api.Partition) (*replica, error) {
 		// once a quorum of its replicas fsynced it): the engine flushes
 		// in the background, and after a crash the log is replayed from
 		// the LSN its files reached.
-		Replayable:  p.GetLog() != nil,
+		Replayable:  p.GetLog() != nil && !s.opts.EngineSyncWrites,
 		Dir:         dir,
 		FS:          s.opts.EngineFS,
 		Storage:     t.GetOptions().GetStorage(),

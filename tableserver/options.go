@@ -53,6 +53,11 @@ type Options struct {
 	// requests keep their latency. Default DefaultRepairBandwidth;
 	// negative: unlimited.
 	RepairBandwidth int64
+	// EngineSyncWrites has the engines of replicated partitions fsync
+	// every write, as an unreplicated ssd table's do, though the commit
+	// log is already the durable record. It costs write throughput and
+	// exists to measure what flushing lazily gains (RATIONALE.md).
+	EngineSyncWrites bool
 	// LogExtentBytes is how large a partition's commit-log extent grows
 	// before the primary moves the log to a new one: the unit the master
 	// deletes once every replica flushed past it. Default 64 MiB.
