@@ -34,7 +34,20 @@ const (
 	MaxNameLen = 63
 	// DefaultTenant is the tenant a new master creates and clients use by default.
 	DefaultTenant = "default"
+	// MaxTTLMs is the longest TTL a write or a table default may give,
+	// 100 years in milliseconds: an expiry stays far inside int64
+	// milliseconds since 1970.
+	MaxTTLMs = 3_155_760_000_000
 )
+
+// ValidateTTL checks a TTL in milliseconds against MaxTTLMs (0, "the
+// table's default", passes).
+func ValidateTTL(field string, ms uint64) error {
+	if ms > MaxTTLMs {
+		return InvalidArgument(field, "ttl_too_long", MaxTTLMs, "%s is %d ms; the limit is %d ms (100 years)", field, ms, uint64(MaxTTLMs))
+	}
+	return nil
+}
 
 // validName reports whether name matches ^[A-Za-z][A-Za-z0-9_-]*$ (a
 // byte loop: every request checks two or three names, and a regexp cost

@@ -83,7 +83,14 @@ func ttlMillis(field string, d time.Duration) (uint64, error) {
 	if d < 0 {
 		return 0, api.InvalidArgument(field, "ttl_negative", 0, "%s is negative (%v)", field, d)
 	}
-	return uint64((d + time.Millisecond - 1) / time.Millisecond), nil
+	ms := uint64(d / time.Millisecond)
+	if d%time.Millisecond != 0 {
+		ms++
+	}
+	if err := api.ValidateTTL(field, ms); err != nil {
+		return 0, err
+	}
+	return ms, nil
 }
 
 // pickFunc chooses the partition a request goes to from the current map. An

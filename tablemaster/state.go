@@ -696,6 +696,10 @@ func normalizeCommon(o *TableOptions) (TableOptions, error) {
 		return TableOptions{}, errInvalid("options.max_value_bytes", "max_value_bytes_too_large", api.MaxValueBytesLimit,
 			"options.max_value_bytes is %d; the limit is %d", n.MaxValueBytes, api.MaxValueBytesLimit)
 	}
+	if n.DefaultTTLMs > api.MaxTTLMs {
+		return TableOptions{}, errInvalid("options.default_ttl_ms", "ttl_too_long", api.MaxTTLMs,
+			"options.default_ttl_ms is %d ms; the limit is %d ms (100 years)", n.DefaultTTLMs, uint64(api.MaxTTLMs))
+	}
 	return n, nil
 }
 

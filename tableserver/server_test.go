@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"testing"
 	"time"
 
@@ -160,6 +161,18 @@ func TestRequestChecks(t *testing.T) {
 			_, err := s0.Put(ctx, &api.PutRequest{Header: hdr(p0), Key: k0, Value: make([]byte, 1025)})
 			return err
 		}, api.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, "value_too_large"},
+		{"ttl overflowing the expiry", func() error {
+			_, err := s0.Put(ctx, &api.PutRequest{Header: hdr(p0), Key: k0, Value: []byte("w"), TtlMs: math.MaxUint64})
+			return err
+		}, api.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, "ttl_too_long"},
+		{"ttl too long in a batch", func() error {
+			_, err := s0.BatchWrite(ctx, &api.BatchWriteRequest{Header: hdr(p0), Mutations: []*api.Mutation{{Op: api.Mutation_OP_PUT, Key: k0, Value: []byte("w"), TtlMs: api.MaxTTLMs + 1}}})
+			return err
+		}, api.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, "ttl_too_long"},
+		{"ttl too long in a CAS", func() error {
+			_, err := s0.CompareAndSwap(ctx, &api.CompareAndSwapRequest{Header: hdr(p0), Key: k0, ExpectExists: true, Expected: []byte("v"), Value: []byte("w"), TtlMs: math.MaxUint64})
+			return err
+		}, api.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, "ttl_too_long"},
 		{"unknown table", func() error {
 			h := hdr(p0)
 			h.Table = "nosuch"
@@ -188,6 +201,13 @@ func TestRequestChecks(t *testing.T) {
 			return err
 		}, api.ErrorCode_ERROR_CODE_NOT_OWNER, "partition_not_here"})
 	}
+	defer func() {
+		// Refused writes changed nothing.
+		got, err := s0.Get(ctx, &api.GetRequest{Header: hdr(p0), Key: k0})
+		if err != nil || !got.GetFound() || string(got.GetValue()) != "v" || got.GetExpiresUnixMs() != 0 {
+			t.Errorf("after the refused writes: %v %v, want v without expiry", got, err)
+		}
+	}()
 	for _, c := range cases {
 		err := c.call()
 		d := api.DetailOf(err)

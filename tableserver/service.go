@@ -356,6 +356,9 @@ func (s *service) Put(ctx context.Context, req *api.PutRequest) (*api.PutRespons
 	if err := api.ValidateValue("value", req.GetValue(), r.maxValue()); err != nil {
 		return nil, err
 	}
+	if err := api.ValidateTTL("ttl_ms", req.GetTtlMs()); err != nil {
+		return nil, err
+	}
 	w, err := r.writable()
 	if err != nil {
 		return nil, err
@@ -410,6 +413,9 @@ func (s *service) CompareAndSwap(ctx context.Context, req *api.CompareAndSwapReq
 		if err := api.ValidateValue("value", req.GetValue(), r.maxValue()); err != nil {
 			return nil, err
 		}
+		if err := api.ValidateTTL("ttl_ms", req.GetTtlMs()); err != nil {
+			return nil, err
+		}
 	}
 	w, err := r.writable()
 	if err != nil {
@@ -459,6 +465,9 @@ func (s *service) BatchWrite(ctx context.Context, req *api.BatchWriteRequest) (*
 		switch m.GetOp() {
 		case api.Mutation_OP_PUT:
 			if err := api.ValidateValue(field+".value", m.GetValue(), r.maxValue()); err != nil {
+				return nil, err
+			}
+			if err := api.ValidateTTL(field+".ttl_ms", m.GetTtlMs()); err != nil {
 				return nil, err
 			}
 			batch[i] = engines.Mutation{Key: m.GetKey(), Value: m.GetValue(), ExpiresAt: r.expiry(m.GetTtlMs())}
