@@ -125,19 +125,30 @@ func (t *Table) Invoke(ctx context.Context, name, method string, inv Invocation)
 	// Batch: the keys grouped by partition; range and All: every partition.
 	var groups [][]int
 	var picks []pickFunc
+	// Each partition call's idempotency token is derived from the
+	// partition's id, not the call's position in this grouping: a retry
+	// of the whole invocation under a newer map groups the same keys the
+	// same way only by partition.
+	var tokens []string
 	if scatter {
 		for _, p := range m.GetPartitions() {
 			picks = append(picks, pickHash(p.GetStart()))
 			groups = append(groups, nil)
+			tokens = append(tokens, fmt.Sprintf("%s/p%d", token, p.GetId()))
 		}
 	} else {
 		idx := make([]int, len(inv.Keys))
 		for i := range idx {
 			idx[i] = i
 		}
-		for _, g := range group(m, hashes, idx) {
+		for i, g := range group(m, hashes, idx) {
 			groups = append(groups, g)
 			picks = append(picks, pickGroup(hashes, g))
+			if p, ok := partitionOf(m, hashes[g[0]]); ok {
+				tokens = append(tokens, fmt.Sprintf("%s/p%d", token, p.GetId()))
+			} else {
+				tokens = append(tokens, fmt.Sprintf("%s/g%d", token, i))
+			}
 		}
 	}
 	partials := make([][]byte, len(groups))
@@ -147,7 +158,7 @@ func (t *Table) Invoke(ctx context.Context, name, method string, inv Invocation)
 		for j, k := range groups[i] {
 			keys[j] = inv.Keys[k]
 		}
-		partials[i], errs[i] = call(picks[i], keys, fmt.Sprintf("%s/%d", token, i))
+		partials[i], errs[i] = call(picks[i], keys, tokens[i])
 		return errs[i]
 	})
 	var ok [][]byte
@@ -160,7 +171,7 @@ func (t *Table) Invoke(ctx context.Context, name, method string, inv Invocation)
 		ok = append(ok, partials[i])
 	}
 	if len(failed) > 0 && (!inv.AllowPartial || len(ok) == 0) {
-		return nil, fmt.Errorf("client: invoke %s.%s on %q: %d of %d partition calls failed: %w", name, method, t.name, len(failed), len(groups), errors.Join(failed...))
+		return nil, fmt.Errorf("client: invoke %s.%s on %q: %d of %d partition calls failed: %w", name, method, t.name, len(failed), len(groups), joinDistinct(failed))
 	}
 	if len(ok) == 1 {
 		return ok[0], nil
@@ -258,4 +269,43 @@ func (t *Table) RollbackCoproc(ctx context.Context, name string, version uint64)
 		_, err := mc.CoprocRollback(ctx, &api.CoprocRollbackRequest{Tenant: t.c.opts.Tenant, Table: t.name, Name: name, Version: version})
 		return err
 	})
+}
+
+// joinDistinct joins errs keeping one of each kind (the same code and
+// reason, or the same text when they carry no detail), with how many
+// partitions answered it: a coprocessor that fails everywhere is one
+// line, not one per partition. The errors kept stay reachable with
+// errors.Is and errors.As.
+func joinDistinct(errs []error) error {
+	type kind struct {
+		code   api.ErrorCode
+		reason string
+		text   string
+	}
+	var order []kind
+	first := map[kind]error{}
+	count := map[kind]int{}
+	for _, err := range errs {
+		k := kind{text: err.Error()}
+		if d := api.DetailOf(err); d.GetCode() != api.ErrorCode_ERROR_CODE_UNSPECIFIED {
+			k = kind{code: d.GetCode(), reason: d.GetReason()}
+		}
+		if _, ok := first[k]; !ok {
+			first[k] = err
+			order = append(order, k)
+		}
+		count[k]++
+	}
+	out := make([]error, 0, len(order))
+	for _, k := range order {
+		err := first[k]
+		if n := count[k]; n > 1 {
+			err = fmt.Errorf("%w (the same on %d more partitions)", err, n-1)
+		}
+		out = append(out, err)
+	}
+	if len(out) == 1 {
+		return out[0]
+	}
+	return errors.Join(out...)
 }

@@ -3,6 +3,7 @@ package tableserver
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"slices"
 	"sync"
@@ -31,6 +32,8 @@ type replica struct {
 	bulkRetained []uint64
 	// cpart is the partition as coprocessors see it.
 	cpart coproc.Partition
+	// logger logs for the partition (the server's, with its id).
+	logger *slog.Logger
 	// order orders writes: plain writes hold it shared (the engine orders
 	// them among themselves); a coprocessor's commit holds it exclusively,
 	// so its read check and its batch are atomic against every writer.
@@ -275,7 +278,8 @@ func (s *Server) openReplica(t *api.Table, p *api.Partition) (*replica, error) {
 			return nil, err
 		}
 		order := new(sync.RWMutex)
-		return &replica{table: t, part: p, engine: b.Engine, batch: b.Engine, bulk: b, cpart: coproc.PartitionFromEngine(b.Engine, info, order), order: order}, nil
+		return &replica{table: t, part: p, engine: b.Engine, batch: b.Engine, bulk: b, cpart: coproc.PartitionFromEngine(b.Engine, info, order), order: order,
+			logger: s.log.With("partition", p.GetId())}, nil
 	}
 	e, err := engines.Open(kind, engines.Options{
 		// The commit log is the durable record (a write is acknowledged
@@ -294,7 +298,8 @@ func (s *Server) openReplica(t *api.Table, p *api.Partition) (*replica, error) {
 		return nil, fmt.Errorf("open %s engine for partition %d: %w", kind, p.GetId(), err)
 	}
 	order := new(sync.RWMutex)
-	r := &replica{table: t, part: p, engine: e, cpart: coproc.PartitionFromEngine(e, info, order), order: order}
+	r := &replica{table: t, part: p, engine: e, cpart: coproc.PartitionFromEngine(e, info, order), order: order,
+		logger: s.log.With("partition", p.GetId())}
 	r.writer, _ = e.(engines.Writer)
 	r.batch, _ = e.(engines.BatchGetter)
 	if lg := p.GetLog(); lg != nil {

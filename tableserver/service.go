@@ -187,12 +187,19 @@ func engineErr(r *replica, err error) error {
 	case errors.Is(err, engines.ErrReadOnly):
 		return api.Errorf(api.ErrorCode_ERROR_CODE_WRONG_KIND, "read_only_kind", "%v", err)
 	case errors.Is(err, engines.ErrCorrupt):
-		if r.log != nil {
+		if r.log != nil && len(r.part.GetReplicas()) > 1 {
 			// Data that fails its checksums is never served: the replica
-			// reports itself failed and is rebuilt from a healthy one.
+			// reports itself failed (logged at error level) and is rebuilt
+			// from a healthy one; the client's retry finds that one.
 			r.log.fail(err)
+			return api.Errorf(api.ErrorCode_ERROR_CODE_UNAVAILABLE, "corrupt", "partition %d: %v", r.part.GetId(), err)
 		}
-		return api.Errorf(api.ErrorCode_ERROR_CODE_UNAVAILABLE, "corrupt", "partition %d: %v", r.part.GetId(), err)
+		// The only copy: nothing to rebuild from and nothing a retry
+		// would change. The caller learns it at once.
+		if r.logger != nil {
+			r.logger.Error("a record failed its checksum; its partition has no other copy", "table", r.table.GetName(), "tenant", r.table.GetTenant(), "err", err)
+		}
+		return api.Errorf(api.ErrorCode_ERROR_CODE_DATA_LOSS, "corrupt", "partition %d of %s/%s: %v (its only copy)", r.part.GetId(), r.table.GetTenant(), r.table.GetName(), err)
 	}
 	return api.Errorf(api.ErrorCode_ERROR_CODE_UNAVAILABLE, "engine_error", "partition %d: %v", r.part.GetId(), err)
 }

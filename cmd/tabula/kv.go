@@ -117,7 +117,7 @@ func putCmd(g *globals) *cobra.Command {
 				opts = append(opts, client.WithTTL(ttl))
 			}
 			if err := c.Table(args[0]).Put(ctx, []byte(args[1]), value, opts...); err != nil {
-				return explainWrite(fmt.Errorf("put %s %q: %w", args[0], args[1], err))
+				return explainWrite(fmt.Errorf("put %s %s: %w", args[0], showKey(args[1]), err))
 			}
 			if wf.verbose {
 				fmt.Fprintf(cmd.ErrOrStderr(), "lsn %d\n", lsn)
@@ -154,10 +154,10 @@ func getCmd(g *globals) *cobra.Command {
 				fmt.Fprintf(cmd.ErrOrStderr(), "lsn %d\n", lsn)
 			}
 			if errors.Is(err, client.ErrKeyNotFound) {
-				return quietError{fmt.Sprintf("key %q not found in %s", args[1], args[0])}
+				return quietError{fmt.Sprintf("key %s not found in %s", showKey(args[1]), args[0])}
 			}
 			if err != nil {
-				return fmt.Errorf("get %s %q: %w", args[0], args[1], err)
+				return fmt.Errorf("get %s %s: %w", args[0], showKey(args[1]), err)
 			}
 			out := cmd.OutOrStdout()
 			if _, err := out.Write(v); err != nil {
@@ -195,7 +195,7 @@ func delCmd(g *globals) *cobra.Command {
 			var lsn uint64
 			existed, err := c.Table(args[0]).Delete(ctx, []byte(args[1]), wf.options(&lsn)...)
 			if err != nil {
-				return explainWrite(fmt.Errorf("del %s %q: %w", args[0], args[1], err))
+				return explainWrite(fmt.Errorf("del %s %s: %w", args[0], showKey(args[1]), err))
 			}
 			if existed {
 				fmt.Fprintln(cmd.OutOrStdout(), "deleted")
@@ -261,4 +261,16 @@ func printable(b []byte) string {
 		}
 	}
 	return string(b)
+}
+
+// showKeyMax is how much of a key a message quotes.
+const showKeyMax = 64
+
+// showKey quotes key for a message, cut to its first showKeyMax bytes
+// (with its length) when longer: an error about a 5 KB key is one line.
+func showKey(key string) string {
+	if len(key) <= showKeyMax {
+		return strconv.Quote(key)
+	}
+	return fmt.Sprintf("%s… (%d bytes)", strconv.Quote(key[:showKeyMax]), len(key))
 }

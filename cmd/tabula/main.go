@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
 	"strings"
@@ -74,13 +75,64 @@ func (g *globals) logger() (*slog.Logger, error) {
 
 // client connects to the masters named by --master as --tenant.
 func (g *globals) client(ctx context.Context) (*client.Client, error) {
+	if err := g.reachable(ctx); err != nil {
+		return nil, err
+	}
 	return client.New(ctx, client.Options{Masters: g.master, Tenant: g.tenant, RetryTimeout: g.timeout})
+}
+
+// noMasterWait is how long a client command tries to reach any --master
+// address before it says none answers (instead of retrying in silence
+// until --timeout).
+const noMasterWait = 2 * time.Second
+
+// reachable checks that some --master address accepts a connection,
+// trying every 200 ms for noMasterWait: a command with no master running
+// fails in about two seconds with one line naming the addresses. A
+// master that accepts connections but does not answer (stopped, or
+// electing a leader) is left to the command's own retries.
+func (g *globals) reachable(ctx context.Context) error {
+	if len(g.master) == 0 {
+		return errors.New("no master address: give --master ADDR")
+	}
+	ctx, cancel := context.WithTimeout(ctx, noMasterWait)
+	defer cancel()
+	var last error
+	for {
+		for _, addr := range g.master {
+			var d net.Dialer
+			dctx, dcancel := context.WithTimeout(ctx, 500*time.Millisecond)
+			conn, err := d.DialContext(dctx, "tcp", addr)
+			dcancel()
+			if err == nil {
+				_ = conn.Close()
+				return nil
+			}
+			last = err
+		}
+		select {
+		case <-ctx.Done():
+			if errors.Is(ctx.Err(), context.Canceled) {
+				return ctx.Err()
+			}
+			why := last.Error()
+			var op *net.OpError
+			if errors.As(last, &op) && op.Err != nil {
+				why = op.Err.Error()
+			}
+			return fmt.Errorf("no master answers at %s (%s); is one running? `tabula dev` starts a local cluster, --master names another", strings.Join(g.master, ", "), why)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }
 
 // masterCall calls fn with a client of each --master address in turn until
 // one answers with anything but UNAVAILABLE: for the operator RPCs the SDK
 // does not wrap (ForgetServer, ListDataLoss).
 func (g *globals) masterCall(ctx context.Context, fn func(api.MasterClient) error) error {
+	if err := g.reachable(ctx); err != nil {
+		return err
+	}
 	var err error
 	for _, addr := range g.master {
 		cc, dialErr := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()), api.FastReconnect(), api.Keepalive())

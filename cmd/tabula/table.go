@@ -29,9 +29,15 @@ func tableCreateCmd(g *globals) *cobra.Command {
 		Short: "Create a table",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if kind != "point" && kind != "bulk" {
+				return fmt.Errorf("--kind %q: want point or bulk (ordered tables are not built yet)", kind)
+			}
 			k, err := api.ParseKind(kind)
 			if err != nil {
 				return err
+			}
+			if opts.Partitions == 0 || opts.Partitions > api.MaxPartitions {
+				return fmt.Errorf("--partitions %d: want 1 to %d", opts.Partitions, api.MaxPartitions)
 			}
 			if defaultTTL < 0 {
 				return fmt.Errorf("--default-ttl %v is negative", defaultTTL)
@@ -54,9 +60,9 @@ func tableCreateCmd(g *globals) *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&kind, "kind", "point", "table kind: point or bulk (ordered arrives later)")
+	f.StringVar(&kind, "kind", "point", "table kind: point (online reads and writes) or bulk (published in versions with tabula bulk)")
 	f.Uint32Var(&opts.Partitions, "partitions", api.DefaultPartitions, fmt.Sprintf("number of partitions (1..%d)", api.MaxPartitions))
-	f.Uint32Var(&opts.Replication, "replicas", 0, "copies of each partition, 1-5, each in its own fault domain, so at most the number of fault domains of live servers (default: the master's; 1 until data-path replication is served)")
+	f.Uint32Var(&opts.Replication, "replicas", 0, "copies of each partition, 1-5, each in its own fault domain, so at most the number of fault domains of live servers (default: 3 for point tables, or as many as the live servers' fault domains when fewer; bulk tables serve 1)")
 	f.Uint32Var(&opts.Replication, "replication", 0, "same as --replicas")
 	_ = f.MarkHidden("replication")
 	f.Uint64Var(&opts.MaxValueBytes, "max-value-bytes", api.DefaultMaxValueBytes, fmt.Sprintf("largest value accepted (at most %d)", api.MaxValueBytesLimit))
