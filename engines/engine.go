@@ -166,6 +166,10 @@ type Options struct {
 	Now func() int64
 	// Logger receives the engine's events. Default: slog.Default().
 	Logger *slog.Logger
+	// CacheBudget, when set, sizes a disk-backed engine's read cache as
+	// one share of a budget many engines split (a table server's);
+	// otherwise each engine has its back end's default cache.
+	CacheBudget *CacheBudget
 	// Partition and Partitions name the partition the engine serves (its
 	// index of the table's count). Engines whose files record their
 	// partition (bulk) refuse a file of another. Partitions 0: unchecked.

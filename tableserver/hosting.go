@@ -293,6 +293,7 @@ func (s *Server) openReplica(t *api.Table, p *api.Partition) (*replica, error) {
 		Durability:  t.GetOptions().GetDurability(),
 		Compression: t.GetOptions().GetCompression(),
 		Logger:      s.log.With("partition", p.GetId()),
+		CacheBudget: s.cacheBudget,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("open %s engine for partition %d: %w", kind, p.GetId(), err)

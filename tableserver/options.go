@@ -2,6 +2,7 @@ package tableserver
 
 import (
 	"errors"
+	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"path/filepath"
@@ -58,6 +59,10 @@ type Options struct {
 	// log is already the durable record. It costs write throughput and
 	// exists to measure what flushing lazily gains (RATIONALE.md).
 	EngineSyncWrites bool
+	// ReadCacheBytes is the one read-cache budget every disk-backed
+	// partition of this server shares (each gets an equal share, resized
+	// as partitions come and go). Default DefaultReadCacheBytes.
+	ReadCacheBytes int64
 	// LogExtentBytes is how large a partition's commit-log extent grows
 	// before the primary moves the log to a new one: the unit the master
 	// deletes once every replica flushed past it. Default 64 MiB.
@@ -91,6 +96,9 @@ func (o Options) Validate() error {
 	if o.MaxInFlight < 0 {
 		errs = append(errs, errors.New("tableserver: MaxInFlight must not be negative"))
 	}
+	if o.ReadCacheBytes != 0 && o.ReadCacheBytes < 1<<20 {
+		errs = append(errs, fmt.Errorf("tableserver: ReadCacheBytes %d: want at least 1 MiB", o.ReadCacheBytes))
+	}
 	return errors.Join(errs...)
 }
 
@@ -106,6 +114,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.LogFlushInterval <= 0 {
 		o.LogFlushInterval = 5 * time.Second
+	}
+	if o.ReadCacheBytes == 0 {
+		o.ReadCacheBytes = DefaultReadCacheBytes
 	}
 	if o.RepairBandwidth == 0 {
 		o.RepairBandwidth = DefaultRepairBandwidth
@@ -130,3 +141,7 @@ func (o Options) withDefaults() Options {
 	}
 	return o
 }
+
+// DefaultReadCacheBytes is Options.ReadCacheBytes's default: 512 MiB for
+// all of a server's partitions together.
+const DefaultReadCacheBytes = 512 << 20

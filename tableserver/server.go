@@ -18,6 +18,7 @@ import (
 
 	"github.com/tabuladb/tabula/api"
 	"github.com/tabuladb/tabula/coproc"
+	"github.com/tabuladb/tabula/engines"
 	"github.com/tabuladb/tabula/internal/dirlock"
 	"github.com/tabuladb/tabula/replication/stream"
 )
@@ -66,6 +67,9 @@ type Server struct {
 	fetchKick chan struct{}
 	// repair throttles copies into new replicas (Options.RepairBandwidth).
 	repair *rate.Limiter
+	// cacheBudget is the read cache every disk-backed partition shares
+	// (Options.ReadCacheBytes).
+	cacheBudget *engines.CacheBudget
 
 	masters []*grpc.ClientConn
 	// masterIdx is the master tried first; moves on UNAVAILABLE.
@@ -112,14 +116,19 @@ func Open(opts Options) (*Server, error) {
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("tableserver: %w", err), lock.Unlock())
 	}
+	budget, err := engines.NewCacheBudget(opts.ReadCacheBytes)
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("tableserver: %w", err), lock.Unlock())
+	}
 	s := &Server{
-		opts:       opts,
-		log:        opts.Logger,
-		start:      time.Now(),
-		registered: make(chan struct{}),
-		lock:       lock,
-		fetchKick:  make(chan struct{}, 1),
-		repair:     newRepairLimiter(opts.RepairBandwidth),
+		cacheBudget: budget,
+		opts:        opts,
+		log:         opts.Logger,
+		start:       time.Now(),
+		registered:  make(chan struct{}),
+		lock:        lock,
+		fetchKick:   make(chan struct{}, 1),
+		repair:      newRepairLimiter(opts.RepairBandwidth),
 	}
 	s.serverID.Store(&id)
 	s.hosting.Store(&hosting{replicas: map[uint64]*replica{}, failed: map[uint64]error{}, parts: map[uint64]*api.Partition{}, tables: map[string]*api.PartitionMap{}})

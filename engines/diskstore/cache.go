@@ -47,6 +47,18 @@ type cacheShard struct {
 type readCache struct {
 	c      *ristretto.Cache[uint64, []byte]
 	shards [cacheShards]cacheShard
+	// leave takes the cache out of the budget it shares (nil: none).
+	leave func()
+}
+
+// SetMaxBytes implements engines.CacheMember: a budget resizes the cache.
+func (rc *readCache) SetMaxBytes(n int64) {
+	sh := &rc.shards[0]
+	sh.mu.RLock()
+	defer sh.mu.RUnlock()
+	if !sh.closed {
+		rc.c.UpdateMaxCost(n)
+	}
 }
 
 // newReadCache returns a cache of records holding at most maxBytes (encoded
@@ -143,6 +155,9 @@ func (rc *readCache) close() {
 		rc.shards[i].mu.Unlock()
 	}
 	if !was {
+		if rc.leave != nil {
+			rc.leave()
+		}
 		rc.c.Close()
 	}
 }

@@ -94,6 +94,9 @@ type Options struct {
 	// every read that went to disk. Default: 64 MiB (a point partition
 	// engine opens one store, so 64 MiB per partition); negative: no cache.
 	CacheBytes int64
+	// CacheBudget, when set, replaces CacheBytes: the cache is one share
+	// of the budget, resized as other stores join and leave it.
+	CacheBudget *engines.CacheBudget
 	// IndexBlockBytes is how much log is appended between delta index
 	// blocks (indexblock.go): the owner's index changes, persisted so that
 	// a restart loads them and scans only the log after the last block.
@@ -340,7 +343,13 @@ func Open(dir string, opts Options) (*Store, error) {
 			s.freeSlots = append(s.freeSlots, slot)
 		}
 	}
-	if opts.CacheBytes > 0 {
+	switch {
+	case opts.CacheBudget != nil:
+		if s.cache, err = newReadCache(opts.CacheBudget.Share()); err != nil {
+			return nil, errors.Join(err, s.closeFiles())
+		}
+		s.cache.leave = opts.CacheBudget.Join(s.cache)
+	case opts.CacheBytes > 0:
 		if s.cache, err = newReadCache(opts.CacheBytes); err != nil {
 			return nil, errors.Join(err, s.closeFiles())
 		}

@@ -121,7 +121,7 @@ func Open(opts engines.Options) (*Engine, error) {
 		}
 		return OpenStore(opts, NewMemoryStore()), nil
 	case StorageSSD:
-		ds := diskstore.Options{Compression: diskstore.Compression(opts.Compression), FS: opts.FS}
+		ds := diskstore.Options{Compression: diskstore.Compression(opts.Compression), FS: opts.FS, CacheBudget: opts.CacheBudget}
 		if err := ds.Validate(); err != nil {
 			return nil, fmt.Errorf("open point engine: %w", err)
 		}
