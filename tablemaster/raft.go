@@ -160,7 +160,7 @@ func (m *Master) becomeLeader(term uint64) {
 	if st := m.raft.node.Status(); !st.IsLeader || st.Term != term {
 		return
 	}
-	heard := m.opts.Now().Add(m.raft.electionTimeout)
+	heard := m.leaseGate().TakeoverHeard(m.opts.Now())
 	m.liveMu.Lock()
 	clear(m.live)
 	for id, srv := range m.State().Servers {
