@@ -35,7 +35,9 @@ func (g LeaseGate) TakeoverHeard(now time.Time) time.Time { return now.Add(g.Tak
 
 // Dead reports whether a server last heard at lastHeard (the zero time:
 // never) is dead at now: silent for longer than DeadAfter.
-func (g LeaseGate) Dead(lastHeard, now time.Time) bool { return g.SilentFor(lastHeard, now, g.DeadAfter) }
+func (g LeaseGate) Dead(lastHeard, now time.Time) bool {
+	return g.SilentFor(lastHeard, now, g.DeadAfter)
+}
 
 // SilentFor reports whether a server last heard at lastHeard (zero:
 // never) has been silent for longer than d at now.

@@ -31,8 +31,8 @@ type Server struct {
 	log   *slog.Logger
 	start time.Time // origin of the monotonic clock the lease is kept on
 
-	serverID  atomic.Pointer[string]
-	hosting   atomic.Pointer[hosting]
+	serverID atomic.Pointer[string]
+	hosting  atomic.Pointer[hosting]
 	// lease is the master's lease and the map version it was renewed on,
 	// on the clock now reads (lease.go).
 	lease     Lease
