@@ -207,6 +207,11 @@ type member struct {
 	dead         []bool
 	downBusy     []bool
 	actions      []func() // to run after the current Ready
+	// liveQ runs liveness decisions (declare dead, register) one at a
+	// time, each validated against the state when it runs, as the
+	// master's proposeMu serialises its proposals.
+	liveQ    []func(done func())
+	liveBusy bool
 }
 
 func (m *member) local(now time.Duration) time.Time { return epoch0.Add(m.clk.at(now)) }
@@ -375,7 +380,7 @@ func (s *leaseSim) startMember(m *member, peers map[uint64]string) {
 		return
 	}
 	m.c, m.paused, m.held, m.leading, m.actions = c, 0, nil, false, nil
-	m.confirmed, m.confirmBusy = time.Time{}, false
+	m.confirmed, m.confirmBusy, m.liveQ, m.liveBusy = time.Time{}, false, nil, false
 	m.nextTick, m.nextCheck = m.clk.at(s.now), m.clk.at(s.now)
 	ep.Attach(memberHandler{s, m})
 	s.logf("member %d: started, applied %d", m.id, c.Applied())
@@ -452,15 +457,48 @@ func (s *leaseSim) checkLiveness(m *member) {
 		if !alive || m.downBusy[i] || (!m.dead[i] && !s.gate.Dead(m.heard[i], now)) {
 			continue
 		}
-		m.dead[i], m.downBusy[i] = true, true
-		s.logf("member %d: declares server %d dead (heard %v ago)", m.id, i, now.Sub(m.heard[i]))
-		m.c.Propose([]byte{'d', byte('0' + i)}, func(_ uint64, _ any, err error) {
-			m.downBusy[i] = false
-			if err == nil {
-				s.stats.declaredDead++
+		m.downBusy[i] = true
+		s.serialise(m, func(done func()) {
+			// stillSilent: checked again when its turn comes.
+			if !m.leading || !m.sm.st.Alive[i] || (!m.dead[i] && !s.gate.Dead(m.heard[i], now)) {
+				m.downBusy[i] = false
+				done()
+				return
 			}
+			m.dead[i] = true
+			s.logf("member %d: declares server %d dead (heard %v ago)", m.id, i, now.Sub(m.heard[i]))
+			m.c.Propose([]byte{'d', byte('0' + i)}, func(_ uint64, _ any, err error) {
+				m.downBusy[i] = false
+				if err == nil {
+					s.stats.declaredDead++
+				}
+				done()
+			})
 		})
 	}
+}
+
+// serialise runs job after the liveness jobs queued before it.
+func (s *leaseSim) serialise(m *member, job func(done func())) {
+	m.liveQ = append(m.liveQ, job)
+	s.pump(m)
+}
+
+func (s *leaseSim) pump(m *member) {
+	if m.liveBusy || len(m.liveQ) == 0 || m.c == nil {
+		return
+	}
+	job := m.liveQ[0]
+	m.liveQ = m.liveQ[1:]
+	m.liveBusy = true
+	c := m.c
+	job(func() {
+		if m.c != c {
+			return // the member restarted meanwhile
+		}
+		m.liveBusy = false
+		m.actions = append(m.actions, func() { s.pump(m) })
+	})
 }
 
 // confirmLeadership is tablemaster's confirmLeadership: a ReadIndex every
@@ -526,19 +564,28 @@ func (s *leaseSim) registerServer(m *member, srv int, answer func(reply)) {
 	if s.refuseLease(m, answer) {
 		return
 	}
-	if m.sm.st.Alive[srv] && !m.dead[srv] {
-		m.heard[srv] = m.local(s.now)
-		answer(reply{mapVersion: m.sm.st.Version, lease: leaseDur})
-		return
-	}
 	term := m.leadTerm
-	m.c.Propose([]byte{'u', byte('0' + srv)}, func(_ uint64, v any, err error) {
-		if err != nil || !m.leading || m.leadTerm != term {
+	s.serialise(m, func(done func()) {
+		switch {
+		case !m.leading || m.leadTerm != term:
+			answer(reply{notLeader: true, hint: m.c.Lead()})
+			done()
+			return
+		case m.sm.st.Alive[srv] && !m.dead[srv]:
+			m.heard[srv] = m.local(s.now)
+			answer(reply{mapVersion: m.sm.st.Version, lease: leaseDur})
+			done()
 			return
 		}
-		m.dead[srv] = false
-		m.heard[srv] = m.local(s.now)
-		answer(reply{mapVersion: v.(uint64), lease: leaseDur})
+		m.c.Propose([]byte{'u', byte('0' + srv)}, func(_ uint64, v any, err error) {
+			defer done()
+			if err != nil || !m.leading || m.leadTerm != term {
+				return
+			}
+			m.dead[srv] = false
+			m.heard[srv] = m.local(s.now)
+			answer(reply{mapVersion: v.(uint64), lease: leaseDur})
+		})
 	})
 }
 
