@@ -176,7 +176,7 @@ func Open(opts Options) (*Master, error) {
 	}
 	for id, srv := range state.Servers {
 		if srv.Alive {
-			m.live[id] = &liveness{lastHeard: now}
+			m.live[id] = &liveness{lastHeard: m.leaseGate().TakeoverHeard(now)}
 		}
 	}
 	cur := m.State()
@@ -416,7 +416,7 @@ func (m *Master) checkLiveness() {
 			m.liveMu.Lock()
 			defer m.liveMu.Unlock()
 			l := m.live[id]
-			if l != nil && now.Sub(l.lastHeard) <= m.opts.DeadAfter {
+			if l != nil && !m.leaseGate().Dead(l.lastHeard, now) {
 				return false
 			}
 			if l == nil {
@@ -514,7 +514,7 @@ func (m *Master) silentFor(id string, now time.Time, d time.Duration) bool {
 	m.liveMu.Lock()
 	defer m.liveMu.Unlock()
 	l := m.live[id]
-	return l == nil || now.Sub(l.lastHeard) > d
+	return l == nil || m.leaseGate().SilentFor(l.lastHeard, now, d)
 }
 
 func (m *Master) lastHeard(id string) time.Time {

@@ -144,6 +144,14 @@ func (o Options) Validate() error {
 	}
 	if o.DeadAfter <= o.LeaseDuration {
 		errs = append(errs, fmt.Errorf("tablemaster: Options.DeadAfter %v must exceed LeaseDuration %v, or a partition could move while its old primary still holds a lease", o.DeadAfter, o.LeaseDuration))
+	} else {
+		g := LeaseGate{DeadAfter: o.DeadAfter}
+		if o.RaftID != 0 {
+			g = RaftLeaseGate(o.DeadAfter, raftElectionTicks*o.RaftTick)
+		}
+		if err := g.Check(o.LeaseDuration); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if o.StreamTaskInterval < 0 || o.StreamSyncInterval < 0 {
 		errs = append(errs, fmt.Errorf("tablemaster: Options.StreamTaskInterval %v and StreamSyncInterval %v must not be negative", o.StreamTaskInterval, o.StreamSyncInterval))

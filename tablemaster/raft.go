@@ -51,6 +51,10 @@ type raftState struct {
 	// electionTimeout is how long a deposed leader may go on believing it
 	// leads (CheckQuorum steps it down within it).
 	electionTimeout time.Duration
+	// confirmed is when (Options.Now, unix ns) this leader last asked a
+	// quorum, successfully, whether it leads; 0: not since it started
+	// leading. Leases are renewed only while it is fresh (leasegate.go).
+	confirmed atomic.Int64
 }
 
 // applied is what the state machine's Apply returns for one command.
@@ -116,7 +120,7 @@ func (m *Master) openRaft() error {
 	none := ""
 	r.leaderAddr.Store(&none)
 	tick := m.opts.RaftTick
-	const electionTicks = 10
+	const electionTicks = raftElectionTicks
 	r.electionTimeout = electionTicks * tick
 	m.raft = r
 	node, err := raftnode.Start(raftnode.Options{
@@ -137,6 +141,7 @@ func (m *Master) onLeaderChange(lc raftnode.LeaderChange) {
 	addr := lc.LeaderAddr
 	m.raft.leaderAddr.Store(&addr)
 	if !lc.IsLeader {
+		m.raft.confirmed.Store(0)
 		if m.raft.leading.Swap(false) {
 			m.logger.Warn("tablemaster: no longer the leader", "term", lc.Term, "leader", lc.Leader, "leader_addr", addr)
 		}
@@ -153,6 +158,7 @@ func (m *Master) becomeLeader(term uint64) {
 	defer m.wg.Done()
 	ctx, cancel := context.WithTimeout(m.streamCtx, 10*time.Second)
 	defer cancel()
+	asked := m.opts.Now()
 	if err := m.raft.node.ReadIndex(ctx); err != nil {
 		m.logger.Warn("tablemaster: elected, but could not catch up; waiting for the next election", "term", term, "err", err)
 		return
@@ -160,7 +166,10 @@ func (m *Master) becomeLeader(term uint64) {
 	if st := m.raft.node.Status(); !st.IsLeader || st.Term != term {
 		return
 	}
-	heard := m.opts.Now().Add(m.raft.electionTimeout)
+	m.raft.confirmed.Store(asked.UnixNano())
+	m.wg.Add(1)
+	go m.confirmLeadership(term)
+	heard := m.leaseGate().TakeoverHeard(m.opts.Now())
 	m.liveMu.Lock()
 	clear(m.live)
 	for id, srv := range m.State().Servers {

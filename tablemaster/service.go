@@ -135,6 +135,10 @@ func (m *Master) RegisterServer(_ context.Context, req *api.RegisterServerReques
 	if req == nil {
 		return nil, errNilRequest()
 	}
+	// The answer renews the server's lease, as a heartbeat's does.
+	if err := m.mayGrantLease(); err != nil {
+		return nil, err
+	}
 	now := m.opts.Now()
 	res, next, err := m.propose(Command{
 		Op: OpRegisterServer, UnixMs: now.UnixMilli(),
@@ -170,6 +174,9 @@ func (m *Master) Heartbeat(_ context.Context, req *api.HeartbeatRequest) (*api.H
 		return nil, errNilRequest()
 	}
 	if err := ValidateServerID("server_id", req.ServerId); err != nil {
+		return nil, err
+	}
+	if err := m.mayGrantLease(); err != nil {
 		return nil, err
 	}
 	st := m.State()

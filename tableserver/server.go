@@ -32,17 +32,15 @@ type Server struct {
 	log   *slog.Logger
 	start time.Time // origin of the monotonic clock the lease is kept on
 
-	serverID  atomic.Pointer[string]
-	hosting   atomic.Pointer[hosting]
-	leaseEnd  atomic.Int64 // lease end, ns since start; 0: no lease
-	leaseNS   atomic.Int64
+	serverID atomic.Pointer[string]
+	hosting  atomic.Pointer[hosting]
+	// lease is the master's lease and the map version it was renewed on,
+	// on the clock now reads (lease.go).
+	lease     Lease
 	beatNS    atomic.Int64
 	inflight  atomic.Int64
 	draining  atomic.Bool
 	advertise atomic.Pointer[string]
-	// minMapVersion is the map version the master had when it last
-	// registered this server: nothing is served from an older map.
-	minMapVersion atomic.Uint64
 	// swept: the stale partition data was swept (sweep.go), once per
 	// process.
 	swept atomic.Bool
@@ -132,7 +130,7 @@ func Open(opts Options) (*Server, error) {
 	}
 	s.serverID.Store(&id)
 	s.hosting.Store(&hosting{replicas: map[uint64]*replica{}, failed: map[uint64]error{}, parts: map[uint64]*api.Partition{}, tables: map[string]*api.PartitionMap{}})
-	s.leaseNS.Store(int64(time.Second))
+	s.lease.SetDuration(time.Second)
 	s.beatNS.Store(int64(100 * time.Millisecond))
 	for _, addr := range opts.Masters {
 		cc, err := grpc.NewClient(addr,
@@ -326,16 +324,12 @@ func (s *Server) register() bool {
 			if ms := resp.GetHeartbeatIntervalMs(); ms > 0 {
 				s.beatNS.Store(int64(time.Duration(ms) * time.Millisecond))
 			}
-			if ms := resp.GetLeaseMs(); ms > 0 {
-				s.leaseNS.Store(int64(time.Duration(ms) * time.Millisecond))
-			}
 			// Fence first: a server declared dead while it was away still
 			// hosts partitions that were moved; it serves nothing until its
-			// watch has delivered the map the master has now.
-			s.raiseMinMapVersion(resp.GetMapVersion())
-			// An answered registration is contact with the master, like
-			// an answered heartbeat: the lease runs from when it was sent.
-			s.leaseEnd.Store(sent + s.leaseNS.Load())
+			// watch has delivered the map the master has now. An answered
+			// registration is contact with the master, like an answered
+			// heartbeat: the lease runs from when it was sent.
+			s.lease.Renewed(sent, time.Duration(resp.GetLeaseMs())*time.Millisecond, resp.GetMapVersion())
 			fd := s.opts.FaultDomain
 			if fd == "" {
 				fd = "(its own)"
@@ -363,19 +357,12 @@ func (s *Server) register() bool {
 	}
 }
 
-func (s *Server) raiseMinMapVersion(v uint64) {
-	for {
-		cur := s.minMapVersion.Load()
-		if v <= cur || s.minMapVersion.CompareAndSwap(cur, v) {
-			return
-		}
-	}
-}
+func (s *Server) raiseMinMapVersion(v uint64) { s.lease.RaiseMinMapVersion(v) }
 
 // now is the server's monotonic clock.
-func (s *Server) now() int64 { return int64(time.Since(s.start)) }
+func (s *Server) now() time.Duration { return time.Since(s.start) }
 
-func (s *Server) leaseValid() bool { return s.now() < s.leaseEnd.Load() }
+func (s *Server) leaseValid() bool { return s.lease.Valid(s.now()) }
 
 // heartbeatLoop reports status every heartbeat interval and renews the lease
 // from each answered heartbeat.
@@ -392,7 +379,7 @@ func (s *Server) heartbeatLoop() {
 		sent := s.now()
 		err := s.beat(false, false)
 		if err == nil {
-			s.leaseEnd.Store(sent + s.leaseNS.Load())
+			s.lease.Renew(sent)
 			continue
 		}
 		if errors.Is(err, errReregister) {
@@ -423,7 +410,7 @@ func (s *Server) heartbeat(draining bool) error { return s.beat(draining, true) 
 // beat sends one heartbeat; with full false the replicas' statuses go only
 // if due (fullStatusEvery, or something changed).
 func (s *Server) beat(draining, full bool) (err error) {
-	ctx, cancel := context.WithTimeout(s.ctx, time.Duration(s.leaseNS.Load()))
+	ctx, cancel := context.WithTimeout(s.ctx, s.lease.Duration())
 	defer cancel()
 	h := s.hosting.Load()
 	req := &api.HeartbeatRequest{
@@ -455,7 +442,7 @@ func (s *Server) beat(draining, full bool) (err error) {
 	}()
 	// Each master gets a third of the lease: a stopped leader must not
 	// use all of it.
-	return s.withMasterEach(ctx, time.Duration(s.leaseNS.Load())/3, func(ctx context.Context, mc api.MasterClient) error {
+	return s.withMasterEach(ctx, s.lease.Duration()/3, func(ctx context.Context, mc api.MasterClient) error {
 		resp, err := mc.Heartbeat(ctx, req)
 		if err != nil {
 			return err
@@ -466,10 +453,7 @@ func (s *Server) beat(draining, full bool) (err error) {
 		// The lease renews on the master's map: nothing is served from an
 		// older one (a primary deposed while it was away learns it before
 		// it serves again).
-		s.raiseMinMapVersion(resp.GetMapVersion())
-		if ms := resp.GetLeaseMs(); ms > 0 {
-			s.leaseNS.Store(int64(time.Duration(ms) * time.Millisecond))
-		}
+		s.lease.Answered(time.Duration(resp.GetLeaseMs())*time.Millisecond, resp.GetMapVersion())
 		return nil
 	})
 }

@@ -77,7 +77,7 @@ func (s *Server) replicaFor(hdr *api.RequestHeader) (*replica, *hosting, error) 
 		return nil, nil, api.Errorf(api.ErrorCode_ERROR_CODE_UNAVAILABLE, "lease_expired", "server %s holds no lease from the master", s.id())
 	}
 	h := s.hosting.Load()
-	if min := s.minMapVersion.Load(); h.version < min {
+	if min := s.lease.MinMapVersion(); h.version < min {
 		return nil, nil, api.Errorf(api.ErrorCode_ERROR_CODE_UNAVAILABLE, "map_behind", "server %s has map version %d; it serves from version %d on", s.id(), h.version, min)
 	}
 	r := h.replicas[hdr.GetPartitionId()]

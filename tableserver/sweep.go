@@ -25,7 +25,7 @@ import (
 //
 // It runs once per process, after the first current map.
 func (s *Server) sweep(h *hosting) {
-	if h.version < s.minMapVersion.Load() || !s.swept.CompareAndSwap(false, true) {
+	if h.version < s.lease.MinMapVersion() || !s.swept.CompareAndSwap(false, true) {
 		return
 	}
 	ents, err := os.ReadDir(filepath.Join(s.opts.DataDir, partitionsDir))
