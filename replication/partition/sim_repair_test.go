@@ -194,8 +194,8 @@ var stepNames = [nSteps]string{"copy.empty", "copy.request", "copy.serve", "copy
 	"move.start", "move.in-sync", "move.done", "replace", "flush", "trim", "trim.done", "truncated", "primary.empty"}
 
 const (
-	vSelf = iota // the replica (or server) doing the step
-	vOther       // the other end: a copy's source or target, a move's other end
+	vSelf  = iota // the replica (or server) doing the step
+	vOther        // the other end: a copy's source or target, a move's other end
 	vPrimary
 	vMaster
 	vAny // another live server
@@ -295,6 +295,18 @@ func (s *sim) step(st int, self, other int) bool {
 	if victim == -2 || (victim == -1 && rp.plan.victim != vMaster) {
 		victim = self
 	}
+	if victim >= 0 && s.othersDown(victim) {
+		// One failure at a time: the one already under way ends first.
+		for _, sv := range s.srv {
+			if sv.id != victim && (!sv.alive || sv.paused) {
+				s.restartOrResume(sv)
+				delete(rp.restartAt, sv.id)
+			}
+		}
+		for k := range s.cut {
+			delete(s.cut, k)
+		}
+	}
 	s.logf("fault schedule: crash %d at %s (victim %s)", victim, stepNames[st], victimNames[rp.plan.victim])
 	s.crash(victim)
 	return self < 0 || s.srv[self].alive
@@ -335,6 +347,22 @@ func (s *sim) crash(id int) {
 	}
 }
 
+// othersDown reports whether a server other than id is down, stopped or
+// cut off.
+func (s *sim) othersDown(id int) bool {
+	for _, sv := range s.srv {
+		if sv.id != id && (!sv.alive || sv.paused) {
+			return true
+		}
+	}
+	for k, until := range s.cut {
+		if until > s.now && k[0] != id && k[1] != id {
+			return true
+		}
+	}
+	return false
+}
+
 func (s *sim) masterDown() bool { return s.rp != nil && s.now < s.rp.downUntil }
 
 // repairRestart is a server's new process: the engine keeps its last
@@ -353,7 +381,6 @@ func (s *sim) repairRestart(sv *server) {
 	s.checkState(sv, "recovered after a crash")
 	sv.core = partition.New(partition.Config{MaxInFlight: 64}, st.applied)
 	*rr = replState{eng: st, durable: st, source: -1, needCopy: st.applied == 0, outs: map[int]*copyOut{}, flushPhase: rr.flushPhase}
-	sv.cfgVer = 0 // it reads the current map
 }
 
 // batch applies ops to the engine atomically (not yet durable).
@@ -480,12 +507,10 @@ func keepFrom(rr *replState) int {
 }
 
 func (s *sim) extentByID(id int) *extent {
-	for _, x := range s.exts {
-		if x.id == id {
-			return x
-		}
+	if id < 1 || id > len(s.exts) {
+		return nil
 	}
-	return nil
+	return s.exts[id-1]
 }
 
 // readLog reads the sealed extents from the tail position (the product's
@@ -504,9 +529,14 @@ func (s *sim) readLog(sv *server, logEnd uint64) error {
 			rr.tailPos, rr.starts = 0, nil
 		}
 	}
-	for _, x := range s.exts {
-		if x.trimmed || !x.sealed || x.id < rr.tailPos {
-			continue
+	// Extent ids are their index in s.exts plus one.
+	from := max(rr.tailPos-1, 0)
+	for from < len(s.exts) && s.exts[from].trimmed {
+		from++
+	}
+	for _, x := range s.exts[from:] {
+		if !x.sealed {
+			break
 		}
 		if len(x.recs) > 0 {
 			if err := s.noteExtent(sv, x.id, x.recs[0].LSN); err != nil {
@@ -634,7 +664,9 @@ func (s *sim) catchUpPrimary(sv *server) {
 		rr.stuck = "primary: " + err.Error()
 		return
 	}
-	if err := sv.core.BecomePrimary(a.epoch, end); err != nil {
+	// The product becomes primary at the end of what it read (its map
+	// may be older than the stream: the tailer read further).
+	if err := sv.core.BecomePrimary(a.epoch, max(end, sv.core.Last())); err != nil {
 		s.fatalf("server %d: %v", sv.id, err)
 	}
 	rr.primaryPending, rr.stuck = nil, ""
@@ -692,10 +724,12 @@ func (s *sim) repairTick(sv *server) {
 			return
 		}
 	}
-	for _, to := range slices.Sorted(maps.Keys(rr.outs)) {
-		s.copySend(sv, to)
-		if !sv.alive {
-			return
+	if len(rr.outs) > 0 {
+		for _, to := range slices.Sorted(maps.Keys(rr.outs)) {
+			s.copySend(sv, to)
+			if !sv.alive {
+				return
+			}
 		}
 	}
 	switch {
@@ -938,8 +972,12 @@ func (s *sim) memberFate(id int, x *extent) fate {
 func (s *sim) repairShort() {
 	rejoin := s.rp.rejoin
 	for _, id := range s.set {
-		if !s.dead[id] && !slices.Contains(s.curExt().replicas, id) && s.now-s.lastHeard[id] < deadAfter {
-			rejoin = true
+		in := slices.Contains(s.curExt().replicas, id)
+		if !s.dead[id] && !in && s.now-s.lastHeard[id] < deadAfter {
+			rejoin = true // alive, out of the log
+		}
+		if s.dead[id] && in {
+			rejoin = true // dead, still in the log (a reconfiguration found no replica to promote)
 		}
 	}
 	if rejoin || (len(s.set) < replFactor && s.spares() > 0) {
@@ -1125,7 +1163,7 @@ func (s *sim) repairHealthy() {
 		case !slices.Contains(s.curExt().replicas, id):
 			s.fatalf("replication not restored: replica %d is not in the log's extent %v", id, s.curExt().replicas)
 		case id == s.primary && !sv.core.Serving():
-			s.fatalf("replication not restored: primary %d is not serving", id)
+			s.fatalf("replication not restored: primary %d is not serving (stuck %q, pending %v, set %v, dead %v, extent %v, reconf %v, epoch %d)", id, rr.stuck, rr.primaryPending != nil, s.set, s.dead, s.curExt().replicas, s.reconf != nil, s.epoch)
 		case id != s.primary && (rr.needCopy || !rr.synced || sv.core.Applied()+20 < p.core.Applied()):
 			s.fatalf("replication not restored: secondary %d not in sync (copying %v, synced %v, applied %d, primary %d)", id, rr.needCopy, rr.synced, sv.core.Applied(), p.core.Applied())
 		}
@@ -1157,7 +1195,7 @@ func runRepairScenario(t *testing.T, seed uint64, stats *repairStats) {
 			s.rollOver()
 		}
 	}
-	phase(2500, true, 0.3)
+	phase(1800, true, 0.3)
 	if t.Failed() {
 		return
 	}
@@ -1170,7 +1208,7 @@ func runRepairScenario(t *testing.T, seed uint64, stats *repairStats) {
 	s.drop = 0
 	rp.downUntil = 0
 	before := s.ackCount
-	phase(2000, false, 0.2)
+	phase(1500, false, 0.2)
 	if t.Failed() {
 		return
 	}
@@ -1219,7 +1257,7 @@ func TestSimulationRepair(t *testing.T) {
 	}
 	n := *simScenarios
 	if n == 0 {
-		n = 2000
+		n = 1500
 		if testing.Short() || raceEnabled {
 			n = 160
 		}

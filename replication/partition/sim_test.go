@@ -236,6 +236,9 @@ func (s *sim) fatalf(format string, args ...any) {
 	if s.rp != nil {
 		test = "TestSimulationRepair"
 	}
+	if s.rp != nil && s.rp.cfg.bug != "" {
+		test += " -sim.bug " + s.rp.cfg.bug
+	}
 	s.t.Fatalf("seed %d, t=%d: %s (rerun: go test ./replication/partition -run %s -sim.seed %d -v)", s.seed, s.now, fmt.Sprintf(format, args...), test, s.seed)
 }
 
@@ -315,7 +318,14 @@ func (s *sim) inject() {
 	}
 	id := s.rng.IntN(nServers)
 	sv := s.srv[id]
-	switch s.rng.IntN(4) {
+	kind := s.rng.IntN(4)
+	if s.rp != nil && kind != 3 && s.othersDown(id) {
+		// The repair simulation keeps to the fault model three
+		// copies promise: one server failed (down, stopped or cut off
+		// from the master) at a time.
+		return
+	}
+	switch kind {
 	case 0: // kill -9 and restart later
 		if sv.alive {
 			s.logf("crash %d", id)
@@ -924,10 +934,18 @@ func (s *sim) masterTick() {
 	if replace {
 		// Promote the most caught-up replica that answered (a move's
 		// target if it hands the primary role over and answered).
-		best := -1
+		best, bestApplied := -1, uint64(0)
 		for _, id := range next {
-			if rep, ok := r.replies[id]; ok && !s.unpromotable(rep) && (best < 0 || r.replies[id].applied > r.replies[best].applied) {
-				best = id
+			rep, ok := r.replies[id]
+			if !ok && s.rp != nil {
+				// A replica rejoining the log (it held no extent to
+				// freeze) is a candidate too, by its last report.
+				if st, has := s.rp.reports[id]; has {
+					rep, ok = mFreezeAck{applied: st.applied, copying: st.state == rsCopying}, true
+				}
+			}
+			if ok && !s.unpromotable(rep) && (best < 0 || rep.applied > bestApplied) {
+				best, bestApplied = id, rep.applied
 			}
 		}
 		if rep, ok := r.replies[r.promote]; ok && !s.unpromotable(rep) && slices.Contains(next, r.promote) {
