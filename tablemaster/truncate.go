@@ -15,10 +15,13 @@ import (
 // and the log extent holding the record after it (keep_from_extent): the
 // first it would read after a crash. The leader deletes (OpTrimStream) a
 // log's extents before the earliest of those over the partition's
-// replicas. A replica that has not reported yet, or is copying a snapshot,
-// keeps the whole log; one whose flushed LSN is more than MaxLogLag behind
-// the partition's best is left out, and copies a snapshot when it finds
-// the log trimmed past it (tableserver/truncate.go).
+// replicas. A replica that has not reported yet, is copying a snapshot,
+// or has not flushed since it started (flushed_lsn 0) keeps the whole log;
+// a secondary whose flushed LSN is more than MaxLogLag behind the
+// partition's best is left out, and copies a snapshot when it finds the
+// log trimmed past it (tableserver/truncate.go). The primary is never
+// left out: it does not copy, so a primary restarted behind a trimmed log
+// could never serve again.
 
 // truncateLogs trims every partition log it can.
 func (m *Master) truncateLogs(ctx context.Context) {
@@ -80,10 +83,13 @@ func logKeep(p Partition, reports map[string]*api.ReplicaStatus, info stream.Str
 		switch {
 		case rs == nil || rs.State == api.ReplicaState_REPLICA_STATE_COPYING:
 			return 0 // not reported yet, or its copy needs the log from its LSN
-		case maxLag > 0 && rs.FlushedLsn+maxLag < best:
-			continue // too far behind: it copies a snapshot instead
-		case rs.KeepFromExtent == 0:
+		case rs.FlushedLsn == 0 || rs.KeepFromExtent == 0:
+			// Not flushed since it started (or copied): it recovers at
+			// an applied LSN it has not reported, which a flushed 0 says
+			// nothing about; it is not lagging, it has not said yet.
 			return 0
+		case maxLag > 0 && rs.FlushedLsn+maxLag < best && r.Role != api.ReplicaRole_REPLICA_ROLE_PRIMARY:
+			continue // too far behind: it copies a snapshot instead (a primary never does)
 		}
 		k := slices.IndexFunc(info.Extents, func(e stream.ExtentPlacement) bool { return e.ID == rs.KeepFromExtent })
 		if k < 0 {

@@ -64,6 +64,7 @@ type (
 		inc     int
 		sent    int64
 		applied uint64
+		rep     *report // the replica's status (repair simulation only)
 	}
 	// mHeartbeatAck renews the lease and carries the server's current
 	// assignment (the map), so a server never renews its lease on a map
@@ -79,6 +80,7 @@ type (
 		inc           int
 		recs          []partition.Record
 		applied       uint64
+		copying       bool // repair simulation: its engine holds no copy yet
 	}
 	mSeal   struct{ ext, n int }
 	mAssign struct {
@@ -120,6 +122,9 @@ type server struct {
 	cfgVer   int
 	// tokens maps a proposal token to the client write it carries.
 	tokens map[uint64]int
+	// rr is the replica's repair state (engine with a flush point,
+	// copies, truncation reports); nil outside the repair simulation.
+	rr *replState
 }
 
 type extent struct {
@@ -127,6 +132,8 @@ type extent struct {
 	replicas []int
 	sealed   bool
 	recs     []partition.Record // once sealed
+	// trimmed: deleted by log truncation; recs stay for the checks only.
+	trimmed bool
 }
 
 type sim struct {
@@ -168,6 +175,10 @@ type sim struct {
 	acked     map[uint64][]byte // LSN -> body acknowledged to a client
 	maxAcked  uint64            // highest LSN acknowledged before now
 	ackCount  int
+
+	// rp is the repair simulation's state (sim_repair_test.go); nil in
+	// TestSimulation.
+	rp *repair
 }
 
 type cwrite struct {
@@ -180,10 +191,11 @@ type reconfig struct {
 	deadline int64
 	replies  map[int]mFreezeAck
 	replace  bool // the primary changes
+	promote  int  // the new primary if replace and it answers (a move's target); -1: the most caught-up
 }
 
-func newSim(t *testing.T, seed uint64) *sim {
-	s := &sim{t: t, seed: seed, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
+func newSim(t *testing.T, seed uint64, rp *repair) *sim {
+	s := &sim{t: t, seed: seed, rp: rp, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
 		cut: map[[2]int]int64{}, lastHeard: map[int]int64{}, heardInc: map[int]int{}, applied: map[int]uint64{},
 		dead: map[int]bool{}, primaries: map[uint64]int{}, acked: map[uint64][]byte{},
 		assigns: map[int]mAssign{}, ackedAt: map[int]int64{}, holdAcks: map[int]bool{}}
@@ -193,6 +205,9 @@ func newSim(t *testing.T, seed uint64) *sim {
 		s.srv = append(s.srv, &server{id: i, inc: 1, alive: true, exts: map[int]*extReplica{}, tokens: map[uint64]int{},
 			core: partition.New(partition.Config{MaxInFlight: 64}, 0)})
 		s.heardInc[i] = 1
+		if rp != nil {
+			s.srv[i].rr = newReplState()
+		}
 	}
 	// Bootstrap: servers 0..2 hold the partition, 0 is primary at epoch 1,
 	// extent 1 on all three.
@@ -217,7 +232,14 @@ func roleFor(id, primary int) partition.Role {
 
 func (s *sim) fatalf(format string, args ...any) {
 	s.t.Helper()
-	s.t.Fatalf("seed %d, t=%d: %s (rerun: go test ./replication/partition -run TestSimulation -sim.seed %d -v)", s.seed, s.now, fmt.Sprintf(format, args...), s.seed)
+	test := "TestSimulation$"
+	if s.rp != nil {
+		test = "TestSimulationRepair"
+	}
+	if s.rp != nil && s.rp.cfg.bug != "" {
+		test += " -sim.bug " + s.rp.cfg.bug
+	}
+	s.t.Fatalf("seed %d, t=%d: %s (rerun: go test ./replication/partition -run %s -sim.seed %d -v)", s.seed, s.now, fmt.Sprintf(format, args...), test, s.seed)
 }
 
 func (s *sim) logf(format string, args ...any) {
@@ -296,7 +318,14 @@ func (s *sim) inject() {
 	}
 	id := s.rng.IntN(nServers)
 	sv := s.srv[id]
-	switch s.rng.IntN(4) {
+	kind := s.rng.IntN(4)
+	if s.rp != nil && kind != 3 && s.othersDown(id) {
+		// The repair simulation keeps to the fault model three
+		// copies promise: one server failed (down, stopped or cut off
+		// from the master) at a time.
+		return
+	}
+	switch kind {
 	case 0: // kill -9 and restart later
 		if sv.alive {
 			s.logf("crash %d", id)
@@ -329,6 +358,9 @@ func (s *sim) restartOrResume(sv *server) {
 		// Volatile state is gone; the engine and the synced extent
 		// replicas survive (replicas sync before they acknowledge).
 		sv.core = partition.New(partition.Config{MaxInFlight: 64}, uint64(len(sv.engine)))
+		if s.rp != nil {
+			s.repairRestart(sv)
+		}
 		sv.tokens = map[uint64]int{}
 		sv.cur = 0
 		sv.leaseEnd = 0
@@ -394,7 +426,8 @@ func (s *sim) deliver(m msg) {
 			sv.exts[b.ext] = e
 		}
 		e.frozen = true
-		s.send(sv.id, master, mFreezeAck{ext: b.ext, round: b.round, n: len(e.recs), inc: sv.inc, recs: slices.Clone(e.recs), applied: sv.core.Applied()})
+		s.send(sv.id, master, mFreezeAck{ext: b.ext, round: b.round, n: len(e.recs), inc: sv.inc, recs: slices.Clone(e.recs), applied: sv.core.Applied(),
+			copying: sv.rr != nil && sv.rr.needCopy})
 	case mSeal:
 		e := sv.exts[b.ext]
 		if e == nil || e.sealed {
@@ -413,6 +446,8 @@ func (s *sim) deliver(m msg) {
 		e.recs, e.sealed, e.frozen = e.recs[:b.n], true, true
 	case mAssign:
 		s.deliverAssign(sv, b)
+	default:
+		s.repairDeliver(sv, m)
 	}
 }
 
@@ -467,6 +502,10 @@ func (s *sim) deliverAssign(sv *server, a mAssign) {
 	}
 	sv.cfgVer = a.ver
 	s.logf("server %d assigned %v at epoch %d on extent %d %v (log end %d)", sv.id, a.role, a.epoch, a.ext, a.replicas, a.logEnd)
+	if s.rp != nil {
+		s.repairAssign(sv, a)
+		return
+	}
 	wasPrimary := sv.core.Role() == partition.RolePrimary
 	switch a.role {
 	case partition.RoleNone:
@@ -531,7 +570,10 @@ func (s *sim) tailSealed(sv *server, logEnd uint64) {
 func (s *sim) tick(sv *server) {
 	if s.now-sv.lastBeat >= heartbeatEvery {
 		sv.lastBeat = s.now
-		s.send(sv.id, master, mHeartbeat{inc: sv.inc, sent: s.now, applied: sv.core.Applied()})
+		s.send(sv.id, master, mHeartbeat{inc: sv.inc, sent: s.now, applied: sv.core.Applied(), rep: s.repairReport(sv)})
+	}
+	if s.rp != nil {
+		s.repairTick(sv)
 	}
 	e := sv.exts[sv.cur]
 	if e == nil {
@@ -576,7 +618,7 @@ func (s *sim) tick(sv *server) {
 				s.send(sv.id, r, mReplicate{ext: sv.cur, from: -1, commit: sv.core.CommitPoint(), inc: sv.inc})
 			}
 		}
-	} else if sv.core.Role() == partition.RoleSecondary {
+	} else if sv.core.Role() == partition.RoleSecondary && s.rp == nil {
 		// Tail the local replica up to the commit point it was told.
 		for _, r := range e.recs {
 			if r.LSN > e.commit {
@@ -611,6 +653,9 @@ func (s *sim) drain(sv *server) {
 				s.breakExtent(sv, sv.cur)
 			} else {
 				from := len(e.recs)
+				if from == 0 && s.rp != nil {
+					s.noteExtent(sv, sv.cur, rd.Append[0].LSN) // cannot fail: a primary appends after all it applied
+				}
 				e.recs = append(e.recs, rd.Append...)
 				if !e.waiting {
 					e.waiting, e.sentAt = true, s.now
@@ -621,6 +666,10 @@ func (s *sim) drain(sv *server) {
 			}
 		}
 		for _, r := range rd.Apply {
+			if s.rp != nil {
+				s.engineApply(sv, r)
+				continue
+			}
 			if r.LSN != uint64(len(sv.engine))+1 {
 				s.fatalf("server %d applies LSN %d after %d", sv.id, r.LSN, len(sv.engine))
 			}
@@ -676,7 +725,7 @@ func (s *sim) clientRead() {
 }
 
 func (s *sim) masterReceive(m msg) {
-	if s.cutBetween(m.from, master) {
+	if s.cutBetween(m.from, master) || s.masterDown() {
 		return
 	}
 	switch b := m.body.(type) {
@@ -686,12 +735,12 @@ func (s *sim) masterReceive(m msg) {
 			// a failure of that replica now.
 			s.heardInc[m.from] = b.inc
 			s.logf("master: server %d restarted (incarnation %d)", m.from, b.inc)
-			s.dead[m.from] = true
+			s.declareDead(m.from)
 			s.lastHeard[m.from] = s.now
 			s.onFailure(m.from)
 			return
 		}
-		if s.dead[m.from] && slices.Contains(s.set, m.from) {
+		if s.dead[m.from] && slices.Contains(s.set, m.from) && !s.keptBack(m.from) {
 			return // declared dead: it is removed from the set at the next reconfiguration
 		}
 		if s.dead[m.from] {
@@ -700,6 +749,13 @@ func (s *sim) masterReceive(m msg) {
 		}
 		s.lastHeard[m.from] = s.now
 		s.applied[m.from] = b.applied
+		if s.rp != nil {
+			if b.rep != nil {
+				s.rp.reports[m.from] = *b.rep
+			} else {
+				delete(s.rp.reports, m.from)
+			}
+		}
 		if s.holdAcks[m.from] {
 			return // its lease is being waited out
 		}
@@ -717,6 +773,8 @@ func (s *sim) masterReceive(m msg) {
 		if s.reconf == nil && b.ext == s.curExt().id && m.from == s.primary {
 			s.startReconfig(false)
 		}
+	default:
+		s.repairMasterReceive(m)
 	}
 }
 
@@ -736,7 +794,14 @@ func (s *sim) onFailure(id int) {
 func (s *sim) startReconfig(replace bool) {
 	s.freezeRnd++
 	x := s.curExt()
-	s.reconf = &reconfig{ext: x.id, round: s.freezeRnd, deadline: s.now + freezeWait, replies: map[int]mFreezeAck{}, replace: replace}
+	wait := int64(freezeWait)
+	if s.rp != nil {
+		// Roll-overs make reconfigurations frequent: a slow answer must
+		// not drop a replica each time (the product drops those the seal
+		// cannot reach at all).
+		wait *= 3
+	}
+	s.reconf = &reconfig{ext: x.id, round: s.freezeRnd, deadline: s.now + wait, replies: map[int]mFreezeAck{}, replace: replace, promote: -1}
 	s.logf("master: reconfigure (replace primary: %v), freezing extent %d", replace, x.id)
 	for _, id := range x.replicas {
 		s.send(master, id, mFreeze{ext: x.id, round: s.freezeRnd})
@@ -744,24 +809,34 @@ func (s *sim) startReconfig(replace bool) {
 }
 
 func (s *sim) masterTick() {
+	if s.masterDown() {
+		return
+	}
 	// Declare silent servers dead (after their lease ran out).
 	for id := range nServers {
 		if !s.dead[id] && s.now-s.lastHeard[id] > deadAfter {
 			s.logf("master: server %d dead", id)
-			s.dead[id] = true
+			s.declareDead(id)
 			s.onFailure(id)
 		}
 	}
 	// A server back from the dead, or a set short of replicas, rejoins at
 	// the next reconfiguration.
 	if s.reconf == nil && s.now%50 == 0 {
-		short := len(s.set) < replFactor
-		for _, id := range s.set {
-			short = short || s.dead[id]
+		if s.rp != nil {
+			s.repairShort()
+		} else {
+			short := len(s.set) < replFactor
+			for _, id := range s.set {
+				short = short || s.dead[id]
+			}
+			if short && s.spares() > 0 {
+				s.startReconfig(s.dead[s.primary])
+			}
 		}
-		if short && s.spares() > 0 {
-			s.startReconfig(s.dead[s.primary])
-		}
+	}
+	if s.rp != nil && s.reconf == nil {
+		s.repairMasterTick()
 	}
 	r := s.reconf
 	if r == nil {
@@ -789,7 +864,7 @@ func (s *sim) masterTick() {
 		// Too few replicas of the open extent answer to know what was
 		// acknowledged: nothing can be sealed safely; try again.
 		s.startReconfig(r.replace)
-		s.reconf.replace = r.replace
+		s.reconf.replace, s.reconf.promote = r.replace, r.promote
 		return
 	}
 	// A primary that is replaced may still hold a lease: renew it no more
@@ -817,7 +892,13 @@ func (s *sim) masterTick() {
 			s.logf("master: extent %d freeze reply from %d: %d records", x.id, id, rep.n)
 		}
 	}
-	x.sealed, x.recs = true, from.recs[:n]
+	if x.sealed {
+		// Sealed by an earlier round that then found no replica to
+		// promote: a sealed extent never changes length.
+		n = len(x.recs)
+	} else {
+		x.sealed, x.recs = true, from.recs[:n]
+	}
 	for _, id := range x.replicas {
 		if _, ok := r.replies[id]; ok {
 			s.send(master, id, mSeal{ext: x.id, n: n})
@@ -832,7 +913,7 @@ func (s *sim) masterTick() {
 	// The new set: replicas that answered (as the incarnation the master
 	// knows: a process that restarted after a crash keeps its synced
 	// replica and its engine, and rejoins), then spares.
-	var next []int
+	var next, kept []int
 	for _, id := range s.set {
 		if rep, ok := r.replies[id]; ok && rep.inc == s.heardInc[id] {
 			next = append(next, id)
@@ -840,16 +921,35 @@ func (s *sim) masterTick() {
 			// (else the next tick declares it dead again, and around).
 			delete(s.dead, id)
 			s.lastHeard[id] = s.now
+			continue
+		}
+		switch s.memberFate(id, x) {
+		case fateRejoin:
+			next = append(next, id)
+		case fateKeep:
+			kept = append(kept, id)
 		}
 	}
 	replace := r.replace || !slices.Contains(next, s.primary)
 	if replace {
-		// Promote the most caught-up replica that answered.
-		best := -1
+		// Promote the most caught-up replica that answered (a move's
+		// target if it hands the primary role over and answered).
+		best, bestApplied := -1, uint64(0)
 		for _, id := range next {
-			if best < 0 || r.replies[id].applied > r.replies[best].applied {
-				best = id
+			rep, ok := r.replies[id]
+			if !ok && s.rp != nil {
+				// A replica rejoining the log (it held no extent to
+				// freeze) is a candidate too, by its last report.
+				if st, has := s.rp.reports[id]; has {
+					rep, ok = mFreezeAck{applied: st.applied, copying: st.state == rsCopying}, true
+				}
 			}
+			if ok && !s.unpromotable(rep) && (best < 0 || rep.applied > bestApplied) {
+				best, bestApplied = id, rep.applied
+			}
+		}
+		if rep, ok := r.replies[r.promote]; ok && !s.unpromotable(rep) && slices.Contains(next, r.promote) {
+			best = r.promote
 		}
 		if best < 0 {
 			s.logf("master: no replica to promote; retrying")
@@ -862,7 +962,7 @@ func (s *sim) masterTick() {
 	next = slices.DeleteFunc(next, func(id int) bool { return id == s.primary })
 	next = append([]int{s.primary}, next...)
 	for id := range nServers {
-		if len(next) >= replFactor {
+		if len(next)+len(kept) >= replFactor {
 			break
 		}
 		if _, answered := r.replies[id]; slices.Contains(x.replicas, id) && !answered {
@@ -873,7 +973,9 @@ func (s *sim) masterTick() {
 		}
 	}
 	old := s.set
-	s.set = next
+	// Kept replicas stay in the set, out of the log, until they return
+	// or are replaced.
+	s.set = append(slices.Clone(next), kept...)
 	nx := &extent{id: x.id + 1, replicas: next}
 	s.exts = append(s.exts, nx)
 	s.reconf = nil
@@ -885,10 +987,17 @@ func (s *sim) masterTick() {
 		s.send(master, id, s.assigns[id])
 	}
 	for _, id := range old {
-		if !slices.Contains(next, id) {
+		if !slices.Contains(s.set, id) {
 			s.assigns[id] = mAssign{ver: s.cfgVer, epoch: s.epoch, role: partition.RoleNone, logEnd: logEnd}
 			s.send(master, id, s.assigns[id])
 		}
+	}
+	for _, id := range kept {
+		// A kept replica is a secondary of the new epoch that holds no
+		// extent of the log: back, it reads the sealed log until the
+		// next reconfiguration takes it in.
+		s.assigns[id] = mAssign{ver: s.cfgVer, epoch: s.epoch, role: partition.RoleSecondary, replicas: next, logEnd: logEnd}
+		s.send(master, id, s.assigns[id])
 	}
 }
 
@@ -971,7 +1080,7 @@ func (s *sim) finalCheck() {
 }
 
 func runScenario(t *testing.T, seed uint64) {
-	s := newSim(t, seed)
+	s := newSim(t, seed, nil)
 	s.run(2000, true, 0.3)
 	// Heal everything and let the partition recover.
 	for _, sv := range s.srv {
