@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/tabuladb/tabula/replication/partition"
@@ -34,12 +35,20 @@ func (l *logReplica) tailLoop() {
 		if errors.Is(err, errLogTruncated) {
 			l.mu.Lock()
 			secondary := l.want.role == partition.RoleSecondary
+			primary := l.want.role == partition.RolePrimary
 			if secondary {
 				l.needCopy, l.starts = true, nil
 			}
 			l.mu.Unlock()
 			if secondary {
 				l.log.Warn("the log no longer holds what this replica needs; copying a snapshot", "err", err)
+				continue
+			}
+			if primary {
+				// It cannot catch up, and must not serve what it has:
+				// failed, the master hands the role to an in-sync
+				// secondary and replaces this replica by a copy.
+				l.fail(err)
 				continue
 			}
 		}
@@ -193,7 +202,7 @@ func (l *logReplica) follow() error {
 			i++
 		}
 		if i == len(info.Extents) {
-			return fmt.Errorf("extent %d of %s is gone from the stream", ext, l.stream)
+			return l.tailGone(ext)
 		}
 	}
 	for ; i < len(info.Extents); i++ {
@@ -231,6 +240,18 @@ func (l *logReplica) follow() error {
 		}
 	}
 	return nil
+}
+
+// tailGone handles a tail extent the log no longer has (truncated while
+// this replica was not counted, e.g. deposed or cut off): the tail goes
+// back to the log's start, whose first extent then says whether the log
+// still holds what comes after the applied LSN (errLogTruncated if not:
+// a secondary copies a snapshot, a primary reports itself failed).
+func (l *logReplica) tailGone(ext uint64) error {
+	l.mu.Lock()
+	l.tailExtent, l.tailOff, l.starts = 0, 0, nil
+	l.mu.Unlock()
+	return fmt.Errorf("extent %d of %s is gone from the stream (truncated); reading the log from its start", ext, l.stream)
 }
 
 // readLocal observes the records of the local replica of extent id in
@@ -311,6 +332,11 @@ func (l *logReplica) catchUp(want roleWant) error {
 	l.mu.Lock()
 	ext, off := l.tailExtent, l.tailOff
 	l.mu.Unlock()
+	if ext != 0 && !slices.ContainsFunc(info.Extents, func(e stream.ExtentPlacement) bool { return e.ID == ext }) {
+		// Without this, the loop below passed over every extent looking
+		// for the tail and the replica became primary on what it had.
+		return l.tailGone(ext)
+	}
 	started := ext == 0
 	for _, e := range info.Extents {
 		if e.ID == want.extent {
