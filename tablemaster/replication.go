@@ -378,6 +378,13 @@ func (m *Master) promotions(st *State, server string) map[uint64]string {
 			continue
 		}
 		for _, r := range l.statuses {
+			if r.GetState() == api.ReplicaState_REPLICA_STATE_COPYING || r.GetState() == api.ReplicaState_REPLICA_STATE_FAILED {
+				// A replica still copying holds part of a snapshot (and
+				// the log may no longer hold what it lacks); a failed one
+				// serves nothing. Neither takes over: the partition waits
+				// for a replica that has the data.
+				continue
+			}
 			if applied[r.PartitionId] == nil {
 				applied[r.PartitionId] = map[string]uint64{}
 			}

@@ -1,0 +1,45 @@
+package tablemaster
+
+import (
+	"testing"
+	"time"
+
+	"github.com/tabuladb/tabula/api"
+)
+
+// A replica still copying a snapshot (or failed) is never chosen to take
+// over a dead primary's partition, however high the LSN it reports: it
+// holds part of a snapshot, and the log may no longer hold the rest.
+func TestPromotionSkipsCopyingReplicas(t *testing.T) {
+	st := NewState()
+	for _, c := range []Command{
+		{Op: OpCreateTenant, Tenant: "default"},
+		register("srv-1", "a:1", "fd-1"), register("srv-2", "a:2", "fd-2"), register("srv-3", "a:3", "fd-3"),
+		{Op: OpCreateTable, Tenant: "default", Table: "t", Kind: point, Options: &TableOptions{Partitions: 1, Replication: 3}},
+	} {
+		if _, err := st.Apply(c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p := st.Tables["default/t"].Partitions[0]
+	prim := primaryID(&p)
+	var secs []string
+	for _, r := range p.Replicas {
+		if r.ServerID != prim {
+			secs = append(secs, r.ServerID)
+		}
+	}
+	m := &Master{live: map[string]*liveness{}}
+	report := func(id string, state api.ReplicaState, lsn uint64) {
+		m.live[id] = &liveness{lastHeard: time.Now(), statuses: []*api.ReplicaStatus{{PartitionId: p.ID, ServerId: id, State: state, AppliedLsn: lsn}}}
+	}
+	report(secs[0], api.ReplicaState_REPLICA_STATE_COPYING, 900)
+	report(secs[1], api.ReplicaState_REPLICA_STATE_IN_SYNC, 500)
+	if got := m.promotions(st, prim)[p.ID]; got != secs[1] {
+		t.Fatalf("promoted %q, want the in-sync %s over the copying %s", got, secs[1], secs[0])
+	}
+	report(secs[1], api.ReplicaState_REPLICA_STATE_FAILED, 500)
+	if got, ok := m.promotions(st, prim)[p.ID]; ok {
+		t.Fatalf("promoted %q though every other replica is copying or failed", got)
+	}
+}
