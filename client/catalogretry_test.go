@@ -2,6 +2,7 @@ package client_test
 
 import (
 	"context"
+	"net"
 	"sync/atomic"
 	"testing"
 
@@ -86,5 +87,28 @@ func TestDropRetriedAfterCreateIsOnce(t *testing.T) {
 	}
 	if _, err := other.DescribeTable(ctx, "once"); err != nil {
 		t.Fatalf("the table created after the drop was applied is gone: %v", err)
+	}
+}
+
+// TestMasterAddressTakenBySomethingElse: a master's address answered by
+// a gRPC server without the master API (the master is down and another
+// process took its port) counts as that master being unavailable: the
+// client goes on to the next one instead of failing every call.
+func TestMasterAddressTakenBySomethingElse(t *testing.T) {
+	tc := startCluster(t, 1)
+	ctx := testCtx(t)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := grpc.NewServer() // serves nothing
+	go func() { _ = other.Serve(lis) }()
+	defer other.Stop()
+	c := newClient(t, lis.Addr().String(), tc.MasterAddr())
+	if _, err := c.ListServers(ctx); err != nil {
+		t.Fatalf("list servers with the first master address taken: %v", err)
+	}
+	if _, err := c.CreateTable(ctx, "t", api.TableKind_TABLE_KIND_POINT, &api.TableOptions{Partitions: 1, Replication: 1, Storage: "memory"}); err != nil {
+		t.Fatalf("create table with the first master address taken: %v", err)
 	}
 }

@@ -264,6 +264,23 @@ func endedByDeadline(ctx context.Context, err error) bool {
 	return code == codes.DeadlineExceeded || code == codes.Canceled
 }
 
+// notAMaster reports an answer from something at a master's address that
+// does not serve the master API (gRPC's own UNIMPLEMENTED, with no Tabula
+// error detail): a master that is down and whose port another process
+// took. Another master may answer.
+func notAMaster(err error) bool {
+	st, ok := status.FromError(err)
+	if !ok || st.Code() != codes.Unimplemented {
+		return false
+	}
+	for _, d := range st.Details() {
+		if _, ok := d.(*api.ErrorDetail); ok {
+			return false
+		}
+	}
+	return true
+}
+
 // masterRequestIDKey is the gRPC metadata key of a catalog change's
 // request id: tablemaster.RequestIDHeader.
 const masterRequestIDKey = "tabula-request-id"
@@ -311,6 +328,9 @@ func (c *Client) masterCall(ctx context.Context, what string, fn func(ctx contex
 			last = err
 		}
 		d := api.DetailOf(err)
+		if notAMaster(err) {
+			d = &api.ErrorDetail{Code: api.ErrorCode_ERROR_CODE_UNAVAILABLE, Reason: "not_a_master"}
+		}
 		var wait time.Duration
 		switch d.GetCode() {
 		case api.ErrorCode_ERROR_CODE_UNAVAILABLE:
