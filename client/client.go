@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/tabuladb/tabula/api"
@@ -263,6 +264,35 @@ func endedByDeadline(ctx context.Context, err error) bool {
 	return code == codes.DeadlineExceeded || code == codes.Canceled
 }
 
+// notAMaster reports an answer from something at a master's address that
+// does not serve the master API (gRPC's own UNIMPLEMENTED, with no Tabula
+// error detail): a master that is down and whose port another process
+// took. Another master may answer.
+func notAMaster(err error) bool {
+	st, ok := status.FromError(err)
+	if !ok || st.Code() != codes.Unimplemented {
+		return false
+	}
+	for _, d := range st.Details() {
+		if _, ok := d.(*api.ErrorDetail); ok {
+			return false
+		}
+	}
+	return true
+}
+
+// masterRequestIDKey is the gRPC metadata key of a catalog change's
+// request id: tablemaster.RequestIDHeader.
+const masterRequestIDKey = "tabula-request-id"
+
+// withMasterRequestID names a catalog change with a fresh request id, sent
+// on every attempt of the call: the master applies a retried change once
+// (a create whose reply was lost, retried after someone dropped the
+// table, does not create it again).
+func withMasterRequestID(ctx context.Context) context.Context {
+	return metadata.AppendToOutgoingContext(ctx, masterRequestIDKey, newRequestID())
+}
+
 // masterCall runs fn against a master, retrying UNAVAILABLE on the next
 // master (at once while there are untried ones, then with backoff) and
 // SERVER_BUSY after its retry-after, until the call's deadline.
@@ -298,6 +328,9 @@ func (c *Client) masterCall(ctx context.Context, what string, fn func(ctx contex
 			last = err
 		}
 		d := api.DetailOf(err)
+		if notAMaster(err) {
+			d = &api.ErrorDetail{Code: api.ErrorCode_ERROR_CODE_UNAVAILABLE, Reason: "not_a_master"}
+		}
 		var wait time.Duration
 		switch d.GetCode() {
 		case api.ErrorCode_ERROR_CODE_UNAVAILABLE:
@@ -336,10 +369,9 @@ func (c *Client) masterCall(ctx context.Context, what string, fn func(ctx contex
 
 // CreateTable creates the table name of the given kind in the client's
 // tenant; nil opts takes every default. It returns the new table's partition
-// map (also cached for the table's handle). Because a retried CreateTable
-// cannot tell its own earlier attempt from someone else's, a call that had
-// to retry after a lost reply may report ALREADY_EXISTS for a table it
-// created.
+// map (also cached for the table's handle). Every attempt carries the
+// call's request id, so a call retried after a lost reply takes effect once
+// and reports success (with a nil map if the table was dropped since).
 func (c *Client) CreateTable(ctx context.Context, name string, kind api.TableKind, opts *api.TableOptions) (*api.PartitionMap, error) {
 	what := fmt.Sprintf("client: create table %q", name)
 	if err := api.ValidateName("name", name); err != nil {
@@ -352,7 +384,7 @@ func (c *Client) CreateTable(ctx context.Context, name string, kind api.TableKin
 		opts = &api.TableOptions{}
 	}
 	var resp *api.CreateTableResponse
-	err := c.masterCall(ctx, what, func(ctx context.Context, mc api.MasterClient) error {
+	err := c.masterCall(withMasterRequestID(ctx), what, func(ctx context.Context, mc api.MasterClient) error {
 		var err error
 		resp, err = mc.CreateTable(ctx, &api.CreateTableRequest{Tenant: c.opts.Tenant, Name: name, Kind: kind, Options: opts})
 		return err
@@ -366,13 +398,14 @@ func (c *Client) CreateTable(ctx context.Context, name string, kind api.TableKin
 	return resp.GetMap(), nil
 }
 
-// DropTable drops the table name and everything in it.
+// DropTable drops the table name and everything in it. Like CreateTable,
+// a call retried after a lost reply takes effect once.
 func (c *Client) DropTable(ctx context.Context, name string) error {
 	what := fmt.Sprintf("client: drop table %q", name)
 	if err := api.ValidateName("name", name); err != nil {
 		return fmt.Errorf("%s: %w", what, err)
 	}
-	err := c.masterCall(ctx, what, func(ctx context.Context, mc api.MasterClient) error {
+	err := c.masterCall(withMasterRequestID(ctx), what, func(ctx context.Context, mc api.MasterClient) error {
 		_, err := mc.DropTable(ctx, &api.DropTableRequest{Tenant: c.opts.Tenant, Name: name})
 		return err
 	})

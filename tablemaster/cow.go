@@ -19,6 +19,7 @@ import (
 // cow records what a State under construction owns already.
 type cow struct {
 	tenants, tables, servers, streams bool // the map (manager) is its own
+	requests                          bool // the requests' map is its own
 	ownTables                         map[*Table]bool
 	ownServers                        map[*Server]bool
 }

@@ -16,7 +16,7 @@ func errNilRequest() error {
 
 // CreateTable creates a table and places its partitions. The table is
 // durable when it returns.
-func (m *Master) CreateTable(_ context.Context, req *api.CreateTableRequest) (*api.CreateTableResponse, error) {
+func (m *Master) CreateTable(ctx context.Context, req *api.CreateTableRequest) (*api.CreateTableResponse, error) {
 	if req == nil {
 		return nil, errNilRequest()
 	}
@@ -31,10 +31,20 @@ func (m *Master) CreateTable(_ context.Context, req *api.CreateTableRequest) (*a
 	}
 	res, st, err := m.propose(Command{
 		Op: OpCreateTable, UnixMs: m.opts.Now().UnixMilli(),
-		Tenant: req.Tenant, Table: req.Name, Kind: req.Kind, Options: opts,
+		Tenant: req.Tenant, Table: req.Name, Kind: req.Kind, Options: opts, RequestID: requestIDOf(ctx),
 	}, nil, nil)
 	if err != nil {
 		return nil, rpcError("create table", err)
+	}
+	if res.Duplicate {
+		// A retry of a create that was applied: answer as the first
+		// attempt would have (with no map if the table was dropped since).
+		m.logger.Info("tablemaster: create table retried; it was done already", "tenant", req.Tenant, "table", req.Name)
+		resp := &api.CreateTableResponse{}
+		if res.Table != nil {
+			resp.Map = res.Table.MapProto(st.Version)
+		}
+		return resp, nil
 	}
 	m.logger.Info("tablemaster: table created", "tenant", req.Tenant, "table", req.Name, "id", res.Table.ID,
 		"partitions", len(res.Table.Partitions), "placed", len(res.Moved))
@@ -42,12 +52,17 @@ func (m *Master) CreateTable(_ context.Context, req *api.CreateTableRequest) (*a
 }
 
 // DropTable removes a table; durable when it returns.
-func (m *Master) DropTable(_ context.Context, req *api.DropTableRequest) (*api.DropTableResponse, error) {
+func (m *Master) DropTable(ctx context.Context, req *api.DropTableRequest) (*api.DropTableResponse, error) {
 	if req == nil {
 		return nil, errNilRequest()
 	}
-	if _, _, err := m.propose(Command{Op: OpDropTable, UnixMs: m.opts.Now().UnixMilli(), Tenant: req.Tenant, Table: req.Name}, nil, nil); err != nil {
+	res, _, err := m.propose(Command{Op: OpDropTable, UnixMs: m.opts.Now().UnixMilli(), Tenant: req.Tenant, Table: req.Name, RequestID: requestIDOf(ctx)}, nil, nil)
+	if err != nil {
 		return nil, rpcError("drop table", err)
+	}
+	if res.Duplicate {
+		m.logger.Info("tablemaster: drop table retried; it was done already", "tenant", req.Tenant, "table", req.Name)
+		return &api.DropTableResponse{}, nil
 	}
 	m.logger.Info("tablemaster: table dropped", "tenant", req.Tenant, "table", req.Name)
 	return &api.DropTableResponse{}, nil

@@ -126,6 +126,10 @@ type Command struct {
 	// Coprocessor commands: the coprocessor's name and the version deployed.
 	Name   string         `json:"name,omitempty"`
 	Coproc *CoprocVersion `json:"coproc,omitempty"`
+	// RequestID is the client's id of the call that made the command
+	// (requests.go): a command whose id was applied before changes
+	// nothing.
+	RequestID string `json:"request_id,omitempty"`
 }
 
 // Result is what Apply reports about an applied command.
@@ -152,6 +156,10 @@ type Result struct {
 	Stream stream.Result
 	// Version is the coprocessor version OpCoprocDeploy made (or found).
 	Version uint64
+	// Duplicate: the command's RequestID was applied before, so this one
+	// changed nothing (requests.go). Table is then the table the first
+	// OpCreateTable made, if it still exists.
+	Duplicate bool
 }
 
 // TableOptions mirror api.TableOptions with the defaults filled in.
@@ -292,6 +300,8 @@ type State struct {
 	// Streams is the stream manager (see streams.go); nil in states from
 	// before it existed until the first stream command.
 	Streams *StreamState `json:"streams,omitempty"`
+	// Requests are the request ids of applied commands (requests.go).
+	Requests map[string]*Request `json:"requests,omitempty"`
 
 	// cow is set while the State is a successor being built (cow.go);
 	// nil on a published State and on one its user owns whole.
@@ -336,6 +346,9 @@ func (s *State) Clone() *State {
 		c.Servers[k] = &sv
 	}
 	c.Streams = s.Streams.clone()
+	if s.Requests != nil {
+		c.Requests = cloneMap(s.Requests) // a Request is never modified
+	}
 	return &c
 }
 
@@ -438,6 +451,16 @@ func (s *State) apply(cmd *Command, chk bool) (Result, error) {
 		err error
 	)
 	defer func() { s.primaries = nil }()
+	if cmd.RequestID != "" {
+		if chk {
+			if err := checkRequestID(cmd.RequestID); err != nil {
+				return Result{}, err
+			}
+		}
+		if res, ok := s.requestDone(cmd); ok {
+			return res, nil
+		}
+	}
 	switch cmd.Op {
 	case OpCreateTenant:
 		res, err = s.createTenant(*cmd, chk)
@@ -485,6 +508,9 @@ func (s *State) apply(cmd *Command, chk bool) (Result, error) {
 	}
 	if err != nil {
 		return Result{}, err
+	}
+	if res.Changed && cmd.RequestID != "" {
+		s.recordRequest(cmd, res)
 	}
 	if res.Changed && cmd.Op != OpStream {
 		// The stream manager's own state (extents, seals, node inventory)
