@@ -156,6 +156,7 @@ func (m *Master) moveLoop(ctx context.Context) {
 	if !m.leads() {
 		return
 	}
+	m.placeShortReplicas()
 	st := m.State()
 	insync := map[uint64]map[string]bool{}
 	type failure struct {
@@ -234,6 +235,51 @@ func (m *Master) moveLoop(ctx context.Context) {
 			}
 		}
 	}
+}
+
+// placeShortReplicas, run by moveLoop on the leader, places new replicas
+// of partitions left short of their replication factor (OpPlace) as soon
+// as a live server qualifies. Besides a server's registration, which places
+// them too, nothing else refills a partition whose secondary the log loop
+// dropped because a seal could not reach it or an append to it failed
+// (OpPartitionLogReset); without this a brief stall of one server left
+// such partitions a replica short for good.
+func (m *Master) placeShortReplicas() {
+	st := m.State()
+	if !st.canPlaceShort() {
+		return
+	}
+	res, _, err := m.propose(Command{Op: OpPlace, UnixMs: m.opts.Now().UnixMilli()}, nil, nil)
+	switch {
+	case err != nil && !errors.Is(err, ErrClosed):
+		m.logger.Warn("tablemaster: place replicas of partitions short of them", "err", err)
+	case err == nil && res.Changed:
+		m.logger.Info("tablemaster: placed new replicas of partitions short of them", "partitions", res.Moved)
+		m.kickLogs()
+	}
+}
+
+// canPlaceShort reports whether placeShort would place a replica: some
+// partition has fewer replicas than its table's factor and an available
+// server in an unused fault domain can take one.
+func (s *State) canPlaceShort() bool {
+	var cands []Candidate
+	for _, t := range s.tablesByID() {
+		for i := range t.Partitions {
+			p := &t.Partitions[i]
+			short := int(t.Options.Replication) - len(p.Replicas)
+			if short <= 0 {
+				continue
+			}
+			if cands == nil {
+				cands = s.candidates()
+			}
+			if Place(cands, serversOf(p), short) != nil {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // MovePartition implements api.MasterServer.
