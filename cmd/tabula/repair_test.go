@@ -56,6 +56,8 @@ func startRepairCluster(t *testing.T, ctx context.Context, masterFlags ...string
 	args := append([]string{"master", "--listen", c.master, "--data", filepath.Join(dir, "master")}, fastTiming...)
 	m := start(t, "master", append(args, masterFlags...)...)
 	m.waitOutput("master serving", 15*time.Second)
+	// TABULA_REPAIR_DEBUG=1 prints the master's log (placements, moves,
+	// seals) whether the test passes or not.
 	if os.Getenv("TABULA_REPAIR_DEBUG") != "" {
 		t.Cleanup(func() { t.Logf("master output:\n%s", m.output()) })
 	}
@@ -231,7 +233,11 @@ func TestKillServerReplicasReplaced(t *testing.T) {
 		mu     sync.Mutex
 		acked  = map[string]string{} // guarded by mu
 		failed []string              // guarded by mu
-		wg     sync.WaitGroup
+		// writes that took over a second (they waited for the failover),
+		// and the slowest: guarded by mu
+		slow    int
+		slowest time.Duration
+		wg      sync.WaitGroup
 	)
 	stop := make(chan struct{})
 	for w := 0; w < 8; w++ {
@@ -253,7 +259,12 @@ func TestKillServerReplicasReplaced(t *testing.T) {
 				k, v := fmt.Sprintf("w%d-%06d", w, i), fmt.Sprintf("value-%d-%d", w, i)
 				t0 := time.Now()
 				err := tbl.Put(ctx, []byte(k), []byte(v))
+				took := time.Since(t0)
 				mu.Lock()
+				if took > time.Second {
+					slow++
+				}
+				slowest = max(slowest, took)
 				if err == nil {
 					acked[k] = v
 				} else {
@@ -270,17 +281,30 @@ func TestKillServerReplicasReplaced(t *testing.T) {
 	}
 	waitFor(t, 30*time.Second, "some acknowledged writes", func() (bool, error) { return count() > 500, nil })
 
-	// Kill a server hosting a primary (with 8 partitions over 5 servers,
-	// every server hosts some replicas).
-	victim := c.servers[1]
-	victimID, err := c.serverID(ctx, victim.addr)
+	// Kill the server hosting the most primaries: writes to them are in
+	// flight at the kill.
+	d, err := c.admin.DescribeTable(ctx, "heal")
 	if err != nil {
 		t.Fatal(err)
+	}
+	primaries := map[string]int{}
+	for _, p := range d.GetMap().GetPartitions() {
+		primaries[primaryID(p)]++
+	}
+	victim, victimID := c.servers[0], ""
+	for _, s := range c.servers {
+		id, err := c.serverID(ctx, s.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if victimID == "" || primaries[id] > primaries[victimID] {
+			victim, victimID = s, id
+		}
 	}
 	tKill := time.Now()
 	victim.proc.kill()
 	before := count()
-	t.Logf("killed %s (%s) at %s with %d writes acknowledged", victimID, victim.addr, tKill.Format("15:04:05.000"), before)
+	t.Logf("killed %s (%s, primary of %d partitions) at %s with %d writes acknowledged", victimID, victim.addr, primaries[victimID], tKill.Format("15:04:05.000"), before)
 
 	healed := c.waitHealthy(ctx, "heal", victimID, 40*time.Second)
 	t.Logf("back to %d in-sync replicas per partition, none on %s, %v after the kill", repairReplicas, victimID, healed.Round(time.Millisecond))
@@ -295,7 +319,8 @@ func TestKillServerReplicasReplaced(t *testing.T) {
 	if len(failed) > 0 {
 		t.Errorf("%d writes failed (want none: the SDK retries those in flight at the kill):\n  %s", len(failed), strings.Join(failed[:min(len(failed), 20)], "\n  "))
 	}
-	t.Logf("%d writes acknowledged (%d before the kill); reading every one back", len(acked), before)
+	t.Logf("%d writes acknowledged (%d before the kill), %d failed; %d took over a second (retried across the failover), the slowest %v; reading every one back",
+		len(acked), before, len(failed), slow, slowest.Round(time.Millisecond))
 	reader, err := client.New(ctx, client.Options{Masters: []string{c.master}})
 	if err != nil {
 		t.Fatal(err)
