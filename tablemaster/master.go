@@ -459,10 +459,12 @@ const placeShortCheckEvery = 2 * time.Second
 // one a log reset dropped answering again): every path that leaves a
 // partition short is repaired here at the latest.
 func (m *Master) placeShortOnes(st *State, now time.Time) {
-	if now.Before(m.nextPlaceCheck) {
+	// The wall clock paces the check (opts.Now may be a test's frozen one).
+	wall := time.Now()
+	if wall.Before(m.nextPlaceCheck) {
 		return
 	}
-	m.nextPlaceCheck = now.Add(placeShortCheckEvery)
+	m.nextPlaceCheck = wall.Add(placeShortCheckEvery)
 	if !st.placeable() {
 		return
 	}

@@ -1004,8 +1004,13 @@ func (s *State) serverDown(cmd Command, chk bool) (Result, error) {
 		srv.Draining = true
 		changed = true
 	case !cmd.Draining && srv.Alive:
+		// A draining server that goes silent (SIGTERM: it exits once its
+		// in-flight requests are done) stays draining: moveLoop goes on
+		// moving its replicas off, copied from the others, rather than
+		// leaving them a replica short until ReplaceAfter.
 		srv = s.mutServer(cmd.ServerID)
-		srv.Alive, srv.Draining, srv.DownSinceMs = false, false, cmd.UnixMs
+		srv.Alive, srv.DownSinceMs = false, cmd.UnixMs
+		srv.Draining = srv.Draining && cmd.Keep
 		changed = true
 		s.streamNodeEvent(stream.Command{Op: stream.OpNodeDown, Node: cmd.ServerID})
 	}

@@ -210,6 +210,13 @@ func (l *logReplica) follow() error {
 		if e.ID != ext {
 			off = 0
 		}
+		if l.holdsAll(e) {
+			l.mu.Lock()
+			l.tailExtent, l.tailOff = e.ID, e.Length
+			l.mu.Unlock()
+			ext, off = e.ID, e.Length
+			continue
+		}
 		var end int64
 		if e.Sealed {
 			end = e.Length
@@ -252,6 +259,25 @@ func (l *logReplica) tailGone(ext uint64) error {
 	l.tailExtent, l.tailOff, l.starts = 0, 0, nil
 	l.mu.Unlock()
 	return fmt.Errorf("extent %d of %s is gone from the stream (truncated); reading the log from its start", ext, l.stream)
+}
+
+// holdsAll reports whether the core has every record of extent e already:
+// e is sealed and its last record's LSN is at most the core's last. The
+// tailer passes over such an extent without reading it (the core would
+// ignore each record). A replica that copied a snapshot, or restarted,
+// would otherwise read the log from its first extent, and an old extent
+// may be unreadable for a while: a seal keeps only the longest replicas,
+// and its only full copy may be on a server that drained and exited
+// before the stream layer copied it back (seen in cmd/tabula
+// TestRollingRestart: a new replica stuck catching up behind an extent it
+// did not need).
+func (l *logReplica) holdsAll(e stream.ExtentPlacement) bool {
+	if !e.Sealed || e.LastSeq == 0 || e.SeqRestart {
+		return false
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return e.LastSeq <= l.core.Last()
 }
 
 // readLocal observes the records of the local replica of extent id in
@@ -354,7 +380,7 @@ func (l *logReplica) catchUp(want roleWant) error {
 		if !e.Sealed {
 			return fmt.Errorf("extent %d before the open extent %d is not sealed", e.ID, want.extent)
 		}
-		if e.Length > off {
+		if e.Length > off && !l.holdsAll(e) {
 			if err := l.readExtent(ctx, e, off, e.Length); err != nil {
 				return err
 			}
