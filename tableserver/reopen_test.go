@@ -215,6 +215,7 @@ func (r *faultRig) waitInSync(n int) {
 // with role.
 func (r *faultRig) replicaWith(role api.ReplicaRole) (string, int) {
 	r.t.Helper()
+	r.waitInSync(3)
 	for _, rep := range r.describe().GetMap().GetPartitions()[0].GetReplicas() {
 		if rep.GetRole() == role {
 			return rep.GetServerId(), slices.Index(r.c.ServerIDs(), rep.GetServerId())
@@ -299,7 +300,7 @@ func TestEngineTransientFaultReopens(t *testing.T) {
 				watch()
 				return state(r.describe(), bad) == api.ReplicaState_REPLICA_STATE_IN_SYNC
 			})
-			r.waitProgress(100)
+			r.waitProgress(50)
 			r.halt()
 			if watch(); failed.Load() || left.Load() {
 				t.Fatalf("the replica on %s reported itself failed (%v) or left the partition (%v) after a transient fault: %v",
@@ -324,7 +325,7 @@ func TestEnginePermanentFaultReplaced(t *testing.T) {
 	r.fss[i].Inject(vfs.Fault{Ops: vfs.OpWrite | vfs.OpSync | vfs.OpCreate, Sticky: true})
 	r.waitFor(20*time.Second, "the replica on the failing disk to be replaced", func() bool { return !hosts(r.describe(), bad) })
 	r.waitInSync(3)
-	r.waitProgress(100)
+	r.waitProgress(50)
 	r.halt()
 	r.checkAll()
 }
@@ -409,7 +410,7 @@ func TestEngineChecksumFaultRebuilt(t *testing.T) {
 		t.Errorf("the corrupt replica reported itself catching up (reopening?) rather than failed")
 	}
 	r.waitInSync(3)
-	r.waitProgress(100)
+	r.waitProgress(50)
 	r.halt()
 	r.checkAll()
 }
