@@ -84,8 +84,10 @@ func isDiskFault(err error) bool {
 // sync that fails with a disk fault marks the incarnation faulted (every
 // later call is refused with errReopening) and tells the owner once.
 //
-// Safe for concurrent use. Calls hold their incarnation shared while they
-// run, so closing it waits for them (a running Scan is cut short).
+// Safe for concurrent use. Calls count themselves on their incarnation
+// while they run, and closing it waits for them, a bounded time (a
+// running Scan is cut short at its next record; one blocked in its
+// callback, sending to a slow client, is not waited for longer).
 type reopenable struct {
 	open func() (engines.Engine, error)
 	// onFault is told of the first disk fault of each incarnation. Set
@@ -98,17 +100,27 @@ type reopenable struct {
 
 // engineGen is one incarnation of the engine.
 type engineGen struct {
-	e   engines.Engine
-	w   engines.Writer
-	bg  engines.BatchGetter
-	sy  syncer
-	use sync.RWMutex // held shared by calls, exclusively by retire
-	// retired is guarded by use: set once the incarnation is closed.
-	retired bool
-	// closing cuts a Scan short; fault is the first disk fault.
+	e  engines.Engine
+	w  engines.Writer
+	bg engines.BatchGetter
+	sy syncer
+	// refs counts the calls running; closing refuses new ones and cuts a
+	// Scan short; drained is closed (once) when closing and refs is 0.
+	refs    atomic.Int64
 	closing atomic.Bool
-	fault   atomic.Pointer[error]
+	drained chan struct{}
+	once    sync.Once
+	// fault is the first disk fault.
+	fault atomic.Pointer[error]
 }
+
+// Bounds on waiting for the calls on an incarnation being closed: a
+// reopen (the replica serves nothing meanwhile) and a Close (the map
+// watch closes a partition that moved away).
+const (
+	reopenDrainWait = 5 * time.Second
+	closeDrainWait  = time.Second
+)
 
 var (
 	_ engines.Engine      = (*reopenable)(nil)
@@ -118,7 +130,7 @@ var (
 )
 
 func newGen(e engines.Engine) *engineGen {
-	g := &engineGen{e: e}
+	g := &engineGen{e: e, drained: make(chan struct{})}
 	g.w, _ = e.(engines.Writer)
 	g.bg, _ = e.(engines.BatchGetter)
 	g.sy, _ = e.(syncer)
@@ -146,15 +158,19 @@ func (r *reopenable) acquire() (*engineGen, error) {
 		if p := g.fault.Load(); p != nil {
 			return nil, fmt.Errorf("%w (%v)", errReopening, *p)
 		}
-		g.use.RLock()
-		if !g.retired {
+		g.refs.Add(1)
+		if !g.closing.Load() {
 			return g, nil
 		}
-		g.use.RUnlock() // closed meanwhile: look again
+		g.release() // closing meanwhile: look again
 	}
 }
 
-func (g *engineGen) release() { g.use.RUnlock() }
+func (g *engineGen) release() {
+	if g.refs.Add(-1) == 0 && g.closing.Load() {
+		g.once.Do(func() { close(g.drained) })
+	}
+}
 
 // check notes a disk fault of a write or sync.
 func (r *reopenable) check(g *engineGen, err error) error {
@@ -192,15 +208,11 @@ func (r *reopenable) Scan(fn func(engines.Record) error) error {
 
 // Stats implements engines.Engine: zero while reopening.
 func (r *reopenable) Stats() engines.Stats {
-	g := r.cur.Load()
-	if g == nil {
+	g, err := r.acquire()
+	if err != nil {
 		return engines.Stats{}
 	}
-	g.use.RLock()
-	defer g.use.RUnlock()
-	if g.retired {
-		return engines.Stats{}
-	}
+	defer g.release()
 	return g.e.Stats()
 }
 
@@ -291,18 +303,24 @@ func (r *reopenable) Close() error {
 		return nil
 	}
 	if g := r.cur.Swap(nil); g != nil {
-		return g.retire()
+		return g.retire(closeDrainWait)
 	}
 	return nil
 }
 
 // retire closes the incarnation once the calls on it are done (a Scan
-// stops at its next record).
-func (g *engineGen) retire() error {
+// stops at its next record), or wait passed.
+func (g *engineGen) retire(wait time.Duration) error {
 	g.closing.Store(true)
-	g.use.Lock()
-	g.retired = true
-	g.use.Unlock()
+	if g.refs.Load() == 0 {
+		g.once.Do(func() { close(g.drained) })
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-g.drained:
+	case <-t.C:
+	}
 	return g.e.Close()
 }
 
@@ -315,7 +333,7 @@ func (r *reopenable) closeCurrent() error {
 	if g == nil {
 		return nil
 	}
-	return g.retire()
+	return g.retire(reopenDrainWait)
 }
 
 // openFresh opens the engine again (recovery restores what is durable)
