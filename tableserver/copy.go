@@ -249,10 +249,11 @@ func (l *logReplica) empty() error {
 func (l *logReplica) progress() (state api.ReplicaState, copied, total uint64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.releaseHoldLocked() // a copy may have passed the point (reopen.go)
 	switch {
 	case l.fatal != nil:
 		return api.ReplicaState_REPLICA_STATE_FAILED, 0, 0
-	case l.reopening != nil:
+	case l.reopening != nil, l.holdUntil != 0:
 		// Reopening its engine after a disk error (reopen.go): it then
 		// replays the log from its restart point, which the master waits
 		// for rather than replacing it.

@@ -89,10 +89,13 @@ type logReplica struct {
 	starts  []extentStart
 	// reopening is the disk error the engine is being reopened after
 	// (reopen.go); nil when it is not. faults are the times of recent
-	// ones; incarnation counts the resets that followed.
+	// ones; incarnation counts the resets that followed; holdUntil, if
+	// not 0, is the applied LSN the reopened engine must reach before
+	// the request path may use it.
 	reopening   error
 	faults      []time.Time
 	incarnation uint64
+	holdUntil   uint64
 }
 
 // roleWant is what the map says this replica is.
@@ -167,6 +170,10 @@ func newLogReplica(s *Server, t *api.Table, pid uint64, streamName string, e eng
 	if re, ok := e.(*reopenable); ok {
 		l.re = re
 		re.onFault = l.engineFault
+		// The replica's own calls go through while the reopened engine
+		// is held back from the request path (reopen.go).
+		l.engine = re.inner()
+		l.writer = l.engine.(engines.Writer)
 	}
 	l.ctx, l.stop = context.WithCancel(s.ctx)
 	l.wg.Add(2)
@@ -497,6 +504,7 @@ func (l *logReplica) pump() {
 			}
 		}
 		l.core.Advance(rd)
+		l.releaseHoldLocked()
 		l.answerLocked(rd)
 		promoting := l.want.role == partition.RolePrimary && !l.caughtUp
 		l.mu.Unlock()

@@ -84,11 +84,24 @@ func isDiskFault(err error) bool {
 // sync that fails with a disk fault marks the incarnation faulted (every
 // later call is refused with errReopening) and tells the owner once.
 //
+// A reopened incarnation is held back from the request path (its calls
+// are refused with errReopening) until the replica has applied again
+// what it had applied before the fault: a read that passed the replica's
+// checks before the fault never reads an engine that lost what those
+// checks promised. The log replica uses the internal view (inner), which
+// is not held back.
+//
 // Safe for concurrent use. Calls count themselves on their incarnation
 // while they run, and closing it waits for them, a bounded time (a
 // running Scan is cut short at its next record; one blocked in its
 // callback, sending to a slow client, is not waited for longer).
 type reopenable struct {
+	*reopenState
+	internal bool
+}
+
+// reopenState is what the views of a reopenable share.
+type reopenState struct {
 	open func() (engines.Engine, error)
 	// onFault is told of the first disk fault of each incarnation. Set
 	// before the engine is shared (newLogReplica).
@@ -110,8 +123,9 @@ type engineGen struct {
 	closing atomic.Bool
 	drained chan struct{}
 	once    sync.Once
-	// fault is the first disk fault.
+	// fault is the first disk fault; held refuses the request path.
 	fault atomic.Pointer[error]
+	held  atomic.Bool
 }
 
 // Bounds on waiting for the calls on an incarnation being closed: a
@@ -139,9 +153,22 @@ func newGen(e engines.Engine) *engineGen {
 
 // newReopenable wraps e, opened by open, which opens it again.
 func newReopenable(e engines.Engine, open func() (engines.Engine, error)) *reopenable {
-	r := &reopenable{open: open}
+	r := &reopenable{reopenState: &reopenState{open: open}}
 	r.cur.Store(newGen(e))
 	return r
+}
+
+// inner is the log replica's view: calls on an incarnation held back
+// from the request path go through.
+func (r *reopenable) inner() *reopenable {
+	return &reopenable{reopenState: r.reopenState, internal: true}
+}
+
+// serve lets the request path use the current incarnation.
+func (r *reopenable) serve() {
+	if g := r.cur.Load(); g != nil {
+		g.held.Store(false)
+	}
 }
 
 // acquire returns the current incarnation, held shared: the caller must
@@ -157,6 +184,9 @@ func (r *reopenable) acquire() (*engineGen, error) {
 		}
 		if p := g.fault.Load(); p != nil {
 			return nil, fmt.Errorf("%w (%v)", errReopening, *p)
+		}
+		if !r.internal && g.held.Load() {
+			return nil, fmt.Errorf("%w (catching up on the log)", errReopening)
 		}
 		g.refs.Add(1)
 		if !g.closing.Load() {
@@ -362,15 +392,18 @@ func (r *reopenable) openFresh() (engines.Engine, error) {
 	return e, nil
 }
 
-// install makes e the current incarnation, unless the engine was closed
-// meanwhile: then e is closed and the error wraps engines.ErrClosed.
-func (r *reopenable) install(e engines.Engine) error {
+// install makes e the current incarnation, held back from the request
+// path until serve if held, unless the engine was closed meanwhile: then
+// e is closed and the error wraps engines.ErrClosed.
+func (r *reopenable) install(e engines.Engine, held bool) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed.Load() {
 		return errors.Join(engines.ErrClosed, e.Close())
 	}
-	r.cur.Store(newGen(e))
+	g := newGen(e)
+	g.held.Store(held)
+	r.cur.Store(g)
 	return nil
 }
 
@@ -415,11 +448,16 @@ func (l *logReplica) reopenDue() bool {
 	return l.reopening != nil && l.fatal == nil
 }
 
-// reopeningErr is the answer to a request while the engine is reopened.
+// reopeningErr is the answer to a request while the engine is reopened,
+// or has yet to apply again what it had applied before.
 func (l *logReplica) reopeningErr(serverID string) error {
 	l.mu.Lock()
-	cause := l.reopening
+	cause, hold, applied := l.reopening, l.holdUntil, l.core.Applied()
 	l.mu.Unlock()
+	if cause == nil && hold != 0 {
+		return api.Errorf(api.ErrorCode_ERROR_CODE_UNAVAILABLE, "replica_reopening",
+			"partition %d on %s reopened its engine after a disk error and is applying the log again (LSN %d of %d); retry shortly or read another replica", l.pid, serverID, applied, hold)
+	}
 	if cause == nil {
 		return nil
 	}
@@ -488,13 +526,21 @@ func (l *logReplica) reopen() {
 	}
 	l.applyMu.Lock()
 	defer l.applyMu.Unlock()
-	if err := l.re.install(e); err != nil {
+	l.mu.Lock()
+	// What the request path may have been promised: the applied LSN
+	// before this fault, or before an earlier one not yet made up for.
+	was := max(l.core.Applied(), l.holdUntil)
+	l.mu.Unlock()
+	if err := l.re.install(e, applied < was); err != nil {
 		l.log.Debug("the partition closed while its engine reopened", "err", err)
 		return
 	}
 	l.mu.Lock()
-	was := l.core.Applied()
 	l.resetLocked(applied)
+	l.holdUntil = 0
+	if applied < was {
+		l.holdUntil = was
+	}
 	l.mu.Unlock()
 	l.log.Info("engine reopened; re-syncing with the log from its applied LSN", "applied", applied, "was", was,
 		"took", time.Since(start).Round(time.Millisecond))
@@ -530,4 +576,16 @@ func (l *logReplica) resetLocked(applied uint64) {
 	l.starts, l.flushed = nil, 0
 	l.incarnation++
 	l.reopening = nil
+}
+
+// releaseHoldLocked lets the request path use the reopened engine once
+// the replica has applied again what it had applied before the fault.
+// Caller holds mu.
+func (l *logReplica) releaseHoldLocked() {
+	if l.holdUntil == 0 || l.reopening != nil || l.core.Applied() < l.holdUntil {
+		return
+	}
+	l.log.Info("reopened engine caught up; serving again", "applied", l.core.Applied())
+	l.holdUntil = 0
+	l.re.serve()
 }

@@ -77,9 +77,16 @@ func TestReopenable(t *testing.T) {
 	if err != nil {
 		t.Fatalf("reopen on a healed disk: %v", err)
 	}
-	if err := r.install(fresh); err != nil {
+	if err := r.install(fresh, true); err != nil {
 		t.Fatal(err)
 	}
+	if _, _, err := r.Get([]byte("k1")); !errors.Is(err, errReopening) {
+		t.Fatalf("get from an incarnation held back: %v, want errReopening", err)
+	}
+	if v, _, err := r.inner().Get([]byte("k1")); err != nil || string(v) != "v1" {
+		t.Fatalf("the replica's own get from an incarnation held back: %q, %v", v, err)
+	}
+	r.serve()
 	for i := range 20 {
 		v, _, err := r.Get(fmt.Appendf(nil, "k%d", i))
 		if err != nil || string(v) != fmt.Sprintf("v%d", i) {
@@ -98,7 +105,7 @@ func TestReopenable(t *testing.T) {
 	if _, _, err := r.Get([]byte("after")); !errors.Is(err, engines.ErrClosed) {
 		t.Fatalf("get after close: %v, want ErrClosed", err)
 	}
-	if err := r.install(fresh); !errors.Is(err, engines.ErrClosed) {
+	if err := r.install(fresh, false); !errors.Is(err, engines.ErrClosed) {
 		t.Fatalf("install after close: %v, want ErrClosed", err)
 	}
 }
