@@ -277,7 +277,7 @@ func (s *Server) openReplica(t *api.Table, p *api.Partition) (*replica, error) {
 		order := new(sync.RWMutex)
 		return &replica{table: t, part: p, engine: b.Engine, batch: b.Engine, bulk: b, cpart: coproc.PartitionFromEngine(b.Engine, info, order), order: order}, nil
 	}
-	eopts := engines.Options{
+	e, err := openEngine(p.GetLog() != nil && durable(t), kind, engines.Options{
 		// The commit log is the durable record (a write is acknowledged
 		// once a quorum of its replicas fsynced it): the engine flushes
 		// in the background, and after a crash the log is replayed from
@@ -289,20 +289,9 @@ func (s *Server) openReplica(t *api.Table, p *api.Partition) (*replica, error) {
 		Durability:  t.GetOptions().GetDurability(),
 		Compression: t.GetOptions().GetCompression(),
 		Logger:      s.log.With("partition", p.GetId()),
-	}
-	e, err := engines.Open(kind, eopts)
+	})
 	if err != nil {
 		return nil, fmt.Errorf("open %s engine for partition %d: %w", kind, p.GetId(), err)
-	}
-	if p.GetLog() != nil && durable(t) {
-		// A disk error closes and reopens the engine in place (reopen.go).
-		e = newReopenable(e, func() (engines.Engine, error) {
-			e, err := engines.Open(kind, eopts)
-			if err != nil {
-				return nil, fmt.Errorf("reopen %s engine for partition %d: %w", kind, p.GetId(), err)
-			}
-			return e, nil
-		})
 	}
 	order := new(sync.RWMutex)
 	r := &replica{table: t, part: p, engine: e, cpart: coproc.PartitionFromEngine(e, info, order), order: order}

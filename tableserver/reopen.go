@@ -151,6 +151,17 @@ func newGen(e engines.Engine) *engineGen {
 	return g
 }
 
+// openEngine opens an engine of kind with opts, behind a reopenable if
+// reopen (a replicated partition's disk engine, whose log replica
+// reopens it after a disk error).
+func openEngine(reopen bool, kind engines.Kind, opts engines.Options) (engines.Engine, error) {
+	e, err := engines.Open(kind, opts)
+	if err != nil || !reopen {
+		return e, err
+	}
+	return newReopenable(e, func() (engines.Engine, error) { return engines.Open(kind, opts) }), nil
+}
+
 // newReopenable wraps e, opened by open, which opens it again.
 func newReopenable(e engines.Engine, open func() (engines.Engine, error)) *reopenable {
 	r := &reopenable{reopenState: &reopenState{open: open}}
