@@ -286,9 +286,15 @@ func (l *logReplica) empty() error {
 func (l *logReplica) progress() (state api.ReplicaState, copied, total uint64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.releaseHoldLocked() // a copy may have passed the point (reopen.go)
 	switch {
 	case l.fatal != nil:
 		return api.ReplicaState_REPLICA_STATE_FAILED, 0, 0
+	case l.reopening != nil, l.holdUntil != 0:
+		// Reopening its engine after a disk error (reopen.go): it then
+		// replays the log from its restart point, which the master waits
+		// for rather than replacing it.
+		return api.ReplicaState_REPLICA_STATE_CATCHING_UP, 0, 0
 	case l.needCopy && l.want.role == partition.RoleSecondary:
 		return api.ReplicaState_REPLICA_STATE_COPYING, l.copied, l.copyTotal
 	case l.want.role == partition.RolePrimary && l.caughtUp, l.want.role == partition.RoleSecondary && l.synced:

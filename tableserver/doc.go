@@ -26,6 +26,19 @@
 // after a longer silence (DeadAfter > lease), so by then the old server has
 // stopped serving and the new primary, with a higher epoch, is the only one.
 //
+// # Engine faults
+//
+// A replicated partition's disk engine that hits a write or sync error is
+// closed and opened again in place (reopen.go), with backoff (100 ms
+// doubling, 5 attempts): recovery restores what is durable, and the
+// replica re-applies the rest from the commit log as a restarted replica
+// would. Meanwhile it answers UNAVAILABLE (reason "replica_reopening"),
+// which clients retry, and reports REPLICA_STATE_CATCHING_UP. If the
+// engine does not reopen, or its disk fails more than 3 times in a
+// minute, the replica reports REPLICA_STATE_FAILED and the master
+// replaces it from a healthy one. Data that fails its checksums fails the
+// replica at once (UNAVAILABLE "corrupt"): it is rebuilt, never served.
+//
 // # Concurrency
 //
 // A Server is safe for concurrent use. It owns three goroutines (heartbeat,

@@ -281,7 +281,7 @@ func (s *Server) openReplica(t *api.Table, p *api.Partition) (*replica, error) {
 		return &replica{table: t, part: p, engine: b.Engine, batch: b.Engine, bulk: b, cpart: coproc.PartitionFromEngine(b.Engine, info, order), order: order,
 			logger: s.log.With("partition", p.GetId())}, nil
 	}
-	e, err := engines.Open(kind, engines.Options{
+	e, err := openEngine(p.GetLog() != nil && durable(t), kind, engines.Options{
 		// The commit log is the durable record (a write is acknowledged
 		// once a quorum of its replicas fsynced it): the engine flushes
 		// in the background, and after a crash the log is replayed from

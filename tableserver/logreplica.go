@@ -38,13 +38,21 @@ type logReplica struct {
 	stream string
 	engine engines.Engine
 	writer engines.Writer
-	log    *slog.Logger
+	// re is engine when it can be reopened in place after a disk error
+	// (reopen.go); nil otherwise.
+	re  *reopenable
+	log *slog.Logger
 
 	kick chan struct{} // wakes the pump
 	tick chan struct{} // wakes the tailer
 	ctx  context.Context
 	stop context.CancelFunc
 	wg   sync.WaitGroup
+
+	// applyMu is held by the pump from taking records off the core to
+	// advancing it, and by a reopen while it installs the new engine and
+	// resets the core: records of the old core never reach the new engine.
+	applyMu sync.Mutex
 
 	mu sync.Mutex
 	// Guarded by mu:
@@ -79,6 +87,15 @@ type logReplica struct {
 	durable bool
 	flushed uint64
 	starts  []extentStart
+	// reopening is the disk error the engine is being reopened after
+	// (reopen.go); nil when it is not. faults are the times of recent
+	// ones; incarnation counts the resets that followed; holdUntil, if
+	// not 0, is the applied LSN the reopened engine must reach before
+	// the request path may use it.
+	reopening   error
+	faults      []time.Time
+	incarnation uint64
+	holdUntil   uint64
 }
 
 // roleWant is what the map says this replica is.
@@ -149,6 +166,14 @@ func newLogReplica(s *Server, t *api.Table, pid uint64, streamName string, e eng
 		core:     partition.New(partition.Config{}, applied),
 		overlay:  map[string]overlayEntry{},
 		waiters:  map[uint64]chan writeResult{},
+	}
+	if re, ok := e.(*reopenable); ok {
+		l.re = re
+		re.onFault = l.engineFault
+		// The replica's own calls go through while the reopened engine
+		// is held back from the request path (reopen.go).
+		l.engine = re.inner()
+		l.writer = l.engine.(engines.Writer)
 	}
 	l.ctx, l.stop = context.WithCancel(s.ctx)
 	l.wg.Add(2)
@@ -376,6 +401,8 @@ func (l *logReplica) writableLocked(epoch uint64) error {
 	switch {
 	case l.fatal != nil:
 		return api.Errorf(api.ErrorCode_ERROR_CODE_UNAVAILABLE, "replica_failed", "partition %d: %v", l.pid, l.fatal)
+	case l.reopening != nil:
+		return api.Errorf(api.ErrorCode_ERROR_CODE_UNAVAILABLE, "replica_reopening", "partition %d: the primary is reopening its engine after a disk error (%v); retry shortly", l.pid, l.reopening)
 	case l.want.role != partition.RolePrimary:
 		return api.Errorf(api.ErrorCode_ERROR_CODE_NOT_OWNER, "not_primary", "partition %d: this server is not its primary", l.pid)
 	case !l.caughtUp || l.want.extent == 0 || l.extent == 0:
@@ -440,14 +467,27 @@ func (l *logReplica) pumpLoop() {
 
 func (l *logReplica) pump() {
 	for l.ctx.Err() == nil {
+		l.applyMu.Lock()
 		l.mu.Lock()
+		if l.reopening != nil {
+			// Nothing applies until the engine is back (reopen.go resets
+			// the core).
+			l.mu.Unlock()
+			l.applyMu.Unlock()
+			return
+		}
 		rd := l.core.Ready()
 		ext := l.extent
 		l.mu.Unlock()
 		if rd.Empty() {
+			l.applyMu.Unlock()
 			return
 		}
 		if err := l.apply(rd.Apply); err != nil {
+			l.applyMu.Unlock()
+			if l.applyFailed(err) {
+				return
+			}
 			l.mu.Lock()
 			l.fatal = fmt.Errorf("apply the log: %w", err)
 			l.mu.Unlock()
@@ -464,9 +504,11 @@ func (l *logReplica) pump() {
 			}
 		}
 		l.core.Advance(rd)
+		l.releaseHoldLocked()
 		l.answerLocked(rd)
 		promoting := l.want.role == partition.RolePrimary && !l.caughtUp
 		l.mu.Unlock()
+		l.applyMu.Unlock()
 		if promoting && len(rd.Apply) > 0 {
 			// A new primary serves once it applied the log it inherited:
 			// let the tailer see it now, not at its next tick.
@@ -700,5 +742,5 @@ func (p *logCoprocPartition) Commit(ctx context.Context, reads []coproc.Read, ba
 func (l *logReplica) readState() (applied uint64, serving, copying bool, failed error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.core.Applied(), l.caughtUp && l.want.role == partition.RolePrimary && l.fatal == nil, l.needCopy && l.want.role == partition.RoleSecondary, l.fatal
+	return l.core.Applied(), l.caughtUp && l.want.role == partition.RolePrimary && l.fatal == nil && l.reopening == nil, l.needCopy && l.want.role == partition.RoleSecondary, l.fatal
 }

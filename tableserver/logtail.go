@@ -31,6 +31,10 @@ func (l *logReplica) tailLoop() {
 		case <-l.tick:
 		case <-t.C:
 		}
+		if l.reopenDue() {
+			l.reopen() // reopen.go: the engine hit a disk error
+			continue
+		}
 		err := l.tailOnce()
 		if errors.Is(err, errLogTruncated) {
 			l.mu.Lock()
@@ -139,6 +143,10 @@ func (l *logReplica) observe(recs []partition.Record) error {
 		return nil
 	}
 	l.mu.Lock()
+	if l.reopening != nil {
+		l.mu.Unlock()
+		return errReopening // the tailer reopens the engine first
+	}
 	var err error
 	for _, rec := range recs {
 		if err = l.core.Observe(rec); err != nil {

@@ -182,6 +182,8 @@ func engineErr(r *replica, err error) error {
 	switch {
 	case errors.As(err, &gone): // a bulk version unloaded under the read
 		return errVersionGone(r, gone.Version, gone.Current)
+	case errors.Is(err, errReopening):
+		return api.Errorf(api.ErrorCode_ERROR_CODE_UNAVAILABLE, "replica_reopening", "partition %d: %v", r.part.GetId(), err)
 	case errors.Is(err, engines.ErrClosed):
 		return api.Errorf(api.ErrorCode_ERROR_CODE_UNAVAILABLE, "partition_closed", "partition %d was closed (moved or server stopping)", r.part.GetId())
 	case errors.Is(err, engines.ErrReadOnly):

@@ -85,15 +85,21 @@ func (l *logReplica) flush() error {
 	l.mu.Lock()
 	applied := l.core.Applied()
 	copying := l.needCopy
+	reopening := l.reopening != nil
+	inc := l.incarnation
 	l.mu.Unlock()
-	if copying || applied == 0 {
+	if copying || reopening || applied == 0 {
 		return nil
 	}
 	if err := sy.Sync(); err != nil {
 		return err
 	}
 	l.mu.Lock()
-	l.flushed = max(l.flushed, applied)
+	if l.incarnation == inc {
+		// Not if the engine was reopened meanwhile: the Sync covered the
+		// new engine, which may hold less than applied.
+		l.flushed = max(l.flushed, applied)
+	}
 	l.mu.Unlock()
 	return nil
 }

@@ -127,6 +127,9 @@ func readable(r *replica, h *hosting, hdr *api.RequestHeader, serverID string) (
 	if failed != nil {
 		return 0, api.Errorf(api.ErrorCode_ERROR_CODE_UNAVAILABLE, "replica_failed", "partition %d on %s failed (%v): it serves nothing until it is replaced", r.part.GetId(), serverID, failed)
 	}
+	if err := r.log.reopeningErr(serverID); err != nil {
+		return 0, err
+	}
 	if !hdr.GetReadAny() && (roleOf(r.part, serverID) != api.ReplicaRole_REPLICA_ROLE_PRIMARY || !serving) {
 		if roleOf(r.part, serverID) == api.ReplicaRole_REPLICA_ROLE_PRIMARY {
 			return 0, api.Errorf(api.ErrorCode_ERROR_CODE_UNAVAILABLE, "log_reconfiguring", "partition %d: its new primary is still applying the log; retry shortly", r.part.GetId())
