@@ -68,6 +68,7 @@ type indexLog struct {
 	broken  bool   // a change or block was lost: write no more deltas
 	next    uint64 // number of the next block file
 	prev    uint64 // number of the last block written (0: none yet)
+	prevAt  logPos // the log position block prev describes (seq 0: unknown)
 	cutAt   int64  // logBytes at the last cut
 	cutTime int64  // Now at the last cut (0: none yet)
 	cont    bool   // recovery may continue the chain it loaded
@@ -283,7 +284,7 @@ func (s *Store) WriteIndexDelta(c IndexCut) error {
 		s.ix.broken, s.ix.pending = true, nil
 		return fmt.Errorf("write index block %d: %w", n, err)
 	}
-	s.ix.prev, s.ix.next = n, n+1
+	s.ix.prev, s.ix.prevAt, s.ix.next = n, c.at, n+1
 	s.ix.deltaBytes += size
 	s.ix.deltas++
 	if !s.ix.recovering && s.ix.compactDue() {
@@ -380,6 +381,12 @@ func (s *Store) compactIndex(c *indexCompaction) {
 		s.ix.base, s.ix.baseBytes = c.n, size
 		s.ix.deltaBytes -= c.replacedBytes
 		s.ix.deltas -= c.replacedDeltas
+		// Deltas written while this compaction ran may already make the
+		// chain too long again; with no more writes nothing else would
+		// notice, so compact up to the newest block now.
+		if s.ix.prev > c.n && s.ix.prevAt.seq != 0 && !s.ix.recovering && s.ix.compactDue() {
+			s.startCompactionLocked(&indexCompaction{n: s.ix.prev, at: s.ix.prevAt})
+		}
 	}
 }
 
@@ -497,7 +504,7 @@ func (s *Store) WriteIndexBase(entries []IndexEntry) error {
 		return fmt.Errorf("write index base %d: %w", n, err)
 	}
 	s.ix.base, s.ix.baseBytes, s.ix.deltaBytes, s.ix.deltas = n, size, 0, 0
-	s.ix.prev, s.ix.next, s.ix.pending, s.ix.cutAt, s.ix.cutTime = n, n+1, nil, s.logBytes.Load(), s.opts.Now()
+	s.ix.prev, s.ix.prevAt, s.ix.next, s.ix.pending, s.ix.cutAt, s.ix.cutTime = n, at, n+1, nil, s.logBytes.Load(), s.opts.Now()
 	return nil
 }
 

@@ -512,7 +512,7 @@ func (s *Store) RecoverIndexed(load func(entries []IndexEntry, tailBytes int64) 
 	// Continue the chain (the tail's changes become its next delta); if its
 	// deltas outgrew its base, its live entries also replace its last block
 	// as a new base, in the background once recovered.
-	s.ix.prev = st.last
+	s.ix.prev, s.ix.prevAt = st.last, st.at
 	s.ix.cont = st.last+1 == s.ix.next
 	s.ix.base, s.ix.baseBytes, s.ix.deltaBytes, s.ix.deltas = st.base, st.baseBytes, st.deltaBytes, st.blocks-1
 	if s.ix.cont && s.ix.compactDue() {
@@ -1331,6 +1331,11 @@ type Stats struct {
 	// GCSegmentsDeferred counts the segments collected while pinned (their
 	// files deleted later); GCSegmentsFreed includes them.
 	GCSegmentsDeferred int64
+	// IndexChainBlocks is the length of the index block chain a restart
+	// would read (a base and its deltas; 0 without one), and
+	// IndexCompacting whether a compaction is shortening it now.
+	IndexChainBlocks int
+	IndexCompacting  bool
 }
 
 // Stats returns the store's counters.
@@ -1367,6 +1372,12 @@ func (s *Store) Stats() Stats {
 	st.GCBytesMoved = s.stats.gcBytesMoved.Load()
 	st.GCSegmentsFreed = s.stats.gcSegmentsFreed.Load()
 	st.RecoveryBytes = s.stats.recoveryBytes.Load()
+	s.ix.mu.Lock()
+	if s.ix.base != 0 {
+		st.IndexChainBlocks = 1 + s.ix.deltas
+	}
+	st.IndexCompacting = s.ix.compacting
+	s.ix.mu.Unlock()
 	if s.cache != nil {
 		st.CacheHits, st.CacheMisses = s.cache.counts()
 	}

@@ -469,7 +469,13 @@ func TestIndexChainCompaction(t *testing.T) {
 	for i := 0; i < n; i += 3 {
 		mustPut(t, e, fmt.Sprintf("key-%06d", i), "new")
 	}
+	// Compaction runs behind the writes; on a loaded machine it may still
+	// be at work (Close would abandon it), so let it finish first.
 	st, _ := e.DiskStats()
+	for deadline := time.Now().Add(30 * time.Second); st.IndexCompacting && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+		st, _ = e.DiskStats()
+	}
 	if err := e.Close(); err != nil {
 		t.Fatal(err)
 	}
