@@ -29,6 +29,14 @@ func grpcCode(c ErrorCode) codes.Code {
 		return codes.Aborted
 	case ErrorCode_ERROR_CODE_DATA_LOSS:
 		return codes.DataLoss
+	case ErrorCode_ERROR_CODE_UNAUTHENTICATED:
+		return codes.Unauthenticated
+	case ErrorCode_ERROR_CODE_PERMISSION_DENIED:
+		return codes.PermissionDenied
+	case ErrorCode_ERROR_CODE_FAILED_PRECONDITION:
+		return codes.FailedPrecondition
+	case ErrorCode_ERROR_CODE_QUOTA_EXCEEDED:
+		return codes.ResourceExhausted
 	default:
 		return codes.Internal
 	}
@@ -97,6 +105,10 @@ func DetailOf(err error) *ErrorDetail {
 		return &ErrorDetail{Code: ErrorCode_ERROR_CODE_UNIMPLEMENTED, Reason: "transport"}
 	case codes.DataLoss:
 		return &ErrorDetail{Code: ErrorCode_ERROR_CODE_DATA_LOSS, Reason: "transport"}
+	case codes.Unauthenticated:
+		return &ErrorDetail{Code: ErrorCode_ERROR_CODE_UNAUTHENTICATED, Reason: "transport"}
+	case codes.PermissionDenied:
+		return &ErrorDetail{Code: ErrorCode_ERROR_CODE_PERMISSION_DENIED, Reason: "transport"}
 	}
 	return &ErrorDetail{Code: ErrorCode_ERROR_CODE_UNSPECIFIED, Reason: "unknown"}
 }

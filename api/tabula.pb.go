@@ -286,6 +286,18 @@ const (
 	// --accept-data-loss), and the partition was placed again, empty. The
 	// master's DataLoss records (ListDataLoss) say which partitions and when.
 	ErrorCode_ERROR_CODE_DATA_LOSS ErrorCode = 11
+	// The request is not signed, or its signature, key, timestamp or nonce
+	// is refused (a replay, a clock off by more than 15 minutes).
+	ErrorCode_ERROR_CODE_UNAUTHENTICATED ErrorCode = 12
+	// The signer may not do this: a tenant acting on another tenant, or
+	// calling an operation that needs the cluster credential.
+	ErrorCode_ERROR_CODE_PERMISSION_DENIED ErrorCode = 13
+	// The operation does not fit the current state (deleting a tenant
+	// that still has tables).
+	ErrorCode_ERROR_CODE_FAILED_PRECONDITION ErrorCode = 14
+	// A tenant's quota (bytes stored, bytes in memory) would be exceeded;
+	// nothing changed.
+	ErrorCode_ERROR_CODE_QUOTA_EXCEEDED ErrorCode = 15
 )
 
 // Enum value maps for ErrorCode.
@@ -303,20 +315,28 @@ var (
 		9:  "ERROR_CODE_UNIMPLEMENTED",
 		10: "ERROR_CODE_VERSION_GONE",
 		11: "ERROR_CODE_DATA_LOSS",
+		12: "ERROR_CODE_UNAUTHENTICATED",
+		13: "ERROR_CODE_PERMISSION_DENIED",
+		14: "ERROR_CODE_FAILED_PRECONDITION",
+		15: "ERROR_CODE_QUOTA_EXCEEDED",
 	}
 	ErrorCode_value = map[string]int32{
-		"ERROR_CODE_UNSPECIFIED":      0,
-		"ERROR_CODE_NOT_OWNER":        1,
-		"ERROR_CODE_STALE_EPOCH":      2,
-		"ERROR_CODE_NOT_FOUND":        3,
-		"ERROR_CODE_ALREADY_EXISTS":   4,
-		"ERROR_CODE_INVALID_ARGUMENT": 5,
-		"ERROR_CODE_SERVER_BUSY":      6,
-		"ERROR_CODE_UNAVAILABLE":      7,
-		"ERROR_CODE_WRONG_KIND":       8,
-		"ERROR_CODE_UNIMPLEMENTED":    9,
-		"ERROR_CODE_VERSION_GONE":     10,
-		"ERROR_CODE_DATA_LOSS":        11,
+		"ERROR_CODE_UNSPECIFIED":         0,
+		"ERROR_CODE_NOT_OWNER":           1,
+		"ERROR_CODE_STALE_EPOCH":         2,
+		"ERROR_CODE_NOT_FOUND":           3,
+		"ERROR_CODE_ALREADY_EXISTS":      4,
+		"ERROR_CODE_INVALID_ARGUMENT":    5,
+		"ERROR_CODE_SERVER_BUSY":         6,
+		"ERROR_CODE_UNAVAILABLE":         7,
+		"ERROR_CODE_WRONG_KIND":          8,
+		"ERROR_CODE_UNIMPLEMENTED":       9,
+		"ERROR_CODE_VERSION_GONE":        10,
+		"ERROR_CODE_DATA_LOSS":           11,
+		"ERROR_CODE_UNAUTHENTICATED":     12,
+		"ERROR_CODE_PERMISSION_DENIED":   13,
+		"ERROR_CODE_FAILED_PRECONDITION": 14,
+		"ERROR_CODE_QUOTA_EXCEEDED":      15,
 	}
 )
 
@@ -485,7 +505,7 @@ func (x Mutation_Op) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Mutation_Op.Descriptor instead.
 func (Mutation_Op) EnumDescriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{83, 0}
+	return file_tabula_proto_rawDescGZIP(), []int{96, 0}
 }
 
 // TableOptions are fixed at CreateTable. Zero values take the defaults the
@@ -2789,6 +2809,606 @@ func (x *ErrorDetail) GetLeader() string {
 	return ""
 }
 
+// TenantInfo is a tenant as the master holds it.
+type TenantInfo struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	CreatedUnixMs int64                  `protobuf:"varint,2,opt,name=created_unix_ms,json=createdUnixMs,proto3" json:"created_unix_ms,omitempty"`
+	Tables        uint32                 `protobuf:"varint,3,opt,name=tables,proto3" json:"tables,omitempty"`
+	// Key 1 and key 2 (512 bits each); only to the cluster credential.
+	Keys          [][]byte `protobuf:"bytes,4,rep,name=keys,proto3" json:"keys,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TenantInfo) Reset() {
+	*x = TenantInfo{}
+	mi := &file_tabula_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TenantInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TenantInfo) ProtoMessage() {}
+
+func (x *TenantInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_tabula_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TenantInfo.ProtoReflect.Descriptor instead.
+func (*TenantInfo) Descriptor() ([]byte, []int) {
+	return file_tabula_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *TenantInfo) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *TenantInfo) GetCreatedUnixMs() int64 {
+	if x != nil {
+		return x.CreatedUnixMs
+	}
+	return 0
+}
+
+func (x *TenantInfo) GetTables() uint32 {
+	if x != nil {
+		return x.Tables
+	}
+	return 0
+}
+
+func (x *TenantInfo) GetKeys() [][]byte {
+	if x != nil {
+		return x.Keys
+	}
+	return nil
+}
+
+type CreateTenantRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Tenant        string                 `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateTenantRequest) Reset() {
+	*x = CreateTenantRequest{}
+	mi := &file_tabula_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateTenantRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateTenantRequest) ProtoMessage() {}
+
+func (x *CreateTenantRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tabula_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateTenantRequest.ProtoReflect.Descriptor instead.
+func (*CreateTenantRequest) Descriptor() ([]byte, []int) {
+	return file_tabula_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *CreateTenantRequest) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+type CreateTenantResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Tenant        *TenantInfo            `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateTenantResponse) Reset() {
+	*x = CreateTenantResponse{}
+	mi := &file_tabula_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateTenantResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateTenantResponse) ProtoMessage() {}
+
+func (x *CreateTenantResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tabula_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateTenantResponse.ProtoReflect.Descriptor instead.
+func (*CreateTenantResponse) Descriptor() ([]byte, []int) {
+	return file_tabula_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *CreateTenantResponse) GetTenant() *TenantInfo {
+	if x != nil {
+		return x.Tenant
+	}
+	return nil
+}
+
+type ListTenantsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListTenantsRequest) Reset() {
+	*x = ListTenantsRequest{}
+	mi := &file_tabula_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListTenantsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListTenantsRequest) ProtoMessage() {}
+
+func (x *ListTenantsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tabula_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListTenantsRequest.ProtoReflect.Descriptor instead.
+func (*ListTenantsRequest) Descriptor() ([]byte, []int) {
+	return file_tabula_proto_rawDescGZIP(), []int{31}
+}
+
+type ListTenantsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Tenants       []*TenantInfo          `protobuf:"bytes,1,rep,name=tenants,proto3" json:"tenants,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListTenantsResponse) Reset() {
+	*x = ListTenantsResponse{}
+	mi := &file_tabula_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListTenantsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListTenantsResponse) ProtoMessage() {}
+
+func (x *ListTenantsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tabula_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListTenantsResponse.ProtoReflect.Descriptor instead.
+func (*ListTenantsResponse) Descriptor() ([]byte, []int) {
+	return file_tabula_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *ListTenantsResponse) GetTenants() []*TenantInfo {
+	if x != nil {
+		return x.Tenants
+	}
+	return nil
+}
+
+type DescribeTenantRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Tenant        string                 `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DescribeTenantRequest) Reset() {
+	*x = DescribeTenantRequest{}
+	mi := &file_tabula_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DescribeTenantRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DescribeTenantRequest) ProtoMessage() {}
+
+func (x *DescribeTenantRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tabula_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DescribeTenantRequest.ProtoReflect.Descriptor instead.
+func (*DescribeTenantRequest) Descriptor() ([]byte, []int) {
+	return file_tabula_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *DescribeTenantRequest) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+type DescribeTenantResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Tenant        *TenantInfo            `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	Tables        []*Table               `protobuf:"bytes,2,rep,name=tables,proto3" json:"tables,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DescribeTenantResponse) Reset() {
+	*x = DescribeTenantResponse{}
+	mi := &file_tabula_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DescribeTenantResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DescribeTenantResponse) ProtoMessage() {}
+
+func (x *DescribeTenantResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tabula_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DescribeTenantResponse.ProtoReflect.Descriptor instead.
+func (*DescribeTenantResponse) Descriptor() ([]byte, []int) {
+	return file_tabula_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *DescribeTenantResponse) GetTenant() *TenantInfo {
+	if x != nil {
+		return x.Tenant
+	}
+	return nil
+}
+
+func (x *DescribeTenantResponse) GetTables() []*Table {
+	if x != nil {
+		return x.Tables
+	}
+	return nil
+}
+
+type DeleteTenantRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Tenant        string                 `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteTenantRequest) Reset() {
+	*x = DeleteTenantRequest{}
+	mi := &file_tabula_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteTenantRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteTenantRequest) ProtoMessage() {}
+
+func (x *DeleteTenantRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tabula_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteTenantRequest.ProtoReflect.Descriptor instead.
+func (*DeleteTenantRequest) Descriptor() ([]byte, []int) {
+	return file_tabula_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *DeleteTenantRequest) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+type DeleteTenantResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteTenantResponse) Reset() {
+	*x = DeleteTenantResponse{}
+	mi := &file_tabula_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteTenantResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteTenantResponse) ProtoMessage() {}
+
+func (x *DeleteTenantResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tabula_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteTenantResponse.ProtoReflect.Descriptor instead.
+func (*DeleteTenantResponse) Descriptor() ([]byte, []int) {
+	return file_tabula_proto_rawDescGZIP(), []int{36}
+}
+
+type RotateTenantKeyRequest struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Tenant string                 `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	// 1 or 2.
+	Key           uint32 `protobuf:"varint,2,opt,name=key,proto3" json:"key,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RotateTenantKeyRequest) Reset() {
+	*x = RotateTenantKeyRequest{}
+	mi := &file_tabula_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RotateTenantKeyRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RotateTenantKeyRequest) ProtoMessage() {}
+
+func (x *RotateTenantKeyRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tabula_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RotateTenantKeyRequest.ProtoReflect.Descriptor instead.
+func (*RotateTenantKeyRequest) Descriptor() ([]byte, []int) {
+	return file_tabula_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *RotateTenantKeyRequest) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *RotateTenantKeyRequest) GetKey() uint32 {
+	if x != nil {
+		return x.Key
+	}
+	return 0
+}
+
+type RotateTenantKeyResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Tenant        *TenantInfo            `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RotateTenantKeyResponse) Reset() {
+	*x = RotateTenantKeyResponse{}
+	mi := &file_tabula_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RotateTenantKeyResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RotateTenantKeyResponse) ProtoMessage() {}
+
+func (x *RotateTenantKeyResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tabula_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RotateTenantKeyResponse.ProtoReflect.Descriptor instead.
+func (*RotateTenantKeyResponse) Descriptor() ([]byte, []int) {
+	return file_tabula_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *RotateTenantKeyResponse) GetTenant() *TenantInfo {
+	if x != nil {
+		return x.Tenant
+	}
+	return nil
+}
+
+type TenantKeysRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TenantKeysRequest) Reset() {
+	*x = TenantKeysRequest{}
+	mi := &file_tabula_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TenantKeysRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TenantKeysRequest) ProtoMessage() {}
+
+func (x *TenantKeysRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tabula_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TenantKeysRequest.ProtoReflect.Descriptor instead.
+func (*TenantKeysRequest) Descriptor() ([]byte, []int) {
+	return file_tabula_proto_rawDescGZIP(), []int{39}
+}
+
+type TenantKeysResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Changes with every tenant created, deleted or rekeyed.
+	Version       uint64        `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	Tenants       []*TenantInfo `protobuf:"bytes,2,rep,name=tenants,proto3" json:"tenants,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TenantKeysResponse) Reset() {
+	*x = TenantKeysResponse{}
+	mi := &file_tabula_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TenantKeysResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TenantKeysResponse) ProtoMessage() {}
+
+func (x *TenantKeysResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tabula_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TenantKeysResponse.ProtoReflect.Descriptor instead.
+func (*TenantKeysResponse) Descriptor() ([]byte, []int) {
+	return file_tabula_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *TenantKeysResponse) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *TenantKeysResponse) GetTenants() []*TenantInfo {
+	if x != nil {
+		return x.Tenants
+	}
+	return nil
+}
+
 type MovePartitionRequest struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Tenant string                 `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
@@ -2804,7 +3424,7 @@ type MovePartitionRequest struct {
 
 func (x *MovePartitionRequest) Reset() {
 	*x = MovePartitionRequest{}
-	mi := &file_tabula_proto_msgTypes[28]
+	mi := &file_tabula_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2816,7 +3436,7 @@ func (x *MovePartitionRequest) String() string {
 func (*MovePartitionRequest) ProtoMessage() {}
 
 func (x *MovePartitionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[28]
+	mi := &file_tabula_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2829,7 +3449,7 @@ func (x *MovePartitionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MovePartitionRequest.ProtoReflect.Descriptor instead.
 func (*MovePartitionRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{28}
+	return file_tabula_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *MovePartitionRequest) GetTenant() string {
@@ -2878,7 +3498,7 @@ type MovePartitionResponse struct {
 
 func (x *MovePartitionResponse) Reset() {
 	*x = MovePartitionResponse{}
-	mi := &file_tabula_proto_msgTypes[29]
+	mi := &file_tabula_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2890,7 +3510,7 @@ func (x *MovePartitionResponse) String() string {
 func (*MovePartitionResponse) ProtoMessage() {}
 
 func (x *MovePartitionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[29]
+	mi := &file_tabula_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2903,7 +3523,7 @@ func (x *MovePartitionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MovePartitionResponse.ProtoReflect.Descriptor instead.
 func (*MovePartitionResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{29}
+	return file_tabula_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *MovePartitionResponse) GetFrom() string {
@@ -2936,7 +3556,7 @@ type DrainServerRequest struct {
 
 func (x *DrainServerRequest) Reset() {
 	*x = DrainServerRequest{}
-	mi := &file_tabula_proto_msgTypes[30]
+	mi := &file_tabula_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2948,7 +3568,7 @@ func (x *DrainServerRequest) String() string {
 func (*DrainServerRequest) ProtoMessage() {}
 
 func (x *DrainServerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[30]
+	mi := &file_tabula_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2961,7 +3581,7 @@ func (x *DrainServerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainServerRequest.ProtoReflect.Descriptor instead.
 func (*DrainServerRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{30}
+	return file_tabula_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *DrainServerRequest) GetServerId() string {
@@ -2982,7 +3602,7 @@ type DrainServerResponse struct {
 
 func (x *DrainServerResponse) Reset() {
 	*x = DrainServerResponse{}
-	mi := &file_tabula_proto_msgTypes[31]
+	mi := &file_tabula_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2994,7 +3614,7 @@ func (x *DrainServerResponse) String() string {
 func (*DrainServerResponse) ProtoMessage() {}
 
 func (x *DrainServerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[31]
+	mi := &file_tabula_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3007,7 +3627,7 @@ func (x *DrainServerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainServerResponse.ProtoReflect.Descriptor instead.
 func (*DrainServerResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{31}
+	return file_tabula_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *DrainServerResponse) GetReplicas() uint32 {
@@ -3036,7 +3656,7 @@ type MasterMember struct {
 
 func (x *MasterMember) Reset() {
 	*x = MasterMember{}
-	mi := &file_tabula_proto_msgTypes[32]
+	mi := &file_tabula_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3048,7 +3668,7 @@ func (x *MasterMember) String() string {
 func (*MasterMember) ProtoMessage() {}
 
 func (x *MasterMember) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[32]
+	mi := &file_tabula_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3061,7 +3681,7 @@ func (x *MasterMember) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MasterMember.ProtoReflect.Descriptor instead.
 func (*MasterMember) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{32}
+	return file_tabula_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *MasterMember) GetId() uint64 {
@@ -3100,7 +3720,7 @@ type MasterMembersRequest struct {
 
 func (x *MasterMembersRequest) Reset() {
 	*x = MasterMembersRequest{}
-	mi := &file_tabula_proto_msgTypes[33]
+	mi := &file_tabula_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3112,7 +3732,7 @@ func (x *MasterMembersRequest) String() string {
 func (*MasterMembersRequest) ProtoMessage() {}
 
 func (x *MasterMembersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[33]
+	mi := &file_tabula_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3125,7 +3745,7 @@ func (x *MasterMembersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MasterMembersRequest.ProtoReflect.Descriptor instead.
 func (*MasterMembersRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{33}
+	return file_tabula_proto_rawDescGZIP(), []int{46}
 }
 
 type MasterMembersResponse struct {
@@ -3143,7 +3763,7 @@ type MasterMembersResponse struct {
 
 func (x *MasterMembersResponse) Reset() {
 	*x = MasterMembersResponse{}
-	mi := &file_tabula_proto_msgTypes[34]
+	mi := &file_tabula_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3155,7 +3775,7 @@ func (x *MasterMembersResponse) String() string {
 func (*MasterMembersResponse) ProtoMessage() {}
 
 func (x *MasterMembersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[34]
+	mi := &file_tabula_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3168,7 +3788,7 @@ func (x *MasterMembersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MasterMembersResponse.ProtoReflect.Descriptor instead.
 func (*MasterMembersResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{34}
+	return file_tabula_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *MasterMembersResponse) GetReplicated() bool {
@@ -3219,7 +3839,7 @@ type AddMasterRequest struct {
 
 func (x *AddMasterRequest) Reset() {
 	*x = AddMasterRequest{}
-	mi := &file_tabula_proto_msgTypes[35]
+	mi := &file_tabula_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3231,7 +3851,7 @@ func (x *AddMasterRequest) String() string {
 func (*AddMasterRequest) ProtoMessage() {}
 
 func (x *AddMasterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[35]
+	mi := &file_tabula_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3244,7 +3864,7 @@ func (x *AddMasterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddMasterRequest.ProtoReflect.Descriptor instead.
 func (*AddMasterRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{35}
+	return file_tabula_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *AddMasterRequest) GetId() uint64 {
@@ -3276,7 +3896,7 @@ type AddMasterResponse struct {
 
 func (x *AddMasterResponse) Reset() {
 	*x = AddMasterResponse{}
-	mi := &file_tabula_proto_msgTypes[36]
+	mi := &file_tabula_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3288,7 +3908,7 @@ func (x *AddMasterResponse) String() string {
 func (*AddMasterResponse) ProtoMessage() {}
 
 func (x *AddMasterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[36]
+	mi := &file_tabula_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3301,7 +3921,7 @@ func (x *AddMasterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddMasterResponse.ProtoReflect.Descriptor instead.
 func (*AddMasterResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{36}
+	return file_tabula_proto_rawDescGZIP(), []int{49}
 }
 
 type RemoveMasterRequest struct {
@@ -3313,7 +3933,7 @@ type RemoveMasterRequest struct {
 
 func (x *RemoveMasterRequest) Reset() {
 	*x = RemoveMasterRequest{}
-	mi := &file_tabula_proto_msgTypes[37]
+	mi := &file_tabula_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3325,7 +3945,7 @@ func (x *RemoveMasterRequest) String() string {
 func (*RemoveMasterRequest) ProtoMessage() {}
 
 func (x *RemoveMasterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[37]
+	mi := &file_tabula_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3338,7 +3958,7 @@ func (x *RemoveMasterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveMasterRequest.ProtoReflect.Descriptor instead.
 func (*RemoveMasterRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{37}
+	return file_tabula_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *RemoveMasterRequest) GetId() uint64 {
@@ -3356,7 +3976,7 @@ type RemoveMasterResponse struct {
 
 func (x *RemoveMasterResponse) Reset() {
 	*x = RemoveMasterResponse{}
-	mi := &file_tabula_proto_msgTypes[38]
+	mi := &file_tabula_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3368,7 +3988,7 @@ func (x *RemoveMasterResponse) String() string {
 func (*RemoveMasterResponse) ProtoMessage() {}
 
 func (x *RemoveMasterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[38]
+	mi := &file_tabula_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3381,7 +4001,7 @@ func (x *RemoveMasterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveMasterResponse.ProtoReflect.Descriptor instead.
 func (*RemoveMasterResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{38}
+	return file_tabula_proto_rawDescGZIP(), []int{51}
 }
 
 type TransferLeaderRequest struct {
@@ -3393,7 +4013,7 @@ type TransferLeaderRequest struct {
 
 func (x *TransferLeaderRequest) Reset() {
 	*x = TransferLeaderRequest{}
-	mi := &file_tabula_proto_msgTypes[39]
+	mi := &file_tabula_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3405,7 +4025,7 @@ func (x *TransferLeaderRequest) String() string {
 func (*TransferLeaderRequest) ProtoMessage() {}
 
 func (x *TransferLeaderRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[39]
+	mi := &file_tabula_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3418,7 +4038,7 @@ func (x *TransferLeaderRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeaderRequest.ProtoReflect.Descriptor instead.
 func (*TransferLeaderRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{39}
+	return file_tabula_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *TransferLeaderRequest) GetTo() uint64 {
@@ -3436,7 +4056,7 @@ type TransferLeaderResponse struct {
 
 func (x *TransferLeaderResponse) Reset() {
 	*x = TransferLeaderResponse{}
-	mi := &file_tabula_proto_msgTypes[40]
+	mi := &file_tabula_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3448,7 +4068,7 @@ func (x *TransferLeaderResponse) String() string {
 func (*TransferLeaderResponse) ProtoMessage() {}
 
 func (x *TransferLeaderResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[40]
+	mi := &file_tabula_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3461,7 +4081,7 @@ func (x *TransferLeaderResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeaderResponse.ProtoReflect.Descriptor instead.
 func (*TransferLeaderResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{40}
+	return file_tabula_proto_rawDescGZIP(), []int{53}
 }
 
 type StreamRequest struct {
@@ -3481,7 +4101,7 @@ type StreamRequest struct {
 
 func (x *StreamRequest) Reset() {
 	*x = StreamRequest{}
-	mi := &file_tabula_proto_msgTypes[41]
+	mi := &file_tabula_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3493,7 +4113,7 @@ func (x *StreamRequest) String() string {
 func (*StreamRequest) ProtoMessage() {}
 
 func (x *StreamRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[41]
+	mi := &file_tabula_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3506,7 +4126,7 @@ func (x *StreamRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamRequest.ProtoReflect.Descriptor instead.
 func (*StreamRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{41}
+	return file_tabula_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *StreamRequest) GetOp() StreamOp {
@@ -3569,7 +4189,7 @@ type StreamResponse struct {
 
 func (x *StreamResponse) Reset() {
 	*x = StreamResponse{}
-	mi := &file_tabula_proto_msgTypes[42]
+	mi := &file_tabula_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3581,7 +4201,7 @@ func (x *StreamResponse) String() string {
 func (*StreamResponse) ProtoMessage() {}
 
 func (x *StreamResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[42]
+	mi := &file_tabula_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3594,7 +4214,7 @@ func (x *StreamResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamResponse.ProtoReflect.Descriptor instead.
 func (*StreamResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{42}
+	return file_tabula_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *StreamResponse) GetJson() []byte {
@@ -3616,7 +4236,7 @@ type CreateTableRequest struct {
 
 func (x *CreateTableRequest) Reset() {
 	*x = CreateTableRequest{}
-	mi := &file_tabula_proto_msgTypes[43]
+	mi := &file_tabula_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3628,7 +4248,7 @@ func (x *CreateTableRequest) String() string {
 func (*CreateTableRequest) ProtoMessage() {}
 
 func (x *CreateTableRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[43]
+	mi := &file_tabula_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3641,7 +4261,7 @@ func (x *CreateTableRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTableRequest.ProtoReflect.Descriptor instead.
 func (*CreateTableRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{43}
+	return file_tabula_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *CreateTableRequest) GetTenant() string {
@@ -3681,7 +4301,7 @@ type CreateTableResponse struct {
 
 func (x *CreateTableResponse) Reset() {
 	*x = CreateTableResponse{}
-	mi := &file_tabula_proto_msgTypes[44]
+	mi := &file_tabula_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3693,7 +4313,7 @@ func (x *CreateTableResponse) String() string {
 func (*CreateTableResponse) ProtoMessage() {}
 
 func (x *CreateTableResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[44]
+	mi := &file_tabula_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3706,7 +4326,7 @@ func (x *CreateTableResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTableResponse.ProtoReflect.Descriptor instead.
 func (*CreateTableResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{44}
+	return file_tabula_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *CreateTableResponse) GetMap() *PartitionMap {
@@ -3726,7 +4346,7 @@ type DropTableRequest struct {
 
 func (x *DropTableRequest) Reset() {
 	*x = DropTableRequest{}
-	mi := &file_tabula_proto_msgTypes[45]
+	mi := &file_tabula_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3738,7 +4358,7 @@ func (x *DropTableRequest) String() string {
 func (*DropTableRequest) ProtoMessage() {}
 
 func (x *DropTableRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[45]
+	mi := &file_tabula_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3751,7 +4371,7 @@ func (x *DropTableRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DropTableRequest.ProtoReflect.Descriptor instead.
 func (*DropTableRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{45}
+	return file_tabula_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *DropTableRequest) GetTenant() string {
@@ -3776,7 +4396,7 @@ type DropTableResponse struct {
 
 func (x *DropTableResponse) Reset() {
 	*x = DropTableResponse{}
-	mi := &file_tabula_proto_msgTypes[46]
+	mi := &file_tabula_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3788,7 +4408,7 @@ func (x *DropTableResponse) String() string {
 func (*DropTableResponse) ProtoMessage() {}
 
 func (x *DropTableResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[46]
+	mi := &file_tabula_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3801,7 +4421,7 @@ func (x *DropTableResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DropTableResponse.ProtoReflect.Descriptor instead.
 func (*DropTableResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{46}
+	return file_tabula_proto_rawDescGZIP(), []int{59}
 }
 
 type ListTablesRequest struct {
@@ -3813,7 +4433,7 @@ type ListTablesRequest struct {
 
 func (x *ListTablesRequest) Reset() {
 	*x = ListTablesRequest{}
-	mi := &file_tabula_proto_msgTypes[47]
+	mi := &file_tabula_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3825,7 +4445,7 @@ func (x *ListTablesRequest) String() string {
 func (*ListTablesRequest) ProtoMessage() {}
 
 func (x *ListTablesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[47]
+	mi := &file_tabula_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3838,7 +4458,7 @@ func (x *ListTablesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTablesRequest.ProtoReflect.Descriptor instead.
 func (*ListTablesRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{47}
+	return file_tabula_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *ListTablesRequest) GetTenant() string {
@@ -3857,7 +4477,7 @@ type ListTablesResponse struct {
 
 func (x *ListTablesResponse) Reset() {
 	*x = ListTablesResponse{}
-	mi := &file_tabula_proto_msgTypes[48]
+	mi := &file_tabula_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3869,7 +4489,7 @@ func (x *ListTablesResponse) String() string {
 func (*ListTablesResponse) ProtoMessage() {}
 
 func (x *ListTablesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[48]
+	mi := &file_tabula_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3882,7 +4502,7 @@ func (x *ListTablesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTablesResponse.ProtoReflect.Descriptor instead.
 func (*ListTablesResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{48}
+	return file_tabula_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *ListTablesResponse) GetTables() []*Table {
@@ -3902,7 +4522,7 @@ type DescribeTableRequest struct {
 
 func (x *DescribeTableRequest) Reset() {
 	*x = DescribeTableRequest{}
-	mi := &file_tabula_proto_msgTypes[49]
+	mi := &file_tabula_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3914,7 +4534,7 @@ func (x *DescribeTableRequest) String() string {
 func (*DescribeTableRequest) ProtoMessage() {}
 
 func (x *DescribeTableRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[49]
+	mi := &file_tabula_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3927,7 +4547,7 @@ func (x *DescribeTableRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeTableRequest.ProtoReflect.Descriptor instead.
 func (*DescribeTableRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{49}
+	return file_tabula_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *DescribeTableRequest) GetTenant() string {
@@ -3955,7 +4575,7 @@ type DescribeTableResponse struct {
 
 func (x *DescribeTableResponse) Reset() {
 	*x = DescribeTableResponse{}
-	mi := &file_tabula_proto_msgTypes[50]
+	mi := &file_tabula_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3967,7 +4587,7 @@ func (x *DescribeTableResponse) String() string {
 func (*DescribeTableResponse) ProtoMessage() {}
 
 func (x *DescribeTableResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[50]
+	mi := &file_tabula_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3980,7 +4600,7 @@ func (x *DescribeTableResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeTableResponse.ProtoReflect.Descriptor instead.
 func (*DescribeTableResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{50}
+	return file_tabula_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *DescribeTableResponse) GetMap() *PartitionMap {
@@ -4007,7 +4627,7 @@ type GetPartitionMapRequest struct {
 
 func (x *GetPartitionMapRequest) Reset() {
 	*x = GetPartitionMapRequest{}
-	mi := &file_tabula_proto_msgTypes[51]
+	mi := &file_tabula_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4019,7 +4639,7 @@ func (x *GetPartitionMapRequest) String() string {
 func (*GetPartitionMapRequest) ProtoMessage() {}
 
 func (x *GetPartitionMapRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[51]
+	mi := &file_tabula_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4032,7 +4652,7 @@ func (x *GetPartitionMapRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPartitionMapRequest.ProtoReflect.Descriptor instead.
 func (*GetPartitionMapRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{51}
+	return file_tabula_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *GetPartitionMapRequest) GetTenant() string {
@@ -4058,7 +4678,7 @@ type GetPartitionMapResponse struct {
 
 func (x *GetPartitionMapResponse) Reset() {
 	*x = GetPartitionMapResponse{}
-	mi := &file_tabula_proto_msgTypes[52]
+	mi := &file_tabula_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4070,7 +4690,7 @@ func (x *GetPartitionMapResponse) String() string {
 func (*GetPartitionMapResponse) ProtoMessage() {}
 
 func (x *GetPartitionMapResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[52]
+	mi := &file_tabula_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4083,7 +4703,7 @@ func (x *GetPartitionMapResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPartitionMapResponse.ProtoReflect.Descriptor instead.
 func (*GetPartitionMapResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{52}
+	return file_tabula_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *GetPartitionMapResponse) GetMap() *PartitionMap {
@@ -4112,7 +4732,7 @@ type WatchPartitionMapRequest struct {
 
 func (x *WatchPartitionMapRequest) Reset() {
 	*x = WatchPartitionMapRequest{}
-	mi := &file_tabula_proto_msgTypes[53]
+	mi := &file_tabula_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4124,7 +4744,7 @@ func (x *WatchPartitionMapRequest) String() string {
 func (*WatchPartitionMapRequest) ProtoMessage() {}
 
 func (x *WatchPartitionMapRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[53]
+	mi := &file_tabula_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4137,7 +4757,7 @@ func (x *WatchPartitionMapRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchPartitionMapRequest.ProtoReflect.Descriptor instead.
 func (*WatchPartitionMapRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{53}
+	return file_tabula_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *WatchPartitionMapRequest) GetTenant() string {
@@ -4208,7 +4828,7 @@ type WatchPartitionMapResponse struct {
 
 func (x *WatchPartitionMapResponse) Reset() {
 	*x = WatchPartitionMapResponse{}
-	mi := &file_tabula_proto_msgTypes[54]
+	mi := &file_tabula_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4220,7 +4840,7 @@ func (x *WatchPartitionMapResponse) String() string {
 func (*WatchPartitionMapResponse) ProtoMessage() {}
 
 func (x *WatchPartitionMapResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[54]
+	mi := &file_tabula_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4233,7 +4853,7 @@ func (x *WatchPartitionMapResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchPartitionMapResponse.ProtoReflect.Descriptor instead.
 func (*WatchPartitionMapResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{54}
+	return file_tabula_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *WatchPartitionMapResponse) GetVersion() uint64 {
@@ -4297,7 +4917,7 @@ type RegisterServerRequest struct {
 
 func (x *RegisterServerRequest) Reset() {
 	*x = RegisterServerRequest{}
-	mi := &file_tabula_proto_msgTypes[55]
+	mi := &file_tabula_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4309,7 +4929,7 @@ func (x *RegisterServerRequest) String() string {
 func (*RegisterServerRequest) ProtoMessage() {}
 
 func (x *RegisterServerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[55]
+	mi := &file_tabula_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4322,7 +4942,7 @@ func (x *RegisterServerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterServerRequest.ProtoReflect.Descriptor instead.
 func (*RegisterServerRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{55}
+	return file_tabula_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *RegisterServerRequest) GetServerId() string {
@@ -4370,7 +4990,7 @@ type RegisterServerResponse struct {
 
 func (x *RegisterServerResponse) Reset() {
 	*x = RegisterServerResponse{}
-	mi := &file_tabula_proto_msgTypes[56]
+	mi := &file_tabula_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4382,7 +5002,7 @@ func (x *RegisterServerResponse) String() string {
 func (*RegisterServerResponse) ProtoMessage() {}
 
 func (x *RegisterServerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[56]
+	mi := &file_tabula_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4395,7 +5015,7 @@ func (x *RegisterServerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterServerResponse.ProtoReflect.Descriptor instead.
 func (*RegisterServerResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{56}
+	return file_tabula_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *RegisterServerResponse) GetServerId() string {
@@ -4445,7 +5065,7 @@ type HeartbeatRequest struct {
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_tabula_proto_msgTypes[57]
+	mi := &file_tabula_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4457,7 +5077,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[57]
+	mi := &file_tabula_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4470,7 +5090,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{57}
+	return file_tabula_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *HeartbeatRequest) GetServerId() string {
@@ -4513,15 +5133,18 @@ type HeartbeatResponse struct {
 	MapVersion uint64                 `protobuf:"varint,1,opt,name=map_version,json=mapVersion,proto3" json:"map_version,omitempty"`
 	// The master does not know this server (e.g. it was declared dead):
 	// register again before serving.
-	Reregister    bool   `protobuf:"varint,2,opt,name=reregister,proto3" json:"reregister,omitempty"`
-	LeaseMs       uint32 `protobuf:"varint,3,opt,name=lease_ms,json=leaseMs,proto3" json:"lease_ms,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Reregister bool   `protobuf:"varint,2,opt,name=reregister,proto3" json:"reregister,omitempty"`
+	LeaseMs    uint32 `protobuf:"varint,3,opt,name=lease_ms,json=leaseMs,proto3" json:"lease_ms,omitempty"`
+	// The version of the tenants' keys (TenantKeysResponse.version): a
+	// server holding another asks TenantKeys again.
+	TenantsVersion uint64 `protobuf:"varint,4,opt,name=tenants_version,json=tenantsVersion,proto3" json:"tenants_version,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_tabula_proto_msgTypes[58]
+	mi := &file_tabula_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4533,7 +5156,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[58]
+	mi := &file_tabula_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4546,7 +5169,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{58}
+	return file_tabula_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *HeartbeatResponse) GetMapVersion() uint64 {
@@ -4570,6 +5193,13 @@ func (x *HeartbeatResponse) GetLeaseMs() uint32 {
 	return 0
 }
 
+func (x *HeartbeatResponse) GetTenantsVersion() uint64 {
+	if x != nil {
+		return x.TenantsVersion
+	}
+	return 0
+}
+
 type BulkPublishRequest struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Tenant  string                 `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
@@ -4585,7 +5215,7 @@ type BulkPublishRequest struct {
 
 func (x *BulkPublishRequest) Reset() {
 	*x = BulkPublishRequest{}
-	mi := &file_tabula_proto_msgTypes[59]
+	mi := &file_tabula_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4597,7 +5227,7 @@ func (x *BulkPublishRequest) String() string {
 func (*BulkPublishRequest) ProtoMessage() {}
 
 func (x *BulkPublishRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[59]
+	mi := &file_tabula_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4610,7 +5240,7 @@ func (x *BulkPublishRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkPublishRequest.ProtoReflect.Descriptor instead.
 func (*BulkPublishRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{59}
+	return file_tabula_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *BulkPublishRequest) GetTenant() string {
@@ -4660,7 +5290,7 @@ type BulkPublishResponse struct {
 
 func (x *BulkPublishResponse) Reset() {
 	*x = BulkPublishResponse{}
-	mi := &file_tabula_proto_msgTypes[60]
+	mi := &file_tabula_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4672,7 +5302,7 @@ func (x *BulkPublishResponse) String() string {
 func (*BulkPublishResponse) ProtoMessage() {}
 
 func (x *BulkPublishResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[60]
+	mi := &file_tabula_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4685,7 +5315,7 @@ func (x *BulkPublishResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkPublishResponse.ProtoReflect.Descriptor instead.
 func (*BulkPublishResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{60}
+	return file_tabula_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *BulkPublishResponse) GetMap() *PartitionMap {
@@ -4717,7 +5347,7 @@ type BulkStoredRequest struct {
 
 func (x *BulkStoredRequest) Reset() {
 	*x = BulkStoredRequest{}
-	mi := &file_tabula_proto_msgTypes[61]
+	mi := &file_tabula_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4729,7 +5359,7 @@ func (x *BulkStoredRequest) String() string {
 func (*BulkStoredRequest) ProtoMessage() {}
 
 func (x *BulkStoredRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[61]
+	mi := &file_tabula_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4742,7 +5372,7 @@ func (x *BulkStoredRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkStoredRequest.ProtoReflect.Descriptor instead.
 func (*BulkStoredRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{61}
+	return file_tabula_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *BulkStoredRequest) GetTenant() string {
@@ -4789,7 +5419,7 @@ type BulkStoredResponse struct {
 
 func (x *BulkStoredResponse) Reset() {
 	*x = BulkStoredResponse{}
-	mi := &file_tabula_proto_msgTypes[62]
+	mi := &file_tabula_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4801,7 +5431,7 @@ func (x *BulkStoredResponse) String() string {
 func (*BulkStoredResponse) ProtoMessage() {}
 
 func (x *BulkStoredResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[62]
+	mi := &file_tabula_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4814,7 +5444,7 @@ func (x *BulkStoredResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkStoredResponse.ProtoReflect.Descriptor instead.
 func (*BulkStoredResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{62}
+	return file_tabula_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *BulkStoredResponse) GetMap() *PartitionMap {
@@ -4834,7 +5464,7 @@ type BulkStatusRequest struct {
 
 func (x *BulkStatusRequest) Reset() {
 	*x = BulkStatusRequest{}
-	mi := &file_tabula_proto_msgTypes[63]
+	mi := &file_tabula_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4846,7 +5476,7 @@ func (x *BulkStatusRequest) String() string {
 func (*BulkStatusRequest) ProtoMessage() {}
 
 func (x *BulkStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[63]
+	mi := &file_tabula_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4859,7 +5489,7 @@ func (x *BulkStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkStatusRequest.ProtoReflect.Descriptor instead.
 func (*BulkStatusRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{63}
+	return file_tabula_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *BulkStatusRequest) GetTenant() string {
@@ -4887,7 +5517,7 @@ type BulkStatusResponse struct {
 
 func (x *BulkStatusResponse) Reset() {
 	*x = BulkStatusResponse{}
-	mi := &file_tabula_proto_msgTypes[64]
+	mi := &file_tabula_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4899,7 +5529,7 @@ func (x *BulkStatusResponse) String() string {
 func (*BulkStatusResponse) ProtoMessage() {}
 
 func (x *BulkStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[64]
+	mi := &file_tabula_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4912,7 +5542,7 @@ func (x *BulkStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkStatusResponse.ProtoReflect.Descriptor instead.
 func (*BulkStatusResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{64}
+	return file_tabula_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *BulkStatusResponse) GetMap() *PartitionMap {
@@ -4940,7 +5570,7 @@ type BulkRollbackRequest struct {
 
 func (x *BulkRollbackRequest) Reset() {
 	*x = BulkRollbackRequest{}
-	mi := &file_tabula_proto_msgTypes[65]
+	mi := &file_tabula_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4952,7 +5582,7 @@ func (x *BulkRollbackRequest) String() string {
 func (*BulkRollbackRequest) ProtoMessage() {}
 
 func (x *BulkRollbackRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[65]
+	mi := &file_tabula_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4965,7 +5595,7 @@ func (x *BulkRollbackRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkRollbackRequest.ProtoReflect.Descriptor instead.
 func (*BulkRollbackRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{65}
+	return file_tabula_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *BulkRollbackRequest) GetTenant() string {
@@ -4998,7 +5628,7 @@ type BulkRollbackResponse struct {
 
 func (x *BulkRollbackResponse) Reset() {
 	*x = BulkRollbackResponse{}
-	mi := &file_tabula_proto_msgTypes[66]
+	mi := &file_tabula_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5010,7 +5640,7 @@ func (x *BulkRollbackResponse) String() string {
 func (*BulkRollbackResponse) ProtoMessage() {}
 
 func (x *BulkRollbackResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[66]
+	mi := &file_tabula_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5023,7 +5653,7 @@ func (x *BulkRollbackResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkRollbackResponse.ProtoReflect.Descriptor instead.
 func (*BulkRollbackResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{66}
+	return file_tabula_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *BulkRollbackResponse) GetMap() *PartitionMap {
@@ -5041,7 +5671,7 @@ type ListServersRequest struct {
 
 func (x *ListServersRequest) Reset() {
 	*x = ListServersRequest{}
-	mi := &file_tabula_proto_msgTypes[67]
+	mi := &file_tabula_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5053,7 +5683,7 @@ func (x *ListServersRequest) String() string {
 func (*ListServersRequest) ProtoMessage() {}
 
 func (x *ListServersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[67]
+	mi := &file_tabula_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5066,7 +5696,7 @@ func (x *ListServersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListServersRequest.ProtoReflect.Descriptor instead.
 func (*ListServersRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{67}
+	return file_tabula_proto_rawDescGZIP(), []int{80}
 }
 
 type ListServersResponse struct {
@@ -5078,7 +5708,7 @@ type ListServersResponse struct {
 
 func (x *ListServersResponse) Reset() {
 	*x = ListServersResponse{}
-	mi := &file_tabula_proto_msgTypes[68]
+	mi := &file_tabula_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5090,7 +5720,7 @@ func (x *ListServersResponse) String() string {
 func (*ListServersResponse) ProtoMessage() {}
 
 func (x *ListServersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[68]
+	mi := &file_tabula_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5103,7 +5733,7 @@ func (x *ListServersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListServersResponse.ProtoReflect.Descriptor instead.
 func (*ListServersResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{68}
+	return file_tabula_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *ListServersResponse) GetServers() []*ServerInfo {
@@ -5136,7 +5766,7 @@ type RequestHeader struct {
 
 func (x *RequestHeader) Reset() {
 	*x = RequestHeader{}
-	mi := &file_tabula_proto_msgTypes[69]
+	mi := &file_tabula_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5148,7 +5778,7 @@ func (x *RequestHeader) String() string {
 func (*RequestHeader) ProtoMessage() {}
 
 func (x *RequestHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[69]
+	mi := &file_tabula_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5161,7 +5791,7 @@ func (x *RequestHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestHeader.ProtoReflect.Descriptor instead.
 func (*RequestHeader) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{69}
+	return file_tabula_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *RequestHeader) GetTenant() string {
@@ -5223,7 +5853,7 @@ type GetRequest struct {
 
 func (x *GetRequest) Reset() {
 	*x = GetRequest{}
-	mi := &file_tabula_proto_msgTypes[70]
+	mi := &file_tabula_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5235,7 +5865,7 @@ func (x *GetRequest) String() string {
 func (*GetRequest) ProtoMessage() {}
 
 func (x *GetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[70]
+	mi := &file_tabula_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5248,7 +5878,7 @@ func (x *GetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRequest.ProtoReflect.Descriptor instead.
 func (*GetRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{70}
+	return file_tabula_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *GetRequest) GetHeader() *RequestHeader {
@@ -5279,7 +5909,7 @@ type GetResponse struct {
 
 func (x *GetResponse) Reset() {
 	*x = GetResponse{}
-	mi := &file_tabula_proto_msgTypes[71]
+	mi := &file_tabula_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5291,7 +5921,7 @@ func (x *GetResponse) String() string {
 func (*GetResponse) ProtoMessage() {}
 
 func (x *GetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[71]
+	mi := &file_tabula_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5304,7 +5934,7 @@ func (x *GetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetResponse.ProtoReflect.Descriptor instead.
 func (*GetResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{71}
+	return file_tabula_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *GetResponse) GetFound() bool {
@@ -5345,7 +5975,7 @@ type BatchGetRequest struct {
 
 func (x *BatchGetRequest) Reset() {
 	*x = BatchGetRequest{}
-	mi := &file_tabula_proto_msgTypes[72]
+	mi := &file_tabula_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5357,7 +5987,7 @@ func (x *BatchGetRequest) String() string {
 func (*BatchGetRequest) ProtoMessage() {}
 
 func (x *BatchGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[72]
+	mi := &file_tabula_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5370,7 +6000,7 @@ func (x *BatchGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchGetRequest.ProtoReflect.Descriptor instead.
 func (*BatchGetRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{72}
+	return file_tabula_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *BatchGetRequest) GetHeader() *RequestHeader {
@@ -5399,7 +6029,7 @@ type BatchGetResponse struct {
 
 func (x *BatchGetResponse) Reset() {
 	*x = BatchGetResponse{}
-	mi := &file_tabula_proto_msgTypes[73]
+	mi := &file_tabula_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5411,7 +6041,7 @@ func (x *BatchGetResponse) String() string {
 func (*BatchGetResponse) ProtoMessage() {}
 
 func (x *BatchGetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[73]
+	mi := &file_tabula_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5424,7 +6054,7 @@ func (x *BatchGetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchGetResponse.ProtoReflect.Descriptor instead.
 func (*BatchGetResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{73}
+	return file_tabula_proto_rawDescGZIP(), []int{86}
 }
 
 func (x *BatchGetResponse) GetResults() []*GetResponse {
@@ -5451,7 +6081,7 @@ type MultiGetRequest struct {
 
 func (x *MultiGetRequest) Reset() {
 	*x = MultiGetRequest{}
-	mi := &file_tabula_proto_msgTypes[74]
+	mi := &file_tabula_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5463,7 +6093,7 @@ func (x *MultiGetRequest) String() string {
 func (*MultiGetRequest) ProtoMessage() {}
 
 func (x *MultiGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[74]
+	mi := &file_tabula_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5476,7 +6106,7 @@ func (x *MultiGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MultiGetRequest.ProtoReflect.Descriptor instead.
 func (*MultiGetRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{74}
+	return file_tabula_proto_rawDescGZIP(), []int{87}
 }
 
 func (x *MultiGetRequest) GetGets() []*GetRequest {
@@ -5496,7 +6126,7 @@ type MultiGetResponse struct {
 
 func (x *MultiGetResponse) Reset() {
 	*x = MultiGetResponse{}
-	mi := &file_tabula_proto_msgTypes[75]
+	mi := &file_tabula_proto_msgTypes[88]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5508,7 +6138,7 @@ func (x *MultiGetResponse) String() string {
 func (*MultiGetResponse) ProtoMessage() {}
 
 func (x *MultiGetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[75]
+	mi := &file_tabula_proto_msgTypes[88]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5521,7 +6151,7 @@ func (x *MultiGetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MultiGetResponse.ProtoReflect.Descriptor instead.
 func (*MultiGetResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{75}
+	return file_tabula_proto_rawDescGZIP(), []int{88}
 }
 
 func (x *MultiGetResponse) GetResults() []*MultiGetResult {
@@ -5544,7 +6174,7 @@ type MultiGetResult struct {
 
 func (x *MultiGetResult) Reset() {
 	*x = MultiGetResult{}
-	mi := &file_tabula_proto_msgTypes[76]
+	mi := &file_tabula_proto_msgTypes[89]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5556,7 +6186,7 @@ func (x *MultiGetResult) String() string {
 func (*MultiGetResult) ProtoMessage() {}
 
 func (x *MultiGetResult) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[76]
+	mi := &file_tabula_proto_msgTypes[89]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5569,7 +6199,7 @@ func (x *MultiGetResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MultiGetResult.ProtoReflect.Descriptor instead.
 func (*MultiGetResult) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{76}
+	return file_tabula_proto_rawDescGZIP(), []int{89}
 }
 
 func (x *MultiGetResult) GetResponse() *GetResponse {
@@ -5602,7 +6232,7 @@ type PutRequest struct {
 
 func (x *PutRequest) Reset() {
 	*x = PutRequest{}
-	mi := &file_tabula_proto_msgTypes[77]
+	mi := &file_tabula_proto_msgTypes[90]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5614,7 +6244,7 @@ func (x *PutRequest) String() string {
 func (*PutRequest) ProtoMessage() {}
 
 func (x *PutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[77]
+	mi := &file_tabula_proto_msgTypes[90]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5627,7 +6257,7 @@ func (x *PutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutRequest.ProtoReflect.Descriptor instead.
 func (*PutRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{77}
+	return file_tabula_proto_rawDescGZIP(), []int{90}
 }
 
 func (x *PutRequest) GetHeader() *RequestHeader {
@@ -5675,7 +6305,7 @@ type PutResponse struct {
 
 func (x *PutResponse) Reset() {
 	*x = PutResponse{}
-	mi := &file_tabula_proto_msgTypes[78]
+	mi := &file_tabula_proto_msgTypes[91]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5687,7 +6317,7 @@ func (x *PutResponse) String() string {
 func (*PutResponse) ProtoMessage() {}
 
 func (x *PutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[78]
+	mi := &file_tabula_proto_msgTypes[91]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5700,7 +6330,7 @@ func (x *PutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutResponse.ProtoReflect.Descriptor instead.
 func (*PutResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{78}
+	return file_tabula_proto_rawDescGZIP(), []int{91}
 }
 
 func (x *PutResponse) GetLsn() uint64 {
@@ -5721,7 +6351,7 @@ type DeleteRequest struct {
 
 func (x *DeleteRequest) Reset() {
 	*x = DeleteRequest{}
-	mi := &file_tabula_proto_msgTypes[79]
+	mi := &file_tabula_proto_msgTypes[92]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5733,7 +6363,7 @@ func (x *DeleteRequest) String() string {
 func (*DeleteRequest) ProtoMessage() {}
 
 func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[79]
+	mi := &file_tabula_proto_msgTypes[92]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5746,7 +6376,7 @@ func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRequest.ProtoReflect.Descriptor instead.
 func (*DeleteRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{79}
+	return file_tabula_proto_rawDescGZIP(), []int{92}
 }
 
 func (x *DeleteRequest) GetHeader() *RequestHeader {
@@ -5780,7 +6410,7 @@ type DeleteResponse struct {
 
 func (x *DeleteResponse) Reset() {
 	*x = DeleteResponse{}
-	mi := &file_tabula_proto_msgTypes[80]
+	mi := &file_tabula_proto_msgTypes[93]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5792,7 +6422,7 @@ func (x *DeleteResponse) String() string {
 func (*DeleteResponse) ProtoMessage() {}
 
 func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[80]
+	mi := &file_tabula_proto_msgTypes[93]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5805,7 +6435,7 @@ func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteResponse.ProtoReflect.Descriptor instead.
 func (*DeleteResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{80}
+	return file_tabula_proto_rawDescGZIP(), []int{93}
 }
 
 func (x *DeleteResponse) GetExisted() bool {
@@ -5841,7 +6471,7 @@ type CompareAndSwapRequest struct {
 
 func (x *CompareAndSwapRequest) Reset() {
 	*x = CompareAndSwapRequest{}
-	mi := &file_tabula_proto_msgTypes[81]
+	mi := &file_tabula_proto_msgTypes[94]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5853,7 +6483,7 @@ func (x *CompareAndSwapRequest) String() string {
 func (*CompareAndSwapRequest) ProtoMessage() {}
 
 func (x *CompareAndSwapRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[81]
+	mi := &file_tabula_proto_msgTypes[94]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5866,7 +6496,7 @@ func (x *CompareAndSwapRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompareAndSwapRequest.ProtoReflect.Descriptor instead.
 func (*CompareAndSwapRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{81}
+	return file_tabula_proto_rawDescGZIP(), []int{94}
 }
 
 func (x *CompareAndSwapRequest) GetHeader() *RequestHeader {
@@ -5938,7 +6568,7 @@ type CompareAndSwapResponse struct {
 
 func (x *CompareAndSwapResponse) Reset() {
 	*x = CompareAndSwapResponse{}
-	mi := &file_tabula_proto_msgTypes[82]
+	mi := &file_tabula_proto_msgTypes[95]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5950,7 +6580,7 @@ func (x *CompareAndSwapResponse) String() string {
 func (*CompareAndSwapResponse) ProtoMessage() {}
 
 func (x *CompareAndSwapResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[82]
+	mi := &file_tabula_proto_msgTypes[95]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5963,7 +6593,7 @@ func (x *CompareAndSwapResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompareAndSwapResponse.ProtoReflect.Descriptor instead.
 func (*CompareAndSwapResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{82}
+	return file_tabula_proto_rawDescGZIP(), []int{95}
 }
 
 func (x *CompareAndSwapResponse) GetSwapped() bool {
@@ -6006,7 +6636,7 @@ type Mutation struct {
 
 func (x *Mutation) Reset() {
 	*x = Mutation{}
-	mi := &file_tabula_proto_msgTypes[83]
+	mi := &file_tabula_proto_msgTypes[96]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6018,7 +6648,7 @@ func (x *Mutation) String() string {
 func (*Mutation) ProtoMessage() {}
 
 func (x *Mutation) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[83]
+	mi := &file_tabula_proto_msgTypes[96]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6031,7 +6661,7 @@ func (x *Mutation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Mutation.ProtoReflect.Descriptor instead.
 func (*Mutation) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{83}
+	return file_tabula_proto_rawDescGZIP(), []int{96}
 }
 
 func (x *Mutation) GetOp() Mutation_Op {
@@ -6073,7 +6703,7 @@ type BatchWriteRequest struct {
 
 func (x *BatchWriteRequest) Reset() {
 	*x = BatchWriteRequest{}
-	mi := &file_tabula_proto_msgTypes[84]
+	mi := &file_tabula_proto_msgTypes[97]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6085,7 +6715,7 @@ func (x *BatchWriteRequest) String() string {
 func (*BatchWriteRequest) ProtoMessage() {}
 
 func (x *BatchWriteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[84]
+	mi := &file_tabula_proto_msgTypes[97]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6098,7 +6728,7 @@ func (x *BatchWriteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchWriteRequest.ProtoReflect.Descriptor instead.
 func (*BatchWriteRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{84}
+	return file_tabula_proto_rawDescGZIP(), []int{97}
 }
 
 func (x *BatchWriteRequest) GetHeader() *RequestHeader {
@@ -6131,7 +6761,7 @@ type BatchWriteResponse struct {
 
 func (x *BatchWriteResponse) Reset() {
 	*x = BatchWriteResponse{}
-	mi := &file_tabula_proto_msgTypes[85]
+	mi := &file_tabula_proto_msgTypes[98]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6143,7 +6773,7 @@ func (x *BatchWriteResponse) String() string {
 func (*BatchWriteResponse) ProtoMessage() {}
 
 func (x *BatchWriteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[85]
+	mi := &file_tabula_proto_msgTypes[98]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6156,7 +6786,7 @@ func (x *BatchWriteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchWriteResponse.ProtoReflect.Descriptor instead.
 func (*BatchWriteResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{85}
+	return file_tabula_proto_rawDescGZIP(), []int{98}
 }
 
 func (x *BatchWriteResponse) GetLsn() uint64 {
@@ -6175,7 +6805,7 @@ type ScanRequest struct {
 
 func (x *ScanRequest) Reset() {
 	*x = ScanRequest{}
-	mi := &file_tabula_proto_msgTypes[86]
+	mi := &file_tabula_proto_msgTypes[99]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6187,7 +6817,7 @@ func (x *ScanRequest) String() string {
 func (*ScanRequest) ProtoMessage() {}
 
 func (x *ScanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[86]
+	mi := &file_tabula_proto_msgTypes[99]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6200,7 +6830,7 @@ func (x *ScanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScanRequest.ProtoReflect.Descriptor instead.
 func (*ScanRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{86}
+	return file_tabula_proto_rawDescGZIP(), []int{99}
 }
 
 func (x *ScanRequest) GetHeader() *RequestHeader {
@@ -6221,7 +6851,7 @@ type KeyValue struct {
 
 func (x *KeyValue) Reset() {
 	*x = KeyValue{}
-	mi := &file_tabula_proto_msgTypes[87]
+	mi := &file_tabula_proto_msgTypes[100]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6233,7 +6863,7 @@ func (x *KeyValue) String() string {
 func (*KeyValue) ProtoMessage() {}
 
 func (x *KeyValue) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[87]
+	mi := &file_tabula_proto_msgTypes[100]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6246,7 +6876,7 @@ func (x *KeyValue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyValue.ProtoReflect.Descriptor instead.
 func (*KeyValue) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{87}
+	return file_tabula_proto_rawDescGZIP(), []int{100}
 }
 
 func (x *KeyValue) GetKey() []byte {
@@ -6279,7 +6909,7 @@ type ScanResponse struct {
 
 func (x *ScanResponse) Reset() {
 	*x = ScanResponse{}
-	mi := &file_tabula_proto_msgTypes[88]
+	mi := &file_tabula_proto_msgTypes[101]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6291,7 +6921,7 @@ func (x *ScanResponse) String() string {
 func (*ScanResponse) ProtoMessage() {}
 
 func (x *ScanResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[88]
+	mi := &file_tabula_proto_msgTypes[101]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6304,7 +6934,7 @@ func (x *ScanResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScanResponse.ProtoReflect.Descriptor instead.
 func (*ScanResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{88}
+	return file_tabula_proto_rawDescGZIP(), []int{101}
 }
 
 func (x *ScanResponse) GetRecords() []*KeyValue {
@@ -6326,7 +6956,7 @@ type CopyReplicaRequest struct {
 
 func (x *CopyReplicaRequest) Reset() {
 	*x = CopyReplicaRequest{}
-	mi := &file_tabula_proto_msgTypes[89]
+	mi := &file_tabula_proto_msgTypes[102]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6338,7 +6968,7 @@ func (x *CopyReplicaRequest) String() string {
 func (*CopyReplicaRequest) ProtoMessage() {}
 
 func (x *CopyReplicaRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[89]
+	mi := &file_tabula_proto_msgTypes[102]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6351,7 +6981,7 @@ func (x *CopyReplicaRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CopyReplicaRequest.ProtoReflect.Descriptor instead.
 func (*CopyReplicaRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{89}
+	return file_tabula_proto_rawDescGZIP(), []int{102}
 }
 
 func (x *CopyReplicaRequest) GetHeader() *RequestHeader {
@@ -6384,7 +7014,7 @@ type CopyReplicaChunk struct {
 
 func (x *CopyReplicaChunk) Reset() {
 	*x = CopyReplicaChunk{}
-	mi := &file_tabula_proto_msgTypes[90]
+	mi := &file_tabula_proto_msgTypes[103]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6396,7 +7026,7 @@ func (x *CopyReplicaChunk) String() string {
 func (*CopyReplicaChunk) ProtoMessage() {}
 
 func (x *CopyReplicaChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[90]
+	mi := &file_tabula_proto_msgTypes[103]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6409,7 +7039,7 @@ func (x *CopyReplicaChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CopyReplicaChunk.ProtoReflect.Descriptor instead.
 func (*CopyReplicaChunk) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{90}
+	return file_tabula_proto_rawDescGZIP(), []int{103}
 }
 
 func (x *CopyReplicaChunk) GetLsn() uint64 {
@@ -6464,7 +7094,7 @@ type BulkUploadRequest struct {
 
 func (x *BulkUploadRequest) Reset() {
 	*x = BulkUploadRequest{}
-	mi := &file_tabula_proto_msgTypes[91]
+	mi := &file_tabula_proto_msgTypes[104]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6476,7 +7106,7 @@ func (x *BulkUploadRequest) String() string {
 func (*BulkUploadRequest) ProtoMessage() {}
 
 func (x *BulkUploadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[91]
+	mi := &file_tabula_proto_msgTypes[104]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6489,7 +7119,7 @@ func (x *BulkUploadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkUploadRequest.ProtoReflect.Descriptor instead.
 func (*BulkUploadRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{91}
+	return file_tabula_proto_rawDescGZIP(), []int{104}
 }
 
 func (x *BulkUploadRequest) GetHeader() *RequestHeader {
@@ -6544,7 +7174,7 @@ type BulkUploadStatusRequest struct {
 
 func (x *BulkUploadStatusRequest) Reset() {
 	*x = BulkUploadStatusRequest{}
-	mi := &file_tabula_proto_msgTypes[92]
+	mi := &file_tabula_proto_msgTypes[105]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6556,7 +7186,7 @@ func (x *BulkUploadStatusRequest) String() string {
 func (*BulkUploadStatusRequest) ProtoMessage() {}
 
 func (x *BulkUploadStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[92]
+	mi := &file_tabula_proto_msgTypes[105]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6569,7 +7199,7 @@ func (x *BulkUploadStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkUploadStatusRequest.ProtoReflect.Descriptor instead.
 func (*BulkUploadStatusRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{92}
+	return file_tabula_proto_rawDescGZIP(), []int{105}
 }
 
 func (x *BulkUploadStatusRequest) GetHeader() *RequestHeader {
@@ -6598,7 +7228,7 @@ type BulkUploadResponse struct {
 
 func (x *BulkUploadResponse) Reset() {
 	*x = BulkUploadResponse{}
-	mi := &file_tabula_proto_msgTypes[93]
+	mi := &file_tabula_proto_msgTypes[106]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6610,7 +7240,7 @@ func (x *BulkUploadResponse) String() string {
 func (*BulkUploadResponse) ProtoMessage() {}
 
 func (x *BulkUploadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[93]
+	mi := &file_tabula_proto_msgTypes[106]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6623,7 +7253,7 @@ func (x *BulkUploadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkUploadResponse.ProtoReflect.Descriptor instead.
 func (*BulkUploadResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{93}
+	return file_tabula_proto_rawDescGZIP(), []int{106}
 }
 
 func (x *BulkUploadResponse) GetReceived() uint64 {
@@ -6654,7 +7284,7 @@ type PartitionLogFailedRequest struct {
 
 func (x *PartitionLogFailedRequest) Reset() {
 	*x = PartitionLogFailedRequest{}
-	mi := &file_tabula_proto_msgTypes[94]
+	mi := &file_tabula_proto_msgTypes[107]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6666,7 +7296,7 @@ func (x *PartitionLogFailedRequest) String() string {
 func (*PartitionLogFailedRequest) ProtoMessage() {}
 
 func (x *PartitionLogFailedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[94]
+	mi := &file_tabula_proto_msgTypes[107]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6679,7 +7309,7 @@ func (x *PartitionLogFailedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionLogFailedRequest.ProtoReflect.Descriptor instead.
 func (*PartitionLogFailedRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{94}
+	return file_tabula_proto_rawDescGZIP(), []int{107}
 }
 
 func (x *PartitionLogFailedRequest) GetServerId() string {
@@ -6727,7 +7357,7 @@ type PartitionLogFailedResponse struct {
 
 func (x *PartitionLogFailedResponse) Reset() {
 	*x = PartitionLogFailedResponse{}
-	mi := &file_tabula_proto_msgTypes[95]
+	mi := &file_tabula_proto_msgTypes[108]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6739,7 +7369,7 @@ func (x *PartitionLogFailedResponse) String() string {
 func (*PartitionLogFailedResponse) ProtoMessage() {}
 
 func (x *PartitionLogFailedResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[95]
+	mi := &file_tabula_proto_msgTypes[108]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6752,7 +7382,7 @@ func (x *PartitionLogFailedResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionLogFailedResponse.ProtoReflect.Descriptor instead.
 func (*PartitionLogFailedResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{95}
+	return file_tabula_proto_rawDescGZIP(), []int{108}
 }
 
 func (x *PartitionLogFailedResponse) GetPartition() *Partition {
@@ -6781,7 +7411,7 @@ type ForgetServerRequest struct {
 
 func (x *ForgetServerRequest) Reset() {
 	*x = ForgetServerRequest{}
-	mi := &file_tabula_proto_msgTypes[96]
+	mi := &file_tabula_proto_msgTypes[109]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6793,7 +7423,7 @@ func (x *ForgetServerRequest) String() string {
 func (*ForgetServerRequest) ProtoMessage() {}
 
 func (x *ForgetServerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[96]
+	mi := &file_tabula_proto_msgTypes[109]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6806,7 +7436,7 @@ func (x *ForgetServerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForgetServerRequest.ProtoReflect.Descriptor instead.
 func (*ForgetServerRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{96}
+	return file_tabula_proto_rawDescGZIP(), []int{109}
 }
 
 func (x *ForgetServerRequest) GetServerId() string {
@@ -6836,7 +7466,7 @@ type ForgetServerResponse struct {
 
 func (x *ForgetServerResponse) Reset() {
 	*x = ForgetServerResponse{}
-	mi := &file_tabula_proto_msgTypes[97]
+	mi := &file_tabula_proto_msgTypes[110]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6848,7 +7478,7 @@ func (x *ForgetServerResponse) String() string {
 func (*ForgetServerResponse) ProtoMessage() {}
 
 func (x *ForgetServerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[97]
+	mi := &file_tabula_proto_msgTypes[110]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6861,7 +7491,7 @@ func (x *ForgetServerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForgetServerResponse.ProtoReflect.Descriptor instead.
 func (*ForgetServerResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{97}
+	return file_tabula_proto_rawDescGZIP(), []int{110}
 }
 
 func (x *ForgetServerResponse) GetMoved() uint32 {
@@ -6904,7 +7534,7 @@ type LostPartition struct {
 
 func (x *LostPartition) Reset() {
 	*x = LostPartition{}
-	mi := &file_tabula_proto_msgTypes[98]
+	mi := &file_tabula_proto_msgTypes[111]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6916,7 +7546,7 @@ func (x *LostPartition) String() string {
 func (*LostPartition) ProtoMessage() {}
 
 func (x *LostPartition) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[98]
+	mi := &file_tabula_proto_msgTypes[111]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6929,7 +7559,7 @@ func (x *LostPartition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LostPartition.ProtoReflect.Descriptor instead.
 func (*LostPartition) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{98}
+	return file_tabula_proto_rawDescGZIP(), []int{111}
 }
 
 func (x *LostPartition) GetTenant() string {
@@ -6992,7 +7622,7 @@ type ListDataLossRequest struct {
 
 func (x *ListDataLossRequest) Reset() {
 	*x = ListDataLossRequest{}
-	mi := &file_tabula_proto_msgTypes[99]
+	mi := &file_tabula_proto_msgTypes[112]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7004,7 +7634,7 @@ func (x *ListDataLossRequest) String() string {
 func (*ListDataLossRequest) ProtoMessage() {}
 
 func (x *ListDataLossRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[99]
+	mi := &file_tabula_proto_msgTypes[112]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7017,7 +7647,7 @@ func (x *ListDataLossRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDataLossRequest.ProtoReflect.Descriptor instead.
 func (*ListDataLossRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{99}
+	return file_tabula_proto_rawDescGZIP(), []int{112}
 }
 
 func (x *ListDataLossRequest) GetTenant() string {
@@ -7044,7 +7674,7 @@ type ListDataLossResponse struct {
 
 func (x *ListDataLossResponse) Reset() {
 	*x = ListDataLossResponse{}
-	mi := &file_tabula_proto_msgTypes[100]
+	mi := &file_tabula_proto_msgTypes[113]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7056,7 +7686,7 @@ func (x *ListDataLossResponse) String() string {
 func (*ListDataLossResponse) ProtoMessage() {}
 
 func (x *ListDataLossResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[100]
+	mi := &file_tabula_proto_msgTypes[113]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7069,7 +7699,7 @@ func (x *ListDataLossResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDataLossResponse.ProtoReflect.Descriptor instead.
 func (*ListDataLossResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{100}
+	return file_tabula_proto_rawDescGZIP(), []int{113}
 }
 
 func (x *ListDataLossResponse) GetLost() []*LostPartition {
@@ -7283,7 +7913,37 @@ const file_tabula_proto_rawDesc = "" +
 	"mapVersion\x12'\n" +
 	"\x0fcurrent_version\x18\t \x01(\x04R\x0ecurrentVersion\x12\x16\n" +
 	"\x06leader\x18\n" +
-	" \x01(\tR\x06leader\"~\n" +
+	" \x01(\tR\x06leader\"t\n" +
+	"\n" +
+	"TenantInfo\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12&\n" +
+	"\x0fcreated_unix_ms\x18\x02 \x01(\x03R\rcreatedUnixMs\x12\x16\n" +
+	"\x06tables\x18\x03 \x01(\rR\x06tables\x12\x12\n" +
+	"\x04keys\x18\x04 \x03(\fR\x04keys\"-\n" +
+	"\x13CreateTenantRequest\x12\x16\n" +
+	"\x06tenant\x18\x01 \x01(\tR\x06tenant\"E\n" +
+	"\x14CreateTenantResponse\x12-\n" +
+	"\x06tenant\x18\x01 \x01(\v2\x15.tabula.v1.TenantInfoR\x06tenant\"\x14\n" +
+	"\x12ListTenantsRequest\"F\n" +
+	"\x13ListTenantsResponse\x12/\n" +
+	"\atenants\x18\x01 \x03(\v2\x15.tabula.v1.TenantInfoR\atenants\"/\n" +
+	"\x15DescribeTenantRequest\x12\x16\n" +
+	"\x06tenant\x18\x01 \x01(\tR\x06tenant\"q\n" +
+	"\x16DescribeTenantResponse\x12-\n" +
+	"\x06tenant\x18\x01 \x01(\v2\x15.tabula.v1.TenantInfoR\x06tenant\x12(\n" +
+	"\x06tables\x18\x02 \x03(\v2\x10.tabula.v1.TableR\x06tables\"-\n" +
+	"\x13DeleteTenantRequest\x12\x16\n" +
+	"\x06tenant\x18\x01 \x01(\tR\x06tenant\"\x16\n" +
+	"\x14DeleteTenantResponse\"B\n" +
+	"\x16RotateTenantKeyRequest\x12\x16\n" +
+	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\rR\x03key\"H\n" +
+	"\x17RotateTenantKeyResponse\x12-\n" +
+	"\x06tenant\x18\x01 \x01(\v2\x15.tabula.v1.TenantInfoR\x06tenant\"\x13\n" +
+	"\x11TenantKeysRequest\"_\n" +
+	"\x12TenantKeysResponse\x12\x18\n" +
+	"\aversion\x18\x01 \x01(\x04R\aversion\x12/\n" +
+	"\atenants\x18\x02 \x03(\v2\x15.tabula.v1.TenantInfoR\atenants\"~\n" +
 	"\x14MovePartitionRequest\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x14\n" +
 	"\x05table\x18\x02 \x01(\tR\x05table\x12\x14\n" +
@@ -7390,14 +8050,15 @@ const file_tabula_proto_rawDesc = "" +
 	"\breplicas\x18\x02 \x03(\v2\x18.tabula.v1.ReplicaStatusR\breplicas\x12\x1a\n" +
 	"\bdraining\x18\x03 \x01(\bR\bdraining\x129\n" +
 	"\fcoproc_ready\x18\x04 \x03(\v2\x16.tabula.v1.CoprocReadyR\vcoprocReady\x12)\n" +
-	"\x10replicas_omitted\x18\x05 \x01(\bR\x0freplicasOmitted\"o\n" +
+	"\x10replicas_omitted\x18\x05 \x01(\bR\x0freplicasOmitted\"\x98\x01\n" +
 	"\x11HeartbeatResponse\x12\x1f\n" +
 	"\vmap_version\x18\x01 \x01(\x04R\n" +
 	"mapVersion\x12\x1e\n" +
 	"\n" +
 	"reregister\x18\x02 \x01(\bR\n" +
 	"reregister\x12\x19\n" +
-	"\blease_ms\x18\x03 \x01(\rR\aleaseMs\"\xaa\x01\n" +
+	"\blease_ms\x18\x03 \x01(\rR\aleaseMs\x12'\n" +
+	"\x0ftenants_version\x18\x04 \x01(\x04R\x0etenantsVersion\"\xaa\x01\n" +
 	"\x12BulkPublishRequest\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x14\n" +
 	"\x05table\x18\x02 \x01(\tR\x05table\x12\x18\n" +
@@ -7592,7 +8253,7 @@ const file_tabula_proto_rawDesc = "" +
 	"\x15REPLICA_STATE_COPYING\x10\x01\x12\x1d\n" +
 	"\x19REPLICA_STATE_CATCHING_UP\x10\x02\x12\x19\n" +
 	"\x15REPLICA_STATE_IN_SYNC\x10\x03\x12\x18\n" +
-	"\x14REPLICA_STATE_FAILED\x10\x04*\xdf\x02\n" +
+	"\x14REPLICA_STATE_FAILED\x10\x04*\xe4\x03\n" +
 	"\tErrorCode\x12\x1a\n" +
 	"\x16ERROR_CODE_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14ERROR_CODE_NOT_OWNER\x10\x01\x12\x1a\n" +
@@ -7606,7 +8267,11 @@ const file_tabula_proto_rawDesc = "" +
 	"\x18ERROR_CODE_UNIMPLEMENTED\x10\t\x12\x1b\n" +
 	"\x17ERROR_CODE_VERSION_GONE\x10\n" +
 	"\x12\x18\n" +
-	"\x14ERROR_CODE_DATA_LOSS\x10\v*\xbc\x02\n" +
+	"\x14ERROR_CODE_DATA_LOSS\x10\v\x12\x1e\n" +
+	"\x1aERROR_CODE_UNAUTHENTICATED\x10\f\x12 \n" +
+	"\x1cERROR_CODE_PERMISSION_DENIED\x10\r\x12\"\n" +
+	"\x1eERROR_CODE_FAILED_PRECONDITION\x10\x0e\x12\x1d\n" +
+	"\x19ERROR_CODE_QUOTA_EXCEEDED\x10\x0f*\xbc\x02\n" +
 	"\bStreamOp\x12\x19\n" +
 	"\x15STREAM_OP_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10STREAM_OP_CREATE\x10\x01\x12\x14\n" +
@@ -7620,7 +8285,7 @@ const file_tabula_proto_rawDesc = "" +
 	"\x0fSTREAM_OP_NODES\x10\t\x12%\n" +
 	"!STREAM_OP_REPORT_CORRUPT_FRAGMENT\x10\n" +
 	"\x12\x16\n" +
-	"\x12STREAM_OP_SET_CODE\x10\v2\x86\x11\n" +
+	"\x12STREAM_OP_SET_CODE\x10\v2\xf2\x14\n" +
 	"\x06Master\x12L\n" +
 	"\vCreateTable\x12\x1d.tabula.v1.CreateTableRequest\x1a\x1e.tabula.v1.CreateTableResponse\x12F\n" +
 	"\tDropTable\x12\x1b.tabula.v1.DropTableRequest\x1a\x1c.tabula.v1.DropTableResponse\x12I\n" +
@@ -7652,7 +8317,14 @@ const file_tabula_proto_rawDesc = "" +
 	"\fRemoveMaster\x12\x1e.tabula.v1.RemoveMasterRequest\x1a\x1f.tabula.v1.RemoveMasterResponse\x12U\n" +
 	"\x0eTransferLeader\x12 .tabula.v1.TransferLeaderRequest\x1a!.tabula.v1.TransferLeaderResponse\x12R\n" +
 	"\rMovePartition\x12\x1f.tabula.v1.MovePartitionRequest\x1a .tabula.v1.MovePartitionResponse\x12L\n" +
-	"\vDrainServer\x12\x1d.tabula.v1.DrainServerRequest\x1a\x1e.tabula.v1.DrainServerResponse2\x9d\a\n" +
+	"\vDrainServer\x12\x1d.tabula.v1.DrainServerRequest\x1a\x1e.tabula.v1.DrainServerResponse\x12O\n" +
+	"\fCreateTenant\x12\x1e.tabula.v1.CreateTenantRequest\x1a\x1f.tabula.v1.CreateTenantResponse\x12L\n" +
+	"\vListTenants\x12\x1d.tabula.v1.ListTenantsRequest\x1a\x1e.tabula.v1.ListTenantsResponse\x12U\n" +
+	"\x0eDescribeTenant\x12 .tabula.v1.DescribeTenantRequest\x1a!.tabula.v1.DescribeTenantResponse\x12O\n" +
+	"\fDeleteTenant\x12\x1e.tabula.v1.DeleteTenantRequest\x1a\x1f.tabula.v1.DeleteTenantResponse\x12X\n" +
+	"\x0fRotateTenantKey\x12!.tabula.v1.RotateTenantKeyRequest\x1a\".tabula.v1.RotateTenantKeyResponse\x12I\n" +
+	"\n" +
+	"TenantKeys\x12\x1c.tabula.v1.TenantKeysRequest\x1a\x1d.tabula.v1.TenantKeysResponse2\x9d\a\n" +
 	"\vTableServer\x124\n" +
 	"\x03Get\x12\x15.tabula.v1.GetRequest\x1a\x16.tabula.v1.GetResponse\x12C\n" +
 	"\bBatchGet\x12\x1a.tabula.v1.BatchGetRequest\x1a\x1b.tabula.v1.BatchGetResponse\x12C\n" +
@@ -7683,7 +8355,7 @@ func file_tabula_proto_rawDescGZIP() []byte {
 }
 
 var file_tabula_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
-var file_tabula_proto_msgTypes = make([]protoimpl.MessageInfo, 101)
+var file_tabula_proto_msgTypes = make([]protoimpl.MessageInfo, 114)
 var file_tabula_proto_goTypes = []any{
 	(TableKind)(0),                     // 0: tabula.v1.TableKind
 	(ReplicaRole)(0),                   // 1: tabula.v1.ReplicaRole
@@ -7720,79 +8392,92 @@ var file_tabula_proto_goTypes = []any{
 	(*ReplicaStatus)(nil),              // 32: tabula.v1.ReplicaStatus
 	(*BulkLoaded)(nil),                 // 33: tabula.v1.BulkLoaded
 	(*ErrorDetail)(nil),                // 34: tabula.v1.ErrorDetail
-	(*MovePartitionRequest)(nil),       // 35: tabula.v1.MovePartitionRequest
-	(*MovePartitionResponse)(nil),      // 36: tabula.v1.MovePartitionResponse
-	(*DrainServerRequest)(nil),         // 37: tabula.v1.DrainServerRequest
-	(*DrainServerResponse)(nil),        // 38: tabula.v1.DrainServerResponse
-	(*MasterMember)(nil),               // 39: tabula.v1.MasterMember
-	(*MasterMembersRequest)(nil),       // 40: tabula.v1.MasterMembersRequest
-	(*MasterMembersResponse)(nil),      // 41: tabula.v1.MasterMembersResponse
-	(*AddMasterRequest)(nil),           // 42: tabula.v1.AddMasterRequest
-	(*AddMasterResponse)(nil),          // 43: tabula.v1.AddMasterResponse
-	(*RemoveMasterRequest)(nil),        // 44: tabula.v1.RemoveMasterRequest
-	(*RemoveMasterResponse)(nil),       // 45: tabula.v1.RemoveMasterResponse
-	(*TransferLeaderRequest)(nil),      // 46: tabula.v1.TransferLeaderRequest
-	(*TransferLeaderResponse)(nil),     // 47: tabula.v1.TransferLeaderResponse
-	(*StreamRequest)(nil),              // 48: tabula.v1.StreamRequest
-	(*StreamResponse)(nil),             // 49: tabula.v1.StreamResponse
-	(*CreateTableRequest)(nil),         // 50: tabula.v1.CreateTableRequest
-	(*CreateTableResponse)(nil),        // 51: tabula.v1.CreateTableResponse
-	(*DropTableRequest)(nil),           // 52: tabula.v1.DropTableRequest
-	(*DropTableResponse)(nil),          // 53: tabula.v1.DropTableResponse
-	(*ListTablesRequest)(nil),          // 54: tabula.v1.ListTablesRequest
-	(*ListTablesResponse)(nil),         // 55: tabula.v1.ListTablesResponse
-	(*DescribeTableRequest)(nil),       // 56: tabula.v1.DescribeTableRequest
-	(*DescribeTableResponse)(nil),      // 57: tabula.v1.DescribeTableResponse
-	(*GetPartitionMapRequest)(nil),     // 58: tabula.v1.GetPartitionMapRequest
-	(*GetPartitionMapResponse)(nil),    // 59: tabula.v1.GetPartitionMapResponse
-	(*WatchPartitionMapRequest)(nil),   // 60: tabula.v1.WatchPartitionMapRequest
-	(*WatchPartitionMapResponse)(nil),  // 61: tabula.v1.WatchPartitionMapResponse
-	(*RegisterServerRequest)(nil),      // 62: tabula.v1.RegisterServerRequest
-	(*RegisterServerResponse)(nil),     // 63: tabula.v1.RegisterServerResponse
-	(*HeartbeatRequest)(nil),           // 64: tabula.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),          // 65: tabula.v1.HeartbeatResponse
-	(*BulkPublishRequest)(nil),         // 66: tabula.v1.BulkPublishRequest
-	(*BulkPublishResponse)(nil),        // 67: tabula.v1.BulkPublishResponse
-	(*BulkStoredRequest)(nil),          // 68: tabula.v1.BulkStoredRequest
-	(*BulkStoredResponse)(nil),         // 69: tabula.v1.BulkStoredResponse
-	(*BulkStatusRequest)(nil),          // 70: tabula.v1.BulkStatusRequest
-	(*BulkStatusResponse)(nil),         // 71: tabula.v1.BulkStatusResponse
-	(*BulkRollbackRequest)(nil),        // 72: tabula.v1.BulkRollbackRequest
-	(*BulkRollbackResponse)(nil),       // 73: tabula.v1.BulkRollbackResponse
-	(*ListServersRequest)(nil),         // 74: tabula.v1.ListServersRequest
-	(*ListServersResponse)(nil),        // 75: tabula.v1.ListServersResponse
-	(*RequestHeader)(nil),              // 76: tabula.v1.RequestHeader
-	(*GetRequest)(nil),                 // 77: tabula.v1.GetRequest
-	(*GetResponse)(nil),                // 78: tabula.v1.GetResponse
-	(*BatchGetRequest)(nil),            // 79: tabula.v1.BatchGetRequest
-	(*BatchGetResponse)(nil),           // 80: tabula.v1.BatchGetResponse
-	(*MultiGetRequest)(nil),            // 81: tabula.v1.MultiGetRequest
-	(*MultiGetResponse)(nil),           // 82: tabula.v1.MultiGetResponse
-	(*MultiGetResult)(nil),             // 83: tabula.v1.MultiGetResult
-	(*PutRequest)(nil),                 // 84: tabula.v1.PutRequest
-	(*PutResponse)(nil),                // 85: tabula.v1.PutResponse
-	(*DeleteRequest)(nil),              // 86: tabula.v1.DeleteRequest
-	(*DeleteResponse)(nil),             // 87: tabula.v1.DeleteResponse
-	(*CompareAndSwapRequest)(nil),      // 88: tabula.v1.CompareAndSwapRequest
-	(*CompareAndSwapResponse)(nil),     // 89: tabula.v1.CompareAndSwapResponse
-	(*Mutation)(nil),                   // 90: tabula.v1.Mutation
-	(*BatchWriteRequest)(nil),          // 91: tabula.v1.BatchWriteRequest
-	(*BatchWriteResponse)(nil),         // 92: tabula.v1.BatchWriteResponse
-	(*ScanRequest)(nil),                // 93: tabula.v1.ScanRequest
-	(*KeyValue)(nil),                   // 94: tabula.v1.KeyValue
-	(*ScanResponse)(nil),               // 95: tabula.v1.ScanResponse
-	(*CopyReplicaRequest)(nil),         // 96: tabula.v1.CopyReplicaRequest
-	(*CopyReplicaChunk)(nil),           // 97: tabula.v1.CopyReplicaChunk
-	(*BulkUploadRequest)(nil),          // 98: tabula.v1.BulkUploadRequest
-	(*BulkUploadStatusRequest)(nil),    // 99: tabula.v1.BulkUploadStatusRequest
-	(*BulkUploadResponse)(nil),         // 100: tabula.v1.BulkUploadResponse
-	(*PartitionLogFailedRequest)(nil),  // 101: tabula.v1.PartitionLogFailedRequest
-	(*PartitionLogFailedResponse)(nil), // 102: tabula.v1.PartitionLogFailedResponse
-	(*ForgetServerRequest)(nil),        // 103: tabula.v1.ForgetServerRequest
-	(*ForgetServerResponse)(nil),       // 104: tabula.v1.ForgetServerResponse
-	(*LostPartition)(nil),              // 105: tabula.v1.LostPartition
-	(*ListDataLossRequest)(nil),        // 106: tabula.v1.ListDataLossRequest
-	(*ListDataLossResponse)(nil),       // 107: tabula.v1.ListDataLossResponse
+	(*TenantInfo)(nil),                 // 35: tabula.v1.TenantInfo
+	(*CreateTenantRequest)(nil),        // 36: tabula.v1.CreateTenantRequest
+	(*CreateTenantResponse)(nil),       // 37: tabula.v1.CreateTenantResponse
+	(*ListTenantsRequest)(nil),         // 38: tabula.v1.ListTenantsRequest
+	(*ListTenantsResponse)(nil),        // 39: tabula.v1.ListTenantsResponse
+	(*DescribeTenantRequest)(nil),      // 40: tabula.v1.DescribeTenantRequest
+	(*DescribeTenantResponse)(nil),     // 41: tabula.v1.DescribeTenantResponse
+	(*DeleteTenantRequest)(nil),        // 42: tabula.v1.DeleteTenantRequest
+	(*DeleteTenantResponse)(nil),       // 43: tabula.v1.DeleteTenantResponse
+	(*RotateTenantKeyRequest)(nil),     // 44: tabula.v1.RotateTenantKeyRequest
+	(*RotateTenantKeyResponse)(nil),    // 45: tabula.v1.RotateTenantKeyResponse
+	(*TenantKeysRequest)(nil),          // 46: tabula.v1.TenantKeysRequest
+	(*TenantKeysResponse)(nil),         // 47: tabula.v1.TenantKeysResponse
+	(*MovePartitionRequest)(nil),       // 48: tabula.v1.MovePartitionRequest
+	(*MovePartitionResponse)(nil),      // 49: tabula.v1.MovePartitionResponse
+	(*DrainServerRequest)(nil),         // 50: tabula.v1.DrainServerRequest
+	(*DrainServerResponse)(nil),        // 51: tabula.v1.DrainServerResponse
+	(*MasterMember)(nil),               // 52: tabula.v1.MasterMember
+	(*MasterMembersRequest)(nil),       // 53: tabula.v1.MasterMembersRequest
+	(*MasterMembersResponse)(nil),      // 54: tabula.v1.MasterMembersResponse
+	(*AddMasterRequest)(nil),           // 55: tabula.v1.AddMasterRequest
+	(*AddMasterResponse)(nil),          // 56: tabula.v1.AddMasterResponse
+	(*RemoveMasterRequest)(nil),        // 57: tabula.v1.RemoveMasterRequest
+	(*RemoveMasterResponse)(nil),       // 58: tabula.v1.RemoveMasterResponse
+	(*TransferLeaderRequest)(nil),      // 59: tabula.v1.TransferLeaderRequest
+	(*TransferLeaderResponse)(nil),     // 60: tabula.v1.TransferLeaderResponse
+	(*StreamRequest)(nil),              // 61: tabula.v1.StreamRequest
+	(*StreamResponse)(nil),             // 62: tabula.v1.StreamResponse
+	(*CreateTableRequest)(nil),         // 63: tabula.v1.CreateTableRequest
+	(*CreateTableResponse)(nil),        // 64: tabula.v1.CreateTableResponse
+	(*DropTableRequest)(nil),           // 65: tabula.v1.DropTableRequest
+	(*DropTableResponse)(nil),          // 66: tabula.v1.DropTableResponse
+	(*ListTablesRequest)(nil),          // 67: tabula.v1.ListTablesRequest
+	(*ListTablesResponse)(nil),         // 68: tabula.v1.ListTablesResponse
+	(*DescribeTableRequest)(nil),       // 69: tabula.v1.DescribeTableRequest
+	(*DescribeTableResponse)(nil),      // 70: tabula.v1.DescribeTableResponse
+	(*GetPartitionMapRequest)(nil),     // 71: tabula.v1.GetPartitionMapRequest
+	(*GetPartitionMapResponse)(nil),    // 72: tabula.v1.GetPartitionMapResponse
+	(*WatchPartitionMapRequest)(nil),   // 73: tabula.v1.WatchPartitionMapRequest
+	(*WatchPartitionMapResponse)(nil),  // 74: tabula.v1.WatchPartitionMapResponse
+	(*RegisterServerRequest)(nil),      // 75: tabula.v1.RegisterServerRequest
+	(*RegisterServerResponse)(nil),     // 76: tabula.v1.RegisterServerResponse
+	(*HeartbeatRequest)(nil),           // 77: tabula.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),          // 78: tabula.v1.HeartbeatResponse
+	(*BulkPublishRequest)(nil),         // 79: tabula.v1.BulkPublishRequest
+	(*BulkPublishResponse)(nil),        // 80: tabula.v1.BulkPublishResponse
+	(*BulkStoredRequest)(nil),          // 81: tabula.v1.BulkStoredRequest
+	(*BulkStoredResponse)(nil),         // 82: tabula.v1.BulkStoredResponse
+	(*BulkStatusRequest)(nil),          // 83: tabula.v1.BulkStatusRequest
+	(*BulkStatusResponse)(nil),         // 84: tabula.v1.BulkStatusResponse
+	(*BulkRollbackRequest)(nil),        // 85: tabula.v1.BulkRollbackRequest
+	(*BulkRollbackResponse)(nil),       // 86: tabula.v1.BulkRollbackResponse
+	(*ListServersRequest)(nil),         // 87: tabula.v1.ListServersRequest
+	(*ListServersResponse)(nil),        // 88: tabula.v1.ListServersResponse
+	(*RequestHeader)(nil),              // 89: tabula.v1.RequestHeader
+	(*GetRequest)(nil),                 // 90: tabula.v1.GetRequest
+	(*GetResponse)(nil),                // 91: tabula.v1.GetResponse
+	(*BatchGetRequest)(nil),            // 92: tabula.v1.BatchGetRequest
+	(*BatchGetResponse)(nil),           // 93: tabula.v1.BatchGetResponse
+	(*MultiGetRequest)(nil),            // 94: tabula.v1.MultiGetRequest
+	(*MultiGetResponse)(nil),           // 95: tabula.v1.MultiGetResponse
+	(*MultiGetResult)(nil),             // 96: tabula.v1.MultiGetResult
+	(*PutRequest)(nil),                 // 97: tabula.v1.PutRequest
+	(*PutResponse)(nil),                // 98: tabula.v1.PutResponse
+	(*DeleteRequest)(nil),              // 99: tabula.v1.DeleteRequest
+	(*DeleteResponse)(nil),             // 100: tabula.v1.DeleteResponse
+	(*CompareAndSwapRequest)(nil),      // 101: tabula.v1.CompareAndSwapRequest
+	(*CompareAndSwapResponse)(nil),     // 102: tabula.v1.CompareAndSwapResponse
+	(*Mutation)(nil),                   // 103: tabula.v1.Mutation
+	(*BatchWriteRequest)(nil),          // 104: tabula.v1.BatchWriteRequest
+	(*BatchWriteResponse)(nil),         // 105: tabula.v1.BatchWriteResponse
+	(*ScanRequest)(nil),                // 106: tabula.v1.ScanRequest
+	(*KeyValue)(nil),                   // 107: tabula.v1.KeyValue
+	(*ScanResponse)(nil),               // 108: tabula.v1.ScanResponse
+	(*CopyReplicaRequest)(nil),         // 109: tabula.v1.CopyReplicaRequest
+	(*CopyReplicaChunk)(nil),           // 110: tabula.v1.CopyReplicaChunk
+	(*BulkUploadRequest)(nil),          // 111: tabula.v1.BulkUploadRequest
+	(*BulkUploadStatusRequest)(nil),    // 112: tabula.v1.BulkUploadStatusRequest
+	(*BulkUploadResponse)(nil),         // 113: tabula.v1.BulkUploadResponse
+	(*PartitionLogFailedRequest)(nil),  // 114: tabula.v1.PartitionLogFailedRequest
+	(*PartitionLogFailedResponse)(nil), // 115: tabula.v1.PartitionLogFailedResponse
+	(*ForgetServerRequest)(nil),        // 116: tabula.v1.ForgetServerRequest
+	(*ForgetServerResponse)(nil),       // 117: tabula.v1.ForgetServerResponse
+	(*LostPartition)(nil),              // 118: tabula.v1.LostPartition
+	(*ListDataLossRequest)(nil),        // 119: tabula.v1.ListDataLossRequest
+	(*ListDataLossResponse)(nil),       // 120: tabula.v1.ListDataLossResponse
 }
 var file_tabula_proto_depIdxs = []int32{
 	0,   // 0: tabula.v1.Table.kind:type_name -> tabula.v1.TableKind
@@ -7808,8 +8493,8 @@ var file_tabula_proto_depIdxs = []int32{
 	14,  // 10: tabula.v1.CoprocDeployResponse.coprocessor:type_name -> tabula.v1.Coprocessor
 	14,  // 11: tabula.v1.CoprocListResponse.coprocessors:type_name -> tabula.v1.Coprocessor
 	14,  // 12: tabula.v1.CoprocRollbackResponse.coprocessor:type_name -> tabula.v1.Coprocessor
-	76,  // 13: tabula.v1.InvokeRequest.header:type_name -> tabula.v1.RequestHeader
-	76,  // 14: tabula.v1.CoprocMergeRequest.header:type_name -> tabula.v1.RequestHeader
+	89,  // 13: tabula.v1.InvokeRequest.header:type_name -> tabula.v1.RequestHeader
+	89,  // 14: tabula.v1.CoprocMergeRequest.header:type_name -> tabula.v1.RequestHeader
 	2,   // 15: tabula.v1.BulkVersion.state:type_name -> tabula.v1.BulkVersionState
 	28,  // 16: tabula.v1.BulkVersion.files:type_name -> tabula.v1.BulkFile
 	29,  // 17: tabula.v1.BulkInfo.versions:type_name -> tabula.v1.BulkVersion
@@ -7818,134 +8503,152 @@ var file_tabula_proto_depIdxs = []int32{
 	3,   // 20: tabula.v1.ReplicaStatus.state:type_name -> tabula.v1.ReplicaState
 	4,   // 21: tabula.v1.ErrorDetail.code:type_name -> tabula.v1.ErrorCode
 	10,  // 22: tabula.v1.ErrorDetail.partition:type_name -> tabula.v1.Partition
-	39,  // 23: tabula.v1.MasterMembersResponse.members:type_name -> tabula.v1.MasterMember
-	5,   // 24: tabula.v1.StreamRequest.op:type_name -> tabula.v1.StreamOp
-	0,   // 25: tabula.v1.CreateTableRequest.kind:type_name -> tabula.v1.TableKind
-	7,   // 26: tabula.v1.CreateTableRequest.options:type_name -> tabula.v1.TableOptions
-	12,  // 27: tabula.v1.CreateTableResponse.map:type_name -> tabula.v1.PartitionMap
-	8,   // 28: tabula.v1.ListTablesResponse.tables:type_name -> tabula.v1.Table
-	12,  // 29: tabula.v1.DescribeTableResponse.map:type_name -> tabula.v1.PartitionMap
-	32,  // 30: tabula.v1.DescribeTableResponse.replicas:type_name -> tabula.v1.ReplicaStatus
-	12,  // 31: tabula.v1.GetPartitionMapResponse.map:type_name -> tabula.v1.PartitionMap
-	12,  // 32: tabula.v1.WatchPartitionMapResponse.maps:type_name -> tabula.v1.PartitionMap
-	8,   // 33: tabula.v1.WatchPartitionMapResponse.removed:type_name -> tabula.v1.Table
-	12,  // 34: tabula.v1.WatchPartitionMapResponse.patches:type_name -> tabula.v1.PartitionMap
-	32,  // 35: tabula.v1.HeartbeatRequest.replicas:type_name -> tabula.v1.ReplicaStatus
-	23,  // 36: tabula.v1.HeartbeatRequest.coproc_ready:type_name -> tabula.v1.CoprocReady
-	28,  // 37: tabula.v1.BulkPublishRequest.files:type_name -> tabula.v1.BulkFile
-	12,  // 38: tabula.v1.BulkPublishResponse.map:type_name -> tabula.v1.PartitionMap
-	12,  // 39: tabula.v1.BulkStoredResponse.map:type_name -> tabula.v1.PartitionMap
-	12,  // 40: tabula.v1.BulkStatusResponse.map:type_name -> tabula.v1.PartitionMap
-	30,  // 41: tabula.v1.BulkStatusResponse.bulk:type_name -> tabula.v1.BulkInfo
-	12,  // 42: tabula.v1.BulkRollbackResponse.map:type_name -> tabula.v1.PartitionMap
-	31,  // 43: tabula.v1.ListServersResponse.servers:type_name -> tabula.v1.ServerInfo
-	76,  // 44: tabula.v1.GetRequest.header:type_name -> tabula.v1.RequestHeader
-	76,  // 45: tabula.v1.BatchGetRequest.header:type_name -> tabula.v1.RequestHeader
-	78,  // 46: tabula.v1.BatchGetResponse.results:type_name -> tabula.v1.GetResponse
-	77,  // 47: tabula.v1.MultiGetRequest.gets:type_name -> tabula.v1.GetRequest
-	83,  // 48: tabula.v1.MultiGetResponse.results:type_name -> tabula.v1.MultiGetResult
-	78,  // 49: tabula.v1.MultiGetResult.response:type_name -> tabula.v1.GetResponse
-	76,  // 50: tabula.v1.PutRequest.header:type_name -> tabula.v1.RequestHeader
-	76,  // 51: tabula.v1.DeleteRequest.header:type_name -> tabula.v1.RequestHeader
-	76,  // 52: tabula.v1.CompareAndSwapRequest.header:type_name -> tabula.v1.RequestHeader
-	6,   // 53: tabula.v1.Mutation.op:type_name -> tabula.v1.Mutation.Op
-	76,  // 54: tabula.v1.BatchWriteRequest.header:type_name -> tabula.v1.RequestHeader
-	90,  // 55: tabula.v1.BatchWriteRequest.mutations:type_name -> tabula.v1.Mutation
-	76,  // 56: tabula.v1.ScanRequest.header:type_name -> tabula.v1.RequestHeader
-	94,  // 57: tabula.v1.ScanResponse.records:type_name -> tabula.v1.KeyValue
-	76,  // 58: tabula.v1.CopyReplicaRequest.header:type_name -> tabula.v1.RequestHeader
-	94,  // 59: tabula.v1.CopyReplicaChunk.records:type_name -> tabula.v1.KeyValue
-	76,  // 60: tabula.v1.BulkUploadRequest.header:type_name -> tabula.v1.RequestHeader
-	28,  // 61: tabula.v1.BulkUploadRequest.file:type_name -> tabula.v1.BulkFile
-	76,  // 62: tabula.v1.BulkUploadStatusRequest.header:type_name -> tabula.v1.RequestHeader
-	10,  // 63: tabula.v1.PartitionLogFailedResponse.partition:type_name -> tabula.v1.Partition
-	105, // 64: tabula.v1.ForgetServerResponse.lost:type_name -> tabula.v1.LostPartition
-	105, // 65: tabula.v1.ListDataLossResponse.lost:type_name -> tabula.v1.LostPartition
-	50,  // 66: tabula.v1.Master.CreateTable:input_type -> tabula.v1.CreateTableRequest
-	52,  // 67: tabula.v1.Master.DropTable:input_type -> tabula.v1.DropTableRequest
-	54,  // 68: tabula.v1.Master.ListTables:input_type -> tabula.v1.ListTablesRequest
-	56,  // 69: tabula.v1.Master.DescribeTable:input_type -> tabula.v1.DescribeTableRequest
-	58,  // 70: tabula.v1.Master.GetPartitionMap:input_type -> tabula.v1.GetPartitionMapRequest
-	60,  // 71: tabula.v1.Master.WatchPartitionMap:input_type -> tabula.v1.WatchPartitionMapRequest
-	62,  // 72: tabula.v1.Master.RegisterServer:input_type -> tabula.v1.RegisterServerRequest
-	64,  // 73: tabula.v1.Master.Heartbeat:input_type -> tabula.v1.HeartbeatRequest
-	101, // 74: tabula.v1.Master.PartitionLogFailed:input_type -> tabula.v1.PartitionLogFailedRequest
-	74,  // 75: tabula.v1.Master.ListServers:input_type -> tabula.v1.ListServersRequest
-	66,  // 76: tabula.v1.Master.BulkPublish:input_type -> tabula.v1.BulkPublishRequest
-	68,  // 77: tabula.v1.Master.BulkStored:input_type -> tabula.v1.BulkStoredRequest
-	70,  // 78: tabula.v1.Master.BulkStatus:input_type -> tabula.v1.BulkStatusRequest
-	72,  // 79: tabula.v1.Master.BulkRollback:input_type -> tabula.v1.BulkRollbackRequest
-	48,  // 80: tabula.v1.Master.Stream:input_type -> tabula.v1.StreamRequest
-	15,  // 81: tabula.v1.Master.CoprocDeploy:input_type -> tabula.v1.CoprocDeployRequest
-	17,  // 82: tabula.v1.Master.CoprocList:input_type -> tabula.v1.CoprocListRequest
-	19,  // 83: tabula.v1.Master.CoprocRollback:input_type -> tabula.v1.CoprocRollbackRequest
-	21,  // 84: tabula.v1.Master.CoprocFetch:input_type -> tabula.v1.CoprocFetchRequest
-	103, // 85: tabula.v1.Master.ForgetServer:input_type -> tabula.v1.ForgetServerRequest
-	106, // 86: tabula.v1.Master.ListDataLoss:input_type -> tabula.v1.ListDataLossRequest
-	40,  // 87: tabula.v1.Master.MasterMembers:input_type -> tabula.v1.MasterMembersRequest
-	42,  // 88: tabula.v1.Master.AddMaster:input_type -> tabula.v1.AddMasterRequest
-	44,  // 89: tabula.v1.Master.RemoveMaster:input_type -> tabula.v1.RemoveMasterRequest
-	46,  // 90: tabula.v1.Master.TransferLeader:input_type -> tabula.v1.TransferLeaderRequest
-	35,  // 91: tabula.v1.Master.MovePartition:input_type -> tabula.v1.MovePartitionRequest
-	37,  // 92: tabula.v1.Master.DrainServer:input_type -> tabula.v1.DrainServerRequest
-	77,  // 93: tabula.v1.TableServer.Get:input_type -> tabula.v1.GetRequest
-	79,  // 94: tabula.v1.TableServer.BatchGet:input_type -> tabula.v1.BatchGetRequest
-	81,  // 95: tabula.v1.TableServer.MultiGet:input_type -> tabula.v1.MultiGetRequest
-	84,  // 96: tabula.v1.TableServer.Put:input_type -> tabula.v1.PutRequest
-	86,  // 97: tabula.v1.TableServer.Delete:input_type -> tabula.v1.DeleteRequest
-	88,  // 98: tabula.v1.TableServer.CompareAndSwap:input_type -> tabula.v1.CompareAndSwapRequest
-	91,  // 99: tabula.v1.TableServer.BatchWrite:input_type -> tabula.v1.BatchWriteRequest
-	93,  // 100: tabula.v1.TableServer.Scan:input_type -> tabula.v1.ScanRequest
-	96,  // 101: tabula.v1.TableServer.CopyReplica:input_type -> tabula.v1.CopyReplicaRequest
-	98,  // 102: tabula.v1.TableServer.BulkUpload:input_type -> tabula.v1.BulkUploadRequest
-	99,  // 103: tabula.v1.TableServer.BulkUploadStatus:input_type -> tabula.v1.BulkUploadStatusRequest
-	24,  // 104: tabula.v1.TableServer.Invoke:input_type -> tabula.v1.InvokeRequest
-	26,  // 105: tabula.v1.TableServer.CoprocMerge:input_type -> tabula.v1.CoprocMergeRequest
-	51,  // 106: tabula.v1.Master.CreateTable:output_type -> tabula.v1.CreateTableResponse
-	53,  // 107: tabula.v1.Master.DropTable:output_type -> tabula.v1.DropTableResponse
-	55,  // 108: tabula.v1.Master.ListTables:output_type -> tabula.v1.ListTablesResponse
-	57,  // 109: tabula.v1.Master.DescribeTable:output_type -> tabula.v1.DescribeTableResponse
-	59,  // 110: tabula.v1.Master.GetPartitionMap:output_type -> tabula.v1.GetPartitionMapResponse
-	61,  // 111: tabula.v1.Master.WatchPartitionMap:output_type -> tabula.v1.WatchPartitionMapResponse
-	63,  // 112: tabula.v1.Master.RegisterServer:output_type -> tabula.v1.RegisterServerResponse
-	65,  // 113: tabula.v1.Master.Heartbeat:output_type -> tabula.v1.HeartbeatResponse
-	102, // 114: tabula.v1.Master.PartitionLogFailed:output_type -> tabula.v1.PartitionLogFailedResponse
-	75,  // 115: tabula.v1.Master.ListServers:output_type -> tabula.v1.ListServersResponse
-	67,  // 116: tabula.v1.Master.BulkPublish:output_type -> tabula.v1.BulkPublishResponse
-	69,  // 117: tabula.v1.Master.BulkStored:output_type -> tabula.v1.BulkStoredResponse
-	71,  // 118: tabula.v1.Master.BulkStatus:output_type -> tabula.v1.BulkStatusResponse
-	73,  // 119: tabula.v1.Master.BulkRollback:output_type -> tabula.v1.BulkRollbackResponse
-	49,  // 120: tabula.v1.Master.Stream:output_type -> tabula.v1.StreamResponse
-	16,  // 121: tabula.v1.Master.CoprocDeploy:output_type -> tabula.v1.CoprocDeployResponse
-	18,  // 122: tabula.v1.Master.CoprocList:output_type -> tabula.v1.CoprocListResponse
-	20,  // 123: tabula.v1.Master.CoprocRollback:output_type -> tabula.v1.CoprocRollbackResponse
-	22,  // 124: tabula.v1.Master.CoprocFetch:output_type -> tabula.v1.CoprocFetchResponse
-	104, // 125: tabula.v1.Master.ForgetServer:output_type -> tabula.v1.ForgetServerResponse
-	107, // 126: tabula.v1.Master.ListDataLoss:output_type -> tabula.v1.ListDataLossResponse
-	41,  // 127: tabula.v1.Master.MasterMembers:output_type -> tabula.v1.MasterMembersResponse
-	43,  // 128: tabula.v1.Master.AddMaster:output_type -> tabula.v1.AddMasterResponse
-	45,  // 129: tabula.v1.Master.RemoveMaster:output_type -> tabula.v1.RemoveMasterResponse
-	47,  // 130: tabula.v1.Master.TransferLeader:output_type -> tabula.v1.TransferLeaderResponse
-	36,  // 131: tabula.v1.Master.MovePartition:output_type -> tabula.v1.MovePartitionResponse
-	38,  // 132: tabula.v1.Master.DrainServer:output_type -> tabula.v1.DrainServerResponse
-	78,  // 133: tabula.v1.TableServer.Get:output_type -> tabula.v1.GetResponse
-	80,  // 134: tabula.v1.TableServer.BatchGet:output_type -> tabula.v1.BatchGetResponse
-	82,  // 135: tabula.v1.TableServer.MultiGet:output_type -> tabula.v1.MultiGetResponse
-	85,  // 136: tabula.v1.TableServer.Put:output_type -> tabula.v1.PutResponse
-	87,  // 137: tabula.v1.TableServer.Delete:output_type -> tabula.v1.DeleteResponse
-	89,  // 138: tabula.v1.TableServer.CompareAndSwap:output_type -> tabula.v1.CompareAndSwapResponse
-	92,  // 139: tabula.v1.TableServer.BatchWrite:output_type -> tabula.v1.BatchWriteResponse
-	95,  // 140: tabula.v1.TableServer.Scan:output_type -> tabula.v1.ScanResponse
-	97,  // 141: tabula.v1.TableServer.CopyReplica:output_type -> tabula.v1.CopyReplicaChunk
-	100, // 142: tabula.v1.TableServer.BulkUpload:output_type -> tabula.v1.BulkUploadResponse
-	100, // 143: tabula.v1.TableServer.BulkUploadStatus:output_type -> tabula.v1.BulkUploadResponse
-	25,  // 144: tabula.v1.TableServer.Invoke:output_type -> tabula.v1.InvokeResponse
-	27,  // 145: tabula.v1.TableServer.CoprocMerge:output_type -> tabula.v1.CoprocMergeResponse
-	106, // [106:146] is the sub-list for method output_type
-	66,  // [66:106] is the sub-list for method input_type
-	66,  // [66:66] is the sub-list for extension type_name
-	66,  // [66:66] is the sub-list for extension extendee
-	0,   // [0:66] is the sub-list for field type_name
+	35,  // 23: tabula.v1.CreateTenantResponse.tenant:type_name -> tabula.v1.TenantInfo
+	35,  // 24: tabula.v1.ListTenantsResponse.tenants:type_name -> tabula.v1.TenantInfo
+	35,  // 25: tabula.v1.DescribeTenantResponse.tenant:type_name -> tabula.v1.TenantInfo
+	8,   // 26: tabula.v1.DescribeTenantResponse.tables:type_name -> tabula.v1.Table
+	35,  // 27: tabula.v1.RotateTenantKeyResponse.tenant:type_name -> tabula.v1.TenantInfo
+	35,  // 28: tabula.v1.TenantKeysResponse.tenants:type_name -> tabula.v1.TenantInfo
+	52,  // 29: tabula.v1.MasterMembersResponse.members:type_name -> tabula.v1.MasterMember
+	5,   // 30: tabula.v1.StreamRequest.op:type_name -> tabula.v1.StreamOp
+	0,   // 31: tabula.v1.CreateTableRequest.kind:type_name -> tabula.v1.TableKind
+	7,   // 32: tabula.v1.CreateTableRequest.options:type_name -> tabula.v1.TableOptions
+	12,  // 33: tabula.v1.CreateTableResponse.map:type_name -> tabula.v1.PartitionMap
+	8,   // 34: tabula.v1.ListTablesResponse.tables:type_name -> tabula.v1.Table
+	12,  // 35: tabula.v1.DescribeTableResponse.map:type_name -> tabula.v1.PartitionMap
+	32,  // 36: tabula.v1.DescribeTableResponse.replicas:type_name -> tabula.v1.ReplicaStatus
+	12,  // 37: tabula.v1.GetPartitionMapResponse.map:type_name -> tabula.v1.PartitionMap
+	12,  // 38: tabula.v1.WatchPartitionMapResponse.maps:type_name -> tabula.v1.PartitionMap
+	8,   // 39: tabula.v1.WatchPartitionMapResponse.removed:type_name -> tabula.v1.Table
+	12,  // 40: tabula.v1.WatchPartitionMapResponse.patches:type_name -> tabula.v1.PartitionMap
+	32,  // 41: tabula.v1.HeartbeatRequest.replicas:type_name -> tabula.v1.ReplicaStatus
+	23,  // 42: tabula.v1.HeartbeatRequest.coproc_ready:type_name -> tabula.v1.CoprocReady
+	28,  // 43: tabula.v1.BulkPublishRequest.files:type_name -> tabula.v1.BulkFile
+	12,  // 44: tabula.v1.BulkPublishResponse.map:type_name -> tabula.v1.PartitionMap
+	12,  // 45: tabula.v1.BulkStoredResponse.map:type_name -> tabula.v1.PartitionMap
+	12,  // 46: tabula.v1.BulkStatusResponse.map:type_name -> tabula.v1.PartitionMap
+	30,  // 47: tabula.v1.BulkStatusResponse.bulk:type_name -> tabula.v1.BulkInfo
+	12,  // 48: tabula.v1.BulkRollbackResponse.map:type_name -> tabula.v1.PartitionMap
+	31,  // 49: tabula.v1.ListServersResponse.servers:type_name -> tabula.v1.ServerInfo
+	89,  // 50: tabula.v1.GetRequest.header:type_name -> tabula.v1.RequestHeader
+	89,  // 51: tabula.v1.BatchGetRequest.header:type_name -> tabula.v1.RequestHeader
+	91,  // 52: tabula.v1.BatchGetResponse.results:type_name -> tabula.v1.GetResponse
+	90,  // 53: tabula.v1.MultiGetRequest.gets:type_name -> tabula.v1.GetRequest
+	96,  // 54: tabula.v1.MultiGetResponse.results:type_name -> tabula.v1.MultiGetResult
+	91,  // 55: tabula.v1.MultiGetResult.response:type_name -> tabula.v1.GetResponse
+	89,  // 56: tabula.v1.PutRequest.header:type_name -> tabula.v1.RequestHeader
+	89,  // 57: tabula.v1.DeleteRequest.header:type_name -> tabula.v1.RequestHeader
+	89,  // 58: tabula.v1.CompareAndSwapRequest.header:type_name -> tabula.v1.RequestHeader
+	6,   // 59: tabula.v1.Mutation.op:type_name -> tabula.v1.Mutation.Op
+	89,  // 60: tabula.v1.BatchWriteRequest.header:type_name -> tabula.v1.RequestHeader
+	103, // 61: tabula.v1.BatchWriteRequest.mutations:type_name -> tabula.v1.Mutation
+	89,  // 62: tabula.v1.ScanRequest.header:type_name -> tabula.v1.RequestHeader
+	107, // 63: tabula.v1.ScanResponse.records:type_name -> tabula.v1.KeyValue
+	89,  // 64: tabula.v1.CopyReplicaRequest.header:type_name -> tabula.v1.RequestHeader
+	107, // 65: tabula.v1.CopyReplicaChunk.records:type_name -> tabula.v1.KeyValue
+	89,  // 66: tabula.v1.BulkUploadRequest.header:type_name -> tabula.v1.RequestHeader
+	28,  // 67: tabula.v1.BulkUploadRequest.file:type_name -> tabula.v1.BulkFile
+	89,  // 68: tabula.v1.BulkUploadStatusRequest.header:type_name -> tabula.v1.RequestHeader
+	10,  // 69: tabula.v1.PartitionLogFailedResponse.partition:type_name -> tabula.v1.Partition
+	118, // 70: tabula.v1.ForgetServerResponse.lost:type_name -> tabula.v1.LostPartition
+	118, // 71: tabula.v1.ListDataLossResponse.lost:type_name -> tabula.v1.LostPartition
+	63,  // 72: tabula.v1.Master.CreateTable:input_type -> tabula.v1.CreateTableRequest
+	65,  // 73: tabula.v1.Master.DropTable:input_type -> tabula.v1.DropTableRequest
+	67,  // 74: tabula.v1.Master.ListTables:input_type -> tabula.v1.ListTablesRequest
+	69,  // 75: tabula.v1.Master.DescribeTable:input_type -> tabula.v1.DescribeTableRequest
+	71,  // 76: tabula.v1.Master.GetPartitionMap:input_type -> tabula.v1.GetPartitionMapRequest
+	73,  // 77: tabula.v1.Master.WatchPartitionMap:input_type -> tabula.v1.WatchPartitionMapRequest
+	75,  // 78: tabula.v1.Master.RegisterServer:input_type -> tabula.v1.RegisterServerRequest
+	77,  // 79: tabula.v1.Master.Heartbeat:input_type -> tabula.v1.HeartbeatRequest
+	114, // 80: tabula.v1.Master.PartitionLogFailed:input_type -> tabula.v1.PartitionLogFailedRequest
+	87,  // 81: tabula.v1.Master.ListServers:input_type -> tabula.v1.ListServersRequest
+	79,  // 82: tabula.v1.Master.BulkPublish:input_type -> tabula.v1.BulkPublishRequest
+	81,  // 83: tabula.v1.Master.BulkStored:input_type -> tabula.v1.BulkStoredRequest
+	83,  // 84: tabula.v1.Master.BulkStatus:input_type -> tabula.v1.BulkStatusRequest
+	85,  // 85: tabula.v1.Master.BulkRollback:input_type -> tabula.v1.BulkRollbackRequest
+	61,  // 86: tabula.v1.Master.Stream:input_type -> tabula.v1.StreamRequest
+	15,  // 87: tabula.v1.Master.CoprocDeploy:input_type -> tabula.v1.CoprocDeployRequest
+	17,  // 88: tabula.v1.Master.CoprocList:input_type -> tabula.v1.CoprocListRequest
+	19,  // 89: tabula.v1.Master.CoprocRollback:input_type -> tabula.v1.CoprocRollbackRequest
+	21,  // 90: tabula.v1.Master.CoprocFetch:input_type -> tabula.v1.CoprocFetchRequest
+	116, // 91: tabula.v1.Master.ForgetServer:input_type -> tabula.v1.ForgetServerRequest
+	119, // 92: tabula.v1.Master.ListDataLoss:input_type -> tabula.v1.ListDataLossRequest
+	53,  // 93: tabula.v1.Master.MasterMembers:input_type -> tabula.v1.MasterMembersRequest
+	55,  // 94: tabula.v1.Master.AddMaster:input_type -> tabula.v1.AddMasterRequest
+	57,  // 95: tabula.v1.Master.RemoveMaster:input_type -> tabula.v1.RemoveMasterRequest
+	59,  // 96: tabula.v1.Master.TransferLeader:input_type -> tabula.v1.TransferLeaderRequest
+	48,  // 97: tabula.v1.Master.MovePartition:input_type -> tabula.v1.MovePartitionRequest
+	50,  // 98: tabula.v1.Master.DrainServer:input_type -> tabula.v1.DrainServerRequest
+	36,  // 99: tabula.v1.Master.CreateTenant:input_type -> tabula.v1.CreateTenantRequest
+	38,  // 100: tabula.v1.Master.ListTenants:input_type -> tabula.v1.ListTenantsRequest
+	40,  // 101: tabula.v1.Master.DescribeTenant:input_type -> tabula.v1.DescribeTenantRequest
+	42,  // 102: tabula.v1.Master.DeleteTenant:input_type -> tabula.v1.DeleteTenantRequest
+	44,  // 103: tabula.v1.Master.RotateTenantKey:input_type -> tabula.v1.RotateTenantKeyRequest
+	46,  // 104: tabula.v1.Master.TenantKeys:input_type -> tabula.v1.TenantKeysRequest
+	90,  // 105: tabula.v1.TableServer.Get:input_type -> tabula.v1.GetRequest
+	92,  // 106: tabula.v1.TableServer.BatchGet:input_type -> tabula.v1.BatchGetRequest
+	94,  // 107: tabula.v1.TableServer.MultiGet:input_type -> tabula.v1.MultiGetRequest
+	97,  // 108: tabula.v1.TableServer.Put:input_type -> tabula.v1.PutRequest
+	99,  // 109: tabula.v1.TableServer.Delete:input_type -> tabula.v1.DeleteRequest
+	101, // 110: tabula.v1.TableServer.CompareAndSwap:input_type -> tabula.v1.CompareAndSwapRequest
+	104, // 111: tabula.v1.TableServer.BatchWrite:input_type -> tabula.v1.BatchWriteRequest
+	106, // 112: tabula.v1.TableServer.Scan:input_type -> tabula.v1.ScanRequest
+	109, // 113: tabula.v1.TableServer.CopyReplica:input_type -> tabula.v1.CopyReplicaRequest
+	111, // 114: tabula.v1.TableServer.BulkUpload:input_type -> tabula.v1.BulkUploadRequest
+	112, // 115: tabula.v1.TableServer.BulkUploadStatus:input_type -> tabula.v1.BulkUploadStatusRequest
+	24,  // 116: tabula.v1.TableServer.Invoke:input_type -> tabula.v1.InvokeRequest
+	26,  // 117: tabula.v1.TableServer.CoprocMerge:input_type -> tabula.v1.CoprocMergeRequest
+	64,  // 118: tabula.v1.Master.CreateTable:output_type -> tabula.v1.CreateTableResponse
+	66,  // 119: tabula.v1.Master.DropTable:output_type -> tabula.v1.DropTableResponse
+	68,  // 120: tabula.v1.Master.ListTables:output_type -> tabula.v1.ListTablesResponse
+	70,  // 121: tabula.v1.Master.DescribeTable:output_type -> tabula.v1.DescribeTableResponse
+	72,  // 122: tabula.v1.Master.GetPartitionMap:output_type -> tabula.v1.GetPartitionMapResponse
+	74,  // 123: tabula.v1.Master.WatchPartitionMap:output_type -> tabula.v1.WatchPartitionMapResponse
+	76,  // 124: tabula.v1.Master.RegisterServer:output_type -> tabula.v1.RegisterServerResponse
+	78,  // 125: tabula.v1.Master.Heartbeat:output_type -> tabula.v1.HeartbeatResponse
+	115, // 126: tabula.v1.Master.PartitionLogFailed:output_type -> tabula.v1.PartitionLogFailedResponse
+	88,  // 127: tabula.v1.Master.ListServers:output_type -> tabula.v1.ListServersResponse
+	80,  // 128: tabula.v1.Master.BulkPublish:output_type -> tabula.v1.BulkPublishResponse
+	82,  // 129: tabula.v1.Master.BulkStored:output_type -> tabula.v1.BulkStoredResponse
+	84,  // 130: tabula.v1.Master.BulkStatus:output_type -> tabula.v1.BulkStatusResponse
+	86,  // 131: tabula.v1.Master.BulkRollback:output_type -> tabula.v1.BulkRollbackResponse
+	62,  // 132: tabula.v1.Master.Stream:output_type -> tabula.v1.StreamResponse
+	16,  // 133: tabula.v1.Master.CoprocDeploy:output_type -> tabula.v1.CoprocDeployResponse
+	18,  // 134: tabula.v1.Master.CoprocList:output_type -> tabula.v1.CoprocListResponse
+	20,  // 135: tabula.v1.Master.CoprocRollback:output_type -> tabula.v1.CoprocRollbackResponse
+	22,  // 136: tabula.v1.Master.CoprocFetch:output_type -> tabula.v1.CoprocFetchResponse
+	117, // 137: tabula.v1.Master.ForgetServer:output_type -> tabula.v1.ForgetServerResponse
+	120, // 138: tabula.v1.Master.ListDataLoss:output_type -> tabula.v1.ListDataLossResponse
+	54,  // 139: tabula.v1.Master.MasterMembers:output_type -> tabula.v1.MasterMembersResponse
+	56,  // 140: tabula.v1.Master.AddMaster:output_type -> tabula.v1.AddMasterResponse
+	58,  // 141: tabula.v1.Master.RemoveMaster:output_type -> tabula.v1.RemoveMasterResponse
+	60,  // 142: tabula.v1.Master.TransferLeader:output_type -> tabula.v1.TransferLeaderResponse
+	49,  // 143: tabula.v1.Master.MovePartition:output_type -> tabula.v1.MovePartitionResponse
+	51,  // 144: tabula.v1.Master.DrainServer:output_type -> tabula.v1.DrainServerResponse
+	37,  // 145: tabula.v1.Master.CreateTenant:output_type -> tabula.v1.CreateTenantResponse
+	39,  // 146: tabula.v1.Master.ListTenants:output_type -> tabula.v1.ListTenantsResponse
+	41,  // 147: tabula.v1.Master.DescribeTenant:output_type -> tabula.v1.DescribeTenantResponse
+	43,  // 148: tabula.v1.Master.DeleteTenant:output_type -> tabula.v1.DeleteTenantResponse
+	45,  // 149: tabula.v1.Master.RotateTenantKey:output_type -> tabula.v1.RotateTenantKeyResponse
+	47,  // 150: tabula.v1.Master.TenantKeys:output_type -> tabula.v1.TenantKeysResponse
+	91,  // 151: tabula.v1.TableServer.Get:output_type -> tabula.v1.GetResponse
+	93,  // 152: tabula.v1.TableServer.BatchGet:output_type -> tabula.v1.BatchGetResponse
+	95,  // 153: tabula.v1.TableServer.MultiGet:output_type -> tabula.v1.MultiGetResponse
+	98,  // 154: tabula.v1.TableServer.Put:output_type -> tabula.v1.PutResponse
+	100, // 155: tabula.v1.TableServer.Delete:output_type -> tabula.v1.DeleteResponse
+	102, // 156: tabula.v1.TableServer.CompareAndSwap:output_type -> tabula.v1.CompareAndSwapResponse
+	105, // 157: tabula.v1.TableServer.BatchWrite:output_type -> tabula.v1.BatchWriteResponse
+	108, // 158: tabula.v1.TableServer.Scan:output_type -> tabula.v1.ScanResponse
+	110, // 159: tabula.v1.TableServer.CopyReplica:output_type -> tabula.v1.CopyReplicaChunk
+	113, // 160: tabula.v1.TableServer.BulkUpload:output_type -> tabula.v1.BulkUploadResponse
+	113, // 161: tabula.v1.TableServer.BulkUploadStatus:output_type -> tabula.v1.BulkUploadResponse
+	25,  // 162: tabula.v1.TableServer.Invoke:output_type -> tabula.v1.InvokeResponse
+	27,  // 163: tabula.v1.TableServer.CoprocMerge:output_type -> tabula.v1.CoprocMergeResponse
+	118, // [118:164] is the sub-list for method output_type
+	72,  // [72:118] is the sub-list for method input_type
+	72,  // [72:72] is the sub-list for extension type_name
+	72,  // [72:72] is the sub-list for extension extendee
+	0,   // [0:72] is the sub-list for field type_name
 }
 
 func init() { file_tabula_proto_init() }
@@ -7959,7 +8662,7 @@ func file_tabula_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tabula_proto_rawDesc), len(file_tabula_proto_rawDesc)),
 			NumEnums:      7,
-			NumMessages:   101,
+			NumMessages:   114,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

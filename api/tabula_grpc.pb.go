@@ -54,6 +54,12 @@ const (
 	Master_TransferLeader_FullMethodName     = "/tabula.v1.Master/TransferLeader"
 	Master_MovePartition_FullMethodName      = "/tabula.v1.Master/MovePartition"
 	Master_DrainServer_FullMethodName        = "/tabula.v1.Master/DrainServer"
+	Master_CreateTenant_FullMethodName       = "/tabula.v1.Master/CreateTenant"
+	Master_ListTenants_FullMethodName        = "/tabula.v1.Master/ListTenants"
+	Master_DescribeTenant_FullMethodName     = "/tabula.v1.Master/DescribeTenant"
+	Master_DeleteTenant_FullMethodName       = "/tabula.v1.Master/DeleteTenant"
+	Master_RotateTenantKey_FullMethodName    = "/tabula.v1.Master/RotateTenantKey"
+	Master_TenantKeys_FullMethodName         = "/tabula.v1.Master/TenantKeys"
 )
 
 // MasterClient is the client API for Master service.
@@ -125,6 +131,21 @@ type MasterClient interface {
 	// a time; its primaries hand off at once. SIGTERM to a server does the
 	// same.
 	DrainServer(ctx context.Context, in *DrainServerRequest, opts ...grpc.CallOption) (*DrainServerResponse, error)
+	// Tenants. Every call needs the cluster credential except
+	// DescribeTenant of the caller's own tenant (without its keys).
+	// CreateTenant makes a tenant with two fresh 512-bit keys and returns
+	// them; either signs requests.
+	CreateTenant(ctx context.Context, in *CreateTenantRequest, opts ...grpc.CallOption) (*CreateTenantResponse, error)
+	ListTenants(ctx context.Context, in *ListTenantsRequest, opts ...grpc.CallOption) (*ListTenantsResponse, error)
+	DescribeTenant(ctx context.Context, in *DescribeTenantRequest, opts ...grpc.CallOption) (*DescribeTenantResponse, error)
+	// DeleteTenant refuses a tenant that still has tables.
+	DeleteTenant(ctx context.Context, in *DeleteTenantRequest, opts ...grpc.CallOption) (*DeleteTenantResponse, error)
+	// RotateTenantKey replaces key 1 or 2 with a fresh one (the other keeps
+	// serving) and returns the tenant with its keys.
+	RotateTenantKey(ctx context.Context, in *RotateTenantKeyRequest, opts ...grpc.CallOption) (*RotateTenantKeyResponse, error)
+	// TenantKeys returns every tenant's keys, for table servers to check
+	// signatures; HeartbeatResponse.tenants_version says when to ask again.
+	TenantKeys(ctx context.Context, in *TenantKeysRequest, opts ...grpc.CallOption) (*TenantKeysResponse, error)
 }
 
 type masterClient struct {
@@ -414,6 +435,66 @@ func (c *masterClient) DrainServer(ctx context.Context, in *DrainServerRequest, 
 	return out, nil
 }
 
+func (c *masterClient) CreateTenant(ctx context.Context, in *CreateTenantRequest, opts ...grpc.CallOption) (*CreateTenantResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CreateTenantResponse)
+	err := c.cc.Invoke(ctx, Master_CreateTenant_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *masterClient) ListTenants(ctx context.Context, in *ListTenantsRequest, opts ...grpc.CallOption) (*ListTenantsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListTenantsResponse)
+	err := c.cc.Invoke(ctx, Master_ListTenants_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *masterClient) DescribeTenant(ctx context.Context, in *DescribeTenantRequest, opts ...grpc.CallOption) (*DescribeTenantResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DescribeTenantResponse)
+	err := c.cc.Invoke(ctx, Master_DescribeTenant_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *masterClient) DeleteTenant(ctx context.Context, in *DeleteTenantRequest, opts ...grpc.CallOption) (*DeleteTenantResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DeleteTenantResponse)
+	err := c.cc.Invoke(ctx, Master_DeleteTenant_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *masterClient) RotateTenantKey(ctx context.Context, in *RotateTenantKeyRequest, opts ...grpc.CallOption) (*RotateTenantKeyResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RotateTenantKeyResponse)
+	err := c.cc.Invoke(ctx, Master_RotateTenantKey_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *masterClient) TenantKeys(ctx context.Context, in *TenantKeysRequest, opts ...grpc.CallOption) (*TenantKeysResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(TenantKeysResponse)
+	err := c.cc.Invoke(ctx, Master_TenantKeys_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // MasterServer is the server API for Master service.
 // All implementations must embed UnimplementedMasterServer
 // for forward compatibility.
@@ -483,6 +564,21 @@ type MasterServer interface {
 	// a time; its primaries hand off at once. SIGTERM to a server does the
 	// same.
 	DrainServer(context.Context, *DrainServerRequest) (*DrainServerResponse, error)
+	// Tenants. Every call needs the cluster credential except
+	// DescribeTenant of the caller's own tenant (without its keys).
+	// CreateTenant makes a tenant with two fresh 512-bit keys and returns
+	// them; either signs requests.
+	CreateTenant(context.Context, *CreateTenantRequest) (*CreateTenantResponse, error)
+	ListTenants(context.Context, *ListTenantsRequest) (*ListTenantsResponse, error)
+	DescribeTenant(context.Context, *DescribeTenantRequest) (*DescribeTenantResponse, error)
+	// DeleteTenant refuses a tenant that still has tables.
+	DeleteTenant(context.Context, *DeleteTenantRequest) (*DeleteTenantResponse, error)
+	// RotateTenantKey replaces key 1 or 2 with a fresh one (the other keeps
+	// serving) and returns the tenant with its keys.
+	RotateTenantKey(context.Context, *RotateTenantKeyRequest) (*RotateTenantKeyResponse, error)
+	// TenantKeys returns every tenant's keys, for table servers to check
+	// signatures; HeartbeatResponse.tenants_version says when to ask again.
+	TenantKeys(context.Context, *TenantKeysRequest) (*TenantKeysResponse, error)
 	mustEmbedUnimplementedMasterServer()
 }
 
@@ -573,6 +669,24 @@ func (UnimplementedMasterServer) MovePartition(context.Context, *MovePartitionRe
 }
 func (UnimplementedMasterServer) DrainServer(context.Context, *DrainServerRequest) (*DrainServerResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method DrainServer not implemented")
+}
+func (UnimplementedMasterServer) CreateTenant(context.Context, *CreateTenantRequest) (*CreateTenantResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CreateTenant not implemented")
+}
+func (UnimplementedMasterServer) ListTenants(context.Context, *ListTenantsRequest) (*ListTenantsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListTenants not implemented")
+}
+func (UnimplementedMasterServer) DescribeTenant(context.Context, *DescribeTenantRequest) (*DescribeTenantResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DescribeTenant not implemented")
+}
+func (UnimplementedMasterServer) DeleteTenant(context.Context, *DeleteTenantRequest) (*DeleteTenantResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DeleteTenant not implemented")
+}
+func (UnimplementedMasterServer) RotateTenantKey(context.Context, *RotateTenantKeyRequest) (*RotateTenantKeyResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RotateTenantKey not implemented")
+}
+func (UnimplementedMasterServer) TenantKeys(context.Context, *TenantKeysRequest) (*TenantKeysResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method TenantKeys not implemented")
 }
 func (UnimplementedMasterServer) mustEmbedUnimplementedMasterServer() {}
 func (UnimplementedMasterServer) testEmbeddedByValue()                {}
@@ -1074,6 +1188,114 @@ func _Master_DrainServer_Handler(srv interface{}, ctx context.Context, dec func(
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Master_CreateTenant_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CreateTenantRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MasterServer).CreateTenant(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Master_CreateTenant_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MasterServer).CreateTenant(ctx, req.(*CreateTenantRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Master_ListTenants_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListTenantsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MasterServer).ListTenants(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Master_ListTenants_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MasterServer).ListTenants(ctx, req.(*ListTenantsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Master_DescribeTenant_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DescribeTenantRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MasterServer).DescribeTenant(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Master_DescribeTenant_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MasterServer).DescribeTenant(ctx, req.(*DescribeTenantRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Master_DeleteTenant_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeleteTenantRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MasterServer).DeleteTenant(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Master_DeleteTenant_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MasterServer).DeleteTenant(ctx, req.(*DeleteTenantRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Master_RotateTenantKey_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RotateTenantKeyRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MasterServer).RotateTenantKey(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Master_RotateTenantKey_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MasterServer).RotateTenantKey(ctx, req.(*RotateTenantKeyRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Master_TenantKeys_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(TenantKeysRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MasterServer).TenantKeys(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Master_TenantKeys_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MasterServer).TenantKeys(ctx, req.(*TenantKeysRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Master_ServiceDesc is the grpc.ServiceDesc for Master service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1184,6 +1406,30 @@ var Master_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "DrainServer",
 			Handler:    _Master_DrainServer_Handler,
+		},
+		{
+			MethodName: "CreateTenant",
+			Handler:    _Master_CreateTenant_Handler,
+		},
+		{
+			MethodName: "ListTenants",
+			Handler:    _Master_ListTenants_Handler,
+		},
+		{
+			MethodName: "DescribeTenant",
+			Handler:    _Master_DescribeTenant_Handler,
+		},
+		{
+			MethodName: "DeleteTenant",
+			Handler:    _Master_DeleteTenant_Handler,
+		},
+		{
+			MethodName: "RotateTenantKey",
+			Handler:    _Master_RotateTenantKey_Handler,
+		},
+		{
+			MethodName: "TenantKeys",
+			Handler:    _Master_TenantKeys_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -21,7 +21,7 @@ func TestBatchGetReplyTooLarge(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	cl, err := client.New(ctx, client.Options{Masters: []string{c.MasterAddr()}, RetryTimeout: 10 * time.Second})
+	cl, err := client.New(ctx, client.Options{Masters: []string{c.MasterAddr()}, Credential: c.Credential(), RetryTimeout: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -154,7 +154,9 @@ func (t *Table) PublishBulk(ctx context.Context, p BulkPublish, opts PublishOpti
 				Bytes: total, StoredBytes: storedBytes.Load(), Sent: sent.Load(), Serving: serving})
 		}
 	)
-	sc := stream.NewClient(t.c.Streams(), stream.ClientOptions{Logger: t.c.log})
+	conns := t.c.streamConns()
+	defer conns.Close()
+	sc := stream.NewClient(t.c.Streams(), stream.ClientOptions{Logger: t.c.log, Conns: conns})
 	defer sc.Close()
 	sem := make(chan struct{}, opts.Parallel)
 	errs := make([]error, 2*len(p.Files))

@@ -75,7 +75,7 @@ func seq(lo, hi int) []int {
 // versions and no read fails across switches and rollbacks; then a delta.
 func TestBulkPublishSwitchRollbackDelta(t *testing.T) {
 	tc := startCluster(t, 3)
-	c := newClient(t, tc.MasterAddr())
+	c := newClient(t, tc)
 	ctx := testCtx(t)
 	const parts = 6
 	if _, err := c.CreateTable(ctx, "model", api.TableKind_TABLE_KIND_BULK, &api.TableOptions{Replication: 1, Partitions: parts}); err != nil {
@@ -290,7 +290,7 @@ func TestBulkPublishSwitchRollbackDelta(t *testing.T) {
 // table keeps serving; an interrupted publish resumes where it stopped.
 func TestBulkBadFileAndResume(t *testing.T) {
 	tc := startCluster(t, 2)
-	c := newClient(t, tc.MasterAddr())
+	c := newClient(t, tc)
 	ctx := testCtx(t)
 	const parts = 2
 	if _, err := c.CreateTable(ctx, "m", api.TableKind_TABLE_KIND_BULK, &api.TableOptions{Replication: 1, Partitions: parts}); err != nil {
@@ -338,7 +338,7 @@ func TestBulkBadFileAndResume(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cc, err := grpc.NewClient(tc.MasterAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	cc, err := grpc.NewClient(tc.MasterAddr(), append(tc.Credential().DialOptions(), grpc.WithTransportCredentials(insecure.NewCredentials()))...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -352,7 +352,7 @@ func TestBulkBadFileAndResume(t *testing.T) {
 		t.Fatal(err)
 	}
 	p0 := pub.GetMap().GetPartitions()[0]
-	sc, err := grpc.NewClient(p0.GetReplicas()[0].GetAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	sc, err := grpc.NewClient(p0.GetReplicas()[0].GetAddr(), append(tc.Credential().DialOptions(), grpc.WithTransportCredentials(insecure.NewCredentials()))...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -436,7 +436,7 @@ func TestBulkBadFileAndResume(t *testing.T) {
 // again.
 func TestBulkPartitionsMoveLoadFromStreams(t *testing.T) {
 	tc := startCluster(t, 3)
-	c := newClient(t, tc.MasterAddr())
+	c := newClient(t, tc)
 	ctx := testCtx(t)
 	const parts = 6
 	if _, err := c.CreateTable(ctx, "moving", api.TableKind_TABLE_KIND_BULK, &api.TableOptions{Replication: 1, Partitions: parts}); err != nil {
@@ -638,7 +638,7 @@ func TestBulkPartitionsMoveLoadFromStreams(t *testing.T) {
 // the publish fails with bad_file and the table keeps serving.
 func TestBulkStreamBadFile(t *testing.T) {
 	tc := startCluster(t, 3)
-	c := newClient(t, tc.MasterAddr())
+	c := newClient(t, tc)
 	ctx := testCtx(t)
 	const parts = 2
 	if _, err := c.CreateTable(ctx, "bad", api.TableKind_TABLE_KIND_BULK, &api.TableOptions{Replication: 1, Partitions: parts}); err != nil {

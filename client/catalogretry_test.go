@@ -35,9 +35,9 @@ func loseFirstReply(method string, between func()) grpc.DialOption {
 func TestCreateRetriedAfterDropIsOnce(t *testing.T) {
 	tc := startCluster(t, 1)
 	ctx := testCtx(t)
-	other := newClient(t, tc.MasterAddr())
+	other := newClient(t, tc)
 	opts := &api.TableOptions{Partitions: 1, Replication: 1, Storage: "memory"}
-	c, err := client.New(ctx, client.Options{Masters: []string{tc.MasterAddr()}, Seed: testSeed,
+	c, err := client.New(ctx, client.Options{Masters: []string{tc.MasterAddr()}, Credential: tc.Credential(), Seed: testSeed,
 		DialOptions: []grpc.DialOption{loseFirstReply("/tabula.v1.Master/CreateTable", func() {
 			if err := other.DropTable(ctx, "once"); err != nil {
 				t.Errorf("drop between the attempts: %v", err)
@@ -67,12 +67,12 @@ func TestCreateRetriedAfterDropIsOnce(t *testing.T) {
 func TestDropRetriedAfterCreateIsOnce(t *testing.T) {
 	tc := startCluster(t, 1)
 	ctx := testCtx(t)
-	other := newClient(t, tc.MasterAddr())
+	other := newClient(t, tc)
 	opts := &api.TableOptions{Partitions: 1, Replication: 1, Storage: "memory"}
 	if _, err := other.CreateTable(ctx, "once", api.TableKind_TABLE_KIND_POINT, opts); err != nil {
 		t.Fatal(err)
 	}
-	c, err := client.New(ctx, client.Options{Masters: []string{tc.MasterAddr()}, Seed: testSeed,
+	c, err := client.New(ctx, client.Options{Masters: []string{tc.MasterAddr()}, Credential: tc.Credential(), Seed: testSeed,
 		DialOptions: []grpc.DialOption{loseFirstReply("/tabula.v1.Master/DropTable", func() {
 			if _, err := other.CreateTable(ctx, "once", api.TableKind_TABLE_KIND_POINT, opts); err != nil {
 				t.Errorf("create between the attempts: %v", err)
@@ -104,7 +104,7 @@ func TestMasterAddressTakenBySomethingElse(t *testing.T) {
 	other := grpc.NewServer() // serves nothing
 	go func() { _ = other.Serve(lis) }()
 	defer other.Stop()
-	c := newClient(t, lis.Addr().String(), tc.MasterAddr())
+	c := newClient(t, tc, lis.Addr().String(), tc.MasterAddr())
 	if _, err := c.ListServers(ctx); err != nil {
 		t.Fatalf("list servers with the first master address taken: %v", err)
 	}

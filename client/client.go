@@ -31,8 +31,14 @@ type Options struct {
 	// Master calls go to one at a time and move on to the next when it is
 	// unavailable.
 	Masters []string
-	// Tenant every call acts for. Default api.DefaultTenant.
+	// Tenant every call acts for. Default: the Credential's tenant, or
+	// api.DefaultTenant with the cluster credential or none.
 	Tenant string
+	// Credential signs every request (HMAC-SHA256 over the method, the
+	// principal, a timestamp, a nonce and the request; see
+	// TenantCredential, ClusterCredential, ReadCredentialFile and
+	// LoadProfile). A tenant's credential acts for that tenant only.
+	Credential Credential
 	// Logger receives debug logs about retries, map refreshes and the map
 	// watch. Default: discard.
 	Logger *slog.Logger
@@ -68,10 +74,21 @@ func (o Options) Validate() error {
 	if o.RetryTimeout < 0 {
 		return fmt.Errorf("client: negative RetryTimeout %v", o.RetryTimeout)
 	}
+	if !o.Credential.zero() {
+		if err := o.Credential.auth().Validate(); err != nil {
+			return fmt.Errorf("client: %w", err)
+		}
+		if p := o.Credential.Principal; p != ClusterPrincipal && o.Tenant != "" && o.Tenant != p {
+			return fmt.Errorf("client: tenant %q's credential cannot act for tenant %q", p, o.Tenant)
+		}
+	}
 	return nil
 }
 
 func (o Options) withDefaults() Options {
+	if o.Tenant == "" && !o.Credential.zero() && o.Credential.Principal != ClusterPrincipal {
+		o.Tenant = o.Credential.Principal
+	}
 	if o.Tenant == "" {
 		o.Tenant = api.DefaultTenant
 	}
@@ -184,6 +201,9 @@ func (c *Client) conn(addr string) (*grpc.ClientConn, error) {
 			grpc.MaxCallRecvMsgSize(api.MaxMessageBytes),
 			grpc.MaxCallSendMsgSize(api.MaxMessageBytes),
 		),
+	}
+	if !c.opts.Credential.zero() {
+		dopts = append(dopts, c.opts.Credential.auth().DialOptions()...)
 	}
 	dopts = append(dopts, c.opts.DialOptions...)
 	cc, err := grpc.NewClient(addr, dopts...)

@@ -38,9 +38,13 @@ func startCluster(t *testing.T, servers int) *testcluster.Cluster {
 	return tc
 }
 
-func newClient(t *testing.T, masters ...string) *client.Client {
+// newClient connects to tc (at masters, when given) with its credential.
+func newClient(t *testing.T, tc *testcluster.Cluster, masters ...string) *client.Client {
 	t.Helper()
-	c, err := client.New(context.Background(), client.Options{Masters: masters, Seed: testSeed})
+	if len(masters) == 0 {
+		masters = tc.MasterAddrs()
+	}
+	c, err := client.New(context.Background(), client.Options{Masters: masters, Seed: testSeed, Credential: tc.Credential()})
 	if err != nil {
 		t.Fatalf("new client: %v", err)
 	}
@@ -94,7 +98,7 @@ func wantCode(t *testing.T, what string, err error, code api.ErrorCode) {
 
 func TestRoundTrip(t *testing.T) {
 	tc := startCluster(t, 3)
-	c := newClient(t, tc.MasterAddr())
+	c := newClient(t, tc)
 	ctx := testCtx(t)
 	tbl := createTable(t, c, "rt", &api.TableOptions{Partitions: 4})
 	if tbl.Name() != "rt" || c.Tenant() != api.DefaultTenant {
@@ -184,7 +188,7 @@ func TestRoundTrip(t *testing.T) {
 
 func TestTTL(t *testing.T) {
 	tc := startCluster(t, 1)
-	c := newClient(t, tc.MasterAddr())
+	c := newClient(t, tc)
 	ctx := testCtx(t)
 	tbl := createTable(t, c, "ttl", &api.TableOptions{Replication: 1, Partitions: 2})
 
@@ -214,7 +218,7 @@ func TestTTL(t *testing.T) {
 
 func TestBatchAndScan(t *testing.T) {
 	tc := startCluster(t, 3)
-	c := newClient(t, tc.MasterAddr())
+	c := newClient(t, tc)
 	ctx := testCtx(t)
 	const parts, n = 12, 10000
 	tbl := createTable(t, c, "batch", &api.TableOptions{Partitions: parts})
@@ -332,7 +336,7 @@ func TestBatchAndScan(t *testing.T) {
 
 func TestInvalidInput(t *testing.T) {
 	tc := startCluster(t, 1)
-	c := newClient(t, tc.MasterAddr())
+	c := newClient(t, tc)
 	ctx := testCtx(t)
 	tbl := createTable(t, c, "inv", &api.TableOptions{Replication: 1, Partitions: 1, MaxValueBytes: 1024})
 	big := bytes.Repeat([]byte("k"), api.MaxKeyBytes+1)
@@ -397,7 +401,7 @@ func TestInvalidInput(t *testing.T) {
 
 func TestNotFound(t *testing.T) {
 	tc := startCluster(t, 1)
-	c := newClient(t, tc.MasterAddr())
+	c := newClient(t, tc)
 	ctx := testCtx(t)
 	tbl := c.Table("missing")
 	start := time.Now()
@@ -417,7 +421,7 @@ func TestNotFound(t *testing.T) {
 
 func TestDropAndRecreate(t *testing.T) {
 	tc := startCluster(t, 2)
-	c := newClient(t, tc.MasterAddr())
+	c := newClient(t, tc)
 	ctx := testCtx(t)
 	tbl := createTable(t, c, "again", &api.TableOptions{Replication: 1, Partitions: 3})
 	if err := tbl.Put(ctx, []byte("k"), []byte("old")); err != nil {
@@ -433,7 +437,7 @@ func TestDropAndRecreate(t *testing.T) {
 
 	// Re-created behind the client's back (another client): the stale cache
 	// is noticed.
-	other := newClient(t, tc.MasterAddr())
+	other := newClient(t, tc)
 	if _, err := other.CreateTable(ctx, "again", api.TableKind_TABLE_KIND_POINT, &api.TableOptions{Replication: 1, Partitions: 5}); err != nil {
 		t.Fatal(err)
 	}
@@ -454,7 +458,7 @@ func TestDropAndRecreate(t *testing.T) {
 
 func TestKillServer(t *testing.T) {
 	tc := startCluster(t, 3)
-	c := newClient(t, tc.MasterAddr())
+	c := newClient(t, tc)
 	ctx := testCtx(t)
 	const n = 600
 	tbl := createTable(t, c, "kill", &api.TableOptions{Partitions: 12, Storage: "memory"}) // memory partitions move off a dead server at once
@@ -533,7 +537,7 @@ func TestKillServer(t *testing.T) {
 
 func TestConcurrent(t *testing.T) {
 	tc := startCluster(t, 3)
-	c := newClient(t, tc.MasterAddr())
+	c := newClient(t, tc)
 	ctx := testCtx(t)
 	tbl := createTable(t, c, "conc", &api.TableOptions{Partitions: 6})
 	var wg sync.WaitGroup
@@ -580,7 +584,7 @@ func deadAddr(t *testing.T) string {
 func TestMasterFailover(t *testing.T) {
 	tc := startCluster(t, 1)
 	// The first master is dead: calls move on to the second.
-	c := newClient(t, deadAddr(t), tc.MasterAddr())
+	c := newClient(t, tc, deadAddr(t), tc.MasterAddr())
 	ctx := testCtx(t)
 	tbl := createTable(t, c, "mf", &api.TableOptions{Replication: 1, Partitions: 2})
 	if err := tbl.Put(ctx, []byte("k"), []byte("v")); err != nil {
@@ -624,7 +628,7 @@ func TestNewAndClose(t *testing.T) {
 		t.Fatal("bad tenant accepted")
 	}
 	tc := startCluster(t, 1)
-	c, err := client.New(context.Background(), client.Options{Masters: []string{tc.MasterAddr()}})
+	c, err := client.New(context.Background(), client.Options{Masters: []string{tc.MasterAddr()}, Credential: tc.Credential()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -666,7 +670,7 @@ func TestNoLeaks(t *testing.T) {
 	})
 	// Warm the cluster up so its own lazily started goroutines are in the
 	// baseline.
-	warm := newClient(t, tc.MasterAddr())
+	warm := newClient(t, tc)
 	createTable(t, warm, "warm", &api.TableOptions{Replication: 1, Partitions: 4})
 	if err := warm.Table("warm").Put(ctx, []byte("k"), []byte("v")); err != nil {
 		t.Fatal(err)
@@ -688,7 +692,7 @@ func TestNoLeaks(t *testing.T) {
 	time.Sleep(100 * time.Millisecond) // a few stream syncs: the master's node connections are up
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 
-	c, err := client.New(ctx, client.Options{Masters: []string{tc.MasterAddr()}, Seed: testSeed})
+	c, err := client.New(ctx, client.Options{Masters: []string{tc.MasterAddr()}, Seed: testSeed, Credential: tc.Credential()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -31,7 +31,7 @@ func TestGetsCoalesce(t *testing.T) {
 		}
 		return invoker(ctx, method, req, reply, cc, opts...)
 	}
-	c, err := client.New(context.Background(), client.Options{Masters: []string{tc.MasterAddr()}, Seed: testSeed,
+	c, err := client.New(context.Background(), client.Options{Masters: []string{tc.MasterAddr()}, Credential: tc.Credential(), Seed: testSeed,
 		DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(count)}})
 	if err != nil {
 		t.Fatal(err)

@@ -69,7 +69,7 @@ func le64(v int64) []byte { return binary.LittleEndian.AppendUint64(nil, uint64(
 // then a hostile module's runaway call is stopped while plain Gets go on.
 func TestCoprocessorsEndToEnd(t *testing.T) {
 	tc := coprocCluster(t)
-	c := newClient(t, tc.MasterAddr())
+	c := newClient(t, tc)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	tb := createTable(t, c, "feats", &api.TableOptions{Partitions: 4})
@@ -215,7 +215,7 @@ func TestCoprocessorsEndToEnd(t *testing.T) {
 // serving, and that two tables never share an instance.
 func TestCoprocessorsRangeLimitsIsolation(t *testing.T) {
 	tc := coprocCluster(t)
-	c := newClient(t, tc.MasterAddr())
+	c := newClient(t, tc)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	tb := createTable(t, c, "people", &api.TableOptions{Partitions: 4})
@@ -326,7 +326,7 @@ func TestCoprocessorsRangeLimitsIsolation(t *testing.T) {
 // there, with no redeploy.
 func TestCoprocessorFollowsPartitionMove(t *testing.T) {
 	tc := coprocCluster(t)
-	c := newClient(t, tc.MasterAddr())
+	c := newClient(t, tc)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	tb := createTable(t, c, "moving", &api.TableOptions{Partitions: 1, Storage: "memory"})

@@ -16,7 +16,7 @@ import (
 // every acknowledged write reads back.
 func TestDrainFailsNoRequest(t *testing.T) {
 	tc := startCluster(t, 4)
-	c := newClient(t, tc.MasterAddr())
+	c := newClient(t, tc)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	tbl := createTable(t, c, "drain", &api.TableOptions{Partitions: 8, Replication: 3})

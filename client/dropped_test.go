@@ -22,7 +22,7 @@ func TestTableDroppedByAnotherClient(t *testing.T) {
 	}
 	defer c.Close()
 	mk := func() *client.Client {
-		cl, err := client.New(ctx, client.Options{Masters: []string{c.MasterAddr()}, RetryTimeout: 10 * time.Second})
+		cl, err := client.New(ctx, client.Options{Masters: []string{c.MasterAddr()}, Credential: c.Credential(), RetryTimeout: 10 * time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -18,7 +18,7 @@ func exampleCluster(ctx context.Context) (*client.Client, func()) {
 	if err != nil {
 		panic(err)
 	}
-	c, err := client.New(ctx, client.Options{Masters: []string{tc.MasterAddr()}})
+	c, err := client.New(ctx, client.Options{Masters: []string{tc.MasterAddr()}, Credential: tc.Credential()})
 	if err != nil {
 		panic(err)
 	}

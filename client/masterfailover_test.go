@@ -26,7 +26,7 @@ func TestRaftMasterFailover(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tc.Close()
-	c, err := client.New(ctx, client.Options{Masters: tc.MasterAddrs(), Seed: testSeed})
+	c, err := client.New(ctx, client.Options{Masters: tc.MasterAddrs(), Credential: tc.Credential(), Seed: testSeed})
 	if err != nil {
 		t.Fatal(err)
 	}

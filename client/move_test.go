@@ -29,9 +29,9 @@ func TestMoveAndDrain(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tc.Close()
-	c := newClient(t, tc.MasterAddr())
+	c := newClient(t, tc)
 	tbl := createTable(t, c, "mv", &api.TableOptions{Partitions: 2, Replication: 3})
-	cc, err := grpc.NewClient(tc.MasterAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	cc, err := grpc.NewClient(tc.MasterAddr(), append(tc.Credential().DialOptions(), grpc.WithTransportCredentials(insecure.NewCredentials()))...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -52,7 +52,7 @@ func BenchmarkBulkPublish(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer tc.Close()
-			c, err := client.New(ctx, client.Options{Masters: []string{tc.MasterAddr()}})
+			c, err := client.New(ctx, client.Options{Masters: []string{tc.MasterAddr()}, Credential: tc.Credential()})
 			if err != nil {
 				b.Fatal(err)
 			}

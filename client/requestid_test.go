@@ -104,7 +104,7 @@ func (tp *tap) set(f func(tp *tap)) {
 func replicatedTable(t *testing.T, tp *tap, retry time.Duration) (*client.Client, *client.Table) {
 	t.Helper()
 	tc := startCluster(t, 3)
-	c, err := client.New(context.Background(), client.Options{Masters: []string{tc.MasterAddr()}, Seed: testSeed,
+	c, err := client.New(context.Background(), client.Options{Masters: []string{tc.MasterAddr()}, Credential: tc.Credential(), Seed: testSeed,
 		RetryTimeout: retry, DialOptions: []grpc.DialOption{tp.option()}})
 	if err != nil {
 		t.Fatal(err)

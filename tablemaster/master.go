@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/tabuladb/tabula/api"
+	"github.com/tabuladb/tabula/internal/auth"
 	"github.com/tabuladb/tabula/internal/dirlock"
 	"github.com/tabuladb/tabula/replication/stream"
 )
@@ -32,7 +33,10 @@ type Master struct {
 
 	opts   Options
 	logger *slog.Logger
-	lock   *dirlock.Lock // exclusive use of opts.DataDir
+	// streamConns dial extent nodes for the stream driver, signed with
+	// the cluster credential.
+	streamConns *stream.Conns
+	lock        *dirlock.Lock // exclusive use of opts.DataDir
 
 	// view is the latest published state. Readers load it without a lock;
 	// a published State is never modified again.
@@ -170,7 +174,7 @@ func Open(opts Options) (*Master, error) {
 	m.view.Store(&view{state: state, changed: make(chan struct{}), mv: newMapVersion(nil, state)})
 	now := opts.Now()
 	if _, ok := state.Tenants[api.DefaultTenant]; !ok {
-		if _, _, err := m.propose(Command{Op: OpCreateTenant, Tenant: api.DefaultTenant, UnixMs: now.UnixMilli()}, nil, nil); err != nil {
+		if _, _, err := m.propose(Command{Op: OpCreateTenant, Tenant: api.DefaultTenant, UnixMs: now.UnixMilli(), Keys: [][]byte{auth.NewKey(), auth.NewKey()}}, nil, nil); err != nil {
 			return nil, errors.Join(fmt.Errorf("tablemaster: bootstrap tenant %q: %w", api.DefaultTenant, err), st.close())
 		}
 	}
@@ -189,7 +193,8 @@ func Open(opts Options) (*Master, error) {
 // startLoops starts the stream driver and the loops; they act only while
 // this master leads (leads).
 func (m *Master) startLoops() {
-	m.streamDriver = stream.NewDriver(masterStreamLog{m}, stream.DriverOptions{Logger: m.logger.With("part", "stream-manager")})
+	m.streamConns = stream.NewConns(m.credential().DialOptions()...)
+	m.streamDriver = stream.NewDriver(masterStreamLog{m}, stream.DriverOptions{Logger: m.logger.With("part", "stream-manager"), Conns: m.streamConns})
 	m.wg.Add(4)
 	go m.snapLoop()
 	go m.livenessLoop()
@@ -205,7 +210,7 @@ func (m *Master) State() *State { return m.view.Load().state }
 // server. It may be called for several listeners. It returns nil after
 // Close.
 func (m *Master) Serve(lis net.Listener) error {
-	s := grpc.NewServer(
+	opts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(api.MaxMessageBytes),
 		grpc.MaxSendMsgSize(api.MaxMessageBytes),
 		grpc.WaitForHandlers(true), // Close returns only after every handler has
@@ -213,7 +218,8 @@ func (m *Master) Serve(lis net.Listener) error {
 		api.ServerKeepalive(),
 		grpc.ChainUnaryInterceptor(m.leaderOnlyUnary),
 		grpc.ChainStreamInterceptor(m.leaderOnlyStream),
-	)
+	}
+	s := grpc.NewServer(append(m.authInterceptors(), opts...)...)
 	api.RegisterMasterServer(s, m)
 	if m.raft != nil {
 		m.raft.transport.Register(s)
@@ -250,7 +256,7 @@ func (m *Master) Close() error {
 			raftErr = errors.Join(m.raft.node.Close(), m.raft.transport.Close())
 		}
 		m.wg.Wait()
-		driverErr := m.streamDriver.Close()
+		driverErr := errors.Join(m.streamDriver.Close(), m.streamConns.Close())
 		m.proposeMu.Lock()
 		var storeErr error
 		if m.store != nil {

@@ -82,6 +82,12 @@ type Options struct {
 	// RaftTick is the raft clock's tick: elections time out after 10,
 	// the leader heartbeats every one. Default 50ms.
 	RaftTick time.Duration `json:"raft_tick,omitempty"`
+	// ClusterKey is the cluster credential's key (auth.KeyBytes): every
+	// RPC must be signed by it or by a tenant's key, and the master signs
+	// its own calls (raft peers, extent nodes) with it. Nil turns
+	// authentication off (in-process tests only; the tabula binary always
+	// sets one).
+	ClusterKey []byte `json:"-"`
 }
 
 // withDefaults returns o with every zero field set to its default.

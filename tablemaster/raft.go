@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/tabuladb/tabula/api"
+	"github.com/tabuladb/tabula/internal/auth"
 	"github.com/tabuladb/tabula/tablemaster/raftnode"
 )
 
@@ -116,7 +117,7 @@ func (m *Master) openRaft() error {
 	}
 	init := NewState()
 	m.view.Store(&view{state: init, changed: make(chan struct{}), mv: newMapVersion(nil, init)})
-	r := &raftState{transport: raftnode.NewGRPCTransport(m.opts.RaftID, m.logger.With("part", "raft"))}
+	r := &raftState{transport: raftnode.NewGRPCTransport(m.opts.RaftID, m.logger.With("part", "raft"), m.credential().DialOptions()...)}
 	none := ""
 	r.leaderAddr.Store(&none)
 	tick := m.opts.RaftTick
@@ -189,7 +190,7 @@ func (m *Master) becomeLeader(term uint64) {
 	}
 	m.logger.Info("tablemaster: leading", "term", term, "member", m.opts.RaftID, "version", m.State().Version)
 	if _, ok := m.State().Tenants[api.DefaultTenant]; !ok {
-		if _, _, err := m.propose(Command{Op: OpCreateTenant, Tenant: api.DefaultTenant, UnixMs: m.opts.Now().UnixMilli()}, nil, nil); err != nil {
+		if _, _, err := m.propose(Command{Op: OpCreateTenant, Tenant: api.DefaultTenant, UnixMs: m.opts.Now().UnixMilli(), Keys: [][]byte{auth.NewKey(), auth.NewKey()}}, nil, nil); err != nil {
 			m.logger.Error("tablemaster: bootstrap the default tenant", "err", err)
 		}
 	}

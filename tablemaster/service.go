@@ -195,7 +195,7 @@ func (m *Master) Heartbeat(_ context.Context, req *api.HeartbeatRequest) (*api.H
 		return nil, err
 	}
 	st := m.State()
-	resp := &api.HeartbeatResponse{MapVersion: st.Version, LeaseMs: m.leaseMs()}
+	resp := &api.HeartbeatResponse{MapVersion: st.Version, LeaseMs: m.leaseMs(), TenantsVersion: st.TenantsVersion}
 	srv := st.Servers[req.ServerId]
 	if srv == nil || !srv.Alive {
 		resp.Reregister = true

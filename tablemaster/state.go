@@ -17,8 +17,14 @@ import (
 type Op string
 
 const (
-	// OpCreateTenant creates Command.Tenant.
+	// OpCreateTenant creates Command.Tenant with Keys (its key 1 and key
+	// 2; none in logs from before tenants had keys).
 	OpCreateTenant Op = "create_tenant"
+	// OpDeleteTenant removes Command.Tenant, which has no tables.
+	OpDeleteTenant Op = "delete_tenant"
+	// OpRotateTenantKey replaces key KeyIndex (1 or 2) of Command.Tenant
+	// with Keys[0].
+	OpRotateTenantKey Op = "rotate_tenant_key"
 	// OpCreateTable creates Command.Tenant/Table with Kind and Options and
 	// places its partitions on available servers (unplaced if none).
 	OpCreateTable Op = "create_table"
@@ -126,6 +132,11 @@ type Command struct {
 	// Coprocessor commands: the coprocessor's name and the version deployed.
 	Name   string         `json:"name,omitempty"`
 	Coproc *CoprocVersion `json:"coproc,omitempty"`
+	// Keys: OpCreateTenant's two keys, OpRotateTenantKey's new one (made
+	// by the proposer: Apply draws no randomness). KeyIndex: which key
+	// OpRotateTenantKey replaces.
+	Keys     [][]byte `json:"keys,omitempty"`
+	KeyIndex int      `json:"key_index,omitempty"`
 	// RequestID is the client's id of the call that made the command
 	// (requests.go): a command whose id was applied before changes
 	// nothing.
@@ -206,6 +217,11 @@ func (t *Table) durable() bool { return t.Options.Storage != StorageMemory }
 type Tenant struct {
 	Name          string `json:"name"`
 	CreatedUnixMs int64  `json:"created_unix_ms"`
+	// Keys are key 1 and key 2 (auth.KeyBytes each); either signs the
+	// tenant's requests. Empty for a tenant made before tenants had keys
+	// (RotateTenantKey gives it some). A Tenant is never modified once
+	// published: a rotation replaces it.
+	Keys [][]byte `json:"keys,omitempty"`
 }
 
 // Table is a table and its partitions.
@@ -300,6 +316,9 @@ type State struct {
 	// Streams is the stream manager (see streams.go); nil in states from
 	// before it existed until the first stream command.
 	Streams *StreamState `json:"streams,omitempty"`
+	// TenantsVersion grows with every tenant created, deleted or rekeyed:
+	// table servers fetch the tenants' keys again when it changes.
+	TenantsVersion uint64 `json:"tenants_version,omitempty"`
 	// Requests are the request ids of applied commands (requests.go).
 	Requests map[string]*Request `json:"requests,omitempty"`
 
@@ -464,6 +483,10 @@ func (s *State) apply(cmd *Command, chk bool) (Result, error) {
 	switch cmd.Op {
 	case OpCreateTenant:
 		res, err = s.createTenant(*cmd, chk)
+	case OpDeleteTenant:
+		res, err = s.deleteTenant(*cmd, chk)
+	case OpRotateTenantKey:
+		res, err = s.rotateTenantKey(*cmd, chk)
 	case OpCreateTable:
 		res, err = s.createTable(cmd, chk)
 	case OpDropTable:
@@ -528,7 +551,68 @@ func (s *State) createTenant(cmd Command, chk bool) (Result, error) {
 	if _, ok := s.Tenants[cmd.Tenant]; ok {
 		return Result{}, errCode(ErrTenantExists, api.ErrorCode_ERROR_CODE_ALREADY_EXISTS, "tenant_exists", "tenant %q already exists", cmd.Tenant)
 	}
-	s.tenantsW()[cmd.Tenant] = &Tenant{Name: cmd.Tenant, CreatedUnixMs: cmd.UnixMs}
+	// No keys: only the cluster credential acts for the tenant until a
+	// rotation gives it some (states from before tenants had keys).
+	if chk && len(cmd.Keys) != 2 && len(cmd.Keys) != 0 {
+		return Result{}, errCode(ErrInvalidArgument, api.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, "tenant_keys", "a new tenant has 2 keys, got %d", len(cmd.Keys))
+	}
+	for _, k := range cmd.Keys {
+		if err := checkKey(chk, k); err != nil {
+			return Result{}, err
+		}
+	}
+	s.tenantsW()[cmd.Tenant] = &Tenant{Name: cmd.Tenant, CreatedUnixMs: cmd.UnixMs, Keys: cmd.Keys}
+	s.TenantsVersion++
+	return Result{Changed: true}, nil
+}
+
+// TenantKeyBytes is the length of a tenant key (auth.KeyBytes).
+const TenantKeyBytes = 64
+
+func checkKey(chk bool, k []byte) error {
+	if chk && len(k) != TenantKeyBytes {
+		return errCode(ErrInvalidArgument, api.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, "tenant_key", "a tenant key is %d bytes, got %d", TenantKeyBytes, len(k))
+	}
+	return nil
+}
+
+// deleteTenant removes a tenant with no tables: its tables' data is never
+// dropped as a side effect.
+func (s *State) deleteTenant(cmd Command, chk bool) (Result, error) {
+	if _, ok := s.Tenants[cmd.Tenant]; !ok {
+		return Result{}, errTenantNotFound(cmd.Tenant)
+	}
+	if n := len(s.TablesOf(cmd.Tenant)); n > 0 {
+		return Result{}, errCode(ErrInvalidArgument, api.ErrorCode_ERROR_CODE_FAILED_PRECONDITION, "tenant_has_tables",
+			"tenant %q has %d table(s); drop them first (tabula table drop)", cmd.Tenant, n)
+	}
+	delete(s.tenantsW(), cmd.Tenant)
+	s.TenantsVersion++
+	return Result{Changed: true}, nil
+}
+
+// rotateTenantKey replaces one of a tenant's keys; the other keeps
+// signing.
+func (s *State) rotateTenantKey(cmd Command, chk bool) (Result, error) {
+	t, ok := s.Tenants[cmd.Tenant]
+	if !ok {
+		return Result{}, errTenantNotFound(cmd.Tenant)
+	}
+	if cmd.KeyIndex != 1 && cmd.KeyIndex != 2 {
+		return Result{}, errCode(ErrInvalidArgument, api.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, "tenant_key_number", "key %d: a tenant has key 1 and key 2", cmd.KeyIndex)
+	}
+	if len(cmd.Keys) != 1 {
+		return Result{}, errCode(ErrInvalidArgument, api.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, "tenant_keys", "a rotation carries 1 key, got %d", len(cmd.Keys))
+	}
+	if err := checkKey(chk, cmd.Keys[0]); err != nil {
+		return Result{}, err
+	}
+	n := *t
+	n.Keys = make([][]byte, 2)
+	copy(n.Keys, t.Keys)
+	n.Keys[cmd.KeyIndex-1] = cmd.Keys[0]
+	s.tenantsW()[cmd.Tenant] = &n
+	s.TenantsVersion++
 	return Result{Changed: true}, nil
 }
 

@@ -136,9 +136,9 @@ func (l *logReplica) copyIn(want roleWant) error {
 	// chunks: gRPC's default window (64 KiB, grown by its bandwidth
 	// estimate) had the source wait for window updates between the
 	// pieces of every chunk.
-	cc, err := grpc.NewClient(want.source, grpc.WithTransportCredentials(insecure.NewCredentials()), api.FastReconnect(), api.Keepalive(),
+	cc, err := grpc.NewClient(want.source, append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()), api.FastReconnect(), api.Keepalive(),
 		grpc.WithInitialWindowSize(copyWindowBytes), grpc.WithInitialConnWindowSize(copyWindowBytes),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(api.MaxMessageBytes)))
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(api.MaxMessageBytes))}, l.s.credential().DialOptions()...)...)
 	if err != nil {
 		return fmt.Errorf("copy source %s: %w", want.source, err)
 	}

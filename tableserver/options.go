@@ -16,6 +16,12 @@ import (
 type Options struct {
 	// Masters are the Table Master addresses, tried in turn.
 	Masters []string
+	// ClusterKey is the cluster credential's key: the server signs its
+	// calls to the master and other servers with it, and checks every
+	// incoming call's signature against it or the tenants' keys (fetched
+	// from the master). Nil turns authentication off (in-process tests
+	// only; the tabula binary always sets one).
+	ClusterKey []byte
 	// DataDir holds the server's identity and its partitions' files.
 	DataDir string
 	// Advertise is the address clients and the master reach this server at.

@@ -65,7 +65,7 @@ func newFaultRig(t *testing.T) *faultRig {
 	r.c = c
 	r.f = &fixture{c: c, conns: map[string]*grpc.ClientConn{}}
 	r.f.master = api.NewMasterClient(r.f.dial(t, c.MasterAddr()))
-	cl, err := client.New(ctx, client.Options{Masters: []string{c.MasterAddr()}, Seed: 1})
+	cl, err := client.New(ctx, client.Options{Masters: []string{c.MasterAddr()}, Credential: c.Credential(), Seed: 1})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -28,9 +28,13 @@ import (
 // logReplica) and its extent node. Its RPC surface is service. Safe for
 // concurrent use.
 type Server struct {
-	opts  Options
-	log   *slog.Logger
-	start time.Time // origin of the monotonic clock the lease is kept on
+	opts Options
+	log  *slog.Logger
+	// keys checks incoming signatures (nil when authentication is off);
+	// streamConns dial extent nodes, signed with the cluster credential.
+	keys        *keyring
+	streamConns *stream.Conns
+	start       time.Time // origin of the monotonic clock the lease is kept on
 
 	serverID atomic.Pointer[string]
 	hosting  atomic.Pointer[hosting]
@@ -133,24 +137,27 @@ func Open(opts Options) (*Server, error) {
 	s.lease.SetDuration(time.Second)
 	s.beatNS.Store(int64(100 * time.Millisecond))
 	for _, addr := range opts.Masters {
-		cc, err := grpc.NewClient(addr,
+		cc, err := grpc.NewClient(addr, append([]grpc.DialOption{
 			grpc.WithTransportCredentials(insecure.NewCredentials()), api.FastReconnect(), api.Keepalive(),
-			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(api.MaxMessageBytes), grpc.MaxCallSendMsgSize(api.MaxMessageBytes)))
+			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(api.MaxMessageBytes), grpc.MaxCallSendMsgSize(api.MaxMessageBytes)),
+		}, s.credential().DialOptions()...)...)
 		if err != nil {
 			return nil, errors.Join(fmt.Errorf("tableserver: master address %q: %w", addr, err), s.closeMasters(), lock.Unlock())
 		}
 		s.masters = append(s.masters, cc)
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
-	s.grpc = grpc.NewServer(
+	s.grpc = grpc.NewServer(append(s.authInterceptors(),
 		grpc.MaxRecvMsgSize(api.MaxMessageBytes),
 		grpc.MaxSendMsgSize(api.MaxMessageBytes),
 		api.ServerKeepalive(),
 		grpc.ChainUnaryInterceptor(s.admitUnary),
 		grpc.ChainStreamInterceptor(s.admitStream),
-	)
+	)...)
 	api.RegisterTableServerServer(s.grpc, &service{Server: s})
+	s.streamConns = stream.NewConns(s.credential().DialOptions()...)
 	node, err := stream.OpenNode(stream.NodeOptions{
+		Conns:         s.streamConns,
 		Dir:           filepath.Join(opts.DataDir, "extents"),
 		ScrubInterval: opts.ScrubInterval,
 		// Partition logs: a secondary that does not answer within this
@@ -175,7 +182,7 @@ func Open(opts Options) (*Server, error) {
 		return nil, errors.Join(fmt.Errorf("tableserver: start the coprocessor runtime: %w", err), node.Close(), s.closeMasters(), lock.Unlock())
 	}
 	s.cp = &coprocs{rt: rt, state: map[coproc.ModuleKey]error{}}
-	s.streams = stream.NewClient(masterStreams{s}, stream.ClientOptions{Logger: opts.Logger.With("part", "bulk-fetch")})
+	s.streams = stream.NewClient(masterStreams{s}, stream.ClientOptions{Logger: opts.Logger.With("part", "bulk-fetch"), Conns: s.streamConns})
 	return s, nil
 }
 
@@ -454,6 +461,9 @@ func (s *Server) beat(draining, full bool) (err error) {
 		// older one (a primary deposed while it was away learns it before
 		// it serves again).
 		s.lease.Answered(time.Duration(resp.GetLeaseMs())*time.Millisecond, resp.GetMapVersion())
+		if s.keys != nil {
+			s.keys.noteVersion(resp.GetTenantsVersion())
+		}
 		return nil
 	})
 }
@@ -613,7 +623,7 @@ func (s *Server) Close() error {
 		cctx, ccancel := context.WithTimeout(context.Background(), 5*time.Second)
 		errs = append(errs, s.cp.rt.Close(cctx))
 		ccancel()
-		errs = append(errs, s.streams.Close(), s.extents.Close(), s.closeMasters(), s.lock.Unlock())
+		errs = append(errs, s.streams.Close(), s.extents.Close(), s.streamConns.Close(), s.closeMasters(), s.lock.Unlock())
 		s.closeErr = errors.Join(errs...)
 	})
 	return s.closeErr

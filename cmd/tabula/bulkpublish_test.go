@@ -28,7 +28,7 @@ func TestBulkPublishProcesses(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	c, err := client.New(ctx, client.Options{Masters: []string{masterAddr}})
+	c, err := client.New(ctx, client.Options{Credential: testCred, Masters: []string{masterAddr}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,7 +153,7 @@ func TestBulkMoveProcesses(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	c, err := client.New(ctx, client.Options{Masters: []string{masterAddr}})
+	c, err := client.New(ctx, client.Options{Credential: testCred, Masters: []string{masterAddr}})
 	if err != nil {
 		t.Fatal(err)
 	}

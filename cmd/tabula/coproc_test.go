@@ -48,7 +48,7 @@ func TestCoprocProcesses(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	c, err := client.New(ctx, client.Options{Masters: []string{masterAddr}})
+	c, err := client.New(ctx, client.Options{Credential: testCred, Masters: []string{masterAddr}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -37,6 +37,7 @@ prints the endpoints and "tabula dev ready" once it serves, and runs until inter
 				Servers:           servers,
 				Masters:           masters,
 				Dir:               dir,
+				CredentialPath:    g.clusterKeyPath(""),
 				MasterListen:      listen,
 				Logger:            log,
 				HeartbeatInterval: tablemaster.DefaultHeartbeatInterval,
@@ -60,6 +61,7 @@ prints the endpoints and "tabula dev ready" once it serves, and runs until inter
 				fmt.Fprintf(out, "server  %s  id %s  fault-domain fd-%d\n", a, ids[i], i)
 			}
 			fmt.Fprintf(out, "data    %s\n", c.Dir())
+			fmt.Fprintf(out, "credential %s  (the cluster's; the CLI run here finds it, elsewhere give --cluster-key or $TABULA_CLUSTER_KEY)\n", c.CredentialPath())
 			fmt.Fprintln(out, "tabula dev ready")
 			<-cmd.Context().Done()
 			fmt.Fprintln(out, "tabula dev: shutting down")

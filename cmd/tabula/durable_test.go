@@ -28,7 +28,7 @@ func TestKillServerMidWorkloadKeepsAcknowledgedWrites(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	c, err := client.New(ctx, client.Options{Masters: []string{masterAddr}, RetryTimeout: 30 * time.Second})
+	c, err := client.New(ctx, client.Options{Credential: testCred, Masters: []string{masterAddr}, RetryTimeout: 30 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -44,7 +44,7 @@ func TestKVReplicaFlags(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	c, err := client.New(ctx, client.Options{Masters: []string{masterAddr}})
+	c, err := client.New(ctx, client.Options{Credential: testCred, Masters: []string{masterAddr}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
@@ -27,10 +28,14 @@ const defaultMaster = "127.0.0.1:7100"
 
 // globals are the flags every command shares.
 type globals struct {
-	master   []string
-	tenant   string
-	timeout  time.Duration
-	logLevel string
+	master     []string
+	tenant     string
+	timeout    time.Duration
+	logLevel   string
+	clusterKey string // --cluster-key
+	profile    string // --profile
+	keyFile    string // --key-file
+	flags      *pflag.FlagSet
 }
 
 func main() {
@@ -57,10 +62,14 @@ func rootCmd() *cobra.Command {
 	pf.StringVar(&g.tenant, "tenant", api.DefaultTenant, "tenant to act as")
 	pf.DurationVar(&g.timeout, "timeout", 30*time.Second, "deadline of a client command (retries included)")
 	pf.StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	pf.StringVar(&g.clusterKey, "cluster-key", "", "the cluster credential file (default $TABULA_CLUSTER_KEY, else: tabula dev and tabula master create <data>/cluster.key; client commands look for ./tabula-data/cluster.key)")
+	pf.StringVar(&g.profile, "profile", "", "profile to use from the profile file ($TABULA_PROFILE, else \"default\"; file: $TABULA_CONFIG or ~/.config/tabula/config)")
+	pf.StringVar(&g.keyFile, "key-file", "", "a credential file to sign with (a tenant's, or the cluster's)")
+	g.flags = pf
 	root.AddCommand(
 		devCmd(g), masterCmd(g), serverCmd(g),
 		tableCmd(g), putCmd(g), getCmd(g), delCmd(g), scanCmd(g),
-		workloadCmd(g), bulkCmd(g), streamCmd(g), extentCmd(g), coprocCmd(g), partitionCmd(g),
+		workloadCmd(g), bulkCmd(g), streamCmd(g), extentCmd(g), coprocCmd(g), partitionCmd(g), tenantCmd(g),
 	)
 	return root
 }
@@ -78,7 +87,11 @@ func (g *globals) client(ctx context.Context) (*client.Client, error) {
 	if err := g.reachable(ctx); err != nil {
 		return nil, err
 	}
-	return client.New(ctx, client.Options{Masters: g.master, Tenant: g.tenant, RetryTimeout: g.timeout})
+	cred, err := g.credential()
+	if err != nil {
+		return nil, err
+	}
+	return client.New(ctx, client.Options{Masters: g.master, Tenant: g.tenantFor(cred), Credential: cred, RetryTimeout: g.timeout})
 }
 
 // noMasterWait is how long a client command tries to reach any --master
@@ -135,7 +148,11 @@ func (g *globals) masterCall(ctx context.Context, fn func(api.MasterClient) erro
 	}
 	var err error
 	for _, addr := range g.master {
-		cc, dialErr := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()), api.FastReconnect(), api.Keepalive())
+		cred, credErr := g.credential()
+		if credErr != nil {
+			return credErr
+		}
+		cc, dialErr := grpc.NewClient(addr, append(cred.DialOptions(), grpc.WithTransportCredentials(insecure.NewCredentials()), api.FastReconnect(), api.Keepalive())...)
 		if dialErr != nil {
 			err = fmt.Errorf("master address %q: %w", addr, dialErr)
 			continue

@@ -3,6 +3,8 @@ package main
 import (
 	"fmt"
 	"net"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -43,6 +45,16 @@ A member joining a running group starts with --id and no --peers, then is added 
 				return err
 			}
 			opts.DataDir, opts.Logger = dir, log
+			if peers != "" && g.clusterKeyPath("") == "" {
+				if _, err := os.Stat(filepath.Join(dir, "cluster.key")); err != nil {
+					return fmt.Errorf("the members of a raft group share one cluster credential: give every member the same --cluster-key FILE (the first to start creates it)")
+				}
+			}
+			cred, err := g.clusterCredential(filepath.Join(dir, "cluster.key"), true)
+			if err != nil {
+				return err
+			}
+			opts.ClusterKey = cred.Key
 			if peers != "" {
 				if opts.Peers, err = parsePeers(peers); err != nil {
 					return err

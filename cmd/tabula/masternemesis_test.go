@@ -295,7 +295,7 @@ func TestMasterNemesis(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), duration+2*time.Minute)
 	defer cancel()
-	c, err := client.New(ctx, client.Options{Masters: addrs, RetryTimeout: 10 * time.Second})
+	c, err := client.New(ctx, client.Options{Credential: testCred, Masters: addrs, RetryTimeout: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

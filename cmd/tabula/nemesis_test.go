@@ -174,7 +174,7 @@ func TestNemesis(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), duration+3*time.Minute)
 	defer cancel()
-	admin, err := client.New(ctx, client.Options{Masters: []string{masterAddr}, Seed: seed | 1})
+	admin, err := client.New(ctx, client.Options{Credential: testCred, Masters: []string{masterAddr}, Seed: seed | 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -225,7 +225,7 @@ func TestNemesis(t *testing.T) {
 	clientsStop := make(chan struct{})
 	for c := 0; c < nemesisClients; c++ {
 		retried := new(atomic.Bool)
-		cl, err := client.New(ctx, client.Options{Masters: []string{masterAddr}, RetryTimeout: 2 * time.Second, Seed: seed + uint64(c) + 2,
+		cl, err := client.New(ctx, client.Options{Credential: testCred, Masters: []string{masterAddr}, RetryTimeout: 2 * time.Second, Seed: seed + uint64(c) + 2,
 			Logger: slog.New(retryWatch{retried})})
 		if err != nil {
 			t.Fatal(err)
@@ -466,7 +466,7 @@ func TestNemesis(t *testing.T) {
 	// goes into the history, so every acknowledged write's effect is
 	// checked against what the end state shows.
 	tRead := time.Now()
-	reader, err := client.New(ctx, client.Options{Masters: []string{masterAddr}, RetryTimeout: 2 * time.Second, Seed: seed + 1000})
+	reader, err := client.New(ctx, client.Options{Credential: testCred, Masters: []string{masterAddr}, RetryTimeout: 2 * time.Second, Seed: seed + 1000})
 	if err != nil {
 		t.Fatal(err)
 	}

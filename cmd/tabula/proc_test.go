@@ -1,6 +1,9 @@
 package main
 
 import (
+	"github.com/tabuladb/tabula/client"
+	"github.com/tabuladb/tabula/internal/auth"
+
 	"bufio"
 	"bytes"
 	"context"
@@ -19,6 +22,11 @@ import (
 // The multi-process tests run the real binary: built once by TestMain.
 var tabulaBin string
 
+// testCred is the cluster credential every test cluster of this package
+// runs with: TestMain creates it and exports $TABULA_CLUSTER_KEY, which
+// the processes it starts (master, servers, dev, CLI) read.
+var testCred client.Credential
+
 func TestMain(m *testing.M) {
 	code := func() int {
 		dir, err := os.MkdirTemp("", "tabula-bin-*")
@@ -28,6 +36,14 @@ func TestMain(m *testing.M) {
 		}
 		defer os.RemoveAll(dir)
 		tabulaBin = filepath.Join(dir, "tabula")
+		keyPath := filepath.Join(dir, "cluster.key")
+		c, _, err := auth.LoadOrCreateClusterCredential(keyPath)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		testCred = client.Credential(c)
+		os.Setenv("TABULA_CLUSTER_KEY", keyPath)
 		out, err := exec.Command("go", "build", "-o", tabulaBin, ".").CombinedOutput()
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "build tabula: %v\n%s", err, out)

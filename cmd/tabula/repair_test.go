@@ -68,7 +68,7 @@ func startRepairCluster(t *testing.T, ctx context.Context, masterFlags ...string
 		s.proc = start(t, fmt.Sprintf("server-%d", i), s.args...)
 		c.servers = append(c.servers, s)
 	}
-	admin, err := client.New(ctx, client.Options{Masters: []string{c.master}})
+	admin, err := client.New(ctx, client.Options{Credential: testCred, Masters: []string{c.master}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -241,7 +241,7 @@ func TestKillServerReplicasReplaced(t *testing.T) {
 	)
 	stop := make(chan struct{})
 	for w := 0; w < 8; w++ {
-		cl, err := client.New(ctx, client.Options{Masters: []string{c.master}, RetryTimeout: 20 * time.Second})
+		cl, err := client.New(ctx, client.Options{Credential: testCred, Masters: []string{c.master}, RetryTimeout: 20 * time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -321,7 +321,7 @@ func TestKillServerReplicasReplaced(t *testing.T) {
 	}
 	t.Logf("%d writes acknowledged (%d before the kill), %d failed; %d took over a second (retried across the failover), the slowest %v; reading every one back",
 		len(acked), before, len(failed), slow, slowest.Round(time.Millisecond))
-	reader, err := client.New(ctx, client.Options{Masters: []string{c.master}})
+	reader, err := client.New(ctx, client.Options{Credential: testCred, Masters: []string{c.master}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -385,7 +385,7 @@ func TestRollingRestart(t *testing.T) {
 		stopped = make(chan struct{})
 	)
 	for ci := 0; ci < clients; ci++ {
-		cl, err := client.New(ctx, client.Options{Masters: []string{c.master}, RetryTimeout: 20 * time.Second, Seed: seed + uint64(ci)})
+		cl, err := client.New(ctx, client.Options{Credential: testCred, Masters: []string{c.master}, RetryTimeout: 20 * time.Second, Seed: seed + uint64(ci)})
 		if err != nil {
 			t.Fatal(err)
 		}

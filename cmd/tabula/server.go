@@ -32,6 +32,11 @@ func serverCmd(g *globals) *cobra.Command {
 				return err
 			}
 			opts.Masters, opts.Logger = g.master, log
+			cred, err := g.clusterCredential(defaultClusterKeys[0], false)
+			if err != nil {
+				return err
+			}
+			opts.ClusterKey = cred.Key
 			if err := serveDebug(debug, log); err != nil {
 				return err
 			}

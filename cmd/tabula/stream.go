@@ -157,7 +157,7 @@ func streamAppendCmd(g *globals) *cobra.Command {
 				return err
 			}
 			defer c.Close()
-			sc := stream.NewClient(c.Streams(), stream.ClientOptions{})
+			sc := stream.NewClient(c.Streams(), stream.ClientOptions{Conns: c.StreamConns()})
 			defer sc.Close()
 			res, err := sc.Append(ctx, args[0], data)
 			if err != nil {
@@ -182,7 +182,7 @@ func streamCatCmd(g *globals) *cobra.Command {
 				return err
 			}
 			defer c.Close()
-			sc := stream.NewClient(c.Streams(), stream.ClientOptions{})
+			sc := stream.NewClient(c.Streams(), stream.ClientOptions{Conns: c.StreamConns()})
 			defer sc.Close()
 			out := cmd.OutOrStdout()
 			return sc.ReadStream(ctx, args[0], func(e stream.Entry) error {

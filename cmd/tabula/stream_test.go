@@ -40,7 +40,7 @@ func TestStreamProcesses(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	c, err := client.New(ctx, client.Options{Masters: []string{masterAddr}, RetryTimeout: 30 * time.Second})
+	c, err := client.New(ctx, client.Options{Credential: testCred, Masters: []string{masterAddr}, RetryTimeout: 30 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +69,7 @@ func TestStreamProcesses(t *testing.T) {
 		t.Fatalf("stream create: %s", out)
 	}
 
-	sc := stream.NewClient(c.Streams(), stream.ClientOptions{})
+	sc := stream.NewClient(c.Streams(), stream.ClientOptions{Conns: c.StreamConns()})
 	defer sc.Close()
 	type acked struct {
 		data []byte
@@ -141,7 +141,7 @@ func TestStreamProcesses(t *testing.T) {
 		if nc, ok := conns[addr]; ok {
 			return nc
 		}
-		cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		cc, err := grpc.NewClient(addr, append(testCred.DialOptions(), grpc.WithTransportCredentials(insecure.NewCredentials()))...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -275,7 +275,7 @@ func TestStreamCodingProcesses(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	c, err := client.New(ctx, client.Options{Masters: []string{masterAddr}, RetryTimeout: 30 * time.Second})
+	c, err := client.New(ctx, client.Options{Credential: testCred, Masters: []string{masterAddr}, RetryTimeout: 30 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -299,7 +299,7 @@ func TestStreamCodingProcesses(t *testing.T) {
 		return alive == n, nil
 	})
 	mustCLI(t, masterAddr, "stream", "create", "coded", "--code", stream.CodeLRC12)
-	sc := stream.NewClient(c.Streams(), stream.ClientOptions{})
+	sc := stream.NewClient(c.Streams(), stream.ClientOptions{Conns: c.StreamConns()})
 	defer sc.Close()
 	type acked struct {
 		data []byte

@@ -65,6 +65,7 @@ func (c *Cluster) startMember(i int, peers map[uint64]string) error {
 		ReplaceAfter:      c.opts.ReplaceAfter,
 		RaftID:            mb.id,
 		Peers:             peers,
+		ClusterKey:        c.cred.Key,
 	}
 	if c.opts.MasterOptions != nil {
 		c.opts.MasterOptions(&mo)

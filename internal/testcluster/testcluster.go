@@ -12,6 +12,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tabuladb/tabula/client"
+	"github.com/tabuladb/tabula/internal/auth"
 	"github.com/tabuladb/tabula/tablemaster"
 	"github.com/tabuladb/tabula/tableserver"
 
@@ -47,11 +49,19 @@ type Options struct {
 	ServerOptions func(i int, o *tableserver.Options)
 	// MasterOptions, when set, adjusts the master's options.
 	MasterOptions func(o *tablemaster.Options)
+	// CredentialPath is where the cluster credential file is kept (read,
+	// or created if absent). Default: cluster.key in Dir.
+	CredentialPath string
+	// NoAuth runs the cluster without authentication. By default it has a
+	// cluster credential (CredentialPath, kept across restarts in Dir),
+	// and every client must sign (Credential).
+	NoAuth bool
 }
 
 // Cluster is a running in-process cluster.
 type Cluster struct {
 	opts   Options
+	cred   auth.Credential // zero with NoAuth
 	ownDir bool
 	master *tablemaster.Master
 	mAddr  string
@@ -106,6 +116,16 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 		}
 		c.opts.Dir, c.ownDir = dir, true
 	}
+	if !opts.NoAuth {
+		cred, _, err := auth.LoadOrCreateClusterCredential(c.CredentialPath())
+		if err != nil {
+			if c.ownDir {
+				_ = os.RemoveAll(c.opts.Dir)
+			}
+			return nil, fmt.Errorf("testcluster: cluster credential: %w", err)
+		}
+		c.cred = cred
+	}
 	defer func() {
 		if err != nil {
 			err = errors.Join(err, c.Close())
@@ -135,6 +155,7 @@ func (c *Cluster) startMaster() error {
 		DeadAfter:         c.opts.DeadAfter,
 		ReplaceAfter:      c.opts.ReplaceAfter,
 	}
+	mo.ClusterKey = c.cred.Key
 	if c.opts.MasterOptions != nil {
 		c.opts.MasterOptions(&mo)
 	}
@@ -176,6 +197,7 @@ func (c *Cluster) startServer(ctx context.Context, i int) error {
 		DataDir:     sv.dir,
 		FaultDomain: fmt.Sprintf("fd-%d", i),
 		Logger:      c.opts.Logger.With("part", fmt.Sprintf("server-%d", i)),
+		ClusterKey:  c.cred.Key,
 	}
 	if c.opts.ServerOptions != nil {
 		c.opts.ServerOptions(i, &so)
@@ -338,4 +360,23 @@ func (c *Cluster) Close() error {
 		errs = append(errs, os.RemoveAll(c.opts.Dir))
 	}
 	return errors.Join(errs...)
+}
+
+// CredentialPath is where the cluster credential file is
+// (Options.CredentialPath).
+func (c *Cluster) CredentialPath() string {
+	if c.opts.CredentialPath != "" {
+		return c.opts.CredentialPath
+	}
+	return filepath.Join(c.opts.Dir, "cluster.key")
+}
+
+// Credential is the cluster credential every client of the cluster signs
+// with (zero with NoAuth).
+func (c *Cluster) Credential() client.Credential { return client.Credential(c.cred) }
+
+// ClientOptions are client options for the cluster: its masters and its
+// cluster credential.
+func (c *Cluster) ClientOptions() client.Options {
+	return client.Options{Masters: c.MasterAddrs(), Credential: c.Credential()}
 }

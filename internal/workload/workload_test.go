@@ -19,7 +19,7 @@ func TestRunAgainstCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	cl, err := client.New(ctx, client.Options{Masters: []string{c.MasterAddr()}})
+	cl, err := client.New(ctx, client.Options{Masters: []string{c.MasterAddr()}, Credential: c.Credential()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,197 @@
+package main
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/tabuladb/tabula/api"
+	"github.com/tabuladb/tabula/client"
+)
+
+func tenantCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "tenant",
+		Short: "Manage tenants and their keys (needs the cluster credential)",
+		Long: `A tenant owns tables and has two 512-bit keys; requests signed with either act for
+the tenant and only for it. Rotate one key while clients use the other. Creating,
+listing, deleting and rekeying tenants needs the cluster credential; a tenant may
+describe itself.`,
+	}
+	cmd.AddCommand(tenantCreateCmd(g), tenantListCmd(g), tenantDescribeCmd(g), tenantDeleteCmd(g), tenantKeysCmd(g))
+	return cmd
+}
+
+// printKeys prints a tenant's keys and how to use them.
+func printKeys(g *globals, cmd *cobra.Command, t *api.TenantInfo) {
+	out := cmd.OutOrStdout()
+	for i, k := range t.GetKeys() {
+		fmt.Fprintf(out, "key %d  %s\n", i+1, client.EncodeKey(k))
+	}
+}
+
+func tenantCreateCmd(g *globals) *cobra.Command {
+	var save bool
+	var profile string
+	cmd := &cobra.Command{
+		Use:   "create NAME",
+		Short: "Create a tenant with two fresh keys and print them",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx, cancel := g.withTimeout(cmd.Context())
+			defer cancel()
+			var resp *api.CreateTenantResponse
+			err := g.masterCall(ctx, func(mc api.MasterClient) error {
+				var err error
+				resp, err = mc.CreateTenant(ctx, &api.CreateTenantRequest{Tenant: args[0]})
+				return err
+			})
+			if err != nil {
+				return fmt.Errorf("create tenant %s: %w", args[0], err)
+			}
+			out := cmd.OutOrStdout()
+			fmt.Fprintf(out, "tenant %s created\n", args[0])
+			printKeys(g, cmd, resp.GetTenant())
+			if !save {
+				fmt.Fprintf(out, "use: TABULA_TENANT=%s TABULA_KEY=<key 1> tabula ..., or run again with --save-profile\n", args[0])
+				return nil
+			}
+			if profile == "" {
+				profile = args[0]
+			}
+			path := client.DefaultConfigPath()
+			p := client.Profile{Masters: g.master, Tenant: args[0], Credential: client.TenantCredential(args[0], 1, resp.GetTenant().GetKeys()[0])}
+			if err := client.SaveProfile(path, profile, p); err != nil {
+				return err
+			}
+			fmt.Fprintf(out, "saved key 1 as profile %q in %s: tabula --profile %s ...\n", profile, path, profile)
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&save, "save-profile", false, "save key 1 and --master as a profile in the profile file")
+	cmd.Flags().StringVar(&profile, "profile-name", "", "name of the saved profile (default: the tenant's)")
+	return cmd
+}
+
+func tenantListCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "list",
+		Short: "List tenants",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, cancel := g.withTimeout(cmd.Context())
+			defer cancel()
+			var resp *api.ListTenantsResponse
+			err := g.masterCall(ctx, func(mc api.MasterClient) error {
+				var err error
+				resp, err = mc.ListTenants(ctx, &api.ListTenantsRequest{})
+				return err
+			})
+			if err != nil {
+				return fmt.Errorf("list tenants: %w", err)
+			}
+			w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+			fmt.Fprintln(w, "TENANT\tTABLES\tCREATED")
+			for _, t := range resp.GetTenants() {
+				fmt.Fprintf(w, "%s\t%d\t%s\n", t.GetName(), t.GetTables(), time.UnixMilli(t.GetCreatedUnixMs()).UTC().Format(time.RFC3339))
+			}
+			return w.Flush()
+		},
+	}
+}
+
+func tenantDescribeCmd(g *globals) *cobra.Command {
+	var showKeys bool
+	cmd := &cobra.Command{
+		Use:   "describe NAME",
+		Short: "Show a tenant and its tables",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx, cancel := g.withTimeout(cmd.Context())
+			defer cancel()
+			var resp *api.DescribeTenantResponse
+			err := g.masterCall(ctx, func(mc api.MasterClient) error {
+				var err error
+				resp, err = mc.DescribeTenant(ctx, &api.DescribeTenantRequest{Tenant: args[0]})
+				return err
+			})
+			if err != nil {
+				return fmt.Errorf("describe tenant %s: %w", args[0], err)
+			}
+			out := cmd.OutOrStdout()
+			t := resp.GetTenant()
+			fmt.Fprintf(out, "tenant   %s\ncreated  %s\ntables   %d\n", t.GetName(), time.UnixMilli(t.GetCreatedUnixMs()).UTC().Format(time.RFC3339), t.GetTables())
+			for _, tb := range resp.GetTables() {
+				fmt.Fprintf(out, "  %s  %s  %d partitions\n", tb.GetName(), strings.ToLower(strings.TrimPrefix(tb.GetKind().String(), "TABLE_KIND_")), tb.GetOptions().GetPartitions())
+			}
+			fmt.Fprintln(out, "quotas   none enforced yet")
+			if showKeys {
+				if len(t.GetKeys()) == 0 {
+					fmt.Fprintln(out, "keys     only shown to the cluster credential")
+				}
+				printKeys(g, cmd, t)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&showKeys, "show-keys", false, "print the tenant's keys (cluster credential only)")
+	return cmd
+}
+
+func tenantDeleteCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "delete NAME",
+		Short: "Delete a tenant that has no tables",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx, cancel := g.withTimeout(cmd.Context())
+			defer cancel()
+			err := g.masterCall(ctx, func(mc api.MasterClient) error {
+				_, err := mc.DeleteTenant(ctx, &api.DeleteTenantRequest{Tenant: args[0]})
+				return err
+			})
+			if err != nil {
+				return fmt.Errorf("delete tenant %s: %w", args[0], err)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "tenant %s deleted\n", args[0])
+			return nil
+		},
+	}
+}
+
+func tenantKeysCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{Use: "keys", Short: "Manage a tenant's keys"}
+	var key int
+	rotate := &cobra.Command{
+		Use:   "rotate NAME --key 1|2",
+		Short: "Replace one of a tenant's keys with a fresh one (the other keeps working)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if key != 1 && key != 2 {
+				return fmt.Errorf("--key %d: a tenant has key 1 and key 2", key)
+			}
+			ctx, cancel := g.withTimeout(cmd.Context())
+			defer cancel()
+			var resp *api.RotateTenantKeyResponse
+			err := g.masterCall(ctx, func(mc api.MasterClient) error {
+				var err error
+				resp, err = mc.RotateTenantKey(ctx, &api.RotateTenantKeyRequest{Tenant: args[0], Key: uint32(key)})
+				return err
+			})
+			if err != nil {
+				return fmt.Errorf("rotate key %d of tenant %s: %w", key, args[0], err)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "key %s of tenant %s replaced; requests signed with the old one are refused once servers learn it (within a heartbeat)\n", strconv.Itoa(key), args[0])
+			printKeys(g, cmd, resp.GetTenant())
+			return nil
+		},
+	}
+	rotate.Flags().IntVar(&key, "key", 0, "which key to replace: 1 or 2")
+	_ = rotate.MarkFlagRequired("key")
+	cmd.AddCommand(rotate)
+	return cmd
+}
