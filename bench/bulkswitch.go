@@ -68,7 +68,7 @@ func runBulkSwitch(w io.Writer, args []string) error {
 		return err
 	}
 	defer tc.Close()
-	c, err := client.New(ctx, client.Options{Masters: []string{tc.MasterAddr()}})
+	c, err := client.New(ctx, client.Options{Credential: tc.Credential(), Masters: []string{tc.MasterAddr()}})
 	if err != nil {
 		return err
 	}

@@ -280,7 +280,7 @@ func clStartTabulaAs(ctx context.Context, out io.Writer, procs *clProcs, dir str
 			return nil, err
 		}
 	}
-	t.c, err = client.New(ctx, client.Options{Masters: []string{t.masterAddr}})
+	t.c, err = client.New(ctx, client.Options{Credential: benchCred, Masters: []string{t.masterAddr}})
 	if err != nil {
 		return nil, err
 	}

@@ -383,7 +383,7 @@ func coprocServerLevel(ctx context.Context, w io.Writer, cfg coprocConfig, wasm 
 		return err
 	}
 	defer func() { err = errors.Join(err, tc.Close()) }()
-	c, err := client.New(ctx, client.Options{Masters: []string{tc.MasterAddr()}, Seed: 1})
+	c, err := client.New(ctx, client.Options{Credential: tc.Credential(), Masters: []string{tc.MasterAddr()}, Seed: 1})
 	if err != nil {
 		return err
 	}
@@ -644,7 +644,7 @@ func coprocDeployOnce(ctx context.Context, servers int, wasm []byte, dir string)
 		return 0, 0, err
 	}
 	defer func() { err = errors.Join(err, tc.Close(), os.RemoveAll(dir)) }()
-	c, err := client.New(ctx, client.Options{Masters: []string{tc.MasterAddr()}, Seed: 1})
+	c, err := client.New(ctx, client.Options{Credential: tc.Credential(), Masters: []string{tc.MasterAddr()}, Seed: 1})
 	if err != nil {
 		return 0, 0, err
 	}

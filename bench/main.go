@@ -4,7 +4,11 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"sort"
+
+	"github.com/tabuladb/tabula/client"
+	"github.com/tabuladb/tabula/internal/auth"
 )
 
 // suite is one benchmark suite.
@@ -37,6 +41,9 @@ func usage(w io.Writer) {
 	}
 }
 
+// benchCred is the cluster credential of the clusters the suites start.
+var benchCred client.Credential
+
 func main() {
 	if len(os.Args) < 2 {
 		usage(os.Stderr)
@@ -48,6 +55,27 @@ func main() {
 		usage(os.Stderr)
 		os.Exit(2)
 	}
+	// Clusters the suites start from the tabula binary read the cluster
+	// credential from $TABULA_CLUSTER_KEY; the suites' clients sign with it.
+	keyDir, err := os.MkdirTemp("", "tabula-bench-key-*")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+	defer os.RemoveAll(keyDir)
+	if os.Getenv("TABULA_CLUSTER_KEY") == "" {
+		os.Setenv("TABULA_CLUSTER_KEY", filepath.Join(keyDir, "cluster.key"))
+	}
+	c, err := client.ReadCredentialFile(os.Getenv("TABULA_CLUSTER_KEY"))
+	if err != nil {
+		ac, _, cerr := auth.LoadOrCreateClusterCredential(os.Getenv("TABULA_CLUSTER_KEY"))
+		if cerr != nil {
+			fmt.Fprintln(os.Stderr, "bench: cluster credential:", cerr)
+			os.Exit(1)
+		}
+		c = client.Credential(ac)
+	}
+	benchCred = c
 	if err := s.run(os.Stdout, os.Args[2:]); err != nil {
 		fmt.Fprintf(os.Stderr, "bench %s: %v\n", s.name, err)
 		os.Exit(1)

@@ -80,7 +80,7 @@ func runMasterFailover(ctx context.Context, out io.Writer, bin string, fc mfConf
 			return err
 		}
 	}
-	c, err := client.New(ctx, client.Options{Masters: addrs, RetryTimeout: 10 * time.Second})
+	c, err := client.New(ctx, client.Options{Credential: benchCred, Masters: addrs, RetryTimeout: 10 * time.Second})
 	if err != nil {
 		return err
 	}
@@ -157,7 +157,7 @@ func runMasterFailover(ctx context.Context, out io.Writer, bin string, fc mfConf
 			if !masters[i].running() {
 				continue
 			}
-			cc, err := client.New(ctx, client.Options{Masters: []string{a}, RetryTimeout: time.Second})
+			cc, err := client.New(ctx, client.Options{Credential: benchCred, Masters: []string{a}, RetryTimeout: time.Second})
 			if err != nil {
 				continue
 			}
