@@ -61,7 +61,12 @@ func TestReplicatedWrites(t *testing.T) {
 			continue
 		}
 		sc := api.NewTableServerClient(f.dial(t, r.GetAddr()))
-		if _, err := sc.Get(ctx, &api.GetRequest{Header: hdr(p), Key: key}); api.DetailOf(err).GetReason() != "not_primary" {
+		_, err := sc.Get(ctx, &api.GetRequest{Header: hdr(p), Key: key})
+		for i := 0; i < 100 && api.DetailOf(err).GetReason() == "map_behind"; i++ {
+			time.Sleep(20 * time.Millisecond) // the secondary has not applied the latest map yet
+			_, err = sc.Get(ctx, &api.GetRequest{Header: hdr(p), Key: key})
+		}
+		if api.DetailOf(err).GetReason() != "not_primary" {
 			t.Fatalf("strong read at a secondary: %v", err)
 		}
 		h := hdr(p)

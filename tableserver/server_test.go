@@ -60,7 +60,7 @@ func (f *fixture) dial(t *testing.T, addr string) *grpc.ClientConn {
 	if cc := f.conns[addr]; cc != nil {
 		return cc
 	}
-	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	cc, err := grpc.NewClient(addr, append(f.c.Credential().DialOptions(), grpc.WithTransportCredentials(insecure.NewCredentials()))...)
 	if err != nil {
 		t.Fatal(err)
 	}
