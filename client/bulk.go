@@ -154,7 +154,7 @@ func (t *Table) PublishBulk(ctx context.Context, p BulkPublish, opts PublishOpti
 				Bytes: total, StoredBytes: storedBytes.Load(), Sent: sent.Load(), Serving: serving})
 		}
 	)
-	conns := t.c.streamConns()
+	conns := t.c.StreamConns()
 	defer conns.Close()
 	sc := stream.NewClient(t.c.Streams(), stream.ClientOptions{Logger: t.c.log, Conns: conns})
 	defer sc.Close()

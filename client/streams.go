@@ -24,17 +24,11 @@ var (
 // Streams returns the cluster's stream manager.
 func (c *Client) Streams() Streams { return Streams{c} }
 
-// streamConns returns connections to extent nodes that sign with the
-// client's credential; the caller closes them.
-func (c *Client) streamConns() *stream.Conns {
-	if c.opts.Credential.zero() {
-		return stream.NewConns()
-	}
+// StreamConns returns connections to extent nodes that sign with the
+// client's credential (for a stream.Client); the caller closes them.
+func (c *Client) StreamConns() *stream.Conns {
 	return stream.NewConns(c.opts.Credential.auth().DialOptions()...)
 }
-
-// StreamConns is streamConns for the CLI's stream commands.
-func (c *Client) StreamConns() *stream.Conns { return c.streamConns() }
 
 func (s Streams) call(ctx context.Context, req *api.StreamRequest, out any) error {
 	what := fmt.Sprintf("client: stream %s", req.Op)

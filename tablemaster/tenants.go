@@ -3,6 +3,7 @@ package tablemaster
 import (
 	"context"
 	"slices"
+	"strings"
 
 	"google.golang.org/grpc"
 
@@ -122,21 +123,11 @@ func (m *Master) DescribeTenant(ctx context.Context, req *api.DescribeTenantRequ
 	}
 	resp := &api.DescribeTenantResponse{Tenant: tenantInfo(st, t, isCluster(ctx))}
 	tables := st.TablesOf(req.Tenant)
-	slices.SortFunc(tables, func(a, b *Table) int { return compareStrings(a.Name, b.Name) })
+	slices.SortFunc(tables, func(a, b *Table) int { return strings.Compare(a.Name, b.Name) })
 	for _, tb := range tables {
 		resp.Tables = append(resp.Tables, tb.Proto())
 	}
 	return resp, nil
-}
-
-func compareStrings(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // DeleteTenant implements api.MasterServer.
