@@ -31,6 +31,7 @@ type Master struct {
 	nextPlaceCheck time.Time
 
 	opts   Options
+	adm    *admission // admission control (admission.go)
 	logger *slog.Logger
 	lock   *dirlock.Lock // exclusive use of opts.DataDir
 
@@ -140,6 +141,7 @@ func Open(opts Options) (*Master, error) {
 	m := &Master{
 		lock:     lock,
 		opts:     opts,
+		adm:      newAdmission(opts),
 		logger:   opts.Logger,
 		live:     map[string]*liveness{},
 		closing:  make(chan struct{}),
@@ -205,15 +207,13 @@ func (m *Master) State() *State { return m.view.Load().state }
 // server. It may be called for several listeners. It returns nil after
 // Close.
 func (m *Master) Serve(lis net.Listener) error {
-	s := grpc.NewServer(
-		grpc.MaxRecvMsgSize(api.MaxMessageBytes),
+	s := grpc.NewServer(append(m.adm.serverOptions(m.opts), // size limits, the watch codec
 		grpc.MaxSendMsgSize(api.MaxMessageBytes),
 		grpc.WaitForHandlers(true), // Close returns only after every handler has
-		serverCodec(),              // map watches send pre-encoded responses
 		api.ServerKeepalive(),
-		grpc.ChainUnaryInterceptor(m.leaderOnlyUnary),
-		grpc.ChainStreamInterceptor(m.leaderOnlyStream),
-	)
+		grpc.ChainUnaryInterceptor(m.admitUnary, m.leaderOnlyUnary),
+		grpc.ChainStreamInterceptor(m.admitStream, m.leaderOnlyStream),
+	)...)
 	api.RegisterMasterServer(s, m)
 	if m.raft != nil {
 		m.raft.transport.Register(s)
