@@ -54,7 +54,8 @@ type PublishOptions struct {
 	Progress func(PublishProgress)
 	// Parallel is how many partitions are written at once. Default 4.
 	Parallel int
-	// ChunkBytes is the size of one upload message. Default 1 MiB.
+	// ChunkBytes is the size of one upload message. Default 1 MiB; at
+	// most api.MaxBulkChunkBytes (8 MiB).
 	ChunkBytes int
 	// DirectUpload also sends each file straight to the server hosting
 	// its partition, beside writing it into its stream, so that server
@@ -92,6 +93,10 @@ func (t *Table) PublishBulk(ctx context.Context, p BulkPublish, opts PublishOpti
 	}
 	if opts.ChunkBytes <= 0 {
 		opts.ChunkBytes = 1 << 20
+	}
+	if opts.ChunkBytes > api.MaxBulkChunkBytes {
+		return t.errf(op, api.InvalidArgument("chunk_bytes", "chunk_too_large", api.MaxBulkChunkBytes,
+			"upload chunks of %d bytes; the servers take at most %d per message", opts.ChunkBytes, api.MaxBulkChunkBytes))
 	}
 	for i, f := range p.Files {
 		if f.Size == 0 {

@@ -37,7 +37,12 @@ type Invocation struct {
 	// its own retries never apply a write twice; set it to retry a call
 	// that failed with ErrOutcomeUnknown (OutcomeUnknownError.RequestID).
 	// A batch's, range's or All call's partitions each get the token with
-	// "/" and their index appended. At most MaxRequestIDBytes bytes.
+	// "/p" and their partition id appended, so a retry of the whole call
+	// under a newer map reaches each partition with its own token. At most
+	// MaxRequestIDBytes bytes. The server binds a token to its call's
+	// input, keys and range: reusing one for another call is refused
+	// (INVALID_ARGUMENT, reason token_reused), never answered with the
+	// first call's result.
 	IdempotencyToken string
 	// Timeout bounds each guest call (0: the server's default, 1 s).
 	Timeout time.Duration

@@ -156,6 +156,9 @@ func (r *Runtime) Call(ctx context.Context, key ModuleKey, method string, req Ca
 	if len(req.Input) > r.opts.MaxInputBytes {
 		return CallResult{}, fmt.Errorf("%w: %d bytes, limit %d", ErrInputTooLarge, len(req.Input), r.opts.MaxInputBytes)
 	}
+	if err := checkToken(req.IdempotencyToken, req.RequestID); err != nil {
+		return CallResult{}, err
+	}
 	// One clock read serves the guest's now() and the deadline (a read
 	// costs ~0.15 µs on some VMs) unless Options.Now is not the real clock.
 	start := time.Now()
@@ -165,12 +168,13 @@ func (r *Runtime) Call(ctx context.Context, key ModuleKey, method string, req Ca
 			req.Now = r.opts.Now()
 		}
 	}
-	if req.Deadline.IsZero() {
-		req.Deadline = start.Add(r.opts.DefaultTimeout)
-	}
+	var capped bool
+	req.Deadline, capped = r.capDeadline(start, req.Deadline)
 	var idemKey []byte
+	var digest [32]byte
 	if req.IdempotencyToken != "" {
 		idemKey = IdempotencyKey(req.IdempotencyToken)
+		digest = inputDigest(req.Input, req.Keys, req.Range)
 	}
 	info := req.Partition.Info()
 	res := CallResult{}
@@ -194,6 +198,9 @@ func (r *Runtime) Call(ctx context.Context, key ModuleKey, method string, req Ca
 				if rec.module != key.Name || rec.method != method {
 					return res, fmt.Errorf("%w: token %q was used for %s.%s", ErrTokenReused, req.IdempotencyToken, rec.module, rec.method)
 				}
+				if rec.hasDigest && rec.digest != digest {
+					return res, fmt.Errorf("%w: token %q was used for a call of %s.%s with other input, keys or range; use a new token for a new call", ErrTokenReused, req.IdempotencyToken, rec.module, rec.method)
+				}
 				r.stats.replays.Add(1)
 				return CallResult{Output: rec.output, Replayed: true, Attempts: attempt - 1}, nil
 			}
@@ -208,7 +215,7 @@ func (r *Runtime) Call(ctx context.Context, key ModuleKey, method string, req Ca
 		status, err := r.run(ctx, m, method, req.Input, req.Deadline, st)
 		res = CallResult{Output: st.out, Status: status, Message: st.errMsg, Attempts: attempt}
 		if err != nil {
-			return res, fmt.Errorf("call %v %s: %w", key, method, err)
+			return res, r.explainCap(fmt.Errorf("call %v %s: %w", key, method, err), capped)
 		}
 		if status != 0 {
 			r.stats.guestErrors.Add(1)
@@ -220,7 +227,7 @@ func (r *Runtime) Call(ctx context.Context, key ModuleKey, method string, req Ca
 		batch := st.batch()
 		reads := st.readList()
 		if idemKey != nil {
-			rec := encodeIdemRecord(idemRecord{module: key.Name, method: method, output: st.out})
+			rec := encodeIdemRecord(idemRecord{module: key.Name, method: method, digest: digest, hasDigest: true, output: st.out})
 			batch = append(batch, engines.Mutation{Key: idemKey, Value: rec, ExpiresAt: req.Now.Add(r.opts.IdempotencyTTL).UnixMilli()})
 			reads = append(reads, Read{Key: idemKey, Existed: false})
 		}
@@ -281,7 +288,11 @@ func (r *Runtime) run(ctx context.Context, m *module, export string, input []byt
 			return 0, fmt.Errorf("%w: %d guest calls executing, none ended before the deadline: %w", ErrBusy, cap(r.exec), wctx.Err())
 		}
 	}
-	defer func() { <-r.exec }()
+	t0 := time.Now()
+	defer func() {
+		r.cpu.add(m.key.Tenant, time.Since(t0))
+		<-r.exec
+	}()
 	r.stats.calls.Add(1)
 	st.in = in
 	in.beginCall(st)

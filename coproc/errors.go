@@ -54,9 +54,12 @@ var (
 	// ErrConflict: a key the call read changed before its writes committed
 	// (returned by Partition.Commit; Call retries, then returns it).
 	ErrConflict = errors.New("coproc: write conflict")
-	// ErrTokenReused: an idempotency token was reused for another module or
-	// method.
+	// ErrTokenReused: an idempotency token was reused for another module,
+	// method, or input (keys and range included).
 	ErrTokenReused = errors.New("coproc: idempotency token reused for another call")
+	// ErrTokenTooLong: an idempotency token or request id is longer than
+	// MaxTokenBytes.
+	ErrTokenTooLong = errors.New("coproc: idempotency token too long")
 	// ErrClosed: the runtime is closed.
 	ErrClosed = errors.New("coproc: runtime closed")
 )

@@ -48,10 +48,11 @@ func (r *Runtime) MergeWith(ctx context.Context, key ModuleKey, method string, p
 	if req.Now.IsZero() {
 		req.Now = r.opts.Now()
 	}
+	deadline, capped := r.capDeadline(time.Now(), req.Deadline)
 	st := &callState{rt: r, m: m, method: method + abi.MergeSuffix, requestID: req.RequestID, now: req.Now}
-	status, err := r.run(ctx, m, method+abi.MergeSuffix, input, req.Deadline, st)
+	status, err := r.run(ctx, m, method+abi.MergeSuffix, input, deadline, st)
 	if err != nil {
-		return nil, fmt.Errorf("merge %v %s: %w", key, method, err)
+		return nil, r.explainCap(fmt.Errorf("merge %v %s: %w", key, method, err), capped)
 	}
 	if status != 0 {
 		r.stats.guestErrors.Add(1)

@@ -36,8 +36,14 @@ type Options struct {
 	// one more is refused with ErrBusy. Default: 4 × PoolSize.
 	MaxWaiters int
 	// DefaultTimeout is a call's deadline when neither CallRequest.Deadline
-	// nor the context sets an earlier one. Default: 1s.
+	// nor the context sets an earlier one. Default: 1s (at most
+	// MaxDeadline).
 	DefaultTimeout time.Duration
+	// MaxDeadline caps every call's and merge's deadline: a later
+	// CallRequest.Deadline is cut to MaxDeadline from the call's start, so
+	// one spinning guest holds an execution slot at most this long.
+	// Default: DefaultMaxDeadline (30s).
+	MaxDeadline time.Duration
 	// MemoryLimitPages caps each instance's linear memory in 64 KiB pages.
 	// Default: 512 (32 MiB). A Go guest needs about 40 pages to start.
 	MemoryLimitPages uint32
@@ -92,6 +98,10 @@ func (o Options) WithDefaults() Options {
 	if o.DefaultTimeout == 0 {
 		o.DefaultTimeout = time.Second
 	}
+	if o.MaxDeadline == 0 {
+		o.MaxDeadline = DefaultMaxDeadline
+	}
+	o.DefaultTimeout = min(o.DefaultTimeout, o.MaxDeadline)
 	if o.MemoryLimitPages == 0 {
 		o.MemoryLimitPages = 512
 	}
@@ -115,7 +125,7 @@ func (o Options) Validate() error {
 	var errs []error
 	if o.PoolSize < 0 || o.MaxWaiters < 0 || o.MaxConcurrency < 0 || o.MaxInputBytes < 0 || o.MaxOutputBytes < 0 ||
 		o.MaxWriteBytes < 0 || o.MaxWrites < 0 || o.MaxKeyBytes < 0 || o.MaxModuleBytes < 0 ||
-		o.LogBurst < 0 || o.MaxConflictRetries < 0 || o.DefaultTimeout < 0 || o.LogRate < 0 || o.IdempotencyTTL < 0 {
+		o.LogBurst < 0 || o.MaxConflictRetries < 0 || o.DefaultTimeout < 0 || o.MaxDeadline < 0 || o.LogRate < 0 || o.IdempotencyTTL < 0 {
 		errs = append(errs, errors.New("coproc: negative limit in options"))
 	}
 	if o.MemoryLimitPages > 65536 {
@@ -162,6 +172,8 @@ type Runtime struct {
 	cache wazero.CompilationCache
 	// wd stops calls at their deadlines.
 	wd *watchdog
+	// cpu is the execution time per tenant (TenantCPU).
+	cpu tenantCPU
 	// realClock: Options.Now is time.Now.
 	realClock bool
 

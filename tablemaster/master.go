@@ -32,6 +32,7 @@ type Master struct {
 	nextPlaceCheck time.Time
 
 	opts   Options
+	adm    *admission // admission control (admission.go)
 	logger *slog.Logger
 	// streamConns dial extent nodes for the stream driver, signed with
 	// the cluster credential.
@@ -144,6 +145,7 @@ func Open(opts Options) (*Master, error) {
 	m := &Master{
 		lock:     lock,
 		opts:     opts,
+		adm:      newAdmission(opts),
 		logger:   opts.Logger,
 		live:     map[string]*liveness{},
 		closing:  make(chan struct{}),
@@ -210,16 +212,18 @@ func (m *Master) State() *State { return m.view.Load().state }
 // server. It may be called for several listeners. It returns nil after
 // Close.
 func (m *Master) Serve(lis net.Listener) error {
-	opts := []grpc.ServerOption{
-		grpc.MaxRecvMsgSize(api.MaxMessageBytes),
+	opts := append(m.adm.serverOptions(m.opts), // size limits, the watch codec
 		grpc.MaxSendMsgSize(api.MaxMessageBytes),
 		grpc.WaitForHandlers(true), // Close returns only after every handler has
-		serverCodec(),              // map watches send pre-encoded responses
 		api.ServerKeepalive(),
-		grpc.ChainUnaryInterceptor(m.leaderOnlyUnary),
-		grpc.ChainStreamInterceptor(m.leaderOnlyStream),
-	}
-	s := grpc.NewServer(append(m.authInterceptors(), opts...)...)
+	)
+	// Signatures are checked before admission, so callers that cannot
+	// sign never take a slot.
+	opts = append(opts, m.authInterceptors()...)
+	opts = append(opts,
+		grpc.ChainUnaryInterceptor(m.admitUnary, m.leaderOnlyUnary),
+		grpc.ChainStreamInterceptor(m.admitStream, m.leaderOnlyStream))
+	s := grpc.NewServer(opts...)
 	api.RegisterMasterServer(s, m)
 	if m.raft != nil {
 		m.raft.transport.Register(s)

@@ -88,6 +88,20 @@ type Options struct {
 	// authentication off (in-process tests only; the tabula binary always
 	// sets one).
 	ClusterKey []byte `json:"-"`
+
+	// Admission control (admission.go): the most client calls, table
+	// servers' calls and map watches in flight at once, the bytes of
+	// client requests in flight, the concurrent calls per connection, and
+	// the retry_after of a refusal. Defaults DefaultMaxRequests,
+	// DefaultMaxInternalRequests, DefaultMaxWatches,
+	// DefaultMaxInFlightBytes, DefaultMaxConcurrentStreams,
+	// DefaultBusyRetryAfter.
+	MaxRequests          int           `json:"max_requests,omitempty"`
+	MaxInternalRequests  int           `json:"max_internal_requests,omitempty"`
+	MaxWatches           int           `json:"max_watches,omitempty"`
+	MaxInFlightBytes     int64         `json:"max_in_flight_bytes,omitempty"`
+	MaxConcurrentStreams uint32        `json:"max_concurrent_streams,omitempty"`
+	BusyRetryAfter       time.Duration `json:"busy_retry_after,omitempty"`
 }
 
 // withDefaults returns o with every zero field set to its default.
@@ -128,6 +142,24 @@ func (o Options) withDefaults() Options {
 	if o.RaftTick == 0 {
 		o.RaftTick = 50 * time.Millisecond
 	}
+	if o.MaxRequests == 0 {
+		o.MaxRequests = DefaultMaxRequests
+	}
+	if o.MaxInternalRequests == 0 {
+		o.MaxInternalRequests = DefaultMaxInternalRequests
+	}
+	if o.MaxWatches == 0 {
+		o.MaxWatches = DefaultMaxWatches
+	}
+	if o.MaxInFlightBytes == 0 {
+		o.MaxInFlightBytes = DefaultMaxInFlightBytes
+	}
+	if o.MaxConcurrentStreams == 0 {
+		o.MaxConcurrentStreams = DefaultMaxConcurrentStreams
+	}
+	if o.BusyRetryAfter == 0 {
+		o.BusyRetryAfter = DefaultBusyRetryAfter
+	}
 	return o
 }
 
@@ -161,6 +193,9 @@ func (o Options) Validate() error {
 	}
 	if o.StreamTaskInterval < 0 || o.StreamSyncInterval < 0 {
 		errs = append(errs, fmt.Errorf("tablemaster: Options.StreamTaskInterval %v and StreamSyncInterval %v must not be negative", o.StreamTaskInterval, o.StreamSyncInterval))
+	}
+	if o.MaxRequests < 0 || o.MaxInternalRequests < 0 || o.MaxWatches < 0 || o.MaxInFlightBytes < 0 || o.BusyRetryAfter < 0 {
+		errs = append(errs, errors.New("tablemaster: admission limits (MaxRequests, MaxInternalRequests, MaxWatches, MaxInFlightBytes, BusyRetryAfter) must not be negative"))
 	}
 	if len(o.Peers) > 0 && o.RaftID == 0 {
 		errs = append(errs, errors.New("tablemaster: Options.Peers needs Options.RaftID, this member's id among them"))

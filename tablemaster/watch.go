@@ -37,7 +37,8 @@ func encode(m proto.Message) (*encodedMsg, error) {
 }
 
 // watchCodec is gRPC's proto codec that sends an *encodedMsg's bytes
-// unchanged. Master.Serve installs it: the map watch sends *encodedMsg.
+// unchanged. Master.Serve installs it (under api.SizeGuard's codec,
+// admission.go): the map watch sends *encodedMsg.
 type watchCodec struct{ proto encoding.CodecV2 }
 
 func newWatchCodec() watchCodec { return watchCodec{proto: encoding.GetCodecV2("proto")} }
@@ -54,9 +55,6 @@ func (c watchCodec) Marshal(v any) (mem.BufferSlice, error) {
 }
 
 func (c watchCodec) Unmarshal(data mem.BufferSlice, v any) error { return c.proto.Unmarshal(data, v) }
-
-// serverCodec is the gRPC option that installs watchCodec.
-func serverCodec() grpc.ServerOption { return grpc.ForceServerCodecV2(newWatchCodec()) }
 
 // Deltas. A watcher that asks for them (WatchPartitionMapRequest.deltas)
 // gets a full map first, then per version the maps of the tables added or

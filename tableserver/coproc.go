@@ -164,7 +164,11 @@ func coprocErr(err error) error {
 		return api.Errorf(api.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, "guest_memory_limit", "%v", err)
 	case errors.Is(err, coproc.ErrTrap), errors.Is(err, coproc.ErrGuestFault):
 		return api.Errorf(api.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, "guest_trap", "%v", err)
-	case errors.Is(err, coproc.ErrOutputTooLarge), errors.Is(err, coproc.ErrWritesTooLarge), errors.Is(err, coproc.ErrTokenReused):
+	case errors.Is(err, coproc.ErrTokenReused):
+		return api.InvalidArgument("idempotency_token", "token_reused", 0, "%v", err)
+	case errors.Is(err, coproc.ErrTokenTooLong):
+		return api.InvalidArgument("idempotency_token", "token_too_long", coproc.MaxTokenBytes, "%v", err)
+	case errors.Is(err, coproc.ErrOutputTooLarge), errors.Is(err, coproc.ErrWritesTooLarge):
 		return api.Errorf(api.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, "guest_limit", "%v", err)
 	case errors.Is(err, coproc.ErrReadOnly):
 		return api.Errorf(api.ErrorCode_ERROR_CODE_WRONG_KIND, "read_only_kind", "%v", err)

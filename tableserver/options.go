@@ -42,6 +42,17 @@ type Options struct {
 	// MaxInFlight is how many requests may run at once before new ones get
 	// SERVER_BUSY. Default 4096.
 	MaxInFlight int
+	// MaxInFlightBytes bounds the bytes of client requests being worked on
+	// at once; one that does not fit gets SERVER_BUSY (a request larger
+	// than the whole budget runs when nothing else is in flight). Stream
+	// replication is not counted. Default DefaultMaxInFlightBytes.
+	MaxInFlightBytes int64
+	// MaxConcurrentStreams bounds the concurrent calls on one connection.
+	// Default DefaultMaxConcurrentStreams.
+	MaxConcurrentStreams uint32
+	// CoprocMaxDeadline caps a coprocessor call's deadline: a longer
+	// timeout asked for is cut to it. Default DefaultCoprocMaxDeadline.
+	CoprocMaxDeadline time.Duration
 	// BusyRetryAfter is the retry_after a SERVER_BUSY answer carries.
 	// Default 10ms.
 	BusyRetryAfter time.Duration
@@ -102,6 +113,12 @@ func (o Options) Validate() error {
 	if o.MaxInFlight < 0 {
 		errs = append(errs, errors.New("tableserver: MaxInFlight must not be negative"))
 	}
+	if o.MaxInFlightBytes < 0 {
+		errs = append(errs, errors.New("tableserver: MaxInFlightBytes must not be negative"))
+	}
+	if o.CoprocMaxDeadline < 0 {
+		errs = append(errs, errors.New("tableserver: CoprocMaxDeadline must not be negative"))
+	}
 	if o.ReadCacheBytes != 0 && o.ReadCacheBytes < 1<<20 {
 		errs = append(errs, fmt.Errorf("tableserver: ReadCacheBytes %d: want at least 1 MiB", o.ReadCacheBytes))
 	}
@@ -114,6 +131,15 @@ func (o Options) withDefaults() Options {
 	}
 	if o.MaxInFlight == 0 {
 		o.MaxInFlight = 4096
+	}
+	if o.MaxInFlightBytes == 0 {
+		o.MaxInFlightBytes = DefaultMaxInFlightBytes
+	}
+	if o.MaxConcurrentStreams == 0 {
+		o.MaxConcurrentStreams = DefaultMaxConcurrentStreams
+	}
+	if o.CoprocMaxDeadline == 0 {
+		o.CoprocMaxDeadline = DefaultCoprocMaxDeadline
 	}
 	if o.LogExtentBytes <= 0 {
 		o.LogExtentBytes = 64 << 20

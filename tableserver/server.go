@@ -72,6 +72,8 @@ type Server struct {
 	// cacheBudget is the read cache every disk-backed partition shares
 	// (Options.ReadCacheBytes).
 	cacheBudget *engines.CacheBudget
+	// limits are the request size limits and byte budget (limits.go).
+	limits *serverLimits
 
 	masters []*grpc.ClientConn
 	// masterIdx is the master tried first; moves on UNAVAILABLE.
@@ -131,6 +133,7 @@ func Open(opts Options) (*Server, error) {
 		lock:        lock,
 		fetchKick:   make(chan struct{}, 1),
 		repair:      newRepairLimiter(opts.RepairBandwidth),
+		limits:      newServerLimits(opts),
 	}
 	s.serverID.Store(&id)
 	s.hosting.Store(&hosting{replicas: map[uint64]*replica{}, failed: map[uint64]error{}, parts: map[uint64]*api.Partition{}, tables: map[string]*api.PartitionMap{}})
@@ -147,10 +150,13 @@ func Open(opts Options) (*Server, error) {
 		s.masters = append(s.masters, cc)
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
-	s.grpc = grpc.NewServer(append(s.authInterceptors(),
-		grpc.MaxRecvMsgSize(api.MaxMessageBytes),
+	// Order: size guard (before decoding), signatures, then admission,
+	// so callers that cannot sign never take a slot.
+	grpcOpts := append(s.limits.serverOptions(opts),
 		grpc.MaxSendMsgSize(api.MaxMessageBytes),
-		api.ServerKeepalive(),
+		api.ServerKeepalive())
+	grpcOpts = append(grpcOpts, s.authInterceptors()...)
+	s.grpc = grpc.NewServer(append(grpcOpts,
 		grpc.ChainUnaryInterceptor(s.admitUnary),
 		grpc.ChainStreamInterceptor(s.admitStream),
 	)...)
@@ -175,8 +181,10 @@ func Open(opts Options) (*Server, error) {
 	s.extents = node
 	node.Register(s.grpc)
 	rt, err := coproc.New(context.Background(), coproc.Options{
-		CacheDir: opts.CoprocCacheDir,
-		Logger:   opts.Logger.With("part", "coproc"),
+		CacheDir:      opts.CoprocCacheDir,
+		MaxDeadline:   opts.CoprocMaxDeadline,
+		MaxInputBytes: api.MaxCoprocInputBytes,
+		Logger:        opts.Logger.With("part", "coproc"),
 	})
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("tableserver: start the coprocessor runtime: %w", err), node.Close(), s.closeMasters(), lock.Unlock())

@@ -88,6 +88,8 @@ A member joining a running group starts with --id and no --peers, then is added 
 	f.DurationVar(&opts.ReplaceAfter, "replace-after", tablemaster.DefaultReplaceAfter, "how long a dead server's replicas wait for it (its primaries fail over at once) before new ones are placed elsewhere and copy the data (negative: at once)")
 	f.DurationVar(&opts.TruncateInterval, "truncate-interval", 10*time.Second, "how often partition logs are truncated below what every replica flushed")
 	f.Uint64Var(&opts.MaxLogLag, "max-log-lag", 1_000_000, "records a replica may fall behind its partition's best before it no longer holds the log back (it copies a snapshot instead)")
+	f.IntVar(&opts.MaxRequests, "max-requests", tablemaster.DefaultMaxRequests, "client calls in flight before SERVER_BUSY (servers' calls and map watches have caps of their own)")
+	f.Int64Var(&opts.MaxInFlightBytes, "max-in-flight-bytes", tablemaster.DefaultMaxInFlightBytes, "bytes of client requests in flight before SERVER_BUSY")
 	f.Uint64Var(&opts.RaftID, "id", 0, "this master's member id in a raft group (0: run alone)")
 	f.StringVar(&peers, "peers", "", "the raft group's founding members, ID=ADDR,... (this one's included); only read on a new data directory")
 	f.StringVar(&dir, "data", "./tabula-data/master", "data directory")

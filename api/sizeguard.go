@@ -1,0 +1,283 @@
+package api
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"math/rand/v2"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/encoding"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+)
+
+// SizeGuard enforces MessageLimits and an in-flight request-bytes budget
+// on one gRPC server, before requests are decoded where gRPC allows.
+//
+// gRPC reads a message whole (up to the server-wide MaxRecvMsgSize, which
+// SizeGuard sets to the largest limit) and hands it to the codec, which
+// knows its length and the type it decodes into, but not the method. The
+// request types are one per RPC, so the type names the RPC's limit. A
+// codec that returns an error gets the call failed with INTERNAL and its
+// own text, so SizeGuard's codec instead leaves an oversized (or, over
+// the budget, a refused) message undecoded and marks it with an unknown
+// field that only this process can forge (field 19999, a number protobuf
+// reserves for implementations, carrying a random nonce); SizeGuard's
+// interceptors, installed ahead of every other, turn a marked message into
+// INVALID_ARGUMENT message_too_large (or SERVER_BUSY) and the handler never
+// runs. The mark lives in the message, so nothing leaks when gRPC drops a
+// request between decoding and the interceptor. See RATIONALE.md,
+// "Request size limits".
+//
+// A SizeGuard is safe for concurrent use.
+type SizeGuard struct {
+	limits     MessageLimits
+	maxBytes   int
+	inner      encoding.CodecV2
+	budget     *ByteBudget
+	retryAfter time.Duration
+	nonce      uint64
+	refused    atomic.Int64
+}
+
+// SizeGuardOptions configure a SizeGuard.
+type SizeGuardOptions struct {
+	// Limits are the request limits of every service the server serves.
+	Limits MessageLimits
+	// Codec is the codec messages are decoded and encoded with. Default:
+	// gRPC's proto codec.
+	Codec encoding.CodecV2
+	// Budget, when set, bounds the bytes of requests (not Internal ones)
+	// in flight: a request that does not fit gets SERVER_BUSY with
+	// BusyRetryAfter.
+	Budget *ByteBudget
+	// BusyRetryAfter is the retry_after a budget refusal carries. Default
+	// 10 ms.
+	BusyRetryAfter time.Duration
+}
+
+// NewSizeGuard returns a guard for o.
+func NewSizeGuard(o SizeGuardOptions) *SizeGuard {
+	if o.Codec == nil {
+		o.Codec = encoding.GetCodecV2("proto")
+	}
+	if o.BusyRetryAfter <= 0 {
+		o.BusyRetryAfter = 10 * time.Millisecond
+	}
+	return &SizeGuard{limits: o.Limits, maxBytes: o.Limits.Max(), inner: o.Codec, budget: o.Budget,
+		retryAfter: o.BusyRetryAfter, nonce: rand.Uint64() | 1}
+}
+
+// MaxBytes is the server-wide receive limit: the largest limit.
+func (g *SizeGuard) MaxBytes() int { return g.maxBytes }
+
+// Refused counts the requests refused for their size or the budget.
+func (g *SizeGuard) Refused() int64 { return g.refused.Load() }
+
+// ServerOptions are the options that install the guard: the receive
+// limit, the codec and the interceptors. The interceptors are installed
+// with grpc.UnaryInterceptor and grpc.StreamInterceptor, which gRPC runs
+// before every chained one; a server must not set those two again.
+func (g *SizeGuard) ServerOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.MaxRecvMsgSize(g.maxBytes),
+		grpc.ForceServerCodecV2(guardCodec{g}),
+		grpc.UnaryInterceptor(g.unary),
+		grpc.StreamInterceptor(g.stream),
+	}
+}
+
+// markField is the unknown field a refused message is marked with.
+const markField protowire.Number = 19999
+
+const (
+	markTooLarge = 1
+	markBusy     = 2
+)
+
+// guardCodec is SizeGuard's codec: see SizeGuard.
+type guardCodec struct{ g *SizeGuard }
+
+func (guardCodec) Name() string { return "proto" }
+
+func (c guardCodec) Marshal(v any) (mem.BufferSlice, error) { return c.g.inner.Marshal(v) }
+
+func (c guardCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	m, ok := v.(proto.Message)
+	if !ok {
+		return c.g.inner.Unmarshal(data, v)
+	}
+	n := data.Len()
+	lim := c.g.limits.Lookup(m.ProtoReflect().Descriptor().FullName())
+	switch {
+	case n > lim.Bytes:
+		c.g.mark(m, markTooLarge, n, lim.Bytes)
+		return nil
+	case !lim.Internal && c.g.budget != nil && !c.g.budget.fits(int64(n)):
+		// Advisory (the interceptor reserves): spares the decoding of a
+		// request that would be refused.
+		c.g.mark(m, markBusy, n, 0)
+		return nil
+	}
+	return c.g.inner.Unmarshal(data, v)
+}
+
+func (g *SizeGuard) mark(m proto.Message, kind byte, size, limit int) {
+	var p []byte
+	p = binary.LittleEndian.AppendUint64(p, g.nonce)
+	p = append(p, kind)
+	p = protowire.AppendVarint(p, uint64(size))
+	p = protowire.AppendVarint(p, uint64(limit))
+	b := protowire.AppendTag(nil, markField, protowire.BytesType)
+	b = protowire.AppendBytes(b, p)
+	m.ProtoReflect().SetUnknown(b)
+}
+
+// marked reads the mark of m: kind 0 when m carries none.
+func (g *SizeGuard) marked(m proto.Message) (kind byte, size, limit int) {
+	u := m.ProtoReflect().GetUnknown()
+	if len(u) == 0 {
+		return 0, 0, 0
+	}
+	num, typ, n := protowire.ConsumeTag(u)
+	if n < 0 || num != markField || typ != protowire.BytesType {
+		return 0, 0, 0
+	}
+	p, n2 := protowire.ConsumeBytes(u[n:])
+	if n2 < 0 || len(p) < 9 || binary.LittleEndian.Uint64(p) != g.nonce {
+		return 0, 0, 0
+	}
+	kind, p = p[8], p[9:]
+	s, k := protowire.ConsumeVarint(p)
+	if k < 0 {
+		return 0, 0, 0
+	}
+	l, k2 := protowire.ConsumeVarint(p[k:])
+	if k2 < 0 {
+		return 0, 0, 0
+	}
+	return kind, int(s), int(l)
+}
+
+// admit checks one received message of method: its mark, then the budget.
+// release (never nil) gives back what it reserved.
+func (g *SizeGuard) admit(method string, req any) (release func(), err error) {
+	m, ok := req.(proto.Message)
+	if !ok {
+		return func() {}, nil
+	}
+	switch kind, size, limit := g.marked(m); kind {
+	case markTooLarge:
+		g.refused.Add(1)
+		return func() {}, messageTooLarge(method, size, limit)
+	case markBusy:
+		g.refused.Add(1)
+		return func() {}, g.busy(method, size)
+	}
+	if g.budget == nil || g.limits.Lookup(m.ProtoReflect().Descriptor().FullName()).Internal {
+		return func() {}, nil
+	}
+	n := int64(proto.Size(m))
+	if !g.budget.TryAcquire(n) {
+		g.refused.Add(1)
+		return func() {}, g.busy(method, int(n))
+	}
+	return func() { g.budget.Release(n) }, nil
+}
+
+func (g *SizeGuard) busy(method string, size int) error {
+	return Status(&ErrorDetail{
+		Code:         ErrorCode_ERROR_CODE_SERVER_BUSY,
+		Reason:       "inflight_bytes",
+		RetryAfterMs: uint64(max(1, g.retryAfter.Milliseconds())),
+	}, fmt.Sprintf("%s: server busy: a request of %d bytes does not fit in the %d bytes of requests it may work on at once", method, size, g.budget.Max()))
+}
+
+func (g *SizeGuard) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	release, err := g.admit(info.FullMethod, req)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	return h(ctx, req)
+}
+
+func (g *SizeGuard) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+	gs := &guardedStream{ServerStream: ss, g: g, method: info.FullMethod, release: func() {}}
+	err := h(srv, gs)
+	gs.release()
+	if gs.refusal != nil {
+		// The handler may have wrapped or replaced the error Recv gave it;
+		// the client is told why.
+		return gs.refusal
+	}
+	return err
+}
+
+// guardedStream checks every message a stream receives. A message's bytes
+// stay reserved until the next one is received or the stream ends.
+type guardedStream struct {
+	grpc.ServerStream
+	g       *SizeGuard
+	method  string
+	release func()
+	refusal error
+}
+
+func (s *guardedStream) RecvMsg(m any) error {
+	if err := s.ServerStream.RecvMsg(m); err != nil {
+		return err
+	}
+	s.release()
+	release, err := s.g.admit(s.method, m)
+	s.release = release
+	if err != nil {
+		s.refusal = err
+		return err
+	}
+	return nil
+}
+
+// ByteBudget bounds the bytes of requests a server works on at once. Safe
+// for concurrent use.
+type ByteBudget struct {
+	max  int64
+	used atomic.Int64
+}
+
+// NewByteBudget returns a budget of max bytes (max > 0).
+func NewByteBudget(max int64) *ByteBudget { return &ByteBudget{max: max} }
+
+// Max is the budget's size.
+func (b *ByteBudget) Max() int64 { return b.max }
+
+// InUse is the bytes reserved now.
+func (b *ByteBudget) InUse() int64 { return b.used.Load() }
+
+// fits reports whether n bytes would fit now.
+func (b *ByteBudget) fits(n int64) bool {
+	u := b.used.Load()
+	return u == 0 || u+n <= b.max
+}
+
+// TryAcquire reserves n bytes if they fit. A request larger than the whole
+// budget is admitted when nothing else is in flight, so every request
+// under its message limit can run on an idle server.
+func (b *ByteBudget) TryAcquire(n int64) bool {
+	for {
+		u := b.used.Load()
+		if u != 0 && u+n > b.max {
+			return false
+		}
+		if b.used.CompareAndSwap(u, u+n) {
+			return true
+		}
+	}
+}
+
+// Release gives back n bytes reserved by TryAcquire.
+func (b *ByteBudget) Release(n int64) { b.used.Add(-n) }
