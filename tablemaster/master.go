@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -80,6 +81,8 @@ type Master struct {
 	// raft is the raft side of a replicated master (raft.go); nil for a
 	// single master, whose command log is store.
 	raft *raftState
+
+	metrics masterMetrics // metrics.go
 
 	closing   chan struct{} // closed by Close: stops the liveness loop and watch streams
 	closeOnce sync.Once
@@ -211,9 +214,13 @@ func (m *Master) Serve(lis net.Listener) error {
 		grpc.WaitForHandlers(true), // Close returns only after every handler has
 		serverCodec(),              // map watches send pre-encoded responses
 		api.ServerKeepalive(),
-		grpc.ChainUnaryInterceptor(m.leaderOnlyUnary),
-		grpc.ChainStreamInterceptor(m.leaderOnlyStream),
+		// Options' interceptors (metrics) run first: they see NOT_LEADER refusals.
+		grpc.ChainUnaryInterceptor(append(slices.Clone(m.opts.UnaryInterceptors), m.leaderOnlyUnary)...),
+		grpc.ChainStreamInterceptor(append(slices.Clone(m.opts.StreamInterceptors), m.leaderOnlyStream)...),
 	)
+	if err := m.registerMetrics(); err != nil {
+		return errors.Join(err, lis.Close())
+	}
 	api.RegisterMasterServer(s, m)
 	if m.raft != nil {
 		m.raft.transport.Register(s)
@@ -256,6 +263,7 @@ func (m *Master) Close() error {
 		if m.store != nil {
 			storeErr = m.store.close()
 		}
+		m.unregisterMetrics()
 		m.closeErr = errors.Join(raftErr, driverErr, storeErr, m.lock.Unlock())
 		m.store = nil
 		m.proposeMu.Unlock()
@@ -270,6 +278,7 @@ func (m *Master) Close() error {
 // once the command is durable (or was a valid no-op). It returns the result
 // and the state the caller should answer from.
 func (m *Master) propose(cmd Command, check func(*State) bool, after func(Result)) (Result, *State, error) {
+	defer m.metrics.observe(time.Now())
 	if m.raft != nil {
 		return m.proposeRaft(cmd, check, after)
 	}

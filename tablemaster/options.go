@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
 )
 
 // Defaults of Options.
@@ -82,6 +85,15 @@ type Options struct {
 	// RaftTick is the raft clock's tick: elections time out after 10,
 	// the leader heartbeats every one. Default 50ms.
 	RaftTick time.Duration `json:"raft_tick,omitempty"`
+	// Metrics, when set, receives the master's figures (catalog, servers,
+	// raft, proposals; metrics.go): the first Serve registers a collector
+	// that reads them at scrape time, Close unregisters it.
+	Metrics prometheus.Registerer `json:"-"`
+	// UnaryInterceptors and StreamInterceptors run around every RPC the
+	// master serves, in order, before its leader check: metrics
+	// (internal/metrics) and the like. Default none.
+	UnaryInterceptors  []grpc.UnaryServerInterceptor  `json:"-"`
+	StreamInterceptors []grpc.StreamServerInterceptor `json:"-"`
 }
 
 // withDefaults returns o with every zero field set to its default.

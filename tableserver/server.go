@@ -8,10 +8,12 @@ import (
 	"math/rand/v2"
 	"net"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/time/rate"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -82,6 +84,8 @@ type Server struct {
 	closeErr  error
 	// registered is closed once the first registration succeeded.
 	registered chan struct{}
+
+	metricsCollector prometheus.Collector // metrics.go: registered with Options.Metrics
 }
 
 // service is the TableServer RPC surface (service.go, writes.go,
@@ -146,8 +150,9 @@ func Open(opts Options) (*Server, error) {
 		grpc.MaxRecvMsgSize(api.MaxMessageBytes),
 		grpc.MaxSendMsgSize(api.MaxMessageBytes),
 		api.ServerKeepalive(),
-		grpc.ChainUnaryInterceptor(s.admitUnary),
-		grpc.ChainStreamInterceptor(s.admitStream),
+		// Options' interceptors (metrics) run first: they see admission's refusals.
+		grpc.ChainUnaryInterceptor(append(slices.Clone(opts.UnaryInterceptors), s.admitUnary)...),
+		grpc.ChainStreamInterceptor(append(slices.Clone(opts.StreamInterceptors), s.admitStream)...),
 	)
 	api.RegisterTableServerServer(s.grpc, &service{Server: s})
 	node, err := stream.OpenNode(stream.NodeOptions{
@@ -176,6 +181,9 @@ func Open(opts Options) (*Server, error) {
 	}
 	s.cp = &coprocs{rt: rt, state: map[coproc.ModuleKey]error{}}
 	s.streams = stream.NewClient(masterStreams{s}, stream.ClientOptions{Logger: opts.Logger.With("part", "bulk-fetch")})
+	if err := s.registerMetrics(); err != nil {
+		return nil, errors.Join(err, s.Close())
+	}
 	return s, nil
 }
 
@@ -615,6 +623,7 @@ func (s *Server) Close() error {
 		ccancel()
 		errs = append(errs, s.streams.Close(), s.extents.Close(), s.closeMasters(), s.lock.Unlock())
 		s.closeErr = errors.Join(errs...)
+		s.unregisterMetrics()
 	})
 	return s.closeErr
 }
