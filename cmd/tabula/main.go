@@ -27,10 +27,11 @@ const defaultMaster = "127.0.0.1:7100"
 
 // globals are the flags every command shares.
 type globals struct {
-	master   []string
-	tenant   string
-	timeout  time.Duration
-	logLevel string
+	master    []string
+	tenant    string
+	timeout   time.Duration
+	logLevel  string
+	logFormat string
 }
 
 func main() {
@@ -57,6 +58,7 @@ func rootCmd() *cobra.Command {
 	pf.StringVar(&g.tenant, "tenant", api.DefaultTenant, "tenant to act as")
 	pf.DurationVar(&g.timeout, "timeout", 30*time.Second, "deadline of a client command (retries included)")
 	pf.StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	pf.StringVar(&g.logFormat, "log-format", "text", "log format: text (key=value) or json (one object per line)")
 	root.AddCommand(
 		devCmd(g), masterCmd(g), serverCmd(g),
 		tableCmd(g), putCmd(g), getCmd(g), delCmd(g), scanCmd(g),
@@ -70,7 +72,14 @@ func (g *globals) logger() (*slog.Logger, error) {
 	if err := lvl.UnmarshalText([]byte(g.logLevel)); err != nil {
 		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", g.logLevel)
 	}
-	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl})), nil
+	ho := &slog.HandlerOptions{Level: lvl}
+	switch g.logFormat {
+	case "text":
+		return slog.New(slog.NewTextHandler(os.Stderr, ho)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(os.Stderr, ho)), nil
+	}
+	return nil, fmt.Errorf("--log-format %q: want text or json", g.logFormat)
 }
 
 // client connects to the masters named by --master as --tenant.
