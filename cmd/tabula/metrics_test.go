@@ -164,3 +164,36 @@ func TestLogFormatRefusesUnknown(t *testing.T) {
 		t.Fatalf("--log-format xml: err %v, output %q", err, out)
 	}
 }
+
+// TestDevMetrics runs `tabula dev --metrics-listen`: it prints the one
+// metrics page of its embedded cluster, where each server's figures carry
+// its index.
+func TestDevMetrics(t *testing.T) {
+	dev := start(t, "dev", "dev", "--data", filepath.Join(t.TempDir(), "d"), "--listen", freeAddr(t),
+		"--servers", "2", "--metrics-listen", "127.0.0.1:0")
+	dev.waitOutput("tabula dev ready", 30*time.Second)
+	var url string
+	for _, l := range lines(dev.output()) {
+		if u, ok := strings.CutPrefix(l, "metrics "); ok {
+			url = strings.TrimSpace(u)
+		}
+	}
+	if !strings.HasPrefix(url, "http://127.0.0.1:") || !strings.HasSuffix(url, "/metrics") {
+		t.Fatalf("dev printed no metrics address:\n%s", dev.output())
+	}
+	fams, err := scrapeMetrics(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{"0", "1"} {
+		if _, ok := sample(fams, "tabula_stream_extents", map[string]string{"server": s}); !ok {
+			t.Errorf("no tabula_stream_extents{server=%q}", s)
+		}
+	}
+	if v, _ := sample(fams, "tabula_master_servers", map[string]string{"state": "alive"}); v != 2 {
+		t.Errorf("alive servers = %v, want 2", v)
+	}
+	if v, _ := sample(fams, "tabula_rpc_requests_total", map[string]string{"op": "Master/RegisterServer"}); v < 2 {
+		t.Errorf("RegisterServer requests = %v, want >= 2", v)
+	}
+}
