@@ -97,6 +97,12 @@ type Stats struct {
 	// reads that went to disk.
 	CacheHits   uint64
 	CacheMisses uint64
+	// Syncs counts group commits (one write and fsync each); GCRuns the
+	// segments garbage collection rewrote and GCBytesMoved the live bytes
+	// it copied doing so.
+	Syncs        uint64
+	GCRuns       uint64
+	GCBytesMoved uint64
 }
 
 // Engine is what every storage engine provides. Methods are safe for

@@ -86,6 +86,8 @@ type Master struct {
 	// single master, whose command log is store.
 	raft *raftState
 
+	metrics masterMetrics // metrics.go
+
 	closing   chan struct{} // closed by Close: stops the liveness loop and watch streams
 	closeOnce sync.Once
 	closeErr  error
@@ -216,6 +218,10 @@ func (m *Master) Serve(lis net.Listener) error {
 		grpc.MaxSendMsgSize(api.MaxMessageBytes),
 		grpc.WaitForHandlers(true), // Close returns only after every handler has
 		api.ServerKeepalive(),
+		// Options' interceptors (metrics) run first, after the size
+		// guard: they see every refusal below.
+		grpc.ChainUnaryInterceptor(m.opts.UnaryInterceptors...),
+		grpc.ChainStreamInterceptor(m.opts.StreamInterceptors...),
 	)
 	// Signatures are checked before admission, so callers that cannot
 	// sign never take a slot.
@@ -224,6 +230,9 @@ func (m *Master) Serve(lis net.Listener) error {
 		grpc.ChainUnaryInterceptor(m.admitUnary, m.leaderOnlyUnary),
 		grpc.ChainStreamInterceptor(m.admitStream, m.leaderOnlyStream))
 	s := grpc.NewServer(opts...)
+	if err := m.registerMetrics(); err != nil {
+		return errors.Join(err, lis.Close())
+	}
 	api.RegisterMasterServer(s, m)
 	if m.raft != nil {
 		m.raft.transport.Register(s)
@@ -266,6 +275,7 @@ func (m *Master) Close() error {
 		if m.store != nil {
 			storeErr = m.store.close()
 		}
+		m.unregisterMetrics()
 		m.closeErr = errors.Join(raftErr, driverErr, storeErr, m.lock.Unlock())
 		m.store = nil
 		m.proposeMu.Unlock()
@@ -280,6 +290,7 @@ func (m *Master) Close() error {
 // once the command is durable (or was a valid no-op). It returns the result
 // and the state the caller should answer from.
 func (m *Master) propose(cmd Command, check func(*State) bool, after func(Result)) (Result, *State, error) {
+	defer m.metrics.observe(time.Now())
 	if m.raft != nil {
 		return m.proposeRaft(cmd, check, after)
 	}

@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
 )
 
 // Defaults of Options.
@@ -102,6 +105,16 @@ type Options struct {
 	MaxInFlightBytes     int64         `json:"max_in_flight_bytes,omitempty"`
 	MaxConcurrentStreams uint32        `json:"max_concurrent_streams,omitempty"`
 	BusyRetryAfter       time.Duration `json:"busy_retry_after,omitempty"`
+
+	// Metrics, when set, receives the master's figures (catalog, servers,
+	// raft, proposals; metrics.go): the first Serve registers a collector
+	// that reads them at scrape time, Close unregisters it.
+	Metrics prometheus.Registerer `json:"-"`
+	// UnaryInterceptors and StreamInterceptors run around every RPC the
+	// master serves, in order, before its leader check: metrics
+	// (internal/metrics) and the like. Default none.
+	UnaryInterceptors  []grpc.UnaryServerInterceptor  `json:"-"`
+	StreamInterceptors []grpc.StreamServerInterceptor `json:"-"`
 }
 
 // withDefaults returns o with every zero field set to its default.

@@ -8,6 +8,9 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+
 	"github.com/tabuladb/tabula/engines/vfs"
 )
 
@@ -99,6 +102,18 @@ type Options struct {
 	// closing partitions, loading and unloading bulk versions, and the
 	// atomic switch reads see. For metrics and benchmarks.
 	OnMapApplied func(version uint64, took time.Duration)
+	// Metrics, when set, receives the server's figures (engines, extent
+	// node, replication, coprocessors; metrics.go): Open registers a
+	// collector that reads them at scrape time, Close unregisters it.
+	// Two servers in one process need it wrapped with a label apart
+	// (prometheus.WrapRegistererWith).
+	Metrics prometheus.Registerer
+	// UnaryInterceptors and StreamInterceptors run around every RPC the
+	// server's gRPC service answers (TableServer and ExtentNode), in
+	// order, before admission control: metrics (internal/metrics) and the
+	// like. Default none.
+	UnaryInterceptors  []grpc.UnaryServerInterceptor
+	StreamInterceptors []grpc.StreamServerInterceptor
 }
 
 // Validate says what is wrong with o, if anything.

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/time/rate"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -88,6 +89,8 @@ type Server struct {
 	closeErr  error
 	// registered is closed once the first registration succeeded.
 	registered chan struct{}
+
+	metricsCollector prometheus.Collector // metrics.go: registered with Options.Metrics
 }
 
 // service is the TableServer RPC surface (service.go, writes.go,
@@ -154,7 +157,11 @@ func Open(opts Options) (*Server, error) {
 	// so callers that cannot sign never take a slot.
 	grpcOpts := append(s.limits.serverOptions(opts),
 		grpc.MaxSendMsgSize(api.MaxMessageBytes),
-		api.ServerKeepalive())
+		api.ServerKeepalive(),
+		// Options' interceptors (metrics) run first, after the size
+		// guard: they see every refusal below.
+		grpc.ChainUnaryInterceptor(opts.UnaryInterceptors...),
+		grpc.ChainStreamInterceptor(opts.StreamInterceptors...))
 	grpcOpts = append(grpcOpts, s.authInterceptors()...)
 	s.grpc = grpc.NewServer(append(grpcOpts,
 		grpc.ChainUnaryInterceptor(s.admitUnary),
@@ -191,6 +198,9 @@ func Open(opts Options) (*Server, error) {
 	}
 	s.cp = &coprocs{rt: rt, state: map[coproc.ModuleKey]error{}}
 	s.streams = stream.NewClient(masterStreams{s}, stream.ClientOptions{Logger: opts.Logger.With("part", "bulk-fetch"), Conns: s.streamConns})
+	if err := s.registerMetrics(); err != nil {
+		return nil, errors.Join(err, s.Close())
+	}
 	return s, nil
 }
 
@@ -633,6 +643,7 @@ func (s *Server) Close() error {
 		ccancel()
 		errs = append(errs, s.streams.Close(), s.extents.Close(), s.streamConns.Close(), s.closeMasters(), s.lock.Unlock())
 		s.closeErr = errors.Join(errs...)
+		s.unregisterMetrics()
 	})
 	return s.closeErr
 }

@@ -2,11 +2,14 @@ package main
 
 import (
 	"fmt"
+	"strconv"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 
 	"github.com/tabuladb/tabula/internal/testcluster"
 	"github.com/tabuladb/tabula/tablemaster"
+	"github.com/tabuladb/tabula/tableserver"
 )
 
 func devCmd(g *globals) *cobra.Command {
@@ -15,6 +18,8 @@ func devCmd(g *globals) *cobra.Command {
 		listen  string
 		servers int
 		masters int
+
+		metricsListen string
 	)
 	cmd := &cobra.Command{
 		Use:   "dev",
@@ -33,6 +38,15 @@ prints the endpoints and "tabula dev ready" once it serves, and runs until inter
 			if masters < 1 {
 				return fmt.Errorf("--masters %d: want 1 (a single master), 3 or 5", masters)
 			}
+			// One metrics listener for the whole embedded cluster: the
+			// servers' figures carry server="<index>", raft members'
+			// master="<id>"; RPC metrics are the process's, all parts
+			// together (op tells master and server RPCs apart).
+			pm, err := startMetrics(metricsListen, log)
+			if err != nil {
+				return err
+			}
+			defer pm.Close()
 			c, err := testcluster.Start(cmd.Context(), testcluster.Options{
 				Servers:           servers,
 				Masters:           masters,
@@ -44,6 +58,16 @@ prints the endpoints and "tabula dev ready" once it serves, and runs until inter
 				LeaseDuration:     tablemaster.DefaultLeaseDuration,
 				DeadAfter:         tablemaster.DefaultDeadAfter,
 				ReplaceAfter:      tablemaster.DefaultReplaceAfter,
+				MasterOptions: func(o *tablemaster.Options) {
+					var labels prometheus.Labels
+					if o.RaftID != 0 {
+						labels = prometheus.Labels{"master": strconv.FormatUint(o.RaftID, 10)}
+					}
+					pm.master(o, labels)
+				},
+				ServerOptions: func(i int, o *tableserver.Options) {
+					pm.server(o, prometheus.Labels{"server": strconv.Itoa(i)})
+				},
 			})
 			if err != nil {
 				return fmt.Errorf("start dev cluster: %w", err)
@@ -62,6 +86,9 @@ prints the endpoints and "tabula dev ready" once it serves, and runs until inter
 			}
 			fmt.Fprintf(out, "data    %s\n", c.Dir())
 			fmt.Fprintf(out, "credential %s  (the cluster's; the CLI run here finds it, elsewhere give --cluster-key or $TABULA_CLUSTER_KEY)\n", c.CredentialPath())
+			if u := pm.URL(); u != "" {
+				fmt.Fprintf(out, "metrics %s\n", u)
+			}
 			fmt.Fprintln(out, "tabula dev ready")
 			<-cmd.Context().Done()
 			fmt.Fprintln(out, "tabula dev: shutting down")
@@ -72,5 +99,6 @@ prints the endpoints and "tabula dev ready" once it serves, and runs until inter
 	cmd.Flags().StringVar(&listen, "listen", defaultMaster, "master listen address")
 	cmd.Flags().IntVar(&servers, "servers", 3, "number of table servers")
 	cmd.Flags().IntVar(&masters, "masters", 1, "number of masters: 1, or 3 or 5 for a raft group")
+	cmd.Flags().StringVar(&metricsListen, "metrics-listen", "", metricsListenUsage+"; one page for the whole cluster")
 	return cmd
 }

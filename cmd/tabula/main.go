@@ -32,6 +32,7 @@ type globals struct {
 	tenant     string
 	timeout    time.Duration
 	logLevel   string
+	logFormat  string
 	clusterKey string // --cluster-key
 	profile    string // --profile
 	keyFile    string // --key-file
@@ -62,6 +63,7 @@ func rootCmd() *cobra.Command {
 	pf.StringVar(&g.tenant, "tenant", api.DefaultTenant, "tenant to act as")
 	pf.DurationVar(&g.timeout, "timeout", 30*time.Second, "deadline of a client command (retries included)")
 	pf.StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	pf.StringVar(&g.logFormat, "log-format", "text", "log format: text (key=value) or json (one object per line)")
 	pf.StringVar(&g.clusterKey, "cluster-key", "", "the cluster credential file (default $TABULA_CLUSTER_KEY, else: tabula dev and tabula master create <data>/cluster.key; client commands look for ./tabula-data/cluster.key)")
 	pf.StringVar(&g.profile, "profile", "", "profile to use from the profile file ($TABULA_PROFILE, else \"default\"; file: $TABULA_CONFIG or ~/.config/tabula/config)")
 	pf.StringVar(&g.keyFile, "key-file", "", "a credential file to sign with (a tenant's, or the cluster's)")
@@ -79,7 +81,14 @@ func (g *globals) logger() (*slog.Logger, error) {
 	if err := lvl.UnmarshalText([]byte(g.logLevel)); err != nil {
 		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", g.logLevel)
 	}
-	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl})), nil
+	ho := &slog.HandlerOptions{Level: lvl}
+	switch g.logFormat {
+	case "text":
+		return slog.New(slog.NewTextHandler(os.Stderr, ho)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(os.Stderr, ho)), nil
+	}
+	return nil, fmt.Errorf("--log-format %q: want text or json", g.logFormat)
 }
 
 // client connects to the masters named by --master as --tenant.

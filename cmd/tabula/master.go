@@ -18,10 +18,11 @@ import (
 
 func masterCmd(g *globals) *cobra.Command {
 	var (
-		listen string
-		dir    string
-		peers  string
-		opts   tablemaster.Options
+		listen        string
+		dir           string
+		peers         string
+		metricsListen string
+		opts          tablemaster.Options
 	)
 	cmd := &cobra.Command{
 		Use:   "master",
@@ -66,6 +67,12 @@ A member joining a running group starts with --id and no --peers, then is added 
 					listen = addr
 				}
 			}
+			pm, err := startMetrics(metricsListen, log)
+			if err != nil {
+				return err
+			}
+			defer pm.Close()
+			pm.master(&opts, nil)
 			m, err := tablemaster.Open(opts)
 			if err != nil {
 				return err
@@ -93,6 +100,7 @@ A member joining a running group starts with --id and no --peers, then is added 
 	f.Uint64Var(&opts.RaftID, "id", 0, "this master's member id in a raft group (0: run alone)")
 	f.StringVar(&peers, "peers", "", "the raft group's founding members, ID=ADDR,... (this one's included); only read on a new data directory")
 	f.StringVar(&dir, "data", "./tabula-data/master", "data directory")
+	f.StringVar(&metricsListen, "metrics-listen", "", metricsListenUsage)
 	f.DurationVar(&opts.HeartbeatInterval, "heartbeat-interval", 100*time.Millisecond, "how often servers heartbeat")
 	f.DurationVar(&opts.LeaseDuration, "lease", tablemaster.DefaultLeaseDuration, "primary lease length")
 	f.DurationVar(&opts.DeadAfter, "dead-after", tablemaster.DefaultDeadAfter, "silence after which a server is declared dead (must exceed --lease)")

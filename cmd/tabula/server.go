@@ -17,8 +17,8 @@ import (
 
 func serverCmd(g *globals) *cobra.Command {
 	var (
-		listen, debug string
-		opts          tableserver.Options
+		listen, debug, metricsListen string
+		opts                         tableserver.Options
 	)
 	cmd := &cobra.Command{
 		Use:   "server",
@@ -40,6 +40,12 @@ func serverCmd(g *globals) *cobra.Command {
 			if err := serveDebug(debug, log); err != nil {
 				return err
 			}
+			pm, err := startMetrics(metricsListen, log)
+			if err != nil {
+				return err
+			}
+			defer pm.Close()
+			pm.server(&opts, nil)
 			s, err := tableserver.Open(opts)
 			if err != nil {
 				return err
@@ -61,6 +67,7 @@ func serverCmd(g *globals) *cobra.Command {
 	f := cmd.Flags()
 	f.StringVar(&listen, "listen", "127.0.0.1:0", "address to serve on")
 	f.StringVar(&debug, "debug-listen", "", "address serving Go's profiling endpoints, /debug/pprof/ (default: none)")
+	f.StringVar(&metricsListen, "metrics-listen", "", metricsListenUsage)
 	f.StringVar(&opts.Advertise, "advertise", "", "address clients reach this server at (default: the listen address)")
 	f.StringVar(&opts.DataDir, "data", "", "data directory (required)")
 	f.StringVar(&opts.FaultDomain, "fault-domain", "", "failure group (rack, host) for replica spreading: no two replicas of a partition share one (default: a domain of this server's own, server:<id>)")

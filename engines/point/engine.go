@@ -369,6 +369,7 @@ func (e *Engine) Stats() engines.Stats {
 		s.Segments = uint64(ds.Segments)
 		s.CacheHits = uint64(ds.CacheHits)
 		s.CacheMisses = uint64(ds.CacheMisses)
+		s.Syncs, s.GCRuns, s.GCBytesMoved = uint64(ds.Syncs), uint64(ds.GCRuns), uint64(ds.GCBytesMoved)
 	}
 	return s
 }

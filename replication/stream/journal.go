@@ -360,6 +360,8 @@ type journal struct {
 	salt  uint64   // f's salt
 	batch uint64   // last batch number written
 	buf   []byte
+
+	stats journalCounters // stats.go
 }
 
 // openJournal starts a journal in dir with a new file numbered num, its
@@ -509,6 +511,7 @@ func (j *journal) commit(recs []journalRecord) error {
 		return fmt.Errorf("sync journal: %w", err)
 	}
 	j.size += int64(len(j.buf))
+	j.stats.committed(len(recs), len(j.buf))
 	if cap(j.buf) > journalBatchBytes {
 		j.buf = nil // a huge record: do not keep its buffer
 	}

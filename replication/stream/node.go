@@ -96,6 +96,8 @@ type Node struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
+	stats nodeCounters // stats.go
+
 	mu sync.Mutex
 	// Guarded by mu.
 	appenders map[uint64]*appender
@@ -251,6 +253,7 @@ func (n *Node) Append(ctx context.Context, r *streampb.AppendRequest) (*streampb
 		if res.err != nil {
 			return nil, toStatus(res.err)
 		}
+		n.stats.appended(req.size)
 		out := &streampb.AppendResponse{CommitLength: res.end, Dropped: res.dropped}
 		for _, l := range res.locs {
 			out.Entries = append(out.Entries, &streampb.EntryLocation{Offset: l.Offset, BlockSizes: l.Sizes})
@@ -326,6 +329,7 @@ func (n *Node) replicateWrite(r *streampb.ReplicateRequest) (*Extent, int64, err
 	if err != nil {
 		return nil, 0, err
 	}
+	n.stats.replicated(len(r.Data))
 	return ext, end, nil
 }
 
