@@ -133,7 +133,7 @@ func MasterLimits() MessageLimits {
 		&MasterMembersRequest{}, &AddMasterRequest{}, &RemoveMasterRequest{}, &TransferLeaderRequest{},
 		&MovePartitionRequest{}, &DrainServerRequest{},
 		&CreateTenantRequest{}, &ListTenantsRequest{}, &DescribeTenantRequest{}, &DeleteTenantRequest{},
-		&RotateTenantKeyRequest{},
+		&RotateTenantKeyRequest{}, &SetTenantQuotaRequest{},
 	} {
 		l.Add(m, SmallRequestBytes, false)
 	}

@@ -505,7 +505,7 @@ func (x Mutation_Op) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Mutation_Op.Descriptor instead.
 func (Mutation_Op) EnumDescriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{96, 0}
+	return file_tabula_proto_rawDescGZIP(), []int{102, 0}
 }
 
 // TableOptions are fixed at CreateTable. Zero values take the defaults the
@@ -2816,7 +2816,11 @@ type TenantInfo struct {
 	CreatedUnixMs int64                  `protobuf:"varint,2,opt,name=created_unix_ms,json=createdUnixMs,proto3" json:"created_unix_ms,omitempty"`
 	Tables        uint32                 `protobuf:"varint,3,opt,name=tables,proto3" json:"tables,omitempty"`
 	// Key 1 and key 2 (512 bits each); only to the cluster credential.
-	Keys          [][]byte `protobuf:"bytes,4,rep,name=keys,proto3" json:"keys,omitempty"`
+	Keys  [][]byte     `protobuf:"bytes,4,rep,name=keys,proto3" json:"keys,omitempty"`
+	Quota *TenantQuota `protobuf:"bytes,5,opt,name=quota,proto3" json:"quota,omitempty"`
+	// As the master last heard from the servers (the leader's view; empty
+	// on a follower and for a while after a failover).
+	Usage         *TenantUsage `protobuf:"bytes,6,opt,name=usage,proto3" json:"usage,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2879,16 +2883,564 @@ func (x *TenantInfo) GetKeys() [][]byte {
 	return nil
 }
 
-type CreateTenantRequest struct {
+func (x *TenantInfo) GetQuota() *TenantQuota {
+	if x != nil {
+		return x.Quota
+	}
+	return nil
+}
+
+func (x *TenantInfo) GetUsage() *TenantUsage {
+	if x != nil {
+		return x.Usage
+	}
+	return nil
+}
+
+// TenantQuota is what a tenant may use; 0 in a field means no limit.
+// Sizes count one copy of each key and value (replicas are not
+// charged); rates are summed over every server.
+type TenantQuota struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Keys and values held, in every table of the tenant.
+	StoredBytes uint64 `protobuf:"varint,1,opt,name=stored_bytes,json=storedBytes,proto3" json:"stored_bytes,omitempty"`
+	// Bytes held in memory: memory tables' keys and values and bulk
+	// tables' indexes.
+	MemoryBytes uint64 `protobuf:"varint,2,opt,name=memory_bytes,json=memoryBytes,proto3" json:"memory_bytes,omitempty"`
+	// Keys read (Get, each key of a batch, each row a scan returns) and
+	// written (each put or delete) per second.
+	ReadOpsPerSec  uint64 `protobuf:"varint,3,opt,name=read_ops_per_sec,json=readOpsPerSec,proto3" json:"read_ops_per_sec,omitempty"`
+	WriteOpsPerSec uint64 `protobuf:"varint,4,opt,name=write_ops_per_sec,json=writeOpsPerSec,proto3" json:"write_ops_per_sec,omitempty"`
+	// Coprocessor CPU milliseconds per second.
+	CoprocCpuMsPerSec uint64 `protobuf:"varint,5,opt,name=coproc_cpu_ms_per_sec,json=coprocCpuMsPerSec,proto3" json:"coproc_cpu_ms_per_sec,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *TenantQuota) Reset() {
+	*x = TenantQuota{}
+	mi := &file_tabula_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TenantQuota) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TenantQuota) ProtoMessage() {}
+
+func (x *TenantQuota) ProtoReflect() protoreflect.Message {
+	mi := &file_tabula_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TenantQuota.ProtoReflect.Descriptor instead.
+func (*TenantQuota) Descriptor() ([]byte, []int) {
+	return file_tabula_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *TenantQuota) GetStoredBytes() uint64 {
+	if x != nil {
+		return x.StoredBytes
+	}
+	return 0
+}
+
+func (x *TenantQuota) GetMemoryBytes() uint64 {
+	if x != nil {
+		return x.MemoryBytes
+	}
+	return 0
+}
+
+func (x *TenantQuota) GetReadOpsPerSec() uint64 {
+	if x != nil {
+		return x.ReadOpsPerSec
+	}
+	return 0
+}
+
+func (x *TenantQuota) GetWriteOpsPerSec() uint64 {
+	if x != nil {
+		return x.WriteOpsPerSec
+	}
+	return 0
+}
+
+func (x *TenantQuota) GetCoprocCpuMsPerSec() uint64 {
+	if x != nil {
+		return x.CoprocCpuMsPerSec
+	}
+	return 0
+}
+
+// TenantUsage is a tenant's use of what TenantQuota limits, and how often
+// it was refused.
+type TenantUsage struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	StoredBytes uint64                 `protobuf:"varint,1,opt,name=stored_bytes,json=storedBytes,proto3" json:"stored_bytes,omitempty"`
+	MemoryBytes uint64                 `protobuf:"varint,2,opt,name=memory_bytes,json=memoryBytes,proto3" json:"memory_bytes,omitempty"`
+	// Admitted per second, over the servers' last few seconds.
+	ReadOpsPerSec     float64 `protobuf:"fixed64,3,opt,name=read_ops_per_sec,json=readOpsPerSec,proto3" json:"read_ops_per_sec,omitempty"`
+	WriteOpsPerSec    float64 `protobuf:"fixed64,4,opt,name=write_ops_per_sec,json=writeOpsPerSec,proto3" json:"write_ops_per_sec,omitempty"`
+	CoprocCpuMsPerSec float64 `protobuf:"fixed64,5,opt,name=coproc_cpu_ms_per_sec,json=coprocCpuMsPerSec,proto3" json:"coproc_cpu_ms_per_sec,omitempty"`
+	// Requests refused SERVER_BUSY over a rate quota, and writes refused
+	// QUOTA_EXCEEDED over a size quota, per second.
+	ThrottledPerSec    float64 `protobuf:"fixed64,6,opt,name=throttled_per_sec,json=throttledPerSec,proto3" json:"throttled_per_sec,omitempty"`
+	QuotaRefusedPerSec float64 `protobuf:"fixed64,7,opt,name=quota_refused_per_sec,json=quotaRefusedPerSec,proto3" json:"quota_refused_per_sec,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
+}
+
+func (x *TenantUsage) Reset() {
+	*x = TenantUsage{}
+	mi := &file_tabula_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TenantUsage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TenantUsage) ProtoMessage() {}
+
+func (x *TenantUsage) ProtoReflect() protoreflect.Message {
+	mi := &file_tabula_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TenantUsage.ProtoReflect.Descriptor instead.
+func (*TenantUsage) Descriptor() ([]byte, []int) {
+	return file_tabula_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *TenantUsage) GetStoredBytes() uint64 {
+	if x != nil {
+		return x.StoredBytes
+	}
+	return 0
+}
+
+func (x *TenantUsage) GetMemoryBytes() uint64 {
+	if x != nil {
+		return x.MemoryBytes
+	}
+	return 0
+}
+
+func (x *TenantUsage) GetReadOpsPerSec() float64 {
+	if x != nil {
+		return x.ReadOpsPerSec
+	}
+	return 0
+}
+
+func (x *TenantUsage) GetWriteOpsPerSec() float64 {
+	if x != nil {
+		return x.WriteOpsPerSec
+	}
+	return 0
+}
+
+func (x *TenantUsage) GetCoprocCpuMsPerSec() float64 {
+	if x != nil {
+		return x.CoprocCpuMsPerSec
+	}
+	return 0
+}
+
+func (x *TenantUsage) GetThrottledPerSec() float64 {
+	if x != nil {
+		return x.ThrottledPerSec
+	}
+	return 0
+}
+
+func (x *TenantUsage) GetQuotaRefusedPerSec() float64 {
+	if x != nil {
+		return x.QuotaRefusedPerSec
+	}
+	return 0
+}
+
+type SetTenantQuotaRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Tenant        string                 `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	Quota         *TenantQuota           `protobuf:"bytes,2,opt,name=quota,proto3" json:"quota,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetTenantQuotaRequest) Reset() {
+	*x = SetTenantQuotaRequest{}
+	mi := &file_tabula_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetTenantQuotaRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetTenantQuotaRequest) ProtoMessage() {}
+
+func (x *SetTenantQuotaRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tabula_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetTenantQuotaRequest.ProtoReflect.Descriptor instead.
+func (*SetTenantQuotaRequest) Descriptor() ([]byte, []int) {
+	return file_tabula_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *SetTenantQuotaRequest) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *SetTenantQuotaRequest) GetQuota() *TenantQuota {
+	if x != nil {
+		return x.Quota
+	}
+	return nil
+}
+
+type SetTenantQuotaResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Tenant        *TenantInfo            `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetTenantQuotaResponse) Reset() {
+	*x = SetTenantQuotaResponse{}
+	mi := &file_tabula_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetTenantQuotaResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetTenantQuotaResponse) ProtoMessage() {}
+
+func (x *SetTenantQuotaResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tabula_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetTenantQuotaResponse.ProtoReflect.Descriptor instead.
+func (*SetTenantQuotaResponse) Descriptor() ([]byte, []int) {
+	return file_tabula_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *SetTenantQuotaResponse) GetTenant() *TenantInfo {
+	if x != nil {
+		return x.Tenant
+	}
+	return nil
+}
+
+// TenantLoad is one server's view of one tenant, sent with every
+// heartbeat: what the tenant asked of this server (offered, refused
+// requests included) and was given, and its bytes written here.
+type TenantLoad struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Tenant string                 `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	// Offered per second (admitted and throttled), the master's measure of
+	// demand when it shares a rate quota among servers.
+	ReadOpsPerSec     float64 `protobuf:"fixed64,2,opt,name=read_ops_per_sec,json=readOpsPerSec,proto3" json:"read_ops_per_sec,omitempty"`
+	WriteOpsPerSec    float64 `protobuf:"fixed64,3,opt,name=write_ops_per_sec,json=writeOpsPerSec,proto3" json:"write_ops_per_sec,omitempty"`
+	CoprocCpuMsPerSec float64 `protobuf:"fixed64,4,opt,name=coproc_cpu_ms_per_sec,json=coprocCpuMsPerSec,proto3" json:"coproc_cpu_ms_per_sec,omitempty"`
+	// Admitted per second.
+	AdmittedReadOpsPerSec     float64 `protobuf:"fixed64,5,opt,name=admitted_read_ops_per_sec,json=admittedReadOpsPerSec,proto3" json:"admitted_read_ops_per_sec,omitempty"`
+	AdmittedWriteOpsPerSec    float64 `protobuf:"fixed64,6,opt,name=admitted_write_ops_per_sec,json=admittedWriteOpsPerSec,proto3" json:"admitted_write_ops_per_sec,omitempty"`
+	AdmittedCoprocCpuMsPerSec float64 `protobuf:"fixed64,7,opt,name=admitted_coproc_cpu_ms_per_sec,json=admittedCoprocCpuMsPerSec,proto3" json:"admitted_coproc_cpu_ms_per_sec,omitempty"`
+	// Refused per second: over a rate (SERVER_BUSY), over a size
+	// (QUOTA_EXCEEDED).
+	ThrottledPerSec    float64 `protobuf:"fixed64,8,opt,name=throttled_per_sec,json=throttledPerSec,proto3" json:"throttled_per_sec,omitempty"`
+	QuotaRefusedPerSec float64 `protobuf:"fixed64,9,opt,name=quota_refused_per_sec,json=quotaRefusedPerSec,proto3" json:"quota_refused_per_sec,omitempty"`
+	// Bytes of keys and values written here since the process started, to
+	// all tables and to memory tables (monotonic).
+	WrittenBytes       uint64 `protobuf:"varint,10,opt,name=written_bytes,json=writtenBytes,proto3" json:"written_bytes,omitempty"`
+	MemoryWrittenBytes uint64 `protobuf:"varint,11,opt,name=memory_written_bytes,json=memoryWrittenBytes,proto3" json:"memory_written_bytes,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
+}
+
+func (x *TenantLoad) Reset() {
+	*x = TenantLoad{}
+	mi := &file_tabula_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TenantLoad) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TenantLoad) ProtoMessage() {}
+
+func (x *TenantLoad) ProtoReflect() protoreflect.Message {
+	mi := &file_tabula_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TenantLoad.ProtoReflect.Descriptor instead.
+func (*TenantLoad) Descriptor() ([]byte, []int) {
+	return file_tabula_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *TenantLoad) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *TenantLoad) GetReadOpsPerSec() float64 {
+	if x != nil {
+		return x.ReadOpsPerSec
+	}
+	return 0
+}
+
+func (x *TenantLoad) GetWriteOpsPerSec() float64 {
+	if x != nil {
+		return x.WriteOpsPerSec
+	}
+	return 0
+}
+
+func (x *TenantLoad) GetCoprocCpuMsPerSec() float64 {
+	if x != nil {
+		return x.CoprocCpuMsPerSec
+	}
+	return 0
+}
+
+func (x *TenantLoad) GetAdmittedReadOpsPerSec() float64 {
+	if x != nil {
+		return x.AdmittedReadOpsPerSec
+	}
+	return 0
+}
+
+func (x *TenantLoad) GetAdmittedWriteOpsPerSec() float64 {
+	if x != nil {
+		return x.AdmittedWriteOpsPerSec
+	}
+	return 0
+}
+
+func (x *TenantLoad) GetAdmittedCoprocCpuMsPerSec() float64 {
+	if x != nil {
+		return x.AdmittedCoprocCpuMsPerSec
+	}
+	return 0
+}
+
+func (x *TenantLoad) GetThrottledPerSec() float64 {
+	if x != nil {
+		return x.ThrottledPerSec
+	}
+	return 0
+}
+
+func (x *TenantLoad) GetQuotaRefusedPerSec() float64 {
+	if x != nil {
+		return x.QuotaRefusedPerSec
+	}
+	return 0
+}
+
+func (x *TenantLoad) GetWrittenBytes() uint64 {
+	if x != nil {
+		return x.WrittenBytes
+	}
+	return 0
+}
+
+func (x *TenantLoad) GetMemoryWrittenBytes() uint64 {
+	if x != nil {
+		return x.MemoryWrittenBytes
+	}
+	return 0
+}
+
+// TenantShare is one server's part of a tenant's quotas, handed out by the
+// master in heartbeats. A rate of 0 is no limit. A size allowance is
+// valid while the server's written counter (TenantLoad) is below
+// as_of + left.
+type TenantShare struct {
+	state             protoimpl.MessageState `protogen:"open.v1"`
+	Tenant            string                 `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	ReadOpsPerSec     float64                `protobuf:"fixed64,2,opt,name=read_ops_per_sec,json=readOpsPerSec,proto3" json:"read_ops_per_sec,omitempty"`
+	WriteOpsPerSec    float64                `protobuf:"fixed64,3,opt,name=write_ops_per_sec,json=writeOpsPerSec,proto3" json:"write_ops_per_sec,omitempty"`
+	CoprocCpuMsPerSec float64                `protobuf:"fixed64,4,opt,name=coproc_cpu_ms_per_sec,json=coprocCpuMsPerSec,proto3" json:"coproc_cpu_ms_per_sec,omitempty"`
+	StoredLimited     bool                   `protobuf:"varint,5,opt,name=stored_limited,json=storedLimited,proto3" json:"stored_limited,omitempty"`
+	StoredLeft        uint64                 `protobuf:"varint,6,opt,name=stored_left,json=storedLeft,proto3" json:"stored_left,omitempty"`
+	StoredAsOf        uint64                 `protobuf:"varint,7,opt,name=stored_as_of,json=storedAsOf,proto3" json:"stored_as_of,omitempty"`
+	MemoryLimited     bool                   `protobuf:"varint,8,opt,name=memory_limited,json=memoryLimited,proto3" json:"memory_limited,omitempty"`
+	MemoryLeft        uint64                 `protobuf:"varint,9,opt,name=memory_left,json=memoryLeft,proto3" json:"memory_left,omitempty"`
+	MemoryAsOf        uint64                 `protobuf:"varint,10,opt,name=memory_as_of,json=memoryAsOf,proto3" json:"memory_as_of,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *TenantShare) Reset() {
+	*x = TenantShare{}
+	mi := &file_tabula_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TenantShare) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TenantShare) ProtoMessage() {}
+
+func (x *TenantShare) ProtoReflect() protoreflect.Message {
+	mi := &file_tabula_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TenantShare.ProtoReflect.Descriptor instead.
+func (*TenantShare) Descriptor() ([]byte, []int) {
+	return file_tabula_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *TenantShare) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *TenantShare) GetReadOpsPerSec() float64 {
+	if x != nil {
+		return x.ReadOpsPerSec
+	}
+	return 0
+}
+
+func (x *TenantShare) GetWriteOpsPerSec() float64 {
+	if x != nil {
+		return x.WriteOpsPerSec
+	}
+	return 0
+}
+
+func (x *TenantShare) GetCoprocCpuMsPerSec() float64 {
+	if x != nil {
+		return x.CoprocCpuMsPerSec
+	}
+	return 0
+}
+
+func (x *TenantShare) GetStoredLimited() bool {
+	if x != nil {
+		return x.StoredLimited
+	}
+	return false
+}
+
+func (x *TenantShare) GetStoredLeft() uint64 {
+	if x != nil {
+		return x.StoredLeft
+	}
+	return 0
+}
+
+func (x *TenantShare) GetStoredAsOf() uint64 {
+	if x != nil {
+		return x.StoredAsOf
+	}
+	return 0
+}
+
+func (x *TenantShare) GetMemoryLimited() bool {
+	if x != nil {
+		return x.MemoryLimited
+	}
+	return false
+}
+
+func (x *TenantShare) GetMemoryLeft() uint64 {
+	if x != nil {
+		return x.MemoryLeft
+	}
+	return 0
+}
+
+func (x *TenantShare) GetMemoryAsOf() uint64 {
+	if x != nil {
+		return x.MemoryAsOf
+	}
+	return 0
+}
+
+type CreateTenantRequest struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Tenant string                 `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	// Unset: no limits.
+	Quota         *TenantQuota `protobuf:"bytes,2,opt,name=quota,proto3" json:"quota,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CreateTenantRequest) Reset() {
 	*x = CreateTenantRequest{}
-	mi := &file_tabula_proto_msgTypes[29]
+	mi := &file_tabula_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2900,7 +3452,7 @@ func (x *CreateTenantRequest) String() string {
 func (*CreateTenantRequest) ProtoMessage() {}
 
 func (x *CreateTenantRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[29]
+	mi := &file_tabula_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2913,7 +3465,7 @@ func (x *CreateTenantRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTenantRequest.ProtoReflect.Descriptor instead.
 func (*CreateTenantRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{29}
+	return file_tabula_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *CreateTenantRequest) GetTenant() string {
@@ -2921,6 +3473,13 @@ func (x *CreateTenantRequest) GetTenant() string {
 		return x.Tenant
 	}
 	return ""
+}
+
+func (x *CreateTenantRequest) GetQuota() *TenantQuota {
+	if x != nil {
+		return x.Quota
+	}
+	return nil
 }
 
 type CreateTenantResponse struct {
@@ -2932,7 +3491,7 @@ type CreateTenantResponse struct {
 
 func (x *CreateTenantResponse) Reset() {
 	*x = CreateTenantResponse{}
-	mi := &file_tabula_proto_msgTypes[30]
+	mi := &file_tabula_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2944,7 +3503,7 @@ func (x *CreateTenantResponse) String() string {
 func (*CreateTenantResponse) ProtoMessage() {}
 
 func (x *CreateTenantResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[30]
+	mi := &file_tabula_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2957,7 +3516,7 @@ func (x *CreateTenantResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTenantResponse.ProtoReflect.Descriptor instead.
 func (*CreateTenantResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{30}
+	return file_tabula_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *CreateTenantResponse) GetTenant() *TenantInfo {
@@ -2975,7 +3534,7 @@ type ListTenantsRequest struct {
 
 func (x *ListTenantsRequest) Reset() {
 	*x = ListTenantsRequest{}
-	mi := &file_tabula_proto_msgTypes[31]
+	mi := &file_tabula_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2987,7 +3546,7 @@ func (x *ListTenantsRequest) String() string {
 func (*ListTenantsRequest) ProtoMessage() {}
 
 func (x *ListTenantsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[31]
+	mi := &file_tabula_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3000,7 +3559,7 @@ func (x *ListTenantsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTenantsRequest.ProtoReflect.Descriptor instead.
 func (*ListTenantsRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{31}
+	return file_tabula_proto_rawDescGZIP(), []int{37}
 }
 
 type ListTenantsResponse struct {
@@ -3012,7 +3571,7 @@ type ListTenantsResponse struct {
 
 func (x *ListTenantsResponse) Reset() {
 	*x = ListTenantsResponse{}
-	mi := &file_tabula_proto_msgTypes[32]
+	mi := &file_tabula_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3024,7 +3583,7 @@ func (x *ListTenantsResponse) String() string {
 func (*ListTenantsResponse) ProtoMessage() {}
 
 func (x *ListTenantsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[32]
+	mi := &file_tabula_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3037,7 +3596,7 @@ func (x *ListTenantsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTenantsResponse.ProtoReflect.Descriptor instead.
 func (*ListTenantsResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{32}
+	return file_tabula_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ListTenantsResponse) GetTenants() []*TenantInfo {
@@ -3056,7 +3615,7 @@ type DescribeTenantRequest struct {
 
 func (x *DescribeTenantRequest) Reset() {
 	*x = DescribeTenantRequest{}
-	mi := &file_tabula_proto_msgTypes[33]
+	mi := &file_tabula_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3068,7 +3627,7 @@ func (x *DescribeTenantRequest) String() string {
 func (*DescribeTenantRequest) ProtoMessage() {}
 
 func (x *DescribeTenantRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[33]
+	mi := &file_tabula_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3081,7 +3640,7 @@ func (x *DescribeTenantRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeTenantRequest.ProtoReflect.Descriptor instead.
 func (*DescribeTenantRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{33}
+	return file_tabula_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *DescribeTenantRequest) GetTenant() string {
@@ -3101,7 +3660,7 @@ type DescribeTenantResponse struct {
 
 func (x *DescribeTenantResponse) Reset() {
 	*x = DescribeTenantResponse{}
-	mi := &file_tabula_proto_msgTypes[34]
+	mi := &file_tabula_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3113,7 +3672,7 @@ func (x *DescribeTenantResponse) String() string {
 func (*DescribeTenantResponse) ProtoMessage() {}
 
 func (x *DescribeTenantResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[34]
+	mi := &file_tabula_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3126,7 +3685,7 @@ func (x *DescribeTenantResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeTenantResponse.ProtoReflect.Descriptor instead.
 func (*DescribeTenantResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{34}
+	return file_tabula_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *DescribeTenantResponse) GetTenant() *TenantInfo {
@@ -3152,7 +3711,7 @@ type DeleteTenantRequest struct {
 
 func (x *DeleteTenantRequest) Reset() {
 	*x = DeleteTenantRequest{}
-	mi := &file_tabula_proto_msgTypes[35]
+	mi := &file_tabula_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3164,7 +3723,7 @@ func (x *DeleteTenantRequest) String() string {
 func (*DeleteTenantRequest) ProtoMessage() {}
 
 func (x *DeleteTenantRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[35]
+	mi := &file_tabula_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3177,7 +3736,7 @@ func (x *DeleteTenantRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteTenantRequest.ProtoReflect.Descriptor instead.
 func (*DeleteTenantRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{35}
+	return file_tabula_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *DeleteTenantRequest) GetTenant() string {
@@ -3195,7 +3754,7 @@ type DeleteTenantResponse struct {
 
 func (x *DeleteTenantResponse) Reset() {
 	*x = DeleteTenantResponse{}
-	mi := &file_tabula_proto_msgTypes[36]
+	mi := &file_tabula_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3207,7 +3766,7 @@ func (x *DeleteTenantResponse) String() string {
 func (*DeleteTenantResponse) ProtoMessage() {}
 
 func (x *DeleteTenantResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[36]
+	mi := &file_tabula_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3220,7 +3779,7 @@ func (x *DeleteTenantResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteTenantResponse.ProtoReflect.Descriptor instead.
 func (*DeleteTenantResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{36}
+	return file_tabula_proto_rawDescGZIP(), []int{42}
 }
 
 type RotateTenantKeyRequest struct {
@@ -3234,7 +3793,7 @@ type RotateTenantKeyRequest struct {
 
 func (x *RotateTenantKeyRequest) Reset() {
 	*x = RotateTenantKeyRequest{}
-	mi := &file_tabula_proto_msgTypes[37]
+	mi := &file_tabula_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3246,7 +3805,7 @@ func (x *RotateTenantKeyRequest) String() string {
 func (*RotateTenantKeyRequest) ProtoMessage() {}
 
 func (x *RotateTenantKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[37]
+	mi := &file_tabula_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3259,7 +3818,7 @@ func (x *RotateTenantKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RotateTenantKeyRequest.ProtoReflect.Descriptor instead.
 func (*RotateTenantKeyRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{37}
+	return file_tabula_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *RotateTenantKeyRequest) GetTenant() string {
@@ -3285,7 +3844,7 @@ type RotateTenantKeyResponse struct {
 
 func (x *RotateTenantKeyResponse) Reset() {
 	*x = RotateTenantKeyResponse{}
-	mi := &file_tabula_proto_msgTypes[38]
+	mi := &file_tabula_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3297,7 +3856,7 @@ func (x *RotateTenantKeyResponse) String() string {
 func (*RotateTenantKeyResponse) ProtoMessage() {}
 
 func (x *RotateTenantKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[38]
+	mi := &file_tabula_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3310,7 +3869,7 @@ func (x *RotateTenantKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RotateTenantKeyResponse.ProtoReflect.Descriptor instead.
 func (*RotateTenantKeyResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{38}
+	return file_tabula_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *RotateTenantKeyResponse) GetTenant() *TenantInfo {
@@ -3328,7 +3887,7 @@ type TenantKeysRequest struct {
 
 func (x *TenantKeysRequest) Reset() {
 	*x = TenantKeysRequest{}
-	mi := &file_tabula_proto_msgTypes[39]
+	mi := &file_tabula_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3340,7 +3899,7 @@ func (x *TenantKeysRequest) String() string {
 func (*TenantKeysRequest) ProtoMessage() {}
 
 func (x *TenantKeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[39]
+	mi := &file_tabula_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3353,7 +3912,7 @@ func (x *TenantKeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TenantKeysRequest.ProtoReflect.Descriptor instead.
 func (*TenantKeysRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{39}
+	return file_tabula_proto_rawDescGZIP(), []int{45}
 }
 
 type TenantKeysResponse struct {
@@ -3367,7 +3926,7 @@ type TenantKeysResponse struct {
 
 func (x *TenantKeysResponse) Reset() {
 	*x = TenantKeysResponse{}
-	mi := &file_tabula_proto_msgTypes[40]
+	mi := &file_tabula_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3379,7 +3938,7 @@ func (x *TenantKeysResponse) String() string {
 func (*TenantKeysResponse) ProtoMessage() {}
 
 func (x *TenantKeysResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[40]
+	mi := &file_tabula_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3392,7 +3951,7 @@ func (x *TenantKeysResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TenantKeysResponse.ProtoReflect.Descriptor instead.
 func (*TenantKeysResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{40}
+	return file_tabula_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *TenantKeysResponse) GetVersion() uint64 {
@@ -3424,7 +3983,7 @@ type MovePartitionRequest struct {
 
 func (x *MovePartitionRequest) Reset() {
 	*x = MovePartitionRequest{}
-	mi := &file_tabula_proto_msgTypes[41]
+	mi := &file_tabula_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3436,7 +3995,7 @@ func (x *MovePartitionRequest) String() string {
 func (*MovePartitionRequest) ProtoMessage() {}
 
 func (x *MovePartitionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[41]
+	mi := &file_tabula_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3449,7 +4008,7 @@ func (x *MovePartitionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MovePartitionRequest.ProtoReflect.Descriptor instead.
 func (*MovePartitionRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{41}
+	return file_tabula_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *MovePartitionRequest) GetTenant() string {
@@ -3498,7 +4057,7 @@ type MovePartitionResponse struct {
 
 func (x *MovePartitionResponse) Reset() {
 	*x = MovePartitionResponse{}
-	mi := &file_tabula_proto_msgTypes[42]
+	mi := &file_tabula_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3510,7 +4069,7 @@ func (x *MovePartitionResponse) String() string {
 func (*MovePartitionResponse) ProtoMessage() {}
 
 func (x *MovePartitionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[42]
+	mi := &file_tabula_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3523,7 +4082,7 @@ func (x *MovePartitionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MovePartitionResponse.ProtoReflect.Descriptor instead.
 func (*MovePartitionResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{42}
+	return file_tabula_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *MovePartitionResponse) GetFrom() string {
@@ -3556,7 +4115,7 @@ type DrainServerRequest struct {
 
 func (x *DrainServerRequest) Reset() {
 	*x = DrainServerRequest{}
-	mi := &file_tabula_proto_msgTypes[43]
+	mi := &file_tabula_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3568,7 +4127,7 @@ func (x *DrainServerRequest) String() string {
 func (*DrainServerRequest) ProtoMessage() {}
 
 func (x *DrainServerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[43]
+	mi := &file_tabula_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3581,7 +4140,7 @@ func (x *DrainServerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainServerRequest.ProtoReflect.Descriptor instead.
 func (*DrainServerRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{43}
+	return file_tabula_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *DrainServerRequest) GetServerId() string {
@@ -3602,7 +4161,7 @@ type DrainServerResponse struct {
 
 func (x *DrainServerResponse) Reset() {
 	*x = DrainServerResponse{}
-	mi := &file_tabula_proto_msgTypes[44]
+	mi := &file_tabula_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3614,7 +4173,7 @@ func (x *DrainServerResponse) String() string {
 func (*DrainServerResponse) ProtoMessage() {}
 
 func (x *DrainServerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[44]
+	mi := &file_tabula_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3627,7 +4186,7 @@ func (x *DrainServerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainServerResponse.ProtoReflect.Descriptor instead.
 func (*DrainServerResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{44}
+	return file_tabula_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *DrainServerResponse) GetReplicas() uint32 {
@@ -3656,7 +4215,7 @@ type MasterMember struct {
 
 func (x *MasterMember) Reset() {
 	*x = MasterMember{}
-	mi := &file_tabula_proto_msgTypes[45]
+	mi := &file_tabula_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3668,7 +4227,7 @@ func (x *MasterMember) String() string {
 func (*MasterMember) ProtoMessage() {}
 
 func (x *MasterMember) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[45]
+	mi := &file_tabula_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3681,7 +4240,7 @@ func (x *MasterMember) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MasterMember.ProtoReflect.Descriptor instead.
 func (*MasterMember) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{45}
+	return file_tabula_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *MasterMember) GetId() uint64 {
@@ -3720,7 +4279,7 @@ type MasterMembersRequest struct {
 
 func (x *MasterMembersRequest) Reset() {
 	*x = MasterMembersRequest{}
-	mi := &file_tabula_proto_msgTypes[46]
+	mi := &file_tabula_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3732,7 +4291,7 @@ func (x *MasterMembersRequest) String() string {
 func (*MasterMembersRequest) ProtoMessage() {}
 
 func (x *MasterMembersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[46]
+	mi := &file_tabula_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3745,7 +4304,7 @@ func (x *MasterMembersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MasterMembersRequest.ProtoReflect.Descriptor instead.
 func (*MasterMembersRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{46}
+	return file_tabula_proto_rawDescGZIP(), []int{52}
 }
 
 type MasterMembersResponse struct {
@@ -3763,7 +4322,7 @@ type MasterMembersResponse struct {
 
 func (x *MasterMembersResponse) Reset() {
 	*x = MasterMembersResponse{}
-	mi := &file_tabula_proto_msgTypes[47]
+	mi := &file_tabula_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3775,7 +4334,7 @@ func (x *MasterMembersResponse) String() string {
 func (*MasterMembersResponse) ProtoMessage() {}
 
 func (x *MasterMembersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[47]
+	mi := &file_tabula_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3788,7 +4347,7 @@ func (x *MasterMembersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MasterMembersResponse.ProtoReflect.Descriptor instead.
 func (*MasterMembersResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{47}
+	return file_tabula_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *MasterMembersResponse) GetReplicated() bool {
@@ -3839,7 +4398,7 @@ type AddMasterRequest struct {
 
 func (x *AddMasterRequest) Reset() {
 	*x = AddMasterRequest{}
-	mi := &file_tabula_proto_msgTypes[48]
+	mi := &file_tabula_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3851,7 +4410,7 @@ func (x *AddMasterRequest) String() string {
 func (*AddMasterRequest) ProtoMessage() {}
 
 func (x *AddMasterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[48]
+	mi := &file_tabula_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3864,7 +4423,7 @@ func (x *AddMasterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddMasterRequest.ProtoReflect.Descriptor instead.
 func (*AddMasterRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{48}
+	return file_tabula_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *AddMasterRequest) GetId() uint64 {
@@ -3896,7 +4455,7 @@ type AddMasterResponse struct {
 
 func (x *AddMasterResponse) Reset() {
 	*x = AddMasterResponse{}
-	mi := &file_tabula_proto_msgTypes[49]
+	mi := &file_tabula_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3908,7 +4467,7 @@ func (x *AddMasterResponse) String() string {
 func (*AddMasterResponse) ProtoMessage() {}
 
 func (x *AddMasterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[49]
+	mi := &file_tabula_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3921,7 +4480,7 @@ func (x *AddMasterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddMasterResponse.ProtoReflect.Descriptor instead.
 func (*AddMasterResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{49}
+	return file_tabula_proto_rawDescGZIP(), []int{55}
 }
 
 type RemoveMasterRequest struct {
@@ -3933,7 +4492,7 @@ type RemoveMasterRequest struct {
 
 func (x *RemoveMasterRequest) Reset() {
 	*x = RemoveMasterRequest{}
-	mi := &file_tabula_proto_msgTypes[50]
+	mi := &file_tabula_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3945,7 +4504,7 @@ func (x *RemoveMasterRequest) String() string {
 func (*RemoveMasterRequest) ProtoMessage() {}
 
 func (x *RemoveMasterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[50]
+	mi := &file_tabula_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3958,7 +4517,7 @@ func (x *RemoveMasterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveMasterRequest.ProtoReflect.Descriptor instead.
 func (*RemoveMasterRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{50}
+	return file_tabula_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *RemoveMasterRequest) GetId() uint64 {
@@ -3976,7 +4535,7 @@ type RemoveMasterResponse struct {
 
 func (x *RemoveMasterResponse) Reset() {
 	*x = RemoveMasterResponse{}
-	mi := &file_tabula_proto_msgTypes[51]
+	mi := &file_tabula_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3988,7 +4547,7 @@ func (x *RemoveMasterResponse) String() string {
 func (*RemoveMasterResponse) ProtoMessage() {}
 
 func (x *RemoveMasterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[51]
+	mi := &file_tabula_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4001,7 +4560,7 @@ func (x *RemoveMasterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveMasterResponse.ProtoReflect.Descriptor instead.
 func (*RemoveMasterResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{51}
+	return file_tabula_proto_rawDescGZIP(), []int{57}
 }
 
 type TransferLeaderRequest struct {
@@ -4013,7 +4572,7 @@ type TransferLeaderRequest struct {
 
 func (x *TransferLeaderRequest) Reset() {
 	*x = TransferLeaderRequest{}
-	mi := &file_tabula_proto_msgTypes[52]
+	mi := &file_tabula_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4025,7 +4584,7 @@ func (x *TransferLeaderRequest) String() string {
 func (*TransferLeaderRequest) ProtoMessage() {}
 
 func (x *TransferLeaderRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[52]
+	mi := &file_tabula_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4038,7 +4597,7 @@ func (x *TransferLeaderRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeaderRequest.ProtoReflect.Descriptor instead.
 func (*TransferLeaderRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{52}
+	return file_tabula_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *TransferLeaderRequest) GetTo() uint64 {
@@ -4056,7 +4615,7 @@ type TransferLeaderResponse struct {
 
 func (x *TransferLeaderResponse) Reset() {
 	*x = TransferLeaderResponse{}
-	mi := &file_tabula_proto_msgTypes[53]
+	mi := &file_tabula_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4068,7 +4627,7 @@ func (x *TransferLeaderResponse) String() string {
 func (*TransferLeaderResponse) ProtoMessage() {}
 
 func (x *TransferLeaderResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[53]
+	mi := &file_tabula_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4081,7 +4640,7 @@ func (x *TransferLeaderResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeaderResponse.ProtoReflect.Descriptor instead.
 func (*TransferLeaderResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{53}
+	return file_tabula_proto_rawDescGZIP(), []int{59}
 }
 
 type StreamRequest struct {
@@ -4101,7 +4660,7 @@ type StreamRequest struct {
 
 func (x *StreamRequest) Reset() {
 	*x = StreamRequest{}
-	mi := &file_tabula_proto_msgTypes[54]
+	mi := &file_tabula_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4113,7 +4672,7 @@ func (x *StreamRequest) String() string {
 func (*StreamRequest) ProtoMessage() {}
 
 func (x *StreamRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[54]
+	mi := &file_tabula_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4126,7 +4685,7 @@ func (x *StreamRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamRequest.ProtoReflect.Descriptor instead.
 func (*StreamRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{54}
+	return file_tabula_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *StreamRequest) GetOp() StreamOp {
@@ -4189,7 +4748,7 @@ type StreamResponse struct {
 
 func (x *StreamResponse) Reset() {
 	*x = StreamResponse{}
-	mi := &file_tabula_proto_msgTypes[55]
+	mi := &file_tabula_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4201,7 +4760,7 @@ func (x *StreamResponse) String() string {
 func (*StreamResponse) ProtoMessage() {}
 
 func (x *StreamResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[55]
+	mi := &file_tabula_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4214,7 +4773,7 @@ func (x *StreamResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamResponse.ProtoReflect.Descriptor instead.
 func (*StreamResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{55}
+	return file_tabula_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *StreamResponse) GetJson() []byte {
@@ -4236,7 +4795,7 @@ type CreateTableRequest struct {
 
 func (x *CreateTableRequest) Reset() {
 	*x = CreateTableRequest{}
-	mi := &file_tabula_proto_msgTypes[56]
+	mi := &file_tabula_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4248,7 +4807,7 @@ func (x *CreateTableRequest) String() string {
 func (*CreateTableRequest) ProtoMessage() {}
 
 func (x *CreateTableRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[56]
+	mi := &file_tabula_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4261,7 +4820,7 @@ func (x *CreateTableRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTableRequest.ProtoReflect.Descriptor instead.
 func (*CreateTableRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{56}
+	return file_tabula_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *CreateTableRequest) GetTenant() string {
@@ -4301,7 +4860,7 @@ type CreateTableResponse struct {
 
 func (x *CreateTableResponse) Reset() {
 	*x = CreateTableResponse{}
-	mi := &file_tabula_proto_msgTypes[57]
+	mi := &file_tabula_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4313,7 +4872,7 @@ func (x *CreateTableResponse) String() string {
 func (*CreateTableResponse) ProtoMessage() {}
 
 func (x *CreateTableResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[57]
+	mi := &file_tabula_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4326,7 +4885,7 @@ func (x *CreateTableResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTableResponse.ProtoReflect.Descriptor instead.
 func (*CreateTableResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{57}
+	return file_tabula_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *CreateTableResponse) GetMap() *PartitionMap {
@@ -4346,7 +4905,7 @@ type DropTableRequest struct {
 
 func (x *DropTableRequest) Reset() {
 	*x = DropTableRequest{}
-	mi := &file_tabula_proto_msgTypes[58]
+	mi := &file_tabula_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4358,7 +4917,7 @@ func (x *DropTableRequest) String() string {
 func (*DropTableRequest) ProtoMessage() {}
 
 func (x *DropTableRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[58]
+	mi := &file_tabula_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4371,7 +4930,7 @@ func (x *DropTableRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DropTableRequest.ProtoReflect.Descriptor instead.
 func (*DropTableRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{58}
+	return file_tabula_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *DropTableRequest) GetTenant() string {
@@ -4396,7 +4955,7 @@ type DropTableResponse struct {
 
 func (x *DropTableResponse) Reset() {
 	*x = DropTableResponse{}
-	mi := &file_tabula_proto_msgTypes[59]
+	mi := &file_tabula_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4408,7 +4967,7 @@ func (x *DropTableResponse) String() string {
 func (*DropTableResponse) ProtoMessage() {}
 
 func (x *DropTableResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[59]
+	mi := &file_tabula_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4421,7 +4980,7 @@ func (x *DropTableResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DropTableResponse.ProtoReflect.Descriptor instead.
 func (*DropTableResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{59}
+	return file_tabula_proto_rawDescGZIP(), []int{65}
 }
 
 type ListTablesRequest struct {
@@ -4433,7 +4992,7 @@ type ListTablesRequest struct {
 
 func (x *ListTablesRequest) Reset() {
 	*x = ListTablesRequest{}
-	mi := &file_tabula_proto_msgTypes[60]
+	mi := &file_tabula_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4445,7 +5004,7 @@ func (x *ListTablesRequest) String() string {
 func (*ListTablesRequest) ProtoMessage() {}
 
 func (x *ListTablesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[60]
+	mi := &file_tabula_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4458,7 +5017,7 @@ func (x *ListTablesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTablesRequest.ProtoReflect.Descriptor instead.
 func (*ListTablesRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{60}
+	return file_tabula_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *ListTablesRequest) GetTenant() string {
@@ -4477,7 +5036,7 @@ type ListTablesResponse struct {
 
 func (x *ListTablesResponse) Reset() {
 	*x = ListTablesResponse{}
-	mi := &file_tabula_proto_msgTypes[61]
+	mi := &file_tabula_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4489,7 +5048,7 @@ func (x *ListTablesResponse) String() string {
 func (*ListTablesResponse) ProtoMessage() {}
 
 func (x *ListTablesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[61]
+	mi := &file_tabula_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4502,7 +5061,7 @@ func (x *ListTablesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTablesResponse.ProtoReflect.Descriptor instead.
 func (*ListTablesResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{61}
+	return file_tabula_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *ListTablesResponse) GetTables() []*Table {
@@ -4522,7 +5081,7 @@ type DescribeTableRequest struct {
 
 func (x *DescribeTableRequest) Reset() {
 	*x = DescribeTableRequest{}
-	mi := &file_tabula_proto_msgTypes[62]
+	mi := &file_tabula_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4534,7 +5093,7 @@ func (x *DescribeTableRequest) String() string {
 func (*DescribeTableRequest) ProtoMessage() {}
 
 func (x *DescribeTableRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[62]
+	mi := &file_tabula_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4547,7 +5106,7 @@ func (x *DescribeTableRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeTableRequest.ProtoReflect.Descriptor instead.
 func (*DescribeTableRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{62}
+	return file_tabula_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *DescribeTableRequest) GetTenant() string {
@@ -4575,7 +5134,7 @@ type DescribeTableResponse struct {
 
 func (x *DescribeTableResponse) Reset() {
 	*x = DescribeTableResponse{}
-	mi := &file_tabula_proto_msgTypes[63]
+	mi := &file_tabula_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4587,7 +5146,7 @@ func (x *DescribeTableResponse) String() string {
 func (*DescribeTableResponse) ProtoMessage() {}
 
 func (x *DescribeTableResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[63]
+	mi := &file_tabula_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4600,7 +5159,7 @@ func (x *DescribeTableResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeTableResponse.ProtoReflect.Descriptor instead.
 func (*DescribeTableResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{63}
+	return file_tabula_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *DescribeTableResponse) GetMap() *PartitionMap {
@@ -4627,7 +5186,7 @@ type GetPartitionMapRequest struct {
 
 func (x *GetPartitionMapRequest) Reset() {
 	*x = GetPartitionMapRequest{}
-	mi := &file_tabula_proto_msgTypes[64]
+	mi := &file_tabula_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4639,7 +5198,7 @@ func (x *GetPartitionMapRequest) String() string {
 func (*GetPartitionMapRequest) ProtoMessage() {}
 
 func (x *GetPartitionMapRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[64]
+	mi := &file_tabula_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4652,7 +5211,7 @@ func (x *GetPartitionMapRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPartitionMapRequest.ProtoReflect.Descriptor instead.
 func (*GetPartitionMapRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{64}
+	return file_tabula_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *GetPartitionMapRequest) GetTenant() string {
@@ -4678,7 +5237,7 @@ type GetPartitionMapResponse struct {
 
 func (x *GetPartitionMapResponse) Reset() {
 	*x = GetPartitionMapResponse{}
-	mi := &file_tabula_proto_msgTypes[65]
+	mi := &file_tabula_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4690,7 +5249,7 @@ func (x *GetPartitionMapResponse) String() string {
 func (*GetPartitionMapResponse) ProtoMessage() {}
 
 func (x *GetPartitionMapResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[65]
+	mi := &file_tabula_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4703,7 +5262,7 @@ func (x *GetPartitionMapResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPartitionMapResponse.ProtoReflect.Descriptor instead.
 func (*GetPartitionMapResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{65}
+	return file_tabula_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *GetPartitionMapResponse) GetMap() *PartitionMap {
@@ -4732,7 +5291,7 @@ type WatchPartitionMapRequest struct {
 
 func (x *WatchPartitionMapRequest) Reset() {
 	*x = WatchPartitionMapRequest{}
-	mi := &file_tabula_proto_msgTypes[66]
+	mi := &file_tabula_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4744,7 +5303,7 @@ func (x *WatchPartitionMapRequest) String() string {
 func (*WatchPartitionMapRequest) ProtoMessage() {}
 
 func (x *WatchPartitionMapRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[66]
+	mi := &file_tabula_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4757,7 +5316,7 @@ func (x *WatchPartitionMapRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchPartitionMapRequest.ProtoReflect.Descriptor instead.
 func (*WatchPartitionMapRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{66}
+	return file_tabula_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *WatchPartitionMapRequest) GetTenant() string {
@@ -4828,7 +5387,7 @@ type WatchPartitionMapResponse struct {
 
 func (x *WatchPartitionMapResponse) Reset() {
 	*x = WatchPartitionMapResponse{}
-	mi := &file_tabula_proto_msgTypes[67]
+	mi := &file_tabula_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4840,7 +5399,7 @@ func (x *WatchPartitionMapResponse) String() string {
 func (*WatchPartitionMapResponse) ProtoMessage() {}
 
 func (x *WatchPartitionMapResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[67]
+	mi := &file_tabula_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4853,7 +5412,7 @@ func (x *WatchPartitionMapResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchPartitionMapResponse.ProtoReflect.Descriptor instead.
 func (*WatchPartitionMapResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{67}
+	return file_tabula_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *WatchPartitionMapResponse) GetVersion() uint64 {
@@ -4917,7 +5476,7 @@ type RegisterServerRequest struct {
 
 func (x *RegisterServerRequest) Reset() {
 	*x = RegisterServerRequest{}
-	mi := &file_tabula_proto_msgTypes[68]
+	mi := &file_tabula_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4929,7 +5488,7 @@ func (x *RegisterServerRequest) String() string {
 func (*RegisterServerRequest) ProtoMessage() {}
 
 func (x *RegisterServerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[68]
+	mi := &file_tabula_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4942,7 +5501,7 @@ func (x *RegisterServerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterServerRequest.ProtoReflect.Descriptor instead.
 func (*RegisterServerRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{68}
+	return file_tabula_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *RegisterServerRequest) GetServerId() string {
@@ -4990,7 +5549,7 @@ type RegisterServerResponse struct {
 
 func (x *RegisterServerResponse) Reset() {
 	*x = RegisterServerResponse{}
-	mi := &file_tabula_proto_msgTypes[69]
+	mi := &file_tabula_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5002,7 +5561,7 @@ func (x *RegisterServerResponse) String() string {
 func (*RegisterServerResponse) ProtoMessage() {}
 
 func (x *RegisterServerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[69]
+	mi := &file_tabula_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5015,7 +5574,7 @@ func (x *RegisterServerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterServerResponse.ProtoReflect.Descriptor instead.
 func (*RegisterServerResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{69}
+	return file_tabula_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *RegisterServerResponse) GetServerId() string {
@@ -5059,13 +5618,16 @@ type HeartbeatRequest struct {
 	// full every few heartbeats, which keeps a large cluster's heartbeats
 	// cheap for the master.
 	ReplicasOmitted bool `protobuf:"varint,5,opt,name=replicas_omitted,json=replicasOmitted,proto3" json:"replicas_omitted,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// Every tenant this server served since the last heartbeat, or holds
+	// bytes for.
+	TenantLoad    []*TenantLoad `protobuf:"bytes,6,rep,name=tenant_load,json=tenantLoad,proto3" json:"tenant_load,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_tabula_proto_msgTypes[70]
+	mi := &file_tabula_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5077,7 +5639,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[70]
+	mi := &file_tabula_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5090,7 +5652,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{70}
+	return file_tabula_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *HeartbeatRequest) GetServerId() string {
@@ -5128,6 +5690,13 @@ func (x *HeartbeatRequest) GetReplicasOmitted() bool {
 	return false
 }
 
+func (x *HeartbeatRequest) GetTenantLoad() []*TenantLoad {
+	if x != nil {
+		return x.TenantLoad
+	}
+	return nil
+}
+
 type HeartbeatResponse struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
 	MapVersion uint64                 `protobuf:"varint,1,opt,name=map_version,json=mapVersion,proto3" json:"map_version,omitempty"`
@@ -5138,13 +5707,16 @@ type HeartbeatResponse struct {
 	// The version of the tenants' keys (TenantKeysResponse.version): a
 	// server holding another asks TenantKeys again.
 	TenantsVersion uint64 `protobuf:"varint,4,opt,name=tenants_version,json=tenantsVersion,proto3" json:"tenants_version,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// This server's share of every tenant quota that limits something; a
+	// tenant not listed has no limits here.
+	TenantShares  []*TenantShare `protobuf:"bytes,5,rep,name=tenant_shares,json=tenantShares,proto3" json:"tenant_shares,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_tabula_proto_msgTypes[71]
+	mi := &file_tabula_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5156,7 +5728,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[71]
+	mi := &file_tabula_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5169,7 +5741,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{71}
+	return file_tabula_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *HeartbeatResponse) GetMapVersion() uint64 {
@@ -5200,6 +5772,13 @@ func (x *HeartbeatResponse) GetTenantsVersion() uint64 {
 	return 0
 }
 
+func (x *HeartbeatResponse) GetTenantShares() []*TenantShare {
+	if x != nil {
+		return x.TenantShares
+	}
+	return nil
+}
+
 type BulkPublishRequest struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Tenant  string                 `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
@@ -5215,7 +5794,7 @@ type BulkPublishRequest struct {
 
 func (x *BulkPublishRequest) Reset() {
 	*x = BulkPublishRequest{}
-	mi := &file_tabula_proto_msgTypes[72]
+	mi := &file_tabula_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5227,7 +5806,7 @@ func (x *BulkPublishRequest) String() string {
 func (*BulkPublishRequest) ProtoMessage() {}
 
 func (x *BulkPublishRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[72]
+	mi := &file_tabula_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5240,7 +5819,7 @@ func (x *BulkPublishRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkPublishRequest.ProtoReflect.Descriptor instead.
 func (*BulkPublishRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{72}
+	return file_tabula_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *BulkPublishRequest) GetTenant() string {
@@ -5290,7 +5869,7 @@ type BulkPublishResponse struct {
 
 func (x *BulkPublishResponse) Reset() {
 	*x = BulkPublishResponse{}
-	mi := &file_tabula_proto_msgTypes[73]
+	mi := &file_tabula_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5302,7 +5881,7 @@ func (x *BulkPublishResponse) String() string {
 func (*BulkPublishResponse) ProtoMessage() {}
 
 func (x *BulkPublishResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[73]
+	mi := &file_tabula_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5315,7 +5894,7 @@ func (x *BulkPublishResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkPublishResponse.ProtoReflect.Descriptor instead.
 func (*BulkPublishResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{73}
+	return file_tabula_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *BulkPublishResponse) GetMap() *PartitionMap {
@@ -5347,7 +5926,7 @@ type BulkStoredRequest struct {
 
 func (x *BulkStoredRequest) Reset() {
 	*x = BulkStoredRequest{}
-	mi := &file_tabula_proto_msgTypes[74]
+	mi := &file_tabula_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5359,7 +5938,7 @@ func (x *BulkStoredRequest) String() string {
 func (*BulkStoredRequest) ProtoMessage() {}
 
 func (x *BulkStoredRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[74]
+	mi := &file_tabula_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5372,7 +5951,7 @@ func (x *BulkStoredRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkStoredRequest.ProtoReflect.Descriptor instead.
 func (*BulkStoredRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{74}
+	return file_tabula_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *BulkStoredRequest) GetTenant() string {
@@ -5419,7 +5998,7 @@ type BulkStoredResponse struct {
 
 func (x *BulkStoredResponse) Reset() {
 	*x = BulkStoredResponse{}
-	mi := &file_tabula_proto_msgTypes[75]
+	mi := &file_tabula_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5431,7 +6010,7 @@ func (x *BulkStoredResponse) String() string {
 func (*BulkStoredResponse) ProtoMessage() {}
 
 func (x *BulkStoredResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[75]
+	mi := &file_tabula_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5444,7 +6023,7 @@ func (x *BulkStoredResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkStoredResponse.ProtoReflect.Descriptor instead.
 func (*BulkStoredResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{75}
+	return file_tabula_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *BulkStoredResponse) GetMap() *PartitionMap {
@@ -5464,7 +6043,7 @@ type BulkStatusRequest struct {
 
 func (x *BulkStatusRequest) Reset() {
 	*x = BulkStatusRequest{}
-	mi := &file_tabula_proto_msgTypes[76]
+	mi := &file_tabula_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5476,7 +6055,7 @@ func (x *BulkStatusRequest) String() string {
 func (*BulkStatusRequest) ProtoMessage() {}
 
 func (x *BulkStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[76]
+	mi := &file_tabula_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5489,7 +6068,7 @@ func (x *BulkStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkStatusRequest.ProtoReflect.Descriptor instead.
 func (*BulkStatusRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{76}
+	return file_tabula_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *BulkStatusRequest) GetTenant() string {
@@ -5517,7 +6096,7 @@ type BulkStatusResponse struct {
 
 func (x *BulkStatusResponse) Reset() {
 	*x = BulkStatusResponse{}
-	mi := &file_tabula_proto_msgTypes[77]
+	mi := &file_tabula_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5529,7 +6108,7 @@ func (x *BulkStatusResponse) String() string {
 func (*BulkStatusResponse) ProtoMessage() {}
 
 func (x *BulkStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[77]
+	mi := &file_tabula_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5542,7 +6121,7 @@ func (x *BulkStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkStatusResponse.ProtoReflect.Descriptor instead.
 func (*BulkStatusResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{77}
+	return file_tabula_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *BulkStatusResponse) GetMap() *PartitionMap {
@@ -5570,7 +6149,7 @@ type BulkRollbackRequest struct {
 
 func (x *BulkRollbackRequest) Reset() {
 	*x = BulkRollbackRequest{}
-	mi := &file_tabula_proto_msgTypes[78]
+	mi := &file_tabula_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5582,7 +6161,7 @@ func (x *BulkRollbackRequest) String() string {
 func (*BulkRollbackRequest) ProtoMessage() {}
 
 func (x *BulkRollbackRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[78]
+	mi := &file_tabula_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5595,7 +6174,7 @@ func (x *BulkRollbackRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkRollbackRequest.ProtoReflect.Descriptor instead.
 func (*BulkRollbackRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{78}
+	return file_tabula_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *BulkRollbackRequest) GetTenant() string {
@@ -5628,7 +6207,7 @@ type BulkRollbackResponse struct {
 
 func (x *BulkRollbackResponse) Reset() {
 	*x = BulkRollbackResponse{}
-	mi := &file_tabula_proto_msgTypes[79]
+	mi := &file_tabula_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5640,7 +6219,7 @@ func (x *BulkRollbackResponse) String() string {
 func (*BulkRollbackResponse) ProtoMessage() {}
 
 func (x *BulkRollbackResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[79]
+	mi := &file_tabula_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5653,7 +6232,7 @@ func (x *BulkRollbackResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkRollbackResponse.ProtoReflect.Descriptor instead.
 func (*BulkRollbackResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{79}
+	return file_tabula_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *BulkRollbackResponse) GetMap() *PartitionMap {
@@ -5671,7 +6250,7 @@ type ListServersRequest struct {
 
 func (x *ListServersRequest) Reset() {
 	*x = ListServersRequest{}
-	mi := &file_tabula_proto_msgTypes[80]
+	mi := &file_tabula_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5683,7 +6262,7 @@ func (x *ListServersRequest) String() string {
 func (*ListServersRequest) ProtoMessage() {}
 
 func (x *ListServersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[80]
+	mi := &file_tabula_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5696,7 +6275,7 @@ func (x *ListServersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListServersRequest.ProtoReflect.Descriptor instead.
 func (*ListServersRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{80}
+	return file_tabula_proto_rawDescGZIP(), []int{86}
 }
 
 type ListServersResponse struct {
@@ -5708,7 +6287,7 @@ type ListServersResponse struct {
 
 func (x *ListServersResponse) Reset() {
 	*x = ListServersResponse{}
-	mi := &file_tabula_proto_msgTypes[81]
+	mi := &file_tabula_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5720,7 +6299,7 @@ func (x *ListServersResponse) String() string {
 func (*ListServersResponse) ProtoMessage() {}
 
 func (x *ListServersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[81]
+	mi := &file_tabula_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5733,7 +6312,7 @@ func (x *ListServersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListServersResponse.ProtoReflect.Descriptor instead.
 func (*ListServersResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{81}
+	return file_tabula_proto_rawDescGZIP(), []int{87}
 }
 
 func (x *ListServersResponse) GetServers() []*ServerInfo {
@@ -5766,7 +6345,7 @@ type RequestHeader struct {
 
 func (x *RequestHeader) Reset() {
 	*x = RequestHeader{}
-	mi := &file_tabula_proto_msgTypes[82]
+	mi := &file_tabula_proto_msgTypes[88]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5778,7 +6357,7 @@ func (x *RequestHeader) String() string {
 func (*RequestHeader) ProtoMessage() {}
 
 func (x *RequestHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[82]
+	mi := &file_tabula_proto_msgTypes[88]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5791,7 +6370,7 @@ func (x *RequestHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestHeader.ProtoReflect.Descriptor instead.
 func (*RequestHeader) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{82}
+	return file_tabula_proto_rawDescGZIP(), []int{88}
 }
 
 func (x *RequestHeader) GetTenant() string {
@@ -5853,7 +6432,7 @@ type GetRequest struct {
 
 func (x *GetRequest) Reset() {
 	*x = GetRequest{}
-	mi := &file_tabula_proto_msgTypes[83]
+	mi := &file_tabula_proto_msgTypes[89]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5865,7 +6444,7 @@ func (x *GetRequest) String() string {
 func (*GetRequest) ProtoMessage() {}
 
 func (x *GetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[83]
+	mi := &file_tabula_proto_msgTypes[89]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5878,7 +6457,7 @@ func (x *GetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRequest.ProtoReflect.Descriptor instead.
 func (*GetRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{83}
+	return file_tabula_proto_rawDescGZIP(), []int{89}
 }
 
 func (x *GetRequest) GetHeader() *RequestHeader {
@@ -5909,7 +6488,7 @@ type GetResponse struct {
 
 func (x *GetResponse) Reset() {
 	*x = GetResponse{}
-	mi := &file_tabula_proto_msgTypes[84]
+	mi := &file_tabula_proto_msgTypes[90]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5921,7 +6500,7 @@ func (x *GetResponse) String() string {
 func (*GetResponse) ProtoMessage() {}
 
 func (x *GetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[84]
+	mi := &file_tabula_proto_msgTypes[90]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5934,7 +6513,7 @@ func (x *GetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetResponse.ProtoReflect.Descriptor instead.
 func (*GetResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{84}
+	return file_tabula_proto_rawDescGZIP(), []int{90}
 }
 
 func (x *GetResponse) GetFound() bool {
@@ -5975,7 +6554,7 @@ type BatchGetRequest struct {
 
 func (x *BatchGetRequest) Reset() {
 	*x = BatchGetRequest{}
-	mi := &file_tabula_proto_msgTypes[85]
+	mi := &file_tabula_proto_msgTypes[91]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5987,7 +6566,7 @@ func (x *BatchGetRequest) String() string {
 func (*BatchGetRequest) ProtoMessage() {}
 
 func (x *BatchGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[85]
+	mi := &file_tabula_proto_msgTypes[91]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6000,7 +6579,7 @@ func (x *BatchGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchGetRequest.ProtoReflect.Descriptor instead.
 func (*BatchGetRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{85}
+	return file_tabula_proto_rawDescGZIP(), []int{91}
 }
 
 func (x *BatchGetRequest) GetHeader() *RequestHeader {
@@ -6029,7 +6608,7 @@ type BatchGetResponse struct {
 
 func (x *BatchGetResponse) Reset() {
 	*x = BatchGetResponse{}
-	mi := &file_tabula_proto_msgTypes[86]
+	mi := &file_tabula_proto_msgTypes[92]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6041,7 +6620,7 @@ func (x *BatchGetResponse) String() string {
 func (*BatchGetResponse) ProtoMessage() {}
 
 func (x *BatchGetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[86]
+	mi := &file_tabula_proto_msgTypes[92]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6054,7 +6633,7 @@ func (x *BatchGetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchGetResponse.ProtoReflect.Descriptor instead.
 func (*BatchGetResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{86}
+	return file_tabula_proto_rawDescGZIP(), []int{92}
 }
 
 func (x *BatchGetResponse) GetResults() []*GetResponse {
@@ -6081,7 +6660,7 @@ type MultiGetRequest struct {
 
 func (x *MultiGetRequest) Reset() {
 	*x = MultiGetRequest{}
-	mi := &file_tabula_proto_msgTypes[87]
+	mi := &file_tabula_proto_msgTypes[93]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6093,7 +6672,7 @@ func (x *MultiGetRequest) String() string {
 func (*MultiGetRequest) ProtoMessage() {}
 
 func (x *MultiGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[87]
+	mi := &file_tabula_proto_msgTypes[93]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6106,7 +6685,7 @@ func (x *MultiGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MultiGetRequest.ProtoReflect.Descriptor instead.
 func (*MultiGetRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{87}
+	return file_tabula_proto_rawDescGZIP(), []int{93}
 }
 
 func (x *MultiGetRequest) GetGets() []*GetRequest {
@@ -6126,7 +6705,7 @@ type MultiGetResponse struct {
 
 func (x *MultiGetResponse) Reset() {
 	*x = MultiGetResponse{}
-	mi := &file_tabula_proto_msgTypes[88]
+	mi := &file_tabula_proto_msgTypes[94]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6138,7 +6717,7 @@ func (x *MultiGetResponse) String() string {
 func (*MultiGetResponse) ProtoMessage() {}
 
 func (x *MultiGetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[88]
+	mi := &file_tabula_proto_msgTypes[94]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6151,7 +6730,7 @@ func (x *MultiGetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MultiGetResponse.ProtoReflect.Descriptor instead.
 func (*MultiGetResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{88}
+	return file_tabula_proto_rawDescGZIP(), []int{94}
 }
 
 func (x *MultiGetResponse) GetResults() []*MultiGetResult {
@@ -6174,7 +6753,7 @@ type MultiGetResult struct {
 
 func (x *MultiGetResult) Reset() {
 	*x = MultiGetResult{}
-	mi := &file_tabula_proto_msgTypes[89]
+	mi := &file_tabula_proto_msgTypes[95]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6186,7 +6765,7 @@ func (x *MultiGetResult) String() string {
 func (*MultiGetResult) ProtoMessage() {}
 
 func (x *MultiGetResult) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[89]
+	mi := &file_tabula_proto_msgTypes[95]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6199,7 +6778,7 @@ func (x *MultiGetResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MultiGetResult.ProtoReflect.Descriptor instead.
 func (*MultiGetResult) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{89}
+	return file_tabula_proto_rawDescGZIP(), []int{95}
 }
 
 func (x *MultiGetResult) GetResponse() *GetResponse {
@@ -6232,7 +6811,7 @@ type PutRequest struct {
 
 func (x *PutRequest) Reset() {
 	*x = PutRequest{}
-	mi := &file_tabula_proto_msgTypes[90]
+	mi := &file_tabula_proto_msgTypes[96]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6244,7 +6823,7 @@ func (x *PutRequest) String() string {
 func (*PutRequest) ProtoMessage() {}
 
 func (x *PutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[90]
+	mi := &file_tabula_proto_msgTypes[96]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6257,7 +6836,7 @@ func (x *PutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutRequest.ProtoReflect.Descriptor instead.
 func (*PutRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{90}
+	return file_tabula_proto_rawDescGZIP(), []int{96}
 }
 
 func (x *PutRequest) GetHeader() *RequestHeader {
@@ -6305,7 +6884,7 @@ type PutResponse struct {
 
 func (x *PutResponse) Reset() {
 	*x = PutResponse{}
-	mi := &file_tabula_proto_msgTypes[91]
+	mi := &file_tabula_proto_msgTypes[97]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6317,7 +6896,7 @@ func (x *PutResponse) String() string {
 func (*PutResponse) ProtoMessage() {}
 
 func (x *PutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[91]
+	mi := &file_tabula_proto_msgTypes[97]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6330,7 +6909,7 @@ func (x *PutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutResponse.ProtoReflect.Descriptor instead.
 func (*PutResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{91}
+	return file_tabula_proto_rawDescGZIP(), []int{97}
 }
 
 func (x *PutResponse) GetLsn() uint64 {
@@ -6351,7 +6930,7 @@ type DeleteRequest struct {
 
 func (x *DeleteRequest) Reset() {
 	*x = DeleteRequest{}
-	mi := &file_tabula_proto_msgTypes[92]
+	mi := &file_tabula_proto_msgTypes[98]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6363,7 +6942,7 @@ func (x *DeleteRequest) String() string {
 func (*DeleteRequest) ProtoMessage() {}
 
 func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[92]
+	mi := &file_tabula_proto_msgTypes[98]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6376,7 +6955,7 @@ func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRequest.ProtoReflect.Descriptor instead.
 func (*DeleteRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{92}
+	return file_tabula_proto_rawDescGZIP(), []int{98}
 }
 
 func (x *DeleteRequest) GetHeader() *RequestHeader {
@@ -6410,7 +6989,7 @@ type DeleteResponse struct {
 
 func (x *DeleteResponse) Reset() {
 	*x = DeleteResponse{}
-	mi := &file_tabula_proto_msgTypes[93]
+	mi := &file_tabula_proto_msgTypes[99]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6422,7 +7001,7 @@ func (x *DeleteResponse) String() string {
 func (*DeleteResponse) ProtoMessage() {}
 
 func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[93]
+	mi := &file_tabula_proto_msgTypes[99]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6435,7 +7014,7 @@ func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteResponse.ProtoReflect.Descriptor instead.
 func (*DeleteResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{93}
+	return file_tabula_proto_rawDescGZIP(), []int{99}
 }
 
 func (x *DeleteResponse) GetExisted() bool {
@@ -6471,7 +7050,7 @@ type CompareAndSwapRequest struct {
 
 func (x *CompareAndSwapRequest) Reset() {
 	*x = CompareAndSwapRequest{}
-	mi := &file_tabula_proto_msgTypes[94]
+	mi := &file_tabula_proto_msgTypes[100]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6483,7 +7062,7 @@ func (x *CompareAndSwapRequest) String() string {
 func (*CompareAndSwapRequest) ProtoMessage() {}
 
 func (x *CompareAndSwapRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[94]
+	mi := &file_tabula_proto_msgTypes[100]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6496,7 +7075,7 @@ func (x *CompareAndSwapRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompareAndSwapRequest.ProtoReflect.Descriptor instead.
 func (*CompareAndSwapRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{94}
+	return file_tabula_proto_rawDescGZIP(), []int{100}
 }
 
 func (x *CompareAndSwapRequest) GetHeader() *RequestHeader {
@@ -6568,7 +7147,7 @@ type CompareAndSwapResponse struct {
 
 func (x *CompareAndSwapResponse) Reset() {
 	*x = CompareAndSwapResponse{}
-	mi := &file_tabula_proto_msgTypes[95]
+	mi := &file_tabula_proto_msgTypes[101]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6580,7 +7159,7 @@ func (x *CompareAndSwapResponse) String() string {
 func (*CompareAndSwapResponse) ProtoMessage() {}
 
 func (x *CompareAndSwapResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[95]
+	mi := &file_tabula_proto_msgTypes[101]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6593,7 +7172,7 @@ func (x *CompareAndSwapResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompareAndSwapResponse.ProtoReflect.Descriptor instead.
 func (*CompareAndSwapResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{95}
+	return file_tabula_proto_rawDescGZIP(), []int{101}
 }
 
 func (x *CompareAndSwapResponse) GetSwapped() bool {
@@ -6636,7 +7215,7 @@ type Mutation struct {
 
 func (x *Mutation) Reset() {
 	*x = Mutation{}
-	mi := &file_tabula_proto_msgTypes[96]
+	mi := &file_tabula_proto_msgTypes[102]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6648,7 +7227,7 @@ func (x *Mutation) String() string {
 func (*Mutation) ProtoMessage() {}
 
 func (x *Mutation) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[96]
+	mi := &file_tabula_proto_msgTypes[102]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6661,7 +7240,7 @@ func (x *Mutation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Mutation.ProtoReflect.Descriptor instead.
 func (*Mutation) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{96}
+	return file_tabula_proto_rawDescGZIP(), []int{102}
 }
 
 func (x *Mutation) GetOp() Mutation_Op {
@@ -6703,7 +7282,7 @@ type BatchWriteRequest struct {
 
 func (x *BatchWriteRequest) Reset() {
 	*x = BatchWriteRequest{}
-	mi := &file_tabula_proto_msgTypes[97]
+	mi := &file_tabula_proto_msgTypes[103]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6715,7 +7294,7 @@ func (x *BatchWriteRequest) String() string {
 func (*BatchWriteRequest) ProtoMessage() {}
 
 func (x *BatchWriteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[97]
+	mi := &file_tabula_proto_msgTypes[103]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6728,7 +7307,7 @@ func (x *BatchWriteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchWriteRequest.ProtoReflect.Descriptor instead.
 func (*BatchWriteRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{97}
+	return file_tabula_proto_rawDescGZIP(), []int{103}
 }
 
 func (x *BatchWriteRequest) GetHeader() *RequestHeader {
@@ -6761,7 +7340,7 @@ type BatchWriteResponse struct {
 
 func (x *BatchWriteResponse) Reset() {
 	*x = BatchWriteResponse{}
-	mi := &file_tabula_proto_msgTypes[98]
+	mi := &file_tabula_proto_msgTypes[104]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6773,7 +7352,7 @@ func (x *BatchWriteResponse) String() string {
 func (*BatchWriteResponse) ProtoMessage() {}
 
 func (x *BatchWriteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[98]
+	mi := &file_tabula_proto_msgTypes[104]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6786,7 +7365,7 @@ func (x *BatchWriteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchWriteResponse.ProtoReflect.Descriptor instead.
 func (*BatchWriteResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{98}
+	return file_tabula_proto_rawDescGZIP(), []int{104}
 }
 
 func (x *BatchWriteResponse) GetLsn() uint64 {
@@ -6805,7 +7384,7 @@ type ScanRequest struct {
 
 func (x *ScanRequest) Reset() {
 	*x = ScanRequest{}
-	mi := &file_tabula_proto_msgTypes[99]
+	mi := &file_tabula_proto_msgTypes[105]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6817,7 +7396,7 @@ func (x *ScanRequest) String() string {
 func (*ScanRequest) ProtoMessage() {}
 
 func (x *ScanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[99]
+	mi := &file_tabula_proto_msgTypes[105]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6830,7 +7409,7 @@ func (x *ScanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScanRequest.ProtoReflect.Descriptor instead.
 func (*ScanRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{99}
+	return file_tabula_proto_rawDescGZIP(), []int{105}
 }
 
 func (x *ScanRequest) GetHeader() *RequestHeader {
@@ -6851,7 +7430,7 @@ type KeyValue struct {
 
 func (x *KeyValue) Reset() {
 	*x = KeyValue{}
-	mi := &file_tabula_proto_msgTypes[100]
+	mi := &file_tabula_proto_msgTypes[106]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6863,7 +7442,7 @@ func (x *KeyValue) String() string {
 func (*KeyValue) ProtoMessage() {}
 
 func (x *KeyValue) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[100]
+	mi := &file_tabula_proto_msgTypes[106]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6876,7 +7455,7 @@ func (x *KeyValue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyValue.ProtoReflect.Descriptor instead.
 func (*KeyValue) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{100}
+	return file_tabula_proto_rawDescGZIP(), []int{106}
 }
 
 func (x *KeyValue) GetKey() []byte {
@@ -6909,7 +7488,7 @@ type ScanResponse struct {
 
 func (x *ScanResponse) Reset() {
 	*x = ScanResponse{}
-	mi := &file_tabula_proto_msgTypes[101]
+	mi := &file_tabula_proto_msgTypes[107]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6921,7 +7500,7 @@ func (x *ScanResponse) String() string {
 func (*ScanResponse) ProtoMessage() {}
 
 func (x *ScanResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[101]
+	mi := &file_tabula_proto_msgTypes[107]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6934,7 +7513,7 @@ func (x *ScanResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScanResponse.ProtoReflect.Descriptor instead.
 func (*ScanResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{101}
+	return file_tabula_proto_rawDescGZIP(), []int{107}
 }
 
 func (x *ScanResponse) GetRecords() []*KeyValue {
@@ -6956,7 +7535,7 @@ type CopyReplicaRequest struct {
 
 func (x *CopyReplicaRequest) Reset() {
 	*x = CopyReplicaRequest{}
-	mi := &file_tabula_proto_msgTypes[102]
+	mi := &file_tabula_proto_msgTypes[108]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6968,7 +7547,7 @@ func (x *CopyReplicaRequest) String() string {
 func (*CopyReplicaRequest) ProtoMessage() {}
 
 func (x *CopyReplicaRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[102]
+	mi := &file_tabula_proto_msgTypes[108]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6981,7 +7560,7 @@ func (x *CopyReplicaRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CopyReplicaRequest.ProtoReflect.Descriptor instead.
 func (*CopyReplicaRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{102}
+	return file_tabula_proto_rawDescGZIP(), []int{108}
 }
 
 func (x *CopyReplicaRequest) GetHeader() *RequestHeader {
@@ -7014,7 +7593,7 @@ type CopyReplicaChunk struct {
 
 func (x *CopyReplicaChunk) Reset() {
 	*x = CopyReplicaChunk{}
-	mi := &file_tabula_proto_msgTypes[103]
+	mi := &file_tabula_proto_msgTypes[109]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7026,7 +7605,7 @@ func (x *CopyReplicaChunk) String() string {
 func (*CopyReplicaChunk) ProtoMessage() {}
 
 func (x *CopyReplicaChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[103]
+	mi := &file_tabula_proto_msgTypes[109]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7039,7 +7618,7 @@ func (x *CopyReplicaChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CopyReplicaChunk.ProtoReflect.Descriptor instead.
 func (*CopyReplicaChunk) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{103}
+	return file_tabula_proto_rawDescGZIP(), []int{109}
 }
 
 func (x *CopyReplicaChunk) GetLsn() uint64 {
@@ -7094,7 +7673,7 @@ type BulkUploadRequest struct {
 
 func (x *BulkUploadRequest) Reset() {
 	*x = BulkUploadRequest{}
-	mi := &file_tabula_proto_msgTypes[104]
+	mi := &file_tabula_proto_msgTypes[110]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7106,7 +7685,7 @@ func (x *BulkUploadRequest) String() string {
 func (*BulkUploadRequest) ProtoMessage() {}
 
 func (x *BulkUploadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[104]
+	mi := &file_tabula_proto_msgTypes[110]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7119,7 +7698,7 @@ func (x *BulkUploadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkUploadRequest.ProtoReflect.Descriptor instead.
 func (*BulkUploadRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{104}
+	return file_tabula_proto_rawDescGZIP(), []int{110}
 }
 
 func (x *BulkUploadRequest) GetHeader() *RequestHeader {
@@ -7174,7 +7753,7 @@ type BulkUploadStatusRequest struct {
 
 func (x *BulkUploadStatusRequest) Reset() {
 	*x = BulkUploadStatusRequest{}
-	mi := &file_tabula_proto_msgTypes[105]
+	mi := &file_tabula_proto_msgTypes[111]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7186,7 +7765,7 @@ func (x *BulkUploadStatusRequest) String() string {
 func (*BulkUploadStatusRequest) ProtoMessage() {}
 
 func (x *BulkUploadStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[105]
+	mi := &file_tabula_proto_msgTypes[111]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7199,7 +7778,7 @@ func (x *BulkUploadStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkUploadStatusRequest.ProtoReflect.Descriptor instead.
 func (*BulkUploadStatusRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{105}
+	return file_tabula_proto_rawDescGZIP(), []int{111}
 }
 
 func (x *BulkUploadStatusRequest) GetHeader() *RequestHeader {
@@ -7228,7 +7807,7 @@ type BulkUploadResponse struct {
 
 func (x *BulkUploadResponse) Reset() {
 	*x = BulkUploadResponse{}
-	mi := &file_tabula_proto_msgTypes[106]
+	mi := &file_tabula_proto_msgTypes[112]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7240,7 +7819,7 @@ func (x *BulkUploadResponse) String() string {
 func (*BulkUploadResponse) ProtoMessage() {}
 
 func (x *BulkUploadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[106]
+	mi := &file_tabula_proto_msgTypes[112]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7253,7 +7832,7 @@ func (x *BulkUploadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkUploadResponse.ProtoReflect.Descriptor instead.
 func (*BulkUploadResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{106}
+	return file_tabula_proto_rawDescGZIP(), []int{112}
 }
 
 func (x *BulkUploadResponse) GetReceived() uint64 {
@@ -7284,7 +7863,7 @@ type PartitionLogFailedRequest struct {
 
 func (x *PartitionLogFailedRequest) Reset() {
 	*x = PartitionLogFailedRequest{}
-	mi := &file_tabula_proto_msgTypes[107]
+	mi := &file_tabula_proto_msgTypes[113]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7296,7 +7875,7 @@ func (x *PartitionLogFailedRequest) String() string {
 func (*PartitionLogFailedRequest) ProtoMessage() {}
 
 func (x *PartitionLogFailedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[107]
+	mi := &file_tabula_proto_msgTypes[113]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7309,7 +7888,7 @@ func (x *PartitionLogFailedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionLogFailedRequest.ProtoReflect.Descriptor instead.
 func (*PartitionLogFailedRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{107}
+	return file_tabula_proto_rawDescGZIP(), []int{113}
 }
 
 func (x *PartitionLogFailedRequest) GetServerId() string {
@@ -7357,7 +7936,7 @@ type PartitionLogFailedResponse struct {
 
 func (x *PartitionLogFailedResponse) Reset() {
 	*x = PartitionLogFailedResponse{}
-	mi := &file_tabula_proto_msgTypes[108]
+	mi := &file_tabula_proto_msgTypes[114]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7369,7 +7948,7 @@ func (x *PartitionLogFailedResponse) String() string {
 func (*PartitionLogFailedResponse) ProtoMessage() {}
 
 func (x *PartitionLogFailedResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[108]
+	mi := &file_tabula_proto_msgTypes[114]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7382,7 +7961,7 @@ func (x *PartitionLogFailedResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionLogFailedResponse.ProtoReflect.Descriptor instead.
 func (*PartitionLogFailedResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{108}
+	return file_tabula_proto_rawDescGZIP(), []int{114}
 }
 
 func (x *PartitionLogFailedResponse) GetPartition() *Partition {
@@ -7411,7 +7990,7 @@ type ForgetServerRequest struct {
 
 func (x *ForgetServerRequest) Reset() {
 	*x = ForgetServerRequest{}
-	mi := &file_tabula_proto_msgTypes[109]
+	mi := &file_tabula_proto_msgTypes[115]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7423,7 +8002,7 @@ func (x *ForgetServerRequest) String() string {
 func (*ForgetServerRequest) ProtoMessage() {}
 
 func (x *ForgetServerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[109]
+	mi := &file_tabula_proto_msgTypes[115]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7436,7 +8015,7 @@ func (x *ForgetServerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForgetServerRequest.ProtoReflect.Descriptor instead.
 func (*ForgetServerRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{109}
+	return file_tabula_proto_rawDescGZIP(), []int{115}
 }
 
 func (x *ForgetServerRequest) GetServerId() string {
@@ -7466,7 +8045,7 @@ type ForgetServerResponse struct {
 
 func (x *ForgetServerResponse) Reset() {
 	*x = ForgetServerResponse{}
-	mi := &file_tabula_proto_msgTypes[110]
+	mi := &file_tabula_proto_msgTypes[116]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7478,7 +8057,7 @@ func (x *ForgetServerResponse) String() string {
 func (*ForgetServerResponse) ProtoMessage() {}
 
 func (x *ForgetServerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[110]
+	mi := &file_tabula_proto_msgTypes[116]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7491,7 +8070,7 @@ func (x *ForgetServerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForgetServerResponse.ProtoReflect.Descriptor instead.
 func (*ForgetServerResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{110}
+	return file_tabula_proto_rawDescGZIP(), []int{116}
 }
 
 func (x *ForgetServerResponse) GetMoved() uint32 {
@@ -7534,7 +8113,7 @@ type LostPartition struct {
 
 func (x *LostPartition) Reset() {
 	*x = LostPartition{}
-	mi := &file_tabula_proto_msgTypes[111]
+	mi := &file_tabula_proto_msgTypes[117]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7546,7 +8125,7 @@ func (x *LostPartition) String() string {
 func (*LostPartition) ProtoMessage() {}
 
 func (x *LostPartition) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[111]
+	mi := &file_tabula_proto_msgTypes[117]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7559,7 +8138,7 @@ func (x *LostPartition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LostPartition.ProtoReflect.Descriptor instead.
 func (*LostPartition) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{111}
+	return file_tabula_proto_rawDescGZIP(), []int{117}
 }
 
 func (x *LostPartition) GetTenant() string {
@@ -7622,7 +8201,7 @@ type ListDataLossRequest struct {
 
 func (x *ListDataLossRequest) Reset() {
 	*x = ListDataLossRequest{}
-	mi := &file_tabula_proto_msgTypes[112]
+	mi := &file_tabula_proto_msgTypes[118]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7634,7 +8213,7 @@ func (x *ListDataLossRequest) String() string {
 func (*ListDataLossRequest) ProtoMessage() {}
 
 func (x *ListDataLossRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[112]
+	mi := &file_tabula_proto_msgTypes[118]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7647,7 +8226,7 @@ func (x *ListDataLossRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDataLossRequest.ProtoReflect.Descriptor instead.
 func (*ListDataLossRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{112}
+	return file_tabula_proto_rawDescGZIP(), []int{118}
 }
 
 func (x *ListDataLossRequest) GetTenant() string {
@@ -7674,7 +8253,7 @@ type ListDataLossResponse struct {
 
 func (x *ListDataLossResponse) Reset() {
 	*x = ListDataLossResponse{}
-	mi := &file_tabula_proto_msgTypes[113]
+	mi := &file_tabula_proto_msgTypes[119]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7686,7 +8265,7 @@ func (x *ListDataLossResponse) String() string {
 func (*ListDataLossResponse) ProtoMessage() {}
 
 func (x *ListDataLossResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[113]
+	mi := &file_tabula_proto_msgTypes[119]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7699,7 +8278,7 @@ func (x *ListDataLossResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDataLossResponse.ProtoReflect.Descriptor instead.
 func (*ListDataLossResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{113}
+	return file_tabula_proto_rawDescGZIP(), []int{119}
 }
 
 func (x *ListDataLossResponse) GetLost() []*LostPartition {
@@ -7913,15 +8492,67 @@ const file_tabula_proto_rawDesc = "" +
 	"mapVersion\x12'\n" +
 	"\x0fcurrent_version\x18\t \x01(\x04R\x0ecurrentVersion\x12\x16\n" +
 	"\x06leader\x18\n" +
-	" \x01(\tR\x06leader\"t\n" +
+	" \x01(\tR\x06leader\"\xd0\x01\n" +
 	"\n" +
 	"TenantInfo\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12&\n" +
 	"\x0fcreated_unix_ms\x18\x02 \x01(\x03R\rcreatedUnixMs\x12\x16\n" +
 	"\x06tables\x18\x03 \x01(\rR\x06tables\x12\x12\n" +
-	"\x04keys\x18\x04 \x03(\fR\x04keys\"-\n" +
+	"\x04keys\x18\x04 \x03(\fR\x04keys\x12,\n" +
+	"\x05quota\x18\x05 \x01(\v2\x16.tabula.v1.TenantQuotaR\x05quota\x12,\n" +
+	"\x05usage\x18\x06 \x01(\v2\x16.tabula.v1.TenantUsageR\x05usage\"\xd9\x01\n" +
+	"\vTenantQuota\x12!\n" +
+	"\fstored_bytes\x18\x01 \x01(\x04R\vstoredBytes\x12!\n" +
+	"\fmemory_bytes\x18\x02 \x01(\x04R\vmemoryBytes\x12'\n" +
+	"\x10read_ops_per_sec\x18\x03 \x01(\x04R\rreadOpsPerSec\x12)\n" +
+	"\x11write_ops_per_sec\x18\x04 \x01(\x04R\x0ewriteOpsPerSec\x120\n" +
+	"\x15coproc_cpu_ms_per_sec\x18\x05 \x01(\x04R\x11coprocCpuMsPerSec\"\xb8\x02\n" +
+	"\vTenantUsage\x12!\n" +
+	"\fstored_bytes\x18\x01 \x01(\x04R\vstoredBytes\x12!\n" +
+	"\fmemory_bytes\x18\x02 \x01(\x04R\vmemoryBytes\x12'\n" +
+	"\x10read_ops_per_sec\x18\x03 \x01(\x01R\rreadOpsPerSec\x12)\n" +
+	"\x11write_ops_per_sec\x18\x04 \x01(\x01R\x0ewriteOpsPerSec\x120\n" +
+	"\x15coproc_cpu_ms_per_sec\x18\x05 \x01(\x01R\x11coprocCpuMsPerSec\x12*\n" +
+	"\x11throttled_per_sec\x18\x06 \x01(\x01R\x0fthrottledPerSec\x121\n" +
+	"\x15quota_refused_per_sec\x18\a \x01(\x01R\x12quotaRefusedPerSec\"]\n" +
+	"\x15SetTenantQuotaRequest\x12\x16\n" +
+	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12,\n" +
+	"\x05quota\x18\x02 \x01(\v2\x16.tabula.v1.TenantQuotaR\x05quota\"G\n" +
+	"\x16SetTenantQuotaResponse\x12-\n" +
+	"\x06tenant\x18\x01 \x01(\v2\x15.tabula.v1.TenantInfoR\x06tenant\"\x99\x04\n" +
+	"\n" +
+	"TenantLoad\x12\x16\n" +
+	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12'\n" +
+	"\x10read_ops_per_sec\x18\x02 \x01(\x01R\rreadOpsPerSec\x12)\n" +
+	"\x11write_ops_per_sec\x18\x03 \x01(\x01R\x0ewriteOpsPerSec\x120\n" +
+	"\x15coproc_cpu_ms_per_sec\x18\x04 \x01(\x01R\x11coprocCpuMsPerSec\x128\n" +
+	"\x19admitted_read_ops_per_sec\x18\x05 \x01(\x01R\x15admittedReadOpsPerSec\x12:\n" +
+	"\x1aadmitted_write_ops_per_sec\x18\x06 \x01(\x01R\x16admittedWriteOpsPerSec\x12A\n" +
+	"\x1eadmitted_coproc_cpu_ms_per_sec\x18\a \x01(\x01R\x19admittedCoprocCpuMsPerSec\x12*\n" +
+	"\x11throttled_per_sec\x18\b \x01(\x01R\x0fthrottledPerSec\x121\n" +
+	"\x15quota_refused_per_sec\x18\t \x01(\x01R\x12quotaRefusedPerSec\x12#\n" +
+	"\rwritten_bytes\x18\n" +
+	" \x01(\x04R\fwrittenBytes\x120\n" +
+	"\x14memory_written_bytes\x18\v \x01(\x04R\x12memoryWrittenBytes\"\xff\x02\n" +
+	"\vTenantShare\x12\x16\n" +
+	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12'\n" +
+	"\x10read_ops_per_sec\x18\x02 \x01(\x01R\rreadOpsPerSec\x12)\n" +
+	"\x11write_ops_per_sec\x18\x03 \x01(\x01R\x0ewriteOpsPerSec\x120\n" +
+	"\x15coproc_cpu_ms_per_sec\x18\x04 \x01(\x01R\x11coprocCpuMsPerSec\x12%\n" +
+	"\x0estored_limited\x18\x05 \x01(\bR\rstoredLimited\x12\x1f\n" +
+	"\vstored_left\x18\x06 \x01(\x04R\n" +
+	"storedLeft\x12 \n" +
+	"\fstored_as_of\x18\a \x01(\x04R\n" +
+	"storedAsOf\x12%\n" +
+	"\x0ememory_limited\x18\b \x01(\bR\rmemoryLimited\x12\x1f\n" +
+	"\vmemory_left\x18\t \x01(\x04R\n" +
+	"memoryLeft\x12 \n" +
+	"\fmemory_as_of\x18\n" +
+	" \x01(\x04R\n" +
+	"memoryAsOf\"[\n" +
 	"\x13CreateTenantRequest\x12\x16\n" +
-	"\x06tenant\x18\x01 \x01(\tR\x06tenant\"E\n" +
+	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12,\n" +
+	"\x05quota\x18\x02 \x01(\v2\x16.tabula.v1.TenantQuotaR\x05quota\"E\n" +
 	"\x14CreateTenantResponse\x12-\n" +
 	"\x06tenant\x18\x01 \x01(\v2\x15.tabula.v1.TenantInfoR\x06tenant\"\x14\n" +
 	"\x12ListTenantsRequest\"F\n" +
@@ -8044,13 +8675,15 @@ const file_tabula_proto_rawDesc = "" +
 	"\x15heartbeat_interval_ms\x18\x02 \x01(\rR\x13heartbeatIntervalMs\x12\x19\n" +
 	"\blease_ms\x18\x03 \x01(\rR\aleaseMs\x12\x1f\n" +
 	"\vmap_version\x18\x04 \x01(\x04R\n" +
-	"mapVersion\"\xe7\x01\n" +
+	"mapVersion\"\x9f\x02\n" +
 	"\x10HeartbeatRequest\x12\x1b\n" +
 	"\tserver_id\x18\x01 \x01(\tR\bserverId\x124\n" +
 	"\breplicas\x18\x02 \x03(\v2\x18.tabula.v1.ReplicaStatusR\breplicas\x12\x1a\n" +
 	"\bdraining\x18\x03 \x01(\bR\bdraining\x129\n" +
 	"\fcoproc_ready\x18\x04 \x03(\v2\x16.tabula.v1.CoprocReadyR\vcoprocReady\x12)\n" +
-	"\x10replicas_omitted\x18\x05 \x01(\bR\x0freplicasOmitted\"\x98\x01\n" +
+	"\x10replicas_omitted\x18\x05 \x01(\bR\x0freplicasOmitted\x126\n" +
+	"\vtenant_load\x18\x06 \x03(\v2\x15.tabula.v1.TenantLoadR\n" +
+	"tenantLoad\"\xd5\x01\n" +
 	"\x11HeartbeatResponse\x12\x1f\n" +
 	"\vmap_version\x18\x01 \x01(\x04R\n" +
 	"mapVersion\x12\x1e\n" +
@@ -8058,7 +8691,8 @@ const file_tabula_proto_rawDesc = "" +
 	"reregister\x18\x02 \x01(\bR\n" +
 	"reregister\x12\x19\n" +
 	"\blease_ms\x18\x03 \x01(\rR\aleaseMs\x12'\n" +
-	"\x0ftenants_version\x18\x04 \x01(\x04R\x0etenantsVersion\"\xaa\x01\n" +
+	"\x0ftenants_version\x18\x04 \x01(\x04R\x0etenantsVersion\x12;\n" +
+	"\rtenant_shares\x18\x05 \x03(\v2\x16.tabula.v1.TenantShareR\ftenantShares\"\xaa\x01\n" +
 	"\x12BulkPublishRequest\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x14\n" +
 	"\x05table\x18\x02 \x01(\tR\x05table\x12\x18\n" +
@@ -8285,7 +8919,7 @@ const file_tabula_proto_rawDesc = "" +
 	"\x0fSTREAM_OP_NODES\x10\t\x12%\n" +
 	"!STREAM_OP_REPORT_CORRUPT_FRAGMENT\x10\n" +
 	"\x12\x16\n" +
-	"\x12STREAM_OP_SET_CODE\x10\v2\xf2\x14\n" +
+	"\x12STREAM_OP_SET_CODE\x10\v2\xc9\x15\n" +
 	"\x06Master\x12L\n" +
 	"\vCreateTable\x12\x1d.tabula.v1.CreateTableRequest\x1a\x1e.tabula.v1.CreateTableResponse\x12F\n" +
 	"\tDropTable\x12\x1b.tabula.v1.DropTableRequest\x1a\x1c.tabula.v1.DropTableResponse\x12I\n" +
@@ -8324,7 +8958,8 @@ const file_tabula_proto_rawDesc = "" +
 	"\fDeleteTenant\x12\x1e.tabula.v1.DeleteTenantRequest\x1a\x1f.tabula.v1.DeleteTenantResponse\x12X\n" +
 	"\x0fRotateTenantKey\x12!.tabula.v1.RotateTenantKeyRequest\x1a\".tabula.v1.RotateTenantKeyResponse\x12I\n" +
 	"\n" +
-	"TenantKeys\x12\x1c.tabula.v1.TenantKeysRequest\x1a\x1d.tabula.v1.TenantKeysResponse2\x9d\a\n" +
+	"TenantKeys\x12\x1c.tabula.v1.TenantKeysRequest\x1a\x1d.tabula.v1.TenantKeysResponse\x12U\n" +
+	"\x0eSetTenantQuota\x12 .tabula.v1.SetTenantQuotaRequest\x1a!.tabula.v1.SetTenantQuotaResponse2\x9d\a\n" +
 	"\vTableServer\x124\n" +
 	"\x03Get\x12\x15.tabula.v1.GetRequest\x1a\x16.tabula.v1.GetResponse\x12C\n" +
 	"\bBatchGet\x12\x1a.tabula.v1.BatchGetRequest\x1a\x1b.tabula.v1.BatchGetResponse\x12C\n" +
@@ -8355,7 +8990,7 @@ func file_tabula_proto_rawDescGZIP() []byte {
 }
 
 var file_tabula_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
-var file_tabula_proto_msgTypes = make([]protoimpl.MessageInfo, 114)
+var file_tabula_proto_msgTypes = make([]protoimpl.MessageInfo, 120)
 var file_tabula_proto_goTypes = []any{
 	(TableKind)(0),                     // 0: tabula.v1.TableKind
 	(ReplicaRole)(0),                   // 1: tabula.v1.ReplicaRole
@@ -8393,91 +9028,97 @@ var file_tabula_proto_goTypes = []any{
 	(*BulkLoaded)(nil),                 // 33: tabula.v1.BulkLoaded
 	(*ErrorDetail)(nil),                // 34: tabula.v1.ErrorDetail
 	(*TenantInfo)(nil),                 // 35: tabula.v1.TenantInfo
-	(*CreateTenantRequest)(nil),        // 36: tabula.v1.CreateTenantRequest
-	(*CreateTenantResponse)(nil),       // 37: tabula.v1.CreateTenantResponse
-	(*ListTenantsRequest)(nil),         // 38: tabula.v1.ListTenantsRequest
-	(*ListTenantsResponse)(nil),        // 39: tabula.v1.ListTenantsResponse
-	(*DescribeTenantRequest)(nil),      // 40: tabula.v1.DescribeTenantRequest
-	(*DescribeTenantResponse)(nil),     // 41: tabula.v1.DescribeTenantResponse
-	(*DeleteTenantRequest)(nil),        // 42: tabula.v1.DeleteTenantRequest
-	(*DeleteTenantResponse)(nil),       // 43: tabula.v1.DeleteTenantResponse
-	(*RotateTenantKeyRequest)(nil),     // 44: tabula.v1.RotateTenantKeyRequest
-	(*RotateTenantKeyResponse)(nil),    // 45: tabula.v1.RotateTenantKeyResponse
-	(*TenantKeysRequest)(nil),          // 46: tabula.v1.TenantKeysRequest
-	(*TenantKeysResponse)(nil),         // 47: tabula.v1.TenantKeysResponse
-	(*MovePartitionRequest)(nil),       // 48: tabula.v1.MovePartitionRequest
-	(*MovePartitionResponse)(nil),      // 49: tabula.v1.MovePartitionResponse
-	(*DrainServerRequest)(nil),         // 50: tabula.v1.DrainServerRequest
-	(*DrainServerResponse)(nil),        // 51: tabula.v1.DrainServerResponse
-	(*MasterMember)(nil),               // 52: tabula.v1.MasterMember
-	(*MasterMembersRequest)(nil),       // 53: tabula.v1.MasterMembersRequest
-	(*MasterMembersResponse)(nil),      // 54: tabula.v1.MasterMembersResponse
-	(*AddMasterRequest)(nil),           // 55: tabula.v1.AddMasterRequest
-	(*AddMasterResponse)(nil),          // 56: tabula.v1.AddMasterResponse
-	(*RemoveMasterRequest)(nil),        // 57: tabula.v1.RemoveMasterRequest
-	(*RemoveMasterResponse)(nil),       // 58: tabula.v1.RemoveMasterResponse
-	(*TransferLeaderRequest)(nil),      // 59: tabula.v1.TransferLeaderRequest
-	(*TransferLeaderResponse)(nil),     // 60: tabula.v1.TransferLeaderResponse
-	(*StreamRequest)(nil),              // 61: tabula.v1.StreamRequest
-	(*StreamResponse)(nil),             // 62: tabula.v1.StreamResponse
-	(*CreateTableRequest)(nil),         // 63: tabula.v1.CreateTableRequest
-	(*CreateTableResponse)(nil),        // 64: tabula.v1.CreateTableResponse
-	(*DropTableRequest)(nil),           // 65: tabula.v1.DropTableRequest
-	(*DropTableResponse)(nil),          // 66: tabula.v1.DropTableResponse
-	(*ListTablesRequest)(nil),          // 67: tabula.v1.ListTablesRequest
-	(*ListTablesResponse)(nil),         // 68: tabula.v1.ListTablesResponse
-	(*DescribeTableRequest)(nil),       // 69: tabula.v1.DescribeTableRequest
-	(*DescribeTableResponse)(nil),      // 70: tabula.v1.DescribeTableResponse
-	(*GetPartitionMapRequest)(nil),     // 71: tabula.v1.GetPartitionMapRequest
-	(*GetPartitionMapResponse)(nil),    // 72: tabula.v1.GetPartitionMapResponse
-	(*WatchPartitionMapRequest)(nil),   // 73: tabula.v1.WatchPartitionMapRequest
-	(*WatchPartitionMapResponse)(nil),  // 74: tabula.v1.WatchPartitionMapResponse
-	(*RegisterServerRequest)(nil),      // 75: tabula.v1.RegisterServerRequest
-	(*RegisterServerResponse)(nil),     // 76: tabula.v1.RegisterServerResponse
-	(*HeartbeatRequest)(nil),           // 77: tabula.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),          // 78: tabula.v1.HeartbeatResponse
-	(*BulkPublishRequest)(nil),         // 79: tabula.v1.BulkPublishRequest
-	(*BulkPublishResponse)(nil),        // 80: tabula.v1.BulkPublishResponse
-	(*BulkStoredRequest)(nil),          // 81: tabula.v1.BulkStoredRequest
-	(*BulkStoredResponse)(nil),         // 82: tabula.v1.BulkStoredResponse
-	(*BulkStatusRequest)(nil),          // 83: tabula.v1.BulkStatusRequest
-	(*BulkStatusResponse)(nil),         // 84: tabula.v1.BulkStatusResponse
-	(*BulkRollbackRequest)(nil),        // 85: tabula.v1.BulkRollbackRequest
-	(*BulkRollbackResponse)(nil),       // 86: tabula.v1.BulkRollbackResponse
-	(*ListServersRequest)(nil),         // 87: tabula.v1.ListServersRequest
-	(*ListServersResponse)(nil),        // 88: tabula.v1.ListServersResponse
-	(*RequestHeader)(nil),              // 89: tabula.v1.RequestHeader
-	(*GetRequest)(nil),                 // 90: tabula.v1.GetRequest
-	(*GetResponse)(nil),                // 91: tabula.v1.GetResponse
-	(*BatchGetRequest)(nil),            // 92: tabula.v1.BatchGetRequest
-	(*BatchGetResponse)(nil),           // 93: tabula.v1.BatchGetResponse
-	(*MultiGetRequest)(nil),            // 94: tabula.v1.MultiGetRequest
-	(*MultiGetResponse)(nil),           // 95: tabula.v1.MultiGetResponse
-	(*MultiGetResult)(nil),             // 96: tabula.v1.MultiGetResult
-	(*PutRequest)(nil),                 // 97: tabula.v1.PutRequest
-	(*PutResponse)(nil),                // 98: tabula.v1.PutResponse
-	(*DeleteRequest)(nil),              // 99: tabula.v1.DeleteRequest
-	(*DeleteResponse)(nil),             // 100: tabula.v1.DeleteResponse
-	(*CompareAndSwapRequest)(nil),      // 101: tabula.v1.CompareAndSwapRequest
-	(*CompareAndSwapResponse)(nil),     // 102: tabula.v1.CompareAndSwapResponse
-	(*Mutation)(nil),                   // 103: tabula.v1.Mutation
-	(*BatchWriteRequest)(nil),          // 104: tabula.v1.BatchWriteRequest
-	(*BatchWriteResponse)(nil),         // 105: tabula.v1.BatchWriteResponse
-	(*ScanRequest)(nil),                // 106: tabula.v1.ScanRequest
-	(*KeyValue)(nil),                   // 107: tabula.v1.KeyValue
-	(*ScanResponse)(nil),               // 108: tabula.v1.ScanResponse
-	(*CopyReplicaRequest)(nil),         // 109: tabula.v1.CopyReplicaRequest
-	(*CopyReplicaChunk)(nil),           // 110: tabula.v1.CopyReplicaChunk
-	(*BulkUploadRequest)(nil),          // 111: tabula.v1.BulkUploadRequest
-	(*BulkUploadStatusRequest)(nil),    // 112: tabula.v1.BulkUploadStatusRequest
-	(*BulkUploadResponse)(nil),         // 113: tabula.v1.BulkUploadResponse
-	(*PartitionLogFailedRequest)(nil),  // 114: tabula.v1.PartitionLogFailedRequest
-	(*PartitionLogFailedResponse)(nil), // 115: tabula.v1.PartitionLogFailedResponse
-	(*ForgetServerRequest)(nil),        // 116: tabula.v1.ForgetServerRequest
-	(*ForgetServerResponse)(nil),       // 117: tabula.v1.ForgetServerResponse
-	(*LostPartition)(nil),              // 118: tabula.v1.LostPartition
-	(*ListDataLossRequest)(nil),        // 119: tabula.v1.ListDataLossRequest
-	(*ListDataLossResponse)(nil),       // 120: tabula.v1.ListDataLossResponse
+	(*TenantQuota)(nil),                // 36: tabula.v1.TenantQuota
+	(*TenantUsage)(nil),                // 37: tabula.v1.TenantUsage
+	(*SetTenantQuotaRequest)(nil),      // 38: tabula.v1.SetTenantQuotaRequest
+	(*SetTenantQuotaResponse)(nil),     // 39: tabula.v1.SetTenantQuotaResponse
+	(*TenantLoad)(nil),                 // 40: tabula.v1.TenantLoad
+	(*TenantShare)(nil),                // 41: tabula.v1.TenantShare
+	(*CreateTenantRequest)(nil),        // 42: tabula.v1.CreateTenantRequest
+	(*CreateTenantResponse)(nil),       // 43: tabula.v1.CreateTenantResponse
+	(*ListTenantsRequest)(nil),         // 44: tabula.v1.ListTenantsRequest
+	(*ListTenantsResponse)(nil),        // 45: tabula.v1.ListTenantsResponse
+	(*DescribeTenantRequest)(nil),      // 46: tabula.v1.DescribeTenantRequest
+	(*DescribeTenantResponse)(nil),     // 47: tabula.v1.DescribeTenantResponse
+	(*DeleteTenantRequest)(nil),        // 48: tabula.v1.DeleteTenantRequest
+	(*DeleteTenantResponse)(nil),       // 49: tabula.v1.DeleteTenantResponse
+	(*RotateTenantKeyRequest)(nil),     // 50: tabula.v1.RotateTenantKeyRequest
+	(*RotateTenantKeyResponse)(nil),    // 51: tabula.v1.RotateTenantKeyResponse
+	(*TenantKeysRequest)(nil),          // 52: tabula.v1.TenantKeysRequest
+	(*TenantKeysResponse)(nil),         // 53: tabula.v1.TenantKeysResponse
+	(*MovePartitionRequest)(nil),       // 54: tabula.v1.MovePartitionRequest
+	(*MovePartitionResponse)(nil),      // 55: tabula.v1.MovePartitionResponse
+	(*DrainServerRequest)(nil),         // 56: tabula.v1.DrainServerRequest
+	(*DrainServerResponse)(nil),        // 57: tabula.v1.DrainServerResponse
+	(*MasterMember)(nil),               // 58: tabula.v1.MasterMember
+	(*MasterMembersRequest)(nil),       // 59: tabula.v1.MasterMembersRequest
+	(*MasterMembersResponse)(nil),      // 60: tabula.v1.MasterMembersResponse
+	(*AddMasterRequest)(nil),           // 61: tabula.v1.AddMasterRequest
+	(*AddMasterResponse)(nil),          // 62: tabula.v1.AddMasterResponse
+	(*RemoveMasterRequest)(nil),        // 63: tabula.v1.RemoveMasterRequest
+	(*RemoveMasterResponse)(nil),       // 64: tabula.v1.RemoveMasterResponse
+	(*TransferLeaderRequest)(nil),      // 65: tabula.v1.TransferLeaderRequest
+	(*TransferLeaderResponse)(nil),     // 66: tabula.v1.TransferLeaderResponse
+	(*StreamRequest)(nil),              // 67: tabula.v1.StreamRequest
+	(*StreamResponse)(nil),             // 68: tabula.v1.StreamResponse
+	(*CreateTableRequest)(nil),         // 69: tabula.v1.CreateTableRequest
+	(*CreateTableResponse)(nil),        // 70: tabula.v1.CreateTableResponse
+	(*DropTableRequest)(nil),           // 71: tabula.v1.DropTableRequest
+	(*DropTableResponse)(nil),          // 72: tabula.v1.DropTableResponse
+	(*ListTablesRequest)(nil),          // 73: tabula.v1.ListTablesRequest
+	(*ListTablesResponse)(nil),         // 74: tabula.v1.ListTablesResponse
+	(*DescribeTableRequest)(nil),       // 75: tabula.v1.DescribeTableRequest
+	(*DescribeTableResponse)(nil),      // 76: tabula.v1.DescribeTableResponse
+	(*GetPartitionMapRequest)(nil),     // 77: tabula.v1.GetPartitionMapRequest
+	(*GetPartitionMapResponse)(nil),    // 78: tabula.v1.GetPartitionMapResponse
+	(*WatchPartitionMapRequest)(nil),   // 79: tabula.v1.WatchPartitionMapRequest
+	(*WatchPartitionMapResponse)(nil),  // 80: tabula.v1.WatchPartitionMapResponse
+	(*RegisterServerRequest)(nil),      // 81: tabula.v1.RegisterServerRequest
+	(*RegisterServerResponse)(nil),     // 82: tabula.v1.RegisterServerResponse
+	(*HeartbeatRequest)(nil),           // 83: tabula.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),          // 84: tabula.v1.HeartbeatResponse
+	(*BulkPublishRequest)(nil),         // 85: tabula.v1.BulkPublishRequest
+	(*BulkPublishResponse)(nil),        // 86: tabula.v1.BulkPublishResponse
+	(*BulkStoredRequest)(nil),          // 87: tabula.v1.BulkStoredRequest
+	(*BulkStoredResponse)(nil),         // 88: tabula.v1.BulkStoredResponse
+	(*BulkStatusRequest)(nil),          // 89: tabula.v1.BulkStatusRequest
+	(*BulkStatusResponse)(nil),         // 90: tabula.v1.BulkStatusResponse
+	(*BulkRollbackRequest)(nil),        // 91: tabula.v1.BulkRollbackRequest
+	(*BulkRollbackResponse)(nil),       // 92: tabula.v1.BulkRollbackResponse
+	(*ListServersRequest)(nil),         // 93: tabula.v1.ListServersRequest
+	(*ListServersResponse)(nil),        // 94: tabula.v1.ListServersResponse
+	(*RequestHeader)(nil),              // 95: tabula.v1.RequestHeader
+	(*GetRequest)(nil),                 // 96: tabula.v1.GetRequest
+	(*GetResponse)(nil),                // 97: tabula.v1.GetResponse
+	(*BatchGetRequest)(nil),            // 98: tabula.v1.BatchGetRequest
+	(*BatchGetResponse)(nil),           // 99: tabula.v1.BatchGetResponse
+	(*MultiGetRequest)(nil),            // 100: tabula.v1.MultiGetRequest
+	(*MultiGetResponse)(nil),           // 101: tabula.v1.MultiGetResponse
+	(*MultiGetResult)(nil),             // 102: tabula.v1.MultiGetResult
+	(*PutRequest)(nil),                 // 103: tabula.v1.PutRequest
+	(*PutResponse)(nil),                // 104: tabula.v1.PutResponse
+	(*DeleteRequest)(nil),              // 105: tabula.v1.DeleteRequest
+	(*DeleteResponse)(nil),             // 106: tabula.v1.DeleteResponse
+	(*CompareAndSwapRequest)(nil),      // 107: tabula.v1.CompareAndSwapRequest
+	(*CompareAndSwapResponse)(nil),     // 108: tabula.v1.CompareAndSwapResponse
+	(*Mutation)(nil),                   // 109: tabula.v1.Mutation
+	(*BatchWriteRequest)(nil),          // 110: tabula.v1.BatchWriteRequest
+	(*BatchWriteResponse)(nil),         // 111: tabula.v1.BatchWriteResponse
+	(*ScanRequest)(nil),                // 112: tabula.v1.ScanRequest
+	(*KeyValue)(nil),                   // 113: tabula.v1.KeyValue
+	(*ScanResponse)(nil),               // 114: tabula.v1.ScanResponse
+	(*CopyReplicaRequest)(nil),         // 115: tabula.v1.CopyReplicaRequest
+	(*CopyReplicaChunk)(nil),           // 116: tabula.v1.CopyReplicaChunk
+	(*BulkUploadRequest)(nil),          // 117: tabula.v1.BulkUploadRequest
+	(*BulkUploadStatusRequest)(nil),    // 118: tabula.v1.BulkUploadStatusRequest
+	(*BulkUploadResponse)(nil),         // 119: tabula.v1.BulkUploadResponse
+	(*PartitionLogFailedRequest)(nil),  // 120: tabula.v1.PartitionLogFailedRequest
+	(*PartitionLogFailedResponse)(nil), // 121: tabula.v1.PartitionLogFailedResponse
+	(*ForgetServerRequest)(nil),        // 122: tabula.v1.ForgetServerRequest
+	(*ForgetServerResponse)(nil),       // 123: tabula.v1.ForgetServerResponse
+	(*LostPartition)(nil),              // 124: tabula.v1.LostPartition
+	(*ListDataLossRequest)(nil),        // 125: tabula.v1.ListDataLossRequest
+	(*ListDataLossResponse)(nil),       // 126: tabula.v1.ListDataLossResponse
 }
 var file_tabula_proto_depIdxs = []int32{
 	0,   // 0: tabula.v1.Table.kind:type_name -> tabula.v1.TableKind
@@ -8493,8 +9134,8 @@ var file_tabula_proto_depIdxs = []int32{
 	14,  // 10: tabula.v1.CoprocDeployResponse.coprocessor:type_name -> tabula.v1.Coprocessor
 	14,  // 11: tabula.v1.CoprocListResponse.coprocessors:type_name -> tabula.v1.Coprocessor
 	14,  // 12: tabula.v1.CoprocRollbackResponse.coprocessor:type_name -> tabula.v1.Coprocessor
-	89,  // 13: tabula.v1.InvokeRequest.header:type_name -> tabula.v1.RequestHeader
-	89,  // 14: tabula.v1.CoprocMergeRequest.header:type_name -> tabula.v1.RequestHeader
+	95,  // 13: tabula.v1.InvokeRequest.header:type_name -> tabula.v1.RequestHeader
+	95,  // 14: tabula.v1.CoprocMergeRequest.header:type_name -> tabula.v1.RequestHeader
 	2,   // 15: tabula.v1.BulkVersion.state:type_name -> tabula.v1.BulkVersionState
 	28,  // 16: tabula.v1.BulkVersion.files:type_name -> tabula.v1.BulkFile
 	29,  // 17: tabula.v1.BulkInfo.versions:type_name -> tabula.v1.BulkVersion
@@ -8503,152 +9144,161 @@ var file_tabula_proto_depIdxs = []int32{
 	3,   // 20: tabula.v1.ReplicaStatus.state:type_name -> tabula.v1.ReplicaState
 	4,   // 21: tabula.v1.ErrorDetail.code:type_name -> tabula.v1.ErrorCode
 	10,  // 22: tabula.v1.ErrorDetail.partition:type_name -> tabula.v1.Partition
-	35,  // 23: tabula.v1.CreateTenantResponse.tenant:type_name -> tabula.v1.TenantInfo
-	35,  // 24: tabula.v1.ListTenantsResponse.tenants:type_name -> tabula.v1.TenantInfo
-	35,  // 25: tabula.v1.DescribeTenantResponse.tenant:type_name -> tabula.v1.TenantInfo
-	8,   // 26: tabula.v1.DescribeTenantResponse.tables:type_name -> tabula.v1.Table
-	35,  // 27: tabula.v1.RotateTenantKeyResponse.tenant:type_name -> tabula.v1.TenantInfo
-	35,  // 28: tabula.v1.TenantKeysResponse.tenants:type_name -> tabula.v1.TenantInfo
-	52,  // 29: tabula.v1.MasterMembersResponse.members:type_name -> tabula.v1.MasterMember
-	5,   // 30: tabula.v1.StreamRequest.op:type_name -> tabula.v1.StreamOp
-	0,   // 31: tabula.v1.CreateTableRequest.kind:type_name -> tabula.v1.TableKind
-	7,   // 32: tabula.v1.CreateTableRequest.options:type_name -> tabula.v1.TableOptions
-	12,  // 33: tabula.v1.CreateTableResponse.map:type_name -> tabula.v1.PartitionMap
-	8,   // 34: tabula.v1.ListTablesResponse.tables:type_name -> tabula.v1.Table
-	12,  // 35: tabula.v1.DescribeTableResponse.map:type_name -> tabula.v1.PartitionMap
-	32,  // 36: tabula.v1.DescribeTableResponse.replicas:type_name -> tabula.v1.ReplicaStatus
-	12,  // 37: tabula.v1.GetPartitionMapResponse.map:type_name -> tabula.v1.PartitionMap
-	12,  // 38: tabula.v1.WatchPartitionMapResponse.maps:type_name -> tabula.v1.PartitionMap
-	8,   // 39: tabula.v1.WatchPartitionMapResponse.removed:type_name -> tabula.v1.Table
-	12,  // 40: tabula.v1.WatchPartitionMapResponse.patches:type_name -> tabula.v1.PartitionMap
-	32,  // 41: tabula.v1.HeartbeatRequest.replicas:type_name -> tabula.v1.ReplicaStatus
-	23,  // 42: tabula.v1.HeartbeatRequest.coproc_ready:type_name -> tabula.v1.CoprocReady
-	28,  // 43: tabula.v1.BulkPublishRequest.files:type_name -> tabula.v1.BulkFile
-	12,  // 44: tabula.v1.BulkPublishResponse.map:type_name -> tabula.v1.PartitionMap
-	12,  // 45: tabula.v1.BulkStoredResponse.map:type_name -> tabula.v1.PartitionMap
-	12,  // 46: tabula.v1.BulkStatusResponse.map:type_name -> tabula.v1.PartitionMap
-	30,  // 47: tabula.v1.BulkStatusResponse.bulk:type_name -> tabula.v1.BulkInfo
-	12,  // 48: tabula.v1.BulkRollbackResponse.map:type_name -> tabula.v1.PartitionMap
-	31,  // 49: tabula.v1.ListServersResponse.servers:type_name -> tabula.v1.ServerInfo
-	89,  // 50: tabula.v1.GetRequest.header:type_name -> tabula.v1.RequestHeader
-	89,  // 51: tabula.v1.BatchGetRequest.header:type_name -> tabula.v1.RequestHeader
-	91,  // 52: tabula.v1.BatchGetResponse.results:type_name -> tabula.v1.GetResponse
-	90,  // 53: tabula.v1.MultiGetRequest.gets:type_name -> tabula.v1.GetRequest
-	96,  // 54: tabula.v1.MultiGetResponse.results:type_name -> tabula.v1.MultiGetResult
-	91,  // 55: tabula.v1.MultiGetResult.response:type_name -> tabula.v1.GetResponse
-	89,  // 56: tabula.v1.PutRequest.header:type_name -> tabula.v1.RequestHeader
-	89,  // 57: tabula.v1.DeleteRequest.header:type_name -> tabula.v1.RequestHeader
-	89,  // 58: tabula.v1.CompareAndSwapRequest.header:type_name -> tabula.v1.RequestHeader
-	6,   // 59: tabula.v1.Mutation.op:type_name -> tabula.v1.Mutation.Op
-	89,  // 60: tabula.v1.BatchWriteRequest.header:type_name -> tabula.v1.RequestHeader
-	103, // 61: tabula.v1.BatchWriteRequest.mutations:type_name -> tabula.v1.Mutation
-	89,  // 62: tabula.v1.ScanRequest.header:type_name -> tabula.v1.RequestHeader
-	107, // 63: tabula.v1.ScanResponse.records:type_name -> tabula.v1.KeyValue
-	89,  // 64: tabula.v1.CopyReplicaRequest.header:type_name -> tabula.v1.RequestHeader
-	107, // 65: tabula.v1.CopyReplicaChunk.records:type_name -> tabula.v1.KeyValue
-	89,  // 66: tabula.v1.BulkUploadRequest.header:type_name -> tabula.v1.RequestHeader
-	28,  // 67: tabula.v1.BulkUploadRequest.file:type_name -> tabula.v1.BulkFile
-	89,  // 68: tabula.v1.BulkUploadStatusRequest.header:type_name -> tabula.v1.RequestHeader
-	10,  // 69: tabula.v1.PartitionLogFailedResponse.partition:type_name -> tabula.v1.Partition
-	118, // 70: tabula.v1.ForgetServerResponse.lost:type_name -> tabula.v1.LostPartition
-	118, // 71: tabula.v1.ListDataLossResponse.lost:type_name -> tabula.v1.LostPartition
-	63,  // 72: tabula.v1.Master.CreateTable:input_type -> tabula.v1.CreateTableRequest
-	65,  // 73: tabula.v1.Master.DropTable:input_type -> tabula.v1.DropTableRequest
-	67,  // 74: tabula.v1.Master.ListTables:input_type -> tabula.v1.ListTablesRequest
-	69,  // 75: tabula.v1.Master.DescribeTable:input_type -> tabula.v1.DescribeTableRequest
-	71,  // 76: tabula.v1.Master.GetPartitionMap:input_type -> tabula.v1.GetPartitionMapRequest
-	73,  // 77: tabula.v1.Master.WatchPartitionMap:input_type -> tabula.v1.WatchPartitionMapRequest
-	75,  // 78: tabula.v1.Master.RegisterServer:input_type -> tabula.v1.RegisterServerRequest
-	77,  // 79: tabula.v1.Master.Heartbeat:input_type -> tabula.v1.HeartbeatRequest
-	114, // 80: tabula.v1.Master.PartitionLogFailed:input_type -> tabula.v1.PartitionLogFailedRequest
-	87,  // 81: tabula.v1.Master.ListServers:input_type -> tabula.v1.ListServersRequest
-	79,  // 82: tabula.v1.Master.BulkPublish:input_type -> tabula.v1.BulkPublishRequest
-	81,  // 83: tabula.v1.Master.BulkStored:input_type -> tabula.v1.BulkStoredRequest
-	83,  // 84: tabula.v1.Master.BulkStatus:input_type -> tabula.v1.BulkStatusRequest
-	85,  // 85: tabula.v1.Master.BulkRollback:input_type -> tabula.v1.BulkRollbackRequest
-	61,  // 86: tabula.v1.Master.Stream:input_type -> tabula.v1.StreamRequest
-	15,  // 87: tabula.v1.Master.CoprocDeploy:input_type -> tabula.v1.CoprocDeployRequest
-	17,  // 88: tabula.v1.Master.CoprocList:input_type -> tabula.v1.CoprocListRequest
-	19,  // 89: tabula.v1.Master.CoprocRollback:input_type -> tabula.v1.CoprocRollbackRequest
-	21,  // 90: tabula.v1.Master.CoprocFetch:input_type -> tabula.v1.CoprocFetchRequest
-	116, // 91: tabula.v1.Master.ForgetServer:input_type -> tabula.v1.ForgetServerRequest
-	119, // 92: tabula.v1.Master.ListDataLoss:input_type -> tabula.v1.ListDataLossRequest
-	53,  // 93: tabula.v1.Master.MasterMembers:input_type -> tabula.v1.MasterMembersRequest
-	55,  // 94: tabula.v1.Master.AddMaster:input_type -> tabula.v1.AddMasterRequest
-	57,  // 95: tabula.v1.Master.RemoveMaster:input_type -> tabula.v1.RemoveMasterRequest
-	59,  // 96: tabula.v1.Master.TransferLeader:input_type -> tabula.v1.TransferLeaderRequest
-	48,  // 97: tabula.v1.Master.MovePartition:input_type -> tabula.v1.MovePartitionRequest
-	50,  // 98: tabula.v1.Master.DrainServer:input_type -> tabula.v1.DrainServerRequest
-	36,  // 99: tabula.v1.Master.CreateTenant:input_type -> tabula.v1.CreateTenantRequest
-	38,  // 100: tabula.v1.Master.ListTenants:input_type -> tabula.v1.ListTenantsRequest
-	40,  // 101: tabula.v1.Master.DescribeTenant:input_type -> tabula.v1.DescribeTenantRequest
-	42,  // 102: tabula.v1.Master.DeleteTenant:input_type -> tabula.v1.DeleteTenantRequest
-	44,  // 103: tabula.v1.Master.RotateTenantKey:input_type -> tabula.v1.RotateTenantKeyRequest
-	46,  // 104: tabula.v1.Master.TenantKeys:input_type -> tabula.v1.TenantKeysRequest
-	90,  // 105: tabula.v1.TableServer.Get:input_type -> tabula.v1.GetRequest
-	92,  // 106: tabula.v1.TableServer.BatchGet:input_type -> tabula.v1.BatchGetRequest
-	94,  // 107: tabula.v1.TableServer.MultiGet:input_type -> tabula.v1.MultiGetRequest
-	97,  // 108: tabula.v1.TableServer.Put:input_type -> tabula.v1.PutRequest
-	99,  // 109: tabula.v1.TableServer.Delete:input_type -> tabula.v1.DeleteRequest
-	101, // 110: tabula.v1.TableServer.CompareAndSwap:input_type -> tabula.v1.CompareAndSwapRequest
-	104, // 111: tabula.v1.TableServer.BatchWrite:input_type -> tabula.v1.BatchWriteRequest
-	106, // 112: tabula.v1.TableServer.Scan:input_type -> tabula.v1.ScanRequest
-	109, // 113: tabula.v1.TableServer.CopyReplica:input_type -> tabula.v1.CopyReplicaRequest
-	111, // 114: tabula.v1.TableServer.BulkUpload:input_type -> tabula.v1.BulkUploadRequest
-	112, // 115: tabula.v1.TableServer.BulkUploadStatus:input_type -> tabula.v1.BulkUploadStatusRequest
-	24,  // 116: tabula.v1.TableServer.Invoke:input_type -> tabula.v1.InvokeRequest
-	26,  // 117: tabula.v1.TableServer.CoprocMerge:input_type -> tabula.v1.CoprocMergeRequest
-	64,  // 118: tabula.v1.Master.CreateTable:output_type -> tabula.v1.CreateTableResponse
-	66,  // 119: tabula.v1.Master.DropTable:output_type -> tabula.v1.DropTableResponse
-	68,  // 120: tabula.v1.Master.ListTables:output_type -> tabula.v1.ListTablesResponse
-	70,  // 121: tabula.v1.Master.DescribeTable:output_type -> tabula.v1.DescribeTableResponse
-	72,  // 122: tabula.v1.Master.GetPartitionMap:output_type -> tabula.v1.GetPartitionMapResponse
-	74,  // 123: tabula.v1.Master.WatchPartitionMap:output_type -> tabula.v1.WatchPartitionMapResponse
-	76,  // 124: tabula.v1.Master.RegisterServer:output_type -> tabula.v1.RegisterServerResponse
-	78,  // 125: tabula.v1.Master.Heartbeat:output_type -> tabula.v1.HeartbeatResponse
-	115, // 126: tabula.v1.Master.PartitionLogFailed:output_type -> tabula.v1.PartitionLogFailedResponse
-	88,  // 127: tabula.v1.Master.ListServers:output_type -> tabula.v1.ListServersResponse
-	80,  // 128: tabula.v1.Master.BulkPublish:output_type -> tabula.v1.BulkPublishResponse
-	82,  // 129: tabula.v1.Master.BulkStored:output_type -> tabula.v1.BulkStoredResponse
-	84,  // 130: tabula.v1.Master.BulkStatus:output_type -> tabula.v1.BulkStatusResponse
-	86,  // 131: tabula.v1.Master.BulkRollback:output_type -> tabula.v1.BulkRollbackResponse
-	62,  // 132: tabula.v1.Master.Stream:output_type -> tabula.v1.StreamResponse
-	16,  // 133: tabula.v1.Master.CoprocDeploy:output_type -> tabula.v1.CoprocDeployResponse
-	18,  // 134: tabula.v1.Master.CoprocList:output_type -> tabula.v1.CoprocListResponse
-	20,  // 135: tabula.v1.Master.CoprocRollback:output_type -> tabula.v1.CoprocRollbackResponse
-	22,  // 136: tabula.v1.Master.CoprocFetch:output_type -> tabula.v1.CoprocFetchResponse
-	117, // 137: tabula.v1.Master.ForgetServer:output_type -> tabula.v1.ForgetServerResponse
-	120, // 138: tabula.v1.Master.ListDataLoss:output_type -> tabula.v1.ListDataLossResponse
-	54,  // 139: tabula.v1.Master.MasterMembers:output_type -> tabula.v1.MasterMembersResponse
-	56,  // 140: tabula.v1.Master.AddMaster:output_type -> tabula.v1.AddMasterResponse
-	58,  // 141: tabula.v1.Master.RemoveMaster:output_type -> tabula.v1.RemoveMasterResponse
-	60,  // 142: tabula.v1.Master.TransferLeader:output_type -> tabula.v1.TransferLeaderResponse
-	49,  // 143: tabula.v1.Master.MovePartition:output_type -> tabula.v1.MovePartitionResponse
-	51,  // 144: tabula.v1.Master.DrainServer:output_type -> tabula.v1.DrainServerResponse
-	37,  // 145: tabula.v1.Master.CreateTenant:output_type -> tabula.v1.CreateTenantResponse
-	39,  // 146: tabula.v1.Master.ListTenants:output_type -> tabula.v1.ListTenantsResponse
-	41,  // 147: tabula.v1.Master.DescribeTenant:output_type -> tabula.v1.DescribeTenantResponse
-	43,  // 148: tabula.v1.Master.DeleteTenant:output_type -> tabula.v1.DeleteTenantResponse
-	45,  // 149: tabula.v1.Master.RotateTenantKey:output_type -> tabula.v1.RotateTenantKeyResponse
-	47,  // 150: tabula.v1.Master.TenantKeys:output_type -> tabula.v1.TenantKeysResponse
-	91,  // 151: tabula.v1.TableServer.Get:output_type -> tabula.v1.GetResponse
-	93,  // 152: tabula.v1.TableServer.BatchGet:output_type -> tabula.v1.BatchGetResponse
-	95,  // 153: tabula.v1.TableServer.MultiGet:output_type -> tabula.v1.MultiGetResponse
-	98,  // 154: tabula.v1.TableServer.Put:output_type -> tabula.v1.PutResponse
-	100, // 155: tabula.v1.TableServer.Delete:output_type -> tabula.v1.DeleteResponse
-	102, // 156: tabula.v1.TableServer.CompareAndSwap:output_type -> tabula.v1.CompareAndSwapResponse
-	105, // 157: tabula.v1.TableServer.BatchWrite:output_type -> tabula.v1.BatchWriteResponse
-	108, // 158: tabula.v1.TableServer.Scan:output_type -> tabula.v1.ScanResponse
-	110, // 159: tabula.v1.TableServer.CopyReplica:output_type -> tabula.v1.CopyReplicaChunk
-	113, // 160: tabula.v1.TableServer.BulkUpload:output_type -> tabula.v1.BulkUploadResponse
-	113, // 161: tabula.v1.TableServer.BulkUploadStatus:output_type -> tabula.v1.BulkUploadResponse
-	25,  // 162: tabula.v1.TableServer.Invoke:output_type -> tabula.v1.InvokeResponse
-	27,  // 163: tabula.v1.TableServer.CoprocMerge:output_type -> tabula.v1.CoprocMergeResponse
-	118, // [118:164] is the sub-list for method output_type
-	72,  // [72:118] is the sub-list for method input_type
-	72,  // [72:72] is the sub-list for extension type_name
-	72,  // [72:72] is the sub-list for extension extendee
-	0,   // [0:72] is the sub-list for field type_name
+	36,  // 23: tabula.v1.TenantInfo.quota:type_name -> tabula.v1.TenantQuota
+	37,  // 24: tabula.v1.TenantInfo.usage:type_name -> tabula.v1.TenantUsage
+	36,  // 25: tabula.v1.SetTenantQuotaRequest.quota:type_name -> tabula.v1.TenantQuota
+	35,  // 26: tabula.v1.SetTenantQuotaResponse.tenant:type_name -> tabula.v1.TenantInfo
+	36,  // 27: tabula.v1.CreateTenantRequest.quota:type_name -> tabula.v1.TenantQuota
+	35,  // 28: tabula.v1.CreateTenantResponse.tenant:type_name -> tabula.v1.TenantInfo
+	35,  // 29: tabula.v1.ListTenantsResponse.tenants:type_name -> tabula.v1.TenantInfo
+	35,  // 30: tabula.v1.DescribeTenantResponse.tenant:type_name -> tabula.v1.TenantInfo
+	8,   // 31: tabula.v1.DescribeTenantResponse.tables:type_name -> tabula.v1.Table
+	35,  // 32: tabula.v1.RotateTenantKeyResponse.tenant:type_name -> tabula.v1.TenantInfo
+	35,  // 33: tabula.v1.TenantKeysResponse.tenants:type_name -> tabula.v1.TenantInfo
+	58,  // 34: tabula.v1.MasterMembersResponse.members:type_name -> tabula.v1.MasterMember
+	5,   // 35: tabula.v1.StreamRequest.op:type_name -> tabula.v1.StreamOp
+	0,   // 36: tabula.v1.CreateTableRequest.kind:type_name -> tabula.v1.TableKind
+	7,   // 37: tabula.v1.CreateTableRequest.options:type_name -> tabula.v1.TableOptions
+	12,  // 38: tabula.v1.CreateTableResponse.map:type_name -> tabula.v1.PartitionMap
+	8,   // 39: tabula.v1.ListTablesResponse.tables:type_name -> tabula.v1.Table
+	12,  // 40: tabula.v1.DescribeTableResponse.map:type_name -> tabula.v1.PartitionMap
+	32,  // 41: tabula.v1.DescribeTableResponse.replicas:type_name -> tabula.v1.ReplicaStatus
+	12,  // 42: tabula.v1.GetPartitionMapResponse.map:type_name -> tabula.v1.PartitionMap
+	12,  // 43: tabula.v1.WatchPartitionMapResponse.maps:type_name -> tabula.v1.PartitionMap
+	8,   // 44: tabula.v1.WatchPartitionMapResponse.removed:type_name -> tabula.v1.Table
+	12,  // 45: tabula.v1.WatchPartitionMapResponse.patches:type_name -> tabula.v1.PartitionMap
+	32,  // 46: tabula.v1.HeartbeatRequest.replicas:type_name -> tabula.v1.ReplicaStatus
+	23,  // 47: tabula.v1.HeartbeatRequest.coproc_ready:type_name -> tabula.v1.CoprocReady
+	40,  // 48: tabula.v1.HeartbeatRequest.tenant_load:type_name -> tabula.v1.TenantLoad
+	41,  // 49: tabula.v1.HeartbeatResponse.tenant_shares:type_name -> tabula.v1.TenantShare
+	28,  // 50: tabula.v1.BulkPublishRequest.files:type_name -> tabula.v1.BulkFile
+	12,  // 51: tabula.v1.BulkPublishResponse.map:type_name -> tabula.v1.PartitionMap
+	12,  // 52: tabula.v1.BulkStoredResponse.map:type_name -> tabula.v1.PartitionMap
+	12,  // 53: tabula.v1.BulkStatusResponse.map:type_name -> tabula.v1.PartitionMap
+	30,  // 54: tabula.v1.BulkStatusResponse.bulk:type_name -> tabula.v1.BulkInfo
+	12,  // 55: tabula.v1.BulkRollbackResponse.map:type_name -> tabula.v1.PartitionMap
+	31,  // 56: tabula.v1.ListServersResponse.servers:type_name -> tabula.v1.ServerInfo
+	95,  // 57: tabula.v1.GetRequest.header:type_name -> tabula.v1.RequestHeader
+	95,  // 58: tabula.v1.BatchGetRequest.header:type_name -> tabula.v1.RequestHeader
+	97,  // 59: tabula.v1.BatchGetResponse.results:type_name -> tabula.v1.GetResponse
+	96,  // 60: tabula.v1.MultiGetRequest.gets:type_name -> tabula.v1.GetRequest
+	102, // 61: tabula.v1.MultiGetResponse.results:type_name -> tabula.v1.MultiGetResult
+	97,  // 62: tabula.v1.MultiGetResult.response:type_name -> tabula.v1.GetResponse
+	95,  // 63: tabula.v1.PutRequest.header:type_name -> tabula.v1.RequestHeader
+	95,  // 64: tabula.v1.DeleteRequest.header:type_name -> tabula.v1.RequestHeader
+	95,  // 65: tabula.v1.CompareAndSwapRequest.header:type_name -> tabula.v1.RequestHeader
+	6,   // 66: tabula.v1.Mutation.op:type_name -> tabula.v1.Mutation.Op
+	95,  // 67: tabula.v1.BatchWriteRequest.header:type_name -> tabula.v1.RequestHeader
+	109, // 68: tabula.v1.BatchWriteRequest.mutations:type_name -> tabula.v1.Mutation
+	95,  // 69: tabula.v1.ScanRequest.header:type_name -> tabula.v1.RequestHeader
+	113, // 70: tabula.v1.ScanResponse.records:type_name -> tabula.v1.KeyValue
+	95,  // 71: tabula.v1.CopyReplicaRequest.header:type_name -> tabula.v1.RequestHeader
+	113, // 72: tabula.v1.CopyReplicaChunk.records:type_name -> tabula.v1.KeyValue
+	95,  // 73: tabula.v1.BulkUploadRequest.header:type_name -> tabula.v1.RequestHeader
+	28,  // 74: tabula.v1.BulkUploadRequest.file:type_name -> tabula.v1.BulkFile
+	95,  // 75: tabula.v1.BulkUploadStatusRequest.header:type_name -> tabula.v1.RequestHeader
+	10,  // 76: tabula.v1.PartitionLogFailedResponse.partition:type_name -> tabula.v1.Partition
+	124, // 77: tabula.v1.ForgetServerResponse.lost:type_name -> tabula.v1.LostPartition
+	124, // 78: tabula.v1.ListDataLossResponse.lost:type_name -> tabula.v1.LostPartition
+	69,  // 79: tabula.v1.Master.CreateTable:input_type -> tabula.v1.CreateTableRequest
+	71,  // 80: tabula.v1.Master.DropTable:input_type -> tabula.v1.DropTableRequest
+	73,  // 81: tabula.v1.Master.ListTables:input_type -> tabula.v1.ListTablesRequest
+	75,  // 82: tabula.v1.Master.DescribeTable:input_type -> tabula.v1.DescribeTableRequest
+	77,  // 83: tabula.v1.Master.GetPartitionMap:input_type -> tabula.v1.GetPartitionMapRequest
+	79,  // 84: tabula.v1.Master.WatchPartitionMap:input_type -> tabula.v1.WatchPartitionMapRequest
+	81,  // 85: tabula.v1.Master.RegisterServer:input_type -> tabula.v1.RegisterServerRequest
+	83,  // 86: tabula.v1.Master.Heartbeat:input_type -> tabula.v1.HeartbeatRequest
+	120, // 87: tabula.v1.Master.PartitionLogFailed:input_type -> tabula.v1.PartitionLogFailedRequest
+	93,  // 88: tabula.v1.Master.ListServers:input_type -> tabula.v1.ListServersRequest
+	85,  // 89: tabula.v1.Master.BulkPublish:input_type -> tabula.v1.BulkPublishRequest
+	87,  // 90: tabula.v1.Master.BulkStored:input_type -> tabula.v1.BulkStoredRequest
+	89,  // 91: tabula.v1.Master.BulkStatus:input_type -> tabula.v1.BulkStatusRequest
+	91,  // 92: tabula.v1.Master.BulkRollback:input_type -> tabula.v1.BulkRollbackRequest
+	67,  // 93: tabula.v1.Master.Stream:input_type -> tabula.v1.StreamRequest
+	15,  // 94: tabula.v1.Master.CoprocDeploy:input_type -> tabula.v1.CoprocDeployRequest
+	17,  // 95: tabula.v1.Master.CoprocList:input_type -> tabula.v1.CoprocListRequest
+	19,  // 96: tabula.v1.Master.CoprocRollback:input_type -> tabula.v1.CoprocRollbackRequest
+	21,  // 97: tabula.v1.Master.CoprocFetch:input_type -> tabula.v1.CoprocFetchRequest
+	122, // 98: tabula.v1.Master.ForgetServer:input_type -> tabula.v1.ForgetServerRequest
+	125, // 99: tabula.v1.Master.ListDataLoss:input_type -> tabula.v1.ListDataLossRequest
+	59,  // 100: tabula.v1.Master.MasterMembers:input_type -> tabula.v1.MasterMembersRequest
+	61,  // 101: tabula.v1.Master.AddMaster:input_type -> tabula.v1.AddMasterRequest
+	63,  // 102: tabula.v1.Master.RemoveMaster:input_type -> tabula.v1.RemoveMasterRequest
+	65,  // 103: tabula.v1.Master.TransferLeader:input_type -> tabula.v1.TransferLeaderRequest
+	54,  // 104: tabula.v1.Master.MovePartition:input_type -> tabula.v1.MovePartitionRequest
+	56,  // 105: tabula.v1.Master.DrainServer:input_type -> tabula.v1.DrainServerRequest
+	42,  // 106: tabula.v1.Master.CreateTenant:input_type -> tabula.v1.CreateTenantRequest
+	44,  // 107: tabula.v1.Master.ListTenants:input_type -> tabula.v1.ListTenantsRequest
+	46,  // 108: tabula.v1.Master.DescribeTenant:input_type -> tabula.v1.DescribeTenantRequest
+	48,  // 109: tabula.v1.Master.DeleteTenant:input_type -> tabula.v1.DeleteTenantRequest
+	50,  // 110: tabula.v1.Master.RotateTenantKey:input_type -> tabula.v1.RotateTenantKeyRequest
+	52,  // 111: tabula.v1.Master.TenantKeys:input_type -> tabula.v1.TenantKeysRequest
+	38,  // 112: tabula.v1.Master.SetTenantQuota:input_type -> tabula.v1.SetTenantQuotaRequest
+	96,  // 113: tabula.v1.TableServer.Get:input_type -> tabula.v1.GetRequest
+	98,  // 114: tabula.v1.TableServer.BatchGet:input_type -> tabula.v1.BatchGetRequest
+	100, // 115: tabula.v1.TableServer.MultiGet:input_type -> tabula.v1.MultiGetRequest
+	103, // 116: tabula.v1.TableServer.Put:input_type -> tabula.v1.PutRequest
+	105, // 117: tabula.v1.TableServer.Delete:input_type -> tabula.v1.DeleteRequest
+	107, // 118: tabula.v1.TableServer.CompareAndSwap:input_type -> tabula.v1.CompareAndSwapRequest
+	110, // 119: tabula.v1.TableServer.BatchWrite:input_type -> tabula.v1.BatchWriteRequest
+	112, // 120: tabula.v1.TableServer.Scan:input_type -> tabula.v1.ScanRequest
+	115, // 121: tabula.v1.TableServer.CopyReplica:input_type -> tabula.v1.CopyReplicaRequest
+	117, // 122: tabula.v1.TableServer.BulkUpload:input_type -> tabula.v1.BulkUploadRequest
+	118, // 123: tabula.v1.TableServer.BulkUploadStatus:input_type -> tabula.v1.BulkUploadStatusRequest
+	24,  // 124: tabula.v1.TableServer.Invoke:input_type -> tabula.v1.InvokeRequest
+	26,  // 125: tabula.v1.TableServer.CoprocMerge:input_type -> tabula.v1.CoprocMergeRequest
+	70,  // 126: tabula.v1.Master.CreateTable:output_type -> tabula.v1.CreateTableResponse
+	72,  // 127: tabula.v1.Master.DropTable:output_type -> tabula.v1.DropTableResponse
+	74,  // 128: tabula.v1.Master.ListTables:output_type -> tabula.v1.ListTablesResponse
+	76,  // 129: tabula.v1.Master.DescribeTable:output_type -> tabula.v1.DescribeTableResponse
+	78,  // 130: tabula.v1.Master.GetPartitionMap:output_type -> tabula.v1.GetPartitionMapResponse
+	80,  // 131: tabula.v1.Master.WatchPartitionMap:output_type -> tabula.v1.WatchPartitionMapResponse
+	82,  // 132: tabula.v1.Master.RegisterServer:output_type -> tabula.v1.RegisterServerResponse
+	84,  // 133: tabula.v1.Master.Heartbeat:output_type -> tabula.v1.HeartbeatResponse
+	121, // 134: tabula.v1.Master.PartitionLogFailed:output_type -> tabula.v1.PartitionLogFailedResponse
+	94,  // 135: tabula.v1.Master.ListServers:output_type -> tabula.v1.ListServersResponse
+	86,  // 136: tabula.v1.Master.BulkPublish:output_type -> tabula.v1.BulkPublishResponse
+	88,  // 137: tabula.v1.Master.BulkStored:output_type -> tabula.v1.BulkStoredResponse
+	90,  // 138: tabula.v1.Master.BulkStatus:output_type -> tabula.v1.BulkStatusResponse
+	92,  // 139: tabula.v1.Master.BulkRollback:output_type -> tabula.v1.BulkRollbackResponse
+	68,  // 140: tabula.v1.Master.Stream:output_type -> tabula.v1.StreamResponse
+	16,  // 141: tabula.v1.Master.CoprocDeploy:output_type -> tabula.v1.CoprocDeployResponse
+	18,  // 142: tabula.v1.Master.CoprocList:output_type -> tabula.v1.CoprocListResponse
+	20,  // 143: tabula.v1.Master.CoprocRollback:output_type -> tabula.v1.CoprocRollbackResponse
+	22,  // 144: tabula.v1.Master.CoprocFetch:output_type -> tabula.v1.CoprocFetchResponse
+	123, // 145: tabula.v1.Master.ForgetServer:output_type -> tabula.v1.ForgetServerResponse
+	126, // 146: tabula.v1.Master.ListDataLoss:output_type -> tabula.v1.ListDataLossResponse
+	60,  // 147: tabula.v1.Master.MasterMembers:output_type -> tabula.v1.MasterMembersResponse
+	62,  // 148: tabula.v1.Master.AddMaster:output_type -> tabula.v1.AddMasterResponse
+	64,  // 149: tabula.v1.Master.RemoveMaster:output_type -> tabula.v1.RemoveMasterResponse
+	66,  // 150: tabula.v1.Master.TransferLeader:output_type -> tabula.v1.TransferLeaderResponse
+	55,  // 151: tabula.v1.Master.MovePartition:output_type -> tabula.v1.MovePartitionResponse
+	57,  // 152: tabula.v1.Master.DrainServer:output_type -> tabula.v1.DrainServerResponse
+	43,  // 153: tabula.v1.Master.CreateTenant:output_type -> tabula.v1.CreateTenantResponse
+	45,  // 154: tabula.v1.Master.ListTenants:output_type -> tabula.v1.ListTenantsResponse
+	47,  // 155: tabula.v1.Master.DescribeTenant:output_type -> tabula.v1.DescribeTenantResponse
+	49,  // 156: tabula.v1.Master.DeleteTenant:output_type -> tabula.v1.DeleteTenantResponse
+	51,  // 157: tabula.v1.Master.RotateTenantKey:output_type -> tabula.v1.RotateTenantKeyResponse
+	53,  // 158: tabula.v1.Master.TenantKeys:output_type -> tabula.v1.TenantKeysResponse
+	39,  // 159: tabula.v1.Master.SetTenantQuota:output_type -> tabula.v1.SetTenantQuotaResponse
+	97,  // 160: tabula.v1.TableServer.Get:output_type -> tabula.v1.GetResponse
+	99,  // 161: tabula.v1.TableServer.BatchGet:output_type -> tabula.v1.BatchGetResponse
+	101, // 162: tabula.v1.TableServer.MultiGet:output_type -> tabula.v1.MultiGetResponse
+	104, // 163: tabula.v1.TableServer.Put:output_type -> tabula.v1.PutResponse
+	106, // 164: tabula.v1.TableServer.Delete:output_type -> tabula.v1.DeleteResponse
+	108, // 165: tabula.v1.TableServer.CompareAndSwap:output_type -> tabula.v1.CompareAndSwapResponse
+	111, // 166: tabula.v1.TableServer.BatchWrite:output_type -> tabula.v1.BatchWriteResponse
+	114, // 167: tabula.v1.TableServer.Scan:output_type -> tabula.v1.ScanResponse
+	116, // 168: tabula.v1.TableServer.CopyReplica:output_type -> tabula.v1.CopyReplicaChunk
+	119, // 169: tabula.v1.TableServer.BulkUpload:output_type -> tabula.v1.BulkUploadResponse
+	119, // 170: tabula.v1.TableServer.BulkUploadStatus:output_type -> tabula.v1.BulkUploadResponse
+	25,  // 171: tabula.v1.TableServer.Invoke:output_type -> tabula.v1.InvokeResponse
+	27,  // 172: tabula.v1.TableServer.CoprocMerge:output_type -> tabula.v1.CoprocMergeResponse
+	126, // [126:173] is the sub-list for method output_type
+	79,  // [79:126] is the sub-list for method input_type
+	79,  // [79:79] is the sub-list for extension type_name
+	79,  // [79:79] is the sub-list for extension extendee
+	0,   // [0:79] is the sub-list for field type_name
 }
 
 func init() { file_tabula_proto_init() }
@@ -8662,7 +9312,7 @@ func file_tabula_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tabula_proto_rawDesc), len(file_tabula_proto_rawDesc)),
 			NumEnums:      7,
-			NumMessages:   114,
+			NumMessages:   120,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -60,6 +60,7 @@ const (
 	Master_DeleteTenant_FullMethodName       = "/tabula.v1.Master/DeleteTenant"
 	Master_RotateTenantKey_FullMethodName    = "/tabula.v1.Master/RotateTenantKey"
 	Master_TenantKeys_FullMethodName         = "/tabula.v1.Master/TenantKeys"
+	Master_SetTenantQuota_FullMethodName     = "/tabula.v1.Master/SetTenantQuota"
 )
 
 // MasterClient is the client API for Master service.
@@ -146,6 +147,8 @@ type MasterClient interface {
 	// TenantKeys returns every tenant's keys, for table servers to check
 	// signatures; HeartbeatResponse.tenants_version says when to ask again.
 	TenantKeys(ctx context.Context, in *TenantKeysRequest, opts ...grpc.CallOption) (*TenantKeysResponse, error)
+	// SetTenantQuota replaces a tenant's quotas (cluster credential only).
+	SetTenantQuota(ctx context.Context, in *SetTenantQuotaRequest, opts ...grpc.CallOption) (*SetTenantQuotaResponse, error)
 }
 
 type masterClient struct {
@@ -495,6 +498,16 @@ func (c *masterClient) TenantKeys(ctx context.Context, in *TenantKeysRequest, op
 	return out, nil
 }
 
+func (c *masterClient) SetTenantQuota(ctx context.Context, in *SetTenantQuotaRequest, opts ...grpc.CallOption) (*SetTenantQuotaResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SetTenantQuotaResponse)
+	err := c.cc.Invoke(ctx, Master_SetTenantQuota_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // MasterServer is the server API for Master service.
 // All implementations must embed UnimplementedMasterServer
 // for forward compatibility.
@@ -579,6 +592,8 @@ type MasterServer interface {
 	// TenantKeys returns every tenant's keys, for table servers to check
 	// signatures; HeartbeatResponse.tenants_version says when to ask again.
 	TenantKeys(context.Context, *TenantKeysRequest) (*TenantKeysResponse, error)
+	// SetTenantQuota replaces a tenant's quotas (cluster credential only).
+	SetTenantQuota(context.Context, *SetTenantQuotaRequest) (*SetTenantQuotaResponse, error)
 	mustEmbedUnimplementedMasterServer()
 }
 
@@ -687,6 +702,9 @@ func (UnimplementedMasterServer) RotateTenantKey(context.Context, *RotateTenantK
 }
 func (UnimplementedMasterServer) TenantKeys(context.Context, *TenantKeysRequest) (*TenantKeysResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method TenantKeys not implemented")
+}
+func (UnimplementedMasterServer) SetTenantQuota(context.Context, *SetTenantQuotaRequest) (*SetTenantQuotaResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SetTenantQuota not implemented")
 }
 func (UnimplementedMasterServer) mustEmbedUnimplementedMasterServer() {}
 func (UnimplementedMasterServer) testEmbeddedByValue()                {}
@@ -1296,6 +1314,24 @@ func _Master_TenantKeys_Handler(srv interface{}, ctx context.Context, dec func(i
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Master_SetTenantQuota_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetTenantQuotaRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MasterServer).SetTenantQuota(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Master_SetTenantQuota_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MasterServer).SetTenantQuota(ctx, req.(*SetTenantQuotaRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Master_ServiceDesc is the grpc.ServiceDesc for Master service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1430,6 +1466,10 @@ var Master_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "TenantKeys",
 			Handler:    _Master_TenantKeys_Handler,
+		},
+		{
+			MethodName: "SetTenantQuota",
+			Handler:    _Master_SetTenantQuota_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -33,6 +33,7 @@ type Master struct {
 
 	opts   Options
 	adm    *admission // admission control (admission.go)
+	quotas *quotaTracker
 	logger *slog.Logger
 	// streamConns dial extent nodes for the stream driver, signed with
 	// the cluster credential.
@@ -127,6 +128,10 @@ type liveness struct {
 	// statuses is the latest report, replaced wholesale (never modified),
 	// with ServerId set.
 	statuses []*api.ReplicaStatus
+	// written is each tenant's written counters (TenantLoad's written
+	// and memory written bytes) at the report statuses came from: the
+	// base of the size allowances computed from them (quotas.go).
+	written map[string][2]uint64
 }
 
 // Open loads the master's state from opts.DataDir (creating it), creates
@@ -148,6 +153,7 @@ func Open(opts Options) (*Master, error) {
 		lock:     lock,
 		opts:     opts,
 		adm:      newAdmission(opts),
+		quotas:   newQuotaTracker(),
 		logger:   opts.Logger,
 		live:     map[string]*liveness{},
 		closing:  make(chan struct{}),

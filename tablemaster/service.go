@@ -219,10 +219,16 @@ func (m *Master) Heartbeat(_ context.Context, req *api.HeartbeatRequest) (*api.H
 		resp.Reregister = true
 		return resp, nil
 	}
+	written := l.written
 	if req.ReplicasOmitted {
 		statuses = l.statuses // as last reported
+	} else {
+		written = make(map[string][2]uint64, len(req.TenantLoad))
+		for _, tl := range req.TenantLoad {
+			written[tl.GetTenant()] = [2]uint64{tl.GetWrittenBytes(), tl.GetMemoryWrittenBytes()}
+		}
 	}
-	m.live[req.ServerId] = &liveness{lastHeard: m.opts.Now(), statuses: statuses}
+	m.live[req.ServerId] = &liveness{lastHeard: m.opts.Now(), statuses: statuses, written: written}
 	m.liveMu.Unlock()
 	if m.raft != nil && !m.raft.leaseGranted.Swap(true) {
 		m.logger.Info("tablemaster: leases granted again: first heartbeat answered as leader", "server", req.ServerId)
@@ -231,6 +237,8 @@ func (m *Master) Heartbeat(_ context.Context, req *api.HeartbeatRequest) (*api.H
 		m.bulkReports(req.ServerId, statuses)
 	}
 	m.coprocReports(req.ServerId, req.CoprocReady)
+	m.quotas.report(req.ServerId, m.opts.Now(), req.TenantLoad)
+	resp.TenantShares = m.quotaShares(st, req.ServerId)
 	if req.Draining && !srv.Draining {
 		res, next, err := m.propose(Command{Op: OpServerDown, UnixMs: m.opts.Now().UnixMilli(), ServerID: req.ServerId, Draining: true, Keep: m.opts.ReplaceAfter > 0}, nil, nil)
 		if err != nil {

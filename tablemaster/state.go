@@ -25,6 +25,8 @@ const (
 	// OpRotateTenantKey replaces key KeyIndex (1 or 2) of Command.Tenant
 	// with Keys[0].
 	OpRotateTenantKey Op = "rotate_tenant_key"
+	// OpSetTenantQuota replaces Command.Tenant's quotas with Quota.
+	OpSetTenantQuota Op = "set_tenant_quota"
 	// OpCreateTable creates Command.Tenant/Table with Kind and Options and
 	// places its partitions on available servers (unplaced if none).
 	OpCreateTable Op = "create_table"
@@ -137,6 +139,8 @@ type Command struct {
 	// OpRotateTenantKey replaces.
 	Keys     [][]byte `json:"keys,omitempty"`
 	KeyIndex int      `json:"key_index,omitempty"`
+	// Quota: OpCreateTenant's and OpSetTenantQuota's (nil: no limits).
+	Quota *TenantQuota `json:"quota,omitempty"`
 	// RequestID is the client's id of the call that made the command
 	// (requests.go): a command whose id was applied before changes
 	// nothing.
@@ -222,7 +226,33 @@ type Tenant struct {
 	// (RotateTenantKey gives it some). A Tenant is never modified once
 	// published: a rotation replaces it.
 	Keys [][]byte `json:"keys,omitempty"`
+	// Quota is what the tenant may use (zero fields: no limit).
+	Quota TenantQuota `json:"quota,omitzero"`
 }
+
+// TenantQuota is a tenant's limits (api.TenantQuota); 0 is no limit.
+type TenantQuota struct {
+	StoredBytes       uint64 `json:"stored_bytes,omitempty"`
+	MemoryBytes       uint64 `json:"memory_bytes,omitempty"`
+	ReadOpsPerSec     uint64 `json:"read_ops_per_sec,omitempty"`
+	WriteOpsPerSec    uint64 `json:"write_ops_per_sec,omitempty"`
+	CoprocCPUMsPerSec uint64 `json:"coproc_cpu_ms_per_sec,omitempty"`
+}
+
+// TenantQuotaOf converts q (nil: no limits).
+func TenantQuotaOf(q *api.TenantQuota) TenantQuota {
+	return TenantQuota{StoredBytes: q.GetStoredBytes(), MemoryBytes: q.GetMemoryBytes(),
+		ReadOpsPerSec: q.GetReadOpsPerSec(), WriteOpsPerSec: q.GetWriteOpsPerSec(), CoprocCPUMsPerSec: q.GetCoprocCpuMsPerSec()}
+}
+
+// Proto converts q.
+func (q TenantQuota) Proto() *api.TenantQuota {
+	return &api.TenantQuota{StoredBytes: q.StoredBytes, MemoryBytes: q.MemoryBytes,
+		ReadOpsPerSec: q.ReadOpsPerSec, WriteOpsPerSec: q.WriteOpsPerSec, CoprocCpuMsPerSec: q.CoprocCPUMsPerSec}
+}
+
+// Limited reports whether q limits anything.
+func (q TenantQuota) Limited() bool { return q != TenantQuota{} }
 
 // Table is a table and its partitions.
 type Table struct {
@@ -487,6 +517,8 @@ func (s *State) apply(cmd *Command, chk bool) (Result, error) {
 		res, err = s.deleteTenant(*cmd, chk)
 	case OpRotateTenantKey:
 		res, err = s.rotateTenantKey(*cmd, chk)
+	case OpSetTenantQuota:
+		res, err = s.setTenantQuota(*cmd)
 	case OpCreateTable:
 		res, err = s.createTable(cmd, chk)
 	case OpDropTable:
@@ -561,7 +593,11 @@ func (s *State) createTenant(cmd Command, chk bool) (Result, error) {
 			return Result{}, err
 		}
 	}
-	s.tenantsW()[cmd.Tenant] = &Tenant{Name: cmd.Tenant, CreatedUnixMs: cmd.UnixMs, Keys: cmd.Keys}
+	t := &Tenant{Name: cmd.Tenant, CreatedUnixMs: cmd.UnixMs, Keys: cmd.Keys}
+	if cmd.Quota != nil {
+		t.Quota = *cmd.Quota
+	}
+	s.tenantsW()[cmd.Tenant] = t
 	s.TenantsVersion++
 	return Result{Changed: true}, nil
 }
@@ -613,6 +649,25 @@ func (s *State) rotateTenantKey(cmd Command, chk bool) (Result, error) {
 	n.Keys[cmd.KeyIndex-1] = cmd.Keys[0]
 	s.tenantsW()[cmd.Tenant] = &n
 	s.TenantsVersion++
+	return Result{Changed: true}, nil
+}
+
+// setTenantQuota replaces a tenant's quotas. Quotas are not keys: the
+// tenants' version (which makes servers fetch keys) stays.
+func (s *State) setTenantQuota(cmd Command) (Result, error) {
+	t, ok := s.Tenants[cmd.Tenant]
+	if !ok {
+		return Result{}, errTenantNotFound(cmd.Tenant)
+	}
+	n := *t
+	n.Quota = TenantQuota{}
+	if cmd.Quota != nil {
+		n.Quota = *cmd.Quota
+	}
+	if n.Quota == t.Quota {
+		return Result{}, nil
+	}
+	s.tenantsW()[cmd.Tenant] = &n
 	return Result{Changed: true}, nil
 }
 

@@ -55,9 +55,11 @@ func (k masterKeyring) Key(principal string, id int) []byte {
 
 func (masterKeyring) Refresh(context.Context, string) bool { return false }
 
-// tenantInfo renders t; keys only for the cluster principal.
-func tenantInfo(st *State, t *Tenant, withKeys bool) *api.TenantInfo {
-	ti := &api.TenantInfo{Name: t.Name, CreatedUnixMs: t.CreatedUnixMs, Tables: uint32(len(st.TablesOf(t.Name)))}
+// tenantInfo renders t with its quota and usage; keys only for the
+// cluster principal.
+func (m *Master) tenantInfo(st *State, t *Tenant, withKeys bool) *api.TenantInfo {
+	ti := &api.TenantInfo{Name: t.Name, CreatedUnixMs: t.CreatedUnixMs, Tables: uint32(len(st.TablesOf(t.Name))),
+		Quota: t.Quota.Proto(), Usage: m.tenantUsageOf(st, t.Name)}
 	if withKeys {
 		ti.Keys = t.Keys
 	}
@@ -80,7 +82,7 @@ func (m *Master) CreateTenant(ctx context.Context, req *api.CreateTenantRequest)
 		return nil, err
 	}
 	_, st, err := m.propose(Command{Op: OpCreateTenant, Tenant: req.Tenant, UnixMs: m.opts.Now().UnixMilli(),
-		Keys: [][]byte{auth.NewKey(), auth.NewKey()}, RequestID: requestIDOf(ctx)}, nil, nil)
+		Keys: [][]byte{auth.NewKey(), auth.NewKey()}, Quota: quotaOrNil(req.Quota), RequestID: requestIDOf(ctx)}, nil, nil)
 	if err != nil {
 		return nil, rpcError("create tenant", err)
 	}
@@ -89,7 +91,7 @@ func (m *Master) CreateTenant(ctx context.Context, req *api.CreateTenantRequest)
 		return nil, errTenantNotFound(req.Tenant) // created and deleted again meanwhile
 	}
 	m.logger.Info("tablemaster: tenant created", "tenant", req.Tenant)
-	return &api.CreateTenantResponse{Tenant: tenantInfo(st, t, true)}, nil
+	return &api.CreateTenantResponse{Tenant: m.tenantInfo(st, t, true)}, nil
 }
 
 // ListTenants implements api.MasterServer.
@@ -102,7 +104,7 @@ func (m *Master) ListTenants(ctx context.Context, req *api.ListTenantsRequest) (
 	slices.Sort(names)
 	resp := &api.ListTenantsResponse{}
 	for _, n := range names {
-		resp.Tenants = append(resp.Tenants, tenantInfo(st, st.Tenants[n], false))
+		resp.Tenants = append(resp.Tenants, m.tenantInfo(st, st.Tenants[n], false))
 	}
 	return resp, nil
 }
@@ -121,7 +123,7 @@ func (m *Master) DescribeTenant(ctx context.Context, req *api.DescribeTenantRequ
 	if t == nil {
 		return nil, errTenantNotFound(req.Tenant)
 	}
-	resp := &api.DescribeTenantResponse{Tenant: tenantInfo(st, t, isCluster(ctx))}
+	resp := &api.DescribeTenantResponse{Tenant: m.tenantInfo(st, t, isCluster(ctx))}
 	tables := st.TablesOf(req.Tenant)
 	slices.SortFunc(tables, func(a, b *Table) int { return strings.Compare(a.Name, b.Name) })
 	for _, tb := range tables {
@@ -163,7 +165,7 @@ func (m *Master) RotateTenantKey(ctx context.Context, req *api.RotateTenantKeyRe
 		return nil, errTenantNotFound(req.Tenant)
 	}
 	m.logger.Info("tablemaster: tenant key rotated", "tenant", req.Tenant, "key", req.Key)
-	return &api.RotateTenantKeyResponse{Tenant: tenantInfo(st, t, true)}, nil
+	return &api.RotateTenantKeyResponse{Tenant: m.tenantInfo(st, t, true)}, nil
 }
 
 // TenantKeys implements api.MasterServer (cluster credential only).
@@ -174,4 +176,13 @@ func (m *Master) TenantKeys(context.Context, *api.TenantKeysRequest) (*api.Tenan
 		resp.Tenants = append(resp.Tenants, &api.TenantInfo{Name: t.Name, Keys: t.Keys})
 	}
 	return resp, nil
+}
+
+// quotaOrNil converts a request's quota (nil: none).
+func quotaOrNil(q *api.TenantQuota) *TenantQuota {
+	if q == nil {
+		return nil
+	}
+	c := TenantQuotaOf(q)
+	return &c
 }
