@@ -23,6 +23,7 @@ type replayCache struct {
 	size     int
 	buckets  map[int64]map[uint64]struct{} // by timestamp minute
 	floorMs  int64                         // timestamps below are refused
+	swept    int64                         // the oldest minute at the last sweep
 }
 
 func newReplayCache(capacity int) *replayCache {
@@ -40,10 +41,13 @@ func (c *replayCache) add(sig []byte, tsMs, nowMs int64) error {
 	// Forget buckets wholly out of the window: their timestamps are
 	// refused by the clock check anyway.
 	oldest := (nowMs - int64(MaxClockSkew/time.Millisecond)) / minuteMs
-	for m, b := range c.buckets {
-		if m < oldest-1 {
-			c.size -= len(b)
-			delete(c.buckets, m)
+	if oldest != c.swept { // once a minute, not per request
+		c.swept = oldest
+		for m, b := range c.buckets {
+			if m < oldest-1 {
+				c.size -= len(b)
+				delete(c.buckets, m)
+			}
 		}
 	}
 	if tsMs < c.floorMs {

@@ -1,6 +1,7 @@
 package auth
 
 import (
+	"bytes"
 	"context"
 	"crypto/hmac"
 	"crypto/rand"
@@ -9,7 +10,9 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash"
 	"strconv"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc"
@@ -57,26 +60,58 @@ func (c Credential) IsCluster() bool { return c.Principal == ClusterPrincipal }
 // Digest returns the hex SHA-256 of msg's deterministic encoding, or of
 // nothing for a nil msg (streaming RPCs).
 func Digest(msg any) (string, error) {
-	h := sha256.New()
+	var d [sha256.Size]byte
 	if m, ok := msg.(proto.Message); ok && m != nil {
-		b, err := proto.MarshalOptions{Deterministic: true}.Marshal(m)
+		bp := encodeBufs.Get().(*[]byte)
+		b, err := proto.MarshalOptions{Deterministic: true}.MarshalAppend((*bp)[:0], m)
 		if err != nil {
 			return "", fmt.Errorf("auth: encode request to sign: %w", err)
 		}
-		h.Write(b)
+		d = sha256.Sum256(b)
+		if cap(b) <= 64<<10 { // keep small buffers only
+			*bp = b
+			encodeBufs.Put(bp)
+		}
+	} else {
+		d = sha256.Sum256(nil)
 	}
-	return hex.EncodeToString(h.Sum(nil)), nil
+	return hex.EncodeToString(d[:]), nil
 }
 
-// stringToSign is what the HMAC covers.
+// encodeBufs are buffers for Digest's encodings.
+var encodeBufs = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }}
+
+// stringToSign is what the HMAC covers: scheme, method, principal, key
+// number, timestamp, nonce and digest, one per line.
 func stringToSign(method, principal string, keyID int, tsMs int64, nonce, digest string) []byte {
-	return fmt.Appendf(nil, "%s\n%s\n%s\n%d\n%d\n%s\n%s", scheme, method, principal, keyID, tsMs, nonce, digest)
+	b := make([]byte, 0, len(scheme)+len(method)+len(principal)+len(nonce)+len(digest)+32)
+	b = append(b, scheme...)
+	b = append(append(b, '\n'), method...)
+	b = append(append(b, '\n'), principal...)
+	b = strconv.AppendInt(append(b, '\n'), int64(keyID), 10)
+	b = strconv.AppendInt(append(b, '\n'), tsMs, 10)
+	b = append(append(b, '\n'), nonce...)
+	b = append(append(b, '\n'), digest...)
+	return b
 }
+
+// macs pools keyed HMAC states per key: hmac.New hashes the key into its
+// pads, and Reset returns to that keyed state, so a pooled one skips it.
+var macs sync.Map // string(key) → *sync.Pool of hash.Hash
 
 func mac(key, msg []byte) []byte {
-	h := hmac.New(sha256.New, key)
+	pv, ok := macs.Load(string(key))
+	if !ok {
+		k := bytes.Clone(key)
+		pv, _ = macs.LoadOrStore(string(k), &sync.Pool{New: func() any { return hmac.New(sha256.New, k) }})
+	}
+	pool := pv.(*sync.Pool)
+	h := pool.Get().(hash.Hash)
+	h.Reset()
 	h.Write(msg)
-	return h.Sum(nil)
+	sum := h.Sum(make([]byte, 0, sha256.Size))
+	pool.Put(h)
+	return sum
 }
 
 // Sign returns the metadata pairs that sign a call of method with request
@@ -109,12 +144,14 @@ func (c Credential) signed(ctx context.Context, method string, msg any) (context
 	if err != nil {
 		return nil, err
 	}
-	md, _ := metadata.FromOutgoingContext(ctx)
-	md = md.Copy()
-	for i := 0; i < len(kv); i += 2 {
-		md.Set(kv[i], kv[i+1])
+	if md, ok := metadata.FromOutgoingContext(ctx); ok && len(md[MDSignature]) > 0 {
+		md = md.Copy()
+		for i := 0; i < len(kv); i += 2 {
+			md.Set(kv[i], kv[i+1])
+		}
+		return metadata.NewOutgoingContext(ctx, md), nil
 	}
-	return metadata.NewOutgoingContext(ctx, md), nil
+	return metadata.AppendToOutgoingContext(ctx, kv...), nil
 }
 
 // UnaryClientInterceptor signs every unary call with c.

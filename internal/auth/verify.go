@@ -107,9 +107,8 @@ func (v *Verifier) authenticate(ctx context.Context, method string, msg any) (Pr
 	if access == Deny {
 		return Principal{}, denied("method_unknown", "method %s is not served", method)
 	}
-	md, _ := metadata.FromIncomingContext(ctx)
 	get := func(k string) string {
-		if vs := md.Get(k); len(vs) == 1 {
+		if vs := metadata.ValueFromIncomingContext(ctx, k); len(vs) == 1 {
 			return vs[0]
 		}
 		return ""
