@@ -19,6 +19,9 @@ func (m *Master) BulkPublish(_ context.Context, req *api.BulkPublishRequest) (*a
 			return nil, errInvalid("files", "files_out_of_order", 0, "files[%d] is for partition %d; files must be in partition order", i, f.GetPartition())
 		}
 	}
+	if err := m.bulkWithinQuota(req); err != nil {
+		return nil, err
+	}
 	res, st, err := m.propose(Command{
 		Op: OpBulkPublish, UnixMs: m.opts.Now().UnixMilli(), Tenant: req.Tenant, Table: req.Table,
 		Version: req.Version, BaseVersion: req.BaseVersion, Files: BulkFilesFromProto(req.Files),

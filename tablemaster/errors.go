@@ -18,6 +18,7 @@ var (
 	ErrTableNotFound   = errors.New("tablemaster: table not found")
 	ErrServerNotFound  = errors.New("tablemaster: server not found")
 	ErrTenantExists    = errors.New("tablemaster: tenant already exists")
+	ErrQuotaExceeded   = errors.New("tablemaster: over a tenant quota")
 	ErrTableExists     = errors.New("tablemaster: table already exists")
 	// ErrServerInUse: a registration names the id of a live server with
 	// another process identity (see OpRegisterServer).

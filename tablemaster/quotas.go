@@ -267,6 +267,35 @@ func (m *Master) tenantUsageOf(st *State, name string) *api.TenantUsage {
 	return out
 }
 
+// bulkWithinQuota refuses a bulk version that would take its tenant past
+// its stored-bytes quota (the files' sizes on top of the usage last
+// reported), or whose tenant is already at its memory quota (a version's
+// index size is known only once servers load it).
+func (m *Master) bulkWithinQuota(req *api.BulkPublishRequest) error {
+	st := m.State()
+	t := st.Tenants[req.Tenant]
+	if t == nil || (t.Quota.StoredBytes == 0 && t.Quota.MemoryBytes == 0) {
+		return nil
+	}
+	u := m.tenantUsageOf(st, req.Tenant)
+	if u == nil {
+		u = &api.TenantUsage{}
+	}
+	var size uint64
+	for _, f := range req.Files {
+		size += f.GetSize()
+	}
+	if q := t.Quota.StoredBytes; q > 0 && u.StoredBytes+size > q {
+		return errCode(ErrQuotaExceeded, api.ErrorCode_ERROR_CODE_QUOTA_EXCEEDED, "stored_bytes_quota",
+			"tenant %s stores %d bytes and this version adds %d: over its quota of %d stored bytes", req.Tenant, u.StoredBytes, size, q)
+	}
+	if q := t.Quota.MemoryBytes; q > 0 && u.MemoryBytes >= q {
+		return errCode(ErrQuotaExceeded, api.ErrorCode_ERROR_CODE_QUOTA_EXCEEDED, "memory_bytes_quota",
+			"tenant %s holds %d bytes in memory: at its quota of %d", req.Tenant, u.MemoryBytes, q)
+	}
+	return nil
+}
+
 // SetTenantQuota implements api.MasterServer (cluster credential only).
 func (m *Master) SetTenantQuota(ctx context.Context, req *api.SetTenantQuotaRequest) (*api.SetTenantQuotaResponse, error) {
 	if req == nil {

@@ -194,6 +194,9 @@ func (s *service) Invoke(ctx context.Context, req *api.InvokeRequest) (*api.Invo
 	if err != nil {
 		return nil, err
 	}
+	if err := s.quota.coproc(r.table.GetTenant(), time.Now()); err != nil {
+		return nil, err
+	}
 	cr := coproc.CallRequest{
 		Partition: r.cpart, Input: req.GetInput(), Keys: req.GetKeys(),
 		Range:     coproc.KeyRange{Start: nonEmpty(req.GetRangeStart()), End: nonEmpty(req.GetRangeEnd())},

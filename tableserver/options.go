@@ -56,6 +56,12 @@ type Options struct {
 	// CoprocMaxDeadline caps a coprocessor call's deadline: a longer
 	// timeout asked for is cut to it. Default DefaultCoprocMaxDeadline.
 	CoprocMaxDeadline time.Duration
+	// PartitionOpsPerSec bounds the keys read and written per second in
+	// any one partition hosted here, every tenant alike, so one hot
+	// partition cannot take the whole server; over it a request gets
+	// SERVER_BUSY (reason partition_busy). Default
+	// DefaultPartitionOpsPerSec; negative: unlimited.
+	PartitionOpsPerSec float64
 	// BusyRetryAfter is the retry_after a SERVER_BUSY answer carries.
 	// Default 10ms.
 	BusyRetryAfter time.Duration
@@ -170,6 +176,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.BusyRetryAfter == 0 {
 		o.BusyRetryAfter = 10 * time.Millisecond
+	}
+	if o.PartitionOpsPerSec == 0 {
+		o.PartitionOpsPerSec = DefaultPartitionOpsPerSec
 	}
 	if o.DrainTimeout == 0 {
 		o.DrainTimeout = 5 * time.Second

@@ -75,6 +75,7 @@ type Server struct {
 	cacheBudget *engines.CacheBudget
 	// limits are the request size limits and byte budget (limits.go).
 	limits *serverLimits
+	quota  *quotas // tenants' quotas and partitions' limits (quota.go)
 
 	masters []*grpc.ClientConn
 	// masterIdx is the master tried first; moves on UNAVAILABLE.
@@ -137,6 +138,7 @@ func Open(opts Options) (*Server, error) {
 		fetchKick:   make(chan struct{}, 1),
 		repair:      newRepairLimiter(opts.RepairBandwidth),
 		limits:      newServerLimits(opts),
+		quota:       newQuotas(opts.PartitionOpsPerSec, opts.BusyRetryAfter, time.Now()),
 	}
 	s.serverID.Store(&id)
 	s.hosting.Store(&hosting{replicas: map[uint64]*replica{}, failed: map[uint64]error{}, parts: map[uint64]*api.Partition{}, tables: map[string]*api.PartitionMap{}})
@@ -452,6 +454,11 @@ func (s *Server) beat(draining, full bool) (err error) {
 	full = full || s.beats%fullStatusEvery == 0 || h.version != s.reportedVersion || master != s.reportedMaster || !s.lastBeatOK || draining
 	s.beats++
 	s.beatMu.Unlock()
+	// Written counters before the statuses: bytes written in between are
+	// in both, which errs on the side of the quota.
+	now := time.Now()
+	s.quota.chargeCPU(s.cp.rt.TenantCPU(), now)
+	req.TenantLoad = s.quota.load(now)
 	if full {
 		req.Replicas = h.status(s.id())
 	} else {
@@ -482,6 +489,7 @@ func (s *Server) beat(draining, full bool) (err error) {
 		if s.keys != nil {
 			s.keys.noteVersion(resp.GetTenantsVersion())
 		}
+		s.quota.apply(resp.GetTenantShares(), time.Now())
 		return nil
 	})
 }

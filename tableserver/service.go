@@ -215,6 +215,9 @@ func (s *service) Get(ctx context.Context, req *api.GetRequest) (*api.GetRespons
 	if err := checkKey(r, h, "key", req.GetKey()); err != nil {
 		return nil, err
 	}
+	if err := s.quota.read(r.table.GetTenant(), r.part.GetId(), 1, time.Now()); err != nil {
+		return nil, err
+	}
 	if r.bulk != nil {
 		return s.bulkGet(r, req)
 	}
@@ -284,6 +287,9 @@ func (s *service) BatchGet(ctx context.Context, req *api.BatchGetRequest) (*api.
 		if err := checkKeyAt(r, h, i, k); err != nil {
 			return nil, err
 		}
+	}
+	if err := s.quota.read(r.table.GetTenant(), r.part.GetId(), len(keys), time.Now()); err != nil {
+		return nil, err
 	}
 	if r.bulk != nil {
 		return s.bulkBatchGet(r, req)
@@ -372,6 +378,9 @@ func (s *service) Put(ctx context.Context, req *api.PutRequest) (*api.PutRespons
 	if err != nil {
 		return nil, err
 	}
+	if err := s.chargeWrite(r, 1, uint64(len(req.GetKey())+len(req.GetValue()))); err != nil {
+		return nil, err
+	}
 	if r.log != nil {
 		return s.loggedPut(ctx, r, req)
 	}
@@ -395,6 +404,9 @@ func (s *service) Delete(ctx context.Context, req *api.DeleteRequest) (*api.Dele
 	}
 	w, err := r.writable()
 	if err != nil {
+		return nil, err
+	}
+	if err := s.chargeWrite(r, 1, 0); err != nil {
 		return nil, err
 	}
 	if r.log != nil {
@@ -428,6 +440,13 @@ func (s *service) CompareAndSwap(ctx context.Context, req *api.CompareAndSwapReq
 	}
 	w, err := r.writable()
 	if err != nil {
+		return nil, err
+	}
+	var casBytes uint64
+	if !req.GetDelete() {
+		casBytes = uint64(len(req.GetKey()) + len(req.GetValue()))
+	}
+	if err := s.chargeWrite(r, 1, casBytes); err != nil {
 		return nil, err
 	}
 	if r.log != nil {
@@ -490,6 +509,9 @@ func (s *service) BatchWrite(ctx context.Context, req *api.BatchWriteRequest) (*
 	if total > api.MaxBatchBytes {
 		return nil, api.InvalidArgument("mutations", "batch_too_large", api.MaxBatchBytes, "BatchWrite carries %d bytes; the limit is %d", total, api.MaxBatchBytes)
 	}
+	if err := s.chargeWrite(r, len(muts), total); err != nil {
+		return nil, err
+	}
 	if r.log != nil {
 		return s.loggedBatch(ctx, r, req, batch)
 	}
@@ -516,6 +538,11 @@ func (s *service) Scan(req *api.ScanRequest, stream grpc.ServerStreamingServer[a
 			return err // a scan cannot show what is missing
 		}
 	}
+	// A scan is admitted on one read; every row it returns is charged as
+	// it is sent.
+	if err := s.quota.read(r.table.GetTenant(), r.part.GetId(), 1, time.Now()); err != nil {
+		return err
+	}
 	ctx := stream.Context()
 	chunk := &api.ScanResponse{}
 	size := 0
@@ -523,6 +550,7 @@ func (s *service) Scan(req *api.ScanRequest, stream grpc.ServerStreamingServer[a
 		if len(chunk.Records) == 0 {
 			return nil
 		}
+		s.quota.chargeRead(r.table.GetTenant(), len(chunk.Records), time.Now())
 		if err := stream.Send(chunk); err != nil {
 			return err
 		}

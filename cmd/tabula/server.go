@@ -74,6 +74,7 @@ func serverCmd(g *globals) *cobra.Command {
 	f.IntVar(&opts.MaxInFlight, "max-in-flight", 4096, "requests in flight before SERVER_BUSY")
 	f.Int64Var(&opts.MaxInFlightBytes, "max-in-flight-bytes", tableserver.DefaultMaxInFlightBytes, "bytes of client requests in flight before SERVER_BUSY (replication not counted)")
 	f.Uint32Var(&opts.MaxConcurrentStreams, "max-concurrent-streams", tableserver.DefaultMaxConcurrentStreams, "concurrent calls per client connection (more wait for a free one)")
+	f.Float64Var(&opts.PartitionOpsPerSec, "partition-ops-limit", tableserver.DefaultPartitionOpsPerSec, "keys read and written per second in any one partition, every tenant alike, before SERVER_BUSY (negative: unlimited)")
 	f.DurationVar(&opts.CoprocMaxDeadline, "coproc-max-deadline", tableserver.DefaultCoprocMaxDeadline, "cap on a coprocessor call's deadline: a longer timeout asked for is cut to it")
 	f.StringVar(&opts.CoprocCacheDir, "coproc-cache", "", "directory keeping coprocessors' compiled machine code across restarts; servers may share one (default: <data>/coproc-cache)")
 	f.Int64Var(&opts.RepairBandwidth, "repair-bandwidth", tableserver.DefaultRepairBandwidth, "bytes per second this server copies into new replicas, all copies together (negative: unlimited)")

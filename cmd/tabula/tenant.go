@@ -16,13 +16,13 @@ import (
 func tenantCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "tenant",
-		Short: "Manage tenants and their keys (needs the cluster credential)",
+		Short: "Manage tenants, their keys and quotas (needs the cluster credential)",
 		Long: `A tenant owns tables and has two 512-bit keys; requests signed with either act for
 the tenant and only for it. Rotate one key while clients use the other. Creating,
 listing, deleting and rekeying tenants needs the cluster credential; a tenant may
 describe itself.`,
 	}
-	cmd.AddCommand(tenantCreateCmd(g), tenantListCmd(g), tenantDescribeCmd(g), tenantDeleteCmd(g), tenantKeysCmd(g))
+	cmd.AddCommand(tenantCreateCmd(g), tenantListCmd(g), tenantDescribeCmd(g), tenantDeleteCmd(g), tenantKeysCmd(g), tenantQuotaCmd(g))
 	return cmd
 }
 
@@ -37,17 +37,22 @@ func printKeys(g *globals, cmd *cobra.Command, t *api.TenantInfo) {
 func tenantCreateCmd(g *globals) *cobra.Command {
 	var save bool
 	var profile string
+	var qf quotaFlags
 	cmd := &cobra.Command{
 		Use:   "create NAME",
 		Short: "Create a tenant with two fresh keys and print them",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			q, err := qf.quota(cmd.Flags(), nil)
+			if err != nil {
+				return err
+			}
 			ctx, cancel := g.withTimeout(cmd.Context())
 			defer cancel()
 			var resp *api.CreateTenantResponse
-			err := g.masterCall(ctx, func(mc api.MasterClient) error {
+			err = g.masterCall(ctx, func(mc api.MasterClient) error {
 				var err error
-				resp, err = mc.CreateTenant(ctx, &api.CreateTenantRequest{Tenant: args[0]})
+				resp, err = mc.CreateTenant(ctx, &api.CreateTenantRequest{Tenant: args[0], Quota: q})
 				return err
 			})
 			if err != nil {
@@ -74,6 +79,7 @@ func tenantCreateCmd(g *globals) *cobra.Command {
 	}
 	cmd.Flags().BoolVar(&save, "save-profile", false, "save key 1 and --master as a profile in the profile file")
 	cmd.Flags().StringVar(&profile, "profile-name", "", "name of the saved profile (default: the tenant's)")
+	qf.register(cmd.Flags())
 	return cmd
 }
 
@@ -128,7 +134,7 @@ func tenantDescribeCmd(g *globals) *cobra.Command {
 			for _, tb := range resp.GetTables() {
 				fmt.Fprintf(out, "  %s  %s  %d partitions\n", tb.GetName(), strings.ToLower(strings.TrimPrefix(tb.GetKind().String(), "TABLE_KIND_")), tb.GetOptions().GetPartitions())
 			}
-			fmt.Fprintln(out, "quotas   none enforced yet")
+			printQuota(out, t.GetQuota(), t.GetUsage())
 			if showKeys {
 				if len(t.GetKeys()) == 0 {
 					fmt.Fprintln(out, "keys     only shown to the cluster credential")

@@ -1,0 +1,360 @@
+package tableserver
+
+import (
+	"math"
+	"strconv"
+	"sync"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/tabuladb/tabula/api"
+)
+
+// Quotas on a server. The master hands every server its share of each
+// limited tenant's quotas in heartbeat responses (api.TenantShare; how
+// shares are computed is in tablemaster/quotas.go). Here they are
+// enforced:
+//
+//   - rates (keys read, keys written, coprocessor CPU milliseconds per
+//     second) by a token bucket per tenant at the server's share, holding
+//     at most one second of tokens. A request is admitted while its
+//     bucket is not in debt and then charged in full (a batch larger than
+//     the bucket is not refused forever); one in debt is refused
+//     SERVER_BUSY with the time until the debt is paid as retry_after.
+//     Coprocessor CPU is charged after the fact, from the runtime's
+//     per-tenant accounting.
+//   - sizes (stored and memory bytes) by an allowance: a write whose keys
+//     and values would pass it is refused QUOTA_EXCEEDED and changes
+//     nothing. Deletes are always admitted.
+//   - every partition, whatever its tenant, by a token bucket of
+//     Options.PartitionOpsPerSec keys per second: one hot partition
+//     cannot take a whole server (after WAS's per-partition targets).
+//
+// A tenant the master sent no share for is not limited here.
+
+// DefaultPartitionOpsPerSec is Options.PartitionOpsPerSec's default: far
+// above what one partition of a 2-core server serves today (a few tens
+// of thousands of keys per second), so it only stops a runaway client.
+const DefaultPartitionOpsPerSec = 200_000
+
+// quotaBurst is how many seconds of tokens a bucket holds.
+const quotaBurst = 1.0
+
+// maxQuotaRetryAfter bounds the retry_after of a rate refusal.
+const maxQuotaRetryAfter = time.Second
+
+// bucket is a token bucket; rate 0 admits everything. Not safe for
+// concurrent use (quotas.mu guards it).
+type bucket struct {
+	rate   float64 // tokens per second
+	tokens float64
+	last   time.Time
+}
+
+// setRate changes the rate, keeping the tokens held (capped at the new
+// burst). A bucket that had no rate starts full.
+func (b *bucket) setRate(rate float64, now time.Time) {
+	if rate == b.rate {
+		return
+	}
+	if b.rate == 0 {
+		b.tokens, b.last = rate*quotaBurst, now
+	}
+	b.refill(now)
+	b.rate = rate
+	b.tokens = min(b.tokens, rate*quotaBurst)
+}
+
+func (b *bucket) refill(now time.Time) {
+	if d := now.Sub(b.last).Seconds(); d > 0 {
+		b.tokens = min(b.tokens+d*b.rate, b.rate*quotaBurst)
+	}
+	b.last = now
+}
+
+// take charges n tokens, or returns how long until the bucket is out of
+// debt.
+func (b *bucket) take(n float64, now time.Time) (wait time.Duration, ok bool) {
+	if b.rate == 0 {
+		return 0, true
+	}
+	b.refill(now)
+	if b.tokens < 0 {
+		return time.Duration(-b.tokens / b.rate * float64(time.Second)), false
+	}
+	b.tokens -= n
+	return 0, true
+}
+
+// charge takes n tokens unconditionally (work already done).
+func (b *bucket) charge(n float64, now time.Time) {
+	if b.rate == 0 {
+		return
+	}
+	b.refill(now)
+	b.tokens -= n
+}
+
+// tenantQuota is one tenant's limits and counters on this server.
+type tenantQuota struct {
+	read, write, cpu bucket
+	share            *api.TenantShare // nil: not limited
+	// written and memWritten count bytes of keys and values written here
+	// since the process started (monotonic, reported to the master).
+	written, memWritten uint64
+	// Counters of the current window (reported and reset by load).
+	offRead, offWrite, admRead, admWrite float64
+	admCPU, offCPU                       float64
+	throttled, refused                   float64
+	cpuSeen                              time.Duration // the runtime's CPU total at the last charge
+	// overload is offered ÷ admitted keys over the last complete window
+	// (1 when nothing was refused): how many callers compete for each
+	// token, which scales a refusal's retry_after.
+	overload float64
+}
+
+// quotas is the server's quota enforcement. Safe for concurrent use.
+type quotas struct {
+	partitionRate float64
+	retryMin      time.Duration
+	mu            sync.Mutex
+	tenants       map[string]*tenantQuota
+	parts         map[uint64]*bucket
+	windowStart   time.Time
+	rates         map[string]*api.TenantLoad // of the last complete window
+}
+
+func newQuotas(partitionRate float64, retryMin time.Duration, now time.Time) *quotas {
+	if partitionRate < 0 {
+		partitionRate = 0
+	}
+	return &quotas{partitionRate: partitionRate, retryMin: retryMin, tenants: map[string]*tenantQuota{}, parts: map[uint64]*bucket{}, windowStart: now}
+}
+
+func (q *quotas) tenant(name string) *tenantQuota {
+	t := q.tenants[name]
+	if t == nil {
+		t = &tenantQuota{}
+		q.tenants[name] = t
+	}
+	return t
+}
+
+// overloadRetryAfter is a refusal's retry_after per unit of overload: a
+// tenant offering 10 times its rate waits a second, so its refused callers
+// come back about as fast as tokens free up instead of spinning on
+// refusals that cost the server CPU its other tenants need.
+const overloadRetryAfter = 100 * time.Millisecond
+
+// tenantBusy refuses a request of t over a rate.
+func (q *quotas) tenantBusy(t *tenantQuota, reason, msg string, wait time.Duration) error {
+	t.throttled++
+	return q.busy(reason, msg, max(wait, time.Duration(max(t.overload, 1)*float64(overloadRetryAfter))))
+}
+
+func (q *quotas) busy(reason, msg string, wait time.Duration) error {
+	wait = min(max(wait, q.retryMin), maxQuotaRetryAfter)
+	return api.Status(&api.ErrorDetail{
+		Code:         api.ErrorCode_ERROR_CODE_SERVER_BUSY,
+		Reason:       reason,
+		RetryAfterMs: uint64(max(wait.Milliseconds(), 1)),
+	}, msg)
+}
+
+// partition charges n keys to partition id's bucket.
+func (q *quotas) partition(id uint64, n float64, now time.Time) error {
+	if q.partitionRate == 0 {
+		return nil
+	}
+	b := q.parts[id]
+	if b == nil {
+		b = &bucket{}
+		b.setRate(q.partitionRate, now)
+		q.parts[id] = b
+	}
+	if wait, ok := b.take(n, now); !ok {
+		return q.busy("partition_busy", "partition "+u64(id)+" is over its limit of "+ftoa(q.partitionRate)+" keys per second", wait)
+	}
+	return nil
+}
+
+// read admits n keys read by tenant from partition id.
+func (q *quotas) read(tenant string, id uint64, n int, now time.Time) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	t := q.tenant(tenant)
+	f := float64(n)
+	t.offRead += f
+	if wait, ok := t.read.take(f, now); !ok {
+		return q.tenantBusy(t, "tenant_read_rate", "tenant "+tenant+" is over its read quota ("+ftoa(t.read.rate)+" keys per second on this server)", wait)
+	}
+	if err := q.partition(id, f, now); err != nil {
+		t.read.tokens += f // not served: give them back
+		t.throttled++
+		return err
+	}
+	t.admRead += f
+	return nil
+}
+
+// write admits n keys written by tenant to partition id, adding bytes of
+// keys and values (memory: to a memory table).
+func (q *quotas) write(tenant string, id uint64, n int, bytes uint64, memory bool, now time.Time) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	t := q.tenant(tenant)
+	if sh := t.share; sh != nil && bytes > 0 {
+		if sh.StoredLimited && t.written+bytes > sh.StoredAsOf+sh.StoredLeft {
+			t.refused++
+			return api.Errorf(api.ErrorCode_ERROR_CODE_QUOTA_EXCEEDED, "stored_bytes_quota", "tenant %s is at its quota of stored bytes; delete data or ask the operator for more (tabula tenant quota)", tenant)
+		}
+		if memory && sh.MemoryLimited && t.memWritten+bytes > sh.MemoryAsOf+sh.MemoryLeft {
+			t.refused++
+			return api.Errorf(api.ErrorCode_ERROR_CODE_QUOTA_EXCEEDED, "memory_bytes_quota", "tenant %s is at its quota of memory bytes; delete data or ask the operator for more (tabula tenant quota)", tenant)
+		}
+	}
+	f := float64(n)
+	t.offWrite += f
+	if wait, ok := t.write.take(f, now); !ok {
+		return q.tenantBusy(t, "tenant_write_rate", "tenant "+tenant+" is over its write quota ("+ftoa(t.write.rate)+" keys per second on this server)", wait)
+	}
+	if err := q.partition(id, f, now); err != nil {
+		t.write.tokens += f
+		t.throttled++
+		return err
+	}
+	t.admWrite += f
+	t.written += bytes
+	if memory {
+		t.memWritten += bytes
+	}
+	return nil
+}
+
+// chargeRead charges n keys already read (a scan's rows).
+func (q *quotas) chargeRead(tenant string, n int, now time.Time) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	t := q.tenant(tenant)
+	t.read.charge(float64(n), now)
+	t.offRead += float64(n)
+	t.admRead += float64(n)
+}
+
+// chargeWrite admits a write of n keys and bytes of keys and values to r.
+func (s *Server) chargeWrite(r *replica, n int, bytes uint64) error {
+	return s.quota.write(r.table.GetTenant(), r.part.GetId(), n, bytes, r.table.GetOptions().GetStorage() == "memory", time.Now())
+}
+
+// coproc admits a coprocessor call of tenant (its CPU is charged later, by
+// chargeCPU).
+func (q *quotas) coproc(tenant string, now time.Time) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	t := q.tenant(tenant)
+	if wait, ok := t.cpu.take(0, now); !ok {
+		return q.tenantBusy(t, "tenant_cpu_rate", "tenant "+tenant+" is over its coprocessor CPU quota ("+ftoa(t.cpu.rate)+" ms per second on this server)", wait)
+	}
+	return nil
+}
+
+// chargeCPU charges every tenant the coprocessor CPU it used since the
+// last call (cpu: the runtime's totals since the process started).
+func (q *quotas) chargeCPU(cpu map[string]time.Duration, now time.Time) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for name, total := range cpu {
+		t := q.tenant(name)
+		d := total - t.cpuSeen
+		t.cpuSeen = total
+		if d <= 0 {
+			continue
+		}
+		ms := float64(d) / float64(time.Millisecond)
+		t.cpu.charge(ms, now)
+		t.admCPU += ms
+		t.offCPU += ms
+	}
+}
+
+// apply installs the shares of a heartbeat response: tenants not listed
+// are no longer limited.
+func (q *quotas) apply(shares []*api.TenantShare, now time.Time) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	seen := make(map[string]bool, len(shares))
+	for _, sh := range shares {
+		t := q.tenant(sh.GetTenant())
+		seen[sh.GetTenant()] = true
+		t.share = sh
+		t.read.setRate(sh.GetReadOpsPerSec(), now)
+		t.write.setRate(sh.GetWriteOpsPerSec(), now)
+		t.cpu.setRate(sh.GetCoprocCpuMsPerSec(), now)
+	}
+	for name, t := range q.tenants {
+		if !seen[name] && t.share != nil {
+			t.share = nil
+			t.read, t.write, t.cpu = bucket{}, bucket{}, bucket{}
+		}
+	}
+}
+
+// loadWindow is the shortest window load measures rates over: shorter
+// ones (heartbeats come every 100 ms) would make demand, and the shares
+// the master computes from it, jump from beat to beat.
+const loadWindow = time.Second
+
+// load reports every tenant's rates over the last complete window and its
+// written counters now; a window of loadWindow or more ends here.
+func (q *quotas) load(now time.Time) []*api.TenantLoad {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if secs := now.Sub(q.windowStart).Seconds(); secs >= loadWindow.Seconds() {
+		q.rates = make(map[string]*api.TenantLoad, len(q.tenants))
+		for name, t := range q.tenants {
+			q.rates[name] = &api.TenantLoad{
+				ReadOpsPerSec:             t.offRead / secs,
+				WriteOpsPerSec:            t.offWrite / secs,
+				CoprocCpuMsPerSec:         t.offCPU / secs,
+				AdmittedReadOpsPerSec:     t.admRead / secs,
+				AdmittedWriteOpsPerSec:    t.admWrite / secs,
+				AdmittedCoprocCpuMsPerSec: t.admCPU / secs,
+				ThrottledPerSec:           t.throttled / secs,
+				QuotaRefusedPerSec:        t.refused / secs,
+			}
+			t.overload = 1
+			if adm := t.admRead + t.admWrite; t.throttled > 0 && adm > 0 {
+				t.overload = (adm + t.throttled) / adm
+			} else if t.throttled > 0 {
+				t.overload = 10
+			}
+			t.offRead, t.offWrite, t.offCPU, t.admRead, t.admWrite, t.admCPU, t.throttled, t.refused = 0, 0, 0, 0, 0, 0, 0, 0
+		}
+		q.windowStart = now
+	}
+	out := make([]*api.TenantLoad, 0, len(q.tenants))
+	for name, t := range q.tenants {
+		l := &api.TenantLoad{}
+		if r := q.rates[name]; r != nil {
+			l = proto.CloneOf(r)
+		}
+		l.Tenant, l.WrittenBytes, l.MemoryWrittenBytes = name, t.written, t.memWritten
+		out = append(out, l)
+	}
+	return out
+}
+
+// forgetPartition drops a partition's bucket (no longer hosted).
+func (q *quotas) forgetPartition(id uint64) {
+	q.mu.Lock()
+	delete(q.parts, id)
+	q.mu.Unlock()
+}
+
+func ftoa(f float64) string {
+	if f == math.Trunc(f) {
+		return u64(uint64(f))
+	}
+	return strconv.FormatFloat(f, 'f', 1, 64)
+}
