@@ -1,7 +1,9 @@
 package api
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
@@ -13,6 +15,8 @@ import (
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/reflect/protoregistry"
 )
 
 // SizeGuard enforces MessageLimits and an in-flight request-bytes budget
@@ -42,6 +46,9 @@ type SizeGuard struct {
 	retryAfter time.Duration
 	nonce      uint64
 	refused    atomic.Int64
+	// digests: the unary request types whose wire bytes are hashed (nil:
+	// none; SizeGuardOptions.Digests).
+	digests map[protoreflect.FullName]bool
 }
 
 // SizeGuardOptions configure a SizeGuard.
@@ -51,6 +58,12 @@ type SizeGuardOptions struct {
 	// Codec is the codec messages are decoded and encoded with. Default:
 	// gRPC's proto codec.
 	Codec encoding.CodecV2
+	// Digests makes the codec hash the wire bytes of every unary request
+	// and carry the SHA-256 with the decoded message, for TakeDigest:
+	// request signatures cover the bytes the client sent, so the server
+	// need not encode the request again to check one. Streams' messages
+	// are not hashed.
+	Digests bool
 	// Budget, when set, bounds the bytes of requests (not Internal ones)
 	// in flight: a request that does not fit gets SERVER_BUSY with
 	// BusyRetryAfter.
@@ -68,8 +81,77 @@ func NewSizeGuard(o SizeGuardOptions) *SizeGuard {
 	if o.BusyRetryAfter <= 0 {
 		o.BusyRetryAfter = 10 * time.Millisecond
 	}
-	return &SizeGuard{limits: o.Limits, maxBytes: o.Limits.Max(), inner: o.Codec, budget: o.Budget,
+	g := &SizeGuard{limits: o.Limits, maxBytes: o.Limits.Max(), inner: o.Codec, budget: o.Budget,
 		retryAfter: o.BusyRetryAfter, nonce: rand.Uint64() | 1}
+	if o.Digests {
+		g.digests = unaryRequestTypes()
+	}
+	return g
+}
+
+// unaryRequestTypes are the request types of every registered service's
+// unary methods, less any type that is also a streaming method's message.
+func unaryRequestTypes() map[protoreflect.FullName]bool {
+	unary, streamed := map[protoreflect.FullName]bool{}, map[protoreflect.FullName]bool{}
+	protoregistry.GlobalFiles.RangeFiles(func(fd protoreflect.FileDescriptor) bool {
+		svcs := fd.Services()
+		for i := range svcs.Len() {
+			ms := svcs.Get(i).Methods()
+			for j := range ms.Len() {
+				m := ms.Get(j)
+				if m.IsStreamingClient() || m.IsStreamingServer() {
+					streamed[m.Input().FullName()] = true
+				} else {
+					unary[m.Input().FullName()] = true
+				}
+			}
+		}
+		return true
+	})
+	for n := range streamed {
+		delete(unary, n)
+	}
+	return unary
+}
+
+// digestField is the unknown field the codec appends a unary request's
+// digest in: the guard's nonce (8 bytes) and the SHA-256 of the wire bytes.
+const digestField protowire.Number = 19998
+
+// digestTrailer is the encoded field's prefix (tag and length).
+var digestTrailer = protowire.AppendVarint(protowire.AppendTag(nil, digestField, protowire.BytesType), 8+sha256.Size)
+
+// digestFieldBytes is the whole encoded field's length.
+var digestFieldBytes = len(digestTrailer) + 8 + sha256.Size
+
+// TakeDigest returns the SHA-256 of the wire bytes m was decoded from and
+// removes it from m, or false when the codec did not hash m (a stream's
+// message, a server without Digests, or taken already).
+func (g *SizeGuard) TakeDigest(m proto.Message) ([sha256.Size]byte, bool) {
+	var d [sha256.Size]byte
+	if g.digests == nil || m == nil {
+		return d, false
+	}
+	r := m.ProtoReflect()
+	u := r.GetUnknown()
+	if len(u) < digestFieldBytes {
+		return d, false
+	}
+	f := u[len(u)-digestFieldBytes:]
+	if !bytes.Equal(f[:len(digestTrailer)], digestTrailer) {
+		return d, false
+	}
+	p := f[len(digestTrailer):]
+	if binary.LittleEndian.Uint64(p) != g.nonce {
+		return d, false
+	}
+	copy(d[:], p[8:])
+	if len(u) == digestFieldBytes {
+		r.SetUnknown(nil)
+	} else {
+		r.SetUnknown(u[:len(u)-digestFieldBytes])
+	}
+	return d, true
 }
 
 // MaxBytes is the server-wide receive limit: the largest limit.
@@ -123,7 +205,21 @@ func (c guardCodec) Unmarshal(data mem.BufferSlice, v any) error {
 		c.g.mark(m, markBusy, n, 0)
 		return nil
 	}
-	return c.g.inner.Unmarshal(data, v)
+	if c.g.digests == nil || !c.g.digests[m.ProtoReflect().Descriptor().FullName()] {
+		return c.g.inner.Unmarshal(data, v)
+	}
+	h := sha256.New()
+	for _, b := range data {
+		h.Write(b.ReadOnlyData())
+	}
+	if err := c.g.inner.Unmarshal(data, v); err != nil {
+		return err
+	}
+	r := m.ProtoReflect()
+	u := append(r.GetUnknown(), digestTrailer...)
+	u = binary.LittleEndian.AppendUint64(u, c.g.nonce)
+	r.SetUnknown(h.Sum(u))
+	return nil
 }
 
 func (g *SizeGuard) mark(m proto.Message, kind byte, size, limit int) {

@@ -93,6 +93,7 @@ func newAdmission(o Options) *admission {
 		Codec:          newWatchCodec(), // map watches send pre-encoded responses
 		Budget:         a.budget,
 		BusyRetryAfter: o.BusyRetryAfter,
+		Digests:        o.ClusterKey != nil, // signatures cover the wire bytes
 	})
 	return a
 }

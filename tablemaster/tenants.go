@@ -27,7 +27,7 @@ func (m *Master) authInterceptors() []grpc.ServerOption {
 	if m.opts.ClusterKey == nil {
 		return nil
 	}
-	v := auth.NewVerifier(auth.VerifierOptions{Keys: masterKeyring{m}, Now: m.opts.Now, Logger: m.logger})
+	v := auth.NewVerifier(auth.VerifierOptions{Keys: masterKeyring{m}, Now: m.opts.Now, Logger: m.logger, Digests: m.adm.guard.TakeDigest})
 	return []grpc.ServerOption{
 		grpc.ChainUnaryInterceptor(v.UnaryServerInterceptor()),
 		grpc.ChainStreamInterceptor(v.StreamServerInterceptor()),

@@ -34,7 +34,7 @@ func (s *Server) authInterceptors() []grpc.ServerOption {
 		return nil
 	}
 	s.keys = &keyring{s: s}
-	v := auth.NewVerifier(auth.VerifierOptions{Keys: s.keys, Logger: s.log})
+	v := auth.NewVerifier(auth.VerifierOptions{Keys: s.keys, Logger: s.log, Digests: s.limits.guard.TakeDigest})
 	return []grpc.ServerOption{
 		grpc.ChainUnaryInterceptor(v.UnaryServerInterceptor()),
 		grpc.ChainStreamInterceptor(v.StreamServerInterceptor()),

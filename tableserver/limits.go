@@ -41,6 +41,7 @@ func newServerLimits(o Options) *serverLimits {
 		Limits:         api.TableServerLimits().Merge(stream.MessageLimits()),
 		Budget:         budget,
 		BusyRetryAfter: o.BusyRetryAfter,
+		Digests:        o.ClusterKey != nil, // signatures cover the wire bytes
 	})
 	return &serverLimits{guard: guard, budget: budget}
 }

@@ -14,9 +14,11 @@
 //	"TABULA-HMAC-SHA256" \n method \n principal \n key number \n
 //	timestamp (unix ms) \n nonce \n hex(SHA-256(request))
 //
-// where request is the request message's deterministic protobuf encoding
-// (empty for streaming RPCs, whose messages are checked for tenant as they
-// arrive). A server refuses (UNAUTHENTICATED) a missing, malformed or wrong
+// where request is the request message's bytes as sent: the SDK sends its
+// deterministic protobuf encoding, and a server hashes what it received
+// (VerifierOptions.Digests), encoding the message again only when those
+// bytes are not at hand. Streaming RPCs sign empty bytes; their messages
+// are checked for tenant as they arrive. A server refuses (UNAUTHENTICATED) a missing, malformed or wrong
 // signature, a timestamp more than MaxClockSkew from its clock, and a
 // signature it has seen before (the replay cache remembers each accepted
 // signature until its timestamp leaves the window; past its capacity it

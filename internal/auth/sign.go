@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/encoding"
+	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/proto"
 )
@@ -58,28 +60,60 @@ func (c Credential) Validate() error {
 func (c Credential) IsCluster() bool { return c.Principal == ClusterPrincipal }
 
 // Digest returns the hex SHA-256 of msg's deterministic encoding, or of
-// nothing for a nil msg (streaming RPCs).
+// nothing for a nil msg (streaming RPCs). The SDK signs a unary request
+// over the bytes it sends, which are this encoding; a server hashes the
+// bytes it received (VerifierOptions.Digests) and encodes the request
+// again only when it has not them.
 func Digest(msg any) (string, error) {
 	var d [sha256.Size]byte
 	if m, ok := msg.(proto.Message); ok && m != nil {
-		bp := encodeBufs.Get().(*[]byte)
-		b, err := proto.MarshalOptions{Deterministic: true}.MarshalAppend((*bp)[:0], m)
+		b, err := encode(m)
 		if err != nil {
-			return "", fmt.Errorf("auth: encode request to sign: %w", err)
+			return "", err
 		}
 		d = sha256.Sum256(b)
-		if cap(b) <= 64<<10 { // keep small buffers only
-			*bp = b
-			encodeBufs.Put(bp)
-		}
 	} else {
 		d = sha256.Sum256(nil)
 	}
 	return hex.EncodeToString(d[:]), nil
 }
 
-// encodeBufs are buffers for Digest's encodings.
-var encodeBufs = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }}
+// emptyDigest is the digest a stream's signature covers: of no bytes.
+var emptyDigest = func() string { d := sha256.Sum256(nil); return hex.EncodeToString(d[:]) }()
+
+func encode(m proto.Message) ([]byte, error) {
+	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(m)
+	if err != nil {
+		return nil, fmt.Errorf("auth: encode request to sign: %w", err)
+	}
+	return b, nil
+}
+
+// signedBytes holds, for the length of a call, the encoding the signing
+// interceptor signed, by request: wireCodec sends those bytes rather than
+// encoding the request again. Interceptors chained after the signing one
+// still see the request itself; one that swapped it for another message
+// would send bytes the signature does not cover (and be refused).
+var signedBytes sync.Map // proto.Message → *[]byte
+
+// wireCodec is the signing client's codec: gRPC's proto codec, but a
+// request being signed goes out as the bytes signed.
+type wireCodec struct{}
+
+var protoCodec = encoding.GetCodecV2("proto")
+
+func (wireCodec) Name() string { return "proto" }
+
+func (wireCodec) Marshal(v any) (mem.BufferSlice, error) {
+	if m, ok := v.(proto.Message); ok {
+		if b, ok := signedBytes.Load(m); ok {
+			return mem.BufferSlice{mem.SliceBuffer(*b.(*[]byte))}, nil
+		}
+	}
+	return protoCodec.Marshal(v)
+}
+
+func (wireCodec) Unmarshal(data mem.BufferSlice, v any) error { return protoCodec.Unmarshal(data, v) }
 
 // stringToSign is what the HMAC covers: scheme, method, principal, key
 // number, timestamp, nonce and digest, one per line.
@@ -121,6 +155,12 @@ func (c Credential) Sign(method string, msg any, now time.Time) ([]string, error
 	if err != nil {
 		return nil, err
 	}
+	return c.sign(method, digest, now)
+}
+
+// sign returns the metadata pairs that sign a call of method whose request
+// has digest (hex SHA-256).
+func (c Credential) sign(method, digest string, now time.Time) ([]string, error) {
 	var nb [16]byte
 	if _, err := rand.Read(nb[:]); err != nil {
 		return nil, fmt.Errorf("auth: nonce: %w", err)
@@ -139,8 +179,8 @@ func (c Credential) Sign(method string, msg any, now time.Time) ([]string, error
 
 // signed returns ctx with c's signature of the call appended to its
 // outgoing metadata (replacing any earlier signature: a retry re-signs).
-func (c Credential) signed(ctx context.Context, method string, msg any) (context.Context, error) {
-	kv, err := c.Sign(method, msg, time.Now())
+func (c Credential) signed(ctx context.Context, method, digest string) (context.Context, error) {
+	kv, err := c.sign(method, digest, time.Now())
 	if err != nil {
 		return nil, err
 	}
@@ -157,10 +197,23 @@ func (c Credential) signed(ctx context.Context, method string, msg any) (context
 // UnaryClientInterceptor signs every unary call with c.
 func (c Credential) UnaryClientInterceptor() grpc.UnaryClientInterceptor {
 	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-		ctx, err := c.signed(ctx, method, req)
+		m, ok := req.(proto.Message)
+		if !ok {
+			return fmt.Errorf("auth: sign %s: request %T is not a protobuf message", method, req)
+		}
+		b, err := encode(m)
 		if err != nil {
 			return err
 		}
+		d := sha256.Sum256(b)
+		ctx, err = c.signed(ctx, method, hex.EncodeToString(d[:]))
+		if err != nil {
+			return err
+		}
+		// Two calls may share one request: both signed the same bytes.
+		bp := &b
+		signedBytes.Store(m, bp)
+		defer signedBytes.CompareAndDelete(m, bp)
 		return invoker(ctx, method, req, reply, cc, opts...)
 	}
 }
@@ -169,7 +222,7 @@ func (c Credential) UnaryClientInterceptor() grpc.UnaryClientInterceptor {
 // no message; the server checks each message's tenant as it arrives).
 func (c Credential) StreamClientInterceptor() grpc.StreamClientInterceptor {
 	return func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
-		ctx, err := c.signed(ctx, method, nil)
+		ctx, err := c.signed(ctx, method, emptyDigest)
 		if err != nil {
 			return nil, err
 		}
@@ -184,6 +237,7 @@ func (c Credential) DialOptions() []grpc.DialOption {
 		return nil
 	}
 	return []grpc.DialOption{
+		grpc.WithDefaultCallOptions(grpc.ForceCodecV2(wireCodec{})),
 		grpc.WithChainUnaryInterceptor(c.UnaryClientInterceptor()),
 		grpc.WithChainStreamInterceptor(c.StreamClientInterceptor()),
 	}
