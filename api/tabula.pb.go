@@ -2696,6 +2696,9 @@ type ErrorDetail struct {
 	// SERVER_BUSY: how long to wait before retrying.
 	RetryAfterMs uint64 `protobuf:"varint,5,opt,name=retry_after_ms,json=retryAfterMs,proto3" json:"retry_after_ms,omitempty"`
 	// INVALID_ARGUMENT: the offending field and, for size limits, the limit.
+	// SERVER_BUSY over a tenant's rate (reason tenant_read_rate,
+	// tenant_write_rate): this server's share of the quota per second, which
+	// the SDK paces the tenant's calls to the server by.
 	Field string `protobuf:"bytes,6,opt,name=field,proto3" json:"field,omitempty"`
 	Limit uint64 `protobuf:"varint,7,opt,name=limit,proto3" json:"limit,omitempty"`
 	// The cluster map version the server had.

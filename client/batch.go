@@ -223,7 +223,7 @@ func (t *Table) batchGet(ctx context.Context, keys [][]byte, hashes []uint64, id
 		for j, i := range g {
 			req.Keys[j] = keys[i]
 		}
-		pid, lsn, err := t.call(ctx, callSpec{op: op, bounded: true, pick: pickGroup(hashes, g), read: ro, rpc: func(ctx context.Context, ts api.TableServerClient, h *api.RequestHeader) (uint64, error) {
+		pid, lsn, err := t.call(ctx, callSpec{op: op, bounded: true, pick: pickGroup(hashes, g), read: ro, class: classRead, rpc: func(ctx context.Context, ts api.TableServerClient, h *api.RequestHeader) (uint64, error) {
 			h.BulkVersion = version
 			req.Header = h
 			resp, err := ts.BatchGet(ctx, req)
@@ -349,7 +349,7 @@ func (t *Table) batchWrite(ctx context.Context, pbs []*api.Mutation, hashes []ui
 		for j, i := range g {
 			req.Mutations[j] = pbs[i]
 		}
-		pid, lsn, err := t.call(ctx, callSpec{op: op, bounded: true, pick: pickGroup(hashes, g), reqID: wo.reqID,
+		pid, lsn, err := t.call(ctx, callSpec{op: op, bounded: true, pick: pickGroup(hashes, g), reqID: wo.reqID, class: classWrite,
 			rpc: func(ctx context.Context, ts api.TableServerClient, h *api.RequestHeader) (uint64, error) {
 				req.Header = h
 				resp, err := ts.BatchWrite(ctx, req)

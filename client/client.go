@@ -114,6 +114,7 @@ type Client struct {
 	opts   Options
 	log    *slog.Logger
 	jitter *jitter
+	pacers pacers // calls paced to servers that refused them over a rate (pace.go)
 
 	// ctx is cancelled by Close; it stops the watch goroutines and cuts
 	// in-flight calls short.

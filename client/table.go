@@ -126,6 +126,7 @@ type callSpec struct {
 	reqID  string
 	invoke bool // a coprocessor call: reqID is its idempotency token
 	read   readOptions
+	class  callClass // what the call is charged as (pace.go)
 }
 
 // do runs a request that reports no LSN (see call).
@@ -227,7 +228,9 @@ func (t *Table) call(ctx context.Context, spec callSpec) (partition, lsn uint64,
 					actx, acancel := context.WithCancelCause(ctx)
 					stop := context.AfterFunc(t.ts.moved(p), func() { acancel(errMoved) })
 					var got uint64
-					got, err = spec.rpc(actx, ts, header)
+					if err = c.pacers.wait(actx, target.GetAddr(), spec.class); err == nil {
+						got, err = spec.rpc(actx, ts, header)
+					}
 					stop()
 					moved = err != nil && ctx.Err() == nil && errors.Is(context.Cause(actx), errMoved)
 					acancel(nil)
@@ -301,6 +304,9 @@ func (t *Table) call(ctx context.Context, spec callSpec) (partition, lsn uint64,
 			wait = c.jitter.backoff(backoffs, backoffBase, backoffCap)
 			backoffs++
 		case api.ErrorCode_ERROR_CODE_SERVER_BUSY:
+			if target != nil {
+				c.pacers.refused(target.GetAddr(), d)
+			}
 			wait = max(c.jitter.backoff(backoffs, backoffBase, backoffCap), time.Duration(d.GetRetryAfterMs())*time.Millisecond)
 			backoffs++
 		case api.ErrorCode_ERROR_CODE_VERSION_GONE:
@@ -459,7 +465,7 @@ func (t *Table) Get(ctx context.Context, key []byte, opts ...ReadOption) ([]byte
 	}
 	ro := readOpts(opts)
 	var resp *api.GetResponse
-	_, lsn, err := t.call(ctx, callSpec{op: op, bounded: true, pick: pickHash(keyspace.Hash(key)), read: ro,
+	_, lsn, err := t.call(ctx, callSpec{op: op, bounded: true, pick: pickHash(keyspace.Hash(key)), read: ro, class: classRead,
 		rpc: func(ctx context.Context, ts api.TableServerClient, h *api.RequestHeader) (uint64, error) {
 			var err error
 			if t.pin != 0 {
@@ -486,7 +492,7 @@ func (t *Table) Get(ctx context.Context, key []byte, opts ...ReadOption) ([]byte
 // write runs one partition's write under wo's request id and reports its
 // LSN to wo's ReportLSN and Session.
 func (t *Table) write(ctx context.Context, op string, wo writeOptions, pick pickFunc, rpc lsnRPC) error {
-	pid, lsn, err := t.call(ctx, callSpec{op: op, bounded: true, pick: pick, rpc: rpc, reqID: wo.reqID})
+	pid, lsn, err := t.call(ctx, callSpec{op: op, bounded: true, pick: pick, rpc: rpc, reqID: wo.reqID, class: classWrite})
 	if err != nil {
 		return err
 	}

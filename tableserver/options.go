@@ -45,6 +45,10 @@ type Options struct {
 	// MaxInFlight is how many requests may run at once before new ones get
 	// SERVER_BUSY. Default 4096.
 	MaxInFlight int
+	// MaxInternalInFlight is the same for cluster traffic (extent
+	// replication, replica copies), counted apart so that client load
+	// never refuses it. Default 4096.
+	MaxInternalInFlight int
 	// MaxInFlightBytes bounds the bytes of client requests being worked on
 	// at once; one that does not fit gets SERVER_BUSY (a request larger
 	// than the whole budget runs when nothing else is in flight). Stream
@@ -152,6 +156,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.MaxInFlight == 0 {
 		o.MaxInFlight = 4096
+	}
+	if o.MaxInternalInFlight <= 0 {
+		o.MaxInternalInFlight = 4096
 	}
 	if o.MaxInFlightBytes == 0 {
 		o.MaxInFlightBytes = DefaultMaxInFlightBytes

@@ -148,17 +148,24 @@ func (q *quotas) tenant(name string) *tenantQuota {
 const overloadRetryAfter = 100 * time.Millisecond
 
 // tenantBusy refuses a request of t over a rate.
-func (q *quotas) tenantBusy(t *tenantQuota, reason, msg string, wait time.Duration) error {
+// The refusal's limit is the server's share (per second, rounded up),
+// which the SDK paces the tenant's calls to this server by.
+func (q *quotas) tenantBusy(t *tenantQuota, b *bucket, reason, msg string, wait time.Duration) error {
 	t.throttled++
-	return q.busy(reason, msg, max(wait, time.Duration(max(t.overload, 1)*float64(overloadRetryAfter))))
+	return q.busyLimit(reason, msg, max(wait, time.Duration(max(t.overload, 1)*float64(overloadRetryAfter))), uint64(math.Ceil(b.rate)))
 }
 
 func (q *quotas) busy(reason, msg string, wait time.Duration) error {
+	return q.busyLimit(reason, msg, wait, 0)
+}
+
+func (q *quotas) busyLimit(reason, msg string, wait time.Duration, limit uint64) error {
 	wait = min(max(wait, q.retryMin), maxQuotaRetryAfter)
 	return api.Status(&api.ErrorDetail{
 		Code:         api.ErrorCode_ERROR_CODE_SERVER_BUSY,
 		Reason:       reason,
 		RetryAfterMs: uint64(max(wait.Milliseconds(), 1)),
+		Limit:        limit,
 	}, msg)
 }
 
@@ -187,7 +194,7 @@ func (q *quotas) read(tenant string, id uint64, n int, now time.Time) error {
 	f := float64(n)
 	t.offRead += f
 	if wait, ok := t.read.take(f, now); !ok {
-		return q.tenantBusy(t, "tenant_read_rate", "tenant "+tenant+" is over its read quota ("+ftoa(t.read.rate)+" keys per second on this server)", wait)
+		return q.tenantBusy(t, &t.read, "tenant_read_rate", "tenant "+tenant+" is over its read quota ("+ftoa(t.read.rate)+" keys per second on this server)", wait)
 	}
 	if err := q.partition(id, f, now); err != nil {
 		t.read.tokens += f // not served: give them back
@@ -217,7 +224,7 @@ func (q *quotas) write(tenant string, id uint64, n int, bytes uint64, memory boo
 	f := float64(n)
 	t.offWrite += f
 	if wait, ok := t.write.take(f, now); !ok {
-		return q.tenantBusy(t, "tenant_write_rate", "tenant "+tenant+" is over its write quota ("+ftoa(t.write.rate)+" keys per second on this server)", wait)
+		return q.tenantBusy(t, &t.write, "tenant_write_rate", "tenant "+tenant+" is over its write quota ("+ftoa(t.write.rate)+" keys per second on this server)", wait)
 	}
 	if err := q.partition(id, f, now); err != nil {
 		t.write.tokens += f
@@ -254,7 +261,7 @@ func (q *quotas) coproc(tenant string, now time.Time) error {
 	defer q.mu.Unlock()
 	t := q.tenant(tenant)
 	if wait, ok := t.cpu.take(0, now); !ok {
-		return q.tenantBusy(t, "tenant_cpu_rate", "tenant "+tenant+" is over its coprocessor CPU quota ("+ftoa(t.cpu.rate)+" ms per second on this server)", wait)
+		return q.tenantBusy(t, &t.cpu, "tenant_cpu_rate", "tenant "+tenant+" is over its coprocessor CPU quota ("+ftoa(t.cpu.rate)+" ms per second on this server)", wait)
 	}
 	return nil
 }

@@ -41,11 +41,13 @@ type Server struct {
 	hosting  atomic.Pointer[hosting]
 	// lease is the master's lease and the map version it was renewed on,
 	// on the clock now reads (lease.go).
-	lease     Lease
-	beatNS    atomic.Int64
-	inflight  atomic.Int64
-	draining  atomic.Bool
-	advertise atomic.Pointer[string]
+	lease    Lease
+	beatNS   atomic.Int64
+	inflight atomic.Int64
+	// internalInflight counts cluster calls (internalCall) in flight.
+	internalInflight atomic.Int64
+	draining         atomic.Bool
+	advertise        atomic.Pointer[string]
 	// swept: the stale partition data was swept (sweep.go), once per
 	// process.
 	swept atomic.Bool

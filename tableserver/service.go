@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc"
@@ -23,8 +24,28 @@ const (
 	scanChunkRecords = 1000
 )
 
-// admit refuses work while draining or over the in-flight limit.
-func (s *Server) admit() (release func(), err error) {
+// internalCall reports whether method is cluster traffic (extent
+// replication and coding, replica copies), which is admitted apart from
+// clients' calls: client load never refuses replication.
+func internalCall(method string) bool {
+	return strings.HasPrefix(method, "/tabula.stream.v1.ExtentNode/") || method == "/tabula.v1.TableServer/CopyReplica"
+}
+
+// admit refuses work while draining or over the in-flight limit. Cluster
+// traffic has a limit of its own and is served while draining (other
+// servers' extents still replicate here until their streams move).
+func (s *Server) admit(method string) (release func(), err error) {
+	if internalCall(method) {
+		if n := s.internalInflight.Add(1); n > int64(s.opts.MaxInternalInFlight) {
+			s.internalInflight.Add(-1)
+			return nil, api.Status(&api.ErrorDetail{
+				Code:         api.ErrorCode_ERROR_CODE_SERVER_BUSY,
+				Reason:       "too_many_internal_requests",
+				RetryAfterMs: uint64(s.opts.BusyRetryAfter.Milliseconds()),
+			}, "server busy: more than "+itoa(s.opts.MaxInternalInFlight)+" cluster requests in flight")
+		}
+		return func() { s.internalInflight.Add(-1) }, nil
+	}
 	if s.draining.Load() {
 		return nil, api.Errorf(api.ErrorCode_ERROR_CODE_UNAVAILABLE, "draining", "server %s is draining", s.id())
 	}
@@ -40,7 +61,7 @@ func (s *Server) admit() (release func(), err error) {
 }
 
 func (s *Server) admitUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-	release, err := s.admit()
+	release, err := s.admit(info.FullMethod)
 	if err != nil {
 		return nil, err
 	}
@@ -49,7 +70,7 @@ func (s *Server) admitUnary(ctx context.Context, req any, info *grpc.UnaryServer
 }
 
 func (s *Server) admitStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
-	release, err := s.admit()
+	release, err := s.admit(info.FullMethod)
 	if err != nil {
 		return err
 	}
