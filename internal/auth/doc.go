@@ -7,9 +7,9 @@
 // A tenant has two 512-bit keys, either of which signs, so one can be
 // rotated while the other serves; the cluster has one.
 //
-// Every RPC carries, in gRPC metadata, the principal, the number of the key
-// that signed (1 or 2; 0 for the cluster key), a timestamp, a random nonce
-// and an HMAC-SHA256 over
+// Every RPC carries, in one gRPC metadata entry (MDAuth), the principal,
+// the number of the key that signed (1 or 2; 0 for the cluster key), a
+// timestamp, a random nonce and an HMAC-SHA256 over
 //
 //	"TABULA-HMAC-SHA256" \n method \n principal \n key number \n
 //	timestamp (unix ms) \n nonce \n hex(SHA-256(request))

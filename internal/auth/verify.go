@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"log/slog"
 	"strconv"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc"
@@ -113,30 +114,26 @@ func (v *Verifier) authenticate(ctx context.Context, method string, msg any) (Pr
 	if access == Deny {
 		return Principal{}, denied("method_unknown", "method %s is not served", method)
 	}
-	get := func(k string) string {
-		if vs := metadata.ValueFromIncomingContext(ctx, k); len(vs) == 1 {
-			return vs[0]
-		}
-		return ""
+	vals := metadata.ValueFromIncomingContext(ctx, MDAuth)
+	if len(vals) != 1 || vals[0] == "" {
+		return Principal{}, unauthenticated("unsigned", "%s needs a signed request (metadata %s); the SDK signs with client.Options.Credential, the CLI with a profile or --key", method, MDAuth)
 	}
-	principal, sig64 := get(MDPrincipal), get(MDSignature)
-	if principal == "" || sig64 == "" {
-		return Principal{}, unauthenticated("unsigned", "%s needs a signed request (metadata %s and %s); the SDK signs with client.Options.Credential, the CLI with a profile or --key", method, MDPrincipal, MDSignature)
+	f := strings.Split(vals[0], " ")
+	if len(f) != 5 {
+		return Principal{}, unauthenticated("malformed_signature", "metadata %s has %d fields; want principal, key number, timestamp, nonce, signature", MDAuth, len(f))
 	}
-	keyID, err := strconv.Atoi(get(MDKeyID))
+	principal, sig64 := f[0], f[4]
+	keyID, err := strconv.Atoi(f[1])
 	if err != nil || keyID < 0 || keyID > 2 {
-		return Principal{}, unauthenticated("bad_key_number", "key number %q: want 0, 1 or 2", get(MDKeyID))
+		return Principal{}, unauthenticated("bad_key_number", "key number %q: want 0, 1 or 2", f[1])
 	}
-	tsMs, err := strconv.ParseInt(get(MDTimestamp), 10, 64)
+	tsMs, err := strconv.ParseInt(f[2], 10, 64)
 	if err != nil {
-		return Principal{}, unauthenticated("bad_timestamp", "timestamp %q is not unix milliseconds", get(MDTimestamp))
+		return Principal{}, unauthenticated("bad_timestamp", "timestamp %q is not unix milliseconds", f[2])
 	}
-	nonce := get(MDNonce)
-	if len(nonce) != 32 {
-		return Principal{}, unauthenticated("bad_nonce", "nonce must be 32 hex digits")
-	}
-	if _, err := hex.DecodeString(nonce); err != nil {
-		return Principal{}, unauthenticated("bad_nonce", "nonce must be 32 hex digits")
+	nonce := f[3]
+	if n, err := base64.RawURLEncoding.DecodeString(nonce); err != nil || len(n) != nonceBytes {
+		return Principal{}, unauthenticated("bad_nonce", "nonce must be %d bytes in unpadded base64url", nonceBytes)
 	}
 	sig, err := base64.RawURLEncoding.DecodeString(sig64)
 	if err != nil || len(sig) != 32 {
