@@ -28,21 +28,31 @@ func (g *globals) clusterKeyPath(def string) string {
 }
 
 // credential finds what a client command signs with, first found wins:
+// the command line first, then the environment, then files (as the AWS
+// and Azure CLIs do):
 //
 //  1. --key-file FILE;
-//  2. $TABULA_TENANT with $TABULA_KEY (and $TABULA_KEY_ID, default 1);
-//  3. --cluster-key FILE when given on the command line, or
-//     $TABULA_CLUSTER_KEY;
-//  4. the profile (--profile, $TABULA_PROFILE, else "default") in the
-//     profile file, if there is one (its master addresses apply too unless
-//     --master is given);
-//  5. the cluster credential at --cluster-key's default, if it exists
+//  2. --profile NAME, from the profile file;
+//  3. --cluster-key FILE;
+//  4. $TABULA_TENANT with $TABULA_KEY (and $TABULA_KEY_ID, default 1);
+//  5. $TABULA_PROFILE, from the profile file;
+//  6. $TABULA_CLUSTER_KEY;
+//  7. the profile "default" in the profile file, if there is one;
+//  8. the cluster credential at --cluster-key's default, if it exists
 //     (what `tabula dev` wrote in this directory).
 //
-// With none, it says where it looked.
+// A profile's master addresses apply too unless --master is given. With
+// none, it says where it looked.
 func (g *globals) credential() (client.Credential, error) {
 	if g.keyFile != "" {
 		return client.ReadCredentialFile(g.keyFile)
+	}
+	path := client.DefaultConfigPath()
+	if g.profile != "" {
+		return g.profileCredential(path, g.profile)
+	}
+	if g.clusterKey != "" {
+		return client.ReadCredentialFile(g.clusterKey)
 	}
 	if t := os.Getenv("TABULA_TENANT"); t != "" && os.Getenv("TABULA_KEY") != "" {
 		key, err := client.DecodeKey(os.Getenv("TABULA_KEY"))
@@ -55,30 +65,15 @@ func (g *globals) credential() (client.Credential, error) {
 		}
 		return client.TenantCredential(t, id, key), nil
 	}
-	if p := g.clusterKeyPath(""); p != "" {
+	if name := os.Getenv("TABULA_PROFILE"); name != "" {
+		return g.profileCredential(path, name)
+	}
+	if p := os.Getenv("TABULA_CLUSTER_KEY"); p != "" {
 		return client.ReadCredentialFile(p)
 	}
-	name := g.profile
-	if name == "" {
-		name = os.Getenv("TABULA_PROFILE")
-	}
-	explicit := name != ""
-	if name == "" {
-		name = "default"
-	}
-	path := client.DefaultConfigPath()
-	p, err := client.LoadProfile(path, name)
-	switch {
-	case err == nil:
-		if len(p.Masters) > 0 && !g.flags.Changed("master") {
-			g.master = p.Masters
-		}
-		if p.Tenant != "" && !g.flags.Changed("tenant") && p.Credential.Principal == client.ClusterPrincipal {
-			g.tenant = p.Tenant
-		}
-		return p.Credential, nil
-	case explicit || !errors.Is(err, client.ErrNoProfile):
-		return client.Credential{}, err
+	c, err := g.profileCredential(path, "default")
+	if !errors.Is(err, client.ErrNoProfile) {
+		return c, err
 	}
 	for _, p := range defaultClusterKeys {
 		c, err := client.ReadCredentialFile(p)
@@ -90,6 +85,23 @@ func (g *globals) credential() (client.Credential, error) {
 		}
 	}
 	return client.Credential{}, fmt.Errorf("no credential: give --key-file FILE, set $TABULA_TENANT and $TABULA_KEY, add a profile to %s (tabula tenant create NAME --save-profile), or point --cluster-key at the cluster credential (tabula dev writes <data>/cluster.key; none in %s)", path, strings.Join(defaultClusterKeys, " or "))
+}
+
+// profileCredential reads profile name from the profile file at path and
+// takes its master addresses (unless --master is given) and, for a cluster
+// credential, its tenant (unless --tenant is given).
+func (g *globals) profileCredential(path, name string) (client.Credential, error) {
+	p, err := client.LoadProfile(path, name)
+	if err != nil {
+		return client.Credential{}, err
+	}
+	if len(p.Masters) > 0 && !g.flags.Changed("master") {
+		g.master = p.Masters
+	}
+	if p.Tenant != "" && !g.flags.Changed("tenant") && p.Credential.Principal == client.ClusterPrincipal {
+		g.tenant = p.Tenant
+	}
+	return p.Credential, nil
 }
 
 // tenantFor is the tenant a command acts for: --tenant when given, else a
