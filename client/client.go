@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -12,6 +13,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -39,6 +41,10 @@ type Options struct {
 	// TenantCredential, ClusterCredential, ReadCredentialFile and
 	// LoadProfile). A tenant's credential acts for that tenant only.
 	Credential Credential
+	// TLS, when set, dials every master and server over TLS with it (its
+	// RootCAs: the cluster's certificate authority; nil RootCAs: the
+	// system's). Nil: plaintext.
+	TLS *tls.Config
 	// Logger receives debug logs about retries, map refreshes and the map
 	// watch. Default: discard.
 	Logger *slog.Logger
@@ -205,6 +211,9 @@ func (c *Client) conn(addr string) (*grpc.ClientConn, error) {
 	}
 	if !c.opts.Credential.zero() {
 		dopts = append(dopts, c.opts.Credential.auth().DialOptions()...)
+	}
+	if c.opts.TLS != nil {
+		dopts = append(dopts, grpc.WithTransportCredentials(credentials.NewTLS(c.opts.TLS)))
 	}
 	dopts = append(dopts, c.opts.DialOptions...)
 	cc, err := grpc.NewClient(addr, dopts...)

@@ -5,6 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+
 	"github.com/tabuladb/tabula/api"
 	"github.com/tabuladb/tabula/internal/streamerr"
 	"github.com/tabuladb/tabula/replication/stream"
@@ -27,7 +30,11 @@ func (c *Client) Streams() Streams { return Streams{c} }
 // StreamConns returns connections to extent nodes that sign with the
 // client's credential (for a stream.Client); the caller closes them.
 func (c *Client) StreamConns() *stream.Conns {
-	return stream.NewConns(c.opts.Credential.auth().DialOptions()...)
+	opts := c.opts.Credential.auth().DialOptions()
+	if c.opts.TLS != nil {
+		opts = append(opts, grpc.WithTransportCredentials(credentials.NewTLS(c.opts.TLS)))
+	}
+	return stream.NewConns(opts...)
 }
 
 func (s Streams) call(ctx context.Context, req *api.StreamRequest, out any) error {

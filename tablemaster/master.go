@@ -17,6 +17,7 @@ import (
 	"github.com/tabuladb/tabula/api"
 	"github.com/tabuladb/tabula/internal/auth"
 	"github.com/tabuladb/tabula/internal/dirlock"
+	"github.com/tabuladb/tabula/internal/tlsfiles"
 	"github.com/tabuladb/tabula/replication/stream"
 )
 
@@ -203,7 +204,7 @@ func Open(opts Options) (*Master, error) {
 // startLoops starts the stream driver and the loops; they act only while
 // this master leads (leads).
 func (m *Master) startLoops() {
-	m.streamConns = stream.NewConns(m.credential().DialOptions()...)
+	m.streamConns = stream.NewConns(m.dialOptions()...)
 	m.streamDriver = stream.NewDriver(masterStreamLog{m}, stream.DriverOptions{Logger: m.logger.With("part", "stream-manager"), Conns: m.streamConns})
 	m.wg.Add(4)
 	go m.snapLoop()
@@ -232,6 +233,7 @@ func (m *Master) Serve(lis net.Listener) error {
 	// Signatures are checked before admission, so callers that cannot
 	// sign never take a slot.
 	opts = append(opts, m.authInterceptors()...)
+	opts = append(opts, tlsfiles.ServerOption(m.opts.TLS)...)
 	opts = append(opts,
 		grpc.ChainUnaryInterceptor(m.admitUnary, m.leaderOnlyUnary),
 		grpc.ChainStreamInterceptor(m.admitStream, m.leaderOnlyStream))

@@ -1,6 +1,7 @@
 package tablemaster
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -91,6 +92,11 @@ type Options struct {
 	// authentication off (in-process tests only; the tabula binary always
 	// sets one).
 	ClusterKey []byte `json:"-"`
+	// TLS, when set, is served on every listener; DialTLS, when set, is
+	// used for every connection the master makes (raft peers, extent
+	// nodes). Nil: plaintext (internal/tlsfiles).
+	TLS     *tls.Config `json:"-"`
+	DialTLS *tls.Config `json:"-"`
 
 	// Admission control (admission.go): the most client calls, table
 	// servers' calls and map watches in flight at once, the bytes of

@@ -117,7 +117,7 @@ func (m *Master) openRaft() error {
 	}
 	init := NewState()
 	m.view.Store(&view{state: init, changed: make(chan struct{}), mv: newMapVersion(nil, init)})
-	r := &raftState{transport: raftnode.NewGRPCTransport(m.opts.RaftID, m.logger.With("part", "raft"), m.credential().DialOptions()...)}
+	r := &raftState{transport: raftnode.NewGRPCTransport(m.opts.RaftID, m.logger.With("part", "raft"), m.dialOptions()...)}
 	none := ""
 	r.leaderAddr.Store(&none)
 	tick := m.opts.RaftTick

@@ -9,6 +9,7 @@ import (
 
 	"github.com/tabuladb/tabula/api"
 	"github.com/tabuladb/tabula/internal/auth"
+	"github.com/tabuladb/tabula/internal/tlsfiles"
 )
 
 // credential is the cluster credential the master signs its own calls
@@ -18,6 +19,12 @@ func (m *Master) credential() auth.Credential {
 		return auth.Credential{}
 	}
 	return auth.Credential{Principal: auth.ClusterPrincipal, Key: m.opts.ClusterKey}
+}
+
+// dialOptions sign every call with the cluster credential and dial with
+// DialTLS when set.
+func (m *Master) dialOptions() []grpc.DialOption {
+	return append(m.credential().DialOptions(), tlsfiles.DialOption(m.opts.DialTLS)...)
 }
 
 // authInterceptors check every call's signature against the cluster key

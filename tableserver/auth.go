@@ -10,6 +10,7 @@ import (
 
 	"github.com/tabuladb/tabula/api"
 	"github.com/tabuladb/tabula/internal/auth"
+	"github.com/tabuladb/tabula/internal/tlsfiles"
 )
 
 // keyRefreshEvery bounds how often a signature that does not verify makes
@@ -24,6 +25,12 @@ func (s *Server) credential() auth.Credential {
 		return auth.Credential{}
 	}
 	return auth.Credential{Principal: auth.ClusterPrincipal, Key: s.opts.ClusterKey}
+}
+
+// dialOptions sign every call with the cluster credential and dial with
+// DialTLS when set.
+func (s *Server) dialOptions() []grpc.DialOption {
+	return append(s.credential().DialOptions(), tlsfiles.DialOption(s.opts.DialTLS)...)
 }
 
 // authInterceptors check every call's signature (none when authentication

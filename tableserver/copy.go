@@ -138,7 +138,7 @@ func (l *logReplica) copyIn(want roleWant) error {
 	// pieces of every chunk.
 	cc, err := grpc.NewClient(want.source, append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()), api.FastReconnect(), api.Keepalive(),
 		grpc.WithInitialWindowSize(copyWindowBytes), grpc.WithInitialConnWindowSize(copyWindowBytes),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(api.MaxMessageBytes))}, l.s.credential().DialOptions()...)...)
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(api.MaxMessageBytes))}, l.s.dialOptions()...)...)
 	if err != nil {
 		return fmt.Errorf("copy source %s: %w", want.source, err)
 	}

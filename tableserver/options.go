@@ -1,6 +1,7 @@
 package tableserver
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -25,6 +26,11 @@ type Options struct {
 	// from the master). Nil turns authentication off (in-process tests
 	// only; the tabula binary always sets one).
 	ClusterKey []byte
+	// TLS, when set, is served on the listener; DialTLS, when set, is
+	// used for every connection the server makes (masters, peers' extent
+	// nodes, copy sources). Nil: plaintext (internal/tlsfiles).
+	TLS     *tls.Config
+	DialTLS *tls.Config
 	// DataDir holds the server's identity and its partitions' files.
 	DataDir string
 	// Advertise is the address clients and the master reach this server at.

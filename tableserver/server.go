@@ -21,6 +21,7 @@ import (
 	"github.com/tabuladb/tabula/coproc"
 	"github.com/tabuladb/tabula/engines"
 	"github.com/tabuladb/tabula/internal/dirlock"
+	"github.com/tabuladb/tabula/internal/tlsfiles"
 	"github.com/tabuladb/tabula/replication/stream"
 )
 
@@ -150,7 +151,7 @@ func Open(opts Options) (*Server, error) {
 		cc, err := grpc.NewClient(addr, append([]grpc.DialOption{
 			grpc.WithTransportCredentials(insecure.NewCredentials()), api.FastReconnect(), api.Keepalive(),
 			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(api.MaxMessageBytes), grpc.MaxCallSendMsgSize(api.MaxMessageBytes)),
-		}, s.credential().DialOptions()...)...)
+		}, s.dialOptions()...)...)
 		if err != nil {
 			return nil, errors.Join(fmt.Errorf("tableserver: master address %q: %w", addr, err), s.closeMasters(), lock.Unlock())
 		}
@@ -167,12 +168,13 @@ func Open(opts Options) (*Server, error) {
 		grpc.ChainUnaryInterceptor(opts.UnaryInterceptors...),
 		grpc.ChainStreamInterceptor(opts.StreamInterceptors...))
 	grpcOpts = append(grpcOpts, s.authInterceptors()...)
+	grpcOpts = append(grpcOpts, tlsfiles.ServerOption(opts.TLS)...)
 	s.grpc = grpc.NewServer(append(grpcOpts,
 		grpc.ChainUnaryInterceptor(s.admitUnary),
 		grpc.ChainStreamInterceptor(s.admitStream),
 	)...)
 	api.RegisterTableServerServer(s.grpc, &service{Server: s})
-	s.streamConns = stream.NewConns(s.credential().DialOptions()...)
+	s.streamConns = stream.NewConns(s.dialOptions()...)
 	node, err := stream.OpenNode(stream.NodeOptions{
 		Conns:         s.streamConns,
 		Dir:           filepath.Join(opts.DataDir, "extents"),

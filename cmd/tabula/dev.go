@@ -30,6 +30,9 @@ func devCmd(g *globals) *cobra.Command {
 prints the endpoints and "tabula dev ready" once it serves, and runs until interrupted.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if g.tls.Cert != "" || g.tls.Key != "" {
+				return fmt.Errorf("tabula dev serves plaintext on loopback; for TLS start tabula master and tabula server with --tls-cert, --tls-key and --tls-ca")
+			}
 			serverProcs()
 			log, err := g.logger()
 			if err != nil {

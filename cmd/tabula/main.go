@@ -20,6 +20,7 @@ import (
 
 	"github.com/tabuladb/tabula/api"
 	"github.com/tabuladb/tabula/client"
+	"github.com/tabuladb/tabula/internal/tlsfiles"
 )
 
 // defaultMaster is the address `tabula dev` and `tabula master` listen on by
@@ -33,9 +34,10 @@ type globals struct {
 	timeout    time.Duration
 	logLevel   string
 	logFormat  string
-	clusterKey string // --cluster-key
-	profile    string // --profile
-	keyFile    string // --key-file
+	clusterKey string         // --cluster-key
+	tls        tlsfiles.Files // --tls-cert, --tls-key, --tls-ca
+	profile    string         // --profile
+	keyFile    string         // --key-file
 	flags      *pflag.FlagSet
 }
 
@@ -64,6 +66,9 @@ func rootCmd() *cobra.Command {
 	pf.DurationVar(&g.timeout, "timeout", 30*time.Second, "deadline of a client command (retries included)")
 	pf.StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	pf.StringVar(&g.logFormat, "log-format", "text", "log format: text (key=value) or json (one object per line)")
+	pf.StringVar(&g.tls.Cert, "tls-cert", os.Getenv("TABULA_TLS_CERT"), "PEM certificate chain a master or server serves TLS with ($TABULA_TLS_CERT); with any --tls-* flag every connection is TLS")
+	pf.StringVar(&g.tls.Key, "tls-key", os.Getenv("TABULA_TLS_KEY"), "PEM private key of --tls-cert ($TABULA_TLS_KEY)")
+	pf.StringVar(&g.tls.CA, "tls-ca", os.Getenv("TABULA_TLS_CA"), "PEM certificate authorities to trust when connecting ($TABULA_TLS_CA; default: the system's); a client command with it dials TLS")
 	pf.StringVar(&g.clusterKey, "cluster-key", "", "the cluster credential file (default $TABULA_CLUSTER_KEY, else: tabula dev and tabula master create <data>/cluster.key; client commands look for ./tabula-data/cluster.key)")
 	pf.StringVar(&g.profile, "profile", "", "profile to use from the profile file ($TABULA_PROFILE, else \"default\"; file: $TABULA_CONFIG or ~/.config/tabula/config)")
 	pf.StringVar(&g.keyFile, "key-file", "", "a credential file to sign with (a tenant's, or the cluster's)")
@@ -100,7 +105,11 @@ func (g *globals) client(ctx context.Context) (*client.Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return client.New(ctx, client.Options{Masters: g.master, Tenant: g.tenantFor(cred), Credential: cred, RetryTimeout: g.timeout})
+	tlsCfg, err := g.tls.Client()
+	if err != nil {
+		return nil, err
+	}
+	return client.New(ctx, client.Options{Masters: g.master, Tenant: g.tenantFor(cred), Credential: cred, RetryTimeout: g.timeout, TLS: tlsCfg})
 }
 
 // noMasterWait is how long a client command tries to reach any --master
@@ -161,7 +170,12 @@ func (g *globals) masterCall(ctx context.Context, fn func(api.MasterClient) erro
 		if credErr != nil {
 			return credErr
 		}
-		cc, dialErr := grpc.NewClient(addr, append(cred.DialOptions(), grpc.WithTransportCredentials(insecure.NewCredentials()), api.FastReconnect(), api.Keepalive())...)
+		tlsCfg, tlsErr := g.tls.Client()
+		if tlsErr != nil {
+			return tlsErr
+		}
+		dopts := append(cred.DialOptions(), grpc.WithTransportCredentials(insecure.NewCredentials()), api.FastReconnect(), api.Keepalive())
+		cc, dialErr := grpc.NewClient(addr, append(dopts, tlsfiles.DialOption(tlsCfg)...)...)
 		if dialErr != nil {
 			err = fmt.Errorf("master address %q: %w", addr, dialErr)
 			continue

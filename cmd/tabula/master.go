@@ -56,6 +56,12 @@ A member joining a running group starts with --id and no --peers, then is added 
 				return err
 			}
 			opts.ClusterKey = cred.Key
+			if opts.TLS, err = g.tls.Server(); err != nil {
+				return err
+			}
+			if opts.DialTLS, err = g.tls.Client(); err != nil {
+				return err
+			}
 			if peers != "" {
 				if opts.Peers, err = parsePeers(peers); err != nil {
 					return err

@@ -37,6 +37,12 @@ func serverCmd(g *globals) *cobra.Command {
 				return err
 			}
 			opts.ClusterKey = cred.Key
+			if opts.TLS, err = g.tls.Server(); err != nil {
+				return err
+			}
+			if opts.DialTLS, err = g.tls.Client(); err != nil {
+				return err
+			}
 			if err := serveDebug(debug, log); err != nil {
 				return err
 			}
