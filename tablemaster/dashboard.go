@@ -113,7 +113,7 @@ type dashServer struct {
 	// HeardAgoMs is how long ago its last heartbeat came (-1: never, on
 	// this master).
 	HeardAgoMs  int64  `json:"heard_ago_ms"`
-	Incarnation uint64 `json:"incarnation,omitempty"`
+	Incarnation uint64 `json:"incarnation,omitempty,string"` // past 2^53: a string for JavaScript
 	Primaries   int    `json:"primaries"`
 	Secondaries int    `json:"secondaries"`
 	Replicas    int    `json:"replicas"`

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -312,5 +313,36 @@ func TestEventRing(t *testing.T) {
 	}
 	if got := r.recent(3); len(got) != 3 || got[0].Seq != maxEvents+7 {
 		t.Fatalf("recent(3) = %+v", got)
+	}
+}
+
+// TestDashboardFollower: a raft follower's dashboard names the leader and
+// says what it cannot show; the leader's records its election.
+func TestDashboardFollower(t *testing.T) {
+	ms := startGroup(t, 3)
+	leader := leaderOf(t, ms, 10*time.Second)
+	deadline := time.Now().Add(10 * time.Second)
+	for _, mb := range ms {
+		var s dashSnapshot
+		for {
+			s, _ = snapshotOf(t, mb.m.DashboardHandler())
+			if mb == leader && hasEvent(s, EventLeader, fmt.Sprintf("member %d leads", leader.id)) ||
+				mb != leader && s.Master.LeaderID == leader.id || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		if !s.Master.Raft || s.Master.Member != mb.id {
+			t.Fatalf("member %d: %+v", mb.id, s.Master)
+		}
+		if mb == leader {
+			if !s.Master.Leads || s.Master.Note != "" || !hasEvent(s, EventLeader, fmt.Sprintf("member %d leads", leader.id)) {
+				t.Fatalf("leader %d: %+v, events %+v", mb.id, s.Master, s.Events)
+			}
+			continue
+		}
+		if s.Master.Leads || s.Master.LeaderID != leader.id || !strings.Contains(s.Master.Note, fmt.Sprintf("member %d at %s", leader.id, leader.addr)) {
+			t.Fatalf("follower %d: %+v (leader %d at %s)", mb.id, s.Master, leader.id, leader.addr)
+		}
 	}
 }

@@ -219,7 +219,7 @@ function renderStreams(s) {
     for (const e of x.last) {
       const coded = e.coding ? [statePill(e.coding), " " + e.scheme + " " + e.fragments_ok + "/" + e.fragments + " fragments" + (e.rebuilding ? ", " + e.rebuilding + " rebuilding" : "")] : el("span", { class: "muted", text: "replicated" });
       rows.push(el("tr", { "data-stream": x.name, "data-extent": e.id },
-        td(el("code", { text: x.name })), td(num(e.id), "num"), td(e.sealed ? "sealed" : pill("open", "ok")), td(bytes(e.length), "num"),
+        td(el("code", { text: x.name })), td(num(e.id), "num"), td(e.sealed ? "sealed" : pill("open", "ok")), td(e.sealed ? bytes(e.length) : "–", "num"),
         td(e.replicas.join(" ")), td(coded)));
     }
   }
