@@ -172,7 +172,7 @@ function renderTables(s) {
         el("code", { text: r.server }), " ",
         r.reported ? (r.state ? statePill(r.state) : pill("reported")) : pill(r.server_state === "dead" ? "no report: server dead" : "no report", r.server_state === "dead" ? "bad" : ""),
         r.state === "copying" && r.copy_total_bytes ? " " + bytes(r.copied_bytes) + " / " + bytes(r.copy_total_bytes) : ""));
-      const lags = p.replicas.map(r => el("div", {}, r.reported && r.commit_lsn ? num(r.lag) + " (" + num(r.applied_lsn) + "/" + num(r.commit_lsn) + ")" : "–"));
+      const lags = p.replicas.map(r => el("div", {}, r.reported && (r.state || r.commit_lsn) ? num(r.lag) + " (" + num(r.applied_lsn) + "/" + num(r.commit_lsn) + ")" : "–"));
       const notes = [];
       if (!p.primary) notes.push(pill("no primary", "bad"));
       if (p.data_lost) notes.push(pill("data lost", "bad"));
