@@ -45,6 +45,15 @@
 // gRPC server uses a codec that sends pre-encoded bytes: serve the Master
 // only with Serve.
 //
+// # Dashboard
+//
+// DashboardHandler serves an operator's web page (embedded from
+// dashboard/, no outside assets) and its JSON snapshot, /api/cluster:
+// the published State, liveness and the servers' replica reports,
+// tenants' usage (never keys), the stream manager and the recent events
+// of events.go, a bounded memory-only ring. It has no authentication;
+// the binary serves it only on an address the operator gives.
+//
 // # Concurrency
 //
 // Master is safe for concurrent use. Commands are serialised by one lock

@@ -89,6 +89,7 @@ type Master struct {
 	raft *raftState
 
 	metrics masterMetrics // metrics.go
+	events  eventRing     // recent events, memory only (events.go)
 
 	closing   chan struct{} // closed by Close: stops the liveness loop and watch streams
 	closeOnce sync.Once
@@ -430,6 +431,7 @@ func (m *Master) checkLiveness() {
 		return
 	}
 	now := m.opts.Now()
+	m.noteThrottling(now)
 	st := m.State()
 	defer m.replaceDead(st, now)
 	defer m.placeShortOnes(st, now)
@@ -455,13 +457,14 @@ func (m *Master) checkLiveness() {
 			l.dead = true
 			return true
 		}
-		res, _, err := m.propose(Command{Op: OpServerDown, ServerID: id, UnixMs: now.UnixMilli(), Promote: m.promotions(st, id), Keep: m.opts.ReplaceAfter > 0}, stillSilent, func(Result) {
+		res, next, err := m.propose(Command{Op: OpServerDown, ServerID: id, UnixMs: now.UnixMilli(), Promote: m.promotions(st, id), Keep: m.opts.ReplaceAfter > 0}, stillSilent, func(Result) {
 			m.liveMu.Lock()
 			if l := m.live[id]; l != nil {
 				l.statuses = nil
 			}
 			m.liveMu.Unlock()
 		})
+		m.noteServerDown(st, next, id, res, err)
 		switch {
 		case errors.Is(err, ErrClosed):
 			return
@@ -505,6 +508,7 @@ func (m *Master) placeShortOnes(st *State, now time.Time) {
 	case res.Changed:
 		m.kickLogs()
 		m.logger.Warn("tablemaster: partitions short of replicas placed again", "partitions", len(res.Moved))
+		m.event(EventPlaced, "", 0, "%d partitions short of replicas placed again", len(res.Moved))
 	}
 }
 
@@ -533,6 +537,7 @@ func (m *Master) replaceDead(st *State, now time.Time) {
 			m.kickLogs()
 			m.logger.Warn("tablemaster: server dead past --replace-after; its replicas are placed again elsewhere", "server", id,
 				"down_for", now.Sub(time.UnixMilli(srv.DownSinceMs)).Round(time.Second), "partitions", len(res.Moved))
+			m.event(EventReplaced, id, 0, "server %s dead past --replace-after: %d partitions' replicas placed again elsewhere", id, len(res.Moved))
 		}
 	}
 }

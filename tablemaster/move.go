@@ -190,6 +190,7 @@ func (m *Master) moveLoop(ctx context.Context) {
 			Promote: m.promotions(st, f.server)}, nil, nil)
 		if err == nil && res.Changed {
 			m.logger.Warn("tablemaster: a replica's engine failed; placing a new one", "partition", f.pid, "server", f.server)
+			m.event(EventReplicaFailed, f.server, f.pid, "partition %d: the replica on %s failed; placing a new one", f.pid, f.server)
 			m.kickLogs()
 		}
 	}
@@ -205,6 +206,7 @@ func (m *Master) moveLoop(ctx context.Context) {
 				res, _, err := m.propose(Command{Op: OpMoveDone, UnixMs: m.opts.Now().UnixMilli(), PartitionID: p.ID, ServerID: p.Move.From, To: p.Move.To}, nil, nil)
 				if err == nil && res.Changed {
 					m.logger.Info("tablemaster: replica moved", "partition", p.ID, "from", p.Move.From, "to", p.Move.To)
+					m.event(EventMoveDone, p.Move.From, p.ID, "partition %d: replica moved %s -> %s", p.ID, p.Move.From, p.Move.To)
 					m.kickLogs()
 				}
 			}
@@ -265,6 +267,7 @@ func (m *Master) MovePartition(_ context.Context, req *api.MovePartitionRequest)
 		out.To = np.Move.To
 	}
 	m.logger.Info("tablemaster: moving a replica", "partition", p.ID, "from", from, "to", out.To)
+	m.event(EventMove, from, p.ID, "partition %d: moving a replica %s -> %s", p.ID, from, out.To)
 	m.kickLogs()
 	return out, nil
 }
@@ -296,6 +299,7 @@ func (m *Master) DrainServer(_ context.Context, req *api.DrainServerRequest) (*a
 		}
 	}
 	m.logger.Info("tablemaster: draining a server: its replicas move off", "server", req.GetServerId(), "replicas", n)
+	m.event(EventDrain, req.GetServerId(), 0, "server %s draining: %d replicas move off", req.GetServerId(), n)
 	m.kickLogs()
 	return &api.DrainServerResponse{Replicas: n, MapVersion: next.Version}, nil
 }

@@ -145,6 +145,7 @@ func (m *Master) onLeaderChange(lc raftnode.LeaderChange) {
 		m.raft.confirmed.Store(0)
 		if m.raft.leading.Swap(false) {
 			m.logger.Warn("tablemaster: no longer the leader", "term", lc.Term, "leader", lc.Leader, "leader_addr", addr)
+			m.event(EventLeader, "", 0, "member %d no longer leads (term %d; leader %d at %s)", m.opts.RaftID, lc.Term, lc.Leader, addr)
 		}
 		return
 	}
@@ -189,6 +190,7 @@ func (m *Master) becomeLeader(term uint64) {
 		return
 	}
 	m.logger.Info("tablemaster: leading", "term", term, "member", m.opts.RaftID, "version", m.State().Version)
+	m.event(EventLeader, "", 0, "member %d leads (term %d)", m.opts.RaftID, term)
 	if _, ok := m.State().Tenants[api.DefaultTenant]; !ok {
 		if _, _, err := m.propose(Command{Op: OpCreateTenant, Tenant: api.DefaultTenant, UnixMs: m.opts.Now().UnixMilli(), Keys: [][]byte{auth.NewKey(), auth.NewKey()}}, nil, nil); err != nil {
 			m.logger.Error("tablemaster: bootstrap the default tenant", "err", err)

@@ -438,6 +438,7 @@ func (m *Master) PartitionLogFailed(ctx context.Context, req *api.PartitionLogFa
 	}
 	if p.Epoch == req.Epoch && p.Log.Extent == req.Extent {
 		m.logger.Warn("tablemaster: partition log append failed; sealing and continuing", "partition", p.ID, "extent", req.Extent, "server", req.ServerId, "reason", req.Reason)
+		m.event(EventLogReset, req.ServerId, p.ID, "partition %d: log append on %s failed (%s); sealing extent %d and continuing", p.ID, req.ServerId, req.Reason, req.Extent)
 		if _, _, err := m.propose(Command{Op: OpPartitionLogReset, UnixMs: m.opts.Now().UnixMilli(), PartitionID: p.ID, Epoch: req.Epoch, Extent: req.Extent}, nil, nil); err != nil {
 			return nil, rpcError("partition log failed", err)
 		}

@@ -246,6 +246,7 @@ func (m *Master) Heartbeat(_ context.Context, req *api.HeartbeatRequest) (*api.H
 		}
 		resp.MapVersion = next.Version
 		m.logger.Info("tablemaster: server draining; its partitions moved", "server", req.ServerId, "moved", len(res.Moved))
+		m.event(EventDrain, req.ServerId, 0, "server %s shutting down: drained, %d partitions moved", req.ServerId, len(res.Moved))
 	}
 	return resp, nil
 }
@@ -300,6 +301,7 @@ func (m *Master) ForgetServer(_ context.Context, req *api.ForgetServerRequest) (
 			resp.Lost = append(resp.Lost, lp)
 		}
 	}
+	m.event(EventForget, req.ServerId, 0, "server %s forgotten by the operator: %d partitions moved, %d placed again empty", req.ServerId, len(res.Moved), len(resp.Lost))
 	if len(resp.Lost) > 0 {
 		m.logger.Error("tablemaster: server forgotten; partitions whose only copy it held are placed again EMPTY (data loss accepted by the operator)",
 			"server", req.ServerId, "moved", len(res.Moved), "lost", len(resp.Lost))

@@ -20,6 +20,7 @@ func devCmd(g *globals) *cobra.Command {
 		masters int
 
 		metricsListen string
+		dashListen    string
 	)
 	cmd := &cobra.Command{
 		Use:   "dev",
@@ -75,6 +76,11 @@ prints the endpoints and "tabula dev ready" once it serves, and runs until inter
 			if err != nil {
 				return fmt.Errorf("start dev cluster: %w", err)
 			}
+			dash, err := startDashboard(dashListen, devDashboard(c), log)
+			if err != nil {
+				return fmt.Errorf("%w (%v)", err, c.Close())
+			}
+			defer dash.Close()
 			out := cmd.OutOrStdout()
 			for i, a := range c.MasterAddrs() {
 				if c.Masters() > 1 {
@@ -92,6 +98,9 @@ prints the endpoints and "tabula dev ready" once it serves, and runs until inter
 			if u := pm.URL(); u != "" {
 				fmt.Fprintf(out, "metrics %s\n", u)
 			}
+			if u := dash.URL(); u != "" {
+				fmt.Fprintf(out, "dashboard %s\n", u)
+			}
 			fmt.Fprintln(out, "tabula dev ready")
 			<-cmd.Context().Done()
 			fmt.Fprintln(out, "tabula dev: shutting down")
@@ -103,5 +112,6 @@ prints the endpoints and "tabula dev ready" once it serves, and runs until inter
 	cmd.Flags().IntVar(&servers, "servers", 3, "number of table servers")
 	cmd.Flags().IntVar(&masters, "masters", 1, "number of masters: 1, or 3 or 5 for a raft group")
 	cmd.Flags().StringVar(&metricsListen, "metrics-listen", "", metricsListenUsage+"; one page for the whole cluster")
+	cmd.Flags().StringVar(&dashListen, "dashboard-listen", "127.0.0.1:0", dashboardListenUsage+"; the leading master's (empty: off)")
 	return cmd
 }

@@ -22,6 +22,7 @@ func masterCmd(g *globals) *cobra.Command {
 		dir           string
 		peers         string
 		metricsListen string
+		dashListen    string
 		opts          tablemaster.Options
 	)
 	cmd := &cobra.Command{
@@ -83,6 +84,11 @@ A member joining a running group starts with --id and no --peers, then is added 
 			if err != nil {
 				return err
 			}
+			dash, err := startDashboard(dashListen, m.DashboardHandler(), log)
+			if err != nil {
+				return fmt.Errorf("%w (%v)", err, m.Close())
+			}
+			defer dash.Close()
 			lis, err := net.Listen("tcp", listen)
 			if err != nil {
 				return fmt.Errorf("listen on %s: %w (%v)", listen, err, m.Close())
@@ -107,6 +113,7 @@ A member joining a running group starts with --id and no --peers, then is added 
 	f.StringVar(&peers, "peers", "", "the raft group's founding members, ID=ADDR,... (this one's included); only read on a new data directory")
 	f.StringVar(&dir, "data", "./tabula-data/master", "data directory")
 	f.StringVar(&metricsListen, "metrics-listen", "", metricsListenUsage)
+	f.StringVar(&dashListen, "dashboard-listen", "", dashboardListenUsage+" (default: none)")
 	f.DurationVar(&opts.HeartbeatInterval, "heartbeat-interval", 100*time.Millisecond, "how often servers heartbeat")
 	f.DurationVar(&opts.LeaseDuration, "lease", tablemaster.DefaultLeaseDuration, "primary lease length")
 	f.DurationVar(&opts.DeadAfter, "dead-after", tablemaster.DefaultDeadAfter, "silence after which a server is declared dead (must exceed --lease)")

@@ -101,6 +101,23 @@ func (c *Cluster) startMember(i int, peers map[uint64]string) error {
 // Masters is the number of masters (1 without raft).
 func (c *Cluster) Masters() int { return max(1, len(c.members)) }
 
+// Master returns master i (the only one without raft; raft member i+1
+// with), or nil while it is stopped.
+func (c *Cluster) Master(i int) *tablemaster.Master {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.members) == 0 {
+		if i != 0 {
+			return nil
+		}
+		return c.master
+	}
+	if i < 0 || i >= len(c.members) {
+		return nil
+	}
+	return c.members[i].m
+}
+
 // KillMaster stops raft master i abruptly (a crash: what it acknowledged
 // is in its raft log).
 func (c *Cluster) KillMaster(i int) error {
