@@ -84,7 +84,7 @@ func parseBytes(s string) (uint64, error) {
 		}
 	}
 	n, err := strconv.ParseFloat(t, 64)
-	if err != nil || n < 0 || n*float64(mult) >= 1<<63 {
+	if err != nil || !(n >= 0 && n*float64(mult) < 1<<63) { // NaN fails too
 		return 0, fmt.Errorf("%q is not a byte count (e.g. 512MiB, 10GB, 1048576)", s)
 	}
 	return uint64(n * float64(mult)), nil
