@@ -40,12 +40,14 @@ const usageRefresh = 250 * time.Millisecond
 // quotaTracker is the leader's view of tenants' load and usage. Safe for
 // concurrent use.
 type quotaTracker struct {
-	mu     sync.Mutex
-	loads  map[string]serverLoads // server id → its last report
-	usage  map[string]*tenantUsage
-	hosts  map[string]map[string]bool // tenant → servers holding a replica
-	stamp  time.Time                  // when usage was summed
-	stateV uint64                     // the state version hosts came from
+	mu    sync.Mutex
+	loads map[string]serverLoads // server id → its last report
+	usage map[string]*tenantUsage
+	hosts map[string]map[string]bool // tenant → servers holding a replica
+	// primaries: tenant → server → the tenant's primaries there.
+	primaries map[string]map[string]int
+	stamp     time.Time // when usage was summed
+	stateV    uint64    // the state version hosts came from
 }
 
 type serverLoads struct {
@@ -98,6 +100,7 @@ func (m *Master) refreshUsage(q *quotaTracker, st *State, now time.Time) {
 	}
 	parts := map[uint64]part{}
 	hosts := map[string]map[string]bool{}
+	prims := map[string]map[string]int{}
 	for _, tb := range st.Tables {
 		p := part{tenant: tb.Tenant, memory: !tb.durable() && tb.Kind != api.TableKind_TABLE_KIND_BULK, bulk: tb.Kind == api.TableKind_TABLE_KIND_BULK}
 		h := hosts[tb.Tenant]
@@ -105,10 +108,18 @@ func (m *Master) refreshUsage(q *quotaTracker, st *State, now time.Time) {
 			h = map[string]bool{}
 			hosts[tb.Tenant] = h
 		}
+		pr := prims[tb.Tenant]
+		if pr == nil {
+			pr = map[string]int{}
+			prims[tb.Tenant] = pr
+		}
 		for _, pt := range tb.Partitions {
 			parts[pt.ID] = p
 			for _, r := range pt.Replicas {
 				h[r.ServerID] = true
+				if r.Role == api.ReplicaRole_REPLICA_ROLE_PRIMARY {
+					pr[r.ServerID]++
+				}
 			}
 		}
 	}
@@ -156,7 +167,7 @@ func (m *Master) refreshUsage(q *quotaTracker, st *State, now time.Time) {
 		u.stored += sz.stored
 		u.memory += sz.memory
 	}
-	q.usage, q.hosts = usage, hosts
+	q.usage, q.hosts, q.primaries = usage, hosts, prims
 }
 
 // shares returns server's part of every limited tenant's quotas.
@@ -197,20 +208,23 @@ func (m *Master) quotaShares(st *State, server string) []*api.TenantShare {
 			}
 			return 0
 		}
+		prims := q.primaries[name]
+		var allPrims int
+		for _, c := range prims {
+			allPrims += c
+		}
 		share := func(quota uint64, get func(*api.TenantLoad) float64) float64 {
 			if quota == 0 {
 				return 0
 			}
-			floor := float64(quota) / float64(10*n)
-			var sum float64
+			var allDemand float64
 			for s := range hosts {
-				sum += demand(s, get) + floor
+				allDemand += demand(s, get)
 			}
-			mine := demand(server, get) + floor
 			if !hosts[server] {
-				sum += mine
+				allDemand += demand(server, get)
 			}
-			return float64(quota) * mine / sum
+			return shareOf(quota, n, prims[server], allPrims, demand(server, get), allDemand)
 		}
 		sh.ReadOpsPerSec = share(t.Quota.ReadOpsPerSec, (*api.TenantLoad).GetReadOpsPerSec)
 		sh.WriteOpsPerSec = share(t.Quota.WriteOpsPerSec, (*api.TenantLoad).GetWriteOpsPerSec)
@@ -235,6 +249,30 @@ func (m *Master) quotaShares(st *State, server string) []*api.TenantShare {
 		out = append(out, sh)
 	}
 	return out
+}
+
+// shareOf is one server's share of a rate quota, of n servers: nine
+// tenths split half by where the tenant's primaries are (prims of
+// allPrims here) and half by where its demand is (demand of allDemand),
+// a tenth split evenly as a floor. A client that paces itself sends what
+// its share lets through, so demand alone would feed on itself (a small
+// share draws little demand, which shrinks it further); the primaries'
+// half pulls every share back toward the static split, and the demand
+// half still moves a raw client's hot spot. Summed over the servers it is
+// the quota.
+func shareOf(quota uint64, n, prims, allPrims int, demand, allDemand float64) float64 {
+	var frac float64
+	switch {
+	case allPrims > 0 && allDemand > 0:
+		frac = (float64(prims)/float64(allPrims) + demand/allDemand) / 2
+	case allPrims > 0:
+		frac = float64(prims) / float64(allPrims)
+	case allDemand > 0:
+		frac = demand / allDemand
+	default:
+		frac = 1 / float64(n)
+	}
+	return float64(quota) * (0.9*frac + 0.1/float64(n))
 }
 
 // tenantUsageOf is a tenant's usage as the leader last summed it (nil on a
