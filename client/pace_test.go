@@ -38,10 +38,13 @@ func TestPacerHoldsCallsToTheShare(t *testing.T) {
 	if d := time.Since(start); d > 50*time.Millisecond {
 		t.Errorf("calls of another class or server were held %v", d)
 	}
-	for range 50 { // take the slots of the next second
-		go ps.wait(ctx, "s1", classWrite)
+	// Take the slots of the next second, as 50 waiting calls would.
+	lim := ps.m[paceKey{"s1", classWrite}].lim
+	for range 50 {
+		if !lim.ReserveN(time.Now(), 1).OK() {
+			t.Fatal("could not reserve a slot")
+		}
 	}
-	time.Sleep(10 * time.Millisecond)
 	dctx, cancel := context.WithTimeout(ctx, 30*time.Millisecond)
 	defer cancel()
 	start = time.Now()

@@ -133,14 +133,19 @@ func TestTenantStoredBytesQuota(t *testing.T) {
 		}
 	})
 	const quota = 64 << 10
-	c, mc := newTenant(t, tc, "small", &api.TenantQuota{StoredBytes: quota})
+	c, _ := newTenant(t, tc, "small", &api.TenantQuota{StoredBytes: quota})
 	tbl := createTable(t, c, "t", &api.TableOptions{Partitions: 2, Replication: 1, Storage: "memory"})
-	// Wait for the server's share to arrive: until then it does not limit.
+	// Wait for the server's allowance to arrive (until then it does not
+	// limit) with a probe that changes nothing either way: a swap whose
+	// expectation fails, of a value larger than the whole quota, is
+	// refused QUOTA_EXCEEDED once the allowance is there.
 	waitFor(t, 10*time.Second, "the quota to reach the server", func() bool {
-		d, err := mc.DescribeTenant(ctx, &api.DescribeTenantRequest{Tenant: "small"})
-		return err == nil && d.GetTenant().GetUsage() != nil
+		r, err := tbl.CompareAndSwap(ctx, client.CAS{Key: []byte("probe"), Expected: []byte("never"), Value: make([]byte, 2*quota)})
+		if err == nil && r.Swapped {
+			t.Fatal("the probe swapped")
+		}
+		return api.CodeOf(err) == api.ErrorCode_ERROR_CODE_QUOTA_EXCEEDED
 	})
-	time.Sleep(300 * time.Millisecond) // a heartbeat after the table's partitions open
 	val := make([]byte, 4<<10)
 	var stored int
 	var refused error

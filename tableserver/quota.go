@@ -352,11 +352,15 @@ func (q *quotas) load(now time.Time) []*api.TenantLoad {
 	return out
 }
 
-// forgetPartition drops a partition's bucket (no longer hosted).
-func (q *quotas) forgetPartition(id uint64) {
+// keepPartitions drops the buckets of partitions no longer hosted.
+func (q *quotas) keepPartitions(hosted func(id uint64) bool) {
 	q.mu.Lock()
-	delete(q.parts, id)
-	q.mu.Unlock()
+	defer q.mu.Unlock()
+	for id := range q.parts {
+		if !hosted(id) {
+			delete(q.parts, id)
+		}
+	}
 }
 
 func ftoa(f float64) string {

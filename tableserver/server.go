@@ -465,6 +465,7 @@ func (s *Server) beat(draining, full bool) (err error) {
 	req.TenantLoad = s.quota.load(now)
 	if full {
 		req.Replicas = h.status(s.id())
+		s.quota.keepPartitions(func(id uint64) bool { return h.replicas[id] != nil })
 	} else {
 		req.ReplicasOmitted = true
 	}

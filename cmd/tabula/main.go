@@ -157,6 +157,17 @@ func (g *globals) reachable(ctx context.Context) error {
 	}
 }
 
+// masterCallFor is masterCall for a call that returns a reply.
+func masterCallFor[T any](ctx context.Context, g *globals, fn func(api.MasterClient) (T, error)) (T, error) {
+	var out T
+	err := g.masterCall(ctx, func(mc api.MasterClient) error {
+		var err error
+		out, err = fn(mc)
+		return err
+	})
+	return out, err
+}
+
 // masterCall calls fn with a client of each --master address in turn until
 // one answers with anything but UNAVAILABLE: for the operator RPCs the SDK
 // does not wrap (ForgetServer, ListDataLoss).

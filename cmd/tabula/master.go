@@ -154,11 +154,8 @@ func masterMembersCmd(g *globals) *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, cancel := g.withTimeout(cmd.Context())
 			defer cancel()
-			var resp *api.MasterMembersResponse
-			err := g.masterCall(ctx, func(mc api.MasterClient) error {
-				var err error
-				resp, err = mc.MasterMembers(ctx, &api.MasterMembersRequest{})
-				return err
+			resp, err := masterCallFor(ctx, g, func(mc api.MasterClient) (*api.MasterMembersResponse, error) {
+				return mc.MasterMembers(ctx, &api.MasterMembersRequest{})
 			})
 			if err != nil {
 				return fmt.Errorf("master members: %w", err)

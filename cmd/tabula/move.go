@@ -32,11 +32,8 @@ func partitionMoveCmd(g *globals) *cobra.Command {
 			}
 			ctx, cancel := g.withTimeout(cmd.Context())
 			defer cancel()
-			var resp *api.MovePartitionResponse
-			err = g.masterCall(ctx, func(mc api.MasterClient) error {
-				var err error
-				resp, err = mc.MovePartition(ctx, &api.MovePartitionRequest{Tenant: g.tenant, Table: args[0], Index: uint32(idx), From: from, To: to})
-				return err
+			resp, err := masterCallFor(ctx, g, func(mc api.MasterClient) (*api.MovePartitionResponse, error) {
+				return mc.MovePartition(ctx, &api.MovePartitionRequest{Tenant: g.tenant, Table: args[0], Index: uint32(idx), From: from, To: to})
 			})
 			if err != nil {
 				return fmt.Errorf("move partition %s/%d: %w", args[0], idx, err)
@@ -62,11 +59,8 @@ func serverDrainCmd(g *globals) *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, cancel := g.withTimeout(cmd.Context())
 			defer cancel()
-			var resp *api.DrainServerResponse
-			err := g.masterCall(ctx, func(mc api.MasterClient) error {
-				var err error
-				resp, err = mc.DrainServer(ctx, &api.DrainServerRequest{ServerId: args[0]})
-				return err
+			resp, err := masterCallFor(ctx, g, func(mc api.MasterClient) (*api.DrainServerResponse, error) {
+				return mc.DrainServer(ctx, &api.DrainServerRequest{ServerId: args[0]})
 			})
 			if err != nil {
 				return fmt.Errorf("drain server %s: %w", args[0], err)

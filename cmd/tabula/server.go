@@ -111,11 +111,8 @@ func serverForgetCmd(g *globals) *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, cancel := g.withTimeout(cmd.Context())
 			defer cancel()
-			var resp *api.ForgetServerResponse
-			err := g.masterCall(ctx, func(mc api.MasterClient) error {
-				var err error
-				resp, err = mc.ForgetServer(ctx, &api.ForgetServerRequest{ServerId: args[0], AcceptDataLoss: accept})
-				return err
+			resp, err := masterCallFor(ctx, g, func(mc api.MasterClient) (*api.ForgetServerResponse, error) {
+				return mc.ForgetServer(ctx, &api.ForgetServerRequest{ServerId: args[0], AcceptDataLoss: accept})
 			})
 			if err != nil {
 				return fmt.Errorf("forget server %s: %w", args[0], err)

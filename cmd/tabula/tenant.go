@@ -49,11 +49,8 @@ func tenantCreateCmd(g *globals) *cobra.Command {
 			}
 			ctx, cancel := g.withTimeout(cmd.Context())
 			defer cancel()
-			var resp *api.CreateTenantResponse
-			err = g.masterCall(ctx, func(mc api.MasterClient) error {
-				var err error
-				resp, err = mc.CreateTenant(ctx, &api.CreateTenantRequest{Tenant: args[0], Quota: q})
-				return err
+			resp, err := masterCallFor(ctx, g, func(mc api.MasterClient) (*api.CreateTenantResponse, error) {
+				return mc.CreateTenant(ctx, &api.CreateTenantRequest{Tenant: args[0], Quota: q})
 			})
 			if err != nil {
 				return fmt.Errorf("create tenant %s: %w", args[0], err)
@@ -91,11 +88,8 @@ func tenantListCmd(g *globals) *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, cancel := g.withTimeout(cmd.Context())
 			defer cancel()
-			var resp *api.ListTenantsResponse
-			err := g.masterCall(ctx, func(mc api.MasterClient) error {
-				var err error
-				resp, err = mc.ListTenants(ctx, &api.ListTenantsRequest{})
-				return err
+			resp, err := masterCallFor(ctx, g, func(mc api.MasterClient) (*api.ListTenantsResponse, error) {
+				return mc.ListTenants(ctx, &api.ListTenantsRequest{})
 			})
 			if err != nil {
 				return fmt.Errorf("list tenants: %w", err)
@@ -119,11 +113,8 @@ func tenantDescribeCmd(g *globals) *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, cancel := g.withTimeout(cmd.Context())
 			defer cancel()
-			var resp *api.DescribeTenantResponse
-			err := g.masterCall(ctx, func(mc api.MasterClient) error {
-				var err error
-				resp, err = mc.DescribeTenant(ctx, &api.DescribeTenantRequest{Tenant: args[0]})
-				return err
+			resp, err := masterCallFor(ctx, g, func(mc api.MasterClient) (*api.DescribeTenantResponse, error) {
+				return mc.DescribeTenant(ctx, &api.DescribeTenantRequest{Tenant: args[0]})
 			})
 			if err != nil {
 				return fmt.Errorf("describe tenant %s: %w", args[0], err)
@@ -182,11 +173,8 @@ func tenantKeysCmd(g *globals) *cobra.Command {
 			}
 			ctx, cancel := g.withTimeout(cmd.Context())
 			defer cancel()
-			var resp *api.RotateTenantKeyResponse
-			err := g.masterCall(ctx, func(mc api.MasterClient) error {
-				var err error
-				resp, err = mc.RotateTenantKey(ctx, &api.RotateTenantKeyRequest{Tenant: args[0], Key: uint32(key)})
-				return err
+			resp, err := masterCallFor(ctx, g, func(mc api.MasterClient) (*api.RotateTenantKeyResponse, error) {
+				return mc.RotateTenantKey(ctx, &api.RotateTenantKeyRequest{Tenant: args[0], Key: uint32(key)})
 			})
 			if err != nil {
 				return fmt.Errorf("rotate key %d of tenant %s: %w", key, args[0], err)
