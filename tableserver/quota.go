@@ -98,6 +98,7 @@ func (b *bucket) charge(n float64, now time.Time) {
 
 // tenantQuota is one tenant's limits and counters on this server.
 type tenantQuota struct {
+	mu               sync.Mutex // guards every field
 	read, write, cpu bucket
 	share            *api.TenantShare // nil: not limited
 	// written and memWritten count bytes of keys and values written here
@@ -114,31 +115,76 @@ type tenantQuota struct {
 	overload float64
 }
 
-// quotas is the server's quota enforcement. Safe for concurrent use.
+// quotas is the server's quota enforcement. Safe for concurrent use: mu
+// guards the maps and the window, each tenant and partition bucket has a
+// lock of its own (so requests of different tenants and partitions do
+// not contend). Lock order: quotas.mu, tenantQuota.mu, partBucket.mu.
 type quotas struct {
 	partitionRate float64
 	retryMin      time.Duration
-	mu            sync.Mutex
+	mu            sync.RWMutex
 	tenants       map[string]*tenantQuota
-	parts         map[uint64]*bucket
+	parts         map[uint64]*partBucket
 	windowStart   time.Time
 	rates         map[string]*api.TenantLoad // of the last complete window
+}
+
+// partBucket is a partition's bucket with its lock.
+type partBucket struct {
+	mu sync.Mutex
+	b  bucket
 }
 
 func newQuotas(partitionRate float64, retryMin time.Duration, now time.Time) *quotas {
 	if partitionRate < 0 {
 		partitionRate = 0
 	}
-	return &quotas{partitionRate: partitionRate, retryMin: retryMin, tenants: map[string]*tenantQuota{}, parts: map[uint64]*bucket{}, windowStart: now}
+	return &quotas{partitionRate: partitionRate, retryMin: retryMin, tenants: map[string]*tenantQuota{}, parts: map[uint64]*partBucket{}, windowStart: now}
 }
 
+// tenant returns name's quota state, made on first use. Not with q.mu held.
 func (q *quotas) tenant(name string) *tenantQuota {
+	q.mu.RLock()
+	t := q.tenants[name]
+	q.mu.RUnlock()
+	if t != nil {
+		return t
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.tenantLocked(name)
+}
+
+// tenantLocked is tenant with q.mu held for writing.
+func (q *quotas) tenantLocked(name string) *tenantQuota {
 	t := q.tenants[name]
 	if t == nil {
 		t = &tenantQuota{}
 		q.tenants[name] = t
 	}
 	return t
+}
+
+// partition returns partition id's bucket (nil without a per-partition
+// limit), made on first use. Not with q.mu held.
+func (q *quotas) partition(id uint64, now time.Time) *partBucket {
+	if q.partitionRate == 0 {
+		return nil
+	}
+	q.mu.RLock()
+	pb := q.parts[id]
+	q.mu.RUnlock()
+	if pb != nil {
+		return pb
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if pb = q.parts[id]; pb == nil {
+		pb = &partBucket{}
+		pb.b.setRate(q.partitionRate, now)
+		q.parts[id] = pb
+	}
+	return pb
 }
 
 // overloadRetryAfter is a refusal's retry_after per unit of overload: a
@@ -169,18 +215,15 @@ func (q *quotas) busyLimit(reason, msg string, wait time.Duration, limit uint64)
 	}, msg)
 }
 
-// partition charges n keys to partition id's bucket.
-func (q *quotas) partition(id uint64, n float64, now time.Time) error {
-	if q.partitionRate == 0 {
+// takePartition charges n keys to partition id's bucket pb (nil: no limit).
+func (q *quotas) takePartition(pb *partBucket, id uint64, n float64, now time.Time) error {
+	if pb == nil {
 		return nil
 	}
-	b := q.parts[id]
-	if b == nil {
-		b = &bucket{}
-		b.setRate(q.partitionRate, now)
-		q.parts[id] = b
-	}
-	if wait, ok := b.take(n, now); !ok {
+	pb.mu.Lock()
+	wait, ok := pb.b.take(n, now)
+	pb.mu.Unlock()
+	if !ok {
 		return q.busy("partition_busy", "partition "+u64(id)+" is over its limit of "+ftoa(q.partitionRate)+" keys per second", wait)
 	}
 	return nil
@@ -188,15 +231,16 @@ func (q *quotas) partition(id uint64, n float64, now time.Time) error {
 
 // read admits n keys read by tenant from partition id.
 func (q *quotas) read(tenant string, id uint64, n int, now time.Time) error {
-	q.mu.Lock()
-	defer q.mu.Unlock()
+	pb := q.partition(id, now)
 	t := q.tenant(tenant)
+	t.mu.Lock()
+	defer t.mu.Unlock()
 	f := float64(n)
 	t.offRead += f
 	if wait, ok := t.read.take(f, now); !ok {
 		return q.tenantBusy(t, &t.read, "tenant_read_rate", "tenant "+tenant+" is over its read quota ("+ftoa(t.read.rate)+" keys per second on this server)", wait)
 	}
-	if err := q.partition(id, f, now); err != nil {
+	if err := q.takePartition(pb, id, f, now); err != nil {
 		t.read.tokens += f // not served: give them back
 		t.throttled++
 		return err
@@ -208,9 +252,10 @@ func (q *quotas) read(tenant string, id uint64, n int, now time.Time) error {
 // write admits n keys written by tenant to partition id, adding bytes of
 // keys and values (memory: to a memory table).
 func (q *quotas) write(tenant string, id uint64, n int, bytes uint64, memory bool, now time.Time) error {
-	q.mu.Lock()
-	defer q.mu.Unlock()
+	pb := q.partition(id, now)
 	t := q.tenant(tenant)
+	t.mu.Lock()
+	defer t.mu.Unlock()
 	if sh := t.share; sh != nil && bytes > 0 {
 		if sh.StoredLimited && t.written+bytes > sh.StoredAsOf+sh.StoredLeft {
 			t.refused++
@@ -226,7 +271,7 @@ func (q *quotas) write(tenant string, id uint64, n int, bytes uint64, memory boo
 	if wait, ok := t.write.take(f, now); !ok {
 		return q.tenantBusy(t, &t.write, "tenant_write_rate", "tenant "+tenant+" is over its write quota ("+ftoa(t.write.rate)+" keys per second on this server)", wait)
 	}
-	if err := q.partition(id, f, now); err != nil {
+	if err := q.takePartition(pb, id, f, now); err != nil {
 		t.write.tokens += f
 		t.throttled++
 		return err
@@ -241,9 +286,9 @@ func (q *quotas) write(tenant string, id uint64, n int, bytes uint64, memory boo
 
 // chargeRead charges n keys already read (a scan's rows).
 func (q *quotas) chargeRead(tenant string, n int, now time.Time) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
 	t := q.tenant(tenant)
+	t.mu.Lock()
+	defer t.mu.Unlock()
 	t.read.charge(float64(n), now)
 	t.offRead += float64(n)
 	t.admRead += float64(n)
@@ -257,9 +302,9 @@ func (s *Server) chargeWrite(r *replica, n int, bytes uint64) error {
 // coproc admits a coprocessor call of tenant (its CPU is charged later, by
 // chargeCPU).
 func (q *quotas) coproc(tenant string, now time.Time) error {
-	q.mu.Lock()
-	defer q.mu.Unlock()
 	t := q.tenant(tenant)
+	t.mu.Lock()
+	defer t.mu.Unlock()
 	if wait, ok := t.cpu.take(0, now); !ok {
 		return q.tenantBusy(t, &t.cpu, "tenant_cpu_rate", "tenant "+tenant+" is over its coprocessor CPU quota ("+ftoa(t.cpu.rate)+" ms per second on this server)", wait)
 	}
@@ -269,19 +314,18 @@ func (q *quotas) coproc(tenant string, now time.Time) error {
 // chargeCPU charges every tenant the coprocessor CPU it used since the
 // last call (cpu: the runtime's totals since the process started).
 func (q *quotas) chargeCPU(cpu map[string]time.Duration, now time.Time) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
 	for name, total := range cpu {
 		t := q.tenant(name)
+		t.mu.Lock()
 		d := total - t.cpuSeen
 		t.cpuSeen = total
-		if d <= 0 {
-			continue
+		if d > 0 {
+			ms := float64(d) / float64(time.Millisecond)
+			t.cpu.charge(ms, now)
+			t.admCPU += ms
+			t.offCPU += ms
 		}
-		ms := float64(d) / float64(time.Millisecond)
-		t.cpu.charge(ms, now)
-		t.admCPU += ms
-		t.offCPU += ms
+		t.mu.Unlock()
 	}
 }
 
@@ -292,18 +336,22 @@ func (q *quotas) apply(shares []*api.TenantShare, now time.Time) {
 	defer q.mu.Unlock()
 	seen := make(map[string]bool, len(shares))
 	for _, sh := range shares {
-		t := q.tenant(sh.GetTenant())
+		t := q.tenantLocked(sh.GetTenant())
 		seen[sh.GetTenant()] = true
+		t.mu.Lock()
 		t.share = sh
 		t.read.setRate(sh.GetReadOpsPerSec(), now)
 		t.write.setRate(sh.GetWriteOpsPerSec(), now)
 		t.cpu.setRate(sh.GetCoprocCpuMsPerSec(), now)
+		t.mu.Unlock()
 	}
 	for name, t := range q.tenants {
+		t.mu.Lock()
 		if !seen[name] && t.share != nil {
 			t.share = nil
 			t.read, t.write, t.cpu = bucket{}, bucket{}, bucket{}
 		}
+		t.mu.Unlock()
 	}
 }
 
@@ -320,6 +368,7 @@ func (q *quotas) load(now time.Time) []*api.TenantLoad {
 	if secs := now.Sub(q.windowStart).Seconds(); secs >= loadWindow.Seconds() {
 		q.rates = make(map[string]*api.TenantLoad, len(q.tenants))
 		for name, t := range q.tenants {
+			t.mu.Lock()
 			q.rates[name] = &api.TenantLoad{
 				ReadOpsPerSec:             t.offRead / secs,
 				WriteOpsPerSec:            t.offWrite / secs,
@@ -337,6 +386,7 @@ func (q *quotas) load(now time.Time) []*api.TenantLoad {
 				t.overload = 10
 			}
 			t.offRead, t.offWrite, t.offCPU, t.admRead, t.admWrite, t.admCPU, t.throttled, t.refused = 0, 0, 0, 0, 0, 0, 0, 0
+			t.mu.Unlock()
 		}
 		q.windowStart = now
 	}
@@ -346,7 +396,9 @@ func (q *quotas) load(now time.Time) []*api.TenantLoad {
 		if r := q.rates[name]; r != nil {
 			l = proto.CloneOf(r)
 		}
+		t.mu.Lock()
 		l.Tenant, l.WrittenBytes, l.MemoryWrittenBytes = name, t.written, t.memWritten
+		t.mu.Unlock()
 		out = append(out, l)
 	}
 	return out
