@@ -35,7 +35,9 @@ func TestRaftMasterFailover(t *testing.T) {
 	var ok, failed atomic.Int64
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
-	var firstErr atomic.Value
+	var errMu sync.Mutex
+	var firstErr error // guarded by errMu
+	var killedAt atomic.Int64 // unix nanoseconds; 0 before the kill
 	for w := range 4 {
 		wg.Go(func() {
 			for i := 0; ; i++ {
@@ -50,19 +52,34 @@ func TestRaftMasterFailover(t *testing.T) {
 				wcancel()
 				if err != nil {
 					failed.Add(1)
-					firstErr.CompareAndSwap(nil, err)
+					errMu.Lock()
+					if firstErr == nil {
+						when := "before the kill"
+						if k := killedAt.Load(); k != 0 {
+							when = fmt.Sprintf("%v after the kill", time.Duration(time.Now().UnixNano()-k))
+						}
+						firstErr = fmt.Errorf("%s: %w", when, err)
+					}
+					errMu.Unlock()
 				} else {
 					ok.Add(1)
 				}
 			}
 		})
 	}
-	time.Sleep(300 * time.Millisecond)
+	// Writes flow before the kill: the test is about riding through it.
+	for deadline := time.Now().Add(30 * time.Second); ok.Load() < 20; {
+		if time.Now().After(deadline) {
+			t.Fatalf("only %d writes succeeded in 30 s before the kill", ok.Load())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	leader := tc.Leader()
 	if leader < 0 {
 		t.Fatal("no leader")
 	}
 	before := ok.Load()
+	killedAt.Store(time.Now().UnixNano())
 	if err := tc.KillMaster(leader); err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +104,7 @@ func TestRaftMasterFailover(t *testing.T) {
 		t.Errorf("first CreateTable %v after the leader's kill (target 2 s)", created)
 	}
 	if failed.Load() > 0 {
-		t.Errorf("%d writes failed across the master failover: %v", failed.Load(), firstErr.Load())
+		t.Errorf("%d writes failed across the master failover: %v", failed.Load(), firstErr)
 	}
 	if ok.Load() <= before {
 		t.Errorf("no write succeeded after the leader's kill")

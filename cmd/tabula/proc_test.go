@@ -9,6 +9,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -153,17 +154,39 @@ func (p *proc) running() bool {
 	}
 }
 
-// freeAddr returns a 127.0.0.1 address with a port free at the moment.
+// freeAddr returns a 127.0.0.1 address whose port is free now and has not
+// been handed out before in this test binary. Ports come from below the
+// kernel's ephemeral range (32768 and up on Linux), so neither an outgoing
+// connection nor a listener on port 0 elsewhere can take one between this
+// call and the process that binds it, and no two processes of one test are
+// given the same port (the kernel reuses a just-closed ephemeral port).
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	portsMu.Lock()
+	defer portsMu.Unlock()
+	for range 1000 {
+		port := 20000 + portsRand.IntN(12000)
+		if portsGiven[port] {
+			continue
+		}
+		addr := fmt.Sprintf("127.0.0.1:%d", port)
+		l, err := net.Listen("tcp", addr)
+		if err != nil {
+			continue
+		}
+		_ = l.Close()
+		portsGiven[port] = true
+		return addr
 	}
-	addr := l.Addr().String()
-	_ = l.Close()
-	return addr
+	t.Fatal("no free port in 20000-31999 after 1000 tries")
+	return ""
 }
+
+var (
+	portsMu    sync.Mutex
+	portsGiven = map[int]bool{}                                                            // guarded by portsMu
+	portsRand  = rand.New(rand.NewPCG(uint64(os.Getpid()), uint64(time.Now().UnixNano()))) // guarded by portsMu
+)
 
 // waitFor polls cond until it holds or d passes.
 func waitFor(t *testing.T, d time.Duration, what string, cond func() (bool, error)) {
