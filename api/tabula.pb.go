@@ -5623,7 +5623,12 @@ type HeartbeatRequest struct {
 	ReplicasOmitted bool `protobuf:"varint,5,opt,name=replicas_omitted,json=replicasOmitted,proto3" json:"replicas_omitted,omitempty"`
 	// Every tenant this server served since the last heartbeat, or holds
 	// bytes for.
-	TenantLoad    []*TenantLoad `protobuf:"bytes,6,rep,name=tenant_load,json=tenantLoad,proto3" json:"tenant_load,omitempty"`
+	TenantLoad []*TenantLoad `protobuf:"bytes,6,rep,name=tenant_load,json=tenantLoad,proto3" json:"tenant_load,omitempty"`
+	// The map version the replicas' statuses reflect: the server built them
+	// from the map of this version (0: a server from before this field).
+	// The master counts a moved replica in sync only from a report at least
+	// as new as the move.
+	MapVersion    uint64 `protobuf:"varint,7,opt,name=map_version,json=mapVersion,proto3" json:"map_version,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -5698,6 +5703,13 @@ func (x *HeartbeatRequest) GetTenantLoad() []*TenantLoad {
 		return x.TenantLoad
 	}
 	return nil
+}
+
+func (x *HeartbeatRequest) GetMapVersion() uint64 {
+	if x != nil {
+		return x.MapVersion
+	}
+	return 0
 }
 
 type HeartbeatResponse struct {
@@ -8678,7 +8690,7 @@ const file_tabula_proto_rawDesc = "" +
 	"\x15heartbeat_interval_ms\x18\x02 \x01(\rR\x13heartbeatIntervalMs\x12\x19\n" +
 	"\blease_ms\x18\x03 \x01(\rR\aleaseMs\x12\x1f\n" +
 	"\vmap_version\x18\x04 \x01(\x04R\n" +
-	"mapVersion\"\x9f\x02\n" +
+	"mapVersion\"\xc0\x02\n" +
 	"\x10HeartbeatRequest\x12\x1b\n" +
 	"\tserver_id\x18\x01 \x01(\tR\bserverId\x124\n" +
 	"\breplicas\x18\x02 \x03(\v2\x18.tabula.v1.ReplicaStatusR\breplicas\x12\x1a\n" +
@@ -8686,7 +8698,9 @@ const file_tabula_proto_rawDesc = "" +
 	"\fcoproc_ready\x18\x04 \x03(\v2\x16.tabula.v1.CoprocReadyR\vcoprocReady\x12)\n" +
 	"\x10replicas_omitted\x18\x05 \x01(\bR\x0freplicasOmitted\x126\n" +
 	"\vtenant_load\x18\x06 \x03(\v2\x15.tabula.v1.TenantLoadR\n" +
-	"tenantLoad\"\xd5\x01\n" +
+	"tenantLoad\x12\x1f\n" +
+	"\vmap_version\x18\a \x01(\x04R\n" +
+	"mapVersion\"\xd5\x01\n" +
 	"\x11HeartbeatResponse\x12\x1f\n" +
 	"\vmap_version\x18\x01 \x01(\x04R\n" +
 	"mapVersion\x12\x1e\n" +

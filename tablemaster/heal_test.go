@@ -125,7 +125,7 @@ func TestDrainedServerExitsMovesGoOn(t *testing.T) {
 					reps = append(reps, &api.ReplicaStatus{PartitionId: p.ID, Epoch: p.Epoch, State: api.ReplicaState_REPLICA_STATE_IN_SYNC})
 				}
 			}
-			if _, err := m.Heartbeat(ctx, &api.HeartbeatRequest{ServerId: id, Replicas: reps}); err != nil {
+			if _, err := m.Heartbeat(ctx, &api.HeartbeatRequest{ServerId: id, Replicas: reps, MapVersion: st.Version}); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -130,6 +130,9 @@ type liveness struct {
 	// statuses is the latest report, replaced wholesale (never modified),
 	// with ServerId set.
 	statuses []*api.ReplicaStatus
+	// statusVersion is the map version statuses were built from (0:
+	// unknown, a server from before HeartbeatRequest.map_version).
+	statusVersion uint64
 	// written is each tenant's written counters (TenantLoad's written
 	// and memory written bytes) at the report statuses came from: the
 	// base of the size allowances computed from them (quotas.go).
@@ -524,7 +527,11 @@ func (m *Master) replaceDead(st *State, now time.Time) {
 		if srv.Alive || srv.DownSinceMs == 0 || now.Sub(time.UnixMilli(srv.DownSinceMs)) < m.opts.ReplaceAfter || !st.holdsLogReplicas(id) {
 			continue
 		}
-		res, _, err := m.propose(Command{Op: OpServerDown, ServerID: id, UnixMs: now.UnixMilli(), Replace: true}, func(s *State) bool {
+		hold, replaceable := m.replaceHolds(st, id)
+		if replaceable == 0 {
+			continue // nothing it holds can go yet: no proposal every tick
+		}
+		res, _, err := m.propose(Command{Op: OpServerDown, ServerID: id, UnixMs: now.UnixMilli(), Replace: true, Hold: hold}, func(s *State) bool {
 			srv := s.Servers[id]
 			return srv != nil && !srv.Alive
 		}, nil)
@@ -536,10 +543,61 @@ func (m *Master) replaceDead(st *State, now time.Time) {
 		case res.Changed:
 			m.kickLogs()
 			m.logger.Warn("tablemaster: server dead past --replace-after; its replicas are placed again elsewhere", "server", id,
-				"down_for", now.Sub(time.UnixMilli(srv.DownSinceMs)).Round(time.Second), "partitions", len(res.Moved))
+				"down_for", now.Sub(time.UnixMilli(srv.DownSinceMs)).Round(time.Second), "partitions", len(res.Moved), "held", len(res.Held))
 			m.event(EventReplaced, id, 0, "server %s dead past --replace-after: %d partitions' replicas placed again elsewhere", id, len(res.Moved))
+			if len(res.Held) > 0 {
+				m.event(EventReplaced, id, 0, "server %s: %d partitions keep their replica there: no live replica reported their data (in sync or catching up)", id, len(res.Held))
+			}
 		}
 	}
+}
+
+// replaceHolds sorts the log-replicated partitions with a replica on the
+// dead server id: those no live replica reported holding the data of (in
+// sync or catching up, by the latest heartbeats) are held — dropping the
+// dead replica could drop the only full copy, say while the others are
+// still copying it — and the rest are replaceable.
+func (m *Master) replaceHolds(st *State, id string) (hold []uint64, replaceable int) {
+	full := map[uint64]map[string]bool{} // partition -> live servers with its data
+	m.liveMu.Lock()
+	for sid, l := range m.live {
+		if sid == id || l.dead {
+			continue
+		}
+		for _, r := range l.statuses {
+			if r.GetState() == api.ReplicaState_REPLICA_STATE_IN_SYNC || r.GetState() == api.ReplicaState_REPLICA_STATE_CATCHING_UP {
+				if full[r.PartitionId] == nil {
+					full[r.PartitionId] = map[string]bool{}
+				}
+				full[r.PartitionId][sid] = true
+			}
+		}
+	}
+	m.liveMu.Unlock()
+	for _, t := range st.tablesByID() {
+		if !t.replicatesByLog() {
+			continue
+		}
+		for i := range t.Partitions {
+			p := &t.Partitions[i]
+			if !hostsReplica(p, id) {
+				continue
+			}
+			ok := false
+			for _, r := range p.Replicas {
+				if r.ServerID != id && full[p.ID][r.ServerID] && st.Servers[r.ServerID] != nil && st.Servers[r.ServerID].Alive {
+					ok = true
+					break
+				}
+			}
+			if ok {
+				replaceable++
+			} else {
+				hold = append(hold, p.ID)
+			}
+		}
+	}
+	return hold, replaceable
 }
 
 func (m *Master) silent(id string, now time.Time) bool { return m.silentFor(id, now, m.opts.DeadAfter) }

@@ -43,6 +43,10 @@ type Move struct {
 	From    string `json:"from"`
 	To      string `json:"to"`
 	SinceMs int64  `json:"since_ms"`
+	// Version is the map version that started the move: only a report
+	// built from this map or a newer one speaks for the target's new
+	// replica (an older one may be about a replica it held before).
+	Version uint64 `json:"version,omitempty"`
 }
 
 // movesPerServer bounds the moves off one draining server at a time.
@@ -98,7 +102,7 @@ func (s *State) moveReplica(cmd *Command, chk bool) (Result, error) {
 	t = s.mutTable(t)
 	p = &t.Partitions[p.Index]
 	p.Replicas = append(p.Replicas, Replica{ServerID: to.ID, Addr: to.Addr, Role: api.ReplicaRole_REPLICA_ROLE_SECONDARY, FaultDomain: to.FaultDomain})
-	p.Move = &Move{From: cmd.ServerID, To: cmd.To, SinceMs: cmd.UnixMs}
+	p.Move = &Move{From: cmd.ServerID, To: cmd.To, SinceMs: cmd.UnixMs, Version: s.Version + 1} // the version this command makes
 	p.resetLog()
 	return Result{Changed: true, Moved: []uint64{p.ID}}, nil
 }
@@ -157,7 +161,7 @@ func (m *Master) moveLoop(ctx context.Context) {
 		return
 	}
 	st := m.State()
-	insync := map[uint64]map[string]bool{}
+	insync := map[uint64]map[string]uint64{} // partition -> server -> map version of the report
 	type failure struct {
 		pid    uint64
 		server string
@@ -174,9 +178,9 @@ func (m *Master) moveLoop(ctx context.Context) {
 			}
 			if r.State == api.ReplicaState_REPLICA_STATE_IN_SYNC {
 				if insync[r.PartitionId] == nil {
-					insync[r.PartitionId] = map[string]bool{}
+					insync[r.PartitionId] = map[string]uint64{}
 				}
-				insync[r.PartitionId][id] = true
+				insync[r.PartitionId][id] = l.statusVersion
 			}
 		}
 	}
@@ -202,7 +206,10 @@ func (m *Master) moveLoop(ctx context.Context) {
 			}
 			moving[p.Move.From]++
 			to := st.Servers[p.Move.To]
-			if insync[p.ID][p.Move.To] || !hostsReplica(&p, p.Move.To) || to == nil {
+			// In sync by a report from the move's map or a newer one: an
+			// older report may be about a replica the target held before.
+			v, reported := insync[p.ID][p.Move.To]
+			if reported && v >= p.Move.Version || !hostsReplica(&p, p.Move.To) || to == nil {
 				res, _, err := m.propose(Command{Op: OpMoveDone, UnixMs: m.opts.Now().UnixMilli(), PartitionID: p.ID, ServerID: p.Move.From, To: p.Move.To}, nil, nil)
 				if err == nil && res.Changed {
 					m.logger.Info("tablemaster: replica moved", "partition", p.ID, "from", p.Move.From, "to", p.Move.To)

@@ -219,16 +219,17 @@ func (m *Master) Heartbeat(_ context.Context, req *api.HeartbeatRequest) (*api.H
 		resp.Reregister = true
 		return resp, nil
 	}
-	written := l.written
+	written, statusVersion := l.written, l.statusVersion
 	if req.ReplicasOmitted {
 		statuses = l.statuses // as last reported
 	} else {
+		statusVersion = req.MapVersion
 		written = make(map[string][2]uint64, len(req.TenantLoad))
 		for _, tl := range req.TenantLoad {
 			written[tl.GetTenant()] = [2]uint64{tl.GetWrittenBytes(), tl.GetMemoryWrittenBytes()}
 		}
 	}
-	m.live[req.ServerId] = &liveness{lastHeard: m.opts.Now(), statuses: statuses, written: written}
+	m.live[req.ServerId] = &liveness{lastHeard: m.opts.Now(), statuses: statuses, statusVersion: statusVersion, written: written}
 	m.liveMu.Unlock()
 	if m.raft != nil && !m.raft.leaseGranted.Swap(true) {
 		m.logger.Info("tablemaster: leases granted again: first heartbeat answered as leader", "server", req.ServerId)

@@ -101,6 +101,10 @@ type Command struct {
 	// Replace: OpServerDown of a dead server whose kept replicas (Keep)
 	// are now dropped and placed again on live servers, which copy them.
 	Replace bool `json:"replace,omitempty"`
+	// Hold: Replace leaves these partitions' replicas on the server: the
+	// proposer found no live replica that reported holding their data (in
+	// sync or catching up), so the dead one may be the only full copy.
+	Hold []uint64 `json:"hold,omitempty"`
 	// Incarnation: OpRegisterServer's process incarnation, a random number
 	// the server picks at each start (0 from servers that predate it).
 	Incarnation uint64 `json:"incarnation,omitempty"`
@@ -1175,6 +1179,10 @@ func (s *State) serverDown(cmd Command, chk bool) (Result, error) {
 				// operator to accept the loss (OpForgetServer). A bulk
 				// partition whose versions are all in streams moves:
 				// its new server fetches them.
+				held = append(held, p.ID)
+				continue
+			}
+			if cmd.Replace && slices.Contains(cmd.Hold, p.ID) {
 				held = append(held, p.ID)
 				continue
 			}
