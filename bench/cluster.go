@@ -12,6 +12,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"sync"
@@ -48,6 +49,8 @@ type clConfig struct {
 	peers, workloads              map[string]bool
 	dir, tabulaBin                string
 	seed                          uint64
+	cpuProfile                    string // the suite's own process (the clients)
+	serverDebugPort               int    // server i serves /debug/pprof/ on this port + i; 0: none
 }
 
 func clSet(s string) map[string]bool {
@@ -83,8 +86,23 @@ func runCluster(out io.Writer, args []string) (err error) {
 	fs.StringVar(&cfg.dir, "dir", "", "directory for data and logs (default: a new temp dir, removed after a successful run)")
 	fs.StringVar(&cfg.tabulaBin, "tabula-bin", "", "tabula binary to run (default: built from this checkout)")
 	fs.Uint64Var(&cfg.seed, "seed", rand.Uint64(), "random seed")
+	fs.StringVar(&cfg.cpuProfile, "cpuprofile", "", "write a CPU profile of the suite's own process (every client of every contender) to this file")
+	fs.IntVar(&cfg.serverDebugPort, "server-debug-port", 0, "serve Go's profiling endpoints of server i on 127.0.0.1:(this port + i), to profile a server during a run (0: none)")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if cfg.cpuProfile != "" {
+		f, perr := os.Create(cfg.cpuProfile)
+		if perr != nil {
+			return perr
+		}
+		if perr := pprof.StartCPUProfile(f); perr != nil {
+			return errors.Join(perr, f.Close())
+		}
+		defer func() {
+			pprof.StopCPUProfile()
+			err = errors.Join(err, f.Close())
+		}()
 	}
 	cfg.peers, cfg.workloads = clSet(*peers), clSet(*workloads)
 	for w := range cfg.workloads {
@@ -269,6 +287,9 @@ func clStartTabulaAs(ctx context.Context, out io.Writer, procs *clProcs, dir str
 		args := append([]string{"server",
 			"--master", t.masterAddr, "--listen", addrs[1+i],
 			"--data", filepath.Join(dir, fmt.Sprintf("server-%d", i)), "--fault-domain", fmt.Sprintf("fd-%d", i)}, serverArgs...)
+		if cfg.serverDebugPort != 0 && prefix == "" {
+			args = append(args, "--debug-listen", fmt.Sprintf("127.0.0.1:%d", cfg.serverDebugPort+i))
+		}
 		p, err := procs.start(fmt.Sprintf("%stabula-server-%d", prefix, i), bin, args...)
 		if err != nil {
 			return nil, err
