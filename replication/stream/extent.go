@@ -51,6 +51,7 @@ type Extent struct {
 	durableSeq uint64  // seq of the last block below durable
 	sealed     bool
 	frozen     bool
+	closed     bool  // f is nil or about to be: Close ran
 	broken     error // a failed write or fsync: no more writes
 	corrupt    error // the first corruption a recovery, read or scrub met
 	// committed is the commit point: on a primary the length
@@ -356,7 +357,7 @@ func (e *Extent) Length() int64 {
 // writableLocked says why the extent takes no writes, or nil.
 func (e *Extent) writableLocked() error {
 	switch {
-	case e.f == nil:
+	case e.closed:
 		return fmt.Errorf("extent %d: %w", e.id, ErrClosed)
 	case e.sealed:
 		return fmt.Errorf("extent %d: %w", e.id, ErrSealed)
@@ -679,7 +680,7 @@ func (e *Extent) Seal(length int64) (lastSeq uint64, err error) {
 	e.wmu.Lock()
 	defer e.wmu.Unlock()
 	e.mu.Lock()
-	sealed, written, durable, broken, closed := e.sealed, e.written, e.durable, e.broken, e.f == nil
+	sealed, written, durable, broken, closed := e.sealed, e.written, e.durable, e.broken, e.closed
 	e.mu.Unlock()
 	switch {
 	case closed:
@@ -886,6 +887,9 @@ func (e *Extent) Close() error {
 	if e.f == nil {
 		return nil
 	}
+	e.mu.Lock()
+	e.closed = true // before f goes: readers under mu alone see it
+	e.mu.Unlock()
 	err := e.f.Close()
 	e.f = nil
 	e.mu.Lock()
@@ -959,7 +963,7 @@ func (e *Extent) WaitCommitted(ctx context.Context, beyond int64) (int64, error)
 			e.mu.Unlock()
 			return c, nil
 		}
-		if e.f == nil {
+		if e.closed {
 			e.mu.Unlock()
 			return 0, fmt.Errorf("extent %d: %w", e.id, ErrClosed)
 		}
