@@ -23,6 +23,7 @@ func masterCmd(g *globals) *cobra.Command {
 		peers         string
 		metricsListen string
 		dashListen    string
+		debug         string
 		opts          tablemaster.Options
 	)
 	cmd := &cobra.Command{
@@ -74,6 +75,9 @@ A member joining a running group starts with --id and no --peers, then is added 
 					listen = addr
 				}
 			}
+			if err := serveDebug(debug, log); err != nil {
+				return err
+			}
 			pm, err := startMetrics(metricsListen, log)
 			if err != nil {
 				return err
@@ -113,6 +117,7 @@ A member joining a running group starts with --id and no --peers, then is added 
 	f.StringVar(&peers, "peers", "", "the raft group's founding members, ID=ADDR,... (this one's included); only read on a new data directory")
 	f.StringVar(&dir, "data", "./tabula-data/master", "data directory")
 	f.StringVar(&metricsListen, "metrics-listen", "", metricsListenUsage)
+	f.StringVar(&debug, "debug-listen", "", "address serving Go's profiling endpoints, /debug/pprof/ (default: none)")
 	f.StringVar(&dashListen, "dashboard-listen", "", dashboardListenUsage+" (default: none)")
 	f.DurationVar(&opts.HeartbeatInterval, "heartbeat-interval", 100*time.Millisecond, "how often servers heartbeat")
 	f.DurationVar(&opts.LeaseDuration, "lease", tablemaster.DefaultLeaseDuration, "primary lease length")
