@@ -199,8 +199,14 @@ func (m *Master) moveLoop(ctx context.Context) {
 		}
 	}
 	moving := map[string]int{} // moves off each server
+	// Runs every heartbeat interval: tables without a log (no moves) are
+	// skipped whole, and partitions are looked at in place.
 	for _, t := range st.tablesByID() {
-		for _, p := range t.Partitions {
+		if !t.replicatesByLog() {
+			continue
+		}
+		for i := range t.Partitions {
+			p := &t.Partitions[i]
 			if p.Move == nil {
 				continue
 			}
@@ -209,7 +215,7 @@ func (m *Master) moveLoop(ctx context.Context) {
 			// In sync by a report from the move's map or a newer one: an
 			// older report may be about a replica the target held before.
 			v, reported := insync[p.ID][p.Move.To]
-			if reported && v >= p.Move.Version || !hostsReplica(&p, p.Move.To) || to == nil {
+			if reported && v >= p.Move.Version || !hostsReplica(p, p.Move.To) || to == nil {
 				res, _, err := m.propose(Command{Op: OpMoveDone, UnixMs: m.opts.Now().UnixMilli(), PartitionID: p.ID, ServerID: p.Move.From, To: p.Move.To}, nil, nil)
 				if err == nil && res.Changed {
 					m.logger.Info("tablemaster: replica moved", "partition", p.ID, "from", p.Move.From, "to", p.Move.To)

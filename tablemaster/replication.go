@@ -225,14 +225,22 @@ func (m *Master) reconfigureLogs() {
 		retry    *logRetry
 	}
 	var jobs []job
+	// Runs every heartbeat interval over every partition: tables without
+	// a log are skipped whole, and partitions are looked at in place.
 	for _, t := range st.tablesByID() {
-		for _, p := range t.Partitions {
+		if !t.replicatesByLog() {
+			continue
+		}
+		for i := range t.Partitions {
+			p := &t.Partitions[i]
 			if p.Log == nil || p.Log.Extent != 0 || len(p.Replicas) == 0 {
-				delete(m.logRetry, p.ID)
+				if len(m.logRetry) > 0 {
+					delete(m.logRetry, p.ID)
+				}
 				continue
 			}
-			nodes := st.liveServersOf(&p)
-			if len(nodes) == 0 || nodes[0] != primaryID(&p) {
+			nodes := st.liveServersOf(p)
+			if len(nodes) == 0 || nodes[0] != primaryID(p) {
 				continue // its primary's server is down, with no live replica to take over: it waits
 			}
 			r := m.logRetry[p.ID]
@@ -243,7 +251,12 @@ func (m *Master) reconfigureLogs() {
 				r = &logRetry{}
 				m.logRetry[p.ID] = r
 			}
-			jobs = append(jobs, job{p: p, replicas: int(t.Options.Replication), nodes: nodes, retry: r})
+			jobs = append(jobs, job{p: *p, replicas: int(t.Options.Replication), nodes: nodes, retry: r})
+		}
+	}
+	for id := range m.logRetry {
+		if t, _ := st.partition(id); t == nil || !t.replicatesByLog() {
+			delete(m.logRetry, id) // its table was dropped
 		}
 	}
 	// A failed server's partitions are reconfigured together: each takes
