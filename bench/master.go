@@ -44,6 +44,7 @@ func init() {
 type msConfig struct {
 	servers, perServer, partsPerTable int
 	watchers, conns, changes          int
+	masterDebug                       string
 	settle, window                    time.Duration
 	heartbeat, lease, deadAfter       time.Duration
 	dir, tabulaBin                    string
@@ -82,6 +83,7 @@ func runMaster(out io.Writer, args []string) (err error) {
 	fs.IntVar(&cfg.watchers, "watchers", -1, "servers that watch the map (-1: every server)")
 	fs.IntVar(&cfg.conns, "conns", 16, "gRPC connections the simulated servers share")
 	fs.IntVar(&cfg.changes, "changes", 20, "map changes (CreateTable) measured")
+	fs.StringVar(&cfg.masterDebug, "master-debug-listen", "", "scale: serve the master's /debug/pprof/ on this address, to profile it during the run")
 	fs.DurationVar(&cfg.settle, "settle", 10*time.Second, "heartbeating before the measurements")
 	fs.DurationVar(&cfg.window, "window", 10*time.Second, "length of the heartbeats-only CPU measurement")
 	fs.DurationVar(&cfg.heartbeat, "heartbeat-interval", 0, "the master's --heartbeat-interval (0: its default)")
@@ -159,6 +161,9 @@ func runMaster(out io.Writer, args []string) (err error) {
 		return err
 	}
 	margs := []string{"master", "--listen", addrs[0], "--data", filepath.Join(dir, "master")}
+	if cfg.masterDebug != "" {
+		margs = append(margs, "--debug-listen", cfg.masterDebug)
+	}
 	if cfg.heartbeat > 0 {
 		margs = append(margs, "--heartbeat-interval", cfg.heartbeat.String())
 	}
@@ -181,8 +186,11 @@ func runMaster(out io.Writer, args []string) (err error) {
 
 	conns := make([]*grpc.ClientConn, cfg.conns)
 	for i := range conns {
-		if conns[i], err = grpc.NewClient(addrs[0], grpc.WithTransportCredentials(insecure.NewCredentials()),
-			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(api.MaxMessageBytes))); err != nil {
+		// The simulated servers sign with the cluster credential, as
+		// table servers do.
+		dopts := append(benchCred.DialOptions(), grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(api.MaxMessageBytes)))
+		if conns[i], err = grpc.NewClient(addrs[0], dopts...); err != nil {
 			return err
 		}
 		defer conns[i].Close()
