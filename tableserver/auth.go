@@ -17,6 +17,17 @@ import (
 // the server fetch the tenants' keys again.
 const keyRefreshEvery = time.Second
 
+// unknownRefreshEvery is keyRefreshEvery for a principal the server holds
+// no keys of (a tenant created a moment ago, before the heartbeat that
+// brings its version): such a signature fetches at once unless that
+// principal made a fetch less than this ago, and at most
+// unknownRefreshBurst such fetches go out per keyRefreshEvery, so made-up
+// principals cannot flood the master.
+const (
+	unknownRefreshEvery = time.Second
+	unknownRefreshBurst = 8
+)
+
 // credential is the cluster credential the server signs its own calls
 // with (master, other servers' extent nodes); zero when authentication is
 // off.
@@ -59,6 +70,11 @@ type keyring struct {
 	mu        sync.Mutex // one fetch at a time
 	fetches   uint64     // guarded by mu
 	lastFetch time.Time  // guarded by mu
+	// Fetches for unknown principals (unknownRefreshEvery): when each
+	// principal last made one, and the window's count. Guarded by mu.
+	unknownAt     map[string]time.Time
+	unknownWindow time.Time
+	unknownN      int
 }
 
 func (k *keyring) Key(principal string, id int) []byte {
@@ -81,8 +97,34 @@ func (k *keyring) Key(principal string, id int) []byte {
 func (k *keyring) Refresh(ctx context.Context, principal string) bool {
 	k.mu.Lock()
 	before := k.fetches
+	force := k.unknownLocked(principal, time.Now())
 	k.mu.Unlock()
-	return k.fetch(ctx, before, false) // waits behind a fetch under way
+	return k.fetch(ctx, before, force) // waits behind a fetch under way
+}
+
+// unknownLocked reports whether principal, of which no keys are held, may
+// fetch now regardless of keyRefreshEvery; the caller holds mu.
+func (k *keyring) unknownLocked(principal string, now time.Time) bool {
+	if principal == auth.ClusterPrincipal {
+		return false
+	}
+	if m := k.tenants.Load(); m != nil {
+		if _, ok := (*m)[principal]; ok {
+			return false // known: a wrong or rotated key waits keyRefreshEvery
+		}
+	}
+	if now.Sub(k.unknownWindow) >= keyRefreshEvery {
+		k.unknownWindow, k.unknownN = now, 0
+	}
+	if k.unknownN >= unknownRefreshBurst || now.Sub(k.unknownAt[principal]) < unknownRefreshEvery {
+		return false
+	}
+	if k.unknownAt == nil || len(k.unknownAt) >= 1024 {
+		k.unknownAt = map[string]time.Time{}
+	}
+	k.unknownAt[principal] = now
+	k.unknownN++
+	return true
 }
 
 // noteVersion is a heartbeat's tenants version: a different one fetches
@@ -105,7 +147,8 @@ func (k *keyring) noteVersion(v uint64) {
 
 // fetch gets every tenant's keys from the master, unless one was fetched
 // since the caller saw before (then it reports true at once) or, without
-// force, less than keyRefreshEvery ago.
+// force, less than keyRefreshEvery ago (then it reports whether any keys
+// are held, so the caller checks again).
 func (k *keyring) fetch(ctx context.Context, before uint64, force bool) bool {
 	k.mu.Lock()
 	defer k.mu.Unlock()
@@ -113,7 +156,10 @@ func (k *keyring) fetch(ctx context.Context, before uint64, force bool) bool {
 		return true
 	}
 	if !force && time.Since(k.lastFetch) < keyRefreshEvery {
-		return false
+		// Too soon to fetch again; but a fetch may have finished after
+		// the caller's check (another caller's, for the same new
+		// tenant): a second check is cheap.
+		return k.fetches > 0
 	}
 	k.lastFetch = time.Now()
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
