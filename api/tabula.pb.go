@@ -7675,13 +7675,21 @@ func (x *CopyReplicaChunk) GetSentRecords() uint64 {
 // base_version and file (the whole file's size and CRC32C); every message
 // may carry data, which continues at offset.
 type BulkUploadRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Header        *RequestHeader         `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
-	Version       uint64                 `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
-	BaseVersion   uint64                 `protobuf:"varint,3,opt,name=base_version,json=baseVersion,proto3" json:"base_version,omitempty"`
-	File          *BulkFile              `protobuf:"bytes,4,opt,name=file,proto3" json:"file,omitempty"`
-	Offset        uint64                 `protobuf:"varint,5,opt,name=offset,proto3" json:"offset,omitempty"`
-	Data          []byte                 `protobuf:"bytes,6,opt,name=data,proto3" json:"data,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Header      *RequestHeader         `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
+	Version     uint64                 `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
+	BaseVersion uint64                 `protobuf:"varint,3,opt,name=base_version,json=baseVersion,proto3" json:"base_version,omitempty"`
+	File        *BulkFile              `protobuf:"bytes,4,opt,name=file,proto3" json:"file,omitempty"`
+	Offset      uint64                 `protobuf:"varint,5,opt,name=offset,proto3" json:"offset,omitempty"`
+	Data        []byte                 `protobuf:"bytes,6,opt,name=data,proto3" json:"data,omitempty"`
+	// store (first message): once the file is loaded, the server also writes
+	// it into its stream (api.BulkStreamName of the table, version and
+	// partition index), seals it and records it with the master, as a
+	// publisher with the cluster credential does itself. A publisher with a
+	// tenant credential may not write streams: it sends each file to its
+	// server with store set. A file already recorded as stored is not
+	// written again.
+	Store         bool `protobuf:"varint,7,opt,name=store,proto3" json:"store,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -7758,6 +7766,13 @@ func (x *BulkUploadRequest) GetData() []byte {
 	return nil
 }
 
+func (x *BulkUploadRequest) GetStore() bool {
+	if x != nil {
+		return x.Store
+	}
+	return false
+}
+
 type BulkUploadStatusRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Header        *RequestHeader         `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
@@ -7815,7 +7830,9 @@ type BulkUploadResponse struct {
 	// Bytes of the file the server holds durably; an upload resumes here.
 	Received uint64 `protobuf:"varint,1,opt,name=received,proto3" json:"received,omitempty"`
 	// The file is complete, verified and loaded.
-	Loaded        bool `protobuf:"varint,2,opt,name=loaded,proto3" json:"loaded,omitempty"`
+	Loaded bool `protobuf:"varint,2,opt,name=loaded,proto3" json:"loaded,omitempty"`
+	// With store: the file is in its stream, sealed and recorded.
+	Stored        bool `protobuf:"varint,3,opt,name=stored,proto3" json:"stored,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -7860,6 +7877,13 @@ func (x *BulkUploadResponse) GetReceived() uint64 {
 func (x *BulkUploadResponse) GetLoaded() bool {
 	if x != nil {
 		return x.Loaded
+	}
+	return false
+}
+
+func (x *BulkUploadResponse) GetStored() bool {
+	if x != nil {
+		return x.Stored
 	}
 	return false
 }
@@ -8839,20 +8863,22 @@ const file_tabula_proto_rawDesc = "" +
 	"totalBytes\x12-\n" +
 	"\arecords\x18\x03 \x03(\v2\x13.tabula.v1.KeyValueR\arecords\x12\x12\n" +
 	"\x04done\x18\x04 \x01(\bR\x04done\x12!\n" +
-	"\fsent_records\x18\x05 \x01(\x04R\vsentRecords\"\xd7\x01\n" +
+	"\fsent_records\x18\x05 \x01(\x04R\vsentRecords\"\xed\x01\n" +
 	"\x11BulkUploadRequest\x120\n" +
 	"\x06header\x18\x01 \x01(\v2\x18.tabula.v1.RequestHeaderR\x06header\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x04R\aversion\x12!\n" +
 	"\fbase_version\x18\x03 \x01(\x04R\vbaseVersion\x12'\n" +
 	"\x04file\x18\x04 \x01(\v2\x13.tabula.v1.BulkFileR\x04file\x12\x16\n" +
 	"\x06offset\x18\x05 \x01(\x04R\x06offset\x12\x12\n" +
-	"\x04data\x18\x06 \x01(\fR\x04data\"e\n" +
+	"\x04data\x18\x06 \x01(\fR\x04data\x12\x14\n" +
+	"\x05store\x18\a \x01(\bR\x05store\"e\n" +
 	"\x17BulkUploadStatusRequest\x120\n" +
 	"\x06header\x18\x01 \x01(\v2\x18.tabula.v1.RequestHeaderR\x06header\x12\x18\n" +
-	"\aversion\x18\x02 \x01(\x04R\aversion\"H\n" +
+	"\aversion\x18\x02 \x01(\x04R\aversion\"`\n" +
 	"\x12BulkUploadResponse\x12\x1a\n" +
 	"\breceived\x18\x01 \x01(\x04R\breceived\x12\x16\n" +
-	"\x06loaded\x18\x02 \x01(\bR\x06loaded\"\xa1\x01\n" +
+	"\x06loaded\x18\x02 \x01(\bR\x06loaded\x12\x16\n" +
+	"\x06stored\x18\x03 \x01(\bR\x06stored\"\xa1\x01\n" +
 	"\x19PartitionLogFailedRequest\x12\x1b\n" +
 	"\tserver_id\x18\x01 \x01(\tR\bserverId\x12!\n" +
 	"\fpartition_id\x18\x02 \x01(\x04R\vpartitionId\x12\x14\n" +

@@ -81,7 +81,9 @@ const streamEntryBlocks = 4
 // Files already stored are not written again, so running it again after an
 // interruption continues where it stopped. Reads keep going to the
 // previous version until that switch, and never fail because of it. ctx
-// bounds the whole publish. Publishing a retained version again is a
+// bounds the whole publish. Streams are the cluster's: with a tenant's
+// credential each file goes to the server hosting its partition instead,
+// which loads it and writes it into the stream itself. Publishing a retained version again is a
 // no-op that waits for it to be loaded everywhere.
 func (t *Table) PublishBulk(ctx context.Context, p BulkPublish, opts PublishOptions) error {
 	const op = "publish to"
@@ -159,6 +161,9 @@ func (t *Table) PublishBulk(ctx context.Context, p BulkPublish, opts PublishOpti
 				Bytes: total, StoredBytes: storedBytes.Load(), Sent: sent.Load(), Serving: serving})
 		}
 	)
+	// A tenant may not write streams: each file goes to its partition's
+	// server, which stores it in the stream (BulkUploadRequest.store).
+	serverStores := useStreams && !t.c.opts.Credential.zero() && !t.c.opts.Credential.auth().IsCluster()
 	conns := t.c.StreamConns()
 	defer conns.Close()
 	sc := stream.NewClient(t.c.Streams(), stream.ClientOptions{Logger: t.c.log, Conns: conns})
@@ -178,19 +183,23 @@ func (t *Table) PublishBulk(ctx context.Context, p BulkPublish, opts PublishOpti
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			errs[i] = t.storePartition(ctx, sc, p, i, resp.GetStreams()[i], func(n uint64) { storedBytes.Add(n); progress(false) })
+			if serverStores {
+				errs[i] = t.uploadPartition(ctx, p, i, opts.ChunkBytes, true, func(n uint64) { sent.Add(n); storedBytes.Add(n); progress(false) })
+			} else {
+				errs[i] = t.storePartition(ctx, sc, p, i, resp.GetStreams()[i], func(n uint64) { storedBytes.Add(n); progress(false) })
+			}
 			if errs[i] == nil {
 				storedN.Add(1)
 				progress(false)
 			}
 		})
 	}
-	if opts.DirectUpload {
+	if opts.DirectUpload && !serverStores {
 		for i := range p.Files {
 			sem <- struct{}{}
 			wg.Go(func() {
 				defer func() { <-sem }()
-				err := t.uploadPartition(ctx, p, i, opts.ChunkBytes, func(n uint64) { sent.Add(n); progress(false) })
+				err := t.uploadPartition(ctx, p, i, opts.ChunkBytes, false, func(n uint64) { sent.Add(n); progress(false) })
 				errs[len(p.Files)+i] = err
 			})
 		}
@@ -299,8 +308,9 @@ func (t *Table) storePartition(ctx context.Context, sc *stream.Client, p BulkPub
 }
 
 // uploadPartition sends partition i's file to the server hosting it,
-// resuming and retrying until it is loaded there.
-func (t *Table) uploadPartition(ctx context.Context, p BulkPublish, i, chunk int, sent func(uint64)) error {
+// resuming and retrying until it is loaded there; with store, until that
+// server has also stored it in its stream (BulkUploadRequest.store).
+func (t *Table) uploadPartition(ctx context.Context, p BulkPublish, i, chunk int, store bool, sent func(uint64)) error {
 	f := p.Files[i]
 	fh, err := os.Open(f.Path)
 	if err != nil {
@@ -338,7 +348,7 @@ func (t *Table) uploadPartition(ctx context.Context, p BulkPublish, i, chunk int
 		ts := api.NewTableServerClient(cc)
 		hdr := &api.RequestHeader{Tenant: t.c.opts.Tenant, Table: t.name, PartitionId: part.GetId(), Epoch: part.GetEpoch()}
 		st, err := ts.BulkUploadStatus(ctx, &api.BulkUploadStatusRequest{Header: hdr, Version: p.Version})
-		if err == nil && st.GetLoaded() {
+		if err == nil && st.GetLoaded() && !store {
 			sent(f.Size - counted)
 			return nil
 		}
@@ -350,14 +360,14 @@ func (t *Table) uploadPartition(ctx context.Context, p BulkPublish, i, chunk int
 			continue
 		}
 		from := st.GetReceived()
-		if from > f.Size {
+		if from > f.Size || (st.GetLoaded() && from != f.Size) {
 			from = 0
 		}
 		if from > counted {
 			sent(from - counted)
 			counted = from
 		}
-		done, err := t.sendFile(ctx, ts, hdr, p, file, fh, from, chunk, func(n uint64) { counted += n; sent(n) })
+		done, err := t.sendFile(ctx, ts, hdr, p, file, fh, from, chunk, store, func(n uint64) { counted += n; sent(n) })
 		if err == nil && done {
 			sent(f.Size - counted)
 			return nil
@@ -388,22 +398,24 @@ func retryableUpload(err error) bool {
 	return false
 }
 
-// sendFile streams the file from offset from; done reports that the server
-// loaded it.
+// sendFile streams the file from offset from (the first message, which
+// describes the file, goes even with no data left to send); done reports
+// that the server loaded it, and with store that it stored it too.
 func (t *Table) sendFile(ctx context.Context, ts api.TableServerClient, hdr *api.RequestHeader, p BulkPublish,
-	file *api.BulkFile, fh *os.File, from uint64, chunk int, sent func(uint64)) (done bool, err error) {
+	file *api.BulkFile, fh *os.File, from uint64, chunk int, store bool, sent func(uint64)) (done bool, err error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	stream, err := ts.BulkUpload(ctx)
 	if err != nil {
 		return false, err
 	}
-	msg := &api.BulkUploadRequest{Header: hdr, Version: p.Version, BaseVersion: p.Base, File: file, Offset: from}
+	finished := func(resp *api.BulkUploadResponse) bool { return resp.GetLoaded() && (!store || resp.GetStored()) }
+	msg := &api.BulkUploadRequest{Header: hdr, Version: p.Version, BaseVersion: p.Base, File: file, Offset: from, Store: store}
 	buf := make([]byte, chunk)
 	off := from
-	for {
+	for first := true; ; first = false {
 		n, rerr := fh.ReadAt(buf[:min(uint64(chunk), file.GetSize()-off)], int64(off))
-		if rerr != nil && !(rerr == io.EOF && n > 0) {
+		if rerr != nil && !(rerr == io.EOF && n > 0) && !(first && off == file.GetSize()) {
 			if off == file.GetSize() {
 				break
 			}
@@ -415,7 +427,7 @@ func (t *Table) sendFile(ctx context.Context, ts api.TableServerClient, hdr *api
 			if rerr != nil {
 				return false, rerr
 			}
-			if resp.GetLoaded() {
+			if finished(resp) {
 				return true, nil // loaded meanwhile (fetched from its stream)
 			}
 			return false, err
@@ -431,7 +443,7 @@ func (t *Table) sendFile(ctx context.Context, ts api.TableServerClient, hdr *api
 	if err != nil {
 		return false, err
 	}
-	return resp.GetLoaded(), nil
+	return finished(resp), nil
 }
 
 // BulkStatus returns the bulk table's versions, with each partition's file

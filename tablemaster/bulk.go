@@ -124,14 +124,12 @@ func sameContent(a, b []BulkFile) bool {
 }
 
 // bulkStreamPrefix starts the name of every bulk file's stream.
-const bulkStreamPrefix = "bulk/"
+const bulkStreamPrefix = api.BulkStreamPrefix
 
-// BulkStreamName is the stream partition index's file of version of the
-// table with id tableID is written into: "bulk/<table id>/<version>/<index>".
-// The table id, never reused, keeps a dropped table's name from meeting a
-// new table's.
+// BulkStreamName is api.BulkStreamName: the stream partition index's file
+// of version of table tableID is written into.
 func BulkStreamName(tableID, version uint64, index int) string {
-	return fmt.Sprintf("%s%d/%d/%d", bulkStreamPrefix, tableID, version, index)
+	return api.BulkStreamName(tableID, version, index)
 }
 
 // parseBulkStreamName reverses BulkStreamName.

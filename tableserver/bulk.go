@@ -21,6 +21,9 @@ type bulkPart struct {
 	id  uint64
 	log *slog.Logger
 
+	// storeMu serializes storing uploaded files into streams (bulkstore.go).
+	storeMu sync.Mutex
+
 	// mu guards the fields below.
 	mu sync.Mutex
 	// fetching: a fetch of missing versions from streams is running.

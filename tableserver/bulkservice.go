@@ -146,7 +146,7 @@ func (s *service) BulkUpload(stream grpc.ClientStreamingServer[api.BulkUploadReq
 		if d := lv.Describe(); d.CRC != file.GetCrc32C() || d.Size != file.GetSize() {
 			return api.InvalidArgument("file", "version_loaded_differs", 0, "version %d is loaded here with another file (%d bytes, crc %08x)", version, d.Size, d.CRC)
 		}
-		return stream.SendAndClose(&api.BulkUploadResponse{Received: file.GetSize(), Loaded: true})
+		return s.uploaded(stream, r, version, file, first.GetStore())
 	}
 	st, err := r.bulk.Stage(version, file.GetSize(), file.GetCrc32C(), first.GetOffset())
 	if err != nil {
@@ -186,7 +186,23 @@ func (s *service) BulkUpload(stream grpc.ClientStreamingServer[api.BulkUploadReq
 	if err := s.heartbeat(false); err != nil {
 		s.log.Warn("heartbeat after bulk load failed; the next one reports it", "err", err)
 	}
-	return stream.SendAndClose(&api.BulkUploadResponse{Received: file.GetSize(), Loaded: true})
+	return s.uploaded(stream, r, version, file, first.GetStore())
+}
+
+// uploaded answers an upload whose file is loaded, after storing it into
+// its stream if the sender asked (bulkstore.go).
+func (s *service) uploaded(stream grpc.ClientStreamingServer[api.BulkUploadRequest, api.BulkUploadResponse], r *replica, version uint64, file *api.BulkFile, store bool) error {
+	resp := &api.BulkUploadResponse{Received: file.GetSize(), Loaded: true}
+	if store {
+		if err := s.storeBulkFile(stream.Context(), r, version, file); err != nil {
+			if api.CodeOf(err) != api.ErrorCode_ERROR_CODE_UNSPECIFIED {
+				return err
+			}
+			return api.Errorf(api.ErrorCode_ERROR_CODE_UNAVAILABLE, "store_failed", "partition %d: version %d is loaded here but not stored in its stream (upload it again to retry): %v", r.part.GetId(), version, err)
+		}
+		resp.Stored = true
+	}
+	return stream.SendAndClose(resp)
 }
 
 // stageErr maps an error writing or loading version's file (an upload or

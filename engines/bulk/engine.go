@@ -321,6 +321,13 @@ func (v *Version) err(err error) error {
 	return err
 }
 
+// ReadFileAt reads the version's own file (File.ReadFileAt): the bytes
+// that were published, not a delta's overlay.
+func (v *Version) ReadFileAt(p []byte, off int64) (int, error) {
+	n, err := v.file.ReadFileAt(p, off)
+	return n, v.err(err)
+}
+
 // AppendGet appends key's value in this version to dst and reports whether
 // it is there (File.AppendGet).
 func (v *Version) AppendGet(dst, key []byte) ([]byte, bool, error) {

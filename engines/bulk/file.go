@@ -238,6 +238,27 @@ func (f *File) release() {
 	}
 }
 
+// ReadFileAt reads the file's own bytes at off, as they are on disk (what
+// was built and published): a server that loaded a file writes it into its
+// stream from here. It fails with engines.ErrClosed once the file is closed.
+func (f *File) ReadFileAt(p []byte, off int64) (int, error) {
+	if !f.acquire() {
+		return 0, engines.ErrClosed
+	}
+	defer f.release()
+	if off < 0 || off > f.size {
+		return 0, fmt.Errorf("bulk: read at %d of a %d-byte file", off, f.size)
+	}
+	if f.data != nil {
+		n := copy(p, f.data[off:])
+		if n < len(p) {
+			return n, io.EOF
+		}
+		return n, nil
+	}
+	return f.ra.ReadAt(p, off)
+}
+
 // Close waits for the reads in flight, then unmaps or closes the file.
 // Reads that start after Close fail with engines.ErrClosed. Close is
 // idempotent and safe to call concurrently with reads and with itself.
