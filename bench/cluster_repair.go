@@ -109,7 +109,7 @@ func clRepair(ctx context.Context, out io.Writer, tab *clTabula, keys [][]byte, 
 		fmt.Fprintln(out, "note: repair section skipped: the table has 1 replica")
 		return nil
 	}
-	cc, err := grpc.NewClient(tab.masterAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	cc, err := grpc.NewClient(tab.masterAddr, append(benchCred.DialOptions(), grpc.WithTransportCredentials(insecure.NewCredentials()))...)
 	if err != nil {
 		return err
 	}

@@ -403,7 +403,7 @@ func coprocServerLevel(ctx context.Context, w io.Writer, cfg coprocConfig, wasm 
 	}
 	fmt.Fprintf(w, "# server level: 1 table server, point table of 4 partitions (default storage), bench module (%d bytes) live in %.0f ms\n", len(wasm), float64(time.Since(start).Microseconds())/1000)
 
-	conn, err := grpc.NewClient(tc.MasterAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(tc.MasterAddr(), append(tc.Credential().DialOptions(), grpc.WithTransportCredentials(insecure.NewCredentials()))...)
 	if err != nil {
 		return err
 	}
@@ -657,7 +657,7 @@ func coprocDeployOnce(ctx context.Context, servers int, wasm []byte, dir string)
 	if err := tb.Put(ctx, []byte("warm"), []byte("x")); err != nil {
 		return 0, 0, err
 	}
-	conn, err := grpc.NewClient(tc.MasterAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(tc.MasterAddr(), append(tc.Credential().DialOptions(), grpc.WithTransportCredentials(insecure.NewCredentials()))...)
 	if err != nil {
 		return 0, 0, err
 	}
