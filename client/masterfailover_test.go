@@ -36,7 +36,7 @@ func TestRaftMasterFailover(t *testing.T) {
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	var errMu sync.Mutex
-	var firstErr error // guarded by errMu
+	var firstErr error        // guarded by errMu
 	var killedAt atomic.Int64 // unix nanoseconds; 0 before the kill
 	for w := range 4 {
 		wg.Go(func() {
