@@ -169,7 +169,13 @@ func (t *Table) PublishBulk(ctx context.Context, p BulkPublish, opts PublishOpti
 	sc := stream.NewClient(t.c.Streams(), stream.ClientOptions{Logger: t.c.log, Conns: conns})
 	defer sc.Close()
 	sem := make(chan struct{}, opts.Parallel)
-	errs := make([]error, 2*len(p.Files))
+	// Without streams every serving copy needs the file from the publisher
+	// (with them, the copies fetch it from the stream).
+	copies := 1
+	if !useStreams {
+		copies = max(1, int(resp.GetMap().GetTable().GetOptions().GetReplication()))
+	}
+	errs := make([]error, (1+copies)*len(p.Files))
 	var wg sync.WaitGroup
 	for i := range p.Files {
 		if !useStreams {
@@ -184,7 +190,7 @@ func (t *Table) PublishBulk(ctx context.Context, p BulkPublish, opts PublishOpti
 		wg.Go(func() {
 			defer func() { <-sem }()
 			if serverStores {
-				errs[i] = t.uploadPartition(ctx, p, i, opts.ChunkBytes, true, func(n uint64) { sent.Add(n); storedBytes.Add(n); progress(false) })
+				errs[i] = t.uploadPartition(ctx, p, i, opts.ChunkBytes, true, 0, func(n uint64) { sent.Add(n); storedBytes.Add(n); progress(false) })
 			} else {
 				errs[i] = t.storePartition(ctx, sc, p, i, resp.GetStreams()[i], func(n uint64) { storedBytes.Add(n); progress(false) })
 			}
@@ -196,12 +202,14 @@ func (t *Table) PublishBulk(ctx context.Context, p BulkPublish, opts PublishOpti
 	}
 	if opts.DirectUpload && !serverStores {
 		for i := range p.Files {
-			sem <- struct{}{}
-			wg.Go(func() {
-				defer func() { <-sem }()
-				err := t.uploadPartition(ctx, p, i, opts.ChunkBytes, false, func(n uint64) { sent.Add(n); progress(false) })
-				errs[len(p.Files)+i] = err
-			})
+			for k := range copies {
+				sem <- struct{}{}
+				wg.Go(func() {
+					defer func() { <-sem }()
+					err := t.uploadPartition(ctx, p, i, opts.ChunkBytes, false, k, func(n uint64) { sent.Add(n); progress(false) })
+					errs[len(p.Files)*(1+k)+i] = err
+				})
+			}
 		}
 	}
 	wg.Wait()
@@ -307,10 +315,11 @@ func (t *Table) storePartition(ctx context.Context, sc *stream.Client, p BulkPub
 	})
 }
 
-// uploadPartition sends partition i's file to the server hosting it,
-// resuming and retrying until it is loaded there; with store, until that
-// server has also stored it in its stream (BulkUploadRequest.store).
-func (t *Table) uploadPartition(ctx context.Context, p BulkPublish, i, chunk int, store bool, sent func(uint64)) error {
+// uploadPartition sends partition i's file to serving copy k of it (0:
+// the primary; then the others in the map's order), resuming and retrying
+// until it is loaded there; with store, until that server has also stored
+// it in its stream (BulkUploadRequest.store).
+func (t *Table) uploadPartition(ctx context.Context, p BulkPublish, i, chunk int, store bool, k int, sent func(uint64)) error {
 	f := p.Files[i]
 	fh, err := os.Open(f.Path)
 	if err != nil {
@@ -335,9 +344,12 @@ func (t *Table) uploadPartition(ctx context.Context, p BulkPublish, i, chunk int
 			return fmt.Errorf("partition %d: the table has %d partitions", i, len(m.GetPartitions()))
 		}
 		part := m.GetPartitions()[i]
-		r := primaryOf(part)
+		r := copyOf(part, k)
+		if r == nil && k > 0 {
+			return nil // the partition has fewer copies now: nothing to send
+		}
 		if r == nil {
-			last = unavailable("no_primary", "partition %d has no server", part.GetId())
+			last = unavailable("no_primary", "partition %d has no serving copy %d", part.GetId(), k)
 			continue
 		}
 		cc, err := t.c.conn(r.GetAddr())
@@ -385,6 +397,23 @@ func (t *Table) uploadPartition(ctx context.Context, p BulkPublish, i, chunk int
 		last = ctx.Err()
 	}
 	return fmt.Errorf("partition %d: upload did not complete: %w", i, last)
+}
+
+// copyOf is serving copy k of p: 0 is the primary, then the other
+// replicas in the map's order; nil if p has no such copy.
+func copyOf(p *api.Partition, k int) *api.Replica {
+	if k == 0 {
+		return primaryOf(p)
+	}
+	for _, r := range p.GetReplicas() {
+		if r.GetRole() == api.ReplicaRole_REPLICA_ROLE_PRIMARY || r.GetAddr() == "" {
+			continue
+		}
+		if k--; k == 0 {
+			return r
+		}
+	}
+	return nil
 }
 
 // retryableUpload: the server may answer differently after a map refresh

@@ -205,7 +205,13 @@ func (t *Table) call(ctx context.Context, spec callSpec) (partition, lsn uint64,
 		)
 		p, err := spec.pick(m)
 		if err == nil {
-			if spec.read.any {
+			// Reads of a bulk table go to any serving copy, spreading the
+			// load; a copy that fails is skipped for the next attempt.
+			spread := spec.read.any || spec.reqID == "" && !spec.invoke && m.GetTable().GetKind() == api.TableKind_TABLE_KIND_BULK
+			if spread && tried == nil {
+				tried = make(map[string]bool)
+			}
+			if spread {
 				target = c.replicaFor(p, tried)
 			} else {
 				target = primaryOf(p)

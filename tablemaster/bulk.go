@@ -73,9 +73,15 @@ type BulkVersion struct {
 	ServingSinceUnixMs int64 `json:"serving_since_unix_ms,omitempty"`
 	// Files are the partition files, in partition index order.
 	Files []BulkFile `json:"files"`
-	// LoadedOn[i] is the server that reported partition i's file loaded;
-	// the partition counts as loaded only while that server hosts it.
-	LoadedOn []string `json:"loaded_on"`
+	// LoadedBy[i] lists the servers that reported partition i's file
+	// loaded; the partition counts as loaded once every serving copy it
+	// has now is among them. A server leaves the list when it stops being
+	// a copy of the partition (its files go with it).
+	LoadedBy [][]string `json:"loaded_by,omitempty"`
+	// LoadedOn is the list's form in logs and snapshots from before
+	// serving copies (one server per partition): read as a member of
+	// LoadedBy[i], never written.
+	LoadedOn []string `json:"loaded_on,omitempty"`
 	// Streams: the files go through streams (BulkFile.Stream) and the
 	// version switches only once all are stored. False when the cluster
 	// could not place a stream at publish (fewer than bulkStreamReplicas
@@ -229,8 +235,72 @@ func (b *BulkState) clone() *BulkState {
 	for i := range c.Versions {
 		c.Versions[i].Files = slices.Clone(c.Versions[i].Files)
 		c.Versions[i].LoadedOn = slices.Clone(c.Versions[i].LoadedOn)
+		// The inner lists are replaced, never modified in place
+		// (addLoaded, forgetLoaded): sharing them is safe.
+		c.Versions[i].LoadedBy = slices.Clone(c.Versions[i].LoadedBy)
 	}
 	return &c
+}
+
+// loadedBy reports whether server reported partition i's file of bv
+// loaded (and has not stopped being a copy of the partition since).
+func (bv *BulkVersion) loadedBy(i int, server string) bool {
+	if server == "" {
+		return false
+	}
+	if i < len(bv.LoadedOn) && bv.LoadedOn[i] == server {
+		return true
+	}
+	return i < len(bv.LoadedBy) && slices.Contains(bv.LoadedBy[i], server)
+}
+
+// addLoaded records that server loaded partition i's file of bv (of a
+// table of n partitions); it reports whether that is new.
+func (bv *BulkVersion) addLoaded(i, n int, server string) bool {
+	if bv.loadedBy(i, server) {
+		return false
+	}
+	if len(bv.LoadedBy) < n {
+		bv.LoadedBy = append(bv.LoadedBy, make([][]string, n-len(bv.LoadedBy))...)
+	}
+	bv.LoadedBy[i] = append(slices.Clone(bv.LoadedBy[i]), server)
+	return true
+}
+
+// forgetLoaded drops server from the copies that loaded partition i, in
+// every version of b: it no longer hosts the partition, and a later copy
+// there starts without the files.
+func (b *BulkState) forgetLoaded(i int, server string) {
+	if b == nil {
+		return
+	}
+	for k := range b.Versions {
+		bv := &b.Versions[k]
+		if i < len(bv.LoadedOn) && bv.LoadedOn[i] == server {
+			bv.LoadedOn = slices.Clone(bv.LoadedOn)
+			bv.LoadedOn[i] = ""
+		}
+		if i < len(bv.LoadedBy) && slices.Contains(bv.LoadedBy[i], server) {
+			bv.LoadedBy[i] = slices.DeleteFunc(slices.Clone(bv.LoadedBy[i]), func(s string) bool { return s == server })
+		}
+	}
+}
+
+// loadedServers lists the servers that reported partition i's file of bv
+// loaded.
+func (bv *BulkVersion) loadedServers(i int) []string {
+	var out []string
+	if i < len(bv.LoadedOn) && bv.LoadedOn[i] != "" {
+		out = append(out, bv.LoadedOn[i])
+	}
+	if i < len(bv.LoadedBy) {
+		for _, s := range bv.LoadedBy[i] {
+			if !slices.Contains(out, s) {
+				out = append(out, s)
+			}
+		}
+	}
+	return out
 }
 
 // version returns the index of version v, or -1.
@@ -238,15 +308,15 @@ func (b *BulkState) version(v uint64) int {
 	return slices.IndexFunc(b.Versions, func(x BulkVersion) bool { return x.Version == v })
 }
 
-// loaded reports whether partition i of t has version bv loaded on the
-// server that hosts it now.
+// bulkLoaded reports whether partition i of t has version bv loaded on
+// every serving copy it has now.
 func (t *Table) bulkLoaded(bv *BulkVersion, i int) bool {
 	p := &t.Partitions[i]
-	if len(p.Replicas) == 0 || bv.LoadedOn[i] == "" {
+	if len(p.Replicas) == 0 {
 		return false
 	}
 	for _, r := range p.Replicas {
-		if r.ServerID != bv.LoadedOn[i] {
+		if !bv.loadedBy(i, r.ServerID) {
 			return false
 		}
 	}
@@ -352,7 +422,7 @@ func (s *State) bulkPublish(cmd Command, chk bool) (Result, error) {
 	}
 	b.Versions = append(b.Versions, BulkVersion{
 		Version: cmd.Version, Base: cmd.BaseVersion, State: BulkLoading, CreatedUnixMs: cmd.UnixMs,
-		Files: files, LoadedOn: make([]string, len(t.Partitions)), Streams: s.streamsPlaceable(),
+		Files: files, LoadedBy: make([][]string, len(t.Partitions)), Streams: s.streamsPlaceable(),
 	})
 	b.LastVersion = cmd.Version
 	return Result{Changed: true, Table: t}, nil
@@ -403,10 +473,9 @@ func (s *State) bulkLoadedCmd(cmd Command, chk bool) (Result, error) {
 			cmd.ServerID, cmd.File.Size, cmd.File.CRC, pi, cmd.Version, f.Size, f.CRC)
 	}
 	hosted := slices.ContainsFunc(t.Partitions[pi].Replicas, func(r Replica) bool { return r.ServerID == cmd.ServerID })
-	if !hosted || v.LoadedOn[pi] == cmd.ServerID {
+	if !hosted || !v.addLoaded(pi, len(t.Partitions), cmd.ServerID) {
 		return Result{}, nil
 	}
-	v.LoadedOn[pi] = cmd.ServerID
 	res := Result{Changed: true, Table: t}
 	s.bulkMaybeSwitch(t, v, cmd.UnixMs)
 	return res, nil

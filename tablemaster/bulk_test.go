@@ -231,8 +231,9 @@ func TestBulkAbandonAndMove(t *testing.T) {
 	}
 	// The state round-trips through Clone.
 	c := s.Clone()
-	c.Tables["default/b"].Bulk.Versions[0].LoadedOn[0] = "x"
-	if s.Tables["default/b"].Bulk.Versions[0].LoadedOn[0] == "x" {
+	cv := &c.Tables["default/b"].Bulk.Versions[0]
+	cv.addLoaded(0, 3, "x")
+	if s.Tables["default/b"].Bulk.Versions[0].loadedBy(0, "x") {
 		t.Fatal("Clone shares bulk state")
 	}
 }

@@ -136,7 +136,7 @@ func (m *Master) bulkReports(serverID string, statuses []*api.ReplicaStatus) {
 		t, pi := bp.t, bp.i
 		for _, l := range rs.GetBulkLoaded() {
 			k := t.Bulk.version(l.GetVersion())
-			if k < 0 || t.Bulk.Versions[k].LoadedOn[pi] == serverID {
+			if k < 0 || t.Bulk.Versions[k].loadedBy(pi, serverID) {
 				continue
 			}
 			if l.GetError() != "" && (t.Bulk.Versions[k].Error != "" || t.Bulk.Versions[k].State != BulkLoading) {

@@ -372,7 +372,7 @@ func (m *Master) dashboardSnapshot() *dashSnapshot {
 			dt.Partitions = append(dt.Partitions, dashPartitionOf(p, reports, serverState))
 		}
 		if t.Bulk != nil {
-			dt.Bulk = dashBulkOf(t.Bulk)
+			dt.Bulk = dashBulkOf(t)
 		}
 		dt.Coprocs = dashCoprocsOf(t.Coprocs, len(hosts))
 		out.Tables = append(out.Tables, dt)
@@ -466,7 +466,8 @@ func dashPartitionOf(p *Partition, reports map[string]map[uint64]*api.ReplicaSta
 	return dp
 }
 
-func dashBulkOf(b *BulkState) *dashBulk {
+func dashBulkOf(t *Table) *dashBulk {
+	b := t.Bulk
 	out := &dashBulk{Current: b.Current, Versions: []dashBulkVersion{}}
 	for _, v := range b.Versions {
 		dv := dashBulkVersion{Version: v.Version, Base: v.Base, State: v.State, CreatedUnixMs: v.CreatedUnixMs,
@@ -474,11 +475,7 @@ func dashBulkOf(b *BulkState) *dashBulk {
 		for _, f := range v.Files {
 			dv.Bytes += f.Size
 		}
-		for _, s := range v.LoadedOn {
-			if s != "" {
-				dv.Loaded++
-			}
-		}
+		dv.Loaded = t.BulkLoadedCount(&v) // on every serving copy
 		out.Versions = append(out.Versions, dv)
 	}
 	return out

@@ -705,13 +705,10 @@ func defaultReplication() uint32 {
 // none: DefaultReplication, or as many as the live servers' fault domains
 // when they are fewer (a one-server development cluster gets 1; a factor
 // asked for explicitly is refused above the domains instead). With no live
-// server at all it is DefaultReplication: the cluster is starting. Bulk
-// tables serve one copy (their files are in replicated streams).
+// server at all it is DefaultReplication: the cluster is starting. For a
+// bulk table the factor is its number of serving copies.
 func (s *State) defaultReplicationFor(kind api.TableKind) uint32 {
 	n := defaultReplication()
-	if kind == api.TableKind_TABLE_KIND_BULK {
-		return 1
-	}
 	domains := map[string]bool{}
 	for _, c := range s.candidates() {
 		if c.Available {
@@ -802,18 +799,14 @@ func NormalizeOptions(kind api.TableKind, o *TableOptions) (TableOptions, error)
 // servers' disks (storage ssd); durability and compression are the
 // builder's business, not options.
 func normalizeBulkOptions(o *TableOptions) (TableOptions, error) {
-	// A bulk partition serves from one copy; its files are in replicated
-	// streams, so a lost server's partitions load elsewhere. Rows of
-	// serving copies are a later step (see ARCHITECTURE.md).
-	if o != nil && o.Replication > 1 {
-		return TableOptions{}, errCode(ErrUnimplemented, api.ErrorCode_ERROR_CODE_UNIMPLEMENTED, "bulk_replication_not_implemented",
-			"options.replication %d: bulk tables serve one copy per partition (their files are stored in 3-way replicated streams); serving rows are not implemented yet", o.Replication)
-	}
+	// options.replication is the number of serving copies of each
+	// partition, in distinct fault domains: every copy loads each version
+	// (from its stream) and answers reads, and a version switches once
+	// every copy has it.
 	b := TableOptions{}
 	if o != nil {
 		b = *o
 	}
-	b.Replication = 1
 	n, err := normalizeCommon(&b)
 	if err != nil {
 		return TableOptions{}, err
@@ -1244,6 +1237,7 @@ func (s *State) demoteReplica(t *Table, i, k int, promote string) {
 // one if it was the primary, places replacements and bumps the epoch once.
 func (s *State) dropReplica(t *Table, i, k int, promote string, cands []Candidate) {
 	p := &t.Partitions[i]
+	t.Bulk.forgetLoaded(i, p.Replicas[k].ServerID) // its files go with it
 	wasPrimary := p.Replicas[k].Role == api.ReplicaRole_REPLICA_ROLE_PRIMARY
 	if wasPrimary && s.primaries != nil {
 		s.primaries[p.Replicas[k].ServerID]--

@@ -215,14 +215,14 @@ func (s *Server) hostTable(old, h *hosting, id string, m *api.PartitionMap) {
 	}
 }
 
-// hostedHere reports whether server id hosts p: as its primary, or as
-// any replica of a partition replicated through a commit log.
+// hostedHere reports whether server id hosts p: as any of its replicas
+// (a partition replicated through a commit log, or a serving copy of a
+// bulk partition: every copy loads the versions and answers reads).
 func hostedHere(p *api.Partition, id string) bool {
 	for _, r := range p.GetReplicas() {
-		if r.GetServerId() != id {
-			continue
+		if r.GetServerId() == id {
+			return true
 		}
-		return r.GetRole() == api.ReplicaRole_REPLICA_ROLE_PRIMARY || p.GetLog() != nil
 	}
 	return false
 }
