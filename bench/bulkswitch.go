@@ -36,9 +36,14 @@ func runBulkSwitch(w io.Writer, args []string) error {
 	servers := fs.Int("servers", 3, "table servers")
 	switches := fs.Int("switches", 40, "version switches (rollbacks between two versions)")
 	readers := fs.Int("readers", 2, "goroutines issuing BatchGets of 64 keys")
+	sections := fs.String("sections", "switch,copies", "sections: switch (version switches under BatchGets), copies (a hot partition's reads over its 3 serving copies, and a copy's server killed)")
+	copyKeys := fs.Int("copies-keys", 100_000, "copies: records of the hot partition")
+	copyReaders := fs.Int("copies-readers", 4, "copies: goroutines issuing Gets")
+	copyPhase := fs.Duration("copies-phase", 5*time.Second, "copies: length of the steady phase (the phase after the kill is half of it, past the replacement)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	secs := clSet(*sections)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
 	dir, err := os.MkdirTemp("", "tabula-bench-bulkswitch-")
@@ -46,6 +51,14 @@ func runBulkSwitch(w io.Writer, args []string) error {
 		return err
 	}
 	defer os.RemoveAll(dir)
+	if secs["copies"] {
+		if err := bulkCopies(ctx, w, dir, *copyKeys, *copyReaders, *copyPhase); err != nil {
+			return fmt.Errorf("copies: %w", err)
+		}
+	}
+	if !secs["switch"] {
+		return nil
+	}
 
 	var (
 		applyMu  sync.Mutex
