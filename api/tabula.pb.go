@@ -2303,8 +2303,10 @@ type ServerInfo struct {
 	Replicas            uint32 `protobuf:"varint,5,opt,name=replicas,proto3" json:"replicas,omitempty"`
 	LastHeartbeatUnixMs int64  `protobuf:"varint,6,opt,name=last_heartbeat_unix_ms,json=lastHeartbeatUnixMs,proto3" json:"last_heartbeat_unix_ms,omitempty"`
 	Draining            bool   `protobuf:"varint,7,opt,name=draining,proto3" json:"draining,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// The internal listener (cluster traffic); empty: addr serves it too.
+	InternalAddr  string `protobuf:"bytes,8,opt,name=internal_addr,json=internalAddr,proto3" json:"internal_addr,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ServerInfo) Reset() {
@@ -2384,6 +2386,13 @@ func (x *ServerInfo) GetDraining() bool {
 		return x.Draining
 	}
 	return false
+}
+
+func (x *ServerInfo) GetInternalAddr() string {
+	if x != nil {
+		return x.InternalAddr
+	}
+	return ""
 }
 
 // ReplicaStatus is what a server reports about one replica it hosts.
@@ -5472,7 +5481,11 @@ type RegisterServerRequest struct {
 	// (ALREADY_EXISTS, reason server_id_in_use) until the old process drains
 	// or has been silent longer than its lease; 0 (servers before
 	// incarnations) compares addresses.
-	Incarnation   uint64 `protobuf:"varint,4,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
+	Incarnation uint64 `protobuf:"varint,4,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
+	// The server's internal listener, which serves the cluster only (its
+	// extent node: the stream layer reaches it there); empty: addr serves
+	// everything.
+	InternalAddr  string `protobuf:"bytes,5,opt,name=internal_addr,json=internalAddr,proto3" json:"internal_addr,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -5533,6 +5546,13 @@ func (x *RegisterServerRequest) GetIncarnation() uint64 {
 		return x.Incarnation
 	}
 	return 0
+}
+
+func (x *RegisterServerRequest) GetInternalAddr() string {
+	if x != nil {
+		return x.InternalAddr
+	}
+	return ""
 }
 
 type RegisterServerResponse struct {
@@ -8472,7 +8492,7 @@ const file_tabula_proto_rawDesc = "" +
 	"\astreams\x18\f \x01(\bR\astreams\"X\n" +
 	"\bBulkInfo\x12\x18\n" +
 	"\acurrent\x18\x01 \x01(\x04R\acurrent\x122\n" +
-	"\bversions\x18\x02 \x03(\v2\x16.tabula.v1.BulkVersionR\bversions\"\xd6\x01\n" +
+	"\bversions\x18\x02 \x03(\v2\x16.tabula.v1.BulkVersionR\bversions\"\xfb\x01\n" +
 	"\n" +
 	"ServerInfo\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
@@ -8481,7 +8501,8 @@ const file_tabula_proto_rawDesc = "" +
 	"\x05alive\x18\x04 \x01(\bR\x05alive\x12\x1a\n" +
 	"\breplicas\x18\x05 \x01(\rR\breplicas\x123\n" +
 	"\x16last_heartbeat_unix_ms\x18\x06 \x01(\x03R\x13lastHeartbeatUnixMs\x12\x1a\n" +
-	"\bdraining\x18\a \x01(\bR\bdraining\"\xeb\x05\n" +
+	"\bdraining\x18\a \x01(\bR\bdraining\x12#\n" +
+	"\rinternal_addr\x18\b \x01(\tR\finternalAddr\"\xeb\x05\n" +
 	"\rReplicaStatus\x12!\n" +
 	"\fpartition_id\x18\x01 \x01(\x04R\vpartitionId\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12*\n" +
@@ -8703,12 +8724,13 @@ const file_tabula_proto_rawDesc = "" +
 	"\x05delta\x18\x03 \x01(\bR\x05delta\x12!\n" +
 	"\ffrom_version\x18\x04 \x01(\x04R\vfromVersion\x12*\n" +
 	"\aremoved\x18\x05 \x03(\v2\x10.tabula.v1.TableR\aremoved\x121\n" +
-	"\apatches\x18\x06 \x03(\v2\x17.tabula.v1.PartitionMapR\apatches\"\x8d\x01\n" +
+	"\apatches\x18\x06 \x03(\v2\x17.tabula.v1.PartitionMapR\apatches\"\xb2\x01\n" +
 	"\x15RegisterServerRequest\x12\x1b\n" +
 	"\tserver_id\x18\x01 \x01(\tR\bserverId\x12\x12\n" +
 	"\x04addr\x18\x02 \x01(\tR\x04addr\x12!\n" +
 	"\ffault_domain\x18\x03 \x01(\tR\vfaultDomain\x12 \n" +
-	"\vincarnation\x18\x04 \x01(\x04R\vincarnation\"\xa5\x01\n" +
+	"\vincarnation\x18\x04 \x01(\x04R\vincarnation\x12#\n" +
+	"\rinternal_addr\x18\x05 \x01(\tR\finternalAddr\"\xa5\x01\n" +
 	"\x16RegisterServerResponse\x12\x1b\n" +
 	"\tserver_id\x18\x01 \x01(\tR\bserverId\x122\n" +
 	"\x15heartbeat_interval_ms\x18\x02 \x01(\rR\x13heartbeatIntervalMs\x12\x19\n" +

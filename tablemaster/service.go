@@ -157,7 +157,7 @@ func (m *Master) RegisterServer(_ context.Context, req *api.RegisterServerReques
 	now := m.opts.Now()
 	res, next, err := m.propose(Command{
 		Op: OpRegisterServer, UnixMs: now.UnixMilli(),
-		ServerID: req.ServerId, Addr: req.Addr, FaultDomain: req.FaultDomain, Incarnation: req.Incarnation,
+		ServerID: req.ServerId, Addr: req.Addr, InternalAddr: req.InternalAddr, FaultDomain: req.FaultDomain, Incarnation: req.Incarnation,
 		// The process holding the id (if another) has not been heard from
 		// for longer than its lease, counted from when its last heartbeat
 		// arrived (after it was sent, when the lease starts): it serves
@@ -265,7 +265,7 @@ func (m *Master) ListServers(_ context.Context, req *api.ListServersRequest) (*a
 	for _, id := range st.ServerIDs() {
 		srv := st.Servers[id]
 		info := &api.ServerInfo{
-			Id: id, Addr: srv.Addr, FaultDomain: srv.FaultDomain, Alive: srv.Alive,
+			Id: id, Addr: srv.Addr, InternalAddr: srv.InternalAddr, FaultDomain: srv.FaultDomain, Alive: srv.Alive,
 			Replicas: uint32(counts[id]), Draining: srv.Draining,
 		}
 		if l := m.live[id]; l != nil {

@@ -79,6 +79,9 @@ type Command struct {
 	ServerID    string        `json:"server_id,omitempty"`
 	Addr        string        `json:"addr,omitempty"`
 	FaultDomain string        `json:"fault_domain,omitempty"`
+	// InternalAddr: OpRegisterServer's internal listener (the extent
+	// node's address for the stream layer); empty: Addr serves it.
+	InternalAddr string `json:"internal_addr,omitempty"`
 	// Draining: OpServerDown because the server is shutting down, not dead.
 	Draining bool `json:"draining,omitempty"`
 	// Force: OpServerDown of a server already dead, moving the partitions
@@ -319,6 +322,9 @@ type Replica struct {
 type Server struct {
 	ID          string `json:"id"`
 	Addr        string `json:"addr"`
+	// InternalAddr is the server's internal listener (cluster traffic,
+	// its extent node); empty: Addr serves it too.
+	InternalAddr string `json:"internal_addr,omitempty"`
 	FaultDomain string `json:"fault_domain,omitempty"`
 	Alive       bool   `json:"alive"`
 	Draining    bool   `json:"draining,omitempty"`
@@ -1073,17 +1079,18 @@ func (s *State) registerServer(cmd Command, chk bool) (Result, error) {
 	srv, ok = s.Servers[id]
 	switch {
 	case !ok:
-		srv = &Server{ID: id, Addr: cmd.Addr, FaultDomain: fd, Alive: true, Incarnation: cmd.Incarnation}
+		srv = &Server{ID: id, Addr: cmd.Addr, InternalAddr: cmd.InternalAddr, FaultDomain: fd, Alive: true, Incarnation: cmd.Incarnation}
 		s.serversW()[id] = srv
 		s.ownNewServer(srv)
 		changed = true
-	case !srv.Alive || srv.Draining || srv.Addr != cmd.Addr || srv.FaultDomain != fd || srv.Incarnation != cmd.Incarnation:
+	case !srv.Alive || srv.Draining || srv.Addr != cmd.Addr || srv.InternalAddr != cmd.InternalAddr || srv.FaultDomain != fd || srv.Incarnation != cmd.Incarnation:
 		// A returning server (or a new process of a dead or drained one,
 		// or a server from before incarnations that now sends one). Its
 		// old partitions were moved when it died; the ones it still holds
 		// (durable single copies, or it drained) get its new address.
 		srv = s.mutServer(id)
 		srv.Alive, srv.Draining, srv.Addr, srv.FaultDomain, srv.DownSinceMs = true, false, cmd.Addr, fd, 0
+		srv.InternalAddr = cmd.InternalAddr
 		srv.Incarnation = cmd.Incarnation
 		for _, t := range s.Tables {
 			if !t.staleAddr(id, cmd.Addr, fd) {
@@ -1115,8 +1122,13 @@ func (s *State) registerServer(cmd Command, chk bool) (Result, error) {
 	}
 	moved := s.placeShort(s.candidates())
 	if changed {
-		// Every table server is an extent node too.
-		s.streamNodeEvent(stream.Command{Op: stream.OpAddNode, Node: id, Addr: cmd.Addr, FaultDomain: fd})
+		// Every table server is an extent node too, on its internal
+		// listener when it has one.
+		nodeAddr := cmd.Addr
+		if cmd.InternalAddr != "" {
+			nodeAddr = cmd.InternalAddr
+		}
+		s.streamNodeEvent(stream.Command{Op: stream.OpAddNode, Node: id, Addr: nodeAddr, FaultDomain: fd})
 	}
 	return Result{Changed: changed || len(moved) > 0, ServerID: id, Moved: moved}, nil
 }
@@ -1483,6 +1495,9 @@ func checkRegistration(cmd Command) error {
 	}
 	if strings.ContainsAny(cmd.Addr, " \t\r\n") || len(cmd.Addr) > 255 {
 		return errInvalid("addr", "addr_invalid", 255, "addr %q must be host:port, at most 255 bytes", cmd.Addr)
+	}
+	if strings.ContainsAny(cmd.InternalAddr, " \t\r\n") || len(cmd.InternalAddr) > 255 {
+		return errInvalid("internal_addr", "addr_invalid", 255, "internal_addr %q must be host:port, at most 255 bytes", cmd.InternalAddr)
 	}
 	if len(cmd.FaultDomain) > api.MaxNameLen {
 		return errInvalid("fault_domain", "fault_domain_too_long", api.MaxNameLen, "fault_domain is %d bytes; the limit is %d", len(cmd.FaultDomain), api.MaxNameLen)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"net"
 	"path/filepath"
 	"time"
 
@@ -36,6 +37,17 @@ type Options struct {
 	// Advertise is the address clients and the master reach this server at.
 	// Default: the listener's address.
 	Advertise string
+	// InternalListener, when set, is the cluster's own listener (Serve
+	// serves it beside the client one): the extent node (replication,
+	// coding, the commit logs' appends and reads) and every other call,
+	// but only from the cluster credential, with admission of its own.
+	// The server registers InternalAdvertise (default: the listener's
+	// address) and the master gives that address to the stream layer, so
+	// other servers reach this extent node there and client load on the
+	// client listener never meets replication traffic. Nil: one listener
+	// serves everything.
+	InternalListener  net.Listener
+	InternalAdvertise string
 	// FaultDomain is the failure group (rack, host) the master spreads
 	// replicas across: no two replicas of a partition share one. Default
 	// empty: a domain of the server's own, "server:<id>" (the master names

@@ -9,6 +9,7 @@ import (
 	"net"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -21,6 +22,7 @@ import (
 	"github.com/tabuladb/tabula/api"
 	"github.com/tabuladb/tabula/coproc"
 	"github.com/tabuladb/tabula/engines"
+	"github.com/tabuladb/tabula/internal/auth"
 	"github.com/tabuladb/tabula/internal/dirlock"
 	"github.com/tabuladb/tabula/internal/tlsfiles"
 	"github.com/tabuladb/tabula/replication/stream"
@@ -85,10 +87,13 @@ type Server struct {
 	// masterIdx is the master tried first; moves on UNAVAILABLE.
 	masterIdx atomic.Int32
 
-	grpc   *grpc.Server
-	ctx    context.Context
-	cancel context.CancelFunc
-	wg     sync.WaitGroup // the heartbeat and watch loops
+	grpc *grpc.Server
+	// internal serves Options.InternalListener (nil without one).
+	internal          *grpc.Server
+	internalAdvertise atomic.Pointer[string]
+	ctx               context.Context
+	cancel            context.CancelFunc
+	wg                sync.WaitGroup // the heartbeat and watch loops
 
 	closeOnce sync.Once
 	closeErr  error
@@ -174,11 +179,20 @@ func Open(opts Options) (*Server, error) {
 		grpc.ChainStreamInterceptor(opts.StreamInterceptors...))
 	grpcOpts = append(grpcOpts, s.authInterceptors()...)
 	grpcOpts = append(grpcOpts, tlsfiles.ServerOption(opts.TLS)...)
-	s.grpc = grpc.NewServer(append(grpcOpts,
+	s.grpc = grpc.NewServer(append(slices.Clone(grpcOpts),
 		grpc.ChainUnaryInterceptor(s.admitUnary),
 		grpc.ChainStreamInterceptor(s.admitStream),
 	)...)
 	api.RegisterTableServerServer(s.grpc, &service{Server: s})
+	if opts.InternalListener != nil {
+		// The cluster's listener: the same services, the cluster
+		// credential only (after the signature check), then admission.
+		s.internal = grpc.NewServer(append(slices.Clone(grpcOpts),
+			grpc.ChainUnaryInterceptor(s.clusterOnlyUnary, s.admitUnary),
+			grpc.ChainStreamInterceptor(s.clusterOnlyStream, s.admitStream),
+		)...)
+		api.RegisterTableServerServer(s.internal, &service{Server: s})
+	}
 	s.streamConns = stream.NewConns(s.dialOptions()...)
 	node, err := stream.OpenNode(stream.NodeOptions{
 		Conns:         s.streamConns,
@@ -198,6 +212,9 @@ func Open(opts Options) (*Server, error) {
 	}
 	s.extents = node
 	node.Register(s.grpc)
+	if s.internal != nil {
+		node.Register(s.internal)
+	}
 	rt, err := coproc.New(context.Background(), coproc.Options{
 		CacheDir:      opts.CoprocCacheDir,
 		MaxDeadline:   opts.CoprocMaxDeadline,
@@ -228,6 +245,42 @@ func (s *Server) Addr() string {
 	return ""
 }
 
+// InternalAddr is the address of the cluster's listener the server
+// advertises (Options.InternalListener), empty without one or before Serve.
+func (s *Server) InternalAddr() string {
+	if a := s.internalAdvertise.Load(); a != nil {
+		return *a
+	}
+	return ""
+}
+
+// clusterOnlyUnary and clusterOnlyStream keep the internal listener to the
+// cluster credential (the signature is checked before them).
+func (s *Server) clusterOnlyUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	if err := s.clusterOnly(ctx, info.FullMethod); err != nil {
+		return nil, err
+	}
+	return h(ctx, req)
+}
+
+func (s *Server) clusterOnlyStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+	if err := s.clusterOnly(ss.Context(), info.FullMethod); err != nil {
+		return err
+	}
+	return h(srv, ss)
+}
+
+func (s *Server) clusterOnly(ctx context.Context, method string) error {
+	if s.opts.ClusterKey == nil {
+		return nil // authentication off (in-process tests)
+	}
+	if p, ok := auth.FromContext(ctx); ok && p.IsCluster() {
+		return nil
+	}
+	return api.Errorf(api.ErrorCode_ERROR_CODE_PERMISSION_DENIED, "internal_listener",
+		"%s: server %s's internal listener serves the cluster credential only; clients call %s", method, s.id(), s.Addr())
+}
+
 // Serve registers with the master, starts heartbeating and watching the map,
 // and serves gRPC on lis until Close or Drain. A master that cannot be reached
 // is retried (with a log line), never fatal. It returns nil after Close.
@@ -237,6 +290,20 @@ func (s *Server) Serve(lis net.Listener) error {
 		adv = lis.Addr().String()
 	}
 	s.advertise.Store(&adv)
+	if s.internal != nil {
+		iadv := s.opts.InternalAdvertise
+		if iadv == "" {
+			iadv = s.opts.InternalListener.Addr().String()
+		}
+		s.internalAdvertise.Store(&iadv)
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			if err := s.internal.Serve(s.opts.InternalListener); err != nil && !errors.Is(err, grpc.ErrServerStopped) && s.ctx.Err() == nil {
+				s.log.Error("the internal listener stopped", "addr", iadv, "err", err)
+			}
+		}()
+	}
 	s.wg.Add(2)
 	go func() {
 		defer s.wg.Done()
@@ -337,10 +404,11 @@ func (s *Server) register() bool {
 		err := s.withMaster(ctx, func(mc api.MasterClient) error {
 			var err error
 			resp, err = mc.RegisterServer(ctx, &api.RegisterServerRequest{
-				ServerId:    s.id(),
-				Addr:        s.Addr(),
-				FaultDomain: s.opts.FaultDomain,
-				Incarnation: s.opts.Incarnation,
+				ServerId:     s.id(),
+				Addr:         s.Addr(),
+				InternalAddr: s.InternalAddr(),
+				FaultDomain:  s.opts.FaultDomain,
+				Incarnation:  s.opts.Incarnation,
 			})
 			return err
 		})
@@ -630,6 +698,9 @@ func (s *Server) Drain() error {
 	done := make(chan struct{})
 	go func() {
 		s.grpc.GracefulStop()
+		if s.internal != nil {
+			s.internal.GracefulStop()
+		}
 		close(done)
 	}()
 	t := time.NewTimer(s.opts.DrainTimeout)
@@ -647,6 +718,9 @@ func (s *Server) Close() error {
 	s.closeOnce.Do(func() {
 		s.cancel()
 		s.grpc.Stop()
+		if s.internal != nil {
+			s.internal.Stop()
+		}
 		s.wg.Wait()
 		var errs []error
 		for _, r := range s.hosting.Load().replicas {

@@ -18,6 +18,7 @@ import (
 func serverCmd(g *globals) *cobra.Command {
 	var (
 		listen, debug, metricsListen string
+		internalListen               string
 		opts                         tableserver.Options
 	)
 	cmd := &cobra.Command{
@@ -52,6 +53,23 @@ func serverCmd(g *globals) *cobra.Command {
 			}
 			defer pm.Close()
 			pm.server(&opts, nil)
+			if ia, ok, err := internalListenAddr(listen, internalListen); err != nil {
+				return err
+			} else if ok {
+				ilis, err := net.Listen("tcp", ia)
+				if err != nil {
+					return fmt.Errorf("listen on %s (--internal-listen): %w", ia, err)
+				}
+				defer ilis.Close()
+				opts.InternalListener = ilis
+				if opts.Advertise != "" {
+					// The cluster reaches the internal port at the
+					// advertised host.
+					host, _, _ := net.SplitHostPort(opts.Advertise)
+					_, port, _ := net.SplitHostPort(ilis.Addr().String())
+					opts.InternalAdvertise = net.JoinHostPort(host, port)
+				}
+			}
 			s, err := tableserver.Open(opts)
 			if err != nil {
 				return err
@@ -60,7 +78,11 @@ func serverCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return fmt.Errorf("listen on %s: %w (%v)", listen, err, s.Close())
 			}
-			log.Info("table server listening", "addr", lis.Addr().String(), "data", opts.DataDir, "masters", g.master)
+			internalAddr := "none (the client listener serves the cluster too)"
+			if opts.InternalListener != nil {
+				internalAddr = opts.InternalListener.Addr().String()
+			}
+			log.Info("table server listening", "addr", lis.Addr().String(), "internal", internalAddr, "data", opts.DataDir, "masters", g.master)
 			go func() {
 				<-cmd.Context().Done()
 				if err := s.Drain(); err != nil {
@@ -72,6 +94,7 @@ func serverCmd(g *globals) *cobra.Command {
 	}
 	f := cmd.Flags()
 	f.StringVar(&listen, "listen", "127.0.0.1:0", "address to serve on")
+	f.StringVar(&internalListen, "internal-listen", "auto", "address of the cluster's own listener (extent replication, replica copies; the cluster credential only): auto is the --listen host on a free port, none serves the cluster on --listen too")
 	f.StringVar(&debug, "debug-listen", "", "address serving Go's profiling endpoints, /debug/pprof/ (default: none)")
 	f.StringVar(&metricsListen, "metrics-listen", "", metricsListenUsage)
 	f.StringVar(&opts.Advertise, "advertise", "", "address clients reach this server at (default: the listen address)")
@@ -140,4 +163,24 @@ func printLost(out io.Writer, lost []*api.LostPartition) error {
 			time.UnixMilli(l.GetLostUnixMs()).UTC().Format(time.RFC3339), l.GetServerId(), l.GetEpoch())
 	}
 	return w.Flush()
+}
+
+// internalListenAddr is where --internal-listen asks the cluster's listener
+// to be: flag "auto" is listen's host on a free port, "none" (or empty) is
+// no listener of its own (ok false).
+func internalListenAddr(listen, flag string) (addr string, ok bool, err error) {
+	switch flag {
+	case "", "none":
+		return "", false, nil
+	case "auto":
+		host, _, err := net.SplitHostPort(listen)
+		if err != nil {
+			return "", false, fmt.Errorf("--listen %q: %w", listen, err)
+		}
+		return net.JoinHostPort(host, "0"), true, nil
+	}
+	if _, _, err := net.SplitHostPort(flag); err != nil {
+		return "", false, fmt.Errorf("--internal-listen %q: want host:port, auto or none: %w", flag, err)
+	}
+	return flag, true, nil
 }

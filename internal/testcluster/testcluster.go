@@ -52,6 +52,10 @@ type Options struct {
 	// CredentialPath is where the cluster credential file is kept (read,
 	// or created if absent). Default: cluster.key in Dir.
 	CredentialPath string
+	// OneListener serves each table server's cluster traffic on its client
+	// listener, without the internal listener servers get by default
+	// (tableserver.Options.InternalListener).
+	OneListener bool
 	// NoAuth runs the cluster without authentication. By default it has a
 	// cluster credential (CredentialPath, kept across restarts in Dir),
 	// and every client must sign (Credential).
@@ -199,11 +203,21 @@ func (c *Cluster) startServer(ctx context.Context, i int) error {
 		Logger:      c.opts.Logger.With("part", fmt.Sprintf("server-%d", i)),
 		ClusterKey:  c.cred.Key,
 	}
+	if !c.opts.OneListener {
+		ilis, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return fmt.Errorf("testcluster: server %d internal listen: %w", i, err)
+		}
+		so.InternalListener = ilis
+	}
 	if c.opts.ServerOptions != nil {
 		c.opts.ServerOptions(i, &so)
 	}
 	s, err := tableserver.Open(so)
 	if err != nil {
+		if so.InternalListener != nil {
+			_ = so.InternalListener.Close()
+		}
 		return fmt.Errorf("testcluster: open server %d: %w", i, err)
 	}
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
