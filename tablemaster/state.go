@@ -320,14 +320,14 @@ type Replica struct {
 
 // Server is a registered table server.
 type Server struct {
-	ID          string `json:"id"`
-	Addr        string `json:"addr"`
+	ID   string `json:"id"`
+	Addr string `json:"addr"`
 	// InternalAddr is the server's internal listener (cluster traffic,
 	// its extent node); empty: Addr serves it too.
 	InternalAddr string `json:"internal_addr,omitempty"`
-	FaultDomain string `json:"fault_domain,omitempty"`
-	Alive       bool   `json:"alive"`
-	Draining    bool   `json:"draining,omitempty"`
+	FaultDomain  string `json:"fault_domain,omitempty"`
+	Alive        bool   `json:"alive"`
+	Draining     bool   `json:"draining,omitempty"`
 	// Incarnation is the registered process's incarnation (0: unknown, a
 	// server from before incarnations).
 	Incarnation uint64 `json:"incarnation,omitempty"`
