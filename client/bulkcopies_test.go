@@ -1,6 +1,7 @@
 package client_test
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -11,6 +12,9 @@ import (
 
 	"github.com/tabuladb/tabula/api"
 	"github.com/tabuladb/tabula/client"
+	"github.com/tabuladb/tabula/internal/testcluster"
+	"github.com/tabuladb/tabula/tableserver"
+	"google.golang.org/grpc"
 )
 
 // TestBulkServingCopies: a bulk table has three serving copies of each
@@ -147,5 +151,63 @@ func TestBulkServingCopies(t *testing.T) {
 	wg.Wait()
 	if n := failed.Load(); n > 0 {
 		t.Fatalf("%d of %d reads failed with copies to spare (first: %s)", n, reads.Load()+n, *firstErr.Load())
+	}
+}
+
+// TestBulkReadsAvoidASlowCopy: of two copies picked at random the SDK
+// sends a bulk read to the one with fewer of its calls under way, so a
+// copy that answers slowly gets far fewer reads than a third, and the
+// reads still succeed.
+func TestBulkReadsAvoidASlowCopy(t *testing.T) {
+	ctx := testCtx(t)
+	var calls [3]atomic.Int64
+	tc, err := testcluster.Start(ctx, testcluster.Options{Servers: 3, Dir: t.TempDir(),
+		ServerOptions: func(i int, o *tableserver.Options) {
+			o.UnaryInterceptors = append(o.UnaryInterceptors, func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+				if info.FullMethod == api.TableServer_Get_FullMethodName || info.FullMethod == api.TableServer_MultiGet_FullMethodName {
+					calls[i].Add(1)
+					if i == 0 {
+						time.Sleep(20 * time.Millisecond) // the slow copy
+					}
+				}
+				return h(ctx, req)
+			})
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tc.Close() })
+	c := newClient(t, tc)
+	if _, err := c.CreateTable(ctx, "slow", api.TableKind_TABLE_KIND_BULK, &api.TableOptions{Partitions: 1, Replication: 3}); err != nil {
+		t.Fatal(err)
+	}
+	tb := c.Table("slow")
+	if err := publishDir(t, ctx, tb, buildVersion(t, 1, 1, 0, "v1", seq(0, bulkKeys), nil), 1, client.PublishOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range calls {
+		calls[i].Store(0)
+	}
+	var wg sync.WaitGroup
+	var failed atomic.Int64
+	for g := range 8 {
+		wg.Go(func() {
+			r := rand.New(rand.NewPCG(uint64(g), testSeed))
+			for range 100 {
+				i := r.IntN(bulkKeys)
+				if v, err := tb.Get(ctx, []byte(bulkKey(i))); err != nil || string(v) != "v1:"+bulkKey(i) {
+					failed.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	total := calls[0].Load() + calls[1].Load() + calls[2].Load()
+	t.Logf("calls per copy: %d (slow), %d, %d", calls[0].Load(), calls[1].Load(), calls[2].Load())
+	if failed.Load() > 0 {
+		t.Fatalf("%d reads failed", failed.Load())
+	}
+	if share := float64(calls[0].Load()) / float64(total); share > 0.1 {
+		t.Errorf("the slow copy got %.0f%% of the calls; want under a tenth (a third at random; about a fifth with the coalescing of a closed loop)", 100*share)
 	}
 }

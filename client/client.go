@@ -243,6 +243,17 @@ func (c *Client) server(addr string) (api.TableServerClient, error) {
 	return s, nil
 }
 
+// inflight is the number of this client's calls to server addr under way.
+func (c *Client) inflight(addr string) int64 {
+	c.mu.Lock()
+	s := c.servers[addr]
+	c.mu.Unlock()
+	if s == nil {
+		return 0
+	}
+	return s.inflight.Load()
+}
+
 // callCtx bounds one call: its retries end at the earlier of ctx's deadline
 // and now+RetryTimeout, and Close cuts it short. bounded also puts that
 // deadline on the returned context (so every RPC of the call is bounded);

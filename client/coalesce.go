@@ -27,6 +27,10 @@ const maxGetsInFlight = 2
 type serverClient struct {
 	api.TableServerClient
 	gets getCoalescer
+	// inflight counts this client's calls to the server under way
+	// (Table.call's attempts): replicaFor prefers the less busy of two
+	// copies.
+	inflight atomic.Int64
 }
 
 // Get implements api.TableServerClient.

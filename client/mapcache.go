@@ -346,8 +346,18 @@ func (c *Client) replicaFor(p *api.Partition, tried map[string]bool) *api.Replic
 		}
 	}
 	switch {
-	case len(untried) > 0:
-		return untried[c.jitter.intN(len(untried))]
+	case len(untried) > 1:
+		// The less busy of two picked at random (the power of two
+		// choices): a slow or loaded copy gets fewer of this client's
+		// reads, and the load still spreads.
+		i := c.jitter.intN(len(untried))
+		j := (i + 1 + c.jitter.intN(len(untried)-1)) % len(untried)
+		if c.inflight(untried[j].GetAddr()) < c.inflight(untried[i].GetAddr()) {
+			i = j
+		}
+		return untried[i]
+	case len(untried) == 1:
+		return untried[0]
 	case primary != nil && !tried[primary.GetAddr()]:
 		return primary
 	}

@@ -235,7 +235,14 @@ func (t *Table) call(ctx context.Context, spec callSpec) (partition, lsn uint64,
 					stop := context.AfterFunc(t.ts.moved(p), func() { acancel(errMoved) })
 					var got uint64
 					if err = c.pacers.wait(actx, target.GetAddr(), spec.class); err == nil {
+						sc, _ := ts.(*serverClient)
+						if sc != nil {
+							sc.inflight.Add(1)
+						}
 						got, err = spec.rpc(actx, ts, header)
+						if sc != nil {
+							sc.inflight.Add(-1)
+						}
 					}
 					stop()
 					moved = err != nil && ctx.Err() == nil && errors.Is(context.Cause(actx), errMoved)
