@@ -129,7 +129,7 @@ func MasterLimits() MessageLimits {
 	for _, m := range []proto.Message{
 		&CreateTableRequest{}, &DropTableRequest{}, &ListTablesRequest{}, &DescribeTableRequest{},
 		&GetPartitionMapRequest{}, &ListServersRequest{}, &BulkStatusRequest{}, &BulkRollbackRequest{},
-		&CoprocListRequest{}, &CoprocRollbackRequest{}, &ForgetServerRequest{}, &ListDataLossRequest{},
+		&CoprocListRequest{}, &CoprocRollbackRequest{}, &ForgetServerRequest{}, &ListDataLossRequest{}, &ClearDataLossRequest{},
 		&MasterMembersRequest{}, &AddMasterRequest{}, &RemoveMasterRequest{}, &TransferLeaderRequest{},
 		&MovePartitionRequest{}, &DrainServerRequest{},
 		&CreateTenantRequest{}, &ListTenantsRequest{}, &DescribeTenantRequest{}, &DeleteTenantRequest{},

@@ -8347,6 +8347,121 @@ func (x *ListDataLossResponse) GetLost() []*LostPartition {
 	return nil
 }
 
+type ClearDataLossRequest struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Tenant string                 `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	Table  string                 `protobuf:"bytes,2,opt,name=table,proto3" json:"table,omitempty"`
+	// The partition to clear; 0: every partition of the table that lost
+	// its data.
+	PartitionId   uint64 `protobuf:"varint,3,opt,name=partition_id,json=partitionId,proto3" json:"partition_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClearDataLossRequest) Reset() {
+	*x = ClearDataLossRequest{}
+	mi := &file_tabula_proto_msgTypes[120]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClearDataLossRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClearDataLossRequest) ProtoMessage() {}
+
+func (x *ClearDataLossRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tabula_proto_msgTypes[120]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClearDataLossRequest.ProtoReflect.Descriptor instead.
+func (*ClearDataLossRequest) Descriptor() ([]byte, []int) {
+	return file_tabula_proto_rawDescGZIP(), []int{120}
+}
+
+func (x *ClearDataLossRequest) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *ClearDataLossRequest) GetTable() string {
+	if x != nil {
+		return x.Table
+	}
+	return ""
+}
+
+func (x *ClearDataLossRequest) GetPartitionId() uint64 {
+	if x != nil {
+		return x.PartitionId
+	}
+	return 0
+}
+
+type ClearDataLossResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The partitions cleared, ascending (none: nothing was lost).
+	Cleared       []uint64      `protobuf:"varint,1,rep,packed,name=cleared,proto3" json:"cleared,omitempty"`
+	Map           *PartitionMap `protobuf:"bytes,2,opt,name=map,proto3" json:"map,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClearDataLossResponse) Reset() {
+	*x = ClearDataLossResponse{}
+	mi := &file_tabula_proto_msgTypes[121]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClearDataLossResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClearDataLossResponse) ProtoMessage() {}
+
+func (x *ClearDataLossResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tabula_proto_msgTypes[121]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClearDataLossResponse.ProtoReflect.Descriptor instead.
+func (*ClearDataLossResponse) Descriptor() ([]byte, []int) {
+	return file_tabula_proto_rawDescGZIP(), []int{121}
+}
+
+func (x *ClearDataLossResponse) GetCleared() []uint64 {
+	if x != nil {
+		return x.Cleared
+	}
+	return nil
+}
+
+func (x *ClearDataLossResponse) GetMap() *PartitionMap {
+	if x != nil {
+		return x.Map
+	}
+	return nil
+}
+
 var File_tabula_proto protoreflect.FileDescriptor
 
 const file_tabula_proto_rawDesc = "" +
@@ -8932,7 +9047,14 @@ const file_tabula_proto_rawDesc = "" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x14\n" +
 	"\x05table\x18\x02 \x01(\tR\x05table\"D\n" +
 	"\x14ListDataLossResponse\x12,\n" +
-	"\x04lost\x18\x01 \x03(\v2\x18.tabula.v1.LostPartitionR\x04lost*j\n" +
+	"\x04lost\x18\x01 \x03(\v2\x18.tabula.v1.LostPartitionR\x04lost\"g\n" +
+	"\x14ClearDataLossRequest\x12\x16\n" +
+	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x14\n" +
+	"\x05table\x18\x02 \x01(\tR\x05table\x12!\n" +
+	"\fpartition_id\x18\x03 \x01(\x04R\vpartitionId\"\\\n" +
+	"\x15ClearDataLossResponse\x12\x18\n" +
+	"\acleared\x18\x01 \x03(\x04R\acleared\x12)\n" +
+	"\x03map\x18\x02 \x01(\v2\x17.tabula.v1.PartitionMapR\x03map*j\n" +
 	"\tTableKind\x12\x1a\n" +
 	"\x16TABLE_KIND_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10TABLE_KIND_POINT\x10\x01\x12\x13\n" +
@@ -8984,7 +9106,7 @@ const file_tabula_proto_rawDesc = "" +
 	"\x0fSTREAM_OP_NODES\x10\t\x12%\n" +
 	"!STREAM_OP_REPORT_CORRUPT_FRAGMENT\x10\n" +
 	"\x12\x16\n" +
-	"\x12STREAM_OP_SET_CODE\x10\v2\xc9\x15\n" +
+	"\x12STREAM_OP_SET_CODE\x10\v2\x9d\x16\n" +
 	"\x06Master\x12L\n" +
 	"\vCreateTable\x12\x1d.tabula.v1.CreateTableRequest\x1a\x1e.tabula.v1.CreateTableResponse\x12F\n" +
 	"\tDropTable\x12\x1b.tabula.v1.DropTableRequest\x1a\x1c.tabula.v1.DropTableResponse\x12I\n" +
@@ -9011,6 +9133,7 @@ const file_tabula_proto_rawDesc = "" +
 	"\vCoprocFetch\x12\x1d.tabula.v1.CoprocFetchRequest\x1a\x1e.tabula.v1.CoprocFetchResponse\x12O\n" +
 	"\fForgetServer\x12\x1e.tabula.v1.ForgetServerRequest\x1a\x1f.tabula.v1.ForgetServerResponse\x12O\n" +
 	"\fListDataLoss\x12\x1e.tabula.v1.ListDataLossRequest\x1a\x1f.tabula.v1.ListDataLossResponse\x12R\n" +
+	"\rClearDataLoss\x12\x1f.tabula.v1.ClearDataLossRequest\x1a .tabula.v1.ClearDataLossResponse\x12R\n" +
 	"\rMasterMembers\x12\x1f.tabula.v1.MasterMembersRequest\x1a .tabula.v1.MasterMembersResponse\x12F\n" +
 	"\tAddMaster\x12\x1b.tabula.v1.AddMasterRequest\x1a\x1c.tabula.v1.AddMasterResponse\x12O\n" +
 	"\fRemoveMaster\x12\x1e.tabula.v1.RemoveMasterRequest\x1a\x1f.tabula.v1.RemoveMasterResponse\x12U\n" +
@@ -9055,7 +9178,7 @@ func file_tabula_proto_rawDescGZIP() []byte {
 }
 
 var file_tabula_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
-var file_tabula_proto_msgTypes = make([]protoimpl.MessageInfo, 120)
+var file_tabula_proto_msgTypes = make([]protoimpl.MessageInfo, 122)
 var file_tabula_proto_goTypes = []any{
 	(TableKind)(0),                     // 0: tabula.v1.TableKind
 	(ReplicaRole)(0),                   // 1: tabula.v1.ReplicaRole
@@ -9184,6 +9307,8 @@ var file_tabula_proto_goTypes = []any{
 	(*LostPartition)(nil),              // 124: tabula.v1.LostPartition
 	(*ListDataLossRequest)(nil),        // 125: tabula.v1.ListDataLossRequest
 	(*ListDataLossResponse)(nil),       // 126: tabula.v1.ListDataLossResponse
+	(*ClearDataLossRequest)(nil),       // 127: tabula.v1.ClearDataLossRequest
+	(*ClearDataLossResponse)(nil),      // 128: tabula.v1.ClearDataLossResponse
 }
 var file_tabula_proto_depIdxs = []int32{
 	0,   // 0: tabula.v1.Table.kind:type_name -> tabula.v1.TableKind
@@ -9265,105 +9390,108 @@ var file_tabula_proto_depIdxs = []int32{
 	10,  // 76: tabula.v1.PartitionLogFailedResponse.partition:type_name -> tabula.v1.Partition
 	124, // 77: tabula.v1.ForgetServerResponse.lost:type_name -> tabula.v1.LostPartition
 	124, // 78: tabula.v1.ListDataLossResponse.lost:type_name -> tabula.v1.LostPartition
-	69,  // 79: tabula.v1.Master.CreateTable:input_type -> tabula.v1.CreateTableRequest
-	71,  // 80: tabula.v1.Master.DropTable:input_type -> tabula.v1.DropTableRequest
-	73,  // 81: tabula.v1.Master.ListTables:input_type -> tabula.v1.ListTablesRequest
-	75,  // 82: tabula.v1.Master.DescribeTable:input_type -> tabula.v1.DescribeTableRequest
-	77,  // 83: tabula.v1.Master.GetPartitionMap:input_type -> tabula.v1.GetPartitionMapRequest
-	79,  // 84: tabula.v1.Master.WatchPartitionMap:input_type -> tabula.v1.WatchPartitionMapRequest
-	81,  // 85: tabula.v1.Master.RegisterServer:input_type -> tabula.v1.RegisterServerRequest
-	83,  // 86: tabula.v1.Master.Heartbeat:input_type -> tabula.v1.HeartbeatRequest
-	120, // 87: tabula.v1.Master.PartitionLogFailed:input_type -> tabula.v1.PartitionLogFailedRequest
-	93,  // 88: tabula.v1.Master.ListServers:input_type -> tabula.v1.ListServersRequest
-	85,  // 89: tabula.v1.Master.BulkPublish:input_type -> tabula.v1.BulkPublishRequest
-	87,  // 90: tabula.v1.Master.BulkStored:input_type -> tabula.v1.BulkStoredRequest
-	89,  // 91: tabula.v1.Master.BulkStatus:input_type -> tabula.v1.BulkStatusRequest
-	91,  // 92: tabula.v1.Master.BulkRollback:input_type -> tabula.v1.BulkRollbackRequest
-	67,  // 93: tabula.v1.Master.Stream:input_type -> tabula.v1.StreamRequest
-	15,  // 94: tabula.v1.Master.CoprocDeploy:input_type -> tabula.v1.CoprocDeployRequest
-	17,  // 95: tabula.v1.Master.CoprocList:input_type -> tabula.v1.CoprocListRequest
-	19,  // 96: tabula.v1.Master.CoprocRollback:input_type -> tabula.v1.CoprocRollbackRequest
-	21,  // 97: tabula.v1.Master.CoprocFetch:input_type -> tabula.v1.CoprocFetchRequest
-	122, // 98: tabula.v1.Master.ForgetServer:input_type -> tabula.v1.ForgetServerRequest
-	125, // 99: tabula.v1.Master.ListDataLoss:input_type -> tabula.v1.ListDataLossRequest
-	59,  // 100: tabula.v1.Master.MasterMembers:input_type -> tabula.v1.MasterMembersRequest
-	61,  // 101: tabula.v1.Master.AddMaster:input_type -> tabula.v1.AddMasterRequest
-	63,  // 102: tabula.v1.Master.RemoveMaster:input_type -> tabula.v1.RemoveMasterRequest
-	65,  // 103: tabula.v1.Master.TransferLeader:input_type -> tabula.v1.TransferLeaderRequest
-	54,  // 104: tabula.v1.Master.MovePartition:input_type -> tabula.v1.MovePartitionRequest
-	56,  // 105: tabula.v1.Master.DrainServer:input_type -> tabula.v1.DrainServerRequest
-	42,  // 106: tabula.v1.Master.CreateTenant:input_type -> tabula.v1.CreateTenantRequest
-	44,  // 107: tabula.v1.Master.ListTenants:input_type -> tabula.v1.ListTenantsRequest
-	46,  // 108: tabula.v1.Master.DescribeTenant:input_type -> tabula.v1.DescribeTenantRequest
-	48,  // 109: tabula.v1.Master.DeleteTenant:input_type -> tabula.v1.DeleteTenantRequest
-	50,  // 110: tabula.v1.Master.RotateTenantKey:input_type -> tabula.v1.RotateTenantKeyRequest
-	52,  // 111: tabula.v1.Master.TenantKeys:input_type -> tabula.v1.TenantKeysRequest
-	38,  // 112: tabula.v1.Master.SetTenantQuota:input_type -> tabula.v1.SetTenantQuotaRequest
-	96,  // 113: tabula.v1.TableServer.Get:input_type -> tabula.v1.GetRequest
-	98,  // 114: tabula.v1.TableServer.BatchGet:input_type -> tabula.v1.BatchGetRequest
-	100, // 115: tabula.v1.TableServer.MultiGet:input_type -> tabula.v1.MultiGetRequest
-	103, // 116: tabula.v1.TableServer.Put:input_type -> tabula.v1.PutRequest
-	105, // 117: tabula.v1.TableServer.Delete:input_type -> tabula.v1.DeleteRequest
-	107, // 118: tabula.v1.TableServer.CompareAndSwap:input_type -> tabula.v1.CompareAndSwapRequest
-	110, // 119: tabula.v1.TableServer.BatchWrite:input_type -> tabula.v1.BatchWriteRequest
-	112, // 120: tabula.v1.TableServer.Scan:input_type -> tabula.v1.ScanRequest
-	115, // 121: tabula.v1.TableServer.CopyReplica:input_type -> tabula.v1.CopyReplicaRequest
-	117, // 122: tabula.v1.TableServer.BulkUpload:input_type -> tabula.v1.BulkUploadRequest
-	118, // 123: tabula.v1.TableServer.BulkUploadStatus:input_type -> tabula.v1.BulkUploadStatusRequest
-	24,  // 124: tabula.v1.TableServer.Invoke:input_type -> tabula.v1.InvokeRequest
-	26,  // 125: tabula.v1.TableServer.CoprocMerge:input_type -> tabula.v1.CoprocMergeRequest
-	70,  // 126: tabula.v1.Master.CreateTable:output_type -> tabula.v1.CreateTableResponse
-	72,  // 127: tabula.v1.Master.DropTable:output_type -> tabula.v1.DropTableResponse
-	74,  // 128: tabula.v1.Master.ListTables:output_type -> tabula.v1.ListTablesResponse
-	76,  // 129: tabula.v1.Master.DescribeTable:output_type -> tabula.v1.DescribeTableResponse
-	78,  // 130: tabula.v1.Master.GetPartitionMap:output_type -> tabula.v1.GetPartitionMapResponse
-	80,  // 131: tabula.v1.Master.WatchPartitionMap:output_type -> tabula.v1.WatchPartitionMapResponse
-	82,  // 132: tabula.v1.Master.RegisterServer:output_type -> tabula.v1.RegisterServerResponse
-	84,  // 133: tabula.v1.Master.Heartbeat:output_type -> tabula.v1.HeartbeatResponse
-	121, // 134: tabula.v1.Master.PartitionLogFailed:output_type -> tabula.v1.PartitionLogFailedResponse
-	94,  // 135: tabula.v1.Master.ListServers:output_type -> tabula.v1.ListServersResponse
-	86,  // 136: tabula.v1.Master.BulkPublish:output_type -> tabula.v1.BulkPublishResponse
-	88,  // 137: tabula.v1.Master.BulkStored:output_type -> tabula.v1.BulkStoredResponse
-	90,  // 138: tabula.v1.Master.BulkStatus:output_type -> tabula.v1.BulkStatusResponse
-	92,  // 139: tabula.v1.Master.BulkRollback:output_type -> tabula.v1.BulkRollbackResponse
-	68,  // 140: tabula.v1.Master.Stream:output_type -> tabula.v1.StreamResponse
-	16,  // 141: tabula.v1.Master.CoprocDeploy:output_type -> tabula.v1.CoprocDeployResponse
-	18,  // 142: tabula.v1.Master.CoprocList:output_type -> tabula.v1.CoprocListResponse
-	20,  // 143: tabula.v1.Master.CoprocRollback:output_type -> tabula.v1.CoprocRollbackResponse
-	22,  // 144: tabula.v1.Master.CoprocFetch:output_type -> tabula.v1.CoprocFetchResponse
-	123, // 145: tabula.v1.Master.ForgetServer:output_type -> tabula.v1.ForgetServerResponse
-	126, // 146: tabula.v1.Master.ListDataLoss:output_type -> tabula.v1.ListDataLossResponse
-	60,  // 147: tabula.v1.Master.MasterMembers:output_type -> tabula.v1.MasterMembersResponse
-	62,  // 148: tabula.v1.Master.AddMaster:output_type -> tabula.v1.AddMasterResponse
-	64,  // 149: tabula.v1.Master.RemoveMaster:output_type -> tabula.v1.RemoveMasterResponse
-	66,  // 150: tabula.v1.Master.TransferLeader:output_type -> tabula.v1.TransferLeaderResponse
-	55,  // 151: tabula.v1.Master.MovePartition:output_type -> tabula.v1.MovePartitionResponse
-	57,  // 152: tabula.v1.Master.DrainServer:output_type -> tabula.v1.DrainServerResponse
-	43,  // 153: tabula.v1.Master.CreateTenant:output_type -> tabula.v1.CreateTenantResponse
-	45,  // 154: tabula.v1.Master.ListTenants:output_type -> tabula.v1.ListTenantsResponse
-	47,  // 155: tabula.v1.Master.DescribeTenant:output_type -> tabula.v1.DescribeTenantResponse
-	49,  // 156: tabula.v1.Master.DeleteTenant:output_type -> tabula.v1.DeleteTenantResponse
-	51,  // 157: tabula.v1.Master.RotateTenantKey:output_type -> tabula.v1.RotateTenantKeyResponse
-	53,  // 158: tabula.v1.Master.TenantKeys:output_type -> tabula.v1.TenantKeysResponse
-	39,  // 159: tabula.v1.Master.SetTenantQuota:output_type -> tabula.v1.SetTenantQuotaResponse
-	97,  // 160: tabula.v1.TableServer.Get:output_type -> tabula.v1.GetResponse
-	99,  // 161: tabula.v1.TableServer.BatchGet:output_type -> tabula.v1.BatchGetResponse
-	101, // 162: tabula.v1.TableServer.MultiGet:output_type -> tabula.v1.MultiGetResponse
-	104, // 163: tabula.v1.TableServer.Put:output_type -> tabula.v1.PutResponse
-	106, // 164: tabula.v1.TableServer.Delete:output_type -> tabula.v1.DeleteResponse
-	108, // 165: tabula.v1.TableServer.CompareAndSwap:output_type -> tabula.v1.CompareAndSwapResponse
-	111, // 166: tabula.v1.TableServer.BatchWrite:output_type -> tabula.v1.BatchWriteResponse
-	114, // 167: tabula.v1.TableServer.Scan:output_type -> tabula.v1.ScanResponse
-	116, // 168: tabula.v1.TableServer.CopyReplica:output_type -> tabula.v1.CopyReplicaChunk
-	119, // 169: tabula.v1.TableServer.BulkUpload:output_type -> tabula.v1.BulkUploadResponse
-	119, // 170: tabula.v1.TableServer.BulkUploadStatus:output_type -> tabula.v1.BulkUploadResponse
-	25,  // 171: tabula.v1.TableServer.Invoke:output_type -> tabula.v1.InvokeResponse
-	27,  // 172: tabula.v1.TableServer.CoprocMerge:output_type -> tabula.v1.CoprocMergeResponse
-	126, // [126:173] is the sub-list for method output_type
-	79,  // [79:126] is the sub-list for method input_type
-	79,  // [79:79] is the sub-list for extension type_name
-	79,  // [79:79] is the sub-list for extension extendee
-	0,   // [0:79] is the sub-list for field type_name
+	12,  // 79: tabula.v1.ClearDataLossResponse.map:type_name -> tabula.v1.PartitionMap
+	69,  // 80: tabula.v1.Master.CreateTable:input_type -> tabula.v1.CreateTableRequest
+	71,  // 81: tabula.v1.Master.DropTable:input_type -> tabula.v1.DropTableRequest
+	73,  // 82: tabula.v1.Master.ListTables:input_type -> tabula.v1.ListTablesRequest
+	75,  // 83: tabula.v1.Master.DescribeTable:input_type -> tabula.v1.DescribeTableRequest
+	77,  // 84: tabula.v1.Master.GetPartitionMap:input_type -> tabula.v1.GetPartitionMapRequest
+	79,  // 85: tabula.v1.Master.WatchPartitionMap:input_type -> tabula.v1.WatchPartitionMapRequest
+	81,  // 86: tabula.v1.Master.RegisterServer:input_type -> tabula.v1.RegisterServerRequest
+	83,  // 87: tabula.v1.Master.Heartbeat:input_type -> tabula.v1.HeartbeatRequest
+	120, // 88: tabula.v1.Master.PartitionLogFailed:input_type -> tabula.v1.PartitionLogFailedRequest
+	93,  // 89: tabula.v1.Master.ListServers:input_type -> tabula.v1.ListServersRequest
+	85,  // 90: tabula.v1.Master.BulkPublish:input_type -> tabula.v1.BulkPublishRequest
+	87,  // 91: tabula.v1.Master.BulkStored:input_type -> tabula.v1.BulkStoredRequest
+	89,  // 92: tabula.v1.Master.BulkStatus:input_type -> tabula.v1.BulkStatusRequest
+	91,  // 93: tabula.v1.Master.BulkRollback:input_type -> tabula.v1.BulkRollbackRequest
+	67,  // 94: tabula.v1.Master.Stream:input_type -> tabula.v1.StreamRequest
+	15,  // 95: tabula.v1.Master.CoprocDeploy:input_type -> tabula.v1.CoprocDeployRequest
+	17,  // 96: tabula.v1.Master.CoprocList:input_type -> tabula.v1.CoprocListRequest
+	19,  // 97: tabula.v1.Master.CoprocRollback:input_type -> tabula.v1.CoprocRollbackRequest
+	21,  // 98: tabula.v1.Master.CoprocFetch:input_type -> tabula.v1.CoprocFetchRequest
+	122, // 99: tabula.v1.Master.ForgetServer:input_type -> tabula.v1.ForgetServerRequest
+	125, // 100: tabula.v1.Master.ListDataLoss:input_type -> tabula.v1.ListDataLossRequest
+	127, // 101: tabula.v1.Master.ClearDataLoss:input_type -> tabula.v1.ClearDataLossRequest
+	59,  // 102: tabula.v1.Master.MasterMembers:input_type -> tabula.v1.MasterMembersRequest
+	61,  // 103: tabula.v1.Master.AddMaster:input_type -> tabula.v1.AddMasterRequest
+	63,  // 104: tabula.v1.Master.RemoveMaster:input_type -> tabula.v1.RemoveMasterRequest
+	65,  // 105: tabula.v1.Master.TransferLeader:input_type -> tabula.v1.TransferLeaderRequest
+	54,  // 106: tabula.v1.Master.MovePartition:input_type -> tabula.v1.MovePartitionRequest
+	56,  // 107: tabula.v1.Master.DrainServer:input_type -> tabula.v1.DrainServerRequest
+	42,  // 108: tabula.v1.Master.CreateTenant:input_type -> tabula.v1.CreateTenantRequest
+	44,  // 109: tabula.v1.Master.ListTenants:input_type -> tabula.v1.ListTenantsRequest
+	46,  // 110: tabula.v1.Master.DescribeTenant:input_type -> tabula.v1.DescribeTenantRequest
+	48,  // 111: tabula.v1.Master.DeleteTenant:input_type -> tabula.v1.DeleteTenantRequest
+	50,  // 112: tabula.v1.Master.RotateTenantKey:input_type -> tabula.v1.RotateTenantKeyRequest
+	52,  // 113: tabula.v1.Master.TenantKeys:input_type -> tabula.v1.TenantKeysRequest
+	38,  // 114: tabula.v1.Master.SetTenantQuota:input_type -> tabula.v1.SetTenantQuotaRequest
+	96,  // 115: tabula.v1.TableServer.Get:input_type -> tabula.v1.GetRequest
+	98,  // 116: tabula.v1.TableServer.BatchGet:input_type -> tabula.v1.BatchGetRequest
+	100, // 117: tabula.v1.TableServer.MultiGet:input_type -> tabula.v1.MultiGetRequest
+	103, // 118: tabula.v1.TableServer.Put:input_type -> tabula.v1.PutRequest
+	105, // 119: tabula.v1.TableServer.Delete:input_type -> tabula.v1.DeleteRequest
+	107, // 120: tabula.v1.TableServer.CompareAndSwap:input_type -> tabula.v1.CompareAndSwapRequest
+	110, // 121: tabula.v1.TableServer.BatchWrite:input_type -> tabula.v1.BatchWriteRequest
+	112, // 122: tabula.v1.TableServer.Scan:input_type -> tabula.v1.ScanRequest
+	115, // 123: tabula.v1.TableServer.CopyReplica:input_type -> tabula.v1.CopyReplicaRequest
+	117, // 124: tabula.v1.TableServer.BulkUpload:input_type -> tabula.v1.BulkUploadRequest
+	118, // 125: tabula.v1.TableServer.BulkUploadStatus:input_type -> tabula.v1.BulkUploadStatusRequest
+	24,  // 126: tabula.v1.TableServer.Invoke:input_type -> tabula.v1.InvokeRequest
+	26,  // 127: tabula.v1.TableServer.CoprocMerge:input_type -> tabula.v1.CoprocMergeRequest
+	70,  // 128: tabula.v1.Master.CreateTable:output_type -> tabula.v1.CreateTableResponse
+	72,  // 129: tabula.v1.Master.DropTable:output_type -> tabula.v1.DropTableResponse
+	74,  // 130: tabula.v1.Master.ListTables:output_type -> tabula.v1.ListTablesResponse
+	76,  // 131: tabula.v1.Master.DescribeTable:output_type -> tabula.v1.DescribeTableResponse
+	78,  // 132: tabula.v1.Master.GetPartitionMap:output_type -> tabula.v1.GetPartitionMapResponse
+	80,  // 133: tabula.v1.Master.WatchPartitionMap:output_type -> tabula.v1.WatchPartitionMapResponse
+	82,  // 134: tabula.v1.Master.RegisterServer:output_type -> tabula.v1.RegisterServerResponse
+	84,  // 135: tabula.v1.Master.Heartbeat:output_type -> tabula.v1.HeartbeatResponse
+	121, // 136: tabula.v1.Master.PartitionLogFailed:output_type -> tabula.v1.PartitionLogFailedResponse
+	94,  // 137: tabula.v1.Master.ListServers:output_type -> tabula.v1.ListServersResponse
+	86,  // 138: tabula.v1.Master.BulkPublish:output_type -> tabula.v1.BulkPublishResponse
+	88,  // 139: tabula.v1.Master.BulkStored:output_type -> tabula.v1.BulkStoredResponse
+	90,  // 140: tabula.v1.Master.BulkStatus:output_type -> tabula.v1.BulkStatusResponse
+	92,  // 141: tabula.v1.Master.BulkRollback:output_type -> tabula.v1.BulkRollbackResponse
+	68,  // 142: tabula.v1.Master.Stream:output_type -> tabula.v1.StreamResponse
+	16,  // 143: tabula.v1.Master.CoprocDeploy:output_type -> tabula.v1.CoprocDeployResponse
+	18,  // 144: tabula.v1.Master.CoprocList:output_type -> tabula.v1.CoprocListResponse
+	20,  // 145: tabula.v1.Master.CoprocRollback:output_type -> tabula.v1.CoprocRollbackResponse
+	22,  // 146: tabula.v1.Master.CoprocFetch:output_type -> tabula.v1.CoprocFetchResponse
+	123, // 147: tabula.v1.Master.ForgetServer:output_type -> tabula.v1.ForgetServerResponse
+	126, // 148: tabula.v1.Master.ListDataLoss:output_type -> tabula.v1.ListDataLossResponse
+	128, // 149: tabula.v1.Master.ClearDataLoss:output_type -> tabula.v1.ClearDataLossResponse
+	60,  // 150: tabula.v1.Master.MasterMembers:output_type -> tabula.v1.MasterMembersResponse
+	62,  // 151: tabula.v1.Master.AddMaster:output_type -> tabula.v1.AddMasterResponse
+	64,  // 152: tabula.v1.Master.RemoveMaster:output_type -> tabula.v1.RemoveMasterResponse
+	66,  // 153: tabula.v1.Master.TransferLeader:output_type -> tabula.v1.TransferLeaderResponse
+	55,  // 154: tabula.v1.Master.MovePartition:output_type -> tabula.v1.MovePartitionResponse
+	57,  // 155: tabula.v1.Master.DrainServer:output_type -> tabula.v1.DrainServerResponse
+	43,  // 156: tabula.v1.Master.CreateTenant:output_type -> tabula.v1.CreateTenantResponse
+	45,  // 157: tabula.v1.Master.ListTenants:output_type -> tabula.v1.ListTenantsResponse
+	47,  // 158: tabula.v1.Master.DescribeTenant:output_type -> tabula.v1.DescribeTenantResponse
+	49,  // 159: tabula.v1.Master.DeleteTenant:output_type -> tabula.v1.DeleteTenantResponse
+	51,  // 160: tabula.v1.Master.RotateTenantKey:output_type -> tabula.v1.RotateTenantKeyResponse
+	53,  // 161: tabula.v1.Master.TenantKeys:output_type -> tabula.v1.TenantKeysResponse
+	39,  // 162: tabula.v1.Master.SetTenantQuota:output_type -> tabula.v1.SetTenantQuotaResponse
+	97,  // 163: tabula.v1.TableServer.Get:output_type -> tabula.v1.GetResponse
+	99,  // 164: tabula.v1.TableServer.BatchGet:output_type -> tabula.v1.BatchGetResponse
+	101, // 165: tabula.v1.TableServer.MultiGet:output_type -> tabula.v1.MultiGetResponse
+	104, // 166: tabula.v1.TableServer.Put:output_type -> tabula.v1.PutResponse
+	106, // 167: tabula.v1.TableServer.Delete:output_type -> tabula.v1.DeleteResponse
+	108, // 168: tabula.v1.TableServer.CompareAndSwap:output_type -> tabula.v1.CompareAndSwapResponse
+	111, // 169: tabula.v1.TableServer.BatchWrite:output_type -> tabula.v1.BatchWriteResponse
+	114, // 170: tabula.v1.TableServer.Scan:output_type -> tabula.v1.ScanResponse
+	116, // 171: tabula.v1.TableServer.CopyReplica:output_type -> tabula.v1.CopyReplicaChunk
+	119, // 172: tabula.v1.TableServer.BulkUpload:output_type -> tabula.v1.BulkUploadResponse
+	119, // 173: tabula.v1.TableServer.BulkUploadStatus:output_type -> tabula.v1.BulkUploadResponse
+	25,  // 174: tabula.v1.TableServer.Invoke:output_type -> tabula.v1.InvokeResponse
+	27,  // 175: tabula.v1.TableServer.CoprocMerge:output_type -> tabula.v1.CoprocMergeResponse
+	128, // [128:176] is the sub-list for method output_type
+	80,  // [80:128] is the sub-list for method input_type
+	80,  // [80:80] is the sub-list for extension type_name
+	80,  // [80:80] is the sub-list for extension extendee
+	0,   // [0:80] is the sub-list for field type_name
 }
 
 func init() { file_tabula_proto_init() }
@@ -9377,7 +9505,7 @@ func file_tabula_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tabula_proto_rawDesc), len(file_tabula_proto_rawDesc)),
 			NumEnums:      7,
-			NumMessages:   120,
+			NumMessages:   122,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

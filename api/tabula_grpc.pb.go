@@ -48,6 +48,7 @@ const (
 	Master_CoprocFetch_FullMethodName        = "/tabula.v1.Master/CoprocFetch"
 	Master_ForgetServer_FullMethodName       = "/tabula.v1.Master/ForgetServer"
 	Master_ListDataLoss_FullMethodName       = "/tabula.v1.Master/ListDataLoss"
+	Master_ClearDataLoss_FullMethodName      = "/tabula.v1.Master/ClearDataLoss"
 	Master_MasterMembers_FullMethodName      = "/tabula.v1.Master/MasterMembers"
 	Master_AddMaster_FullMethodName          = "/tabula.v1.Master/AddMaster"
 	Master_RemoveMaster_FullMethodName       = "/tabula.v1.Master/RemoveMaster"
@@ -114,6 +115,11 @@ type MasterClient interface {
 	ForgetServer(ctx context.Context, in *ForgetServerRequest, opts ...grpc.CallOption) (*ForgetServerResponse, error)
 	// ListDataLoss lists the partitions that lost every copy of their data.
 	ListDataLoss(ctx context.Context, in *ListDataLossRequest, opts ...grpc.CallOption) (*ListDataLossResponse, error)
+	// ClearDataLoss is the operator acknowledging a loss: the partitions
+	// named stop answering DATA_LOSS for keys they do not hold and serve
+	// what they hold (written since the loss). Their DataLoss records go.
+	// The cluster credential only.
+	ClearDataLoss(ctx context.Context, in *ClearDataLossRequest, opts ...grpc.CallOption) (*ClearDataLossResponse, error)
 	// MasterMembers lists the masters of a replicated (raft) master group
 	// and which one leads; any member answers. The other membership calls
 	// go to the leader.
@@ -378,6 +384,16 @@ func (c *masterClient) ListDataLoss(ctx context.Context, in *ListDataLossRequest
 	return out, nil
 }
 
+func (c *masterClient) ClearDataLoss(ctx context.Context, in *ClearDataLossRequest, opts ...grpc.CallOption) (*ClearDataLossResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ClearDataLossResponse)
+	err := c.cc.Invoke(ctx, Master_ClearDataLoss_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *masterClient) MasterMembers(ctx context.Context, in *MasterMembersRequest, opts ...grpc.CallOption) (*MasterMembersResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(MasterMembersResponse)
@@ -559,6 +575,11 @@ type MasterServer interface {
 	ForgetServer(context.Context, *ForgetServerRequest) (*ForgetServerResponse, error)
 	// ListDataLoss lists the partitions that lost every copy of their data.
 	ListDataLoss(context.Context, *ListDataLossRequest) (*ListDataLossResponse, error)
+	// ClearDataLoss is the operator acknowledging a loss: the partitions
+	// named stop answering DATA_LOSS for keys they do not hold and serve
+	// what they hold (written since the loss). Their DataLoss records go.
+	// The cluster credential only.
+	ClearDataLoss(context.Context, *ClearDataLossRequest) (*ClearDataLossResponse, error)
 	// MasterMembers lists the masters of a replicated (raft) master group
 	// and which one leads; any member answers. The other membership calls
 	// go to the leader.
@@ -666,6 +687,9 @@ func (UnimplementedMasterServer) ForgetServer(context.Context, *ForgetServerRequ
 }
 func (UnimplementedMasterServer) ListDataLoss(context.Context, *ListDataLossRequest) (*ListDataLossResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListDataLoss not implemented")
+}
+func (UnimplementedMasterServer) ClearDataLoss(context.Context, *ClearDataLossRequest) (*ClearDataLossResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ClearDataLoss not implemented")
 }
 func (UnimplementedMasterServer) MasterMembers(context.Context, *MasterMembersRequest) (*MasterMembersResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method MasterMembers not implemented")
@@ -1098,6 +1122,24 @@ func _Master_ListDataLoss_Handler(srv interface{}, ctx context.Context, dec func
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Master_ClearDataLoss_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ClearDataLossRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MasterServer).ClearDataLoss(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Master_ClearDataLoss_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MasterServer).ClearDataLoss(ctx, req.(*ClearDataLossRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Master_MasterMembers_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(MasterMembersRequest)
 	if err := dec(in); err != nil {
@@ -1418,6 +1460,10 @@ var Master_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListDataLoss",
 			Handler:    _Master_ListDataLoss_Handler,
+		},
+		{
+			MethodName: "ClearDataLoss",
+			Handler:    _Master_ClearDataLoss_Handler,
 		},
 		{
 			MethodName: "MasterMembers",

@@ -2,6 +2,7 @@ package tablemaster
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/tabuladb/tabula/api"
 )
@@ -308,6 +309,28 @@ func (m *Master) ForgetServer(_ context.Context, req *api.ForgetServerRequest) (
 			"server", req.ServerId, "moved", len(res.Moved), "lost", len(resp.Lost))
 	} else {
 		m.logger.Warn("tablemaster: server forgotten; its partitions moved", "server", req.ServerId, "moved", len(res.Moved))
+	}
+	return resp, nil
+}
+
+// ClearDataLoss clears the data-loss records of a table's partitions (one,
+// or every lost one); see OpClearDataLoss.
+func (m *Master) ClearDataLoss(_ context.Context, req *api.ClearDataLossRequest) (*api.ClearDataLossResponse, error) {
+	if req == nil {
+		return nil, errNilRequest()
+	}
+	what := fmt.Sprintf("clear the data loss of %s/%s", req.Tenant, req.Table)
+	res, st, err := m.propose(Command{Op: OpClearDataLoss, UnixMs: m.opts.Now().UnixMilli(), Tenant: req.Tenant, Table: req.Table, PartitionID: req.PartitionId}, nil, nil)
+	if err != nil {
+		return nil, rpcError(what, err)
+	}
+	if len(res.Lost) > 0 {
+		m.logger.Warn("tablemaster: data loss acknowledged by the operator", "tenant", req.Tenant, "table", req.Table, "partitions", res.Lost)
+		m.event(EventForget, "", 0, "%s/%s: the operator acknowledged the data loss of %d partition(s) %v", req.Tenant, req.Table, len(res.Lost), res.Lost)
+	}
+	resp := &api.ClearDataLossResponse{Cleared: res.Lost}
+	if t := st.Tables[tableKey(req.Tenant, req.Table)]; t != nil {
+		resp.Map = t.MapProto(st.Version)
 	}
 	return resp, nil
 }

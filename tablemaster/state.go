@@ -49,6 +49,11 @@ const (
 	// command is refused unless AcceptDataLoss says the operator accepts
 	// that (tabula server forget --accept-data-loss).
 	OpForgetServer Op = "forget_server"
+	// OpClearDataLoss clears the DataLost record of partition PartitionID
+	// of Tenant/Table (every lost partition of the table when 0): the
+	// operator acknowledged the loss, and the partitions serve what they
+	// hold instead of answering DATA_LOSS for absent keys.
+	OpClearDataLoss Op = "clear_data_loss"
 	// OpPlace places every partition short of replicas on available servers.
 	// It never moves a replica that exists.
 	OpPlace Op = "place"
@@ -172,7 +177,8 @@ type Result struct {
 	// partitions with no other replica, whose data only that server has.
 	Held []uint64
 	// Lost lists the partitions OpForgetServer left with no copy of their
-	// data (now DataLost), in table then index order.
+	// data (now DataLost), in table then index order; for OpClearDataLoss,
+	// the partitions whose record it cleared.
 	Lost []uint64
 	// Stream is OpStream's stream manager result.
 	Stream stream.Result
@@ -539,6 +545,8 @@ func (s *State) apply(cmd *Command, chk bool) (Result, error) {
 		res, err = s.serverDown(*cmd, chk)
 	case OpForgetServer:
 		res, err = s.forgetServer(*cmd, chk)
+	case OpClearDataLoss:
+		res, err = s.clearDataLoss(*cmd, chk)
 	case OpPlace:
 		res.Moved = s.placeShort(s.candidates())
 		res.Changed = len(res.Moved) > 0
@@ -1538,4 +1546,37 @@ func fillOptionDefaults(kind api.TableKind, o TableOptions) TableOptions {
 		}
 	}
 	return o
+}
+
+// clearDataLoss clears the DataLost record of one partition of a table, or
+// of all of them; see OpClearDataLoss. Clearing what is not lost changes
+// nothing.
+func (s *State) clearDataLoss(cmd Command, chk bool) (Result, error) {
+	if err := checkName(chk, "tenant", cmd.Tenant); err != nil {
+		return Result{}, err
+	}
+	if err := checkName(chk, "table", cmd.Table); err != nil {
+		return Result{}, err
+	}
+	t, err := s.Table(cmd.Tenant, cmd.Table)
+	if err != nil {
+		return Result{}, err
+	}
+	if cmd.PartitionID != 0 && !slices.ContainsFunc(t.Partitions, func(p Partition) bool { return p.ID == cmd.PartitionID }) {
+		return Result{}, errInvalid("partition_id", "partition_not_in_table", 0, "partition %d is not in %s/%s", cmd.PartitionID, t.Tenant, t.Name)
+	}
+	var cleared []uint64
+	for i := range t.Partitions {
+		p := &t.Partitions[i]
+		if p.DataLost == nil || cmd.PartitionID != 0 && p.ID != cmd.PartitionID {
+			continue
+		}
+		if cleared == nil {
+			t = s.mutTable(t)
+			p = &t.Partitions[i]
+		}
+		p.DataLost = nil
+		cleared = append(cleared, p.ID)
+	}
+	return Result{Changed: len(cleared) > 0, Lost: cleared, Table: t}, nil
 }

@@ -80,6 +80,34 @@ func TestServerForget(t *testing.T) {
 	if lostAnswers == 0 || notFound == 0 {
 		t.Fatalf("absent keys: %d answered DATA_LOSS, %d not found; want both kinds (2 of 4 partitions lost)", lostAnswers, notFound)
 	}
+
+	// The operator acknowledges the loss: absent keys are not found
+	// everywhere, what was written since is served, and describe no
+	// longer lists the loss. Clearing again finds nothing.
+	out = mustCLI(t, masterAddr, "table", "clear-data-loss", "d")
+	if !strings.Contains(out, "data loss acknowledged for partition(s)") {
+		t.Fatalf("clear-data-loss:\n%s", out)
+	}
+	waitFor(t, 10*time.Second, "absent keys not found after the loss is cleared", func() (bool, error) {
+		for k := range 16 {
+			_, errOut, err := cli(t, masterAddr, nil, "get", "d", fmt.Sprintf("absent-%d", k))
+			if err == nil || !strings.Contains(strings.ToLower(errOut), "not found") {
+				return false, fmt.Errorf("get absent-%d: %v %s", k, err, errOut)
+			}
+		}
+		return true, nil
+	})
+	for k := range 8 {
+		if v := strings.TrimSpace(mustCLI(t, masterAddr, "get", "d", fmt.Sprintf("k%d", k))); v != "v" {
+			t.Fatalf("k%d after the loss was cleared: %q", k, v)
+		}
+	}
+	if desc := mustCLI(t, masterAddr, "table", "describe", "d"); strings.Contains(desc, "DATA LOST") {
+		t.Fatalf("describe after clear-data-loss:\n%s", desc)
+	}
+	if out := mustCLI(t, masterAddr, "table", "clear-data-loss", "d"); !strings.Contains(out, "no partition has a data loss") {
+		t.Fatalf("clear-data-loss again:\n%s", out)
+	}
 }
 
 // lostRows counts the rows of a lost-partitions table in out.

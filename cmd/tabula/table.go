@@ -14,7 +14,43 @@ import (
 
 func tableCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "table", Short: "Create, list, describe and drop tables"}
-	cmd.AddCommand(tableCreateCmd(g), tableListCmd(g), tableDescribeCmd(g), tableDropCmd(g))
+	cmd.AddCommand(tableCreateCmd(g), tableListCmd(g), tableDescribeCmd(g), tableDropCmd(g), tableClearLossCmd(g))
+	return cmd
+}
+
+// tableClearLossCmd acknowledges a recorded data loss (OpClearDataLoss).
+func tableClearLossCmd(g *globals) *cobra.Command {
+	var partition uint64
+	cmd := &cobra.Command{
+		Use:   "clear-data-loss NAME",
+		Short: "Acknowledge that partitions of a table lost their data (operator)",
+		Long: "Acknowledge that partitions of a table lost every copy of their data (a server forgotten with --accept-data-loss): " +
+			"they stop answering DATA_LOSS for keys they do not hold and serve what was written since. " +
+			"The loss stays in the server's log and the master's events; `tabula table describe` stops listing it. Needs the cluster credential.",
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx, cancel := g.withTimeout(cmd.Context())
+			defer cancel()
+			resp, err := masterCallFor(ctx, g, func(mc api.MasterClient) (*api.ClearDataLossResponse, error) {
+				return mc.ClearDataLoss(ctx, &api.ClearDataLossRequest{Tenant: g.tenant, Table: args[0], PartitionId: partition})
+			})
+			if err != nil {
+				return fmt.Errorf("clear the data loss of table %s: %w", args[0], err)
+			}
+			out := cmd.OutOrStdout()
+			if len(resp.GetCleared()) == 0 {
+				fmt.Fprintf(out, "table %s/%s: no partition has a data loss to clear\n", g.tenant, args[0])
+				return nil
+			}
+			ids := make([]string, len(resp.GetCleared()))
+			for i, id := range resp.GetCleared() {
+				ids[i] = fmt.Sprint(id)
+			}
+			fmt.Fprintf(out, "table %s/%s: data loss acknowledged for partition(s) %s; they serve what they hold\n", g.tenant, args[0], strings.Join(ids, ", "))
+			return nil
+		},
+	}
+	cmd.Flags().Uint64Var(&partition, "partition", 0, "partition id to clear (default: every partition of the table that lost its data)")
 	return cmd
 }
 
