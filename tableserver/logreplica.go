@@ -35,6 +35,7 @@ type logReplica struct {
 	pid    uint64
 	tenant string
 	table  string
+	memory bool // a memory table (quotas count its bytes as memory too)
 	stream string
 	engine engines.Engine
 	writer engines.Writer
@@ -157,7 +158,7 @@ func newLogReplica(s *Server, t *api.Table, pid uint64, streamName string, e eng
 		return nil, fmt.Errorf("partition %d: read the applied LSN: %w", pid, err)
 	}
 	l := &logReplica{
-		s: s, pid: pid, tenant: t.GetTenant(), table: t.GetName(), stream: streamName, engine: e, writer: w,
+		s: s, pid: pid, tenant: t.GetTenant(), table: t.GetName(), memory: t.GetOptions().GetStorage() == "memory", stream: streamName, engine: e, writer: w,
 		needCopy: applied == 0,
 		durable:  durable(t),
 		log:      s.log.With("partition", pid),
@@ -334,6 +335,18 @@ func (l *logReplica) write(ctx context.Context, epoch uint64, reqID string, fn d
 		l.mu.Unlock()
 		return 0, nil, err
 	}
+	// The tenant's size allowances are charged here, for a write that is
+	// new (not a retry of one applied) and with what it really writes.
+	var sized uint64
+	for _, m := range muts {
+		if !m.Delete {
+			sized += uint64(len(m.Key) + len(m.Value))
+		}
+	}
+	if err := l.s.quota.size(l.tenant, sized, l.memory); err != nil {
+		l.mu.Unlock()
+		return 0, nil, err
+	}
 	now := time.Now().UnixMilli()
 	w := partition.Write{Mutations: make([]partition.Mutation, 0, len(muts)+1)}
 	for _, m := range muts {
@@ -355,6 +368,7 @@ func (l *logReplica) write(ctx context.Context, epoch uint64, reqID string, fn d
 	body := partition.EncodeWrite(nil, w)
 	if len(body) > maxRecordBytes {
 		l.mu.Unlock()
+		l.s.quota.unsize(l.tenant, sized, l.memory)
 		return 0, nil, api.InvalidArgument("mutations", "write_too_large", maxRecordBytes, "the write is %d bytes encoded; one replicated write carries at most %d", len(body), maxRecordBytes)
 	}
 	l.nextTok++
@@ -362,7 +376,11 @@ func (l *logReplica) write(ctx context.Context, epoch uint64, reqID string, fn d
 	lsn, joined, err := l.core.Propose(partition.Proposal{Epoch: epoch, RequestID: reqID, Body: body, Token: tok})
 	if err != nil {
 		l.mu.Unlock()
+		l.s.quota.unsize(l.tenant, sized, l.memory)
 		return 0, nil, l.proposeErr(err)
+	}
+	if joined {
+		l.s.quota.unsize(l.tenant, sized, l.memory) // the request in flight carries it
 	}
 	if !joined && lsn != next {
 		panic(fmt.Sprintf("tableserver: partition %d: proposal got LSN %d, expected %d", l.pid, lsn, next)) // broken invariant

@@ -249,22 +249,20 @@ func (q *quotas) read(tenant string, id uint64, n int, now time.Time) error {
 	return nil
 }
 
-// write admits n keys written by tenant to partition id, adding bytes of
-// keys and values (memory: to a memory table).
-func (q *quotas) write(tenant string, id uint64, n int, bytes uint64, memory bool, now time.Time) error {
+// write admits n keys written by tenant to partition id, of bytes of keys
+// and values (memory: to a memory table): a write that would pass the
+// size allowances is refused, whatever it turns out to do. With charge
+// the bytes are counted as written; a replicated partition's write counts
+// them through size instead, once the log knows the write is new
+// (logReplica.write): a retry of a write already applied or in flight, or
+// a CAS that swaps nothing, writes no bytes.
+func (q *quotas) write(tenant string, id uint64, n int, bytes uint64, charge, memory bool, now time.Time) error {
 	pb := q.partition(id, now)
 	t := q.tenant(tenant)
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if sh := t.share; sh != nil && bytes > 0 {
-		if sh.StoredLimited && t.written+bytes > sh.StoredAsOf+sh.StoredLeft {
-			t.refused++
-			return api.Errorf(api.ErrorCode_ERROR_CODE_QUOTA_EXCEEDED, "stored_bytes_quota", "tenant %s is at its quota of stored bytes; delete data or ask the operator for more (tabula tenant quota)", tenant)
-		}
-		if memory && sh.MemoryLimited && t.memWritten+bytes > sh.MemoryAsOf+sh.MemoryLeft {
-			t.refused++
-			return api.Errorf(api.ErrorCode_ERROR_CODE_QUOTA_EXCEEDED, "memory_bytes_quota", "tenant %s is at its quota of memory bytes; delete data or ask the operator for more (tabula tenant quota)", tenant)
-		}
+	if err := q.sizeLocked(t, tenant, bytes, memory); err != nil {
+		return err
 	}
 	f := float64(n)
 	t.offWrite += f
@@ -277,11 +275,63 @@ func (q *quotas) write(tenant string, id uint64, n int, bytes uint64, memory boo
 		return err
 	}
 	t.admWrite += f
+	if charge {
+		t.written += bytes
+		if memory {
+			t.memWritten += bytes
+		}
+	}
+	return nil
+}
+
+// sizeLocked refuses bytes of keys and values that would pass the
+// tenant's size allowances; the caller holds t.mu.
+func (q *quotas) sizeLocked(t *tenantQuota, tenant string, bytes uint64, memory bool) error {
+	if sh := t.share; sh != nil && bytes > 0 {
+		if sh.StoredLimited && t.written+bytes > sh.StoredAsOf+sh.StoredLeft {
+			t.refused++
+			return api.Errorf(api.ErrorCode_ERROR_CODE_QUOTA_EXCEEDED, "stored_bytes_quota", "tenant %s is at its quota of stored bytes; delete data or ask the operator for more (tabula tenant quota)", tenant)
+		}
+		if memory && sh.MemoryLimited && t.memWritten+bytes > sh.MemoryAsOf+sh.MemoryLeft {
+			t.refused++
+			return api.Errorf(api.ErrorCode_ERROR_CODE_QUOTA_EXCEEDED, "memory_bytes_quota", "tenant %s is at its quota of memory bytes; delete data or ask the operator for more (tabula tenant quota)", tenant)
+		}
+	}
+	return nil
+}
+
+// size admits and charges bytes of keys and values a new write of tenant
+// adds (see write).
+func (q *quotas) size(tenant string, bytes uint64, memory bool) error {
+	if bytes == 0 {
+		return nil
+	}
+	t := q.tenant(tenant)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if err := q.sizeLocked(t, tenant, bytes, memory); err != nil {
+		return err
+	}
 	t.written += bytes
 	if memory {
 		t.memWritten += bytes
 	}
 	return nil
+}
+
+// unsize gives back bytes size charged for a write that was not made after
+// all (refused by the log, or joined to the same request in flight).
+func (q *quotas) unsize(tenant string, bytes uint64, memory bool) {
+	if bytes == 0 {
+		return
+	}
+	t := q.tenant(tenant)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.written -= min(t.written, bytes)
+	if memory {
+		t.memWritten -= min(t.memWritten, bytes)
+	}
 }
 
 // chargeRead charges n keys already read (a scan's rows).
@@ -295,8 +345,10 @@ func (q *quotas) chargeRead(tenant string, n int, now time.Time) {
 }
 
 // chargeWrite admits a write of n keys and bytes of keys and values to r.
+// A replicated partition's bytes are charged by its log instead, once the
+// write is known to be new (logReplica.write).
 func (s *Server) chargeWrite(r *replica, n int, bytes uint64) error {
-	return s.quota.write(r.table.GetTenant(), r.part.GetId(), n, bytes, r.table.GetOptions().GetStorage() == "memory", time.Now())
+	return s.quota.write(r.table.GetTenant(), r.part.GetId(), n, bytes, r.log == nil, r.table.GetOptions().GetStorage() == "memory", time.Now())
 }
 
 // coproc admits a coprocessor call of tenant (its CPU is charged later, by
