@@ -13,6 +13,7 @@ import (
 	"github.com/tabuladb/tabula/api"
 	"github.com/tabuladb/tabula/client"
 	"github.com/tabuladb/tabula/engines/bulk"
+	_ "github.com/tabuladb/tabula/engines/bulk/parquetinput" // --format parquet
 )
 
 func bulkCmd(g *globals) *cobra.Command {
@@ -38,12 +39,17 @@ func bulkBuildCmd(g *globals) *cobra.Command {
 		Use:   "build --out DIR --input FILE... (--table T | --partitions N)",
 		Short: "Build a bulk table version: one immutable file per partition (MPH index, fingerprints, records)",
 		Long: `Build reads records (tsv: key<TAB>value per line; csv: key,value; jsonl:
-{"key":...,"value":...}; --base64 when keys and values are base64), routes
-each to its partition by xxhash64(key) and writes one file per partition into
---out. The output is deterministic. With --table the partition count is the
-table's (asked of the master); offline, give --partitions. With --delta-of N
-the input holds changed records and deletions (tsv: a key alone on its line;
-jsonl: {"key":...,"delete":true}).`,
+{"key":...,"value":...}; parquet: one record per row, from the columns "key"
+and "value"; --base64 when keys and values are base64), routes each to its
+partition by xxhash64(key) and writes one file per partition into --out. The
+output is deterministic. --key-column and --value-column name the key and the
+value (jsonl: fields; parquet: top-level columns of BYTE_ARRAY/STRING,
+FIXED_LEN_BYTE_ARRAY or INT32/INT64, integers as decimal text). With --table
+the partition count is the table's (asked of the master); offline, give
+--partitions. With --delta-of N the input holds changed records and deletions
+(tsv: a key alone on its line; jsonl: {"key":...,"delete":true}; parquet: a
+null value). A malformed record names its file and line (parquet: row), and
+nothing is built.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if out == "" || len(inputs) == 0 {
@@ -139,8 +145,10 @@ jsonl: {"key":...,"delete":true}).`,
 	fl.StringVar(&table, "table", "", "bulk table whose partition count to build for (asks the master)")
 	fl.IntVar(&opts.Partitions, "partitions", 0, "partition count (offline builds)")
 	fl.StringSliceVar(&inputs, "input", nil, "input file(s), repeatable or comma-separated")
-	fl.StringVar(&format, "format", "tsv", "input format: tsv, csv or jsonl")
-	fl.BoolVar(&opts.Base64, "base64", false, "keys and values in the input are base64")
+	fl.StringVar(&format, "format", "tsv", "input format: tsv, csv, jsonl or parquet")
+	fl.StringVar(&opts.KeyColumn, "key-column", "", `jsonl field or parquet column of the key (default "key")`)
+	fl.StringVar(&opts.ValueColumn, "value-column", "", `jsonl field or parquet column of the value (default "value")`)
+	fl.BoolVar(&opts.Base64, "base64", false, "keys and values in the input are base64 (parquet: its BYTE_ARRAY columns)")
 	fl.StringVar(&out, "out", "", "output directory")
 	fl.Uint64Var(&opts.Version, "version", 0, "version number written into the files (default: with --table the next one, else 1)")
 	fl.Uint64Var(&opts.DeltaOf, "delta-of", 0, "build a delta over this version (changed and deleted keys)")

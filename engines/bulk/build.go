@@ -113,15 +113,28 @@ type PartitionInfo struct {
 // ErrEmptyInput is returned by BuildTable when the input holds no record.
 var ErrEmptyInput = errors.New("bulk: input holds no records")
 
-// Position is where a record came from, for error messages.
+// Position is where a record came from, for error messages: "file:line"
+// in a text input, "file row N" in a Parquet file.
 type Position struct {
 	File string
+	// Line is the record's line (the first is 1), its row when Row is
+	// set, or with no File its index in BuildPartition's records.
 	Line int64
+	// Row says Line counts rows of a Parquet file (the first is 1); with
+	// Line 0 the position is the file as a whole.
+	Row bool
 }
 
 func (p Position) String() string {
-	if p.File == "" {
+	switch {
+	case p.File == "" && p.Row:
+		return fmt.Sprintf("row %d", p.Line)
+	case p.File == "":
 		return fmt.Sprintf("record %d", p.Line)
+	case p.Row && p.Line == 0:
+		return p.File
+	case p.Row:
+		return fmt.Sprintf("%s row %d", p.File, p.Line)
 	}
 	return fmt.Sprintf("%s:%d", p.File, p.Line)
 }

@@ -5,14 +5,21 @@
 //
 // # Building
 //
-// BuildTable reads input files (tsv, csv or jsonl; see Format), routes each
-// record to partition keyspace.Index(keyspace.Hash(key), n) — the servers'
-// routing — spilling to temporary files when the records outgrow
+// BuildTable reads input files (tsv, csv, jsonl or parquet, see Format; the
+// key and the value from the fields or columns BuildOptions.KeyColumn and
+// ValueColumn name), routes each record to partition
+// keyspace.Index(keyspace.Hash(key), n) — the servers' routing — spilling
+// to temporary files when the records outgrow
 // BuildOptions.MemoryBudget, and builds the partitions in parallel with
 // BuildPartition, which is also a library call of its own so that a batch
 // engine can build partitions on many machines. The output is deterministic:
 // the same input gives the same bytes whatever the worker count or memory
-// budget.
+// budget. A malformed record stops the build before any file is written,
+// as a *MalformedError naming its file and line, or its row in a Parquet
+// file ("in.parquet row 12"). Parquet is read by package
+// engines/bulk/parquetinput, which registers itself with RegisterFormat
+// when imported, so that only programs reading Parquet link its library;
+// OpenInput gives any builder the readers BuildTable uses.
 //
 // # Serving
 //

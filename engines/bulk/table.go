@@ -25,8 +25,14 @@ type BuildOptions struct {
 	Partitions int
 	// Format of the inputs. Default FormatTSV.
 	Format Format
-	// Base64: keys and values in the input are base64. Default false.
+	// Base64: keys and values in the input are base64 (Parquet: in its
+	// BYTE_ARRAY columns). Default false.
 	Base64 bool
+	// KeyColumn and ValueColumn name the key's and the value's JSON
+	// fields (FormatJSONL) or columns (FormatParquet). Default
+	// DefaultKeyColumn ("key") and DefaultValueColumn ("value"). The text
+	// formats tsv and csv have no names: setting either is an error.
+	KeyColumn, ValueColumn string
 	// Version is the table version written into the files. Default 0.
 	Version uint64
 	// DeltaOf, when not 0, builds a delta over version DeltaOf: the input
@@ -89,8 +95,16 @@ func (o BuildOptions) Validate() error {
 	switch {
 	case o.Partitions < 0 || o.Partitions > maxPartitions:
 		return fmt.Errorf("bulk: Partitions %d, want 1..%d", o.Partitions, maxPartitions)
-	case o.Format < FormatTSV || o.Format > FormatJSONL:
+	case o.Format < FormatTSV || o.Format > FormatParquet:
 		return fmt.Errorf("bulk: unknown Format %d", o.Format)
+	case (o.KeyColumn != "" || o.ValueColumn != "") && o.Format != FormatJSONL && o.Format != FormatParquet:
+		return fmt.Errorf("bulk: KeyColumn/ValueColumn name jsonl fields or parquet columns; a %s input has no names", o.Format)
+	case cmp.Or(o.KeyColumn, DefaultKeyColumn) == cmp.Or(o.ValueColumn, DefaultValueColumn):
+		return fmt.Errorf("bulk: key and value both in column %q", cmp.Or(o.KeyColumn, DefaultKeyColumn))
+	case o.Format > FormatJSONL && registeredFormat(o.Format) == nil:
+		return fmt.Errorf("bulk: Format %s: %w (import github.com/tabuladb/tabula/engines/bulk/parquetinput)", o.Format, ErrFormatNotLinked)
+	case o.Format == FormatJSONL && (o.KeyColumn == "delete" || o.ValueColumn == "delete"):
+		return errors.New(`bulk: "delete" is the jsonl deletion field; it cannot name the key or the value`)
 	case o.MemoryBudget < 0:
 		return fmt.Errorf("bulk: MemoryBudget %d < 0", o.MemoryBudget)
 	case o.Workers < 0:
@@ -109,7 +123,8 @@ func PartitionFileName(i, n int) string { return fmt.Sprintf("part-%05d-of-%05d.
 //
 //	| crc32c (4) | flags (1) | input (4) | line (8) | keyLen (4) | valLen (4) | key | value |
 //
-// crc32c covers everything after it; flags bit 0 is a deletion.
+// crc32c covers everything after it; flags bit 0 is a deletion, bit 1 says
+// line is a Parquet row (Position.Row).
 type spill struct {
 	buf     []byte
 	onDisk  int64
@@ -118,14 +133,17 @@ type spill struct {
 
 const spillHeaderLen = 25
 
-func appendSpill(dst []byte, r Record, input int, line int64) []byte {
+func appendSpill(dst []byte, r Record, input int, pos Position) []byte {
 	start := len(dst)
 	var h [spillHeaderLen]byte
 	if r.Delete {
-		h[4] = 1
+		h[4] |= 1
+	}
+	if pos.Row {
+		h[4] |= 2
 	}
 	binary.LittleEndian.PutUint32(h[5:], uint32(input))
-	binary.LittleEndian.PutUint64(h[9:], uint64(line))
+	binary.LittleEndian.PutUint64(h[9:], uint64(pos.Line))
 	binary.LittleEndian.PutUint32(h[17:], uint32(len(r.Key)))
 	binary.LittleEndian.PutUint32(h[21:], uint32(len(r.Value)))
 	dst = append(dst, h[:]...)
@@ -159,7 +177,7 @@ func decodeSpill(b []byte, inputs []string) ([]Record, []Position, error) {
 		k := b[spillHeaderLen : spillHeaderLen+kl : spillHeaderLen+kl]
 		v := b[spillHeaderLen+kl : n : n]
 		recs = append(recs, Record{Key: k, Value: v, Delete: b[4]&1 != 0})
-		pos = append(pos, Position{File: inputs[in], Line: int64(binary.LittleEndian.Uint64(b[9:]))})
+		pos = append(pos, Position{File: inputs[in], Line: int64(binary.LittleEndian.Uint64(b[9:])), Row: b[4]&2 != 0})
 		b = b[n:]
 	}
 	return recs, pos, nil
@@ -169,8 +187,9 @@ func decodeSpill(b []byte, inputs []string) ([]Record, []Position, error) {
 // (files of opts.Partition.FS, read in order) into outDir, named
 // PartitionFileName(i, n), and returns them by partition. Each file is
 // durable when BuildTable returns nil. Malformed input is a
-// *MalformedError naming file and line; duplicate keys a *DuplicateError
-// unless LastWins; no records at all ErrEmptyInput. The output bytes depend
+// *MalformedError naming file and line (Parquet: row), and nothing is
+// built; duplicate keys a *DuplicateError unless LastWins; no records at
+// all ErrEmptyInput. The output bytes depend
 // only on the input and opts' format settings — not on Workers,
 // MemoryBudget or timing.
 func BuildTable(ctx context.Context, inputs []string, outDir string, opts BuildOptions) ([]PartitionInfo, error) {
@@ -238,9 +257,13 @@ func BuildTable(ctx context.Context, inputs []string, outDir string, opts BuildO
 		if err != nil {
 			return nil, fmt.Errorf("bulk: open input: %w", err)
 		}
-		p := newParser(name, f, opts.Format, opts.Base64, opts.DeltaOf != 0)
+		p, err := OpenInput(name, f, opts.InputOptions())
+		if err != nil {
+			f.Close()
+			return nil, err
+		}
 		for {
-			rec, pos, n, err := p.next()
+			rec, pos, n, err := p.Next()
 			if errors.Is(err, io.EOF) {
 				break
 			}
@@ -259,7 +282,7 @@ func BuildTable(ctx context.Context, inputs []string, outDir string, opts BuildO
 			part := keyspace.Index(keyspace.Hash(rec.Key), np)
 			s := &spills[part]
 			before := len(s.buf)
-			s.buf = appendSpill(s.buf, rec, in, pos.Line)
+			s.buf = appendSpill(s.buf, rec, in, pos)
 			s.records++
 			buffered += int64(len(s.buf) - before)
 			records++
