@@ -7,6 +7,8 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
+	"log/slog"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -15,6 +17,7 @@ import (
 
 	"github.com/apache/beam/sdks/v2/go/pkg/beam"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/log"
+	_ "github.com/apache/beam/sdks/v2/go/pkg/beam/runners/prism"
 
 	"github.com/tabuladb/tabula/engines/bulk"
 )
@@ -28,10 +31,17 @@ func (quiet) Log(_ context.Context, sev log.Severity, _ int, msg string) {
 	}
 }
 
+// runners are the runners the tests build on: the direct runner (the
+// default) and prism, Beam's portable runner, here in-process with a
+// loopback worker: elements go through the runner's coders, in several
+// bundles, as on Flink, Spark or Dataflow.
+var runners = []string{"direct", "prism"}
+
 func TestMain(m *testing.M) {
 	flag.Parse()
 	beam.Init()
 	log.SetLogger(quiet{})
+	slog.SetDefault(slog.New(slog.NewTextHandler(io.Discard, nil))) // prism's logs
 	os.Exit(m.Run())
 }
 
@@ -45,14 +55,14 @@ func write(t *testing.T, dir, name string, lines []string) string {
 	return p
 }
 
-// buildBoth builds inputs with bulk.BuildTable and with Build (direct
-// runner) and returns their output directories and errors.
-func buildBoth(t *testing.T, inputs []string, opts bulk.BuildOptions) (native, piped string, nerr, berr error) {
+// buildBoth builds inputs with bulk.BuildTable and with Build on runner
+// and returns their output directories and errors.
+func buildBoth(t *testing.T, runner string, inputs []string, opts bulk.BuildOptions) (native, piped string, nerr, berr error) {
 	t.Helper()
 	dir := t.TempDir()
 	native, piped = filepath.Join(dir, "native"), filepath.Join(dir, "beam")
 	_, nerr = bulk.BuildTable(context.Background(), inputs, native, opts)
-	berr = Build(context.Background(), inputs, piped, Options{Build: opts, ChunkBytes: 4 << 10})
+	berr = Build(context.Background(), inputs, piped, Options{Build: opts, ChunkBytes: 4 << 10, Runner: runner})
 	return native, piped, nerr, berr
 }
 
@@ -163,14 +173,16 @@ func TestSameFilesAsNative(t *testing.T) {
 		{"sparse", sparse, bulk.BuildOptions{Partitions: 16, Version: 1}},
 		{"one-partition-fingerprint16", tsv, bulk.BuildOptions{Partitions: 1, Version: 9, Partition: bulk.PartitionOptions{FingerprintBits: 16}}},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			native, piped, nerr, berr := buildBoth(t, tc.inputs, tc.opts)
-			if nerr != nil || berr != nil {
-				t.Fatalf("native: %v; beam: %v", nerr, berr)
-			}
-			np := tc.opts.Partitions
-			sameFiles(t, native, piped, np)
-		})
+		for _, runner := range runners {
+			t.Run(tc.name+"/"+runner, func(t *testing.T) {
+				native, piped, nerr, berr := buildBoth(t, runner, tc.inputs, tc.opts)
+				if nerr != nil || berr != nil {
+					t.Fatalf("native: %v; beam: %v", nerr, berr)
+				}
+				np := tc.opts.Partitions
+				sameFiles(t, native, piped, np)
+			})
+		}
 	}
 }
 
@@ -214,22 +226,24 @@ func TestErrorsAsNative(t *testing.T) {
 		{"missing", []string{filepath.Join(dir, "nope.tsv")}, bulk.BuildOptions{Partitions: 3},
 			func(err error) bool { return errors.Is(err, os.ErrNotExist) }},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			_, piped, nerr, berr := buildBoth(t, tc.inputs, tc.opts)
-			if nerr == nil || berr == nil {
-				t.Fatalf("native: %v; beam: %v; want both to fail", nerr, berr)
-			}
-			if nerr.Error() != berr.Error() {
-				t.Fatalf("beam error\n  %v\nnative error\n  %v", berr, nerr)
-			}
-			if !tc.check(berr) {
-				t.Fatalf("beam error %#v is not the native kind", berr)
-			}
-			ents, _ := os.ReadDir(piped)
-			for _, e := range ents {
-				t.Errorf("failed build left %s", e.Name())
-			}
-		})
+		for _, runner := range runners {
+			t.Run(tc.name+"/"+runner, func(t *testing.T) {
+				_, piped, nerr, berr := buildBoth(t, runner, tc.inputs, tc.opts)
+				if nerr == nil || berr == nil {
+					t.Fatalf("native: %v; beam: %v; want both to fail", nerr, berr)
+				}
+				if nerr.Error() != berr.Error() {
+					t.Fatalf("beam error\n  %v\nnative error\n  %v", berr, nerr)
+				}
+				if !tc.check(berr) {
+					t.Fatalf("beam error %#v is not the native kind", berr)
+				}
+				ents, _ := os.ReadDir(piped)
+				for _, e := range ents {
+					t.Errorf("failed build left %s", e.Name())
+				}
+			})
+		}
 	}
 }
 

@@ -17,6 +17,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/signal"
 	"strings"
@@ -91,6 +92,10 @@ func main() {
 	flag.Parse()
 	beam.Init() // a worker of a portable runner does not return
 	log.SetLogger(quietLogger{})
+	if !*verbose {
+		// Prism and parts of the SDK log through slog.
+		slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	var err error
