@@ -37,6 +37,7 @@ func runCompare(ctx context.Context) error {
 	}
 	o.Build.Partitions = np
 	o.Runner = "direct"
+	o.Build.MemoryBudget = *memory // the native builder's only
 	nativeDir, beamDir := filepath.Join(dir, "native"), filepath.Join(dir, "beam")
 
 	// Alternate the builders, each round into fresh directories, and keep
@@ -101,6 +102,11 @@ func writeRecords(path string, n, valueBytes int) error {
 		fmt.Fprintf(w, "key%012d\t%012d%s\n", i, i, pad)
 	}
 	if err := w.Flush(); err != nil {
+		f.Close()
+		return err
+	}
+	// Synced, so that its write-back does not slow the first build.
+	if err := f.Sync(); err != nil {
 		f.Close()
 		return err
 	}

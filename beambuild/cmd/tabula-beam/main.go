@@ -4,7 +4,7 @@
 //
 //	tabula-beam --out DIR --partitions N [--version V] [--delta-of B] [--format tsv|csv|jsonl]
 //	            [--base64] [--last-wins] [--workers W] [--runner R --endpoint HOST:PORT ...] INPUT...
-//	tabula-beam compare --records N [--partitions N] [--value-bytes B] [--rounds R]
+//	tabula-beam compare --records N [--partitions N] [--value-bytes B] [--rounds R] [--memory BYTES]
 //
 // The flags are Go flags shared with Beam's standard ones (--runner,
 // --endpoint, --environment_type, --job_name...). compare generates N
@@ -62,6 +62,7 @@ var (
 	verbose    = flag.Bool("verbose", false, "show Beam's informational logs")
 	records    = flag.Int("records", 1_000_000, "compare: records to generate")
 	valueBytes = flag.Int("value-bytes", 64, "compare: bytes per value")
+	memory     = flag.Int64("memory", 0, "compare: the native builder's memory budget in bytes (default 1 GiB; beyond it, it spills to disk)")
 	rounds     = flag.Int("rounds", 2, "compare: rounds of both builds (the best time of each counts)")
 	inputs     stringList
 )
