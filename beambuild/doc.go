@@ -31,8 +31,9 @@
 //
 // A bad input line fails read with the native *bulk.MalformedError; finish
 // fails with the native error of the build (duplicates without LastWins,
-// bulk.ErrEmptyInput). On the direct runner Build returns that error itself;
-// on a portable runner the runner's error text contains it. When the
+// bulk.ErrEmptyInput). When the steps run in this process (the direct
+// runner; prism with its loopback worker) Build returns that error itself;
+// otherwise the runner's error text contains it. When the
 // pipeline fails, Build removes the partition files of the table from the
 // output directory, so that no directory that looks complete is left.
 //

@@ -27,7 +27,8 @@ import (
 )
 
 // Options tune Build. The zero value works (the direct runner, 8
-// partitions, as bulk.BuildOptions' zero value).
+// partitions, as bulk.BuildOptions' zero value). Options is a plain value;
+// Build does not keep or change it.
 type Options struct {
 	// Build holds the table's options, as for bulk.BuildTable: Partitions,
 	// Format, Base64, Version, DeltaOf, Workers and Partition's LastWins,
