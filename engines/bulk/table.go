@@ -367,21 +367,8 @@ func BuildTable(ctx context.Context, inputs []string, outDir string, opts BuildO
 	}
 	close(next)
 	wg.Wait()
-	if err := mergeDuplicates(errs, inputs); err != nil {
+	if err := JoinPartitionErrors(errs, inputs); err != nil {
 		return nil, err
-	}
-	var firstErr error
-	for i, err := range errs {
-		if err != nil && !errors.Is(err, context.Canceled) {
-			firstErr = fmt.Errorf("bulk: partition %d: %w", i, err)
-			break
-		}
-		if err != nil && firstErr == nil {
-			firstErr = err
-		}
-	}
-	if firstErr != nil {
-		return nil, firstErr
 	}
 	if spillFiles != nil {
 		for i, f := range spillFiles {
