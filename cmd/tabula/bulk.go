@@ -3,6 +3,9 @@ package main
 import (
 	"errors"
 	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -34,6 +37,8 @@ func bulkBuildCmd(g *globals) *cobra.Command {
 		opts       bulk.BuildOptions
 		lastWins   bool
 		noProgress bool
+		runner     string
+		beamArgs   []string
 	)
 	cmd := &cobra.Command{
 		Use:   "build --out DIR --input FILE... (--table T | --partitions N)",
@@ -98,6 +103,12 @@ nothing is built.`,
 			if opts.Partitions <= 0 || opts.Partitions > api.MaxPartitions {
 				return fmt.Errorf("--partitions %d: want 1..%d (or --table)", opts.Partitions, api.MaxPartitions)
 			}
+			if runner != "" {
+				return beamBuild(cmd, runner, beamArgs, inputs, out, format, lastWins, opts)
+			}
+			if len(beamArgs) > 0 {
+				return errors.New("--beam-arg applies to a build on Beam: give --runner too")
+			}
 			errOut := cmd.ErrOrStderr()
 			var bar *progressbar.ProgressBar
 			start := time.Now()
@@ -155,7 +166,61 @@ nothing is built.`,
 	fl.BoolVar(&lastWins, "last-wins", false, "accept duplicate keys: the last in input order wins")
 	fl.Int64Var(&opts.MemoryBudget, "memory", 0, "memory budget in bytes for input held while building (default 1 GiB; beyond it, input spills to disk)")
 	fl.BoolVar(&noProgress, "no-progress", false, "do not show the progress bar")
+	fl.StringVar(&runner, "runner", "", "build on an Apache Beam pipeline (tabula-beam) with this runner: local (in-process) or a portable runner such as universal, flink, spark, dataflow (default: the native builder)")
+	fl.StringArrayVar(&beamArgs, "beam-arg", nil, "a flag passed to tabula-beam and Beam as is, e.g. --beam-arg=--endpoint=localhost:8099 (repeatable)")
 	return cmd
+}
+
+// beamBuild runs the build on tabula-beam (module beambuild): the same
+// files, byte for byte, built by an Apache Beam pipeline. It is a binary of
+// its own so that Beam's dependencies stay out of this one; it is looked
+// for beside this executable, then on $PATH.
+func beamBuild(cmd *cobra.Command, runner string, beamArgs, inputs []string, out, format string, lastWins bool, opts bulk.BuildOptions) error {
+	if opts.KeyColumn != "" || opts.ValueColumn != "" || opts.MemoryBudget != 0 {
+		return errors.New("--key-column, --value-column and --memory apply to the native builder, not to --runner")
+	}
+	bin, err := findBeamBinary()
+	if err != nil {
+		return err
+	}
+	if runner == "local" {
+		runner = "direct"
+	}
+	args := []string{"--out", out, "--partitions", fmt.Sprint(opts.Partitions), "--version", fmt.Sprint(opts.Version),
+		"--format", format, "--runner", runner, "--input", strings.Join(inputs, ",")}
+	if opts.DeltaOf != 0 {
+		args = append(args, "--delta-of", fmt.Sprint(opts.DeltaOf))
+	}
+	if opts.Base64 {
+		args = append(args, "--base64")
+	}
+	if lastWins {
+		args = append(args, "--last-wins")
+	}
+	if opts.Workers > 0 {
+		args = append(args, "--workers", fmt.Sprint(opts.Workers))
+	}
+	args = append(args, beamArgs...)
+	c := exec.CommandContext(cmd.Context(), bin, args...)
+	c.Stdout, c.Stderr = cmd.OutOrStdout(), cmd.ErrOrStderr()
+	if err := c.Run(); err != nil {
+		return fmt.Errorf("bulk build on Beam (%s %s): %w", bin, strings.Join(args, " "), err)
+	}
+	return nil
+}
+
+// findBeamBinary finds tabula-beam beside this executable or on $PATH.
+func findBeamBinary() (string, error) {
+	if self, err := os.Executable(); err == nil {
+		p := filepath.Join(filepath.Dir(self), "tabula-beam")
+		if _, err := os.Stat(p); err == nil {
+			return p, nil
+		}
+	}
+	if p, err := exec.LookPath("tabula-beam"); err == nil {
+		return p, nil
+	}
+	return "", errors.New("bulk build --runner needs tabula-beam, beside tabula or on $PATH: install it with (cd beambuild && go install ./cmd/tabula-beam)")
 }
 
 func bulkPublishCmd(g *globals) *cobra.Command {
