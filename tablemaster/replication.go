@@ -208,6 +208,10 @@ func (m *Master) kickLogs() {
 	}
 }
 
+// logRetryMax bounds the wait between attempts at reconfiguring a
+// partition's log.
+const logRetryMax = time.Second
+
 // reconfigureLogs gives every partition whose log is being reconfigured
 // its next extent. Partitions are independent: one that cannot proceed
 // (a replica unreachable) does not hold up the others, and retries with
@@ -285,7 +289,12 @@ func (m *Master) reconfigureLogs() {
 			delete(m.logRetry, j.p.ID)
 			continue
 		}
-		r.wait = min(max(2*r.wait, m.opts.HeartbeatInterval), 5*time.Second)
+		// At most a second between attempts: a partition whose log is
+		// being reconfigured takes no writes, and under load a few
+		// failures in a row (a node slow to answer while another drains)
+		// grew the wait to 5 s, past the 10 s a writer waits in all. Each
+		// failed attempt leaves an empty sealed extent: one a second.
+		r.wait = min(max(2*r.wait, m.opts.HeartbeatInterval), logRetryMax)
 		r.next = now.Add(r.wait)
 		if msg := err.Error(); msg != r.lastErr {
 			r.lastErr = msg
