@@ -95,6 +95,10 @@ type core struct {
 	unindexed  map[uint64]*proposal // proposed since the last Ready, by tag
 	byIndex    map[uint64]*proposal // appended to the log, by index
 	confBusy   bool                 // a conf change of ours is pending
+	// afterPublish are the answers to conf changes, given once the
+	// member's Status shows the change (Node.run calls them after
+	// publishing it): a caller of RemoveMember reads the new members.
+	afterPublish []func()
 	reads      map[uint64]*read     // by tag, awaiting their read state
 	readyReads []*read              // with an index, awaiting apply
 	readTicks  int
@@ -264,7 +268,7 @@ func (c *core) proposeConfChange(cc raftpb.ConfChange, d done) {
 	p := &proposal{tag: c.newTag(), conf: true}
 	p.done = func(index uint64, result any, err error) {
 		c.confBusy = false
-		d(index, result, err)
+		c.afterPublish = append(c.afterPublish, func() { d(index, result, err) })
 	}
 	cc.ID = p.tag
 	if err := c.rn.ProposeConfChange(cc); err != nil {
@@ -581,4 +585,12 @@ func sortedKeys[V any](m map[uint64]V) []uint64 {
 	}
 	slices.Sort(keys)
 	return keys
+}
+
+// answerPublished gives the answers held for after the Status publish.
+func (c *core) answerPublished() {
+	for _, f := range c.afterPublish {
+		f()
+	}
+	c.afterPublish = c.afterPublish[:0]
 }

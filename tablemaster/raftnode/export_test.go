@@ -54,6 +54,7 @@ func (s *SimCore) Step(m raftpb.Message) { s.c.step(m) }
 
 // Ready handles everything raft has ready, then writes the snapshots taken.
 func (s *SimCore) Ready() error {
+	defer s.c.answerPublished() // no Status here: conf changes are answered at once
 	if err := s.c.handleReady(); err != nil {
 		return err
 	}

@@ -250,6 +250,7 @@ func (n *Node) run() {
 		case <-n.stopc:
 			c.fail(errors.New("closed"))
 			n.publishStatus()
+			c.answerPublished()
 			return
 		case <-ticker.C():
 			c.tick()
@@ -263,9 +264,11 @@ func (n *Node) run() {
 		if err := c.handleReady(); err != nil {
 			n.opts.Logger.Error("raftnode: storage failed; the member stops", "err", err)
 			n.publishStatus()
+			c.answerPublished()
 			return
 		}
 		n.publishStatus()
+		c.answerPublished()
 	}
 }
 

@@ -239,7 +239,9 @@ func (s *sim) ready(n *simNode) {
 	if n.c == nil {
 		return
 	}
-	if err := n.c.handleReady(); err != nil {
+	err := n.c.handleReady()
+	n.c.answerPublished() // no Status here: conf changes are answered at once
+	if err != nil {
 		s.storageFailed(n, err)
 		return
 	}
