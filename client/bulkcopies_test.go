@@ -211,3 +211,62 @@ func TestBulkReadsAvoidASlowCopy(t *testing.T) {
 		t.Errorf("the slow copy got %.0f%% of the calls; want under a tenth (a third at random; about a fifth with the coalescing of a closed loop)", 100*share)
 	}
 }
+
+// TestBulkReadsRideOverAHungCopy: a copy that holds reads without
+// answering (a stopped process) costs a read a second at most: the SDK
+// gives the attempt up and sends it to another copy, so reads with a
+// 5 s deadline all succeed.
+func TestBulkReadsRideOverAHungCopy(t *testing.T) {
+	ctx := testCtx(t)
+	var hung atomic.Bool
+	tc, err := testcluster.Start(ctx, testcluster.Options{Servers: 3, Dir: t.TempDir(),
+		ServerOptions: func(i int, o *tableserver.Options) {
+			o.UnaryInterceptors = append(o.UnaryInterceptors, func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+				if i == 0 && hung.Load() && (info.FullMethod == api.TableServer_Get_FullMethodName || info.FullMethod == api.TableServer_MultiGet_FullMethodName) {
+					<-ctx.Done() // never answers
+					return nil, ctx.Err()
+				}
+				return h(ctx, req)
+			})
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tc.Close() })
+	c := newClient(t, tc)
+	if _, err := c.CreateTable(ctx, "hung", api.TableKind_TABLE_KIND_BULK, &api.TableOptions{Partitions: 1, Replication: 3}); err != nil {
+		t.Fatal(err)
+	}
+	tb := c.Table("hung")
+	if err := publishDir(t, ctx, tb, buildVersion(t, 1, 1, 0, "v1", seq(0, bulkKeys), nil), 1, client.PublishOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	hung.Store(true)
+	var wg sync.WaitGroup
+	var failed atomic.Int64
+	var slowest atomic.Int64
+	for g := range 6 {
+		wg.Go(func() {
+			r := rand.New(rand.NewPCG(uint64(g), testSeed))
+			for range 30 {
+				i := r.IntN(bulkKeys)
+				rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+				t0 := time.Now()
+				v, err := tb.Get(rctx, []byte(bulkKey(i)))
+				cancel()
+				if d := time.Since(t0); int64(d) > slowest.Load() {
+					slowest.Store(int64(d))
+				}
+				if err != nil || string(v) != "v1:"+bulkKey(i) {
+					failed.Add(1)
+					t.Errorf("key %d with a hung copy: %q, %v", i, v, err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	t.Logf("slowest read %v", time.Duration(slowest.Load()))
+	if failed.Load() > 0 {
+		t.Fatalf("%d of 180 reads failed with a hung copy and two healthy ones", failed.Load())
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"sort"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/tabuladb/tabula/api"
 	"github.com/tabuladb/tabula/internal/keyspace"
@@ -62,6 +63,15 @@ type move struct {
 // errMoved is the cause of an attempt cut short because its partition's
 // entry changed in the cached map.
 var errMoved = errors.New("client: the partition moved (new epoch or replicas)")
+
+// errSlowCopy cuts an attempt of a read that any copy may answer once it
+// has waited spreadAttemptTimeout: the next attempt goes to another copy.
+var errSlowCopy = errors.New("client: the copy did not answer in time")
+
+// spreadAttemptTimeout bounds one attempt of a read that any copy may
+// answer (bulk reads, ReadAny) when the partition has other copies: far
+// above a read's time on a healthy copy, far below a call's deadline.
+const spreadAttemptTimeout = time.Second
 
 // movedCtx is the context of an attempt routed by an entry already
 // replaced: cancelled from the start.

@@ -233,6 +233,13 @@ func (t *Table) call(ctx context.Context, spec callSpec) (partition, lsn uint64,
 				} else {
 					actx, acancel := context.WithCancelCause(ctx)
 					stop := context.AfterFunc(t.ts.moved(p), func() { acancel(errMoved) })
+					var slow *time.Timer
+					if spread && len(p.GetReplicas()) > 1 {
+						// A copy that does not answer (stopped, or far
+						// behind) holds a read only so long: another copy
+						// gets it then, rather than the deadline.
+						slow = time.AfterFunc(spreadAttemptTimeout, func() { acancel(errSlowCopy) })
+					}
 					var got uint64
 					if err = c.pacers.wait(actx, target.GetAddr(), spec.class); err == nil {
 						sc, _ := ts.(*serverClient)
@@ -245,7 +252,13 @@ func (t *Table) call(ctx context.Context, spec callSpec) (partition, lsn uint64,
 						}
 					}
 					stop()
+					if slow != nil {
+						slow.Stop()
+					}
 					moved = err != nil && ctx.Err() == nil && errors.Is(context.Cause(actx), errMoved)
+					if err != nil && ctx.Err() == nil && errors.Is(context.Cause(actx), errSlowCopy) {
+						err = unavailable("copy_slow", "the copy of partition %d at %s did not answer within %v", p.GetId(), target.GetAddr(), spreadAttemptTimeout)
+					}
 					acancel(nil)
 					if err == nil {
 						if s := spec.read.session; s != nil {
