@@ -91,18 +91,18 @@ type core struct {
 	leading bool
 	removed bool
 
-	nextTag    uint32
-	unindexed  map[uint64]*proposal // proposed since the last Ready, by tag
-	byIndex    map[uint64]*proposal // appended to the log, by index
-	confBusy   bool                 // a conf change of ours is pending
+	nextTag   uint32
+	unindexed map[uint64]*proposal // proposed since the last Ready, by tag
+	byIndex   map[uint64]*proposal // appended to the log, by index
+	confBusy  bool                 // a conf change of ours is pending
 	// afterPublish are the answers to conf changes, given once the
 	// member's Status shows the change (Node.run calls them after
 	// publishing it): a caller of RemoveMember reads the new members.
 	afterPublish []func()
-	reads      map[uint64]*read     // by tag, awaiting their read state
-	readyReads []*read              // with an index, awaiting apply
-	readTicks  int
-	err        error // a storage failure; the core is dead
+	reads        map[uint64]*read // by tag, awaiting their read state
+	readyReads   []*read          // with an index, awaiting apply
+	readTicks    int
+	err          error // a storage failure; the core is dead
 }
 
 // newCore loads the state machine from storage and makes the RawNode. With
