@@ -68,12 +68,7 @@ func TestRaftMasterFailover(t *testing.T) {
 		})
 	}
 	// Writes flow before the kill: the test is about riding through it.
-	for deadline := time.Now().Add(30 * time.Second); ok.Load() < 20; {
-		if time.Now().After(deadline) {
-			t.Fatalf("only %d writes succeeded in 30 s before the kill", ok.Load())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitFor(t, 30*time.Second, "writes before the kill", func() bool { return ok.Load() >= 20 })
 	leader := tc.Leader()
 	if leader < 0 {
 		t.Fatal("no leader")
