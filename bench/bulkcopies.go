@@ -41,26 +41,10 @@ func bulkCopies(ctx context.Context, w io.Writer, dir string, keys, readers int,
 		return err
 	}
 	tb := c.Table("hot")
-	key := func(i int) string { return fmt.Sprintf("%016x", uint64(i)*0x9e3779b97f4a7c15) }
-	in := filepath.Join(dir, "hot.tsv")
-	var sb strings.Builder
-	for i := range keys {
-		fmt.Fprintf(&sb, "%s\t%s\n", key(i), strings.Repeat("v", 64))
-	}
-	if err := os.WriteFile(in, []byte(sb.String()), 0o644); err != nil {
-		return err
-	}
-	out := filepath.Join(dir, "hot")
-	if _, err := bulk.BuildTable(ctx, []string{in}, out, bulk.BuildOptions{Partitions: 1, Version: 1}); err != nil {
-		return err
-	}
-	dv, err := bulk.DescribeDir(ctx, out, 1)
+	key := benchBulkKey
+	p, err := benchBuildTSV(ctx, dir, "hot", 1, 1, keys, func(int) string { return strings.Repeat("v", 64) })
 	if err != nil {
 		return err
-	}
-	p := client.BulkPublish{Version: dv.Version}
-	for _, f := range dv.Files {
-		p.Files = append(p.Files, client.BulkFile{Path: f.Path, Size: uint64(f.FileBytes), CRC32C: f.CRC, Records: f.Records})
 	}
 	if err := tb.PublishBulk(ctx, p, client.PublishOptions{}); err != nil {
 		return err
@@ -211,4 +195,34 @@ func bulkCopies(ctx context.Context, w io.Writer, dir string, keys, readers int,
 		firstMu.Unlock()
 	}
 	return nil
+}
+
+// benchBulkKey is the i-th key of the bulk suites' tables.
+func benchBulkKey(i int) string { return fmt.Sprintf("%016x", uint64(i)*0x9e3779b97f4a7c15) }
+
+// benchBuildTSV writes records benchBulkKey(i) -> value(i), i < n, as a
+// TSV under dir and builds it into version of a table of parts partitions
+// (dir/name), ready to publish.
+func benchBuildTSV(ctx context.Context, dir, name string, parts int, version uint64, n int, value func(int) string) (client.BulkPublish, error) {
+	in := filepath.Join(dir, name+".tsv")
+	var sb strings.Builder
+	for i := range n {
+		fmt.Fprintf(&sb, "%s\t%s\n", benchBulkKey(i), value(i))
+	}
+	if err := os.WriteFile(in, []byte(sb.String()), 0o644); err != nil {
+		return client.BulkPublish{}, err
+	}
+	out := filepath.Join(dir, name)
+	if _, err := bulk.BuildTable(ctx, []string{in}, out, bulk.BuildOptions{Partitions: parts, Version: version}); err != nil {
+		return client.BulkPublish{}, err
+	}
+	dv, err := bulk.DescribeDir(ctx, out, parts)
+	if err != nil {
+		return client.BulkPublish{}, err
+	}
+	p := client.BulkPublish{Version: dv.Version}
+	for _, f := range dv.Files {
+		p.Files = append(p.Files, client.BulkFile{Path: f.Path, Size: uint64(f.FileBytes), CRC32C: f.CRC, Records: f.Records})
+	}
+	return p, nil
 }

@@ -16,7 +16,6 @@ import (
 
 	"github.com/tabuladb/tabula/api"
 	"github.com/tabuladb/tabula/client"
-	"github.com/tabuladb/tabula/engines/bulk"
 	"github.com/tabuladb/tabula/internal/testcluster"
 	"github.com/tabuladb/tabula/tableserver"
 )
@@ -90,27 +89,13 @@ func runBulkSwitch(w io.Writer, args []string) error {
 		return err
 	}
 	tb := c.Table("model")
-	key := func(i int) string { return fmt.Sprintf("%016x", uint64(i)*0x9e3779b97f4a7c15) }
+	key := benchBulkKey
 	for v := 1; v <= 2; v++ {
-		in := filepath.Join(dir, fmt.Sprintf("v%d.tsv", v))
-		var sb strings.Builder
-		for i := range *keys {
-			fmt.Fprintf(&sb, "%s\tv%d:%s:%s\n", key(i), v, key(i), strings.Repeat("x", 64-22))
-		}
-		if err := os.WriteFile(in, []byte(sb.String()), 0o644); err != nil {
-			return err
-		}
-		out := filepath.Join(dir, fmt.Sprintf("v%d", v))
-		if _, err := bulk.BuildTable(ctx, []string{in}, out, bulk.BuildOptions{Partitions: *parts, Version: uint64(v)}); err != nil {
-			return err
-		}
-		dv, err := bulk.DescribeDir(ctx, out, *parts)
+		p, err := benchBuildTSV(ctx, dir, fmt.Sprintf("v%d", v), *parts, uint64(v), *keys, func(i int) string {
+			return fmt.Sprintf("v%d:%s:%s", v, key(i), strings.Repeat("x", 64-22))
+		})
 		if err != nil {
 			return err
-		}
-		p := client.BulkPublish{Version: dv.Version}
-		for _, f := range dv.Files {
-			p.Files = append(p.Files, client.BulkFile{Path: f.Path, Size: uint64(f.FileBytes), CRC32C: f.CRC, Records: f.Records})
 		}
 		start := time.Now()
 		if err := tb.PublishBulk(ctx, p, client.PublishOptions{}); err != nil {
