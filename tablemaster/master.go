@@ -76,9 +76,12 @@ type Master struct {
 	streamCancel context.CancelFunc
 
 	// logKick wakes the log loop (replication.go) at once; logRetry is
-	// its per-partition backoff, owned by it.
+	// its per-partition backoff and attempts under way, under logMu;
+	// logSem bounds the attempts running at once.
 	logKick  chan struct{}
+	logMu    sync.Mutex
 	logRetry map[uint64]*logRetry
+	logSem   chan struct{}
 
 	// snapKick wakes snapLoop, which writes snapshots off the propose
 	// lock.
@@ -165,6 +168,7 @@ func Open(opts Options) (*Master, error) {
 		logKick:  make(chan struct{}, 1),
 		snapKick: make(chan struct{}, 1),
 		logRetry: map[uint64]*logRetry{},
+		logSem:   make(chan struct{}, logReconfigureParallel),
 	}
 	m.streamCtx, m.streamCancel = context.WithCancel(context.Background())
 	if opts.RaftID != 0 {

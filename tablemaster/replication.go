@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/tabuladb/tabula/api"
@@ -184,6 +183,7 @@ func (m *Master) logLoop() {
 	t := time.NewTicker(m.opts.HeartbeatInterval)
 	defer t.Stop()
 	var truncated time.Time
+	truncating := make(chan struct{}, 1) // full while a truncation runs
 	for {
 		select {
 		case <-m.closing:
@@ -194,9 +194,20 @@ func (m *Master) logLoop() {
 		m.reconfigureLogs()
 		m.moveLoop(m.streamCtx)
 		if m.truncateDue(&truncated) {
-			ctx, cancel := context.WithTimeout(m.streamCtx, 30*time.Second)
-			m.truncateLogs(ctx)
-			cancel()
+			select {
+			case truncating <- struct{}{}:
+				// Off the loop: a truncation talks to every log's nodes
+				// (up to 30 s) and must not delay a reconfiguration.
+				m.wg.Add(1)
+				go func() {
+					defer m.wg.Done()
+					defer func() { <-truncating }()
+					ctx, cancel := context.WithTimeout(m.streamCtx, 30*time.Second)
+					defer cancel()
+					m.truncateLogs(ctx)
+				}()
+			default: // the last one is still running
+			}
 		}
 	}
 }
@@ -222,13 +233,8 @@ func (m *Master) reconfigureLogs() {
 	}
 	st := m.State()
 	now := time.Now()
-	type job struct {
-		p        Partition
-		replicas int
-		nodes    []string // the live replicas, primary first
-		retry    *logRetry
-	}
-	var jobs []job
+	m.logMu.Lock()
+	defer m.logMu.Unlock()
 	// Runs every heartbeat interval over every partition: tables without
 	// a log are skipped whole, and partitions are looked at in place.
 	for _, t := range st.tablesByID() {
@@ -238,7 +244,7 @@ func (m *Master) reconfigureLogs() {
 		for i := range t.Partitions {
 			p := &t.Partitions[i]
 			if p.Log == nil || p.Log.Extent != 0 || len(p.Replicas) == 0 {
-				if len(m.logRetry) > 0 {
+				if r := m.logRetry[p.ID]; r != nil && !r.running {
 					delete(m.logRetry, p.ID)
 				}
 				continue
@@ -248,67 +254,76 @@ func (m *Master) reconfigureLogs() {
 				continue // its primary's server is down, with no live replica to take over: it waits
 			}
 			r := m.logRetry[p.ID]
-			if r != nil && now.Before(r.next) {
+			if r != nil && (r.running || now.Before(r.next)) {
 				continue
 			}
 			if r == nil {
 				r = &logRetry{}
 				m.logRetry[p.ID] = r
 			}
-			jobs = append(jobs, job{p: *p, replicas: int(t.Options.Replication), nodes: nodes, retry: r})
+			// Each partition's reconfiguration runs on its own: one
+			// stuck on a slow node (up to its 10 s deadline) does not
+			// hold up the others, nor this loop's next round.
+			r.running = true
+			m.wg.Add(1)
+			go m.reconfigureOne(*p, int(t.Options.Replication), nodes, r)
 		}
 	}
-	for id := range m.logRetry {
-		if t, _ := st.partition(id); t == nil || !t.replicatesByLog() {
+	for id, r := range m.logRetry {
+		if t, _ := st.partition(id); (t == nil || !t.replicatesByLog()) && !r.running {
 			delete(m.logRetry, id) // its table was dropped
 		}
 	}
-	// A failed server's partitions are reconfigured together: each takes
-	// a few master commands (fsyncs) and node RPCs, and one after the
-	// other they added up to seconds of unavailability.
-	errs := make([]error, len(jobs))
-	sem := make(chan struct{}, logReconfigureParallel)
-	var wg sync.WaitGroup
-	for i, j := range jobs {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			ctx, cancel := context.WithTimeout(m.streamCtx, 10*time.Second)
-			defer cancel()
-			errs[i] = m.reconfigureLog(ctx, j.p, j.replicas, j.nodes)
-		}()
+}
+
+// reconfigureOne runs one partition's log reconfiguration (a goroutine of
+// reconfigureLogs) and records its outcome in r.
+func (m *Master) reconfigureOne(p Partition, replicas int, nodes []string, r *logRetry) {
+	defer m.wg.Done()
+	select {
+	case m.logSem <- struct{}{}:
+	case <-m.streamCtx.Done():
+		m.logMu.Lock()
+		r.running = false
+		m.logMu.Unlock()
+		return
 	}
-	wg.Wait()
+	ctx, cancel := context.WithTimeout(m.streamCtx, 10*time.Second)
+	err := m.reconfigureLog(ctx, p, replicas, nodes)
+	cancel()
+	<-m.logSem
+	m.logMu.Lock()
+	defer m.logMu.Unlock()
+	r.running = false
 	if m.streamCtx.Err() != nil {
 		return
 	}
-	for i, j := range jobs {
-		r, err := j.retry, errs[i]
-		if err == nil {
-			delete(m.logRetry, j.p.ID)
-			continue
+	if err == nil {
+		if m.logRetry[p.ID] == r {
+			delete(m.logRetry, p.ID)
 		}
-		// At most a second between attempts: a partition whose log is
-		// being reconfigured takes no writes, and under load a few
-		// failures in a row (a node slow to answer while another drains)
-		// grew the wait to 5 s, past the 10 s a writer waits in all. Each
-		// failed attempt leaves an empty sealed extent: one a second.
-		r.wait = min(max(2*r.wait, m.opts.HeartbeatInterval), logRetryMax)
-		r.next = now.Add(r.wait)
-		if msg := err.Error(); msg != r.lastErr {
-			r.lastErr = msg
-			m.logger.Warn("tablemaster: partition log not reconfigured yet; retrying", "partition", j.p.ID, "retry_in", r.wait, "err", err)
-		}
+		return
+	}
+	// At most a second between attempts: a partition whose log is being
+	// reconfigured takes no writes, and under load a few failures in a
+	// row (a node slow to answer while another drains) grew the wait to
+	// 5 s, past the 10 s a writer waits in all. Each failed attempt
+	// leaves an empty sealed extent: one a second.
+	r.wait = min(max(2*r.wait, m.opts.HeartbeatInterval), logRetryMax)
+	r.next = time.Now().Add(r.wait)
+	if msg := err.Error(); msg != r.lastErr {
+		r.lastErr = msg
+		m.logger.Warn("tablemaster: partition log not reconfigured yet; retrying", "partition", p.ID, "retry_in", r.wait, "err", err)
 	}
 }
 
 // logReconfigureParallel bounds the partitions reconfigured at once.
 const logReconfigureParallel = 32
 
-// logRetry is the backoff of one partition's log reconfiguration; only
-// the log loop touches it.
+// logRetry is the backoff of one partition's log reconfiguration, under
+// Master.logMu.
 type logRetry struct {
+	running bool // an attempt is under way
 	next    time.Time
 	wait    time.Duration
 	lastErr string
