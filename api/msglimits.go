@@ -128,7 +128,7 @@ func MasterLimits() MessageLimits {
 	l := MessageLimits{}
 	for _, m := range []proto.Message{
 		&CreateTableRequest{}, &DropTableRequest{}, &ListTablesRequest{}, &DescribeTableRequest{},
-		&GetPartitionMapRequest{}, &ListServersRequest{}, &BulkStatusRequest{}, &BulkRollbackRequest{},
+		&GetPartitionMapRequest{}, &ListServersRequest{}, &BulkStatusRequest{}, &BulkRollbackRequest{}, &BulkRolloutRequest{},
 		&CoprocListRequest{}, &CoprocRollbackRequest{}, &ForgetServerRequest{}, &ListDataLossRequest{}, &ClearDataLossRequest{},
 		&MasterMembersRequest{}, &AddMasterRequest{}, &RemoveMasterRequest{}, &TransferLeaderRequest{},
 		&MovePartitionRequest{}, &DrainServerRequest{},

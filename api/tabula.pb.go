@@ -459,6 +459,61 @@ func (StreamOp) EnumDescriptor() ([]byte, []int) {
 	return file_tabula_proto_rawDescGZIP(), []int{5}
 }
 
+type BulkRolloutAction int32
+
+const (
+	BulkRolloutAction_BULK_ROLLOUT_ACTION_UNSPECIFIED BulkRolloutAction = 0
+	// No further row switches; the row loading goes on loading.
+	BulkRolloutAction_BULK_ROLLOUT_ACTION_PAUSE  BulkRolloutAction = 1
+	BulkRolloutAction_BULK_ROLLOUT_ACTION_RESUME BulkRolloutAction = 2
+	// Roll the switched rows back to the version the rollout replaces, and
+	// drop the new version.
+	BulkRolloutAction_BULK_ROLLOUT_ACTION_ABORT BulkRolloutAction = 3
+)
+
+// Enum value maps for BulkRolloutAction.
+var (
+	BulkRolloutAction_name = map[int32]string{
+		0: "BULK_ROLLOUT_ACTION_UNSPECIFIED",
+		1: "BULK_ROLLOUT_ACTION_PAUSE",
+		2: "BULK_ROLLOUT_ACTION_RESUME",
+		3: "BULK_ROLLOUT_ACTION_ABORT",
+	}
+	BulkRolloutAction_value = map[string]int32{
+		"BULK_ROLLOUT_ACTION_UNSPECIFIED": 0,
+		"BULK_ROLLOUT_ACTION_PAUSE":       1,
+		"BULK_ROLLOUT_ACTION_RESUME":      2,
+		"BULK_ROLLOUT_ACTION_ABORT":       3,
+	}
+)
+
+func (x BulkRolloutAction) Enum() *BulkRolloutAction {
+	p := new(BulkRolloutAction)
+	*p = x
+	return p
+}
+
+func (x BulkRolloutAction) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (BulkRolloutAction) Descriptor() protoreflect.EnumDescriptor {
+	return file_tabula_proto_enumTypes[6].Descriptor()
+}
+
+func (BulkRolloutAction) Type() protoreflect.EnumType {
+	return &file_tabula_proto_enumTypes[6]
+}
+
+func (x BulkRolloutAction) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use BulkRolloutAction.Descriptor instead.
+func (BulkRolloutAction) EnumDescriptor() ([]byte, []int) {
+	return file_tabula_proto_rawDescGZIP(), []int{6}
+}
+
 type Mutation_Op int32
 
 const (
@@ -492,11 +547,11 @@ func (x Mutation_Op) String() string {
 }
 
 func (Mutation_Op) Descriptor() protoreflect.EnumDescriptor {
-	return file_tabula_proto_enumTypes[6].Descriptor()
+	return file_tabula_proto_enumTypes[7].Descriptor()
 }
 
 func (Mutation_Op) Type() protoreflect.EnumType {
-	return &file_tabula_proto_enumTypes[6]
+	return &file_tabula_proto_enumTypes[7]
 }
 
 func (x Mutation_Op) Number() protoreflect.EnumNumber {
@@ -505,7 +560,7 @@ func (x Mutation_Op) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Mutation_Op.Descriptor instead.
 func (Mutation_Op) EnumDescriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{102, 0}
+	return file_tabula_proto_rawDescGZIP(), []int{105, 0}
 }
 
 // TableOptions are fixed at CreateTable. Zero values take the defaults the
@@ -714,11 +769,17 @@ func (x *Table) GetCreatedUnixMs() int64 {
 }
 
 type Replica struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	ServerId      string                 `protobuf:"bytes,1,opt,name=server_id,json=serverId,proto3" json:"server_id,omitempty"`
-	Addr          string                 `protobuf:"bytes,2,opt,name=addr,proto3" json:"addr,omitempty"`
-	Role          ReplicaRole            `protobuf:"varint,3,opt,name=role,proto3,enum=tabula.v1.ReplicaRole" json:"role,omitempty"`
-	FaultDomain   string                 `protobuf:"bytes,4,opt,name=fault_domain,json=faultDomain,proto3" json:"fault_domain,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	ServerId    string                 `protobuf:"bytes,1,opt,name=server_id,json=serverId,proto3" json:"server_id,omitempty"`
+	Addr        string                 `protobuf:"bytes,2,opt,name=addr,proto3" json:"addr,omitempty"`
+	Role        ReplicaRole            `protobuf:"varint,3,opt,name=role,proto3,enum=tabula.v1.ReplicaRole" json:"role,omitempty"`
+	FaultDomain string                 `protobuf:"bytes,4,opt,name=fault_domain,json=faultDomain,proto3" json:"fault_domain,omitempty"`
+	// Bulk tables: the version this copy serves reads of (0: none yet, it is
+	// loading), and the versions it holds loaded or is loading (a delta's
+	// base included). A request reads one version: send it to a copy that
+	// serves it.
+	BulkServes    uint64   `protobuf:"varint,5,opt,name=bulk_serves,json=bulkServes,proto3" json:"bulk_serves,omitempty"`
+	BulkHolds     []uint64 `protobuf:"varint,6,rep,packed,name=bulk_holds,json=bulkHolds,proto3" json:"bulk_holds,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -779,6 +840,20 @@ func (x *Replica) GetFaultDomain() string {
 		return x.FaultDomain
 	}
 	return ""
+}
+
+func (x *Replica) GetBulkServes() uint64 {
+	if x != nil {
+		return x.BulkServes
+	}
+	return 0
+}
+
+func (x *Replica) GetBulkHolds() []uint64 {
+	if x != nil {
+		return x.BulkHolds
+	}
+	return nil
 }
 
 // Partition is one contiguous range [start, end] (both inclusive) of the
@@ -2242,9 +2317,13 @@ func (x *BulkVersion) GetStreams() bool {
 type BulkInfo struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The serving version; 0 until the first version is loaded everywhere.
+	// During a rollout, the version the rollout replaces until every copy
+	// serves the new one.
 	Current uint64 `protobuf:"varint,1,opt,name=current,proto3" json:"current,omitempty"`
 	// Versions loading or retained, by version.
-	Versions      []*BulkVersion `protobuf:"bytes,2,rep,name=versions,proto3" json:"versions,omitempty"`
+	Versions []*BulkVersion `protobuf:"bytes,2,rep,name=versions,proto3" json:"versions,omitempty"`
+	// The rollout under way, if any.
+	Rollout       *BulkRollout `protobuf:"bytes,3,opt,name=rollout,proto3" json:"rollout,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2293,6 +2372,148 @@ func (x *BulkInfo) GetVersions() []*BulkVersion {
 	return nil
 }
 
+func (x *BulkInfo) GetRollout() *BulkRollout {
+	if x != nil {
+		return x.Rollout
+	}
+	return nil
+}
+
+// BulkRollout is a version being rolled out row by row: each row (one
+// copy of every partition) loads it on an extra copy (or beside the old
+// version where no server has room for one), switches its reads to it once
+// every partition of the row serves it, and the oldest row is unloaded.
+type BulkRollout struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Version uint64                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	// The version it replaces (0: the table's first).
+	From uint64 `protobuf:"varint,2,opt,name=from,proto3" json:"from,omitempty"`
+	// Copies per partition, and how many of them serve the version on every
+	// partition (rows switched).
+	Rows     uint32 `protobuf:"varint,3,opt,name=rows,proto3" json:"rows,omitempty"`
+	RowsDone uint32 `protobuf:"varint,4,opt,name=rows_done,json=rowsDone,proto3" json:"rows_done,omitempty"`
+	// Partitions whose copy in the row loading now has the version loaded.
+	RowLoaded  uint32 `protobuf:"varint,5,opt,name=row_loaded,json=rowLoaded,proto3" json:"row_loaded,omitempty"`
+	Partitions uint32 `protobuf:"varint,6,opt,name=partitions,proto3" json:"partitions,omitempty"`
+	Paused     bool   `protobuf:"varint,7,opt,name=paused,proto3" json:"paused,omitempty"`
+	// An abort: the rollout goes back to from, and version is dropped.
+	Aborting         bool  `protobuf:"varint,8,opt,name=aborting,proto3" json:"aborting,omitempty"`
+	StartedUnixMs    int64 `protobuf:"varint,9,opt,name=started_unix_ms,json=startedUnixMs,proto3" json:"started_unix_ms,omitempty"`
+	RowStartedUnixMs int64 `protobuf:"varint,10,opt,name=row_started_unix_ms,json=rowStartedUnixMs,proto3" json:"row_started_unix_ms,omitempty"`
+	// Why the row cannot proceed now, if so (no server with room, the
+	// files still being stored, a refused file).
+	Waiting       string `protobuf:"bytes,11,opt,name=waiting,proto3" json:"waiting,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BulkRollout) Reset() {
+	*x = BulkRollout{}
+	mi := &file_tabula_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BulkRollout) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BulkRollout) ProtoMessage() {}
+
+func (x *BulkRollout) ProtoReflect() protoreflect.Message {
+	mi := &file_tabula_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BulkRollout.ProtoReflect.Descriptor instead.
+func (*BulkRollout) Descriptor() ([]byte, []int) {
+	return file_tabula_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *BulkRollout) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *BulkRollout) GetFrom() uint64 {
+	if x != nil {
+		return x.From
+	}
+	return 0
+}
+
+func (x *BulkRollout) GetRows() uint32 {
+	if x != nil {
+		return x.Rows
+	}
+	return 0
+}
+
+func (x *BulkRollout) GetRowsDone() uint32 {
+	if x != nil {
+		return x.RowsDone
+	}
+	return 0
+}
+
+func (x *BulkRollout) GetRowLoaded() uint32 {
+	if x != nil {
+		return x.RowLoaded
+	}
+	return 0
+}
+
+func (x *BulkRollout) GetPartitions() uint32 {
+	if x != nil {
+		return x.Partitions
+	}
+	return 0
+}
+
+func (x *BulkRollout) GetPaused() bool {
+	if x != nil {
+		return x.Paused
+	}
+	return false
+}
+
+func (x *BulkRollout) GetAborting() bool {
+	if x != nil {
+		return x.Aborting
+	}
+	return false
+}
+
+func (x *BulkRollout) GetStartedUnixMs() int64 {
+	if x != nil {
+		return x.StartedUnixMs
+	}
+	return 0
+}
+
+func (x *BulkRollout) GetRowStartedUnixMs() int64 {
+	if x != nil {
+		return x.RowStartedUnixMs
+	}
+	return 0
+}
+
+func (x *BulkRollout) GetWaiting() string {
+	if x != nil {
+		return x.Waiting
+	}
+	return ""
+}
+
 type ServerInfo struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
 	Id          string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -2311,7 +2532,7 @@ type ServerInfo struct {
 
 func (x *ServerInfo) Reset() {
 	*x = ServerInfo{}
-	mi := &file_tabula_proto_msgTypes[24]
+	mi := &file_tabula_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2323,7 +2544,7 @@ func (x *ServerInfo) String() string {
 func (*ServerInfo) ProtoMessage() {}
 
 func (x *ServerInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[24]
+	mi := &file_tabula_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2336,7 +2557,7 @@ func (x *ServerInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServerInfo.ProtoReflect.Descriptor instead.
 func (*ServerInfo) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{24}
+	return file_tabula_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ServerInfo) GetId() string {
@@ -2440,7 +2661,7 @@ type ReplicaStatus struct {
 
 func (x *ReplicaStatus) Reset() {
 	*x = ReplicaStatus{}
-	mi := &file_tabula_proto_msgTypes[25]
+	mi := &file_tabula_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2452,7 +2673,7 @@ func (x *ReplicaStatus) String() string {
 func (*ReplicaStatus) ProtoMessage() {}
 
 func (x *ReplicaStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[25]
+	mi := &file_tabula_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2465,7 +2686,7 @@ func (x *ReplicaStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaStatus.ProtoReflect.Descriptor instead.
 func (*ReplicaStatus) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{25}
+	return file_tabula_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ReplicaStatus) GetPartitionId() uint64 {
@@ -2637,7 +2858,7 @@ type BulkLoaded struct {
 
 func (x *BulkLoaded) Reset() {
 	*x = BulkLoaded{}
-	mi := &file_tabula_proto_msgTypes[26]
+	mi := &file_tabula_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2649,7 +2870,7 @@ func (x *BulkLoaded) String() string {
 func (*BulkLoaded) ProtoMessage() {}
 
 func (x *BulkLoaded) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[26]
+	mi := &file_tabula_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2662,7 +2883,7 @@ func (x *BulkLoaded) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkLoaded.ProtoReflect.Descriptor instead.
 func (*BulkLoaded) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{26}
+	return file_tabula_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *BulkLoaded) GetVersion() uint64 {
@@ -2723,7 +2944,7 @@ type ErrorDetail struct {
 
 func (x *ErrorDetail) Reset() {
 	*x = ErrorDetail{}
-	mi := &file_tabula_proto_msgTypes[27]
+	mi := &file_tabula_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2735,7 +2956,7 @@ func (x *ErrorDetail) String() string {
 func (*ErrorDetail) ProtoMessage() {}
 
 func (x *ErrorDetail) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[27]
+	mi := &file_tabula_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2748,7 +2969,7 @@ func (x *ErrorDetail) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ErrorDetail.ProtoReflect.Descriptor instead.
 func (*ErrorDetail) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{27}
+	return file_tabula_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ErrorDetail) GetCode() ErrorCode {
@@ -2839,7 +3060,7 @@ type TenantInfo struct {
 
 func (x *TenantInfo) Reset() {
 	*x = TenantInfo{}
-	mi := &file_tabula_proto_msgTypes[28]
+	mi := &file_tabula_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2851,7 +3072,7 @@ func (x *TenantInfo) String() string {
 func (*TenantInfo) ProtoMessage() {}
 
 func (x *TenantInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[28]
+	mi := &file_tabula_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2864,7 +3085,7 @@ func (x *TenantInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TenantInfo.ProtoReflect.Descriptor instead.
 func (*TenantInfo) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{28}
+	return file_tabula_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *TenantInfo) GetName() string {
@@ -2931,7 +3152,7 @@ type TenantQuota struct {
 
 func (x *TenantQuota) Reset() {
 	*x = TenantQuota{}
-	mi := &file_tabula_proto_msgTypes[29]
+	mi := &file_tabula_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2943,7 +3164,7 @@ func (x *TenantQuota) String() string {
 func (*TenantQuota) ProtoMessage() {}
 
 func (x *TenantQuota) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[29]
+	mi := &file_tabula_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2956,7 +3177,7 @@ func (x *TenantQuota) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TenantQuota.ProtoReflect.Descriptor instead.
 func (*TenantQuota) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{29}
+	return file_tabula_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *TenantQuota) GetStoredBytes() uint64 {
@@ -3014,7 +3235,7 @@ type TenantUsage struct {
 
 func (x *TenantUsage) Reset() {
 	*x = TenantUsage{}
-	mi := &file_tabula_proto_msgTypes[30]
+	mi := &file_tabula_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3026,7 +3247,7 @@ func (x *TenantUsage) String() string {
 func (*TenantUsage) ProtoMessage() {}
 
 func (x *TenantUsage) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[30]
+	mi := &file_tabula_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3039,7 +3260,7 @@ func (x *TenantUsage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TenantUsage.ProtoReflect.Descriptor instead.
 func (*TenantUsage) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{30}
+	return file_tabula_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *TenantUsage) GetStoredBytes() uint64 {
@@ -3101,7 +3322,7 @@ type SetTenantQuotaRequest struct {
 
 func (x *SetTenantQuotaRequest) Reset() {
 	*x = SetTenantQuotaRequest{}
-	mi := &file_tabula_proto_msgTypes[31]
+	mi := &file_tabula_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3113,7 +3334,7 @@ func (x *SetTenantQuotaRequest) String() string {
 func (*SetTenantQuotaRequest) ProtoMessage() {}
 
 func (x *SetTenantQuotaRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[31]
+	mi := &file_tabula_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3126,7 +3347,7 @@ func (x *SetTenantQuotaRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetTenantQuotaRequest.ProtoReflect.Descriptor instead.
 func (*SetTenantQuotaRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{31}
+	return file_tabula_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *SetTenantQuotaRequest) GetTenant() string {
@@ -3152,7 +3373,7 @@ type SetTenantQuotaResponse struct {
 
 func (x *SetTenantQuotaResponse) Reset() {
 	*x = SetTenantQuotaResponse{}
-	mi := &file_tabula_proto_msgTypes[32]
+	mi := &file_tabula_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3164,7 +3385,7 @@ func (x *SetTenantQuotaResponse) String() string {
 func (*SetTenantQuotaResponse) ProtoMessage() {}
 
 func (x *SetTenantQuotaResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[32]
+	mi := &file_tabula_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3177,7 +3398,7 @@ func (x *SetTenantQuotaResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetTenantQuotaResponse.ProtoReflect.Descriptor instead.
 func (*SetTenantQuotaResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{32}
+	return file_tabula_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *SetTenantQuotaResponse) GetTenant() *TenantInfo {
@@ -3216,7 +3437,7 @@ type TenantLoad struct {
 
 func (x *TenantLoad) Reset() {
 	*x = TenantLoad{}
-	mi := &file_tabula_proto_msgTypes[33]
+	mi := &file_tabula_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3228,7 +3449,7 @@ func (x *TenantLoad) String() string {
 func (*TenantLoad) ProtoMessage() {}
 
 func (x *TenantLoad) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[33]
+	mi := &file_tabula_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3241,7 +3462,7 @@ func (x *TenantLoad) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TenantLoad.ProtoReflect.Descriptor instead.
 func (*TenantLoad) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{33}
+	return file_tabula_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *TenantLoad) GetTenant() string {
@@ -3343,7 +3564,7 @@ type TenantShare struct {
 
 func (x *TenantShare) Reset() {
 	*x = TenantShare{}
-	mi := &file_tabula_proto_msgTypes[34]
+	mi := &file_tabula_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3355,7 +3576,7 @@ func (x *TenantShare) String() string {
 func (*TenantShare) ProtoMessage() {}
 
 func (x *TenantShare) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[34]
+	mi := &file_tabula_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3368,7 +3589,7 @@ func (x *TenantShare) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TenantShare.ProtoReflect.Descriptor instead.
 func (*TenantShare) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{34}
+	return file_tabula_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *TenantShare) GetTenant() string {
@@ -3452,7 +3673,7 @@ type CreateTenantRequest struct {
 
 func (x *CreateTenantRequest) Reset() {
 	*x = CreateTenantRequest{}
-	mi := &file_tabula_proto_msgTypes[35]
+	mi := &file_tabula_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3464,7 +3685,7 @@ func (x *CreateTenantRequest) String() string {
 func (*CreateTenantRequest) ProtoMessage() {}
 
 func (x *CreateTenantRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[35]
+	mi := &file_tabula_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3477,7 +3698,7 @@ func (x *CreateTenantRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTenantRequest.ProtoReflect.Descriptor instead.
 func (*CreateTenantRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{35}
+	return file_tabula_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *CreateTenantRequest) GetTenant() string {
@@ -3503,7 +3724,7 @@ type CreateTenantResponse struct {
 
 func (x *CreateTenantResponse) Reset() {
 	*x = CreateTenantResponse{}
-	mi := &file_tabula_proto_msgTypes[36]
+	mi := &file_tabula_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3515,7 +3736,7 @@ func (x *CreateTenantResponse) String() string {
 func (*CreateTenantResponse) ProtoMessage() {}
 
 func (x *CreateTenantResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[36]
+	mi := &file_tabula_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3528,7 +3749,7 @@ func (x *CreateTenantResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTenantResponse.ProtoReflect.Descriptor instead.
 func (*CreateTenantResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{36}
+	return file_tabula_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *CreateTenantResponse) GetTenant() *TenantInfo {
@@ -3546,7 +3767,7 @@ type ListTenantsRequest struct {
 
 func (x *ListTenantsRequest) Reset() {
 	*x = ListTenantsRequest{}
-	mi := &file_tabula_proto_msgTypes[37]
+	mi := &file_tabula_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3558,7 +3779,7 @@ func (x *ListTenantsRequest) String() string {
 func (*ListTenantsRequest) ProtoMessage() {}
 
 func (x *ListTenantsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[37]
+	mi := &file_tabula_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3571,7 +3792,7 @@ func (x *ListTenantsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTenantsRequest.ProtoReflect.Descriptor instead.
 func (*ListTenantsRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{37}
+	return file_tabula_proto_rawDescGZIP(), []int{38}
 }
 
 type ListTenantsResponse struct {
@@ -3583,7 +3804,7 @@ type ListTenantsResponse struct {
 
 func (x *ListTenantsResponse) Reset() {
 	*x = ListTenantsResponse{}
-	mi := &file_tabula_proto_msgTypes[38]
+	mi := &file_tabula_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3595,7 +3816,7 @@ func (x *ListTenantsResponse) String() string {
 func (*ListTenantsResponse) ProtoMessage() {}
 
 func (x *ListTenantsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[38]
+	mi := &file_tabula_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3608,7 +3829,7 @@ func (x *ListTenantsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTenantsResponse.ProtoReflect.Descriptor instead.
 func (*ListTenantsResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{38}
+	return file_tabula_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ListTenantsResponse) GetTenants() []*TenantInfo {
@@ -3627,7 +3848,7 @@ type DescribeTenantRequest struct {
 
 func (x *DescribeTenantRequest) Reset() {
 	*x = DescribeTenantRequest{}
-	mi := &file_tabula_proto_msgTypes[39]
+	mi := &file_tabula_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3639,7 +3860,7 @@ func (x *DescribeTenantRequest) String() string {
 func (*DescribeTenantRequest) ProtoMessage() {}
 
 func (x *DescribeTenantRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[39]
+	mi := &file_tabula_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3652,7 +3873,7 @@ func (x *DescribeTenantRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeTenantRequest.ProtoReflect.Descriptor instead.
 func (*DescribeTenantRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{39}
+	return file_tabula_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *DescribeTenantRequest) GetTenant() string {
@@ -3672,7 +3893,7 @@ type DescribeTenantResponse struct {
 
 func (x *DescribeTenantResponse) Reset() {
 	*x = DescribeTenantResponse{}
-	mi := &file_tabula_proto_msgTypes[40]
+	mi := &file_tabula_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3684,7 +3905,7 @@ func (x *DescribeTenantResponse) String() string {
 func (*DescribeTenantResponse) ProtoMessage() {}
 
 func (x *DescribeTenantResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[40]
+	mi := &file_tabula_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3697,7 +3918,7 @@ func (x *DescribeTenantResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeTenantResponse.ProtoReflect.Descriptor instead.
 func (*DescribeTenantResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{40}
+	return file_tabula_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *DescribeTenantResponse) GetTenant() *TenantInfo {
@@ -3723,7 +3944,7 @@ type DeleteTenantRequest struct {
 
 func (x *DeleteTenantRequest) Reset() {
 	*x = DeleteTenantRequest{}
-	mi := &file_tabula_proto_msgTypes[41]
+	mi := &file_tabula_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3735,7 +3956,7 @@ func (x *DeleteTenantRequest) String() string {
 func (*DeleteTenantRequest) ProtoMessage() {}
 
 func (x *DeleteTenantRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[41]
+	mi := &file_tabula_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3748,7 +3969,7 @@ func (x *DeleteTenantRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteTenantRequest.ProtoReflect.Descriptor instead.
 func (*DeleteTenantRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{41}
+	return file_tabula_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *DeleteTenantRequest) GetTenant() string {
@@ -3766,7 +3987,7 @@ type DeleteTenantResponse struct {
 
 func (x *DeleteTenantResponse) Reset() {
 	*x = DeleteTenantResponse{}
-	mi := &file_tabula_proto_msgTypes[42]
+	mi := &file_tabula_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3778,7 +3999,7 @@ func (x *DeleteTenantResponse) String() string {
 func (*DeleteTenantResponse) ProtoMessage() {}
 
 func (x *DeleteTenantResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[42]
+	mi := &file_tabula_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3791,7 +4012,7 @@ func (x *DeleteTenantResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteTenantResponse.ProtoReflect.Descriptor instead.
 func (*DeleteTenantResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{42}
+	return file_tabula_proto_rawDescGZIP(), []int{43}
 }
 
 type RotateTenantKeyRequest struct {
@@ -3805,7 +4026,7 @@ type RotateTenantKeyRequest struct {
 
 func (x *RotateTenantKeyRequest) Reset() {
 	*x = RotateTenantKeyRequest{}
-	mi := &file_tabula_proto_msgTypes[43]
+	mi := &file_tabula_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3817,7 +4038,7 @@ func (x *RotateTenantKeyRequest) String() string {
 func (*RotateTenantKeyRequest) ProtoMessage() {}
 
 func (x *RotateTenantKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[43]
+	mi := &file_tabula_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3830,7 +4051,7 @@ func (x *RotateTenantKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RotateTenantKeyRequest.ProtoReflect.Descriptor instead.
 func (*RotateTenantKeyRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{43}
+	return file_tabula_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *RotateTenantKeyRequest) GetTenant() string {
@@ -3856,7 +4077,7 @@ type RotateTenantKeyResponse struct {
 
 func (x *RotateTenantKeyResponse) Reset() {
 	*x = RotateTenantKeyResponse{}
-	mi := &file_tabula_proto_msgTypes[44]
+	mi := &file_tabula_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3868,7 +4089,7 @@ func (x *RotateTenantKeyResponse) String() string {
 func (*RotateTenantKeyResponse) ProtoMessage() {}
 
 func (x *RotateTenantKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[44]
+	mi := &file_tabula_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3881,7 +4102,7 @@ func (x *RotateTenantKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RotateTenantKeyResponse.ProtoReflect.Descriptor instead.
 func (*RotateTenantKeyResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{44}
+	return file_tabula_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *RotateTenantKeyResponse) GetTenant() *TenantInfo {
@@ -3899,7 +4120,7 @@ type TenantKeysRequest struct {
 
 func (x *TenantKeysRequest) Reset() {
 	*x = TenantKeysRequest{}
-	mi := &file_tabula_proto_msgTypes[45]
+	mi := &file_tabula_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3911,7 +4132,7 @@ func (x *TenantKeysRequest) String() string {
 func (*TenantKeysRequest) ProtoMessage() {}
 
 func (x *TenantKeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[45]
+	mi := &file_tabula_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3924,7 +4145,7 @@ func (x *TenantKeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TenantKeysRequest.ProtoReflect.Descriptor instead.
 func (*TenantKeysRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{45}
+	return file_tabula_proto_rawDescGZIP(), []int{46}
 }
 
 type TenantKeysResponse struct {
@@ -3938,7 +4159,7 @@ type TenantKeysResponse struct {
 
 func (x *TenantKeysResponse) Reset() {
 	*x = TenantKeysResponse{}
-	mi := &file_tabula_proto_msgTypes[46]
+	mi := &file_tabula_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3950,7 +4171,7 @@ func (x *TenantKeysResponse) String() string {
 func (*TenantKeysResponse) ProtoMessage() {}
 
 func (x *TenantKeysResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[46]
+	mi := &file_tabula_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3963,7 +4184,7 @@ func (x *TenantKeysResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TenantKeysResponse.ProtoReflect.Descriptor instead.
 func (*TenantKeysResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{46}
+	return file_tabula_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *TenantKeysResponse) GetVersion() uint64 {
@@ -3995,7 +4216,7 @@ type MovePartitionRequest struct {
 
 func (x *MovePartitionRequest) Reset() {
 	*x = MovePartitionRequest{}
-	mi := &file_tabula_proto_msgTypes[47]
+	mi := &file_tabula_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4007,7 +4228,7 @@ func (x *MovePartitionRequest) String() string {
 func (*MovePartitionRequest) ProtoMessage() {}
 
 func (x *MovePartitionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[47]
+	mi := &file_tabula_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4020,7 +4241,7 @@ func (x *MovePartitionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MovePartitionRequest.ProtoReflect.Descriptor instead.
 func (*MovePartitionRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{47}
+	return file_tabula_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *MovePartitionRequest) GetTenant() string {
@@ -4069,7 +4290,7 @@ type MovePartitionResponse struct {
 
 func (x *MovePartitionResponse) Reset() {
 	*x = MovePartitionResponse{}
-	mi := &file_tabula_proto_msgTypes[48]
+	mi := &file_tabula_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4081,7 +4302,7 @@ func (x *MovePartitionResponse) String() string {
 func (*MovePartitionResponse) ProtoMessage() {}
 
 func (x *MovePartitionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[48]
+	mi := &file_tabula_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4094,7 +4315,7 @@ func (x *MovePartitionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MovePartitionResponse.ProtoReflect.Descriptor instead.
 func (*MovePartitionResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{48}
+	return file_tabula_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *MovePartitionResponse) GetFrom() string {
@@ -4127,7 +4348,7 @@ type DrainServerRequest struct {
 
 func (x *DrainServerRequest) Reset() {
 	*x = DrainServerRequest{}
-	mi := &file_tabula_proto_msgTypes[49]
+	mi := &file_tabula_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4139,7 +4360,7 @@ func (x *DrainServerRequest) String() string {
 func (*DrainServerRequest) ProtoMessage() {}
 
 func (x *DrainServerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[49]
+	mi := &file_tabula_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4152,7 +4373,7 @@ func (x *DrainServerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainServerRequest.ProtoReflect.Descriptor instead.
 func (*DrainServerRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{49}
+	return file_tabula_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *DrainServerRequest) GetServerId() string {
@@ -4173,7 +4394,7 @@ type DrainServerResponse struct {
 
 func (x *DrainServerResponse) Reset() {
 	*x = DrainServerResponse{}
-	mi := &file_tabula_proto_msgTypes[50]
+	mi := &file_tabula_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4185,7 +4406,7 @@ func (x *DrainServerResponse) String() string {
 func (*DrainServerResponse) ProtoMessage() {}
 
 func (x *DrainServerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[50]
+	mi := &file_tabula_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4198,7 +4419,7 @@ func (x *DrainServerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainServerResponse.ProtoReflect.Descriptor instead.
 func (*DrainServerResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{50}
+	return file_tabula_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *DrainServerResponse) GetReplicas() uint32 {
@@ -4227,7 +4448,7 @@ type MasterMember struct {
 
 func (x *MasterMember) Reset() {
 	*x = MasterMember{}
-	mi := &file_tabula_proto_msgTypes[51]
+	mi := &file_tabula_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4239,7 +4460,7 @@ func (x *MasterMember) String() string {
 func (*MasterMember) ProtoMessage() {}
 
 func (x *MasterMember) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[51]
+	mi := &file_tabula_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4252,7 +4473,7 @@ func (x *MasterMember) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MasterMember.ProtoReflect.Descriptor instead.
 func (*MasterMember) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{51}
+	return file_tabula_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *MasterMember) GetId() uint64 {
@@ -4291,7 +4512,7 @@ type MasterMembersRequest struct {
 
 func (x *MasterMembersRequest) Reset() {
 	*x = MasterMembersRequest{}
-	mi := &file_tabula_proto_msgTypes[52]
+	mi := &file_tabula_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4303,7 +4524,7 @@ func (x *MasterMembersRequest) String() string {
 func (*MasterMembersRequest) ProtoMessage() {}
 
 func (x *MasterMembersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[52]
+	mi := &file_tabula_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4316,7 +4537,7 @@ func (x *MasterMembersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MasterMembersRequest.ProtoReflect.Descriptor instead.
 func (*MasterMembersRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{52}
+	return file_tabula_proto_rawDescGZIP(), []int{53}
 }
 
 type MasterMembersResponse struct {
@@ -4334,7 +4555,7 @@ type MasterMembersResponse struct {
 
 func (x *MasterMembersResponse) Reset() {
 	*x = MasterMembersResponse{}
-	mi := &file_tabula_proto_msgTypes[53]
+	mi := &file_tabula_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4346,7 +4567,7 @@ func (x *MasterMembersResponse) String() string {
 func (*MasterMembersResponse) ProtoMessage() {}
 
 func (x *MasterMembersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[53]
+	mi := &file_tabula_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4359,7 +4580,7 @@ func (x *MasterMembersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MasterMembersResponse.ProtoReflect.Descriptor instead.
 func (*MasterMembersResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{53}
+	return file_tabula_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *MasterMembersResponse) GetReplicated() bool {
@@ -4410,7 +4631,7 @@ type AddMasterRequest struct {
 
 func (x *AddMasterRequest) Reset() {
 	*x = AddMasterRequest{}
-	mi := &file_tabula_proto_msgTypes[54]
+	mi := &file_tabula_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4422,7 +4643,7 @@ func (x *AddMasterRequest) String() string {
 func (*AddMasterRequest) ProtoMessage() {}
 
 func (x *AddMasterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[54]
+	mi := &file_tabula_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4435,7 +4656,7 @@ func (x *AddMasterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddMasterRequest.ProtoReflect.Descriptor instead.
 func (*AddMasterRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{54}
+	return file_tabula_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *AddMasterRequest) GetId() uint64 {
@@ -4467,7 +4688,7 @@ type AddMasterResponse struct {
 
 func (x *AddMasterResponse) Reset() {
 	*x = AddMasterResponse{}
-	mi := &file_tabula_proto_msgTypes[55]
+	mi := &file_tabula_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4479,7 +4700,7 @@ func (x *AddMasterResponse) String() string {
 func (*AddMasterResponse) ProtoMessage() {}
 
 func (x *AddMasterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[55]
+	mi := &file_tabula_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4492,7 +4713,7 @@ func (x *AddMasterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddMasterResponse.ProtoReflect.Descriptor instead.
 func (*AddMasterResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{55}
+	return file_tabula_proto_rawDescGZIP(), []int{56}
 }
 
 type RemoveMasterRequest struct {
@@ -4504,7 +4725,7 @@ type RemoveMasterRequest struct {
 
 func (x *RemoveMasterRequest) Reset() {
 	*x = RemoveMasterRequest{}
-	mi := &file_tabula_proto_msgTypes[56]
+	mi := &file_tabula_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4516,7 +4737,7 @@ func (x *RemoveMasterRequest) String() string {
 func (*RemoveMasterRequest) ProtoMessage() {}
 
 func (x *RemoveMasterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[56]
+	mi := &file_tabula_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4529,7 +4750,7 @@ func (x *RemoveMasterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveMasterRequest.ProtoReflect.Descriptor instead.
 func (*RemoveMasterRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{56}
+	return file_tabula_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *RemoveMasterRequest) GetId() uint64 {
@@ -4547,7 +4768,7 @@ type RemoveMasterResponse struct {
 
 func (x *RemoveMasterResponse) Reset() {
 	*x = RemoveMasterResponse{}
-	mi := &file_tabula_proto_msgTypes[57]
+	mi := &file_tabula_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4559,7 +4780,7 @@ func (x *RemoveMasterResponse) String() string {
 func (*RemoveMasterResponse) ProtoMessage() {}
 
 func (x *RemoveMasterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[57]
+	mi := &file_tabula_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4572,7 +4793,7 @@ func (x *RemoveMasterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveMasterResponse.ProtoReflect.Descriptor instead.
 func (*RemoveMasterResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{57}
+	return file_tabula_proto_rawDescGZIP(), []int{58}
 }
 
 type TransferLeaderRequest struct {
@@ -4584,7 +4805,7 @@ type TransferLeaderRequest struct {
 
 func (x *TransferLeaderRequest) Reset() {
 	*x = TransferLeaderRequest{}
-	mi := &file_tabula_proto_msgTypes[58]
+	mi := &file_tabula_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4596,7 +4817,7 @@ func (x *TransferLeaderRequest) String() string {
 func (*TransferLeaderRequest) ProtoMessage() {}
 
 func (x *TransferLeaderRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[58]
+	mi := &file_tabula_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4609,7 +4830,7 @@ func (x *TransferLeaderRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeaderRequest.ProtoReflect.Descriptor instead.
 func (*TransferLeaderRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{58}
+	return file_tabula_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *TransferLeaderRequest) GetTo() uint64 {
@@ -4627,7 +4848,7 @@ type TransferLeaderResponse struct {
 
 func (x *TransferLeaderResponse) Reset() {
 	*x = TransferLeaderResponse{}
-	mi := &file_tabula_proto_msgTypes[59]
+	mi := &file_tabula_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4639,7 +4860,7 @@ func (x *TransferLeaderResponse) String() string {
 func (*TransferLeaderResponse) ProtoMessage() {}
 
 func (x *TransferLeaderResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[59]
+	mi := &file_tabula_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4652,7 +4873,7 @@ func (x *TransferLeaderResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeaderResponse.ProtoReflect.Descriptor instead.
 func (*TransferLeaderResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{59}
+	return file_tabula_proto_rawDescGZIP(), []int{60}
 }
 
 type StreamRequest struct {
@@ -4672,7 +4893,7 @@ type StreamRequest struct {
 
 func (x *StreamRequest) Reset() {
 	*x = StreamRequest{}
-	mi := &file_tabula_proto_msgTypes[60]
+	mi := &file_tabula_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4684,7 +4905,7 @@ func (x *StreamRequest) String() string {
 func (*StreamRequest) ProtoMessage() {}
 
 func (x *StreamRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[60]
+	mi := &file_tabula_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4697,7 +4918,7 @@ func (x *StreamRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamRequest.ProtoReflect.Descriptor instead.
 func (*StreamRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{60}
+	return file_tabula_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *StreamRequest) GetOp() StreamOp {
@@ -4760,7 +4981,7 @@ type StreamResponse struct {
 
 func (x *StreamResponse) Reset() {
 	*x = StreamResponse{}
-	mi := &file_tabula_proto_msgTypes[61]
+	mi := &file_tabula_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4772,7 +4993,7 @@ func (x *StreamResponse) String() string {
 func (*StreamResponse) ProtoMessage() {}
 
 func (x *StreamResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[61]
+	mi := &file_tabula_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4785,7 +5006,7 @@ func (x *StreamResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamResponse.ProtoReflect.Descriptor instead.
 func (*StreamResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{61}
+	return file_tabula_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *StreamResponse) GetJson() []byte {
@@ -4807,7 +5028,7 @@ type CreateTableRequest struct {
 
 func (x *CreateTableRequest) Reset() {
 	*x = CreateTableRequest{}
-	mi := &file_tabula_proto_msgTypes[62]
+	mi := &file_tabula_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4819,7 +5040,7 @@ func (x *CreateTableRequest) String() string {
 func (*CreateTableRequest) ProtoMessage() {}
 
 func (x *CreateTableRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[62]
+	mi := &file_tabula_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4832,7 +5053,7 @@ func (x *CreateTableRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTableRequest.ProtoReflect.Descriptor instead.
 func (*CreateTableRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{62}
+	return file_tabula_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *CreateTableRequest) GetTenant() string {
@@ -4872,7 +5093,7 @@ type CreateTableResponse struct {
 
 func (x *CreateTableResponse) Reset() {
 	*x = CreateTableResponse{}
-	mi := &file_tabula_proto_msgTypes[63]
+	mi := &file_tabula_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4884,7 +5105,7 @@ func (x *CreateTableResponse) String() string {
 func (*CreateTableResponse) ProtoMessage() {}
 
 func (x *CreateTableResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[63]
+	mi := &file_tabula_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4897,7 +5118,7 @@ func (x *CreateTableResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTableResponse.ProtoReflect.Descriptor instead.
 func (*CreateTableResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{63}
+	return file_tabula_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *CreateTableResponse) GetMap() *PartitionMap {
@@ -4917,7 +5138,7 @@ type DropTableRequest struct {
 
 func (x *DropTableRequest) Reset() {
 	*x = DropTableRequest{}
-	mi := &file_tabula_proto_msgTypes[64]
+	mi := &file_tabula_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4929,7 +5150,7 @@ func (x *DropTableRequest) String() string {
 func (*DropTableRequest) ProtoMessage() {}
 
 func (x *DropTableRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[64]
+	mi := &file_tabula_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4942,7 +5163,7 @@ func (x *DropTableRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DropTableRequest.ProtoReflect.Descriptor instead.
 func (*DropTableRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{64}
+	return file_tabula_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *DropTableRequest) GetTenant() string {
@@ -4967,7 +5188,7 @@ type DropTableResponse struct {
 
 func (x *DropTableResponse) Reset() {
 	*x = DropTableResponse{}
-	mi := &file_tabula_proto_msgTypes[65]
+	mi := &file_tabula_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4979,7 +5200,7 @@ func (x *DropTableResponse) String() string {
 func (*DropTableResponse) ProtoMessage() {}
 
 func (x *DropTableResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[65]
+	mi := &file_tabula_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4992,7 +5213,7 @@ func (x *DropTableResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DropTableResponse.ProtoReflect.Descriptor instead.
 func (*DropTableResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{65}
+	return file_tabula_proto_rawDescGZIP(), []int{66}
 }
 
 type ListTablesRequest struct {
@@ -5004,7 +5225,7 @@ type ListTablesRequest struct {
 
 func (x *ListTablesRequest) Reset() {
 	*x = ListTablesRequest{}
-	mi := &file_tabula_proto_msgTypes[66]
+	mi := &file_tabula_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5016,7 +5237,7 @@ func (x *ListTablesRequest) String() string {
 func (*ListTablesRequest) ProtoMessage() {}
 
 func (x *ListTablesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[66]
+	mi := &file_tabula_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5029,7 +5250,7 @@ func (x *ListTablesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTablesRequest.ProtoReflect.Descriptor instead.
 func (*ListTablesRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{66}
+	return file_tabula_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *ListTablesRequest) GetTenant() string {
@@ -5048,7 +5269,7 @@ type ListTablesResponse struct {
 
 func (x *ListTablesResponse) Reset() {
 	*x = ListTablesResponse{}
-	mi := &file_tabula_proto_msgTypes[67]
+	mi := &file_tabula_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5060,7 +5281,7 @@ func (x *ListTablesResponse) String() string {
 func (*ListTablesResponse) ProtoMessage() {}
 
 func (x *ListTablesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[67]
+	mi := &file_tabula_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5073,7 +5294,7 @@ func (x *ListTablesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTablesResponse.ProtoReflect.Descriptor instead.
 func (*ListTablesResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{67}
+	return file_tabula_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *ListTablesResponse) GetTables() []*Table {
@@ -5093,7 +5314,7 @@ type DescribeTableRequest struct {
 
 func (x *DescribeTableRequest) Reset() {
 	*x = DescribeTableRequest{}
-	mi := &file_tabula_proto_msgTypes[68]
+	mi := &file_tabula_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5105,7 +5326,7 @@ func (x *DescribeTableRequest) String() string {
 func (*DescribeTableRequest) ProtoMessage() {}
 
 func (x *DescribeTableRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[68]
+	mi := &file_tabula_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5118,7 +5339,7 @@ func (x *DescribeTableRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeTableRequest.ProtoReflect.Descriptor instead.
 func (*DescribeTableRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{68}
+	return file_tabula_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *DescribeTableRequest) GetTenant() string {
@@ -5146,7 +5367,7 @@ type DescribeTableResponse struct {
 
 func (x *DescribeTableResponse) Reset() {
 	*x = DescribeTableResponse{}
-	mi := &file_tabula_proto_msgTypes[69]
+	mi := &file_tabula_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5158,7 +5379,7 @@ func (x *DescribeTableResponse) String() string {
 func (*DescribeTableResponse) ProtoMessage() {}
 
 func (x *DescribeTableResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[69]
+	mi := &file_tabula_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5171,7 +5392,7 @@ func (x *DescribeTableResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeTableResponse.ProtoReflect.Descriptor instead.
 func (*DescribeTableResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{69}
+	return file_tabula_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *DescribeTableResponse) GetMap() *PartitionMap {
@@ -5198,7 +5419,7 @@ type GetPartitionMapRequest struct {
 
 func (x *GetPartitionMapRequest) Reset() {
 	*x = GetPartitionMapRequest{}
-	mi := &file_tabula_proto_msgTypes[70]
+	mi := &file_tabula_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5210,7 +5431,7 @@ func (x *GetPartitionMapRequest) String() string {
 func (*GetPartitionMapRequest) ProtoMessage() {}
 
 func (x *GetPartitionMapRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[70]
+	mi := &file_tabula_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5223,7 +5444,7 @@ func (x *GetPartitionMapRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPartitionMapRequest.ProtoReflect.Descriptor instead.
 func (*GetPartitionMapRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{70}
+	return file_tabula_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *GetPartitionMapRequest) GetTenant() string {
@@ -5249,7 +5470,7 @@ type GetPartitionMapResponse struct {
 
 func (x *GetPartitionMapResponse) Reset() {
 	*x = GetPartitionMapResponse{}
-	mi := &file_tabula_proto_msgTypes[71]
+	mi := &file_tabula_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5261,7 +5482,7 @@ func (x *GetPartitionMapResponse) String() string {
 func (*GetPartitionMapResponse) ProtoMessage() {}
 
 func (x *GetPartitionMapResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[71]
+	mi := &file_tabula_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5274,7 +5495,7 @@ func (x *GetPartitionMapResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPartitionMapResponse.ProtoReflect.Descriptor instead.
 func (*GetPartitionMapResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{71}
+	return file_tabula_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *GetPartitionMapResponse) GetMap() *PartitionMap {
@@ -5303,7 +5524,7 @@ type WatchPartitionMapRequest struct {
 
 func (x *WatchPartitionMapRequest) Reset() {
 	*x = WatchPartitionMapRequest{}
-	mi := &file_tabula_proto_msgTypes[72]
+	mi := &file_tabula_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5315,7 +5536,7 @@ func (x *WatchPartitionMapRequest) String() string {
 func (*WatchPartitionMapRequest) ProtoMessage() {}
 
 func (x *WatchPartitionMapRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[72]
+	mi := &file_tabula_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5328,7 +5549,7 @@ func (x *WatchPartitionMapRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchPartitionMapRequest.ProtoReflect.Descriptor instead.
 func (*WatchPartitionMapRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{72}
+	return file_tabula_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *WatchPartitionMapRequest) GetTenant() string {
@@ -5399,7 +5620,7 @@ type WatchPartitionMapResponse struct {
 
 func (x *WatchPartitionMapResponse) Reset() {
 	*x = WatchPartitionMapResponse{}
-	mi := &file_tabula_proto_msgTypes[73]
+	mi := &file_tabula_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5411,7 +5632,7 @@ func (x *WatchPartitionMapResponse) String() string {
 func (*WatchPartitionMapResponse) ProtoMessage() {}
 
 func (x *WatchPartitionMapResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[73]
+	mi := &file_tabula_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5424,7 +5645,7 @@ func (x *WatchPartitionMapResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchPartitionMapResponse.ProtoReflect.Descriptor instead.
 func (*WatchPartitionMapResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{73}
+	return file_tabula_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *WatchPartitionMapResponse) GetVersion() uint64 {
@@ -5485,14 +5706,18 @@ type RegisterServerRequest struct {
 	// The server's internal listener, which serves the cluster only (its
 	// extent node: the stream layer reaches it there); empty: addr serves
 	// everything.
-	InternalAddr  string `protobuf:"bytes,5,opt,name=internal_addr,json=internalAddr,proto3" json:"internal_addr,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	InternalAddr string `protobuf:"bytes,5,opt,name=internal_addr,json=internalAddr,proto3" json:"internal_addr,omitempty"`
+	// Bytes of bulk version files the server may hold loaded (its memory
+	// for bulk tables); 0: not limited. A rollout does not place a copy on
+	// a server without room for its file.
+	BulkCapacityBytes uint64 `protobuf:"varint,6,opt,name=bulk_capacity_bytes,json=bulkCapacityBytes,proto3" json:"bulk_capacity_bytes,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *RegisterServerRequest) Reset() {
 	*x = RegisterServerRequest{}
-	mi := &file_tabula_proto_msgTypes[74]
+	mi := &file_tabula_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5504,7 +5729,7 @@ func (x *RegisterServerRequest) String() string {
 func (*RegisterServerRequest) ProtoMessage() {}
 
 func (x *RegisterServerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[74]
+	mi := &file_tabula_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5517,7 +5742,7 @@ func (x *RegisterServerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterServerRequest.ProtoReflect.Descriptor instead.
 func (*RegisterServerRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{74}
+	return file_tabula_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *RegisterServerRequest) GetServerId() string {
@@ -5555,6 +5780,13 @@ func (x *RegisterServerRequest) GetInternalAddr() string {
 	return ""
 }
 
+func (x *RegisterServerRequest) GetBulkCapacityBytes() uint64 {
+	if x != nil {
+		return x.BulkCapacityBytes
+	}
+	return 0
+}
+
 type RegisterServerResponse struct {
 	state               protoimpl.MessageState `protogen:"open.v1"`
 	ServerId            string                 `protobuf:"bytes,1,opt,name=server_id,json=serverId,proto3" json:"server_id,omitempty"`
@@ -5572,7 +5804,7 @@ type RegisterServerResponse struct {
 
 func (x *RegisterServerResponse) Reset() {
 	*x = RegisterServerResponse{}
-	mi := &file_tabula_proto_msgTypes[75]
+	mi := &file_tabula_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5584,7 +5816,7 @@ func (x *RegisterServerResponse) String() string {
 func (*RegisterServerResponse) ProtoMessage() {}
 
 func (x *RegisterServerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[75]
+	mi := &file_tabula_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5597,7 +5829,7 @@ func (x *RegisterServerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterServerResponse.ProtoReflect.Descriptor instead.
 func (*RegisterServerResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{75}
+	return file_tabula_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *RegisterServerResponse) GetServerId() string {
@@ -5655,7 +5887,7 @@ type HeartbeatRequest struct {
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_tabula_proto_msgTypes[76]
+	mi := &file_tabula_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5667,7 +5899,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[76]
+	mi := &file_tabula_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5680,7 +5912,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{76}
+	return file_tabula_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *HeartbeatRequest) GetServerId() string {
@@ -5751,7 +5983,7 @@ type HeartbeatResponse struct {
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_tabula_proto_msgTypes[77]
+	mi := &file_tabula_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5763,7 +5995,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[77]
+	mi := &file_tabula_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5776,7 +6008,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{77}
+	return file_tabula_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *HeartbeatResponse) GetMapVersion() uint64 {
@@ -5829,7 +6061,7 @@ type BulkPublishRequest struct {
 
 func (x *BulkPublishRequest) Reset() {
 	*x = BulkPublishRequest{}
-	mi := &file_tabula_proto_msgTypes[78]
+	mi := &file_tabula_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5841,7 +6073,7 @@ func (x *BulkPublishRequest) String() string {
 func (*BulkPublishRequest) ProtoMessage() {}
 
 func (x *BulkPublishRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[78]
+	mi := &file_tabula_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5854,7 +6086,7 @@ func (x *BulkPublishRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkPublishRequest.ProtoReflect.Descriptor instead.
 func (*BulkPublishRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{78}
+	return file_tabula_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *BulkPublishRequest) GetTenant() string {
@@ -5904,7 +6136,7 @@ type BulkPublishResponse struct {
 
 func (x *BulkPublishResponse) Reset() {
 	*x = BulkPublishResponse{}
-	mi := &file_tabula_proto_msgTypes[79]
+	mi := &file_tabula_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5916,7 +6148,7 @@ func (x *BulkPublishResponse) String() string {
 func (*BulkPublishResponse) ProtoMessage() {}
 
 func (x *BulkPublishResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[79]
+	mi := &file_tabula_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5929,7 +6161,7 @@ func (x *BulkPublishResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkPublishResponse.ProtoReflect.Descriptor instead.
 func (*BulkPublishResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{79}
+	return file_tabula_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *BulkPublishResponse) GetMap() *PartitionMap {
@@ -5961,7 +6193,7 @@ type BulkStoredRequest struct {
 
 func (x *BulkStoredRequest) Reset() {
 	*x = BulkStoredRequest{}
-	mi := &file_tabula_proto_msgTypes[80]
+	mi := &file_tabula_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5973,7 +6205,7 @@ func (x *BulkStoredRequest) String() string {
 func (*BulkStoredRequest) ProtoMessage() {}
 
 func (x *BulkStoredRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[80]
+	mi := &file_tabula_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5986,7 +6218,7 @@ func (x *BulkStoredRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkStoredRequest.ProtoReflect.Descriptor instead.
 func (*BulkStoredRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{80}
+	return file_tabula_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *BulkStoredRequest) GetTenant() string {
@@ -6033,7 +6265,7 @@ type BulkStoredResponse struct {
 
 func (x *BulkStoredResponse) Reset() {
 	*x = BulkStoredResponse{}
-	mi := &file_tabula_proto_msgTypes[81]
+	mi := &file_tabula_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6045,7 +6277,7 @@ func (x *BulkStoredResponse) String() string {
 func (*BulkStoredResponse) ProtoMessage() {}
 
 func (x *BulkStoredResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[81]
+	mi := &file_tabula_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6058,7 +6290,7 @@ func (x *BulkStoredResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkStoredResponse.ProtoReflect.Descriptor instead.
 func (*BulkStoredResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{81}
+	return file_tabula_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *BulkStoredResponse) GetMap() *PartitionMap {
@@ -6078,7 +6310,7 @@ type BulkStatusRequest struct {
 
 func (x *BulkStatusRequest) Reset() {
 	*x = BulkStatusRequest{}
-	mi := &file_tabula_proto_msgTypes[82]
+	mi := &file_tabula_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6090,7 +6322,7 @@ func (x *BulkStatusRequest) String() string {
 func (*BulkStatusRequest) ProtoMessage() {}
 
 func (x *BulkStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[82]
+	mi := &file_tabula_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6103,7 +6335,7 @@ func (x *BulkStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkStatusRequest.ProtoReflect.Descriptor instead.
 func (*BulkStatusRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{82}
+	return file_tabula_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *BulkStatusRequest) GetTenant() string {
@@ -6131,7 +6363,7 @@ type BulkStatusResponse struct {
 
 func (x *BulkStatusResponse) Reset() {
 	*x = BulkStatusResponse{}
-	mi := &file_tabula_proto_msgTypes[83]
+	mi := &file_tabula_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6143,7 +6375,7 @@ func (x *BulkStatusResponse) String() string {
 func (*BulkStatusResponse) ProtoMessage() {}
 
 func (x *BulkStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[83]
+	mi := &file_tabula_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6156,7 +6388,7 @@ func (x *BulkStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkStatusResponse.ProtoReflect.Descriptor instead.
 func (*BulkStatusResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{83}
+	return file_tabula_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *BulkStatusResponse) GetMap() *PartitionMap {
@@ -6184,7 +6416,7 @@ type BulkRollbackRequest struct {
 
 func (x *BulkRollbackRequest) Reset() {
 	*x = BulkRollbackRequest{}
-	mi := &file_tabula_proto_msgTypes[84]
+	mi := &file_tabula_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6196,7 +6428,7 @@ func (x *BulkRollbackRequest) String() string {
 func (*BulkRollbackRequest) ProtoMessage() {}
 
 func (x *BulkRollbackRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[84]
+	mi := &file_tabula_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6209,7 +6441,7 @@ func (x *BulkRollbackRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkRollbackRequest.ProtoReflect.Descriptor instead.
 func (*BulkRollbackRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{84}
+	return file_tabula_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *BulkRollbackRequest) GetTenant() string {
@@ -6242,7 +6474,7 @@ type BulkRollbackResponse struct {
 
 func (x *BulkRollbackResponse) Reset() {
 	*x = BulkRollbackResponse{}
-	mi := &file_tabula_proto_msgTypes[85]
+	mi := &file_tabula_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6254,7 +6486,7 @@ func (x *BulkRollbackResponse) String() string {
 func (*BulkRollbackResponse) ProtoMessage() {}
 
 func (x *BulkRollbackResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[85]
+	mi := &file_tabula_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6267,10 +6499,114 @@ func (x *BulkRollbackResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkRollbackResponse.ProtoReflect.Descriptor instead.
 func (*BulkRollbackResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{85}
+	return file_tabula_proto_rawDescGZIP(), []int{86}
 }
 
 func (x *BulkRollbackResponse) GetMap() *PartitionMap {
+	if x != nil {
+		return x.Map
+	}
+	return nil
+}
+
+type BulkRolloutRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Tenant        string                 `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	Table         string                 `protobuf:"bytes,2,opt,name=table,proto3" json:"table,omitempty"`
+	Action        BulkRolloutAction      `protobuf:"varint,3,opt,name=action,proto3,enum=tabula.v1.BulkRolloutAction" json:"action,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BulkRolloutRequest) Reset() {
+	*x = BulkRolloutRequest{}
+	mi := &file_tabula_proto_msgTypes[87]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BulkRolloutRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BulkRolloutRequest) ProtoMessage() {}
+
+func (x *BulkRolloutRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tabula_proto_msgTypes[87]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BulkRolloutRequest.ProtoReflect.Descriptor instead.
+func (*BulkRolloutRequest) Descriptor() ([]byte, []int) {
+	return file_tabula_proto_rawDescGZIP(), []int{87}
+}
+
+func (x *BulkRolloutRequest) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *BulkRolloutRequest) GetTable() string {
+	if x != nil {
+		return x.Table
+	}
+	return ""
+}
+
+func (x *BulkRolloutRequest) GetAction() BulkRolloutAction {
+	if x != nil {
+		return x.Action
+	}
+	return BulkRolloutAction_BULK_ROLLOUT_ACTION_UNSPECIFIED
+}
+
+type BulkRolloutResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Map           *PartitionMap          `protobuf:"bytes,1,opt,name=map,proto3" json:"map,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BulkRolloutResponse) Reset() {
+	*x = BulkRolloutResponse{}
+	mi := &file_tabula_proto_msgTypes[88]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BulkRolloutResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BulkRolloutResponse) ProtoMessage() {}
+
+func (x *BulkRolloutResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tabula_proto_msgTypes[88]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BulkRolloutResponse.ProtoReflect.Descriptor instead.
+func (*BulkRolloutResponse) Descriptor() ([]byte, []int) {
+	return file_tabula_proto_rawDescGZIP(), []int{88}
+}
+
+func (x *BulkRolloutResponse) GetMap() *PartitionMap {
 	if x != nil {
 		return x.Map
 	}
@@ -6285,7 +6621,7 @@ type ListServersRequest struct {
 
 func (x *ListServersRequest) Reset() {
 	*x = ListServersRequest{}
-	mi := &file_tabula_proto_msgTypes[86]
+	mi := &file_tabula_proto_msgTypes[89]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6297,7 +6633,7 @@ func (x *ListServersRequest) String() string {
 func (*ListServersRequest) ProtoMessage() {}
 
 func (x *ListServersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[86]
+	mi := &file_tabula_proto_msgTypes[89]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6310,7 +6646,7 @@ func (x *ListServersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListServersRequest.ProtoReflect.Descriptor instead.
 func (*ListServersRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{86}
+	return file_tabula_proto_rawDescGZIP(), []int{89}
 }
 
 type ListServersResponse struct {
@@ -6322,7 +6658,7 @@ type ListServersResponse struct {
 
 func (x *ListServersResponse) Reset() {
 	*x = ListServersResponse{}
-	mi := &file_tabula_proto_msgTypes[87]
+	mi := &file_tabula_proto_msgTypes[90]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6334,7 +6670,7 @@ func (x *ListServersResponse) String() string {
 func (*ListServersResponse) ProtoMessage() {}
 
 func (x *ListServersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[87]
+	mi := &file_tabula_proto_msgTypes[90]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6347,7 +6683,7 @@ func (x *ListServersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListServersResponse.ProtoReflect.Descriptor instead.
 func (*ListServersResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{87}
+	return file_tabula_proto_rawDescGZIP(), []int{90}
 }
 
 func (x *ListServersResponse) GetServers() []*ServerInfo {
@@ -6380,7 +6716,7 @@ type RequestHeader struct {
 
 func (x *RequestHeader) Reset() {
 	*x = RequestHeader{}
-	mi := &file_tabula_proto_msgTypes[88]
+	mi := &file_tabula_proto_msgTypes[91]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6392,7 +6728,7 @@ func (x *RequestHeader) String() string {
 func (*RequestHeader) ProtoMessage() {}
 
 func (x *RequestHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[88]
+	mi := &file_tabula_proto_msgTypes[91]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6405,7 +6741,7 @@ func (x *RequestHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestHeader.ProtoReflect.Descriptor instead.
 func (*RequestHeader) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{88}
+	return file_tabula_proto_rawDescGZIP(), []int{91}
 }
 
 func (x *RequestHeader) GetTenant() string {
@@ -6467,7 +6803,7 @@ type GetRequest struct {
 
 func (x *GetRequest) Reset() {
 	*x = GetRequest{}
-	mi := &file_tabula_proto_msgTypes[89]
+	mi := &file_tabula_proto_msgTypes[92]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6479,7 +6815,7 @@ func (x *GetRequest) String() string {
 func (*GetRequest) ProtoMessage() {}
 
 func (x *GetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[89]
+	mi := &file_tabula_proto_msgTypes[92]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6492,7 +6828,7 @@ func (x *GetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRequest.ProtoReflect.Descriptor instead.
 func (*GetRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{89}
+	return file_tabula_proto_rawDescGZIP(), []int{92}
 }
 
 func (x *GetRequest) GetHeader() *RequestHeader {
@@ -6523,7 +6859,7 @@ type GetResponse struct {
 
 func (x *GetResponse) Reset() {
 	*x = GetResponse{}
-	mi := &file_tabula_proto_msgTypes[90]
+	mi := &file_tabula_proto_msgTypes[93]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6535,7 +6871,7 @@ func (x *GetResponse) String() string {
 func (*GetResponse) ProtoMessage() {}
 
 func (x *GetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[90]
+	mi := &file_tabula_proto_msgTypes[93]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6548,7 +6884,7 @@ func (x *GetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetResponse.ProtoReflect.Descriptor instead.
 func (*GetResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{90}
+	return file_tabula_proto_rawDescGZIP(), []int{93}
 }
 
 func (x *GetResponse) GetFound() bool {
@@ -6589,7 +6925,7 @@ type BatchGetRequest struct {
 
 func (x *BatchGetRequest) Reset() {
 	*x = BatchGetRequest{}
-	mi := &file_tabula_proto_msgTypes[91]
+	mi := &file_tabula_proto_msgTypes[94]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6601,7 +6937,7 @@ func (x *BatchGetRequest) String() string {
 func (*BatchGetRequest) ProtoMessage() {}
 
 func (x *BatchGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[91]
+	mi := &file_tabula_proto_msgTypes[94]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6614,7 +6950,7 @@ func (x *BatchGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchGetRequest.ProtoReflect.Descriptor instead.
 func (*BatchGetRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{91}
+	return file_tabula_proto_rawDescGZIP(), []int{94}
 }
 
 func (x *BatchGetRequest) GetHeader() *RequestHeader {
@@ -6643,7 +6979,7 @@ type BatchGetResponse struct {
 
 func (x *BatchGetResponse) Reset() {
 	*x = BatchGetResponse{}
-	mi := &file_tabula_proto_msgTypes[92]
+	mi := &file_tabula_proto_msgTypes[95]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6655,7 +6991,7 @@ func (x *BatchGetResponse) String() string {
 func (*BatchGetResponse) ProtoMessage() {}
 
 func (x *BatchGetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[92]
+	mi := &file_tabula_proto_msgTypes[95]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6668,7 +7004,7 @@ func (x *BatchGetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchGetResponse.ProtoReflect.Descriptor instead.
 func (*BatchGetResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{92}
+	return file_tabula_proto_rawDescGZIP(), []int{95}
 }
 
 func (x *BatchGetResponse) GetResults() []*GetResponse {
@@ -6695,7 +7031,7 @@ type MultiGetRequest struct {
 
 func (x *MultiGetRequest) Reset() {
 	*x = MultiGetRequest{}
-	mi := &file_tabula_proto_msgTypes[93]
+	mi := &file_tabula_proto_msgTypes[96]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6707,7 +7043,7 @@ func (x *MultiGetRequest) String() string {
 func (*MultiGetRequest) ProtoMessage() {}
 
 func (x *MultiGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[93]
+	mi := &file_tabula_proto_msgTypes[96]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6720,7 +7056,7 @@ func (x *MultiGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MultiGetRequest.ProtoReflect.Descriptor instead.
 func (*MultiGetRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{93}
+	return file_tabula_proto_rawDescGZIP(), []int{96}
 }
 
 func (x *MultiGetRequest) GetGets() []*GetRequest {
@@ -6740,7 +7076,7 @@ type MultiGetResponse struct {
 
 func (x *MultiGetResponse) Reset() {
 	*x = MultiGetResponse{}
-	mi := &file_tabula_proto_msgTypes[94]
+	mi := &file_tabula_proto_msgTypes[97]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6752,7 +7088,7 @@ func (x *MultiGetResponse) String() string {
 func (*MultiGetResponse) ProtoMessage() {}
 
 func (x *MultiGetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[94]
+	mi := &file_tabula_proto_msgTypes[97]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6765,7 +7101,7 @@ func (x *MultiGetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MultiGetResponse.ProtoReflect.Descriptor instead.
 func (*MultiGetResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{94}
+	return file_tabula_proto_rawDescGZIP(), []int{97}
 }
 
 func (x *MultiGetResponse) GetResults() []*MultiGetResult {
@@ -6788,7 +7124,7 @@ type MultiGetResult struct {
 
 func (x *MultiGetResult) Reset() {
 	*x = MultiGetResult{}
-	mi := &file_tabula_proto_msgTypes[95]
+	mi := &file_tabula_proto_msgTypes[98]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6800,7 +7136,7 @@ func (x *MultiGetResult) String() string {
 func (*MultiGetResult) ProtoMessage() {}
 
 func (x *MultiGetResult) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[95]
+	mi := &file_tabula_proto_msgTypes[98]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6813,7 +7149,7 @@ func (x *MultiGetResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MultiGetResult.ProtoReflect.Descriptor instead.
 func (*MultiGetResult) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{95}
+	return file_tabula_proto_rawDescGZIP(), []int{98}
 }
 
 func (x *MultiGetResult) GetResponse() *GetResponse {
@@ -6846,7 +7182,7 @@ type PutRequest struct {
 
 func (x *PutRequest) Reset() {
 	*x = PutRequest{}
-	mi := &file_tabula_proto_msgTypes[96]
+	mi := &file_tabula_proto_msgTypes[99]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6858,7 +7194,7 @@ func (x *PutRequest) String() string {
 func (*PutRequest) ProtoMessage() {}
 
 func (x *PutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[96]
+	mi := &file_tabula_proto_msgTypes[99]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6871,7 +7207,7 @@ func (x *PutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutRequest.ProtoReflect.Descriptor instead.
 func (*PutRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{96}
+	return file_tabula_proto_rawDescGZIP(), []int{99}
 }
 
 func (x *PutRequest) GetHeader() *RequestHeader {
@@ -6919,7 +7255,7 @@ type PutResponse struct {
 
 func (x *PutResponse) Reset() {
 	*x = PutResponse{}
-	mi := &file_tabula_proto_msgTypes[97]
+	mi := &file_tabula_proto_msgTypes[100]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6931,7 +7267,7 @@ func (x *PutResponse) String() string {
 func (*PutResponse) ProtoMessage() {}
 
 func (x *PutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[97]
+	mi := &file_tabula_proto_msgTypes[100]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6944,7 +7280,7 @@ func (x *PutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutResponse.ProtoReflect.Descriptor instead.
 func (*PutResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{97}
+	return file_tabula_proto_rawDescGZIP(), []int{100}
 }
 
 func (x *PutResponse) GetLsn() uint64 {
@@ -6965,7 +7301,7 @@ type DeleteRequest struct {
 
 func (x *DeleteRequest) Reset() {
 	*x = DeleteRequest{}
-	mi := &file_tabula_proto_msgTypes[98]
+	mi := &file_tabula_proto_msgTypes[101]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6977,7 +7313,7 @@ func (x *DeleteRequest) String() string {
 func (*DeleteRequest) ProtoMessage() {}
 
 func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[98]
+	mi := &file_tabula_proto_msgTypes[101]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6990,7 +7326,7 @@ func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRequest.ProtoReflect.Descriptor instead.
 func (*DeleteRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{98}
+	return file_tabula_proto_rawDescGZIP(), []int{101}
 }
 
 func (x *DeleteRequest) GetHeader() *RequestHeader {
@@ -7024,7 +7360,7 @@ type DeleteResponse struct {
 
 func (x *DeleteResponse) Reset() {
 	*x = DeleteResponse{}
-	mi := &file_tabula_proto_msgTypes[99]
+	mi := &file_tabula_proto_msgTypes[102]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7036,7 +7372,7 @@ func (x *DeleteResponse) String() string {
 func (*DeleteResponse) ProtoMessage() {}
 
 func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[99]
+	mi := &file_tabula_proto_msgTypes[102]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7049,7 +7385,7 @@ func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteResponse.ProtoReflect.Descriptor instead.
 func (*DeleteResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{99}
+	return file_tabula_proto_rawDescGZIP(), []int{102}
 }
 
 func (x *DeleteResponse) GetExisted() bool {
@@ -7085,7 +7421,7 @@ type CompareAndSwapRequest struct {
 
 func (x *CompareAndSwapRequest) Reset() {
 	*x = CompareAndSwapRequest{}
-	mi := &file_tabula_proto_msgTypes[100]
+	mi := &file_tabula_proto_msgTypes[103]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7097,7 +7433,7 @@ func (x *CompareAndSwapRequest) String() string {
 func (*CompareAndSwapRequest) ProtoMessage() {}
 
 func (x *CompareAndSwapRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[100]
+	mi := &file_tabula_proto_msgTypes[103]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7110,7 +7446,7 @@ func (x *CompareAndSwapRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompareAndSwapRequest.ProtoReflect.Descriptor instead.
 func (*CompareAndSwapRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{100}
+	return file_tabula_proto_rawDescGZIP(), []int{103}
 }
 
 func (x *CompareAndSwapRequest) GetHeader() *RequestHeader {
@@ -7182,7 +7518,7 @@ type CompareAndSwapResponse struct {
 
 func (x *CompareAndSwapResponse) Reset() {
 	*x = CompareAndSwapResponse{}
-	mi := &file_tabula_proto_msgTypes[101]
+	mi := &file_tabula_proto_msgTypes[104]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7194,7 +7530,7 @@ func (x *CompareAndSwapResponse) String() string {
 func (*CompareAndSwapResponse) ProtoMessage() {}
 
 func (x *CompareAndSwapResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[101]
+	mi := &file_tabula_proto_msgTypes[104]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7207,7 +7543,7 @@ func (x *CompareAndSwapResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompareAndSwapResponse.ProtoReflect.Descriptor instead.
 func (*CompareAndSwapResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{101}
+	return file_tabula_proto_rawDescGZIP(), []int{104}
 }
 
 func (x *CompareAndSwapResponse) GetSwapped() bool {
@@ -7250,7 +7586,7 @@ type Mutation struct {
 
 func (x *Mutation) Reset() {
 	*x = Mutation{}
-	mi := &file_tabula_proto_msgTypes[102]
+	mi := &file_tabula_proto_msgTypes[105]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7262,7 +7598,7 @@ func (x *Mutation) String() string {
 func (*Mutation) ProtoMessage() {}
 
 func (x *Mutation) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[102]
+	mi := &file_tabula_proto_msgTypes[105]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7275,7 +7611,7 @@ func (x *Mutation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Mutation.ProtoReflect.Descriptor instead.
 func (*Mutation) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{102}
+	return file_tabula_proto_rawDescGZIP(), []int{105}
 }
 
 func (x *Mutation) GetOp() Mutation_Op {
@@ -7317,7 +7653,7 @@ type BatchWriteRequest struct {
 
 func (x *BatchWriteRequest) Reset() {
 	*x = BatchWriteRequest{}
-	mi := &file_tabula_proto_msgTypes[103]
+	mi := &file_tabula_proto_msgTypes[106]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7329,7 +7665,7 @@ func (x *BatchWriteRequest) String() string {
 func (*BatchWriteRequest) ProtoMessage() {}
 
 func (x *BatchWriteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[103]
+	mi := &file_tabula_proto_msgTypes[106]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7342,7 +7678,7 @@ func (x *BatchWriteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchWriteRequest.ProtoReflect.Descriptor instead.
 func (*BatchWriteRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{103}
+	return file_tabula_proto_rawDescGZIP(), []int{106}
 }
 
 func (x *BatchWriteRequest) GetHeader() *RequestHeader {
@@ -7375,7 +7711,7 @@ type BatchWriteResponse struct {
 
 func (x *BatchWriteResponse) Reset() {
 	*x = BatchWriteResponse{}
-	mi := &file_tabula_proto_msgTypes[104]
+	mi := &file_tabula_proto_msgTypes[107]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7387,7 +7723,7 @@ func (x *BatchWriteResponse) String() string {
 func (*BatchWriteResponse) ProtoMessage() {}
 
 func (x *BatchWriteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[104]
+	mi := &file_tabula_proto_msgTypes[107]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7400,7 +7736,7 @@ func (x *BatchWriteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchWriteResponse.ProtoReflect.Descriptor instead.
 func (*BatchWriteResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{104}
+	return file_tabula_proto_rawDescGZIP(), []int{107}
 }
 
 func (x *BatchWriteResponse) GetLsn() uint64 {
@@ -7419,7 +7755,7 @@ type ScanRequest struct {
 
 func (x *ScanRequest) Reset() {
 	*x = ScanRequest{}
-	mi := &file_tabula_proto_msgTypes[105]
+	mi := &file_tabula_proto_msgTypes[108]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7431,7 +7767,7 @@ func (x *ScanRequest) String() string {
 func (*ScanRequest) ProtoMessage() {}
 
 func (x *ScanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[105]
+	mi := &file_tabula_proto_msgTypes[108]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7444,7 +7780,7 @@ func (x *ScanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScanRequest.ProtoReflect.Descriptor instead.
 func (*ScanRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{105}
+	return file_tabula_proto_rawDescGZIP(), []int{108}
 }
 
 func (x *ScanRequest) GetHeader() *RequestHeader {
@@ -7465,7 +7801,7 @@ type KeyValue struct {
 
 func (x *KeyValue) Reset() {
 	*x = KeyValue{}
-	mi := &file_tabula_proto_msgTypes[106]
+	mi := &file_tabula_proto_msgTypes[109]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7477,7 +7813,7 @@ func (x *KeyValue) String() string {
 func (*KeyValue) ProtoMessage() {}
 
 func (x *KeyValue) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[106]
+	mi := &file_tabula_proto_msgTypes[109]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7490,7 +7826,7 @@ func (x *KeyValue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyValue.ProtoReflect.Descriptor instead.
 func (*KeyValue) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{106}
+	return file_tabula_proto_rawDescGZIP(), []int{109}
 }
 
 func (x *KeyValue) GetKey() []byte {
@@ -7523,7 +7859,7 @@ type ScanResponse struct {
 
 func (x *ScanResponse) Reset() {
 	*x = ScanResponse{}
-	mi := &file_tabula_proto_msgTypes[107]
+	mi := &file_tabula_proto_msgTypes[110]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7535,7 +7871,7 @@ func (x *ScanResponse) String() string {
 func (*ScanResponse) ProtoMessage() {}
 
 func (x *ScanResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[107]
+	mi := &file_tabula_proto_msgTypes[110]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7548,7 +7884,7 @@ func (x *ScanResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScanResponse.ProtoReflect.Descriptor instead.
 func (*ScanResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{107}
+	return file_tabula_proto_rawDescGZIP(), []int{110}
 }
 
 func (x *ScanResponse) GetRecords() []*KeyValue {
@@ -7570,7 +7906,7 @@ type CopyReplicaRequest struct {
 
 func (x *CopyReplicaRequest) Reset() {
 	*x = CopyReplicaRequest{}
-	mi := &file_tabula_proto_msgTypes[108]
+	mi := &file_tabula_proto_msgTypes[111]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7582,7 +7918,7 @@ func (x *CopyReplicaRequest) String() string {
 func (*CopyReplicaRequest) ProtoMessage() {}
 
 func (x *CopyReplicaRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[108]
+	mi := &file_tabula_proto_msgTypes[111]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7595,7 +7931,7 @@ func (x *CopyReplicaRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CopyReplicaRequest.ProtoReflect.Descriptor instead.
 func (*CopyReplicaRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{108}
+	return file_tabula_proto_rawDescGZIP(), []int{111}
 }
 
 func (x *CopyReplicaRequest) GetHeader() *RequestHeader {
@@ -7628,7 +7964,7 @@ type CopyReplicaChunk struct {
 
 func (x *CopyReplicaChunk) Reset() {
 	*x = CopyReplicaChunk{}
-	mi := &file_tabula_proto_msgTypes[109]
+	mi := &file_tabula_proto_msgTypes[112]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7640,7 +7976,7 @@ func (x *CopyReplicaChunk) String() string {
 func (*CopyReplicaChunk) ProtoMessage() {}
 
 func (x *CopyReplicaChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[109]
+	mi := &file_tabula_proto_msgTypes[112]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7653,7 +7989,7 @@ func (x *CopyReplicaChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CopyReplicaChunk.ProtoReflect.Descriptor instead.
 func (*CopyReplicaChunk) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{109}
+	return file_tabula_proto_rawDescGZIP(), []int{112}
 }
 
 func (x *CopyReplicaChunk) GetLsn() uint64 {
@@ -7716,7 +8052,7 @@ type BulkUploadRequest struct {
 
 func (x *BulkUploadRequest) Reset() {
 	*x = BulkUploadRequest{}
-	mi := &file_tabula_proto_msgTypes[110]
+	mi := &file_tabula_proto_msgTypes[113]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7728,7 +8064,7 @@ func (x *BulkUploadRequest) String() string {
 func (*BulkUploadRequest) ProtoMessage() {}
 
 func (x *BulkUploadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[110]
+	mi := &file_tabula_proto_msgTypes[113]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7741,7 +8077,7 @@ func (x *BulkUploadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkUploadRequest.ProtoReflect.Descriptor instead.
 func (*BulkUploadRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{110}
+	return file_tabula_proto_rawDescGZIP(), []int{113}
 }
 
 func (x *BulkUploadRequest) GetHeader() *RequestHeader {
@@ -7803,7 +8139,7 @@ type BulkUploadStatusRequest struct {
 
 func (x *BulkUploadStatusRequest) Reset() {
 	*x = BulkUploadStatusRequest{}
-	mi := &file_tabula_proto_msgTypes[111]
+	mi := &file_tabula_proto_msgTypes[114]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7815,7 +8151,7 @@ func (x *BulkUploadStatusRequest) String() string {
 func (*BulkUploadStatusRequest) ProtoMessage() {}
 
 func (x *BulkUploadStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[111]
+	mi := &file_tabula_proto_msgTypes[114]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7828,7 +8164,7 @@ func (x *BulkUploadStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkUploadStatusRequest.ProtoReflect.Descriptor instead.
 func (*BulkUploadStatusRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{111}
+	return file_tabula_proto_rawDescGZIP(), []int{114}
 }
 
 func (x *BulkUploadStatusRequest) GetHeader() *RequestHeader {
@@ -7859,7 +8195,7 @@ type BulkUploadResponse struct {
 
 func (x *BulkUploadResponse) Reset() {
 	*x = BulkUploadResponse{}
-	mi := &file_tabula_proto_msgTypes[112]
+	mi := &file_tabula_proto_msgTypes[115]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7871,7 +8207,7 @@ func (x *BulkUploadResponse) String() string {
 func (*BulkUploadResponse) ProtoMessage() {}
 
 func (x *BulkUploadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[112]
+	mi := &file_tabula_proto_msgTypes[115]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7884,7 +8220,7 @@ func (x *BulkUploadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkUploadResponse.ProtoReflect.Descriptor instead.
 func (*BulkUploadResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{112}
+	return file_tabula_proto_rawDescGZIP(), []int{115}
 }
 
 func (x *BulkUploadResponse) GetReceived() uint64 {
@@ -7922,7 +8258,7 @@ type PartitionLogFailedRequest struct {
 
 func (x *PartitionLogFailedRequest) Reset() {
 	*x = PartitionLogFailedRequest{}
-	mi := &file_tabula_proto_msgTypes[113]
+	mi := &file_tabula_proto_msgTypes[116]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7934,7 +8270,7 @@ func (x *PartitionLogFailedRequest) String() string {
 func (*PartitionLogFailedRequest) ProtoMessage() {}
 
 func (x *PartitionLogFailedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[113]
+	mi := &file_tabula_proto_msgTypes[116]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7947,7 +8283,7 @@ func (x *PartitionLogFailedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionLogFailedRequest.ProtoReflect.Descriptor instead.
 func (*PartitionLogFailedRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{113}
+	return file_tabula_proto_rawDescGZIP(), []int{116}
 }
 
 func (x *PartitionLogFailedRequest) GetServerId() string {
@@ -7995,7 +8331,7 @@ type PartitionLogFailedResponse struct {
 
 func (x *PartitionLogFailedResponse) Reset() {
 	*x = PartitionLogFailedResponse{}
-	mi := &file_tabula_proto_msgTypes[114]
+	mi := &file_tabula_proto_msgTypes[117]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8007,7 +8343,7 @@ func (x *PartitionLogFailedResponse) String() string {
 func (*PartitionLogFailedResponse) ProtoMessage() {}
 
 func (x *PartitionLogFailedResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[114]
+	mi := &file_tabula_proto_msgTypes[117]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8020,7 +8356,7 @@ func (x *PartitionLogFailedResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionLogFailedResponse.ProtoReflect.Descriptor instead.
 func (*PartitionLogFailedResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{114}
+	return file_tabula_proto_rawDescGZIP(), []int{117}
 }
 
 func (x *PartitionLogFailedResponse) GetPartition() *Partition {
@@ -8049,7 +8385,7 @@ type ForgetServerRequest struct {
 
 func (x *ForgetServerRequest) Reset() {
 	*x = ForgetServerRequest{}
-	mi := &file_tabula_proto_msgTypes[115]
+	mi := &file_tabula_proto_msgTypes[118]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8061,7 +8397,7 @@ func (x *ForgetServerRequest) String() string {
 func (*ForgetServerRequest) ProtoMessage() {}
 
 func (x *ForgetServerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[115]
+	mi := &file_tabula_proto_msgTypes[118]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8074,7 +8410,7 @@ func (x *ForgetServerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForgetServerRequest.ProtoReflect.Descriptor instead.
 func (*ForgetServerRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{115}
+	return file_tabula_proto_rawDescGZIP(), []int{118}
 }
 
 func (x *ForgetServerRequest) GetServerId() string {
@@ -8104,7 +8440,7 @@ type ForgetServerResponse struct {
 
 func (x *ForgetServerResponse) Reset() {
 	*x = ForgetServerResponse{}
-	mi := &file_tabula_proto_msgTypes[116]
+	mi := &file_tabula_proto_msgTypes[119]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8116,7 +8452,7 @@ func (x *ForgetServerResponse) String() string {
 func (*ForgetServerResponse) ProtoMessage() {}
 
 func (x *ForgetServerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[116]
+	mi := &file_tabula_proto_msgTypes[119]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8129,7 +8465,7 @@ func (x *ForgetServerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForgetServerResponse.ProtoReflect.Descriptor instead.
 func (*ForgetServerResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{116}
+	return file_tabula_proto_rawDescGZIP(), []int{119}
 }
 
 func (x *ForgetServerResponse) GetMoved() uint32 {
@@ -8172,7 +8508,7 @@ type LostPartition struct {
 
 func (x *LostPartition) Reset() {
 	*x = LostPartition{}
-	mi := &file_tabula_proto_msgTypes[117]
+	mi := &file_tabula_proto_msgTypes[120]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8184,7 +8520,7 @@ func (x *LostPartition) String() string {
 func (*LostPartition) ProtoMessage() {}
 
 func (x *LostPartition) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[117]
+	mi := &file_tabula_proto_msgTypes[120]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8197,7 +8533,7 @@ func (x *LostPartition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LostPartition.ProtoReflect.Descriptor instead.
 func (*LostPartition) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{117}
+	return file_tabula_proto_rawDescGZIP(), []int{120}
 }
 
 func (x *LostPartition) GetTenant() string {
@@ -8260,7 +8596,7 @@ type ListDataLossRequest struct {
 
 func (x *ListDataLossRequest) Reset() {
 	*x = ListDataLossRequest{}
-	mi := &file_tabula_proto_msgTypes[118]
+	mi := &file_tabula_proto_msgTypes[121]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8272,7 +8608,7 @@ func (x *ListDataLossRequest) String() string {
 func (*ListDataLossRequest) ProtoMessage() {}
 
 func (x *ListDataLossRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[118]
+	mi := &file_tabula_proto_msgTypes[121]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8285,7 +8621,7 @@ func (x *ListDataLossRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDataLossRequest.ProtoReflect.Descriptor instead.
 func (*ListDataLossRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{118}
+	return file_tabula_proto_rawDescGZIP(), []int{121}
 }
 
 func (x *ListDataLossRequest) GetTenant() string {
@@ -8312,7 +8648,7 @@ type ListDataLossResponse struct {
 
 func (x *ListDataLossResponse) Reset() {
 	*x = ListDataLossResponse{}
-	mi := &file_tabula_proto_msgTypes[119]
+	mi := &file_tabula_proto_msgTypes[122]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8324,7 +8660,7 @@ func (x *ListDataLossResponse) String() string {
 func (*ListDataLossResponse) ProtoMessage() {}
 
 func (x *ListDataLossResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[119]
+	mi := &file_tabula_proto_msgTypes[122]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8337,7 +8673,7 @@ func (x *ListDataLossResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDataLossResponse.ProtoReflect.Descriptor instead.
 func (*ListDataLossResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{119}
+	return file_tabula_proto_rawDescGZIP(), []int{122}
 }
 
 func (x *ListDataLossResponse) GetLost() []*LostPartition {
@@ -8360,7 +8696,7 @@ type ClearDataLossRequest struct {
 
 func (x *ClearDataLossRequest) Reset() {
 	*x = ClearDataLossRequest{}
-	mi := &file_tabula_proto_msgTypes[120]
+	mi := &file_tabula_proto_msgTypes[123]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8372,7 +8708,7 @@ func (x *ClearDataLossRequest) String() string {
 func (*ClearDataLossRequest) ProtoMessage() {}
 
 func (x *ClearDataLossRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[120]
+	mi := &file_tabula_proto_msgTypes[123]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8385,7 +8721,7 @@ func (x *ClearDataLossRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClearDataLossRequest.ProtoReflect.Descriptor instead.
 func (*ClearDataLossRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{120}
+	return file_tabula_proto_rawDescGZIP(), []int{123}
 }
 
 func (x *ClearDataLossRequest) GetTenant() string {
@@ -8420,7 +8756,7 @@ type ClearDataLossResponse struct {
 
 func (x *ClearDataLossResponse) Reset() {
 	*x = ClearDataLossResponse{}
-	mi := &file_tabula_proto_msgTypes[121]
+	mi := &file_tabula_proto_msgTypes[124]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8432,7 +8768,7 @@ func (x *ClearDataLossResponse) String() string {
 func (*ClearDataLossResponse) ProtoMessage() {}
 
 func (x *ClearDataLossResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[121]
+	mi := &file_tabula_proto_msgTypes[124]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8445,7 +8781,7 @@ func (x *ClearDataLossResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClearDataLossResponse.ProtoReflect.Descriptor instead.
 func (*ClearDataLossResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{121}
+	return file_tabula_proto_rawDescGZIP(), []int{124}
 }
 
 func (x *ClearDataLossResponse) GetCleared() []uint64 {
@@ -8486,12 +8822,16 @@ const file_tabula_proto_rawDesc = "" +
 	"\x04kind\x18\x03 \x01(\x0e2\x14.tabula.v1.TableKindR\x04kind\x121\n" +
 	"\aoptions\x18\x04 \x01(\v2\x17.tabula.v1.TableOptionsR\aoptions\x12\x0e\n" +
 	"\x02id\x18\x05 \x01(\x04R\x02id\x12&\n" +
-	"\x0fcreated_unix_ms\x18\x06 \x01(\x03R\rcreatedUnixMs\"\x89\x01\n" +
+	"\x0fcreated_unix_ms\x18\x06 \x01(\x03R\rcreatedUnixMs\"\xc9\x01\n" +
 	"\aReplica\x12\x1b\n" +
 	"\tserver_id\x18\x01 \x01(\tR\bserverId\x12\x12\n" +
 	"\x04addr\x18\x02 \x01(\tR\x04addr\x12*\n" +
 	"\x04role\x18\x03 \x01(\x0e2\x16.tabula.v1.ReplicaRoleR\x04role\x12!\n" +
-	"\ffault_domain\x18\x04 \x01(\tR\vfaultDomain\"\xe7\x01\n" +
+	"\ffault_domain\x18\x04 \x01(\tR\vfaultDomain\x12\x1f\n" +
+	"\vbulk_serves\x18\x05 \x01(\x04R\n" +
+	"bulkServes\x12\x1d\n" +
+	"\n" +
+	"bulk_holds\x18\x06 \x03(\x04R\tbulkHolds\"\xe7\x01\n" +
 	"\tPartition\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x14\n" +
 	"\x05start\x18\x02 \x01(\x04R\x05start\x12\x10\n" +
@@ -8604,10 +8944,27 @@ const file_tabula_proto_rawDesc = "" +
 	"\x15serving_since_unix_ms\x18\n" +
 	" \x01(\x03R\x12servingSinceUnixMs\x12\x14\n" +
 	"\x05error\x18\v \x01(\tR\x05error\x12\x18\n" +
-	"\astreams\x18\f \x01(\bR\astreams\"X\n" +
+	"\astreams\x18\f \x01(\bR\astreams\"\x8a\x01\n" +
 	"\bBulkInfo\x12\x18\n" +
 	"\acurrent\x18\x01 \x01(\x04R\acurrent\x122\n" +
-	"\bversions\x18\x02 \x03(\v2\x16.tabula.v1.BulkVersionR\bversions\"\xfb\x01\n" +
+	"\bversions\x18\x02 \x03(\v2\x16.tabula.v1.BulkVersionR\bversions\x120\n" +
+	"\arollout\x18\x03 \x01(\v2\x16.tabula.v1.BulkRolloutR\arollout\"\xd0\x02\n" +
+	"\vBulkRollout\x12\x18\n" +
+	"\aversion\x18\x01 \x01(\x04R\aversion\x12\x12\n" +
+	"\x04from\x18\x02 \x01(\x04R\x04from\x12\x12\n" +
+	"\x04rows\x18\x03 \x01(\rR\x04rows\x12\x1b\n" +
+	"\trows_done\x18\x04 \x01(\rR\browsDone\x12\x1d\n" +
+	"\n" +
+	"row_loaded\x18\x05 \x01(\rR\trowLoaded\x12\x1e\n" +
+	"\n" +
+	"partitions\x18\x06 \x01(\rR\n" +
+	"partitions\x12\x16\n" +
+	"\x06paused\x18\a \x01(\bR\x06paused\x12\x1a\n" +
+	"\baborting\x18\b \x01(\bR\baborting\x12&\n" +
+	"\x0fstarted_unix_ms\x18\t \x01(\x03R\rstartedUnixMs\x12-\n" +
+	"\x13row_started_unix_ms\x18\n" +
+	" \x01(\x03R\x10rowStartedUnixMs\x12\x18\n" +
+	"\awaiting\x18\v \x01(\tR\awaiting\"\xfb\x01\n" +
 	"\n" +
 	"ServerInfo\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
@@ -8839,13 +9196,14 @@ const file_tabula_proto_rawDesc = "" +
 	"\x05delta\x18\x03 \x01(\bR\x05delta\x12!\n" +
 	"\ffrom_version\x18\x04 \x01(\x04R\vfromVersion\x12*\n" +
 	"\aremoved\x18\x05 \x03(\v2\x10.tabula.v1.TableR\aremoved\x121\n" +
-	"\apatches\x18\x06 \x03(\v2\x17.tabula.v1.PartitionMapR\apatches\"\xb2\x01\n" +
+	"\apatches\x18\x06 \x03(\v2\x17.tabula.v1.PartitionMapR\apatches\"\xe2\x01\n" +
 	"\x15RegisterServerRequest\x12\x1b\n" +
 	"\tserver_id\x18\x01 \x01(\tR\bserverId\x12\x12\n" +
 	"\x04addr\x18\x02 \x01(\tR\x04addr\x12!\n" +
 	"\ffault_domain\x18\x03 \x01(\tR\vfaultDomain\x12 \n" +
 	"\vincarnation\x18\x04 \x01(\x04R\vincarnation\x12#\n" +
-	"\rinternal_addr\x18\x05 \x01(\tR\finternalAddr\"\xa5\x01\n" +
+	"\rinternal_addr\x18\x05 \x01(\tR\finternalAddr\x12.\n" +
+	"\x13bulk_capacity_bytes\x18\x06 \x01(\x04R\x11bulkCapacityBytes\"\xa5\x01\n" +
 	"\x16RegisterServerResponse\x12\x1b\n" +
 	"\tserver_id\x18\x01 \x01(\tR\bserverId\x122\n" +
 	"\x15heartbeat_interval_ms\x18\x02 \x01(\rR\x13heartbeatIntervalMs\x12\x19\n" +
@@ -8899,6 +9257,12 @@ const file_tabula_proto_rawDesc = "" +
 	"\x05table\x18\x02 \x01(\tR\x05table\x12\x18\n" +
 	"\aversion\x18\x03 \x01(\x04R\aversion\"A\n" +
 	"\x14BulkRollbackResponse\x12)\n" +
+	"\x03map\x18\x01 \x01(\v2\x17.tabula.v1.PartitionMapR\x03map\"x\n" +
+	"\x12BulkRolloutRequest\x12\x16\n" +
+	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x14\n" +
+	"\x05table\x18\x02 \x01(\tR\x05table\x124\n" +
+	"\x06action\x18\x03 \x01(\x0e2\x1c.tabula.v1.BulkRolloutActionR\x06action\"@\n" +
+	"\x13BulkRolloutResponse\x12)\n" +
 	"\x03map\x18\x01 \x01(\v2\x17.tabula.v1.PartitionMapR\x03map\"\x14\n" +
 	"\x12ListServersRequest\"F\n" +
 	"\x13ListServersResponse\x12/\n" +
@@ -9106,7 +9470,12 @@ const file_tabula_proto_rawDesc = "" +
 	"\x0fSTREAM_OP_NODES\x10\t\x12%\n" +
 	"!STREAM_OP_REPORT_CORRUPT_FRAGMENT\x10\n" +
 	"\x12\x16\n" +
-	"\x12STREAM_OP_SET_CODE\x10\v2\x9d\x16\n" +
+	"\x12STREAM_OP_SET_CODE\x10\v*\x96\x01\n" +
+	"\x11BulkRolloutAction\x12#\n" +
+	"\x1fBULK_ROLLOUT_ACTION_UNSPECIFIED\x10\x00\x12\x1d\n" +
+	"\x19BULK_ROLLOUT_ACTION_PAUSE\x10\x01\x12\x1e\n" +
+	"\x1aBULK_ROLLOUT_ACTION_RESUME\x10\x02\x12\x1d\n" +
+	"\x19BULK_ROLLOUT_ACTION_ABORT\x10\x032\xeb\x16\n" +
 	"\x06Master\x12L\n" +
 	"\vCreateTable\x12\x1d.tabula.v1.CreateTableRequest\x1a\x1e.tabula.v1.CreateTableResponse\x12F\n" +
 	"\tDropTable\x12\x1b.tabula.v1.DropTableRequest\x1a\x1c.tabula.v1.DropTableResponse\x12I\n" +
@@ -9124,7 +9493,8 @@ const file_tabula_proto_rawDesc = "" +
 	"BulkStored\x12\x1c.tabula.v1.BulkStoredRequest\x1a\x1d.tabula.v1.BulkStoredResponse\x12I\n" +
 	"\n" +
 	"BulkStatus\x12\x1c.tabula.v1.BulkStatusRequest\x1a\x1d.tabula.v1.BulkStatusResponse\x12O\n" +
-	"\fBulkRollback\x12\x1e.tabula.v1.BulkRollbackRequest\x1a\x1f.tabula.v1.BulkRollbackResponse\x12=\n" +
+	"\fBulkRollback\x12\x1e.tabula.v1.BulkRollbackRequest\x1a\x1f.tabula.v1.BulkRollbackResponse\x12L\n" +
+	"\vBulkRollout\x12\x1d.tabula.v1.BulkRolloutRequest\x1a\x1e.tabula.v1.BulkRolloutResponse\x12=\n" +
 	"\x06Stream\x12\x18.tabula.v1.StreamRequest\x1a\x19.tabula.v1.StreamResponse\x12O\n" +
 	"\fCoprocDeploy\x12\x1e.tabula.v1.CoprocDeployRequest\x1a\x1f.tabula.v1.CoprocDeployResponse\x12I\n" +
 	"\n" +
@@ -9177,8 +9547,8 @@ func file_tabula_proto_rawDescGZIP() []byte {
 	return file_tabula_proto_rawDescData
 }
 
-var file_tabula_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
-var file_tabula_proto_msgTypes = make([]protoimpl.MessageInfo, 122)
+var file_tabula_proto_enumTypes = make([]protoimpl.EnumInfo, 8)
+var file_tabula_proto_msgTypes = make([]protoimpl.MessageInfo, 125)
 var file_tabula_proto_goTypes = []any{
 	(TableKind)(0),                     // 0: tabula.v1.TableKind
 	(ReplicaRole)(0),                   // 1: tabula.v1.ReplicaRole
@@ -9186,312 +9556,321 @@ var file_tabula_proto_goTypes = []any{
 	(ReplicaState)(0),                  // 3: tabula.v1.ReplicaState
 	(ErrorCode)(0),                     // 4: tabula.v1.ErrorCode
 	(StreamOp)(0),                      // 5: tabula.v1.StreamOp
-	(Mutation_Op)(0),                   // 6: tabula.v1.Mutation.Op
-	(*TableOptions)(nil),               // 7: tabula.v1.TableOptions
-	(*Table)(nil),                      // 8: tabula.v1.Table
-	(*Replica)(nil),                    // 9: tabula.v1.Replica
-	(*Partition)(nil),                  // 10: tabula.v1.Partition
-	(*PartitionLog)(nil),               // 11: tabula.v1.PartitionLog
-	(*PartitionMap)(nil),               // 12: tabula.v1.PartitionMap
-	(*CoprocVersion)(nil),              // 13: tabula.v1.CoprocVersion
-	(*Coprocessor)(nil),                // 14: tabula.v1.Coprocessor
-	(*CoprocDeployRequest)(nil),        // 15: tabula.v1.CoprocDeployRequest
-	(*CoprocDeployResponse)(nil),       // 16: tabula.v1.CoprocDeployResponse
-	(*CoprocListRequest)(nil),          // 17: tabula.v1.CoprocListRequest
-	(*CoprocListResponse)(nil),         // 18: tabula.v1.CoprocListResponse
-	(*CoprocRollbackRequest)(nil),      // 19: tabula.v1.CoprocRollbackRequest
-	(*CoprocRollbackResponse)(nil),     // 20: tabula.v1.CoprocRollbackResponse
-	(*CoprocFetchRequest)(nil),         // 21: tabula.v1.CoprocFetchRequest
-	(*CoprocFetchResponse)(nil),        // 22: tabula.v1.CoprocFetchResponse
-	(*CoprocReady)(nil),                // 23: tabula.v1.CoprocReady
-	(*InvokeRequest)(nil),              // 24: tabula.v1.InvokeRequest
-	(*InvokeResponse)(nil),             // 25: tabula.v1.InvokeResponse
-	(*CoprocMergeRequest)(nil),         // 26: tabula.v1.CoprocMergeRequest
-	(*CoprocMergeResponse)(nil),        // 27: tabula.v1.CoprocMergeResponse
-	(*BulkFile)(nil),                   // 28: tabula.v1.BulkFile
-	(*BulkVersion)(nil),                // 29: tabula.v1.BulkVersion
-	(*BulkInfo)(nil),                   // 30: tabula.v1.BulkInfo
-	(*ServerInfo)(nil),                 // 31: tabula.v1.ServerInfo
-	(*ReplicaStatus)(nil),              // 32: tabula.v1.ReplicaStatus
-	(*BulkLoaded)(nil),                 // 33: tabula.v1.BulkLoaded
-	(*ErrorDetail)(nil),                // 34: tabula.v1.ErrorDetail
-	(*TenantInfo)(nil),                 // 35: tabula.v1.TenantInfo
-	(*TenantQuota)(nil),                // 36: tabula.v1.TenantQuota
-	(*TenantUsage)(nil),                // 37: tabula.v1.TenantUsage
-	(*SetTenantQuotaRequest)(nil),      // 38: tabula.v1.SetTenantQuotaRequest
-	(*SetTenantQuotaResponse)(nil),     // 39: tabula.v1.SetTenantQuotaResponse
-	(*TenantLoad)(nil),                 // 40: tabula.v1.TenantLoad
-	(*TenantShare)(nil),                // 41: tabula.v1.TenantShare
-	(*CreateTenantRequest)(nil),        // 42: tabula.v1.CreateTenantRequest
-	(*CreateTenantResponse)(nil),       // 43: tabula.v1.CreateTenantResponse
-	(*ListTenantsRequest)(nil),         // 44: tabula.v1.ListTenantsRequest
-	(*ListTenantsResponse)(nil),        // 45: tabula.v1.ListTenantsResponse
-	(*DescribeTenantRequest)(nil),      // 46: tabula.v1.DescribeTenantRequest
-	(*DescribeTenantResponse)(nil),     // 47: tabula.v1.DescribeTenantResponse
-	(*DeleteTenantRequest)(nil),        // 48: tabula.v1.DeleteTenantRequest
-	(*DeleteTenantResponse)(nil),       // 49: tabula.v1.DeleteTenantResponse
-	(*RotateTenantKeyRequest)(nil),     // 50: tabula.v1.RotateTenantKeyRequest
-	(*RotateTenantKeyResponse)(nil),    // 51: tabula.v1.RotateTenantKeyResponse
-	(*TenantKeysRequest)(nil),          // 52: tabula.v1.TenantKeysRequest
-	(*TenantKeysResponse)(nil),         // 53: tabula.v1.TenantKeysResponse
-	(*MovePartitionRequest)(nil),       // 54: tabula.v1.MovePartitionRequest
-	(*MovePartitionResponse)(nil),      // 55: tabula.v1.MovePartitionResponse
-	(*DrainServerRequest)(nil),         // 56: tabula.v1.DrainServerRequest
-	(*DrainServerResponse)(nil),        // 57: tabula.v1.DrainServerResponse
-	(*MasterMember)(nil),               // 58: tabula.v1.MasterMember
-	(*MasterMembersRequest)(nil),       // 59: tabula.v1.MasterMembersRequest
-	(*MasterMembersResponse)(nil),      // 60: tabula.v1.MasterMembersResponse
-	(*AddMasterRequest)(nil),           // 61: tabula.v1.AddMasterRequest
-	(*AddMasterResponse)(nil),          // 62: tabula.v1.AddMasterResponse
-	(*RemoveMasterRequest)(nil),        // 63: tabula.v1.RemoveMasterRequest
-	(*RemoveMasterResponse)(nil),       // 64: tabula.v1.RemoveMasterResponse
-	(*TransferLeaderRequest)(nil),      // 65: tabula.v1.TransferLeaderRequest
-	(*TransferLeaderResponse)(nil),     // 66: tabula.v1.TransferLeaderResponse
-	(*StreamRequest)(nil),              // 67: tabula.v1.StreamRequest
-	(*StreamResponse)(nil),             // 68: tabula.v1.StreamResponse
-	(*CreateTableRequest)(nil),         // 69: tabula.v1.CreateTableRequest
-	(*CreateTableResponse)(nil),        // 70: tabula.v1.CreateTableResponse
-	(*DropTableRequest)(nil),           // 71: tabula.v1.DropTableRequest
-	(*DropTableResponse)(nil),          // 72: tabula.v1.DropTableResponse
-	(*ListTablesRequest)(nil),          // 73: tabula.v1.ListTablesRequest
-	(*ListTablesResponse)(nil),         // 74: tabula.v1.ListTablesResponse
-	(*DescribeTableRequest)(nil),       // 75: tabula.v1.DescribeTableRequest
-	(*DescribeTableResponse)(nil),      // 76: tabula.v1.DescribeTableResponse
-	(*GetPartitionMapRequest)(nil),     // 77: tabula.v1.GetPartitionMapRequest
-	(*GetPartitionMapResponse)(nil),    // 78: tabula.v1.GetPartitionMapResponse
-	(*WatchPartitionMapRequest)(nil),   // 79: tabula.v1.WatchPartitionMapRequest
-	(*WatchPartitionMapResponse)(nil),  // 80: tabula.v1.WatchPartitionMapResponse
-	(*RegisterServerRequest)(nil),      // 81: tabula.v1.RegisterServerRequest
-	(*RegisterServerResponse)(nil),     // 82: tabula.v1.RegisterServerResponse
-	(*HeartbeatRequest)(nil),           // 83: tabula.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),          // 84: tabula.v1.HeartbeatResponse
-	(*BulkPublishRequest)(nil),         // 85: tabula.v1.BulkPublishRequest
-	(*BulkPublishResponse)(nil),        // 86: tabula.v1.BulkPublishResponse
-	(*BulkStoredRequest)(nil),          // 87: tabula.v1.BulkStoredRequest
-	(*BulkStoredResponse)(nil),         // 88: tabula.v1.BulkStoredResponse
-	(*BulkStatusRequest)(nil),          // 89: tabula.v1.BulkStatusRequest
-	(*BulkStatusResponse)(nil),         // 90: tabula.v1.BulkStatusResponse
-	(*BulkRollbackRequest)(nil),        // 91: tabula.v1.BulkRollbackRequest
-	(*BulkRollbackResponse)(nil),       // 92: tabula.v1.BulkRollbackResponse
-	(*ListServersRequest)(nil),         // 93: tabula.v1.ListServersRequest
-	(*ListServersResponse)(nil),        // 94: tabula.v1.ListServersResponse
-	(*RequestHeader)(nil),              // 95: tabula.v1.RequestHeader
-	(*GetRequest)(nil),                 // 96: tabula.v1.GetRequest
-	(*GetResponse)(nil),                // 97: tabula.v1.GetResponse
-	(*BatchGetRequest)(nil),            // 98: tabula.v1.BatchGetRequest
-	(*BatchGetResponse)(nil),           // 99: tabula.v1.BatchGetResponse
-	(*MultiGetRequest)(nil),            // 100: tabula.v1.MultiGetRequest
-	(*MultiGetResponse)(nil),           // 101: tabula.v1.MultiGetResponse
-	(*MultiGetResult)(nil),             // 102: tabula.v1.MultiGetResult
-	(*PutRequest)(nil),                 // 103: tabula.v1.PutRequest
-	(*PutResponse)(nil),                // 104: tabula.v1.PutResponse
-	(*DeleteRequest)(nil),              // 105: tabula.v1.DeleteRequest
-	(*DeleteResponse)(nil),             // 106: tabula.v1.DeleteResponse
-	(*CompareAndSwapRequest)(nil),      // 107: tabula.v1.CompareAndSwapRequest
-	(*CompareAndSwapResponse)(nil),     // 108: tabula.v1.CompareAndSwapResponse
-	(*Mutation)(nil),                   // 109: tabula.v1.Mutation
-	(*BatchWriteRequest)(nil),          // 110: tabula.v1.BatchWriteRequest
-	(*BatchWriteResponse)(nil),         // 111: tabula.v1.BatchWriteResponse
-	(*ScanRequest)(nil),                // 112: tabula.v1.ScanRequest
-	(*KeyValue)(nil),                   // 113: tabula.v1.KeyValue
-	(*ScanResponse)(nil),               // 114: tabula.v1.ScanResponse
-	(*CopyReplicaRequest)(nil),         // 115: tabula.v1.CopyReplicaRequest
-	(*CopyReplicaChunk)(nil),           // 116: tabula.v1.CopyReplicaChunk
-	(*BulkUploadRequest)(nil),          // 117: tabula.v1.BulkUploadRequest
-	(*BulkUploadStatusRequest)(nil),    // 118: tabula.v1.BulkUploadStatusRequest
-	(*BulkUploadResponse)(nil),         // 119: tabula.v1.BulkUploadResponse
-	(*PartitionLogFailedRequest)(nil),  // 120: tabula.v1.PartitionLogFailedRequest
-	(*PartitionLogFailedResponse)(nil), // 121: tabula.v1.PartitionLogFailedResponse
-	(*ForgetServerRequest)(nil),        // 122: tabula.v1.ForgetServerRequest
-	(*ForgetServerResponse)(nil),       // 123: tabula.v1.ForgetServerResponse
-	(*LostPartition)(nil),              // 124: tabula.v1.LostPartition
-	(*ListDataLossRequest)(nil),        // 125: tabula.v1.ListDataLossRequest
-	(*ListDataLossResponse)(nil),       // 126: tabula.v1.ListDataLossResponse
-	(*ClearDataLossRequest)(nil),       // 127: tabula.v1.ClearDataLossRequest
-	(*ClearDataLossResponse)(nil),      // 128: tabula.v1.ClearDataLossResponse
+	(BulkRolloutAction)(0),             // 6: tabula.v1.BulkRolloutAction
+	(Mutation_Op)(0),                   // 7: tabula.v1.Mutation.Op
+	(*TableOptions)(nil),               // 8: tabula.v1.TableOptions
+	(*Table)(nil),                      // 9: tabula.v1.Table
+	(*Replica)(nil),                    // 10: tabula.v1.Replica
+	(*Partition)(nil),                  // 11: tabula.v1.Partition
+	(*PartitionLog)(nil),               // 12: tabula.v1.PartitionLog
+	(*PartitionMap)(nil),               // 13: tabula.v1.PartitionMap
+	(*CoprocVersion)(nil),              // 14: tabula.v1.CoprocVersion
+	(*Coprocessor)(nil),                // 15: tabula.v1.Coprocessor
+	(*CoprocDeployRequest)(nil),        // 16: tabula.v1.CoprocDeployRequest
+	(*CoprocDeployResponse)(nil),       // 17: tabula.v1.CoprocDeployResponse
+	(*CoprocListRequest)(nil),          // 18: tabula.v1.CoprocListRequest
+	(*CoprocListResponse)(nil),         // 19: tabula.v1.CoprocListResponse
+	(*CoprocRollbackRequest)(nil),      // 20: tabula.v1.CoprocRollbackRequest
+	(*CoprocRollbackResponse)(nil),     // 21: tabula.v1.CoprocRollbackResponse
+	(*CoprocFetchRequest)(nil),         // 22: tabula.v1.CoprocFetchRequest
+	(*CoprocFetchResponse)(nil),        // 23: tabula.v1.CoprocFetchResponse
+	(*CoprocReady)(nil),                // 24: tabula.v1.CoprocReady
+	(*InvokeRequest)(nil),              // 25: tabula.v1.InvokeRequest
+	(*InvokeResponse)(nil),             // 26: tabula.v1.InvokeResponse
+	(*CoprocMergeRequest)(nil),         // 27: tabula.v1.CoprocMergeRequest
+	(*CoprocMergeResponse)(nil),        // 28: tabula.v1.CoprocMergeResponse
+	(*BulkFile)(nil),                   // 29: tabula.v1.BulkFile
+	(*BulkVersion)(nil),                // 30: tabula.v1.BulkVersion
+	(*BulkInfo)(nil),                   // 31: tabula.v1.BulkInfo
+	(*BulkRollout)(nil),                // 32: tabula.v1.BulkRollout
+	(*ServerInfo)(nil),                 // 33: tabula.v1.ServerInfo
+	(*ReplicaStatus)(nil),              // 34: tabula.v1.ReplicaStatus
+	(*BulkLoaded)(nil),                 // 35: tabula.v1.BulkLoaded
+	(*ErrorDetail)(nil),                // 36: tabula.v1.ErrorDetail
+	(*TenantInfo)(nil),                 // 37: tabula.v1.TenantInfo
+	(*TenantQuota)(nil),                // 38: tabula.v1.TenantQuota
+	(*TenantUsage)(nil),                // 39: tabula.v1.TenantUsage
+	(*SetTenantQuotaRequest)(nil),      // 40: tabula.v1.SetTenantQuotaRequest
+	(*SetTenantQuotaResponse)(nil),     // 41: tabula.v1.SetTenantQuotaResponse
+	(*TenantLoad)(nil),                 // 42: tabula.v1.TenantLoad
+	(*TenantShare)(nil),                // 43: tabula.v1.TenantShare
+	(*CreateTenantRequest)(nil),        // 44: tabula.v1.CreateTenantRequest
+	(*CreateTenantResponse)(nil),       // 45: tabula.v1.CreateTenantResponse
+	(*ListTenantsRequest)(nil),         // 46: tabula.v1.ListTenantsRequest
+	(*ListTenantsResponse)(nil),        // 47: tabula.v1.ListTenantsResponse
+	(*DescribeTenantRequest)(nil),      // 48: tabula.v1.DescribeTenantRequest
+	(*DescribeTenantResponse)(nil),     // 49: tabula.v1.DescribeTenantResponse
+	(*DeleteTenantRequest)(nil),        // 50: tabula.v1.DeleteTenantRequest
+	(*DeleteTenantResponse)(nil),       // 51: tabula.v1.DeleteTenantResponse
+	(*RotateTenantKeyRequest)(nil),     // 52: tabula.v1.RotateTenantKeyRequest
+	(*RotateTenantKeyResponse)(nil),    // 53: tabula.v1.RotateTenantKeyResponse
+	(*TenantKeysRequest)(nil),          // 54: tabula.v1.TenantKeysRequest
+	(*TenantKeysResponse)(nil),         // 55: tabula.v1.TenantKeysResponse
+	(*MovePartitionRequest)(nil),       // 56: tabula.v1.MovePartitionRequest
+	(*MovePartitionResponse)(nil),      // 57: tabula.v1.MovePartitionResponse
+	(*DrainServerRequest)(nil),         // 58: tabula.v1.DrainServerRequest
+	(*DrainServerResponse)(nil),        // 59: tabula.v1.DrainServerResponse
+	(*MasterMember)(nil),               // 60: tabula.v1.MasterMember
+	(*MasterMembersRequest)(nil),       // 61: tabula.v1.MasterMembersRequest
+	(*MasterMembersResponse)(nil),      // 62: tabula.v1.MasterMembersResponse
+	(*AddMasterRequest)(nil),           // 63: tabula.v1.AddMasterRequest
+	(*AddMasterResponse)(nil),          // 64: tabula.v1.AddMasterResponse
+	(*RemoveMasterRequest)(nil),        // 65: tabula.v1.RemoveMasterRequest
+	(*RemoveMasterResponse)(nil),       // 66: tabula.v1.RemoveMasterResponse
+	(*TransferLeaderRequest)(nil),      // 67: tabula.v1.TransferLeaderRequest
+	(*TransferLeaderResponse)(nil),     // 68: tabula.v1.TransferLeaderResponse
+	(*StreamRequest)(nil),              // 69: tabula.v1.StreamRequest
+	(*StreamResponse)(nil),             // 70: tabula.v1.StreamResponse
+	(*CreateTableRequest)(nil),         // 71: tabula.v1.CreateTableRequest
+	(*CreateTableResponse)(nil),        // 72: tabula.v1.CreateTableResponse
+	(*DropTableRequest)(nil),           // 73: tabula.v1.DropTableRequest
+	(*DropTableResponse)(nil),          // 74: tabula.v1.DropTableResponse
+	(*ListTablesRequest)(nil),          // 75: tabula.v1.ListTablesRequest
+	(*ListTablesResponse)(nil),         // 76: tabula.v1.ListTablesResponse
+	(*DescribeTableRequest)(nil),       // 77: tabula.v1.DescribeTableRequest
+	(*DescribeTableResponse)(nil),      // 78: tabula.v1.DescribeTableResponse
+	(*GetPartitionMapRequest)(nil),     // 79: tabula.v1.GetPartitionMapRequest
+	(*GetPartitionMapResponse)(nil),    // 80: tabula.v1.GetPartitionMapResponse
+	(*WatchPartitionMapRequest)(nil),   // 81: tabula.v1.WatchPartitionMapRequest
+	(*WatchPartitionMapResponse)(nil),  // 82: tabula.v1.WatchPartitionMapResponse
+	(*RegisterServerRequest)(nil),      // 83: tabula.v1.RegisterServerRequest
+	(*RegisterServerResponse)(nil),     // 84: tabula.v1.RegisterServerResponse
+	(*HeartbeatRequest)(nil),           // 85: tabula.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),          // 86: tabula.v1.HeartbeatResponse
+	(*BulkPublishRequest)(nil),         // 87: tabula.v1.BulkPublishRequest
+	(*BulkPublishResponse)(nil),        // 88: tabula.v1.BulkPublishResponse
+	(*BulkStoredRequest)(nil),          // 89: tabula.v1.BulkStoredRequest
+	(*BulkStoredResponse)(nil),         // 90: tabula.v1.BulkStoredResponse
+	(*BulkStatusRequest)(nil),          // 91: tabula.v1.BulkStatusRequest
+	(*BulkStatusResponse)(nil),         // 92: tabula.v1.BulkStatusResponse
+	(*BulkRollbackRequest)(nil),        // 93: tabula.v1.BulkRollbackRequest
+	(*BulkRollbackResponse)(nil),       // 94: tabula.v1.BulkRollbackResponse
+	(*BulkRolloutRequest)(nil),         // 95: tabula.v1.BulkRolloutRequest
+	(*BulkRolloutResponse)(nil),        // 96: tabula.v1.BulkRolloutResponse
+	(*ListServersRequest)(nil),         // 97: tabula.v1.ListServersRequest
+	(*ListServersResponse)(nil),        // 98: tabula.v1.ListServersResponse
+	(*RequestHeader)(nil),              // 99: tabula.v1.RequestHeader
+	(*GetRequest)(nil),                 // 100: tabula.v1.GetRequest
+	(*GetResponse)(nil),                // 101: tabula.v1.GetResponse
+	(*BatchGetRequest)(nil),            // 102: tabula.v1.BatchGetRequest
+	(*BatchGetResponse)(nil),           // 103: tabula.v1.BatchGetResponse
+	(*MultiGetRequest)(nil),            // 104: tabula.v1.MultiGetRequest
+	(*MultiGetResponse)(nil),           // 105: tabula.v1.MultiGetResponse
+	(*MultiGetResult)(nil),             // 106: tabula.v1.MultiGetResult
+	(*PutRequest)(nil),                 // 107: tabula.v1.PutRequest
+	(*PutResponse)(nil),                // 108: tabula.v1.PutResponse
+	(*DeleteRequest)(nil),              // 109: tabula.v1.DeleteRequest
+	(*DeleteResponse)(nil),             // 110: tabula.v1.DeleteResponse
+	(*CompareAndSwapRequest)(nil),      // 111: tabula.v1.CompareAndSwapRequest
+	(*CompareAndSwapResponse)(nil),     // 112: tabula.v1.CompareAndSwapResponse
+	(*Mutation)(nil),                   // 113: tabula.v1.Mutation
+	(*BatchWriteRequest)(nil),          // 114: tabula.v1.BatchWriteRequest
+	(*BatchWriteResponse)(nil),         // 115: tabula.v1.BatchWriteResponse
+	(*ScanRequest)(nil),                // 116: tabula.v1.ScanRequest
+	(*KeyValue)(nil),                   // 117: tabula.v1.KeyValue
+	(*ScanResponse)(nil),               // 118: tabula.v1.ScanResponse
+	(*CopyReplicaRequest)(nil),         // 119: tabula.v1.CopyReplicaRequest
+	(*CopyReplicaChunk)(nil),           // 120: tabula.v1.CopyReplicaChunk
+	(*BulkUploadRequest)(nil),          // 121: tabula.v1.BulkUploadRequest
+	(*BulkUploadStatusRequest)(nil),    // 122: tabula.v1.BulkUploadStatusRequest
+	(*BulkUploadResponse)(nil),         // 123: tabula.v1.BulkUploadResponse
+	(*PartitionLogFailedRequest)(nil),  // 124: tabula.v1.PartitionLogFailedRequest
+	(*PartitionLogFailedResponse)(nil), // 125: tabula.v1.PartitionLogFailedResponse
+	(*ForgetServerRequest)(nil),        // 126: tabula.v1.ForgetServerRequest
+	(*ForgetServerResponse)(nil),       // 127: tabula.v1.ForgetServerResponse
+	(*LostPartition)(nil),              // 128: tabula.v1.LostPartition
+	(*ListDataLossRequest)(nil),        // 129: tabula.v1.ListDataLossRequest
+	(*ListDataLossResponse)(nil),       // 130: tabula.v1.ListDataLossResponse
+	(*ClearDataLossRequest)(nil),       // 131: tabula.v1.ClearDataLossRequest
+	(*ClearDataLossResponse)(nil),      // 132: tabula.v1.ClearDataLossResponse
 }
 var file_tabula_proto_depIdxs = []int32{
 	0,   // 0: tabula.v1.Table.kind:type_name -> tabula.v1.TableKind
-	7,   // 1: tabula.v1.Table.options:type_name -> tabula.v1.TableOptions
+	8,   // 1: tabula.v1.Table.options:type_name -> tabula.v1.TableOptions
 	1,   // 2: tabula.v1.Replica.role:type_name -> tabula.v1.ReplicaRole
-	9,   // 3: tabula.v1.Partition.replicas:type_name -> tabula.v1.Replica
-	11,  // 4: tabula.v1.Partition.log:type_name -> tabula.v1.PartitionLog
-	8,   // 5: tabula.v1.PartitionMap.table:type_name -> tabula.v1.Table
-	10,  // 6: tabula.v1.PartitionMap.partitions:type_name -> tabula.v1.Partition
-	30,  // 7: tabula.v1.PartitionMap.bulk:type_name -> tabula.v1.BulkInfo
-	14,  // 8: tabula.v1.PartitionMap.coprocessors:type_name -> tabula.v1.Coprocessor
-	13,  // 9: tabula.v1.Coprocessor.versions:type_name -> tabula.v1.CoprocVersion
-	14,  // 10: tabula.v1.CoprocDeployResponse.coprocessor:type_name -> tabula.v1.Coprocessor
-	14,  // 11: tabula.v1.CoprocListResponse.coprocessors:type_name -> tabula.v1.Coprocessor
-	14,  // 12: tabula.v1.CoprocRollbackResponse.coprocessor:type_name -> tabula.v1.Coprocessor
-	95,  // 13: tabula.v1.InvokeRequest.header:type_name -> tabula.v1.RequestHeader
-	95,  // 14: tabula.v1.CoprocMergeRequest.header:type_name -> tabula.v1.RequestHeader
+	10,  // 3: tabula.v1.Partition.replicas:type_name -> tabula.v1.Replica
+	12,  // 4: tabula.v1.Partition.log:type_name -> tabula.v1.PartitionLog
+	9,   // 5: tabula.v1.PartitionMap.table:type_name -> tabula.v1.Table
+	11,  // 6: tabula.v1.PartitionMap.partitions:type_name -> tabula.v1.Partition
+	31,  // 7: tabula.v1.PartitionMap.bulk:type_name -> tabula.v1.BulkInfo
+	15,  // 8: tabula.v1.PartitionMap.coprocessors:type_name -> tabula.v1.Coprocessor
+	14,  // 9: tabula.v1.Coprocessor.versions:type_name -> tabula.v1.CoprocVersion
+	15,  // 10: tabula.v1.CoprocDeployResponse.coprocessor:type_name -> tabula.v1.Coprocessor
+	15,  // 11: tabula.v1.CoprocListResponse.coprocessors:type_name -> tabula.v1.Coprocessor
+	15,  // 12: tabula.v1.CoprocRollbackResponse.coprocessor:type_name -> tabula.v1.Coprocessor
+	99,  // 13: tabula.v1.InvokeRequest.header:type_name -> tabula.v1.RequestHeader
+	99,  // 14: tabula.v1.CoprocMergeRequest.header:type_name -> tabula.v1.RequestHeader
 	2,   // 15: tabula.v1.BulkVersion.state:type_name -> tabula.v1.BulkVersionState
-	28,  // 16: tabula.v1.BulkVersion.files:type_name -> tabula.v1.BulkFile
-	29,  // 17: tabula.v1.BulkInfo.versions:type_name -> tabula.v1.BulkVersion
-	1,   // 18: tabula.v1.ReplicaStatus.role:type_name -> tabula.v1.ReplicaRole
-	33,  // 19: tabula.v1.ReplicaStatus.bulk_loaded:type_name -> tabula.v1.BulkLoaded
-	3,   // 20: tabula.v1.ReplicaStatus.state:type_name -> tabula.v1.ReplicaState
-	4,   // 21: tabula.v1.ErrorDetail.code:type_name -> tabula.v1.ErrorCode
-	10,  // 22: tabula.v1.ErrorDetail.partition:type_name -> tabula.v1.Partition
-	36,  // 23: tabula.v1.TenantInfo.quota:type_name -> tabula.v1.TenantQuota
-	37,  // 24: tabula.v1.TenantInfo.usage:type_name -> tabula.v1.TenantUsage
-	36,  // 25: tabula.v1.SetTenantQuotaRequest.quota:type_name -> tabula.v1.TenantQuota
-	35,  // 26: tabula.v1.SetTenantQuotaResponse.tenant:type_name -> tabula.v1.TenantInfo
-	36,  // 27: tabula.v1.CreateTenantRequest.quota:type_name -> tabula.v1.TenantQuota
-	35,  // 28: tabula.v1.CreateTenantResponse.tenant:type_name -> tabula.v1.TenantInfo
-	35,  // 29: tabula.v1.ListTenantsResponse.tenants:type_name -> tabula.v1.TenantInfo
-	35,  // 30: tabula.v1.DescribeTenantResponse.tenant:type_name -> tabula.v1.TenantInfo
-	8,   // 31: tabula.v1.DescribeTenantResponse.tables:type_name -> tabula.v1.Table
-	35,  // 32: tabula.v1.RotateTenantKeyResponse.tenant:type_name -> tabula.v1.TenantInfo
-	35,  // 33: tabula.v1.TenantKeysResponse.tenants:type_name -> tabula.v1.TenantInfo
-	58,  // 34: tabula.v1.MasterMembersResponse.members:type_name -> tabula.v1.MasterMember
-	5,   // 35: tabula.v1.StreamRequest.op:type_name -> tabula.v1.StreamOp
-	0,   // 36: tabula.v1.CreateTableRequest.kind:type_name -> tabula.v1.TableKind
-	7,   // 37: tabula.v1.CreateTableRequest.options:type_name -> tabula.v1.TableOptions
-	12,  // 38: tabula.v1.CreateTableResponse.map:type_name -> tabula.v1.PartitionMap
-	8,   // 39: tabula.v1.ListTablesResponse.tables:type_name -> tabula.v1.Table
-	12,  // 40: tabula.v1.DescribeTableResponse.map:type_name -> tabula.v1.PartitionMap
-	32,  // 41: tabula.v1.DescribeTableResponse.replicas:type_name -> tabula.v1.ReplicaStatus
-	12,  // 42: tabula.v1.GetPartitionMapResponse.map:type_name -> tabula.v1.PartitionMap
-	12,  // 43: tabula.v1.WatchPartitionMapResponse.maps:type_name -> tabula.v1.PartitionMap
-	8,   // 44: tabula.v1.WatchPartitionMapResponse.removed:type_name -> tabula.v1.Table
-	12,  // 45: tabula.v1.WatchPartitionMapResponse.patches:type_name -> tabula.v1.PartitionMap
-	32,  // 46: tabula.v1.HeartbeatRequest.replicas:type_name -> tabula.v1.ReplicaStatus
-	23,  // 47: tabula.v1.HeartbeatRequest.coproc_ready:type_name -> tabula.v1.CoprocReady
-	40,  // 48: tabula.v1.HeartbeatRequest.tenant_load:type_name -> tabula.v1.TenantLoad
-	41,  // 49: tabula.v1.HeartbeatResponse.tenant_shares:type_name -> tabula.v1.TenantShare
-	28,  // 50: tabula.v1.BulkPublishRequest.files:type_name -> tabula.v1.BulkFile
-	12,  // 51: tabula.v1.BulkPublishResponse.map:type_name -> tabula.v1.PartitionMap
-	12,  // 52: tabula.v1.BulkStoredResponse.map:type_name -> tabula.v1.PartitionMap
-	12,  // 53: tabula.v1.BulkStatusResponse.map:type_name -> tabula.v1.PartitionMap
-	30,  // 54: tabula.v1.BulkStatusResponse.bulk:type_name -> tabula.v1.BulkInfo
-	12,  // 55: tabula.v1.BulkRollbackResponse.map:type_name -> tabula.v1.PartitionMap
-	31,  // 56: tabula.v1.ListServersResponse.servers:type_name -> tabula.v1.ServerInfo
-	95,  // 57: tabula.v1.GetRequest.header:type_name -> tabula.v1.RequestHeader
-	95,  // 58: tabula.v1.BatchGetRequest.header:type_name -> tabula.v1.RequestHeader
-	97,  // 59: tabula.v1.BatchGetResponse.results:type_name -> tabula.v1.GetResponse
-	96,  // 60: tabula.v1.MultiGetRequest.gets:type_name -> tabula.v1.GetRequest
-	102, // 61: tabula.v1.MultiGetResponse.results:type_name -> tabula.v1.MultiGetResult
-	97,  // 62: tabula.v1.MultiGetResult.response:type_name -> tabula.v1.GetResponse
-	95,  // 63: tabula.v1.PutRequest.header:type_name -> tabula.v1.RequestHeader
-	95,  // 64: tabula.v1.DeleteRequest.header:type_name -> tabula.v1.RequestHeader
-	95,  // 65: tabula.v1.CompareAndSwapRequest.header:type_name -> tabula.v1.RequestHeader
-	6,   // 66: tabula.v1.Mutation.op:type_name -> tabula.v1.Mutation.Op
-	95,  // 67: tabula.v1.BatchWriteRequest.header:type_name -> tabula.v1.RequestHeader
-	109, // 68: tabula.v1.BatchWriteRequest.mutations:type_name -> tabula.v1.Mutation
-	95,  // 69: tabula.v1.ScanRequest.header:type_name -> tabula.v1.RequestHeader
-	113, // 70: tabula.v1.ScanResponse.records:type_name -> tabula.v1.KeyValue
-	95,  // 71: tabula.v1.CopyReplicaRequest.header:type_name -> tabula.v1.RequestHeader
-	113, // 72: tabula.v1.CopyReplicaChunk.records:type_name -> tabula.v1.KeyValue
-	95,  // 73: tabula.v1.BulkUploadRequest.header:type_name -> tabula.v1.RequestHeader
-	28,  // 74: tabula.v1.BulkUploadRequest.file:type_name -> tabula.v1.BulkFile
-	95,  // 75: tabula.v1.BulkUploadStatusRequest.header:type_name -> tabula.v1.RequestHeader
-	10,  // 76: tabula.v1.PartitionLogFailedResponse.partition:type_name -> tabula.v1.Partition
-	124, // 77: tabula.v1.ForgetServerResponse.lost:type_name -> tabula.v1.LostPartition
-	124, // 78: tabula.v1.ListDataLossResponse.lost:type_name -> tabula.v1.LostPartition
-	12,  // 79: tabula.v1.ClearDataLossResponse.map:type_name -> tabula.v1.PartitionMap
-	69,  // 80: tabula.v1.Master.CreateTable:input_type -> tabula.v1.CreateTableRequest
-	71,  // 81: tabula.v1.Master.DropTable:input_type -> tabula.v1.DropTableRequest
-	73,  // 82: tabula.v1.Master.ListTables:input_type -> tabula.v1.ListTablesRequest
-	75,  // 83: tabula.v1.Master.DescribeTable:input_type -> tabula.v1.DescribeTableRequest
-	77,  // 84: tabula.v1.Master.GetPartitionMap:input_type -> tabula.v1.GetPartitionMapRequest
-	79,  // 85: tabula.v1.Master.WatchPartitionMap:input_type -> tabula.v1.WatchPartitionMapRequest
-	81,  // 86: tabula.v1.Master.RegisterServer:input_type -> tabula.v1.RegisterServerRequest
-	83,  // 87: tabula.v1.Master.Heartbeat:input_type -> tabula.v1.HeartbeatRequest
-	120, // 88: tabula.v1.Master.PartitionLogFailed:input_type -> tabula.v1.PartitionLogFailedRequest
-	93,  // 89: tabula.v1.Master.ListServers:input_type -> tabula.v1.ListServersRequest
-	85,  // 90: tabula.v1.Master.BulkPublish:input_type -> tabula.v1.BulkPublishRequest
-	87,  // 91: tabula.v1.Master.BulkStored:input_type -> tabula.v1.BulkStoredRequest
-	89,  // 92: tabula.v1.Master.BulkStatus:input_type -> tabula.v1.BulkStatusRequest
-	91,  // 93: tabula.v1.Master.BulkRollback:input_type -> tabula.v1.BulkRollbackRequest
-	67,  // 94: tabula.v1.Master.Stream:input_type -> tabula.v1.StreamRequest
-	15,  // 95: tabula.v1.Master.CoprocDeploy:input_type -> tabula.v1.CoprocDeployRequest
-	17,  // 96: tabula.v1.Master.CoprocList:input_type -> tabula.v1.CoprocListRequest
-	19,  // 97: tabula.v1.Master.CoprocRollback:input_type -> tabula.v1.CoprocRollbackRequest
-	21,  // 98: tabula.v1.Master.CoprocFetch:input_type -> tabula.v1.CoprocFetchRequest
-	122, // 99: tabula.v1.Master.ForgetServer:input_type -> tabula.v1.ForgetServerRequest
-	125, // 100: tabula.v1.Master.ListDataLoss:input_type -> tabula.v1.ListDataLossRequest
-	127, // 101: tabula.v1.Master.ClearDataLoss:input_type -> tabula.v1.ClearDataLossRequest
-	59,  // 102: tabula.v1.Master.MasterMembers:input_type -> tabula.v1.MasterMembersRequest
-	61,  // 103: tabula.v1.Master.AddMaster:input_type -> tabula.v1.AddMasterRequest
-	63,  // 104: tabula.v1.Master.RemoveMaster:input_type -> tabula.v1.RemoveMasterRequest
-	65,  // 105: tabula.v1.Master.TransferLeader:input_type -> tabula.v1.TransferLeaderRequest
-	54,  // 106: tabula.v1.Master.MovePartition:input_type -> tabula.v1.MovePartitionRequest
-	56,  // 107: tabula.v1.Master.DrainServer:input_type -> tabula.v1.DrainServerRequest
-	42,  // 108: tabula.v1.Master.CreateTenant:input_type -> tabula.v1.CreateTenantRequest
-	44,  // 109: tabula.v1.Master.ListTenants:input_type -> tabula.v1.ListTenantsRequest
-	46,  // 110: tabula.v1.Master.DescribeTenant:input_type -> tabula.v1.DescribeTenantRequest
-	48,  // 111: tabula.v1.Master.DeleteTenant:input_type -> tabula.v1.DeleteTenantRequest
-	50,  // 112: tabula.v1.Master.RotateTenantKey:input_type -> tabula.v1.RotateTenantKeyRequest
-	52,  // 113: tabula.v1.Master.TenantKeys:input_type -> tabula.v1.TenantKeysRequest
-	38,  // 114: tabula.v1.Master.SetTenantQuota:input_type -> tabula.v1.SetTenantQuotaRequest
-	96,  // 115: tabula.v1.TableServer.Get:input_type -> tabula.v1.GetRequest
-	98,  // 116: tabula.v1.TableServer.BatchGet:input_type -> tabula.v1.BatchGetRequest
-	100, // 117: tabula.v1.TableServer.MultiGet:input_type -> tabula.v1.MultiGetRequest
-	103, // 118: tabula.v1.TableServer.Put:input_type -> tabula.v1.PutRequest
-	105, // 119: tabula.v1.TableServer.Delete:input_type -> tabula.v1.DeleteRequest
-	107, // 120: tabula.v1.TableServer.CompareAndSwap:input_type -> tabula.v1.CompareAndSwapRequest
-	110, // 121: tabula.v1.TableServer.BatchWrite:input_type -> tabula.v1.BatchWriteRequest
-	112, // 122: tabula.v1.TableServer.Scan:input_type -> tabula.v1.ScanRequest
-	115, // 123: tabula.v1.TableServer.CopyReplica:input_type -> tabula.v1.CopyReplicaRequest
-	117, // 124: tabula.v1.TableServer.BulkUpload:input_type -> tabula.v1.BulkUploadRequest
-	118, // 125: tabula.v1.TableServer.BulkUploadStatus:input_type -> tabula.v1.BulkUploadStatusRequest
-	24,  // 126: tabula.v1.TableServer.Invoke:input_type -> tabula.v1.InvokeRequest
-	26,  // 127: tabula.v1.TableServer.CoprocMerge:input_type -> tabula.v1.CoprocMergeRequest
-	70,  // 128: tabula.v1.Master.CreateTable:output_type -> tabula.v1.CreateTableResponse
-	72,  // 129: tabula.v1.Master.DropTable:output_type -> tabula.v1.DropTableResponse
-	74,  // 130: tabula.v1.Master.ListTables:output_type -> tabula.v1.ListTablesResponse
-	76,  // 131: tabula.v1.Master.DescribeTable:output_type -> tabula.v1.DescribeTableResponse
-	78,  // 132: tabula.v1.Master.GetPartitionMap:output_type -> tabula.v1.GetPartitionMapResponse
-	80,  // 133: tabula.v1.Master.WatchPartitionMap:output_type -> tabula.v1.WatchPartitionMapResponse
-	82,  // 134: tabula.v1.Master.RegisterServer:output_type -> tabula.v1.RegisterServerResponse
-	84,  // 135: tabula.v1.Master.Heartbeat:output_type -> tabula.v1.HeartbeatResponse
-	121, // 136: tabula.v1.Master.PartitionLogFailed:output_type -> tabula.v1.PartitionLogFailedResponse
-	94,  // 137: tabula.v1.Master.ListServers:output_type -> tabula.v1.ListServersResponse
-	86,  // 138: tabula.v1.Master.BulkPublish:output_type -> tabula.v1.BulkPublishResponse
-	88,  // 139: tabula.v1.Master.BulkStored:output_type -> tabula.v1.BulkStoredResponse
-	90,  // 140: tabula.v1.Master.BulkStatus:output_type -> tabula.v1.BulkStatusResponse
-	92,  // 141: tabula.v1.Master.BulkRollback:output_type -> tabula.v1.BulkRollbackResponse
-	68,  // 142: tabula.v1.Master.Stream:output_type -> tabula.v1.StreamResponse
-	16,  // 143: tabula.v1.Master.CoprocDeploy:output_type -> tabula.v1.CoprocDeployResponse
-	18,  // 144: tabula.v1.Master.CoprocList:output_type -> tabula.v1.CoprocListResponse
-	20,  // 145: tabula.v1.Master.CoprocRollback:output_type -> tabula.v1.CoprocRollbackResponse
-	22,  // 146: tabula.v1.Master.CoprocFetch:output_type -> tabula.v1.CoprocFetchResponse
-	123, // 147: tabula.v1.Master.ForgetServer:output_type -> tabula.v1.ForgetServerResponse
-	126, // 148: tabula.v1.Master.ListDataLoss:output_type -> tabula.v1.ListDataLossResponse
-	128, // 149: tabula.v1.Master.ClearDataLoss:output_type -> tabula.v1.ClearDataLossResponse
-	60,  // 150: tabula.v1.Master.MasterMembers:output_type -> tabula.v1.MasterMembersResponse
-	62,  // 151: tabula.v1.Master.AddMaster:output_type -> tabula.v1.AddMasterResponse
-	64,  // 152: tabula.v1.Master.RemoveMaster:output_type -> tabula.v1.RemoveMasterResponse
-	66,  // 153: tabula.v1.Master.TransferLeader:output_type -> tabula.v1.TransferLeaderResponse
-	55,  // 154: tabula.v1.Master.MovePartition:output_type -> tabula.v1.MovePartitionResponse
-	57,  // 155: tabula.v1.Master.DrainServer:output_type -> tabula.v1.DrainServerResponse
-	43,  // 156: tabula.v1.Master.CreateTenant:output_type -> tabula.v1.CreateTenantResponse
-	45,  // 157: tabula.v1.Master.ListTenants:output_type -> tabula.v1.ListTenantsResponse
-	47,  // 158: tabula.v1.Master.DescribeTenant:output_type -> tabula.v1.DescribeTenantResponse
-	49,  // 159: tabula.v1.Master.DeleteTenant:output_type -> tabula.v1.DeleteTenantResponse
-	51,  // 160: tabula.v1.Master.RotateTenantKey:output_type -> tabula.v1.RotateTenantKeyResponse
-	53,  // 161: tabula.v1.Master.TenantKeys:output_type -> tabula.v1.TenantKeysResponse
-	39,  // 162: tabula.v1.Master.SetTenantQuota:output_type -> tabula.v1.SetTenantQuotaResponse
-	97,  // 163: tabula.v1.TableServer.Get:output_type -> tabula.v1.GetResponse
-	99,  // 164: tabula.v1.TableServer.BatchGet:output_type -> tabula.v1.BatchGetResponse
-	101, // 165: tabula.v1.TableServer.MultiGet:output_type -> tabula.v1.MultiGetResponse
-	104, // 166: tabula.v1.TableServer.Put:output_type -> tabula.v1.PutResponse
-	106, // 167: tabula.v1.TableServer.Delete:output_type -> tabula.v1.DeleteResponse
-	108, // 168: tabula.v1.TableServer.CompareAndSwap:output_type -> tabula.v1.CompareAndSwapResponse
-	111, // 169: tabula.v1.TableServer.BatchWrite:output_type -> tabula.v1.BatchWriteResponse
-	114, // 170: tabula.v1.TableServer.Scan:output_type -> tabula.v1.ScanResponse
-	116, // 171: tabula.v1.TableServer.CopyReplica:output_type -> tabula.v1.CopyReplicaChunk
-	119, // 172: tabula.v1.TableServer.BulkUpload:output_type -> tabula.v1.BulkUploadResponse
-	119, // 173: tabula.v1.TableServer.BulkUploadStatus:output_type -> tabula.v1.BulkUploadResponse
-	25,  // 174: tabula.v1.TableServer.Invoke:output_type -> tabula.v1.InvokeResponse
-	27,  // 175: tabula.v1.TableServer.CoprocMerge:output_type -> tabula.v1.CoprocMergeResponse
-	128, // [128:176] is the sub-list for method output_type
-	80,  // [80:128] is the sub-list for method input_type
-	80,  // [80:80] is the sub-list for extension type_name
-	80,  // [80:80] is the sub-list for extension extendee
-	0,   // [0:80] is the sub-list for field type_name
+	29,  // 16: tabula.v1.BulkVersion.files:type_name -> tabula.v1.BulkFile
+	30,  // 17: tabula.v1.BulkInfo.versions:type_name -> tabula.v1.BulkVersion
+	32,  // 18: tabula.v1.BulkInfo.rollout:type_name -> tabula.v1.BulkRollout
+	1,   // 19: tabula.v1.ReplicaStatus.role:type_name -> tabula.v1.ReplicaRole
+	35,  // 20: tabula.v1.ReplicaStatus.bulk_loaded:type_name -> tabula.v1.BulkLoaded
+	3,   // 21: tabula.v1.ReplicaStatus.state:type_name -> tabula.v1.ReplicaState
+	4,   // 22: tabula.v1.ErrorDetail.code:type_name -> tabula.v1.ErrorCode
+	11,  // 23: tabula.v1.ErrorDetail.partition:type_name -> tabula.v1.Partition
+	38,  // 24: tabula.v1.TenantInfo.quota:type_name -> tabula.v1.TenantQuota
+	39,  // 25: tabula.v1.TenantInfo.usage:type_name -> tabula.v1.TenantUsage
+	38,  // 26: tabula.v1.SetTenantQuotaRequest.quota:type_name -> tabula.v1.TenantQuota
+	37,  // 27: tabula.v1.SetTenantQuotaResponse.tenant:type_name -> tabula.v1.TenantInfo
+	38,  // 28: tabula.v1.CreateTenantRequest.quota:type_name -> tabula.v1.TenantQuota
+	37,  // 29: tabula.v1.CreateTenantResponse.tenant:type_name -> tabula.v1.TenantInfo
+	37,  // 30: tabula.v1.ListTenantsResponse.tenants:type_name -> tabula.v1.TenantInfo
+	37,  // 31: tabula.v1.DescribeTenantResponse.tenant:type_name -> tabula.v1.TenantInfo
+	9,   // 32: tabula.v1.DescribeTenantResponse.tables:type_name -> tabula.v1.Table
+	37,  // 33: tabula.v1.RotateTenantKeyResponse.tenant:type_name -> tabula.v1.TenantInfo
+	37,  // 34: tabula.v1.TenantKeysResponse.tenants:type_name -> tabula.v1.TenantInfo
+	60,  // 35: tabula.v1.MasterMembersResponse.members:type_name -> tabula.v1.MasterMember
+	5,   // 36: tabula.v1.StreamRequest.op:type_name -> tabula.v1.StreamOp
+	0,   // 37: tabula.v1.CreateTableRequest.kind:type_name -> tabula.v1.TableKind
+	8,   // 38: tabula.v1.CreateTableRequest.options:type_name -> tabula.v1.TableOptions
+	13,  // 39: tabula.v1.CreateTableResponse.map:type_name -> tabula.v1.PartitionMap
+	9,   // 40: tabula.v1.ListTablesResponse.tables:type_name -> tabula.v1.Table
+	13,  // 41: tabula.v1.DescribeTableResponse.map:type_name -> tabula.v1.PartitionMap
+	34,  // 42: tabula.v1.DescribeTableResponse.replicas:type_name -> tabula.v1.ReplicaStatus
+	13,  // 43: tabula.v1.GetPartitionMapResponse.map:type_name -> tabula.v1.PartitionMap
+	13,  // 44: tabula.v1.WatchPartitionMapResponse.maps:type_name -> tabula.v1.PartitionMap
+	9,   // 45: tabula.v1.WatchPartitionMapResponse.removed:type_name -> tabula.v1.Table
+	13,  // 46: tabula.v1.WatchPartitionMapResponse.patches:type_name -> tabula.v1.PartitionMap
+	34,  // 47: tabula.v1.HeartbeatRequest.replicas:type_name -> tabula.v1.ReplicaStatus
+	24,  // 48: tabula.v1.HeartbeatRequest.coproc_ready:type_name -> tabula.v1.CoprocReady
+	42,  // 49: tabula.v1.HeartbeatRequest.tenant_load:type_name -> tabula.v1.TenantLoad
+	43,  // 50: tabula.v1.HeartbeatResponse.tenant_shares:type_name -> tabula.v1.TenantShare
+	29,  // 51: tabula.v1.BulkPublishRequest.files:type_name -> tabula.v1.BulkFile
+	13,  // 52: tabula.v1.BulkPublishResponse.map:type_name -> tabula.v1.PartitionMap
+	13,  // 53: tabula.v1.BulkStoredResponse.map:type_name -> tabula.v1.PartitionMap
+	13,  // 54: tabula.v1.BulkStatusResponse.map:type_name -> tabula.v1.PartitionMap
+	31,  // 55: tabula.v1.BulkStatusResponse.bulk:type_name -> tabula.v1.BulkInfo
+	13,  // 56: tabula.v1.BulkRollbackResponse.map:type_name -> tabula.v1.PartitionMap
+	6,   // 57: tabula.v1.BulkRolloutRequest.action:type_name -> tabula.v1.BulkRolloutAction
+	13,  // 58: tabula.v1.BulkRolloutResponse.map:type_name -> tabula.v1.PartitionMap
+	33,  // 59: tabula.v1.ListServersResponse.servers:type_name -> tabula.v1.ServerInfo
+	99,  // 60: tabula.v1.GetRequest.header:type_name -> tabula.v1.RequestHeader
+	99,  // 61: tabula.v1.BatchGetRequest.header:type_name -> tabula.v1.RequestHeader
+	101, // 62: tabula.v1.BatchGetResponse.results:type_name -> tabula.v1.GetResponse
+	100, // 63: tabula.v1.MultiGetRequest.gets:type_name -> tabula.v1.GetRequest
+	106, // 64: tabula.v1.MultiGetResponse.results:type_name -> tabula.v1.MultiGetResult
+	101, // 65: tabula.v1.MultiGetResult.response:type_name -> tabula.v1.GetResponse
+	99,  // 66: tabula.v1.PutRequest.header:type_name -> tabula.v1.RequestHeader
+	99,  // 67: tabula.v1.DeleteRequest.header:type_name -> tabula.v1.RequestHeader
+	99,  // 68: tabula.v1.CompareAndSwapRequest.header:type_name -> tabula.v1.RequestHeader
+	7,   // 69: tabula.v1.Mutation.op:type_name -> tabula.v1.Mutation.Op
+	99,  // 70: tabula.v1.BatchWriteRequest.header:type_name -> tabula.v1.RequestHeader
+	113, // 71: tabula.v1.BatchWriteRequest.mutations:type_name -> tabula.v1.Mutation
+	99,  // 72: tabula.v1.ScanRequest.header:type_name -> tabula.v1.RequestHeader
+	117, // 73: tabula.v1.ScanResponse.records:type_name -> tabula.v1.KeyValue
+	99,  // 74: tabula.v1.CopyReplicaRequest.header:type_name -> tabula.v1.RequestHeader
+	117, // 75: tabula.v1.CopyReplicaChunk.records:type_name -> tabula.v1.KeyValue
+	99,  // 76: tabula.v1.BulkUploadRequest.header:type_name -> tabula.v1.RequestHeader
+	29,  // 77: tabula.v1.BulkUploadRequest.file:type_name -> tabula.v1.BulkFile
+	99,  // 78: tabula.v1.BulkUploadStatusRequest.header:type_name -> tabula.v1.RequestHeader
+	11,  // 79: tabula.v1.PartitionLogFailedResponse.partition:type_name -> tabula.v1.Partition
+	128, // 80: tabula.v1.ForgetServerResponse.lost:type_name -> tabula.v1.LostPartition
+	128, // 81: tabula.v1.ListDataLossResponse.lost:type_name -> tabula.v1.LostPartition
+	13,  // 82: tabula.v1.ClearDataLossResponse.map:type_name -> tabula.v1.PartitionMap
+	71,  // 83: tabula.v1.Master.CreateTable:input_type -> tabula.v1.CreateTableRequest
+	73,  // 84: tabula.v1.Master.DropTable:input_type -> tabula.v1.DropTableRequest
+	75,  // 85: tabula.v1.Master.ListTables:input_type -> tabula.v1.ListTablesRequest
+	77,  // 86: tabula.v1.Master.DescribeTable:input_type -> tabula.v1.DescribeTableRequest
+	79,  // 87: tabula.v1.Master.GetPartitionMap:input_type -> tabula.v1.GetPartitionMapRequest
+	81,  // 88: tabula.v1.Master.WatchPartitionMap:input_type -> tabula.v1.WatchPartitionMapRequest
+	83,  // 89: tabula.v1.Master.RegisterServer:input_type -> tabula.v1.RegisterServerRequest
+	85,  // 90: tabula.v1.Master.Heartbeat:input_type -> tabula.v1.HeartbeatRequest
+	124, // 91: tabula.v1.Master.PartitionLogFailed:input_type -> tabula.v1.PartitionLogFailedRequest
+	97,  // 92: tabula.v1.Master.ListServers:input_type -> tabula.v1.ListServersRequest
+	87,  // 93: tabula.v1.Master.BulkPublish:input_type -> tabula.v1.BulkPublishRequest
+	89,  // 94: tabula.v1.Master.BulkStored:input_type -> tabula.v1.BulkStoredRequest
+	91,  // 95: tabula.v1.Master.BulkStatus:input_type -> tabula.v1.BulkStatusRequest
+	93,  // 96: tabula.v1.Master.BulkRollback:input_type -> tabula.v1.BulkRollbackRequest
+	95,  // 97: tabula.v1.Master.BulkRollout:input_type -> tabula.v1.BulkRolloutRequest
+	69,  // 98: tabula.v1.Master.Stream:input_type -> tabula.v1.StreamRequest
+	16,  // 99: tabula.v1.Master.CoprocDeploy:input_type -> tabula.v1.CoprocDeployRequest
+	18,  // 100: tabula.v1.Master.CoprocList:input_type -> tabula.v1.CoprocListRequest
+	20,  // 101: tabula.v1.Master.CoprocRollback:input_type -> tabula.v1.CoprocRollbackRequest
+	22,  // 102: tabula.v1.Master.CoprocFetch:input_type -> tabula.v1.CoprocFetchRequest
+	126, // 103: tabula.v1.Master.ForgetServer:input_type -> tabula.v1.ForgetServerRequest
+	129, // 104: tabula.v1.Master.ListDataLoss:input_type -> tabula.v1.ListDataLossRequest
+	131, // 105: tabula.v1.Master.ClearDataLoss:input_type -> tabula.v1.ClearDataLossRequest
+	61,  // 106: tabula.v1.Master.MasterMembers:input_type -> tabula.v1.MasterMembersRequest
+	63,  // 107: tabula.v1.Master.AddMaster:input_type -> tabula.v1.AddMasterRequest
+	65,  // 108: tabula.v1.Master.RemoveMaster:input_type -> tabula.v1.RemoveMasterRequest
+	67,  // 109: tabula.v1.Master.TransferLeader:input_type -> tabula.v1.TransferLeaderRequest
+	56,  // 110: tabula.v1.Master.MovePartition:input_type -> tabula.v1.MovePartitionRequest
+	58,  // 111: tabula.v1.Master.DrainServer:input_type -> tabula.v1.DrainServerRequest
+	44,  // 112: tabula.v1.Master.CreateTenant:input_type -> tabula.v1.CreateTenantRequest
+	46,  // 113: tabula.v1.Master.ListTenants:input_type -> tabula.v1.ListTenantsRequest
+	48,  // 114: tabula.v1.Master.DescribeTenant:input_type -> tabula.v1.DescribeTenantRequest
+	50,  // 115: tabula.v1.Master.DeleteTenant:input_type -> tabula.v1.DeleteTenantRequest
+	52,  // 116: tabula.v1.Master.RotateTenantKey:input_type -> tabula.v1.RotateTenantKeyRequest
+	54,  // 117: tabula.v1.Master.TenantKeys:input_type -> tabula.v1.TenantKeysRequest
+	40,  // 118: tabula.v1.Master.SetTenantQuota:input_type -> tabula.v1.SetTenantQuotaRequest
+	100, // 119: tabula.v1.TableServer.Get:input_type -> tabula.v1.GetRequest
+	102, // 120: tabula.v1.TableServer.BatchGet:input_type -> tabula.v1.BatchGetRequest
+	104, // 121: tabula.v1.TableServer.MultiGet:input_type -> tabula.v1.MultiGetRequest
+	107, // 122: tabula.v1.TableServer.Put:input_type -> tabula.v1.PutRequest
+	109, // 123: tabula.v1.TableServer.Delete:input_type -> tabula.v1.DeleteRequest
+	111, // 124: tabula.v1.TableServer.CompareAndSwap:input_type -> tabula.v1.CompareAndSwapRequest
+	114, // 125: tabula.v1.TableServer.BatchWrite:input_type -> tabula.v1.BatchWriteRequest
+	116, // 126: tabula.v1.TableServer.Scan:input_type -> tabula.v1.ScanRequest
+	119, // 127: tabula.v1.TableServer.CopyReplica:input_type -> tabula.v1.CopyReplicaRequest
+	121, // 128: tabula.v1.TableServer.BulkUpload:input_type -> tabula.v1.BulkUploadRequest
+	122, // 129: tabula.v1.TableServer.BulkUploadStatus:input_type -> tabula.v1.BulkUploadStatusRequest
+	25,  // 130: tabula.v1.TableServer.Invoke:input_type -> tabula.v1.InvokeRequest
+	27,  // 131: tabula.v1.TableServer.CoprocMerge:input_type -> tabula.v1.CoprocMergeRequest
+	72,  // 132: tabula.v1.Master.CreateTable:output_type -> tabula.v1.CreateTableResponse
+	74,  // 133: tabula.v1.Master.DropTable:output_type -> tabula.v1.DropTableResponse
+	76,  // 134: tabula.v1.Master.ListTables:output_type -> tabula.v1.ListTablesResponse
+	78,  // 135: tabula.v1.Master.DescribeTable:output_type -> tabula.v1.DescribeTableResponse
+	80,  // 136: tabula.v1.Master.GetPartitionMap:output_type -> tabula.v1.GetPartitionMapResponse
+	82,  // 137: tabula.v1.Master.WatchPartitionMap:output_type -> tabula.v1.WatchPartitionMapResponse
+	84,  // 138: tabula.v1.Master.RegisterServer:output_type -> tabula.v1.RegisterServerResponse
+	86,  // 139: tabula.v1.Master.Heartbeat:output_type -> tabula.v1.HeartbeatResponse
+	125, // 140: tabula.v1.Master.PartitionLogFailed:output_type -> tabula.v1.PartitionLogFailedResponse
+	98,  // 141: tabula.v1.Master.ListServers:output_type -> tabula.v1.ListServersResponse
+	88,  // 142: tabula.v1.Master.BulkPublish:output_type -> tabula.v1.BulkPublishResponse
+	90,  // 143: tabula.v1.Master.BulkStored:output_type -> tabula.v1.BulkStoredResponse
+	92,  // 144: tabula.v1.Master.BulkStatus:output_type -> tabula.v1.BulkStatusResponse
+	94,  // 145: tabula.v1.Master.BulkRollback:output_type -> tabula.v1.BulkRollbackResponse
+	96,  // 146: tabula.v1.Master.BulkRollout:output_type -> tabula.v1.BulkRolloutResponse
+	70,  // 147: tabula.v1.Master.Stream:output_type -> tabula.v1.StreamResponse
+	17,  // 148: tabula.v1.Master.CoprocDeploy:output_type -> tabula.v1.CoprocDeployResponse
+	19,  // 149: tabula.v1.Master.CoprocList:output_type -> tabula.v1.CoprocListResponse
+	21,  // 150: tabula.v1.Master.CoprocRollback:output_type -> tabula.v1.CoprocRollbackResponse
+	23,  // 151: tabula.v1.Master.CoprocFetch:output_type -> tabula.v1.CoprocFetchResponse
+	127, // 152: tabula.v1.Master.ForgetServer:output_type -> tabula.v1.ForgetServerResponse
+	130, // 153: tabula.v1.Master.ListDataLoss:output_type -> tabula.v1.ListDataLossResponse
+	132, // 154: tabula.v1.Master.ClearDataLoss:output_type -> tabula.v1.ClearDataLossResponse
+	62,  // 155: tabula.v1.Master.MasterMembers:output_type -> tabula.v1.MasterMembersResponse
+	64,  // 156: tabula.v1.Master.AddMaster:output_type -> tabula.v1.AddMasterResponse
+	66,  // 157: tabula.v1.Master.RemoveMaster:output_type -> tabula.v1.RemoveMasterResponse
+	68,  // 158: tabula.v1.Master.TransferLeader:output_type -> tabula.v1.TransferLeaderResponse
+	57,  // 159: tabula.v1.Master.MovePartition:output_type -> tabula.v1.MovePartitionResponse
+	59,  // 160: tabula.v1.Master.DrainServer:output_type -> tabula.v1.DrainServerResponse
+	45,  // 161: tabula.v1.Master.CreateTenant:output_type -> tabula.v1.CreateTenantResponse
+	47,  // 162: tabula.v1.Master.ListTenants:output_type -> tabula.v1.ListTenantsResponse
+	49,  // 163: tabula.v1.Master.DescribeTenant:output_type -> tabula.v1.DescribeTenantResponse
+	51,  // 164: tabula.v1.Master.DeleteTenant:output_type -> tabula.v1.DeleteTenantResponse
+	53,  // 165: tabula.v1.Master.RotateTenantKey:output_type -> tabula.v1.RotateTenantKeyResponse
+	55,  // 166: tabula.v1.Master.TenantKeys:output_type -> tabula.v1.TenantKeysResponse
+	41,  // 167: tabula.v1.Master.SetTenantQuota:output_type -> tabula.v1.SetTenantQuotaResponse
+	101, // 168: tabula.v1.TableServer.Get:output_type -> tabula.v1.GetResponse
+	103, // 169: tabula.v1.TableServer.BatchGet:output_type -> tabula.v1.BatchGetResponse
+	105, // 170: tabula.v1.TableServer.MultiGet:output_type -> tabula.v1.MultiGetResponse
+	108, // 171: tabula.v1.TableServer.Put:output_type -> tabula.v1.PutResponse
+	110, // 172: tabula.v1.TableServer.Delete:output_type -> tabula.v1.DeleteResponse
+	112, // 173: tabula.v1.TableServer.CompareAndSwap:output_type -> tabula.v1.CompareAndSwapResponse
+	115, // 174: tabula.v1.TableServer.BatchWrite:output_type -> tabula.v1.BatchWriteResponse
+	118, // 175: tabula.v1.TableServer.Scan:output_type -> tabula.v1.ScanResponse
+	120, // 176: tabula.v1.TableServer.CopyReplica:output_type -> tabula.v1.CopyReplicaChunk
+	123, // 177: tabula.v1.TableServer.BulkUpload:output_type -> tabula.v1.BulkUploadResponse
+	123, // 178: tabula.v1.TableServer.BulkUploadStatus:output_type -> tabula.v1.BulkUploadResponse
+	26,  // 179: tabula.v1.TableServer.Invoke:output_type -> tabula.v1.InvokeResponse
+	28,  // 180: tabula.v1.TableServer.CoprocMerge:output_type -> tabula.v1.CoprocMergeResponse
+	132, // [132:181] is the sub-list for method output_type
+	83,  // [83:132] is the sub-list for method input_type
+	83,  // [83:83] is the sub-list for extension type_name
+	83,  // [83:83] is the sub-list for extension extendee
+	0,   // [0:83] is the sub-list for field type_name
 }
 
 func init() { file_tabula_proto_init() }
@@ -9504,8 +9883,8 @@ func file_tabula_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tabula_proto_rawDesc), len(file_tabula_proto_rawDesc)),
-			NumEnums:      7,
-			NumMessages:   122,
+			NumEnums:      8,
+			NumMessages:   125,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -41,6 +41,7 @@ const (
 	Master_BulkStored_FullMethodName         = "/tabula.v1.Master/BulkStored"
 	Master_BulkStatus_FullMethodName         = "/tabula.v1.Master/BulkStatus"
 	Master_BulkRollback_FullMethodName       = "/tabula.v1.Master/BulkRollback"
+	Master_BulkRollout_FullMethodName        = "/tabula.v1.Master/BulkRollout"
 	Master_Stream_FullMethodName             = "/tabula.v1.Master/Stream"
 	Master_CoprocDeploy_FullMethodName       = "/tabula.v1.Master/CoprocDeploy"
 	Master_CoprocList_FullMethodName         = "/tabula.v1.Master/CoprocList"
@@ -94,8 +95,12 @@ type MasterClient interface {
 	BulkStored(ctx context.Context, in *BulkStoredRequest, opts ...grpc.CallOption) (*BulkStoredResponse, error)
 	// BulkStatus returns a bulk table's versions with per-partition detail.
 	BulkStatus(ctx context.Context, in *BulkStatusRequest, opts ...grpc.CallOption) (*BulkStatusResponse, error)
-	// BulkRollback makes a retained, fully loaded version the serving one.
+	// BulkRollback rolls a retained version out again (row by row, like a
+	// publish; on a table without streams it switches at once to a version
+	// loaded everywhere).
 	BulkRollback(ctx context.Context, in *BulkRollbackRequest, opts ...grpc.CallOption) (*BulkRollbackResponse, error)
+	// BulkRollout pauses, resumes or aborts the rollout under way.
+	BulkRollout(ctx context.Context, in *BulkRolloutRequest, opts ...grpc.CallOption) (*BulkRolloutResponse, error)
 	// Stream is the stream manager's service (the stream layer's control
 	// plane): see StreamOp.
 	Stream(ctx context.Context, in *StreamRequest, opts ...grpc.CallOption) (*StreamResponse, error)
@@ -308,6 +313,16 @@ func (c *masterClient) BulkRollback(ctx context.Context, in *BulkRollbackRequest
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(BulkRollbackResponse)
 	err := c.cc.Invoke(ctx, Master_BulkRollback_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *masterClient) BulkRollout(ctx context.Context, in *BulkRolloutRequest, opts ...grpc.CallOption) (*BulkRolloutResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(BulkRolloutResponse)
+	err := c.cc.Invoke(ctx, Master_BulkRollout_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -554,8 +569,12 @@ type MasterServer interface {
 	BulkStored(context.Context, *BulkStoredRequest) (*BulkStoredResponse, error)
 	// BulkStatus returns a bulk table's versions with per-partition detail.
 	BulkStatus(context.Context, *BulkStatusRequest) (*BulkStatusResponse, error)
-	// BulkRollback makes a retained, fully loaded version the serving one.
+	// BulkRollback rolls a retained version out again (row by row, like a
+	// publish; on a table without streams it switches at once to a version
+	// loaded everywhere).
 	BulkRollback(context.Context, *BulkRollbackRequest) (*BulkRollbackResponse, error)
+	// BulkRollout pauses, resumes or aborts the rollout under way.
+	BulkRollout(context.Context, *BulkRolloutRequest) (*BulkRolloutResponse, error)
 	// Stream is the stream manager's service (the stream layer's control
 	// plane): see StreamOp.
 	Stream(context.Context, *StreamRequest) (*StreamResponse, error)
@@ -666,6 +685,9 @@ func (UnimplementedMasterServer) BulkStatus(context.Context, *BulkStatusRequest)
 }
 func (UnimplementedMasterServer) BulkRollback(context.Context, *BulkRollbackRequest) (*BulkRollbackResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method BulkRollback not implemented")
+}
+func (UnimplementedMasterServer) BulkRollout(context.Context, *BulkRolloutRequest) (*BulkRolloutResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method BulkRollout not implemented")
 }
 func (UnimplementedMasterServer) Stream(context.Context, *StreamRequest) (*StreamResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Stream not implemented")
@@ -992,6 +1014,24 @@ func _Master_BulkRollback_Handler(srv interface{}, ctx context.Context, dec func
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(MasterServer).BulkRollback(ctx, req.(*BulkRollbackRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Master_BulkRollout_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(BulkRolloutRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MasterServer).BulkRollout(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Master_BulkRollout_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MasterServer).BulkRollout(ctx, req.(*BulkRolloutRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -1432,6 +1472,10 @@ var Master_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "BulkRollback",
 			Handler:    _Master_BulkRollback_Handler,
+		},
+		{
+			MethodName: "BulkRollout",
+			Handler:    _Master_BulkRollout_Handler,
 		},
 		{
 			MethodName: "Stream",

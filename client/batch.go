@@ -142,10 +142,11 @@ func (t *Table) BatchGet(ctx context.Context, keys [][]byte, opts ...ReadOption)
 	// One deadline for the whole batch, regroups included.
 	ctx, _, cancel := t.c.callCtx(ctx, true)
 	defer cancel()
-	// A bulk table's batch reads one version in every partition: the
-	// serving one by the map at the start (or the pinned one). If a server
-	// has unloaded it meanwhile, the whole batch runs again on the new
-	// serving version, so no answer mixes versions.
+	// A bulk table's batch reads one version in every partition: one the
+	// copies serve by the map at the start (during a rollout, the old or
+	// the new one, in proportion to the rows serving each), or the pinned
+	// one. If a server has unloaded it meanwhile, the whole batch runs
+	// again on a version the new map serves, so no answer mixes versions.
 	for attempt := 0; ; attempt++ {
 		m, err := t.ts.current(ctx)
 		if err != nil {
@@ -153,7 +154,7 @@ func (t *Table) BatchGet(ctx context.Context, keys [][]byte, opts ...ReadOption)
 		}
 		version := t.pin
 		if version == 0 {
-			version = m.GetBulk().GetCurrent()
+			version = t.c.chooseBulkVersion(m)
 		}
 		var lsns lsnSet
 		err = t.batchGet(ctx, keys, hashes, idx, results, version, ro, &lsns)
@@ -223,7 +224,7 @@ func (t *Table) batchGet(ctx context.Context, keys [][]byte, hashes []uint64, id
 		for j, i := range g {
 			req.Keys[j] = keys[i]
 		}
-		pid, lsn, err := t.call(ctx, callSpec{op: op, bounded: true, pick: pickGroup(hashes, g), read: ro, class: classRead, rpc: func(ctx context.Context, ts api.TableServerClient, h *api.RequestHeader) (uint64, error) {
+		pid, lsn, err := t.call(ctx, callSpec{op: op, bounded: true, pick: pickGroup(hashes, g), read: ro, class: classRead, bulkVersion: version, rpc: func(ctx context.Context, ts api.TableServerClient, h *api.RequestHeader) (uint64, error) {
 			h.BulkVersion = version
 			req.Header = h
 			resp, err := ts.BatchGet(ctx, req)

@@ -45,6 +45,10 @@ type PublishProgress struct {
 	Bytes, StoredBytes, Sent uint64
 	// Serving is set once the table serves the version.
 	Serving bool
+	// Rows is the copies per partition the version rolls out to, row by
+	// row, and RowsDone how many rows serve it (0, 0 without a rollout: a
+	// version without streams switches every copy at once).
+	Rows, RowsDone int
 }
 
 // PublishOptions tune PublishBulk. The zero value works.
@@ -151,6 +155,7 @@ func (t *Table) PublishBulk(ctx context.Context, p BulkPublish, opts PublishOpti
 		mu                sync.Mutex
 		storedBytes, sent atomic.Uint64
 		storedN, loaded   atomic.Int64
+		rows, rowsDone    atomic.Int64
 		progress          = func(serving bool) {
 			if opts.Progress == nil {
 				return
@@ -158,7 +163,8 @@ func (t *Table) PublishBulk(ctx context.Context, p BulkPublish, opts PublishOpti
 			mu.Lock()
 			defer mu.Unlock()
 			opts.Progress(PublishProgress{Partitions: len(p.Files), Stored: int(storedN.Load()), Loaded: int(loaded.Load()),
-				Bytes: total, StoredBytes: storedBytes.Load(), Sent: sent.Load(), Serving: serving})
+				Bytes: total, StoredBytes: storedBytes.Load(), Sent: sent.Load(), Serving: serving,
+				Rows: int(rows.Load()), RowsDone: int(rowsDone.Load())})
 		}
 	)
 	// A tenant may not write streams: each file goes to its partition's
@@ -228,6 +234,10 @@ func (t *Table) PublishBulk(ctx context.Context, p BulkPublish, opts PublishOpti
 		}
 		done := st.GetCurrent() > p.Version // superseded meanwhile
 		found := false
+		if ro := st.GetRollout(); ro.GetVersion() == p.Version {
+			rows.Store(int64(ro.GetRows()))
+			rowsDone.Store(int64(ro.GetRowsDone()))
+		}
 		for _, v := range st.GetVersions() {
 			if v.GetVersion() != p.Version {
 				continue
@@ -345,6 +355,9 @@ func (t *Table) uploadPartition(ctx context.Context, p BulkPublish, i, chunk int
 		}
 		part := m.GetPartitions()[i]
 		r := copyOf(part, k)
+		if h := holderOf(part, p.Version); store && h != nil {
+			r = h // the copy the master gives the upload (rows: one copy holds each version)
+		}
 		if r == nil && k > 0 {
 			return nil // the partition has fewer copies now: nothing to send
 		}
@@ -494,9 +507,12 @@ func (t *Table) BulkStatus(ctx context.Context) (*api.BulkInfo, error) {
 	return resp.GetBulk(), nil
 }
 
-// BulkRollback switches the bulk table to version, which must be retained
-// and loaded on every partition's server.
-func (t *Table) BulkRollback(ctx context.Context, version uint64) error {
+// BulkRollback makes the bulk table serve version, which must be
+// retained, and returns once it does: the version rolls out again row by
+// row from its streams (a table without streams switches at once to a
+// version loaded everywhere). progress, if not nil, is called with the
+// rollout as it goes.
+func (t *Table) BulkRollback(ctx context.Context, version uint64, progress ...func(*api.BulkRollout)) error {
 	if t.err != nil {
 		return t.errf("roll back", t.err)
 	}
@@ -510,7 +526,74 @@ func (t *Table) BulkRollback(ctx context.Context, version uint64) error {
 		return err
 	}
 	t.ts.store(resp.GetMap())
-	return nil
+	return t.waitServing(ctx, version, progress...)
+}
+
+// waitServing waits until the bulk table serves version, calling progress
+// with the rollout as it goes.
+func (t *Table) waitServing(ctx context.Context, version uint64, progress ...func(*api.BulkRollout)) error {
+	for attempt := 0; ; attempt++ {
+		st, err := t.BulkStatus(ctx)
+		if err != nil {
+			return err
+		}
+		ro := st.GetRollout()
+		if st.GetCurrent() == version && ro == nil {
+			return nil
+		}
+		if ro == nil || ro.GetVersion() != version {
+			return t.errf("roll back", api.Errorf(api.ErrorCode_ERROR_CODE_FAILED_PRECONDITION, "rollout_replaced",
+				"the rollout of version %d ended without serving it (aborted, or replaced by another): the table serves version %d", version, st.GetCurrent()))
+		}
+		for _, f := range progress {
+			f(ro)
+		}
+		if !sleepCtx(ctx, t.c.jitter.backoff(attempt, 20*time.Millisecond, 500*time.Millisecond)) {
+			return fmt.Errorf("client: roll back %q to version %d: %d of %d rows switched (%s): %w", t.name, version, ro.GetRowsDone(), ro.GetRows(), rolloutWaiting(ro), ctx.Err())
+		}
+	}
+}
+
+// rolloutWaiting says what a rollout is doing, for errors and progress.
+func rolloutWaiting(ro *api.BulkRollout) string {
+	switch {
+	case ro.GetPaused():
+		return "paused"
+	case ro.GetWaiting() != "":
+		return "waiting: " + ro.GetWaiting()
+	}
+	return fmt.Sprintf("row %d loading, %d of %d partitions loaded", ro.GetRowsDone()+1, ro.GetRowLoaded(), ro.GetPartitions())
+}
+
+// BulkRollout pauses, resumes or aborts the bulk table's rollout (action
+// "pause", "resume" or "abort") and returns the rollout as it is then (nil
+// once none is under way).
+func (t *Table) BulkRollout(ctx context.Context, action string) (*api.BulkRollout, error) {
+	if t.err != nil {
+		return nil, t.errf("bulk rollout", t.err)
+	}
+	var a api.BulkRolloutAction
+	switch action {
+	case "pause":
+		a = api.BulkRolloutAction_BULK_ROLLOUT_ACTION_PAUSE
+	case "resume":
+		a = api.BulkRolloutAction_BULK_ROLLOUT_ACTION_RESUME
+	case "abort":
+		a = api.BulkRolloutAction_BULK_ROLLOUT_ACTION_ABORT
+	default:
+		return nil, t.errf("bulk rollout", api.InvalidArgument("action", "rollout_action", 0, "rollout action %q: want pause, resume or abort", action))
+	}
+	var resp *api.BulkRolloutResponse
+	err := t.c.masterCall(ctx, fmt.Sprintf("client: bulk rollout %s on %q", action, t.name), func(ctx context.Context, mc api.MasterClient) error {
+		var err error
+		resp, err = mc.BulkRollout(ctx, &api.BulkRolloutRequest{Tenant: t.c.opts.Tenant, Table: t.name, Action: a})
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	t.ts.store(resp.GetMap())
+	return resp.GetMap().GetBulk().GetRollout(), nil
 }
 
 // AtVersion returns a handle whose reads of a bulk table all come from

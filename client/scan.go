@@ -40,7 +40,7 @@ func (t *Table) Scan(ctx context.Context, fn func(key, value []byte) error, opts
 		}
 		version := t.pin
 		if version == 0 {
-			version = m.GetBulk().GetCurrent()
+			version = t.c.chooseBulkVersion(m)
 		}
 		for i := range len(m.GetPartitions()) {
 			if err = t.scanPartition(ctx, i, version, count, ro); err != nil {
@@ -82,7 +82,7 @@ func (t *Table) scanPartition(ctx context.Context, index int, version uint64, fn
 		return m.GetPartitions()[index], nil
 	}
 	ro.lsn = nil
-	_, _, err := t.call(ctx, callSpec{op: op, pick: pick, read: ro, rpc: func(ctx context.Context, ts api.TableServerClient, h *api.RequestHeader) (uint64, error) {
+	_, _, err := t.call(ctx, callSpec{op: op, pick: pick, read: ro, bulkVersion: version, rpc: func(ctx context.Context, ts api.TableServerClient, h *api.RequestHeader) (uint64, error) {
 		return 0, t.scanAttempt(ctx, ts, h, op, version, fn)
 	}})
 	return err

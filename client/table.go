@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -127,6 +128,9 @@ type callSpec struct {
 	invoke bool // a coprocessor call: reqID is its idempotency token
 	read   readOptions
 	class  callClass // what the call is charged as (pace.go)
+	// bulkVersion: a bulk read of this version goes to a copy serving
+	// it (0: any serving copy, at the version it serves).
+	bulkVersion uint64
 }
 
 // do runs a request that reports no LSN (see call).
@@ -211,19 +215,56 @@ func (t *Table) call(ctx context.Context, spec callSpec) (partition, lsn uint64,
 			if spread && tried == nil {
 				tried = make(map[string]bool)
 			}
-			if spread {
+			bulkTable := m.GetTable().GetKind() == api.TableKind_TABLE_KIND_BULK
+			version := spec.bulkVersion
+			if version == 0 && bulkTable {
+				version = t.pin
+			}
+			switch {
+			case spread && bulkTable:
+				target = c.bulkCopyFor(p, version, tried, spec.bulkVersion != 0)
+				if target == nil && !slices.ContainsFunc(p.GetReplicas(), func(r *api.Replica) bool {
+					return r.GetBulkServes() != 0 && (version == 0 || r.GetBulkServes() == version)
+				}) {
+					// No copy serves it by this map: a copy loading it
+					// (a new copy after a move) answers that it is not
+					// loaded yet, and the retry waits for it; with no
+					// version at all, any copy says so.
+					want := version
+					if want == 0 {
+						want = m.GetBulk().GetCurrent()
+					}
+					if target = holderOf(p, want); target == nil && version == 0 {
+						target = c.replicaFor(p, tried)
+					}
+				}
+			case spread:
 				target = c.replicaFor(p, tried)
-			} else {
+			default:
 				target = primaryOf(p)
 			}
-			if target == nil {
+			switch {
+			case target == nil && bulkTable && spread:
+				err = bulkNotServed(p, version)
+				if spec.bulkVersion != 0 {
+					// A batch or scan picked the version: it starts
+					// over on one the map serves.
+					err = &permanentError{err}
+				}
+			case target == nil:
 				err = unavailable("no_primary", "partition %d has no primary", p.GetId())
-			} else {
-				// Bulk tables: the serving version by this map (the rpc
-				// may name another); a server that has unloaded it
+			default:
+				// Bulk tables: the version asked for, else the one the
+				// copy serves by this map; a server that has unloaded it
 				// answers VERSION_GONE and the retry takes the new map's.
+				if version == 0 {
+					version = target.GetBulkServes()
+				}
+				if version == 0 {
+					version = m.GetBulk().GetCurrent()
+				}
 				header = &api.RequestHeader{Tenant: c.opts.Tenant, Table: t.name, PartitionId: p.GetId(), Epoch: p.GetEpoch(),
-					BulkVersion: m.GetBulk().GetCurrent(), ReadAny: spec.read.any, MinLsn: spec.read.minLSN}
+					BulkVersion: version, ReadAny: spec.read.any, MinLsn: spec.read.minLSN}
 				if s := spec.read.session; s != nil {
 					header.MinLsn = max(header.MinLsn, s.LSN(t.name, p.GetId()))
 				}

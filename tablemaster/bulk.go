@@ -60,6 +60,13 @@ type BulkState struct {
 	LastVersion uint64 `json:"last_version,omitempty"`
 	// Versions are the versions loading or retained, by version.
 	Versions []BulkVersion `json:"versions,omitempty"`
+	// Rows: each copy holds its own version and new versions roll out
+	// row by row (rollout.go); false before the first version through
+	// streams, and after one without: every copy holds every retained
+	// version.
+	Rows bool `json:"rows,omitempty"`
+	// Rollout is the rollout under way, if any.
+	Rollout *BulkRollout `json:"rollout,omitempty"`
 }
 
 // BulkVersion is one published version of a bulk table.
@@ -231,6 +238,10 @@ func (b *BulkState) clone() *BulkState {
 		return nil
 	}
 	c := *b
+	if b.Rollout != nil {
+		r := *b.Rollout
+		c.Rollout = &r
+	}
 	c.Versions = slices.Clone(b.Versions)
 	for i := range c.Versions {
 		c.Versions[i].Files = slices.Clone(c.Versions[i].Files)
@@ -311,6 +322,9 @@ func (b *BulkState) version(v uint64) int {
 // bulkLoaded reports whether partition i of t has version bv loaded on
 // every serving copy it has now.
 func (t *Table) bulkLoaded(bv *BulkVersion, i int) bool {
+	if t.Bulk.Rows {
+		return t.rowsLoaded(bv, i)
+	}
 	p := &t.Partitions[i]
 	if len(p.Replicas) == 0 {
 		return false
@@ -407,8 +421,21 @@ func (s *State) bulkPublish(cmd Command, chk bool) (Result, error) {
 				"delta base version %d of %s/%s is not a loaded, retained version (retained: %v)", cmd.BaseVersion, t.Tenant, t.Name, t.readyVersions())
 		}
 	}
+	if ro := b.Rollout; ro != nil {
+		// A rollout under way: a newer publish replaces it only while no
+		// copy serves its version yet.
+		if v := t.servedLoading(); chk && v != 0 {
+			return Result{}, errCode(ErrInvalidArgument, api.ErrorCode_ERROR_CODE_FAILED_PRECONDITION, "rollout_in_progress",
+				"version %d of %s/%s is rolling out (%d of %d rows switched): wait for it to finish, or abort it (tabula bulk rollout abort %s), before publishing version %d",
+				v, t.Tenant, t.Name, ro.RowsDone, ro.Rows, t.Name, cmd.Version)
+		}
+	}
 	// Validation is over: mutate. A version still loading is abandoned by
 	// a newer publish: its uploads are deleted.
+	if ro := b.Rollout; ro != nil {
+		s.cancelRow(t, ro.Version)
+		b.Rollout = nil
+	}
 	b.Versions = slices.DeleteFunc(b.Versions, func(v BulkVersion) bool {
 		if v.State == BulkLoading {
 			s.dropBulkStreams(t, v.Version)
@@ -425,6 +452,16 @@ func (s *State) bulkPublish(cmd Command, chk bool) (Result, error) {
 		Files: files, LoadedBy: make([][]string, len(t.Partitions)), Streams: s.streamsPlaceable(),
 	})
 	b.LastVersion = cmd.Version
+	if b.Versions[len(b.Versions)-1].Streams {
+		// Row by row (rollout.go): its files reach the copies from
+		// their streams.
+		s.startRollout(t, cmd.Version, cmd.UnixMs)
+		s.bulkAdvance(t, cmd.UnixMs)
+	} else {
+		// Uploaded to every copy: they all hold every version.
+		t.leaveRows()
+	}
+	t.pruneLoaded()
 	return Result{Changed: true, Table: t}, nil
 }
 
@@ -472,8 +509,11 @@ func (s *State) bulkLoadedCmd(cmd Command, chk bool) (Result, error) {
 		return Result{}, errInvalid("file", "file_mismatch", 0, "server %s loaded a file of %d bytes, crc %08x, for partition %d of version %d; the version's file is %d bytes, crc %08x",
 			cmd.ServerID, cmd.File.Size, cmd.File.CRC, pi, cmd.Version, f.Size, f.CRC)
 	}
-	hosted := slices.ContainsFunc(t.Partitions[pi].Replicas, func(r Replica) bool { return r.ServerID == cmd.ServerID })
-	if !hosted || !v.addLoaded(pi, len(t.Partitions), cmd.ServerID) {
+	c := slices.IndexFunc(t.Partitions[pi].Replicas, func(r Replica) bool { return r.ServerID == cmd.ServerID })
+	if c < 0 || t.Bulk.Rows && !slices.Contains(t.copyHolds(pi, &t.Partitions[pi].Replicas[c]), cmd.Version) {
+		return Result{}, nil // not a copy, or a copy that no longer holds it (a report from before it unloaded)
+	}
+	if !v.addLoaded(pi, len(t.Partitions), cmd.ServerID) {
 		return Result{}, nil
 	}
 	res := Result{Changed: true, Table: t}
@@ -483,8 +523,14 @@ func (s *State) bulkLoadedCmd(cmd Command, chk bool) (Result, error) {
 
 // bulkMaybeSwitch switches t to loading version v once every partition's
 // server loaded it and every file is stored in its stream, unless a server
-// refused its file (its publish failed).
+// refused its file (its publish failed). In rows mode the rollout moves on
+// instead.
 func (s *State) bulkMaybeSwitch(t *Table, v *BulkVersion, unixMs int64) {
+	if t.Bulk.Rows {
+		s.bulkAdvance(t, unixMs)
+		t.pruneLoaded()
+		return
+	}
 	if v.State == BulkLoading && v.Error == "" && v.bulkStored() && t.BulkLoadedCount(v) == len(t.Partitions) {
 		s.bulkSwitch(t, v.Version, unixMs)
 	}
@@ -540,10 +586,31 @@ func (s *State) bulkRollback(cmd Command, chk bool) (Result, error) {
 		return Result{}, errCode(ErrInvalidArgument, api.ErrorCode_ERROR_CODE_NOT_FOUND, "version_not_retained",
 			"version %d of %s/%s is not retained (retained: %v)", cmd.Version, t.Tenant, t.Name, t.readyVersions())
 	}
-	if cmd.Version == b.Current {
+	if cmd.Version == b.Current && b.Rollout == nil {
 		return Result{Table: t}, nil
 	}
 	v := &b.Versions[k]
+	if b.Rows {
+		// Rolled out again, row by row, from its streams.
+		if ro := b.Rollout; ro != nil {
+			if ro.Version == cmd.Version {
+				return Result{Table: t}, nil
+			}
+			if chk {
+				return Result{}, errCode(ErrInvalidArgument, api.ErrorCode_ERROR_CODE_FAILED_PRECONDITION, "rollout_in_progress",
+					"version %d of %s/%s is rolling out (%d of %d rows switched): wait for it to finish, or abort it (tabula bulk rollout abort %s), before rolling back to version %d",
+					ro.Version, t.Tenant, t.Name, ro.RowsDone, ro.Rows, t.Name, cmd.Version)
+			}
+		}
+		if chk && (v.State == BulkLoading || !v.bulkStored()) {
+			return Result{}, errCode(ErrInvalidArgument, api.ErrorCode_ERROR_CODE_UNAVAILABLE, "version_not_stored",
+				"version %d of %s/%s is still being published; wait for its publish to finish", cmd.Version, t.Tenant, t.Name)
+		}
+		s.startRollout(t, cmd.Version, cmd.UnixMs)
+		s.bulkAdvance(t, cmd.UnixMs)
+		t.pruneLoaded()
+		return Result{Changed: true, Table: t}, nil
+	}
 	if n := t.BulkLoadedCount(v); chk && n < len(t.Partitions) {
 		return Result{}, errCode(ErrInvalidArgument, api.ErrorCode_ERROR_CODE_UNAVAILABLE, "version_not_loaded",
 			"version %d of %s/%s is loaded on %d of %d partitions (a partition moved and its server is fetching it, or it is still loading); try again shortly", cmd.Version, t.Tenant, t.Name, n, len(t.Partitions))
@@ -610,7 +677,7 @@ func (t *Table) BulkInfoProto(detail bool) *api.BulkInfo {
 	if t.Bulk == nil {
 		return nil
 	}
-	info := &api.BulkInfo{Current: t.Bulk.Current}
+	info := &api.BulkInfo{Current: t.Bulk.Current, Rollout: t.RolloutProto()}
 	for i := range t.Bulk.Versions {
 		v := &t.Bulk.Versions[i]
 		pv := &api.BulkVersion{

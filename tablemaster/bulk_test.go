@@ -69,16 +69,42 @@ func hasStream(s *State, name string) bool {
 	return err == nil
 }
 
-// loadAll stores version v's files and reports them loaded by every
-// partition's host.
+// loadAll stores version v's files and reports them loaded by every copy
+// told to hold them, row after row, as servers do.
 func loadAll(t *testing.T, s *State, v uint64, fs []BulkFile) {
 	t.Helper()
 	storeAll(t, s, v)
-	tb := s.Tables["default/b"]
-	for i, p := range tb.Partitions {
-		mustApply(t, s, Command{Op: OpBulkLoaded, Tenant: "default", Table: "b", Version: v, PartitionID: p.ID,
-			ServerID: p.Replicas[0].ServerID, File: &fs[i], UnixMs: 9})
+	reportHeld(t, s, v, fs)
+}
+
+// reportHeld reports version v loaded by every copy that holds it, until
+// no report changes anything (a rollout's rows: each switch assigns the
+// next).
+func reportHeld(t *testing.T, s *State, v uint64, fs []BulkFile) {
+	t.Helper()
+	for range 10 {
+		changed := false
+		tb := s.Tables["default/b"]
+		for i, p := range tb.Partitions {
+			for k := range p.Replicas {
+				// Every version the copy holds (a delta's base too).
+				for _, x := range tb.copyHolds(i, &p.Replicas[k]) {
+					f := fs[i]
+					if x != v {
+						f = tb.Bulk.Versions[tb.Bulk.version(x)].Files[i]
+						f.Stream = ""
+					}
+					res := mustApply(t, s, Command{Op: OpBulkLoaded, Tenant: "default", Table: "b", Version: x, PartitionID: p.ID,
+						ServerID: p.Replicas[k].ServerID, File: &f, UnixMs: 9})
+					changed = changed || res.Changed
+				}
+			}
+		}
+		if !changed {
+			return
+		}
 	}
+	t.Fatalf("version %d: reports still change the state after 10 rounds", v)
 }
 
 func versions(s *State) (cur uint64, vs []uint64, states []string) {
@@ -139,8 +165,10 @@ func TestBulkPublishSwitchRetain(t *testing.T) {
 	if cur, vs, st := versions(s); cur != 3 || !slices.Equal(vs, []uint64{2, 3}) || !slices.Equal(st, []string{BulkReady, BulkServing}) {
 		t.Fatalf("after 3: current %d versions %v %v", cur, vs, st)
 	}
-	// Rollback to 2, then forward to 3; 1 is gone.
+	// Rollback to 2 (rolled out again from its streams), then forward
+	// to 3; 1 is gone.
 	mustApply(t, s, Command{Op: OpBulkRollback, Tenant: "default", Table: "b", Version: 2})
+	reportHeld(t, s, 2, f2)
 	if cur, vs, _ := versions(s); cur != 2 || !slices.Equal(vs, []uint64{2, 3}) {
 		t.Fatalf("after rollback: current %d versions %v", cur, vs)
 	}
@@ -148,6 +176,7 @@ func TestBulkPublishSwitchRetain(t *testing.T) {
 		t.Fatalf("rollback to unloaded version: %v", err)
 	}
 	mustApply(t, s, Command{Op: OpBulkRollback, Tenant: "default", Table: "b", Version: 3})
+	reportHeld(t, s, 3, f3)
 
 	// Publishing an old number, or the same number with other files, is
 	// refused; the same files again are a no-op.
@@ -212,17 +241,28 @@ func TestBulkAbandonAndMove(t *testing.T) {
 		t.Fatal("abandoned version's report changed the state")
 	}
 	// A partition that moves (forced off a dead server) no longer counts
-	// as loaded there: rollback needs the version loaded everywhere.
+	// as loaded there; its new copy loads the serving version, and serves
+	// once it reports it.
 	loadAll(t, s, 3, f3)
-	host := p.Replicas[0].ServerID
+	host := s.Tables["default/b"].Partitions[0].Replicas[0].ServerID
 	mustApply(t, s, Command{Op: OpServerDown, ServerID: host, UnixMs: 10})
 	mustApply(t, s, Command{Op: OpServerDown, ServerID: host, Force: true, UnixMs: 11})
 	tb := s.Tables["default/b"]
-	if n := tb.BulkLoadedCount(&tb.Bulk.Versions[0]); n == 3 {
-		t.Fatalf("version 1 counts loaded on %d partitions after a move", n)
+	if n := tb.BulkLoadedCount(&tb.Bulk.Versions[1]); n == 3 {
+		t.Fatalf("version 3 counts loaded on %d partitions after a move", n)
 	}
-	if _, err := s.Apply(Command{Op: OpBulkRollback, Tenant: "default", Table: "b", Version: 1}); api.DetailOf(err).GetReason() != "version_not_loaded" {
-		t.Fatalf("rollback with a moved partition: %v", err)
+	if r := tb.Partitions[0].Replicas[0]; r.ServerID == host || tb.copyServes(&r) != 0 || tb.copyNext(&r) != 3 {
+		t.Fatalf("the moved partition's new copy: %+v, serves %d, loads %d", r, tb.copyServes(&r), tb.copyNext(&r))
+	}
+	reportHeld(t, s, 3, f3)
+	tb = s.Tables["default/b"]
+	if r := tb.Partitions[0].Replicas[0]; r.BulkServes != 3 {
+		t.Fatalf("the new copy does not serve version 3 once loaded: %+v", r)
+	}
+	// Rollback to 1 rolls it out again from its streams.
+	mustApply(t, s, Command{Op: OpBulkRollback, Tenant: "default", Table: "b", Version: 1})
+	if ro := s.Tables["default/b"].Bulk.Rollout; ro == nil || ro.Version != 1 || ro.From != 3 {
+		t.Fatalf("rollback's rollout: %+v", ro)
 	}
 	// Not a bulk table.
 	mustApply(t, s, createTable("default", "p", 2))

@@ -2,6 +2,7 @@ package tablemaster
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/tabuladb/tabula/api"
@@ -180,4 +181,53 @@ func (s *State) bulkPartitions() map[uint64]bulkPlace {
 		}
 	}
 	return out
+}
+
+// BulkRollout pauses, resumes or aborts a bulk table's rollout; durable
+// when it returns.
+func (m *Master) BulkRollout(_ context.Context, req *api.BulkRolloutRequest) (*api.BulkRolloutResponse, error) {
+	if req == nil {
+		return nil, errNilRequest()
+	}
+	var action string
+	switch req.Action {
+	case api.BulkRolloutAction_BULK_ROLLOUT_ACTION_PAUSE:
+		action = RolloutPause
+	case api.BulkRolloutAction_BULK_ROLLOUT_ACTION_RESUME:
+		action = RolloutResume
+	case api.BulkRolloutAction_BULK_ROLLOUT_ACTION_ABORT:
+		action = RolloutAbort
+	default:
+		return nil, rpcError("bulk rollout", errInvalid("action", "rollout_action", 0, "action must be pause, resume or abort (got %d)", int32(req.Action)))
+	}
+	_, st, err := m.propose(Command{Op: OpBulkRollout, UnixMs: m.opts.Now().UnixMilli(), Tenant: req.Tenant, Table: req.Table, Action: action}, nil, nil)
+	if err != nil {
+		return nil, rpcError("bulk rollout "+action, err)
+	}
+	m.logger.Info("tablemaster: bulk rollout "+action, "tenant", req.Tenant, "table", req.Table)
+	t := st.Tables[tableKey(req.Tenant, req.Table)]
+	return &api.BulkRolloutResponse{Map: t.MapProto(st.Version)}, nil
+}
+
+// advanceRollouts, run by the liveness loop on the leader, re-evaluates
+// every bulk table whose rollout or copies may move on without a command
+// of their own (room freed on a server, a server back, a copy replaced
+// that loaded since): a no-op, not logged, when nothing can.
+func (m *Master) advanceRollouts() {
+	if !m.leads() {
+		return
+	}
+	st := m.State()
+	for _, t := range st.tablesByID() {
+		if t.Bulk == nil || !t.Bulk.Rows {
+			continue
+		}
+		if t.Bulk.Rollout == nil && !t.bulkCopiesLoading() {
+			continue
+		}
+		_, _, err := m.propose(Command{Op: OpBulkAdvance, UnixMs: m.opts.Now().UnixMilli(), Tenant: t.Tenant, Table: t.Name}, nil, nil)
+		if err != nil && !errors.Is(err, ErrClosed) {
+			m.logger.Debug("tablemaster: bulk rollout did not advance", "tenant", t.Tenant, "table", t.Name, "err", err)
+		}
+	}
 }

@@ -28,12 +28,27 @@ func (t *Table) Proto() *api.Table {
 // cluster map version it was taken at.
 func (t *Table) MapProto(version uint64) *api.PartitionMap {
 	m := &api.PartitionMap{Table: t.Proto(), Version: version, Partitions: make([]*api.Partition, len(t.Partitions))}
-	for i, p := range t.Partitions {
-		m.Partitions[i] = p.Proto()
+	for i := range t.Partitions {
+		m.Partitions[i] = t.partitionProto(i)
 	}
 	m.Bulk = t.BulkInfoProto(false)
 	m.Coprocessors = t.CoprocsProto()
 	return m
+}
+
+// partitionProto is partition i of t as the wire message, with what each
+// copy of a bulk partition serves and holds.
+func (t *Table) partitionProto(i int) *api.Partition {
+	ap := t.Partitions[i].Proto()
+	if t.Bulk == nil {
+		return ap
+	}
+	for k := range t.Partitions[i].Replicas {
+		r := &t.Partitions[i].Replicas[k]
+		ap.Replicas[k].BulkServes = t.copyServes(r)
+		ap.Replicas[k].BulkHolds = t.copyHolds(i, r)
+	}
+	return ap
 }
 
 // Proto returns p as the wire message.

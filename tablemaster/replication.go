@@ -193,6 +193,7 @@ func (m *Master) logLoop() {
 		}
 		m.reconfigureLogs()
 		m.moveLoop(m.streamCtx)
+		m.advanceRollouts()
 		if m.truncateDue(&truncated) {
 			select {
 			case truncating <- struct{}{}:

@@ -159,6 +159,7 @@ func (m *Master) RegisterServer(_ context.Context, req *api.RegisterServerReques
 	res, next, err := m.propose(Command{
 		Op: OpRegisterServer, UnixMs: now.UnixMilli(),
 		ServerID: req.ServerId, Addr: req.Addr, InternalAddr: req.InternalAddr, FaultDomain: req.FaultDomain, Incarnation: req.Incarnation,
+		BulkCapacity: req.BulkCapacityBytes,
 		// The process holding the id (if another) has not been heard from
 		// for longer than its lease, counted from when its last heartbeat
 		// arrived (after it was sent, when the lease starts): it serves

@@ -87,6 +87,9 @@ type Command struct {
 	// InternalAddr: OpRegisterServer's internal listener (the extent
 	// node's address for the stream layer); empty: Addr serves it.
 	InternalAddr string `json:"internal_addr,omitempty"`
+	// BulkCapacity: OpRegisterServer's bytes of bulk files the server may
+	// hold loaded (0: not limited).
+	BulkCapacity uint64 `json:"bulk_capacity,omitempty"`
 	// Draining: OpServerDown because the server is shutting down, not dead.
 	Draining bool `json:"draining,omitempty"`
 	// Force: OpServerDown of a server already dead, moving the partitions
@@ -133,6 +136,8 @@ type Command struct {
 	Stream string `json:"stream,omitempty"`
 	// Error: OpBulkLoaded reports that ServerID refused the file (why).
 	Error string `json:"error,omitempty"`
+	// Action is OpBulkRollout's: pause, resume or abort.
+	Action string `json:"action,omitempty"`
 	// StreamCmd is OpStream's stream manager command.
 	StreamCmd *stream.Command `json:"stream_cmd,omitempty"`
 	// Promote: OpServerDown's choice of new primary per partition id (the
@@ -322,6 +327,11 @@ type Replica struct {
 	Addr        string          `json:"addr"`
 	Role        api.ReplicaRole `json:"role"`
 	FaultDomain string          `json:"fault_domain,omitempty"`
+	// Bulk tables in rows mode (rollout.go): the version this copy serves
+	// (0: none yet) and the one it loads to serve next (0: none, unless
+	// it serves nothing: then the table's target).
+	BulkServes uint64 `json:"bulk_serves,omitempty"`
+	BulkNext   uint64 `json:"bulk_next,omitempty"`
 }
 
 // Server is a registered table server.
@@ -332,6 +342,9 @@ type Server struct {
 	// its extent node); empty: Addr serves it too.
 	InternalAddr string `json:"internal_addr,omitempty"`
 	FaultDomain  string `json:"fault_domain,omitempty"`
+	// BulkCapacity is the bytes of bulk files it may hold loaded (0: not
+	// limited): a rollout places no copy where the file does not fit.
+	BulkCapacity uint64 `json:"bulk_capacity,omitempty"`
 	Alive        bool   `json:"alive"`
 	Draining     bool   `json:"draining,omitempty"`
 	// Incarnation is the registered process's incarnation (0: unknown, a
@@ -558,6 +571,10 @@ func (s *State) apply(cmd *Command, chk bool) (Result, error) {
 		res, err = s.bulkRollback(*cmd, chk)
 	case OpBulkStored:
 		res, err = s.bulkStoredCmd(*cmd, chk)
+	case OpBulkRollout:
+		res, err = s.bulkRolloutCmd(*cmd, chk)
+	case OpBulkAdvance:
+		res, err = s.bulkAdvanceCmd(*cmd, chk)
 	case OpStream:
 		res, err = s.applyStream(*cmd)
 	case OpCoprocDeploy:
@@ -1087,11 +1104,11 @@ func (s *State) registerServer(cmd Command, chk bool) (Result, error) {
 	srv, ok = s.Servers[id]
 	switch {
 	case !ok:
-		srv = &Server{ID: id, Addr: cmd.Addr, InternalAddr: cmd.InternalAddr, FaultDomain: fd, Alive: true, Incarnation: cmd.Incarnation}
+		srv = &Server{ID: id, Addr: cmd.Addr, InternalAddr: cmd.InternalAddr, FaultDomain: fd, Alive: true, Incarnation: cmd.Incarnation, BulkCapacity: cmd.BulkCapacity}
 		s.serversW()[id] = srv
 		s.ownNewServer(srv)
 		changed = true
-	case !srv.Alive || srv.Draining || srv.Addr != cmd.Addr || srv.InternalAddr != cmd.InternalAddr || srv.FaultDomain != fd || srv.Incarnation != cmd.Incarnation:
+	case !srv.Alive || srv.Draining || srv.Addr != cmd.Addr || srv.InternalAddr != cmd.InternalAddr || srv.FaultDomain != fd || srv.Incarnation != cmd.Incarnation || srv.BulkCapacity != cmd.BulkCapacity:
 		// A returning server (or a new process of a dead or drained one,
 		// or a server from before incarnations that now sends one). Its
 		// old partitions were moved when it died; the ones it still holds
@@ -1100,6 +1117,7 @@ func (s *State) registerServer(cmd Command, chk bool) (Result, error) {
 		srv.Alive, srv.Draining, srv.Addr, srv.FaultDomain, srv.DownSinceMs = true, false, cmd.Addr, fd, 0
 		srv.InternalAddr = cmd.InternalAddr
 		srv.Incarnation = cmd.Incarnation
+		srv.BulkCapacity = cmd.BulkCapacity
 		for _, t := range s.Tables {
 			if !t.staleAddr(id, cmd.Addr, fd) {
 				continue

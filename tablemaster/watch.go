@@ -137,7 +137,7 @@ func (c tableChange) size() int {
 // number of partitions) or more than half of them changed: then the whole
 // table is sent.
 func changedPartitions(o, t *Table) []int {
-	if o.ID != t.ID || len(o.Partitions) != len(t.Partitions) {
+	if o.ID != t.ID || len(o.Partitions) != len(t.Partitions) || !sameCopyView(o.Bulk, t.Bulk) {
 		return nil
 	}
 	parts := []int{}
@@ -150,6 +150,33 @@ func changedPartitions(o, t *Table) []int {
 		return nil
 	}
 	return parts
+}
+
+// sameCopyView reports whether bulk states a and b give every copy the same
+// versions to hold and serve (copyHolds, copyServes): what else changes
+// (load records) leaves partitions as they were.
+func sameCopyView(a, b *BulkState) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	if a.Rows != b.Rows || a.Current != b.Current || len(a.Versions) != len(b.Versions) || (a.Rollout == nil) != (b.Rollout == nil) {
+		return false
+	}
+	if a.Rollout != nil && a.Rollout.Version != b.Rollout.Version {
+		return false
+	}
+	for i := range a.Versions {
+		x, y := &a.Versions[i], &b.Versions[i]
+		if x.Version != y.Version || x.Base != y.Base || x.State != y.State || x.Streams != y.Streams || len(x.Files) != len(y.Files) {
+			return false
+		}
+		for k := range x.Files {
+			if (x.Files[k].Stream == "") != (y.Files[k].Stream == "") {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // samePartition reports whether a and b are equal (pointers compared by
@@ -283,7 +310,7 @@ func deltaResponse(from, to uint64, changed []tableChange, removed []*Table) *ap
 		pm := &api.PartitionMap{Table: c.t.Proto(), Version: to, Partitions: make([]*api.Partition, len(c.parts)),
 			Bulk: c.t.BulkInfoProto(false), Coprocessors: c.t.CoprocsProto()}
 		for i, k := range c.parts {
-			pm.Partitions[i] = c.t.Partitions[k].Proto()
+			pm.Partitions[i] = c.t.partitionProto(k)
 		}
 		resp.Patches = append(resp.Patches, pm)
 	}

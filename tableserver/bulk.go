@@ -4,7 +4,10 @@ import (
 	"cmp"
 	"fmt"
 	"log/slog"
+	"os"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 
 	"github.com/tabuladb/tabula/api"
@@ -81,4 +84,36 @@ func (b *bulkPart) loaded() []*api.BulkLoaded {
 	b.mu.Unlock()
 	slices.SortFunc(out, func(a, c *api.BulkLoaded) int { return cmp.Compare(a.GetVersion(), c.GetVersion()) })
 	return out
+}
+
+// bulkCapacity is the bulk capacity the server registers (Options.
+// BulkCapacity): 0 for not limited.
+func (s *Server) bulkCapacity() uint64 {
+	switch c := s.opts.BulkCapacity; {
+	case c < 0:
+		return 0
+	case c > 0:
+		return uint64(c)
+	}
+	return memTotal() / 2
+}
+
+// memTotal is the machine's memory by /proc/meminfo (0 where it cannot be
+// read).
+func memTotal() uint64 {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) >= 2 && f[0] == "MemTotal:" {
+			kb, err := strconv.ParseUint(f[1], 10, 64)
+			if err != nil {
+				return 0
+			}
+			return kb << 10
+		}
+	}
+	return 0
 }

@@ -101,7 +101,11 @@ func (r *replica) checkUploadVersion(v uint64) error {
 	if slices.Contains(r.bulkRetained, v) {
 		return nil
 	}
-	if v > slices.Max(append(r.bulkRetained, 0)) {
+	if slices.Contains(r.bulkPublished, v) {
+		return api.Errorf(api.ErrorCode_ERROR_CODE_UNAVAILABLE, "not_this_copy",
+			"partition %d: this copy does not hold version %d; upload it to the copy the map gives it (bulk_holds)", r.part.GetId(), v)
+	}
+	if v > slices.Max(append(r.bulkPublished, 0)) {
 		return api.Errorf(api.ErrorCode_ERROR_CODE_UNAVAILABLE, "map_behind", "server has not seen version %d of the table published yet", v)
 	}
 	return api.InvalidArgument("version", "version_not_published", 0, "version %d of %s/%s is not being published or retained; publish it first", v, r.table.GetTenant(), r.table.GetName())
@@ -221,6 +225,8 @@ func stageErr(r *replica, version uint64, err error) error {
 	case errors.Is(err, bulk.ErrChecksum):
 		return api.InvalidArgument("file.crc32c", "checksum_mismatch", 0,
 			"partition %d version %d: %v; the upload was discarded, send it again", r.part.GetId(), version, err)
+	case errors.Is(err, bulk.ErrBaseNotLoaded):
+		return api.Errorf(api.ErrorCode_ERROR_CODE_UNAVAILABLE, "base_not_loaded", "partition %d version %d: %v; send it again shortly", r.part.GetId(), version, err)
 	case errors.Is(err, bulk.ErrRefused):
 		return api.InvalidArgument("data", "bad_file", 0, "partition %d version %d: the file is rejected: %v", r.part.GetId(), version, err)
 	case errors.As(err, &gone):

@@ -26,10 +26,15 @@ type replica struct {
 	// writer and batch are the engine's capabilities, nil when absent.
 	writer engines.Writer
 	batch  engines.BatchGetter
-	// bulk is the engine of a bulk partition (nil otherwise), and
-	// bulkRetained the versions the map lists for its table.
-	bulk         *bulkPart
-	bulkRetained []uint64
+	// bulk is the engine of a bulk partition (nil otherwise);
+	// bulkRetained the versions this copy holds by the map (what it
+	// loads, fetches and serves), bulkServes the one it serves, and
+	// bulkPublished every version the map lists for its table (what an
+	// upload may name).
+	bulk          *bulkPart
+	bulkRetained  []uint64
+	bulkServes    uint64
+	bulkPublished []uint64
 	// cpart is the partition as coprocessors see it.
 	cpart coproc.Partition
 	// logger logs for the partition (the server's, with its id).
@@ -193,8 +198,7 @@ func (s *Server) hostTable(old, h *hosting, id string, m *api.PartitionMap) {
 			r := *prev
 			r.part, r.table = p, t
 			if r.bulk != nil {
-				r.bulkRetained = bulkRetained(m)
-				r.bulk.sync(r.bulkRetained, m.GetBulk().GetCurrent())
+				r.setBulkView(m, p, id)
 			}
 			h.replicas[p.GetId()] = &r
 			continue
@@ -207,8 +211,7 @@ func (s *Server) hostTable(old, h *hosting, id string, m *api.PartitionMap) {
 			continue
 		}
 		if r.bulk != nil {
-			r.bulkRetained = bulkRetained(m)
-			r.bulk.sync(r.bulkRetained, m.GetBulk().GetCurrent())
+			r.setBulkView(m, p, id)
 		}
 		s.log.Info("serving partition", "table", tableKey(t.GetTenant(), t.GetName()), "partition", p.GetId(), "index", p.GetIndex(), "epoch", p.GetEpoch())
 		h.replicas[p.GetId()] = r
@@ -251,6 +254,21 @@ func bulkRetained(m *api.PartitionMap) []uint64 {
 		out[i] = v.GetVersion()
 	}
 	return out
+}
+
+// setBulkView makes bulk replica r (partition p of map m, on server id)
+// hold the versions the map gives its copy and serve the one it names.
+// Only the watch goroutine calls it, on a replica not yet published.
+func (r *replica) setBulkView(m *api.PartitionMap, p *api.Partition, id string) {
+	r.bulkPublished = bulkRetained(m)
+	r.bulkRetained, r.bulkServes = r.bulkPublished, m.GetBulk().GetCurrent()
+	for _, c := range p.GetReplicas() {
+		if c.GetServerId() == id && (len(c.GetBulkHolds()) > 0 || c.GetBulkServes() != 0 || m.GetBulk().GetRollout() != nil) {
+			// A master with copies of their own: what this copy holds.
+			r.bulkRetained, r.bulkServes = slices.Clone(c.GetBulkHolds()), c.GetBulkServes()
+		}
+	}
+	r.bulk.sync(r.bulkRetained, r.bulkServes)
 }
 
 func (s *Server) openReplica(t *api.Table, p *api.Partition) (*replica, error) {

@@ -48,6 +48,11 @@ type Options struct {
 	// serves everything.
 	InternalListener  net.Listener
 	InternalAdvertise string
+	// BulkCapacity is the bytes of bulk version files this server may hold
+	// loaded, registered with the master: a rollout places no copy on a
+	// server without room for its file. 0: half the machine's memory (not
+	// limited when that cannot be read); negative: not limited.
+	BulkCapacity int64
 	// FaultDomain is the failure group (rack, host) the master spreads
 	// replicas across: no two replicas of a partition share one. Default
 	// empty: a domain of the server's own, "server:<id>" (the master names

@@ -409,6 +409,8 @@ func (s *Server) register() bool {
 				InternalAddr: s.InternalAddr(),
 				FaultDomain:  s.opts.FaultDomain,
 				Incarnation:  s.opts.Incarnation,
+
+				BulkCapacityBytes: s.bulkCapacity(),
 			})
 			return err
 		})

@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -24,7 +25,7 @@ func bulkCmd(g *globals) *cobra.Command {
 		Use:   "bulk",
 		Short: "Build, publish and roll back bulk-table versions",
 	}
-	cmd.AddCommand(bulkBuildCmd(g), bulkPublishCmd(g), bulkStatusCmd(g), bulkRollbackCmd(g))
+	cmd.AddCommand(bulkBuildCmd(g), bulkPublishCmd(g), bulkStatusCmd(g), bulkRollbackCmd(g), bulkRolloutCmd(g))
 	return cmd
 }
 
@@ -280,7 +281,11 @@ server died or drained) is reloaded there from its stream.`,
 			start := time.Now()
 			err = t.PublishBulk(ctx, p, client.PublishOptions{Parallel: parallel, DirectUpload: direct, Progress: func(pp client.PublishProgress) {
 				if bar != nil {
-					bar.Describe(fmt.Sprintf("%d/%d stored, %d/%d loaded", pp.Stored, pp.Partitions, pp.Loaded, pp.Partitions))
+					desc := fmt.Sprintf("%d/%d stored, %d/%d loaded", pp.Stored, pp.Partitions, pp.Loaded, pp.Partitions)
+					if pp.Rows > 0 {
+						desc += fmt.Sprintf(", %d/%d rows serve it", pp.RowsDone, pp.Rows)
+					}
+					bar.Describe(desc)
 					_ = bar.Set64(int64(pp.StoredBytes))
 				}
 			}})
@@ -344,6 +349,9 @@ func bulkStatusCmd(g *globals) *cobra.Command {
 			}
 			out := cmd.OutOrStdout()
 			fmt.Fprintf(out, "table %s: serving version %d\n", args[0], info.GetCurrent())
+			if ro := info.GetRollout(); ro != nil {
+				printRollout(out, m, ro)
+			}
 			w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(w, "VERSION\tBASE\tSTATE\tLOADED\tRECORDS\tBYTES\tPUBLISHED\tSERVING SINCE")
 			for _, v := range info.GetVersions() {
@@ -404,7 +412,7 @@ func bulkRollbackCmd(g *globals) *cobra.Command {
 	var version uint64
 	cmd := &cobra.Command{
 		Use:   "rollback TABLE --version M",
-		Short: "Switch a bulk table to a retained version",
+		Short: "Serve a retained version again (rolled out row by row from its streams)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if version == 0 {
@@ -417,7 +425,15 @@ func bulkRollbackCmd(g *globals) *cobra.Command {
 				return err
 			}
 			defer c.Close()
-			if err := c.Table(args[0]).BulkRollback(ctx, version); err != nil {
+			errOut := cmd.ErrOrStderr()
+			last := ""
+			err = c.Table(args[0]).BulkRollback(ctx, version, func(ro *api.BulkRollout) {
+				if s := rolloutLine(ro); s != last {
+					fmt.Fprintln(errOut, s)
+					last = s
+				}
+			})
+			if err != nil {
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "table %s serves version %d\n", args[0], version)
@@ -426,4 +442,103 @@ func bulkRollbackCmd(g *globals) *cobra.Command {
 	}
 	cmd.Flags().Uint64Var(&version, "version", 0, "retained version to serve")
 	return cmd
+}
+
+func bulkRolloutCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "rollout pause|resume|abort TABLE",
+		Short: "Pause, resume or abort a bulk table's row-by-row rollout",
+		Long: `A new version (a publish, or a rollback) rolls out one row of copies at a
+time: each partition gets a copy that loads it (an extra copy on a server
+with room, else beside the old version), the row switches once every
+partition of it serves the version, and the oldest row is unloaded.
+
+  pause    no further row switches (the row loading goes on loading)
+  resume   go on
+  abort    roll the switched rows back to the version the rollout replaces,
+           and drop the new version
+
+tabula bulk status TABLE shows each row's progress.`,
+		Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			action, table := args[0], args[1]
+			switch action {
+			case "pause", "resume", "abort":
+			default:
+				return fmt.Errorf("unknown rollout action %q: want pause, resume or abort", action)
+			}
+			ctx, cancel := g.withTimeout(cmd.Context())
+			defer cancel()
+			c, err := g.client(ctx)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			ro, err := c.Table(table).BulkRollout(ctx, action)
+			if err != nil {
+				return err
+			}
+			if ro == nil {
+				fmt.Fprintf(cmd.OutOrStdout(), "table %s: rollout %s; none is under way now\n", table, action)
+				return nil
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "table %s: rollout %s: %s\n", table, action, rolloutLine(ro))
+			return nil
+		},
+	}
+}
+
+// rolloutLine says where a rollout is, in one line.
+func rolloutLine(ro *api.BulkRollout) string {
+	what := fmt.Sprintf("version %d replacing %d", ro.GetVersion(), ro.GetFrom())
+	if ro.GetAborting() {
+		what = fmt.Sprintf("abort: back to version %d from %d", ro.GetVersion(), ro.GetFrom())
+	}
+	state := fmt.Sprintf("row %d loading (%d/%d partitions loaded)", ro.GetRowsDone()+1, ro.GetRowLoaded(), ro.GetPartitions())
+	switch {
+	case ro.GetPaused():
+		state = "paused; " + state
+	case ro.GetWaiting() != "":
+		state = "waiting: " + ro.GetWaiting()
+	}
+	return fmt.Sprintf("%s: %d/%d rows switched; %s", what, ro.GetRowsDone(), ro.GetRows(), state)
+}
+
+// printRollout prints a rollout and each row's progress: rows before the
+// one loading serve the new version, the ones after it the old.
+func printRollout(out io.Writer, m *api.PartitionMap, ro *api.BulkRollout) {
+	fmt.Fprintf(out, "rollout: %s\n", rolloutLine(ro))
+	if ms := ro.GetStartedUnixMs(); ms > 0 {
+		fmt.Fprintf(out, "  started %s, this row %s ago\n", time.UnixMilli(ms).UTC().Format(time.RFC3339),
+			time.Since(time.UnixMilli(ro.GetRowStartedUnixMs())).Round(time.Second))
+	}
+	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "  ROW\tSTATE")
+	for r := 0; r < int(ro.GetRows()); r++ {
+		var state string
+		switch {
+		case r < int(ro.GetRowsDone()):
+			state = fmt.Sprintf("serves version %d", ro.GetVersion())
+		case r == int(ro.GetRowsDone()):
+			state = fmt.Sprintf("loading version %d: %d/%d partitions loaded", ro.GetVersion(), ro.GetRowLoaded(), ro.GetPartitions())
+			if ro.GetPaused() {
+				state += " (paused)"
+			}
+		default:
+			state = fmt.Sprintf("serves version %d", ro.GetFrom())
+		}
+		fmt.Fprintf(w, "  %d\t%s\n", r+1, state)
+	}
+	_ = w.Flush()
+	// Each partition's copies, and what each serves.
+	w = tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "  PARTITION\tCOPIES (server: serves, holds)")
+	for _, p := range m.GetPartitions() {
+		var cs []string
+		for _, r := range p.GetReplicas() {
+			cs = append(cs, fmt.Sprintf("%s: %d %v", r.GetServerId(), r.GetBulkServes(), r.GetBulkHolds()))
+		}
+		fmt.Fprintf(w, "  %d\t%s\n", p.GetIndex(), strings.Join(cs, "; "))
+	}
+	_ = w.Flush()
 }

@@ -99,6 +99,7 @@ func serverCmd(g *globals) *cobra.Command {
 	f.StringVar(&metricsListen, "metrics-listen", "", metricsListenUsage)
 	f.StringVar(&opts.Advertise, "advertise", "", "address clients reach this server at (default: the listen address)")
 	f.StringVar(&opts.DataDir, "data", "", "data directory (required)")
+	f.Int64Var(&opts.BulkCapacity, "bulk-capacity", 0, "bytes of bulk version files this server may hold loaded; a rollout places no copy where the file does not fit (0: half the machine's memory; negative: unlimited)")
 	f.StringVar(&opts.FaultDomain, "fault-domain", "", "failure group (rack, host) for replica spreading: no two replicas of a partition share one (default: a domain of this server's own, server:<id>)")
 	f.IntVar(&opts.MaxInFlight, "max-in-flight", 4096, "requests in flight before SERVER_BUSY")
 	f.Int64Var(&opts.MaxInFlightBytes, "max-in-flight-bytes", tableserver.DefaultMaxInFlightBytes, "bytes of client requests in flight before SERVER_BUSY (replication not counted)")

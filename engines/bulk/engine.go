@@ -40,6 +40,9 @@ var (
 	// ErrRefused: a staged file is not a valid version file of this
 	// partition (format, partition, version, base, or contents).
 	ErrRefused = errors.New("bulk: version file refused")
+	// ErrBaseNotLoaded: a delta's base version is not loaded here (yet);
+	// the file itself may be fine.
+	ErrBaseNotLoaded = errors.New("bulk: delta base not loaded")
 )
 
 // VersionGoneError is a read of a version the engine no longer holds: it

@@ -178,7 +178,9 @@ func (e *Engine) openVersion(ctx context.Context, set *versionSet, path string, 
 	for cur := base; ; {
 		bv := set.versions[cur]
 		if bv == nil {
-			return fail("delta over version %d, which is not loaded here", cur)
+			// Not the file's fault: the base is still being loaded
+			// (fetched from its stream); try again once it is.
+			return nil, errors.Join(fmt.Errorf("%w: delta over version %d, which is not loaded here yet", ErrBaseNotLoaded, cur), f.Close())
 		}
 		chain = append(chain, bv.file)
 		if bv.base == 0 {

@@ -32,6 +32,7 @@ var tenantMethods = map[string]bool{
 	api.Master_BulkPublish_FullMethodName:       true,
 	api.Master_BulkStatus_FullMethodName:        true,
 	api.Master_BulkRollback_FullMethodName:      true,
+	api.Master_BulkRollout_FullMethodName:       true,
 	api.Master_CoprocDeploy_FullMethodName:      true,
 	api.Master_CoprocList_FullMethodName:        true,
 	api.Master_CoprocRollback_FullMethodName:    true,
