@@ -543,3 +543,34 @@ func FuzzBulkStreamName(f *testing.F) {
 		}
 	})
 }
+
+// TestBulkCopiesSurviveReplay: a bulk table's serving copies are what its
+// logged OpCreateTable says on replay (a restart, a raft follower), not
+// one: the logged form once forced bulk tables to a single copy.
+func TestBulkCopiesSurviveReplay(t *testing.T) {
+	s := NewState()
+	var logged []Command
+	for _, c := range []Command{
+		{Op: OpCreateTenant, Tenant: "default"},
+		register("", "h1:1", "a"), register("", "h2:1", "b"), register("", "h3:1", "c"),
+		{Op: OpCreateTable, Tenant: "default", Table: "b", Kind: bulkKind, Options: &TableOptions{Partitions: 2, Replication: 3}},
+	} {
+		_, lc, err := s.ApplyChecked(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		logged = append(logged, lc)
+	}
+	r := NewState()
+	for _, c := range logged {
+		if _, err := r.ApplyLogged(c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, st := range []*State{s, r} {
+		tb := st.Tables["default/b"]
+		if tb.Options.Replication != 3 || len(tb.Partitions[0].Replicas) != 3 {
+			t.Fatalf("bulk table after replay: replication %d, %d copies; want 3", tb.Options.Replication, len(tb.Partitions[0].Replicas))
+		}
+	}
+}

@@ -1549,7 +1549,8 @@ func fillOptionDefaults(kind api.TableKind, o TableOptions) TableOptions {
 		o.Storage = StorageSSD
 	}
 	if kind == api.TableKind_TABLE_KIND_BULK {
-		o.Replication = 1
+		// The logged factor is the table's serving copies (logs from
+		// before copies carry 0, defaulted to 1 above).
 		if o.BulkRetainedVersions == 0 {
 			o.BulkRetainedVersions = DefaultBulkRetained
 		}

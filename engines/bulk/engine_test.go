@@ -345,9 +345,9 @@ func TestStageErrors(t *testing.T) {
 	if _, err := stage(t, e, 2, other); !errors.Is(err, bulk.ErrRefused) {
 		t.Fatalf("stage of another partition's file: %v, want ErrRefused", err)
 	}
-	// A delta whose base is not loaded.
-	if _, err := stage(t, e, 3, fx.build(3, 2, 1, put("a", "y"))); !errors.Is(err, bulk.ErrRefused) {
-		t.Fatalf("stage of a delta over an absent base: %v, want ErrRefused", err)
+	// A delta whose base is not loaded (yet: not the file's fault).
+	if _, err := stage(t, e, 3, fx.build(3, 2, 1, put("a", "y"))); !errors.Is(err, bulk.ErrBaseNotLoaded) || errors.Is(err, bulk.ErrRefused) {
+		t.Fatalf("stage of a delta over an absent base: %v, want ErrBaseNotLoaded", err)
 	}
 	// A version no longer retained when it finishes.
 	if _, err := stage(t, e, 7, fx.build(7, 0, 1, put("a", "7"))); !errors.Is(err, bulk.ErrVersionGone) {
