@@ -33,9 +33,11 @@ func runBulkSwitch(w io.Writer, args []string) error {
 	keys := fs.Int("keys", 200_000, "records per version")
 	parts := fs.Int("partitions", 8, "table partitions")
 	servers := fs.Int("servers", 3, "table servers")
-	switches := fs.Int("switches", 40, "version switches (rollbacks between two versions)")
+	switches := fs.Int("switches", 10, "version switches (rollbacks between two versions; each rolls the version out again from its streams)")
 	readers := fs.Int("readers", 2, "goroutines issuing BatchGets of 64 keys")
-	sections := fs.String("sections", "switch,copies", "sections: switch (version switches under BatchGets), copies (a hot partition's reads over its 3 serving copies, and a copy's server killed)")
+	sections := fs.String("sections", "switch,copies,rollout", "sections: switch (version switches under BatchGets), copies (a hot partition's reads over its 3 serving copies, and a copy's server killed), rollout (row-by-row rollouts of new versions under BatchGets)")
+	rolloutRounds := fs.Int("rollout-rounds", 5, "rollout: rollouts measured (each after a steady phase)")
+	rolloutPhase := fs.Duration("rollout-phase", 3*time.Second, "rollout: length of each steady phase")
 	copyKeys := fs.Int("copies-keys", 100_000, "copies: records of the hot partition")
 	copyReaders := fs.Int("copies-readers", 4, "copies: goroutines issuing Gets")
 	copyPhase := fs.Duration("copies-phase", 5*time.Second, "copies: length of the steady phase (the phase after the kill is half of it, past the replacement)")
@@ -53,6 +55,11 @@ func runBulkSwitch(w io.Writer, args []string) error {
 	if secs["copies"] {
 		if err := bulkCopies(ctx, w, dir, *copyKeys, *copyReaders, *copyPhase); err != nil {
 			return fmt.Errorf("copies: %w", err)
+		}
+	}
+	if secs["rollout"] {
+		if err := bulkRollout(ctx, w, dir, *parts, *keys, *readers, *rolloutRounds, *rolloutPhase); err != nil {
+			return fmt.Errorf("rollout: %w", err)
 		}
 	}
 	if !secs["switch"] {

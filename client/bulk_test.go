@@ -186,6 +186,20 @@ func TestBulkPublishSwitchRollbackDelta(t *testing.T) {
 	if _, err := tb.AtVersion(1).Get(ctx, []byte(bulkKey(3))); api.CodeOf(err) != api.ErrorCode_ERROR_CODE_VERSION_GONE {
 		t.Fatalf("read of retired version 1: %v", err)
 	}
+	waitFor(t, 10*time.Second, "the copies to stop holding version 3 (a switched row drains for a second)", func() bool {
+		m, err := tb.Map(ctx)
+		if err != nil {
+			return false
+		}
+		for _, p := range m.GetPartitions() {
+			for _, r := range p.GetReplicas() {
+				if slices.Contains(r.GetBulkHolds(), 3) {
+					return false
+				}
+			}
+		}
+		return true
+	})
 	if _, err := tb.AtVersion(3).Get(ctx, []byte(bulkKey(3))); api.DetailOf(err).GetReason() != "version_not_served" {
 		t.Fatalf("pinned read of retained version 3: %v", err)
 	}

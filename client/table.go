@@ -273,7 +273,16 @@ func (t *Table) call(ctx context.Context, spec callSpec) (partition, lsn uint64,
 					err = cerr
 				} else {
 					actx, acancel := context.WithCancelCause(ctx)
-					stop := context.AfterFunc(t.ts.moved(p), func() { acancel(errMoved) })
+					stop := func() bool { return false }
+					if !(spread && bulkTable) {
+						// A map change that moves the partition cuts the
+						// attempt short. Not for bulk reads: a copy
+						// added or leaving (a rollout's rows) changes the
+						// entry while the copy read keeps its version; one
+						// that no longer holds it says so, and a dead one
+						// is given up on after spreadAttemptTimeout.
+						stop = context.AfterFunc(t.ts.moved(p), func() { acancel(errMoved) })
+					}
 					var slow *time.Timer
 					if spread && len(p.GetReplicas()) > 1 {
 						// A copy that does not answer (stopped, or far

@@ -77,13 +77,19 @@ func loadAll(t *testing.T, s *State, v uint64, fs []BulkFile) {
 	reportHeld(t, s, v, fs)
 }
 
-// reportHeld reports version v loaded by every copy that holds it, until
-// no report changes anything (a rollout's rows: each switch assigns the
-// next).
+// drainClock is the time of the OpBulkAdvance commands reportHeld applies:
+// later every time, past every drain (bulkDrainMs) begun before.
+var drainClock int64 = 1 << 40
+
+// reportHeld reports version v loaded by every copy that holds it, and
+// lets the replaced copies drain, until nothing changes (a rollout's rows:
+// each switch assigns the next once the replaced row has drained).
 func reportHeld(t *testing.T, s *State, v uint64, fs []BulkFile) {
 	t.Helper()
-	for range 10 {
-		changed := false
+	for range 20 {
+		drainClock += 2 * bulkDrainMs
+		res := mustApply(t, s, Command{Op: OpBulkAdvance, Tenant: "default", Table: "b", UnixMs: drainClock})
+		changed := res.Changed
 		tb := s.Tables["default/b"]
 		for i, p := range tb.Partitions {
 			for k := range p.Replicas {
@@ -104,7 +110,7 @@ func reportHeld(t *testing.T, s *State, v uint64, fs []BulkFile) {
 			return
 		}
 	}
-	t.Fatalf("version %d: reports still change the state after 10 rounds", v)
+	t.Fatalf("version %d: reports still change the state after 20 rounds", v)
 }
 
 func versions(s *State) (cur uint64, vs []uint64, states []string) {

@@ -222,7 +222,7 @@ func (m *Master) advanceRollouts() {
 		if t.Bulk == nil || !t.Bulk.Rows {
 			continue
 		}
-		if t.Bulk.Rollout == nil && !t.bulkCopiesLoading() {
+		if t.Bulk.Rollout == nil && !t.bulkCopiesLoading() && !t.bulkDropsPending() {
 			continue
 		}
 		_, _, err := m.propose(Command{Op: OpBulkAdvance, UnixMs: m.opts.Now().UnixMilli(), Tenant: t.Tenant, Table: t.Name}, nil, nil)

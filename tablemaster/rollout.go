@@ -86,11 +86,16 @@ func (t *Table) bulkTarget() uint64 {
 	return t.Bulk.Current
 }
 
+// bulkDrainMs is how long a copy keeps the version it stopped serving at
+// a row switch (and a copy of the replaced row stays), so reads routed by
+// a map from before the switch finish rather than retry.
+const bulkDrainMs = 1000
+
 // copyNext is the version copy r of t loads to serve next (0: none). A
 // copy placed since the last row switch (a replacement, or every copy of a
 // new table) serves nothing yet and loads the table's target.
 func (t *Table) copyNext(r *Replica) uint64 {
-	if !t.Bulk.Rows {
+	if !t.Bulk.Rows || r.BulkLeaving {
 		return 0
 	}
 	if r.BulkNext != 0 {
@@ -134,7 +139,7 @@ func (t *Table) copyHolds(i int, r *Replica) []uint64 {
 		return t.BulkRetained()
 	}
 	out := b.chain(r.BulkServes)
-	for _, v := range b.chain(t.copyNext(r)) {
+	for _, v := range append(b.chain(t.copyNext(r)), b.chain(r.BulkDrop)...) {
 		if !slices.Contains(out, v) {
 			out = append(out, v)
 		}
@@ -282,10 +287,11 @@ func (t *Table) leaveRows() {
 	for i := range t.Partitions {
 		p := &t.Partitions[i]
 		p.Replicas = slices.DeleteFunc(p.Replicas, func(r Replica) bool {
-			return r.BulkServes == 0 && len(p.Replicas) > int(t.Options.Replication) && r.Role != api.ReplicaRole_REPLICA_ROLE_PRIMARY
+			return (r.BulkLeaving || r.BulkServes == 0 && len(p.Replicas) > int(t.Options.Replication)) && r.Role != api.ReplicaRole_REPLICA_ROLE_PRIMARY
 		})
 		for k := range p.Replicas {
-			p.Replicas[k].BulkServes, p.Replicas[k].BulkNext = 0, 0
+			r := &p.Replicas[k]
+			r.BulkServes, r.BulkNext, r.BulkDrop, r.BulkDropAtMs, r.BulkLeaving = 0, 0, 0, 0, false
 		}
 	}
 }
@@ -382,6 +388,18 @@ func (s *State) bulkAdvance(t *Table, unixMs int64) bool {
 	ro := b.Rollout
 	for i := range t.Partitions {
 		p := &t.Partitions[i]
+		for k := len(p.Replicas) - 1; k >= 0; k-- {
+			r := &p.Replicas[k]
+			if r.BulkDropAtMs == 0 || unixMs < r.BulkDropAtMs {
+				continue
+			}
+			changed = true
+			if r.BulkLeaving {
+				s.dropCopy(t, i, k)
+				continue
+			}
+			r.BulkDrop, r.BulkDropAtMs = 0, 0
+		}
 		for k := range p.Replicas {
 			r := &p.Replicas[k]
 			next := t.copyNext(r)
@@ -416,6 +434,12 @@ func (s *State) bulkAdvance(t *Table, unixMs int64) bool {
 			return true
 		}
 		if ro.Paused {
+			return changed
+		}
+		if t.bulkLeaving() {
+			// The replaced row drains first (bulkDrainMs): the spare
+			// room a rollout takes stays one row.
+			setWaiting("")
 			return changed
 		}
 		bv := &b.Versions[b.version(ro.Version)]
@@ -457,7 +481,7 @@ func (s *State) rolloutFinished(t *Table) bool {
 			return false
 		}
 		for k := range p.Replicas {
-			if r := &p.Replicas[k]; r.BulkServes != v || r.BulkNext != 0 {
+			if r := &p.Replicas[k]; !r.BulkLeaving && (r.BulkServes != v || r.BulkNext != 0) {
 				return false
 			}
 		}
@@ -525,7 +549,7 @@ func (s *State) assignRow(t *Table) string {
 		victim := -1
 		for k := len(p.Replicas) - 1; k >= 0; k-- {
 			r := &p.Replicas[k]
-			if r.BulkServes == v {
+			if r.BulkServes == v || r.BulkLeaving {
 				continue
 			}
 			srv := s.Servers[r.ServerID]
@@ -541,7 +565,7 @@ func (s *State) assignRow(t *Table) string {
 		// in a fault domain apart from the copies that stay.
 		var stay []string
 		for k, r := range p.Replicas {
-			if k != victim {
+			if k != victim && !r.BulkLeaving {
 				stay = append(stay, r.ServerID)
 			}
 		}
@@ -627,14 +651,17 @@ func (s *State) switchRow(t *Table, unixMs int64) {
 		p := &t.Partitions[i]
 		for k := range p.Replicas {
 			if r := &p.Replicas[k]; t.copyNext(r) == ro.Version {
+				if old := r.BulkServes; old != 0 && old != ro.Version {
+					r.BulkDrop, r.BulkDropAtMs = old, unixMs+bulkDrainMs
+				}
 				r.BulkServes, r.BulkNext = ro.Version, 0
 			}
 		}
-		for len(p.Replicas) > n {
+		for staying(p) > n {
 			victim := -1
 			for k := len(p.Replicas) - 1; k >= 0; k-- {
 				r := &p.Replicas[k]
-				if r.BulkServes == ro.Version {
+				if r.BulkServes == ro.Version || r.BulkLeaving {
 					continue
 				}
 				srv := s.Servers[r.ServerID]
@@ -649,12 +676,50 @@ func (s *State) switchRow(t *Table, unixMs int64) {
 			if victim < 0 {
 				break
 			}
-			s.dropCopy(t, i, victim)
+			// It stops serving now and goes once reads routed to it
+			// by older maps are done.
+			r := &p.Replicas[victim]
+			if r.BulkServes != 0 {
+				r.BulkDrop = r.BulkServes
+			}
+			r.BulkServes, r.BulkNext, r.BulkLeaving, r.BulkDropAtMs = 0, 0, true, unixMs+bulkDrainMs
 		}
 	}
 	ro.RowsDone++
 	ro.RowStartedUnixMs = unixMs
 	ro.Waiting = ""
+}
+
+// staying counts p's copies that are not leaving.
+func staying(p *Partition) int {
+	n := 0
+	for k := range p.Replicas {
+		if !p.Replicas[k].BulkLeaving {
+			n++
+		}
+	}
+	return n
+}
+
+// bulkLeaving reports whether a copy of t is leaving (bulkDrainMs).
+func (t *Table) bulkLeaving() bool {
+	for i := range t.Partitions {
+		if slices.ContainsFunc(t.Partitions[i].Replicas, func(r Replica) bool { return r.BulkLeaving }) {
+			return true
+		}
+	}
+	return false
+}
+
+// bulkDropsPending reports whether a copy of t holds a version it stopped
+// serving (or leaves) at a time still to come.
+func (t *Table) bulkDropsPending() bool {
+	for i := range t.Partitions {
+		if slices.ContainsFunc(t.Partitions[i].Replicas, func(r Replica) bool { return r.BulkDropAtMs != 0 }) {
+			return true
+		}
+	}
+	return false
 }
 
 // dropCopy removes bulk copy k of partition i of t, handing the primary

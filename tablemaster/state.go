@@ -332,6 +332,13 @@ type Replica struct {
 	// it serves nothing: then the table's target).
 	BulkServes uint64 `json:"bulk_serves,omitempty"`
 	BulkNext   uint64 `json:"bulk_next,omitempty"`
+	// BulkDrop is a version the copy stopped serving at a row switch and
+	// still holds until BulkDropAtMs, so reads routed by an older map
+	// finish; BulkLeaving: the copy itself goes then (its row was
+	// replaced by an extra copy).
+	BulkDrop     uint64 `json:"bulk_drop,omitempty"`
+	BulkDropAtMs int64  `json:"bulk_drop_at_ms,omitempty"`
+	BulkLeaving  bool   `json:"bulk_leaving,omitempty"`
 }
 
 // Server is a registered table server.
