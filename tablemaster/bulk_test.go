@@ -580,3 +580,89 @@ func TestBulkCopiesSurviveReplay(t *testing.T) {
 		}
 	}
 }
+
+// TestBulkRolloutHeadroom: a rollout places the extra copy only on a
+// server with room for the file (its registered bulk capacity against the
+// files its copies hold); without one, the copy being replaced loads the
+// version beside its own when its server has room; with no room anywhere
+// the row waits, saying why, and goes on once room appears.
+func TestBulkRolloutHeadroom(t *testing.T) {
+	s := NewState()
+	capOf := func(id string, c uint64) Command {
+		cmd := register(id, "h-"+id+":1", "fd-"+id)
+		cmd.BulkCapacity = c
+		return cmd
+	}
+	// Four servers, a table of one partition with 3 copies; each file is
+	// 100 bytes. The spare server (not hosting the partition) has room for
+	// nothing; the copies' servers room for one file each.
+	mustApply(t, s,
+		Command{Op: OpCreateTenant, Tenant: "default"},
+		capOf("s1", 150), capOf("s2", 150), capOf("s3", 150),
+		Command{Op: OpCreateTable, Tenant: "default", Table: "b", Kind: bulkKind, Options: &TableOptions{Partitions: 1, Replication: 3}},
+		capOf("s4", 50),
+	)
+	f1 := []BulkFile{{Size: 100, CRC: 1, Records: 1}}
+	mustApply(t, s, publish(1, 0, f1))
+	loadAll(t, s, 1, f1)
+	if cur, _, _ := versions(s); cur != 1 {
+		t.Fatalf("first version not serving: %d", cur)
+	}
+	// Version 2: no room for an extra copy on s4, no room beside version
+	// 1 on s1..s3 (100 + 100 > 150): the row waits.
+	f2 := []BulkFile{{Size: 100, CRC: 2, Records: 1}}
+	mustApply(t, s, publish(2, 0, f2))
+	tb := s.Tables["default/b"]
+	if ro := tb.Bulk.Rollout; ro == nil || !strings.Contains(ro.Waiting, "no live server has room") {
+		t.Fatalf("rollout with no room: %+v", ro)
+	}
+	if n := len(tb.Partitions[0].Replicas); n != 3 {
+		t.Fatalf("a copy was placed without room: %d copies", n)
+	}
+	// s4 gets room (it registers again with more): the extra copy goes
+	// there once the rollout is re-evaluated.
+	mustApply(t, s, capOf("s4", 1000))
+	mustApply(t, s, Command{Op: OpBulkAdvance, Tenant: "default", Table: "b", UnixMs: 20})
+	tb = s.Tables["default/b"]
+	p := tb.Partitions[0]
+	if len(p.Replicas) != 4 || p.Replicas[3].ServerID != "s4" || tb.copyNext(&p.Replicas[3]) != 2 {
+		t.Fatalf("the extra copy is not on s4 loading 2: %+v", p.Replicas)
+	}
+	// The rows go on (each row's extra copy on the server the last row
+	// left, which has room again) until every copy serves 2.
+	loadAll(t, s, 2, f2)
+	tb = s.Tables["default/b"]
+	if cur, _, _ := versions(s); cur != 2 {
+		t.Fatalf("version 2 did not finish rolling out: current %d, rollout %+v", cur, tb.Bulk.Rollout)
+	}
+	for _, r := range tb.Partitions[0].Replicas {
+		if r.BulkServes != 2 {
+			t.Fatalf("a copy does not serve 2: %+v", tb.Partitions[0].Replicas)
+		}
+	}
+	// In place: a table whose servers have room only beside their own
+	// version, and no spare server.
+	s2 := NewState()
+	mustApply(t, s2,
+		Command{Op: OpCreateTenant, Tenant: "default"},
+		capOf("s1", 250), capOf("s2", 250), capOf("s3", 250),
+		Command{Op: OpCreateTable, Tenant: "default", Table: "b", Kind: bulkKind, Options: &TableOptions{Partitions: 1, Replication: 3}},
+	)
+	mustApply(t, s2, publish(1, 0, f1))
+	loadAll(t, s2, 1, f1)
+	mustApply(t, s2, publish(2, 0, f2))
+	tb = s2.Tables["default/b"]
+	beside := 0
+	for _, r := range tb.Partitions[0].Replicas {
+		if r.BulkServes == 1 && r.BulkNext == 2 {
+			beside++
+		}
+	}
+	if len(tb.Partitions[0].Replicas) != 3 || beside != 1 {
+		t.Fatalf("no spare server: want one copy loading 2 beside 1, got %+v", tb.Partitions[0].Replicas)
+	}
+	loadAll(t, s2, 2, f2)
+	if cur, _, _ := versions(s2); cur != 2 {
+		t.Fatalf("in-place rollout did not finish: current %d, %+v", cur, s2.Tables["default/b"].Bulk.Rollout)
+	}
+}
