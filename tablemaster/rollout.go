@@ -266,7 +266,7 @@ func (s *State) startRollout(t *Table, v uint64, unixMs int64) {
 			for k := range p.Replicas {
 				r := &p.Replicas[k]
 				r.BulkServes, r.BulkNext = 0, 0
-				if b.Current != 0 && b.Versions[b.version(b.Current)].loadedBy(i, r.ServerID) {
+				if b.Current != 0 && t.copyLoaded(i, r.ServerID, b.Current) {
 					r.BulkServes = b.Current
 				}
 			}

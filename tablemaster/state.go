@@ -1411,13 +1411,13 @@ func (s *State) placeable() bool {
 	var cands []Candidate
 	for _, t := range s.tablesByID() {
 		for i := range t.Partitions {
-			if len(t.Partitions[i].Replicas) >= int(t.Options.Replication) {
+			if staying(&t.Partitions[i]) >= int(t.Options.Replication) {
 				continue
 			}
 			if cands == nil {
 				cands = s.candidates()
 			}
-			if Place(cands, serversOf(&t.Partitions[i]), int(t.Options.Replication)-len(t.Partitions[i].Replicas)) != nil {
+			if Place(cands, serversOf(&t.Partitions[i]), int(t.Options.Replication)-staying(&t.Partitions[i])) != nil {
 				return true
 			}
 		}
@@ -1431,10 +1431,10 @@ func (s *State) placeShort(cands []Candidate) []uint64 {
 	var moved []uint64
 	for _, t := range s.tablesByID() {
 		for i := range t.Partitions {
-			if len(t.Partitions[i].Replicas) >= int(t.Options.Replication) {
+			if staying(&t.Partitions[i]) >= int(t.Options.Replication) {
 				continue
 			}
-			if Place(cands, serversOf(&t.Partitions[i]), int(t.Options.Replication)-len(t.Partitions[i].Replicas)) == nil {
+			if Place(cands, serversOf(&t.Partitions[i]), int(t.Options.Replication)-staying(&t.Partitions[i])) == nil {
 				continue // nowhere to put it: copy nothing
 			}
 			t = s.mutTable(t)
@@ -1458,7 +1458,8 @@ func (s *State) fill(t *Table, i int, cands []Candidate) bool {
 		hosts[k] = r.ServerID
 		hasPrimary = hasPrimary || r.Role == api.ReplicaRole_REPLICA_ROLE_PRIMARY
 	}
-	picks := Place(cands, hosts, int(t.Options.Replication)-len(p.Replicas))
+	// A bulk copy leaving (a rollout's replaced row) does not count.
+	picks := Place(cands, hosts, int(t.Options.Replication)-staying(p))
 	if len(picks) > 0 {
 		p.resetLog() // the next extent includes the new replicas
 	}
