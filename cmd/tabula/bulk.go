@@ -363,9 +363,13 @@ func bulkStatusCmd(g *globals) *cobra.Command {
 				if v.GetBaseVersion() != 0 {
 					base = fmt.Sprint(v.GetBaseVersion())
 				}
-				fmt.Fprintf(w, "%d\t%s\t%s\t%d/%d\t%d\t%d\t%s\t%s\n", v.GetVersion(), base,
+				loaded := fmt.Sprintf("%d/%d", v.GetLoadedPartitions(), len(m.GetPartitions()))
+				if v.GetState() == api.BulkVersionState_BULK_VERSION_STATE_READY && v.GetLoadedPartitions() == 0 && v.GetStreams() {
+					loaded = "streams" // retained in its streams only: a rollback rolls it out again
+				}
+				fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n", v.GetVersion(), base,
 					strings.ToLower(strings.TrimPrefix(v.GetState().String(), "BULK_VERSION_STATE_")),
-					v.GetLoadedPartitions(), len(m.GetPartitions()), v.GetRecords(), v.GetBytes(),
+					loaded, v.GetRecords(), v.GetBytes(),
 					time.UnixMilli(v.GetCreatedUnixMs()).UTC().Format(time.RFC3339), since)
 			}
 			if err := w.Flush(); err != nil {
