@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -233,15 +234,18 @@ func bulkPublishCmd(g *globals) *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "publish --table T --dir DIR",
-		Short: "Publish a built version: store each partition file in a stream, switch the table once every server loaded its file",
+		Short: "Publish a built version: store each partition file in a stream, then roll it out row by row over the serving copies",
 		Long: `Publish registers the version the files in DIR carry (written by tabula bulk
 build) with the master, writes each partition's file into a stream of the
 stream layer (replicated on 3 servers, checksummed, sealed; an interrupted
 publish continues with the files not stored yet when run again), and waits
-until the server hosting each partition has fetched, verified and loaded its
-file and the table serves the new version. Reads go on from the previous
-version meanwhile. A partition that later moves to another server (its
-server died or drained) is reloaded there from its stream.`,
+while the version rolls out: one row of copies at a time (one copy of every
+partition) fetches, verifies and loads its file, switches its reads to it,
+and the oldest row is unloaded, until every copy serves the new version.
+Reads go on from the previous version meanwhile. Interrupting the command
+does not stop the rollout (tabula bulk rollout pause|abort does). A
+partition that later moves to another server (its server died or drained)
+is reloaded there from its stream.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if table == "" || dir == "" {
@@ -422,7 +426,13 @@ func bulkRollbackCmd(g *globals) *cobra.Command {
 			if version == 0 {
 				return errors.New("--version is required (tabula bulk status lists the retained versions)")
 			}
-			ctx, cancel := g.withTimeout(cmd.Context())
+			// The rollback rolls the version out again, row by row: it
+			// takes as long as a publish's rollout, so it waits as publish
+			// does unless --timeout is given.
+			ctx, cancel := context.WithCancel(cmd.Context())
+			if cmd.Flags().Changed("timeout") {
+				ctx, cancel = g.withTimeout(cmd.Context())
+			}
 			defer cancel()
 			c, err := g.client(ctx)
 			if err != nil {
