@@ -147,6 +147,7 @@ func (t *Table) BatchGet(ctx context.Context, keys [][]byte, opts ...ReadOption)
 	// the new one, in proportion to the rows serving each), or the pinned
 	// one. If a server has unloaded it meanwhile, the whole batch runs
 	// again on a version the new map serves, so no answer mixes versions.
+	var avoid map[uint64]bool // versions an attempt found unserved
 	for attempt := 0; ; attempt++ {
 		m, err := t.ts.current(ctx)
 		if err != nil {
@@ -154,7 +155,7 @@ func (t *Table) BatchGet(ctx context.Context, keys [][]byte, opts ...ReadOption)
 		}
 		version := t.pin
 		if version == 0 {
-			version = t.c.chooseBulkVersion(m)
+			version = t.c.chooseBulkVersion(m, avoid)
 		}
 		var lsns lsnSet
 		err = t.batchGet(ctx, keys, hashes, idx, results, version, ro, &lsns)
@@ -167,6 +168,10 @@ func (t *Table) BatchGet(ctx context.Context, keys [][]byte, opts ...ReadOption)
 		if api.CodeOf(err) != api.ErrorCode_ERROR_CODE_VERSION_GONE || t.pin != 0 || attempt >= versionGoneRetries || ctx.Err() != nil {
 			return nil, err
 		}
+		if avoid == nil {
+			avoid = map[uint64]bool{}
+		}
+		avoid[version] = true
 		t.refreshQuietly(ctx)
 	}
 }

@@ -32,6 +32,17 @@ func (c *Client) bulkCopyFor(p *api.Partition, version uint64, tried map[string]
 			continue
 		}
 		serving = append(serving, r)
+	}
+	if len(serving) == 0 && version != 0 {
+		// No copy serves it, but a copy holding it (a delta's base
+		// loaded under the delta a copy serves) answers a read of it.
+		for _, r := range p.GetReplicas() {
+			if r.GetAddr() != "" && r.GetBulkServes() != 0 && slices.Contains(r.GetBulkHolds(), version) {
+				serving = append(serving, r)
+			}
+		}
+	}
+	for _, r := range serving {
 		if !tried[r.GetAddr()] {
 			untried = append(untried, r)
 		}
@@ -74,8 +85,9 @@ func bulkNotServed(p *api.Partition, version uint64) error {
 // reads: among the versions every partition has a copy serving, one at
 // random in proportion to the copies serving it (so a rollout's rows share
 // the reads as they share the copies); the table's current one when none
-// qualifies.
-func (c *Client) chooseBulkVersion(m *api.PartitionMap) uint64 {
+// qualifies. Versions in avoid (an earlier attempt found no copy of one
+// answering) are taken only when nothing else qualifies.
+func (c *Client) chooseBulkVersion(m *api.PartitionMap, avoid map[uint64]bool) uint64 {
 	parts := m.GetPartitions()
 	counts := map[uint64]int{}
 	for _, r := range parts[0:min(1, len(parts))] {
@@ -101,6 +113,19 @@ func (c *Client) chooseBulkVersion(m *api.PartitionMap) uint64 {
 			n += k
 		}
 		counts[v] = n
+	}
+	if len(avoid) > 0 {
+		others := 0
+		for v, n := range counts {
+			if !avoid[v] {
+				others += n
+			}
+		}
+		if others > 0 {
+			for v := range avoid {
+				delete(counts, v)
+			}
+		}
 	}
 	total := 0
 	for _, n := range counts {

@@ -33,6 +33,7 @@ func (t *Table) Scan(ctx context.Context, fn func(key, value []byte) error, opts
 		delivered++
 		return fn(key, value)
 	}
+	var avoid map[uint64]bool // versions an attempt found unserved
 	for attempt := 0; ; attempt++ {
 		m, err := t.Map(ctx)
 		if err != nil {
@@ -40,7 +41,7 @@ func (t *Table) Scan(ctx context.Context, fn func(key, value []byte) error, opts
 		}
 		version := t.pin
 		if version == 0 {
-			version = t.c.chooseBulkVersion(m)
+			version = t.c.chooseBulkVersion(m, avoid)
 		}
 		for i := range len(m.GetPartitions()) {
 			if err = t.scanPartition(ctx, i, version, count, ro); err != nil {
@@ -51,6 +52,10 @@ func (t *Table) Scan(ctx context.Context, fn func(key, value []byte) error, opts
 			delivered > 0 || attempt >= versionGoneRetries || ctx.Err() != nil {
 			return err
 		}
+		if avoid == nil {
+			avoid = map[uint64]bool{}
+		}
+		avoid[version] = true
 		t.refreshQuietly(ctx)
 	}
 }

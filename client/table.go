@@ -220,16 +220,23 @@ func (t *Table) call(ctx context.Context, spec callSpec) (partition, lsn uint64,
 			if version == 0 && bulkTable {
 				version = t.pin
 			}
+			// A batch or scan that picked its version may pick another
+			// (bulkCopyFor's giveUp); a pinned read may not.
+			chose := spec.bulkVersion != 0 && t.pin == 0
 			switch {
 			case spread && bulkTable:
-				target = c.bulkCopyFor(p, version, tried, spec.bulkVersion != 0)
-				if target == nil && !slices.ContainsFunc(p.GetReplicas(), func(r *api.Replica) bool {
-					return r.GetBulkServes() != 0 && (version == 0 || r.GetBulkServes() == version)
-				}) {
+				target = c.bulkCopyFor(p, version, tried, chose)
+				served := func(ok func(uint64) bool) bool {
+					return slices.ContainsFunc(p.GetReplicas(), func(r *api.Replica) bool { return r.GetBulkServes() != 0 && ok(r.GetBulkServes()) })
+				}
+				if target == nil && !served(func(v uint64) bool { return version == 0 || v == version }) &&
+					(!chose || !served(func(v uint64) bool { return v != version })) {
 					// No copy serves it by this map: a copy loading it
 					// (a new copy after a move) answers that it is not
 					// loaded yet, and the retry waits for it; with no
-					// version at all, any copy says so.
+					// version at all, any copy says so. (A batch or scan
+					// whose version another copy here would replace picks
+					// that instead.)
 					want := version
 					if want == 0 {
 						want = m.GetBulk().GetCurrent()
@@ -246,7 +253,7 @@ func (t *Table) call(ctx context.Context, spec callSpec) (partition, lsn uint64,
 			switch {
 			case target == nil && bulkTable && spread:
 				err = bulkNotServed(p, version)
-				if spec.bulkVersion != 0 {
+				if chose {
 					// A batch or scan picked the version: it starts
 					// over on one the map serves.
 					err = &permanentError{err}
