@@ -5797,9 +5797,13 @@ type RegisterServerResponse struct {
 	// The cluster map version at registration. The server serves nothing until
 	// its own map is at least this new: a server that was declared dead must
 	// not serve the partitions that were moved away from it meanwhile.
-	MapVersion    uint64 `protobuf:"varint,4,opt,name=map_version,json=mapVersion,proto3" json:"map_version,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	MapVersion uint64 `protobuf:"varint,4,opt,name=map_version,json=mapVersion,proto3" json:"map_version,omitempty"`
+	// The answering master's internal listener (the cluster credential
+	// only): the server sends its master calls there from now on. Empty: the
+	// master has none.
+	MasterInternalAddr string `protobuf:"bytes,5,opt,name=master_internal_addr,json=masterInternalAddr,proto3" json:"master_internal_addr,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *RegisterServerResponse) Reset() {
@@ -5858,6 +5862,13 @@ func (x *RegisterServerResponse) GetMapVersion() uint64 {
 		return x.MapVersion
 	}
 	return 0
+}
+
+func (x *RegisterServerResponse) GetMasterInternalAddr() string {
+	if x != nil {
+		return x.MasterInternalAddr
+	}
+	return ""
 }
 
 type HeartbeatRequest struct {
@@ -5976,9 +5987,11 @@ type HeartbeatResponse struct {
 	TenantsVersion uint64 `protobuf:"varint,4,opt,name=tenants_version,json=tenantsVersion,proto3" json:"tenants_version,omitempty"`
 	// This server's share of every tenant quota that limits something; a
 	// tenant not listed has no limits here.
-	TenantShares  []*TenantShare `protobuf:"bytes,5,rep,name=tenant_shares,json=tenantShares,proto3" json:"tenant_shares,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	TenantShares []*TenantShare `protobuf:"bytes,5,rep,name=tenant_shares,json=tenantShares,proto3" json:"tenant_shares,omitempty"`
+	// As RegisterServerResponse.master_internal_addr.
+	MasterInternalAddr string `protobuf:"bytes,6,opt,name=master_internal_addr,json=masterInternalAddr,proto3" json:"master_internal_addr,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *HeartbeatResponse) Reset() {
@@ -6044,6 +6057,13 @@ func (x *HeartbeatResponse) GetTenantShares() []*TenantShare {
 		return x.TenantShares
 	}
 	return nil
+}
+
+func (x *HeartbeatResponse) GetMasterInternalAddr() string {
+	if x != nil {
+		return x.MasterInternalAddr
+	}
+	return ""
 }
 
 type BulkPublishRequest struct {
@@ -9203,13 +9223,14 @@ const file_tabula_proto_rawDesc = "" +
 	"\ffault_domain\x18\x03 \x01(\tR\vfaultDomain\x12 \n" +
 	"\vincarnation\x18\x04 \x01(\x04R\vincarnation\x12#\n" +
 	"\rinternal_addr\x18\x05 \x01(\tR\finternalAddr\x12.\n" +
-	"\x13bulk_capacity_bytes\x18\x06 \x01(\x04R\x11bulkCapacityBytes\"\xa5\x01\n" +
+	"\x13bulk_capacity_bytes\x18\x06 \x01(\x04R\x11bulkCapacityBytes\"\xd7\x01\n" +
 	"\x16RegisterServerResponse\x12\x1b\n" +
 	"\tserver_id\x18\x01 \x01(\tR\bserverId\x122\n" +
 	"\x15heartbeat_interval_ms\x18\x02 \x01(\rR\x13heartbeatIntervalMs\x12\x19\n" +
 	"\blease_ms\x18\x03 \x01(\rR\aleaseMs\x12\x1f\n" +
 	"\vmap_version\x18\x04 \x01(\x04R\n" +
-	"mapVersion\"\xc0\x02\n" +
+	"mapVersion\x120\n" +
+	"\x14master_internal_addr\x18\x05 \x01(\tR\x12masterInternalAddr\"\xc0\x02\n" +
 	"\x10HeartbeatRequest\x12\x1b\n" +
 	"\tserver_id\x18\x01 \x01(\tR\bserverId\x124\n" +
 	"\breplicas\x18\x02 \x03(\v2\x18.tabula.v1.ReplicaStatusR\breplicas\x12\x1a\n" +
@@ -9219,7 +9240,7 @@ const file_tabula_proto_rawDesc = "" +
 	"\vtenant_load\x18\x06 \x03(\v2\x15.tabula.v1.TenantLoadR\n" +
 	"tenantLoad\x12\x1f\n" +
 	"\vmap_version\x18\a \x01(\x04R\n" +
-	"mapVersion\"\xd5\x01\n" +
+	"mapVersion\"\x87\x02\n" +
 	"\x11HeartbeatResponse\x12\x1f\n" +
 	"\vmap_version\x18\x01 \x01(\x04R\n" +
 	"mapVersion\x12\x1e\n" +
@@ -9228,7 +9249,8 @@ const file_tabula_proto_rawDesc = "" +
 	"reregister\x12\x19\n" +
 	"\blease_ms\x18\x03 \x01(\rR\aleaseMs\x12'\n" +
 	"\x0ftenants_version\x18\x04 \x01(\x04R\x0etenantsVersion\x12;\n" +
-	"\rtenant_shares\x18\x05 \x03(\v2\x16.tabula.v1.TenantShareR\ftenantShares\"\xaa\x01\n" +
+	"\rtenant_shares\x18\x05 \x03(\v2\x16.tabula.v1.TenantShareR\ftenantShares\x120\n" +
+	"\x14master_internal_addr\x18\x06 \x01(\tR\x12masterInternalAddr\"\xaa\x01\n" +
 	"\x12BulkPublishRequest\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x14\n" +
 	"\x05table\x18\x02 \x01(\tR\x05table\x12\x18\n" +

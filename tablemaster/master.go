@@ -75,6 +75,10 @@ type Master struct {
 	streamCtx    context.Context
 	streamCancel context.CancelFunc
 
+	// internalAddr is the internal listener's advertised address
+	// (ServeInternal; nil: none).
+	internalAddr atomic.Pointer[string]
+
 	// logKick wakes the log loop (replication.go) at once; logRetry is
 	// its per-partition backoff and attempts under way, under logMu;
 	// logSem bounds the attempts running at once.
@@ -228,7 +232,33 @@ func (m *Master) State() *State { return m.view.Load().state }
 // Serve serves api.MasterServer on lis until Close, with its own gRPC
 // server. It may be called for several listeners. It returns nil after
 // Close.
-func (m *Master) Serve(lis net.Listener) error {
+func (m *Master) Serve(lis net.Listener) error { return m.serve(lis, false) }
+
+// ServeInternal serves the cluster's own listener until Close: the same
+// services, to the cluster credential only (table servers' registration,
+// heartbeats, stream and bulk calls; the raft transport), so client load
+// on the client listener never meets them. advertise is the address
+// servers are told to use (default lis's); servers learn it from their
+// registration and heartbeat answers and fall back to the client address
+// when it fails.
+func (m *Master) ServeInternal(lis net.Listener, advertise string) error {
+	if advertise == "" {
+		advertise = lis.Addr().String()
+	}
+	m.internalAddr.Store(&advertise)
+	return m.serve(lis, true)
+}
+
+// InternalAddr is the advertised address of the internal listener ("":
+// none).
+func (m *Master) InternalAddr() string {
+	if p := m.internalAddr.Load(); p != nil {
+		return *p
+	}
+	return ""
+}
+
+func (m *Master) serve(lis net.Listener, internal bool) error {
 	opts := append(m.adm.serverOptions(m.opts), // size limits, the watch codec
 		grpc.MaxSendMsgSize(api.MaxMessageBytes),
 		grpc.WaitForHandlers(true), // Close returns only after every handler has
@@ -241,6 +271,9 @@ func (m *Master) Serve(lis net.Listener) error {
 	// Signatures are checked before admission, so callers that cannot
 	// sign never take a slot.
 	opts = append(opts, m.authInterceptors()...)
+	if internal {
+		opts = append(opts, grpc.ChainUnaryInterceptor(m.clusterOnlyUnary), grpc.ChainStreamInterceptor(m.clusterOnlyStream))
+	}
 	opts = append(opts, tlsfiles.ServerOption(m.opts.TLS)...)
 	opts = append(opts,
 		grpc.ChainUnaryInterceptor(m.admitUnary, m.leaderOnlyUnary),

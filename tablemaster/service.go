@@ -180,6 +180,7 @@ func (m *Master) RegisterServer(_ context.Context, req *api.RegisterServerReques
 		HeartbeatIntervalMs: uint32(m.opts.HeartbeatInterval.Milliseconds()),
 		LeaseMs:             m.leaseMs(),
 		MapVersion:          next.Version,
+		MasterInternalAddr:  m.InternalAddr(),
 	}, nil
 }
 
@@ -197,7 +198,7 @@ func (m *Master) Heartbeat(_ context.Context, req *api.HeartbeatRequest) (*api.H
 		return nil, err
 	}
 	st := m.State()
-	resp := &api.HeartbeatResponse{MapVersion: st.Version, LeaseMs: m.leaseMs(), TenantsVersion: st.TenantsVersion}
+	resp := &api.HeartbeatResponse{MapVersion: st.Version, LeaseMs: m.leaseMs(), TenantsVersion: st.TenantsVersion, MasterInternalAddr: m.InternalAddr()}
 	srv := st.Servers[req.ServerId]
 	if srv == nil || !srv.Alive {
 		resp.Reregister = true

@@ -193,3 +193,31 @@ func quotaOrNil(q *api.TenantQuota) *TenantQuota {
 	c := TenantQuotaOf(q)
 	return &c
 }
+
+// clusterOnlyUnary and clusterOnlyStream keep the internal listener
+// (ServeInternal) to the cluster credential; the signature is checked
+// before them.
+func (m *Master) clusterOnlyUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	if err := m.clusterOnly(ctx, info.FullMethod); err != nil {
+		return nil, err
+	}
+	return h(ctx, req)
+}
+
+func (m *Master) clusterOnlyStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+	if err := m.clusterOnly(ss.Context(), info.FullMethod); err != nil {
+		return err
+	}
+	return h(srv, ss)
+}
+
+func (m *Master) clusterOnly(ctx context.Context, method string) error {
+	if m.opts.ClusterKey == nil {
+		return nil // authentication off (in-process tests)
+	}
+	if p, ok := auth.FromContext(ctx); ok && p.IsCluster() {
+		return nil
+	}
+	return api.Errorf(api.ErrorCode_ERROR_CODE_PERMISSION_DENIED, "internal_listener",
+		"%s: the master's internal listener serves the cluster credential only; clients call its client address", method)
+}

@@ -17,7 +17,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/time/rate"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 
 	"github.com/tabuladb/tabula/api"
 	"github.com/tabuladb/tabula/coproc"
@@ -84,6 +86,9 @@ type Server struct {
 	quota  *quotas // tenants' quotas and partitions' limits (quota.go)
 
 	masters []*grpc.ClientConn
+	// masterInternal[i] is master i's internal listener, once its answers
+	// named one (nil: calls go to its client address).
+	masterInternal []atomic.Pointer[masterConn]
 	// masterIdx is the master tried first; moves on UNAVAILABLE.
 	masterIdx atomic.Int32
 
@@ -163,6 +168,7 @@ func Open(opts Options) (*Server, error) {
 		}
 		s.masters = append(s.masters, cc)
 	}
+	s.masterInternal = make([]atomic.Pointer[masterConn], len(s.masters))
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	// Order: size guard (before decoding), signatures, then admission,
 	// so callers that cannot sign never take a slot.
@@ -353,6 +359,11 @@ func (s *Server) withMaster(ctx context.Context, fn func(api.MasterClient) error
 // costs only that before the next is tried. A follower of a raft group
 // that names its leader sends the next try there.
 func (s *Server) withMasterEach(ctx context.Context, per time.Duration, fn func(context.Context, api.MasterClient) error) error {
+	return s.withMasterAt(ctx, per, func(ctx context.Context, _ int, mc api.MasterClient) error { return fn(ctx, mc) })
+}
+
+// withMasterAt is withMasterEach telling fn which master it calls.
+func (s *Server) withMasterAt(ctx context.Context, per time.Duration, fn func(context.Context, int, api.MasterClient) error) error {
 	var err error
 	for range s.masters {
 		i := int(s.masterIdx.Load()) % len(s.masters)
@@ -360,8 +371,18 @@ func (s *Server) withMasterEach(ctx context.Context, per time.Duration, fn func(
 		if per > 0 {
 			actx, cancel = context.WithTimeout(ctx, per)
 		}
-		err = fn(actx, api.NewMasterClient(s.masters[i]))
+		cc, internal := s.masters[i], s.masterInternal[i].Load()
+		if internal != nil {
+			cc = internal.cc
+		}
+		err = fn(actx, i, api.NewMasterClient(cc))
 		cancel()
+		if err != nil && internal != nil && unreachable(err) && ctx.Err() == nil {
+			// The internal listener does not answer (the master
+			// restarted elsewhere, or a firewall): back to the client
+			// address, whose answers name the current one.
+			s.forgetMasterInternal(i, internal)
+		}
 		if err == nil || api.CodeOf(err) != api.ErrorCode_ERROR_CODE_UNAVAILABLE || ctx.Err() != nil {
 			return err
 		}
@@ -401,8 +422,13 @@ func (s *Server) register() bool {
 		ctx, cancel := context.WithTimeout(s.ctx, 2*time.Second)
 		sent := s.now()
 		var resp *api.RegisterServerResponse
-		err := s.withMaster(ctx, func(mc api.MasterClient) error {
+		err := s.withMasterAt(ctx, 0, func(ctx context.Context, i int, mc api.MasterClient) error {
 			var err error
+			defer func() {
+				if err == nil {
+					s.learnMasterInternal(i, resp.GetMasterInternalAddr())
+				}
+			}()
 			resp, err = mc.RegisterServer(ctx, &api.RegisterServerRequest{
 				ServerId:     s.id(),
 				Addr:         s.Addr(),
@@ -555,11 +581,12 @@ func (s *Server) beat(draining, full bool) (err error) {
 	}()
 	// Each master gets a third of the lease: a stopped leader must not
 	// use all of it.
-	return s.withMasterEach(ctx, s.lease.Duration()/3, func(ctx context.Context, mc api.MasterClient) error {
+	return s.withMasterAt(ctx, s.lease.Duration()/3, func(ctx context.Context, i int, mc api.MasterClient) error {
 		resp, err := mc.Heartbeat(ctx, req)
 		if err != nil {
 			return err
 		}
+		s.learnMasterInternal(i, resp.GetMasterInternalAddr())
 		if resp.GetReregister() {
 			return errReregister
 		}
@@ -770,7 +797,76 @@ func (s *Server) closeMasters() error {
 	for _, cc := range s.masters {
 		errs = append(errs, cc.Close())
 	}
+	for i := range s.masterInternal {
+		if c := s.masterInternal[i].Swap(nil); c != nil {
+			errs = append(errs, c.cc.Close())
+		}
+	}
 	return errors.Join(errs...)
+}
+
+// masterConn is a connection to a master's internal listener.
+type masterConn struct {
+	addr string
+	cc   *grpc.ClientConn
+}
+
+// learnMasterInternal records master i's internal listener as its answer
+// named it (addr; "": none): later calls to it go there.
+func (s *Server) learnMasterInternal(i int, addr string) {
+	cur := s.masterInternal[i].Load()
+	if cur != nil && cur.addr == addr || cur == nil && addr == "" {
+		return
+	}
+	var next *masterConn
+	if addr != "" {
+		cc, err := grpc.NewClient(addr, append([]grpc.DialOption{
+			grpc.WithTransportCredentials(insecure.NewCredentials()), api.FastReconnect(), api.Keepalive(),
+			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(api.MaxMessageBytes), grpc.MaxCallSendMsgSize(api.MaxMessageBytes)),
+		}, s.dialOptions()...)...)
+		if err != nil {
+			s.log.Warn("master's internal listener address does not parse; calling its client address", "master", s.opts.Masters[i], "internal", addr, "err", err)
+			return
+		}
+		next = &masterConn{addr: addr, cc: cc}
+	}
+	if !s.masterInternal[i].CompareAndSwap(cur, next) {
+		if next != nil {
+			_ = next.cc.Close()
+		}
+		return
+	}
+	if cur != nil {
+		_ = cur.cc.Close()
+	}
+	if next != nil {
+		s.log.Info("calling the master on its internal listener", "master", s.opts.Masters[i], "internal", addr)
+	}
+}
+
+// forgetMasterInternal drops master i's internal connection c, which did
+// not answer.
+func (s *Server) forgetMasterInternal(i int, c *masterConn) {
+	if s.masterInternal[i].CompareAndSwap(c, nil) {
+		_ = c.cc.Close()
+		s.log.Warn("the master's internal listener does not answer; calling its client address", "master", s.opts.Masters[i], "internal", c.addr)
+	}
+}
+
+// unreachable reports whether err is gRPC failing to reach the peer or
+// hearing nothing back in time: no Tabula error detail, so no server
+// answered.
+func unreachable(err error) bool {
+	st, ok := status.FromError(err)
+	if !ok {
+		return false
+	}
+	for _, d := range st.Details() {
+		if _, ok := d.(*api.ErrorDetail); ok {
+			return false
+		}
+	}
+	return st.Code() == codes.Unavailable || st.Code() == codes.DeadlineExceeded
 }
 
 // streamWorkers is the size of the gRPC handler pool: calls past it get a

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -18,13 +19,14 @@ import (
 
 func masterCmd(g *globals) *cobra.Command {
 	var (
-		listen        string
-		dir           string
-		peers         string
-		metricsListen string
-		dashListen    string
-		debug         string
-		opts          tablemaster.Options
+		listen         string
+		internalListen string
+		dir            string
+		peers          string
+		metricsListen  string
+		dashListen     string
+		debug          string
+		opts           tablemaster.Options
 	)
 	cmd := &cobra.Command{
 		Use:   "master",
@@ -97,7 +99,24 @@ A member joining a running group starts with --id and no --peers, then is added 
 			if err != nil {
 				return fmt.Errorf("listen on %s: %w (%v)", listen, err, m.Close())
 			}
-			log.Info("master serving", "addr", lis.Addr().String(), "data", dir)
+			ia, withInternal, err := internalListenAddr(lis.Addr().String(), internalListen)
+			if err != nil {
+				return fmt.Errorf("%w (%v)", err, errors.Join(lis.Close(), m.Close()))
+			}
+			internalAddr := "none"
+			if withInternal {
+				ilis, err := net.Listen("tcp", ia)
+				if err != nil {
+					return fmt.Errorf("listen on %s (--internal-listen): %w (%v)", ia, err, errors.Join(lis.Close(), m.Close()))
+				}
+				internalAddr = ilis.Addr().String()
+				go func() {
+					if err := m.ServeInternal(ilis, ""); err != nil {
+						log.Error("the internal listener stopped", "addr", internalAddr, "err", err)
+					}
+				}()
+			}
+			log.Info("master serving", "addr", lis.Addr().String(), "internal", internalAddr, "data", dir)
 			go func() {
 				<-cmd.Context().Done()
 				log.Info("master shutting down")
@@ -108,6 +127,7 @@ A member joining a running group starts with --id and no --peers, then is added 
 	}
 	f := cmd.Flags()
 	f.StringVar(&listen, "listen", defaultMaster, "address to serve on (a raft member: default its address in --peers)")
+	f.StringVar(&internalListen, "internal-listen", "auto", "address of the cluster's own listener (table servers' registration, heartbeats, stream and bulk calls; the cluster credential only): auto is the --listen host on a free port, none serves the cluster on --listen too")
 	f.DurationVar(&opts.ReplaceAfter, "replace-after", tablemaster.DefaultReplaceAfter, "how long a dead server's replicas wait for it (its primaries fail over at once) before new ones are placed elsewhere and copy the data (negative: at once)")
 	f.DurationVar(&opts.TruncateInterval, "truncate-interval", 10*time.Second, "how often partition logs are truncated below what every replica flushed")
 	f.Uint64Var(&opts.MaxLogLag, "max-log-lag", 1_000_000, "records a replica may fall behind its partition's best before it no longer holds the log back (it copies a snapshot instead)")

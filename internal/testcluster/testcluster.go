@@ -52,9 +52,10 @@ type Options struct {
 	// CredentialPath is where the cluster credential file is kept (read,
 	// or created if absent). Default: cluster.key in Dir.
 	CredentialPath string
-	// OneListener serves each table server's cluster traffic on its client
-	// listener, without the internal listener servers get by default
-	// (tableserver.Options.InternalListener).
+	// OneListener serves each table server's (and the master's) cluster
+	// traffic on its client listener, without the internal listener they
+	// get by default (tableserver.Options.InternalListener,
+	// tablemaster.Master.ServeInternal).
 	OneListener bool
 	// NoAuth runs the cluster without authentication. By default it has a
 	// cluster credential (CredentialPath, kept across restarts in Dir),
@@ -179,6 +180,22 @@ func (c *Cluster) startMaster() error {
 			c.opts.Logger.Error("master stopped", "err", err)
 		}
 	}()
+	if !c.opts.OneListener {
+		// The master's own internal listener, as tabula master has by
+		// default: servers learn it from their registration.
+		host, _, _ := net.SplitHostPort(c.mAddr)
+		ilis, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+		if err != nil {
+			return fmt.Errorf("testcluster: master internal listen: %w", err)
+		}
+		c.wg.Add(1)
+		go func() {
+			defer c.wg.Done()
+			if err := m.ServeInternal(ilis, ""); err != nil {
+				c.opts.Logger.Error("master internal listener stopped", "err", err)
+			}
+		}()
+	}
 	return nil
 }
 
