@@ -112,14 +112,17 @@ func TestCrashReplayable(t *testing.T) {
 		t.Fatal(err)
 	}
 	pad := strings.Repeat("p", 200)
-	const batches, crashes = 1500, 6
+	batches, crashes := uint64(1500), uint64(6)
+	if raceEnabled {
+		batches, crashes = 400, 3
+	}
 	var clones []*pebblevfs.MemFS
 	var cutAt []uint64
 	for lsn := uint64(1); lsn <= batches; lsn++ {
 		if err := applyLSN(e, lsn, pad); err != nil {
 			t.Fatal(err)
 		}
-		if rng.IntN(batches/crashes) == 0 {
+		if rng.Uint64N(batches/crashes) == 0 {
 			pct := []int{0, 50, 100}[rng.IntN(3)]
 			clones = append(clones, fs.CrashClone(pebblevfs.CrashCloneCfg{UnsyncedDataPercent: pct, RNG: rand.New(rand.NewPCG(rng.Uint64(), 0))}))
 			cutAt = append(cutAt, lsn)

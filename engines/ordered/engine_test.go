@@ -1,6 +1,7 @@
 package ordered
 
 import (
+	"strings"
 	"testing"
 
 	"go.uber.org/goleak"
@@ -11,8 +12,19 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
+// skipUnderRace skips the suite's Model test (60 000 random operations)
+// under the race detector, where pebble's invariant checks make it take
+// 40 s per configuration; it runs without -race, and the suite's
+// concurrent tests still run under it.
+func skipUnderRace(t *testing.T) {
+	if raceEnabled && strings.HasSuffix(t.Name(), "/Model") {
+		t.Skip("Model runs without -race only (pebble's race build checks invariants: 40 s)")
+	}
+}
+
 func TestConformance(t *testing.T) {
 	enginetest.Run(t, func(t *testing.T, opts engines.Options) engines.Engine {
+		skipUnderRace(t)
 		e, err := engines.Open(engines.KindOrdered, opts)
 		if err != nil {
 			t.Fatal(err)
@@ -27,6 +39,7 @@ func TestConformance(t *testing.T) {
 // (TestRestartSync covers sync durability).
 func TestConformanceDisk(t *testing.T) {
 	enginetest.Run(t, func(t *testing.T, opts engines.Options) engines.Engine {
+		skipUnderRace(t)
 		opts.Dir, opts.Durability = t.TempDir(), "lazy"
 		e, err := engines.Open(engines.KindOrdered, opts)
 		if err != nil {
@@ -39,6 +52,7 @@ func TestConformanceDisk(t *testing.T) {
 // TestConformanceReplayable runs the suite with pebble's WAL off.
 func TestConformanceReplayable(t *testing.T) {
 	enginetest.Run(t, func(t *testing.T, opts engines.Options) engines.Engine {
+		skipUnderRace(t)
 		opts.Dir, opts.Replayable = t.TempDir(), true
 		e, err := engines.Open(engines.KindOrdered, opts)
 		if err != nil {

@@ -136,6 +136,10 @@ func TestRangeStopsAndCloses(t *testing.T) {
 // of one version.
 func TestRangeConcurrentWrites(t *testing.T) {
 	const keys, writers, readers = 100, 2, 2
+	rounds := 300
+	if raceEnabled {
+		rounds = 60
+	}
 	e := openMem(t, enginetest.NewClock())
 	key := func(i int) []byte { return []byte(fmt.Sprintf("k%03d", i)) }
 	write := func(version string) error {
@@ -174,7 +178,7 @@ func TestRangeConcurrentWrites(t *testing.T) {
 		go func() {
 			defer rwg.Done()
 			last := ""
-			for i := 0; i < 300 && failed.Load() == nil; i++ {
+			for i := 0; i < rounds && failed.Load() == nil; i++ {
 				reverse := (i+r)%2 == 1
 				lo, hi := key(10+i%20), key(60+i%40)
 				var prev []byte
