@@ -100,12 +100,22 @@ func TestTenantWriteRateQuota(t *testing.T) {
 	if got > quota*1.1+3*quota/secs || got < quota*0.4 {
 		t.Errorf("tenant with a quota of %d writes/s got %.0f/s admitted", quota, got)
 	}
-	// The other tenant is not held to A's quota.
+	// The other tenant is not held to A's quota: the servers throttle
+	// none of its writes (its rate is the machine's: a loaded CI box
+	// managed 254/s, below A's quota, unthrottled, so the rate itself is
+	// only logged).
 	t.Logf("B first %.0f/s", float64(run(tb, 2*time.Second))/2)
 	b := float64(run(tb, 2*time.Second)) / 2
 	t.Logf("an unlimited tenant beside it: %.0f/s", b)
-	if b < quota {
-		t.Errorf("an unlimited tenant got only %.0f writes/s", b)
+	if b == 0 {
+		t.Error("an unlimited tenant got no write through")
+	}
+	waitFor(t, 10*time.Second, "the quiet tenant's load reported", func() bool {
+		d, err := mc.DescribeTenant(ctx, &api.DescribeTenantRequest{Tenant: "quiet"})
+		return err == nil && d.GetTenant().GetUsage().GetWriteOpsPerSec() > 0
+	})
+	if d, err := mc.DescribeTenant(ctx, &api.DescribeTenantRequest{Tenant: "quiet"}); err != nil || d.GetTenant().GetUsage().GetThrottledPerSec() > 0 {
+		t.Errorf("an unlimited tenant is throttled: %v %v", d.GetTenant().GetUsage(), err)
 	}
 	// Usage shows on the master.
 	d, err := mc.DescribeTenant(ctx, &api.DescribeTenantRequest{Tenant: "noisy"})
