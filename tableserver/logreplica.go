@@ -381,6 +381,10 @@ func (l *logReplica) write(ctx context.Context, epoch uint64, reqID string, fn d
 	}
 	if joined {
 		l.s.quota.unsize(l.tenant, sized, l.memory) // the request in flight carries it
+	} else {
+		// Reported as written once done (applied, or answered with an
+		// unknown outcome): until then the usage beside it misses it.
+		defer l.s.quota.settle(l.tenant, sized, l.memory)
 	}
 	if !joined && lsn != next {
 		panic(fmt.Sprintf("tableserver: partition %d: proposal got LSN %d, expected %d", l.pid, lsn, next)) // broken invariant

@@ -104,6 +104,12 @@ type tenantQuota struct {
 	// written and memWritten count bytes of keys and values written here
 	// since the process started (monotonic, reported to the master).
 	written, memWritten uint64
+	// pending and memPending are the part of them charged to writes not
+	// done yet: the engines' stored bytes (the master's usage) do not
+	// include them, so the counters reported leave them out (a report
+	// counting a write the usage beside it misses would let the master
+	// hand out its bytes twice).
+	pending, memPending uint64
 	// Counters of the current window (reported and reset by load).
 	offRead, offWrite, admRead, admWrite float64
 	admCPU, offCPU                       float64
@@ -277,11 +283,28 @@ func (q *quotas) write(tenant string, id uint64, n int, bytes uint64, charge, me
 	t.admWrite += f
 	if charge {
 		t.written += bytes
+		t.pending += bytes
 		if memory {
 			t.memWritten += bytes
+			t.memPending += bytes
 		}
 	}
 	return nil
+}
+
+// settle marks bytes charged by write or size as done (applied, or failed
+// with the bytes kept as written): reports count them from now on.
+func (q *quotas) settle(tenant string, bytes uint64, memory bool) {
+	if bytes == 0 {
+		return
+	}
+	t := q.tenant(tenant)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.pending -= min(t.pending, bytes)
+	if memory {
+		t.memPending -= min(t.memPending, bytes)
+	}
 }
 
 // sizeLocked refuses bytes of keys and values that would pass the
@@ -313,8 +336,10 @@ func (q *quotas) size(tenant string, bytes uint64, memory bool) error {
 		return err
 	}
 	t.written += bytes
+	t.pending += bytes
 	if memory {
 		t.memWritten += bytes
+		t.memPending += bytes
 	}
 	return nil
 }
@@ -329,8 +354,10 @@ func (q *quotas) unsize(tenant string, bytes uint64, memory bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.written -= min(t.written, bytes)
+	t.pending -= min(t.pending, bytes)
 	if memory {
 		t.memWritten -= min(t.memWritten, bytes)
+		t.memPending -= min(t.memPending, bytes)
 	}
 }
 
@@ -344,11 +371,19 @@ func (q *quotas) chargeRead(tenant string, n int, now time.Time) {
 	t.admRead += float64(n)
 }
 
-// chargeWrite admits a write of n keys and bytes of keys and values to r.
-// A replicated partition's bytes are charged by its log instead, once the
-// write is known to be new (logReplica.write).
-func (s *Server) chargeWrite(r *replica, n int, bytes uint64) error {
-	return s.quota.write(r.table.GetTenant(), r.part.GetId(), n, bytes, r.log == nil, r.table.GetOptions().GetStorage() == "memory", time.Now())
+// chargeWrite admits a write of n keys and bytes of keys and values to r,
+// and returns what the caller runs once the write is done (applied or
+// failed). A replicated partition's bytes are charged by its log instead,
+// once the write is known to be new (logReplica.write).
+func (s *Server) chargeWrite(r *replica, n int, bytes uint64) (done func(), err error) {
+	charge, memory := r.log == nil, r.table.GetOptions().GetStorage() == "memory"
+	if err := s.quota.write(r.table.GetTenant(), r.part.GetId(), n, bytes, charge, memory, time.Now()); err != nil {
+		return nil, err
+	}
+	if !charge || bytes == 0 {
+		return func() {}, nil
+	}
+	return func() { s.quota.settle(r.table.GetTenant(), bytes, memory) }, nil
 }
 
 // coproc admits a coprocessor call of tenant (its CPU is charged later, by
@@ -449,7 +484,7 @@ func (q *quotas) load(now time.Time) []*api.TenantLoad {
 			l = proto.CloneOf(r)
 		}
 		t.mu.Lock()
-		l.Tenant, l.WrittenBytes, l.MemoryWrittenBytes = name, t.written, t.memWritten
+		l.Tenant, l.WrittenBytes, l.MemoryWrittenBytes = name, t.written-t.pending, t.memWritten-t.memPending
 		t.mu.Unlock()
 		out = append(out, l)
 	}

@@ -399,9 +399,11 @@ func (s *service) Put(ctx context.Context, req *api.PutRequest) (*api.PutRespons
 	if err != nil {
 		return nil, err
 	}
-	if err := s.chargeWrite(r, 1, uint64(len(req.GetKey())+len(req.GetValue()))); err != nil {
+	settled, err := s.chargeWrite(r, 1, uint64(len(req.GetKey())+len(req.GetValue())))
+	if err != nil {
 		return nil, err
 	}
+	defer settled()
 	if r.log != nil {
 		return s.loggedPut(ctx, r, req)
 	}
@@ -427,9 +429,11 @@ func (s *service) Delete(ctx context.Context, req *api.DeleteRequest) (*api.Dele
 	if err != nil {
 		return nil, err
 	}
-	if err := s.chargeWrite(r, 1, 0); err != nil {
+	settled, err := s.chargeWrite(r, 1, 0)
+	if err != nil {
 		return nil, err
 	}
+	defer settled()
 	if r.log != nil {
 		return s.loggedDelete(ctx, r, req)
 	}
@@ -467,9 +471,11 @@ func (s *service) CompareAndSwap(ctx context.Context, req *api.CompareAndSwapReq
 	if !req.GetDelete() {
 		casBytes = uint64(len(req.GetKey()) + len(req.GetValue()))
 	}
-	if err := s.chargeWrite(r, 1, casBytes); err != nil {
+	settled, err := s.chargeWrite(r, 1, casBytes)
+	if err != nil {
 		return nil, err
 	}
+	defer settled()
 	if r.log != nil {
 		return s.loggedCAS(ctx, r, req)
 	}
@@ -530,9 +536,11 @@ func (s *service) BatchWrite(ctx context.Context, req *api.BatchWriteRequest) (*
 	if total > api.MaxBatchBytes {
 		return nil, api.InvalidArgument("mutations", "batch_too_large", api.MaxBatchBytes, "BatchWrite carries %d bytes; the limit is %d", total, api.MaxBatchBytes)
 	}
-	if err := s.chargeWrite(r, len(muts), total); err != nil {
+	settled, err := s.chargeWrite(r, len(muts), total)
+	if err != nil {
 		return nil, err
 	}
+	defer settled()
 	if r.log != nil {
 		return s.loggedBatch(ctx, r, req, batch)
 	}
