@@ -1,6 +1,7 @@
 package engines
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -237,4 +238,33 @@ func Kinds() []Kind {
 	}
 	sort.Slice(ks, func(i, j int) bool { return ks[i] < ks[j] })
 	return ks
+}
+
+// LastWins returns the indexes of batch's mutations that are the last for
+// their key, in batch order: what a batch applies when it names a key more
+// than once.
+func LastWins(batch []Mutation) []int {
+	out := make([]int, 0, len(batch))
+	if len(batch) <= 16 {
+	next:
+		for i := range batch {
+			for j := i + 1; j < len(batch); j++ {
+				if bytes.Equal(batch[i].Key, batch[j].Key) {
+					continue next
+				}
+			}
+			out = append(out, i)
+		}
+		return out
+	}
+	last := make(map[string]int, len(batch))
+	for i := range batch {
+		last[string(batch[i].Key)] = i
+	}
+	for i := range batch {
+		if last[string(batch[i].Key)] == i {
+			out = append(out, i)
+		}
+	}
+	return out
 }

@@ -554,7 +554,7 @@ func (e *Engine) Apply(batch []engines.Mutation) error {
 		return engines.ErrClosed
 	}
 	defer e.exit()
-	live := lastWins(batch)
+	live := engines.LastWins(batch)
 	var set stripeSet
 	for _, i := range live {
 		set.add(stripeOf(batch[i].Key))
@@ -701,33 +701,6 @@ func (e *Engine) CompareAndSwap(c engines.CAS) (engines.CASResult, error) {
 	return res, nil
 }
 
-// lastWins returns the indexes of batch's mutations that are the last for
-// their key, in batch order.
-func lastWins(batch []engines.Mutation) []int {
-	out := make([]int, 0, len(batch))
-	if len(batch) <= 16 {
-	next:
-		for i := range batch {
-			for j := i + 1; j < len(batch); j++ {
-				if bytes.Equal(batch[i].Key, batch[j].Key) {
-					continue next
-				}
-			}
-			out = append(out, i)
-		}
-		return out
-	}
-	last := make(map[string]int, len(batch))
-	for i := range batch {
-		last[string(batch[i].Key)] = i
-	}
-	for i := range batch {
-		if last[string(batch[i].Key)] == i {
-			out = append(out, i)
-		}
-	}
-	return out
-}
 
 func stripeOf(key []byte) int { return int(keyspace.Hash(key) >> 40 & (numStripes - 1)) }
 

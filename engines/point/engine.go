@@ -506,7 +506,7 @@ func (e *Engine) Apply(batch []engines.Mutation) error {
 			return fmt.Errorf("apply mutation %d of %d: %w", i, len(batch), ErrEmptyKey)
 		}
 	}
-	live := lastWins(batch)
+	live := engines.LastWins(batch)
 	var (
 		hbuf [16]uint64
 		set  stripeSet
@@ -587,33 +587,6 @@ func (e *Engine) write(ops []diskstore.Op) ([]uint64, error) {
 	return locs, nil
 }
 
-// lastWins returns the indexes of batch's mutations that are the last for
-// their key, in batch order.
-func lastWins(batch []engines.Mutation) []int {
-	out := make([]int, 0, len(batch))
-	if len(batch) <= 16 {
-	next:
-		for i := range batch {
-			for j := i + 1; j < len(batch); j++ {
-				if bytes.Equal(batch[i].Key, batch[j].Key) {
-					continue next
-				}
-			}
-			out = append(out, i)
-		}
-		return out
-	}
-	last := make(map[string]int, len(batch))
-	for i := range batch {
-		last[string(batch[i].Key)] = i
-	}
-	for i := range batch {
-		if last[string(batch[i].Key)] == i {
-			out = append(out, i)
-		}
-	}
-	return out
-}
 
 // Delete removes key and reports whether a live record was there.
 func (e *Engine) Delete(key []byte) (bool, error) {
