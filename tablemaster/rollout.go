@@ -543,24 +543,7 @@ func (s *State) assignRow(t *Table) string {
 			srv := s.Servers[id]
 			return srv != nil && (srv.BulkCapacity == 0 || used[id]+need <= srv.BulkCapacity)
 		}
-		// The copy this row replaces: one of an older version, on a dead
-		// or draining server first, a secondary before the primary, the
-		// last in order.
-		victim := -1
-		for k := len(p.Replicas) - 1; k >= 0; k-- {
-			r := &p.Replicas[k]
-			if r.BulkServes == v || r.BulkLeaving {
-				continue
-			}
-			srv := s.Servers[r.ServerID]
-			gone := srv == nil || !srv.Alive || srv.Draining
-			if victim < 0 || gone || p.Replicas[victim].Role == api.ReplicaRole_REPLICA_ROLE_PRIMARY && r.Role != api.ReplicaRole_REPLICA_ROLE_PRIMARY {
-				victim = k
-				if gone {
-					break
-				}
-			}
-		}
+		victim := s.replacedCopy(p, v)
 		// An extra copy: a server not hosting the partition, with room,
 		// in a fault domain apart from the copies that stay.
 		var stay []string
@@ -658,21 +641,7 @@ func (s *State) switchRow(t *Table, unixMs int64) {
 			}
 		}
 		for staying(p) > n {
-			victim := -1
-			for k := len(p.Replicas) - 1; k >= 0; k-- {
-				r := &p.Replicas[k]
-				if r.BulkServes == ro.Version || r.BulkLeaving {
-					continue
-				}
-				srv := s.Servers[r.ServerID]
-				gone := srv == nil || !srv.Alive || srv.Draining
-				if victim < 0 || gone || p.Replicas[victim].Role == api.ReplicaRole_REPLICA_ROLE_PRIMARY && r.Role != api.ReplicaRole_REPLICA_ROLE_PRIMARY {
-					victim = k
-					if gone {
-						break
-					}
-				}
-			}
+			victim := s.replacedCopy(p, ro.Version)
 			if victim < 0 {
 				break
 			}
@@ -688,6 +657,28 @@ func (s *State) switchRow(t *Table, unixMs int64) {
 	ro.RowsDone++
 	ro.RowStartedUnixMs = unixMs
 	ro.Waiting = ""
+}
+
+// replacedCopy is the copy of p a row rolling out version v replaces (-1:
+// none): one of an older version and not leaving, on a dead or draining
+// server first, a secondary before the primary, the last in order.
+func (s *State) replacedCopy(p *Partition, v uint64) int {
+	victim := -1
+	for k := len(p.Replicas) - 1; k >= 0; k-- {
+		r := &p.Replicas[k]
+		if r.BulkServes == v || r.BulkLeaving {
+			continue
+		}
+		srv := s.Servers[r.ServerID]
+		gone := srv == nil || !srv.Alive || srv.Draining
+		if victim < 0 || gone || p.Replicas[victim].Role == api.ReplicaRole_REPLICA_ROLE_PRIMARY && r.Role != api.ReplicaRole_REPLICA_ROLE_PRIMARY {
+			victim = k
+			if gone {
+				break
+			}
+		}
+	}
+	return victim
 }
 
 // staying counts p's copies that are not leaving.

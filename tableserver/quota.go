@@ -282,14 +282,20 @@ func (q *quotas) write(tenant string, id uint64, n int, bytes uint64, charge, me
 	}
 	t.admWrite += f
 	if charge {
-		t.written += bytes
-		t.pending += bytes
-		if memory {
-			t.memWritten += bytes
-			t.memPending += bytes
-		}
+		t.chargeLocked(bytes, memory)
 	}
 	return nil
+}
+
+// chargeLocked counts bytes of a write admitted and not done yet as
+// written; the caller holds t.mu.
+func (t *tenantQuota) chargeLocked(bytes uint64, memory bool) {
+	t.written += bytes
+	t.pending += bytes
+	if memory {
+		t.memWritten += bytes
+		t.memPending += bytes
+	}
 }
 
 // settle marks bytes charged by write or size as done (applied, or failed
@@ -335,12 +341,7 @@ func (q *quotas) size(tenant string, bytes uint64, memory bool) error {
 	if err := q.sizeLocked(t, tenant, bytes, memory); err != nil {
 		return err
 	}
-	t.written += bytes
-	t.pending += bytes
-	if memory {
-		t.memWritten += bytes
-		t.memPending += bytes
-	}
+	t.chargeLocked(bytes, memory)
 	return nil
 }
 
