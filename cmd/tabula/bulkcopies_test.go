@@ -78,50 +78,9 @@ func TestBulkCopiesUnderKills(t *testing.T) {
 	}
 
 	tb := c.Table("model")
-	var (
-		stop                 atomic.Bool
-		reads, failed, mixed atomic.Int64
-		errMu                sync.Mutex
-		firstErr             string // guarded by errMu
-		wg                   sync.WaitGroup
-	)
-	note := func(s string) {
-		errMu.Lock()
-		if firstErr == "" {
-			firstErr = s
-		}
-		errMu.Unlock()
-	}
-	for g := range 3 {
-		wg.Go(func() {
-			r := rand.New(rand.NewPCG(uint64(g), 5))
-			ks := make([][]byte, 16)
-			for !stop.Load() {
-				for i := range ks {
-					ks[i] = fmt.Appendf(nil, "key-%05d", r.IntN(keys))
-				}
-				rctx, rcancel := context.WithTimeout(ctx, 10*time.Second)
-				res, err := tb.BatchGet(rctx, ks)
-				rcancel()
-				if err != nil {
-					failed.Add(1)
-					note(err.Error())
-					continue
-				}
-				reads.Add(1)
-				tag := ""
-				for i, x := range res {
-					if !x.Found || tag != "" && string(x.Value) != tag {
-						mixed.Add(1)
-						note(fmt.Sprintf("%s = %q (found %v) beside %q", ks[i], x.Value, x.Found, tag))
-						break
-					}
-					tag = string(x.Value)
-				}
-			}
-		})
-	}
-	waitFor(t, 20*time.Second, "reads", func() (bool, error) { return reads.Load() >= 50, nil })
+	rd := startBatchReaders(ctx, tb, keys, 5)
+	defer rd.halt()
+	waitFor(t, 20*time.Second, "reads", func() (bool, error) { return rd.reads.Load() >= 50, nil })
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
 	rng := rand.New(rand.NewPCG(seed, 1))
@@ -141,17 +100,97 @@ func TestBulkCopiesUnderKills(t *testing.T) {
 		}
 		startServer(k)
 		waitFor(t, 30*time.Second, "the killed server back", live)
-		before := reads.Load()
-		waitFor(t, 20*time.Second, "reads of the new version", func() (bool, error) { return reads.Load() >= before+50, nil })
+		before := rd.reads.Load()
+		waitFor(t, 20*time.Second, "reads of the new version", func() (bool, error) { return rd.reads.Load() >= before+50, nil })
 	}
-	stop.Store(true)
-	wg.Wait()
-	t.Logf("%d kills; %d BatchGets of 16 keys, %d failed, %d mixed or missing", kills, reads.Load(), failed.Load(), mixed.Load())
-	if failed.Load() > 0 || mixed.Load() > 0 {
-		t.Fatalf("%d reads failed and %d mixed versions or missed keys with copies to spare (first: %s)", failed.Load(), mixed.Load(), firstErr)
+	rd.halt()
+	t.Logf("%d kills; %d BatchGets of 16 keys, %d failed, %d mixed or missing", kills, rd.reads.Load(), rd.failed.Load(), rd.mixed.Load())
+	if rd.failed.Load() > 0 || rd.mixed.Load() > 0 {
+		t.Fatalf("%d reads failed and %d mixed versions or missed keys with copies to spare (first: %s)", rd.failed.Load(), rd.mixed.Load(), rd.firstErr())
 	}
 	res, err := tb.BatchGet(ctx, [][]byte{[]byte("key-00000"), []byte("key-01999")})
 	if err != nil || string(res[0].Value) != "v4" || string(res[1].Value) != "v4" {
 		t.Fatalf("after the last publish: %v, %v", res, err)
 	}
+}
+
+// batchReaders run BatchGets of 16 random keys of a bulk table built with
+// values "v<N>" (keys "key-%05d" below keys) until halt, counting reads,
+// failures and answers that mix versions or miss a key, and the reads of
+// each version.
+type batchReaders struct {
+	stop                 atomic.Bool
+	reads, failed, mixed atomic.Int64
+	wg                   sync.WaitGroup
+	once                 sync.Once
+	mu                   sync.Mutex
+	first                string           // guarded by mu
+	seen                 map[string]int64 // by value; guarded by mu
+}
+
+// startBatchReaders starts three readers of tb, seeded with seed.
+func startBatchReaders(ctx context.Context, tb *client.Table, keys int, seed uint64) *batchReaders {
+	b := &batchReaders{seen: map[string]int64{}}
+	note := func(s string) {
+		b.mu.Lock()
+		if b.first == "" {
+			b.first = s
+		}
+		b.mu.Unlock()
+	}
+	for g := range 3 {
+		b.wg.Go(func() {
+			r := rand.New(rand.NewPCG(uint64(g), seed))
+			ks := make([][]byte, 16)
+			for !b.stop.Load() {
+				for i := range ks {
+					ks[i] = fmt.Appendf(nil, "key-%05d", r.IntN(keys))
+				}
+				rctx, rcancel := context.WithTimeout(ctx, 10*time.Second)
+				res, err := tb.BatchGet(rctx, ks)
+				rcancel()
+				if err != nil {
+					b.failed.Add(1)
+					note(err.Error())
+					continue
+				}
+				b.reads.Add(1)
+				tag := ""
+				for i, x := range res {
+					if !x.Found || tag != "" && string(x.Value) != tag {
+						b.mixed.Add(1)
+						note(fmt.Sprintf("%s = %q (found %v) beside %q", ks[i], x.Value, x.Found, tag))
+						break
+					}
+					tag = string(x.Value)
+				}
+				b.mu.Lock()
+				b.seen[tag]++
+				b.mu.Unlock()
+			}
+		})
+	}
+	return b
+}
+
+// halt stops the readers and waits for them; it is idempotent.
+func (b *batchReaders) halt() {
+	b.once.Do(func() {
+		b.stop.Store(true)
+		b.wg.Wait()
+	})
+}
+
+// firstErr is the first failure noted ("" if none).
+func (b *batchReaders) firstErr() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.first
+}
+
+// seenOf is how many reads answered with value tag.
+func (b *batchReaders) seenOf(tag string) int64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.seen[tag]
 }

@@ -3,12 +3,9 @@ package main
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -86,54 +83,9 @@ func TestBulkRolloutUnderKills(t *testing.T) {
 	dir2 := build(2)
 
 	tb := c.Table("model")
-	var (
-		stop                 atomic.Bool
-		reads, failed, mixed atomic.Int64
-		errMu                sync.Mutex
-		firstErr             string // guarded by errMu
-		seen                 [3]atomic.Int64
-		wg                   sync.WaitGroup
-	)
-	note := func(s string) {
-		errMu.Lock()
-		if firstErr == "" {
-			firstErr = s
-		}
-		errMu.Unlock()
-	}
-	for g := range 3 {
-		wg.Go(func() {
-			r := rand.New(rand.NewPCG(uint64(g), 7))
-			ks := make([][]byte, 16)
-			for !stop.Load() {
-				for i := range ks {
-					ks[i] = fmt.Appendf(nil, "key-%05d", r.IntN(keys))
-				}
-				rctx, rcancel := context.WithTimeout(ctx, 10*time.Second)
-				res, err := tb.BatchGet(rctx, ks)
-				rcancel()
-				if err != nil {
-					failed.Add(1)
-					note(err.Error())
-					continue
-				}
-				reads.Add(1)
-				tag := ""
-				for i, x := range res {
-					if !x.Found || tag != "" && string(x.Value) != tag {
-						mixed.Add(1)
-						note(fmt.Sprintf("%s = %q (found %v) beside %q", ks[i], x.Value, x.Found, tag))
-						break
-					}
-					tag = string(x.Value)
-				}
-				if tag == "v1" || tag == "v2" {
-					seen[tag[1]-'0'].Add(1)
-				}
-			}
-		})
-	}
-	waitFor(t, 20*time.Second, "reads", func() (bool, error) { return reads.Load() >= 50, nil })
+	rd := startBatchReaders(ctx, tb, keys, 7)
+	defer rd.halt()
+	waitFor(t, 20*time.Second, "reads", func() (bool, error) { return rd.reads.Load() >= 50, nil })
 
 	// Publish 2 (the CLI waits for the whole rollout) and pause it as
 	// soon as it starts (at the publish, before its files are stored: its
@@ -244,13 +196,12 @@ func TestBulkRolloutUnderKills(t *testing.T) {
 	if !strings.Contains(out, "serves version 2") {
 		t.Fatalf("publish 2 across the failover and kills: %s", out)
 	}
-	before := reads.Load()
-	waitFor(t, 20*time.Second, "reads of version 2", func() (bool, error) { return reads.Load() >= before+50, nil })
-	stop.Store(true)
-	wg.Wait()
-	t.Logf("%d BatchGets of 16 keys (%d of v1, %d of v2), %d failed, %d mixed or missing", reads.Load(), seen[1].Load(), seen[2].Load(), failed.Load(), mixed.Load())
-	if failed.Load() > 0 || mixed.Load() > 0 {
-		t.Fatalf("%d reads failed and %d mixed versions or missed keys (first: %s)", failed.Load(), mixed.Load(), firstErr)
+	before := rd.reads.Load()
+	waitFor(t, 20*time.Second, "reads of version 2", func() (bool, error) { return rd.reads.Load() >= before+50, nil })
+	rd.halt()
+	t.Logf("%d BatchGets of 16 keys (%d of v1, %d of v2), %d failed, %d mixed or missing", rd.reads.Load(), rd.seenOf("v1"), rd.seenOf("v2"), rd.failed.Load(), rd.mixed.Load())
+	if rd.failed.Load() > 0 || rd.mixed.Load() > 0 {
+		t.Fatalf("%d reads failed and %d mixed versions or missed keys (first: %s)", rd.failed.Load(), rd.mixed.Load(), rd.firstErr())
 	}
 	// Every copy serves 2 (on live servers: the dead ones' copies are
 	// replaced from the streams).
