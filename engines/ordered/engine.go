@@ -701,7 +701,6 @@ func (e *Engine) CompareAndSwap(c engines.CAS) (engines.CASResult, error) {
 	return res, nil
 }
 
-
 func stripeOf(key []byte) int { return int(keyspace.Hash(key) >> 40 & (numStripes - 1)) }
 
 // stripeSet is the set of stripes a batch locks, as a bitmap, so locking in

@@ -587,7 +587,6 @@ func (e *Engine) write(ops []diskstore.Op) ([]uint64, error) {
 	return locs, nil
 }
 
-
 // Delete removes key and reports whether a live record was there.
 func (e *Engine) Delete(key []byte) (bool, error) {
 	if e.closed.Load() {
