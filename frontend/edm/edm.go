@@ -66,7 +66,7 @@ const Ticks = 100 * time.Nanosecond
 type Value struct {
 	t Type
 	s string  // String; Guid (canonical lower-case form); Binary (the bytes)
-	i int64   // Int32, Int64; DateTime (UTC nanoseconds since the Unix epoch, a multiple of Ticks)
+	i int64   // Int32, Int64; DateTime (ticks of 100 ns since 0001-01-01T00:00:00Z, as .NET counts)
 	f float64 // Double
 	b bool    // Boolean
 }
@@ -86,10 +86,21 @@ func F64(v float64) Value { return Value{t: Double, f: v} }
 // Bool is an Edm.Boolean.
 func Bool(v bool) Value { return Value{t: Boolean, b: v} }
 
-// Time is an Edm.DateTime, in UTC, truncated to 100 ns.
+// unixAt0001 is 0001-01-01T00:00:00Z in Unix seconds.
+const unixAt0001 = -62135596800
+
+// Time is an Edm.DateTime, in UTC, truncated to 100 ns. Its range is
+// years 1 to 9999 (the service's is narrower: from 1601); a time outside
+// it wraps, so callers check the range (MinTime, MaxTime) first.
 func Time(v time.Time) Value {
-	return Value{t: DateTime, i: v.UTC().Truncate(Ticks).UnixNano()}
+	return Value{t: DateTime, i: (v.Unix()-unixAt0001)*1e7 + int64(v.Nanosecond())/100}
 }
+
+// MinTime and MaxTime bound the times Time represents.
+var (
+	MinTime = time.Date(1, 1, 1, 0, 0, 0, 0, time.UTC)
+	MaxTime = time.Date(9999, 12, 31, 23, 59, 59, 999999900, time.UTC)
+)
 
 // GUID is an Edm.Guid from its 16 bytes.
 func GUID(b [16]byte) Value {
@@ -103,6 +114,9 @@ func ParseGUID(s string) (Value, error) {
 		return Value{}, fmt.Errorf("edm: %q is not a GUID (want xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx)", s)
 	}
 	hex := strings.ReplaceAll(s, "-", "")
+	if len(hex) != 32 {
+		return Value{}, fmt.Errorf("edm: %q is not a GUID (want xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx)", s)
+	}
 	for i := range b {
 		hi, ok1 := unhex(hex[2*i])
 		lo, ok2 := unhex(hex[2*i+1])
@@ -145,7 +159,9 @@ func (v Value) AsDouble() float64 { return v.f }
 func (v Value) AsBool() bool { return v.b }
 
 // AsTime is a DateTime's value, in UTC.
-func (v Value) AsTime() time.Time { return time.Unix(0, v.i).UTC() }
+func (v Value) AsTime() time.Time {
+	return time.Unix(v.i/1e7+unixAt0001, (v.i%1e7)*100).UTC()
+}
 
 // AsBytes is a Binary's bytes (a copy).
 func (v Value) AsBytes() []byte { return []byte(v.s) }

@@ -38,8 +38,18 @@ func TestCompare(t *testing.T) {
 			t.Errorf("Compare(%#v, %#v) = %d, %t; want %d, %t", c.a, c.b, got, ok, c.c, c.ok)
 		}
 	}
-	if _, err := ParseGUID("not-a-guid"); err == nil {
-		t.Error("ParseGUID accepted a bad GUID")
+	for _, bad := range []string{"not-a-guid", "00-00000-0000-0000-0000-000000000000", "0000000-0000-0000-0000-0000000000000"} {
+		if _, err := ParseGUID(bad); err == nil {
+			t.Errorf("ParseGUID accepted %q", bad)
+		}
+	}
+	for _, tm := range []time.Time{MinTime, MaxTime, time.Date(1601, 1, 1, 0, 0, 0, 0, time.UTC), now, time.Unix(0, 0).UTC()} {
+		if got := Time(tm).AsTime(); !got.Equal(tm.Truncate(Ticks)) {
+			t.Errorf("Time(%v).AsTime() = %v", tm, got)
+		}
+	}
+	if c, _ := Compare(Time(MinTime), Time(now)); c != -1 {
+		t.Error("year 1 must sort before 2024")
 	}
 	for ty := String; ty <= Binary; ty++ {
 		if got, ok := ParseType(ty.String()); !ok || got != ty {
