@@ -76,7 +76,7 @@ func renderChild(b *strings.Builder, n *node, parens bool) {
 }
 
 // FormatLiteral renders v as a $filter literal of its Edm type, in the
-// spelling String uses ("'it''s'", "5", "5L", "2.5", "true",
+// spelling String uses (a string's quotes doubled, "5", "5L", "2.5", "true",
 // "datetime'2024-05-06T07:08:09.1234567Z'", "guid'…'", "X'00ff'"). An
 // invalid Value renders as "".
 func FormatLiteral(v edm.Value) string {

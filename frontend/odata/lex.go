@@ -141,8 +141,8 @@ func (l *lexer) next() (token, error) {
 	return tok, nil
 }
 
-// quoted reads a '…' literal at l.pos ('' is a quote) and returns its
-// unescaped text.
+// quoted reads a quoted literal at l.pos, a doubled quote standing for
+// one, and returns its unescaped text.
 func (l *lexer) quoted() (string, error) {
 	start := l.pos
 	l.pos++ // opening quote
