@@ -68,8 +68,10 @@
 //     filter. Decimal (M) and Single (f) literals are refused: the
 //     service has no such types.
 //   - DateTimes keep up to seven fractional digits (100 ns); more is an
-//     error. No zone, or Z, means UTC; an offset is converted to UTC. The
-//     year, in UTC, is 0001 to 9999.
+//     error. No zone, or Z, means UTC; an offset is converted to UTC.
+//     The instant must lie in 1677-09-21 to 2262-04-11, the range
+//     edm.Value holds (int64 nanoseconds); the service's own range
+//     (from 1601-01-01) is wider.
 //   - null, OData functions (startswith(...)), arithmetic and the other
 //     typed literals (datetimeoffset'…', time'…') are refused with
 //     messages that say so.

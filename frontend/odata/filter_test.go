@@ -139,6 +139,8 @@ func TestMatch(t *testing.T) {
 		{"Day eq datetime'2008-07-10T00:00Z'", true},
 		{"Day eq datetime'2008-07-10T00:00:00.0Z'", true},
 		{"Day lt datetime'2008-07-10T00:00:00.0000001Z'", true},
+		{"Day gt datetime'1677-09-21T00:12:43.1452242Z'", true},
+		{"Day lt datetime'2262-04-11T23:47:16.8547758Z'", true},
 		{"Timestamp eq datetime'2024-05-06T07:08:09.1234567Z'", true},
 		{"Timestamp ge datetime'2024-01-01T00:00:00Z' and Timestamp lt datetime'2025-01-01T00:00:00Z'", true},
 		{"Timestamp lt datetime'2024-01-01T00:00:00Z'", false},
@@ -392,13 +394,16 @@ func TestParseErrors(t *testing.T) {
 		{"T eq datetime'2024-05-06T07:08:09.Z'", "expected digits after the decimal point"},
 		{"T eq datetime'2024-05-06T07:08:09ZZ'", "unexpected text after the time"},
 		{"T eq datetime'2024-05-06T07:08:09+2:00'", "expected a two-digit offset hour"},
-		{"T eq datetime'0001-01-01T00:00:00+01:00'", "outside years 0001 to 9999"},
+		{"T eq datetime'0001-01-01T00:00:00+01:00'", "outside the range 1677-09-21T00:12:43Z to 2262-04-11T23:47:16Z"},
+		{"T eq datetime'1677-09-21T00:12:43.1452241Z'", "outside the range"},
+		{"T eq datetime'2262-04-11T23:47:16.8547759Z'", "outside the range"},
 		{"T eq datetime'0000-01-01T00:00:00Z'", "field out of range"},
 		{"T eq datetime '2024-05-06T07:08:09Z'", "compares property T with property datetime"},
 		{"T eq datetimeoffset'2024-05-06T07:08:09Z'", "datetimeoffset'…' literals are not supported"},
 		// GUIDs and binaries.
 		{"G eq guid'c9da6455213d42c99a793e9149a57833'", "bad guid literal"},
 		{"G eq guid'c9da6455-213d-42c9-9a79-3e9149a5783g'", "bad guid literal"},
+		{"G eq guid'00-00000-0000-0000-0000-000000000000'", "bad guid literal"}, // a fifth dash: edm.ParseGUID panics on it
 		{"B eq X'abc'", "bad binary literal \"abc\": want an even number of hex digits"},
 		{"B eq X'zz'", "bad binary literal"},
 		// Unsupported OData.

@@ -187,9 +187,12 @@ func (l *lexer) typed(prefix string, start int) (token, error) {
 		}
 		tok.val = v
 	case "guid":
+		if !guidShape(body) {
+			return token{}, filterErr(bodyOff, "bad guid literal %q: want xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx", body)
+		}
 		v, err := edm.ParseGUID(body)
 		if err != nil {
-			return token{}, filterErr(bodyOff, "bad guid literal %q: want xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx", body)
+			return token{}, filterErr(bodyOff, "bad guid literal %q: %v", body, err)
 		}
 		tok.val = v
 	case "X", "binary":
@@ -204,6 +207,29 @@ func (l *lexer) typed(prefix string, start int) (token, error) {
 		return token{}, filterErr(start, "unknown literal prefix %s'…' (known: datetime'…', guid'…', X'…', binary'…')", prefix)
 	}
 	return tok, nil
+}
+
+// guidShape says whether s is 8-4-4-4-12 hex digits. It is checked
+// before edm.ParseGUID, which panics on a string of 36 characters with
+// its four dashes in place and a fifth elsewhere.
+func guidShape(s string) bool {
+	if len(s) != 36 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch i {
+		case 8, 13, 18, 23:
+			if c != '-' {
+				return false
+			}
+		default:
+			if !isDigit(c) && (c|0x20 < 'a' || c|0x20 > 'f') {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // number reads an Int32 (5, -5), Int64 (5L), or Double (2.5, 1E+10,
@@ -303,6 +329,13 @@ func (l *lexer) number() (token, error) {
 	return tok, nil
 }
 
+// minDateTime and maxDateTime are the extreme DateTimes edm.Value holds:
+// nanoseconds since 1970 in an int64, in whole ticks.
+var (
+	minDateTime = time.Unix(0, math.MinInt64+8).UTC() // ...808 rounded up to a tick
+	maxDateTime = time.Unix(0, math.MaxInt64-7).UTC() // ...807 rounded down to a tick
+)
+
 // parseDateTime reads yyyy-mm-ddThh:mm[:ss[.fffffff]][Z|±hh:mm]; no zone
 // means UTC. It returns a reason when s is not one.
 func parseDateTime(s string) (edm.Value, string) {
@@ -374,8 +407,8 @@ func parseDateTime(s string) (edm.Value, string) {
 	if t.Day() != day {
 		return edm.Value{}, "no such day"
 	}
-	if y := t.UTC().Year(); y < 1 || y > 9999 {
-		return edm.Value{}, "outside years 0001 to 9999 in UTC"
+	if tt := t.UTC().Truncate(edm.Ticks); tt.Before(minDateTime) || tt.After(maxDateTime) {
+		return edm.Value{}, "outside the range " + minDateTime.Format(time.RFC3339) + " to " + maxDateTime.Format(time.RFC3339) + " that edm.Value holds"
 	}
 	return edm.Time(t), ""
 }
