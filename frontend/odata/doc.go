@@ -8,14 +8,15 @@
 // safe for concurrent use; Range is a value.
 //
 //	f, err := odata.ParseFilter("PartitionKey eq 'p' and RowKey ge 'a' and RowKey lt 'b' and Age gt 30")
-//	// errors.Is(err, odata.ErrInvalidFilter) -> 400 InvalidInput
-//	r := f.KeyRange() // PK in ['p','p'] RK in ['a','b'): scan only that
-//	for each entity e read from r { if f.Match(e) { return it } }
+//	if err != nil { ... } // errors.Is(err, odata.ErrInvalidFilter): 400 InvalidInput
+//	r := f.KeyRange()      // PK in ["p","p"] RK in ["a","b"): scan only that
+//	... for each entity e the scan of r returns: if f.Match(e) { send it }
 //
 // # Grammar
 //
 // In EBNF, over the URL-decoded text; blanks (space, tab, CR, LF) may
-// separate tokens and are needed only between two words:
+// separate tokens and are needed only between words and numbers (Age eq
+// 5and is an error, (A eq 1)and(B eq 2) is not):
 //
 //	filter     = [ or ] .                              (empty: every entity)
 //	or         = and { "or" and } .
