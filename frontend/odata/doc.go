@@ -70,9 +70,8 @@
 //     service has no such types.
 //   - DateTimes keep up to seven fractional digits (100 ns); more is an
 //     error. No zone, or Z, means UTC; an offset is converted to UTC.
-//     The instant must lie in 1677-09-21 to 2262-04-11, the range
-//     edm.Value holds (int64 nanoseconds); the service's own range
-//     (from 1601-01-01) is wider.
+//     The instant must lie in years 1 to 9999 (edm.MinTime, edm.MaxTime),
+//     which holds the service's own range (from 1601-01-01).
 //   - null, OData functions (startswith(...)), arithmetic and the other
 //     typed literals (datetimeoffset'…', time'…') are refused with
 //     messages that say so.

@@ -329,11 +329,10 @@ func (l *lexer) number() (token, error) {
 	return tok, nil
 }
 
-// minDateTime and maxDateTime are the extreme DateTimes edm.Value holds:
-// nanoseconds since 1970 in an int64, in whole ticks.
+// minDateTime and maxDateTime are the extreme DateTimes edm.Value holds.
 var (
-	minDateTime = time.Unix(0, math.MinInt64+8).UTC() // ...808 rounded up to a tick
-	maxDateTime = time.Unix(0, math.MaxInt64-7).UTC() // ...807 rounded down to a tick
+	minDateTime = edm.MinTime
+	maxDateTime = edm.MaxTime
 )
 
 // parseDateTime reads yyyy-mm-ddThh:mm[:ss[.fffffff]][Z|±hh:mm]; no zone
