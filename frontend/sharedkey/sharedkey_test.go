@@ -120,13 +120,17 @@ func TestTampered(t *testing.T) {
 		return r
 	}
 	tamper := map[string]func(r *http.Request){
-		"date":         func(r *http.Request) { r.Header.Set("x-ms-date", "Mon, 06 May 2024 07:08:10 GMT") },
-		"path":         func(r *http.Request) { r.RequestURI = strings.Replace(r.RequestURI, "RowKey='r'", "RowKey='s'", 1) },
-		"table":        func(r *http.Request) { r.RequestURI = strings.Replace(r.RequestURI, "mytable", "other", 1) },
-		"comp":         func(r *http.Request) { r.URL.RawQuery = "comp=y" },
-		"signature":    func(r *http.Request) { r.Header.Set("Authorization", flipSig(r.Header.Get("Authorization"))) },
-		"account":      func(r *http.Request) { r.Header.Set("Authorization", strings.Replace(r.Header.Get("Authorization"), DevAccount, "devstoreaccount2", 1)) },
-		"scheme":       func(r *http.Request) { r.Header.Set("Authorization", "Bearer "+strings.SplitN(r.Header.Get("Authorization"), " ", 2)[1]) },
+		"date":      func(r *http.Request) { r.Header.Set("x-ms-date", "Mon, 06 May 2024 07:08:10 GMT") },
+		"path":      func(r *http.Request) { r.RequestURI = strings.Replace(r.RequestURI, "RowKey='r'", "RowKey='s'", 1) },
+		"table":     func(r *http.Request) { r.RequestURI = strings.Replace(r.RequestURI, "mytable", "other", 1) },
+		"comp":      func(r *http.Request) { r.URL.RawQuery = "comp=y" },
+		"signature": func(r *http.Request) { r.Header.Set("Authorization", flipSig(r.Header.Get("Authorization"))) },
+		"account": func(r *http.Request) {
+			r.Header.Set("Authorization", strings.Replace(r.Header.Get("Authorization"), DevAccount, "devstoreaccount2", 1))
+		},
+		"scheme": func(r *http.Request) {
+			r.Header.Set("Authorization", "Bearer "+strings.SplitN(r.Header.Get("Authorization"), " ", 2)[1])
+		},
 		"no date":      func(r *http.Request) { r.Header.Del("x-ms-date") },
 		"short sig":    func(r *http.Request) { r.Header.Set("Authorization", "SharedKey devstoreaccount1:AAAA") },
 		"method":       func(r *http.Request) { r.Method = "MERGE" },
@@ -249,5 +253,46 @@ func TestErrorXML(t *testing.T) {
 	}
 	if got := string(errPermission().XML()); !strings.Contains(got, "<Code>AuthorizationPermissionMismatch</Code>") || strings.Contains(got, "Detail") {
 		t.Fatal(got)
+	}
+}
+
+// Over a real connection: what the client signs is the path the server
+// receives, escapes and quotes included.
+func TestOverHTTP(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		acct, _, _ := strings.Cut(strings.TrimPrefix(r.URL.Path, "/"), "/")
+		if _, err := Verify(r, acct, DevKeys(), time.Now()); err != nil {
+			w.WriteHeader(err.(*Error).Status)
+			w.Write(err.(*Error).XML())
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	defer srv.Close()
+	for _, path := range []string{
+		"/devstoreaccount1/Tables",
+		"/devstoreaccount1/my%20table(PartitionKey='a%20b',RowKey='c''d%2Fe')",
+		"/devstoreaccount1/t(PartitionKey='%C3%BC',RowKey='x')?$filter=PartitionKey%20eq%20'a'&comp=acl",
+		"/devstoreaccount1-secondary/?restype=service&comp=stats",
+	} {
+		for _, lite := range []bool{false, true} {
+			r, err := http.NewRequest("GET", srv.URL+path, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if lite {
+				SignSharedKeyLite(r, DevAccount, devKey())
+			} else {
+				SignSharedKey(r, DevAccount, devKey())
+			}
+			resp, err := http.DefaultClient.Do(r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusNoContent {
+				t.Errorf("%s (lite %t): status %d", path, lite, resp.StatusCode)
+			}
+		}
 	}
 }
