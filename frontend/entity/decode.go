@@ -292,6 +292,9 @@ func typed(name, typ string, val any) (edm.Value, error) {
 		if !isStr {
 			return kind()
 		}
+		if !isGUID(s) { // edm.ParseGUID panics on a misplaced fifth dash
+			return bad()
+		}
 		g, err := edm.ParseGUID(s)
 		if err != nil {
 			return bad()
@@ -346,4 +349,25 @@ func isJSONNumber(s string) bool {
 		}
 	}
 	return i == len(s)
+}
+
+// isGUID says whether s is xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx in hex
+// digits of either case.
+func isGUID(s string) bool {
+	if len(s) != 36 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if i == 8 || i == 13 || i == 18 || i == 23 {
+			if c != '-' {
+				return false
+			}
+			continue
+		}
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F') {
+			return false
+		}
+	}
+	return true
 }

@@ -114,6 +114,7 @@ func TestDecodeJSONErrors(t *testing.T) {
 		{"double overflow", `{"PartitionKey":"p","RowKey":"r","A":1e400}`, "InvalidInput"},
 		{"bool word", `{"PartitionKey":"p","RowKey":"r","A":"yes","A@odata.type":"Edm.Boolean"}`, "InvalidInput"},
 		{"guid bad", `{"PartitionKey":"p","RowKey":"r","A":"c9da6455-213d-42c9-9a79","A@odata.type":"Edm.Guid"}`, "InvalidInput"},
+		{"guid fifth dash", `{"PartitionKey":"p","RowKey":"r","A":"c9da6455-213d-42c9-9a79-2024-9a57833","A@odata.type":"Edm.Guid"}`, "InvalidInput"},
 		{"guid number", `{"PartitionKey":"p","RowKey":"r","A":5,"A@odata.type":"Edm.Guid"}`, "InvalidValueType"},
 		{"binary bad", `{"PartitionKey":"p","RowKey":"r","A":"AQID*A==","A@odata.type":"Edm.Binary"}`, "InvalidInput"},
 		{"binary unpadded", `{"PartitionKey":"p","RowKey":"r","A":"AQIDBA","A@odata.type":"Edm.Binary"}`, "InvalidInput"},

@@ -3,6 +3,7 @@ package entity
 import (
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"math"
 	"math/rand/v2"
 	"strings"
@@ -118,3 +119,10 @@ func randEntity(r *rand.Rand) *edm.Entity {
 	}
 	return e
 }
+
+func errorsIs(err, target error) bool { return errors.Is(fmt.Errorf("wrapped: %w", err), target) }
+func errorsAs(err error, target any) bool {
+	return errors.As(fmt.Errorf("wrapped: %w", err), target)
+}
+
+func crc32Checksum(b []byte) uint32 { return crc32.Checksum(b, castagnoli) }
