@@ -61,7 +61,7 @@ func DecodeJSONKeysOptional(body []byte) (e *edm.Entity, hasPK, hasRK bool, err 
 		}
 		name := tok.(string) // object keys are strings
 		if base, ok := strings.CutSuffix(name, typeSuffix); ok && base != "" {
-			v, err := scalar(dec)
+			v, err := scalar(dec, name)
 			if err != nil {
 				return nil, false, false, err
 			}
@@ -83,9 +83,9 @@ func DecodeJSONKeysOptional(body []byte) (e *edm.Entity, hasPK, hasRK bool, err 
 			}
 			continue
 		}
-		v, err := scalar(dec)
+		v, err := scalar(dec, name)
 		if err != nil {
-			return nil, false, false, ErrInvalidValueType.with("property %q: %v", name, err)
+			return nil, false, false, err
 		}
 		if seen[name] {
 			return nil, false, false, ErrDuplicatePropertiesSpecified.with("property %q appears twice", name)
@@ -141,14 +141,15 @@ func DecodeJSONKeysOptional(body []byte) (e *edm.Entity, hasPK, hasRK bool, err 
 	return e, hasPK, hasRK, nil
 }
 
-// scalar reads one JSON value that must not be an object or array.
-func scalar(dec *json.Decoder) (any, error) {
+// scalar reads the value of the member name, which must not be an
+// object or array.
+func scalar(dec *json.Decoder, name string) (any, error) {
 	tok, err := dec.Token()
 	if err != nil {
 		return nil, ErrInvalidInput.with("bad JSON: %v", err)
 	}
 	if _, ok := tok.(json.Delim); ok {
-		return nil, errors.New("objects and arrays are not property values")
+		return nil, ErrInvalidValueType.with("%q: objects and arrays are not property values", name)
 	}
 	return tok, nil
 }

@@ -123,6 +123,7 @@ func TestDecodeJSONErrors(t *testing.T) {
 		{"datetime feb 30", `{"PartitionKey":"p","RowKey":"r","A":"2024-02-30T00:00:00Z","A@odata.type":"Edm.DateTime"}`, "InvalidInput"},
 		{"datetime out of range", `{"PartitionKey":"p","RowKey":"r","A":"9999-12-31T23:59:59.9999999Z","A@odata.type":"Edm.DateTime"}`, "OutOfRangeInput"},
 		{"object value", `{"PartitionKey":"p","RowKey":"r","A":{"b":1}}`, "InvalidValueType"},
+		{"array annotation", `{"T@odata.type":[`, "InvalidValueType"},
 		{"array value", `{"PartitionKey":"p","RowKey":"r","A":[1]}`, "InvalidValueType"},
 	}
 	for _, c := range cases {
