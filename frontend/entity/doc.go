@@ -124,12 +124,9 @@
 //     [unverified: the documentation's "404 (Bad Request)" for reserved
 //     names is contradictory; Azurite answers 400].
 //
-// DateTime range: the service takes 1601-01-01 to 9999-12-31, but an
-// edm.Value holds UTC nanoseconds in an int64, 1677-09-21 to
-// 2262-04-11; a DateTime outside that is refused with OutOfRangeInput
-// instead of being wrapped. DateTime.MaxValue sentinels from .NET
-// programs hit this; widening edm.Value (ticks in an int64) would lift
-// it, and the storage encoding below already stores ticks.
+// DateTime range: 1601-01-01 to 9999-12-31, as the service takes
+// (DateTime.MaxValue sentinels of .NET programs included); a DateTime
+// outside it is refused with OutOfRangeInput.
 //
 // Error messages: the texts for DuplicatePropertiesSpecified,
 // EntityTooLarge, InvalidValueType, JsonFormatNotSupported,

@@ -1,20 +1,18 @@
 package entity
 
 import (
-	"math"
 	"strings"
 	"time"
 
 	"github.com/tabuladb/tabula/frontend/edm"
 )
 
-// The DateTime values an edm.Value can hold: UTC nanoseconds since the
-// Unix epoch in an int64, so 1677-09-21 to 2262-04-11. The service
-// accepts 1601-01-01 to 9999-12-31; a value between the two ranges is
-// refused with OutOfRangeInput (see doc.go).
+// The DateTime values the service accepts, 1601-01-01 to 9999-12-31
+// (edm.Value holds years 1 to 9999); others are refused with
+// OutOfRangeInput (see doc.go).
 var (
-	minTime = time.Unix(0, math.MinInt64).UTC().Truncate(edm.Ticks).Add(edm.Ticks)
-	maxTime = time.Unix(0, math.MaxInt64).UTC().Truncate(edm.Ticks)
+	minTime = time.Date(1601, 1, 1, 0, 0, 0, 0, time.UTC)
+	maxTime = edm.MaxTime
 )
 
 // FormatTime writes t as the service does: UTC with exactly seven
