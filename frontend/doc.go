@@ -6,6 +6,15 @@
 //
 // Its parts live in subpackages, one noun each:
 //   - edm: the Entity Data Model's property types and values.
+//   - entity: entities on the wire (JSON at each metadata level) and on
+//     disk (a checksummed binary encoding, order-preserving keys), ETags,
+//     and the service's limits and error codes.
+//   - odata: $filter (parse, match, the key range it confines a query
+//     to), $select and $top.
+//   - batch: entity group transactions ($batch multipart bodies in,
+//     responses out).
+//   - sharedkey: Shared Key, Shared Key Lite and SAS authentication.
 //
-// The gateway itself is not built yet: the subpackages are its parts.
+// The HTTP gateway over the SDK that puts them together is not built
+// yet: it needs ordered tables (range partitions over engines/ordered).
 package frontend
