@@ -120,7 +120,9 @@ func TableServerLimits() MessageLimits {
 		Add(&InvokeRequest{}, InvokeRequestBytes, false).
 		// Partials of every partition: a module without a merge export
 		// gets them concatenated, as large as a reply may be.
-		Add(&CoprocMergeRequest{}, MaxMessageBytes, false)
+		Add(&CoprocMergeRequest{}, MaxMessageBytes, false).
+		// One call of any kind the stream carries: a swap is the largest.
+		Add(&CallRequest{}, MaxMessageBytes, false)
 }
 
 // MasterLimits are the limits of the Master and Raft services' requests.

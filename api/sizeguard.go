@@ -49,6 +49,7 @@ type SizeGuard struct {
 	// digests: the unary request types whose wire bytes are hashed (nil:
 	// none; SizeGuardOptions.Digests).
 	digests map[protoreflect.FullName]bool
+	perCall map[string]bool // SizeGuardOptions.PerCallStreams
 }
 
 // SizeGuardOptions configure a SizeGuard.
@@ -71,6 +72,11 @@ type SizeGuardOptions struct {
 	// BusyRetryAfter is the retry_after a budget refusal carries. Default
 	// 10 ms.
 	BusyRetryAfter time.Duration
+	// PerCallStreams are the streaming methods whose messages are calls
+	// of their own (TableServer.Calls): the guard does not end such a
+	// stream over one message, its handler checks each (Admit) and fails
+	// only that call.
+	PerCallStreams []string
 }
 
 // NewSizeGuard returns a guard for o.
@@ -85,6 +91,12 @@ func NewSizeGuard(o SizeGuardOptions) *SizeGuard {
 		retryAfter: o.BusyRetryAfter, nonce: rand.Uint64() | 1}
 	if o.Digests {
 		g.digests = unaryRequestTypes()
+	}
+	for _, m := range o.PerCallStreams {
+		if g.perCall == nil {
+			g.perCall = map[string]bool{}
+		}
+		g.perCall[m] = true
 	}
 	return g
 }
@@ -302,7 +314,18 @@ func (g *SizeGuard) unary(ctx context.Context, req any, info *grpc.UnaryServerIn
 	return h(ctx, req)
 }
 
+// Admit checks one request a multiplexed stream carries (see
+// SizeGuardOptions.PerCallStreams) as the guard checks a unary call's:
+// its mark (too large, or refused by the budget), then the in-flight
+// budget, whose bytes stay reserved until release (never nil) is called.
+func (g *SizeGuard) Admit(method string, req any) (release func(), err error) {
+	return g.admit(method, req)
+}
+
 func (g *SizeGuard) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+	if g.perCall[info.FullMethod] {
+		return h(srv, ss) // its handler admits each call (Admit)
+	}
 	gs := &guardedStream{ServerStream: ss, g: g, method: info.FullMethod, release: func() {}}
 	err := h(srv, gs)
 	gs.release()

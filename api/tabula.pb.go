@@ -560,7 +560,7 @@ func (x Mutation_Op) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Mutation_Op.Descriptor instead.
 func (Mutation_Op) EnumDescriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{105, 0}
+	return file_tabula_proto_rawDescGZIP(), []int{107, 0}
 }
 
 // TableOptions are fixed at CreateTable. Zero values take the defaults the
@@ -6713,6 +6713,303 @@ func (x *ListServersResponse) GetServers() []*ServerInfo {
 	return nil
 }
 
+type CallRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Chosen by the client, unique among its calls in flight on the
+	// stream; never 0.
+	Id uint64 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	// The call's deadline, relative: 0 for none.
+	TimeoutMs uint64 `protobuf:"varint,2,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"`
+	// Types that are valid to be assigned to Call:
+	//
+	//	*CallRequest_Get
+	//	*CallRequest_MultiGet
+	//	*CallRequest_Put
+	//	*CallRequest_Delete
+	//	*CallRequest_CompareAndSwap
+	Call          isCallRequest_Call `protobuf_oneof:"call"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CallRequest) Reset() {
+	*x = CallRequest{}
+	mi := &file_tabula_proto_msgTypes[91]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CallRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CallRequest) ProtoMessage() {}
+
+func (x *CallRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tabula_proto_msgTypes[91]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CallRequest.ProtoReflect.Descriptor instead.
+func (*CallRequest) Descriptor() ([]byte, []int) {
+	return file_tabula_proto_rawDescGZIP(), []int{91}
+}
+
+func (x *CallRequest) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *CallRequest) GetTimeoutMs() uint64 {
+	if x != nil {
+		return x.TimeoutMs
+	}
+	return 0
+}
+
+func (x *CallRequest) GetCall() isCallRequest_Call {
+	if x != nil {
+		return x.Call
+	}
+	return nil
+}
+
+func (x *CallRequest) GetGet() *GetRequest {
+	if x != nil {
+		if x, ok := x.Call.(*CallRequest_Get); ok {
+			return x.Get
+		}
+	}
+	return nil
+}
+
+func (x *CallRequest) GetMultiGet() *MultiGetRequest {
+	if x != nil {
+		if x, ok := x.Call.(*CallRequest_MultiGet); ok {
+			return x.MultiGet
+		}
+	}
+	return nil
+}
+
+func (x *CallRequest) GetPut() *PutRequest {
+	if x != nil {
+		if x, ok := x.Call.(*CallRequest_Put); ok {
+			return x.Put
+		}
+	}
+	return nil
+}
+
+func (x *CallRequest) GetDelete() *DeleteRequest {
+	if x != nil {
+		if x, ok := x.Call.(*CallRequest_Delete); ok {
+			return x.Delete
+		}
+	}
+	return nil
+}
+
+func (x *CallRequest) GetCompareAndSwap() *CompareAndSwapRequest {
+	if x != nil {
+		if x, ok := x.Call.(*CallRequest_CompareAndSwap); ok {
+			return x.CompareAndSwap
+		}
+	}
+	return nil
+}
+
+type isCallRequest_Call interface {
+	isCallRequest_Call()
+}
+
+type CallRequest_Get struct {
+	Get *GetRequest `protobuf:"bytes,3,opt,name=get,proto3,oneof"`
+}
+
+type CallRequest_MultiGet struct {
+	MultiGet *MultiGetRequest `protobuf:"bytes,4,opt,name=multi_get,json=multiGet,proto3,oneof"`
+}
+
+type CallRequest_Put struct {
+	Put *PutRequest `protobuf:"bytes,5,opt,name=put,proto3,oneof"`
+}
+
+type CallRequest_Delete struct {
+	Delete *DeleteRequest `protobuf:"bytes,6,opt,name=delete,proto3,oneof"`
+}
+
+type CallRequest_CompareAndSwap struct {
+	CompareAndSwap *CompareAndSwapRequest `protobuf:"bytes,7,opt,name=compare_and_swap,json=compareAndSwap,proto3,oneof"`
+}
+
+func (*CallRequest_Get) isCallRequest_Call() {}
+
+func (*CallRequest_MultiGet) isCallRequest_Call() {}
+
+func (*CallRequest_Put) isCallRequest_Call() {}
+
+func (*CallRequest_Delete) isCallRequest_Call() {}
+
+func (*CallRequest_CompareAndSwap) isCallRequest_Call() {}
+
+type CallResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	// Set when the call failed: an encoded google.rpc.Status, exactly as
+	// the unary RPC would have returned it (code, message and details).
+	Status []byte `protobuf:"bytes,2,opt,name=status,proto3" json:"status,omitempty"`
+	// Types that are valid to be assigned to Reply:
+	//
+	//	*CallResponse_Get
+	//	*CallResponse_MultiGet
+	//	*CallResponse_Put
+	//	*CallResponse_Delete
+	//	*CallResponse_CompareAndSwap
+	Reply         isCallResponse_Reply `protobuf_oneof:"reply"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CallResponse) Reset() {
+	*x = CallResponse{}
+	mi := &file_tabula_proto_msgTypes[92]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CallResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CallResponse) ProtoMessage() {}
+
+func (x *CallResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tabula_proto_msgTypes[92]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CallResponse.ProtoReflect.Descriptor instead.
+func (*CallResponse) Descriptor() ([]byte, []int) {
+	return file_tabula_proto_rawDescGZIP(), []int{92}
+}
+
+func (x *CallResponse) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *CallResponse) GetStatus() []byte {
+	if x != nil {
+		return x.Status
+	}
+	return nil
+}
+
+func (x *CallResponse) GetReply() isCallResponse_Reply {
+	if x != nil {
+		return x.Reply
+	}
+	return nil
+}
+
+func (x *CallResponse) GetGet() *GetResponse {
+	if x != nil {
+		if x, ok := x.Reply.(*CallResponse_Get); ok {
+			return x.Get
+		}
+	}
+	return nil
+}
+
+func (x *CallResponse) GetMultiGet() *MultiGetResponse {
+	if x != nil {
+		if x, ok := x.Reply.(*CallResponse_MultiGet); ok {
+			return x.MultiGet
+		}
+	}
+	return nil
+}
+
+func (x *CallResponse) GetPut() *PutResponse {
+	if x != nil {
+		if x, ok := x.Reply.(*CallResponse_Put); ok {
+			return x.Put
+		}
+	}
+	return nil
+}
+
+func (x *CallResponse) GetDelete() *DeleteResponse {
+	if x != nil {
+		if x, ok := x.Reply.(*CallResponse_Delete); ok {
+			return x.Delete
+		}
+	}
+	return nil
+}
+
+func (x *CallResponse) GetCompareAndSwap() *CompareAndSwapResponse {
+	if x != nil {
+		if x, ok := x.Reply.(*CallResponse_CompareAndSwap); ok {
+			return x.CompareAndSwap
+		}
+	}
+	return nil
+}
+
+type isCallResponse_Reply interface {
+	isCallResponse_Reply()
+}
+
+type CallResponse_Get struct {
+	Get *GetResponse `protobuf:"bytes,3,opt,name=get,proto3,oneof"`
+}
+
+type CallResponse_MultiGet struct {
+	MultiGet *MultiGetResponse `protobuf:"bytes,4,opt,name=multi_get,json=multiGet,proto3,oneof"`
+}
+
+type CallResponse_Put struct {
+	Put *PutResponse `protobuf:"bytes,5,opt,name=put,proto3,oneof"`
+}
+
+type CallResponse_Delete struct {
+	Delete *DeleteResponse `protobuf:"bytes,6,opt,name=delete,proto3,oneof"`
+}
+
+type CallResponse_CompareAndSwap struct {
+	CompareAndSwap *CompareAndSwapResponse `protobuf:"bytes,7,opt,name=compare_and_swap,json=compareAndSwap,proto3,oneof"`
+}
+
+func (*CallResponse_Get) isCallResponse_Reply() {}
+
+func (*CallResponse_MultiGet) isCallResponse_Reply() {}
+
+func (*CallResponse_Put) isCallResponse_Reply() {}
+
+func (*CallResponse_Delete) isCallResponse_Reply() {}
+
+func (*CallResponse_CompareAndSwap) isCallResponse_Reply() {}
+
 // RequestHeader is on every data request: where the client routed it.
 type RequestHeader struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
@@ -6736,7 +7033,7 @@ type RequestHeader struct {
 
 func (x *RequestHeader) Reset() {
 	*x = RequestHeader{}
-	mi := &file_tabula_proto_msgTypes[91]
+	mi := &file_tabula_proto_msgTypes[93]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6748,7 +7045,7 @@ func (x *RequestHeader) String() string {
 func (*RequestHeader) ProtoMessage() {}
 
 func (x *RequestHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[91]
+	mi := &file_tabula_proto_msgTypes[93]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6761,7 +7058,7 @@ func (x *RequestHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestHeader.ProtoReflect.Descriptor instead.
 func (*RequestHeader) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{91}
+	return file_tabula_proto_rawDescGZIP(), []int{93}
 }
 
 func (x *RequestHeader) GetTenant() string {
@@ -6823,7 +7120,7 @@ type GetRequest struct {
 
 func (x *GetRequest) Reset() {
 	*x = GetRequest{}
-	mi := &file_tabula_proto_msgTypes[92]
+	mi := &file_tabula_proto_msgTypes[94]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6835,7 +7132,7 @@ func (x *GetRequest) String() string {
 func (*GetRequest) ProtoMessage() {}
 
 func (x *GetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[92]
+	mi := &file_tabula_proto_msgTypes[94]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6848,7 +7145,7 @@ func (x *GetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRequest.ProtoReflect.Descriptor instead.
 func (*GetRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{92}
+	return file_tabula_proto_rawDescGZIP(), []int{94}
 }
 
 func (x *GetRequest) GetHeader() *RequestHeader {
@@ -6879,7 +7176,7 @@ type GetResponse struct {
 
 func (x *GetResponse) Reset() {
 	*x = GetResponse{}
-	mi := &file_tabula_proto_msgTypes[93]
+	mi := &file_tabula_proto_msgTypes[95]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6891,7 +7188,7 @@ func (x *GetResponse) String() string {
 func (*GetResponse) ProtoMessage() {}
 
 func (x *GetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[93]
+	mi := &file_tabula_proto_msgTypes[95]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6904,7 +7201,7 @@ func (x *GetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetResponse.ProtoReflect.Descriptor instead.
 func (*GetResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{93}
+	return file_tabula_proto_rawDescGZIP(), []int{95}
 }
 
 func (x *GetResponse) GetFound() bool {
@@ -6945,7 +7242,7 @@ type BatchGetRequest struct {
 
 func (x *BatchGetRequest) Reset() {
 	*x = BatchGetRequest{}
-	mi := &file_tabula_proto_msgTypes[94]
+	mi := &file_tabula_proto_msgTypes[96]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6957,7 +7254,7 @@ func (x *BatchGetRequest) String() string {
 func (*BatchGetRequest) ProtoMessage() {}
 
 func (x *BatchGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[94]
+	mi := &file_tabula_proto_msgTypes[96]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6970,7 +7267,7 @@ func (x *BatchGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchGetRequest.ProtoReflect.Descriptor instead.
 func (*BatchGetRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{94}
+	return file_tabula_proto_rawDescGZIP(), []int{96}
 }
 
 func (x *BatchGetRequest) GetHeader() *RequestHeader {
@@ -6999,7 +7296,7 @@ type BatchGetResponse struct {
 
 func (x *BatchGetResponse) Reset() {
 	*x = BatchGetResponse{}
-	mi := &file_tabula_proto_msgTypes[95]
+	mi := &file_tabula_proto_msgTypes[97]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7011,7 +7308,7 @@ func (x *BatchGetResponse) String() string {
 func (*BatchGetResponse) ProtoMessage() {}
 
 func (x *BatchGetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[95]
+	mi := &file_tabula_proto_msgTypes[97]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7024,7 +7321,7 @@ func (x *BatchGetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchGetResponse.ProtoReflect.Descriptor instead.
 func (*BatchGetResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{95}
+	return file_tabula_proto_rawDescGZIP(), []int{97}
 }
 
 func (x *BatchGetResponse) GetResults() []*GetResponse {
@@ -7051,7 +7348,7 @@ type MultiGetRequest struct {
 
 func (x *MultiGetRequest) Reset() {
 	*x = MultiGetRequest{}
-	mi := &file_tabula_proto_msgTypes[96]
+	mi := &file_tabula_proto_msgTypes[98]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7063,7 +7360,7 @@ func (x *MultiGetRequest) String() string {
 func (*MultiGetRequest) ProtoMessage() {}
 
 func (x *MultiGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[96]
+	mi := &file_tabula_proto_msgTypes[98]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7076,7 +7373,7 @@ func (x *MultiGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MultiGetRequest.ProtoReflect.Descriptor instead.
 func (*MultiGetRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{96}
+	return file_tabula_proto_rawDescGZIP(), []int{98}
 }
 
 func (x *MultiGetRequest) GetGets() []*GetRequest {
@@ -7096,7 +7393,7 @@ type MultiGetResponse struct {
 
 func (x *MultiGetResponse) Reset() {
 	*x = MultiGetResponse{}
-	mi := &file_tabula_proto_msgTypes[97]
+	mi := &file_tabula_proto_msgTypes[99]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7108,7 +7405,7 @@ func (x *MultiGetResponse) String() string {
 func (*MultiGetResponse) ProtoMessage() {}
 
 func (x *MultiGetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[97]
+	mi := &file_tabula_proto_msgTypes[99]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7121,7 +7418,7 @@ func (x *MultiGetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MultiGetResponse.ProtoReflect.Descriptor instead.
 func (*MultiGetResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{97}
+	return file_tabula_proto_rawDescGZIP(), []int{99}
 }
 
 func (x *MultiGetResponse) GetResults() []*MultiGetResult {
@@ -7144,7 +7441,7 @@ type MultiGetResult struct {
 
 func (x *MultiGetResult) Reset() {
 	*x = MultiGetResult{}
-	mi := &file_tabula_proto_msgTypes[98]
+	mi := &file_tabula_proto_msgTypes[100]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7156,7 +7453,7 @@ func (x *MultiGetResult) String() string {
 func (*MultiGetResult) ProtoMessage() {}
 
 func (x *MultiGetResult) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[98]
+	mi := &file_tabula_proto_msgTypes[100]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7169,7 +7466,7 @@ func (x *MultiGetResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MultiGetResult.ProtoReflect.Descriptor instead.
 func (*MultiGetResult) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{98}
+	return file_tabula_proto_rawDescGZIP(), []int{100}
 }
 
 func (x *MultiGetResult) GetResponse() *GetResponse {
@@ -7202,7 +7499,7 @@ type PutRequest struct {
 
 func (x *PutRequest) Reset() {
 	*x = PutRequest{}
-	mi := &file_tabula_proto_msgTypes[99]
+	mi := &file_tabula_proto_msgTypes[101]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7214,7 +7511,7 @@ func (x *PutRequest) String() string {
 func (*PutRequest) ProtoMessage() {}
 
 func (x *PutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[99]
+	mi := &file_tabula_proto_msgTypes[101]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7227,7 +7524,7 @@ func (x *PutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutRequest.ProtoReflect.Descriptor instead.
 func (*PutRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{99}
+	return file_tabula_proto_rawDescGZIP(), []int{101}
 }
 
 func (x *PutRequest) GetHeader() *RequestHeader {
@@ -7275,7 +7572,7 @@ type PutResponse struct {
 
 func (x *PutResponse) Reset() {
 	*x = PutResponse{}
-	mi := &file_tabula_proto_msgTypes[100]
+	mi := &file_tabula_proto_msgTypes[102]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7287,7 +7584,7 @@ func (x *PutResponse) String() string {
 func (*PutResponse) ProtoMessage() {}
 
 func (x *PutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[100]
+	mi := &file_tabula_proto_msgTypes[102]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7300,7 +7597,7 @@ func (x *PutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutResponse.ProtoReflect.Descriptor instead.
 func (*PutResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{100}
+	return file_tabula_proto_rawDescGZIP(), []int{102}
 }
 
 func (x *PutResponse) GetLsn() uint64 {
@@ -7321,7 +7618,7 @@ type DeleteRequest struct {
 
 func (x *DeleteRequest) Reset() {
 	*x = DeleteRequest{}
-	mi := &file_tabula_proto_msgTypes[101]
+	mi := &file_tabula_proto_msgTypes[103]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7333,7 +7630,7 @@ func (x *DeleteRequest) String() string {
 func (*DeleteRequest) ProtoMessage() {}
 
 func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[101]
+	mi := &file_tabula_proto_msgTypes[103]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7346,7 +7643,7 @@ func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRequest.ProtoReflect.Descriptor instead.
 func (*DeleteRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{101}
+	return file_tabula_proto_rawDescGZIP(), []int{103}
 }
 
 func (x *DeleteRequest) GetHeader() *RequestHeader {
@@ -7380,7 +7677,7 @@ type DeleteResponse struct {
 
 func (x *DeleteResponse) Reset() {
 	*x = DeleteResponse{}
-	mi := &file_tabula_proto_msgTypes[102]
+	mi := &file_tabula_proto_msgTypes[104]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7392,7 +7689,7 @@ func (x *DeleteResponse) String() string {
 func (*DeleteResponse) ProtoMessage() {}
 
 func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[102]
+	mi := &file_tabula_proto_msgTypes[104]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7405,7 +7702,7 @@ func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteResponse.ProtoReflect.Descriptor instead.
 func (*DeleteResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{102}
+	return file_tabula_proto_rawDescGZIP(), []int{104}
 }
 
 func (x *DeleteResponse) GetExisted() bool {
@@ -7441,7 +7738,7 @@ type CompareAndSwapRequest struct {
 
 func (x *CompareAndSwapRequest) Reset() {
 	*x = CompareAndSwapRequest{}
-	mi := &file_tabula_proto_msgTypes[103]
+	mi := &file_tabula_proto_msgTypes[105]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7453,7 +7750,7 @@ func (x *CompareAndSwapRequest) String() string {
 func (*CompareAndSwapRequest) ProtoMessage() {}
 
 func (x *CompareAndSwapRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[103]
+	mi := &file_tabula_proto_msgTypes[105]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7466,7 +7763,7 @@ func (x *CompareAndSwapRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompareAndSwapRequest.ProtoReflect.Descriptor instead.
 func (*CompareAndSwapRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{103}
+	return file_tabula_proto_rawDescGZIP(), []int{105}
 }
 
 func (x *CompareAndSwapRequest) GetHeader() *RequestHeader {
@@ -7538,7 +7835,7 @@ type CompareAndSwapResponse struct {
 
 func (x *CompareAndSwapResponse) Reset() {
 	*x = CompareAndSwapResponse{}
-	mi := &file_tabula_proto_msgTypes[104]
+	mi := &file_tabula_proto_msgTypes[106]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7550,7 +7847,7 @@ func (x *CompareAndSwapResponse) String() string {
 func (*CompareAndSwapResponse) ProtoMessage() {}
 
 func (x *CompareAndSwapResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[104]
+	mi := &file_tabula_proto_msgTypes[106]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7563,7 +7860,7 @@ func (x *CompareAndSwapResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompareAndSwapResponse.ProtoReflect.Descriptor instead.
 func (*CompareAndSwapResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{104}
+	return file_tabula_proto_rawDescGZIP(), []int{106}
 }
 
 func (x *CompareAndSwapResponse) GetSwapped() bool {
@@ -7606,7 +7903,7 @@ type Mutation struct {
 
 func (x *Mutation) Reset() {
 	*x = Mutation{}
-	mi := &file_tabula_proto_msgTypes[105]
+	mi := &file_tabula_proto_msgTypes[107]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7618,7 +7915,7 @@ func (x *Mutation) String() string {
 func (*Mutation) ProtoMessage() {}
 
 func (x *Mutation) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[105]
+	mi := &file_tabula_proto_msgTypes[107]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7631,7 +7928,7 @@ func (x *Mutation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Mutation.ProtoReflect.Descriptor instead.
 func (*Mutation) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{105}
+	return file_tabula_proto_rawDescGZIP(), []int{107}
 }
 
 func (x *Mutation) GetOp() Mutation_Op {
@@ -7673,7 +7970,7 @@ type BatchWriteRequest struct {
 
 func (x *BatchWriteRequest) Reset() {
 	*x = BatchWriteRequest{}
-	mi := &file_tabula_proto_msgTypes[106]
+	mi := &file_tabula_proto_msgTypes[108]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7685,7 +7982,7 @@ func (x *BatchWriteRequest) String() string {
 func (*BatchWriteRequest) ProtoMessage() {}
 
 func (x *BatchWriteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[106]
+	mi := &file_tabula_proto_msgTypes[108]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7698,7 +7995,7 @@ func (x *BatchWriteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchWriteRequest.ProtoReflect.Descriptor instead.
 func (*BatchWriteRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{106}
+	return file_tabula_proto_rawDescGZIP(), []int{108}
 }
 
 func (x *BatchWriteRequest) GetHeader() *RequestHeader {
@@ -7731,7 +8028,7 @@ type BatchWriteResponse struct {
 
 func (x *BatchWriteResponse) Reset() {
 	*x = BatchWriteResponse{}
-	mi := &file_tabula_proto_msgTypes[107]
+	mi := &file_tabula_proto_msgTypes[109]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7743,7 +8040,7 @@ func (x *BatchWriteResponse) String() string {
 func (*BatchWriteResponse) ProtoMessage() {}
 
 func (x *BatchWriteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[107]
+	mi := &file_tabula_proto_msgTypes[109]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7756,7 +8053,7 @@ func (x *BatchWriteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchWriteResponse.ProtoReflect.Descriptor instead.
 func (*BatchWriteResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{107}
+	return file_tabula_proto_rawDescGZIP(), []int{109}
 }
 
 func (x *BatchWriteResponse) GetLsn() uint64 {
@@ -7775,7 +8072,7 @@ type ScanRequest struct {
 
 func (x *ScanRequest) Reset() {
 	*x = ScanRequest{}
-	mi := &file_tabula_proto_msgTypes[108]
+	mi := &file_tabula_proto_msgTypes[110]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7787,7 +8084,7 @@ func (x *ScanRequest) String() string {
 func (*ScanRequest) ProtoMessage() {}
 
 func (x *ScanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[108]
+	mi := &file_tabula_proto_msgTypes[110]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7800,7 +8097,7 @@ func (x *ScanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScanRequest.ProtoReflect.Descriptor instead.
 func (*ScanRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{108}
+	return file_tabula_proto_rawDescGZIP(), []int{110}
 }
 
 func (x *ScanRequest) GetHeader() *RequestHeader {
@@ -7821,7 +8118,7 @@ type KeyValue struct {
 
 func (x *KeyValue) Reset() {
 	*x = KeyValue{}
-	mi := &file_tabula_proto_msgTypes[109]
+	mi := &file_tabula_proto_msgTypes[111]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7833,7 +8130,7 @@ func (x *KeyValue) String() string {
 func (*KeyValue) ProtoMessage() {}
 
 func (x *KeyValue) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[109]
+	mi := &file_tabula_proto_msgTypes[111]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7846,7 +8143,7 @@ func (x *KeyValue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyValue.ProtoReflect.Descriptor instead.
 func (*KeyValue) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{109}
+	return file_tabula_proto_rawDescGZIP(), []int{111}
 }
 
 func (x *KeyValue) GetKey() []byte {
@@ -7879,7 +8176,7 @@ type ScanResponse struct {
 
 func (x *ScanResponse) Reset() {
 	*x = ScanResponse{}
-	mi := &file_tabula_proto_msgTypes[110]
+	mi := &file_tabula_proto_msgTypes[112]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7891,7 +8188,7 @@ func (x *ScanResponse) String() string {
 func (*ScanResponse) ProtoMessage() {}
 
 func (x *ScanResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[110]
+	mi := &file_tabula_proto_msgTypes[112]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7904,7 +8201,7 @@ func (x *ScanResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScanResponse.ProtoReflect.Descriptor instead.
 func (*ScanResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{110}
+	return file_tabula_proto_rawDescGZIP(), []int{112}
 }
 
 func (x *ScanResponse) GetRecords() []*KeyValue {
@@ -7926,7 +8223,7 @@ type CopyReplicaRequest struct {
 
 func (x *CopyReplicaRequest) Reset() {
 	*x = CopyReplicaRequest{}
-	mi := &file_tabula_proto_msgTypes[111]
+	mi := &file_tabula_proto_msgTypes[113]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7938,7 +8235,7 @@ func (x *CopyReplicaRequest) String() string {
 func (*CopyReplicaRequest) ProtoMessage() {}
 
 func (x *CopyReplicaRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[111]
+	mi := &file_tabula_proto_msgTypes[113]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7951,7 +8248,7 @@ func (x *CopyReplicaRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CopyReplicaRequest.ProtoReflect.Descriptor instead.
 func (*CopyReplicaRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{111}
+	return file_tabula_proto_rawDescGZIP(), []int{113}
 }
 
 func (x *CopyReplicaRequest) GetHeader() *RequestHeader {
@@ -7984,7 +8281,7 @@ type CopyReplicaChunk struct {
 
 func (x *CopyReplicaChunk) Reset() {
 	*x = CopyReplicaChunk{}
-	mi := &file_tabula_proto_msgTypes[112]
+	mi := &file_tabula_proto_msgTypes[114]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7996,7 +8293,7 @@ func (x *CopyReplicaChunk) String() string {
 func (*CopyReplicaChunk) ProtoMessage() {}
 
 func (x *CopyReplicaChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[112]
+	mi := &file_tabula_proto_msgTypes[114]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8009,7 +8306,7 @@ func (x *CopyReplicaChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CopyReplicaChunk.ProtoReflect.Descriptor instead.
 func (*CopyReplicaChunk) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{112}
+	return file_tabula_proto_rawDescGZIP(), []int{114}
 }
 
 func (x *CopyReplicaChunk) GetLsn() uint64 {
@@ -8072,7 +8369,7 @@ type BulkUploadRequest struct {
 
 func (x *BulkUploadRequest) Reset() {
 	*x = BulkUploadRequest{}
-	mi := &file_tabula_proto_msgTypes[113]
+	mi := &file_tabula_proto_msgTypes[115]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8084,7 +8381,7 @@ func (x *BulkUploadRequest) String() string {
 func (*BulkUploadRequest) ProtoMessage() {}
 
 func (x *BulkUploadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[113]
+	mi := &file_tabula_proto_msgTypes[115]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8097,7 +8394,7 @@ func (x *BulkUploadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkUploadRequest.ProtoReflect.Descriptor instead.
 func (*BulkUploadRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{113}
+	return file_tabula_proto_rawDescGZIP(), []int{115}
 }
 
 func (x *BulkUploadRequest) GetHeader() *RequestHeader {
@@ -8159,7 +8456,7 @@ type BulkUploadStatusRequest struct {
 
 func (x *BulkUploadStatusRequest) Reset() {
 	*x = BulkUploadStatusRequest{}
-	mi := &file_tabula_proto_msgTypes[114]
+	mi := &file_tabula_proto_msgTypes[116]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8171,7 +8468,7 @@ func (x *BulkUploadStatusRequest) String() string {
 func (*BulkUploadStatusRequest) ProtoMessage() {}
 
 func (x *BulkUploadStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[114]
+	mi := &file_tabula_proto_msgTypes[116]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8184,7 +8481,7 @@ func (x *BulkUploadStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkUploadStatusRequest.ProtoReflect.Descriptor instead.
 func (*BulkUploadStatusRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{114}
+	return file_tabula_proto_rawDescGZIP(), []int{116}
 }
 
 func (x *BulkUploadStatusRequest) GetHeader() *RequestHeader {
@@ -8215,7 +8512,7 @@ type BulkUploadResponse struct {
 
 func (x *BulkUploadResponse) Reset() {
 	*x = BulkUploadResponse{}
-	mi := &file_tabula_proto_msgTypes[115]
+	mi := &file_tabula_proto_msgTypes[117]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8227,7 +8524,7 @@ func (x *BulkUploadResponse) String() string {
 func (*BulkUploadResponse) ProtoMessage() {}
 
 func (x *BulkUploadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[115]
+	mi := &file_tabula_proto_msgTypes[117]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8240,7 +8537,7 @@ func (x *BulkUploadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkUploadResponse.ProtoReflect.Descriptor instead.
 func (*BulkUploadResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{115}
+	return file_tabula_proto_rawDescGZIP(), []int{117}
 }
 
 func (x *BulkUploadResponse) GetReceived() uint64 {
@@ -8278,7 +8575,7 @@ type PartitionLogFailedRequest struct {
 
 func (x *PartitionLogFailedRequest) Reset() {
 	*x = PartitionLogFailedRequest{}
-	mi := &file_tabula_proto_msgTypes[116]
+	mi := &file_tabula_proto_msgTypes[118]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8290,7 +8587,7 @@ func (x *PartitionLogFailedRequest) String() string {
 func (*PartitionLogFailedRequest) ProtoMessage() {}
 
 func (x *PartitionLogFailedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[116]
+	mi := &file_tabula_proto_msgTypes[118]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8303,7 +8600,7 @@ func (x *PartitionLogFailedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionLogFailedRequest.ProtoReflect.Descriptor instead.
 func (*PartitionLogFailedRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{116}
+	return file_tabula_proto_rawDescGZIP(), []int{118}
 }
 
 func (x *PartitionLogFailedRequest) GetServerId() string {
@@ -8351,7 +8648,7 @@ type PartitionLogFailedResponse struct {
 
 func (x *PartitionLogFailedResponse) Reset() {
 	*x = PartitionLogFailedResponse{}
-	mi := &file_tabula_proto_msgTypes[117]
+	mi := &file_tabula_proto_msgTypes[119]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8363,7 +8660,7 @@ func (x *PartitionLogFailedResponse) String() string {
 func (*PartitionLogFailedResponse) ProtoMessage() {}
 
 func (x *PartitionLogFailedResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[117]
+	mi := &file_tabula_proto_msgTypes[119]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8376,7 +8673,7 @@ func (x *PartitionLogFailedResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionLogFailedResponse.ProtoReflect.Descriptor instead.
 func (*PartitionLogFailedResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{117}
+	return file_tabula_proto_rawDescGZIP(), []int{119}
 }
 
 func (x *PartitionLogFailedResponse) GetPartition() *Partition {
@@ -8405,7 +8702,7 @@ type ForgetServerRequest struct {
 
 func (x *ForgetServerRequest) Reset() {
 	*x = ForgetServerRequest{}
-	mi := &file_tabula_proto_msgTypes[118]
+	mi := &file_tabula_proto_msgTypes[120]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8417,7 +8714,7 @@ func (x *ForgetServerRequest) String() string {
 func (*ForgetServerRequest) ProtoMessage() {}
 
 func (x *ForgetServerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[118]
+	mi := &file_tabula_proto_msgTypes[120]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8430,7 +8727,7 @@ func (x *ForgetServerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForgetServerRequest.ProtoReflect.Descriptor instead.
 func (*ForgetServerRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{118}
+	return file_tabula_proto_rawDescGZIP(), []int{120}
 }
 
 func (x *ForgetServerRequest) GetServerId() string {
@@ -8460,7 +8757,7 @@ type ForgetServerResponse struct {
 
 func (x *ForgetServerResponse) Reset() {
 	*x = ForgetServerResponse{}
-	mi := &file_tabula_proto_msgTypes[119]
+	mi := &file_tabula_proto_msgTypes[121]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8472,7 +8769,7 @@ func (x *ForgetServerResponse) String() string {
 func (*ForgetServerResponse) ProtoMessage() {}
 
 func (x *ForgetServerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[119]
+	mi := &file_tabula_proto_msgTypes[121]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8485,7 +8782,7 @@ func (x *ForgetServerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForgetServerResponse.ProtoReflect.Descriptor instead.
 func (*ForgetServerResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{119}
+	return file_tabula_proto_rawDescGZIP(), []int{121}
 }
 
 func (x *ForgetServerResponse) GetMoved() uint32 {
@@ -8528,7 +8825,7 @@ type LostPartition struct {
 
 func (x *LostPartition) Reset() {
 	*x = LostPartition{}
-	mi := &file_tabula_proto_msgTypes[120]
+	mi := &file_tabula_proto_msgTypes[122]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8540,7 +8837,7 @@ func (x *LostPartition) String() string {
 func (*LostPartition) ProtoMessage() {}
 
 func (x *LostPartition) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[120]
+	mi := &file_tabula_proto_msgTypes[122]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8553,7 +8850,7 @@ func (x *LostPartition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LostPartition.ProtoReflect.Descriptor instead.
 func (*LostPartition) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{120}
+	return file_tabula_proto_rawDescGZIP(), []int{122}
 }
 
 func (x *LostPartition) GetTenant() string {
@@ -8616,7 +8913,7 @@ type ListDataLossRequest struct {
 
 func (x *ListDataLossRequest) Reset() {
 	*x = ListDataLossRequest{}
-	mi := &file_tabula_proto_msgTypes[121]
+	mi := &file_tabula_proto_msgTypes[123]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8628,7 +8925,7 @@ func (x *ListDataLossRequest) String() string {
 func (*ListDataLossRequest) ProtoMessage() {}
 
 func (x *ListDataLossRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[121]
+	mi := &file_tabula_proto_msgTypes[123]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8641,7 +8938,7 @@ func (x *ListDataLossRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDataLossRequest.ProtoReflect.Descriptor instead.
 func (*ListDataLossRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{121}
+	return file_tabula_proto_rawDescGZIP(), []int{123}
 }
 
 func (x *ListDataLossRequest) GetTenant() string {
@@ -8668,7 +8965,7 @@ type ListDataLossResponse struct {
 
 func (x *ListDataLossResponse) Reset() {
 	*x = ListDataLossResponse{}
-	mi := &file_tabula_proto_msgTypes[122]
+	mi := &file_tabula_proto_msgTypes[124]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8680,7 +8977,7 @@ func (x *ListDataLossResponse) String() string {
 func (*ListDataLossResponse) ProtoMessage() {}
 
 func (x *ListDataLossResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[122]
+	mi := &file_tabula_proto_msgTypes[124]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8693,7 +8990,7 @@ func (x *ListDataLossResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDataLossResponse.ProtoReflect.Descriptor instead.
 func (*ListDataLossResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{122}
+	return file_tabula_proto_rawDescGZIP(), []int{124}
 }
 
 func (x *ListDataLossResponse) GetLost() []*LostPartition {
@@ -8716,7 +9013,7 @@ type ClearDataLossRequest struct {
 
 func (x *ClearDataLossRequest) Reset() {
 	*x = ClearDataLossRequest{}
-	mi := &file_tabula_proto_msgTypes[123]
+	mi := &file_tabula_proto_msgTypes[125]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8728,7 +9025,7 @@ func (x *ClearDataLossRequest) String() string {
 func (*ClearDataLossRequest) ProtoMessage() {}
 
 func (x *ClearDataLossRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[123]
+	mi := &file_tabula_proto_msgTypes[125]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8741,7 +9038,7 @@ func (x *ClearDataLossRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClearDataLossRequest.ProtoReflect.Descriptor instead.
 func (*ClearDataLossRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{123}
+	return file_tabula_proto_rawDescGZIP(), []int{125}
 }
 
 func (x *ClearDataLossRequest) GetTenant() string {
@@ -8776,7 +9073,7 @@ type ClearDataLossResponse struct {
 
 func (x *ClearDataLossResponse) Reset() {
 	*x = ClearDataLossResponse{}
-	mi := &file_tabula_proto_msgTypes[124]
+	mi := &file_tabula_proto_msgTypes[126]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8788,7 +9085,7 @@ func (x *ClearDataLossResponse) String() string {
 func (*ClearDataLossResponse) ProtoMessage() {}
 
 func (x *ClearDataLossResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[124]
+	mi := &file_tabula_proto_msgTypes[126]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8801,7 +9098,7 @@ func (x *ClearDataLossResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClearDataLossResponse.ProtoReflect.Descriptor instead.
 func (*ClearDataLossResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{124}
+	return file_tabula_proto_rawDescGZIP(), []int{126}
 }
 
 func (x *ClearDataLossResponse) GetCleared() []uint64 {
@@ -9288,7 +9585,26 @@ const file_tabula_proto_rawDesc = "" +
 	"\x03map\x18\x01 \x01(\v2\x17.tabula.v1.PartitionMapR\x03map\"\x14\n" +
 	"\x12ListServersRequest\"F\n" +
 	"\x13ListServersResponse\x12/\n" +
-	"\aservers\x18\x01 \x03(\v2\x15.tabula.v1.ServerInfoR\aservers\"\xcd\x01\n" +
+	"\aservers\x18\x01 \x03(\v2\x15.tabula.v1.ServerInfoR\aservers\"\xd7\x02\n" +
+	"\vCallRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x1d\n" +
+	"\n" +
+	"timeout_ms\x18\x02 \x01(\x04R\ttimeoutMs\x12)\n" +
+	"\x03get\x18\x03 \x01(\v2\x15.tabula.v1.GetRequestH\x00R\x03get\x129\n" +
+	"\tmulti_get\x18\x04 \x01(\v2\x1a.tabula.v1.MultiGetRequestH\x00R\bmultiGet\x12)\n" +
+	"\x03put\x18\x05 \x01(\v2\x15.tabula.v1.PutRequestH\x00R\x03put\x122\n" +
+	"\x06delete\x18\x06 \x01(\v2\x18.tabula.v1.DeleteRequestH\x00R\x06delete\x12L\n" +
+	"\x10compare_and_swap\x18\a \x01(\v2 .tabula.v1.CompareAndSwapRequestH\x00R\x0ecompareAndSwapB\x06\n" +
+	"\x04call\"\xd7\x02\n" +
+	"\fCallResponse\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x16\n" +
+	"\x06status\x18\x02 \x01(\fR\x06status\x12*\n" +
+	"\x03get\x18\x03 \x01(\v2\x16.tabula.v1.GetResponseH\x00R\x03get\x12:\n" +
+	"\tmulti_get\x18\x04 \x01(\v2\x1b.tabula.v1.MultiGetResponseH\x00R\bmultiGet\x12*\n" +
+	"\x03put\x18\x05 \x01(\v2\x16.tabula.v1.PutResponseH\x00R\x03put\x123\n" +
+	"\x06delete\x18\x06 \x01(\v2\x19.tabula.v1.DeleteResponseH\x00R\x06delete\x12M\n" +
+	"\x10compare_and_swap\x18\a \x01(\v2!.tabula.v1.CompareAndSwapResponseH\x00R\x0ecompareAndSwapB\a\n" +
+	"\x05reply\"\xcd\x01\n" +
 	"\rRequestHeader\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x14\n" +
 	"\x05table\x18\x02 \x01(\tR\x05table\x12!\n" +
@@ -9539,7 +9855,7 @@ const file_tabula_proto_rawDesc = "" +
 	"\x0fRotateTenantKey\x12!.tabula.v1.RotateTenantKeyRequest\x1a\".tabula.v1.RotateTenantKeyResponse\x12I\n" +
 	"\n" +
 	"TenantKeys\x12\x1c.tabula.v1.TenantKeysRequest\x1a\x1d.tabula.v1.TenantKeysResponse\x12U\n" +
-	"\x0eSetTenantQuota\x12 .tabula.v1.SetTenantQuotaRequest\x1a!.tabula.v1.SetTenantQuotaResponse2\x9d\a\n" +
+	"\x0eSetTenantQuota\x12 .tabula.v1.SetTenantQuotaRequest\x1a!.tabula.v1.SetTenantQuotaResponse2\xdb\a\n" +
 	"\vTableServer\x124\n" +
 	"\x03Get\x12\x15.tabula.v1.GetRequest\x1a\x16.tabula.v1.GetResponse\x12C\n" +
 	"\bBatchGet\x12\x1a.tabula.v1.BatchGetRequest\x1a\x1b.tabula.v1.BatchGetResponse\x12C\n" +
@@ -9555,7 +9871,8 @@ const file_tabula_proto_rawDesc = "" +
 	"BulkUpload\x12\x1c.tabula.v1.BulkUploadRequest\x1a\x1d.tabula.v1.BulkUploadResponse(\x01\x12U\n" +
 	"\x10BulkUploadStatus\x12\".tabula.v1.BulkUploadStatusRequest\x1a\x1d.tabula.v1.BulkUploadResponse\x12=\n" +
 	"\x06Invoke\x12\x18.tabula.v1.InvokeRequest\x1a\x19.tabula.v1.InvokeResponse\x12L\n" +
-	"\vCoprocMerge\x12\x1d.tabula.v1.CoprocMergeRequest\x1a\x1e.tabula.v1.CoprocMergeResponseB$Z\"github.com/tabuladb/tabula/api;apib\x06proto3"
+	"\vCoprocMerge\x12\x1d.tabula.v1.CoprocMergeRequest\x1a\x1e.tabula.v1.CoprocMergeResponse\x12<\n" +
+	"\x05Calls\x12\x16.tabula.v1.CallRequest\x1a\x17.tabula.v1.CallResponse(\x010\x01B$Z\"github.com/tabuladb/tabula/api;apib\x06proto3"
 
 var (
 	file_tabula_proto_rawDescOnce sync.Once
@@ -9570,7 +9887,7 @@ func file_tabula_proto_rawDescGZIP() []byte {
 }
 
 var file_tabula_proto_enumTypes = make([]protoimpl.EnumInfo, 8)
-var file_tabula_proto_msgTypes = make([]protoimpl.MessageInfo, 125)
+var file_tabula_proto_msgTypes = make([]protoimpl.MessageInfo, 127)
 var file_tabula_proto_goTypes = []any{
 	(TableKind)(0),                     // 0: tabula.v1.TableKind
 	(ReplicaRole)(0),                   // 1: tabula.v1.ReplicaRole
@@ -9671,40 +9988,42 @@ var file_tabula_proto_goTypes = []any{
 	(*BulkRolloutResponse)(nil),        // 96: tabula.v1.BulkRolloutResponse
 	(*ListServersRequest)(nil),         // 97: tabula.v1.ListServersRequest
 	(*ListServersResponse)(nil),        // 98: tabula.v1.ListServersResponse
-	(*RequestHeader)(nil),              // 99: tabula.v1.RequestHeader
-	(*GetRequest)(nil),                 // 100: tabula.v1.GetRequest
-	(*GetResponse)(nil),                // 101: tabula.v1.GetResponse
-	(*BatchGetRequest)(nil),            // 102: tabula.v1.BatchGetRequest
-	(*BatchGetResponse)(nil),           // 103: tabula.v1.BatchGetResponse
-	(*MultiGetRequest)(nil),            // 104: tabula.v1.MultiGetRequest
-	(*MultiGetResponse)(nil),           // 105: tabula.v1.MultiGetResponse
-	(*MultiGetResult)(nil),             // 106: tabula.v1.MultiGetResult
-	(*PutRequest)(nil),                 // 107: tabula.v1.PutRequest
-	(*PutResponse)(nil),                // 108: tabula.v1.PutResponse
-	(*DeleteRequest)(nil),              // 109: tabula.v1.DeleteRequest
-	(*DeleteResponse)(nil),             // 110: tabula.v1.DeleteResponse
-	(*CompareAndSwapRequest)(nil),      // 111: tabula.v1.CompareAndSwapRequest
-	(*CompareAndSwapResponse)(nil),     // 112: tabula.v1.CompareAndSwapResponse
-	(*Mutation)(nil),                   // 113: tabula.v1.Mutation
-	(*BatchWriteRequest)(nil),          // 114: tabula.v1.BatchWriteRequest
-	(*BatchWriteResponse)(nil),         // 115: tabula.v1.BatchWriteResponse
-	(*ScanRequest)(nil),                // 116: tabula.v1.ScanRequest
-	(*KeyValue)(nil),                   // 117: tabula.v1.KeyValue
-	(*ScanResponse)(nil),               // 118: tabula.v1.ScanResponse
-	(*CopyReplicaRequest)(nil),         // 119: tabula.v1.CopyReplicaRequest
-	(*CopyReplicaChunk)(nil),           // 120: tabula.v1.CopyReplicaChunk
-	(*BulkUploadRequest)(nil),          // 121: tabula.v1.BulkUploadRequest
-	(*BulkUploadStatusRequest)(nil),    // 122: tabula.v1.BulkUploadStatusRequest
-	(*BulkUploadResponse)(nil),         // 123: tabula.v1.BulkUploadResponse
-	(*PartitionLogFailedRequest)(nil),  // 124: tabula.v1.PartitionLogFailedRequest
-	(*PartitionLogFailedResponse)(nil), // 125: tabula.v1.PartitionLogFailedResponse
-	(*ForgetServerRequest)(nil),        // 126: tabula.v1.ForgetServerRequest
-	(*ForgetServerResponse)(nil),       // 127: tabula.v1.ForgetServerResponse
-	(*LostPartition)(nil),              // 128: tabula.v1.LostPartition
-	(*ListDataLossRequest)(nil),        // 129: tabula.v1.ListDataLossRequest
-	(*ListDataLossResponse)(nil),       // 130: tabula.v1.ListDataLossResponse
-	(*ClearDataLossRequest)(nil),       // 131: tabula.v1.ClearDataLossRequest
-	(*ClearDataLossResponse)(nil),      // 132: tabula.v1.ClearDataLossResponse
+	(*CallRequest)(nil),                // 99: tabula.v1.CallRequest
+	(*CallResponse)(nil),               // 100: tabula.v1.CallResponse
+	(*RequestHeader)(nil),              // 101: tabula.v1.RequestHeader
+	(*GetRequest)(nil),                 // 102: tabula.v1.GetRequest
+	(*GetResponse)(nil),                // 103: tabula.v1.GetResponse
+	(*BatchGetRequest)(nil),            // 104: tabula.v1.BatchGetRequest
+	(*BatchGetResponse)(nil),           // 105: tabula.v1.BatchGetResponse
+	(*MultiGetRequest)(nil),            // 106: tabula.v1.MultiGetRequest
+	(*MultiGetResponse)(nil),           // 107: tabula.v1.MultiGetResponse
+	(*MultiGetResult)(nil),             // 108: tabula.v1.MultiGetResult
+	(*PutRequest)(nil),                 // 109: tabula.v1.PutRequest
+	(*PutResponse)(nil),                // 110: tabula.v1.PutResponse
+	(*DeleteRequest)(nil),              // 111: tabula.v1.DeleteRequest
+	(*DeleteResponse)(nil),             // 112: tabula.v1.DeleteResponse
+	(*CompareAndSwapRequest)(nil),      // 113: tabula.v1.CompareAndSwapRequest
+	(*CompareAndSwapResponse)(nil),     // 114: tabula.v1.CompareAndSwapResponse
+	(*Mutation)(nil),                   // 115: tabula.v1.Mutation
+	(*BatchWriteRequest)(nil),          // 116: tabula.v1.BatchWriteRequest
+	(*BatchWriteResponse)(nil),         // 117: tabula.v1.BatchWriteResponse
+	(*ScanRequest)(nil),                // 118: tabula.v1.ScanRequest
+	(*KeyValue)(nil),                   // 119: tabula.v1.KeyValue
+	(*ScanResponse)(nil),               // 120: tabula.v1.ScanResponse
+	(*CopyReplicaRequest)(nil),         // 121: tabula.v1.CopyReplicaRequest
+	(*CopyReplicaChunk)(nil),           // 122: tabula.v1.CopyReplicaChunk
+	(*BulkUploadRequest)(nil),          // 123: tabula.v1.BulkUploadRequest
+	(*BulkUploadStatusRequest)(nil),    // 124: tabula.v1.BulkUploadStatusRequest
+	(*BulkUploadResponse)(nil),         // 125: tabula.v1.BulkUploadResponse
+	(*PartitionLogFailedRequest)(nil),  // 126: tabula.v1.PartitionLogFailedRequest
+	(*PartitionLogFailedResponse)(nil), // 127: tabula.v1.PartitionLogFailedResponse
+	(*ForgetServerRequest)(nil),        // 128: tabula.v1.ForgetServerRequest
+	(*ForgetServerResponse)(nil),       // 129: tabula.v1.ForgetServerResponse
+	(*LostPartition)(nil),              // 130: tabula.v1.LostPartition
+	(*ListDataLossRequest)(nil),        // 131: tabula.v1.ListDataLossRequest
+	(*ListDataLossResponse)(nil),       // 132: tabula.v1.ListDataLossResponse
+	(*ClearDataLossRequest)(nil),       // 133: tabula.v1.ClearDataLossRequest
+	(*ClearDataLossResponse)(nil),      // 134: tabula.v1.ClearDataLossResponse
 }
 var file_tabula_proto_depIdxs = []int32{
 	0,   // 0: tabula.v1.Table.kind:type_name -> tabula.v1.TableKind
@@ -9720,8 +10039,8 @@ var file_tabula_proto_depIdxs = []int32{
 	15,  // 10: tabula.v1.CoprocDeployResponse.coprocessor:type_name -> tabula.v1.Coprocessor
 	15,  // 11: tabula.v1.CoprocListResponse.coprocessors:type_name -> tabula.v1.Coprocessor
 	15,  // 12: tabula.v1.CoprocRollbackResponse.coprocessor:type_name -> tabula.v1.Coprocessor
-	99,  // 13: tabula.v1.InvokeRequest.header:type_name -> tabula.v1.RequestHeader
-	99,  // 14: tabula.v1.CoprocMergeRequest.header:type_name -> tabula.v1.RequestHeader
+	101, // 13: tabula.v1.InvokeRequest.header:type_name -> tabula.v1.RequestHeader
+	101, // 14: tabula.v1.CoprocMergeRequest.header:type_name -> tabula.v1.RequestHeader
 	2,   // 15: tabula.v1.BulkVersion.state:type_name -> tabula.v1.BulkVersionState
 	29,  // 16: tabula.v1.BulkVersion.files:type_name -> tabula.v1.BulkFile
 	30,  // 17: tabula.v1.BulkInfo.versions:type_name -> tabula.v1.BulkVersion
@@ -9767,132 +10086,144 @@ var file_tabula_proto_depIdxs = []int32{
 	6,   // 57: tabula.v1.BulkRolloutRequest.action:type_name -> tabula.v1.BulkRolloutAction
 	13,  // 58: tabula.v1.BulkRolloutResponse.map:type_name -> tabula.v1.PartitionMap
 	33,  // 59: tabula.v1.ListServersResponse.servers:type_name -> tabula.v1.ServerInfo
-	99,  // 60: tabula.v1.GetRequest.header:type_name -> tabula.v1.RequestHeader
-	99,  // 61: tabula.v1.BatchGetRequest.header:type_name -> tabula.v1.RequestHeader
-	101, // 62: tabula.v1.BatchGetResponse.results:type_name -> tabula.v1.GetResponse
-	100, // 63: tabula.v1.MultiGetRequest.gets:type_name -> tabula.v1.GetRequest
-	106, // 64: tabula.v1.MultiGetResponse.results:type_name -> tabula.v1.MultiGetResult
-	101, // 65: tabula.v1.MultiGetResult.response:type_name -> tabula.v1.GetResponse
-	99,  // 66: tabula.v1.PutRequest.header:type_name -> tabula.v1.RequestHeader
-	99,  // 67: tabula.v1.DeleteRequest.header:type_name -> tabula.v1.RequestHeader
-	99,  // 68: tabula.v1.CompareAndSwapRequest.header:type_name -> tabula.v1.RequestHeader
-	7,   // 69: tabula.v1.Mutation.op:type_name -> tabula.v1.Mutation.Op
-	99,  // 70: tabula.v1.BatchWriteRequest.header:type_name -> tabula.v1.RequestHeader
-	113, // 71: tabula.v1.BatchWriteRequest.mutations:type_name -> tabula.v1.Mutation
-	99,  // 72: tabula.v1.ScanRequest.header:type_name -> tabula.v1.RequestHeader
-	117, // 73: tabula.v1.ScanResponse.records:type_name -> tabula.v1.KeyValue
-	99,  // 74: tabula.v1.CopyReplicaRequest.header:type_name -> tabula.v1.RequestHeader
-	117, // 75: tabula.v1.CopyReplicaChunk.records:type_name -> tabula.v1.KeyValue
-	99,  // 76: tabula.v1.BulkUploadRequest.header:type_name -> tabula.v1.RequestHeader
-	29,  // 77: tabula.v1.BulkUploadRequest.file:type_name -> tabula.v1.BulkFile
-	99,  // 78: tabula.v1.BulkUploadStatusRequest.header:type_name -> tabula.v1.RequestHeader
-	11,  // 79: tabula.v1.PartitionLogFailedResponse.partition:type_name -> tabula.v1.Partition
-	128, // 80: tabula.v1.ForgetServerResponse.lost:type_name -> tabula.v1.LostPartition
-	128, // 81: tabula.v1.ListDataLossResponse.lost:type_name -> tabula.v1.LostPartition
-	13,  // 82: tabula.v1.ClearDataLossResponse.map:type_name -> tabula.v1.PartitionMap
-	71,  // 83: tabula.v1.Master.CreateTable:input_type -> tabula.v1.CreateTableRequest
-	73,  // 84: tabula.v1.Master.DropTable:input_type -> tabula.v1.DropTableRequest
-	75,  // 85: tabula.v1.Master.ListTables:input_type -> tabula.v1.ListTablesRequest
-	77,  // 86: tabula.v1.Master.DescribeTable:input_type -> tabula.v1.DescribeTableRequest
-	79,  // 87: tabula.v1.Master.GetPartitionMap:input_type -> tabula.v1.GetPartitionMapRequest
-	81,  // 88: tabula.v1.Master.WatchPartitionMap:input_type -> tabula.v1.WatchPartitionMapRequest
-	83,  // 89: tabula.v1.Master.RegisterServer:input_type -> tabula.v1.RegisterServerRequest
-	85,  // 90: tabula.v1.Master.Heartbeat:input_type -> tabula.v1.HeartbeatRequest
-	124, // 91: tabula.v1.Master.PartitionLogFailed:input_type -> tabula.v1.PartitionLogFailedRequest
-	97,  // 92: tabula.v1.Master.ListServers:input_type -> tabula.v1.ListServersRequest
-	87,  // 93: tabula.v1.Master.BulkPublish:input_type -> tabula.v1.BulkPublishRequest
-	89,  // 94: tabula.v1.Master.BulkStored:input_type -> tabula.v1.BulkStoredRequest
-	91,  // 95: tabula.v1.Master.BulkStatus:input_type -> tabula.v1.BulkStatusRequest
-	93,  // 96: tabula.v1.Master.BulkRollback:input_type -> tabula.v1.BulkRollbackRequest
-	95,  // 97: tabula.v1.Master.BulkRollout:input_type -> tabula.v1.BulkRolloutRequest
-	69,  // 98: tabula.v1.Master.Stream:input_type -> tabula.v1.StreamRequest
-	16,  // 99: tabula.v1.Master.CoprocDeploy:input_type -> tabula.v1.CoprocDeployRequest
-	18,  // 100: tabula.v1.Master.CoprocList:input_type -> tabula.v1.CoprocListRequest
-	20,  // 101: tabula.v1.Master.CoprocRollback:input_type -> tabula.v1.CoprocRollbackRequest
-	22,  // 102: tabula.v1.Master.CoprocFetch:input_type -> tabula.v1.CoprocFetchRequest
-	126, // 103: tabula.v1.Master.ForgetServer:input_type -> tabula.v1.ForgetServerRequest
-	129, // 104: tabula.v1.Master.ListDataLoss:input_type -> tabula.v1.ListDataLossRequest
-	131, // 105: tabula.v1.Master.ClearDataLoss:input_type -> tabula.v1.ClearDataLossRequest
-	61,  // 106: tabula.v1.Master.MasterMembers:input_type -> tabula.v1.MasterMembersRequest
-	63,  // 107: tabula.v1.Master.AddMaster:input_type -> tabula.v1.AddMasterRequest
-	65,  // 108: tabula.v1.Master.RemoveMaster:input_type -> tabula.v1.RemoveMasterRequest
-	67,  // 109: tabula.v1.Master.TransferLeader:input_type -> tabula.v1.TransferLeaderRequest
-	56,  // 110: tabula.v1.Master.MovePartition:input_type -> tabula.v1.MovePartitionRequest
-	58,  // 111: tabula.v1.Master.DrainServer:input_type -> tabula.v1.DrainServerRequest
-	44,  // 112: tabula.v1.Master.CreateTenant:input_type -> tabula.v1.CreateTenantRequest
-	46,  // 113: tabula.v1.Master.ListTenants:input_type -> tabula.v1.ListTenantsRequest
-	48,  // 114: tabula.v1.Master.DescribeTenant:input_type -> tabula.v1.DescribeTenantRequest
-	50,  // 115: tabula.v1.Master.DeleteTenant:input_type -> tabula.v1.DeleteTenantRequest
-	52,  // 116: tabula.v1.Master.RotateTenantKey:input_type -> tabula.v1.RotateTenantKeyRequest
-	54,  // 117: tabula.v1.Master.TenantKeys:input_type -> tabula.v1.TenantKeysRequest
-	40,  // 118: tabula.v1.Master.SetTenantQuota:input_type -> tabula.v1.SetTenantQuotaRequest
-	100, // 119: tabula.v1.TableServer.Get:input_type -> tabula.v1.GetRequest
-	102, // 120: tabula.v1.TableServer.BatchGet:input_type -> tabula.v1.BatchGetRequest
-	104, // 121: tabula.v1.TableServer.MultiGet:input_type -> tabula.v1.MultiGetRequest
-	107, // 122: tabula.v1.TableServer.Put:input_type -> tabula.v1.PutRequest
-	109, // 123: tabula.v1.TableServer.Delete:input_type -> tabula.v1.DeleteRequest
-	111, // 124: tabula.v1.TableServer.CompareAndSwap:input_type -> tabula.v1.CompareAndSwapRequest
-	114, // 125: tabula.v1.TableServer.BatchWrite:input_type -> tabula.v1.BatchWriteRequest
-	116, // 126: tabula.v1.TableServer.Scan:input_type -> tabula.v1.ScanRequest
-	119, // 127: tabula.v1.TableServer.CopyReplica:input_type -> tabula.v1.CopyReplicaRequest
-	121, // 128: tabula.v1.TableServer.BulkUpload:input_type -> tabula.v1.BulkUploadRequest
-	122, // 129: tabula.v1.TableServer.BulkUploadStatus:input_type -> tabula.v1.BulkUploadStatusRequest
-	25,  // 130: tabula.v1.TableServer.Invoke:input_type -> tabula.v1.InvokeRequest
-	27,  // 131: tabula.v1.TableServer.CoprocMerge:input_type -> tabula.v1.CoprocMergeRequest
-	72,  // 132: tabula.v1.Master.CreateTable:output_type -> tabula.v1.CreateTableResponse
-	74,  // 133: tabula.v1.Master.DropTable:output_type -> tabula.v1.DropTableResponse
-	76,  // 134: tabula.v1.Master.ListTables:output_type -> tabula.v1.ListTablesResponse
-	78,  // 135: tabula.v1.Master.DescribeTable:output_type -> tabula.v1.DescribeTableResponse
-	80,  // 136: tabula.v1.Master.GetPartitionMap:output_type -> tabula.v1.GetPartitionMapResponse
-	82,  // 137: tabula.v1.Master.WatchPartitionMap:output_type -> tabula.v1.WatchPartitionMapResponse
-	84,  // 138: tabula.v1.Master.RegisterServer:output_type -> tabula.v1.RegisterServerResponse
-	86,  // 139: tabula.v1.Master.Heartbeat:output_type -> tabula.v1.HeartbeatResponse
-	125, // 140: tabula.v1.Master.PartitionLogFailed:output_type -> tabula.v1.PartitionLogFailedResponse
-	98,  // 141: tabula.v1.Master.ListServers:output_type -> tabula.v1.ListServersResponse
-	88,  // 142: tabula.v1.Master.BulkPublish:output_type -> tabula.v1.BulkPublishResponse
-	90,  // 143: tabula.v1.Master.BulkStored:output_type -> tabula.v1.BulkStoredResponse
-	92,  // 144: tabula.v1.Master.BulkStatus:output_type -> tabula.v1.BulkStatusResponse
-	94,  // 145: tabula.v1.Master.BulkRollback:output_type -> tabula.v1.BulkRollbackResponse
-	96,  // 146: tabula.v1.Master.BulkRollout:output_type -> tabula.v1.BulkRolloutResponse
-	70,  // 147: tabula.v1.Master.Stream:output_type -> tabula.v1.StreamResponse
-	17,  // 148: tabula.v1.Master.CoprocDeploy:output_type -> tabula.v1.CoprocDeployResponse
-	19,  // 149: tabula.v1.Master.CoprocList:output_type -> tabula.v1.CoprocListResponse
-	21,  // 150: tabula.v1.Master.CoprocRollback:output_type -> tabula.v1.CoprocRollbackResponse
-	23,  // 151: tabula.v1.Master.CoprocFetch:output_type -> tabula.v1.CoprocFetchResponse
-	127, // 152: tabula.v1.Master.ForgetServer:output_type -> tabula.v1.ForgetServerResponse
-	130, // 153: tabula.v1.Master.ListDataLoss:output_type -> tabula.v1.ListDataLossResponse
-	132, // 154: tabula.v1.Master.ClearDataLoss:output_type -> tabula.v1.ClearDataLossResponse
-	62,  // 155: tabula.v1.Master.MasterMembers:output_type -> tabula.v1.MasterMembersResponse
-	64,  // 156: tabula.v1.Master.AddMaster:output_type -> tabula.v1.AddMasterResponse
-	66,  // 157: tabula.v1.Master.RemoveMaster:output_type -> tabula.v1.RemoveMasterResponse
-	68,  // 158: tabula.v1.Master.TransferLeader:output_type -> tabula.v1.TransferLeaderResponse
-	57,  // 159: tabula.v1.Master.MovePartition:output_type -> tabula.v1.MovePartitionResponse
-	59,  // 160: tabula.v1.Master.DrainServer:output_type -> tabula.v1.DrainServerResponse
-	45,  // 161: tabula.v1.Master.CreateTenant:output_type -> tabula.v1.CreateTenantResponse
-	47,  // 162: tabula.v1.Master.ListTenants:output_type -> tabula.v1.ListTenantsResponse
-	49,  // 163: tabula.v1.Master.DescribeTenant:output_type -> tabula.v1.DescribeTenantResponse
-	51,  // 164: tabula.v1.Master.DeleteTenant:output_type -> tabula.v1.DeleteTenantResponse
-	53,  // 165: tabula.v1.Master.RotateTenantKey:output_type -> tabula.v1.RotateTenantKeyResponse
-	55,  // 166: tabula.v1.Master.TenantKeys:output_type -> tabula.v1.TenantKeysResponse
-	41,  // 167: tabula.v1.Master.SetTenantQuota:output_type -> tabula.v1.SetTenantQuotaResponse
-	101, // 168: tabula.v1.TableServer.Get:output_type -> tabula.v1.GetResponse
-	103, // 169: tabula.v1.TableServer.BatchGet:output_type -> tabula.v1.BatchGetResponse
-	105, // 170: tabula.v1.TableServer.MultiGet:output_type -> tabula.v1.MultiGetResponse
-	108, // 171: tabula.v1.TableServer.Put:output_type -> tabula.v1.PutResponse
-	110, // 172: tabula.v1.TableServer.Delete:output_type -> tabula.v1.DeleteResponse
-	112, // 173: tabula.v1.TableServer.CompareAndSwap:output_type -> tabula.v1.CompareAndSwapResponse
-	115, // 174: tabula.v1.TableServer.BatchWrite:output_type -> tabula.v1.BatchWriteResponse
-	118, // 175: tabula.v1.TableServer.Scan:output_type -> tabula.v1.ScanResponse
-	120, // 176: tabula.v1.TableServer.CopyReplica:output_type -> tabula.v1.CopyReplicaChunk
-	123, // 177: tabula.v1.TableServer.BulkUpload:output_type -> tabula.v1.BulkUploadResponse
-	123, // 178: tabula.v1.TableServer.BulkUploadStatus:output_type -> tabula.v1.BulkUploadResponse
-	26,  // 179: tabula.v1.TableServer.Invoke:output_type -> tabula.v1.InvokeResponse
-	28,  // 180: tabula.v1.TableServer.CoprocMerge:output_type -> tabula.v1.CoprocMergeResponse
-	132, // [132:181] is the sub-list for method output_type
-	83,  // [83:132] is the sub-list for method input_type
-	83,  // [83:83] is the sub-list for extension type_name
-	83,  // [83:83] is the sub-list for extension extendee
-	0,   // [0:83] is the sub-list for field type_name
+	102, // 60: tabula.v1.CallRequest.get:type_name -> tabula.v1.GetRequest
+	106, // 61: tabula.v1.CallRequest.multi_get:type_name -> tabula.v1.MultiGetRequest
+	109, // 62: tabula.v1.CallRequest.put:type_name -> tabula.v1.PutRequest
+	111, // 63: tabula.v1.CallRequest.delete:type_name -> tabula.v1.DeleteRequest
+	113, // 64: tabula.v1.CallRequest.compare_and_swap:type_name -> tabula.v1.CompareAndSwapRequest
+	103, // 65: tabula.v1.CallResponse.get:type_name -> tabula.v1.GetResponse
+	107, // 66: tabula.v1.CallResponse.multi_get:type_name -> tabula.v1.MultiGetResponse
+	110, // 67: tabula.v1.CallResponse.put:type_name -> tabula.v1.PutResponse
+	112, // 68: tabula.v1.CallResponse.delete:type_name -> tabula.v1.DeleteResponse
+	114, // 69: tabula.v1.CallResponse.compare_and_swap:type_name -> tabula.v1.CompareAndSwapResponse
+	101, // 70: tabula.v1.GetRequest.header:type_name -> tabula.v1.RequestHeader
+	101, // 71: tabula.v1.BatchGetRequest.header:type_name -> tabula.v1.RequestHeader
+	103, // 72: tabula.v1.BatchGetResponse.results:type_name -> tabula.v1.GetResponse
+	102, // 73: tabula.v1.MultiGetRequest.gets:type_name -> tabula.v1.GetRequest
+	108, // 74: tabula.v1.MultiGetResponse.results:type_name -> tabula.v1.MultiGetResult
+	103, // 75: tabula.v1.MultiGetResult.response:type_name -> tabula.v1.GetResponse
+	101, // 76: tabula.v1.PutRequest.header:type_name -> tabula.v1.RequestHeader
+	101, // 77: tabula.v1.DeleteRequest.header:type_name -> tabula.v1.RequestHeader
+	101, // 78: tabula.v1.CompareAndSwapRequest.header:type_name -> tabula.v1.RequestHeader
+	7,   // 79: tabula.v1.Mutation.op:type_name -> tabula.v1.Mutation.Op
+	101, // 80: tabula.v1.BatchWriteRequest.header:type_name -> tabula.v1.RequestHeader
+	115, // 81: tabula.v1.BatchWriteRequest.mutations:type_name -> tabula.v1.Mutation
+	101, // 82: tabula.v1.ScanRequest.header:type_name -> tabula.v1.RequestHeader
+	119, // 83: tabula.v1.ScanResponse.records:type_name -> tabula.v1.KeyValue
+	101, // 84: tabula.v1.CopyReplicaRequest.header:type_name -> tabula.v1.RequestHeader
+	119, // 85: tabula.v1.CopyReplicaChunk.records:type_name -> tabula.v1.KeyValue
+	101, // 86: tabula.v1.BulkUploadRequest.header:type_name -> tabula.v1.RequestHeader
+	29,  // 87: tabula.v1.BulkUploadRequest.file:type_name -> tabula.v1.BulkFile
+	101, // 88: tabula.v1.BulkUploadStatusRequest.header:type_name -> tabula.v1.RequestHeader
+	11,  // 89: tabula.v1.PartitionLogFailedResponse.partition:type_name -> tabula.v1.Partition
+	130, // 90: tabula.v1.ForgetServerResponse.lost:type_name -> tabula.v1.LostPartition
+	130, // 91: tabula.v1.ListDataLossResponse.lost:type_name -> tabula.v1.LostPartition
+	13,  // 92: tabula.v1.ClearDataLossResponse.map:type_name -> tabula.v1.PartitionMap
+	71,  // 93: tabula.v1.Master.CreateTable:input_type -> tabula.v1.CreateTableRequest
+	73,  // 94: tabula.v1.Master.DropTable:input_type -> tabula.v1.DropTableRequest
+	75,  // 95: tabula.v1.Master.ListTables:input_type -> tabula.v1.ListTablesRequest
+	77,  // 96: tabula.v1.Master.DescribeTable:input_type -> tabula.v1.DescribeTableRequest
+	79,  // 97: tabula.v1.Master.GetPartitionMap:input_type -> tabula.v1.GetPartitionMapRequest
+	81,  // 98: tabula.v1.Master.WatchPartitionMap:input_type -> tabula.v1.WatchPartitionMapRequest
+	83,  // 99: tabula.v1.Master.RegisterServer:input_type -> tabula.v1.RegisterServerRequest
+	85,  // 100: tabula.v1.Master.Heartbeat:input_type -> tabula.v1.HeartbeatRequest
+	126, // 101: tabula.v1.Master.PartitionLogFailed:input_type -> tabula.v1.PartitionLogFailedRequest
+	97,  // 102: tabula.v1.Master.ListServers:input_type -> tabula.v1.ListServersRequest
+	87,  // 103: tabula.v1.Master.BulkPublish:input_type -> tabula.v1.BulkPublishRequest
+	89,  // 104: tabula.v1.Master.BulkStored:input_type -> tabula.v1.BulkStoredRequest
+	91,  // 105: tabula.v1.Master.BulkStatus:input_type -> tabula.v1.BulkStatusRequest
+	93,  // 106: tabula.v1.Master.BulkRollback:input_type -> tabula.v1.BulkRollbackRequest
+	95,  // 107: tabula.v1.Master.BulkRollout:input_type -> tabula.v1.BulkRolloutRequest
+	69,  // 108: tabula.v1.Master.Stream:input_type -> tabula.v1.StreamRequest
+	16,  // 109: tabula.v1.Master.CoprocDeploy:input_type -> tabula.v1.CoprocDeployRequest
+	18,  // 110: tabula.v1.Master.CoprocList:input_type -> tabula.v1.CoprocListRequest
+	20,  // 111: tabula.v1.Master.CoprocRollback:input_type -> tabula.v1.CoprocRollbackRequest
+	22,  // 112: tabula.v1.Master.CoprocFetch:input_type -> tabula.v1.CoprocFetchRequest
+	128, // 113: tabula.v1.Master.ForgetServer:input_type -> tabula.v1.ForgetServerRequest
+	131, // 114: tabula.v1.Master.ListDataLoss:input_type -> tabula.v1.ListDataLossRequest
+	133, // 115: tabula.v1.Master.ClearDataLoss:input_type -> tabula.v1.ClearDataLossRequest
+	61,  // 116: tabula.v1.Master.MasterMembers:input_type -> tabula.v1.MasterMembersRequest
+	63,  // 117: tabula.v1.Master.AddMaster:input_type -> tabula.v1.AddMasterRequest
+	65,  // 118: tabula.v1.Master.RemoveMaster:input_type -> tabula.v1.RemoveMasterRequest
+	67,  // 119: tabula.v1.Master.TransferLeader:input_type -> tabula.v1.TransferLeaderRequest
+	56,  // 120: tabula.v1.Master.MovePartition:input_type -> tabula.v1.MovePartitionRequest
+	58,  // 121: tabula.v1.Master.DrainServer:input_type -> tabula.v1.DrainServerRequest
+	44,  // 122: tabula.v1.Master.CreateTenant:input_type -> tabula.v1.CreateTenantRequest
+	46,  // 123: tabula.v1.Master.ListTenants:input_type -> tabula.v1.ListTenantsRequest
+	48,  // 124: tabula.v1.Master.DescribeTenant:input_type -> tabula.v1.DescribeTenantRequest
+	50,  // 125: tabula.v1.Master.DeleteTenant:input_type -> tabula.v1.DeleteTenantRequest
+	52,  // 126: tabula.v1.Master.RotateTenantKey:input_type -> tabula.v1.RotateTenantKeyRequest
+	54,  // 127: tabula.v1.Master.TenantKeys:input_type -> tabula.v1.TenantKeysRequest
+	40,  // 128: tabula.v1.Master.SetTenantQuota:input_type -> tabula.v1.SetTenantQuotaRequest
+	102, // 129: tabula.v1.TableServer.Get:input_type -> tabula.v1.GetRequest
+	104, // 130: tabula.v1.TableServer.BatchGet:input_type -> tabula.v1.BatchGetRequest
+	106, // 131: tabula.v1.TableServer.MultiGet:input_type -> tabula.v1.MultiGetRequest
+	109, // 132: tabula.v1.TableServer.Put:input_type -> tabula.v1.PutRequest
+	111, // 133: tabula.v1.TableServer.Delete:input_type -> tabula.v1.DeleteRequest
+	113, // 134: tabula.v1.TableServer.CompareAndSwap:input_type -> tabula.v1.CompareAndSwapRequest
+	116, // 135: tabula.v1.TableServer.BatchWrite:input_type -> tabula.v1.BatchWriteRequest
+	118, // 136: tabula.v1.TableServer.Scan:input_type -> tabula.v1.ScanRequest
+	121, // 137: tabula.v1.TableServer.CopyReplica:input_type -> tabula.v1.CopyReplicaRequest
+	123, // 138: tabula.v1.TableServer.BulkUpload:input_type -> tabula.v1.BulkUploadRequest
+	124, // 139: tabula.v1.TableServer.BulkUploadStatus:input_type -> tabula.v1.BulkUploadStatusRequest
+	25,  // 140: tabula.v1.TableServer.Invoke:input_type -> tabula.v1.InvokeRequest
+	27,  // 141: tabula.v1.TableServer.CoprocMerge:input_type -> tabula.v1.CoprocMergeRequest
+	99,  // 142: tabula.v1.TableServer.Calls:input_type -> tabula.v1.CallRequest
+	72,  // 143: tabula.v1.Master.CreateTable:output_type -> tabula.v1.CreateTableResponse
+	74,  // 144: tabula.v1.Master.DropTable:output_type -> tabula.v1.DropTableResponse
+	76,  // 145: tabula.v1.Master.ListTables:output_type -> tabula.v1.ListTablesResponse
+	78,  // 146: tabula.v1.Master.DescribeTable:output_type -> tabula.v1.DescribeTableResponse
+	80,  // 147: tabula.v1.Master.GetPartitionMap:output_type -> tabula.v1.GetPartitionMapResponse
+	82,  // 148: tabula.v1.Master.WatchPartitionMap:output_type -> tabula.v1.WatchPartitionMapResponse
+	84,  // 149: tabula.v1.Master.RegisterServer:output_type -> tabula.v1.RegisterServerResponse
+	86,  // 150: tabula.v1.Master.Heartbeat:output_type -> tabula.v1.HeartbeatResponse
+	127, // 151: tabula.v1.Master.PartitionLogFailed:output_type -> tabula.v1.PartitionLogFailedResponse
+	98,  // 152: tabula.v1.Master.ListServers:output_type -> tabula.v1.ListServersResponse
+	88,  // 153: tabula.v1.Master.BulkPublish:output_type -> tabula.v1.BulkPublishResponse
+	90,  // 154: tabula.v1.Master.BulkStored:output_type -> tabula.v1.BulkStoredResponse
+	92,  // 155: tabula.v1.Master.BulkStatus:output_type -> tabula.v1.BulkStatusResponse
+	94,  // 156: tabula.v1.Master.BulkRollback:output_type -> tabula.v1.BulkRollbackResponse
+	96,  // 157: tabula.v1.Master.BulkRollout:output_type -> tabula.v1.BulkRolloutResponse
+	70,  // 158: tabula.v1.Master.Stream:output_type -> tabula.v1.StreamResponse
+	17,  // 159: tabula.v1.Master.CoprocDeploy:output_type -> tabula.v1.CoprocDeployResponse
+	19,  // 160: tabula.v1.Master.CoprocList:output_type -> tabula.v1.CoprocListResponse
+	21,  // 161: tabula.v1.Master.CoprocRollback:output_type -> tabula.v1.CoprocRollbackResponse
+	23,  // 162: tabula.v1.Master.CoprocFetch:output_type -> tabula.v1.CoprocFetchResponse
+	129, // 163: tabula.v1.Master.ForgetServer:output_type -> tabula.v1.ForgetServerResponse
+	132, // 164: tabula.v1.Master.ListDataLoss:output_type -> tabula.v1.ListDataLossResponse
+	134, // 165: tabula.v1.Master.ClearDataLoss:output_type -> tabula.v1.ClearDataLossResponse
+	62,  // 166: tabula.v1.Master.MasterMembers:output_type -> tabula.v1.MasterMembersResponse
+	64,  // 167: tabula.v1.Master.AddMaster:output_type -> tabula.v1.AddMasterResponse
+	66,  // 168: tabula.v1.Master.RemoveMaster:output_type -> tabula.v1.RemoveMasterResponse
+	68,  // 169: tabula.v1.Master.TransferLeader:output_type -> tabula.v1.TransferLeaderResponse
+	57,  // 170: tabula.v1.Master.MovePartition:output_type -> tabula.v1.MovePartitionResponse
+	59,  // 171: tabula.v1.Master.DrainServer:output_type -> tabula.v1.DrainServerResponse
+	45,  // 172: tabula.v1.Master.CreateTenant:output_type -> tabula.v1.CreateTenantResponse
+	47,  // 173: tabula.v1.Master.ListTenants:output_type -> tabula.v1.ListTenantsResponse
+	49,  // 174: tabula.v1.Master.DescribeTenant:output_type -> tabula.v1.DescribeTenantResponse
+	51,  // 175: tabula.v1.Master.DeleteTenant:output_type -> tabula.v1.DeleteTenantResponse
+	53,  // 176: tabula.v1.Master.RotateTenantKey:output_type -> tabula.v1.RotateTenantKeyResponse
+	55,  // 177: tabula.v1.Master.TenantKeys:output_type -> tabula.v1.TenantKeysResponse
+	41,  // 178: tabula.v1.Master.SetTenantQuota:output_type -> tabula.v1.SetTenantQuotaResponse
+	103, // 179: tabula.v1.TableServer.Get:output_type -> tabula.v1.GetResponse
+	105, // 180: tabula.v1.TableServer.BatchGet:output_type -> tabula.v1.BatchGetResponse
+	107, // 181: tabula.v1.TableServer.MultiGet:output_type -> tabula.v1.MultiGetResponse
+	110, // 182: tabula.v1.TableServer.Put:output_type -> tabula.v1.PutResponse
+	112, // 183: tabula.v1.TableServer.Delete:output_type -> tabula.v1.DeleteResponse
+	114, // 184: tabula.v1.TableServer.CompareAndSwap:output_type -> tabula.v1.CompareAndSwapResponse
+	117, // 185: tabula.v1.TableServer.BatchWrite:output_type -> tabula.v1.BatchWriteResponse
+	120, // 186: tabula.v1.TableServer.Scan:output_type -> tabula.v1.ScanResponse
+	122, // 187: tabula.v1.TableServer.CopyReplica:output_type -> tabula.v1.CopyReplicaChunk
+	125, // 188: tabula.v1.TableServer.BulkUpload:output_type -> tabula.v1.BulkUploadResponse
+	125, // 189: tabula.v1.TableServer.BulkUploadStatus:output_type -> tabula.v1.BulkUploadResponse
+	26,  // 190: tabula.v1.TableServer.Invoke:output_type -> tabula.v1.InvokeResponse
+	28,  // 191: tabula.v1.TableServer.CoprocMerge:output_type -> tabula.v1.CoprocMergeResponse
+	100, // 192: tabula.v1.TableServer.Calls:output_type -> tabula.v1.CallResponse
+	143, // [143:193] is the sub-list for method output_type
+	93,  // [93:143] is the sub-list for method input_type
+	93,  // [93:93] is the sub-list for extension type_name
+	93,  // [93:93] is the sub-list for extension extendee
+	0,   // [0:93] is the sub-list for field type_name
 }
 
 func init() { file_tabula_proto_init() }
@@ -9900,13 +10231,27 @@ func file_tabula_proto_init() {
 	if File_tabula_proto != nil {
 		return
 	}
+	file_tabula_proto_msgTypes[91].OneofWrappers = []any{
+		(*CallRequest_Get)(nil),
+		(*CallRequest_MultiGet)(nil),
+		(*CallRequest_Put)(nil),
+		(*CallRequest_Delete)(nil),
+		(*CallRequest_CompareAndSwap)(nil),
+	}
+	file_tabula_proto_msgTypes[92].OneofWrappers = []any{
+		(*CallResponse_Get)(nil),
+		(*CallResponse_MultiGet)(nil),
+		(*CallResponse_Put)(nil),
+		(*CallResponse_Delete)(nil),
+		(*CallResponse_CompareAndSwap)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tabula_proto_rawDesc), len(file_tabula_proto_rawDesc)),
 			NumEnums:      8,
-			NumMessages:   125,
+			NumMessages:   127,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

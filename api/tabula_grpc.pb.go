@@ -1586,6 +1586,7 @@ const (
 	TableServer_BulkUploadStatus_FullMethodName = "/tabula.v1.TableServer/BulkUploadStatus"
 	TableServer_Invoke_FullMethodName           = "/tabula.v1.TableServer/Invoke"
 	TableServer_CoprocMerge_FullMethodName      = "/tabula.v1.TableServer/CoprocMerge"
+	TableServer_Calls_FullMethodName            = "/tabula.v1.TableServer/Calls"
 )
 
 // TableServerClient is the client API for TableServer service.
@@ -1624,6 +1625,17 @@ type TableServerClient interface {
 	Invoke(ctx context.Context, in *InvokeRequest, opts ...grpc.CallOption) (*InvokeResponse, error)
 	// CoprocMerge runs a module's merge of per-partition outputs.
 	CoprocMerge(ctx context.Context, in *CoprocMergeRequest, opts ...grpc.CallOption) (*CoprocMergeResponse, error)
+	// Calls carries many point calls (Get, MultiGet, Put, Delete,
+	// CompareAndSwap) on one long-lived stream: the SDK keeps one per
+	// server and sends every such call on it, so a call costs one message
+	// each way instead of a whole RPC, and the stream is signed once, at
+	// its start. Each CallRequest is answered by one CallResponse with its
+	// id, in any order; each call is admitted, throttled, counted and
+	// answered exactly as the unary RPC of its kind. A CallResponse with
+	// id 0 asks the client to open no more calls on this stream (the
+	// server is draining): it ends the stream (CloseSend) once its calls
+	// are answered.
+	Calls(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[CallRequest, CallResponse], error)
 }
 
 type tableServerClient struct {
@@ -1785,6 +1797,19 @@ func (c *tableServerClient) CoprocMerge(ctx context.Context, in *CoprocMergeRequ
 	return out, nil
 }
 
+func (c *tableServerClient) Calls(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[CallRequest, CallResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &TableServer_ServiceDesc.Streams[3], TableServer_Calls_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[CallRequest, CallResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type TableServer_CallsClient = grpc.BidiStreamingClient[CallRequest, CallResponse]
+
 // TableServerServer is the server API for TableServer service.
 // All implementations must embed UnimplementedTableServerServer
 // for forward compatibility.
@@ -1821,6 +1846,17 @@ type TableServerServer interface {
 	Invoke(context.Context, *InvokeRequest) (*InvokeResponse, error)
 	// CoprocMerge runs a module's merge of per-partition outputs.
 	CoprocMerge(context.Context, *CoprocMergeRequest) (*CoprocMergeResponse, error)
+	// Calls carries many point calls (Get, MultiGet, Put, Delete,
+	// CompareAndSwap) on one long-lived stream: the SDK keeps one per
+	// server and sends every such call on it, so a call costs one message
+	// each way instead of a whole RPC, and the stream is signed once, at
+	// its start. Each CallRequest is answered by one CallResponse with its
+	// id, in any order; each call is admitted, throttled, counted and
+	// answered exactly as the unary RPC of its kind. A CallResponse with
+	// id 0 asks the client to open no more calls on this stream (the
+	// server is draining): it ends the stream (CloseSend) once its calls
+	// are answered.
+	Calls(grpc.BidiStreamingServer[CallRequest, CallResponse]) error
 	mustEmbedUnimplementedTableServerServer()
 }
 
@@ -1869,6 +1905,9 @@ func (UnimplementedTableServerServer) Invoke(context.Context, *InvokeRequest) (*
 }
 func (UnimplementedTableServerServer) CoprocMerge(context.Context, *CoprocMergeRequest) (*CoprocMergeResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method CoprocMerge not implemented")
+}
+func (UnimplementedTableServerServer) Calls(grpc.BidiStreamingServer[CallRequest, CallResponse]) error {
+	return status.Error(codes.Unimplemented, "method Calls not implemented")
 }
 func (UnimplementedTableServerServer) mustEmbedUnimplementedTableServerServer() {}
 func (UnimplementedTableServerServer) testEmbeddedByValue()                     {}
@@ -2100,6 +2139,13 @@ func _TableServer_CoprocMerge_Handler(srv interface{}, ctx context.Context, dec 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _TableServer_Calls_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(TableServerServer).Calls(&grpc.GenericServerStream[CallRequest, CallResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type TableServer_CallsServer = grpc.BidiStreamingServer[CallRequest, CallResponse]
+
 // TableServer_ServiceDesc is the grpc.ServiceDesc for TableServer service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -2162,6 +2208,12 @@ var TableServer_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "BulkUpload",
 			Handler:       _TableServer_BulkUpload_Handler,
+			ClientStreams: true,
+		},
+		{
+			StreamName:    "Calls",
+			Handler:       _TableServer_Calls_Handler,
+			ServerStreams: true,
 			ClientStreams: true,
 		},
 	},

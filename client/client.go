@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -57,10 +58,32 @@ type Options struct {
 	// api.MaxMessageBytes. Later options win, so a
 	// grpc.WithTransportCredentials here replaces the insecure default.
 	DialOptions []grpc.DialOption
+	// Calls says how point calls (Get, Put, Delete, CompareAndSwap) go to
+	// a server. Default CallsAuto: on the server's Calls stream, unless
+	// DialOptions are given (then as RPCs of their own, so their
+	// interceptors see every call).
+	Calls CallMode
 	// Seed seeds the client's backoff jitter. Default 0: a random seed
 	// (logged at debug level so a run can be repeated).
 	Seed uint64
 }
+
+// CallMode is how point calls go to a server (Options.Calls).
+type CallMode int
+
+const (
+	// CallsAuto: CallsStream, or CallsUnary when Options.DialOptions are
+	// given.
+	CallsAuto CallMode = iota
+	// CallsStream: every point call to a server goes on one long-lived
+	// stream to it (TableServer.Calls), one message each way, answered
+	// by id; the stream is signed once. It costs far less CPU per call
+	// than an RPC per call, on both sides. A server without the stream
+	// gets RPCs.
+	CallsStream
+	// CallsUnary: every point call is an RPC of its own.
+	CallsUnary
+)
 
 // Validate explains what is wrong with o, if anything.
 func (o Options) Validate() error {
@@ -79,6 +102,9 @@ func (o Options) Validate() error {
 	}
 	if o.RetryTimeout < 0 {
 		return fmt.Errorf("client: negative RetryTimeout %v", o.RetryTimeout)
+	}
+	if o.Calls < CallsAuto || o.Calls > CallsUnary {
+		return fmt.Errorf("client: unknown Calls mode %d", o.Calls)
 	}
 	if !o.Credential.zero() {
 		if err := o.Credential.auth().Validate(); err != nil {
@@ -103,6 +129,12 @@ func (o Options) withDefaults() Options {
 	}
 	if o.RetryTimeout == 0 {
 		o.RetryTimeout = DefaultRetryTimeout
+	}
+	if o.Calls == CallsAuto {
+		o.Calls = CallsStream
+		if len(o.DialOptions) > 0 {
+			o.Calls = CallsUnary
+		}
 	}
 	if o.Seed == 0 {
 		o.Seed = rand.Uint64() | 1
@@ -178,6 +210,14 @@ func (c *Client) Close() error {
 
 	c.cancel()
 	c.wg.Wait()
+	c.mu.Lock()
+	servers := maps.Clone(c.servers)
+	c.mu.Unlock()
+	for _, s := range servers {
+		if cs, ok := s.TableServerClient.(*callStub); ok {
+			cs.close()
+		}
+	}
 	var errs []error
 	for addr, cc := range conns {
 		if err := cc.Close(); err != nil {
@@ -236,8 +276,12 @@ func (c *Client) server(addr string) (api.TableServerClient, error) {
 	defer c.mu.Unlock()
 	s, ok := c.servers[addr]
 	if !ok {
-		ts := api.NewTableServerClient(cc)
-		s = &serverClient{TableServerClient: ts, gets: getCoalescer{ts: ts, base: c.ctx}}
+		var ts api.TableServerClient = api.NewTableServerClient(cc)
+		limit := maxGetsInFlight
+		if c.opts.Calls == CallsStream {
+			ts, limit = newCallStub(ts, c.ctx), maxStreamGetsInFlight
+		}
+		s = &serverClient{TableServerClient: ts, gets: getCoalescer{ts: ts, base: c.ctx, limit: limit}}
 		c.servers[addr] = s
 	}
 	return s, nil

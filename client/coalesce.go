@@ -22,6 +22,11 @@ import (
 // multiplies read throughput, while a lone Get goes out at once.
 const maxGetsInFlight = 2
 
+// maxStreamGetsInFlight is maxGetsInFlight for Gets on the Calls stream:
+// a Get there costs a message, not an RPC, so coalescing them gains
+// little and holding them back costs latency; only a flood is batched.
+const maxStreamGetsInFlight = 64
+
 // serverClient is the client's stub for one table server: every method is
 // the generated one, except Get, which coalesces.
 type serverClient struct {
@@ -49,6 +54,7 @@ func (s *serverClient) Get(ctx context.Context, req *api.GetRequest, opts ...grp
 type getCoalescer struct {
 	ts      api.TableServerClient
 	base    context.Context // the client's: Close cuts batches short
+	limit   int             // calls in flight at most: maxGetsInFlight or maxStreamGetsInFlight
 	noMulti atomic.Bool
 
 	mu sync.Mutex
@@ -73,7 +79,7 @@ func (c *getCoalescer) get(ctx context.Context, req *api.GetRequest) (*api.GetRe
 		return c.ts.Get(ctx, req)
 	}
 	c.mu.Lock()
-	if c.inflight < maxGetsInFlight {
+	if c.inflight < c.limit {
 		c.inflight++
 		c.mu.Unlock()
 		resp, err := c.ts.Get(ctx, req)
@@ -97,7 +103,7 @@ func (c *getCoalescer) finish() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.inflight--
-	if len(c.queue) == 0 || c.inflight >= maxGetsInFlight {
+	if len(c.queue) == 0 || c.inflight >= c.limit {
 		return
 	}
 	n := min(len(c.queue), api.MaxBatchKeys)

@@ -42,6 +42,7 @@ func newServerLimits(o Options) *serverLimits {
 		Budget:         budget,
 		BusyRetryAfter: o.BusyRetryAfter,
 		Digests:        o.ClusterKey != nil, // signatures cover the wire bytes
+		PerCallStreams: []string{api.TableServer_Calls_FullMethodName},
 	})
 	return &serverLimits{guard: guard, budget: budget}
 }

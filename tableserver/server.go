@@ -53,6 +53,13 @@ type Server struct {
 	// internalInflight counts cluster calls (internalCall) in flight.
 	internalInflight atomic.Int64
 	draining         atomic.Bool
+	// drainStarted is closed when a drain starts: Calls streams ask
+	// their clients to end them.
+	drainStarted chan struct{}
+	// callChain runs each call of a Calls stream as a unary call of its
+	// kind runs after the signature check: the Options' interceptors,
+	// then admission.
+	callChain grpc.UnaryServerInterceptor
 	advertise        atomic.Pointer[string]
 	// swept: the stale partition data was swept (sweep.go), once per
 	// process.
@@ -170,6 +177,8 @@ func Open(opts Options) (*Server, error) {
 	}
 	s.masterInternal = make([]atomic.Pointer[masterConn], len(s.masters))
 	s.ctx, s.cancel = context.WithCancel(context.Background())
+	s.drainStarted = make(chan struct{})
+	s.callChain = chainUnary(append(slices.Clone(opts.UnaryInterceptors), s.admitUnary))
 	// Order: size guard (before decoding), signatures, then admission,
 	// so callers that cannot sign never take a slot.
 	grpcOpts := append(s.limits.serverOptions(opts),
@@ -719,6 +728,7 @@ func (s *Server) Drain() error {
 		return s.Close()
 	}
 	s.log.Info("draining")
+	close(s.drainStarted)
 	if s.id() != "" {
 		if err := s.heartbeat(true); err != nil {
 			s.log.Warn("could not tell the master about the drain; it will notice the silence", "err", err)

@@ -70,6 +70,14 @@ func (s *Server) admitUnary(ctx context.Context, req any, info *grpc.UnaryServer
 }
 
 func (s *Server) admitStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+	if info.FullMethod == api.TableServer_Calls_FullMethodName {
+		// Its calls are admitted one by one (callChain); the stream
+		// itself holds no slot.
+		if s.draining.Load() {
+			return api.Errorf(api.ErrorCode_ERROR_CODE_UNAVAILABLE, "draining", "server %s is draining", s.id())
+		}
+		return h(srv, ss)
+	}
 	release, err := s.admit(info.FullMethod)
 	if err != nil {
 		return err

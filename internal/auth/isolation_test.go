@@ -54,6 +54,11 @@ func setTenant(m protoreflect.Message, tenant string) {
 	if f := fs.ByName("header"); f != nil && f.Kind() == protoreflect.MessageKind {
 		setTenant(m.Mutable(f).Message(), tenant)
 	}
+	if f := fs.ByName("get"); f != nil && f.Kind() == protoreflect.MessageKind {
+		// A call on the Calls stream: a Get, with an id.
+		setTenant(m.Mutable(f).Message(), tenant)
+		m.Set(fs.ByName("id"), protoreflect.ValueOfUint64(1))
+	}
 	if f := fs.ByName("gets"); f != nil && f.IsList() && f.Kind() == protoreflect.MessageKind {
 		l := m.Mutable(f).List()
 		e := l.NewElement()

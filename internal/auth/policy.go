@@ -52,6 +52,7 @@ var tenantMethods = map[string]bool{
 	api.TableServer_BulkUploadStatus_FullMethodName: true,
 	api.TableServer_Invoke_FullMethodName:           true,
 	api.TableServer_CoprocMerge_FullMethodName:      true,
+	api.TableServer_Calls_FullMethodName:            true,
 }
 
 // servicePrefixes are the services this package knows; a method of any
