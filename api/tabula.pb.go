@@ -567,7 +567,8 @@ func (Mutation_Op) EnumDescriptor() ([]byte, []int) {
 // master documents (and fills in, so a described table shows them).
 type TableOptions struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Number of partitions the hash space is cut into. Default 8, at most 4096.
+	// Number of partitions the hash space is cut into. Default 8, at most
+	// 4096. Ordered tables: len(split_points)+1, filled in by the master.
 	Partitions uint32 `protobuf:"varint,1,opt,name=partitions,proto3" json:"partitions,omitempty"`
 	// Copies of each partition. Default 1; values above 1 are refused until
 	// data-path replication exists.
@@ -593,8 +594,12 @@ type TableOptions struct {
 	// deltas). Default 2, at most 8. Older versions are unloaded and their
 	// files deleted.
 	BulkRetainedVersions uint32 `protobuf:"varint,8,opt,name=bulk_retained_versions,json=bulkRetainedVersions,proto3" json:"bulk_retained_versions,omitempty"`
-	unknownFields        protoimpl.UnknownFields
-	sizeCache            protoimpl.SizeCache
+	// Ordered tables: the keys where one partition ends and the next
+	// begins, strictly increasing (none: one partition holding every key).
+	// Partition i holds [split_points[i-1], split_points[i]).
+	SplitPoints   [][]byte `protobuf:"bytes,9,rep,name=split_points,json=splitPoints,proto3" json:"split_points,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *TableOptions) Reset() {
@@ -681,6 +686,13 @@ func (x *TableOptions) GetBulkRetainedVersions() uint32 {
 		return x.BulkRetainedVersions
 	}
 	return 0
+}
+
+func (x *TableOptions) GetSplitPoints() [][]byte {
+	if x != nil {
+		return x.SplitPoints
+	}
+	return nil
 }
 
 type Table struct {
@@ -877,7 +889,11 @@ type Partition struct {
 	// Every copy of the partition was lost (an operator forgot the server
 	// that held it, accepting the loss) and it started again empty: a read
 	// of a key it does not hold answers DATA_LOSS, never "not found".
-	DataLost      bool `protobuf:"varint,8,opt,name=data_lost,json=dataLost,proto3" json:"data_lost,omitempty"`
+	DataLost bool `protobuf:"varint,8,opt,name=data_lost,json=dataLost,proto3" json:"data_lost,omitempty"`
+	// Ordered tables: the partition holds the keys in [key_start, key_end)
+	// (empty key_end: no upper bound); start and end are 0.
+	KeyStart      []byte `protobuf:"bytes,9,opt,name=key_start,json=keyStart,proto3" json:"key_start,omitempty"`
+	KeyEnd        []byte `protobuf:"bytes,10,opt,name=key_end,json=keyEnd,proto3" json:"key_end,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -966,6 +982,20 @@ func (x *Partition) GetDataLost() bool {
 		return x.DataLost
 	}
 	return false
+}
+
+func (x *Partition) GetKeyStart() []byte {
+	if x != nil {
+		return x.KeyStart
+	}
+	return nil
+}
+
+func (x *Partition) GetKeyEnd() []byte {
+	if x != nil {
+		return x.KeyEnd
+	}
+	return nil
 }
 
 // PartitionLog is where a partition's commit log continues.
@@ -8064,8 +8094,16 @@ func (x *BatchWriteResponse) GetLsn() uint64 {
 }
 
 type ScanRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Header        *RequestHeader         `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Header *RequestHeader         `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
+	// Ordered tables: the keys in [start, end) of the partition (empty end:
+	// to the partition's end), in key order (descending with reverse), at
+	// most limit records (0: all). Other kinds: every record, in no order;
+	// these must be unset.
+	Start         []byte `protobuf:"bytes,2,opt,name=start,proto3" json:"start,omitempty"`
+	End           []byte `protobuf:"bytes,3,opt,name=end,proto3" json:"end,omitempty"`
+	Reverse       bool   `protobuf:"varint,4,opt,name=reverse,proto3" json:"reverse,omitempty"`
+	Limit         uint32 `protobuf:"varint,5,opt,name=limit,proto3" json:"limit,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -8105,6 +8143,34 @@ func (x *ScanRequest) GetHeader() *RequestHeader {
 		return x.Header
 	}
 	return nil
+}
+
+func (x *ScanRequest) GetStart() []byte {
+	if x != nil {
+		return x.Start
+	}
+	return nil
+}
+
+func (x *ScanRequest) GetEnd() []byte {
+	if x != nil {
+		return x.End
+	}
+	return nil
+}
+
+func (x *ScanRequest) GetReverse() bool {
+	if x != nil {
+		return x.Reverse
+	}
+	return false
+}
+
+func (x *ScanRequest) GetLimit() uint32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
 }
 
 type KeyValue struct {
@@ -9119,7 +9185,7 @@ var File_tabula_proto protoreflect.FileDescriptor
 
 const file_tabula_proto_rawDesc = "" +
 	"\n" +
-	"\ftabula.proto\x12\ttabula.v1\"\xb0\x02\n" +
+	"\ftabula.proto\x12\ttabula.v1\"\xd3\x02\n" +
 	"\fTableOptions\x12\x1e\n" +
 	"\n" +
 	"partitions\x18\x01 \x01(\rR\n" +
@@ -9132,7 +9198,8 @@ const file_tabula_proto_rawDesc = "" +
 	"durability\x18\x06 \x01(\tR\n" +
 	"durability\x12 \n" +
 	"\vcompression\x18\a \x01(\tR\vcompression\x124\n" +
-	"\x16bulk_retained_versions\x18\b \x01(\rR\x14bulkRetainedVersions\"\xc8\x01\n" +
+	"\x16bulk_retained_versions\x18\b \x01(\rR\x14bulkRetainedVersions\x12!\n" +
+	"\fsplit_points\x18\t \x03(\fR\vsplitPoints\"\xc8\x01\n" +
 	"\x05Table\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12(\n" +
@@ -9148,7 +9215,7 @@ const file_tabula_proto_rawDesc = "" +
 	"\vbulk_serves\x18\x05 \x01(\x04R\n" +
 	"bulkServes\x12\x1d\n" +
 	"\n" +
-	"bulk_holds\x18\x06 \x03(\x04R\tbulkHolds\"\xe7\x01\n" +
+	"bulk_holds\x18\x06 \x03(\x04R\tbulkHolds\"\x9d\x02\n" +
 	"\tPartition\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x14\n" +
 	"\x05start\x18\x02 \x01(\x04R\x05start\x12\x10\n" +
@@ -9157,7 +9224,10 @@ const file_tabula_proto_rawDesc = "" +
 	"\breplicas\x18\x05 \x03(\v2\x12.tabula.v1.ReplicaR\breplicas\x12\x14\n" +
 	"\x05index\x18\x06 \x01(\rR\x05index\x12)\n" +
 	"\x03log\x18\a \x01(\v2\x17.tabula.v1.PartitionLogR\x03log\x12\x1b\n" +
-	"\tdata_lost\x18\b \x01(\bR\bdataLost\">\n" +
+	"\tdata_lost\x18\b \x01(\bR\bdataLost\x12\x1b\n" +
+	"\tkey_start\x18\t \x01(\fR\bkeyStart\x12\x17\n" +
+	"\akey_end\x18\n" +
+	" \x01(\fR\x06keyEnd\">\n" +
 	"\fPartitionLog\x12\x16\n" +
 	"\x06stream\x18\x01 \x01(\tR\x06stream\x12\x16\n" +
 	"\x06extent\x18\x02 \x01(\x04R\x06extent\"\xeb\x01\n" +
@@ -9684,9 +9754,13 @@ const file_tabula_proto_rawDesc = "" +
 	"\n" +
 	"request_id\x18\x03 \x01(\tR\trequestId\"&\n" +
 	"\x12BatchWriteResponse\x12\x10\n" +
-	"\x03lsn\x18\x01 \x01(\x04R\x03lsn\"?\n" +
+	"\x03lsn\x18\x01 \x01(\x04R\x03lsn\"\x97\x01\n" +
 	"\vScanRequest\x120\n" +
-	"\x06header\x18\x01 \x01(\v2\x18.tabula.v1.RequestHeaderR\x06header\"Z\n" +
+	"\x06header\x18\x01 \x01(\v2\x18.tabula.v1.RequestHeaderR\x06header\x12\x14\n" +
+	"\x05start\x18\x02 \x01(\fR\x05start\x12\x10\n" +
+	"\x03end\x18\x03 \x01(\fR\x03end\x12\x18\n" +
+	"\areverse\x18\x04 \x01(\bR\areverse\x12\x14\n" +
+	"\x05limit\x18\x05 \x01(\rR\x05limit\"Z\n" +
 	"\bKeyValue\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\fR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\fR\x05value\x12&\n" +

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/tabuladb/tabula/api"
-	"github.com/tabuladb/tabula/internal/keyspace"
 )
 
 // maxParallel bounds the per-partition requests one batch call has in
@@ -30,15 +29,15 @@ type Mutation struct {
 	TTL        time.Duration
 }
 
-// group splits the items idx (indices into hashes) by partition of m, in
+// group splits the items idx (indices into routes) by partition of m, in
 // partition order, keeping the items' order within a group. Items whose hash
 // has no partition in m form a last group that the pick will send back as
 // UNAVAILABLE until the map is whole again.
-func group(m *api.PartitionMap, hashes []uint64, idx []int) [][]int {
+func group(m *api.PartitionMap, routes []route, idx []int) [][]int {
 	byPart := make(map[int][]int)
 	var orphans []int
 	for _, i := range idx {
-		p, ok := partitionOf(m, hashes[i])
+		p, ok := partitionOf(m, routes[i])
 		if !ok {
 			orphans = append(orphans, i)
 			continue
@@ -63,14 +62,14 @@ func group(m *api.PartitionMap, hashes []uint64, idx []int) [][]int {
 
 // pickGroup routes a group to the partition of its first item, and asks for
 // a regroup when the current map puts the group's items in several.
-func pickGroup(hashes []uint64, g []int) pickFunc {
+func pickGroup(routes []route, g []int) pickFunc {
 	return func(m *api.PartitionMap) (*api.Partition, error) {
-		p, ok := partitionOf(m, hashes[g[0]])
-		if !ok {
-			return nil, unavailable("no_partition", "the partition map has no partition for hash %#x", hashes[g[0]])
+		p, err := pickRoute(routes[g[0]])(m)
+		if err != nil {
+			return nil, err
 		}
 		for _, i := range g[1:] {
-			if h := hashes[i]; h < p.GetStart() || h > p.GetEnd() {
+			if !inPartition(m, p, routes[i]) {
 				return nil, errRegroup
 			}
 		}
@@ -125,13 +124,13 @@ func (t *Table) BatchGet(ctx context.Context, keys [][]byte, opts ...ReadOption)
 	if t.err != nil {
 		return nil, t.errf(op, t.err)
 	}
-	hashes := make([]uint64, len(keys))
+	routes := make([]route, len(keys))
 	idx := make([]int, len(keys))
 	for i, k := range keys {
 		if err := api.ValidateKey("keys", k); err != nil {
 			return nil, t.errf(op, fmt.Errorf("key %d: %w", i, err))
 		}
-		hashes[i] = keyspace.Hash(k)
+		routes[i] = routeOf(k)
 		idx[i] = i
 	}
 	results := make([]GetResult, len(keys))
@@ -158,7 +157,7 @@ func (t *Table) BatchGet(ctx context.Context, keys [][]byte, opts ...ReadOption)
 			version = t.c.chooseBulkVersion(m, avoid)
 		}
 		var lsns lsnSet
-		err = t.batchGet(ctx, keys, hashes, idx, results, version, ro, &lsns)
+		err = t.batchGet(ctx, keys, routes, idx, results, version, ro, &lsns)
 		if err == nil {
 			if ro.lsn != nil {
 				*ro.lsn = lsns.single()
@@ -209,14 +208,14 @@ func (s *lsnSet) single() uint64 {
 	return 0
 }
 
-func (t *Table) batchGet(ctx context.Context, keys [][]byte, hashes []uint64, idx []int, results []GetResult, version uint64, ro readOptions, lsns *lsnSet) error {
+func (t *Table) batchGet(ctx context.Context, keys [][]byte, routes []route, idx []int, results []GetResult, version uint64, ro readOptions, lsns *lsnSet) error {
 	const op = "batch get from"
 	m, err := t.ts.current(ctx)
 	if err != nil {
 		return t.errf(op, err)
 	}
 	var chunks [][]int
-	for _, g := range group(m, hashes, idx) {
+	for _, g := range group(m, routes, idx) {
 		for len(g) > api.MaxBatchKeys {
 			chunks = append(chunks, g[:api.MaxBatchKeys])
 			g = g[api.MaxBatchKeys:]
@@ -229,7 +228,7 @@ func (t *Table) batchGet(ctx context.Context, keys [][]byte, hashes []uint64, id
 		for j, i := range g {
 			req.Keys[j] = keys[i]
 		}
-		pid, lsn, err := t.call(ctx, callSpec{op: op, bounded: true, pick: pickGroup(hashes, g), read: ro, class: classRead, bulkVersion: version, rpc: func(ctx context.Context, ts api.TableServerClient, h *api.RequestHeader) (uint64, error) {
+		pid, lsn, err := t.call(ctx, callSpec{op: op, bounded: true, pick: pickGroup(routes, g), read: ro, class: classRead, bulkVersion: version, rpc: func(ctx context.Context, ts api.TableServerClient, h *api.RequestHeader) (uint64, error) {
 			h.BulkVersion = version
 			req.Header = h
 			resp, err := ts.BatchGet(ctx, req)
@@ -254,7 +253,7 @@ func (t *Table) batchGet(ctx context.Context, keys [][]byte, hashes []uint64, id
 			return resp.GetLsn(), nil
 		}})
 		if errors.Is(err, errRegroup) {
-			return t.batchGet(ctx, keys, hashes, g, results, version, ro, lsns)
+			return t.batchGet(ctx, keys, routes, g, results, version, ro, lsns)
 		}
 		if err == nil {
 			lsns.add(pid, lsn)
@@ -293,7 +292,7 @@ func (t *Table) BatchWrite(ctx context.Context, muts []Mutation, opts ...WriteOp
 	if len(muts) == 0 {
 		return nil
 	}
-	hashes := make([]uint64, len(muts))
+	routes := make([]route, len(muts))
 	idx := make([]int, len(muts))
 	pbs := make([]*api.Mutation, len(muts))
 	for i, mu := range muts {
@@ -309,7 +308,7 @@ func (t *Table) BatchWrite(ctx context.Context, muts []Mutation, opts ...WriteOp
 			pb = &api.Mutation{Op: api.Mutation_OP_DELETE, Key: mu.Key}
 		}
 		pbs[i] = pb
-		hashes[i] = keyspace.Hash(mu.Key)
+		routes[i] = routeOf(mu.Key)
 		idx[i] = i
 	}
 	ctx, _, cancel := t.c.callCtx(ctx, true)
@@ -328,7 +327,7 @@ func (t *Table) BatchWrite(ctx context.Context, muts []Mutation, opts ...WriteOp
 		}
 	}
 	var lsns lsnSet
-	if err := t.batchWrite(ctx, pbs, hashes, idx, wo, &lsns); err != nil {
+	if err := t.batchWrite(ctx, pbs, routes, idx, wo, &lsns); err != nil {
 		return err
 	}
 	if wo.lsn != nil {
@@ -337,13 +336,13 @@ func (t *Table) BatchWrite(ctx context.Context, muts []Mutation, opts ...WriteOp
 	return nil
 }
 
-func (t *Table) batchWrite(ctx context.Context, pbs []*api.Mutation, hashes []uint64, idx []int, wo writeOptions, lsns *lsnSet) error {
+func (t *Table) batchWrite(ctx context.Context, pbs []*api.Mutation, routes []route, idx []int, wo writeOptions, lsns *lsnSet) error {
 	const op = "batch write to"
 	m, err := t.ts.current(ctx)
 	if err != nil {
 		return t.errf(op, err)
 	}
-	groups := group(m, hashes, idx)
+	groups := group(m, routes, idx)
 	for _, g := range groups {
 		if err := checkWriteGroup(pbs, g); err != nil {
 			return t.errf(op, err)
@@ -355,14 +354,14 @@ func (t *Table) batchWrite(ctx context.Context, pbs []*api.Mutation, hashes []ui
 		for j, i := range g {
 			req.Mutations[j] = pbs[i]
 		}
-		pid, lsn, err := t.call(ctx, callSpec{op: op, bounded: true, pick: pickGroup(hashes, g), reqID: wo.reqID, class: classWrite,
+		pid, lsn, err := t.call(ctx, callSpec{op: op, bounded: true, pick: pickGroup(routes, g), reqID: wo.reqID, class: classWrite,
 			rpc: func(ctx context.Context, ts api.TableServerClient, h *api.RequestHeader) (uint64, error) {
 				req.Header = h
 				resp, err := ts.BatchWrite(ctx, req)
 				return resp.GetLsn(), err
 			}})
 		if errors.Is(err, errRegroup) {
-			return t.batchWrite(ctx, pbs, hashes, g, wo, lsns)
+			return t.batchWrite(ctx, pbs, routes, g, wo, lsns)
 		}
 		if err == nil {
 			lsns.add(pid, lsn)

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/tabuladb/tabula/api"
-	"github.com/tabuladb/tabula/internal/keyspace"
 )
 
 // Invocation says where and how a coprocessor handler runs: on one key, a
@@ -83,12 +82,12 @@ func (t *Table) Invoke(ctx context.Context, name, method string, inv Invocation)
 		rangeStart, rangeEnd = r.Start, r.End
 	}
 	scatter := inv.All || inv.Range != nil
-	hashes := make([]uint64, len(inv.Keys))
+	routes := make([]route, len(inv.Keys))
 	for i, k := range inv.Keys {
 		if err := api.ValidateKey("keys", k); err != nil {
 			return nil, t.errf(op, fmt.Errorf("key %d: %w", i, err))
 		}
-		hashes[i] = keyspace.Hash(k)
+		routes[i] = routeOf(k)
 	}
 	ctx, _, cancel := t.c.callCtx(ctx, true)
 	defer cancel()
@@ -125,7 +124,7 @@ func (t *Table) Invoke(ctx context.Context, name, method string, inv Invocation)
 		return out, err
 	}
 	if !scatter && len(inv.Keys) == 1 {
-		return call(pickHash(hashes[0]), inv.Keys, token)
+		return call(pickRoute(routes[0]), inv.Keys, token)
 	}
 	// Batch: the keys grouped by partition; range and All: every partition.
 	var groups [][]int
@@ -137,7 +136,7 @@ func (t *Table) Invoke(ctx context.Context, name, method string, inv Invocation)
 	var tokens []string
 	if scatter {
 		for _, p := range m.GetPartitions() {
-			picks = append(picks, pickHash(p.GetStart()))
+			picks = append(picks, pickRoute(route{h: p.GetStart(), key: p.GetKeyStart()}))
 			groups = append(groups, nil)
 			tokens = append(tokens, fmt.Sprintf("%s/p%d", token, p.GetId()))
 		}
@@ -146,10 +145,10 @@ func (t *Table) Invoke(ctx context.Context, name, method string, inv Invocation)
 		for i := range idx {
 			idx[i] = i
 		}
-		for i, g := range group(m, hashes, idx) {
+		for i, g := range group(m, routes, idx) {
 			groups = append(groups, g)
-			picks = append(picks, pickGroup(hashes, g))
-			if p, ok := partitionOf(m, hashes[g[0]]); ok {
+			picks = append(picks, pickGroup(routes, g))
+			if p, ok := partitionOf(m, routes[g[0]]); ok {
 				tokens = append(tokens, fmt.Sprintf("%s/p%d", token, p.GetId()))
 			} else {
 				tokens = append(tokens, fmt.Sprintf("%s/g%d", token, i))
@@ -183,7 +182,7 @@ func (t *Table) Invoke(ctx context.Context, name, method string, inv Invocation)
 	}
 	// Merge on a server (any partition's: they all compiled the module).
 	var out []byte
-	err = t.do(ctx, "merge on", true, pickHash(0), func(ctx context.Context, ts api.TableServerClient, h *api.RequestHeader) error {
+	err = t.do(ctx, "merge on", true, pickRoute(route{}), func(ctx context.Context, ts api.TableServerClient, h *api.RequestHeader) error {
 		resp, err := ts.CoprocMerge(ctx, &api.CoprocMergeRequest{Header: h, Name: name, Version: inv.Version, Method: method, Partials: ok})
 		if err != nil {
 			return err

@@ -1,6 +1,7 @@
 package client
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -320,14 +321,59 @@ func (ts *tableState) forget() {
 	ts.notify(nil)
 }
 
-// partitionOf finds the partition of m holding hash h. Partitions are in
-// index order and cut evenly (keyspace.Index), so the first guess is almost
-// always right; a map cut otherwise (after a split) is searched by range.
-func partitionOf(m *api.PartitionMap, h uint64) (*api.Partition, bool) {
+// route is where a key lives: its hash, for tables partitioned by key
+// hash (point and bulk), and the key, for tables partitioned by key range
+// (ordered).
+type route struct {
+	h   uint64
+	key []byte
+}
+
+func routeOf(key []byte) route { return route{h: keyspace.Hash(key), key: key} }
+
+// ordered reports whether m's table is partitioned by key range.
+func ordered(m *api.PartitionMap) bool {
+	return m.GetTable().GetKind() == api.TableKind_TABLE_KIND_ORDERED
+}
+
+// inPartition reports whether r lies in p, a partition of m.
+func inPartition(m *api.PartitionMap, p *api.Partition, r route) bool {
+	if ordered(m) {
+		return keyInRange(r.key, p.GetKeyStart(), p.GetKeyEnd())
+	}
+	return p.GetStart() <= r.h && r.h <= p.GetEnd()
+}
+
+// keyInRange reports whether start <= key < end (empty end: unbounded).
+func keyInRange(key, start, end []byte) bool {
+	return bytes.Compare(start, key) <= 0 && (len(end) == 0 || bytes.Compare(key, end) < 0)
+}
+
+// partitionOf finds the partition of m holding r: by key range for an
+// ordered table (its partitions are in key order), else by hash.
+func partitionOf(m *api.PartitionMap, r route) (*api.Partition, bool) {
 	ps := m.GetPartitions()
 	if len(ps) == 0 {
 		return nil, false
 	}
+	if ordered(m) {
+		i := sort.Search(len(ps), func(i int) bool {
+			end := ps[i].GetKeyEnd()
+			return len(end) == 0 || bytes.Compare(r.key, end) < 0
+		})
+		if i < len(ps) && keyInRange(r.key, ps[i].GetKeyStart(), ps[i].GetKeyEnd()) {
+			return ps[i], true
+		}
+		return nil, false
+	}
+	return partitionOfHash(ps, r.h)
+}
+
+// partitionOfHash finds the partition of ps holding hash h. Partitions
+// are in index order and cut evenly (keyspace.Index), so the first guess
+// is almost always right; a map cut otherwise (after a split) is searched
+// by range.
+func partitionOfHash(ps []*api.Partition, h uint64) (*api.Partition, bool) {
 	if p := ps[keyspace.Index(h, len(ps))]; p.GetStart() <= h && h <= p.GetEnd() {
 		return p, true
 	}

@@ -30,7 +30,7 @@ func TestPartitionOf(t *testing.T) {
 	for i := range 5000 {
 		key := []byte(fmt.Sprintf("key-%d", i))
 		h := keyspace.Hash(key)
-		p, ok := partitionOf(m, h)
+		p, ok := partitionOf(m, route{h: h})
 		if !ok || h < p.GetStart() || h > p.GetEnd() || int(p.GetIndex()) != keyspace.Index(h, 12) {
 			t.Fatalf("key %q: hash %#x routed to %v", key, h, p)
 		}
@@ -47,12 +47,39 @@ func TestPartitionOf(t *testing.T) {
 		h  uint64
 		id uint64
 	}{{0, 1}, {mid, 1}, {mid + 1, 2}, {s.Partitions[0].End, 2}, {s.Partitions[1].Start, 3}, {^uint64(0), 3}} {
-		if p, ok := partitionOf(split, tc.h); !ok || p.GetId() != tc.id {
+		if p, ok := partitionOf(split, route{h: tc.h}); !ok || p.GetId() != tc.id {
 			t.Errorf("hash %#x: got %v, want partition %d", tc.h, p, tc.id)
 		}
 	}
-	if _, ok := partitionOf(&api.PartitionMap{}, 5); ok {
+	if _, ok := partitionOf(&api.PartitionMap{}, route{h: 5}); ok {
 		t.Error("empty map routed a hash")
+	}
+}
+
+// TestPartitionOfKeyRange: an ordered table's keys go to the partition
+// whose key range holds them, by key, not hash.
+func TestPartitionOfKeyRange(t *testing.T) {
+	m := &api.PartitionMap{Table: &api.Table{Kind: api.TableKind_TABLE_KIND_ORDERED}, Partitions: []*api.Partition{
+		{Id: 1, Index: 0, KeyEnd: []byte("g")},
+		{Id: 2, Index: 1, KeyStart: []byte("g"), KeyEnd: []byte("p")},
+		{Id: 3, Index: 2, KeyStart: []byte("p")},
+	}}
+	for _, tc := range []struct {
+		key string
+		id  uint64
+	}{{"", 1}, {"a", 1}, {"fzzz", 1}, {"g", 2}, {"g\x00", 2}, {"ozz", 2}, {"p", 3}, {"zzzz", 3}, {"\xff\xff", 3}} {
+		p, ok := partitionOf(m, routeOf([]byte(tc.key)))
+		if !ok || p.GetId() != tc.id {
+			t.Errorf("key %q: got %v, want partition %d", tc.key, p, tc.id)
+		}
+		if !inPartition(m, p, routeOf([]byte(tc.key))) {
+			t.Errorf("key %q: not in the partition it routed to", tc.key)
+		}
+	}
+	// A map with a gap (a partition missing) routes nothing into it.
+	gap := &api.PartitionMap{Table: m.Table, Partitions: []*api.Partition{m.Partitions[0], m.Partitions[2]}}
+	if p, ok := partitionOf(gap, routeOf([]byte("h"))); ok {
+		t.Errorf("key in a gap routed to %v", p)
 	}
 }
 
@@ -119,20 +146,20 @@ func TestStoreAndPatch(t *testing.T) {
 
 func TestGroup(t *testing.T) {
 	m := evenMap(1, 1, 12)
-	var hashes []uint64
+	var routes []route
 	var idx []int
 	for i := range 3000 {
-		hashes = append(hashes, keyspace.Hash([]byte(fmt.Sprintf("k%d", i))))
+		routes = append(routes, routeOf([]byte(fmt.Sprintf("k%d", i))))
 		idx = append(idx, i)
 	}
-	groups := group(m, hashes, idx)
+	groups := group(m, routes, idx)
 	if len(groups) != 12 {
 		t.Fatalf("%d groups, want 12", len(groups))
 	}
 	seen := 0
 	last := -1
 	for _, g := range groups {
-		p, err := pickGroup(hashes, g)(m)
+		p, err := pickGroup(routes, g)(m)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -152,7 +179,7 @@ func TestGroup(t *testing.T) {
 	}
 	// Re-cut into 24 partitions, a 12-way group spans two: regroup.
 	m24 := evenMap(1, 2, 24)
-	if _, err := pickGroup(hashes, groups[0])(m24); !errors.Is(err, errRegroup) {
+	if _, err := pickGroup(routes, groups[0])(m24); !errors.Is(err, errRegroup) {
 		t.Fatalf("pick over a re-cut map: %v, want errRegroup", err)
 	}
 }

@@ -13,7 +13,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/tabuladb/tabula/api"
-	"github.com/tabuladb/tabula/internal/keyspace"
 )
 
 // refreshTimeout bounds a map refresh made between retries of a data call:
@@ -105,13 +104,16 @@ type rpcFunc func(ctx context.Context, ts api.TableServerClient, h *api.RequestH
 // lsnRPC is an rpcFunc that also returns the LSN the reply carries.
 type lsnRPC func(ctx context.Context, ts api.TableServerClient, h *api.RequestHeader) (uint64, error)
 
-// pickHash routes to the partition holding hash h.
-func pickHash(h uint64) pickFunc {
+// pickRoute routes to the partition holding r.
+func pickRoute(r route) pickFunc {
 	return func(m *api.PartitionMap) (*api.Partition, error) {
-		if p, ok := partitionOf(m, h); ok {
+		if p, ok := partitionOf(m, r); ok {
 			return p, nil
 		}
-		return nil, unavailable("no_partition", "the partition map has no partition for hash %#x", h)
+		if ordered(m) {
+			return nil, unavailable("no_partition", "the partition map has no partition for key %q", r.key)
+		}
+		return nil, unavailable("no_partition", "the partition map has no partition for hash %#x", r.h)
 	}
 }
 
@@ -548,7 +550,7 @@ func (t *Table) Get(ctx context.Context, key []byte, opts ...ReadOption) ([]byte
 	}
 	ro := readOpts(opts)
 	var resp *api.GetResponse
-	_, lsn, err := t.call(ctx, callSpec{op: op, bounded: true, pick: pickHash(keyspace.Hash(key)), read: ro, class: classRead,
+	_, lsn, err := t.call(ctx, callSpec{op: op, bounded: true, pick: pickRoute(routeOf(key)), read: ro, class: classRead,
 		rpc: func(ctx context.Context, ts api.TableServerClient, h *api.RequestHeader) (uint64, error) {
 			var err error
 			if t.pin != 0 {
@@ -606,12 +608,12 @@ func (t *Table) Put(ctx context.Context, key, value []byte, opts ...WriteOption)
 	if err != nil {
 		return t.errf(op, err)
 	}
-	h := keyspace.Hash(key)
+	r := routeOf(key)
 	pick := func(m *api.PartitionMap) (*api.Partition, error) {
 		if err := api.ValidateValue("value", value, maxValue(m)); err != nil {
 			return nil, &permanentError{t.errf(op, err)}
 		}
-		return pickHash(h)(m)
+		return pickRoute(r)(m)
 	}
 	return t.write(ctx, op, wo, pick, func(ctx context.Context, ts api.TableServerClient, hd *api.RequestHeader) (uint64, error) {
 		resp, err := ts.Put(ctx, &api.PutRequest{Header: hd, Key: key, Value: value, TtlMs: ttl, RequestId: wo.reqID})
@@ -633,7 +635,7 @@ func (t *Table) Delete(ctx context.Context, key []byte, opts ...WriteOption) (ex
 		return false, t.errf(op, err)
 	}
 	var resp *api.DeleteResponse
-	err = t.write(ctx, op, wo, pickHash(keyspace.Hash(key)), func(ctx context.Context, ts api.TableServerClient, h *api.RequestHeader) (uint64, error) {
+	err = t.write(ctx, op, wo, pickRoute(routeOf(key)), func(ctx context.Context, ts api.TableServerClient, h *api.RequestHeader) (uint64, error) {
 		var err error
 		resp, err = ts.Delete(ctx, &api.DeleteRequest{Header: h, Key: key, RequestId: wo.reqID})
 		return resp.GetLsn(), err
@@ -698,7 +700,7 @@ func (t *Table) CompareAndSwap(ctx context.Context, c CAS, opts ...WriteOption) 
 	if c.Delete {
 		value = nil
 	}
-	h := keyspace.Hash(c.Key)
+	r := routeOf(c.Key)
 	pick := func(m *api.PartitionMap) (*api.Partition, error) {
 		limit := maxValue(m)
 		if err := api.ValidateValue("expected", expected, limit); err != nil {
@@ -707,7 +709,7 @@ func (t *Table) CompareAndSwap(ctx context.Context, c CAS, opts ...WriteOption) 
 		if err := api.ValidateValue("value", value, limit); err != nil {
 			return nil, &permanentError{t.errf(op, err)}
 		}
-		return pickHash(h)(m)
+		return pickRoute(r)(m)
 	}
 	var resp *api.CompareAndSwapResponse
 	err = t.write(ctx, op, wo, pick, func(ctx context.Context, ts api.TableServerClient, h *api.RequestHeader) (uint64, error) {

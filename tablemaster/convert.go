@@ -18,6 +18,7 @@ func (t *Table) Proto() *api.Table {
 			Compression:   t.Options.Compression,
 
 			BulkRetainedVersions: t.Options.BulkRetainedVersions,
+			SplitPoints:          t.Options.SplitPoints,
 		},
 		Id:            t.ID,
 		CreatedUnixMs: t.CreatedUnixMs,
@@ -54,7 +55,7 @@ func (t *Table) partitionProto(i int) *api.Partition {
 // Proto returns p as the wire message.
 func (p Partition) Proto() *api.Partition {
 	ap := &api.Partition{Id: p.ID, Start: p.Start, End: p.End, Epoch: p.Epoch, Index: p.Index,
-		Replicas: make([]*api.Replica, len(p.Replicas))}
+		KeyStart: p.KeyStart, KeyEnd: p.KeyEnd, Replicas: make([]*api.Replica, len(p.Replicas))}
 	for i, r := range p.Replicas {
 		ap.Replicas[i] = &api.Replica{ServerId: r.ServerID, Addr: r.Addr, Role: r.Role, FaultDomain: r.FaultDomain}
 	}
@@ -80,6 +81,7 @@ func optionsFromProto(o *api.TableOptions) *TableOptions {
 		Compression:   o.GetCompression(),
 
 		BulkRetainedVersions: o.GetBulkRetainedVersions(),
+		SplitPoints:          o.GetSplitPoints(),
 	}
 }
 

@@ -150,8 +150,9 @@ func TestMasterGRPC(t *testing.T) {
 	// Refusals travel as Tabula statuses.
 	_, err = c.CreateTable(ctx, &api.CreateTableRequest{Tenant: api.DefaultTenant, Name: "t", Kind: api.TableKind_TABLE_KIND_POINT})
 	wantCode(t, err, codes.AlreadyExists, "table_exists", "")
-	_, err = c.CreateTable(ctx, &api.CreateTableRequest{Tenant: api.DefaultTenant, Name: "o", Kind: api.TableKind_TABLE_KIND_ORDERED})
-	wantCode(t, err, codes.Unimplemented, "kind_not_implemented", "")
+	_, err = c.CreateTable(ctx, &api.CreateTableRequest{Tenant: api.DefaultTenant, Name: "o", Kind: api.TableKind_TABLE_KIND_ORDERED,
+		Options: &api.TableOptions{SplitPoints: [][]byte{[]byte("b"), []byte("a")}}})
+	wantCode(t, err, codes.InvalidArgument, "split_points_unordered", "options.split_points")
 	_, err = c.CreateTable(ctx, &api.CreateTableRequest{Tenant: "nobody", Name: "x", Kind: api.TableKind_TABLE_KIND_POINT})
 	wantCode(t, err, codes.NotFound, "tenant_not_found", "")
 	_, err = c.CreateTable(ctx, &api.CreateTableRequest{Tenant: api.DefaultTenant, Kind: api.TableKind_TABLE_KIND_POINT})

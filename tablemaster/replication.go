@@ -53,7 +53,9 @@ type PartitionLog struct {
 func LogStreamName(id uint64) string { return "log/" + strconv.FormatUint(id, 10) }
 
 // replicatesByLog reports whether t's writes go through a commit log.
-func (t *Table) replicatesByLog() bool { return t.Kind == api.TableKind_TABLE_KIND_POINT }
+func (t *Table) replicatesByLog() bool {
+	return t.Kind == api.TableKind_TABLE_KIND_POINT || t.Kind == api.TableKind_TABLE_KIND_ORDERED
+}
 
 // resetLog marks p's log for reconfiguration (its replica set changed).
 func (p *Partition) resetLog() {

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"reflect"
 	"testing"
 
 	"github.com/tabuladb/tabula/api"
@@ -170,7 +171,7 @@ func TestCreateTableLogsNormalizedOptions(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := m.State().Tables[tableKey(api.DefaultTenant, "t")].Options
-	if e.Cmd.Op != OpCreateTable || e.Cmd.Options == nil || *e.Cmd.Options != want {
+	if e.Cmd.Op != OpCreateTable || e.Cmd.Options == nil || !reflect.DeepEqual(*e.Cmd.Options, want) {
 		t.Fatalf("logged %+v options %+v, want options %+v", e.Cmd, e.Cmd.Options, want)
 	}
 }

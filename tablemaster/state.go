@@ -1,6 +1,7 @@
 package tablemaster
 
 import (
+	"bytes"
 	"cmp"
 	"fmt"
 	"maps"
@@ -209,6 +210,9 @@ type TableOptions struct {
 	// BulkRetainedVersions is how many versions a bulk table keeps loaded
 	// (0 for other kinds).
 	BulkRetainedVersions uint32 `json:"bulk_retained_versions,omitempty"`
+	// SplitPoints are an ordered table's partition boundaries (none for
+	// other kinds): partition i holds [SplitPoints[i-1], SplitPoints[i]).
+	SplitPoints [][]byte `json:"split_points,omitempty"`
 }
 
 // Storages of point tables. A table on durable storage (anything but
@@ -293,6 +297,10 @@ type Partition struct {
 	Index uint32 `json:"index"`
 	Start uint64 `json:"start"`
 	End   uint64 `json:"end"`
+	// KeyStart and KeyEnd are an ordered table's partition's key range,
+	// [KeyStart, KeyEnd) (empty KeyEnd: unbounded); Start and End are 0.
+	KeyStart []byte `json:"key_start,omitempty"`
+	KeyEnd   []byte `json:"key_end,omitempty"`
 	// Epoch is 0 until the partition first gets a primary and grows on every
 	// change of its replica set that removes a replica or sets a primary.
 	Epoch    uint64    `json:"epoch"`
@@ -797,15 +805,18 @@ func (s *State) checkReplicationFits(n uint32) error {
 }
 
 // NormalizeOptions checks a table's kind and options and fills in defaults
-// (replication: defaultReplication). Point and bulk tables are served.
+// (replication: defaultReplication).
 func NormalizeOptions(kind api.TableKind, o *TableOptions) (TableOptions, error) {
+	if o != nil && len(o.SplitPoints) > 0 && kind != api.TableKind_TABLE_KIND_ORDERED {
+		return TableOptions{}, errInvalid("options.split_points", "split_points_not_ordered", 0,
+			"split points apply to ordered tables only; %s tables are partitioned by key hash (options.partitions)", api.KindName(kind))
+	}
 	switch kind {
 	case api.TableKind_TABLE_KIND_POINT:
 	case api.TableKind_TABLE_KIND_BULK:
 		return normalizeBulkOptions(o)
 	case api.TableKind_TABLE_KIND_ORDERED:
-		return TableOptions{}, errCode(ErrUnimplemented, api.ErrorCode_ERROR_CODE_UNIMPLEMENTED, "kind_not_implemented",
-			"table kind %s is not implemented yet; point and bulk tables are served", api.KindName(kind))
+		return normalizeOrderedOptions(o)
 	default:
 		return TableOptions{}, errInvalid("kind", "kind_invalid", 0, "kind must be point, bulk or ordered (got %d)", int32(kind))
 	}
@@ -829,6 +840,48 @@ func NormalizeOptions(kind api.TableKind, o *TableOptions) (TableOptions, error)
 	}
 	if n.Compression, err = ssdOption(n.Storage, "compression", n.Compression, CompressionNone, CompressionS2, ""); err != nil {
 		return TableOptions{}, err
+	}
+	return n, nil
+}
+
+// normalizeOrderedOptions: an ordered table takes a point table's
+// options (its engine honours the same storage, durability and
+// compression), and its partitions are the key ranges its split points
+// cut: options.partitions is their number, filled in here.
+func normalizeOrderedOptions(o *TableOptions) (TableOptions, error) {
+	b := TableOptions{}
+	if o != nil {
+		b = *o
+	}
+	sp := b.SplitPoints
+	if len(sp) >= api.MaxPartitions {
+		return TableOptions{}, errInvalid("options.split_points", "too_many_partitions", api.MaxPartitions-1,
+			"%d split points make %d partitions; the limit is %d partitions", len(sp), len(sp)+1, api.MaxPartitions)
+	}
+	for i, k := range sp {
+		switch {
+		case len(k) == 0:
+			return TableOptions{}, errInvalid("options.split_points", "split_point_empty", 0, "split point %d is empty (every key is at or above the empty key)", i)
+		case len(k) > api.MaxKeyBytes:
+			return TableOptions{}, errInvalid("options.split_points", "key_too_large", api.MaxKeyBytes, "split point %d is %d bytes; keys are at most %d", i, len(k), api.MaxKeyBytes)
+		case i > 0 && bytes.Compare(sp[i-1], k) >= 0:
+			return TableOptions{}, errInvalid("options.split_points", "split_points_unordered", 0, "split points must be strictly increasing: %d (%q) is not above %d (%q)", i, k, i-1, sp[i-1])
+		}
+	}
+	want := uint32(len(sp) + 1)
+	if b.Partitions != 0 && b.Partitions != want {
+		return TableOptions{}, errInvalid("options.partitions", "partitions_with_split_points", 0,
+			"options.partitions is %d, but %d split points make %d partitions: an ordered table is partitioned by its split points", b.Partitions, len(sp), want)
+	}
+	b.Partitions = want
+	b.SplitPoints = nil
+	n, err := NormalizeOptions(api.TableKind_TABLE_KIND_POINT, &b)
+	if err != nil {
+		return TableOptions{}, err
+	}
+	n.SplitPoints = make([][]byte, len(sp))
+	for i, k := range sp {
+		n.SplitPoints[i] = bytes.Clone(k)
 	}
 	return n, nil
 }
@@ -988,6 +1041,15 @@ func (s *State) createTable(cmd *Command, chk bool) (Result, error) {
 	for i := range t.Partitions {
 		start, end := keyspace.Range(i, n)
 		t.Partitions[i] = Partition{ID: s.NextPartitionID + uint64(i), Index: uint32(i), Start: start, End: end}
+		if cmd.Kind == api.TableKind_TABLE_KIND_ORDERED {
+			t.Partitions[i].Start, t.Partitions[i].End = 0, 0
+			if i > 0 {
+				t.Partitions[i].KeyStart = opts.SplitPoints[i-1]
+			}
+			if i < len(opts.SplitPoints) {
+				t.Partitions[i].KeyEnd = opts.SplitPoints[i]
+			}
+		}
 		if t.replicatesByLog() {
 			t.Partitions[i].Log = &PartitionLog{Stream: LogStreamName(t.Partitions[i].ID)}
 		}

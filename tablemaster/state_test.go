@@ -67,7 +67,11 @@ func TestApplyRefusals(t *testing.T) {
 		{"bulk compression", Command{Op: OpCreateTable, Tenant: "default", Table: "x", Kind: api.TableKind_TABLE_KIND_BULK, Options: &TableOptions{Compression: CompressionS2}}, ErrInvalidArgument, api.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, "bulk_option", "options"},
 		{"bulk retained", Command{Op: OpCreateTable, Tenant: "default", Table: "x", Kind: api.TableKind_TABLE_KIND_BULK, Options: &TableOptions{BulkRetainedVersions: 9}}, ErrInvalidArgument, api.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, "too_many_retained", "options.bulk_retained_versions"},
 		{"point retained", Command{Op: OpCreateTable, Tenant: "default", Table: "x", Kind: point, Options: &TableOptions{BulkRetainedVersions: 2}}, ErrInvalidArgument, api.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, "bulk_option", "options.bulk_retained_versions"},
-		{"kind ordered", Command{Op: OpCreateTable, Tenant: "default", Table: "x", Kind: api.TableKind_TABLE_KIND_ORDERED}, ErrUnimplemented, api.ErrorCode_ERROR_CODE_UNIMPLEMENTED, "kind_not_implemented", ""},
+		{"ordered split points unordered", Command{Op: OpCreateTable, Tenant: "default", Table: "x", Kind: api.TableKind_TABLE_KIND_ORDERED, Options: &TableOptions{SplitPoints: [][]byte{[]byte("m"), []byte("c")}}}, ErrInvalidArgument, api.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, "split_points_unordered", "options.split_points"},
+		{"ordered split point twice", Command{Op: OpCreateTable, Tenant: "default", Table: "x", Kind: api.TableKind_TABLE_KIND_ORDERED, Options: &TableOptions{SplitPoints: [][]byte{[]byte("m"), []byte("m")}}}, ErrInvalidArgument, api.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, "split_points_unordered", "options.split_points"},
+		{"ordered split point empty", Command{Op: OpCreateTable, Tenant: "default", Table: "x", Kind: api.TableKind_TABLE_KIND_ORDERED, Options: &TableOptions{SplitPoints: [][]byte{{}}}}, ErrInvalidArgument, api.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, "split_point_empty", "options.split_points"},
+		{"ordered partitions and split points", Command{Op: OpCreateTable, Tenant: "default", Table: "x", Kind: api.TableKind_TABLE_KIND_ORDERED, Options: &TableOptions{Partitions: 4, SplitPoints: [][]byte{[]byte("m")}}}, ErrInvalidArgument, api.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, "partitions_with_split_points", "options.partitions"},
+		{"point split points", Command{Op: OpCreateTable, Tenant: "default", Table: "x", Kind: point, Options: &TableOptions{SplitPoints: [][]byte{[]byte("m")}}}, ErrInvalidArgument, api.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, "split_points_not_ordered", "options.split_points"},
 		{"too many partitions", createTable("default", "x", api.MaxPartitions+1), ErrInvalidArgument, api.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, "too_many_partitions", "options.partitions"},
 		{"replication above domains", Command{Op: OpCreateTable, Tenant: "default", Table: "x", Kind: point, Options: &TableOptions{Replication: 3}}, ErrInvalidArgument, api.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, "replication_above_fault_domains", "options.replication"},
 		{"bulk copies above domains", Command{Op: OpCreateTable, Tenant: "default", Table: "x", Kind: api.TableKind_TABLE_KIND_BULK, Options: &TableOptions{Replication: 3}}, ErrInvalidArgument, api.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, "replication_above_fault_domains", "options.replication"},
@@ -121,7 +125,7 @@ func TestCreateTableDefaultsAndPlacement(t *testing.T) {
 	}
 	tb := res.Table
 	want := TableOptions{Partitions: api.DefaultPartitions, Replication: 1, MaxValueBytes: api.DefaultMaxValueBytes, Storage: StorageSSD, Durability: DurabilitySync, Compression: CompressionNone}
-	if tb.Options != want || tb.ID != 1 || tb.CreatedUnixMs != 42 {
+	if !reflect.DeepEqual(tb.Options, want) || tb.ID != 1 || tb.CreatedUnixMs != 42 {
 		t.Fatalf("table %+v, want options %+v id 1 created 42", tb, want)
 	}
 	for i, p := range tb.Partitions {

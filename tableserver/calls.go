@@ -48,7 +48,7 @@ func chainUnary(ics []grpc.UnaryServerInterceptor) grpc.UnaryServerInterceptor {
 func (s *service) Calls(st api.TableServer_CallsServer) error {
 	ctx := st.Context()
 	var (
-		sendMu sync.Mutex
+		sendMu  sync.Mutex
 		sendErr error
 		wg      sync.WaitGroup
 	)
@@ -117,7 +117,9 @@ func (s *service) call(ctx context.Context, req *api.CallRequest) *api.CallRespo
 		h = func(ctx context.Context, r any) (any, error) { return s.Delete(ctx, r.(*api.DeleteRequest)) }
 	case *api.CallRequest_CompareAndSwap:
 		method, inner = api.TableServer_CompareAndSwap_FullMethodName, c.CompareAndSwap
-		h = func(ctx context.Context, r any) (any, error) { return s.CompareAndSwap(ctx, r.(*api.CompareAndSwapRequest)) }
+		h = func(ctx context.Context, r any) (any, error) {
+			return s.CompareAndSwap(ctx, r.(*api.CompareAndSwapRequest))
+		}
 	default:
 		resp.Status = encodeStatus(api.InvalidArgument("call", "call_missing", 0, "call %d carries no call this server knows (a newer client?)", req.GetId()))
 		return resp

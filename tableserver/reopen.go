@@ -247,6 +247,26 @@ func (r *reopenable) Scan(fn func(engines.Record) error) error {
 	})
 }
 
+// Range scans a key range of an ordered engine (rangeScanner), as Scan
+// scans everything.
+func (r *reopenable) Range(lo, hi []byte, reverse bool, fn func(engines.Record) error) error {
+	g, err := r.acquire()
+	if err != nil {
+		return err
+	}
+	defer g.release()
+	rg, ok := g.e.(rangeScanner)
+	if !ok {
+		return fmt.Errorf("engine %T: %w", g.e, errNoRange)
+	}
+	return rg.Range(lo, hi, reverse, func(rec engines.Record) error {
+		if g.closing.Load() {
+			return errReopening
+		}
+		return fn(rec)
+	})
+}
+
 // Stats implements engines.Engine: zero while reopening.
 func (r *reopenable) Stats() engines.Stats {
 	g, err := r.acquire()

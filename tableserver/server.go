@@ -60,7 +60,7 @@ type Server struct {
 	// kind runs after the signature check: the Options' interceptors,
 	// then admission.
 	callChain grpc.UnaryServerInterceptor
-	advertise        atomic.Pointer[string]
+	advertise atomic.Pointer[string]
 	// swept: the stale partition data was swept (sweep.go), once per
 	// process.
 	swept atomic.Bool

@@ -1,6 +1,7 @@
 package tableserver
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -144,6 +145,18 @@ func (s *Server) replicaFor(hdr *api.RequestHeader) (*replica, *hosting, error) 
 	return r, h, nil
 }
 
+// rangeScanner is an engine that scans a key range in order
+// (engines/ordered).
+type rangeScanner interface {
+	Range(lo, hi []byte, reverse bool, fn func(engines.Record) error) error
+}
+
+// errNoRange: the engine under a reopenable scans no key range.
+var errNoRange = errors.New("tableserver: the engine scans no key range")
+
+// errScanLimit stops a scan that sent its limit of records.
+var errScanLimit = errors.New("tableserver: scan limit reached")
+
 // checkKeyAt is checkKey of keys[i], naming the field only on error.
 func checkKeyAt(r *replica, h *hosting, i int, key []byte) error {
 	if err := checkKey(r, h, "", key); err != nil {
@@ -152,20 +165,40 @@ func checkKeyAt(r *replica, h *hosting, i int, key []byte) error {
 	return nil
 }
 
-// checkKey validates key and that it hashes into r's partition.
+// checkKey validates key and that it belongs to r's partition: its hash
+// in the partition's hash range, or, for an ordered table, the key in the
+// partition's key range.
 func checkKey(r *replica, h *hosting, field string, key []byte) error {
 	if err := api.ValidateKey(field, key); err != nil {
 		return err
+	}
+	m := h.tables[tableKey(r.table.GetTenant(), r.table.GetName())]
+	if r.table.GetKind() == api.TableKind_TABLE_KIND_ORDERED {
+		if keyInRange(key, r.part.GetKeyStart(), r.part.GetKeyEnd()) {
+			return nil
+		}
+		d := &api.ErrorDetail{Code: api.ErrorCode_ERROR_CODE_NOT_OWNER, Reason: "key_not_in_partition", MapVersion: h.version}
+		for _, p := range m.GetPartitions() {
+			if keyInRange(key, p.GetKeyStart(), p.GetKeyEnd()) {
+				d.Partition = p
+			}
+		}
+		return api.Status(d, field+" does not belong to partition "+u64(r.part.GetId()))
 	}
 	hash := keyspace.Hash(key)
 	if hash >= r.part.GetStart() && hash <= r.part.GetEnd() {
 		return nil
 	}
 	d := &api.ErrorDetail{Code: api.ErrorCode_ERROR_CODE_NOT_OWNER, Reason: "key_not_in_partition", MapVersion: h.version}
-	if m := h.tables[tableKey(r.table.GetTenant(), r.table.GetName())]; m != nil && len(m.GetPartitions()) > 0 {
+	if m != nil && len(m.GetPartitions()) > 0 {
 		d.Partition = m.GetPartitions()[keyspace.Index(hash, len(m.GetPartitions()))]
 	}
 	return api.Status(d, field+" does not belong to partition "+u64(r.part.GetId()))
+}
+
+// keyInRange reports whether start <= key < end (empty end: unbounded).
+func keyInRange(key, start, end []byte) bool {
+	return bytes.Compare(start, key) <= 0 && (len(end) == 0 || bytes.Compare(key, end) < 0)
 }
 
 func (r *replica) writable() (engines.Writer, error) {
@@ -596,6 +629,33 @@ func (s *service) Scan(req *api.ScanRequest, stream grpc.ServerStreamingServer[a
 		return nil
 	}
 	scan := r.engine.Scan
+	ordered := r.table.GetKind() == api.TableKind_TABLE_KIND_ORDERED
+	limit := int(req.GetLimit())
+	switch {
+	case ordered:
+		rg, ok := r.engine.(rangeScanner)
+		if !ok {
+			return api.Errorf(api.ErrorCode_ERROR_CODE_UNIMPLEMENTED, "engine_cannot_range", "partition %d: its engine %T scans no key range", r.part.GetId(), r.engine)
+		}
+		lo, hi := req.GetStart(), req.GetEnd()
+		if len(hi) > 0 && bytes.Compare(lo, hi) >= 0 {
+			return api.InvalidArgument("end", "range_empty", 0, "scan range [%q, %q) is empty", lo, hi)
+		}
+		// Clamped to the partition's range: the caller may ask for more.
+		if ks := r.part.GetKeyStart(); bytes.Compare(lo, ks) < 0 {
+			lo = ks
+		}
+		if ke := r.part.GetKeyEnd(); len(ke) > 0 && (len(hi) == 0 || bytes.Compare(ke, hi) < 0) {
+			hi = ke
+		}
+		if len(hi) > 0 && bytes.Compare(lo, hi) >= 0 {
+			return nil // the range misses this partition
+		}
+		scan = func(fn func(engines.Record) error) error { return rg.Range(lo, hi, req.GetReverse(), fn) }
+	case len(req.GetStart()) > 0 || len(req.GetEnd()) > 0 || req.GetReverse() || limit > 0:
+		return api.InvalidArgument("start", "scan_range_not_ordered", 0, "a %s table scans whole partitions in no order: start, end, reverse and limit apply to ordered tables", api.KindName(r.table.GetKind()))
+	}
+	sent := 0
 	if r.bulk != nil {
 		// A bulk partition scans the version the request names (0: the
 		// serving one), held for the whole scan, as a BatchGet would.
@@ -620,11 +680,18 @@ func (s *service) Scan(req *api.ScanRequest, stream grpc.ServerStreamingServer[a
 		}
 		chunk.Records = append(chunk.Records, kv)
 		size += len(kv.Key) + len(kv.Value)
+		sent++
+		if limit > 0 && sent >= limit {
+			return errScanLimit
+		}
 		if size >= scanChunkBytes || len(chunk.Records) >= scanChunkRecords {
 			return flush()
 		}
 		return nil
 	})
+	if errors.Is(err, errScanLimit) {
+		err = nil
+	}
 	if err != nil {
 		if ctx.Err() != nil {
 			return ctx.Err()

@@ -213,11 +213,19 @@ func delCmd(g *globals) *cobra.Command {
 }
 
 func scanCmd(g *globals) *cobra.Command {
-	var rf readFlags
+	var (
+		rf       readFlags
+		from, to string
+		reverse  bool
+		limit    int
+	)
 	cmd := &cobra.Command{
 		Use:   "scan TABLE",
 		Short: "Print every record as KEY<TAB>VALUE lines (quoted when not printable)",
-		Args:  cobra.ExactArgs(1),
+		Long: `Print every record as KEY<TAB>VALUE lines (quoted when not printable).
+Point and bulk tables print their records in no order. Ordered tables print
+them in key order, and take a range (--from, --to), --reverse and --limit.`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts, err := rf.options(nil)
 			if err != nil {
@@ -232,11 +240,27 @@ func scanCmd(g *globals) *cobra.Command {
 			defer c.Close()
 			out := cmd.OutOrStdout()
 			n := 0
-			err = c.Table(args[0]).Scan(ctx, func(k, v []byte) error {
+			show := func(k, v []byte) error {
 				n++
 				_, err := fmt.Fprintf(out, "%s\t%s\n", printable(k), printable(v))
 				return err
-			}, opts...)
+			}
+			fl := cmd.Flags()
+			if fl.Changed("from") || fl.Changed("to") || reverse || limit != 0 {
+				if limit < 0 {
+					return fmt.Errorf("--limit %d is negative", limit)
+				}
+				rs := client.RangeScan{Reverse: reverse, Limit: limit}
+				if fl.Changed("from") {
+					rs.Start = []byte(from)
+				}
+				if fl.Changed("to") {
+					rs.End = []byte(to)
+				}
+				err = c.Table(args[0]).ScanRange(ctx, rs, show, opts...)
+			} else {
+				err = c.Table(args[0]).Scan(ctx, show, opts...)
+			}
 			if err != nil {
 				return fmt.Errorf("scan %s (after %d records): %w", args[0], n, err)
 			}
@@ -245,6 +269,11 @@ func scanCmd(g *globals) *cobra.Command {
 		},
 	}
 	rf.add(cmd, false)
+	f := cmd.Flags()
+	f.StringVar(&from, "from", "", "ordered tables: the first key of the range")
+	f.StringVar(&to, "to", "", "ordered tables: the first key past the range")
+	f.BoolVar(&reverse, "reverse", false, "ordered tables: descending key order")
+	f.IntVar(&limit, "limit", 0, "ordered tables: print at most this many records (0: all)")
 	return cmd
 }
 

@@ -12,7 +12,8 @@ import (
 	"github.com/tabuladb/tabula/api"
 	"github.com/tabuladb/tabula/tableserver"
 
-	_ "github.com/tabuladb/tabula/engines/point" // engines this server hosts
+	_ "github.com/tabuladb/tabula/engines/ordered" // engines this server hosts
+	_ "github.com/tabuladb/tabula/engines/point"
 )
 
 func serverCmd(g *globals) *cobra.Command {

@@ -59,20 +59,29 @@ func tableCreateCmd(g *globals) *cobra.Command {
 		kind       string
 		opts       api.TableOptions
 		defaultTTL time.Duration
+		splits     []string
 	)
 	cmd := &cobra.Command{
 		Use:   "create NAME",
 		Short: "Create a table",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if kind != "point" && kind != "bulk" {
-				return fmt.Errorf("--kind %q: want point or bulk (ordered tables are not built yet)", kind)
-			}
 			k, err := api.ParseKind(kind)
 			if err != nil {
-				return err
+				return fmt.Errorf("--kind: %w", err)
 			}
-			if opts.Partitions == 0 || opts.Partitions > api.MaxPartitions {
+			switch {
+			case k == api.TableKind_TABLE_KIND_ORDERED:
+				if cmd.Flags().Changed("partitions") {
+					return fmt.Errorf("--partitions: an ordered table is partitioned by key range: give --split-points (N points make N+1 partitions)")
+				}
+				opts.Partitions = 0
+				for _, sp := range splits {
+					opts.SplitPoints = append(opts.SplitPoints, []byte(sp))
+				}
+			case len(splits) > 0:
+				return fmt.Errorf("--split-points: only ordered tables are partitioned by key range (%s tables by key hash: --partitions)", kind)
+			case opts.Partitions == 0 || opts.Partitions > api.MaxPartitions:
 				return fmt.Errorf("--partitions %d: want 1 to %d", opts.Partitions, api.MaxPartitions)
 			}
 			if defaultTTL < 0 {
@@ -96,7 +105,8 @@ func tableCreateCmd(g *globals) *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&kind, "kind", "point", "table kind: point (online reads and writes) or bulk (published in versions with tabula bulk)")
+	f.StringVar(&kind, "kind", "point", "table kind: point (online reads and writes), ordered (reads and writes, keys kept in order: range scans) or bulk (published in versions with tabula bulk)")
+	f.StringSliceVar(&splits, "split-points", nil, "ordered tables: keys where one partition ends and the next begins, in increasing order, comma-separated (none: one partition)")
 	f.Uint32Var(&opts.Partitions, "partitions", api.DefaultPartitions, fmt.Sprintf("number of partitions (1..%d)", api.MaxPartitions))
 	f.Uint32Var(&opts.Replication, "replicas", 0, "copies of each partition, 1-5, each in its own fault domain, so at most the number of fault domains of live servers (default: 3 for point tables, or as many as the live servers' fault domains when fewer; bulk tables serve 1)")
 	f.Uint32Var(&opts.Replication, "replication", 0, "same as --replicas")
@@ -187,7 +197,11 @@ func tableDescribeCmd(g *globals) *cobra.Command {
 				}
 			}
 			w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(w, "#\tID\tHASH RANGE\tEPOCH\tPRIMARY\tADDR\tLSN\tSECONDARIES (applied LSN, or state)\tKEYS\tBYTES")
+			rangeCol := "HASH RANGE"
+			if t.GetKind() == api.TableKind_TABLE_KIND_ORDERED {
+				rangeCol = "KEY RANGE"
+			}
+			fmt.Fprintln(w, "#\tID\t"+rangeCol+"\tEPOCH\tPRIMARY\tADDR\tLSN\tSECONDARIES (applied LSN, or state)\tKEYS\tBYTES")
 			parts := d.GetMap().GetPartitions()
 			sort.Slice(parts, func(i, j int) bool { return parts[i].GetIndex() < parts[j].GetIndex() })
 			var keys, bytes, live, garbage, segments, hits, misses uint64
@@ -232,7 +246,15 @@ func tableDescribeCmd(g *globals) *cobra.Command {
 				if p.GetLog() != nil && st != nil {
 					lsn = fmt.Sprint(st.GetAppliedLsn())
 				}
-				fmt.Fprintf(w, "%d\t%d\t%016x-%016x\t%d\t%s\t%s\t%s\t%s\t%d\t%d\n", p.GetIndex(), p.GetId(), p.GetStart(), p.GetEnd(), p.GetEpoch(), srv, addr, lsn, strings.Join(secs, ", "), st.GetKeys(), st.GetBytes())
+				rng := fmt.Sprintf("%016x-%016x", p.GetStart(), p.GetEnd())
+				if t.GetKind() == api.TableKind_TABLE_KIND_ORDERED {
+					end := printable(p.GetKeyEnd())
+					if len(p.GetKeyEnd()) == 0 {
+						end = "(end)"
+					}
+					rng = "[" + printable(p.GetKeyStart()) + ", " + end + ")"
+				}
+				fmt.Fprintf(w, "%d\t%d\t%s\t%d\t%s\t%s\t%s\t%s\t%d\t%d\n", p.GetIndex(), p.GetId(), rng, p.GetEpoch(), srv, addr, lsn, strings.Join(secs, ", "), st.GetKeys(), st.GetBytes())
 			}
 			fmt.Fprintf(w, "total\t\t\t\t\t\t\t\t%d\t%d\n", keys, bytes)
 			if err := w.Flush(); err != nil {

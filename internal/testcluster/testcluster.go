@@ -17,7 +17,8 @@ import (
 	"github.com/tabuladb/tabula/tablemaster"
 	"github.com/tabuladb/tabula/tableserver"
 
-	_ "github.com/tabuladb/tabula/engines/point" // the engines a cluster serves
+	_ "github.com/tabuladb/tabula/engines/ordered" // the engines a cluster serves
+	_ "github.com/tabuladb/tabula/engines/point"
 )
 
 // Options configure a Cluster. The zero value is a 3-server cluster in a
