@@ -1,0 +1,195 @@
+package frontend
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/tabuladb/tabula/api"
+	"github.com/tabuladb/tabula/client"
+	"github.com/tabuladb/tabula/frontend/sharedkey"
+)
+
+// tenantKeys are the tenants' keys as the master last gave them, for
+// checking signatures (sharedkey.Keys). An unknown account or a refused
+// signature fetches them again, at most every KeyRefresh, so a new
+// tenant or a rotated key is taken up at once.
+type tenantKeys struct {
+	opts  Options
+	conns []*grpc.ClientConn
+
+	mu sync.Mutex
+	// Guarded by mu.
+	keys    map[string][][]byte
+	fetched time.Time
+}
+
+func newTenantKeys(o Options) (*tenantKeys, error) {
+	k := &tenantKeys{opts: o, keys: map[string][][]byte{}}
+	for _, addr := range o.Masters {
+		dopts := append([]grpc.DialOption{api.FastReconnect(), api.Keepalive(),
+			grpc.WithTransportCredentials(insecure.NewCredentials())}, o.Credential.DialOptions()...)
+		if o.TLS != nil {
+			dopts = append(dopts, grpc.WithTransportCredentials(credentials.NewTLS(o.TLS)))
+		}
+		cc, err := grpc.NewClient(addr, dopts...)
+		if err != nil {
+			return nil, errors.Join(err, k.close())
+		}
+		k.conns = append(k.conns, cc)
+	}
+	return k, nil
+}
+
+func (k *tenantKeys) close() error {
+	var errs []error
+	for _, cc := range k.conns {
+		errs = append(errs, cc.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// Lookup implements sharedkey.Keys.
+func (k *tenantKeys) Lookup(account string) ([][]byte, bool) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	v, ok := k.keys[account]
+	return v, ok
+}
+
+// refresh fetches the keys from a master, unless they were fetched
+// within KeyRefresh (force: regardless).
+func (k *tenantKeys) refresh(ctx context.Context, force bool) error {
+	k.mu.Lock()
+	if !force && k.opts.Now().Sub(k.fetched) < k.opts.KeyRefresh {
+		k.mu.Unlock()
+		return nil
+	}
+	k.fetched = k.opts.Now()
+	k.mu.Unlock()
+	var last error
+	for _, cc := range k.conns {
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		resp, err := api.NewMasterClient(cc).TenantKeys(cctx, &api.TenantKeysRequest{})
+		cancel()
+		if err != nil {
+			last = err
+			continue
+		}
+		keys := make(map[string][][]byte, len(resp.GetTenants()))
+		for _, t := range resp.GetTenants() {
+			keys[t.GetName()] = t.GetKeys()
+		}
+		k.mu.Lock()
+		k.keys = keys
+		k.mu.Unlock()
+		return nil
+	}
+	return last
+}
+
+// verify authenticates r for account, fetching the keys again once when
+// the account is unknown or the signature refused.
+func (k *tenantKeys) verify(r *http.Request, account string, now time.Time) (sharedkey.Principal, error) {
+	p, err := sharedkey.Verify(r, account, k, now)
+	if err == nil {
+		return p, nil
+	}
+	var se *sharedkey.Error
+	if !errors.As(err, &se) || se.Code == "AuthorizationPermissionMismatch" {
+		return p, err
+	}
+	if rerr := k.refresh(r.Context(), false); rerr != nil {
+		return p, &svcError{status: http.StatusServiceUnavailable, code: "ServerBusy", msg: "The server cannot read the accounts' keys: " + rerr.Error()}
+	}
+	return sharedkey.Verify(r, account, k, now)
+}
+
+// account is one account (tenant): a client acting for it, and its
+// tables by lower-case name (table names are case-insensitive).
+type account struct {
+	c *client.Client
+
+	mu sync.Mutex
+	// Guarded by mu.
+	tables map[string]string // lower-case name -> name as created
+	listed bool              // tables was filled from the master
+}
+
+// account returns the account's state, making its client on first use.
+func (g *Gateway) account(name string) (*account, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed {
+		return nil, &svcError{status: http.StatusServiceUnavailable, code: "ServerBusy", msg: "The gateway is shutting down."}
+	}
+	if a := g.accounts[name]; a != nil {
+		return a, nil
+	}
+	c, err := client.New(context.Background(), client.Options{Masters: g.opts.Masters, Credential: g.opts.Credential,
+		Tenant: name, TLS: g.opts.TLS, Logger: g.log})
+	if err != nil {
+		return nil, err
+	}
+	a := &account{c: c, tables: map[string]string{}}
+	g.accounts[name] = a
+	return a, nil
+}
+
+// table resolves a table name as the request spells it to the name it
+// was created with; ok is false when the account has no such table.
+func (a *account) table(ctx context.Context, name string) (string, bool, error) {
+	low := strings.ToLower(name)
+	a.mu.Lock()
+	actual, ok := a.tables[low]
+	a.mu.Unlock()
+	if ok {
+		return actual, true, nil
+	}
+	if err := a.list(ctx); err != nil {
+		return "", false, err
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	actual, ok = a.tables[low]
+	return actual, ok, nil
+}
+
+// list reads the account's tables (its ordered tables) from the master.
+func (a *account) list(ctx context.Context) error {
+	ts, err := a.c.ListTables(ctx)
+	if err != nil {
+		return err
+	}
+	tables := map[string]string{}
+	for _, t := range ts {
+		if t.GetKind() == api.TableKind_TABLE_KIND_ORDERED {
+			tables[strings.ToLower(t.GetName())] = t.GetName()
+		}
+	}
+	a.mu.Lock()
+	a.tables, a.listed = tables, true
+	a.mu.Unlock()
+	return nil
+}
+
+// forget drops a table from the cache (dropped, or found missing).
+func (a *account) forget(name string) {
+	a.mu.Lock()
+	delete(a.tables, strings.ToLower(name))
+	a.mu.Unlock()
+}
+
+// remember adds a table to the cache.
+func (a *account) remember(name string) {
+	a.mu.Lock()
+	a.tables[strings.ToLower(name)] = name
+	a.mu.Unlock()
+}

@@ -1,0 +1,236 @@
+package frontend_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/tabuladb/tabula/api"
+	"github.com/tabuladb/tabula/frontend"
+	"github.com/tabuladb/tabula/frontend/sharedkey"
+	"github.com/tabuladb/tabula/internal/testcluster"
+)
+
+// azure is a test's view of a gateway: an account and its key.
+type azure struct {
+	t       *testing.T
+	url     string // the account's URL
+	account string
+	key     []byte
+}
+
+// startGateway starts a cluster, a tenant and a gateway over it.
+func startGateway(t *testing.T) *azure {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	tc, err := testcluster.Start(ctx, testcluster.Options{Servers: 3, Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tc.Close() })
+	cc, err := grpc.NewClient(tc.MasterAddr(), append(tc.Credential().DialOptions(), grpc.WithTransportCredentials(insecure.NewCredentials()))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	resp, err := api.NewMasterClient(cc).CreateTenant(ctx, &api.CreateTenantRequest{Tenant: "acct"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gw, err := frontend.New(ctx, frontend.Options{Masters: tc.MasterAddrs(), Credential: tc.Credential()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = gw.Close() })
+	srv := httptest.NewServer(gw)
+	t.Cleanup(srv.Close)
+	return &azure{t: t, url: srv.URL + "/acct", account: "acct", key: resp.GetTenant().GetKeys()[0]}
+}
+
+// do sends a signed request (Shared Key Lite, as aztables signs) and
+// returns the status, headers and body.
+func (a *azure) do(method, path string, hdr map[string]string, body any) (int, http.Header, []byte) {
+	a.t.Helper()
+	var rd io.Reader
+	switch b := body.(type) {
+	case nil:
+	case string:
+		rd = strings.NewReader(b)
+	default:
+		j, err := json.Marshal(b)
+		if err != nil {
+			a.t.Fatal(err)
+		}
+		rd = bytes.NewReader(j)
+	}
+	req, err := http.NewRequest(method, a.url+path, rd)
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	req.Header.Set("x-ms-version", "2019-02-02")
+	req.Header.Set("Accept", "application/json;odata=minimalmetadata")
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("x-ms-date", time.Now().UTC().Format(http.TimeFormat))
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	if a.key != nil {
+		sharedkey.SignSharedKeyLite(req, a.account, a.key)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	out, err := io.ReadAll(resp.Body)
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	return resp.StatusCode, resp.Header, out
+}
+
+// want fails unless the status is as expected (and, for errors, the code).
+func (a *azure) want(what string, status int, code string, gotStatus int, h http.Header, body []byte) {
+	a.t.Helper()
+	if gotStatus != status || (code != "" && h.Get("x-ms-error-code") != code) {
+		a.t.Fatalf("%s: %d %s %s; want %d %s", what, gotStatus, h.Get("x-ms-error-code"), body, status, code)
+	}
+}
+
+// TestGatewayTablesAndEntities drives the REST surface end to end: tables,
+// every entity operation with ETags, queries with filters and pages, and
+// refusals with the service's codes.
+func TestGatewayTablesAndEntities(t *testing.T) {
+	a := startGateway(t)
+	st, h, b := a.do("POST", "/Tables", nil, map[string]string{"TableName": "People"})
+	a.want("create table", 201, "", st, h, b)
+	st, h, b = a.do("POST", "/Tables", nil, map[string]string{"TableName": "people"})
+	a.want("create it again in lower case", 409, "TableAlreadyExists", st, h, b)
+	st, h, b = a.do("POST", "/Tables", nil, map[string]string{"TableName": "1bad"})
+	a.want("bad table name", 400, "", st, h, b)
+	st, h, b = a.do("GET", "/Tables", nil, nil)
+	a.want("query tables", 200, "", st, h, b)
+	if !strings.Contains(string(b), `"TableName":"People"`) {
+		t.Fatalf("query tables: %s", b)
+	}
+
+	ent := map[string]any{"PartitionKey": "p1", "RowKey": "r1", "Name": "Ada", "Age": 36,
+		"Big": "9007199254740993", "Big@odata.type": "Edm.Int64", "Score": 2.5, "Active": true}
+	st, h, b = a.do("POST", "/People", map[string]string{"Prefer": "return-content"}, ent)
+	a.want("insert", 201, "", st, h, b)
+	etag := h.Get("ETag")
+	if !strings.HasPrefix(etag, `W/"datetime'`) {
+		t.Fatalf("insert ETag %q", etag)
+	}
+	st, h, b = a.do("POST", "/people", nil, ent)
+	a.want("insert again (table name in another case)", 409, "EntityAlreadyExists", st, h, b)
+	st, h, b = a.do("GET", "/People(PartitionKey='p1',RowKey='r1')", nil, nil)
+	a.want("get", 200, "", st, h, b)
+	var got map[string]any
+	if err := json.Unmarshal(b, &got); err != nil || got["Name"] != "Ada" || got["Big"] != "9007199254740993" || got["Big@odata.type"] != "Edm.Int64" || h.Get("ETag") != etag {
+		t.Fatalf("get: %s (ETag %q, want %q)", b, h.Get("ETag"), etag)
+	}
+	st, h, b = a.do("GET", "/People(PartitionKey='p1',RowKey='nope')", nil, nil)
+	a.want("get missing", 404, "ResourceNotFound", st, h, b)
+
+	// Replace with a stale ETag, then the right one; merge; upserts.
+	stale := strings.Replace(etag, "datetime'20", "datetime'19", 1)
+	st, h, b = a.do("PUT", "/People(PartitionKey='p1',RowKey='r1')", map[string]string{"If-Match": stale}, map[string]any{"Name": "Bob"})
+	a.want("replace with a stale ETag", 412, "UpdateConditionNotSatisfied", st, h, b)
+	st, h, b = a.do("PUT", "/People(PartitionKey='p1',RowKey='r1')", map[string]string{"If-Match": etag}, map[string]any{"Name": "Bob"})
+	a.want("replace", 204, "", st, h, b)
+	etag2 := h.Get("ETag")
+	if etag2 == etag || etag2 == "" {
+		t.Fatalf("replace: ETag %q after %q", etag2, etag)
+	}
+	st, h, b = a.do("MERGE", "/People(PartitionKey='p1',RowKey='r1')", map[string]string{"If-Match": "*"}, map[string]any{"City": "Paris"})
+	a.want("merge", 204, "", st, h, b)
+	_, _, b = a.do("GET", "/People(PartitionKey='p1',RowKey='r1')", nil, nil)
+	got = nil
+	if err := json.Unmarshal(b, &got); err != nil || got["Name"] != "Bob" || got["City"] != "Paris" || got["Age"] != nil {
+		t.Fatalf("after replace and merge: %s", b)
+	}
+	st, h, b = a.do("MERGE", "/People(PartitionKey='p1',RowKey='r9')", map[string]string{"If-Match": "*"}, map[string]any{"City": "Rome"})
+	a.want("merge into a missing entity", 404, "ResourceNotFound", st, h, b)
+	st, h, b = a.do("PATCH", "/People(PartitionKey='p1',RowKey='r9')", nil, map[string]any{"City": "Rome"})
+	a.want("insert or merge", 204, "", st, h, b)
+	st, h, b = a.do("PUT", "/People(PartitionKey='p1',RowKey='r8')", nil, map[string]any{"City": "Oslo"})
+	a.want("insert or replace", 204, "", st, h, b)
+
+	// Queries: filters, pages of $top with continuation.
+	for i := range 12 {
+		st, h, b = a.do("POST", "/People", map[string]string{"Prefer": "return-no-content"}, map[string]any{"PartitionKey": "p2", "RowKey": fmt.Sprintf("r%02d", i), "N": i})
+		a.want("insert p2", 204, "", st, h, b)
+	}
+	var keys []string
+	next := ""
+	pages := 0
+	for {
+		path := "/People()?$filter=" + url.QueryEscape("PartitionKey eq 'p2' and N ge 3") + "&$top=4" + next
+		st, h, b = a.do("GET", path, nil, nil)
+		a.want("query page", 200, "", st, h, b)
+		var feed struct {
+			Value []map[string]any `json:"value"`
+		}
+		if err := json.Unmarshal(b, &feed); err != nil {
+			t.Fatalf("query: %s", b)
+		}
+		for _, e := range feed.Value {
+			keys = append(keys, e["RowKey"].(string))
+		}
+		pages++
+		npk, nrk := h.Get("x-ms-continuation-NextPartitionKey"), h.Get("x-ms-continuation-NextRowKey")
+		if npk == "" {
+			break
+		}
+		next = "&NextPartitionKey=" + url.QueryEscape(npk) + "&NextRowKey=" + url.QueryEscape(nrk)
+	}
+	if want := "r03 r04 r05 r06 r07 r08 r09 r10 r11"; strings.Join(keys, " ") != want || pages != 3 {
+		t.Fatalf("paged query: %d pages, %q; want 3 pages, %q", pages, strings.Join(keys, " "), want)
+	}
+	st, h, b = a.do("GET", "/People()?$filter="+url.QueryEscape("City eq 'Rome' or City eq 'Oslo'")+"&$select=City", nil, nil)
+	a.want("query with or and select", 200, "", st, h, b)
+	if !strings.Contains(string(b), `"City":"Rome"`) || !strings.Contains(string(b), `"City":"Oslo"`) || strings.Contains(string(b), `"N"`) {
+		t.Fatalf("query with or and select: %s", b)
+	}
+	st, h, b = a.do("GET", "/People()?$filter="+url.QueryEscape("N eq"), nil, nil)
+	a.want("bad filter", 400, "InvalidInput", st, h, b)
+
+	// Deletes; then the table goes.
+	st, h, b = a.do("DELETE", "/People(PartitionKey='p1',RowKey='r1')", map[string]string{"If-Match": etag}, nil)
+	a.want("delete with a stale ETag", 412, "UpdateConditionNotSatisfied", st, h, b)
+	st, h, b = a.do("DELETE", "/People(PartitionKey='p1',RowKey='r1')", map[string]string{"If-Match": "*"}, nil)
+	a.want("delete", 204, "", st, h, b)
+	st, h, b = a.do("DELETE", "/People(PartitionKey='p1',RowKey='r1')", map[string]string{"If-Match": "*"}, nil)
+	a.want("delete again", 404, "ResourceNotFound", st, h, b)
+	st, h, b = a.do("DELETE", "/Tables('people')", nil, nil)
+	a.want("delete table", 204, "", st, h, b)
+	st, h, b = a.do("GET", "/People(PartitionKey='p2',RowKey='r01')", nil, nil)
+	a.want("get from a deleted table", 404, "TableNotFound", st, h, b)
+	st, h, b = a.do("DELETE", "/Tables('people')", nil, nil)
+	a.want("delete a missing table", 404, "ResourceNotFound", st, h, b)
+
+	// Signatures.
+	a.key = []byte("not the key, not the key, not the key, not the key, not the key!!")
+	st, h, b = a.do("GET", "/Tables", nil, nil)
+	if st != 403 || !strings.Contains(string(b), "<Code>AuthenticationFailed</Code>") {
+		t.Fatalf("wrong key: %d %s", st, b)
+	}
+	a.key = nil
+	st, _, b = a.do("GET", "/Tables", nil, nil)
+	if st != 403 {
+		t.Fatalf("unsigned: %d %s", st, b)
+	}
+}
