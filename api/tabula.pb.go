@@ -563,6 +563,64 @@ func (Mutation_Op) EnumDescriptor() ([]byte, []int) {
 	return file_tabula_proto_rawDescGZIP(), []int{107, 0}
 }
 
+type Condition_Kind int32
+
+const (
+	// No condition.
+	Condition_KIND_NONE Condition_Kind = 0
+	// The key must not exist (an insert).
+	Condition_KIND_ABSENT Condition_Kind = 1
+	// The key must exist, with any value.
+	Condition_KIND_PRESENT Condition_Kind = 2
+	// The key must exist and its value must start with prefix (an ETag
+	// check, when the value begins with the record's version: a few bytes
+	// on the wire instead of the whole value).
+	Condition_KIND_PREFIX Condition_Kind = 3
+)
+
+// Enum value maps for Condition_Kind.
+var (
+	Condition_Kind_name = map[int32]string{
+		0: "KIND_NONE",
+		1: "KIND_ABSENT",
+		2: "KIND_PRESENT",
+		3: "KIND_PREFIX",
+	}
+	Condition_Kind_value = map[string]int32{
+		"KIND_NONE":    0,
+		"KIND_ABSENT":  1,
+		"KIND_PRESENT": 2,
+		"KIND_PREFIX":  3,
+	}
+)
+
+func (x Condition_Kind) Enum() *Condition_Kind {
+	p := new(Condition_Kind)
+	*p = x
+	return p
+}
+
+func (x Condition_Kind) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Condition_Kind) Descriptor() protoreflect.EnumDescriptor {
+	return file_tabula_proto_enumTypes[8].Descriptor()
+}
+
+func (Condition_Kind) Type() protoreflect.EnumType {
+	return &file_tabula_proto_enumTypes[8]
+}
+
+func (x Condition_Kind) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Condition_Kind.Descriptor instead.
+func (Condition_Kind) EnumDescriptor() ([]byte, []int) {
+	return file_tabula_proto_rawDescGZIP(), []int{108, 0}
+}
+
 // TableOptions are fixed at CreateTable. Zero values take the defaults the
 // master documents (and fills in, so a described table shows them).
 type TableOptions struct {
@@ -3696,7 +3754,13 @@ type CreateTenantRequest struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Tenant string                 `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
 	// Unset: no limits.
-	Quota         *TenantQuota `protobuf:"bytes,2,opt,name=quota,proto3" json:"quota,omitempty"`
+	Quota *TenantQuota `protobuf:"bytes,2,opt,name=quota,proto3" json:"quota,omitempty"`
+	// The tenant's keys (key 1, then key 2), each exactly 64 bytes, instead
+	// of fresh random ones: for an account whose key is published (the
+	// Azure emulator's devstoreaccount1). Empty: both are generated; one:
+	// key 2 is generated. More than two, or a key of another length, is
+	// INVALID_ARGUMENT.
+	Keys          [][]byte `protobuf:"bytes,3,rep,name=keys,proto3" json:"keys,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3741,6 +3805,13 @@ func (x *CreateTenantRequest) GetTenant() string {
 func (x *CreateTenantRequest) GetQuota() *TenantQuota {
 	if x != nil {
 		return x.Quota
+	}
+	return nil
+}
+
+func (x *CreateTenantRequest) GetKeys() [][]byte {
+	if x != nil {
+		return x.Keys
 	}
 	return nil
 }
@@ -7922,11 +7993,13 @@ func (x *CompareAndSwapResponse) GetLsn() uint64 {
 }
 
 type Mutation struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Op            Mutation_Op            `protobuf:"varint,1,opt,name=op,proto3,enum=tabula.v1.Mutation_Op" json:"op,omitempty"`
-	Key           []byte                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
-	Value         []byte                 `protobuf:"bytes,3,opt,name=value,proto3" json:"value,omitempty"`
-	TtlMs         uint64                 `protobuf:"varint,4,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Op    Mutation_Op            `protobuf:"varint,1,opt,name=op,proto3,enum=tabula.v1.Mutation_Op" json:"op,omitempty"`
+	Key   []byte                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	Value []byte                 `protobuf:"bytes,3,opt,name=value,proto3" json:"value,omitempty"`
+	TtlMs uint64                 `protobuf:"varint,4,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
+	// Unset (or KIND_NONE): the mutation applies whatever the key's state.
+	Condition     *Condition `protobuf:"bytes,5,opt,name=condition,proto3" json:"condition,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -7989,6 +8062,79 @@ func (x *Mutation) GetTtlMs() uint64 {
 	return 0
 }
 
+func (x *Mutation) GetCondition() *Condition {
+	if x != nil {
+		return x.Condition
+	}
+	return nil
+}
+
+// Condition is what a key's state must be, before the batch, for a
+// BatchWrite to apply. An expired record counts as absent.
+type Condition struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Kind  Condition_Kind         `protobuf:"varint,1,opt,name=kind,proto3,enum=tabula.v1.Condition_Kind" json:"kind,omitempty"`
+	// KIND_PREFIX only (at most the key's value limit); empty matches any
+	// present value.
+	Prefix        []byte `protobuf:"bytes,2,opt,name=prefix,proto3" json:"prefix,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Condition) Reset() {
+	*x = Condition{}
+	mi := &file_tabula_proto_msgTypes[108]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Condition) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Condition) ProtoMessage() {}
+
+func (x *Condition) ProtoReflect() protoreflect.Message {
+	mi := &file_tabula_proto_msgTypes[108]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Condition.ProtoReflect.Descriptor instead.
+func (*Condition) Descriptor() ([]byte, []int) {
+	return file_tabula_proto_rawDescGZIP(), []int{108}
+}
+
+func (x *Condition) GetKind() Condition_Kind {
+	if x != nil {
+		return x.Kind
+	}
+	return Condition_KIND_NONE
+}
+
+func (x *Condition) GetPrefix() []byte {
+	if x != nil {
+		return x.Prefix
+	}
+	return nil
+}
+
+// BatchWriteRequest applies its mutations atomically: every one or none.
+// Every mutation's condition is checked against the partition's state
+// before the batch (including writes in flight, not the batch's own
+// mutations); if one fails nothing is applied and the call fails with
+// FAILED_PRECONDITION, reason "condition_failed", field "mutations[i]" (i
+// the first failing mutation's index) and a message saying what was found.
+// A batch naming one key twice is refused (INVALID_ARGUMENT, reason
+// "duplicate_key"). A retry with the same request_id of a batch that
+// applied returns its first outcome; one that failed a condition applied
+// nothing and is checked again.
 type BatchWriteRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Header        *RequestHeader         `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
@@ -8000,7 +8146,7 @@ type BatchWriteRequest struct {
 
 func (x *BatchWriteRequest) Reset() {
 	*x = BatchWriteRequest{}
-	mi := &file_tabula_proto_msgTypes[108]
+	mi := &file_tabula_proto_msgTypes[109]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8012,7 +8158,7 @@ func (x *BatchWriteRequest) String() string {
 func (*BatchWriteRequest) ProtoMessage() {}
 
 func (x *BatchWriteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[108]
+	mi := &file_tabula_proto_msgTypes[109]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8025,7 +8171,7 @@ func (x *BatchWriteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchWriteRequest.ProtoReflect.Descriptor instead.
 func (*BatchWriteRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{108}
+	return file_tabula_proto_rawDescGZIP(), []int{109}
 }
 
 func (x *BatchWriteRequest) GetHeader() *RequestHeader {
@@ -8058,7 +8204,7 @@ type BatchWriteResponse struct {
 
 func (x *BatchWriteResponse) Reset() {
 	*x = BatchWriteResponse{}
-	mi := &file_tabula_proto_msgTypes[109]
+	mi := &file_tabula_proto_msgTypes[110]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8070,7 +8216,7 @@ func (x *BatchWriteResponse) String() string {
 func (*BatchWriteResponse) ProtoMessage() {}
 
 func (x *BatchWriteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[109]
+	mi := &file_tabula_proto_msgTypes[110]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8083,7 +8229,7 @@ func (x *BatchWriteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchWriteResponse.ProtoReflect.Descriptor instead.
 func (*BatchWriteResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{109}
+	return file_tabula_proto_rawDescGZIP(), []int{110}
 }
 
 func (x *BatchWriteResponse) GetLsn() uint64 {
@@ -8110,7 +8256,7 @@ type ScanRequest struct {
 
 func (x *ScanRequest) Reset() {
 	*x = ScanRequest{}
-	mi := &file_tabula_proto_msgTypes[110]
+	mi := &file_tabula_proto_msgTypes[111]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8122,7 +8268,7 @@ func (x *ScanRequest) String() string {
 func (*ScanRequest) ProtoMessage() {}
 
 func (x *ScanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[110]
+	mi := &file_tabula_proto_msgTypes[111]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8135,7 +8281,7 @@ func (x *ScanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScanRequest.ProtoReflect.Descriptor instead.
 func (*ScanRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{110}
+	return file_tabula_proto_rawDescGZIP(), []int{111}
 }
 
 func (x *ScanRequest) GetHeader() *RequestHeader {
@@ -8184,7 +8330,7 @@ type KeyValue struct {
 
 func (x *KeyValue) Reset() {
 	*x = KeyValue{}
-	mi := &file_tabula_proto_msgTypes[111]
+	mi := &file_tabula_proto_msgTypes[112]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8196,7 +8342,7 @@ func (x *KeyValue) String() string {
 func (*KeyValue) ProtoMessage() {}
 
 func (x *KeyValue) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[111]
+	mi := &file_tabula_proto_msgTypes[112]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8209,7 +8355,7 @@ func (x *KeyValue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyValue.ProtoReflect.Descriptor instead.
 func (*KeyValue) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{111}
+	return file_tabula_proto_rawDescGZIP(), []int{112}
 }
 
 func (x *KeyValue) GetKey() []byte {
@@ -8242,7 +8388,7 @@ type ScanResponse struct {
 
 func (x *ScanResponse) Reset() {
 	*x = ScanResponse{}
-	mi := &file_tabula_proto_msgTypes[112]
+	mi := &file_tabula_proto_msgTypes[113]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8254,7 +8400,7 @@ func (x *ScanResponse) String() string {
 func (*ScanResponse) ProtoMessage() {}
 
 func (x *ScanResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[112]
+	mi := &file_tabula_proto_msgTypes[113]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8267,7 +8413,7 @@ func (x *ScanResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScanResponse.ProtoReflect.Descriptor instead.
 func (*ScanResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{112}
+	return file_tabula_proto_rawDescGZIP(), []int{113}
 }
 
 func (x *ScanResponse) GetRecords() []*KeyValue {
@@ -8289,7 +8435,7 @@ type CopyReplicaRequest struct {
 
 func (x *CopyReplicaRequest) Reset() {
 	*x = CopyReplicaRequest{}
-	mi := &file_tabula_proto_msgTypes[113]
+	mi := &file_tabula_proto_msgTypes[114]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8301,7 +8447,7 @@ func (x *CopyReplicaRequest) String() string {
 func (*CopyReplicaRequest) ProtoMessage() {}
 
 func (x *CopyReplicaRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[113]
+	mi := &file_tabula_proto_msgTypes[114]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8314,7 +8460,7 @@ func (x *CopyReplicaRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CopyReplicaRequest.ProtoReflect.Descriptor instead.
 func (*CopyReplicaRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{113}
+	return file_tabula_proto_rawDescGZIP(), []int{114}
 }
 
 func (x *CopyReplicaRequest) GetHeader() *RequestHeader {
@@ -8347,7 +8493,7 @@ type CopyReplicaChunk struct {
 
 func (x *CopyReplicaChunk) Reset() {
 	*x = CopyReplicaChunk{}
-	mi := &file_tabula_proto_msgTypes[114]
+	mi := &file_tabula_proto_msgTypes[115]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8359,7 +8505,7 @@ func (x *CopyReplicaChunk) String() string {
 func (*CopyReplicaChunk) ProtoMessage() {}
 
 func (x *CopyReplicaChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[114]
+	mi := &file_tabula_proto_msgTypes[115]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8372,7 +8518,7 @@ func (x *CopyReplicaChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CopyReplicaChunk.ProtoReflect.Descriptor instead.
 func (*CopyReplicaChunk) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{114}
+	return file_tabula_proto_rawDescGZIP(), []int{115}
 }
 
 func (x *CopyReplicaChunk) GetLsn() uint64 {
@@ -8435,7 +8581,7 @@ type BulkUploadRequest struct {
 
 func (x *BulkUploadRequest) Reset() {
 	*x = BulkUploadRequest{}
-	mi := &file_tabula_proto_msgTypes[115]
+	mi := &file_tabula_proto_msgTypes[116]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8447,7 +8593,7 @@ func (x *BulkUploadRequest) String() string {
 func (*BulkUploadRequest) ProtoMessage() {}
 
 func (x *BulkUploadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[115]
+	mi := &file_tabula_proto_msgTypes[116]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8460,7 +8606,7 @@ func (x *BulkUploadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkUploadRequest.ProtoReflect.Descriptor instead.
 func (*BulkUploadRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{115}
+	return file_tabula_proto_rawDescGZIP(), []int{116}
 }
 
 func (x *BulkUploadRequest) GetHeader() *RequestHeader {
@@ -8522,7 +8668,7 @@ type BulkUploadStatusRequest struct {
 
 func (x *BulkUploadStatusRequest) Reset() {
 	*x = BulkUploadStatusRequest{}
-	mi := &file_tabula_proto_msgTypes[116]
+	mi := &file_tabula_proto_msgTypes[117]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8534,7 +8680,7 @@ func (x *BulkUploadStatusRequest) String() string {
 func (*BulkUploadStatusRequest) ProtoMessage() {}
 
 func (x *BulkUploadStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[116]
+	mi := &file_tabula_proto_msgTypes[117]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8547,7 +8693,7 @@ func (x *BulkUploadStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkUploadStatusRequest.ProtoReflect.Descriptor instead.
 func (*BulkUploadStatusRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{116}
+	return file_tabula_proto_rawDescGZIP(), []int{117}
 }
 
 func (x *BulkUploadStatusRequest) GetHeader() *RequestHeader {
@@ -8578,7 +8724,7 @@ type BulkUploadResponse struct {
 
 func (x *BulkUploadResponse) Reset() {
 	*x = BulkUploadResponse{}
-	mi := &file_tabula_proto_msgTypes[117]
+	mi := &file_tabula_proto_msgTypes[118]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8590,7 +8736,7 @@ func (x *BulkUploadResponse) String() string {
 func (*BulkUploadResponse) ProtoMessage() {}
 
 func (x *BulkUploadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[117]
+	mi := &file_tabula_proto_msgTypes[118]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8603,7 +8749,7 @@ func (x *BulkUploadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkUploadResponse.ProtoReflect.Descriptor instead.
 func (*BulkUploadResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{117}
+	return file_tabula_proto_rawDescGZIP(), []int{118}
 }
 
 func (x *BulkUploadResponse) GetReceived() uint64 {
@@ -8641,7 +8787,7 @@ type PartitionLogFailedRequest struct {
 
 func (x *PartitionLogFailedRequest) Reset() {
 	*x = PartitionLogFailedRequest{}
-	mi := &file_tabula_proto_msgTypes[118]
+	mi := &file_tabula_proto_msgTypes[119]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8653,7 +8799,7 @@ func (x *PartitionLogFailedRequest) String() string {
 func (*PartitionLogFailedRequest) ProtoMessage() {}
 
 func (x *PartitionLogFailedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[118]
+	mi := &file_tabula_proto_msgTypes[119]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8666,7 +8812,7 @@ func (x *PartitionLogFailedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionLogFailedRequest.ProtoReflect.Descriptor instead.
 func (*PartitionLogFailedRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{118}
+	return file_tabula_proto_rawDescGZIP(), []int{119}
 }
 
 func (x *PartitionLogFailedRequest) GetServerId() string {
@@ -8714,7 +8860,7 @@ type PartitionLogFailedResponse struct {
 
 func (x *PartitionLogFailedResponse) Reset() {
 	*x = PartitionLogFailedResponse{}
-	mi := &file_tabula_proto_msgTypes[119]
+	mi := &file_tabula_proto_msgTypes[120]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8726,7 +8872,7 @@ func (x *PartitionLogFailedResponse) String() string {
 func (*PartitionLogFailedResponse) ProtoMessage() {}
 
 func (x *PartitionLogFailedResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[119]
+	mi := &file_tabula_proto_msgTypes[120]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8739,7 +8885,7 @@ func (x *PartitionLogFailedResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionLogFailedResponse.ProtoReflect.Descriptor instead.
 func (*PartitionLogFailedResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{119}
+	return file_tabula_proto_rawDescGZIP(), []int{120}
 }
 
 func (x *PartitionLogFailedResponse) GetPartition() *Partition {
@@ -8768,7 +8914,7 @@ type ForgetServerRequest struct {
 
 func (x *ForgetServerRequest) Reset() {
 	*x = ForgetServerRequest{}
-	mi := &file_tabula_proto_msgTypes[120]
+	mi := &file_tabula_proto_msgTypes[121]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8780,7 +8926,7 @@ func (x *ForgetServerRequest) String() string {
 func (*ForgetServerRequest) ProtoMessage() {}
 
 func (x *ForgetServerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[120]
+	mi := &file_tabula_proto_msgTypes[121]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8793,7 +8939,7 @@ func (x *ForgetServerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForgetServerRequest.ProtoReflect.Descriptor instead.
 func (*ForgetServerRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{120}
+	return file_tabula_proto_rawDescGZIP(), []int{121}
 }
 
 func (x *ForgetServerRequest) GetServerId() string {
@@ -8823,7 +8969,7 @@ type ForgetServerResponse struct {
 
 func (x *ForgetServerResponse) Reset() {
 	*x = ForgetServerResponse{}
-	mi := &file_tabula_proto_msgTypes[121]
+	mi := &file_tabula_proto_msgTypes[122]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8835,7 +8981,7 @@ func (x *ForgetServerResponse) String() string {
 func (*ForgetServerResponse) ProtoMessage() {}
 
 func (x *ForgetServerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[121]
+	mi := &file_tabula_proto_msgTypes[122]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8848,7 +8994,7 @@ func (x *ForgetServerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForgetServerResponse.ProtoReflect.Descriptor instead.
 func (*ForgetServerResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{121}
+	return file_tabula_proto_rawDescGZIP(), []int{122}
 }
 
 func (x *ForgetServerResponse) GetMoved() uint32 {
@@ -8891,7 +9037,7 @@ type LostPartition struct {
 
 func (x *LostPartition) Reset() {
 	*x = LostPartition{}
-	mi := &file_tabula_proto_msgTypes[122]
+	mi := &file_tabula_proto_msgTypes[123]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8903,7 +9049,7 @@ func (x *LostPartition) String() string {
 func (*LostPartition) ProtoMessage() {}
 
 func (x *LostPartition) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[122]
+	mi := &file_tabula_proto_msgTypes[123]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8916,7 +9062,7 @@ func (x *LostPartition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LostPartition.ProtoReflect.Descriptor instead.
 func (*LostPartition) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{122}
+	return file_tabula_proto_rawDescGZIP(), []int{123}
 }
 
 func (x *LostPartition) GetTenant() string {
@@ -8979,7 +9125,7 @@ type ListDataLossRequest struct {
 
 func (x *ListDataLossRequest) Reset() {
 	*x = ListDataLossRequest{}
-	mi := &file_tabula_proto_msgTypes[123]
+	mi := &file_tabula_proto_msgTypes[124]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8991,7 +9137,7 @@ func (x *ListDataLossRequest) String() string {
 func (*ListDataLossRequest) ProtoMessage() {}
 
 func (x *ListDataLossRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[123]
+	mi := &file_tabula_proto_msgTypes[124]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9004,7 +9150,7 @@ func (x *ListDataLossRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDataLossRequest.ProtoReflect.Descriptor instead.
 func (*ListDataLossRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{123}
+	return file_tabula_proto_rawDescGZIP(), []int{124}
 }
 
 func (x *ListDataLossRequest) GetTenant() string {
@@ -9031,7 +9177,7 @@ type ListDataLossResponse struct {
 
 func (x *ListDataLossResponse) Reset() {
 	*x = ListDataLossResponse{}
-	mi := &file_tabula_proto_msgTypes[124]
+	mi := &file_tabula_proto_msgTypes[125]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9043,7 +9189,7 @@ func (x *ListDataLossResponse) String() string {
 func (*ListDataLossResponse) ProtoMessage() {}
 
 func (x *ListDataLossResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[124]
+	mi := &file_tabula_proto_msgTypes[125]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9056,7 +9202,7 @@ func (x *ListDataLossResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDataLossResponse.ProtoReflect.Descriptor instead.
 func (*ListDataLossResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{124}
+	return file_tabula_proto_rawDescGZIP(), []int{125}
 }
 
 func (x *ListDataLossResponse) GetLost() []*LostPartition {
@@ -9079,7 +9225,7 @@ type ClearDataLossRequest struct {
 
 func (x *ClearDataLossRequest) Reset() {
 	*x = ClearDataLossRequest{}
-	mi := &file_tabula_proto_msgTypes[125]
+	mi := &file_tabula_proto_msgTypes[126]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9091,7 +9237,7 @@ func (x *ClearDataLossRequest) String() string {
 func (*ClearDataLossRequest) ProtoMessage() {}
 
 func (x *ClearDataLossRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[125]
+	mi := &file_tabula_proto_msgTypes[126]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9104,7 +9250,7 @@ func (x *ClearDataLossRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClearDataLossRequest.ProtoReflect.Descriptor instead.
 func (*ClearDataLossRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{125}
+	return file_tabula_proto_rawDescGZIP(), []int{126}
 }
 
 func (x *ClearDataLossRequest) GetTenant() string {
@@ -9139,7 +9285,7 @@ type ClearDataLossResponse struct {
 
 func (x *ClearDataLossResponse) Reset() {
 	*x = ClearDataLossResponse{}
-	mi := &file_tabula_proto_msgTypes[126]
+	mi := &file_tabula_proto_msgTypes[127]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9151,7 +9297,7 @@ func (x *ClearDataLossResponse) String() string {
 func (*ClearDataLossResponse) ProtoMessage() {}
 
 func (x *ClearDataLossResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[126]
+	mi := &file_tabula_proto_msgTypes[127]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9164,7 +9310,7 @@ func (x *ClearDataLossResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClearDataLossResponse.ProtoReflect.Descriptor instead.
 func (*ClearDataLossResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{126}
+	return file_tabula_proto_rawDescGZIP(), []int{127}
 }
 
 func (x *ClearDataLossResponse) GetCleared() []uint64 {
@@ -9468,10 +9614,11 @@ const file_tabula_proto_rawDesc = "" +
 	"memoryLeft\x12 \n" +
 	"\fmemory_as_of\x18\n" +
 	" \x01(\x04R\n" +
-	"memoryAsOf\"[\n" +
+	"memoryAsOf\"o\n" +
 	"\x13CreateTenantRequest\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12,\n" +
-	"\x05quota\x18\x02 \x01(\v2\x16.tabula.v1.TenantQuotaR\x05quota\"E\n" +
+	"\x05quota\x18\x02 \x01(\v2\x16.tabula.v1.TenantQuotaR\x05quota\x12\x12\n" +
+	"\x04keys\x18\x03 \x03(\fR\x04keys\"E\n" +
 	"\x14CreateTenantResponse\x12-\n" +
 	"\x06tenant\x18\x01 \x01(\v2\x15.tabula.v1.TenantInfoR\x06tenant\"\x14\n" +
 	"\x12ListTenantsRequest\"F\n" +
@@ -9737,17 +9884,26 @@ const file_tabula_proto_rawDesc = "" +
 	"\aswapped\x18\x01 \x01(\bR\aswapped\x12\x18\n" +
 	"\aexisted\x18\x02 \x01(\bR\aexisted\x12\x18\n" +
 	"\acurrent\x18\x03 \x01(\fR\acurrent\x12\x10\n" +
-	"\x03lsn\x18\x04 \x01(\x04R\x03lsn\"\xa6\x01\n" +
+	"\x03lsn\x18\x04 \x01(\x04R\x03lsn\"\xda\x01\n" +
 	"\bMutation\x12&\n" +
 	"\x02op\x18\x01 \x01(\x0e2\x16.tabula.v1.Mutation.OpR\x02op\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\fR\x03key\x12\x14\n" +
 	"\x05value\x18\x03 \x01(\fR\x05value\x12\x15\n" +
-	"\x06ttl_ms\x18\x04 \x01(\x04R\x05ttlMs\"3\n" +
+	"\x06ttl_ms\x18\x04 \x01(\x04R\x05ttlMs\x122\n" +
+	"\tcondition\x18\x05 \x01(\v2\x14.tabula.v1.ConditionR\tcondition\"3\n" +
 	"\x02Op\x12\x12\n" +
 	"\x0eOP_UNSPECIFIED\x10\x00\x12\n" +
 	"\n" +
 	"\x06OP_PUT\x10\x01\x12\r\n" +
-	"\tOP_DELETE\x10\x02\"\x97\x01\n" +
+	"\tOP_DELETE\x10\x02\"\x9d\x01\n" +
+	"\tCondition\x12-\n" +
+	"\x04kind\x18\x01 \x01(\x0e2\x19.tabula.v1.Condition.KindR\x04kind\x12\x16\n" +
+	"\x06prefix\x18\x02 \x01(\fR\x06prefix\"I\n" +
+	"\x04Kind\x12\r\n" +
+	"\tKIND_NONE\x10\x00\x12\x0f\n" +
+	"\vKIND_ABSENT\x10\x01\x12\x10\n" +
+	"\fKIND_PRESENT\x10\x02\x12\x0f\n" +
+	"\vKIND_PREFIX\x10\x03\"\x97\x01\n" +
 	"\x11BatchWriteRequest\x120\n" +
 	"\x06header\x18\x01 \x01(\v2\x18.tabula.v1.RequestHeaderR\x06header\x121\n" +
 	"\tmutations\x18\x02 \x03(\v2\x13.tabula.v1.MutationR\tmutations\x12\x1d\n" +
@@ -9960,8 +10116,8 @@ func file_tabula_proto_rawDescGZIP() []byte {
 	return file_tabula_proto_rawDescData
 }
 
-var file_tabula_proto_enumTypes = make([]protoimpl.EnumInfo, 8)
-var file_tabula_proto_msgTypes = make([]protoimpl.MessageInfo, 127)
+var file_tabula_proto_enumTypes = make([]protoimpl.EnumInfo, 9)
+var file_tabula_proto_msgTypes = make([]protoimpl.MessageInfo, 128)
 var file_tabula_proto_goTypes = []any{
 	(TableKind)(0),                     // 0: tabula.v1.TableKind
 	(ReplicaRole)(0),                   // 1: tabula.v1.ReplicaRole
@@ -9971,333 +10127,337 @@ var file_tabula_proto_goTypes = []any{
 	(StreamOp)(0),                      // 5: tabula.v1.StreamOp
 	(BulkRolloutAction)(0),             // 6: tabula.v1.BulkRolloutAction
 	(Mutation_Op)(0),                   // 7: tabula.v1.Mutation.Op
-	(*TableOptions)(nil),               // 8: tabula.v1.TableOptions
-	(*Table)(nil),                      // 9: tabula.v1.Table
-	(*Replica)(nil),                    // 10: tabula.v1.Replica
-	(*Partition)(nil),                  // 11: tabula.v1.Partition
-	(*PartitionLog)(nil),               // 12: tabula.v1.PartitionLog
-	(*PartitionMap)(nil),               // 13: tabula.v1.PartitionMap
-	(*CoprocVersion)(nil),              // 14: tabula.v1.CoprocVersion
-	(*Coprocessor)(nil),                // 15: tabula.v1.Coprocessor
-	(*CoprocDeployRequest)(nil),        // 16: tabula.v1.CoprocDeployRequest
-	(*CoprocDeployResponse)(nil),       // 17: tabula.v1.CoprocDeployResponse
-	(*CoprocListRequest)(nil),          // 18: tabula.v1.CoprocListRequest
-	(*CoprocListResponse)(nil),         // 19: tabula.v1.CoprocListResponse
-	(*CoprocRollbackRequest)(nil),      // 20: tabula.v1.CoprocRollbackRequest
-	(*CoprocRollbackResponse)(nil),     // 21: tabula.v1.CoprocRollbackResponse
-	(*CoprocFetchRequest)(nil),         // 22: tabula.v1.CoprocFetchRequest
-	(*CoprocFetchResponse)(nil),        // 23: tabula.v1.CoprocFetchResponse
-	(*CoprocReady)(nil),                // 24: tabula.v1.CoprocReady
-	(*InvokeRequest)(nil),              // 25: tabula.v1.InvokeRequest
-	(*InvokeResponse)(nil),             // 26: tabula.v1.InvokeResponse
-	(*CoprocMergeRequest)(nil),         // 27: tabula.v1.CoprocMergeRequest
-	(*CoprocMergeResponse)(nil),        // 28: tabula.v1.CoprocMergeResponse
-	(*BulkFile)(nil),                   // 29: tabula.v1.BulkFile
-	(*BulkVersion)(nil),                // 30: tabula.v1.BulkVersion
-	(*BulkInfo)(nil),                   // 31: tabula.v1.BulkInfo
-	(*BulkRollout)(nil),                // 32: tabula.v1.BulkRollout
-	(*ServerInfo)(nil),                 // 33: tabula.v1.ServerInfo
-	(*ReplicaStatus)(nil),              // 34: tabula.v1.ReplicaStatus
-	(*BulkLoaded)(nil),                 // 35: tabula.v1.BulkLoaded
-	(*ErrorDetail)(nil),                // 36: tabula.v1.ErrorDetail
-	(*TenantInfo)(nil),                 // 37: tabula.v1.TenantInfo
-	(*TenantQuota)(nil),                // 38: tabula.v1.TenantQuota
-	(*TenantUsage)(nil),                // 39: tabula.v1.TenantUsage
-	(*SetTenantQuotaRequest)(nil),      // 40: tabula.v1.SetTenantQuotaRequest
-	(*SetTenantQuotaResponse)(nil),     // 41: tabula.v1.SetTenantQuotaResponse
-	(*TenantLoad)(nil),                 // 42: tabula.v1.TenantLoad
-	(*TenantShare)(nil),                // 43: tabula.v1.TenantShare
-	(*CreateTenantRequest)(nil),        // 44: tabula.v1.CreateTenantRequest
-	(*CreateTenantResponse)(nil),       // 45: tabula.v1.CreateTenantResponse
-	(*ListTenantsRequest)(nil),         // 46: tabula.v1.ListTenantsRequest
-	(*ListTenantsResponse)(nil),        // 47: tabula.v1.ListTenantsResponse
-	(*DescribeTenantRequest)(nil),      // 48: tabula.v1.DescribeTenantRequest
-	(*DescribeTenantResponse)(nil),     // 49: tabula.v1.DescribeTenantResponse
-	(*DeleteTenantRequest)(nil),        // 50: tabula.v1.DeleteTenantRequest
-	(*DeleteTenantResponse)(nil),       // 51: tabula.v1.DeleteTenantResponse
-	(*RotateTenantKeyRequest)(nil),     // 52: tabula.v1.RotateTenantKeyRequest
-	(*RotateTenantKeyResponse)(nil),    // 53: tabula.v1.RotateTenantKeyResponse
-	(*TenantKeysRequest)(nil),          // 54: tabula.v1.TenantKeysRequest
-	(*TenantKeysResponse)(nil),         // 55: tabula.v1.TenantKeysResponse
-	(*MovePartitionRequest)(nil),       // 56: tabula.v1.MovePartitionRequest
-	(*MovePartitionResponse)(nil),      // 57: tabula.v1.MovePartitionResponse
-	(*DrainServerRequest)(nil),         // 58: tabula.v1.DrainServerRequest
-	(*DrainServerResponse)(nil),        // 59: tabula.v1.DrainServerResponse
-	(*MasterMember)(nil),               // 60: tabula.v1.MasterMember
-	(*MasterMembersRequest)(nil),       // 61: tabula.v1.MasterMembersRequest
-	(*MasterMembersResponse)(nil),      // 62: tabula.v1.MasterMembersResponse
-	(*AddMasterRequest)(nil),           // 63: tabula.v1.AddMasterRequest
-	(*AddMasterResponse)(nil),          // 64: tabula.v1.AddMasterResponse
-	(*RemoveMasterRequest)(nil),        // 65: tabula.v1.RemoveMasterRequest
-	(*RemoveMasterResponse)(nil),       // 66: tabula.v1.RemoveMasterResponse
-	(*TransferLeaderRequest)(nil),      // 67: tabula.v1.TransferLeaderRequest
-	(*TransferLeaderResponse)(nil),     // 68: tabula.v1.TransferLeaderResponse
-	(*StreamRequest)(nil),              // 69: tabula.v1.StreamRequest
-	(*StreamResponse)(nil),             // 70: tabula.v1.StreamResponse
-	(*CreateTableRequest)(nil),         // 71: tabula.v1.CreateTableRequest
-	(*CreateTableResponse)(nil),        // 72: tabula.v1.CreateTableResponse
-	(*DropTableRequest)(nil),           // 73: tabula.v1.DropTableRequest
-	(*DropTableResponse)(nil),          // 74: tabula.v1.DropTableResponse
-	(*ListTablesRequest)(nil),          // 75: tabula.v1.ListTablesRequest
-	(*ListTablesResponse)(nil),         // 76: tabula.v1.ListTablesResponse
-	(*DescribeTableRequest)(nil),       // 77: tabula.v1.DescribeTableRequest
-	(*DescribeTableResponse)(nil),      // 78: tabula.v1.DescribeTableResponse
-	(*GetPartitionMapRequest)(nil),     // 79: tabula.v1.GetPartitionMapRequest
-	(*GetPartitionMapResponse)(nil),    // 80: tabula.v1.GetPartitionMapResponse
-	(*WatchPartitionMapRequest)(nil),   // 81: tabula.v1.WatchPartitionMapRequest
-	(*WatchPartitionMapResponse)(nil),  // 82: tabula.v1.WatchPartitionMapResponse
-	(*RegisterServerRequest)(nil),      // 83: tabula.v1.RegisterServerRequest
-	(*RegisterServerResponse)(nil),     // 84: tabula.v1.RegisterServerResponse
-	(*HeartbeatRequest)(nil),           // 85: tabula.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),          // 86: tabula.v1.HeartbeatResponse
-	(*BulkPublishRequest)(nil),         // 87: tabula.v1.BulkPublishRequest
-	(*BulkPublishResponse)(nil),        // 88: tabula.v1.BulkPublishResponse
-	(*BulkStoredRequest)(nil),          // 89: tabula.v1.BulkStoredRequest
-	(*BulkStoredResponse)(nil),         // 90: tabula.v1.BulkStoredResponse
-	(*BulkStatusRequest)(nil),          // 91: tabula.v1.BulkStatusRequest
-	(*BulkStatusResponse)(nil),         // 92: tabula.v1.BulkStatusResponse
-	(*BulkRollbackRequest)(nil),        // 93: tabula.v1.BulkRollbackRequest
-	(*BulkRollbackResponse)(nil),       // 94: tabula.v1.BulkRollbackResponse
-	(*BulkRolloutRequest)(nil),         // 95: tabula.v1.BulkRolloutRequest
-	(*BulkRolloutResponse)(nil),        // 96: tabula.v1.BulkRolloutResponse
-	(*ListServersRequest)(nil),         // 97: tabula.v1.ListServersRequest
-	(*ListServersResponse)(nil),        // 98: tabula.v1.ListServersResponse
-	(*CallRequest)(nil),                // 99: tabula.v1.CallRequest
-	(*CallResponse)(nil),               // 100: tabula.v1.CallResponse
-	(*RequestHeader)(nil),              // 101: tabula.v1.RequestHeader
-	(*GetRequest)(nil),                 // 102: tabula.v1.GetRequest
-	(*GetResponse)(nil),                // 103: tabula.v1.GetResponse
-	(*BatchGetRequest)(nil),            // 104: tabula.v1.BatchGetRequest
-	(*BatchGetResponse)(nil),           // 105: tabula.v1.BatchGetResponse
-	(*MultiGetRequest)(nil),            // 106: tabula.v1.MultiGetRequest
-	(*MultiGetResponse)(nil),           // 107: tabula.v1.MultiGetResponse
-	(*MultiGetResult)(nil),             // 108: tabula.v1.MultiGetResult
-	(*PutRequest)(nil),                 // 109: tabula.v1.PutRequest
-	(*PutResponse)(nil),                // 110: tabula.v1.PutResponse
-	(*DeleteRequest)(nil),              // 111: tabula.v1.DeleteRequest
-	(*DeleteResponse)(nil),             // 112: tabula.v1.DeleteResponse
-	(*CompareAndSwapRequest)(nil),      // 113: tabula.v1.CompareAndSwapRequest
-	(*CompareAndSwapResponse)(nil),     // 114: tabula.v1.CompareAndSwapResponse
-	(*Mutation)(nil),                   // 115: tabula.v1.Mutation
-	(*BatchWriteRequest)(nil),          // 116: tabula.v1.BatchWriteRequest
-	(*BatchWriteResponse)(nil),         // 117: tabula.v1.BatchWriteResponse
-	(*ScanRequest)(nil),                // 118: tabula.v1.ScanRequest
-	(*KeyValue)(nil),                   // 119: tabula.v1.KeyValue
-	(*ScanResponse)(nil),               // 120: tabula.v1.ScanResponse
-	(*CopyReplicaRequest)(nil),         // 121: tabula.v1.CopyReplicaRequest
-	(*CopyReplicaChunk)(nil),           // 122: tabula.v1.CopyReplicaChunk
-	(*BulkUploadRequest)(nil),          // 123: tabula.v1.BulkUploadRequest
-	(*BulkUploadStatusRequest)(nil),    // 124: tabula.v1.BulkUploadStatusRequest
-	(*BulkUploadResponse)(nil),         // 125: tabula.v1.BulkUploadResponse
-	(*PartitionLogFailedRequest)(nil),  // 126: tabula.v1.PartitionLogFailedRequest
-	(*PartitionLogFailedResponse)(nil), // 127: tabula.v1.PartitionLogFailedResponse
-	(*ForgetServerRequest)(nil),        // 128: tabula.v1.ForgetServerRequest
-	(*ForgetServerResponse)(nil),       // 129: tabula.v1.ForgetServerResponse
-	(*LostPartition)(nil),              // 130: tabula.v1.LostPartition
-	(*ListDataLossRequest)(nil),        // 131: tabula.v1.ListDataLossRequest
-	(*ListDataLossResponse)(nil),       // 132: tabula.v1.ListDataLossResponse
-	(*ClearDataLossRequest)(nil),       // 133: tabula.v1.ClearDataLossRequest
-	(*ClearDataLossResponse)(nil),      // 134: tabula.v1.ClearDataLossResponse
+	(Condition_Kind)(0),                // 8: tabula.v1.Condition.Kind
+	(*TableOptions)(nil),               // 9: tabula.v1.TableOptions
+	(*Table)(nil),                      // 10: tabula.v1.Table
+	(*Replica)(nil),                    // 11: tabula.v1.Replica
+	(*Partition)(nil),                  // 12: tabula.v1.Partition
+	(*PartitionLog)(nil),               // 13: tabula.v1.PartitionLog
+	(*PartitionMap)(nil),               // 14: tabula.v1.PartitionMap
+	(*CoprocVersion)(nil),              // 15: tabula.v1.CoprocVersion
+	(*Coprocessor)(nil),                // 16: tabula.v1.Coprocessor
+	(*CoprocDeployRequest)(nil),        // 17: tabula.v1.CoprocDeployRequest
+	(*CoprocDeployResponse)(nil),       // 18: tabula.v1.CoprocDeployResponse
+	(*CoprocListRequest)(nil),          // 19: tabula.v1.CoprocListRequest
+	(*CoprocListResponse)(nil),         // 20: tabula.v1.CoprocListResponse
+	(*CoprocRollbackRequest)(nil),      // 21: tabula.v1.CoprocRollbackRequest
+	(*CoprocRollbackResponse)(nil),     // 22: tabula.v1.CoprocRollbackResponse
+	(*CoprocFetchRequest)(nil),         // 23: tabula.v1.CoprocFetchRequest
+	(*CoprocFetchResponse)(nil),        // 24: tabula.v1.CoprocFetchResponse
+	(*CoprocReady)(nil),                // 25: tabula.v1.CoprocReady
+	(*InvokeRequest)(nil),              // 26: tabula.v1.InvokeRequest
+	(*InvokeResponse)(nil),             // 27: tabula.v1.InvokeResponse
+	(*CoprocMergeRequest)(nil),         // 28: tabula.v1.CoprocMergeRequest
+	(*CoprocMergeResponse)(nil),        // 29: tabula.v1.CoprocMergeResponse
+	(*BulkFile)(nil),                   // 30: tabula.v1.BulkFile
+	(*BulkVersion)(nil),                // 31: tabula.v1.BulkVersion
+	(*BulkInfo)(nil),                   // 32: tabula.v1.BulkInfo
+	(*BulkRollout)(nil),                // 33: tabula.v1.BulkRollout
+	(*ServerInfo)(nil),                 // 34: tabula.v1.ServerInfo
+	(*ReplicaStatus)(nil),              // 35: tabula.v1.ReplicaStatus
+	(*BulkLoaded)(nil),                 // 36: tabula.v1.BulkLoaded
+	(*ErrorDetail)(nil),                // 37: tabula.v1.ErrorDetail
+	(*TenantInfo)(nil),                 // 38: tabula.v1.TenantInfo
+	(*TenantQuota)(nil),                // 39: tabula.v1.TenantQuota
+	(*TenantUsage)(nil),                // 40: tabula.v1.TenantUsage
+	(*SetTenantQuotaRequest)(nil),      // 41: tabula.v1.SetTenantQuotaRequest
+	(*SetTenantQuotaResponse)(nil),     // 42: tabula.v1.SetTenantQuotaResponse
+	(*TenantLoad)(nil),                 // 43: tabula.v1.TenantLoad
+	(*TenantShare)(nil),                // 44: tabula.v1.TenantShare
+	(*CreateTenantRequest)(nil),        // 45: tabula.v1.CreateTenantRequest
+	(*CreateTenantResponse)(nil),       // 46: tabula.v1.CreateTenantResponse
+	(*ListTenantsRequest)(nil),         // 47: tabula.v1.ListTenantsRequest
+	(*ListTenantsResponse)(nil),        // 48: tabula.v1.ListTenantsResponse
+	(*DescribeTenantRequest)(nil),      // 49: tabula.v1.DescribeTenantRequest
+	(*DescribeTenantResponse)(nil),     // 50: tabula.v1.DescribeTenantResponse
+	(*DeleteTenantRequest)(nil),        // 51: tabula.v1.DeleteTenantRequest
+	(*DeleteTenantResponse)(nil),       // 52: tabula.v1.DeleteTenantResponse
+	(*RotateTenantKeyRequest)(nil),     // 53: tabula.v1.RotateTenantKeyRequest
+	(*RotateTenantKeyResponse)(nil),    // 54: tabula.v1.RotateTenantKeyResponse
+	(*TenantKeysRequest)(nil),          // 55: tabula.v1.TenantKeysRequest
+	(*TenantKeysResponse)(nil),         // 56: tabula.v1.TenantKeysResponse
+	(*MovePartitionRequest)(nil),       // 57: tabula.v1.MovePartitionRequest
+	(*MovePartitionResponse)(nil),      // 58: tabula.v1.MovePartitionResponse
+	(*DrainServerRequest)(nil),         // 59: tabula.v1.DrainServerRequest
+	(*DrainServerResponse)(nil),        // 60: tabula.v1.DrainServerResponse
+	(*MasterMember)(nil),               // 61: tabula.v1.MasterMember
+	(*MasterMembersRequest)(nil),       // 62: tabula.v1.MasterMembersRequest
+	(*MasterMembersResponse)(nil),      // 63: tabula.v1.MasterMembersResponse
+	(*AddMasterRequest)(nil),           // 64: tabula.v1.AddMasterRequest
+	(*AddMasterResponse)(nil),          // 65: tabula.v1.AddMasterResponse
+	(*RemoveMasterRequest)(nil),        // 66: tabula.v1.RemoveMasterRequest
+	(*RemoveMasterResponse)(nil),       // 67: tabula.v1.RemoveMasterResponse
+	(*TransferLeaderRequest)(nil),      // 68: tabula.v1.TransferLeaderRequest
+	(*TransferLeaderResponse)(nil),     // 69: tabula.v1.TransferLeaderResponse
+	(*StreamRequest)(nil),              // 70: tabula.v1.StreamRequest
+	(*StreamResponse)(nil),             // 71: tabula.v1.StreamResponse
+	(*CreateTableRequest)(nil),         // 72: tabula.v1.CreateTableRequest
+	(*CreateTableResponse)(nil),        // 73: tabula.v1.CreateTableResponse
+	(*DropTableRequest)(nil),           // 74: tabula.v1.DropTableRequest
+	(*DropTableResponse)(nil),          // 75: tabula.v1.DropTableResponse
+	(*ListTablesRequest)(nil),          // 76: tabula.v1.ListTablesRequest
+	(*ListTablesResponse)(nil),         // 77: tabula.v1.ListTablesResponse
+	(*DescribeTableRequest)(nil),       // 78: tabula.v1.DescribeTableRequest
+	(*DescribeTableResponse)(nil),      // 79: tabula.v1.DescribeTableResponse
+	(*GetPartitionMapRequest)(nil),     // 80: tabula.v1.GetPartitionMapRequest
+	(*GetPartitionMapResponse)(nil),    // 81: tabula.v1.GetPartitionMapResponse
+	(*WatchPartitionMapRequest)(nil),   // 82: tabula.v1.WatchPartitionMapRequest
+	(*WatchPartitionMapResponse)(nil),  // 83: tabula.v1.WatchPartitionMapResponse
+	(*RegisterServerRequest)(nil),      // 84: tabula.v1.RegisterServerRequest
+	(*RegisterServerResponse)(nil),     // 85: tabula.v1.RegisterServerResponse
+	(*HeartbeatRequest)(nil),           // 86: tabula.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),          // 87: tabula.v1.HeartbeatResponse
+	(*BulkPublishRequest)(nil),         // 88: tabula.v1.BulkPublishRequest
+	(*BulkPublishResponse)(nil),        // 89: tabula.v1.BulkPublishResponse
+	(*BulkStoredRequest)(nil),          // 90: tabula.v1.BulkStoredRequest
+	(*BulkStoredResponse)(nil),         // 91: tabula.v1.BulkStoredResponse
+	(*BulkStatusRequest)(nil),          // 92: tabula.v1.BulkStatusRequest
+	(*BulkStatusResponse)(nil),         // 93: tabula.v1.BulkStatusResponse
+	(*BulkRollbackRequest)(nil),        // 94: tabula.v1.BulkRollbackRequest
+	(*BulkRollbackResponse)(nil),       // 95: tabula.v1.BulkRollbackResponse
+	(*BulkRolloutRequest)(nil),         // 96: tabula.v1.BulkRolloutRequest
+	(*BulkRolloutResponse)(nil),        // 97: tabula.v1.BulkRolloutResponse
+	(*ListServersRequest)(nil),         // 98: tabula.v1.ListServersRequest
+	(*ListServersResponse)(nil),        // 99: tabula.v1.ListServersResponse
+	(*CallRequest)(nil),                // 100: tabula.v1.CallRequest
+	(*CallResponse)(nil),               // 101: tabula.v1.CallResponse
+	(*RequestHeader)(nil),              // 102: tabula.v1.RequestHeader
+	(*GetRequest)(nil),                 // 103: tabula.v1.GetRequest
+	(*GetResponse)(nil),                // 104: tabula.v1.GetResponse
+	(*BatchGetRequest)(nil),            // 105: tabula.v1.BatchGetRequest
+	(*BatchGetResponse)(nil),           // 106: tabula.v1.BatchGetResponse
+	(*MultiGetRequest)(nil),            // 107: tabula.v1.MultiGetRequest
+	(*MultiGetResponse)(nil),           // 108: tabula.v1.MultiGetResponse
+	(*MultiGetResult)(nil),             // 109: tabula.v1.MultiGetResult
+	(*PutRequest)(nil),                 // 110: tabula.v1.PutRequest
+	(*PutResponse)(nil),                // 111: tabula.v1.PutResponse
+	(*DeleteRequest)(nil),              // 112: tabula.v1.DeleteRequest
+	(*DeleteResponse)(nil),             // 113: tabula.v1.DeleteResponse
+	(*CompareAndSwapRequest)(nil),      // 114: tabula.v1.CompareAndSwapRequest
+	(*CompareAndSwapResponse)(nil),     // 115: tabula.v1.CompareAndSwapResponse
+	(*Mutation)(nil),                   // 116: tabula.v1.Mutation
+	(*Condition)(nil),                  // 117: tabula.v1.Condition
+	(*BatchWriteRequest)(nil),          // 118: tabula.v1.BatchWriteRequest
+	(*BatchWriteResponse)(nil),         // 119: tabula.v1.BatchWriteResponse
+	(*ScanRequest)(nil),                // 120: tabula.v1.ScanRequest
+	(*KeyValue)(nil),                   // 121: tabula.v1.KeyValue
+	(*ScanResponse)(nil),               // 122: tabula.v1.ScanResponse
+	(*CopyReplicaRequest)(nil),         // 123: tabula.v1.CopyReplicaRequest
+	(*CopyReplicaChunk)(nil),           // 124: tabula.v1.CopyReplicaChunk
+	(*BulkUploadRequest)(nil),          // 125: tabula.v1.BulkUploadRequest
+	(*BulkUploadStatusRequest)(nil),    // 126: tabula.v1.BulkUploadStatusRequest
+	(*BulkUploadResponse)(nil),         // 127: tabula.v1.BulkUploadResponse
+	(*PartitionLogFailedRequest)(nil),  // 128: tabula.v1.PartitionLogFailedRequest
+	(*PartitionLogFailedResponse)(nil), // 129: tabula.v1.PartitionLogFailedResponse
+	(*ForgetServerRequest)(nil),        // 130: tabula.v1.ForgetServerRequest
+	(*ForgetServerResponse)(nil),       // 131: tabula.v1.ForgetServerResponse
+	(*LostPartition)(nil),              // 132: tabula.v1.LostPartition
+	(*ListDataLossRequest)(nil),        // 133: tabula.v1.ListDataLossRequest
+	(*ListDataLossResponse)(nil),       // 134: tabula.v1.ListDataLossResponse
+	(*ClearDataLossRequest)(nil),       // 135: tabula.v1.ClearDataLossRequest
+	(*ClearDataLossResponse)(nil),      // 136: tabula.v1.ClearDataLossResponse
 }
 var file_tabula_proto_depIdxs = []int32{
 	0,   // 0: tabula.v1.Table.kind:type_name -> tabula.v1.TableKind
-	8,   // 1: tabula.v1.Table.options:type_name -> tabula.v1.TableOptions
+	9,   // 1: tabula.v1.Table.options:type_name -> tabula.v1.TableOptions
 	1,   // 2: tabula.v1.Replica.role:type_name -> tabula.v1.ReplicaRole
-	10,  // 3: tabula.v1.Partition.replicas:type_name -> tabula.v1.Replica
-	12,  // 4: tabula.v1.Partition.log:type_name -> tabula.v1.PartitionLog
-	9,   // 5: tabula.v1.PartitionMap.table:type_name -> tabula.v1.Table
-	11,  // 6: tabula.v1.PartitionMap.partitions:type_name -> tabula.v1.Partition
-	31,  // 7: tabula.v1.PartitionMap.bulk:type_name -> tabula.v1.BulkInfo
-	15,  // 8: tabula.v1.PartitionMap.coprocessors:type_name -> tabula.v1.Coprocessor
-	14,  // 9: tabula.v1.Coprocessor.versions:type_name -> tabula.v1.CoprocVersion
-	15,  // 10: tabula.v1.CoprocDeployResponse.coprocessor:type_name -> tabula.v1.Coprocessor
-	15,  // 11: tabula.v1.CoprocListResponse.coprocessors:type_name -> tabula.v1.Coprocessor
-	15,  // 12: tabula.v1.CoprocRollbackResponse.coprocessor:type_name -> tabula.v1.Coprocessor
-	101, // 13: tabula.v1.InvokeRequest.header:type_name -> tabula.v1.RequestHeader
-	101, // 14: tabula.v1.CoprocMergeRequest.header:type_name -> tabula.v1.RequestHeader
+	11,  // 3: tabula.v1.Partition.replicas:type_name -> tabula.v1.Replica
+	13,  // 4: tabula.v1.Partition.log:type_name -> tabula.v1.PartitionLog
+	10,  // 5: tabula.v1.PartitionMap.table:type_name -> tabula.v1.Table
+	12,  // 6: tabula.v1.PartitionMap.partitions:type_name -> tabula.v1.Partition
+	32,  // 7: tabula.v1.PartitionMap.bulk:type_name -> tabula.v1.BulkInfo
+	16,  // 8: tabula.v1.PartitionMap.coprocessors:type_name -> tabula.v1.Coprocessor
+	15,  // 9: tabula.v1.Coprocessor.versions:type_name -> tabula.v1.CoprocVersion
+	16,  // 10: tabula.v1.CoprocDeployResponse.coprocessor:type_name -> tabula.v1.Coprocessor
+	16,  // 11: tabula.v1.CoprocListResponse.coprocessors:type_name -> tabula.v1.Coprocessor
+	16,  // 12: tabula.v1.CoprocRollbackResponse.coprocessor:type_name -> tabula.v1.Coprocessor
+	102, // 13: tabula.v1.InvokeRequest.header:type_name -> tabula.v1.RequestHeader
+	102, // 14: tabula.v1.CoprocMergeRequest.header:type_name -> tabula.v1.RequestHeader
 	2,   // 15: tabula.v1.BulkVersion.state:type_name -> tabula.v1.BulkVersionState
-	29,  // 16: tabula.v1.BulkVersion.files:type_name -> tabula.v1.BulkFile
-	30,  // 17: tabula.v1.BulkInfo.versions:type_name -> tabula.v1.BulkVersion
-	32,  // 18: tabula.v1.BulkInfo.rollout:type_name -> tabula.v1.BulkRollout
+	30,  // 16: tabula.v1.BulkVersion.files:type_name -> tabula.v1.BulkFile
+	31,  // 17: tabula.v1.BulkInfo.versions:type_name -> tabula.v1.BulkVersion
+	33,  // 18: tabula.v1.BulkInfo.rollout:type_name -> tabula.v1.BulkRollout
 	1,   // 19: tabula.v1.ReplicaStatus.role:type_name -> tabula.v1.ReplicaRole
-	35,  // 20: tabula.v1.ReplicaStatus.bulk_loaded:type_name -> tabula.v1.BulkLoaded
+	36,  // 20: tabula.v1.ReplicaStatus.bulk_loaded:type_name -> tabula.v1.BulkLoaded
 	3,   // 21: tabula.v1.ReplicaStatus.state:type_name -> tabula.v1.ReplicaState
 	4,   // 22: tabula.v1.ErrorDetail.code:type_name -> tabula.v1.ErrorCode
-	11,  // 23: tabula.v1.ErrorDetail.partition:type_name -> tabula.v1.Partition
-	38,  // 24: tabula.v1.TenantInfo.quota:type_name -> tabula.v1.TenantQuota
-	39,  // 25: tabula.v1.TenantInfo.usage:type_name -> tabula.v1.TenantUsage
-	38,  // 26: tabula.v1.SetTenantQuotaRequest.quota:type_name -> tabula.v1.TenantQuota
-	37,  // 27: tabula.v1.SetTenantQuotaResponse.tenant:type_name -> tabula.v1.TenantInfo
-	38,  // 28: tabula.v1.CreateTenantRequest.quota:type_name -> tabula.v1.TenantQuota
-	37,  // 29: tabula.v1.CreateTenantResponse.tenant:type_name -> tabula.v1.TenantInfo
-	37,  // 30: tabula.v1.ListTenantsResponse.tenants:type_name -> tabula.v1.TenantInfo
-	37,  // 31: tabula.v1.DescribeTenantResponse.tenant:type_name -> tabula.v1.TenantInfo
-	9,   // 32: tabula.v1.DescribeTenantResponse.tables:type_name -> tabula.v1.Table
-	37,  // 33: tabula.v1.RotateTenantKeyResponse.tenant:type_name -> tabula.v1.TenantInfo
-	37,  // 34: tabula.v1.TenantKeysResponse.tenants:type_name -> tabula.v1.TenantInfo
-	60,  // 35: tabula.v1.MasterMembersResponse.members:type_name -> tabula.v1.MasterMember
+	12,  // 23: tabula.v1.ErrorDetail.partition:type_name -> tabula.v1.Partition
+	39,  // 24: tabula.v1.TenantInfo.quota:type_name -> tabula.v1.TenantQuota
+	40,  // 25: tabula.v1.TenantInfo.usage:type_name -> tabula.v1.TenantUsage
+	39,  // 26: tabula.v1.SetTenantQuotaRequest.quota:type_name -> tabula.v1.TenantQuota
+	38,  // 27: tabula.v1.SetTenantQuotaResponse.tenant:type_name -> tabula.v1.TenantInfo
+	39,  // 28: tabula.v1.CreateTenantRequest.quota:type_name -> tabula.v1.TenantQuota
+	38,  // 29: tabula.v1.CreateTenantResponse.tenant:type_name -> tabula.v1.TenantInfo
+	38,  // 30: tabula.v1.ListTenantsResponse.tenants:type_name -> tabula.v1.TenantInfo
+	38,  // 31: tabula.v1.DescribeTenantResponse.tenant:type_name -> tabula.v1.TenantInfo
+	10,  // 32: tabula.v1.DescribeTenantResponse.tables:type_name -> tabula.v1.Table
+	38,  // 33: tabula.v1.RotateTenantKeyResponse.tenant:type_name -> tabula.v1.TenantInfo
+	38,  // 34: tabula.v1.TenantKeysResponse.tenants:type_name -> tabula.v1.TenantInfo
+	61,  // 35: tabula.v1.MasterMembersResponse.members:type_name -> tabula.v1.MasterMember
 	5,   // 36: tabula.v1.StreamRequest.op:type_name -> tabula.v1.StreamOp
 	0,   // 37: tabula.v1.CreateTableRequest.kind:type_name -> tabula.v1.TableKind
-	8,   // 38: tabula.v1.CreateTableRequest.options:type_name -> tabula.v1.TableOptions
-	13,  // 39: tabula.v1.CreateTableResponse.map:type_name -> tabula.v1.PartitionMap
-	9,   // 40: tabula.v1.ListTablesResponse.tables:type_name -> tabula.v1.Table
-	13,  // 41: tabula.v1.DescribeTableResponse.map:type_name -> tabula.v1.PartitionMap
-	34,  // 42: tabula.v1.DescribeTableResponse.replicas:type_name -> tabula.v1.ReplicaStatus
-	13,  // 43: tabula.v1.GetPartitionMapResponse.map:type_name -> tabula.v1.PartitionMap
-	13,  // 44: tabula.v1.WatchPartitionMapResponse.maps:type_name -> tabula.v1.PartitionMap
-	9,   // 45: tabula.v1.WatchPartitionMapResponse.removed:type_name -> tabula.v1.Table
-	13,  // 46: tabula.v1.WatchPartitionMapResponse.patches:type_name -> tabula.v1.PartitionMap
-	34,  // 47: tabula.v1.HeartbeatRequest.replicas:type_name -> tabula.v1.ReplicaStatus
-	24,  // 48: tabula.v1.HeartbeatRequest.coproc_ready:type_name -> tabula.v1.CoprocReady
-	42,  // 49: tabula.v1.HeartbeatRequest.tenant_load:type_name -> tabula.v1.TenantLoad
-	43,  // 50: tabula.v1.HeartbeatResponse.tenant_shares:type_name -> tabula.v1.TenantShare
-	29,  // 51: tabula.v1.BulkPublishRequest.files:type_name -> tabula.v1.BulkFile
-	13,  // 52: tabula.v1.BulkPublishResponse.map:type_name -> tabula.v1.PartitionMap
-	13,  // 53: tabula.v1.BulkStoredResponse.map:type_name -> tabula.v1.PartitionMap
-	13,  // 54: tabula.v1.BulkStatusResponse.map:type_name -> tabula.v1.PartitionMap
-	31,  // 55: tabula.v1.BulkStatusResponse.bulk:type_name -> tabula.v1.BulkInfo
-	13,  // 56: tabula.v1.BulkRollbackResponse.map:type_name -> tabula.v1.PartitionMap
+	9,   // 38: tabula.v1.CreateTableRequest.options:type_name -> tabula.v1.TableOptions
+	14,  // 39: tabula.v1.CreateTableResponse.map:type_name -> tabula.v1.PartitionMap
+	10,  // 40: tabula.v1.ListTablesResponse.tables:type_name -> tabula.v1.Table
+	14,  // 41: tabula.v1.DescribeTableResponse.map:type_name -> tabula.v1.PartitionMap
+	35,  // 42: tabula.v1.DescribeTableResponse.replicas:type_name -> tabula.v1.ReplicaStatus
+	14,  // 43: tabula.v1.GetPartitionMapResponse.map:type_name -> tabula.v1.PartitionMap
+	14,  // 44: tabula.v1.WatchPartitionMapResponse.maps:type_name -> tabula.v1.PartitionMap
+	10,  // 45: tabula.v1.WatchPartitionMapResponse.removed:type_name -> tabula.v1.Table
+	14,  // 46: tabula.v1.WatchPartitionMapResponse.patches:type_name -> tabula.v1.PartitionMap
+	35,  // 47: tabula.v1.HeartbeatRequest.replicas:type_name -> tabula.v1.ReplicaStatus
+	25,  // 48: tabula.v1.HeartbeatRequest.coproc_ready:type_name -> tabula.v1.CoprocReady
+	43,  // 49: tabula.v1.HeartbeatRequest.tenant_load:type_name -> tabula.v1.TenantLoad
+	44,  // 50: tabula.v1.HeartbeatResponse.tenant_shares:type_name -> tabula.v1.TenantShare
+	30,  // 51: tabula.v1.BulkPublishRequest.files:type_name -> tabula.v1.BulkFile
+	14,  // 52: tabula.v1.BulkPublishResponse.map:type_name -> tabula.v1.PartitionMap
+	14,  // 53: tabula.v1.BulkStoredResponse.map:type_name -> tabula.v1.PartitionMap
+	14,  // 54: tabula.v1.BulkStatusResponse.map:type_name -> tabula.v1.PartitionMap
+	32,  // 55: tabula.v1.BulkStatusResponse.bulk:type_name -> tabula.v1.BulkInfo
+	14,  // 56: tabula.v1.BulkRollbackResponse.map:type_name -> tabula.v1.PartitionMap
 	6,   // 57: tabula.v1.BulkRolloutRequest.action:type_name -> tabula.v1.BulkRolloutAction
-	13,  // 58: tabula.v1.BulkRolloutResponse.map:type_name -> tabula.v1.PartitionMap
-	33,  // 59: tabula.v1.ListServersResponse.servers:type_name -> tabula.v1.ServerInfo
-	102, // 60: tabula.v1.CallRequest.get:type_name -> tabula.v1.GetRequest
-	106, // 61: tabula.v1.CallRequest.multi_get:type_name -> tabula.v1.MultiGetRequest
-	109, // 62: tabula.v1.CallRequest.put:type_name -> tabula.v1.PutRequest
-	111, // 63: tabula.v1.CallRequest.delete:type_name -> tabula.v1.DeleteRequest
-	113, // 64: tabula.v1.CallRequest.compare_and_swap:type_name -> tabula.v1.CompareAndSwapRequest
-	103, // 65: tabula.v1.CallResponse.get:type_name -> tabula.v1.GetResponse
-	107, // 66: tabula.v1.CallResponse.multi_get:type_name -> tabula.v1.MultiGetResponse
-	110, // 67: tabula.v1.CallResponse.put:type_name -> tabula.v1.PutResponse
-	112, // 68: tabula.v1.CallResponse.delete:type_name -> tabula.v1.DeleteResponse
-	114, // 69: tabula.v1.CallResponse.compare_and_swap:type_name -> tabula.v1.CompareAndSwapResponse
-	101, // 70: tabula.v1.GetRequest.header:type_name -> tabula.v1.RequestHeader
-	101, // 71: tabula.v1.BatchGetRequest.header:type_name -> tabula.v1.RequestHeader
-	103, // 72: tabula.v1.BatchGetResponse.results:type_name -> tabula.v1.GetResponse
-	102, // 73: tabula.v1.MultiGetRequest.gets:type_name -> tabula.v1.GetRequest
-	108, // 74: tabula.v1.MultiGetResponse.results:type_name -> tabula.v1.MultiGetResult
-	103, // 75: tabula.v1.MultiGetResult.response:type_name -> tabula.v1.GetResponse
-	101, // 76: tabula.v1.PutRequest.header:type_name -> tabula.v1.RequestHeader
-	101, // 77: tabula.v1.DeleteRequest.header:type_name -> tabula.v1.RequestHeader
-	101, // 78: tabula.v1.CompareAndSwapRequest.header:type_name -> tabula.v1.RequestHeader
+	14,  // 58: tabula.v1.BulkRolloutResponse.map:type_name -> tabula.v1.PartitionMap
+	34,  // 59: tabula.v1.ListServersResponse.servers:type_name -> tabula.v1.ServerInfo
+	103, // 60: tabula.v1.CallRequest.get:type_name -> tabula.v1.GetRequest
+	107, // 61: tabula.v1.CallRequest.multi_get:type_name -> tabula.v1.MultiGetRequest
+	110, // 62: tabula.v1.CallRequest.put:type_name -> tabula.v1.PutRequest
+	112, // 63: tabula.v1.CallRequest.delete:type_name -> tabula.v1.DeleteRequest
+	114, // 64: tabula.v1.CallRequest.compare_and_swap:type_name -> tabula.v1.CompareAndSwapRequest
+	104, // 65: tabula.v1.CallResponse.get:type_name -> tabula.v1.GetResponse
+	108, // 66: tabula.v1.CallResponse.multi_get:type_name -> tabula.v1.MultiGetResponse
+	111, // 67: tabula.v1.CallResponse.put:type_name -> tabula.v1.PutResponse
+	113, // 68: tabula.v1.CallResponse.delete:type_name -> tabula.v1.DeleteResponse
+	115, // 69: tabula.v1.CallResponse.compare_and_swap:type_name -> tabula.v1.CompareAndSwapResponse
+	102, // 70: tabula.v1.GetRequest.header:type_name -> tabula.v1.RequestHeader
+	102, // 71: tabula.v1.BatchGetRequest.header:type_name -> tabula.v1.RequestHeader
+	104, // 72: tabula.v1.BatchGetResponse.results:type_name -> tabula.v1.GetResponse
+	103, // 73: tabula.v1.MultiGetRequest.gets:type_name -> tabula.v1.GetRequest
+	109, // 74: tabula.v1.MultiGetResponse.results:type_name -> tabula.v1.MultiGetResult
+	104, // 75: tabula.v1.MultiGetResult.response:type_name -> tabula.v1.GetResponse
+	102, // 76: tabula.v1.PutRequest.header:type_name -> tabula.v1.RequestHeader
+	102, // 77: tabula.v1.DeleteRequest.header:type_name -> tabula.v1.RequestHeader
+	102, // 78: tabula.v1.CompareAndSwapRequest.header:type_name -> tabula.v1.RequestHeader
 	7,   // 79: tabula.v1.Mutation.op:type_name -> tabula.v1.Mutation.Op
-	101, // 80: tabula.v1.BatchWriteRequest.header:type_name -> tabula.v1.RequestHeader
-	115, // 81: tabula.v1.BatchWriteRequest.mutations:type_name -> tabula.v1.Mutation
-	101, // 82: tabula.v1.ScanRequest.header:type_name -> tabula.v1.RequestHeader
-	119, // 83: tabula.v1.ScanResponse.records:type_name -> tabula.v1.KeyValue
-	101, // 84: tabula.v1.CopyReplicaRequest.header:type_name -> tabula.v1.RequestHeader
-	119, // 85: tabula.v1.CopyReplicaChunk.records:type_name -> tabula.v1.KeyValue
-	101, // 86: tabula.v1.BulkUploadRequest.header:type_name -> tabula.v1.RequestHeader
-	29,  // 87: tabula.v1.BulkUploadRequest.file:type_name -> tabula.v1.BulkFile
-	101, // 88: tabula.v1.BulkUploadStatusRequest.header:type_name -> tabula.v1.RequestHeader
-	11,  // 89: tabula.v1.PartitionLogFailedResponse.partition:type_name -> tabula.v1.Partition
-	130, // 90: tabula.v1.ForgetServerResponse.lost:type_name -> tabula.v1.LostPartition
-	130, // 91: tabula.v1.ListDataLossResponse.lost:type_name -> tabula.v1.LostPartition
-	13,  // 92: tabula.v1.ClearDataLossResponse.map:type_name -> tabula.v1.PartitionMap
-	71,  // 93: tabula.v1.Master.CreateTable:input_type -> tabula.v1.CreateTableRequest
-	73,  // 94: tabula.v1.Master.DropTable:input_type -> tabula.v1.DropTableRequest
-	75,  // 95: tabula.v1.Master.ListTables:input_type -> tabula.v1.ListTablesRequest
-	77,  // 96: tabula.v1.Master.DescribeTable:input_type -> tabula.v1.DescribeTableRequest
-	79,  // 97: tabula.v1.Master.GetPartitionMap:input_type -> tabula.v1.GetPartitionMapRequest
-	81,  // 98: tabula.v1.Master.WatchPartitionMap:input_type -> tabula.v1.WatchPartitionMapRequest
-	83,  // 99: tabula.v1.Master.RegisterServer:input_type -> tabula.v1.RegisterServerRequest
-	85,  // 100: tabula.v1.Master.Heartbeat:input_type -> tabula.v1.HeartbeatRequest
-	126, // 101: tabula.v1.Master.PartitionLogFailed:input_type -> tabula.v1.PartitionLogFailedRequest
-	97,  // 102: tabula.v1.Master.ListServers:input_type -> tabula.v1.ListServersRequest
-	87,  // 103: tabula.v1.Master.BulkPublish:input_type -> tabula.v1.BulkPublishRequest
-	89,  // 104: tabula.v1.Master.BulkStored:input_type -> tabula.v1.BulkStoredRequest
-	91,  // 105: tabula.v1.Master.BulkStatus:input_type -> tabula.v1.BulkStatusRequest
-	93,  // 106: tabula.v1.Master.BulkRollback:input_type -> tabula.v1.BulkRollbackRequest
-	95,  // 107: tabula.v1.Master.BulkRollout:input_type -> tabula.v1.BulkRolloutRequest
-	69,  // 108: tabula.v1.Master.Stream:input_type -> tabula.v1.StreamRequest
-	16,  // 109: tabula.v1.Master.CoprocDeploy:input_type -> tabula.v1.CoprocDeployRequest
-	18,  // 110: tabula.v1.Master.CoprocList:input_type -> tabula.v1.CoprocListRequest
-	20,  // 111: tabula.v1.Master.CoprocRollback:input_type -> tabula.v1.CoprocRollbackRequest
-	22,  // 112: tabula.v1.Master.CoprocFetch:input_type -> tabula.v1.CoprocFetchRequest
-	128, // 113: tabula.v1.Master.ForgetServer:input_type -> tabula.v1.ForgetServerRequest
-	131, // 114: tabula.v1.Master.ListDataLoss:input_type -> tabula.v1.ListDataLossRequest
-	133, // 115: tabula.v1.Master.ClearDataLoss:input_type -> tabula.v1.ClearDataLossRequest
-	61,  // 116: tabula.v1.Master.MasterMembers:input_type -> tabula.v1.MasterMembersRequest
-	63,  // 117: tabula.v1.Master.AddMaster:input_type -> tabula.v1.AddMasterRequest
-	65,  // 118: tabula.v1.Master.RemoveMaster:input_type -> tabula.v1.RemoveMasterRequest
-	67,  // 119: tabula.v1.Master.TransferLeader:input_type -> tabula.v1.TransferLeaderRequest
-	56,  // 120: tabula.v1.Master.MovePartition:input_type -> tabula.v1.MovePartitionRequest
-	58,  // 121: tabula.v1.Master.DrainServer:input_type -> tabula.v1.DrainServerRequest
-	44,  // 122: tabula.v1.Master.CreateTenant:input_type -> tabula.v1.CreateTenantRequest
-	46,  // 123: tabula.v1.Master.ListTenants:input_type -> tabula.v1.ListTenantsRequest
-	48,  // 124: tabula.v1.Master.DescribeTenant:input_type -> tabula.v1.DescribeTenantRequest
-	50,  // 125: tabula.v1.Master.DeleteTenant:input_type -> tabula.v1.DeleteTenantRequest
-	52,  // 126: tabula.v1.Master.RotateTenantKey:input_type -> tabula.v1.RotateTenantKeyRequest
-	54,  // 127: tabula.v1.Master.TenantKeys:input_type -> tabula.v1.TenantKeysRequest
-	40,  // 128: tabula.v1.Master.SetTenantQuota:input_type -> tabula.v1.SetTenantQuotaRequest
-	102, // 129: tabula.v1.TableServer.Get:input_type -> tabula.v1.GetRequest
-	104, // 130: tabula.v1.TableServer.BatchGet:input_type -> tabula.v1.BatchGetRequest
-	106, // 131: tabula.v1.TableServer.MultiGet:input_type -> tabula.v1.MultiGetRequest
-	109, // 132: tabula.v1.TableServer.Put:input_type -> tabula.v1.PutRequest
-	111, // 133: tabula.v1.TableServer.Delete:input_type -> tabula.v1.DeleteRequest
-	113, // 134: tabula.v1.TableServer.CompareAndSwap:input_type -> tabula.v1.CompareAndSwapRequest
-	116, // 135: tabula.v1.TableServer.BatchWrite:input_type -> tabula.v1.BatchWriteRequest
-	118, // 136: tabula.v1.TableServer.Scan:input_type -> tabula.v1.ScanRequest
-	121, // 137: tabula.v1.TableServer.CopyReplica:input_type -> tabula.v1.CopyReplicaRequest
-	123, // 138: tabula.v1.TableServer.BulkUpload:input_type -> tabula.v1.BulkUploadRequest
-	124, // 139: tabula.v1.TableServer.BulkUploadStatus:input_type -> tabula.v1.BulkUploadStatusRequest
-	25,  // 140: tabula.v1.TableServer.Invoke:input_type -> tabula.v1.InvokeRequest
-	27,  // 141: tabula.v1.TableServer.CoprocMerge:input_type -> tabula.v1.CoprocMergeRequest
-	99,  // 142: tabula.v1.TableServer.Calls:input_type -> tabula.v1.CallRequest
-	72,  // 143: tabula.v1.Master.CreateTable:output_type -> tabula.v1.CreateTableResponse
-	74,  // 144: tabula.v1.Master.DropTable:output_type -> tabula.v1.DropTableResponse
-	76,  // 145: tabula.v1.Master.ListTables:output_type -> tabula.v1.ListTablesResponse
-	78,  // 146: tabula.v1.Master.DescribeTable:output_type -> tabula.v1.DescribeTableResponse
-	80,  // 147: tabula.v1.Master.GetPartitionMap:output_type -> tabula.v1.GetPartitionMapResponse
-	82,  // 148: tabula.v1.Master.WatchPartitionMap:output_type -> tabula.v1.WatchPartitionMapResponse
-	84,  // 149: tabula.v1.Master.RegisterServer:output_type -> tabula.v1.RegisterServerResponse
-	86,  // 150: tabula.v1.Master.Heartbeat:output_type -> tabula.v1.HeartbeatResponse
-	127, // 151: tabula.v1.Master.PartitionLogFailed:output_type -> tabula.v1.PartitionLogFailedResponse
-	98,  // 152: tabula.v1.Master.ListServers:output_type -> tabula.v1.ListServersResponse
-	88,  // 153: tabula.v1.Master.BulkPublish:output_type -> tabula.v1.BulkPublishResponse
-	90,  // 154: tabula.v1.Master.BulkStored:output_type -> tabula.v1.BulkStoredResponse
-	92,  // 155: tabula.v1.Master.BulkStatus:output_type -> tabula.v1.BulkStatusResponse
-	94,  // 156: tabula.v1.Master.BulkRollback:output_type -> tabula.v1.BulkRollbackResponse
-	96,  // 157: tabula.v1.Master.BulkRollout:output_type -> tabula.v1.BulkRolloutResponse
-	70,  // 158: tabula.v1.Master.Stream:output_type -> tabula.v1.StreamResponse
-	17,  // 159: tabula.v1.Master.CoprocDeploy:output_type -> tabula.v1.CoprocDeployResponse
-	19,  // 160: tabula.v1.Master.CoprocList:output_type -> tabula.v1.CoprocListResponse
-	21,  // 161: tabula.v1.Master.CoprocRollback:output_type -> tabula.v1.CoprocRollbackResponse
-	23,  // 162: tabula.v1.Master.CoprocFetch:output_type -> tabula.v1.CoprocFetchResponse
-	129, // 163: tabula.v1.Master.ForgetServer:output_type -> tabula.v1.ForgetServerResponse
-	132, // 164: tabula.v1.Master.ListDataLoss:output_type -> tabula.v1.ListDataLossResponse
-	134, // 165: tabula.v1.Master.ClearDataLoss:output_type -> tabula.v1.ClearDataLossResponse
-	62,  // 166: tabula.v1.Master.MasterMembers:output_type -> tabula.v1.MasterMembersResponse
-	64,  // 167: tabula.v1.Master.AddMaster:output_type -> tabula.v1.AddMasterResponse
-	66,  // 168: tabula.v1.Master.RemoveMaster:output_type -> tabula.v1.RemoveMasterResponse
-	68,  // 169: tabula.v1.Master.TransferLeader:output_type -> tabula.v1.TransferLeaderResponse
-	57,  // 170: tabula.v1.Master.MovePartition:output_type -> tabula.v1.MovePartitionResponse
-	59,  // 171: tabula.v1.Master.DrainServer:output_type -> tabula.v1.DrainServerResponse
-	45,  // 172: tabula.v1.Master.CreateTenant:output_type -> tabula.v1.CreateTenantResponse
-	47,  // 173: tabula.v1.Master.ListTenants:output_type -> tabula.v1.ListTenantsResponse
-	49,  // 174: tabula.v1.Master.DescribeTenant:output_type -> tabula.v1.DescribeTenantResponse
-	51,  // 175: tabula.v1.Master.DeleteTenant:output_type -> tabula.v1.DeleteTenantResponse
-	53,  // 176: tabula.v1.Master.RotateTenantKey:output_type -> tabula.v1.RotateTenantKeyResponse
-	55,  // 177: tabula.v1.Master.TenantKeys:output_type -> tabula.v1.TenantKeysResponse
-	41,  // 178: tabula.v1.Master.SetTenantQuota:output_type -> tabula.v1.SetTenantQuotaResponse
-	103, // 179: tabula.v1.TableServer.Get:output_type -> tabula.v1.GetResponse
-	105, // 180: tabula.v1.TableServer.BatchGet:output_type -> tabula.v1.BatchGetResponse
-	107, // 181: tabula.v1.TableServer.MultiGet:output_type -> tabula.v1.MultiGetResponse
-	110, // 182: tabula.v1.TableServer.Put:output_type -> tabula.v1.PutResponse
-	112, // 183: tabula.v1.TableServer.Delete:output_type -> tabula.v1.DeleteResponse
-	114, // 184: tabula.v1.TableServer.CompareAndSwap:output_type -> tabula.v1.CompareAndSwapResponse
-	117, // 185: tabula.v1.TableServer.BatchWrite:output_type -> tabula.v1.BatchWriteResponse
-	120, // 186: tabula.v1.TableServer.Scan:output_type -> tabula.v1.ScanResponse
-	122, // 187: tabula.v1.TableServer.CopyReplica:output_type -> tabula.v1.CopyReplicaChunk
-	125, // 188: tabula.v1.TableServer.BulkUpload:output_type -> tabula.v1.BulkUploadResponse
-	125, // 189: tabula.v1.TableServer.BulkUploadStatus:output_type -> tabula.v1.BulkUploadResponse
-	26,  // 190: tabula.v1.TableServer.Invoke:output_type -> tabula.v1.InvokeResponse
-	28,  // 191: tabula.v1.TableServer.CoprocMerge:output_type -> tabula.v1.CoprocMergeResponse
-	100, // 192: tabula.v1.TableServer.Calls:output_type -> tabula.v1.CallResponse
-	143, // [143:193] is the sub-list for method output_type
-	93,  // [93:143] is the sub-list for method input_type
-	93,  // [93:93] is the sub-list for extension type_name
-	93,  // [93:93] is the sub-list for extension extendee
-	0,   // [0:93] is the sub-list for field type_name
+	117, // 80: tabula.v1.Mutation.condition:type_name -> tabula.v1.Condition
+	8,   // 81: tabula.v1.Condition.kind:type_name -> tabula.v1.Condition.Kind
+	102, // 82: tabula.v1.BatchWriteRequest.header:type_name -> tabula.v1.RequestHeader
+	116, // 83: tabula.v1.BatchWriteRequest.mutations:type_name -> tabula.v1.Mutation
+	102, // 84: tabula.v1.ScanRequest.header:type_name -> tabula.v1.RequestHeader
+	121, // 85: tabula.v1.ScanResponse.records:type_name -> tabula.v1.KeyValue
+	102, // 86: tabula.v1.CopyReplicaRequest.header:type_name -> tabula.v1.RequestHeader
+	121, // 87: tabula.v1.CopyReplicaChunk.records:type_name -> tabula.v1.KeyValue
+	102, // 88: tabula.v1.BulkUploadRequest.header:type_name -> tabula.v1.RequestHeader
+	30,  // 89: tabula.v1.BulkUploadRequest.file:type_name -> tabula.v1.BulkFile
+	102, // 90: tabula.v1.BulkUploadStatusRequest.header:type_name -> tabula.v1.RequestHeader
+	12,  // 91: tabula.v1.PartitionLogFailedResponse.partition:type_name -> tabula.v1.Partition
+	132, // 92: tabula.v1.ForgetServerResponse.lost:type_name -> tabula.v1.LostPartition
+	132, // 93: tabula.v1.ListDataLossResponse.lost:type_name -> tabula.v1.LostPartition
+	14,  // 94: tabula.v1.ClearDataLossResponse.map:type_name -> tabula.v1.PartitionMap
+	72,  // 95: tabula.v1.Master.CreateTable:input_type -> tabula.v1.CreateTableRequest
+	74,  // 96: tabula.v1.Master.DropTable:input_type -> tabula.v1.DropTableRequest
+	76,  // 97: tabula.v1.Master.ListTables:input_type -> tabula.v1.ListTablesRequest
+	78,  // 98: tabula.v1.Master.DescribeTable:input_type -> tabula.v1.DescribeTableRequest
+	80,  // 99: tabula.v1.Master.GetPartitionMap:input_type -> tabula.v1.GetPartitionMapRequest
+	82,  // 100: tabula.v1.Master.WatchPartitionMap:input_type -> tabula.v1.WatchPartitionMapRequest
+	84,  // 101: tabula.v1.Master.RegisterServer:input_type -> tabula.v1.RegisterServerRequest
+	86,  // 102: tabula.v1.Master.Heartbeat:input_type -> tabula.v1.HeartbeatRequest
+	128, // 103: tabula.v1.Master.PartitionLogFailed:input_type -> tabula.v1.PartitionLogFailedRequest
+	98,  // 104: tabula.v1.Master.ListServers:input_type -> tabula.v1.ListServersRequest
+	88,  // 105: tabula.v1.Master.BulkPublish:input_type -> tabula.v1.BulkPublishRequest
+	90,  // 106: tabula.v1.Master.BulkStored:input_type -> tabula.v1.BulkStoredRequest
+	92,  // 107: tabula.v1.Master.BulkStatus:input_type -> tabula.v1.BulkStatusRequest
+	94,  // 108: tabula.v1.Master.BulkRollback:input_type -> tabula.v1.BulkRollbackRequest
+	96,  // 109: tabula.v1.Master.BulkRollout:input_type -> tabula.v1.BulkRolloutRequest
+	70,  // 110: tabula.v1.Master.Stream:input_type -> tabula.v1.StreamRequest
+	17,  // 111: tabula.v1.Master.CoprocDeploy:input_type -> tabula.v1.CoprocDeployRequest
+	19,  // 112: tabula.v1.Master.CoprocList:input_type -> tabula.v1.CoprocListRequest
+	21,  // 113: tabula.v1.Master.CoprocRollback:input_type -> tabula.v1.CoprocRollbackRequest
+	23,  // 114: tabula.v1.Master.CoprocFetch:input_type -> tabula.v1.CoprocFetchRequest
+	130, // 115: tabula.v1.Master.ForgetServer:input_type -> tabula.v1.ForgetServerRequest
+	133, // 116: tabula.v1.Master.ListDataLoss:input_type -> tabula.v1.ListDataLossRequest
+	135, // 117: tabula.v1.Master.ClearDataLoss:input_type -> tabula.v1.ClearDataLossRequest
+	62,  // 118: tabula.v1.Master.MasterMembers:input_type -> tabula.v1.MasterMembersRequest
+	64,  // 119: tabula.v1.Master.AddMaster:input_type -> tabula.v1.AddMasterRequest
+	66,  // 120: tabula.v1.Master.RemoveMaster:input_type -> tabula.v1.RemoveMasterRequest
+	68,  // 121: tabula.v1.Master.TransferLeader:input_type -> tabula.v1.TransferLeaderRequest
+	57,  // 122: tabula.v1.Master.MovePartition:input_type -> tabula.v1.MovePartitionRequest
+	59,  // 123: tabula.v1.Master.DrainServer:input_type -> tabula.v1.DrainServerRequest
+	45,  // 124: tabula.v1.Master.CreateTenant:input_type -> tabula.v1.CreateTenantRequest
+	47,  // 125: tabula.v1.Master.ListTenants:input_type -> tabula.v1.ListTenantsRequest
+	49,  // 126: tabula.v1.Master.DescribeTenant:input_type -> tabula.v1.DescribeTenantRequest
+	51,  // 127: tabula.v1.Master.DeleteTenant:input_type -> tabula.v1.DeleteTenantRequest
+	53,  // 128: tabula.v1.Master.RotateTenantKey:input_type -> tabula.v1.RotateTenantKeyRequest
+	55,  // 129: tabula.v1.Master.TenantKeys:input_type -> tabula.v1.TenantKeysRequest
+	41,  // 130: tabula.v1.Master.SetTenantQuota:input_type -> tabula.v1.SetTenantQuotaRequest
+	103, // 131: tabula.v1.TableServer.Get:input_type -> tabula.v1.GetRequest
+	105, // 132: tabula.v1.TableServer.BatchGet:input_type -> tabula.v1.BatchGetRequest
+	107, // 133: tabula.v1.TableServer.MultiGet:input_type -> tabula.v1.MultiGetRequest
+	110, // 134: tabula.v1.TableServer.Put:input_type -> tabula.v1.PutRequest
+	112, // 135: tabula.v1.TableServer.Delete:input_type -> tabula.v1.DeleteRequest
+	114, // 136: tabula.v1.TableServer.CompareAndSwap:input_type -> tabula.v1.CompareAndSwapRequest
+	118, // 137: tabula.v1.TableServer.BatchWrite:input_type -> tabula.v1.BatchWriteRequest
+	120, // 138: tabula.v1.TableServer.Scan:input_type -> tabula.v1.ScanRequest
+	123, // 139: tabula.v1.TableServer.CopyReplica:input_type -> tabula.v1.CopyReplicaRequest
+	125, // 140: tabula.v1.TableServer.BulkUpload:input_type -> tabula.v1.BulkUploadRequest
+	126, // 141: tabula.v1.TableServer.BulkUploadStatus:input_type -> tabula.v1.BulkUploadStatusRequest
+	26,  // 142: tabula.v1.TableServer.Invoke:input_type -> tabula.v1.InvokeRequest
+	28,  // 143: tabula.v1.TableServer.CoprocMerge:input_type -> tabula.v1.CoprocMergeRequest
+	100, // 144: tabula.v1.TableServer.Calls:input_type -> tabula.v1.CallRequest
+	73,  // 145: tabula.v1.Master.CreateTable:output_type -> tabula.v1.CreateTableResponse
+	75,  // 146: tabula.v1.Master.DropTable:output_type -> tabula.v1.DropTableResponse
+	77,  // 147: tabula.v1.Master.ListTables:output_type -> tabula.v1.ListTablesResponse
+	79,  // 148: tabula.v1.Master.DescribeTable:output_type -> tabula.v1.DescribeTableResponse
+	81,  // 149: tabula.v1.Master.GetPartitionMap:output_type -> tabula.v1.GetPartitionMapResponse
+	83,  // 150: tabula.v1.Master.WatchPartitionMap:output_type -> tabula.v1.WatchPartitionMapResponse
+	85,  // 151: tabula.v1.Master.RegisterServer:output_type -> tabula.v1.RegisterServerResponse
+	87,  // 152: tabula.v1.Master.Heartbeat:output_type -> tabula.v1.HeartbeatResponse
+	129, // 153: tabula.v1.Master.PartitionLogFailed:output_type -> tabula.v1.PartitionLogFailedResponse
+	99,  // 154: tabula.v1.Master.ListServers:output_type -> tabula.v1.ListServersResponse
+	89,  // 155: tabula.v1.Master.BulkPublish:output_type -> tabula.v1.BulkPublishResponse
+	91,  // 156: tabula.v1.Master.BulkStored:output_type -> tabula.v1.BulkStoredResponse
+	93,  // 157: tabula.v1.Master.BulkStatus:output_type -> tabula.v1.BulkStatusResponse
+	95,  // 158: tabula.v1.Master.BulkRollback:output_type -> tabula.v1.BulkRollbackResponse
+	97,  // 159: tabula.v1.Master.BulkRollout:output_type -> tabula.v1.BulkRolloutResponse
+	71,  // 160: tabula.v1.Master.Stream:output_type -> tabula.v1.StreamResponse
+	18,  // 161: tabula.v1.Master.CoprocDeploy:output_type -> tabula.v1.CoprocDeployResponse
+	20,  // 162: tabula.v1.Master.CoprocList:output_type -> tabula.v1.CoprocListResponse
+	22,  // 163: tabula.v1.Master.CoprocRollback:output_type -> tabula.v1.CoprocRollbackResponse
+	24,  // 164: tabula.v1.Master.CoprocFetch:output_type -> tabula.v1.CoprocFetchResponse
+	131, // 165: tabula.v1.Master.ForgetServer:output_type -> tabula.v1.ForgetServerResponse
+	134, // 166: tabula.v1.Master.ListDataLoss:output_type -> tabula.v1.ListDataLossResponse
+	136, // 167: tabula.v1.Master.ClearDataLoss:output_type -> tabula.v1.ClearDataLossResponse
+	63,  // 168: tabula.v1.Master.MasterMembers:output_type -> tabula.v1.MasterMembersResponse
+	65,  // 169: tabula.v1.Master.AddMaster:output_type -> tabula.v1.AddMasterResponse
+	67,  // 170: tabula.v1.Master.RemoveMaster:output_type -> tabula.v1.RemoveMasterResponse
+	69,  // 171: tabula.v1.Master.TransferLeader:output_type -> tabula.v1.TransferLeaderResponse
+	58,  // 172: tabula.v1.Master.MovePartition:output_type -> tabula.v1.MovePartitionResponse
+	60,  // 173: tabula.v1.Master.DrainServer:output_type -> tabula.v1.DrainServerResponse
+	46,  // 174: tabula.v1.Master.CreateTenant:output_type -> tabula.v1.CreateTenantResponse
+	48,  // 175: tabula.v1.Master.ListTenants:output_type -> tabula.v1.ListTenantsResponse
+	50,  // 176: tabula.v1.Master.DescribeTenant:output_type -> tabula.v1.DescribeTenantResponse
+	52,  // 177: tabula.v1.Master.DeleteTenant:output_type -> tabula.v1.DeleteTenantResponse
+	54,  // 178: tabula.v1.Master.RotateTenantKey:output_type -> tabula.v1.RotateTenantKeyResponse
+	56,  // 179: tabula.v1.Master.TenantKeys:output_type -> tabula.v1.TenantKeysResponse
+	42,  // 180: tabula.v1.Master.SetTenantQuota:output_type -> tabula.v1.SetTenantQuotaResponse
+	104, // 181: tabula.v1.TableServer.Get:output_type -> tabula.v1.GetResponse
+	106, // 182: tabula.v1.TableServer.BatchGet:output_type -> tabula.v1.BatchGetResponse
+	108, // 183: tabula.v1.TableServer.MultiGet:output_type -> tabula.v1.MultiGetResponse
+	111, // 184: tabula.v1.TableServer.Put:output_type -> tabula.v1.PutResponse
+	113, // 185: tabula.v1.TableServer.Delete:output_type -> tabula.v1.DeleteResponse
+	115, // 186: tabula.v1.TableServer.CompareAndSwap:output_type -> tabula.v1.CompareAndSwapResponse
+	119, // 187: tabula.v1.TableServer.BatchWrite:output_type -> tabula.v1.BatchWriteResponse
+	122, // 188: tabula.v1.TableServer.Scan:output_type -> tabula.v1.ScanResponse
+	124, // 189: tabula.v1.TableServer.CopyReplica:output_type -> tabula.v1.CopyReplicaChunk
+	127, // 190: tabula.v1.TableServer.BulkUpload:output_type -> tabula.v1.BulkUploadResponse
+	127, // 191: tabula.v1.TableServer.BulkUploadStatus:output_type -> tabula.v1.BulkUploadResponse
+	27,  // 192: tabula.v1.TableServer.Invoke:output_type -> tabula.v1.InvokeResponse
+	29,  // 193: tabula.v1.TableServer.CoprocMerge:output_type -> tabula.v1.CoprocMergeResponse
+	101, // 194: tabula.v1.TableServer.Calls:output_type -> tabula.v1.CallResponse
+	145, // [145:195] is the sub-list for method output_type
+	95,  // [95:145] is the sub-list for method input_type
+	95,  // [95:95] is the sub-list for extension type_name
+	95,  // [95:95] is the sub-list for extension extendee
+	0,   // [0:95] is the sub-list for field type_name
 }
 
 func init() { file_tabula_proto_init() }
@@ -10324,8 +10484,8 @@ func file_tabula_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tabula_proto_rawDesc), len(file_tabula_proto_rawDesc)),
-			NumEnums:      8,
-			NumMessages:   127,
+			NumEnums:      9,
+			NumMessages:   128,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

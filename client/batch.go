@@ -22,11 +22,72 @@ type GetResult struct {
 }
 
 // Mutation is one write in BatchWrite: a put of Value (with TTL, 0 meaning
-// the table's default) or, when Delete is set, a delete.
+// the table's default) or, when Delete is set, a delete; applied only if
+// Cond holds (the zero Condition always does).
 type Mutation struct {
 	Key, Value []byte
 	Delete     bool
 	TTL        time.Duration
+	Cond       Condition
+}
+
+// ConditionKind says what a Condition requires of a key.
+type ConditionKind int
+
+const (
+	// CondNone: no condition (the zero value).
+	CondNone ConditionKind = iota
+	// CondAbsent: the key does not exist (an insert).
+	CondAbsent
+	// CondPresent: the key exists, with any value.
+	CondPresent
+	// CondPrefix: the key exists and its value starts with
+	// Condition.Prefix (a version or ETag kept at the value's start).
+	CondPrefix
+)
+
+// Condition is what a key's state must be, before the batch, for a
+// BatchWrite to apply its partition's mutations. Conditions are checked
+// atomically with the write against the partition's state, including
+// writes in flight; an expired record counts as absent. If one fails,
+// none of the partition's mutations apply and BatchWrite returns a
+// *ConditionFailedError. Mutations with conditions in one partition must
+// name distinct keys (INVALID_ARGUMENT duplicate_key otherwise).
+//
+// Atomicity holds per partition: a batch whose keys span partitions
+// applies each partition's share, conditions included, on its own, so
+// some partitions may apply while another's condition fails. For an
+// all-or-nothing compare-and-set over several keys, keep them in one
+// partition (on an ordered table, one key range; on a point table, one
+// key's hash partition).
+type Condition struct {
+	Kind ConditionKind
+	// Prefix is the value's required start (CondPrefix only; empty
+	// matches any present value).
+	Prefix []byte
+}
+
+func (c Condition) proto() (*api.Condition, error) {
+	var k api.Condition_Kind
+	switch c.Kind {
+	case CondNone:
+		if len(c.Prefix) > 0 {
+			return nil, api.InvalidArgument("mutations.cond", "condition_invalid", 0, "a Prefix without Kind CondPrefix")
+		}
+		return nil, nil
+	case CondAbsent:
+		k = api.Condition_KIND_ABSENT
+	case CondPresent:
+		k = api.Condition_KIND_PRESENT
+	case CondPrefix:
+		k = api.Condition_KIND_PREFIX
+	default:
+		return nil, api.InvalidArgument("mutations.cond", "condition_invalid", 0, "condition kind %d is none of CondNone, CondAbsent, CondPresent, CondPrefix", c.Kind)
+	}
+	if len(c.Prefix) > 0 && c.Kind != CondPrefix {
+		return nil, api.InvalidArgument("mutations.cond", "condition_invalid", 0, "a Prefix without Kind CondPrefix")
+	}
+	return &api.Condition{Kind: k, Prefix: c.Prefix}, nil
 }
 
 // group splits the items idx (indices into routes) by partition of m, in
@@ -262,6 +323,21 @@ func (t *Table) batchGet(ctx context.Context, keys [][]byte, routes []route, idx
 	})
 }
 
+// failedCondition returns the index in its request of the mutation whose
+// condition err reports failed (FAILED_PRECONDITION condition_failed,
+// field "mutations[i]"), if it is that error.
+func failedCondition(err error, n int) (int, bool) {
+	d := api.DetailOf(err)
+	if err == nil || d.GetCode() != api.ErrorCode_ERROR_CODE_FAILED_PRECONDITION || d.GetReason() != "condition_failed" {
+		return 0, false
+	}
+	var i int
+	if _, serr := fmt.Sscanf(d.GetField(), "mutations[%d]", &i); serr != nil || i < 0 || i >= n {
+		return 0, false
+	}
+	return i, true
+}
+
 // BatchWrite applies mutations. The mutations of each partition go in one
 // request that the partition applies atomically (all or none; in the order
 // given, so a later mutation of a key wins); the partitions are written in
@@ -280,6 +356,12 @@ func (t *Table) batchGet(ctx context.Context, keys [][]byte, routes []route, idx
 // WithRequestID(err's RequestID) applies each partition's share at most
 // once. ReportLSN reports only for a batch within one partition; a Session
 // records every partition's LSN. WithTTL does not apply (Mutation.TTL does).
+//
+// Mutations may carry conditions (Mutation.Cond; see Condition): if one
+// fails, its partition's mutations apply none, and BatchWrite returns a
+// *ConditionFailedError naming the mutation's index in muts. Other
+// partitions' shares may still have applied: the call is atomic per
+// partition only.
 func (t *Table) BatchWrite(ctx context.Context, muts []Mutation, opts ...WriteOption) error {
 	const op = "batch write to"
 	if t.err != nil {
@@ -303,9 +385,13 @@ func (t *Table) BatchWrite(ctx context.Context, muts []Mutation, opts ...WriteOp
 		if err != nil {
 			return t.errf(op, fmt.Errorf("mutation %d: %w", i, err))
 		}
-		pb := &api.Mutation{Op: api.Mutation_OP_PUT, Key: mu.Key, Value: mu.Value, TtlMs: ttl}
+		cond, err := mu.Cond.proto()
+		if err != nil {
+			return t.errf(op, fmt.Errorf("mutation %d: %w", i, err))
+		}
+		pb := &api.Mutation{Op: api.Mutation_OP_PUT, Key: mu.Key, Value: mu.Value, TtlMs: ttl, Condition: cond}
 		if mu.Delete {
-			pb = &api.Mutation{Op: api.Mutation_OP_DELETE, Key: mu.Key}
+			pb = &api.Mutation{Op: api.Mutation_OP_DELETE, Key: mu.Key, Condition: cond}
 		}
 		pbs[i] = pb
 		routes[i] = routeOf(mu.Key)
@@ -362,6 +448,9 @@ func (t *Table) batchWrite(ctx context.Context, pbs []*api.Mutation, routes []ro
 			}})
 		if errors.Is(err, errRegroup) {
 			return t.batchWrite(ctx, pbs, routes, g, wo, lsns)
+		}
+		if i, ok := failedCondition(err, len(g)); ok {
+			return &ConditionFailedError{Index: g[i], Err: err}
 		}
 		if err == nil {
 			lsns.add(pid, lsn)

@@ -89,7 +89,11 @@
 //
 // BatchGet and BatchWrite split their keys by partition and send one request
 // per partition, in parallel, each retried on its own. A BatchWrite is atomic
-// per partition, not across partitions. Scan streams each partition in turn;
+// per partition, not across partitions. Its mutations may carry conditions
+// (Mutation.Cond: the key absent, present, or its value starting with given
+// bytes), checked atomically with the write against the partition's state:
+// a compare-and-set over several keys of one partition, all or nothing; a
+// failed one is a *ConditionFailedError. Scan streams each partition in turn;
 // a partition's scan is retried only before its first record, so a record is
 // never delivered twice.
 //

@@ -90,3 +90,22 @@ func (e *OutcomeUnknownError) Unwrap() error { return e.Err }
 
 // Is matches ErrOutcomeUnknown.
 func (e *OutcomeUnknownError) Is(target error) bool { return target == ErrOutcomeUnknown }
+
+// ConditionFailedError is BatchWrite's error when a mutation's condition
+// (Mutation.Cond) did not hold: none of that partition's mutations were
+// applied. Find it with errors.As; Err is the server's refusal
+// (api.CodeOf(err) is FAILED_PRECONDITION, reason condition_failed), its
+// message saying what the key's state was.
+type ConditionFailedError struct {
+	// Index is the failed mutation's index in the muts given to BatchWrite.
+	Index int
+	// Err is the server's error.
+	Err error
+}
+
+func (e *ConditionFailedError) Error() string {
+	return fmt.Sprintf("mutation %d: condition failed: %v", e.Index, e.Err)
+}
+
+// Unwrap returns the server's error.
+func (e *ConditionFailedError) Unwrap() error { return e.Err }

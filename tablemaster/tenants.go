@@ -2,6 +2,7 @@ package tablemaster
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 
@@ -88,8 +89,12 @@ func (m *Master) CreateTenant(ctx context.Context, req *api.CreateTenantRequest)
 	if err := errValidateName("tenant", req.Tenant); err != nil {
 		return nil, err
 	}
+	keys, err := newTenantKeys(req.Keys)
+	if err != nil {
+		return nil, err
+	}
 	_, st, err := m.propose(Command{Op: OpCreateTenant, Tenant: req.Tenant, UnixMs: m.opts.Now().UnixMilli(),
-		Keys: [][]byte{auth.NewKey(), auth.NewKey()}, Quota: quotaOrNil(req.Quota), RequestID: requestIDOf(ctx)}, nil, nil)
+		Keys: keys, Quota: quotaOrNil(req.Quota), RequestID: requestIDOf(ctx)}, nil, nil)
 	if err != nil {
 		return nil, rpcError("create tenant", err)
 	}
@@ -99,6 +104,27 @@ func (m *Master) CreateTenant(ctx context.Context, req *api.CreateTenantRequest)
 	}
 	m.logger.Info("tablemaster: tenant created", "tenant", req.Tenant)
 	return &api.CreateTenantResponse{Tenant: m.tenantInfo(st, t, true)}, nil
+}
+
+// newTenantKeys returns a new tenant's two keys: the request's, as many as
+// it gives (at most two, each auth.KeyBytes long: an account whose key is
+// published, such as the Azure emulator's), then fresh random ones.
+func newTenantKeys(given [][]byte) ([][]byte, error) {
+	if len(given) > 2 {
+		return nil, api.InvalidArgument("keys", "tenant_keys", 2, "%d keys given; a tenant has 2 (key 1, key 2)", len(given))
+	}
+	keys := make([][]byte, 2)
+	for i := range keys {
+		if i >= len(given) {
+			keys[i] = auth.NewKey()
+			continue
+		}
+		if len(given[i]) != auth.KeyBytes {
+			return nil, api.InvalidArgument(fmt.Sprintf("keys[%d]", i), "tenant_key", auth.KeyBytes, "key %d is %d bytes; a tenant key is %d bytes (512 bits)", i+1, len(given[i]), auth.KeyBytes)
+		}
+		keys[i] = slices.Clone(given[i])
+	}
+	return keys, nil
 }
 
 // ListTenants implements api.MasterServer.

@@ -18,6 +18,17 @@
 //	key hashes into the partition? NOT_OWNER    (with the entry that holds it)
 //	key and value within limits?   INVALID_ARGUMENT (field, limit)
 //
+// # Conditional batches
+//
+// A BatchWrite's mutations may carry conditions (conditions.go: the key
+// absent, present, or its value starting with given bytes). They are
+// checked against the partition's state before the batch, writes in
+// flight included, in the same step that numbers the write, so the batch
+// is an all-or-nothing compare-and-set: one failed condition applies
+// nothing (FAILED_PRECONDITION "condition_failed", field "mutations[i]").
+// A retry of a request still in flight waits for it rather than deciding
+// again against its own writes.
+//
 // # Leases
 //
 // A server may serve only while its lease holds: the lease runs for

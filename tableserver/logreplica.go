@@ -63,6 +63,10 @@ type logReplica struct {
 	overlay map[string]overlayEntry
 	waiters map[uint64]chan writeResult
 	nextTok uint64
+	// appliedCh, when a retry waits for its request in flight, is closed
+	// (and set to nil) after the next records apply or the overlay is
+	// dropped.
+	appliedCh chan struct{}
 	// appended maps the LSNs sent to the current extent to where their
 	// entries end, for the seal-and-continue point.
 	appended []lsnEnd
@@ -238,6 +242,7 @@ func (l *logReplica) update(p *api.Partition, serverID string) {
 				l.log.Error("cannot become secondary", "err", err)
 			}
 			clear(l.overlay)
+			l.notifyAppliedLocked()
 			l.appended = nil
 			l.resealing = false
 			l.caughtUp = false
@@ -259,6 +264,7 @@ func (l *logReplica) update(p *api.Partition, serverID string) {
 			}
 		}
 		clear(l.overlay)
+		l.notifyAppliedLocked()
 		l.appended = nil
 		l.resealing = false
 		l.caughtUp = false
@@ -266,6 +272,7 @@ func (l *logReplica) update(p *api.Partition, serverID string) {
 	default:
 		l.core.Close()
 		clear(l.overlay)
+		l.notifyAppliedLocked()
 		l.caughtUp = false
 	}
 	if prev.role != w.role || prev.extent != w.extent {
@@ -328,6 +335,13 @@ func (l *logReplica) write(ctx context.Context, epoch uint64, reqID string, fn d
 		if lsn, res, ok, err := l.committedRequest(reqID); err != nil || ok {
 			l.mu.Unlock()
 			return lsn, res, err
+		}
+		if o, ok := l.overlay[string(requestKey(reqID))]; ok {
+			// A retry of a write in flight: its outcome was decided when
+			// it was numbered, and deciding again would see the write's
+			// own mutations (a conditional write would fail against
+			// itself). Wait for it to apply and return its outcome.
+			return l.awaitRequest(ctx, epoch, reqID, o.lsn) // unlocks l.mu
 		}
 	}
 	muts, result, err := fn(l.getLocked)
@@ -416,6 +430,51 @@ func (l *logReplica) write(ctx context.Context, epoch uint64, reqID string, fn d
 		return r.lsn, r.result, r.err
 	case <-ctx.Done():
 		return 0, nil, api.Errorf(api.ErrorCode_ERROR_CODE_UNAVAILABLE, "outcome_unknown", "partition %d: the write (LSN %d) was not acknowledged before the deadline; it may still apply: retry with the same request id", l.pid, lsn)
+	}
+}
+
+// awaitRequest waits, l.mu held on entry and released, until the write
+// of request id reqID, in flight with LSN lsn, applies, and returns its
+// kept outcome. If the write leaves the overlay unapplied (the primary
+// changed), its outcome is unknown.
+func (l *logReplica) awaitRequest(ctx context.Context, epoch uint64, reqID string, lsn uint64) (uint64, []byte, error) {
+	wait := time.NewTimer(maxWriteWait)
+	defer wait.Stop()
+	for {
+		if l.appliedCh == nil {
+			l.appliedCh = make(chan struct{})
+		}
+		ch := l.appliedCh
+		l.mu.Unlock()
+		select {
+		case <-wait.C:
+			return 0, nil, api.Errorf(api.ErrorCode_ERROR_CODE_UNAVAILABLE, "outcome_unknown", "partition %d: the write of request %q (LSN %d) was not applied within %v; it may still apply: retry with the same request id", l.pid, reqID, lsn, maxWriteWait)
+		case <-ctx.Done():
+			return 0, nil, api.Errorf(api.ErrorCode_ERROR_CODE_UNAVAILABLE, "outcome_unknown", "partition %d: the write of request %q (LSN %d) was not applied before the deadline; it may still apply: retry with the same request id", l.pid, reqID, lsn)
+		case <-ch:
+		}
+		l.mu.Lock()
+		if lsn, res, ok, err := l.committedRequest(reqID); err != nil || ok {
+			l.mu.Unlock()
+			return lsn, res, err
+		}
+		if o, ok := l.overlay[string(requestKey(reqID))]; !ok || o.lsn != lsn {
+			err := l.writableLocked(epoch)
+			l.mu.Unlock()
+			if err != nil {
+				return 0, nil, err
+			}
+			return 0, nil, api.Errorf(api.ErrorCode_ERROR_CODE_UNAVAILABLE, "outcome_unknown", "partition %d: the write of request %q (LSN %d) was dropped unapplied (the log was reconfigured); it may still apply: retry with the same request id", l.pid, reqID, lsn)
+		}
+	}
+}
+
+// notifyAppliedLocked wakes the retries waiting for their requests in
+// flight (awaitRequest).
+func (l *logReplica) notifyAppliedLocked() {
+	if l.appliedCh != nil {
+		close(l.appliedCh)
+		l.appliedCh = nil
 	}
 }
 
@@ -525,6 +584,7 @@ func (l *logReplica) pump() {
 				}
 			}
 		}
+		l.notifyAppliedLocked()
 		l.core.Advance(rd)
 		l.releaseHoldLocked()
 		l.answerLocked(rd)

@@ -600,6 +600,7 @@ func (l *logReplica) resetLocked(applied uint64) {
 		l.extent = 0
 	}
 	clear(l.overlay)
+	l.notifyAppliedLocked()
 	l.appended = nil
 	l.caughtUp, l.synced = false, false
 	l.needCopy = applied == 0

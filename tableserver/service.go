@@ -577,21 +577,49 @@ func (s *service) BatchWrite(ctx context.Context, req *api.BatchWriteRequest) (*
 	if total > api.MaxBatchBytes {
 		return nil, api.InvalidArgument("mutations", "batch_too_large", api.MaxBatchBytes, "BatchWrite carries %d bytes; the limit is %d", total, api.MaxBatchBytes)
 	}
+	conds, err := parseConditions(muts, r.maxValue())
+	if err != nil {
+		return nil, err
+	}
 	settled, err := s.chargeWrite(r, len(muts), total)
 	if err != nil {
 		return nil, err
 	}
 	defer settled()
 	if r.log != nil {
-		return s.loggedBatch(ctx, r, req, batch)
+		return s.loggedBatch(ctx, r, req, batch, conds)
 	}
-	r.order.RLock()
-	err = w.Apply(batch)
-	r.order.RUnlock()
+	if len(conds) == 0 {
+		r.order.RLock()
+		err = w.Apply(batch)
+		r.order.RUnlock()
+	} else {
+		// Held exclusively, as a coprocessor's commit does: no other
+		// write lands between the check and the batch.
+		r.order.Lock()
+		err = checkConditions(conds, muts, r.getPlain)
+		if err == nil {
+			err = w.Apply(batch)
+		}
+		r.order.Unlock()
+		if api.CodeOf(err) == api.ErrorCode_ERROR_CODE_FAILED_PRECONDITION {
+			return nil, err
+		}
+	}
 	if err != nil {
 		return nil, engineErr(r, err)
 	}
 	return &api.BatchWriteResponse{}, nil
+}
+
+// getPlain reads key from r's engine (a partition without a log: no
+// writes in flight to see) in the form checkConditions takes.
+func (r *replica) getPlain(key []byte) ([]byte, bool, error) {
+	v, _, err := r.engine.Get(key)
+	if errors.Is(err, engines.ErrNotFound) {
+		return nil, false, nil
+	}
+	return v, err == nil, err
 }
 
 // Scan implements api.TableServerServer.

@@ -106,8 +106,17 @@ func (s *Server) loggedCAS(ctx context.Context, r *replica, req *api.CompareAndS
 	return resp, nil
 }
 
-func (s *Server) loggedBatch(ctx context.Context, r *replica, req *api.BatchWriteRequest, batch []engines.Mutation) (*api.BatchWriteResponse, error) {
-	lsn, _, err := logged(ctx, r, req.GetHeader(), req.GetRequestId(), outcomeBatch, func(func([]byte) ([]byte, bool, error)) ([]engines.Mutation, []byte, error) {
+// loggedBatch decides a batch against conds (none: it always applies). A
+// failed condition decides nothing, so nothing is logged or kept under the
+// request id: a retry checks the conditions again.
+func (s *Server) loggedBatch(ctx context.Context, r *replica, req *api.BatchWriteRequest, batch []engines.Mutation, conds []batchCond) (*api.BatchWriteResponse, error) {
+	lsn, _, err := logged(ctx, r, req.GetHeader(), req.GetRequestId(), outcomeBatch, func(get func([]byte) ([]byte, bool, error)) ([]engines.Mutation, []byte, error) {
+		if err := checkConditions(conds, req.GetMutations(), get); err != nil {
+			if api.CodeOf(err) != api.ErrorCode_ERROR_CODE_FAILED_PRECONDITION {
+				err = engineErr(r, err)
+			}
+			return nil, nil, err
+		}
 		return batch, []byte{outcomeBatch}, nil
 	})
 	if err != nil {

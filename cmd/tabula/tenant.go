@@ -37,20 +37,36 @@ func printKeys(g *globals, cmd *cobra.Command, t *api.TenantInfo) {
 func tenantCreateCmd(g *globals) *cobra.Command {
 	var save bool
 	var profile string
+	var keyFlags []string
 	var qf quotaFlags
 	cmd := &cobra.Command{
 		Use:   "create NAME",
 		Short: "Create a tenant with two fresh keys and print them",
-		Args:  cobra.ExactArgs(1),
+		Long: `Create a tenant with two fresh keys and print them. --key gives key 1 (and, a second
+time, key 2) instead: for an account whose key is already known, such as the Azure
+storage emulator's devstoreaccount1. A key is 64 bytes in base64 (standard or URL-safe,
+padded or not); a key not given is generated.`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			q, err := qf.quota(cmd.Flags(), nil)
 			if err != nil {
 				return err
 			}
+			if len(keyFlags) > 2 {
+				return fmt.Errorf("create tenant %s: %d --key flags; a tenant has 2 keys", args[0], len(keyFlags))
+			}
+			var keys [][]byte
+			for i, s := range keyFlags {
+				k, err := client.DecodeKey(s)
+				if err != nil {
+					return fmt.Errorf("create tenant %s: --key %d: %w", args[0], i+1, err)
+				}
+				keys = append(keys, k)
+			}
 			ctx, cancel := g.withTimeout(cmd.Context())
 			defer cancel()
 			resp, err := masterCallFor(ctx, g, func(mc api.MasterClient) (*api.CreateTenantResponse, error) {
-				return mc.CreateTenant(ctx, &api.CreateTenantRequest{Tenant: args[0], Quota: q})
+				return mc.CreateTenant(ctx, &api.CreateTenantRequest{Tenant: args[0], Quota: q, Keys: keys})
 			})
 			if err != nil {
 				return fmt.Errorf("create tenant %s: %w", args[0], err)
@@ -76,6 +92,7 @@ func tenantCreateCmd(g *globals) *cobra.Command {
 	}
 	cmd.Flags().BoolVar(&save, "save-profile", false, "save key 1 and --master as a profile in the profile file")
 	cmd.Flags().StringVar(&profile, "profile-name", "", "name of the saved profile (default: the tenant's)")
+	cmd.Flags().StringArrayVar(&keyFlags, "key", nil, "use this base64 key as key 1 (a second --key: key 2) instead of a fresh one")
 	qf.register(cmd.Flags())
 	return cmd
 }

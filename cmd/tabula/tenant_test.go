@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/base64"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -47,6 +48,24 @@ func TestTenantCLI(t *testing.T) {
 	}
 	if _, errOut, err := cli(t, masterAddr, nil, "tenant", "quota", "acme", "--stored-bytes", "lots"); err == nil || !strings.Contains(errOut, "not a byte count") || len(lines(errOut)) != 1 {
 		t.Errorf("a bad size: err %v, stderr %q; want one line saying it is not a byte count", err, errOut)
+	}
+
+	// A tenant with a given key (the Azure emulator's published one, in
+	// standard base64) as key 1: printed in the CLI's form, and it signs.
+	const azureKey = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
+	raw, err := base64.StdEncoding.DecodeString(azureKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out = mustCLI(t, masterAddr, "tenant", "create", "devstoreaccount1", "--key", azureKey, "--save-profile")
+	if !strings.Contains(out, "key 1  "+base64.RawURLEncoding.EncodeToString(raw)+"\n") || !strings.Contains(out, "key 2  ") {
+		t.Fatalf("tenant create --key: %s", out)
+	}
+	mustCLI(t, masterAddr, "--profile", "devstoreaccount1", "table", "create", "t", "--partitions", "1")
+	for _, bad := range [][]string{{"--key", "c2hvcnQ="}, {"--key", azureKey, "--key", azureKey, "--key", azureKey}} {
+		if _, errOut, err := cli(t, masterAddr, nil, append([]string{"tenant", "create", "other"}, bad...)...); err == nil || !strings.Contains(errOut, "key") {
+			t.Errorf("tenant create %v: err %v, stderr %q; want a refusal naming the key", bad, err, errOut)
+		}
 	}
 
 	// Another tenant's table is not acme's to see.
