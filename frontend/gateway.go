@@ -314,7 +314,7 @@ func parseEntityPath(rest string) (string, entityKeys, error) {
 	return name, k, nil
 }
 
-// unquote reads a quoted literal ('name', with '' for a quote).
+// unquote reads a quoted literal: 'name', a doubled quote for a quote.
 func unquote(s string) (string, error) {
 	if len(s) < 2 || s[0] != '\'' || s[len(s)-1] != '\'' {
 		return "", invalidURI(s)

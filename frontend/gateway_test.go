@@ -234,3 +234,84 @@ func TestGatewayTablesAndEntities(t *testing.T) {
 		t.Fatalf("unsigned: %d %s", st, b)
 	}
 }
+
+// batchBody builds a $batch body of one changeset, as the SDKs send it.
+func batchBody(host string, ops []string) (contentType, body string) {
+	var b strings.Builder
+	b.WriteString("--batch_b1\r\nContent-Type: multipart/mixed; boundary=changeset_c1\r\n\r\n")
+	for i, op := range ops {
+		method, rest, _ := strings.Cut(op, " ")
+		path, payload, _ := strings.Cut(rest, " ")
+		fmt.Fprintf(&b, "--changeset_c1\r\nContent-Type: application/http\r\nContent-Transfer-Encoding: binary\r\n\r\n")
+		fmt.Fprintf(&b, "%s %s%s HTTP/1.1\r\nAccept: application/json;odata=minimalmetadata\r\nContent-Type: application/json\r\nContent-ID: %d\r\n", method, host, path, i+1)
+		if method == "DELETE" {
+			b.WriteString("If-Match: *\r\n")
+		}
+		fmt.Fprintf(&b, "\r\n%s\r\n", payload)
+	}
+	b.WriteString("--changeset_c1--\r\n--batch_b1--\r\n")
+	return "multipart/mixed; boundary=batch_b1", b.String()
+}
+
+// TestGatewayBatch: an entity group transaction applies whole, and one
+// failing operation (an insert of an entity that exists) applies
+// nothing and names its index.
+func TestGatewayBatch(t *testing.T) {
+	a := startGateway(t)
+	st, h, b := a.do("POST", "/Tables", nil, map[string]string{"TableName": "Batch"})
+	a.want("create table", 201, "", st, h, b)
+	host := strings.TrimSuffix(a.url, "/acct")
+	var ops []string
+	for i := range 100 {
+		ops = append(ops, fmt.Sprintf(`POST /acct/Batch {"PartitionKey":"p","RowKey":"r%03d","N":%d}`, i, i))
+	}
+	ct, body := batchBody(host, ops)
+	st, h, b = a.do("POST", "/$batch", map[string]string{"Content-Type": ct}, body)
+	a.want("batch of 100 inserts", 202, "", st, h, b)
+	if n := strings.Count(string(b), "HTTP/1.1 201"); n != 100 {
+		t.Fatalf("batch of 100 inserts: %d created: %s", n, b)
+	}
+	// Update, merge, delete, and an insert that collides at index 3.
+	ct, body = batchBody(host, []string{
+		`PUT /acct/Batch(PartitionKey='p',RowKey='r000') {"N":1000}`,
+		`MERGE /acct/Batch(PartitionKey='p',RowKey='r001') {"M":"merged"}`,
+		`DELETE /acct/Batch(PartitionKey='p',RowKey='r002') `,
+		`POST /acct/Batch {"PartitionKey":"p","RowKey":"r050","N":0}`,
+	})
+	st, h, b = a.do("POST", "/$batch", map[string]string{"Content-Type": ct}, body)
+	a.want("failing batch", 202, "", st, h, b)
+	if !strings.Contains(string(b), "409") || !strings.Contains(string(b), `3:The specified entity already exists.`) {
+		t.Fatalf("failing batch: %s", b)
+	}
+	st, h, b = a.do("GET", "/Batch(PartitionKey='p',RowKey='r002')", nil, nil)
+	a.want("the failed batch's delete did not apply", 200, "", st, h, b)
+	// Without the collision it applies whole.
+	ct, body = batchBody(host, []string{
+		`PUT /acct/Batch(PartitionKey='p',RowKey='r000') {"N":1000}`,
+		`MERGE /acct/Batch(PartitionKey='p',RowKey='r001') {"M":"merged"}`,
+		`DELETE /acct/Batch(PartitionKey='p',RowKey='r002') `,
+	})
+	st, h, b = a.do("POST", "/$batch", map[string]string{"Content-Type": ct}, body)
+	a.want("batch", 202, "", st, h, b)
+	if n := strings.Count(string(b), "HTTP/1.1 204"); n != 3 {
+		t.Fatalf("batch: %d of 3 answered 204: %s", n, b)
+	}
+	st, h, b = a.do("GET", "/Batch(PartitionKey='p',RowKey='r002')", nil, nil)
+	a.want("deleted in the batch", 404, "ResourceNotFound", st, h, b)
+	_, _, b = a.do("GET", "/Batch(PartitionKey='p',RowKey='r001')", nil, nil)
+	if !strings.Contains(string(b), `"M":"merged"`) || !strings.Contains(string(b), `"N":1`) {
+		t.Fatalf("merged in the batch: %s", b)
+	}
+	// Two partition keys, and 101 operations, are refused.
+	ct, body = batchBody(host, []string{`POST /acct/Batch {"PartitionKey":"p","RowKey":"x1"}`, `POST /acct/Batch {"PartitionKey":"q","RowKey":"x2"}`})
+	st, h, b = a.do("POST", "/$batch", map[string]string{"Content-Type": ct}, body)
+	if st != 202 || !strings.Contains(string(b), "CommandsInBatchActOnDifferentPartitions") {
+		t.Fatalf("batch over two partition keys: %d %s", st, b)
+	}
+	ops = append(ops, `POST /acct/Batch {"PartitionKey":"p","RowKey":"z"}`)
+	ct, body = batchBody(host, ops)
+	st, _, b = a.do("POST", "/$batch", map[string]string{"Content-Type": ct}, body)
+	if !strings.Contains(string(b), "InvalidInput") {
+		t.Fatalf("batch of 101: %d %s", st, b)
+	}
+}

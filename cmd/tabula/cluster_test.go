@@ -295,11 +295,12 @@ func TestDevQuickStart(t *testing.T) {
 		{[]string{"put", "kv", strings.Repeat("k", api.MaxKeyBytes+1), "v"}, "key_too_large"},
 		{[]string{"put", "kv", "", "v"}, "key_empty"},
 		{[]string{"get", "nosuch", "k"}, "table_not_found"},
-		{[]string{"table", "create", "o", "--kind", "ordered"}, "ordered tables are not built yet"},
+		{[]string{"table", "create", "o", "--kind", "ordered", "--partitions", "4"}, "--split-points"},
+		{[]string{"table", "create", "o", "--kind", "ordered", "--split-points", "m,c"}, "split_points_unordered"},
 		{[]string{"table", "create", "b2", "--kind", "bulk", "--storage", "memory"}, "storage_invalid"},
 		{[]string{"table", "create", "9bad"}, "name_invalid"},
 		{[]string{"table", "create", "kv"}, "ALREADY_EXISTS"},
-		{[]string{"table", "create", "x", "--kind", "nope"}, "want point or bulk"},
+		{[]string{"table", "create", "x", "--kind", "nope"}, "want point, bulk or ordered"},
 		{[]string{"table", "create", "x", "--partitions", "5000"}, "--partitions 5000: want 1 to 4096"},
 	}
 	for _, b := range bad {

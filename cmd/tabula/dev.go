@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"github.com/tabuladb/tabula/frontend/sharedkey"
 	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -21,6 +22,7 @@ func devCmd(g *globals) *cobra.Command {
 
 		metricsListen string
 		dashListen    string
+		azureListen   string
 	)
 	cmd := &cobra.Command{
 		Use:   "dev",
@@ -81,6 +83,24 @@ prints the endpoints and "tabula dev ready" once it serves, and runs until inter
 				return fmt.Errorf("%w (%v)", err, c.Close())
 			}
 			defer dash.Close()
+			var gw *gatewayServer
+			if azureListen != "" {
+				cred := c.Credential()
+				if err := ensureDevAccount(cmd.Context(), c.MasterAddrs(), cred); err != nil {
+					return fmt.Errorf("the Azure development account: %w (%v)", err, c.Close())
+				}
+				gw, err = startGateway(cmd.Context(), azureListen, c.MasterAddrs(), cred, log)
+				switch {
+				case err != nil && !cmd.Flags().Changed("azure-listen"):
+					// The default port may be another emulator's: the
+					// cluster runs on without the gateway.
+					fmt.Fprintf(cmd.ErrOrStderr(), "tabula dev: the Azure Table gateway is off: %v (give --azure-listen another address)\n", err)
+				case err != nil:
+					return fmt.Errorf("%w (%v)", err, c.Close())
+				default:
+					defer gw.Close()
+				}
+			}
 			out := cmd.OutOrStdout()
 			for i, a := range c.MasterAddrs() {
 				if c.Masters() > 1 {
@@ -101,6 +121,10 @@ prints the endpoints and "tabula dev ready" once it serves, and runs until inter
 			if u := dash.URL(); u != "" {
 				fmt.Fprintf(out, "dashboard %s\n", u)
 			}
+			if gw != nil {
+				fmt.Fprintf(out, "azure   http://%s/%s  (Azure Table REST; account %s with its well-known key: UseDevelopmentStorage=true)\n",
+					gw.Addr(), sharedkey.DevAccount, sharedkey.DevAccount)
+			}
 			fmt.Fprintln(out, "tabula dev ready")
 			<-cmd.Context().Done()
 			fmt.Fprintln(out, "tabula dev: shutting down")
@@ -113,5 +137,6 @@ prints the endpoints and "tabula dev ready" once it serves, and runs until inter
 	cmd.Flags().IntVar(&masters, "masters", 1, "number of masters: 1, or 3 or 5 for a raft group")
 	cmd.Flags().StringVar(&metricsListen, "metrics-listen", "", metricsListenUsage+"; one page for the whole cluster")
 	cmd.Flags().StringVar(&dashListen, "dashboard-listen", "127.0.0.1:0", dashboardListenUsage+"; the leading master's (empty: off)")
+	cmd.Flags().StringVar(&azureListen, "azure-listen", "127.0.0.1:10002", azureListenUsage+"; serves the development account "+sharedkey.DevAccount)
 	return cmd
 }

@@ -74,7 +74,7 @@ func rootCmd() *cobra.Command {
 	pf.StringVar(&g.keyFile, "key-file", "", "a credential file to sign with (a tenant's, or the cluster's)")
 	g.flags = pf
 	root.AddCommand(
-		devCmd(g), masterCmd(g), serverCmd(g),
+		devCmd(g), masterCmd(g), serverCmd(g), gatewayCmd(g),
 		tableCmd(g), putCmd(g), getCmd(g), delCmd(g), scanCmd(g),
 		workloadCmd(g), bulkCmd(g), streamCmd(g), extentCmd(g), coprocCmd(g), partitionCmd(g), tenantCmd(g),
 	)
