@@ -29,7 +29,8 @@ func TestFirstUserErrors(t *testing.T) {
 		want string
 	}{
 		{[]string{"table", "create", "x", "--partitions", "0"}, "--partitions 0: want 1 to 4096"},
-		{[]string{"table", "create", "x", "--kind", "ordered"}, "want point or bulk"},
+		{[]string{"table", "create", "x", "--kind", "nope"}, "want point, bulk or ordered"},
+		{[]string{"table", "create", "x", "--kind", "ordered", "--partitions", "4"}, "--split-points"},
 	} {
 		_, errOut, err := cli(t, addr, nil, c.args...)
 		if err == nil || !strings.Contains(errOut, c.want) || len(lines(errOut)) != 1 {
