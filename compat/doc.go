@@ -24,6 +24,8 @@
 //     ../cmd/tabula into a temp dir, runs `tabula dev --data <tmp>
 //     --listen 127.0.0.1:<free> --azure-listen 127.0.0.1:<free>` and waits
 //     for the gateway; it kills the process group at the end.
+//     TABULA_COMPAT_TABULA_BIN names a tabula binary to run instead of
+//     building one.
 //   - TABULA_COMPAT_TARGET=azurite: the suite installs the npm package
 //     azurite into compat/.azurite when it is missing (npm install --prefix
 //     .azurite azurite) and runs azurite-table --inMemoryPersistence on a
