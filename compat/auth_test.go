@@ -1,13 +1,8 @@
 package compat
 
 import (
-	"crypto/hmac"
-	"crypto/sha256"
 	"encoding/base64"
-	"fmt"
-	"io"
 	"net/http"
-	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -63,50 +58,17 @@ func TestSharedKeyLite(t *testing.T) {
 func TestSharedKeyFull(t *testing.T) {
 	t.Parallel()
 	name := uniqueName("Full")
-	do := func(method, path, ctype, body, key string) (*http.Response, string) {
-		t.Helper()
-		u := target.endpoint + path
-		req, err := http.NewRequestWithContext(testCtx(t), method, u, strings.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		date := time.Now().UTC().Format(http.TimeFormat)
-		req.Header.Set("x-ms-date", date)
-		req.Header.Set("x-ms-version", "2019-02-02")
-		req.Header.Set("DataServiceVersion", "3.0")
-		req.Header.Set("Accept", "application/json;odata=nometadata")
-		if ctype != "" {
-			req.Header.Set("Content-Type", ctype)
-		}
-		pu, _ := url.Parse(u)
-		canon := "/" + target.account + pu.EscapedPath()
-		sts := strings.Join([]string{method, "", ctype, date, canon}, "\n")
-		k, err := base64.StdEncoding.DecodeString(key)
-		if err != nil {
-			t.Fatal(err)
-		}
-		mac := hmac.New(sha256.New, k)
-		mac.Write([]byte(sts))
-		req.Header.Set("Authorization", fmt.Sprintf("SharedKey %s:%s", target.account, base64.StdEncoding.EncodeToString(mac.Sum(nil))))
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatalf("%s %s: %v", method, u, err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp, string(b)
-	}
-	resp, body := do("POST", "/Tables", "application/json", `{"TableName":"`+name+`"}`, target.key)
+	resp, body := rawDo(t, "POST", "/Tables", nil, `{"TableName":"`+name+`"}`, target.key)
 	if resp.StatusCode != http.StatusCreated && resp.StatusCode != http.StatusNoContent {
 		t.Fatalf("create table with Shared Key: %d %s", resp.StatusCode, body)
 	}
 	t.Cleanup(func() { _, _ = target.svc.DeleteTable(t.Context(), name, nil) })
-	resp, body = do("GET", "/Tables", "", "", target.key)
+	resp, body = rawDo(t, "GET", "/Tables", nil, "", target.key)
 	if resp.StatusCode != http.StatusOK || !strings.Contains(body, name) {
 		t.Fatalf("query tables with Shared Key: %d %s", resp.StatusCode, body)
 	}
 	wrongKey := base64.StdEncoding.EncodeToString([]byte(strings.Repeat("k", 64)))
-	resp, body = do("GET", "/Tables", "", "", wrongKey)
+	resp, body = rawDo(t, "GET", "/Tables", nil, "", wrongKey)
 	if resp.StatusCode != http.StatusForbidden {
 		t.Fatalf("query tables with a wrong Shared Key: %d %s", resp.StatusCode, body)
 	}
