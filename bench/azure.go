@@ -256,7 +256,7 @@ func azStartTabula(ctx context.Context, out io.Writer, procs *clProcs, dir strin
 		return nil, err
 	}
 	p, err := procs.start("tabula-dev", bin, "dev",
-		"--data", filepath.Join(dir, "tabula"),
+		"--data", filepath.Join(dir, "tabula-data"),
 		"--listen", addrs[0],
 		"--azure-listen", addrs[1],
 		"--dashboard-listen", "")
