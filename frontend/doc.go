@@ -1,8 +1,13 @@
 // Package frontend is the Azure Table REST gateway: a stateless HTTP
-// server over the Tabula SDK that speaks the Azure Table service's wire
-// protocol (path-style addressing, JSON payloads, OData queries, entity
-// group transactions, Shared Key and SAS authentication), so the Azure
-// SDKs and tools work against a Tabula cluster unchanged.
+// server (Gateway) over the Tabula SDK that speaks the Azure Table
+// service's wire protocol (path-style addressing, JSON payloads, OData
+// queries, entity group transactions, Shared Key and SAS
+// authentication), so the Azure SDKs and tools work against a Tabula
+// cluster unchanged. Accounts are tenants, an account's tables are its
+// ordered tables, and an entity is one record keyed by (PartitionKey,
+// RowKey) in an order-preserving encoding. `tabula dev` serves it on
+// 127.0.0.1:10002 with the development account; `tabula gateway` serves
+// it for a cluster.
 //
 // Its parts live in subpackages, one noun each:
 //   - edm: the Entity Data Model's property types and values.
@@ -15,6 +20,6 @@
 //     responses out).
 //   - sharedkey: Shared Key, Shared Key Lite and SAS authentication.
 //
-// The HTTP gateway over the SDK that puts them together is not built
-// yet: it needs ordered tables (range partitions over engines/ordered).
+// Not served: table ACLs, service properties and statistics, CORS
+// (NotImplemented).
 package frontend
