@@ -27,7 +27,7 @@ import (
 func init() {
 	register(suite{
 		name:  "azure",
-		about: "the Azure Table API through aztables: tabula dev's gateway vs Azurite (in memory): inserts, point gets, 100-row range queries, 100-op batches",
+		about: "the Azure Table API through aztables: tabula dev's gateway vs Azurite (in memory): inserts, point gets, 100-row range queries, 100-op batches; and the ordered engine alone vs pebble used directly (workload engine)",
 		run:   runAzure,
 	})
 }
@@ -54,7 +54,7 @@ type azConfig struct {
 	startupWait time.Duration
 }
 
-var azWorkloads = []string{"insert", "get", "range", "batch"}
+var azWorkloads = []string{"insert", "get", "range", "batch", "engine"}
 
 func runAzure(out io.Writer, args []string) (err error) {
 	fs := flag.NewFlagSet("azure", flag.ContinueOnError)
@@ -153,6 +153,12 @@ func runAzure(out io.Writer, args []string) (err error) {
 	}
 	for _, wl := range azWorkloads {
 		if !cfg.workloads[wl] {
+			continue
+		}
+		if wl == "engine" {
+			if err := azEngineCompare(ctx, out, dir, &cfg.cl); err != nil {
+				return fmt.Errorf("engine: %w", err)
+			}
 			continue
 		}
 		var cs []clContender
