@@ -20,6 +20,7 @@
 //     responses out).
 //   - sharedkey: Shared Key, Shared Key Lite and SAS authentication.
 //
-// Not served: table ACLs, service properties and statistics, CORS
-// (NotImplemented).
+// Get Service Properties answers what the gateway does (nothing enabled)
+// and Get Table ACL an empty list; setting them, service statistics and
+// CORS answer NotImplemented.
 package frontend

@@ -213,9 +213,13 @@ func requestTimeout(r *http.Request) time.Duration {
 func (q *request) serve(ctx context.Context) {
 	query := q.r.URL.Query()
 	switch {
+	case query.Get("restype") == "service" && query.Get("comp") == "properties" && q.r.Method == http.MethodGet:
+		q.serviceProperties()
+	case query.Get("comp") == "acl" && q.r.Method == http.MethodGet && q.rest != "":
+		q.tableACL(ctx, strings.TrimSuffix(q.rest, "()"))
 	case query.Get("restype") == "service" || query.Get("comp") != "":
 		q.fail(&svcError{status: http.StatusNotImplemented, code: "NotImplemented",
-			msg: "Service properties, statistics and table ACLs are not implemented by this gateway."})
+			msg: "Setting service properties or table ACLs, and service statistics, are not implemented by this gateway."})
 	case q.rest == "$batch":
 		q.batch(ctx)
 	case q.rest == "Tables" || q.rest == "Tables()":
