@@ -44,16 +44,16 @@ func (c *callCounter) options() []grpc.DialOption {
 	}
 }
 
-// pointWorkload runs puts, gets, deletes and swaps from 8 goroutines and
+// pointWorkload runs puts, gets, deletes and swaps from 4 goroutines and
 // checks every answer.
 func pointWorkload(t *testing.T, tbl *client.Table) {
 	t.Helper()
 	ctx := testCtx(t)
 	var wg sync.WaitGroup
-	errs := make(chan error, 8)
-	for w := range 8 {
+	errs := make(chan error, 4)
+	for w := range 4 {
 		wg.Go(func() {
-			for i := range 25 {
+			for i := range 10 {
 				k := fmt.Appendf(nil, "w%d-k%d", w, i)
 				if err := tbl.Put(ctx, k, k); err != nil {
 					errs <- fmt.Errorf("put %s: %w", k, err)
