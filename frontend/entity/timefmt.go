@@ -58,7 +58,16 @@ func appendInt(dst []byte, v, width int) []byte {
 // in UTC. A malformed value is InvalidInput; one outside the range an
 // edm.Value holds is OutOfRangeInput.
 func ParseTime(s string) (time.Time, error) {
-	bad := func(why string) (time.Time, error) {
+	t, err := parseTime(s)
+	if err != nil {
+		return time.Time{}, err
+	}
+	return t, nil
+}
+
+// parseTime is ParseTime of a string or of bytes (not copied).
+func parseTime[S ~string | ~[]byte](s S) (time.Time, *Error) {
+	bad := func(why string) (time.Time, *Error) {
 		return time.Time{}, ErrInvalidInput.with("DateTime %q: %s", s, why)
 	}
 	p := s
@@ -115,7 +124,7 @@ func ParseTime(s string) (time.Time, error) {
 	}
 	offset := 0
 	switch {
-	case p == "" || p == "Z" || p == "z":
+	case len(p) == 0 || len(p) == 1 && (p[0] == 'Z' || p[0] == 'z'):
 	case len(p) == 6 && (p[0] == '+' || p[0] == '-') && p[3] == ':':
 		sign := 1
 		if p[0] == '-' {
@@ -144,7 +153,7 @@ func ParseTime(s string) (time.Time, error) {
 	return t, nil
 }
 
-func isDigits(s string) bool {
+func isDigits[S ~string | ~[]byte](s S) bool {
 	for i := 0; i < len(s); i++ {
 		if s[i] < '0' || s[i] > '9' {
 			return false
