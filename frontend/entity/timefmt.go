@@ -20,7 +20,11 @@ var (
 func FormatTime(t time.Time) string { return string(AppendTime(nil, t)) }
 
 // AppendTime appends FormatTime(t) to dst.
-func AppendTime(dst []byte, t time.Time) []byte {
+func AppendTime(dst []byte, t time.Time) []byte { return appendTime(dst, t, ":") }
+
+// appendTime is AppendTime with colon between hours, minutes and
+// seconds.
+func appendTime(dst []byte, t time.Time, colon string) []byte {
 	t = t.UTC()
 	y, mo, d := t.Date()
 	h, mi, s := t.Clock()
@@ -31,9 +35,9 @@ func AppendTime(dst []byte, t time.Time) []byte {
 	dst = appendInt(dst, d, 2)
 	dst = append(dst, 'T')
 	dst = appendInt(dst, h, 2)
-	dst = append(dst, ':')
+	dst = append(dst, colon...)
 	dst = appendInt(dst, mi, 2)
-	dst = append(dst, ':')
+	dst = append(dst, colon...)
 	dst = appendInt(dst, s, 2)
 	dst = append(dst, '.')
 	dst = appendInt(dst, t.Nanosecond()/int(edm.Ticks), 7)
@@ -170,14 +174,7 @@ func ETag(ts time.Time) string { return string(AppendETag(nil, ts)) }
 // AppendETag appends ETag(ts) to dst.
 func AppendETag(dst []byte, ts time.Time) []byte {
 	dst = append(dst, `W/"datetime'`...)
-	var buf [32]byte
-	for _, c := range AppendTime(buf[:0], ts) {
-		if c == ':' {
-			dst = append(dst, "%3A"...)
-		} else {
-			dst = append(dst, c)
-		}
-	}
+	dst = appendTime(dst, ts, "%3A")
 	return append(dst, `'"`...)
 }
 
