@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"math"
+	"strings"
 	"time"
 
 	"github.com/tabuladb/tabula/frontend/edm"
@@ -53,7 +54,8 @@ func AppendBinary(dst []byte, e *edm.Entity) []byte {
 		case edm.DateTime:
 			dst = binary.LittleEndian.AppendUint64(dst, uint64(toTicks(v.AsTime())))
 		case edm.Guid:
-			dst = append(dst, guidBytes(v.AsString())...)
+			g := guidBytes(v.AsString())
+			dst = append(dst, g[:]...)
 		}
 	}
 	return binary.LittleEndian.AppendUint32(dst, crc32.Checksum(dst[start:], castagnoli))
@@ -62,7 +64,8 @@ func AppendBinary(dst []byte, e *edm.Entity) []byte {
 // DecodeBinary reads an entity AppendBinary wrote, with the keys the
 // engine key carried. It checks the CRC32C first; any damage is an
 // error wrapping ErrCorrupt, an unknown version one that says so. The
-// entity does not alias b.
+// entity does not alias b; its names and String values share one
+// allocation.
 func DecodeBinary(pk, rk string, b []byte) (*edm.Entity, error) {
 	corrupt := func(why string, args ...any) (*edm.Entity, error) {
 		return nil, fmt.Errorf("entity: decode stored entity: %s: %w", fmt.Sprintf(why, args...), ErrCorrupt)
@@ -103,6 +106,12 @@ func DecodeBinary(pk, rk string, b []byte) (*edm.Entity, error) {
 		return corrupt("bad property count")
 	}
 	e := &edm.Entity{PartitionKey: pk, RowKey: rk, Timestamp: ts, Props: make([]edm.Property, 0, count)}
+	// Where each name and String value lies in b, copied once all are
+	// known.
+	type span struct{ name, str []byte }
+	var spanBuf [32]span
+	spans := spanBuf[:0]
+	size := 0
 	for i := uint64(0); i < count; i++ {
 		n, ok := uvarint()
 		if !ok {
@@ -116,7 +125,10 @@ func DecodeBinary(pk, rk string, b []byte) (*edm.Entity, error) {
 		if !ok {
 			return corrupt("property %d: no type", i)
 		}
-		var v edm.Value
+		var (
+			v   edm.Value
+			str []byte // a String's bytes
+		)
 		switch t := edm.Type(tb[0]); t {
 		case edm.String, edm.Binary:
 			n, ok := uvarint()
@@ -128,7 +140,7 @@ func DecodeBinary(pk, rk string, b []byte) (*edm.Entity, error) {
 				return corrupt("property %d: value past the end", i)
 			}
 			if t == edm.String {
-				v = edm.Str(string(s))
+				v, str = edm.Str(""), s // the text is set below
 			} else {
 				v = edm.Bin(s)
 			}
@@ -171,10 +183,26 @@ func DecodeBinary(pk, rk string, b []byte) (*edm.Entity, error) {
 		default:
 			return corrupt("property %d: unknown type %d", i, tb[0])
 		}
-		e.Props = append(e.Props, edm.Property{Name: string(name), Value: v})
+		spans = append(spans, span{name: name, str: str})
+		size += len(name) + len(str)
+		e.Props = append(e.Props, edm.Property{Value: v})
 	}
 	if len(p) != 0 {
 		return corrupt("%d bytes after the last property", len(p))
+	}
+	var sb strings.Builder
+	sb.Grow(size)
+	for _, sp := range spans {
+		sb.Write(sp.name)
+		sb.Write(sp.str)
+	}
+	text := sb.String()
+	for i, sp := range spans {
+		prop := &e.Props[i]
+		prop.Name, text = text[:len(sp.name)], text[len(sp.name):]
+		if prop.Value.Type() == edm.String {
+			prop.Value, text = edm.Str(text[:len(sp.str)]), text[len(sp.str):]
+		}
 	}
 	return e, nil
 }
@@ -198,7 +226,7 @@ func fromTicks(ticks int64) (time.Time, bool) {
 }
 
 // guidBytes is the 16 bytes of a GUID in edm's canonical form.
-func guidBytes(s string) []byte {
+func guidBytes(s string) [16]byte {
 	var b [16]byte
 	j := 0
 	for i := 0; i+1 < len(s) && j < 16; {
@@ -210,7 +238,7 @@ func guidBytes(s string) []byte {
 		i += 2
 		j++
 	}
-	return b[:]
+	return b
 }
 
 func unhex(c byte) byte {

@@ -27,8 +27,10 @@
 //
 // # JSON in (DecodeJSON)
 //
-// The body is one JSON object, read as a stream so property order is
-// kept and duplicates are seen. Rules, as the service applies them
+// The body is one JSON object, read in one pass over the bytes (no
+// reflection; it accepts and refuses what encoding/json's token stream
+// did, which a differential fuzz target holds it to) so property order
+// is kept and duplicates are seen. Rules, as the service applies them
 // (checked against the Python SDK's recorded live tests and the Go,
 // .NET and JS SDKs' encoders):
 //

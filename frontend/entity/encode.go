@@ -125,92 +125,107 @@ type JSONOptions struct {
 // Double, as the service's ODataLib does; Int64 is a JSON string;
 // DateTime has seven fractional digits.
 func AppendJSON(dst []byte, e *edm.Entity, opts JSONOptions) []byte {
+	return appendJSON(dst, e, &opts, newSelection(opts.Select))
+}
+
+// appendJSON is AppendJSON with the $select list already read.
+func appendJSON(dst []byte, e *edm.Entity, opts *JSONOptions, sel selection) []byte {
 	meta := opts.Metadata
 	dst = append(dst, '{')
 	first := true
-	field := func(name string) {
+	// field writes the member name (name then suffix, which is ASCII)
+	// and its colon.
+	field := func(name, suffix string) {
 		if !first {
 			dst = append(dst, ',')
 		}
 		first = false
-		dst = appendString(dst, name)
-		dst = append(dst, ':')
+		dst = append(dst, '"')
+		dst = appendStringBody(dst, name)
+		dst = append(dst, suffix...)
+		dst = append(dst, '"', ':')
 	}
 	if meta != NoMetadata && !opts.InFeed {
-		field("odata.metadata")
-		dst = appendString(dst, opts.BaseURL+"/$metadata#"+opts.Table+"/@Element")
+		field("odata.metadata", "")
+		dst = append(dst, '"')
+		dst = appendStringBody(dst, opts.BaseURL)
+		dst = append(dst, "/$metadata#"...)
+		dst = appendStringBody(dst, opts.Table)
+		dst = append(dst, `/@Element"`...)
 	}
-	var link string
 	if meta == FullMetadata {
-		link = opts.Table + "(PartitionKey='" + keyLiteral(e.PartitionKey) + "',RowKey='" + keyLiteral(e.RowKey) + "')"
-		field("odata.type")
-		dst = appendString(dst, opts.Account+"."+opts.Table)
-		field("odata.id")
-		dst = appendString(dst, opts.BaseURL+"/"+link)
+		field("odata.type", "")
+		dst = append(dst, '"')
+		dst = appendStringBody(dst, opts.Account)
+		dst = append(dst, '.')
+		dst = appendStringBody(dst, opts.Table)
+		dst = append(dst, '"')
+		field("odata.id", "")
+		dst = append(dst, '"')
+		dst = appendStringBody(dst, opts.BaseURL)
+		dst = append(dst, '/')
+		dst = appendLink(dst, opts.Table, e)
+		dst = append(dst, '"')
 	}
 	if meta != NoMetadata {
-		field("odata.etag")
-		dst = appendString(dst, ETag(e.Timestamp))
+		field("odata.etag", "")
+		// The ETag is ASCII; of it only its quotes need escaping.
+		dst = append(dst, `"W/\"datetime'`...)
+		dst = appendTime(dst, e.Timestamp, "%3A")
+		dst = append(dst, `'\""`...)
 	}
 	if meta == FullMetadata {
-		field("odata.editLink")
-		dst = appendString(dst, link)
+		field("odata.editLink", "")
+		dst = append(dst, '"')
+		dst = appendLink(dst, opts.Table, e)
+		dst = append(dst, '"')
 	}
-	sel := selection(opts.Select)
-	want := func(name string) bool {
-		if sel == nil {
-			return true
-		}
-		_, ok := sel[name]
-		return ok
-	}
-	if want("PartitionKey") {
-		field("PartitionKey")
+	if sel.want("PartitionKey") {
+		field("PartitionKey", "")
 		dst = appendString(dst, e.PartitionKey)
 	}
-	if want("RowKey") {
-		field("RowKey")
+	if sel.want("RowKey") {
+		field("RowKey", "")
 		dst = appendString(dst, e.RowKey)
 	}
-	if want("Timestamp") {
+	if sel.want("Timestamp") {
 		if meta == FullMetadata {
-			field("Timestamp" + typeSuffix)
-			dst = appendString(dst, "Edm.DateTime")
+			field("Timestamp", typeSuffix)
+			dst = append(dst, `"Edm.DateTime"`...)
 		}
-		field("Timestamp")
+		field("Timestamp", "")
 		dst = append(dst, '"')
 		dst = AppendTime(dst, e.Timestamp)
 		dst = append(dst, '"')
 	}
 	found := 0
 	for _, p := range e.Props {
-		if !want(p.Name) {
+		if !sel.want(p.Name) {
 			continue
 		}
 		found++
 		v := p.Value
 		if meta != NoMetadata && annotated(v) {
-			field(p.Name + typeSuffix)
+			field(p.Name, typeSuffix)
 			dst = appendString(dst, v.Type().String())
 		}
-		field(p.Name)
+		field(p.Name, "")
 		dst = appendValue(dst, v)
 	}
-	if sel != nil && found < len(sel) {
-		for _, name := range opts.Select {
-			name = strings.TrimSpace(name)
-			if _, ok := sel[name]; !ok {
-				continue // written already, or a duplicate
-			}
+	if !sel.all() && found < sel.len() {
+		// A named property the entity lacks is null; each name once.
+		for i, name := range sel.names {
 			switch name {
-			case "PartitionKey", "RowKey", "Timestamp":
+			case "", "PartitionKey", "RowKey", "Timestamp":
+				continue
+			}
+			if sel.seenBefore(i) {
 				continue
 			}
 			if _, ok := e.Get(name); ok {
 				continue
 			}
-			delete(sel, name)
-			field(name)
+			field(name, "")
 			dst = append(dst, "null"...)
 		}
 	}
@@ -223,41 +238,102 @@ func AppendJSON(dst []byte, e *edm.Entity, opts JSONOptions) []byte {
 func AppendFeed(dst []byte, entities []*edm.Entity, opts JSONOptions) []byte {
 	dst = append(dst, '{')
 	if opts.Metadata != NoMetadata {
-		dst = appendString(dst, "odata.metadata")
-		dst = append(dst, ':')
-		dst = appendString(dst, opts.BaseURL+"/$metadata#"+opts.Table)
-		dst = append(dst, ',')
+		dst = append(dst, `"odata.metadata":"`...)
+		dst = appendStringBody(dst, opts.BaseURL)
+		dst = append(dst, "/$metadata#"...)
+		dst = appendStringBody(dst, opts.Table)
+		dst = append(dst, '"', ',')
 	}
 	dst = append(dst, `"value":[`...)
 	opts.InFeed = true
+	sel := newSelection(opts.Select)
 	for i, e := range entities {
 		if i > 0 {
 			dst = append(dst, ',')
 		}
-		dst = AppendJSON(dst, e, opts)
+		dst = appendJSON(dst, e, &opts, sel)
 	}
 	return append(dst, "]}"...)
 }
 
-// selection is the $select list as a set; nil means every property.
-func selection(list []string) map[string]struct{} {
+// selection is a $select list: the names, trimmed, or nil for every
+// property. A long list is also indexed.
+type selection struct {
+	names []string
+	index map[string]int // first position of each name, for long lists
+}
+
+// newSelection reads a $select list; empty, blank or with "*" in it
+// means every property.
+func newSelection(list []string) selection {
 	if len(list) == 0 {
-		return nil
+		return selection{}
 	}
-	sel := make(map[string]struct{}, len(list))
-	for _, n := range list {
+	names := make([]string, len(list))
+	blank := true
+	for i, n := range list {
 		n = strings.TrimSpace(n)
 		if n == "*" {
-			return nil
+			return selection{}
 		}
-		if n != "" {
-			sel[n] = struct{}{}
-		}
+		names[i] = n
+		blank = blank && n == ""
 	}
-	if len(sel) == 0 {
-		return nil
+	if blank {
+		return selection{}
+	}
+	sel := selection{names: names}
+	if len(names) > 16 {
+		sel.index = make(map[string]int, len(names))
+		for i := len(names) - 1; i >= 0; i-- {
+			sel.index[names[i]] = i
+		}
 	}
 	return sel
+}
+
+// all says whether every property is selected.
+func (s selection) all() bool { return s.names == nil }
+
+// want says whether the property name is selected.
+func (s selection) want(name string) bool {
+	if s.names == nil {
+		return true
+	}
+	if s.index != nil {
+		_, ok := s.index[name]
+		return ok && name != ""
+	}
+	for _, n := range s.names {
+		if n == name && n != "" {
+			return true
+		}
+	}
+	return false
+}
+
+// seenBefore says whether names[i] occurs earlier in the list.
+func (s selection) seenBefore(i int) bool {
+	if s.index != nil {
+		return s.index[s.names[i]] < i
+	}
+	for _, n := range s.names[:i] {
+		if n == s.names[i] {
+			return true
+		}
+	}
+	return false
+}
+
+// len is the number of distinct names selected.
+func (s selection) len() int {
+	n := 0
+	for i, name := range s.names {
+		if name != "" && !s.seenBefore(i) {
+			n++
+		}
+	}
+	return n
 }
 
 // annotated says whether a value's type cannot be inferred from its JSON
@@ -294,7 +370,14 @@ func appendValue(dst []byte, v edm.Value) []byte {
 	case edm.Binary:
 		s := v.AsString()
 		dst = append(dst, '"')
-		dst = base64.StdEncoding.AppendEncode(dst, []byte(s))
+		// In chunks of whole 3-byte groups, so that no copy of the
+		// bytes is allocated.
+		var buf [3 * 64]byte
+		for len(s) > 0 {
+			n := copy(buf[:], s)
+			dst = base64.StdEncoding.AppendEncode(dst, buf[:n])
+			s = s[n:]
+		}
 		return append(dst, '"')
 	}
 	return append(dst, "null"...)
@@ -326,32 +409,52 @@ func appendDouble(dst []byte, f float64) []byte {
 	return append(dst, ".0"...)
 }
 
-// keyLiteral is a key as it appears inside the quotes of an entity's
-// address: quotes doubled, then percent-encoded like a URL path.
-func keyLiteral(k string) string {
-	k = strings.ReplaceAll(k, "'", "''")
+// appendLink appends an entity's address relative to the account,
+// "{table}(PartitionKey='..',RowKey='..')", as it goes in a JSON string.
+func appendLink(dst []byte, table string, e *edm.Entity) []byte {
+	dst = appendStringBody(dst, table)
+	dst = append(dst, "(PartitionKey='"...)
+	dst = appendKeyLiteral(dst, e.PartitionKey)
+	dst = append(dst, "',RowKey='"...)
+	dst = appendKeyLiteral(dst, e.RowKey)
+	return append(dst, "')"...)
+}
+
+// appendKeyLiteral appends a key as it appears inside the quotes of an
+// entity's address: quotes doubled, then percent-encoded like a URL
+// path. The result is ASCII with nothing a JSON string escapes.
+func appendKeyLiteral(dst []byte, k string) []byte {
 	const hex = "0123456789ABCDEF"
-	var b strings.Builder
 	for i := 0; i < len(k); i++ {
 		c := k[i]
-		if ('a' <= c && c <= 'z') || ('A' <= c && c <= 'Z') || ('0' <= c && c <= '9') ||
-			strings.IndexByte("-._~'!*()$&+,;=:@", c) >= 0 {
-			b.WriteByte(c)
+		if c == '\'' {
+			dst = append(dst, "''"...)
 			continue
 		}
-		b.WriteByte('%')
-		b.WriteByte(hex[c>>4])
-		b.WriteByte(hex[c&15])
+		if ('a' <= c && c <= 'z') || ('A' <= c && c <= 'Z') || ('0' <= c && c <= '9') ||
+			strings.IndexByte("-._~!*()$&+,;=:@", c) >= 0 {
+			dst = append(dst, c)
+			continue
+		}
+		dst = append(dst, '%', hex[c>>4], hex[c&15])
 	}
-	return b.String()
+	return dst
 }
 
 // appendString writes s as a JSON string. Non-ASCII text is written as
 // is; control characters, U+2028 and U+2029 are escaped; an invalid
 // UTF-8 byte becomes U+FFFD.
 func appendString(dst []byte, s string) []byte {
-	const hex = "0123456789abcdef"
 	dst = append(dst, '"')
+	dst = appendStringBody(dst, s)
+	return append(dst, '"')
+}
+
+// appendStringBody is appendString without the quotes. Of strings
+// joined by ASCII, the body is the bodies joined (the escaping of a
+// byte never depends on an ASCII neighbour).
+func appendStringBody(dst []byte, s string) []byte {
+	const hex = "0123456789abcdef"
 	start := 0
 	for i := 0; i < len(s); {
 		c := s[i]
@@ -391,6 +494,5 @@ func appendString(dst []byte, s string) []byte {
 		}
 		i += w
 	}
-	dst = append(dst, s[start:]...)
-	return append(dst, '"')
+	return append(dst, s[start:]...)
 }

@@ -20,7 +20,11 @@ var (
 func FormatTime(t time.Time) string { return string(AppendTime(nil, t)) }
 
 // AppendTime appends FormatTime(t) to dst.
-func AppendTime(dst []byte, t time.Time) []byte {
+func AppendTime(dst []byte, t time.Time) []byte { return appendTime(dst, t, ":") }
+
+// appendTime is AppendTime with colon between hours, minutes and
+// seconds.
+func appendTime(dst []byte, t time.Time, colon string) []byte {
 	t = t.UTC()
 	y, mo, d := t.Date()
 	h, mi, s := t.Clock()
@@ -31,9 +35,9 @@ func AppendTime(dst []byte, t time.Time) []byte {
 	dst = appendInt(dst, d, 2)
 	dst = append(dst, 'T')
 	dst = appendInt(dst, h, 2)
-	dst = append(dst, ':')
+	dst = append(dst, colon...)
 	dst = appendInt(dst, mi, 2)
-	dst = append(dst, ':')
+	dst = append(dst, colon...)
 	dst = appendInt(dst, s, 2)
 	dst = append(dst, '.')
 	dst = appendInt(dst, t.Nanosecond()/int(edm.Ticks), 7)
@@ -58,7 +62,16 @@ func appendInt(dst []byte, v, width int) []byte {
 // in UTC. A malformed value is InvalidInput; one outside the range an
 // edm.Value holds is OutOfRangeInput.
 func ParseTime(s string) (time.Time, error) {
-	bad := func(why string) (time.Time, error) {
+	t, err := parseTime(s)
+	if err != nil {
+		return time.Time{}, err
+	}
+	return t, nil
+}
+
+// parseTime is ParseTime of a string or of bytes (not copied).
+func parseTime[S ~string | ~[]byte](s S) (time.Time, *Error) {
+	bad := func(why string) (time.Time, *Error) {
 		return time.Time{}, ErrInvalidInput.with("DateTime %q: %s", s, why)
 	}
 	p := s
@@ -115,7 +128,7 @@ func ParseTime(s string) (time.Time, error) {
 	}
 	offset := 0
 	switch {
-	case p == "" || p == "Z" || p == "z":
+	case len(p) == 0 || len(p) == 1 && (p[0] == 'Z' || p[0] == 'z'):
 	case len(p) == 6 && (p[0] == '+' || p[0] == '-') && p[3] == ':':
 		sign := 1
 		if p[0] == '-' {
@@ -144,7 +157,7 @@ func ParseTime(s string) (time.Time, error) {
 	return t, nil
 }
 
-func isDigits(s string) bool {
+func isDigits[S ~string | ~[]byte](s S) bool {
 	for i := 0; i < len(s); i++ {
 		if s[i] < '0' || s[i] > '9' {
 			return false
@@ -161,14 +174,7 @@ func ETag(ts time.Time) string { return string(AppendETag(nil, ts)) }
 // AppendETag appends ETag(ts) to dst.
 func AppendETag(dst []byte, ts time.Time) []byte {
 	dst = append(dst, `W/"datetime'`...)
-	var buf [32]byte
-	for _, c := range AppendTime(buf[:0], ts) {
-		if c == ':' {
-			dst = append(dst, "%3A"...)
-		} else {
-			dst = append(dst, c)
-		}
-	}
+	dst = appendTime(dst, ts, "%3A")
 	return append(dst, `'"`...)
 }
 
