@@ -104,7 +104,18 @@ var (
 
 // GUID is an Edm.Guid from its 16 bytes.
 func GUID(b [16]byte) Value {
-	return Value{t: Guid, s: fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])}
+	const digits = "0123456789abcdef"
+	var out [36]byte
+	j := 0
+	for i, c := range b {
+		if i == 4 || i == 6 || i == 8 || i == 10 {
+			out[j] = '-'
+			j++
+		}
+		out[j], out[j+1] = digits[c>>4], digits[c&0x0f]
+		j += 2
+	}
+	return Value{t: Guid, s: string(out[:])}
 }
 
 // ParseGUID reads a GUID in its 36-character form (any case).
