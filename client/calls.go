@@ -186,7 +186,10 @@ func (c *callStub) do(ctx context.Context, req *api.CallRequest) (resp *api.Call
 			if left <= 0 {
 				return nil, true, status.FromContextError(context.DeadlineExceeded).Err()
 			}
-			req.TimeoutMs = uint64(max(1, left.Milliseconds()))
+			// Rounded up: the server's deadline must not fire before
+			// the caller's (its answer would then be a failure the
+			// caller's own deadline would not have given).
+			req.TimeoutMs = uint64((left + time.Millisecond - 1) / time.Millisecond)
 		}
 		ch := make(chan *api.CallResponse, 1)
 		cs.mu.Lock()
