@@ -162,6 +162,19 @@ func (a *account) table(ctx context.Context, name string) (string, bool, error) 
 	return actual, ok, nil
 }
 
+// tableFresh is table without the cache: for creates and gets, which
+// must not trust a table another gateway (or the CLI) may have dropped
+// or created since.
+func (a *account) tableFresh(ctx context.Context, name string) (string, bool, error) {
+	if err := a.list(ctx); err != nil {
+		return "", false, err
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	actual, ok := a.tables[strings.ToLower(name)]
+	return actual, ok, nil
+}
+
 // list reads the account's tables (its ordered tables) from the master.
 func (a *account) list(ctx context.Context) error {
 	ts, err := a.c.ListTables(ctx)

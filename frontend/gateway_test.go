@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/tabuladb/tabula/api"
+	"github.com/tabuladb/tabula/client"
 	"github.com/tabuladb/tabula/frontend"
 	"github.com/tabuladb/tabula/frontend/sharedkey"
 	"github.com/tabuladb/tabula/internal/testcluster"
@@ -28,6 +29,8 @@ type azure struct {
 	url     string // the account's URL
 	account string
 	key     []byte
+	masters []string
+	cred    client.Credential
 }
 
 // startGateway starts a cluster, a tenant and a gateway over it.
@@ -56,7 +59,7 @@ func startGateway(t *testing.T) *azure {
 	t.Cleanup(func() { _ = gw.Close() })
 	srv := httptest.NewServer(gw)
 	t.Cleanup(srv.Close)
-	return &azure{t: t, url: srv.URL + "/acct", account: "acct", key: resp.GetTenant().GetKeys()[0]}
+	return &azure{t: t, url: srv.URL + "/acct", account: "acct", key: resp.GetTenant().GetKeys()[0], masters: tc.MasterAddrs(), cred: tc.Credential()}
 }
 
 // do sends a signed request (Shared Key Lite, as aztables signs) and
@@ -337,4 +340,27 @@ func TestGatewayServiceProperties(t *testing.T) {
 	}
 	st, h, b = a.do("GET", "/Nope?comp=acl", nil, nil)
 	a.want("acl of a missing table", 404, "ResourceNotFound", st, h, b)
+}
+
+// TestGatewayTwoGateways: a table dropped through one gateway can be
+// created again through another that had it cached.
+func TestGatewayTwoGateways(t *testing.T) {
+	a := startGateway(t)
+	st, h, b := a.do("POST", "/Tables", nil, map[string]string{"TableName": "Shared"})
+	a.want("create table", 201, "", st, h, b)
+	// A second gateway over the same cluster.
+	gw2, err := frontend.New(context.Background(), frontend.Options{Masters: a.masters, Credential: a.cred})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gw2.Close()
+	srv2 := httptest.NewServer(gw2)
+	defer srv2.Close()
+	b2 := &azure{t: t, url: srv2.URL + "/acct", account: "acct", key: a.key}
+	st, h, b = b2.do("GET", "/Shared()", nil, nil)
+	a.want("query through the second gateway (caches the table)", 200, "", st, h, b)
+	st, h, b = a.do("DELETE", "/Tables('Shared')", nil, nil)
+	a.want("drop through the first", 204, "", st, h, b)
+	st, h, b = b2.do("POST", "/Tables", nil, map[string]string{"TableName": "Shared"})
+	a.want("create again through the second", 201, "", st, h, b)
 }

@@ -78,7 +78,7 @@ func (q *request) createTable(ctx context.Context) {
 		q.fail(err)
 		return
 	}
-	if _, ok, err := q.acct.table(ctx, req.TableName); err != nil {
+	if _, ok, err := q.acct.tableFresh(ctx, req.TableName); err != nil {
 		q.fail(err)
 		return
 	} else if ok {
@@ -133,7 +133,7 @@ func (q *request) getTable(ctx context.Context, name string) {
 		q.fail(err)
 		return
 	}
-	actual, ok, err := q.acct.table(ctx, name)
+	actual, ok, err := q.acct.tableFresh(ctx, name)
 	switch {
 	case err != nil:
 		q.fail(err)
