@@ -402,28 +402,16 @@ func (q *request) queryEntities(ctx context.Context, tbl *client.Table, name str
 		q.fail(err)
 		return
 	}
-	m, err := q.metadata()
+	m, f, top, err := q.queryOptions()
 	if err != nil {
 		q.fail(err)
 		return
 	}
 	qs := q.r.URL.Query()
-	f, err := odata.ParseFilter(qs.Get("$filter"))
-	if err != nil {
-		q.fail(err)
-		return
-	}
 	sel, err := odata.ParseSelect(qs.Get("$select"))
 	if err != nil {
 		q.fail(err)
 		return
-	}
-	top := odata.MaxPageSize
-	if s := qs.Get("$top"); s != "" {
-		if top, err = odata.ParseTop(s); err != nil {
-			q.fail(err)
-			return
-		}
 	}
 	kr := f.KeyRange()
 	var page []*edm.Entity

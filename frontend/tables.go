@@ -37,6 +37,27 @@ func (q *request) preferNoContent() bool {
 	return false
 }
 
+// queryOptions reads a query's metadata level, $filter and $top (a page
+// at most MaxPageSize).
+func (q *request) queryOptions() (entity.Metadata, *odata.Filter, int, error) {
+	m, err := q.metadata()
+	if err != nil {
+		return m, nil, 0, err
+	}
+	qs := q.r.URL.Query()
+	f, err := odata.ParseFilter(qs.Get("$filter"))
+	if err != nil {
+		return m, nil, 0, err
+	}
+	top := odata.MaxPageSize
+	if s := qs.Get("$top"); s != "" {
+		if top, err = odata.ParseTop(s); err != nil {
+			return m, nil, 0, err
+		}
+	}
+	return m, f, top, nil
+}
+
 // tableJSON is one table's JSON at metadata level m.
 func (q *request) tableJSON(name string, m entity.Metadata, single bool) map[string]any {
 	out := map[string]any{}
@@ -153,24 +174,12 @@ func (q *request) queryTables(ctx context.Context) {
 		q.fail(err)
 		return
 	}
-	m, err := q.metadata()
+	m, f, top, err := q.queryOptions()
 	if err != nil {
 		q.fail(err)
 		return
 	}
 	qs := q.r.URL.Query()
-	f, err := odata.ParseFilter(qs.Get("$filter"))
-	if err != nil {
-		q.fail(err)
-		return
-	}
-	top := odata.MaxPageSize
-	if s := qs.Get("$top"); s != "" {
-		if top, err = odata.ParseTop(s); err != nil {
-			q.fail(err)
-			return
-		}
-	}
 	if err := q.acct.list(ctx); err != nil {
 		q.fail(err)
 		return
