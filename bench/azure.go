@@ -52,6 +52,7 @@ type azConfig struct {
 	azuriteDir  string
 	cl          clConfig // goroutines, rounds, duration, seed, valueSize for clCompare
 	startupWait time.Duration
+	tabulaDebug string // -tabula-debug-listen
 }
 
 var azWorkloads = []string{"insert", "get", "range", "batch", "engine"}
@@ -72,6 +73,7 @@ func runAzure(out io.Writer, args []string) (err error) {
 	fs.StringVar(&cfg.dir, "dir", "", "directory for data and logs (default: a new temp dir, removed after a successful run)")
 	fs.StringVar(&cfg.tabulaBin, "tabula-bin", "", "tabula binary to run (default: built from this checkout)")
 	fs.StringVar(&cfg.azuriteDir, "azurite-dir", "", "npm prefix Azurite is installed into when missing (default: <user cache dir>/tabula-bench/azurite-"+azAzuriteVersion+")")
+	fs.StringVar(&cfg.tabulaDebug, "tabula-debug-listen", "", "serve Go's profiling endpoints of tabula dev (the whole cluster and the gateway) on this address, to profile it during a run (empty: none)")
 	fs.DurationVar(&cfg.startupWait, "startup-wait", 90*time.Second, "how long a target may take to serve")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -261,11 +263,15 @@ func azStartTabula(ctx context.Context, out io.Writer, procs *clProcs, dir strin
 	if err != nil {
 		return nil, err
 	}
-	p, err := procs.start("tabula-dev", bin, "dev",
+	args := []string{"dev",
 		"--data", filepath.Join(dir, "tabula-data"),
 		"--listen", addrs[0],
 		"--azure-listen", addrs[1],
-		"--dashboard-listen", "")
+		"--dashboard-listen", ""}
+	if cfg.tabulaDebug != "" {
+		args = append(args, "--debug-listen", cfg.tabulaDebug)
+	}
+	p, err := procs.start("tabula-dev", bin, args...)
 	if err != nil {
 		return nil, err
 	}

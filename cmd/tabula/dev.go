@@ -21,6 +21,7 @@ func devCmd(g *globals) *cobra.Command {
 		masters int
 
 		metricsListen string
+		debug         string
 		dashListen    string
 		azureListen   string
 	)
@@ -48,6 +49,9 @@ prints the endpoints and "tabula dev ready" once it serves, and runs until inter
 			// servers' figures carry server="<index>", raft members'
 			// master="<id>"; RPC metrics are the process's, all parts
 			// together (op tells master and server RPCs apart).
+			if err := serveDebug(debug, log); err != nil {
+				return err
+			}
 			pm, err := startMetrics(metricsListen, log)
 			if err != nil {
 				return err
@@ -136,6 +140,7 @@ prints the endpoints and "tabula dev ready" once it serves, and runs until inter
 	cmd.Flags().IntVar(&servers, "servers", 3, "number of table servers")
 	cmd.Flags().IntVar(&masters, "masters", 1, "number of masters: 1, or 3 or 5 for a raft group")
 	cmd.Flags().StringVar(&metricsListen, "metrics-listen", "", metricsListenUsage+"; one page for the whole cluster")
+	cmd.Flags().StringVar(&debug, "debug-listen", "", "address serving Go's profiling endpoints, /debug/pprof/ (default: none)")
 	cmd.Flags().StringVar(&dashListen, "dashboard-listen", "127.0.0.1:0", dashboardListenUsage+"; the leading master's (empty: off)")
 	cmd.Flags().StringVar(&azureListen, "azure-listen", "127.0.0.1:10002", azureListenUsage+"; serves the development account "+sharedkey.DevAccount)
 	return cmd
