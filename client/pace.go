@@ -91,6 +91,7 @@ type paceWaiter struct {
 	// whether it got a slot. Set before ready is closed, under pacer.mu.
 	giveUp  time.Time
 	granted bool
+	due     time.Duration // turned away: its slot was due this far off at best
 }
 
 // pacers are the client's pacers. Safe for concurrent use.
@@ -195,6 +196,7 @@ func (p *pacer) shedLocked(now time.Time) {
 			continue
 		}
 		p.waiting = slices.Delete(p.waiting, i, i+1)
+		w.due = due
 		close(w.ready)
 	}
 }
@@ -245,7 +247,7 @@ func (ps *pacers) wait(ctx context.Context, addr string, class callClass) error 
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		return pacedError(addr, rate)
+		return pacedError(addr, rate, next)
 	}
 	w := &paceWaiter{ready: make(chan struct{})}
 	if hasDL {
@@ -265,7 +267,7 @@ func (ps *pacers) wait(ctx context.Context, addr string, class callClass) error 
 		if w.granted {
 			return nil
 		}
-		return pacedError(addr, rate) // turned away: no slot in time
+		return pacedError(addr, rate, w.due) // turned away: no slot in time
 	case <-ctx.Done():
 	case <-giveUp:
 	}
@@ -283,18 +285,22 @@ func (ps *pacers) wait(ctx context.Context, addr string, class callClass) error 
 	if i := slices.Index(p.waiting, w); i >= 0 {
 		p.waiting = slices.Delete(p.waiting, i, i+1)
 	}
-	p.dispatchLocked(time.Now())
+	now = time.Now()
+	p.dispatchLocked(now)
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	return pacedError(addr, rate)
+	return pacedError(addr, rate, time.Duration(max(0, float64(len(p.waiting)+1)-p.tokens)/p.rate*float64(time.Second)))
 }
 
 // pacedError is the error of a call the client did not send: no slot came
-// in time.
-func pacedError(addr string, rate float64) error {
+// in time. Its retry_after is when a slot could come at the earliest
+// (due), with paceMargin to run after it: a call that cannot wait so long
+// gives up at once rather than coming back for a slot it cannot use.
+func pacedError(addr string, rate float64, due time.Duration) error {
+	due += paceMargin
 	return api.Status(&api.ErrorDetail{
 		Code: api.ErrorCode_ERROR_CODE_SERVER_BUSY, Reason: "client_paced",
-		RetryAfterMs: uint64(time.Second / time.Millisecond), Limit: uint64(rate),
+		RetryAfterMs: uint64(max(1, (due+time.Millisecond-1)/time.Millisecond)), Limit: uint64(rate),
 	}, "the tenant is over its quota at "+addr+" (its share there is about "+strconv.FormatFloat(rate, 'f', 0, 64)+" per second): this call could not be sent before its deadline")
 }

@@ -59,6 +59,12 @@ func TestPacerHoldsCallsToTheShare(t *testing.T) {
 	if d := time.Since(start); d > 20*time.Millisecond {
 		t.Errorf("the refused call waited %v", d)
 	}
+	// Its retry_after is when the next slot is due (~150 ms, and 20 ms
+	// to run), so a call that cannot wait so long gives up rather than
+	// coming back for a slot it cannot use.
+	if ms := api.DetailOf(err).GetRetryAfterMs(); ms < 100 || ms > 250 {
+		t.Errorf("retry_after of the paced call %d ms; want the next slot, ~150 ms off", ms)
+	}
 }
 
 // TestPacerLowerRateLosesNoSlots: calls queue for a pacer at a high rate,
@@ -252,6 +258,10 @@ func TestPacerTurnsAwayCallsWithNoSlotInTime(t *testing.T) {
 			away++
 			if r.took > 150*time.Millisecond {
 				t.Errorf("a call turned away waited %v", r.took)
+			}
+			// The third slot at best: later than it could wait.
+			if ms := d.GetRetryAfterMs(); time.Duration(ms)*time.Millisecond < 250*time.Millisecond-r.took-paceMargin {
+				t.Errorf("a call turned away after %v has a retry_after of %d ms; want at least the time it had left", r.took, ms)
 			}
 		default:
 			t.Errorf("a paced call: %v", r.err)
