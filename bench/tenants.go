@@ -6,9 +6,13 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -39,6 +43,7 @@ type tenantsConfig struct {
 	dir, tabulaBin          string
 	seed                    uint64
 	opTimeout, signDuration time.Duration
+	diag                    bool
 }
 
 func runTenants(out io.Writer, args []string) (err error) {
@@ -55,6 +60,7 @@ func runTenants(out io.Writer, args []string) (err error) {
 	fs.IntVar(&cfg.goroutines, "goroutines", 16, "closed-loop Get goroutines of the signing workload")
 	fs.DurationVar(&cfg.signDuration, "sign-duration", 5*time.Second, "length of one signing run")
 	workloads := fs.String("workloads", "noisy,signing", "workloads: noisy, signing (comma list)")
+	fs.BoolVar(&cfg.diag, "diag", false, "print per run where tenant A's calls went: outcomes, retries by reason, the shares refusals named, the admitted rate the master heard (debug logging costs client CPU)")
 	fs.StringVar(&cfg.dir, "dir", "", "directory for data and logs (default: a new temp dir, removed after a successful run)")
 	fs.StringVar(&cfg.tabulaBin, "tabula-bin", "", "tabula binary to run (default: built from this checkout)")
 	fs.Uint64Var(&cfg.seed, "seed", rand.Uint64(), "random seed")
@@ -239,13 +245,20 @@ func tnNoisy(ctx context.Context, out io.Writer, dir string, cfg *tenantsConfig)
 	}
 	defer cc.Close()
 	mc := api.NewMasterClient(cc)
+	diag := &tnDiag{}
 	tenant := func(name string, q *api.TenantQuota) (*client.Table, *client.Client, error) {
 		resp, err := mc.CreateTenant(ctx, &api.CreateTenantRequest{Tenant: name, Quota: q})
 		if err != nil {
 			return nil, nil, err
 		}
-		c, err := client.New(ctx, client.Options{Masters: []string{tab.masterAddr}, Seed: cfg.seed,
-			Credential: client.TenantCredential(name, 1, resp.GetTenant().GetKeys()[0])})
+		opts := client.Options{Masters: []string{tab.masterAddr}, Seed: cfg.seed,
+			Credential: client.TenantCredential(name, 1, resp.GetTenant().GetKeys()[0])}
+		if q != nil && cfg.diag {
+			// Diagnostics: A's retries, by reason, and the shares its
+			// refusals name.
+			opts.Logger = slog.New(diag)
+		}
+		c, err := client.New(ctx, opts)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -283,12 +296,17 @@ func tnNoisy(ctx context.Context, out io.Writer, dir string, cfg *tenantsConfig)
 		return tb.Put(ctx, k, val)
 	}
 	aOp := func(ctx context.Context, rng *rand.Rand) error {
-		return ta.Put(ctx, fmt.Appendf(nil, "a%d", rng.Uint64()), val)
+		err := ta.Put(ctx, fmt.Appendf(nil, "a%d", rng.Uint64()), val)
+		if cfg.diag {
+			diag.outcome(err)
+		}
+		return err
 	}
 	fmt.Fprintf(out, "# noisy neighbour: %d servers, each tenant a point table of %d partitions x 3 replicas (ssd); B: %d req/s open loop (half Get, half Put, 100 B); A: write quota %d/s, offered %.0f/s open loop; %v per run, %d rounds; request deadline %v\n",
 		cfg.servers, cfg.partitions, cfg.bRate, cfg.quota, cfg.offer*float64(cfg.quota), cfg.duration, cfg.rounds, cfg.opTimeout)
 	// Warm up: A's demand reaches the master and the shares settle.
 	tnOpenLoop(ctx, cfg.offer*float64(cfg.quota), 3*time.Second, cfg.opTimeout, cfg.seed, aOp)
+	diag.take()
 	var alone, with, atQuota, admitted []float64
 	var bFailed int64
 	for r := range cfg.rounds {
@@ -301,6 +319,11 @@ func tnNoisy(ctx context.Context, out io.Writer, dir string, cfg *tenantsConfig)
 		runWith := func(offer float64, p99s *[]float64, what string) {
 			var aEnds []time.Time
 			var wg sync.WaitGroup
+			sampled := make(chan []float64, 1)
+			sctx, stopSampling := context.WithCancel(ctx)
+			if cfg.diag {
+				go func() { sampled <- tnSampleUsage(sctx, mc, "tenant-a") }()
+			}
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
@@ -312,6 +335,11 @@ func tnNoisy(ctx context.Context, out io.Writer, dir string, cfg *tenantsConfig)
 			_, lat, bad := tnOpenLoop(ctx, float64(cfg.bRate), cfg.duration, cfg.opTimeout, cfg.seed+uint64(r), bOp)
 			to := from.Add(cfg.duration)
 			wg.Wait()
+			stopSampling()
+			diagLine := ""
+			if cfg.diag {
+				diagLine = fmt.Sprintf("#   A: %s; the master heard %s admitted writes/s\n", diag.take(), tnMeanStr(<-sampled))
+			}
 			// A's admitted rate over B's window (A's calls that ended in it).
 			var aOK int
 			for _, e := range aEnds {
@@ -326,6 +354,7 @@ func tnNoisy(ctx context.Context, out io.Writer, dir string, cfg *tenantsConfig)
 				admitted = append(admitted, rate/float64(cfg.quota))
 			}
 			fmt.Fprintf(out, "# round %d B with A %s (offered %.0f/s): p99 %.2f ms (%d requests, %d failed); A admitted %.0f writes/s of a quota of %d\n", r, what, offer*float64(cfg.quota), p99(lat), len(lat), bad, rate, cfg.quota)
+			fmt.Fprint(out, diagLine)
 		}
 		noisy := func() { runWith(cfg.offer, &with, "over its quota") }
 		control := func() { runWith(1, &atQuota, "at its quota") }
@@ -348,4 +377,118 @@ func tnNoisy(ctx context.Context, out io.Writer, dir string, cfg *tenantsConfig)
 	fmt.Fprintf(out, "ratio with_a/with_a_at_quota b_p99 %.3f\n", medianF(with)/medianF(atQuota))
 	fmt.Fprintf(out, "ratio admitted/quota a_writes %.3f\n", medianF(admitted))
 	return nil
+}
+
+// tnDiag counts tenant A's outcomes and retries (a slog.Handler on A's
+// client). Safe for concurrent use. Diagnostics only.
+type tnDiag struct {
+	mu       sync.Mutex
+	outcomes map[string]int
+	retries  map[string]int
+	limits   map[string][]float64 // server → shares named by refusals
+}
+
+func tnReason(err error) string {
+	d := api.DetailOf(err)
+	switch {
+	case err == nil:
+		return "ok"
+	case errors.Is(err, client.ErrOutcomeUnknown):
+		return "outcome_unknown"
+	case d.GetReason() != "":
+		return d.GetReason()
+	case errors.Is(err, context.DeadlineExceeded):
+		return "deadline"
+	}
+	return "other"
+}
+
+func (d *tnDiag) outcome(err error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.outcomes == nil {
+		d.outcomes = map[string]int{}
+	}
+	d.outcomes[tnReason(err)]++
+}
+
+func (d *tnDiag) Enabled(context.Context, slog.Level) bool { return true }
+func (d *tnDiag) WithAttrs([]slog.Attr) slog.Handler       { return d }
+func (d *tnDiag) WithGroup(string) slog.Handler            { return d }
+func (d *tnDiag) Handle(_ context.Context, r slog.Record) error {
+	if r.Message != "tabula: retrying" {
+		return nil
+	}
+	var err error
+	var where string
+	r.Attrs(func(a slog.Attr) bool {
+		switch a.Key {
+		case "err":
+			err, _ = a.Value.Any().(error)
+		case "where":
+			where = a.Value.String()
+		}
+		return true
+	})
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.retries == nil {
+		d.retries, d.limits = map[string]int{}, map[string][]float64{}
+	}
+	d.retries[tnReason(err)]++
+	if det := api.DetailOf(err); det.GetReason() == "tenant_write_rate" {
+		addr := where
+		if i := strings.LastIndex(where, " at "); i >= 0 {
+			addr = strings.TrimSuffix(where[i+4:], ")")
+		}
+		d.limits[addr] = append(d.limits[addr], float64(det.GetLimit()))
+	}
+	return nil
+}
+
+// take returns the counts since the last take and resets them.
+func (d *tnDiag) take() string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var b strings.Builder
+	fmt.Fprintf(&b, "outcomes %v, retries by reason %v, median shares named by refusals", d.outcomes, d.retries)
+	var sum float64
+	for _, addr := range slices.Sorted(maps.Keys(d.limits)) {
+		m := medianF(d.limits[addr])
+		sum += m
+		fmt.Fprintf(&b, " %s:%.0f", addr, m)
+	}
+	fmt.Fprintf(&b, " (sum %.0f)", sum)
+	d.outcomes, d.retries, d.limits = nil, nil, nil
+	return b.String()
+}
+
+// tnSampleUsage samples tenant's admitted writes per second as the master
+// last heard them, every second until ctx ends.
+func tnSampleUsage(ctx context.Context, mc api.MasterClient, tenant string) []float64 {
+	var out []float64
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return out
+		case <-t.C:
+		}
+		resp, err := mc.DescribeTenant(ctx, &api.DescribeTenantRequest{Tenant: tenant})
+		if err == nil {
+			out = append(out, resp.GetTenant().GetUsage().GetWriteOpsPerSec())
+		}
+	}
+}
+
+func tnMeanStr(v []float64) string {
+	if len(v) == 0 {
+		return "?"
+	}
+	var s float64
+	for _, x := range v {
+		s += x
+	}
+	return fmt.Sprintf("%.1f (mean of %d samples; median %.1f)", s/float64(len(v)), len(v), medianF(v))
 }
