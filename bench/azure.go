@@ -184,6 +184,13 @@ func runAzure(out io.Writer, args []string) (err error) {
 				fmt.Fprintf(out, "ratio tabula/azurite %s-p99(peer÷ours) %.2f\n", wl, peer[2]/ours[2])
 			}
 		}
+		if okO && okP && ours[3] > 0 {
+			// The aztables clients run on the same cores: even a server
+			// that cost nothing could not pass cores ÷ their CPU per
+			// operation, which bounds the ratio any server can reach here.
+			bound := float64(runtime.NumCPU()) * 1e6 / ours[3]
+			fmt.Fprintf(out, "figure tabula-%s-client-bound %.0f ops/s (clients alone at %.1f us/op on %d cores: at most %.1fx azurite)\n", wl, bound, ours[3], runtime.NumCPU(), bound/peer[0])
+		}
 		if okO && wl == "get" {
 			fmt.Fprintf(out, "figure tabula-get-p99-ms %.2f ms (target ≤ 5)\n", ours[2]/1000)
 		}

@@ -460,6 +460,24 @@ type clStats struct {
 	ops     int64
 	elapsed time.Duration
 	hist    *hdrhistogram.Histogram
+	cpu     time.Duration // the suite's own CPU time (user + system) during the run: the clients'
+}
+
+// cpuPerOp is the clients' CPU time per operation, in microseconds.
+func (s clStats) cpuPerOp() float64 {
+	if s.ops == 0 {
+		return 0
+	}
+	return float64(s.cpu.Microseconds()) / float64(s.ops)
+}
+
+// selfCPU is this process's CPU time so far (user + system).
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 func clNewHist() *hdrhistogram.Histogram { return hdrhistogram.New(1, 120_000_000, 3) }
@@ -481,7 +499,7 @@ func clRun(ctx context.Context, goroutines, valueSize int, dur time.Duration, se
 		st    = clStats{hist: clNewHist()}
 		first error
 	)
-	start := time.Now()
+	start, cpu0 := time.Now(), selfCPU()
 	deadline := start.Add(dur)
 	for g := range goroutines {
 		wg.Add(1)
@@ -514,7 +532,7 @@ func clRun(ctx context.Context, goroutines, valueSize int, dur time.Duration, se
 		}()
 	}
 	wg.Wait()
-	st.elapsed = time.Since(start)
+	st.elapsed, st.cpu = time.Since(start), selfCPU()-cpu0
 	return st, first
 }
 
@@ -528,7 +546,7 @@ type clContender struct {
 // alternating (order reversed every other round), and prints the medians:
 // raw lines, figure <name>-<wl>-ops|p50|p99, and returns the medians by
 // contender name.
-func clCompare(ctx context.Context, out io.Writer, wl string, cs []clContender, cfg *clConfig) (map[string][3]float64, error) {
+func clCompare(ctx context.Context, out io.Writer, wl string, cs []clContender, cfg *clConfig) (map[string][4]float64, error) {
 	per := map[string][]clStats{}
 	for r := range cfg.rounds {
 		order := slices.Clone(cs)
@@ -544,22 +562,26 @@ func clCompare(ctx context.Context, out io.Writer, wl string, cs []clContender, 
 			per[c.name] = append(per[c.name], st)
 		}
 	}
-	res := map[string][3]float64{}
+	res := map[string][4]float64{}
 	for _, c := range cs {
-		var ops, p50, p99 []float64
+		var ops, p50, p99, cpu []float64
 		var rounds []string
 		for _, st := range per[c.name] {
 			ops = append(ops, st.opsPerS())
+			cpu = append(cpu, st.cpuPerOp())
 			p50 = append(p50, float64(st.hist.ValueAtQuantile(50)))
 			p99 = append(p99, float64(st.hist.ValueAtQuantile(99)))
 			rounds = append(rounds, fmt.Sprintf("%.0f/%d/%d", st.opsPerS(), st.hist.ValueAtQuantile(50), st.hist.ValueAtQuantile(99)))
 		}
-		m := [3]float64{medianF(ops), medianF(p50), medianF(p99)}
+		m := [4]float64{medianF(ops), medianF(p50), medianF(p99), medianF(cpu)}
 		res[c.name] = m
 		fmt.Fprintf(out, "raw %s %s median %.0f ops/s p50 %.0f us p99 %.0f us (rounds ops/s/p50/p99: %s)\n", c.name, wl, m[0], m[1], m[2], strings.Join(rounds, " "))
 		fmt.Fprintf(out, "figure %s-%s-ops %.0f ops/s\n", c.name, wl, m[0])
 		fmt.Fprintf(out, "figure %s-%s-p50 %.0f us\n", c.name, wl, m[1])
 		fmt.Fprintf(out, "figure %s-%s-p99 %.0f us\n", c.name, wl, m[2])
+		// What the clients themselves cost: on a shared box, ops/s can
+		// never pass cores ÷ this, however cheap the server.
+		fmt.Fprintf(out, "figure %s-%s-client-cpu %.1f us/op\n", c.name, wl, m[3])
 	}
 	return res, nil
 }
