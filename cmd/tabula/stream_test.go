@@ -158,13 +158,24 @@ func TestStreamProcesses(t *testing.T) {
 		t.Helper()
 		p := placement[a.loc.Extent]
 		checked := 0
-		for _, r := range p.Replicas {
-			if r.Node == victimNode {
-				continue
+		for i := 0; i < len(p.Replicas); i++ {
+			r := p.Replicas[i]
+			if r.Node == victimNode || !r.OK {
+				continue // dead, or a copy still being built (re-replication)
 			}
 			resp, err := nodeClient(r.Addr).Read(ctx, &streampb.ReadRequest{Extent: a.loc.Extent, Offset: a.loc.Offset, Length: a.loc.Length})
 			if err != nil {
-				t.Fatalf("read extent %d at %d from %s: %v", a.loc.Extent, a.loc.Offset, r.Node, err)
+				// The placement may have moved on since it was read (the
+				// victim declared dead, its copy replaced): read it again
+				// and check every good replica it names.
+				fresh, ferr := c.Streams().Extent(ctx, a.loc.Extent)
+				if ferr != nil || slices.Equal(fresh.Replicas, p.Replicas) {
+					t.Fatalf("read extent %d at %d from %s: %v", a.loc.Extent, a.loc.Offset, r.Node, err)
+				}
+				t.Logf("read extent %d from %s: %v; its placement changed, reading again", a.loc.Extent, r.Node, err)
+				p, placement[a.loc.Extent] = fresh, fresh
+				i, checked = -1, 0
+				continue
 			}
 			var got [][]byte
 			if err := stream.DecodeBlocks(resp.GetData(), a.loc.Extent, a.loc.Offset, func(_ int64, _ uint64, _ bool, payload []byte) error {
