@@ -181,10 +181,17 @@ func (a *account) list(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	tables := map[string]string{}
+	// Names differing only in case are one Azure table: the oldest (the
+	// lowest id) is it, on every gateway (createTable drops a younger one
+	// it made).
+	tables, ids := map[string]string{}, map[string]uint64{}
 	for _, t := range ts {
-		if t.GetKind() == api.TableKind_TABLE_KIND_ORDERED {
-			tables[strings.ToLower(t.GetName())] = t.GetName()
+		if t.GetKind() != api.TableKind_TABLE_KIND_ORDERED {
+			continue
+		}
+		low := strings.ToLower(t.GetName())
+		if id, seen := ids[low]; !seen || t.GetId() < id {
+			tables[low], ids[low] = t.GetName(), t.GetId()
 		}
 	}
 	a.mu.Lock()

@@ -9,7 +9,9 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -363,4 +365,67 @@ func TestGatewayTwoGateways(t *testing.T) {
 	a.want("drop through the first", 204, "", st, h, b)
 	st, h, b = b2.do("POST", "/Tables", nil, map[string]string{"TableName": "Shared"})
 	a.want("create again through the second", 201, "", st, h, b)
+}
+
+// TestGatewayTableNameCase: names that differ only in case are one table.
+// Two gateways creating one name in two cases at once: one create wins,
+// the other is told the table exists, and one table remains. Tables the
+// SDK made in two cases are read as the older one by every gateway.
+func TestGatewayTableNameCase(t *testing.T) {
+	a := startGateway(t)
+	gw2, err := frontend.New(context.Background(), frontend.Options{Masters: a.masters, Credential: a.cred})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gw2.Close()
+	srv2 := httptest.NewServer(gw2)
+	defer srv2.Close()
+	b := &azure{t: t, url: srv2.URL + "/acct", account: "acct", key: a.key}
+	c, err := client.New(context.Background(), client.Options{Masters: a.masters, Credential: a.cred, Tenant: "acct"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for round := range 8 {
+		names := []string{fmt.Sprintf("Race%d", round), fmt.Sprintf("rACE%d", round)}
+		var wg sync.WaitGroup
+		statuses := make([]int, 2)
+		for i, gw := range []*azure{a, b} {
+			wg.Go(func() {
+				statuses[i], _, _ = gw.do("POST", "/Tables", nil, map[string]string{"TableName": names[i]})
+			})
+		}
+		wg.Wait()
+		slices.Sort(statuses)
+		if statuses[0] != 201 || statuses[1] != 409 {
+			t.Fatalf("round %d: creates of %v answered %v; want one 201 and one 409", round, names, statuses)
+		}
+		ts, err := c.ListTables(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, tb := range ts {
+			if strings.EqualFold(tb.GetName(), names[0]) {
+				n++
+			}
+		}
+		if n != 1 {
+			t.Fatalf("round %d: %d tables named %s in some case; want 1", round, n, names[0])
+		}
+	}
+
+	// Made in two cases around the gateways: the older is the table.
+	for _, name := range []string{"Older", "older"} {
+		if _, err := c.CreateTable(context.Background(), name, api.TableKind_TABLE_KIND_ORDERED, &api.TableOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, gw := range []*azure{a, b} {
+		st, h, body := gw.do("GET", "/Tables('OLDER')", nil, nil)
+		gw.want("get a table made in two cases", 200, "", st, h, body)
+		if !strings.Contains(string(body), `"TableName":"Older"`) {
+			t.Fatalf("table made in two cases reads as %s; want the older, Older", body)
+		}
+	}
 }

@@ -110,6 +110,20 @@ func (q *request) createTable(ctx context.Context) {
 		q.fail(err)
 		return
 	}
+	// Another gateway may have created the name in another case at the
+	// same time: the older table is the one (account.list), and the
+	// younger's creator drops it and answers as the service would.
+	if actual, ok, err := q.acct.tableFresh(ctx, req.TableName); err != nil {
+		q.fail(err)
+		return
+	} else if ok && actual != req.TableName {
+		if derr := q.acct.c.DropTable(ctx, req.TableName); derr != nil {
+			q.fail(derr)
+			return
+		}
+		q.fail(errTableExists)
+		return
+	}
 	q.acct.remember(req.TableName)
 	if q.preferNoContent() {
 		q.w.WriteHeader(http.StatusNoContent)
