@@ -227,6 +227,9 @@ func CheckTenant(p Principal, req any) error {
 	if p.IsCluster() {
 		return nil
 	}
+	if handled, err := checkPointTenant(p.Name, req); handled {
+		return err
+	}
 	m, ok := req.(proto.Message)
 	if !ok {
 		return nil
