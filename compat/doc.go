@@ -3,7 +3,11 @@
 // through every operation of the Azure Table REST surface against an
 // endpoint and checks the service's answers: status codes, error codes,
 // ETags, Edm types, queries and continuation, entity group transactions,
-// limits, Shared Key and SAS.
+// limits, Shared Key and SAS. TestJavaScriptSDK also runs the Azure SDK
+// for JavaScript (@azure/data-tables, pinned in js/package.json and
+// installed by npm into js/node_modules when missing) through js/smoke.mjs:
+// tables, entity operations with ETags and Edm types, batches, filtered
+// and paged queries.
 //
 // It is its own Go module, as bench/ is, so the Azure SDK never enters the
 // product's go.mod. The package holds tests only:
