@@ -210,11 +210,13 @@ func (c guardCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	switch {
 	case n > lim.Bytes:
 		c.g.mark(m, markTooLarge, n, lim.Bytes)
+		keepCallID(m, data)
 		return nil
 	case !lim.Internal && c.g.budget != nil && !c.g.budget.fits(int64(n)):
 		// Advisory (the interceptor reserves): spares the decoding of a
 		// request that would be refused.
 		c.g.mark(m, markBusy, n, 0)
+		keepCallID(m, data)
 		return nil
 	}
 	if c.g.digests == nil || !c.g.digests[m.ProtoReflect().Descriptor().FullName()] {
@@ -232,6 +234,32 @@ func (c guardCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	u = binary.LittleEndian.AppendUint64(u, c.g.nonce)
 	r.SetUnknown(h.Sum(u))
 	return nil
+}
+
+// keepCallID decodes only the id of a Calls stream message the guard
+// refuses undecoded, so that its handler answers that one call with the
+// refusal (Admit) instead of seeing a call without an id, which ends the
+// stream and every call on it. The id is field 1, which encoders write
+// first; anything else leaves it 0.
+func keepCallID(m proto.Message, data mem.BufferSlice) {
+	c, ok := m.(*CallRequest)
+	if !ok {
+		return
+	}
+	var head []byte
+	for _, b := range data {
+		head = append(head, b.ReadOnlyData()[:min(b.Len(), binary.MaxVarintLen64+1-len(head))]...)
+		if len(head) > binary.MaxVarintLen64 {
+			break
+		}
+	}
+	num, typ, n := protowire.ConsumeTag(head)
+	if n < 0 || num != 1 || typ != protowire.VarintType {
+		return
+	}
+	if id, k := protowire.ConsumeVarint(head[n:]); k > 0 {
+		c.Id = id
+	}
 }
 
 func (g *SizeGuard) mark(m proto.Message, kind byte, size, limit int) {

@@ -97,6 +97,14 @@ func (s *service) Calls(st api.TableServer_CallsServer) error {
 // call runs one call of the stream and builds its response.
 func (s *service) call(ctx context.Context, req *api.CallRequest) *api.CallResponse {
 	resp := &api.CallResponse{Id: req.GetId()}
+	// The guard checks the whole message (too large, in-flight bytes)
+	// first: a message it refused was not decoded (it has its id alone).
+	release, err := s.limits.guard.Admit(api.TableServer_Calls_FullMethodName, req)
+	if err != nil {
+		resp.Status = encodeStatus(err)
+		return resp
+	}
+	defer release()
 	var (
 		method string
 		inner  proto.Message
@@ -124,13 +132,6 @@ func (s *service) call(ctx context.Context, req *api.CallRequest) *api.CallRespo
 		resp.Status = encodeStatus(api.InvalidArgument("call", "call_missing", 0, "call %d carries no call this server knows (a newer client?)", req.GetId()))
 		return resp
 	}
-	// The guard checks the whole message (too large, in-flight bytes).
-	release, err := s.limits.guard.Admit(api.TableServer_Calls_FullMethodName, req)
-	if err != nil {
-		resp.Status = encodeStatus(err)
-		return resp
-	}
-	defer release()
 	if t := req.GetTimeoutMs(); t > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, min(time.Duration(t)*time.Millisecond, callsMaxTimeout))

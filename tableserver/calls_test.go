@@ -2,14 +2,18 @@ package tableserver_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
 	spb "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/tabuladb/tabula/api"
+	"github.com/tabuladb/tabula/internal/testcluster"
+	"github.com/tabuladb/tabula/tableserver"
 )
 
 // callOnStream sends req on st and reads its answer (the only call in
@@ -150,5 +154,82 @@ func TestCallsAnswerAsUnary(t *testing.T) {
 	}
 	if _, err := st.Recv(); api.DetailOf(err).GetReason() != "call_id_missing" {
 		t.Fatalf("call with id 0: %v; want the stream ended with call_id_missing", err)
+	}
+}
+
+// TestCallsRefusedForBytesAnswerAlone: a call on the stream that the size
+// guard refuses undecoded (the server's in-flight bytes are taken) is
+// answered SERVER_BUSY alone, by its id; the stream and the other calls
+// on it go on. (It was read as a call without an id, which ended the
+// stream and failed every call on it with INVALID_ARGUMENT.)
+func TestCallsRefusedForBytesAnswerAlone(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := testcluster.Start(ctx, testcluster.Options{Servers: 1, ServerOptions: func(_ int, o *tableserver.Options) {
+		o.MaxInFlightBytes = 1 << 20
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	f := &fixture{c: c, conns: map[string]*grpc.ClientConn{}}
+	f.master = api.NewMasterClient(f.dial(t, c.MasterAddr()))
+	resp, err := f.master.CreateTable(ctx, &api.CreateTableRequest{Tenant: api.DefaultTenant, Name: "t", Kind: api.TableKind_TABLE_KIND_POINT,
+		Options: &api.TableOptions{Partitions: 1, Replication: 1, MaxValueBytes: 1 << 20}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := resp.GetMap().GetPartitions()[0]
+	s := f.server(t, p)
+	if _, err := eventually(t, func() (*api.PutResponse, error) {
+		return s.Put(ctx, &api.PutRequest{Header: hdr(p), Key: []byte("boot"), Value: []byte("v")})
+	}); err != nil {
+		t.Fatalf("put: %v", err)
+	}
+	st, err := s.Calls(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Puts of 700 KiB sent back to back: while one is in flight, the next
+	// does not fit the 1 MiB of requests the server may hold. (Bursts
+	// until one is refused: whether one is depends on timing.)
+	const n = 8
+	ok, busy, id := 0, 0, uint64(0)
+	for burst := 0; burst < 20 && busy == 0; burst++ {
+		for i := range n {
+			put := &api.PutRequest{Header: hdr(p), Key: fmt.Appendf(nil, "big%d", i), Value: make([]byte, 700<<10)}
+			id++
+			if err := st.Send(&api.CallRequest{Id: id, TimeoutMs: 10000, Call: &api.CallRequest_Put{Put: put}}); err != nil {
+				t.Fatalf("send: %v (ok %d, busy %d so far)", err, ok, busy)
+			}
+		}
+		for range n {
+			r, err := st.Recv()
+			if err != nil {
+				t.Fatalf("the stream ended: %v (ok %d, busy %d so far)", err, ok, busy)
+			}
+			if r.GetId() < id-n+1 || r.GetId() > id {
+				t.Fatalf("answer for call %d", r.GetId())
+			}
+			if len(r.GetStatus()) == 0 {
+				ok++
+				continue
+			}
+			var sp spb.Status
+			if err := proto.Unmarshal(r.GetStatus(), &sp); err != nil {
+				t.Fatal(err)
+			}
+			if d := api.DetailOf(status.ErrorProto(&sp)); d.GetCode() != api.ErrorCode_ERROR_CODE_SERVER_BUSY || d.GetReason() != "inflight_bytes" {
+				t.Fatalf("call %d: %v; want SERVER_BUSY inflight_bytes", r.GetId(), status.ErrorProto(&sp))
+			}
+			busy++
+		}
+	}
+	if ok == 0 || busy == 0 {
+		t.Fatalf("%d puts applied, %d refused for bytes; want some of each", ok, busy)
+	}
+	r, err := callOnStream(t, st, &api.CallRequest{Id: id + 1, Call: &api.CallRequest_Get{Get: &api.GetRequest{Header: hdr(p), Key: []byte("boot")}}})
+	if err != nil || !r.GetGet().GetFound() {
+		t.Fatalf("get after the refusals: %v, %v", r, err)
 	}
 }
