@@ -173,7 +173,8 @@ func (p *clProc) waitLog(ctx context.Context, s string, d time.Duration) error {
 			return true, nil
 		}
 		if !p.running() {
-			return false, fmt.Errorf("%s exited before logging %q; log tail:\n%s", p.name, s, p.tail(20))
+			// Nothing more will come: stop now, not at the deadline.
+			return false, fmt.Errorf("%w: %s exited before logging %q; log tail:\n%s", errStopPolling, p.name, s, p.tail(20))
 		}
 		return false, nil
 	}, fmt.Sprintf("%s to log %q", p.name, s))
