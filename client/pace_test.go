@@ -139,6 +139,22 @@ func TestPacerLowerRateLosesNoSlots(t *testing.T) {
 	}
 }
 
+// waitWaiting waits (5 s at most) until n calls wait for a slot of p.
+func waitWaiting(t *testing.T, p *pacer, n int) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		p.mu.Lock()
+		got := len(p.waiting)
+		p.mu.Unlock()
+		if got == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d calls waiting, want %d", got, n)
+		}
+	}
+}
+
 // TestPacerServesNewestFirst: of two calls waiting for a slot, the newer
 // gets the next one: it has the most time left, so it is the least likely
 // to run out of time at the server after taking a token there.
@@ -150,21 +166,6 @@ func TestPacerServesNewestFirst(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := ps.m[paceKey{"s", classWrite}]
-	waiting := func(n int) {
-		t.Helper()
-		for deadline := time.Now().Add(5 * time.Second); ; {
-			p.mu.Lock()
-			got := len(p.waiting)
-			p.mu.Unlock()
-			if got == n {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%d calls waiting, want %d", got, n)
-			}
-			time.Sleep(time.Millisecond)
-		}
-	}
 	order := make(chan string, 2)
 	for _, name := range []string{"older", "newer"} {
 		go func() {
@@ -176,7 +177,7 @@ func TestPacerServesNewestFirst(t *testing.T) {
 			order <- name
 		}()
 		if name == "older" {
-			waiting(1)
+			waitWaiting(t, p, 1)
 		}
 	}
 	if first := <-order; first != "newer" {
@@ -198,17 +199,7 @@ func TestPacerSlotOfAGoneCallIsNotLost(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- ps.wait(gone, "s", classWrite) }()
 	p := ps.m[paceKey{"s", classWrite}]
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
-		p.mu.Lock()
-		n := len(p.waiting)
-		p.mu.Unlock()
-		if n == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the call never waited")
-		}
-	}
+	waitWaiting(t, p, 1)
 	cancel()
 	if err := <-done; err != context.Canceled {
 		t.Fatalf("a call whose context ended: %v, want context.Canceled", err)

@@ -344,21 +344,26 @@ func TestGatewayServiceProperties(t *testing.T) {
 	a.want("acl of a missing table", 404, "ResourceNotFound", st, h, b)
 }
 
+// secondGateway starts another gateway over a's cluster, for a's account.
+func (a *azure) secondGateway() *azure {
+	a.t.Helper()
+	gw, err := frontend.New(context.Background(), frontend.Options{Masters: a.masters, Credential: a.cred})
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	a.t.Cleanup(func() { _ = gw.Close() })
+	srv := httptest.NewServer(gw)
+	a.t.Cleanup(srv.Close)
+	return &azure{t: a.t, url: srv.URL + "/" + a.account, account: a.account, key: a.key, masters: a.masters, cred: a.cred}
+}
+
 // TestGatewayTwoGateways: a table dropped through one gateway can be
 // created again through another that had it cached.
 func TestGatewayTwoGateways(t *testing.T) {
 	a := startGateway(t)
 	st, h, b := a.do("POST", "/Tables", nil, map[string]string{"TableName": "Shared"})
 	a.want("create table", 201, "", st, h, b)
-	// A second gateway over the same cluster.
-	gw2, err := frontend.New(context.Background(), frontend.Options{Masters: a.masters, Credential: a.cred})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer gw2.Close()
-	srv2 := httptest.NewServer(gw2)
-	defer srv2.Close()
-	b2 := &azure{t: t, url: srv2.URL + "/acct", account: "acct", key: a.key}
+	b2 := a.secondGateway()
 	st, h, b = b2.do("GET", "/Shared()", nil, nil)
 	a.want("query through the second gateway (caches the table)", 200, "", st, h, b)
 	st, h, b = a.do("DELETE", "/Tables('Shared')", nil, nil)
@@ -373,14 +378,7 @@ func TestGatewayTwoGateways(t *testing.T) {
 // SDK made in two cases are read as the older one by every gateway.
 func TestGatewayTableNameCase(t *testing.T) {
 	a := startGateway(t)
-	gw2, err := frontend.New(context.Background(), frontend.Options{Masters: a.masters, Credential: a.cred})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer gw2.Close()
-	srv2 := httptest.NewServer(gw2)
-	defer srv2.Close()
-	b := &azure{t: t, url: srv2.URL + "/acct", account: "acct", key: a.key}
+	b := a.secondGateway()
 	c, err := client.New(context.Background(), client.Options{Masters: a.masters, Credential: a.cred, Tenant: "acct"})
 	if err != nil {
 		t.Fatal(err)
