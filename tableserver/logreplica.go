@@ -45,6 +45,9 @@ type logReplica struct {
 	log *slog.Logger
 
 	kick chan struct{} // wakes the pump
+	// acks carries the appends the pump started, in order, to the
+	// acker (ackLoop).
+	acks chan pendingAppend
 	tick chan struct{} // wakes the tailer
 	ctx  context.Context
 	stop context.CancelFunc
@@ -72,6 +75,9 @@ type logReplica struct {
 	appended []lsnEnd
 	// resealing: the log refused an append; the master is sealing it.
 	resealing bool
+	// failedExtent: an append to this extent failed; the outcomes of the
+	// appends started after it are ignored.
+	failedExtent uint64
 	// caughtUp: a new primary applied the whole sealed log.
 	caughtUp bool
 	// tail position: the extent being read and the offset in it.
@@ -167,6 +173,7 @@ func newLogReplica(s *Server, t *api.Table, pid uint64, streamName string, e eng
 		durable:  durable(t),
 		log:      s.log.With("partition", pid),
 		kick:     make(chan struct{}, 1),
+		acks:     make(chan pendingAppend, 64),
 		tick:     make(chan struct{}, 1),
 		core:     partition.New(partition.Config{}, applied),
 		overlay:  map[string]overlayEntry{},
@@ -181,8 +188,9 @@ func newLogReplica(s *Server, t *api.Table, pid uint64, streamName string, e eng
 		l.writer = l.engine.(engines.Writer)
 	}
 	l.ctx, l.stop = context.WithCancel(s.ctx)
-	l.wg.Add(2)
+	l.wg.Add(3)
 	go l.pumpLoop()
+	go l.ackLoop()
 	go l.tailLoop()
 	return l, nil
 }
@@ -655,9 +663,14 @@ func (l *logReplica) apply(recs []partition.Record) error {
 var castagnoliTable = crc32.MakeTable(crc32.Castagnoli)
 
 // appendRecords appends recs to extent on this server's extent node (the
-// extent's primary), which replicates them and answers once every replica
-// has them durably.
+// extent's primary), which replicates them and answers once enough
+// replicas have them durably. It only starts the appends, in LSN order,
+// and hands their waits to the acker: the next records go out while these
+// are synced and replicated.
 func (l *logReplica) appendRecords(extent uint64, recs []partition.Record) {
+	l.mu.Lock()
+	core := l.core
+	l.mu.Unlock()
 	for len(recs) > 0 && l.ctx.Err() == nil {
 		req := &streampb.AppendRequest{Extent: extent}
 		size := 0
@@ -678,64 +691,112 @@ func (l *logReplica) appendRecords(extent uint64, recs []partition.Record) {
 			req.Entries = append(req.Entries, en)
 			n++
 		}
-		resp, err := l.s.extents.Append(l.ctx, req)
-		l.mu.Lock()
-		if l.extent != extent || l.core.Role() != partition.RolePrimary {
-			l.mu.Unlock()
-			return // the log moved on meanwhile; the core re-sends what it must
-		}
-		if err != nil {
-			l.core.AppendFailed()
-			start := !l.resealing
-			l.resealing = true
-			epoch := l.core.Epoch()
-			l.mu.Unlock()
-			if start {
-				l.log.Warn("commit log append failed; asking the master to seal and continue", "extent", extent, "err", err)
-				l.wg.Add(1)
-				go l.reseal(epoch, extent, err)
-			}
+		p := pendingAppend{core: core, extent: extent, recs: recs[:n]}
+		p.wait, p.err = l.s.extents.StartAppend(req)
+		select {
+		case l.acks <- p:
+		case <-l.ctx.Done():
 			return
 		}
-		if len(resp.GetEntries()) > 0 && resp.GetEntries()[0].GetOffset() == 0 {
-			_ = l.noteExtentLocked(extent, recs[0].LSN) // a primary appends after all it applied
+		if p.err != nil {
+			return // the acker handles the failure; nothing after it may go
 		}
-		var extEnd int64
-		for i, en := range resp.GetEntries() {
-			end := en.GetOffset()
-			for _, s := range en.GetBlockSizes() {
-				end += s
-			}
-			l.appended = append(l.appended, lsnEnd{lsn: recs[i].LSN, end: end})
-			extEnd = max(extEnd, end)
-		}
-		last := recs[n-1].LSN
-		l.core.Durable(last)
-		if extEnd >= l.s.opts.LogExtentBytes && !l.resealing {
-			// The log moves to a new extent now and then, so the master
-			// can delete whole extents below what every replica flushed
-			// (truncate.go). Writes pause for the seal and the next
-			// extent's allocation, tens of milliseconds.
-			l.resealing = true
-			epoch := l.core.Epoch()
-			l.log.Info("commit log extent full; moving to the next", "extent", extent, "bytes", extEnd)
-			l.wg.Add(1)
-			go l.reseal(epoch, extent, fmt.Errorf("extent %d holds %d bytes, the most one extent of a commit log takes (rolling over)", extent, extEnd))
-		}
-		// Forget positions below the commit point: only the in-flight
-		// tail matters for a seal.
-		k := 0
-		for k < len(l.appended) && l.appended[k].lsn <= last {
-			k++
-		}
-		l.appended = l.appended[k:]
-		l.mu.Unlock()
 		recs = recs[n:]
 	}
-	select {
-	case l.kick <- struct{}{}:
-	default:
+}
+
+// pendingAppend is an append started on the extent node, waiting in the
+// acker's queue.
+type pendingAppend struct {
+	core   *partition.Replica // the core that handed the records out
+	extent uint64
+	recs   []partition.Record
+	wait   func(context.Context) (*streampb.AppendResponse, error)
+	err    error // StartAppend refused it
+}
+
+// ackLoop takes the outcomes of the appends started, in the order they
+// were started, to the core.
+func (l *logReplica) ackLoop() {
+	defer l.wg.Done()
+	for {
+		var p pendingAppend
+		select {
+		case p = <-l.acks:
+		case <-l.ctx.Done():
+			return
+		}
+		var resp *streampb.AppendResponse
+		err := p.err
+		if err == nil {
+			resp, err = p.wait(l.ctx)
+		}
+		l.appendDone(p, resp, err)
+		select {
+		case l.kick <- struct{}{}:
+		default:
+		}
 	}
+}
+
+// appendDone takes one append's outcome to the core: its records are
+// durable, or the log is to be sealed and continued.
+func (l *logReplica) appendDone(p pendingAppend, resp *streampb.AppendResponse, err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.core != p.core || l.extent != p.extent || l.core.Role() != partition.RolePrimary || l.failedExtent == p.extent {
+		// The log moved on meanwhile, the core was reset, or an earlier
+		// append to this extent failed: the appends after a failure are
+		// not acknowledged in order (the seal decides what the extent
+		// keeps, and the core re-sends what it must).
+		return
+	}
+	extent, recs := p.extent, p.recs
+	if err != nil {
+		l.failedExtent = extent
+		l.core.AppendFailed()
+		start := !l.resealing
+		l.resealing = true
+		epoch := l.core.Epoch()
+		if start {
+			l.log.Warn("commit log append failed; asking the master to seal and continue", "extent", extent, "err", err)
+			l.wg.Add(1)
+			go l.reseal(epoch, extent, err)
+		}
+		return
+	}
+	if len(resp.GetEntries()) > 0 && resp.GetEntries()[0].GetOffset() == 0 {
+		_ = l.noteExtentLocked(extent, recs[0].LSN) // a primary appends after all it applied
+	}
+	var extEnd int64
+	for i, en := range resp.GetEntries() {
+		end := en.GetOffset()
+		for _, s := range en.GetBlockSizes() {
+			end += s
+		}
+		l.appended = append(l.appended, lsnEnd{lsn: recs[i].LSN, end: end})
+		extEnd = max(extEnd, end)
+	}
+	last := recs[len(recs)-1].LSN
+	l.core.Durable(last)
+	if extEnd >= l.s.opts.LogExtentBytes && !l.resealing {
+		// The log moves to a new extent now and then, so the master
+		// can delete whole extents below what every replica flushed
+		// (truncate.go). Writes pause for the seal and the next
+		// extent's allocation, tens of milliseconds.
+		l.resealing = true
+		epoch := l.core.Epoch()
+		l.log.Info("commit log extent full; moving to the next", "extent", extent, "bytes", extEnd)
+		l.wg.Add(1)
+		go l.reseal(epoch, extent, fmt.Errorf("extent %d holds %d bytes, the most one extent of a commit log takes (rolling over)", extent, extEnd))
+	}
+	// Forget positions below the commit point: only the in-flight
+	// tail matters for a seal.
+	k := 0
+	for k < len(l.appended) && l.appended[k].lsn <= last {
+		k++
+	}
+	l.appended = l.appended[k:]
 }
 
 // reseal asks the master to seal the failed extent and continue the log;

@@ -14,13 +14,17 @@ import (
 )
 
 // The primary's side of an extent (see the package comment, "Appends"):
-// an appender orders the appends and group-commits them, one batch at a
-// time: it writes the batch locally, queues it for each secondary on the
-// node's link to that secondary's node, syncs, and acknowledges the batch
-// once it is durable locally and on as many secondaries as the ack policy
-// requires. A link sends what every extent queued for its node in one
-// ReplicateBatch, one in flight, so each secondary's queue goes in order
-// and a slow node delays only the copies it holds: under AckQuorum the
+// an appender orders the appends and group-commits them in batches: it
+// writes a batch locally and queues it for each secondary on the node's
+// link to that secondary's node, then goes on with the next batch while
+// its committer acknowledges each batch, in order, once it is durable
+// locally (its own journal ticket, not the later batches') and on as many
+// secondaries as the ack policy requires. Up to maxFlights batches are so
+// in flight: a write does not wait for the sync of the batch before it.
+// A link sends what every extent queued for its node in one
+// ReplicateBatch, up to maxLinkCalls in flight (the receiver writes each
+// extent's data in offset order), and a slow node delays only the copies
+// it holds: under AckQuorum the
 // appenders go on without it, and once a queue passes MaxReplicaLag (or a
 // Replicate fails) that secondary is dropped from its extent's ack set for
 // good. Acknowledgements are in offset order because batches are.
@@ -39,11 +43,14 @@ type appender struct {
 
 	mu sync.Mutex
 	// Guarded by mu.
-	queue     []*appendReq
-	running   bool
-	secs      []*secondary
-	committed int64         // acknowledged length
-	changed   chan struct{} // closed and replaced when a secondary's state changes
+	queue      []*appendReq
+	running    bool      // run is running
+	flights    []*flight // written, in offset order, not yet acknowledged
+	committing bool      // commitLoop is running
+	err        error     // a batch failed: every later one fails
+	secs       []*secondary
+	committed  int64         // acknowledged length
+	changed    chan struct{} // closed and replaced when a secondary's state changes
 }
 
 // secondary is an appender's view of one secondary.
@@ -157,6 +164,18 @@ func (a *appender) run() {
 	defer a.n.wg.Done()
 	for {
 		a.mu.Lock()
+		// A bounded pipeline: while maxFlights batches wait for their
+		// syncs and acknowledgements, the queue grows into a larger
+		// next batch instead.
+		for len(a.flights) >= maxFlights && a.err == nil && a.n.ctx.Err() == nil {
+			ch := a.changed
+			a.mu.Unlock()
+			select {
+			case <-ch:
+			case <-a.n.ctx.Done():
+			}
+			a.mu.Lock()
+		}
 		var batch []*appendReq
 		var size int64
 		for len(a.queue) > 0 && (len(batch) == 0 || size+a.queue[0].size <= MaxAppendBytes) {
@@ -170,35 +189,60 @@ func (a *appender) run() {
 			a.mu.Unlock()
 			return
 		}
+		err := a.err
 		a.mu.Unlock()
-		a.commit(batch)
+		if err == nil && a.n.ctx.Err() != nil {
+			err = ErrClosed
+		}
+		if err != nil {
+			failAppends(batch, err)
+			continue
+		}
+		a.start(batch)
 	}
 }
 
-// commit appends one batch locally, hands it to the senders, syncs, waits
-// for enough secondaries and completes the batch's requests.
-func (a *appender) commit(batch []*appendReq) {
+// maxFlights is how many batches of one extent may be written and on
+// their way to the secondaries at once, not yet acknowledged.
+const maxFlights = 8
+
+// flight is a batch written locally and queued for the secondaries,
+// waiting for its sync and acknowledgements.
+type flight struct {
+	batch []*appendReq
+	locs  []EntryLoc
+	sync  syncPoint
+	end   int64
+}
+
+func failAppends(batch []*appendReq, err error) {
+	for _, r := range batch {
+		r.done <- appendResult{err: err}
+	}
+}
+
+// start writes one batch locally, hands it to the senders and to the
+// committer. A batch that fails here fails every later one (a.err): none
+// may be acknowledged after a gap.
+func (a *appender) start(batch []*appendReq) {
 	var entries []EntryData
 	for _, r := range batch {
 		entries = append(entries, r.entries...)
 	}
-	fail := func(err error) {
-		for _, r := range batch {
-			r.done <- appendResult{err: err}
-		}
-	}
-	if a.n.ctx.Err() != nil {
-		fail(ErrClosed)
-		return
-	}
 	ext := a.ext
-	locs, start, raw, err := ext.AppendEntries(entries)
+	locs, start, raw, sp, err := ext.appendEntries(entries)
 	if err != nil {
-		fail(err)
+		a.mu.Lock()
+		if a.err == nil {
+			a.err = err
+		}
+		a.mu.Unlock()
+		failAppends(batch, err)
 		return
 	}
 	end := start + int64(len(raw))
 	a.mu.Lock()
+	defer a.mu.Unlock()
 	for _, s := range a.secs {
 		if s.failed != nil {
 			continue
@@ -211,10 +255,68 @@ func (a *appender) commit(batch []*appendReq) {
 		s.queued += int64(len(raw))
 		a.kickLocked(s)
 	}
-	a.mu.Unlock()
-	if err := ext.Sync(); err != nil {
-		fail(err)
-		return
+	a.flights = append(a.flights, &flight{batch: batch, locs: locs, sync: sp, end: end})
+	if !a.committing {
+		a.committing = true
+		a.n.wg.Add(1)
+		go a.commitLoop()
+	}
+}
+
+// commitLoop completes the batches in flight, in order, until there are
+// none: each once it is durable locally and on enough secondaries. After
+// one fails, every later one fails too (they follow a gap), and so does
+// every batch after them (a.err).
+func (a *appender) commitLoop() {
+	defer a.n.wg.Done()
+	var failed error
+	for {
+		a.mu.Lock()
+		if len(a.flights) == 0 {
+			a.committing = false
+			a.mu.Unlock()
+			return
+		}
+		f := a.flights[0]
+		a.mu.Unlock()
+		var dropped []string
+		err := failed
+		if err == nil {
+			dropped, err = a.commit(f)
+		}
+		a.mu.Lock()
+		a.flights[0] = nil
+		a.flights = a.flights[1:]
+		if err != nil {
+			failed = err
+			if a.err == nil {
+				a.err = err
+			}
+		}
+		a.notifyLocked() // room in the pipeline
+		a.mu.Unlock()
+		if err != nil {
+			failAppends(f.batch, err)
+			continue
+		}
+		i := 0
+		for _, r := range f.batch {
+			r.done <- appendResult{locs: f.locs[i : i+len(r.entries)], end: f.end, dropped: dropped}
+			i += len(r.entries)
+		}
+	}
+}
+
+// commit waits until flight f is durable locally and on as many
+// secondaries as the ack policy requires, and raises the commit point to
+// its end.
+func (a *appender) commit(f *flight) (dropped []string, err error) {
+	if a.n.ctx.Err() != nil {
+		return nil, ErrClosed
+	}
+	ext := a.ext
+	if err := ext.syncTo(f.sync); err != nil {
+		return nil, err
 	}
 	a.mu.Lock()
 	for {
@@ -222,7 +324,7 @@ func (a *appender) commit(batch []*appendReq) {
 		for _, s := range a.secs {
 			if s.failed == nil {
 				live++
-				if s.acked >= end {
+				if s.acked >= f.end {
 					have++
 				}
 			}
@@ -240,33 +342,27 @@ func (a *appender) commit(batch []*appendReq) {
 			a.mu.Unlock()
 			err := fmt.Errorf("append to extent %d: %d of %d copies needed left: %w: %w", ext.ID(), live, a.required, ErrBroken, errors.Join(errs...))
 			ext.Break(err)
-			fail(err)
-			return
+			return nil, err
 		}
 		ch := a.changed
 		a.mu.Unlock()
 		select {
 		case <-ch:
 		case <-a.n.ctx.Done():
-			fail(ErrClosed)
-			return
+			return nil, ErrClosed
 		}
 		a.mu.Lock()
 	}
-	a.committed = end
-	ext.setCommitted(end)
-	dropped := a.droppedLocked()
+	a.committed = max(a.committed, f.end)
+	ext.setCommitted(f.end)
+	dropped = a.droppedLocked()
 	for _, s := range a.secs {
-		if s.told < end {
+		if s.told < f.end {
 			a.kickLocked(s)
 		}
 	}
 	a.mu.Unlock()
-	i := 0
-	for _, r := range batch {
-		r.done <- appendResult{locs: locs[i : i+len(r.entries)], end: end, dropped: dropped}
-		i += len(r.entries)
-	}
+	return dropped, nil
 }
 
 // maxReplicate is how many bytes one ReplicateBatch carries at most (a
@@ -276,12 +372,14 @@ const maxReplicate = 4 << 20
 // link is the node's replication to one secondary node: every extent this
 // node is primary of with a replica there queues its secondary on the link
 // (kickLocked), and one sender goroutine sends everything queued in one
-// ReplicateBatch at a time. Many partitions' appends to one node so cost
-// one RPC and one journal sync there, not one each.
+// ReplicateBatch, with up to maxLinkCalls of them in flight. Many
+// partitions' appends to one node so cost one RPC and one journal sync
+// there, not one each, and a write does not wait for the call before it.
 type link struct {
-	n    *Node
-	addr string
-	wake chan struct{} // 1-buffered: a secondary was queued
+	n     *Node
+	addr  string
+	wake  chan struct{} // 1-buffered: a secondary was queued
+	slots chan struct{} // maxLinkCalls-buffered: a call in flight holds one
 
 	mu sync.Mutex
 	// Guarded by mu (taken after an appender's mu, never before).
@@ -294,7 +392,7 @@ type link struct {
 func (n *Node) linkForLocked(addr string) *link {
 	l := n.links[addr]
 	if l == nil {
-		l = &link{n: n, addr: addr, wake: make(chan struct{}, 1)}
+		l = &link{n: n, addr: addr, wake: make(chan struct{}, 1), slots: make(chan struct{}, maxLinkCalls)}
 		n.links[addr] = l
 	}
 	return l
@@ -345,8 +443,11 @@ type linkItem struct {
 	commit int64
 }
 
-// run sends the link's queued work until there is none. A batch with only
-// commit lengths waits commitNotifyDelay first for data to carry them.
+// run sends the link's queued work until there is none, in up to
+// maxLinkCalls calls at once: while they are all in flight, what queues
+// meanwhile waits for one to end and goes as one larger batch. A batch
+// with only commit lengths waits commitNotifyDelay first for data to carry
+// them.
 func (l *link) run() {
 	defer l.n.wg.Done()
 	timer := time.NewTimer(time.Hour)
@@ -354,23 +455,36 @@ func (l *link) run() {
 	defer timer.Stop()
 	waited := false
 	for {
+		slot := false
+		select {
+		case l.slots <- struct{}{}:
+			slot = true
+		case <-l.n.ctx.Done():
+		}
+		release := func() {
+			if slot {
+				<-l.slots
+			}
+		}
 		list := l.take()
 		if len(list) == 0 {
+			release()
 			return
 		}
 		if l.n.ctx.Err() != nil {
+			release()
 			continue // take drains; appenders fail their own appends
 		}
 		items, hasData := l.gather(list)
 		if len(items) == 0 {
+			release()
 			continue
 		}
 		if !hasData && !waited {
 			// Behind on commit points only: wait a moment for data, else
 			// tell them.
-			for _, it := range items {
-				l.requeue(it.s)
-			}
+			l.unsend(items)
+			release()
 			select {
 			case <-l.wake:
 			default:
@@ -386,7 +500,25 @@ func (l *link) run() {
 			continue
 		}
 		waited = false
-		l.send(items)
+		l.n.wg.Add(1)
+		go func() {
+			defer l.n.wg.Done()
+			defer release()
+			l.send(items)
+		}()
+	}
+}
+
+// maxLinkCalls is how many ReplicateBatch calls a link keeps in flight. The
+// receiver writes each extent's data in offset order whatever the order
+// the calls arrive in (Node.replicateWrite waits for the data before).
+const maxLinkCalls = 4
+
+// unsend lists the secondaries of items, which hold commit lengths only,
+// again without waking the sender (which is the caller).
+func (l *link) unsend(items []linkItem) {
+	for _, it := range items {
+		l.requeue(it.s)
 	}
 }
 
@@ -421,8 +553,15 @@ func (l *link) gather(list []*secondary) (items []linkItem, hasData bool) {
 					it.k++
 				}
 			}
+			// Off the queue now: the next call carries what follows
+			// (queued counts it until it is delivered).
+			clear(s.pending[:it.k])
+			s.pending = s.pending[it.k:]
 			budget -= len(it.data)
 			hasData = true
+			if len(s.pending) > 0 {
+				l.requeue(s)
+			}
 		} else if len(s.pending) > 0 {
 			l.requeue(s)
 		}
@@ -485,8 +624,6 @@ func (a *appender) delivered(it linkItem, end int64, err error) {
 		return
 	}
 	if it.k > 0 {
-		clear(s.pending[:it.k])
-		s.pending = s.pending[it.k:]
 		s.queued -= int64(len(it.data))
 		s.acked = max(s.acked, end)
 	}

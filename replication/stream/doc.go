@@ -202,16 +202,19 @@
 //
 // # Appends and the commit point
 //
-// The primary's appender (appender.go) takes one batch at a time: it
-// writes it locally, queues it for each secondary on the node's link to
-// that secondary's node, syncs, and acknowledges the batch once it is
-// durable locally and on as many secondaries as the extent's ack policy
-// requires (AckAll: all; AckQuorum: a majority of the replicas, the
-// primary included). A link sends what every extent queued for its node
+// The primary's appender (appender.go) group-commits in batches: it
+// writes a batch locally and queues it for each secondary on the node's
+// link to that secondary's node, then goes on with the next batch (up to
+// 8 in flight) while a committer acknowledges each batch, in order, once
+// it is durable locally and on as many secondaries as the extent's ack
+// policy requires (AckAll: all; AckQuorum: a majority of the replicas,
+// the primary included). A batch that fails fails every later one: none
+// is acknowledged after a gap. A link sends what every extent queued for its node
 // in one ReplicateBatch (an item per extent, queued batches coalesced, up
-// to 4 MiB), one call in flight, so each secondary's queue goes in order
-// and a slow node delays only the copies it holds; the receiver writes
-// every item, then syncs them together. A secondary whose Replicate fails (or takes longer
+// to 4 MiB), up to 4 calls in flight, and a slow node delays only the
+// copies it holds; the receiver writes every item, then syncs them
+// together, and an item that overtook the data before it in its extent
+// (a later call handled first) waits for that data rather than fail. A secondary whose Replicate fails (or takes longer
 // than NodeOptions.ReplicateTimeout), or whose queue passes
 // NodeOptions.MaxReplicaLag, is dropped from the ack set for good; the
 // append responses name it (AppendResponse.dropped, ExtentStat.dropped)

@@ -61,6 +61,9 @@ type Extent struct {
 	// changed, if not nil, is closed (and cleared) when committed,
 	// durable or sealed change: WaitCommitted's wake-up.
 	changed chan struct{}
+	// wch is closed (and set to nil) when written rises or the replica
+	// can no longer be written (waitWritten).
+	wch chan struct{}
 	// With a journal: the ticket of the last record queued, and written
 	// and lastSeq after it (what Sync makes durable).
 	jticket uint64
@@ -282,6 +285,7 @@ func (e *Extent) recover(want uint64) error {
 				return fmt.Errorf("seal block at %d inside an entry: %w", pos, engines.ErrCorrupt)
 			}
 			e.sealed = true
+			e.wroteLocked() // waitWritten callers see it cannot be written
 			if end := pos + blk.size(); end < s.size {
 				// Bytes after a seal were never acknowledged: drop them.
 				if err := e.truncateFile(end); err != nil {
@@ -394,8 +398,22 @@ func checkEntries(entries []EntryData) error {
 // replicates). Nothing is durable until Sync. A failed write breaks the
 // extent.
 func (e *Extent) AppendEntries(entries []EntryData) (locs []EntryLoc, start int64, raw []byte, err error) {
+	locs, start, raw, _, err = e.appendEntries(entries)
+	return locs, start, raw, err
+}
+
+// syncPoint is where one write left an extent: what a sync of that write
+// alone waits for (syncTo).
+type syncPoint struct {
+	ticket uint64 // its journal ticket (0 without a journal)
+	end    int64  // the written length after it
+	seq    uint64 // its last entry's sequence number
+}
+
+// appendEntries is AppendEntries, also returning the write's sync point.
+func (e *Extent) appendEntries(entries []EntryData) (locs []EntryLoc, start int64, raw []byte, sp syncPoint, err error) {
 	if err := checkEntries(entries); err != nil {
-		return nil, 0, nil, err
+		return nil, 0, nil, sp, err
 	}
 	e.wmu.Lock()
 	defer e.wmu.Unlock()
@@ -404,7 +422,7 @@ func (e *Extent) AppendEntries(entries []EntryData) (locs []EntryLoc, start int6
 	start = e.written
 	e.mu.Unlock()
 	if err != nil {
-		return nil, 0, nil, err
+		return nil, 0, nil, sp, err
 	}
 	size := 0
 	for _, en := range entries {
@@ -430,19 +448,20 @@ func (e *Extent) AppendEntries(entries []EntryData) (locs []EntryLoc, start int6
 		}
 	}
 	if err := e.write(raw); err != nil {
-		return nil, 0, nil, err
+		return nil, 0, nil, sp, err
 	}
 	t, err := e.journal(start, raw)
 	if err != nil {
-		return nil, 0, nil, err
+		return nil, 0, nil, sp, err
 	}
 	e.mu.Lock()
 	e.starts = append(e.starts, starts...)
 	e.written = off
 	e.lastSeq = entries[len(entries)-1].Seq
 	e.jticket, e.jend, e.jseq = t, e.written, e.lastSeq
+	e.wroteLocked()
 	e.mu.Unlock()
-	return locs, start, raw, nil
+	return locs, start, raw, syncPoint{ticket: t, end: off, seq: entries[len(entries)-1].Seq}, nil
 }
 
 // write writes raw at the end of the file, breaking the extent on failure.
@@ -462,6 +481,7 @@ func (e *Extent) write(raw []byte) error {
 		err = fmt.Errorf("write extent %d: %w", e.id, err)
 		if e.broken == nil {
 			e.broken = err
+			e.wroteLocked() // waitWritten callers see it cannot be written
 		}
 		return err
 	}
@@ -491,8 +511,14 @@ func (e *Extent) journal(off int64, raw []byte) (uint64, error) {
 // copy being filled). Every block is checked first; with entryEnd the last
 // must end an entry. Nothing is durable until Sync.
 func (e *Extent) AppendRaw(off int64, raw []byte, entryEnd bool) (end int64, err error) {
+	end, _, err = e.appendRaw(off, raw, entryEnd)
+	return end, err
+}
+
+// appendRaw is AppendRaw, also returning the write's sync point.
+func (e *Extent) appendRaw(off int64, raw []byte, entryEnd bool) (end int64, sp syncPoint, err error) {
 	if len(raw) > MaxAppendBytes+MaxAppendBytes/8 {
-		return 0, fmt.Errorf("replicate of %d bytes: %w", len(raw), ErrTooLarge)
+		return 0, sp, fmt.Errorf("replicate of %d bytes: %w", len(raw), ErrTooLarge)
 	}
 	var starts []int64
 	var seq uint64
@@ -504,13 +530,13 @@ func (e *Extent) AppendRaw(off int64, raw []byte, entryEnd bool) (end int64, err
 		end = o + blockSize(len(p))
 		return nil
 	}); err != nil {
-		return 0, fmt.Errorf("replicate to extent %d: %w", e.id, err)
+		return 0, sp, fmt.Errorf("replicate to extent %d: %w", e.id, err)
 	}
 	if end-off != int64(len(raw)) {
-		return 0, fmt.Errorf("replicate to extent %d: a seal block in the data: %w", e.id, engines.ErrCorrupt)
+		return 0, sp, fmt.Errorf("replicate to extent %d: a seal block in the data: %w", e.id, engines.ErrCorrupt)
 	}
 	if entryEnd && cont {
-		return 0, fmt.Errorf("replicate to extent %d: data ends inside an entry: %w", e.id, ErrBadRange)
+		return 0, sp, fmt.Errorf("replicate to extent %d: data ends inside an entry: %w", e.id, ErrBadRange)
 	}
 	e.wmu.Lock()
 	defer e.wmu.Unlock()
@@ -519,20 +545,20 @@ func (e *Extent) AppendRaw(off int64, raw []byte, entryEnd bool) (end int64, err
 	written := e.written
 	e.mu.Unlock()
 	if err != nil {
-		return 0, err
+		return 0, sp, err
 	}
 	if off != written {
-		return 0, fmt.Errorf("replicate to extent %d at %d, its length is %d: %w", e.id, off, written, ErrOffset)
+		return 0, sp, fmt.Errorf("replicate to extent %d at %d, its length is %d: %w", e.id, off, written, ErrOffset)
 	}
 	if len(raw) == 0 {
-		return off, nil
+		return off, sp, nil
 	}
 	if err := e.write(raw); err != nil {
-		return 0, err
+		return 0, sp, err
 	}
 	t, err := e.journal(off, raw)
 	if err != nil {
-		return 0, err
+		return 0, sp, err
 	}
 	e.mu.Lock()
 	e.starts = append(e.starts, starts...)
@@ -541,8 +567,44 @@ func (e *Extent) AppendRaw(off int64, raw []byte, entryEnd bool) (end int64, err
 		e.lastSeq = seq
 	}
 	e.jticket, e.jend, e.jseq = t, e.written, e.lastSeq
+	sp = syncPoint{ticket: t, end: e.written, seq: e.lastSeq}
+	e.wroteLocked()
 	e.mu.Unlock()
-	return end, nil
+	return end, sp, nil
+}
+
+// wroteLocked wakes the waitWritten callers; the caller holds mu and
+// has raised written.
+func (e *Extent) wroteLocked() {
+	if e.wch != nil {
+		close(e.wch)
+		e.wch = nil
+	}
+}
+
+// waitWritten blocks until the replica's written length reaches off, or it
+// cannot (sealed, broken, closed, frozen), or ctx ends: a secondary's
+// Replicate that overtook the one before it (a primary keeps several in
+// flight) waits for it rather than fail at a gap. It does not say whether
+// off was reached: the write that follows checks.
+func (e *Extent) waitWritten(ctx context.Context, off int64) {
+	for {
+		e.mu.Lock()
+		if e.written >= off || e.writableLocked() != nil {
+			e.mu.Unlock()
+			return
+		}
+		if e.wch == nil {
+			e.wch = make(chan struct{})
+		}
+		ch := e.wch
+		e.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return
+		}
+	}
 }
 
 // Sync makes everything written durable. A failed fsync breaks the extent.
@@ -550,6 +612,38 @@ func (e *Extent) Sync() error {
 	e.wmu.Lock()
 	defer e.wmu.Unlock()
 	return e.syncLocked()
+}
+
+// syncTo makes the write that left sp durable, and every one before it.
+// With a journal it waits for that write's journal ticket alone, without
+// the writers' lock, so later appends go on meanwhile (an appender syncs
+// one batch while writing the next); a later write is not waited for.
+// Without a journal it is Sync.
+func (e *Extent) syncTo(sp syncPoint) error {
+	if e.jr == nil {
+		return e.Sync()
+	}
+	e.mu.Lock()
+	done, broken, sealed := e.durable >= sp.end, e.broken, e.sealed
+	e.mu.Unlock()
+	if broken != nil {
+		return fmt.Errorf("extent %d: %w (%v)", e.id, ErrBroken, broken)
+	}
+	if done || sealed {
+		return nil
+	}
+	if err := e.jr.wait(sp.ticket); err != nil {
+		err = fmt.Errorf("sync extent %d: %w", e.id, err)
+		e.Break(err)
+		return err
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if !e.sealed && sp.end > e.durable {
+		e.durable, e.durableSeq = sp.end, sp.seq
+		e.notifyLocked()
+	}
+	return nil
 }
 
 // syncLocked is Sync; the caller holds wmu.
@@ -581,6 +675,7 @@ func (e *Extent) syncLocked() error {
 		err = fmt.Errorf("sync extent %d: %w", e.id, err)
 		if e.broken == nil {
 			e.broken = err
+			e.wroteLocked() // waitWritten callers see it cannot be written
 		}
 		return err
 	}
@@ -645,6 +740,7 @@ func (e *Extent) syncFile() error {
 		e.fileErr = err
 		if e.broken == nil {
 			e.broken = err
+			e.wroteLocked() // waitWritten callers see it cannot be written
 		}
 		e.mu.Unlock()
 	}
@@ -659,6 +755,7 @@ func (e *Extent) Freeze() (length int64, lastSeq uint64, sealed bool, err error)
 	defer e.wmu.Unlock()
 	e.mu.Lock()
 	e.frozen = true
+	e.wroteLocked() // waitWritten callers see it cannot be written
 	sealed, broken := e.sealed, e.broken
 	e.mu.Unlock()
 	if !sealed && broken == nil {
@@ -758,6 +855,7 @@ func (e *Extent) Seal(length int64) (lastSeq uint64, err error) {
 		err = fmt.Errorf("seal extent %d: %w", e.id, err)
 		if e.broken == nil {
 			e.broken = err
+			e.wroteLocked() // waitWritten callers see it cannot be written
 		}
 		if e.fileErr == nil {
 			e.fileErr = err // keep the journal's seal record for the replay
@@ -769,7 +867,8 @@ func (e *Extent) Seal(length int64) (lastSeq uint64, err error) {
 	e.written, e.durable = length, length
 	e.lastSeq, e.durableSeq = lastSeq, lastSeq
 	e.sealed, e.frozen = true, true
-	e.broken = nil // sealed and synced: whole again, and immutable
+	e.wroteLocked() // waitWritten callers see it cannot be written
+	e.broken = nil  // sealed and synced: whole again, and immutable
 	e.notifyLocked()
 	return lastSeq, nil
 }
@@ -889,6 +988,7 @@ func (e *Extent) Close() error {
 	}
 	e.mu.Lock()
 	e.closed = true // before f goes: readers under mu alone see it
+	e.wroteLocked() // waitWritten callers see it cannot be written
 	e.mu.Unlock()
 	err := e.f.Close()
 	e.f = nil
@@ -909,6 +1009,7 @@ func (e *Extent) Break(cause error) {
 	defer e.mu.Unlock()
 	if e.broken == nil {
 		e.broken = cause
+		e.wroteLocked() // waitWritten callers see it cannot be written
 	}
 }
 

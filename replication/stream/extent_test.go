@@ -513,3 +513,76 @@ func TestExtentCloseWakesWaiters(t *testing.T) {
 		}
 	}
 }
+
+// TestReplicateOvertakenWaits: a secondary's write that arrives before the
+// data in front of it (a primary keeps several Replicate calls in flight)
+// waits for that data instead of failing at the gap, and a replica that can
+// no longer be written, or a caller that gives up, ends the wait.
+func TestReplicateOvertakenWaits(t *testing.T) {
+	s, err := OpenStore(vfs.NewMem(), "/n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	p, _ := s.Create(5, true)
+	r, err := OpenStore(vfs.NewMem(), "/m")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	sec, _ := r.Create(5, false)
+	_, start1, raw1, err := p.AppendEntries([]EntryData{{Seq: 1, Blocks: [][]byte{[]byte("first")}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, start2, raw2, err := p.AppendEntries([]EntryData{{Seq: 2, Blocks: [][]byte{[]byte("second")}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	done := make(chan error, 1)
+	go func() {
+		sec.waitWritten(ctx, start2)
+		_, _, err := sec.appendRaw(start2, raw2, true)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		t.Fatalf("the write after a gap did not wait: %v", err)
+	default:
+	}
+	if _, err := sec.AppendRaw(start1, raw1, true); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("the overtaking write, once the data before it landed: %v", err)
+	}
+	if err := sec.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := sec.Length(), start2+int64(len(raw2)); got != want {
+		t.Fatalf("secondary holds %d bytes, want %d", got, want)
+	}
+
+	// Nothing will fill the gap: a freeze ends the wait (the write that
+	// follows then fails as it would have).
+	frozen := make(chan struct{})
+	go func() {
+		sec.waitWritten(ctx, sec.Length()+100)
+		close(frozen)
+	}()
+	if _, _, _, err := sec.Freeze(); err != nil {
+		t.Fatal(err)
+	}
+	<-frozen
+	// A caller that gives up stops waiting.
+	q, _ := r.Create(6, false)
+	cctx, cancel := context.WithCancel(ctx)
+	waited := make(chan struct{})
+	go func() {
+		q.waitWritten(cctx, 1000)
+		close(waited)
+	}()
+	cancel()
+	<-waited
+}

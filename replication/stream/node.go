@@ -210,6 +210,20 @@ type appendResult struct {
 
 // Append implements streampb.ExtentNodeServer.
 func (n *Node) Append(ctx context.Context, r *streampb.AppendRequest) (*streampb.AppendResponse, error) {
+	wait, err := n.StartAppend(r)
+	if err != nil {
+		return nil, err
+	}
+	return wait(ctx)
+}
+
+// StartAppend is Append in two halves, for a caller in this process that
+// keeps several appends to one extent in flight: it checks r and queues it
+// behind the appends started before it (in the order of the calls, which
+// is the order of the entries in the extent), and returns the wait for its
+// outcome. Errors are gRPC statuses, as Append's. wait may be called once;
+// a ctx that ends first leaves the append to land or fail on its own.
+func (n *Node) StartAppend(r *streampb.AppendRequest) (wait func(context.Context) (*streampb.AppendResponse, error), err error) {
 	ext, err := n.store.Get(r.Extent)
 	if err != nil {
 		return nil, toStatus(err)
@@ -248,29 +262,31 @@ func (n *Node) Append(ctx context.Context, r *streampb.AppendRequest) (*streampb
 	if err := n.enqueue(ext, req); err != nil {
 		return nil, toStatus(err)
 	}
-	select {
-	case res := <-req.done:
-		if res.err != nil {
-			return nil, toStatus(res.err)
+	return func(ctx context.Context) (*streampb.AppendResponse, error) {
+		select {
+		case res := <-req.done:
+			if res.err != nil {
+				return nil, toStatus(res.err)
+			}
+			n.stats.appended(req.size)
+			out := &streampb.AppendResponse{CommitLength: res.end, Dropped: res.dropped}
+			for _, l := range res.locs {
+				out.Entries = append(out.Entries, &streampb.EntryLocation{Offset: l.Offset, BlockSizes: l.Sizes})
+			}
+			return out, nil
+		case <-ctx.Done():
+			// The append may still land; the writer retries and readers
+			// drop the duplicate by its sequence number.
+			return nil, toStatus(ctx.Err())
 		}
-		n.stats.appended(req.size)
-		out := &streampb.AppendResponse{CommitLength: res.end, Dropped: res.dropped}
-		for _, l := range res.locs {
-			out.Entries = append(out.Entries, &streampb.EntryLocation{Offset: l.Offset, BlockSizes: l.Sizes})
-		}
-		return out, nil
-	case <-ctx.Done():
-		// The append may still land; the writer retries and readers drop
-		// the duplicate by its sequence number.
-		return nil, toStatus(ctx.Err())
-	}
+	}, nil
 }
 
 // Replicate implements streampb.ExtentNodeServer.
-func (n *Node) Replicate(_ context.Context, r *streampb.ReplicateRequest) (*streampb.ReplicateResponse, error) {
-	ext, end, err := n.replicateWrite(r)
+func (n *Node) Replicate(ctx context.Context, r *streampb.ReplicateRequest) (*streampb.ReplicateResponse, error) {
+	ext, end, sp, err := n.replicateWrite(ctx, r)
 	if err == nil && len(r.Data) > 0 {
-		err = n.replicateSync(ext, r)
+		err = n.replicateSync(ext, sp, r)
 	}
 	if err != nil {
 		return nil, toStatus(err)
@@ -280,22 +296,26 @@ func (n *Node) Replicate(_ context.Context, r *streampb.ReplicateRequest) (*stre
 
 // ReplicateBatch implements streampb.ExtentNodeServer: every item is
 // written, then synced (the journal makes that one fsync for all), and
-// each answers alone.
-func (n *Node) ReplicateBatch(_ context.Context, r *streampb.ReplicateBatchRequest) (*streampb.ReplicateBatchResponse, error) {
+// each answers alone. A primary keeps several batches in flight to a node:
+// an item that overtook the one before it in its extent waits for it
+// (waitWritten) and does not hold up the items of later calls meanwhile,
+// since each call's writes are done before its syncs.
+func (n *Node) ReplicateBatch(ctx context.Context, r *streampb.ReplicateBatchRequest) (*streampb.ReplicateBatchResponse, error) {
 	out := &streampb.ReplicateBatchResponse{Items: make([]*streampb.ReplicateResult, len(r.Items))}
 	exts := make([]*Extent, len(r.Items))
+	sps := make([]syncPoint, len(r.Items))
 	for i, it := range r.Items {
-		ext, end, err := n.replicateWrite(it)
+		ext, end, sp, err := n.replicateWrite(ctx, it)
 		out.Items[i] = replicateResult(end, err)
 		if err == nil && len(it.Data) > 0 {
-			exts[i] = ext
+			exts[i], sps[i] = ext, sp
 		}
 	}
 	for i, ext := range exts {
 		if ext == nil {
 			continue
 		}
-		if err := n.replicateSync(ext, r.Items[i]); err != nil {
+		if err := n.replicateSync(ext, sps[i], r.Items[i]); err != nil {
 			out.Items[i] = replicateResult(0, err)
 		}
 	}
@@ -311,32 +331,35 @@ func replicateResult(end int64, err error) *streampb.ReplicateResult {
 }
 
 // replicateWrite is a Replicate's first half: it writes r's data (not yet
-// durable) and returns the replica's length after it, or, for a request
-// with only a commit length, records that and returns the length.
-func (n *Node) replicateWrite(r *streampb.ReplicateRequest) (*Extent, int64, error) {
+// durable) and returns the replica's length after it and the write's sync
+// point, or, for a request with only a commit length, records that and
+// returns the length. Data beyond the replica's length waits, until ctx
+// ends, for the data before it (a call in flight before this one).
+func (n *Node) replicateWrite(ctx context.Context, r *streampb.ReplicateRequest) (*Extent, int64, syncPoint, error) {
 	ext, err := n.store.Get(r.Extent)
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, syncPoint{}, err
 	}
 	if ext.Info().Primary {
-		return nil, 0, fmt.Errorf("replicate to extent %d: it is the primary: %w", r.Extent, ErrRole)
+		return nil, 0, syncPoint{}, fmt.Errorf("replicate to extent %d: it is the primary: %w", r.Extent, ErrRole)
 	}
 	if len(r.Data) == 0 {
 		ext.setCommitted(r.CommitLength)
-		return ext, ext.Length(), nil
+		return ext, ext.Length(), syncPoint{}, nil
 	}
-	end, err := ext.AppendRaw(r.Offset, r.Data, true)
+	ext.waitWritten(ctx, r.Offset)
+	end, sp, err := ext.appendRaw(r.Offset, r.Data, true)
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, syncPoint{}, err
 	}
 	n.stats.replicated(len(r.Data))
-	return ext, end, nil
+	return ext, end, sp, nil
 }
 
 // replicateSync is a Replicate's second half: the data durable, the
 // commit length recorded.
-func (n *Node) replicateSync(ext *Extent, r *streampb.ReplicateRequest) error {
-	if err := ext.Sync(); err != nil {
+func (n *Node) replicateSync(ext *Extent, sp syncPoint, r *streampb.ReplicateRequest) error {
+	if err := ext.syncTo(sp); err != nil {
 		return err
 	}
 	ext.setCommitted(r.CommitLength)

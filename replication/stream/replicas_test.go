@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"runtime"
 	"slices"
 	"sync"
 	"testing"
@@ -474,5 +475,87 @@ func TestLinkBatchesExtents(t *testing.T) {
 				t.Fatalf("%s: extent %d holds nothing", n.ID, id)
 			}
 		}
+	}
+}
+
+// TestLinkPipelinesCalls: a primary does not wait for one ReplicateBatch
+// to a node to end before it sends the next (it used to: every write then
+// waited for the call before its own), and the secondary writes each
+// extent's data in order whichever call it handles first. Both
+// secondaries hold their calls for a moment; the appends sent meanwhile
+// go out in calls of their own, in flight together, and all land.
+func TestLinkPipelinesCalls(t *testing.T) {
+	c := streamtest.Start(t, 3, streamtest.Options{})
+	defer c.Close()
+	ctx := context.Background()
+	d := c.Driver
+	if _, err := d.Apply(ctx, stream.Command{Op: stream.OpCreateStream, Stream: "p"}); err != nil {
+		t.Fatal(err)
+	}
+	info, err := d.SealAndAllocateOn(ctx, "p", 0, 0, []string{"en-0", "en-1", "en-2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := info.Last().ID
+	conns := stream.NewConns()
+	defer conns.Close()
+	c.Nodes[1].PauseReplicate(300 * time.Millisecond)
+	c.Nodes[2].PauseReplicate(300 * time.Millisecond)
+	const appends = 6
+	var wg sync.WaitGroup
+	errs := make(chan error, appends)
+	ends := make(chan int64, appends)
+	for seq := uint64(1); seq <= appends; seq++ {
+		// One at a time into the appender, so each is its own batch and
+		// its own call: the next starts once the last is on its way.
+		before := c.Nodes[1].ReplicateBatches()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			resp, err := rawAppend(ctx, conns, c.Nodes[0].Addr, id, nil, seq, []byte(fmt.Sprintf("entry %d", seq)))
+			if err != nil {
+				errs <- err
+				return
+			}
+			ends <- resp.CommitLength
+		}()
+		for deadline := time.Now().Add(2 * time.Second); len(c.Nodes[1].ReplicateBatches()) == len(before); {
+			if time.Now().After(deadline) {
+				break // the link holds it for a free call: the check below says so
+			}
+			runtime.Gosched()
+		}
+	}
+	wg.Wait()
+	close(errs)
+	close(ends)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	var end int64
+	for e := range ends {
+		end = max(end, e)
+	}
+	for _, n := range c.Nodes[1:] {
+		if most := n.MostReplicateBatches(); most < 2 {
+			t.Fatalf("%s: at most %d ReplicateBatch call at once while its calls were held", n.ID, most)
+		}
+		if got := replicaLength(t, ctx, conns, n.Addr, id); got != end {
+			t.Fatalf("%s: extent %d holds %d bytes, %d acknowledged", n.ID, id, got, end)
+		}
+	}
+	e, err := c.Nodes[1].Node().Extent(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seqs []uint64
+	if err := e.ReadEntries(0, end, func(en stream.Entry) error {
+		seqs = append(seqs, en.Seq)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if want := []uint64{1, 2, 3, 4, 5, 6}; !slices.Equal(seqs, want) {
+		t.Fatalf("the secondary holds entries %v, want %v", seqs, want)
 	}
 }

@@ -83,6 +83,8 @@ type Node struct {
 	done        chan struct{} // closed when Serve returns
 	pausedUntil time.Time     // Replicate calls wait until then
 	batches     []int         // extents with data in each ReplicateBatch received
+	inBatch     int           // ReplicateBatch calls being handled now
+	mostInBatch int           // the most at once so far
 }
 
 // ReplicateBatches returns, for every ReplicateBatch the node received so
@@ -91,6 +93,14 @@ func (n *Node) ReplicateBatches() []int {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	return append([]int(nil), n.batches...)
+}
+
+// MostReplicateBatches is the most ReplicateBatch calls the node was
+// handling at once so far (held by PauseReplicate included).
+func (n *Node) MostReplicateBatches() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.mostInBatch
 }
 
 // PauseReplicate makes node's Replicate handler hold every call (those in
@@ -115,7 +125,14 @@ func (n *Node) intercept(ctx context.Context, req any, info *grpc.UnaryServerInf
 		}
 		n.mu.Lock()
 		n.batches = append(n.batches, k)
+		n.inBatch++
+		n.mostInBatch = max(n.mostInBatch, n.inBatch)
 		n.mu.Unlock()
+		defer func() {
+			n.mu.Lock()
+			n.inBatch--
+			n.mu.Unlock()
+		}()
 	}
 	if strings.HasSuffix(info.FullMethod, "/Replicate") || strings.HasSuffix(info.FullMethod, "/ReplicateBatch") {
 		n.mu.Lock()
