@@ -341,29 +341,29 @@ func (p *peer) learn() {
 	p.point(via, why)
 }
 
-// point sends the peer's raft traffic to via from now on.
+// point sends the peer's raft traffic to via from now on. Only run calls
+// it, the only writer of via: it reads via without the lock.
 func (p *peer) point(via, why string) {
-	p.mu.Lock()
 	if via == p.via {
-		p.mu.Unlock()
 		return
 	}
-	old := p.viaConn
 	var vc *grpc.ClientConn
-	var err error
+	client := api.NewRaftClient(p.conn)
 	if via != p.addr {
-		vc, err = grpc.NewClient(via, p.t.dialOpts...)
-		if err != nil {
+		var err error
+		if vc, err = grpc.NewClient(via, p.t.dialOpts...); err != nil {
 			why = fmt.Sprintf("its internal address %s does not parse: %v", via, err)
 			via, vc = p.addr, nil
+			if via == p.via {
+				return
+			}
+		} else {
+			client = api.NewRaftClient(vc)
 		}
 	}
-	p.via, p.viaConn = via, vc
-	if vc != nil {
-		p.client = api.NewRaftClient(vc)
-	} else {
-		p.client = api.NewRaftClient(p.conn)
-	}
+	p.mu.Lock()
+	old := p.viaConn
+	p.via, p.viaConn, p.client = via, vc, client
 	p.mu.Unlock()
 	if old != nil {
 		_ = old.Close() // a snapshot on it fails, is reported, and is sent again
