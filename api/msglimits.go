@@ -142,6 +142,7 @@ func MasterLimits() MessageLimits {
 	for _, m := range []proto.Message{
 		&WatchPartitionMapRequest{}, &RegisterServerRequest{}, &PartitionLogFailedRequest{},
 		&BulkStoredRequest{}, &StreamRequest{}, &CoprocFetchRequest{}, &TenantKeysRequest{},
+		&RaftWhereRequest{},
 	} {
 		l.Add(m, SmallRequestBytes, true)
 	}

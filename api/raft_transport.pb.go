@@ -202,6 +202,97 @@ func (*RaftSnapshotResponse) Descriptor() ([]byte, []int) {
 	return file_raft_transport_proto_rawDescGZIP(), []int{3}
 }
 
+type RaftWhereRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RaftWhereRequest) Reset() {
+	*x = RaftWhereRequest{}
+	mi := &file_raft_transport_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RaftWhereRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RaftWhereRequest) ProtoMessage() {}
+
+func (x *RaftWhereRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_raft_transport_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RaftWhereRequest.ProtoReflect.Descriptor instead.
+func (*RaftWhereRequest) Descriptor() ([]byte, []int) {
+	return file_raft_transport_proto_rawDescGZIP(), []int{4}
+}
+
+type RaftWhereResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The answering member's id.
+	Id uint64 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	// Its internal listener's advertised address; empty when it serves no
+	// internal listener (raft then stays on its membership address).
+	InternalAddr  string `protobuf:"bytes,2,opt,name=internal_addr,json=internalAddr,proto3" json:"internal_addr,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RaftWhereResponse) Reset() {
+	*x = RaftWhereResponse{}
+	mi := &file_raft_transport_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RaftWhereResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RaftWhereResponse) ProtoMessage() {}
+
+func (x *RaftWhereResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_raft_transport_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RaftWhereResponse.ProtoReflect.Descriptor instead.
+func (*RaftWhereResponse) Descriptor() ([]byte, []int) {
+	return file_raft_transport_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *RaftWhereResponse) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *RaftWhereResponse) GetInternalAddr() string {
+	if x != nil {
+		return x.InternalAddr
+	}
+	return ""
+}
+
 var File_raft_transport_proto protoreflect.FileDescriptor
 
 const file_raft_transport_proto_rawDesc = "" +
@@ -213,10 +304,15 @@ const file_raft_transport_proto_rawDesc = "" +
 	"\x11RaftSnapshotChunk\x12\x18\n" +
 	"\amessage\x18\x01 \x01(\fR\amessage\x12\x12\n" +
 	"\x04data\x18\x02 \x01(\fR\x04data\"\x16\n" +
-	"\x14RaftSnapshotResponse2\x94\x01\n" +
+	"\x14RaftSnapshotResponse\"\x12\n" +
+	"\x10RaftWhereRequest\"H\n" +
+	"\x11RaftWhereResponse\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12#\n" +
+	"\rinternal_addr\x18\x02 \x01(\tR\finternalAddr2\xd8\x01\n" +
 	"\x04Raft\x12;\n" +
 	"\x04Send\x12\x14.tabula.v1.RaftBatch\x1a\x1b.tabula.v1.RaftSendResponse(\x01\x12O\n" +
-	"\fSendSnapshot\x12\x1c.tabula.v1.RaftSnapshotChunk\x1a\x1f.tabula.v1.RaftSnapshotResponse(\x01B$Z\"github.com/tabuladb/tabula/api;apib\x06proto3"
+	"\fSendSnapshot\x12\x1c.tabula.v1.RaftSnapshotChunk\x1a\x1f.tabula.v1.RaftSnapshotResponse(\x01\x12B\n" +
+	"\x05Where\x12\x1b.tabula.v1.RaftWhereRequest\x1a\x1c.tabula.v1.RaftWhereResponseB$Z\"github.com/tabuladb/tabula/api;apib\x06proto3"
 
 var (
 	file_raft_transport_proto_rawDescOnce sync.Once
@@ -230,20 +326,24 @@ func file_raft_transport_proto_rawDescGZIP() []byte {
 	return file_raft_transport_proto_rawDescData
 }
 
-var file_raft_transport_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
+var file_raft_transport_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
 var file_raft_transport_proto_goTypes = []any{
 	(*RaftBatch)(nil),            // 0: tabula.v1.RaftBatch
 	(*RaftSendResponse)(nil),     // 1: tabula.v1.RaftSendResponse
 	(*RaftSnapshotChunk)(nil),    // 2: tabula.v1.RaftSnapshotChunk
 	(*RaftSnapshotResponse)(nil), // 3: tabula.v1.RaftSnapshotResponse
+	(*RaftWhereRequest)(nil),     // 4: tabula.v1.RaftWhereRequest
+	(*RaftWhereResponse)(nil),    // 5: tabula.v1.RaftWhereResponse
 }
 var file_raft_transport_proto_depIdxs = []int32{
 	0, // 0: tabula.v1.Raft.Send:input_type -> tabula.v1.RaftBatch
 	2, // 1: tabula.v1.Raft.SendSnapshot:input_type -> tabula.v1.RaftSnapshotChunk
-	1, // 2: tabula.v1.Raft.Send:output_type -> tabula.v1.RaftSendResponse
-	3, // 3: tabula.v1.Raft.SendSnapshot:output_type -> tabula.v1.RaftSnapshotResponse
-	2, // [2:4] is the sub-list for method output_type
-	0, // [0:2] is the sub-list for method input_type
+	4, // 2: tabula.v1.Raft.Where:input_type -> tabula.v1.RaftWhereRequest
+	1, // 3: tabula.v1.Raft.Send:output_type -> tabula.v1.RaftSendResponse
+	3, // 4: tabula.v1.Raft.SendSnapshot:output_type -> tabula.v1.RaftSnapshotResponse
+	5, // 5: tabula.v1.Raft.Where:output_type -> tabula.v1.RaftWhereResponse
+	3, // [3:6] is the sub-list for method output_type
+	0, // [0:3] is the sub-list for method input_type
 	0, // [0:0] is the sub-list for extension type_name
 	0, // [0:0] is the sub-list for extension extendee
 	0, // [0:0] is the sub-list for field type_name
@@ -260,7 +360,7 @@ func file_raft_transport_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_raft_transport_proto_rawDesc), len(file_raft_transport_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   4,
+			NumMessages:   6,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -28,13 +28,16 @@ const _ = grpc.SupportPackageIsVersion9
 const (
 	Raft_Send_FullMethodName         = "/tabula.v1.Raft/Send"
 	Raft_SendSnapshot_FullMethodName = "/tabula.v1.Raft/SendSnapshot"
+	Raft_Where_FullMethodName        = "/tabula.v1.Raft/Where"
 )
 
 // RaftClient is the client API for Raft service.
 //
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 //
-// Raft is served by every member of the master's raft group.
+// Raft is served by every member of the master's raft group, on its
+// client listener and on its internal listener alike; every method needs
+// the cluster credential.
 type RaftClient interface {
 	// Send streams batches of raft messages from one member to another, for
 	// as long as the sender has messages; the receiver answers only when the
@@ -42,6 +45,11 @@ type RaftClient interface {
 	Send(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[RaftBatch, RaftSendResponse], error)
 	// SendSnapshot streams one snapshot message in chunks.
 	SendSnapshot(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[RaftSnapshotChunk, RaftSnapshotResponse], error)
+	// Where answers which member this is and where it takes raft traffic:
+	// a sender asks a peer's membership (client) address once per
+	// connection, then sends Send and SendSnapshot to the internal address
+	// it is told, keeping the membership address when there is none.
+	Where(ctx context.Context, in *RaftWhereRequest, opts ...grpc.CallOption) (*RaftWhereResponse, error)
 }
 
 type raftClient struct {
@@ -78,11 +86,23 @@ func (c *raftClient) SendSnapshot(ctx context.Context, opts ...grpc.CallOption) 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Raft_SendSnapshotClient = grpc.ClientStreamingClient[RaftSnapshotChunk, RaftSnapshotResponse]
 
+func (c *raftClient) Where(ctx context.Context, in *RaftWhereRequest, opts ...grpc.CallOption) (*RaftWhereResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RaftWhereResponse)
+	err := c.cc.Invoke(ctx, Raft_Where_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // RaftServer is the server API for Raft service.
 // All implementations must embed UnimplementedRaftServer
 // for forward compatibility.
 //
-// Raft is served by every member of the master's raft group.
+// Raft is served by every member of the master's raft group, on its
+// client listener and on its internal listener alike; every method needs
+// the cluster credential.
 type RaftServer interface {
 	// Send streams batches of raft messages from one member to another, for
 	// as long as the sender has messages; the receiver answers only when the
@@ -90,6 +110,11 @@ type RaftServer interface {
 	Send(grpc.ClientStreamingServer[RaftBatch, RaftSendResponse]) error
 	// SendSnapshot streams one snapshot message in chunks.
 	SendSnapshot(grpc.ClientStreamingServer[RaftSnapshotChunk, RaftSnapshotResponse]) error
+	// Where answers which member this is and where it takes raft traffic:
+	// a sender asks a peer's membership (client) address once per
+	// connection, then sends Send and SendSnapshot to the internal address
+	// it is told, keeping the membership address when there is none.
+	Where(context.Context, *RaftWhereRequest) (*RaftWhereResponse, error)
 	mustEmbedUnimplementedRaftServer()
 }
 
@@ -105,6 +130,9 @@ func (UnimplementedRaftServer) Send(grpc.ClientStreamingServer[RaftBatch, RaftSe
 }
 func (UnimplementedRaftServer) SendSnapshot(grpc.ClientStreamingServer[RaftSnapshotChunk, RaftSnapshotResponse]) error {
 	return status.Error(codes.Unimplemented, "method SendSnapshot not implemented")
+}
+func (UnimplementedRaftServer) Where(context.Context, *RaftWhereRequest) (*RaftWhereResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Where not implemented")
 }
 func (UnimplementedRaftServer) mustEmbedUnimplementedRaftServer() {}
 func (UnimplementedRaftServer) testEmbeddedByValue()              {}
@@ -141,13 +169,36 @@ func _Raft_SendSnapshot_Handler(srv interface{}, stream grpc.ServerStream) error
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Raft_SendSnapshotServer = grpc.ClientStreamingServer[RaftSnapshotChunk, RaftSnapshotResponse]
 
+func _Raft_Where_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RaftWhereRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RaftServer).Where(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Raft_Where_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RaftServer).Where(ctx, req.(*RaftWhereRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Raft_ServiceDesc is the grpc.ServiceDesc for Raft service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
 var Raft_ServiceDesc = grpc.ServiceDesc{
 	ServiceName: "tabula.v1.Raft",
 	HandlerType: (*RaftServer)(nil),
-	Methods:     []grpc.MethodDesc{},
+	Methods: []grpc.MethodDesc{
+		{
+			MethodName: "Where",
+			Handler:    _Raft_Where_Handler,
+		},
+	},
 	Streams: []grpc.StreamDesc{
 		{
 			StreamName:    "Send",

@@ -236,16 +236,20 @@ func (m *Master) Serve(lis net.Listener) error { return m.serve(lis, false) }
 
 // ServeInternal serves the cluster's own listener until Close: the same
 // services, to the cluster credential only (table servers' registration,
-// heartbeats, stream and bulk calls; the raft transport), so client load
-// on the client listener never meets them. advertise is the address
-// servers are told to use (default lis's); servers learn it from their
-// registration and heartbeat answers and fall back to the client address
-// when it fails.
+// heartbeats, stream and bulk calls; raft between the masters), so client
+// load on the client listener never meets them. advertise is the address
+// servers and the other raft members are told to use (default lis's):
+// servers learn it from their registration and heartbeat answers, members
+// by asking this one's membership (client) address (raftnode.GRPCTransport),
+// and both fall back to the client address when it fails.
 func (m *Master) ServeInternal(lis net.Listener, advertise string) error {
 	if advertise == "" {
 		advertise = lis.Addr().String()
 	}
 	m.internalAddr.Store(&advertise)
+	if m.raft != nil {
+		m.raft.transport.SetInternalAddr(advertise)
+	}
 	return m.serve(lis, true)
 }
 

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/tabuladb/tabula/api"
+	"github.com/tabuladb/tabula/internal/auth"
 )
 
 // member is one raft master of a test group.
@@ -23,12 +24,17 @@ type member struct {
 	conn   *grpc.ClientConn
 	c      api.MasterClient
 	served chan error
+	// key, when set, is the cluster key; the member then also serves an
+	// internal listener (on a new free port at each start, iaddr).
+	key     []byte
+	iaddr   string
+	iserved chan error
 }
 
 func (mb *member) start(t *testing.T, peers map[uint64]string) {
 	t.Helper()
 	m, err := Open(Options{DataDir: mb.dir, RaftID: mb.id, Peers: peers, HeartbeatInterval: 20 * time.Millisecond, Logger: slog.New(slog.DiscardHandler),
-		LeaseDuration: 200 * time.Millisecond, DeadAfter: 400 * time.Millisecond, RaftTick: 20 * time.Millisecond})
+		LeaseDuration: 200 * time.Millisecond, DeadAfter: 400 * time.Millisecond, RaftTick: 20 * time.Millisecond, ClusterKey: mb.key})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,8 +52,21 @@ func (mb *member) start(t *testing.T, peers map[uint64]string) {
 	mb.m = m
 	mb.served = make(chan error, 1)
 	go func() { mb.served <- m.Serve(lis) }()
+	if mb.key != nil {
+		ilis, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		mb.iaddr = ilis.Addr().String()
+		mb.iserved = make(chan error, 1)
+		go func() { mb.iserved <- m.ServeInternal(ilis, "") }()
+	}
 	if mb.conn == nil {
-		mb.conn, err = grpc.NewClient(mb.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		cred := auth.Credential{}
+		if mb.key != nil {
+			cred = auth.Credential{Principal: auth.ClusterPrincipal, Key: mb.key}
+		}
+		mb.conn, err = grpc.NewClient(mb.addr, append(cred.DialOptions(), grpc.WithTransportCredentials(insecure.NewCredentials()))...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -66,10 +85,20 @@ func (mb *member) stop(t *testing.T) {
 	if err := <-mb.served; err != nil {
 		t.Errorf("serve member %d: %v", mb.id, err)
 	}
+	if mb.iserved != nil {
+		if err := <-mb.iserved; err != nil {
+			t.Errorf("serve member %d's internal listener: %v", mb.id, err)
+		}
+		mb.iserved = nil
+	}
 	mb.m = nil
 }
 
-func startGroup(t *testing.T, n int) []*member {
+func startGroup(t *testing.T, n int) []*member { return startGroupKey(t, n, nil) }
+
+// startGroupKey starts n members with cluster key key; with a key each
+// serves an internal listener too.
+func startGroupKey(t *testing.T, n int, key []byte) []*member {
 	t.Helper()
 	peers := map[uint64]string{}
 	var ms []*member
@@ -78,7 +107,7 @@ func startGroup(t *testing.T, n int) []*member {
 		if err != nil {
 			t.Fatal(err)
 		}
-		mb := &member{id: uint64(i + 1), addr: lis.Addr().String(), dir: t.TempDir()}
+		mb := &member{id: uint64(i + 1), addr: lis.Addr().String(), dir: t.TempDir(), key: key}
 		lis.Close()
 		peers[mb.id] = mb.addr
 		ms = append(ms, mb)
@@ -206,6 +235,93 @@ func TestRaftMasters(t *testing.T) {
 			t.Fatalf("the restarted member never caught up (version %d, leader's %d)", old.m.State().Version, lead.m.State().Version)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestRaftMastersOnInternalListeners: masters named by their client
+// addresses send raft to each other's internal listeners, signed with the
+// cluster credential, and follow a member restarted on a new internal
+// port; the group commits through it.
+func TestRaftMastersOnInternalListeners(t *testing.T) {
+	ms := startGroupKey(t, 3, auth.NewKey())
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	// sendsInternal waits until every member sends to every other it
+	// talks to (followers talk to the leader) at its internal address.
+	sendsInternal := func(lead *member) {
+		t.Helper()
+		for _, from := range ms {
+			for _, to := range ms {
+				if from == to || from.m == nil || to.m == nil || (from != lead && to != lead) {
+					continue
+				}
+				deadline := time.Now().Add(10 * time.Second)
+				for from.m.raft.transport.PeerAddr(to.id) != to.m.InternalAddr() {
+					if time.Now().After(deadline) {
+						t.Fatalf("member %d sends raft to member %d at %q, want its internal address %q (client address %s)",
+							from.id, to.id, from.m.raft.transport.PeerAddr(to.id), to.m.InternalAddr(), to.addr)
+					}
+					time.Sleep(10 * time.Millisecond)
+				}
+			}
+		}
+	}
+	create := func(lead *member, name string) {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			_, err := lead.c.CreateTable(ctx, &api.CreateTableRequest{Tenant: api.DefaultTenant, Name: name, Kind: api.TableKind_TABLE_KIND_POINT,
+				Options: &api.TableOptions{Partitions: 1, Replication: 1, Storage: "memory"}})
+			if err == nil {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("create %s on the leader: %v", name, err)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	lead := leaderOf(t, ms, 10*time.Second)
+	create(lead, "t1")
+	sendsInternal(lead)
+	// A follower restarts on a new internal port; the other follower
+	// stops, so the group commits only through the restarted one.
+	var x, y *member
+	for _, mb := range ms {
+		switch {
+		case mb == lead:
+		case x == nil:
+			x = mb
+		default:
+			y = mb
+		}
+	}
+	old := x.iaddr
+	x.stop(t)
+	create(lead, "t2")
+	peers := map[uint64]string{}
+	for _, mb := range ms {
+		peers[mb.id] = mb.addr
+	}
+	x.start(t, peers)
+	if x.iaddr == old {
+		t.Logf("the restarted member got its old internal port %s again", old)
+	}
+	sendsInternal(lead)
+	y.stop(t)
+	lead = leaderOf(t, ms, 10*time.Second)
+	create(lead, "t3")
+	deadline := time.Now().Add(10 * time.Second)
+	for _, mb := range []*member{lead, x} {
+		for {
+			if _, err := mb.m.State().Table(api.DefaultTenant, "t3"); err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("member %d never applied t3", mb.id)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
 	}
 }
 

@@ -127,7 +127,7 @@ A member joining a running group starts with --id and no --peers, then is added 
 	}
 	f := cmd.Flags()
 	f.StringVar(&listen, "listen", defaultMaster, "address to serve on (a raft member: default its address in --peers)")
-	f.StringVar(&internalListen, "internal-listen", "auto", "address of the cluster's own listener (table servers' registration, heartbeats, stream and bulk calls; the cluster credential only): auto is the --listen host on a free port, none serves the cluster on --listen too")
+	f.StringVar(&internalListen, "internal-listen", "auto", "address of the cluster's own listener (table servers' registration, heartbeats, stream and bulk calls; raft between masters, which find it by asking each other's --peers address; the cluster credential only): auto is the --listen host on a free port, none serves the cluster on --listen too")
 	f.DurationVar(&opts.ReplaceAfter, "replace-after", tablemaster.DefaultReplaceAfter, "how long a dead server's replicas wait for it (its primaries fail over at once) before new ones are placed elsewhere and copy the data (negative: at once)")
 	f.DurationVar(&opts.TruncateInterval, "truncate-interval", 10*time.Second, "how often partition logs are truncated below what every replica flushed")
 	f.Uint64Var(&opts.MaxLogLag, "max-log-lag", 1_000_000, "records a replica may fall behind its partition's best before it no longer holds the log back (it copies a snapshot instead)")

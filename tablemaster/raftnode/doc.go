@@ -20,7 +20,8 @@
 //     an injected Clock, incoming messages, API calls), and one goroutine
 //     that writes snapshot files, so a large fsync never stalls heartbeats.
 //   - Transport (transport.go): GRPCTransport (grpc.go, service api.Raft)
-//     between processes; Network (memnet.go), an in-memory network on
+//     between processes, which sends to a peer's internal listener once
+//     the peer, asked at its membership address, names one; Network (memnet.go), an in-memory network on
 //     virtual time that drops, delays, reorders and partitions from a seed.
 //
 // # Concurrency
@@ -99,6 +100,9 @@
 //
 //	tr := raftnode.NewGRPCTransport(1, logger)
 //	tr.Register(grpcServer) // the member's server, serving at its address
+//	// Optional: an internal listener, where peers then send raft messages.
+//	tr.Register(internalServer)
+//	tr.SetInternalAddr("10.0.0.1:7401")
 //	n, err := raftnode.Start(raftnode.Options{
 //		ID: 1, Dir: "/var/lib/tabula/raft", StateMachine: sm, Transport: tr,
 //		Peers: map[uint64]string{1: "10.0.0.1:7400", 2: "10.0.0.2:7400", 3: "10.0.0.3:7400"},

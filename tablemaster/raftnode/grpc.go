@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tabuladb/tabula/api"
@@ -26,12 +27,39 @@ const (
 	peerQueue     = 4096
 	snapChunk     = 1 << 20
 	maxBackoff    = time.Second
+	// whereTimeout bounds one Where call: it is a small unary call, and the
+	// peer's messages wait while it runs.
+	whereTimeout = time.Second
+	// relearnEvery is how often a peer whose raft traffic stays on its
+	// membership address is asked again where it takes it (one small call:
+	// a member that opened its internal listener after answering, or an
+	// internal address that failed and may answer again).
+	relearnEvery = 5 * time.Second
+	// internalFailures is how many attempts on an internal address may fail
+	// in a row, each right after the peer named it, before the peer's
+	// traffic falls back to its membership address until the next
+	// relearnEvery (an internal port closed between masters).
+	internalFailures = 2
 )
 
 // GRPCTransport is the Transport between members over gRPC (service
 // api.Raft): one client stream per peer carrying batches of messages,
 // reconnecting with a backoff capped at 1 s, and one stream per snapshot,
-// sent in 1 MiB chunks. Register it on the member's grpc.Server.
+// sent in 1 MiB chunks. Register it on each of the member's grpc.Servers
+// (the master's client and internal listeners).
+//
+// Membership addresses are the members' client addresses. Raft traffic
+// does not stay there: before each (re)connection a peer is asked, at its
+// membership address, where it takes raft traffic (Where: its id and
+// SetInternalAddr's address), and Send and SendSnapshot streams go to its
+// internal listener, away from client load. They stay on the membership
+// address while the peer has no internal listener, does not answer Where
+// (an older member), answers as another member, or its internal address
+// fails twice in a row right after it named it (a port closed between
+// masters); such a peer is asked again every 5 s. A send that fails on the
+// internal address makes the next connection ask again, so a member
+// restarted on a new internal port is followed. PeerAddr says which
+// address each peer's traffic uses; changes are logged at Info.
 //
 // Safe for concurrent use. It owns one goroutine per peer and one per
 // snapshot being sent; Close stops them and waits.
@@ -39,6 +67,8 @@ type GRPCTransport struct {
 	id       uint64
 	logger   *slog.Logger
 	dialOpts []grpc.DialOption
+	// internalAddr is what Where answers (SetInternalAddr; nil: none).
+	internalAddr atomic.Pointer[string]
 
 	mu sync.Mutex
 	// Guarded by mu.
@@ -63,8 +93,38 @@ func NewGRPCTransport(id uint64, logger *slog.Logger, dialOpts ...grpc.DialOptio
 	}
 }
 
-// Register serves the api.Raft service of this member on s.
+// Register serves the api.Raft service of this member on s. A member
+// registers it on every listener it serves: peers ask Where at its
+// membership address and send raft messages to its internal one.
 func (t *GRPCTransport) Register(s *grpc.Server) { api.RegisterRaftServer(s, raftServer{t: t}) }
+
+// SetInternalAddr sets the address this member takes raft traffic on, as
+// peers are told by Where: its internal listener's advertised address ("":
+// none, peers use its membership address). Peers learn a change when they
+// next reconnect or re-ask.
+func (t *GRPCTransport) SetInternalAddr(addr string) { t.internalAddr.Store(&addr) }
+
+// InternalAddr is the address SetInternalAddr set ("": none).
+func (t *GRPCTransport) InternalAddr() string {
+	if p := t.internalAddr.Load(); p != nil {
+		return *p
+	}
+	return ""
+}
+
+// PeerAddr is the address raft traffic to member id uses now: its internal
+// address once learned, else its membership address; "" for a member this
+// transport does not send to.
+func (t *GRPCTransport) PeerAddr(id uint64) string {
+	t.mu.Lock()
+	p, ok := t.peers[id]
+	t.mu.Unlock()
+	if !ok {
+		return ""
+	}
+	via, _ := p.target()
+	return via
+}
 
 // Attach implements Transport.
 func (t *GRPCTransport) Attach(h Handler) {
@@ -171,14 +231,34 @@ func (t *GRPCTransport) Close() error {
 
 // peer is the sending side towards one member.
 type peer struct {
-	t      *GRPCTransport
-	id     uint64
-	addr   string
+	t    *GRPCTransport
+	id   uint64
+	addr string // the membership address
+	// conn reaches addr: Where, and raft traffic while via is addr.
 	conn   *grpc.ClientConn
-	client api.RaftClient
 	queue  chan raftpb.Message
 	ctx    context.Context
 	cancel context.CancelFunc
+
+	// stale is set when a send failed (or before the first): the next
+	// connection asks Where first.
+	stale atomic.Bool
+
+	mu sync.Mutex
+	// Guarded by mu; written only by run, read by snapshot senders too.
+	via     string           // where raft traffic goes: addr or the peer's internal address
+	viaConn *grpc.ClientConn // to via when via is not addr (else nil)
+	client  api.RaftClient   // on viaConn, or conn
+
+	// Owned by run.
+	learnedAt time.Time // when Where was last asked
+	// failedVia and failures count the connections to an internal
+	// address that could not be opened, in a row, each right after Where
+	// named it; failedAt is the last.
+	failedVia string
+	failures  int
+	failedAt  time.Time
+	named     bool // via was named by the Where just asked, not tried yet
 }
 
 func (t *GRPCTransport) newPeer(id uint64, addr string) (*peer, error) {
@@ -187,7 +267,8 @@ func (t *GRPCTransport) newPeer(id uint64, addr string) (*peer, error) {
 		return nil, fmt.Errorf("raftnode: dial member %d at %s: %w", id, addr, err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	p := &peer{t: t, id: id, addr: addr, conn: conn, client: api.NewRaftClient(conn), queue: make(chan raftpb.Message, peerQueue), ctx: ctx, cancel: cancel}
+	p := &peer{t: t, id: id, addr: addr, conn: conn, client: api.NewRaftClient(conn), via: addr, queue: make(chan raftpb.Message, peerQueue), ctx: ctx, cancel: cancel}
+	p.stale.Store(true) // ask Where before the first stream
 	t.wg.Add(1)
 	go p.run()
 	return p, nil
@@ -195,12 +276,120 @@ func (t *GRPCTransport) newPeer(id uint64, addr string) (*peer, error) {
 
 func (p *peer) stop() { p.cancel() }
 
+// target is where raft traffic to the peer goes now, and its client.
+func (p *peer) target() (string, api.RaftClient) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.via, p.client
+}
+
+// closeConns closes the peer's connections; run calls it as it ends.
+func (p *peer) closeConns() {
+	p.mu.Lock()
+	vc := p.viaConn
+	p.viaConn = nil
+	p.mu.Unlock()
+	if vc != nil {
+		_ = vc.Close()
+	}
+	_ = p.conn.Close()
+}
+
+// needLearn reports whether run should ask Where before the next batch:
+// after a failure on the internal address, and every relearnEvery while
+// the traffic stays on the membership address.
+func (p *peer) needLearn(now time.Time) bool {
+	if p.stale.Load() {
+		return true
+	}
+	via, _ := p.target()
+	return via == p.addr && now.Sub(p.learnedAt) >= relearnEvery
+}
+
+// learn asks the peer, at its membership address, where it takes raft
+// traffic, and points the traffic there; anything but a usable answer
+// keeps it on the membership address. It is asked lazily, before the
+// stream that carries the first messages: followers never send to each
+// other.
+func (p *peer) learn() {
+	p.stale.Store(false)
+	p.learnedAt = time.Now()
+	ctx, cancel := context.WithTimeout(p.ctx, whereTimeout)
+	resp, err := api.NewRaftClient(p.conn).Where(ctx, &api.RaftWhereRequest{})
+	cancel()
+	if p.ctx.Err() != nil {
+		return
+	}
+	via, why := p.addr, ""
+	switch {
+	case status.Code(err) == codes.Unimplemented:
+		why = "the member does not say where (an older version)"
+	case err != nil:
+		// Unreachable, most likely: ask again before the next stream.
+		p.stale.Store(true)
+		why = "the member does not answer where: " + err.Error()
+	case resp.GetId() != p.id:
+		why = fmt.Sprintf("the member's address answers as member %d", resp.GetId())
+	case resp.GetInternalAddr() == "":
+		why = "the member has no internal listener"
+	case resp.GetInternalAddr() == p.failedVia && p.failures >= internalFailures && p.learnedAt.Sub(p.failedAt) < relearnEvery:
+		why = fmt.Sprintf("its internal address %s could not be reached %d times in a row", p.failedVia, p.failures)
+	default:
+		via = resp.GetInternalAddr()
+	}
+	p.named = via != p.addr
+	p.point(via, why)
+}
+
+// point sends the peer's raft traffic to via from now on. Only run calls
+// it, the only writer of via: it reads via without the lock.
+func (p *peer) point(via, why string) {
+	if via == p.via {
+		return
+	}
+	var vc *grpc.ClientConn
+	client := api.NewRaftClient(p.conn)
+	if via != p.addr {
+		var err error
+		if vc, err = grpc.NewClient(via, p.t.dialOpts...); err != nil {
+			why = fmt.Sprintf("its internal address %s does not parse: %v", via, err)
+			via, vc = p.addr, nil
+			if via == p.via {
+				return
+			}
+		} else {
+			client = api.NewRaftClient(vc)
+		}
+	}
+	p.mu.Lock()
+	old := p.viaConn
+	p.via, p.viaConn, p.client = via, vc, client
+	p.mu.Unlock()
+	if old != nil {
+		_ = old.Close() // a snapshot on it fails, is reported, and is sent again
+	}
+	if via == p.addr {
+		p.t.logger.Info("raftnode: raft traffic to member uses its membership address", "peer", p.id, "addr", via, "why", why)
+	} else {
+		p.t.logger.Info("raftnode: raft traffic to member uses its internal address", "peer", p.id, "addr", via, "member_addr", p.addr)
+	}
+}
+
+// failed notes a failed send on via (reported by run or a snapshot).
+func (p *peer) failed(via string) {
+	if via != p.addr {
+		p.stale.Store(true)
+	}
+}
+
 // run streams the queued messages to the peer in batches, reopening the
-// stream after a failure with a backoff capped at maxBackoff.
+// stream after a failure with a backoff capped at maxBackoff; before each
+// stream it asks the peer where to send (learn) when needed.
 func (p *peer) run() {
 	defer p.t.wg.Done()
-	defer p.conn.Close()
+	defer p.closeConns()
 	var stream grpc.ClientStreamingClient[api.RaftBatch, api.RaftSendResponse]
+	var streamVia string
 	backoff := 50 * time.Millisecond
 	for {
 		var first raftpb.Message
@@ -230,10 +419,28 @@ func (p *peer) run() {
 				break fill
 			}
 		}
-		var err error
-		if stream == nil {
-			stream, err = p.client.Send(p.ctx)
+		if p.needLearn(time.Now()) {
+			p.learn()
+			if via, _ := p.target(); stream != nil && via != streamVia {
+				// End the old stream cleanly: what it carried is
+				// delivered.
+				_, _ = stream.CloseAndRecv()
+				stream = nil
+			}
 		}
+		var err error
+		opened := true
+		if stream == nil {
+			var client api.RaftClient
+			streamVia, client = p.target()
+			// Not WaitForReady: it fails at once when no connection can
+			// be made, and only then.
+			if stream, err = client.Send(p.ctx); err != nil {
+				opened = false
+			}
+		}
+		named := p.named
+		p.named = false
 		if err == nil {
 			if err = stream.Send(batch); err != nil {
 				// The stream is broken; its status says why.
@@ -243,13 +450,28 @@ func (p *peer) run() {
 		}
 		if err == nil {
 			backoff = 50 * time.Millisecond
+			if streamVia != p.addr {
+				p.failedVia, p.failures = "", 0
+			}
 			continue
 		}
 		if p.ctx.Err() != nil {
 			return
 		}
-		p.t.logger.Debug("raftnode: send to peer failed", "peer", p.id, "addr", p.addr, "err", err)
+		p.t.logger.Debug("raftnode: send to peer failed", "peer", p.id, "addr", streamVia, "err", err)
 		stream = nil
+		if streamVia != p.addr && !opened && named {
+			// The member answered at its membership address, named this
+			// one, and it cannot be reached.
+			if p.failedVia != streamVia {
+				p.failedVia, p.failures = streamVia, 0
+			}
+			p.failures++
+			p.failedAt = time.Now()
+		}
+		// Ask again before the next stream: the member may be back, on
+		// another internal port.
+		p.stale.Store(true)
 		if h := p.t.currentHandler(); h != nil {
 			h.ReportUnreachable(p.id)
 		}
@@ -297,9 +519,11 @@ func (p *peer) streamSnapshot(m raftpb.Message) error {
 	}
 	ctx, cancel := context.WithCancel(p.ctx)
 	defer cancel()
-	stream, err := p.client.SendSnapshot(ctx)
+	via, client := p.target()
+	stream, err := client.SendSnapshot(ctx)
 	if err != nil {
-		return err
+		p.failed(via)
+		return fmt.Errorf("to %s: %w", via, err)
 	}
 	chunk := &api.RaftSnapshotChunk{Message: hb}
 	for {
@@ -308,21 +532,30 @@ func (p *peer) streamSnapshot(m raftpb.Message) error {
 		data = data[n:]
 		if err := stream.Send(chunk); err != nil {
 			_, rerr := stream.CloseAndRecv()
-			return errors.Join(err, rerr)
+			p.failed(via)
+			return fmt.Errorf("to %s: %w", via, errors.Join(err, rerr))
 		}
 		if len(data) == 0 {
 			break
 		}
 		chunk = &api.RaftSnapshotChunk{}
 	}
-	_, err = stream.CloseAndRecv()
-	return err
+	if _, err = stream.CloseAndRecv(); err != nil {
+		p.failed(via)
+		return fmt.Errorf("to %s: %w", via, err)
+	}
+	return nil
 }
 
 // raftServer is the receiving side: api.Raft.
 type raftServer struct {
 	api.UnimplementedRaftServer
 	t *GRPCTransport
+}
+
+// Where answers which member this is and where it takes raft traffic.
+func (s raftServer) Where(context.Context, *api.RaftWhereRequest) (*api.RaftWhereResponse, error) {
+	return &api.RaftWhereResponse{Id: s.t.id, InternalAddr: s.t.InternalAddr()}, nil
 }
 
 func (s raftServer) step(ctx context.Context, m raftpb.Message) error {

@@ -3,15 +3,20 @@ package raftnode
 import (
 	"context"
 	"errors"
+	"fmt"
+	"maps"
 	"net"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/tabuladb/tabula/api"
 	"github.com/tabuladb/tabula/engines/vfs"
 	"google.golang.org/grpc"
 )
 
-// grpcMember is one member on a real gRPC server on 127.0.0.1.
+// grpcMember is one member on a real gRPC server on 127.0.0.1, and with
+// internal set a second one, its internal listener, as a master has.
 type grpcMember struct {
 	id   uint64
 	addr string
@@ -23,16 +28,44 @@ type grpcMember struct {
 	done chan struct{}
 	// leads receives the terms at which this member became leader.
 	leads chan uint64
+
+	// internal: serve an internal listener too, on ilis if set (taken by
+	// serve) or else a free port; iaddr is its address.
+	internal bool
+	ilis     net.Listener
+	iaddr    string
+	isrv     *grpc.Server
+	idone    chan struct{}
+	// Raft Send and SendSnapshot streams each listener took, over every
+	// start.
+	clientStreams, internalStreams atomic.Int64
+}
+
+// countRaftStreams counts the raft message streams a server takes.
+func countRaftStreams(n *atomic.Int64) grpc.ServerOption {
+	return grpc.ChainStreamInterceptor(func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+		if info.FullMethod == api.Raft_Send_FullMethodName || info.FullMethod == api.Raft_SendSnapshot_FullMethodName {
+			n.Add(1)
+		}
+		return h(srv, ss)
+	})
 }
 
 func (m *grpcMember) start(t *testing.T, peers map[uint64]string) {
+	t.Helper()
+	m.serve(t)
+	m.startNode(t, peers)
+}
+
+// serve starts the member's listeners and its transport.
+func (m *grpcMember) serve(t *testing.T) {
 	t.Helper()
 	lis, err := net.Listen("tcp", m.addr)
 	if err != nil {
 		t.Fatal(err)
 	}
 	m.addr = lis.Addr().String()
-	m.srv = grpc.NewServer()
+	m.srv = grpc.NewServer(countRaftStreams(&m.clientStreams))
 	m.tr = NewGRPCTransport(m.id, nil)
 	m.tr.Register(m.srv)
 	m.done = make(chan struct{})
@@ -40,11 +73,36 @@ func (m *grpcMember) start(t *testing.T, peers map[uint64]string) {
 		defer close(m.done)
 		_ = m.srv.Serve(lis)
 	}()
+	if !m.internal {
+		return
+	}
+	ilis := m.ilis
+	m.ilis = nil
+	if ilis == nil {
+		if ilis, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m.iaddr = ilis.Addr().String()
+	m.isrv = grpc.NewServer(countRaftStreams(&m.internalStreams))
+	m.tr.Register(m.isrv)
+	m.tr.SetInternalAddr(m.iaddr)
+	m.idone = make(chan struct{})
+	go func() {
+		defer close(m.idone)
+		_ = m.isrv.Serve(ilis)
+	}()
+}
+
+// startNode starts the raft member on the transport serve made.
+func (m *grpcMember) startNode(t *testing.T, peers map[uint64]string) {
+	t.Helper()
 	m.sm = &sumSM{}
 	if peers != nil {
 		peers[m.id] = m.addr
 	}
 	m.leads = make(chan uint64, 16)
+	var err error
 	m.node, err = Start(Options{
 		ID: m.id, Dir: m.dir, FS: vfs.Default, StateMachine: m.sm, Transport: m.tr, Peers: peers,
 		SnapshotEvery: 20, KeepEntries: 5,
@@ -66,6 +124,11 @@ func (m *grpcMember) stop() {
 	_ = m.node.Close()
 	m.srv.Stop()
 	<-m.done
+	if m.isrv != nil {
+		m.isrv.Stop()
+		<-m.idone
+		m.isrv = nil
+	}
 	_ = m.tr.Close()
 	m.node = nil
 }
@@ -169,5 +232,215 @@ func TestGRPCCluster(t *testing.T) {
 	st := old.node.Status()
 	if st.IsLeader || st.Leader == 0 || st.LeaderAddr != leader().addr || len(st.Members) != 3 {
 		t.Fatalf("restarted member's status %+v", st)
+	}
+}
+
+// startGroup starts three members, those internal names with an internal
+// listener, every listener serving before any member starts, so that no
+// raft stream can reach a client listener before its member's internal
+// address is known.
+func startGroup(t *testing.T, internal func(id uint64) bool) map[uint64]*grpcMember {
+	t.Helper()
+	members := map[uint64]*grpcMember{}
+	peers := map[uint64]string{}
+	for id := uint64(1); id <= 3; id++ {
+		m := &grpcMember{id: id, addr: "127.0.0.1:0", dir: t.TempDir(), internal: internal(id)}
+		m.serve(t)
+		members[id] = m
+		peers[id] = m.addr
+	}
+	t.Cleanup(func() {
+		for _, m := range members {
+			m.stop()
+		}
+	})
+	for _, m := range members {
+		m.startNode(t, maps.Clone(peers))
+	}
+	return members
+}
+
+func groupLeader(members map[uint64]*grpcMember) *grpcMember {
+	for _, m := range members {
+		if m.node != nil && m.node.Status().IsLeader {
+			return m
+		}
+	}
+	return nil
+}
+
+// proposeAll proposes n entries on the leader and waits until every
+// running member applied them; want is the running total.
+func proposeAll(ctx context.Context, t *testing.T, members map[uint64]*grpcMember, want *uint64, n int) {
+	t.Helper()
+	waitFor(t, 5*time.Second, "a leader", func() bool { return groupLeader(members) != nil })
+	for range n {
+		*want++
+		if _, _, err := groupLeader(members).node.Propose(ctx, u64(*want)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sum := *want * (*want + 1) / 2
+	for _, m := range members {
+		if m.node == nil {
+			continue
+		}
+		waitFor(t, 5*time.Second, fmt.Sprintf("member %d to apply %d entries", m.id, *want), func() bool {
+			got, _ := m.sm.state()
+			return got == sum
+		})
+	}
+}
+
+// raftAddr is where raft traffic to m should go: its internal listener if
+// it has one.
+func (m *grpcMember) raftAddr() string {
+	if m.internal {
+		return m.iaddr
+	}
+	return m.addr
+}
+
+// TestGRPCRaftOnInternalListeners: peers are named by their client
+// addresses, yet raft messages go to each member's internal listener
+// (none reach a client listener); a member without one is reached at its
+// client address, and a group with none elects and commits as before.
+func TestGRPCRaftOnInternalListeners(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		internal func(id uint64) bool
+	}{
+		{"all", func(uint64) bool { return true }},
+		{"none", func(uint64) bool { return false }},
+		{"mixed", func(id uint64) bool { return id != 3 }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			checkLeaks(t)
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			members := startGroup(t, tc.internal)
+			var want uint64
+			proposeAll(ctx, t, members, &want, 30)
+			leader := groupLeader(members)
+			for _, m := range members {
+				for _, p := range members {
+					// Followers send to the leader only.
+					if p != m && (m == leader || p == leader) {
+						waitFor(t, 5*time.Second, fmt.Sprintf("member %d to send to member %d at %s", m.id, p.id, p.raftAddr()), func() bool {
+							return m.tr.PeerAddr(p.id) == p.raftAddr()
+						})
+					}
+				}
+			}
+			for _, m := range members {
+				c, i := m.clientStreams.Load(), m.internalStreams.Load()
+				t.Logf("member %d: %d raft streams on its client listener, %d on its internal one", m.id, c, i)
+				if m.internal && (c != 0 || i == 0) {
+					t.Errorf("member %d with an internal listener took %d raft streams on its client listener and %d on its internal one; want 0 and some", m.id, c, i)
+				}
+				if !m.internal && c == 0 {
+					t.Errorf("member %d without an internal listener took no raft stream on its client listener", m.id)
+				}
+			}
+		})
+	}
+}
+
+// TestGRPCRaftInternalRestart restarts a follower on a new internal port:
+// the others learn it again, at its client address, and the group commits
+// with it (the third member stopped) over the new internal listener.
+func TestGRPCRaftInternalRestart(t *testing.T) {
+	checkLeaks(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	members := startGroup(t, func(uint64) bool { return true })
+	var want uint64
+	proposeAll(ctx, t, members, &want, 10)
+	leader := groupLeader(members)
+	var x, y *grpcMember
+	for _, m := range members {
+		switch {
+		case m == leader:
+		case x == nil:
+			x = m
+		default:
+			y = m
+		}
+	}
+	oldAddr, oldStreams := x.iaddr, x.internalStreams.Load()
+	// Listen on the new port before the old one closes: it differs.
+	ilis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	x.stop()
+	proposeAll(ctx, t, members, &want, 10)
+	x.ilis = ilis
+	x.serve(t)
+	x.startNode(t, nil)
+	if x.iaddr == oldAddr {
+		t.Fatalf("restarted on the same internal address %s", oldAddr)
+	}
+	waitFor(t, 10*time.Second, fmt.Sprintf("the leader to send to member %d at its new internal address %s", x.id, x.iaddr), func() bool {
+		return leader.tr.PeerAddr(x.id) == x.iaddr
+	})
+	proposeAll(ctx, t, members, &want, 10) // x catches up
+	clientBefore := map[uint64]int64{}
+	for _, m := range members {
+		clientBefore[m.id] = m.clientStreams.Load()
+	}
+	y.stop()
+	proposeAll(ctx, t, members, &want, 10) // a quorum needs x
+	if x.internalStreams.Load() == oldStreams {
+		t.Errorf("member %d's new internal listener took no raft stream", x.id)
+	}
+	for _, m := range []*grpcMember{leader, x} {
+		if got := m.clientStreams.Load(); got != clientBefore[m.id] {
+			t.Errorf("member %d's client listener took %d raft streams once every address was learned", m.id, got-clientBefore[m.id])
+		}
+	}
+}
+
+// TestGRPCRaftInternalUnreachable: a member names an internal address
+// nobody answers at (a port closed between masters); the others fall back
+// to its client address and the group commits.
+func TestGRPCRaftInternalUnreachable(t *testing.T) {
+	checkLeaks(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := lis.Addr().String()
+	_ = lis.Close()
+	members := map[uint64]*grpcMember{}
+	peers := map[uint64]string{}
+	for id := uint64(1); id <= 3; id++ {
+		m := &grpcMember{id: id, addr: "127.0.0.1:0", dir: t.TempDir()}
+		m.serve(t)
+		members[id] = m
+		peers[id] = m.addr
+	}
+	t.Cleanup(func() {
+		for _, m := range members {
+			m.stop()
+		}
+	})
+	members[3].tr.SetInternalAddr(closed)
+	for _, m := range members {
+		m.startNode(t, maps.Clone(peers))
+	}
+	var want uint64
+	proposeAll(ctx, t, members, &want, 5)
+	// Make member 3 needed: with member 2 stopped, a leader among 1 and 3
+	// commits only through the link between them.
+	members[2].stop()
+	proposeAll(ctx, t, members, &want, 5)
+	if c := members[3].clientStreams.Load(); c == 0 {
+		t.Errorf("member 3 took no raft stream on its client listener")
+	}
+	if got := members[1].tr.PeerAddr(3); got != members[3].addr {
+		t.Errorf("member 1 sends to member 3 at %q, want its client address %s", got, members[3].addr)
 	}
 }
