@@ -102,6 +102,11 @@ type Options struct {
 	// passes re-verifying every block of every extent replica. Default 10
 	// minutes; negative turns the scrubber off.
 	ScrubInterval time.Duration
+	// ReplicateCalls is how many replication calls the extent node keeps
+	// in flight to each other server (stream.NodeOptions.ReplicateCalls).
+	// Default 1, best when the CPU is the limit; 2–4 lower write latency
+	// on servers with cores to spare.
+	ReplicateCalls int
 	// RepairBandwidth bounds the bytes per second this server copies into
 	// new replicas of its partitions, every copy together, so foreground
 	// requests keep their latency. Default DefaultRepairBandwidth;
@@ -160,6 +165,9 @@ func (o Options) Validate() error {
 	}
 	if o.MaxInFlight < 0 {
 		errs = append(errs, errors.New("tableserver: MaxInFlight must not be negative"))
+	}
+	if o.ReplicateCalls < 0 || o.ReplicateCalls > 64 {
+		errs = append(errs, fmt.Errorf("tableserver: ReplicateCalls %d: want 1-64 (0: the default, 1)", o.ReplicateCalls))
 	}
 	if o.MaxInFlightBytes < 0 {
 		errs = append(errs, errors.New("tableserver: MaxInFlightBytes must not be negative"))

@@ -216,6 +216,7 @@ func Open(opts Options) (*Server, error) {
 		// Partition logs: a secondary that does not answer within this
 		// leaves the ack set (quorum) rather than stalling writes.
 		ReplicateTimeout: 150 * time.Millisecond,
+		ReplicateCalls:   opts.ReplicateCalls,
 		OnCorrupt:        s.reportCorrupt,
 		OnCorruptFragment: func(extent uint64, index int, cause error) {
 			s.reportStream("fragment", &api.StreamRequest{Op: api.StreamOp_STREAM_OP_REPORT_CORRUPT_FRAGMENT, Extent: extent, Index: int32(index)}, cause)

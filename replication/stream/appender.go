@@ -22,9 +22,9 @@ import (
 // secondaries as the ack policy requires. Up to maxFlights batches are so
 // in flight: a write does not wait for the sync of the batch before it.
 // A link sends what every extent queued for its node in one
-// ReplicateBatch, up to maxLinkCalls in flight (the receiver writes each
-// extent's data in offset order), and a slow node delays only the copies
-// it holds: under AckQuorum the
+// ReplicateBatch, up to NodeOptions.ReplicateCalls in flight (the
+// receiver writes each extent's data in offset order), and a slow node
+// delays only the copies it holds: under AckQuorum the
 // appenders go on without it, and once a queue passes MaxReplicaLag (or a
 // Replicate fails) that secondary is dropped from its extent's ack set for
 // good. Acknowledgements are in offset order because batches are.
@@ -372,14 +372,14 @@ const maxReplicate = 4 << 20
 // link is the node's replication to one secondary node: every extent this
 // node is primary of with a replica there queues its secondary on the link
 // (kickLocked), and one sender goroutine sends everything queued in one
-// ReplicateBatch, with up to maxLinkCalls of them in flight. Many
-// partitions' appends to one node so cost one RPC and one journal sync
-// there, not one each, and a write does not wait for the call before it.
+// ReplicateBatch, with up to NodeOptions.ReplicateCalls of them in
+// flight. Many partitions' appends to one node so cost one RPC and one
+// journal sync there, not one each.
 type link struct {
 	n     *Node
 	addr  string
 	wake  chan struct{} // 1-buffered: a secondary was queued
-	slots chan struct{} // maxLinkCalls-buffered: a call in flight holds one
+	slots chan struct{} // NodeOptions.ReplicateCalls-buffered: a call in flight holds one
 
 	mu sync.Mutex
 	// Guarded by mu (taken after an appender's mu, never before).
@@ -392,7 +392,7 @@ type link struct {
 func (n *Node) linkForLocked(addr string) *link {
 	l := n.links[addr]
 	if l == nil {
-		l = &link{n: n, addr: addr, wake: make(chan struct{}, 1), slots: make(chan struct{}, maxLinkCalls)}
+		l = &link{n: n, addr: addr, wake: make(chan struct{}, 1), slots: make(chan struct{}, n.opts.ReplicateCalls)}
 		n.links[addr] = l
 	}
 	return l
@@ -444,7 +444,7 @@ type linkItem struct {
 }
 
 // run sends the link's queued work until there is none, in up to
-// maxLinkCalls calls at once: while they are all in flight, what queues
+// NodeOptions.ReplicateCalls calls at once: while they are all in flight, what queues
 // meanwhile waits for one to end and goes as one larger batch. A batch
 // with only commit lengths waits commitNotifyDelay first for data to carry
 // them.
@@ -508,11 +508,6 @@ func (l *link) run() {
 		}()
 	}
 }
-
-// maxLinkCalls is how many ReplicateBatch calls a link keeps in flight. The
-// receiver writes each extent's data in offset order whatever the order
-// the calls arrive in (Node.replicateWrite waits for the data before).
-const maxLinkCalls = 4
 
 // unsend lists the secondaries of items, which hold commit lengths only,
 // again without waking the sender (which is the caller).

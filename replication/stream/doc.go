@@ -211,7 +211,8 @@
 // the primary included). A batch that fails fails every later one: none
 // is acknowledged after a gap. A link sends what every extent queued for its node
 // in one ReplicateBatch (an item per extent, queued batches coalesced, up
-// to 4 MiB), up to 4 calls in flight, and a slow node delays only the
+// to 4 MiB), NodeOptions.ReplicateCalls in flight (1 by default), and a
+// slow node delays only the
 // copies it holds; the receiver writes every item, then syncs them
 // together, and an item that overtook the data before it in its extent
 // (a later call handled first) waits for that data rather than fail. A secondary whose Replicate fails (or takes longer

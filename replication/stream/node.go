@@ -40,6 +40,14 @@ type NodeOptions struct {
 	// Past it (a slow secondary under AckQuorum) the secondary is dropped
 	// from the ack set and the append responses name it. Default 64 MiB.
 	MaxReplicaLag int64
+	// ReplicateCalls is how many ReplicateBatch calls a primary keeps in
+	// flight to one secondary node; the secondary writes each extent's
+	// data in offset order whichever call it handles first. Default 1:
+	// on a machine whose CPU is the limit more calls cost more than they
+	// save (each carries fewer extents' data, and every call is CPU on
+	// both sides); with CPU to spare, 2–4 take the wait for the call
+	// before off a write's latency.
+	ReplicateCalls int
 	// ScrubInterval is the pause between background scrub passes over
 	// every replica. Default 0: no background scrubber (call Scrub).
 	ScrubInterval time.Duration
@@ -66,6 +74,8 @@ func (o NodeOptions) Validate() error {
 		return errors.New("stream: NodeOptions.Dir is required")
 	case o.ReplicateTimeout < 0:
 		return fmt.Errorf("stream: NodeOptions.ReplicateTimeout %v is negative", o.ReplicateTimeout)
+	case o.ReplicateCalls < 0:
+		return fmt.Errorf("stream: NodeOptions.ReplicateCalls %d is negative", o.ReplicateCalls)
 	case o.ScrubInterval < 0:
 		return fmt.Errorf("stream: NodeOptions.ScrubInterval %v is negative", o.ScrubInterval)
 	case o.Journal.FileBytes < 0:
@@ -116,6 +126,9 @@ func OpenNode(opts NodeOptions) (*Node, error) {
 	}
 	if opts.ReplicateTimeout == 0 {
 		opts.ReplicateTimeout = 5 * time.Second
+	}
+	if opts.ReplicateCalls == 0 {
+		opts.ReplicateCalls = 1
 	}
 	if opts.MaxReplicaLag <= 0 {
 		opts.MaxReplicaLag = 64 << 20

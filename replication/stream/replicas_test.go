@@ -478,14 +478,15 @@ func TestLinkBatchesExtents(t *testing.T) {
 	}
 }
 
-// TestLinkPipelinesCalls: a primary does not wait for one ReplicateBatch
-// to a node to end before it sends the next (it used to: every write then
-// waited for the call before its own), and the secondary writes each
+// TestLinkPipelinesCalls: with NodeOptions.ReplicateCalls above 1 a
+// primary does not wait for one ReplicateBatch to a node to end before it
+// sends the next (every write then waits for the call before its own),
+// and the secondary writes each
 // extent's data in order whichever call it handles first. Both
 // secondaries hold their calls for a moment; the appends sent meanwhile
 // go out in calls of their own, in flight together, and all land.
 func TestLinkPipelinesCalls(t *testing.T) {
-	c := streamtest.Start(t, 3, streamtest.Options{})
+	c := streamtest.Start(t, 3, streamtest.Options{Node: stream.NodeOptions{ReplicateCalls: 4}})
 	defer c.Close()
 	ctx := context.Background()
 	d := c.Driver
