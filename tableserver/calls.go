@@ -132,7 +132,10 @@ func (s *service) call(ctx context.Context, req *api.CallRequest) *api.CallRespo
 		resp.Status = encodeStatus(api.InvalidArgument("call", "call_missing", 0, "call %d carries no call this server knows (a newer client?)", req.GetId()))
 		return resp
 	}
-	if t := req.GetTimeoutMs(); t > 0 {
+	// Reads never wait (an engine read, no queue or log to wait on), so
+	// they are spared the deadline's timer: it was ~5% of a server's CPU
+	// under a read load. Writes wait for the log and keep it.
+	if t := req.GetTimeoutMs(); t > 0 && !isRead(req) {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, min(time.Duration(t)*time.Millisecond, callsMaxTimeout))
 		defer cancel()
@@ -155,6 +158,16 @@ func (s *service) call(ctx context.Context, req *api.CallRequest) *api.CallRespo
 		resp.Reply = &api.CallResponse_CompareAndSwap{CompareAndSwap: r}
 	}
 	return resp
+}
+
+// isRead reports whether req is a Get or MultiGet, which answer from the
+// engine without waiting on their context.
+func isRead(req *api.CallRequest) bool {
+	switch req.GetCall().(type) {
+	case *api.CallRequest_Get, *api.CallRequest_MultiGet:
+		return true
+	}
+	return false
 }
 
 // encodeStatus is err as an encoded google.rpc.Status.
