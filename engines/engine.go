@@ -52,6 +52,11 @@ type Mutation struct {
 	Delete    bool
 	Value     []byte
 	ExpiresAt int64
+	// Cold hints that the record will most likely not be read soon (a
+	// replica's bookkeeping: its applied LSN, a request's kept outcome),
+	// so an engine with a read cache may leave it out. It changes nothing
+	// an engine answers.
+	Cold bool
 }
 
 // CAS is a compare-and-swap request. It applies New only if the key's current

@@ -151,6 +151,9 @@ const requestTTL = 10 * time.Minute
 
 func requestKey(id string) []byte { return []byte(requestPrefix + id) }
 
+// requestKeyPrefix is requestPrefix as bytes.
+var requestKeyPrefix = []byte(requestPrefix)
+
 // maxWriteWait bounds how long a write waits for the log when its caller
 // set no deadline.
 const maxWriteWait = 30 * time.Second
@@ -650,9 +653,12 @@ func (l *logReplica) apply(recs []partition.Record) error {
 		}
 		batch := make([]engines.Mutation, 0, len(w.Mutations)+1)
 		for _, m := range w.Mutations {
-			batch = append(batch, engines.Mutation{Key: m.Key, Value: m.Value, ExpiresAt: m.ExpiresAt, Delete: m.Kind == partition.MutDelete})
+			// A request's kept outcome is read only by a retry: it stays
+			// out of the read cache, as the applied LSN does.
+			cold := bytes.HasPrefix(m.Key, requestKeyPrefix)
+			batch = append(batch, engines.Mutation{Key: m.Key, Value: m.Value, ExpiresAt: m.ExpiresAt, Delete: m.Kind == partition.MutDelete, Cold: cold})
 		}
-		batch = append(batch, engines.Mutation{Key: appliedLSNKey, Value: binary.LittleEndian.AppendUint64(nil, rec.LSN)})
+		batch = append(batch, engines.Mutation{Key: appliedLSNKey, Value: binary.LittleEndian.AppendUint64(nil, rec.LSN), Cold: true})
 		if err := l.writer.Apply(batch); err != nil {
 			return fmt.Errorf("record %d: %w", rec.LSN, err)
 		}

@@ -836,6 +836,9 @@ type Op struct {
 	Record    engines.Record
 	Tombstone bool
 	Shadowed  uint64
+	// Cold keeps the record out of the read cache (engines.Mutation.Cold):
+	// writes otherwise go through to it.
+	Cold bool
 }
 
 // Write appends ops as one batch and sets locs[i] to the location of each
@@ -915,7 +918,7 @@ func (s *Store) Write(ops []Op, locs []uint64) error {
 	s.mu.Unlock()
 	if s.cacheOn.Load() {
 		for i := range ops {
-			if ops[i].Tombstone {
+			if ops[i].Tombstone || ops[i].Cold {
 				continue
 			}
 			_, _, off := unpackLoc(locs[i])

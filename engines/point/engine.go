@@ -537,7 +537,7 @@ func (e *Engine) Apply(batch []engines.Mutation) error {
 			}
 			continue
 		}
-		ops = append(ops, diskstore.Op{Record: engines.Record{Key: m.Key, Value: m.Value, ExpiresAt: m.ExpiresAt}})
+		ops = append(ops, diskstore.Op{Record: engines.Record{Key: m.Key, Value: m.Value, ExpiresAt: m.ExpiresAt}, Cold: m.Cold})
 	}
 	locs, err := e.write(ops)
 	if err != nil {

@@ -1,0 +1,45 @@
+package diskstore
+
+import (
+	"testing"
+
+	"github.com/tabuladb/tabula/engines"
+	"github.com/tabuladb/tabula/engines/vfs"
+)
+
+// TestColdWritesSkipTheCache: a write marked Cold (a replica's bookkeeping
+// records) is readable like any other but does not go through to the read
+// cache, where the others do.
+func TestColdWritesSkipTheCache(t *testing.T) {
+	s, err := Open("/d", Options{FS: vfs.NewMem(), SegmentSize: 1 << 20, CacheBytes: 1 << 20, IndexBlockBytes: -1, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.Recover(func(uint64, engines.Record, bool) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	locs := make([]uint64, 2)
+	if err := s.Write([]Op{
+		{Record: engines.Record{Key: []byte("warm"), Value: []byte("w")}},
+		{Record: engines.Record{Key: []byte("cold"), Value: []byte("c")}, Cold: true},
+	}, locs); err != nil {
+		t.Fatal(err)
+	}
+	s.cache.c.Wait() // ristretto admits its sets asynchronously
+	read := func(i int, want string) (hit bool) {
+		t.Helper()
+		before := s.Stats().CacheHits
+		rec, ok, err := s.Read(locs[i], nil)
+		if err != nil || !ok || string(rec.Value) != want {
+			t.Fatalf("read %q: %q %v %v", want, rec.Value, ok, err)
+		}
+		return s.Stats().CacheHits > before
+	}
+	if !read(0, "w") {
+		t.Fatal("a write did not go through to the read cache")
+	}
+	if read(1, "c") {
+		t.Fatal("a cold write went into the read cache")
+	}
+}
