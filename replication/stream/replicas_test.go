@@ -560,3 +560,128 @@ func TestLinkPipelinesCalls(t *testing.T) {
 		t.Fatalf("the secondary holds entries %v, want %v", seqs, want)
 	}
 }
+
+// TestPipelinedAppendsNoGap: with many appends in flight per extent (the
+// appender's pipeline and several Replicate calls per link), a secondary
+// that stops answering and then a second one that dies break the
+// extents mid-stream; what was acknowledged is a prefix of what was sent
+// (nothing acknowledged after a failed append) and every acknowledged
+// entry is in the sealed extent, in order.
+func TestPipelinedAppendsNoGap(t *testing.T) {
+	c := streamtest.Start(t, 3, streamtest.Options{Node: stream.NodeOptions{ReplicateCalls: 4, ReplicateTimeout: 100 * time.Millisecond}})
+	defer c.Close()
+	ctx := context.Background()
+	d := c.Driver
+	const extents = 4
+	ids := make([]uint64, extents)
+	for i := range ids {
+		name := fmt.Sprintf("g%d", i)
+		if _, err := d.Apply(ctx, stream.Command{Op: stream.OpCreateStream, Stream: name, Ack: stream.AckQuorum}); err != nil {
+			t.Fatal(err)
+		}
+		info, err := d.SealAndAllocateOn(ctx, name, 0, 0, []string{"en-0", "en-1", "en-2"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids[i] = info.Last().ID
+	}
+	prim := c.Nodes[0].Node()
+	type outcome struct {
+		seq uint64
+		err error
+	}
+	results := make([][]outcome, extents)
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	for i, id := range ids {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			waits := make(chan func() outcome, 256)
+			var ww sync.WaitGroup
+			ww.Add(1)
+			go func() {
+				defer ww.Done()
+				for w := range waits {
+					results[i] = append(results[i], w())
+				}
+			}()
+			defer func() { close(waits); ww.Wait() }()
+			for seq := uint64(1); ; seq++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				p := []byte(fmt.Sprintf("extent %d entry %d", id, seq))
+				wait, err := prim.StartAppend(&streampb.AppendRequest{Extent: id, Entries: []*streampb.Entry{
+					{Seq: seq, Blocks: [][]byte{p}, Crcs: []uint32{crc32.Checksum(p, castagnoli)}},
+				}})
+				if err != nil {
+					waits <- func() outcome { return outcome{seq, err} }
+					return
+				}
+				waits <- func() outcome {
+					_, err := wait(ctx)
+					return outcome{seq, err}
+				}
+				if seq%64 == 0 {
+					runtime.Gosched()
+				}
+			}
+		}()
+	}
+	// Let appends flow, then stall one secondary past the timeout (it
+	// leaves the ack sets) and kill the other (the extents break).
+	waitAppends := func(n uint64) {
+		for deadline := time.Now().Add(5 * time.Second); prim.Stats().Appends < n && time.Now().Before(deadline); {
+			runtime.Gosched()
+		}
+	}
+	waitAppends(200)
+	c.Nodes[2].PauseReplicate(400 * time.Millisecond)
+	waitAppends(prim.Stats().Appends + 200)
+	c.Stop(1)
+	close(stop)
+	wg.Wait()
+	for i, id := range ids {
+		var acked []uint64
+		failed := false
+		for _, o := range results[i] {
+			switch {
+			case o.err == nil && failed:
+				t.Fatalf("extent %d: entry %d acknowledged after an earlier one failed", id, o.seq)
+			case o.err == nil:
+				acked = append(acked, o.seq)
+			default:
+				failed = true
+			}
+		}
+		if len(acked) == 0 {
+			t.Fatalf("extent %d: nothing acknowledged", id)
+		}
+		for k, s := range acked {
+			if s != uint64(k+1) {
+				t.Fatalf("extent %d: acknowledged %v..., not a prefix of what was sent", id, acked[:k+1])
+			}
+		}
+		if _, err := d.Seal(ctx, id); err != nil {
+			t.Fatalf("seal extent %d: %v", id, err)
+		}
+		e, err := prim.Extent(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var seqs []uint64
+		if err := e.ReadEntries(0, e.Length(), func(en stream.Entry) error {
+			seqs = append(seqs, en.Seq)
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if len(seqs) < len(acked) || !slices.Equal(seqs[:len(acked)], acked) {
+			t.Fatalf("extent %d sealed with %d entries; the %d acknowledged are not its prefix", id, len(seqs), len(acked))
+		}
+		t.Logf("extent %d: %d acknowledged, %d sent, %d kept by the seal", id, len(acked), len(results[i]), len(seqs))
+	}
+}
