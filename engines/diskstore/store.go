@@ -71,6 +71,10 @@ type Options struct {
 	// FlushInterval is how often the lazy mode writes and fsyncs.
 	// Default: 50 ms.
 	FlushInterval time.Duration
+	// FlushBytes makes the lazy mode flush early once this many bytes
+	// wait, so a long FlushInterval does not let a burst of writes pile
+	// up in memory. Default: 8 MiB.
+	FlushBytes int64
 	// MaxSpaceAmp is the space amplification the collector keeps the store
 	// within: the bytes of its files (segments and index blocks) over the
 	// stored keys and values of its live records. Where record headers and
@@ -175,6 +179,9 @@ func (o Options) WithDefaults() Options {
 	if o.FlushInterval == 0 {
 		o.FlushInterval = 50 * time.Millisecond
 	}
+	if o.FlushBytes <= 0 {
+		o.FlushBytes = 8 << 20
+	}
 	if o.MaxSpaceAmp == 0 {
 		o.MaxSpaceAmp = 1.15
 	}
@@ -215,6 +222,8 @@ type Store struct {
 	table atomic.Pointer[[]*segment]
 	// synced is the log position (bytes appended since open) known durable.
 	synced atomic.Int64
+	// flushNow wakes the lazy flusher early (Options.FlushBytes waiting).
+	flushNow chan struct{}
 
 	// mu guards the append state below and segments' in-memory tails.
 	mu sync.Mutex
@@ -756,6 +765,9 @@ func (s *Store) recoverFrom(fn ReplayFunc, from logPos, start time.Time, ist ind
 		"stale_entries", ist.stale, "tail_bytes", bytesRead, "duration", time.Since(start))
 	s.stats.recoveryBytes.Store(bytesRead + ist.bytes)
 	if s.opts.Durability == DurabilityLazy {
+		s.mu.Lock()
+		s.flushNow = make(chan struct{}, 1)
+		s.mu.Unlock()
 		s.wg.Add(1)
 		go s.flushLoop()
 	}
@@ -971,6 +983,12 @@ func (s *Store) appendLocked(g *segment, kind, flags byte, key, value []byte, au
 	}
 	s.appended += n
 	s.logBytes.Add(n)
+	if s.flushNow != nil && s.appended-s.synced.Load() >= s.opts.FlushBytes {
+		select {
+		case s.flushNow <- struct{}{}:
+		default:
+		}
+	}
 	if !g.queued {
 		g.queued = true
 		s.pending = append(s.pending, g)
@@ -1152,9 +1170,10 @@ func (s *Store) flushLoop() {
 		case <-s.closing:
 			return
 		case <-t.C:
-			if err := s.Sync(); err != nil {
-				s.opts.Logger.Error("diskstore: background flush failed", "dir", s.dir, "err", err)
-			}
+		case <-s.flushNow:
+		}
+		if err := s.Sync(); err != nil {
+			s.opts.Logger.Error("diskstore: background flush failed", "dir", s.dir, "err", err)
 		}
 	}
 }

@@ -104,15 +104,19 @@ var (
 	_ engines.BatchGetter = (*Engine)(nil)
 )
 
-// Open opens a point engine with the back end opts.Storage names: "" or
-// "memory" (in memory, nothing durable) or "ssd" (the disk store in
-// opts.Dir, created or reopened, with the default diskstore.Options: every
-// acknowledged write is fsynced; see OpenDisk).
 // replayableIndexInterval cuts index blocks of a Replayable engine by
 // time: a restart replays at most this much of its own log (and then the
 // owner's log from the LSN reached).
 const replayableIndexInterval = 10 * time.Second
 
+// replayableFlushInterval is how often a Replayable ssd engine writes and
+// fsyncs its log in the background.
+const replayableFlushInterval = time.Second
+
+// Open opens a point engine with the back end opts.Storage names: "" or
+// "memory" (in memory, nothing durable) or "ssd" (the disk store in
+// opts.Dir, created or reopened, with the default diskstore.Options: every
+// acknowledged write is fsynced; see OpenDisk).
 func Open(opts engines.Options) (*Engine, error) {
 	switch opts.Storage {
 	case "", StorageMemory:
@@ -140,6 +144,11 @@ func Open(opts engines.Options) (*Engine, error) {
 			// fsynced on the write path of every replica.
 			ds.Durability = diskstore.DurabilityLazy
 			ds.IndexBlockInterval = replayableIndexInterval
+			// Nor a write and fsync every 50 ms: a restart replays the
+			// log past what the files hold, and the owner syncs when it
+			// needs a durable point (log truncation). Bursts still flush
+			// by size (FlushBytes).
+			ds.FlushInterval = replayableFlushInterval
 		}
 		return OpenDisk(opts, ds)
 	default:

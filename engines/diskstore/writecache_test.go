@@ -1,7 +1,9 @@
 package diskstore
 
 import (
+	"fmt"
 	"testing"
+	"time"
 
 	"github.com/tabuladb/tabula/engines"
 	"github.com/tabuladb/tabula/engines/vfs"
@@ -41,5 +43,41 @@ func TestColdWritesSkipTheCache(t *testing.T) {
 	}
 	if read(1, "c") {
 		t.Fatal("a cold write went into the read cache")
+	}
+}
+
+// TestLazyFlushBySize: a lazy store whose interval is long still writes and
+// fsyncs once FlushBytes wait, so a burst does not pile up in memory until
+// the next tick.
+func TestLazyFlushBySize(t *testing.T) {
+	s, err := Open("/d", Options{FS: vfs.NewMem(), Durability: DurabilityLazy, FlushInterval: time.Hour, FlushBytes: 4096, CacheBytes: -1, IndexBlockBytes: -1, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.Recover(func(uint64, engines.Record, bool) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	value := make([]byte, 200)
+	locs := make([]uint64, 1)
+	for i := range 10 {
+		if err := s.Write([]Op{{Record: engines.Record{Key: fmt.Appendf(nil, "small%d", i), Value: value}}}, locs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := s.Stats().Syncs; got != 0 {
+		t.Fatalf("%d syncs with 2 KiB waiting, under FlushBytes and the interval", got)
+	}
+	for i := range 20 {
+		if err := s.Write([]Op{{Record: engines.Record{Key: fmt.Appendf(nil, "burst%d", i), Value: value}}}, locs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for s.Stats().Syncs == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("over FlushBytes waiting, and no flush within 10 s")
+		}
+		time.Sleep(time.Millisecond) // the flusher runs on its own goroutine
 	}
 }
