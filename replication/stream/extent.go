@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/tabuladb/tabula/engines"
 	"github.com/tabuladb/tabula/engines/vfs"
@@ -582,12 +583,19 @@ func (e *Extent) wroteLocked() {
 	}
 }
 
+// overtakeWait bounds waitWritten: a call sent before arrives within
+// milliseconds, and a gap nothing fills (a replica that lost data) fails
+// its Replicate soon.
+const overtakeWait = time.Second
+
 // waitWritten blocks until the replica's written length reaches off, or it
-// cannot (sealed, broken, closed, frozen), or ctx ends: a secondary's
-// Replicate that overtook the one before it (a primary keeps several in
-// flight) waits for it rather than fail at a gap. It does not say whether
-// off was reached: the write that follows checks.
+// cannot (sealed, broken, closed, frozen), or ctx ends, or overtakeWait
+// passed: a secondary's Replicate that overtook the one before it (a
+// primary keeps several in flight) waits for it rather than fail at a
+// gap. It does not say whether off was reached: the write that follows
+// checks.
 func (e *Extent) waitWritten(ctx context.Context, off int64) {
+	var timeout <-chan time.Time
 	for {
 		e.mu.Lock()
 		if e.written >= off || e.writableLocked() != nil {
@@ -599,9 +607,16 @@ func (e *Extent) waitWritten(ctx context.Context, off int64) {
 		}
 		ch := e.wch
 		e.mu.Unlock()
+		if timeout == nil {
+			t := time.NewTimer(overtakeWait)
+			defer t.Stop()
+			timeout = t.C
+		}
 		select {
 		case <-ch:
 		case <-ctx.Done():
+			return
+		case <-timeout:
 			return
 		}
 	}

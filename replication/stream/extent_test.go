@@ -585,4 +585,10 @@ func TestReplicateOvertakenWaits(t *testing.T) {
 	}()
 	cancel()
 	<-waited
+	// Nor does a gap nothing fills hold a Replicate for long.
+	start := time.Now()
+	q.waitWritten(ctx, 1000)
+	if took := time.Since(start); took < overtakeWait/2 || took > 10*overtakeWait {
+		t.Fatalf("a gap nothing fills held the write %v (the bound is %v)", took, overtakeWait)
+	}
 }
