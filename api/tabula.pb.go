@@ -4538,11 +4538,15 @@ func (x *DrainServerResponse) GetMapVersion() uint64 {
 }
 
 type MasterMember struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
-	Addr          string                 `protobuf:"bytes,2,opt,name=addr,proto3" json:"addr,omitempty"`
-	Learner       bool                   `protobuf:"varint,3,opt,name=learner,proto3" json:"learner,omitempty"`
-	Leader        bool                   `protobuf:"varint,4,opt,name=leader,proto3" json:"leader,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Id      uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	Addr    string                 `protobuf:"bytes,2,opt,name=addr,proto3" json:"addr,omitempty"`
+	Learner bool                   `protobuf:"varint,3,opt,name=learner,proto3" json:"learner,omitempty"`
+	Leader  bool                   `protobuf:"varint,4,opt,name=leader,proto3" json:"leader,omitempty"`
+	// raft_addr is where the answering member's raft traffic to this one
+	// goes: its internal listener once learned, else addr. For the answering
+	// member itself, where it takes raft traffic. Empty: not sent to yet.
+	RaftAddr      string `protobuf:"bytes,5,opt,name=raft_addr,json=raftAddr,proto3" json:"raft_addr,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4603,6 +4607,13 @@ func (x *MasterMember) GetLeader() bool {
 		return x.Leader
 	}
 	return false
+}
+
+func (x *MasterMember) GetRaftAddr() string {
+	if x != nil {
+		return x.RaftAddr
+	}
+	return ""
 }
 
 type MasterMembersRequest struct {
@@ -9657,12 +9668,13 @@ const file_tabula_proto_rawDesc = "" +
 	"\x13DrainServerResponse\x12\x1a\n" +
 	"\breplicas\x18\x01 \x01(\rR\breplicas\x12\x1f\n" +
 	"\vmap_version\x18\x02 \x01(\x04R\n" +
-	"mapVersion\"d\n" +
+	"mapVersion\"\x81\x01\n" +
 	"\fMasterMember\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x12\n" +
 	"\x04addr\x18\x02 \x01(\tR\x04addr\x12\x18\n" +
 	"\alearner\x18\x03 \x01(\bR\alearner\x12\x16\n" +
-	"\x06leader\x18\x04 \x01(\bR\x06leader\"\x16\n" +
+	"\x06leader\x18\x04 \x01(\bR\x06leader\x12\x1b\n" +
+	"\traft_addr\x18\x05 \x01(\tR\braftAddr\"\x16\n" +
 	"\x14MasterMembersRequest\"\xac\x01\n" +
 	"\x15MasterMembersResponse\x12\x1e\n" +
 	"\n" +

@@ -323,7 +323,13 @@ func (m *Master) MasterMembers(context.Context, *api.MasterMembersRequest) (*api
 	st := m.raft.node.Status()
 	out := &api.MasterMembersResponse{Replicated: true, Term: st.Term, Self: st.ID, Applied: st.Applied}
 	for _, mb := range st.Members {
-		out.Members = append(out.Members, &api.MasterMember{Id: mb.ID, Addr: mb.Addr, Learner: mb.Learner, Leader: mb.ID == st.Leader})
+		raftAddr := m.raft.transport.PeerAddr(mb.ID)
+		if mb.ID == st.ID {
+			if raftAddr = m.InternalAddr(); raftAddr == "" {
+				raftAddr = mb.Addr
+			}
+		}
+		out.Members = append(out.Members, &api.MasterMember{Id: mb.ID, Addr: mb.Addr, Learner: mb.Learner, Leader: mb.ID == st.Leader, RaftAddr: raftAddr})
 	}
 	return out, nil
 }

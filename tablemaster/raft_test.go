@@ -284,6 +284,19 @@ func TestRaftMastersOnInternalListeners(t *testing.T) {
 	lead := leaderOf(t, ms, 10*time.Second)
 	create(lead, "t1")
 	sendsInternal(lead)
+	// The leader's member list says where its raft traffic goes: every
+	// member's internal listener, its own included.
+	resp, err := lead.c.MasterMembers(ctx, &api.MasterMembersRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mb := range resp.GetMembers() {
+		for _, want := range ms {
+			if want.id == mb.GetId() && mb.GetRaftAddr() != want.m.InternalAddr() {
+				t.Fatalf("members: member %d's raft goes via %q, want its internal address %q", mb.GetId(), mb.GetRaftAddr(), want.m.InternalAddr())
+			}
+		}
+	}
 	// A follower restarts on a new internal port; the other follower
 	// stops, so the group commits only through the restarted one.
 	var x, y *member

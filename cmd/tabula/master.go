@@ -191,7 +191,7 @@ func masterMembersCmd(g *globals) *cobra.Command {
 				return nil
 			}
 			w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(w, "ID\tADDR\tROLE")
+			fmt.Fprintln(w, "ID\tADDR\tROLE\tRAFT VIA")
 			for _, m := range resp.GetMembers() {
 				role := "follower"
 				switch {
@@ -200,7 +200,11 @@ func masterMembersCmd(g *globals) *cobra.Command {
 				case m.GetLearner():
 					role = "learner"
 				}
-				fmt.Fprintf(w, "%d\t%s\t%s\n", m.GetId(), m.GetAddr(), role)
+				via := m.GetRaftAddr()
+				if via == "" {
+					via = "-"
+				}
+				fmt.Fprintf(w, "%d\t%s\t%s\t%s\n", m.GetId(), m.GetAddr(), role, via)
 			}
 			if err := w.Flush(); err != nil {
 				return err
