@@ -329,7 +329,7 @@ func TestMasterNemesis(t *testing.T) {
 				continue
 			}
 			for _, l := range lines(out) {
-				if f := strings.Fields(l); len(f) == 3 && f[2] == "leader" {
+				if f := strings.Fields(l); len(f) >= 3 && f[2] == "leader" {
 					for k, b := range addrs {
 						if b == f[1] {
 							return k

@@ -154,7 +154,7 @@ func TestBulkRolloutUnderKills(t *testing.T) {
 			continue
 		}
 		for _, l := range lines(out) {
-			if f := strings.Fields(l); len(f) == 3 && f[2] == "leader" {
+			if f := strings.Fields(l); len(f) >= 3 && f[2] == "leader" {
 				for k, b := range addrs {
 					if b == f[1] {
 						leader = k
