@@ -704,27 +704,9 @@ func (e *Extent) syncLocked() error {
 // extent's last journal record is durable. The caller holds wmu.
 func (e *Extent) syncJournalLocked() error {
 	e.mu.Lock()
-	t, end, seq, broken, sealed := e.jticket, e.jend, e.jseq, e.broken, e.sealed
-	done := e.durable >= end
+	sp := syncPoint{ticket: e.jticket, end: e.jend, seq: e.jseq}
 	e.mu.Unlock()
-	if broken != nil {
-		return fmt.Errorf("extent %d: %w (%v)", e.id, ErrBroken, broken)
-	}
-	if done || sealed {
-		return nil
-	}
-	if err := e.jr.wait(t); err != nil {
-		err = fmt.Errorf("sync extent %d: %w", e.id, err)
-		e.Break(err)
-		return err
-	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if !e.sealed && end > e.durable {
-		e.durable, e.durableSeq = end, seq
-		e.notifyLocked()
-	}
-	return nil
+	return e.syncTo(sp)
 }
 
 // syncFile fsyncs the extent file if written since its last fsync: a
