@@ -13,14 +13,8 @@ import (
 // records) is readable like any other but does not go through to the read
 // cache, where the others do.
 func TestColdWritesSkipTheCache(t *testing.T) {
-	s, err := Open("/d", Options{FS: vfs.NewMem(), SegmentSize: 1 << 20, CacheBytes: 1 << 20, IndexBlockBytes: -1, Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := openRecovered(t, Options{FS: vfs.NewMem(), SegmentSize: 1 << 20, CacheBytes: 1 << 20, IndexBlockBytes: -1, Logger: quiet})
 	defer s.Close()
-	if err := s.Recover(func(uint64, engines.Record, bool) error { return nil }); err != nil {
-		t.Fatal(err)
-	}
 	locs := make([]uint64, 2)
 	if err := s.Write([]Op{
 		{Record: engines.Record{Key: []byte("warm"), Value: []byte("w")}},
@@ -50,14 +44,8 @@ func TestColdWritesSkipTheCache(t *testing.T) {
 // fsyncs once FlushBytes wait, so a burst does not pile up in memory until
 // the next tick.
 func TestLazyFlushBySize(t *testing.T) {
-	s, err := Open("/d", Options{FS: vfs.NewMem(), Durability: DurabilityLazy, FlushInterval: time.Hour, FlushBytes: 4096, CacheBytes: -1, IndexBlockBytes: -1, Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := openRecovered(t, Options{FS: vfs.NewMem(), Durability: DurabilityLazy, FlushInterval: time.Hour, FlushBytes: 4096, CacheBytes: -1, IndexBlockBytes: -1, Logger: quiet})
 	defer s.Close()
-	if err := s.Recover(func(uint64, engines.Record, bool) error { return nil }); err != nil {
-		t.Fatal(err)
-	}
 	value := make([]byte, 200)
 	locs := make([]uint64, 1)
 	for i := range 10 {
@@ -80,4 +68,17 @@ func TestLazyFlushBySize(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond) // the flusher runs on its own goroutine
 	}
+}
+
+// openRecovered opens an empty store at /d with o and recovers it.
+func openRecovered(t *testing.T, o Options) *Store {
+	t.Helper()
+	s, err := Open("/d", o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Recover(func(uint64, engines.Record, bool) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	return s
 }

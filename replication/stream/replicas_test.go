@@ -45,6 +45,20 @@ func replicaLength(t *testing.T, ctx context.Context, conns *stream.Conns, addr 
 	return resp.Length
 }
 
+// openExtentOnAll creates stream name with policy ack and its open
+// extent on en-0 (the primary), en-1 and en-2, and returns the extent.
+func openExtentOnAll(t *testing.T, ctx context.Context, d *stream.Driver, name string, ack stream.AckPolicy) *stream.ExtentPlacement {
+	t.Helper()
+	if _, err := d.Apply(ctx, stream.Command{Op: stream.OpCreateStream, Stream: name, Ack: ack}); err != nil {
+		t.Fatal(err)
+	}
+	info, err := d.SealAndAllocateOn(ctx, name, 0, 0, []string{"en-0", "en-1", "en-2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.Last()
+}
+
 // TestPrimaryReplicatesToItsOwnSecondaries: the primary extent node
 // replicates to the secondaries it was created with, whatever an append
 // names: an append naming none is still on every replica when it is
@@ -363,14 +377,7 @@ func TestQuorumSlowSecondary(t *testing.T) {
 	defer c.Close()
 	ctx := context.Background()
 	d := c.Driver
-	if _, err := d.Apply(ctx, stream.Command{Op: stream.OpCreateStream, Stream: "q", Ack: stream.AckQuorum}); err != nil {
-		t.Fatal(err)
-	}
-	info, err := d.SealAndAllocateOn(ctx, "q", 0, 0, []string{"en-0", "en-1", "en-2"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := info.Last()
+	p := openExtentOnAll(t, ctx, d, "q", stream.AckQuorum)
 	if p.Ack != stream.AckQuorum {
 		t.Fatalf("extent ack policy %q", p.Ack)
 	}
@@ -429,15 +436,7 @@ func TestLinkBatchesExtents(t *testing.T) {
 	const extents = 8
 	ids := make([]uint64, extents)
 	for i := range ids {
-		name := fmt.Sprintf("s%d", i)
-		if _, err := d.Apply(ctx, stream.Command{Op: stream.OpCreateStream, Stream: name}); err != nil {
-			t.Fatal(err)
-		}
-		info, err := d.SealAndAllocateOn(ctx, name, 0, 0, []string{"en-0", "en-1", "en-2"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ids[i] = info.Last().ID
+		ids[i] = openExtentOnAll(t, ctx, d, fmt.Sprintf("s%d", i), "").ID
 	}
 	conns := stream.NewConns()
 	defer conns.Close()
@@ -490,14 +489,7 @@ func TestLinkPipelinesCalls(t *testing.T) {
 	defer c.Close()
 	ctx := context.Background()
 	d := c.Driver
-	if _, err := d.Apply(ctx, stream.Command{Op: stream.OpCreateStream, Stream: "p"}); err != nil {
-		t.Fatal(err)
-	}
-	info, err := d.SealAndAllocateOn(ctx, "p", 0, 0, []string{"en-0", "en-1", "en-2"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	id := info.Last().ID
+	id := openExtentOnAll(t, ctx, d, "p", "").ID
 	conns := stream.NewConns()
 	defer conns.Close()
 	c.Nodes[1].PauseReplicate(300 * time.Millisecond)
@@ -575,15 +567,7 @@ func TestPipelinedAppendsNoGap(t *testing.T) {
 	const extents = 4
 	ids := make([]uint64, extents)
 	for i := range ids {
-		name := fmt.Sprintf("g%d", i)
-		if _, err := d.Apply(ctx, stream.Command{Op: stream.OpCreateStream, Stream: name, Ack: stream.AckQuorum}); err != nil {
-			t.Fatal(err)
-		}
-		info, err := d.SealAndAllocateOn(ctx, name, 0, 0, []string{"en-0", "en-1", "en-2"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ids[i] = info.Last().ID
+		ids[i] = openExtentOnAll(t, ctx, d, fmt.Sprintf("g%d", i), stream.AckQuorum).ID
 	}
 	prim := c.Nodes[0].Node()
 	type outcome struct {

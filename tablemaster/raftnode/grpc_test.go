@@ -241,6 +241,18 @@ func TestGRPCCluster(t *testing.T) {
 // address is known.
 func startGroup(t *testing.T, internal func(id uint64) bool) map[uint64]*grpcMember {
 	t.Helper()
+	members, peers := serveGroup(t, internal)
+	for _, m := range members {
+		m.startNode(t, maps.Clone(peers))
+	}
+	return members
+}
+
+// serveGroup is startGroup's first half: three members serving their
+// listeners (stopped at the test's end), their raft nodes not started;
+// it returns them and their client addresses.
+func serveGroup(t *testing.T, internal func(id uint64) bool) (map[uint64]*grpcMember, map[uint64]string) {
+	t.Helper()
 	members := map[uint64]*grpcMember{}
 	peers := map[uint64]string{}
 	for id := uint64(1); id <= 3; id++ {
@@ -254,10 +266,7 @@ func startGroup(t *testing.T, internal func(id uint64) bool) map[uint64]*grpcMem
 			m.stop()
 		}
 	})
-	for _, m := range members {
-		m.startNode(t, maps.Clone(peers))
-	}
-	return members
+	return members, peers
 }
 
 func groupLeader(members map[uint64]*grpcMember) *grpcMember {
@@ -414,19 +423,7 @@ func TestGRPCRaftInternalUnreachable(t *testing.T) {
 	}
 	closed := lis.Addr().String()
 	_ = lis.Close()
-	members := map[uint64]*grpcMember{}
-	peers := map[uint64]string{}
-	for id := uint64(1); id <= 3; id++ {
-		m := &grpcMember{id: id, addr: "127.0.0.1:0", dir: t.TempDir()}
-		m.serve(t)
-		members[id] = m
-		peers[id] = m.addr
-	}
-	t.Cleanup(func() {
-		for _, m := range members {
-			m.stop()
-		}
-	})
+	members, peers := serveGroup(t, func(uint64) bool { return false })
 	members[3].tr.SetInternalAddr(closed)
 	for _, m := range members {
 		m.startNode(t, maps.Clone(peers))
