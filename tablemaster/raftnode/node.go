@@ -436,25 +436,32 @@ func (n *Node) RemoveMember(ctx context.Context, id uint64) error {
 // TransferLeadership asks the leader (this member) to hand leadership to
 // voter to, and returns once this member sees to lead.
 func (n *Node) TransferLeadership(ctx context.Context, to uint64) error {
-	_, err := n.call(ctx, func(c *core, d done) {
-		if !c.leading {
-			d(0, nil, c.notLeader())
-			return
-		}
-		isVoter := false
-		for _, v := range c.confState.Voters {
-			isVoter = isVoter || v == to
-		}
-		if !isVoter {
-			d(0, nil, fmt.Errorf("%w: %d is not a voter", ErrUnknownMember, to))
-			return
-		}
-		c.rn.TransferLeader(to)
-		d(0, nil, nil)
-	})
-	if err != nil {
+	ask := func() error {
+		_, err := n.call(ctx, func(c *core, d done) {
+			if !c.leading {
+				d(0, nil, c.notLeader())
+				return
+			}
+			isVoter := false
+			for _, v := range c.confState.Voters {
+				isVoter = isVoter || v == to
+			}
+			if !isVoter {
+				d(0, nil, fmt.Errorf("%w: %d is not a voter", ErrUnknownMember, to))
+				return
+			}
+			c.rn.TransferLeader(to)
+			d(0, nil, nil)
+		})
 		return err
 	}
+	if err := ask(); err != nil {
+		return err
+	}
+	// raft abandons a transfer whose target does not catch up within an
+	// election timeout, and nothing then changes: ask again every two.
+	retry := n.opts.Clock.NewTicker(2 * time.Duration(n.opts.ElectionTicks) * n.opts.TickInterval)
+	defer retry.Stop()
 	for {
 		n.leaderMu.Lock()
 		ch := n.leaderCh
@@ -468,6 +475,12 @@ func (n *Node) TransferLeadership(ctx context.Context, to uint64) error {
 		}
 		select {
 		case <-ch:
+		case <-retry.C():
+			if st.Leader == st.ID {
+				if err := ask(); err != nil {
+					return err
+				}
+			}
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-n.donec:
