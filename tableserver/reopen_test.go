@@ -342,9 +342,17 @@ func TestEngineChecksumFaultRebuilt(t *testing.T) {
 	bad, i := r.replicaWith(api.ReplicaRole_REPLICA_ROLE_SECONDARY)
 	p := r.describe().GetMap().GetPartitions()[0]
 	dir := filepath.Join(r.c.Dir(), fmt.Sprintf("server-%d", i), "partitions", strconv.FormatUint(p.GetId(), 10))
-	names, err := r.fss[i].List(dir)
-	if err != nil {
-		t.Fatal(err)
+	// A replicated engine writes its segment files lazily (every second,
+	// or by size): wait for one.
+	var names []string
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		var err error
+		if names, err = r.fss[i].List(dir); err != nil {
+			t.Fatal(err)
+		}
+		if slices.ContainsFunc(names, func(n string) bool { return strings.HasSuffix(n, ".log") }) || time.Now().After(deadline) {
+			break
+		}
 	}
 	flipped := 0
 	for _, n := range names {
