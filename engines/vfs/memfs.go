@@ -111,6 +111,9 @@ type MemFS struct {
 	gen    uint64 // incremented by Crash; handles of older generations are stale
 	faults []*Fault
 	counts [numOpKinds]int64
+	// prealloc: files honour Preallocate (zero-extending, like
+	// fallocate) rather than ignoring it; see SetPreallocate.
+	prealloc bool
 }
 
 var _ FS = (*MemFS)(nil)
@@ -544,7 +547,10 @@ type memFile struct {
 	closed bool
 }
 
-var _ File = (*memFile)(nil)
+var (
+	_ File         = (*memFile)(nil)
+	_ Preallocator = (*memFile)(nil)
+)
 
 func (fs *MemFS) newFileLocked(n *memNode, name string, write, append bool) *memFile {
 	return &memFile{fs: fs, n: n, name: name, gen: fs.gen, write: write, append: append}
@@ -697,6 +703,35 @@ func (f *memFile) Truncate(size int64) error {
 	f.writeAtLocked(make([]byte, size-f.off))
 	f.off = off
 	return nil
+}
+
+// SetPreallocate makes the files' Preallocate extend them with zeros, as
+// fallocate(2) does, so that a test sees the layout the OS file system
+// gives; by default Preallocate does nothing (Sync copies whole files, and
+// most tests keep them small).
+func (fs *MemFS) SetPreallocate(on bool) {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	fs.prealloc = on
+}
+
+// Preallocate zero-extends the file to size when the MemFS was set to
+// (SetPreallocate); it counts and fails as a Truncate.
+func (f *memFile) Preallocate(size int64) (bool, error) {
+	f.fs.mu.Lock()
+	prealloc := f.fs.prealloc
+	n := int64(len(f.n.data))
+	f.fs.mu.Unlock()
+	switch {
+	case !prealloc:
+		return false, nil
+	case size <= n:
+		return true, nil
+	}
+	if err := f.Truncate(size); err != nil {
+		return false, err
+	}
+	return true, nil
 }
 
 // Close closes the handle; a second Close returns os.ErrClosed, like the

@@ -210,40 +210,63 @@ func decodeJournalFrame(b []byte, salt uint64, pos int64) (recs []journalRecord,
 // frames, in order, batch numbers increasing from after. In the newest
 // file (last) a bad frame with no valid frame after it is a torn tail —
 // the frame being written when the node stopped, never acknowledged — and
-// ends the scan; so is a header cut or garbled before its first sync.
-// Anywhere else a bad frame is corruption of acknowledged data:
-// engines.ErrCorrupt. It returns the records and the last batch number.
-func scanJournalFile(b []byte, num uint64, last bool, after uint64) (recs []journalRecord, batch uint64, err error) {
+// ends the scan; so do zeros to the end (the file's preallocated rest),
+// and a header cut or garbled before its first sync. Anywhere else a bad
+// frame is corruption of acknowledged data: engines.ErrCorrupt. It
+// returns the records, the last batch number and the length of the
+// file's valid part (its header and whole frames; 0 if the header is not
+// whole).
+func scanJournalFile(b []byte, num uint64, last bool, after uint64) (recs []journalRecord, batch uint64, end int64, err error) {
 	batch = after
 	hnum, salt, err := parseJournalHeader(b)
 	if err != nil {
-		if last && len(b) <= journalHeaderLen && !errors.Is(err, ErrFormatVersion) {
-			return nil, batch, nil // created, not yet synced: nothing was written to it
+		if last && allZero(b[min(len(b), journalHeaderLen):]) && !errors.Is(err, ErrFormatVersion) {
+			return nil, batch, 0, nil // created, not yet synced: nothing was written to it
 		}
-		return nil, batch, err
+		return nil, batch, 0, err
 	}
 	if hnum != num {
-		return nil, batch, fmt.Errorf("journal file %d says it is %d: %w", num, hnum, engines.ErrCorrupt)
+		return nil, batch, 0, fmt.Errorf("journal file %d says it is %d: %w", num, hnum, engines.ErrCorrupt)
 	}
-	for pos := journalHeaderLen; pos < len(b); {
+	pos := journalHeaderLen
+	for pos < len(b) {
+		if last && allZero(b[pos:]) {
+			break // the preallocated rest of the file
+		}
 		rs, fb, n, err := decodeJournalFrame(b[pos:], salt, int64(pos))
 		if err == nil && fb <= batch {
 			err = fmt.Errorf("journal frame at %d: batch %d after %d: %w", pos, fb, batch, engines.ErrCorrupt)
 		}
 		if err != nil {
 			if next := resyncJournal(b, salt, pos+1); next >= 0 {
-				return nil, batch, fmt.Errorf("%w (a valid frame follows at %d)", err, next)
+				return nil, batch, 0, fmt.Errorf("%w (a valid frame follows at %d)", err, next)
 			}
 			if !last {
-				return nil, batch, fmt.Errorf("%w (in a journal file that was complete)", err)
+				return nil, batch, 0, fmt.Errorf("%w (in a journal file that was complete)", err)
 			}
-			return recs, batch, nil // torn tail
+			break // torn tail
 		}
 		recs = append(recs, rs...)
 		batch = fb
 		pos += n
 	}
-	return recs, batch, nil
+	return recs, batch, int64(pos), nil
+}
+
+// allZero reports whether b holds only zero bytes.
+func allZero(b []byte) bool {
+	for len(b) >= 8 {
+		if binary.LittleEndian.Uint64(b) != 0 {
+			return false
+		}
+		b = b[8:]
+	}
+	for _, c := range b {
+		if c != 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // resyncJournal returns the first offset at or after from where a valid
@@ -286,20 +309,39 @@ func listJournal(fs vfs.FS, dir string) ([]uint64, error) {
 
 // readJournal reads and decodes every journal file in dir, oldest first.
 // It returns the records in journal order, the newest file's number (0 if
-// none) and the last batch number.
+// none) and the last batch number. It cuts the newest file to its valid
+// part (a torn frame, the preallocated zeros) and syncs it, so that it is
+// whole before a newer file exists: in a file that is not the newest a
+// bad tail is corruption.
 func readJournal(fs vfs.FS, dir string) (recs []journalRecord, newest, batch uint64, err error) {
 	nums, err := listJournal(fs, dir)
 	if err != nil {
 		return nil, 0, 0, fmt.Errorf("list journal: %w", err)
 	}
 	for i, num := range nums {
-		b, err := readWholeFile(fs, filepath.Join(dir, journalName(num)))
+		path := filepath.Join(dir, journalName(num))
+		b, err := readWholeFile(fs, path)
 		if err != nil {
 			return nil, 0, 0, fmt.Errorf("read journal file %s: %w", journalName(num), err)
 		}
-		rs, last, err := scanJournalFile(b, num, i == len(nums)-1, batch)
+		isLast := i == len(nums)-1
+		rs, last, end, err := scanJournalFile(b, num, isLast, batch)
 		if err != nil {
 			return nil, 0, 0, fmt.Errorf("journal file %s: %w", journalName(num), err)
+		}
+		switch {
+		case isLast && end == 0:
+			// Created but never synced whole: it holds nothing.
+			if err := fs.Remove(path); err != nil {
+				return nil, 0, 0, fmt.Errorf("remove empty journal file %s: %w", journalName(num), err)
+			}
+			if err := fs.SyncDir(dir); err != nil {
+				return nil, 0, 0, fmt.Errorf("sync journal directory: %w", err)
+			}
+		case isLast && end < int64(len(b)):
+			if err := cutFile(fs, path, end); err != nil {
+				return nil, 0, 0, fmt.Errorf("cut journal file %s to its %d valid bytes: %w", journalName(num), end, err)
+			}
 		}
 		recs, batch = append(recs, rs...), last
 	}
@@ -307,6 +349,21 @@ func readJournal(fs vfs.FS, dir string) (recs []journalRecord, newest, batch uin
 		newest = nums[len(nums)-1]
 	}
 	return recs, newest, batch, nil
+}
+
+// cutFile durably truncates the file at path to size.
+func cutFile(fs vfs.FS, path string, size int64) error {
+	f, err := fs.OpenReadWrite(path)
+	if err != nil {
+		return err
+	}
+	if err := f.Truncate(size); err != nil {
+		return errors.Join(err, f.Close())
+	}
+	if err := f.Sync(); err != nil {
+		return errors.Join(err, f.Close())
+	}
+	return f.Close()
 }
 
 func readWholeFile(fs vfs.FS, path string) ([]byte, error) {
@@ -360,6 +417,9 @@ type journal struct {
 	salt  uint64   // f's salt
 	batch uint64   // last batch number written
 	buf   []byte
+	// prealloc: f was preallocated (createFile), so it ends in zeros
+	// until rotate cuts it.
+	prealloc bool
 
 	stats journalCounters // stats.go
 }
@@ -374,32 +434,39 @@ func openJournal(fs vfs.FS, dir string, num, batch uint64, o JournalOptions, log
 	if j.fileBytes <= 0 {
 		j.fileBytes = defaultJournalFileBytes
 	}
-	f, salt, err := j.createFile(num)
+	f, salt, prealloc, err := j.createFile(num)
 	if err != nil {
 		return nil, err
 	}
-	j.f, j.salt, j.size, j.cur, j.files = f, salt, journalHeaderLen, num, []uint64{num}
+	j.f, j.salt, j.prealloc, j.size, j.cur, j.files = f, salt, prealloc, journalHeaderLen, num, []uint64{num}
 	return j, nil
 }
 
 // createFile durably creates journal file num with its header.
-func (j *journal) createFile(num uint64) (vfs.File, uint64, error) {
-	salt := rand.Uint64()
+func (j *journal) createFile(num uint64) (f vfs.File, salt uint64, prealloc bool, err error) {
+	salt = rand.Uint64()
 	path := filepath.Join(j.dir, journalName(num))
-	f, err := j.fs.Create(path)
+	f, err = j.fs.Create(path)
 	if err != nil {
-		return nil, 0, fmt.Errorf("create journal file %s: %w", journalName(num), err)
+		return nil, 0, false, fmt.Errorf("create journal file %s: %w", journalName(num), err)
 	}
 	if _, err := f.Write(appendJournalHeader(nil, num, salt)); err != nil {
-		return nil, 0, errors.Join(fmt.Errorf("write journal header: %w", err), f.Close())
+		return nil, 0, false, errors.Join(fmt.Errorf("write journal header: %w", err), f.Close())
+	}
+	// The file's blocks are allocated now, so each commit overwrites
+	// allocated zeros and its sync changes no metadata (DataSync). The
+	// zeros past the last frame read as the end of the journal; a file
+	// the journal moves on from is cut to its frames first (rotate).
+	if prealloc, err = vfs.Preallocate(f, j.fileBytes); err != nil {
+		return nil, 0, false, errors.Join(fmt.Errorf("preallocate journal file: %w", err), f.Close())
 	}
 	if err := f.Sync(); err != nil {
-		return nil, 0, errors.Join(fmt.Errorf("sync journal file: %w", err), f.Close())
+		return nil, 0, false, errors.Join(fmt.Errorf("sync journal file: %w", err), f.Close())
 	}
 	if err := j.fs.SyncDir(j.dir); err != nil {
-		return nil, 0, errors.Join(fmt.Errorf("sync journal directory: %w", err), f.Close())
+		return nil, 0, false, errors.Join(fmt.Errorf("sync journal directory: %w", err), f.Close())
 	}
-	return f, salt, nil
+	return f, salt, prealloc, nil
 }
 
 // add queues r and returns its ticket, for wait. It does not block; r is
@@ -507,7 +574,7 @@ func (j *journal) commit(recs []journalRecord) error {
 	if _, err := j.f.Write(j.buf); err != nil {
 		return fmt.Errorf("write journal: %w", err)
 	}
-	if err := j.f.Sync(); err != nil {
+	if err := vfs.DataSync(j.f); err != nil {
 		return fmt.Errorf("sync journal: %w", err)
 	}
 	j.size += int64(len(j.buf))
@@ -550,17 +617,28 @@ func (j *journal) forceRotate() error {
 // rotate moves to a new journal file and asks for a checkpoint. The
 // caller holds fmu.
 func (j *journal) rotate() error {
+	// A preallocated file is cut to its frames and synced before the
+	// next one exists: only the newest file may end in zeros (or a torn
+	// frame); in an older one a bad tail is corruption.
+	if j.prealloc {
+		if err := j.f.Truncate(j.size); err != nil {
+			return fmt.Errorf("cut journal file %s: %w", journalName(j.cur), err)
+		}
+		if err := j.f.Sync(); err != nil {
+			return fmt.Errorf("sync journal file %s: %w", journalName(j.cur), err)
+		}
+	}
 	j.mu.Lock()
 	num := j.cur + 1
 	j.mu.Unlock()
-	f, salt, err := j.createFile(num)
+	f, salt, prealloc, err := j.createFile(num)
 	if err != nil {
 		return err
 	}
 	if err := j.f.Close(); err != nil {
 		j.log.Warn("close journal file", "err", err)
 	}
-	j.f, j.salt, j.size = f, salt, journalHeaderLen
+	j.f, j.salt, j.prealloc, j.size = f, salt, prealloc, journalHeaderLen
 	j.mu.Lock()
 	j.cur = num
 	j.files = append(j.files, num)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"path/filepath"
 	"slices"
@@ -58,7 +59,7 @@ func TestJournalFrameRoundTrip(t *testing.T) {
 		all = append(all, recs...)
 	}
 	b := journalFile(7, 99, frames...)
-	got, batch, err := scanJournalFile(b, 7, false, 0)
+	got, batch, _, err := scanJournalFile(b, 7, false, 0)
 	if err != nil || batch != 5 || !sameRecords(got, all) {
 		t.Fatalf("scan: batch %d, err %v, same %v", batch, err, sameRecords(got, all))
 	}
@@ -66,18 +67,18 @@ func TestJournalFrameRoundTrip(t *testing.T) {
 	if _, _, _, err := decodeJournalFrame(b[journalHeaderLen:], 98, journalHeaderLen); !errors.Is(err, engines.ErrCorrupt) {
 		t.Fatalf("frame with another salt: %v", err)
 	}
-	if _, _, err := scanJournalFile(b, 8, true, 0); !errors.Is(err, engines.ErrCorrupt) {
+	if _, _, _, err := scanJournalFile(b, 8, true, 0); !errors.Is(err, engines.ErrCorrupt) {
 		t.Fatalf("file under another number: %v", err)
 	}
 	// Batch numbers must increase across files.
-	if _, _, err := scanJournalFile(b, 7, true, 5); !errors.Is(err, engines.ErrCorrupt) {
+	if _, _, _, err := scanJournalFile(b, 7, true, 5); !errors.Is(err, engines.ErrCorrupt) {
 		t.Fatalf("batches not after the previous file's: %v", err)
 	}
 	// A version this code does not know is refused, never skipped.
 	v := slices.Clone(b)
 	v[8] = 2
 	copy(v[28:], appendJournalHeader(nil, 7, 99)[28:]) // keeps the old crc: bad
-	if _, _, err := scanJournalFile(v, 7, false, 0); err == nil {
+	if _, _, _, err := scanJournalFile(v, 7, false, 0); err == nil {
 		t.Fatal("a header of another version was read")
 	}
 }
@@ -93,18 +94,46 @@ func TestJournalTornTailAndCorruption(t *testing.T) {
 	lastStart := len(journalFile(1, 5, frames[:2]...))
 	want := append(slices.Clone(frames[0]), frames[1]...)
 	for cut := lastStart; cut < len(b); cut++ {
-		got, batch, err := scanJournalFile(b[:cut], 1, true, 0)
+		got, batch, _, err := scanJournalFile(b[:cut], 1, true, 0)
 		if err != nil || batch != 2 || !sameRecords(got, want) {
 			t.Fatalf("cut at %d: batch %d err %v", cut, batch, err)
 		}
-		if _, _, err := scanJournalFile(b[:cut], 1, false, 0); cut > lastStart && !errors.Is(err, engines.ErrCorrupt) {
+		if _, _, _, err := scanJournalFile(b[:cut], 1, false, 0); cut > lastStart && !errors.Is(err, engines.ErrCorrupt) {
 			t.Fatalf("cut at %d of a complete file: %v", cut, err)
 		}
 	}
 	// A header cut before its sync: an empty newest file.
 	for cut := range journalHeaderLen + 1 {
-		if got, _, err := scanJournalFile(b[:cut], 1, true, 0); err != nil || len(got) != 0 {
+		if got, _, _, err := scanJournalFile(b[:cut], 1, true, 0); err != nil || len(got) != 0 {
 			t.Fatalf("header cut at %d: %v", cut, err)
+		}
+	}
+	// Preallocated zeros after the frames (and after a torn frame): the
+	// newest file ends at its last whole frame; a complete file with
+	// zeros after its frames is corrupt.
+	for _, cut := range []int{len(b), lastStart + 7} {
+		z := append(slices.Clone(b[:cut]), make([]byte, 4096)...)
+		got, _, end, err := scanJournalFile(z, 1, true, 0)
+		wantEnd, wantRecs := len(b), append(slices.Clone(want), frames[2]...)
+		if cut < len(b) {
+			wantEnd, wantRecs = lastStart, want
+		}
+		if err != nil || end != int64(wantEnd) || !sameRecords(got, wantRecs) {
+			t.Fatalf("frames to %d then zeros: end %d (want %d), %d records, err %v", cut, end, wantEnd, len(got), err)
+		}
+		if _, _, _, err := scanJournalFile(z, 1, false, 0); !errors.Is(err, engines.ErrCorrupt) {
+			t.Fatalf("a complete file with zeros after its frames: %v", err)
+		}
+	}
+	// A preallocated file whose header never synced: all zeros, or a
+	// header cut short then zeros.
+	for _, hdr := range []int{0, 9, journalHeaderLen} {
+		z := append(slices.Clone(b[:hdr]), make([]byte, 4096)...)
+		if hdr == journalHeaderLen {
+			z[journalHeaderLen-1] ^= 1 // garbled
+		}
+		if got, _, end, err := scanJournalFile(z, 1, true, 0); err != nil || len(got) != 0 || end != 0 {
+			t.Fatalf("preallocated file with %d header bytes: %d records, end %d, %v", hdr, len(got), end, err)
 		}
 	}
 	firstEnd := len(journalFile(1, 5, frames[0]))
@@ -112,7 +141,7 @@ func TestJournalTornTailAndCorruption(t *testing.T) {
 		for bit := range 8 {
 			c := slices.Clone(b)
 			c[i] ^= 1 << bit
-			if _, _, err := scanJournalFile(c, 1, true, 0); !errors.Is(err, engines.ErrCorrupt) {
+			if _, _, _, err := scanJournalFile(c, 1, true, 0); !errors.Is(err, engines.ErrCorrupt) {
 				t.Fatalf("bit %d of byte %d flipped: %v", bit, i, err)
 			}
 		}
@@ -263,8 +292,21 @@ func checkJournalRun(t *testing.T, fs vfs.FS, run journalRun, what string) {
 // only whole entries that were written, seals stay, and the journal is
 // replayed into the extent files and starts afresh.
 func TestJournalCrash(t *testing.T) {
+	for _, prealloc := range []bool{false, true} {
+		t.Run(fmt.Sprintf("prealloc=%v", prealloc), func(t *testing.T) { testJournalCrash(t, prealloc) })
+	}
+}
+
+// newJournalFS is a MemFS whose files preallocate or not.
+func newJournalFS(prealloc bool) *vfs.MemFS {
+	fs := vfs.NewMem()
+	fs.SetPreallocate(prealloc)
+	return fs
+}
+
+func testJournalCrash(t *testing.T, prealloc bool) {
 	seed := testSeed(t)
-	clean := vfs.NewMem()
+	clean := newJournalFS(prealloc)
 	run, err := journalScenario(clean, seed)
 	if err != nil {
 		t.Fatal(err)
@@ -276,14 +318,14 @@ func TestJournalCrash(t *testing.T) {
 	clean.Crash() // every acknowledged write survives on the journal alone
 	checkJournalRun(t, clean, run, "clean")
 	ops := vfs.OpWrite | vfs.OpSync | vfs.OpTruncate | vfs.OpCreate | vfs.OpSyncDir | vfs.OpRemove
-	n := vfs.NewMem()
+	n := newJournalFS(prealloc)
 	if _, err := journalScenario(n, seed); err != nil {
 		t.Fatal(err)
 	}
 	count := n.Ops(ops)
 	for k := range count + 5 {
 		for _, torn := range []bool{false, true} {
-			fs := vfs.NewMem()
+			fs := newJournalFS(prealloc)
 			fs.InjectAfter(int(k), ops, nil)
 			run, _ := journalScenario(fs, seed)
 			fs.ClearFaults()
@@ -296,6 +338,146 @@ func TestJournalCrash(t *testing.T) {
 		}
 	}
 	t.Logf("%d fault points, each with a clean and a torn crash", count)
+}
+
+// TestJournalPreallocatedFiles checks the preallocated layout on the OS
+// file system: a new file is as long as FileBytes, a file the journal
+// moved on from is cut to its frames, and a reopen cuts the newest file's
+// zeros, so that a crash after the next file exists, before the replayed
+// files are removed, still reopens with every entry.
+func TestJournalPreallocatedFiles(t *testing.T) {
+	dir := t.TempDir()
+	const fileBytes = 64 << 10
+	o := JournalOptions{FileBytes: fileBytes}
+	s, err := OpenJournaledStore(vfs.Default, dir, o, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := s.Create(1, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	jdir := filepath.Join(dir, journalDir)
+	first := s.jr.stat()[0]
+	if size, err := vfs.Default.Stat(filepath.Join(jdir, journalName(first))); err != nil || size != fileBytes {
+		t.Fatalf("new journal file: %d bytes (%v), want %d (preallocated)", size, err, fileBytes)
+	}
+	var written []EntryData
+	for i := range 200 {
+		en := EntryData{Seq: uint64(i + 1), Blocks: [][]byte{bytes.Repeat([]byte{byte(i)}, 700)}}
+		if _, _, _, err := e.AppendEntries([]EntryData{en}); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.Sync(); err != nil {
+			t.Fatal(err)
+		}
+		written = append(written, en)
+	}
+	if files := s.jr.stat(); files[len(files)-1] == first {
+		t.Fatalf("journal files %v: 200 entries of 700 bytes never moved past a file of %d", files, fileBytes)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// Reopen: the newest file is cut, replayed, then a new one starts.
+	// Keep a copy of the directory's files as they are after the
+	// reopen's cut to stand for a crash before it removed them.
+	recs, newest, _, err := readJournal(vfs.Default, jdir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if size, err := vfs.Default.Stat(filepath.Join(jdir, journalName(newest))); err != nil || size == fileBytes {
+		t.Fatalf("newest journal file after a reopen's read: %d bytes (%v), want it cut", size, err)
+	}
+	if len(recs) == 0 {
+		t.Fatal("no records in the journal")
+	}
+	for range 2 {
+		s, err = OpenJournaledStore(vfs.Default, dir, o, nil)
+		if err != nil {
+			t.Fatalf("reopen: %v", err)
+		}
+		e := mustGet(t, s, 1)
+		got := readEntries(t, e)
+		if len(got) != len(written) {
+			t.Fatalf("after reopen: %d entries, want %d", len(got), len(written))
+		}
+		for i := range got {
+			if !sameEntry(got[i], written[i]) {
+				t.Fatalf("after reopen: entry %d differs", i)
+			}
+		}
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestJournalRotateCutsPreallocated: a journal moving to a new file cuts
+// the one it leaves to its frames, which then scans as a complete file.
+func TestJournalRotateCutsPreallocated(t *testing.T) {
+	dir := t.TempDir()
+	const fileBytes = 16 << 10
+	j, err := openJournal(vfs.Default, dir, 1, 0, JournalOptions{FileBytes: fileBytes}, slog.New(slog.DiscardHandler), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.close()
+	rng := rand.New(rand.NewPCG(1, 2))
+	for _, r := range testRecords(rng, 400) {
+		tk, err := j.add(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := j.wait(tk); err != nil {
+			t.Fatal(err)
+		}
+	}
+	files := j.stat()
+	if len(files) < 2 {
+		t.Fatalf("journal files %v: expected a move to a new file", files)
+	}
+	for i, num := range files {
+		b, err := readWholeFile(vfs.Default, filepath.Join(dir, journalName(num)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		last := i == len(files)-1
+		if last && len(b) < fileBytes {
+			t.Fatalf("current journal file %d: %d bytes, want at least %d (preallocated)", num, len(b), fileBytes)
+		}
+		if _, _, end, err := scanJournalFile(b, num, last, 0); err != nil || (!last && end != int64(len(b))) {
+			t.Fatalf("journal file %d (last %v): valid to %d of %d bytes (%v)", num, last, end, len(b), err)
+		}
+	}
+}
+
+// TestJournalPreallocatedKeptFiles: a reopen whose removal of the
+// replayed files fails leaves them beside the new preallocated file; the
+// next reopen must read them as complete files.
+func TestJournalPreallocatedKeptFiles(t *testing.T) {
+	seed := testSeed(t)
+	fs := newJournalFS(true)
+	run, err := journalScenario(fs, seed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fs.Crash()
+	fs.Inject(vfs.Fault{Ops: vfs.OpRemove, Sticky: true})
+	s, err := OpenJournaledStore(fs, "/node", JournalOptions{FileBytes: 2048}, nil)
+	if err != nil {
+		t.Fatalf("reopen with removals failing: %v", err)
+	}
+	files := s.jr.stat()
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if len(files) < 2 {
+		t.Fatalf("journal files %v: the replayed files should have stayed", files)
+	}
+	fs.Crash()
+	fs.ClearFaults()
+	checkJournalRun(t, fs, run, "after a reopen kept its replayed files")
 }
 
 // TestJournalConcurrentCrash has writers on many extents share the
@@ -578,7 +760,7 @@ func FuzzJournalFrame(f *testing.F) {
 		}
 		if len(b) >= 20 {
 			num := uint64(b[0])
-			_, _, err := scanJournalFile(b, num, b[1]&1 == 0, 0)
+			_, _, _, err := scanJournalFile(b, num, b[1]&1 == 0, 0)
 			if err != nil && !errors.Is(err, engines.ErrCorrupt) && !errors.Is(err, ErrFormatVersion) {
 				t.Fatalf("scan error of neither kind: %v", err)
 			}
