@@ -162,6 +162,15 @@
 // (engines.ErrCorrupt), never dropping acknowledged data silently. A
 // header cut before its sync leaves an empty newest file.
 //
+// A new file is preallocated to FileBytes (fallocate on Linux) and each
+// commit is synced with fdatasync: overwriting allocated blocks changes no
+// metadata, so a sync writes only the frame. Zeros after the last frame
+// therefore end the newest file (a file whose header never synced is all
+// zeros and holds nothing). A file the journal moves on from is cut to
+// its frames and synced before the next one exists, and an open cuts the
+// newest file the same way before it starts a new one, so an older file
+// never ends in zeros or a torn frame.
+//
 // Recovery (OpenNode, OpenJournaledStore): the extents are opened as
 // above (torn tails cut), then the journal is replayed, extent by extent
 // in journal order. Records of an extent the node no longer has (deleted)
