@@ -2,6 +2,9 @@ package client_test
 
 import (
 	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -48,5 +51,72 @@ func TestBatchGetReplyTooLarge(t *testing.T) {
 	// One key at a time still works.
 	if got, err := tb.Get(ctx, []byte("a")); err != nil || len(got) != len(v) {
 		t.Fatalf("Get: %d bytes, %v", len(got), err)
+	}
+}
+
+// TestOversizedSwapFailsAlone: a CompareAndSwap whose two values pass the
+// servers' message limit fails by itself, with a clear error, and the
+// point calls sharing its server's Calls stream go on untouched (on the
+// stream, gRPC ends the whole stream over one message too large).
+func TestOversizedSwapFailsAlone(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c, err := testcluster.Start(ctx, testcluster.Options{Servers: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	cl, err := client.New(ctx, client.Options{Masters: []string{c.MasterAddr()}, Credential: c.Credential(), RetryTimeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	if _, err := cl.CreateTable(ctx, "t", api.TableKind_TABLE_KIND_POINT, &api.TableOptions{Replication: 1, Partitions: 1, MaxValueBytes: 40 << 20}); err != nil {
+		t.Fatal(err)
+	}
+	tb := cl.Table("t")
+	big := make([]byte, 38<<20)
+	if err := tb.Put(ctx, []byte("big"), big); err != nil {
+		t.Fatal(err)
+	}
+	if err := tb.Put(ctx, []byte("small"), []byte("v")); err != nil {
+		t.Fatal(err)
+	}
+	// Readers keep calls in flight on the stream throughout.
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var reads atomic.Int64
+	errs := make(chan error, 8)
+	for range 8 {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if v, err := tb.Get(ctx, []byte("small")); err != nil || string(v) != "v" {
+					errs <- fmt.Errorf("get beside the swap: %q, %v", v, err)
+					return
+				}
+				reads.Add(1)
+			}
+		})
+	}
+	waitFor(t, 10*time.Second, "reads under way", func() bool { return reads.Load() > 100 })
+	for range 3 {
+		_, err = tb.CompareAndSwap(ctx, client.CAS{Key: []byte("big"), Expected: big, Value: big})
+		if err == nil {
+			t.Fatal("a swap of two 38 MiB values passed the 72 MiB message limit")
+		}
+		if d := api.DetailOf(err); d.GetCode() != api.ErrorCode_ERROR_CODE_INVALID_ARGUMENT || d.GetReason() != "message_too_large" {
+			t.Fatalf("swap over the message limit: %v (code %v, reason %q), want INVALID_ARGUMENT message_too_large", err, d.GetCode(), d.GetReason())
+		}
+	}
+	close(stop)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
 	}
 }

@@ -700,6 +700,12 @@ func (t *Table) CompareAndSwap(ctx context.Context, c CAS, opts ...WriteOption) 
 	if c.Delete {
 		value = nil
 	}
+	// One message carries both values: each may be within the table's
+	// limit and the two together still too large to send.
+	if n := len(c.Key) + len(expected) + len(value); n > maxStreamedCallBytes {
+		return CASResult{}, t.errf(op, api.InvalidArgument("value", "message_too_large", maxStreamedCallBytes,
+			"the key, expected and new value together are %d bytes; one swap carries at most %d", n, maxStreamedCallBytes))
+	}
 	r := routeOf(c.Key)
 	pick := func(m *api.PartitionMap) (*api.Partition, error) {
 		limit := maxValue(m)
