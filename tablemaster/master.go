@@ -28,9 +28,11 @@ import (
 type Master struct {
 	api.UnimplementedMasterServer
 
-	// nextPlaceCheck is when the liveness loop next looks for partitions
-	// short of replicas (placeShortOnes); only that loop touches it.
-	nextPlaceCheck time.Time
+	// nextPlaceCheck is when the liveness check next looks for
+	// partitions short of replicas (placeShortOnes), in wall-clock Unix
+	// nanoseconds. Atomic: the liveness loop runs the check, and so may
+	// a caller of checkLiveness (tests do).
+	nextPlaceCheck atomic.Int64
 
 	opts   Options
 	adm    *admission // admission control (admission.go)
@@ -536,11 +538,11 @@ const placeShortCheckEvery = 2 * time.Second
 // partition short is repaired here at the latest.
 func (m *Master) placeShortOnes(st *State, now time.Time) {
 	// The wall clock paces the check (opts.Now may be a test's frozen one).
-	wall := time.Now()
-	if wall.Before(m.nextPlaceCheck) {
-		return
+	wall := time.Now().UnixNano()
+	next := m.nextPlaceCheck.Load()
+	if wall < next || !m.nextPlaceCheck.CompareAndSwap(next, wall+int64(placeShortCheckEvery)) {
+		return // not due, or another caller took this check
 	}
-	m.nextPlaceCheck = wall.Add(placeShortCheckEvery)
 	if !st.placeable() {
 		return
 	}
