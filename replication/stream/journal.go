@@ -458,7 +458,14 @@ func (j *journal) createFile(num uint64) (f vfs.File, salt uint64, prealloc bool
 	// zeros past the last frame read as the end of the journal; a file
 	// the journal moves on from is cut to its frames first (rotate).
 	if prealloc, err = vfs.Preallocate(f, j.fileBytes); err != nil {
-		return nil, 0, false, errors.Join(fmt.Errorf("preallocate journal file: %w", err), f.Close())
+		// A disk too full for the whole file costs the faster syncs, not
+		// the journal: a node must still open to be drained. Whatever the
+		// failed call allocated goes; the file grows as it is written.
+		j.log.Warn("journal file not preallocated; its syncs also write its length", "file", journalName(num), "err", err)
+		if err := f.Truncate(journalHeaderLen); err != nil {
+			return nil, 0, false, errors.Join(fmt.Errorf("cut journal file after a failed preallocation: %w", err), f.Close())
+		}
+		prealloc = false
 	}
 	if err := f.Sync(); err != nil {
 		return nil, 0, false, errors.Join(fmt.Errorf("sync journal file: %w", err), f.Close())

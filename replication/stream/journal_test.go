@@ -452,6 +452,56 @@ func TestJournalRotateCutsPreallocated(t *testing.T) {
 	}
 }
 
+// TestJournalPreallocationFails: a journal file the disk cannot
+// preallocate (full) is written as it grows, and nothing is lost.
+func TestJournalPreallocationFails(t *testing.T) {
+	fs := newJournalFS(true)
+	fs.Inject(vfs.Fault{Ops: vfs.OpTruncate, Err: vfs.ErrNoSpace}) // Preallocate counts as a truncate
+	s, err := OpenJournaledStore(fs, "/node", JournalOptions{FileBytes: 4096}, nil)
+	if err != nil {
+		t.Fatalf("open with the preallocation failing: %v", err)
+	}
+	s.jr.fmu.Lock()
+	pre := s.jr.prealloc
+	s.jr.fmu.Unlock()
+	if pre {
+		t.Fatal("the journal file counts as preallocated although the preallocation failed")
+	}
+	e, err := s.Create(1, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var written []EntryData
+	for i := range 20 {
+		en := EntryData{Seq: uint64(i + 1), Blocks: [][]byte{bytes.Repeat([]byte{byte(i)}, 300)}}
+		if _, _, _, err := e.AppendEntries([]EntryData{en}); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.Sync(); err != nil {
+			t.Fatal(err)
+		}
+		written = append(written, en)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	fs.Crash()
+	s, err = OpenJournaledStore(fs, "/node", JournalOptions{FileBytes: 4096}, nil)
+	if err != nil {
+		t.Fatalf("reopen: %v", err)
+	}
+	defer s.Close()
+	got := readEntries(t, mustGet(t, s, 1))
+	if len(got) != len(written) {
+		t.Fatalf("after reopen: %d entries, want %d", len(got), len(written))
+	}
+	for i := range got {
+		if !sameEntry(got[i], written[i]) {
+			t.Fatalf("after reopen: entry %d differs", i)
+		}
+	}
+}
+
 // TestJournalPreallocatedKeptFiles: a reopen whose removal of the
 // replayed files fails leaves them beside the new preallocated file; the
 // next reopen must read them as complete files.
