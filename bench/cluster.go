@@ -600,6 +600,25 @@ func clWrites(ctx context.Context, out io.Writer, tab *clTabula, etcd *clEtcd, r
 		clPutValue(rng, val)
 		return tab.tbl.Put(ctx, keys[rng.IntN(len(keys))], val)
 	}}}
+	if tab.partitions > 1 {
+		// The same puts to a table of one partition: one replication
+		// group on three servers, the shape of a 3-node etcd, where the
+		// writers' puts share each log append and replication call.
+		const name = "bench1p"
+		if _, err := tab.c.CreateTable(ctx, name, api.TableKind_TABLE_KIND_POINT,
+			&api.TableOptions{Partitions: 1, Replication: uint32(tab.replicas), Storage: "ssd", Durability: "sync"}); err != nil {
+			return fmt.Errorf("create table %s: %w", name, err)
+		}
+		if _, err := tab.waitPlaced(ctx, name, 30*time.Second); err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "# tabula-1p: the same puts to point table %q of 1 partition, %d replica(s): one replication group, as a 3-node etcd is\n", name, tab.replicas)
+		tbl1 := tab.c.Table(name)
+		cs = append(cs, clContender{"tabula-1p", func(ctx context.Context, rng *rand.Rand, val []byte) error {
+			clPutValue(rng, val)
+			return tbl1.Put(ctx, keys[rng.IntN(len(keys))], val)
+		}})
+	}
 	if etcd != nil {
 		cs = append(cs, clContender{"etcd3", func(ctx context.Context, rng *rand.Rand, val []byte) error {
 			clPutValue(rng, val)
@@ -623,6 +642,9 @@ func clWrites(ctx context.Context, out io.Writer, tab *clTabula, etcd *clEtcd, r
 	for _, peer := range []string{"etcd3", "redis-aof-always"} {
 		if p, ok := res[peer]; ok {
 			fmt.Fprintf(out, "ratio tabula/%s put-ops %.2f\n", peer, res["tabula"][0]/p[0])
+			if one, ok := res["tabula-1p"]; ok {
+				fmt.Fprintf(out, "ratio tabula-1p/%s put-ops %.2f\n", peer, one[0]/p[0])
+			}
 		}
 	}
 	return nil
