@@ -5,6 +5,10 @@
 // a full disk) and flips bits.
 //
 // Default is the OS. MemFS (memfs.go) is the in-memory, fault-injecting one.
+// Two optional file interfaces serve logs that sync often: Preallocator
+// (fallocate, so later writes overwrite allocated blocks) and DataSyncer
+// (fdatasync); Preallocate and DataSync use them where a file has them.
+// MemFS files preallocate only after SetPreallocate(true).
 //
 // Durability model: a file's bytes are durable once File.Sync returned; a
 // name's existence (Create, Rename, Remove, and a directory made by
