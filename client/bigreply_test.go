@@ -13,26 +13,34 @@ import (
 	"github.com/tabuladb/tabula/internal/testcluster"
 )
 
-// TestBatchGetReplyTooLarge: a BatchGet whose values would not fit one reply
-// fails at once with INVALID_ARGUMENT naming the limit, instead of being
-// retried as if the server were busy.
-func TestBatchGetReplyTooLarge(t *testing.T) {
+// bigValueTable starts a one-server cluster and returns table "t" of one
+// partition that takes values up to 40 MiB, with a context bounding the
+// test; everything stops when the test ends.
+func bigValueTable(t *testing.T) (context.Context, *client.Table) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
+	t.Cleanup(cancel)
 	c, err := testcluster.Start(ctx, testcluster.Options{Servers: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
+	t.Cleanup(func() { c.Close() })
 	cl, err := client.New(ctx, client.Options{Masters: []string{c.MasterAddr()}, Credential: c.Credential(), RetryTimeout: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer cl.Close()
+	t.Cleanup(func() { _ = cl.Close() })
 	if _, err := cl.CreateTable(ctx, "t", api.TableKind_TABLE_KIND_POINT, &api.TableOptions{Replication: 1, Partitions: 1, MaxValueBytes: 40 << 20}); err != nil {
 		t.Fatal(err)
 	}
-	tb := cl.Table("t")
+	return ctx, cl.Table("t")
+}
+
+// TestBatchGetReplyTooLarge: a BatchGet whose values would not fit one reply
+// fails at once with INVALID_ARGUMENT naming the limit, instead of being
+// retried as if the server were busy.
+func TestBatchGetReplyTooLarge(t *testing.T) {
+	ctx, tb := bigValueTable(t)
 	v := make([]byte, 40<<20)
 	for _, k := range []string{"a", "b"} {
 		if err := tb.Put(ctx, []byte(k), v); err != nil {
@@ -40,7 +48,7 @@ func TestBatchGetReplyTooLarge(t *testing.T) {
 		}
 	}
 	t0 := time.Now()
-	_, err = tb.BatchGet(ctx, [][]byte{[]byte("a"), []byte("b")})
+	_, err := tb.BatchGet(ctx, [][]byte{[]byte("a"), []byte("b")})
 	d := api.DetailOf(err)
 	if d.GetCode() != api.ErrorCode_ERROR_CODE_INVALID_ARGUMENT || d.GetReason() != "reply_too_large" || d.GetLimit() != api.MaxBatchBytes {
 		t.Fatalf("BatchGet of 80 MiB: %v (code %v, reason %q)", err, d.GetCode(), d.GetReason())
@@ -59,22 +67,7 @@ func TestBatchGetReplyTooLarge(t *testing.T) {
 // point calls sharing its server's Calls stream go on untouched (on the
 // stream, gRPC ends the whole stream over one message too large).
 func TestOversizedSwapFailsAlone(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	c, err := testcluster.Start(ctx, testcluster.Options{Servers: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	cl, err := client.New(ctx, client.Options{Masters: []string{c.MasterAddr()}, Credential: c.Credential(), RetryTimeout: 10 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	if _, err := cl.CreateTable(ctx, "t", api.TableKind_TABLE_KIND_POINT, &api.TableOptions{Replication: 1, Partitions: 1, MaxValueBytes: 40 << 20}); err != nil {
-		t.Fatal(err)
-	}
-	tb := cl.Table("t")
+	ctx, tb := bigValueTable(t)
 	big := make([]byte, 38<<20)
 	if err := tb.Put(ctx, []byte("big"), big); err != nil {
 		t.Fatal(err)
@@ -105,7 +98,7 @@ func TestOversizedSwapFailsAlone(t *testing.T) {
 	}
 	waitFor(t, 10*time.Second, "reads under way", func() bool { return reads.Load() > 100 })
 	for range 3 {
-		_, err = tb.CompareAndSwap(ctx, client.CAS{Key: []byte("big"), Expected: big, Value: big})
+		_, err := tb.CompareAndSwap(ctx, client.CAS{Key: []byte("big"), Expected: big, Value: big})
 		if err == nil {
 			t.Fatal("a swap of two 38 MiB values passed the 72 MiB message limit")
 		}

@@ -340,6 +340,38 @@ func testJournalCrash(t *testing.T, prealloc bool) {
 	t.Logf("%d fault points, each with a clean and a torn crash", count)
 }
 
+// appendSynced appends n entries of size bytes to e, syncing each, and
+// returns them.
+func appendSynced(t *testing.T, e *Extent, n, size int) []EntryData {
+	t.Helper()
+	var written []EntryData
+	for i := range n {
+		en := EntryData{Seq: uint64(i + 1), Blocks: [][]byte{bytes.Repeat([]byte{byte(i)}, size)}}
+		if _, _, _, err := e.AppendEntries([]EntryData{en}); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.Sync(); err != nil {
+			t.Fatal(err)
+		}
+		written = append(written, en)
+	}
+	return written
+}
+
+// expectEntries fails the test unless e holds exactly want.
+func expectEntries(t *testing.T, e *Extent, want []EntryData) {
+	t.Helper()
+	got := readEntries(t, e)
+	if len(got) != len(want) {
+		t.Fatalf("after reopen: %d entries, want %d", len(got), len(want))
+	}
+	for i := range got {
+		if !sameEntry(got[i], want[i]) {
+			t.Fatalf("after reopen: entry %d differs", i)
+		}
+	}
+}
+
 // TestJournalPreallocatedFiles checks the preallocated layout on the OS
 // file system: a new file is as long as FileBytes, a file the journal
 // moved on from is cut to its frames, and a reopen cuts the newest file's
@@ -362,17 +394,7 @@ func TestJournalPreallocatedFiles(t *testing.T) {
 	if size, err := vfs.Default.Stat(filepath.Join(jdir, journalName(first))); err != nil || size != fileBytes {
 		t.Fatalf("new journal file: %d bytes (%v), want %d (preallocated)", size, err, fileBytes)
 	}
-	var written []EntryData
-	for i := range 200 {
-		en := EntryData{Seq: uint64(i + 1), Blocks: [][]byte{bytes.Repeat([]byte{byte(i)}, 700)}}
-		if _, _, _, err := e.AppendEntries([]EntryData{en}); err != nil {
-			t.Fatal(err)
-		}
-		if err := e.Sync(); err != nil {
-			t.Fatal(err)
-		}
-		written = append(written, en)
-	}
+	written := appendSynced(t, e, 200, 700)
 	if files := s.jr.stat(); files[len(files)-1] == first {
 		t.Fatalf("journal files %v: 200 entries of 700 bytes never moved past a file of %d", files, fileBytes)
 	}
@@ -397,16 +419,7 @@ func TestJournalPreallocatedFiles(t *testing.T) {
 		if err != nil {
 			t.Fatalf("reopen: %v", err)
 		}
-		e := mustGet(t, s, 1)
-		got := readEntries(t, e)
-		if len(got) != len(written) {
-			t.Fatalf("after reopen: %d entries, want %d", len(got), len(written))
-		}
-		for i := range got {
-			if !sameEntry(got[i], written[i]) {
-				t.Fatalf("after reopen: entry %d differs", i)
-			}
-		}
+		expectEntries(t, mustGet(t, s, 1), written)
 		if err := s.Close(); err != nil {
 			t.Fatal(err)
 		}
@@ -471,17 +484,7 @@ func TestJournalPreallocationFails(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var written []EntryData
-	for i := range 20 {
-		en := EntryData{Seq: uint64(i + 1), Blocks: [][]byte{bytes.Repeat([]byte{byte(i)}, 300)}}
-		if _, _, _, err := e.AppendEntries([]EntryData{en}); err != nil {
-			t.Fatal(err)
-		}
-		if err := e.Sync(); err != nil {
-			t.Fatal(err)
-		}
-		written = append(written, en)
-	}
+	written := appendSynced(t, e, 20, 300)
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -491,15 +494,7 @@ func TestJournalPreallocationFails(t *testing.T) {
 		t.Fatalf("reopen: %v", err)
 	}
 	defer s.Close()
-	got := readEntries(t, mustGet(t, s, 1))
-	if len(got) != len(written) {
-		t.Fatalf("after reopen: %d entries, want %d", len(got), len(written))
-	}
-	for i := range got {
-		if !sameEntry(got[i], written[i]) {
-			t.Fatalf("after reopen: entry %d differs", i)
-		}
-	}
+	expectEntries(t, mustGet(t, s, 1), written)
 }
 
 // TestJournalPreallocatedKeptFiles: a reopen whose removal of the
