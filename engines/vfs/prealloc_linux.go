@@ -12,26 +12,12 @@ import (
 // the file to size (the new bytes read as zeros). A file system without
 // fallocate leaves the file as it is.
 func (f osFile) Preallocate(size int64) (bool, error) {
-	sc, err := f.SyscallConn()
-	if err != nil {
-		return false, fmt.Errorf("preallocate %s: %w", f.Name(), err)
-	}
-	var ferr error
-	if err := sc.Control(func(fd uintptr) {
-		for {
-			ferr = syscall.Fallocate(int(fd), 0, 0, size)
-			if !errors.Is(ferr, syscall.EINTR) {
-				return
-			}
-		}
-	}); err != nil {
-		return false, fmt.Errorf("preallocate %s: %w", f.Name(), err)
-	}
-	if errors.Is(ferr, syscall.EOPNOTSUPP) || errors.Is(ferr, syscall.ENOSYS) {
+	err := f.syscallEINTR(func(fd int) error { return syscall.Fallocate(fd, 0, 0, size) })
+	if errors.Is(err, syscall.EOPNOTSUPP) || errors.Is(err, syscall.ENOSYS) {
 		return false, nil
 	}
-	if ferr != nil {
-		return false, fmt.Errorf("preallocate %s: %w", f.Name(), ferr)
+	if err != nil {
+		return false, fmt.Errorf("preallocate %s: %w", f.Name(), err)
 	}
 	return true, nil
 }
@@ -39,25 +25,29 @@ func (f osFile) Preallocate(size int64) (bool, error) {
 // DataSync is fdatasync(2): the file's bytes and the metadata needed to
 // read them back, without the timestamps a full fsync also writes.
 func (f osFile) DataSync() error {
-	sc, err := f.SyscallConn()
-	if err != nil {
+	if err := f.syscallEINTR(syscall.Fdatasync); err != nil {
 		return fmt.Errorf("sync %s: %w", f.Name(), err)
 	}
-	var serr error
+	return nil
+}
+
+// syscallEINTR runs call on f's descriptor, again while it is interrupted.
+func (f osFile) syscallEINTR(call func(fd int) error) error {
+	sc, err := f.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var cerr error
 	if err := sc.Control(func(fd uintptr) {
 		for {
-			serr = syscall.Fdatasync(int(fd))
-			if !errors.Is(serr, syscall.EINTR) {
+			if cerr = call(int(fd)); !errors.Is(cerr, syscall.EINTR) {
 				return
 			}
 		}
 	}); err != nil {
-		return fmt.Errorf("sync %s: %w", f.Name(), err)
+		return err
 	}
-	if serr != nil {
-		return fmt.Errorf("sync %s: %w", f.Name(), serr)
-	}
-	return nil
+	return cerr
 }
 
 var (
