@@ -311,16 +311,9 @@ func (c *callStub) Delete(ctx context.Context, req *api.DeleteRequest, opts ...g
 	return c.TableServerClient.Delete(ctx, req, opts...)
 }
 
-// maxStreamedCallBytes bounds the key and value bytes of a call sent on
-// the stream. A message over the server's receive limit makes gRPC end
-// the whole stream, failing every other call on it; a CompareAndSwap is
-// the one call whose two values can pass that limit, so a larger one goes
-// as an RPC of its own, where the server's refusal fails it alone.
-const maxStreamedCallBytes = api.MaxMessageBytes - 1<<20
-
 // CompareAndSwap implements api.TableServerClient.
 func (c *callStub) CompareAndSwap(ctx context.Context, req *api.CompareAndSwapRequest, opts ...grpc.CallOption) (*api.CompareAndSwapResponse, error) {
-	if len(opts) == 0 && len(req.GetKey())+len(req.GetExpected())+len(req.GetValue()) <= maxStreamedCallBytes {
+	if len(opts) == 0 {
 		if r, ok, err := c.do(ctx, &api.CallRequest{Call: &api.CallRequest_CompareAndSwap{CompareAndSwap: req}}); ok {
 			if err != nil {
 				return nil, err

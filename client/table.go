@@ -673,6 +673,11 @@ type CASResult struct {
 	LSN uint64
 }
 
+// maxSwapBytes bounds a CompareAndSwap's key and two values: they travel
+// in one message, which must stay under api.MaxMessageBytes with its
+// framing.
+const maxSwapBytes = api.MaxMessageBytes - 1<<20
+
 // CompareAndSwap atomically checks and replaces one key's state. A
 // mismatch is not an error: it is Swapped=false with the current state.
 // Retries carry the call's request id, so a retry after a lost reply
@@ -701,10 +706,12 @@ func (t *Table) CompareAndSwap(ctx context.Context, c CAS, opts ...WriteOption) 
 		value = nil
 	}
 	// One message carries both values: each may be within the table's
-	// limit and the two together still too large to send.
-	if n := len(c.Key) + len(expected) + len(value); n > maxStreamedCallBytes {
-		return CASResult{}, t.errf(op, api.InvalidArgument("value", "message_too_large", maxStreamedCallBytes,
-			"the key, expected and new value together are %d bytes; one swap carries at most %d", n, maxStreamedCallBytes))
+	// limit and the two together still too large to send, and on the
+	// Calls stream a message over the limit ends the stream, failing
+	// every call beside it.
+	if n := len(c.Key) + len(expected) + len(value); n > maxSwapBytes {
+		return CASResult{}, t.errf(op, api.InvalidArgument("value", "message_too_large", maxSwapBytes,
+			"the key, expected and new value together are %d bytes; one swap carries at most %d", n, maxSwapBytes))
 	}
 	r := routeOf(c.Key)
 	pick := func(m *api.PartitionMap) (*api.Partition, error) {
