@@ -735,6 +735,9 @@ func (s *Server) Drain() error {
 			s.log.Warn("could not tell the master about the drain; it will notice the silence", "err", err)
 		}
 	}
+	// Other servers' replication streams into this one stay open while
+	// they have batches to send: GracefulStop would wait them out.
+	s.extents.StopReplicateStreams()
 	done := make(chan struct{})
 	go func() {
 		s.grpc.GracefulStop()

@@ -236,11 +236,18 @@ func TestWriteOperations(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	r, err := s.CompareAndSwap(ctx, &api.CompareAndSwapRequest{Header: hdr(p), Key: k, Value: []byte("two")})
+	// Every call below goes through eventually too: the master may still
+	// publish a map version the server has not seen (its replicas
+	// settling), which it answers UNAVAILABLE until it has.
+	r, err := eventually(t, func() (*api.CompareAndSwapResponse, error) {
+		return s.CompareAndSwap(ctx, &api.CompareAndSwapRequest{Header: hdr(p), Key: k, Value: []byte("two")})
+	})
 	if err != nil || r.GetSwapped() || !r.GetExisted() || string(r.GetCurrent()) != "one" {
 		t.Fatalf("CAS expecting absent on a present key: %v %v", r, err)
 	}
-	r, err = s.CompareAndSwap(ctx, &api.CompareAndSwapRequest{Header: hdr(p), Key: k, ExpectExists: true, Expected: []byte("one"), Value: []byte("two")})
+	r, err = eventually(t, func() (*api.CompareAndSwapResponse, error) {
+		return s.CompareAndSwap(ctx, &api.CompareAndSwapRequest{Header: hdr(p), Key: k, ExpectExists: true, Expected: []byte("one"), Value: []byte("two")})
+	})
 	if err != nil || !r.GetSwapped() {
 		t.Fatalf("CAS one->two: %v %v", r, err)
 	}
@@ -249,12 +256,16 @@ func TestWriteOperations(t *testing.T) {
 	for keyspace.Index(keyspace.Hash(kt), 2) != 0 {
 		kt = append(kt, 'x')
 	}
-	if _, err := s.Put(ctx, &api.PutRequest{Header: hdr(p), Key: kt, Value: []byte("x"), TtlMs: 1}); err != nil {
+	if _, err := eventually(t, func() (*api.PutResponse, error) {
+		return s.Put(ctx, &api.PutRequest{Header: hdr(p), Key: kt, Value: []byte("x"), TtlMs: 1})
+	}); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		g, err := s.Get(ctx, &api.GetRequest{Header: hdr(p), Key: kt})
+		g, err := eventually(t, func() (*api.GetResponse, error) {
+			return s.Get(ctx, &api.GetRequest{Header: hdr(p), Key: kt})
+		})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -277,7 +288,9 @@ func TestWriteOperations(t *testing.T) {
 		muts = append(muts, &api.Mutation{Op: api.Mutation_OP_PUT, Key: key, Value: key})
 		want[string(key)] = string(key)
 	}
-	if _, err := s.BatchWrite(ctx, &api.BatchWriteRequest{Header: hdr(p), Mutations: muts}); err != nil {
+	if _, err := eventually(t, func() (*api.BatchWriteResponse, error) {
+		return s.BatchWrite(ctx, &api.BatchWriteRequest{Header: hdr(p), Mutations: muts})
+	}); err != nil {
 		t.Fatal(err)
 	}
 	stream, err := s.Scan(ctx, &api.ScanRequest{Header: hdr(p)})

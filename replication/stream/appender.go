@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -21,9 +23,10 @@ import (
 // locally (its own journal ticket, not the later batches') and on as many
 // secondaries as the ack policy requires. Up to maxFlights batches are so
 // in flight: a write does not wait for the sync of the batch before it.
-// A link sends what every extent queued for its node in one
-// ReplicateBatch, up to NodeOptions.ReplicateCalls in flight (the
-// receiver writes each extent's data in offset order), and a slow node
+// A link sends what every extent queued for its node as one batch on its
+// ReplicateStream to that node, up to NodeOptions.ReplicateCalls batches
+// in flight (sent in order, so the receiver writes each extent's data in
+// offset order), and a slow node
 // delays only the copies it holds: under AckQuorum the
 // appenders go on without it, and once a queue passes MaxReplicaLag (or a
 // Replicate fails) that secondary is dropped from its extent's ack set for
@@ -365,16 +368,17 @@ func (a *appender) commit(f *flight) (dropped []string, err error) {
 	return dropped, nil
 }
 
-// maxReplicate is how many bytes one ReplicateBatch carries at most (a
+// maxReplicate is how many bytes one batch carries at most (a
 // single larger batch of one extent goes alone).
 const maxReplicate = 4 << 20
 
 // link is the node's replication to one secondary node: every extent this
 // node is primary of with a replica there queues its secondary on the link
-// (kickLocked), and one sender goroutine sends everything queued in one
-// ReplicateBatch, with up to NodeOptions.ReplicateCalls of them in
-// flight. Many partitions' appends to one node so cost one RPC and one
-// journal sync there, not one each.
+// (kickLocked), and one sender goroutine sends everything queued as one
+// batch on the link's ReplicateStream, with up to
+// NodeOptions.ReplicateCalls of them in flight; a goroutine per batch
+// waits for its answer. Many partitions' appends to one node so cost one
+// message and one journal sync there, not one each.
 type link struct {
 	n     *Node
 	addr  string
@@ -385,6 +389,27 @@ type link struct {
 	// Guarded by mu (taken after an appender's mu, never before).
 	ready   []*secondary // each at most once (secondary.listed)
 	running bool
+
+	rs    *replStream // the open ReplicateStream (nil: none); used by the sender goroutine (run) only
+	unary atomic.Bool // the node has no ReplicateStream: ReplicateBatch calls
+}
+
+// replStream is a link's ReplicateStream and the batches waiting on it.
+type replStream struct {
+	st     streampb.ExtentNode_ReplicateStreamClient
+	cancel context.CancelFunc
+
+	mu sync.Mutex
+	// Guarded by mu.
+	pending map[uint64]chan replReply
+	err     error // the stream failed: every batch after fails with it
+	nextID  uint64
+}
+
+// replReply is a batch's answer on a ReplicateStream.
+type replReply struct {
+	resp *streampb.ReplicateBatchResponse
+	err  error
 }
 
 // linkForLocked returns the node's link to addr, creating it. The caller
@@ -500,11 +525,12 @@ func (l *link) run() {
 			continue
 		}
 		waited = false
+		wait := l.begin(items)
 		l.n.wg.Add(1)
 		go func() {
 			defer l.n.wg.Done()
 			defer release()
-			l.send(items)
+			wait()
 		}()
 	}
 }
@@ -573,21 +599,164 @@ func (l *link) gather(list []*secondary) (items []linkItem, hasData bool) {
 	return items, hasData
 }
 
-// send sends one batch and hands each item's outcome to its appender.
-func (l *link) send(items []linkItem) {
+// begin sends the batch of items (on the link's stream, in the order
+// batches were gathered) and returns the wait for its answer, which
+// delivers each item's outcome to its appender; the sender goroutine
+// calls it, and the wait runs on a goroutine of its own.
+func (l *link) begin(items []linkItem) (wait func()) {
 	req := &streampb.ReplicateBatchRequest{Items: make([]*streampb.ReplicateRequest, len(items))}
 	for i, it := range items {
 		req.Items[i] = &streampb.ReplicateRequest{Extent: it.s.a.ext.ID(), Offset: it.off, Data: it.data, CommitLength: it.commit}
 	}
-	var resp *streampb.ReplicateBatchResponse
-	c, err := l.n.conns.Node(l.addr)
-	if err == nil {
-		ctx, cancel := context.WithTimeout(l.n.ctx, l.n.opts.ReplicateTimeout)
-		resp, err = c.ReplicateBatch(ctx, req)
-		cancel()
-		if err == nil && len(resp.Items) != len(items) {
-			err = fmt.Errorf("%d results for %d items: %w", len(resp.Items), len(items), ErrBadRange)
+	var (
+		rs *replStream
+		ch chan replReply
+	)
+	if !l.unary.Load() {
+		var err error
+		if rs, ch, err = l.sendOnStream(req); err != nil {
+			return func() { l.deliver(items, nil, err) }
 		}
+	}
+	return func() {
+		var resp *streampb.ReplicateBatchResponse
+		var err error
+		if ch != nil {
+			resp, err = l.awaitStream(rs, ch)
+		}
+		if ch == nil || status.Code(err) == codes.Unimplemented {
+			// A node without ReplicateStream (an older version): the
+			// unary call, from now on.
+			resp, err = l.callUnary(req)
+		}
+		l.deliver(items, resp, err)
+	}
+}
+
+// sendOnStream sends req on the link's stream (opening one if there is
+// none, or if it failed) and returns the stream and the channel its answer
+// comes on.
+func (l *link) sendOnStream(req *streampb.ReplicateBatchRequest) (*replStream, chan replReply, error) {
+	ch := make(chan replReply, 1)
+	rs := l.rs
+	if rs != nil && !rs.add(req, ch) {
+		rs = nil // it failed: its batches have their answer
+	}
+	if rs == nil {
+		c, err := l.n.conns.Node(l.addr)
+		if err != nil {
+			return nil, nil, err
+		}
+		ctx, cancel := context.WithCancel(l.n.ctx)
+		st, err := c.ReplicateStream(ctx)
+		if err != nil {
+			cancel()
+			l.rs = nil
+			return nil, nil, err
+		}
+		rs = &replStream{st: st, cancel: cancel, pending: map[uint64]chan replReply{}}
+		l.rs = rs
+		l.n.wg.Add(1)
+		go l.receive(rs)
+		rs.add(req, ch)
+	}
+	if err := rs.st.Send(req); err != nil {
+		// The stream broke (io.EOF: Recv has why) or refused the
+		// message: it ends, and every batch on it fails.
+		if !errors.Is(err, io.EOF) {
+			rs.fail(err)
+		}
+		rs.cancel()
+	}
+	return rs, ch, nil
+}
+
+// add numbers req and lists ch to get its answer; false if rs failed.
+func (rs *replStream) add(req *streampb.ReplicateBatchRequest, ch chan replReply) bool {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	if rs.err != nil {
+		return false
+	}
+	rs.nextID++
+	req.Id = rs.nextID
+	rs.pending[req.Id] = ch
+	return true
+}
+
+// receive hands out rs's answers until it ends, then fails the batches
+// still waiting on it.
+func (l *link) receive(rs *replStream) {
+	defer l.n.wg.Done()
+	defer rs.cancel()
+	for {
+		resp, err := rs.st.Recv()
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				err = status.Error(codes.Unavailable, "the node ended the replicate stream")
+			}
+			rs.fail(err)
+			return
+		}
+		rs.mu.Lock()
+		ch := rs.pending[resp.Id]
+		delete(rs.pending, resp.Id)
+		rs.mu.Unlock()
+		if ch != nil {
+			ch <- replReply{resp: resp}
+		}
+	}
+}
+
+// fail ends rs with err: every batch waiting on it gets err.
+func (rs *replStream) fail(err error) {
+	rs.mu.Lock()
+	if rs.err == nil {
+		rs.err = err
+	}
+	pending := rs.pending
+	rs.pending = map[uint64]chan replReply{}
+	err = rs.err
+	rs.mu.Unlock()
+	for _, ch := range pending {
+		ch <- replReply{err: err}
+	}
+}
+
+// awaitStream waits for a batch's answer on rs, up to
+// NodeOptions.ReplicateTimeout. A node that does not answer in time is
+// stalled: the stream ends (failing every batch on it, whose answers
+// would be as late) and the next batch opens another.
+func (l *link) awaitStream(rs *replStream, ch chan replReply) (*streampb.ReplicateBatchResponse, error) {
+	t := time.NewTimer(l.n.opts.ReplicateTimeout)
+	defer t.Stop()
+	select {
+	case r := <-ch:
+		return r.resp, r.err
+	case <-t.C:
+		rs.fail(status.Errorf(codes.DeadlineExceeded, "no answer within the replicate timeout (%v)", l.n.opts.ReplicateTimeout))
+		rs.cancel()
+		r := <-ch // fail answered it, unless its answer came first
+		return r.resp, r.err
+	}
+}
+
+// callUnary sends req as one ReplicateBatch call.
+func (l *link) callUnary(req *streampb.ReplicateBatchRequest) (*streampb.ReplicateBatchResponse, error) {
+	l.unary.Store(true)
+	c, err := l.n.conns.Node(l.addr)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(l.n.ctx, l.n.opts.ReplicateTimeout)
+	defer cancel()
+	return c.ReplicateBatch(ctx, req)
+}
+
+// deliver hands each item's outcome to its appender.
+func (l *link) deliver(items []linkItem, resp *streampb.ReplicateBatchResponse, err error) {
+	if err == nil && len(resp.Items) != len(items) {
+		err = fmt.Errorf("%d results for %d items: %w", len(resp.Items), len(items), ErrBadRange)
 	}
 	if err != nil {
 		err = fmt.Errorf("replicate to %s: %w", l.addr, fromStatus(err))

@@ -40,9 +40,10 @@ type NodeOptions struct {
 	// Past it (a slow secondary under AckQuorum) the secondary is dropped
 	// from the ack set and the append responses name it. Default 64 MiB.
 	MaxReplicaLag int64
-	// ReplicateCalls is how many ReplicateBatch calls a primary keeps in
-	// flight to one secondary node; the secondary writes each extent's
-	// data in offset order whichever call it handles first. Default 1:
+	// ReplicateCalls is how many batches a primary keeps in flight on its
+	// ReplicateStream to one secondary node (or ReplicateBatch calls, to
+	// a node without the stream, which writes each extent's data in
+	// offset order whichever call it handles first). Default 1:
 	// on a machine whose CPU is the limit more calls cost more than they
 	// save (each carries fewer extents' data, and every call is CPU on
 	// both sides); with CPU to spare, 2–4 take the wait for the call
@@ -106,6 +107,11 @@ type Node struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
+	// streamsEnd ends every ReplicateStream this node serves and refuses
+	// new ones (StopReplicateStreams).
+	streamsCtx context.Context
+	streamsEnd context.CancelFunc
+
 	stats nodeCounters // stats.go
 
 	mu sync.Mutex
@@ -155,6 +161,7 @@ func OpenNode(opts NodeOptions) (*Node, error) {
 		n.conns, n.ownConns = NewConns(), true
 	}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
+	n.streamsCtx, n.streamsEnd = context.WithCancel(n.ctx)
 	if opts.ScrubInterval > 0 {
 		n.wg.Add(1)
 		go n.scrubLoop()
@@ -314,26 +321,120 @@ func (n *Node) Replicate(ctx context.Context, r *streampb.ReplicateRequest) (*st
 // (waitWritten) and does not hold up the items of later calls meanwhile,
 // since each call's writes are done before its syncs.
 func (n *Node) ReplicateBatch(ctx context.Context, r *streampb.ReplicateBatchRequest) (*streampb.ReplicateBatchResponse, error) {
-	out := &streampb.ReplicateBatchResponse{Items: make([]*streampb.ReplicateResult, len(r.Items))}
-	exts := make([]*Extent, len(r.Items))
-	sps := make([]syncPoint, len(r.Items))
+	b := n.replicateBatchWrite(ctx, r)
+	n.replicateBatchSync(b)
+	return b.out, nil
+}
+
+// batchWrite is a ReplicateBatch between its halves: the items written,
+// their syncs to wait for.
+type batchWrite struct {
+	r    *streampb.ReplicateBatchRequest
+	out  *streampb.ReplicateBatchResponse
+	exts []*Extent // nil where there is nothing to sync
+	sps  []syncPoint
+}
+
+// replicateBatchWrite writes every item of r (not yet durable).
+func (n *Node) replicateBatchWrite(ctx context.Context, r *streampb.ReplicateBatchRequest) *batchWrite {
+	b := &batchWrite{
+		r:    r,
+		out:  &streampb.ReplicateBatchResponse{Id: r.Id, Items: make([]*streampb.ReplicateResult, len(r.Items))},
+		exts: make([]*Extent, len(r.Items)),
+		sps:  make([]syncPoint, len(r.Items)),
+	}
 	for i, it := range r.Items {
 		ext, end, sp, err := n.replicateWrite(ctx, it)
-		out.Items[i] = replicateResult(end, err)
+		b.out.Items[i] = replicateResult(end, err)
 		if err == nil && len(it.Data) > 0 {
-			exts[i], sps[i] = ext, sp
+			b.exts[i], b.sps[i] = ext, sp
 		}
 	}
-	for i, ext := range exts {
+	return b
+}
+
+// replicateBatchSync makes b's writes durable, recording each item's
+// outcome in b.out.
+func (n *Node) replicateBatchSync(b *batchWrite) {
+	for i, ext := range b.exts {
 		if ext == nil {
 			continue
 		}
-		if err := n.replicateSync(ext, sps[i], r.Items[i]); err != nil {
-			out.Items[i] = replicateResult(0, err)
+		if err := n.replicateSync(ext, b.sps[i], b.r.Items[i]); err != nil {
+			b.out.Items[i] = replicateResult(0, err)
 		}
 	}
-	return out, nil
 }
+
+// ReplicateStream implements streampb.ExtentNodeServer: ReplicateBatch on
+// one long-lived stream from a primary node. The batches arrive in the
+// order the primary sent them, so each is written as it arrives, in
+// stream order (an item whose data lies beyond its replica's length does
+// not wait: nothing is coming before it); its syncs and its answer run on
+// their own goroutine, so the next batch is written meanwhile and shares
+// the journal's fsync. The stream ends when the primary closes it, on its
+// failure, or when the node closes.
+func (n *Node) ReplicateStream(st streampb.ExtentNode_ReplicateStreamServer) error {
+	var (
+		sendMu  sync.Mutex
+		ended   bool // guarded by sendMu: the handler returned, Send is not allowed
+		sendErr error
+	)
+	send := func(resp *streampb.ReplicateBatchResponse) {
+		sendMu.Lock()
+		defer sendMu.Unlock()
+		if ended || sendErr != nil {
+			return
+		}
+		sendErr = st.Send(resp)
+	}
+	recvDone := make(chan error, 1)
+	go func() {
+		for {
+			r, err := st.Recv()
+			if err != nil {
+				recvDone <- err
+				return
+			}
+			b := n.replicateBatchWrite(noWait, r)
+			go func() {
+				n.replicateBatchSync(b)
+				send(b.out)
+			}()
+		}
+	}()
+	var err error
+	select {
+	case err = <-recvDone:
+		if errors.Is(err, io.EOF) {
+			err = nil // the primary closed it
+		}
+	case <-n.streamsCtx.Done():
+		err = toStatus(fmt.Errorf("replicate stream: the node is shutting down: %w", ErrClosed))
+	case <-st.Context().Done():
+		err = toStatus(st.Context().Err())
+	}
+	sendMu.Lock()
+	ended = true
+	sendMu.Unlock()
+	return err
+}
+
+// StopReplicateStreams ends every ReplicateStream the node serves and
+// refuses new ones, as a gRPC server's GracefulStop refuses new calls: a
+// server that drains calls it first, since GracefulStop waits for every
+// stream to end and primaries keep theirs open. Their batches in flight
+// fail, and those secondaries are dropped, as with refused calls.
+// Idempotent; Close does it too.
+func (n *Node) StopReplicateStreams() { n.streamsEnd() }
+
+// noWait is a context already done: a write on a ReplicateStream never
+// waits for data before it (see ReplicateStream).
+var noWait = func() context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return ctx
+}()
 
 func replicateResult(end int64, err error) *streampb.ReplicateResult {
 	if err == nil {

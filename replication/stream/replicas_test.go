@@ -478,78 +478,92 @@ func TestLinkBatchesExtents(t *testing.T) {
 }
 
 // TestLinkPipelinesCalls: with NodeOptions.ReplicateCalls above 1 a
-// primary does not wait for one ReplicateBatch to a node to end before it
-// sends the next (every write then waits for the call before its own),
-// and the secondary writes each
-// extent's data in order whichever call it handles first. Both
-// secondaries hold their calls for a moment; the appends sent meanwhile
-// go out in calls of their own, in flight together, and all land.
+// primary does not wait for one batch to a node to be answered before it
+// sends the next (every write then waits for the batch before its own),
+// and the secondary writes each extent's data in offset order: on a
+// ReplicateStream in the order sent, with ReplicateBatch calls (a node
+// without the stream) whichever call it handles first. Both secondaries
+// hold their batches for a moment; the appends sent meanwhile go out in
+// batches of their own, in flight together, and all land in order.
 func TestLinkPipelinesCalls(t *testing.T) {
-	c := streamtest.Start(t, 3, streamtest.Options{Node: stream.NodeOptions{ReplicateCalls: 4}})
-	defer c.Close()
-	ctx := context.Background()
-	d := c.Driver
-	id := openExtentOnAll(t, ctx, d, "p", "").ID
-	conns := stream.NewConns()
-	defer conns.Close()
-	c.Nodes[1].PauseReplicate(300 * time.Millisecond)
-	c.Nodes[2].PauseReplicate(300 * time.Millisecond)
-	const appends = 6
-	var wg sync.WaitGroup
-	errs := make(chan error, appends)
-	ends := make(chan int64, appends)
-	for seq := uint64(1); seq <= appends; seq++ {
-		// One at a time into the appender, so each is its own batch and
-		// its own call: the next starts once the last is on its way.
-		before := c.Nodes[1].ReplicateBatches()
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			resp, err := rawAppend(ctx, conns, c.Nodes[0].Addr, id, nil, seq, []byte(fmt.Sprintf("entry %d", seq)))
+	for _, unary := range []bool{false, true} {
+		t.Run(map[bool]string{false: "stream", true: "unary"}[unary], func(t *testing.T) {
+			c := streamtest.Start(t, 3, streamtest.Options{Node: stream.NodeOptions{ReplicateCalls: 4}})
+			defer c.Close()
+			if unary {
+				c.Nodes[1].RefuseReplicateStream()
+				c.Nodes[2].RefuseReplicateStream()
+			}
+			ctx := context.Background()
+			d := c.Driver
+			id := openExtentOnAll(t, ctx, d, "p", "").ID
+			conns := stream.NewConns()
+			defer conns.Close()
+			primary, err := c.Nodes[0].Node().Extent(id)
 			if err != nil {
-				errs <- err
-				return
+				t.Fatal(err)
 			}
-			ends <- resp.CommitLength
-		}()
-		for deadline := time.Now().Add(2 * time.Second); len(c.Nodes[1].ReplicateBatches()) == len(before); {
-			if time.Now().After(deadline) {
-				break // the link holds it for a free call: the check below says so
+			c.Nodes[1].PauseReplicate(300 * time.Millisecond)
+			c.Nodes[2].PauseReplicate(300 * time.Millisecond)
+			const appends = 6
+			var wg sync.WaitGroup
+			errs := make(chan error, appends)
+			ends := make(chan int64, appends)
+			for seq := uint64(1); seq <= appends; seq++ {
+				// One at a time into the appender, so each is its own
+				// batch: the next starts once the last is written on the
+				// primary (and so queued for the secondaries).
+				before := primary.Length()
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					resp, err := rawAppend(ctx, conns, c.Nodes[0].Addr, id, nil, seq, []byte(fmt.Sprintf("entry %d", seq)))
+					if err != nil {
+						errs <- err
+						return
+					}
+					ends <- resp.CommitLength
+				}()
+				for deadline := time.Now().Add(2 * time.Second); primary.Length() == before; {
+					if time.Now().After(deadline) {
+						t.Fatalf("append %d was not written on the primary", seq)
+					}
+					runtime.Gosched()
+				}
 			}
-			runtime.Gosched()
-		}
-	}
-	wg.Wait()
-	close(errs)
-	close(ends)
-	for err := range errs {
-		t.Fatal(err)
-	}
-	var end int64
-	for e := range ends {
-		end = max(end, e)
-	}
-	for _, n := range c.Nodes[1:] {
-		if most := n.MostReplicateBatches(); most < 2 {
-			t.Fatalf("%s: at most %d ReplicateBatch call at once while its calls were held", n.ID, most)
-		}
-		if got := replicaLength(t, ctx, conns, n.Addr, id); got != end {
-			t.Fatalf("%s: extent %d holds %d bytes, %d acknowledged", n.ID, id, got, end)
-		}
-	}
-	e, err := c.Nodes[1].Node().Extent(id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var seqs []uint64
-	if err := e.ReadEntries(0, end, func(en stream.Entry) error {
-		seqs = append(seqs, en.Seq)
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if want := []uint64{1, 2, 3, 4, 5, 6}; !slices.Equal(seqs, want) {
-		t.Fatalf("the secondary holds entries %v, want %v", seqs, want)
+			wg.Wait()
+			close(errs)
+			close(ends)
+			for err := range errs {
+				t.Fatal(err)
+			}
+			var end int64
+			for e := range ends {
+				end = max(end, e)
+			}
+			for _, n := range c.Nodes[1:] {
+				if most := n.MostReplicateBatches(); most < 2 {
+					t.Fatalf("%s: at most %d batch at once while its batches were held", n.ID, most)
+				}
+				if got := replicaLength(t, ctx, conns, n.Addr, id); got != end {
+					t.Fatalf("%s: extent %d holds %d bytes, %d acknowledged", n.ID, id, got, end)
+				}
+				e, err := n.Node().Extent(id)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var seqs []uint64
+				if err := e.ReadEntries(0, end, func(en stream.Entry) error {
+					seqs = append(seqs, en.Seq)
+					return nil
+				}); err != nil {
+					t.Fatal(err)
+				}
+				if want := []uint64{1, 2, 3, 4, 5, 6}; !slices.Equal(seqs, want) {
+					t.Fatalf("%s holds entries %v, want %v", n.ID, seqs, want)
+				}
+			}
+		})
 	}
 }
 
@@ -667,5 +681,85 @@ func TestPipelinedAppendsNoGap(t *testing.T) {
 			t.Fatalf("extent %d sealed with %d entries; the %d acknowledged are not its prefix", id, len(seqs), len(acked))
 		}
 		t.Logf("extent %d: %d acknowledged, %d sent, %d kept by the seal", id, len(acked), len(results[i]), len(seqs))
+	}
+}
+
+// TestLinkFallsBackToReplicateBatch: a secondary node without
+// ReplicateStream (an older version) answers it Unimplemented; its
+// primaries replicate to it with ReplicateBatch calls instead, and every
+// append lands on all three replicas with none dropped.
+func TestLinkFallsBackToReplicateBatch(t *testing.T) {
+	c := streamtest.Start(t, 3, streamtest.Options{})
+	defer c.Close()
+	c.Nodes[2].RefuseReplicateStream()
+	ctx := context.Background()
+	conns := stream.NewConns()
+	defer conns.Close()
+	var ids []uint64
+	for i := range 3 {
+		ids = append(ids, openExtentOnAll(t, ctx, c.Driver, fmt.Sprintf("old%d", i), "").ID)
+	}
+	for seq := uint64(1); seq <= 20; seq++ {
+		for _, id := range ids {
+			resp, err := rawAppend(ctx, conns, c.Nodes[0].Addr, id, nil, seq, []byte(fmt.Sprintf("entry %d", seq)))
+			if err != nil {
+				t.Fatalf("extent %d append %d: %v", id, seq, err)
+			}
+			if len(resp.Dropped) > 0 {
+				t.Fatalf("extent %d append %d dropped %v", id, seq, resp.Dropped)
+			}
+		}
+	}
+	for _, n := range c.Nodes[1:] {
+		if len(n.ReplicateBatches()) == 0 {
+			t.Fatalf("%s received no batches", n.ID)
+		}
+		for _, id := range ids {
+			if got, want := replicaLength(t, ctx, conns, n.Addr, id), replicaLength(t, ctx, conns, c.Nodes[0].Addr, id); got != want {
+				t.Fatalf("%s: extent %d holds %d bytes, the primary %d", n.ID, id, got, want)
+			}
+		}
+	}
+}
+
+// TestLinkStreamReopensAfterTimeout: a secondary node that does not
+// answer within the replicate timeout ends its ReplicateStream (the
+// extents with data in flight drop it); once it answers again, the
+// primary's next batches to it go on a new stream, and an extent opened
+// then keeps all three replicas.
+func TestLinkStreamReopensAfterTimeout(t *testing.T) {
+	c := streamtest.Start(t, 3, streamtest.Options{Node: stream.NodeOptions{ReplicateTimeout: 150 * time.Millisecond}})
+	defer c.Close()
+	ctx := context.Background()
+	conns := stream.NewConns()
+	defer conns.Close()
+	p := openExtentOnAll(t, ctx, c.Driver, "slow", stream.AckQuorum)
+	c.Nodes[2].PauseReplicate(400 * time.Millisecond)
+	resp, err := rawAppend(ctx, conns, c.Nodes[0].Addr, p.ID, nil, 1, []byte("during the pause"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(2 * time.Second); len(resp.Dropped) == 0; {
+		if time.Now().After(deadline) {
+			t.Fatal("the paused secondary was never dropped")
+		}
+		time.Sleep(20 * time.Millisecond)
+		if resp, err = rawAppend(ctx, conns, c.Nodes[0].Addr, p.ID, nil, 2, []byte("after")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(500 * time.Millisecond) // the pause is over
+	q := openExtentOnAll(t, ctx, c.Driver, "fresh", "")
+	for seq := uint64(1); seq <= 5; seq++ {
+		resp, err := rawAppend(ctx, conns, c.Nodes[0].Addr, q.ID, nil, seq, []byte(fmt.Sprintf("entry %d", seq)))
+		if err != nil {
+			t.Fatalf("append %d after the pause: %v", seq, err)
+		}
+		if len(resp.Dropped) > 0 {
+			t.Fatalf("append %d after the pause dropped %v", seq, resp.Dropped)
+		}
+	}
+	if got, want := replicaLength(t, ctx, conns, c.Nodes[2].Addr, q.ID), replicaLength(t, ctx, conns, c.Nodes[0].Addr, q.ID); got != want {
+		t.Fatalf("the resumed node holds %d bytes of the new extent, the primary %d", got, want)
 	}
 }

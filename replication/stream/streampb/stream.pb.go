@@ -568,7 +568,9 @@ func (x *ReplicateResponse) GetCommitLength() int64 {
 type ReplicateBatchRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// items: at most one per extent.
-	Items         []*ReplicateRequest `protobuf:"bytes,1,rep,name=items,proto3" json:"items,omitempty"`
+	Items []*ReplicateRequest `protobuf:"bytes,1,rep,name=items,proto3" json:"items,omitempty"`
+	// id names the batch on a ReplicateStream (unused by ReplicateBatch).
+	Id            uint64 `protobuf:"varint,2,opt,name=id,proto3" json:"id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -610,10 +612,19 @@ func (x *ReplicateBatchRequest) GetItems() []*ReplicateRequest {
 	return nil
 }
 
+func (x *ReplicateBatchRequest) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
 type ReplicateBatchResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// items answer the request's items, in order.
-	Items         []*ReplicateResult `protobuf:"bytes,1,rep,name=items,proto3" json:"items,omitempty"`
+	Items []*ReplicateResult `protobuf:"bytes,1,rep,name=items,proto3" json:"items,omitempty"`
+	// id is the answered batch's, on a ReplicateStream.
+	Id            uint64 `protobuf:"varint,2,opt,name=id,proto3" json:"id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -653,6 +664,13 @@ func (x *ReplicateBatchResponse) GetItems() []*ReplicateResult {
 		return x.Items
 	}
 	return nil
+}
+
+func (x *ReplicateBatchResponse) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
 }
 
 // ReplicateResult is one item's outcome: the durable length, or the gRPC
@@ -2252,11 +2270,13 @@ const file_stream_proto_rawDesc = "" +
 	"\x04data\x18\x03 \x01(\fR\x04data\x12#\n" +
 	"\rcommit_length\x18\x04 \x01(\x03R\fcommitLength\"8\n" +
 	"\x11ReplicateResponse\x12#\n" +
-	"\rcommit_length\x18\x01 \x01(\x03R\fcommitLength\"Q\n" +
+	"\rcommit_length\x18\x01 \x01(\x03R\fcommitLength\"a\n" +
 	"\x15ReplicateBatchRequest\x128\n" +
-	"\x05items\x18\x01 \x03(\v2\".tabula.stream.v1.ReplicateRequestR\x05items\"Q\n" +
+	"\x05items\x18\x01 \x03(\v2\".tabula.stream.v1.ReplicateRequestR\x05items\x12\x0e\n" +
+	"\x02id\x18\x02 \x01(\x04R\x02id\"a\n" +
 	"\x16ReplicateBatchResponse\x127\n" +
-	"\x05items\x18\x01 \x03(\v2!.tabula.stream.v1.ReplicateResultR\x05items\"d\n" +
+	"\x05items\x18\x01 \x03(\v2!.tabula.stream.v1.ReplicateResultR\x05items\x12\x0e\n" +
+	"\x02id\x18\x02 \x01(\x04R\x02id\"d\n" +
 	"\x0fReplicateResult\x12#\n" +
 	"\rcommit_length\x18\x01 \x01(\x03R\fcommitLength\x12\x12\n" +
 	"\x04code\x18\x02 \x01(\rR\x04code\x12\x18\n" +
@@ -2357,14 +2377,14 @@ const file_stream_proto_rawDesc = "" +
 	"\x15DeleteFragmentRequest\x12\x16\n" +
 	"\x06extent\x18\x01 \x01(\x04R\x06extent\x12\x14\n" +
 	"\x05index\x18\x02 \x01(\rR\x05index\"\x18\n" +
-	"\x16DeleteFragmentResponse2\xc1\n" +
-	"\n" +
+	"\x16DeleteFragmentResponse2\xab\v\n" +
 	"\n" +
 	"ExtentNode\x12K\n" +
 	"\x06Create\x12\x1f.tabula.stream.v1.CreateRequest\x1a .tabula.stream.v1.CreateResponse\x12K\n" +
 	"\x06Append\x12\x1f.tabula.stream.v1.AppendRequest\x1a .tabula.stream.v1.AppendResponse\x12T\n" +
 	"\tReplicate\x12\".tabula.stream.v1.ReplicateRequest\x1a#.tabula.stream.v1.ReplicateResponse\x12c\n" +
-	"\x0eReplicateBatch\x12'.tabula.stream.v1.ReplicateBatchRequest\x1a(.tabula.stream.v1.ReplicateBatchResponse\x12E\n" +
+	"\x0eReplicateBatch\x12'.tabula.stream.v1.ReplicateBatchRequest\x1a(.tabula.stream.v1.ReplicateBatchResponse\x12h\n" +
+	"\x0fReplicateStream\x12'.tabula.stream.v1.ReplicateBatchRequest\x1a(.tabula.stream.v1.ReplicateBatchResponse(\x010\x01\x12E\n" +
 	"\x04Read\x12\x1d.tabula.stream.v1.ReadRequest\x1a\x1e.tabula.stream.v1.ReadResponse\x12]\n" +
 	"\fCommitLength\x12%.tabula.stream.v1.CommitLengthRequest\x1a&.tabula.stream.v1.CommitLengthResponse\x12E\n" +
 	"\x04Seal\x12\x1d.tabula.stream.v1.SealRequest\x1a\x1e.tabula.stream.v1.SealResponse\x12G\n" +
@@ -2443,36 +2463,38 @@ var file_stream_proto_depIdxs = []int32{
 	3,  // 8: tabula.stream.v1.ExtentNode.Append:input_type -> tabula.stream.v1.AppendRequest
 	7,  // 9: tabula.stream.v1.ExtentNode.Replicate:input_type -> tabula.stream.v1.ReplicateRequest
 	9,  // 10: tabula.stream.v1.ExtentNode.ReplicateBatch:input_type -> tabula.stream.v1.ReplicateBatchRequest
-	12, // 11: tabula.stream.v1.ExtentNode.Read:input_type -> tabula.stream.v1.ReadRequest
-	14, // 12: tabula.stream.v1.ExtentNode.CommitLength:input_type -> tabula.stream.v1.CommitLengthRequest
-	16, // 13: tabula.stream.v1.ExtentNode.Seal:input_type -> tabula.stream.v1.SealRequest
-	18, // 14: tabula.stream.v1.ExtentNode.Fetch:input_type -> tabula.stream.v1.FetchRequest
-	20, // 15: tabula.stream.v1.ExtentNode.Copy:input_type -> tabula.stream.v1.CopyRequest
-	22, // 16: tabula.stream.v1.ExtentNode.Delete:input_type -> tabula.stream.v1.DeleteRequest
-	24, // 17: tabula.stream.v1.ExtentNode.Stat:input_type -> tabula.stream.v1.StatRequest
-	28, // 18: tabula.stream.v1.ExtentNode.Code:input_type -> tabula.stream.v1.CodeRequest
-	30, // 19: tabula.stream.v1.ExtentNode.PutFragment:input_type -> tabula.stream.v1.PutFragmentChunk
-	32, // 20: tabula.stream.v1.ExtentNode.ReadFragment:input_type -> tabula.stream.v1.ReadFragmentRequest
-	34, // 21: tabula.stream.v1.ExtentNode.RebuildFragment:input_type -> tabula.stream.v1.RebuildFragmentRequest
-	36, // 22: tabula.stream.v1.ExtentNode.DeleteFragment:input_type -> tabula.stream.v1.DeleteFragmentRequest
-	2,  // 23: tabula.stream.v1.ExtentNode.Create:output_type -> tabula.stream.v1.CreateResponse
-	5,  // 24: tabula.stream.v1.ExtentNode.Append:output_type -> tabula.stream.v1.AppendResponse
-	8,  // 25: tabula.stream.v1.ExtentNode.Replicate:output_type -> tabula.stream.v1.ReplicateResponse
-	10, // 26: tabula.stream.v1.ExtentNode.ReplicateBatch:output_type -> tabula.stream.v1.ReplicateBatchResponse
-	13, // 27: tabula.stream.v1.ExtentNode.Read:output_type -> tabula.stream.v1.ReadResponse
-	15, // 28: tabula.stream.v1.ExtentNode.CommitLength:output_type -> tabula.stream.v1.CommitLengthResponse
-	17, // 29: tabula.stream.v1.ExtentNode.Seal:output_type -> tabula.stream.v1.SealResponse
-	19, // 30: tabula.stream.v1.ExtentNode.Fetch:output_type -> tabula.stream.v1.FetchChunk
-	21, // 31: tabula.stream.v1.ExtentNode.Copy:output_type -> tabula.stream.v1.CopyResponse
-	23, // 32: tabula.stream.v1.ExtentNode.Delete:output_type -> tabula.stream.v1.DeleteResponse
-	25, // 33: tabula.stream.v1.ExtentNode.Stat:output_type -> tabula.stream.v1.StatResponse
-	29, // 34: tabula.stream.v1.ExtentNode.Code:output_type -> tabula.stream.v1.CodeResponse
-	31, // 35: tabula.stream.v1.ExtentNode.PutFragment:output_type -> tabula.stream.v1.PutFragmentResponse
-	33, // 36: tabula.stream.v1.ExtentNode.ReadFragment:output_type -> tabula.stream.v1.ReadFragmentResponse
-	35, // 37: tabula.stream.v1.ExtentNode.RebuildFragment:output_type -> tabula.stream.v1.RebuildFragmentResponse
-	37, // 38: tabula.stream.v1.ExtentNode.DeleteFragment:output_type -> tabula.stream.v1.DeleteFragmentResponse
-	23, // [23:39] is the sub-list for method output_type
-	7,  // [7:23] is the sub-list for method input_type
+	9,  // 11: tabula.stream.v1.ExtentNode.ReplicateStream:input_type -> tabula.stream.v1.ReplicateBatchRequest
+	12, // 12: tabula.stream.v1.ExtentNode.Read:input_type -> tabula.stream.v1.ReadRequest
+	14, // 13: tabula.stream.v1.ExtentNode.CommitLength:input_type -> tabula.stream.v1.CommitLengthRequest
+	16, // 14: tabula.stream.v1.ExtentNode.Seal:input_type -> tabula.stream.v1.SealRequest
+	18, // 15: tabula.stream.v1.ExtentNode.Fetch:input_type -> tabula.stream.v1.FetchRequest
+	20, // 16: tabula.stream.v1.ExtentNode.Copy:input_type -> tabula.stream.v1.CopyRequest
+	22, // 17: tabula.stream.v1.ExtentNode.Delete:input_type -> tabula.stream.v1.DeleteRequest
+	24, // 18: tabula.stream.v1.ExtentNode.Stat:input_type -> tabula.stream.v1.StatRequest
+	28, // 19: tabula.stream.v1.ExtentNode.Code:input_type -> tabula.stream.v1.CodeRequest
+	30, // 20: tabula.stream.v1.ExtentNode.PutFragment:input_type -> tabula.stream.v1.PutFragmentChunk
+	32, // 21: tabula.stream.v1.ExtentNode.ReadFragment:input_type -> tabula.stream.v1.ReadFragmentRequest
+	34, // 22: tabula.stream.v1.ExtentNode.RebuildFragment:input_type -> tabula.stream.v1.RebuildFragmentRequest
+	36, // 23: tabula.stream.v1.ExtentNode.DeleteFragment:input_type -> tabula.stream.v1.DeleteFragmentRequest
+	2,  // 24: tabula.stream.v1.ExtentNode.Create:output_type -> tabula.stream.v1.CreateResponse
+	5,  // 25: tabula.stream.v1.ExtentNode.Append:output_type -> tabula.stream.v1.AppendResponse
+	8,  // 26: tabula.stream.v1.ExtentNode.Replicate:output_type -> tabula.stream.v1.ReplicateResponse
+	10, // 27: tabula.stream.v1.ExtentNode.ReplicateBatch:output_type -> tabula.stream.v1.ReplicateBatchResponse
+	10, // 28: tabula.stream.v1.ExtentNode.ReplicateStream:output_type -> tabula.stream.v1.ReplicateBatchResponse
+	13, // 29: tabula.stream.v1.ExtentNode.Read:output_type -> tabula.stream.v1.ReadResponse
+	15, // 30: tabula.stream.v1.ExtentNode.CommitLength:output_type -> tabula.stream.v1.CommitLengthResponse
+	17, // 31: tabula.stream.v1.ExtentNode.Seal:output_type -> tabula.stream.v1.SealResponse
+	19, // 32: tabula.stream.v1.ExtentNode.Fetch:output_type -> tabula.stream.v1.FetchChunk
+	21, // 33: tabula.stream.v1.ExtentNode.Copy:output_type -> tabula.stream.v1.CopyResponse
+	23, // 34: tabula.stream.v1.ExtentNode.Delete:output_type -> tabula.stream.v1.DeleteResponse
+	25, // 35: tabula.stream.v1.ExtentNode.Stat:output_type -> tabula.stream.v1.StatResponse
+	29, // 36: tabula.stream.v1.ExtentNode.Code:output_type -> tabula.stream.v1.CodeResponse
+	31, // 37: tabula.stream.v1.ExtentNode.PutFragment:output_type -> tabula.stream.v1.PutFragmentResponse
+	33, // 38: tabula.stream.v1.ExtentNode.ReadFragment:output_type -> tabula.stream.v1.ReadFragmentResponse
+	35, // 39: tabula.stream.v1.ExtentNode.RebuildFragment:output_type -> tabula.stream.v1.RebuildFragmentResponse
+	37, // 40: tabula.stream.v1.ExtentNode.DeleteFragment:output_type -> tabula.stream.v1.DeleteFragmentResponse
+	24, // [24:41] is the sub-list for method output_type
+	7,  // [7:24] is the sub-list for method input_type
 	7,  // [7:7] is the sub-list for extension type_name
 	7,  // [7:7] is the sub-list for extension extendee
 	0,  // [0:7] is the sub-list for field type_name

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/tabuladb/tabula/engines/vfs"
 	"github.com/tabuladb/tabula/replication/stream"
@@ -82,8 +84,9 @@ type Node struct {
 	srv         *grpc.Server
 	done        chan struct{} // closed when Serve returns
 	pausedUntil time.Time     // Replicate calls wait until then
-	batches     []int         // extents with data in each ReplicateBatch received
-	inBatch     int           // ReplicateBatch calls being handled now
+	noStream    bool          // ReplicateStream answers Unimplemented
+	batches     []int         // extents with data in each batch received (ReplicateBatch or ReplicateStream)
+	inBatch     int           // batches being handled now
 	mostInBatch int           // the most at once so far
 }
 
@@ -113,42 +116,108 @@ func (n *Node) PauseReplicate(d time.Duration) {
 	n.pausedUntil = time.Now().Add(d)
 }
 
+// RefuseReplicateStream makes the node answer ReplicateStream as a node of
+// an older version would, Unimplemented: its primaries must replicate to
+// it with ReplicateBatch calls.
+func (n *Node) RefuseReplicateStream() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.noStream = true
+}
+
 // intercept holds Replicate and ReplicateBatch calls while the node is
 // paused.
 func (n *Node) intercept(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	if b, ok := req.(*streampb.ReplicateBatchRequest); ok {
-		k := 0
-		for _, it := range b.Items {
-			if len(it.Data) > 0 {
-				k++
-			}
-		}
-		n.mu.Lock()
-		n.batches = append(n.batches, k)
-		n.inBatch++
-		n.mostInBatch = max(n.mostInBatch, n.inBatch)
-		n.mu.Unlock()
-		defer func() {
-			n.mu.Lock()
-			n.inBatch--
-			n.mu.Unlock()
-		}()
+		n.batchIn(b)
+		defer n.batchOut()
 	}
 	if strings.HasSuffix(info.FullMethod, "/Replicate") || strings.HasSuffix(info.FullMethod, "/ReplicateBatch") {
-		n.mu.Lock()
-		wait := time.Until(n.pausedUntil)
-		n.mu.Unlock()
-		if wait > 0 {
-			t := time.NewTimer(wait)
-			select {
-			case <-t.C:
-			case <-ctx.Done():
-				t.Stop()
-				return nil, ctx.Err()
-			}
+		if err := n.holdIfPaused(ctx); err != nil {
+			return nil, err
 		}
 	}
 	return handler(ctx, req)
+}
+
+// interceptStream does for the batches of a ReplicateStream what
+// intercept does for ReplicateBatch calls: each is counted from its
+// arrival to its answer, and held at its arrival while the node is
+// paused (holding the stream's later batches too, as a stopped process
+// would).
+func (n *Node) interceptStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	if !strings.HasSuffix(info.FullMethod, "/ReplicateStream") {
+		return handler(srv, ss)
+	}
+	n.mu.Lock()
+	refuse := n.noStream
+	n.mu.Unlock()
+	if refuse {
+		return status.Errorf(codes.Unimplemented, "unknown method %s", info.FullMethod)
+	}
+	return handler(srv, &heldStream{ServerStream: ss, n: n})
+}
+
+// heldStream is a ReplicateStream seen through interceptStream.
+type heldStream struct {
+	grpc.ServerStream
+	n *Node
+}
+
+func (h *heldStream) RecvMsg(m any) error {
+	if err := h.ServerStream.RecvMsg(m); err != nil {
+		return err
+	}
+	if b, ok := m.(*streampb.ReplicateBatchRequest); ok {
+		h.n.batchIn(b)
+	}
+	return h.n.holdIfPaused(h.Context())
+}
+
+func (h *heldStream) SendMsg(m any) error {
+	if _, ok := m.(*streampb.ReplicateBatchResponse); ok {
+		h.n.batchOut()
+	}
+	return h.ServerStream.SendMsg(m)
+}
+
+// batchIn counts a batch arriving; batchOut, its answer leaving.
+func (n *Node) batchIn(b *streampb.ReplicateBatchRequest) {
+	k := 0
+	for _, it := range b.Items {
+		if len(it.Data) > 0 {
+			k++
+		}
+	}
+	n.mu.Lock()
+	n.batches = append(n.batches, k)
+	n.inBatch++
+	n.mostInBatch = max(n.mostInBatch, n.inBatch)
+	n.mu.Unlock()
+}
+
+func (n *Node) batchOut() {
+	n.mu.Lock()
+	n.inBatch--
+	n.mu.Unlock()
+}
+
+// holdIfPaused waits out the node's pause, or until ctx ends.
+func (n *Node) holdIfPaused(ctx context.Context) error {
+	n.mu.Lock()
+	wait := time.Until(n.pausedUntil)
+	n.mu.Unlock()
+	if wait <= 0 {
+		return nil
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // Node returns the running extent node, or nil if stopped.
@@ -215,7 +284,7 @@ func (c *Cluster) startNode(nd *Node, addr string) error {
 	if err != nil {
 		return errors.Join(fmt.Errorf("listen for node %s: %w", nd.ID, err), node.Close())
 	}
-	srv := grpc.NewServer(append(stream.ServerOptions(), grpc.UnaryInterceptor(nd.intercept))...)
+	srv := grpc.NewServer(append(stream.ServerOptions(), grpc.UnaryInterceptor(nd.intercept), grpc.StreamInterceptor(nd.interceptStream))...)
 	node.Register(srv)
 	done := make(chan struct{})
 	go func() {
