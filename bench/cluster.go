@@ -14,6 +14,7 @@ import (
 	"runtime"
 	"runtime/pprof"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -50,7 +51,16 @@ type clConfig struct {
 	dir, tabulaBin                string
 	seed                          uint64
 	cpuProfile                    string // the suite's own process (the clients)
-	serverDebugPort               int    // server i serves /debug/pprof/ on this port + i; 0: none
+	gomaxprocs                    int    // of every child process; 0: Go's default
+	serverDebugPort               int    // server i serves /debug/pprof/ on this port + i, /metrics on this port + 100 + i; 0: none
+}
+
+// childProcs describes the children's GOMAXPROCS for the header line.
+func childProcs(n int) string {
+	if n == 0 {
+		return "Go's default"
+	}
+	return strconv.Itoa(n)
 }
 
 func clSet(s string) map[string]bool {
@@ -67,6 +77,7 @@ func runCluster(out io.Writer, args []string) (err error) {
 	fs := flag.NewFlagSet("cluster", flag.ContinueOnError)
 	var cfg clConfig
 	fs.IntVar(&cfg.servers, "servers", 5, "tabula server processes (each its own fault domain fd-N)")
+	fs.IntVar(&cfg.gomaxprocs, "gomaxprocs", -1, "GOMAXPROCS of every process the suite starts (tabula master and servers, etcd members; Redis is single-threaded): -1 is the machine's cores ÷ tabula servers, at least 1, so that processes sharing the machine each run on their share of it, as co-located servers would be set up; 0 leaves Go's default (every core)")
 	fs.IntVar(&cfg.partitions, "partitions", 15, "partitions of the benchmark table")
 	fs.IntVar(&cfg.replicas, "replicas", 3, "replicas per partition (falls back to 1, with a note, while the product refuses more)")
 	fs.IntVar(&cfg.goroutines, "goroutines", 16, "client goroutines of every workload")
@@ -87,7 +98,7 @@ func runCluster(out io.Writer, args []string) (err error) {
 	fs.StringVar(&cfg.tabulaBin, "tabula-bin", "", "tabula binary to run (default: built from this checkout)")
 	fs.Uint64Var(&cfg.seed, "seed", rand.Uint64(), "random seed")
 	fs.StringVar(&cfg.cpuProfile, "cpuprofile", "", "write a CPU profile of the suite's own process (every client of every contender) to this file")
-	fs.IntVar(&cfg.serverDebugPort, "server-debug-port", 0, "serve Go's profiling endpoints of server i on 127.0.0.1:(this port + i), to profile a server during a run (0: none)")
+	fs.IntVar(&cfg.serverDebugPort, "server-debug-port", 0, "serve Go's profiling endpoints of server i on 127.0.0.1:(this port + i), and its metrics on (this port + 100 + i), to profile a server during a run (0: none)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -137,7 +148,10 @@ func runCluster(out io.Writer, args []string) (err error) {
 			}
 		}()
 	}
-	procs := &clProcs{logDir: filepath.Join(dir, "logs")}
+	if cfg.gomaxprocs < 0 {
+		cfg.gomaxprocs = max(1, runtime.NumCPU()/cfg.servers)
+	}
+	procs := &clProcs{logDir: filepath.Join(dir, "logs"), gomaxprocs: cfg.gomaxprocs}
 	if err := os.MkdirAll(procs.logDir, 0o755); err != nil {
 		return err
 	}
@@ -151,8 +165,8 @@ func runCluster(out io.Writer, args []string) (err error) {
 		procs.killAll()
 	}()
 
-	fmt.Fprintf(out, "# cluster: loopback, %d goroutines, %d-byte values, %d keys; %d rounds x %v per contender, order reversed every other round; GOMAXPROCS %d; dir %s; seed %d (rerun with -seed %d)\n",
-		cfg.goroutines, cfg.valueSize, cfg.keys, cfg.rounds, cfg.duration, runtime.GOMAXPROCS(0), dir, cfg.seed, cfg.seed)
+	fmt.Fprintf(out, "# cluster: loopback, %d goroutines, %d-byte values, %d keys; %d rounds x %v per contender, order reversed every other round; GOMAXPROCS %d (children: %s); dir %s; seed %d (rerun with -seed %d)\n",
+		cfg.goroutines, cfg.valueSize, cfg.keys, cfg.rounds, cfg.duration, runtime.GOMAXPROCS(0), childProcs(cfg.gomaxprocs), dir, cfg.seed, cfg.seed)
 	if err := clEnsurePeers(out, cfg.peers); err != nil {
 		return err
 	}
@@ -288,7 +302,8 @@ func clStartTabulaAs(ctx context.Context, out io.Writer, procs *clProcs, dir str
 			"--master", t.masterAddr, "--listen", addrs[1+i],
 			"--data", filepath.Join(dir, fmt.Sprintf("server-%d", i)), "--fault-domain", fmt.Sprintf("fd-%d", i)}, serverArgs...)
 		if cfg.serverDebugPort != 0 && prefix == "" {
-			args = append(args, "--debug-listen", fmt.Sprintf("127.0.0.1:%d", cfg.serverDebugPort+i))
+			args = append(args, "--debug-listen", fmt.Sprintf("127.0.0.1:%d", cfg.serverDebugPort+i),
+				"--metrics-listen", fmt.Sprintf("127.0.0.1:%d", cfg.serverDebugPort+100+i))
 		}
 		p, err := procs.start(fmt.Sprintf("%stabula-server-%d", prefix, i), bin, args...)
 		if err != nil {

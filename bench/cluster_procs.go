@@ -25,6 +25,7 @@ type clProc struct {
 	name    string
 	bin     string
 	args    []string
+	env     []string // added to the suite's environment
 	logPath string
 
 	mu     sync.Mutex
@@ -37,6 +38,10 @@ type clProc struct {
 // all (on return, on error, on Ctrl-C). Safe for concurrent use.
 type clProcs struct {
 	logDir string
+	// gomaxprocs, when > 0, is the GOMAXPROCS of every child (the Go
+	// ones heed it: tabula, etcd): processes sharing a small machine each
+	// get their share of its cores rather than all of them.
+	gomaxprocs int
 	mu     sync.Mutex
 	procs  []*clProc
 }
@@ -44,6 +49,9 @@ type clProcs struct {
 // start runs bin with args as a new process named name.
 func (r *clProcs) start(name, bin string, args ...string) (*clProc, error) {
 	p := &clProc{name: name, bin: bin, args: args, logPath: filepath.Join(r.logDir, name+".log")}
+	if r.gomaxprocs > 0 {
+		p.env = []string{fmt.Sprintf("GOMAXPROCS=%d", r.gomaxprocs)}
+	}
 	r.mu.Lock()
 	r.procs = append(r.procs, p)
 	r.mu.Unlock()
@@ -73,6 +81,9 @@ func (p *clProc) launch() error {
 		return err
 	}
 	cmd := exec.Command(p.bin, p.args...)
+	if len(p.env) > 0 {
+		cmd.Env = append(os.Environ(), p.env...)
+	}
 	cmd.Stdout, cmd.Stderr = f, f
 	// Own process group: a Ctrl-C on the terminal reaches the suite only,
 	// which then kills its children itself. Pdeathsig: they die with the
