@@ -42,8 +42,8 @@ type clProcs struct {
 	// ones heed it: tabula, etcd): processes sharing a small machine each
 	// get their share of its cores rather than all of them.
 	gomaxprocs int
-	mu     sync.Mutex
-	procs  []*clProc
+	mu         sync.Mutex
+	procs      []*clProc
 }
 
 // start runs bin with args as a new process named name.
