@@ -102,7 +102,7 @@ type Options struct {
 	// passes re-verifying every block of every extent replica. Default 10
 	// minutes; negative turns the scrubber off.
 	ScrubInterval time.Duration
-	// ReplicateCalls is how many replication calls the extent node keeps
+	// ReplicateCalls is how many replication batches the extent node keeps
 	// in flight to each other server (stream.NodeOptions.ReplicateCalls).
 	// Default 1, best when the CPU is the limit; 2–4 lower write latency
 	// on servers with cores to spare.

@@ -109,7 +109,7 @@ func serverCmd(g *globals) *cobra.Command {
 	f.DurationVar(&opts.CoprocMaxDeadline, "coproc-max-deadline", tableserver.DefaultCoprocMaxDeadline, "cap on a coprocessor call's deadline: a longer timeout asked for is cut to it")
 	f.StringVar(&opts.CoprocCacheDir, "coproc-cache", "", "directory keeping coprocessors' compiled machine code across restarts; servers may share one (default: <data>/coproc-cache)")
 	f.Int64Var(&opts.RepairBandwidth, "repair-bandwidth", tableserver.DefaultRepairBandwidth, "bytes per second this server copies into new replicas, all copies together (negative: unlimited)")
-	f.IntVar(&opts.ReplicateCalls, "replicate-calls", 1, "replication calls kept in flight to each other server (1 is best when the CPU is the limit; 2-4 lower write latency on servers with cores to spare)")
+	f.IntVar(&opts.ReplicateCalls, "replicate-calls", 1, "replication batches kept in flight to each other server on its stream (1 is best when the CPU is the limit; 2-4 lower write latency on servers with cores to spare)")
 	f.DurationVar(&opts.ScrubInterval, "scrub-interval", 10*time.Minute, "pause between the extent scrubber's passes over every block (negative: off)")
 	f.Int64Var(&opts.ReadCacheBytes, "read-cache-bytes", tableserver.DefaultReadCacheBytes, "bytes of read cache all of this server's ssd partitions share (each an equal share)")
 	f.BoolVar(&opts.EngineSyncWrites, "engine-sync-writes", false, "engines of replicated partitions fsync every write too (slower; for measuring what lazy flushing gains)")
