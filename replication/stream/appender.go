@@ -401,9 +401,10 @@ type replStream struct {
 
 	mu sync.Mutex
 	// Guarded by mu.
-	pending map[uint64]chan replReply
-	err     error // the stream failed: every batch after fails with it
-	nextID  uint64
+	pending  map[uint64]chan replReply
+	err      error // the stream failed: every batch after fails with it
+	retiring bool  // the node asked to end it: no new batches; cancelled once none is pending
+	nextID   uint64
 }
 
 // replReply is a batch's answer on a ReplicateStream.
@@ -640,7 +641,7 @@ func (l *link) sendOnStream(req *streampb.ReplicateBatchRequest) (*replStream, c
 	ch := make(chan replReply, 1)
 	rs := l.rs
 	if rs != nil && !rs.add(req, ch) {
-		rs = nil // it failed: its batches have their answer
+		rs = nil // it failed (its batches have their answer) or retires
 	}
 	if rs == nil {
 		c, err := l.n.conns.Node(l.addr)
@@ -675,7 +676,7 @@ func (l *link) sendOnStream(req *streampb.ReplicateBatchRequest) (*replStream, c
 func (rs *replStream) add(req *streampb.ReplicateBatchRequest, ch chan replReply) bool {
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
-	if rs.err != nil {
+	if rs.err != nil || rs.retiring {
 		return false
 	}
 	rs.nextID++
@@ -699,11 +700,22 @@ func (l *link) receive(rs *replStream) {
 			return
 		}
 		rs.mu.Lock()
-		ch := rs.pending[resp.Id]
-		delete(rs.pending, resp.Id)
+		var ch chan replReply
+		if resp.Id == 0 {
+			// The node shuts down: the batches in flight get their
+			// answers, new ones go on a new stream (which it refuses).
+			rs.retiring = true
+		} else {
+			ch = rs.pending[resp.Id]
+			delete(rs.pending, resp.Id)
+		}
+		idle := rs.retiring && len(rs.pending) == 0
 		rs.mu.Unlock()
 		if ch != nil {
 			ch <- replReply{resp: resp}
+		}
+		if idle {
+			rs.cancel() // Recv ends the loop
 		}
 	}
 }

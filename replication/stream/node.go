@@ -372,60 +372,66 @@ func (n *Node) replicateBatchSync(b *batchWrite) {
 // stream order (an item whose data lies beyond its replica's length does
 // not wait: nothing is coming before it); its syncs and its answer run on
 // their own goroutine, so the next batch is written meanwhile and shares
-// the journal's fsync. The stream ends when the primary closes it, on its
-// failure, or when the node closes.
+// the journal's fsync. The stream ends when the primary closes or cancels
+// it; StopReplicateStreams asks the primary to (an answer with id 0),
+// and it does once its batches in flight are answered. The handler
+// returns only after its last Recv and its last Send, as gRPC requires.
 func (n *Node) ReplicateStream(st streampb.ExtentNode_ReplicateStreamServer) error {
+	if n.streamsCtx.Err() != nil {
+		return toStatus(fmt.Errorf("replicate stream: the node is shutting down: %w", ErrClosed))
+	}
 	var (
 		sendMu  sync.Mutex
-		ended   bool // guarded by sendMu: the handler returned, Send is not allowed
-		sendErr error
+		ended   bool // guarded by sendMu: the handler is returning, Send is not allowed
+		batches sync.WaitGroup
 	)
 	send := func(resp *streampb.ReplicateBatchResponse) {
 		sendMu.Lock()
 		defer sendMu.Unlock()
-		if ended || sendErr != nil {
-			return
+		if !ended {
+			_ = st.Send(resp) // a failed Send ends the stream: Recv says so
 		}
-		sendErr = st.Send(resp)
 	}
-	recvDone := make(chan error, 1)
+	done := make(chan struct{})
+	defer close(done)
 	go func() {
-		for {
-			r, err := st.Recv()
-			if err != nil {
-				recvDone <- err
-				return
-			}
-			b := n.replicateBatchWrite(noWait, r)
-			go func() {
-				n.replicateBatchSync(b)
-				send(b.out)
-			}()
+		select {
+		case <-n.streamsCtx.Done():
+			send(&streampb.ReplicateBatchResponse{}) // id 0: end the stream
+		case <-done:
 		}
 	}()
 	var err error
-	select {
-	case err = <-recvDone:
-		if errors.Is(err, io.EOF) {
-			err = nil // the primary closed it
+	for {
+		r, rerr := st.Recv()
+		if rerr != nil {
+			if !errors.Is(rerr, io.EOF) {
+				err = rerr // the primary cancelled it, or the transport broke
+			}
+			break
 		}
-	case <-n.streamsCtx.Done():
-		err = toStatus(fmt.Errorf("replicate stream: the node is shutting down: %w", ErrClosed))
-	case <-st.Context().Done():
-		err = toStatus(st.Context().Err())
+		b := n.replicateBatchWrite(noWait, r)
+		batches.Add(1)
+		go func() {
+			defer batches.Done()
+			n.replicateBatchSync(b)
+			send(b.out)
+		}()
 	}
+	batches.Wait()
 	sendMu.Lock()
 	ended = true
 	sendMu.Unlock()
 	return err
 }
 
-// StopReplicateStreams ends every ReplicateStream the node serves and
-// refuses new ones, as a gRPC server's GracefulStop refuses new calls: a
+// StopReplicateStreams asks the primary of every ReplicateStream the node
+// serves to end it once its batches in flight are answered, and refuses
+// new streams, as a gRPC server's GracefulStop refuses new calls: a
 // server that drains calls it first, since GracefulStop waits for every
-// stream to end and primaries keep theirs open. Their batches in flight
-// fail, and those secondaries are dropped, as with refused calls.
-// Idempotent; Close does it too.
+// stream to end and primaries keep theirs open. A primary's later
+// batches to the node fail, and those secondaries are dropped, as with
+// refused calls. Idempotent; Close does it too.
 func (n *Node) StopReplicateStreams() { n.streamsEnd() }
 
 // noWait is a context already done: a write on a ReplicateStream never

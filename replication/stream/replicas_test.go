@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -762,4 +763,55 @@ func TestLinkStreamReopensAfterTimeout(t *testing.T) {
 	if got, want := replicaLength(t, ctx, conns, c.Nodes[2].Addr, q.ID), replicaLength(t, ctx, conns, c.Nodes[0].Addr, q.ID); got != want {
 		t.Fatalf("the resumed node holds %d bytes of the new extent, the primary %d", got, want)
 	}
+}
+
+// TestDrainEndsReplicateStreams: a secondary node that drains ends the
+// ReplicateStreams its primaries keep open into it, so its gRPC server's
+// graceful stop (which waits for every stream) ends promptly; the appends
+// in flight meanwhile are acknowledged (AckQuorum: the drained node is
+// dropped) and none fails.
+func TestDrainEndsReplicateStreams(t *testing.T) {
+	c := streamtest.Start(t, 3, streamtest.Options{Node: stream.NodeOptions{ReplicateTimeout: time.Second}})
+	defer c.Close()
+	ctx := context.Background()
+	conns := stream.NewConns()
+	defer conns.Close()
+	p := openExtentOnAll(t, ctx, c.Driver, "drain", stream.AckQuorum)
+	stop := make(chan struct{})
+	errs := make(chan error, 1)
+	var appended atomic.Int64
+	go func() {
+		defer close(errs)
+		for seq := uint64(1); ; seq++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if _, err := rawAppend(ctx, conns, c.Nodes[0].Addr, p.ID, nil, seq, []byte(fmt.Sprintf("entry %d", seq))); err != nil {
+				errs <- fmt.Errorf("append %d: %w", seq, err)
+				return
+			}
+			appended.Add(1)
+		}
+	}()
+	for appended.Load() < 20 {
+		time.Sleep(time.Millisecond)
+	}
+	took, err := c.Drain(2, 3*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := appended.Load()
+	for deadline := time.Now().Add(2 * time.Second); appended.Load() < before+20; {
+		if time.Now().After(deadline) {
+			t.Fatal("appends stalled after the drain")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	close(stop)
+	if err := <-errs; err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("graceful stop took %v; %d appends", took, appended.Load())
 }

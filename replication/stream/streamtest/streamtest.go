@@ -316,6 +316,43 @@ func (c *Cluster) Stop(i int) {
 	}
 }
 
+// Drain shuts node i down as a draining server does: it ends the
+// replication streams into it (stream.Node.StopReplicateStreams), then
+// stops its gRPC server gracefully (calls in flight finish), then closes
+// the node. It reports how long the graceful stop took, and fails if it
+// took longer than timeout (the server is then stopped at once).
+func (c *Cluster) Drain(i int, timeout time.Duration) (time.Duration, error) {
+	nd := c.Nodes[i]
+	nd.mu.Lock()
+	node, srv, done := nd.node, nd.srv, nd.done
+	nd.node, nd.srv = nil, nil
+	nd.mu.Unlock()
+	if srv == nil {
+		return 0, fmt.Errorf("node %s is not running", nd.ID)
+	}
+	node.StopReplicateStreams()
+	start := time.Now()
+	stopped := make(chan struct{})
+	go func() {
+		srv.GracefulStop()
+		close(stopped)
+	}()
+	var err error
+	select {
+	case <-stopped:
+	case <-time.After(timeout):
+		err = fmt.Errorf("node %s: the graceful stop took longer than %v", nd.ID, timeout)
+		srv.Stop()
+		<-stopped
+	}
+	took := time.Since(start)
+	<-done
+	if cerr := node.Close(); cerr != nil {
+		c.t.Logf("close node %s: %v", nd.ID, cerr)
+	}
+	return took, err
+}
+
 // Restart starts node i again on its FS, at its old address if free.
 func (c *Cluster) Restart(i int) error {
 	nd := c.Nodes[i]
