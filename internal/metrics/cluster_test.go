@@ -186,6 +186,19 @@ func TestClusterMetrics(t *testing.T) {
 			t.Errorf("%s: requests %v, errors %v; want %d answered without error", op, reqs, errs, n)
 		}
 	}
+	// Replication between the servers (3 replicas) runs on streams whose
+	// batches count as ReplicateBatch calls, one latency sample each.
+	noLabels := map[string]string{"tenant": "", "table": ""}
+	batches, _ := sum(srv, "tabula_rpc_requests_total", with(noLabels, "op", "ExtentNode/ReplicateBatch"))
+	if batches < 1 {
+		t.Errorf("ExtentNode/ReplicateBatch requests = %v, want the replicated writes' batches", batches)
+	}
+	if v, _ := sum(srv, "tabula_rpc_latency_seconds", with(noLabels, "op", "ExtentNode/ReplicateBatch")); v != batches {
+		t.Errorf("ReplicateBatch latency samples = %v, want one per batch (%v)", v, batches)
+	}
+	if v, found := sum(srv, "tabula_rpc_requests_total", with(noLabels, "op", "ExtentNode/ReplicateStream")); found {
+		t.Errorf("ExtentNode/ReplicateStream recorded as %v requests: a stream's life is no request", v)
+	}
 	getReqs, _ := sum(srv, "tabula_rpc_requests_total", with(users, "op", "TableServer/Get"))
 	if v, _ := sum(srv, "tabula_rpc_latency_seconds", with(users, "op", "TableServer/Get")); v != getReqs {
 		t.Errorf("Get latency samples = %v, want one per request (%v)", v, getReqs)

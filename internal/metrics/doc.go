@@ -21,7 +21,11 @@
 // (api.RequestHeader); a request with a tenant and no table field names its
 // table in "name" (CreateTable, DropTable, DescribeTable). A streaming RPC
 // is labelled by its first request message and timed from its start to its
-// end. RPCs without a tenant (heartbeats, extent replication) have empty
+// end, except two streams of many requests: TableServer/Calls, whose calls
+// are recorded as the unary calls they stand for, and
+// ExtentNode/ReplicateStream, whose batches are recorded as
+// "ExtentNode/ReplicateBatch", each timed from its arrival to its answer.
+// RPCs without a tenant (heartbeats, extent replication) have empty
 // tenant and table labels.
 //
 // # Bounded cardinality

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/tabuladb/tabula/api"
+	"github.com/tabuladb/tabula/replication/stream/streampb"
 )
 
 // UnaryServerInterceptor records every unary RPC: requests, errors by code
@@ -37,6 +38,12 @@ func (r *Registry) StreamServerInterceptor() grpc.StreamServerInterceptor {
 			// A stream of calls, each recorded as the unary call of its
 			// kind (the server runs them through UnaryServerInterceptor).
 			return handler(srv, ss)
+		}
+		if info.FullMethod == streampb.ExtentNode_ReplicateStream_FullMethodName {
+			// A stream of replication batches, each recorded as the
+			// ReplicateBatch call it stands for, from its arrival to its
+			// answer; the stream's own life (hours) is no latency.
+			return handler(srv, &batchStream{ServerStream: ss, r: r, started: map[uint64]time.Time{}})
 		}
 		start := time.Now()
 		w := &labelStream{ServerStream: ss}
@@ -72,6 +79,44 @@ func (s *labelStream) RecvMsg(m any) error {
 	}
 	s.mu.Unlock()
 	return nil
+}
+
+// replicateBatchOp is the op a ReplicateStream's batches are recorded as.
+var replicateBatchOp = opOf(streampb.ExtentNode_ReplicateBatch_FullMethodName)
+
+// batchStream times each batch of a ReplicateStream: a request's id is
+// noted when it arrives, and its answer (the response with that id)
+// records it.
+type batchStream struct {
+	grpc.ServerStream
+	r *Registry
+
+	mu      sync.Mutex
+	started map[uint64]time.Time // guarded by mu: batches not yet answered
+}
+
+func (s *batchStream) RecvMsg(m any) error {
+	err := s.ServerStream.RecvMsg(m)
+	if b, ok := m.(*streampb.ReplicateBatchRequest); ok && err == nil {
+		s.mu.Lock()
+		s.started[b.GetId()] = time.Now()
+		s.mu.Unlock()
+	}
+	return err
+}
+
+func (s *batchStream) SendMsg(m any) error {
+	err := s.ServerStream.SendMsg(m)
+	if b, ok := m.(*streampb.ReplicateBatchResponse); ok && b.GetId() != 0 {
+		s.mu.Lock()
+		start, ok := s.started[b.GetId()]
+		delete(s.started, b.GetId())
+		s.mu.Unlock()
+		if ok {
+			s.r.record(replicateBatchOp, "", "", time.Since(start), err)
+		}
+	}
+	return err
 }
 
 // record counts one RPC.

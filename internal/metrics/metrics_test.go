@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/tabuladb/tabula/api"
+	"github.com/tabuladb/tabula/replication/stream/streampb"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -147,7 +148,7 @@ tabula_rpc_errors_total{code="Canceled",error="",op="TableServer/Get",table="b",
 // fakeStream is the server side of a stream whose client sent msgs.
 type fakeStream struct {
 	grpc.ServerStream
-	msgs []*api.BulkUploadRequest
+	msgs []proto.Message
 }
 
 func (s *fakeStream) Context() context.Context     { return context.Background() }
@@ -166,9 +167,9 @@ func (s *fakeStream) RecvMsg(m any) error {
 
 func TestStreamLabelledByFirstMessage(t *testing.T) {
 	r := New(Options{NoRuntime: true})
-	ss := &fakeStream{msgs: []*api.BulkUploadRequest{
-		{Header: &api.RequestHeader{Tenant: "acme", Table: "files"}},
-		{Header: &api.RequestHeader{Tenant: "other", Table: "x"}},
+	ss := &fakeStream{msgs: []proto.Message{
+		&api.BulkUploadRequest{Header: &api.RequestHeader{Tenant: "acme", Table: "files"}},
+		&api.BulkUploadRequest{Header: &api.RequestHeader{Tenant: "other", Table: "x"}},
 	}}
 	err := r.StreamServerInterceptor()(nil, ss, &grpc.StreamServerInfo{FullMethod: "/tabula.v1.TableServer/BulkUpload", IsClientStream: true},
 		func(_ any, s grpc.ServerStream) error {
@@ -187,6 +188,42 @@ func TestStreamLabelledByFirstMessage(t *testing.T) {
 	}
 	if n := testutil.CollectAndCount(r.requests); n != 1 {
 		t.Fatalf("request series = %d, want 1", n)
+	}
+}
+
+// TestReplicateStreamRecordsBatches: each batch of a ReplicateStream is
+// recorded as the ReplicateBatch call it stands for (answers in any
+// order; the end-of-stream request, id 0, is none), and the stream itself
+// is not.
+func TestReplicateStreamRecordsBatches(t *testing.T) {
+	r := New(Options{NoRuntime: true})
+	ss := &fakeStream{msgs: []proto.Message{
+		&streampb.ReplicateBatchRequest{Id: 1},
+		&streampb.ReplicateBatchRequest{Id: 2},
+		&streampb.ReplicateBatchRequest{Id: 3},
+	}}
+	err := r.StreamServerInterceptor()(nil, ss, &grpc.StreamServerInfo{FullMethod: streampb.ExtentNode_ReplicateStream_FullMethodName, IsClientStream: true, IsServerStream: true},
+		func(_ any, s grpc.ServerStream) error {
+			for range 3 {
+				if err := s.RecvMsg(&streampb.ReplicateBatchRequest{}); err != nil {
+					return err
+				}
+			}
+			for _, id := range []uint64{2, 0, 1} { // 3 is never answered
+				if err := s.SendMsg(&streampb.ReplicateBatchResponse{Id: id}); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := testutil.ToFloat64(r.requests.WithLabelValues("", "", "ExtentNode/ReplicateBatch")); got != 2 {
+		t.Fatalf("ReplicateBatch requests = %v, want 2", got)
+	}
+	if n := testutil.CollectAndCount(r.requests); n != 1 {
+		t.Fatalf("request series = %d, want 1 (none for the stream)", n)
 	}
 }
 
