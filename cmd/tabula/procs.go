@@ -14,12 +14,24 @@ import (
 const minServerProcs = 4
 
 // serverProcs raises GOMAXPROCS to minServerProcs unless the operator set
-// GOMAXPROCS.
+// GOMAXPROCS or the process runs under a CPU quota (see serverProcsFor).
 func serverProcs() {
-	if os.Getenv("GOMAXPROCS") != "" {
-		return
+	n := serverProcsFor(os.Getenv("GOMAXPROCS") != "", runtime.GOMAXPROCS(0), runtime.NumCPU())
+	if n != runtime.GOMAXPROCS(0) {
+		runtime.GOMAXPROCS(n)
 	}
-	if runtime.GOMAXPROCS(0) < minServerProcs {
-		runtime.GOMAXPROCS(minServerProcs)
+}
+
+// serverProcsFor is the GOMAXPROCS a server process runs with, given
+// whether the operator set GOMAXPROCS, the runtime's value and the
+// machine's cores. The runtime's value below the cores means a cgroup CPU
+// limit (Go sizes GOMAXPROCS to it): servers sharing a machine under
+// quotas, where more processors than the quota only spin in the scheduler
+// (five servers on two cores spent a quarter of their CPU there at 4
+// each; see RATIONALE.md), so it stays.
+func serverProcsFor(envSet bool, cur, cores int) int {
+	if envSet || cur < cores || cur >= minServerProcs {
+		return cur
 	}
+	return minServerProcs
 }
