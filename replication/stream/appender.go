@@ -615,9 +615,10 @@ func (l *link) begin(items []linkItem) (wait func()) {
 	)
 	if !l.unary.Load() {
 		var err error
-		if rs, ch, err = l.sendOnStream(req); err != nil {
+		if rs, ch, err = l.sendOnStream(req); err != nil && status.Code(err) != codes.Unimplemented {
 			return func() { l.deliver(items, nil, err) }
 		}
+		// Unimplemented: ch is nil, and the wait makes the unary call.
 	}
 	return func() {
 		var resp *streampb.ReplicateBatchResponse
@@ -659,7 +660,16 @@ func (l *link) sendOnStream(req *streampb.ReplicateBatchRequest) (*replStream, c
 		l.rs = rs
 		l.n.wg.Add(1)
 		go l.receive(rs)
-		rs.add(req, ch)
+		if !rs.add(req, ch) {
+			// It failed at once (its receiver saw the error first).
+			rs.mu.Lock()
+			err := rs.err
+			rs.mu.Unlock()
+			if err == nil {
+				err = status.Error(codes.Unavailable, "the node ended the replicate stream at once")
+			}
+			return nil, nil, err
+		}
 	}
 	if err := rs.st.Send(req); err != nil {
 		// The stream broke (io.EOF: Recv has why) or refused the

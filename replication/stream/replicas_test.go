@@ -815,3 +815,35 @@ func TestDrainEndsReplicateStreams(t *testing.T) {
 	}
 	t.Logf("graceful stop took %v; %d appends", took, appended.Load())
 }
+
+// TestRefusedStreamFailsItsBatches: a node that refuses ReplicateStream
+// (shutting down; its server still answers) fails the batches sent to it
+// at once, however the refusal races the first batch: the appends go on
+// without it (AckQuorum) and name it dropped, and none waits for the
+// replicate timeout.
+func TestRefusedStreamFailsItsBatches(t *testing.T) {
+	c := streamtest.Start(t, 3, streamtest.Options{Node: stream.NodeOptions{ReplicateTimeout: 5 * time.Second}})
+	defer c.Close()
+	ctx := context.Background()
+	conns := stream.NewConns()
+	defer conns.Close()
+	c.Nodes[2].Node().StopReplicateStreams()
+	for i := range 10 {
+		p := openExtentOnAll(t, ctx, c.Driver, fmt.Sprintf("refused%d", i), stream.AckQuorum)
+		start := time.Now()
+		var dropped []string
+		for seq := uint64(1); len(dropped) == 0; seq++ {
+			if time.Since(start) > 2*time.Second {
+				t.Fatalf("extent %d: the refusing node was not dropped within 2 s", p.ID)
+			}
+			resp, err := rawAppend(ctx, conns, c.Nodes[0].Addr, p.ID, nil, seq, []byte("entry"))
+			if err != nil {
+				t.Fatalf("extent %d append %d: %v", p.ID, seq, err)
+			}
+			dropped = resp.Dropped
+		}
+		if !slices.Equal(dropped, []string{"en-2"}) {
+			t.Fatalf("extent %d dropped %v", p.ID, dropped)
+		}
+	}
+}
