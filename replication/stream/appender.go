@@ -390,8 +390,8 @@ type link struct {
 	ready   []*secondary // each at most once (secondary.listed)
 	running bool
 
-	rs    *replStream // the open ReplicateStream (nil: none); used by the sender goroutine (run) only
-	unary atomic.Bool // the node has no ReplicateStream: ReplicateBatch calls
+	rs         *replStream  // the open ReplicateStream (nil: none); used by the sender goroutine (run) only
+	unaryUntil atomic.Int64 // Unix ns: until then the node gets ReplicateBatch calls (it had no ReplicateStream)
 }
 
 // replStream is a link's ReplicateStream and the batches waiting on it.
@@ -613,7 +613,7 @@ func (l *link) begin(items []linkItem) (wait func()) {
 		rs *replStream
 		ch chan replReply
 	)
-	if !l.unary.Load() {
+	if time.Now().UnixNano() >= l.unaryUntil.Load() {
 		var err error
 		if rs, ch, err = l.sendOnStream(req); err != nil && status.Code(err) != codes.Unimplemented {
 			return func() { l.deliver(items, nil, err) }
@@ -628,7 +628,7 @@ func (l *link) begin(items []linkItem) (wait func()) {
 		}
 		if ch == nil || status.Code(err) == codes.Unimplemented {
 			// A node without ReplicateStream (an older version): the
-			// unary call, from now on.
+			// unary call, for unaryRetry (it may be upgraded meanwhile).
 			resp, err = l.callUnary(req)
 		}
 		l.deliver(items, resp, err)
@@ -649,8 +649,15 @@ func (l *link) sendOnStream(req *streampb.ReplicateBatchRequest) (*replStream, c
 		if err != nil {
 			return nil, nil, err
 		}
+		// Opening waits for a connection to the node (one reconnecting,
+		// or a peer that accepts and never answers): the replicate
+		// timeout bounds it, as it bounds a call.
 		ctx, cancel := context.WithCancel(l.n.ctx)
+		t := time.AfterFunc(l.n.opts.ReplicateTimeout, cancel)
 		st, err := c.ReplicateStream(ctx)
+		if !t.Stop() && err == nil {
+			err = status.Errorf(codes.DeadlineExceeded, "opening the replicate stream took longer than the replicate timeout (%v)", l.n.opts.ReplicateTimeout)
+		}
 		if err != nil {
 			cancel()
 			l.rs = nil
@@ -763,9 +770,13 @@ func (l *link) awaitStream(rs *replStream, ch chan replReply) (*streampb.Replica
 	}
 }
 
+// unaryRetry is how long a link to a node that had no ReplicateStream
+// makes ReplicateBatch calls before it tries the stream again.
+const unaryRetry = time.Minute
+
 // callUnary sends req as one ReplicateBatch call.
 func (l *link) callUnary(req *streampb.ReplicateBatchRequest) (*streampb.ReplicateBatchResponse, error) {
-	l.unary.Store(true)
+	l.unaryUntil.Store(time.Now().Add(unaryRetry).UnixNano())
 	c, err := l.n.conns.Node(l.addr)
 	if err != nil {
 		return nil, err

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"net"
 	"runtime"
 	"slices"
 	"sync"
@@ -845,5 +846,56 @@ func TestRefusedStreamFailsItsBatches(t *testing.T) {
 		if !slices.Equal(dropped, []string{"en-2"}) {
 			t.Fatalf("extent %d dropped %v", p.ID, dropped)
 		}
+	}
+}
+
+// TestLinkOpenBoundedByTimeout: opening a replicate stream to a node that
+// accepts connections and never answers (a hung process) waits no longer
+// than the replicate timeout, as a call did: the appends go on without
+// that secondary (AckQuorum) instead of stalling for gRPC's connect
+// timeout.
+func TestLinkOpenBoundedByTimeout(t *testing.T) {
+	c := streamtest.Start(t, 3, streamtest.Options{Node: stream.NodeOptions{ReplicateTimeout: 100 * time.Millisecond}})
+	defer c.Close()
+	ctx := context.Background()
+	conns := stream.NewConns()
+	defer conns.Close()
+	p := openExtentOnAll(t, ctx, c.Driver, "hung", stream.AckQuorum)
+	if _, err := rawAppend(ctx, conns, c.Nodes[0].Addr, p.ID, nil, 1, []byte("before")); err != nil {
+		t.Fatal(err)
+	}
+	addr := c.Nodes[2].Addr
+	c.Stop(2)
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Skipf("cannot listen on the stopped node's address %s: %v", addr, err)
+	}
+	defer ln.Close()
+	go func() { // accept, never answer
+		var held []net.Conn
+		defer func() {
+			for _, cn := range held {
+				cn.Close()
+			}
+		}()
+		for {
+			cn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			held = append(held, cn)
+		}
+	}()
+	start := time.Now()
+	var dropped []string
+	for seq := uint64(2); len(dropped) == 0; seq++ {
+		resp, err := rawAppend(ctx, conns, c.Nodes[0].Addr, p.ID, nil, seq, []byte("after"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		dropped = resp.Dropped
+	}
+	if took := time.Since(start); took > 900*time.Millisecond {
+		t.Fatalf("the hung node was dropped after %v; want about the replicate timeout (100ms)", took)
 	}
 }

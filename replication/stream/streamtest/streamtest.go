@@ -141,10 +141,9 @@ func (n *Node) intercept(ctx context.Context, req any, info *grpc.UnaryServerInf
 }
 
 // interceptStream does for the batches of a ReplicateStream what
-// intercept does for ReplicateBatch calls: each is counted from its
-// arrival to its answer, and held at its arrival while the node is
-// paused (holding the stream's later batches too, as a stopped process
-// would).
+// intercept does for ReplicateBatch calls: each is held at its arrival
+// while the node is paused (holding the stream's later batches too, as a
+// stopped process would), then counted until its answer.
 func (n *Node) interceptStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 	if !strings.HasSuffix(info.FullMethod, "/ReplicateStream") {
 		return handler(srv, ss)
@@ -168,14 +167,17 @@ func (h *heldStream) RecvMsg(m any) error {
 	if err := h.ServerStream.RecvMsg(m); err != nil {
 		return err
 	}
+	if err := h.n.holdIfPaused(h.Context()); err != nil {
+		return err // the batch is never handled: not counted
+	}
 	if b, ok := m.(*streampb.ReplicateBatchRequest); ok {
 		h.n.batchIn(b)
 	}
-	return h.n.holdIfPaused(h.Context())
+	return nil
 }
 
 func (h *heldStream) SendMsg(m any) error {
-	if _, ok := m.(*streampb.ReplicateBatchResponse); ok {
+	if b, ok := m.(*streampb.ReplicateBatchResponse); ok && b.GetId() != 0 { // id 0 asks the primary to end the stream
 		h.n.batchOut()
 	}
 	return h.ServerStream.SendMsg(m)
