@@ -61,6 +61,17 @@ func openExtentOnAll(t *testing.T, ctx context.Context, d *stream.Driver, name s
 	return info.Last()
 }
 
+// quorumExtent starts 3 nodes with the given replicate timeout and opens
+// an AckQuorum extent on all three; the cluster and conns close with t.
+func quorumExtent(t *testing.T, timeout time.Duration, name string) (*streamtest.Cluster, *stream.Conns, *stream.ExtentPlacement) {
+	t.Helper()
+	c := streamtest.Start(t, 3, streamtest.Options{Node: stream.NodeOptions{ReplicateTimeout: timeout}})
+	t.Cleanup(c.Close)
+	conns := stream.NewConns()
+	t.Cleanup(func() { conns.Close() })
+	return c, conns, openExtentOnAll(t, context.Background(), c.Driver, name, stream.AckQuorum)
+}
+
 // TestPrimaryReplicatesToItsOwnSecondaries: the primary extent node
 // replicates to the secondaries it was created with, whatever an append
 // names: an append naming none is still on every replica when it is
@@ -730,12 +741,8 @@ func TestLinkFallsBackToReplicateBatch(t *testing.T) {
 // primary's next batches to it go on a new stream, and an extent opened
 // then keeps all three replicas.
 func TestLinkStreamReopensAfterTimeout(t *testing.T) {
-	c := streamtest.Start(t, 3, streamtest.Options{Node: stream.NodeOptions{ReplicateTimeout: 150 * time.Millisecond}})
-	defer c.Close()
 	ctx := context.Background()
-	conns := stream.NewConns()
-	defer conns.Close()
-	p := openExtentOnAll(t, ctx, c.Driver, "slow", stream.AckQuorum)
+	c, conns, p := quorumExtent(t, 150 * time.Millisecond, "slow")
 	c.Nodes[2].PauseReplicate(400 * time.Millisecond)
 	resp, err := rawAppend(ctx, conns, c.Nodes[0].Addr, p.ID, nil, 1, []byte("during the pause"))
 	if err != nil {
@@ -745,12 +752,11 @@ func TestLinkStreamReopensAfterTimeout(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatal("the paused secondary was never dropped")
 		}
-		time.Sleep(20 * time.Millisecond)
 		if resp, err = rawAppend(ctx, conns, c.Nodes[0].Addr, p.ID, nil, 2, []byte("after")); err != nil {
 			t.Fatal(err)
 		}
 	}
-	time.Sleep(500 * time.Millisecond) // the pause is over
+	c.Nodes[2].PauseReplicate(0) // it answers again
 	q := openExtentOnAll(t, ctx, c.Driver, "fresh", "")
 	for seq := uint64(1); seq <= 5; seq++ {
 		resp, err := rawAppend(ctx, conns, c.Nodes[0].Addr, q.ID, nil, seq, []byte(fmt.Sprintf("entry %d", seq)))
@@ -772,15 +778,24 @@ func TestLinkStreamReopensAfterTimeout(t *testing.T) {
 // in flight meanwhile are acknowledged (AckQuorum: the drained node is
 // dropped) and none fails.
 func TestDrainEndsReplicateStreams(t *testing.T) {
-	c := streamtest.Start(t, 3, streamtest.Options{Node: stream.NodeOptions{ReplicateTimeout: time.Second}})
-	defer c.Close()
 	ctx := context.Background()
-	conns := stream.NewConns()
-	defer conns.Close()
-	p := openExtentOnAll(t, ctx, c.Driver, "drain", stream.AckQuorum)
+	c, conns, p := quorumExtent(t, time.Second, "drain")
 	stop := make(chan struct{})
 	errs := make(chan error, 1)
 	var appended atomic.Int64
+	progress := make(chan struct{}, 1) // signalled after each append
+	waitAppended := func(n int64, what string) {
+		t.Helper()
+		timeout := time.NewTimer(2 * time.Second)
+		defer timeout.Stop()
+		for appended.Load() < n {
+			select {
+			case <-progress:
+			case <-timeout.C:
+				t.Fatalf("appends stalled %s", what)
+			}
+		}
+	}
 	go func() {
 		defer close(errs)
 		for seq := uint64(1); ; seq++ {
@@ -794,22 +809,18 @@ func TestDrainEndsReplicateStreams(t *testing.T) {
 				return
 			}
 			appended.Add(1)
+			select {
+			case progress <- struct{}{}:
+			default:
+			}
 		}
 	}()
-	for appended.Load() < 20 {
-		time.Sleep(time.Millisecond)
-	}
+	waitAppended(20, "before the drain")
 	took, err := c.Drain(2, 3*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
-	before := appended.Load()
-	for deadline := time.Now().Add(2 * time.Second); appended.Load() < before+20; {
-		if time.Now().After(deadline) {
-			t.Fatal("appends stalled after the drain")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	waitAppended(appended.Load()+20, "after the drain")
 	close(stop)
 	if err := <-errs; err != nil {
 		t.Fatal(err)
@@ -855,12 +866,8 @@ func TestRefusedStreamFailsItsBatches(t *testing.T) {
 // that secondary (AckQuorum) instead of stalling for gRPC's connect
 // timeout.
 func TestLinkOpenBoundedByTimeout(t *testing.T) {
-	c := streamtest.Start(t, 3, streamtest.Options{Node: stream.NodeOptions{ReplicateTimeout: 100 * time.Millisecond}})
-	defer c.Close()
 	ctx := context.Background()
-	conns := stream.NewConns()
-	defer conns.Close()
-	p := openExtentOnAll(t, ctx, c.Driver, "hung", stream.AckQuorum)
+	c, conns, p := quorumExtent(t, 100 * time.Millisecond, "hung")
 	if _, err := rawAppend(ctx, conns, c.Nodes[0].Addr, p.ID, nil, 1, []byte("before")); err != nil {
 		t.Fatal(err)
 	}

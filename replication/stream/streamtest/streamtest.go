@@ -299,15 +299,22 @@ func (c *Cluster) startNode(nd *Node, addr string) error {
 	return nil
 }
 
+// detach takes node i's running node and server (nil if stopped) and
+// marks it stopped; the caller shuts them down.
+func (c *Cluster) detach(i int) (nd *Node, node *stream.Node, srv *grpc.Server, done chan struct{}) {
+	nd = c.Nodes[i]
+	nd.mu.Lock()
+	defer nd.mu.Unlock()
+	node, srv, done = nd.node, nd.srv, nd.done
+	nd.node, nd.srv = nil, nil
+	return nd, node, srv, done
+}
+
 // Stop kills node i's process: its server stops at once (connections
 // drop, calls in flight fail) and the node closes. Its FS stays, with
 // what was written; Crash it to drop what was not synced.
 func (c *Cluster) Stop(i int) {
-	nd := c.Nodes[i]
-	nd.mu.Lock()
-	node, srv, done := nd.node, nd.srv, nd.done
-	nd.node, nd.srv = nil, nil
-	nd.mu.Unlock()
+	nd, node, srv, done := c.detach(i)
 	if srv == nil {
 		return
 	}
@@ -324,11 +331,7 @@ func (c *Cluster) Stop(i int) {
 // the node. It reports how long the graceful stop took, and fails if it
 // took longer than timeout (the server is then stopped at once).
 func (c *Cluster) Drain(i int, timeout time.Duration) (time.Duration, error) {
-	nd := c.Nodes[i]
-	nd.mu.Lock()
-	node, srv, done := nd.node, nd.srv, nd.done
-	nd.node, nd.srv = nil, nil
-	nd.mu.Unlock()
+	nd, node, srv, done := c.detach(i)
 	if srv == nil {
 		return 0, fmt.Errorf("node %s is not running", nd.ID)
 	}
