@@ -742,7 +742,7 @@ func TestLinkFallsBackToReplicateBatch(t *testing.T) {
 // then keeps all three replicas.
 func TestLinkStreamReopensAfterTimeout(t *testing.T) {
 	ctx := context.Background()
-	c, conns, p := quorumExtent(t, 150 * time.Millisecond, "slow")
+	c, conns, p := quorumExtent(t, 150*time.Millisecond, "slow")
 	c.Nodes[2].PauseReplicate(400 * time.Millisecond)
 	resp, err := rawAppend(ctx, conns, c.Nodes[0].Addr, p.ID, nil, 1, []byte("during the pause"))
 	if err != nil {
@@ -867,7 +867,7 @@ func TestRefusedStreamFailsItsBatches(t *testing.T) {
 // timeout.
 func TestLinkOpenBoundedByTimeout(t *testing.T) {
 	ctx := context.Background()
-	c, conns, p := quorumExtent(t, 100 * time.Millisecond, "hung")
+	c, conns, p := quorumExtent(t, 100*time.Millisecond, "hung")
 	if _, err := rawAppend(ctx, conns, c.Nodes[0].Addr, p.ID, nil, 1, []byte("before")); err != nil {
 		t.Fatal(err)
 	}
