@@ -68,6 +68,9 @@ type secondary struct {
 	acked   int64 // the length it reported durable
 	told    int64 // the commit length last sent to it
 	failed  error // not nil: dropped from the ack set
+	// rejoining: dropped, and being sent what it missed (rejoin.go).
+	rejoining bool
+	since     time.Time // when it last left or rejoined the ack set
 
 	listed bool // guarded by link.mu: on the link's ready list
 }
@@ -110,6 +113,7 @@ func (a *appender) dropLocked(s *secondary, err error) {
 		return
 	}
 	s.failed = err
+	s.since = time.Now()
 	s.pending, s.queued = nil, 0
 	a.n.log.Warn("secondary dropped from the ack set", "extent", a.ext.ID(), "node", s.ref.Node, "err", err)
 	a.notifyLocked()

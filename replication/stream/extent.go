@@ -59,6 +59,8 @@ type Extent struct {
 	// acknowledged, on a secondary the last commit length its primary
 	// told it (CommittedLength caps it at durable). Memory only.
 	committed int64
+	// heardAt is when committed was last told (a secondary) or raised.
+	heardAt time.Time
 	// changed, if not nil, is closed (and cleared) when committed,
 	// durable or sealed change: WaitCommitted's wake-up.
 	changed chan struct{}
@@ -1022,8 +1024,12 @@ func (e *Extent) notifyLocked() {
 // primary's acknowledged length, or the commit length a secondary's
 // primary told it.
 func (e *Extent) setCommitted(n int64) {
+	now := time.Now()
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if n >= e.committed {
+		e.heardAt = now
+	}
 	if n > e.committed {
 		e.committed = n
 		e.notifyLocked()
