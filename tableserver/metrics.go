@@ -50,6 +50,9 @@ var (
 	mStreamReplicated   = metrics.Counter("tabula_stream_replicated_writes_total", "Writes this extent node took as a secondary.")
 	mStreamReplBytes    = metrics.Counter("tabula_stream_replicated_bytes_total", "Bytes of those writes.")
 	mStreamJournalSyncs = metrics.Counter("tabula_stream_journal_commits_total", "Journal group commits (one write and one fsync each).")
+	mStreamDrops        = metrics.Counter("tabula_stream_secondary_drops_total", "Secondaries this node, as an extent's primary, dropped from the ack set (a replicate failed or timed out).")
+	mStreamRejoins      = metrics.Counter("tabula_stream_secondary_rejoins_total", "Dropped secondaries this node, as an extent's primary, brought back into the ack set.")
+	mStreamRejoinBytes  = metrics.Counter("tabula_stream_rejoin_bytes_total", "Bytes sent to dropped secondaries to catch them up.")
 	mStreamJournalRecs  = metrics.Counter("tabula_stream_journal_records_total", "Records those commits carried.")
 	mStreamJournalBytes = metrics.Counter("tabula_stream_journal_bytes_total", "Bytes those commits wrote.")
 
@@ -177,6 +180,9 @@ func (s *Server) collectMetrics(emit func(prometheus.Metric)) {
 	emit(mStreamJournalSyncs.Metric(float64(ns.JournalCommits)))
 	emit(mStreamJournalRecs.Metric(float64(ns.JournalRecords)))
 	emit(mStreamJournalBytes.Metric(float64(ns.JournalBytes)))
+	emit(mStreamDrops.Metric(float64(ns.SecondaryDrops)))
+	emit(mStreamRejoins.Metric(float64(ns.SecondaryRejoins)))
+	emit(mStreamRejoinBytes.Metric(float64(ns.RejoinBytes)))
 
 	cs := s.cp.rt.Stats()
 	emit(mCoprocModules.Metric(float64(cs.Modules)))

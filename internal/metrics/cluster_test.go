@@ -240,6 +240,7 @@ func TestClusterMetrics(t *testing.T) {
 		{srv, "tabula_stream_appends_total", nil, 1, 1e9},
 		{srv, "tabula_stream_replicated_writes_total", nil, 1, 1e9},
 		{srv, "tabula_stream_journal_commits_total", nil, 1, 1e9},
+		{srv, "tabula_stream_secondary_drops_total", nil, 0, 1e9},
 		{srv, "tabula_coproc_calls_total", nil, 0, 0},
 		{mst, "tabula_master_tables", map[string]string{"kind": "point"}, 1, 1},
 		{mst, "tabula_master_partitions", nil, parts, parts},

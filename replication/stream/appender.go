@@ -52,8 +52,11 @@ type appender struct {
 	committing bool      // commitLoop is running
 	err        error     // a batch failed: every later one fails
 	secs       []*secondary
-	committed  int64         // acknowledged length
-	changed    chan struct{} // closed and replaced when a secondary's state changes
+	committed  int64 // acknowledged length
+	// handedOut is where the last batch queued for the secondaries ends:
+	// a secondary rejoins holding exactly that much (rejoin.go).
+	handedOut int64
+	changed   chan struct{} // closed and replaced when a secondary's state changes
 }
 
 // secondary is an appender's view of one secondary.
@@ -71,6 +74,10 @@ type secondary struct {
 	// rejoining: dropped, and being sent what it missed (rejoin.go).
 	rejoining bool
 	since     time.Time // when it last left or rejoined the ack set
+	// lastSent is when the link last sent it an item; keepalive asks the
+	// link to tell it the commit point even if unchanged (keepalive.go).
+	lastSent  time.Time
+	keepalive bool
 
 	listed bool // guarded by link.mu: on the link's ready list
 }
@@ -86,6 +93,7 @@ func newAppender(n *Node, ext *Extent) *appender {
 	a := &appender{n: n, ext: ext, required: cfg.Ack.Required(1 + len(cfg.Secondaries)), changed: make(chan struct{})}
 	length := ext.Length()
 	a.committed = ext.CommittedLength()
+	a.handedOut = length
 	for _, r := range cfg.Secondaries {
 		a.secs = append(a.secs, &secondary{ref: r, a: a, link: n.linkForLocked(r.Addr), acked: length})
 	}
@@ -115,8 +123,10 @@ func (a *appender) dropLocked(s *secondary, err error) {
 	s.failed = err
 	s.since = time.Now()
 	s.pending, s.queued = nil, 0
+	a.n.stats.drops.Add(1)
 	a.n.log.Warn("secondary dropped from the ack set", "extent", a.ext.ID(), "node", s.ref.Node, "err", err)
 	a.notifyLocked()
+	a.startRejoinLocked(s)
 }
 
 // droppedLocked lists the node ids of the dropped secondaries.
@@ -262,6 +272,7 @@ func (a *appender) start(batch []*appendReq) {
 		s.queued += int64(len(raw))
 		a.kickLocked(s)
 	}
+	a.handedOut = end
 	a.flights = append(a.flights, &flight{batch: batch, locs: locs, sync: sp, end: end})
 	if !a.committing {
 		a.committing = true
@@ -396,6 +407,44 @@ type link struct {
 
 	rs         *replStream  // the open ReplicateStream (nil: none); used by the sender goroutine (run) only
 	unaryUntil atomic.Int64 // Unix ns: until then the node gets ReplicateBatch calls (it had no ReplicateStream)
+
+	rttMu sync.Mutex
+	// Guarded by rttMu: the smoothed round trip of the link's batches and
+	// its mean deviation (0: none answered yet), for timeout.
+	srtt, rttvar time.Duration
+}
+
+// maxTimeoutFactor caps a link's adaptive replicate timeout at this many
+// times NodeOptions.ReplicateTimeout: a secondary paused for longer is
+// dropped (and rejoins after), whatever the round trips were.
+const maxTimeoutFactor = 8
+
+// timeout is how long a batch on the link may go unanswered before its
+// secondaries are dropped: the smoothed round trip plus four mean
+// deviations (TCP's retransmission timeout, RFC 6298), at least
+// NodeOptions.ReplicateTimeout and at most maxTimeoutFactor times it.
+func (l *link) timeout() time.Duration {
+	floor := l.n.opts.ReplicateTimeout
+	l.rttMu.Lock()
+	rto := l.srtt + 4*l.rttvar
+	l.rttMu.Unlock()
+	return min(max(rto, floor), maxTimeoutFactor*floor)
+}
+
+// observeRTT folds one answered batch's round trip into the estimate.
+func (l *link) observeRTT(r time.Duration) {
+	l.rttMu.Lock()
+	defer l.rttMu.Unlock()
+	if l.srtt == 0 {
+		l.srtt, l.rttvar = r, r/2
+		return
+	}
+	d := l.srtt - r
+	if d < 0 {
+		d = -d
+	}
+	l.rttvar = (3*l.rttvar + d) / 4
+	l.srtt = (7*l.srtt + r) / 8
 }
 
 // replStream is a link's ReplicateStream and the batches waiting on it.
@@ -592,12 +641,14 @@ func (l *link) gather(list []*secondary) (items []linkItem, hasData bool) {
 			l.requeue(s)
 		}
 		if it.k == 0 {
-			if s.told >= it.commit {
+			if s.told >= it.commit && !s.keepalive {
 				a.mu.Unlock()
 				continue
 			}
 			it.off = s.acked
 		}
+		s.keepalive = false
+		s.lastSent = time.Now()
 		a.mu.Unlock()
 		items = append(items, it)
 	}
@@ -617,7 +668,8 @@ func (l *link) begin(items []linkItem) (wait func()) {
 		rs *replStream
 		ch chan replReply
 	)
-	if time.Now().UnixNano() >= l.unaryUntil.Load() {
+	sent := time.Now()
+	if sent.UnixNano() >= l.unaryUntil.Load() {
 		var err error
 		if rs, ch, err = l.sendOnStream(req); err != nil && status.Code(err) != codes.Unimplemented {
 			return func() { l.deliver(items, nil, err) }
@@ -634,6 +686,9 @@ func (l *link) begin(items []linkItem) (wait func()) {
 			// A node without ReplicateStream (an older version): the
 			// unary call, for unaryRetry (it may be upgraded meanwhile).
 			resp, err = l.callUnary(req)
+		}
+		if err == nil {
+			l.observeRTT(time.Since(sent))
 		}
 		l.deliver(items, resp, err)
 	}
@@ -756,18 +811,19 @@ func (rs *replStream) fail(err error) {
 	}
 }
 
-// awaitStream waits for a batch's answer on rs, up to
-// NodeOptions.ReplicateTimeout. A node that does not answer in time is
+// awaitStream waits for a batch's answer on rs, up to the link's
+// timeout. A node that does not answer in time is
 // stalled: the stream ends (failing every batch on it, whose answers
 // would be as late) and the next batch opens another.
 func (l *link) awaitStream(rs *replStream, ch chan replReply) (*streampb.ReplicateBatchResponse, error) {
-	t := time.NewTimer(l.n.opts.ReplicateTimeout)
+	timeout := l.timeout()
+	t := time.NewTimer(timeout)
 	defer t.Stop()
 	select {
 	case r := <-ch:
 		return r.resp, r.err
 	case <-t.C:
-		rs.fail(status.Errorf(codes.DeadlineExceeded, "no answer within the replicate timeout (%v)", l.n.opts.ReplicateTimeout))
+		rs.fail(status.Errorf(codes.DeadlineExceeded, "no answer within the replicate timeout (%v)", timeout))
 		rs.cancel()
 		r := <-ch // fail answered it, unless its answer came first
 		return r.resp, r.err
@@ -785,7 +841,7 @@ func (l *link) callUnary(req *streampb.ReplicateBatchRequest) (*streampb.Replica
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(l.n.ctx, l.n.opts.ReplicateTimeout)
+	ctx, cancel := context.WithTimeout(l.n.ctx, l.timeout())
 	defer cancel()
 	return c.ReplicateBatch(ctx, req)
 }

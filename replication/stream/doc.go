@@ -232,12 +232,26 @@
 // ReplicateBatch calls, where an item that overtook the data before it
 // in its extent (a later call handled first) waits for that data rather
 // than fail. A secondary whose Replicate fails (or takes longer
-// than NodeOptions.ReplicateTimeout), or whose queue passes
-// NodeOptions.MaxReplicaLag, is dropped from the ack set for good; the
-// append responses name it (AppendResponse.dropped, ExtentStat.dropped)
-// and the Client then seals and continues on a new extent. With fewer
-// copies left than required, the extent breaks (ErrBroken) and the
-// writer seals.
+// than the link's timeout: NodeOptions.ReplicateTimeout, or the smoothed
+// round trip plus four deviations when that is longer, up to 8× it), or
+// whose queue passes NodeOptions.MaxReplicaLag, is dropped from the ack
+// set; the append responses name it (AppendResponse.dropped,
+// ExtentStat.dropped), and the Client seals and continues on a new
+// extent. A partition's primary, which appends in-process, does not: the
+// node brings the secondary back instead (rejoin.go). A rejoiner probes
+// it (a data-less Replicate answers its replica's length) with backoff
+// up to 500 ms, sends what it lacks from the primary's own replica, whole
+// entries, and once it holds exactly what the appender handed out puts it
+// back in the ack set under the appender's lock, so the next batch is
+// queued for it in offset order. Rejoining ends when the extent is
+// sealed, frozen or broken. With fewer copies left than required, the
+// extent breaks (ErrBroken) and the writer seals.
+//
+// While an extent is open, its primary tells every secondary in the ack
+// set the commit point at least every CommitKeepalive (250 ms), writes
+// or not (keepalive.go), so a secondary knows how fresh it is
+// (Extent.CommitHeard); Node.Secondaries is the primary's view of each
+// secondary (in the ack set, rejoining, bytes behind, since when).
 //
 // The commit point is the length acknowledged so far. Every Replicate
 // carries the primary's (commit_length); when no batch follows an

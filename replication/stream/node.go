@@ -31,9 +31,13 @@ type NodeOptions struct {
 	Conns *Conns
 	// ReplicateTimeout bounds a primary's replication of one batch to one
 	// secondary; past it the secondary is dropped from the extent's ack
-	// set (with AckAll, the appends fail and the writer seals). Default
-	// 5 s; a partition's commit log wants ~100-200 ms, so a paused
-	// secondary does not stall its writes for long.
+	// set (with AckAll, the appends fail and the writer seals). It is the
+	// floor: a link whose batches take longer to be answered waits longer
+	// (the smoothed round trip plus four deviations, as TCP's
+	// retransmission timeout, up to 8× the floor), so a busy machine does
+	// not drop healthy secondaries. Default 5 s; a partition's commit log
+	// wants ~100-200 ms, so a paused secondary does not stall its writes
+	// for long.
 	ReplicateTimeout time.Duration
 	// MaxReplicaLag bounds, per secondary of an extent this node is
 	// primary of, the bytes queued for it but not yet acknowledged by it.
@@ -66,6 +70,10 @@ type NodeOptions struct {
 	Journal JournalOptions
 	// Logger gets the node's logs. Default: discarded.
 	Logger *slog.Logger
+	// NoRejoin keeps a secondary dropped from an extent's ack set out of
+	// it for the extent's life, as before rejoining existed (rejoin.go):
+	// for tests that need a secondary to stay behind. Default false.
+	NoRejoin bool
 }
 
 // Validate says what is wrong with o.
@@ -166,6 +174,8 @@ func OpenNode(opts NodeOptions) (*Node, error) {
 		n.wg.Add(1)
 		go n.scrubLoop()
 	}
+	n.wg.Add(1)
+	go n.keepaliveLoop()
 	return n, nil
 }
 

@@ -26,6 +26,13 @@ type NodeStats struct {
 	JournalCommits uint64
 	JournalRecords uint64
 	JournalBytes   uint64
+	// SecondaryDrops counts the secondaries this node, as primary, dropped
+	// from an extent's ack set (a Replicate failed or timed out, or a
+	// queue passed MaxReplicaLag); SecondaryRejoins those it brought back,
+	// and RejoinBytes what it sent them to catch up.
+	SecondaryDrops   uint64
+	SecondaryRejoins uint64
+	RejoinBytes      uint64
 }
 
 // Stats returns the node's counters. It takes the store's lock briefly
@@ -33,12 +40,15 @@ type NodeStats struct {
 // it. Safe for concurrent use.
 func (n *Node) Stats() NodeStats {
 	st := NodeStats{
-		Extents:         len(n.store.List()),
-		UsedBytes:       n.store.UsedBytes(),
-		Appends:         n.stats.appends.Load(),
-		AppendBytes:     n.stats.appendBytes.Load(),
-		Replicated:      n.stats.replicates.Load(),
-		ReplicatedBytes: n.stats.replicatedBytes.Load(),
+		Extents:          len(n.store.List()),
+		UsedBytes:        n.store.UsedBytes(),
+		Appends:          n.stats.appends.Load(),
+		AppendBytes:      n.stats.appendBytes.Load(),
+		Replicated:       n.stats.replicates.Load(),
+		ReplicatedBytes:  n.stats.replicatedBytes.Load(),
+		SecondaryDrops:   n.stats.drops.Load(),
+		SecondaryRejoins: n.stats.rejoins.Load(),
+		RejoinBytes:      n.stats.rejoinBytes.Load(),
 	}
 	if j := n.store.jr; j != nil {
 		st.JournalCommits = j.stats.commits.Load()
@@ -51,6 +61,7 @@ func (n *Node) Stats() NodeStats {
 // nodeCounters are a Node's counters, atomics the RPC paths add to.
 type nodeCounters struct {
 	appends, appendBytes, replicates, replicatedBytes atomic.Uint64
+	drops, rejoins, rejoinBytes                       atomic.Uint64
 }
 
 func (c *nodeCounters) appended(bytes int64) {

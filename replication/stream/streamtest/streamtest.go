@@ -84,6 +84,7 @@ type Node struct {
 	srv         *grpc.Server
 	done        chan struct{} // closed when Serve returns
 	pausedUntil time.Time     // Replicate calls wait until then
+	held        chan struct{} // not nil: Replicate calls wait until it is closed (HoldReplicate)
 	noStream    bool          // ReplicateStream answers Unimplemented
 	batches     []int         // extents with data in each batch received (ReplicateBatch or ReplicateStream)
 	inBatch     int           // batches being handled now
@@ -114,6 +115,27 @@ func (n *Node) PauseReplicate(d time.Duration) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.pausedUntil = time.Now().Add(d)
+}
+
+// HoldReplicate makes node's Replicate handler hold every call, as
+// PauseReplicate does, until release is called (idempotent): a pause
+// whose end the test decides, not a clock.
+func (n *Node) HoldReplicate() (release func()) {
+	ch := make(chan struct{})
+	n.mu.Lock()
+	n.held = ch
+	n.mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			n.mu.Lock()
+			if n.held == ch {
+				n.held = nil
+			}
+			n.mu.Unlock()
+			close(ch)
+		})
+	}
 }
 
 // RefuseReplicateStream makes the node answer ReplicateStream as a node of
@@ -204,11 +226,19 @@ func (n *Node) batchOut() {
 	n.mu.Unlock()
 }
 
-// holdIfPaused waits out the node's pause, or until ctx ends.
+// holdIfPaused waits out the node's pause and hold, or until ctx ends.
 func (n *Node) holdIfPaused(ctx context.Context) error {
 	n.mu.Lock()
 	wait := time.Until(n.pausedUntil)
+	held := n.held
 	n.mu.Unlock()
+	if held != nil {
+		select {
+		case <-held:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 	if wait <= 0 {
 		return nil
 	}
