@@ -1,6 +1,7 @@
 package tableserver
 
 import (
+	"cmp"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -18,6 +19,11 @@ import (
 
 // Options configure a Server. DataDir and Masters are required; every other
 // zero value takes the default its comment gives.
+// defaultReplicateTimeout is Options.ReplicateTimeout's default: a
+// partition log's secondary that does not answer a batch within it (a
+// paused process) leaves the ack set rather than holding writes.
+const defaultReplicateTimeout = 150 * time.Millisecond
+
 type Options struct {
 	// Masters are the Table Master addresses, tried in turn.
 	Masters []string
@@ -107,6 +113,13 @@ type Options struct {
 	// Default 1, best when the CPU is the limit; 2–4 lower write latency
 	// on servers with cores to spare.
 	ReplicateCalls int
+	// ReplicateTimeout is how long a replication batch to another server
+	// may go unanswered before that server's copies leave the ack sets of
+	// the extents (they rejoin once it answers again): the floor of a
+	// timeout that follows each link's round trips, up to
+	// ReplicateTimeoutMax. Defaults 150 ms and 8× ReplicateTimeout; a
+	// max equal to the floor fixes it.
+	ReplicateTimeout, ReplicateTimeoutMax time.Duration
 	// RepairBandwidth bounds the bytes per second this server copies into
 	// new replicas of its partitions, every copy together, so foreground
 	// requests keep their latency. Default DefaultRepairBandwidth;
@@ -168,6 +181,9 @@ func (o Options) Validate() error {
 	}
 	if o.ReplicateCalls < 0 || o.ReplicateCalls > 64 {
 		errs = append(errs, fmt.Errorf("tableserver: ReplicateCalls %d: want 1-64 (0: the default, 1)", o.ReplicateCalls))
+	}
+	if o.ReplicateTimeout < 0 || o.ReplicateTimeoutMax < 0 || (o.ReplicateTimeoutMax > 0 && o.ReplicateTimeoutMax < cmp.Or(o.ReplicateTimeout, defaultReplicateTimeout)) {
+		errs = append(errs, fmt.Errorf("tableserver: ReplicateTimeout %v, ReplicateTimeoutMax %v: want 0 ≤ timeout ≤ max (0: the defaults, 150ms and 8× the timeout)", o.ReplicateTimeout, o.ReplicateTimeoutMax))
 	}
 	if o.MaxInFlightBytes < 0 {
 		errs = append(errs, errors.New("tableserver: MaxInFlightBytes must not be negative"))

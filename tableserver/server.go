@@ -1,6 +1,7 @@
 package tableserver
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -214,10 +215,12 @@ func Open(opts Options) (*Server, error) {
 		Dir:           filepath.Join(opts.DataDir, "extents"),
 		ScrubInterval: opts.ScrubInterval,
 		// Partition logs: a secondary that does not answer within this
-		// leaves the ack set (quorum) rather than stalling writes.
-		ReplicateTimeout: 150 * time.Millisecond,
-		ReplicateCalls:   opts.ReplicateCalls,
-		OnCorrupt:        s.reportCorrupt,
+		// leaves the ack set (quorum) rather than stalling writes, and
+		// rejoins once it answers again.
+		ReplicateTimeout:    cmp.Or(opts.ReplicateTimeout, defaultReplicateTimeout),
+		ReplicateTimeoutMax: opts.ReplicateTimeoutMax,
+		ReplicateCalls:      opts.ReplicateCalls,
+		OnCorrupt:           s.reportCorrupt,
 		OnCorruptFragment: func(extent uint64, index int, cause error) {
 			s.reportStream("fragment", &api.StreamRequest{Op: api.StreamOp_STREAM_OP_REPORT_CORRUPT_FRAGMENT, Extent: extent, Index: int32(index)}, cause)
 		},

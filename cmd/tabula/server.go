@@ -110,6 +110,8 @@ func serverCmd(g *globals) *cobra.Command {
 	f.StringVar(&opts.CoprocCacheDir, "coproc-cache", "", "directory keeping coprocessors' compiled machine code across restarts; servers may share one (default: <data>/coproc-cache)")
 	f.Int64Var(&opts.RepairBandwidth, "repair-bandwidth", tableserver.DefaultRepairBandwidth, "bytes per second this server copies into new replicas, all copies together (negative: unlimited)")
 	f.IntVar(&opts.ReplicateCalls, "replicate-calls", 1, "replication batches kept in flight to each other server on its stream (1 is best when the CPU is the limit; 2-4 lower write latency on servers with cores to spare)")
+	f.DurationVar(&opts.ReplicateTimeout, "replicate-timeout", 150*time.Millisecond, "a replication batch to another server unanswered this long drops that server's copies from the ack sets until they catch up (the floor: the timeout follows each link's round trips)")
+	f.DurationVar(&opts.ReplicateTimeoutMax, "replicate-timeout-max", 0, "cap of the adaptive replicate timeout (0: 8x --replicate-timeout; equal to it: fixed)")
 	f.DurationVar(&opts.ScrubInterval, "scrub-interval", 10*time.Minute, "pause between the extent scrubber's passes over every block (negative: off)")
 	f.Int64Var(&opts.ReadCacheBytes, "read-cache-bytes", tableserver.DefaultReadCacheBytes, "bytes of read cache all of this server's ssd partitions share (each an equal share)")
 	f.BoolVar(&opts.EngineSyncWrites, "engine-sync-writes", false, "engines of replicated partitions fsync every write too (slower; for measuring what lazy flushing gains)")

@@ -414,21 +414,21 @@ type link struct {
 	srtt, rttvar time.Duration
 }
 
-// maxTimeoutFactor caps a link's adaptive replicate timeout at this many
-// times NodeOptions.ReplicateTimeout: a secondary paused for longer is
-// dropped (and rejoins after), whatever the round trips were.
+// maxTimeoutFactor is NodeOptions.ReplicateTimeoutMax's default, times
+// ReplicateTimeout: a secondary paused for longer is dropped (and rejoins
+// after), whatever the round trips were.
 const maxTimeoutFactor = 8
 
 // timeout is how long a batch on the link may go unanswered before its
 // secondaries are dropped: the smoothed round trip plus four mean
 // deviations (TCP's retransmission timeout, RFC 6298), at least
-// NodeOptions.ReplicateTimeout and at most maxTimeoutFactor times it.
+// NodeOptions.ReplicateTimeout and at most ReplicateTimeoutMax.
 func (l *link) timeout() time.Duration {
 	floor := l.n.opts.ReplicateTimeout
 	l.rttMu.Lock()
 	rto := l.srtt + 4*l.rttvar
 	l.rttMu.Unlock()
-	return min(max(rto, floor), maxTimeoutFactor*floor)
+	return min(max(rto, floor), l.n.opts.ReplicateTimeoutMax)
 }
 
 // observeRTT folds one answered batch's round trip into the estimate.

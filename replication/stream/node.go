@@ -34,11 +34,14 @@ type NodeOptions struct {
 	// set (with AckAll, the appends fail and the writer seals). It is the
 	// floor: a link whose batches take longer to be answered waits longer
 	// (the smoothed round trip plus four deviations, as TCP's
-	// retransmission timeout, up to 8× the floor), so a busy machine does
-	// not drop healthy secondaries. Default 5 s; a partition's commit log
-	// wants ~100-200 ms, so a paused secondary does not stall its writes
-	// for long.
+	// retransmission timeout, up to ReplicateTimeoutMax), so a busy
+	// machine does not drop healthy secondaries. Default 5 s; a
+	// partition's commit log wants ~100-200 ms, so a paused secondary does
+	// not stall its writes for long.
 	ReplicateTimeout time.Duration
+	// ReplicateTimeoutMax caps the adaptive replicate timeout. Default 8×
+	// ReplicateTimeout; equal to it, the timeout is fixed.
+	ReplicateTimeoutMax time.Duration
 	// MaxReplicaLag bounds, per secondary of an extent this node is
 	// primary of, the bytes queued for it but not yet acknowledged by it.
 	// Past it (a slow secondary under AckQuorum) the secondary is dropped
@@ -83,6 +86,8 @@ func (o NodeOptions) Validate() error {
 		return errors.New("stream: NodeOptions.Dir is required")
 	case o.ReplicateTimeout < 0:
 		return fmt.Errorf("stream: NodeOptions.ReplicateTimeout %v is negative", o.ReplicateTimeout)
+	case o.ReplicateTimeoutMax < 0 || (o.ReplicateTimeoutMax > 0 && o.ReplicateTimeoutMax < o.ReplicateTimeout):
+		return fmt.Errorf("stream: NodeOptions.ReplicateTimeoutMax %v is below ReplicateTimeout %v", o.ReplicateTimeoutMax, o.ReplicateTimeout)
 	case o.ReplicateCalls < 0:
 		return fmt.Errorf("stream: NodeOptions.ReplicateCalls %d is negative", o.ReplicateCalls)
 	case o.ScrubInterval < 0:
@@ -140,6 +145,9 @@ func OpenNode(opts NodeOptions) (*Node, error) {
 	}
 	if opts.ReplicateTimeout == 0 {
 		opts.ReplicateTimeout = 5 * time.Second
+	}
+	if opts.ReplicateTimeoutMax == 0 {
+		opts.ReplicateTimeoutMax = maxTimeoutFactor * opts.ReplicateTimeout
 	}
 	if opts.ReplicateCalls == 0 {
 		opts.ReplicateCalls = 1
