@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -108,6 +109,32 @@ func envDuration(t *testing.T, name string, def time.Duration) time.Duration {
 // host primaries. At the end everything is healed, every key is read back,
 // and the whole history must be linearizable (porcupine).
 func TestNemesis(t *testing.T) {
+	runNemesis(t, nemesisConfig{faults: []string{"kill", "stop", "blackhole", "delay", "reset"}})
+}
+
+// TestNemesisHandoffs is the nemesis of changes rather than crashes: it
+// pauses servers for 0.2-0.5 s again and again (their secondaries leave
+// the ack sets and must rejoin), moves primaries to other servers and
+// drains one server (live handoffs of the primary role, which must wait
+// out the old primary's lease), while two more clients read with ReadAny.
+// Besides a linearizable history at the primaries, every ReadAny read must
+// be within the staleness bound, and at the end every replica's applied
+// LSN must equal the commit point.
+func TestNemesisHandoffs(t *testing.T) {
+	runNemesis(t, nemesisConfig{faults: []string{"flap", "move", "drain"}, readAny: true, inStep: true})
+}
+
+// nemesisConfig is what a nemesis run varies.
+type nemesisConfig struct {
+	faults  []string // picked from at random (TABULA_NEMESIS_FAULTS overrides)
+	readAny bool     // two more clients read with ReadAny, checked against the staleness bound
+	inStep  bool     // at the end, every replica's applied LSN must reach the commit point
+}
+
+// nemesisFaults are every fault the nemesis knows.
+var nemesisFaults = []string{"kill", "stop", "blackhole", "delay", "reset", "flap", "move", "drain"}
+
+func runNemesis(t *testing.T, cfg nemesisConfig) {
 	if testing.Short() {
 		t.Skip("multi-process nemesis: skipped with -short")
 	}
@@ -119,22 +146,20 @@ func TestNemesis(t *testing.T) {
 		}
 	}
 	duration := envDuration(t, "TABULA_NEMESIS_DURATION", 20*time.Second)
-	faults := []string{"kill", "stop", "blackhole", "delay", "reset"}
+	faults := cfg.faults
 	if s := os.Getenv("TABULA_NEMESIS_FAULTS"); s != "" {
 		faults = strings.Split(s, ",")
 		for _, f := range faults {
-			switch f {
-			case "kill", "stop", "blackhole", "delay", "reset":
-			default:
-				t.Fatalf("TABULA_NEMESIS_FAULTS: unknown fault %q (kill, stop, blackhole, delay, reset)", f)
+			if !slices.Contains(nemesisFaults, f) {
+				t.Fatalf("TABULA_NEMESIS_FAULTS: unknown fault %q (%s)", f, strings.Join(nemesisFaults, ", "))
 			}
 		}
 	}
 	t.Logf("nemesis seed %d (TABULA_NEMESIS_SEED=%d to replay), duration %v, faults %v", seed, seed, duration, faults)
 	defer func() {
 		if t.Failed() {
-			t.Logf("replay with: TABULA_NEMESIS_SEED=%d TABULA_NEMESIS_DURATION=%v TABULA_NEMESIS_FAULTS=%s go test ./cmd/tabula -run TestNemesis",
-				seed, duration, strings.Join(faults, ","))
+			t.Logf("replay with: TABULA_NEMESIS_SEED=%d TABULA_NEMESIS_DURATION=%v TABULA_NEMESIS_FAULTS=%s go test ./cmd/tabula -run '%s$'",
+				seed, duration, strings.Join(faults, ","), t.Name())
 		}
 	}()
 	nemRand := rand.New(rand.NewPCG(seed, 1))
@@ -335,6 +360,48 @@ func TestNemesis(t *testing.T) {
 		}()
 	}
 
+	// ReadAny readers: any replica may answer, within the staleness
+	// bound; their reads are checked against the history afterwards (they
+	// are not linearizable, so they stay out of porcupine's history).
+	var (
+		anyMu    sync.Mutex
+		anyReads []anyRead // guarded by anyMu
+	)
+	if cfg.readAny {
+		for c := 0; c < 2; c++ {
+			cl, err := client.New(ctx, client.Options{Credential: testCred, Masters: []string{masterAddr}, RetryTimeout: 2 * time.Second, Seed: seed + uint64(c) + 500})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cl.Close()
+			tbl := cl.Table("nemesis")
+			r := rand.New(rand.NewPCG(seed, uint64(c)+500))
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for {
+					select {
+					case <-clientsStop:
+						return
+					default:
+					}
+					k := keys[r.IntN(len(keys))]
+					opCtx, opCancel := context.WithTimeout(ctx, time.Second)
+					call := rec.Now()
+					v, err := tbl.Get(opCtx, []byte(k), client.ReadAny())
+					ret := rec.Now()
+					opCancel()
+					if err != nil && !errors.Is(err, client.ErrKeyNotFound) {
+						continue
+					}
+					anyMu.Lock()
+					anyReads = append(anyReads, anyRead{key: k, value: string(v), found: err == nil, call: call, ret: ret})
+					anyMu.Unlock()
+				}
+			}()
+		}
+	}
+
 	// The nemesis: one fault at a time on a server hosting primaries, then
 	// a quiet spell.
 	nemesisStop := make(chan struct{})
@@ -359,6 +426,17 @@ func TestNemesis(t *testing.T) {
 	between := func(lo, hi time.Duration) time.Duration {
 		return lo + time.Duration(nemRand.Int64N(int64(hi-lo)+1))
 	}
+	// The servers' ids by advertised address, for drains.
+	serverIDs := map[string]string{}
+	if ss, err := admin.ListServers(ctx); err == nil {
+		for _, sv := range ss {
+			serverIDs[sv.GetAddr()] = sv.GetId()
+		}
+	}
+	var (
+		drained *nemesisServer // the one drain of the run
+		moveIdx int
+	)
 	nemesisWG.Add(1)
 	go func() {
 		defer nemesisWG.Done()
@@ -412,6 +490,18 @@ func TestNemesis(t *testing.T) {
 			case "reset":
 				d = between(100*time.Millisecond, 2*time.Second)
 				desc = fmt.Sprintf("reset server-%d's connections for %v", s.idx, d)
+			case "flap":
+				s = servers[nemRand.IntN(len(servers))] // secondaries too
+				d = between(200*time.Millisecond, 500*time.Millisecond)
+				desc = fmt.Sprintf("SIGSTOP server-%d for %v, 3-6 times", s.idx, d)
+			case "move":
+				moveIdx = nemRand.IntN(nemesisPartsNum)
+				desc = fmt.Sprintf("move partition %d's primary", moveIdx)
+			case "drain":
+				if drained != nil {
+					continue // once per run: a drained server gets nothing back
+				}
+				desc = fmt.Sprintf("drain server-%d", s.idx)
 			}
 			injected = append(injected, fmt.Sprintf("%.1fs %s", float64(rec.Now())/1e9, desc))
 			end := rec.Note("nemesis", desc)
@@ -443,6 +533,29 @@ func TestNemesis(t *testing.T) {
 				pause(d)
 				s.in.Heal()
 				s.toMaster.Heal()
+			case "flap":
+				for n := 3 + nemRand.IntN(4); n > 0; n-- {
+					_ = s.proc.cmd.Process.Signal(syscall.SIGSTOP)
+					s.stopped = true
+					stopped := pause(d)
+					_ = s.proc.cmd.Process.Signal(syscall.SIGCONT)
+					s.stopped = false
+					if !stopped || !pause(between(300*time.Millisecond, time.Second)) {
+						break
+					}
+				}
+			case "move":
+				if _, errOut, err := cli(t, masterAddr, nil, "partition", "move", "nemesis", strconv.Itoa(moveIdx)); err != nil {
+					injected = append(injected, fmt.Sprintf("  (refused: %v: %s)", err, strings.TrimSpace(errOut)))
+				}
+			case "drain":
+				if id := serverIDs[s.in.Addr()]; id != "" {
+					if _, errOut, err := cli(t, masterAddr, nil, "server", "drain", id); err != nil {
+						injected = append(injected, fmt.Sprintf("  (refused: %v: %s)", err, strings.TrimSpace(errOut)))
+					} else {
+						drained = s
+					}
+				}
 			}
 			end()
 		}
@@ -504,6 +617,31 @@ func TestNemesis(t *testing.T) {
 	statsMu.Unlock()
 	if st.Ok < 100 {
 		t.Errorf("only %d operations succeeded: the cluster did not serve", st.Ok)
+	}
+
+	if cfg.inStep {
+		tStep := time.Now()
+		waitFor(t, 20*time.Second, "every replica at its partition's commit point", func() (bool, error) {
+			return replicasInStep(ctx, admin, "nemesis")
+		})
+		t.Logf("every replica at the commit point %v after the final reads", time.Since(tStep).Round(time.Millisecond))
+	}
+	if cfg.readAny {
+		anyMu.Lock()
+		reads := anyReads
+		anyMu.Unlock()
+		stale := staleReads(rec.History(), reads, readAnyBound+readAnySlack)
+		t.Logf("ReadAny: %d reads checked against the %v bound (+%v for the network)", len(reads), readAnyBound, readAnySlack)
+		for i, msg := range stale {
+			if i == 20 {
+				t.Errorf("... and %d more", len(stale)-20)
+				break
+			}
+			t.Error(msg)
+		}
+		if len(reads) < 100 {
+			t.Errorf("only %d ReadAny reads answered", len(reads))
+		}
 	}
 
 	tCheck := time.Now()
