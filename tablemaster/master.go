@@ -66,6 +66,11 @@ type Master struct {
 	liveMu sync.Mutex
 	live   map[string]*liveness // by server id
 
+	// handoffMu guards handoffs, the leader's clocks of the live
+	// handoffs pending (handoff.go). Lock order: handoffMu, then liveMu.
+	handoffMu sync.Mutex
+	handoffs  handoffClocks
+
 	// srvMu guards the gRPC servers Serve started.
 	srvMu   sync.Mutex
 	servers []*grpc.Server
@@ -208,6 +213,9 @@ func Open(opts Options) (*Master, error) {
 			m.live[id] = &liveness{lastHeard: m.leaseGate().TakeoverHeard(now)}
 		}
 	}
+	// A restarted master counts every pending handoff from now: any lease
+	// it granted on an older map was granted before.
+	m.resetHandoffClocks(m.leaseGate().TakeoverHeard(now))
 	cur := m.State()
 	m.logger.Info("tablemaster: opened", "dir", opts.DataDir, "version", cur.Version, "seq", m.seq,
 		"tables", len(cur.Tables), "servers", len(cur.Servers))
@@ -481,6 +489,7 @@ func (m *Master) checkLiveness() {
 	st := m.State()
 	defer m.replaceDead(st, now)
 	defer m.placeShortOnes(st, now)
+	defer func() { m.clearHandoffs(m.State(), now) }() // after the deaths below: a dead old primary needs no wait
 	for _, id := range st.ServerIDs() {
 		if !st.Servers[id].Alive || !m.silent(id, now) {
 			continue
