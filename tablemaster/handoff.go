@@ -20,7 +20,8 @@ import (
 //   - the old primary acknowledged its demotion: a heartbeat whose
 //     statuses were built from a map at least as new as Handoff.Version
 //     (HeartbeatRequest.map_version), so it no longer serves from an older
-//     one; or
+//     one, or a heartbeat saying it is shutting down (SIGTERM: it admits
+//     no client request from then on); or
 //   - its lease provably ran out: LeaseGate.HandoffOver, counted on the
 //     leader's monotonic clock from when it first saw the handoff, or from
 //     its own takeover if later (an earlier leader's stale grants end by
@@ -194,7 +195,7 @@ func (m *Master) clearHandoffs(st *State, now time.Time) {
 			}
 			since = maxTime(since, m.handoffs.floor)
 			srv := st.Servers[h.From]
-			if srv == nil || !srv.Alive || m.reportedMap(h.From) >= h.Version || gate.HandoffOver(since, now, lease) {
+			if srv == nil || !srv.Alive || m.demoted(h.From, h.Version) || gate.HandoffOver(since, now, lease) {
 				done[p.ID] = h.Version
 			}
 		}
@@ -220,15 +221,14 @@ func (m *Master) clearHandoffs(st *State, now time.Time) {
 	}
 }
 
-// reportedMap is the map version server id's latest statuses were built
-// from (0: none reported to this leader).
-func (m *Master) reportedMap(id string) uint64 {
+// demoted reports whether server id told this leader that it serves from
+// map version v or later (its latest statuses were built from one), or
+// that it is shutting down.
+func (m *Master) demoted(id string, v uint64) bool {
 	m.liveMu.Lock()
 	defer m.liveMu.Unlock()
-	if l := m.live[id]; l != nil && !l.dead {
-		return l.statusVersion
-	}
-	return 0
+	l := m.live[id]
+	return l != nil && !l.dead && (l.statusVersion >= v || l.draining)
 }
 
 func maxTime(a, b time.Time) time.Time {

@@ -1,9 +1,12 @@
 package tablemaster
 
 import (
+	"context"
 	"encoding/json"
 	"testing"
 	"time"
+
+	"github.com/tabuladb/tabula/api"
 )
 
 // handoffState has servers a-d in their own fault domains and point table
@@ -195,4 +198,67 @@ func mustJSON(t *testing.T, v any) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// TestHandoffLifted: the leader's liveness loop lifts a live handoff's
+// fence once the old primary reports the demoting map, says it shuts
+// down, or its lease has provably run out — and not before.
+func TestHandoffLifted(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name    string
+		sigterm bool
+		lift    func(t *testing.T, m *Master, clock *fakeClock, ids []string, old string, p Partition)
+	}{
+		{"the old primary reports the demoting map", false, func(t *testing.T, m *Master, _ *fakeClock, _ []string, old string, p Partition) {
+			report(t, m, old, p, api.ReplicaState_REPLICA_STATE_IN_SYNC, m.State().Version)
+		}},
+		{"the old primary's lease runs out", false, func(t *testing.T, m *Master, clock *fakeClock, ids []string, _ string, p Partition) {
+			clock.Advance(HandoffWait(m.opts.LeaseDuration))
+			m.checkLiveness()
+			if partOf(m.State(), p.ID).Handoff == nil {
+				t.Fatal("lifted at HandoffWait, before the old lease provably ran out")
+			}
+			clock.Advance(time.Millisecond)
+		}},
+		{"the old primary shuts down (SIGTERM)", true, func(*testing.T, *Master, *fakeClock, []string, string, Partition) {}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m, ids, clock := healCluster(t, Options{})
+			p := healPartition(t, m)
+			old := primaryID(&p)
+			v0 := m.State().Version
+			for _, id := range ids {
+				report(t, m, id, p, api.ReplicaState_REPLICA_STATE_IN_SYNC, v0) // every server on the map before the handoff
+			}
+			if tc.sigterm {
+				if _, err := m.Heartbeat(ctx, &api.HeartbeatRequest{ServerId: old, Draining: true, ReplicasOmitted: true}); err != nil {
+					t.Fatal(err)
+				}
+			} else if _, err := m.DrainServer(ctx, &api.DrainServerRequest{ServerId: old}); err != nil {
+				t.Fatal(err)
+			}
+			h := partOf(m.State(), p.ID).Handoff
+			if h == nil || h.From != old {
+				t.Fatalf("after the drain: handoff %+v, want from %s", h, old)
+			}
+			if !tc.sigterm {
+				// A report from before the demoting map is no ack.
+				report(t, m, old, p, api.ReplicaState_REPLICA_STATE_IN_SYNC, h.Version-1)
+				m.checkLiveness()
+				if partOf(m.State(), p.ID).Handoff == nil {
+					t.Fatal("lifted with no ack and the old lease still running")
+				}
+			}
+			tc.lift(t, m, clock, ids, old, p)
+			m.checkLiveness()
+			q := partOf(m.State(), p.ID)
+			if q.Handoff != nil {
+				t.Fatalf("still fenced: %+v", q.Handoff)
+			}
+			if primaryID(&q) == old || q.Epoch != p.Epoch+1 {
+				t.Fatalf("primary %s at epoch %d after, want another at epoch %d", primaryID(&q), q.Epoch, p.Epoch+1)
+			}
+		})
+	}
 }

@@ -147,6 +147,10 @@ type liveness struct {
 	// statusVersion is the map version statuses were built from (0:
 	// unknown, a server from before HeartbeatRequest.map_version).
 	statusVersion uint64
+	// draining: the process said it is shutting down (SIGTERM,
+	// HeartbeatRequest.draining); it admits no client request from
+	// then on, so it serves no partition (handoff.go).
+	draining bool
 	// written is each tenant's written counters (TenantLoad's written
 	// and memory written bytes) at the report statuses came from: the
 	// base of the size allowances computed from them (quotas.go).
