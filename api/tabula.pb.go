@@ -950,8 +950,17 @@ type Partition struct {
 	DataLost bool `protobuf:"varint,8,opt,name=data_lost,json=dataLost,proto3" json:"data_lost,omitempty"`
 	// Ordered tables: the partition holds the keys in [key_start, key_end)
 	// (empty key_end: no upper bound); start and end are 0.
-	KeyStart      []byte `protobuf:"bytes,9,opt,name=key_start,json=keyStart,proto3" json:"key_start,omitempty"`
-	KeyEnd        []byte `protobuf:"bytes,10,opt,name=key_end,json=keyEnd,proto3" json:"key_end,omitempty"`
+	KeyStart []byte `protobuf:"bytes,9,opt,name=key_start,json=keyStart,proto3" json:"key_start,omitempty"`
+	KeyEnd   []byte `protobuf:"bytes,10,opt,name=key_end,json=keyEnd,proto3" json:"key_end,omitempty"`
+	// A live handoff in progress: the server id of the previous primary,
+	// which is alive (a drain, a move, SIGTERM) and may still serve strong
+	// reads from an older map until its lease runs out. The primary named
+	// in replicas catches up on the log but takes no writes and serves no
+	// strong reads (UNAVAILABLE handoff_pending: retry) until the master
+	// clears this, once the old primary reported the map that demoted it
+	// or its lease has provably run out. Empty: no wait (every map from
+	// before it).
+	HandoffFrom   string `protobuf:"bytes,11,opt,name=handoff_from,json=handoffFrom,proto3" json:"handoff_from,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1054,6 +1063,13 @@ func (x *Partition) GetKeyEnd() []byte {
 		return x.KeyEnd
 	}
 	return nil
+}
+
+func (x *Partition) GetHandoffFrom() string {
+	if x != nil {
+		return x.HandoffFrom
+	}
+	return ""
 }
 
 // PartitionLog is where a partition's commit log continues.
@@ -9372,7 +9388,7 @@ const file_tabula_proto_rawDesc = "" +
 	"\vbulk_serves\x18\x05 \x01(\x04R\n" +
 	"bulkServes\x12\x1d\n" +
 	"\n" +
-	"bulk_holds\x18\x06 \x03(\x04R\tbulkHolds\"\x9d\x02\n" +
+	"bulk_holds\x18\x06 \x03(\x04R\tbulkHolds\"\xc0\x02\n" +
 	"\tPartition\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x14\n" +
 	"\x05start\x18\x02 \x01(\x04R\x05start\x12\x10\n" +
@@ -9384,7 +9400,8 @@ const file_tabula_proto_rawDesc = "" +
 	"\tdata_lost\x18\b \x01(\bR\bdataLost\x12\x1b\n" +
 	"\tkey_start\x18\t \x01(\fR\bkeyStart\x12\x17\n" +
 	"\akey_end\x18\n" +
-	" \x01(\fR\x06keyEnd\">\n" +
+	" \x01(\fR\x06keyEnd\x12!\n" +
+	"\fhandoff_from\x18\v \x01(\tR\vhandoffFrom\">\n" +
 	"\fPartitionLog\x12\x16\n" +
 	"\x06stream\x18\x01 \x01(\tR\x06stream\x12\x16\n" +
 	"\x06extent\x18\x02 \x01(\x04R\x06extent\"\xeb\x01\n" +

@@ -63,6 +63,9 @@ func (p Partition) Proto() *api.Partition {
 		ap.Log = &api.PartitionLog{Stream: p.Log.Stream, Extent: p.Log.Extent}
 	}
 	ap.DataLost = p.DataLost != nil
+	if p.Handoff != nil {
+		ap.HandoffFrom = p.Handoff.From
+	}
 	return ap
 }
 

@@ -76,6 +76,7 @@ func cloneMap[V any](m map[string]V) map[string]V {
 // s.Tables. Use the returned table
 // (and pointers into it) from then on.
 func (s *State) mutTable(t *Table) *Table {
+	s.notePrimaries(t) // before any change: handoff.go compares after it
 	if s.cow == nil || s.cow.ownTables[t] {
 		return t
 	}

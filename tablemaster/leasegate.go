@@ -76,6 +76,24 @@ func (g LeaseGate) SilentFor(lastHeard, now time.Time, d time.Duration) bool {
 	return lastHeard.IsZero() || now.Sub(lastHeard) > d
 }
 
+// HandoffWait is how long, on a master's clock, a lease of duration lease
+// may still run after the moment the master's map moved on, with every
+// clock's rate off by up to MaxClockRateError: the holder counts the lease
+// on its own clock (possibly slow) from a send time before that moment,
+// the master counts this on its own (possibly fast).
+func HandoffWait(lease time.Duration) time.Duration {
+	return time.Duration(float64(lease)*(1+MaxClockRateError)/(1-MaxClockRateError)) + time.Millisecond
+}
+
+// HandoffOver reports whether, at now, every lease of duration lease that a
+// master answered before since has run out: a live handoff's old primary,
+// whose last renewal on the older map came before the map that demoted it
+// (since: when the leader saw that map, or its takeover if later), no
+// longer serves from the older map.
+func (g LeaseGate) HandoffOver(since, now time.Time, lease time.Duration) bool {
+	return now.Sub(since) > HandoffWait(lease)
+}
+
 // MayGrant reports whether a leader may renew a lease at now (answer a
 // heartbeat or a registration) when a quorum last confirmed its
 // leadership for a question asked at confirmed (zero: never).

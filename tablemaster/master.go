@@ -66,6 +66,11 @@ type Master struct {
 	liveMu sync.Mutex
 	live   map[string]*liveness // by server id
 
+	// handoffMu guards handoffs, the leader's clocks of the live
+	// handoffs pending (handoff.go). Lock order: handoffMu, then liveMu.
+	handoffMu sync.Mutex
+	handoffs  handoffClocks
+
 	// srvMu guards the gRPC servers Serve started.
 	srvMu   sync.Mutex
 	servers []*grpc.Server
@@ -142,6 +147,10 @@ type liveness struct {
 	// statusVersion is the map version statuses were built from (0:
 	// unknown, a server from before HeartbeatRequest.map_version).
 	statusVersion uint64
+	// draining: the process said it is shutting down (SIGTERM,
+	// HeartbeatRequest.draining); it admits no client request from
+	// then on, so it serves no partition (handoff.go).
+	draining bool
 	// written is each tenant's written counters (TenantLoad's written
 	// and memory written bytes) at the report statuses came from: the
 	// base of the size allowances computed from them (quotas.go).
@@ -208,6 +217,9 @@ func Open(opts Options) (*Master, error) {
 			m.live[id] = &liveness{lastHeard: m.leaseGate().TakeoverHeard(now)}
 		}
 	}
+	// A restarted master counts every pending handoff from now: any lease
+	// it granted on an older map was granted before.
+	m.resetHandoffClocks(m.leaseGate().TakeoverHeard(now))
 	cur := m.State()
 	m.logger.Info("tablemaster: opened", "dir", opts.DataDir, "version", cur.Version, "seq", m.seq,
 		"tables", len(cur.Tables), "servers", len(cur.Servers))
@@ -481,6 +493,7 @@ func (m *Master) checkLiveness() {
 	st := m.State()
 	defer m.replaceDead(st, now)
 	defer m.placeShortOnes(st, now)
+	defer func() { m.clearHandoffs(m.State(), now) }() // after the deaths below: a dead old primary needs no wait
 	for _, id := range st.ServerIDs() {
 		if !st.Servers[id].Alive || !m.silent(id, now) {
 			continue

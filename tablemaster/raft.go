@@ -180,6 +180,9 @@ func (m *Master) becomeLeader(term uint64) {
 		}
 	}
 	m.liveMu.Unlock()
+	// Pending handoffs count from the takeover: an earlier leader may
+	// have renewed an old primary's lease on an older map until then.
+	m.resetHandoffClocks(heard)
 	m.raft.leaseGranted.Store(false)
 	m.raft.leading.Store(true)
 	// Leadership may have ended between the check above and the store (its

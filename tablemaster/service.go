@@ -232,7 +232,7 @@ func (m *Master) Heartbeat(_ context.Context, req *api.HeartbeatRequest) (*api.H
 			written[tl.GetTenant()] = [2]uint64{tl.GetWrittenBytes(), tl.GetMemoryWrittenBytes()}
 		}
 	}
-	m.live[req.ServerId] = &liveness{lastHeard: m.opts.Now(), statuses: statuses, statusVersion: statusVersion, written: written}
+	m.live[req.ServerId] = &liveness{lastHeard: m.opts.Now(), statuses: statuses, statusVersion: statusVersion, written: written, draining: l.draining || req.Draining}
 	m.liveMu.Unlock()
 	if m.raft != nil && !m.raft.leaseGranted.Swap(true) {
 		m.logger.Info("tablemaster: leases granted again: first heartbeat answered as leader", "server", req.ServerId)

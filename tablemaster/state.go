@@ -163,6 +163,9 @@ type Command struct {
 	// (requests.go): a command whose id was applied before changes
 	// nothing.
 	RequestID string `json:"request_id,omitempty"`
+	// Handoffs: OpHandoffDone's partitions (id → the Handoff.Version it
+	// clears); see handoff.go.
+	Handoffs map[uint64]uint64 `json:"handoffs,omitempty"`
 }
 
 // Result is what Apply reports about an applied command.
@@ -316,6 +319,10 @@ type Partition struct {
 	// Move is the replica move in progress, if any (move.go). A Move is
 	// never modified once set (clones share it).
 	Move *Move `json:"move,omitempty"`
+	// Handoff is set while the primary role moved off a live server and
+	// the new primary may not serve yet (handoff.go); nil: it may (and in
+	// every state from before it).
+	Handoff *Handoff `json:"handoff,omitempty"`
 }
 
 // DataLoss records how a partition lost every copy of its data.
@@ -402,6 +409,10 @@ type State struct {
 	// primaries caches primaryCounts while one command places replicas;
 	// nil between commands.
 	primaries map[string]int
+	// before holds, while one command applies, the primaries of each
+	// table it changes as they were before it (handoff.go); nil between
+	// commands.
+	before map[string]primariesBefore
 }
 
 // NewState returns the empty state: no tenants, ids starting at 1.
@@ -543,7 +554,7 @@ func (s *State) apply(cmd *Command, chk bool) (Result, error) {
 		res Result
 		err error
 	)
-	defer func() { s.primaries = nil }()
+	defer func() { s.primaries, s.before = nil, nil }()
 	if cmd.RequestID != "" {
 		if chk {
 			if err := checkRequestID(cmd.RequestID); err != nil {
@@ -608,6 +619,8 @@ func (s *State) apply(cmd *Command, chk bool) (Result, error) {
 		res, err = s.moveDone(*cmd)
 	case OpReplicaFailed:
 		res, err = s.replicaFailed(*cmd)
+	case OpHandoffDone:
+		res, err = s.handoffDone(*cmd)
 	default:
 		return Result{}, errInvalid("op", "unknown_command", 0, "unknown command %q", cmd.Op)
 	}
@@ -622,6 +635,7 @@ func (s *State) apply(cmd *Command, chk bool) (Result, error) {
 		// is not the partition map: servers and clients need not refetch
 		// the map when only it changed.
 		s.Version++
+		s.fenceHandoffs() // a primary moved off a live server waits (handoff.go)
 	}
 	return res, nil
 }

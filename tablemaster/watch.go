@@ -185,7 +185,8 @@ func samePartition(a, b *Partition) bool {
 	return a.ID == b.ID && a.Index == b.Index && a.Start == b.Start && a.End == b.End && a.Epoch == b.Epoch &&
 		slices.Equal(a.Replicas, b.Replicas) &&
 		(a.Log == b.Log || a.Log != nil && b.Log != nil && *a.Log == *b.Log) &&
-		(a.DataLost == b.DataLost || a.DataLost != nil && b.DataLost != nil && *a.DataLost == *b.DataLost)
+		(a.DataLost == b.DataLost || a.DataLost != nil && b.DataLost != nil && *a.DataLost == *b.DataLost) &&
+		(a.Handoff == nil) == (b.Handoff == nil) && (a.Handoff == nil || a.Handoff.From == b.Handoff.From)
 }
 
 // newMapVersion returns the map version of s, the first State published

@@ -80,6 +80,11 @@ type logReplica struct {
 	failedExtent uint64
 	// caughtUp: a new primary applied the whole sealed log.
 	caughtUp bool
+	// handoff: the map fences this term (Partition.handoff_from): the
+	// previous primary, alive, may still serve from an older map, so
+	// this one catches up but neither writes nor serves strong reads
+	// until the master clears it (tablemaster/handoff.go).
+	handoff string
 	// tail position: the extent being read and the offset in it.
 	tailExtent uint64
 	tailOff    int64
@@ -241,6 +246,8 @@ func (l *logReplica) update(p *api.Partition, serverID string) {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	// Not part of the role: lifting the fence does not start a new term.
+	l.handoff = p.GetHandoffFrom()
 	if w == l.want {
 		return
 	}
@@ -499,6 +506,8 @@ func (l *logReplica) writableLocked(epoch uint64) error {
 		return api.Errorf(api.ErrorCode_ERROR_CODE_NOT_OWNER, "not_primary", "partition %d: this server is not its primary", l.pid)
 	case !l.caughtUp || l.want.extent == 0 || l.extent == 0:
 		return api.Errorf(api.ErrorCode_ERROR_CODE_UNAVAILABLE, "log_reconfiguring", "partition %d: its log is being reconfigured (failover or a replica change); retry shortly", l.pid)
+	case l.handoff != "":
+		return api.Errorf(api.ErrorCode_ERROR_CODE_UNAVAILABLE, "handoff_pending", "partition %d: the primary role is being handed over from %s, which may still serve until it lets go; retry shortly", l.pid, l.handoff)
 	}
 	return nil
 }
@@ -887,9 +896,10 @@ func (p *logCoprocPartition) Commit(ctx context.Context, reads []coproc.Read, ba
 }
 
 // readState is the applied LSN and whether the replica serves as primary
-// (caught up on the log it inherited).
+// (caught up on the log it inherited, and not fenced by a live handoff).
 func (l *logReplica) readState() (applied uint64, serving, copying bool, failed error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.core.Applied(), l.caughtUp && l.want.role == partition.RolePrimary && l.fatal == nil && l.reopening == nil, l.needCopy && l.want.role == partition.RoleSecondary, l.fatal
+	serving = l.caughtUp && l.want.role == partition.RolePrimary && l.fatal == nil && l.reopening == nil && l.handoff == ""
+	return l.core.Applied(), serving, l.needCopy && l.want.role == partition.RoleSecondary, l.fatal
 }

@@ -8,7 +8,11 @@ package raftnode_test
 // tableserver.Lease the binary uses — and their map says they are its
 // primary; the leader declares servers dead with the very
 // tablemaster.LeaseGate the master uses and moves their partitions at a
-// new epoch. Every node runs on its own skewed clock (rate within ±1%, an
+// new epoch; the leader also hands primaries off live servers (drains,
+// moves, placement: tablemaster's live handoffs), whose new terms stay
+// fenced until the old primary reported the demoting map or the gate says
+// its lease ran out (LeaseGate.HandoffOver), while servers' heartbeats and
+// map watches are slowed. Every node runs on its own skewed clock (rate within ±1%, an
 // offset); members crash (losing what was not fsynced) and restart,
 // pause (a SIGSTOP: no ticks, messages held) and resume, transfer
 // leadership; servers crash and restart; the network partitions, drops,
@@ -82,6 +86,11 @@ func (c clock) at(now time.Duration) time.Duration {
 type assignment struct {
 	Primary int // server index; -1: none
 	Epoch   uint64
+	// Fence is 1 + the old primary of a live handoff pending (0: none),
+	// FenceV the map version that demoted it (tablemaster.Handoff): the
+	// primary serves only once it is lifted.
+	Fence  int    `json:",omitempty"`
+	FenceV uint64 `json:",omitempty"`
 }
 
 type logItem struct {
@@ -111,34 +120,90 @@ func (st *mapState) clone() mapState {
 	return mapState{Version: st.Version, Alive: slices.Clone(st.Alive), Parts: slices.Clone(st.Parts)}
 }
 
+// newTerm gives partition p to server next (-1: none) at a new epoch,
+// fenced as tablemaster's State.fenceTerm fences it: a primary moved off a
+// live server waits; a fence pending stays (the primary in between never
+// served) unless the role goes back to its old primary.
+func (st *mapState) newTerm(p, next int, noFence bool) {
+	a := st.Parts[p]
+	from := a.Primary
+	a.Primary, a.Epoch = next, a.Epoch+1
+	switch {
+	case a.Fence != 0:
+		if next == a.Fence-1 {
+			a.Fence, a.FenceV = 0, 0
+		}
+	case from >= 0 && st.Alive[from] && !noFence:
+		a.Fence, a.FenceV = from+1, st.Version+1 // the version this command makes
+	}
+	st.Parts[p] = a
+}
+
+// nextLive is the first live server after s (cyclically) other than s.
+func (st *mapState) nextLive(s int) int {
+	for k := 1; k < numServers; k++ {
+		if c := (s + k) % numServers; st.Alive[c] {
+			return c
+		}
+	}
+	return -1
+}
+
 // apply applies a logged command: "dS" (down) declares server S dead and
 // moves each partition it leads to the next live server at a new epoch;
 // "uS" (up) brings S back and gives it the partitions without a primary;
-// "cN" is a client's command.
-func (st *mapState) apply(index uint64, cmd string) {
+// "mP" (move) hands partition P's primary role to the next live server,
+// and "rS" (drain) every primary role of S (live handoffs: fenced);
+// "kP:V" lifts P's fence if it is the one of map version V; "cN" is a
+// client's command.
+func (st *mapState) apply(index uint64, cmd string, noFence bool) {
 	st.Log = append(st.Log, logItem{index, cmd})
+	if len(cmd) > 2 && cmd[0] == 'k' {
+		var p int
+		var v uint64
+		if _, err := fmt.Sscanf(cmd, "k%d:%d", &p, &v); err == nil && st.Parts[p].Fence != 0 && st.Parts[p].FenceV == v {
+			st.Parts[p].Fence, st.Parts[p].FenceV = 0, 0
+			st.Version++
+		}
+		return
+	}
 	if len(cmd) != 2 {
 		return
 	}
 	s := int(cmd[1] - '0')
 	switch cmd[0] {
+	case 'm':
+		if a := st.Parts[s]; a.Primary >= 0 && st.Alive[a.Primary] {
+			if next := st.nextLive(a.Primary); next >= 0 {
+				st.newTerm(s, next, noFence)
+				st.Version++
+			}
+		}
+	case 'r':
+		if !st.Alive[s] {
+			return
+		}
+		moved := false
+		for p, a := range st.Parts {
+			if a.Primary == s {
+				if next := st.nextLive(s); next >= 0 {
+					st.newTerm(p, next, noFence)
+					moved = true
+				}
+			}
+		}
+		if moved {
+			st.Version++
+		}
 	case 'd':
 		if !st.Alive[s] {
 			return
 		}
 		st.Alive[s] = false
 		for p, a := range st.Parts {
-			if a.Primary != s {
-				continue
+			if a.Primary == s {
+				st.newTerm(p, st.nextLive(s), noFence)
 			}
-			next := -1
-			for k := 1; k < numServers; k++ {
-				if c := (s + k) % numServers; st.Alive[c] {
-					next = c
-					break
-				}
-			}
-			st.Parts[p] = assignment{Primary: next, Epoch: a.Epoch + 1}
 		}
 		st.Version++
 	case 'u':
@@ -148,7 +213,7 @@ func (st *mapState) apply(index uint64, cmd string) {
 		st.Alive[s] = true
 		for p, a := range st.Parts {
 			if a.Primary < 0 {
-				st.Parts[p] = assignment{Primary: s, Epoch: a.Epoch + 1}
+				st.newTerm(p, s, noFence)
 			}
 		}
 		st.Version++
@@ -169,7 +234,7 @@ func (m *assignSM) Apply(index uint64, data []byte) any {
 		m.s.failf("member %d applied %q at %d; another member applied %q there", m.id, data, index, prev)
 	}
 	m.s.applied[index] = string(data)
-	m.st.apply(index, string(data))
+	m.st.apply(index, string(data), m.s.noFence)
 	return m.st.Version
 }
 
@@ -205,8 +270,16 @@ type member struct {
 	nextConfirm  time.Duration
 	heard        []time.Time
 	dead         []bool
-	downBusy     []bool
-	actions      []func() // to run after the current Ready
+	// Live handoffs (tablemaster/handoff.go): the map version each server
+	// last reported, when this leader first saw each fence (by partition
+	// and version), the floor none counts from (its takeover), and the
+	// lifts proposed.
+	reported   []uint64
+	fenceSeen  map[[2]uint64]time.Time
+	fenceFloor time.Time
+	liftBusy   map[[2]uint64]bool
+	downBusy   []bool
+	actions    []func() // to run after the current Ready
 	// liveQ runs liveness decisions (declare dead, register) one at a
 	// time, each validated against the state when it runs, as the
 	// master's proposeMu serialises its proposals.
@@ -228,6 +301,9 @@ type server struct {
 	parts     []assignment
 	master    uint64 // the member it asks first
 	grantedBy uint64 // the member that last renewed its lease
+	// slowUntil: its heartbeats and map watch take slowBy longer each
+	// way until then (global time).
+	slowUntil, slowBy time.Duration
 
 	register        bool // its next beat is a registration
 	beating         bool
@@ -280,10 +356,14 @@ type leaseSim struct {
 	trace    []string
 	failed   bool
 	stats    leaseStats
+	// noFence: live handoffs are not fenced (the bug the fence fixes;
+	// TestLeaseSimulationCatchesUnfencedHandoffs).
+	noFence bool
 }
 
 type leaseStats struct {
 	crashes, pauses, serverCrashes, partitions, transfers, declaredDead, epochs, leaderTerms int
+	handoffs, fencesLifted, slowServers                                                      int
 }
 
 func (s *leaseSim) failf(format string, args ...any) {
@@ -298,9 +378,9 @@ func (s *leaseSim) logf(format string, args ...any) {
 	s.trace = append(s.trace, fmt.Sprintf("%8v ", s.now)+fmt.Sprintf(format, args...))
 }
 
-func newLeaseSim(t testing.TB, seed uint64, members int) *leaseSim {
+func newLeaseSim(t testing.TB, seed uint64, members int, noFence bool) *leaseSim {
 	s := &leaseSim{
-		t: t, seed: seed, rng: rand.New(rand.NewPCG(seed, 17)), net: raftnode.NewNetwork(seed),
+		t: t, seed: seed, noFence: noFence, rng: rand.New(rand.NewPCG(seed, 17)), net: raftnode.NewNetwork(seed),
 		group: map[int]int{}, applied: map[uint64]string{}, acked: map[uint64]string{}, served: map[[2]uint64]int{},
 		gate: tablemaster.RaftLeaseGate(deadAfter, electionTicks*raftTick),
 	}
@@ -369,6 +449,7 @@ func (s *leaseSim) startMember(m *member, peers map[uint64]string) {
 		return
 	}
 	m.sm = &assignSM{s: s, id: m.id, st: initialState()}
+	m.fenceSeen, m.liftBusy = nil, nil
 	ep := s.net.Endpoint(m.id)
 	c, err := raftnode.NewSimCore(raftnode.SimCoreConfig{
 		ID: m.id, ElectionTicks: electionTicks, SnapshotEvery: 20 + s.rng.Uint64N(40), KeepEntries: s.rng.Uint64N(10),
@@ -441,6 +522,9 @@ func (s *leaseSim) onLeaderChange(m *member, lc raftnode.LeaderChange) {
 					m.heard[i] = heard
 				}
 			}
+			// becomeLeader's resetHandoffClocks: fences count from the
+			// takeover; no server has reported to this leader yet.
+			m.reported, m.fenceSeen, m.fenceFloor, m.liftBusy = make([]uint64, numServers), map[[2]uint64]time.Time{}, heard, map[[2]uint64]bool{}
 			m.leading, m.leadTerm, m.nextConfirm = true, term, m.clk.at(s.now)
 			s.stats.leaderTerms++
 			s.logf("member %d: leading term %d at map version %d", m.id, term, m.sm.st.Version)
@@ -474,6 +558,46 @@ func (s *leaseSim) checkLiveness(m *member) {
 				}
 				done()
 			})
+		})
+	}
+}
+
+// liftFences is tablemaster's clearHandoffs: the leader lifts a live
+// handoff's fence once its old primary reported a map at least as new as
+// the demoting one, is dead, or its lease has provably run out
+// (LeaseGate.HandoffOver, counted from when this leader first saw the
+// fence, or its takeover if later).
+func (s *leaseSim) liftFences(m *member) {
+	now := m.local(s.now)
+	st := &m.sm.st
+	for p, a := range st.Parts {
+		if a.Fence == 0 {
+			continue
+		}
+		k := [2]uint64{uint64(p), a.FenceV}
+		since, ok := m.fenceSeen[k]
+		if !ok {
+			since = now
+			m.fenceSeen[k] = now
+		}
+		if m.fenceFloor.After(since) {
+			since = m.fenceFloor
+		}
+		from := a.Fence - 1
+		acked := !m.dead[from] && m.reported[from] >= a.FenceV
+		if m.liftBusy[k] || !(!st.Alive[from] || acked || s.gate.HandoffOver(since, now, leaseDur)) {
+			continue
+		}
+		m.liftBusy[k] = true
+		s.logf("member %d: lifts partition %d's fence v%d (old primary %d: alive %v, reported v%d, seen %v ago)", m.id, p, a.FenceV, from, st.Alive[from], m.reported[from], now.Sub(since))
+		c := m.c
+		m.c.Propose(fmt.Appendf(nil, "k%d:%d", p, a.FenceV), func(_ uint64, _ any, err error) {
+			if m.c == c {
+				delete(m.liftBusy, k)
+			}
+			if err == nil {
+				s.stats.fencesLifted++
+			}
 		})
 	}
 }
@@ -543,8 +667,9 @@ func (s *leaseSim) refuseLease(m *member, answer func(reply)) bool {
 	return false
 }
 
-// heartbeat is tablemaster's Heartbeat on member m.
-func (s *leaseSim) heartbeat(m *member, srv int, answer func(reply)) {
+// heartbeat is tablemaster's Heartbeat on member m; mapV is the map
+// version the server built it from (HeartbeatRequest.map_version).
+func (s *leaseSim) heartbeat(m *member, srv int, mapV uint64, answer func(reply)) {
 	if s.refuseLease(m, answer) {
 		return
 	}
@@ -554,6 +679,7 @@ func (s *leaseSim) heartbeat(m *member, srv int, answer func(reply)) {
 		return
 	}
 	m.heard[srv] = m.local(s.now)
+	m.reported[srv] = mapV
 	answer(reply{mapVersion: st.Version, lease: leaseDur})
 }
 
@@ -599,6 +725,11 @@ func (s *leaseSim) send(from, to int, fn func()) {
 	if s.faults.MaxDelay > s.faults.MinDelay {
 		delay += time.Duration(s.rng.Int64N(int64(s.faults.MaxDelay - s.faults.MinDelay)))
 	}
+	for _, n := range []int{from, to} {
+		if v := n - 100; v >= 0 && s.now < s.servers[v].slowUntil {
+			delay += s.servers[v].slowBy
+		}
+	}
 	s.seq++
 	e := &event{at: s.now + delay, seq: s.seq, to: to, fn: fn}
 	i, _ := slices.BinarySearchFunc(s.events, e, func(a, b *event) int {
@@ -642,7 +773,7 @@ func (s *leaseSim) startServer(v *server, restart bool) {
 // gets a third of the lease, as withMasterEach gives.
 func (s *leaseSim) startAttempt(v *server, local time.Duration) {
 	v.attempt++
-	attempt, reg, to := v.attempt, v.register, v.master
+	attempt, reg, to, mapV := v.attempt, v.register, v.master, v.mapV
 	v.attemptDeadline = local + v.lease.Duration()/3
 	s.send(100+v.idx, int(to), func() {
 		m := s.members[to-1]
@@ -652,7 +783,7 @@ func (s *leaseSim) startAttempt(v *server, local time.Duration) {
 		if reg {
 			s.registerServer(m, v.idx, answer)
 		} else {
-			s.heartbeat(m, v.idx, answer)
+			s.heartbeat(m, v.idx, mapV, answer)
 		}
 	})
 }
@@ -740,8 +871,8 @@ func (s *leaseSim) checkServing() {
 			continue
 		}
 		for p, a := range v.parts {
-			if a.Primary != v.idx {
-				continue
+			if a.Primary != v.idx || a.Fence != 0 {
+				continue // not its primary, or fenced by a live handoff
 			}
 			by[p] = append(by[p], v.idx)
 			s.servings++
@@ -817,6 +948,7 @@ func (s *leaseSim) step(faults bool) {
 			if local >= m.nextCheck {
 				m.nextCheck = local + beatInterval/2
 				s.checkLiveness(m)
+				s.liftFences(m)
 			}
 			s.ready(m)
 		}
@@ -840,6 +972,18 @@ func (s *leaseSim) step(faults bool) {
 				s.acked[index] = data
 			}
 		})
+		s.ready(l)
+	}
+	if l := s.leader(); l != nil && faults && s.rng.IntN(150) == 0 {
+		// A live handoff: a move (or placement) of one partition's
+		// primary, or a drain of a server.
+		cmd := fmt.Sprintf("m%d", s.rng.IntN(numParts))
+		if s.rng.IntN(3) == 0 {
+			cmd = fmt.Sprintf("r%d", s.rng.IntN(numServers))
+		}
+		s.stats.handoffs++
+		s.logf("member %d: proposes live handoff %s", l.id, cmd)
+		l.c.Propose([]byte(cmd), func(uint64, any, error) {})
 		s.ready(l)
 	}
 	if faults {
@@ -920,7 +1064,16 @@ func (s *leaseSim) fault() {
 		s.faults = raftnode.NetworkFaults{DropRate: s.rng.Float64() * 0.2, MaxDelay: time.Duration(1+s.rng.IntN(20)) * time.Millisecond}
 		s.net.SetFaults(s.faults)
 		s.logf("network drop %.2f delay ≤%v", s.faults.DropRate, s.faults.MaxDelay)
-	case r < 180:
+	case r < 195:
+		// A server whose heartbeats and map watch crawl: the old primary
+		// of a live handoff that hears of it late.
+		if v := s.servers[s.rng.IntN(len(s.servers))]; v.up {
+			v.slowBy = time.Duration(10+s.rng.IntN(int(leaseDur/time.Millisecond))) * time.Millisecond
+			v.slowUntil = s.now + time.Duration(1+s.rng.IntN(8*electionTicks))*raftTick
+			s.stats.slowServers++
+			s.logf("server %d: heartbeats and watch slowed by %v until %v", v.idx, v.slowBy, v.slowUntil)
+		}
+	case r < 200:
 		if l := s.leader(); l != nil {
 			vs := l.c.Voters()
 			to := vs[s.rng.IntN(len(vs))]
@@ -1033,7 +1186,7 @@ func TestLeaseSimulation(t *testing.T) {
 				}
 				var s *leaseSim
 				raftnode.WithSeededCryptoRand(seed, func() {
-					s = newLeaseSim(t, seed, members)
+					s = newLeaseSim(t, seed, members, false)
 					s.run()
 				})
 				ran++
@@ -1048,6 +1201,9 @@ func TestLeaseSimulation(t *testing.T) {
 				st.declaredDead += s.stats.declaredDead
 				st.epochs += s.stats.epochs
 				st.leaderTerms += s.stats.leaderTerms
+				st.handoffs += s.stats.handoffs
+				st.fencesLifted += s.stats.fencesLifted
+				st.slowServers += s.stats.slowServers
 				if *leaseVerbose {
 					t.Logf("seed %d:\n%s", seed, strings.Join(s.trace, "\n"))
 				}
@@ -1058,4 +1214,37 @@ func TestLeaseSimulation(t *testing.T) {
 			t.Logf("%d scenarios: %d commands proposed, %d committed; %d server-ms of primary service; %+v", ran, proposed, acked, servings, st)
 		})
 	}
+}
+
+// failRecorder is a testing.TB that records a failure instead of failing.
+type failRecorder struct {
+	testing.TB
+	msg string
+}
+
+func (r *failRecorder) Errorf(format string, args ...any) {
+	if r.msg == "" {
+		r.msg = fmt.Sprintf(format, args...)
+	}
+}
+
+// TestLeaseSimulationCatchesUnfencedHandoffs: the simulation is able to
+// fail. Without the fence (a live handoff's new primary serving at once,
+// as before tablemaster/handoff.go) some scenario has two primaries
+// serving a partition at once.
+func TestLeaseSimulationCatchesUnfencedHandoffs(t *testing.T) {
+	for k := range 200 {
+		seed := uint64(9_000_000 + k)
+		r := &failRecorder{TB: t}
+		var s *leaseSim
+		raftnode.WithSeededCryptoRand(seed, func() {
+			s = newLeaseSim(r, seed, 3, true)
+			s.run()
+		})
+		if s.failed {
+			t.Logf("without the fence, seed %d fails after %d scenarios: %.300s", seed, k+1, r.msg)
+			return
+		}
+	}
+	t.Fatal("200 scenarios with unfenced live handoffs found no two primaries serving at once: the simulation cannot see the bug the fence fixes")
 }
