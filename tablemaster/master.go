@@ -97,7 +97,8 @@ type Master struct {
 	// single master, whose command log is store.
 	raft *raftState
 
-	metrics masterMetrics // metrics.go
+	metrics   masterMetrics // metrics.go
+	syncWatch syncWatch     // partitions short of in-sync replicas (insync.go)
 	events  eventRing     // recent events, memory only (events.go)
 
 	closing   chan struct{} // closed by Close: stops the liveness loop and watch streams
@@ -481,6 +482,7 @@ func (m *Master) checkLiveness() {
 	st := m.State()
 	defer m.replaceDead(st, now)
 	defer m.placeShortOnes(st, now)
+	defer m.checkReplication(st, now)
 	for _, id := range st.ServerIDs() {
 		if !st.Servers[id].Alive || !m.silent(id, now) {
 			continue
