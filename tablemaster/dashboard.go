@@ -207,10 +207,10 @@ type dashReplica struct {
 	// "copying", "failed" or "" (not reported); InAckSet is the primary's
 	// view; LagMs how long since it was last in step (-1: never); Reason
 	// why it is not in sync.
-	Sync     string `json:"sync,omitempty"`
-	InAckSet bool   `json:"in_ack_set,omitempty"`
-	LagMs    int64  `json:"lag_ms"`
-	Reason   string `json:"reason,omitempty"`
+	Sync       string `json:"sync,omitempty"`
+	InAckSet   bool   `json:"in_ack_set,omitempty"`
+	LagMs      int64  `json:"lag_ms"`
+	Reason     string `json:"reason,omitempty"`
 	CopiedB    uint64 `json:"copied_bytes,omitempty"`
 	CopyTotalB uint64 `json:"copy_total_bytes,omitempty"`
 	Keys       uint64 `json:"keys"`

@@ -99,7 +99,7 @@ type Master struct {
 
 	metrics   masterMetrics // metrics.go
 	syncWatch syncWatch     // partitions short of in-sync replicas (insync.go)
-	events  eventRing     // recent events, memory only (events.go)
+	events    eventRing     // recent events, memory only (events.go)
 
 	closing   chan struct{} // closed by Close: stops the liveness loop and watch streams
 	closeOnce sync.Once
