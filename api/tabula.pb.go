@@ -2755,7 +2755,9 @@ type ReplicaStatus struct {
 	// hears nothing more, so this grows.
 	LagMs int64 `protobuf:"varint,23,opt,name=lag_ms,json=lagMs,proto3" json:"lag_ms,omitempty"`
 	// Replicated tables, the primary: its extent node's view of each
-	// secondary of the log's open extent (empty until it appended to it).
+	// secondary of the log's open extent, sent only while one is out of the
+	// ack set (heartbeats stay small): empty means every secondary is in it
+	// (or the primary has not appended to the extent yet).
 	AckSet []*AckSetMember `protobuf:"bytes,24,rep,name=ack_set,json=ackSet,proto3" json:"ack_set,omitempty"`
 	// Set by the master in DescribeTable answers, never by a server: its
 	// judgement of the replica, from this report and the primary's.

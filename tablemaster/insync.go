@@ -88,9 +88,9 @@ func judgePartition(p *Partition, rf int, report func(server string) replicaRepo
 }
 
 // judgeReplica judges replica r from its report rep, the primary's
-// report prim and the primary's view of r in its ack set, ack (nil: no
-// view: r is the primary, or the primary has not appended to the open
-// extent yet, or did not report).
+// report prim and the primary's view of r in its ack set, ack (nil: r is
+// the primary, or every secondary is in the set, or the primary has not
+// appended to the open extent yet or did not report).
 func judgeReplica(r Replica, rep replicaReport, prim *api.ReplicaStatus, ack *api.AckSetMember, b syncBound) *api.ReplicaSync {
 	js := &api.ReplicaSync{LagMs: -1}
 	st := rep.st
@@ -117,6 +117,9 @@ func judgeReplica(r Replica, rep replicaReport, prim *api.ReplicaStatus, ack *ap
 		js.InAckSet, js.LagRecords, js.LagMs = true, 0, 0
 	} else if ack != nil {
 		js.InAckSet = ack.GetInAckSet()
+	} else {
+		// The primary lists its ack set only while someone is out of it.
+		js.InAckSet = prim != nil
 	}
 	lag := time.Duration(js.LagMs) * time.Millisecond
 	within := js.LagRecords <= b.records || js.LagMs >= 0 && lag <= b.lag

@@ -1,6 +1,7 @@
 package tableserver
 
 import (
+	"slices"
 	"time"
 
 	"github.com/tabuladb/tabula/api"
@@ -144,7 +145,9 @@ func (l *logReplica) behindErr(hdr *api.RequestHeader, serverID string, now time
 
 // ackSet is, on a primary, its extent node's view of the secondaries of
 // the open extent it appends to, for the status report: the master tells
-// a dropped secondary from one in the ack set by it.
+// a dropped secondary from one in the ack set by it. Nil while every
+// secondary is in the set: a heartbeat carries one entry per partition
+// only while something is wrong.
 func (l *logReplica) ackSet() []*api.AckSetMember {
 	l.mu.Lock()
 	primary, ext := l.want.role == partition.RolePrimary && l.caughtUp, l.extent
@@ -154,6 +157,9 @@ func (l *logReplica) ackSet() []*api.AckSetMember {
 	}
 	secs, ok := l.s.extents.Secondaries(ext)
 	if !ok {
+		return nil
+	}
+	if !slices.ContainsFunc(secs, func(sc stream.SecondaryState) bool { return !sc.InAckSet }) {
 		return nil
 	}
 	out := make([]*api.AckSetMember, 0, len(secs))
