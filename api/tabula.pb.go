@@ -206,6 +206,9 @@ const (
 	// checksums): it serves nothing, and the master replaces it from a
 	// healthy replica.
 	ReplicaState_REPLICA_STATE_FAILED ReplicaState = 4
+	// Out of its log's ack set: the primary no longer sends it the log.
+	// Only in ReplicaSync (the master's judgement); never reported.
+	ReplicaState_REPLICA_STATE_DROPPED ReplicaState = 5
 )
 
 // Enum value maps for ReplicaState.
@@ -216,6 +219,7 @@ var (
 		2: "REPLICA_STATE_CATCHING_UP",
 		3: "REPLICA_STATE_IN_SYNC",
 		4: "REPLICA_STATE_FAILED",
+		5: "REPLICA_STATE_DROPPED",
 	}
 	ReplicaState_value = map[string]int32{
 		"REPLICA_STATE_UNSPECIFIED": 0,
@@ -223,6 +227,7 @@ var (
 		"REPLICA_STATE_CATCHING_UP": 2,
 		"REPLICA_STATE_IN_SYNC":     3,
 		"REPLICA_STATE_FAILED":      4,
+		"REPLICA_STATE_DROPPED":     5,
 	}
 )
 
@@ -560,7 +565,7 @@ func (x Mutation_Op) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Mutation_Op.Descriptor instead.
 func (Mutation_Op) EnumDescriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{107, 0}
+	return file_tabula_proto_rawDescGZIP(), []int{109, 0}
 }
 
 type Condition_Kind int32
@@ -618,7 +623,7 @@ func (x Condition_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Condition_Kind.Descriptor instead.
 func (Condition_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{108, 0}
+	return file_tabula_proto_rawDescGZIP(), []int{110, 0}
 }
 
 // TableOptions are fixed at CreateTable. Zero values take the defaults the
@@ -2759,8 +2764,22 @@ type ReplicaStatus struct {
 	// master deletes the log's extents before the earliest of its replicas'.
 	FlushedLsn     uint64 `protobuf:"varint,21,opt,name=flushed_lsn,json=flushedLsn,proto3" json:"flushed_lsn,omitempty"`
 	KeepFromExtent uint64 `protobuf:"varint,22,opt,name=keep_from_extent,json=keepFromExtent,proto3" json:"keep_from_extent,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Replicated tables, a secondary: how long ago it was last in step with
+	// its primary (its tail had reached, and its engine applied, the commit
+	// length the primary told it then), in ms; -1: not since it became a
+	// secondary. 0 on a primary. A secondary dropped from the log's ack set
+	// hears nothing more, so this grows.
+	LagMs int64 `protobuf:"varint,23,opt,name=lag_ms,json=lagMs,proto3" json:"lag_ms,omitempty"`
+	// Replicated tables, the primary: its extent node's view of each
+	// secondary of the log's open extent, sent only while one is out of the
+	// ack set (heartbeats stay small): empty means every secondary is in it
+	// (or the primary has not appended to the extent yet).
+	AckSet []*AckSetMember `protobuf:"bytes,24,rep,name=ack_set,json=ackSet,proto3" json:"ack_set,omitempty"`
+	// Set by the master in DescribeTable answers, never by a server: its
+	// judgement of the replica, from this report and the primary's.
+	Sync          *ReplicaSync `protobuf:"bytes,25,opt,name=sync,proto3" json:"sync,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ReplicaStatus) Reset() {
@@ -2947,6 +2966,205 @@ func (x *ReplicaStatus) GetKeepFromExtent() uint64 {
 	return 0
 }
 
+func (x *ReplicaStatus) GetLagMs() int64 {
+	if x != nil {
+		return x.LagMs
+	}
+	return 0
+}
+
+func (x *ReplicaStatus) GetAckSet() []*AckSetMember {
+	if x != nil {
+		return x.AckSet
+	}
+	return nil
+}
+
+func (x *ReplicaStatus) GetSync() *ReplicaSync {
+	if x != nil {
+		return x.Sync
+	}
+	return nil
+}
+
+// AckSetMember is a primary's view of one secondary of the extent it
+// appends to (stream.SecondaryState).
+type AckSetMember struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	ServerId string                 `protobuf:"bytes,1,opt,name=server_id,json=serverId,proto3" json:"server_id,omitempty"`
+	// Its acknowledgements count; false: dropped (a replicate call failed
+	// or timed out) and no longer sent the log.
+	InAckSet bool `protobuf:"varint,2,opt,name=in_ack_set,json=inAckSet,proto3" json:"in_ack_set,omitempty"`
+	// Out of the ack set and being sent what it missed, to rejoin.
+	Rejoining bool `protobuf:"varint,3,opt,name=rejoining,proto3" json:"rejoining,omitempty"`
+	// Bytes the primary wrote that it has not acknowledged.
+	BehindBytes int64 `protobuf:"varint,4,opt,name=behind_bytes,json=behindBytes,proto3" json:"behind_bytes,omitempty"`
+	// When it last left or rejoined the ack set (0: it never left).
+	SinceUnixMs int64 `protobuf:"varint,5,opt,name=since_unix_ms,json=sinceUnixMs,proto3" json:"since_unix_ms,omitempty"`
+	// Why it left, while it is out.
+	Reason        string `protobuf:"bytes,6,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AckSetMember) Reset() {
+	*x = AckSetMember{}
+	mi := &file_tabula_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AckSetMember) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AckSetMember) ProtoMessage() {}
+
+func (x *AckSetMember) ProtoReflect() protoreflect.Message {
+	mi := &file_tabula_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AckSetMember.ProtoReflect.Descriptor instead.
+func (*AckSetMember) Descriptor() ([]byte, []int) {
+	return file_tabula_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *AckSetMember) GetServerId() string {
+	if x != nil {
+		return x.ServerId
+	}
+	return ""
+}
+
+func (x *AckSetMember) GetInAckSet() bool {
+	if x != nil {
+		return x.InAckSet
+	}
+	return false
+}
+
+func (x *AckSetMember) GetRejoining() bool {
+	if x != nil {
+		return x.Rejoining
+	}
+	return false
+}
+
+func (x *AckSetMember) GetBehindBytes() int64 {
+	if x != nil {
+		return x.BehindBytes
+	}
+	return 0
+}
+
+func (x *AckSetMember) GetSinceUnixMs() int64 {
+	if x != nil {
+		return x.SinceUnixMs
+	}
+	return 0
+}
+
+func (x *AckSetMember) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+// ReplicaSync is the master's judgement of a replica of a replicated
+// partition. IN_SYNC: in its log's ack set (or the primary) and within
+// the in-sync bound (tablemaster.Options.SyncLag, default 1 s, or
+// SyncLagRecords records).
+type ReplicaSync struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// IN_SYNC, DROPPED, CATCHING_UP, COPYING or FAILED; UNSPECIFIED: not
+	// reported (its server is down or has not heartbeated).
+	State ReplicaState `protobuf:"varint,1,opt,name=state,proto3,enum=tabula.v1.ReplicaState" json:"state,omitempty"`
+	// In the ack set by the primary's last report (a primary: true).
+	InAckSet bool `protobuf:"varint,2,opt,name=in_ack_set,json=inAckSet,proto3" json:"in_ack_set,omitempty"`
+	// The primary's commit LSN minus this replica's applied LSN.
+	LagRecords uint64 `protobuf:"varint,3,opt,name=lag_records,json=lagRecords,proto3" json:"lag_records,omitempty"`
+	// ReplicaStatus.lag_ms plus the age of the report; -1: never in step.
+	LagMs int64 `protobuf:"varint,4,opt,name=lag_ms,json=lagMs,proto3" json:"lag_ms,omitempty"`
+	// Why it is not in sync; empty when it is.
+	Reason        string `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReplicaSync) Reset() {
+	*x = ReplicaSync{}
+	mi := &file_tabula_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReplicaSync) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReplicaSync) ProtoMessage() {}
+
+func (x *ReplicaSync) ProtoReflect() protoreflect.Message {
+	mi := &file_tabula_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReplicaSync.ProtoReflect.Descriptor instead.
+func (*ReplicaSync) Descriptor() ([]byte, []int) {
+	return file_tabula_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *ReplicaSync) GetState() ReplicaState {
+	if x != nil {
+		return x.State
+	}
+	return ReplicaState_REPLICA_STATE_UNSPECIFIED
+}
+
+func (x *ReplicaSync) GetInAckSet() bool {
+	if x != nil {
+		return x.InAckSet
+	}
+	return false
+}
+
+func (x *ReplicaSync) GetLagRecords() uint64 {
+	if x != nil {
+		return x.LagRecords
+	}
+	return 0
+}
+
+func (x *ReplicaSync) GetLagMs() int64 {
+	if x != nil {
+		return x.LagMs
+	}
+	return 0
+}
+
+func (x *ReplicaSync) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
 type BulkLoaded struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Version uint64                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
@@ -2962,7 +3180,7 @@ type BulkLoaded struct {
 
 func (x *BulkLoaded) Reset() {
 	*x = BulkLoaded{}
-	mi := &file_tabula_proto_msgTypes[27]
+	mi := &file_tabula_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2974,7 +3192,7 @@ func (x *BulkLoaded) String() string {
 func (*BulkLoaded) ProtoMessage() {}
 
 func (x *BulkLoaded) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[27]
+	mi := &file_tabula_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2987,7 +3205,7 @@ func (x *BulkLoaded) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkLoaded.ProtoReflect.Descriptor instead.
 func (*BulkLoaded) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{27}
+	return file_tabula_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *BulkLoaded) GetVersion() uint64 {
@@ -3048,7 +3266,7 @@ type ErrorDetail struct {
 
 func (x *ErrorDetail) Reset() {
 	*x = ErrorDetail{}
-	mi := &file_tabula_proto_msgTypes[28]
+	mi := &file_tabula_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3060,7 +3278,7 @@ func (x *ErrorDetail) String() string {
 func (*ErrorDetail) ProtoMessage() {}
 
 func (x *ErrorDetail) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[28]
+	mi := &file_tabula_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3073,7 +3291,7 @@ func (x *ErrorDetail) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ErrorDetail.ProtoReflect.Descriptor instead.
 func (*ErrorDetail) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{28}
+	return file_tabula_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ErrorDetail) GetCode() ErrorCode {
@@ -3164,7 +3382,7 @@ type TenantInfo struct {
 
 func (x *TenantInfo) Reset() {
 	*x = TenantInfo{}
-	mi := &file_tabula_proto_msgTypes[29]
+	mi := &file_tabula_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3176,7 +3394,7 @@ func (x *TenantInfo) String() string {
 func (*TenantInfo) ProtoMessage() {}
 
 func (x *TenantInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[29]
+	mi := &file_tabula_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3189,7 +3407,7 @@ func (x *TenantInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TenantInfo.ProtoReflect.Descriptor instead.
 func (*TenantInfo) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{29}
+	return file_tabula_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *TenantInfo) GetName() string {
@@ -3256,7 +3474,7 @@ type TenantQuota struct {
 
 func (x *TenantQuota) Reset() {
 	*x = TenantQuota{}
-	mi := &file_tabula_proto_msgTypes[30]
+	mi := &file_tabula_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3268,7 +3486,7 @@ func (x *TenantQuota) String() string {
 func (*TenantQuota) ProtoMessage() {}
 
 func (x *TenantQuota) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[30]
+	mi := &file_tabula_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3281,7 +3499,7 @@ func (x *TenantQuota) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TenantQuota.ProtoReflect.Descriptor instead.
 func (*TenantQuota) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{30}
+	return file_tabula_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *TenantQuota) GetStoredBytes() uint64 {
@@ -3339,7 +3557,7 @@ type TenantUsage struct {
 
 func (x *TenantUsage) Reset() {
 	*x = TenantUsage{}
-	mi := &file_tabula_proto_msgTypes[31]
+	mi := &file_tabula_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3351,7 +3569,7 @@ func (x *TenantUsage) String() string {
 func (*TenantUsage) ProtoMessage() {}
 
 func (x *TenantUsage) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[31]
+	mi := &file_tabula_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3364,7 +3582,7 @@ func (x *TenantUsage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TenantUsage.ProtoReflect.Descriptor instead.
 func (*TenantUsage) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{31}
+	return file_tabula_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *TenantUsage) GetStoredBytes() uint64 {
@@ -3426,7 +3644,7 @@ type SetTenantQuotaRequest struct {
 
 func (x *SetTenantQuotaRequest) Reset() {
 	*x = SetTenantQuotaRequest{}
-	mi := &file_tabula_proto_msgTypes[32]
+	mi := &file_tabula_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3438,7 +3656,7 @@ func (x *SetTenantQuotaRequest) String() string {
 func (*SetTenantQuotaRequest) ProtoMessage() {}
 
 func (x *SetTenantQuotaRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[32]
+	mi := &file_tabula_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3451,7 +3669,7 @@ func (x *SetTenantQuotaRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetTenantQuotaRequest.ProtoReflect.Descriptor instead.
 func (*SetTenantQuotaRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{32}
+	return file_tabula_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *SetTenantQuotaRequest) GetTenant() string {
@@ -3477,7 +3695,7 @@ type SetTenantQuotaResponse struct {
 
 func (x *SetTenantQuotaResponse) Reset() {
 	*x = SetTenantQuotaResponse{}
-	mi := &file_tabula_proto_msgTypes[33]
+	mi := &file_tabula_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3489,7 +3707,7 @@ func (x *SetTenantQuotaResponse) String() string {
 func (*SetTenantQuotaResponse) ProtoMessage() {}
 
 func (x *SetTenantQuotaResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[33]
+	mi := &file_tabula_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3502,7 +3720,7 @@ func (x *SetTenantQuotaResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetTenantQuotaResponse.ProtoReflect.Descriptor instead.
 func (*SetTenantQuotaResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{33}
+	return file_tabula_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *SetTenantQuotaResponse) GetTenant() *TenantInfo {
@@ -3541,7 +3759,7 @@ type TenantLoad struct {
 
 func (x *TenantLoad) Reset() {
 	*x = TenantLoad{}
-	mi := &file_tabula_proto_msgTypes[34]
+	mi := &file_tabula_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3553,7 +3771,7 @@ func (x *TenantLoad) String() string {
 func (*TenantLoad) ProtoMessage() {}
 
 func (x *TenantLoad) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[34]
+	mi := &file_tabula_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3566,7 +3784,7 @@ func (x *TenantLoad) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TenantLoad.ProtoReflect.Descriptor instead.
 func (*TenantLoad) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{34}
+	return file_tabula_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *TenantLoad) GetTenant() string {
@@ -3668,7 +3886,7 @@ type TenantShare struct {
 
 func (x *TenantShare) Reset() {
 	*x = TenantShare{}
-	mi := &file_tabula_proto_msgTypes[35]
+	mi := &file_tabula_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3680,7 +3898,7 @@ func (x *TenantShare) String() string {
 func (*TenantShare) ProtoMessage() {}
 
 func (x *TenantShare) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[35]
+	mi := &file_tabula_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3693,7 +3911,7 @@ func (x *TenantShare) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TenantShare.ProtoReflect.Descriptor instead.
 func (*TenantShare) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{35}
+	return file_tabula_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *TenantShare) GetTenant() string {
@@ -3783,7 +4001,7 @@ type CreateTenantRequest struct {
 
 func (x *CreateTenantRequest) Reset() {
 	*x = CreateTenantRequest{}
-	mi := &file_tabula_proto_msgTypes[36]
+	mi := &file_tabula_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3795,7 +4013,7 @@ func (x *CreateTenantRequest) String() string {
 func (*CreateTenantRequest) ProtoMessage() {}
 
 func (x *CreateTenantRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[36]
+	mi := &file_tabula_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3808,7 +4026,7 @@ func (x *CreateTenantRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTenantRequest.ProtoReflect.Descriptor instead.
 func (*CreateTenantRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{36}
+	return file_tabula_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *CreateTenantRequest) GetTenant() string {
@@ -3841,7 +4059,7 @@ type CreateTenantResponse struct {
 
 func (x *CreateTenantResponse) Reset() {
 	*x = CreateTenantResponse{}
-	mi := &file_tabula_proto_msgTypes[37]
+	mi := &file_tabula_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3853,7 +4071,7 @@ func (x *CreateTenantResponse) String() string {
 func (*CreateTenantResponse) ProtoMessage() {}
 
 func (x *CreateTenantResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[37]
+	mi := &file_tabula_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3866,7 +4084,7 @@ func (x *CreateTenantResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTenantResponse.ProtoReflect.Descriptor instead.
 func (*CreateTenantResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{37}
+	return file_tabula_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *CreateTenantResponse) GetTenant() *TenantInfo {
@@ -3884,7 +4102,7 @@ type ListTenantsRequest struct {
 
 func (x *ListTenantsRequest) Reset() {
 	*x = ListTenantsRequest{}
-	mi := &file_tabula_proto_msgTypes[38]
+	mi := &file_tabula_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3896,7 +4114,7 @@ func (x *ListTenantsRequest) String() string {
 func (*ListTenantsRequest) ProtoMessage() {}
 
 func (x *ListTenantsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[38]
+	mi := &file_tabula_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3909,7 +4127,7 @@ func (x *ListTenantsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTenantsRequest.ProtoReflect.Descriptor instead.
 func (*ListTenantsRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{38}
+	return file_tabula_proto_rawDescGZIP(), []int{40}
 }
 
 type ListTenantsResponse struct {
@@ -3921,7 +4139,7 @@ type ListTenantsResponse struct {
 
 func (x *ListTenantsResponse) Reset() {
 	*x = ListTenantsResponse{}
-	mi := &file_tabula_proto_msgTypes[39]
+	mi := &file_tabula_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3933,7 +4151,7 @@ func (x *ListTenantsResponse) String() string {
 func (*ListTenantsResponse) ProtoMessage() {}
 
 func (x *ListTenantsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[39]
+	mi := &file_tabula_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3946,7 +4164,7 @@ func (x *ListTenantsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTenantsResponse.ProtoReflect.Descriptor instead.
 func (*ListTenantsResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{39}
+	return file_tabula_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ListTenantsResponse) GetTenants() []*TenantInfo {
@@ -3965,7 +4183,7 @@ type DescribeTenantRequest struct {
 
 func (x *DescribeTenantRequest) Reset() {
 	*x = DescribeTenantRequest{}
-	mi := &file_tabula_proto_msgTypes[40]
+	mi := &file_tabula_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3977,7 +4195,7 @@ func (x *DescribeTenantRequest) String() string {
 func (*DescribeTenantRequest) ProtoMessage() {}
 
 func (x *DescribeTenantRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[40]
+	mi := &file_tabula_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3990,7 +4208,7 @@ func (x *DescribeTenantRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeTenantRequest.ProtoReflect.Descriptor instead.
 func (*DescribeTenantRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{40}
+	return file_tabula_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *DescribeTenantRequest) GetTenant() string {
@@ -4010,7 +4228,7 @@ type DescribeTenantResponse struct {
 
 func (x *DescribeTenantResponse) Reset() {
 	*x = DescribeTenantResponse{}
-	mi := &file_tabula_proto_msgTypes[41]
+	mi := &file_tabula_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4022,7 +4240,7 @@ func (x *DescribeTenantResponse) String() string {
 func (*DescribeTenantResponse) ProtoMessage() {}
 
 func (x *DescribeTenantResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[41]
+	mi := &file_tabula_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4035,7 +4253,7 @@ func (x *DescribeTenantResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeTenantResponse.ProtoReflect.Descriptor instead.
 func (*DescribeTenantResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{41}
+	return file_tabula_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *DescribeTenantResponse) GetTenant() *TenantInfo {
@@ -4061,7 +4279,7 @@ type DeleteTenantRequest struct {
 
 func (x *DeleteTenantRequest) Reset() {
 	*x = DeleteTenantRequest{}
-	mi := &file_tabula_proto_msgTypes[42]
+	mi := &file_tabula_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4073,7 +4291,7 @@ func (x *DeleteTenantRequest) String() string {
 func (*DeleteTenantRequest) ProtoMessage() {}
 
 func (x *DeleteTenantRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[42]
+	mi := &file_tabula_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4086,7 +4304,7 @@ func (x *DeleteTenantRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteTenantRequest.ProtoReflect.Descriptor instead.
 func (*DeleteTenantRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{42}
+	return file_tabula_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *DeleteTenantRequest) GetTenant() string {
@@ -4104,7 +4322,7 @@ type DeleteTenantResponse struct {
 
 func (x *DeleteTenantResponse) Reset() {
 	*x = DeleteTenantResponse{}
-	mi := &file_tabula_proto_msgTypes[43]
+	mi := &file_tabula_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4116,7 +4334,7 @@ func (x *DeleteTenantResponse) String() string {
 func (*DeleteTenantResponse) ProtoMessage() {}
 
 func (x *DeleteTenantResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[43]
+	mi := &file_tabula_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4129,7 +4347,7 @@ func (x *DeleteTenantResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteTenantResponse.ProtoReflect.Descriptor instead.
 func (*DeleteTenantResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{43}
+	return file_tabula_proto_rawDescGZIP(), []int{45}
 }
 
 type RotateTenantKeyRequest struct {
@@ -4143,7 +4361,7 @@ type RotateTenantKeyRequest struct {
 
 func (x *RotateTenantKeyRequest) Reset() {
 	*x = RotateTenantKeyRequest{}
-	mi := &file_tabula_proto_msgTypes[44]
+	mi := &file_tabula_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4155,7 +4373,7 @@ func (x *RotateTenantKeyRequest) String() string {
 func (*RotateTenantKeyRequest) ProtoMessage() {}
 
 func (x *RotateTenantKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[44]
+	mi := &file_tabula_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4168,7 +4386,7 @@ func (x *RotateTenantKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RotateTenantKeyRequest.ProtoReflect.Descriptor instead.
 func (*RotateTenantKeyRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{44}
+	return file_tabula_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *RotateTenantKeyRequest) GetTenant() string {
@@ -4194,7 +4412,7 @@ type RotateTenantKeyResponse struct {
 
 func (x *RotateTenantKeyResponse) Reset() {
 	*x = RotateTenantKeyResponse{}
-	mi := &file_tabula_proto_msgTypes[45]
+	mi := &file_tabula_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4206,7 +4424,7 @@ func (x *RotateTenantKeyResponse) String() string {
 func (*RotateTenantKeyResponse) ProtoMessage() {}
 
 func (x *RotateTenantKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[45]
+	mi := &file_tabula_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4219,7 +4437,7 @@ func (x *RotateTenantKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RotateTenantKeyResponse.ProtoReflect.Descriptor instead.
 func (*RotateTenantKeyResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{45}
+	return file_tabula_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *RotateTenantKeyResponse) GetTenant() *TenantInfo {
@@ -4237,7 +4455,7 @@ type TenantKeysRequest struct {
 
 func (x *TenantKeysRequest) Reset() {
 	*x = TenantKeysRequest{}
-	mi := &file_tabula_proto_msgTypes[46]
+	mi := &file_tabula_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4249,7 +4467,7 @@ func (x *TenantKeysRequest) String() string {
 func (*TenantKeysRequest) ProtoMessage() {}
 
 func (x *TenantKeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[46]
+	mi := &file_tabula_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4262,7 +4480,7 @@ func (x *TenantKeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TenantKeysRequest.ProtoReflect.Descriptor instead.
 func (*TenantKeysRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{46}
+	return file_tabula_proto_rawDescGZIP(), []int{48}
 }
 
 type TenantKeysResponse struct {
@@ -4276,7 +4494,7 @@ type TenantKeysResponse struct {
 
 func (x *TenantKeysResponse) Reset() {
 	*x = TenantKeysResponse{}
-	mi := &file_tabula_proto_msgTypes[47]
+	mi := &file_tabula_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4288,7 +4506,7 @@ func (x *TenantKeysResponse) String() string {
 func (*TenantKeysResponse) ProtoMessage() {}
 
 func (x *TenantKeysResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[47]
+	mi := &file_tabula_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4301,7 +4519,7 @@ func (x *TenantKeysResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TenantKeysResponse.ProtoReflect.Descriptor instead.
 func (*TenantKeysResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{47}
+	return file_tabula_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *TenantKeysResponse) GetVersion() uint64 {
@@ -4333,7 +4551,7 @@ type MovePartitionRequest struct {
 
 func (x *MovePartitionRequest) Reset() {
 	*x = MovePartitionRequest{}
-	mi := &file_tabula_proto_msgTypes[48]
+	mi := &file_tabula_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4345,7 +4563,7 @@ func (x *MovePartitionRequest) String() string {
 func (*MovePartitionRequest) ProtoMessage() {}
 
 func (x *MovePartitionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[48]
+	mi := &file_tabula_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4358,7 +4576,7 @@ func (x *MovePartitionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MovePartitionRequest.ProtoReflect.Descriptor instead.
 func (*MovePartitionRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{48}
+	return file_tabula_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *MovePartitionRequest) GetTenant() string {
@@ -4407,7 +4625,7 @@ type MovePartitionResponse struct {
 
 func (x *MovePartitionResponse) Reset() {
 	*x = MovePartitionResponse{}
-	mi := &file_tabula_proto_msgTypes[49]
+	mi := &file_tabula_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4419,7 +4637,7 @@ func (x *MovePartitionResponse) String() string {
 func (*MovePartitionResponse) ProtoMessage() {}
 
 func (x *MovePartitionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[49]
+	mi := &file_tabula_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4432,7 +4650,7 @@ func (x *MovePartitionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MovePartitionResponse.ProtoReflect.Descriptor instead.
 func (*MovePartitionResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{49}
+	return file_tabula_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *MovePartitionResponse) GetFrom() string {
@@ -4465,7 +4683,7 @@ type DrainServerRequest struct {
 
 func (x *DrainServerRequest) Reset() {
 	*x = DrainServerRequest{}
-	mi := &file_tabula_proto_msgTypes[50]
+	mi := &file_tabula_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4477,7 +4695,7 @@ func (x *DrainServerRequest) String() string {
 func (*DrainServerRequest) ProtoMessage() {}
 
 func (x *DrainServerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[50]
+	mi := &file_tabula_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4490,7 +4708,7 @@ func (x *DrainServerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainServerRequest.ProtoReflect.Descriptor instead.
 func (*DrainServerRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{50}
+	return file_tabula_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *DrainServerRequest) GetServerId() string {
@@ -4511,7 +4729,7 @@ type DrainServerResponse struct {
 
 func (x *DrainServerResponse) Reset() {
 	*x = DrainServerResponse{}
-	mi := &file_tabula_proto_msgTypes[51]
+	mi := &file_tabula_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4523,7 +4741,7 @@ func (x *DrainServerResponse) String() string {
 func (*DrainServerResponse) ProtoMessage() {}
 
 func (x *DrainServerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[51]
+	mi := &file_tabula_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4536,7 +4754,7 @@ func (x *DrainServerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainServerResponse.ProtoReflect.Descriptor instead.
 func (*DrainServerResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{51}
+	return file_tabula_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *DrainServerResponse) GetReplicas() uint32 {
@@ -4569,7 +4787,7 @@ type MasterMember struct {
 
 func (x *MasterMember) Reset() {
 	*x = MasterMember{}
-	mi := &file_tabula_proto_msgTypes[52]
+	mi := &file_tabula_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4581,7 +4799,7 @@ func (x *MasterMember) String() string {
 func (*MasterMember) ProtoMessage() {}
 
 func (x *MasterMember) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[52]
+	mi := &file_tabula_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4594,7 +4812,7 @@ func (x *MasterMember) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MasterMember.ProtoReflect.Descriptor instead.
 func (*MasterMember) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{52}
+	return file_tabula_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *MasterMember) GetId() uint64 {
@@ -4640,7 +4858,7 @@ type MasterMembersRequest struct {
 
 func (x *MasterMembersRequest) Reset() {
 	*x = MasterMembersRequest{}
-	mi := &file_tabula_proto_msgTypes[53]
+	mi := &file_tabula_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4652,7 +4870,7 @@ func (x *MasterMembersRequest) String() string {
 func (*MasterMembersRequest) ProtoMessage() {}
 
 func (x *MasterMembersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[53]
+	mi := &file_tabula_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4665,7 +4883,7 @@ func (x *MasterMembersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MasterMembersRequest.ProtoReflect.Descriptor instead.
 func (*MasterMembersRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{53}
+	return file_tabula_proto_rawDescGZIP(), []int{55}
 }
 
 type MasterMembersResponse struct {
@@ -4683,7 +4901,7 @@ type MasterMembersResponse struct {
 
 func (x *MasterMembersResponse) Reset() {
 	*x = MasterMembersResponse{}
-	mi := &file_tabula_proto_msgTypes[54]
+	mi := &file_tabula_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4695,7 +4913,7 @@ func (x *MasterMembersResponse) String() string {
 func (*MasterMembersResponse) ProtoMessage() {}
 
 func (x *MasterMembersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[54]
+	mi := &file_tabula_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4708,7 +4926,7 @@ func (x *MasterMembersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MasterMembersResponse.ProtoReflect.Descriptor instead.
 func (*MasterMembersResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{54}
+	return file_tabula_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *MasterMembersResponse) GetReplicated() bool {
@@ -4759,7 +4977,7 @@ type AddMasterRequest struct {
 
 func (x *AddMasterRequest) Reset() {
 	*x = AddMasterRequest{}
-	mi := &file_tabula_proto_msgTypes[55]
+	mi := &file_tabula_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4771,7 +4989,7 @@ func (x *AddMasterRequest) String() string {
 func (*AddMasterRequest) ProtoMessage() {}
 
 func (x *AddMasterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[55]
+	mi := &file_tabula_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4784,7 +5002,7 @@ func (x *AddMasterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddMasterRequest.ProtoReflect.Descriptor instead.
 func (*AddMasterRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{55}
+	return file_tabula_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *AddMasterRequest) GetId() uint64 {
@@ -4816,7 +5034,7 @@ type AddMasterResponse struct {
 
 func (x *AddMasterResponse) Reset() {
 	*x = AddMasterResponse{}
-	mi := &file_tabula_proto_msgTypes[56]
+	mi := &file_tabula_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4828,7 +5046,7 @@ func (x *AddMasterResponse) String() string {
 func (*AddMasterResponse) ProtoMessage() {}
 
 func (x *AddMasterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[56]
+	mi := &file_tabula_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4841,7 +5059,7 @@ func (x *AddMasterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddMasterResponse.ProtoReflect.Descriptor instead.
 func (*AddMasterResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{56}
+	return file_tabula_proto_rawDescGZIP(), []int{58}
 }
 
 type RemoveMasterRequest struct {
@@ -4853,7 +5071,7 @@ type RemoveMasterRequest struct {
 
 func (x *RemoveMasterRequest) Reset() {
 	*x = RemoveMasterRequest{}
-	mi := &file_tabula_proto_msgTypes[57]
+	mi := &file_tabula_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4865,7 +5083,7 @@ func (x *RemoveMasterRequest) String() string {
 func (*RemoveMasterRequest) ProtoMessage() {}
 
 func (x *RemoveMasterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[57]
+	mi := &file_tabula_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4878,7 +5096,7 @@ func (x *RemoveMasterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveMasterRequest.ProtoReflect.Descriptor instead.
 func (*RemoveMasterRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{57}
+	return file_tabula_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *RemoveMasterRequest) GetId() uint64 {
@@ -4896,7 +5114,7 @@ type RemoveMasterResponse struct {
 
 func (x *RemoveMasterResponse) Reset() {
 	*x = RemoveMasterResponse{}
-	mi := &file_tabula_proto_msgTypes[58]
+	mi := &file_tabula_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4908,7 +5126,7 @@ func (x *RemoveMasterResponse) String() string {
 func (*RemoveMasterResponse) ProtoMessage() {}
 
 func (x *RemoveMasterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[58]
+	mi := &file_tabula_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4921,7 +5139,7 @@ func (x *RemoveMasterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveMasterResponse.ProtoReflect.Descriptor instead.
 func (*RemoveMasterResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{58}
+	return file_tabula_proto_rawDescGZIP(), []int{60}
 }
 
 type TransferLeaderRequest struct {
@@ -4933,7 +5151,7 @@ type TransferLeaderRequest struct {
 
 func (x *TransferLeaderRequest) Reset() {
 	*x = TransferLeaderRequest{}
-	mi := &file_tabula_proto_msgTypes[59]
+	mi := &file_tabula_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4945,7 +5163,7 @@ func (x *TransferLeaderRequest) String() string {
 func (*TransferLeaderRequest) ProtoMessage() {}
 
 func (x *TransferLeaderRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[59]
+	mi := &file_tabula_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4958,7 +5176,7 @@ func (x *TransferLeaderRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeaderRequest.ProtoReflect.Descriptor instead.
 func (*TransferLeaderRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{59}
+	return file_tabula_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *TransferLeaderRequest) GetTo() uint64 {
@@ -4976,7 +5194,7 @@ type TransferLeaderResponse struct {
 
 func (x *TransferLeaderResponse) Reset() {
 	*x = TransferLeaderResponse{}
-	mi := &file_tabula_proto_msgTypes[60]
+	mi := &file_tabula_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4988,7 +5206,7 @@ func (x *TransferLeaderResponse) String() string {
 func (*TransferLeaderResponse) ProtoMessage() {}
 
 func (x *TransferLeaderResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[60]
+	mi := &file_tabula_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5001,7 +5219,7 @@ func (x *TransferLeaderResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeaderResponse.ProtoReflect.Descriptor instead.
 func (*TransferLeaderResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{60}
+	return file_tabula_proto_rawDescGZIP(), []int{62}
 }
 
 type StreamRequest struct {
@@ -5021,7 +5239,7 @@ type StreamRequest struct {
 
 func (x *StreamRequest) Reset() {
 	*x = StreamRequest{}
-	mi := &file_tabula_proto_msgTypes[61]
+	mi := &file_tabula_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5033,7 +5251,7 @@ func (x *StreamRequest) String() string {
 func (*StreamRequest) ProtoMessage() {}
 
 func (x *StreamRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[61]
+	mi := &file_tabula_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5046,7 +5264,7 @@ func (x *StreamRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamRequest.ProtoReflect.Descriptor instead.
 func (*StreamRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{61}
+	return file_tabula_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *StreamRequest) GetOp() StreamOp {
@@ -5109,7 +5327,7 @@ type StreamResponse struct {
 
 func (x *StreamResponse) Reset() {
 	*x = StreamResponse{}
-	mi := &file_tabula_proto_msgTypes[62]
+	mi := &file_tabula_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5121,7 +5339,7 @@ func (x *StreamResponse) String() string {
 func (*StreamResponse) ProtoMessage() {}
 
 func (x *StreamResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[62]
+	mi := &file_tabula_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5134,7 +5352,7 @@ func (x *StreamResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamResponse.ProtoReflect.Descriptor instead.
 func (*StreamResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{62}
+	return file_tabula_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *StreamResponse) GetJson() []byte {
@@ -5156,7 +5374,7 @@ type CreateTableRequest struct {
 
 func (x *CreateTableRequest) Reset() {
 	*x = CreateTableRequest{}
-	mi := &file_tabula_proto_msgTypes[63]
+	mi := &file_tabula_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5168,7 +5386,7 @@ func (x *CreateTableRequest) String() string {
 func (*CreateTableRequest) ProtoMessage() {}
 
 func (x *CreateTableRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[63]
+	mi := &file_tabula_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5181,7 +5399,7 @@ func (x *CreateTableRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTableRequest.ProtoReflect.Descriptor instead.
 func (*CreateTableRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{63}
+	return file_tabula_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *CreateTableRequest) GetTenant() string {
@@ -5221,7 +5439,7 @@ type CreateTableResponse struct {
 
 func (x *CreateTableResponse) Reset() {
 	*x = CreateTableResponse{}
-	mi := &file_tabula_proto_msgTypes[64]
+	mi := &file_tabula_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5233,7 +5451,7 @@ func (x *CreateTableResponse) String() string {
 func (*CreateTableResponse) ProtoMessage() {}
 
 func (x *CreateTableResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[64]
+	mi := &file_tabula_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5246,7 +5464,7 @@ func (x *CreateTableResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTableResponse.ProtoReflect.Descriptor instead.
 func (*CreateTableResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{64}
+	return file_tabula_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *CreateTableResponse) GetMap() *PartitionMap {
@@ -5266,7 +5484,7 @@ type DropTableRequest struct {
 
 func (x *DropTableRequest) Reset() {
 	*x = DropTableRequest{}
-	mi := &file_tabula_proto_msgTypes[65]
+	mi := &file_tabula_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5278,7 +5496,7 @@ func (x *DropTableRequest) String() string {
 func (*DropTableRequest) ProtoMessage() {}
 
 func (x *DropTableRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[65]
+	mi := &file_tabula_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5291,7 +5509,7 @@ func (x *DropTableRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DropTableRequest.ProtoReflect.Descriptor instead.
 func (*DropTableRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{65}
+	return file_tabula_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *DropTableRequest) GetTenant() string {
@@ -5316,7 +5534,7 @@ type DropTableResponse struct {
 
 func (x *DropTableResponse) Reset() {
 	*x = DropTableResponse{}
-	mi := &file_tabula_proto_msgTypes[66]
+	mi := &file_tabula_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5328,7 +5546,7 @@ func (x *DropTableResponse) String() string {
 func (*DropTableResponse) ProtoMessage() {}
 
 func (x *DropTableResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[66]
+	mi := &file_tabula_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5341,7 +5559,7 @@ func (x *DropTableResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DropTableResponse.ProtoReflect.Descriptor instead.
 func (*DropTableResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{66}
+	return file_tabula_proto_rawDescGZIP(), []int{68}
 }
 
 type ListTablesRequest struct {
@@ -5353,7 +5571,7 @@ type ListTablesRequest struct {
 
 func (x *ListTablesRequest) Reset() {
 	*x = ListTablesRequest{}
-	mi := &file_tabula_proto_msgTypes[67]
+	mi := &file_tabula_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5365,7 +5583,7 @@ func (x *ListTablesRequest) String() string {
 func (*ListTablesRequest) ProtoMessage() {}
 
 func (x *ListTablesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[67]
+	mi := &file_tabula_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5378,7 +5596,7 @@ func (x *ListTablesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTablesRequest.ProtoReflect.Descriptor instead.
 func (*ListTablesRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{67}
+	return file_tabula_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *ListTablesRequest) GetTenant() string {
@@ -5397,7 +5615,7 @@ type ListTablesResponse struct {
 
 func (x *ListTablesResponse) Reset() {
 	*x = ListTablesResponse{}
-	mi := &file_tabula_proto_msgTypes[68]
+	mi := &file_tabula_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5409,7 +5627,7 @@ func (x *ListTablesResponse) String() string {
 func (*ListTablesResponse) ProtoMessage() {}
 
 func (x *ListTablesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[68]
+	mi := &file_tabula_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5422,7 +5640,7 @@ func (x *ListTablesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTablesResponse.ProtoReflect.Descriptor instead.
 func (*ListTablesResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{68}
+	return file_tabula_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *ListTablesResponse) GetTables() []*Table {
@@ -5442,7 +5660,7 @@ type DescribeTableRequest struct {
 
 func (x *DescribeTableRequest) Reset() {
 	*x = DescribeTableRequest{}
-	mi := &file_tabula_proto_msgTypes[69]
+	mi := &file_tabula_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5454,7 +5672,7 @@ func (x *DescribeTableRequest) String() string {
 func (*DescribeTableRequest) ProtoMessage() {}
 
 func (x *DescribeTableRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[69]
+	mi := &file_tabula_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5467,7 +5685,7 @@ func (x *DescribeTableRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeTableRequest.ProtoReflect.Descriptor instead.
 func (*DescribeTableRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{69}
+	return file_tabula_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *DescribeTableRequest) GetTenant() string {
@@ -5495,7 +5713,7 @@ type DescribeTableResponse struct {
 
 func (x *DescribeTableResponse) Reset() {
 	*x = DescribeTableResponse{}
-	mi := &file_tabula_proto_msgTypes[70]
+	mi := &file_tabula_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5507,7 +5725,7 @@ func (x *DescribeTableResponse) String() string {
 func (*DescribeTableResponse) ProtoMessage() {}
 
 func (x *DescribeTableResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[70]
+	mi := &file_tabula_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5520,7 +5738,7 @@ func (x *DescribeTableResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeTableResponse.ProtoReflect.Descriptor instead.
 func (*DescribeTableResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{70}
+	return file_tabula_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *DescribeTableResponse) GetMap() *PartitionMap {
@@ -5547,7 +5765,7 @@ type GetPartitionMapRequest struct {
 
 func (x *GetPartitionMapRequest) Reset() {
 	*x = GetPartitionMapRequest{}
-	mi := &file_tabula_proto_msgTypes[71]
+	mi := &file_tabula_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5559,7 +5777,7 @@ func (x *GetPartitionMapRequest) String() string {
 func (*GetPartitionMapRequest) ProtoMessage() {}
 
 func (x *GetPartitionMapRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[71]
+	mi := &file_tabula_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5572,7 +5790,7 @@ func (x *GetPartitionMapRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPartitionMapRequest.ProtoReflect.Descriptor instead.
 func (*GetPartitionMapRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{71}
+	return file_tabula_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *GetPartitionMapRequest) GetTenant() string {
@@ -5598,7 +5816,7 @@ type GetPartitionMapResponse struct {
 
 func (x *GetPartitionMapResponse) Reset() {
 	*x = GetPartitionMapResponse{}
-	mi := &file_tabula_proto_msgTypes[72]
+	mi := &file_tabula_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5610,7 +5828,7 @@ func (x *GetPartitionMapResponse) String() string {
 func (*GetPartitionMapResponse) ProtoMessage() {}
 
 func (x *GetPartitionMapResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[72]
+	mi := &file_tabula_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5623,7 +5841,7 @@ func (x *GetPartitionMapResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPartitionMapResponse.ProtoReflect.Descriptor instead.
 func (*GetPartitionMapResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{72}
+	return file_tabula_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *GetPartitionMapResponse) GetMap() *PartitionMap {
@@ -5652,7 +5870,7 @@ type WatchPartitionMapRequest struct {
 
 func (x *WatchPartitionMapRequest) Reset() {
 	*x = WatchPartitionMapRequest{}
-	mi := &file_tabula_proto_msgTypes[73]
+	mi := &file_tabula_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5664,7 +5882,7 @@ func (x *WatchPartitionMapRequest) String() string {
 func (*WatchPartitionMapRequest) ProtoMessage() {}
 
 func (x *WatchPartitionMapRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[73]
+	mi := &file_tabula_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5677,7 +5895,7 @@ func (x *WatchPartitionMapRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchPartitionMapRequest.ProtoReflect.Descriptor instead.
 func (*WatchPartitionMapRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{73}
+	return file_tabula_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *WatchPartitionMapRequest) GetTenant() string {
@@ -5748,7 +5966,7 @@ type WatchPartitionMapResponse struct {
 
 func (x *WatchPartitionMapResponse) Reset() {
 	*x = WatchPartitionMapResponse{}
-	mi := &file_tabula_proto_msgTypes[74]
+	mi := &file_tabula_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5760,7 +5978,7 @@ func (x *WatchPartitionMapResponse) String() string {
 func (*WatchPartitionMapResponse) ProtoMessage() {}
 
 func (x *WatchPartitionMapResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[74]
+	mi := &file_tabula_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5773,7 +5991,7 @@ func (x *WatchPartitionMapResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchPartitionMapResponse.ProtoReflect.Descriptor instead.
 func (*WatchPartitionMapResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{74}
+	return file_tabula_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *WatchPartitionMapResponse) GetVersion() uint64 {
@@ -5845,7 +6063,7 @@ type RegisterServerRequest struct {
 
 func (x *RegisterServerRequest) Reset() {
 	*x = RegisterServerRequest{}
-	mi := &file_tabula_proto_msgTypes[75]
+	mi := &file_tabula_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5857,7 +6075,7 @@ func (x *RegisterServerRequest) String() string {
 func (*RegisterServerRequest) ProtoMessage() {}
 
 func (x *RegisterServerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[75]
+	mi := &file_tabula_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5870,7 +6088,7 @@ func (x *RegisterServerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterServerRequest.ProtoReflect.Descriptor instead.
 func (*RegisterServerRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{75}
+	return file_tabula_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *RegisterServerRequest) GetServerId() string {
@@ -5936,7 +6154,7 @@ type RegisterServerResponse struct {
 
 func (x *RegisterServerResponse) Reset() {
 	*x = RegisterServerResponse{}
-	mi := &file_tabula_proto_msgTypes[76]
+	mi := &file_tabula_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5948,7 +6166,7 @@ func (x *RegisterServerResponse) String() string {
 func (*RegisterServerResponse) ProtoMessage() {}
 
 func (x *RegisterServerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[76]
+	mi := &file_tabula_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5961,7 +6179,7 @@ func (x *RegisterServerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterServerResponse.ProtoReflect.Descriptor instead.
 func (*RegisterServerResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{76}
+	return file_tabula_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *RegisterServerResponse) GetServerId() string {
@@ -6026,7 +6244,7 @@ type HeartbeatRequest struct {
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_tabula_proto_msgTypes[77]
+	mi := &file_tabula_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6038,7 +6256,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[77]
+	mi := &file_tabula_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6051,7 +6269,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{77}
+	return file_tabula_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *HeartbeatRequest) GetServerId() string {
@@ -6124,7 +6342,7 @@ type HeartbeatResponse struct {
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_tabula_proto_msgTypes[78]
+	mi := &file_tabula_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6136,7 +6354,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[78]
+	mi := &file_tabula_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6149,7 +6367,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{78}
+	return file_tabula_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *HeartbeatResponse) GetMapVersion() uint64 {
@@ -6209,7 +6427,7 @@ type BulkPublishRequest struct {
 
 func (x *BulkPublishRequest) Reset() {
 	*x = BulkPublishRequest{}
-	mi := &file_tabula_proto_msgTypes[79]
+	mi := &file_tabula_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6221,7 +6439,7 @@ func (x *BulkPublishRequest) String() string {
 func (*BulkPublishRequest) ProtoMessage() {}
 
 func (x *BulkPublishRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[79]
+	mi := &file_tabula_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6234,7 +6452,7 @@ func (x *BulkPublishRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkPublishRequest.ProtoReflect.Descriptor instead.
 func (*BulkPublishRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{79}
+	return file_tabula_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *BulkPublishRequest) GetTenant() string {
@@ -6284,7 +6502,7 @@ type BulkPublishResponse struct {
 
 func (x *BulkPublishResponse) Reset() {
 	*x = BulkPublishResponse{}
-	mi := &file_tabula_proto_msgTypes[80]
+	mi := &file_tabula_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6296,7 +6514,7 @@ func (x *BulkPublishResponse) String() string {
 func (*BulkPublishResponse) ProtoMessage() {}
 
 func (x *BulkPublishResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[80]
+	mi := &file_tabula_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6309,7 +6527,7 @@ func (x *BulkPublishResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkPublishResponse.ProtoReflect.Descriptor instead.
 func (*BulkPublishResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{80}
+	return file_tabula_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *BulkPublishResponse) GetMap() *PartitionMap {
@@ -6341,7 +6559,7 @@ type BulkStoredRequest struct {
 
 func (x *BulkStoredRequest) Reset() {
 	*x = BulkStoredRequest{}
-	mi := &file_tabula_proto_msgTypes[81]
+	mi := &file_tabula_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6353,7 +6571,7 @@ func (x *BulkStoredRequest) String() string {
 func (*BulkStoredRequest) ProtoMessage() {}
 
 func (x *BulkStoredRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[81]
+	mi := &file_tabula_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6366,7 +6584,7 @@ func (x *BulkStoredRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkStoredRequest.ProtoReflect.Descriptor instead.
 func (*BulkStoredRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{81}
+	return file_tabula_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *BulkStoredRequest) GetTenant() string {
@@ -6413,7 +6631,7 @@ type BulkStoredResponse struct {
 
 func (x *BulkStoredResponse) Reset() {
 	*x = BulkStoredResponse{}
-	mi := &file_tabula_proto_msgTypes[82]
+	mi := &file_tabula_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6425,7 +6643,7 @@ func (x *BulkStoredResponse) String() string {
 func (*BulkStoredResponse) ProtoMessage() {}
 
 func (x *BulkStoredResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[82]
+	mi := &file_tabula_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6438,7 +6656,7 @@ func (x *BulkStoredResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkStoredResponse.ProtoReflect.Descriptor instead.
 func (*BulkStoredResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{82}
+	return file_tabula_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *BulkStoredResponse) GetMap() *PartitionMap {
@@ -6458,7 +6676,7 @@ type BulkStatusRequest struct {
 
 func (x *BulkStatusRequest) Reset() {
 	*x = BulkStatusRequest{}
-	mi := &file_tabula_proto_msgTypes[83]
+	mi := &file_tabula_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6470,7 +6688,7 @@ func (x *BulkStatusRequest) String() string {
 func (*BulkStatusRequest) ProtoMessage() {}
 
 func (x *BulkStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[83]
+	mi := &file_tabula_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6483,7 +6701,7 @@ func (x *BulkStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkStatusRequest.ProtoReflect.Descriptor instead.
 func (*BulkStatusRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{83}
+	return file_tabula_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *BulkStatusRequest) GetTenant() string {
@@ -6511,7 +6729,7 @@ type BulkStatusResponse struct {
 
 func (x *BulkStatusResponse) Reset() {
 	*x = BulkStatusResponse{}
-	mi := &file_tabula_proto_msgTypes[84]
+	mi := &file_tabula_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6523,7 +6741,7 @@ func (x *BulkStatusResponse) String() string {
 func (*BulkStatusResponse) ProtoMessage() {}
 
 func (x *BulkStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[84]
+	mi := &file_tabula_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6536,7 +6754,7 @@ func (x *BulkStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkStatusResponse.ProtoReflect.Descriptor instead.
 func (*BulkStatusResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{84}
+	return file_tabula_proto_rawDescGZIP(), []int{86}
 }
 
 func (x *BulkStatusResponse) GetMap() *PartitionMap {
@@ -6564,7 +6782,7 @@ type BulkRollbackRequest struct {
 
 func (x *BulkRollbackRequest) Reset() {
 	*x = BulkRollbackRequest{}
-	mi := &file_tabula_proto_msgTypes[85]
+	mi := &file_tabula_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6576,7 +6794,7 @@ func (x *BulkRollbackRequest) String() string {
 func (*BulkRollbackRequest) ProtoMessage() {}
 
 func (x *BulkRollbackRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[85]
+	mi := &file_tabula_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6589,7 +6807,7 @@ func (x *BulkRollbackRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkRollbackRequest.ProtoReflect.Descriptor instead.
 func (*BulkRollbackRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{85}
+	return file_tabula_proto_rawDescGZIP(), []int{87}
 }
 
 func (x *BulkRollbackRequest) GetTenant() string {
@@ -6622,7 +6840,7 @@ type BulkRollbackResponse struct {
 
 func (x *BulkRollbackResponse) Reset() {
 	*x = BulkRollbackResponse{}
-	mi := &file_tabula_proto_msgTypes[86]
+	mi := &file_tabula_proto_msgTypes[88]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6634,7 +6852,7 @@ func (x *BulkRollbackResponse) String() string {
 func (*BulkRollbackResponse) ProtoMessage() {}
 
 func (x *BulkRollbackResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[86]
+	mi := &file_tabula_proto_msgTypes[88]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6647,7 +6865,7 @@ func (x *BulkRollbackResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkRollbackResponse.ProtoReflect.Descriptor instead.
 func (*BulkRollbackResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{86}
+	return file_tabula_proto_rawDescGZIP(), []int{88}
 }
 
 func (x *BulkRollbackResponse) GetMap() *PartitionMap {
@@ -6668,7 +6886,7 @@ type BulkRolloutRequest struct {
 
 func (x *BulkRolloutRequest) Reset() {
 	*x = BulkRolloutRequest{}
-	mi := &file_tabula_proto_msgTypes[87]
+	mi := &file_tabula_proto_msgTypes[89]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6680,7 +6898,7 @@ func (x *BulkRolloutRequest) String() string {
 func (*BulkRolloutRequest) ProtoMessage() {}
 
 func (x *BulkRolloutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[87]
+	mi := &file_tabula_proto_msgTypes[89]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6693,7 +6911,7 @@ func (x *BulkRolloutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkRolloutRequest.ProtoReflect.Descriptor instead.
 func (*BulkRolloutRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{87}
+	return file_tabula_proto_rawDescGZIP(), []int{89}
 }
 
 func (x *BulkRolloutRequest) GetTenant() string {
@@ -6726,7 +6944,7 @@ type BulkRolloutResponse struct {
 
 func (x *BulkRolloutResponse) Reset() {
 	*x = BulkRolloutResponse{}
-	mi := &file_tabula_proto_msgTypes[88]
+	mi := &file_tabula_proto_msgTypes[90]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6738,7 +6956,7 @@ func (x *BulkRolloutResponse) String() string {
 func (*BulkRolloutResponse) ProtoMessage() {}
 
 func (x *BulkRolloutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[88]
+	mi := &file_tabula_proto_msgTypes[90]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6751,7 +6969,7 @@ func (x *BulkRolloutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkRolloutResponse.ProtoReflect.Descriptor instead.
 func (*BulkRolloutResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{88}
+	return file_tabula_proto_rawDescGZIP(), []int{90}
 }
 
 func (x *BulkRolloutResponse) GetMap() *PartitionMap {
@@ -6769,7 +6987,7 @@ type ListServersRequest struct {
 
 func (x *ListServersRequest) Reset() {
 	*x = ListServersRequest{}
-	mi := &file_tabula_proto_msgTypes[89]
+	mi := &file_tabula_proto_msgTypes[91]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6781,7 +6999,7 @@ func (x *ListServersRequest) String() string {
 func (*ListServersRequest) ProtoMessage() {}
 
 func (x *ListServersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[89]
+	mi := &file_tabula_proto_msgTypes[91]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6794,7 +7012,7 @@ func (x *ListServersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListServersRequest.ProtoReflect.Descriptor instead.
 func (*ListServersRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{89}
+	return file_tabula_proto_rawDescGZIP(), []int{91}
 }
 
 type ListServersResponse struct {
@@ -6806,7 +7024,7 @@ type ListServersResponse struct {
 
 func (x *ListServersResponse) Reset() {
 	*x = ListServersResponse{}
-	mi := &file_tabula_proto_msgTypes[90]
+	mi := &file_tabula_proto_msgTypes[92]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6818,7 +7036,7 @@ func (x *ListServersResponse) String() string {
 func (*ListServersResponse) ProtoMessage() {}
 
 func (x *ListServersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[90]
+	mi := &file_tabula_proto_msgTypes[92]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6831,7 +7049,7 @@ func (x *ListServersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListServersResponse.ProtoReflect.Descriptor instead.
 func (*ListServersResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{90}
+	return file_tabula_proto_rawDescGZIP(), []int{92}
 }
 
 func (x *ListServersResponse) GetServers() []*ServerInfo {
@@ -6862,7 +7080,7 @@ type CallRequest struct {
 
 func (x *CallRequest) Reset() {
 	*x = CallRequest{}
-	mi := &file_tabula_proto_msgTypes[91]
+	mi := &file_tabula_proto_msgTypes[93]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6874,7 +7092,7 @@ func (x *CallRequest) String() string {
 func (*CallRequest) ProtoMessage() {}
 
 func (x *CallRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[91]
+	mi := &file_tabula_proto_msgTypes[93]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6887,7 +7105,7 @@ func (x *CallRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CallRequest.ProtoReflect.Descriptor instead.
 func (*CallRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{91}
+	return file_tabula_proto_rawDescGZIP(), []int{93}
 }
 
 func (x *CallRequest) GetId() uint64 {
@@ -7010,7 +7228,7 @@ type CallResponse struct {
 
 func (x *CallResponse) Reset() {
 	*x = CallResponse{}
-	mi := &file_tabula_proto_msgTypes[92]
+	mi := &file_tabula_proto_msgTypes[94]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7022,7 +7240,7 @@ func (x *CallResponse) String() string {
 func (*CallResponse) ProtoMessage() {}
 
 func (x *CallResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[92]
+	mi := &file_tabula_proto_msgTypes[94]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7035,7 +7253,7 @@ func (x *CallResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CallResponse.ProtoReflect.Descriptor instead.
 func (*CallResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{92}
+	return file_tabula_proto_rawDescGZIP(), []int{94}
 }
 
 func (x *CallResponse) GetId() uint64 {
@@ -7154,14 +7372,19 @@ type RequestHeader struct {
 	// Reads: the replica must have applied at least this LSN (a client reads
 	// its own writes from any replica); a replica behind answers UNAVAILABLE
 	// with reason "behind_min_lsn".
-	MinLsn        uint64 `protobuf:"varint,7,opt,name=min_lsn,json=minLsn,proto3" json:"min_lsn,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	MinLsn uint64 `protobuf:"varint,7,opt,name=min_lsn,json=minLsn,proto3" json:"min_lsn,omitempty"`
+	// read_any reads: the most a secondary may be behind its primary, in
+	// ms: one not in step with the commit point within it (dropped from the
+	// log's ack set, cut off, catching up) answers UNAVAILABLE with reason
+	// "replica_behind". 0: the default, api.DefaultMaxStalenessMs (1 s).
+	MaxStalenessMs uint32 `protobuf:"varint,8,opt,name=max_staleness_ms,json=maxStalenessMs,proto3" json:"max_staleness_ms,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *RequestHeader) Reset() {
 	*x = RequestHeader{}
-	mi := &file_tabula_proto_msgTypes[93]
+	mi := &file_tabula_proto_msgTypes[95]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7173,7 +7396,7 @@ func (x *RequestHeader) String() string {
 func (*RequestHeader) ProtoMessage() {}
 
 func (x *RequestHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[93]
+	mi := &file_tabula_proto_msgTypes[95]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7186,7 +7409,7 @@ func (x *RequestHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestHeader.ProtoReflect.Descriptor instead.
 func (*RequestHeader) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{93}
+	return file_tabula_proto_rawDescGZIP(), []int{95}
 }
 
 func (x *RequestHeader) GetTenant() string {
@@ -7238,6 +7461,13 @@ func (x *RequestHeader) GetMinLsn() uint64 {
 	return 0
 }
 
+func (x *RequestHeader) GetMaxStalenessMs() uint32 {
+	if x != nil {
+		return x.MaxStalenessMs
+	}
+	return 0
+}
+
 type GetRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Header        *RequestHeader         `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
@@ -7248,7 +7478,7 @@ type GetRequest struct {
 
 func (x *GetRequest) Reset() {
 	*x = GetRequest{}
-	mi := &file_tabula_proto_msgTypes[94]
+	mi := &file_tabula_proto_msgTypes[96]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7260,7 +7490,7 @@ func (x *GetRequest) String() string {
 func (*GetRequest) ProtoMessage() {}
 
 func (x *GetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[94]
+	mi := &file_tabula_proto_msgTypes[96]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7273,7 +7503,7 @@ func (x *GetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRequest.ProtoReflect.Descriptor instead.
 func (*GetRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{94}
+	return file_tabula_proto_rawDescGZIP(), []int{96}
 }
 
 func (x *GetRequest) GetHeader() *RequestHeader {
@@ -7304,7 +7534,7 @@ type GetResponse struct {
 
 func (x *GetResponse) Reset() {
 	*x = GetResponse{}
-	mi := &file_tabula_proto_msgTypes[95]
+	mi := &file_tabula_proto_msgTypes[97]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7316,7 +7546,7 @@ func (x *GetResponse) String() string {
 func (*GetResponse) ProtoMessage() {}
 
 func (x *GetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[95]
+	mi := &file_tabula_proto_msgTypes[97]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7329,7 +7559,7 @@ func (x *GetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetResponse.ProtoReflect.Descriptor instead.
 func (*GetResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{95}
+	return file_tabula_proto_rawDescGZIP(), []int{97}
 }
 
 func (x *GetResponse) GetFound() bool {
@@ -7370,7 +7600,7 @@ type BatchGetRequest struct {
 
 func (x *BatchGetRequest) Reset() {
 	*x = BatchGetRequest{}
-	mi := &file_tabula_proto_msgTypes[96]
+	mi := &file_tabula_proto_msgTypes[98]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7382,7 +7612,7 @@ func (x *BatchGetRequest) String() string {
 func (*BatchGetRequest) ProtoMessage() {}
 
 func (x *BatchGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[96]
+	mi := &file_tabula_proto_msgTypes[98]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7395,7 +7625,7 @@ func (x *BatchGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchGetRequest.ProtoReflect.Descriptor instead.
 func (*BatchGetRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{96}
+	return file_tabula_proto_rawDescGZIP(), []int{98}
 }
 
 func (x *BatchGetRequest) GetHeader() *RequestHeader {
@@ -7424,7 +7654,7 @@ type BatchGetResponse struct {
 
 func (x *BatchGetResponse) Reset() {
 	*x = BatchGetResponse{}
-	mi := &file_tabula_proto_msgTypes[97]
+	mi := &file_tabula_proto_msgTypes[99]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7436,7 +7666,7 @@ func (x *BatchGetResponse) String() string {
 func (*BatchGetResponse) ProtoMessage() {}
 
 func (x *BatchGetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[97]
+	mi := &file_tabula_proto_msgTypes[99]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7449,7 +7679,7 @@ func (x *BatchGetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchGetResponse.ProtoReflect.Descriptor instead.
 func (*BatchGetResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{97}
+	return file_tabula_proto_rawDescGZIP(), []int{99}
 }
 
 func (x *BatchGetResponse) GetResults() []*GetResponse {
@@ -7476,7 +7706,7 @@ type MultiGetRequest struct {
 
 func (x *MultiGetRequest) Reset() {
 	*x = MultiGetRequest{}
-	mi := &file_tabula_proto_msgTypes[98]
+	mi := &file_tabula_proto_msgTypes[100]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7488,7 +7718,7 @@ func (x *MultiGetRequest) String() string {
 func (*MultiGetRequest) ProtoMessage() {}
 
 func (x *MultiGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[98]
+	mi := &file_tabula_proto_msgTypes[100]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7501,7 +7731,7 @@ func (x *MultiGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MultiGetRequest.ProtoReflect.Descriptor instead.
 func (*MultiGetRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{98}
+	return file_tabula_proto_rawDescGZIP(), []int{100}
 }
 
 func (x *MultiGetRequest) GetGets() []*GetRequest {
@@ -7521,7 +7751,7 @@ type MultiGetResponse struct {
 
 func (x *MultiGetResponse) Reset() {
 	*x = MultiGetResponse{}
-	mi := &file_tabula_proto_msgTypes[99]
+	mi := &file_tabula_proto_msgTypes[101]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7533,7 +7763,7 @@ func (x *MultiGetResponse) String() string {
 func (*MultiGetResponse) ProtoMessage() {}
 
 func (x *MultiGetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[99]
+	mi := &file_tabula_proto_msgTypes[101]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7546,7 +7776,7 @@ func (x *MultiGetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MultiGetResponse.ProtoReflect.Descriptor instead.
 func (*MultiGetResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{99}
+	return file_tabula_proto_rawDescGZIP(), []int{101}
 }
 
 func (x *MultiGetResponse) GetResults() []*MultiGetResult {
@@ -7569,7 +7799,7 @@ type MultiGetResult struct {
 
 func (x *MultiGetResult) Reset() {
 	*x = MultiGetResult{}
-	mi := &file_tabula_proto_msgTypes[100]
+	mi := &file_tabula_proto_msgTypes[102]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7581,7 +7811,7 @@ func (x *MultiGetResult) String() string {
 func (*MultiGetResult) ProtoMessage() {}
 
 func (x *MultiGetResult) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[100]
+	mi := &file_tabula_proto_msgTypes[102]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7594,7 +7824,7 @@ func (x *MultiGetResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MultiGetResult.ProtoReflect.Descriptor instead.
 func (*MultiGetResult) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{100}
+	return file_tabula_proto_rawDescGZIP(), []int{102}
 }
 
 func (x *MultiGetResult) GetResponse() *GetResponse {
@@ -7627,7 +7857,7 @@ type PutRequest struct {
 
 func (x *PutRequest) Reset() {
 	*x = PutRequest{}
-	mi := &file_tabula_proto_msgTypes[101]
+	mi := &file_tabula_proto_msgTypes[103]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7639,7 +7869,7 @@ func (x *PutRequest) String() string {
 func (*PutRequest) ProtoMessage() {}
 
 func (x *PutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[101]
+	mi := &file_tabula_proto_msgTypes[103]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7652,7 +7882,7 @@ func (x *PutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutRequest.ProtoReflect.Descriptor instead.
 func (*PutRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{101}
+	return file_tabula_proto_rawDescGZIP(), []int{103}
 }
 
 func (x *PutRequest) GetHeader() *RequestHeader {
@@ -7700,7 +7930,7 @@ type PutResponse struct {
 
 func (x *PutResponse) Reset() {
 	*x = PutResponse{}
-	mi := &file_tabula_proto_msgTypes[102]
+	mi := &file_tabula_proto_msgTypes[104]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7712,7 +7942,7 @@ func (x *PutResponse) String() string {
 func (*PutResponse) ProtoMessage() {}
 
 func (x *PutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[102]
+	mi := &file_tabula_proto_msgTypes[104]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7725,7 +7955,7 @@ func (x *PutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutResponse.ProtoReflect.Descriptor instead.
 func (*PutResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{102}
+	return file_tabula_proto_rawDescGZIP(), []int{104}
 }
 
 func (x *PutResponse) GetLsn() uint64 {
@@ -7746,7 +7976,7 @@ type DeleteRequest struct {
 
 func (x *DeleteRequest) Reset() {
 	*x = DeleteRequest{}
-	mi := &file_tabula_proto_msgTypes[103]
+	mi := &file_tabula_proto_msgTypes[105]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7758,7 +7988,7 @@ func (x *DeleteRequest) String() string {
 func (*DeleteRequest) ProtoMessage() {}
 
 func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[103]
+	mi := &file_tabula_proto_msgTypes[105]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7771,7 +8001,7 @@ func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRequest.ProtoReflect.Descriptor instead.
 func (*DeleteRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{103}
+	return file_tabula_proto_rawDescGZIP(), []int{105}
 }
 
 func (x *DeleteRequest) GetHeader() *RequestHeader {
@@ -7805,7 +8035,7 @@ type DeleteResponse struct {
 
 func (x *DeleteResponse) Reset() {
 	*x = DeleteResponse{}
-	mi := &file_tabula_proto_msgTypes[104]
+	mi := &file_tabula_proto_msgTypes[106]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7817,7 +8047,7 @@ func (x *DeleteResponse) String() string {
 func (*DeleteResponse) ProtoMessage() {}
 
 func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[104]
+	mi := &file_tabula_proto_msgTypes[106]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7830,7 +8060,7 @@ func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteResponse.ProtoReflect.Descriptor instead.
 func (*DeleteResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{104}
+	return file_tabula_proto_rawDescGZIP(), []int{106}
 }
 
 func (x *DeleteResponse) GetExisted() bool {
@@ -7866,7 +8096,7 @@ type CompareAndSwapRequest struct {
 
 func (x *CompareAndSwapRequest) Reset() {
 	*x = CompareAndSwapRequest{}
-	mi := &file_tabula_proto_msgTypes[105]
+	mi := &file_tabula_proto_msgTypes[107]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7878,7 +8108,7 @@ func (x *CompareAndSwapRequest) String() string {
 func (*CompareAndSwapRequest) ProtoMessage() {}
 
 func (x *CompareAndSwapRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[105]
+	mi := &file_tabula_proto_msgTypes[107]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7891,7 +8121,7 @@ func (x *CompareAndSwapRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompareAndSwapRequest.ProtoReflect.Descriptor instead.
 func (*CompareAndSwapRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{105}
+	return file_tabula_proto_rawDescGZIP(), []int{107}
 }
 
 func (x *CompareAndSwapRequest) GetHeader() *RequestHeader {
@@ -7963,7 +8193,7 @@ type CompareAndSwapResponse struct {
 
 func (x *CompareAndSwapResponse) Reset() {
 	*x = CompareAndSwapResponse{}
-	mi := &file_tabula_proto_msgTypes[106]
+	mi := &file_tabula_proto_msgTypes[108]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7975,7 +8205,7 @@ func (x *CompareAndSwapResponse) String() string {
 func (*CompareAndSwapResponse) ProtoMessage() {}
 
 func (x *CompareAndSwapResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[106]
+	mi := &file_tabula_proto_msgTypes[108]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7988,7 +8218,7 @@ func (x *CompareAndSwapResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompareAndSwapResponse.ProtoReflect.Descriptor instead.
 func (*CompareAndSwapResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{106}
+	return file_tabula_proto_rawDescGZIP(), []int{108}
 }
 
 func (x *CompareAndSwapResponse) GetSwapped() bool {
@@ -8033,7 +8263,7 @@ type Mutation struct {
 
 func (x *Mutation) Reset() {
 	*x = Mutation{}
-	mi := &file_tabula_proto_msgTypes[107]
+	mi := &file_tabula_proto_msgTypes[109]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8045,7 +8275,7 @@ func (x *Mutation) String() string {
 func (*Mutation) ProtoMessage() {}
 
 func (x *Mutation) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[107]
+	mi := &file_tabula_proto_msgTypes[109]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8058,7 +8288,7 @@ func (x *Mutation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Mutation.ProtoReflect.Descriptor instead.
 func (*Mutation) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{107}
+	return file_tabula_proto_rawDescGZIP(), []int{109}
 }
 
 func (x *Mutation) GetOp() Mutation_Op {
@@ -8110,7 +8340,7 @@ type Condition struct {
 
 func (x *Condition) Reset() {
 	*x = Condition{}
-	mi := &file_tabula_proto_msgTypes[108]
+	mi := &file_tabula_proto_msgTypes[110]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8122,7 +8352,7 @@ func (x *Condition) String() string {
 func (*Condition) ProtoMessage() {}
 
 func (x *Condition) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[108]
+	mi := &file_tabula_proto_msgTypes[110]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8135,7 +8365,7 @@ func (x *Condition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Condition.ProtoReflect.Descriptor instead.
 func (*Condition) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{108}
+	return file_tabula_proto_rawDescGZIP(), []int{110}
 }
 
 func (x *Condition) GetKind() Condition_Kind {
@@ -8173,7 +8403,7 @@ type BatchWriteRequest struct {
 
 func (x *BatchWriteRequest) Reset() {
 	*x = BatchWriteRequest{}
-	mi := &file_tabula_proto_msgTypes[109]
+	mi := &file_tabula_proto_msgTypes[111]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8185,7 +8415,7 @@ func (x *BatchWriteRequest) String() string {
 func (*BatchWriteRequest) ProtoMessage() {}
 
 func (x *BatchWriteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[109]
+	mi := &file_tabula_proto_msgTypes[111]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8198,7 +8428,7 @@ func (x *BatchWriteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchWriteRequest.ProtoReflect.Descriptor instead.
 func (*BatchWriteRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{109}
+	return file_tabula_proto_rawDescGZIP(), []int{111}
 }
 
 func (x *BatchWriteRequest) GetHeader() *RequestHeader {
@@ -8231,7 +8461,7 @@ type BatchWriteResponse struct {
 
 func (x *BatchWriteResponse) Reset() {
 	*x = BatchWriteResponse{}
-	mi := &file_tabula_proto_msgTypes[110]
+	mi := &file_tabula_proto_msgTypes[112]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8243,7 +8473,7 @@ func (x *BatchWriteResponse) String() string {
 func (*BatchWriteResponse) ProtoMessage() {}
 
 func (x *BatchWriteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[110]
+	mi := &file_tabula_proto_msgTypes[112]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8256,7 +8486,7 @@ func (x *BatchWriteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchWriteResponse.ProtoReflect.Descriptor instead.
 func (*BatchWriteResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{110}
+	return file_tabula_proto_rawDescGZIP(), []int{112}
 }
 
 func (x *BatchWriteResponse) GetLsn() uint64 {
@@ -8283,7 +8513,7 @@ type ScanRequest struct {
 
 func (x *ScanRequest) Reset() {
 	*x = ScanRequest{}
-	mi := &file_tabula_proto_msgTypes[111]
+	mi := &file_tabula_proto_msgTypes[113]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8295,7 +8525,7 @@ func (x *ScanRequest) String() string {
 func (*ScanRequest) ProtoMessage() {}
 
 func (x *ScanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[111]
+	mi := &file_tabula_proto_msgTypes[113]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8308,7 +8538,7 @@ func (x *ScanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScanRequest.ProtoReflect.Descriptor instead.
 func (*ScanRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{111}
+	return file_tabula_proto_rawDescGZIP(), []int{113}
 }
 
 func (x *ScanRequest) GetHeader() *RequestHeader {
@@ -8357,7 +8587,7 @@ type KeyValue struct {
 
 func (x *KeyValue) Reset() {
 	*x = KeyValue{}
-	mi := &file_tabula_proto_msgTypes[112]
+	mi := &file_tabula_proto_msgTypes[114]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8369,7 +8599,7 @@ func (x *KeyValue) String() string {
 func (*KeyValue) ProtoMessage() {}
 
 func (x *KeyValue) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[112]
+	mi := &file_tabula_proto_msgTypes[114]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8382,7 +8612,7 @@ func (x *KeyValue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyValue.ProtoReflect.Descriptor instead.
 func (*KeyValue) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{112}
+	return file_tabula_proto_rawDescGZIP(), []int{114}
 }
 
 func (x *KeyValue) GetKey() []byte {
@@ -8415,7 +8645,7 @@ type ScanResponse struct {
 
 func (x *ScanResponse) Reset() {
 	*x = ScanResponse{}
-	mi := &file_tabula_proto_msgTypes[113]
+	mi := &file_tabula_proto_msgTypes[115]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8427,7 +8657,7 @@ func (x *ScanResponse) String() string {
 func (*ScanResponse) ProtoMessage() {}
 
 func (x *ScanResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[113]
+	mi := &file_tabula_proto_msgTypes[115]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8440,7 +8670,7 @@ func (x *ScanResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScanResponse.ProtoReflect.Descriptor instead.
 func (*ScanResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{113}
+	return file_tabula_proto_rawDescGZIP(), []int{115}
 }
 
 func (x *ScanResponse) GetRecords() []*KeyValue {
@@ -8462,7 +8692,7 @@ type CopyReplicaRequest struct {
 
 func (x *CopyReplicaRequest) Reset() {
 	*x = CopyReplicaRequest{}
-	mi := &file_tabula_proto_msgTypes[114]
+	mi := &file_tabula_proto_msgTypes[116]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8474,7 +8704,7 @@ func (x *CopyReplicaRequest) String() string {
 func (*CopyReplicaRequest) ProtoMessage() {}
 
 func (x *CopyReplicaRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[114]
+	mi := &file_tabula_proto_msgTypes[116]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8487,7 +8717,7 @@ func (x *CopyReplicaRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CopyReplicaRequest.ProtoReflect.Descriptor instead.
 func (*CopyReplicaRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{114}
+	return file_tabula_proto_rawDescGZIP(), []int{116}
 }
 
 func (x *CopyReplicaRequest) GetHeader() *RequestHeader {
@@ -8520,7 +8750,7 @@ type CopyReplicaChunk struct {
 
 func (x *CopyReplicaChunk) Reset() {
 	*x = CopyReplicaChunk{}
-	mi := &file_tabula_proto_msgTypes[115]
+	mi := &file_tabula_proto_msgTypes[117]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8532,7 +8762,7 @@ func (x *CopyReplicaChunk) String() string {
 func (*CopyReplicaChunk) ProtoMessage() {}
 
 func (x *CopyReplicaChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[115]
+	mi := &file_tabula_proto_msgTypes[117]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8545,7 +8775,7 @@ func (x *CopyReplicaChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CopyReplicaChunk.ProtoReflect.Descriptor instead.
 func (*CopyReplicaChunk) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{115}
+	return file_tabula_proto_rawDescGZIP(), []int{117}
 }
 
 func (x *CopyReplicaChunk) GetLsn() uint64 {
@@ -8608,7 +8838,7 @@ type BulkUploadRequest struct {
 
 func (x *BulkUploadRequest) Reset() {
 	*x = BulkUploadRequest{}
-	mi := &file_tabula_proto_msgTypes[116]
+	mi := &file_tabula_proto_msgTypes[118]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8620,7 +8850,7 @@ func (x *BulkUploadRequest) String() string {
 func (*BulkUploadRequest) ProtoMessage() {}
 
 func (x *BulkUploadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[116]
+	mi := &file_tabula_proto_msgTypes[118]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8633,7 +8863,7 @@ func (x *BulkUploadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkUploadRequest.ProtoReflect.Descriptor instead.
 func (*BulkUploadRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{116}
+	return file_tabula_proto_rawDescGZIP(), []int{118}
 }
 
 func (x *BulkUploadRequest) GetHeader() *RequestHeader {
@@ -8695,7 +8925,7 @@ type BulkUploadStatusRequest struct {
 
 func (x *BulkUploadStatusRequest) Reset() {
 	*x = BulkUploadStatusRequest{}
-	mi := &file_tabula_proto_msgTypes[117]
+	mi := &file_tabula_proto_msgTypes[119]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8707,7 +8937,7 @@ func (x *BulkUploadStatusRequest) String() string {
 func (*BulkUploadStatusRequest) ProtoMessage() {}
 
 func (x *BulkUploadStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[117]
+	mi := &file_tabula_proto_msgTypes[119]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8720,7 +8950,7 @@ func (x *BulkUploadStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkUploadStatusRequest.ProtoReflect.Descriptor instead.
 func (*BulkUploadStatusRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{117}
+	return file_tabula_proto_rawDescGZIP(), []int{119}
 }
 
 func (x *BulkUploadStatusRequest) GetHeader() *RequestHeader {
@@ -8751,7 +8981,7 @@ type BulkUploadResponse struct {
 
 func (x *BulkUploadResponse) Reset() {
 	*x = BulkUploadResponse{}
-	mi := &file_tabula_proto_msgTypes[118]
+	mi := &file_tabula_proto_msgTypes[120]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8763,7 +8993,7 @@ func (x *BulkUploadResponse) String() string {
 func (*BulkUploadResponse) ProtoMessage() {}
 
 func (x *BulkUploadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[118]
+	mi := &file_tabula_proto_msgTypes[120]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8776,7 +9006,7 @@ func (x *BulkUploadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkUploadResponse.ProtoReflect.Descriptor instead.
 func (*BulkUploadResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{118}
+	return file_tabula_proto_rawDescGZIP(), []int{120}
 }
 
 func (x *BulkUploadResponse) GetReceived() uint64 {
@@ -8814,7 +9044,7 @@ type PartitionLogFailedRequest struct {
 
 func (x *PartitionLogFailedRequest) Reset() {
 	*x = PartitionLogFailedRequest{}
-	mi := &file_tabula_proto_msgTypes[119]
+	mi := &file_tabula_proto_msgTypes[121]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8826,7 +9056,7 @@ func (x *PartitionLogFailedRequest) String() string {
 func (*PartitionLogFailedRequest) ProtoMessage() {}
 
 func (x *PartitionLogFailedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[119]
+	mi := &file_tabula_proto_msgTypes[121]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8839,7 +9069,7 @@ func (x *PartitionLogFailedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionLogFailedRequest.ProtoReflect.Descriptor instead.
 func (*PartitionLogFailedRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{119}
+	return file_tabula_proto_rawDescGZIP(), []int{121}
 }
 
 func (x *PartitionLogFailedRequest) GetServerId() string {
@@ -8887,7 +9117,7 @@ type PartitionLogFailedResponse struct {
 
 func (x *PartitionLogFailedResponse) Reset() {
 	*x = PartitionLogFailedResponse{}
-	mi := &file_tabula_proto_msgTypes[120]
+	mi := &file_tabula_proto_msgTypes[122]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8899,7 +9129,7 @@ func (x *PartitionLogFailedResponse) String() string {
 func (*PartitionLogFailedResponse) ProtoMessage() {}
 
 func (x *PartitionLogFailedResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[120]
+	mi := &file_tabula_proto_msgTypes[122]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8912,7 +9142,7 @@ func (x *PartitionLogFailedResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionLogFailedResponse.ProtoReflect.Descriptor instead.
 func (*PartitionLogFailedResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{120}
+	return file_tabula_proto_rawDescGZIP(), []int{122}
 }
 
 func (x *PartitionLogFailedResponse) GetPartition() *Partition {
@@ -8941,7 +9171,7 @@ type ForgetServerRequest struct {
 
 func (x *ForgetServerRequest) Reset() {
 	*x = ForgetServerRequest{}
-	mi := &file_tabula_proto_msgTypes[121]
+	mi := &file_tabula_proto_msgTypes[123]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8953,7 +9183,7 @@ func (x *ForgetServerRequest) String() string {
 func (*ForgetServerRequest) ProtoMessage() {}
 
 func (x *ForgetServerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[121]
+	mi := &file_tabula_proto_msgTypes[123]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8966,7 +9196,7 @@ func (x *ForgetServerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForgetServerRequest.ProtoReflect.Descriptor instead.
 func (*ForgetServerRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{121}
+	return file_tabula_proto_rawDescGZIP(), []int{123}
 }
 
 func (x *ForgetServerRequest) GetServerId() string {
@@ -8996,7 +9226,7 @@ type ForgetServerResponse struct {
 
 func (x *ForgetServerResponse) Reset() {
 	*x = ForgetServerResponse{}
-	mi := &file_tabula_proto_msgTypes[122]
+	mi := &file_tabula_proto_msgTypes[124]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9008,7 +9238,7 @@ func (x *ForgetServerResponse) String() string {
 func (*ForgetServerResponse) ProtoMessage() {}
 
 func (x *ForgetServerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[122]
+	mi := &file_tabula_proto_msgTypes[124]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9021,7 +9251,7 @@ func (x *ForgetServerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForgetServerResponse.ProtoReflect.Descriptor instead.
 func (*ForgetServerResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{122}
+	return file_tabula_proto_rawDescGZIP(), []int{124}
 }
 
 func (x *ForgetServerResponse) GetMoved() uint32 {
@@ -9064,7 +9294,7 @@ type LostPartition struct {
 
 func (x *LostPartition) Reset() {
 	*x = LostPartition{}
-	mi := &file_tabula_proto_msgTypes[123]
+	mi := &file_tabula_proto_msgTypes[125]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9076,7 +9306,7 @@ func (x *LostPartition) String() string {
 func (*LostPartition) ProtoMessage() {}
 
 func (x *LostPartition) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[123]
+	mi := &file_tabula_proto_msgTypes[125]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9089,7 +9319,7 @@ func (x *LostPartition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LostPartition.ProtoReflect.Descriptor instead.
 func (*LostPartition) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{123}
+	return file_tabula_proto_rawDescGZIP(), []int{125}
 }
 
 func (x *LostPartition) GetTenant() string {
@@ -9152,7 +9382,7 @@ type ListDataLossRequest struct {
 
 func (x *ListDataLossRequest) Reset() {
 	*x = ListDataLossRequest{}
-	mi := &file_tabula_proto_msgTypes[124]
+	mi := &file_tabula_proto_msgTypes[126]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9164,7 +9394,7 @@ func (x *ListDataLossRequest) String() string {
 func (*ListDataLossRequest) ProtoMessage() {}
 
 func (x *ListDataLossRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[124]
+	mi := &file_tabula_proto_msgTypes[126]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9177,7 +9407,7 @@ func (x *ListDataLossRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDataLossRequest.ProtoReflect.Descriptor instead.
 func (*ListDataLossRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{124}
+	return file_tabula_proto_rawDescGZIP(), []int{126}
 }
 
 func (x *ListDataLossRequest) GetTenant() string {
@@ -9204,7 +9434,7 @@ type ListDataLossResponse struct {
 
 func (x *ListDataLossResponse) Reset() {
 	*x = ListDataLossResponse{}
-	mi := &file_tabula_proto_msgTypes[125]
+	mi := &file_tabula_proto_msgTypes[127]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9216,7 +9446,7 @@ func (x *ListDataLossResponse) String() string {
 func (*ListDataLossResponse) ProtoMessage() {}
 
 func (x *ListDataLossResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[125]
+	mi := &file_tabula_proto_msgTypes[127]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9229,7 +9459,7 @@ func (x *ListDataLossResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDataLossResponse.ProtoReflect.Descriptor instead.
 func (*ListDataLossResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{125}
+	return file_tabula_proto_rawDescGZIP(), []int{127}
 }
 
 func (x *ListDataLossResponse) GetLost() []*LostPartition {
@@ -9252,7 +9482,7 @@ type ClearDataLossRequest struct {
 
 func (x *ClearDataLossRequest) Reset() {
 	*x = ClearDataLossRequest{}
-	mi := &file_tabula_proto_msgTypes[126]
+	mi := &file_tabula_proto_msgTypes[128]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9264,7 +9494,7 @@ func (x *ClearDataLossRequest) String() string {
 func (*ClearDataLossRequest) ProtoMessage() {}
 
 func (x *ClearDataLossRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[126]
+	mi := &file_tabula_proto_msgTypes[128]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9277,7 +9507,7 @@ func (x *ClearDataLossRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClearDataLossRequest.ProtoReflect.Descriptor instead.
 func (*ClearDataLossRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{126}
+	return file_tabula_proto_rawDescGZIP(), []int{128}
 }
 
 func (x *ClearDataLossRequest) GetTenant() string {
@@ -9312,7 +9542,7 @@ type ClearDataLossResponse struct {
 
 func (x *ClearDataLossResponse) Reset() {
 	*x = ClearDataLossResponse{}
-	mi := &file_tabula_proto_msgTypes[127]
+	mi := &file_tabula_proto_msgTypes[129]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9324,7 +9554,7 @@ func (x *ClearDataLossResponse) String() string {
 func (*ClearDataLossResponse) ProtoMessage() {}
 
 func (x *ClearDataLossResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[127]
+	mi := &file_tabula_proto_msgTypes[129]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9337,7 +9567,7 @@ func (x *ClearDataLossResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClearDataLossResponse.ProtoReflect.Descriptor instead.
 func (*ClearDataLossResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{127}
+	return file_tabula_proto_rawDescGZIP(), []int{129}
 }
 
 func (x *ClearDataLossResponse) GetCleared() []uint64 {
@@ -9535,7 +9765,7 @@ const file_tabula_proto_rawDesc = "" +
 	"\breplicas\x18\x05 \x01(\rR\breplicas\x123\n" +
 	"\x16last_heartbeat_unix_ms\x18\x06 \x01(\x03R\x13lastHeartbeatUnixMs\x12\x1a\n" +
 	"\bdraining\x18\a \x01(\bR\bdraining\x12#\n" +
-	"\rinternal_addr\x18\b \x01(\tR\finternalAddr\"\xeb\x05\n" +
+	"\rinternal_addr\x18\b \x01(\tR\finternalAddr\"\xe0\x06\n" +
 	"\rReplicaStatus\x12!\n" +
 	"\fpartition_id\x18\x01 \x01(\x04R\vpartitionId\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12*\n" +
@@ -9566,7 +9796,26 @@ const file_tabula_proto_rawDesc = "" +
 	"\x10copy_total_bytes\x18\x14 \x01(\x04R\x0ecopyTotalBytes\x12\x1f\n" +
 	"\vflushed_lsn\x18\x15 \x01(\x04R\n" +
 	"flushedLsn\x12(\n" +
-	"\x10keep_from_extent\x18\x16 \x01(\x04R\x0ekeepFromExtent\"h\n" +
+	"\x10keep_from_extent\x18\x16 \x01(\x04R\x0ekeepFromExtent\x12\x15\n" +
+	"\x06lag_ms\x18\x17 \x01(\x03R\x05lagMs\x120\n" +
+	"\aack_set\x18\x18 \x03(\v2\x17.tabula.v1.AckSetMemberR\x06ackSet\x12*\n" +
+	"\x04sync\x18\x19 \x01(\v2\x16.tabula.v1.ReplicaSyncR\x04sync\"\xc6\x01\n" +
+	"\fAckSetMember\x12\x1b\n" +
+	"\tserver_id\x18\x01 \x01(\tR\bserverId\x12\x1c\n" +
+	"\n" +
+	"in_ack_set\x18\x02 \x01(\bR\binAckSet\x12\x1c\n" +
+	"\trejoining\x18\x03 \x01(\bR\trejoining\x12!\n" +
+	"\fbehind_bytes\x18\x04 \x01(\x03R\vbehindBytes\x12\"\n" +
+	"\rsince_unix_ms\x18\x05 \x01(\x03R\vsinceUnixMs\x12\x16\n" +
+	"\x06reason\x18\x06 \x01(\tR\x06reason\"\xaa\x01\n" +
+	"\vReplicaSync\x12-\n" +
+	"\x05state\x18\x01 \x01(\x0e2\x17.tabula.v1.ReplicaStateR\x05state\x12\x1c\n" +
+	"\n" +
+	"in_ack_set\x18\x02 \x01(\bR\binAckSet\x12\x1f\n" +
+	"\vlag_records\x18\x03 \x01(\x04R\n" +
+	"lagRecords\x12\x15\n" +
+	"\x06lag_ms\x18\x04 \x01(\x03R\x05lagMs\x12\x16\n" +
+	"\x06reason\x18\x05 \x01(\tR\x06reason\"h\n" +
 	"\n" +
 	"BulkLoaded\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\x04R\aversion\x12\x12\n" +
@@ -9850,7 +10099,7 @@ const file_tabula_proto_rawDesc = "" +
 	"\x03put\x18\x05 \x01(\v2\x16.tabula.v1.PutResponseH\x00R\x03put\x123\n" +
 	"\x06delete\x18\x06 \x01(\v2\x19.tabula.v1.DeleteResponseH\x00R\x06delete\x12M\n" +
 	"\x10compare_and_swap\x18\a \x01(\v2!.tabula.v1.CompareAndSwapResponseH\x00R\x0ecompareAndSwapB\a\n" +
-	"\x05reply\"\xcd\x01\n" +
+	"\x05reply\"\xf7\x01\n" +
 	"\rRequestHeader\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x14\n" +
 	"\x05table\x18\x02 \x01(\tR\x05table\x12!\n" +
@@ -9858,7 +10107,8 @@ const file_tabula_proto_rawDesc = "" +
 	"\x05epoch\x18\x04 \x01(\x04R\x05epoch\x12!\n" +
 	"\fbulk_version\x18\x05 \x01(\x04R\vbulkVersion\x12\x19\n" +
 	"\bread_any\x18\x06 \x01(\bR\areadAny\x12\x17\n" +
-	"\amin_lsn\x18\a \x01(\x04R\x06minLsn\"P\n" +
+	"\amin_lsn\x18\a \x01(\x04R\x06minLsn\x12(\n" +
+	"\x10max_staleness_ms\x18\b \x01(\rR\x0emaxStalenessMs\"P\n" +
 	"\n" +
 	"GetRequest\x120\n" +
 	"\x06header\x18\x01 \x01(\v2\x18.tabula.v1.RequestHeaderR\x06header\x12\x10\n" +
@@ -10029,13 +10279,14 @@ const file_tabula_proto_rawDesc = "" +
 	"\x1eBULK_VERSION_STATE_UNSPECIFIED\x10\x00\x12\x1e\n" +
 	"\x1aBULK_VERSION_STATE_LOADING\x10\x01\x12\x1c\n" +
 	"\x18BULK_VERSION_STATE_READY\x10\x02\x12\x1e\n" +
-	"\x1aBULK_VERSION_STATE_SERVING\x10\x03*\x9c\x01\n" +
+	"\x1aBULK_VERSION_STATE_SERVING\x10\x03*\xb7\x01\n" +
 	"\fReplicaState\x12\x1d\n" +
 	"\x19REPLICA_STATE_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15REPLICA_STATE_COPYING\x10\x01\x12\x1d\n" +
 	"\x19REPLICA_STATE_CATCHING_UP\x10\x02\x12\x19\n" +
 	"\x15REPLICA_STATE_IN_SYNC\x10\x03\x12\x18\n" +
-	"\x14REPLICA_STATE_FAILED\x10\x04*\xe4\x03\n" +
+	"\x14REPLICA_STATE_FAILED\x10\x04\x12\x19\n" +
+	"\x15REPLICA_STATE_DROPPED\x10\x05*\xe4\x03\n" +
 	"\tErrorCode\x12\x1a\n" +
 	"\x16ERROR_CODE_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14ERROR_CODE_NOT_OWNER\x10\x01\x12\x1a\n" +
@@ -10146,7 +10397,7 @@ func file_tabula_proto_rawDescGZIP() []byte {
 }
 
 var file_tabula_proto_enumTypes = make([]protoimpl.EnumInfo, 9)
-var file_tabula_proto_msgTypes = make([]protoimpl.MessageInfo, 128)
+var file_tabula_proto_msgTypes = make([]protoimpl.MessageInfo, 130)
 var file_tabula_proto_goTypes = []any{
 	(TableKind)(0),                     // 0: tabula.v1.TableKind
 	(ReplicaRole)(0),                   // 1: tabula.v1.ReplicaRole
@@ -10184,107 +10435,109 @@ var file_tabula_proto_goTypes = []any{
 	(*BulkRollout)(nil),                // 33: tabula.v1.BulkRollout
 	(*ServerInfo)(nil),                 // 34: tabula.v1.ServerInfo
 	(*ReplicaStatus)(nil),              // 35: tabula.v1.ReplicaStatus
-	(*BulkLoaded)(nil),                 // 36: tabula.v1.BulkLoaded
-	(*ErrorDetail)(nil),                // 37: tabula.v1.ErrorDetail
-	(*TenantInfo)(nil),                 // 38: tabula.v1.TenantInfo
-	(*TenantQuota)(nil),                // 39: tabula.v1.TenantQuota
-	(*TenantUsage)(nil),                // 40: tabula.v1.TenantUsage
-	(*SetTenantQuotaRequest)(nil),      // 41: tabula.v1.SetTenantQuotaRequest
-	(*SetTenantQuotaResponse)(nil),     // 42: tabula.v1.SetTenantQuotaResponse
-	(*TenantLoad)(nil),                 // 43: tabula.v1.TenantLoad
-	(*TenantShare)(nil),                // 44: tabula.v1.TenantShare
-	(*CreateTenantRequest)(nil),        // 45: tabula.v1.CreateTenantRequest
-	(*CreateTenantResponse)(nil),       // 46: tabula.v1.CreateTenantResponse
-	(*ListTenantsRequest)(nil),         // 47: tabula.v1.ListTenantsRequest
-	(*ListTenantsResponse)(nil),        // 48: tabula.v1.ListTenantsResponse
-	(*DescribeTenantRequest)(nil),      // 49: tabula.v1.DescribeTenantRequest
-	(*DescribeTenantResponse)(nil),     // 50: tabula.v1.DescribeTenantResponse
-	(*DeleteTenantRequest)(nil),        // 51: tabula.v1.DeleteTenantRequest
-	(*DeleteTenantResponse)(nil),       // 52: tabula.v1.DeleteTenantResponse
-	(*RotateTenantKeyRequest)(nil),     // 53: tabula.v1.RotateTenantKeyRequest
-	(*RotateTenantKeyResponse)(nil),    // 54: tabula.v1.RotateTenantKeyResponse
-	(*TenantKeysRequest)(nil),          // 55: tabula.v1.TenantKeysRequest
-	(*TenantKeysResponse)(nil),         // 56: tabula.v1.TenantKeysResponse
-	(*MovePartitionRequest)(nil),       // 57: tabula.v1.MovePartitionRequest
-	(*MovePartitionResponse)(nil),      // 58: tabula.v1.MovePartitionResponse
-	(*DrainServerRequest)(nil),         // 59: tabula.v1.DrainServerRequest
-	(*DrainServerResponse)(nil),        // 60: tabula.v1.DrainServerResponse
-	(*MasterMember)(nil),               // 61: tabula.v1.MasterMember
-	(*MasterMembersRequest)(nil),       // 62: tabula.v1.MasterMembersRequest
-	(*MasterMembersResponse)(nil),      // 63: tabula.v1.MasterMembersResponse
-	(*AddMasterRequest)(nil),           // 64: tabula.v1.AddMasterRequest
-	(*AddMasterResponse)(nil),          // 65: tabula.v1.AddMasterResponse
-	(*RemoveMasterRequest)(nil),        // 66: tabula.v1.RemoveMasterRequest
-	(*RemoveMasterResponse)(nil),       // 67: tabula.v1.RemoveMasterResponse
-	(*TransferLeaderRequest)(nil),      // 68: tabula.v1.TransferLeaderRequest
-	(*TransferLeaderResponse)(nil),     // 69: tabula.v1.TransferLeaderResponse
-	(*StreamRequest)(nil),              // 70: tabula.v1.StreamRequest
-	(*StreamResponse)(nil),             // 71: tabula.v1.StreamResponse
-	(*CreateTableRequest)(nil),         // 72: tabula.v1.CreateTableRequest
-	(*CreateTableResponse)(nil),        // 73: tabula.v1.CreateTableResponse
-	(*DropTableRequest)(nil),           // 74: tabula.v1.DropTableRequest
-	(*DropTableResponse)(nil),          // 75: tabula.v1.DropTableResponse
-	(*ListTablesRequest)(nil),          // 76: tabula.v1.ListTablesRequest
-	(*ListTablesResponse)(nil),         // 77: tabula.v1.ListTablesResponse
-	(*DescribeTableRequest)(nil),       // 78: tabula.v1.DescribeTableRequest
-	(*DescribeTableResponse)(nil),      // 79: tabula.v1.DescribeTableResponse
-	(*GetPartitionMapRequest)(nil),     // 80: tabula.v1.GetPartitionMapRequest
-	(*GetPartitionMapResponse)(nil),    // 81: tabula.v1.GetPartitionMapResponse
-	(*WatchPartitionMapRequest)(nil),   // 82: tabula.v1.WatchPartitionMapRequest
-	(*WatchPartitionMapResponse)(nil),  // 83: tabula.v1.WatchPartitionMapResponse
-	(*RegisterServerRequest)(nil),      // 84: tabula.v1.RegisterServerRequest
-	(*RegisterServerResponse)(nil),     // 85: tabula.v1.RegisterServerResponse
-	(*HeartbeatRequest)(nil),           // 86: tabula.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),          // 87: tabula.v1.HeartbeatResponse
-	(*BulkPublishRequest)(nil),         // 88: tabula.v1.BulkPublishRequest
-	(*BulkPublishResponse)(nil),        // 89: tabula.v1.BulkPublishResponse
-	(*BulkStoredRequest)(nil),          // 90: tabula.v1.BulkStoredRequest
-	(*BulkStoredResponse)(nil),         // 91: tabula.v1.BulkStoredResponse
-	(*BulkStatusRequest)(nil),          // 92: tabula.v1.BulkStatusRequest
-	(*BulkStatusResponse)(nil),         // 93: tabula.v1.BulkStatusResponse
-	(*BulkRollbackRequest)(nil),        // 94: tabula.v1.BulkRollbackRequest
-	(*BulkRollbackResponse)(nil),       // 95: tabula.v1.BulkRollbackResponse
-	(*BulkRolloutRequest)(nil),         // 96: tabula.v1.BulkRolloutRequest
-	(*BulkRolloutResponse)(nil),        // 97: tabula.v1.BulkRolloutResponse
-	(*ListServersRequest)(nil),         // 98: tabula.v1.ListServersRequest
-	(*ListServersResponse)(nil),        // 99: tabula.v1.ListServersResponse
-	(*CallRequest)(nil),                // 100: tabula.v1.CallRequest
-	(*CallResponse)(nil),               // 101: tabula.v1.CallResponse
-	(*RequestHeader)(nil),              // 102: tabula.v1.RequestHeader
-	(*GetRequest)(nil),                 // 103: tabula.v1.GetRequest
-	(*GetResponse)(nil),                // 104: tabula.v1.GetResponse
-	(*BatchGetRequest)(nil),            // 105: tabula.v1.BatchGetRequest
-	(*BatchGetResponse)(nil),           // 106: tabula.v1.BatchGetResponse
-	(*MultiGetRequest)(nil),            // 107: tabula.v1.MultiGetRequest
-	(*MultiGetResponse)(nil),           // 108: tabula.v1.MultiGetResponse
-	(*MultiGetResult)(nil),             // 109: tabula.v1.MultiGetResult
-	(*PutRequest)(nil),                 // 110: tabula.v1.PutRequest
-	(*PutResponse)(nil),                // 111: tabula.v1.PutResponse
-	(*DeleteRequest)(nil),              // 112: tabula.v1.DeleteRequest
-	(*DeleteResponse)(nil),             // 113: tabula.v1.DeleteResponse
-	(*CompareAndSwapRequest)(nil),      // 114: tabula.v1.CompareAndSwapRequest
-	(*CompareAndSwapResponse)(nil),     // 115: tabula.v1.CompareAndSwapResponse
-	(*Mutation)(nil),                   // 116: tabula.v1.Mutation
-	(*Condition)(nil),                  // 117: tabula.v1.Condition
-	(*BatchWriteRequest)(nil),          // 118: tabula.v1.BatchWriteRequest
-	(*BatchWriteResponse)(nil),         // 119: tabula.v1.BatchWriteResponse
-	(*ScanRequest)(nil),                // 120: tabula.v1.ScanRequest
-	(*KeyValue)(nil),                   // 121: tabula.v1.KeyValue
-	(*ScanResponse)(nil),               // 122: tabula.v1.ScanResponse
-	(*CopyReplicaRequest)(nil),         // 123: tabula.v1.CopyReplicaRequest
-	(*CopyReplicaChunk)(nil),           // 124: tabula.v1.CopyReplicaChunk
-	(*BulkUploadRequest)(nil),          // 125: tabula.v1.BulkUploadRequest
-	(*BulkUploadStatusRequest)(nil),    // 126: tabula.v1.BulkUploadStatusRequest
-	(*BulkUploadResponse)(nil),         // 127: tabula.v1.BulkUploadResponse
-	(*PartitionLogFailedRequest)(nil),  // 128: tabula.v1.PartitionLogFailedRequest
-	(*PartitionLogFailedResponse)(nil), // 129: tabula.v1.PartitionLogFailedResponse
-	(*ForgetServerRequest)(nil),        // 130: tabula.v1.ForgetServerRequest
-	(*ForgetServerResponse)(nil),       // 131: tabula.v1.ForgetServerResponse
-	(*LostPartition)(nil),              // 132: tabula.v1.LostPartition
-	(*ListDataLossRequest)(nil),        // 133: tabula.v1.ListDataLossRequest
-	(*ListDataLossResponse)(nil),       // 134: tabula.v1.ListDataLossResponse
-	(*ClearDataLossRequest)(nil),       // 135: tabula.v1.ClearDataLossRequest
-	(*ClearDataLossResponse)(nil),      // 136: tabula.v1.ClearDataLossResponse
+	(*AckSetMember)(nil),               // 36: tabula.v1.AckSetMember
+	(*ReplicaSync)(nil),                // 37: tabula.v1.ReplicaSync
+	(*BulkLoaded)(nil),                 // 38: tabula.v1.BulkLoaded
+	(*ErrorDetail)(nil),                // 39: tabula.v1.ErrorDetail
+	(*TenantInfo)(nil),                 // 40: tabula.v1.TenantInfo
+	(*TenantQuota)(nil),                // 41: tabula.v1.TenantQuota
+	(*TenantUsage)(nil),                // 42: tabula.v1.TenantUsage
+	(*SetTenantQuotaRequest)(nil),      // 43: tabula.v1.SetTenantQuotaRequest
+	(*SetTenantQuotaResponse)(nil),     // 44: tabula.v1.SetTenantQuotaResponse
+	(*TenantLoad)(nil),                 // 45: tabula.v1.TenantLoad
+	(*TenantShare)(nil),                // 46: tabula.v1.TenantShare
+	(*CreateTenantRequest)(nil),        // 47: tabula.v1.CreateTenantRequest
+	(*CreateTenantResponse)(nil),       // 48: tabula.v1.CreateTenantResponse
+	(*ListTenantsRequest)(nil),         // 49: tabula.v1.ListTenantsRequest
+	(*ListTenantsResponse)(nil),        // 50: tabula.v1.ListTenantsResponse
+	(*DescribeTenantRequest)(nil),      // 51: tabula.v1.DescribeTenantRequest
+	(*DescribeTenantResponse)(nil),     // 52: tabula.v1.DescribeTenantResponse
+	(*DeleteTenantRequest)(nil),        // 53: tabula.v1.DeleteTenantRequest
+	(*DeleteTenantResponse)(nil),       // 54: tabula.v1.DeleteTenantResponse
+	(*RotateTenantKeyRequest)(nil),     // 55: tabula.v1.RotateTenantKeyRequest
+	(*RotateTenantKeyResponse)(nil),    // 56: tabula.v1.RotateTenantKeyResponse
+	(*TenantKeysRequest)(nil),          // 57: tabula.v1.TenantKeysRequest
+	(*TenantKeysResponse)(nil),         // 58: tabula.v1.TenantKeysResponse
+	(*MovePartitionRequest)(nil),       // 59: tabula.v1.MovePartitionRequest
+	(*MovePartitionResponse)(nil),      // 60: tabula.v1.MovePartitionResponse
+	(*DrainServerRequest)(nil),         // 61: tabula.v1.DrainServerRequest
+	(*DrainServerResponse)(nil),        // 62: tabula.v1.DrainServerResponse
+	(*MasterMember)(nil),               // 63: tabula.v1.MasterMember
+	(*MasterMembersRequest)(nil),       // 64: tabula.v1.MasterMembersRequest
+	(*MasterMembersResponse)(nil),      // 65: tabula.v1.MasterMembersResponse
+	(*AddMasterRequest)(nil),           // 66: tabula.v1.AddMasterRequest
+	(*AddMasterResponse)(nil),          // 67: tabula.v1.AddMasterResponse
+	(*RemoveMasterRequest)(nil),        // 68: tabula.v1.RemoveMasterRequest
+	(*RemoveMasterResponse)(nil),       // 69: tabula.v1.RemoveMasterResponse
+	(*TransferLeaderRequest)(nil),      // 70: tabula.v1.TransferLeaderRequest
+	(*TransferLeaderResponse)(nil),     // 71: tabula.v1.TransferLeaderResponse
+	(*StreamRequest)(nil),              // 72: tabula.v1.StreamRequest
+	(*StreamResponse)(nil),             // 73: tabula.v1.StreamResponse
+	(*CreateTableRequest)(nil),         // 74: tabula.v1.CreateTableRequest
+	(*CreateTableResponse)(nil),        // 75: tabula.v1.CreateTableResponse
+	(*DropTableRequest)(nil),           // 76: tabula.v1.DropTableRequest
+	(*DropTableResponse)(nil),          // 77: tabula.v1.DropTableResponse
+	(*ListTablesRequest)(nil),          // 78: tabula.v1.ListTablesRequest
+	(*ListTablesResponse)(nil),         // 79: tabula.v1.ListTablesResponse
+	(*DescribeTableRequest)(nil),       // 80: tabula.v1.DescribeTableRequest
+	(*DescribeTableResponse)(nil),      // 81: tabula.v1.DescribeTableResponse
+	(*GetPartitionMapRequest)(nil),     // 82: tabula.v1.GetPartitionMapRequest
+	(*GetPartitionMapResponse)(nil),    // 83: tabula.v1.GetPartitionMapResponse
+	(*WatchPartitionMapRequest)(nil),   // 84: tabula.v1.WatchPartitionMapRequest
+	(*WatchPartitionMapResponse)(nil),  // 85: tabula.v1.WatchPartitionMapResponse
+	(*RegisterServerRequest)(nil),      // 86: tabula.v1.RegisterServerRequest
+	(*RegisterServerResponse)(nil),     // 87: tabula.v1.RegisterServerResponse
+	(*HeartbeatRequest)(nil),           // 88: tabula.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),          // 89: tabula.v1.HeartbeatResponse
+	(*BulkPublishRequest)(nil),         // 90: tabula.v1.BulkPublishRequest
+	(*BulkPublishResponse)(nil),        // 91: tabula.v1.BulkPublishResponse
+	(*BulkStoredRequest)(nil),          // 92: tabula.v1.BulkStoredRequest
+	(*BulkStoredResponse)(nil),         // 93: tabula.v1.BulkStoredResponse
+	(*BulkStatusRequest)(nil),          // 94: tabula.v1.BulkStatusRequest
+	(*BulkStatusResponse)(nil),         // 95: tabula.v1.BulkStatusResponse
+	(*BulkRollbackRequest)(nil),        // 96: tabula.v1.BulkRollbackRequest
+	(*BulkRollbackResponse)(nil),       // 97: tabula.v1.BulkRollbackResponse
+	(*BulkRolloutRequest)(nil),         // 98: tabula.v1.BulkRolloutRequest
+	(*BulkRolloutResponse)(nil),        // 99: tabula.v1.BulkRolloutResponse
+	(*ListServersRequest)(nil),         // 100: tabula.v1.ListServersRequest
+	(*ListServersResponse)(nil),        // 101: tabula.v1.ListServersResponse
+	(*CallRequest)(nil),                // 102: tabula.v1.CallRequest
+	(*CallResponse)(nil),               // 103: tabula.v1.CallResponse
+	(*RequestHeader)(nil),              // 104: tabula.v1.RequestHeader
+	(*GetRequest)(nil),                 // 105: tabula.v1.GetRequest
+	(*GetResponse)(nil),                // 106: tabula.v1.GetResponse
+	(*BatchGetRequest)(nil),            // 107: tabula.v1.BatchGetRequest
+	(*BatchGetResponse)(nil),           // 108: tabula.v1.BatchGetResponse
+	(*MultiGetRequest)(nil),            // 109: tabula.v1.MultiGetRequest
+	(*MultiGetResponse)(nil),           // 110: tabula.v1.MultiGetResponse
+	(*MultiGetResult)(nil),             // 111: tabula.v1.MultiGetResult
+	(*PutRequest)(nil),                 // 112: tabula.v1.PutRequest
+	(*PutResponse)(nil),                // 113: tabula.v1.PutResponse
+	(*DeleteRequest)(nil),              // 114: tabula.v1.DeleteRequest
+	(*DeleteResponse)(nil),             // 115: tabula.v1.DeleteResponse
+	(*CompareAndSwapRequest)(nil),      // 116: tabula.v1.CompareAndSwapRequest
+	(*CompareAndSwapResponse)(nil),     // 117: tabula.v1.CompareAndSwapResponse
+	(*Mutation)(nil),                   // 118: tabula.v1.Mutation
+	(*Condition)(nil),                  // 119: tabula.v1.Condition
+	(*BatchWriteRequest)(nil),          // 120: tabula.v1.BatchWriteRequest
+	(*BatchWriteResponse)(nil),         // 121: tabula.v1.BatchWriteResponse
+	(*ScanRequest)(nil),                // 122: tabula.v1.ScanRequest
+	(*KeyValue)(nil),                   // 123: tabula.v1.KeyValue
+	(*ScanResponse)(nil),               // 124: tabula.v1.ScanResponse
+	(*CopyReplicaRequest)(nil),         // 125: tabula.v1.CopyReplicaRequest
+	(*CopyReplicaChunk)(nil),           // 126: tabula.v1.CopyReplicaChunk
+	(*BulkUploadRequest)(nil),          // 127: tabula.v1.BulkUploadRequest
+	(*BulkUploadStatusRequest)(nil),    // 128: tabula.v1.BulkUploadStatusRequest
+	(*BulkUploadResponse)(nil),         // 129: tabula.v1.BulkUploadResponse
+	(*PartitionLogFailedRequest)(nil),  // 130: tabula.v1.PartitionLogFailedRequest
+	(*PartitionLogFailedResponse)(nil), // 131: tabula.v1.PartitionLogFailedResponse
+	(*ForgetServerRequest)(nil),        // 132: tabula.v1.ForgetServerRequest
+	(*ForgetServerResponse)(nil),       // 133: tabula.v1.ForgetServerResponse
+	(*LostPartition)(nil),              // 134: tabula.v1.LostPartition
+	(*ListDataLossRequest)(nil),        // 135: tabula.v1.ListDataLossRequest
+	(*ListDataLossResponse)(nil),       // 136: tabula.v1.ListDataLossResponse
+	(*ClearDataLossRequest)(nil),       // 137: tabula.v1.ClearDataLossRequest
+	(*ClearDataLossResponse)(nil),      // 138: tabula.v1.ClearDataLossResponse
 }
 var file_tabula_proto_depIdxs = []int32{
 	0,   // 0: tabula.v1.Table.kind:type_name -> tabula.v1.TableKind
@@ -10300,193 +10553,196 @@ var file_tabula_proto_depIdxs = []int32{
 	16,  // 10: tabula.v1.CoprocDeployResponse.coprocessor:type_name -> tabula.v1.Coprocessor
 	16,  // 11: tabula.v1.CoprocListResponse.coprocessors:type_name -> tabula.v1.Coprocessor
 	16,  // 12: tabula.v1.CoprocRollbackResponse.coprocessor:type_name -> tabula.v1.Coprocessor
-	102, // 13: tabula.v1.InvokeRequest.header:type_name -> tabula.v1.RequestHeader
-	102, // 14: tabula.v1.CoprocMergeRequest.header:type_name -> tabula.v1.RequestHeader
+	104, // 13: tabula.v1.InvokeRequest.header:type_name -> tabula.v1.RequestHeader
+	104, // 14: tabula.v1.CoprocMergeRequest.header:type_name -> tabula.v1.RequestHeader
 	2,   // 15: tabula.v1.BulkVersion.state:type_name -> tabula.v1.BulkVersionState
 	30,  // 16: tabula.v1.BulkVersion.files:type_name -> tabula.v1.BulkFile
 	31,  // 17: tabula.v1.BulkInfo.versions:type_name -> tabula.v1.BulkVersion
 	33,  // 18: tabula.v1.BulkInfo.rollout:type_name -> tabula.v1.BulkRollout
 	1,   // 19: tabula.v1.ReplicaStatus.role:type_name -> tabula.v1.ReplicaRole
-	36,  // 20: tabula.v1.ReplicaStatus.bulk_loaded:type_name -> tabula.v1.BulkLoaded
+	38,  // 20: tabula.v1.ReplicaStatus.bulk_loaded:type_name -> tabula.v1.BulkLoaded
 	3,   // 21: tabula.v1.ReplicaStatus.state:type_name -> tabula.v1.ReplicaState
-	4,   // 22: tabula.v1.ErrorDetail.code:type_name -> tabula.v1.ErrorCode
-	12,  // 23: tabula.v1.ErrorDetail.partition:type_name -> tabula.v1.Partition
-	39,  // 24: tabula.v1.TenantInfo.quota:type_name -> tabula.v1.TenantQuota
-	40,  // 25: tabula.v1.TenantInfo.usage:type_name -> tabula.v1.TenantUsage
-	39,  // 26: tabula.v1.SetTenantQuotaRequest.quota:type_name -> tabula.v1.TenantQuota
-	38,  // 27: tabula.v1.SetTenantQuotaResponse.tenant:type_name -> tabula.v1.TenantInfo
-	39,  // 28: tabula.v1.CreateTenantRequest.quota:type_name -> tabula.v1.TenantQuota
-	38,  // 29: tabula.v1.CreateTenantResponse.tenant:type_name -> tabula.v1.TenantInfo
-	38,  // 30: tabula.v1.ListTenantsResponse.tenants:type_name -> tabula.v1.TenantInfo
-	38,  // 31: tabula.v1.DescribeTenantResponse.tenant:type_name -> tabula.v1.TenantInfo
-	10,  // 32: tabula.v1.DescribeTenantResponse.tables:type_name -> tabula.v1.Table
-	38,  // 33: tabula.v1.RotateTenantKeyResponse.tenant:type_name -> tabula.v1.TenantInfo
-	38,  // 34: tabula.v1.TenantKeysResponse.tenants:type_name -> tabula.v1.TenantInfo
-	61,  // 35: tabula.v1.MasterMembersResponse.members:type_name -> tabula.v1.MasterMember
-	5,   // 36: tabula.v1.StreamRequest.op:type_name -> tabula.v1.StreamOp
-	0,   // 37: tabula.v1.CreateTableRequest.kind:type_name -> tabula.v1.TableKind
-	9,   // 38: tabula.v1.CreateTableRequest.options:type_name -> tabula.v1.TableOptions
-	14,  // 39: tabula.v1.CreateTableResponse.map:type_name -> tabula.v1.PartitionMap
-	10,  // 40: tabula.v1.ListTablesResponse.tables:type_name -> tabula.v1.Table
-	14,  // 41: tabula.v1.DescribeTableResponse.map:type_name -> tabula.v1.PartitionMap
-	35,  // 42: tabula.v1.DescribeTableResponse.replicas:type_name -> tabula.v1.ReplicaStatus
-	14,  // 43: tabula.v1.GetPartitionMapResponse.map:type_name -> tabula.v1.PartitionMap
-	14,  // 44: tabula.v1.WatchPartitionMapResponse.maps:type_name -> tabula.v1.PartitionMap
-	10,  // 45: tabula.v1.WatchPartitionMapResponse.removed:type_name -> tabula.v1.Table
-	14,  // 46: tabula.v1.WatchPartitionMapResponse.patches:type_name -> tabula.v1.PartitionMap
-	35,  // 47: tabula.v1.HeartbeatRequest.replicas:type_name -> tabula.v1.ReplicaStatus
-	25,  // 48: tabula.v1.HeartbeatRequest.coproc_ready:type_name -> tabula.v1.CoprocReady
-	43,  // 49: tabula.v1.HeartbeatRequest.tenant_load:type_name -> tabula.v1.TenantLoad
-	44,  // 50: tabula.v1.HeartbeatResponse.tenant_shares:type_name -> tabula.v1.TenantShare
-	30,  // 51: tabula.v1.BulkPublishRequest.files:type_name -> tabula.v1.BulkFile
-	14,  // 52: tabula.v1.BulkPublishResponse.map:type_name -> tabula.v1.PartitionMap
-	14,  // 53: tabula.v1.BulkStoredResponse.map:type_name -> tabula.v1.PartitionMap
-	14,  // 54: tabula.v1.BulkStatusResponse.map:type_name -> tabula.v1.PartitionMap
-	32,  // 55: tabula.v1.BulkStatusResponse.bulk:type_name -> tabula.v1.BulkInfo
-	14,  // 56: tabula.v1.BulkRollbackResponse.map:type_name -> tabula.v1.PartitionMap
-	6,   // 57: tabula.v1.BulkRolloutRequest.action:type_name -> tabula.v1.BulkRolloutAction
-	14,  // 58: tabula.v1.BulkRolloutResponse.map:type_name -> tabula.v1.PartitionMap
-	34,  // 59: tabula.v1.ListServersResponse.servers:type_name -> tabula.v1.ServerInfo
-	103, // 60: tabula.v1.CallRequest.get:type_name -> tabula.v1.GetRequest
-	107, // 61: tabula.v1.CallRequest.multi_get:type_name -> tabula.v1.MultiGetRequest
-	110, // 62: tabula.v1.CallRequest.put:type_name -> tabula.v1.PutRequest
-	112, // 63: tabula.v1.CallRequest.delete:type_name -> tabula.v1.DeleteRequest
-	114, // 64: tabula.v1.CallRequest.compare_and_swap:type_name -> tabula.v1.CompareAndSwapRequest
-	104, // 65: tabula.v1.CallResponse.get:type_name -> tabula.v1.GetResponse
-	108, // 66: tabula.v1.CallResponse.multi_get:type_name -> tabula.v1.MultiGetResponse
-	111, // 67: tabula.v1.CallResponse.put:type_name -> tabula.v1.PutResponse
-	113, // 68: tabula.v1.CallResponse.delete:type_name -> tabula.v1.DeleteResponse
-	115, // 69: tabula.v1.CallResponse.compare_and_swap:type_name -> tabula.v1.CompareAndSwapResponse
-	102, // 70: tabula.v1.GetRequest.header:type_name -> tabula.v1.RequestHeader
-	102, // 71: tabula.v1.BatchGetRequest.header:type_name -> tabula.v1.RequestHeader
-	104, // 72: tabula.v1.BatchGetResponse.results:type_name -> tabula.v1.GetResponse
-	103, // 73: tabula.v1.MultiGetRequest.gets:type_name -> tabula.v1.GetRequest
-	109, // 74: tabula.v1.MultiGetResponse.results:type_name -> tabula.v1.MultiGetResult
-	104, // 75: tabula.v1.MultiGetResult.response:type_name -> tabula.v1.GetResponse
-	102, // 76: tabula.v1.PutRequest.header:type_name -> tabula.v1.RequestHeader
-	102, // 77: tabula.v1.DeleteRequest.header:type_name -> tabula.v1.RequestHeader
-	102, // 78: tabula.v1.CompareAndSwapRequest.header:type_name -> tabula.v1.RequestHeader
-	7,   // 79: tabula.v1.Mutation.op:type_name -> tabula.v1.Mutation.Op
-	117, // 80: tabula.v1.Mutation.condition:type_name -> tabula.v1.Condition
-	8,   // 81: tabula.v1.Condition.kind:type_name -> tabula.v1.Condition.Kind
-	102, // 82: tabula.v1.BatchWriteRequest.header:type_name -> tabula.v1.RequestHeader
-	116, // 83: tabula.v1.BatchWriteRequest.mutations:type_name -> tabula.v1.Mutation
-	102, // 84: tabula.v1.ScanRequest.header:type_name -> tabula.v1.RequestHeader
-	121, // 85: tabula.v1.ScanResponse.records:type_name -> tabula.v1.KeyValue
-	102, // 86: tabula.v1.CopyReplicaRequest.header:type_name -> tabula.v1.RequestHeader
-	121, // 87: tabula.v1.CopyReplicaChunk.records:type_name -> tabula.v1.KeyValue
-	102, // 88: tabula.v1.BulkUploadRequest.header:type_name -> tabula.v1.RequestHeader
-	30,  // 89: tabula.v1.BulkUploadRequest.file:type_name -> tabula.v1.BulkFile
-	102, // 90: tabula.v1.BulkUploadStatusRequest.header:type_name -> tabula.v1.RequestHeader
-	12,  // 91: tabula.v1.PartitionLogFailedResponse.partition:type_name -> tabula.v1.Partition
-	132, // 92: tabula.v1.ForgetServerResponse.lost:type_name -> tabula.v1.LostPartition
-	132, // 93: tabula.v1.ListDataLossResponse.lost:type_name -> tabula.v1.LostPartition
-	14,  // 94: tabula.v1.ClearDataLossResponse.map:type_name -> tabula.v1.PartitionMap
-	72,  // 95: tabula.v1.Master.CreateTable:input_type -> tabula.v1.CreateTableRequest
-	74,  // 96: tabula.v1.Master.DropTable:input_type -> tabula.v1.DropTableRequest
-	76,  // 97: tabula.v1.Master.ListTables:input_type -> tabula.v1.ListTablesRequest
-	78,  // 98: tabula.v1.Master.DescribeTable:input_type -> tabula.v1.DescribeTableRequest
-	80,  // 99: tabula.v1.Master.GetPartitionMap:input_type -> tabula.v1.GetPartitionMapRequest
-	82,  // 100: tabula.v1.Master.WatchPartitionMap:input_type -> tabula.v1.WatchPartitionMapRequest
-	84,  // 101: tabula.v1.Master.RegisterServer:input_type -> tabula.v1.RegisterServerRequest
-	86,  // 102: tabula.v1.Master.Heartbeat:input_type -> tabula.v1.HeartbeatRequest
-	128, // 103: tabula.v1.Master.PartitionLogFailed:input_type -> tabula.v1.PartitionLogFailedRequest
-	98,  // 104: tabula.v1.Master.ListServers:input_type -> tabula.v1.ListServersRequest
-	88,  // 105: tabula.v1.Master.BulkPublish:input_type -> tabula.v1.BulkPublishRequest
-	90,  // 106: tabula.v1.Master.BulkStored:input_type -> tabula.v1.BulkStoredRequest
-	92,  // 107: tabula.v1.Master.BulkStatus:input_type -> tabula.v1.BulkStatusRequest
-	94,  // 108: tabula.v1.Master.BulkRollback:input_type -> tabula.v1.BulkRollbackRequest
-	96,  // 109: tabula.v1.Master.BulkRollout:input_type -> tabula.v1.BulkRolloutRequest
-	70,  // 110: tabula.v1.Master.Stream:input_type -> tabula.v1.StreamRequest
-	17,  // 111: tabula.v1.Master.CoprocDeploy:input_type -> tabula.v1.CoprocDeployRequest
-	19,  // 112: tabula.v1.Master.CoprocList:input_type -> tabula.v1.CoprocListRequest
-	21,  // 113: tabula.v1.Master.CoprocRollback:input_type -> tabula.v1.CoprocRollbackRequest
-	23,  // 114: tabula.v1.Master.CoprocFetch:input_type -> tabula.v1.CoprocFetchRequest
-	130, // 115: tabula.v1.Master.ForgetServer:input_type -> tabula.v1.ForgetServerRequest
-	133, // 116: tabula.v1.Master.ListDataLoss:input_type -> tabula.v1.ListDataLossRequest
-	135, // 117: tabula.v1.Master.ClearDataLoss:input_type -> tabula.v1.ClearDataLossRequest
-	62,  // 118: tabula.v1.Master.MasterMembers:input_type -> tabula.v1.MasterMembersRequest
-	64,  // 119: tabula.v1.Master.AddMaster:input_type -> tabula.v1.AddMasterRequest
-	66,  // 120: tabula.v1.Master.RemoveMaster:input_type -> tabula.v1.RemoveMasterRequest
-	68,  // 121: tabula.v1.Master.TransferLeader:input_type -> tabula.v1.TransferLeaderRequest
-	57,  // 122: tabula.v1.Master.MovePartition:input_type -> tabula.v1.MovePartitionRequest
-	59,  // 123: tabula.v1.Master.DrainServer:input_type -> tabula.v1.DrainServerRequest
-	45,  // 124: tabula.v1.Master.CreateTenant:input_type -> tabula.v1.CreateTenantRequest
-	47,  // 125: tabula.v1.Master.ListTenants:input_type -> tabula.v1.ListTenantsRequest
-	49,  // 126: tabula.v1.Master.DescribeTenant:input_type -> tabula.v1.DescribeTenantRequest
-	51,  // 127: tabula.v1.Master.DeleteTenant:input_type -> tabula.v1.DeleteTenantRequest
-	53,  // 128: tabula.v1.Master.RotateTenantKey:input_type -> tabula.v1.RotateTenantKeyRequest
-	55,  // 129: tabula.v1.Master.TenantKeys:input_type -> tabula.v1.TenantKeysRequest
-	41,  // 130: tabula.v1.Master.SetTenantQuota:input_type -> tabula.v1.SetTenantQuotaRequest
-	103, // 131: tabula.v1.TableServer.Get:input_type -> tabula.v1.GetRequest
-	105, // 132: tabula.v1.TableServer.BatchGet:input_type -> tabula.v1.BatchGetRequest
-	107, // 133: tabula.v1.TableServer.MultiGet:input_type -> tabula.v1.MultiGetRequest
-	110, // 134: tabula.v1.TableServer.Put:input_type -> tabula.v1.PutRequest
-	112, // 135: tabula.v1.TableServer.Delete:input_type -> tabula.v1.DeleteRequest
-	114, // 136: tabula.v1.TableServer.CompareAndSwap:input_type -> tabula.v1.CompareAndSwapRequest
-	118, // 137: tabula.v1.TableServer.BatchWrite:input_type -> tabula.v1.BatchWriteRequest
-	120, // 138: tabula.v1.TableServer.Scan:input_type -> tabula.v1.ScanRequest
-	123, // 139: tabula.v1.TableServer.CopyReplica:input_type -> tabula.v1.CopyReplicaRequest
-	125, // 140: tabula.v1.TableServer.BulkUpload:input_type -> tabula.v1.BulkUploadRequest
-	126, // 141: tabula.v1.TableServer.BulkUploadStatus:input_type -> tabula.v1.BulkUploadStatusRequest
-	26,  // 142: tabula.v1.TableServer.Invoke:input_type -> tabula.v1.InvokeRequest
-	28,  // 143: tabula.v1.TableServer.CoprocMerge:input_type -> tabula.v1.CoprocMergeRequest
-	100, // 144: tabula.v1.TableServer.Calls:input_type -> tabula.v1.CallRequest
-	73,  // 145: tabula.v1.Master.CreateTable:output_type -> tabula.v1.CreateTableResponse
-	75,  // 146: tabula.v1.Master.DropTable:output_type -> tabula.v1.DropTableResponse
-	77,  // 147: tabula.v1.Master.ListTables:output_type -> tabula.v1.ListTablesResponse
-	79,  // 148: tabula.v1.Master.DescribeTable:output_type -> tabula.v1.DescribeTableResponse
-	81,  // 149: tabula.v1.Master.GetPartitionMap:output_type -> tabula.v1.GetPartitionMapResponse
-	83,  // 150: tabula.v1.Master.WatchPartitionMap:output_type -> tabula.v1.WatchPartitionMapResponse
-	85,  // 151: tabula.v1.Master.RegisterServer:output_type -> tabula.v1.RegisterServerResponse
-	87,  // 152: tabula.v1.Master.Heartbeat:output_type -> tabula.v1.HeartbeatResponse
-	129, // 153: tabula.v1.Master.PartitionLogFailed:output_type -> tabula.v1.PartitionLogFailedResponse
-	99,  // 154: tabula.v1.Master.ListServers:output_type -> tabula.v1.ListServersResponse
-	89,  // 155: tabula.v1.Master.BulkPublish:output_type -> tabula.v1.BulkPublishResponse
-	91,  // 156: tabula.v1.Master.BulkStored:output_type -> tabula.v1.BulkStoredResponse
-	93,  // 157: tabula.v1.Master.BulkStatus:output_type -> tabula.v1.BulkStatusResponse
-	95,  // 158: tabula.v1.Master.BulkRollback:output_type -> tabula.v1.BulkRollbackResponse
-	97,  // 159: tabula.v1.Master.BulkRollout:output_type -> tabula.v1.BulkRolloutResponse
-	71,  // 160: tabula.v1.Master.Stream:output_type -> tabula.v1.StreamResponse
-	18,  // 161: tabula.v1.Master.CoprocDeploy:output_type -> tabula.v1.CoprocDeployResponse
-	20,  // 162: tabula.v1.Master.CoprocList:output_type -> tabula.v1.CoprocListResponse
-	22,  // 163: tabula.v1.Master.CoprocRollback:output_type -> tabula.v1.CoprocRollbackResponse
-	24,  // 164: tabula.v1.Master.CoprocFetch:output_type -> tabula.v1.CoprocFetchResponse
-	131, // 165: tabula.v1.Master.ForgetServer:output_type -> tabula.v1.ForgetServerResponse
-	134, // 166: tabula.v1.Master.ListDataLoss:output_type -> tabula.v1.ListDataLossResponse
-	136, // 167: tabula.v1.Master.ClearDataLoss:output_type -> tabula.v1.ClearDataLossResponse
-	63,  // 168: tabula.v1.Master.MasterMembers:output_type -> tabula.v1.MasterMembersResponse
-	65,  // 169: tabula.v1.Master.AddMaster:output_type -> tabula.v1.AddMasterResponse
-	67,  // 170: tabula.v1.Master.RemoveMaster:output_type -> tabula.v1.RemoveMasterResponse
-	69,  // 171: tabula.v1.Master.TransferLeader:output_type -> tabula.v1.TransferLeaderResponse
-	58,  // 172: tabula.v1.Master.MovePartition:output_type -> tabula.v1.MovePartitionResponse
-	60,  // 173: tabula.v1.Master.DrainServer:output_type -> tabula.v1.DrainServerResponse
-	46,  // 174: tabula.v1.Master.CreateTenant:output_type -> tabula.v1.CreateTenantResponse
-	48,  // 175: tabula.v1.Master.ListTenants:output_type -> tabula.v1.ListTenantsResponse
-	50,  // 176: tabula.v1.Master.DescribeTenant:output_type -> tabula.v1.DescribeTenantResponse
-	52,  // 177: tabula.v1.Master.DeleteTenant:output_type -> tabula.v1.DeleteTenantResponse
-	54,  // 178: tabula.v1.Master.RotateTenantKey:output_type -> tabula.v1.RotateTenantKeyResponse
-	56,  // 179: tabula.v1.Master.TenantKeys:output_type -> tabula.v1.TenantKeysResponse
-	42,  // 180: tabula.v1.Master.SetTenantQuota:output_type -> tabula.v1.SetTenantQuotaResponse
-	104, // 181: tabula.v1.TableServer.Get:output_type -> tabula.v1.GetResponse
-	106, // 182: tabula.v1.TableServer.BatchGet:output_type -> tabula.v1.BatchGetResponse
-	108, // 183: tabula.v1.TableServer.MultiGet:output_type -> tabula.v1.MultiGetResponse
-	111, // 184: tabula.v1.TableServer.Put:output_type -> tabula.v1.PutResponse
-	113, // 185: tabula.v1.TableServer.Delete:output_type -> tabula.v1.DeleteResponse
-	115, // 186: tabula.v1.TableServer.CompareAndSwap:output_type -> tabula.v1.CompareAndSwapResponse
-	119, // 187: tabula.v1.TableServer.BatchWrite:output_type -> tabula.v1.BatchWriteResponse
-	122, // 188: tabula.v1.TableServer.Scan:output_type -> tabula.v1.ScanResponse
-	124, // 189: tabula.v1.TableServer.CopyReplica:output_type -> tabula.v1.CopyReplicaChunk
-	127, // 190: tabula.v1.TableServer.BulkUpload:output_type -> tabula.v1.BulkUploadResponse
-	127, // 191: tabula.v1.TableServer.BulkUploadStatus:output_type -> tabula.v1.BulkUploadResponse
-	27,  // 192: tabula.v1.TableServer.Invoke:output_type -> tabula.v1.InvokeResponse
-	29,  // 193: tabula.v1.TableServer.CoprocMerge:output_type -> tabula.v1.CoprocMergeResponse
-	101, // 194: tabula.v1.TableServer.Calls:output_type -> tabula.v1.CallResponse
-	145, // [145:195] is the sub-list for method output_type
-	95,  // [95:145] is the sub-list for method input_type
-	95,  // [95:95] is the sub-list for extension type_name
-	95,  // [95:95] is the sub-list for extension extendee
-	0,   // [0:95] is the sub-list for field type_name
+	36,  // 22: tabula.v1.ReplicaStatus.ack_set:type_name -> tabula.v1.AckSetMember
+	37,  // 23: tabula.v1.ReplicaStatus.sync:type_name -> tabula.v1.ReplicaSync
+	3,   // 24: tabula.v1.ReplicaSync.state:type_name -> tabula.v1.ReplicaState
+	4,   // 25: tabula.v1.ErrorDetail.code:type_name -> tabula.v1.ErrorCode
+	12,  // 26: tabula.v1.ErrorDetail.partition:type_name -> tabula.v1.Partition
+	41,  // 27: tabula.v1.TenantInfo.quota:type_name -> tabula.v1.TenantQuota
+	42,  // 28: tabula.v1.TenantInfo.usage:type_name -> tabula.v1.TenantUsage
+	41,  // 29: tabula.v1.SetTenantQuotaRequest.quota:type_name -> tabula.v1.TenantQuota
+	40,  // 30: tabula.v1.SetTenantQuotaResponse.tenant:type_name -> tabula.v1.TenantInfo
+	41,  // 31: tabula.v1.CreateTenantRequest.quota:type_name -> tabula.v1.TenantQuota
+	40,  // 32: tabula.v1.CreateTenantResponse.tenant:type_name -> tabula.v1.TenantInfo
+	40,  // 33: tabula.v1.ListTenantsResponse.tenants:type_name -> tabula.v1.TenantInfo
+	40,  // 34: tabula.v1.DescribeTenantResponse.tenant:type_name -> tabula.v1.TenantInfo
+	10,  // 35: tabula.v1.DescribeTenantResponse.tables:type_name -> tabula.v1.Table
+	40,  // 36: tabula.v1.RotateTenantKeyResponse.tenant:type_name -> tabula.v1.TenantInfo
+	40,  // 37: tabula.v1.TenantKeysResponse.tenants:type_name -> tabula.v1.TenantInfo
+	63,  // 38: tabula.v1.MasterMembersResponse.members:type_name -> tabula.v1.MasterMember
+	5,   // 39: tabula.v1.StreamRequest.op:type_name -> tabula.v1.StreamOp
+	0,   // 40: tabula.v1.CreateTableRequest.kind:type_name -> tabula.v1.TableKind
+	9,   // 41: tabula.v1.CreateTableRequest.options:type_name -> tabula.v1.TableOptions
+	14,  // 42: tabula.v1.CreateTableResponse.map:type_name -> tabula.v1.PartitionMap
+	10,  // 43: tabula.v1.ListTablesResponse.tables:type_name -> tabula.v1.Table
+	14,  // 44: tabula.v1.DescribeTableResponse.map:type_name -> tabula.v1.PartitionMap
+	35,  // 45: tabula.v1.DescribeTableResponse.replicas:type_name -> tabula.v1.ReplicaStatus
+	14,  // 46: tabula.v1.GetPartitionMapResponse.map:type_name -> tabula.v1.PartitionMap
+	14,  // 47: tabula.v1.WatchPartitionMapResponse.maps:type_name -> tabula.v1.PartitionMap
+	10,  // 48: tabula.v1.WatchPartitionMapResponse.removed:type_name -> tabula.v1.Table
+	14,  // 49: tabula.v1.WatchPartitionMapResponse.patches:type_name -> tabula.v1.PartitionMap
+	35,  // 50: tabula.v1.HeartbeatRequest.replicas:type_name -> tabula.v1.ReplicaStatus
+	25,  // 51: tabula.v1.HeartbeatRequest.coproc_ready:type_name -> tabula.v1.CoprocReady
+	45,  // 52: tabula.v1.HeartbeatRequest.tenant_load:type_name -> tabula.v1.TenantLoad
+	46,  // 53: tabula.v1.HeartbeatResponse.tenant_shares:type_name -> tabula.v1.TenantShare
+	30,  // 54: tabula.v1.BulkPublishRequest.files:type_name -> tabula.v1.BulkFile
+	14,  // 55: tabula.v1.BulkPublishResponse.map:type_name -> tabula.v1.PartitionMap
+	14,  // 56: tabula.v1.BulkStoredResponse.map:type_name -> tabula.v1.PartitionMap
+	14,  // 57: tabula.v1.BulkStatusResponse.map:type_name -> tabula.v1.PartitionMap
+	32,  // 58: tabula.v1.BulkStatusResponse.bulk:type_name -> tabula.v1.BulkInfo
+	14,  // 59: tabula.v1.BulkRollbackResponse.map:type_name -> tabula.v1.PartitionMap
+	6,   // 60: tabula.v1.BulkRolloutRequest.action:type_name -> tabula.v1.BulkRolloutAction
+	14,  // 61: tabula.v1.BulkRolloutResponse.map:type_name -> tabula.v1.PartitionMap
+	34,  // 62: tabula.v1.ListServersResponse.servers:type_name -> tabula.v1.ServerInfo
+	105, // 63: tabula.v1.CallRequest.get:type_name -> tabula.v1.GetRequest
+	109, // 64: tabula.v1.CallRequest.multi_get:type_name -> tabula.v1.MultiGetRequest
+	112, // 65: tabula.v1.CallRequest.put:type_name -> tabula.v1.PutRequest
+	114, // 66: tabula.v1.CallRequest.delete:type_name -> tabula.v1.DeleteRequest
+	116, // 67: tabula.v1.CallRequest.compare_and_swap:type_name -> tabula.v1.CompareAndSwapRequest
+	106, // 68: tabula.v1.CallResponse.get:type_name -> tabula.v1.GetResponse
+	110, // 69: tabula.v1.CallResponse.multi_get:type_name -> tabula.v1.MultiGetResponse
+	113, // 70: tabula.v1.CallResponse.put:type_name -> tabula.v1.PutResponse
+	115, // 71: tabula.v1.CallResponse.delete:type_name -> tabula.v1.DeleteResponse
+	117, // 72: tabula.v1.CallResponse.compare_and_swap:type_name -> tabula.v1.CompareAndSwapResponse
+	104, // 73: tabula.v1.GetRequest.header:type_name -> tabula.v1.RequestHeader
+	104, // 74: tabula.v1.BatchGetRequest.header:type_name -> tabula.v1.RequestHeader
+	106, // 75: tabula.v1.BatchGetResponse.results:type_name -> tabula.v1.GetResponse
+	105, // 76: tabula.v1.MultiGetRequest.gets:type_name -> tabula.v1.GetRequest
+	111, // 77: tabula.v1.MultiGetResponse.results:type_name -> tabula.v1.MultiGetResult
+	106, // 78: tabula.v1.MultiGetResult.response:type_name -> tabula.v1.GetResponse
+	104, // 79: tabula.v1.PutRequest.header:type_name -> tabula.v1.RequestHeader
+	104, // 80: tabula.v1.DeleteRequest.header:type_name -> tabula.v1.RequestHeader
+	104, // 81: tabula.v1.CompareAndSwapRequest.header:type_name -> tabula.v1.RequestHeader
+	7,   // 82: tabula.v1.Mutation.op:type_name -> tabula.v1.Mutation.Op
+	119, // 83: tabula.v1.Mutation.condition:type_name -> tabula.v1.Condition
+	8,   // 84: tabula.v1.Condition.kind:type_name -> tabula.v1.Condition.Kind
+	104, // 85: tabula.v1.BatchWriteRequest.header:type_name -> tabula.v1.RequestHeader
+	118, // 86: tabula.v1.BatchWriteRequest.mutations:type_name -> tabula.v1.Mutation
+	104, // 87: tabula.v1.ScanRequest.header:type_name -> tabula.v1.RequestHeader
+	123, // 88: tabula.v1.ScanResponse.records:type_name -> tabula.v1.KeyValue
+	104, // 89: tabula.v1.CopyReplicaRequest.header:type_name -> tabula.v1.RequestHeader
+	123, // 90: tabula.v1.CopyReplicaChunk.records:type_name -> tabula.v1.KeyValue
+	104, // 91: tabula.v1.BulkUploadRequest.header:type_name -> tabula.v1.RequestHeader
+	30,  // 92: tabula.v1.BulkUploadRequest.file:type_name -> tabula.v1.BulkFile
+	104, // 93: tabula.v1.BulkUploadStatusRequest.header:type_name -> tabula.v1.RequestHeader
+	12,  // 94: tabula.v1.PartitionLogFailedResponse.partition:type_name -> tabula.v1.Partition
+	134, // 95: tabula.v1.ForgetServerResponse.lost:type_name -> tabula.v1.LostPartition
+	134, // 96: tabula.v1.ListDataLossResponse.lost:type_name -> tabula.v1.LostPartition
+	14,  // 97: tabula.v1.ClearDataLossResponse.map:type_name -> tabula.v1.PartitionMap
+	74,  // 98: tabula.v1.Master.CreateTable:input_type -> tabula.v1.CreateTableRequest
+	76,  // 99: tabula.v1.Master.DropTable:input_type -> tabula.v1.DropTableRequest
+	78,  // 100: tabula.v1.Master.ListTables:input_type -> tabula.v1.ListTablesRequest
+	80,  // 101: tabula.v1.Master.DescribeTable:input_type -> tabula.v1.DescribeTableRequest
+	82,  // 102: tabula.v1.Master.GetPartitionMap:input_type -> tabula.v1.GetPartitionMapRequest
+	84,  // 103: tabula.v1.Master.WatchPartitionMap:input_type -> tabula.v1.WatchPartitionMapRequest
+	86,  // 104: tabula.v1.Master.RegisterServer:input_type -> tabula.v1.RegisterServerRequest
+	88,  // 105: tabula.v1.Master.Heartbeat:input_type -> tabula.v1.HeartbeatRequest
+	130, // 106: tabula.v1.Master.PartitionLogFailed:input_type -> tabula.v1.PartitionLogFailedRequest
+	100, // 107: tabula.v1.Master.ListServers:input_type -> tabula.v1.ListServersRequest
+	90,  // 108: tabula.v1.Master.BulkPublish:input_type -> tabula.v1.BulkPublishRequest
+	92,  // 109: tabula.v1.Master.BulkStored:input_type -> tabula.v1.BulkStoredRequest
+	94,  // 110: tabula.v1.Master.BulkStatus:input_type -> tabula.v1.BulkStatusRequest
+	96,  // 111: tabula.v1.Master.BulkRollback:input_type -> tabula.v1.BulkRollbackRequest
+	98,  // 112: tabula.v1.Master.BulkRollout:input_type -> tabula.v1.BulkRolloutRequest
+	72,  // 113: tabula.v1.Master.Stream:input_type -> tabula.v1.StreamRequest
+	17,  // 114: tabula.v1.Master.CoprocDeploy:input_type -> tabula.v1.CoprocDeployRequest
+	19,  // 115: tabula.v1.Master.CoprocList:input_type -> tabula.v1.CoprocListRequest
+	21,  // 116: tabula.v1.Master.CoprocRollback:input_type -> tabula.v1.CoprocRollbackRequest
+	23,  // 117: tabula.v1.Master.CoprocFetch:input_type -> tabula.v1.CoprocFetchRequest
+	132, // 118: tabula.v1.Master.ForgetServer:input_type -> tabula.v1.ForgetServerRequest
+	135, // 119: tabula.v1.Master.ListDataLoss:input_type -> tabula.v1.ListDataLossRequest
+	137, // 120: tabula.v1.Master.ClearDataLoss:input_type -> tabula.v1.ClearDataLossRequest
+	64,  // 121: tabula.v1.Master.MasterMembers:input_type -> tabula.v1.MasterMembersRequest
+	66,  // 122: tabula.v1.Master.AddMaster:input_type -> tabula.v1.AddMasterRequest
+	68,  // 123: tabula.v1.Master.RemoveMaster:input_type -> tabula.v1.RemoveMasterRequest
+	70,  // 124: tabula.v1.Master.TransferLeader:input_type -> tabula.v1.TransferLeaderRequest
+	59,  // 125: tabula.v1.Master.MovePartition:input_type -> tabula.v1.MovePartitionRequest
+	61,  // 126: tabula.v1.Master.DrainServer:input_type -> tabula.v1.DrainServerRequest
+	47,  // 127: tabula.v1.Master.CreateTenant:input_type -> tabula.v1.CreateTenantRequest
+	49,  // 128: tabula.v1.Master.ListTenants:input_type -> tabula.v1.ListTenantsRequest
+	51,  // 129: tabula.v1.Master.DescribeTenant:input_type -> tabula.v1.DescribeTenantRequest
+	53,  // 130: tabula.v1.Master.DeleteTenant:input_type -> tabula.v1.DeleteTenantRequest
+	55,  // 131: tabula.v1.Master.RotateTenantKey:input_type -> tabula.v1.RotateTenantKeyRequest
+	57,  // 132: tabula.v1.Master.TenantKeys:input_type -> tabula.v1.TenantKeysRequest
+	43,  // 133: tabula.v1.Master.SetTenantQuota:input_type -> tabula.v1.SetTenantQuotaRequest
+	105, // 134: tabula.v1.TableServer.Get:input_type -> tabula.v1.GetRequest
+	107, // 135: tabula.v1.TableServer.BatchGet:input_type -> tabula.v1.BatchGetRequest
+	109, // 136: tabula.v1.TableServer.MultiGet:input_type -> tabula.v1.MultiGetRequest
+	112, // 137: tabula.v1.TableServer.Put:input_type -> tabula.v1.PutRequest
+	114, // 138: tabula.v1.TableServer.Delete:input_type -> tabula.v1.DeleteRequest
+	116, // 139: tabula.v1.TableServer.CompareAndSwap:input_type -> tabula.v1.CompareAndSwapRequest
+	120, // 140: tabula.v1.TableServer.BatchWrite:input_type -> tabula.v1.BatchWriteRequest
+	122, // 141: tabula.v1.TableServer.Scan:input_type -> tabula.v1.ScanRequest
+	125, // 142: tabula.v1.TableServer.CopyReplica:input_type -> tabula.v1.CopyReplicaRequest
+	127, // 143: tabula.v1.TableServer.BulkUpload:input_type -> tabula.v1.BulkUploadRequest
+	128, // 144: tabula.v1.TableServer.BulkUploadStatus:input_type -> tabula.v1.BulkUploadStatusRequest
+	26,  // 145: tabula.v1.TableServer.Invoke:input_type -> tabula.v1.InvokeRequest
+	28,  // 146: tabula.v1.TableServer.CoprocMerge:input_type -> tabula.v1.CoprocMergeRequest
+	102, // 147: tabula.v1.TableServer.Calls:input_type -> tabula.v1.CallRequest
+	75,  // 148: tabula.v1.Master.CreateTable:output_type -> tabula.v1.CreateTableResponse
+	77,  // 149: tabula.v1.Master.DropTable:output_type -> tabula.v1.DropTableResponse
+	79,  // 150: tabula.v1.Master.ListTables:output_type -> tabula.v1.ListTablesResponse
+	81,  // 151: tabula.v1.Master.DescribeTable:output_type -> tabula.v1.DescribeTableResponse
+	83,  // 152: tabula.v1.Master.GetPartitionMap:output_type -> tabula.v1.GetPartitionMapResponse
+	85,  // 153: tabula.v1.Master.WatchPartitionMap:output_type -> tabula.v1.WatchPartitionMapResponse
+	87,  // 154: tabula.v1.Master.RegisterServer:output_type -> tabula.v1.RegisterServerResponse
+	89,  // 155: tabula.v1.Master.Heartbeat:output_type -> tabula.v1.HeartbeatResponse
+	131, // 156: tabula.v1.Master.PartitionLogFailed:output_type -> tabula.v1.PartitionLogFailedResponse
+	101, // 157: tabula.v1.Master.ListServers:output_type -> tabula.v1.ListServersResponse
+	91,  // 158: tabula.v1.Master.BulkPublish:output_type -> tabula.v1.BulkPublishResponse
+	93,  // 159: tabula.v1.Master.BulkStored:output_type -> tabula.v1.BulkStoredResponse
+	95,  // 160: tabula.v1.Master.BulkStatus:output_type -> tabula.v1.BulkStatusResponse
+	97,  // 161: tabula.v1.Master.BulkRollback:output_type -> tabula.v1.BulkRollbackResponse
+	99,  // 162: tabula.v1.Master.BulkRollout:output_type -> tabula.v1.BulkRolloutResponse
+	73,  // 163: tabula.v1.Master.Stream:output_type -> tabula.v1.StreamResponse
+	18,  // 164: tabula.v1.Master.CoprocDeploy:output_type -> tabula.v1.CoprocDeployResponse
+	20,  // 165: tabula.v1.Master.CoprocList:output_type -> tabula.v1.CoprocListResponse
+	22,  // 166: tabula.v1.Master.CoprocRollback:output_type -> tabula.v1.CoprocRollbackResponse
+	24,  // 167: tabula.v1.Master.CoprocFetch:output_type -> tabula.v1.CoprocFetchResponse
+	133, // 168: tabula.v1.Master.ForgetServer:output_type -> tabula.v1.ForgetServerResponse
+	136, // 169: tabula.v1.Master.ListDataLoss:output_type -> tabula.v1.ListDataLossResponse
+	138, // 170: tabula.v1.Master.ClearDataLoss:output_type -> tabula.v1.ClearDataLossResponse
+	65,  // 171: tabula.v1.Master.MasterMembers:output_type -> tabula.v1.MasterMembersResponse
+	67,  // 172: tabula.v1.Master.AddMaster:output_type -> tabula.v1.AddMasterResponse
+	69,  // 173: tabula.v1.Master.RemoveMaster:output_type -> tabula.v1.RemoveMasterResponse
+	71,  // 174: tabula.v1.Master.TransferLeader:output_type -> tabula.v1.TransferLeaderResponse
+	60,  // 175: tabula.v1.Master.MovePartition:output_type -> tabula.v1.MovePartitionResponse
+	62,  // 176: tabula.v1.Master.DrainServer:output_type -> tabula.v1.DrainServerResponse
+	48,  // 177: tabula.v1.Master.CreateTenant:output_type -> tabula.v1.CreateTenantResponse
+	50,  // 178: tabula.v1.Master.ListTenants:output_type -> tabula.v1.ListTenantsResponse
+	52,  // 179: tabula.v1.Master.DescribeTenant:output_type -> tabula.v1.DescribeTenantResponse
+	54,  // 180: tabula.v1.Master.DeleteTenant:output_type -> tabula.v1.DeleteTenantResponse
+	56,  // 181: tabula.v1.Master.RotateTenantKey:output_type -> tabula.v1.RotateTenantKeyResponse
+	58,  // 182: tabula.v1.Master.TenantKeys:output_type -> tabula.v1.TenantKeysResponse
+	44,  // 183: tabula.v1.Master.SetTenantQuota:output_type -> tabula.v1.SetTenantQuotaResponse
+	106, // 184: tabula.v1.TableServer.Get:output_type -> tabula.v1.GetResponse
+	108, // 185: tabula.v1.TableServer.BatchGet:output_type -> tabula.v1.BatchGetResponse
+	110, // 186: tabula.v1.TableServer.MultiGet:output_type -> tabula.v1.MultiGetResponse
+	113, // 187: tabula.v1.TableServer.Put:output_type -> tabula.v1.PutResponse
+	115, // 188: tabula.v1.TableServer.Delete:output_type -> tabula.v1.DeleteResponse
+	117, // 189: tabula.v1.TableServer.CompareAndSwap:output_type -> tabula.v1.CompareAndSwapResponse
+	121, // 190: tabula.v1.TableServer.BatchWrite:output_type -> tabula.v1.BatchWriteResponse
+	124, // 191: tabula.v1.TableServer.Scan:output_type -> tabula.v1.ScanResponse
+	126, // 192: tabula.v1.TableServer.CopyReplica:output_type -> tabula.v1.CopyReplicaChunk
+	129, // 193: tabula.v1.TableServer.BulkUpload:output_type -> tabula.v1.BulkUploadResponse
+	129, // 194: tabula.v1.TableServer.BulkUploadStatus:output_type -> tabula.v1.BulkUploadResponse
+	27,  // 195: tabula.v1.TableServer.Invoke:output_type -> tabula.v1.InvokeResponse
+	29,  // 196: tabula.v1.TableServer.CoprocMerge:output_type -> tabula.v1.CoprocMergeResponse
+	103, // 197: tabula.v1.TableServer.Calls:output_type -> tabula.v1.CallResponse
+	148, // [148:198] is the sub-list for method output_type
+	98,  // [98:148] is the sub-list for method input_type
+	98,  // [98:98] is the sub-list for extension type_name
+	98,  // [98:98] is the sub-list for extension extendee
+	0,   // [0:98] is the sub-list for field type_name
 }
 
 func init() { file_tabula_proto_init() }
@@ -10494,14 +10750,14 @@ func file_tabula_proto_init() {
 	if File_tabula_proto != nil {
 		return
 	}
-	file_tabula_proto_msgTypes[91].OneofWrappers = []any{
+	file_tabula_proto_msgTypes[93].OneofWrappers = []any{
 		(*CallRequest_Get)(nil),
 		(*CallRequest_MultiGet)(nil),
 		(*CallRequest_Put)(nil),
 		(*CallRequest_Delete)(nil),
 		(*CallRequest_CompareAndSwap)(nil),
 	}
-	file_tabula_proto_msgTypes[92].OneofWrappers = []any{
+	file_tabula_proto_msgTypes[94].OneofWrappers = []any{
 		(*CallResponse_Get)(nil),
 		(*CallResponse_MultiGet)(nil),
 		(*CallResponse_Put)(nil),
@@ -10514,7 +10770,7 @@ func file_tabula_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tabula_proto_rawDesc), len(file_tabula_proto_rawDesc)),
 			NumEnums:      9,
-			NumMessages:   128,
+			NumMessages:   130,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -30,6 +30,10 @@
 // Session does that per partition for every write and read made through
 // it (read-your-writes and monotonic reads from any replica). A replica
 // behind answers behind_min_lsn and the SDK tries another, then the primary.
+// ReadAny's staleness is bounded: a secondary not in step with its
+// primary's commit point within 1 s (MaxStaleness(d) sets the bound), for
+// one because the log dropped it from its ack set, answers replica_behind
+// and the SDK tries another replica, then the primary.
 //
 // # Retries
 //

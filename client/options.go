@@ -20,7 +20,7 @@ const MaxRequestIDBytes = 64
 type WriteOption interface{ applyWrite(*writeOptions) }
 
 // ReadOption modifies one read: Get, BatchGet, Scan, ScanPartition.
-// ReadAny, MinLSN, ReportLSN and a *Session are read options.
+// ReadAny, MaxStaleness, MinLSN, ReportLSN and a *Session are read options.
 type ReadOption interface{ applyRead(*readOptions) }
 
 // ReadWriteOption is an option of reads and writes alike: ReportLSN and
@@ -40,6 +40,7 @@ type writeOptions struct {
 type readOptions struct {
 	any     bool
 	minLSN  uint64
+	maxLag  time.Duration // MaxStaleness; 0: the server's default
 	lsn     *uint64
 	session *Session
 }
@@ -91,9 +92,31 @@ func (l lsnOption) applyRead(o *readOptions)   { o.lsn = l.p }
 // ReadAny lets any replica of the partition answer, not only the primary:
 // the read spreads load and survives a primary's failure, but may miss the
 // latest writes (it reflects the replica's applied LSN, which ReportLSN
-// gives). Combine it with MinLSN or a Session to read your own writes.
+// gives). A replica more than 1 s behind its primary does not answer
+// (MaxStaleness sets the bound). Combine it with MinLSN or a Session to
+// read your own writes.
 func ReadAny() ReadOption {
 	return readOptionFunc(func(o *readOptions) { o.any = true })
+}
+
+// MaxStaleness bounds how far behind its primary a replica answering a
+// ReadAny read may be (default 1 s, api.DefaultMaxStalenessMs): a
+// secondary not in step with the primary's commit point within d (dropped
+// from the log's ack set, cut off, catching up) answers UNAVAILABLE
+// (replica_behind) and the SDK tries another replica, then the primary.
+// d is rounded up to whole milliseconds; at most about 49 days. Without
+// ReadAny the primary answers, which is never behind.
+func MaxStaleness(d time.Duration) ReadOption {
+	return readOptionFunc(func(o *readOptions) { o.maxLag = d })
+}
+
+// maxStalenessMs is the header's max_staleness_ms for d (0: the default).
+func maxStalenessMs(d time.Duration) uint32 {
+	if d <= 0 {
+		return 0
+	}
+	ms := (d + time.Millisecond - 1) / time.Millisecond
+	return uint32(min(ms, 1<<32-1))
 }
 
 // MinLSN makes the read wait for a replica that has applied at least LSN n

@@ -273,7 +273,8 @@ func (t *Table) call(ctx context.Context, spec callSpec) (partition, lsn uint64,
 					version = m.GetBulk().GetCurrent()
 				}
 				header = &api.RequestHeader{Tenant: c.opts.Tenant, Table: t.name, PartitionId: p.GetId(), Epoch: p.GetEpoch(),
-					BulkVersion: version, ReadAny: spec.read.any, MinLsn: spec.read.minLSN}
+					BulkVersion: version, ReadAny: spec.read.any, MinLsn: spec.read.minLSN,
+					MaxStalenessMs: maxStalenessMs(spec.read.maxLag)}
 				if s := spec.read.session; s != nil {
 					header.MinLsn = max(header.MinLsn, s.LSN(t.name, p.GetId()))
 				}
@@ -383,7 +384,7 @@ func (t *Table) call(ctx context.Context, spec callSpec) (partition, lsn uint64,
 			backoffs++
 		case api.ErrorCode_ERROR_CODE_UNAVAILABLE:
 			// A server that answered (log_reconfiguring, behind_min_lsn,
-			// outcome_unknown) keeps its partition: no map fetch needed;
+			// replica_behind, outcome_unknown) keeps its partition: no map fetch needed;
 			// a transport failure may mean a dead server.
 			refresh = !hasDetail(err)
 			wait = c.jitter.backoff(backoffs, backoffBase, backoffCap)

@@ -181,6 +181,11 @@ type dashPartition struct {
 	MoveFrom  string `json:"move_from,omitempty"`
 	MoveTo    string `json:"move_to,omitempty"`
 	DataLost  bool   `json:"data_lost,omitempty"`
+	// UnderReplicated: fewer replicas in sync (Sync) than the table's
+	// replication factor, now (the gauge and the log wait out the
+	// in-sync bound first); UnderReason says which and why.
+	UnderReplicated bool   `json:"under_replicated,omitempty"`
+	UnderReason     string `json:"under_reason,omitempty"`
 }
 
 type dashReplica struct {
@@ -194,9 +199,18 @@ type dashReplica struct {
 	State      string `json:"state,omitempty"`
 	AppliedLSN uint64 `json:"applied_lsn,omitempty"`
 	CommitLSN  uint64 `json:"commit_lsn,omitempty"`
-	// Lag is commit_lsn - applied_lsn: records it knows committed and has
-	// not applied.
-	Lag        uint64 `json:"lag"`
+	// Lag is the primary's commit LSN minus this replica's applied LSN
+	// (a dropped secondary does not know the commit point moved on).
+	Lag uint64 `json:"lag"`
+	// The master's judgement of a replicated partition's replica
+	// (insync.go): Sync is "in_sync", "dropped", "catching_up",
+	// "copying", "failed" or "" (not reported); InAckSet is the primary's
+	// view; LagMs how long since it was last in step (-1: never); Reason
+	// why it is not in sync.
+	Sync       string `json:"sync,omitempty"`
+	InAckSet   bool   `json:"in_ack_set,omitempty"`
+	LagMs      int64  `json:"lag_ms"`
+	Reason     string `json:"reason,omitempty"`
 	CopiedB    uint64 `json:"copied_bytes,omitempty"`
 	CopyTotalB uint64 `json:"copy_total_bytes,omitempty"`
 	Keys       uint64 `json:"keys"`
@@ -341,6 +355,7 @@ func (m *Master) dashboardSnapshot() *dashSnapshot {
 	}
 
 	// Tables, partitions and replicas.
+	sr := m.syncReports(st, now)
 	shown := 0
 	for _, t := range st.TablesOf("") {
 		dt := dashTable{Tenant: t.Tenant, Name: t.Name, ID: t.ID, Kind: enumLabel(t.Kind.String(), "TABLE_KIND_"),
@@ -364,12 +379,20 @@ func (m *Master) dashboardSnapshot() *dashSnapshot {
 			if primaryID(p) == "" {
 				out.Summary["partitions_without_primary"]++
 			}
+			var ps *partitionSync
+			if p.Log != nil {
+				j := sr.judge(t, p)
+				ps = &j
+				if j.short {
+					out.Summary["partitions_under_replicated"]++
+				}
+			}
 			if shown >= dashMaxPartitions {
 				out.Omitted++
 				continue
 			}
 			shown++
-			dt.Partitions = append(dt.Partitions, dashPartitionOf(p, reports, serverState))
+			dt.Partitions = append(dt.Partitions, dashPartitionOf(p, reports, serverState, ps))
 		}
 		if t.Bulk != nil {
 			dt.Bulk = dashBulkOf(t)
@@ -439,16 +462,19 @@ func (m *Master) dashMaster(st *State) dashMaster {
 	return d
 }
 
-func dashPartitionOf(p *Partition, reports map[string]map[uint64]*api.ReplicaStatus, serverState func(string) string) dashPartition {
+func dashPartitionOf(p *Partition, reports map[string]map[uint64]*api.ReplicaStatus, serverState func(string) string, ps *partitionSync) dashPartition {
 	dp := dashPartition{ID: p.ID, Index: p.Index, Epoch: p.Epoch, Primary: primaryID(p), DataLost: p.DataLost != nil, Replicas: []dashReplica{}}
+	if ps != nil && ps.short {
+		dp.UnderReplicated, dp.UnderReason = true, ps.reason
+	}
 	if p.Log != nil {
 		dp.LogStream, dp.LogExtent = p.Log.Stream, p.Log.Extent
 	}
 	if p.Move != nil {
 		dp.MoveFrom, dp.MoveTo = p.Move.From, p.Move.To
 	}
-	for _, r := range p.Replicas {
-		dr := dashReplica{Server: r.ServerID, Role: enumLabel(r.Role.String(), "REPLICA_ROLE_"), FaultDomain: r.FaultDomain, ServerState: serverState(r.ServerID)}
+	for i, r := range p.Replicas {
+		dr := dashReplica{Server: r.ServerID, Role: enumLabel(r.Role.String(), "REPLICA_ROLE_"), FaultDomain: r.FaultDomain, ServerState: serverState(r.ServerID), LagMs: -1}
 		if s := reports[r.ServerID][p.ID]; s != nil && dr.ServerState != "dead" {
 			dr.Reported = true
 			if s.GetState() != api.ReplicaState_REPLICA_STATE_UNSPECIFIED {
@@ -460,6 +486,16 @@ func dashPartitionOf(p *Partition, reports map[string]map[uint64]*api.ReplicaSta
 			}
 			dr.CopiedB, dr.CopyTotalB = s.GetCopiedBytes(), s.GetCopyTotalBytes()
 			dr.Keys, dr.Bytes = s.GetKeys(), s.GetBytes()
+		}
+		if ps != nil {
+			js := ps.replicas[i]
+			if js.GetState() != api.ReplicaState_REPLICA_STATE_UNSPECIFIED {
+				dr.Sync = enumLabel(js.GetState().String(), "REPLICA_STATE_")
+			}
+			dr.InAckSet, dr.LagMs, dr.Reason = js.GetInAckSet(), js.GetLagMs(), js.GetReason()
+			if dr.Reported {
+				dr.Lag = js.GetLagRecords()
+			}
 		}
 		dp.Replicas = append(dp.Replicas, dr)
 	}

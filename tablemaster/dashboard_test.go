@@ -217,9 +217,15 @@ func TestDashboardSnapshot(t *testing.T) {
 		}
 		for _, rp := range p.Replicas {
 			want := dashReplica{Server: rp.Server, Role: rp.Role, FaultDomain: rp.FaultDomain, ServerState: "alive", Reported: true,
-				State: "in_sync", AppliedLSN: 100, CommitLSN: 100, Keys: 10, Bytes: 1000}
+				State: "in_sync", AppliedLSN: 100, CommitLSN: 100, Keys: 10, Bytes: 1000, Sync: "in_sync", InAckSet: true}
 			if rp.Role != "primary" {
-				want.State, want.AppliedLSN, want.Lag = "catching_up", 95, 5
+				// The master's judgement: catching up, 5 records behind
+				// the primary's commit, since a report's age ago.
+				want.State, want.AppliedLSN, want.Lag, want.Sync = "catching_up", 95, 5, "catching_up"
+				if rp.LagMs < 0 || !strings.Contains(rp.Reason, "5 records behind") {
+					t.Fatalf("partition %d replica %+v: want its lag and why", p.ID, rp)
+				}
+				want.LagMs, want.Reason = rp.LagMs, rp.Reason
 			}
 			if rp != want {
 				t.Fatalf("partition %d replica %+v, want %+v", p.ID, rp, want)

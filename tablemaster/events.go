@@ -37,6 +37,10 @@ const (
 	EventLeader        EventKind = "leader"         // this raft member started or stopped leading
 	EventThrottled     EventKind = "throttled"      // a tenant is refused over a quota
 	EventUnthrottled   EventKind = "unthrottled"    // ... and no longer is
+	// A partition has had fewer in-sync replicas than its replication
+	// factor for longer than the in-sync bound (insync.go) ...
+	EventUnderReplicated EventKind = "under_replicated"
+	EventReplicated      EventKind = "replicated" // ... and no longer has
 )
 
 // Event is one thing that happened.

@@ -102,8 +102,9 @@ type Master struct {
 	// single master, whose command log is store.
 	raft *raftState
 
-	metrics masterMetrics // metrics.go
-	events  eventRing     // recent events, memory only (events.go)
+	metrics   masterMetrics // metrics.go
+	syncWatch syncWatch     // partitions short of in-sync replicas (insync.go)
+	events    eventRing     // recent events, memory only (events.go)
 
 	closing   chan struct{} // closed by Close: stops the liveness loop and watch streams
 	closeOnce sync.Once
@@ -494,6 +495,7 @@ func (m *Master) checkLiveness() {
 	defer m.replaceDead(st, now)
 	defer m.placeShortOnes(st, now)
 	defer func() { m.clearHandoffs(m.State(), now) }() // after the deaths below: a dead old primary needs no wait
+	defer m.checkReplication(st, now)
 	for _, id := range st.ServerIDs() {
 		if !st.Servers[id].Alive || !m.silent(id, now) {
 			continue

@@ -30,6 +30,7 @@ var (
 	mReplicas      = metrics.Gauge("tabula_master_replicas", "Replicas placed, by role.", "role")
 	mNoPrimary     = metrics.Gauge("tabula_master_partitions_without_primary", "Partitions with no primary replica (unavailable for writes).")
 	mDataLost      = metrics.Gauge("tabula_master_partitions_data_lost", "Partitions that lost every copy of their data (an operator forgot their server).")
+	mUnderRepl     = metrics.Gauge("tabula_partitions_under_replicated", "Replicated partitions with fewer in-sync replicas (in the log's ack set, within the in-sync bound) than their replication factor for longer than the bound; the leader's count (0 elsewhere).")
 	mMoves         = metrics.Gauge("tabula_master_moves", "Replica moves in progress.")
 	mServers       = metrics.Gauge("tabula_master_servers", "Registered table servers, by state: alive, dead or draining (draining ones are alive too).", "state")
 	mSilentServers = metrics.Gauge("tabula_master_servers_silent", "Alive servers not heard from for more than two heartbeat intervals.")
@@ -83,7 +84,7 @@ func (m *Master) unregisterMetrics() {
 func (m *Master) collector() prometheus.Collector {
 	return metrics.NewCollector(m.collectMetrics,
 		mLeader, mRaftTerm, mRaftLeaderID, mRaftApplied, mProposals, mProposeTime,
-		mMapVersion, mTenants, mTables, mPartitions, mReplicas, mNoPrimary, mDataLost, mMoves,
+		mMapVersion, mTenants, mTables, mPartitions, mReplicas, mNoPrimary, mDataLost, mUnderRepl, mMoves,
 		mServers, mSilentServers, mStreams, mExtents)
 }
 
@@ -142,6 +143,11 @@ func (m *Master) collectMetrics(emit func(prometheus.Metric)) {
 	emit(mPartitions.Metric(float64(parts)))
 	emit(mNoPrimary.Metric(float64(noPrimary)))
 	emit(mDataLost.Metric(float64(lost)))
+	under := 0
+	if leads == 1 {
+		under = m.underReplicated()
+	}
+	emit(mUnderRepl.Metric(float64(under)))
 	emit(mMoves.Metric(float64(moves)))
 
 	var alive, dead, draining int

@@ -9,6 +9,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
+
+	"github.com/tabuladb/tabula/api"
 )
 
 // Defaults of Options.
@@ -74,6 +76,14 @@ type Options struct {
 	// the log back; it copies a snapshot when it finds the log trimmed
 	// past it. Default 1,000,000.
 	MaxLogLag uint64 `json:"max_log_lag,omitempty"`
+	// SyncLag and SyncLagRecords bound an in-sync replica (insync.go): in
+	// its log's ack set and at most SyncLag behind its primary in time or
+	// SyncLagRecords in records. A partition with fewer in-sync replicas
+	// than its replication factor for longer than SyncLag is
+	// under-replicated. Defaults 1s (the read_any bound,
+	// api.DefaultMaxStalenessMs) and 64.
+	SyncLag        time.Duration `json:"sync_lag,omitempty"`
+	SyncLagRecords uint64        `json:"sync_lag_records,omitempty"`
 	// RaftID, when not 0, makes this master one member of a replicated
 	// master group (raft): DataDir then holds the member's raft log and
 	// snapshots. Peers are the group's founding members, id to address
@@ -154,6 +164,12 @@ func (o Options) withDefaults() Options {
 	}
 	if o.TruncateInterval == 0 {
 		o.TruncateInterval = 10 * time.Second
+	}
+	if o.SyncLag <= 0 {
+		o.SyncLag = api.DefaultMaxStalenessMs * time.Millisecond
+	}
+	if o.SyncLagRecords == 0 {
+		o.SyncLagRecords = 64
 	}
 	if o.MaxLogLag == 0 {
 		o.MaxLogLag = 1_000_000

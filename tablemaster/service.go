@@ -111,20 +111,25 @@ func (m *Master) DescribeTable(_ context.Context, req *api.DescribeTableRequest)
 		return nil, err
 	}
 	resp := &api.DescribeTableResponse{Map: t.MapProto(st.Version)}
-	m.liveMu.Lock()
-	defer m.liveMu.Unlock()
-	for _, p := range t.Partitions {
-		for _, r := range p.Replicas {
-			l := m.live[r.ServerID]
-			if l == nil {
+	// Each replica's last report; a replicated partition's carry the
+	// master's judgement (insync.go): the primary's view of its log's
+	// ack set and each replica's own report, combined.
+	sr := m.syncReports(st, m.opts.Now())
+	for i := range t.Partitions {
+		p := &t.Partitions[i]
+		var ps partitionSync
+		if p.Log != nil {
+			ps = sr.judge(t, p)
+		}
+		for j, r := range p.Replicas {
+			s := sr.reports[r.ServerID][p.ID]
+			if s == nil {
 				continue
 			}
-			for _, s := range l.statuses {
-				if s.PartitionId == p.ID {
-					resp.Replicas = append(resp.Replicas, s)
-					break
-				}
+			if p.Log != nil {
+				s = withSync(s, ps.replicas[j])
 			}
+			resp.Replicas = append(resp.Replicas, s)
 		}
 	}
 	return resp, nil

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/tabuladb/tabula/api"
 	"github.com/tabuladb/tabula/coproc"
@@ -337,6 +338,7 @@ func (s *Server) openReplica(t *api.Table, p *api.Partition) (*replica, error) {
 // status reports every hosted replica for a heartbeat.
 func (h *hosting) status(serverID string) []*api.ReplicaStatus {
 	out := make([]*api.ReplicaStatus, 0, len(h.replicas))
+	now := time.Now()
 	for pid, r := range h.replicas {
 		st := r.engine.Stats()
 		role := api.ReplicaRole_REPLICA_ROLE_PRIMARY
@@ -373,6 +375,12 @@ func (h *hosting) status(serverID string) []*api.ReplicaStatus {
 		})
 		if r.bulk != nil {
 			out[len(out)-1].BulkLoaded = r.bulk.loaded()
+		}
+		if r.log != nil {
+			// The replica's own lag, and on a primary who is in its
+			// log's ack set (instep.go): the master combines them.
+			out[len(out)-1].LagMs = r.log.lagMs(now)
+			out[len(out)-1].AckSet = r.log.ackSet()
 		}
 	}
 	return out

@@ -97,6 +97,8 @@ type logReplica struct {
 	// synced: as a secondary, the tailer reached the commit point of the
 	// open extent since it last became one.
 	synced bool
+	// step: when a secondary was last in step with its primary (instep.go).
+	step stepTracker
 	// durable: the engine keeps files (truncate.go); flushed is the
 	// applied LSN its last Sync covered, starts the first LSN of the log
 	// extents read or appended since the replica started.

@@ -174,6 +174,7 @@ func (l *logReplica) follow() error {
 	l.mu.Unlock()
 	if ext != 0 && ext == open {
 		if local, err := l.s.extents.Extent(ext); err == nil && !local.Info().Sealed {
+			before := heardOf(local)
 			wctx, wcancel := context.WithTimeout(ctx, tailInterval)
 			end, err := local.WaitCommitted(wctx, off)
 			wcancel()
@@ -191,6 +192,7 @@ func (l *logReplica) follow() error {
 				l.tailOff = end
 				l.synced = true // at the commit point of the open extent
 				l.mu.Unlock()
+				l.noteInStep(local, end, before)
 			}
 			if !local.Info().Sealed {
 				return nil
@@ -226,13 +228,17 @@ func (l *logReplica) follow() error {
 			continue
 		}
 		var end int64
+		var local *stream.Extent // the open extent's replica here
+		var before heardCommit
 		if e.Sealed {
 			end = e.Length
 		} else {
-			local, err := l.s.extents.Extent(e.ID)
+			var err error
+			local, err = l.s.extents.Extent(e.ID)
 			if err != nil {
 				return nil // not created here yet: the next round
 			}
+			before = heardOf(local)
 			wctx, wcancel := context.WithTimeout(ctx, tailInterval)
 			end, err = local.WaitCommitted(wctx, off)
 			wcancel()
@@ -251,6 +257,7 @@ func (l *logReplica) follow() error {
 		l.mu.Unlock()
 		ext, off = e.ID, end
 		if !e.Sealed {
+			l.noteInStep(local, end, before)
 			return nil // the open extent is the log's end
 		}
 	}

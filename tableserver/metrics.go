@@ -3,9 +3,11 @@ package tableserver
 import (
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/tabuladb/tabula/api"
 	"github.com/tabuladb/tabula/internal/metrics"
 )
 
@@ -42,6 +44,8 @@ var (
 	mLag        = metrics.Gauge("tabula_replication_lag_records", "Log records known committed but not yet applied, summed over hosted replicas.")
 	mLagMax     = metrics.Gauge("tabula_replication_lag_max_records", "The largest such lag of one hosted replica.")
 	mCopyRemain = metrics.Gauge("tabula_replication_copy_remaining_bytes", "Bytes replicas being copied still expect.")
+	mLagTimeMax = metrics.Gauge("tabula_replication_lag_max_seconds", "The longest a hosted secondary has been out of step with its primary (since its tail last reached the commit point told it); secondaries never in step count in tabula_replication_replicas_behind.")
+	mBehind     = metrics.Gauge("tabula_replication_replicas_behind", "Hosted secondaries not in step with their primary within the default read_any bound (1 s): they refuse such reads.")
 
 	mStreamExtents      = metrics.Gauge("tabula_stream_extents", "Extent replicas on this server's extent node.")
 	mStreamUsedBytes    = metrics.Gauge("tabula_stream_used_bytes", "Durable bytes of those extent replicas.")
@@ -71,7 +75,7 @@ func (s *Server) collector() prometheus.Collector {
 		mEngineKeys, mEngineDataBytes, mEngineIndexBytes, mEngineLogBytes, mEngineLiveBytes, mEngineGarbageBytes,
 		mEngineSegments, mEngineReads, mEngineWrites, mEngineCacheHits, mEngineCacheMisses, mEngineSyncs,
 		mEngineGCRuns, mEngineGCMoved,
-		mReplicas, mLag, mLagMax, mCopyRemain,
+		mReplicas, mLag, mLagMax, mCopyRemain, mLagTimeMax, mBehind,
 		mStreamExtents, mStreamUsedBytes, mStreamAppends, mStreamAppendBytes, mStreamReplicated, mStreamReplBytes,
 		mStreamJournalSyncs, mStreamJournalRecs, mStreamJournalBytes,
 		mCoprocModules, mCoprocCalls, mCoprocFailures, mCoprocReplays, mCoprocCommits, mCoprocInstances,
@@ -109,7 +113,10 @@ func (s *Server) collectMetrics(emit func(prometheus.Metric)) {
 		keys, data, index, logBytes, live, garbage, segments uint64
 		reads, writes, hits, misses, syncs, gcRuns, gcMoved  uint64
 		lag, lagMax, copyRemain                              uint64
+		lagTimeMax                                           time.Duration
+		behind                                               int
 	)
+	now := time.Now()
 	for _, r := range h.replicas {
 		kinds[label(r.table.GetKind().String(), "TABLE_KIND_")]++
 		st := r.engine.Stats()
@@ -141,6 +148,13 @@ func (s *Server) collectMetrics(emit func(prometheus.Metric)) {
 		if total > copied {
 			copyRemain += total - copied
 		}
+		if role == api.ReplicaRole_REPLICA_ROLE_SECONDARY {
+			d, ok := r.log.lag(now)
+			lagTimeMax = max(lagTimeMax, d)
+			if !ok || d > api.DefaultMaxStalenessMs*time.Millisecond {
+				behind++
+			}
+		}
 	}
 	for k, n := range kinds {
 		emit(mServerPartitions.Metric(float64(n), k))
@@ -166,6 +180,8 @@ func (s *Server) collectMetrics(emit func(prometheus.Metric)) {
 	} {
 		emit(m.f.Metric(float64(m.v)))
 	}
+	emit(mLagTimeMax.Metric(lagTimeMax.Seconds()))
+	emit(mBehind.Metric(float64(behind)))
 	for k, n := range replicas {
 		emit(mReplicas.Metric(float64(n), k.role, k.state))
 	}

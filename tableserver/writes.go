@@ -3,6 +3,7 @@ package tableserver
 import (
 	"bytes"
 	"context"
+	"time"
 
 	"github.com/tabuladb/tabula/api"
 	"github.com/tabuladb/tabula/engines"
@@ -126,7 +127,8 @@ func (s *Server) loggedBatch(ctx context.Context, r *replica, req *api.BatchWrit
 }
 
 // readable checks that r may answer a read: the primary (serving) by
-// default, any replica that has applied hdr's min_lsn with read_any. It
+// default, with read_any any replica in step with its primary within
+// hdr's staleness bound that has applied hdr's min_lsn. It
 // returns the LSN the read reflects (0 for tables without a log).
 func readable(r *replica, h *hosting, hdr *api.RequestHeader, serverID string) (uint64, error) {
 	if r.log == nil {
@@ -149,6 +151,15 @@ func readable(r *replica, h *hosting, hdr *api.RequestHeader, serverID string) (
 	}
 	if copying {
 		return 0, api.Errorf(api.ErrorCode_ERROR_CODE_UNAVAILABLE, "replica_copying", "partition %d on %s is a new replica still copying its data; read another replica", r.part.GetId(), serverID)
+	}
+	if !serving {
+		// A read_any read on a secondary (or a primary still applying
+		// the log it inherited): only within the staleness bound
+		// (instep.go), so a replica dropped from the log's ack set, or
+		// cut off from its primary, answers nothing older.
+		if err := r.log.behindErr(hdr, serverID, time.Now()); err != nil {
+			return 0, err
+		}
 	}
 	if min := hdr.GetMinLsn(); applied < min {
 		return 0, api.Errorf(api.ErrorCode_ERROR_CODE_UNAVAILABLE, "behind_min_lsn", "partition %d on %s has applied LSN %d, the read asks for %d", r.part.GetId(), serverID, applied, min)

@@ -54,12 +54,14 @@ func explainWrite(err error) error {
 type readFlags struct {
 	read    string
 	minLSN  uint64
+	maxLag  time.Duration
 	verbose bool
 }
 
 func (r *readFlags) add(cmd *cobra.Command, verbose bool) {
 	cmd.Flags().StringVar(&r.read, "read", "primary", "which replica answers: primary (linearizable) or any (any replica: eventual, see --min-lsn)")
 	cmd.Flags().Uint64Var(&r.minLSN, "min-lsn", 0, "only a replica that has applied at least this LSN of the partition's log answers (the LSN a put -v printed: read your write from any replica)")
+	cmd.Flags().DurationVar(&r.maxLag, "max-lag", 0, "with --read any: only a replica in step with its primary within this answers (others refuse; the primary answers last); 0: the server's default, 1s")
 	if verbose {
 		cmd.Flags().BoolVarP(&r.verbose, "verbose", "v", false, "print the LSN the answer reflects on stderr")
 	}
@@ -76,6 +78,14 @@ func (r *readFlags) options(lsn *uint64) ([]client.ReadOption, error) {
 	}
 	if r.minLSN > 0 {
 		opts = append(opts, client.MinLSN(r.minLSN))
+	}
+	switch {
+	case r.maxLag < 0:
+		return nil, fmt.Errorf("--max-lag %v: want a positive duration", r.maxLag)
+	case r.maxLag > 0 && r.read != "any":
+		return nil, fmt.Errorf("--max-lag needs --read any (the primary is never behind)")
+	case r.maxLag > 0:
+		opts = append(opts, client.MaxStaleness(r.maxLag))
 	}
 	if lsn != nil {
 		opts = append(opts, client.ReportLSN(lsn))

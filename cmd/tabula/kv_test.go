@@ -81,6 +81,21 @@ func TestKVReplicaFlags(t *testing.T) {
 			t.Fatalf("get reflects LSN %d, asked for at least %d", got, lsn)
 		}
 	}
+	// A staleness bound: only replicas in step within it answer.
+	if out, errOut, err := cli(t, masterAddr, nil, "get", "kv", "k", "--read", "any", "--max-lag", "500ms"); err != nil || out != "v1" {
+		t.Fatalf("get --read any --max-lag 500ms: %q, %v: %s", out, err, errOut)
+	}
+	if _, errOut, err := cli(t, masterAddr, nil, "get", "kv", "k", "--max-lag", "500ms"); err == nil || !strings.Contains(errOut, "--read any") {
+		t.Fatalf("get --max-lag without --read any: %v, %q", err, errOut)
+	}
+	// describe shows every secondary's state and lag once all are in sync.
+	waitFor(t, 20*time.Second, "describe: every secondary in sync", func() (bool, error) {
+		out, errOut, err := cli(t, masterAddr, nil, "table", "describe", "kv")
+		if err != nil {
+			return false, fmt.Errorf("%v: %s", err, errOut)
+		}
+		return strings.Count(out, "(in sync, ") == 4 && !strings.Contains(out, "UNDER-REPLICATED"), fmt.Errorf("describe: %s", out)
+	})
 	// The same id again returns the first outcome: no new LSN.
 	_, errOut, err = cli(t, masterAddr, nil, "put", "kv", "k", "v1", "-v", "--request-id", "cli-test-1")
 	if err != nil {

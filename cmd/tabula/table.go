@@ -201,7 +201,8 @@ func tableDescribeCmd(g *globals) *cobra.Command {
 			if t.GetKind() == api.TableKind_TABLE_KIND_ORDERED {
 				rangeCol = "KEY RANGE"
 			}
-			fmt.Fprintln(w, "#\tID\t"+rangeCol+"\tEPOCH\tPRIMARY\tADDR\tLSN\tSECONDARIES (applied LSN, or state)\tKEYS\tBYTES")
+			fmt.Fprintln(w, "#\tID\t"+rangeCol+"\tEPOCH\tPRIMARY\tADDR\tLSN\tSECONDARIES (applied LSN, state, lag)\tKEYS\tBYTES")
+			var short []string // under-replicated partitions, and why
 			parts := d.GetMap().GetPartitions()
 			sort.Slice(parts, func(i, j int) bool { return parts[i].GetIndex() < parts[j].GetIndex() })
 			var keys, bytes, live, garbage, segments, hits, misses uint64
@@ -223,21 +224,35 @@ func tableDescribeCmd(g *globals) *cobra.Command {
 				segments += st.GetSegments()
 				hits += st.GetCacheHits()
 				misses += st.GetCacheMisses()
-				var secs []string
+				var secs, why []string
+				inSync := 0
 				for _, r := range p.GetReplicas() {
+					rs := replicaStatus[fmt.Sprintf("%d/%s", p.GetId(), r.GetServerId())]
+					if js := rs.GetSync(); js.GetState() == api.ReplicaState_REPLICA_STATE_IN_SYNC {
+						inSync++
+					} else if js != nil {
+						why = append(why, r.GetServerId()+": "+js.GetReason())
+					} else if p.GetLog() != nil {
+						why = append(why, r.GetServerId()+": no report")
+					}
 					if r.GetRole() != api.ReplicaRole_REPLICA_ROLE_SECONDARY {
 						continue
 					}
 					s := r.GetServerId()
-					switch rs := replicaStatus[fmt.Sprintf("%d/%s", p.GetId(), s)]; {
+					switch {
 					case down[s]:
 						s += " (down)"
 					case rs == nil:
 						s += " (no report)"
+					case rs.GetSync() != nil:
+						s += " " + replicaSync(rs)
 					default:
 						s += " " + replicaProgress(rs)
 					}
 					secs = append(secs, s)
+				}
+				if rf := int(o.GetReplication()); p.GetLog() != nil && inSync < rf && len(d.GetReplicas()) > 0 && d.GetReplicas()[0].GetSync() != nil {
+					short = append(short, fmt.Sprintf("  #%d (id %d): %d of %d replicas in sync: %s", p.GetIndex(), p.GetId(), inSync, rf, strings.Join(why, "; ")))
 				}
 				if len(secs) == 0 {
 					secs = []string{"-"}
@@ -259,6 +274,9 @@ func tableDescribeCmd(g *globals) *cobra.Command {
 			fmt.Fprintf(w, "total\t\t\t\t\t\t\t\t%d\t%d\n", keys, bytes)
 			if err := w.Flush(); err != nil {
 				return err
+			}
+			if len(short) > 0 {
+				fmt.Fprintf(out, "\nUNDER-REPLICATED  %d partition(s) have fewer in-sync replicas (in the log's ack set, within the master's in-sync bound, default 1s) than the replication factor:\n%s\n", len(short), strings.Join(short, "\n"))
 			}
 			var lost *api.ListDataLossResponse
 			err = g.masterCall(ctx, func(mc api.MasterClient) error {
@@ -330,6 +348,27 @@ func replicaProgress(rs *api.ReplicaStatus) string {
 		return fmt.Sprintf("%d (catching up, %d behind)", rs.GetAppliedLsn(), lag)
 	}
 	return fmt.Sprint(rs.GetAppliedLsn())
+}
+
+// replicaSync is a replicated partition's replica as the master judged
+// it (ReplicaSync): its applied LSN, state and lag in records and time.
+func replicaSync(rs *api.ReplicaStatus) string {
+	js := rs.GetSync()
+	state := strings.ToLower(strings.ReplaceAll(strings.TrimPrefix(js.GetState().String(), "REPLICA_STATE_"), "_", " "))
+	switch js.GetState() {
+	case api.ReplicaState_REPLICA_STATE_COPYING, api.ReplicaState_REPLICA_STATE_FAILED:
+		return replicaProgress(rs)
+	case api.ReplicaState_REPLICA_STATE_DROPPED, api.ReplicaState_REPLICA_STATE_UNSPECIFIED:
+		state = strings.ToUpper(state)
+		if js.GetState() == api.ReplicaState_REPLICA_STATE_UNSPECIFIED {
+			state = "NOT REPORTED"
+		}
+	}
+	lag := "never in step"
+	if ms := js.GetLagMs(); ms >= 0 {
+		lag = (time.Duration(ms) * time.Millisecond).String()
+	}
+	return fmt.Sprintf("%d (%s, %d rec, %s)", rs.GetAppliedLsn(), state, js.GetLagRecords(), lag)
 }
 
 // humanBytes is n in B, KiB, MiB or GiB.

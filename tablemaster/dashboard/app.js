@@ -87,6 +87,7 @@ function renderHeader(s) {
     (sm.servers_dead ? num(sm.servers_dead) + " dead" : null),
     num(sm.tenants) + " tenants", num(sm.tables) + " tables", num(sm.partitions) + " partitions",
     (sm.partitions_without_primary ? num(sm.partitions_without_primary) + " without a primary" : null),
+    (sm.partitions_under_replicated ? num(sm.partitions_under_replicated) + " under-replicated" : null),
     "map v" + m.map_version,
   ].filter(Boolean);
   document.getElementById("summary").textContent = parts.join(" · ");
@@ -168,14 +169,21 @@ function renderTables(s) {
     const rows = [];
     for (const p of t.partitions) {
       const reps = p.replicas.map(r => replicaChip(r, p));
-      const states = p.replicas.map(r => el("div", {},
+      // A replicated partition's replica shows the master's judgement
+      // (sync: in the ack set and within the bound, or why not); others
+      // their reported state.
+      const states = p.replicas.map(r => el("div", { "data-sync": r.sync || "", title: r.reason || "" },
         el("code", { text: r.server }), " ",
-        r.reported ? (r.state ? statePill(r.state) : pill("reported")) : pill(r.server_state === "dead" ? "no report: server dead" : "no report", r.server_state === "dead" ? "bad" : ""),
-        r.state === "copying" && r.copy_total_bytes ? " " + bytes(r.copied_bytes) + " / " + bytes(r.copy_total_bytes) : ""));
-      const lags = p.replicas.map(r => el("div", {}, r.reported && (r.state || r.commit_lsn) ? num(r.lag) + " (" + num(r.applied_lsn) + "/" + num(r.commit_lsn) + ")" : "–"));
+        r.reported ? (r.sync ? statePill(r.sync) : r.state ? statePill(r.state) : pill("reported")) : pill(r.server_state === "dead" ? "no report: server dead" : "no report", r.server_state === "dead" ? "bad" : ""),
+        r.state === "copying" && r.copy_total_bytes ? " " + bytes(r.copied_bytes) + " / " + bytes(r.copy_total_bytes) : "",
+        r.reported && r.sync && r.sync !== "in_sync" && r.reason ? el("span", { class: "muted", text: " " + r.reason }) : ""));
+      const lagTime = r => r.lag_ms < 0 ? "never in step" : r.lag_ms >= 1000 ? (r.lag_ms / 1000).toFixed(1) + " s" : num(r.lag_ms) + " ms";
+      const lags = p.replicas.map(r => el("div", {}, r.reported && (r.state || r.commit_lsn) ?
+        num(r.lag) + " rec, " + (r.role === "primary" ? "0 ms" : lagTime(r)) + " (applied " + num(r.applied_lsn) + ")" : "–"));
       const notes = [];
       if (!p.primary) notes.push(pill("no primary", "bad"));
       if (p.data_lost) notes.push(pill("data lost", "bad"));
+      if (p.under_replicated) notes.push(el("span", { title: p.under_reason || "" }, pill("under-replicated", "bad")));
       if (p.move_from) notes.push(pill("moving " + p.move_from + " → " + p.move_to, "warn"));
       if (p.log_stream) notes.push(el("span", { class: "muted", text: (notes.length ? " " : "") + p.log_stream + (p.log_extent ? " @" + p.log_extent : " (reconfiguring)") }));
       rows.push(el("tr", { "data-partition": p.id, "data-primary": p.primary },
@@ -185,7 +193,7 @@ function renderTables(s) {
     const d = el("details", { "data-table": key, open: !closed.has(key) },
       el("summary", {}, el("strong", { text: key }), el("span", { class: "muted", text:
         " · " + t.kind + " · " + t.storage + (t.durability ? " (" + t.durability + ")" : "") + " · " + t.replication + " replicas · " + t.partitions.length + " partitions" })),
-      table([["#", "num"], ["id", "num"], ["epoch", "num"], "primary", "replicas", "replica state", ["lag (applied/commit)", "num"], "notes"], rows));
+      table([["#", "num"], ["id", "num"], ["epoch", "num"], "primary", "replicas", "replica state", ["lag (records, time)", "num"], "notes"], rows));
     d.addEventListener("toggle", () => { if (d.open) closed.delete(key); else closed.add(key); });
     if (t.bulk) {
       d.append(el("h3", { text: "Bulk versions (serving v" + t.bulk.current + ")" }), table(
