@@ -897,6 +897,14 @@ func (p *logCoprocPartition) Commit(ctx context.Context, reads []coproc.Read, ba
 	return err
 }
 
+// handoffFrom is the server a live handoff fences this term from, or
+// "" when the map fences nothing.
+func (l *logReplica) handoffFrom() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.handoff
+}
+
 // readState is the applied LSN and whether the replica serves as primary
 // (caught up on the log it inherited, and not fenced by a live handoff).
 func (l *logReplica) readState() (applied uint64, serving, copying bool, failed error) {

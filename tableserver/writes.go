@@ -143,6 +143,9 @@ func readable(r *replica, h *hosting, hdr *api.RequestHeader, serverID string) (
 	}
 	if !hdr.GetReadAny() && (roleOf(r.part, serverID) != api.ReplicaRole_REPLICA_ROLE_PRIMARY || !serving) {
 		if roleOf(r.part, serverID) == api.ReplicaRole_REPLICA_ROLE_PRIMARY {
+			if from := r.log.handoffFrom(); from != "" {
+				return 0, api.Errorf(api.ErrorCode_ERROR_CODE_UNAVAILABLE, "handoff_pending", "partition %d: the primary role is being handed over from %s, which may still serve until it lets go; retry shortly", r.part.GetId(), from)
+			}
 			return 0, api.Errorf(api.ErrorCode_ERROR_CODE_UNAVAILABLE, "log_reconfiguring", "partition %d: its new primary is still applying the log; retry shortly", r.part.GetId())
 		}
 		return 0, api.Status(&api.ErrorDetail{
