@@ -247,6 +247,15 @@ func TestDroppedSecondaryIsVisibleAndServesNoStaleReads(t *testing.T) {
 		v := gauge(t, reg, "tabula_partitions_under_replicated")
 		return v == 1, fmt.Sprint(v)
 	})
+	// The default bound (1 s) runs from the secondary's last commit
+	// notice (every 250 ms while it was in the ack set): wait until the
+	// held secondary is past it too.
+	hd := hdr(p)
+	hd.ReadAny = true
+	waitFor(t, "the held secondary refuses read_any with the default bound", func() (bool, string) {
+		g, err := sc.Get(ctx, &api.GetRequest{Header: hd, Key: key})
+		return api.DetailOf(err).GetReason() == "replica_behind", fmt.Sprint(g, err)
+	})
 	for range 40 {
 		v, err := tbl.Get(ctx, key, client.ReadAny())
 		if err != nil || string(v) != "v2" {

@@ -93,7 +93,7 @@ func TestDeadReplicaKept(t *testing.T) {
 			return sc.Get(ctx, &api.GetRequest{Header: h, Key: fmt.Appendf(nil, "k%d", i)})
 		})
 		if err != nil || string(g.GetValue()) != fmt.Sprintf("v%d", i) {
-			t.Fatalf("the returned replica, key %d: %v, %v", i, g, err)
+			t.Fatalf("the returned replica, key %d: %v, %v\n%s", i, g, err, logs.String())
 		}
 	}
 	// (Another replica may copy meanwhile: a secondary too slow for the

@@ -16,8 +16,10 @@ type SecondaryState struct {
 	// secondary leaves the set when a Replicate fails or times out, or
 	// its queue passes NodeOptions.MaxReplicaLag.
 	InAckSet bool
-	// Rejoining: out of the ack set and being brought back (the primary
-	// sends it what it missed from its own replica, then it rejoins).
+	// Rejoining: out of the ack set, answering again, and being sent
+	// what it missed from the primary's own replica; it rejoins once it
+	// holds it all. A secondary out of the set that does not answer is
+	// not rejoining.
 	Rejoining bool
 	// Acked is the length it reported durable; Behind is the primary's
 	// written length minus Acked, in bytes.
@@ -47,7 +49,7 @@ func (n *Node) Secondaries(id uint64) ([]SecondaryState, bool) {
 		st := SecondaryState{Node: s.ref.Node, InAckSet: s.failed == nil, Acked: s.acked, Behind: max(0, length-s.acked), Since: s.since}
 		if s.failed != nil {
 			st.Reason = s.failed.Error()
-			st.Rejoining = s.rejoining
+			st.Rejoining = s.answering
 		}
 		out = append(out, st)
 	}

@@ -71,8 +71,10 @@ type secondary struct {
 	acked   int64 // the length it reported durable
 	told    int64 // the commit length last sent to it
 	failed  error // not nil: dropped from the ack set
-	// rejoining: dropped, and being sent what it missed (rejoin.go).
-	rejoining bool
+	// rejoining: dropped, and a rejoiner is trying to bring it back
+	// (rejoin.go); answering: the rejoiner's probe was answered, and it is
+	// being sent what it missed.
+	rejoining, answering bool
 	since     time.Time // when it last left or rejoined the ack set
 	// lastSent is when the link last sent it an item; keepalive asks the
 	// link to tell it the commit point even if unchanged (keepalive.go).
@@ -515,7 +517,8 @@ func (l *link) take() []*secondary {
 
 // linkItem is one secondary's part of a batch.
 type linkItem struct {
-	s      *secondary
+	s         *secondary
+	keepalive bool // a commit notice the keepalive asked for
 	k      int // pending batches included
 	off    int64
 	data   []byte
@@ -593,6 +596,14 @@ func (l *link) run() {
 // again without waking the sender (which is the caller).
 func (l *link) unsend(items []linkItem) {
 	for _, it := range items {
+		if it.keepalive {
+			// Not sent after all: the next gather must still send it,
+			// though the commit point did not move.
+			a := it.s.a
+			a.mu.Lock()
+			it.s.keepalive = true
+			a.mu.Unlock()
+		}
 		l.requeue(it.s)
 	}
 }
@@ -647,6 +658,7 @@ func (l *link) gather(list []*secondary) (items []linkItem, hasData bool) {
 			}
 			it.off = s.acked
 		}
+		it.keepalive = s.keepalive && it.k == 0
 		s.keepalive = false
 		s.lastSent = time.Now()
 		a.mu.Unlock()
@@ -874,6 +886,12 @@ func (a *appender) delivered(it linkItem, end int64, err error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if err != nil {
+		if it.k == 0 && errors.Is(err, ErrNoExtent) {
+			// A commit notice to a replica not created yet (the
+			// replicas of a new extent are created in parallel): it
+			// hears the next one.
+			return
+		}
 		a.dropLocked(s, err)
 		return
 	}

@@ -227,8 +227,19 @@ func (n *Node) Create(_ context.Context, r *streampb.CreateRequest) (*streampb.C
 	for _, s := range r.Secondaries {
 		cfg.Secondaries = append(cfg.Secondaries, ReplicaRef{Node: s.Node, Addr: s.Addr})
 	}
-	if _, err := n.store.CreateReplica(r.Extent, cfg); err != nil {
+	ext, err := n.store.CreateReplica(r.Extent, cfg)
+	if err != nil {
 		return nil, toStatus(err)
+	}
+	if r.Primary {
+		// The appender exists from the start, not from the first
+		// append: its secondaries hear the commit point (keepalive.go)
+		// on an extent nothing is written to yet.
+		n.mu.Lock()
+		if a := n.appenders[r.Extent]; (a == nil || a.ext != ext) && !n.closed {
+			n.appenders[r.Extent] = newAppender(n, ext)
+		}
+		n.mu.Unlock()
 	}
 	return &streampb.CreateResponse{}, nil
 }

@@ -97,7 +97,7 @@ var errRejoinOver = errors.New("stream: rejoin over")
 // endRejoin records that s's rejoiner stopped with s still dropped.
 func (a *appender) endRejoin(s *secondary) {
 	a.mu.Lock()
-	s.rejoining = false
+	s.rejoining, s.answering = false, false
 	a.mu.Unlock()
 }
 
@@ -111,6 +111,9 @@ func (a *appender) rejoinOnce(s *secondary) (bool, error) {
 	committed := a.committed
 	a.mu.Unlock()
 	pos, err := a.rejoinCall(s, &streampb.ReplicateRequest{Extent: a.ext.ID(), CommitLength: committed})
+	a.mu.Lock()
+	s.answering = err == nil
+	a.mu.Unlock()
 	if err != nil {
 		return false, err
 	}
@@ -188,7 +191,7 @@ func (a *appender) rejoinableLocked() error {
 func (a *appender) rejoinedLocked(s *secondary, pos int64) {
 	out := time.Since(s.since)
 	s.failed = nil
-	s.rejoining = false
+	s.rejoining, s.answering = false, false
 	s.since = time.Now()
 	s.pending, s.queued = nil, 0
 	s.acked = max(s.acked, pos)
@@ -219,7 +222,7 @@ func (a *appender) rejoinCall(s *secondary, item *streampb.ReplicateRequest) (in
 	r := resp.Items[0]
 	if r.Code != 0 {
 		err := fromStatus(status.Error(codes.Code(r.Code), r.Message))
-		if errors.Is(err, ErrNoExtent) || errors.Is(err, ErrSealed) || errors.Is(err, ErrFrozen) || errors.Is(err, ErrBroken) || errors.Is(err, ErrRole) {
+		if errors.Is(err, ErrSealed) || errors.Is(err, ErrFrozen) || errors.Is(err, ErrBroken) || errors.Is(err, ErrRole) {
 			err = fmt.Errorf("%w: %w", err, errRejoinOver)
 		}
 		return 0, fmt.Errorf("replicate extent %d to %s: %w", a.ext.ID(), s.ref.Addr, err)
