@@ -75,7 +75,7 @@ type secondary struct {
 	// (rejoin.go); answering: the rejoiner's probe was answered, and it is
 	// being sent what it missed.
 	rejoining, answering bool
-	since     time.Time // when it last left or rejoined the ack set
+	since                time.Time // when it last left or rejoined the ack set
 	// lastSent is when the link last sent it an item; keepalive asks the
 	// link to tell it the commit point even if unchanged (keepalive.go).
 	lastSent  time.Time
@@ -519,10 +519,10 @@ func (l *link) take() []*secondary {
 type linkItem struct {
 	s         *secondary
 	keepalive bool // a commit notice the keepalive asked for
-	k      int // pending batches included
-	off    int64
-	data   []byte
-	commit int64
+	k         int  // pending batches included
+	off       int64
+	data      []byte
+	commit    int64
 }
 
 // run sends the link's queued work until there is none, in up to
