@@ -162,6 +162,13 @@ func (q *request) batch(ctx context.Context) {
 			}
 			m.Value = entity.AppendBinary(nil, next)
 			res.Header.Set("ETag", entity.ETag(ts))
+			if o.kind == sharedkey.OpInsertEntity || o.kind == sharedkey.OpInsertOrReplaceEntity || o.kind == sharedkey.OpInsertOrMergeEntity {
+				// The entity's URL, as the service sends it: clients
+				// (@azure/data-tables) read each row key from it.
+				addr := entity.Address(q.base, table, o.k.pk, o.k.rk)
+				res.Header.Set("Location", addr)
+				res.Header.Set("DataServiceId", addr)
+			}
 			if o.kind == sharedkey.OpInsertEntity && !strings.Contains(strings.ToLower(o.prefer), "return-no-content") {
 				md, err := entity.ParseAccept(o.op.Header.Get("Accept"), "")
 				if err != nil {

@@ -20,6 +20,11 @@
 //     responses out).
 //   - sharedkey: Shared Key, Shared Key Lite and SAS authentication.
 //
+// An x-ms-version the service does not know (versions) is refused with
+// 400 InvalidHeaderValue; a known one is echoed. Batch answers to
+// inserts and upserts carry the entity's URL in Location and
+// DataServiceId (entity.Address), as the service's do.
+//
 // Get Service Properties answers what the gateway does (nothing enabled)
 // and Get Table ACL an empty list; setting them, service statistics and
 // CORS answer NotImplemented.

@@ -131,6 +131,9 @@ func matches(ifMatch string, cur *stored) error {
 		return nil
 	}
 	ts, err := entity.ParseETag(ifMatch)
+	if errors.Is(err, entity.ErrUpdateConditionNotSatisfied) {
+		return errCondition // a weak ETag not of our form matches nothing
+	}
 	if err != nil {
 		return &svcError{status: http.StatusBadRequest, code: "InvalidInput", msg: "The If-Match header is not a valid ETag: " + err.Error()}
 	}

@@ -150,6 +150,11 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.Set("x-ms-client-request-id", v)
 	}
 	q.version = r.Header.Get("x-ms-version")
+	if q.version != "" && !versions[q.version] {
+		h.Set("x-ms-version", DefaultVersion)
+		q.fail(errVersion(q.version))
+		return
+	}
 	if q.version == "" {
 		q.version = DefaultVersion
 	}

@@ -21,6 +21,10 @@
 //	--changeset_C--
 //	--batch_B--
 //
+// A body-less operation (GET, DELETE) whose headers run into the next
+// boundary without a blank line, as legacy clients send it, is taken as
+// the service takes it.
+//
 // Parse turns such a body into a Batch of Ops in order, enforcing the
 // service's limits (MaxOperations, MaxBodySize, one changeset, a query
 // alone). It does not interpret the operations: routing by path (the

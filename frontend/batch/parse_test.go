@@ -158,6 +158,48 @@ func TestParseQuery(t *testing.T) {
 	}
 }
 
+// Legacy clients end a body-less operation's headers at the next
+// boundary, with no blank line: a delete in a changeset (its last CRLF
+// is the delimiter's) and a query whose last header has no CRLF at all,
+// as in Azurite's REST replay tests. The service takes both.
+func TestParseLegacyHeadersWithoutBlankLine(t *testing.T) {
+	del := "DELETE http://127.0.0.1:10002/devstoreaccount1/t(PartitionKey='p',RowKey='r1') HTTP/1.1\r\n" +
+		"Accept: application/json;odata=nometadata\r\nContent-Type: application/json\r\nIf-Match: *\r\n"
+	body := "--batch_L\r\nContent-Type: multipart/mixed; boundary=changeset_L\r\n\r\n" +
+		"--changeset_L\r\nContent-Type: application/http\r\nContent-Transfer-Encoding: binary\r\n\r\n" + del +
+		"--changeset_L\r\nContent-Type: application/http\r\nContent-Transfer-Encoding: binary\r\n\r\n" +
+		strings.Replace(del, "r1", "r2", 1) + "\r\n" +
+		"--changeset_L--\r\n--batch_L--\r\n"
+	b, err := Parse("multipart/mixed; boundary=batch_L", strings.NewReader(body), 0)
+	if err != nil {
+		t.Fatalf("changeset of deletes without blank lines: %v", err)
+	}
+	if len(b.Ops) != 2 || b.Ops[0].Method != "DELETE" || b.Ops[1].URL.Path != "/devstoreaccount1/t(PartitionKey='p',RowKey='r2')" ||
+		b.Ops[0].Header.Get("If-Match") != "*" || b.Ops[1].Header.Get("If-Match") != "*" || b.Ops[0].Body != nil || b.Ops[1].Body != nil {
+		t.Fatalf("ops %+v", b.Ops)
+	}
+
+	query := "--batch_f351702c\r\nContent-Type: application/http\r\nContent-Transfer-Encoding: binary\r\n\r\n" +
+		"GET http://127.0.0.1:10002/devstoreaccount1/t(PartitionKey='Channel_19',RowKey='2')? HTTP/1.1\r\n" +
+		"Accept: application/json;odata=minimalmetadata\r\n--batch_f351702c--\r\n"
+	for _, crlf := range []string{"\r\n", "\n"} {
+		b, err = Parse("multipart/mixed; boundary=batch_f351702c", strings.NewReader(strings.ReplaceAll(query, "\r\n", crlf)), 0)
+		if err != nil {
+			t.Fatalf("query without a blank line: %v", err)
+		}
+		if b.Changeset || len(b.Ops) != 1 || b.Ops[0].Method != "GET" || b.Ops[0].Header.Get("Accept") != "application/json;odata=minimalmetadata" {
+			t.Fatalf("query %+v", b)
+		}
+	}
+
+	// A body where the blank line should be is still no header.
+	_, err = Parse("multipart/mixed; boundary=batch_L", strings.NewReader(strings.Replace(body, "If-Match: *\r\n--changeset_L\r\nContent-Type", "If-Match: *\r\n{\"a\":1}\r\n--changeset_L\r\nContent-Type", 1)), 0)
+	var e *Error
+	if !errors.As(err, &e) || !strings.Contains(e.Message, "malformed HTTP request") {
+		t.Fatalf("body without a blank line before it: %v", err)
+	}
+}
+
 func opsBody(n int) string {
 	ops := make([]string, n)
 	for i := range ops {
@@ -277,6 +319,7 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte(strings.ReplaceAll(goBody([]string{goInsert("a")}), "\r\n", "\n")))
 	f.Add([]byte("--" + goBatch + "\r\nContent-Type: application/http\r\n\r\nGET http://h/a/t() HTTP/1.1\r\n\r\n\r\n--" + goBatch + "--\r\n"))
 	f.Add([]byte(opsBody(3)[:300]))
+	f.Add([]byte("--" + goBatch + "\r\nContent-Type: application/http\r\n\r\nGET http://h/a/t(PartitionKey='p',RowKey='r') HTTP/1.1\r\nAccept: */*\r\n--" + goBatch + "--\r\n"))
 	f.Add([]byte{})
 	const limit = 64 << 10
 	f.Fuzz(func(t *testing.T, body []byte) {

@@ -99,7 +99,11 @@
 // # ETag
 //
 // W/"datetime'2026-11-21T19%3A22%3A43.1171918Z'": the Timestamp with
-// seven digits, colons percent-encoded. ParseETag inverts it.
+// seven digits, colons percent-encoded. ParseETag inverts it (w/ and
+// plain colons too); another weak ETag, W/"…", matches no entity
+// (UpdateConditionNotSatisfied, 412, as the service answers); a strong
+// or malformed one is InvalidInput. Address is an entity's URL, as
+// odata.id and a batch answer's Location spell it.
 //
 // # Limits (Validate)
 //

@@ -164,7 +164,7 @@ func appendJSON(dst []byte, e *edm.Entity, opts *JSONOptions, sel selection) []b
 		dst = append(dst, '"')
 		dst = appendStringBody(dst, opts.BaseURL)
 		dst = append(dst, '/')
-		dst = appendLink(dst, opts.Table, e)
+		dst = appendLink(dst, opts.Table, e.PartitionKey, e.RowKey)
 		dst = append(dst, '"')
 	}
 	if meta != NoMetadata {
@@ -177,7 +177,7 @@ func appendJSON(dst []byte, e *edm.Entity, opts *JSONOptions, sel selection) []b
 	if meta == FullMetadata {
 		field("odata.editLink", "")
 		dst = append(dst, '"')
-		dst = appendLink(dst, opts.Table, e)
+		dst = appendLink(dst, opts.Table, e.PartitionKey, e.RowKey)
 		dst = append(dst, '"')
 	}
 	if sel.want("PartitionKey") {
@@ -409,14 +409,27 @@ func appendDouble(dst []byte, f float64) []byte {
 	return append(dst, ".0"...)
 }
 
+// Address is an entity's URL, as odata.id spells it and as the service
+// sends it in the Location and DataServiceId headers of a batch's insert
+// and upsert answers: "{baseURL}/{table}(PartitionKey='..',RowKey='..')",
+// each key's quotes doubled, then percent-encoded as a URL path (so the
+// result is ASCII and fits a header). baseURL is the account's URL
+// without a trailing slash, as JSONOptions.BaseURL.
+func Address(baseURL, table, pk, rk string) string {
+	dst := make([]byte, 0, len(baseURL)+len(table)+len(pk)+len(rk)+32)
+	dst = append(dst, baseURL...)
+	dst = append(dst, '/')
+	return string(appendLink(dst, table, pk, rk))
+}
+
 // appendLink appends an entity's address relative to the account,
 // "{table}(PartitionKey='..',RowKey='..')", as it goes in a JSON string.
-func appendLink(dst []byte, table string, e *edm.Entity) []byte {
+func appendLink(dst []byte, table, pk, rk string) []byte {
 	dst = appendStringBody(dst, table)
 	dst = append(dst, "(PartitionKey='"...)
-	dst = appendKeyLiteral(dst, e.PartitionKey)
+	dst = appendKeyLiteral(dst, pk)
 	dst = append(dst, "',RowKey='"...)
-	dst = appendKeyLiteral(dst, e.RowKey)
+	dst = appendKeyLiteral(dst, rk)
 	return append(dst, "')"...)
 }
 

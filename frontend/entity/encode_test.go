@@ -198,3 +198,18 @@ func TestJSONRoundTrip(t *testing.T) {
 		}
 	}
 }
+
+// Address is odata.id's URL: quotes in keys doubled, the rest
+// percent-encoded, so it fits a header (a batch's Location).
+func TestAddress(t *testing.T) {
+	for _, c := range []struct{ pk, rk, want string }{
+		{"p", "r", "http://127.0.0.1:10002/devstoreaccount1/t1(PartitionKey='p',RowKey='r')"},
+		{"it's", "a''b", "http://127.0.0.1:10002/devstoreaccount1/t1(PartitionKey='it''s',RowKey='a''''b')"},
+		{"%partition", "r 1\tü", "http://127.0.0.1:10002/devstoreaccount1/t1(PartitionKey='%25partition',RowKey='r%201%09%C3%BC')"},
+		{"", "", "http://127.0.0.1:10002/devstoreaccount1/t1(PartitionKey='',RowKey='')"},
+	} {
+		if got := Address("http://127.0.0.1:10002/devstoreaccount1", "t1", c.pk, c.rk); got != c.want {
+			t.Errorf("Address(%q, %q) = %s, want %s", c.pk, c.rk, got, c.want)
+		}
+	}
+}

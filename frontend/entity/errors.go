@@ -73,6 +73,8 @@ var (
 		Message: "Atom format is not supported."}
 	ErrJsonFormatNotSupported = &Error{Code: "JsonFormatNotSupported", Status: 415,
 		Message: "JSON format is not supported."}
+	ErrUpdateConditionNotSatisfied = &Error{Code: "UpdateConditionNotSatisfied", Status: 412,
+		Message: "The update condition specified in the request was not satisfied."}
 )
 
 // ErrCorrupt is wrapped by every DecodeBinary and SplitKey failure: the

@@ -314,3 +314,26 @@ func diffBinary(got *edm.Entity, gotErr error, want *edm.Entity, wantErr error) 
 	}
 	return ""
 }
+
+// FuzzParseETag: ParseETag never panics, fails only with InvalidInput
+// (not a weak ETag) or UpdateConditionNotSatisfied (a weak ETag not of
+// our form), and every ETag that ETag makes reads back to its time.
+func FuzzParseETag(f *testing.F) {
+	for _, s := range []string{`W/"datetime'2026-11-21T19%3A22%3A43.1171918Z'"`, `w/"datetime'2026-11-21T19:22:43Z'"`,
+		`W/"wrong"`, `W/"a\"b"`, `"wrong"`, `W/"`, `*`, ``} {
+		f.Add(s, int64(0))
+	}
+	f.Add("", int64(1_800_000_000_000_000_000))
+	f.Fuzz(func(t *testing.T, s string, nanos int64) {
+		_, err := ParseETag(s)
+		var e *Error
+		if err != nil && (!errors.As(err, &e) || (e.Code != "InvalidInput" && e.Code != "UpdateConditionNotSatisfied")) {
+			t.Fatalf("ParseETag(%q): %v", s, err)
+		}
+		ts := time.Unix(0, nanos).UTC().Truncate(100 * time.Nanosecond) // years 1677 to 2262
+		got, err := ParseETag(ETag(ts))
+		if err != nil || !got.Equal(ts) {
+			t.Fatalf("ParseETag(ETag(%v)) = %v, %v", ts, got, err)
+		}
+	})
+}

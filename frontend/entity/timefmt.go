@@ -178,21 +178,35 @@ func AppendETag(dst []byte, ts time.Time) []byte {
 	return append(dst, `'"`...)
 }
 
-// ParseETag reads an ETag made by ETag back into its Timestamp. It
-// accepts the percent-encoded and the plain colon. Anything else
-// (including "*", which the gateway handles before) is InvalidInput,
-// the service's code for an invalid ETag value.
+// ParseETag reads an If-Match ETag. The form ETag makes,
+// W/"datetime'…'" (the W in either case, colons percent-encoded or
+// plain), yields its Timestamp. Any other weak ETag, W/"…" with every
+// quote inside escaped by a backslash, is well-formed but one this
+// service never gives: it matches no entity, and the error is
+// ErrUpdateConditionNotSatisfied (412), as the service answers (Azurite
+// issue 1229). Anything else — a strong ETag "…", a bare word, "*" (the
+// gateway handles it before) — is InvalidInput, the service's code for
+// an invalid ETag value.
 func ParseETag(s string) (time.Time, error) {
-	const pre, post = `W/"datetime'`, `'"`
-	if !strings.HasPrefix(s, pre) || !strings.HasSuffix(s, post) || len(s) < len(pre)+len(post) {
-		return time.Time{}, ErrInvalidInput.with("ETag %q is not W/\"datetime'...'\"", s)
+	if len(s) < 4 || (s[0] != 'W' && s[0] != 'w') || s[1] != '/' || s[2] != '"' || s[len(s)-1] != '"' {
+		return time.Time{}, ErrInvalidInput.with("ETag %q is not a weak ETag W/\"...\"", s)
 	}
-	inner := s[len(pre) : len(s)-len(post)]
+	opaque := s[3 : len(s)-1]
+	for i := 0; i < len(opaque); i++ {
+		if opaque[i] == '"' && (i == 0 || opaque[i-1] != '\\') {
+			return time.Time{}, ErrInvalidInput.with("ETag %q has an unescaped quote inside", s)
+		}
+	}
+	const pre, post = "datetime'", "'"
+	if len(opaque) < len(pre)+len(post) || !strings.HasPrefix(opaque, pre) || !strings.HasSuffix(opaque, post) {
+		return time.Time{}, ErrUpdateConditionNotSatisfied.with("ETag %q is not one this service gives", s)
+	}
+	inner := opaque[len(pre) : len(opaque)-len(post)]
 	inner = strings.ReplaceAll(inner, "%3A", ":")
 	inner = strings.ReplaceAll(inner, "%3a", ":")
 	t, err := ParseTime(inner)
 	if err != nil {
-		return time.Time{}, ErrInvalidInput.with("ETag %q: %v", s, err)
+		return time.Time{}, ErrUpdateConditionNotSatisfied.with("ETag %q is not one this service gives: %v", s, err)
 	}
 	return t, nil
 }

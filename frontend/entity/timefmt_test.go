@@ -11,13 +11,22 @@ func TestETag(t *testing.T) {
 	if got := ETag(ts); got != want {
 		t.Fatalf("ETag = %s, want %s", got, want)
 	}
-	for _, s := range []string{want, `W/"datetime'2026-11-21T19:22:43.1171918Z'"`, `W/"datetime'2026-11-21T19%3a22%3a43.1171918Z'"`} {
+	for _, s := range []string{want, `W/"datetime'2026-11-21T19:22:43.1171918Z'"`, `W/"datetime'2026-11-21T19%3a22%3a43.1171918Z'"`,
+		`w/"datetime'2026-11-21T19%3A22%3A43.1171918Z'"`} {
 		got, err := ParseETag(s)
 		if err != nil || !got.Equal(ts) {
 			t.Errorf("ParseETag(%s) = %v, %v", s, got, err)
 		}
 	}
-	for _, s := range []string{"*", `W/"0x8D9"`, `"datetime'2026-11-21T19%3A22%3A43.1171918Z'"`, `W/"datetime'x'"`, `W/"datetime'`, ``} {
+	// Weak ETags this service never gives match nothing: 412, as the
+	// service answers (Azurite's issue-1229 tests).
+	for _, s := range []string{`W/"0x8D9"`, `W/"wrong"`, `w/"wrong"`, `W/""`, `W/"datetime'x'"`, `W/"a\"b"`, `W/"datetime'2026-11-21T19%3A22%3A43.1171918Z"`} {
+		_, err := ParseETag(s)
+		wantCode(t, "ParseETag "+s, err, "UpdateConditionNotSatisfied")
+	}
+	// Not weak ETags at all: 400.
+	for _, s := range []string{"*", `"wrong"`, `"datetime'2026-11-21T19%3A22%3A43.1171918Z'"`, "wrong", `"`, `W/"`, `W/"datetime'`,
+		`W/"a"b"`, `W/wrong`, `X/"wrong"`, ``} {
 		_, err := ParseETag(s)
 		wantCode(t, "ParseETag "+s, err, "InvalidInput")
 	}

@@ -33,7 +33,7 @@
 //	double     = [ "-" ] digits ( "." digits [ exp ] | exp ) [ "d" | "D" ]
 //	           | [ "-" ] digits ( "d" | "D" ) | "INF" | "-INF" | "NaN" .   Edm.Double
 //	exp        = ( "e" | "E" ) [ "+" | "-" ] digits .
-//	boolean    = "true" | "false" .                           Edm.Boolean
+//	boolean    = "true" | "false" .                           Edm.Boolean, any case
 //	datetime   = "datetime'" yyyy "-" mm "-" dd "T" hh ":" mm [ ":" ss [ "." 1-7 digits ] ]
 //	             [ "Z" | ( "+" | "-" ) hh ":" mm ] "'" .      Edm.DateTime
 //	guid       = "guid'" 8hex "-" 4hex "-" 4hex "-" 4hex "-" 12hex "'" .   Edm.Guid, any case
@@ -58,8 +58,10 @@
 //   - At most MaxComparisons (15) comparisons, the service's limit, and
 //     nesting at most 100 deep (ours).
 //   - Everything is case-sensitive: keywords, property names, the
-//     prefixes datetime, guid, X and binary. Only the number suffixes L
-//     and d come in both cases, as in OData v3.
+//     prefixes datetime, guid, X and binary. Only the Boolean literals
+//     (True, FALSE: the service reads them, so no property can be called
+//     True in a filter) and the number suffixes L and d come in any case,
+//     as in OData v3.
 //   - A bare integer is an Edm.Int32; outside the Int32 range it is an
 //     error that says to write L, as OData v3 parsers refuse it rather
 //     than widen it (OData v4 would widen: the service speaks v3).
@@ -103,6 +105,6 @@
 //
 // ParseSelect takes comma-separated property names (ValidName), blanks
 // trimmed, duplicates dropped; "*" means every property (nil). ParseTop
-// takes 1 or more; above 1000 it returns 1000, the page limit, instead of
-// failing (the service's answer there is unverified; Azurite accepts it).
+// takes 1 to 1000, the page limit; above it is an error, as the service
+// answers 400 Bad Request (Azurite accepts it).
 package odata

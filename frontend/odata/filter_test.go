@@ -108,6 +108,11 @@ func TestMatch(t *testing.T) {
 		{"IsOff eq false", true},
 		{"IsOff lt true", true},
 		{"IsActive gt false", true},
+		// Boolean literals in any case, as the service reads them.
+		{"IsActive eq True", true},
+		{"IsOff eq FALSE", true},
+		{"(IsActive eq tRuE )and(IsOff eq False)", true},
+		{"IsActive eq False", false},
 		// Bare Boolean properties.
 		{"IsActive", true},
 		{"IsOff", false},
@@ -359,7 +364,6 @@ func TestParseErrors(t *testing.T) {
 		// Case-sensitive keywords.
 		{"Age EQ 5", "expected 'and', 'or' or the end of the filter, found property EQ"},
 		{"Age eq 5 AND B eq 1", "found property AND"},
-		{"IsActive eq True", "compares property IsActive with property True"},
 		{"When eq DateTime'2024-05-06T07:08:09Z'", "unknown literal prefix DateTime'…'"},
 		{"G eq GUID'c9da6455-213d-42c9-9a79-3e9149a57833'", "unknown literal prefix GUID"},
 		{"B eq x'00'", "x'…' literals are not supported"},

@@ -118,8 +118,6 @@ func (l *lexer) next() (token, error) {
 		tok.kind = tNot
 	case "eq", "ne", "gt", "ge", "lt", "le":
 		tok.kind, tok.op = tCmp, opByName[word]
-	case "true", "false":
-		tok.kind, tok.val = tLiteral, edm.Bool(word == "true")
 	case "INF":
 		tok.kind, tok.val = tLiteral, edm.F64(math.Inf(1))
 	case "NaN":
@@ -127,6 +125,12 @@ func (l *lexer) next() (token, error) {
 	case "null":
 		return token{}, filterErr(start, "null is not supported: a comparison with a property an entity lacks never matches")
 	default:
+		// Boolean literals are the one case-insensitive word: the
+		// service reads myBool eq True (Azurite's suite sends it).
+		if strings.EqualFold(word, "true") || strings.EqualFold(word, "false") {
+			tok.kind, tok.val = tLiteral, edm.Bool(len(word) == 4)
+			return tok, nil
+		}
 		if l.pos < len(l.s) && l.s[l.pos] == '\'' {
 			return l.typed(word, start)
 		}

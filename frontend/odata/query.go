@@ -61,12 +61,11 @@ func ParseSelect(s string) ([]string, error) {
 	return names, nil
 }
 
-// ParseTop parses a $top: a positive decimal integer, the most entities
-// per page. Above MaxPageSize it returns MaxPageSize rather than an
-// error: the service's answer to $top over 1,000 is unverified, Azurite
-// accepts it, and a page holds at most 1,000 entities either way, so the
-// client pages on with continuation tokens. Errors are *SyntaxError
-// wrapping ErrInvalidTop.
+// ParseTop parses a $top: a decimal integer from 1 to MaxPageSize, the
+// most entities per page. Above MaxPageSize is an error, as the service
+// answers 400 there (Learn: "Query operators supported for the Table
+// service", Take); Azurite accepts it. Errors are *SyntaxError wrapping
+// ErrInvalidTop.
 func ParseTop(s string) (int, error) {
 	t := strings.TrimSpace(s)
 	at := strings.Index(s, t)
@@ -83,8 +82,11 @@ func ParseTop(s string) (int, error) {
 			n = n*10 + int(c-'0')
 		}
 	}
-	if n == 0 {
+	switch {
+	case n == 0:
 		return 0, &SyntaxError{Option: "$top", Offset: at, Msg: "must be at least 1"}
+	case n > MaxPageSize:
+		return 0, &SyntaxError{Option: "$top", Offset: at, Msg: fmt.Sprintf("%s is more than %d, the most entities a page holds", t, MaxPageSize)}
 	}
-	return min(n, MaxPageSize), nil
+	return n, nil
 }
