@@ -159,25 +159,29 @@ var requestKeyPrefix = []byte(requestPrefix)
 // Kept outcome: the value of requestKey(id), replicated with the write,
 // little-endian:
 //
-//	| word (8) | fingerprint (8, version 1 only) | result |
+//	version 0: | word (8) | result |
+//	version 1: | word (8) | 0 (1) | fingerprint (8) | result |
 //
 // The word's low 56 bits are the write's LSN, its top byte the layout's
 // version: 0, written before fingerprints were kept (a retry gets the
-// outcome whatever it asks), or 1, followed by the write's fingerprint
+// outcome whatever it asks), or 1, with the write's fingerprint
 // (fingerprint.go): a retry with another one is refused as a reused
-// request id. Never change a version's layout: replicas read what
-// others wrote. (LSNs reach 2^56 after 2,000 years at a million writes a
-// second.)
+// request id. The zero byte is where earlier builds read the outcome's
+// kind (writes.go): mid-upgrade they refuse a version 1 outcome
+// (request_id_reused) rather than misread it. Never change a version's
+// layout: replicas read what others wrote. (LSNs reach 2^56 after 2,000
+// years at a million writes a second.)
 const (
 	keptV0       = 0
 	keptV1       = 1
 	keptLSNMask  = 1<<56 - 1
-	keptV1Header = 16
+	keptV1Header = 17
 )
 
 // encodeKept appends a version 1 kept outcome to dst.
 func encodeKept(dst []byte, lsn, fp uint64, result []byte) []byte {
 	dst = binary.LittleEndian.AppendUint64(dst, lsn&keptLSNMask|keptV1<<56)
+	dst = append(dst, 0)
 	dst = binary.LittleEndian.AppendUint64(dst, fp)
 	return append(dst, result...)
 }
@@ -200,10 +204,10 @@ func decodeKept(v []byte) (keptOutcome, error) {
 	case keptV0:
 		k.result = v[8:]
 	case keptV1:
-		if len(v) < keptV1Header {
+		if len(v) < keptV1Header || v[8] != 0 {
 			return keptOutcome{}, fmt.Errorf("kept outcome (version 1) of %d bytes: %w", len(v), engines.ErrCorrupt)
 		}
-		k.hasFP, k.fp, k.result = true, binary.LittleEndian.Uint64(v[8:]), v[keptV1Header:]
+		k.hasFP, k.fp, k.result = true, binary.LittleEndian.Uint64(v[9:]), v[keptV1Header:]
 	default:
 		return keptOutcome{}, fmt.Errorf("kept outcome of version %d, this build reads 0 and 1: %w", w>>56, engines.ErrCorrupt)
 	}

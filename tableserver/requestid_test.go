@@ -43,10 +43,18 @@ func TestKeptOutcomeLayout(t *testing.T) {
 	if err := k.check(1, "r", 0xbeef); err != nil {
 		t.Fatalf("a version 0 outcome refused a retry: %v", err)
 	}
+	// Builds before version 1 read the outcome's kind after the word:
+	// they find no kind there and refuse, never misread.
+	if v := encodeKept(nil, 42, 0xfeed, res); v[8] == outcomePut || v[8] == outcomeDelete || v[8] == outcomeCAS || v[8] == outcomeBatch {
+		t.Fatalf("version 1 has a kind (%d) where earlier builds read one", v[8])
+	}
+	bad := encodeKept(nil, 42, 7, nil)
+	bad[8] = 1
 	for name, v := range map[string][]byte{
-		"short":           {1, 2, 3},
-		"short version 1": encodeKept(nil, 42, 7, nil)[:12],
-		"version 2":       binary.LittleEndian.AppendUint64(nil, 42|2<<56),
+		"version 1 without its zero byte": bad,
+		"short":                           {1, 2, 3},
+		"short version 1":                 encodeKept(nil, 42, 7, nil)[:12],
+		"version 2":                       binary.LittleEndian.AppendUint64(nil, 42|2<<56),
 	} {
 		if _, err := decodeKept(v); !errors.Is(err, engines.ErrCorrupt) {
 			t.Errorf("%s: %v; want ErrCorrupt", name, err)
