@@ -604,31 +604,39 @@ func (m *Master) replaceDead(st *State, now time.Time) {
 				"down_for", now.Sub(time.UnixMilli(srv.DownSinceMs)).Round(time.Second), "partitions", len(res.Moved), "held", len(res.Held))
 			m.event(EventReplaced, id, 0, "server %s dead past --replace-after: %d partitions' replicas placed again elsewhere", id, len(res.Moved))
 			if len(res.Held) > 0 {
-				m.event(EventReplaced, id, 0, "server %s: %d partitions keep their replica there: no live replica reported their data (in sync or catching up)", id, len(res.Held))
+				m.event(EventReplaced, id, 0, "server %s: %d partitions keep their replica there: no live replica reported their data (in sync, or a secondary catching up)", id, len(res.Held))
 			}
 		}
 	}
 }
 
 // replaceHolds sorts the log-replicated partitions with a replica on the
-// dead server id: those no live replica reported holding the data of (in
-// sync or catching up, by the latest heartbeats) are held — dropping the
-// dead replica could drop the only full copy, say while the others are
-// still copying it — and the rest are replaceable.
+// dead server id: those no live replica reported holding the data of (by
+// the latest heartbeats) are held — dropping the dead replica could drop
+// the only full copy, say while the others are still copying it — and the
+// rest are replaceable. In sync counts; catching up counts only for a
+// secondary (it replays the log from its own engine's restart point). A
+// primary catching up is replaying the log after its promotion, maybe from
+// the start over an empty engine (promoted before it copied anything): if
+// the log no longer holds the start it fails, and the dead server's copy
+// was the only full one. The role is the map's as well as the report's,
+// so a report from before a promotion does not count either.
 func (m *Master) replaceHolds(st *State, id string) (hold []uint64, replaceable int) {
-	full := map[uint64]map[string]bool{} // partition -> live servers with its data
+	type held struct {
+		state api.ReplicaState
+		role  api.ReplicaRole
+	}
+	reports := map[uint64]map[string]held{} // partition -> live server -> its report
 	m.liveMu.Lock()
 	for sid, l := range m.live {
 		if sid == id || l.dead {
 			continue
 		}
 		for _, r := range l.statuses {
-			if r.GetState() == api.ReplicaState_REPLICA_STATE_IN_SYNC || r.GetState() == api.ReplicaState_REPLICA_STATE_CATCHING_UP {
-				if full[r.PartitionId] == nil {
-					full[r.PartitionId] = map[string]bool{}
-				}
-				full[r.PartitionId][sid] = true
+			if reports[r.PartitionId] == nil {
+				reports[r.PartitionId] = map[string]held{}
 			}
+			reports[r.PartitionId][sid] = held{r.GetState(), r.GetRole()}
 		}
 	}
 	m.liveMu.Unlock()
@@ -643,8 +651,18 @@ func (m *Master) replaceHolds(st *State, id string) (hold []uint64, replaceable 
 			}
 			ok := false
 			for _, r := range p.Replicas {
-				if r.ServerID != id && full[p.ID][r.ServerID] && st.Servers[r.ServerID] != nil && st.Servers[r.ServerID].Alive {
+				if r.ServerID == id || st.Servers[r.ServerID] == nil || !st.Servers[r.ServerID].Alive {
+					continue
+				}
+				rep, found := reports[p.ID][r.ServerID]
+				switch {
+				case !found:
+				case rep.state == api.ReplicaState_REPLICA_STATE_IN_SYNC:
 					ok = true
+				case rep.state == api.ReplicaState_REPLICA_STATE_CATCHING_UP:
+					ok = r.Role != api.ReplicaRole_REPLICA_ROLE_PRIMARY && rep.role != api.ReplicaRole_REPLICA_ROLE_PRIMARY
+				}
+				if ok {
 					break
 				}
 			}

@@ -200,7 +200,7 @@ func (l *logReplica) copyIn(want roleWant) error {
 		batch := make([]engines.Mutation, 0, len(chunk.GetRecords()))
 		n := 0
 		for _, kv := range chunk.GetRecords() {
-			batch = append(batch, engines.Mutation{Key: kv.GetKey(), Value: kv.GetValue(), ExpiresAt: kv.GetExpiresUnixMs()})
+			batch = append(batch, l.fromCopy(engines.Mutation{Key: kv.GetKey(), Value: kv.GetValue(), ExpiresAt: kv.GetExpiresUnixMs()}))
 			n += len(kv.GetKey()) + len(kv.GetValue())
 		}
 		if err := l.s.throttle(ctx, n); err != nil {

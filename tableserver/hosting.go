@@ -313,6 +313,7 @@ func (s *Server) openReplica(t *api.Table, p *api.Partition) (*replica, error) {
 		Compression: t.GetOptions().GetCompression(),
 		Logger:      s.log.With("partition", p.GetId()),
 		CacheBudget: s.cacheBudget,
+		Now:         s.nowMs,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("open %s engine for partition %d: %w", kind, p.GetId(), err)

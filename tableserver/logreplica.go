@@ -153,13 +153,106 @@ var (
 )
 
 // requestTTL is how long a write's outcome is kept for retries of its
-// request id.
+// request id, by each replica's own clock from when it applied the write
+// (keptExpiry): never shorter on a replica whose clock is ahead of the
+// primary's (RATIONALE.md, "A retry's window is each replica's own").
 const requestTTL = 10 * time.Minute
 
 func requestKey(id string) []byte { return []byte(requestPrefix + id) }
 
 // requestKeyPrefix is requestPrefix as bytes.
 var requestKeyPrefix = []byte(requestPrefix)
+
+// Kept outcome: the value of requestKey(id), replicated with the write,
+// little-endian:
+//
+//	version 0: | word (8) | result |
+//	version 1: | word (8) | 0 (1) | fingerprint (8) | result |
+//
+// The word's low 56 bits are the write's LSN, its top byte the layout's
+// version: 0, written before fingerprints were kept (a retry gets the
+// outcome whatever it asks), or 1, with the write's fingerprint
+// (fingerprint.go): a retry with another one is refused as a reused
+// request id. The zero byte is where earlier builds read the outcome's
+// kind (writes.go): mid-upgrade they refuse a version 1 outcome
+// (request_id_reused) rather than misread it. Never change a version's
+// layout: replicas read what others wrote. (LSNs reach 2^56 after 2,000
+// years at a million writes a second.)
+const (
+	keptV0       = 0
+	keptV1       = 1
+	keptLSNMask  = 1<<56 - 1
+	keptV1Header = 17
+)
+
+// encodeKept appends a version 1 kept outcome to dst.
+func encodeKept(dst []byte, lsn, fp uint64, result []byte) []byte {
+	dst = binary.LittleEndian.AppendUint64(dst, lsn&keptLSNMask|keptV1<<56)
+	dst = append(dst, 0)
+	dst = binary.LittleEndian.AppendUint64(dst, fp)
+	return append(dst, result...)
+}
+
+// keptOutcome is a decoded kept outcome; result aliases the value.
+type keptOutcome struct {
+	lsn    uint64
+	hasFP  bool
+	fp     uint64
+	result []byte
+}
+
+func decodeKept(v []byte) (keptOutcome, error) {
+	if len(v) < 8 {
+		return keptOutcome{}, fmt.Errorf("kept outcome of %d bytes: %w", len(v), engines.ErrCorrupt)
+	}
+	w := binary.LittleEndian.Uint64(v)
+	k := keptOutcome{lsn: w & keptLSNMask}
+	switch w >> 56 {
+	case keptV0:
+		k.result = v[8:]
+	case keptV1:
+		if len(v) < keptV1Header || v[8] != 0 {
+			return keptOutcome{}, fmt.Errorf("kept outcome (version 1) of %d bytes: %w", len(v), engines.ErrCorrupt)
+		}
+		k.hasFP, k.fp, k.result = true, binary.LittleEndian.Uint64(v[9:]), v[keptV1Header:]
+	default:
+		return keptOutcome{}, fmt.Errorf("kept outcome of version %d, this build reads 0 and 1: %w", w>>56, engines.ErrCorrupt)
+	}
+	return k, nil
+}
+
+// check refuses a retry whose write differs from the one kept under its
+// request id. Outcomes kept without a fingerprint answer any retry.
+func (k keptOutcome) check(pid uint64, reqID string, fp uint64) error {
+	if !k.hasFP || k.fp == fp {
+		return nil
+	}
+	return api.InvalidArgument("request_id", "request_id_reused", 0,
+		"partition %d: request id %q was used for another write (LSN %d); a retry must repeat its write exactly, and a new write needs a new request id", pid, reqID, k.lsn)
+}
+
+// keptExpiry is when a replica lets go of a kept outcome it applies now:
+// requestTTL from now by its own clock, or the expiry the primary logged
+// if that is later. The window then starts on each replica no earlier
+// than the write was decided, whatever the primary's clock said: a replica
+// whose clock is ahead (a new primary after a failover) does not drop
+// outcomes early and apply a retried write twice.
+func (l *logReplica) keptExpiry(logged int64) int64 {
+	return max(logged, l.s.nowMs()+requestTTL.Milliseconds())
+}
+
+// fromCopy is a record copied from another replica's snapshot as this one
+// applies it: a kept outcome's expiry was the source's, by its clock, and
+// becomes this replica's (keptExpiry).
+func (l *logReplica) fromCopy(m engines.Mutation) engines.Mutation {
+	if bytes.HasPrefix(m.Key, requestKeyPrefix) {
+		m.ExpiresAt, m.Cold = l.keptExpiry(m.ExpiresAt), true
+	}
+	return m
+}
+
+// nowMs is the server's clock (Options.Now) in Unix milliseconds.
+func (s *Server) nowMs() int64 { return s.opts.Now().UnixMilli() }
 
 // maxWriteWait bounds how long a write waits for the log when its caller
 // set no deadline.
@@ -340,8 +433,11 @@ func (l *logReplica) restartLogLocked(w roleWant, sealedLen int64) error {
 type decide func(get func(key []byte) (value []byte, found bool, err error)) (muts []engines.Mutation, result []byte, err error)
 
 // write numbers a write, waits until it is applied and returns its LSN
-// and result. reqID, if not empty, makes a retry return the first result.
-func (l *logReplica) write(ctx context.Context, epoch uint64, reqID string, fn decide) (uint64, []byte, error) {
+// and result. reqID, if not empty, makes a retry return the first result;
+// fp is the write's fingerprint (fingerprint.go), kept with it: a write
+// under the same id with another fingerprint is refused
+// (request_id_reused), applied or still in flight.
+func (l *logReplica) write(ctx context.Context, epoch uint64, reqID string, fp uint64, fn decide) (uint64, []byte, error) {
 	l.mu.Lock()
 	if err := l.writableLocked(epoch); err != nil {
 		l.mu.Unlock()
@@ -352,7 +448,7 @@ func (l *logReplica) write(ctx context.Context, epoch uint64, reqID string, fn d
 			l.mu.Unlock()
 			return 0, nil, api.InvalidArgument("request_id", "request_id_too_long", partition.MaxRequestIDLen, "request id of %d bytes; the limit is %d", len(reqID), partition.MaxRequestIDLen)
 		}
-		if lsn, res, ok, err := l.committedRequest(reqID); err != nil || ok {
+		if lsn, res, ok, err := l.committedRequest(reqID, fp); err != nil || ok {
 			l.mu.Unlock()
 			return lsn, res, err
 		}
@@ -360,8 +456,17 @@ func (l *logReplica) write(ctx context.Context, epoch uint64, reqID string, fn d
 			// A retry of a write in flight: its outcome was decided when
 			// it was numbered, and deciding again would see the write's
 			// own mutations (a conditional write would fail against
-			// itself). Wait for it to apply and return its outcome.
-			return l.awaitRequest(ctx, epoch, reqID, o.lsn) // unlocks l.mu
+			// itself). Wait for it to apply and return its outcome —
+			// if it is the same write.
+			k, err := decodeKept(o.value)
+			if err == nil {
+				err = k.check(l.pid, reqID, fp)
+			}
+			if err != nil {
+				l.mu.Unlock()
+				return 0, nil, err
+			}
+			return l.awaitRequest(ctx, epoch, reqID, fp, o.lsn) // unlocks l.mu
 		}
 	}
 	muts, result, err := fn(l.getLocked)
@@ -381,7 +486,7 @@ func (l *logReplica) write(ctx context.Context, epoch uint64, reqID string, fn d
 		l.mu.Unlock()
 		return 0, nil, err
 	}
-	now := time.Now().UnixMilli()
+	now := l.s.nowMs()
 	w := partition.Write{Mutations: make([]partition.Mutation, 0, len(muts)+1)}
 	for _, m := range muts {
 		pm := partition.Mutation{Kind: partition.MutPut, Key: m.Key, Value: m.Value, ExpiresAt: m.ExpiresAt}
@@ -393,10 +498,11 @@ func (l *logReplica) write(ctx context.Context, epoch uint64, reqID string, fn d
 	next := l.core.Last() + 1 // the LSN Propose gives a new write
 	if reqID != "" {
 		// The outcome is kept under the request id, replicated with the
-		// write, so a retry on any replica returns it:
-		// | lsn (8) | result |.
-		kept := binary.LittleEndian.AppendUint64(make([]byte, 0, 8+len(result)), next)
-		w.Mutations = append(w.Mutations, partition.Mutation{Kind: partition.MutPut, Key: requestKey(reqID), Value: append(kept, result...), ExpiresAt: now + requestTTL.Milliseconds()})
+		// write, so a retry on any replica returns it. The expiry logged
+		// is the primary's; each replica keeps it at least requestTTL by
+		// its own clock (keptExpiry).
+		kept := encodeKept(make([]byte, 0, keptV1Header+len(result)), next, fp, result)
+		w.Mutations = append(w.Mutations, partition.Mutation{Kind: partition.MutPut, Key: requestKey(reqID), Value: kept, ExpiresAt: now + requestTTL.Milliseconds()})
 	}
 	w.Result = result
 	body := partition.EncodeWrite(nil, w)
@@ -443,8 +549,11 @@ func (l *logReplica) write(ctx context.Context, epoch uint64, reqID string, fn d
 	case r := <-done:
 		if joined && r.err == nil {
 			// Joined a request in flight with the same id: the result is
-			// the first one's, kept under the id.
-			lsn, res, _, err := l.committedRequest(reqID)
+			// the first one's, kept under the id (if the write is the
+			// same).
+			l.mu.Lock()
+			lsn, res, _, err := l.committedRequest(reqID, fp)
+			l.mu.Unlock()
 			return lsn, res, err
 		}
 		return r.lsn, r.result, r.err
@@ -455,9 +564,9 @@ func (l *logReplica) write(ctx context.Context, epoch uint64, reqID string, fn d
 
 // awaitRequest waits, l.mu held on entry and released, until the write
 // of request id reqID, in flight with LSN lsn, applies, and returns its
-// kept outcome. If the write leaves the overlay unapplied (the primary
-// changed), its outcome is unknown.
-func (l *logReplica) awaitRequest(ctx context.Context, epoch uint64, reqID string, lsn uint64) (uint64, []byte, error) {
+// kept outcome (checked against fp). If the write leaves the overlay
+// unapplied (the primary changed), its outcome is unknown.
+func (l *logReplica) awaitRequest(ctx context.Context, epoch uint64, reqID string, fp, lsn uint64) (uint64, []byte, error) {
 	wait := time.NewTimer(maxWriteWait)
 	defer wait.Stop()
 	for {
@@ -474,7 +583,7 @@ func (l *logReplica) awaitRequest(ctx context.Context, epoch uint64, reqID strin
 		case <-ch:
 		}
 		l.mu.Lock()
-		if lsn, res, ok, err := l.committedRequest(reqID); err != nil || ok {
+		if lsn, res, ok, err := l.committedRequest(reqID, fp); err != nil || ok {
 			l.mu.Unlock()
 			return lsn, res, err
 		}
@@ -529,7 +638,7 @@ func (l *logReplica) proposeErr(err error) error {
 // getLocked reads key as it will be once every write in flight applies.
 func (l *logReplica) getLocked(key []byte) ([]byte, bool, error) {
 	if o, ok := l.overlay[string(key)]; ok {
-		if o.deleted || (o.expires != 0 && o.expires <= time.Now().UnixMilli()) {
+		if o.deleted || (o.expires != 0 && o.expires <= l.s.nowMs()) {
 			return nil, false, nil
 		}
 		return o.value, true, nil
@@ -541,18 +650,25 @@ func (l *logReplica) getLocked(key []byte) ([]byte, bool, error) {
 	return v, err == nil, err
 }
 
-// committedRequest looks up the kept outcome of request id.
-func (l *logReplica) committedRequest(id string) (uint64, []byte, bool, error) {
+// committedRequest looks up the kept outcome of request id, refusing it
+// (request_id_reused) if it was kept for a write with another fingerprint
+// than fp.
+func (l *logReplica) committedRequest(id string, fp uint64) (uint64, []byte, bool, error) {
 	v, _, err := l.engine.Get(requestKey(id))
 	switch {
 	case errors.Is(err, engines.ErrNotFound):
 		return 0, nil, false, nil
 	case err != nil:
 		return 0, nil, false, err
-	case len(v) < 8:
-		return 0, nil, false, fmt.Errorf("partition %d: kept outcome of request %q is %d bytes: %w", l.pid, id, len(v), engines.ErrCorrupt)
 	}
-	return binary.LittleEndian.Uint64(v), v[8:], true, nil
+	k, err := decodeKept(v)
+	if err != nil {
+		return 0, nil, false, fmt.Errorf("partition %d: request %q: %w", l.pid, id, err)
+	}
+	if err := k.check(l.pid, id, fp); err != nil {
+		return 0, nil, false, err
+	}
+	return k.lsn, k.result, true, nil
 }
 
 // pumpLoop does the core's work: append, apply, answer.
@@ -665,9 +781,14 @@ func (l *logReplica) apply(recs []partition.Record) error {
 		batch := make([]engines.Mutation, 0, len(w.Mutations)+1)
 		for _, m := range w.Mutations {
 			// A request's kept outcome is read only by a retry: it stays
-			// out of the read cache, as the applied LSN does.
+			// out of the read cache, as the applied LSN does, and stays
+			// requestTTL by this replica's clock.
 			cold := bytes.HasPrefix(m.Key, requestKeyPrefix)
-			batch = append(batch, engines.Mutation{Key: m.Key, Value: m.Value, ExpiresAt: m.ExpiresAt, Delete: m.Kind == partition.MutDelete, Cold: cold})
+			exp := m.ExpiresAt
+			if cold && m.Kind == partition.MutPut {
+				exp = l.keptExpiry(exp)
+			}
+			batch = append(batch, engines.Mutation{Key: m.Key, Value: m.Value, ExpiresAt: exp, Delete: m.Kind == partition.MutDelete, Cold: cold})
 		}
 		batch = append(batch, engines.Mutation{Key: appliedLSNKey, Value: binary.LittleEndian.AppendUint64(nil, rec.LSN), Cold: true})
 		if err := l.writer.Apply(batch); err != nil {
@@ -882,7 +1003,7 @@ func (p *logCoprocPartition) Commit(ctx context.Context, reads []coproc.Read, ba
 		// applied, as a read-only call sees it.
 		return p.EnginePartition.Commit(ctx, reads, nil)
 	}
-	_, _, err := p.l.write(ctx, want.epoch, "", func(get func([]byte) ([]byte, bool, error)) ([]engines.Mutation, []byte, error) {
+	_, _, err := p.l.write(ctx, want.epoch, "", 0, func(get func([]byte) ([]byte, bool, error)) ([]engines.Mutation, []byte, error) {
 		for _, r := range reads {
 			v, found, err := get(r.Key)
 			if err != nil {

@@ -146,6 +146,11 @@ type Options struct {
 	// their files on instead of the operating system's: for tests that
 	// inject disk faults (a vfs.MemFS).
 	EngineFS vfs.FS
+	// Now is the wall clock TTLs are measured by: the partitions' engines
+	// expire keys by it, and a replica keeps a write's outcome for its
+	// request id requestTTL by it from when it applied the write. Default
+	// time.Now; tests skew a server's clock with it.
+	Now func() time.Time
 	// Logger receives the server's events. Default slog.Default().
 	Logger *slog.Logger
 	// OnMapApplied, when set, is called (on the map-watch goroutine) after
@@ -239,6 +244,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
+	}
+	if o.Now == nil {
+		o.Now = time.Now
 	}
 	if o.CoprocCacheDir == "" {
 		o.CoprocCacheDir = filepath.Join(o.DataDir, "coproc-cache")

@@ -35,9 +35,10 @@ func b2b(b bool) byte {
 }
 
 // logged runs a write through r's log and checks the outcome's kind (a
-// request id reused for another kind of write is refused).
-func logged(ctx context.Context, r *replica, hdr *api.RequestHeader, reqID string, kind byte, fn decide) (uint64, []byte, error) {
-	lsn, res, err := r.log.write(ctx, hdr.GetEpoch(), reqID, fn)
+// request id reused for another kind of write is refused; for another
+// write of the same kind, its fingerprint fp is: fingerprint.go).
+func logged(ctx context.Context, r *replica, hdr *api.RequestHeader, reqID string, kind byte, fp uint64, fn decide) (uint64, []byte, error) {
+	lsn, res, err := r.log.write(ctx, hdr.GetEpoch(), reqID, fp, fn)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -49,7 +50,7 @@ func logged(ctx context.Context, r *replica, hdr *api.RequestHeader, reqID strin
 
 func (s *Server) loggedPut(ctx context.Context, r *replica, req *api.PutRequest) (*api.PutResponse, error) {
 	m := engines.Mutation{Key: req.GetKey(), Value: req.GetValue(), ExpiresAt: r.expiry(req.GetTtlMs())}
-	lsn, _, err := logged(ctx, r, req.GetHeader(), req.GetRequestId(), outcomePut, func(func([]byte) ([]byte, bool, error)) ([]engines.Mutation, []byte, error) {
+	lsn, _, err := logged(ctx, r, req.GetHeader(), req.GetRequestId(), outcomePut, putFingerprint(req), func(func([]byte) ([]byte, bool, error)) ([]engines.Mutation, []byte, error) {
 		return []engines.Mutation{m}, []byte{outcomePut}, nil
 	})
 	if err != nil {
@@ -60,7 +61,7 @@ func (s *Server) loggedPut(ctx context.Context, r *replica, req *api.PutRequest)
 
 func (s *Server) loggedDelete(ctx context.Context, r *replica, req *api.DeleteRequest) (*api.DeleteResponse, error) {
 	key := req.GetKey()
-	lsn, res, err := logged(ctx, r, req.GetHeader(), req.GetRequestId(), outcomeDelete, func(get func([]byte) ([]byte, bool, error)) ([]engines.Mutation, []byte, error) {
+	lsn, res, err := logged(ctx, r, req.GetHeader(), req.GetRequestId(), outcomeDelete, deleteFingerprint(req), func(get func([]byte) ([]byte, bool, error)) ([]engines.Mutation, []byte, error) {
 		_, found, err := get(key)
 		if err != nil {
 			return nil, nil, engineErr(r, err)
@@ -82,7 +83,7 @@ func (s *Server) loggedCAS(ctx context.Context, r *replica, req *api.CompareAndS
 	if next.Delete {
 		next.Value, next.ExpiresAt = nil, 0
 	}
-	lsn, res, err := logged(ctx, r, req.GetHeader(), req.GetRequestId(), outcomeCAS, func(get func([]byte) ([]byte, bool, error)) ([]engines.Mutation, []byte, error) {
+	lsn, res, err := logged(ctx, r, req.GetHeader(), req.GetRequestId(), outcomeCAS, casFingerprint(req), func(get func([]byte) ([]byte, bool, error)) ([]engines.Mutation, []byte, error) {
 		cur, found, err := get(key)
 		if err != nil {
 			return nil, nil, engineErr(r, err)
@@ -111,7 +112,7 @@ func (s *Server) loggedCAS(ctx context.Context, r *replica, req *api.CompareAndS
 // failed condition decides nothing, so nothing is logged or kept under the
 // request id: a retry checks the conditions again.
 func (s *Server) loggedBatch(ctx context.Context, r *replica, req *api.BatchWriteRequest, batch []engines.Mutation, conds []batchCond) (*api.BatchWriteResponse, error) {
-	lsn, _, err := logged(ctx, r, req.GetHeader(), req.GetRequestId(), outcomeBatch, func(get func([]byte) ([]byte, bool, error)) ([]engines.Mutation, []byte, error) {
+	lsn, _, err := logged(ctx, r, req.GetHeader(), req.GetRequestId(), outcomeBatch, batchFingerprint(req), func(get func([]byte) ([]byte, bool, error)) ([]engines.Mutation, []byte, error) {
 		if err := checkConditions(conds, req.GetMutations(), get); err != nil {
 			if api.CodeOf(err) != api.ErrorCode_ERROR_CODE_FAILED_PRECONDITION {
 				err = engineErr(r, err)
