@@ -18,8 +18,9 @@ import (
 
 // etagPrefix is how many leading bytes of a stored entity identify its
 // version: the encoding's version byte and the Timestamp the ETag is
-// made of. A batch's If-Match becomes a condition that the stored value
-// still starts with them.
+// made of. A batch's If-Match with an ETag, and a merge, become a
+// condition that the stored value still starts with them; If-Match "*" on
+// an update or delete a condition that the entity exists.
 const etagPrefix = 9
 
 // batchOp is one operation of a changeset, resolved.
@@ -94,12 +95,45 @@ func (q *request) batch(ctx context.Context) {
 		return
 	}
 	tbl := q.acct.c.Table(actual)
-	// The operations that need the stored entity (If-Match, merges) read
-	// it in one call; the batch then holds only if none changed since.
+	for attempt := 0; ; attempt++ {
+		if err := mergeBackoff(ctx, attempt); err != nil {
+			q.fail(err)
+			return
+		}
+		results, retry, ok := q.tryBatch(ctx, tbl, table, ops, attempt < mergeRetries)
+		if !ok {
+			return
+		}
+		if retry {
+			continue
+		}
+		q.batchResults(results)
+		return
+	}
+}
+
+// merging reports whether o's new value is made from the stored one.
+func (o *batchOp) merging() bool {
+	return o.kind == sharedkey.OpMergeEntity || o.kind == sharedkey.OpInsertOrMergeEntity
+}
+
+// tryBatch reads what the changeset's operations need and writes it as
+// one conditional batch write. Each condition says what the operation
+// requires: an ETag, the stored version (the value's first etagPrefix
+// bytes); If-Match "*" on an update or delete, existence only; a merge,
+// the version it merged into (it is made from it), or absence when it
+// found none. A merge whose entity changed under it, or appeared, is no
+// conflict for the caller: retry asks for the changeset again (false once
+// the merge retries are spent: then it is ServerBusy). ok false: the
+// answer was sent.
+func (q *request) tryBatch(ctx context.Context, tbl *client.Table, table string, ops []batchOp, mayRetry bool) (results []batch.Result, retry, ok bool) {
+	// The operations that need the stored entity (an ETag, or a value to
+	// merge, or the Timestamp an update with "*" must follow) read it in
+	// one call; the batch then holds only if none changed since.
 	var need [][]byte
 	var needIdx []int
 	for i, o := range ops {
-		if o.ifMatch != "" || o.kind == sharedkey.OpInsertOrMergeEntity || o.kind == sharedkey.OpMergeEntity {
+		if o.ifMatch != "" || o.merging() {
 			need = append(need, entity.Key(o.k.pk, o.k.rk))
 			needIdx = append(needIdx, i)
 		}
@@ -109,7 +143,7 @@ func (q *request) batch(ctx context.Context) {
 		got, err := tbl.BatchGet(ctx, need)
 		if err != nil {
 			q.fail(tableErr(err))
-			return
+			return nil, false, false
 		}
 		for j, g := range got {
 			if !g.Found {
@@ -119,29 +153,31 @@ func (q *request) batch(ctx context.Context) {
 			e, err := entity.DecodeBinary(o.k.pk, o.k.rk, g.Value)
 			if err != nil {
 				q.fail(err)
-				return
+				return nil, false, false
 			}
 			cur[needIdx[j]] = &stored{e: e, raw: g.Value}
 		}
 	}
 	ts := q.g.stamp(maxStamp(cur))
 	muts := make([]client.Mutation, len(ops))
-	results := make([]batch.Result, len(ops))
+	results = make([]batch.Result, len(ops))
 	for i, o := range ops {
 		key := entity.Key(o.k.pk, o.k.rk)
 		c := cur[i]
 		if o.ifMatch != "" {
 			if c == nil {
 				q.batchFailure(i, o.op.ContentID, errResourceNotFound)
-				return
+				return nil, false, false
 			}
 			if err := matches(o.ifMatch, c); err != nil {
 				q.batchFailure(i, o.op.ContentID, err)
-				return
+				return nil, false, false
 			}
 		}
 		m := client.Mutation{Key: key}
 		switch {
+		case o.ifMatch == "*" && !o.merging():
+			m.Cond = client.Condition{Kind: client.CondPresent}
 		case c != nil:
 			m.Cond = client.Condition{Kind: client.CondPrefix, Prefix: c.raw[:etagPrefix]}
 		case o.ifMatch != "" || o.kind == sharedkey.OpInsertEntity || o.kind == sharedkey.OpInsertOrMergeEntity:
@@ -152,13 +188,13 @@ func (q *request) batch(ctx context.Context) {
 			m.Delete = true
 		} else {
 			next := o.in
-			if c != nil && (o.kind == sharedkey.OpMergeEntity || o.kind == sharedkey.OpInsertOrMergeEntity) {
+			if c != nil && o.merging() {
 				next = mergeProps(c.e, o.in)
 			}
 			next.Timestamp = ts
 			if err := entity.Validate(next); err != nil {
 				q.batchFailure(i, o.op.ContentID, err)
-				return
+				return nil, false, false
 			}
 			m.Value = entity.AppendBinary(nil, next)
 			res.Header.Set("ETag", entity.ETag(ts))
@@ -182,25 +218,39 @@ func (q *request) batch(ctx context.Context) {
 		muts[i] = m
 		results[i] = res
 	}
-	err = tbl.BatchWrite(ctx, muts)
+	err := tbl.BatchWrite(ctx, muts)
 	var cf *client.ConditionFailedError
 	switch {
 	case errors.As(err, &cf):
 		i := cf.Index
+		o := ops[i]
 		switch {
-		case ops[i].kind == sharedkey.OpInsertEntity:
-			q.batchFailure(i, ops[i].op.ContentID, errEntityExists)
-		case ops[i].ifMatch != "" && cur[i] == nil:
-			q.batchFailure(i, ops[i].op.ContentID, errResourceNotFound)
+		case o.kind == sharedkey.OpInsertEntity:
+			q.batchFailure(i, o.op.ContentID, errEntityExists)
+		case o.ifMatch == "*" && !o.merging():
+			// Its condition is existence only.
+			q.batchFailure(i, o.op.ContentID, errResourceNotFound)
+		case o.ifMatch == "" || o.ifMatch == "*":
+			// A merge whose entity changed (or appeared, or went)
+			// since it was read: read it again.
+			if mayRetry {
+				return nil, true, true
+			}
+			q.batchFailure(i, o.op.ContentID, &svcError{status: http.StatusServiceUnavailable, code: "ServerBusy", msg: "The entity changed under every attempt to merge into it; retry."})
 		default:
 			// Changed since it was read: its ETag no longer holds.
-			q.batchFailure(i, ops[i].op.ContentID, errCondition)
+			q.batchFailure(i, o.op.ContentID, errCondition)
 		}
-		return
+		return nil, false, false
 	case err != nil:
 		q.fail(tableErr(err))
-		return
+		return nil, false, false
 	}
+	return results, false, true
+}
+
+// batchResults answers a changeset that applied.
+func (q *request) batchResults(results []batch.Result) {
 	bb, cb, err := batch.NewBoundaries(rand.Reader)
 	if err != nil {
 		q.fail(err)

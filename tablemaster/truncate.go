@@ -11,9 +11,14 @@ import (
 )
 
 // Partition logs are truncated from the front. Every replica reports, in
-// its heartbeats, the applied LSN its engine has made durable (flushed_lsn)
-// and the log extent holding the record after it (keep_from_extent): the
-// first it would read after a crash. The leader deletes (OpTrimStream) a
+// its heartbeats, the applied LSN it holds short of losing the replica
+// (flushed_lsn) and the log extent holding the record after it
+// (keep_from_extent): the first it would read after a crash. An engine
+// with files holds what its last Sync made durable; a memory engine holds
+// its applied LSN while it lives and copies a snapshot after a crash, so
+// a memory table's log is trimmed below what every replica applied and
+// stays bounded (tableserver/truncate.go); losing all its replicas at
+// once loses the table, as "memory" says. The leader deletes (OpTrimStream) a
 // log's extents before the earliest of those over the partition's
 // replicas. A replica that has not reported yet, is copying a snapshot,
 // or has not flushed since it started (flushed_lsn 0) keeps the whole log;

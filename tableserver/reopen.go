@@ -351,7 +351,9 @@ func (r *reopenable) Sync() error {
 	}
 	defer g.release()
 	if g.sy == nil {
-		return nil
+		// Success here would let the replica report an applied LSN
+		// durable that the engine holds only in memory.
+		return fmt.Errorf("engine %T: %w", g.e, errNoSync)
 	}
 	return r.check(g, g.sy.Sync())
 }

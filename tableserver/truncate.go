@@ -9,19 +9,41 @@ import (
 )
 
 // The commit log is truncated from its front: each replica reports the
-// applied LSN its engine has made durable (flushed) and the log extent
-// holding the record after it, the first it would read after a crash; the
-// master deletes the extents before the earliest of those over the
-// partition's replicas. A replica that finds the log starting past its
-// applied LSN (it fell behind while the master trimmed without it, or
-// restarted empty) copies a snapshot instead (copy.go).
+// applied LSN it holds whatever happens to this server short of losing
+// the replica (flushed) and the log extent holding the record after it,
+// the first it would read after a crash; the master deletes the extents
+// before the earliest of those over the partition's replicas. A replica
+// that finds the log starting past its applied LSN (it fell behind while
+// the master trimmed without it, or restarted empty) copies a snapshot
+// instead (copy.go).
+//
+// What "holds" means depends on the engine:
+//
+//   - An engine that keeps files holds what its last Sync made durable:
+//     flushed is the applied LSN read before a Sync that returned
+//     without error. An engine that cannot sync on demand never reports
+//     anything flushed (errNoSync), so its log is kept whole: reporting
+//     an LSN that sits only in a memtable let the master trim writes a
+//     crash then lost (the ordered engine before it had a Sync).
+//   - A memory engine holds its applied LSN while it lives, and nothing
+//     after a crash, when it copies a snapshot from a live replica (which
+//     needs the log only from the source's applied LSN on). So it reports
+//     its applied LSN: the log is trimmed below the least a live replica
+//     applied, every trimmed record is in every replica, and the log stays
+//     bounded under load. Losing every replica at once loses the table, as
+//     "memory" says; the log is no longer its durable copy.
 
 // errLogTruncated: the log no longer holds the records after this
 // replica's applied LSN.
 var errLogTruncated = errors.New("the commit log was truncated past this replica's applied LSN")
 
+// errNoSync: the engine keeps files but cannot make its writes durable on
+// demand, so no applied LSN can be reported durable.
+var errNoSync = errors.New("the engine cannot make its writes durable on demand")
+
 // syncer is the capability of engines that can make their writes durable
-// on demand (the point engine's disk store).
+// on demand (the point engine's disk store, the ordered engine). Sync
+// returns nil only once every write that returned before it is durable.
 type syncer interface{ Sync() error }
 
 // extentStart is where one extent of the log starts: its first record.
@@ -75,13 +97,11 @@ func (l *logReplica) keepFromLocked() uint64 {
 	return keep
 }
 
-// flush makes the engine durable and records the applied LSN it covers.
-// Engines that cannot (memory) leave flushed at 0: their log is kept.
+// flush records the applied LSN the replica holds (see above): for an
+// engine with files, after a Sync that covers it; for a memory engine, its
+// applied LSN. An engine with files that cannot sync is an error, and
+// leaves flushed where it was.
 func (l *logReplica) flush() error {
-	sy, ok := l.engine.(syncer)
-	if !ok || !l.durable {
-		return nil
-	}
 	l.mu.Lock()
 	applied := l.core.Applied()
 	copying := l.needCopy
@@ -91,13 +111,22 @@ func (l *logReplica) flush() error {
 	if copying || reopening || applied == 0 {
 		return nil
 	}
-	if err := sy.Sync(); err != nil {
-		return err
+	if l.durable {
+		sy, ok := l.engine.(syncer)
+		if !ok {
+			return fmt.Errorf("report a flushed LSN: engine %T: %w", l.engine, errNoSync)
+		}
+		// applied was read first: every record up to it is in the
+		// engine, so the Sync covers it.
+		if err := sy.Sync(); err != nil {
+			return fmt.Errorf("sync the engine at applied LSN %d: %w", applied, err)
+		}
 	}
 	l.mu.Lock()
-	if l.incarnation == inc {
-		// Not if the engine was reopened meanwhile: the Sync covered the
-		// new engine, which may hold less than applied.
+	if l.incarnation == inc && !l.needCopy {
+		// Not if the engine was reopened meanwhile (the Sync covered the
+		// new engine, which may hold less than applied), nor while it
+		// copies (its engine is being replaced).
 		l.flushed = max(l.flushed, applied)
 	}
 	l.mu.Unlock()

@@ -31,7 +31,9 @@
 //     commit log is the durable record, and the owner writes its applied
 //     LSN as an ordinary key in the same Apply as the record it applies.
 //     Writes are durable once pebble flushes the memtable holding them (a
-//     memtable fills at 4 MiB) and at Close, which flushes. A crash loses
+//     memtable fills at 4 MiB), after Sync (which flushes the memtables:
+//     the owner calls it before it reports an applied LSN durable, so the
+//     log can be trimmed behind it) and at Close, which flushes. A crash loses
 //     the unflushed memtables, so the engine comes back at an earlier
 //     state; since a batch lives whole in one memtable and memtables flush
 //     in order, that state is exactly the batches up to the applied LSN it

@@ -29,6 +29,9 @@ var (
 	// ErrOptions: engines.Options this engine cannot honour (an unknown
 	// storage, durability or compression; a vfs.FS other than the OS's).
 	ErrOptions = errors.New("ordered: unsupported options")
+	// ErrNotDurable: Sync of an in-memory engine, which holds nothing on
+	// disk to make durable.
+	ErrNotDurable = errors.New("ordered: an in-memory engine cannot make its writes durable")
 )
 
 // Storage back ends (engines.Options.Storage).
@@ -99,6 +102,13 @@ type Engine struct {
 	dirty atomic.Bool
 	stop  chan struct{}
 	done  chan struct{}
+
+	// written counts pebble writes (bumped after each commits); synced is
+	// its value before the last Sync that succeeded: equal, Sync has
+	// nothing new to make durable. syncMu serialises Syncs.
+	written atomic.Uint64
+	synced  atomic.Uint64
+	syncMu  sync.Mutex
 
 	keys, bytes, reads, writes, syncs atomic.Int64
 
@@ -279,6 +289,47 @@ func (e *Engine) syncWAL() error {
 		return fmt.Errorf("sync WAL: %w", wrapPebble(err))
 	}
 	e.syncs.Add(1)
+	return nil
+}
+
+// Sync makes every write that returned before it was called durable, by
+// the means the engine's mode has:
+//
+//   - Replayable (pebble's WAL off): it flushes the memtables to sstables;
+//     pebble fsyncs them and the MANIFEST naming them before Flush
+//     returns, so the applied LSN the owner wrote with its last record
+//     survives a crash (RATIONALE.md, "The ordered engine").
+//   - "sync" and "lazy" (the WAL on): it fsyncs the WAL.
+//   - In memory: nothing can be durable; it returns ErrNotDurable.
+//
+// A Sync with no write since the last one that succeeded returns at once.
+// A flush that fails is retried by pebble in the background and Sync
+// waits for it. Safe for concurrent use.
+func (e *Engine) Sync() error {
+	if !e.enter() {
+		return engines.ErrClosed
+	}
+	defer e.exit()
+	if e.memory {
+		return ErrNotDurable
+	}
+	e.syncMu.Lock()
+	defer e.syncMu.Unlock()
+	// Writes counted by now committed before the flush (or WAL sync)
+	// below starts, so it covers them.
+	w := e.written.Load()
+	if w == e.synced.Load() {
+		return nil
+	}
+	if e.replayable {
+		if err := e.db.Flush(); err != nil {
+			return fmt.Errorf("sync: flush memtables: %w", wrapPebble(err))
+		}
+		e.syncs.Add(1)
+	} else if err := e.syncWAL(); err != nil {
+		return fmt.Errorf("sync: %w", err)
+	}
+	e.synced.Store(w)
 	return nil
 }
 
@@ -510,7 +561,7 @@ func (e *Engine) Range(lo, hi []byte, reverse bool, fn func(engines.Record) erro
 // record, including expired ones not yet dropped. Open engines also report
 // pebble's view: LiveBytes the sstables' size, Segments their number,
 // IndexBytes the memtables' size, CacheHits and CacheMisses the block
-// cache's, Syncs the lazy WAL syncs.
+// cache's, Syncs the lazy WAL syncs and the flushes of Sync.
 func (e *Engine) Stats() engines.Stats {
 	s := engines.Stats{
 		Keys:   uint64(max(e.keys.Load(), 0)),
@@ -617,6 +668,7 @@ func (e *Engine) commit(b *pebble.Batch) error {
 }
 
 func (e *Engine) noteWrite() {
+	e.written.Add(1)
 	if e.stop != nil && !e.dirty.Load() {
 		e.dirty.Store(true)
 	}
