@@ -53,6 +53,8 @@ type clConfig struct {
 	cpuProfile                    string // the suite's own process (the clients)
 	gomaxprocs                    int    // of every child process; 0: Go's default
 	serverDebugPort               int    // server i serves /debug/pprof/ on this port + i, /metrics on this port + 100 + i; 0: none
+	flaps                         int      // pauses of the flap run
+	serverFlags                   []string // added to every tabula server's command line
 }
 
 // childProcs describes the children's GOMAXPROCS for the header line.
@@ -92,7 +94,9 @@ func runCluster(out io.Writer, args []string) (err error) {
 	fs.StringVar(&cfg.restart, "restart", "auto", "when the killed server is restarted: immediate (as soon as it is gone), after (once its partitions are writable again or the failover timeout passed), auto (immediate with 1 replica, whose partitions wait for their server; after otherwise)")
 	fs.DurationVar(&cfg.pause, "pause", 5*time.Second, "SIGSTOP length of the paused-secondary run (and of its steady run before)")
 	peers := fs.String("peers", "etcd,redis", "peers to run: etcd, redis (comma list; none for ours alone)")
-	workloads := fs.String("workloads", "writes,reads,pause,failover,repair", "workloads to run (comma list; also lazyflush: puts with engines flushing lazily vs fsyncing every write, on a second cluster)")
+	workloads := fs.String("workloads", "writes,reads,pause,flap,failover,repair", "workloads to run (comma list; also lazyflush: puts with engines flushing lazily vs fsyncing every write, on a second cluster)")
+	fs.IntVar(&cfg.flaps, "flaps", 5, "flap: 0.4 s SIGSTOPs of one server, 3 s apart, under the write load")
+	serverFlags := fs.String("server-flags", "", "extra flags for every tabula server, space-separated (e.g. \"--replicate-timeout-max 150ms\" to fix the replicate timeout)")
 	fs.Int64Var(&cfg.repairBytes, "repair-bytes", 1<<30, "repair: bytes of the partition copied to a new replica")
 	fs.StringVar(&cfg.dir, "dir", "", "directory for data and logs (default: a new temp dir, removed after a successful run)")
 	fs.StringVar(&cfg.tabulaBin, "tabula-bin", "", "tabula binary to run (default: built from this checkout)")
@@ -116,8 +120,9 @@ func runCluster(out io.Writer, args []string) (err error) {
 		}()
 	}
 	cfg.peers, cfg.workloads = clSet(*peers), clSet(*workloads)
+	cfg.serverFlags = strings.Fields(*serverFlags)
 	for w := range cfg.workloads {
-		if !slices.Contains([]string{"writes", "reads", "pause", "failover", "repair", "lazyflush"}, w) {
+		if !slices.Contains([]string{"writes", "reads", "pause", "flap", "failover", "repair", "lazyflush"}, w) {
 			return fmt.Errorf("unknown workload %q", w)
 		}
 	}
@@ -225,6 +230,11 @@ func runCluster(out io.Writer, args []string) (err error) {
 			return err
 		}
 	}
+	if cfg.workloads["flap"] {
+		if err := clFlap(ctx, out, tab, keys, &cfg); err != nil {
+			return err
+		}
+	}
 	if cfg.workloads["failover"] {
 		if err := clFailover(ctx, out, tab, keys, &cfg); err != nil {
 			return err
@@ -262,7 +272,7 @@ type clTabula struct {
 const clTable = "bench"
 
 func clStartTabula(ctx context.Context, out io.Writer, procs *clProcs, dir string, cfg *clConfig) (*clTabula, error) {
-	return clStartTabulaAs(ctx, out, procs, dir, cfg, "")
+	return clStartTabulaAs(ctx, out, procs, dir, cfg, "", cfg.serverFlags...)
 }
 
 // clStartTabulaAs starts a tabula cluster whose processes' names start
