@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -113,9 +114,9 @@ func TestNewcomerPath(t *testing.T) {
 		return err == nil && strings.TrimSpace(out) == "shipped", nil
 	})
 	// `--save-profile NAME` names the profile; key 2 is saved as key-id 2.
-	out = mustEnv(nil, "--master", addr, "tenant", "keys", "rotate", "acme", "--key", "2", "--save-profile", "acme2")
-	if !strings.Contains(out, `saved key 2 as profile "acme2"`) {
-		t.Fatalf("rotate --save-profile acme2: %s", out)
+	rotated := mustEnv(nil, "--master", addr, "tenant", "keys", "rotate", "acme", "--key", "2", "--save-profile", "acme2")
+	if !strings.Contains(rotated, `saved key 2 as profile "acme2"`) {
+		t.Fatalf("rotate --save-profile acme2: %s", rotated)
 	}
 	p, err := client.LoadProfile(filepath.Join(dir, "config"), "acme2")
 	if err != nil || p.Credential.KeyID != 2 || len(p.Masters) != 1 || p.Masters[0] != addr {
@@ -126,10 +127,34 @@ func TestNewcomerPath(t *testing.T) {
 		return err == nil && strings.TrimSpace(out) == "shipped", nil
 	})
 
+	// workload kv with every Put refused (a value over the table's
+	// limit): the errors show live and in the summary, apart from ops/s
+	// and latency; piped output has no carriage returns; it exits 1.
+	mustEnv(nil, "--master", addr, "table", "create", "small", "--partitions", "1", "--max-value-bytes", "64")
+	out, errOut, err = cliEnv(t, nil, "--master", addr, "workload", "kv", "--table", "small", "--duration", "2500ms",
+		"--concurrency", "2", "--read-percent", "50", "--value-size", "100", "--keys", "100", "--no-preload")
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 1 {
+		t.Errorf("workload kv with failing Puts: %v, want exit status 1\n%s%s", err, out, errOut)
+	}
+	if strings.Contains(errOut+out, "\r") {
+		t.Errorf("piped workload output holds carriage returns: %q", errOut)
+	}
+	if !regexp.MustCompile(`(?m)^run 1s/2\.5s  \d+ ok  \d+ ok/s  [1-9]\d* errors \(most: INVALID_ARGUMENT`).MatchString(errOut) {
+		t.Errorf("no live line with the errors counted and named:\n%s", errOut)
+	}
+	if !strings.Contains(errOut, "calls failed (most: INVALID_ARGUMENT") {
+		t.Errorf("the exit error does not say the calls failed:\n%s", errOut)
+	}
+	if !regexp.MustCompile(`(?m)^ops      \d+ in .* \(reads (\d+), writes 0, misses (\d+)\)$`).MatchString(out) ||
+		!regexp.MustCompile(`(?m)^errors   [1-9]\d* failed calls, not in the figures above`).MatchString(out) {
+		t.Errorf("summary:\n%s", out)
+	}
+
 	// Key 2 sent as key 1: the error names the key numbers.
-	key2 := regexp.MustCompile(`key 2  (\S+)`).FindStringSubmatch(out)
+	key2 := regexp.MustCompile(`key 2  (\S+)`).FindStringSubmatch(rotated)
 	if key2 == nil {
-		t.Fatalf("no key 2 in %q", out)
+		t.Fatalf("no key 2 in %q", rotated)
 	}
 	_, errOut, err = cliEnv(t, []string{"TABULA_TENANT=acme", "TABULA_KEY=" + key2[1], "TABULA_KEY_ID=1", "TABULA_CLUSTER_KEY="},
 		"--master", addr, "--timeout", "3s", "get", "orders", "o1")
