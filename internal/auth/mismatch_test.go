@@ -57,7 +57,7 @@ func TestMismatchNamesTheKey(t *testing.T) {
 		{"key 1 sent as key 2", Credential{Principal: "acme", KeyID: 2, Key: keys.k1}, "wrong_key_number",
 			[]string{"made with key 1", "sent as key 2"}},
 		{"an old key 1", Credential{Principal: "acme", KeyID: 1, Key: NewKey()}, "signature_mismatch",
-			[]string{"does not verify with key 1 of tenant \"acme\"", "the request named key 1", "rotated?", "--save-profile"}},
+			[]string{"does not verify with key 1 of tenant \"acme\"", "the request named key 1", "rotated?", "--show-keys", "--save-profile"}},
 		{"an unknown tenant", Credential{Principal: "nobody", KeyID: 2, Key: keys.k2}, "signature_mismatch",
 			[]string{"key 2 of tenant \"nobody\""}},
 		{"a wrong cluster key", Credential{Principal: ClusterPrincipal, Key: NewKey()}, "signature_mismatch",

@@ -191,7 +191,7 @@ func (v *Verifier) mismatch(principal string, keyID int, sig, want []byte) error
 	if k := v.opts.Keys.Key(principal, other); k != nil && hmac.Equal(sig, mac(k, want)) {
 		return unauthenticated("wrong_key_number", "signature made with key %d of tenant %q but sent as key %d: the credential names the wrong key number; set it to %d (a profile's key-id, $TABULA_KEY_ID, client.TenantCredential's id)", other, principal, keyID, other)
 	}
-	return unauthenticated("signature_mismatch", "signature does not verify with key %d of tenant %q; the request named key %d: rotated? (`tabula tenant keys rotate %s --key %d --save-profile NAME` saves the new key in a profile) Else the key is not that tenant's, the tenant does not exist, or the request changed in transit", keyID, principal, keyID, principal, keyID)
+	return unauthenticated("signature_mismatch", "signature does not verify with key %d of tenant %q; the request named key %d: rotated? (`tabula tenant describe %s --show-keys` prints the current keys; `tabula tenant keys rotate --save-profile` saves a new one in a profile) Else the key is not that tenant's, the tenant does not exist, or the request changed in transit", keyID, principal, keyID, principal)
 }
 
 // UnaryServerInterceptor authenticates every unary call, checks its
