@@ -443,7 +443,7 @@ func (c *Client) masterCall(ctx context.Context, what string, fn func(ctx contex
 		case api.ErrorCode_ERROR_CODE_SERVER_BUSY:
 			wait = max(c.jitter.backoff(attempt, backoffBase, masterBackoffCap), time.Duration(d.GetRetryAfterMs())*time.Millisecond)
 		default:
-			return fmt.Errorf("%s: %w", what, err)
+			return fmt.Errorf("%s: %w", what, withSentinel(err))
 		}
 		c.log.Debug("tabula: retrying master call", "op", what, "master", addr, "wait", wait, "err", err)
 		if !pause(ctx, deadline, wait) {
@@ -452,11 +452,20 @@ func (c *Client) masterCall(ctx context.Context, what string, fn func(ctx contex
 	}
 }
 
+// Table kinds, for CreateTable: short names of the api's.
+const (
+	PointTable   = api.TableKind_TABLE_KIND_POINT   // hashed keys: Get, Put, CompareAndSwap, BatchWrite
+	OrderedTable = api.TableKind_TABLE_KIND_ORDERED // keys in order, split by range: ScanRange
+	BulkTable    = api.TableKind_TABLE_KIND_BULK    // read-only versions, published whole
+)
+
 // CreateTable creates the table name of the given kind in the client's
 // tenant; nil opts takes every default. It returns the new table's partition
 // map (also cached for the table's handle). Every attempt carries the
 // call's request id, so a call retried after a lost reply takes effect once
 // and reports success (with a nil map if the table was dropped since).
+// A table of that name already there is an error matching
+// ErrAlreadyExists.
 func (c *Client) CreateTable(ctx context.Context, name string, kind api.TableKind, opts *api.TableOptions) (*api.PartitionMap, error) {
 	what := fmt.Sprintf("client: create table %q", name)
 	if err := api.ValidateName("name", name); err != nil {

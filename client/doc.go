@@ -1,14 +1,35 @@
 // Package client is the Go SDK of Tabula: catalog calls to the Table Master
 // and key-value calls routed straight to the table server that owns each key.
 //
-//	c, err := client.New(ctx, client.Options{Masters: []string{"127.0.0.1:7100"}})
+//	// The profile `tabula tenant create acme --save-profile` saved: the
+//	// tenant's key and the master's address.
+//	p, err := client.LoadProfile(client.DefaultConfigPath(), "acme")
+//	if err != nil { ... }
+//	c, err := client.New(ctx, client.Options{Masters: p.Masters, Credential: p.Credential})
 //	if err != nil { ... }
 //	defer c.Close()
-//	_, err = c.CreateTable(ctx, "users", api.TableKind_TABLE_KIND_POINT, &api.TableOptions{Partitions: 12})
+//	_, err = c.CreateTable(ctx, "users", client.PointTable, &api.TableOptions{Partitions: 12})
+//	if err != nil && !errors.Is(err, client.ErrAlreadyExists) { ... }
 //	users := c.Table("users")
 //	err = users.Put(ctx, []byte("ada"), []byte("lovelace"), client.WithTTL(time.Hour))
 //	v, err := users.Get(ctx, []byte("ada"))  // client.ErrKeyNotFound when absent
 //	r, err := users.CompareAndSwap(ctx, client.CAS{Key: []byte("ada"), Expected: v, Value: []byte("byron")})
+//
+// (ExampleLoadProfile runs this against a cluster.) The module is not on
+// the Go module proxy yet: another module requires it with a replace
+// directive to a clone of the repository (`go mod edit -require
+// github.com/tabuladb/tabula@v0.0.0 -replace
+// github.com/tabuladb/tabula=../tabula`, then `go mod tidy`).
+//
+// # Credentials
+//
+// Every call is signed with Options.Credential (HMAC-SHA256); a cluster
+// refuses unsigned calls with UNAUTHENTICATED. A tenant's credential comes
+// from a profile (LoadProfile: the file the CLI keeps, DefaultConfigPath),
+// a credential file (ReadCredentialFile) or its key
+// (TenantCredential(tenant, 1, key)); the cluster credential, the
+// operator's, from the file the master or `tabula dev` wrote
+// (ReadCredentialFile("tabula-data/cluster.key")).
 //
 // # Routing
 //

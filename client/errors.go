@@ -17,7 +17,30 @@ var (
 	// ErrNoMasters is returned by New and Options.Validate when no master
 	// address is given.
 	ErrNoMasters = errors.New("client: no master addresses")
+	// ErrAlreadyExists is matched (errors.Is) by the error of a catalog
+	// call refused because what it would create exists: CreateTable,
+	// CreateTenant. The error is the server's ALREADY_EXISTS (api.CodeOf
+	// reads it too), so "create if absent" is
+	// `if err != nil && !errors.Is(err, client.ErrAlreadyExists)`.
+	ErrAlreadyExists = errors.New("client: already exists")
 )
+
+// alreadyExists is a server's ALREADY_EXISTS as the SDK returns it: it
+// reads as the server's error and also matches ErrAlreadyExists.
+type alreadyExists struct{ err error }
+
+func (e *alreadyExists) Error() string        { return e.err.Error() }
+func (e *alreadyExists) Unwrap() error        { return e.err }
+func (e *alreadyExists) Is(target error) bool { return target == ErrAlreadyExists }
+
+// withSentinel lets err (a server's answer) match the SDK's sentinel for
+// its code, where there is one.
+func withSentinel(err error) error {
+	if api.CodeOf(err) == api.ErrorCode_ERROR_CODE_ALREADY_EXISTS {
+		return &alreadyExists{err}
+	}
+	return err
+}
 
 // permanentError carries an error through the retry loop untouched: a
 // failure of the caller's own callback, or a stream that already delivered

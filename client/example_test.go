@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/tabuladb/tabula/api"
@@ -26,6 +28,104 @@ func exampleCluster(ctx context.Context) (*client.Client, func()) {
 		c.Close()
 		tc.Close()
 	}
+}
+
+// exampleProfile starts an in-process cluster, creates tenant in it and
+// saves the tenant's profile (key 1 and the master's address) in a fresh
+// profile file, as `tabula tenant create NAME --save-profile` does; it
+// returns the file's path.
+func exampleProfile(ctx context.Context, tenant string) (string, func()) {
+	tc, err := testcluster.Start(ctx, testcluster.Options{Servers: 1})
+	if err != nil {
+		panic(err)
+	}
+	dir, err := os.MkdirTemp("", "tabula-example-*")
+	if err != nil {
+		panic(err)
+	}
+	stop := func() {
+		tc.Close()
+		os.RemoveAll(dir)
+	}
+	path, err := saveTenantProfile(ctx, tc, dir, tenant)
+	if err != nil {
+		stop()
+		panic(err)
+	}
+	return path, stop
+}
+
+// saveTenantProfile creates tenant in tc and saves its profile in dir.
+func saveTenantProfile(ctx context.Context, tc *testcluster.Cluster, dir, tenant string) (string, error) {
+	admin, err := client.New(ctx, client.Options{Masters: tc.MasterAddrs(), Credential: tc.Credential()})
+	if err != nil {
+		return "", err
+	}
+	defer admin.Close()
+	info, err := admin.CreateTenant(ctx, tenant, nil)
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, "config")
+	return path, client.SaveProfile(path, tenant, client.Profile{
+		Masters: tc.MasterAddrs(), Tenant: tenant, Credential: client.TenantCredential(tenant, 1, info.GetKeys()[0]),
+	})
+}
+
+// A program signs as a tenant with the profile the CLI saved for it.
+func ExampleLoadProfile() {
+	ctx := context.Background()
+	path, stop := exampleProfile(ctx, "acme") // a real program: client.DefaultConfigPath()
+	defer stop()
+
+	p, err := client.LoadProfile(path, "acme")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	c, err := client.New(ctx, client.Options{Masters: p.Masters, Credential: p.Credential})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer c.Close()
+	fmt.Println("tenant:", c.Tenant())
+
+	// Create if absent.
+	for range 2 {
+		_, err = c.CreateTable(ctx, "users", client.PointTable, nil)
+		if err != nil && !errors.Is(err, client.ErrAlreadyExists) {
+			fmt.Println(err)
+			return
+		}
+	}
+	fmt.Println("created twice:", errors.Is(err, client.ErrAlreadyExists), api.CodeOf(err))
+	users := c.Table("users")
+	if err := users.Put(ctx, []byte("alice"), []byte("pro")); err != nil {
+		fmt.Println(err)
+		return
+	}
+	v, err := users.Get(ctx, []byte("alice"))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Printf("alice: %s\n", v)
+
+	// Without a credential the cluster refuses.
+	anon, err := client.New(ctx, client.Options{Masters: p.Masters})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer anon.Close()
+	_, err = anon.Table("users").Get(ctx, []byte("alice"))
+	fmt.Println("unsigned:", api.CodeOf(err))
+	// Output:
+	// tenant: acme
+	// created twice: true ERROR_CODE_ALREADY_EXISTS
+	// alice: pro
+	// unsigned: ERROR_CODE_UNAUTHENTICATED
 }
 
 func Example() {

@@ -281,7 +281,7 @@ func TestDevQuickStart(t *testing.T) {
 		t.Fatalf("get of a deleted key: err %v, stderr %q", err, errOut)
 	}
 	out := mustCLI(t, addr, "workload", "kv", "--table", "kv", "--duration", "2s", "--concurrency", "4", "--read-percent", "90", "--value-size", "64", "--keys", "2000")
-	for _, want := range []string{"ops/s", "p50", "p99", "p99.9", "errors 0"} {
+	for _, want := range []string{"ops/s", "p50", "p99", "p99.9", "errors   0"} {
 		if !strings.Contains(out, want) {
 			t.Fatalf("workload output lacks %q:\n%s", want, out)
 		}

@@ -41,8 +41,9 @@ func (g *globals) clusterKeyPath(def string) string {
 //  8. the cluster credential at --cluster-key's default, if it exists
 //     (what `tabula dev` wrote in this directory).
 //
-// A profile's master addresses apply too unless --master is given. With
-// none, it says where it looked.
+// The master addresses of the profile it signs with apply too unless
+// --master or $TABULA_MASTER named them (resolveMaster). With none, it
+// says where it looked.
 func (g *globals) credential() (client.Credential, error) {
 	if g.keyFile != "" {
 		return client.ReadCredentialFile(g.keyFile)
@@ -88,14 +89,15 @@ func (g *globals) credential() (client.Credential, error) {
 }
 
 // profileCredential reads profile name from the profile file at path and
-// takes its master addresses (unless --master is given) and, for a cluster
+// takes its master addresses (unless --master or $TABULA_MASTER named
+// them) and, for a cluster
 // credential, its tenant (unless --tenant is given).
 func (g *globals) profileCredential(path, name string) (client.Credential, error) {
 	p, err := client.LoadProfile(path, name)
 	if err != nil {
 		return client.Credential{}, err
 	}
-	if len(p.Masters) > 0 && !g.flags.Changed("master") {
+	if len(p.Masters) > 0 && !g.masterSet {
 		g.master = p.Masters
 	}
 	if p.Tenant != "" && !g.flags.Changed("tenant") && p.Credential.Principal == client.ClusterPrincipal {

@@ -1,13 +1,20 @@
 package main
 
 import (
+	"errors"
 	"fmt"
-	"github.com/tabuladb/tabula/frontend/sharedkey"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 
+	"github.com/tabuladb/tabula/client"
+	"github.com/tabuladb/tabula/frontend/sharedkey"
 	"github.com/tabuladb/tabula/internal/testcluster"
 	"github.com/tabuladb/tabula/tablemaster"
 	"github.com/tabuladb/tabula/tableserver"
@@ -113,12 +120,15 @@ prints the endpoints and "tabula dev ready" once it serves, and runs until inter
 					fmt.Fprintf(out, "master  %s\n", a)
 				}
 			}
+			if hint := devMasterHint(c.MasterAddrs(), os.Getenv); hint != "" {
+				fmt.Fprintf(out, "        %s\n", hint)
+			}
 			ids := c.ServerIDs()
 			for i, a := range c.ServerAddrs() {
 				fmt.Fprintf(out, "server  %s  id %s  fault-domain fd-%d\n", a, ids[i], i)
 			}
 			fmt.Fprintf(out, "data    %s\n", c.Dir())
-			fmt.Fprintf(out, "credential %s  (the cluster's; the CLI run here finds it, elsewhere give --cluster-key or $TABULA_CLUSTER_KEY)\n", c.CredentialPath())
+			fmt.Fprintf(out, "credential %s  (the cluster's; %s)\n", c.CredentialPath(), devCredentialHint(c.CredentialPath(), os.Getenv, hasProfile(client.DefaultConfigPath(), "default")))
 			if u := pm.URL(); u != "" {
 				fmt.Fprintf(out, "metrics %s\n", u)
 			}
@@ -126,8 +136,7 @@ prints the endpoints and "tabula dev ready" once it serves, and runs until inter
 				fmt.Fprintf(out, "dashboard %s\n", u)
 			}
 			if gw != nil {
-				fmt.Fprintf(out, "azure   http://%s/%s  (Azure Table REST; account %s with its well-known key: UseDevelopmentStorage=true)\n",
-					gw.Addr(), sharedkey.DevAccount, sharedkey.DevAccount)
+				fmt.Fprintf(out, "azure   %s\n", devAzureLine(gw.Addr()))
 			}
 			fmt.Fprintln(out, "tabula dev ready")
 			<-cmd.Context().Done()
@@ -144,4 +153,80 @@ prints the endpoints and "tabula dev ready" once it serves, and runs until inter
 	cmd.Flags().StringVar(&dashListen, "dashboard-listen", "127.0.0.1:0", dashboardListenUsage+"; the leading master's (empty: off)")
 	cmd.Flags().StringVar(&azureListen, "azure-listen", "127.0.0.1:10002", azureListenUsage+"; serves the development account "+sharedkey.DevAccount)
 	return cmd
+}
+
+// devMasterHint tells how the CLI reaches a dev cluster whose master is
+// not at the CLI's default address; "" when it is, or when
+// $TABULA_MASTER already names it.
+func devMasterHint(addrs []string, getenv func(string) string) string {
+	list := strings.Join(addrs, ",")
+	if list == defaultMaster || getenv("TABULA_MASTER") == list {
+		return ""
+	}
+	return fmt.Sprintf("(not the CLI's default %s: give --master %s or export TABULA_MASTER=%s)", defaultMaster, list, list)
+}
+
+// devCredentialHint says truthfully how a CLI command started from this
+// directory, with no flags, comes to sign with the dev cluster's
+// credential at path, following credential's order; or what to give it
+// when it would not. getenv is os.Getenv; defaultProfile says whether the
+// profile file has a profile "default" (which comes before a
+// ./tabula-data/cluster.key).
+func devCredentialHint(path string, getenv func(string) string, defaultProfile bool) string {
+	abs := func(p string) string {
+		a, err := filepath.Abs(p)
+		if err != nil {
+			return filepath.Clean(p)
+		}
+		return a
+	}
+	give := fmt.Sprintf("give --cluster-key %s or export TABULA_CLUSTER_KEY=%s", abs(path), abs(path))
+	switch {
+	case getenv("TABULA_TENANT") != "" && getenv("TABULA_KEY") != "":
+		return fmt.Sprintf("the CLI signs as $TABULA_TENANT %s instead; to use this one, %s", getenv("TABULA_TENANT"), give)
+	case getenv("TABULA_PROFILE") != "":
+		return fmt.Sprintf("the CLI signs with $TABULA_PROFILE %s instead; to use this one, %s", getenv("TABULA_PROFILE"), give)
+	case getenv("TABULA_CLUSTER_KEY") != "" && abs(getenv("TABULA_CLUSTER_KEY")) == abs(path):
+		return "the CLI finds it through $TABULA_CLUSTER_KEY"
+	case getenv("TABULA_CLUSTER_KEY") != "":
+		return fmt.Sprintf("the CLI signs with $TABULA_CLUSTER_KEY %s instead; to use this one, give --cluster-key %s", getenv("TABULA_CLUSTER_KEY"), abs(path))
+	case defaultProfile:
+		return fmt.Sprintf("the CLI signs with your profile \"default\" (%s) instead; to use this one, %s", client.DefaultConfigPath(), give)
+	case slices.ContainsFunc(defaultClusterKeys, func(p string) bool { return abs(p) == abs(path) }):
+		return "the CLI run in this directory finds it; elsewhere " + give
+	}
+	return "the CLI does not look there on its own: " + give
+}
+
+// hasProfile reports whether the profile file at path has profile name
+// (a damaged file counts: the CLI would stop at it too).
+func hasProfile(path, name string) bool {
+	_, err := client.LoadProfile(path, name)
+	return !errors.Is(err, client.ErrNoProfile)
+}
+
+// devAzureLine describes the dev cluster's Azure Table endpoint at addr
+// and the connection string that reaches it: UseDevelopmentStorage=true
+// means http://127.0.0.1:10002 to the Azure SDKs, so any other address
+// gets the explicit string.
+func devAzureLine(addr string) string {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		host, port = addr, ""
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+		host = "127.0.0.1" // listening on every address: loopback reaches it
+	}
+	endpoint := "http://" + net.JoinHostPort(host, port) + "/" + sharedkey.DevAccount
+	conn := "UseDevelopmentStorage=true"
+	if host != "127.0.0.1" || port != "10002" {
+		conn = devConnectionString(endpoint)
+	}
+	return fmt.Sprintf("%s  (Azure Table REST; account %s with its well-known key; connection string: %s)", endpoint, sharedkey.DevAccount, conn)
+}
+
+// devConnectionString is the explicit Azure connection string of the
+// development account served at endpoint.
+func devConnectionString(endpoint string) string {
+	return fmt.Sprintf("DefaultEndpointsProtocol=http;AccountName=%s;AccountKey=%s;TableEndpoint=%s;", sharedkey.DevAccount, sharedkey.DevKey, endpoint)
 }

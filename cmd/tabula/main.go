@@ -39,6 +39,9 @@ type globals struct {
 	profile    string         // --profile
 	keyFile    string         // --key-file
 	flags      *pflag.FlagSet
+	// masterSet: the masters were named, by --master or $TABULA_MASTER,
+	// so a profile's do not apply.
+	masterSet bool
 }
 
 func main() {
@@ -61,7 +64,7 @@ func rootCmd() *cobra.Command {
 		SilenceErrors: true,
 	}
 	pf := root.PersistentFlags()
-	pf.StringSliceVar(&g.master, "master", []string{defaultMaster}, "Table Master address(es), comma-separated")
+	pf.StringSliceVar(&g.master, "master", []string{defaultMaster}, "Table Master address(es), comma-separated; without it: $TABULA_MASTER, else the signing profile's master, else the default")
 	pf.StringVar(&g.tenant, "tenant", api.DefaultTenant, "tenant to act as")
 	pf.DurationVar(&g.timeout, "timeout", 30*time.Second, "deadline of a client command (retries included)")
 	pf.StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn or error")
@@ -73,6 +76,7 @@ func rootCmd() *cobra.Command {
 	pf.StringVar(&g.profile, "profile", "", "profile to use from the profile file ($TABULA_PROFILE, else \"default\"; file: $TABULA_CONFIG or ~/.config/tabula/config)")
 	pf.StringVar(&g.keyFile, "key-file", "", "a credential file to sign with (a tenant's, or the cluster's)")
 	g.flags = pf
+	root.PersistentPreRunE = func(*cobra.Command, []string) error { return g.resolveMaster() }
 	root.AddCommand(
 		devCmd(g), masterCmd(g), serverCmd(g), gatewayCmd(g),
 		tableCmd(g), putCmd(g), getCmd(g), delCmd(g), scanCmd(g),
@@ -96,12 +100,45 @@ func (g *globals) logger() (*slog.Logger, error) {
 	return nil, fmt.Errorf("--log-format %q: want text or json", g.logFormat)
 }
 
-// client connects to the masters named by --master as --tenant.
-func (g *globals) client(ctx context.Context) (*client.Client, error) {
-	if err := g.reachable(ctx); err != nil {
-		return nil, err
+// resolveMaster applies $TABULA_MASTER when --master is not given. The
+// order, first found: --master, $TABULA_MASTER, the master of the
+// profile the command signs with (credential applies it), 127.0.0.1:7100.
+func (g *globals) resolveMaster() error {
+	if g.flags.Changed("master") {
+		g.masterSet = true
+		return nil
 	}
-	cred, err := g.credential()
+	env := os.Getenv("TABULA_MASTER")
+	if env == "" {
+		return nil
+	}
+	var addrs []string
+	for _, a := range strings.Split(env, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			addrs = append(addrs, a)
+		}
+	}
+	if len(addrs) == 0 {
+		return fmt.Errorf("$TABULA_MASTER %q names no address", env)
+	}
+	g.master, g.masterSet = addrs, true
+	return nil
+}
+
+// connectCredential finds the credential (which may take the masters from
+// a profile) and then checks that a master answers. Not reaching a master
+// is reported first: with no cluster running it is the error to fix.
+func (g *globals) connectCredential(ctx context.Context) (client.Credential, error) {
+	cred, credErr := g.credential()
+	if err := g.reachable(ctx); err != nil {
+		return client.Credential{}, err
+	}
+	return cred, credErr
+}
+
+// client connects to the masters (see resolveMaster) as --tenant.
+func (g *globals) client(ctx context.Context) (*client.Client, error) {
+	cred, err := g.connectCredential(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -124,7 +161,7 @@ const noMasterWait = 2 * time.Second
 // electing a leader) is left to the command's own retries.
 func (g *globals) reachable(ctx context.Context) error {
 	if len(g.master) == 0 {
-		return errors.New("no master address: give --master ADDR")
+		return errors.New("no master address: give --master ADDR or set $TABULA_MASTER")
 	}
 	ctx, cancel := context.WithTimeout(ctx, noMasterWait)
 	defer cancel()
@@ -151,7 +188,7 @@ func (g *globals) reachable(ctx context.Context) error {
 			if errors.As(last, &op) && op.Err != nil {
 				why = op.Err.Error()
 			}
-			return fmt.Errorf("no master answers at %s (%s); is one running? `tabula dev` starts a local cluster, --master names another", strings.Join(g.master, ", "), why)
+			return fmt.Errorf("no master answers at %s (%s); is one running? `tabula dev` starts a local cluster; --master or $TABULA_MASTER names another", strings.Join(g.master, ", "), why)
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
@@ -172,15 +209,11 @@ func masterCallFor[T any](ctx context.Context, g *globals, fn func(api.MasterCli
 // one answers with anything but UNAVAILABLE: for the operator RPCs the SDK
 // does not wrap (ForgetServer, ListDataLoss).
 func (g *globals) masterCall(ctx context.Context, fn func(api.MasterClient) error) error {
-	if err := g.reachable(ctx); err != nil {
+	cred, err := g.connectCredential(ctx)
+	if err != nil {
 		return err
 	}
-	var err error
 	for _, addr := range g.master {
-		cred, credErr := g.credential()
-		if credErr != nil {
-			return credErr
-		}
 		tlsCfg, tlsErr := g.tls.Client()
 		if tlsErr != nil {
 			return tlsErr

@@ -180,29 +180,70 @@ func tenantDeleteCmd(g *globals) *cobra.Command {
 func tenantKeysCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "keys", Short: "Manage a tenant's keys"}
 	var key int
+	var saveProfile string
 	rotate := &cobra.Command{
-		Use:   "rotate NAME --key 1|2",
+		Use:   "rotate TENANT --key 1|2 [--save-profile [PROFILE]]",
 		Short: "Replace one of a tenant's keys with a fresh one (the other keeps working)",
-		Args:  cobra.ExactArgs(1),
+		Long: `Replace one of a tenant's keys with a fresh one and print the keys; requests signed with
+the old one are refused once the servers learn it (within a heartbeat), those signed with
+the other key keep working. --save-profile saves the new key in a profile (default: the
+tenant's name), replacing the one a profile used, so the profile keeps working; the
+profile keeps its master addresses unless --master or $TABULA_MASTER is given.`,
+		Args: cobra.RangeArgs(1, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if key != 1 && key != 2 {
 				return fmt.Errorf("--key %d: a tenant has key 1 and key 2", key)
 			}
+			tenant := args[0]
+			save := cmd.Flags().Changed("save-profile")
+			if len(args) == 2 {
+				// `--save-profile NAME`: a flag with an optional value
+				// takes NAME as an argument.
+				if !save || saveProfile != saveProfileDefault {
+					return fmt.Errorf("rotate takes one tenant; got %q too (a profile name goes with --save-profile)", args[1])
+				}
+				saveProfile = args[1]
+			}
+			if saveProfile == saveProfileDefault {
+				saveProfile = tenant
+			}
 			ctx, cancel := g.withTimeout(cmd.Context())
 			defer cancel()
 			resp, err := masterCallFor(ctx, g, func(mc api.MasterClient) (*api.RotateTenantKeyResponse, error) {
-				return mc.RotateTenantKey(ctx, &api.RotateTenantKeyRequest{Tenant: args[0], Key: uint32(key)})
+				return mc.RotateTenantKey(ctx, &api.RotateTenantKeyRequest{Tenant: tenant, Key: uint32(key)})
 			})
 			if err != nil {
-				return fmt.Errorf("rotate key %d of tenant %s: %w", key, args[0], err)
+				return fmt.Errorf("rotate key %d of tenant %s: %w", key, tenant, err)
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "key %s of tenant %s replaced; requests signed with the old one are refused once servers learn it (within a heartbeat)\n", strconv.Itoa(key), args[0])
+			out := cmd.OutOrStdout()
+			fmt.Fprintf(out, "key %s of tenant %s replaced; requests signed with the old one are refused once servers learn it (within a heartbeat)\n", strconv.Itoa(key), tenant)
 			printKeys(g, cmd, resp.GetTenant())
+			if !save {
+				return nil
+			}
+			keys := resp.GetTenant().GetKeys()
+			if len(keys) < key {
+				return fmt.Errorf("rotate key %d of tenant %s: the master's answer holds %d keys; nothing saved", key, tenant, len(keys))
+			}
+			path := client.DefaultConfigPath()
+			p := client.Profile{Masters: g.master, Tenant: tenant, Credential: client.TenantCredential(tenant, key, keys[key-1])}
+			if old, err := client.LoadProfile(path, saveProfile); err == nil && len(old.Masters) > 0 && !g.masterSet {
+				p.Masters = old.Masters // the profile's cluster, not this command's default
+			}
+			if err := client.SaveProfile(path, saveProfile, p); err != nil {
+				return fmt.Errorf("key %d of tenant %s was replaced, but saving it: %w", key, tenant, err)
+			}
+			fmt.Fprintf(out, "saved key %d as profile %q in %s: tabula --profile %s ...\n", key, saveProfile, path, saveProfile)
 			return nil
 		},
 	}
 	rotate.Flags().IntVar(&key, "key", 0, "which key to replace: 1 or 2")
+	rotate.Flags().StringVar(&saveProfile, "save-profile", "", "save the new key (and the masters) as profile `PROFILE` in the profile file (without a name: the tenant's)")
+	rotate.Flags().Lookup("save-profile").NoOptDefVal = saveProfileDefault
 	_ = rotate.MarkFlagRequired("key")
 	cmd.AddCommand(rotate)
 	return cmd
 }
+
+// saveProfileDefault is --save-profile given without a name.
+const saveProfileDefault = "TENANT"

@@ -2,9 +2,10 @@ package main
 
 import (
 	"fmt"
+	"io"
+	"os"
 	"time"
 
-	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
 
 	"github.com/tabuladb/tabula/internal/workload"
@@ -24,7 +25,13 @@ func workloadKVCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "kv",
 		Short: "Random Gets and Puts over a key range; prints ops/s and p50/p99/p99.9 latency",
-		Args:  cobra.NoArgs,
+		Long: `Random Gets and Puts over a key range, after writing every key once (unless
+--no-preload). A live line shows the calls that succeeded, their rate and the failed
+calls with their most common error: rewritten in place on a terminal, one line a
+second otherwise. The summary gives ops/s and latency of the calls that succeeded (a
+Get of an absent key succeeds, as a miss); failed calls are counted apart, by error,
+with their own latency. It exits 1 if any call failed.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if table == "" {
 				return fmt.Errorf("--table is required")
@@ -46,46 +53,22 @@ func workloadKVCmd(g *globals) *cobra.Command {
 			errOut := cmd.ErrOrStderr()
 			fmt.Fprintf(errOut, "workload kv: table %s, %d workers, %d%% reads, %d-byte values, %d keys, %v\n",
 				table, opts.Concurrency, opts.ReadPercent, opts.ValueSize, opts.Keys, opts.Duration)
-			var bar *progressbar.ProgressBar
-			progress := func(p workload.Progress) {
-				if bar == nil {
-					max := int64(p.Of)
-					if p.Phase == "run" {
-						max = int64(p.Total / time.Second)
-					}
-					bar = progressbar.NewOptions64(max, progressbar.OptionSetWriter(errOut),
-						progressbar.OptionSetWidth(20), progressbar.OptionSetPredictTime(false),
-						progressbar.OptionThrottle(200*time.Millisecond), progressbar.OptionClearOnFinish())
-				}
-				if p.Phase == "preload" {
-					bar.Describe(fmt.Sprintf("preload %d/%d keys, %.0f keys/s", p.Done, p.Of, p.Rate))
-					_ = bar.Set64(int64(p.Done))
-					return
-				}
-				_ = bar.Set64(int64(p.Elapsed / time.Second))
-				bar.Describe(fmt.Sprintf("run %v/%v  %d ops  %.0f ops/s  %d errors", p.Elapsed.Round(time.Second), p.Total, p.Done, p.Rate, p.Errors))
-			}
+			live := &liveLine{w: errOut, tty: writerIsTerminal(errOut)}
 			phase := ""
 			res, err := workload.Run(ctx, t, opts, func(p workload.Progress) {
-				if p.Phase != phase && bar != nil {
-					_ = bar.Finish()
-					bar = nil
+				if p.Phase != phase {
+					live.clear()
+					phase = p.Phase
 				}
-				phase = p.Phase
-				progress(p)
+				live.show(progressText(p))
 			})
-			if bar != nil {
-				_ = bar.Finish()
-			}
+			live.clear()
 			if err != nil {
 				return err
 			}
-			out := cmd.OutOrStdout()
-			fmt.Fprintf(out, "ops/s    %.0f\n", res.OpsPerSec)
-			fmt.Fprintf(out, "ops      %d in %v (reads %d, writes %d, misses %d, errors %d)\n", res.Ops, res.Elapsed.Round(time.Millisecond), res.Reads, res.Writes, res.Misses, res.Errors)
-			fmt.Fprintf(out, "latency  p50 %v  p99 %v  p99.9 %v  max %v\n", res.P50, res.P99, res.P999, res.Max)
-			if res.FirstError != nil {
-				fmt.Fprintf(out, "first error: %s\n", describeErr(res.FirstError))
+			printResult(cmd.OutOrStdout(), res)
+			if res.Errors > 0 {
+				return fmt.Errorf("workload kv: %d of %d calls failed (most: %s)", res.Errors, res.Errors+res.Ops, res.ErrorKinds[0].Kind)
 			}
 			return nil
 		},
@@ -100,4 +83,66 @@ func workloadKVCmd(g *globals) *cobra.Command {
 	f.BoolVar(&opts.SkipPreload, "no-preload", false, "do not write every key once before measuring")
 	f.Uint64Var(&opts.Seed, "seed", 1, "random seed")
 	return cmd
+}
+
+// progressText is the live line of a progress report.
+func progressText(p workload.Progress) string {
+	if p.Phase == "preload" {
+		return fmt.Sprintf("preload %d/%d keys  %.0f keys/s", p.Done, p.Of, p.Rate)
+	}
+	line := fmt.Sprintf("run %v/%v  %d ok  %.0f ok/s  %d errors", p.Elapsed.Round(time.Second), p.Total, p.Done, p.Rate, p.Errors)
+	if p.Errors > 0 && p.TopError != "" {
+		line += fmt.Sprintf(" (most: %s, %d)", p.TopError, p.TopErrorCount)
+	}
+	return line
+}
+
+// printResult prints the measured phase's summary: the successful calls,
+// then the failed ones apart.
+func printResult(out io.Writer, res workload.Result) {
+	fmt.Fprintf(out, "ops/s    %.0f  (calls that succeeded)\n", res.OpsPerSec)
+	fmt.Fprintf(out, "ops      %d in %v (reads %d, writes %d, misses %d)\n", res.Ops, res.Elapsed.Round(time.Millisecond), res.Reads, res.Writes, res.Misses)
+	if res.Ops > 0 {
+		fmt.Fprintf(out, "latency  p50 %v  p99 %v  p99.9 %v  max %v\n", res.P50, res.P99, res.P999, res.Max)
+	}
+	if res.Errors == 0 {
+		fmt.Fprintln(out, "errors   0")
+		return
+	}
+	fmt.Fprintf(out, "errors   %d failed calls, not in the figures above (latency p50 %v, max %v)\n", res.Errors, res.ErrorP50, res.ErrorMax)
+	for _, k := range res.ErrorKinds {
+		fmt.Fprintf(out, "  %8d  %s\n", k.Count, describeErr(k.Example))
+	}
+}
+
+// liveLine shows a progress line: on a terminal one line rewritten in
+// place; on anything else (a pipe, a file) one plain line per report, so
+// a log holds no carriage-return frames.
+type liveLine struct {
+	w     io.Writer
+	tty   bool
+	shown bool
+}
+
+func (l *liveLine) show(s string) {
+	if !l.tty {
+		fmt.Fprintln(l.w, s)
+		return
+	}
+	fmt.Fprintf(l.w, "\r%s\x1b[K", s)
+	l.shown = true
+}
+
+// clear erases a line shown in place.
+func (l *liveLine) clear() {
+	if l.shown {
+		fmt.Fprint(l.w, "\r\x1b[K")
+		l.shown = false
+	}
+}
+
+// writerIsTerminal is isTerminal for a writer that may not be a file.
+func writerIsTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && isTerminal(f)
 }

@@ -116,7 +116,7 @@ func (v *Verifier) authenticate(ctx context.Context, method string, msg any) (Pr
 	}
 	vals := metadata.ValueFromIncomingContext(ctx, MDAuth)
 	if len(vals) != 1 || vals[0] == "" {
-		return Principal{}, unauthenticated("unsigned", "%s needs a signed request (metadata %s); the SDK signs with client.Options.Credential, the CLI with a profile or --key", method, MDAuth)
+		return Principal{}, unauthenticated("unsigned", "%s needs a signed request (metadata %s); the SDK signs with client.Options.Credential, the CLI with --profile, --key-file or --cluster-key", method, MDAuth)
 	}
 	f := strings.Split(vals[0], " ")
 	if len(f) != 5 {
@@ -161,7 +161,7 @@ func (v *Verifier) authenticate(ctx context.Context, method string, msg any) (Pr
 		return key != nil && hmac.Equal(sig, mac(key, want))
 	}
 	if !check() && !(v.opts.Keys.Refresh(ctx, principal) && check()) {
-		return Principal{}, unauthenticated("signature_mismatch", "signature of %q with key %d does not verify (unknown principal, a rotated or wrong key, or a request changed in transit)", principal, keyID)
+		return Principal{}, v.mismatch(principal, keyID, sig, want)
 	}
 	if principal == ClusterPrincipal && keyID != 0 || principal != ClusterPrincipal && keyID == 0 {
 		return Principal{}, unauthenticated("bad_key_number", "key number %d does not fit principal %q", keyID, principal)
@@ -174,6 +174,24 @@ func (v *Verifier) authenticate(ctx context.Context, method string, msg any) (Pr
 		return Principal{}, denied("cluster_only", "%s needs the cluster credential; tenant %q may not call it", method, principal)
 	}
 	return p, nil
+}
+
+// mismatch explains a signature that did not verify with the key the
+// request named. When it verifies with the tenant's other key (a
+// credential whose key number does not match its key, as a profile
+// saying key-id 1 that holds key 2), it says so and which number to
+// set: only a holder of that key can make such a signature, so this
+// tells a stranger nothing. Otherwise it names the key it was checked
+// against and the likely causes, a rotation first.
+func (v *Verifier) mismatch(principal string, keyID int, sig, want []byte) error {
+	if principal == ClusterPrincipal || keyID == 0 {
+		return unauthenticated("signature_mismatch", "signature does not verify with the cluster key (key 0 of %q, the key the request named): the cluster credential file is not this cluster's, or the request changed in transit", principal)
+	}
+	other := 3 - keyID // keyID is 1 or 2 here
+	if k := v.opts.Keys.Key(principal, other); k != nil && hmac.Equal(sig, mac(k, want)) {
+		return unauthenticated("wrong_key_number", "signature made with key %d of tenant %q but sent as key %d: the credential names the wrong key number; set it to %d (a profile's key-id, $TABULA_KEY_ID, client.TenantCredential's id)", other, principal, keyID, other)
+	}
+	return unauthenticated("signature_mismatch", "signature does not verify with key %d of tenant %q; the request named key %d: rotated? (`tabula tenant describe %s --show-keys` prints the current keys; `tabula tenant keys rotate --save-profile` saves a new one in a profile) Else the key is not that tenant's, the tenant does not exist, or the request changed in transit", keyID, principal, keyID, principal)
 }
 
 // UnaryServerInterceptor authenticates every unary call, checks its

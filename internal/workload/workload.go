@@ -1,10 +1,13 @@
 package workload
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -87,19 +90,42 @@ type Progress struct {
 	Phase   string // "preload" or "run"
 	Elapsed time.Duration
 	Total   time.Duration // run phase length; preload: 0
-	Done    uint64        // operations (run) or keys written (preload)
-	Of      uint64        // preload: keys to write; run: 0
-	Errors  uint64
-	// Rate is operations per second over the last interval.
+	// Done counts operations that succeeded (run) or keys written
+	// (preload); failed calls are in Errors only.
+	Done uint64
+	Of   uint64 // preload: keys to write; run: 0
+	// Errors counts failed calls so far; TopError is the most common kind
+	// of failure (ErrorKind.Kind) and TopErrorCount its count.
+	Errors        uint64
+	TopError      string
+	TopErrorCount uint64
+	// Rate is successful operations per second over the last interval.
 	Rate float64
 }
 
-// Result is the measured phase's outcome.
+// ErrorKind is one kind of failure: its code and reason (or, for an error
+// without a Tabula code, its text), how many calls failed so, and the
+// first such error.
+type ErrorKind struct {
+	Kind    string
+	Count   uint64
+	Example error
+}
+
+// Result is the measured phase's outcome. Failed calls are counted apart:
+// Ops, Reads, Writes, OpsPerSec and the latency quantiles are of calls
+// that succeeded (a Get of an absent key succeeds, as a miss); Errors,
+// ErrorKinds and ErrorP50/ErrorMax are of those that failed, whose
+// instant refusals would otherwise pass for speed.
 type Result struct {
-	Ops, Reads, Writes, Misses, Errors uint64
-	Elapsed                            time.Duration
-	OpsPerSec                          float64
-	P50, P99, P999, Max                time.Duration
+	Ops, Reads, Writes, Misses uint64
+	Elapsed                    time.Duration
+	OpsPerSec                  float64
+	P50, P99, P999, Max        time.Duration
+
+	Errors             uint64
+	ErrorKinds         []ErrorKind // most common first
+	ErrorP50, ErrorMax time.Duration
 	// FirstError is the first failed operation's error, if any.
 	FirstError error
 }
@@ -129,7 +155,7 @@ func Run(ctx context.Context, t *client.Table, opts Options, progress func(Progr
 func preload(ctx context.Context, t *client.Table, opts Options, value []byte, progress func(Progress)) error {
 	const batch = 500
 	var done atomic.Uint64
-	stop := report(ctx, "preload", 0, uint64(opts.Keys), &done, nil, progress)
+	stop := report(ctx, "preload", 0, uint64(opts.Keys), &done, nil, nil, progress)
 	defer stop()
 	jobs := make(chan int)
 	errc := make(chan error, opts.Concurrency)
@@ -184,9 +210,68 @@ const (
 )
 
 type worker struct {
-	hist                          *hdrhistogram.Histogram
-	reads, writes, misses, errors uint64
-	firstErr                      error
+	hist, errHist         *hdrhistogram.Histogram
+	reads, writes, misses uint64
+	firstErr              error
+	// mu guards kinds, which the reporter reads once a second; a worker
+	// takes it only when a call fails.
+	mu    sync.Mutex
+	kinds map[string]*ErrorKind
+}
+
+// kindOf names the kind of a failed call: its Tabula code and reason, or
+// for an error without one (a context's end), its text.
+func kindOf(err error) string {
+	if d := api.DetailOf(err); d.GetCode() != api.ErrorCode_ERROR_CODE_UNSPECIFIED {
+		return strings.TrimPrefix(d.GetCode().String(), "ERROR_CODE_") + " " + d.GetReason()
+	}
+	s := err.Error()
+	if len(s) > 80 {
+		s = s[:80] + "..."
+	}
+	return s
+}
+
+func (wk *worker) failed(err error) {
+	if wk.firstErr == nil {
+		wk.firstErr = err
+	}
+	k := kindOf(err)
+	wk.mu.Lock()
+	if e := wk.kinds[k]; e != nil {
+		e.Count++
+	} else {
+		wk.kinds[k] = &ErrorKind{Kind: k, Count: 1, Example: err}
+	}
+	wk.mu.Unlock()
+}
+
+// errorKinds merges the workers' kinds, most common first.
+func errorKinds(workers []*worker) []ErrorKind {
+	all := map[string]*ErrorKind{}
+	for _, wk := range workers {
+		wk.mu.Lock()
+		for k, e := range wk.kinds {
+			if a := all[k]; a != nil {
+				a.Count += e.Count
+			} else {
+				c := *e
+				all[k] = &c
+			}
+		}
+		wk.mu.Unlock()
+	}
+	out := make([]ErrorKind, 0, len(all))
+	for _, e := range all {
+		out = append(out, *e)
+	}
+	slices.SortFunc(out, func(a, b ErrorKind) int {
+		if a.Count != b.Count {
+			return cmp.Compare(b.Count, a.Count)
+		}
+		return strings.Compare(a.Kind, b.Kind)
+	})
+	return out
 }
 
 func run(ctx context.Context, t *client.Table, opts Options, value []byte, progress func(Progress)) (Result, error) {
@@ -198,12 +283,22 @@ func run(ctx context.Context, t *client.Table, opts Options, value []byte, progr
 	end := start.Add(opts.Duration)
 	runCtx, cancel := context.WithDeadline(ctx, end)
 	defer cancel()
-	stop := report(runCtx, "run", opts.Duration, 0, &ops, &errs, progress)
 	workers := make([]*worker, opts.Concurrency)
-	var wg sync.WaitGroup
 	for w := range workers {
-		wk := &worker{hist: hdrhistogram.New(minLatency, maxLatency, sigFigs)}
-		workers[w] = wk
+		workers[w] = &worker{hist: hdrhistogram.New(minLatency, maxLatency, sigFigs),
+			errHist: hdrhistogram.New(minLatency, maxLatency, sigFigs), kinds: map[string]*ErrorKind{}}
+	}
+	stop := report(runCtx, "run", opts.Duration, 0, &ops, &errs, func() (string, uint64) {
+		if errs.Load() == 0 {
+			return "", 0
+		}
+		if k := errorKinds(workers); len(k) > 0 {
+			return k[0].Kind, k[0].Count
+		}
+		return "", 0
+	}, progress)
+	var wg sync.WaitGroup
+	for w, wk := range workers {
 		wg.Add(1)
 		go func(seed uint64) {
 			defer wg.Done()
@@ -213,11 +308,11 @@ func run(ctx context.Context, t *client.Table, opts Options, value []byte, progr
 				read := r.IntN(100) < opts.ReadPercent
 				t0 := time.Now()
 				var err error
+				miss := false
 				if read {
 					_, err = t.Get(runCtx, key)
 					if errors.Is(err, client.ErrKeyNotFound) {
-						wk.misses++
-						err = nil
+						miss, err = true, nil
 					}
 				} else {
 					err = t.Put(runCtx, key, value)
@@ -225,19 +320,23 @@ func run(ctx context.Context, t *client.Table, opts Options, value []byte, progr
 				if !time.Now().Before(end) || runCtx.Err() != nil {
 					break // the run ended mid-call: do not count it
 				}
-				_ = wk.hist.RecordValue(min(int64(time.Since(t0)), maxLatency)) // clamped: never out of range
-				ops.Add(1)
-				if read {
-					wk.reads++
-				} else {
-					wk.writes++
-				}
+				took := min(int64(time.Since(t0)), maxLatency) // clamped: never out of range
 				if err != nil {
-					wk.errors++
+					_ = wk.errHist.RecordValue(took)
+					wk.failed(err)
 					errs.Add(1)
-					if wk.firstErr == nil {
-						wk.firstErr = err
-					}
+					continue
+				}
+				_ = wk.hist.RecordValue(took)
+				ops.Add(1)
+				switch {
+				case miss:
+					wk.misses++
+					wk.reads++
+				case read:
+					wk.reads++
+				default:
+					wk.writes++
 				}
 			}
 		}(uint64(w) + 1)
@@ -247,29 +346,36 @@ func run(ctx context.Context, t *client.Table, opts Options, value []byte, progr
 	stop()
 	var res Result
 	all := hdrhistogram.New(minLatency, maxLatency, sigFigs)
+	failed := hdrhistogram.New(minLatency, maxLatency, sigFigs)
 	for _, wk := range workers {
 		all.Merge(wk.hist)
+		failed.Merge(wk.errHist)
 		res.Reads += wk.reads
 		res.Writes += wk.writes
 		res.Misses += wk.misses
-		res.Errors += wk.errors
 		if res.FirstError == nil {
 			res.FirstError = wk.firstErr
 		}
 	}
 	res.Ops = uint64(all.TotalCount())
+	res.Errors = uint64(failed.TotalCount())
+	res.ErrorKinds = errorKinds(workers)
 	res.Elapsed = elapsed
 	res.OpsPerSec = float64(res.Ops) / elapsed.Seconds()
 	q := func(p float64) time.Duration { return time.Duration(all.ValueAtQuantile(p)) }
 	res.P50, res.P99, res.P999, res.Max = q(50), q(99), q(99.9), time.Duration(all.Max())
+	if res.Errors > 0 {
+		res.ErrorP50, res.ErrorMax = time.Duration(failed.ValueAtQuantile(50)), time.Duration(failed.Max())
+	}
 	if ctx.Err() != nil {
 		return res, ctx.Err()
 	}
 	return res, nil
 }
 
-// report calls progress once a second until stop is called or ctx ends.
-func report(ctx context.Context, phase string, total time.Duration, of uint64, done, errs *atomic.Uint64, progress func(Progress)) (stop func()) {
+// report calls progress once a second until stop is called or ctx ends;
+// top (may be nil) names the most common error so far.
+func report(ctx context.Context, phase string, total time.Duration, of uint64, done, errs *atomic.Uint64, top func() (string, uint64), progress func(Progress)) (stop func()) {
 	if progress == nil {
 		return func() {}
 	}
@@ -293,6 +399,9 @@ func report(ctx context.Context, phase string, total time.Duration, of uint64, d
 					Rate: float64(n-lastN) / now.Sub(last).Seconds()}
 				if errs != nil {
 					p.Errors = errs.Load()
+				}
+				if top != nil {
+					p.TopError, p.TopErrorCount = top()
 				}
 				progress(p)
 				last, lastN = now, n

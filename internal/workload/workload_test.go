@@ -2,6 +2,7 @@ package workload_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -52,6 +53,54 @@ func TestRunAgainstCluster(t *testing.T) {
 		if _, err := cl.Table("w").Get(ctx, workload.Key(i)); err != nil {
 			t.Fatalf("key %d after preload: %v", i, err)
 		}
+	}
+}
+
+// Failed calls are counted apart (issue 32, item 4): with every Put
+// refused (a value over the table's limit) and every Get a miss, ops/s and
+// the latency quantiles are the Gets', the failures are counted, live and
+// at the end, by kind, with their own (instant) latency.
+func TestRunCountsFailuresApart(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c, err := testcluster.Start(ctx, testcluster.Options{Servers: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	cl, err := client.New(ctx, client.Options{Masters: []string{c.MasterAddr()}, Credential: c.Credential()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	if _, err := cl.CreateTable(ctx, "w", api.TableKind_TABLE_KIND_POINT, &api.TableOptions{Partitions: 2, Replication: 1, MaxValueBytes: 64}); err != nil {
+		t.Fatal(err)
+	}
+	var live []workload.Progress
+	res, err := workload.Run(ctx, cl.Table("w"), workload.Options{
+		Duration: 1500 * time.Millisecond, Concurrency: 2, ReadPercent: 50, ValueSize: 100, Keys: 1000, SkipPreload: true,
+	}, func(p workload.Progress) { live = append(live, p) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Errors == 0 || res.Writes != 0 || res.Reads == 0 || res.Misses != res.Reads || res.Ops != res.Reads {
+		t.Fatalf("result %+v: want every Put failed and counted apart, every Get a miss", res)
+	}
+	if len(res.ErrorKinds) != 1 || res.ErrorKinds[0].Count != res.Errors || !strings.HasPrefix(res.ErrorKinds[0].Kind, "INVALID_ARGUMENT") {
+		t.Fatalf("error kinds %+v (of %d errors)", res.ErrorKinds, res.Errors)
+	}
+	if res.FirstError == nil || res.ErrorP50 <= 0 || res.ErrorP50 >= res.P50 {
+		t.Fatalf("failed calls' p50 %v, the Gets' %v: the refusals are client-side, so faster", res.ErrorP50, res.P50)
+	}
+	if wantRate := float64(res.Ops) / res.Elapsed.Seconds(); res.OpsPerSec != wantRate {
+		t.Fatalf("ops/s %v, want the successful calls' %v", res.OpsPerSec, wantRate)
+	}
+	if len(live) == 0 {
+		t.Fatal("no progress reported")
+	}
+	last := live[len(live)-1]
+	if last.Phase != "run" || last.Errors == 0 || !strings.HasPrefix(last.TopError, "INVALID_ARGUMENT") || last.TopErrorCount != last.Errors || last.Done > res.Ops {
+		t.Fatalf("live progress %+v: want the errors counted and named, Done only the successes", last)
 	}
 }
 
