@@ -50,9 +50,9 @@ type clConfig struct {
 	peers, workloads              map[string]bool
 	dir, tabulaBin                string
 	seed                          uint64
-	cpuProfile                    string // the suite's own process (the clients)
-	gomaxprocs                    int    // of every child process; 0: Go's default
-	serverDebugPort               int    // server i serves /debug/pprof/ on this port + i, /metrics on this port + 100 + i; 0: none
+	cpuProfile                    string   // the suite's own process (the clients)
+	gomaxprocs                    int      // of every child process; 0: Go's default
+	serverDebugPort               int      // server i serves /debug/pprof/ on this port + i, /metrics on this port + 100 + i; 0: none
 	flaps                         int      // pauses of the flap run
 	serverFlags                   []string // added to every tabula server's command line
 }
