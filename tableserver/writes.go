@@ -5,6 +5,8 @@ import (
 	"context"
 	"time"
 
+	"google.golang.org/grpc/status"
+
 	"github.com/tabuladb/tabula/api"
 	"github.com/tabuladb/tabula/engines"
 )
@@ -40,6 +42,12 @@ func b2b(b bool) byte {
 func logged(ctx context.Context, r *replica, hdr *api.RequestHeader, reqID string, kind byte, fp uint64, fn decide) (uint64, []byte, error) {
 	lsn, res, err := r.log.write(ctx, hdr.GetEpoch(), reqID, fp, fn)
 	if err != nil {
+		if _, ok := status.FromError(err); !ok {
+			// An engine's own error (a read of the kept outcome or of the
+			// key meeting a reopen, say): the API's code for it, not
+			// Unknown, so the client knows to retry.
+			err = engineErr(r, err)
+		}
 		return 0, nil, err
 	}
 	if len(res) == 0 || res[0] != kind {
