@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -50,20 +51,36 @@ const (
 // clStreamCounters reads the stream's drop and rejoin counters of every
 // server of tab and sums them. A server that does not answer (paused,
 // restarting) counts with what it said last. Not safe for concurrent use.
+//
+// A dropped secondary is not always brought back: when the extent's
+// appends fail (a primary that was itself paused finds, on waking, every
+// Replicate of the pause timed out), the extent is sealed and the log
+// goes on in a new one, whose ack set names every replica afresh. There
+// is no counter of those; the primary logs each ("secondary not brought
+// back to the ack set"), and givenUp counts the lines.
 type clStreamCounters struct {
 	addrs []string
 	http  *http.Client
 	last  []clDropsRejoins
+	logs  []*clLogCount
 }
 
-type clDropsRejoins struct{ drops, rejoins float64 }
+type clDropsRejoins struct{ drops, rejoins, givenUp float64 }
+
+// clGivenUp is what a primary logs when a dropped secondary cannot rejoin
+// the extent (replication/stream/rejoin.go).
+const clGivenUp = "secondary not brought back to the ack set"
 
 func newClStreamCounters(tab *clTabula) *clStreamCounters {
-	return &clStreamCounters{
+	c := &clStreamCounters{
 		addrs: tab.metricsAddrs,
 		http:  &http.Client{Timeout: time.Second},
 		last:  make([]clDropsRejoins, len(tab.metricsAddrs)),
 	}
+	for _, p := range tab.servers {
+		c.logs = append(c.logs, &clLogCount{path: p.logPath, what: clGivenUp})
+	}
+	return c
 }
 
 // read scrapes every server at once and returns the sums; err says which
@@ -94,7 +111,37 @@ func (c *clStreamCounters) read(ctx context.Context) (clDropsRejoins, error) {
 		sum.drops += v.drops
 		sum.rejoins += v.rejoins
 	}
+	for _, l := range c.logs {
+		n, err := l.count()
+		sum.givenUp += float64(n)
+		errs = append(errs, err)
+	}
 	return sum, errors.Join(errs...)
+}
+
+// clLogCount counts the lines of a log file holding what, reading only
+// what was added since the last call. Not safe for concurrent use.
+type clLogCount struct {
+	path string
+	what string
+	off  int64 // bytes read: up to the end of the last whole line
+	n    int
+}
+
+func (l *clLogCount) count() (int, error) {
+	f, err := os.Open(l.path)
+	if err != nil {
+		return l.n, fmt.Errorf("count %q in a log: %w", l.what, err)
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.NewSectionReader(f, l.off, 1<<40))
+	if err != nil {
+		return l.n, fmt.Errorf("count %q in %s: %w", l.what, l.path, err)
+	}
+	whole := bytes.LastIndexByte(b, '\n') + 1 // a line being written waits for the next call
+	l.n += bytes.Count(b[:whole], []byte(l.what))
+	l.off += int64(whole)
+	return l.n, nil
 }
 
 func (c *clStreamCounters) scrape(ctx context.Context, addr string) (clDropsRejoins, error) {
@@ -175,8 +222,9 @@ func clNewFlapSnap(at time.Time, d *api.DescribeTableResponse, ctr clDropsRejoin
 	return s
 }
 
-// out is how many dropped secondaries are not back yet, by the counters.
-func (s *clFlapSnap) out() float64 { return s.ctr.drops - s.ctr.rejoins }
+// out is how many dropped secondaries are not back yet and not given up
+// on (their extent sealed: the log goes on in a new one that has them).
+func (s *clFlapSnap) out() float64 { return s.ctr.drops - s.ctr.rejoins - s.ctr.givenUp }
 
 // clFlapPause follows one pause from its resume on, one poll at a time
 // (observe), until its figures are known. Not safe for concurrent use.
@@ -197,10 +245,8 @@ type clFlapPause struct {
 	first  *clFlapSnap       // the first poll after the resume
 	target map[uint64]uint64 // partition id -> primary's applied LSN reported after the resume
 
-	// The drop counter at the last poll before the stop and when the
-	// pause was done with (its figures known, or given up on).
-	dropsBefore, dropsAfter float64
-	closed                  bool
+	ctrBefore clDropsRejoins // the counters at the last poll before the stop
+	closed    bool           // its figures known, or given up on
 
 	inStep time.Time // the paused server's replicas reached their targets
 	ackSet time.Time // the counters: every dropped secondary back in its ack set
@@ -490,7 +536,7 @@ func clFlap(ctx context.Context, out io.Writer, tab *clTabula, keys [][]byte, cf
 	next := flapStart
 	for {
 		if len(pauses) < cfg.flaps && !time.Now().Before(next) {
-			p := &clFlapPause{victim: vid, replicas: tab.replicas, outBase: base.out(), dropsBefore: latest.ctr.drops, stopped: time.Now()}
+			p := &clFlapPause{victim: vid, replicas: tab.replicas, outBase: base.out(), ctrBefore: latest.ctr, stopped: time.Now()}
 			if err := proc.signal(syscall.SIGSTOP); err != nil {
 				return fmt.Errorf("flap: pause fd-%d: %w", victim, err)
 			}
@@ -521,7 +567,7 @@ func clFlap(ctx context.Context, out io.Writer, tab *clTabula, keys [][]byte, cf
 			}
 			p.observe(s)
 			if p.done() || s.at.Sub(p.resumed) > clFlapGiveUp {
-				p.closed, p.dropsAfter = true, s.ctr.drops
+				p.closed = true
 				continue
 			}
 			open = true
@@ -553,8 +599,14 @@ func clFlap(ctx context.Context, out io.Writer, tab *clTabula, keys [][]byte, cf
 		if p.inStep.IsZero() {
 			failures++
 		}
-		fmt.Fprintf(out, "raw flap-pause %d fd-%d stopped %v: in step after %.2f s, ack sets whole after %.2f s, every partition full after %.2f s; %.0f drops counted from the stop to then\n",
-			i+1, victim, p.resumed.Sub(p.stopped).Round(time.Millisecond), p.since(p.inStep), p.since(p.ackSet), p.since(p.full), p.dropsAfter-p.dropsBefore)
+		// The counters over the pause's slot: to the next pause's stop.
+		upTo := end.ctr
+		if i+1 < len(pauses) {
+			upTo = pauses[i+1].ctrBefore
+		}
+		fmt.Fprintf(out, "raw flap-pause %d fd-%d stopped %v: in step after %.2f s, ack sets whole after %.2f s, every partition full after %.2f s; to the next stop %.0f secondaries dropped, %.0f rejoined, %.0f given up (extent sealed)\n",
+			i+1, victim, p.resumed.Sub(p.stopped).Round(time.Millisecond), p.since(p.inStep), p.since(p.ackSet), p.since(p.full),
+			upTo.drops-p.ctrBefore.drops, upTo.rejoins-p.ctrBefore.rejoins, upTo.givenUp-p.ctrBefore.givenUp)
 	}
 	// Under-replicated after the last pause: until every partition has
 	// its replicas in sync and at their targets by the statuses, and no
@@ -565,7 +617,7 @@ func clFlap(ctx context.Context, out io.Writer, tab *clTabula, keys [][]byte, cf
 		under = last.since(last.ackSet)
 	}
 
-	drops, rejoins := end.ctr.drops-base.ctr.drops, end.ctr.rejoins-base.ctr.rejoins
+	drops, rejoins, givenUp := end.ctr.drops-base.ctr.drops, end.ctr.rejoins-base.ctr.rejoins, end.ctr.givenUp-base.ctr.givenUp
 	steady, flapping := load.merged(clFlapSteady, 0, 1), load.merged(clFlapFlapping, 0, 1)
 	steadyElse, flappingElse := load.merged(clFlapSteady, 0), load.merged(clFlapFlapping, 0)
 	ops := func(h *hdrhistogram.Histogram, ph int) float64 {
@@ -574,12 +626,12 @@ func clFlap(ctx context.Context, out io.Writer, tab *clTabula, keys [][]byte, cf
 	fmt.Fprintf(out, "raw flap-writes steady %.0f ops/s p50 %d us p99 %d us; flapping %.0f ops/s p50 %d us p99 %d us; primary elsewhere: steady p99 %d us, flapping p99 %d us; %d writes failed or timed out (last error: %v)\n",
 		ops(steady, clFlapSteady), steady.ValueAtQuantile(50), steady.ValueAtQuantile(99), ops(flapping, clFlapFlapping), flapping.ValueAtQuantile(50), flapping.ValueAtQuantile(99),
 		steadyElse.ValueAtQuantile(99), flappingElse.ValueAtQuantile(99), sumInts(load.errs[:]), load.last)
-	fmt.Fprintf(out, "raw flap-counters %.0f secondaries dropped, %.0f rejoined during the flapping (summed over servers); %.0f out before it, %.0f after\n", drops, rejoins, base.out(), end.out())
+	fmt.Fprintf(out, "raw flap-counters %.0f secondaries dropped, %.0f rejoined, %.0f given up on (extent sealed; logged) during the flapping, summed over servers; %.0f out before it, %.0f after\n", drops, rejoins, givenUp, base.out(), end.out())
 	if failures > 0 {
 		fmt.Fprintf(out, "note: flap: %d of %d pauses' replicas not in step within %v (counted as %v)\n", failures, len(pauses), clFlapGiveUp, clFlapGiveUp)
 	}
 	if last.ackSet.IsZero() {
-		fmt.Fprintf(out, "note: flap: the rejoin counters did not catch up with the drops within %v of the last pause (a secondary given up on?); under-replicated time from the statuses alone\n", clFlapGiveUp)
+		fmt.Fprintf(out, "note: flap: the rejoin counters did not catch up with the drops within %v of the last pause ; under-replicated time from the statuses alone\n", clFlapGiveUp)
 	}
 	fmt.Fprintf(out, "figure cluster-secondary-rejoin-s-p50 %.2f s\n", clQuantile(inStep, 0.5))
 	fmt.Fprintf(out, "figure cluster-secondary-rejoin-s-p99 %.2f s\n", clQuantile(inStep, 0.99))
@@ -589,6 +641,7 @@ func clFlap(ctx context.Context, out io.Writer, tab *clTabula, keys [][]byte, cf
 	fmt.Fprintf(out, "figure cluster-under-replicated-s %.2f s\n", under)
 	fmt.Fprintf(out, "figure cluster-flap-secondary-drops %.0f\n", drops)
 	fmt.Fprintf(out, "figure cluster-flap-secondary-rejoins %.0f\n", rejoins)
+	fmt.Fprintf(out, "figure cluster-flap-secondary-given-up %.0f\n", givenUp)
 	fmt.Fprintf(out, "figure cluster-flap-write-p99-ratio %.2f\n", float64(flapping.ValueAtQuantile(99))/float64(max(1, steady.ValueAtQuantile(99))))
 	if prims > 0 {
 		fmt.Fprintf(out, "figure cluster-flap-write-p99-ratio-primary-elsewhere %.2f\n", float64(flappingElse.ValueAtQuantile(99))/float64(max(1, steadyElse.ValueAtQuantile(99))))

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -170,5 +172,43 @@ func TestClusterQuantile(t *testing.T) {
 	}
 	if got := clQuantile(nil, 0.99); got != 0 {
 		t.Fatalf("p99 of nothing %v, want 0", got)
+	}
+}
+
+// Given-up rejoins are counted from the log as it grows, a line only
+// once it is whole, and they settle a drop as a rejoin does.
+func TestClusterLogCount(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "server.log")
+	l := &clLogCount{path: path, what: clGivenUp}
+	appendLog := func(s string) {
+		f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.WriteString(s); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	line := `level=INFO msg="` + clGivenUp + `" extent=2` + "\n"
+	appendLog("level=WARN msg=\"secondary dropped from the ack set\"\n" + line)
+	half := len(line) / 2
+	appendLog(line[:half])
+	if n, err := l.count(); n != 1 || err != nil {
+		t.Fatalf("count %d, %v; want 1 (the second line is not whole)", n, err)
+	}
+	appendLog(line[half:] + line)
+	if n, err := l.count(); n != 3 || err != nil {
+		t.Fatalf("count %d, %v; want 3", n, err)
+	}
+	if n, err := l.count(); n != 3 || err != nil {
+		t.Fatalf("count again %d, %v; want 3", n, err)
+	}
+
+	s := &clFlapSnap{ctr: clDropsRejoins{drops: 5, rejoins: 2, givenUp: 3}}
+	if s.out() != 0 {
+		t.Fatalf("out %v with 5 drops, 2 rejoins, 3 given up; want 0", s.out())
 	}
 }
