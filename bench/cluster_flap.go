@@ -240,7 +240,8 @@ type clFlapPause struct {
 	replicas int    // the table's replication factor
 	stopped  time.Time
 	resumed  time.Time
-	outBase  float64 // dropped secondaries not back before the flapping began
+	slotEnd  time.Time // the next pause's stop (when one is due)
+	outBase  float64   // dropped secondaries not back before the flapping began
 
 	first  *clFlapSnap       // the first poll after the resume
 	target map[uint64]uint64 // partition id -> primary's applied LSN reported after the resume
@@ -272,7 +273,14 @@ func (p *clFlapPause) observe(s *clFlapSnap) {
 		}
 	}
 	targets := len(p.target) == len(s.primary)
-	if p.ackSet.IsZero() && s.out() <= p.outBase {
+	// The ack sets are whole from the first poll after which no dropped
+	// secondary was out again within the pause's slot: some drops come
+	// only after the resume (the paused server's own timers, or a
+	// Replicate timed out late), so the first poll may still show none.
+	switch {
+	case s.out() > p.outBase && s.at.Before(p.slotEnd):
+		p.ackSet = time.Time{}
+	case s.out() <= p.outBase && p.ackSet.IsZero():
 		p.ackSet = s.at
 	}
 	if p.inStep.IsZero() && targets && p.replicasAtTarget(s, func(server string) bool { return server == p.victim }) {
@@ -306,9 +314,10 @@ func (p *clFlapPause) replicasAtTarget(s *clFlapSnap, which func(server string) 
 	return true
 }
 
-// done says whether every figure of the pause is known.
-func (p *clFlapPause) done() bool {
-	return !p.inStep.IsZero() && !p.ackSet.IsZero() && !p.full.IsZero()
+// done says whether every figure of the pause is known at poll time at:
+// each reached, and the slot over.
+func (p *clFlapPause) done(at time.Time) bool {
+	return !p.inStep.IsZero() && !p.ackSet.IsZero() && !p.full.IsZero() && !at.Before(p.slotEnd)
 }
 
 // since is the seconds from the resume to t; clFlapGiveUp when t is zero
@@ -536,7 +545,8 @@ func clFlap(ctx context.Context, out io.Writer, tab *clTabula, keys [][]byte, cf
 	next := flapStart
 	for {
 		if len(pauses) < cfg.flaps && !time.Now().Before(next) {
-			p := &clFlapPause{victim: vid, replicas: tab.replicas, outBase: base.out(), ctrBefore: latest.ctr, stopped: time.Now()}
+			stopped := time.Now()
+			p := &clFlapPause{victim: vid, replicas: tab.replicas, outBase: base.out(), ctrBefore: latest.ctr, stopped: stopped, slotEnd: stopped.Add(cfg.flapInterval)}
 			if err := proc.signal(syscall.SIGSTOP); err != nil {
 				return fmt.Errorf("flap: pause fd-%d: %w", victim, err)
 			}
@@ -566,7 +576,7 @@ func clFlap(ctx context.Context, out io.Writer, tab *clTabula, keys [][]byte, cf
 				continue
 			}
 			p.observe(s)
-			if p.done() || s.at.Sub(p.resumed) > clFlapGiveUp {
+			if p.done(s.at) || s.at.Sub(p.resumed) > clFlapGiveUp {
 				p.closed = true
 				continue
 			}

@@ -69,7 +69,7 @@ func flapSnap(at time.Duration, hosts map[uint64][]string, applied map[uint64]ma
 // has its three replicas in sync at their targets.
 func TestClusterFlapPause(t *testing.T) {
 	hosts := map[uint64][]string{1: {"s0", "s1", "s2"}, 2: {"s1", "s2", "s3"}}
-	p := &clFlapPause{victim: "s2", replicas: 3, outBase: 1, resumed: time.Unix(1000, 0)}
+	p := &clFlapPause{victim: "s2", replicas: 3, outBase: 1, resumed: time.Unix(1000, 0), slotEnd: time.Unix(1000, 0).Add(1200 * time.Millisecond)}
 	type st = map[uint64]map[string]int64
 	steps := []struct {
 		at                   time.Duration
@@ -84,9 +84,12 @@ func TestClusterFlapPause(t *testing.T) {
 		{100 * time.Millisecond, st{1: {"s0": 100, "s1": 100, "s2": 100}, 2: {"s1": 260, "s2": 200, "s3": 200}}, 5, 3, false, false, false},
 		// Partition 1's too (130); the counters caught up.
 		{500 * time.Millisecond, st{1: {"s0": 130, "s1": 130, "s2": 120}, 2: {"s1": 300, "s2": 260, "s3": 260}}, 5, 4, false, true, false},
-		// The paused server at both targets; s3 still catching up.
-		{time.Second, st{1: {"s0": 160, "s1": 160, "s2": 130}, 2: {"s1": 330, "s2": 300, "s3": -330}}, 5, 4, true, true, false},
-		{1500 * time.Millisecond, st{1: {"s0": 190, "s1": 190, "s2": 190}, 2: {"s1": 360, "s2": 360, "s3": 360}}, 5, 4, true, true, true},
+		// The paused server at both targets; s3 still catching up; a
+		// drop within the slot: the ack sets are not whole after all.
+		{time.Second, st{1: {"s0": 160, "s1": 160, "s2": 130}, 2: {"s1": 330, "s2": 300, "s3": -330}}, 6, 4, true, false, false},
+		{1500 * time.Millisecond, st{1: {"s0": 190, "s1": 190, "s2": 190}, 2: {"s1": 360, "s2": 360, "s3": 360}}, 6, 5, true, true, true},
+		// A drop after the slot (the next pause's) changes nothing.
+		{1600 * time.Millisecond, st{1: {"s0": 190, "s1": 190, "s2": 190}, 2: {"s1": 360, "s2": 360, "s3": 360}}, 9, 5, true, true, true},
 	}
 	for i, s := range steps {
 		p.observe(flapSnap(s.at, hosts, s.applied, s.drops, s.rejoins))
@@ -94,8 +97,11 @@ func TestClusterFlapPause(t *testing.T) {
 			t.Fatalf("step %d: in step, ack set, full = %v, want %v", i, got, [3]bool{s.inStep, s.ackSet, s.full})
 		}
 	}
-	if got := [3]float64{p.since(p.inStep), p.since(p.ackSet), p.since(p.full)}; got != [3]float64{1, 0.5, 1.5} {
-		t.Fatalf("in step, ack set, full after %v s, want [1 0.5 1.5]", got)
+	if got := [3]float64{p.since(p.inStep), p.since(p.ackSet), p.since(p.full)}; got != [3]float64{1, 1.5, 1.5} {
+		t.Fatalf("in step, ack set, full after %v s, want [1 1.5 1.5]", got)
+	}
+	if !p.done(p.slotEnd) || p.done(p.slotEnd.Add(-time.Millisecond)) {
+		t.Fatal("done before the slot's end, or not after it")
 	}
 	if p.target[1] != 130 || p.target[2] != 260 {
 		t.Fatalf("targets %v, want 1:130 2:260", p.target)
@@ -122,7 +128,7 @@ func TestClusterFlapPauseIdleAndShort(t *testing.T) {
 	if !p.full.IsZero() {
 		t.Fatal("full with 2 of 3 replicas")
 	}
-	if p.done() {
+	if p.done(time.Unix(2000, 0)) {
 		t.Fatal("done with the table short of a replica")
 	}
 	if got := p.since(time.Time{}); got != clFlapGiveUp.Seconds() {
