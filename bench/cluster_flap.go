@@ -614,8 +614,8 @@ func clFlap(ctx context.Context, out io.Writer, tab *clTabula, keys [][]byte, cf
 		if i+1 < len(pauses) {
 			upTo = pauses[i+1].ctrBefore
 		}
-		fmt.Fprintf(out, "raw flap-pause %d fd-%d stopped %v: in step after %.2f s, ack sets whole after %.2f s, every partition full after %.2f s; to the next stop %.0f secondaries dropped, %.0f rejoined, %.0f given up (extent sealed)\n",
-			i+1, victim, p.resumed.Sub(p.stopped).Round(time.Millisecond), p.since(p.inStep), p.since(p.ackSet), p.since(p.full),
+		fmt.Fprintf(out, "raw flap-pause %d fd-%d stopped %v, resumed at %s: in step after %.2f s, ack sets whole after %.2f s, every partition full after %.2f s; to the next stop %.0f secondaries dropped, %.0f rejoined, %.0f given up (extent sealed)\n",
+			i+1, victim, p.resumed.Sub(p.stopped).Round(time.Millisecond), p.resumed.UTC().Format("15:04:05.000"), p.since(p.inStep), p.since(p.ackSet), p.since(p.full),
 			upTo.drops-p.ctrBefore.drops, upTo.rejoins-p.ctrBefore.rejoins, upTo.givenUp-p.ctrBefore.givenUp)
 	}
 	// Under-replicated after the last pause: until every partition has
