@@ -30,7 +30,7 @@ import (
 func init() {
 	register(suite{
 		name:  "cluster",
-		about: "real processes on loopback: tabula master + 5 servers vs 3-node etcd and Redis (AOF always): durable writes, reads, failover under kill -9, a paused secondary",
+		about: "real processes on loopback: tabula master + 5 servers vs 3-node etcd and Redis (AOF always): durable writes, reads, failover under kill -9, a paused secondary, a flapping one",
 		run:   runCluster,
 	})
 }
@@ -47,6 +47,8 @@ type clConfig struct {
 	killInterval                  time.Duration
 	restart                       string
 	pause                         time.Duration
+	flaps                         int
+	flapPause, flapInterval       time.Duration
 	peers, workloads              map[string]bool
 	dir, tabulaBin                string
 	seed                          uint64
@@ -93,10 +95,11 @@ func runCluster(out io.Writer, args []string) (err error) {
 	fs.DurationVar(&cfg.killInterval, "kill-interval", 2*time.Second, "steady write load between the cluster settling and the next kill")
 	fs.StringVar(&cfg.restart, "restart", "auto", "when the killed server is restarted: immediate (as soon as it is gone), after (once its partitions are writable again or the failover timeout passed), auto (immediate with 1 replica, whose partitions wait for their server; after otherwise)")
 	fs.DurationVar(&cfg.pause, "pause", 5*time.Second, "SIGSTOP length of the paused-secondary run (and of its steady run before)")
+	fs.IntVar(&cfg.flaps, "flaps", 5, "pauses of one server in the flap run")
+	fs.DurationVar(&cfg.flapPause, "flap-pause", 400*time.Millisecond, "SIGSTOP length of each pause of the flap run")
+	fs.DurationVar(&cfg.flapInterval, "flap-interval", 3*time.Second, "time from one pause's start to the next one's in the flap run")
 	peers := fs.String("peers", "etcd,redis", "peers to run: etcd, redis (comma list; none for ours alone)")
 	workloads := fs.String("workloads", "writes,reads,pause,flap,failover,repair", "workloads to run (comma list; also lazyflush: puts with engines flushing lazily vs fsyncing every write, on a second cluster)")
-	fs.IntVar(&cfg.flaps, "flaps", 5, "flap: 0.4 s SIGSTOPs of one server, 3 s apart, under the write load")
-	serverFlags := fs.String("server-flags", "", "extra flags for every tabula server, space-separated (e.g. \"--replicate-timeout-max 150ms\" to fix the replicate timeout)")
 	fs.Int64Var(&cfg.repairBytes, "repair-bytes", 1<<30, "repair: bytes of the partition copied to a new replica")
 	fs.StringVar(&cfg.dir, "dir", "", "directory for data and logs (default: a new temp dir, removed after a successful run)")
 	fs.StringVar(&cfg.tabulaBin, "tabula-bin", "", "tabula binary to run (default: built from this checkout)")
@@ -136,6 +139,9 @@ func runCluster(out io.Writer, args []string) (err error) {
 	}
 	if cfg.servers < 1 || cfg.goroutines < 1 || cfg.keys < cfg.goroutines || cfg.rounds < 1 {
 		return errors.New("-servers, -goroutines, -rounds must be ≥ 1 and -keys ≥ -goroutines")
+	}
+	if cfg.flaps < 1 || cfg.flapPause <= 0 || cfg.flapInterval <= cfg.flapPause {
+		return errors.New("-flaps must be ≥ 1, -flap-pause > 0 and -flap-interval longer than -flap-pause")
 	}
 
 	dir := cfg.dir
@@ -262,6 +268,9 @@ type clTabula struct {
 	partitions  int
 	singleCopy  bool
 	serverCount int
+	// metricsAddrs[i] serves server i's Prometheus metrics (the stream's
+	// drop and rejoin counters); "" for servers of a prefixed cluster.
+	metricsAddrs []string
 
 	// bin, procs and dir start more servers (the repair section's spare).
 	bin   string
@@ -295,7 +304,9 @@ func clStartTabulaAs(ctx context.Context, out io.Writer, procs *clProcs, dir str
 		}
 		fmt.Fprintf(os.Stderr, "cluster: built %s in %v\n", bin, time.Since(t0).Round(time.Millisecond))
 	}
-	addrs, err := clFreeAddrs(1 + cfg.servers)
+	// The master's and the servers' addresses, and the servers' metrics
+	// addresses, picked in one go so that none repeats.
+	addrs, err := clFreeAddrs(1 + 2*cfg.servers)
 	if err != nil {
 		return nil, err
 	}
@@ -307,13 +318,28 @@ func clStartTabulaAs(ctx context.Context, out io.Writer, procs *clProcs, dir str
 	if err := t.master.waitLog(ctx, "master serving", 20*time.Second); err != nil {
 		return nil, err
 	}
+	// The main cluster's servers always serve their metrics: the suite
+	// reads the stream's drop and rejoin counters (on -server-debug-port's
+	// ports when it is given).
+	metricsAddrs := make([]string, cfg.servers)
+	if prefix == "" {
+		for i := range metricsAddrs {
+			metricsAddrs[i] = addrs[1+cfg.servers+i]
+			if cfg.serverDebugPort != 0 {
+				metricsAddrs[i] = fmt.Sprintf("127.0.0.1:%d", cfg.serverDebugPort+100+i)
+			}
+		}
+	}
+	t.metricsAddrs = metricsAddrs
 	for i := range cfg.servers {
 		args := append([]string{"server",
 			"--master", t.masterAddr, "--listen", addrs[1+i],
 			"--data", filepath.Join(dir, fmt.Sprintf("server-%d", i)), "--fault-domain", fmt.Sprintf("fd-%d", i)}, serverArgs...)
 		if cfg.serverDebugPort != 0 && prefix == "" {
-			args = append(args, "--debug-listen", fmt.Sprintf("127.0.0.1:%d", cfg.serverDebugPort+i),
-				"--metrics-listen", fmt.Sprintf("127.0.0.1:%d", cfg.serverDebugPort+100+i))
+			args = append(args, "--debug-listen", fmt.Sprintf("127.0.0.1:%d", cfg.serverDebugPort+i))
+		}
+		if metricsAddrs[i] != "" {
+			args = append(args, "--metrics-listen", metricsAddrs[i])
 		}
 		p, err := procs.start(fmt.Sprintf("%stabula-server-%d", prefix, i), bin, args...)
 		if err != nil {
@@ -657,9 +683,24 @@ func clWrites(ctx context.Context, out io.Writer, tab *clTabula, etcd *clEtcd, r
 			return rds.cli.Set(ctx, string(keys[rng.IntN(len(keys))]), val, 0).Err()
 		}})
 	}
+	// Secondaries dropped from an ack set with no fault injected: every
+	// one is a replica falling behind that the load alone caused.
+	ctrs := newClStreamCounters(tab)
+	before, berr := ctrs.read(ctx)
 	res, err := clCompare(ctx, out, "put", cs, cfg)
 	if err != nil {
 		return err
+	}
+	after, aerr := ctrs.read(ctx)
+	if err := errors.Join(berr, aerr); err != nil {
+		fmt.Fprintf(out, "note: secondary drops during the puts not known: %v\n", err)
+	} else {
+		// Per minute of load on ours (its contenders' rounds), not of the
+		// whole workload: the peers' rounds load other processes.
+		ours := time.Duration(cfg.rounds*tabContenders(cs)) * cfg.duration
+		drops := after.drops - before.drops
+		fmt.Fprintf(out, "raw tabula put secondaries dropped %.0f, rejoined %.0f over %v of puts to ours (no fault injected)\n", drops, after.rejoins-before.rejoins, ours)
+		fmt.Fprintf(out, "figure cluster-secondary-drops-per-min %.2f /min\n", drops/ours.Minutes())
 	}
 	if tab.singleCopy {
 		fmt.Fprintln(out, "note: tabula put numbers are single-copy (1 replica), not replicated writes")
@@ -673,6 +714,17 @@ func clWrites(ctx context.Context, out io.Writer, tab *clTabula, etcd *clEtcd, r
 		}
 	}
 	return nil
+}
+
+// tabContenders counts the contenders that are ours.
+func tabContenders(cs []clContender) int {
+	n := 0
+	for _, c := range cs {
+		if strings.HasPrefix(c.name, "tabula") {
+			n++
+		}
+	}
+	return n
 }
 
 // clReads: single-key reads, ours Get (from the primary) vs redis GET.
