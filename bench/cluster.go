@@ -55,7 +55,6 @@ type clConfig struct {
 	cpuProfile                    string   // the suite's own process (the clients)
 	gomaxprocs                    int      // of every child process; 0: Go's default
 	serverDebugPort               int      // server i serves /debug/pprof/ on this port + i, /metrics on this port + 100 + i; 0: none
-	flaps                         int      // pauses of the flap run
 	serverFlags                   []string // added to every tabula server's command line
 }
 
@@ -96,6 +95,7 @@ func runCluster(out io.Writer, args []string) (err error) {
 	fs.StringVar(&cfg.restart, "restart", "auto", "when the killed server is restarted: immediate (as soon as it is gone), after (once its partitions are writable again or the failover timeout passed), auto (immediate with 1 replica, whose partitions wait for their server; after otherwise)")
 	fs.DurationVar(&cfg.pause, "pause", 5*time.Second, "SIGSTOP length of the paused-secondary run (and of its steady run before)")
 	fs.IntVar(&cfg.flaps, "flaps", 5, "pauses of one server in the flap run")
+	serverFlags := fs.String("server-flags", "", "extra flags for every tabula server, space-separated (e.g. \"--replicate-timeout-max 150ms\" to fix the replicate timeout)")
 	fs.DurationVar(&cfg.flapPause, "flap-pause", 400*time.Millisecond, "SIGSTOP length of each pause of the flap run")
 	fs.DurationVar(&cfg.flapInterval, "flap-interval", 3*time.Second, "time from one pause's start to the next one's in the flap run")
 	peers := fs.String("peers", "etcd,redis", "peers to run: etcd, redis (comma list; none for ours alone)")
