@@ -189,7 +189,7 @@ func (h *handoffCluster) put(t *testing.T, ctx context.Context, key, value strin
 		if ctx.Err() != nil {
 			t.Fatalf("put %s: %v", key, ctx.Err())
 		}
-		time.Sleep(5 * time.Millisecond) // polling a remote condition: nothing to wait on
+		nextPoll(ctx)
 	}
 }
 
@@ -220,7 +220,7 @@ func TestLiveHandoffNoStaleRead(t *testing.T) {
 			if ctx.Err() != nil {
 				t.Fatalf("server %s never heartbeated", id)
 			}
-			time.Sleep(5 * time.Millisecond)
+			nextPoll(ctx)
 		}
 	}
 	st.start(old.GetServerId())
@@ -243,7 +243,7 @@ func TestLiveHandoffNoStaleRead(t *testing.T) {
 	// The stalled server acknowledges its demotion now; nothing is left
 	// fenced.
 	for h.describe(t, ctx).GetHandoffFrom() != "" {
-		time.Sleep(5 * time.Millisecond)
+		nextPoll(ctx)
 	}
 }
 
@@ -327,7 +327,7 @@ func TestLiveHandoffUnavailability(t *testing.T) {
 		if ctx.Err() != nil {
 			t.Fatal("the writer wrote nothing")
 		}
-		time.Sleep(5 * time.Millisecond)
+		nextPoll(ctx)
 	}
 	var gaps []time.Duration
 	for range moves {
@@ -342,7 +342,7 @@ func TestLiveHandoffUnavailability(t *testing.T) {
 			if pr := primaryOf(q); pr != nil && pr.GetServerId() != from && q.GetHandoffFrom() == "" {
 				break
 			}
-			time.Sleep(5 * time.Millisecond)
+			nextPoll(ctx)
 		}
 		// Wait for the writer to land at the new epoch, then measure the
 		// gap between the epochs.
@@ -354,7 +354,7 @@ func TestLiveHandoffUnavailability(t *testing.T) {
 			if last.epoch >= q.GetEpoch() {
 				break
 			}
-			time.Sleep(5 * time.Millisecond)
+			nextPoll(ctx)
 		}
 		mu.Lock()
 		i := slices.IndexFunc(oks, func(o ok) bool { return o.epoch >= q.GetEpoch() })
@@ -370,4 +370,16 @@ func TestLiveHandoffUnavailability(t *testing.T) {
 	}
 	t.Logf("live handoffs (moves of the primary): %d; write unavailability p50 %v, p99 %v (max %v); all: %v",
 		len(gaps), p50.Round(time.Millisecond), p99.Round(time.Millisecond), gaps[len(gaps)-1].Round(time.Millisecond), gaps)
+}
+
+// nextPoll waits for the next look at a remote condition (one the test
+// cannot be told of: another process's state), or until ctx, the test's
+// deadline, ends; the caller checks ctx.
+func nextPoll(ctx context.Context) {
+	t := time.NewTimer(5 * time.Millisecond)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
 }

@@ -103,7 +103,7 @@ func TestPausedSecondaryCatchesUp(t *testing.T) {
 		if err := servers[1].cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(400 * time.Millisecond) // the fault itself: a 0.4 s pause
+		<-time.After(400 * time.Millisecond) // the fault itself: a 0.4 s pause
 		if err := servers[1].cmd.Process.Signal(syscall.SIGCONT); err != nil {
 			t.Fatal(err)
 		}
@@ -111,7 +111,7 @@ func TestPausedSecondaryCatchesUp(t *testing.T) {
 	for i := range 3 {
 		pause()
 		if i < 2 {
-			time.Sleep(time.Second) // the fault's schedule: 1 s apart
+			<-time.After(time.Second) // the fault's schedule: 1 s apart
 		}
 	}
 	resumed := time.Now()
