@@ -190,7 +190,7 @@ func TestPacerServesNewestFirst(t *testing.T) {
 // ends) while waiting leaves the slot to the next call.
 func TestPacerSlotOfAGoneCallIsNotLost(t *testing.T) {
 	var ps pacers
-	ps.refused("s", busyDetail(8))
+	ps.refused("s", busyDetail(1)) // ~2.1/s: a slot every ~476 ms
 	ctx := context.Background()
 	if err := ps.wait(ctx, "s", classWrite); err != nil {
 		t.Fatal(err)
@@ -204,23 +204,25 @@ func TestPacerSlotOfAGoneCallIsNotLost(t *testing.T) {
 	if err := <-done; err != context.Canceled {
 		t.Fatalf("a call whose context ended: %v, want context.Canceled", err)
 	}
-	// The next slot is due within ~100 ms of the burst; the next call
-	// gets it.
+	// The next slot is due within ~476 ms of the burst; the next call
+	// gets it (a lost slot would hold it to the one after, ~952 ms).
 	start := time.Now()
 	if err := ps.wait(ctx, "s", classWrite); err != nil {
 		t.Fatal(err)
 	}
-	if d := time.Since(start); d > 150*time.Millisecond {
-		t.Errorf("the next call waited %v for a slot due within ~100 ms", d)
+	if d := time.Since(start); d > 800*time.Millisecond {
+		t.Errorf("the next call waited %v for a slot due within ~476 ms", d)
 	}
 }
 
-// TestPacerTurnsAwayCallsWithNoSlotInTime: of five calls with 250 ms left
-// at ~10 slots a second, two can be sent in time; the other three fail
-// client_paced at once rather than at their deadlines.
+// TestPacerTurnsAwayCallsWithNoSlotInTime: of five calls with 1.3 s left
+// at ~2.1 slots a second (a slot every ~476 ms), two can be sent in time; the other three fail
+// client_paced at once rather than at their deadlines. (The scale is
+// seconds so that a loaded machine, whose timers fire late by a few
+// hundred milliseconds, cannot move a slot past the deadline.)
 func TestPacerTurnsAwayCallsWithNoSlotInTime(t *testing.T) {
 	var ps pacers
-	ps.refused("s", busyDetail(8)) // ~10/s, a burst of 1
+	ps.refused("s", busyDetail(1)) // ~2.1/s, a burst of 1
 	ctx := context.Background()
 	if err := ps.wait(ctx, "s", classWrite); err != nil { // the burst
 		t.Fatal(err)
@@ -228,15 +230,19 @@ func TestPacerTurnsAwayCallsWithNoSlotInTime(t *testing.T) {
 	type result struct {
 		err  error
 		took time.Duration
+		left time.Duration // until the deadline, when the call returned
 	}
+	// One deadline for all five, so a goroutine started late has no
+	// less time than the others.
+	dl := time.Now().Add(1300 * time.Millisecond)
 	results := make(chan result, 5)
 	for range 5 {
 		go func() {
-			cctx, cancel := context.WithTimeout(ctx, 250*time.Millisecond)
+			cctx, cancel := context.WithDeadline(ctx, dl)
 			defer cancel()
 			start := time.Now()
 			err := ps.wait(cctx, "s", classWrite)
-			results <- result{err, time.Since(start)}
+			results <- result{err, time.Since(start), time.Until(dl)}
 		}()
 	}
 	var sent, away int
@@ -247,12 +253,12 @@ func TestPacerTurnsAwayCallsWithNoSlotInTime(t *testing.T) {
 			sent++
 		case d.GetReason() == "client_paced":
 			away++
-			if r.took > 150*time.Millisecond {
+			if r.took > 900*time.Millisecond {
 				t.Errorf("a call turned away waited %v", r.took)
 			}
 			// The third slot at best: later than it could wait.
-			if ms := d.GetRetryAfterMs(); time.Duration(ms)*time.Millisecond < 250*time.Millisecond-r.took-paceMargin {
-				t.Errorf("a call turned away after %v has a retry_after of %d ms; want at least the time it had left", r.took, ms)
+			if ms := d.GetRetryAfterMs(); time.Duration(ms)*time.Millisecond < r.left-paceMargin {
+				t.Errorf("a call turned away with %v left has a retry_after of %d ms; want at least the time it had left", r.left, ms)
 			}
 		default:
 			t.Errorf("a paced call: %v", r.err)
