@@ -82,7 +82,34 @@ func rootCmd() *cobra.Command {
 		tableCmd(g), putCmd(g), getCmd(g), delCmd(g), scanCmd(g),
 		workloadCmd(g), bulkCmd(g), streamCmd(g), extentCmd(g), coprocCmd(g), partitionCmd(g), tenantCmd(g),
 	)
+	refuseUnknownSubcommands(root)
 	return root
+}
+
+// refuseUnknownSubcommands makes every command group (a command with
+// subcommands and no action of its own) fail on a word that names none of
+// them, suggesting the nearest: cobra otherwise prints the group's help
+// and exits 0, so a mistyped `tabula partition splt` looked like success
+// to a script. A group given no word still prints its help.
+func refuseUnknownSubcommands(c *cobra.Command) {
+	const groupAnnotation = "tabula-group" // a group: it has no action of its own
+	for _, sub := range c.Commands() {
+		refuseUnknownSubcommands(sub)
+	}
+	if c == c.Root() || !c.HasSubCommands() || c.Runnable() {
+		return // the root refuses unknown commands itself
+	}
+	c.Annotations = map[string]string{groupAnnotation: "true"}
+	c.RunE = func(cmd *cobra.Command, args []string) error {
+		if len(args) == 0 {
+			return cmd.Help()
+		}
+		msg := fmt.Sprintf("unknown command %q for %q", args[0], cmd.CommandPath())
+		if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
+			msg += "; did you mean " + strings.Join(s, " or ") + "?"
+		}
+		return fmt.Errorf("%s (see %s --help)", msg, cmd.CommandPath())
+	}
 }
 
 func (g *globals) logger() (*slog.Logger, error) {
