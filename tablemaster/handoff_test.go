@@ -262,3 +262,26 @@ func TestHandoffLifted(t *testing.T) {
 		})
 	}
 }
+
+// TestMoveTargetIsNeverTheSource: a move with no target named picks a
+// server that holds no replica of the partition, whichever replica moves
+// (the source, holding the fewest replicas, used to be picked and the move
+// refused has_replica).
+func TestMoveTargetIsNeverTheSource(t *testing.T) {
+	s, pid := handoffState(t)
+	// Another table piles onto d and two of a, b, c: the third of them
+	// then ties d for the fewest replicas and sorts before it.
+	mustApply(t, s, Command{Op: OpCreateTable, Tenant: "default", Table: "u", Kind: point, UnixMs: 1, Options: &TableOptions{Partitions: 1, Replication: 3, Storage: StorageMemory}})
+	p := partOf(s, pid)
+	for _, r := range p.Replicas {
+		next := s.Clone()
+		res, err := next.Apply(Command{Op: OpMoveReplica, PartitionID: pid, ServerID: r.ServerID})
+		if err != nil {
+			t.Fatalf("move from %s with no target: %v", r.ServerID, err)
+		}
+		np := partOf(next, pid)
+		if !res.Changed || np.Move == nil || np.Move.To != spare(p) {
+			t.Fatalf("move from %s: changed %v, move %+v, want a move to %s", r.ServerID, res.Changed, np.Move, spare(p))
+		}
+	}
+}

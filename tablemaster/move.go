@@ -72,8 +72,11 @@ func (s *State) moveReplica(cmd *Command, chk bool) (Result, error) {
 				others = append(others, r.ServerID)
 			}
 		}
-		cands := s.candidates()
 		if cmd.To == "" {
+			// The source is not a host of the result, but it cannot be
+			// the target either: it holds the replica being moved (and,
+			// having fewest replicas, was the pick after a few moves).
+			cands := slices.DeleteFunc(s.candidates(), func(c Candidate) bool { return c.ID == cmd.ServerID })
 			picks := Place(cands, others, 1)
 			if len(picks) == 0 {
 				return Result{}, errCode(ErrInvalidArgument, api.ErrorCode_ERROR_CODE_UNAVAILABLE, "no_target", "no live server in a fault domain partition %d does not use can take its replica from %s", p.ID, cmd.ServerID)
