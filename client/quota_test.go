@@ -193,3 +193,47 @@ func TestTenantStoredBytesQuota(t *testing.T) {
 		return tbl.Put(ctx, []byte("again"), val) == nil
 	})
 }
+
+// TestStoredBytesQuotaAsShown: on three servers, a tenant writing through
+// one partition is admitted up to the quota less the usage shown, not a
+// third of it. (With the room split evenly among the servers hosting the
+// tenant, the second 4,000-byte put of five that fit was refused while
+// `tenant quota` showed 4 KB of 20 KiB used.)
+func TestStoredBytesQuotaAsShown(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	tc, err := testcluster.Start(ctx, testcluster.Options{Servers: 3, Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := tc.Close(); err != nil {
+			t.Errorf("close cluster: %v", err)
+		}
+	})
+	const quota = 20 << 10
+	c, _ := newTenant(t, tc, "shown", &api.TenantQuota{StoredBytes: quota})
+	tbl := createTable(t, c, "t", &api.TableOptions{Partitions: 1, Replication: 3, Storage: "memory"})
+	waitFor(t, 20*time.Second, "the quota to reach the server", func() bool {
+		r, err := tbl.CompareAndSwap(ctx, client.CAS{Key: []byte("probe"), Expected: []byte("never"), Value: make([]byte, 2*quota)})
+		if err == nil && r.Swapped {
+			t.Fatal("the probe swapped")
+		}
+		return api.CodeOf(err) == api.ErrorCode_ERROR_CODE_QUOTA_EXCEEDED
+	})
+	val := make([]byte, 4000)
+	var stored int
+	var refused error
+	for i := range 10 {
+		if refused = tbl.Put(ctx, []byte{byte(i)}, val); refused != nil {
+			break
+		}
+		stored = i + 1
+	}
+	if api.CodeOf(refused) != api.ErrorCode_ERROR_CODE_QUOTA_EXCEEDED {
+		t.Fatalf("after %d puts of 4,000 bytes under a 20 KiB quota: %v, want QUOTA_EXCEEDED", stored, refused)
+	}
+	if fit := quota / 4001; stored < fit-1 || stored > fit {
+		t.Errorf("%d puts of 4,000 bytes admitted under a quota of %d bytes; want %d (or one fewer)", stored, quota, fit)
+	}
+}

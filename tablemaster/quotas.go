@@ -19,11 +19,17 @@ import (
 //     requests. Each server runs a token bucket at its share. As load
 //     moves, shares follow within a few heartbeats.
 //   - a size quota (stored bytes, memory bytes) becomes an allowance: the
-//     quota less the usage the servers last reported, split evenly among
-//     the servers hosting the tenant, counted from the server's written
-//     counter at the report the usage came from. A server refuses a write
-//     that would pass its allowance (QUOTA_EXCEEDED) until the next
-//     report frees room. Deletes are always admitted.
+//     quota less the usage the servers last reported (what `tabula tenant
+//     quota` shows), counted from the server's written counter at the
+//     report the usage came from. Every server hosting the tenant gets
+//     the whole room, so a write is refused (QUOTA_EXCEEDED) exactly when
+//     the usage shown plus what this server admitted since plus the write
+//     would pass the quota. (Split evenly, as it was, a tenant writing
+//     through one server was refused at a third of the room it was shown
+//     on three.) The price: servers admitting writes at once, within one
+//     report interval, may together pass the quota by what they admitted
+//     in it; the next reports close the room on all of them. Deletes are
+//     always admitted.
 //
 // All of it is the leader's soft state: a new leader starts with no
 // demand (every server gets an even share) and learns usage from the next
@@ -238,7 +244,7 @@ func (m *Master) quotaShares(st *State, server string) []*api.TenantShare {
 			if used >= quota {
 				return 0
 			}
-			return (quota - used) / uint64(n)
+			return quota - used // the whole room, to every server: see above
 		}
 		if t.Quota.StoredBytes > 0 {
 			sh.StoredLimited, sh.StoredLeft, sh.StoredAsOf = true, left(t.Quota.StoredBytes, u.stored), asOf[0]
