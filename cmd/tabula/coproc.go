@@ -1,9 +1,11 @@
 package main
 
 import (
+	"context"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 	"text/tabwriter"
@@ -46,6 +48,9 @@ func coprocDeployCmd(g *globals) *cobra.Command {
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "deployed %s version %d to %s\n", name, v, table)
 			if wait {
+				if err := showCompiling(ctx, cmd.ErrOrStderr(), t, name, v); err != nil {
+					return err
+				}
 				if err := t.WaitCoprocLive(ctx, name, v); err != nil {
 					return err
 				}
@@ -202,4 +207,44 @@ func coprocInvokeCmd(g *globals) *cobra.Command {
 	f.BoolVar(&partial, "allow-partial", false, "merge the partitions that answered when some fail")
 	f.BoolVar(&asHex, "hex", false, "print the output as hex")
 	return cmd
+}
+
+// showCompiling shows, until version of coprocessor name is live, how
+// many of the servers hosting the table have compiled it: compiling takes
+// seconds, and a deploy that waited in silence looked hung.
+func showCompiling(ctx context.Context, w io.Writer, t *client.Table, name string, version uint64) error {
+	live := &liveLine{w: w, tty: writerIsTerminal(w)}
+	defer live.clear()
+	last := ""
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		cs, err := t.Coprocs(ctx)
+		if err != nil {
+			return err
+		}
+		for _, c := range cs {
+			if c.GetName() != name {
+				continue
+			}
+			if c.GetLive() >= version {
+				return nil
+			}
+			for _, cv := range c.GetVersions() {
+				if cv.GetVersion() != version {
+					continue
+				}
+				line := fmt.Sprintf("compiling %s version %d: %d of %d servers ready", name, version, cv.GetReadyServers(), c.GetServers())
+				if line != last {
+					live.show(line)
+					last = line
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s version %d is not live yet (%s): %w", name, version, last, ctx.Err())
+		case <-tick.C:
+		}
+	}
 }
