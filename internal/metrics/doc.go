@@ -9,7 +9,8 @@
 // record, per tenant, table and operation:
 //
 //	tabula_rpc_requests_total{tenant,table,op}          every RPC answered
-//	tabula_rpc_errors_total{tenant,table,op,code,error}  those that failed:
+//	tabula_rpc_errors_total{tenant,table,op,code,error}  those that failed
+//	    (not a stream the client ended: a watch it was done with):
 //	    code is the gRPC code ("Unavailable"), error Tabula's ErrorCode
 //	    without its prefix ("SERVER_BUSY"; empty when the status has none)
 //	tabula_rpc_latency_seconds{tenant,table,op}          a histogram, 100 µs to 30 s

@@ -2,6 +2,7 @@ package metrics
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"sync"
 	"time"
@@ -51,7 +52,14 @@ func (r *Registry) StreamServerInterceptor() grpc.StreamServerInterceptor {
 		w.mu.Lock()
 		tenant, table := w.tenant, w.table
 		w.mu.Unlock()
-		r.record(opOf(info.FullMethod), tenant, table, time.Since(start), err)
+		rerr := err
+		if err != nil && errors.Is(ss.Context().Err(), context.Canceled) {
+			// The client ended the stream (a watch it no longer needs,
+			// every CLI command's map watch): its way of saying goodbye,
+			// not a failure.
+			rerr = nil
+		}
+		r.record(opOf(info.FullMethod), tenant, table, time.Since(start), rerr)
 		return err
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -149,9 +150,15 @@ tabula_rpc_errors_total{code="Canceled",error="",op="TableServer/Get",table="b",
 type fakeStream struct {
 	grpc.ServerStream
 	msgs []proto.Message
+	ctx  context.Context // nil: never done
 }
 
-func (s *fakeStream) Context() context.Context     { return context.Background() }
+func (s *fakeStream) Context() context.Context {
+	if s.ctx == nil {
+		return context.Background()
+	}
+	return s.ctx
+}
 func (s *fakeStream) SetHeader(metadata.MD) error  { return nil }
 func (s *fakeStream) SendHeader(metadata.MD) error { return nil }
 func (s *fakeStream) SetTrailer(metadata.MD)       {}
@@ -188,6 +195,36 @@ func TestStreamLabelledByFirstMessage(t *testing.T) {
 	}
 	if n := testutil.CollectAndCount(r.requests); n != 1 {
 		t.Fatalf("request series = %d, want 1", n)
+	}
+}
+
+// TestStreamEndedByClientIsNoError: a stream the client cancelled (a
+// watch it was done with) is a request, not an error; a stream that fails
+// while its client waits is both.
+func TestStreamEndedByClientIsNoError(t *testing.T) {
+	r := New(Options{NoRuntime: true})
+	info := &grpc.StreamServerInfo{FullMethod: "/tabula.v1.Master/WatchPartitionMap", IsServerStream: true}
+	gone, cancel := context.WithCancel(context.Background())
+	cancel()
+	for _, ss := range []*fakeStream{{ctx: gone}, {}} {
+		err := r.StreamServerInterceptor()(nil, ss, info, func(_ any, s grpc.ServerStream) error {
+			if err := s.Context().Err(); err != nil {
+				return status.FromContextError(err).Err()
+			}
+			return status.Error(codes.Unavailable, "master stepped down")
+		})
+		if err == nil {
+			t.Fatal("the handler's error was not returned")
+		}
+	}
+	if got := testutil.ToFloat64(r.requests.WithLabelValues("", "", "Master/WatchPartitionMap")); got != 2 {
+		t.Errorf("requests = %v, want 2", got)
+	}
+	if n := testutil.CollectAndCount(r.errs); n != 1 {
+		t.Errorf("error series = %d, want 1 (the Unavailable one)", n)
+	}
+	if got := testutil.ToFloat64(r.errs.WithLabelValues("", "", "Master/WatchPartitionMap", "Unavailable", errorLabel(status.Error(codes.Unavailable, "")))); got != 1 {
+		t.Errorf("Unavailable errors = %v, want 1", got)
 	}
 }
 
