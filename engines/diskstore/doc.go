@@ -187,7 +187,7 @@
 //	| (8)   | (4, =1) | (1)  | (3) | (8)    | (8)    | (8)       | (8)       | (8)     |         |
 //	| entries ... | crc32c (4) of everything before it |
 //
-//	entry: | op (1) | key hash (8) | uvarints: put (1): seq, off, bytes, expiresAt, old seq (0: none), [old off]
+//	entry: | op (1) | key hash (8) | uvarints: put (1; 3: of a marked key): seq, off, bytes, expiresAt, old seq (0: none), [old off]
 //	                                           delete (2): seq, off of the deleted record |
 //
 // magic "TABIDXBK"; kind 1 is a base (every index entry at P), kind 2 a

@@ -448,7 +448,7 @@ func (e *Engine) upsertLocked(h uint64, key []byte, loc uint64, n, exp int64) (o
 	if !replaced {
 		old = 0
 	}
-	e.notePut(h, loc, old, n, exp)
+	e.notePut(h, key, loc, old, n, exp)
 	if replaced {
 		sh.bytes.Add(-recordBytes(prev))
 	}
