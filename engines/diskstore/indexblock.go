@@ -18,19 +18,19 @@ import (
 
 // Index block constants: on-disk, never change or reuse.
 const (
-	indexMagic      = "TABIDXBK"
-	indexHeaderLen  = 64
-	indexVersion    = 1
-	indexExt        = ".idx"
-	indexTmpExt     = ".idx.tmp"
-	indexKindBase   = 1
-	indexKindDelta  = 2
-	indexOpPut      = 1
-	indexOpDelete   = 2
+	indexMagic     = "TABIDXBK"
+	indexHeaderLen = 64
+	indexVersion   = 1
+	indexExt       = ".idx"
+	indexTmpExt    = ".idx.tmp"
+	indexKindBase  = 1
+	indexKindDelta = 2
+	indexOpPut     = 1
+	indexOpDelete  = 2
 	// indexOpPutMarked is a put of a key the owner marked (Options.ViewKey:
 	// kept by both children of a split).
 	indexOpPutMarked = 3
-	indexMaxFileLen = 1 << 34 // sanity bound on a block file
+	indexMaxFileLen  = 1 << 34 // sanity bound on a block file
 )
 
 // DefaultIndexBlockBytes is Options.IndexBlockBytes's default.
