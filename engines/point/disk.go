@@ -43,7 +43,7 @@ func OpenDisk(opts engines.Options, ds diskstore.Options) (*Engine, error) {
 		return nil, fmt.Errorf("open point engine: %w", err)
 	}
 	e := OpenStore(opts, s)
-	e.disk = s
+	e.disk, e.ds = s, ds
 	e.recov = map[uint64]recMeta{}
 	e.recovGone = map[uint64]struct{}{}
 	err = s.RecoverIndexed(e.loadEntries, e.replay)

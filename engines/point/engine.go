@@ -69,8 +69,10 @@ type Engine struct {
 	ix     *lhash.Index
 	store  ValueStore
 	closed atomic.Bool
-	// disk is store when it is the disk store, else nil.
+	// disk is store when it is the disk store, else nil; ds the options
+	// it was opened with (a split's children inherit them).
 	disk *diskstore.Store
+	ds   diskstore.Options
 	// During recovery only (one goroutine, before the engine is shared):
 	// recovBase holds the entries loaded from index blocks, recovGone those
 	// of them the replayed tail replaced or deleted, and recov the tail's

@@ -123,10 +123,7 @@ func (e *Engine) splitDisk(spec engines.SplitSpec) (_, _ engines.Engine, err err
 		if err := hook("child"); err != nil {
 			return nil, nil, err
 		}
-		if o.Storage == "" {
-			o.Storage = StorageSSD
-		}
-		if kids[i], err = Open(o); err != nil {
+		if kids[i], err = e.openLike(o); err != nil {
 			return nil, nil, fmt.Errorf("split point engine: open child in %s: %w", o.Dir, err)
 		}
 		if err := hook("open"); err != nil {
@@ -137,6 +134,14 @@ func (e *Engine) splitDisk(spec engines.SplitSpec) (_, _ engines.Engine, err err
 		return nil, nil, fmt.Errorf("split point engine: %w", err)
 	}
 	return kids[0], kids[1], nil
+}
+
+// openLike opens the ssd engine in o.Dir with the store options e was
+// opened with (its segment size, durability, collector tuning), o's FS.
+func (e *Engine) openLike(o engines.Options) (*Engine, error) {
+	ds := e.ds
+	ds.FS = o.FS
+	return OpenDisk(o, ds)
 }
 
 // makeChild makes dir a new store sharing names of parent, with the
@@ -211,10 +216,7 @@ func (e *Engine) Merge(right engines.Engine, opts engines.Options) (_ engines.En
 	if err := hook("child"); err != nil {
 		return nil, err
 	}
-	if opts.Storage == "" {
-		opts.Storage = StorageSSD
-	}
-	if m, err = Open(opts); err != nil {
+	if m, err = e.openLike(opts); err != nil {
 		return nil, fmt.Errorf("merge point engines: open merged: %w", err)
 	}
 	if err = engines.CopyRecords(m, right, nil); err != nil {
