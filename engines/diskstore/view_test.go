@@ -82,3 +82,22 @@ func FuzzDecodeView(f *testing.F) {
 		}
 	})
 }
+
+// TestIndexBlockKeepsMark: a marked put survives an index block's encoding
+// (op 3), so a restart keeps the owner's mark without reading the key.
+func TestIndexBlockKeepsMark(t *testing.T) {
+	in := []indexChange{
+		{op: indexOpPut, hash: 1, pos: logPos{1, 40}, bytes: 10, mark: true},
+		{op: indexOpPut, hash: 2, pos: logPos{1, 80}, bytes: 10},
+		{op: indexOpDelete, hash: 3, old: logPos{1, 120}},
+	}
+	blk, err := decodeIndexBlock(encodeIndexBlock(indexKindDelta, 2, 1, logPos{2, 0}, in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range in {
+		if blk.changes[i] != in[i] {
+			t.Fatalf("change %d: %+v, want %+v", i, blk.changes[i], in[i])
+		}
+	}
+}
