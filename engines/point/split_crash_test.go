@@ -238,3 +238,89 @@ func TestSplitChildCollects(t *testing.T) {
 	checkHolds(t, "left reopened after collection", le, wl)
 	checkHolds(t, "right", r, wr)
 }
+
+// TestMergeCrash splits the fixture, writes to both children, then fails
+// every mutating file operation from the k-th on during their merge, for
+// every k, crashes, and checks that the restart finds either the merge
+// committed (MergeDone) with the union, or both children intact.
+func TestMergeCrash(t *testing.T) {
+	clock := enginetest.NewClock()
+	const merged = "/data/merged"
+	setup := func() (*vfs.MemFS, *Engine, *Engine, map[string]string, map[string]string) {
+		fs := vfs.NewMem()
+		want := splitFixture(t, fs, clock)
+		wl, wr := splitWant(want)
+		p := openSplit(t, fs, clock, splitParent)
+		l, r, err := p.Split(engines.SplitSpec{Hash: splitAt, Left: splitOpts(fs, clock, splitLeft), Right: splitOpts(fs, clock, splitRight)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		left, right := l.(*Engine), r.(*Engine)
+		mustPut(t, left, "after-left", "l")
+		wl["after-left"] = "l"
+		mustPut(t, right, engines.SharedPrefix+"log/applied", "r-lsn")
+		wr[engines.SharedPrefix+"log/applied"] = "r-lsn"
+		return fs, left, right, wl, wr
+	}
+	union := func(wl, wr map[string]string) map[string]string {
+		u := map[string]string{}
+		for k, v := range wl {
+			u[k] = v
+		}
+		for k, v := range wr {
+			u[k] = v
+		}
+		return u
+	}
+	fs, l, r, wl, wr := setup()
+	before := fs.Ops(mutating)
+	m, err := l.Merge(r, splitOpts(fs, clock, merged))
+	if err != nil {
+		t.Fatal(err)
+	}
+	total := int(fs.Ops(mutating) - before)
+	checkHolds(t, "merged", m, union(wl, wr))
+	if err := m.Close(); err != nil {
+		t.Fatal(err)
+	}
+	var committed, abandoned int
+	for k := 0; k <= total; k += max(1, total/40) {
+		what := fmt.Sprintf("crash at op %d of %d", k, total)
+		fs, l, r, wl, wr := setup()
+		fs.Inject(vfs.Fault{Ops: mutating, After: k, Sticky: true})
+		if m, err := l.Merge(r, splitOpts(fs, clock, merged)); err == nil {
+			_ = m.Close()
+		}
+		fs.Crash()
+		_, _, done, err := engines.MergeDone(fs, merged)
+		if err != nil {
+			t.Fatalf("%s: MergeDone: %v", what, err)
+		}
+		if done {
+			committed++
+			for _, d := range []string{splitLeft, splitRight, splitParent} {
+				if err := engines.RemoveDir(fs, d); err != nil {
+					t.Fatal(err)
+				}
+			}
+			fs.Crash()
+			me := openSplit(t, fs, clock, merged)
+			checkHolds(t, what+": merged", me, union(wl, wr))
+			_ = me.Close()
+			continue
+		}
+		abandoned++
+		if err := engines.RemoveDir(fs, merged); err != nil {
+			t.Fatal(err)
+		}
+		le, re := openSplit(t, fs, clock, splitLeft), openSplit(t, fs, clock, splitRight)
+		checkHolds(t, what+": left", le, wl)
+		checkHolds(t, what+": right", re, wr)
+		_ = le.Close()
+		_ = re.Close()
+	}
+	if committed == 0 || abandoned == 0 {
+		t.Fatalf("%d crashes left the merge committed, %d abandoned: want both", committed, abandoned)
+	}
+	t.Logf("%d operations: %d crashes after the commit point, %d before", total, committed, abandoned)
+}
