@@ -18,17 +18,6 @@ var (
 	_ engines.Merger   = (*Engine)(nil)
 )
 
-// splitHook, when set (tests), runs after each step of a disk split or
-// merge; an error it returns stops the operation there, as a crash would.
-var splitHook func(step string) error
-
-func hook(step string) error {
-	if splitHook != nil {
-		return splitHook(step)
-	}
-	return nil
-}
-
 // Split divides the engine at spec.Hash (see engines.Splitter). With the
 // memory store the children are new memory engines the records are copied
 // into. With the ssd store the parent is closed (its last index block
@@ -120,14 +109,8 @@ func (e *Engine) splitDisk(spec engines.SplitSpec) (_, _ engines.Engine, err err
 		if err := makeChild(fs, dir, o.Dir, names, rules, diskstore.ViewRule{UpTo: last, Lo: ranges[i][0], Hi: ranges[i][1]}); err != nil {
 			return nil, nil, fmt.Errorf("split point engine: %w", err)
 		}
-		if err := hook("child"); err != nil {
-			return nil, nil, err
-		}
 		if kids[i], err = e.openLike(o); err != nil {
 			return nil, nil, fmt.Errorf("split point engine: open child in %s: %w", o.Dir, err)
-		}
-		if err := hook("open"); err != nil {
-			return nil, nil, err
 		}
 	}
 	if err := engines.CommitSplit(fs, dir, spec.Left.Dir, spec.Right.Dir); err != nil {
@@ -213,9 +196,6 @@ func (e *Engine) Merge(right engines.Engine, opts engines.Options) (_ engines.En
 	if err := makeChild(fs, dir, opts.Dir, names, rules, diskstore.ViewRule{}); err != nil {
 		return nil, fmt.Errorf("merge point engines: %w", err)
 	}
-	if err := hook("child"); err != nil {
-		return nil, err
-	}
 	if m, err = e.openLike(opts); err != nil {
 		return nil, fmt.Errorf("merge point engines: open merged: %w", err)
 	}
@@ -224,9 +204,6 @@ func (e *Engine) Merge(right engines.Engine, opts engines.Options) (_ engines.En
 	}
 	if err = m.Sync(); err != nil {
 		return nil, fmt.Errorf("merge point engines: %w", err)
-	}
-	if err := hook("copied"); err != nil {
-		return nil, err
 	}
 	if err = engines.CommitMerge(fs, opts.Dir, dir, rdir); err != nil {
 		return nil, fmt.Errorf("merge point engines: %w", err)
