@@ -11,7 +11,8 @@
 // number, "%016x.log", written in sequence order, and of index block files
 // "%016x.idx" named by a block number (see Index blocks). A segment the
 // collector freed while a snapshot still reads it is renamed
-// "%016x.obsolete" until the snapshot lets go of it (see Snapshots). Other
+// "%016x.obsolete" until the snapshot lets go of it (see Snapshots), and
+// a split child has a "VIEW" (see Views). Other
 // files are ignored; "*.idx.tmp" (unfinished blocks) and "*.obsolete" are
 // removed at recovery.
 //
@@ -187,7 +188,7 @@
 //	| (8)   | (4, =1) | (1)  | (3) | (8)    | (8)    | (8)       | (8)       | (8)     |         |
 //	| entries ... | crc32c (4) of everything before it |
 //
-//	entry: | op (1) | key hash (8) | uvarints: put (1): seq, off, bytes, expiresAt, old seq (0: none), [old off]
+//	entry: | op (1) | key hash (8) | uvarints: put (1; 3: of a marked key): seq, off, bytes, expiresAt, old seq (0: none), [old off]
 //	                                           delete (2): seq, off of the deleted record |
 //
 // magic "TABIDXBK"; kind 1 is a base (every index entry at P), kind 2 a
@@ -224,6 +225,19 @@
 // before the segment's file is removed; a segment a snapshot pins keeps
 // its file (renamed) until its last pin goes, and the collector goes on
 // meanwhile (see Snapshots).
+//
+// # Views (split partitions)
+//
+// A store whose directory holds a VIEW file (view.go) is a split
+// partition's child: its older segments are hard links to the parent's,
+// and each view rule hides, in the segments up to its sequence number,
+// the records whose key hash (Options.ViewKey) is outside the child's
+// range, unless the owner marked the key (index-block op 3; engines/point
+// marks reserved keys, which both children keep). Hidden records are
+// skipped by recovery (entries and replay) and by the collector, so they
+// are garbage at once; the collector rewrites the rest into the child's
+// own segments. Segments are never appended to after recovery nor
+// rewritten, so sharing them is safe.
 //
 // # Concurrency
 //

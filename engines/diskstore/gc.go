@@ -204,6 +204,9 @@ func (s *Store) collect(g *segment, m Mover) error {
 		if err != nil {
 			return fmt.Errorf("collect segment %d at offset %d: %w", g.seq, off, err)
 		}
+		if s.hidesKey(g.seq, key) {
+			continue // the other child's, since a split: garbage here
+		}
 		switch h.kind {
 		case kindPut:
 			v, err := s.decodeValue(h, value)

@@ -18,16 +18,19 @@ import (
 
 // Index block constants: on-disk, never change or reuse.
 const (
-	indexMagic      = "TABIDXBK"
-	indexHeaderLen  = 64
-	indexVersion    = 1
-	indexExt        = ".idx"
-	indexTmpExt     = ".idx.tmp"
-	indexKindBase   = 1
-	indexKindDelta  = 2
-	indexOpPut      = 1
-	indexOpDelete   = 2
-	indexMaxFileLen = 1 << 34 // sanity bound on a block file
+	indexMagic     = "TABIDXBK"
+	indexHeaderLen = 64
+	indexVersion   = 1
+	indexExt       = ".idx"
+	indexTmpExt    = ".idx.tmp"
+	indexKindBase  = 1
+	indexKindDelta = 2
+	indexOpPut     = 1
+	indexOpDelete  = 2
+	// indexOpPutMarked is a put of a key the owner marked (Options.ViewKey:
+	// kept by both children of a split).
+	indexOpPutMarked = 3
+	indexMaxFileLen  = 1 << 34 // sanity bound on a block file
 )
 
 // DefaultIndexBlockBytes is Options.IndexBlockBytes's default.
@@ -41,6 +44,9 @@ type IndexEntry struct {
 	Loc       uint64
 	Bytes     int64 // len(key) + len(value)
 	ExpiresAt int64
+	// Marked is the owner's mark of the key (NoteIndexPut's mark): view
+	// rules never hide it.
+	Marked bool
 }
 
 // logPos is a position in the log: records at (seq, off) and after it.
@@ -58,6 +64,7 @@ type indexChange struct {
 	old   logPos // the replaced (put) or deleted record; seq 0 = none
 	bytes int64
 	exp   int64
+	mark  bool // a put of a marked key (indexOpPutMarked on disk)
 }
 
 // indexLog is the store's side of the delta index blocks.
@@ -145,9 +152,10 @@ func (s *Store) posOf(loc uint64) (logPos, bool) {
 }
 
 // NoteIndexPut records that the owner's index now points hash at loc (a
-// record of n key+value bytes expiring at exp), replacing old (0: none).
-// The owner calls it under the key's write lock, after the index change.
-func (s *Store) NoteIndexPut(hash, loc, old uint64, n, exp int64) {
+// record of n key+value bytes expiring at exp), replacing old (0: none);
+// mark is the owner's mark of the key (see Options.ViewKey). The owner
+// calls it under the key's write lock, after the index change.
+func (s *Store) NoteIndexPut(hash, loc, old uint64, n, exp int64, mark bool) {
 	if !s.IndexBlocks() {
 		return
 	}
@@ -157,7 +165,7 @@ func (s *Store) NoteIndexPut(hash, loc, old uint64, n, exp int64) {
 		}
 	}
 	p, ok := s.posOf(loc)
-	c := indexChange{op: indexOpPut, hash: hash, pos: p, bytes: n, exp: exp}
+	c := indexChange{op: indexOpPut, hash: hash, pos: p, bytes: n, exp: exp, mark: mark}
 	if old != 0 {
 		var ok2 bool
 		c.old, ok2 = s.posOf(old)
@@ -485,7 +493,7 @@ func (s *Store) WriteIndexBase(entries []IndexEntry) error {
 			s.ix.mu.Unlock()
 			return fmt.Errorf("write index base: entry at %d names no live segment", e.Loc)
 		}
-		changes = append(changes, indexChange{op: indexOpPut, hash: e.Hash, pos: p, bytes: e.Bytes, exp: e.ExpiresAt})
+		changes = append(changes, indexChange{op: indexOpPut, hash: e.Hash, pos: p, bytes: e.Bytes, exp: e.ExpiresAt, mark: e.Marked})
 	}
 	s.ix.mu.Lock()
 	n := s.ix.next
@@ -539,7 +547,7 @@ func (s *Store) removeIndexFilesBelow(n uint64) error {
 // since block prev, which is number-1). The block covers every record before
 // (tail seq, tail off): restart applies the chain, then scans the log from
 // there. An entry is an op byte, the key hash (8, little-endian), then
-// uvarints: put (1): seq, off, bytes, expiresAt, old seq (0: none), [old
+// uvarints: put (1, or 3 for a key the owner marked): seq, off, bytes, expiresAt, old seq (0: none), [old
 // off]; delete (2): seq, off of the deleted record. Files are written to
 // "<name>.tmp", fsynced, renamed, and the directory fsynced.
 func encodeIndexBlock(kind byte, n, prev uint64, at logPos, changes []indexChange) []byte {
@@ -553,7 +561,11 @@ func encodeIndexBlock(kind byte, n, prev uint64, at logPos, changes []indexChang
 	binary.LittleEndian.PutUint64(b[40:], uint64(at.off))
 	binary.LittleEndian.PutUint64(b[48:], uint64(len(changes)))
 	for _, c := range changes {
-		b = append(b, c.op)
+		if c.op == indexOpPut && c.mark {
+			b = append(b, indexOpPutMarked)
+		} else {
+			b = append(b, c.op)
+		}
 		b = binary.LittleEndian.AppendUint64(b, c.hash)
 		switch c.op {
 		case indexOpPut:
@@ -634,6 +646,9 @@ func decodeIndexBlockCap(b []byte, extra int) (blk indexBlock, err error) {
 		}
 		c := indexChange{op: p[0], hash: binary.LittleEndian.Uint64(p[1:])}
 		p = p[9:]
+		if c.op == indexOpPutMarked {
+			c.op, c.mark = indexOpPut, true
+		}
 		switch c.op {
 		case indexOpPut:
 			c.pos = logPos{uv(), int64(uv())}

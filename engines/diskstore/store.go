@@ -128,6 +128,11 @@ type Options struct {
 	// on the record says so). Reads decompress whatever they find,
 	// whatever the option.
 	Compression Compression
+	// ViewKey is the hash of a key and whether the owner keeps it in
+	// every child of a split (the owner's mark in index blocks), by which
+	// the store's view rules (ViewRule, the VIEW file) hide records. A
+	// store with a VIEW refuses to open without it (ErrNoViewKey).
+	ViewKey func(key []byte) (hash uint64, mark bool)
 }
 
 // Compression is a value codec.
@@ -217,6 +222,9 @@ type Store struct {
 	dir  string
 	fs   vfs.FS
 	opts Options
+	// view hides the records of a split's other child (view.go); set at
+	// Open, never changed.
+	view view
 
 	// table maps a slot to its segment; replaced (copied) on change, under mu.
 	table atomic.Pointer[[]*segment]
@@ -304,6 +312,14 @@ func Open(dir string, opts Options) (*Store, error) {
 	opts = opts.WithDefaults()
 	s := &Store{dir: dir, fs: opts.FS, opts: opts, closing: make(chan struct{}), nextSeq: 1, snaps: map[*Snapshot]struct{}{}}
 	s.compressedSeen.Store(opts.Compression == CompressionS2)
+	rules, err := ReadView(s.fs, dir)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("open disk store %s: %w", dir, err)
+	}
+	if len(rules) > 0 && opts.ViewKey == nil {
+		return nil, fmt.Errorf("open disk store %s: %w", dir, ErrNoViewKey)
+	}
+	s.view = rules
 	empty := []*segment{}
 	s.table.Store(&empty)
 	if err := s.fs.MkdirAll(dir, 0o755); err != nil {
@@ -577,6 +593,9 @@ func (s *Store) resolveIndex(st *indexState) (entries []IndexEntry, ok bool) {
 					hf.stale++
 					continue
 				}
+				if s.view.hides(p.seq, c.hash, c.mark) {
+					continue // the other child's, since a split
+				}
 				g := segs.segs[k]
 				end := p.off + recordLen(0, 0) + c.bytes
 				if p.off < segmentHeaderLen || end > g.size.Load() || p.seq > st.at.seq || (p.seq == st.at.seq && end > st.at.off) {
@@ -585,7 +604,7 @@ func (s *Store) resolveIndex(st *indexState) (entries []IndexEntry, ok bool) {
 				}
 				c.old = logPos{}
 				puts[w] = c
-				entries[w] = IndexEntry{Hash: c.hash, Loc: g.loc(p.off), Bytes: c.bytes, ExpiresAt: c.exp}
+				entries[w] = IndexEntry{Hash: c.hash, Loc: g.loc(p.off), Bytes: c.bytes, ExpiresAt: c.exp, Marked: c.mark}
 				w++
 				hf.live[k].add(recordLen(0, 0)+c.bytes, c.exp)
 			}
@@ -778,6 +797,9 @@ func (s *Store) recoverFrom(fn ReplayFunc, from logPos, start time.Time, ist ind
 func (s *Store) replay(fn ReplayFunc, loc uint64, r engines.Record, tomb bool, stored int64) error {
 	slot, gen, off := unpackLoc(loc)
 	g := s.segAt(slot, gen)
+	if s.hidesKey(g.seq, r.Key) {
+		return nil // the other child's, since a split: garbage here
+	}
 	if !tomb {
 		g.addLive(stored, r.ExpiresAt)
 	}

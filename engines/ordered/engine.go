@@ -87,6 +87,8 @@ type Engine struct {
 	replayable bool
 	// memory: the LSM lives on an in-memory FS (WAL off, nothing durable).
 	memory bool
+	// fs is pebble's file system the engine lives on.
+	fs pebblevfs.FS
 
 	// state is closedBit once Close began, plus the calls in flight;
 	// drained receives when the last of them leaves a closed engine.
@@ -162,7 +164,7 @@ func OpenFS(opts engines.Options, fs pebblevfs.FS) (*Engine, error) {
 // (tests shrink the memtable to force flushes).
 func openFS(opts engines.Options, fs pebblevfs.FS, tune func(*pebble.Options)) (*Engine, error) {
 	opts = opts.WithDefaults()
-	e := &Engine{opts: opts, drained: make(chan struct{}, 1)}
+	e := &Engine{opts: opts, drained: make(chan struct{}, 1), fs: fs}
 	_, memFS := fs.(*pebblevfs.MemFS)
 	e.memory = memFS && opts.Dir == ""
 	e.replayable = opts.Replayable && !e.memory

@@ -37,12 +37,13 @@ func OpenDisk(opts engines.Options, ds diskstore.Options) (*Engine, error) {
 	if ds.Logger == nil {
 		ds.Logger = opts.Logger
 	}
+	ds.ViewKey = viewKey
 	s, err := diskstore.Open(opts.Dir, ds)
 	if err != nil {
 		return nil, fmt.Errorf("open point engine: %w", err)
 	}
 	e := OpenStore(opts, s)
-	e.disk = s
+	e.disk, e.ds = s, ds
 	e.recov = map[uint64]recMeta{}
 	e.recovGone = map[uint64]struct{}{}
 	err = s.RecoverIndexed(e.loadEntries, e.replay)
@@ -62,10 +63,15 @@ func OpenDisk(opts engines.Options, ds diskstore.Options) (*Engine, error) {
 	return e, nil
 }
 
+// viewKey is the disk store's view of a key (diskstore.Options.ViewKey):
+// its routing hash, and whether a split keeps it in both children.
+func viewKey(key []byte) (uint64, bool) { return keyspace.Hash(key), engines.SharedKey(key) }
+
 // recMeta is what recovery knows of an indexed location.
 type recMeta struct {
 	hash       uint64
 	bytes, exp int64
+	shared     bool // engines.SharedKey of the key
 }
 
 // loadEntries indexes the entries of the store's index blocks while the
@@ -157,7 +163,7 @@ func (e *Engine) recoveredEntries() []diskstore.IndexEntry {
 		}
 	}
 	for loc, m := range e.recov {
-		entries = append(entries, diskstore.IndexEntry{Hash: m.hash, Loc: loc, Bytes: m.bytes, ExpiresAt: m.exp})
+		entries = append(entries, diskstore.IndexEntry{Hash: m.hash, Loc: loc, Bytes: m.bytes, ExpiresAt: m.exp, Marked: m.shared})
 	}
 	return entries
 }
@@ -267,17 +273,17 @@ func (e *Engine) applyReplayed(loc, h uint64, r engines.Record, tombstone bool) 
 		return e.unlinkLocked(h, old, prev)
 	}
 	var rerr error
-	e.recov[loc] = recMeta{h, recordBytes(r), r.ExpiresAt}
+	e.recov[loc] = recMeta{h, recordBytes(r), r.ExpiresAt, engines.SharedKey(r.Key)}
 	return errors.Join(e.putMatching(h, r.Key, loc, r.ExpiresAt, recordBytes(r), &rerr), rerr)
 }
 
-// notePut tells the disk store's index blocks that h now points at loc,
-// replacing old (0: none). Caller holds h's stripe.
-func (e *Engine) notePut(h, loc, old uint64, n, exp int64) {
+// notePut tells the disk store's index blocks that h now points at loc
+// (a record of key), replacing old (0: none). Caller holds h's stripe.
+func (e *Engine) notePut(h uint64, key []byte, loc, old uint64, n, exp int64) {
 	if e.disk == nil {
 		return
 	}
-	e.disk.NoteIndexPut(h, loc, old, n, exp)
+	e.disk.NoteIndexPut(h, loc, old, n, exp, engines.SharedKey(key))
 	if old != 0 && old != loc {
 		e.recovDrop(old)
 		e.snapKeep(old)
@@ -386,7 +392,7 @@ func (m mover) Relocate(loc uint64, r engines.Record) error {
 	if _, ok := e.ix.Upsert(h, nloc, func(l uint64) bool { return l == loc }); !ok {
 		return fmt.Errorf("relocate record at %d: entry gone under the stripe lock", loc)
 	}
-	e.notePut(h, nloc, loc, recordBytes(r), r.ExpiresAt)
+	e.notePut(h, r.Key, nloc, loc, recordBytes(r), r.ExpiresAt)
 	return e.store.Free(loc, r)
 }
 

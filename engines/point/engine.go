@@ -69,8 +69,10 @@ type Engine struct {
 	ix     *lhash.Index
 	store  ValueStore
 	closed atomic.Bool
-	// disk is store when it is the disk store, else nil.
+	// disk is store when it is the disk store, else nil; ds the options
+	// it was opened with (a split's children inherit them).
 	disk *diskstore.Store
+	ds   diskstore.Options
 	// During recovery only (one goroutine, before the engine is shared):
 	// recovBase holds the entries loaded from index blocks, recovGone those
 	// of them the replayed tail replaced or deleted, and recov the tail's
@@ -448,7 +450,7 @@ func (e *Engine) upsertLocked(h uint64, key []byte, loc uint64, n, exp int64) (o
 	if !replaced {
 		old = 0
 	}
-	e.notePut(h, loc, old, n, exp)
+	e.notePut(h, key, loc, old, n, exp)
 	if replaced {
 		sh.bytes.Add(-recordBytes(prev))
 	}

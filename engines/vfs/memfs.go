@@ -39,6 +39,7 @@ const (
 	OpMkdir                       // FS.MkdirAll
 	OpList                        // FS.List
 	OpStat                        // FS.Stat, File.Size
+	OpLink                        // MemFS.Link
 
 	numOpKinds = iota
 
@@ -48,7 +49,7 @@ const (
 
 var opNames = [numOpKinds]string{
 	"create", "open", "read", "write", "sync", "syncdir", "truncate",
-	"rename", "remove", "mkdir", "list", "stat",
+	"rename", "remove", "mkdir", "list", "stat", "link",
 }
 
 func (k OpKind) String() string {
@@ -461,6 +462,38 @@ func (fs *MemFS) Rename(oldname, newname string) error {
 	delete(odir.children, obase)
 	return nil
 }
+
+// Link makes newname a second name of oldname's file (a hard link): both
+// share its content, synced or not. The new name is durable once its
+// directory is SyncDir'ed.
+func (fs *MemFS) Link(oldname, newname string) error {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	linkErr := func(err error) error {
+		return &os.LinkError{Op: "link", Old: oldname, New: newname, Err: err}
+	}
+	if f := fs.opLocked(OpLink); f != nil {
+		return linkErr(f.Err)
+	}
+	n, err := fs.walkLocked("link", oldname)
+	if err != nil {
+		return linkErr(err.(*os.PathError).Err)
+	}
+	if n.isDir {
+		return linkErr(syscall.EPERM)
+	}
+	ndir, nbase, err := fs.parentLocked("link", newname)
+	if err != nil {
+		return linkErr(err.(*os.PathError).Err)
+	}
+	if ndir.children[nbase] != nil {
+		return linkErr(syscall.EEXIST)
+	}
+	ndir.children[nbase] = n
+	return nil
+}
+
+var _ Linker = (*MemFS)(nil)
 
 // MkdirAll creates dir and any missing parents (perm is ignored). A new
 // directory is durable once its parent is SyncDir'ed.

@@ -37,6 +37,15 @@ type Mapper interface {
 	Map(size int64) (data []byte, unmap func() error, err error)
 }
 
+// Linker is implemented by file systems that can hard-link a file (the
+// OS's and MemFS): a second name for the same file, whose bytes both names
+// share. A split partition's children share its immutable files so.
+type Linker interface {
+	// Link makes newname name oldname's file; durable once newname's
+	// directory is SyncDir'ed. newname must not exist.
+	Link(oldname, newname string) error
+}
+
 // FS is the file-system seam every engine and the stream layer use.
 // Implementations are safe for concurrent use.
 //
@@ -110,6 +119,8 @@ func (osFS) OpenReadWrite(name string) (File, error) {
 	}
 	return osFile{f}, nil
 }
+
+func (osFS) Link(oldname, newname string) error { return os.Link(oldname, newname) }
 
 func (osFS) Remove(name string) error                    { return os.Remove(name) }
 func (osFS) Rename(oldname, newname string) error        { return os.Rename(oldname, newname) }

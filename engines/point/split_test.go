@@ -1,0 +1,46 @@
+package point
+
+import (
+	"fmt"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+
+	"github.com/tabuladb/tabula/engines"
+	"github.com/tabuladb/tabula/engines/enginetest"
+	"github.com/tabuladb/tabula/engines/vfs"
+)
+
+func splitHarness(fs vfs.FS, root func(t *testing.T) string, storage string) enginetest.SplitHarness {
+	var n atomic.Int64
+	h := enginetest.SplitHarness{
+		Hashed: true,
+		FS:     fs,
+		Open: func(t *testing.T, opts engines.Options) engines.Engine {
+			t.Helper()
+			opts.Storage, opts.Logger = storage, quiet
+			e, err := Open(opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return e
+		},
+	}
+	if root != nil {
+		h.NewDir = func(t *testing.T) string { return filepath.Join(root(t), fmt.Sprintf("p%d", n.Add(1))) }
+	}
+	return h
+}
+
+func TestSplitConformanceMemory(t *testing.T) {
+	enginetest.RunSplit(t, splitHarness(nil, nil, StorageMemory))
+}
+
+func TestSplitConformanceSSD(t *testing.T) {
+	enginetest.RunSplit(t, splitHarness(nil, func(t *testing.T) string { return t.TempDir() }, StorageSSD))
+}
+
+func TestSplitConformanceMemFS(t *testing.T) {
+	fs := vfs.NewMem()
+	enginetest.RunSplit(t, splitHarness(fs, func(*testing.T) string { return "/data" }, StorageSSD))
+}
