@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strconv"
 	"time"
@@ -314,11 +315,25 @@ func (m *Master) reconfigureOne(p Partition, replicas int, nodes []string, r *lo
 	// leaves an empty sealed extent: one a second.
 	r.wait = min(max(2*r.wait, m.opts.HeartbeatInterval), logRetryMax)
 	r.next = time.Now().Add(r.wait)
+	if r.since.IsZero() {
+		r.since = time.Now()
+	}
 	if msg := err.Error(); msg != r.lastErr {
 		r.lastErr = msg
-		m.logger.Warn("tablemaster: partition log not reconfigured yet; retrying", "partition", p.ID, "retry_in", r.wait, "err", err)
+		// A restart or a move fails a few attempts as a matter of
+		// course (a node not up yet): an operator need act only on one
+		// that goes on failing.
+		lvl := slog.LevelInfo
+		if time.Since(r.since) >= logRetryWarnAfter {
+			lvl = slog.LevelWarn
+		}
+		m.logger.Log(context.Background(), lvl, "tablemaster: partition log not reconfigured yet; retrying", "partition", p.ID, "retry_in", r.wait, "failing_for", time.Since(r.since).Round(time.Millisecond), "err", err)
 	}
 }
+
+// logRetryWarnAfter is how long a partition's log reconfiguration fails
+// before its failures are logged as warnings.
+const logRetryWarnAfter = 5 * time.Second
 
 // logReconfigureParallel bounds the partitions reconfigured at once.
 const logReconfigureParallel = 32
@@ -330,6 +345,7 @@ type logRetry struct {
 	next    time.Time
 	wait    time.Duration
 	lastErr string
+	since   time.Time // the first failure of this run of failures
 }
 
 // reconfigureLog seals p's last extent and allocates the next on nodes (p's

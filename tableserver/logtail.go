@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"time"
 
@@ -23,7 +24,7 @@ func (l *logReplica) tailLoop() {
 	t := time.NewTicker(tailInterval)
 	defer t.Stop()
 	var lastErr string
-	var lastLog time.Time
+	var lastLog, failingSince time.Time
 	for {
 		select {
 		case <-l.ctx.Done():
@@ -57,17 +58,30 @@ func (l *logReplica) tailLoop() {
 			}
 		}
 		if err == nil || l.ctx.Err() != nil {
-			lastErr = ""
+			lastErr, failingSince = "", time.Time{}
 			continue
 		}
+		if failingSince.IsZero() {
+			failingSince = time.Now()
+		}
 		// Retried every tick: log a new error at once, the same one every
-		// few seconds.
+		// few seconds; as a warning only once it has gone on for a while
+		// (a map a step behind, a source restarting: a new table's
+		// replicas and every restart meet those, and they pass).
 		if msg := err.Error(); msg != lastErr || time.Since(lastLog) > 5*time.Second {
-			l.log.Warn("reading the commit log; retrying", "err", err)
+			lvl := slog.LevelInfo
+			if time.Since(failingSince) >= tailWarnAfter {
+				lvl = slog.LevelWarn
+			}
+			l.log.Log(context.Background(), lvl, "reading the commit log; retrying", "failing_for", time.Since(failingSince).Round(time.Millisecond), "err", err)
 			lastErr, lastLog = msg, time.Now()
 		}
 	}
 }
+
+// tailWarnAfter is how long reading the commit log fails before the
+// failures are logged as warnings.
+const tailWarnAfter = 5 * time.Second
 
 func (l *logReplica) tailOnce() error {
 	l.mu.Lock()
