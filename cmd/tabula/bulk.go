@@ -388,13 +388,18 @@ func bulkStatusCmd(g *globals) *cobra.Command {
 				if e := v.GetError(); e != "" {
 					fmt.Fprintf(out, "refused: %s\n", e)
 				}
-				fmt.Fprintln(w, "PARTITION\tSERVER\tLOADED\tRECORDS\tBYTES\tCRC32C\tSTREAM")
+				fmt.Fprintln(w, "PARTITION\tSERVERS\tLOADED\tRECORDS\tBYTES\tCRC32C\tSTREAM")
 				for i, f := range v.GetFiles() {
-					srv := "(unplaced)"
+					// Every serving copy, not the last one seen.
+					var servers []string
 					if i < len(m.GetPartitions()) {
 						for _, r := range m.GetPartitions()[i].GetReplicas() {
-							srv = r.GetServerId()
+							servers = append(servers, r.GetServerId())
 						}
+					}
+					srv := strings.Join(servers, ",")
+					if srv == "" {
+						srv = "(unplaced)"
 					}
 					st := f.GetStream()
 					switch {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -98,6 +99,21 @@ func TestBulkPublishProcesses(t *testing.T) {
 	status := mustCLI(t, masterAddr, "bulk", "status", "model", "--partitions")
 	if !strings.Contains(status, "serving version 2") || !strings.Contains(status, "6/6") {
 		t.Fatalf("status:\n%s", status)
+	}
+	// Each partition's row names every server holding a copy (it named
+	// the last one only).
+	d, err = c.DescribeTable(ctx, "model")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range d.GetMap().GetPartitions() {
+		var ids []string
+		for _, r := range p.GetReplicas() {
+			ids = append(ids, r.GetServerId())
+		}
+		if row := fmt.Sprintf(`\n%d +%s `, p.GetIndex(), strings.Join(ids, ",")); len(ids) < 2 || !regexp.MustCompile(row).MatchString(status) {
+			t.Errorf("bulk status --partitions has no row %q for partition %d's %d copies:\n%s", row, p.GetIndex(), len(ids), status)
+		}
 	}
 	mustCLI(t, masterAddr, "bulk", "rollback", "model", "--version", "1")
 	if v := get("key-00042"); v != "one-42" {
