@@ -56,6 +56,7 @@ var (
 	mStreamJournalSyncs = metrics.Counter("tabula_stream_journal_commits_total", "Journal group commits (one write and one fsync each).")
 	mStreamDrops        = metrics.Counter("tabula_stream_secondary_drops_total", "Secondaries this node, as an extent's primary, dropped from the ack set (a replicate failed or timed out).")
 	mStreamRejoins      = metrics.Counter("tabula_stream_secondary_rejoins_total", "Dropped secondaries this node, as an extent's primary, brought back into the ack set.")
+	mStreamLateTimeouts = metrics.Counter("tabula_stream_late_timeouts_total", "Replicate timeouts that fired late (this node was paused or starved), after which the secondary got another timeout instead of being dropped.")
 	mStreamRejoinBytes  = metrics.Counter("tabula_stream_rejoin_bytes_total", "Bytes sent to dropped secondaries to catch them up.")
 	mStreamJournalRecs  = metrics.Counter("tabula_stream_journal_records_total", "Records those commits carried.")
 	mStreamJournalBytes = metrics.Counter("tabula_stream_journal_bytes_total", "Bytes those commits wrote.")
@@ -198,6 +199,7 @@ func (s *Server) collectMetrics(emit func(prometheus.Metric)) {
 	emit(mStreamJournalBytes.Metric(float64(ns.JournalBytes)))
 	emit(mStreamDrops.Metric(float64(ns.SecondaryDrops)))
 	emit(mStreamRejoins.Metric(float64(ns.SecondaryRejoins)))
+	emit(mStreamLateTimeouts.Metric(float64(ns.LateTimeouts)))
 	emit(mStreamRejoinBytes.Metric(float64(ns.RejoinBytes)))
 
 	cs := s.cp.rt.Stats()

@@ -827,20 +827,43 @@ func (rs *replStream) fail(err error) {
 // timeout. A node that does not answer in time is
 // stalled: the stream ends (failing every batch on it, whose answers
 // would be as late) and the next batch opens another.
+//
+// A timer that fires late by more than half the timeout says this node,
+// not the secondary, was silent (stopped, as by SIGSTOP, or starved of
+// CPU): every timer fires at once when it runs again, and dropping every
+// secondary then would punish them for its own pause. The secondary gets
+// one more timeout, from now, to answer (at most lateExtensions times).
 func (l *link) awaitStream(rs *replStream, ch chan replReply) (*streampb.ReplicateBatchResponse, error) {
 	timeout := l.timeout()
+	now := l.n.opts.Now
+	if now == nil {
+		now = time.Now
+	}
+	deadline := now().Add(timeout)
 	t := time.NewTimer(timeout)
 	defer t.Stop()
-	select {
-	case r := <-ch:
-		return r.resp, r.err
-	case <-t.C:
+	for extended := 0; ; extended++ {
+		select {
+		case r := <-ch:
+			return r.resp, r.err
+		case <-t.C:
+		}
+		if fired := now(); fired.Sub(deadline) > timeout/2 && extended < lateExtensions {
+			l.n.stats.lateTimeouts.Add(1)
+			deadline = fired.Add(timeout)
+			t.Reset(timeout)
+			continue
+		}
 		rs.fail(status.Errorf(codes.DeadlineExceeded, "no answer within the replicate timeout (%v)", timeout))
 		rs.cancel()
 		r := <-ch // fail answered it, unless its answer came first
 		return r.resp, r.err
 	}
 }
+
+// lateExtensions bounds the extra waits a batch gets for timers that fired
+// late: a node starved for good still drops a silent secondary.
+const lateExtensions = 2
 
 // unaryRetry is how long a link to a node that had no ReplicateStream
 // makes ReplicateBatch calls before it tries the stream again.

@@ -73,6 +73,10 @@ type NodeOptions struct {
 	Journal JournalOptions
 	// Logger gets the node's logs. Default: discarded.
 	Logger *slog.Logger
+	// Now is the clock a fired replicate timeout is checked against (see
+	// link.awaitStream). Default time.Now; tests move it to stand for a
+	// node that was paused.
+	Now func() time.Time
 	// NoRejoin keeps a secondary dropped from an extent's ack set out of
 	// it for the extent's life, as before rejoining existed (rejoin.go):
 	// for tests that need a secondary to stay behind. Default false.

@@ -33,6 +33,10 @@ type NodeStats struct {
 	SecondaryDrops   uint64
 	SecondaryRejoins uint64
 	RejoinBytes      uint64
+	// LateTimeouts counts replicate timeouts that fired late (this node
+	// was stopped or starved), after which the secondary got another
+	// timeout's wait instead of being dropped for this node's silence.
+	LateTimeouts uint64
 }
 
 // Stats returns the node's counters. It takes the store's lock briefly
@@ -49,6 +53,7 @@ func (n *Node) Stats() NodeStats {
 		SecondaryDrops:   n.stats.drops.Load(),
 		SecondaryRejoins: n.stats.rejoins.Load(),
 		RejoinBytes:      n.stats.rejoinBytes.Load(),
+		LateTimeouts:     n.stats.lateTimeouts.Load(),
 	}
 	if j := n.store.jr; j != nil {
 		st.JournalCommits = j.stats.commits.Load()
@@ -61,7 +66,7 @@ func (n *Node) Stats() NodeStats {
 // nodeCounters are a Node's counters, atomics the RPC paths add to.
 type nodeCounters struct {
 	appends, appendBytes, replicates, replicatedBytes atomic.Uint64
-	drops, rejoins, rejoinBytes                       atomic.Uint64
+	drops, rejoins, rejoinBytes, lateTimeouts         atomic.Uint64
 }
 
 func (c *nodeCounters) appended(bytes int64) {
