@@ -119,7 +119,7 @@ func azEngineCompare(ctx context.Context, out io.Writer, dir string, cfg *clConf
 			}},
 	}
 	for _, w := range workloads {
-		res, err := clCompare(ctx, out, w.name, []clContender{{"ordered", w.ordered}, {"pebble", w.pebble}}, cfg)
+		res, err := clCompare(ctx, out, w.name, []clContender{{name: "ordered", op: w.ordered}, {name: "pebble", op: w.pebble}}, cfg)
 		if err != nil {
 			return err
 		}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -512,6 +513,17 @@ type clStats struct {
 	elapsed time.Duration
 	hist    *hdrhistogram.Histogram
 	cpu     time.Duration // the suite's own CPU time (user + system) during the run: the clients'
+	// serverCPU is the contender's server processes' CPU time during the
+	// run (0: not measured).
+	serverCPU time.Duration
+}
+
+// serverCPUPerOp is the servers' CPU time per operation, in microseconds.
+func (s clStats) serverCPUPerOp() float64 {
+	if s.ops == 0 {
+		return 0
+	}
+	return float64(s.serverCPU.Microseconds()) / float64(s.ops)
 }
 
 // cpuPerOp is the clients' CPU time per operation, in microseconds.
@@ -523,6 +535,37 @@ func (s clStats) cpuPerOp() float64 {
 }
 
 // selfCPU is this process's CPU time so far (user + system).
+// clServerCPU holds clCompare's median server CPU per operation (µs), by
+// "contender/workload", for the suites' ratio lines. Written by the
+// suite's goroutine only.
+var clServerCPU = map[string]float64{}
+
+// procCPU is the CPU time (user + system) process pid has used, from
+// /proc/<pid>/stat (fields 14 and 15, in clock ticks of 1/100 s on Linux).
+func procCPU(pid int) (time.Duration, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// The command name (field 2) is in parentheses and may hold spaces:
+	// count fields after its closing one.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("/proc/%d/stat: no command name", pid)
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 13 {
+		return 0, fmt.Errorf("/proc/%d/stat: %d fields after the name", pid, len(f))
+	}
+	utime, err1 := strconv.ParseInt(f[11], 10, 64)
+	stime, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err := errors.Join(err1, err2); err != nil {
+		return 0, fmt.Errorf("/proc/%d/stat: %w", pid, err)
+	}
+	const tick = 10 * time.Millisecond // USER_HZ is 100 on Linux
+	return time.Duration(utime+stime) * tick, nil
+}
+
 func selfCPU() time.Duration {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
@@ -591,6 +634,10 @@ func clRun(ctx context.Context, goroutines, valueSize int, dur time.Duration, se
 type clContender struct {
 	name string
 	op   clOp
+	// serverCPU, when set, reads the CPU time (user + system) the
+	// contender's server processes have used so far: clCompare then
+	// reports the server's CPU per operation beside the clients'.
+	serverCPU func() (time.Duration, error)
 }
 
 // clCompare runs every contender cfg.rounds times for cfg.duration,
@@ -599,15 +646,29 @@ type clContender struct {
 // contender name.
 func clCompare(ctx context.Context, out io.Writer, wl string, cs []clContender, cfg *clConfig) (map[string][4]float64, error) {
 	per := map[string][]clStats{}
+	var err error
 	for r := range cfg.rounds {
 		order := slices.Clone(cs)
 		if r%2 == 1 {
 			slices.Reverse(order)
 		}
 		for _, c := range order {
+			var cpu0 time.Duration
+			if c.serverCPU != nil {
+				if cpu0, err = c.serverCPU(); err != nil {
+					return nil, fmt.Errorf("%s %s round %d: server CPU: %w", c.name, wl, r, err)
+				}
+			}
 			st, err := clRun(ctx, cfg.goroutines, cfg.valueSize, cfg.duration, cfg.seed+uint64(100*r), c.op)
 			if err != nil {
 				return nil, fmt.Errorf("%s %s round %d: %w", c.name, wl, r, err)
+			}
+			if c.serverCPU != nil {
+				cpu1, err := c.serverCPU()
+				if err != nil {
+					return nil, fmt.Errorf("%s %s round %d: server CPU: %w", c.name, wl, r, err)
+				}
+				st.serverCPU = cpu1 - cpu0
 			}
 			fmt.Fprintf(os.Stderr, "cluster: %s round %d %s: %.0f ops/s p50 %d us p99 %d us\n", wl, r, c.name, st.opsPerS(), st.hist.ValueAtQuantile(50), st.hist.ValueAtQuantile(99))
 			per[c.name] = append(per[c.name], st)
@@ -633,6 +694,14 @@ func clCompare(ctx context.Context, out io.Writer, wl string, cs []clContender, 
 		// What the clients themselves cost: on a shared box, ops/s can
 		// never pass cores ÷ this, however cheap the server.
 		fmt.Fprintf(out, "figure %s-%s-client-cpu %.1f us/op\n", c.name, wl, m[3])
+		if c.serverCPU != nil {
+			var srv []float64
+			for _, st := range per[c.name] {
+				srv = append(srv, st.serverCPUPerOp())
+			}
+			fmt.Fprintf(out, "figure %s-%s-server-cpu %.1f us/op\n", c.name, wl, medianF(srv))
+			clServerCPU[c.name+"/"+wl] = medianF(srv)
+		}
 	}
 	return res, nil
 }
@@ -647,7 +716,7 @@ func clPutValue(rng *rand.Rand, val []byte) {
 // clWrites: durable single-key writes, ours Put vs etcd Put vs redis SET
 // (appendfsync always), uniform over the keys.
 func clWrites(ctx context.Context, out io.Writer, tab *clTabula, etcd *clEtcd, rds *clRedis, keys [][]byte, cfg *clConfig) error {
-	cs := []clContender{{"tabula", func(ctx context.Context, rng *rand.Rand, val []byte) error {
+	cs := []clContender{{name: "tabula", op: func(ctx context.Context, rng *rand.Rand, val []byte) error {
 		clPutValue(rng, val)
 		return tab.tbl.Put(ctx, keys[rng.IntN(len(keys))], val)
 	}}}
@@ -665,20 +734,20 @@ func clWrites(ctx context.Context, out io.Writer, tab *clTabula, etcd *clEtcd, r
 		}
 		fmt.Fprintf(out, "# tabula-1p: the same puts to point table %q of 1 partition, %d replica(s): one replication group, as a 3-node etcd is\n", name, tab.replicas)
 		tbl1 := tab.c.Table(name)
-		cs = append(cs, clContender{"tabula-1p", func(ctx context.Context, rng *rand.Rand, val []byte) error {
+		cs = append(cs, clContender{name: "tabula-1p", op: func(ctx context.Context, rng *rand.Rand, val []byte) error {
 			clPutValue(rng, val)
 			return tbl1.Put(ctx, keys[rng.IntN(len(keys))], val)
 		}})
 	}
 	if etcd != nil {
-		cs = append(cs, clContender{"etcd3", func(ctx context.Context, rng *rand.Rand, val []byte) error {
+		cs = append(cs, clContender{name: "etcd3", op: func(ctx context.Context, rng *rand.Rand, val []byte) error {
 			clPutValue(rng, val)
 			_, err := etcd.cli.Put(ctx, string(keys[rng.IntN(len(keys))]), string(val))
 			return err
 		}})
 	}
 	if rds != nil {
-		cs = append(cs, clContender{"redis-aof-always", func(ctx context.Context, rng *rand.Rand, val []byte) error {
+		cs = append(cs, clContender{name: "redis-aof-always", op: func(ctx context.Context, rng *rand.Rand, val []byte) error {
 			clPutValue(rng, val)
 			return rds.cli.Set(ctx, string(keys[rng.IntN(len(keys))]), val, 0).Err()
 		}})
@@ -735,7 +804,7 @@ func clReads(ctx context.Context, out io.Writer, tab *clTabula, rds *clRedis, ke
 		}
 		return nil
 	}
-	cs := []clContender{{"tabula", func(ctx context.Context, rng *rand.Rand, _ []byte) error {
+	cs := []clContender{{name: "tabula", op: func(ctx context.Context, rng *rand.Rand, _ []byte) error {
 		v, err := tab.tbl.Get(ctx, keys[rng.IntN(len(keys))])
 		if err != nil {
 			return err
@@ -743,7 +812,7 @@ func clReads(ctx context.Context, out io.Writer, tab *clTabula, rds *clRedis, ke
 		return check(v)
 	}}}
 	if rds != nil {
-		cs = append(cs, clContender{"redis", func(ctx context.Context, rng *rand.Rand, _ []byte) error {
+		cs = append(cs, clContender{name: "redis", op: func(ctx context.Context, rng *rand.Rand, _ []byte) error {
 			v, err := rds.cli.Get(ctx, string(keys[rng.IntN(len(keys))])).Bytes()
 			if errors.Is(err, redis.Nil) {
 				return errors.New("redis: key not found")
@@ -787,7 +856,7 @@ func clLazyFlush(ctx context.Context, out io.Writer, procs *clProcs, dir string,
 			return t.tbl.Put(ctx, keys[rng.IntN(len(keys))], val)
 		}
 	}
-	res, err := clCompare(ctx, out, "put-lazyflush", []clContender{{"tabula", put(tab)}, {"tabula-engine-sync", put(sync)}}, cfg)
+	res, err := clCompare(ctx, out, "put-lazyflush", []clContender{{name: "tabula", op: put(tab)}, {name: "tabula-engine-sync", op: put(sync)}}, cfg)
 	if err != nil {
 		return err
 	}

@@ -110,6 +110,17 @@ func (p *clProc) restart() error {
 	return p.launch()
 }
 
+// cpu is the CPU time the running incarnation has used (procCPU).
+func (p *clProc) cpu() (time.Duration, error) {
+	p.mu.Lock()
+	cmd := p.cmd
+	p.mu.Unlock()
+	if cmd == nil || cmd.Process == nil {
+		return 0, fmt.Errorf("%s is not running", p.name)
+	}
+	return procCPU(cmd.Process.Pid)
+}
+
 func (p *clProc) running() bool {
 	p.mu.Lock()
 	done := p.done
