@@ -136,6 +136,9 @@ type request struct {
 	version string
 	base    string // the account's URL: scheme://host/account
 	rest    string // the path after the account, without the leading slash
+	// xmlErrors: errors are answered in XML (service and ACL operations,
+	// CORS preflights), as the service does; OData JSON otherwise.
+	xmlErrors bool
 }
 
 // ServeHTTP implements http.Handler.
@@ -159,10 +162,6 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		q.version = DefaultVersion
 	}
 	h.Set("x-ms-version", q.version)
-	if r.Method == http.MethodOptions {
-		q.fail(&svcError{status: http.StatusForbidden, code: "CorsPreflightFailure", msg: "CORS is not enabled for this account."})
-		return
-	}
 	path := strings.TrimPrefix(r.URL.EscapedPath(), "/")
 	acct, rest, _ := strings.Cut(path, "/")
 	if acct == "" {
@@ -174,12 +173,19 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		q.fail(&svcError{status: http.StatusBadRequest, code: "InvalidUri", msg: "The request URI is not valid: " + err.Error()})
 		return
 	}
+	if r.Method == http.MethodOptions {
+		q.preflight(strings.TrimSuffix(acct, "-secondary"))
+		return
+	}
+	if origin := r.Header.Get("Origin"); origin != "" && g.knownAccount(r.Context(), strings.TrimSuffix(acct, "-secondary")) {
+		q.w = q.corsFor(strings.TrimSuffix(acct, "-secondary"), origin)
+	}
 	scheme := "http"
 	if r.TLS != nil {
 		scheme = "https"
 	}
 	q.base = scheme + "://" + r.Host + "/" + acct
-	p, err := g.keys.verify(r, acct, g.opts.Now())
+	p, err := g.keys.verify(r, acct, requestKeys{ctx: r.Context(), g: g}, g.opts.Now())
 	if err != nil {
 		q.fail(err)
 		return
@@ -218,13 +224,23 @@ func requestTimeout(r *http.Request) time.Duration {
 func (q *request) serve(ctx context.Context) {
 	query := q.r.URL.Query()
 	switch {
-	case query.Get("restype") == "service" && query.Get("comp") == "properties" && q.r.Method == http.MethodGet:
-		q.serviceProperties()
-	case query.Get("comp") == "acl" && q.r.Method == http.MethodGet && q.rest != "":
-		q.tableACL(ctx, strings.TrimSuffix(q.rest, "()"))
 	case query.Get("restype") == "service" || query.Get("comp") != "":
-		q.fail(&svcError{status: http.StatusNotImplemented, code: "NotImplemented",
-			msg: "Setting service properties or table ACLs, and service statistics, are not implemented by this gateway."})
+		q.xmlErrors = true
+		switch comp, m := query.Get("comp"), q.r.Method; {
+		case query.Get("restype") == "service" && comp == "properties" && m == http.MethodGet:
+			q.serviceProperties(ctx)
+		case query.Get("restype") == "service" && comp == "properties" && m == http.MethodPut:
+			q.setServiceProperties(ctx)
+		case query.Get("restype") == "service" && comp == "stats" && m == http.MethodGet:
+			q.serviceStats()
+		case comp == "acl" && m == http.MethodGet && q.rest != "":
+			q.tableACL(ctx, strings.TrimSuffix(q.rest, "()"))
+		case comp == "acl" && m == http.MethodPut && q.rest != "":
+			q.setTableACL(ctx, strings.TrimSuffix(q.rest, "()"))
+		default:
+			q.fail(&svcError{status: http.StatusBadRequest, code: "InvalidQueryParameterValue",
+				msg: "Value for one of the query parameters specified in the request URI is invalid (restype, comp)."})
+		}
 	case q.rest == "$batch":
 		q.batch(ctx)
 	case q.rest == "Tables" || q.rest == "Tables()":
