@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/tabuladb/tabula/client"
+	"github.com/tabuladb/tabula/frontend/bearer"
 	"github.com/tabuladb/tabula/frontend/sharedkey"
 )
 
@@ -36,6 +37,9 @@ type Options struct {
 	// Now is the clock requests are checked and stamped with. Default
 	// time.Now.
 	Now func() time.Time
+	// Bearer checks OAuth bearer tokens (Authorization: Bearer, over
+	// HTTPS). Default nil: bearer tokens are refused.
+	Bearer *bearer.Verifier
 	// KeyRefresh bounds how often an unknown account or a refused
 	// signature makes the gateway fetch the tenants' keys again.
 	// Default 1s.
@@ -185,7 +189,12 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		scheme = "https"
 	}
 	q.base = scheme + "://" + r.Host + "/" + acct
-	p, err := g.keys.verify(r, acct, requestKeys{ctx: r.Context(), g: g}, g.opts.Now())
+	var p sharedkey.Principal
+	if auth := r.Header.Get("Authorization"); len(auth) > 7 && strings.EqualFold(auth[:7], "Bearer ") {
+		p, err = g.verifyBearer(r, acct, strings.TrimSpace(auth[7:]), q.base)
+	} else {
+		p, err = g.keys.verify(r, acct, requestKeys{ctx: r.Context(), g: g}, g.opts.Now())
+	}
 	if err != nil {
 		q.fail(err)
 		return
@@ -205,6 +214,39 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), requestTimeout(r))
 	defer cancel()
 	q.serve(ctx)
+}
+
+// verifyBearer authenticates a bearer token for path account acct
+// ("x-secondary" for x's secondary) addressed at base.
+func (g *Gateway) verifyBearer(r *http.Request, acct, token, base string) (sharedkey.Principal, error) {
+	failed := func(detail string) error {
+		return &sharedkey.Error{Code: sharedkey.CodeAuthenticationFailed, Status: http.StatusForbidden,
+			Message: "Server failed to authenticate the request. Make sure the value of the Authorization header is formed correctly including the signature.",
+			Detail:  detail}
+	}
+	name, secondary := strings.CutSuffix(acct, "-secondary")
+	if g.opts.Bearer == nil {
+		return sharedkey.Principal{}, failed(bearer.DetailUnsupported)
+	}
+	if r.TLS == nil {
+		return sharedkey.Principal{}, failed("Authentication scheme Bearer is not allowed with HTTP.")
+	}
+	if !g.knownAccount(r.Context(), name) {
+		return sharedkey.Principal{}, errResourceNotFound
+	}
+	role, err := g.opts.Bearer.Verify(token, name, strings.TrimSuffix(base, "-secondary"), g.opts.Now())
+	var be *bearer.Error
+	if errors.As(err, &be) {
+		return sharedkey.Principal{}, failed(be.Detail)
+	} else if err != nil {
+		return sharedkey.Principal{}, err
+	}
+	p := sharedkey.Principal{Account: name, Secondary: secondary, Kind: sharedkey.KindBearer, ResourceTypes: sharedkey.ResAll,
+		Perms: sharedkey.PermRead | sharedkey.PermList}
+	if role == bearer.RoleContributor {
+		p.Perms = sharedkey.PermAll
+	}
+	return p, nil
 }
 
 // requestTimeout is the request's timeout parameter (seconds), capped at

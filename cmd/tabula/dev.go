@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tabuladb/tabula/client"
+	"github.com/tabuladb/tabula/frontend/bearer"
 	"github.com/tabuladb/tabula/frontend/sharedkey"
 	"github.com/tabuladb/tabula/internal/testcluster"
 	"github.com/tabuladb/tabula/tablemaster"
@@ -105,7 +106,10 @@ prints the endpoints and "tabula dev ready" once it serves, and runs until inter
 				if terr != nil {
 					return fmt.Errorf("%w (%v)", terr, c.Close())
 				}
-				gw, err = startGateway(cmd.Context(), gatewayConfig{addr: azureListen, masters: c.MasterAddrs(), cred: cred, serve: serve, log: log})
+				gw, err = startGateway(cmd.Context(), gatewayConfig{addr: azureListen, masters: c.MasterAddrs(), cred: cred, serve: serve,
+					// Development tokens, as Azurite's --oauth basic: over
+					// HTTPS (--azure-tls-*), claims checked, no signature.
+					bearer: bearer.Dev(), log: log})
 				switch {
 				case err != nil && !cmd.Flags().Changed("azure-listen"):
 					// The default port may be another emulator's: the

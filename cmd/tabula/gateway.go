@@ -17,6 +17,7 @@ import (
 	"github.com/tabuladb/tabula/api"
 	"github.com/tabuladb/tabula/client"
 	"github.com/tabuladb/tabula/frontend"
+	"github.com/tabuladb/tabula/frontend/bearer"
 	"github.com/tabuladb/tabula/frontend/sharedkey"
 	"github.com/tabuladb/tabula/internal/tlsfiles"
 )
@@ -66,6 +67,7 @@ type gatewayConfig struct {
 	cred    client.Credential
 	dialTLS *tls.Config // dials the cluster over TLS when set
 	serve   *tls.Config // serves HTTPS when set, else plaintext HTTP
+	bearer  *bearer.Verifier
 	log     *slog.Logger
 }
 
@@ -73,7 +75,7 @@ type gatewayConfig struct {
 // cfg.masters on cfg.addr, acting with the cluster credential.
 func startGateway(ctx context.Context, cfg gatewayConfig) (*gatewayServer, error) {
 	log := cfg.log
-	gw, err := frontend.New(ctx, frontend.Options{Masters: cfg.masters, Credential: cfg.cred, TLS: cfg.dialTLS, Logger: log.With("part", "azure-gateway")})
+	gw, err := frontend.New(ctx, frontend.Options{Masters: cfg.masters, Credential: cfg.cred, TLS: cfg.dialTLS, Bearer: cfg.bearer, Logger: log.With("part", "azure-gateway")})
 	if err != nil {
 		return nil, err
 	}
@@ -126,8 +128,9 @@ func (s *gatewayServer) Close() error {
 
 func gatewayCmd(g *globals) *cobra.Command {
 	var (
-		listen string
-		azTLS  gatewayTLS
+		listen    string
+		azTLS     gatewayTLS
+		oauthKeys string
 	)
 	cmd := &cobra.Command{
 		Use:   "gateway",
@@ -142,7 +145,12 @@ the tenants' keys.
 
 HTTPS: --azure-tls-cert and --azure-tls-key. With the cluster's --tls-cert and --tls-key
 and no --azure-tls-*, the gateway serves HTTPS with the cluster's pair; with only
---tls-ca it refuses to start rather than serve plaintext beside a TLS cluster.`,
+--tls-ca it refuses to start rather than serve plaintext beside a TLS cluster.
+
+OAuth: --azure-oauth-keys FILE accepts "Authorization: Bearer <JWT>" over HTTPS, signed
+(RS256 or ES256) by a key of FILE, from one of its issuers, for the storage audience or
+the account's URL, its principal (oid) granted the account as reader or contributor:
+{"issuers": [...], "keys": [{"kid": "...", "pem": "..."}], "grants": [{"principal": "...", "account": "...", "role": "reader"}]}.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log, err := g.logger()
@@ -153,12 +161,21 @@ and no --azure-tls-*, the gateway serves HTTPS with the cluster's pair; with onl
 			if err != nil {
 				return err
 			}
+			var bv *bearer.Verifier
+			if oauthKeys != "" {
+				if serve == nil {
+					return errors.New("tabula gateway: --azure-oauth-keys needs HTTPS (bearer tokens are refused over HTTP): give --azure-tls-cert and --azure-tls-key")
+				}
+				if bv, err = bearer.LoadFile(oauthKeys); err != nil {
+					return err
+				}
+			}
 			cred, err := g.clusterCredential("", false)
 			if err != nil {
 				return err
 			}
 			gw, err := startGateway(cmd.Context(), gatewayConfig{addr: listen, masters: g.master, cred: client.Credential(cred),
-				dialTLS: dial, serve: serve, log: log})
+				dialTLS: dial, serve: serve, bearer: bv, log: log})
 			if err != nil {
 				return err
 			}
@@ -169,6 +186,7 @@ and no --azure-tls-*, the gateway serves HTTPS with the cluster's pair; with onl
 	}
 	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:10002", azureListenUsage)
 	azTLS.register(cmd.Flags())
+	cmd.Flags().StringVar(&oauthKeys, "azure-oauth-keys", "", "JSON file of the issuers, public keys (PEM) and principal-to-account grants that OAuth bearer tokens are verified with (default: bearer tokens refused)")
 	return cmd
 }
 
