@@ -73,7 +73,9 @@ func TestServiceProperties(t *testing.T) {
 	if _, err := target.svc.SetProperties(ctx, aztables.ServiceProperties{Cors: []*aztables.CorsRule{rule}}, nil); err != nil {
 		t.Fatalf("set service properties: %v", err)
 	}
-	t.Cleanup(func() { _, _ = target.svc.SetProperties(t.Context(), aztables.ServiceProperties{Cors: []*aztables.CorsRule{}}, nil) })
+	t.Cleanup(func() {
+		_, _ = target.svc.SetProperties(t.Context(), aztables.ServiceProperties{Cors: []*aztables.CorsRule{}}, nil)
+	})
 	got, err := target.svc.GetProperties(ctx, nil)
 	if err != nil {
 		t.Fatalf("get service properties: %v", err)
