@@ -97,8 +97,9 @@ func (k *tenantKeys) refresh(ctx context.Context, force bool) error {
 
 // verify authenticates r for account, fetching the keys again once when
 // the account is unknown or the signature refused.
-func (k *tenantKeys) verify(r *http.Request, account string, now time.Time) (sharedkey.Principal, error) {
-	p, err := sharedkey.Verify(r, account, k, now)
+// keys (which may add stored access policies) are k's for the request.
+func (k *tenantKeys) verify(r *http.Request, account string, keys sharedkey.Keys, now time.Time) (sharedkey.Principal, error) {
+	p, err := sharedkey.Verify(r, account, keys, now)
 	if err == nil {
 		return p, nil
 	}
@@ -109,13 +110,14 @@ func (k *tenantKeys) verify(r *http.Request, account string, now time.Time) (sha
 	if rerr := k.refresh(r.Context(), false); rerr != nil {
 		return p, &svcError{status: http.StatusServiceUnavailable, code: "ServerBusy", msg: "The server cannot read the accounts' keys: " + rerr.Error()}
 	}
-	return sharedkey.Verify(r, account, k, now)
+	return sharedkey.Verify(r, account, keys, now)
 }
 
 // account is one account (tenant): a client acting for it, and its
 // tables by lower-case name (table names are case-insensitive).
 type account struct {
-	c *client.Client
+	c        *client.Client
+	settings *settings
 
 	mu sync.Mutex
 	// Guarded by mu.
@@ -138,7 +140,7 @@ func (g *Gateway) account(name string) (*account, error) {
 	if err != nil {
 		return nil, err
 	}
-	a := &account{c: c, tables: map[string]string{}}
+	a := &account{c: c, settings: &settings{c: c, now: g.opts.Now}, tables: map[string]string{}}
 	g.accounts[name] = a
 	return a, nil
 }
@@ -212,4 +214,16 @@ func (a *account) remember(name string) {
 	a.mu.Lock()
 	a.tables[strings.ToLower(name)] = name
 	a.mu.Unlock()
+}
+
+// knownAccount says whether name is a tenant the gateway knows the keys
+// of (fetching them again at most every KeyRefresh): unauthenticated
+// requests (CORS) must not make clients for any name they like.
+func (g *Gateway) knownAccount(ctx context.Context, name string) bool {
+	if _, ok := g.keys.Lookup(name); ok {
+		return true
+	}
+	_ = g.keys.refresh(ctx, false)
+	_, ok := g.keys.Lookup(name)
+	return ok
 }

@@ -50,7 +50,7 @@ func toSvc(err error) *svcError {
 		return &svcError{status: http.StatusBadRequest, code: "InvalidInput", msg: sye.Error()}
 	case errors.Is(err, odata.ErrInvalidFilter), errors.Is(err, odata.ErrInvalidSelect), errors.Is(err, odata.ErrInvalidTop):
 		return &svcError{status: http.StatusBadRequest, code: "InvalidInput", msg: err.Error()}
-	case errors.Is(err, entity.ErrCorrupt):
+	case errors.Is(err, entity.ErrCorrupt), errors.Is(err, ErrSettingsCorrupt):
 		return &svcError{status: http.StatusInternalServerError, code: "InternalError", msg: "A stored entity is corrupt: " + err.Error()}
 	}
 	d := api.DetailOf(err)
@@ -90,6 +90,15 @@ func (q *request) fail(err error) {
 	se := toSvc(err)
 	if se.status >= 500 {
 		q.g.log.Error("request failed", "method", q.r.Method, "path", q.r.URL.Path, "status", se.status, "err", err)
+	}
+	if q.xmlErrors {
+		e := sharedkey.Error{Code: se.code, Status: se.status,
+			Message: se.msg + "\nRequestId:" + q.id + "\nTime:" + q.g.opts.Now().UTC().Format("2006-01-02T15:04:05.0000000Z")}
+		h.Set("Content-Type", "application/xml")
+		h.Set("x-ms-error-code", se.code)
+		q.w.WriteHeader(se.status)
+		_, _ = q.w.Write(e.XML())
+		return
 	}
 	h.Set("Content-Type", "application/json;odata=minimalmetadata;streaming=true;charset=utf-8")
 	h.Set("x-ms-error-code", se.code)

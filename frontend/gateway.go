@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/tabuladb/tabula/client"
+	"github.com/tabuladb/tabula/frontend/bearer"
 	"github.com/tabuladb/tabula/frontend/sharedkey"
 )
 
@@ -36,6 +37,9 @@ type Options struct {
 	// Now is the clock requests are checked and stamped with. Default
 	// time.Now.
 	Now func() time.Time
+	// Bearer checks OAuth bearer tokens (Authorization: Bearer, over
+	// HTTPS). Default nil: bearer tokens are refused.
+	Bearer *bearer.Verifier
 	// KeyRefresh bounds how often an unknown account or a refused
 	// signature makes the gateway fetch the tenants' keys again.
 	// Default 1s.
@@ -136,6 +140,9 @@ type request struct {
 	version string
 	base    string // the account's URL: scheme://host/account
 	rest    string // the path after the account, without the leading slash
+	// xmlErrors: errors are answered in XML (service and ACL operations,
+	// CORS preflights), as the service does; OData JSON otherwise.
+	xmlErrors bool
 }
 
 // ServeHTTP implements http.Handler.
@@ -159,10 +166,6 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		q.version = DefaultVersion
 	}
 	h.Set("x-ms-version", q.version)
-	if r.Method == http.MethodOptions {
-		q.fail(&svcError{status: http.StatusForbidden, code: "CorsPreflightFailure", msg: "CORS is not enabled for this account."})
-		return
-	}
 	path := strings.TrimPrefix(r.URL.EscapedPath(), "/")
 	acct, rest, _ := strings.Cut(path, "/")
 	if acct == "" {
@@ -174,12 +177,24 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		q.fail(&svcError{status: http.StatusBadRequest, code: "InvalidUri", msg: "The request URI is not valid: " + err.Error()})
 		return
 	}
+	if r.Method == http.MethodOptions {
+		q.preflight(strings.TrimSuffix(acct, "-secondary"))
+		return
+	}
+	if origin := r.Header.Get("Origin"); origin != "" && g.knownAccount(r.Context(), strings.TrimSuffix(acct, "-secondary")) {
+		q.w = q.corsFor(strings.TrimSuffix(acct, "-secondary"), origin)
+	}
 	scheme := "http"
 	if r.TLS != nil {
 		scheme = "https"
 	}
 	q.base = scheme + "://" + r.Host + "/" + acct
-	p, err := g.keys.verify(r, acct, g.opts.Now())
+	var p sharedkey.Principal
+	if auth := r.Header.Get("Authorization"); len(auth) > 7 && strings.EqualFold(auth[:7], "Bearer ") {
+		p, err = g.verifyBearer(r, acct, strings.TrimSpace(auth[7:]), q.base)
+	} else {
+		p, err = g.keys.verify(r, acct, requestKeys{ctx: r.Context(), g: g}, g.opts.Now())
+	}
 	if err != nil {
 		q.fail(err)
 		return
@@ -201,6 +216,39 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	q.serve(ctx)
 }
 
+// verifyBearer authenticates a bearer token for path account acct
+// ("x-secondary" for x's secondary) addressed at base.
+func (g *Gateway) verifyBearer(r *http.Request, acct, token, base string) (sharedkey.Principal, error) {
+	failed := func(detail string) error {
+		return &sharedkey.Error{Code: sharedkey.CodeAuthenticationFailed, Status: http.StatusForbidden,
+			Message: "Server failed to authenticate the request. Make sure the value of the Authorization header is formed correctly including the signature.",
+			Detail:  detail}
+	}
+	name, secondary := strings.CutSuffix(acct, "-secondary")
+	if g.opts.Bearer == nil {
+		return sharedkey.Principal{}, failed(bearer.DetailUnsupported)
+	}
+	if r.TLS == nil {
+		return sharedkey.Principal{}, failed("Authentication scheme Bearer is not allowed with HTTP.")
+	}
+	if !g.knownAccount(r.Context(), name) {
+		return sharedkey.Principal{}, errResourceNotFound
+	}
+	role, err := g.opts.Bearer.Verify(token, name, strings.TrimSuffix(base, "-secondary"), g.opts.Now())
+	var be *bearer.Error
+	if errors.As(err, &be) {
+		return sharedkey.Principal{}, failed(be.Detail)
+	} else if err != nil {
+		return sharedkey.Principal{}, err
+	}
+	p := sharedkey.Principal{Account: name, Secondary: secondary, Kind: sharedkey.KindBearer, ResourceTypes: sharedkey.ResAll,
+		Perms: sharedkey.PermRead | sharedkey.PermList}
+	if role == bearer.RoleContributor {
+		p.Perms = sharedkey.PermAll
+	}
+	return p, nil
+}
+
 // requestTimeout is the request's timeout parameter (seconds), capped at
 // 30 s, the service's limit and default.
 func requestTimeout(r *http.Request) time.Duration {
@@ -218,13 +266,23 @@ func requestTimeout(r *http.Request) time.Duration {
 func (q *request) serve(ctx context.Context) {
 	query := q.r.URL.Query()
 	switch {
-	case query.Get("restype") == "service" && query.Get("comp") == "properties" && q.r.Method == http.MethodGet:
-		q.serviceProperties()
-	case query.Get("comp") == "acl" && q.r.Method == http.MethodGet && q.rest != "":
-		q.tableACL(ctx, strings.TrimSuffix(q.rest, "()"))
 	case query.Get("restype") == "service" || query.Get("comp") != "":
-		q.fail(&svcError{status: http.StatusNotImplemented, code: "NotImplemented",
-			msg: "Setting service properties or table ACLs, and service statistics, are not implemented by this gateway."})
+		q.xmlErrors = true
+		switch comp, m := query.Get("comp"), q.r.Method; {
+		case query.Get("restype") == "service" && comp == "properties" && m == http.MethodGet:
+			q.serviceProperties(ctx)
+		case query.Get("restype") == "service" && comp == "properties" && m == http.MethodPut:
+			q.setServiceProperties(ctx)
+		case query.Get("restype") == "service" && comp == "stats" && m == http.MethodGet:
+			q.serviceStats()
+		case comp == "acl" && m == http.MethodGet && q.rest != "":
+			q.tableACL(ctx, strings.TrimSuffix(q.rest, "()"))
+		case comp == "acl" && m == http.MethodPut && q.rest != "":
+			q.setTableACL(ctx, strings.TrimSuffix(q.rest, "()"))
+		default:
+			q.fail(&svcError{status: http.StatusBadRequest, code: "InvalidQueryParameterValue",
+				msg: "Value for one of the query parameters specified in the request URI is invalid (restype, comp)."})
+		}
 	case q.rest == "$batch":
 		q.batch(ctx)
 	case q.rest == "Tables" || q.rest == "Tables()":

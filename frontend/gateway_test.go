@@ -33,6 +33,9 @@ type azure struct {
 	key     []byte
 	masters []string
 	cred    client.Credential
+	// sasQuery, when set, is added to every request's query (and key
+	// is nil: the SAS is the credential).
+	sasQuery string
 }
 
 // startGateway starts a cluster, a tenant and a gateway over it.
@@ -80,7 +83,15 @@ func (a *azure) do(method, path string, hdr map[string]string, body any) (int, h
 		}
 		rd = bytes.NewReader(j)
 	}
-	req, err := http.NewRequest(method, a.url+path, rd)
+	u := a.url + path
+	if a.sasQuery != "" {
+		sep := "?"
+		if strings.Contains(path, "?") {
+			sep = "&"
+		}
+		u += sep + a.sasQuery
+	}
+	req, err := http.NewRequest(method, u, rd)
 	if err != nil {
 		a.t.Fatal(err)
 	}
@@ -319,29 +330,6 @@ func TestGatewayBatch(t *testing.T) {
 	if !strings.Contains(string(b), "InvalidInput") {
 		t.Fatalf("batch of 101: %d %s", st, b)
 	}
-}
-
-// TestGatewayServiceProperties: tools read the service properties and a
-// table's ACL on connecting; the gateway answers what it does (nothing
-// enabled, no stored policies) and refuses to set them.
-func TestGatewayServiceProperties(t *testing.T) {
-	a := startGateway(t)
-	st, h, b := a.do("GET", "/?restype=service&comp=properties", nil, nil)
-	a.want("get service properties", 200, "", st, h, b)
-	if !strings.Contains(string(b), "<StorageServiceProperties>") || !strings.Contains(string(b), "<Cors />") {
-		t.Fatalf("service properties: %s", b)
-	}
-	st, h, b = a.do("PUT", "/?restype=service&comp=properties", nil, "<StorageServiceProperties/>")
-	a.want("set service properties", 501, "NotImplemented", st, h, b)
-	st, h, b = a.do("POST", "/Tables", nil, map[string]string{"TableName": "Acl"})
-	a.want("create table", 201, "", st, h, b)
-	st, h, b = a.do("GET", "/Acl?comp=acl", nil, nil)
-	a.want("get table acl", 200, "", st, h, b)
-	if !strings.Contains(string(b), "<SignedIdentifiers />") {
-		t.Fatalf("table acl: %s", b)
-	}
-	st, h, b = a.do("GET", "/Nope?comp=acl", nil, nil)
-	a.want("acl of a missing table", 404, "ResourceNotFound", st, h, b)
 }
 
 // secondGateway starts another gateway over a's cluster, for a's account.

@@ -124,6 +124,12 @@ func (q *request) createTable(ctx context.Context) {
 		q.fail(errTableExists)
 		return
 	}
+	// Policies a dropped table of this name left behind (its drop
+	// failed to remove them) must not apply to the new table.
+	if err := q.acct.settings.setACL(ctx, req.TableName, nil); err != nil {
+		q.fail(err)
+		return
+	}
 	q.acct.remember(req.TableName)
 	if q.preferNoContent() {
 		q.w.WriteHeader(http.StatusNoContent)
@@ -155,6 +161,12 @@ func (q *request) deleteTable(ctx context.Context, name string) {
 		return
 	}
 	q.acct.forget(actual)
+	// The table's stored access policies go with it (a table made
+	// again by the name starts with none; createTable clears them too,
+	// should this fail).
+	if err := q.acct.settings.setACL(ctx, actual, nil); err != nil {
+		q.g.log.Warn("could not remove a dropped table's stored access policies", "table", actual, "err", err)
+	}
 	q.w.WriteHeader(http.StatusNoContent)
 }
 

@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tabuladb/tabula/client"
+	"github.com/tabuladb/tabula/frontend/bearer"
 	"github.com/tabuladb/tabula/frontend/sharedkey"
 	"github.com/tabuladb/tabula/internal/testcluster"
 	"github.com/tabuladb/tabula/tablemaster"
@@ -31,6 +32,7 @@ func devCmd(g *globals) *cobra.Command {
 		debug         string
 		dashListen    string
 		azureListen   string
+		azTLS         gatewayTLS
 	)
 	cmd := &cobra.Command{
 		Use:   "dev",
@@ -100,7 +102,14 @@ prints the endpoints and "tabula dev ready" once it serves, and runs until inter
 				if err := ensureDevAccount(cmd.Context(), c.MasterAddrs(), cred); err != nil {
 					return fmt.Errorf("the Azure development account: %w (%v)", err, c.Close())
 				}
-				gw, err = startGateway(cmd.Context(), azureListen, c.MasterAddrs(), cred, log)
+				serve, terr := azTLS.config()
+				if terr != nil {
+					return fmt.Errorf("%w (%v)", terr, c.Close())
+				}
+				gw, err = startGateway(cmd.Context(), gatewayConfig{addr: azureListen, masters: c.MasterAddrs(), cred: cred, serve: serve,
+					// Development tokens, as Azurite's --oauth basic: over
+					// HTTPS (--azure-tls-*), claims checked, no signature.
+					bearer: bearer.Dev(), log: log})
 				switch {
 				case err != nil && !cmd.Flags().Changed("azure-listen"):
 					// The default port may be another emulator's: the
@@ -136,7 +145,7 @@ prints the endpoints and "tabula dev ready" once it serves, and runs until inter
 				fmt.Fprintf(out, "dashboard %s\n", u)
 			}
 			if gw != nil {
-				fmt.Fprintf(out, "azure   %s\n", devAzureLine(gw.Addr()))
+				fmt.Fprintf(out, "azure   %s\n", devAzureLine(gw.URL()))
 			}
 			fmt.Fprintln(out, "tabula dev ready")
 			<-cmd.Context().Done()
@@ -152,6 +161,7 @@ prints the endpoints and "tabula dev ready" once it serves, and runs until inter
 	cmd.Flags().StringVar(&debug, "debug-listen", "", "address serving Go's profiling endpoints, /debug/pprof/ (default: none)")
 	cmd.Flags().StringVar(&dashListen, "dashboard-listen", "127.0.0.1:0", dashboardListenUsage+"; the leading master's (empty: off)")
 	cmd.Flags().StringVar(&azureListen, "azure-listen", "127.0.0.1:10002", azureListenUsage+"; serves the development account "+sharedkey.DevAccount)
+	azTLS.register(cmd.Flags())
 	return cmd
 }
 
@@ -210,6 +220,12 @@ func hasProfile(path, name string) bool {
 // means http://127.0.0.1:10002 to the Azure SDKs, so any other address
 // gets the explicit string.
 func devAzureLine(addr string) string {
+	scheme := "http"
+	if rest, ok := strings.CutPrefix(addr, "https://"); ok {
+		scheme, addr = "https", rest
+	} else {
+		addr = strings.TrimPrefix(addr, "http://")
+	}
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
 		host, port = addr, ""
@@ -217,9 +233,9 @@ func devAzureLine(addr string) string {
 	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
 		host = "127.0.0.1" // listening on every address: loopback reaches it
 	}
-	endpoint := "http://" + net.JoinHostPort(host, port) + "/" + sharedkey.DevAccount
+	endpoint := scheme + "://" + net.JoinHostPort(host, port) + "/" + sharedkey.DevAccount
 	conn := "UseDevelopmentStorage=true"
-	if host != "127.0.0.1" || port != "10002" {
+	if host != "127.0.0.1" || port != "10002" || scheme == "https" {
 		conn = devConnectionString(endpoint)
 	}
 	return fmt.Sprintf("%s  (Azure Table REST; account %s with its well-known key; connection string: %s)", endpoint, sharedkey.DevAccount, conn)
@@ -228,5 +244,6 @@ func devAzureLine(addr string) string {
 // devConnectionString is the explicit Azure connection string of the
 // development account served at endpoint.
 func devConnectionString(endpoint string) string {
-	return fmt.Sprintf("DefaultEndpointsProtocol=http;AccountName=%s;AccountKey=%s;TableEndpoint=%s;", sharedkey.DevAccount, sharedkey.DevKey, endpoint)
+	scheme, _, _ := strings.Cut(endpoint, "://")
+	return fmt.Sprintf("DefaultEndpointsProtocol=%s;AccountName=%s;AccountKey=%s;TableEndpoint=%s;", scheme, sharedkey.DevAccount, sharedkey.DevKey, endpoint)
 }

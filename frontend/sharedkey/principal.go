@@ -14,6 +14,9 @@ const (
 	KindSharedKeyLite
 	KindServiceSAS
 	KindAccountSAS
+	// KindBearer is an OAuth bearer token (the gateway verifies it with
+	// frontend/bearer and sets Perms from the principal's role).
+	KindBearer
 )
 
 func (k Kind) String() string {
@@ -26,6 +29,8 @@ func (k Kind) String() string {
 		return "ServiceSAS"
 	case KindAccountSAS:
 		return "AccountSAS"
+	case KindBearer:
+		return "Bearer"
 	}
 	return fmt.Sprintf("Kind(%d)", uint8(k))
 }
@@ -191,6 +196,15 @@ func (p Principal) Allows(op Op, table, pk, rk string) error {
 		if p.ResourceTypes&n.res == 0 {
 			return errResourceType()
 		}
+	case KindBearer:
+		// Table ACLs are for Shared Key only, as the service has it.
+		if op == OpGetTableACL || op == OpSetTableACL {
+			return errFailure()
+		}
+		if p.Perms&n.anyOf == 0 && n.anyOf != 0 || p.Perms&n.allOf != n.allOf {
+			return errPermission()
+		}
+		return nil
 	default:
 		return errFailure()
 	}
