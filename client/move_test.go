@@ -41,6 +41,7 @@ func TestMoveAndDrain(t *testing.T) {
 		mu     sync.Mutex
 		latest = map[string][]byte{}
 		failed atomic.Int64
+		acked  atomic.Int64
 		first  atomic.Value
 	)
 	stop := make(chan struct{})
@@ -62,6 +63,7 @@ func TestMoveAndDrain(t *testing.T) {
 				mu.Lock()
 				latest[k] = v
 				mu.Unlock()
+				acked.Add(1)
 			}
 		})
 	}
@@ -85,7 +87,13 @@ func TestMoveAndDrain(t *testing.T) {
 			time.Sleep(20 * time.Millisecond)
 		}
 	}
-	time.Sleep(200 * time.Millisecond)
+	// Writes under way, acknowledged on every partition's replicas.
+	writes := func(n int64) {
+		t.Helper()
+		from := acked.Load()
+		wait(fmt.Sprintf("%d more writes", n), func() bool { return acked.Load() >= from+n })
+	}
+	writes(100)
 	// Move partition 0's primary to the server it does not use.
 	p0 := describe()[0]
 	var spare string
@@ -118,7 +126,7 @@ func TestMoveAndDrain(t *testing.T) {
 		}
 		return true
 	})
-	time.Sleep(200 * time.Millisecond)
+	writes(100) // on the new replica sets
 	close(stop)
 	wg.Wait()
 	if failed.Load() > 0 {

@@ -17,8 +17,9 @@ import (
 // rolloutReaders runs batch readers of bulk table tb until stop: every
 // batch's values must come from one version (the "vN:" prefix). It returns
 // a function that stops them and reports reads, failed and mixed batches,
-// and the versions seen.
-func rolloutReaders(t *testing.T, ctx context.Context, tb *client.Table, readers int) func() (reads, failed, mixed int64, seen map[string]int64, firstErr string) {
+// and the versions seen, and one that says how many batches of a version
+// were read so far.
+func rolloutReaders(t *testing.T, ctx context.Context, tb *client.Table, readers int) (stopReaders func() (reads, failed, mixed int64, seen map[string]int64, firstErr string), seenOf func(tag string) int64) {
 	var (
 		stop                atomic.Bool
 		nReads, nFail, nMix atomic.Int64
@@ -65,11 +66,17 @@ func rolloutReaders(t *testing.T, ctx context.Context, tb *client.Table, readers
 			}
 		})
 	}
-	return func() (int64, int64, int64, map[string]int64, string) {
+	stopReaders = func() (int64, int64, int64, map[string]int64, string) {
 		stop.Store(true)
 		wg.Wait()
 		return nReads.Load(), nFail.Load(), nMix.Load(), seenV, first
 	}
+	seenOf = func(tag string) int64 {
+		mu.Lock()
+		defer mu.Unlock()
+		return seenV[tag]
+	}
+	return stopReaders, seenOf
 }
 
 // TestBulkRolloutRowByRow: a new version of a bulk table with three copies
@@ -94,7 +101,7 @@ func TestBulkRolloutRowByRow(t *testing.T) {
 	}
 	checkCopies(t, ctx, tb, 1, 3)
 
-	stopReaders := rolloutReaders(t, ctx, tb, 4)
+	stopReaders, seenOf := rolloutReaders(t, ctx, tb, 4)
 	// Watch the rollout from the side: rows switch one at a time, and
 	// while it runs some partition has an extra copy.
 	var (
@@ -132,7 +139,7 @@ func TestBulkRolloutRowByRow(t *testing.T) {
 		t.Fatalf("publish 2: %v", err)
 	}
 	<-watchDone
-	time.Sleep(200 * time.Millisecond) // reads on the new version too
+	waitFor(t, 10*time.Second, "batch reads of the new version", func() bool { return seenOf("v2") >= 20 })
 	reads, failed, mixed, seen, first := stopReaders()
 	t.Logf("%d batch reads across the rollout (versions seen %v); extra copies seen: %d per partition; rows switched seen: %d; progress rows %v",
 		reads, seen, maxCopies.Load(), rowsSeen.Load(), rowsReported)
