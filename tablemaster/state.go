@@ -2,6 +2,7 @@ package tablemaster
 
 import (
 	"cmp"
+	"encoding/json"
 	"maps"
 	"slices"
 
@@ -162,6 +163,12 @@ type Command struct {
 	// Handoffs: OpHandoffDone's partitions (id → the Handoff.Version it
 	// clears); see handoff.go.
 	Handoffs map[uint64]uint64 `json:"handoffs,omitempty"`
+
+	// Payload is the command's typed body (payloads.go). A command made
+	// with one needs neither Op nor the flat fields above: MarshalJSON
+	// writes it flat all the same, byte for byte as before. A decoded
+	// command has the flat fields; apply reads either (payload).
+	Payload Payload `json:"-"`
 }
 
 // Result is what Apply reports about an applied command.
@@ -551,6 +558,9 @@ func (s *State) apply(cmd *Command, chk bool) (Result, error) {
 		err error
 	)
 	defer func() { s.primaries, s.before = nil, nil }()
+	if cmd.Payload != nil {
+		cmd.Op = cmd.Payload.Op()
+	}
 	if cmd.RequestID != "" {
 		if chk {
 			if err := checkRequestID(cmd.RequestID); err != nil {
@@ -669,9 +679,33 @@ var replicationServed = true
 // MaxServerIDLen bounds a server id a server chooses for itself.
 const MaxServerIDLen = 128
 
-// flatCommand is Command's JSON form (temporary alias until Command
-// carries a typed Payload).
-type flatCommand = Command
+// flatCommand is Command's JSON form: the tagged union the command log
+// and raft entries have always held.
+type flatCommand Command
 
-// payload returns cmd's typed payload (nil for an unknown op).
-func (c *Command) payload() Payload { return payloadOf(c) }
+// MarshalJSON encodes c flat, its Payload's fields among the others.
+func (c Command) MarshalJSON() ([]byte, error) {
+	f := flatCommand(c)
+	if c.Payload != nil {
+		f.Op = c.Payload.Op()
+		f.setPayload(c.Payload)
+	}
+	return json.Marshal(f)
+}
+
+// payload returns c's typed payload (nil for an unknown op).
+func (c *Command) payload() Payload {
+	if c.Payload != nil {
+		return c.Payload
+	}
+	return payloadOf((*flatCommand)(c))
+}
+
+// setPayload hands back p, the payload a handler resolved fields of.
+func (c *Command) setPayload(p Payload) {
+	if c.Payload != nil {
+		c.Payload = p
+		return
+	}
+	(*flatCommand)(c).setPayload(p)
+}
