@@ -51,10 +51,7 @@ func (m *Master) CoprocDeploy(_ context.Context, req *api.CoprocDeployRequest) (
 			return nil, rpcError("store module", err)
 		}
 	}
-	res, st, err := m.propose(Command{
-		Op: OpCoprocDeploy, UnixMs: m.opts.Now().UnixMilli(), Tenant: req.Tenant, Table: req.Table, Name: req.Name,
-		Coproc: &CoprocVersion{SHA256: sum, Size: uint64(man.Size), Methods: man.Methods, Writes: man.Writes},
-	}, nil, nil)
+	res, st, err := m.propose(Command{UnixMs: m.opts.Now().UnixMilli(), Payload: CoprocDeploy{Tenant: req.Tenant, Table: req.Table, Name: req.Name, Coproc: &CoprocVersion{SHA256: sum, Size: uint64(man.Size), Methods: man.Methods, Writes: man.Writes}}}, nil, nil)
 	if err != nil {
 		return nil, rpcError("deploy coprocessor", err)
 	}
@@ -94,7 +91,7 @@ func (m *Master) CoprocRollback(_ context.Context, req *api.CoprocRollbackReques
 	if req == nil {
 		return nil, errNilRequest()
 	}
-	_, st, err := m.propose(Command{Op: OpCoprocRollback, UnixMs: m.opts.Now().UnixMilli(), Tenant: req.Tenant, Table: req.Table, Name: req.Name, Version: req.Version}, nil, nil)
+	_, st, err := m.propose(Command{UnixMs: m.opts.Now().UnixMilli(), Payload: CoprocRollback{Tenant: req.Tenant, Table: req.Table, Name: req.Name, Version: req.Version}}, nil, nil)
 	if err != nil {
 		return nil, rpcError("roll back coprocessor", err)
 	}
@@ -146,8 +143,7 @@ func (m *Master) coprocReports(serverID string, ready []*api.CoprocReady) {
 		if k < 0 || slices.Contains(c.Versions[k].ReadyOn, serverID) {
 			continue
 		}
-		res, _, err := m.propose(Command{Op: OpCoprocReady, UnixMs: m.opts.Now().UnixMilli(), Tenant: r.GetTenant(), Table: r.GetTable(),
-			Name: r.GetName(), Version: r.GetVersion(), ServerID: serverID}, nil, nil)
+		res, _, err := m.propose(Command{UnixMs: m.opts.Now().UnixMilli(), Payload: CoprocReady{Tenant: r.GetTenant(), Table: r.GetTable(), Name: r.GetName(), Version: r.GetVersion(), ServerID: serverID}}, nil, nil)
 		if err != nil {
 			m.logger.Warn("tablemaster: coprocessor ready report refused", "server", serverID, "name", r.GetName(), "err", err)
 		} else if res.Changed {

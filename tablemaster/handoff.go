@@ -120,21 +120,6 @@ func (s *State) fenceTerm(p *Partition, from, now string) {
 	p.Handoff = &Handoff{From: from, Version: s.Version}
 }
 
-// handoffDone applies OpHandoffDone.
-func (s *State) handoffDone(cmd Command) (Result, error) {
-	var res Result
-	for pid, v := range cmd.Handoffs {
-		_, p := s.partition(pid)
-		if p == nil || p.Handoff == nil || p.Handoff.Version != v {
-			continue // cleared, or fenced again since
-		}
-		_, p = s.mutPartition(pid)
-		p.Handoff = nil
-		res.Changed = true
-	}
-	return res, nil
-}
-
 // handoffClocks is the leader's memory of when it first saw each pending
 // handoff, so it can tell when the old primary's lease has run out. Only
 // the liveness loop uses it.

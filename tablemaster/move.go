@@ -52,7 +52,7 @@ type Move struct {
 // movesPerServer bounds the moves off one draining server at a time.
 const movesPerServer = 4
 
-func (s *State) moveReplica(cmd *Command, chk bool) (Result, error) {
+func (s *State) moveReplica(cmd *MoveReplica, unixMs int64, chk bool) (Result, error) {
 	t, p := s.partition(cmd.PartitionID)
 	if p == nil {
 		return Result{}, errInvalid("partition_id", "partition_not_found", 0, "no partition %d", cmd.PartitionID)
@@ -105,12 +105,12 @@ func (s *State) moveReplica(cmd *Command, chk bool) (Result, error) {
 	t = s.mutTable(t)
 	p = &t.Partitions[p.Index]
 	p.Replicas = append(p.Replicas, Replica{ServerID: to.ID, Addr: to.Addr, Role: api.ReplicaRole_REPLICA_ROLE_SECONDARY, FaultDomain: to.FaultDomain})
-	p.Move = &Move{From: cmd.ServerID, To: cmd.To, SinceMs: cmd.UnixMs, Version: s.Version + 1} // the version this command makes
+	p.Move = &Move{From: cmd.ServerID, To: cmd.To, SinceMs: unixMs, Version: s.Version + 1} // the version this command makes
 	p.resetLog()
 	return Result{Changed: true, Moved: []uint64{p.ID}}, nil
 }
 
-func (s *State) replicaFailed(cmd Command) (Result, error) {
+func (s *State) replicaFailed(cmd *ReplicaFailed) (Result, error) {
 	t, p := s.partition(cmd.PartitionID)
 	if p == nil || len(p.Replicas) < 2 {
 		return Result{}, nil
@@ -130,7 +130,7 @@ func (s *State) replicaFailed(cmd Command) (Result, error) {
 	return Result{Changed: true, Moved: []uint64{p.ID}}, nil
 }
 
-func (s *State) moveDone(cmd Command) (Result, error) {
+func (s *State) moveDone(cmd *MoveDone) (Result, error) {
 	t, p := s.partition(cmd.PartitionID)
 	if p == nil || p.Move == nil || p.Move.From != cmd.ServerID || p.Move.To != cmd.To {
 		return Result{}, nil // done or dropped already

@@ -349,8 +349,7 @@ func (m *Master) SetTenantQuota(ctx context.Context, req *api.SetTenantQuotaRequ
 		return nil, err
 	}
 	q := TenantQuotaOf(req.Quota)
-	_, st, err := m.propose(Command{Op: OpSetTenantQuota, Tenant: req.Tenant, UnixMs: m.opts.Now().UnixMilli(),
-		Quota: &q, RequestID: requestIDOf(ctx)}, nil, nil)
+	_, st, err := m.propose(Command{UnixMs: m.opts.Now().UnixMilli(), RequestID: requestIDOf(ctx), Payload: SetTenantQuota{Tenant: req.Tenant, Quota: &q}}, nil, nil)
 	if err != nil {
 		return nil, rpcError("set tenant quota", err)
 	}

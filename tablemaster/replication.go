@@ -122,54 +122,6 @@ func serversOf(p *Partition) []string {
 	return out
 }
 
-func (s *State) partitionLog(cmd Command) (Result, error) {
-	_, p := s.partition(cmd.PartitionID)
-	switch {
-	case p == nil || p.Log == nil:
-		return Result{}, errInvalid("partition_id", "no_log", 0, "partition %d has no commit log", cmd.PartitionID)
-	case p.Epoch != cmd.Epoch || !slices.Equal(s.liveServersOf(p), cmd.Servers) || p.Log.Extent != 0:
-		return Result{}, nil // moved on meanwhile; the loop decides again
-	}
-	_, p = s.mutPartition(cmd.PartitionID)
-	p.Log.Extent, p.Log.Last = cmd.Extent, cmd.Extent
-	return Result{Changed: true, Moved: []uint64{p.ID}}, nil
-}
-
-func (s *State) partitionLogReset(cmd Command) (Result, error) {
-	_, p := s.partition(cmd.PartitionID)
-	if p == nil || p.Log == nil {
-		return Result{}, errInvalid("partition_id", "no_log", 0, "partition %d has no commit log", cmd.PartitionID)
-	}
-	if p.Epoch != cmd.Epoch || (cmd.Extent != 0 && p.Log.Extent != cmd.Extent) {
-		return Result{}, nil // already reconfigured
-	}
-	t, p := s.mutPartition(cmd.PartitionID)
-	changed := p.Log.Extent != 0
-	p.Log.Extent = 0
-	dropped := false
-	for _, id := range cmd.Servers {
-		k := slices.IndexFunc(p.Replicas, func(r Replica) bool { return r.ServerID == id })
-		if k < 0 || p.Replicas[k].Role == api.ReplicaRole_REPLICA_ROLE_PRIMARY {
-			continue
-		}
-		p.Replicas = slices.Delete(p.Replicas, k, k+1)
-		changed, dropped = true, true
-	}
-	if dropped {
-		// The replication factor is restored at once, on servers other
-		// than the ones just dropped (they did not answer; a later
-		// placement may pick them again, and they copy a snapshot then).
-		cands := s.candidates()
-		for k := range cands {
-			if slices.Contains(cmd.Servers, cands[k].ID) {
-				cands[k].Available = false
-			}
-		}
-		s.fill(t, int(p.Index), cands)
-	}
-	return Result{Changed: changed, Moved: []uint64{p.ID}}, nil
-}
-
 // dropLogStreams deletes the log streams of a dropped table.
 func (s *State) dropLogStreams(t *Table) {
 	for _, p := range t.Partitions {

@@ -81,8 +81,8 @@ func (s *State) requestDone(cmd *Command) (Result, bool) {
 		return Result{}, false
 	}
 	res := Result{Duplicate: true}
-	if r.Op == OpCreateTable {
-		if t := s.Tables[tableKey(cmd.Tenant, cmd.Table)]; t != nil && t.ID == r.TableID {
+	if ct, ok := cmd.payload().(CreateTable); ok && r.Op == OpCreateTable {
+		if t := s.Tables[tableKey(ct.Tenant, ct.Table)]; t != nil && t.ID == r.TableID {
 			res.Table = t
 		}
 	}

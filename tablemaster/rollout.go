@@ -317,63 +317,6 @@ func (s *State) cancelRow(t *Table, v uint64) {
 	}
 }
 
-// bulkRolloutCmd applies OpBulkRollout.
-func (s *State) bulkRolloutCmd(cmd Command, chk bool) (Result, error) {
-	t, err := s.bulkTable(cmd, chk)
-	if err != nil {
-		return Result{}, err
-	}
-	ro := t.Bulk.Rollout
-	if ro == nil {
-		return Result{}, errCode(ErrInvalidArgument, api.ErrorCode_ERROR_CODE_FAILED_PRECONDITION, "no_rollout",
-			"no rollout is under way on %s/%s (serving version %d)", t.Tenant, t.Name, t.Bulk.Current)
-	}
-	switch cmd.Action {
-	case RolloutPause:
-		if ro.Paused {
-			return Result{Table: t}, nil
-		}
-		ro.Paused = true
-	case RolloutResume:
-		if !ro.Paused {
-			return Result{Table: t}, nil
-		}
-		ro.Paused = false
-	case RolloutAbort:
-		if ro.Aborting {
-			ro.Paused = false // an abort goes on
-			break
-		}
-		if ro.From == 0 {
-			return Result{}, errCode(ErrInvalidArgument, api.ErrorCode_ERROR_CODE_FAILED_PRECONDITION, "nothing_to_go_back_to",
-				"version %d is the first version of %s/%s: there is no older one to go back to (publish another version to replace it)", ro.Version, t.Tenant, t.Name)
-		}
-		abandon := ro.Version
-		s.cancelRow(t, abandon)
-		ro.Version, ro.From = ro.From, abandon
-		ro.Aborting, ro.Abandon, ro.Paused, ro.Waiting = true, abandon, false, ""
-		ro.RowStartedUnixMs = cmd.UnixMs
-	default:
-		return Result{}, errInvalid("action", "rollout_action", 0, "rollout action %q: want pause, resume or abort", cmd.Action)
-	}
-	s.bulkAdvance(t, cmd.UnixMs)
-	t.pruneLoaded()
-	return Result{Changed: true, Table: t}, nil
-}
-
-// bulkAdvanceCmd applies OpBulkAdvance.
-func (s *State) bulkAdvanceCmd(cmd Command, chk bool) (Result, error) {
-	t, err := s.bulkTable(cmd, chk)
-	if err != nil {
-		return Result{}, err
-	}
-	if !s.bulkAdvance(t, cmd.UnixMs) {
-		return Result{}, nil
-	}
-	t.pruneLoaded()
-	return Result{Changed: true, Table: t}, nil
-}
-
 // bulkAdvance moves t's copies and rollout on as far as they can go now;
 // it reports whether it changed anything. A copy loading outside a row (a
 // replacement) serves once loaded, on its own; a rollout's rows switch

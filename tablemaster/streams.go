@@ -75,17 +75,6 @@ func (s *State) StreamManager() *stream.Manager {
 	return s.Streams.M
 }
 
-func (s *State) applyStream(cmd Command) (Result, error) {
-	if cmd.StreamCmd == nil {
-		return Result{}, errInvalid("stream_cmd", "stream_cmd_missing", 0, "stream command is missing")
-	}
-	res, err := s.streams().Apply(*cmd.StreamCmd)
-	if err != nil {
-		return Result{}, wrapStatus(ErrInvalidArgument, streamerr.ToStatus("stream "+string(cmd.StreamCmd.Op), err))
-	}
-	return Result{Changed: res.Changed, Stream: res}, nil
-}
-
 // streamNodeEvent keeps the extent nodes in step with the table servers:
 // every server is an extent node. The manager refuses nothing valid here;
 // its error would only mean a broken invariant, and Apply must not fail a

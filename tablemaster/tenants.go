@@ -93,8 +93,7 @@ func (m *Master) CreateTenant(ctx context.Context, req *api.CreateTenantRequest)
 	if err != nil {
 		return nil, err
 	}
-	_, st, err := m.propose(Command{Op: OpCreateTenant, Tenant: req.Tenant, UnixMs: m.opts.Now().UnixMilli(),
-		Keys: keys, Quota: quotaOrNil(req.Quota), RequestID: requestIDOf(ctx)}, nil, nil)
+	_, st, err := m.propose(Command{UnixMs: m.opts.Now().UnixMilli(), RequestID: requestIDOf(ctx), Payload: CreateTenant{Tenant: req.Tenant, Keys: keys, Quota: quotaOrNil(req.Quota)}}, nil, nil)
 	if err != nil {
 		return nil, rpcError("create tenant", err)
 	}
@@ -173,7 +172,7 @@ func (m *Master) DeleteTenant(ctx context.Context, req *api.DeleteTenantRequest)
 	if err := errValidateName("tenant", req.Tenant); err != nil {
 		return nil, err
 	}
-	if _, _, err := m.propose(Command{Op: OpDeleteTenant, Tenant: req.Tenant, UnixMs: m.opts.Now().UnixMilli(), RequestID: requestIDOf(ctx)}, nil, nil); err != nil {
+	if _, _, err := m.propose(Command{UnixMs: m.opts.Now().UnixMilli(), RequestID: requestIDOf(ctx), Payload: DeleteTenant{Tenant: req.Tenant}}, nil, nil); err != nil {
 		return nil, rpcError("delete tenant", err)
 	}
 	m.logger.Info("tablemaster: tenant deleted", "tenant", req.Tenant)
@@ -188,8 +187,7 @@ func (m *Master) RotateTenantKey(ctx context.Context, req *api.RotateTenantKeyRe
 	if err := errValidateName("tenant", req.Tenant); err != nil {
 		return nil, err
 	}
-	_, st, err := m.propose(Command{Op: OpRotateTenantKey, Tenant: req.Tenant, UnixMs: m.opts.Now().UnixMilli(),
-		KeyIndex: int(req.Key), Keys: [][]byte{auth.NewKey()}, RequestID: requestIDOf(ctx)}, nil, nil)
+	_, st, err := m.propose(Command{UnixMs: m.opts.Now().UnixMilli(), RequestID: requestIDOf(ctx), Payload: RotateTenantKey{Tenant: req.Tenant, KeyIndex: int(req.Key), Keys: [][]byte{auth.NewKey()}}}, nil, nil)
 	if err != nil {
 		return nil, rpcError("rotate tenant key", err)
 	}
