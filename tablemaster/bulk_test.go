@@ -589,9 +589,7 @@ func TestBulkCopiesSurviveReplay(t *testing.T) {
 func TestBulkRolloutHeadroom(t *testing.T) {
 	s := NewState()
 	capOf := func(id string, c uint64) Command {
-		cmd := register(id, "h-"+id+":1", "fd-"+id)
-		cmd.BulkCapacity = c
-		return cmd
+		return Command{Payload: RegisterServer{ServerID: id, Addr: "h-" + id + ":1", FaultDomain: "fd-" + id, BulkCapacity: c}}
 	}
 	// Four servers, a table of one partition with 3 copies; each file is
 	// 100 bytes. The spare server (not hosting the partition) has room for

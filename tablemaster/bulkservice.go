@@ -23,10 +23,7 @@ func (m *Master) BulkPublish(_ context.Context, req *api.BulkPublishRequest) (*a
 	if err := m.bulkWithinQuota(req); err != nil {
 		return nil, err
 	}
-	res, st, err := m.propose(Command{
-		Op: OpBulkPublish, UnixMs: m.opts.Now().UnixMilli(), Tenant: req.Tenant, Table: req.Table,
-		Version: req.Version, BaseVersion: req.BaseVersion, Files: BulkFilesFromProto(req.Files),
-	}, nil, nil)
+	res, st, err := m.propose(Command{UnixMs: m.opts.Now().UnixMilli(), Payload: BulkPublish{Tenant: req.Tenant, Table: req.Table, Version: req.Version, BaseVersion: req.BaseVersion, Files: BulkFilesFromProto(req.Files)}}, nil, nil)
 	if err != nil {
 		return nil, rpcError("publish bulk version", err)
 	}
@@ -72,10 +69,7 @@ func (m *Master) BulkStored(ctx context.Context, req *api.BulkStoredRequest) (*a
 			}
 		}
 	}
-	res, st, err := m.propose(Command{
-		Op: OpBulkStored, UnixMs: m.opts.Now().UnixMilli(), Tenant: req.Tenant, Table: req.Table,
-		Version: req.Version, PartitionID: uint64(req.Partition), Stream: req.Stream,
-	}, nil, nil)
+	res, st, err := m.propose(Command{UnixMs: m.opts.Now().UnixMilli(), Payload: BulkStored{Tenant: req.Tenant, Table: req.Table, Version: req.Version, PartitionID: uint64(req.Partition), Stream: req.Stream}}, nil, nil)
 	if err != nil {
 		return nil, rpcError(what, err)
 	}
@@ -108,7 +102,7 @@ func (m *Master) BulkRollback(_ context.Context, req *api.BulkRollbackRequest) (
 	if req == nil {
 		return nil, errNilRequest()
 	}
-	_, st, err := m.propose(Command{Op: OpBulkRollback, UnixMs: m.opts.Now().UnixMilli(), Tenant: req.Tenant, Table: req.Table, Version: req.Version}, nil, nil)
+	_, st, err := m.propose(Command{UnixMs: m.opts.Now().UnixMilli(), Payload: BulkRollback{Tenant: req.Tenant, Table: req.Table, Version: req.Version}}, nil, nil)
 	if err != nil {
 		return nil, rpcError("roll back bulk version", err)
 	}
@@ -143,11 +137,7 @@ func (m *Master) bulkReports(serverID string, statuses []*api.ReplicaStatus) {
 			if l.GetError() != "" && (t.Bulk.Versions[k].Error != "" || t.Bulk.Versions[k].State != BulkLoading) {
 				continue // recorded already, or nothing to record
 			}
-			cmds = append(cmds, Command{
-				Op: OpBulkLoaded, UnixMs: m.opts.Now().UnixMilli(), Tenant: t.Tenant, Table: t.Name,
-				Version: l.GetVersion(), PartitionID: rs.GetPartitionId(), ServerID: serverID,
-				File: &BulkFile{Size: l.GetSize(), CRC: l.GetCrc32C()}, Error: l.GetError(),
-			})
+			cmds = append(cmds, Command{UnixMs: m.opts.Now().UnixMilli(), Payload: BulkLoaded{Tenant: t.Tenant, Table: t.Name, Version: l.GetVersion(), PartitionID: rs.GetPartitionId(), ServerID: serverID, File: &BulkFile{Size: l.GetSize(), CRC: l.GetCrc32C()}, Error: l.GetError()}})
 		}
 	}
 	for _, c := range cmds {
@@ -200,7 +190,7 @@ func (m *Master) BulkRollout(_ context.Context, req *api.BulkRolloutRequest) (*a
 	default:
 		return nil, rpcError("bulk rollout", errInvalid("action", "rollout_action", 0, "action must be pause, resume or abort (got %d)", int32(req.Action)))
 	}
-	_, st, err := m.propose(Command{Op: OpBulkRollout, UnixMs: m.opts.Now().UnixMilli(), Tenant: req.Tenant, Table: req.Table, Action: action}, nil, nil)
+	_, st, err := m.propose(Command{UnixMs: m.opts.Now().UnixMilli(), Payload: BulkRolloutAction{Tenant: req.Tenant, Table: req.Table, Action: action}}, nil, nil)
 	if err != nil {
 		return nil, rpcError("bulk rollout "+action, err)
 	}
@@ -225,7 +215,7 @@ func (m *Master) advanceRollouts() {
 		if t.Bulk.Rollout == nil && !t.bulkCopiesLoading() && !t.bulkDropsPending() {
 			continue
 		}
-		_, _, err := m.propose(Command{Op: OpBulkAdvance, UnixMs: m.opts.Now().UnixMilli(), Tenant: t.Tenant, Table: t.Name}, nil, nil)
+		_, _, err := m.propose(Command{UnixMs: m.opts.Now().UnixMilli(), Payload: BulkAdvance{Tenant: t.Tenant, Table: t.Name}}, nil, nil)
 		if err != nil && !errors.Is(err, ErrClosed) {
 			m.logger.Debug("tablemaster: bulk rollout did not advance", "tenant", t.Tenant, "table", t.Name, "err", err)
 		}

@@ -23,37 +23,35 @@ func cowWorkload(r *rand.Rand, st func() *State, n int) func(i int) Command {
 		case k == 0:
 			return createTable("default", fmt.Sprintf("t%d", r.IntN(8)), uint32(1+r.IntN(3)))
 		case k == 1:
-			return Command{Op: OpCreateTable, Tenant: "default", Table: fmt.Sprintf("b%d", r.IntN(3)), Kind: api.TableKind_TABLE_KIND_BULK, Options: &TableOptions{Partitions: 2}}
+			return Command{Payload: CreateTable{Tenant: "default", Table: fmt.Sprintf("b%d", r.IntN(3)), Kind: api.TableKind_TABLE_KIND_BULK, Options: &TableOptions{Partitions: 2}}}
 		case k == 2:
-			return Command{Op: OpDropTable, Tenant: "default", Table: fmt.Sprintf("t%d", r.IntN(8))}
+			return Command{Payload: DropTable{Tenant: "default", Table: fmt.Sprintf("t%d", r.IntN(8))}}
 		case k == 3:
-			return Command{Op: OpServerDown, ServerID: srv, Draining: r.IntN(2) == 0, UnixMs: int64(i)}
+			return Command{UnixMs: int64(i), Payload: ServerDown{ServerID: srv, Draining: r.IntN(2) == 0}}
 		case k == 4:
 			return register(srv, fmt.Sprintf("h%d:%d", r.IntN(6), r.IntN(2)), "")
 		case k == 5:
-			return Command{Op: OpForgetServer, ServerID: srv, AcceptDataLoss: true}
+			return Command{Payload: ForgetServer{ServerID: srv, AcceptDataLoss: true}}
 		case k == 6 || k == 7:
 			for _, t := range cur.tablesByID() {
 				for _, p := range t.Partitions {
 					if p.Log != nil && len(p.Replicas) > 0 && r.IntN(4) == 0 {
 						if p.Log.Extent == 0 {
-							return Command{Op: OpPartitionLog, PartitionID: p.ID, Epoch: p.Epoch, Servers: serversOf(&p), Extent: p.Log.Last + 1}
+							return Command{Payload: PartitionLogAllocated{PartitionID: p.ID, Epoch: p.Epoch, Servers: serversOf(&p), Extent: p.Log.Last + 1}}
 						}
-						return Command{Op: OpPartitionLogReset, PartitionID: p.ID, Epoch: p.Epoch, Extent: p.Log.Extent}
+						return Command{Payload: PartitionLogReset{PartitionID: p.ID, Epoch: p.Epoch, Extent: p.Log.Extent}}
 					}
 				}
 			}
-			return Command{Op: OpPlace}
+			return Command{Payload: PlaceShort{}}
 		case k == 8:
-			return Command{Op: OpStream, StreamCmd: &stream.Command{Op: stream.OpNodeLoad, Node: srv, UsedBytes: int64(r.IntN(1000))}}
+			return Command{Payload: StreamCommand{StreamCmd: &stream.Command{Op: stream.OpNodeLoad, Node: srv, UsedBytes: int64(r.IntN(1000))}}}
 		case k == 9:
-			return Command{Op: OpBulkPublish, Tenant: "default", Table: fmt.Sprintf("b%d", r.IntN(3)), Version: uint64(1 + r.IntN(4)),
-				Files: []BulkFile{{Size: 10, CRC: 1}, {Size: 20, CRC: 2}}}
+			return Command{Payload: BulkPublish{Tenant: "default", Table: fmt.Sprintf("b%d", r.IntN(3)), Version: uint64(1 + r.IntN(4)), Files: []BulkFile{{Size: 10, CRC: 1}, {Size: 20, CRC: 2}}}}
 		case k == 10:
-			return Command{Op: OpCoprocDeploy, Tenant: "default", Table: fmt.Sprintf("t%d", r.IntN(8)), Name: "c",
-				Coproc: &CoprocVersion{SHA256: fmt.Sprintf("%064x", r.IntN(3)), Size: 10}}
+			return Command{Payload: CoprocDeploy{Tenant: "default", Table: fmt.Sprintf("t%d", r.IntN(8)), Name: "c", Coproc: &CoprocVersion{SHA256: fmt.Sprintf("%064x", r.IntN(3)), Size: 10}}}
 		default:
-			return Command{Op: OpPlace}
+			return Command{Payload: PlaceShort{}}
 		}
 	}
 }
@@ -66,7 +64,7 @@ func TestCopyOnWriteMatchesClone(t *testing.T) {
 	t.Logf("seed %d", seed)
 	r := rand.New(rand.NewPCG(seed, 1))
 	cur := NewState()
-	mustApply(t, cur, Command{Op: OpCreateTenant, Tenant: "default"})
+	mustApply(t, cur, Command{Payload: CreateTenant{Tenant: "default"}})
 	next := cowWorkload(r, func() *State { return cur }, 400)
 	applied := 0
 	for i := range 400 {

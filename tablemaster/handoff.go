@@ -197,7 +197,7 @@ func (m *Master) clearHandoffs(st *State, now time.Time) {
 	if len(done) == 0 {
 		return
 	}
-	res, _, err := m.propose(Command{Op: OpHandoffDone, UnixMs: now.UnixMilli(), Handoffs: done}, nil, nil)
+	res, _, err := m.propose(Command{UnixMs: now.UnixMilli(), Payload: HandoffDone{Handoffs: done}}, nil, nil)
 	switch {
 	case err != nil:
 		m.logger.Debug("tablemaster: clear live handoffs", "err", err)

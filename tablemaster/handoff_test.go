@@ -15,12 +15,12 @@ func handoffState(t *testing.T) (*State, uint64) {
 	t.Helper()
 	s := NewState()
 	mustApply(t, s,
-		Command{Op: OpCreateTenant, Tenant: "default"},
+		Command{Payload: CreateTenant{Tenant: "default"}},
 		register("a", "a:1", "fa"), register("b", "b:1", "fb"), register("c", "c:1", "fc"), register("d", "d:1", "fd"),
-		Command{Op: OpCreateTable, Tenant: "default", Table: "t", Kind: point, UnixMs: 1, Options: &TableOptions{Partitions: 1, Replication: 3, Storage: StorageMemory}},
+		Command{UnixMs: 1, Payload: CreateTable{Tenant: "default", Table: "t", Kind: point, Options: &TableOptions{Partitions: 1, Replication: 3, Storage: StorageMemory}}},
 	)
 	p := s.Tables["default/t"].Partitions[0]
-	mustApply(t, s, Command{Op: OpPartitionLog, PartitionID: p.ID, Epoch: p.Epoch, Servers: serversOf(&p), Extent: 7})
+	mustApply(t, s, Command{Payload: PartitionLogAllocated{PartitionID: p.ID, Epoch: p.Epoch, Servers: serversOf(&p), Extent: 7}})
 	return s, p.ID
 }
 
@@ -113,10 +113,10 @@ func TestHandoffFencesLivePrimaryChanges(t *testing.T) {
 			}
 			// Clearing: only the handoff named (by version) goes.
 			v := cur.Version
-			if res := mustApply(t, cur.Clone(), Command{Op: OpHandoffDone, Handoffs: map[uint64]uint64{pid: p.Handoff.Version - 1}}); res.Changed {
+			if res := mustApply(t, cur.Clone(), Command{Payload: HandoffDone{Handoffs: map[uint64]uint64{pid: p.Handoff.Version - 1}}}); res.Changed {
 				t.Fatal("OpHandoffDone for another version changed the state")
 			}
-			next, res, _, err := successor(cur, Command{Op: OpHandoffDone, Handoffs: map[uint64]uint64{pid: p.Handoff.Version}})
+			next, res, _, err := successor(cur, Command{Payload: HandoffDone{Handoffs: map[uint64]uint64{pid: p.Handoff.Version}}})
 			if err != nil || !res.Changed || partOf(next, pid).Handoff != nil || next.Version != v+1 {
 				t.Fatalf("OpHandoffDone: %v, changed %v, handoff %+v, version %d (want %d)", err, res.Changed, partOf(next, pid).Handoff, next.Version, v+1)
 			}
@@ -134,12 +134,12 @@ func TestHandoffChains(t *testing.T) {
 	s, pid := handoffState(t)
 	p := partOf(s, pid)
 	a := primaryID(&p)
-	mustApply(t, s, Command{Op: OpServerDown, ServerID: a, Draining: true, Keep: true})
+	mustApply(t, s, Command{Payload: ServerDown{ServerID: a, Draining: true, Keep: true}})
 	p = partOf(s, pid)
 	first := *p.Handoff
 	b := primaryID(&p)
 	to := spare(p)
-	mustApply(t, s, Command{Op: OpMoveReplica, PartitionID: pid, ServerID: b, To: to}, Command{Op: OpMoveDone, PartitionID: pid, ServerID: b, To: to})
+	mustApply(t, s, Command{Payload: MoveReplica{PartitionID: pid, ServerID: b, To: to}}, Command{Payload: MoveDone{PartitionID: pid, ServerID: b, To: to}})
 	p = partOf(s, pid)
 	if primaryID(&p) != to || p.Handoff == nil || *p.Handoff != first {
 		t.Fatalf("after a second handoff %s -> %s: primary %s, handoff %+v, want %+v", b, to, primaryID(&p), p.Handoff, first)
@@ -149,7 +149,7 @@ func TestHandoffChains(t *testing.T) {
 	if !hostsReplica(new(partOf(s, pid)), a) {
 		t.Fatalf("the drained %s kept no replica", a)
 	}
-	mustApply(t, s, Command{Op: OpServerDown, ServerID: to, Draining: true, Keep: true, Promote: map[uint64]string{pid: a}})
+	mustApply(t, s, Command{Payload: ServerDown{ServerID: to, Draining: true, Keep: true, Promote: map[uint64]string{pid: a}}})
 	if p = partOf(s, pid); primaryID(&p) != a || p.Handoff != nil {
 		t.Fatalf("back on %s: primary %s, handoff %+v, want none", a, primaryID(&p), p.Handoff)
 	}
@@ -163,7 +163,7 @@ func TestHandoffOldStatesReplay(t *testing.T) {
 		t.Fatalf("old partition: %+v, %v", p.Handoff, err)
 	}
 	s, pid := handoffState(t)
-	mustApply(t, s, Command{Op: OpServerDown, ServerID: primaryID(new(partOf(s, pid))), Draining: true, Keep: true})
+	mustApply(t, s, Command{Payload: ServerDown{ServerID: primaryID(new(partOf(s, pid))), Draining: true, Keep: true}})
 	var back State
 	if err := json.Unmarshal([]byte(mustJSON(t, s)), &back); err != nil {
 		t.Fatal(err)
@@ -271,11 +271,11 @@ func TestMoveTargetIsNeverTheSource(t *testing.T) {
 	s, pid := handoffState(t)
 	// Another table piles onto d and two of a, b, c: the third of them
 	// then ties d for the fewest replicas and sorts before it.
-	mustApply(t, s, Command{Op: OpCreateTable, Tenant: "default", Table: "u", Kind: point, UnixMs: 1, Options: &TableOptions{Partitions: 1, Replication: 3, Storage: StorageMemory}})
+	mustApply(t, s, Command{UnixMs: 1, Payload: CreateTable{Tenant: "default", Table: "u", Kind: point, Options: &TableOptions{Partitions: 1, Replication: 3, Storage: StorageMemory}}})
 	p := partOf(s, pid)
 	for _, r := range p.Replicas {
 		next := s.Clone()
-		res, err := next.Apply(Command{Op: OpMoveReplica, PartitionID: pid, ServerID: r.ServerID})
+		res, err := next.Apply(Command{Payload: MoveReplica{PartitionID: pid, ServerID: r.ServerID}})
 		if err != nil {
 			t.Fatalf("move from %s with no target: %v", r.ServerID, err)
 		}

@@ -44,7 +44,7 @@ func TestShortPartitionRefilled(t *testing.T) {
 			break
 		}
 	}
-	res, _, err := m.propose(Command{Op: OpPartitionLogReset, UnixMs: clock.Now().UnixMilli(), PartitionID: p.ID, Epoch: p.Epoch, Servers: []string{secondary}}, nil, nil)
+	res, _, err := m.propose(Command{UnixMs: clock.Now().UnixMilli(), Payload: PartitionLogReset{PartitionID: p.ID, Epoch: p.Epoch, Servers: []string{secondary}}}, nil, nil)
 	if err != nil || !res.Changed {
 		t.Fatalf("drop secondary %s: changed %v, err %v", secondary, res.Changed, err)
 	}

@@ -78,7 +78,7 @@ func TestMoveDoneNeedsFreshReport(t *testing.T) {
 	// The target says "in sync" about the partition from an old map (it
 	// held a replica of it once).
 	report(t, m, to, p, api.ReplicaState_REPLICA_STATE_IN_SYNC, m.State().Version)
-	res, _, err := m.propose(Command{Op: OpMoveReplica, UnixMs: clock.Now().UnixMilli(), PartitionID: p.ID, ServerID: from, To: to}, nil, nil)
+	res, _, err := m.propose(Command{UnixMs: clock.Now().UnixMilli(), Payload: MoveReplica{PartitionID: p.ID, ServerID: from, To: to}}, nil, nil)
 	if err != nil || !res.Changed {
 		t.Fatalf("move: changed %v, err %v", res.Changed, err)
 	}
@@ -116,7 +116,7 @@ func TestReplaceHoldsTheOnlyFullCopy(t *testing.T) {
 	p := healPartition(t, m)
 	dead := p.Replicas[0].ServerID // the primary
 	others := []string{p.Replicas[1].ServerID, p.Replicas[2].ServerID}
-	res, _, err := m.propose(Command{Op: OpServerDown, ServerID: dead, UnixMs: clock.Now().UnixMilli(), Keep: true}, nil, nil)
+	res, _, err := m.propose(Command{UnixMs: clock.Now().UnixMilli(), Payload: ServerDown{ServerID: dead, Keep: true}}, nil, nil)
 	if err != nil || !res.Changed {
 		t.Fatalf("server down: changed %v, err %v", res.Changed, err)
 	}

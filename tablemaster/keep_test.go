@@ -16,9 +16,9 @@ func TestKeepThenReplace(t *testing.T) {
 	build := func() *State {
 		s := NewState()
 		mustApply(t, s,
-			Command{Op: OpCreateTenant, Tenant: "default"},
+			Command{Payload: CreateTenant{Tenant: "default"}},
 			register("a", "a:1", "fa"), register("b", "b:1", "fb"), register("c", "c:1", "fc"), register("d", "d:1", "fd"),
-			Command{Op: OpCreateTable, Tenant: "default", Table: "t", Kind: point, UnixMs: 1, Options: &TableOptions{Partitions: 4, Replication: 3, Storage: StorageMemory}},
+			Command{UnixMs: 1, Payload: CreateTable{Tenant: "default", Table: "t", Kind: point, Options: &TableOptions{Partitions: 4, Replication: 3, Storage: StorageMemory}}},
 		)
 		return s
 	}
@@ -35,7 +35,7 @@ func TestKeepThenReplace(t *testing.T) {
 		p.Replicas = slices.Clone(p.Replicas)
 		before[p.ID] = p
 	}
-	mustApply(t, s, Command{Op: OpServerDown, ServerID: victim, UnixMs: 10, Keep: true})
+	mustApply(t, s, Command{UnixMs: 10, Payload: ServerDown{ServerID: victim, Keep: true}})
 	tbl, _ = s.Table("default", "t")
 	for _, p := range tbl.Partitions {
 		was := before[p.ID]
@@ -62,7 +62,7 @@ func TestKeepThenReplace(t *testing.T) {
 	// It returns: its replicas rejoin the log.
 	for _, p := range tbl.Partitions {
 		if p.Log != nil {
-			mustApply(t, s, Command{Op: OpPartitionLog, PartitionID: p.ID, Epoch: p.Epoch, Servers: s.liveServersOf(&p), Extent: 100 + p.ID})
+			mustApply(t, s, Command{Payload: PartitionLogAllocated{PartitionID: p.ID, Epoch: p.Epoch, Servers: s.liveServersOf(&p), Extent: 100 + p.ID}})
 		}
 	}
 	mustApply(t, s, register(victim, victim+":2", "f"+victim))
@@ -73,8 +73,8 @@ func TestKeepThenReplace(t *testing.T) {
 		}
 	}
 	// Dead again, then replaced.
-	mustApply(t, s, Command{Op: OpServerDown, ServerID: victim, UnixMs: 20, Keep: true},
-		Command{Op: OpServerDown, ServerID: victim, UnixMs: 30, Replace: true})
+	mustApply(t, s, Command{UnixMs: 20, Payload: ServerDown{ServerID: victim, Keep: true}},
+		Command{UnixMs: 30, Payload: ServerDown{ServerID: victim, Replace: true}})
 	tbl, _ = s.Table("default", "t")
 	for _, p := range tbl.Partitions {
 		if hostsReplica(&p, victim) || len(p.Replicas) != 3 {
@@ -83,7 +83,7 @@ func TestKeepThenReplace(t *testing.T) {
 	}
 	// An old log's OpServerDown (no Keep) drops at once.
 	s = build()
-	mustApply(t, s, Command{Op: OpServerDown, ServerID: victim, UnixMs: 10})
+	mustApply(t, s, Command{UnixMs: 10, Payload: ServerDown{ServerID: victim}})
 	tbl, _ = s.Table("default", "t")
 	for _, p := range tbl.Partitions {
 		if hostsReplica(&p, victim) {
@@ -91,7 +91,7 @@ func TestKeepThenReplace(t *testing.T) {
 		}
 	}
 	// Replace of a live server is refused.
-	if _, err := s.Apply(Command{Op: OpServerDown, ServerID: "a", UnixMs: 40, Replace: true}); err == nil && s.Servers["a"].Alive {
+	if _, err := s.Apply(Command{UnixMs: 40, Payload: ServerDown{ServerID: "a", Replace: true}}); err == nil && s.Servers["a"].Alive {
 		t.Fatal("replace of a live server accepted")
 	}
 }

@@ -193,8 +193,7 @@ func (m *Master) moveLoop(ctx context.Context) {
 		if p == nil || !hostsReplica(p, f.server) || len(p.Replicas) < 2 {
 			continue
 		}
-		res, _, err := m.propose(Command{Op: OpReplicaFailed, UnixMs: m.opts.Now().UnixMilli(), PartitionID: f.pid, ServerID: f.server,
-			Promote: m.promotions(st, f.server)}, nil, nil)
+		res, _, err := m.propose(Command{UnixMs: m.opts.Now().UnixMilli(), Payload: ReplicaFailed{PartitionID: f.pid, ServerID: f.server, Promote: m.promotions(st, f.server)}}, nil, nil)
 		if err == nil && res.Changed {
 			m.logger.Warn("tablemaster: a replica's engine failed; placing a new one", "partition", f.pid, "server", f.server)
 			m.event(EventReplicaFailed, f.server, f.pid, "partition %d: the replica on %s failed; placing a new one", f.pid, f.server)
@@ -219,7 +218,7 @@ func (m *Master) moveLoop(ctx context.Context) {
 			// older report may be about a replica the target held before.
 			v, reported := insync[p.ID][p.Move.To]
 			if reported && v >= p.Move.Version || !hostsReplica(p, p.Move.To) || to == nil {
-				res, _, err := m.propose(Command{Op: OpMoveDone, UnixMs: m.opts.Now().UnixMilli(), PartitionID: p.ID, ServerID: p.Move.From, To: p.Move.To}, nil, nil)
+				res, _, err := m.propose(Command{UnixMs: m.opts.Now().UnixMilli(), Payload: MoveDone{PartitionID: p.ID, ServerID: p.Move.From, To: p.Move.To}}, nil, nil)
 				if err == nil && res.Changed {
 					m.logger.Info("tablemaster: replica moved", "partition", p.ID, "from", p.Move.From, "to", p.Move.To)
 					m.event(EventMoveDone, p.Move.From, p.ID, "partition %d: replica moved %s -> %s", p.ID, p.Move.From, p.Move.To)
@@ -241,7 +240,7 @@ func (m *Master) moveLoop(ctx context.Context) {
 				if moving[id] >= movesPerServer || p.Move != nil || !hostsReplica(&p, id) {
 					continue
 				}
-				res, _, err := m.propose(Command{Op: OpMoveReplica, UnixMs: m.opts.Now().UnixMilli(), PartitionID: p.ID, ServerID: id}, nil, nil)
+				res, _, err := m.propose(Command{UnixMs: m.opts.Now().UnixMilli(), Payload: MoveReplica{PartitionID: p.ID, ServerID: id}}, nil, nil)
 				switch {
 				case err == nil && res.Changed:
 					moving[id]++
@@ -272,7 +271,7 @@ func (m *Master) MovePartition(_ context.Context, req *api.MovePartitionRequest)
 	if from == "" {
 		from = primaryID(&p)
 	}
-	cmd := Command{Op: OpMoveReplica, UnixMs: m.opts.Now().UnixMilli(), PartitionID: p.ID, ServerID: from, To: req.GetTo()}
+	cmd := Command{UnixMs: m.opts.Now().UnixMilli(), Payload: MoveReplica{PartitionID: p.ID, ServerID: from, To: req.GetTo()}}
 	_, next, err := m.propose(cmd, nil, nil)
 	if err != nil {
 		return nil, rpcError("move partition", err)
@@ -302,7 +301,7 @@ func (m *Master) DrainServer(_ context.Context, req *api.DrainServerRequest) (*a
 		return nil, rpcError("drain server", errInvalid("server_id", "server_dead", 0,
 			"server %s is dead: its replicas are placed again after --replace-after (or forget it: tabula server forget)", req.GetServerId()))
 	}
-	_, next, err := m.propose(Command{Op: OpServerDown, UnixMs: m.opts.Now().UnixMilli(), ServerID: req.GetServerId(), Draining: true, Keep: true}, nil, nil)
+	_, next, err := m.propose(Command{UnixMs: m.opts.Now().UnixMilli(), Payload: ServerDown{ServerID: req.GetServerId(), Draining: true, Keep: true}}, nil, nil)
 	if err != nil {
 		return nil, rpcError("drain server", err)
 	}

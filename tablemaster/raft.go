@@ -195,7 +195,7 @@ func (m *Master) becomeLeader(term uint64) {
 	m.logger.Info("tablemaster: leading", "term", term, "member", m.opts.RaftID, "version", m.State().Version)
 	m.event(EventLeader, "", 0, "member %d leads (term %d)", m.opts.RaftID, term)
 	if _, ok := m.State().Tenants[api.DefaultTenant]; !ok {
-		if _, _, err := m.propose(Command{Op: OpCreateTenant, Tenant: api.DefaultTenant, UnixMs: m.opts.Now().UnixMilli(), Keys: [][]byte{auth.NewKey(), auth.NewKey()}}, nil, nil); err != nil {
+		if _, _, err := m.propose(Command{UnixMs: m.opts.Now().UnixMilli(), Payload: CreateTenant{Tenant: api.DefaultTenant, Keys: [][]byte{auth.NewKey(), auth.NewKey()}}}, nil, nil); err != nil {
 			m.logger.Error("tablemaster: bootstrap the default tenant", "err", err)
 		}
 	}

@@ -20,8 +20,7 @@ func TestReplaceHoldsWhileNewPrimaryCatchesUp(t *testing.T) {
 	m, _, clock := healCluster(t, Options{ReplaceAfter: time.Minute, DeadAfter: time.Second, LeaseDuration: 500 * time.Millisecond})
 	p := healPartition(t, m)
 	dead := p.Replicas[0].ServerID // the primary
-	res, _, err := m.propose(Command{Op: OpServerDown, ServerID: dead, UnixMs: clock.Now().UnixMilli(), Keep: true,
-		Promote: map[uint64]string{p.ID: p.Replicas[1].ServerID}}, nil, nil)
+	res, _, err := m.propose(Command{UnixMs: clock.Now().UnixMilli(), Payload: ServerDown{ServerID: dead, Keep: true, Promote: map[uint64]string{p.ID: p.Replicas[1].ServerID}}}, nil, nil)
 	if err != nil || !res.Changed {
 		t.Fatalf("server down: changed %v, err %v", res.Changed, err)
 	}
@@ -87,8 +86,7 @@ func TestReplaceAfterNewPrimaryInSync(t *testing.T) {
 	m, _, clock := healCluster(t, Options{ReplaceAfter: time.Minute, DeadAfter: time.Second, LeaseDuration: 500 * time.Millisecond})
 	p := healPartition(t, m)
 	dead := p.Replicas[0].ServerID
-	res, _, err := m.propose(Command{Op: OpServerDown, ServerID: dead, UnixMs: clock.Now().UnixMilli(), Keep: true,
-		Promote: map[uint64]string{p.ID: p.Replicas[1].ServerID}}, nil, nil)
+	res, _, err := m.propose(Command{UnixMs: clock.Now().UnixMilli(), Payload: ServerDown{ServerID: dead, Keep: true, Promote: map[uint64]string{p.ID: p.Replicas[1].ServerID}}}, nil, nil)
 	if err != nil || !res.Changed {
 		t.Fatalf("server down: changed %v, err %v", res.Changed, err)
 	}

@@ -22,7 +22,7 @@ func TestRequestIDAppliedOnce(t *testing.T) {
 		t.Fatalf("retried create: %+v, want a duplicate naming table %d", again, first.Table.ID)
 	}
 	// Dropped by another call; a retry of the create creates nothing.
-	mustApply(t, s, Command{Op: OpDropTable, Tenant: "default", Table: "r", RequestID: "req-2"})
+	mustApply(t, s, Command{RequestID: "req-2", Payload: DropTable{Tenant: "default", Table: "r"}})
 	v := s.Version
 	res, err := s.ApplyLogged(create)
 	if err != nil || !res.Duplicate || res.Changed || res.Table != nil {
@@ -34,14 +34,14 @@ func TestRequestIDAppliedOnce(t *testing.T) {
 	// A new request creates it; a retried drop of the old one drops nothing.
 	create.RequestID = "req-3"
 	mustApply(t, s, create)
-	if res := mustApply(t, s, Command{Op: OpDropTable, Tenant: "default", Table: "r", RequestID: "req-2"}); !res.Duplicate {
+	if res := mustApply(t, s, Command{RequestID: "req-2", Payload: DropTable{Tenant: "default", Table: "r"}}); !res.Duplicate {
 		t.Fatalf("retried drop: %+v", res)
 	}
 	if _, ok := s.Tables[tableKey("default", "r")]; !ok {
 		t.Fatal("a retried drop dropped a table created after it")
 	}
 	// A refused command records nothing: its retry is judged anew.
-	if _, err := s.Apply(Command{Op: OpDropTable, Tenant: "default", Table: "nope", RequestID: "req-4"}); err == nil {
+	if _, err := s.Apply(Command{RequestID: "req-4", Payload: DropTable{Tenant: "default", Table: "nope"}}); err == nil {
 		t.Fatal("drop of a missing table accepted")
 	}
 	if _, ok := s.Requests["req-4"]; ok {
@@ -62,8 +62,7 @@ func TestRequestIDAppliedOnce(t *testing.T) {
 func TestRequestIDsBounded(t *testing.T) {
 	s := baseState(t)
 	for i := range maxRequests + 1 {
-		s = successorT(t, s, Command{Op: OpCreateTable, Tenant: "default", Table: fmt.Sprintf("t%d", i), Kind: point,
-			UnixMs: int64(i), Options: &TableOptions{Partitions: 1, Storage: StorageMemory}, RequestID: fmt.Sprintf("r%d", i)})
+		s = successorT(t, s, Command{UnixMs: int64(i), RequestID: fmt.Sprintf("r%d", i), Payload: CreateTable{Tenant: "default", Table: fmt.Sprintf("t%d", i), Kind: point, Options: &TableOptions{Partitions: 1, Storage: StorageMemory}}})
 	}
 	if n := len(s.Requests); n != maxRequests/2 {
 		t.Fatalf("%d request ids kept, want %d", n, maxRequests/2)

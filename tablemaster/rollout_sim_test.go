@@ -68,23 +68,22 @@ func rolloutScenario(seed uint64) error {
 		}
 		return res, err
 	}
-	if _, err := apply(Command{Op: OpCreateTenant, Tenant: "default"}); err != nil {
+	if _, err := apply(Command{Payload: CreateTenant{Tenant: "default"}}); err != nil {
 		return err
 	}
 	ids := make([]string, servers)
 	for i := range ids {
 		ids[i] = fmt.Sprintf("s%d", i+1)
-		c := register(ids[i], fmt.Sprintf("h%d:1", i+1), fmt.Sprintf("fd-%d", i+1))
+		reg := RegisterServer{ServerID: ids[i], Addr: fmt.Sprintf("h%d:1", i+1), FaultDomain: fmt.Sprintf("fd-%d", i+1)}
 		if rng.IntN(3) == 0 {
-			c.BulkCapacity = uint64(200 + rng.IntN(600))
+			reg.BulkCapacity = uint64(200 + rng.IntN(600))
 		}
-		if _, err := apply(c); err != nil {
+		if _, err := apply(Command{Payload: reg}); err != nil {
 			return err
 		}
 	}
 	parts := 1 + rng.IntN(4)
-	if _, err := apply(Command{Op: OpCreateTable, Tenant: "default", Table: "b", Kind: bulkKind,
-		Options: &TableOptions{Partitions: uint32(parts), Replication: 3}}); err != nil {
+	if _, err := apply(Command{Payload: CreateTable{Tenant: "default", Table: "b", Kind: bulkKind, Options: &TableOptions{Partitions: uint32(parts), Replication: 3}}}); err != nil {
 		return err
 	}
 	tb := func() *Table { return s.Tables["default/b"] }
@@ -112,20 +111,20 @@ func rolloutScenario(seed uint64) error {
 			name := BulkStreamName(t.ID, v, i)
 			if _, _, err := s.StreamManager().Stream(name); err != nil {
 				// As a publisher leaves it: one sealed extent.
-				if _, err := apply(Command{Op: OpStream, StreamCmd: &stream.Command{Op: stream.OpCreateStream, Stream: name}}); err != nil {
+				if _, err := apply(Command{Payload: StreamCommand{StreamCmd: &stream.Command{Op: stream.OpCreateStream, Stream: name}}}); err != nil {
 					return fmt.Errorf("create stream %s: %w", name, err)
 				}
-				res, err := apply(Command{Op: OpStream, StreamCmd: &stream.Command{Op: stream.OpAllocate, Stream: name}})
+				res, err := apply(Command{Payload: StreamCommand{StreamCmd: &stream.Command{Op: stream.OpAllocate, Stream: name}}})
 				if err != nil {
 					// Too few live nodes now: the publisher retries later.
-					_, _ = apply(Command{Op: OpStream, StreamCmd: &stream.Command{Op: stream.OpDeleteStream, Stream: name}})
+					_, _ = apply(Command{Payload: StreamCommand{StreamCmd: &stream.Command{Op: stream.OpDeleteStream, Stream: name}}})
 					return nil
 				}
-				if _, err := apply(Command{Op: OpStream, StreamCmd: &stream.Command{Op: stream.OpSeal, Extent: res.Stream.Extent, Length: 1000}}); err != nil {
+				if _, err := apply(Command{Payload: StreamCommand{StreamCmd: &stream.Command{Op: stream.OpSeal, Extent: res.Stream.Extent, Length: 1000}}}); err != nil {
 					return fmt.Errorf("seal stream %s: %w", name, err)
 				}
 			}
-			if _, err := apply(Command{Op: OpBulkStored, Tenant: "default", Table: "b", Version: v, PartitionID: uint64(i), Stream: name, UnixMs: now}); err != nil {
+			if _, err := apply(Command{UnixMs: now, Payload: BulkStored{Tenant: "default", Table: "b", Version: v, PartitionID: uint64(i), Stream: name}}); err != nil {
 				return fmt.Errorf("store %d/%d: %w", v, i, err)
 			}
 		}
@@ -167,8 +166,7 @@ func rolloutScenario(seed uint64) error {
 			}
 			f := t.Bulk.Versions[k].Files[x.i]
 			f.Stream = ""
-			if _, err := apply(Command{Op: OpBulkLoaded, Tenant: "default", Table: "b", Version: x.v, PartitionID: t.Partitions[x.i].ID,
-				ServerID: x.server, File: &f, UnixMs: now}); err != nil {
+			if _, err := apply(Command{UnixMs: now, Payload: BulkLoaded{Tenant: "default", Table: "b", Version: x.v, PartitionID: t.Partitions[x.i].ID, ServerID: x.server, File: &f}}); err != nil {
 				return fmt.Errorf("load report %+v: %w", x, err)
 			}
 		}
@@ -201,17 +199,17 @@ func rolloutScenario(seed uint64) error {
 			}
 		case op < 14:
 			now += int64(rng.IntN(2 * bulkDrainMs))
-			if _, err := apply(Command{Op: OpBulkAdvance, Tenant: "default", Table: "b", UnixMs: now}); err != nil {
+			if _, err := apply(Command{UnixMs: now, Payload: BulkAdvance{Tenant: "default", Table: "b"}}); err != nil {
 				return err
 			}
 		case op == 14:
 			action := []string{RolloutPause, RolloutResume, RolloutAbort}[rng.IntN(3)]
-			_, _ = apply(Command{Op: OpBulkRollout, Tenant: "default", Table: "b", Action: action, UnixMs: now})
+			_, _ = apply(Command{UnixMs: now, Payload: BulkRolloutAction{Tenant: "default", Table: "b", Action: action}})
 		case op == 15:
 			t := tb()
 			if t.Bulk.Rows && len(t.Bulk.Versions) > 1 && rng.IntN(2) == 0 {
 				v := t.Bulk.Versions[rng.IntN(len(t.Bulk.Versions))].Version
-				_, _ = apply(Command{Op: OpBulkRollback, Tenant: "default", Table: "b", Version: v, UnixMs: now})
+				_, _ = apply(Command{UnixMs: now, Payload: BulkRollback{Tenant: "default", Table: "b", Version: v}})
 			}
 		case op < 18:
 			// A server dies (at most two down: placement keeps going).
@@ -219,7 +217,7 @@ func rolloutScenario(seed uint64) error {
 			if !down[id] && len(down) < 2 {
 				down[id] = true
 				allAliveSince = false
-				if _, err := apply(Command{Op: OpServerDown, ServerID: id, UnixMs: now}); err != nil {
+				if _, err := apply(Command{UnixMs: now, Payload: ServerDown{ServerID: id}}); err != nil {
 					return fmt.Errorf("down %s: %w", id, err)
 				}
 			}
@@ -247,7 +245,7 @@ func rolloutScenario(seed uint64) error {
 	}
 	down = map[string]bool{}
 	if tb().Bulk.Rollout != nil && tb().Bulk.Rollout.Paused {
-		if _, err := apply(Command{Op: OpBulkRollout, Tenant: "default", Table: "b", Action: RolloutResume, UnixMs: now}); err != nil {
+		if _, err := apply(Command{UnixMs: now, Payload: BulkRolloutAction{Tenant: "default", Table: "b", Action: RolloutResume}}); err != nil {
 			return err
 		}
 	}
@@ -264,11 +262,11 @@ func rolloutScenario(seed uint64) error {
 			return err
 		}
 		now += 2 * bulkDrainMs
-		if _, err := apply(Command{Op: OpBulkAdvance, Tenant: "default", Table: "b", UnixMs: now}); err != nil {
+		if _, err := apply(Command{UnixMs: now, Payload: BulkAdvance{Tenant: "default", Table: "b"}}); err != nil {
 			return err
 		}
 		// The master's placement loop fills partitions short of copies.
-		if _, err := apply(Command{Op: OpPlace, UnixMs: now}); err != nil {
+		if _, err := apply(Command{UnixMs: now, Payload: PlaceShort{}}); err != nil {
 			return err
 		}
 		if err := rolloutInvariants(tb(), false); err != nil {

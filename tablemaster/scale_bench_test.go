@@ -95,25 +95,24 @@ func BenchmarkCommandAtScale(b *testing.B) {
 			// Reset then record partition 1's extent, alternately.
 			_, p := st.partition(1)
 			if p.Log.Extent != 0 {
-				return Command{Op: OpPartitionLogReset, PartitionID: 1, Epoch: p.Epoch, Extent: p.Log.Extent}
+				return Command{Payload: PartitionLogReset{PartitionID: 1, Epoch: p.Epoch, Extent: p.Log.Extent}}
 			}
-			return Command{Op: OpPartitionLog, PartitionID: 1, Epoch: p.Epoch, Servers: serversOf(p), Extent: p.Log.Last + 1}
+			return Command{Payload: PartitionLogAllocated{PartitionID: 1, Epoch: p.Epoch, Servers: serversOf(p), Extent: p.Log.Last + 1}}
 		})
 	})
 	b.Run("node_load", func(b *testing.B) {
 		benchCommands(b, st, func(i int, _ *State) Command {
-			return Command{Op: OpStream, StreamCmd: &stream.Command{Op: stream.OpNodeLoad, Node: fmt.Sprintf("srv-%d", 1+i%1000), UsedBytes: int64(i + 1)}}
+			return Command{Payload: StreamCommand{StreamCmd: &stream.Command{Op: stream.OpNodeLoad, Node: fmt.Sprintf("srv-%d", 1+i%1000), UsedBytes: int64(i + 1)}}}
 		})
 	})
 	b.Run("create_table", func(b *testing.B) {
 		benchCommands(b, st, func(i int, _ *State) Command {
-			return Command{Op: OpCreateTable, Tenant: api.DefaultTenant, Table: fmt.Sprintf("new%d", i), Kind: api.TableKind_TABLE_KIND_POINT,
-				Options: &TableOptions{Partitions: 1, Replication: 3}}
+			return Command{Payload: CreateTable{Tenant: api.DefaultTenant, Table: fmt.Sprintf("new%d", i), Kind: api.TableKind_TABLE_KIND_POINT, Options: &TableOptions{Partitions: 1, Replication: 3}}}
 		})
 	})
 	b.Run("register_server", func(b *testing.B) {
 		benchCommands(b, st, func(i int, _ *State) Command {
-			return Command{Op: OpRegisterServer, ServerID: "srv-7", Addr: fmt.Sprintf("10.9.9.9:%d", 1000+i%2), Incarnation: 7, HolderSilent: true}
+			return Command{Payload: RegisterServer{ServerID: "srv-7", Addr: fmt.Sprintf("10.9.9.9:%d", 1000+i%2), Incarnation: 7, HolderSilent: true}}
 		})
 	})
 }

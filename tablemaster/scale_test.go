@@ -112,11 +112,10 @@ func writeLog(t *testing.T, dir string, cmds ...Command) {
 func TestReplayDoesNotRevalidate(t *testing.T) {
 	dir := t.TempDir()
 	writeLog(t, dir,
-		Command{Op: OpCreateTenant, Tenant: api.DefaultTenant, UnixMs: 1},
-		Command{Op: OpRegisterServer, ServerID: "old id", Addr: "127.0.0.1:1", UnixMs: 2},
+		Command{UnixMs: 1, Payload: CreateTenant{Tenant: api.DefaultTenant}},
+		Command{UnixMs: 2, Payload: RegisterServer{ServerID: "old id", Addr: "127.0.0.1:1"}},
 		// A name and a partition count the current rules refuse.
-		Command{Op: OpCreateTable, Tenant: api.DefaultTenant, Table: "old name!", Kind: api.TableKind_TABLE_KIND_POINT,
-			Options: &TableOptions{Partitions: api.MaxPartitions + 1, Replication: 1}, UnixMs: 3},
+		Command{UnixMs: 3, Payload: CreateTable{Tenant: api.DefaultTenant, Table: "old name!", Kind: api.TableKind_TABLE_KIND_POINT, Options: &TableOptions{Partitions: api.MaxPartitions + 1, Replication: 1}}},
 	)
 	for _, c := range []Command{
 		{Op: OpRegisterServer, ServerID: "old id", Addr: "127.0.0.1:1"},

@@ -27,18 +27,18 @@ func mustApply(t *testing.T, s *State, cmds ...Command) Result {
 }
 
 func register(id, addr, fd string) Command {
-	return Command{Op: OpRegisterServer, ServerID: id, Addr: addr, FaultDomain: fd}
+	return Command{Payload: RegisterServer{ServerID: id, Addr: addr, FaultDomain: fd}}
 }
 
 func createTable(tenant, name string, parts uint32) Command {
-	return Command{Op: OpCreateTable, Tenant: tenant, Table: name, Kind: point, UnixMs: 1000, Options: &TableOptions{Partitions: parts, Storage: StorageMemory}}
+	return Command{UnixMs: 1000, Payload: CreateTable{Tenant: tenant, Table: name, Kind: point, Options: &TableOptions{Partitions: parts, Storage: StorageMemory}}}
 }
 
 // baseState has tenant "default", table default/t (4 partitions) and two servers.
 func baseState(t *testing.T) *State {
 	s := NewState()
 	mustApply(t, s,
-		Command{Op: OpCreateTenant, Tenant: "default"},
+		Command{Payload: CreateTenant{Tenant: "default"}},
 		register("", "h1:1", "a"),
 		register("", "h2:1", "b"),
 		createTable("default", "t", 4),
@@ -56,39 +56,39 @@ func TestApplyRefusals(t *testing.T) {
 		field  string
 	}{
 		{"unknown op", Command{Op: "nope"}, ErrInvalidArgument, api.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, "unknown_command", "op"},
-		{"tenant bad name", Command{Op: OpCreateTenant, Tenant: "1x"}, ErrInvalidArgument, api.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, "name_invalid", "tenant"},
-		{"tenant exists", Command{Op: OpCreateTenant, Tenant: "default"}, ErrTenantExists, api.ErrorCode_ERROR_CODE_ALREADY_EXISTS, "tenant_exists", ""},
-		{"table empty tenant", Command{Op: OpCreateTable, Table: "x", Kind: point}, ErrInvalidArgument, api.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, "name_empty", "tenant"},
-		{"table empty name", Command{Op: OpCreateTable, Tenant: "default", Kind: point}, ErrInvalidArgument, api.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, "name_empty", "name"},
+		{"tenant bad name", Command{Payload: CreateTenant{Tenant: "1x"}}, ErrInvalidArgument, api.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, "name_invalid", "tenant"},
+		{"tenant exists", Command{Payload: CreateTenant{Tenant: "default"}}, ErrTenantExists, api.ErrorCode_ERROR_CODE_ALREADY_EXISTS, "tenant_exists", ""},
+		{"table empty tenant", Command{Payload: CreateTable{Table: "x", Kind: point}}, ErrInvalidArgument, api.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, "name_empty", "tenant"},
+		{"table empty name", Command{Payload: CreateTable{Tenant: "default", Kind: point}}, ErrInvalidArgument, api.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, "name_empty", "name"},
 		{"table unknown tenant", createTable("nobody", "x", 0), ErrTenantNotFound, api.ErrorCode_ERROR_CODE_NOT_FOUND, "tenant_not_found", ""},
 		{"table exists", createTable("default", "t", 0), ErrTableExists, api.ErrorCode_ERROR_CODE_ALREADY_EXISTS, "table_exists", ""},
-		{"kind unspecified", Command{Op: OpCreateTable, Tenant: "default", Table: "x"}, ErrInvalidArgument, api.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, "kind_invalid", "kind"},
-		{"bulk memory", Command{Op: OpCreateTable, Tenant: "default", Table: "x", Kind: api.TableKind_TABLE_KIND_BULK, Options: &TableOptions{Storage: StorageMemory}}, ErrInvalidArgument, api.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, "storage_invalid", "options.storage"},
-		{"bulk compression", Command{Op: OpCreateTable, Tenant: "default", Table: "x", Kind: api.TableKind_TABLE_KIND_BULK, Options: &TableOptions{Compression: CompressionS2}}, ErrInvalidArgument, api.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, "bulk_option", "options"},
-		{"bulk retained", Command{Op: OpCreateTable, Tenant: "default", Table: "x", Kind: api.TableKind_TABLE_KIND_BULK, Options: &TableOptions{BulkRetainedVersions: 9}}, ErrInvalidArgument, api.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, "too_many_retained", "options.bulk_retained_versions"},
-		{"point retained", Command{Op: OpCreateTable, Tenant: "default", Table: "x", Kind: point, Options: &TableOptions{BulkRetainedVersions: 2}}, ErrInvalidArgument, api.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, "bulk_option", "options.bulk_retained_versions"},
-		{"ordered split points unordered", Command{Op: OpCreateTable, Tenant: "default", Table: "x", Kind: api.TableKind_TABLE_KIND_ORDERED, Options: &TableOptions{SplitPoints: [][]byte{[]byte("m"), []byte("c")}}}, ErrInvalidArgument, api.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, "split_points_unordered", "options.split_points"},
-		{"ordered split point twice", Command{Op: OpCreateTable, Tenant: "default", Table: "x", Kind: api.TableKind_TABLE_KIND_ORDERED, Options: &TableOptions{SplitPoints: [][]byte{[]byte("m"), []byte("m")}}}, ErrInvalidArgument, api.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, "split_points_unordered", "options.split_points"},
-		{"ordered split point empty", Command{Op: OpCreateTable, Tenant: "default", Table: "x", Kind: api.TableKind_TABLE_KIND_ORDERED, Options: &TableOptions{SplitPoints: [][]byte{{}}}}, ErrInvalidArgument, api.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, "split_point_empty", "options.split_points"},
-		{"ordered partitions and split points", Command{Op: OpCreateTable, Tenant: "default", Table: "x", Kind: api.TableKind_TABLE_KIND_ORDERED, Options: &TableOptions{Partitions: 4, SplitPoints: [][]byte{[]byte("m")}}}, ErrInvalidArgument, api.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, "partitions_with_split_points", "options.partitions"},
-		{"point split points", Command{Op: OpCreateTable, Tenant: "default", Table: "x", Kind: point, Options: &TableOptions{SplitPoints: [][]byte{[]byte("m")}}}, ErrInvalidArgument, api.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, "split_points_not_ordered", "options.split_points"},
+		{"kind unspecified", Command{Payload: CreateTable{Tenant: "default", Table: "x"}}, ErrInvalidArgument, api.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, "kind_invalid", "kind"},
+		{"bulk memory", Command{Payload: CreateTable{Tenant: "default", Table: "x", Kind: api.TableKind_TABLE_KIND_BULK, Options: &TableOptions{Storage: StorageMemory}}}, ErrInvalidArgument, api.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, "storage_invalid", "options.storage"},
+		{"bulk compression", Command{Payload: CreateTable{Tenant: "default", Table: "x", Kind: api.TableKind_TABLE_KIND_BULK, Options: &TableOptions{Compression: CompressionS2}}}, ErrInvalidArgument, api.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, "bulk_option", "options"},
+		{"bulk retained", Command{Payload: CreateTable{Tenant: "default", Table: "x", Kind: api.TableKind_TABLE_KIND_BULK, Options: &TableOptions{BulkRetainedVersions: 9}}}, ErrInvalidArgument, api.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, "too_many_retained", "options.bulk_retained_versions"},
+		{"point retained", Command{Payload: CreateTable{Tenant: "default", Table: "x", Kind: point, Options: &TableOptions{BulkRetainedVersions: 2}}}, ErrInvalidArgument, api.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, "bulk_option", "options.bulk_retained_versions"},
+		{"ordered split points unordered", Command{Payload: CreateTable{Tenant: "default", Table: "x", Kind: api.TableKind_TABLE_KIND_ORDERED, Options: &TableOptions{SplitPoints: [][]byte{[]byte("m"), []byte("c")}}}}, ErrInvalidArgument, api.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, "split_points_unordered", "options.split_points"},
+		{"ordered split point twice", Command{Payload: CreateTable{Tenant: "default", Table: "x", Kind: api.TableKind_TABLE_KIND_ORDERED, Options: &TableOptions{SplitPoints: [][]byte{[]byte("m"), []byte("m")}}}}, ErrInvalidArgument, api.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, "split_points_unordered", "options.split_points"},
+		{"ordered split point empty", Command{Payload: CreateTable{Tenant: "default", Table: "x", Kind: api.TableKind_TABLE_KIND_ORDERED, Options: &TableOptions{SplitPoints: [][]byte{{}}}}}, ErrInvalidArgument, api.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, "split_point_empty", "options.split_points"},
+		{"ordered partitions and split points", Command{Payload: CreateTable{Tenant: "default", Table: "x", Kind: api.TableKind_TABLE_KIND_ORDERED, Options: &TableOptions{Partitions: 4, SplitPoints: [][]byte{[]byte("m")}}}}, ErrInvalidArgument, api.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, "partitions_with_split_points", "options.partitions"},
+		{"point split points", Command{Payload: CreateTable{Tenant: "default", Table: "x", Kind: point, Options: &TableOptions{SplitPoints: [][]byte{[]byte("m")}}}}, ErrInvalidArgument, api.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, "split_points_not_ordered", "options.split_points"},
 		{"too many partitions", createTable("default", "x", api.MaxPartitions+1), ErrInvalidArgument, api.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, "too_many_partitions", "options.partitions"},
-		{"replication above domains", Command{Op: OpCreateTable, Tenant: "default", Table: "x", Kind: point, Options: &TableOptions{Replication: 3}}, ErrInvalidArgument, api.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, "replication_above_fault_domains", "options.replication"},
-		{"bulk copies above domains", Command{Op: OpCreateTable, Tenant: "default", Table: "x", Kind: api.TableKind_TABLE_KIND_BULK, Options: &TableOptions{Replication: 3}}, ErrInvalidArgument, api.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, "replication_above_fault_domains", "options.replication"},
-		{"value limit", Command{Op: OpCreateTable, Tenant: "default", Table: "x", Kind: point, Options: &TableOptions{MaxValueBytes: api.MaxValueBytesLimit + 1}}, ErrInvalidArgument, api.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, "max_value_bytes_too_large", "options.max_value_bytes"},
-		{"default ttl too long", Command{Op: OpCreateTable, Tenant: "default", Table: "x", Kind: point, Options: &TableOptions{DefaultTTLMs: api.MaxTTLMs + 1}}, ErrInvalidArgument, api.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, "ttl_too_long", "options.default_ttl_ms"},
-		{"durability with memory", Command{Op: OpCreateTable, Tenant: "default", Table: "x", Kind: point, Options: &TableOptions{Storage: StorageMemory, Durability: DurabilityLazy}}, ErrInvalidArgument, api.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, "durability_invalid", "options.durability"},
-		{"durability unknown", Command{Op: OpCreateTable, Tenant: "default", Table: "x", Kind: point, Options: &TableOptions{Durability: "eventually"}}, ErrInvalidArgument, api.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, "durability_invalid", "options.durability"},
-		{"compression with memory", Command{Op: OpCreateTable, Tenant: "default", Table: "x", Kind: point, Options: &TableOptions{Storage: StorageMemory, Compression: CompressionS2}}, ErrInvalidArgument, api.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, "compression_invalid", "options.compression"},
-		{"compression unknown", Command{Op: OpCreateTable, Tenant: "default", Table: "x", Kind: point, Options: &TableOptions{Compression: "zip"}}, ErrInvalidArgument, api.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, "compression_invalid", "options.compression"},
-		{"storage disk", Command{Op: OpCreateTable, Tenant: "default", Table: "x", Kind: point, Options: &TableOptions{Storage: "disk"}}, ErrInvalidArgument, api.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, "storage_invalid", "options.storage"},
-		{"drop unknown table", Command{Op: OpDropTable, Tenant: "default", Table: "x"}, ErrTableNotFound, api.ErrorCode_ERROR_CODE_NOT_FOUND, "table_not_found", ""},
-		{"drop unknown tenant", Command{Op: OpDropTable, Tenant: "nobody", Table: "t"}, ErrTenantNotFound, api.ErrorCode_ERROR_CODE_NOT_FOUND, "tenant_not_found", ""},
-		{"drop bad name", Command{Op: OpDropTable, Tenant: "default", Table: "-"}, ErrInvalidArgument, api.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, "name_invalid", "name"},
+		{"replication above domains", Command{Payload: CreateTable{Tenant: "default", Table: "x", Kind: point, Options: &TableOptions{Replication: 3}}}, ErrInvalidArgument, api.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, "replication_above_fault_domains", "options.replication"},
+		{"bulk copies above domains", Command{Payload: CreateTable{Tenant: "default", Table: "x", Kind: api.TableKind_TABLE_KIND_BULK, Options: &TableOptions{Replication: 3}}}, ErrInvalidArgument, api.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, "replication_above_fault_domains", "options.replication"},
+		{"value limit", Command{Payload: CreateTable{Tenant: "default", Table: "x", Kind: point, Options: &TableOptions{MaxValueBytes: api.MaxValueBytesLimit + 1}}}, ErrInvalidArgument, api.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, "max_value_bytes_too_large", "options.max_value_bytes"},
+		{"default ttl too long", Command{Payload: CreateTable{Tenant: "default", Table: "x", Kind: point, Options: &TableOptions{DefaultTTLMs: api.MaxTTLMs + 1}}}, ErrInvalidArgument, api.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, "ttl_too_long", "options.default_ttl_ms"},
+		{"durability with memory", Command{Payload: CreateTable{Tenant: "default", Table: "x", Kind: point, Options: &TableOptions{Storage: StorageMemory, Durability: DurabilityLazy}}}, ErrInvalidArgument, api.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, "durability_invalid", "options.durability"},
+		{"durability unknown", Command{Payload: CreateTable{Tenant: "default", Table: "x", Kind: point, Options: &TableOptions{Durability: "eventually"}}}, ErrInvalidArgument, api.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, "durability_invalid", "options.durability"},
+		{"compression with memory", Command{Payload: CreateTable{Tenant: "default", Table: "x", Kind: point, Options: &TableOptions{Storage: StorageMemory, Compression: CompressionS2}}}, ErrInvalidArgument, api.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, "compression_invalid", "options.compression"},
+		{"compression unknown", Command{Payload: CreateTable{Tenant: "default", Table: "x", Kind: point, Options: &TableOptions{Compression: "zip"}}}, ErrInvalidArgument, api.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, "compression_invalid", "options.compression"},
+		{"storage disk", Command{Payload: CreateTable{Tenant: "default", Table: "x", Kind: point, Options: &TableOptions{Storage: "disk"}}}, ErrInvalidArgument, api.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, "storage_invalid", "options.storage"},
+		{"drop unknown table", Command{Payload: DropTable{Tenant: "default", Table: "x"}}, ErrTableNotFound, api.ErrorCode_ERROR_CODE_NOT_FOUND, "table_not_found", ""},
+		{"drop unknown tenant", Command{Payload: DropTable{Tenant: "nobody", Table: "t"}}, ErrTenantNotFound, api.ErrorCode_ERROR_CODE_NOT_FOUND, "tenant_not_found", ""},
+		{"drop bad name", Command{Payload: DropTable{Tenant: "default", Table: "-"}}, ErrInvalidArgument, api.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, "name_invalid", "name"},
 		{"register no addr", register("", "", ""), ErrInvalidArgument, api.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, "addr_empty", "addr"},
 		{"register bad id", register("a b", "h:1", ""), ErrInvalidArgument, api.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, "server_id_invalid", "server_id"},
-		{"down unknown server", Command{Op: OpServerDown, ServerID: "srv-9"}, ErrServerNotFound, api.ErrorCode_ERROR_CODE_NOT_FOUND, "server_not_found", ""},
-		{"down empty id", Command{Op: OpServerDown}, ErrInvalidArgument, api.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, "server_id_empty", "server_id"},
+		{"down unknown server", Command{Payload: ServerDown{ServerID: "srv-9"}}, ErrServerNotFound, api.ErrorCode_ERROR_CODE_NOT_FOUND, "server_not_found", ""},
+		{"down empty id", Command{Payload: ServerDown{}}, ErrInvalidArgument, api.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, "server_id_empty", "server_id"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -114,12 +114,12 @@ func TestApplyRefusals(t *testing.T) {
 
 func TestCreateTableDefaultsAndPlacement(t *testing.T) {
 	s := NewState()
-	mustApply(t, s, Command{Op: OpCreateTenant, Tenant: "default"})
+	mustApply(t, s, Command{Payload: CreateTenant{Tenant: "default"}})
 	for _, c := range []Command{register("", "h1:1", "a"), register("", "h2:1", "b"), register("", "h3:1", "c")} {
 		mustApply(t, s, c)
 	}
 	v := s.Version
-	res := mustApply(t, s, Command{Op: OpCreateTable, Tenant: "default", Table: "t", Kind: point, UnixMs: 42})
+	res := mustApply(t, s, Command{UnixMs: 42, Payload: CreateTable{Tenant: "default", Table: "t", Kind: point}})
 	if s.Version != v+1 {
 		t.Fatalf("version %d, want %d", s.Version, v+1)
 	}
@@ -138,7 +138,7 @@ func TestCreateTableDefaultsAndPlacement(t *testing.T) {
 		}
 	}
 	// Ids are never reused: drop and re-create.
-	mustApply(t, s, Command{Op: OpDropTable, Tenant: "default", Table: "t"})
+	mustApply(t, s, Command{Payload: DropTable{Tenant: "default", Table: "t"}})
 	res = mustApply(t, s, createTable("default", "t", 12))
 	if res.Table.ID != 2 || res.Table.Partitions[0].ID != 9 {
 		t.Fatalf("re-created table id %d first partition %d, want 2 and 9", res.Table.ID, res.Table.Partitions[0].ID)
@@ -153,7 +153,7 @@ func TestCreateTableDefaultsAndPlacement(t *testing.T) {
 
 func TestUnplacedThenRegister(t *testing.T) {
 	s := NewState()
-	res := mustApply(t, s, Command{Op: OpCreateTenant, Tenant: "default"}, createTable("default", "t", 4))
+	res := mustApply(t, s, Command{Payload: CreateTenant{Tenant: "default"}}, createTable("default", "t", 4))
 	for _, p := range res.Table.Partitions {
 		if len(p.Replicas) != 0 || p.Epoch != 0 {
 			t.Fatalf("partition placed with no server: %+v", p)
@@ -177,12 +177,12 @@ func TestUnplacedThenRegister(t *testing.T) {
 
 func TestServerDownAndReturn(t *testing.T) {
 	s := NewState()
-	mustApply(t, s, Command{Op: OpCreateTenant, Tenant: "default"},
+	mustApply(t, s, Command{Payload: CreateTenant{Tenant: "default"}},
 		register("", "h1:1", "a"), register("", "h2:1", "b"), register("", "h3:1", "c"),
 		createTable("default", "t", 12))
 	before := s.Clone()
 	v := s.Version
-	res := mustApply(t, s, Command{Op: OpServerDown, ServerID: "srv-3"})
+	res := mustApply(t, s, Command{Payload: ServerDown{ServerID: "srv-3"}})
 	if s.Version != v+1 || len(res.Moved) != 4 || s.Servers["srv-3"].Alive {
 		t.Fatalf("server down: version %d moved %v alive %v", s.Version, res.Moved, s.Servers["srv-3"].Alive)
 	}
@@ -201,7 +201,7 @@ func TestServerDownAndReturn(t *testing.T) {
 		t.Fatalf("counts after down %v, want 6/6", c)
 	}
 	// Down again: valid, no change, no version bump.
-	res = mustApply(t, s, Command{Op: OpServerDown, ServerID: "srv-3"})
+	res = mustApply(t, s, Command{Payload: ServerDown{ServerID: "srv-3"}})
 	if res.Changed || s.Version != v+1 {
 		t.Fatalf("second down changed the state: %+v", res)
 	}
@@ -211,7 +211,7 @@ func TestServerDownAndReturn(t *testing.T) {
 		t.Fatalf("returning server: %+v %+v", res, s.Servers["srv-3"])
 	}
 	// Drain srv-2: its 6 partitions go to the emptiest server, srv-3.
-	res = mustApply(t, s, Command{Op: OpServerDown, ServerID: "srv-2", Draining: true})
+	res = mustApply(t, s, Command{Payload: ServerDown{ServerID: "srv-2", Draining: true}})
 	if !s.Servers["srv-2"].Alive || !s.Servers["srv-2"].Draining || len(res.Moved) != 6 {
 		t.Fatalf("drain: %+v %+v", res, s.Servers["srv-2"])
 	}
@@ -225,8 +225,8 @@ func TestServerDownAndReturn(t *testing.T) {
 	}
 	// Last server dies: partitions become unplaced with bumped epochs, and
 	// are placed again when a server registers.
-	mustApply(t, s, Command{Op: OpServerDown, ServerID: "srv-2"}, Command{Op: OpServerDown, ServerID: "srv-3"})
-	mustApply(t, s, Command{Op: OpServerDown, ServerID: "srv-1"})
+	mustApply(t, s, Command{Payload: ServerDown{ServerID: "srv-2"}}, Command{Payload: ServerDown{ServerID: "srv-3"}})
+	mustApply(t, s, Command{Payload: ServerDown{ServerID: "srv-1"}})
 	for _, p := range s.Tables["default/t"].Partitions {
 		if len(p.Replicas) != 0 {
 			t.Fatalf("partition still placed with no live server: %+v", p)
@@ -270,7 +270,7 @@ func TestApplyDeterministic(t *testing.T) {
 
 func TestClusterPartitionLimit(t *testing.T) {
 	s := NewState()
-	if _, err := s.Apply(Command{Op: OpCreateTenant, Tenant: "default"}); err != nil {
+	if _, err := s.Apply(Command{Payload: CreateTenant{Tenant: "default"}}); err != nil {
 		t.Fatal(err)
 	}
 	full := api.MaxClusterPartitions / api.MaxPartitions
@@ -300,11 +300,11 @@ func TestClusterPartitionLimit(t *testing.T) {
 func TestDurablePartitionsWaitForTheirServer(t *testing.T) {
 	s := NewState()
 	mustApply(t, s,
-		Command{Op: OpCreateTenant, Tenant: "default"},
+		Command{Payload: CreateTenant{Tenant: "default"}},
 		register("a", "h:1", "fd1"),
 		register("b", "h:2", "fd2"),
-		Command{Op: OpCreateTable, Tenant: "default", Table: "disk", Kind: point, Options: &TableOptions{Partitions: 4, Storage: StorageSSD}},
-		Command{Op: OpCreateTable, Tenant: "default", Table: "mem", Kind: point, Options: &TableOptions{Partitions: 4, Storage: StorageMemory}},
+		Command{Payload: CreateTable{Tenant: "default", Table: "disk", Kind: point, Options: &TableOptions{Partitions: 4, Storage: StorageSSD}}},
+		Command{Payload: CreateTable{Tenant: "default", Table: "mem", Kind: point, Options: &TableOptions{Partitions: 4, Storage: StorageMemory}}},
 	)
 	on := func(table, server string) (ids []uint64, epochs []uint64) {
 		for _, p := range s.Tables["default/"+table].Partitions {
@@ -321,7 +321,7 @@ func TestDurablePartitionsWaitForTheirServer(t *testing.T) {
 		t.Fatalf("placement: disk %v mem %v on a", diskOnA, memOnA)
 	}
 
-	res := mustApply(t, s, Command{Op: OpServerDown, ServerID: "a", UnixMs: 5000})
+	res := mustApply(t, s, Command{UnixMs: 5000, Payload: ServerDown{ServerID: "a"}})
 	if !slices.Equal(res.Held, diskOnA) || len(res.Moved) != 2 {
 		t.Fatalf("server down: held %v moved %v; want held %v and the 2 memory partitions moved", res.Held, res.Moved, diskOnA)
 	}
@@ -335,7 +335,7 @@ func TestDurablePartitionsWaitForTheirServer(t *testing.T) {
 		t.Fatalf("DownSinceMs %d", s.Servers["a"].DownSinceMs)
 	}
 	// Already down: nothing more happens without force.
-	if res := mustApply(t, s, Command{Op: OpServerDown, ServerID: "a", UnixMs: 6000}); res.Changed {
+	if res := mustApply(t, s, Command{UnixMs: 6000, Payload: ServerDown{ServerID: "a"}}); res.Changed {
 		t.Fatalf("second server down changed the state: %+v", res)
 	}
 
@@ -354,17 +354,17 @@ func TestDurablePartitionsWaitForTheirServer(t *testing.T) {
 	}
 
 	// Draining also keeps them (there is nowhere to hand the data to).
-	res = mustApply(t, s, Command{Op: OpServerDown, ServerID: "a", Draining: true})
+	res = mustApply(t, s, Command{Payload: ServerDown{ServerID: "a", Draining: true}})
 	if !slices.Equal(res.Held, diskOnA) {
 		t.Fatalf("drain held %v, want %v", res.Held, diskOnA)
 	}
 
 	// Forcing is refused while the server lives, then moves them with new epochs.
-	if _, err := s.Apply(Command{Op: OpServerDown, ServerID: "a", Force: true}); api.DetailOf(err).GetReason() != "server_alive" {
+	if _, err := s.Apply(Command{Payload: ServerDown{ServerID: "a", Force: true}}); api.DetailOf(err).GetReason() != "server_alive" {
 		t.Fatalf("force on a live server: %v", err)
 	}
-	mustApply(t, s, Command{Op: OpServerDown, ServerID: "a", UnixMs: 7000})
-	res = mustApply(t, s, Command{Op: OpServerDown, ServerID: "a", Force: true, UnixMs: 9000})
+	mustApply(t, s, Command{UnixMs: 7000, Payload: ServerDown{ServerID: "a"}})
+	res = mustApply(t, s, Command{UnixMs: 9000, Payload: ServerDown{ServerID: "a", Force: true}})
 	if !slices.Equal(res.Moved, diskOnA) || len(res.Held) != 0 {
 		t.Fatalf("force moved %v held %v", res.Moved, res.Held)
 	}
@@ -383,9 +383,9 @@ func TestDurablePartitionsWaitForTheirServer(t *testing.T) {
 func TestPrimariesSpread(t *testing.T) {
 	s := NewState()
 	mustApply(t, s,
-		Command{Op: OpCreateTenant, Tenant: "default"},
+		Command{Payload: CreateTenant{Tenant: "default"}},
 		register("srv-1", "a:1", "fd-1"), register("srv-2", "a:2", "fd-2"), register("srv-3", "a:3", "fd-3"),
-		Command{Op: OpCreateTable, Tenant: "default", Table: "t", Kind: point, Options: &TableOptions{Partitions: 12, Replication: 3}},
+		Command{Payload: CreateTable{Tenant: "default", Table: "t", Kind: point, Options: &TableOptions{Partitions: 12, Replication: 3}}},
 	)
 	n := s.primaryCounts()
 	for _, id := range []string{"srv-1", "srv-2", "srv-3"} {
@@ -406,13 +406,13 @@ func TestPrimariesSpread(t *testing.T) {
 func TestLogResetRestoresReplication(t *testing.T) {
 	s := NewState()
 	mustApply(t, s,
-		Command{Op: OpCreateTenant, Tenant: "default"},
+		Command{Payload: CreateTenant{Tenant: "default"}},
 		register("srv-1", "a:1", "fd-1"), register("srv-2", "a:2", "fd-2"), register("srv-3", "a:3", "fd-3"),
 		register("srv-4", "a:4", "fd-4"),
-		Command{Op: OpCreateTable, Tenant: "default", Table: "t", Kind: point, Options: &TableOptions{Partitions: 1, Replication: 3}},
+		Command{Payload: CreateTable{Tenant: "default", Table: "t", Kind: point, Options: &TableOptions{Partitions: 1, Replication: 3}}},
 	)
 	p := s.Tables["default/t"].Partitions[0]
-	mustApply(t, s, Command{Op: OpPartitionLog, PartitionID: p.ID, Epoch: p.Epoch, Servers: serversOf(&p), Extent: 7})
+	mustApply(t, s, Command{Payload: PartitionLogAllocated{PartitionID: p.ID, Epoch: p.Epoch, Servers: serversOf(&p), Extent: 7}})
 	var victim string
 	for _, r := range p.Replicas {
 		if r.Role == api.ReplicaRole_REPLICA_ROLE_SECONDARY {
@@ -420,7 +420,7 @@ func TestLogResetRestoresReplication(t *testing.T) {
 			break
 		}
 	}
-	res := mustApply(t, s, Command{Op: OpPartitionLogReset, PartitionID: p.ID, Epoch: p.Epoch, Servers: []string{victim}})
+	res := mustApply(t, s, Command{Payload: PartitionLogReset{PartitionID: p.ID, Epoch: p.Epoch, Servers: []string{victim}}})
 	if !res.Changed {
 		t.Fatal("log reset with a dropped secondary changed nothing")
 	}

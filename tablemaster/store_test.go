@@ -26,11 +26,11 @@ func workload(n int) []Command {
 		cmds = append(cmds, createTable("default", fmt.Sprintf("t%d", i), uint32(1+i%5)))
 		switch i % 4 {
 		case 1:
-			cmds = append(cmds, Command{Op: OpServerDown, ServerID: fmt.Sprintf("srv-%d", 1+i%3)})
+			cmds = append(cmds, Command{Payload: ServerDown{ServerID: fmt.Sprintf("srv-%d", 1+i%3)}})
 		case 2:
 			cmds = append(cmds, register(fmt.Sprintf("srv-%d", 1+(i-1)%3), "h:9", "a"))
 		case 3:
-			cmds = append(cmds, Command{Op: OpDropTable, Tenant: "default", Table: fmt.Sprintf("t%d", i-1)})
+			cmds = append(cmds, Command{Payload: DropTable{Tenant: "default", Table: fmt.Sprintf("t%d", i-1)}})
 		}
 	}
 	return cmds[:n]

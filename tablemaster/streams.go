@@ -88,7 +88,7 @@ func (s *State) streamNodeEvent(c stream.Command) {
 type masterStreamLog struct{ m *Master }
 
 func (l masterStreamLog) Apply(_ context.Context, c stream.Command) (stream.Result, error) {
-	res, _, err := l.m.propose(Command{Op: OpStream, UnixMs: l.m.opts.Now().UnixMilli(), StreamCmd: &c}, nil, nil)
+	res, _, err := l.m.propose(Command{UnixMs: l.m.opts.Now().UnixMilli(), Payload: StreamCommand{StreamCmd: &c}}, nil, nil)
 	if err != nil {
 		var e *Error
 		if errors.As(err, &e) {

@@ -101,7 +101,7 @@ func TestWatchDeltasMatchFullMaps(t *testing.T) {
 	t.Logf("seed %d", seed)
 	r := rand.New(rand.NewPCG(seed, 2))
 	cur := NewState()
-	mustApply(t, cur, Command{Op: OpCreateTenant, Tenant: "default"})
+	mustApply(t, cur, Command{Payload: CreateTenant{Tenant: "default"}})
 	cur.seal()
 	mv := newMapVersion(nil, cur)
 	full := map[uint64]watchView{mv.version: applyWatch(nil, decode(t, must(mv.fullMsg())))}
@@ -196,7 +196,7 @@ func must[T any](v T, err error) T {
 // no more partitions than about the cluster's.
 func TestWatchHistoryBounded(t *testing.T) {
 	cur := NewState()
-	mustApply(t, cur, Command{Op: OpCreateTenant, Tenant: "default"})
+	mustApply(t, cur, Command{Payload: CreateTenant{Tenant: "default"}})
 	mustApply(t, cur, register("", "h:1", ""))
 	cur.seal()
 	mv := newMapVersion(nil, cur)
@@ -230,13 +230,13 @@ func TestWatchHistoryBounded(t *testing.T) {
 	// A big table dropped and created again: every creation counts all
 	// its partitions.
 	cur = NewState()
-	mustApply(t, cur, Command{Op: OpCreateTenant, Tenant: "default"})
+	mustApply(t, cur, Command{Payload: CreateTenant{Tenant: "default"}})
 	mustApply(t, cur, register("", "h:1", ""))
 	mustApply(t, cur, createTable("default", "big", 500))
 	cur.seal()
 	mv = newMapVersion(nil, cur)
 	for i := range 40 {
-		cmd := Command{Op: OpDropTable, Tenant: "default", Table: "big"}
+		cmd := Command{Payload: DropTable{Tenant: "default", Table: "big"}}
 		if i%2 == 1 {
 			cmd = createTable("default", "big", 500)
 		}
@@ -257,7 +257,7 @@ func TestWatchHistoryBounded(t *testing.T) {
 
 	// A delta of more than half the map: the full map, shared.
 	cur = NewState()
-	mustApply(t, cur, Command{Op: OpCreateTenant, Tenant: "default"})
+	mustApply(t, cur, Command{Payload: CreateTenant{Tenant: "default"}})
 	mustApply(t, cur, register("", "h:1", ""))
 	mustApply(t, cur, createTable("default", "small", 1000))
 	cur.seal()
@@ -381,7 +381,7 @@ func TestWatchDeltasGRPC(t *testing.T) {
 // alone would still pay for every watcher.
 func BenchmarkWatchFullMarshal(b *testing.B) {
 	st := NewState()
-	if _, err := st.Apply(Command{Op: OpCreateTenant, Tenant: "default"}); err != nil {
+	if _, err := st.Apply(Command{Payload: CreateTenant{Tenant: "default"}}); err != nil {
 		b.Fatal(err)
 	}
 	for i := range 200 {
