@@ -166,6 +166,11 @@ type Command struct {
 	// Handoffs: OpHandoffDone's partitions (id → the Handoff.Version it
 	// clears); see handoff.go.
 	Handoffs map[uint64]uint64 `json:"handoffs,omitempty"`
+	// Split commands (split.go): OpSplitPartition's split point (Hash:
+	// point tables, Key: ordered), OpSplitDone's split record LSN.
+	Hash uint64 `json:"hash,omitempty"`
+	Key  []byte `json:"key,omitempty"`
+	LSN  uint64 `json:"lsn,omitempty"`
 }
 
 // Result is what Apply reports about an applied command.
@@ -323,6 +328,12 @@ type Partition struct {
 	// the new primary may not serve yet (handoff.go); nil: it may (and in
 	// every state from before it).
 	Handoff *Handoff `json:"handoff,omitempty"`
+	// Split is the split in progress, if any (split.go); SplitFrom and
+	// SplitLSN name, in a split's child, its parent and the split record's
+	// LSN in the parent's log (0: not a child).
+	Split     *Split `json:"split,omitempty"`
+	SplitFrom uint64 `json:"split_from,omitempty"`
+	SplitLSN  uint64 `json:"split_lsn,omitempty"`
 }
 
 // DataLoss records how a partition lost every copy of its data.
@@ -621,6 +632,10 @@ func (s *State) apply(cmd *Command, chk bool) (Result, error) {
 		res, err = s.replicaFailed(*cmd)
 	case OpHandoffDone:
 		res, err = s.handoffDone(*cmd)
+	case OpSplitPartition:
+		res, err = s.splitPartition(cmd, chk)
+	case OpSplitDone:
+		res, err = s.splitDone(*cmd)
 	default:
 		return Result{}, errInvalid("op", "unknown_command", 0, "unknown command %q", cmd.Op)
 	}
