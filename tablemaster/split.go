@@ -91,6 +91,9 @@ func (s *State) splitPartition(cmd *Command, chk bool) (Result, error) {
 			}
 			cmd.Hash = 0
 		} else {
+			if cmd.Hash == 0 && len(cmd.Key) > 0 {
+				return Result{}, errInvalid("hash", "split_point_not_hash", 0, "table %s is a point table: its partitions split at a hash (a number in the partition's range), not at key %q", t.Name, cmd.Key)
+			}
 			if cmd.Hash == 0 {
 				if p.Start == p.End {
 					return Result{}, errInvalid("hash", "split_point_out_of_range", 0, "partition %d holds a single hash (%#x): it cannot split", p.Index, p.Start)
