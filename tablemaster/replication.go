@@ -79,7 +79,7 @@ func (s *State) partition(id uint64) (*Table, *Partition) {
 				return t, &t.Partitions[k]
 			}
 		}
-		if t.Partitions[n-1].ID-t.Partitions[0].ID != uint64(n-1) {
+		if t.Resplit {
 			for k := range t.Partitions {
 				if t.Partitions[k].ID == id {
 					return t, &t.Partitions[k]

@@ -148,6 +148,7 @@ func (s *State) splitDone(cmd Command) (Result, error) {
 		t.Partitions[k].Index = uint32(k)
 	}
 	t.Options.Partitions = uint32(len(t.Partitions))
+	t.Resplit = true
 	if t.Kind == api.TableKind_TABLE_KIND_ORDERED {
 		pts := slices.Clone(t.Options.SplitPoints)
 		k, _ := slices.BinarySearchFunc(pts, sp.Key, bytes.Compare)

@@ -131,8 +131,17 @@ func TestSplitPointTable(t *testing.T) {
 		}
 		covered = p.End + 1
 	}
-	if pt.Partitions[3].End != math.MaxUint64 {
-		t.Fatalf("the last partition ends at %#x", pt.Partitions[3].End)
+	// Split the first partition once more: ids are now out of order, and
+	// every one is still found.
+	mustApply(t, s, Command{Op: OpSplitPartition, PartitionID: pt.Partitions[0].ID}, Command{Op: OpSplitDone, PartitionID: pt.Partitions[0].ID, LSN: 11})
+	pt, _ = s.Table("default", "t")
+	for _, p := range pt.Partitions {
+		if _, got := s.partition(p.ID); got == nil || got.ID != p.ID {
+			t.Fatalf("partition(%d) not found among %d partitions", p.ID, len(pt.Partitions))
+		}
+	}
+	if pt.Partitions[4].End != math.MaxUint64 {
+		t.Fatalf("the last partition ends at %#x", pt.Partitions[4].End)
 	}
 }
 

@@ -297,6 +297,9 @@ type Table struct {
 	Bulk *BulkState `json:"bulk,omitempty"`
 	// Coprocs are the table's coprocessors by name.
 	Coprocs map[string]*Coproc `json:"coprocs,omitempty"`
+	// Resplit: a partition of the table split (split.go), so its
+	// partitions' ids are no longer consecutive from the first.
+	Resplit bool `json:"resplit,omitempty"`
 }
 
 // Partition is one hash range [Start, End] of a table and where it lives.

@@ -358,7 +358,7 @@ func (l *logReplica) update(p *api.Partition, serverID string) {
 	if l.split.lsn == 0 {
 		// A new role or term: a split record this primary proposed and
 		// the log did not keep is proposed again once caught up.
-		l.split.proposing = false
+		l.split.launched, l.split.numbered = false, false
 	}
 	prev := l.want
 	l.want = w

@@ -88,9 +88,10 @@ func splitOf(pid uint64, w partition.Write) *api.PartitionSplit {
 type splitState struct {
 	// pending is the map's split of this partition (nil: none).
 	pending *api.PartitionSplit
-	// proposing: this primary proposed the split record (or is about
-	// to); writes are refused from then on.
-	proposing bool
+	// launched: this primary is appending the split record (proposeSplit
+	// runs); numbered: the record has its LSN, and writes are refused
+	// from then on.
+	launched, numbered bool
 	// lsn is the split record's LSN once applied and the engine split; kids
 	// the children's engines (memory tables: handed over to them; nil for
 	// disk tables, whose children open from their directories).
@@ -105,7 +106,7 @@ func (l *logReplica) splitRefusalLocked() error {
 	switch {
 	case l.split.lsn != 0:
 		return api.Errorf(api.ErrorCode_ERROR_CODE_UNAVAILABLE, "partition_split", "partition %d split; its children take its keys (retry on the new map)", l.pid)
-	case l.split.proposing:
+	case l.split.numbered:
 		return api.Errorf(api.ErrorCode_ERROR_CODE_UNAVAILABLE, "partition_splitting", "partition %d is splitting; retry shortly", l.pid)
 	}
 	return nil
@@ -120,16 +121,21 @@ func (l *logReplica) proposeSplit(epoch uint64, sp *api.PartitionSplit) {
 		l.log.Error("encode the split record", "err", err)
 		return
 	}
+	numbered := false
 	_, _, err = l.write(l.ctx, epoch, "", 0, func(func([]byte) ([]byte, bool, error)) ([]engines.Mutation, []byte, error) {
 		// Under l.mu, as the record is numbered: no write after it.
-		if l.split.proposing || l.split.lsn != 0 {
-			return nil, nil, l.splitRefusalLocked()
-		}
-		l.split.proposing = true
+		l.split.numbered, numbered = true, true
 		return []engines.Mutation{{Key: splitKey, Value: val}}, nil, nil
 	})
+	if err != nil && !numbered {
+		// Refused before it was numbered (the log is being
+		// reconfigured, say): the tailer tries again.
+		l.mu.Lock()
+		l.split.launched = false
+		l.mu.Unlock()
+	}
 	if err != nil && l.ctx.Err() == nil {
-		l.log.Warn("split record not appended; the next term retries", "err", err)
+		l.log.Info("split record not appended yet; retrying", "err", err)
 	}
 }
 
