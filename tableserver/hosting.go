@@ -315,6 +315,10 @@ func (s *Server) openReplica(t *api.Table, p *api.Partition, kid engines.Engine)
 			logger: s.log.With("partition", p.GetId())}, nil
 	}
 	e, err := kid, error(nil)
+	if kid != nil && p.GetLog() != nil && durable(t) {
+		opts := s.engineOptions(t, p.GetId(), dir, true)
+		e = newReopenable(kid, func() (engines.Engine, error) { return engines.Open(kind, opts) })
+	}
 	if e == nil {
 		e, err = openEngine(p.GetLog() != nil && durable(t), kind, s.engineOptions(t, p.GetId(), dir, p.GetLog() != nil))
 	}

@@ -93,8 +93,9 @@ type splitState struct {
 	// from then on.
 	launched, numbered bool
 	// lsn is the split record's LSN once applied and the engine split; kids
-	// the children's engines (memory tables: handed over to them; nil for
-	// disk tables, whose children open from their directories).
+	// the children's engines, open, handed over to their replicas here
+	// (a disk table's are also complete in their directories, where a
+	// restart finds them).
 	lsn  uint64
 	kids map[uint64]engines.Engine
 	err  error
@@ -176,13 +177,7 @@ func (l *logReplica) splitEngine(lsn uint64, sp *api.PartitionSplit) error {
 		if w, ok := e.(engines.Writer); ok {
 			errs = append(errs, w.Apply([]engines.Mutation{{Key: splitKey, Delete: true}}))
 		}
-		if l.durable {
-			// Opened again from its directory by the child's replica,
-			// behind its reopenable.
-			errs = append(errs, e.Close())
-		} else {
-			kids[ids[i]] = e
-		}
+		kids[ids[i]] = e
 	}
 	if err := errors.Join(errs...); err != nil {
 		for _, e := range kids {
@@ -211,9 +206,8 @@ func (l *logReplica) splitLSN() uint64 {
 	return l.split.lsn
 }
 
-// takeChild stops the (parent) replica and hands over child id's engine:
-// a memory engine split here, or nil (a disk table's child opens from its
-// directory; or the parent did not split here, and the child copies).
+// takeChild stops the (parent) replica and hands over child id's engine,
+// open, or nil if the parent did not split here (the child copies).
 // split reports whether the parent split on this server.
 func (l *logReplica) takeChild(id uint64) (e engines.Engine, split bool) {
 	l.close()
