@@ -297,6 +297,12 @@ func (s *Server) openReplica(t *api.Table, p *api.Partition, kid engines.Engine)
 		if dir, err = s.prepareLogPartitionDir(p.GetId()); err != nil {
 			return nil, err
 		}
+		if _, _, done, err := engines.SplitDone(s.opts.EngineFS, dir); err != nil || done {
+			// Its files are the children's now (hard links): opening it
+			// could write into them. Restart recovery of a split not yet
+			// done in the map is not built (split.go).
+			return nil, errors.Join(fmt.Errorf("partition %d split here (SPLIT marker); waiting for the map's children", p.GetId()), err)
+		}
 	case durable(t):
 		var err error
 		if dir, err = s.preparePartitionDir(p.GetId(), p.GetEpoch()); err != nil {
