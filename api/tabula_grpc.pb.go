@@ -63,6 +63,7 @@ const (
 	Master_RotateTenantKey_FullMethodName    = "/tabula.v1.Master/RotateTenantKey"
 	Master_TenantKeys_FullMethodName         = "/tabula.v1.Master/TenantKeys"
 	Master_SetTenantQuota_FullMethodName     = "/tabula.v1.Master/SetTenantQuota"
+	Master_SplitPartition_FullMethodName     = "/tabula.v1.Master/SplitPartition"
 )
 
 // MasterClient is the client API for Master service.
@@ -160,6 +161,11 @@ type MasterClient interface {
 	TenantKeys(ctx context.Context, in *TenantKeysRequest, opts ...grpc.CallOption) (*TenantKeysResponse, error)
 	// SetTenantQuota replaces a tenant's quotas (cluster credential only).
 	SetTenantQuota(ctx context.Context, in *SetTenantQuotaRequest, opts ...grpc.CallOption) (*SetTenantQuotaResponse, error)
+	// SplitPartition splits one partition of a point or ordered table in
+	// two while it serves: at the midpoint of its hash range (point tables)
+	// or at a key. The data is not copied. With wait, it returns once both
+	// children take writes.
+	SplitPartition(ctx context.Context, in *SplitPartitionRequest, opts ...grpc.CallOption) (*SplitPartitionResponse, error)
 }
 
 type masterClient struct {
@@ -539,6 +545,16 @@ func (c *masterClient) SetTenantQuota(ctx context.Context, in *SetTenantQuotaReq
 	return out, nil
 }
 
+func (c *masterClient) SplitPartition(ctx context.Context, in *SplitPartitionRequest, opts ...grpc.CallOption) (*SplitPartitionResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SplitPartitionResponse)
+	err := c.cc.Invoke(ctx, Master_SplitPartition_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // MasterServer is the server API for Master service.
 // All implementations must embed UnimplementedMasterServer
 // for forward compatibility.
@@ -634,6 +650,11 @@ type MasterServer interface {
 	TenantKeys(context.Context, *TenantKeysRequest) (*TenantKeysResponse, error)
 	// SetTenantQuota replaces a tenant's quotas (cluster credential only).
 	SetTenantQuota(context.Context, *SetTenantQuotaRequest) (*SetTenantQuotaResponse, error)
+	// SplitPartition splits one partition of a point or ordered table in
+	// two while it serves: at the midpoint of its hash range (point tables)
+	// or at a key. The data is not copied. With wait, it returns once both
+	// children take writes.
+	SplitPartition(context.Context, *SplitPartitionRequest) (*SplitPartitionResponse, error)
 	mustEmbedUnimplementedMasterServer()
 }
 
@@ -751,6 +772,9 @@ func (UnimplementedMasterServer) TenantKeys(context.Context, *TenantKeysRequest)
 }
 func (UnimplementedMasterServer) SetTenantQuota(context.Context, *SetTenantQuotaRequest) (*SetTenantQuotaResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method SetTenantQuota not implemented")
+}
+func (UnimplementedMasterServer) SplitPartition(context.Context, *SplitPartitionRequest) (*SplitPartitionResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SplitPartition not implemented")
 }
 func (UnimplementedMasterServer) mustEmbedUnimplementedMasterServer() {}
 func (UnimplementedMasterServer) testEmbeddedByValue()                {}
@@ -1414,6 +1438,24 @@ func _Master_SetTenantQuota_Handler(srv interface{}, ctx context.Context, dec fu
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Master_SplitPartition_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SplitPartitionRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MasterServer).SplitPartition(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Master_SplitPartition_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MasterServer).SplitPartition(ctx, req.(*SplitPartitionRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Master_ServiceDesc is the grpc.ServiceDesc for Master service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1560,6 +1602,10 @@ var Master_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "SetTenantQuota",
 			Handler:    _Master_SetTenantQuota_Handler,
+		},
+		{
+			MethodName: "SplitPartition",
+			Handler:    _Master_SplitPartition_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -66,6 +66,10 @@ func (p Partition) Proto() *api.Partition {
 	if p.Handoff != nil {
 		ap.HandoffFrom = p.Handoff.From
 	}
+	if sp := p.Split; sp != nil {
+		ap.Split = &api.PartitionSplit{LeftId: sp.Left, RightId: sp.Right, Hash: sp.Hash, Key: sp.Key}
+	}
+	ap.SplitFrom, ap.SplitLsn = p.SplitFrom, p.SplitLSN
 	return ap
 }
 

@@ -296,6 +296,27 @@ type HandoffDone struct {
 // Op returns OpHandoffDone.
 func (HandoffDone) Op() Op { return OpHandoffDone }
 
+// SplitPartition starts splitting a partition at a hash (point tables) or
+// a key (ordered tables) (OpSplitPartition; split.go).
+type SplitPartition struct {
+	PartitionID uint64 `json:"partition_id,omitempty"`
+	Hash        uint64 `json:"hash,omitempty"`
+	Key         []byte `json:"key,omitempty"`
+}
+
+// Op returns OpSplitPartition.
+func (SplitPartition) Op() Op { return OpSplitPartition }
+
+// SplitDone puts a split partition's children in its place, split by the
+// record at LSN of its log (OpSplitDone; split.go).
+type SplitDone struct {
+	PartitionID uint64 `json:"partition_id,omitempty"`
+	LSN         uint64 `json:"lsn,omitempty"`
+}
+
+// Op returns OpSplitDone.
+func (SplitDone) Op() Op { return OpSplitDone }
+
 // payloadOf returns the payload of flat command c (nil for an unknown op).
 func payloadOf(c *flatCommand) Payload {
 	switch c.Op {
@@ -353,6 +374,10 @@ func payloadOf(c *flatCommand) Payload {
 		return ReplicaFailed{ServerID: c.ServerID, PartitionID: c.PartitionID, Promote: c.Promote}
 	case OpHandoffDone:
 		return HandoffDone{Handoffs: c.Handoffs}
+	case OpSplitPartition:
+		return SplitPartition{PartitionID: c.PartitionID, Hash: c.Hash, Key: c.Key}
+	case OpSplitDone:
+		return SplitDone{PartitionID: c.PartitionID, LSN: c.LSN}
 	}
 	return nil
 }
@@ -478,5 +503,12 @@ func (c *flatCommand) setPayload(p Payload) {
 		c.Promote = p.Promote
 	case HandoffDone:
 		c.Handoffs = p.Handoffs
+	case SplitPartition:
+		c.PartitionID = p.PartitionID
+		c.Hash = p.Hash
+		c.Key = p.Key
+	case SplitDone:
+		c.PartitionID = p.PartitionID
+		c.LSN = p.LSN
 	}
 }

@@ -67,14 +67,25 @@ func (p *Partition) resetLog() {
 
 // partition finds partition id in any table. A table's partitions have
 // consecutive ids from its first (createTable), so it looks at one
-// partition per table.
+// partition per table; a table that split (split.go) has not, and is
+// searched whole.
 func (s *State) partition(id uint64) (*Table, *Partition) {
 	for _, t := range s.Tables {
-		if len(t.Partitions) == 0 || id < t.Partitions[0].ID {
+		n := len(t.Partitions)
+		if n == 0 {
 			continue
 		}
-		if k := id - t.Partitions[0].ID; k < uint64(len(t.Partitions)) && t.Partitions[k].ID == id {
-			return t, &t.Partitions[k]
+		if first := t.Partitions[0].ID; id >= first {
+			if k := id - first; k < uint64(n) && t.Partitions[k].ID == id {
+				return t, &t.Partitions[k]
+			}
+		}
+		if t.Resplit {
+			for k := range t.Partitions {
+				if t.Partitions[k].ID == id {
+					return t, &t.Partitions[k]
+				}
+			}
 		}
 	}
 	return nil, nil
@@ -148,6 +159,7 @@ func (m *Master) logLoop() {
 		}
 		m.reconfigureLogs()
 		m.moveLoop(m.streamCtx)
+		m.splitLoop()
 		m.advanceRollouts()
 		if m.truncateDue(&truncated) {
 			select {

@@ -244,6 +244,7 @@ func (m *Master) Heartbeat(_ context.Context, req *api.HeartbeatRequest) (*api.H
 	}
 	if !req.ReplicasOmitted {
 		m.bulkReports(req.ServerId, statuses)
+		m.splitReports(statuses)
 	}
 	m.coprocReports(req.ServerId, req.CoprocReady)
 	m.quotas.report(req.ServerId, m.opts.Now(), req.TenantLoad)

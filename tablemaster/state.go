@@ -163,6 +163,11 @@ type Command struct {
 	// Handoffs: OpHandoffDone's partitions (id → the Handoff.Version it
 	// clears); see handoff.go.
 	Handoffs map[uint64]uint64 `json:"handoffs,omitempty"`
+	// Split commands (split.go): OpSplitPartition's split point (Hash:
+	// point tables, Key: ordered), OpSplitDone's split record LSN.
+	Hash uint64 `json:"hash,omitempty"`
+	Key  []byte `json:"key,omitempty"`
+	LSN  uint64 `json:"lsn,omitempty"`
 
 	// Payload is the command's typed body (payloads.go). A command made
 	// with one needs neither Op nor the flat fields above: MarshalJSON
@@ -295,6 +300,9 @@ type Table struct {
 	Bulk *BulkState `json:"bulk,omitempty"`
 	// Coprocs are the table's coprocessors by name.
 	Coprocs map[string]*Coproc `json:"coprocs,omitempty"`
+	// Resplit: a partition of the table split (split.go), so its
+	// partitions' ids are no longer consecutive from the first.
+	Resplit bool `json:"resplit,omitempty"`
 }
 
 // Partition is one hash range [Start, End] of a table and where it lives.
@@ -326,6 +334,12 @@ type Partition struct {
 	// the new primary may not serve yet (handoff.go); nil: it may (and in
 	// every state from before it).
 	Handoff *Handoff `json:"handoff,omitempty"`
+	// Split is the split in progress, if any (split.go); SplitFrom and
+	// SplitLSN name, in a split's child, its parent and the split record's
+	// LSN in the parent's log (0: not a child).
+	Split     *Split `json:"split,omitempty"`
+	SplitFrom uint64 `json:"split_from,omitempty"`
+	SplitLSN  uint64 `json:"split_lsn,omitempty"`
 }
 
 // DataLoss records how a partition lost every copy of its data.
@@ -616,6 +630,11 @@ func (s *State) apply(cmd *Command, chk bool) (Result, error) {
 		res, err = s.moveDone(&p)
 	case ReplicaFailed:
 		res, err = s.replicaFailed(&p)
+	case SplitPartition:
+		res, err = s.splitPartition(&p, at, chk)
+		cmd.setPayload(p)
+	case SplitDone:
+		res, err = s.splitDone(&p)
 	// Streams (apply_streams.go).
 	case StreamCommand:
 		res, err = s.applyStream(&p)

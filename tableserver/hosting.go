@@ -204,7 +204,14 @@ func (s *Server) hostTable(old, h *hosting, id string, m *api.PartitionMap) {
 			h.replicas[p.GetId()] = &r
 			continue
 		}
-		r, err := s.openReplica(t, p)
+		var kid engines.Engine
+		if par := old.replicas[p.GetSplitFrom()]; p.GetSplitFrom() != 0 && par != nil && par.log != nil {
+			// A split's child: the parent's replica here stops, and hands
+			// over the child's engine (memory) or left it in the child's
+			// directory (split.go).
+			kid, _ = par.log.takeChild(p.GetId())
+		}
+		r, err := s.openReplica(t, p, kid)
 		if err != nil {
 			s.log.Error("open partition failed", "table", tableKey(t.GetTenant(), t.GetName()), "partition", p.GetId(), "err", err)
 			h.failed[p.GetId()] = err
@@ -272,7 +279,9 @@ func (r *replica) setBulkView(m *api.PartitionMap, p *api.Partition, id string) 
 	r.bulk.sync(r.bulkRetained, r.bulkServes)
 }
 
-func (s *Server) openReplica(t *api.Table, p *api.Partition) (*replica, error) {
+// openReplica opens partition p of table t here. kid, if not nil, is the
+// engine a split made for p (split.go), used instead of opening one.
+func (s *Server) openReplica(t *api.Table, p *api.Partition, kid engines.Engine) (*replica, error) {
 	kind := engines.Kind(api.KindName(t.GetKind()))
 	var dir string
 	switch {
@@ -280,8 +289,19 @@ func (s *Server) openReplica(t *api.Table, p *api.Partition) (*replica, error) {
 		// The data is a prefix of the partition's log whatever the
 		// epoch: the replica continues from its applied LSN.
 		var err error
+		if p.GetSplitFrom() != 0 {
+			if err := s.prepareChild(p); err != nil {
+				return nil, err
+			}
+		}
 		if dir, err = s.prepareLogPartitionDir(p.GetId()); err != nil {
 			return nil, err
+		}
+		if _, _, done, err := engines.SplitDone(s.opts.EngineFS, dir); err != nil || done {
+			// Its files are the children's now (hard links): opening it
+			// could write into them. Restart recovery of a split not yet
+			// done in the map is not built (split.go).
+			return nil, errors.Join(fmt.Errorf("partition %d split here (SPLIT marker); waiting for the map's children", p.GetId()), err)
 		}
 	case durable(t):
 		var err error
@@ -300,21 +320,14 @@ func (s *Server) openReplica(t *api.Table, p *api.Partition) (*replica, error) {
 		return &replica{table: t, part: p, engine: b.Engine, batch: b.Engine, bulk: b, cpart: coproc.PartitionFromEngine(b.Engine, info, order), order: order,
 			logger: s.log.With("partition", p.GetId())}, nil
 	}
-	e, err := openEngine(p.GetLog() != nil && durable(t), kind, engines.Options{
-		// The commit log is the durable record (a write is acknowledged
-		// once a quorum of its replicas fsynced it): the engine flushes
-		// in the background, and after a crash the log is replayed from
-		// the LSN its files reached.
-		Replayable:  p.GetLog() != nil && !s.opts.EngineSyncWrites,
-		Dir:         dir,
-		FS:          s.opts.EngineFS,
-		Storage:     t.GetOptions().GetStorage(),
-		Durability:  t.GetOptions().GetDurability(),
-		Compression: t.GetOptions().GetCompression(),
-		Logger:      s.log.With("partition", p.GetId()),
-		CacheBudget: s.cacheBudget,
-		Now:         s.nowMs,
-	})
+	e, err := kid, error(nil)
+	if kid != nil && p.GetLog() != nil && durable(t) {
+		opts := s.engineOptions(t, p.GetId(), dir, true)
+		e = newReopenable(kid, func() (engines.Engine, error) { return engines.Open(kind, opts) })
+	}
+	if e == nil {
+		e, err = openEngine(p.GetLog() != nil && durable(t), kind, s.engineOptions(t, p.GetId(), dir, p.GetLog() != nil))
+	}
 	if err != nil {
 		return nil, fmt.Errorf("open %s engine for partition %d: %w", kind, p.GetId(), err)
 	}
@@ -334,6 +347,25 @@ func (s *Server) openReplica(t *api.Table, p *api.Partition) (*replica, error) {
 		r.cpart = &logCoprocPartition{EnginePartition: coproc.PartitionFromEngine(e, info, order), l: l}
 	}
 	return r, nil
+}
+
+// engineOptions are the options of partition pid's engine in dir.
+func (s *Server) engineOptions(t *api.Table, pid uint64, dir string, logged bool) engines.Options {
+	return engines.Options{
+		// The commit log is the durable record (a write is acknowledged
+		// once a quorum of its replicas fsynced it): the engine flushes
+		// in the background, and after a crash the log is replayed from
+		// the LSN its files reached.
+		Replayable:  logged && !s.opts.EngineSyncWrites,
+		Dir:         dir,
+		FS:          s.opts.EngineFS,
+		Storage:     t.GetOptions().GetStorage(),
+		Durability:  t.GetOptions().GetDurability(),
+		Compression: t.GetOptions().GetCompression(),
+		Logger:      s.log.With("partition", pid),
+		CacheBudget: s.cacheBudget,
+		Now:         s.nowMs,
+	}
 }
 
 // status reports every hosted replica for a heartbeat.
@@ -382,6 +414,7 @@ func (h *hosting) status(serverID string) []*api.ReplicaStatus {
 			// log's ack set (instep.go): the master combines them.
 			out[len(out)-1].LagMs = r.log.lagMs(now)
 			out[len(out)-1].AckSet = r.log.ackSet()
+			out[len(out)-1].SplitLsn = r.log.splitLSN()
 		}
 	}
 	return out

@@ -39,6 +39,9 @@ type logReplica struct {
 	stream string
 	engine engines.Engine
 	writer engines.Writer
+	// tableOpts is the table as the replica was opened (a split opens its
+	// children's engines like it).
+	tableOpts *api.Table
 	// re is engine when it can be reopened in place after a disk error
 	// (reopen.go); nil otherwise.
 	re  *reopenable
@@ -114,6 +117,8 @@ type logReplica struct {
 	faults      []time.Time
 	incarnation uint64
 	holdUntil   uint64
+	// split is the replica's part in a split of the partition (split.go).
+	split splitState
 }
 
 // roleWant is what the map says this replica is.
@@ -271,7 +276,7 @@ func newLogReplica(s *Server, t *api.Table, pid uint64, streamName string, e eng
 		return nil, fmt.Errorf("partition %d: read the applied LSN: %w", pid, err)
 	}
 	l := &logReplica{
-		s: s, pid: pid, tenant: t.GetTenant(), table: t.GetName(), memory: t.GetOptions().GetStorage() == "memory", stream: streamName, engine: e, writer: w,
+		s: s, pid: pid, tenant: t.GetTenant(), table: t.GetName(), tableOpts: t, memory: t.GetOptions().GetStorage() == "memory", stream: streamName, engine: e, writer: w,
 		needCopy: applied == 0,
 		durable:  durable(t),
 		log:      s.log.With("partition", pid),
@@ -343,8 +348,17 @@ func (l *logReplica) update(p *api.Partition, serverID string) {
 	defer l.mu.Unlock()
 	// Not part of the role: lifting the fence does not start a new term.
 	l.handoff = p.GetHandoffFrom()
+	if sp := p.GetSplit(); (sp == nil) != (l.split.pending == nil) {
+		l.split.pending = sp
+		l.wake() // a primary appends the split record (tailOnce)
+	}
 	if w == l.want {
 		return
+	}
+	if l.split.lsn == 0 {
+		// A new role or term: a split record this primary proposed and
+		// the log did not keep is proposed again once caught up.
+		l.split.launched, l.split.numbered = false, false
 	}
 	prev := l.want
 	l.want = w
@@ -620,7 +634,7 @@ func (l *logReplica) writableLocked(epoch uint64) error {
 	case l.handoff != "":
 		return api.Errorf(api.ErrorCode_ERROR_CODE_UNAVAILABLE, "handoff_pending", "partition %d: the primary role is being handed over from %s, which may still serve until it lets go; retry shortly", l.pid, l.handoff)
 	}
-	return nil
+	return l.splitRefusalLocked()
 }
 
 func (l *logReplica) proposeErr(err error) error {
@@ -688,7 +702,8 @@ func (l *logReplica) pump() {
 	for l.ctx.Err() == nil {
 		l.applyMu.Lock()
 		l.mu.Lock()
-		if l.reopening != nil {
+		if l.reopening != nil || l.split.lsn != 0 {
+			// A split engine applies nothing more: the children do.
 			// Nothing applies until the engine is back (reopen.go resets
 			// the core).
 			l.mu.Unlock()
@@ -793,6 +808,11 @@ func (l *logReplica) apply(recs []partition.Record) error {
 		batch = append(batch, engines.Mutation{Key: appliedLSNKey, Value: binary.LittleEndian.AppendUint64(nil, rec.LSN), Cold: true})
 		if err := l.writer.Apply(batch); err != nil {
 			return fmt.Errorf("record %d: %w", rec.LSN, err)
+		}
+		if sp := splitOf(l.pid, w); sp != nil {
+			// The primary writes nothing after the split record: the
+			// engine splits at it (split.go).
+			return l.splitEngine(rec.LSN, sp)
 		}
 	}
 	return nil

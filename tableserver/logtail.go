@@ -89,8 +89,17 @@ func (l *logReplica) tailOnce() error {
 	l.mu.Unlock()
 	l.mu.Lock()
 	copying := l.needCopy
+	split, proposeSplit := l.split.lsn != 0, l.split.pending != nil && !l.split.launched && l.split.lsn == 0 &&
+		want.role == partition.RolePrimary && caught && l.core.Role() == partition.RolePrimary
+	if proposeSplit {
+		l.split.launched = true
+		l.wg.Add(1)
+		go l.proposeSplit(want.epoch, l.split.pending)
+	}
 	l.mu.Unlock()
 	switch {
+	case split:
+		return nil // the children read their own logs
 	case want.role == partition.RoleSecondary && copying:
 		return l.copyIn(want)
 	case want.role == partition.RolePrimary && copying:

@@ -686,6 +686,7 @@ func (s *Server) apply(resp *api.WatchPartitionMapResponse) error {
 		id := r.part.GetId()
 		if r.log != nil {
 			r.log.close()
+			r.log.closeKids()
 		}
 		if err := r.engine.Close(); err != nil {
 			s.log.Error("close partition engine", "partition", id, "err", err)

@@ -190,8 +190,13 @@ func checkKey(r *replica, h *hosting, field string, key []byte) error {
 		return nil
 	}
 	d := &api.ErrorDetail{Code: api.ErrorCode_ERROR_CODE_NOT_OWNER, Reason: "key_not_in_partition", MapVersion: h.version}
-	if m != nil && len(m.GetPartitions()) > 0 {
-		d.Partition = m.GetPartitions()[keyspace.Index(hash, len(m.GetPartitions()))]
+	for _, p := range m.GetPartitions() {
+		// By range: after a split the partitions are no longer the
+		// table's even cut (keyspace.Index).
+		if hash >= p.GetStart() && hash <= p.GetEnd() {
+			d.Partition = p
+			break
+		}
 	}
 	return api.Status(d, field+" does not belong to partition "+u64(r.part.GetId()))
 }

@@ -107,8 +107,9 @@ func (l *logReplica) flush() error {
 	copying := l.needCopy
 	reopening := l.reopening != nil
 	inc := l.incarnation
+	split := l.split.lsn != 0 // the engine is closed: the children flush
 	l.mu.Unlock()
-	if copying || reopening || applied == 0 {
+	if copying || reopening || split || applied == 0 {
 		return nil
 	}
 	if l.durable {
