@@ -464,3 +464,19 @@ func TestRate(t *testing.T) {
 		t.Fatalf("rate = %v, want %v", r.PerSec(), want)
 	}
 }
+
+// BenchmarkPlan: one plan for 1,000 partitions (3 replicas) on 20
+// servers just after 4 joined, the shape of a master's periodic plan.
+func BenchmarkPlan(b *testing.B) {
+	var snap Snapshot
+	gen(&snap, 16, 16, 1000, 3, load(100, 10, 0.05, 1<<30, 16<<20), 0.01)
+	for i := 17; i <= 20; i++ {
+		snap.Servers = append(snap.Servers, Server{ID: fmt.Sprintf("s%d", i), Domain: fmt.Sprintf("d%d", i)})
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if res := Plan(snap, Options{}); len(res.Actions) == 0 {
+			b.Fatal("no plan")
+		}
+	}
+}
