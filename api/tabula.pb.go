@@ -372,6 +372,58 @@ func (ErrorCode) EnumDescriptor() ([]byte, []int) {
 	return file_tabula_proto_rawDescGZIP(), []int{4}
 }
 
+type BalanceActionKind int32
+
+const (
+	BalanceActionKind_BALANCE_ACTION_KIND_UNSPECIFIED BalanceActionKind = 0
+	// Hand the primary role of the partition from one replica to another
+	// (a live handoff, no copy).
+	BalanceActionKind_BALANCE_ACTION_KIND_TRANSFER_PRIMARY BalanceActionKind = 1
+	// Move a replica with its data (as MovePartition).
+	BalanceActionKind_BALANCE_ACTION_KIND_MOVE_REPLICA BalanceActionKind = 2
+)
+
+// Enum value maps for BalanceActionKind.
+var (
+	BalanceActionKind_name = map[int32]string{
+		0: "BALANCE_ACTION_KIND_UNSPECIFIED",
+		1: "BALANCE_ACTION_KIND_TRANSFER_PRIMARY",
+		2: "BALANCE_ACTION_KIND_MOVE_REPLICA",
+	}
+	BalanceActionKind_value = map[string]int32{
+		"BALANCE_ACTION_KIND_UNSPECIFIED":      0,
+		"BALANCE_ACTION_KIND_TRANSFER_PRIMARY": 1,
+		"BALANCE_ACTION_KIND_MOVE_REPLICA":     2,
+	}
+)
+
+func (x BalanceActionKind) Enum() *BalanceActionKind {
+	p := new(BalanceActionKind)
+	*p = x
+	return p
+}
+
+func (x BalanceActionKind) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (BalanceActionKind) Descriptor() protoreflect.EnumDescriptor {
+	return file_tabula_proto_enumTypes[5].Descriptor()
+}
+
+func (BalanceActionKind) Type() protoreflect.EnumType {
+	return &file_tabula_proto_enumTypes[5]
+}
+
+func (x BalanceActionKind) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use BalanceActionKind.Descriptor instead.
+func (BalanceActionKind) EnumDescriptor() ([]byte, []int) {
+	return file_tabula_proto_rawDescGZIP(), []int{5}
+}
+
 // StreamOp names a stream manager operation. Streams are the internal
 // durable substrate (replicated append-only extents), not tenant data.
 type StreamOp int32
@@ -448,11 +500,11 @@ func (x StreamOp) String() string {
 }
 
 func (StreamOp) Descriptor() protoreflect.EnumDescriptor {
-	return file_tabula_proto_enumTypes[5].Descriptor()
+	return file_tabula_proto_enumTypes[6].Descriptor()
 }
 
 func (StreamOp) Type() protoreflect.EnumType {
-	return &file_tabula_proto_enumTypes[5]
+	return &file_tabula_proto_enumTypes[6]
 }
 
 func (x StreamOp) Number() protoreflect.EnumNumber {
@@ -461,7 +513,7 @@ func (x StreamOp) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use StreamOp.Descriptor instead.
 func (StreamOp) EnumDescriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{5}
+	return file_tabula_proto_rawDescGZIP(), []int{6}
 }
 
 type BulkRolloutAction int32
@@ -503,11 +555,11 @@ func (x BulkRolloutAction) String() string {
 }
 
 func (BulkRolloutAction) Descriptor() protoreflect.EnumDescriptor {
-	return file_tabula_proto_enumTypes[6].Descriptor()
+	return file_tabula_proto_enumTypes[7].Descriptor()
 }
 
 func (BulkRolloutAction) Type() protoreflect.EnumType {
-	return &file_tabula_proto_enumTypes[6]
+	return &file_tabula_proto_enumTypes[7]
 }
 
 func (x BulkRolloutAction) Number() protoreflect.EnumNumber {
@@ -516,7 +568,7 @@ func (x BulkRolloutAction) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use BulkRolloutAction.Descriptor instead.
 func (BulkRolloutAction) EnumDescriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{6}
+	return file_tabula_proto_rawDescGZIP(), []int{7}
 }
 
 type Mutation_Op int32
@@ -552,11 +604,11 @@ func (x Mutation_Op) String() string {
 }
 
 func (Mutation_Op) Descriptor() protoreflect.EnumDescriptor {
-	return file_tabula_proto_enumTypes[7].Descriptor()
+	return file_tabula_proto_enumTypes[8].Descriptor()
 }
 
 func (Mutation_Op) Type() protoreflect.EnumType {
-	return &file_tabula_proto_enumTypes[7]
+	return &file_tabula_proto_enumTypes[8]
 }
 
 func (x Mutation_Op) Number() protoreflect.EnumNumber {
@@ -565,7 +617,7 @@ func (x Mutation_Op) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Mutation_Op.Descriptor instead.
 func (Mutation_Op) EnumDescriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{112, 0}
+	return file_tabula_proto_rawDescGZIP(), []int{118, 0}
 }
 
 type Condition_Kind int32
@@ -610,11 +662,11 @@ func (x Condition_Kind) String() string {
 }
 
 func (Condition_Kind) Descriptor() protoreflect.EnumDescriptor {
-	return file_tabula_proto_enumTypes[8].Descriptor()
+	return file_tabula_proto_enumTypes[9].Descriptor()
 }
 
 func (Condition_Kind) Type() protoreflect.EnumType {
-	return &file_tabula_proto_enumTypes[8]
+	return &file_tabula_proto_enumTypes[9]
 }
 
 func (x Condition_Kind) Number() protoreflect.EnumNumber {
@@ -623,7 +675,7 @@ func (x Condition_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Condition_Kind.Descriptor instead.
 func (Condition_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{113, 0}
+	return file_tabula_proto_rawDescGZIP(), []int{119, 0}
 }
 
 // TableOptions are fixed at CreateTable. Zero values take the defaults the
@@ -2885,7 +2937,18 @@ type ReplicaStatus struct {
 	Sync *ReplicaSync `protobuf:"bytes,25,opt,name=sync,proto3" json:"sync,omitempty"`
 	// Replicated tables: the LSN of the split record (Partition.split) this
 	// replica applied and split its engine at; 0: none.
-	SplitLsn      uint64 `protobuf:"varint,40,opt,name=split_lsn,json=splitLsn,proto3" json:"split_lsn,omitempty"`
+	SplitLsn uint64 `protobuf:"varint,40,opt,name=split_lsn,json=splitLsn,proto3" json:"split_lsn,omitempty"`
+	// Nanoseconds of wall time this server spent in the replica's engine:
+	// serving reads (gets, batch gets, scans) and applying log records or
+	// unlogged writes. A counter since the replica was opened here, like
+	// reads and writes; the master turns deltas into rates
+	// (tablemaster/load.go). Wall time in the engine stands in for CPU
+	// time: per-request thread CPU time costs a system call, and engine
+	// calls rarely block (a read-cache miss reads a disk page).
+	BusyNs uint64 `protobuf:"varint,26,opt,name=busy_ns,json=busyNs,proto3" json:"busy_ns,omitempty"`
+	// Set by the master in DescribeTable answers, never by a server: the
+	// replica's smoothed rates from its reports (tablemaster/load.go).
+	Load          *ReplicaLoad `protobuf:"bytes,27,opt,name=load,proto3" json:"load,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3102,6 +3165,174 @@ func (x *ReplicaStatus) GetSplitLsn() uint64 {
 	return 0
 }
 
+func (x *ReplicaStatus) GetBusyNs() uint64 {
+	if x != nil {
+		return x.BusyNs
+	}
+	return 0
+}
+
+func (x *ReplicaStatus) GetLoad() *ReplicaLoad {
+	if x != nil {
+		return x.Load
+	}
+	return nil
+}
+
+// ReplicaLoad is the master's smoothed view of a replica's load.
+type ReplicaLoad struct {
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	ReadsPerSec  float64                `protobuf:"fixed64,1,opt,name=reads_per_sec,json=readsPerSec,proto3" json:"reads_per_sec,omitempty"`
+	WritesPerSec float64                `protobuf:"fixed64,2,opt,name=writes_per_sec,json=writesPerSec,proto3" json:"writes_per_sec,omitempty"`
+	// Engine busy time per second of wall time (1.0: one core's worth).
+	BusyCores     float64 `protobuf:"fixed64,3,opt,name=busy_cores,json=busyCores,proto3" json:"busy_cores,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReplicaLoad) Reset() {
+	*x = ReplicaLoad{}
+	mi := &file_tabula_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReplicaLoad) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReplicaLoad) ProtoMessage() {}
+
+func (x *ReplicaLoad) ProtoReflect() protoreflect.Message {
+	mi := &file_tabula_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReplicaLoad.ProtoReflect.Descriptor instead.
+func (*ReplicaLoad) Descriptor() ([]byte, []int) {
+	return file_tabula_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *ReplicaLoad) GetReadsPerSec() float64 {
+	if x != nil {
+		return x.ReadsPerSec
+	}
+	return 0
+}
+
+func (x *ReplicaLoad) GetWritesPerSec() float64 {
+	if x != nil {
+		return x.WritesPerSec
+	}
+	return 0
+}
+
+func (x *ReplicaLoad) GetBusyCores() float64 {
+	if x != nil {
+		return x.BusyCores
+	}
+	return 0
+}
+
+// ServerCapacity is what a server has to give, sent with its full
+// heartbeats. 0 in a field: not known.
+type ServerCapacity struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The file system holding the data directory: its size and free bytes.
+	DiskBytes     uint64 `protobuf:"varint,1,opt,name=disk_bytes,json=diskBytes,proto3" json:"disk_bytes,omitempty"`
+	DiskFreeBytes uint64 `protobuf:"varint,2,opt,name=disk_free_bytes,json=diskFreeBytes,proto3" json:"disk_free_bytes,omitempty"`
+	// The machine's memory (engines' indexes and bulk files live in it).
+	MemoryBytes uint64 `protobuf:"varint,3,opt,name=memory_bytes,json=memoryBytes,proto3" json:"memory_bytes,omitempty"`
+	// As RegisterServerRequest.bulk_capacity_bytes.
+	BulkCapacityBytes uint64 `protobuf:"varint,4,opt,name=bulk_capacity_bytes,json=bulkCapacityBytes,proto3" json:"bulk_capacity_bytes,omitempty"`
+	// Cores the process may use (GOMAXPROCS).
+	Cpus uint32 `protobuf:"varint,5,opt,name=cpus,proto3" json:"cpus,omitempty"`
+	// CPU time the whole process used (user + system) since it started, in
+	// ns: the replicas' busy_ns is the part spent in engines.
+	ProcessCpuNs  uint64 `protobuf:"varint,6,opt,name=process_cpu_ns,json=processCpuNs,proto3" json:"process_cpu_ns,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ServerCapacity) Reset() {
+	*x = ServerCapacity{}
+	mi := &file_tabula_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ServerCapacity) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ServerCapacity) ProtoMessage() {}
+
+func (x *ServerCapacity) ProtoReflect() protoreflect.Message {
+	mi := &file_tabula_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ServerCapacity.ProtoReflect.Descriptor instead.
+func (*ServerCapacity) Descriptor() ([]byte, []int) {
+	return file_tabula_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *ServerCapacity) GetDiskBytes() uint64 {
+	if x != nil {
+		return x.DiskBytes
+	}
+	return 0
+}
+
+func (x *ServerCapacity) GetDiskFreeBytes() uint64 {
+	if x != nil {
+		return x.DiskFreeBytes
+	}
+	return 0
+}
+
+func (x *ServerCapacity) GetMemoryBytes() uint64 {
+	if x != nil {
+		return x.MemoryBytes
+	}
+	return 0
+}
+
+func (x *ServerCapacity) GetBulkCapacityBytes() uint64 {
+	if x != nil {
+		return x.BulkCapacityBytes
+	}
+	return 0
+}
+
+func (x *ServerCapacity) GetCpus() uint32 {
+	if x != nil {
+		return x.Cpus
+	}
+	return 0
+}
+
+func (x *ServerCapacity) GetProcessCpuNs() uint64 {
+	if x != nil {
+		return x.ProcessCpuNs
+	}
+	return 0
+}
+
 // AckSetMember is a primary's view of one secondary of the extent it
 // appends to (stream.SecondaryState).
 type AckSetMember struct {
@@ -3124,7 +3355,7 @@ type AckSetMember struct {
 
 func (x *AckSetMember) Reset() {
 	*x = AckSetMember{}
-	mi := &file_tabula_proto_msgTypes[28]
+	mi := &file_tabula_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3136,7 +3367,7 @@ func (x *AckSetMember) String() string {
 func (*AckSetMember) ProtoMessage() {}
 
 func (x *AckSetMember) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[28]
+	mi := &file_tabula_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3149,7 +3380,7 @@ func (x *AckSetMember) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AckSetMember.ProtoReflect.Descriptor instead.
 func (*AckSetMember) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{28}
+	return file_tabula_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *AckSetMember) GetServerId() string {
@@ -3217,7 +3448,7 @@ type ReplicaSync struct {
 
 func (x *ReplicaSync) Reset() {
 	*x = ReplicaSync{}
-	mi := &file_tabula_proto_msgTypes[29]
+	mi := &file_tabula_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3229,7 +3460,7 @@ func (x *ReplicaSync) String() string {
 func (*ReplicaSync) ProtoMessage() {}
 
 func (x *ReplicaSync) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[29]
+	mi := &file_tabula_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3242,7 +3473,7 @@ func (x *ReplicaSync) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaSync.ProtoReflect.Descriptor instead.
 func (*ReplicaSync) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{29}
+	return file_tabula_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ReplicaSync) GetState() ReplicaState {
@@ -3295,7 +3526,7 @@ type BulkLoaded struct {
 
 func (x *BulkLoaded) Reset() {
 	*x = BulkLoaded{}
-	mi := &file_tabula_proto_msgTypes[30]
+	mi := &file_tabula_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3307,7 +3538,7 @@ func (x *BulkLoaded) String() string {
 func (*BulkLoaded) ProtoMessage() {}
 
 func (x *BulkLoaded) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[30]
+	mi := &file_tabula_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3320,7 +3551,7 @@ func (x *BulkLoaded) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkLoaded.ProtoReflect.Descriptor instead.
 func (*BulkLoaded) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{30}
+	return file_tabula_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *BulkLoaded) GetVersion() uint64 {
@@ -3381,7 +3612,7 @@ type ErrorDetail struct {
 
 func (x *ErrorDetail) Reset() {
 	*x = ErrorDetail{}
-	mi := &file_tabula_proto_msgTypes[31]
+	mi := &file_tabula_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3393,7 +3624,7 @@ func (x *ErrorDetail) String() string {
 func (*ErrorDetail) ProtoMessage() {}
 
 func (x *ErrorDetail) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[31]
+	mi := &file_tabula_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3406,7 +3637,7 @@ func (x *ErrorDetail) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ErrorDetail.ProtoReflect.Descriptor instead.
 func (*ErrorDetail) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{31}
+	return file_tabula_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ErrorDetail) GetCode() ErrorCode {
@@ -3497,7 +3728,7 @@ type TenantInfo struct {
 
 func (x *TenantInfo) Reset() {
 	*x = TenantInfo{}
-	mi := &file_tabula_proto_msgTypes[32]
+	mi := &file_tabula_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3509,7 +3740,7 @@ func (x *TenantInfo) String() string {
 func (*TenantInfo) ProtoMessage() {}
 
 func (x *TenantInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[32]
+	mi := &file_tabula_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3522,7 +3753,7 @@ func (x *TenantInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TenantInfo.ProtoReflect.Descriptor instead.
 func (*TenantInfo) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{32}
+	return file_tabula_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *TenantInfo) GetName() string {
@@ -3589,7 +3820,7 @@ type TenantQuota struct {
 
 func (x *TenantQuota) Reset() {
 	*x = TenantQuota{}
-	mi := &file_tabula_proto_msgTypes[33]
+	mi := &file_tabula_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3601,7 +3832,7 @@ func (x *TenantQuota) String() string {
 func (*TenantQuota) ProtoMessage() {}
 
 func (x *TenantQuota) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[33]
+	mi := &file_tabula_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3614,7 +3845,7 @@ func (x *TenantQuota) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TenantQuota.ProtoReflect.Descriptor instead.
 func (*TenantQuota) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{33}
+	return file_tabula_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *TenantQuota) GetStoredBytes() uint64 {
@@ -3672,7 +3903,7 @@ type TenantUsage struct {
 
 func (x *TenantUsage) Reset() {
 	*x = TenantUsage{}
-	mi := &file_tabula_proto_msgTypes[34]
+	mi := &file_tabula_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3684,7 +3915,7 @@ func (x *TenantUsage) String() string {
 func (*TenantUsage) ProtoMessage() {}
 
 func (x *TenantUsage) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[34]
+	mi := &file_tabula_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3697,7 +3928,7 @@ func (x *TenantUsage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TenantUsage.ProtoReflect.Descriptor instead.
 func (*TenantUsage) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{34}
+	return file_tabula_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *TenantUsage) GetStoredBytes() uint64 {
@@ -3759,7 +3990,7 @@ type SetTenantQuotaRequest struct {
 
 func (x *SetTenantQuotaRequest) Reset() {
 	*x = SetTenantQuotaRequest{}
-	mi := &file_tabula_proto_msgTypes[35]
+	mi := &file_tabula_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3771,7 +4002,7 @@ func (x *SetTenantQuotaRequest) String() string {
 func (*SetTenantQuotaRequest) ProtoMessage() {}
 
 func (x *SetTenantQuotaRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[35]
+	mi := &file_tabula_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3784,7 +4015,7 @@ func (x *SetTenantQuotaRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetTenantQuotaRequest.ProtoReflect.Descriptor instead.
 func (*SetTenantQuotaRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{35}
+	return file_tabula_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *SetTenantQuotaRequest) GetTenant() string {
@@ -3810,7 +4041,7 @@ type SetTenantQuotaResponse struct {
 
 func (x *SetTenantQuotaResponse) Reset() {
 	*x = SetTenantQuotaResponse{}
-	mi := &file_tabula_proto_msgTypes[36]
+	mi := &file_tabula_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3822,7 +4053,7 @@ func (x *SetTenantQuotaResponse) String() string {
 func (*SetTenantQuotaResponse) ProtoMessage() {}
 
 func (x *SetTenantQuotaResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[36]
+	mi := &file_tabula_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3835,7 +4066,7 @@ func (x *SetTenantQuotaResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetTenantQuotaResponse.ProtoReflect.Descriptor instead.
 func (*SetTenantQuotaResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{36}
+	return file_tabula_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *SetTenantQuotaResponse) GetTenant() *TenantInfo {
@@ -3874,7 +4105,7 @@ type TenantLoad struct {
 
 func (x *TenantLoad) Reset() {
 	*x = TenantLoad{}
-	mi := &file_tabula_proto_msgTypes[37]
+	mi := &file_tabula_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3886,7 +4117,7 @@ func (x *TenantLoad) String() string {
 func (*TenantLoad) ProtoMessage() {}
 
 func (x *TenantLoad) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[37]
+	mi := &file_tabula_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3899,7 +4130,7 @@ func (x *TenantLoad) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TenantLoad.ProtoReflect.Descriptor instead.
 func (*TenantLoad) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{37}
+	return file_tabula_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *TenantLoad) GetTenant() string {
@@ -4001,7 +4232,7 @@ type TenantShare struct {
 
 func (x *TenantShare) Reset() {
 	*x = TenantShare{}
-	mi := &file_tabula_proto_msgTypes[38]
+	mi := &file_tabula_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4013,7 +4244,7 @@ func (x *TenantShare) String() string {
 func (*TenantShare) ProtoMessage() {}
 
 func (x *TenantShare) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[38]
+	mi := &file_tabula_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4026,7 +4257,7 @@ func (x *TenantShare) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TenantShare.ProtoReflect.Descriptor instead.
 func (*TenantShare) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{38}
+	return file_tabula_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *TenantShare) GetTenant() string {
@@ -4116,7 +4347,7 @@ type CreateTenantRequest struct {
 
 func (x *CreateTenantRequest) Reset() {
 	*x = CreateTenantRequest{}
-	mi := &file_tabula_proto_msgTypes[39]
+	mi := &file_tabula_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4128,7 +4359,7 @@ func (x *CreateTenantRequest) String() string {
 func (*CreateTenantRequest) ProtoMessage() {}
 
 func (x *CreateTenantRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[39]
+	mi := &file_tabula_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4141,7 +4372,7 @@ func (x *CreateTenantRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTenantRequest.ProtoReflect.Descriptor instead.
 func (*CreateTenantRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{39}
+	return file_tabula_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *CreateTenantRequest) GetTenant() string {
@@ -4174,7 +4405,7 @@ type CreateTenantResponse struct {
 
 func (x *CreateTenantResponse) Reset() {
 	*x = CreateTenantResponse{}
-	mi := &file_tabula_proto_msgTypes[40]
+	mi := &file_tabula_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4186,7 +4417,7 @@ func (x *CreateTenantResponse) String() string {
 func (*CreateTenantResponse) ProtoMessage() {}
 
 func (x *CreateTenantResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[40]
+	mi := &file_tabula_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4199,7 +4430,7 @@ func (x *CreateTenantResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTenantResponse.ProtoReflect.Descriptor instead.
 func (*CreateTenantResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{40}
+	return file_tabula_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *CreateTenantResponse) GetTenant() *TenantInfo {
@@ -4217,7 +4448,7 @@ type ListTenantsRequest struct {
 
 func (x *ListTenantsRequest) Reset() {
 	*x = ListTenantsRequest{}
-	mi := &file_tabula_proto_msgTypes[41]
+	mi := &file_tabula_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4229,7 +4460,7 @@ func (x *ListTenantsRequest) String() string {
 func (*ListTenantsRequest) ProtoMessage() {}
 
 func (x *ListTenantsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[41]
+	mi := &file_tabula_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4242,7 +4473,7 @@ func (x *ListTenantsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTenantsRequest.ProtoReflect.Descriptor instead.
 func (*ListTenantsRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{41}
+	return file_tabula_proto_rawDescGZIP(), []int{43}
 }
 
 type ListTenantsResponse struct {
@@ -4254,7 +4485,7 @@ type ListTenantsResponse struct {
 
 func (x *ListTenantsResponse) Reset() {
 	*x = ListTenantsResponse{}
-	mi := &file_tabula_proto_msgTypes[42]
+	mi := &file_tabula_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4266,7 +4497,7 @@ func (x *ListTenantsResponse) String() string {
 func (*ListTenantsResponse) ProtoMessage() {}
 
 func (x *ListTenantsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[42]
+	mi := &file_tabula_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4279,7 +4510,7 @@ func (x *ListTenantsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTenantsResponse.ProtoReflect.Descriptor instead.
 func (*ListTenantsResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{42}
+	return file_tabula_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ListTenantsResponse) GetTenants() []*TenantInfo {
@@ -4298,7 +4529,7 @@ type DescribeTenantRequest struct {
 
 func (x *DescribeTenantRequest) Reset() {
 	*x = DescribeTenantRequest{}
-	mi := &file_tabula_proto_msgTypes[43]
+	mi := &file_tabula_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4310,7 +4541,7 @@ func (x *DescribeTenantRequest) String() string {
 func (*DescribeTenantRequest) ProtoMessage() {}
 
 func (x *DescribeTenantRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[43]
+	mi := &file_tabula_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4323,7 +4554,7 @@ func (x *DescribeTenantRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeTenantRequest.ProtoReflect.Descriptor instead.
 func (*DescribeTenantRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{43}
+	return file_tabula_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *DescribeTenantRequest) GetTenant() string {
@@ -4343,7 +4574,7 @@ type DescribeTenantResponse struct {
 
 func (x *DescribeTenantResponse) Reset() {
 	*x = DescribeTenantResponse{}
-	mi := &file_tabula_proto_msgTypes[44]
+	mi := &file_tabula_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4355,7 +4586,7 @@ func (x *DescribeTenantResponse) String() string {
 func (*DescribeTenantResponse) ProtoMessage() {}
 
 func (x *DescribeTenantResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[44]
+	mi := &file_tabula_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4368,7 +4599,7 @@ func (x *DescribeTenantResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeTenantResponse.ProtoReflect.Descriptor instead.
 func (*DescribeTenantResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{44}
+	return file_tabula_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *DescribeTenantResponse) GetTenant() *TenantInfo {
@@ -4394,7 +4625,7 @@ type DeleteTenantRequest struct {
 
 func (x *DeleteTenantRequest) Reset() {
 	*x = DeleteTenantRequest{}
-	mi := &file_tabula_proto_msgTypes[45]
+	mi := &file_tabula_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4406,7 +4637,7 @@ func (x *DeleteTenantRequest) String() string {
 func (*DeleteTenantRequest) ProtoMessage() {}
 
 func (x *DeleteTenantRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[45]
+	mi := &file_tabula_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4419,7 +4650,7 @@ func (x *DeleteTenantRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteTenantRequest.ProtoReflect.Descriptor instead.
 func (*DeleteTenantRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{45}
+	return file_tabula_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *DeleteTenantRequest) GetTenant() string {
@@ -4437,7 +4668,7 @@ type DeleteTenantResponse struct {
 
 func (x *DeleteTenantResponse) Reset() {
 	*x = DeleteTenantResponse{}
-	mi := &file_tabula_proto_msgTypes[46]
+	mi := &file_tabula_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4449,7 +4680,7 @@ func (x *DeleteTenantResponse) String() string {
 func (*DeleteTenantResponse) ProtoMessage() {}
 
 func (x *DeleteTenantResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[46]
+	mi := &file_tabula_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4462,7 +4693,7 @@ func (x *DeleteTenantResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteTenantResponse.ProtoReflect.Descriptor instead.
 func (*DeleteTenantResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{46}
+	return file_tabula_proto_rawDescGZIP(), []int{48}
 }
 
 type RotateTenantKeyRequest struct {
@@ -4476,7 +4707,7 @@ type RotateTenantKeyRequest struct {
 
 func (x *RotateTenantKeyRequest) Reset() {
 	*x = RotateTenantKeyRequest{}
-	mi := &file_tabula_proto_msgTypes[47]
+	mi := &file_tabula_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4488,7 +4719,7 @@ func (x *RotateTenantKeyRequest) String() string {
 func (*RotateTenantKeyRequest) ProtoMessage() {}
 
 func (x *RotateTenantKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[47]
+	mi := &file_tabula_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4501,7 +4732,7 @@ func (x *RotateTenantKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RotateTenantKeyRequest.ProtoReflect.Descriptor instead.
 func (*RotateTenantKeyRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{47}
+	return file_tabula_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *RotateTenantKeyRequest) GetTenant() string {
@@ -4527,7 +4758,7 @@ type RotateTenantKeyResponse struct {
 
 func (x *RotateTenantKeyResponse) Reset() {
 	*x = RotateTenantKeyResponse{}
-	mi := &file_tabula_proto_msgTypes[48]
+	mi := &file_tabula_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4539,7 +4770,7 @@ func (x *RotateTenantKeyResponse) String() string {
 func (*RotateTenantKeyResponse) ProtoMessage() {}
 
 func (x *RotateTenantKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[48]
+	mi := &file_tabula_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4552,7 +4783,7 @@ func (x *RotateTenantKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RotateTenantKeyResponse.ProtoReflect.Descriptor instead.
 func (*RotateTenantKeyResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{48}
+	return file_tabula_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *RotateTenantKeyResponse) GetTenant() *TenantInfo {
@@ -4570,7 +4801,7 @@ type TenantKeysRequest struct {
 
 func (x *TenantKeysRequest) Reset() {
 	*x = TenantKeysRequest{}
-	mi := &file_tabula_proto_msgTypes[49]
+	mi := &file_tabula_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4582,7 +4813,7 @@ func (x *TenantKeysRequest) String() string {
 func (*TenantKeysRequest) ProtoMessage() {}
 
 func (x *TenantKeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[49]
+	mi := &file_tabula_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4595,7 +4826,7 @@ func (x *TenantKeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TenantKeysRequest.ProtoReflect.Descriptor instead.
 func (*TenantKeysRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{49}
+	return file_tabula_proto_rawDescGZIP(), []int{51}
 }
 
 type TenantKeysResponse struct {
@@ -4609,7 +4840,7 @@ type TenantKeysResponse struct {
 
 func (x *TenantKeysResponse) Reset() {
 	*x = TenantKeysResponse{}
-	mi := &file_tabula_proto_msgTypes[50]
+	mi := &file_tabula_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4621,7 +4852,7 @@ func (x *TenantKeysResponse) String() string {
 func (*TenantKeysResponse) ProtoMessage() {}
 
 func (x *TenantKeysResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[50]
+	mi := &file_tabula_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4634,7 +4865,7 @@ func (x *TenantKeysResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TenantKeysResponse.ProtoReflect.Descriptor instead.
 func (*TenantKeysResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{50}
+	return file_tabula_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *TenantKeysResponse) GetVersion() uint64 {
@@ -4666,7 +4897,7 @@ type MovePartitionRequest struct {
 
 func (x *MovePartitionRequest) Reset() {
 	*x = MovePartitionRequest{}
-	mi := &file_tabula_proto_msgTypes[51]
+	mi := &file_tabula_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4678,7 +4909,7 @@ func (x *MovePartitionRequest) String() string {
 func (*MovePartitionRequest) ProtoMessage() {}
 
 func (x *MovePartitionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[51]
+	mi := &file_tabula_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4691,7 +4922,7 @@ func (x *MovePartitionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MovePartitionRequest.ProtoReflect.Descriptor instead.
 func (*MovePartitionRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{51}
+	return file_tabula_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *MovePartitionRequest) GetTenant() string {
@@ -4740,7 +4971,7 @@ type MovePartitionResponse struct {
 
 func (x *MovePartitionResponse) Reset() {
 	*x = MovePartitionResponse{}
-	mi := &file_tabula_proto_msgTypes[52]
+	mi := &file_tabula_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4752,7 +4983,7 @@ func (x *MovePartitionResponse) String() string {
 func (*MovePartitionResponse) ProtoMessage() {}
 
 func (x *MovePartitionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[52]
+	mi := &file_tabula_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4765,7 +4996,7 @@ func (x *MovePartitionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MovePartitionResponse.ProtoReflect.Descriptor instead.
 func (*MovePartitionResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{52}
+	return file_tabula_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *MovePartitionResponse) GetFrom() string {
@@ -4807,7 +5038,7 @@ type SplitPartitionRequest struct {
 
 func (x *SplitPartitionRequest) Reset() {
 	*x = SplitPartitionRequest{}
-	mi := &file_tabula_proto_msgTypes[53]
+	mi := &file_tabula_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4819,7 +5050,7 @@ func (x *SplitPartitionRequest) String() string {
 func (*SplitPartitionRequest) ProtoMessage() {}
 
 func (x *SplitPartitionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[53]
+	mi := &file_tabula_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4832,7 +5063,7 @@ func (x *SplitPartitionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SplitPartitionRequest.ProtoReflect.Descriptor instead.
 func (*SplitPartitionRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{53}
+	return file_tabula_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *SplitPartitionRequest) GetTenant() string {
@@ -4893,7 +5124,7 @@ type SplitPartitionResponse struct {
 
 func (x *SplitPartitionResponse) Reset() {
 	*x = SplitPartitionResponse{}
-	mi := &file_tabula_proto_msgTypes[54]
+	mi := &file_tabula_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4905,7 +5136,7 @@ func (x *SplitPartitionResponse) String() string {
 func (*SplitPartitionResponse) ProtoMessage() {}
 
 func (x *SplitPartitionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[54]
+	mi := &file_tabula_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4918,7 +5149,7 @@ func (x *SplitPartitionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SplitPartitionResponse.ProtoReflect.Descriptor instead.
 func (*SplitPartitionResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{54}
+	return file_tabula_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *SplitPartitionResponse) GetParentId() uint64 {
@@ -4965,7 +5196,7 @@ type DrainServerRequest struct {
 
 func (x *DrainServerRequest) Reset() {
 	*x = DrainServerRequest{}
-	mi := &file_tabula_proto_msgTypes[55]
+	mi := &file_tabula_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4977,7 +5208,7 @@ func (x *DrainServerRequest) String() string {
 func (*DrainServerRequest) ProtoMessage() {}
 
 func (x *DrainServerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[55]
+	mi := &file_tabula_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4990,7 +5221,7 @@ func (x *DrainServerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainServerRequest.ProtoReflect.Descriptor instead.
 func (*DrainServerRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{55}
+	return file_tabula_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *DrainServerRequest) GetServerId() string {
@@ -5011,7 +5242,7 @@ type DrainServerResponse struct {
 
 func (x *DrainServerResponse) Reset() {
 	*x = DrainServerResponse{}
-	mi := &file_tabula_proto_msgTypes[56]
+	mi := &file_tabula_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5023,7 +5254,7 @@ func (x *DrainServerResponse) String() string {
 func (*DrainServerResponse) ProtoMessage() {}
 
 func (x *DrainServerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[56]
+	mi := &file_tabula_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5036,7 +5267,7 @@ func (x *DrainServerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainServerResponse.ProtoReflect.Descriptor instead.
 func (*DrainServerResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{56}
+	return file_tabula_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *DrainServerResponse) GetReplicas() uint32 {
@@ -5051,6 +5282,377 @@ func (x *DrainServerResponse) GetMapVersion() uint64 {
 		return x.MapVersion
 	}
 	return 0
+}
+
+type BalancePlanRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BalancePlanRequest) Reset() {
+	*x = BalancePlanRequest{}
+	mi := &file_tabula_proto_msgTypes[59]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BalancePlanRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BalancePlanRequest) ProtoMessage() {}
+
+func (x *BalancePlanRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tabula_proto_msgTypes[59]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BalancePlanRequest.ProtoReflect.Descriptor instead.
+func (*BalancePlanRequest) Descriptor() ([]byte, []int) {
+	return file_tabula_proto_rawDescGZIP(), []int{59}
+}
+
+type BalancePlanResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// In order: what to do first comes first.
+	Actions []*BalanceAction `protobuf:"bytes,1,rep,name=actions,proto3" json:"actions,omitempty"`
+	// Every server the plan considered, before and after its actions, in
+	// server id order.
+	Before []*BalanceServer `protobuf:"bytes,2,rep,name=before,proto3" json:"before,omitempty"`
+	After  []*BalanceServer `protobuf:"bytes,3,rep,name=after,proto3" json:"after,omitempty"`
+	// The band: a server is balanced on a dimension within mean*(1 ± band).
+	Band float64 `protobuf:"fixed64,4,opt,name=band,proto3" json:"band,omitempty"`
+	// Why the plan is empty or short, when it is (balanced, the move
+	// limit, the load view still warming up).
+	Note          string `protobuf:"bytes,5,opt,name=note,proto3" json:"note,omitempty"`
+	MapVersion    uint64 `protobuf:"varint,6,opt,name=map_version,json=mapVersion,proto3" json:"map_version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BalancePlanResponse) Reset() {
+	*x = BalancePlanResponse{}
+	mi := &file_tabula_proto_msgTypes[60]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BalancePlanResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BalancePlanResponse) ProtoMessage() {}
+
+func (x *BalancePlanResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tabula_proto_msgTypes[60]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BalancePlanResponse.ProtoReflect.Descriptor instead.
+func (*BalancePlanResponse) Descriptor() ([]byte, []int) {
+	return file_tabula_proto_rawDescGZIP(), []int{60}
+}
+
+func (x *BalancePlanResponse) GetActions() []*BalanceAction {
+	if x != nil {
+		return x.Actions
+	}
+	return nil
+}
+
+func (x *BalancePlanResponse) GetBefore() []*BalanceServer {
+	if x != nil {
+		return x.Before
+	}
+	return nil
+}
+
+func (x *BalancePlanResponse) GetAfter() []*BalanceServer {
+	if x != nil {
+		return x.After
+	}
+	return nil
+}
+
+func (x *BalancePlanResponse) GetBand() float64 {
+	if x != nil {
+		return x.Band
+	}
+	return 0
+}
+
+func (x *BalancePlanResponse) GetNote() string {
+	if x != nil {
+		return x.Note
+	}
+	return ""
+}
+
+func (x *BalancePlanResponse) GetMapVersion() uint64 {
+	if x != nil {
+		return x.MapVersion
+	}
+	return 0
+}
+
+type BalanceAction struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Kind        BalanceActionKind      `protobuf:"varint,1,opt,name=kind,proto3,enum=tabula.v1.BalanceActionKind" json:"kind,omitempty"`
+	PartitionId uint64                 `protobuf:"varint,2,opt,name=partition_id,json=partitionId,proto3" json:"partition_id,omitempty"`
+	Tenant      string                 `protobuf:"bytes,3,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	Table       string                 `protobuf:"bytes,4,opt,name=table,proto3" json:"table,omitempty"`
+	Index       uint32                 `protobuf:"varint,5,opt,name=index,proto3" json:"index,omitempty"`
+	From        string                 `protobuf:"bytes,6,opt,name=from,proto3" json:"from,omitempty"`
+	To          string                 `protobuf:"bytes,7,opt,name=to,proto3" json:"to,omitempty"`
+	// Why: the dimensions this action brings back towards the band.
+	Reason        string `protobuf:"bytes,8,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BalanceAction) Reset() {
+	*x = BalanceAction{}
+	mi := &file_tabula_proto_msgTypes[61]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BalanceAction) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BalanceAction) ProtoMessage() {}
+
+func (x *BalanceAction) ProtoReflect() protoreflect.Message {
+	mi := &file_tabula_proto_msgTypes[61]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BalanceAction.ProtoReflect.Descriptor instead.
+func (*BalanceAction) Descriptor() ([]byte, []int) {
+	return file_tabula_proto_rawDescGZIP(), []int{61}
+}
+
+func (x *BalanceAction) GetKind() BalanceActionKind {
+	if x != nil {
+		return x.Kind
+	}
+	return BalanceActionKind_BALANCE_ACTION_KIND_UNSPECIFIED
+}
+
+func (x *BalanceAction) GetPartitionId() uint64 {
+	if x != nil {
+		return x.PartitionId
+	}
+	return 0
+}
+
+func (x *BalanceAction) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *BalanceAction) GetTable() string {
+	if x != nil {
+		return x.Table
+	}
+	return ""
+}
+
+func (x *BalanceAction) GetIndex() uint32 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *BalanceAction) GetFrom() string {
+	if x != nil {
+		return x.From
+	}
+	return ""
+}
+
+func (x *BalanceAction) GetTo() string {
+	if x != nil {
+		return x.To
+	}
+	return ""
+}
+
+func (x *BalanceAction) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+// BalanceServer is one server's load as the balancer sees it: totals of
+// its replicas' loads (rates smoothed by the master).
+type BalanceServer struct {
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Id           string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	FaultDomain  string                 `protobuf:"bytes,2,opt,name=fault_domain,json=faultDomain,proto3" json:"fault_domain,omitempty"`
+	Replicas     uint32                 `protobuf:"varint,3,opt,name=replicas,proto3" json:"replicas,omitempty"`
+	Primaries    uint32                 `protobuf:"varint,4,opt,name=primaries,proto3" json:"primaries,omitempty"`
+	ReadsPerSec  float64                `protobuf:"fixed64,5,opt,name=reads_per_sec,json=readsPerSec,proto3" json:"reads_per_sec,omitempty"`
+	WritesPerSec float64                `protobuf:"fixed64,6,opt,name=writes_per_sec,json=writesPerSec,proto3" json:"writes_per_sec,omitempty"`
+	BusyCores    float64                `protobuf:"fixed64,7,opt,name=busy_cores,json=busyCores,proto3" json:"busy_cores,omitempty"`
+	DiskBytes    uint64                 `protobuf:"varint,8,opt,name=disk_bytes,json=diskBytes,proto3" json:"disk_bytes,omitempty"`
+	MemoryBytes  uint64                 `protobuf:"varint,9,opt,name=memory_bytes,json=memoryBytes,proto3" json:"memory_bytes,omitempty"`
+	// As reported (ServerCapacity); 0: not known.
+	DiskCapacityBytes   uint64 `protobuf:"varint,10,opt,name=disk_capacity_bytes,json=diskCapacityBytes,proto3" json:"disk_capacity_bytes,omitempty"`
+	MemoryCapacityBytes uint64 `protobuf:"varint,11,opt,name=memory_capacity_bytes,json=memoryCapacityBytes,proto3" json:"memory_capacity_bytes,omitempty"`
+	// Takes new replicas (alive, not draining).
+	Available     bool `protobuf:"varint,12,opt,name=available,proto3" json:"available,omitempty"`
+	Draining      bool `protobuf:"varint,13,opt,name=draining,proto3" json:"draining,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BalanceServer) Reset() {
+	*x = BalanceServer{}
+	mi := &file_tabula_proto_msgTypes[62]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BalanceServer) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BalanceServer) ProtoMessage() {}
+
+func (x *BalanceServer) ProtoReflect() protoreflect.Message {
+	mi := &file_tabula_proto_msgTypes[62]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BalanceServer.ProtoReflect.Descriptor instead.
+func (*BalanceServer) Descriptor() ([]byte, []int) {
+	return file_tabula_proto_rawDescGZIP(), []int{62}
+}
+
+func (x *BalanceServer) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *BalanceServer) GetFaultDomain() string {
+	if x != nil {
+		return x.FaultDomain
+	}
+	return ""
+}
+
+func (x *BalanceServer) GetReplicas() uint32 {
+	if x != nil {
+		return x.Replicas
+	}
+	return 0
+}
+
+func (x *BalanceServer) GetPrimaries() uint32 {
+	if x != nil {
+		return x.Primaries
+	}
+	return 0
+}
+
+func (x *BalanceServer) GetReadsPerSec() float64 {
+	if x != nil {
+		return x.ReadsPerSec
+	}
+	return 0
+}
+
+func (x *BalanceServer) GetWritesPerSec() float64 {
+	if x != nil {
+		return x.WritesPerSec
+	}
+	return 0
+}
+
+func (x *BalanceServer) GetBusyCores() float64 {
+	if x != nil {
+		return x.BusyCores
+	}
+	return 0
+}
+
+func (x *BalanceServer) GetDiskBytes() uint64 {
+	if x != nil {
+		return x.DiskBytes
+	}
+	return 0
+}
+
+func (x *BalanceServer) GetMemoryBytes() uint64 {
+	if x != nil {
+		return x.MemoryBytes
+	}
+	return 0
+}
+
+func (x *BalanceServer) GetDiskCapacityBytes() uint64 {
+	if x != nil {
+		return x.DiskCapacityBytes
+	}
+	return 0
+}
+
+func (x *BalanceServer) GetMemoryCapacityBytes() uint64 {
+	if x != nil {
+		return x.MemoryCapacityBytes
+	}
+	return 0
+}
+
+func (x *BalanceServer) GetAvailable() bool {
+	if x != nil {
+		return x.Available
+	}
+	return false
+}
+
+func (x *BalanceServer) GetDraining() bool {
+	if x != nil {
+		return x.Draining
+	}
+	return false
 }
 
 type MasterMember struct {
@@ -5069,7 +5671,7 @@ type MasterMember struct {
 
 func (x *MasterMember) Reset() {
 	*x = MasterMember{}
-	mi := &file_tabula_proto_msgTypes[57]
+	mi := &file_tabula_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5081,7 +5683,7 @@ func (x *MasterMember) String() string {
 func (*MasterMember) ProtoMessage() {}
 
 func (x *MasterMember) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[57]
+	mi := &file_tabula_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5094,7 +5696,7 @@ func (x *MasterMember) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MasterMember.ProtoReflect.Descriptor instead.
 func (*MasterMember) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{57}
+	return file_tabula_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *MasterMember) GetId() uint64 {
@@ -5140,7 +5742,7 @@ type MasterMembersRequest struct {
 
 func (x *MasterMembersRequest) Reset() {
 	*x = MasterMembersRequest{}
-	mi := &file_tabula_proto_msgTypes[58]
+	mi := &file_tabula_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5152,7 +5754,7 @@ func (x *MasterMembersRequest) String() string {
 func (*MasterMembersRequest) ProtoMessage() {}
 
 func (x *MasterMembersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[58]
+	mi := &file_tabula_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5165,7 +5767,7 @@ func (x *MasterMembersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MasterMembersRequest.ProtoReflect.Descriptor instead.
 func (*MasterMembersRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{58}
+	return file_tabula_proto_rawDescGZIP(), []int{64}
 }
 
 type MasterMembersResponse struct {
@@ -5183,7 +5785,7 @@ type MasterMembersResponse struct {
 
 func (x *MasterMembersResponse) Reset() {
 	*x = MasterMembersResponse{}
-	mi := &file_tabula_proto_msgTypes[59]
+	mi := &file_tabula_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5195,7 +5797,7 @@ func (x *MasterMembersResponse) String() string {
 func (*MasterMembersResponse) ProtoMessage() {}
 
 func (x *MasterMembersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[59]
+	mi := &file_tabula_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5208,7 +5810,7 @@ func (x *MasterMembersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MasterMembersResponse.ProtoReflect.Descriptor instead.
 func (*MasterMembersResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{59}
+	return file_tabula_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *MasterMembersResponse) GetReplicated() bool {
@@ -5259,7 +5861,7 @@ type AddMasterRequest struct {
 
 func (x *AddMasterRequest) Reset() {
 	*x = AddMasterRequest{}
-	mi := &file_tabula_proto_msgTypes[60]
+	mi := &file_tabula_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5271,7 +5873,7 @@ func (x *AddMasterRequest) String() string {
 func (*AddMasterRequest) ProtoMessage() {}
 
 func (x *AddMasterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[60]
+	mi := &file_tabula_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5284,7 +5886,7 @@ func (x *AddMasterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddMasterRequest.ProtoReflect.Descriptor instead.
 func (*AddMasterRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{60}
+	return file_tabula_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *AddMasterRequest) GetId() uint64 {
@@ -5316,7 +5918,7 @@ type AddMasterResponse struct {
 
 func (x *AddMasterResponse) Reset() {
 	*x = AddMasterResponse{}
-	mi := &file_tabula_proto_msgTypes[61]
+	mi := &file_tabula_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5328,7 +5930,7 @@ func (x *AddMasterResponse) String() string {
 func (*AddMasterResponse) ProtoMessage() {}
 
 func (x *AddMasterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[61]
+	mi := &file_tabula_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5341,7 +5943,7 @@ func (x *AddMasterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddMasterResponse.ProtoReflect.Descriptor instead.
 func (*AddMasterResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{61}
+	return file_tabula_proto_rawDescGZIP(), []int{67}
 }
 
 type RemoveMasterRequest struct {
@@ -5353,7 +5955,7 @@ type RemoveMasterRequest struct {
 
 func (x *RemoveMasterRequest) Reset() {
 	*x = RemoveMasterRequest{}
-	mi := &file_tabula_proto_msgTypes[62]
+	mi := &file_tabula_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5365,7 +5967,7 @@ func (x *RemoveMasterRequest) String() string {
 func (*RemoveMasterRequest) ProtoMessage() {}
 
 func (x *RemoveMasterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[62]
+	mi := &file_tabula_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5378,7 +5980,7 @@ func (x *RemoveMasterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveMasterRequest.ProtoReflect.Descriptor instead.
 func (*RemoveMasterRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{62}
+	return file_tabula_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *RemoveMasterRequest) GetId() uint64 {
@@ -5396,7 +5998,7 @@ type RemoveMasterResponse struct {
 
 func (x *RemoveMasterResponse) Reset() {
 	*x = RemoveMasterResponse{}
-	mi := &file_tabula_proto_msgTypes[63]
+	mi := &file_tabula_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5408,7 +6010,7 @@ func (x *RemoveMasterResponse) String() string {
 func (*RemoveMasterResponse) ProtoMessage() {}
 
 func (x *RemoveMasterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[63]
+	mi := &file_tabula_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5421,7 +6023,7 @@ func (x *RemoveMasterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveMasterResponse.ProtoReflect.Descriptor instead.
 func (*RemoveMasterResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{63}
+	return file_tabula_proto_rawDescGZIP(), []int{69}
 }
 
 type TransferLeaderRequest struct {
@@ -5433,7 +6035,7 @@ type TransferLeaderRequest struct {
 
 func (x *TransferLeaderRequest) Reset() {
 	*x = TransferLeaderRequest{}
-	mi := &file_tabula_proto_msgTypes[64]
+	mi := &file_tabula_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5445,7 +6047,7 @@ func (x *TransferLeaderRequest) String() string {
 func (*TransferLeaderRequest) ProtoMessage() {}
 
 func (x *TransferLeaderRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[64]
+	mi := &file_tabula_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5458,7 +6060,7 @@ func (x *TransferLeaderRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeaderRequest.ProtoReflect.Descriptor instead.
 func (*TransferLeaderRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{64}
+	return file_tabula_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *TransferLeaderRequest) GetTo() uint64 {
@@ -5476,7 +6078,7 @@ type TransferLeaderResponse struct {
 
 func (x *TransferLeaderResponse) Reset() {
 	*x = TransferLeaderResponse{}
-	mi := &file_tabula_proto_msgTypes[65]
+	mi := &file_tabula_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5488,7 +6090,7 @@ func (x *TransferLeaderResponse) String() string {
 func (*TransferLeaderResponse) ProtoMessage() {}
 
 func (x *TransferLeaderResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[65]
+	mi := &file_tabula_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5501,7 +6103,7 @@ func (x *TransferLeaderResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeaderResponse.ProtoReflect.Descriptor instead.
 func (*TransferLeaderResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{65}
+	return file_tabula_proto_rawDescGZIP(), []int{71}
 }
 
 type StreamRequest struct {
@@ -5521,7 +6123,7 @@ type StreamRequest struct {
 
 func (x *StreamRequest) Reset() {
 	*x = StreamRequest{}
-	mi := &file_tabula_proto_msgTypes[66]
+	mi := &file_tabula_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5533,7 +6135,7 @@ func (x *StreamRequest) String() string {
 func (*StreamRequest) ProtoMessage() {}
 
 func (x *StreamRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[66]
+	mi := &file_tabula_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5546,7 +6148,7 @@ func (x *StreamRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamRequest.ProtoReflect.Descriptor instead.
 func (*StreamRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{66}
+	return file_tabula_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *StreamRequest) GetOp() StreamOp {
@@ -5609,7 +6211,7 @@ type StreamResponse struct {
 
 func (x *StreamResponse) Reset() {
 	*x = StreamResponse{}
-	mi := &file_tabula_proto_msgTypes[67]
+	mi := &file_tabula_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5621,7 +6223,7 @@ func (x *StreamResponse) String() string {
 func (*StreamResponse) ProtoMessage() {}
 
 func (x *StreamResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[67]
+	mi := &file_tabula_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5634,7 +6236,7 @@ func (x *StreamResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamResponse.ProtoReflect.Descriptor instead.
 func (*StreamResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{67}
+	return file_tabula_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *StreamResponse) GetJson() []byte {
@@ -5656,7 +6258,7 @@ type CreateTableRequest struct {
 
 func (x *CreateTableRequest) Reset() {
 	*x = CreateTableRequest{}
-	mi := &file_tabula_proto_msgTypes[68]
+	mi := &file_tabula_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5668,7 +6270,7 @@ func (x *CreateTableRequest) String() string {
 func (*CreateTableRequest) ProtoMessage() {}
 
 func (x *CreateTableRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[68]
+	mi := &file_tabula_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5681,7 +6283,7 @@ func (x *CreateTableRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTableRequest.ProtoReflect.Descriptor instead.
 func (*CreateTableRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{68}
+	return file_tabula_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *CreateTableRequest) GetTenant() string {
@@ -5721,7 +6323,7 @@ type CreateTableResponse struct {
 
 func (x *CreateTableResponse) Reset() {
 	*x = CreateTableResponse{}
-	mi := &file_tabula_proto_msgTypes[69]
+	mi := &file_tabula_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5733,7 +6335,7 @@ func (x *CreateTableResponse) String() string {
 func (*CreateTableResponse) ProtoMessage() {}
 
 func (x *CreateTableResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[69]
+	mi := &file_tabula_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5746,7 +6348,7 @@ func (x *CreateTableResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTableResponse.ProtoReflect.Descriptor instead.
 func (*CreateTableResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{69}
+	return file_tabula_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *CreateTableResponse) GetMap() *PartitionMap {
@@ -5766,7 +6368,7 @@ type DropTableRequest struct {
 
 func (x *DropTableRequest) Reset() {
 	*x = DropTableRequest{}
-	mi := &file_tabula_proto_msgTypes[70]
+	mi := &file_tabula_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5778,7 +6380,7 @@ func (x *DropTableRequest) String() string {
 func (*DropTableRequest) ProtoMessage() {}
 
 func (x *DropTableRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[70]
+	mi := &file_tabula_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5791,7 +6393,7 @@ func (x *DropTableRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DropTableRequest.ProtoReflect.Descriptor instead.
 func (*DropTableRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{70}
+	return file_tabula_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *DropTableRequest) GetTenant() string {
@@ -5816,7 +6418,7 @@ type DropTableResponse struct {
 
 func (x *DropTableResponse) Reset() {
 	*x = DropTableResponse{}
-	mi := &file_tabula_proto_msgTypes[71]
+	mi := &file_tabula_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5828,7 +6430,7 @@ func (x *DropTableResponse) String() string {
 func (*DropTableResponse) ProtoMessage() {}
 
 func (x *DropTableResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[71]
+	mi := &file_tabula_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5841,7 +6443,7 @@ func (x *DropTableResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DropTableResponse.ProtoReflect.Descriptor instead.
 func (*DropTableResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{71}
+	return file_tabula_proto_rawDescGZIP(), []int{77}
 }
 
 type ListTablesRequest struct {
@@ -5853,7 +6455,7 @@ type ListTablesRequest struct {
 
 func (x *ListTablesRequest) Reset() {
 	*x = ListTablesRequest{}
-	mi := &file_tabula_proto_msgTypes[72]
+	mi := &file_tabula_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5865,7 +6467,7 @@ func (x *ListTablesRequest) String() string {
 func (*ListTablesRequest) ProtoMessage() {}
 
 func (x *ListTablesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[72]
+	mi := &file_tabula_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5878,7 +6480,7 @@ func (x *ListTablesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTablesRequest.ProtoReflect.Descriptor instead.
 func (*ListTablesRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{72}
+	return file_tabula_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *ListTablesRequest) GetTenant() string {
@@ -5897,7 +6499,7 @@ type ListTablesResponse struct {
 
 func (x *ListTablesResponse) Reset() {
 	*x = ListTablesResponse{}
-	mi := &file_tabula_proto_msgTypes[73]
+	mi := &file_tabula_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5909,7 +6511,7 @@ func (x *ListTablesResponse) String() string {
 func (*ListTablesResponse) ProtoMessage() {}
 
 func (x *ListTablesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[73]
+	mi := &file_tabula_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5922,7 +6524,7 @@ func (x *ListTablesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTablesResponse.ProtoReflect.Descriptor instead.
 func (*ListTablesResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{73}
+	return file_tabula_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *ListTablesResponse) GetTables() []*Table {
@@ -5942,7 +6544,7 @@ type DescribeTableRequest struct {
 
 func (x *DescribeTableRequest) Reset() {
 	*x = DescribeTableRequest{}
-	mi := &file_tabula_proto_msgTypes[74]
+	mi := &file_tabula_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5954,7 +6556,7 @@ func (x *DescribeTableRequest) String() string {
 func (*DescribeTableRequest) ProtoMessage() {}
 
 func (x *DescribeTableRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[74]
+	mi := &file_tabula_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5967,7 +6569,7 @@ func (x *DescribeTableRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeTableRequest.ProtoReflect.Descriptor instead.
 func (*DescribeTableRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{74}
+	return file_tabula_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *DescribeTableRequest) GetTenant() string {
@@ -5995,7 +6597,7 @@ type DescribeTableResponse struct {
 
 func (x *DescribeTableResponse) Reset() {
 	*x = DescribeTableResponse{}
-	mi := &file_tabula_proto_msgTypes[75]
+	mi := &file_tabula_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6007,7 +6609,7 @@ func (x *DescribeTableResponse) String() string {
 func (*DescribeTableResponse) ProtoMessage() {}
 
 func (x *DescribeTableResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[75]
+	mi := &file_tabula_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6020,7 +6622,7 @@ func (x *DescribeTableResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeTableResponse.ProtoReflect.Descriptor instead.
 func (*DescribeTableResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{75}
+	return file_tabula_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *DescribeTableResponse) GetMap() *PartitionMap {
@@ -6047,7 +6649,7 @@ type GetPartitionMapRequest struct {
 
 func (x *GetPartitionMapRequest) Reset() {
 	*x = GetPartitionMapRequest{}
-	mi := &file_tabula_proto_msgTypes[76]
+	mi := &file_tabula_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6059,7 +6661,7 @@ func (x *GetPartitionMapRequest) String() string {
 func (*GetPartitionMapRequest) ProtoMessage() {}
 
 func (x *GetPartitionMapRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[76]
+	mi := &file_tabula_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6072,7 +6674,7 @@ func (x *GetPartitionMapRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPartitionMapRequest.ProtoReflect.Descriptor instead.
 func (*GetPartitionMapRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{76}
+	return file_tabula_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *GetPartitionMapRequest) GetTenant() string {
@@ -6098,7 +6700,7 @@ type GetPartitionMapResponse struct {
 
 func (x *GetPartitionMapResponse) Reset() {
 	*x = GetPartitionMapResponse{}
-	mi := &file_tabula_proto_msgTypes[77]
+	mi := &file_tabula_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6110,7 +6712,7 @@ func (x *GetPartitionMapResponse) String() string {
 func (*GetPartitionMapResponse) ProtoMessage() {}
 
 func (x *GetPartitionMapResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[77]
+	mi := &file_tabula_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6123,7 +6725,7 @@ func (x *GetPartitionMapResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPartitionMapResponse.ProtoReflect.Descriptor instead.
 func (*GetPartitionMapResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{77}
+	return file_tabula_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *GetPartitionMapResponse) GetMap() *PartitionMap {
@@ -6152,7 +6754,7 @@ type WatchPartitionMapRequest struct {
 
 func (x *WatchPartitionMapRequest) Reset() {
 	*x = WatchPartitionMapRequest{}
-	mi := &file_tabula_proto_msgTypes[78]
+	mi := &file_tabula_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6164,7 +6766,7 @@ func (x *WatchPartitionMapRequest) String() string {
 func (*WatchPartitionMapRequest) ProtoMessage() {}
 
 func (x *WatchPartitionMapRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[78]
+	mi := &file_tabula_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6177,7 +6779,7 @@ func (x *WatchPartitionMapRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchPartitionMapRequest.ProtoReflect.Descriptor instead.
 func (*WatchPartitionMapRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{78}
+	return file_tabula_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *WatchPartitionMapRequest) GetTenant() string {
@@ -6248,7 +6850,7 @@ type WatchPartitionMapResponse struct {
 
 func (x *WatchPartitionMapResponse) Reset() {
 	*x = WatchPartitionMapResponse{}
-	mi := &file_tabula_proto_msgTypes[79]
+	mi := &file_tabula_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6260,7 +6862,7 @@ func (x *WatchPartitionMapResponse) String() string {
 func (*WatchPartitionMapResponse) ProtoMessage() {}
 
 func (x *WatchPartitionMapResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[79]
+	mi := &file_tabula_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6273,7 +6875,7 @@ func (x *WatchPartitionMapResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchPartitionMapResponse.ProtoReflect.Descriptor instead.
 func (*WatchPartitionMapResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{79}
+	return file_tabula_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *WatchPartitionMapResponse) GetVersion() uint64 {
@@ -6345,7 +6947,7 @@ type RegisterServerRequest struct {
 
 func (x *RegisterServerRequest) Reset() {
 	*x = RegisterServerRequest{}
-	mi := &file_tabula_proto_msgTypes[80]
+	mi := &file_tabula_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6357,7 +6959,7 @@ func (x *RegisterServerRequest) String() string {
 func (*RegisterServerRequest) ProtoMessage() {}
 
 func (x *RegisterServerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[80]
+	mi := &file_tabula_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6370,7 +6972,7 @@ func (x *RegisterServerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterServerRequest.ProtoReflect.Descriptor instead.
 func (*RegisterServerRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{80}
+	return file_tabula_proto_rawDescGZIP(), []int{86}
 }
 
 func (x *RegisterServerRequest) GetServerId() string {
@@ -6436,7 +7038,7 @@ type RegisterServerResponse struct {
 
 func (x *RegisterServerResponse) Reset() {
 	*x = RegisterServerResponse{}
-	mi := &file_tabula_proto_msgTypes[81]
+	mi := &file_tabula_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6448,7 +7050,7 @@ func (x *RegisterServerResponse) String() string {
 func (*RegisterServerResponse) ProtoMessage() {}
 
 func (x *RegisterServerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[81]
+	mi := &file_tabula_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6461,7 +7063,7 @@ func (x *RegisterServerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterServerResponse.ProtoReflect.Descriptor instead.
 func (*RegisterServerResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{81}
+	return file_tabula_proto_rawDescGZIP(), []int{87}
 }
 
 func (x *RegisterServerResponse) GetServerId() string {
@@ -6519,14 +7121,18 @@ type HeartbeatRequest struct {
 	// from the map of this version (0: a server from before this field).
 	// The master counts a moved replica in sync only from a report at least
 	// as new as the move.
-	MapVersion    uint64 `protobuf:"varint,7,opt,name=map_version,json=mapVersion,proto3" json:"map_version,omitempty"`
+	MapVersion uint64 `protobuf:"varint,7,opt,name=map_version,json=mapVersion,proto3" json:"map_version,omitempty"`
+	// Sent with full statuses (not with replicas_omitted): what the server
+	// has room for, for load-aware placement (tablemaster/balance). The
+	// server's load totals are the sums of its replicas' statuses.
+	Capacity      *ServerCapacity `protobuf:"bytes,8,opt,name=capacity,proto3" json:"capacity,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_tabula_proto_msgTypes[82]
+	mi := &file_tabula_proto_msgTypes[88]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6538,7 +7144,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[82]
+	mi := &file_tabula_proto_msgTypes[88]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6551,7 +7157,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{82}
+	return file_tabula_proto_rawDescGZIP(), []int{88}
 }
 
 func (x *HeartbeatRequest) GetServerId() string {
@@ -6603,6 +7209,13 @@ func (x *HeartbeatRequest) GetMapVersion() uint64 {
 	return 0
 }
 
+func (x *HeartbeatRequest) GetCapacity() *ServerCapacity {
+	if x != nil {
+		return x.Capacity
+	}
+	return nil
+}
+
 type HeartbeatResponse struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
 	MapVersion uint64                 `protobuf:"varint,1,opt,name=map_version,json=mapVersion,proto3" json:"map_version,omitempty"`
@@ -6624,7 +7237,7 @@ type HeartbeatResponse struct {
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_tabula_proto_msgTypes[83]
+	mi := &file_tabula_proto_msgTypes[89]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6636,7 +7249,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[83]
+	mi := &file_tabula_proto_msgTypes[89]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6649,7 +7262,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{83}
+	return file_tabula_proto_rawDescGZIP(), []int{89}
 }
 
 func (x *HeartbeatResponse) GetMapVersion() uint64 {
@@ -6709,7 +7322,7 @@ type BulkPublishRequest struct {
 
 func (x *BulkPublishRequest) Reset() {
 	*x = BulkPublishRequest{}
-	mi := &file_tabula_proto_msgTypes[84]
+	mi := &file_tabula_proto_msgTypes[90]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6721,7 +7334,7 @@ func (x *BulkPublishRequest) String() string {
 func (*BulkPublishRequest) ProtoMessage() {}
 
 func (x *BulkPublishRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[84]
+	mi := &file_tabula_proto_msgTypes[90]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6734,7 +7347,7 @@ func (x *BulkPublishRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkPublishRequest.ProtoReflect.Descriptor instead.
 func (*BulkPublishRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{84}
+	return file_tabula_proto_rawDescGZIP(), []int{90}
 }
 
 func (x *BulkPublishRequest) GetTenant() string {
@@ -6784,7 +7397,7 @@ type BulkPublishResponse struct {
 
 func (x *BulkPublishResponse) Reset() {
 	*x = BulkPublishResponse{}
-	mi := &file_tabula_proto_msgTypes[85]
+	mi := &file_tabula_proto_msgTypes[91]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6796,7 +7409,7 @@ func (x *BulkPublishResponse) String() string {
 func (*BulkPublishResponse) ProtoMessage() {}
 
 func (x *BulkPublishResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[85]
+	mi := &file_tabula_proto_msgTypes[91]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6809,7 +7422,7 @@ func (x *BulkPublishResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkPublishResponse.ProtoReflect.Descriptor instead.
 func (*BulkPublishResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{85}
+	return file_tabula_proto_rawDescGZIP(), []int{91}
 }
 
 func (x *BulkPublishResponse) GetMap() *PartitionMap {
@@ -6841,7 +7454,7 @@ type BulkStoredRequest struct {
 
 func (x *BulkStoredRequest) Reset() {
 	*x = BulkStoredRequest{}
-	mi := &file_tabula_proto_msgTypes[86]
+	mi := &file_tabula_proto_msgTypes[92]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6853,7 +7466,7 @@ func (x *BulkStoredRequest) String() string {
 func (*BulkStoredRequest) ProtoMessage() {}
 
 func (x *BulkStoredRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[86]
+	mi := &file_tabula_proto_msgTypes[92]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6866,7 +7479,7 @@ func (x *BulkStoredRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkStoredRequest.ProtoReflect.Descriptor instead.
 func (*BulkStoredRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{86}
+	return file_tabula_proto_rawDescGZIP(), []int{92}
 }
 
 func (x *BulkStoredRequest) GetTenant() string {
@@ -6913,7 +7526,7 @@ type BulkStoredResponse struct {
 
 func (x *BulkStoredResponse) Reset() {
 	*x = BulkStoredResponse{}
-	mi := &file_tabula_proto_msgTypes[87]
+	mi := &file_tabula_proto_msgTypes[93]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6925,7 +7538,7 @@ func (x *BulkStoredResponse) String() string {
 func (*BulkStoredResponse) ProtoMessage() {}
 
 func (x *BulkStoredResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[87]
+	mi := &file_tabula_proto_msgTypes[93]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6938,7 +7551,7 @@ func (x *BulkStoredResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkStoredResponse.ProtoReflect.Descriptor instead.
 func (*BulkStoredResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{87}
+	return file_tabula_proto_rawDescGZIP(), []int{93}
 }
 
 func (x *BulkStoredResponse) GetMap() *PartitionMap {
@@ -6958,7 +7571,7 @@ type BulkStatusRequest struct {
 
 func (x *BulkStatusRequest) Reset() {
 	*x = BulkStatusRequest{}
-	mi := &file_tabula_proto_msgTypes[88]
+	mi := &file_tabula_proto_msgTypes[94]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6970,7 +7583,7 @@ func (x *BulkStatusRequest) String() string {
 func (*BulkStatusRequest) ProtoMessage() {}
 
 func (x *BulkStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[88]
+	mi := &file_tabula_proto_msgTypes[94]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6983,7 +7596,7 @@ func (x *BulkStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkStatusRequest.ProtoReflect.Descriptor instead.
 func (*BulkStatusRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{88}
+	return file_tabula_proto_rawDescGZIP(), []int{94}
 }
 
 func (x *BulkStatusRequest) GetTenant() string {
@@ -7011,7 +7624,7 @@ type BulkStatusResponse struct {
 
 func (x *BulkStatusResponse) Reset() {
 	*x = BulkStatusResponse{}
-	mi := &file_tabula_proto_msgTypes[89]
+	mi := &file_tabula_proto_msgTypes[95]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7023,7 +7636,7 @@ func (x *BulkStatusResponse) String() string {
 func (*BulkStatusResponse) ProtoMessage() {}
 
 func (x *BulkStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[89]
+	mi := &file_tabula_proto_msgTypes[95]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7036,7 +7649,7 @@ func (x *BulkStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkStatusResponse.ProtoReflect.Descriptor instead.
 func (*BulkStatusResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{89}
+	return file_tabula_proto_rawDescGZIP(), []int{95}
 }
 
 func (x *BulkStatusResponse) GetMap() *PartitionMap {
@@ -7064,7 +7677,7 @@ type BulkRollbackRequest struct {
 
 func (x *BulkRollbackRequest) Reset() {
 	*x = BulkRollbackRequest{}
-	mi := &file_tabula_proto_msgTypes[90]
+	mi := &file_tabula_proto_msgTypes[96]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7076,7 +7689,7 @@ func (x *BulkRollbackRequest) String() string {
 func (*BulkRollbackRequest) ProtoMessage() {}
 
 func (x *BulkRollbackRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[90]
+	mi := &file_tabula_proto_msgTypes[96]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7089,7 +7702,7 @@ func (x *BulkRollbackRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkRollbackRequest.ProtoReflect.Descriptor instead.
 func (*BulkRollbackRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{90}
+	return file_tabula_proto_rawDescGZIP(), []int{96}
 }
 
 func (x *BulkRollbackRequest) GetTenant() string {
@@ -7122,7 +7735,7 @@ type BulkRollbackResponse struct {
 
 func (x *BulkRollbackResponse) Reset() {
 	*x = BulkRollbackResponse{}
-	mi := &file_tabula_proto_msgTypes[91]
+	mi := &file_tabula_proto_msgTypes[97]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7134,7 +7747,7 @@ func (x *BulkRollbackResponse) String() string {
 func (*BulkRollbackResponse) ProtoMessage() {}
 
 func (x *BulkRollbackResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[91]
+	mi := &file_tabula_proto_msgTypes[97]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7147,7 +7760,7 @@ func (x *BulkRollbackResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkRollbackResponse.ProtoReflect.Descriptor instead.
 func (*BulkRollbackResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{91}
+	return file_tabula_proto_rawDescGZIP(), []int{97}
 }
 
 func (x *BulkRollbackResponse) GetMap() *PartitionMap {
@@ -7168,7 +7781,7 @@ type BulkRolloutRequest struct {
 
 func (x *BulkRolloutRequest) Reset() {
 	*x = BulkRolloutRequest{}
-	mi := &file_tabula_proto_msgTypes[92]
+	mi := &file_tabula_proto_msgTypes[98]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7180,7 +7793,7 @@ func (x *BulkRolloutRequest) String() string {
 func (*BulkRolloutRequest) ProtoMessage() {}
 
 func (x *BulkRolloutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[92]
+	mi := &file_tabula_proto_msgTypes[98]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7193,7 +7806,7 @@ func (x *BulkRolloutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkRolloutRequest.ProtoReflect.Descriptor instead.
 func (*BulkRolloutRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{92}
+	return file_tabula_proto_rawDescGZIP(), []int{98}
 }
 
 func (x *BulkRolloutRequest) GetTenant() string {
@@ -7226,7 +7839,7 @@ type BulkRolloutResponse struct {
 
 func (x *BulkRolloutResponse) Reset() {
 	*x = BulkRolloutResponse{}
-	mi := &file_tabula_proto_msgTypes[93]
+	mi := &file_tabula_proto_msgTypes[99]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7238,7 +7851,7 @@ func (x *BulkRolloutResponse) String() string {
 func (*BulkRolloutResponse) ProtoMessage() {}
 
 func (x *BulkRolloutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[93]
+	mi := &file_tabula_proto_msgTypes[99]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7251,7 +7864,7 @@ func (x *BulkRolloutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkRolloutResponse.ProtoReflect.Descriptor instead.
 func (*BulkRolloutResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{93}
+	return file_tabula_proto_rawDescGZIP(), []int{99}
 }
 
 func (x *BulkRolloutResponse) GetMap() *PartitionMap {
@@ -7269,7 +7882,7 @@ type ListServersRequest struct {
 
 func (x *ListServersRequest) Reset() {
 	*x = ListServersRequest{}
-	mi := &file_tabula_proto_msgTypes[94]
+	mi := &file_tabula_proto_msgTypes[100]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7281,7 +7894,7 @@ func (x *ListServersRequest) String() string {
 func (*ListServersRequest) ProtoMessage() {}
 
 func (x *ListServersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[94]
+	mi := &file_tabula_proto_msgTypes[100]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7294,7 +7907,7 @@ func (x *ListServersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListServersRequest.ProtoReflect.Descriptor instead.
 func (*ListServersRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{94}
+	return file_tabula_proto_rawDescGZIP(), []int{100}
 }
 
 type ListServersResponse struct {
@@ -7306,7 +7919,7 @@ type ListServersResponse struct {
 
 func (x *ListServersResponse) Reset() {
 	*x = ListServersResponse{}
-	mi := &file_tabula_proto_msgTypes[95]
+	mi := &file_tabula_proto_msgTypes[101]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7318,7 +7931,7 @@ func (x *ListServersResponse) String() string {
 func (*ListServersResponse) ProtoMessage() {}
 
 func (x *ListServersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[95]
+	mi := &file_tabula_proto_msgTypes[101]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7331,7 +7944,7 @@ func (x *ListServersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListServersResponse.ProtoReflect.Descriptor instead.
 func (*ListServersResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{95}
+	return file_tabula_proto_rawDescGZIP(), []int{101}
 }
 
 func (x *ListServersResponse) GetServers() []*ServerInfo {
@@ -7362,7 +7975,7 @@ type CallRequest struct {
 
 func (x *CallRequest) Reset() {
 	*x = CallRequest{}
-	mi := &file_tabula_proto_msgTypes[96]
+	mi := &file_tabula_proto_msgTypes[102]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7374,7 +7987,7 @@ func (x *CallRequest) String() string {
 func (*CallRequest) ProtoMessage() {}
 
 func (x *CallRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[96]
+	mi := &file_tabula_proto_msgTypes[102]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7387,7 +8000,7 @@ func (x *CallRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CallRequest.ProtoReflect.Descriptor instead.
 func (*CallRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{96}
+	return file_tabula_proto_rawDescGZIP(), []int{102}
 }
 
 func (x *CallRequest) GetId() uint64 {
@@ -7510,7 +8123,7 @@ type CallResponse struct {
 
 func (x *CallResponse) Reset() {
 	*x = CallResponse{}
-	mi := &file_tabula_proto_msgTypes[97]
+	mi := &file_tabula_proto_msgTypes[103]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7522,7 +8135,7 @@ func (x *CallResponse) String() string {
 func (*CallResponse) ProtoMessage() {}
 
 func (x *CallResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[97]
+	mi := &file_tabula_proto_msgTypes[103]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7535,7 +8148,7 @@ func (x *CallResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CallResponse.ProtoReflect.Descriptor instead.
 func (*CallResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{97}
+	return file_tabula_proto_rawDescGZIP(), []int{103}
 }
 
 func (x *CallResponse) GetId() uint64 {
@@ -7666,7 +8279,7 @@ type RequestHeader struct {
 
 func (x *RequestHeader) Reset() {
 	*x = RequestHeader{}
-	mi := &file_tabula_proto_msgTypes[98]
+	mi := &file_tabula_proto_msgTypes[104]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7678,7 +8291,7 @@ func (x *RequestHeader) String() string {
 func (*RequestHeader) ProtoMessage() {}
 
 func (x *RequestHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[98]
+	mi := &file_tabula_proto_msgTypes[104]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7691,7 +8304,7 @@ func (x *RequestHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestHeader.ProtoReflect.Descriptor instead.
 func (*RequestHeader) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{98}
+	return file_tabula_proto_rawDescGZIP(), []int{104}
 }
 
 func (x *RequestHeader) GetTenant() string {
@@ -7760,7 +8373,7 @@ type GetRequest struct {
 
 func (x *GetRequest) Reset() {
 	*x = GetRequest{}
-	mi := &file_tabula_proto_msgTypes[99]
+	mi := &file_tabula_proto_msgTypes[105]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7772,7 +8385,7 @@ func (x *GetRequest) String() string {
 func (*GetRequest) ProtoMessage() {}
 
 func (x *GetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[99]
+	mi := &file_tabula_proto_msgTypes[105]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7785,7 +8398,7 @@ func (x *GetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRequest.ProtoReflect.Descriptor instead.
 func (*GetRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{99}
+	return file_tabula_proto_rawDescGZIP(), []int{105}
 }
 
 func (x *GetRequest) GetHeader() *RequestHeader {
@@ -7816,7 +8429,7 @@ type GetResponse struct {
 
 func (x *GetResponse) Reset() {
 	*x = GetResponse{}
-	mi := &file_tabula_proto_msgTypes[100]
+	mi := &file_tabula_proto_msgTypes[106]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7828,7 +8441,7 @@ func (x *GetResponse) String() string {
 func (*GetResponse) ProtoMessage() {}
 
 func (x *GetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[100]
+	mi := &file_tabula_proto_msgTypes[106]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7841,7 +8454,7 @@ func (x *GetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetResponse.ProtoReflect.Descriptor instead.
 func (*GetResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{100}
+	return file_tabula_proto_rawDescGZIP(), []int{106}
 }
 
 func (x *GetResponse) GetFound() bool {
@@ -7882,7 +8495,7 @@ type BatchGetRequest struct {
 
 func (x *BatchGetRequest) Reset() {
 	*x = BatchGetRequest{}
-	mi := &file_tabula_proto_msgTypes[101]
+	mi := &file_tabula_proto_msgTypes[107]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7894,7 +8507,7 @@ func (x *BatchGetRequest) String() string {
 func (*BatchGetRequest) ProtoMessage() {}
 
 func (x *BatchGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[101]
+	mi := &file_tabula_proto_msgTypes[107]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7907,7 +8520,7 @@ func (x *BatchGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchGetRequest.ProtoReflect.Descriptor instead.
 func (*BatchGetRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{101}
+	return file_tabula_proto_rawDescGZIP(), []int{107}
 }
 
 func (x *BatchGetRequest) GetHeader() *RequestHeader {
@@ -7936,7 +8549,7 @@ type BatchGetResponse struct {
 
 func (x *BatchGetResponse) Reset() {
 	*x = BatchGetResponse{}
-	mi := &file_tabula_proto_msgTypes[102]
+	mi := &file_tabula_proto_msgTypes[108]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7948,7 +8561,7 @@ func (x *BatchGetResponse) String() string {
 func (*BatchGetResponse) ProtoMessage() {}
 
 func (x *BatchGetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[102]
+	mi := &file_tabula_proto_msgTypes[108]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7961,7 +8574,7 @@ func (x *BatchGetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchGetResponse.ProtoReflect.Descriptor instead.
 func (*BatchGetResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{102}
+	return file_tabula_proto_rawDescGZIP(), []int{108}
 }
 
 func (x *BatchGetResponse) GetResults() []*GetResponse {
@@ -7988,7 +8601,7 @@ type MultiGetRequest struct {
 
 func (x *MultiGetRequest) Reset() {
 	*x = MultiGetRequest{}
-	mi := &file_tabula_proto_msgTypes[103]
+	mi := &file_tabula_proto_msgTypes[109]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8000,7 +8613,7 @@ func (x *MultiGetRequest) String() string {
 func (*MultiGetRequest) ProtoMessage() {}
 
 func (x *MultiGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[103]
+	mi := &file_tabula_proto_msgTypes[109]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8013,7 +8626,7 @@ func (x *MultiGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MultiGetRequest.ProtoReflect.Descriptor instead.
 func (*MultiGetRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{103}
+	return file_tabula_proto_rawDescGZIP(), []int{109}
 }
 
 func (x *MultiGetRequest) GetGets() []*GetRequest {
@@ -8033,7 +8646,7 @@ type MultiGetResponse struct {
 
 func (x *MultiGetResponse) Reset() {
 	*x = MultiGetResponse{}
-	mi := &file_tabula_proto_msgTypes[104]
+	mi := &file_tabula_proto_msgTypes[110]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8045,7 +8658,7 @@ func (x *MultiGetResponse) String() string {
 func (*MultiGetResponse) ProtoMessage() {}
 
 func (x *MultiGetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[104]
+	mi := &file_tabula_proto_msgTypes[110]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8058,7 +8671,7 @@ func (x *MultiGetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MultiGetResponse.ProtoReflect.Descriptor instead.
 func (*MultiGetResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{104}
+	return file_tabula_proto_rawDescGZIP(), []int{110}
 }
 
 func (x *MultiGetResponse) GetResults() []*MultiGetResult {
@@ -8081,7 +8694,7 @@ type MultiGetResult struct {
 
 func (x *MultiGetResult) Reset() {
 	*x = MultiGetResult{}
-	mi := &file_tabula_proto_msgTypes[105]
+	mi := &file_tabula_proto_msgTypes[111]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8093,7 +8706,7 @@ func (x *MultiGetResult) String() string {
 func (*MultiGetResult) ProtoMessage() {}
 
 func (x *MultiGetResult) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[105]
+	mi := &file_tabula_proto_msgTypes[111]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8106,7 +8719,7 @@ func (x *MultiGetResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MultiGetResult.ProtoReflect.Descriptor instead.
 func (*MultiGetResult) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{105}
+	return file_tabula_proto_rawDescGZIP(), []int{111}
 }
 
 func (x *MultiGetResult) GetResponse() *GetResponse {
@@ -8139,7 +8752,7 @@ type PutRequest struct {
 
 func (x *PutRequest) Reset() {
 	*x = PutRequest{}
-	mi := &file_tabula_proto_msgTypes[106]
+	mi := &file_tabula_proto_msgTypes[112]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8151,7 +8764,7 @@ func (x *PutRequest) String() string {
 func (*PutRequest) ProtoMessage() {}
 
 func (x *PutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[106]
+	mi := &file_tabula_proto_msgTypes[112]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8164,7 +8777,7 @@ func (x *PutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutRequest.ProtoReflect.Descriptor instead.
 func (*PutRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{106}
+	return file_tabula_proto_rawDescGZIP(), []int{112}
 }
 
 func (x *PutRequest) GetHeader() *RequestHeader {
@@ -8212,7 +8825,7 @@ type PutResponse struct {
 
 func (x *PutResponse) Reset() {
 	*x = PutResponse{}
-	mi := &file_tabula_proto_msgTypes[107]
+	mi := &file_tabula_proto_msgTypes[113]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8224,7 +8837,7 @@ func (x *PutResponse) String() string {
 func (*PutResponse) ProtoMessage() {}
 
 func (x *PutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[107]
+	mi := &file_tabula_proto_msgTypes[113]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8237,7 +8850,7 @@ func (x *PutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutResponse.ProtoReflect.Descriptor instead.
 func (*PutResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{107}
+	return file_tabula_proto_rawDescGZIP(), []int{113}
 }
 
 func (x *PutResponse) GetLsn() uint64 {
@@ -8258,7 +8871,7 @@ type DeleteRequest struct {
 
 func (x *DeleteRequest) Reset() {
 	*x = DeleteRequest{}
-	mi := &file_tabula_proto_msgTypes[108]
+	mi := &file_tabula_proto_msgTypes[114]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8270,7 +8883,7 @@ func (x *DeleteRequest) String() string {
 func (*DeleteRequest) ProtoMessage() {}
 
 func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[108]
+	mi := &file_tabula_proto_msgTypes[114]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8283,7 +8896,7 @@ func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRequest.ProtoReflect.Descriptor instead.
 func (*DeleteRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{108}
+	return file_tabula_proto_rawDescGZIP(), []int{114}
 }
 
 func (x *DeleteRequest) GetHeader() *RequestHeader {
@@ -8317,7 +8930,7 @@ type DeleteResponse struct {
 
 func (x *DeleteResponse) Reset() {
 	*x = DeleteResponse{}
-	mi := &file_tabula_proto_msgTypes[109]
+	mi := &file_tabula_proto_msgTypes[115]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8329,7 +8942,7 @@ func (x *DeleteResponse) String() string {
 func (*DeleteResponse) ProtoMessage() {}
 
 func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[109]
+	mi := &file_tabula_proto_msgTypes[115]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8342,7 +8955,7 @@ func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteResponse.ProtoReflect.Descriptor instead.
 func (*DeleteResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{109}
+	return file_tabula_proto_rawDescGZIP(), []int{115}
 }
 
 func (x *DeleteResponse) GetExisted() bool {
@@ -8378,7 +8991,7 @@ type CompareAndSwapRequest struct {
 
 func (x *CompareAndSwapRequest) Reset() {
 	*x = CompareAndSwapRequest{}
-	mi := &file_tabula_proto_msgTypes[110]
+	mi := &file_tabula_proto_msgTypes[116]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8390,7 +9003,7 @@ func (x *CompareAndSwapRequest) String() string {
 func (*CompareAndSwapRequest) ProtoMessage() {}
 
 func (x *CompareAndSwapRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[110]
+	mi := &file_tabula_proto_msgTypes[116]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8403,7 +9016,7 @@ func (x *CompareAndSwapRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompareAndSwapRequest.ProtoReflect.Descriptor instead.
 func (*CompareAndSwapRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{110}
+	return file_tabula_proto_rawDescGZIP(), []int{116}
 }
 
 func (x *CompareAndSwapRequest) GetHeader() *RequestHeader {
@@ -8475,7 +9088,7 @@ type CompareAndSwapResponse struct {
 
 func (x *CompareAndSwapResponse) Reset() {
 	*x = CompareAndSwapResponse{}
-	mi := &file_tabula_proto_msgTypes[111]
+	mi := &file_tabula_proto_msgTypes[117]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8487,7 +9100,7 @@ func (x *CompareAndSwapResponse) String() string {
 func (*CompareAndSwapResponse) ProtoMessage() {}
 
 func (x *CompareAndSwapResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[111]
+	mi := &file_tabula_proto_msgTypes[117]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8500,7 +9113,7 @@ func (x *CompareAndSwapResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompareAndSwapResponse.ProtoReflect.Descriptor instead.
 func (*CompareAndSwapResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{111}
+	return file_tabula_proto_rawDescGZIP(), []int{117}
 }
 
 func (x *CompareAndSwapResponse) GetSwapped() bool {
@@ -8545,7 +9158,7 @@ type Mutation struct {
 
 func (x *Mutation) Reset() {
 	*x = Mutation{}
-	mi := &file_tabula_proto_msgTypes[112]
+	mi := &file_tabula_proto_msgTypes[118]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8557,7 +9170,7 @@ func (x *Mutation) String() string {
 func (*Mutation) ProtoMessage() {}
 
 func (x *Mutation) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[112]
+	mi := &file_tabula_proto_msgTypes[118]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8570,7 +9183,7 @@ func (x *Mutation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Mutation.ProtoReflect.Descriptor instead.
 func (*Mutation) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{112}
+	return file_tabula_proto_rawDescGZIP(), []int{118}
 }
 
 func (x *Mutation) GetOp() Mutation_Op {
@@ -8622,7 +9235,7 @@ type Condition struct {
 
 func (x *Condition) Reset() {
 	*x = Condition{}
-	mi := &file_tabula_proto_msgTypes[113]
+	mi := &file_tabula_proto_msgTypes[119]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8634,7 +9247,7 @@ func (x *Condition) String() string {
 func (*Condition) ProtoMessage() {}
 
 func (x *Condition) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[113]
+	mi := &file_tabula_proto_msgTypes[119]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8647,7 +9260,7 @@ func (x *Condition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Condition.ProtoReflect.Descriptor instead.
 func (*Condition) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{113}
+	return file_tabula_proto_rawDescGZIP(), []int{119}
 }
 
 func (x *Condition) GetKind() Condition_Kind {
@@ -8685,7 +9298,7 @@ type BatchWriteRequest struct {
 
 func (x *BatchWriteRequest) Reset() {
 	*x = BatchWriteRequest{}
-	mi := &file_tabula_proto_msgTypes[114]
+	mi := &file_tabula_proto_msgTypes[120]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8697,7 +9310,7 @@ func (x *BatchWriteRequest) String() string {
 func (*BatchWriteRequest) ProtoMessage() {}
 
 func (x *BatchWriteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[114]
+	mi := &file_tabula_proto_msgTypes[120]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8710,7 +9323,7 @@ func (x *BatchWriteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchWriteRequest.ProtoReflect.Descriptor instead.
 func (*BatchWriteRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{114}
+	return file_tabula_proto_rawDescGZIP(), []int{120}
 }
 
 func (x *BatchWriteRequest) GetHeader() *RequestHeader {
@@ -8743,7 +9356,7 @@ type BatchWriteResponse struct {
 
 func (x *BatchWriteResponse) Reset() {
 	*x = BatchWriteResponse{}
-	mi := &file_tabula_proto_msgTypes[115]
+	mi := &file_tabula_proto_msgTypes[121]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8755,7 +9368,7 @@ func (x *BatchWriteResponse) String() string {
 func (*BatchWriteResponse) ProtoMessage() {}
 
 func (x *BatchWriteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[115]
+	mi := &file_tabula_proto_msgTypes[121]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8768,7 +9381,7 @@ func (x *BatchWriteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchWriteResponse.ProtoReflect.Descriptor instead.
 func (*BatchWriteResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{115}
+	return file_tabula_proto_rawDescGZIP(), []int{121}
 }
 
 func (x *BatchWriteResponse) GetLsn() uint64 {
@@ -8795,7 +9408,7 @@ type ScanRequest struct {
 
 func (x *ScanRequest) Reset() {
 	*x = ScanRequest{}
-	mi := &file_tabula_proto_msgTypes[116]
+	mi := &file_tabula_proto_msgTypes[122]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8807,7 +9420,7 @@ func (x *ScanRequest) String() string {
 func (*ScanRequest) ProtoMessage() {}
 
 func (x *ScanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[116]
+	mi := &file_tabula_proto_msgTypes[122]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8820,7 +9433,7 @@ func (x *ScanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScanRequest.ProtoReflect.Descriptor instead.
 func (*ScanRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{116}
+	return file_tabula_proto_rawDescGZIP(), []int{122}
 }
 
 func (x *ScanRequest) GetHeader() *RequestHeader {
@@ -8869,7 +9482,7 @@ type KeyValue struct {
 
 func (x *KeyValue) Reset() {
 	*x = KeyValue{}
-	mi := &file_tabula_proto_msgTypes[117]
+	mi := &file_tabula_proto_msgTypes[123]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8881,7 +9494,7 @@ func (x *KeyValue) String() string {
 func (*KeyValue) ProtoMessage() {}
 
 func (x *KeyValue) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[117]
+	mi := &file_tabula_proto_msgTypes[123]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8894,7 +9507,7 @@ func (x *KeyValue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyValue.ProtoReflect.Descriptor instead.
 func (*KeyValue) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{117}
+	return file_tabula_proto_rawDescGZIP(), []int{123}
 }
 
 func (x *KeyValue) GetKey() []byte {
@@ -8927,7 +9540,7 @@ type ScanResponse struct {
 
 func (x *ScanResponse) Reset() {
 	*x = ScanResponse{}
-	mi := &file_tabula_proto_msgTypes[118]
+	mi := &file_tabula_proto_msgTypes[124]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8939,7 +9552,7 @@ func (x *ScanResponse) String() string {
 func (*ScanResponse) ProtoMessage() {}
 
 func (x *ScanResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[118]
+	mi := &file_tabula_proto_msgTypes[124]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8952,7 +9565,7 @@ func (x *ScanResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScanResponse.ProtoReflect.Descriptor instead.
 func (*ScanResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{118}
+	return file_tabula_proto_rawDescGZIP(), []int{124}
 }
 
 func (x *ScanResponse) GetRecords() []*KeyValue {
@@ -8974,7 +9587,7 @@ type CopyReplicaRequest struct {
 
 func (x *CopyReplicaRequest) Reset() {
 	*x = CopyReplicaRequest{}
-	mi := &file_tabula_proto_msgTypes[119]
+	mi := &file_tabula_proto_msgTypes[125]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8986,7 +9599,7 @@ func (x *CopyReplicaRequest) String() string {
 func (*CopyReplicaRequest) ProtoMessage() {}
 
 func (x *CopyReplicaRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[119]
+	mi := &file_tabula_proto_msgTypes[125]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8999,7 +9612,7 @@ func (x *CopyReplicaRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CopyReplicaRequest.ProtoReflect.Descriptor instead.
 func (*CopyReplicaRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{119}
+	return file_tabula_proto_rawDescGZIP(), []int{125}
 }
 
 func (x *CopyReplicaRequest) GetHeader() *RequestHeader {
@@ -9032,7 +9645,7 @@ type CopyReplicaChunk struct {
 
 func (x *CopyReplicaChunk) Reset() {
 	*x = CopyReplicaChunk{}
-	mi := &file_tabula_proto_msgTypes[120]
+	mi := &file_tabula_proto_msgTypes[126]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9044,7 +9657,7 @@ func (x *CopyReplicaChunk) String() string {
 func (*CopyReplicaChunk) ProtoMessage() {}
 
 func (x *CopyReplicaChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[120]
+	mi := &file_tabula_proto_msgTypes[126]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9057,7 +9670,7 @@ func (x *CopyReplicaChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CopyReplicaChunk.ProtoReflect.Descriptor instead.
 func (*CopyReplicaChunk) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{120}
+	return file_tabula_proto_rawDescGZIP(), []int{126}
 }
 
 func (x *CopyReplicaChunk) GetLsn() uint64 {
@@ -9120,7 +9733,7 @@ type BulkUploadRequest struct {
 
 func (x *BulkUploadRequest) Reset() {
 	*x = BulkUploadRequest{}
-	mi := &file_tabula_proto_msgTypes[121]
+	mi := &file_tabula_proto_msgTypes[127]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9132,7 +9745,7 @@ func (x *BulkUploadRequest) String() string {
 func (*BulkUploadRequest) ProtoMessage() {}
 
 func (x *BulkUploadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[121]
+	mi := &file_tabula_proto_msgTypes[127]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9145,7 +9758,7 @@ func (x *BulkUploadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkUploadRequest.ProtoReflect.Descriptor instead.
 func (*BulkUploadRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{121}
+	return file_tabula_proto_rawDescGZIP(), []int{127}
 }
 
 func (x *BulkUploadRequest) GetHeader() *RequestHeader {
@@ -9207,7 +9820,7 @@ type BulkUploadStatusRequest struct {
 
 func (x *BulkUploadStatusRequest) Reset() {
 	*x = BulkUploadStatusRequest{}
-	mi := &file_tabula_proto_msgTypes[122]
+	mi := &file_tabula_proto_msgTypes[128]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9219,7 +9832,7 @@ func (x *BulkUploadStatusRequest) String() string {
 func (*BulkUploadStatusRequest) ProtoMessage() {}
 
 func (x *BulkUploadStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[122]
+	mi := &file_tabula_proto_msgTypes[128]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9232,7 +9845,7 @@ func (x *BulkUploadStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkUploadStatusRequest.ProtoReflect.Descriptor instead.
 func (*BulkUploadStatusRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{122}
+	return file_tabula_proto_rawDescGZIP(), []int{128}
 }
 
 func (x *BulkUploadStatusRequest) GetHeader() *RequestHeader {
@@ -9263,7 +9876,7 @@ type BulkUploadResponse struct {
 
 func (x *BulkUploadResponse) Reset() {
 	*x = BulkUploadResponse{}
-	mi := &file_tabula_proto_msgTypes[123]
+	mi := &file_tabula_proto_msgTypes[129]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9275,7 +9888,7 @@ func (x *BulkUploadResponse) String() string {
 func (*BulkUploadResponse) ProtoMessage() {}
 
 func (x *BulkUploadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[123]
+	mi := &file_tabula_proto_msgTypes[129]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9288,7 +9901,7 @@ func (x *BulkUploadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkUploadResponse.ProtoReflect.Descriptor instead.
 func (*BulkUploadResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{123}
+	return file_tabula_proto_rawDescGZIP(), []int{129}
 }
 
 func (x *BulkUploadResponse) GetReceived() uint64 {
@@ -9326,7 +9939,7 @@ type PartitionLogFailedRequest struct {
 
 func (x *PartitionLogFailedRequest) Reset() {
 	*x = PartitionLogFailedRequest{}
-	mi := &file_tabula_proto_msgTypes[124]
+	mi := &file_tabula_proto_msgTypes[130]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9338,7 +9951,7 @@ func (x *PartitionLogFailedRequest) String() string {
 func (*PartitionLogFailedRequest) ProtoMessage() {}
 
 func (x *PartitionLogFailedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[124]
+	mi := &file_tabula_proto_msgTypes[130]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9351,7 +9964,7 @@ func (x *PartitionLogFailedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionLogFailedRequest.ProtoReflect.Descriptor instead.
 func (*PartitionLogFailedRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{124}
+	return file_tabula_proto_rawDescGZIP(), []int{130}
 }
 
 func (x *PartitionLogFailedRequest) GetServerId() string {
@@ -9399,7 +10012,7 @@ type PartitionLogFailedResponse struct {
 
 func (x *PartitionLogFailedResponse) Reset() {
 	*x = PartitionLogFailedResponse{}
-	mi := &file_tabula_proto_msgTypes[125]
+	mi := &file_tabula_proto_msgTypes[131]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9411,7 +10024,7 @@ func (x *PartitionLogFailedResponse) String() string {
 func (*PartitionLogFailedResponse) ProtoMessage() {}
 
 func (x *PartitionLogFailedResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[125]
+	mi := &file_tabula_proto_msgTypes[131]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9424,7 +10037,7 @@ func (x *PartitionLogFailedResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionLogFailedResponse.ProtoReflect.Descriptor instead.
 func (*PartitionLogFailedResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{125}
+	return file_tabula_proto_rawDescGZIP(), []int{131}
 }
 
 func (x *PartitionLogFailedResponse) GetPartition() *Partition {
@@ -9453,7 +10066,7 @@ type ForgetServerRequest struct {
 
 func (x *ForgetServerRequest) Reset() {
 	*x = ForgetServerRequest{}
-	mi := &file_tabula_proto_msgTypes[126]
+	mi := &file_tabula_proto_msgTypes[132]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9465,7 +10078,7 @@ func (x *ForgetServerRequest) String() string {
 func (*ForgetServerRequest) ProtoMessage() {}
 
 func (x *ForgetServerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[126]
+	mi := &file_tabula_proto_msgTypes[132]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9478,7 +10091,7 @@ func (x *ForgetServerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForgetServerRequest.ProtoReflect.Descriptor instead.
 func (*ForgetServerRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{126}
+	return file_tabula_proto_rawDescGZIP(), []int{132}
 }
 
 func (x *ForgetServerRequest) GetServerId() string {
@@ -9508,7 +10121,7 @@ type ForgetServerResponse struct {
 
 func (x *ForgetServerResponse) Reset() {
 	*x = ForgetServerResponse{}
-	mi := &file_tabula_proto_msgTypes[127]
+	mi := &file_tabula_proto_msgTypes[133]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9520,7 +10133,7 @@ func (x *ForgetServerResponse) String() string {
 func (*ForgetServerResponse) ProtoMessage() {}
 
 func (x *ForgetServerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[127]
+	mi := &file_tabula_proto_msgTypes[133]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9533,7 +10146,7 @@ func (x *ForgetServerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForgetServerResponse.ProtoReflect.Descriptor instead.
 func (*ForgetServerResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{127}
+	return file_tabula_proto_rawDescGZIP(), []int{133}
 }
 
 func (x *ForgetServerResponse) GetMoved() uint32 {
@@ -9576,7 +10189,7 @@ type LostPartition struct {
 
 func (x *LostPartition) Reset() {
 	*x = LostPartition{}
-	mi := &file_tabula_proto_msgTypes[128]
+	mi := &file_tabula_proto_msgTypes[134]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9588,7 +10201,7 @@ func (x *LostPartition) String() string {
 func (*LostPartition) ProtoMessage() {}
 
 func (x *LostPartition) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[128]
+	mi := &file_tabula_proto_msgTypes[134]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9601,7 +10214,7 @@ func (x *LostPartition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LostPartition.ProtoReflect.Descriptor instead.
 func (*LostPartition) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{128}
+	return file_tabula_proto_rawDescGZIP(), []int{134}
 }
 
 func (x *LostPartition) GetTenant() string {
@@ -9664,7 +10277,7 @@ type ListDataLossRequest struct {
 
 func (x *ListDataLossRequest) Reset() {
 	*x = ListDataLossRequest{}
-	mi := &file_tabula_proto_msgTypes[129]
+	mi := &file_tabula_proto_msgTypes[135]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9676,7 +10289,7 @@ func (x *ListDataLossRequest) String() string {
 func (*ListDataLossRequest) ProtoMessage() {}
 
 func (x *ListDataLossRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[129]
+	mi := &file_tabula_proto_msgTypes[135]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9689,7 +10302,7 @@ func (x *ListDataLossRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDataLossRequest.ProtoReflect.Descriptor instead.
 func (*ListDataLossRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{129}
+	return file_tabula_proto_rawDescGZIP(), []int{135}
 }
 
 func (x *ListDataLossRequest) GetTenant() string {
@@ -9716,7 +10329,7 @@ type ListDataLossResponse struct {
 
 func (x *ListDataLossResponse) Reset() {
 	*x = ListDataLossResponse{}
-	mi := &file_tabula_proto_msgTypes[130]
+	mi := &file_tabula_proto_msgTypes[136]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9728,7 +10341,7 @@ func (x *ListDataLossResponse) String() string {
 func (*ListDataLossResponse) ProtoMessage() {}
 
 func (x *ListDataLossResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[130]
+	mi := &file_tabula_proto_msgTypes[136]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9741,7 +10354,7 @@ func (x *ListDataLossResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDataLossResponse.ProtoReflect.Descriptor instead.
 func (*ListDataLossResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{130}
+	return file_tabula_proto_rawDescGZIP(), []int{136}
 }
 
 func (x *ListDataLossResponse) GetLost() []*LostPartition {
@@ -9764,7 +10377,7 @@ type ClearDataLossRequest struct {
 
 func (x *ClearDataLossRequest) Reset() {
 	*x = ClearDataLossRequest{}
-	mi := &file_tabula_proto_msgTypes[131]
+	mi := &file_tabula_proto_msgTypes[137]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9776,7 +10389,7 @@ func (x *ClearDataLossRequest) String() string {
 func (*ClearDataLossRequest) ProtoMessage() {}
 
 func (x *ClearDataLossRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[131]
+	mi := &file_tabula_proto_msgTypes[137]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9789,7 +10402,7 @@ func (x *ClearDataLossRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClearDataLossRequest.ProtoReflect.Descriptor instead.
 func (*ClearDataLossRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{131}
+	return file_tabula_proto_rawDescGZIP(), []int{137}
 }
 
 func (x *ClearDataLossRequest) GetTenant() string {
@@ -9824,7 +10437,7 @@ type ClearDataLossResponse struct {
 
 func (x *ClearDataLossResponse) Reset() {
 	*x = ClearDataLossResponse{}
-	mi := &file_tabula_proto_msgTypes[132]
+	mi := &file_tabula_proto_msgTypes[138]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9836,7 +10449,7 @@ func (x *ClearDataLossResponse) String() string {
 func (*ClearDataLossResponse) ProtoMessage() {}
 
 func (x *ClearDataLossResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[132]
+	mi := &file_tabula_proto_msgTypes[138]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9849,7 +10462,7 @@ func (x *ClearDataLossResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClearDataLossResponse.ProtoReflect.Descriptor instead.
 func (*ClearDataLossResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{132}
+	return file_tabula_proto_rawDescGZIP(), []int{138}
 }
 
 func (x *ClearDataLossResponse) GetCleared() []uint64 {
@@ -10056,7 +10669,7 @@ const file_tabula_proto_rawDesc = "" +
 	"\breplicas\x18\x05 \x01(\rR\breplicas\x123\n" +
 	"\x16last_heartbeat_unix_ms\x18\x06 \x01(\x03R\x13lastHeartbeatUnixMs\x12\x1a\n" +
 	"\bdraining\x18\a \x01(\bR\bdraining\x12#\n" +
-	"\rinternal_addr\x18\b \x01(\tR\finternalAddr\"\xfd\x06\n" +
+	"\rinternal_addr\x18\b \x01(\tR\finternalAddr\"\xc2\a\n" +
 	"\rReplicaStatus\x12!\n" +
 	"\fpartition_id\x18\x01 \x01(\x04R\vpartitionId\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12*\n" +
@@ -10091,7 +10704,22 @@ const file_tabula_proto_rawDesc = "" +
 	"\x06lag_ms\x18\x17 \x01(\x03R\x05lagMs\x120\n" +
 	"\aack_set\x18\x18 \x03(\v2\x17.tabula.v1.AckSetMemberR\x06ackSet\x12*\n" +
 	"\x04sync\x18\x19 \x01(\v2\x16.tabula.v1.ReplicaSyncR\x04sync\x12\x1b\n" +
-	"\tsplit_lsn\x18( \x01(\x04R\bsplitLsn\"\xc6\x01\n" +
+	"\tsplit_lsn\x18( \x01(\x04R\bsplitLsn\x12\x17\n" +
+	"\abusy_ns\x18\x1a \x01(\x04R\x06busyNs\x12*\n" +
+	"\x04load\x18\x1b \x01(\v2\x16.tabula.v1.ReplicaLoadR\x04load\"v\n" +
+	"\vReplicaLoad\x12\"\n" +
+	"\rreads_per_sec\x18\x01 \x01(\x01R\vreadsPerSec\x12$\n" +
+	"\x0ewrites_per_sec\x18\x02 \x01(\x01R\fwritesPerSec\x12\x1d\n" +
+	"\n" +
+	"busy_cores\x18\x03 \x01(\x01R\tbusyCores\"\xe4\x01\n" +
+	"\x0eServerCapacity\x12\x1d\n" +
+	"\n" +
+	"disk_bytes\x18\x01 \x01(\x04R\tdiskBytes\x12&\n" +
+	"\x0fdisk_free_bytes\x18\x02 \x01(\x04R\rdiskFreeBytes\x12!\n" +
+	"\fmemory_bytes\x18\x03 \x01(\x04R\vmemoryBytes\x12.\n" +
+	"\x13bulk_capacity_bytes\x18\x04 \x01(\x04R\x11bulkCapacityBytes\x12\x12\n" +
+	"\x04cpus\x18\x05 \x01(\rR\x04cpus\x12$\n" +
+	"\x0eprocess_cpu_ns\x18\x06 \x01(\x04R\fprocessCpuNs\"\xc6\x01\n" +
 	"\fAckSetMember\x12\x1b\n" +
 	"\tserver_id\x18\x01 \x01(\tR\bserverId\x12\x1c\n" +
 	"\n" +
@@ -10240,7 +10868,42 @@ const file_tabula_proto_rawDesc = "" +
 	"\x13DrainServerResponse\x12\x1a\n" +
 	"\breplicas\x18\x01 \x01(\rR\breplicas\x12\x1f\n" +
 	"\vmap_version\x18\x02 \x01(\x04R\n" +
-	"mapVersion\"\x81\x01\n" +
+	"mapVersion\"\x14\n" +
+	"\x12BalancePlanRequest\"\xf4\x01\n" +
+	"\x13BalancePlanResponse\x122\n" +
+	"\aactions\x18\x01 \x03(\v2\x18.tabula.v1.BalanceActionR\aactions\x120\n" +
+	"\x06before\x18\x02 \x03(\v2\x18.tabula.v1.BalanceServerR\x06before\x12.\n" +
+	"\x05after\x18\x03 \x03(\v2\x18.tabula.v1.BalanceServerR\x05after\x12\x12\n" +
+	"\x04band\x18\x04 \x01(\x01R\x04band\x12\x12\n" +
+	"\x04note\x18\x05 \x01(\tR\x04note\x12\x1f\n" +
+	"\vmap_version\x18\x06 \x01(\x04R\n" +
+	"mapVersion\"\xe4\x01\n" +
+	"\rBalanceAction\x120\n" +
+	"\x04kind\x18\x01 \x01(\x0e2\x1c.tabula.v1.BalanceActionKindR\x04kind\x12!\n" +
+	"\fpartition_id\x18\x02 \x01(\x04R\vpartitionId\x12\x16\n" +
+	"\x06tenant\x18\x03 \x01(\tR\x06tenant\x12\x14\n" +
+	"\x05table\x18\x04 \x01(\tR\x05table\x12\x14\n" +
+	"\x05index\x18\x05 \x01(\rR\x05index\x12\x12\n" +
+	"\x04from\x18\x06 \x01(\tR\x04from\x12\x0e\n" +
+	"\x02to\x18\a \x01(\tR\x02to\x12\x16\n" +
+	"\x06reason\x18\b \x01(\tR\x06reason\"\xc5\x03\n" +
+	"\rBalanceServer\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12!\n" +
+	"\ffault_domain\x18\x02 \x01(\tR\vfaultDomain\x12\x1a\n" +
+	"\breplicas\x18\x03 \x01(\rR\breplicas\x12\x1c\n" +
+	"\tprimaries\x18\x04 \x01(\rR\tprimaries\x12\"\n" +
+	"\rreads_per_sec\x18\x05 \x01(\x01R\vreadsPerSec\x12$\n" +
+	"\x0ewrites_per_sec\x18\x06 \x01(\x01R\fwritesPerSec\x12\x1d\n" +
+	"\n" +
+	"busy_cores\x18\a \x01(\x01R\tbusyCores\x12\x1d\n" +
+	"\n" +
+	"disk_bytes\x18\b \x01(\x04R\tdiskBytes\x12!\n" +
+	"\fmemory_bytes\x18\t \x01(\x04R\vmemoryBytes\x12.\n" +
+	"\x13disk_capacity_bytes\x18\n" +
+	" \x01(\x04R\x11diskCapacityBytes\x122\n" +
+	"\x15memory_capacity_bytes\x18\v \x01(\x04R\x13memoryCapacityBytes\x12\x1c\n" +
+	"\tavailable\x18\f \x01(\bR\tavailable\x12\x1a\n" +
+	"\bdraining\x18\r \x01(\bR\bdraining\"\x81\x01\n" +
 	"\fMasterMember\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x12\n" +
 	"\x04addr\x18\x02 \x01(\tR\x04addr\x12\x18\n" +
@@ -10328,7 +10991,7 @@ const file_tabula_proto_rawDesc = "" +
 	"\blease_ms\x18\x03 \x01(\rR\aleaseMs\x12\x1f\n" +
 	"\vmap_version\x18\x04 \x01(\x04R\n" +
 	"mapVersion\x120\n" +
-	"\x14master_internal_addr\x18\x05 \x01(\tR\x12masterInternalAddr\"\xc0\x02\n" +
+	"\x14master_internal_addr\x18\x05 \x01(\tR\x12masterInternalAddr\"\xf7\x02\n" +
 	"\x10HeartbeatRequest\x12\x1b\n" +
 	"\tserver_id\x18\x01 \x01(\tR\bserverId\x124\n" +
 	"\breplicas\x18\x02 \x03(\v2\x18.tabula.v1.ReplicaStatusR\breplicas\x12\x1a\n" +
@@ -10338,7 +11001,8 @@ const file_tabula_proto_rawDesc = "" +
 	"\vtenant_load\x18\x06 \x03(\v2\x15.tabula.v1.TenantLoadR\n" +
 	"tenantLoad\x12\x1f\n" +
 	"\vmap_version\x18\a \x01(\x04R\n" +
-	"mapVersion\"\x87\x02\n" +
+	"mapVersion\x125\n" +
+	"\bcapacity\x18\b \x01(\v2\x19.tabula.v1.ServerCapacityR\bcapacity\"\x87\x02\n" +
 	"\x11HeartbeatResponse\x12\x1f\n" +
 	"\vmap_version\x18\x01 \x01(\x04R\n" +
 	"mapVersion\x12\x1e\n" +
@@ -10610,7 +11274,11 @@ const file_tabula_proto_rawDesc = "" +
 	"\x1aERROR_CODE_UNAUTHENTICATED\x10\f\x12 \n" +
 	"\x1cERROR_CODE_PERMISSION_DENIED\x10\r\x12\"\n" +
 	"\x1eERROR_CODE_FAILED_PRECONDITION\x10\x0e\x12\x1d\n" +
-	"\x19ERROR_CODE_QUOTA_EXCEEDED\x10\x0f*\xbc\x02\n" +
+	"\x19ERROR_CODE_QUOTA_EXCEEDED\x10\x0f*\x88\x01\n" +
+	"\x11BalanceActionKind\x12#\n" +
+	"\x1fBALANCE_ACTION_KIND_UNSPECIFIED\x10\x00\x12(\n" +
+	"$BALANCE_ACTION_KIND_TRANSFER_PRIMARY\x10\x01\x12$\n" +
+	" BALANCE_ACTION_KIND_MOVE_REPLICA\x10\x02*\xbc\x02\n" +
 	"\bStreamOp\x12\x19\n" +
 	"\x15STREAM_OP_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10STREAM_OP_CREATE\x10\x01\x12\x14\n" +
@@ -10629,7 +11297,7 @@ const file_tabula_proto_rawDesc = "" +
 	"\x1fBULK_ROLLOUT_ACTION_UNSPECIFIED\x10\x00\x12\x1d\n" +
 	"\x19BULK_ROLLOUT_ACTION_PAUSE\x10\x01\x12\x1e\n" +
 	"\x1aBULK_ROLLOUT_ACTION_RESUME\x10\x02\x12\x1d\n" +
-	"\x19BULK_ROLLOUT_ACTION_ABORT\x10\x032\xc2\x17\n" +
+	"\x19BULK_ROLLOUT_ACTION_ABORT\x10\x032\x90\x18\n" +
 	"\x06Master\x12L\n" +
 	"\vCreateTable\x12\x1d.tabula.v1.CreateTableRequest\x1a\x1e.tabula.v1.CreateTableResponse\x12F\n" +
 	"\tDropTable\x12\x1b.tabula.v1.DropTableRequest\x1a\x1c.tabula.v1.DropTableResponse\x12I\n" +
@@ -10663,7 +11331,8 @@ const file_tabula_proto_rawDesc = "" +
 	"\fRemoveMaster\x12\x1e.tabula.v1.RemoveMasterRequest\x1a\x1f.tabula.v1.RemoveMasterResponse\x12U\n" +
 	"\x0eTransferLeader\x12 .tabula.v1.TransferLeaderRequest\x1a!.tabula.v1.TransferLeaderResponse\x12R\n" +
 	"\rMovePartition\x12\x1f.tabula.v1.MovePartitionRequest\x1a .tabula.v1.MovePartitionResponse\x12L\n" +
-	"\vDrainServer\x12\x1d.tabula.v1.DrainServerRequest\x1a\x1e.tabula.v1.DrainServerResponse\x12O\n" +
+	"\vDrainServer\x12\x1d.tabula.v1.DrainServerRequest\x1a\x1e.tabula.v1.DrainServerResponse\x12L\n" +
+	"\vBalancePlan\x12\x1d.tabula.v1.BalancePlanRequest\x1a\x1e.tabula.v1.BalancePlanResponse\x12O\n" +
 	"\fCreateTenant\x12\x1e.tabula.v1.CreateTenantRequest\x1a\x1f.tabula.v1.CreateTenantResponse\x12L\n" +
 	"\vListTenants\x12\x1d.tabula.v1.ListTenantsRequest\x1a\x1e.tabula.v1.ListTenantsResponse\x12U\n" +
 	"\x0eDescribeTenant\x12 .tabula.v1.DescribeTenantRequest\x1a!.tabula.v1.DescribeTenantResponse\x12O\n" +
@@ -10703,361 +11372,376 @@ func file_tabula_proto_rawDescGZIP() []byte {
 	return file_tabula_proto_rawDescData
 }
 
-var file_tabula_proto_enumTypes = make([]protoimpl.EnumInfo, 9)
-var file_tabula_proto_msgTypes = make([]protoimpl.MessageInfo, 133)
+var file_tabula_proto_enumTypes = make([]protoimpl.EnumInfo, 10)
+var file_tabula_proto_msgTypes = make([]protoimpl.MessageInfo, 139)
 var file_tabula_proto_goTypes = []any{
 	(TableKind)(0),                     // 0: tabula.v1.TableKind
 	(ReplicaRole)(0),                   // 1: tabula.v1.ReplicaRole
 	(BulkVersionState)(0),              // 2: tabula.v1.BulkVersionState
 	(ReplicaState)(0),                  // 3: tabula.v1.ReplicaState
 	(ErrorCode)(0),                     // 4: tabula.v1.ErrorCode
-	(StreamOp)(0),                      // 5: tabula.v1.StreamOp
-	(BulkRolloutAction)(0),             // 6: tabula.v1.BulkRolloutAction
-	(Mutation_Op)(0),                   // 7: tabula.v1.Mutation.Op
-	(Condition_Kind)(0),                // 8: tabula.v1.Condition.Kind
-	(*TableOptions)(nil),               // 9: tabula.v1.TableOptions
-	(*Table)(nil),                      // 10: tabula.v1.Table
-	(*Replica)(nil),                    // 11: tabula.v1.Replica
-	(*Partition)(nil),                  // 12: tabula.v1.Partition
-	(*PartitionSplit)(nil),             // 13: tabula.v1.PartitionSplit
-	(*PartitionLog)(nil),               // 14: tabula.v1.PartitionLog
-	(*PartitionMap)(nil),               // 15: tabula.v1.PartitionMap
-	(*CoprocVersion)(nil),              // 16: tabula.v1.CoprocVersion
-	(*Coprocessor)(nil),                // 17: tabula.v1.Coprocessor
-	(*CoprocDeployRequest)(nil),        // 18: tabula.v1.CoprocDeployRequest
-	(*CoprocDeployResponse)(nil),       // 19: tabula.v1.CoprocDeployResponse
-	(*CoprocListRequest)(nil),          // 20: tabula.v1.CoprocListRequest
-	(*CoprocListResponse)(nil),         // 21: tabula.v1.CoprocListResponse
-	(*CoprocRollbackRequest)(nil),      // 22: tabula.v1.CoprocRollbackRequest
-	(*CoprocRollbackResponse)(nil),     // 23: tabula.v1.CoprocRollbackResponse
-	(*CoprocFetchRequest)(nil),         // 24: tabula.v1.CoprocFetchRequest
-	(*CoprocFetchResponse)(nil),        // 25: tabula.v1.CoprocFetchResponse
-	(*CoprocReady)(nil),                // 26: tabula.v1.CoprocReady
-	(*InvokeRequest)(nil),              // 27: tabula.v1.InvokeRequest
-	(*InvokeResponse)(nil),             // 28: tabula.v1.InvokeResponse
-	(*CoprocMergeRequest)(nil),         // 29: tabula.v1.CoprocMergeRequest
-	(*CoprocMergeResponse)(nil),        // 30: tabula.v1.CoprocMergeResponse
-	(*BulkFile)(nil),                   // 31: tabula.v1.BulkFile
-	(*BulkVersion)(nil),                // 32: tabula.v1.BulkVersion
-	(*BulkInfo)(nil),                   // 33: tabula.v1.BulkInfo
-	(*BulkRollout)(nil),                // 34: tabula.v1.BulkRollout
-	(*ServerInfo)(nil),                 // 35: tabula.v1.ServerInfo
-	(*ReplicaStatus)(nil),              // 36: tabula.v1.ReplicaStatus
-	(*AckSetMember)(nil),               // 37: tabula.v1.AckSetMember
-	(*ReplicaSync)(nil),                // 38: tabula.v1.ReplicaSync
-	(*BulkLoaded)(nil),                 // 39: tabula.v1.BulkLoaded
-	(*ErrorDetail)(nil),                // 40: tabula.v1.ErrorDetail
-	(*TenantInfo)(nil),                 // 41: tabula.v1.TenantInfo
-	(*TenantQuota)(nil),                // 42: tabula.v1.TenantQuota
-	(*TenantUsage)(nil),                // 43: tabula.v1.TenantUsage
-	(*SetTenantQuotaRequest)(nil),      // 44: tabula.v1.SetTenantQuotaRequest
-	(*SetTenantQuotaResponse)(nil),     // 45: tabula.v1.SetTenantQuotaResponse
-	(*TenantLoad)(nil),                 // 46: tabula.v1.TenantLoad
-	(*TenantShare)(nil),                // 47: tabula.v1.TenantShare
-	(*CreateTenantRequest)(nil),        // 48: tabula.v1.CreateTenantRequest
-	(*CreateTenantResponse)(nil),       // 49: tabula.v1.CreateTenantResponse
-	(*ListTenantsRequest)(nil),         // 50: tabula.v1.ListTenantsRequest
-	(*ListTenantsResponse)(nil),        // 51: tabula.v1.ListTenantsResponse
-	(*DescribeTenantRequest)(nil),      // 52: tabula.v1.DescribeTenantRequest
-	(*DescribeTenantResponse)(nil),     // 53: tabula.v1.DescribeTenantResponse
-	(*DeleteTenantRequest)(nil),        // 54: tabula.v1.DeleteTenantRequest
-	(*DeleteTenantResponse)(nil),       // 55: tabula.v1.DeleteTenantResponse
-	(*RotateTenantKeyRequest)(nil),     // 56: tabula.v1.RotateTenantKeyRequest
-	(*RotateTenantKeyResponse)(nil),    // 57: tabula.v1.RotateTenantKeyResponse
-	(*TenantKeysRequest)(nil),          // 58: tabula.v1.TenantKeysRequest
-	(*TenantKeysResponse)(nil),         // 59: tabula.v1.TenantKeysResponse
-	(*MovePartitionRequest)(nil),       // 60: tabula.v1.MovePartitionRequest
-	(*MovePartitionResponse)(nil),      // 61: tabula.v1.MovePartitionResponse
-	(*SplitPartitionRequest)(nil),      // 62: tabula.v1.SplitPartitionRequest
-	(*SplitPartitionResponse)(nil),     // 63: tabula.v1.SplitPartitionResponse
-	(*DrainServerRequest)(nil),         // 64: tabula.v1.DrainServerRequest
-	(*DrainServerResponse)(nil),        // 65: tabula.v1.DrainServerResponse
-	(*MasterMember)(nil),               // 66: tabula.v1.MasterMember
-	(*MasterMembersRequest)(nil),       // 67: tabula.v1.MasterMembersRequest
-	(*MasterMembersResponse)(nil),      // 68: tabula.v1.MasterMembersResponse
-	(*AddMasterRequest)(nil),           // 69: tabula.v1.AddMasterRequest
-	(*AddMasterResponse)(nil),          // 70: tabula.v1.AddMasterResponse
-	(*RemoveMasterRequest)(nil),        // 71: tabula.v1.RemoveMasterRequest
-	(*RemoveMasterResponse)(nil),       // 72: tabula.v1.RemoveMasterResponse
-	(*TransferLeaderRequest)(nil),      // 73: tabula.v1.TransferLeaderRequest
-	(*TransferLeaderResponse)(nil),     // 74: tabula.v1.TransferLeaderResponse
-	(*StreamRequest)(nil),              // 75: tabula.v1.StreamRequest
-	(*StreamResponse)(nil),             // 76: tabula.v1.StreamResponse
-	(*CreateTableRequest)(nil),         // 77: tabula.v1.CreateTableRequest
-	(*CreateTableResponse)(nil),        // 78: tabula.v1.CreateTableResponse
-	(*DropTableRequest)(nil),           // 79: tabula.v1.DropTableRequest
-	(*DropTableResponse)(nil),          // 80: tabula.v1.DropTableResponse
-	(*ListTablesRequest)(nil),          // 81: tabula.v1.ListTablesRequest
-	(*ListTablesResponse)(nil),         // 82: tabula.v1.ListTablesResponse
-	(*DescribeTableRequest)(nil),       // 83: tabula.v1.DescribeTableRequest
-	(*DescribeTableResponse)(nil),      // 84: tabula.v1.DescribeTableResponse
-	(*GetPartitionMapRequest)(nil),     // 85: tabula.v1.GetPartitionMapRequest
-	(*GetPartitionMapResponse)(nil),    // 86: tabula.v1.GetPartitionMapResponse
-	(*WatchPartitionMapRequest)(nil),   // 87: tabula.v1.WatchPartitionMapRequest
-	(*WatchPartitionMapResponse)(nil),  // 88: tabula.v1.WatchPartitionMapResponse
-	(*RegisterServerRequest)(nil),      // 89: tabula.v1.RegisterServerRequest
-	(*RegisterServerResponse)(nil),     // 90: tabula.v1.RegisterServerResponse
-	(*HeartbeatRequest)(nil),           // 91: tabula.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),          // 92: tabula.v1.HeartbeatResponse
-	(*BulkPublishRequest)(nil),         // 93: tabula.v1.BulkPublishRequest
-	(*BulkPublishResponse)(nil),        // 94: tabula.v1.BulkPublishResponse
-	(*BulkStoredRequest)(nil),          // 95: tabula.v1.BulkStoredRequest
-	(*BulkStoredResponse)(nil),         // 96: tabula.v1.BulkStoredResponse
-	(*BulkStatusRequest)(nil),          // 97: tabula.v1.BulkStatusRequest
-	(*BulkStatusResponse)(nil),         // 98: tabula.v1.BulkStatusResponse
-	(*BulkRollbackRequest)(nil),        // 99: tabula.v1.BulkRollbackRequest
-	(*BulkRollbackResponse)(nil),       // 100: tabula.v1.BulkRollbackResponse
-	(*BulkRolloutRequest)(nil),         // 101: tabula.v1.BulkRolloutRequest
-	(*BulkRolloutResponse)(nil),        // 102: tabula.v1.BulkRolloutResponse
-	(*ListServersRequest)(nil),         // 103: tabula.v1.ListServersRequest
-	(*ListServersResponse)(nil),        // 104: tabula.v1.ListServersResponse
-	(*CallRequest)(nil),                // 105: tabula.v1.CallRequest
-	(*CallResponse)(nil),               // 106: tabula.v1.CallResponse
-	(*RequestHeader)(nil),              // 107: tabula.v1.RequestHeader
-	(*GetRequest)(nil),                 // 108: tabula.v1.GetRequest
-	(*GetResponse)(nil),                // 109: tabula.v1.GetResponse
-	(*BatchGetRequest)(nil),            // 110: tabula.v1.BatchGetRequest
-	(*BatchGetResponse)(nil),           // 111: tabula.v1.BatchGetResponse
-	(*MultiGetRequest)(nil),            // 112: tabula.v1.MultiGetRequest
-	(*MultiGetResponse)(nil),           // 113: tabula.v1.MultiGetResponse
-	(*MultiGetResult)(nil),             // 114: tabula.v1.MultiGetResult
-	(*PutRequest)(nil),                 // 115: tabula.v1.PutRequest
-	(*PutResponse)(nil),                // 116: tabula.v1.PutResponse
-	(*DeleteRequest)(nil),              // 117: tabula.v1.DeleteRequest
-	(*DeleteResponse)(nil),             // 118: tabula.v1.DeleteResponse
-	(*CompareAndSwapRequest)(nil),      // 119: tabula.v1.CompareAndSwapRequest
-	(*CompareAndSwapResponse)(nil),     // 120: tabula.v1.CompareAndSwapResponse
-	(*Mutation)(nil),                   // 121: tabula.v1.Mutation
-	(*Condition)(nil),                  // 122: tabula.v1.Condition
-	(*BatchWriteRequest)(nil),          // 123: tabula.v1.BatchWriteRequest
-	(*BatchWriteResponse)(nil),         // 124: tabula.v1.BatchWriteResponse
-	(*ScanRequest)(nil),                // 125: tabula.v1.ScanRequest
-	(*KeyValue)(nil),                   // 126: tabula.v1.KeyValue
-	(*ScanResponse)(nil),               // 127: tabula.v1.ScanResponse
-	(*CopyReplicaRequest)(nil),         // 128: tabula.v1.CopyReplicaRequest
-	(*CopyReplicaChunk)(nil),           // 129: tabula.v1.CopyReplicaChunk
-	(*BulkUploadRequest)(nil),          // 130: tabula.v1.BulkUploadRequest
-	(*BulkUploadStatusRequest)(nil),    // 131: tabula.v1.BulkUploadStatusRequest
-	(*BulkUploadResponse)(nil),         // 132: tabula.v1.BulkUploadResponse
-	(*PartitionLogFailedRequest)(nil),  // 133: tabula.v1.PartitionLogFailedRequest
-	(*PartitionLogFailedResponse)(nil), // 134: tabula.v1.PartitionLogFailedResponse
-	(*ForgetServerRequest)(nil),        // 135: tabula.v1.ForgetServerRequest
-	(*ForgetServerResponse)(nil),       // 136: tabula.v1.ForgetServerResponse
-	(*LostPartition)(nil),              // 137: tabula.v1.LostPartition
-	(*ListDataLossRequest)(nil),        // 138: tabula.v1.ListDataLossRequest
-	(*ListDataLossResponse)(nil),       // 139: tabula.v1.ListDataLossResponse
-	(*ClearDataLossRequest)(nil),       // 140: tabula.v1.ClearDataLossRequest
-	(*ClearDataLossResponse)(nil),      // 141: tabula.v1.ClearDataLossResponse
+	(BalanceActionKind)(0),             // 5: tabula.v1.BalanceActionKind
+	(StreamOp)(0),                      // 6: tabula.v1.StreamOp
+	(BulkRolloutAction)(0),             // 7: tabula.v1.BulkRolloutAction
+	(Mutation_Op)(0),                   // 8: tabula.v1.Mutation.Op
+	(Condition_Kind)(0),                // 9: tabula.v1.Condition.Kind
+	(*TableOptions)(nil),               // 10: tabula.v1.TableOptions
+	(*Table)(nil),                      // 11: tabula.v1.Table
+	(*Replica)(nil),                    // 12: tabula.v1.Replica
+	(*Partition)(nil),                  // 13: tabula.v1.Partition
+	(*PartitionSplit)(nil),             // 14: tabula.v1.PartitionSplit
+	(*PartitionLog)(nil),               // 15: tabula.v1.PartitionLog
+	(*PartitionMap)(nil),               // 16: tabula.v1.PartitionMap
+	(*CoprocVersion)(nil),              // 17: tabula.v1.CoprocVersion
+	(*Coprocessor)(nil),                // 18: tabula.v1.Coprocessor
+	(*CoprocDeployRequest)(nil),        // 19: tabula.v1.CoprocDeployRequest
+	(*CoprocDeployResponse)(nil),       // 20: tabula.v1.CoprocDeployResponse
+	(*CoprocListRequest)(nil),          // 21: tabula.v1.CoprocListRequest
+	(*CoprocListResponse)(nil),         // 22: tabula.v1.CoprocListResponse
+	(*CoprocRollbackRequest)(nil),      // 23: tabula.v1.CoprocRollbackRequest
+	(*CoprocRollbackResponse)(nil),     // 24: tabula.v1.CoprocRollbackResponse
+	(*CoprocFetchRequest)(nil),         // 25: tabula.v1.CoprocFetchRequest
+	(*CoprocFetchResponse)(nil),        // 26: tabula.v1.CoprocFetchResponse
+	(*CoprocReady)(nil),                // 27: tabula.v1.CoprocReady
+	(*InvokeRequest)(nil),              // 28: tabula.v1.InvokeRequest
+	(*InvokeResponse)(nil),             // 29: tabula.v1.InvokeResponse
+	(*CoprocMergeRequest)(nil),         // 30: tabula.v1.CoprocMergeRequest
+	(*CoprocMergeResponse)(nil),        // 31: tabula.v1.CoprocMergeResponse
+	(*BulkFile)(nil),                   // 32: tabula.v1.BulkFile
+	(*BulkVersion)(nil),                // 33: tabula.v1.BulkVersion
+	(*BulkInfo)(nil),                   // 34: tabula.v1.BulkInfo
+	(*BulkRollout)(nil),                // 35: tabula.v1.BulkRollout
+	(*ServerInfo)(nil),                 // 36: tabula.v1.ServerInfo
+	(*ReplicaStatus)(nil),              // 37: tabula.v1.ReplicaStatus
+	(*ReplicaLoad)(nil),                // 38: tabula.v1.ReplicaLoad
+	(*ServerCapacity)(nil),             // 39: tabula.v1.ServerCapacity
+	(*AckSetMember)(nil),               // 40: tabula.v1.AckSetMember
+	(*ReplicaSync)(nil),                // 41: tabula.v1.ReplicaSync
+	(*BulkLoaded)(nil),                 // 42: tabula.v1.BulkLoaded
+	(*ErrorDetail)(nil),                // 43: tabula.v1.ErrorDetail
+	(*TenantInfo)(nil),                 // 44: tabula.v1.TenantInfo
+	(*TenantQuota)(nil),                // 45: tabula.v1.TenantQuota
+	(*TenantUsage)(nil),                // 46: tabula.v1.TenantUsage
+	(*SetTenantQuotaRequest)(nil),      // 47: tabula.v1.SetTenantQuotaRequest
+	(*SetTenantQuotaResponse)(nil),     // 48: tabula.v1.SetTenantQuotaResponse
+	(*TenantLoad)(nil),                 // 49: tabula.v1.TenantLoad
+	(*TenantShare)(nil),                // 50: tabula.v1.TenantShare
+	(*CreateTenantRequest)(nil),        // 51: tabula.v1.CreateTenantRequest
+	(*CreateTenantResponse)(nil),       // 52: tabula.v1.CreateTenantResponse
+	(*ListTenantsRequest)(nil),         // 53: tabula.v1.ListTenantsRequest
+	(*ListTenantsResponse)(nil),        // 54: tabula.v1.ListTenantsResponse
+	(*DescribeTenantRequest)(nil),      // 55: tabula.v1.DescribeTenantRequest
+	(*DescribeTenantResponse)(nil),     // 56: tabula.v1.DescribeTenantResponse
+	(*DeleteTenantRequest)(nil),        // 57: tabula.v1.DeleteTenantRequest
+	(*DeleteTenantResponse)(nil),       // 58: tabula.v1.DeleteTenantResponse
+	(*RotateTenantKeyRequest)(nil),     // 59: tabula.v1.RotateTenantKeyRequest
+	(*RotateTenantKeyResponse)(nil),    // 60: tabula.v1.RotateTenantKeyResponse
+	(*TenantKeysRequest)(nil),          // 61: tabula.v1.TenantKeysRequest
+	(*TenantKeysResponse)(nil),         // 62: tabula.v1.TenantKeysResponse
+	(*MovePartitionRequest)(nil),       // 63: tabula.v1.MovePartitionRequest
+	(*MovePartitionResponse)(nil),      // 64: tabula.v1.MovePartitionResponse
+	(*SplitPartitionRequest)(nil),      // 65: tabula.v1.SplitPartitionRequest
+	(*SplitPartitionResponse)(nil),     // 66: tabula.v1.SplitPartitionResponse
+	(*DrainServerRequest)(nil),         // 67: tabula.v1.DrainServerRequest
+	(*DrainServerResponse)(nil),        // 68: tabula.v1.DrainServerResponse
+	(*BalancePlanRequest)(nil),         // 69: tabula.v1.BalancePlanRequest
+	(*BalancePlanResponse)(nil),        // 70: tabula.v1.BalancePlanResponse
+	(*BalanceAction)(nil),              // 71: tabula.v1.BalanceAction
+	(*BalanceServer)(nil),              // 72: tabula.v1.BalanceServer
+	(*MasterMember)(nil),               // 73: tabula.v1.MasterMember
+	(*MasterMembersRequest)(nil),       // 74: tabula.v1.MasterMembersRequest
+	(*MasterMembersResponse)(nil),      // 75: tabula.v1.MasterMembersResponse
+	(*AddMasterRequest)(nil),           // 76: tabula.v1.AddMasterRequest
+	(*AddMasterResponse)(nil),          // 77: tabula.v1.AddMasterResponse
+	(*RemoveMasterRequest)(nil),        // 78: tabula.v1.RemoveMasterRequest
+	(*RemoveMasterResponse)(nil),       // 79: tabula.v1.RemoveMasterResponse
+	(*TransferLeaderRequest)(nil),      // 80: tabula.v1.TransferLeaderRequest
+	(*TransferLeaderResponse)(nil),     // 81: tabula.v1.TransferLeaderResponse
+	(*StreamRequest)(nil),              // 82: tabula.v1.StreamRequest
+	(*StreamResponse)(nil),             // 83: tabula.v1.StreamResponse
+	(*CreateTableRequest)(nil),         // 84: tabula.v1.CreateTableRequest
+	(*CreateTableResponse)(nil),        // 85: tabula.v1.CreateTableResponse
+	(*DropTableRequest)(nil),           // 86: tabula.v1.DropTableRequest
+	(*DropTableResponse)(nil),          // 87: tabula.v1.DropTableResponse
+	(*ListTablesRequest)(nil),          // 88: tabula.v1.ListTablesRequest
+	(*ListTablesResponse)(nil),         // 89: tabula.v1.ListTablesResponse
+	(*DescribeTableRequest)(nil),       // 90: tabula.v1.DescribeTableRequest
+	(*DescribeTableResponse)(nil),      // 91: tabula.v1.DescribeTableResponse
+	(*GetPartitionMapRequest)(nil),     // 92: tabula.v1.GetPartitionMapRequest
+	(*GetPartitionMapResponse)(nil),    // 93: tabula.v1.GetPartitionMapResponse
+	(*WatchPartitionMapRequest)(nil),   // 94: tabula.v1.WatchPartitionMapRequest
+	(*WatchPartitionMapResponse)(nil),  // 95: tabula.v1.WatchPartitionMapResponse
+	(*RegisterServerRequest)(nil),      // 96: tabula.v1.RegisterServerRequest
+	(*RegisterServerResponse)(nil),     // 97: tabula.v1.RegisterServerResponse
+	(*HeartbeatRequest)(nil),           // 98: tabula.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),          // 99: tabula.v1.HeartbeatResponse
+	(*BulkPublishRequest)(nil),         // 100: tabula.v1.BulkPublishRequest
+	(*BulkPublishResponse)(nil),        // 101: tabula.v1.BulkPublishResponse
+	(*BulkStoredRequest)(nil),          // 102: tabula.v1.BulkStoredRequest
+	(*BulkStoredResponse)(nil),         // 103: tabula.v1.BulkStoredResponse
+	(*BulkStatusRequest)(nil),          // 104: tabula.v1.BulkStatusRequest
+	(*BulkStatusResponse)(nil),         // 105: tabula.v1.BulkStatusResponse
+	(*BulkRollbackRequest)(nil),        // 106: tabula.v1.BulkRollbackRequest
+	(*BulkRollbackResponse)(nil),       // 107: tabula.v1.BulkRollbackResponse
+	(*BulkRolloutRequest)(nil),         // 108: tabula.v1.BulkRolloutRequest
+	(*BulkRolloutResponse)(nil),        // 109: tabula.v1.BulkRolloutResponse
+	(*ListServersRequest)(nil),         // 110: tabula.v1.ListServersRequest
+	(*ListServersResponse)(nil),        // 111: tabula.v1.ListServersResponse
+	(*CallRequest)(nil),                // 112: tabula.v1.CallRequest
+	(*CallResponse)(nil),               // 113: tabula.v1.CallResponse
+	(*RequestHeader)(nil),              // 114: tabula.v1.RequestHeader
+	(*GetRequest)(nil),                 // 115: tabula.v1.GetRequest
+	(*GetResponse)(nil),                // 116: tabula.v1.GetResponse
+	(*BatchGetRequest)(nil),            // 117: tabula.v1.BatchGetRequest
+	(*BatchGetResponse)(nil),           // 118: tabula.v1.BatchGetResponse
+	(*MultiGetRequest)(nil),            // 119: tabula.v1.MultiGetRequest
+	(*MultiGetResponse)(nil),           // 120: tabula.v1.MultiGetResponse
+	(*MultiGetResult)(nil),             // 121: tabula.v1.MultiGetResult
+	(*PutRequest)(nil),                 // 122: tabula.v1.PutRequest
+	(*PutResponse)(nil),                // 123: tabula.v1.PutResponse
+	(*DeleteRequest)(nil),              // 124: tabula.v1.DeleteRequest
+	(*DeleteResponse)(nil),             // 125: tabula.v1.DeleteResponse
+	(*CompareAndSwapRequest)(nil),      // 126: tabula.v1.CompareAndSwapRequest
+	(*CompareAndSwapResponse)(nil),     // 127: tabula.v1.CompareAndSwapResponse
+	(*Mutation)(nil),                   // 128: tabula.v1.Mutation
+	(*Condition)(nil),                  // 129: tabula.v1.Condition
+	(*BatchWriteRequest)(nil),          // 130: tabula.v1.BatchWriteRequest
+	(*BatchWriteResponse)(nil),         // 131: tabula.v1.BatchWriteResponse
+	(*ScanRequest)(nil),                // 132: tabula.v1.ScanRequest
+	(*KeyValue)(nil),                   // 133: tabula.v1.KeyValue
+	(*ScanResponse)(nil),               // 134: tabula.v1.ScanResponse
+	(*CopyReplicaRequest)(nil),         // 135: tabula.v1.CopyReplicaRequest
+	(*CopyReplicaChunk)(nil),           // 136: tabula.v1.CopyReplicaChunk
+	(*BulkUploadRequest)(nil),          // 137: tabula.v1.BulkUploadRequest
+	(*BulkUploadStatusRequest)(nil),    // 138: tabula.v1.BulkUploadStatusRequest
+	(*BulkUploadResponse)(nil),         // 139: tabula.v1.BulkUploadResponse
+	(*PartitionLogFailedRequest)(nil),  // 140: tabula.v1.PartitionLogFailedRequest
+	(*PartitionLogFailedResponse)(nil), // 141: tabula.v1.PartitionLogFailedResponse
+	(*ForgetServerRequest)(nil),        // 142: tabula.v1.ForgetServerRequest
+	(*ForgetServerResponse)(nil),       // 143: tabula.v1.ForgetServerResponse
+	(*LostPartition)(nil),              // 144: tabula.v1.LostPartition
+	(*ListDataLossRequest)(nil),        // 145: tabula.v1.ListDataLossRequest
+	(*ListDataLossResponse)(nil),       // 146: tabula.v1.ListDataLossResponse
+	(*ClearDataLossRequest)(nil),       // 147: tabula.v1.ClearDataLossRequest
+	(*ClearDataLossResponse)(nil),      // 148: tabula.v1.ClearDataLossResponse
 }
 var file_tabula_proto_depIdxs = []int32{
 	0,   // 0: tabula.v1.Table.kind:type_name -> tabula.v1.TableKind
-	9,   // 1: tabula.v1.Table.options:type_name -> tabula.v1.TableOptions
+	10,  // 1: tabula.v1.Table.options:type_name -> tabula.v1.TableOptions
 	1,   // 2: tabula.v1.Replica.role:type_name -> tabula.v1.ReplicaRole
-	11,  // 3: tabula.v1.Partition.replicas:type_name -> tabula.v1.Replica
-	14,  // 4: tabula.v1.Partition.log:type_name -> tabula.v1.PartitionLog
-	13,  // 5: tabula.v1.Partition.split:type_name -> tabula.v1.PartitionSplit
-	10,  // 6: tabula.v1.PartitionMap.table:type_name -> tabula.v1.Table
-	12,  // 7: tabula.v1.PartitionMap.partitions:type_name -> tabula.v1.Partition
-	33,  // 8: tabula.v1.PartitionMap.bulk:type_name -> tabula.v1.BulkInfo
-	17,  // 9: tabula.v1.PartitionMap.coprocessors:type_name -> tabula.v1.Coprocessor
-	16,  // 10: tabula.v1.Coprocessor.versions:type_name -> tabula.v1.CoprocVersion
-	17,  // 11: tabula.v1.CoprocDeployResponse.coprocessor:type_name -> tabula.v1.Coprocessor
-	17,  // 12: tabula.v1.CoprocListResponse.coprocessors:type_name -> tabula.v1.Coprocessor
-	17,  // 13: tabula.v1.CoprocRollbackResponse.coprocessor:type_name -> tabula.v1.Coprocessor
-	107, // 14: tabula.v1.InvokeRequest.header:type_name -> tabula.v1.RequestHeader
-	107, // 15: tabula.v1.CoprocMergeRequest.header:type_name -> tabula.v1.RequestHeader
+	12,  // 3: tabula.v1.Partition.replicas:type_name -> tabula.v1.Replica
+	15,  // 4: tabula.v1.Partition.log:type_name -> tabula.v1.PartitionLog
+	14,  // 5: tabula.v1.Partition.split:type_name -> tabula.v1.PartitionSplit
+	11,  // 6: tabula.v1.PartitionMap.table:type_name -> tabula.v1.Table
+	13,  // 7: tabula.v1.PartitionMap.partitions:type_name -> tabula.v1.Partition
+	34,  // 8: tabula.v1.PartitionMap.bulk:type_name -> tabula.v1.BulkInfo
+	18,  // 9: tabula.v1.PartitionMap.coprocessors:type_name -> tabula.v1.Coprocessor
+	17,  // 10: tabula.v1.Coprocessor.versions:type_name -> tabula.v1.CoprocVersion
+	18,  // 11: tabula.v1.CoprocDeployResponse.coprocessor:type_name -> tabula.v1.Coprocessor
+	18,  // 12: tabula.v1.CoprocListResponse.coprocessors:type_name -> tabula.v1.Coprocessor
+	18,  // 13: tabula.v1.CoprocRollbackResponse.coprocessor:type_name -> tabula.v1.Coprocessor
+	114, // 14: tabula.v1.InvokeRequest.header:type_name -> tabula.v1.RequestHeader
+	114, // 15: tabula.v1.CoprocMergeRequest.header:type_name -> tabula.v1.RequestHeader
 	2,   // 16: tabula.v1.BulkVersion.state:type_name -> tabula.v1.BulkVersionState
-	31,  // 17: tabula.v1.BulkVersion.files:type_name -> tabula.v1.BulkFile
-	32,  // 18: tabula.v1.BulkInfo.versions:type_name -> tabula.v1.BulkVersion
-	34,  // 19: tabula.v1.BulkInfo.rollout:type_name -> tabula.v1.BulkRollout
+	32,  // 17: tabula.v1.BulkVersion.files:type_name -> tabula.v1.BulkFile
+	33,  // 18: tabula.v1.BulkInfo.versions:type_name -> tabula.v1.BulkVersion
+	35,  // 19: tabula.v1.BulkInfo.rollout:type_name -> tabula.v1.BulkRollout
 	1,   // 20: tabula.v1.ReplicaStatus.role:type_name -> tabula.v1.ReplicaRole
-	39,  // 21: tabula.v1.ReplicaStatus.bulk_loaded:type_name -> tabula.v1.BulkLoaded
+	42,  // 21: tabula.v1.ReplicaStatus.bulk_loaded:type_name -> tabula.v1.BulkLoaded
 	3,   // 22: tabula.v1.ReplicaStatus.state:type_name -> tabula.v1.ReplicaState
-	37,  // 23: tabula.v1.ReplicaStatus.ack_set:type_name -> tabula.v1.AckSetMember
-	38,  // 24: tabula.v1.ReplicaStatus.sync:type_name -> tabula.v1.ReplicaSync
-	3,   // 25: tabula.v1.ReplicaSync.state:type_name -> tabula.v1.ReplicaState
-	4,   // 26: tabula.v1.ErrorDetail.code:type_name -> tabula.v1.ErrorCode
-	12,  // 27: tabula.v1.ErrorDetail.partition:type_name -> tabula.v1.Partition
-	42,  // 28: tabula.v1.TenantInfo.quota:type_name -> tabula.v1.TenantQuota
-	43,  // 29: tabula.v1.TenantInfo.usage:type_name -> tabula.v1.TenantUsage
-	42,  // 30: tabula.v1.SetTenantQuotaRequest.quota:type_name -> tabula.v1.TenantQuota
-	41,  // 31: tabula.v1.SetTenantQuotaResponse.tenant:type_name -> tabula.v1.TenantInfo
-	42,  // 32: tabula.v1.CreateTenantRequest.quota:type_name -> tabula.v1.TenantQuota
-	41,  // 33: tabula.v1.CreateTenantResponse.tenant:type_name -> tabula.v1.TenantInfo
-	41,  // 34: tabula.v1.ListTenantsResponse.tenants:type_name -> tabula.v1.TenantInfo
-	41,  // 35: tabula.v1.DescribeTenantResponse.tenant:type_name -> tabula.v1.TenantInfo
-	10,  // 36: tabula.v1.DescribeTenantResponse.tables:type_name -> tabula.v1.Table
-	41,  // 37: tabula.v1.RotateTenantKeyResponse.tenant:type_name -> tabula.v1.TenantInfo
-	41,  // 38: tabula.v1.TenantKeysResponse.tenants:type_name -> tabula.v1.TenantInfo
-	12,  // 39: tabula.v1.SplitPartitionResponse.left:type_name -> tabula.v1.Partition
-	12,  // 40: tabula.v1.SplitPartitionResponse.right:type_name -> tabula.v1.Partition
-	66,  // 41: tabula.v1.MasterMembersResponse.members:type_name -> tabula.v1.MasterMember
-	5,   // 42: tabula.v1.StreamRequest.op:type_name -> tabula.v1.StreamOp
-	0,   // 43: tabula.v1.CreateTableRequest.kind:type_name -> tabula.v1.TableKind
-	9,   // 44: tabula.v1.CreateTableRequest.options:type_name -> tabula.v1.TableOptions
-	15,  // 45: tabula.v1.CreateTableResponse.map:type_name -> tabula.v1.PartitionMap
-	10,  // 46: tabula.v1.ListTablesResponse.tables:type_name -> tabula.v1.Table
-	15,  // 47: tabula.v1.DescribeTableResponse.map:type_name -> tabula.v1.PartitionMap
-	36,  // 48: tabula.v1.DescribeTableResponse.replicas:type_name -> tabula.v1.ReplicaStatus
-	15,  // 49: tabula.v1.GetPartitionMapResponse.map:type_name -> tabula.v1.PartitionMap
-	15,  // 50: tabula.v1.WatchPartitionMapResponse.maps:type_name -> tabula.v1.PartitionMap
-	10,  // 51: tabula.v1.WatchPartitionMapResponse.removed:type_name -> tabula.v1.Table
-	15,  // 52: tabula.v1.WatchPartitionMapResponse.patches:type_name -> tabula.v1.PartitionMap
-	36,  // 53: tabula.v1.HeartbeatRequest.replicas:type_name -> tabula.v1.ReplicaStatus
-	26,  // 54: tabula.v1.HeartbeatRequest.coproc_ready:type_name -> tabula.v1.CoprocReady
-	46,  // 55: tabula.v1.HeartbeatRequest.tenant_load:type_name -> tabula.v1.TenantLoad
-	47,  // 56: tabula.v1.HeartbeatResponse.tenant_shares:type_name -> tabula.v1.TenantShare
-	31,  // 57: tabula.v1.BulkPublishRequest.files:type_name -> tabula.v1.BulkFile
-	15,  // 58: tabula.v1.BulkPublishResponse.map:type_name -> tabula.v1.PartitionMap
-	15,  // 59: tabula.v1.BulkStoredResponse.map:type_name -> tabula.v1.PartitionMap
-	15,  // 60: tabula.v1.BulkStatusResponse.map:type_name -> tabula.v1.PartitionMap
-	33,  // 61: tabula.v1.BulkStatusResponse.bulk:type_name -> tabula.v1.BulkInfo
-	15,  // 62: tabula.v1.BulkRollbackResponse.map:type_name -> tabula.v1.PartitionMap
-	6,   // 63: tabula.v1.BulkRolloutRequest.action:type_name -> tabula.v1.BulkRolloutAction
-	15,  // 64: tabula.v1.BulkRolloutResponse.map:type_name -> tabula.v1.PartitionMap
-	35,  // 65: tabula.v1.ListServersResponse.servers:type_name -> tabula.v1.ServerInfo
-	108, // 66: tabula.v1.CallRequest.get:type_name -> tabula.v1.GetRequest
-	112, // 67: tabula.v1.CallRequest.multi_get:type_name -> tabula.v1.MultiGetRequest
-	115, // 68: tabula.v1.CallRequest.put:type_name -> tabula.v1.PutRequest
-	117, // 69: tabula.v1.CallRequest.delete:type_name -> tabula.v1.DeleteRequest
-	119, // 70: tabula.v1.CallRequest.compare_and_swap:type_name -> tabula.v1.CompareAndSwapRequest
-	109, // 71: tabula.v1.CallResponse.get:type_name -> tabula.v1.GetResponse
-	113, // 72: tabula.v1.CallResponse.multi_get:type_name -> tabula.v1.MultiGetResponse
-	116, // 73: tabula.v1.CallResponse.put:type_name -> tabula.v1.PutResponse
-	118, // 74: tabula.v1.CallResponse.delete:type_name -> tabula.v1.DeleteResponse
-	120, // 75: tabula.v1.CallResponse.compare_and_swap:type_name -> tabula.v1.CompareAndSwapResponse
-	107, // 76: tabula.v1.GetRequest.header:type_name -> tabula.v1.RequestHeader
-	107, // 77: tabula.v1.BatchGetRequest.header:type_name -> tabula.v1.RequestHeader
-	109, // 78: tabula.v1.BatchGetResponse.results:type_name -> tabula.v1.GetResponse
-	108, // 79: tabula.v1.MultiGetRequest.gets:type_name -> tabula.v1.GetRequest
-	114, // 80: tabula.v1.MultiGetResponse.results:type_name -> tabula.v1.MultiGetResult
-	109, // 81: tabula.v1.MultiGetResult.response:type_name -> tabula.v1.GetResponse
-	107, // 82: tabula.v1.PutRequest.header:type_name -> tabula.v1.RequestHeader
-	107, // 83: tabula.v1.DeleteRequest.header:type_name -> tabula.v1.RequestHeader
-	107, // 84: tabula.v1.CompareAndSwapRequest.header:type_name -> tabula.v1.RequestHeader
-	7,   // 85: tabula.v1.Mutation.op:type_name -> tabula.v1.Mutation.Op
-	122, // 86: tabula.v1.Mutation.condition:type_name -> tabula.v1.Condition
-	8,   // 87: tabula.v1.Condition.kind:type_name -> tabula.v1.Condition.Kind
-	107, // 88: tabula.v1.BatchWriteRequest.header:type_name -> tabula.v1.RequestHeader
-	121, // 89: tabula.v1.BatchWriteRequest.mutations:type_name -> tabula.v1.Mutation
-	107, // 90: tabula.v1.ScanRequest.header:type_name -> tabula.v1.RequestHeader
-	126, // 91: tabula.v1.ScanResponse.records:type_name -> tabula.v1.KeyValue
-	107, // 92: tabula.v1.CopyReplicaRequest.header:type_name -> tabula.v1.RequestHeader
-	126, // 93: tabula.v1.CopyReplicaChunk.records:type_name -> tabula.v1.KeyValue
-	107, // 94: tabula.v1.BulkUploadRequest.header:type_name -> tabula.v1.RequestHeader
-	31,  // 95: tabula.v1.BulkUploadRequest.file:type_name -> tabula.v1.BulkFile
-	107, // 96: tabula.v1.BulkUploadStatusRequest.header:type_name -> tabula.v1.RequestHeader
-	12,  // 97: tabula.v1.PartitionLogFailedResponse.partition:type_name -> tabula.v1.Partition
-	137, // 98: tabula.v1.ForgetServerResponse.lost:type_name -> tabula.v1.LostPartition
-	137, // 99: tabula.v1.ListDataLossResponse.lost:type_name -> tabula.v1.LostPartition
-	15,  // 100: tabula.v1.ClearDataLossResponse.map:type_name -> tabula.v1.PartitionMap
-	77,  // 101: tabula.v1.Master.CreateTable:input_type -> tabula.v1.CreateTableRequest
-	79,  // 102: tabula.v1.Master.DropTable:input_type -> tabula.v1.DropTableRequest
-	81,  // 103: tabula.v1.Master.ListTables:input_type -> tabula.v1.ListTablesRequest
-	83,  // 104: tabula.v1.Master.DescribeTable:input_type -> tabula.v1.DescribeTableRequest
-	85,  // 105: tabula.v1.Master.GetPartitionMap:input_type -> tabula.v1.GetPartitionMapRequest
-	87,  // 106: tabula.v1.Master.WatchPartitionMap:input_type -> tabula.v1.WatchPartitionMapRequest
-	89,  // 107: tabula.v1.Master.RegisterServer:input_type -> tabula.v1.RegisterServerRequest
-	91,  // 108: tabula.v1.Master.Heartbeat:input_type -> tabula.v1.HeartbeatRequest
-	133, // 109: tabula.v1.Master.PartitionLogFailed:input_type -> tabula.v1.PartitionLogFailedRequest
-	103, // 110: tabula.v1.Master.ListServers:input_type -> tabula.v1.ListServersRequest
-	93,  // 111: tabula.v1.Master.BulkPublish:input_type -> tabula.v1.BulkPublishRequest
-	95,  // 112: tabula.v1.Master.BulkStored:input_type -> tabula.v1.BulkStoredRequest
-	97,  // 113: tabula.v1.Master.BulkStatus:input_type -> tabula.v1.BulkStatusRequest
-	99,  // 114: tabula.v1.Master.BulkRollback:input_type -> tabula.v1.BulkRollbackRequest
-	101, // 115: tabula.v1.Master.BulkRollout:input_type -> tabula.v1.BulkRolloutRequest
-	75,  // 116: tabula.v1.Master.Stream:input_type -> tabula.v1.StreamRequest
-	18,  // 117: tabula.v1.Master.CoprocDeploy:input_type -> tabula.v1.CoprocDeployRequest
-	20,  // 118: tabula.v1.Master.CoprocList:input_type -> tabula.v1.CoprocListRequest
-	22,  // 119: tabula.v1.Master.CoprocRollback:input_type -> tabula.v1.CoprocRollbackRequest
-	24,  // 120: tabula.v1.Master.CoprocFetch:input_type -> tabula.v1.CoprocFetchRequest
-	135, // 121: tabula.v1.Master.ForgetServer:input_type -> tabula.v1.ForgetServerRequest
-	138, // 122: tabula.v1.Master.ListDataLoss:input_type -> tabula.v1.ListDataLossRequest
-	140, // 123: tabula.v1.Master.ClearDataLoss:input_type -> tabula.v1.ClearDataLossRequest
-	67,  // 124: tabula.v1.Master.MasterMembers:input_type -> tabula.v1.MasterMembersRequest
-	69,  // 125: tabula.v1.Master.AddMaster:input_type -> tabula.v1.AddMasterRequest
-	71,  // 126: tabula.v1.Master.RemoveMaster:input_type -> tabula.v1.RemoveMasterRequest
-	73,  // 127: tabula.v1.Master.TransferLeader:input_type -> tabula.v1.TransferLeaderRequest
-	60,  // 128: tabula.v1.Master.MovePartition:input_type -> tabula.v1.MovePartitionRequest
-	64,  // 129: tabula.v1.Master.DrainServer:input_type -> tabula.v1.DrainServerRequest
-	48,  // 130: tabula.v1.Master.CreateTenant:input_type -> tabula.v1.CreateTenantRequest
-	50,  // 131: tabula.v1.Master.ListTenants:input_type -> tabula.v1.ListTenantsRequest
-	52,  // 132: tabula.v1.Master.DescribeTenant:input_type -> tabula.v1.DescribeTenantRequest
-	54,  // 133: tabula.v1.Master.DeleteTenant:input_type -> tabula.v1.DeleteTenantRequest
-	56,  // 134: tabula.v1.Master.RotateTenantKey:input_type -> tabula.v1.RotateTenantKeyRequest
-	58,  // 135: tabula.v1.Master.TenantKeys:input_type -> tabula.v1.TenantKeysRequest
-	44,  // 136: tabula.v1.Master.SetTenantQuota:input_type -> tabula.v1.SetTenantQuotaRequest
-	62,  // 137: tabula.v1.Master.SplitPartition:input_type -> tabula.v1.SplitPartitionRequest
-	108, // 138: tabula.v1.TableServer.Get:input_type -> tabula.v1.GetRequest
-	110, // 139: tabula.v1.TableServer.BatchGet:input_type -> tabula.v1.BatchGetRequest
-	112, // 140: tabula.v1.TableServer.MultiGet:input_type -> tabula.v1.MultiGetRequest
-	115, // 141: tabula.v1.TableServer.Put:input_type -> tabula.v1.PutRequest
-	117, // 142: tabula.v1.TableServer.Delete:input_type -> tabula.v1.DeleteRequest
-	119, // 143: tabula.v1.TableServer.CompareAndSwap:input_type -> tabula.v1.CompareAndSwapRequest
-	123, // 144: tabula.v1.TableServer.BatchWrite:input_type -> tabula.v1.BatchWriteRequest
-	125, // 145: tabula.v1.TableServer.Scan:input_type -> tabula.v1.ScanRequest
-	128, // 146: tabula.v1.TableServer.CopyReplica:input_type -> tabula.v1.CopyReplicaRequest
-	130, // 147: tabula.v1.TableServer.BulkUpload:input_type -> tabula.v1.BulkUploadRequest
-	131, // 148: tabula.v1.TableServer.BulkUploadStatus:input_type -> tabula.v1.BulkUploadStatusRequest
-	27,  // 149: tabula.v1.TableServer.Invoke:input_type -> tabula.v1.InvokeRequest
-	29,  // 150: tabula.v1.TableServer.CoprocMerge:input_type -> tabula.v1.CoprocMergeRequest
-	105, // 151: tabula.v1.TableServer.Calls:input_type -> tabula.v1.CallRequest
-	78,  // 152: tabula.v1.Master.CreateTable:output_type -> tabula.v1.CreateTableResponse
-	80,  // 153: tabula.v1.Master.DropTable:output_type -> tabula.v1.DropTableResponse
-	82,  // 154: tabula.v1.Master.ListTables:output_type -> tabula.v1.ListTablesResponse
-	84,  // 155: tabula.v1.Master.DescribeTable:output_type -> tabula.v1.DescribeTableResponse
-	86,  // 156: tabula.v1.Master.GetPartitionMap:output_type -> tabula.v1.GetPartitionMapResponse
-	88,  // 157: tabula.v1.Master.WatchPartitionMap:output_type -> tabula.v1.WatchPartitionMapResponse
-	90,  // 158: tabula.v1.Master.RegisterServer:output_type -> tabula.v1.RegisterServerResponse
-	92,  // 159: tabula.v1.Master.Heartbeat:output_type -> tabula.v1.HeartbeatResponse
-	134, // 160: tabula.v1.Master.PartitionLogFailed:output_type -> tabula.v1.PartitionLogFailedResponse
-	104, // 161: tabula.v1.Master.ListServers:output_type -> tabula.v1.ListServersResponse
-	94,  // 162: tabula.v1.Master.BulkPublish:output_type -> tabula.v1.BulkPublishResponse
-	96,  // 163: tabula.v1.Master.BulkStored:output_type -> tabula.v1.BulkStoredResponse
-	98,  // 164: tabula.v1.Master.BulkStatus:output_type -> tabula.v1.BulkStatusResponse
-	100, // 165: tabula.v1.Master.BulkRollback:output_type -> tabula.v1.BulkRollbackResponse
-	102, // 166: tabula.v1.Master.BulkRollout:output_type -> tabula.v1.BulkRolloutResponse
-	76,  // 167: tabula.v1.Master.Stream:output_type -> tabula.v1.StreamResponse
-	19,  // 168: tabula.v1.Master.CoprocDeploy:output_type -> tabula.v1.CoprocDeployResponse
-	21,  // 169: tabula.v1.Master.CoprocList:output_type -> tabula.v1.CoprocListResponse
-	23,  // 170: tabula.v1.Master.CoprocRollback:output_type -> tabula.v1.CoprocRollbackResponse
-	25,  // 171: tabula.v1.Master.CoprocFetch:output_type -> tabula.v1.CoprocFetchResponse
-	136, // 172: tabula.v1.Master.ForgetServer:output_type -> tabula.v1.ForgetServerResponse
-	139, // 173: tabula.v1.Master.ListDataLoss:output_type -> tabula.v1.ListDataLossResponse
-	141, // 174: tabula.v1.Master.ClearDataLoss:output_type -> tabula.v1.ClearDataLossResponse
-	68,  // 175: tabula.v1.Master.MasterMembers:output_type -> tabula.v1.MasterMembersResponse
-	70,  // 176: tabula.v1.Master.AddMaster:output_type -> tabula.v1.AddMasterResponse
-	72,  // 177: tabula.v1.Master.RemoveMaster:output_type -> tabula.v1.RemoveMasterResponse
-	74,  // 178: tabula.v1.Master.TransferLeader:output_type -> tabula.v1.TransferLeaderResponse
-	61,  // 179: tabula.v1.Master.MovePartition:output_type -> tabula.v1.MovePartitionResponse
-	65,  // 180: tabula.v1.Master.DrainServer:output_type -> tabula.v1.DrainServerResponse
-	49,  // 181: tabula.v1.Master.CreateTenant:output_type -> tabula.v1.CreateTenantResponse
-	51,  // 182: tabula.v1.Master.ListTenants:output_type -> tabula.v1.ListTenantsResponse
-	53,  // 183: tabula.v1.Master.DescribeTenant:output_type -> tabula.v1.DescribeTenantResponse
-	55,  // 184: tabula.v1.Master.DeleteTenant:output_type -> tabula.v1.DeleteTenantResponse
-	57,  // 185: tabula.v1.Master.RotateTenantKey:output_type -> tabula.v1.RotateTenantKeyResponse
-	59,  // 186: tabula.v1.Master.TenantKeys:output_type -> tabula.v1.TenantKeysResponse
-	45,  // 187: tabula.v1.Master.SetTenantQuota:output_type -> tabula.v1.SetTenantQuotaResponse
-	63,  // 188: tabula.v1.Master.SplitPartition:output_type -> tabula.v1.SplitPartitionResponse
-	109, // 189: tabula.v1.TableServer.Get:output_type -> tabula.v1.GetResponse
-	111, // 190: tabula.v1.TableServer.BatchGet:output_type -> tabula.v1.BatchGetResponse
-	113, // 191: tabula.v1.TableServer.MultiGet:output_type -> tabula.v1.MultiGetResponse
-	116, // 192: tabula.v1.TableServer.Put:output_type -> tabula.v1.PutResponse
-	118, // 193: tabula.v1.TableServer.Delete:output_type -> tabula.v1.DeleteResponse
-	120, // 194: tabula.v1.TableServer.CompareAndSwap:output_type -> tabula.v1.CompareAndSwapResponse
-	124, // 195: tabula.v1.TableServer.BatchWrite:output_type -> tabula.v1.BatchWriteResponse
-	127, // 196: tabula.v1.TableServer.Scan:output_type -> tabula.v1.ScanResponse
-	129, // 197: tabula.v1.TableServer.CopyReplica:output_type -> tabula.v1.CopyReplicaChunk
-	132, // 198: tabula.v1.TableServer.BulkUpload:output_type -> tabula.v1.BulkUploadResponse
-	132, // 199: tabula.v1.TableServer.BulkUploadStatus:output_type -> tabula.v1.BulkUploadResponse
-	28,  // 200: tabula.v1.TableServer.Invoke:output_type -> tabula.v1.InvokeResponse
-	30,  // 201: tabula.v1.TableServer.CoprocMerge:output_type -> tabula.v1.CoprocMergeResponse
-	106, // 202: tabula.v1.TableServer.Calls:output_type -> tabula.v1.CallResponse
-	152, // [152:203] is the sub-list for method output_type
-	101, // [101:152] is the sub-list for method input_type
-	101, // [101:101] is the sub-list for extension type_name
-	101, // [101:101] is the sub-list for extension extendee
-	0,   // [0:101] is the sub-list for field type_name
+	40,  // 23: tabula.v1.ReplicaStatus.ack_set:type_name -> tabula.v1.AckSetMember
+	41,  // 24: tabula.v1.ReplicaStatus.sync:type_name -> tabula.v1.ReplicaSync
+	38,  // 25: tabula.v1.ReplicaStatus.load:type_name -> tabula.v1.ReplicaLoad
+	3,   // 26: tabula.v1.ReplicaSync.state:type_name -> tabula.v1.ReplicaState
+	4,   // 27: tabula.v1.ErrorDetail.code:type_name -> tabula.v1.ErrorCode
+	13,  // 28: tabula.v1.ErrorDetail.partition:type_name -> tabula.v1.Partition
+	45,  // 29: tabula.v1.TenantInfo.quota:type_name -> tabula.v1.TenantQuota
+	46,  // 30: tabula.v1.TenantInfo.usage:type_name -> tabula.v1.TenantUsage
+	45,  // 31: tabula.v1.SetTenantQuotaRequest.quota:type_name -> tabula.v1.TenantQuota
+	44,  // 32: tabula.v1.SetTenantQuotaResponse.tenant:type_name -> tabula.v1.TenantInfo
+	45,  // 33: tabula.v1.CreateTenantRequest.quota:type_name -> tabula.v1.TenantQuota
+	44,  // 34: tabula.v1.CreateTenantResponse.tenant:type_name -> tabula.v1.TenantInfo
+	44,  // 35: tabula.v1.ListTenantsResponse.tenants:type_name -> tabula.v1.TenantInfo
+	44,  // 36: tabula.v1.DescribeTenantResponse.tenant:type_name -> tabula.v1.TenantInfo
+	11,  // 37: tabula.v1.DescribeTenantResponse.tables:type_name -> tabula.v1.Table
+	44,  // 38: tabula.v1.RotateTenantKeyResponse.tenant:type_name -> tabula.v1.TenantInfo
+	44,  // 39: tabula.v1.TenantKeysResponse.tenants:type_name -> tabula.v1.TenantInfo
+	13,  // 40: tabula.v1.SplitPartitionResponse.left:type_name -> tabula.v1.Partition
+	13,  // 41: tabula.v1.SplitPartitionResponse.right:type_name -> tabula.v1.Partition
+	71,  // 42: tabula.v1.BalancePlanResponse.actions:type_name -> tabula.v1.BalanceAction
+	72,  // 43: tabula.v1.BalancePlanResponse.before:type_name -> tabula.v1.BalanceServer
+	72,  // 44: tabula.v1.BalancePlanResponse.after:type_name -> tabula.v1.BalanceServer
+	5,   // 45: tabula.v1.BalanceAction.kind:type_name -> tabula.v1.BalanceActionKind
+	73,  // 46: tabula.v1.MasterMembersResponse.members:type_name -> tabula.v1.MasterMember
+	6,   // 47: tabula.v1.StreamRequest.op:type_name -> tabula.v1.StreamOp
+	0,   // 48: tabula.v1.CreateTableRequest.kind:type_name -> tabula.v1.TableKind
+	10,  // 49: tabula.v1.CreateTableRequest.options:type_name -> tabula.v1.TableOptions
+	16,  // 50: tabula.v1.CreateTableResponse.map:type_name -> tabula.v1.PartitionMap
+	11,  // 51: tabula.v1.ListTablesResponse.tables:type_name -> tabula.v1.Table
+	16,  // 52: tabula.v1.DescribeTableResponse.map:type_name -> tabula.v1.PartitionMap
+	37,  // 53: tabula.v1.DescribeTableResponse.replicas:type_name -> tabula.v1.ReplicaStatus
+	16,  // 54: tabula.v1.GetPartitionMapResponse.map:type_name -> tabula.v1.PartitionMap
+	16,  // 55: tabula.v1.WatchPartitionMapResponse.maps:type_name -> tabula.v1.PartitionMap
+	11,  // 56: tabula.v1.WatchPartitionMapResponse.removed:type_name -> tabula.v1.Table
+	16,  // 57: tabula.v1.WatchPartitionMapResponse.patches:type_name -> tabula.v1.PartitionMap
+	37,  // 58: tabula.v1.HeartbeatRequest.replicas:type_name -> tabula.v1.ReplicaStatus
+	27,  // 59: tabula.v1.HeartbeatRequest.coproc_ready:type_name -> tabula.v1.CoprocReady
+	49,  // 60: tabula.v1.HeartbeatRequest.tenant_load:type_name -> tabula.v1.TenantLoad
+	39,  // 61: tabula.v1.HeartbeatRequest.capacity:type_name -> tabula.v1.ServerCapacity
+	50,  // 62: tabula.v1.HeartbeatResponse.tenant_shares:type_name -> tabula.v1.TenantShare
+	32,  // 63: tabula.v1.BulkPublishRequest.files:type_name -> tabula.v1.BulkFile
+	16,  // 64: tabula.v1.BulkPublishResponse.map:type_name -> tabula.v1.PartitionMap
+	16,  // 65: tabula.v1.BulkStoredResponse.map:type_name -> tabula.v1.PartitionMap
+	16,  // 66: tabula.v1.BulkStatusResponse.map:type_name -> tabula.v1.PartitionMap
+	34,  // 67: tabula.v1.BulkStatusResponse.bulk:type_name -> tabula.v1.BulkInfo
+	16,  // 68: tabula.v1.BulkRollbackResponse.map:type_name -> tabula.v1.PartitionMap
+	7,   // 69: tabula.v1.BulkRolloutRequest.action:type_name -> tabula.v1.BulkRolloutAction
+	16,  // 70: tabula.v1.BulkRolloutResponse.map:type_name -> tabula.v1.PartitionMap
+	36,  // 71: tabula.v1.ListServersResponse.servers:type_name -> tabula.v1.ServerInfo
+	115, // 72: tabula.v1.CallRequest.get:type_name -> tabula.v1.GetRequest
+	119, // 73: tabula.v1.CallRequest.multi_get:type_name -> tabula.v1.MultiGetRequest
+	122, // 74: tabula.v1.CallRequest.put:type_name -> tabula.v1.PutRequest
+	124, // 75: tabula.v1.CallRequest.delete:type_name -> tabula.v1.DeleteRequest
+	126, // 76: tabula.v1.CallRequest.compare_and_swap:type_name -> tabula.v1.CompareAndSwapRequest
+	116, // 77: tabula.v1.CallResponse.get:type_name -> tabula.v1.GetResponse
+	120, // 78: tabula.v1.CallResponse.multi_get:type_name -> tabula.v1.MultiGetResponse
+	123, // 79: tabula.v1.CallResponse.put:type_name -> tabula.v1.PutResponse
+	125, // 80: tabula.v1.CallResponse.delete:type_name -> tabula.v1.DeleteResponse
+	127, // 81: tabula.v1.CallResponse.compare_and_swap:type_name -> tabula.v1.CompareAndSwapResponse
+	114, // 82: tabula.v1.GetRequest.header:type_name -> tabula.v1.RequestHeader
+	114, // 83: tabula.v1.BatchGetRequest.header:type_name -> tabula.v1.RequestHeader
+	116, // 84: tabula.v1.BatchGetResponse.results:type_name -> tabula.v1.GetResponse
+	115, // 85: tabula.v1.MultiGetRequest.gets:type_name -> tabula.v1.GetRequest
+	121, // 86: tabula.v1.MultiGetResponse.results:type_name -> tabula.v1.MultiGetResult
+	116, // 87: tabula.v1.MultiGetResult.response:type_name -> tabula.v1.GetResponse
+	114, // 88: tabula.v1.PutRequest.header:type_name -> tabula.v1.RequestHeader
+	114, // 89: tabula.v1.DeleteRequest.header:type_name -> tabula.v1.RequestHeader
+	114, // 90: tabula.v1.CompareAndSwapRequest.header:type_name -> tabula.v1.RequestHeader
+	8,   // 91: tabula.v1.Mutation.op:type_name -> tabula.v1.Mutation.Op
+	129, // 92: tabula.v1.Mutation.condition:type_name -> tabula.v1.Condition
+	9,   // 93: tabula.v1.Condition.kind:type_name -> tabula.v1.Condition.Kind
+	114, // 94: tabula.v1.BatchWriteRequest.header:type_name -> tabula.v1.RequestHeader
+	128, // 95: tabula.v1.BatchWriteRequest.mutations:type_name -> tabula.v1.Mutation
+	114, // 96: tabula.v1.ScanRequest.header:type_name -> tabula.v1.RequestHeader
+	133, // 97: tabula.v1.ScanResponse.records:type_name -> tabula.v1.KeyValue
+	114, // 98: tabula.v1.CopyReplicaRequest.header:type_name -> tabula.v1.RequestHeader
+	133, // 99: tabula.v1.CopyReplicaChunk.records:type_name -> tabula.v1.KeyValue
+	114, // 100: tabula.v1.BulkUploadRequest.header:type_name -> tabula.v1.RequestHeader
+	32,  // 101: tabula.v1.BulkUploadRequest.file:type_name -> tabula.v1.BulkFile
+	114, // 102: tabula.v1.BulkUploadStatusRequest.header:type_name -> tabula.v1.RequestHeader
+	13,  // 103: tabula.v1.PartitionLogFailedResponse.partition:type_name -> tabula.v1.Partition
+	144, // 104: tabula.v1.ForgetServerResponse.lost:type_name -> tabula.v1.LostPartition
+	144, // 105: tabula.v1.ListDataLossResponse.lost:type_name -> tabula.v1.LostPartition
+	16,  // 106: tabula.v1.ClearDataLossResponse.map:type_name -> tabula.v1.PartitionMap
+	84,  // 107: tabula.v1.Master.CreateTable:input_type -> tabula.v1.CreateTableRequest
+	86,  // 108: tabula.v1.Master.DropTable:input_type -> tabula.v1.DropTableRequest
+	88,  // 109: tabula.v1.Master.ListTables:input_type -> tabula.v1.ListTablesRequest
+	90,  // 110: tabula.v1.Master.DescribeTable:input_type -> tabula.v1.DescribeTableRequest
+	92,  // 111: tabula.v1.Master.GetPartitionMap:input_type -> tabula.v1.GetPartitionMapRequest
+	94,  // 112: tabula.v1.Master.WatchPartitionMap:input_type -> tabula.v1.WatchPartitionMapRequest
+	96,  // 113: tabula.v1.Master.RegisterServer:input_type -> tabula.v1.RegisterServerRequest
+	98,  // 114: tabula.v1.Master.Heartbeat:input_type -> tabula.v1.HeartbeatRequest
+	140, // 115: tabula.v1.Master.PartitionLogFailed:input_type -> tabula.v1.PartitionLogFailedRequest
+	110, // 116: tabula.v1.Master.ListServers:input_type -> tabula.v1.ListServersRequest
+	100, // 117: tabula.v1.Master.BulkPublish:input_type -> tabula.v1.BulkPublishRequest
+	102, // 118: tabula.v1.Master.BulkStored:input_type -> tabula.v1.BulkStoredRequest
+	104, // 119: tabula.v1.Master.BulkStatus:input_type -> tabula.v1.BulkStatusRequest
+	106, // 120: tabula.v1.Master.BulkRollback:input_type -> tabula.v1.BulkRollbackRequest
+	108, // 121: tabula.v1.Master.BulkRollout:input_type -> tabula.v1.BulkRolloutRequest
+	82,  // 122: tabula.v1.Master.Stream:input_type -> tabula.v1.StreamRequest
+	19,  // 123: tabula.v1.Master.CoprocDeploy:input_type -> tabula.v1.CoprocDeployRequest
+	21,  // 124: tabula.v1.Master.CoprocList:input_type -> tabula.v1.CoprocListRequest
+	23,  // 125: tabula.v1.Master.CoprocRollback:input_type -> tabula.v1.CoprocRollbackRequest
+	25,  // 126: tabula.v1.Master.CoprocFetch:input_type -> tabula.v1.CoprocFetchRequest
+	142, // 127: tabula.v1.Master.ForgetServer:input_type -> tabula.v1.ForgetServerRequest
+	145, // 128: tabula.v1.Master.ListDataLoss:input_type -> tabula.v1.ListDataLossRequest
+	147, // 129: tabula.v1.Master.ClearDataLoss:input_type -> tabula.v1.ClearDataLossRequest
+	74,  // 130: tabula.v1.Master.MasterMembers:input_type -> tabula.v1.MasterMembersRequest
+	76,  // 131: tabula.v1.Master.AddMaster:input_type -> tabula.v1.AddMasterRequest
+	78,  // 132: tabula.v1.Master.RemoveMaster:input_type -> tabula.v1.RemoveMasterRequest
+	80,  // 133: tabula.v1.Master.TransferLeader:input_type -> tabula.v1.TransferLeaderRequest
+	63,  // 134: tabula.v1.Master.MovePartition:input_type -> tabula.v1.MovePartitionRequest
+	67,  // 135: tabula.v1.Master.DrainServer:input_type -> tabula.v1.DrainServerRequest
+	69,  // 136: tabula.v1.Master.BalancePlan:input_type -> tabula.v1.BalancePlanRequest
+	51,  // 137: tabula.v1.Master.CreateTenant:input_type -> tabula.v1.CreateTenantRequest
+	53,  // 138: tabula.v1.Master.ListTenants:input_type -> tabula.v1.ListTenantsRequest
+	55,  // 139: tabula.v1.Master.DescribeTenant:input_type -> tabula.v1.DescribeTenantRequest
+	57,  // 140: tabula.v1.Master.DeleteTenant:input_type -> tabula.v1.DeleteTenantRequest
+	59,  // 141: tabula.v1.Master.RotateTenantKey:input_type -> tabula.v1.RotateTenantKeyRequest
+	61,  // 142: tabula.v1.Master.TenantKeys:input_type -> tabula.v1.TenantKeysRequest
+	47,  // 143: tabula.v1.Master.SetTenantQuota:input_type -> tabula.v1.SetTenantQuotaRequest
+	65,  // 144: tabula.v1.Master.SplitPartition:input_type -> tabula.v1.SplitPartitionRequest
+	115, // 145: tabula.v1.TableServer.Get:input_type -> tabula.v1.GetRequest
+	117, // 146: tabula.v1.TableServer.BatchGet:input_type -> tabula.v1.BatchGetRequest
+	119, // 147: tabula.v1.TableServer.MultiGet:input_type -> tabula.v1.MultiGetRequest
+	122, // 148: tabula.v1.TableServer.Put:input_type -> tabula.v1.PutRequest
+	124, // 149: tabula.v1.TableServer.Delete:input_type -> tabula.v1.DeleteRequest
+	126, // 150: tabula.v1.TableServer.CompareAndSwap:input_type -> tabula.v1.CompareAndSwapRequest
+	130, // 151: tabula.v1.TableServer.BatchWrite:input_type -> tabula.v1.BatchWriteRequest
+	132, // 152: tabula.v1.TableServer.Scan:input_type -> tabula.v1.ScanRequest
+	135, // 153: tabula.v1.TableServer.CopyReplica:input_type -> tabula.v1.CopyReplicaRequest
+	137, // 154: tabula.v1.TableServer.BulkUpload:input_type -> tabula.v1.BulkUploadRequest
+	138, // 155: tabula.v1.TableServer.BulkUploadStatus:input_type -> tabula.v1.BulkUploadStatusRequest
+	28,  // 156: tabula.v1.TableServer.Invoke:input_type -> tabula.v1.InvokeRequest
+	30,  // 157: tabula.v1.TableServer.CoprocMerge:input_type -> tabula.v1.CoprocMergeRequest
+	112, // 158: tabula.v1.TableServer.Calls:input_type -> tabula.v1.CallRequest
+	85,  // 159: tabula.v1.Master.CreateTable:output_type -> tabula.v1.CreateTableResponse
+	87,  // 160: tabula.v1.Master.DropTable:output_type -> tabula.v1.DropTableResponse
+	89,  // 161: tabula.v1.Master.ListTables:output_type -> tabula.v1.ListTablesResponse
+	91,  // 162: tabula.v1.Master.DescribeTable:output_type -> tabula.v1.DescribeTableResponse
+	93,  // 163: tabula.v1.Master.GetPartitionMap:output_type -> tabula.v1.GetPartitionMapResponse
+	95,  // 164: tabula.v1.Master.WatchPartitionMap:output_type -> tabula.v1.WatchPartitionMapResponse
+	97,  // 165: tabula.v1.Master.RegisterServer:output_type -> tabula.v1.RegisterServerResponse
+	99,  // 166: tabula.v1.Master.Heartbeat:output_type -> tabula.v1.HeartbeatResponse
+	141, // 167: tabula.v1.Master.PartitionLogFailed:output_type -> tabula.v1.PartitionLogFailedResponse
+	111, // 168: tabula.v1.Master.ListServers:output_type -> tabula.v1.ListServersResponse
+	101, // 169: tabula.v1.Master.BulkPublish:output_type -> tabula.v1.BulkPublishResponse
+	103, // 170: tabula.v1.Master.BulkStored:output_type -> tabula.v1.BulkStoredResponse
+	105, // 171: tabula.v1.Master.BulkStatus:output_type -> tabula.v1.BulkStatusResponse
+	107, // 172: tabula.v1.Master.BulkRollback:output_type -> tabula.v1.BulkRollbackResponse
+	109, // 173: tabula.v1.Master.BulkRollout:output_type -> tabula.v1.BulkRolloutResponse
+	83,  // 174: tabula.v1.Master.Stream:output_type -> tabula.v1.StreamResponse
+	20,  // 175: tabula.v1.Master.CoprocDeploy:output_type -> tabula.v1.CoprocDeployResponse
+	22,  // 176: tabula.v1.Master.CoprocList:output_type -> tabula.v1.CoprocListResponse
+	24,  // 177: tabula.v1.Master.CoprocRollback:output_type -> tabula.v1.CoprocRollbackResponse
+	26,  // 178: tabula.v1.Master.CoprocFetch:output_type -> tabula.v1.CoprocFetchResponse
+	143, // 179: tabula.v1.Master.ForgetServer:output_type -> tabula.v1.ForgetServerResponse
+	146, // 180: tabula.v1.Master.ListDataLoss:output_type -> tabula.v1.ListDataLossResponse
+	148, // 181: tabula.v1.Master.ClearDataLoss:output_type -> tabula.v1.ClearDataLossResponse
+	75,  // 182: tabula.v1.Master.MasterMembers:output_type -> tabula.v1.MasterMembersResponse
+	77,  // 183: tabula.v1.Master.AddMaster:output_type -> tabula.v1.AddMasterResponse
+	79,  // 184: tabula.v1.Master.RemoveMaster:output_type -> tabula.v1.RemoveMasterResponse
+	81,  // 185: tabula.v1.Master.TransferLeader:output_type -> tabula.v1.TransferLeaderResponse
+	64,  // 186: tabula.v1.Master.MovePartition:output_type -> tabula.v1.MovePartitionResponse
+	68,  // 187: tabula.v1.Master.DrainServer:output_type -> tabula.v1.DrainServerResponse
+	70,  // 188: tabula.v1.Master.BalancePlan:output_type -> tabula.v1.BalancePlanResponse
+	52,  // 189: tabula.v1.Master.CreateTenant:output_type -> tabula.v1.CreateTenantResponse
+	54,  // 190: tabula.v1.Master.ListTenants:output_type -> tabula.v1.ListTenantsResponse
+	56,  // 191: tabula.v1.Master.DescribeTenant:output_type -> tabula.v1.DescribeTenantResponse
+	58,  // 192: tabula.v1.Master.DeleteTenant:output_type -> tabula.v1.DeleteTenantResponse
+	60,  // 193: tabula.v1.Master.RotateTenantKey:output_type -> tabula.v1.RotateTenantKeyResponse
+	62,  // 194: tabula.v1.Master.TenantKeys:output_type -> tabula.v1.TenantKeysResponse
+	48,  // 195: tabula.v1.Master.SetTenantQuota:output_type -> tabula.v1.SetTenantQuotaResponse
+	66,  // 196: tabula.v1.Master.SplitPartition:output_type -> tabula.v1.SplitPartitionResponse
+	116, // 197: tabula.v1.TableServer.Get:output_type -> tabula.v1.GetResponse
+	118, // 198: tabula.v1.TableServer.BatchGet:output_type -> tabula.v1.BatchGetResponse
+	120, // 199: tabula.v1.TableServer.MultiGet:output_type -> tabula.v1.MultiGetResponse
+	123, // 200: tabula.v1.TableServer.Put:output_type -> tabula.v1.PutResponse
+	125, // 201: tabula.v1.TableServer.Delete:output_type -> tabula.v1.DeleteResponse
+	127, // 202: tabula.v1.TableServer.CompareAndSwap:output_type -> tabula.v1.CompareAndSwapResponse
+	131, // 203: tabula.v1.TableServer.BatchWrite:output_type -> tabula.v1.BatchWriteResponse
+	134, // 204: tabula.v1.TableServer.Scan:output_type -> tabula.v1.ScanResponse
+	136, // 205: tabula.v1.TableServer.CopyReplica:output_type -> tabula.v1.CopyReplicaChunk
+	139, // 206: tabula.v1.TableServer.BulkUpload:output_type -> tabula.v1.BulkUploadResponse
+	139, // 207: tabula.v1.TableServer.BulkUploadStatus:output_type -> tabula.v1.BulkUploadResponse
+	29,  // 208: tabula.v1.TableServer.Invoke:output_type -> tabula.v1.InvokeResponse
+	31,  // 209: tabula.v1.TableServer.CoprocMerge:output_type -> tabula.v1.CoprocMergeResponse
+	113, // 210: tabula.v1.TableServer.Calls:output_type -> tabula.v1.CallResponse
+	159, // [159:211] is the sub-list for method output_type
+	107, // [107:159] is the sub-list for method input_type
+	107, // [107:107] is the sub-list for extension type_name
+	107, // [107:107] is the sub-list for extension extendee
+	0,   // [0:107] is the sub-list for field type_name
 }
 
 func init() { file_tabula_proto_init() }
@@ -11065,14 +11749,14 @@ func file_tabula_proto_init() {
 	if File_tabula_proto != nil {
 		return
 	}
-	file_tabula_proto_msgTypes[96].OneofWrappers = []any{
+	file_tabula_proto_msgTypes[102].OneofWrappers = []any{
 		(*CallRequest_Get)(nil),
 		(*CallRequest_MultiGet)(nil),
 		(*CallRequest_Put)(nil),
 		(*CallRequest_Delete)(nil),
 		(*CallRequest_CompareAndSwap)(nil),
 	}
-	file_tabula_proto_msgTypes[97].OneofWrappers = []any{
+	file_tabula_proto_msgTypes[103].OneofWrappers = []any{
 		(*CallResponse_Get)(nil),
 		(*CallResponse_MultiGet)(nil),
 		(*CallResponse_Put)(nil),
@@ -11084,8 +11768,8 @@ func file_tabula_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tabula_proto_rawDesc), len(file_tabula_proto_rawDesc)),
-			NumEnums:      9,
-			NumMessages:   133,
+			NumEnums:      10,
+			NumMessages:   139,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -56,6 +56,7 @@ const (
 	Master_TransferLeader_FullMethodName     = "/tabula.v1.Master/TransferLeader"
 	Master_MovePartition_FullMethodName      = "/tabula.v1.Master/MovePartition"
 	Master_DrainServer_FullMethodName        = "/tabula.v1.Master/DrainServer"
+	Master_BalancePlan_FullMethodName        = "/tabula.v1.Master/BalancePlan"
 	Master_CreateTenant_FullMethodName       = "/tabula.v1.Master/CreateTenant"
 	Master_ListTenants_FullMethodName        = "/tabula.v1.Master/ListTenants"
 	Master_DescribeTenant_FullMethodName     = "/tabula.v1.Master/DescribeTenant"
@@ -144,6 +145,13 @@ type MasterClient interface {
 	// a time; its primaries hand off at once. SIGTERM to a server does the
 	// same.
 	DrainServer(ctx context.Context, in *DrainServerRequest, opts ...grpc.CallOption) (*DrainServerResponse, error)
+	// BalancePlan returns the moves the master would make to bring every
+	// live server within a band of the mean on each dimension (replica
+	// count, reads/s, writes/s, engine time, disk and memory bytes), from
+	// the current map and the load the servers report: primary transfers
+	// first, then replica moves, a limited number at once
+	// (tablemaster/balance). It changes nothing.
+	BalancePlan(ctx context.Context, in *BalancePlanRequest, opts ...grpc.CallOption) (*BalancePlanResponse, error)
 	// Tenants. Every call needs the cluster credential except
 	// DescribeTenant of the caller's own tenant (without its keys).
 	// CreateTenant makes a tenant with two fresh 512-bit keys and returns
@@ -475,6 +483,16 @@ func (c *masterClient) DrainServer(ctx context.Context, in *DrainServerRequest, 
 	return out, nil
 }
 
+func (c *masterClient) BalancePlan(ctx context.Context, in *BalancePlanRequest, opts ...grpc.CallOption) (*BalancePlanResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(BalancePlanResponse)
+	err := c.cc.Invoke(ctx, Master_BalancePlan_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *masterClient) CreateTenant(ctx context.Context, in *CreateTenantRequest, opts ...grpc.CallOption) (*CreateTenantResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(CreateTenantResponse)
@@ -633,6 +651,13 @@ type MasterServer interface {
 	// a time; its primaries hand off at once. SIGTERM to a server does the
 	// same.
 	DrainServer(context.Context, *DrainServerRequest) (*DrainServerResponse, error)
+	// BalancePlan returns the moves the master would make to bring every
+	// live server within a band of the mean on each dimension (replica
+	// count, reads/s, writes/s, engine time, disk and memory bytes), from
+	// the current map and the load the servers report: primary transfers
+	// first, then replica moves, a limited number at once
+	// (tablemaster/balance). It changes nothing.
+	BalancePlan(context.Context, *BalancePlanRequest) (*BalancePlanResponse, error)
 	// Tenants. Every call needs the cluster credential except
 	// DescribeTenant of the caller's own tenant (without its keys).
 	// CreateTenant makes a tenant with two fresh 512-bit keys and returns
@@ -751,6 +776,9 @@ func (UnimplementedMasterServer) MovePartition(context.Context, *MovePartitionRe
 }
 func (UnimplementedMasterServer) DrainServer(context.Context, *DrainServerRequest) (*DrainServerResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method DrainServer not implemented")
+}
+func (UnimplementedMasterServer) BalancePlan(context.Context, *BalancePlanRequest) (*BalancePlanResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method BalancePlan not implemented")
 }
 func (UnimplementedMasterServer) CreateTenant(context.Context, *CreateTenantRequest) (*CreateTenantResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method CreateTenant not implemented")
@@ -1312,6 +1340,24 @@ func _Master_DrainServer_Handler(srv interface{}, ctx context.Context, dec func(
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Master_BalancePlan_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(BalancePlanRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MasterServer).BalancePlan(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Master_BalancePlan_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MasterServer).BalancePlan(ctx, req.(*BalancePlanRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Master_CreateTenant_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(CreateTenantRequest)
 	if err := dec(in); err != nil {
@@ -1574,6 +1620,10 @@ var Master_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "DrainServer",
 			Handler:    _Master_DrainServer_Handler,
+		},
+		{
+			MethodName: "BalancePlan",
+			Handler:    _Master_BalancePlan_Handler,
 		},
 		{
 			MethodName: "CreateTenant",

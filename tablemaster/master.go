@@ -104,6 +104,7 @@ type Master struct {
 
 	metrics   masterMetrics // metrics.go
 	syncWatch syncWatch     // partitions short of in-sync replicas (insync.go)
+	load      loadView      // replicas' smoothed load, servers' capacity (load.go)
 	events    eventRing     // recent events, memory only (events.go)
 
 	closing   chan struct{} // closed by Close: stops the liveness loop and watch streams

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/tabuladb/tabula/api"
 )
 
@@ -129,6 +131,12 @@ func (m *Master) DescribeTable(_ context.Context, req *api.DescribeTableRequest)
 			if p.Log != nil {
 				s = withSync(s, ps.replicas[j])
 			}
+			if l := m.load.replicaLoadProto(r.ServerID, p.ID); l != nil {
+				if p.Log == nil {
+					s = proto.Clone(s).(*api.ReplicaStatus) // reports are shared, never modified
+				}
+				s.Load = l
+			}
 			resp.Replicas = append(resp.Replicas, s)
 		}
 	}
@@ -245,6 +253,7 @@ func (m *Master) Heartbeat(_ context.Context, req *api.HeartbeatRequest) (*api.H
 	if !req.ReplicasOmitted {
 		m.bulkReports(req.ServerId, statuses)
 		m.splitReports(statuses)
+		m.load.report(req.ServerId, m.opts.Now(), statuses, req.Capacity)
 	}
 	m.coprocReports(req.ServerId, req.CoprocReady)
 	m.quotas.report(req.ServerId, m.opts.Now(), req.TenantLoad)

@@ -1,6 +1,8 @@
 package tableserver
 
 import (
+	"time"
+
 	"context"
 	"errors"
 	"io"
@@ -56,7 +58,9 @@ func (s *Server) bulkGet(r *replica, req *api.GetRequest) (*api.GetResponse, err
 	if err != nil {
 		return nil, err
 	}
+	start := time.Now()
 	v, ok, err := lv.AppendGet(nil, req.GetKey())
+	r.load.since(start)
 	if err != nil {
 		return nil, engineErr(r, err)
 	}
@@ -76,7 +80,10 @@ func (s *Server) bulkBatchGet(r *replica, req *api.BatchGetRequest) (*api.BatchG
 	keys := req.GetKeys()
 	vals := make([][]byte, len(keys))
 	found := make([]bool, len(keys))
-	if _, err := lv.AppendGetBatch(nil, keys, vals, found); err != nil {
+	start := time.Now()
+	_, err = lv.AppendGetBatch(nil, keys, vals, found)
+	r.load.since(start)
+	if err != nil {
 		return nil, engineErr(r, err)
 	}
 	resp := &api.BatchGetResponse{Results: make([]*api.GetResponse, len(keys))}

@@ -40,6 +40,9 @@ type replica struct {
 	cpart coproc.Partition
 	// logger logs for the partition (the server's, with its id).
 	logger *slog.Logger
+	// load counts the engine time this replica used here (partload.go);
+	// copies of the struct share it.
+	load *partLoad
 	// order orders writes: plain writes hold it shared (the engine orders
 	// them among themselves); a coprocessor's commit holds it exclusively,
 	// so its read check and its batch are atomic against every writer.
@@ -318,7 +321,7 @@ func (s *Server) openReplica(t *api.Table, p *api.Partition, kid engines.Engine)
 		}
 		order := new(sync.RWMutex)
 		return &replica{table: t, part: p, engine: b.Engine, batch: b.Engine, bulk: b, cpart: coproc.PartitionFromEngine(b.Engine, info, order), order: order,
-			logger: s.log.With("partition", p.GetId())}, nil
+			logger: s.log.With("partition", p.GetId()), load: new(partLoad)}, nil
 	}
 	e, err := kid, error(nil)
 	if kid != nil && p.GetLog() != nil && durable(t) {
@@ -333,7 +336,7 @@ func (s *Server) openReplica(t *api.Table, p *api.Partition, kid engines.Engine)
 	}
 	order := new(sync.RWMutex)
 	r := &replica{table: t, part: p, engine: e, cpart: coproc.PartitionFromEngine(e, info, order), order: order,
-		logger: s.log.With("partition", p.GetId())}
+		logger: s.log.With("partition", p.GetId()), load: new(partLoad)}
 	r.writer, _ = e.(engines.Writer)
 	r.batch, _ = e.(engines.BatchGetter)
 	if lg := p.GetLog(); lg != nil {
@@ -342,6 +345,7 @@ func (s *Server) openReplica(t *api.Table, p *api.Partition, kid engines.Engine)
 			return nil, errors.Join(err, e.Close())
 		}
 		l.update(p, s.id())
+		l.load = r.load
 		r.log = l
 		info.Primary = roleOf(p, s.id()) == api.ReplicaRole_REPLICA_ROLE_PRIMARY
 		r.cpart = &logCoprocPartition{EnginePartition: coproc.PartitionFromEngine(e, info, order), l: l}
@@ -405,6 +409,7 @@ func (h *hosting) status(serverID string) []*api.ReplicaStatus {
 			Segments:       st.Segments,
 			CacheHits:      st.CacheHits,
 			CacheMisses:    st.CacheMisses,
+			BusyNs:         r.load.busy(),
 		})
 		if r.bulk != nil {
 			out[len(out)-1].BulkLoaded = r.bulk.loaded()

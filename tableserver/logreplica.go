@@ -31,7 +31,9 @@ import (
 // except reads of the engine (memory or mapped: microseconds) while a
 // write's outcome is decided, which must be atomic with its numbering.
 type logReplica struct {
-	s      *Server
+	s *Server
+	// load is the replica's (partload.go): apply counts its engine time.
+	load   *partLoad
 	pid    uint64
 	tenant string
 	table  string
@@ -788,6 +790,7 @@ func (l *logReplica) resultOf(lsn uint64, rd partition.Ready) []byte {
 // apply applies committed records to the engine, each atomically with
 // the applied LSN.
 func (l *logReplica) apply(recs []partition.Record) error {
+	defer l.load.since(time.Now())
 	for _, rec := range recs {
 		w, err := partition.DecodeWrite(rec.Body)
 		if err != nil {

@@ -580,6 +580,7 @@ func (s *Server) beat(draining, full bool) (err error) {
 	if full {
 		req.Replicas = h.status(s.id())
 		req.MapVersion = h.version
+		req.Capacity = s.capacity()
 		s.quota.keepPartitions(func(id uint64) bool { return h.replicas[id] != nil })
 	} else {
 		req.ReplicasOmitted = true

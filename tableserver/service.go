@@ -292,7 +292,9 @@ func (s *service) Get(ctx context.Context, req *api.GetRequest) (*api.GetRespons
 	if err != nil {
 		return nil, err
 	}
+	start := time.Now()
 	v, exp, err := r.engine.Get(req.GetKey())
+	r.load.since(start)
 	if errors.Is(err, engines.ErrNotFound) {
 		if err := dataLost(r); err != nil {
 			return nil, err
@@ -400,6 +402,7 @@ const batchGetChunk = 16
 
 // getChunk reads keys into out, through the engine's BatchGetter when it has one.
 func (r *replica) getChunk(keys [][]byte, out []*api.GetResponse) error {
+	defer r.load.since(time.Now())
 	if r.batch != nil {
 		vals := make([][]byte, len(keys))
 		exps := make([]int64, len(keys))
@@ -454,7 +457,9 @@ func (s *service) Put(ctx context.Context, req *api.PutRequest) (*api.PutRespons
 		return s.loggedPut(ctx, r, req)
 	}
 	r.order.RLock()
+	start := time.Now()
 	err = w.Apply([]engines.Mutation{{Key: req.GetKey(), Value: req.GetValue(), ExpiresAt: r.expiry(req.GetTtlMs())}})
+	r.load.since(start)
 	r.order.RUnlock()
 	if err != nil {
 		return nil, engineErr(r, err)
@@ -596,7 +601,9 @@ func (s *service) BatchWrite(ctx context.Context, req *api.BatchWriteRequest) (*
 	}
 	if len(conds) == 0 {
 		r.order.RLock()
+		start := time.Now()
 		err = w.Apply(batch)
+		r.load.since(start)
 		r.order.RUnlock()
 	} else {
 		// Held exclusively, as a coprocessor's commit does: no other

@@ -80,7 +80,7 @@ func rootCmd() *cobra.Command {
 	root.AddCommand(
 		devCmd(g), masterCmd(g), serverCmd(g), gatewayCmd(g),
 		tableCmd(g), putCmd(g), getCmd(g), delCmd(g), scanCmd(g),
-		workloadCmd(g), bulkCmd(g), streamCmd(g), extentCmd(g), coprocCmd(g), partitionCmd(g), tenantCmd(g),
+		workloadCmd(g), bulkCmd(g), streamCmd(g), extentCmd(g), coprocCmd(g), partitionCmd(g), tenantCmd(g), clusterCmd(g),
 	)
 	refuseUnknownSubcommands(root)
 	return root

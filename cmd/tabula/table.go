@@ -201,11 +201,12 @@ func tableDescribeCmd(g *globals) *cobra.Command {
 			if t.GetKind() == api.TableKind_TABLE_KIND_ORDERED {
 				rangeCol = "KEY RANGE"
 			}
-			fmt.Fprintln(w, "#\tID\t"+rangeCol+"\tEPOCH\tPRIMARY\tADDR\tLSN\tSECONDARIES (applied LSN, state, lag)\tKEYS\tBYTES")
+			fmt.Fprintln(w, "#\tID\t"+rangeCol+"\tEPOCH\tPRIMARY\tADDR\tLSN\tSECONDARIES (applied LSN, state, lag)\tKEYS\tBYTES\tREADS/S\tWRITES/S")
 			var short []string // under-replicated partitions, and why
 			parts := d.GetMap().GetPartitions()
 			sort.Slice(parts, func(i, j int) bool { return parts[i].GetIndex() < parts[j].GetIndex() })
 			var keys, bytes, live, garbage, segments, hits, misses uint64
+			var readRate, writeRate float64 // smoothed by the master (ReplicaStatus.load)
 			for _, p := range parts {
 				srv, addr := "(unplaced)", "-"
 				for _, r := range p.GetReplicas() {
@@ -226,6 +227,16 @@ func tableDescribeCmd(g *globals) *cobra.Command {
 				misses += st.GetCacheMisses()
 				var secs, why []string
 				inSync := 0
+				// Reads: every replica's (read_any reads go to
+				// secondaries); writes: the primary's (every replica
+				// applies them).
+				var reads float64
+				for _, r := range p.GetReplicas() {
+					reads += replicaStatus[fmt.Sprintf("%d/%s", p.GetId(), r.GetServerId())].GetLoad().GetReadsPerSec()
+				}
+				writes := st.GetLoad().GetWritesPerSec()
+				readRate += reads
+				writeRate += writes
 				for _, r := range p.GetReplicas() {
 					rs := replicaStatus[fmt.Sprintf("%d/%s", p.GetId(), r.GetServerId())]
 					if js := rs.GetSync(); js.GetState() == api.ReplicaState_REPLICA_STATE_IN_SYNC {
@@ -269,9 +280,9 @@ func tableDescribeCmd(g *globals) *cobra.Command {
 					}
 					rng = "[" + printable(p.GetKeyStart()) + ", " + end + ")"
 				}
-				fmt.Fprintf(w, "%d\t%d\t%s\t%d\t%s\t%s\t%s\t%s\t%d\t%d\n", p.GetIndex(), p.GetId(), rng, p.GetEpoch(), srv, addr, lsn, strings.Join(secs, ", "), st.GetKeys(), st.GetBytes())
+				fmt.Fprintf(w, "%d\t%d\t%s\t%d\t%s\t%s\t%s\t%s\t%d\t%d\t%.1f\t%.1f\n", p.GetIndex(), p.GetId(), rng, p.GetEpoch(), srv, addr, lsn, strings.Join(secs, ", "), st.GetKeys(), st.GetBytes(), reads, writes)
 			}
-			fmt.Fprintf(w, "total\t\t\t\t\t\t\t\t%d\t%d\n", keys, bytes)
+			fmt.Fprintf(w, "total\t\t\t\t\t\t\t\t%d\t%d\t%.1f\t%.1f\n", keys, bytes, readRate, writeRate)
 			if err := w.Flush(); err != nil {
 				return err
 			}

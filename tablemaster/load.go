@@ -1,0 +1,173 @@
+package tablemaster
+
+import (
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/tabuladb/tabula/api"
+	"github.com/tabuladb/tabula/tablemaster/balance"
+)
+
+// The load view: what each replica costs its server, from heartbeats, for
+// load-aware placement (tablemaster/balance, BalancePlan, describe). Like
+// the in-sync reports (insync.go) it is soft state of the member that
+// receives heartbeats, never in the command log: a new leader rebuilds it
+// from the next heartbeats (rates are warm after two full reports, ~1 s).
+
+// loadHalfLife is the rates' smoothing window: a load change shows half
+// in 10 s, so a burst does not move data and a lasting shift does within
+// the 120 s the rebalancing target allows.
+const loadHalfLife = 10 * time.Second
+
+// loadView holds each replica's smoothed load and each server's
+// capacity. The zero value is ready. Safe for concurrent use.
+type loadView struct {
+	mu sync.Mutex
+	// Guarded by mu:
+	replicas map[string]map[uint64]*replicaLoad // server -> partition
+	capacity map[string]*api.ServerCapacity
+}
+
+// replicaLoad is one replica's load as its server reported it.
+type replicaLoad struct {
+	reads, writes, busy balance.Rate
+	disk, memory        float64
+	inSync              bool
+}
+
+// report takes a heartbeat's full statuses (not one with
+// replicas_omitted): the rates advance, and replicas the server no
+// longer reports are forgotten. A dead server's reports stay until it
+// reports again (the plan looks at live servers only); its restarted
+// replicas' counters start lower, which restarts their rates.
+func (v *loadView) report(server string, now time.Time, statuses []*api.ReplicaStatus, c *api.ServerCapacity) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.replicas == nil {
+		v.replicas = map[string]map[uint64]*replicaLoad{}
+		v.capacity = map[string]*api.ServerCapacity{}
+	}
+	if c != nil {
+		v.capacity[server] = c
+	}
+	old := v.replicas[server]
+	next := make(map[uint64]*replicaLoad, len(statuses))
+	for _, s := range statuses {
+		rl := old[s.GetPartitionId()]
+		if rl == nil {
+			rl = &replicaLoad{}
+		}
+		rl.reads.Observe(s.GetReads(), now, loadHalfLife)
+		rl.writes.Observe(s.GetWrites(), now, loadHalfLife)
+		rl.busy.Observe(s.GetBusyNs(), now, loadHalfLife)
+		rl.disk, rl.memory = replicaBytes(s)
+		// Unreplicated tables report no state: their one copy is whole.
+		rl.inSync = s.GetState() == api.ReplicaState_REPLICA_STATE_IN_SYNC || s.GetState() == api.ReplicaState_REPLICA_STATE_UNSPECIFIED
+		next[s.GetPartitionId()] = rl
+	}
+	v.replicas[server] = next
+}
+
+// replicaBytes is a replica's bytes on disk and in memory: a disk store
+// reports live and garbage bytes (its index is in memory); a memory
+// engine holds everything in memory.
+func replicaBytes(s *api.ReplicaStatus) (disk, memory float64) {
+	if onDisk := s.GetLiveBytes() + s.GetGarbageBytes(); onDisk > 0 || s.GetSegments() > 0 {
+		return float64(onDisk), float64(s.GetIndexBytes())
+	}
+	return 0, float64(s.GetBytes() + s.GetIndexBytes())
+}
+
+// vec is the replica's load vector; ok is false when its server has not
+// reported it.
+func (v *loadView) vecLocked(server string, pid uint64) (vec balance.Vec, inSync, ok bool) {
+	rl := v.replicas[server][pid]
+	if rl == nil {
+		return vec, false, false
+	}
+	vec[balance.DimReads] = rl.reads.PerSec()
+	vec[balance.DimWrites] = rl.writes.PerSec()
+	vec[balance.DimBusy] = rl.busy.PerSec() / 1e9
+	vec[balance.DimDisk] = rl.disk
+	vec[balance.DimMemory] = rl.memory
+	return vec, rl.inSync, true
+}
+
+// replicaLoadProto is the replica's smoothed rates for a DescribeTable
+// answer; nil when its server has not reported it.
+func (v *loadView) replicaLoadProto(server string, pid uint64) *api.ReplicaLoad {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	vec, _, ok := v.vecLocked(server, pid)
+	if !ok {
+		return nil
+	}
+	return &api.ReplicaLoad{ReadsPerSec: vec[balance.DimReads], WritesPerSec: vec[balance.DimWrites], BusyCores: vec[balance.DimBusy]}
+}
+
+// snapshot is the cluster as the balancer sees it: live servers with
+// their fault domains and reported capacity, and the partitions of
+// log-replicated tables (the ones that move with their data, move.go)
+// with their replicas' loads. A replica without a report counts as not
+// in sync, which keeps its partition where it is.
+func (v *loadView) snapshot(st *State) (balance.Snapshot, map[uint64]partRef) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	var snap balance.Snapshot
+	for _, id := range st.ServerIDs() {
+		srv := st.Servers[id]
+		if !srv.Alive {
+			continue
+		}
+		bs := balance.Server{ID: id, Domain: srv.FaultDomain, Draining: srv.Draining}
+		if c := v.capacity[id]; c != nil {
+			bs.Capacity = balance.Capacity{DiskBytes: float64(c.GetDiskBytes()), DiskFreeBytes: float64(c.GetDiskFreeBytes()), MemoryBytes: float64(c.GetMemoryBytes())}
+		}
+		snap.Servers = append(snap.Servers, bs)
+	}
+	refs := map[uint64]partRef{}
+	for _, t := range st.tablesByID() {
+		if !t.replicatesByLog() {
+			continue
+		}
+		for i := range t.Partitions {
+			p := &t.Partitions[i]
+			bp := balance.Partition{ID: p.ID, Name: fmt.Sprintf("%s/%s#%d", t.Tenant, t.Name, p.Index)}
+			if p.Move != nil {
+				bp.Moving, bp.MovingFrom, bp.MovingTo = true, p.Move.From, p.Move.To
+			}
+			for _, r := range p.Replicas {
+				vec, inSync, _ := v.vecLocked(r.ServerID, p.ID)
+				bp.Replicas = append(bp.Replicas, balance.Replica{Server: r.ServerID, Primary: r.Role == api.ReplicaRole_REPLICA_ROLE_PRIMARY, InSync: inSync, Load: vec})
+			}
+			snap.Partitions = append(snap.Partitions, bp)
+			refs[p.ID] = partRef{tenant: t.Tenant, table: t.Name, index: p.Index}
+		}
+	}
+	return snap, refs
+}
+
+// partRef names a partition for an answer.
+type partRef struct {
+	tenant, table string
+	index         uint32
+}
+
+// warm reports whether every live server has sent two full reports (its
+// rates are measured).
+func (v *loadView) warm(st *State) bool {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	for id, srv := range st.Servers {
+		if !srv.Alive {
+			continue
+		}
+		for _, rl := range v.replicas[id] {
+			if !rl.reads.Warm() {
+				return false
+			}
+		}
+	}
+	return true
+}
