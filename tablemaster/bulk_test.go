@@ -17,11 +17,11 @@ const bulkKind = api.TableKind_TABLE_KIND_BULK
 func bulkState(t *testing.T) *State {
 	s := NewState()
 	mustApply(t, s,
-		Command{Op: OpCreateTenant, Tenant: "default"},
+		Command{Payload: CreateTenant{Tenant: "default"}},
 		register("", "h1:1", "a"),
 		register("", "h2:1", "b"),
 		register("", "h3:1", "c"),
-		Command{Op: OpCreateTable, Tenant: "default", Table: "b", Kind: bulkKind, Options: &TableOptions{Partitions: 3}},
+		Command{Payload: CreateTable{Tenant: "default", Table: "b", Kind: bulkKind, Options: &TableOptions{Partitions: 3}}},
 	)
 	return s
 }
@@ -35,22 +35,22 @@ func files(n int, seed uint32) []BulkFile {
 }
 
 func publish(v, base uint64, fs []BulkFile) Command {
-	return Command{Op: OpBulkPublish, Tenant: "default", Table: "b", Version: v, BaseVersion: base, Files: fs, UnixMs: 5}
+	return Command{UnixMs: 5, Payload: BulkPublish{Tenant: "default", Table: "b", Version: v, BaseVersion: base, Files: fs}}
 }
 
 // writeStream makes stream name as a publisher leaves it: one extent of
 // length bytes, sealed when sealed.
 func writeStream(t *testing.T, s *State, name string, length int64, sealed bool) {
 	t.Helper()
-	mustApply(t, s, Command{Op: OpStream, StreamCmd: &stream.Command{Op: stream.OpCreateStream, Stream: name}})
-	res := mustApply(t, s, Command{Op: OpStream, StreamCmd: &stream.Command{Op: stream.OpAllocate, Stream: name}})
+	mustApply(t, s, Command{Payload: StreamCommand{StreamCmd: &stream.Command{Op: stream.OpCreateStream, Stream: name}}})
+	res := mustApply(t, s, Command{Payload: StreamCommand{StreamCmd: &stream.Command{Op: stream.OpAllocate, Stream: name}}})
 	if sealed {
-		mustApply(t, s, Command{Op: OpStream, StreamCmd: &stream.Command{Op: stream.OpSeal, Extent: res.Stream.Extent, Length: length}})
+		mustApply(t, s, Command{Payload: StreamCommand{StreamCmd: &stream.Command{Op: stream.OpSeal, Extent: res.Stream.Extent, Length: length}}})
 	}
 }
 
 func stored(v uint64, i int, name string) Command {
-	return Command{Op: OpBulkStored, Tenant: "default", Table: "b", Version: v, PartitionID: uint64(i), Stream: name, UnixMs: 8}
+	return Command{UnixMs: 8, Payload: BulkStored{Tenant: "default", Table: "b", Version: v, PartitionID: uint64(i), Stream: name}}
 }
 
 // storeAll writes and records the stream of every file of version v.
@@ -88,7 +88,7 @@ func reportHeld(t *testing.T, s *State, v uint64, fs []BulkFile) {
 	t.Helper()
 	for range 20 {
 		drainClock += 2 * bulkDrainMs
-		res := mustApply(t, s, Command{Op: OpBulkAdvance, Tenant: "default", Table: "b", UnixMs: drainClock})
+		res := mustApply(t, s, Command{UnixMs: drainClock, Payload: BulkAdvance{Tenant: "default", Table: "b"}})
 		changed := res.Changed
 		tb := s.Tables["default/b"]
 		for i, p := range tb.Partitions {
@@ -100,8 +100,7 @@ func reportHeld(t *testing.T, s *State, v uint64, fs []BulkFile) {
 						f = tb.Bulk.Versions[tb.Bulk.version(x)].Files[i]
 						f.Stream = ""
 					}
-					res := mustApply(t, s, Command{Op: OpBulkLoaded, Tenant: "default", Table: "b", Version: x, PartitionID: p.ID,
-						ServerID: p.Replicas[k].ServerID, File: &f, UnixMs: 9})
+					res := mustApply(t, s, Command{UnixMs: 9, Payload: BulkLoaded{Tenant: "default", Table: "b", Version: x, PartitionID: p.ID, ServerID: p.Replicas[k].ServerID, File: &f}})
 					changed = changed || res.Changed
 				}
 			}
@@ -133,11 +132,11 @@ func TestBulkPublishSwitchRetain(t *testing.T) {
 	// report changes nothing.
 	tb := s.Tables["default/b"]
 	p0 := tb.Partitions[0]
-	mustApply(t, s, Command{Op: OpBulkLoaded, Tenant: "default", Table: "b", Version: 1, PartitionID: p0.ID, ServerID: p0.Replicas[0].ServerID, File: &f1[0]})
-	if res := mustApply(t, s, Command{Op: OpBulkLoaded, Tenant: "default", Table: "b", Version: 1, PartitionID: p0.ID, ServerID: p0.Replicas[0].ServerID, File: &f1[0]}); res.Changed {
+	mustApply(t, s, Command{Payload: BulkLoaded{Tenant: "default", Table: "b", Version: 1, PartitionID: p0.ID, ServerID: p0.Replicas[0].ServerID, File: &f1[0]}})
+	if res := mustApply(t, s, Command{Payload: BulkLoaded{Tenant: "default", Table: "b", Version: 1, PartitionID: p0.ID, ServerID: p0.Replicas[0].ServerID, File: &f1[0]}}); res.Changed {
 		t.Fatal("repeated load report changed the state")
 	}
-	if _, err := s.Apply(Command{Op: OpBulkLoaded, Tenant: "default", Table: "b", Version: 1, PartitionID: p0.ID, ServerID: p0.Replicas[0].ServerID, File: &f1[1]}); !errors.Is(err, ErrInvalidArgument) {
+	if _, err := s.Apply(Command{Payload: BulkLoaded{Tenant: "default", Table: "b", Version: 1, PartitionID: p0.ID, ServerID: p0.Replicas[0].ServerID, File: &f1[1]}}); !errors.Is(err, ErrInvalidArgument) {
 		t.Fatalf("mismatched file: %v", err)
 	}
 	// A report from a server that does not host the partition is ignored.
@@ -145,7 +144,7 @@ func TestBulkPublishSwitchRetain(t *testing.T) {
 	if p0.Replicas[0].ServerID == other {
 		other = "srv-2"
 	}
-	if res := mustApply(t, s, Command{Op: OpBulkLoaded, Tenant: "default", Table: "b", Version: 1, PartitionID: tb.Partitions[1].ID, ServerID: "srv-9", File: &f1[1]}); res.Changed {
+	if res := mustApply(t, s, Command{Payload: BulkLoaded{Tenant: "default", Table: "b", Version: 1, PartitionID: tb.Partitions[1].ID, ServerID: "srv-9", File: &f1[1]}}); res.Changed {
 		t.Fatal("report of a non-host changed the state")
 	}
 	if cur, _, _ := versions(s); cur != 0 {
@@ -173,15 +172,15 @@ func TestBulkPublishSwitchRetain(t *testing.T) {
 	}
 	// Rollback to 2 (rolled out again from its streams), then forward
 	// to 3; 1 is gone.
-	mustApply(t, s, Command{Op: OpBulkRollback, Tenant: "default", Table: "b", Version: 2})
+	mustApply(t, s, Command{Payload: BulkRollback{Tenant: "default", Table: "b", Version: 2}})
 	reportHeld(t, s, 2, f2)
 	if cur, vs, _ := versions(s); cur != 2 || !slices.Equal(vs, []uint64{2, 3}) {
 		t.Fatalf("after rollback: current %d versions %v", cur, vs)
 	}
-	if _, err := s.Apply(Command{Op: OpBulkRollback, Tenant: "default", Table: "b", Version: 1}); api.CodeOf(err) != api.ErrorCode_ERROR_CODE_NOT_FOUND {
+	if _, err := s.Apply(Command{Payload: BulkRollback{Tenant: "default", Table: "b", Version: 1}}); api.CodeOf(err) != api.ErrorCode_ERROR_CODE_NOT_FOUND {
 		t.Fatalf("rollback to unloaded version: %v", err)
 	}
-	mustApply(t, s, Command{Op: OpBulkRollback, Tenant: "default", Table: "b", Version: 3})
+	mustApply(t, s, Command{Payload: BulkRollback{Tenant: "default", Table: "b", Version: 3}})
 	reportHeld(t, s, 3, f3)
 
 	// Publishing an old number, or the same number with other files, is
@@ -243,7 +242,7 @@ func TestBulkAbandonAndMove(t *testing.T) {
 	}
 	// A report for the abandoned version is ignored.
 	p := s.Tables["default/b"].Partitions[0]
-	if res := mustApply(t, s, Command{Op: OpBulkLoaded, Tenant: "default", Table: "b", Version: 2, PartitionID: p.ID, ServerID: p.Replicas[0].ServerID, File: &f2[0]}); res.Changed {
+	if res := mustApply(t, s, Command{Payload: BulkLoaded{Tenant: "default", Table: "b", Version: 2, PartitionID: p.ID, ServerID: p.Replicas[0].ServerID, File: &f2[0]}}); res.Changed {
 		t.Fatal("abandoned version's report changed the state")
 	}
 	// A partition that moves (forced off a dead server) no longer counts
@@ -251,8 +250,8 @@ func TestBulkAbandonAndMove(t *testing.T) {
 	// once it reports it.
 	loadAll(t, s, 3, f3)
 	host := s.Tables["default/b"].Partitions[0].Replicas[0].ServerID
-	mustApply(t, s, Command{Op: OpServerDown, ServerID: host, UnixMs: 10})
-	mustApply(t, s, Command{Op: OpServerDown, ServerID: host, Force: true, UnixMs: 11})
+	mustApply(t, s, Command{UnixMs: 10, Payload: ServerDown{ServerID: host}})
+	mustApply(t, s, Command{UnixMs: 11, Payload: ServerDown{ServerID: host, Force: true}})
 	tb := s.Tables["default/b"]
 	if n := tb.BulkLoadedCount(&tb.Bulk.Versions[1]); n == 3 {
 		t.Fatalf("version 3 counts loaded on %d partitions after a move", n)
@@ -266,13 +265,13 @@ func TestBulkAbandonAndMove(t *testing.T) {
 		t.Fatalf("the new copy does not serve version 3 once loaded: %+v", r)
 	}
 	// Rollback to 1 rolls it out again from its streams.
-	mustApply(t, s, Command{Op: OpBulkRollback, Tenant: "default", Table: "b", Version: 1})
+	mustApply(t, s, Command{Payload: BulkRollback{Tenant: "default", Table: "b", Version: 1}})
 	if ro := s.Tables["default/b"].Bulk.Rollout; ro == nil || ro.Version != 1 || ro.From != 3 {
 		t.Fatalf("rollback's rollout: %+v", ro)
 	}
 	// Not a bulk table.
 	mustApply(t, s, createTable("default", "p", 2))
-	if _, err := s.Apply(Command{Op: OpBulkPublish, Tenant: "default", Table: "p", Version: 1, Files: files(2, 1)}); api.CodeOf(err) != api.ErrorCode_ERROR_CODE_WRONG_KIND {
+	if _, err := s.Apply(Command{Payload: BulkPublish{Tenant: "default", Table: "p", Version: 1, Files: files(2, 1)}}); api.CodeOf(err) != api.ErrorCode_ERROR_CODE_WRONG_KIND {
 		t.Fatalf("publish to a point table: %v", err)
 	}
 	// The state round-trips through Clone.
@@ -293,7 +292,7 @@ func TestBulkStored(t *testing.T) {
 	f1 := files(3, 1)
 	mustApply(t, s, publish(1, 0, f1))
 	for i, p := range tb.Partitions {
-		mustApply(t, s, Command{Op: OpBulkLoaded, Tenant: "default", Table: "b", Version: 1, PartitionID: p.ID, ServerID: s.Tables["default/b"].Partitions[i].Replicas[0].ServerID, File: &f1[i]})
+		mustApply(t, s, Command{Payload: BulkLoaded{Tenant: "default", Table: "b", Version: 1, PartitionID: p.ID, ServerID: s.Tables["default/b"].Partitions[i].Replicas[0].ServerID, File: &f1[i]}})
 	}
 	if cur, _, _ := versions(s); cur != 0 {
 		t.Fatal("switched with no file stored")
@@ -324,12 +323,12 @@ func TestBulkStored(t *testing.T) {
 	if _, err := s.Apply(stored(1, 0, name0)); api.DetailOf(err).GetReason() != "stream_not_sealed" {
 		t.Fatalf("open stream: %v", err)
 	}
-	mustApply(t, s, Command{Op: OpStream, StreamCmd: &stream.Command{Op: stream.OpDeleteStream, Stream: name0}})
+	mustApply(t, s, Command{Payload: StreamCommand{StreamCmd: &stream.Command{Op: stream.OpDeleteStream, Stream: name0}}})
 	writeStream(t, s, name0, 0, true)
 	if _, err := s.Apply(stored(1, 0, name0)); api.DetailOf(err).GetReason() != "stream_empty" {
 		t.Fatalf("empty stream: %v", err)
 	}
-	mustApply(t, s, Command{Op: OpStream, StreamCmd: &stream.Command{Op: stream.OpDeleteStream, Stream: name0}})
+	mustApply(t, s, Command{Payload: StreamCommand{StreamCmd: &stream.Command{Op: stream.OpDeleteStream, Stream: name0}}})
 	storeAll(t, s, 1)
 	if cur, _, _ := versions(s); cur != 1 {
 		t.Fatalf("not switched after the last file was stored: current %d", cur)
@@ -366,7 +365,7 @@ func TestBulkStored(t *testing.T) {
 		t.Fatal("streams of the abandoned version 4 are still there")
 	}
 	// Dropping the table drops its streams.
-	mustApply(t, s, Command{Op: OpDropTable, Tenant: "default", Table: "b"})
+	mustApply(t, s, Command{Payload: DropTable{Tenant: "default", Table: "b"}})
 	for _, v := range []uint64{2, 3} {
 		if hasStream(s, BulkStreamName(tb.ID, v, 0)) {
 			t.Fatalf("stream of version %d of a dropped table is still there", v)
@@ -384,7 +383,7 @@ func TestBulkPartitionsMove(t *testing.T) {
 	loadAll(t, s, 1, f1)
 	tb := s.Tables["default/b"]
 	host := tb.Partitions[0].Replicas[0].ServerID
-	res := mustApply(t, s, Command{Op: OpServerDown, ServerID: host, UnixMs: 10})
+	res := mustApply(t, s, Command{UnixMs: 10, Payload: ServerDown{ServerID: host}})
 	if len(res.Held) != 0 || len(res.Moved) == 0 {
 		t.Fatalf("stored bulk partitions: moved %v held %v", res.Moved, res.Held)
 	}
@@ -399,7 +398,7 @@ func TestBulkPartitionsMove(t *testing.T) {
 	}
 	// A draining server's bulk partitions move too.
 	drained := tb.Partitions[2].Replicas[0].ServerID
-	res = mustApply(t, s, Command{Op: OpServerDown, ServerID: drained, Draining: true, UnixMs: 15})
+	res = mustApply(t, s, Command{UnixMs: 15, Payload: ServerDown{ServerID: drained, Draining: true}})
 	if len(res.Held) != 0 || !slices.Contains(res.Moved, tb.Partitions[2].ID) {
 		t.Fatalf("drain: moved %v held %v", res.Moved, res.Held)
 	}
@@ -409,7 +408,7 @@ func TestBulkPartitionsMove(t *testing.T) {
 	// keeps its partitions with their server.
 	tb.Bulk.Versions[0].Files[1].Stream = ""
 	host = tb.Partitions[1].Replicas[0].ServerID
-	res = mustApply(t, s, Command{Op: OpServerDown, ServerID: host, UnixMs: 20})
+	res = mustApply(t, s, Command{UnixMs: 20, Payload: ServerDown{ServerID: host}})
 	if !slices.Contains(res.Held, tb.Partitions[1].ID) {
 		t.Fatalf("partition with an unstored file: moved %v held %v", res.Moved, res.Held)
 	}
@@ -439,10 +438,10 @@ func TestBulkStreamName(t *testing.T) {
 func TestBulkWithoutStreams(t *testing.T) {
 	s := NewState()
 	mustApply(t, s,
-		Command{Op: OpCreateTenant, Tenant: "default"},
+		Command{Payload: CreateTenant{Tenant: "default"}},
 		register("", "h1:1", "a"),
 		register("", "h2:1", "b"),
-		Command{Op: OpCreateTable, Tenant: "default", Table: "b", Kind: bulkKind, Options: &TableOptions{Partitions: 3}},
+		Command{Payload: CreateTable{Tenant: "default", Table: "b", Kind: bulkKind, Options: &TableOptions{Partitions: 3}}},
 	)
 	f1 := files(3, 1)
 	mustApply(t, s, publish(1, 0, f1))
@@ -454,13 +453,13 @@ func TestBulkWithoutStreams(t *testing.T) {
 		t.Fatalf("store of a version without streams: %v", err)
 	}
 	for i, p := range tb.Partitions {
-		mustApply(t, s, Command{Op: OpBulkLoaded, Tenant: "default", Table: "b", Version: 1, PartitionID: p.ID, ServerID: p.Replicas[0].ServerID, File: &f1[i]})
+		mustApply(t, s, Command{Payload: BulkLoaded{Tenant: "default", Table: "b", Version: 1, PartitionID: p.ID, ServerID: p.Replicas[0].ServerID, File: &f1[i]}})
 	}
 	if cur, _, _ := versions(s); cur != 1 {
 		t.Fatalf("version without streams did not switch on its loads: current %d", cur)
 	}
 	host := tb.Partitions[0].Replicas[0].ServerID
-	res := mustApply(t, s, Command{Op: OpServerDown, ServerID: host, UnixMs: 10})
+	res := mustApply(t, s, Command{UnixMs: 10, Payload: ServerDown{ServerID: host}})
 	if !slices.Contains(res.Held, tb.Partitions[0].ID) {
 		t.Fatalf("partition with its only file on its server moved: moved %v held %v", res.Moved, res.Held)
 	}
@@ -479,7 +478,7 @@ func TestBulkRefusedFile(t *testing.T) {
 	tb := s.Tables["default/b"]
 	p := tb.Partitions[1]
 	refuse := func(v uint64, server string) Command {
-		return Command{Op: OpBulkLoaded, Tenant: "default", Table: "b", Version: v, PartitionID: p.ID, ServerID: server, File: &f2[1], Error: "verify: corrupt"}
+		return Command{Payload: BulkLoaded{Tenant: "default", Table: "b", Version: v, PartitionID: p.ID, ServerID: server, File: &f2[1], Error: "verify: corrupt"}}
 	}
 	if res := mustApply(t, s, refuse(2, "srv-9")); res.Changed {
 		t.Fatal("a refusal from a server not hosting the partition was recorded")
@@ -522,9 +521,9 @@ func TestStrayBulkStreams(t *testing.T) {
 	writeStream(t, s, BulkStreamName(tb.ID, 9, 0), 10, false) // not published yet: kept
 	writeStream(t, s, BulkStreamName(tb.ID, 1, 7), 10, false) // no partition 7
 	writeStream(t, s, "logs/p1", 10, false)
-	mustApply(t, s, Command{Op: OpCreateTable, Tenant: "default", Table: "gone", Kind: bulkKind, Options: &TableOptions{Partitions: 1}})
+	mustApply(t, s, Command{Payload: CreateTable{Tenant: "default", Table: "gone", Kind: bulkKind, Options: &TableOptions{Partitions: 1}}})
 	gone := s.Tables["default/gone"]
-	mustApply(t, s, Command{Op: OpDropTable, Tenant: "default", Table: "gone"})
+	mustApply(t, s, Command{Payload: DropTable{Tenant: "default", Table: "gone"}})
 	dropped := BulkStreamName(gone.ID, 1, 0)
 	writeStream(t, s, dropped, 10, false)
 	got := s.StrayBulkStreams()
@@ -595,9 +594,9 @@ func TestBulkRolloutHeadroom(t *testing.T) {
 	// 100 bytes. The spare server (not hosting the partition) has room for
 	// nothing; the copies' servers room for one file each.
 	mustApply(t, s,
-		Command{Op: OpCreateTenant, Tenant: "default"},
+		Command{Payload: CreateTenant{Tenant: "default"}},
 		capOf("s1", 150), capOf("s2", 150), capOf("s3", 150),
-		Command{Op: OpCreateTable, Tenant: "default", Table: "b", Kind: bulkKind, Options: &TableOptions{Partitions: 1, Replication: 3}},
+		Command{Payload: CreateTable{Tenant: "default", Table: "b", Kind: bulkKind, Options: &TableOptions{Partitions: 1, Replication: 3}}},
 		capOf("s4", 50),
 	)
 	f1 := []BulkFile{{Size: 100, CRC: 1, Records: 1}}
@@ -620,7 +619,7 @@ func TestBulkRolloutHeadroom(t *testing.T) {
 	// s4 gets room (it registers again with more): the extra copy goes
 	// there once the rollout is re-evaluated.
 	mustApply(t, s, capOf("s4", 1000))
-	mustApply(t, s, Command{Op: OpBulkAdvance, Tenant: "default", Table: "b", UnixMs: 20})
+	mustApply(t, s, Command{UnixMs: 20, Payload: BulkAdvance{Tenant: "default", Table: "b"}})
 	tb = s.Tables["default/b"]
 	p := tb.Partitions[0]
 	if len(p.Replicas) != 4 || p.Replicas[3].ServerID != "s4" || tb.copyNext(&p.Replicas[3]) != 2 {
@@ -642,9 +641,9 @@ func TestBulkRolloutHeadroom(t *testing.T) {
 	// version, and no spare server.
 	s2 := NewState()
 	mustApply(t, s2,
-		Command{Op: OpCreateTenant, Tenant: "default"},
+		Command{Payload: CreateTenant{Tenant: "default"}},
 		capOf("s1", 250), capOf("s2", 250), capOf("s3", 250),
-		Command{Op: OpCreateTable, Tenant: "default", Table: "b", Kind: bulkKind, Options: &TableOptions{Partitions: 1, Replication: 3}},
+		Command{Payload: CreateTable{Tenant: "default", Table: "b", Kind: bulkKind, Options: &TableOptions{Partitions: 1, Replication: 3}}},
 	)
 	mustApply(t, s2, publish(1, 0, f1))
 	loadAll(t, s2, 1, f1)

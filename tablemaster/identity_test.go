@@ -11,7 +11,7 @@ import (
 )
 
 func registerInc(id, addr string, inc uint64) Command {
-	return Command{Op: OpRegisterServer, ServerID: id, Addr: addr, FaultDomain: "fd-" + id, Incarnation: inc}
+	return Command{Payload: RegisterServer{ServerID: id, Addr: addr, FaultDomain: "fd-" + id, Incarnation: inc}}
 }
 
 // epochsAndAddrs lists every partition's epoch and replica addresses.
@@ -35,10 +35,10 @@ func epochsAndAddrs(s *State) map[uint64]string {
 func TestRegisterIdentity(t *testing.T) {
 	s := NewState()
 	mustApply(t, s,
-		Command{Op: OpCreateTenant, Tenant: "default"},
+		Command{Payload: CreateTenant{Tenant: "default"}},
 		registerInc("a", "h1:1", 1),
 		registerInc("b", "h2:1", 5),
-		Command{Op: OpCreateTable, Tenant: "default", Table: "disk", Kind: point, Options: &TableOptions{Partitions: 4, Storage: StorageSSD}},
+		Command{Payload: CreateTable{Tenant: "default", Table: "disk", Kind: point, Options: &TableOptions{Partitions: 4, Storage: StorageSSD}}},
 	)
 	before := s.Clone()
 
@@ -69,9 +69,7 @@ func TestRegisterIdentity(t *testing.T) {
 	// The holder silent past its lease (the master's liveness says so):
 	// a new process takes the id over at once, without waiting for the
 	// declaration of death.
-	silent := registerInc("b", "h2:9", 50)
-	silent.HolderSilent = true
-	mustApply(t, s, silent)
+	mustApply(t, s, Command{Payload: RegisterServer{ServerID: "b", Addr: "h2:9", FaultDomain: "fd-b", Incarnation: 50, HolderSilent: true}})
 	if srv := s.Servers["b"]; !srv.Alive || srv.Incarnation != 50 || srv.Addr != "h2:9" {
 		t.Fatalf("server after a takeover from a silent holder: %+v", srv)
 	}
@@ -81,7 +79,7 @@ func TestRegisterIdentity(t *testing.T) {
 
 	// Declared dead: the new process takes over the replicas the id still
 	// holds (durable single copies) at their epochs, at its address.
-	mustApply(t, s, Command{Op: OpServerDown, ServerID: "a", UnixMs: 5})
+	mustApply(t, s, Command{UnixMs: 5, Payload: ServerDown{ServerID: "a"}})
 	held := epochsAndAddrs(s)
 	mustApply(t, s, registerInc("a", "h9:1", 2))
 	if srv := s.Servers["a"]; !srv.Alive || srv.Incarnation != 2 || srv.Addr != "h9:1" {
@@ -98,7 +96,7 @@ func TestRegisterIdentity(t *testing.T) {
 	}
 
 	// Draining: the next process may register at once.
-	mustApply(t, s, Command{Op: OpServerDown, ServerID: "b", Draining: true})
+	mustApply(t, s, Command{Payload: ServerDown{ServerID: "b", Draining: true}})
 	mustApply(t, s, registerInc("b", "h2:2", 6))
 	if srv := s.Servers["b"]; !srv.Alive || srv.Draining || srv.Incarnation != 6 {
 		t.Fatalf("server after a drained one's successor registered: %+v", srv)
@@ -119,7 +117,7 @@ func TestRegisterIdentity(t *testing.T) {
 // stable for its id, in the map and in the stream layer.
 func TestDefaultFaultDomain(t *testing.T) {
 	s := NewState()
-	mustApply(t, s, Command{Op: OpCreateTenant, Tenant: "default"})
+	mustApply(t, s, Command{Payload: CreateTenant{Tenant: "default"}})
 	a := mustApply(t, s, register("", "h1:1", "")).ServerID
 	b := mustApply(t, s, register("", "h2:1", "")).ServerID
 	mustApply(t, s, createTable("default", "t", 2))
@@ -183,16 +181,15 @@ func TestReplicationFaultDomains(t *testing.T) {
 	}
 	s := NewState()
 	mustApply(t, s,
-		Command{Op: OpCreateTenant, Tenant: "default"},
+		Command{Payload: CreateTenant{Tenant: "default"}},
 		register("a", "h1:1", "rack-1"),
 		register("b", "h2:1", "rack-1"), // same rack as a
 		register("c", "h3:1", "rack-2"),
 		register("d", "h4:1", "rack-3"),
 	)
-	mustApply(t, s, Command{Op: OpServerDown, ServerID: "d", Draining: true}) // leaving: not counted
+	mustApply(t, s, Command{Payload: ServerDown{ServerID: "d", Draining: true}}) // leaving: not counted
 	create := func(name string, n uint32) (Result, error) {
-		return s.Apply(Command{Op: OpCreateTable, Tenant: "default", Table: name, Kind: point,
-			Options: &TableOptions{Partitions: 3, Storage: StorageMemory, Replication: n}})
+		return s.Apply(Command{Payload: CreateTable{Tenant: "default", Table: name, Kind: point, Options: &TableOptions{Partitions: 3, Storage: StorageMemory, Replication: n}}})
 	}
 	_, err = create("three", 3)
 	d := api.DetailOf(err)
@@ -223,7 +220,7 @@ func TestReplicationFaultDomains(t *testing.T) {
 	}
 	// A logged command without a factor (from a master before the factor
 	// was logged) replays as 1 whatever the default is now.
-	res = mustApply(t, s, Command{Op: OpCreateTable, Tenant: "default", Table: "old", Kind: point, Options: &TableOptions{Storage: StorageMemory}})
+	res = mustApply(t, s, Command{Payload: CreateTable{Tenant: "default", Table: "old", Kind: point, Options: &TableOptions{Storage: StorageMemory}}})
 	if res.Table.Options.Replication != 1 {
 		t.Fatalf("legacy command replayed with factor %d", res.Table.Options.Replication)
 	}
@@ -239,7 +236,7 @@ func TestReplicationSwitchOff(t *testing.T) {
 		t.Fatalf("default factor %d (%v)", o.Replication, err)
 	}
 	s := baseState(t)
-	_, err := s.Apply(Command{Op: OpCreateTable, Tenant: "default", Table: "r", Kind: point, Options: &TableOptions{Replication: 2}})
+	_, err := s.Apply(Command{Payload: CreateTable{Tenant: "default", Table: "r", Kind: point, Options: &TableOptions{Replication: 2}}})
 	if api.CodeOf(err) != api.ErrorCode_ERROR_CODE_UNIMPLEMENTED {
 		t.Fatalf("factor 2 with replication off: %v", err)
 	}

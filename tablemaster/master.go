@@ -210,7 +210,7 @@ func Open(opts Options) (*Master, error) {
 	m.view.Store(&view{state: state, changed: make(chan struct{}), mv: newMapVersion(nil, state)})
 	now := opts.Now()
 	if _, ok := state.Tenants[api.DefaultTenant]; !ok {
-		if _, _, err := m.propose(Command{Op: OpCreateTenant, Tenant: api.DefaultTenant, UnixMs: now.UnixMilli(), Keys: [][]byte{auth.NewKey(), auth.NewKey()}}, nil, nil); err != nil {
+		if _, _, err := m.propose(Command{UnixMs: now.UnixMilli(), Payload: CreateTenant{Tenant: api.DefaultTenant, Keys: [][]byte{auth.NewKey(), auth.NewKey()}}}, nil, nil); err != nil {
 			return nil, errors.Join(fmt.Errorf("tablemaster: bootstrap tenant %q: %w", api.DefaultTenant, err), st.close())
 		}
 	}
@@ -519,7 +519,7 @@ func (m *Master) checkLiveness() {
 			l.dead = true
 			return true
 		}
-		res, next, err := m.propose(Command{Op: OpServerDown, ServerID: id, UnixMs: now.UnixMilli(), Promote: m.promotions(st, id), Keep: m.opts.ReplaceAfter > 0}, stillSilent, func(Result) {
+		res, next, err := m.propose(Command{UnixMs: now.UnixMilli(), Payload: ServerDown{ServerID: id, Promote: m.promotions(st, id), Keep: m.opts.ReplaceAfter > 0}}, stillSilent, func(Result) {
 			m.liveMu.Lock()
 			if l := m.live[id]; l != nil {
 				l.statuses = nil
@@ -562,7 +562,7 @@ func (m *Master) placeShortOnes(st *State, now time.Time) {
 	if !st.placeable() {
 		return
 	}
-	res, _, err := m.propose(Command{Op: OpPlace, UnixMs: now.UnixMilli()}, func(s *State) bool { return s.placeable() }, nil)
+	res, _, err := m.propose(Command{UnixMs: now.UnixMilli(), Payload: PlaceShort{}}, func(s *State) bool { return s.placeable() }, nil)
 	switch {
 	case errors.Is(err, ErrClosed):
 	case err != nil:
@@ -590,7 +590,7 @@ func (m *Master) replaceDead(st *State, now time.Time) {
 		if replaceable == 0 {
 			continue // nothing it holds can go yet: no proposal every tick
 		}
-		res, _, err := m.propose(Command{Op: OpServerDown, ServerID: id, UnixMs: now.UnixMilli(), Replace: true, Hold: hold}, func(s *State) bool {
+		res, _, err := m.propose(Command{UnixMs: now.UnixMilli(), Payload: ServerDown{ServerID: id, Replace: true, Hold: hold}}, func(s *State) bool {
 			srv := s.Servers[id]
 			return srv != nil && !srv.Alive
 		}, nil)

@@ -57,57 +57,48 @@ func (r *replayRun) table(name string) *Table { return r.st.Tables[tableKey("acm
 func replayScenario(r *replayRun) {
 	t := r.t
 	key := func(b byte) []byte { return bytes.Repeat([]byte{b}, TenantKeyBytes) }
-	r.do(Command{Op: OpCreateTenant, Tenant: "acme", Keys: [][]byte{key(1), key(2)},
-		Quota: &TenantQuota{StoredBytes: 1 << 30, ReadOpsPerSec: 500}, RequestID: "req-tenant-1"})
-	if res := r.do(Command{Op: OpCreateTenant, Tenant: "acme", Keys: [][]byte{key(1), key(2)}, RequestID: "req-tenant-1"}); !res.Duplicate {
+	r.do(Command{RequestID: "req-tenant-1", Payload: CreateTenant{Tenant: "acme", Keys: [][]byte{key(1), key(2)}, Quota: &TenantQuota{StoredBytes: 1 << 30, ReadOpsPerSec: 500}}})
+	if res := r.do(Command{RequestID: "req-tenant-1", Payload: CreateTenant{Tenant: "acme", Keys: [][]byte{key(1), key(2)}}}); !res.Duplicate {
 		t.Fatal("duplicate create_tenant not seen as one")
 	}
-	r.do(Command{Op: OpCreateTenant, Tenant: "scratch"})
-	r.do(Command{Op: OpRotateTenantKey, Tenant: "acme", KeyIndex: 2, Keys: [][]byte{key(3)}})
-	r.do(Command{Op: OpSetTenantQuota, Tenant: "acme", Quota: &TenantQuota{MemoryBytes: 1 << 20, WriteOpsPerSec: 100, CoprocCPUMsPerSec: 50}})
-	r.do(Command{Op: OpDeleteTenant, Tenant: "scratch"})
+	r.do(Command{Payload: CreateTenant{Tenant: "scratch"}})
+	r.do(Command{Payload: RotateTenantKey{Tenant: "acme", KeyIndex: 2, Keys: [][]byte{key(3)}}})
+	r.do(Command{Payload: SetTenantQuota{Tenant: "acme", Quota: &TenantQuota{MemoryBytes: 1 << 20, WriteOpsPerSec: 100, CoprocCPUMsPerSec: 50}}})
+	r.do(Command{Payload: DeleteTenant{Tenant: "scratch"}})
 
 	for i, fd := range []string{"rack-a", "rack-b", "rack-c", "rack-d", "rack-e"} {
-		r.do(Command{Op: OpRegisterServer, Addr: fmt.Sprintf("h%d:7000", i+1), InternalAddr: fmt.Sprintf("h%d:7001", i+1),
-			FaultDomain: fd, BulkCapacity: 1 << 40, Incarnation: uint64(100 + i)})
+		r.do(Command{Payload: RegisterServer{Addr: fmt.Sprintf("h%d:7000", i+1), InternalAddr: fmt.Sprintf("h%d:7001", i+1), FaultDomain: fd, BulkCapacity: 1 << 40, Incarnation: uint64(100 + i)}})
 	}
-	r.do(Command{Op: OpRegisterServer, ServerID: "srv-extra", Addr: "h9:7000"}) // a domain of its own
+	r.do(Command{Payload: RegisterServer{ServerID: "srv-extra", Addr: "h9:7000"}}) // a domain of its own
 
-	r.do(Command{Op: OpCreateTable, Tenant: "acme", Table: "mem", Kind: api.TableKind_TABLE_KIND_POINT,
-		Options: &TableOptions{Partitions: 2, Storage: StorageMemory}, RequestID: "req-table-mem"})
-	if res := r.do(Command{Op: OpCreateTable, Tenant: "acme", Table: "mem", Kind: api.TableKind_TABLE_KIND_POINT,
-		Options: &TableOptions{Partitions: 2, Storage: StorageMemory}, RequestID: "req-table-mem"}); !res.Duplicate {
+	r.do(Command{RequestID: "req-table-mem", Payload: CreateTable{Tenant: "acme", Table: "mem", Kind: api.TableKind_TABLE_KIND_POINT, Options: &TableOptions{Partitions: 2, Storage: StorageMemory}}})
+	if res := r.do(Command{RequestID: "req-table-mem", Payload: CreateTable{Tenant: "acme", Table: "mem", Kind: api.TableKind_TABLE_KIND_POINT, Options: &TableOptions{Partitions: 2, Storage: StorageMemory}}}); !res.Duplicate {
 		t.Fatal("duplicate create_table not seen as one")
 	}
-	r.do(Command{Op: OpCreateTable, Tenant: "acme", Table: "disk", Kind: api.TableKind_TABLE_KIND_POINT,
-		Options: &TableOptions{Partitions: 4, Replication: 3, Storage: StorageSSD, Durability: DurabilityLazy, Compression: CompressionS2, DefaultTTLMs: 60000}})
-	r.do(Command{Op: OpCreateTable, Tenant: "acme", Table: "ord", Kind: api.TableKind_TABLE_KIND_ORDERED,
-		Options: &TableOptions{Partitions: 3, Replication: 2, SplitPoints: [][]byte{[]byte("g"), []byte("p")}}})
-	r.do(Command{Op: OpCreateTable, Tenant: "acme", Table: "bulk", Kind: api.TableKind_TABLE_KIND_BULK,
-		Options: &TableOptions{Partitions: 2, BulkRetainedVersions: 3}})
-	r.do(Command{Op: OpCreateTable, Tenant: "acme", Table: "solo", Kind: api.TableKind_TABLE_KIND_POINT,
-		Options: &TableOptions{Partitions: 6, Replication: 1, Storage: StorageSSD}})
-	r.do(Command{Op: OpCreateTable, Tenant: "acme", Table: "gone", Kind: api.TableKind_TABLE_KIND_POINT,
-		Options: &TableOptions{Partitions: 1, Storage: StorageMemory}})
-	r.do(Command{Op: OpDropTable, Tenant: "acme", Table: "gone"})
+	r.do(Command{Payload: CreateTable{Tenant: "acme", Table: "disk", Kind: api.TableKind_TABLE_KIND_POINT, Options: &TableOptions{Partitions: 4, Replication: 3, Storage: StorageSSD, Durability: DurabilityLazy, Compression: CompressionS2, DefaultTTLMs: 60000}}})
+	r.do(Command{Payload: CreateTable{Tenant: "acme", Table: "ord", Kind: api.TableKind_TABLE_KIND_ORDERED, Options: &TableOptions{Partitions: 3, Replication: 2, SplitPoints: [][]byte{[]byte("g"), []byte("p")}}}})
+	r.do(Command{Payload: CreateTable{Tenant: "acme", Table: "bulk", Kind: api.TableKind_TABLE_KIND_BULK, Options: &TableOptions{Partitions: 2, BulkRetainedVersions: 3}}})
+	r.do(Command{Payload: CreateTable{Tenant: "acme", Table: "solo", Kind: api.TableKind_TABLE_KIND_POINT, Options: &TableOptions{Partitions: 6, Replication: 1, Storage: StorageSSD}}})
+	r.do(Command{Payload: CreateTable{Tenant: "acme", Table: "gone", Kind: api.TableKind_TABLE_KIND_POINT, Options: &TableOptions{Partitions: 1, Storage: StorageMemory}}})
+	r.do(Command{Payload: DropTable{Tenant: "acme", Table: "gone"}})
 
 	// Partition logs: allocate every log of disk and ord, reset one.
 	for _, name := range []string{"disk", "ord"} {
 		for _, p := range r.table(name).Partitions {
-			r.do(Command{Op: OpPartitionLog, PartitionID: p.ID, Epoch: p.Epoch, Servers: r.st.liveServersOf(&p), Extent: 100 + p.ID})
+			r.do(Command{Payload: PartitionLogAllocated{PartitionID: p.ID, Epoch: p.Epoch, Servers: r.st.liveServersOf(&p), Extent: 100 + p.ID}})
 		}
 	}
 	p := r.table("disk").Partitions[0]
-	r.do(Command{Op: OpPartitionLogReset, PartitionID: p.ID, Epoch: p.Epoch, Extent: p.Log.Extent})
+	r.do(Command{Payload: PartitionLogReset{PartitionID: p.ID, Epoch: p.Epoch, Extent: p.Log.Extent}})
 	p = r.table("disk").Partitions[0]
-	r.do(Command{Op: OpPartitionLog, PartitionID: p.ID, Epoch: p.Epoch, Servers: r.st.liveServersOf(&p), Extent: 200})
+	r.do(Command{Payload: PartitionLogAllocated{PartitionID: p.ID, Epoch: p.Epoch, Servers: r.st.liveServersOf(&p), Extent: 200}})
 
 	// A move of a primary: it leaves a handoff, which its done clears.
 	p = r.table("disk").Partitions[1]
 	from := primaryID(&p)
-	res := r.do(Command{Op: OpMoveReplica, PartitionID: p.ID, ServerID: from})
+	res := r.do(Command{Payload: MoveReplica{PartitionID: p.ID, ServerID: from}})
 	to := r.table("disk").Partitions[1].Move.To
-	r.do(Command{Op: OpMoveDone, PartitionID: p.ID, ServerID: from, To: to})
+	r.do(Command{Payload: MoveDone{PartitionID: p.ID, ServerID: from, To: to}})
 	if len(res.Moved) != 1 {
 		t.Fatalf("move: %+v", res)
 	}
@@ -115,7 +106,7 @@ func replayScenario(r *replayRun) {
 	if p.Handoff == nil {
 		t.Fatal("moving a primary off a live server left no handoff")
 	}
-	r.do(Command{Op: OpHandoffDone, Handoffs: map[uint64]uint64{p.ID: p.Handoff.Version}})
+	r.do(Command{Payload: HandoffDone{Handoffs: map[uint64]uint64{p.ID: p.Handoff.Version}}})
 
 	// A replica fails; the proposer picks the new primary.
 	p = r.table("ord").Partitions[2]
@@ -125,31 +116,30 @@ func replayScenario(r *replayRun) {
 			sec = rp.ServerID
 		}
 	}
-	r.do(Command{Op: OpReplicaFailed, PartitionID: p.ID, ServerID: primaryID(&p), Promote: map[uint64]string{p.ID: sec}})
+	r.do(Command{Payload: ReplicaFailed{PartitionID: p.ID, ServerID: primaryID(&p), Promote: map[uint64]string{p.ID: sec}}})
 
 	// Bulk: publish, store, load everywhere; a delta; roll back; a
 	// rollout paused, resumed, advanced.
 	bulkVersion := func(v, base uint64, seed uint32) {
 		fs := []BulkFile{{Size: 100, CRC: seed, Records: 10}, {Size: 200, CRC: seed + 1, Records: 20}}
-		r.do(Command{Op: OpBulkPublish, Tenant: "acme", Table: "bulk", Version: v, BaseVersion: base, Files: fs})
+		r.do(Command{Payload: BulkPublish{Tenant: "acme", Table: "bulk", Version: v, BaseVersion: base, Files: fs}})
 		tb := r.table("bulk")
 		for i := range tb.Partitions {
 			name := BulkStreamName(tb.ID, v, i)
-			r.do(Command{Op: OpStream, StreamCmd: &stream.Command{Op: stream.OpCreateStream, Stream: name}})
-			sr := r.do(Command{Op: OpStream, StreamCmd: &stream.Command{Op: stream.OpAllocate, Stream: name}})
-			r.do(Command{Op: OpStream, StreamCmd: &stream.Command{Op: stream.OpSeal, Extent: sr.Stream.Extent, Length: 1000}})
-			r.do(Command{Op: OpBulkStored, Tenant: "acme", Table: "bulk", Version: v, PartitionID: uint64(i), Stream: name})
+			r.do(Command{Payload: StreamCommand{StreamCmd: &stream.Command{Op: stream.OpCreateStream, Stream: name}}})
+			sr := r.do(Command{Payload: StreamCommand{StreamCmd: &stream.Command{Op: stream.OpAllocate, Stream: name}}})
+			r.do(Command{Payload: StreamCommand{StreamCmd: &stream.Command{Op: stream.OpSeal, Extent: sr.Stream.Extent, Length: 1000}}})
+			r.do(Command{Payload: BulkStored{Tenant: "acme", Table: "bulk", Version: v, PartitionID: uint64(i), Stream: name}})
 		}
 		for range 20 {
 			r.now += 2 * bulkDrainMs
-			changed := r.do(Command{Op: OpBulkAdvance, Tenant: "acme", Table: "bulk"}).Changed
+			changed := r.do(Command{Payload: BulkAdvance{Tenant: "acme", Table: "bulk"}}).Changed
 			tb := r.table("bulk")
 			for i, p := range tb.Partitions {
 				for k := range p.Replicas {
 					for _, x := range tb.copyHolds(i, &p.Replicas[k]) {
 						f := tb.Bulk.Versions[tb.Bulk.version(x)].Files[i]
-						changed = r.do(Command{Op: OpBulkLoaded, Tenant: "acme", Table: "bulk", Version: x, PartitionID: p.ID,
-							ServerID: p.Replicas[k].ServerID, File: &f}).Changed || changed
+						changed = r.do(Command{Payload: BulkLoaded{Tenant: "acme", Table: "bulk", Version: x, PartitionID: p.ID, ServerID: p.Replicas[k].ServerID, File: &f}}).Changed || changed
 					}
 				}
 			}
@@ -164,42 +154,40 @@ func replayScenario(r *replayRun) {
 	if cur := r.table("bulk").Bulk.Current; cur != 2 {
 		t.Fatalf("bulk serves %d, want 2", cur)
 	}
-	r.do(Command{Op: OpBulkRollback, Tenant: "acme", Table: "bulk", Version: 1})
+	r.do(Command{Payload: BulkRollback{Tenant: "acme", Table: "bulk", Version: 1}})
 	// A failed load report, and a rollout left under way.
 	fs3 := []BulkFile{{Size: 300, CRC: 30, Records: 30}, {Size: 400, CRC: 31, Records: 40}}
-	r.do(Command{Op: OpBulkPublish, Tenant: "acme", Table: "bulk", Version: 3, Files: fs3})
+	r.do(Command{Payload: BulkPublish{Tenant: "acme", Table: "bulk", Version: 3, Files: fs3}})
 	tb := r.table("bulk")
 	if tb.Bulk.Rollout != nil {
-		r.do(Command{Op: OpBulkRollout, Tenant: "acme", Table: "bulk", Action: RolloutPause})
-		r.do(Command{Op: OpBulkRollout, Tenant: "acme", Table: "bulk", Action: RolloutResume})
+		r.do(Command{Payload: BulkRolloutAction{Tenant: "acme", Table: "bulk", Action: RolloutPause}})
+		r.do(Command{Payload: BulkRolloutAction{Tenant: "acme", Table: "bulk", Action: RolloutResume}})
 	}
 	bp := tb.Partitions[0]
 	f := fs3[0]
-	r.do(Command{Op: OpBulkLoaded, Tenant: "acme", Table: "bulk", Version: 3, PartitionID: bp.ID, ServerID: bp.Replicas[0].ServerID,
-		File: &f, Error: "verify: checksum mismatch"})
+	r.do(Command{Payload: BulkLoaded{Tenant: "acme", Table: "bulk", Version: 3, PartitionID: bp.ID, ServerID: bp.Replicas[0].ServerID, File: &f, Error: "verify: checksum mismatch"}})
 
 	// Coprocessors: deploy two versions, ready everywhere, roll back.
 	for v, sum := range []string{"a", "b"} {
-		r.do(Command{Op: OpCoprocDeploy, Tenant: "acme", Table: "disk", Name: "audit", RequestID: fmt.Sprintf("req-coproc-%d", v),
-			Coproc: &CoprocVersion{SHA256: string(bytes.Repeat([]byte(sum), 64)), Size: 4096, Methods: []string{"on_put"}, Writes: true}})
+		r.do(Command{RequestID: fmt.Sprintf("req-coproc-%d", v), Payload: CoprocDeploy{Tenant: "acme", Table: "disk", Name: "audit", Coproc: &CoprocVersion{SHA256: string(bytes.Repeat([]byte(sum), 64)), Size: 4096, Methods: []string{"on_put"}, Writes: true}}})
 		for _, id := range r.table("disk").hosts() {
-			r.do(Command{Op: OpCoprocReady, Tenant: "acme", Table: "disk", Name: "audit", Version: uint64(v + 1), ServerID: id})
+			r.do(Command{Payload: CoprocReady{Tenant: "acme", Table: "disk", Name: "audit", Version: uint64(v + 1), ServerID: id}})
 		}
 	}
-	r.do(Command{Op: OpCoprocRollback, Tenant: "acme", Table: "disk", Name: "audit", Version: 1})
+	r.do(Command{Payload: CoprocRollback{Tenant: "acme", Table: "disk", Name: "audit", Version: 1}})
 
 	// Stream commands of their own: a stream written and deleted, loads.
-	r.do(Command{Op: OpStream, StreamCmd: &stream.Command{Op: stream.OpCreateStream, Stream: "scratch/1"}})
-	r.do(Command{Op: OpStream, StreamCmd: &stream.Command{Op: stream.OpNodeLoad, Node: "srv-1", UsedBytes: 12345}})
-	r.do(Command{Op: OpStream, StreamCmd: &stream.Command{Op: stream.OpDeleteStream, Stream: "scratch/1"}})
+	r.do(Command{Payload: StreamCommand{StreamCmd: &stream.Command{Op: stream.OpCreateStream, Stream: "scratch/1"}}})
+	r.do(Command{Payload: StreamCommand{StreamCmd: &stream.Command{Op: stream.OpNodeLoad, Node: "srv-1", UsedBytes: 12345}}})
+	r.do(Command{Payload: StreamCommand{StreamCmd: &stream.Command{Op: stream.OpDeleteStream, Stream: "scratch/1"}}})
 
 	// Servers: a restart (down with Keep, back), a drain, a replace
 	// with holds, a forced move, a forget with data loss, cleared.
-	r.do(Command{Op: OpServerDown, ServerID: "srv-2", Keep: true})
-	r.do(Command{Op: OpRegisterServer, ServerID: "srv-2", Addr: "h2:7000", InternalAddr: "h2:7001", FaultDomain: "rack-b", Incarnation: 202, HolderSilent: true})
-	r.do(Command{Op: OpServerDown, ServerID: "srv-3", Draining: true})
-	r.do(Command{Op: OpServerDown, ServerID: "srv-3"})
-	r.do(Command{Op: OpServerDown, ServerID: "srv-4", Keep: true})
+	r.do(Command{Payload: ServerDown{ServerID: "srv-2", Keep: true}})
+	r.do(Command{Payload: RegisterServer{ServerID: "srv-2", Addr: "h2:7000", InternalAddr: "h2:7001", FaultDomain: "rack-b", Incarnation: 202, HolderSilent: true}})
+	r.do(Command{Payload: ServerDown{ServerID: "srv-3", Draining: true}})
+	r.do(Command{Payload: ServerDown{ServerID: "srv-3"}})
+	r.do(Command{Payload: ServerDown{ServerID: "srv-4", Keep: true}})
 	var hold []uint64
 	for _, p := range r.table("disk").Partitions {
 		if hostsReplica(&p, "srv-4") {
@@ -207,12 +195,12 @@ func replayScenario(r *replayRun) {
 			break
 		}
 	}
-	r.do(Command{Op: OpServerDown, ServerID: "srv-4", Replace: true, Hold: hold})
-	r.do(Command{Op: OpServerDown, ServerID: "srv-4", Force: true})
-	r.do(Command{Op: OpPlace})
-	r.do(Command{Op: OpServerDown, ServerID: "srv-extra"})
-	res = r.do(Command{Op: OpForgetServer, ServerID: "srv-3", AcceptDataLoss: true})
-	r.do(Command{Op: OpForgetServer, ServerID: "srv-extra", AcceptDataLoss: true})
+	r.do(Command{Payload: ServerDown{ServerID: "srv-4", Replace: true, Hold: hold}})
+	r.do(Command{Payload: ServerDown{ServerID: "srv-4", Force: true}})
+	r.do(Command{Payload: PlaceShort{}})
+	r.do(Command{Payload: ServerDown{ServerID: "srv-extra"}})
+	res = r.do(Command{Payload: ForgetServer{ServerID: "srv-3", AcceptDataLoss: true}})
+	r.do(Command{Payload: ForgetServer{ServerID: "srv-extra", AcceptDataLoss: true}})
 	// The live server holding most of solo's only copies dies and is
 	// forgotten: its partitions are lost; one loss is cleared, the
 	// others stay on record.
@@ -230,13 +218,13 @@ func replayScenario(r *replayRun) {
 			victim = id
 		}
 	}
-	r.do(Command{Op: OpServerDown, ServerID: victim})
-	res = r.do(Command{Op: OpForgetServer, ServerID: victim, AcceptDataLoss: true})
+	r.do(Command{Payload: ServerDown{ServerID: victim}})
+	res = r.do(Command{Payload: ForgetServer{ServerID: victim, AcceptDataLoss: true}})
 	if len(res.Lost) < 2 {
 		t.Fatalf("forget %s lost %v, want 2 partitions or more", victim, res.Lost)
 	}
-	r.do(Command{Op: OpClearDataLoss, Tenant: "acme", Table: "solo", PartitionID: res.Lost[0]})
-	r.do(Command{Op: OpClearDataLoss, Tenant: "acme", Table: "ord"}) // nothing lost: a no-op
+	r.do(Command{Payload: ClearDataLoss{Tenant: "acme", Table: "solo", PartitionID: res.Lost[0]}})
+	r.do(Command{Payload: ClearDataLoss{Tenant: "acme", Table: "ord"}}) // nothing lost: a no-op
 }
 
 // TestReplayFixture opens the store saved in testdata/replay with today's

@@ -347,7 +347,7 @@ func (m *Master) reconfigureLog(ctx context.Context, p Partition, replicas int, 
 		if len(drop) > 0 {
 			// Secondaries the seal could not reach leave the replica set
 			// (placement adds others, which replay the log).
-			_, _, err := m.propose(Command{Op: OpPartitionLogReset, UnixMs: m.opts.Now().UnixMilli(), PartitionID: p.ID, Epoch: p.Epoch, Servers: drop}, nil, nil)
+			_, _, err := m.propose(Command{UnixMs: m.opts.Now().UnixMilli(), Payload: PartitionLogReset{PartitionID: p.ID, Epoch: p.Epoch, Servers: drop}}, nil, nil)
 			if err == nil {
 				m.kickLogs()
 			}
@@ -366,7 +366,7 @@ func (m *Master) reconfigureLog(ctx context.Context, p Partition, replicas int, 
 }
 
 func (m *Master) recordLog(p Partition, extent uint64, nodes []string) error {
-	res, _, err := m.propose(Command{Op: OpPartitionLog, UnixMs: m.opts.Now().UnixMilli(), PartitionID: p.ID, Epoch: p.Epoch, Servers: nodes, Extent: extent}, nil, nil)
+	res, _, err := m.propose(Command{UnixMs: m.opts.Now().UnixMilli(), Payload: PartitionLogAllocated{PartitionID: p.ID, Epoch: p.Epoch, Servers: nodes, Extent: extent}}, nil, nil)
 	if err == nil && res.Changed {
 		m.logger.Info("tablemaster: partition log continues", "partition", p.ID, "epoch", p.Epoch, "extent", extent, "replicas", nodes)
 	}
@@ -459,7 +459,7 @@ func (m *Master) PartitionLogFailed(ctx context.Context, req *api.PartitionLogFa
 	if p.Epoch == req.Epoch && p.Log.Extent == req.Extent {
 		m.logger.Warn("tablemaster: partition log append failed; sealing and continuing", "partition", p.ID, "extent", req.Extent, "server", req.ServerId, "reason", req.Reason)
 		m.event(EventLogReset, req.ServerId, p.ID, "partition %d: log append on %s failed (%s); sealing extent %d and continuing", p.ID, req.ServerId, req.Reason, req.Extent)
-		if _, _, err := m.propose(Command{Op: OpPartitionLogReset, UnixMs: m.opts.Now().UnixMilli(), PartitionID: p.ID, Epoch: req.Epoch, Extent: req.Extent}, nil, nil); err != nil {
+		if _, _, err := m.propose(Command{UnixMs: m.opts.Now().UnixMilli(), Payload: PartitionLogReset{PartitionID: p.ID, Epoch: req.Epoch, Extent: req.Extent}}, nil, nil); err != nil {
 			return nil, rpcError("partition log failed", err)
 		}
 		m.kickLogs()

@@ -32,10 +32,7 @@ func (m *Master) CreateTable(ctx context.Context, req *api.CreateTableRequest) (
 		// the default of the master that replays it.
 		opts.Replication = m.State().defaultReplicationFor(req.Kind)
 	}
-	res, st, err := m.propose(Command{
-		Op: OpCreateTable, UnixMs: m.opts.Now().UnixMilli(),
-		Tenant: req.Tenant, Table: req.Name, Kind: req.Kind, Options: opts, RequestID: requestIDOf(ctx),
-	}, nil, nil)
+	res, st, err := m.propose(Command{UnixMs: m.opts.Now().UnixMilli(), RequestID: requestIDOf(ctx), Payload: CreateTable{Tenant: req.Tenant, Table: req.Name, Kind: req.Kind, Options: opts}}, nil, nil)
 	if err != nil {
 		return nil, rpcError("create table", err)
 	}
@@ -59,7 +56,7 @@ func (m *Master) DropTable(ctx context.Context, req *api.DropTableRequest) (*api
 	if req == nil {
 		return nil, errNilRequest()
 	}
-	res, _, err := m.propose(Command{Op: OpDropTable, UnixMs: m.opts.Now().UnixMilli(), Tenant: req.Tenant, Table: req.Name, RequestID: requestIDOf(ctx)}, nil, nil)
+	res, _, err := m.propose(Command{UnixMs: m.opts.Now().UnixMilli(), RequestID: requestIDOf(ctx), Payload: DropTable{Tenant: req.Tenant, Table: req.Name}}, nil, nil)
 	if err != nil {
 		return nil, rpcError("drop table", err)
 	}
@@ -259,7 +256,7 @@ func (m *Master) Heartbeat(_ context.Context, req *api.HeartbeatRequest) (*api.H
 	m.quotas.report(req.ServerId, m.opts.Now(), req.TenantLoad)
 	resp.TenantShares = m.quotaShares(st, req.ServerId)
 	if req.Draining && !srv.Draining {
-		res, next, err := m.propose(Command{Op: OpServerDown, UnixMs: m.opts.Now().UnixMilli(), ServerID: req.ServerId, Draining: true, Keep: m.opts.ReplaceAfter > 0}, nil, nil)
+		res, next, err := m.propose(Command{UnixMs: m.opts.Now().UnixMilli(), Payload: ServerDown{ServerID: req.ServerId, Draining: true, Keep: m.opts.ReplaceAfter > 0}}, nil, nil)
 		if err != nil {
 			return nil, rpcError("drain server", err)
 		}
@@ -300,9 +297,7 @@ func (m *Master) ForgetServer(_ context.Context, req *api.ForgetServerRequest) (
 	if req == nil {
 		return nil, errNilRequest()
 	}
-	res, next, err := m.propose(Command{
-		Op: OpForgetServer, UnixMs: m.opts.Now().UnixMilli(), ServerID: req.ServerId, AcceptDataLoss: req.AcceptDataLoss,
-	}, nil, func(Result) {
+	res, next, err := m.propose(Command{UnixMs: m.opts.Now().UnixMilli(), Payload: ForgetServer{ServerID: req.ServerId, AcceptDataLoss: req.AcceptDataLoss}}, nil, func(Result) {
 		m.liveMu.Lock()
 		delete(m.live, req.ServerId)
 		m.liveMu.Unlock()
@@ -337,7 +332,7 @@ func (m *Master) ClearDataLoss(_ context.Context, req *api.ClearDataLossRequest)
 		return nil, errNilRequest()
 	}
 	what := fmt.Sprintf("clear the data loss of %s/%s", req.Tenant, req.Table)
-	res, st, err := m.propose(Command{Op: OpClearDataLoss, UnixMs: m.opts.Now().UnixMilli(), Tenant: req.Tenant, Table: req.Table, PartitionID: req.PartitionId}, nil, nil)
+	res, st, err := m.propose(Command{UnixMs: m.opts.Now().UnixMilli(), Payload: ClearDataLoss{Tenant: req.Tenant, Table: req.Table, PartitionID: req.PartitionId}}, nil, nil)
 	if err != nil {
 		return nil, rpcError(what, err)
 	}
