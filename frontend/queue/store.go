@@ -25,6 +25,11 @@ type store struct {
 	c     *client.Client
 	now   func() time.Time
 	ready atomic.Bool // StoreTable is known to exist
+	// lastID is the time part of the last message id drawn: ids of one
+	// server increase, so its messages keep their order even within one
+	// tick of a coarse clock (across servers, order is by clock only, as
+	// the service promises no strict order).
+	lastID atomic.Int64
 }
 
 // scanChunk bounds one range read of a queue's messages.
@@ -255,10 +260,21 @@ func newReceipt() string {
 	return base64.StdEncoding.EncodeToString(b[:])
 }
 
-// newMessageID is the insertion time then 8 random bytes.
-func newMessageID(now time.Time) [16]byte {
+// newMessageID is the insertion time (made to increase) then 8 random
+// bytes.
+func (s *store) newMessageID(now time.Time) [16]byte {
+	t := now.UnixNano()
+	for {
+		last := s.lastID.Load()
+		if t <= last {
+			t = last + 1
+		}
+		if s.lastID.CompareAndSwap(last, t) {
+			break
+		}
+	}
 	var id [16]byte
-	binary.BigEndian.PutUint64(id[:8], uint64(now.UnixNano()))
+	binary.BigEndian.PutUint64(id[:8], uint64(t))
 	_, _ = rand.Read(id[8:])
 	return id
 }
@@ -277,7 +293,7 @@ func (s *store) putMessage(ctx context.Context, name, text string, visibility, t
 	if ttl > 0 {
 		rec.Expires = ms + ttl.Milliseconds()
 	}
-	id := newMessageID(now)
+	id := s.newMessageID(now)
 	var opts []client.WriteOption
 	if d := rec.ttl(ms); d > 0 {
 		opts = append(opts, client.WithTTL(d))
