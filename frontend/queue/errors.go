@@ -46,12 +46,12 @@ var (
 
 func errQueryValue(name, value, reason string) *svcError {
 	return newErr(http.StatusBadRequest, "InvalidQueryParameterValue",
-		fmt.Sprintf("Value for one of the query parameters specified in the request URI is invalid (%s=%q: %s).", name, value, reason))
+		fmt.Sprintf("Value for one of the query parameters specified in the request URI is invalid. (%s=%q: %s)", name, value, reason))
 }
 
 func errQueryRange(name, value string, lo, hi int64) *svcError {
 	return newErr(http.StatusBadRequest, "OutOfRangeQueryParameterValue",
-		fmt.Sprintf("One of the query parameters specified in the request URI is outside the permissible range (%s=%q, want %d to %d).", name, value, lo, hi))
+		fmt.Sprintf("One of the query parameters specified in the request URI is outside the permissible range. (%s=%q, want %d to %d)", name, value, lo, hi))
 }
 
 func errMissingQuery(name string) *svcError {

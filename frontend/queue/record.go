@@ -117,6 +117,10 @@ func decodeQueue(b []byte) (*queueRecord, error) {
 	return q, nil
 }
 
+// maxRecordTTL is the longest record TTL the cluster takes (100 years),
+// in ms.
+const maxRecordTTL = 100 * 365 * 24 * 3600 * 1000
+
 // never is the expiry of a message that does not expire.
 const never = math.MaxInt64
 
@@ -173,8 +177,12 @@ func (m *messageRecord) ttl(now int64) time.Duration {
 	if m.Expires == never {
 		return 0
 	}
+	left := m.Expires - now
+	if left > maxRecordTTL {
+		return 0 // past what the table keeps a TTL for: checked on read only
+	}
 	// A millisecond at least: a zero TTL would mean "the table's default".
-	return time.Duration(max(m.Expires-now, 1)) * time.Millisecond
+	return time.Duration(max(left, 1)) * time.Millisecond
 }
 
 // Keys.

@@ -26,6 +26,7 @@ const (
 	defaultDequeueVT = 30            // seconds
 	maxListResults   = 5000
 	maxPolicies      = 5
+	maxTTL           = 100 * 365 * 24 * 3600 // seconds; a longer one never expires
 )
 
 // decodeMessageText reads a QueueMessage body's MessageText: ok is false
@@ -239,7 +240,35 @@ type xmlMessage struct {
 	PopReceipt      string `xml:"PopReceipt,omitempty"`
 	TimeNextVisible string `xml:"TimeNextVisible,omitempty"`
 	DequeueCount    *int   `xml:"DequeueCount,omitempty"`
-	MessageText     *string
+	MessageText     *rawText
+}
+
+// rawText is character data escaped as the service escapes it: only &, <
+// and > (Go's encoder also writes ' and " as &#39; and &#34;, which some
+// SDKs' parsers hand back undecoded).
+type rawText struct {
+	Inner string `xml:",innerxml"`
+}
+
+func escapeText(s string) *rawText {
+	var b strings.Builder
+	for _, r := range s {
+		switch {
+		case r == '&':
+			b.WriteString("&amp;")
+		case r == '<':
+			b.WriteString("&lt;")
+		case r == '>':
+			b.WriteString("&gt;")
+		case r == '\r':
+			b.WriteString("&#xD;")
+		case r == 0x09 || r == 0x0A || r >= 0x20 && r <= 0xD7FF || r >= 0xE000 && r <= 0xFFFD || r >= 0x10000 && r <= 0x10FFFF:
+			b.WriteRune(r)
+		default:
+			b.WriteRune(0xFFFD) // no XML character
+		}
+	}
+	return &rawText{Inner: b.String()}
 }
 
 type xmlMessageList struct {
@@ -266,8 +295,8 @@ func messageXML(m message, kind op) xmlMessage {
 		x.PopReceipt, x.TimeNextVisible = m.Rec.Receipt, httpTime(m.Rec.Visible)
 	}
 	if kind != opPutMessage {
-		n, t := int(m.Rec.Dequeues), m.Rec.Text
-		x.DequeueCount, x.MessageText = &n, &t
+		n := int(m.Rec.Dequeues)
+		x.DequeueCount, x.MessageText = &n, escapeText(m.Rec.Text)
 	}
 	return x
 }
@@ -315,7 +344,7 @@ func putParams(q url.Values) (visibility, ttl time.Duration, err error) {
 	if err != nil {
 		return 0, 0, err
 	}
-	t, err := intParam(q, "messagettl", -1, 1<<53, defaultTTL)
+	t, err := intParam(q, "messagettl", -1, 1<<62, defaultTTL)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -324,8 +353,8 @@ func putParams(q url.Values) (visibility, ttl time.Duration, err error) {
 		return 0, 0, errQueryValue("messagettl", "0", "must be at least 1, or -1 for no expiry")
 	case t > 0 && vis >= t:
 		return 0, 0, errQueryValue("visibilitytimeout", strconv.FormatInt(vis, 10), "messagettl must be greater than visibilitytimeout")
-	case t < 0:
-		t = 0
+	case t < 0 || t > maxTTL:
+		t = 0 // never: the service caps expiry at 9999-12-31 too
 	}
 	return time.Duration(vis) * time.Second, time.Duration(t) * time.Second, nil
 }
