@@ -14,6 +14,7 @@ import (
 
 	"github.com/tabuladb/tabula/api"
 	"github.com/tabuladb/tabula/client"
+	"github.com/tabuladb/tabula/frontend/entity"
 	"github.com/tabuladb/tabula/frontend/sharedkey"
 )
 
@@ -188,7 +189,9 @@ func (a *account) list(ctx context.Context) error {
 	// it made).
 	tables, ids := map[string]string{}, map[string]uint64{}
 	for _, t := range ts {
-		if t.GetKind() != api.TableKind_TABLE_KIND_ORDERED {
+		// Other services' tables (the queue service's azure-queue-store)
+		// are no legal Azure table names: not the account's tables.
+		if t.GetKind() != api.TableKind_TABLE_KIND_ORDERED || entity.ValidateTableName(t.GetName()) != nil {
 			continue
 		}
 		low := strings.ToLower(t.GetName())

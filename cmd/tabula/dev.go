@@ -32,6 +32,7 @@ func devCmd(g *globals) *cobra.Command {
 		debug         string
 		dashListen    string
 		azureListen   string
+		queueListen   string
 		azTLS         gatewayTLS
 	)
 	cmd := &cobra.Command{
@@ -97,11 +98,30 @@ prints the endpoints and "tabula dev ready" once it serves, and runs until inter
 			}
 			defer dash.Close()
 			var gw *gatewayServer
-			if azureListen != "" {
-				cred := c.Credential()
-				if err := ensureDevAccount(cmd.Context(), c.MasterAddrs(), cred); err != nil {
+			var qsrv *queueServer
+			if azureListen != "" || queueListen != "" {
+				if err := ensureDevAccount(cmd.Context(), c.MasterAddrs(), c.Credential()); err != nil {
 					return fmt.Errorf("the Azure development account: %w (%v)", err, c.Close())
 				}
+			}
+			if queueListen != "" {
+				serve, terr := azTLS.config()
+				if terr != nil {
+					return fmt.Errorf("%w (%v)", terr, c.Close())
+				}
+				qsrv, err = startQueue(cmd.Context(), gatewayConfig{addr: queueListen, masters: c.MasterAddrs(), cred: c.Credential(), serve: serve, log: log})
+				switch {
+				case err != nil && !cmd.Flags().Changed("queue-listen"):
+					// The default port may be another emulator's.
+					fmt.Fprintf(cmd.ErrOrStderr(), "tabula dev: the Azure Queue service is off: %v (give --queue-listen another address)\n", err)
+				case err != nil:
+					return fmt.Errorf("%w (%v)", err, c.Close())
+				default:
+					defer qsrv.Close()
+				}
+			}
+			if azureListen != "" {
+				cred := c.Credential()
 				serve, terr := azTLS.config()
 				if terr != nil {
 					return fmt.Errorf("%w (%v)", terr, c.Close())
@@ -147,6 +167,12 @@ prints the endpoints and "tabula dev ready" once it serves, and runs until inter
 			if gw != nil {
 				fmt.Fprintf(out, "azure   %s\n", devAzureLine(gw.URL()))
 			}
+			if qsrv != nil {
+				fmt.Fprintf(out, "queue   %s\n", devQueueLine(qsrv.URL()))
+			}
+			if gw != nil || qsrv != nil {
+				fmt.Fprintf(out, "blob    not served yet (the Blob service is not built); connection string for what is: %s\n", devAllConnectionString(gw, qsrv))
+			}
 			fmt.Fprintln(out, "tabula dev ready")
 			<-cmd.Context().Done()
 			fmt.Fprintln(out, "tabula dev: shutting down")
@@ -161,6 +187,7 @@ prints the endpoints and "tabula dev ready" once it serves, and runs until inter
 	cmd.Flags().StringVar(&debug, "debug-listen", "", "address serving Go's profiling endpoints, /debug/pprof/ (default: none)")
 	cmd.Flags().StringVar(&dashListen, "dashboard-listen", "127.0.0.1:0", dashboardListenUsage+"; the leading master's (empty: off)")
 	cmd.Flags().StringVar(&azureListen, "azure-listen", "127.0.0.1:10002", azureListenUsage+"; serves the development account "+sharedkey.DevAccount)
+	cmd.Flags().StringVar(&queueListen, "queue-listen", "127.0.0.1:10001", queueListenUsage+"; serves the development account "+sharedkey.DevAccount)
 	azTLS.register(cmd.Flags())
 	return cmd
 }
@@ -246,4 +273,61 @@ func devAzureLine(addr string) string {
 func devConnectionString(endpoint string) string {
 	scheme, _, _ := strings.Cut(endpoint, "://")
 	return fmt.Sprintf("DefaultEndpointsProtocol=%s;AccountName=%s;AccountKey=%s;TableEndpoint=%s;", scheme, sharedkey.DevAccount, sharedkey.DevKey, endpoint)
+}
+
+// devEndpoint is the development account's endpoint at a service's base
+// URL, and whether it is where UseDevelopmentStorage=true points
+// (http://127.0.0.1:port).
+func devEndpoint(base, port string) (string, bool) {
+	scheme := "http"
+	addr := base
+	if rest, ok := strings.CutPrefix(base, "https://"); ok {
+		scheme, addr = "https", rest
+	} else {
+		addr = strings.TrimPrefix(addr, "http://")
+	}
+	host, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		host, p = addr, ""
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+		host = "127.0.0.1"
+	}
+	return scheme + "://" + net.JoinHostPort(host, p) + "/" + sharedkey.DevAccount, scheme == "http" && host == "127.0.0.1" && p == port
+}
+
+// devQueueLine describes the dev cluster's Azure Queue endpoint.
+func devQueueLine(base string) string {
+	endpoint, std := devEndpoint(base, "10001")
+	conn := "UseDevelopmentStorage=true"
+	if !std {
+		scheme, _, _ := strings.Cut(endpoint, "://")
+		conn = fmt.Sprintf("DefaultEndpointsProtocol=%s;AccountName=%s;AccountKey=%s;QueueEndpoint=%s;", scheme, sharedkey.DevAccount, sharedkey.DevKey, endpoint)
+	}
+	return fmt.Sprintf("%s  (Azure Queue REST; account %s with its well-known key; connection string: %s)", endpoint, sharedkey.DevAccount, conn)
+}
+
+// devAllConnectionString is one connection string naming every Azure
+// service tabula dev serves: UseDevelopmentStorage=true when each is at
+// its standard address.
+func devAllConnectionString(gw *gatewayServer, qs *queueServer) string {
+	std := true
+	scheme := "http"
+	var eps []string
+	if gw != nil {
+		ep, ok := devEndpoint(gw.URL(), "10002")
+		std = std && ok
+		scheme, _, _ = strings.Cut(ep, "://")
+		eps = append(eps, "TableEndpoint="+ep+";")
+	}
+	if qs != nil {
+		ep, ok := devEndpoint(qs.URL(), "10001")
+		std = std && ok
+		scheme, _, _ = strings.Cut(ep, "://")
+		eps = append(eps, "QueueEndpoint="+ep+";")
+	}
+	if std {
+		return "UseDevelopmentStorage=true"
+	}
+	return fmt.Sprintf("DefaultEndpointsProtocol=%s;AccountName=%s;AccountKey=%s;%s", scheme, sharedkey.DevAccount, sharedkey.DevKey, strings.Join(eps, ""))
 }

@@ -18,12 +18,78 @@ import (
 	"github.com/tabuladb/tabula/client"
 	"github.com/tabuladb/tabula/frontend"
 	"github.com/tabuladb/tabula/frontend/bearer"
+	"github.com/tabuladb/tabula/frontend/queue"
 	"github.com/tabuladb/tabula/frontend/sharedkey"
 	"github.com/tabuladb/tabula/internal/tlsfiles"
 )
 
 // azureListenUsage documents --azure-listen.
 const azureListenUsage = "address of the Azure Table REST gateway (path-style: http://ADDR/ACCOUNT/Table; empty: off)"
+
+// queueListenUsage documents --queue-listen.
+const queueListenUsage = "address of the Azure Queue REST service (path-style: http://ADDR/ACCOUNT/queue; empty: off)"
+
+// queueServer is a running Azure Queue service.
+type queueServer struct {
+	qs   *queue.Server
+	lis  net.Listener
+	tls  bool
+	srv  *http.Server
+	done chan struct{}
+	err  error
+}
+
+// startQueue serves the Azure Queue service for the cluster at
+// cfg.masters on cfg.addr, acting with the cluster credential (cfg.bearer
+// is not used: the queue service takes no bearer tokens).
+func startQueue(ctx context.Context, cfg gatewayConfig) (*queueServer, error) {
+	log := cfg.log
+	qs, err := queue.New(ctx, queue.Options{Masters: cfg.masters, Credential: cfg.cred, TLS: cfg.dialTLS, Logger: log.With("part", "azure-queue")})
+	if err != nil {
+		return nil, err
+	}
+	lis, err := net.Listen("tcp", cfg.addr)
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("--queue-listen: %w", err), qs.Close())
+	}
+	s := &queueServer{qs: qs, lis: lis, tls: cfg.serve != nil, done: make(chan struct{}),
+		srv: &http.Server{Handler: qs, ReadHeaderTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute, TLSConfig: cfg.serve}}
+	go func() {
+		defer close(s.done)
+		var err error
+		if cfg.serve != nil {
+			err = s.srv.ServeTLS(lis, "", "")
+		} else {
+			err = s.srv.Serve(lis)
+		}
+		if !errors.Is(err, http.ErrServerClosed) {
+			s.err = err
+		}
+	}()
+	log.Info("serving the Azure Queue service", "addr", lis.Addr().String(), "tls", cfg.serve != nil)
+	return s, nil
+}
+
+// URL is the queue service's base URL.
+func (s *queueServer) URL() string {
+	if s.tls {
+		return "https://" + s.lis.Addr().String()
+	}
+	return "http://" + s.lis.Addr().String()
+}
+
+// Close stops serving (requests in flight get 5 s) and closes the
+// service. Nil-safe.
+func (s *queueServer) Close() error {
+	if s == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	err := s.srv.Shutdown(ctx)
+	<-s.done
+	return errors.Join(err, s.err, s.qs.Close())
+}
 
 // gatewayServer is a running Azure Table gateway.
 type gatewayServer struct {
@@ -128,9 +194,10 @@ func (s *gatewayServer) Close() error {
 
 func gatewayCmd(g *globals) *cobra.Command {
 	var (
-		listen    string
-		azTLS     gatewayTLS
-		oauthKeys string
+		listen      string
+		queueListen string
+		azTLS       gatewayTLS
+		oauthKeys   string
 	)
 	cmd := &cobra.Command{
 		Use:   "gateway",
@@ -179,12 +246,24 @@ the account's URL, its principal (oid) granted the account as reader or contribu
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "azure   %s/ACCOUNT  (Azure Table REST, path-style)\ntabula gateway ready\n", gw.URL())
+			var qsrv *queueServer
+			if queueListen != "" {
+				if qsrv, err = startQueue(cmd.Context(), gatewayConfig{addr: queueListen, masters: g.master, cred: client.Credential(cred),
+					dialTLS: dial, serve: serve, log: log}); err != nil {
+					return errors.Join(err, gw.Close())
+				}
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "azure   %s/ACCOUNT  (Azure Table REST, path-style)\n", gw.URL())
+			if qsrv != nil {
+				fmt.Fprintf(cmd.OutOrStdout(), "queue   %s/ACCOUNT  (Azure Queue REST, path-style)\n", qsrv.URL())
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), "tabula gateway ready")
 			<-cmd.Context().Done()
-			return gw.Close()
+			return errors.Join(qsrv.Close(), gw.Close())
 		},
 	}
 	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:10002", azureListenUsage)
+	cmd.Flags().StringVar(&queueListen, "queue-listen", "", queueListenUsage+" (default: off)")
 	azTLS.register(cmd.Flags())
 	cmd.Flags().StringVar(&oauthKeys, "azure-oauth-keys", "", "JSON file of the issuers, public keys (PEM) and principal-to-account grants that OAuth bearer tokens are verified with (default: bearer tokens refused)")
 	return cmd
