@@ -556,9 +556,9 @@ func TestBulkCopiesSurviveReplay(t *testing.T) {
 	s := NewState()
 	var logged []Command
 	for _, c := range []Command{
-		{Op: OpCreateTenant, Tenant: "default"},
+		{Payload: CreateTenant{Tenant: "default"}},
 		register("", "h1:1", "a"), register("", "h2:1", "b"), register("", "h3:1", "c"),
-		{Op: OpCreateTable, Tenant: "default", Table: "b", Kind: bulkKind, Options: &TableOptions{Partitions: 2, Replication: 3}},
+		{Payload: CreateTable{Tenant: "default", Table: "b", Kind: bulkKind, Options: &TableOptions{Partitions: 2, Replication: 3}}},
 	} {
 		_, lc, err := s.ApplyChecked(c)
 		if err != nil {

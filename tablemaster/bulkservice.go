@@ -142,12 +142,13 @@ func (m *Master) bulkReports(serverID string, statuses []*api.ReplicaStatus) {
 	}
 	for _, c := range cmds {
 		res, _, err := m.propose(c, nil, nil)
+		l := c.Payload.(BulkLoaded)
 		if err != nil {
-			m.logger.Warn("tablemaster: bulk load report refused", "server", serverID, "partition", c.PartitionID, "version", c.Version, "err", err)
+			m.logger.Warn("tablemaster: bulk load report refused", "server", serverID, "partition", l.PartitionID, "version", l.Version, "err", err)
 			continue
 		}
-		if res.Changed && res.Table != nil && res.Table.Bulk != nil && res.Table.Bulk.Current == c.Version {
-			m.logger.Info("tablemaster: bulk version loaded everywhere; serving", "tenant", c.Tenant, "table", c.Table, "version", c.Version)
+		if res.Changed && res.Table != nil && res.Table.Bulk != nil && res.Table.Bulk.Current == l.Version {
+			m.logger.Info("tablemaster: bulk version loaded everywhere; serving", "tenant", l.Tenant, "table", l.Table, "version", l.Version)
 		}
 	}
 }

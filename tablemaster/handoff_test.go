@@ -49,30 +49,30 @@ func TestHandoffFencesLivePrimaryChanges(t *testing.T) {
 		fence bool
 	}{
 		{"drain (tabula server drain)", func(p Partition) []Command {
-			return []Command{{Op: OpServerDown, ServerID: primaryID(&p), Draining: true, Keep: true}}
+			return []Command{{Payload: ServerDown{ServerID: primaryID(&p), Draining: true, Keep: true}}}
 		}, true},
 		{"SIGTERM: a draining heartbeat, replicas dropped (no ReplaceAfter)", func(p Partition) []Command {
-			return []Command{{Op: OpServerDown, ServerID: primaryID(&p), Draining: true}}
+			return []Command{{Payload: ServerDown{ServerID: primaryID(&p), Draining: true}}}
 		}, true},
 		{"move of the primary done", func(p Partition) []Command {
 			to := spare(p)
-			return []Command{{Op: OpMoveReplica, PartitionID: p.ID, ServerID: primaryID(&p), To: to}, {Op: OpMoveDone, PartitionID: p.ID, ServerID: primaryID(&p), To: to}}
+			return []Command{{Payload: MoveReplica{PartitionID: p.ID, ServerID: primaryID(&p), To: to}}, {Payload: MoveDone{PartitionID: p.ID, ServerID: primaryID(&p), To: to}}}
 		}, true},
 		{"placement after the primary's engine failed", func(p Partition) []Command {
-			return []Command{{Op: OpReplicaFailed, PartitionID: p.ID, ServerID: primaryID(&p)}}
+			return []Command{{Payload: ReplicaFailed{PartitionID: p.ID, ServerID: primaryID(&p)}}}
 		}, true},
 		{"death (after DeadAfter), kept replicas", func(p Partition) []Command {
-			return []Command{{Op: OpServerDown, ServerID: primaryID(&p), Keep: true}}
+			return []Command{{Payload: ServerDown{ServerID: primaryID(&p), Keep: true}}}
 		}, false},
 		{"death, replicas dropped", func(p Partition) []Command {
-			return []Command{{Op: OpServerDown, ServerID: primaryID(&p)}}
+			return []Command{{Payload: ServerDown{ServerID: primaryID(&p)}}}
 		}, false},
 		{"a secondary drains", func(p Partition) []Command {
-			return []Command{{Op: OpServerDown, ServerID: p.Replicas[1].ServerID, Draining: true, Keep: true}}
+			return []Command{{Payload: ServerDown{ServerID: p.Replicas[1].ServerID, Draining: true, Keep: true}}}
 		}, false},
 		{"move of a secondary done", func(p Partition) []Command {
 			to := spare(p)
-			return []Command{{Op: OpMoveReplica, PartitionID: p.ID, ServerID: p.Replicas[1].ServerID, To: to}, {Op: OpMoveDone, PartitionID: p.ID, ServerID: p.Replicas[1].ServerID, To: to}}
+			return []Command{{Payload: MoveReplica{PartitionID: p.ID, ServerID: p.Replicas[1].ServerID, To: to}}, {Payload: MoveDone{PartitionID: p.ID, ServerID: p.Replicas[1].ServerID, To: to}}}
 		}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -85,10 +85,10 @@ func TestHandoffFencesLivePrimaryChanges(t *testing.T) {
 			for _, c := range tc.cmds(before) {
 				next, _, logged, err := successor(cur, c)
 				if err != nil {
-					t.Fatalf("%s: %v", c.Op, err)
+					t.Fatalf("%s: %v", c.Op(), err)
 				}
 				if _, err := replay.ApplyLogged(logged); err != nil {
-					t.Fatalf("replay %s: %v", c.Op, err)
+					t.Fatalf("replay %s: %v", c.Op(), err)
 				}
 				cur = next
 			}

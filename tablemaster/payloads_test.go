@@ -89,7 +89,7 @@ func TestPayloadsEncodeFlat(t *testing.T) {
 		if err := json.Unmarshal(got, &back); err != nil {
 			t.Fatalf("%s: decode: %v", p.Op(), err)
 		}
-		if back.Op != p.Op() || back.UnixMs != 42 || back.RequestID != "r-1" || !reflect.DeepEqual(back.payload(), p) {
+		if back.Op() != p.Op() || back.UnixMs != 42 || back.RequestID != "r-1" || !reflect.DeepEqual(back.payload(), p) {
 			t.Fatalf("%s: round trip gives %#v, want %#v", p.Op(), back.payload(), p)
 		}
 	}
@@ -119,7 +119,7 @@ func TestPayloadsLegacyLog(t *testing.T) {
 		}
 		p := e.Cmd.payload()
 		if p == nil {
-			t.Fatalf("record %d: op %q has no payload", i, e.Cmd.Op)
+			t.Fatalf("record %d: op %q has no payload", i, e.Cmd.Op())
 		}
 		ops[p.Op()] = true
 		typed := logEntry{Seq: e.Seq, Cmd: Command{UnixMs: e.Cmd.UnixMs, RequestID: e.Cmd.RequestID, Payload: p}}

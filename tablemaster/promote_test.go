@@ -13,9 +13,9 @@ import (
 func TestPromotionSkipsCopyingReplicas(t *testing.T) {
 	st := NewState()
 	for _, c := range []Command{
-		{Op: OpCreateTenant, Tenant: "default"},
+		{Payload: CreateTenant{Tenant: "default"}},
 		register("srv-1", "a:1", "fd-1"), register("srv-2", "a:2", "fd-2"), register("srv-3", "a:3", "fd-3"),
-		{Op: OpCreateTable, Tenant: "default", Table: "t", Kind: point, Options: &TableOptions{Partitions: 1, Replication: 3}},
+		{Payload: CreateTable{Tenant: "default", Table: "t", Kind: point, Options: &TableOptions{Partitions: 1, Replication: 3}}},
 	} {
 		if _, err := st.Apply(c); err != nil {
 			t.Fatal(err)

@@ -91,7 +91,7 @@ func (s *State) requestDone(cmd *Command) (Result, bool) {
 
 // recordRequest records that cmd (with a request id) was applied with res.
 func (s *State) recordRequest(cmd *Command, res Result) {
-	r := &Request{UnixMs: cmd.UnixMs, Op: cmd.Op}
+	r := &Request{UnixMs: cmd.UnixMs, Op: cmd.Op()}
 	if res.Table != nil {
 		r.TableID = res.Table.ID
 	}

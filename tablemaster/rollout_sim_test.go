@@ -51,8 +51,8 @@ func rolloutScenario(seed uint64) error {
 	servers := 4 + rng.IntN(3)
 	apply := func(c Command) (Result, error) {
 		res, err := s.Apply(c)
-		if rolloutTrace != nil && c.Op != OpStream {
-			rolloutTrace(fmt.Sprintf("%s v=%d srv=%s action=%s t=%d -> changed=%v err=%v", c.Op, c.Version, c.ServerID, c.Action, c.UnixMs, res.Changed, err))
+		if rolloutTrace != nil && c.Op() != OpStream {
+			rolloutTrace(fmt.Sprintf("%s %+v t=%d -> changed=%v err=%v", c.Op(), c.Payload, c.UnixMs, res.Changed, err))
 			if t := s.Tables["default/b"]; t != nil && t.Bulk != nil {
 				for i, p := range t.Partitions {
 					var cs []string

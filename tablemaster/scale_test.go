@@ -118,9 +118,9 @@ func TestReplayDoesNotRevalidate(t *testing.T) {
 		Command{UnixMs: 3, Payload: CreateTable{Tenant: api.DefaultTenant, Table: "old name!", Kind: api.TableKind_TABLE_KIND_POINT, Options: &TableOptions{Partitions: api.MaxPartitions + 1, Replication: 1}}},
 	)
 	for _, c := range []Command{
-		{Op: OpRegisterServer, ServerID: "old id", Addr: "127.0.0.1:1"},
-		{Op: OpCreateTable, Tenant: api.DefaultTenant, Table: "old name!", Kind: api.TableKind_TABLE_KIND_POINT},
-		{Op: OpCreateTable, Tenant: api.DefaultTenant, Table: "t", Kind: api.TableKind_TABLE_KIND_POINT, Options: &TableOptions{Partitions: api.MaxPartitions + 1}},
+		{Payload: RegisterServer{ServerID: "old id", Addr: "127.0.0.1:1"}},
+		{Payload: CreateTable{Tenant: api.DefaultTenant, Table: "old name!", Kind: api.TableKind_TABLE_KIND_POINT}},
+		{Payload: CreateTable{Tenant: api.DefaultTenant, Table: "t", Kind: api.TableKind_TABLE_KIND_POINT, Options: &TableOptions{Partitions: api.MaxPartitions + 1}}},
 	} {
 		st := NewState()
 		st.Tenants[api.DefaultTenant] = &Tenant{Name: api.DefaultTenant}
@@ -170,7 +170,8 @@ func TestCreateTableLogsNormalizedOptions(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := m.State().Tables[tableKey(api.DefaultTenant, "t")].Options
-	if e.Cmd.Op != OpCreateTable || e.Cmd.Options == nil || !reflect.DeepEqual(*e.Cmd.Options, want) {
-		t.Fatalf("logged %+v options %+v, want options %+v", e.Cmd, e.Cmd.Options, want)
+	ct, ok := e.Cmd.Payload.(CreateTable)
+	if !ok || ct.Options == nil || !reflect.DeepEqual(*ct.Options, want) {
+		t.Fatalf("logged %+v, want a create_table with options %+v", e.Cmd, want)
 	}
 }

@@ -166,8 +166,7 @@ func (m *Master) RegisterServer(_ context.Context, req *api.RegisterServerReques
 		return nil, err
 	}
 	now := m.opts.Now()
-	res, next, err := m.propose(Command{
-		Op: OpRegisterServer, UnixMs: now.UnixMilli(),
+	res, next, err := m.propose(Command{UnixMs: now.UnixMilli(), Payload: RegisterServer{
 		ServerID: req.ServerId, Addr: req.Addr, InternalAddr: req.InternalAddr, FaultDomain: req.FaultDomain, Incarnation: req.Incarnation,
 		BulkCapacity: req.BulkCapacityBytes,
 		// The process holding the id (if another) has not been heard from
@@ -175,7 +174,7 @@ func (m *Master) RegisterServer(_ context.Context, req *api.RegisterServerReques
 		// arrived (after it was sent, when the lease starts): it serves
 		// nothing now, so a new process may take the id over.
 		HolderSilent: req.ServerId != "" && m.silentFor(req.ServerId, now, m.opts.LeaseDuration),
-	}, nil, func(res Result) {
+	}}, nil, func(res Result) {
 		m.liveMu.Lock()
 		m.live[res.ServerID] = &liveness{lastHeard: m.opts.Now()}
 		m.liveMu.Unlock()

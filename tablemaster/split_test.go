@@ -13,11 +13,11 @@ func splitState(t *testing.T) *State {
 	t.Helper()
 	s := NewState()
 	mustApply(t, s,
-		Command{Op: OpCreateTenant, Tenant: "default"},
+		Command{Payload: CreateTenant{Tenant: "default"}},
 		register("a", "a:1", "fa"), register("b", "b:1", "fb"), register("c", "c:1", "fc"),
-		Command{Op: OpCreateTable, Tenant: "default", Table: "t", Kind: point, UnixMs: 1, Options: &TableOptions{Partitions: 2, Replication: 3, Storage: StorageMemory}},
-		Command{Op: OpCreateTable, Tenant: "default", Table: "o", Kind: api.TableKind_TABLE_KIND_ORDERED, UnixMs: 1, Options: &TableOptions{Replication: 3, Storage: StorageMemory, SplitPoints: [][]byte{[]byte("m")}}},
-		Command{Op: OpCreateTable, Tenant: "default", Table: "b", Kind: api.TableKind_TABLE_KIND_BULK, UnixMs: 1, Options: &TableOptions{Partitions: 2}},
+		Command{UnixMs: 1, Payload: CreateTable{Tenant: "default", Table: "t", Kind: point, Options: &TableOptions{Partitions: 2, Replication: 3, Storage: StorageMemory}}},
+		Command{UnixMs: 1, Payload: CreateTable{Tenant: "default", Table: "o", Kind: api.TableKind_TABLE_KIND_ORDERED, Options: &TableOptions{Replication: 3, Storage: StorageMemory, SplitPoints: [][]byte{[]byte("m")}}}},
+		Command{UnixMs: 1, Payload: CreateTable{Tenant: "default", Table: "b", Kind: api.TableKind_TABLE_KIND_BULK, Options: &TableOptions{Partitions: 2}}},
 	)
 	return s
 }
@@ -33,21 +33,20 @@ func TestSplitRefusals(t *testing.T) {
 	p0 := pt.Partitions[0]
 	cases := []struct {
 		name   string
-		cmd    Command
+		cmd    SplitPartition
 		reason string
 	}{
-		{"bulk", Command{PartitionID: bt.Partitions[0].ID}, "bulk_table"},
-		{"hash at the start", Command{PartitionID: pt.Partitions[1].ID, Hash: pt.Partitions[1].Start}, "split_point_out_of_range"},
-		{"hash past the end", Command{PartitionID: p0.ID, Hash: p0.End + 1}, "split_point_out_of_range"},
-		{"ordered without key", Command{PartitionID: ot.Partitions[0].ID}, "split_key_missing"},
-		{"ordered key at the start", Command{PartitionID: ot.Partitions[1].ID, Key: []byte("m")}, "split_point_out_of_range"},
-		{"ordered key past the end", Command{PartitionID: ot.Partitions[0].ID, Key: []byte("z")}, "split_point_out_of_range"},
-		{"no partition", Command{PartitionID: 999}, "partition_not_found"},
+		{"bulk", SplitPartition{PartitionID: bt.Partitions[0].ID}, "bulk_table"},
+		{"hash at the start", SplitPartition{PartitionID: pt.Partitions[1].ID, Hash: pt.Partitions[1].Start}, "split_point_out_of_range"},
+		{"hash past the end", SplitPartition{PartitionID: p0.ID, Hash: p0.End + 1}, "split_point_out_of_range"},
+		{"ordered without key", SplitPartition{PartitionID: ot.Partitions[0].ID}, "split_key_missing"},
+		{"ordered key at the start", SplitPartition{PartitionID: ot.Partitions[1].ID, Key: []byte("m")}, "split_point_out_of_range"},
+		{"ordered key past the end", SplitPartition{PartitionID: ot.Partitions[0].ID, Key: []byte("z")}, "split_point_out_of_range"},
+		{"no partition", SplitPartition{PartitionID: 999}, "partition_not_found"},
 	}
 	for _, c := range cases {
-		c.cmd.Op = OpSplitPartition
 		v := s.Version
-		_, err := s.Apply(c.cmd)
+		_, err := s.Apply(Command{Payload: c.cmd})
 		if d := api.DetailOf(err); d.GetReason() != c.reason {
 			t.Errorf("%s: err %v, want reason %s", c.name, err, c.reason)
 		}
@@ -55,13 +54,13 @@ func TestSplitRefusals(t *testing.T) {
 			t.Errorf("%s: a refused split changed the state", c.name)
 		}
 	}
-	mustApply(t, s, Command{Op: OpSplitPartition, PartitionID: p0.ID, UnixMs: 5})
-	if _, err := s.Apply(Command{Op: OpSplitPartition, PartitionID: p0.ID}); api.DetailOf(err).GetReason() != "split_in_progress" {
+	mustApply(t, s, Command{UnixMs: 5, Payload: SplitPartition{PartitionID: p0.ID}})
+	if _, err := s.Apply(Command{Payload: SplitPartition{PartitionID: p0.ID}}); api.DetailOf(err).GetReason() != "split_in_progress" {
 		t.Errorf("second split: %v, want split_in_progress", err)
 	}
 	p1 := pt.Partitions[1]
-	mustApply(t, s, register("d", "d:1", "fd"), Command{Op: OpMoveReplica, PartitionID: p1.ID, ServerID: primaryID(&p1), To: "d", UnixMs: 5})
-	if _, err := s.Apply(Command{Op: OpSplitPartition, PartitionID: p1.ID}); !errors.Is(err, ErrInvalidArgument) || api.DetailOf(err).GetReason() != "move_in_progress" {
+	mustApply(t, s, register("d", "d:1", "fd"), Command{UnixMs: 5, Payload: MoveReplica{PartitionID: p1.ID, ServerID: primaryID(&p1), To: "d"}})
+	if _, err := s.Apply(Command{Payload: SplitPartition{PartitionID: p1.ID}}); !errors.Is(err, ErrInvalidArgument) || api.DetailOf(err).GetReason() != "move_in_progress" {
 		t.Errorf("split of a moving partition: %v, want move_in_progress", err)
 	}
 }
@@ -75,7 +74,7 @@ func TestSplitPointTable(t *testing.T) {
 	pt, _ := s.Table("default", "t")
 	parent := pt.Partitions[0]
 	next := s.NextPartitionID
-	mustApply(t, s, Command{Op: OpSplitPartition, PartitionID: parent.ID, UnixMs: 5})
+	mustApply(t, s, Command{UnixMs: 5, Payload: SplitPartition{PartitionID: parent.ID}})
 	_, p := s.partition(parent.ID)
 	if p.Split == nil || p.Split.Left != next || p.Split.Right != next+1 || p.Split.Hash != parent.End/2+1 {
 		t.Fatalf("pending split %+v, want children %d,%d at %#x", p.Split, next, next+1, parent.End/2+1)
@@ -86,7 +85,7 @@ func TestSplitPointTable(t *testing.T) {
 	if ap := p.Proto(); ap.GetSplit().GetLeftId() != next || ap.GetSplit().GetHash() != p.Split.Hash {
 		t.Fatalf("the map does not carry the split: %v", ap.GetSplit())
 	}
-	mustApply(t, s, Command{Op: OpSplitDone, PartitionID: parent.ID, LSN: 42, UnixMs: 6})
+	mustApply(t, s, Command{UnixMs: 6, Payload: SplitDone{PartitionID: parent.ID, LSN: 42}})
 	pt, _ = s.Table("default", "t")
 	if len(pt.Partitions) != 3 || pt.Options.Partitions != 3 {
 		t.Fatalf("%d partitions (option %d), want 3", len(pt.Partitions), pt.Options.Partitions)
@@ -114,12 +113,12 @@ func TestSplitPointTable(t *testing.T) {
 		t.Fatalf("the parent is still in the map")
 	}
 	// A second OpSplitDone (a replay, a second proposer) changes nothing.
-	if res := mustApply(t, s, Command{Op: OpSplitDone, PartitionID: parent.ID, LSN: 42}); res.Changed {
+	if res := mustApply(t, s, Command{Payload: SplitDone{PartitionID: parent.ID, LSN: 42}}); res.Changed {
 		t.Fatal("OpSplitDone applied twice")
 	}
 	// Split the right child again, at a given hash.
 	h := r.Start + 7
-	mustApply(t, s, Command{Op: OpSplitPartition, PartitionID: r.ID, Hash: h}, Command{Op: OpSplitDone, PartitionID: r.ID, LSN: 9})
+	mustApply(t, s, Command{Payload: SplitPartition{PartitionID: r.ID, Hash: h}}, Command{Payload: SplitDone{PartitionID: r.ID, LSN: 9}})
 	pt, _ = s.Table("default", "t")
 	if len(pt.Partitions) != 4 || pt.Partitions[1].End != h-1 || pt.Partitions[2].Start != h || pt.Partitions[2].End != r.End || pt.Partitions[2].Epoch != r.Epoch+1 {
 		t.Fatalf("after the second split: %+v", pt.Partitions)
@@ -133,7 +132,7 @@ func TestSplitPointTable(t *testing.T) {
 	}
 	// Split the first partition once more: ids are now out of order, and
 	// every one is still found.
-	mustApply(t, s, Command{Op: OpSplitPartition, PartitionID: pt.Partitions[0].ID}, Command{Op: OpSplitDone, PartitionID: pt.Partitions[0].ID, LSN: 11})
+	mustApply(t, s, Command{Payload: SplitPartition{PartitionID: pt.Partitions[0].ID}}, Command{Payload: SplitDone{PartitionID: pt.Partitions[0].ID, LSN: 11}})
 	pt, _ = s.Table("default", "t")
 	for _, p := range pt.Partitions {
 		if _, got := s.partition(p.ID); got == nil || got.ID != p.ID {
@@ -151,7 +150,7 @@ func TestSplitOrderedTable(t *testing.T) {
 	s := splitState(t)
 	ot, _ := s.Table("default", "o")
 	p := ot.Partitions[1] // ["m", ∞)
-	mustApply(t, s, Command{Op: OpSplitPartition, PartitionID: p.ID, Key: []byte("t")}, Command{Op: OpSplitDone, PartitionID: p.ID, LSN: 3})
+	mustApply(t, s, Command{Payload: SplitPartition{PartitionID: p.ID, Key: []byte("t")}}, Command{Payload: SplitDone{PartitionID: p.ID, LSN: 3}})
 	ot, _ = s.Table("default", "o")
 	if len(ot.Partitions) != 3 || string(ot.Partitions[1].KeyStart) != "m" || string(ot.Partitions[1].KeyEnd) != "t" ||
 		string(ot.Partitions[2].KeyStart) != "t" || len(ot.Partitions[2].KeyEnd) != 0 {
@@ -166,7 +165,7 @@ func TestSplitOrderedTable(t *testing.T) {
 func TestSplitReplay(t *testing.T) {
 	s := splitState(t)
 	pt, _ := s.Table("default", "t")
-	cmds := []Command{{Op: OpSplitPartition, PartitionID: pt.Partitions[1].ID, UnixMs: 3}, {Op: OpSplitDone, PartitionID: pt.Partitions[1].ID, LSN: 5}}
+	cmds := []Command{{UnixMs: 3, Payload: SplitPartition{PartitionID: pt.Partitions[1].ID}}, {Payload: SplitDone{PartitionID: pt.Partitions[1].ID, LSN: 5}}}
 	r := splitState(t)
 	for _, c := range cmds {
 		_, logged, err := s.ApplyChecked(c)

@@ -68,10 +68,33 @@ const (
 	OpBulkStored Op = "bulk_stored"
 )
 
-// Command is one input of the state machine: a tagged union on Op, so the
-// log encodes every command the same way. Times travel inside commands, so
-// Apply never reads a clock.
+// Command is one input of the state machine: its typed payload (one type
+// per op, payloads.go), applied by the sub-machine of the payload's
+// domain (apply_*.go). Times travel inside commands, so Apply never reads
+// a clock. The log holds a command flat (flatCommand), as it always has.
 type Command struct {
+	// UnixMs is the proposer's clock when the command was made.
+	UnixMs int64
+	// RequestID is the client's id of the call that made the command
+	// (requests.go): a command whose id was applied before changes
+	// nothing.
+	RequestID string
+	// Payload is what the command does; its type names the op.
+	Payload Payload
+}
+
+// Op is c's op ("" with no payload).
+func (c Command) Op() Op {
+	if c.Payload == nil {
+		return ""
+	}
+	return c.Payload.Op()
+}
+
+// flatCommand is Command's JSON form: the tagged union on Op the command
+// log and raft entries have always held, every op's fields side by side
+// (never change a name: old logs are replayed through it).
+type flatCommand struct {
 	Op Op `json:"op"`
 	// UnixMs is the proposer's clock when the command was made.
 	UnixMs      int64         `json:"unix_ms,omitempty"`
@@ -168,12 +191,6 @@ type Command struct {
 	Hash uint64 `json:"hash,omitempty"`
 	Key  []byte `json:"key,omitempty"`
 	LSN  uint64 `json:"lsn,omitempty"`
-
-	// Payload is the command's typed body (payloads.go). A command made
-	// with one needs neither Op nor the flat fields above: MarshalJSON
-	// writes it flat all the same, byte for byte as before. A decoded
-	// command has the flat fields; apply reads either (payload).
-	Payload Payload `json:"-"`
 }
 
 // Result is what Apply reports about an applied command.
@@ -572,9 +589,6 @@ func (s *State) apply(cmd *Command, chk bool) (Result, error) {
 		err error
 	)
 	defer func() { s.primaries, s.before = nil, nil }()
-	if cmd.Payload != nil {
-		cmd.Op = cmd.Payload.Op()
-	}
 	if cmd.RequestID != "" {
 		if chk {
 			if err := checkRequestID(cmd.RequestID); err != nil {
@@ -659,7 +673,7 @@ func (s *State) apply(cmd *Command, chk bool) (Result, error) {
 	case CoprocRollback:
 		res, err = s.coprocRollback(&p, chk)
 	default:
-		return Result{}, errInvalid("op", "unknown_command", 0, "unknown command %q", cmd.Op)
+		return Result{}, errInvalid("op", "unknown_command", 0, "unknown command %q", cmd.Op())
 	}
 	if err != nil {
 		return Result{}, err
@@ -667,7 +681,7 @@ func (s *State) apply(cmd *Command, chk bool) (Result, error) {
 	if res.Changed && cmd.RequestID != "" {
 		s.recordRequest(cmd, res)
 	}
-	if res.Changed && cmd.Op != OpStream {
+	if res.Changed && cmd.Op() != OpStream {
 		// The stream manager's own state (extents, seals, node inventory)
 		// is not the partition map: servers and clients need not refetch
 		// the map when only it changed.
@@ -698,13 +712,9 @@ var replicationServed = true
 // MaxServerIDLen bounds a server id a server chooses for itself.
 const MaxServerIDLen = 128
 
-// flatCommand is Command's JSON form: the tagged union the command log
-// and raft entries have always held.
-type flatCommand Command
-
-// MarshalJSON encodes c flat, its Payload's fields among the others.
+// MarshalJSON encodes c flat, its payload's fields among the others'.
 func (c Command) MarshalJSON() ([]byte, error) {
-	f := flatCommand(c)
+	f := flatCommand{UnixMs: c.UnixMs, RequestID: c.RequestID}
 	if c.Payload != nil {
 		f.Op = c.Payload.Op()
 		f.setPayload(c.Payload)
@@ -712,19 +722,29 @@ func (c Command) MarshalJSON() ([]byte, error) {
 	return json.Marshal(f)
 }
 
-// payload returns c's typed payload (nil for an unknown op).
-func (c *Command) payload() Payload {
-	if c.Payload != nil {
-		return c.Payload
+// UnmarshalJSON decodes a flat command (a log record, a raft entry). An
+// op this build does not know decodes to a payload that Apply refuses.
+func (c *Command) UnmarshalJSON(b []byte) error {
+	var f flatCommand
+	if err := json.Unmarshal(b, &f); err != nil {
+		return err
 	}
-	return payloadOf((*flatCommand)(c))
+	p := payloadOf(&f)
+	if p == nil {
+		p = unknownPayload{op: f.Op}
+	}
+	*c = Command{UnixMs: f.UnixMs, RequestID: f.RequestID, Payload: p}
+	return nil
 }
 
+// unknownPayload is a logged command of an op this build does not know.
+type unknownPayload struct{ op Op }
+
+// Op returns the unknown op.
+func (p unknownPayload) Op() Op { return p.op }
+
+// payload returns c's typed payload.
+func (c *Command) payload() Payload { return c.Payload }
+
 // setPayload hands back p, the payload a handler resolved fields of.
-func (c *Command) setPayload(p Payload) {
-	if c.Payload != nil {
-		c.Payload = p
-		return
-	}
-	(*flatCommand)(c).setPayload(p)
-}
+func (c *Command) setPayload(p Payload) { c.Payload = p }

@@ -55,7 +55,7 @@ func TestApplyRefusals(t *testing.T) {
 		reason string
 		field  string
 	}{
-		{"unknown op", Command{Op: "nope"}, ErrInvalidArgument, api.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, "unknown_command", "op"},
+		{"unknown op", Command{Payload: unknownPayload{op: "nope"}}, ErrInvalidArgument, api.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, "unknown_command", "op"},
 		{"tenant bad name", Command{Payload: CreateTenant{Tenant: "1x"}}, ErrInvalidArgument, api.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, "name_invalid", "tenant"},
 		{"tenant exists", Command{Payload: CreateTenant{Tenant: "default"}}, ErrTenantExists, api.ErrorCode_ERROR_CODE_ALREADY_EXISTS, "tenant_exists", ""},
 		{"table empty tenant", Command{Payload: CreateTable{Table: "x", Kind: point}}, ErrInvalidArgument, api.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, "name_empty", "tenant"},
@@ -250,12 +250,12 @@ func TestRegisterIDs(t *testing.T) {
 
 func TestApplyDeterministic(t *testing.T) {
 	cmds := []Command{
-		{Op: OpCreateTenant, Tenant: "default"},
+		{Payload: CreateTenant{Tenant: "default"}},
 		register("", "h1:1", "a"), register("", "h2:1", "b"), register("", "h3:1", "a"),
 		createTable("default", "t1", 7), createTable("default", "t2", 13),
-		{Op: OpServerDown, ServerID: "srv-2"}, createTable("default", "t3", 5),
-		register("", "h4:1", "c"), {Op: OpServerDown, ServerID: "srv-1", Draining: true},
-		{Op: OpDropTable, Tenant: "default", Table: "t2"}, {Op: OpPlace},
+		{Payload: ServerDown{ServerID: "srv-2"}}, createTable("default", "t3", 5),
+		register("", "h4:1", "c"), {Payload: ServerDown{ServerID: "srv-1", Draining: true}},
+		{Payload: DropTable{Tenant: "default", Table: "t2"}}, {Payload: PlaceShort{}},
 	}
 	a, b := NewState(), NewState()
 	mustApply(t, a, cmds...)

@@ -156,7 +156,7 @@ func replayLog(data []byte, st *State, seq uint64, logger *slog.Logger) (records
 		}
 		// As logged: validated when it was proposed, never again.
 		if _, err := st.ApplyLogged(e.Cmd); err != nil {
-			return 0, 0, 0, fmt.Errorf("%w: command seq %d (%s) does not apply: %v", ErrCorrupt, e.Seq, e.Cmd.Op, err)
+			return 0, 0, 0, fmt.Errorf("%w: command seq %d (%s) does not apply: %v", ErrCorrupt, e.Seq, e.Cmd.Op(), err)
 		}
 		seq = e.Seq
 	}

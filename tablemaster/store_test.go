@@ -19,7 +19,7 @@ func testLogger(t *testing.T) *slog.Logger {
 // workload is a sequence of commands touching every op.
 func workload(n int) []Command {
 	cmds := []Command{
-		{Op: OpCreateTenant, Tenant: "default", UnixMs: 1},
+		{UnixMs: 1, Payload: CreateTenant{Tenant: "default"}},
 		register("", "h1:1", "a"), register("", "h2:1", "b"), register("", "h3:1", "c"),
 	}
 	for i := 0; len(cmds) < n; i++ {

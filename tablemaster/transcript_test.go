@@ -233,9 +233,16 @@ var transcriptKinds = map[string]api.TableKind{
 
 // command builds the command d names.
 func (tr *transcript) command(t *testing.T, d *datadriven.TestData) (Command, error) {
+	f, err := tr.flatOf(t, d)
+	return Command{UnixMs: f.UnixMs, RequestID: f.RequestID, Payload: payloadOf(&f)}, err
+}
+
+// flatOf builds the command d names in its flat form, whose fields its
+// arguments fill one by one.
+func (tr *transcript) flatOf(t *testing.T, d *datadriven.TestData) (flatCommand, error) {
 	a := args{t, d}
 	s := tr.s
-	c := Command{UnixMs: int64(a.u64("unix-ms", uint64(tr.now))), RequestID: a.str("req", "")}
+	c := flatCommand{UnixMs: int64(a.u64("unix-ms", uint64(tr.now))), RequestID: a.str("req", "")}
 	tenant := a.str("tenant", "acme")
 	switch d.Cmd {
 	case "create-tenant":
@@ -325,7 +332,7 @@ func (tr *transcript) command(t *testing.T, d *datadriven.TestData) (Command, er
 	case "write-stream":
 		name := a.str("name", "")
 		for _, sc := range []stream.Command{{Op: stream.OpCreateStream, Stream: name}, {Op: stream.OpAllocate, Stream: name}} {
-			res, err := s.Apply(Command{Op: OpStream, StreamCmd: &sc, UnixMs: c.UnixMs})
+			res, err := s.Apply(Command{UnixMs: c.UnixMs, Payload: StreamCommand{StreamCmd: &sc}})
 			if err != nil {
 				return c, fmt.Errorf("write stream %s: %w", name, err)
 			}
@@ -345,12 +352,12 @@ func (tr *transcript) command(t *testing.T, d *datadriven.TestData) (Command, er
 		}
 		c.Stream = BulkStreamName(tb.ID, c.Version, int(c.PartitionID))
 		for _, sc := range []stream.Command{{Op: stream.OpCreateStream, Stream: c.Stream}, {Op: stream.OpAllocate, Stream: c.Stream}} {
-			res, err := s.Apply(Command{Op: OpStream, StreamCmd: &sc, UnixMs: c.UnixMs})
+			res, err := s.Apply(Command{UnixMs: c.UnixMs, Payload: StreamCommand{StreamCmd: &sc}})
 			if err != nil {
 				return c, fmt.Errorf("write stream %s: %w", c.Stream, err)
 			}
 			if sc.Op == stream.OpAllocate {
-				if _, err := s.Apply(Command{Op: OpStream, StreamCmd: &stream.Command{Op: stream.OpSeal, Extent: res.Stream.Extent, Length: 1000}}); err != nil {
+				if _, err := s.Apply(Command{Payload: StreamCommand{StreamCmd: &stream.Command{Op: stream.OpSeal, Extent: res.Stream.Extent, Length: 1000}}}); err != nil {
 					return c, err
 				}
 			}
@@ -395,7 +402,7 @@ func (tr *transcript) bulkLoadAll(t *testing.T, d *datadriven.TestData) string {
 	tenant, name := a.str("tenant", "acme"), a.str("table", "b")
 	for range 20 {
 		tr.now += 2 * bulkDrainMs
-		res, err := tr.s.Apply(Command{Op: OpBulkAdvance, Tenant: tenant, Table: name, UnixMs: tr.now})
+		res, err := tr.s.Apply(Command{UnixMs: tr.now, Payload: BulkAdvance{Tenant: tenant, Table: name}})
 		if err != nil {
 			return fmt.Sprintf("error: %v\n", err)
 		}
@@ -405,8 +412,7 @@ func (tr *transcript) bulkLoadAll(t *testing.T, d *datadriven.TestData) string {
 			for k := range p.Replicas {
 				for _, x := range tb.copyHolds(i, &p.Replicas[k]) {
 					f := tb.Bulk.Versions[tb.Bulk.version(x)].Files[i]
-					res, err := tr.s.Apply(Command{Op: OpBulkLoaded, Tenant: tenant, Table: name, Version: x, PartitionID: p.ID,
-						ServerID: p.Replicas[k].ServerID, File: &f, UnixMs: tr.now})
+					res, err := tr.s.Apply(Command{UnixMs: tr.now, Payload: BulkLoaded{Tenant: tenant, Table: name, Version: x, PartitionID: p.ID, ServerID: p.Replicas[k].ServerID, File: &f}})
 					if err != nil {
 						return fmt.Sprintf("error: %v\n", err)
 					}
