@@ -106,7 +106,12 @@ func (e *Engine) cutLocked(view bool) (*epoch, *pebble.Snapshot) {
 	for i := range e.stripes {
 		s := &e.stripes[i]
 		ep.keys[i], ep.notes[i] = s.keys, s.notes
+		// Sized as the last epoch's: a steady writer appends without
+		// growing them, an idle stripe holds nothing.
 		s.keys, s.notes = nil, nil
+		if n := len(ep.notes[i]); n > 0 {
+			s.keys, s.notes = make([]byte, 0, len(ep.keys[i])), make([]note, 0, n)
+		}
 	}
 	e.pending.Store(0)
 	var snap *pebble.Snapshot
