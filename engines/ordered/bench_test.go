@@ -15,8 +15,8 @@ import (
 // The benchmarks run the same operations on the engine and on pebble used
 // directly with the same configuration (files in a temporary directory,
 // WAL off as under Replayable, bloom filters, no compression), so the
-// difference is the cost of this layer: the stripe lock, the read of the
-// previous record a write makes (for Stats and Delete's result), the
+// difference is the cost of this layer: the stripe lock, the note a write
+// makes for the key counts and their background reconcile (count.go), the
 // value header and the copy Get hands out.
 //
 //	go test -bench . -run XXX ./engines/ordered
