@@ -2,6 +2,7 @@ package ordered
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -14,8 +15,8 @@ import (
 // The benchmarks run the same operations on the engine and on pebble used
 // directly with the same configuration (files in a temporary directory,
 // WAL off as under Replayable, bloom filters, no compression), so the
-// difference is the cost of this layer: the stripe lock, the read of the
-// previous record a write makes (for Stats and Delete's result), the
+// difference is the cost of this layer: the stripe lock, the note a write
+// makes for the key counts and their background reconcile (count.go), the
 // value header and the copy Get hands out.
 //
 //	go test -bench . -run XXX ./engines/ordered
@@ -216,4 +217,40 @@ func BenchmarkPebbleRange100(b *testing.B) {
 		}
 		i++
 	}
+}
+
+// The parallel put benchmarks are the azure bench's engine-put: 16
+// goroutines putting random keys of 100,000 preloaded ones, so the
+// profile of the ordered one shows a put's whole cost, the background
+// reconciles and compactions included.
+func BenchmarkOrderedPutParallel(b *testing.B) {
+	e := openBenchEngine(b)
+	loadEngine(b, e)
+	b.ReportAllocs()
+	b.SetParallelism(8)
+	b.RunParallel(func(pb *testing.PB) {
+		r := rand.New(rand.NewPCG(rand.Uint64(), 0))
+		for pb.Next() {
+			if err := e.Apply([]engines.Mutation{{Key: benchKey(r.IntN(benchKeys)), Value: benchValue}}); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+}
+
+func BenchmarkPebblePutParallel(b *testing.B) {
+	db := openBenchPebble(b)
+	loadPebble(b, db)
+	b.ReportAllocs()
+	b.SetParallelism(8)
+	b.RunParallel(func(pb *testing.PB) {
+		r := rand.New(rand.NewPCG(rand.Uint64(), 0))
+		for pb.Next() {
+			if err := db.Set(benchKey(r.IntN(benchKeys)), benchValue, pebble.NoSync); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
 }

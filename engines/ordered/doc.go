@@ -60,9 +60,13 @@
 // Get, Scan and Range reads a pebble point-in-time view, so a range sees
 // a batch whole or not at all. Writers serialise per key on 256
 // hash-striped mutexes (a batch locks its keys' stripes in ascending
-// order), under which they read the key's previous record (for
-// CompareAndSwap, Delete's result and the exact Stats.Keys/Bytes) and
-// commit one pebble batch. Open counts the stored records once for Stats.
+// order), under which they commit one pebble batch. Apply reads nothing
+// first (a put is a blind pebble Set); CompareAndSwap and Delete read the
+// key's previous record for their answer. Stats.Keys and Stats.Bytes stay
+// exact without that read: Open counts the stored records once, each write
+// notes its key under its stripe, and Stats (or a background reconcile
+// every 64 Ki notes) reads each noted key once in the snapshot taken before
+// the first of those writes and adds the difference (count.go).
 //
 // # Range
 //

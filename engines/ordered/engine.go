@@ -62,9 +62,13 @@ func init() {
 // time in 256; a batch locks its stripes in ascending order.
 const numStripes = 256
 
+// stripe is a writers' lock and, under it, the notes of the writes that
+// committed under it since the epoch's snapshot (count.go).
 type stripe struct {
 	sync.Mutex
-	_ [56]byte
+	keys  []byte
+	notes []note
+	_     [8]byte // to 64 bytes, a cache line
 }
 
 // closedBit marks the engine closed in Engine.state, whose low bits count
@@ -76,9 +80,10 @@ const closedBit = int64(1) << 62
 //
 // Readers take no engine lock: each Get, Scan and Range reads a pebble
 // point-in-time view. Writers serialise per key through 256 hash-striped
-// mutexes, under which they read the key's previous record (for CAS, the
-// Delete result and the Stats counters) and commit one pebble batch. What
-// is durable when a write returns: see the package comment.
+// mutexes, under which they commit one pebble batch and note the write for
+// the key counts (count.go); CompareAndSwap and Delete read the key's
+// previous record first, Apply does not. What is durable when a write
+// returns: see the package comment.
 type Engine struct {
 	opts engines.Options
 	db   *pebble.DB
@@ -112,7 +117,20 @@ type Engine struct {
 	synced  atomic.Uint64
 	syncMu  sync.Mutex
 
-	keys, bytes, reads, writes, syncs atomic.Int64
+	reads, writes, syncs atomic.Int64
+
+	// The key and byte counts (count.go). keys and bytes are exact as of
+	// the last cut; snap is the epoch's snapshot (nil: no write since the
+	// cut), created under snapMu; pending counts the notes in the stripes;
+	// reconciling says a background reconcile runs, bg waits for it.
+	countMu     sync.Mutex // serialises cuts and reconciles
+	keys, bytes atomic.Int64
+	snap        atomic.Pointer[pebble.Snapshot]
+	snapMu      sync.Mutex
+	pending     atomic.Int64
+	reconciling atomic.Bool
+	bg          sync.WaitGroup
+	reconcileAt int64 // pending notes that start a reconcile; set at open
 
 	stripes [numStripes]stripe
 }
@@ -164,7 +182,7 @@ func OpenFS(opts engines.Options, fs pebblevfs.FS) (*Engine, error) {
 // (tests shrink the memtable to force flushes).
 func openFS(opts engines.Options, fs pebblevfs.FS, tune func(*pebble.Options)) (*Engine, error) {
 	opts = opts.WithDefaults()
-	e := &Engine{opts: opts, drained: make(chan struct{}, 1), fs: fs}
+	e := &Engine{opts: opts, drained: make(chan struct{}, 1), fs: fs, reconcileAt: reconcileAt}
 	_, memFS := fs.(*pebblevfs.MemFS)
 	e.memory = memFS && opts.Dir == ""
 	e.replayable = opts.Replayable && !e.memory
@@ -235,33 +253,6 @@ func openFS(opts engines.Options, fs pebblevfs.FS, tune func(*pebble.Options)) (
 		go e.syncLoop()
 	}
 	return e, nil
-}
-
-// count sets the key and byte counters from the stored records.
-func (e *Engine) count() error {
-	it, err := e.db.NewIter(nil)
-	if err != nil {
-		return fmt.Errorf("count records: %w", wrapPebble(err))
-	}
-	var n, b int64
-	for ok := it.First(); ok; ok = it.Next() {
-		v, err := it.ValueAndErr()
-		if err != nil {
-			return errors.Join(fmt.Errorf("count records: %w", wrapPebble(err)), it.Close())
-		}
-		val, _, err := decodeValue(v)
-		if err != nil {
-			return errors.Join(fmt.Errorf("count records: key %q: %w", it.Key(), err), it.Close())
-		}
-		n++
-		b += int64(len(it.Key()) + len(val))
-	}
-	if err := it.Close(); err != nil {
-		return fmt.Errorf("count records: %w", wrapPebble(err))
-	}
-	e.keys.Store(n)
-	e.bytes.Store(b)
-	return nil
 }
 
 // syncLoop fsyncs the WAL every LazySyncInterval if anything was written.
@@ -381,6 +372,9 @@ func (e *Engine) Close() error {
 	for e.state.Load() != closedBit {
 		<-e.drained
 	}
+	e.bg.Wait()
+	// Stats after Close answers from the counters: bring them up to date.
+	e.reconcile()
 	var errs []error
 	if e.stop != nil {
 		close(e.stop)
@@ -460,16 +454,17 @@ func (e *Engine) dropExpired(key []byte) {
 	mu := &e.stripes[stripeOf(key)]
 	mu.Lock()
 	defer mu.Unlock()
-	_, exp, n, ok, err := e.lookup(key, false)
+	_, exp, _, ok, err := e.lookup(key, false)
 	if err != nil || !ok || !e.expired(exp) {
 		return
 	}
+	e.beginWrite()
 	if err := e.db.Delete(key, e.wo); err != nil {
 		return
 	}
 	e.noteWrite()
-	e.keys.Add(-1)
-	e.bytes.Add(-int64(len(key) + n))
+	mu.noteLocked(key, -1)
+	e.endWrite(1)
 }
 
 // GetBatch fills values[i], expires[i] and found[i] for keys[i], each as
@@ -560,7 +555,10 @@ func (e *Engine) Range(lo, hi []byte, reverse bool, fn func(engines.Record) erro
 }
 
 // Stats returns the engine's counters. Keys and Bytes count every stored
-// record, including expired ones not yet dropped. Open engines also report
+// record, including expired ones not yet dropped, exactly: writes do not
+// read the records they replace, so Stats first reconciles the writes since
+// the last reconcile, reading one record per distinct key they wrote
+// (count.go); after Close they are the counts at Close. Open engines also report
 // pebble's view: LiveBytes the sstables' size, Segments their number,
 // IndexBytes the memtables' size, CacheHits and CacheMisses the block
 // cache's, Syncs the lazy WAL syncs and the flushes of Sync.
@@ -576,6 +574,8 @@ func (e *Engine) Stats() engines.Stats {
 		return s
 	}
 	defer e.exit()
+	e.reconcile()
+	s.Keys, s.Bytes = uint64(max(e.keys.Load(), 0)), uint64(max(e.bytes.Load(), 0))
 	m := e.db.Metrics()
 	s.IndexBytes = m.MemTable.Size
 	for _, l := range m.Levels {
@@ -586,17 +586,12 @@ func (e *Engine) Stats() engines.Stats {
 	return s
 }
 
-// prior is a key's stored record as a writer saw it under the stripe lock.
-type prior struct {
-	ok  bool
-	exp int64
-	n   int // value length
-}
-
 // Apply applies batch atomically as one pebble batch: readers see all of it
 // or none, and after a crash it is there whole or not at all. If a key
 // appears more than once its last mutation wins. Writers of its keys wait
-// (the stripes of all its keys are held, in ascending order).
+// (the stripes of all its keys are held, in ascending order). It reads
+// nothing: puts and deletes go to pebble blind (a delete of an absent key
+// writes a tombstone), and the key counts catch up later (count.go).
 func (e *Engine) Apply(batch []engines.Mutation) error {
 	for i := range batch {
 		if len(batch[i].Key) == 0 {
@@ -607,7 +602,15 @@ func (e *Engine) Apply(batch []engines.Mutation) error {
 		return engines.ErrClosed
 	}
 	defer e.exit()
-	live := engines.LastWins(batch)
+	if len(batch) == 0 {
+		return nil
+	}
+	// A batch of one (the common put) skips LastWins' allocation.
+	one := [1]int{0}
+	live := one[:]
+	if len(batch) > 1 {
+		live = engines.LastWins(batch)
+	}
 	var set stripeSet
 	for _, i := range live {
 		set.add(stripeOf(batch[i].Key))
@@ -616,40 +619,32 @@ func (e *Engine) Apply(batch []engines.Mutation) error {
 	defer e.unlockSet(&set)
 	b := e.db.NewBatch()
 	defer b.Close()
-	var dk, dbytes int64
 	for _, i := range live {
 		m := &batch[i]
-		_, _, n, ok, err := e.lookup(m.Key, false)
+		var err error
+		if m.Delete {
+			err = b.Delete(m.Key, nil)
+		} else {
+			err = setRecord(b, m.Key, m.Value, m.ExpiresAt)
+		}
 		if err != nil {
 			return fmt.Errorf("apply mutation %d of %d: %w", i, len(batch), err)
 		}
-		if ok {
-			dk--
-			dbytes -= int64(len(m.Key) + n)
-		}
-		if m.Delete {
-			if ok {
-				if err := b.Delete(m.Key, nil); err != nil {
-					return fmt.Errorf("apply mutation %d of %d: %w", i, len(batch), err)
-				}
-			}
-			continue
-		}
-		if err := setRecord(b, m.Key, m.Value, m.ExpiresAt); err != nil {
-			return fmt.Errorf("apply mutation %d of %d: %w", i, len(batch), err)
-		}
-		dk++
-		dbytes += int64(len(m.Key) + len(m.Value))
 	}
 	e.writes.Add(int64(len(live)))
-	if b.Empty() {
-		return nil
-	}
+	e.beginWrite()
 	if err := e.commit(b); err != nil {
 		return fmt.Errorf("apply batch of %d: %w", len(batch), err)
 	}
-	e.keys.Add(dk)
-	e.bytes.Add(dbytes)
+	for _, i := range live {
+		m := &batch[i]
+		vlen := len(m.Value)
+		if m.Delete {
+			vlen = -1
+		}
+		e.stripes[stripeOf(m.Key)].noteLocked(m.Key, vlen)
+	}
+	e.endWrite(len(live))
 	return nil
 }
 
@@ -686,19 +681,20 @@ func (e *Engine) Delete(key []byte) (bool, error) {
 	mu.Lock()
 	defer mu.Unlock()
 	e.writes.Add(1)
-	_, exp, n, ok, err := e.lookup(key, false)
+	_, exp, _, ok, err := e.lookup(key, false)
 	if err != nil {
 		return false, fmt.Errorf("delete: %w", err)
 	}
 	if !ok {
 		return false, nil
 	}
+	e.beginWrite()
 	if err := e.db.Delete(key, e.wo); err != nil {
 		return false, fmt.Errorf("delete: %w", wrapPebble(err))
 	}
 	e.noteWrite()
-	e.keys.Add(-1)
-	e.bytes.Add(-int64(len(key) + n))
+	mu.noteLocked(key, -1)
+	e.endWrite(1)
 	return !e.expired(exp), nil
 }
 
@@ -716,7 +712,7 @@ func (e *Engine) CompareAndSwap(c engines.CAS) (engines.CASResult, error) {
 	mu.Lock()
 	defer mu.Unlock()
 	e.writes.Add(1)
-	cur, exp, n, found, err := e.lookup(c.Key, true)
+	cur, exp, _, found, err := e.lookup(c.Key, true)
 	if err != nil {
 		return engines.CASResult{}, fmt.Errorf("compare and swap: %w", err)
 	}
@@ -727,29 +723,27 @@ func (e *Engine) CompareAndSwap(c engines.CAS) (engines.CASResult, error) {
 	if res.Existed != c.ExpectExists || (res.Existed && !bytes.Equal(cur, c.ExpectedValue)) {
 		return res, nil
 	}
-	old := int64(len(c.Key) + n)
 	switch {
 	case c.New.Delete && found:
+		e.beginWrite()
 		if err := e.db.Delete(c.Key, e.wo); err != nil {
 			return res, fmt.Errorf("compare and swap: %w", wrapPebble(err))
 		}
 		e.noteWrite()
-		e.keys.Add(-1)
-		e.bytes.Add(-old)
+		mu.noteLocked(c.Key, -1)
+		e.endWrite(1)
 	case !c.New.Delete:
 		b := e.db.NewBatch()
 		defer b.Close()
 		if err := setRecord(b, c.Key, c.New.Value, c.New.ExpiresAt); err != nil {
 			return res, fmt.Errorf("compare and swap: %w", err)
 		}
+		e.beginWrite()
 		if err := e.commit(b); err != nil {
 			return res, fmt.Errorf("compare and swap: %w", err)
 		}
-		if !found {
-			e.keys.Add(1)
-			old = 0
-		}
-		e.bytes.Add(int64(len(c.Key)+len(c.New.Value)) - old)
+		mu.noteLocked(c.Key, len(c.New.Value))
+		e.endWrite(1)
 	}
 	res.Swapped = true
 	return res, nil
