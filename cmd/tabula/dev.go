@@ -164,11 +164,15 @@ prints the endpoints and "tabula dev ready" once it serves, and runs until inter
 			if u := dash.URL(); u != "" {
 				fmt.Fprintf(out, "dashboard %s\n", u)
 			}
+			// UseDevelopmentStorage=true names every service's standard
+			// address at once: a line offers it only when all of them
+			// are there, else its service's explicit string.
+			allStd := devAllConnectionString(gw, qsrv) == "UseDevelopmentStorage=true"
 			if gw != nil {
-				fmt.Fprintf(out, "azure   %s\n", devAzureLine(gw.URL()))
+				fmt.Fprintf(out, "azure   %s\n", devStd(devAzureLine(gw.URL()), allStd, gw.URL(), "TableEndpoint"))
 			}
 			if qsrv != nil {
-				fmt.Fprintf(out, "queue   %s\n", devQueueLine(qsrv.URL()))
+				fmt.Fprintf(out, "queue   %s\n", devStd(devQueueLine(qsrv.URL()), allStd, qsrv.URL(), "QueueEndpoint"))
 			}
 			if gw != nil || qsrv != nil {
 				fmt.Fprintf(out, "blob    not served yet (the Blob service is not built); connection string for what is: %s\n", devAllConnectionString(gw, qsrv))
@@ -294,6 +298,19 @@ func devEndpoint(base, port string) (string, bool) {
 		host = "127.0.0.1"
 	}
 	return scheme + "://" + net.JoinHostPort(host, p) + "/" + sharedkey.DevAccount, scheme == "http" && host == "127.0.0.1" && p == port
+}
+
+// devStd is a banner line for one service: with another service off its
+// standard address, a line's UseDevelopmentStorage=true (right for its
+// own service alone) becomes the service's explicit connection string.
+func devStd(line string, allStd bool, base, key string) string {
+	if allStd || !strings.Contains(line, "UseDevelopmentStorage=true") {
+		return line
+	}
+	endpoint, _ := devEndpoint(base, "")
+	scheme, _, _ := strings.Cut(endpoint, "://")
+	explicit := fmt.Sprintf("DefaultEndpointsProtocol=%s;AccountName=%s;AccountKey=%s;%s=%s;", scheme, sharedkey.DevAccount, sharedkey.DevKey, key, endpoint)
+	return strings.Replace(line, "UseDevelopmentStorage=true", explicit, 1)
 }
 
 // devQueueLine describes the dev cluster's Azure Queue endpoint.
