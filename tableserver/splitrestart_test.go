@@ -3,6 +3,7 @@ package tableserver_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -15,28 +16,33 @@ import (
 	"github.com/tabuladb/tabula/tableserver"
 )
 
-// TestSplitRestart: the only replica (the primary) of a partition stops
-// in the middle of its split, at Options.OnSplit's crash points, and is
-// restarted. After the SPLIT marker it must report the split from the
+// TestSplitRestart: a replica of a partition (its only one, the primary,
+// or a secondary of three) stops in the middle of its split, at
+// Options.OnSplit's crash points, and is restarted. After the SPLIT marker it must report the split from the
 // children it finds on disk (else the master never replaces the parent);
 // before the marker it must split again, from the log or at the record
 // its engine already applied. Either way the children end up serving
 // every key written before the split, and writes.
 func TestSplitRestart(t *testing.T) {
-	for _, committed := range []bool{true, false} {
-		t.Run(fmt.Sprintf("committed=%v", committed), func(t *testing.T) { testSplitRestart(t, committed) })
+	for _, replicas := range []int{1, 3} {
+		for _, committed := range []bool{true, false} {
+			t.Run(fmt.Sprintf("replicas=%d/committed=%v", replicas, committed), func(t *testing.T) { testSplitRestart(t, replicas, committed) })
+		}
 	}
 }
 
-func testSplitRestart(t *testing.T, committed bool) {
+// testSplitRestart stops the split on the primary (one replica) or on a
+// secondary (three), and checks the children on the restarted server.
+func testSplitRestart(t *testing.T, replicas int, committed bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	var armed atomic.Bool
 	armed.Store(true)
+	var victim atomic.Int64
 	hit := make(chan uint64, 1)
-	c, err := testcluster.Start(ctx, testcluster.Options{Servers: 1, ServerOptions: func(i int, o *tableserver.Options) {
+	c, err := testcluster.Start(ctx, testcluster.Options{Servers: replicas, ServerOptions: func(i int, o *tableserver.Options) {
 		o.OnSplit = func(rctx context.Context, pid, lsn uint64, at bool) {
-			if at != committed || !armed.CompareAndSwap(true, false) {
+			if at != committed || victim.Load() != int64(i) || !armed.CompareAndSwap(true, false) {
 				return
 			}
 			hit <- lsn
@@ -50,11 +56,23 @@ func testSplitRestart(t *testing.T, committed bool) {
 	f := &fixture{c: c, conns: map[string]*grpc.ClientConn{}}
 	f.master = api.NewMasterClient(f.dial(t, c.MasterAddr()))
 	resp, err := f.master.CreateTable(ctx, &api.CreateTableRequest{Tenant: api.DefaultTenant, Name: "t", Kind: api.TableKind_TABLE_KIND_POINT,
-		Options: &api.TableOptions{Partitions: 1, Replication: 1, Storage: "ssd"}})
+		Options: &api.TableOptions{Partitions: 1, Replication: uint32(replicas), Storage: "ssd"}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	p := resp.GetMap().GetPartitions()[0]
+	victimID := primary(p).GetServerId()
+	for _, r := range p.GetReplicas() {
+		if r.GetRole() == api.ReplicaRole_REPLICA_ROLE_SECONDARY {
+			victimID = r.GetServerId()
+			break
+		}
+	}
+	vi := slices.Index(c.ServerIDs(), victimID)
+	if vi < 0 {
+		t.Fatalf("no server %s in %v", victimID, c.ServerIDs())
+	}
+	victim.Store(int64(vi))
 	pc := f.server(t, p)
 	keys := make([][]byte, 40)
 	for i := range keys {
@@ -74,10 +92,10 @@ func testSplitRestart(t *testing.T, committed bool) {
 	case <-ctx.Done():
 		t.Fatal("the split never reached its crash point")
 	}
-	if err := c.KillServer(0); err != nil {
+	if err := c.KillServer(vi); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.RestartServer(ctx, 0); err != nil {
+	if err := c.RestartServer(ctx, vi); err != nil {
 		t.Fatal(err)
 	}
 	var kids []*api.Partition
@@ -113,6 +131,28 @@ func testSplitRestart(t *testing.T, committed bool) {
 		})
 		if err != nil || string(g.GetValue()) != string(k) {
 			t.Fatalf("get %q from child %d: %v, %v", k, kp.GetId(), g, err)
+		}
+	}
+	// The restarted server's replicas of the children hold every key
+	// (read_any reads them there, primary or secondary).
+	for _, k := range keys {
+		kp := owner(k)
+		var addr string
+		for _, r := range kp.GetReplicas() {
+			if r.GetServerId() == victimID {
+				addr = r.GetAddr()
+			}
+		}
+		if addr == "" {
+			t.Fatalf("child %d has no replica on the restarted server %s", kp.GetId(), victimID)
+		}
+		h := hdr(kp)
+		h.ReadAny = true
+		g, err := eventually(t, func() (*api.GetResponse, error) {
+			return api.NewTableServerClient(f.dial(t, addr)).Get(ctx, &api.GetRequest{Header: h, Key: k})
+		})
+		if err != nil || string(g.GetValue()) != string(k) {
+			t.Fatalf("read_any %q from child %d on %s: %v, %v", k, kp.GetId(), victimID, g, err)
 		}
 	}
 	for _, kp := range kids {
