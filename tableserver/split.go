@@ -31,9 +31,13 @@ import (
 // each child's own log continues the LSNs after it, so nothing is reset
 // and a secondary's tailer reads the child's log from its start.
 //
-// A replica that had not split when the children appeared (it lagged,
-// or restarted before the split committed) opens them empty and copies
-// a snapshot from the child's primary, as any new replica does.
+// A server restarted while the split is pending recovers it: after the
+// SPLIT marker, openSplitParent reports the split from the children on
+// disk; before it, the log replays the record, or redoSplit splits at
+// the record the engine already applied. A replica that had not split
+// when the children appeared (it lagged, or was down until then) opens
+// them empty and copies a snapshot from the child's primary, as any new
+// replica does.
 
 // splitKey is the reserved key of the split record's mutation. It lands
 // in the parent's engine (the record applies like any other) and, as a
