@@ -329,19 +329,28 @@ func PrepareDir(fs vfs.FS, dir string) error {
 	if err := RemoveDir(fs, dir); err != nil {
 		return err
 	}
+	// The directories MkdirAll makes: dir and its missing ancestors.
+	var made []string
+	for d := filepath.Clean(dir); ; d = filepath.Dir(d) {
+		if _, err := fs.List(d); err == nil {
+			break
+		}
+		made = append(made, d)
+		if p := filepath.Dir(d); p == d || p == "." {
+			break
+		}
+	}
 	if err := fs.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("make %s: %w", dir, err)
 	}
-	// The new name and every parent MkdirAll may have made.
-	for d := filepath.Clean(dir); ; {
+	// Sync the parent of each new name (dir's included), and no further:
+	// a split's latency pays for every sync, and the ancestors above the
+	// first that existed did not change.
+	for _, d := range made {
 		p := filepath.Dir(d)
 		if err := fs.SyncDir(p); err != nil {
 			return fmt.Errorf("make %s: sync %s: %w", dir, p, err)
 		}
-		if p == d || p == "." || p == "/" {
-			break
-		}
-		d = p
 	}
 	return nil
 }

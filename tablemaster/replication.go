@@ -159,7 +159,11 @@ func (m *Master) logLoop() {
 		}
 		m.reconfigureLogs()
 		m.moveLoop(m.streamCtx)
-		m.splitLoop()
+		if m.splitLoop() {
+			// Allocate the children's logs now, not a round later: they
+			// serve writes only once they have one.
+			m.reconfigureLogs()
+		}
 		m.advanceRollouts()
 		if m.truncateDue(&truncated) {
 			select {

@@ -175,9 +175,10 @@ func (m *Master) splitReports(statuses []*api.ReplicaStatus) {
 
 // splitLoop, run by the log loop on the leader: finishes the splits whose
 // replicas reported the split record applied (see the top of the file).
-func (m *Master) splitLoop() {
+// It reports whether it finished any (the children need their logs).
+func (m *Master) splitLoop() (finished bool) {
 	if !m.leads() {
-		return
+		return false
 	}
 	st := m.State()
 	var pending []*Partition
@@ -192,7 +193,7 @@ func (m *Master) splitLoop() {
 		}
 	}
 	if len(pending) == 0 {
-		return
+		return false
 	}
 	reported := map[uint64]map[string]uint64{} // partition -> server -> split LSN
 	m.liveMu.Lock()
@@ -229,9 +230,10 @@ func (m *Master) splitLoop() {
 		if err == nil && res.Changed {
 			m.logger.Info("tablemaster: partition split", "partition", p.ID, "lsn", lsn, "left", p.Split.Left, "right", p.Split.Right, "all_replicas", all)
 			m.event(EventSplitDone, primaryID(p), p.ID, "partition %d split at LSN %d into %d and %d", p.ID, lsn, p.Split.Left, p.Split.Right)
-			m.kickLogs() // the children's logs are allocated next
+			finished = true // the caller allocates the children's logs
 		}
 	}
+	return finished
 }
 
 // Split event kinds (dashboard JSON: never change or reuse).

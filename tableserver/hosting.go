@@ -300,11 +300,17 @@ func (s *Server) openReplica(t *api.Table, p *api.Partition, kid engines.Engine)
 		if dir, err = s.prepareLogPartitionDir(p.GetId()); err != nil {
 			return nil, err
 		}
-		if _, _, done, err := engines.SplitDone(s.opts.EngineFS, dir); err != nil || done {
+		left, right, done, err := engines.SplitDone(s.opts.EngineFS, dir)
+		if err != nil {
+			return nil, fmt.Errorf("partition %d: read its split marker: %w", p.GetId(), err)
+		}
+		if done {
 			// Its files are the children's now (hard links): opening it
-			// could write into them. Restart recovery of a split not yet
-			// done in the map is not built (split.go).
-			return nil, errors.Join(fmt.Errorf("partition %d split here (SPLIT marker); waiting for the map's children", p.GetId()), err)
+			// could write into them. The split finished here before a
+			// restart: report it from the children (split.go).
+			if kid, err = s.openSplitParent(t, p, left, right); err != nil {
+				return nil, err
+			}
 		}
 	case durable(t):
 		var err error
@@ -324,7 +330,7 @@ func (s *Server) openReplica(t *api.Table, p *api.Partition, kid engines.Engine)
 			logger: s.log.With("partition", p.GetId()), load: new(partLoad)}, nil
 	}
 	e, err := kid, error(nil)
-	if kid != nil && p.GetLog() != nil && durable(t) {
+	if _, gone := kid.(*splitGone); !gone && kid != nil && p.GetLog() != nil && durable(t) {
 		opts := s.engineOptions(t, p.GetId(), dir, true)
 		e = newReopenable(kid, func() (engines.Engine, error) { return engines.Open(kind, opts) })
 	}

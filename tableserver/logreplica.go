@@ -298,6 +298,12 @@ func newLogReplica(s *Server, t *api.Table, pid uint64, streamName string, e eng
 		l.writer = l.engine.(engines.Writer)
 	}
 	l.ctx, l.stop = context.WithCancel(s.ctx)
+	if g, ok := e.(*splitGone); ok {
+		l.split.lsn, l.split.kids = g.lsn, g.kids
+	}
+	if err := l.redoSplit(applied); err != nil {
+		return nil, err
+	}
 	l.wg.Add(3)
 	go l.pumpLoop()
 	go l.ackLoop()

@@ -2,6 +2,7 @@ package tableserver
 
 import (
 	"cmp"
+	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -158,6 +159,13 @@ type Options struct {
 	// closing partitions, loading and unloading bulk versions, and the
 	// atomic switch reads see. For metrics and benchmarks.
 	OnMapApplied func(version uint64, took time.Duration)
+	// OnSplit, when set, is called as a replica splits partition pid at
+	// the split record's LSN: once after applying the record, before the
+	// engine split (committed false), and once after it (the SPLIT marker
+	// written), before the split is reported. A crash point for tests: if
+	// ctx (the replica's) is done when it returns, the split stops there
+	// as a crash would stop it.
+	OnSplit func(ctx context.Context, pid, lsn uint64, committed bool)
 	// Metrics, when set, receives the server's figures (engines, extent
 	// node, replication, coprocessors; metrics.go): Open registers a
 	// collector that reads them at scrape time, Close unregisters it.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -30,9 +31,13 @@ import (
 // each child's own log continues the LSNs after it, so nothing is reset
 // and a secondary's tailer reads the child's log from its start.
 //
-// A replica that had not split when the children appeared (it lagged,
-// or restarted before the split committed) opens them empty and copies
-// a snapshot from the child's primary, as any new replica does.
+// A server restarted while the split is pending recovers it: after the
+// SPLIT marker, openSplitParent reports the split from the children on
+// disk; before it, the log replays the record, or redoSplit splits at
+// the record the engine already applied. A replica that had not split
+// when the children appeared (it lagged, or was down until then) opens
+// them empty and copies a snapshot from the child's primary, as any new
+// replica does.
 
 // splitKey is the reserved key of the split record's mutation. It lands
 // in the parent's engine (the record applies like any other) and, as a
@@ -145,6 +150,9 @@ func (l *logReplica) proposeSplit(epoch uint64, sp *api.PartitionSplit) {
 // parent engine is closed whatever the outcome.
 func (l *logReplica) splitEngine(lsn uint64, sp *api.PartitionSplit) error {
 	start := time.Now()
+	if l.crashPoint(lsn, false) {
+		return fmt.Errorf("split partition %d at LSN %d: stopped before the engine split", l.pid, lsn)
+	}
 	spec := engines.SplitSpec{Hash: sp.GetHash(), Key: sp.GetKey()}
 	ids := [2]uint64{sp.GetLeftId(), sp.GetRightId()}
 	opts := [2]*engines.Options{&spec.Left, &spec.Right}
@@ -184,6 +192,12 @@ func (l *logReplica) splitEngine(lsn uint64, sp *api.PartitionSplit) error {
 			_ = e.Close()
 		}
 		return fmt.Errorf("split partition %d: finish the children: %w", l.pid, err)
+	}
+	if l.crashPoint(lsn, true) {
+		for _, e := range kids {
+			_ = e.Close()
+		}
+		return fmt.Errorf("split partition %d at LSN %d: stopped before reporting it", l.pid, lsn)
 	}
 	l.mu.Lock()
 	l.split.lsn, l.split.kids = lsn, kids
@@ -276,4 +290,117 @@ func (s *Server) prepareChild(p *api.Partition) error {
 		return s.removePartitionDir(p.GetId())
 	}
 	return nil
+}
+
+// redoSplit finishes a split whose record the engine applied before a
+// restart but did not commit (no SPLIT marker): the record is the last
+// the engine applied, so the log will not apply it again. It splits at it
+// now, before the pump runs. applied is the engine's applied LSN, the
+// record's (the record and the LSN apply in one batch).
+func (l *logReplica) redoSplit(applied uint64) error {
+	if l.split.lsn != 0 {
+		return nil
+	}
+	v, _, err := l.engine.Get(splitKey)
+	if errors.Is(err, engines.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("partition %d: read its split record: %w", l.pid, err)
+	}
+	parent, sp, err := decodeSplitRecord(v)
+	if err != nil || parent != l.pid {
+		// A child holding its parent's record (the delete after the
+		// split not yet flushed): not a split of this partition.
+		return nil
+	}
+	l.log.Info("redoing the split applied before a restart", "lsn", applied)
+	return l.splitEngine(applied, sp)
+}
+
+// openSplitParent stands in for the engine of partition p, which split
+// here (its directory holds the SPLIT marker naming leftDir and rightDir)
+// before a restart, while the map still shows the split pending: it opens
+// the children from the split output, to be handed over when the map
+// shows them, and reports the split at the children's applied LSN (the
+// split record's: it applied in the same batch, and the children are
+// durable once the marker is written).
+func (s *Server) openSplitParent(t *api.Table, p *api.Partition, leftDir, rightDir string) (engines.Engine, error) {
+	sp := p.GetSplit()
+	if sp == nil {
+		return nil, fmt.Errorf("partition %d split here (SPLIT marker) but the map shows no split pending; waiting for the map's children", p.GetId())
+	}
+	kind := engines.Kind(api.KindName(t.GetKind()))
+	ids := [2]uint64{sp.GetLeftId(), sp.GetRightId()}
+	g := &splitGone{kids: map[uint64]engines.Engine{}}
+	for i, dir := range []string{leftDir, rightDir} {
+		if filepath.Clean(dir) != filepath.Clean(s.partitionDir(ids[i])) {
+			_ = g.closeKids()
+			return nil, fmt.Errorf("partition %d: its SPLIT marker names %q, not child %d's directory", p.GetId(), dir, ids[i])
+		}
+		e, err := engines.Open(kind, s.engineOptions(t, ids[i], dir, true))
+		if err != nil {
+			_ = g.closeKids()
+			return nil, fmt.Errorf("partition %d: open child %d from the split output: %w", p.GetId(), ids[i], err)
+		}
+		g.kids[ids[i]] = e
+	}
+	lsn, err := readAppliedLSN(g.kids[ids[0]])
+	if err == nil && lsn == 0 {
+		err = fmt.Errorf("no applied LSN: %w", engines.ErrCorrupt)
+	}
+	if err != nil {
+		_ = g.closeKids()
+		return nil, fmt.Errorf("partition %d: read the split LSN from child %d: %w", p.GetId(), ids[0], err)
+	}
+	g.lsn = lsn
+	s.log.Info("partition split before a restart; reporting it", "partition", p.GetId(), "lsn", lsn)
+	go func() {
+		if err := s.heartbeat(false); err != nil {
+			s.log.Debug("report the split", "err", err)
+		}
+	}()
+	return g, nil
+}
+
+// splitGone is the engine of a partition that split before a restart: its
+// files are the children's. It answers the applied LSN (the split's) and
+// refuses everything else as a split engine does (closed). kids are the
+// children's engines, handed to the log replica (which owns them from
+// then on). Safe for concurrent use (immutable).
+type splitGone struct {
+	lsn  uint64
+	kids map[uint64]engines.Engine
+}
+
+func (g *splitGone) Get(key []byte) ([]byte, int64, error) {
+	if bytes.Equal(key, appliedLSNKey) {
+		return binary.LittleEndian.AppendUint64(nil, g.lsn), 0, nil
+	}
+	return nil, 0, engines.ErrClosed
+}
+func (g *splitGone) Scan(func(engines.Record) error) error { return engines.ErrClosed }
+func (g *splitGone) Stats() engines.Stats                  { return engines.Stats{} }
+func (g *splitGone) Close() error                          { return nil }
+func (g *splitGone) Apply([]engines.Mutation) error        { return engines.ErrClosed }
+func (g *splitGone) Delete([]byte) (bool, error)           { return false, engines.ErrClosed }
+func (g *splitGone) CompareAndSwap(engines.CAS) (engines.CASResult, error) {
+	return engines.CASResult{}, engines.ErrClosed
+}
+
+func (g *splitGone) closeKids() error {
+	var errs []error
+	for _, e := range g.kids {
+		errs = append(errs, e.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// crashPoint runs Options.OnSplit and reports whether the replica stopped
+// meanwhile (the split goes no further, as after a crash there).
+func (l *logReplica) crashPoint(lsn uint64, committed bool) bool {
+	if f := l.s.opts.OnSplit; f != nil {
+		f(l.ctx, l.pid, lsn, committed)
+	}
+	return l.ctx.Err() != nil
 }

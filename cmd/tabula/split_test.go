@@ -200,6 +200,16 @@ func TestSplitUnderLoad(t *testing.T) {
 	slices.Sort(took)
 	t.Logf("%d operations, 0 failed; split command -> both children took a write: p50 %v, p99 %v, max %v (of %d)",
 		ops.Load(), took[len(took)/2], took[len(took)*99/100], took[len(took)-1], len(took))
+	// Where the time goes: each replica's engine split ("took").
+	var engineSplits []string
+	for _, s := range servers {
+		for _, line := range strings.Split(s.output(), "\n") {
+			if i := strings.Index(line, "took="); i >= 0 && strings.Contains(line, "partition split") {
+				engineSplits = append(engineSplits, strings.Fields(line[i+5:])[0])
+			}
+		}
+	}
+	t.Logf("engine splits took %v", engineSplits)
 	if took[len(took)/2] > time.Second {
 		t.Errorf("the median split took %v: clients follow a split within a second", took[len(took)/2])
 	}

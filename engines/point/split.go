@@ -6,6 +6,7 @@ import (
 	"math"
 	"path/filepath"
 	"slices"
+	"sync"
 
 	"github.com/tabuladb/tabula/engines"
 	"github.com/tabuladb/tabula/engines/diskstore"
@@ -105,13 +106,26 @@ func (e *Engine) splitDisk(spec engines.SplitSpec) (_, _ engines.Engine, err err
 		}
 	}()
 	ranges := [2][2]uint64{{0, spec.Hash - 1}, {spec.Hash, math.MaxUint64}}
+	// Both children at once: each is a few fsyncs and an open, and the
+	// partition refuses writes until they are done.
+	var errs [2]error
+	var wg sync.WaitGroup
 	for i, o := range []engines.Options{spec.Left, spec.Right} {
-		if err := makeChild(fs, dir, o.Dir, names, rules, diskstore.ViewRule{UpTo: last, Lo: ranges[i][0], Hi: ranges[i][1]}); err != nil {
-			return nil, nil, fmt.Errorf("split point engine: %w", err)
-		}
-		if kids[i], err = e.openLike(o); err != nil {
-			return nil, nil, fmt.Errorf("split point engine: open child in %s: %w", o.Dir, err)
-		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := makeChild(fs, dir, o.Dir, names, rules, diskstore.ViewRule{UpTo: last, Lo: ranges[i][0], Hi: ranges[i][1]}); err != nil {
+				errs[i] = err
+				return
+			}
+			if kids[i], errs[i] = e.openLike(o); errs[i] != nil {
+				errs[i] = fmt.Errorf("open child in %s: %w", o.Dir, errs[i])
+			}
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs[:]...); err != nil {
+		return nil, nil, fmt.Errorf("split point engine: %w", err)
 	}
 	if err := engines.CommitSplit(fs, dir, spec.Left.Dir, spec.Right.Dir); err != nil {
 		return nil, nil, fmt.Errorf("split point engine: %w", err)
