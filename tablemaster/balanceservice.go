@@ -33,10 +33,7 @@ func (m *Master) BalancePlan(ctx context.Context, req *api.BalancePlanRequest) (
 		}
 	} else {
 		st := m.State()
-		var snap balance.Snapshot
-		snap, refs = m.load.snapshot(st)
-		snap.Left = m.rebal.recentLeft(m.opts.Now())
-		res = balance.Plan(snap, balance.Options{})
+		res, refs = m.plan(st, m.opts.Now())
 		version, warm = st.Version, m.load.warm(st)
 	}
 	resp := &api.BalancePlanResponse{Band: res.Band, Note: res.Note, MapVersion: version}

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/tabuladb/tabula/api"
+	"github.com/tabuladb/tabula/tablemaster/balance"
 )
 
 // Defaults of Options.
@@ -76,6 +77,9 @@ type Options struct {
 	Rebalance bool `json:"rebalance,omitempty"`
 	// RebalanceInterval is the time between balancing rounds. Default 5s.
 	RebalanceInterval time.Duration `json:"rebalance_interval,omitempty"`
+	// Balance tunes the planner of BalancePlan and the balancing rounds
+	// (band, floors, move limits). Default: balance.Options' defaults.
+	Balance balance.Options `json:"-"`
 	// TruncateInterval is how often the leader deletes partition-log
 	// extents every replica has flushed past. Default 10s.
 	TruncateInterval time.Duration `json:"truncate_interval,omitempty"`

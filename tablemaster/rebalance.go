@@ -100,9 +100,7 @@ func (m *Master) rebalanceRound(ctx context.Context) roundResult {
 	defer m.rebal.round.Unlock()
 	st := m.State()
 	now := m.opts.Now()
-	snap, refs := m.load.snapshot(st)
-	snap.Left = m.rebal.recentLeft(now)
-	res := balance.Plan(snap, balance.Options{})
+	res, refs := m.plan(st, now)
 	out := roundResult{plan: res, refs: refs, version: st.Version, warm: m.load.warm(st)}
 	for _, a := range res.Actions {
 		if ctx.Err() != nil {
@@ -112,6 +110,27 @@ func (m *Master) rebalanceRound(ctx context.Context) roundResult {
 		out.errs = append(out.errs, m.startAction(a, now))
 	}
 	return out
+}
+
+// plan is the balancer's plan of st: the load view's snapshot, with the
+// servers partitions left recently (hysteresis). If that plan is stuck
+// outside the band with nothing to do, and hysteresis may be why, it is
+// planned again without it: a server every partition left once (after
+// an overshoot: a server declared dead and replaced, say) would
+// otherwise stay out of the band for the whole cooldown. Noise cannot
+// make that ping-pong: it happens only when nothing else improves.
+func (m *Master) plan(st *State, now time.Time) (balance.Result, map[uint64]partRef) {
+	snap, refs := m.load.snapshot(st)
+	snap.Left = m.rebal.recentLeft(now)
+	res := balance.Plan(snap, m.opts.Balance)
+	if len(res.Actions) == 0 && len(snap.Left) > 0 && !strings.HasPrefix(res.Note, "balanced") {
+		snap.Left = nil
+		if again := balance.Plan(snap, m.opts.Balance); len(again.Actions) > 0 {
+			again.Note += " (planned without the recent moves' hysteresis: with it nothing improved)"
+			return again, refs
+		}
+	}
+	return res, refs
 }
 
 // startAction proposes a: its command, logged, events and all.
