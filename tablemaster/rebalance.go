@@ -166,7 +166,8 @@ func (m *Master) startAction(a balance.Action, now time.Time) error {
 
 // rebalanceLoop runs balancing rounds while this master leads and
 // Options.Rebalance is set: every RebalanceInterval, and at once when the
-// live servers change. It waits for the load view to warm up.
+// live servers change. A replica its server has not reported yet keeps
+// its partition where it is (load.go), so a round needs no warm-up.
 func (m *Master) rebalanceLoop() {
 	defer m.wg.Done()
 	if !m.opts.Rebalance {
@@ -190,9 +191,6 @@ func (m *Master) rebalanceLoop() {
 		now := m.opts.Now()
 		ids := liveServerSet(st)
 		if ids == servers && now.Sub(last) < m.opts.RebalanceInterval {
-			continue
-		}
-		if !m.load.warm(st) {
 			continue
 		}
 		servers, last = ids, now
