@@ -138,13 +138,17 @@ func (v *loadView) snapshot(st *State) (balance.Snapshot, map[uint64]partRef) {
 			if p.Move != nil {
 				bp.Moving, bp.MovingFrom, bp.MovingTo = true, p.Move.From, p.Move.To
 			}
+			// A move whose two ends are both still replicas is shown as
+			// done (see below); one whose source was dropped meanwhile (a
+			// failed engine, a dead server replaced) as it is.
+			moving := p.Move != nil && hostsReplica(p, p.Move.From) && hostsReplica(p, p.Move.To)
 			for _, r := range p.Replicas {
-				if p.Move != nil && r.ServerID == p.Move.To {
+				if moving && r.ServerID == p.Move.To {
 					continue // counted where it ends: in the source's place, below
 				}
 				vec, inSync, _ := v.vecLocked(r.ServerID, p.ID)
 				br := balance.Replica{Server: r.ServerID, Primary: r.Role == api.ReplicaRole_REPLICA_ROLE_PRIMARY, InSync: inSync, Load: vec}
-				if p.Move != nil && r.ServerID == p.Move.From && hostsReplica(p, p.Move.To) {
+				if moving && r.ServerID == p.Move.From {
 					// A move under way is modelled as done (the source's
 					// role and load on the target), so the next round does
 					// not take more off a source already giving one up —

@@ -2,9 +2,11 @@ package tablemaster
 
 import (
 	"errors"
+	"slices"
 	"testing"
 
 	"github.com/tabuladb/tabula/api"
+	"github.com/tabuladb/tabula/tablemaster/balance"
 )
 
 // TestTransferPrimary: a transfer swaps the roles, bumps the epoch once,
@@ -67,5 +69,49 @@ func TestTransferPrimary(t *testing.T) {
 	_, err := s.Apply(cmd)
 	if !errors.Is(err, ErrInvalidArgument) || api.DetailOf(err).GetReason() != "not_primary" {
 		t.Fatalf("second transfer: %v, want not_primary", err)
+	}
+}
+
+// TestLoadSnapshotMoving: the balancer sees a move under way as done —
+// the source's replica (role included) on the target, not in sync so
+// the partition stays put, three replicas, not four — so the next round
+// does not take more off the source; a move whose source was dropped
+// meanwhile is shown as it is.
+func TestLoadSnapshotMoving(t *testing.T) {
+	s := NewState()
+	for _, c := range []Command{{Payload: CreateTenant{Tenant: "acme"}},
+		{Payload: RegisterServer{Addr: "a:1", FaultDomain: "a"}}, {Payload: RegisterServer{Addr: "b:1", FaultDomain: "b"}},
+		{Payload: RegisterServer{Addr: "c:1", FaultDomain: "c"}}, {Payload: RegisterServer{Addr: "d:1", FaultDomain: "d"}},
+		{Payload: CreateTable{Tenant: "acme", Table: "t", Kind: api.TableKind_TABLE_KIND_POINT, Options: &TableOptions{Partitions: 1, Replication: 3, Storage: StorageSSD}}},
+	} {
+		if _, err := s.Apply(c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, p := s.partition(1)
+	from := primaryID(p)
+	if _, err := s.Apply(Command{Payload: MoveReplica{PartitionID: 1, ServerID: from}}); err != nil {
+		t.Fatal(err)
+	}
+	_, p = s.partition(1)
+	to := p.Move.To
+	var v loadView
+	snap, _ := v.snapshot(s)
+	bp := snap.Partitions[0]
+	if !bp.Moving || len(bp.Replicas) != 3 {
+		t.Fatalf("moving partition seen as %+v", bp)
+	}
+	k := slices.IndexFunc(bp.Replicas, func(r balance.Replica) bool { return r.Server == to })
+	if k < 0 || !bp.Replicas[k].Primary || bp.Replicas[k].InSync || slices.ContainsFunc(bp.Replicas, func(r balance.Replica) bool { return r.Server == from }) {
+		t.Fatalf("move %s -> %s seen as %+v", from, to, bp.Replicas)
+	}
+	// The source's engine fails mid-move: it is dropped, the target stays.
+	if _, err := s.Apply(Command{Payload: ReplicaFailed{PartitionID: 1, ServerID: from}}); err != nil {
+		t.Fatal(err)
+	}
+	_, p = s.partition(1)
+	snap, _ = v.snapshot(s)
+	if got := len(snap.Partitions[0].Replicas); got != len(p.Replicas) || !slices.ContainsFunc(snap.Partitions[0].Replicas, func(r balance.Replica) bool { return r.Server == to }) {
+		t.Fatalf("after the source failed: %+v, map %v", snap.Partitions[0].Replicas, p.Replicas)
 	}
 }
