@@ -202,9 +202,6 @@ func TestRebalanceAddedServers(t *testing.T) {
 		if err != nil {
 			return false, err.Error()
 		}
-		if v := pm.GetVersion(); v != plan.GetMapVersion() {
-			return false, fmt.Sprintf("the map moved on from the plan's version %d to %d", plan.GetMapVersion(), v)
-		}
 		for _, p := range pm.GetPartitions() {
 			if len(p.GetReplicas()) != 3 {
 				return false, fmt.Sprintf("partition %d has %d replicas", p.GetId(), len(p.GetReplicas()))
