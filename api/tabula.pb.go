@@ -5285,7 +5285,11 @@ func (x *DrainServerResponse) GetMapVersion() uint64 {
 }
 
 type BalancePlanRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// apply: run one balancing round now: the plan's actions are started
+	// (primary transfers, replica moves) and each answer action says
+	// whether it was (BalanceAction.started, refused).
+	Apply         bool `protobuf:"varint,1,opt,name=apply,proto3" json:"apply,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -5318,6 +5322,13 @@ func (x *BalancePlanRequest) ProtoReflect() protoreflect.Message {
 // Deprecated: Use BalancePlanRequest.ProtoReflect.Descriptor instead.
 func (*BalancePlanRequest) Descriptor() ([]byte, []int) {
 	return file_tabula_proto_rawDescGZIP(), []int{59}
+}
+
+func (x *BalancePlanRequest) GetApply() bool {
+	if x != nil {
+		return x.Apply
+	}
+	return false
 }
 
 type BalancePlanResponse struct {
@@ -5420,7 +5431,11 @@ type BalanceAction struct {
 	From        string                 `protobuf:"bytes,6,opt,name=from,proto3" json:"from,omitempty"`
 	To          string                 `protobuf:"bytes,7,opt,name=to,proto3" json:"to,omitempty"`
 	// Why: the dimensions this action brings back towards the band.
-	Reason        string `protobuf:"bytes,8,opt,name=reason,proto3" json:"reason,omitempty"`
+	Reason string `protobuf:"bytes,8,opt,name=reason,proto3" json:"reason,omitempty"`
+	// With BalancePlanRequest.apply: the action was started; else refused
+	// says why not (the map moved on, a limit, a replica not in sync).
+	Started       bool   `protobuf:"varint,9,opt,name=started,proto3" json:"started,omitempty"`
+	Refused       string `protobuf:"bytes,10,opt,name=refused,proto3" json:"refused,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -5507,6 +5522,20 @@ func (x *BalanceAction) GetTo() string {
 func (x *BalanceAction) GetReason() string {
 	if x != nil {
 		return x.Reason
+	}
+	return ""
+}
+
+func (x *BalanceAction) GetStarted() bool {
+	if x != nil {
+		return x.Started
+	}
+	return false
+}
+
+func (x *BalanceAction) GetRefused() string {
+	if x != nil {
+		return x.Refused
 	}
 	return ""
 }
@@ -10868,8 +10897,9 @@ const file_tabula_proto_rawDesc = "" +
 	"\x13DrainServerResponse\x12\x1a\n" +
 	"\breplicas\x18\x01 \x01(\rR\breplicas\x12\x1f\n" +
 	"\vmap_version\x18\x02 \x01(\x04R\n" +
-	"mapVersion\"\x14\n" +
-	"\x12BalancePlanRequest\"\xf4\x01\n" +
+	"mapVersion\"*\n" +
+	"\x12BalancePlanRequest\x12\x14\n" +
+	"\x05apply\x18\x01 \x01(\bR\x05apply\"\xf4\x01\n" +
 	"\x13BalancePlanResponse\x122\n" +
 	"\aactions\x18\x01 \x03(\v2\x18.tabula.v1.BalanceActionR\aactions\x120\n" +
 	"\x06before\x18\x02 \x03(\v2\x18.tabula.v1.BalanceServerR\x06before\x12.\n" +
@@ -10877,7 +10907,7 @@ const file_tabula_proto_rawDesc = "" +
 	"\x04band\x18\x04 \x01(\x01R\x04band\x12\x12\n" +
 	"\x04note\x18\x05 \x01(\tR\x04note\x12\x1f\n" +
 	"\vmap_version\x18\x06 \x01(\x04R\n" +
-	"mapVersion\"\xe4\x01\n" +
+	"mapVersion\"\x98\x02\n" +
 	"\rBalanceAction\x120\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x1c.tabula.v1.BalanceActionKindR\x04kind\x12!\n" +
 	"\fpartition_id\x18\x02 \x01(\x04R\vpartitionId\x12\x16\n" +
@@ -10886,7 +10916,10 @@ const file_tabula_proto_rawDesc = "" +
 	"\x05index\x18\x05 \x01(\rR\x05index\x12\x12\n" +
 	"\x04from\x18\x06 \x01(\tR\x04from\x12\x0e\n" +
 	"\x02to\x18\a \x01(\tR\x02to\x12\x16\n" +
-	"\x06reason\x18\b \x01(\tR\x06reason\"\xc5\x03\n" +
+	"\x06reason\x18\b \x01(\tR\x06reason\x12\x18\n" +
+	"\astarted\x18\t \x01(\bR\astarted\x12\x18\n" +
+	"\arefused\x18\n" +
+	" \x01(\tR\arefused\"\xc5\x03\n" +
 	"\rBalanceServer\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12!\n" +
 	"\ffault_domain\x18\x02 \x01(\tR\vfaultDomain\x12\x1a\n" +

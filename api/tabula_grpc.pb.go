@@ -150,7 +150,7 @@ type MasterClient interface {
 	// count, reads/s, writes/s, engine time, disk and memory bytes), from
 	// the current map and the load the servers report: primary transfers
 	// first, then replica moves, a limited number at once
-	// (tablemaster/balance). It changes nothing.
+	// (tablemaster/balance). It changes nothing unless apply is set.
 	BalancePlan(ctx context.Context, in *BalancePlanRequest, opts ...grpc.CallOption) (*BalancePlanResponse, error)
 	// Tenants. Every call needs the cluster credential except
 	// DescribeTenant of the caller's own tenant (without its keys).
@@ -656,7 +656,7 @@ type MasterServer interface {
 	// count, reads/s, writes/s, engine time, disk and memory bytes), from
 	// the current map and the load the servers report: primary transfers
 	// first, then replica moves, a limited number at once
-	// (tablemaster/balance). It changes nothing.
+	// (tablemaster/balance). It changes nothing unless apply is set.
 	BalancePlan(context.Context, *BalancePlanRequest) (*BalancePlanResponse, error)
 	// Tenants. Every call needs the cluster credential except
 	// DescribeTenant of the caller's own tenant (without its keys).

@@ -9,27 +9,38 @@ import (
 
 // BalancePlan implements api.MasterServer: the plan tablemaster/balance
 // makes from the current map and the load view (load.go). It changes
-// nothing; carrying a plan out goes through the move path (move.go).
-func (m *Master) BalancePlan(_ context.Context, req *api.BalancePlanRequest) (*api.BalancePlanResponse, error) {
+// nothing unless the request says apply: then it runs one balancing round
+// now (rebalance.go) and says which actions started.
+func (m *Master) BalancePlan(ctx context.Context, req *api.BalancePlanRequest) (*api.BalancePlanResponse, error) {
 	if req == nil {
 		return nil, errNilRequest()
 	}
-	st := m.State()
-	snap, refs := m.load.snapshot(st)
-	res := balance.Plan(snap, balance.Options{})
-	resp := &api.BalancePlanResponse{Band: res.Band, Note: res.Note, MapVersion: st.Version}
-	if !m.load.warm(st) {
+	var (
+		res     balance.Result
+		refs    map[uint64]partRef
+		errs    []error
+		version uint64
+		warm    bool
+	)
+	if req.GetApply() {
+		if !m.leads() {
+			return nil, m.notLeader()
+		}
+		r := m.rebalanceRound(ctx)
+		res, refs, errs, version, warm = r.plan, r.refs, r.errs, r.version, r.warm
+		if errs == nil {
+			errs = []error{} // started nothing, but applied: no action without its answer
+		}
+	} else {
+		st := m.State()
+		res, refs = m.plan(st, m.opts.Now())
+		version, warm = st.Version, m.load.warm(st)
+	}
+	resp := &api.BalancePlanResponse{Band: res.Band, Note: res.Note, MapVersion: version}
+	if !warm {
 		resp.Note = "load rates still warming up (a server has sent fewer than two full reports); " + resp.Note
 	}
-	for _, a := range res.Actions {
-		ref := refs[a.Partition]
-		kind := api.BalanceActionKind_BALANCE_ACTION_KIND_MOVE_REPLICA
-		if a.Kind == balance.TransferPrimary {
-			kind = api.BalanceActionKind_BALANCE_ACTION_KIND_TRANSFER_PRIMARY
-		}
-		resp.Actions = append(resp.Actions, &api.BalanceAction{Kind: kind, PartitionId: a.Partition, Tenant: ref.tenant, Table: ref.table,
-			Index: ref.index, From: a.From, To: a.To, Reason: a.Reason})
-	}
+	resp.Actions = balanceActionsProto(res.Actions, refs, errs)
 	resp.Before = balanceServers(res.Before)
 	resp.After = balanceServers(res.After)
 	return resp, nil

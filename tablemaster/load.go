@@ -110,7 +110,8 @@ func (v *loadView) replicaLoadProto(server string, pid uint64) *api.ReplicaLoad 
 // their fault domains and reported capacity, and the partitions of
 // log-replicated tables (the ones that move with their data, move.go)
 // with their replicas' loads. A replica without a report counts as not
-// in sync, which keeps its partition where it is.
+// in sync, which keeps its partition where it is; a partition moving is
+// shown as it will be once the move ends.
 func (v *loadView) snapshot(st *State) (balance.Snapshot, map[uint64]partRef) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
@@ -137,9 +138,25 @@ func (v *loadView) snapshot(st *State) (balance.Snapshot, map[uint64]partRef) {
 			if p.Move != nil {
 				bp.Moving, bp.MovingFrom, bp.MovingTo = true, p.Move.From, p.Move.To
 			}
+			// A move whose two ends are both still replicas is shown as
+			// done (see below); one whose source was dropped meanwhile (a
+			// failed engine, a dead server replaced) as it is.
+			moving := p.Move != nil && hostsReplica(p, p.Move.From) && hostsReplica(p, p.Move.To)
 			for _, r := range p.Replicas {
+				if moving && r.ServerID == p.Move.To {
+					continue // counted where it ends: in the source's place, below
+				}
 				vec, inSync, _ := v.vecLocked(r.ServerID, p.ID)
-				bp.Replicas = append(bp.Replicas, balance.Replica{Server: r.ServerID, Primary: r.Role == api.ReplicaRole_REPLICA_ROLE_PRIMARY, InSync: inSync, Load: vec})
+				br := balance.Replica{Server: r.ServerID, Primary: r.Role == api.ReplicaRole_REPLICA_ROLE_PRIMARY, InSync: inSync, Load: vec}
+				if moving && r.ServerID == p.Move.From {
+					// A move under way is modelled as done (the source's
+					// role and load on the target), so the next round does
+					// not take more off a source already giving one up —
+					// an overshoot that hysteresis (Left) could then not
+					// undo. The partition is frozen while it moves.
+					br.Server, br.InSync = p.Move.To, false
+				}
+				bp.Replicas = append(bp.Replicas, br)
 			}
 			snap.Partitions = append(snap.Partitions, bp)
 			refs[p.ID] = partRef{tenant: t.Tenant, table: t.Name, index: p.Index}

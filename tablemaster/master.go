@@ -106,6 +106,7 @@ type Master struct {
 	syncWatch syncWatch     // partitions short of in-sync replicas (insync.go)
 	load      loadView      // replicas' smoothed load, servers' capacity (load.go)
 	events    eventRing     // recent events, memory only (events.go)
+	rebal     rebalancer    // balancing rounds and their recent moves (rebalance.go)
 
 	closing   chan struct{} // closed by Close: stops the liveness loop and watch streams
 	closeOnce sync.Once
@@ -234,11 +235,12 @@ func Open(opts Options) (*Master, error) {
 func (m *Master) startLoops() {
 	m.streamConns = stream.NewConns(m.dialOptions()...)
 	m.streamDriver = stream.NewDriver(masterStreamLog{m}, stream.DriverOptions{Logger: m.logger.With("part", "stream-manager"), Conns: m.streamConns})
-	m.wg.Add(4)
+	m.wg.Add(5)
 	go m.snapLoop()
 	go m.livenessLoop()
 	go m.streamLoop()
 	go m.logLoop()
+	go m.rebalanceLoop()
 }
 
 // State returns the current state. It is shared and immutable: read it,

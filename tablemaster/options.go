@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/tabuladb/tabula/api"
+	"github.com/tabuladb/tabula/tablemaster/balance"
 )
 
 // Defaults of Options.
@@ -68,6 +69,17 @@ type Options struct {
 	// instead. Its primaries fail over at once either way. Default 60s;
 	// negative: replace at once.
 	ReplaceAfter time.Duration `json:"replace_after,omitempty"`
+	// Rebalance: the leader carries out the balancer's plan
+	// (tablemaster/balance) every RebalanceInterval and when a server
+	// joins: primary transfers and replica moves, a few at a time
+	// (rebalance.go). Off by default for now: `tabula cluster balance`
+	// runs one round on demand either way.
+	Rebalance bool `json:"rebalance,omitempty"`
+	// RebalanceInterval is the time between balancing rounds. Default 5s.
+	RebalanceInterval time.Duration `json:"rebalance_interval,omitempty"`
+	// Balance tunes the planner of BalancePlan and the balancing rounds
+	// (band, floors, move limits). Default: balance.Options' defaults.
+	Balance balance.Options `json:"-"`
 	// TruncateInterval is how often the leader deletes partition-log
 	// extents every replica has flushed past. Default 10s.
 	TruncateInterval time.Duration `json:"truncate_interval,omitempty"`
@@ -164,6 +176,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.TruncateInterval == 0 {
 		o.TruncateInterval = 10 * time.Second
+	}
+	if o.RebalanceInterval <= 0 {
+		o.RebalanceInterval = 5 * time.Second
 	}
 	if o.SyncLag <= 0 {
 		o.SyncLag = api.DefaultMaxStalenessMs * time.Millisecond

@@ -378,6 +378,8 @@ func payloadOf(c *flatCommand) Payload {
 		return SplitPartition{PartitionID: c.PartitionID, Hash: c.Hash, Key: c.Key}
 	case OpSplitDone:
 		return SplitDone{PartitionID: c.PartitionID, LSN: c.LSN}
+	case OpTransferPrimary:
+		return TransferPrimary{PartitionID: c.PartitionID, ServerID: c.ServerID, To: c.To}
 	}
 	return nil
 }
@@ -510,5 +512,9 @@ func (c *flatCommand) setPayload(p Payload) {
 	case SplitDone:
 		c.PartitionID = p.PartitionID
 		c.LSN = p.LSN
+	case TransferPrimary:
+		c.PartitionID = p.PartitionID
+		c.ServerID = p.ServerID
+		c.To = p.To
 	}
 }

@@ -128,7 +128,8 @@ type flatCommand struct {
 	// the log instead of being copied elsewhere. Commands from before it
 	// (false) drop the replicas at once.
 	Keep bool `json:"keep,omitempty"`
-	// To: OpMoveReplica's and OpMoveDone's target server.
+	// To: OpMoveReplica's, OpMoveDone's and OpTransferPrimary's target
+	// server.
 	To string `json:"to,omitempty"`
 	// Replace: OpServerDown of a dead server whose kept replicas (Keep)
 	// are now dropped and placed again on live servers, which copy them.
@@ -644,6 +645,8 @@ func (s *State) apply(cmd *Command, chk bool) (Result, error) {
 		res, err = s.moveDone(&p)
 	case ReplicaFailed:
 		res, err = s.replicaFailed(&p)
+	case TransferPrimary:
+		res, err = s.transferPrimary(&p, chk)
 	case SplitPartition:
 		res, err = s.splitPartition(&p, at, chk)
 		cmd.setPayload(p)

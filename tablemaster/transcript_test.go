@@ -315,6 +315,8 @@ func (tr *transcript) flatOf(t *testing.T, d *datadriven.TestData) (flatCommand,
 		}
 	case "move":
 		c.Op, c.PartitionID, c.ServerID, c.To = OpMoveReplica, a.u64("partition", 0), a.str("from", ""), a.str("to", "")
+	case "transfer-primary":
+		c.Op, c.PartitionID, c.ServerID, c.To = OpTransferPrimary, a.u64("partition", 0), a.str("from", ""), a.str("to", "")
 	case "move-done":
 		c.Op, c.PartitionID, c.ServerID, c.To = OpMoveDone, a.u64("partition", 0), a.str("from", ""), a.str("to", "")
 	case "replica-failed":

@@ -130,6 +130,8 @@ A member joining a running group starts with --id and no --peers, then is added 
 	f.StringVar(&internalListen, "internal-listen", "auto", "address of the cluster's own listener (table servers' registration, heartbeats, stream and bulk calls; raft between masters, which find it by asking each other's --peers address; the cluster credential only): auto is the --listen host on a free port, none serves the cluster on --listen too")
 	f.DurationVar(&opts.ReplaceAfter, "replace-after", tablemaster.DefaultReplaceAfter, "how long a dead server's replicas wait for it (its primaries fail over at once) before new ones are placed elsewhere and copy the data (negative: at once)")
 	f.DurationVar(&opts.TruncateInterval, "truncate-interval", 10*time.Second, "how often partition logs are truncated below what every replica flushed")
+	f.BoolVar(&opts.Rebalance, "rebalance", false, "carry out the balance plan (tabula cluster balance --dry-run shows it) every --rebalance-interval and when a server joins: primary transfers and replica moves, a few at a time")
+	f.DurationVar(&opts.RebalanceInterval, "rebalance-interval", 5*time.Second, "time between balancing rounds with --rebalance")
 	f.Uint64Var(&opts.MaxLogLag, "max-log-lag", 1_000_000, "records a replica may fall behind its partition's best before it no longer holds the log back (it copies a snapshot instead)")
 	f.IntVar(&opts.MaxRequests, "max-requests", tablemaster.DefaultMaxRequests, "client calls in flight before SERVER_BUSY (servers' calls and map watches have caps of their own)")
 	f.Int64Var(&opts.MaxInFlightBytes, "max-in-flight-bytes", tablemaster.DefaultMaxInFlightBytes, "bytes of client requests in flight before SERVER_BUSY")
