@@ -303,6 +303,8 @@ func TestDroppedSecondaryIsVisibleAndServesNoStaleReads(t *testing.T) {
 func waitFor(t *testing.T, what string, cond func() (bool, string)) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
 	for {
 		ok, desc := cond()
 		if ok {
@@ -311,7 +313,7 @@ func waitFor(t *testing.T, what string, cond func() (bool, string)) {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for %s: %s", what, desc)
 		}
-		time.Sleep(20 * time.Millisecond)
+		<-tick.C
 	}
 }
 

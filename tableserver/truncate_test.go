@@ -110,13 +110,10 @@ func testLogTruncated(t *testing.T, kind api.TableKind, storage string) {
 		return last
 	}
 	put(1)
-	deadline = time.Now().Add(30 * time.Second)
-	for streamInfo().Extents[0].ID == first {
-		if time.Now().After(deadline) {
-			t.Fatalf("the log was never truncated: %d extents, the first %d", len(streamInfo().Extents), first)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	waitFor(t, "the log truncated", func() (bool, string) {
+		ext := streamInfo().Extents
+		return ext[0].ID != first, fmt.Sprintf("%d extents, the first %d", len(ext), ext[0].ID)
+	})
 	// A secondary restarts, and a replica is replaced: both end with
 	// every write, though the log no longer starts at LSN 1.
 	ids := c.ServerIDs()
@@ -138,13 +135,10 @@ func testLogTruncated(t *testing.T, kind api.TableKind, storage string) {
 	trimmed := streamInfo().Extents[0].ID
 	last := put(3)
 	// Under load the log keeps being trimmed: bounded.
-	deadline = time.Now().Add(30 * time.Second)
-	for streamInfo().Extents[0].ID == trimmed {
-		if time.Now().After(deadline) {
-			t.Fatalf("the log was not trimmed again after the restart: %d extents, the first %d", len(streamInfo().Extents), trimmed)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	waitFor(t, "the log trimmed again after the restart", func() (bool, string) {
+		ext := streamInfo().Extents
+		return ext[0].ID != trimmed, fmt.Sprintf("%d extents, the first %d", len(ext), ext[0].ID)
+	})
 	d, err := f.master.DescribeTable(ctx, &api.DescribeTableRequest{Tenant: api.DefaultTenant, Name: "t"})
 	if err != nil {
 		t.Fatal(err)
