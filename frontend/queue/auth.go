@@ -334,12 +334,12 @@ func parseSAS(q url.Values) (*sasParams, error) {
 		}
 	}
 	if s := g("st"); s != "" {
-		if p.start, err = parseSASTime(s); err != nil {
+		if p.start, err = sharedkey.ParseSASTime(s); err != nil {
 			return nil, fmt.Errorf("st: %w", err)
 		}
 	}
 	if s := g("se"); s != "" {
-		if p.end, err = parseSASTime(s); err != nil {
+		if p.end, err = sharedkey.ParseSASTime(s); err != nil {
 			return nil, fmt.Errorf("se: %w", err)
 		}
 	}
@@ -347,18 +347,8 @@ func parseSAS(q url.Values) (*sasParams, error) {
 		return nil, errors.New("a SAS without a stored access policy (si) needs sp and se")
 	}
 	if s := g("sip"); s != "" {
-		lo, hi, ok := strings.Cut(s, "-")
-		if !ok {
-			hi = lo
-		}
-		if p.ipLo, err = netip.ParseAddr(lo); err != nil {
-			return nil, fmt.Errorf("sip %q: %w", s, err)
-		}
-		if p.ipHi, err = netip.ParseAddr(hi); err != nil {
-			return nil, fmt.Errorf("sip %q: %w", s, err)
-		}
-		if p.ipLo.Is4() != p.ipHi.Is4() || p.ipHi.Less(p.ipLo) {
-			return nil, fmt.Errorf("sip %q is not a range", s)
+		if p.ipLo, p.ipHi, err = sharedkey.ParseIPRange(s); err != nil {
+			return nil, err
 		}
 		p.haveIP = true
 	}
@@ -368,17 +358,6 @@ func parseSAS(q url.Values) (*sasParams, error) {
 		return nil, fmt.Errorf("spr %q: want https or https,http", g("spr"))
 	}
 	return p, nil
-}
-
-var sasTimeLayouts = []string{"2006-01-02T15:04:05Z", "2006-01-02T15:04:05.9999999Z", "2006-01-02T15:04Z", "2006-01-02", time.RFC3339Nano}
-
-func parseSASTime(s string) (time.Time, error) {
-	for _, l := range sasTimeLayouts {
-		if t, err := time.Parse(l, s); err == nil {
-			return t.UTC(), nil
-		}
-	}
-	return time.Time{}, fmt.Errorf("%q is not an ISO 8601 UTC time", s)
 }
 
 func (p *sasParams) stringToSign(account, queue string) string {
@@ -470,7 +449,7 @@ func applyPolicy(pr *sharedkey.Principal, p *sasParams, pol accessPolicy) error 
 		if f.s == "" {
 			continue
 		}
-		t, err := parseSASTime(f.s)
+		t, err := sharedkey.ParseSASTime(f.s)
 		if err != nil {
 			return authFailed("stored access policy %q: %v", pol.ID, err)
 		}

@@ -14,6 +14,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/tabuladb/tabula/frontend/sharedkey"
 )
 
 // Limits of the service.
@@ -118,7 +120,7 @@ func decodeACL(body []byte) ([]accessPolicy, error) {
 		}
 		for _, s := range []string{id.AccessPolicy.Start, id.AccessPolicy.Expiry} {
 			if s != "" {
-				if _, err := parseSASTime(s); err != nil {
+				if _, err := sharedkey.ParseSASTime(s); err != nil {
 					return nil, errInvalidXML
 				}
 			}

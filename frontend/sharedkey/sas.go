@@ -119,12 +119,12 @@ func parseSAS(q url.Values) (*sasParams, error) {
 		return nil, err
 	}
 	if s := get("st"); s != "" {
-		if p.start, err = parseSASTime(s); err != nil {
+		if p.start, err = ParseSASTime(s); err != nil {
 			return nil, fmt.Errorf("st: %w", err)
 		}
 	}
 	if s := get("se"); s != "" {
-		if p.expiry, err = parseSASTime(s); err != nil {
+		if p.expiry, err = ParseSASTime(s); err != nil {
 			return nil, fmt.Errorf("se: %w", err)
 		}
 	}
@@ -132,18 +132,8 @@ func parseSAS(q url.Values) (*sasParams, error) {
 		return nil, errors.New("a SAS without a stored access policy (si) needs sp and se")
 	}
 	if s := get("sip"); s != "" {
-		lo, hi, ok := strings.Cut(s, "-")
-		if !ok {
-			hi = lo
-		}
-		if p.ipLo, err = netip.ParseAddr(lo); err != nil {
-			return nil, fmt.Errorf("sip %q: %w", s, err)
-		}
-		if p.ipHi, err = netip.ParseAddr(hi); err != nil {
-			return nil, fmt.Errorf("sip %q: %w", s, err)
-		}
-		if p.ipLo.Is4() != p.ipHi.Is4() || p.ipHi.Less(p.ipLo) {
-			return nil, fmt.Errorf("sip %q is not a range", s)
+		if p.ipLo, p.ipHi, err = ParseIPRange(s); err != nil {
+			return nil, err
 		}
 	}
 	switch get("spr") {
@@ -196,7 +186,28 @@ var sasTimeLayouts = []string{
 	time.RFC3339Nano,
 }
 
-func parseSASTime(s string) (time.Time, error) {
+// ParseIPRange parses a SAS's sip: one address, or "lo-hi" of one family
+// with lo ≤ hi. The Queue service's SAS shares it.
+func ParseIPRange(s string) (lo, hi netip.Addr, err error) {
+	l, h, ok := strings.Cut(s, "-")
+	if !ok {
+		h = l
+	}
+	if lo, err = netip.ParseAddr(l); err != nil {
+		return lo, hi, fmt.Errorf("sip %q: %w", s, err)
+	}
+	if hi, err = netip.ParseAddr(h); err != nil {
+		return lo, hi, fmt.Errorf("sip %q: %w", s, err)
+	}
+	if lo.Is4() != hi.Is4() || hi.Less(lo) {
+		return lo, hi, fmt.Errorf("sip %q is not a range", s)
+	}
+	return lo, hi, nil
+}
+
+// ParseSASTime parses a SAS's st or se (any of the ISO 8601 UTC forms the
+// service accepts). The Queue service's SAS shares it.
+func ParseSASTime(s string) (time.Time, error) {
 	for _, l := range sasTimeLayouts {
 		if t, err := time.Parse(l, s); err == nil {
 			return t.UTC(), nil

@@ -263,7 +263,7 @@ func TestAccountSAS(t *testing.T) {
 
 func TestParseSASTimes(t *testing.T) {
 	for _, s := range []string{"2030-01-01T00:00:00Z", "2030-01-01T00:00:00.1234567Z", "2030-01-01T00:00Z", "2030-01-01", "2030-01-01T01:00:00+01:00"} {
-		got, err := parseSASTime(s)
+		got, err := ParseSASTime(s)
 		if err != nil {
 			t.Errorf("%s: %v", s, err)
 			continue
@@ -273,7 +273,7 @@ func TestParseSASTimes(t *testing.T) {
 		}
 	}
 	for _, s := range []string{"", "2030-13-01", "tomorrow", "2030-01-01T00:00:00"} {
-		if _, err := parseSASTime(s); err == nil {
+		if _, err := ParseSASTime(s); err == nil {
 			t.Errorf("%q accepted", s)
 		}
 	}
