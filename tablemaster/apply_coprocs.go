@@ -70,16 +70,24 @@ func (s *State) coprocReady(cmd *CoprocReady, chk bool) (Result, error) {
 		return Result{}, nil // dropped meanwhile
 	}
 	k := c.version(cmd.Version)
-	if k < 0 || slices.Contains(c.Versions[k].ReadyOn, cmd.ServerID) {
+	if k < 0 {
 		return Result{}, nil
 	}
 	v := &c.Versions[k]
-	v.ReadyOn = append(v.ReadyOn, cmd.ServerID)
-	slices.Sort(v.ReadyOn)
+	changed := false
+	if !slices.Contains(v.ReadyOn, cmd.ServerID) {
+		v.ReadyOn = append(v.ReadyOn, cmd.ServerID)
+		slices.Sort(v.ReadyOn)
+		changed = true
+	}
+	// A report already recorded still promotes: the hosts may have changed
+	// since (a replica moved off the last server without the version), and
+	// no other report would come.
 	if v.Version > c.Live && t.readyEverywhere(v) {
 		c.Live = v.Version
+		changed = true
 	}
-	return Result{Changed: true}, nil
+	return Result{Changed: changed}, nil
 }
 
 func (s *State) coprocRollback(cmd *CoprocRollback, chk bool) (Result, error) {

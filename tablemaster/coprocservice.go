@@ -127,7 +127,8 @@ func (m *Master) CoprocFetch(_ context.Context, req *api.CoprocFetchRequest) (*a
 }
 
 // coprocReports turns a heartbeat's compiled-module reports into
-// OpCoprocReady for what the state does not record yet.
+// OpCoprocReady for what the state does not record yet, or for a version
+// every host now has that is not live yet.
 func (m *Master) coprocReports(serverID string, ready []*api.CoprocReady) {
 	st := m.State()
 	for _, r := range ready {
@@ -140,7 +141,12 @@ func (m *Master) coprocReports(serverID string, ready []*api.CoprocReady) {
 			continue
 		}
 		k := c.version(r.GetVersion())
-		if k < 0 || slices.Contains(c.Versions[k].ReadyOn, serverID) {
+		if k < 0 {
+			continue
+		}
+		// Recorded already: proposed again only if it would now promote
+		// the version (its hosts changed since the last report).
+		if v := &c.Versions[k]; slices.Contains(v.ReadyOn, serverID) && (v.Version <= c.Live || !t.readyEverywhere(v)) {
 			continue
 		}
 		res, _, err := m.propose(Command{UnixMs: m.opts.Now().UnixMilli(), Payload: CoprocReady{Tenant: r.GetTenant(), Table: r.GetTable(), Name: r.GetName(), Version: r.GetVersion(), ServerID: serverID}}, nil, nil)

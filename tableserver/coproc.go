@@ -23,8 +23,10 @@ import (
 type coprocs struct {
 	rt *coproc.Runtime
 	mu sync.Mutex
-	// state by key: compiling, ready, or failed (with the error, retried
-	// on a later map change).
+	// state by key: compiling (errCompiling, wrapping the last failure
+	// while a failed compile waits to be retried), ready (nil), or failed
+	// (the version left the map or the server closed; compiled again if
+	// a later map lists it).
 	state map[coproc.ModuleKey]error
 }
 
@@ -56,14 +58,30 @@ func (s *Server) syncCoprocs(h *hosting) {
 				s.wg.Add(1)
 				go func() {
 					defer s.wg.Done()
-					err := s.compile(k, v.GetSha256())
-					s.cp.mu.Lock()
-					s.cp.state[k] = err
-					s.cp.mu.Unlock()
-					if err != nil {
-						s.log.Error("coprocessor did not compile", "table", t.GetName(), "name", k.Name, "version", k.Version, "err", err)
-						return
+					// A failed compile (the master unreachable, a deadline
+					// passed on a loaded machine) is retried while the
+					// version is still listed: nothing else would retry it
+					// on a map that does not change, and the version would
+					// never go live.
+					for attempt := 0; ; attempt++ {
+						err := s.compile(k, v.GetSha256())
+						if err == nil {
+							break
+						}
+						s.log.Error("coprocessor did not compile; retrying", "table", t.GetName(), "name", k.Name, "version", k.Version, "attempt", attempt+1, "err", err)
+						s.cp.mu.Lock()
+						s.cp.state[k] = fmt.Errorf("%w (the last attempt failed: %w)", errCompiling, err)
+						s.cp.mu.Unlock()
+						if !s.coprocListed(k) || !s.backoff(attempt+3) {
+							s.cp.mu.Lock()
+							s.cp.state[k] = err
+							s.cp.mu.Unlock()
+							return
+						}
 					}
+					s.cp.mu.Lock()
+					s.cp.state[k] = nil
+					s.cp.mu.Unlock()
 					s.log.Info("coprocessor compiled", "table", t.GetName(), "name", k.Name, "version", k.Version)
 					if err := s.heartbeat(false); err != nil {
 						s.log.Debug("heartbeat after compile failed; the next one reports it", "err", err)
@@ -72,6 +90,26 @@ func (s *Server) syncCoprocs(h *hosting) {
 			}
 		}
 	}
+}
+
+// coprocListed reports whether the map this server holds still lists
+// module version k for a table it hosts.
+func (s *Server) coprocListed(k coproc.ModuleKey) bool {
+	m, ok := s.hosting.Load().tables[tableKey(k.Tenant, k.Table)]
+	if !ok {
+		return false
+	}
+	for _, c := range m.GetCoprocessors() {
+		if c.GetName() != k.Name {
+			continue
+		}
+		for _, v := range c.GetVersions() {
+			if v.GetVersion() == k.Version {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // compile fetches module k from the master and compiles it.
