@@ -95,6 +95,19 @@ func (t *Table) Invoke(ctx context.Context, name, method string, inv Invocation)
 	if err != nil {
 		return nil, t.errf(op, err)
 	}
+	// The live version is resolved from this client's map, not the
+	// server's: after RollbackCoproc or WaitCoprocLive returns (both
+	// refresh the map), calls run the version they made live even on a
+	// server whose map has not caught up yet. Other clients follow the
+	// alias through their map watch, as the servers do.
+	version := inv.Version
+	if version == 0 {
+		for _, c := range m.GetCoprocessors() {
+			if c.GetName() == name {
+				version = c.GetLive()
+			}
+		}
+	}
 	token := inv.IdempotencyToken
 	if token == "" {
 		token = newRequestID()
@@ -112,7 +125,7 @@ func (t *Table) Invoke(ctx context.Context, name, method string, inv Invocation)
 		var out []byte
 		_, _, err := t.call(ctx, callSpec{op: op, bounded: true, pick: pick, reqID: token, invoke: true,
 			rpc: func(ctx context.Context, ts api.TableServerClient, h *api.RequestHeader) (uint64, error) {
-				resp, err := ts.Invoke(ctx, &api.InvokeRequest{Header: h, Name: name, Version: inv.Version, Method: method,
+				resp, err := ts.Invoke(ctx, &api.InvokeRequest{Header: h, Name: name, Version: version, Method: method,
 					Input: inv.Input, Keys: keys, IdempotencyToken: partToken, RequestId: partToken, TimeoutMs: timeoutMs,
 					RangeStart: rangeStart, RangeEnd: rangeEnd})
 				if err != nil {
@@ -183,7 +196,7 @@ func (t *Table) Invoke(ctx context.Context, name, method string, inv Invocation)
 	// Merge on a server (any partition's: they all compiled the module).
 	var out []byte
 	err = t.do(ctx, "merge on", true, pickRoute(route{}), func(ctx context.Context, ts api.TableServerClient, h *api.RequestHeader) error {
-		resp, err := ts.CoprocMerge(ctx, &api.CoprocMergeRequest{Header: h, Name: name, Version: inv.Version, Method: method, Partials: ok})
+		resp, err := ts.CoprocMerge(ctx, &api.CoprocMergeRequest{Header: h, Name: name, Version: version, Method: method, Partials: ok})
 		if err != nil {
 			return err
 		}
@@ -269,10 +282,16 @@ func (t *Table) RollbackCoproc(ctx context.Context, name string, version uint64)
 	if t.err != nil {
 		return t.errf("roll back coprocessor of", t.err)
 	}
-	return t.c.masterCall(ctx, fmt.Sprintf("client: roll back coprocessor %q of %q", name, t.name), func(ctx context.Context, mc api.MasterClient) error {
+	err := t.c.masterCall(ctx, fmt.Sprintf("client: roll back coprocessor %q of %q", name, t.name), func(ctx context.Context, mc api.MasterClient) error {
 		_, err := mc.CoprocRollback(ctx, &api.CoprocRollbackRequest{Tenant: t.c.opts.Tenant, Table: t.name, Name: name, Version: version})
 		return err
 	})
+	if err != nil {
+		return err
+	}
+	// Refresh the cached map so this client's next calls run version.
+	_, err = t.ts.refresh(ctx)
+	return err
 }
 
 // joinDistinct joins errs keeping one of each kind (the same code and

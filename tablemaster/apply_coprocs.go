@@ -83,8 +83,8 @@ func (s *State) coprocReady(cmd *CoprocReady, chk bool) (Result, error) {
 	// A report already recorded still promotes: the hosts may have changed
 	// since (a replica moved off the last server without the version), and
 	// no other report would come.
-	if v.Version > c.Live && t.readyEverywhere(v) {
-		c.Live = v.Version
+	if c.promotable(v.Version) && t.readyEverywhere(v) {
+		c.Live, c.MaxLive = v.Version, v.Version
 		changed = true
 	}
 	return Result{Changed: changed}, nil
@@ -109,6 +109,7 @@ func (s *State) coprocRollback(cmd *CoprocRollback, chk bool) (Result, error) {
 	if c.Live == cmd.Version {
 		return Result{}, nil
 	}
+	c.MaxLive = max(c.MaxLive, c.Live) // a state from before MaxLive learns it here
 	c.Live = cmd.Version
 	return Result{Changed: true}, nil
 }

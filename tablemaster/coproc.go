@@ -37,7 +37,12 @@ const (
 
 // Coproc is one named coprocessor of a table.
 type Coproc struct {
-	Live     uint64          `json:"live,omitempty"`
+	Live uint64 `json:"live,omitempty"`
+	// MaxLive is the newest version that has been live: a version at or
+	// below it is promoted only by a rollback, never again by a ready
+	// report (a rolled-back version stays rolled back when a server
+	// reports it, or a new host compiles it).
+	MaxLive  uint64          `json:"max_live,omitempty"`
 	Next     uint64          `json:"next"`
 	Versions []CoprocVersion `json:"versions"`
 }
@@ -98,6 +103,10 @@ func (t *Table) readyEverywhere(v *CoprocVersion) bool {
 	}
 	return true
 }
+
+// promotable reports whether ready reports may make v live: it is newer
+// than the live version and than every version live before.
+func (c *Coproc) promotable(v uint64) bool { return v > c.Live && v > c.MaxLive }
 
 func (c *Coproc) version(v uint64) int {
 	return slices.IndexFunc(c.Versions, func(x CoprocVersion) bool { return x.Version == v })

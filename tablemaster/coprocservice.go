@@ -146,7 +146,7 @@ func (m *Master) coprocReports(serverID string, ready []*api.CoprocReady) {
 		}
 		// Recorded already: proposed again only if it would now promote
 		// the version (its hosts changed since the last report).
-		if v := &c.Versions[k]; slices.Contains(v.ReadyOn, serverID) && (v.Version <= c.Live || !t.readyEverywhere(v)) {
+		if v := &c.Versions[k]; slices.Contains(v.ReadyOn, serverID) && (!c.promotable(v.Version) || !t.readyEverywhere(v)) {
 			continue
 		}
 		res, _, err := m.propose(Command{UnixMs: m.opts.Now().UnixMilli(), Payload: CoprocReady{Tenant: r.GetTenant(), Table: r.GetTable(), Name: r.GetName(), Version: r.GetVersion(), ServerID: serverID}}, nil, nil)
