@@ -91,16 +91,21 @@ func testLogTruncated(t *testing.T, kind api.TableKind, storage string) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	const keys = 600
+	stale := true // the map is asked again only after a failed put
 	put := func(gen int) (last uint64) {
 		for i := range keys {
 			key := fmt.Appendf(nil, "k%04d", i)
 			r, err := eventually(t, func() (*api.PutResponse, error) {
-				d, err := f.master.DescribeTable(ctx, &api.DescribeTableRequest{Tenant: api.DefaultTenant, Name: "t"})
-				if err != nil {
-					return nil, err
+				if stale {
+					d, err := f.master.DescribeTable(ctx, &api.DescribeTableRequest{Tenant: api.DefaultTenant, Name: "t"})
+					if err != nil {
+						return nil, err
+					}
+					p, stale = d.GetMap().GetPartitions()[0], false
 				}
-				p = d.GetMap().GetPartitions()[0]
-				return f.server(t, p).Put(ctx, &api.PutRequest{Header: hdr(p), Key: key, Value: fmt.Appendf(nil, "%0100d", gen*keys+i)})
+				r, err := f.server(t, p).Put(ctx, &api.PutRequest{Header: hdr(p), Key: key, Value: fmt.Appendf(nil, "%0100d", gen*keys+i)})
+				stale = err != nil
+				return r, err
 			})
 			if err != nil {
 				t.Fatal(err)

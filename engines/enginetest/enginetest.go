@@ -692,6 +692,9 @@ func testModel(v *env) {
 		return 0
 	}
 	n := 20 * ops
+	if testing.Short() { // the race run: a fifth, still every kind of step
+		n /= 5
+	}
 	for i := range n {
 		switch op := rng.IntN(100); {
 		case op < 30: // batch of 1-4 mutations

@@ -136,7 +136,11 @@ func TestSplitCrash(t *testing.T) {
 	}
 
 	var committed, abandoned int
-	for k := 0; k <= total; k++ {
+	step := 1
+	if testing.Short() { // the race run: every few ops, still each phase
+		step = max(1, total/20)
+	}
+	for k := 0; k <= total; k += step {
 		what := fmt.Sprintf("crash at op %d of %d", k, total)
 		fs := vfs.NewMem()
 		splitFixture(t, fs, clock)
@@ -284,7 +288,11 @@ func TestMergeCrash(t *testing.T) {
 		t.Fatal(err)
 	}
 	var committed, abandoned int
-	for k := 0; k <= total; k += max(1, total/40) {
+	samples := 40
+	if testing.Short() { // the race run
+		samples = 15
+	}
+	for k := 0; k <= total; k += max(1, total/samples) {
 		what := fmt.Sprintf("crash at op %d of %d", k, total)
 		fs, l, r, wl, wr := setup()
 		fs.Inject(vfs.Fault{Ops: mutating, After: k, Sticky: true})
