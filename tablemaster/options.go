@@ -80,6 +80,10 @@ type Options struct {
 	// Balance tunes the planner of BalancePlan and the balancing rounds
 	// (band, floors, move limits). Default: balance.Options' defaults.
 	Balance balance.Options `json:"-"`
+	// SplitAllWait is how long a split waits for every live replica to
+	// report it before it completes on the primary's report alone (the
+	// others then get copies). Default 3 s.
+	SplitAllWait time.Duration `json:"split_all_wait,omitempty"`
 	// TruncateInterval is how often the leader deletes partition-log
 	// extents every replica has flushed past. Default 10s.
 	TruncateInterval time.Duration `json:"truncate_interval,omitempty"`
@@ -173,6 +177,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.ReplaceAfter == 0 {
 		o.ReplaceAfter = DefaultReplaceAfter
+	}
+	if o.SplitAllWait == 0 {
+		o.SplitAllWait = 3 * time.Second
 	}
 	if o.TruncateInterval == 0 {
 		o.TruncateInterval = 10 * time.Second

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"slices"
-	"time"
 
 	"github.com/tabuladb/tabula/api"
 	"github.com/tabuladb/tabula/replication/stream"
@@ -22,7 +21,7 @@ import (
 //     the children's directories (sharing files, copying no record) and
 //     reports the record's LSN.
 //  2. OpSplitDone, once the primary and every live replica reported it (or
-//     splitAllWait after the start, the primary alone: a replica that had
+//     Options.SplitAllWait after the start, the primary alone: a replica that had
 //     not split copies its child), replaces the partition by its children
 //     in the table: same replica servers and roles, the parent's epoch
 //     plus one, a log each (log/<child id>, whose LSNs continue after the
@@ -55,10 +54,6 @@ type Split struct {
 	Key     []byte `json:"key,omitempty"`
 	SinceMs int64  `json:"since_ms"`
 }
-
-// splitAllWait is how long OpSplitDone waits for every live replica to
-// report the split before it goes ahead on the primary's report alone.
-const splitAllWait = 3 * time.Second
 
 // midpoint is the default split point of hash range [start, end].
 func midpoint(start, end uint64) uint64 { return start + (end-start)/2 + 1 }
@@ -223,7 +218,7 @@ func (m *Master) splitLoop() (finished bool) {
 				all = false
 			}
 		}
-		if !all && now-p.Split.SinceMs < splitAllWait.Milliseconds() {
+		if !all && now-p.Split.SinceMs < m.opts.SplitAllWait.Milliseconds() {
 			continue // the others apply it within milliseconds, as a rule
 		}
 		res, _, err := m.propose(Command{UnixMs: now, Payload: SplitDone{PartitionID: p.ID, LSN: lsn}}, nil, nil)

@@ -13,6 +13,7 @@ import (
 	"github.com/tabuladb/tabula/api"
 	"github.com/tabuladb/tabula/internal/keyspace"
 	"github.com/tabuladb/tabula/internal/testcluster"
+	"github.com/tabuladb/tabula/tablemaster"
 	"github.com/tabuladb/tabula/tableserver"
 )
 
@@ -40,15 +41,19 @@ func testSplitRestart(t *testing.T, replicas int, committed bool) {
 	armed.Store(true)
 	var victim atomic.Int64
 	hit := make(chan uint64, 1)
-	c, err := testcluster.Start(ctx, testcluster.Options{Servers: replicas, ServerOptions: func(i int, o *tableserver.Options) {
-		o.OnSplit = func(rctx context.Context, pid, lsn uint64, at bool) {
-			if at != committed || victim.Load() != int64(i) || !armed.CompareAndSwap(true, false) {
-				return
+	c, err := testcluster.Start(ctx, testcluster.Options{Servers: replicas,
+		// The victim secondary must split (not be left to a copy) however
+		// loaded the machine is.
+		MasterOptions: func(o *tablemaster.Options) { o.SplitAllWait = time.Minute },
+		ServerOptions: func(i int, o *tableserver.Options) {
+			o.OnSplit = func(rctx context.Context, pid, lsn uint64, at bool) {
+				if at != committed || victim.Load() != int64(i) || !armed.CompareAndSwap(true, false) {
+					return
+				}
+				hit <- lsn
+				<-rctx.Done() // the crash: the server is killed here
 			}
-			hit <- lsn
-			<-rctx.Done() // the crash: the server is killed here
-		}
-	}})
+		}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +95,8 @@ func testSplitRestart(t *testing.T, replicas int, committed bool) {
 	case lsn := <-hit:
 		t.Logf("stopped the split at LSN %d (committed %v)", lsn, committed)
 	case <-ctx.Done():
-		t.Fatal("the split never reached its crash point")
+		m, err := f.master.GetPartitionMap(context.Background(), &api.GetPartitionMapRequest{Tenant: api.DefaultTenant, Table: "t"})
+		t.Fatalf("the split never reached its crash point on %s; the map: %v %v", victimID, m.GetMap().GetPartitions(), err)
 	}
 	if err := c.KillServer(vi); err != nil {
 		t.Fatal(err)
