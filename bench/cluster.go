@@ -57,6 +57,7 @@ type clConfig struct {
 	gomaxprocs                    int      // of every child process; 0: Go's default
 	serverDebugPort               int      // server i serves /debug/pprof/ on this port + i, /metrics on this port + 100 + i; 0: none
 	serverFlags                   []string // added to every tabula server's command line
+	masterFlags                   []string // added to the tabula master's command line
 }
 
 // childProcs describes the children's GOMAXPROCS for the header line.
@@ -312,7 +313,7 @@ func clStartTabulaAs(ctx context.Context, out io.Writer, procs *clProcs, dir str
 		return nil, err
 	}
 	t := &clTabula{masterAddr: addrs[0], tableName: clTable, serverCount: cfg.servers, bin: bin, procs: procs, dir: dir}
-	t.master, err = procs.start(prefix+"tabula-master", bin, "master", "--listen", t.masterAddr, "--data", filepath.Join(dir, "master"))
+	t.master, err = procs.start(prefix+"tabula-master", bin, append([]string{"master", "--listen", t.masterAddr, "--data", filepath.Join(dir, "master")}, cfg.masterFlags...)...)
 	if err != nil {
 		return nil, err
 	}

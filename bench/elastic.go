@@ -1,0 +1,421 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/tabuladb/tabula/api"
+)
+
+// The elastic suite: a table's partitions split under load, and servers
+// that join a loaded cluster get their share, as real processes on
+// loopback. Workloads:
+//
+//   - split: 16 clients read and write while the table's widest partition
+//     is split, 20 times one after another: the time from the split
+//     command to both children taking writes (the master's SplitPartition
+//     with wait), the write p99 during splits ÷ steady, failed requests.
+//   - join: 3 servers with 30 partitions × 3 replicas under load, the
+//     master rebalancing; 2 servers join: the time until every server's
+//     replica count is within ±15% of the mean, the p99 while moving ÷
+//     steady, failed requests.
+//
+// The hot-partition (automatic split by load) and merge workloads
+// are not here: neither automatic splitting nor merge is built yet.
+func init() {
+	register(suite{
+		name:  "elastic",
+		about: "real processes on loopback: splits under a 16-client load (time to both children writable, write p99 during ÷ steady) and 2 servers joining a loaded 3-server cluster (time to balance)",
+		run:   runElastic,
+	})
+}
+
+// elConfig is the elastic suite's flags.
+type elConfig struct {
+	clConfig
+	splits    int
+	steady    time.Duration
+	joinLimit time.Duration
+	band      float64
+}
+
+func runElastic(out io.Writer, args []string) (err error) {
+	fs := flag.NewFlagSet("elastic", flag.ContinueOnError)
+	var cfg elConfig
+	fs.IntVar(&cfg.goroutines, "goroutines", 16, "client goroutines of the load")
+	fs.IntVar(&cfg.keys, "keys", 20000, "distinct keys")
+	fs.IntVar(&cfg.valueSize, "value-size", 100, "value bytes")
+	fs.IntVar(&cfg.splits, "splits", 20, "split: splits, one after another")
+	fs.DurationVar(&cfg.steady, "steady", 5*time.Second, "load before the splits or the join (the steady p99)")
+	fs.DurationVar(&cfg.joinLimit, "join-limit", 5*time.Minute, "join: give up waiting for balance after this long")
+	fs.Float64Var(&cfg.band, "band", 0.15, "join: balanced within mean × (1 ± band) replicas per server")
+	workloads := fs.String("workloads", "split,join", "workloads to run (comma list)")
+	fs.StringVar(&cfg.dir, "dir", "", "directory for data and logs (default: a new temp dir, removed after a successful run)")
+	fs.StringVar(&cfg.tabulaBin, "tabula-bin", "", "tabula binary to run (default: built from this checkout)")
+	fs.Uint64Var(&cfg.seed, "seed", rand.Uint64(), "random seed")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	cfg.workloads = clSet(*workloads)
+	for w := range cfg.workloads {
+		if w != "split" && w != "join" {
+			return fmt.Errorf("unknown workload %q (split, join; hot and merge are not built: no automatic split or merge yet)", w)
+		}
+	}
+	if cfg.goroutines < 1 || cfg.keys < cfg.goroutines || cfg.splits < 1 {
+		return errors.New("-goroutines and -splits must be ≥ 1 and -keys ≥ -goroutines")
+	}
+	dir := cfg.dir
+	if dir == "" {
+		d, merr := os.MkdirTemp("", "tabula-bench-elastic-")
+		if merr != nil {
+			return merr
+		}
+		dir = d
+		defer func() {
+			if err == nil {
+				_ = os.RemoveAll(d)
+			} else {
+				fmt.Fprintf(os.Stderr, "elastic: data and process logs kept in %s\n", d)
+			}
+		}()
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	fmt.Fprintf(out, "# elastic: loopback, %d goroutines (half puts, half gets), %d-byte values, %d keys; GOMAXPROCS %d; dir %s; seed %d (rerun with -seed %d)\n",
+		cfg.goroutines, cfg.valueSize, cfg.keys, runtime.GOMAXPROCS(0), dir, cfg.seed, cfg.seed)
+	for _, w := range []string{"split", "join"} {
+		if !cfg.workloads[w] {
+			continue
+		}
+		run := elSplit
+		if w == "join" {
+			run = elJoin
+		}
+		if err := run(ctx, out, filepath.Join(dir, w), &cfg); err != nil {
+			return fmt.Errorf("%s: %w", w, err)
+		}
+	}
+	return nil
+}
+
+// elStart starts a cluster of servers processes (gomaxprocs shared out)
+// in dir, its master run with masterArgs, and a table of partitions × 3.
+func elStart(ctx context.Context, out io.Writer, dir string, cfg *elConfig, servers, partitions int, masterArgs ...string) (*clTabula, *clProcs, error) {
+	c := cfg.clConfig
+	c.servers, c.partitions, c.replicas = servers, partitions, 3
+	c.dir, c.masterFlags = dir, masterArgs
+	procs := &clProcs{logDir: filepath.Join(dir, "logs"), gomaxprocs: max(1, runtime.NumCPU()/servers)}
+	if err := os.MkdirAll(procs.logDir, 0o755); err != nil {
+		return nil, nil, err
+	}
+	tab, err := clStartTabula(ctx, out, procs, dir, &c)
+	if err != nil {
+		procs.killAll()
+		return nil, nil, err
+	}
+	cfg.tabulaBin = tab.bin // built once for both workloads
+	return tab, procs, nil
+}
+
+// elLoad is the background load: goroutines putting and getting random
+// keys until stopped, their latencies recorded in the phase's histogram.
+type elLoad struct {
+	mu      sync.Mutex
+	phase   string
+	hists   map[string]*elHist
+	failed  atomic.Int64
+	lastErr atomic.Value
+	stop    chan struct{}
+	once    sync.Once
+	wg      sync.WaitGroup
+}
+
+type elHist struct{ puts, gets []time.Duration }
+
+func (l *elLoad) setPhase(p string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.phase = p
+	if l.hists[p] == nil {
+		l.hists[p] = &elHist{}
+	}
+}
+
+func (l *elLoad) record(put bool, d time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	h := l.hists[l.phase]
+	if put {
+		h.puts = append(h.puts, d)
+	} else {
+		h.gets = append(h.gets, d)
+	}
+}
+
+func startLoad(ctx context.Context, tab *clTabula, cfg *elConfig) *elLoad {
+	l := &elLoad{hists: map[string]*elHist{}, stop: make(chan struct{})}
+	l.setPhase("steady")
+	for g := range cfg.goroutines {
+		l.wg.Go(func() {
+			rng := rand.New(rand.NewPCG(cfg.seed, uint64(g)))
+			val := make([]byte, cfg.valueSize)
+			for {
+				select {
+				case <-l.stop:
+					return
+				case <-ctx.Done():
+					return
+				default:
+				}
+				key := fmt.Appendf(nil, "key-%07d", rng.IntN(cfg.keys))
+				put := g%2 == 0
+				t0 := time.Now()
+				var err error
+				if put {
+					clPutValue(rng, val)
+					err = tab.tbl.Put(ctx, key, val)
+				} else {
+					_, err = tab.tbl.Get(ctx, key)
+					if api.CodeOf(err) == api.ErrorCode_ERROR_CODE_NOT_FOUND {
+						err = nil
+					}
+				}
+				if err != nil {
+					if ctx.Err() != nil {
+						return
+					}
+					l.failed.Add(1)
+					l.lastErr.Store(err.Error())
+					continue
+				}
+				l.record(put, time.Since(t0))
+			}
+		})
+	}
+	return l
+}
+
+func (l *elLoad) halt() {
+	l.once.Do(func() { close(l.stop) })
+	l.wg.Wait()
+}
+
+func (l *elLoad) p99(phase string, put bool) time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	h := l.hists[phase]
+	if h == nil {
+		return 0
+	}
+	s := h.gets
+	if put {
+		s = h.puts
+	}
+	return elQuantile(s, 0.99)
+}
+
+func elQuantile(s []time.Duration, q float64) time.Duration {
+	if len(s) == 0 {
+		return 0
+	}
+	c := slices.Clone(s)
+	slices.Sort(c)
+	return c[min(len(c)-1, int(q*float64(len(c))))]
+}
+
+func (l *elLoad) report(out io.Writer, name, phase string) {
+	for _, put := range []bool{true, false} {
+		op := "get"
+		if put {
+			op = "put"
+		}
+		steady, during := l.p99("steady", put), l.p99(phase, put)
+		fmt.Fprintf(out, "figure elastic-%s-%s-p99-steady %.2f ms\n", name, op, ms(steady))
+		fmt.Fprintf(out, "figure elastic-%s-%s-p99-during %.2f ms\n", name, op, ms(during))
+		if steady > 0 {
+			fmt.Fprintf(out, "ratio during/steady elastic-%s-%s-p99 %.2f\n", name, op, float64(during)/float64(steady))
+		}
+	}
+	fmt.Fprintf(out, "figure elastic-%s-failed-requests %d requests\n", name, l.failed.Load())
+	if e, ok := l.lastErr.Load().(string); ok {
+		fmt.Fprintf(out, "# last failure: %s\n", e)
+	}
+}
+
+// elSplit splits the widest partition of a 3-partition table on 5
+// servers, cfg.splits times, under load.
+func elSplit(ctx context.Context, out io.Writer, dir string, cfg *elConfig) error {
+	tab, procs, err := elStart(ctx, out, dir, cfg, 5, 3)
+	if err != nil {
+		return err
+	}
+	defer procs.killAll()
+	defer tab.close()
+	cc, err := grpc.NewClient(tab.masterAddr, append(benchCred.DialOptions(), grpc.WithTransportCredentials(insecure.NewCredentials()))...)
+	if err != nil {
+		return err
+	}
+	defer cc.Close()
+	mc := api.NewMasterClient(cc)
+	load := startLoad(ctx, tab, cfg)
+	defer load.halt()
+	if err := elWait(ctx, cfg.steady); err != nil {
+		return err
+	}
+	load.setPhase("splits")
+	var took []time.Duration
+	for i := range cfg.splits {
+		m, err := tab.freshMap(ctx, tab.tableName)
+		if err != nil {
+			return err
+		}
+		// The widest partition: splits spread over the hash space.
+		widest := m.GetPartitions()[0]
+		for _, p := range m.GetPartitions() {
+			if p.GetEnd()-p.GetStart() > widest.GetEnd()-widest.GetStart() {
+				widest = p
+			}
+		}
+		t0 := time.Now()
+		sctx, cancel := context.WithTimeout(ctx, time.Minute)
+		resp, err := mc.SplitPartition(sctx, &api.SplitPartitionRequest{Tenant: api.DefaultTenant, Table: tab.tableName, Index: widest.GetIndex(), Wait: true})
+		cancel()
+		if err != nil {
+			return fmt.Errorf("split %d (partition index %d): %w", i+1, widest.GetIndex(), err)
+		}
+		d := time.Since(t0)
+		took = append(took, d)
+		fmt.Fprintf(os.Stderr, "elastic: split %d/%d: partition %d into %d and %d in %v\n", i+1, cfg.splits, resp.GetParentId(), resp.GetLeft().GetId(), resp.GetRight().GetId(), d.Round(time.Millisecond))
+	}
+	load.setPhase("after")
+	if err := elWait(ctx, time.Second); err != nil {
+		return err
+	}
+	load.halt()
+	fmt.Fprintf(out, "# split: master + 5 servers, point table of 3 partitions × 3 replicas (ssd, sync); %d splits of the widest partition, one after another, under the load; a split's time is the master's SplitPartition with wait (returns once both children take writes)\n", cfg.splits)
+	fmt.Fprintf(out, "figure elastic-split-ms-p50 %.1f ms\n", ms(elQuantile(took, 0.5)))
+	fmt.Fprintf(out, "figure elastic-split-ms-p99 %.1f ms\n", ms(elQuantile(took, 0.99)))
+	fmt.Fprintf(out, "figure elastic-split-ms-max %.1f ms\n", ms(slices.Max(took)))
+	load.report(out, "split", "splits")
+	return nil
+}
+
+// elJoin adds 2 servers to a loaded 3-server cluster of 30 partitions,
+// the master rebalancing, and times the balance.
+func elJoin(ctx context.Context, out io.Writer, dir string, cfg *elConfig) error {
+	tab, procs, err := elStart(ctx, out, dir, cfg, 3, 30, "--rebalance", "--rebalance-interval", "1s")
+	if err != nil {
+		return err
+	}
+	defer procs.killAll()
+	defer tab.close()
+	load := startLoad(ctx, tab, cfg)
+	defer load.halt()
+	if err := elWait(ctx, cfg.steady); err != nil {
+		return err
+	}
+	addrs, err := clFreeAddrs(2)
+	if err != nil {
+		return err
+	}
+	load.setPhase("join")
+	t0 := time.Now()
+	for i, a := range addrs {
+		p, err := procs.start(fmt.Sprintf("tabula-server-join-%d", i), tab.bin, "server", "--master", tab.masterAddr, "--listen", a,
+			"--data", filepath.Join(dir, fmt.Sprintf("server-join-%d", i)), "--fault-domain", fmt.Sprintf("fd-join-%d", i))
+		if err != nil {
+			return err
+		}
+		tab.servers = append(tab.servers, p)
+	}
+	var counts map[string]int
+	balanced := func() (bool, error) {
+		m, err := tab.freshMap(ctx, tab.tableName)
+		if err != nil {
+			return false, err
+		}
+		ids, err := tab.serverIDs(ctx)
+		if err != nil {
+			return false, err
+		}
+		counts = map[string]int{}
+		for _, id := range ids {
+			counts[id] = 0
+		}
+		total := 0
+		for _, p := range m.GetPartitions() {
+			for _, r := range p.GetReplicas() {
+				counts[r.GetServerId()]++
+				total++
+			}
+		}
+		if len(ids) < 5 || total != 30*3 { // a move in flight holds a fourth replica
+			return false, nil
+		}
+		mean := float64(total) / float64(len(counts))
+		for _, n := range counts {
+			if float64(n) < mean*(1-cfg.band) || float64(n) > mean*(1+cfg.band) {
+				return false, nil
+			}
+		}
+		return true, nil
+	}
+	perr := clPoll(ctx, cfg.joinLimit, 200*time.Millisecond, balanced, "every server within the band of the mean replica count")
+	took := time.Since(t0)
+	load.setPhase("after")
+	if err := elWait(ctx, time.Second); err != nil {
+		return err
+	}
+	load.halt()
+	fmt.Fprintf(out, "# join: master (--rebalance, 1 s rounds) + 3 servers, point table of 30 partitions × 3 replicas (ssd, sync) under the load; 2 servers join; balanced = every server's replica count within ±%.0f%% of the mean (load dimensions are not checked here)\n", cfg.band*100)
+	if perr != nil {
+		fmt.Fprintf(out, "# not balanced within %v: %v; replicas per server %v\n", cfg.joinLimit, perr, counts)
+	} else {
+		fmt.Fprintf(out, "# replicas per server at balance: %v\n", elCounts(counts))
+		fmt.Fprintf(out, "figure elastic-join-balance-s %.1f s\n", took.Seconds())
+	}
+	load.report(out, "join", "join")
+	return nil
+}
+
+func elCounts(m map[string]int) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	var b strings.Builder
+	for _, k := range keys {
+		fmt.Fprintf(&b, "%s=%d ", k, m[k])
+	}
+	return strings.TrimSpace(b.String())
+}
+
+func elWait(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
