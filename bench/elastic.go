@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/tabuladb/tabula/api"
+	"github.com/tabuladb/tabula/client"
 )
 
 // The elastic suite: a table's partitions split under load, and servers
@@ -194,7 +195,7 @@ func startLoad(ctx context.Context, tab *clTabula, cfg *elConfig) *elLoad {
 					err = tab.tbl.Put(ctx, key, val)
 				} else {
 					_, err = tab.tbl.Get(ctx, key)
-					if api.CodeOf(err) == api.ErrorCode_ERROR_CODE_NOT_FOUND {
+					if errors.Is(err, client.ErrKeyNotFound) {
 						err = nil
 					}
 				}
