@@ -98,21 +98,11 @@ func runAzure(out io.Writer, args []string) (err error) {
 		return errors.New("want -goroutines and -rounds ≥ 1, -range-rows ≥ 100, -get-keys ≥ 100, -range-partitions ≥ 1")
 	}
 
-	dir := cfg.dir
-	if dir == "" {
-		d, merr := os.MkdirTemp("", "tabula-bench-azure-")
-		if merr != nil {
-			return merr
-		}
-		dir = d
-		defer func() {
-			if err == nil {
-				_ = os.RemoveAll(d)
-			} else {
-				fmt.Fprintf(os.Stderr, "azure: data and process logs kept in %s\n", d)
-			}
-		}()
+	dir, keep, err := suiteDir("azure", cfg.dir)
+	if err != nil {
+		return err
 	}
+	defer func() { keep(err) }()
 	procs := &clProcs{logDir: filepath.Join(dir, "logs")}
 	if err := os.MkdirAll(procs.logDir, 0o755); err != nil {
 		return err

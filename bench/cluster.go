@@ -146,21 +146,11 @@ func runCluster(out io.Writer, args []string) (err error) {
 		return errors.New("-flaps must be ≥ 1, -flap-pause > 0 and -flap-interval longer than -flap-pause")
 	}
 
-	dir := cfg.dir
-	if dir == "" {
-		d, merr := os.MkdirTemp("", "tabula-bench-cluster-")
-		if merr != nil {
-			return merr
-		}
-		dir = d
-		defer func() {
-			if err == nil {
-				_ = os.RemoveAll(d)
-			} else {
-				fmt.Fprintf(os.Stderr, "cluster: data and process logs kept in %s\n", d)
-			}
-		}()
+	dir, keep, err := suiteDir("cluster", cfg.dir)
+	if err != nil {
+		return err
 	}
+	defer func() { keep(err) }()
 	if cfg.gomaxprocs < 0 {
 		cfg.gomaxprocs = max(1, runtime.NumCPU()/cfg.servers)
 	}

@@ -83,21 +83,11 @@ func runElastic(out io.Writer, args []string) (err error) {
 	if cfg.goroutines < 1 || cfg.keys < cfg.goroutines || cfg.splits < 1 {
 		return errors.New("-goroutines and -splits must be ≥ 1 and -keys ≥ -goroutines")
 	}
-	dir := cfg.dir
-	if dir == "" {
-		d, merr := os.MkdirTemp("", "tabula-bench-elastic-")
-		if merr != nil {
-			return merr
-		}
-		dir = d
-		defer func() {
-			if err == nil {
-				_ = os.RemoveAll(d)
-			} else {
-				fmt.Fprintf(os.Stderr, "elastic: data and process logs kept in %s\n", d)
-			}
-		}()
+	dir, keep, err := suiteDir("elastic", cfg.dir)
+	if err != nil {
+		return err
 	}
+	defer func() { keep(err) }()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	fmt.Fprintf(out, "# elastic: loopback, %d goroutines (half puts, half gets), %d-byte values, %d keys; GOMAXPROCS %d; dir %s; seed %d (rerun with -seed %d)\n",

@@ -81,3 +81,24 @@ func main() {
 		os.Exit(1)
 	}
 }
+
+// suiteDir returns the directory a suite keeps its data and process logs
+// in: given, or a new temporary one. Call keep with the suite's error
+// when it returns: a temporary directory is removed after a successful
+// run and kept (and named on stderr) after a failed one.
+func suiteDir(suite, given string) (dir string, keep func(err error), err error) {
+	if given != "" {
+		return given, func(error) {}, nil
+	}
+	d, err := os.MkdirTemp("", "tabula-bench-"+suite+"-")
+	if err != nil {
+		return "", nil, err
+	}
+	return d, func(err error) {
+		if err == nil {
+			_ = os.RemoveAll(d)
+		} else {
+			fmt.Fprintf(os.Stderr, "%s: data and process logs kept in %s\n", suite, d)
+		}
+	}, nil
+}

@@ -112,21 +112,11 @@ func runMaster(out io.Writer, args []string) (err error) {
 	if cfg.servers < 1 || cfg.perServer < 1 || cfg.partsPerTable < 1 || cfg.conns < 1 || cfg.changes < 1 {
 		return errors.New("-servers, -per-server, -parts-per-table, -conns and -changes must be ≥ 1")
 	}
-	dir := cfg.dir
-	if dir == "" {
-		d, merr := os.MkdirTemp("", "tabula-bench-master-")
-		if merr != nil {
-			return merr
-		}
-		dir = d
-		defer func() {
-			if err == nil {
-				_ = os.RemoveAll(d)
-			} else {
-				fmt.Fprintf(os.Stderr, "master: data and process logs kept in %s\n", d)
-			}
-		}()
+	dir, keep, err := suiteDir("master", cfg.dir)
+	if err != nil {
+		return err
 	}
+	defer func() { keep(err) }()
 	procs := &clProcs{logDir: filepath.Join(dir, "logs")}
 	if err := os.MkdirAll(procs.logDir, 0o755); err != nil {
 		return err

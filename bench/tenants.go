@@ -76,21 +76,11 @@ func runTenants(out io.Writer, args []string) (err error) {
 	if cfg.quota < 1 || cfg.bRate < 1 || cfg.offer <= 0 || cfg.rounds < 1 {
 		return errors.New("-quota, -b-rate, -rounds must be ≥ 1 and -offer > 0")
 	}
-	dir := cfg.dir
-	if dir == "" {
-		d, merr := os.MkdirTemp("", "tabula-bench-tenants-")
-		if merr != nil {
-			return merr
-		}
-		dir = d
-		defer func() {
-			if err == nil {
-				os.RemoveAll(dir)
-			} else {
-				fmt.Fprintf(os.Stderr, "tenants: data and logs kept in %s\n", dir)
-			}
-		}()
+	dir, keep, err := suiteDir("tenants", cfg.dir)
+	if err != nil {
+		return err
 	}
+	defer func() { keep(err) }()
 	fmt.Fprintf(out, "# tenants suite, seed %d\n", cfg.seed)
 	ctx := context.Background()
 	if cfg.workloads["signing"] {
