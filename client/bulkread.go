@@ -10,7 +10,7 @@ import (
 
 // Bulk reads go to the copies serving the version they read. Outside a
 // rollout every copy serves the table's current version; during one, a
-// row of copies at a time switches to the new version (DESIGN §6), so a
+// row of copies at a time switches to the new version, so a
 // partition's copies serve one of two versions, and a request that must
 // see one version (a batch, a scan) picks the version first and then a
 // copy serving it in each partition.

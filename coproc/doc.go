@@ -1,5 +1,5 @@
 // Package coproc runs coprocessors: WebAssembly modules that a table's
-// owner deploys and that run next to the table's data (DESIGN §8), on
+// owner deploys and that run next to the table's data, on
 // github.com/tetratelabs/wazero.
 //
 // A table server holds one Runtime. At deploy it calls Compile with the

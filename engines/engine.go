@@ -29,7 +29,7 @@ var (
 // Kind names an engine family; it is the table kind.
 type Kind string
 
-// The kinds of DESIGN §2.
+// The kinds of table.
 const (
 	KindPoint   Kind = "point"
 	KindBulk    Kind = "bulk"

@@ -11,7 +11,7 @@ import (
 	"github.com/tabuladb/tabula/replication/stream"
 )
 
-// Bulk tables (DESIGN §6). A version's files are built offline (one per
+// Bulk tables. A version's files are built offline (one per
 // partition) and published: OpBulkPublish registers version N as loading
 // with the size and CRC32C of every file; each partition's server receives
 // its file from the publisher, verifies and loads it beside the versions it
@@ -23,7 +23,7 @@ import (
 // everywhere. A request names one version; the servers serve every version
 // they hold loaded, so the switch fails no read.
 //
-// Every file is also written into a stream of its own (DESIGN §6), named
+// Every file is also written into a stream of its own, named
 // by BulkStreamName, which the publisher writes and OpBulkStored records
 // once the master has sealed it. A version switches only when every file
 // is stored as well as loaded, so the serving version and every retained

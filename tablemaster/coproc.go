@@ -6,13 +6,16 @@ import (
 	"github.com/tabuladb/tabula/api"
 )
 
-// Coprocessors (DESIGN §8). A deploy stores the module under its SHA-256 in
+// Coprocessors. A deploy stores the module under its SHA-256 in
 // the master's data directory (coprocstore.go) and records it as the next
 // version of the table's coprocessor (OpCoprocDeploy). Servers hosting the
 // table fetch and compile it in the background and report it in
 // heartbeats (OpCoprocReady); once every hosting server has, the alias
-// "live" moves to it if it is the newest. Rollback points live at another
-// version compiled everywhere.
+// "live" moves to it if it is newer than every version live before
+// (Coproc.MaxLive: a version rolled back from stays rolled back). A report
+// the state records already is proposed again when it would now promote
+// (the last host without it left the table). Rollback points live at
+// another version compiled everywhere.
 
 // Ops of coprocessors.
 const (

@@ -7,7 +7,7 @@ import (
 	"github.com/tabuladb/tabula/api"
 )
 
-// Row-by-row rollout of bulk versions (DESIGN §6). A bulk table whose
+// Row-by-row rollout of bulk versions. A bulk table whose
 // versions go through streams keeps one version per serving copy
 // (BulkState.Rows): each copy serves one version (Replica.BulkServes) and
 // loads at most one more (Replica.BulkNext); retained versions that no copy

@@ -11,7 +11,7 @@ import (
 	"github.com/tabuladb/tabula/replication/stream"
 )
 
-// The master is the stream manager (DESIGN §9): the stream layer's state
+// The master is the stream manager: the stream layer's state
 // machine (replication/stream.Manager) is part of State, its commands go
 // through the same command log (OpStream), every table server is an extent
 // node (added when it registers, marked down when it is declared dead), and

@@ -1,5 +1,5 @@
 // Package guest is the Go SDK for writing Tabula coprocessors: WebAssembly
-// modules that run next to a table's data (DESIGN §8). It hides ABI v1
+// modules that run next to a table's data. It hides ABI v1
 // (coproc/ABI.md): the input buffer, the host imports, the encodings and
 // the status codes.
 //

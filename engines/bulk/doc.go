@@ -1,4 +1,4 @@
-// Package bulk is the library of bulk tables (DESIGN §6): it builds the
+// Package bulk is the library of bulk tables: it builds the
 // immutable per-partition files of a table version from records, reads
 // them with a few bytes of memory per record, and serves a partition's
 // versions as the read-only engine of kind bulk in the engines registry.

@@ -9,7 +9,7 @@ import (
 	"github.com/tabuladb/tabula/engines"
 )
 
-// Batch reads (DESIGN §7: "batch reads are sorted and issued in parallel").
+// Batch reads: sorted and issued in parallel.
 const (
 	// batchGap: two records of one segment at most this far apart (end of
 	// the first's guessed 4 KiB to the start of the next) are read with one

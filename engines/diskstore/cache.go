@@ -8,7 +8,7 @@ import (
 	"github.com/dgraph-io/ristretto/v2"
 )
 
-// The read cache (DESIGN §7) keeps encoded put records by where they are in
+// The read cache keeps encoded put records by where they are in
 // the log: the key is (segment sequence number, offset), the value the
 // record's bytes exactly as in the segment (header, key, value), already
 // checked against their CRC. A segment's bytes never change and its

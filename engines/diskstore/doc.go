@@ -1,5 +1,5 @@
-// Package diskstore is the FlashStore-style log store under point tables
-// (DESIGN §7): records are appended to a log of segment files; a write makes
+// Package diskstore is the FlashStore-style log store under point tables:
+// records are appended to a log of segment files; a write makes
 // the key's previous record garbage; a background collector re-appends the
 // live records of the segments with the best cost-benefit and deletes them.
 // The owner's index (engines/point's linear hash) maps keys to 48-bit

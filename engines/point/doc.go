@@ -1,4 +1,4 @@
-// Package point is the point engine (DESIGN §7): a read/write hash table for
+// Package point is the point engine: a read/write hash table for
 // point tables. A linear-hashing index (package lhash) maps each key's
 // xxhash64 to a 48-bit location in a ValueStore; the store holds the records.
 //

@@ -1,6 +1,6 @@
 // Package lrc is a Local Reconstruction Code (Huang et al., "Erasure Coding
 // in Windows Azure Storage", USENIX ATC 2012): the erasure code sealed
-// extents are stored with (DESIGN.md §9). It is a pure codec over
+// extents are stored with. It is a pure codec over
 // caller-owned buffers, in the style of github.com/klauspost/reedsolomon,
 // whose SIMD kernels do all the per-byte work.
 //

@@ -30,7 +30,7 @@ var (
 	ErrInvalidOptions = errors.New("lrc: invalid options")
 )
 
-// Defaults: the LRC(12,2,2) sealed extents are coded with (DESIGN.md §9).
+// Defaults: the LRC(12,2,2) sealed extents are coded with.
 const (
 	DefaultDataShards   = 12
 	DefaultLocalGroups  = 2

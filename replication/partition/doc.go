@@ -1,5 +1,5 @@
-// Package partition is the replica protocol of a table partition (DESIGN
-// §4, §5): roles, log sequence numbers, the commit point, promotion and
+// Package partition is the replica protocol of a table partition: roles,
+// log sequence numbers, the commit point, promotion and
 // deposition, as a pure state machine (Replica) its owner drives, in the
 // manner of etcd raft's RawNode.
 //

@@ -868,7 +868,7 @@ func (s *sim) masterTick() {
 		return
 	}
 	// A primary that is replaced may still hold a lease: renew it no more
-	// and wait it out before anyone else is promoted (DESIGN §5).
+	// and wait it out before anyone else is promoted.
 	if old := s.primary; r.replace || !answered(r, old) {
 		if s.now <= s.ackedAt[old]+leaseTicks {
 			s.holdAcks[old] = true

@@ -1,4 +1,4 @@
-// Package stream is the stream layer (DESIGN §9, WAS §4): append-only
+// Package stream is the stream layer (WAS §4): append-only
 // streams of extents, replicated on three extent nodes in distinct fault
 // domains.
 //

@@ -74,7 +74,7 @@ const (
 	// the manager does not place there are garbage and get delete tasks.
 	OpNodeExtents Op = "node_extents"
 
-	// Erasure coding (DESIGN §9, manager_coding.go).
+	// Erasure coding (manager_coding.go).
 
 	// OpSetCode sets Stream's coding policy to Code (CodeLRC12, or "" for
 	// none): its sealed extents get coded. create_stream takes Code too.
@@ -220,7 +220,7 @@ type ManagerOptions struct {
 	Replicas int `json:"replicas"`
 }
 
-// Manager is the stream manager's state machine (DESIGN §9, WAS §4.1):
+// Manager is the stream manager's state machine (WAS §4.1):
 // streams → extents → replicas, the node registry, placement, seals,
 // re-replication, repair and garbage collection. It is deterministic and
 // does no I/O: its owner applies Commands (through a replicated log in the

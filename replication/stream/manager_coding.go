@@ -6,7 +6,7 @@ import (
 	"slices"
 )
 
-// Erasure coding in the manager (DESIGN §9, LRC paper §5): a stream whose
+// Erasure coding in the manager (LRC paper §5): a stream whose
 // Code is set gets its sealed, non-empty extents coded. The extent goes
 //
 //	not coded ──code_start──▶ coding ──coded──▶ coded (replicas deleted)

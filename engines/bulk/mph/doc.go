@@ -1,4 +1,4 @@
-// Package mph is the minimal perfect hash of bulk table files (DESIGN §6): it
+// Package mph is the minimal perfect hash of bulk table files: it
 // maps n distinct 64-bit key hashes to distinct slots in [0, n), using about
 // 3.5 bits per key, and answers a lookup with a few multiplications and one or
 // two memory reads.

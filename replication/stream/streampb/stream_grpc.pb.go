@@ -1,6 +1,6 @@
 // Tabula stream layer: the extent node service, version 1.
 //
-// An extent node (DESIGN.md §9) stores extent replicas; clients append to an
+// An extent node stores extent replicas; clients append to an
 // extent's primary, which orders appends and replicates them to the two
 // secondaries; anyone reads from any replica. The stream manager drives
 // Create, CommitLength, Seal, Copy and Delete.
