@@ -2888,7 +2888,9 @@ type ReplicaStatus struct {
 	PartitionId uint64                 `protobuf:"varint,1,opt,name=partition_id,json=partitionId,proto3" json:"partition_id,omitempty"`
 	Epoch       uint64                 `protobuf:"varint,2,opt,name=epoch,proto3" json:"epoch,omitempty"`
 	Role        ReplicaRole            `protobuf:"varint,3,opt,name=role,proto3,enum=tabula.v1.ReplicaRole" json:"role,omitempty"`
-	Keys        uint64                 `protobuf:"varint,4,opt,name=keys,proto3" json:"keys,omitempty"`
+	// The keys clients wrote (the engine's reserved records, such as request
+	// outcomes, are not counted).
+	Keys uint64 `protobuf:"varint,4,opt,name=keys,proto3" json:"keys,omitempty"`
 	// Bytes of keys and values held.
 	Bytes uint64 `protobuf:"varint,5,opt,name=bytes,proto3" json:"bytes,omitempty"`
 	// Bytes of index memory.

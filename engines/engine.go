@@ -81,8 +81,14 @@ type CASResult struct {
 
 // Stats is a snapshot of an engine's counters.
 type Stats struct {
-	// Keys is the number of live keys (expired keys not yet dropped may count).
+	// Keys is the number of live keys (expired keys not yet dropped may count),
+	// reserved ones included.
 	Keys uint64
+	// ReservedKeys is how many of Keys are reserved (api.IsReservedKey:
+	// request outcomes, the applied LSN, coprocessor records): the keys
+	// clients wrote are Keys - ReservedKeys. Engines that do not count them
+	// leave it 0.
+	ReservedKeys uint64
 	// Bytes is the key and value bytes held for live keys.
 	Bytes uint64
 	// IndexBytes is the memory of the index alone.

@@ -404,7 +404,7 @@ func (h *hosting) status(serverID string) []*api.ReplicaStatus {
 			PartitionId:    pid,
 			Epoch:          r.part.GetEpoch(),
 			Role:           role,
-			Keys:           st.Keys,
+			Keys:           st.Keys - min(st.ReservedKeys, st.Keys), // the keys clients wrote
 			Bytes:          st.Bytes,
 			IndexBytes:     st.IndexBytes,
 			ServerId:       serverID,

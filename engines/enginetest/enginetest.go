@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/tabuladb/tabula/api"
 	"github.com/tabuladb/tabula/engines"
 )
 
@@ -488,6 +489,21 @@ func testStats(v *env) {
 	}
 	if s := v.e.Stats(); s.Keys != 1 || s.Bytes != 3 {
 		v.t.Fatalf("stats after delete: %+v; want 1 key of 3 bytes", s)
+	}
+	// Reserved keys (request outcomes and the like) count in Keys and,
+	// apart, in ReservedKeys: clients' keys are the difference.
+	r1, r2 := api.ReservedKeyPrefix+"req/1", api.ReservedKeyPrefix+"req/2"
+	v.put(r1, "x")
+	v.put(r2, "y")
+	v.put(r1, "z") // an overwrite is not a new key
+	if s := v.e.Stats(); s.Keys != 3 || s.ReservedKeys != 2 {
+		v.t.Fatalf("stats with 2 reserved keys: %d keys, %d reserved; want 3 and 2", s.Keys, s.ReservedKeys)
+	}
+	if _, err := v.w.Delete([]byte(r2)); err != nil {
+		v.t.Fatal(err)
+	}
+	if s := v.e.Stats(); s.Keys != 2 || s.ReservedKeys != 1 {
+		v.t.Fatalf("stats after deleting a reserved key: %d keys, %d reserved; want 2 and 1", s.Keys, s.ReservedKeys)
 	}
 }
 

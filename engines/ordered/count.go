@@ -7,6 +7,8 @@ import (
 	"slices"
 
 	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/tabuladb/tabula/engines"
 )
 
 // Stats.Keys and Stats.Bytes without a read before every write.
@@ -134,7 +136,7 @@ func (e *Engine) reconcile() {
 	}
 	ep, _ := e.cutLocked(false)
 	defer ep.snap.Close()
-	dk, db, err := ep.delta()
+	dk, db, dr, err := ep.delta()
 	if err != nil {
 		// A record unreadable in the snapshot (corruption): its change is
 		// counted as if it had been absent; the next Open recounts.
@@ -142,6 +144,7 @@ func (e *Engine) reconcile() {
 	}
 	e.keys.Add(dk)
 	e.bytes.Add(db)
+	e.reserved.Add(dr)
 }
 
 // keyNote is a note with its key, for sorting; seq orders one key's notes.
@@ -153,13 +156,13 @@ type keyNote struct {
 
 // delta is the change in key and byte counts the epoch's notes make to
 // the state in its snapshot.
-func (ep *epoch) delta() (dk, dbytes int64, err error) {
+func (ep *epoch) delta() (dk, dbytes, dreserved int64, err error) {
 	var n int
 	for _, ns := range ep.notes {
 		n += len(ns)
 	}
 	if n == 0 {
-		return 0, 0, nil
+		return 0, 0, 0, nil
 	}
 	all := make([]keyNote, 0, n)
 	for i, ns := range ep.notes {
@@ -178,7 +181,7 @@ func (ep *epoch) delta() (dk, dbytes int64, err error) {
 	})
 	it, err := ep.snap.NewIter(nil)
 	if err != nil {
-		return 0, 0, fmt.Errorf("reconcile key counts: %w", wrapPebble(err))
+		return 0, 0, 0, fmt.Errorf("reconcile key counts: %w", wrapPebble(err))
 	}
 	var errs error
 	for i := 0; i < len(all); {
@@ -188,8 +191,13 @@ func (ep *epoch) delta() (dk, dbytes int64, err error) {
 		}
 		k, last := all[i].key, all[j-1]
 		i = j
+		var r int64 // counts reserved keys (engines.SharedKey) besides
+		if engines.SharedKey(k) {
+			r = 1
+		}
 		if last.vlen >= 0 {
 			dk++
+			dreserved += r
 			dbytes += int64(len(k)) + int64(last.vlen)
 		}
 		// Ascending seeks: pebble steps forward instead of seeking afresh
@@ -203,6 +211,7 @@ func (ep *epoch) delta() (dk, dbytes int64, err error) {
 			v, _, verr = decodeValue(raw)
 			if verr == nil {
 				dk--
+				dreserved -= r
 				dbytes -= int64(len(k) + len(v))
 				continue
 			}
@@ -214,7 +223,7 @@ func (ep *epoch) delta() (dk, dbytes int64, err error) {
 	if err := it.Close(); err != nil && errs == nil {
 		errs = fmt.Errorf("reconcile key counts: %w", wrapPebble(err))
 	}
-	return dk, dbytes, errs
+	return dk, dbytes, dreserved, errs
 }
 
 // count sets Keys and Bytes from the stored records: at Open, and after an
@@ -235,7 +244,7 @@ func (e *Engine) count() error {
 	if err != nil {
 		return fmt.Errorf("count records: %w", wrapPebble(err))
 	}
-	var n, b int64
+	var n, b, r int64
 	for ok := it.First(); ok; ok = it.Next() {
 		v, err := it.ValueAndErr()
 		if err != nil {
@@ -247,11 +256,15 @@ func (e *Engine) count() error {
 		}
 		n++
 		b += int64(len(it.Key()) + len(val))
+		if engines.SharedKey(it.Key()) {
+			r++
+		}
 	}
 	if err := it.Close(); err != nil {
 		return fmt.Errorf("count records: %w", wrapPebble(err))
 	}
 	e.keys.Store(n)
 	e.bytes.Store(b)
+	e.reserved.Store(r)
 	return nil
 }

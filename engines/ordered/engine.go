@@ -125,6 +125,7 @@ type Engine struct {
 	// reconciling says a background reconcile runs, bg waits for it.
 	countMu     sync.Mutex // serialises cuts and reconciles
 	keys, bytes atomic.Int64
+	reserved    atomic.Int64 // of keys, those engines.SharedKey names
 	snap        atomic.Pointer[pebble.Snapshot]
 	snapMu      sync.Mutex
 	pending     atomic.Int64
@@ -564,11 +565,12 @@ func (e *Engine) Range(lo, hi []byte, reverse bool, fn func(engines.Record) erro
 // cache's, Syncs the lazy WAL syncs and the flushes of Sync.
 func (e *Engine) Stats() engines.Stats {
 	s := engines.Stats{
-		Keys:   uint64(max(e.keys.Load(), 0)),
-		Bytes:  uint64(max(e.bytes.Load(), 0)),
-		Reads:  uint64(e.reads.Load()),
-		Writes: uint64(e.writes.Load()),
-		Syncs:  uint64(e.syncs.Load()),
+		Keys:         uint64(max(e.keys.Load(), 0)),
+		ReservedKeys: uint64(max(e.reserved.Load(), 0)),
+		Bytes:        uint64(max(e.bytes.Load(), 0)),
+		Reads:        uint64(e.reads.Load()),
+		Writes:       uint64(e.writes.Load()),
+		Syncs:        uint64(e.syncs.Load()),
 	}
 	if !e.enter() {
 		return s
@@ -576,6 +578,7 @@ func (e *Engine) Stats() engines.Stats {
 	defer e.exit()
 	e.reconcile()
 	s.Keys, s.Bytes = uint64(max(e.keys.Load(), 0)), uint64(max(e.bytes.Load(), 0))
+	s.ReservedKeys = min(uint64(max(e.reserved.Load(), 0)), s.Keys)
 	m := e.db.Metrics()
 	s.IndexBytes = m.MemTable.Size
 	for _, l := range m.Levels {

@@ -91,19 +91,24 @@ func (e *Engine) loadEntries(ens []diskstore.IndexEntry, tailBytes int64) error 
 	// every insert once the index outgrows it.
 	sorted, bounds := orderForLoad(ens, e.ix.BucketBits())
 	var wg sync.WaitGroup
-	var bytes [2][numShards]int64
+	var bytes, reserved [2][numShards]int64
 	mid := bounds[len(bounds)/2]
 	for half, part := range [][]diskstore.IndexEntry{sorted[:mid], sorted[mid:]} {
 		wg.Go(func() {
 			for _, en := range part {
 				e.ix.Upsert(en.Hash, en.Loc, func(uint64) bool { return false })
-				bytes[half][en.Hash>>32&(numShards-1)] += en.Bytes
+				sh := en.Hash >> 32 & (numShards - 1)
+				bytes[half][sh] += en.Bytes
+				if en.Marked { // the key is reserved (notePut's mark)
+					reserved[half][sh]++
+				}
 			}
 		})
 	}
 	wg.Wait()
 	for i := range numShards {
 		e.shards[i].bytes.Add(bytes[0][i] + bytes[1][i])
+		e.shards[i].reserved.Add(reserved[0][i] + reserved[1][i])
 	}
 	return nil
 }

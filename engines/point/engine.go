@@ -55,7 +55,10 @@ type stripe struct {
 
 type shard struct {
 	reads, writes, bytes atomic.Int64
-	_                    [40]byte
+	// reserved counts the index's entries of reserved keys
+	// (engines.SharedKey: request outcomes, the applied LSN, ...).
+	reserved atomic.Int64
+	_        [32]byte
 }
 
 // Engine is the point engine: a linear-hashing index over a ValueStore. It
@@ -365,14 +368,16 @@ func (e *Engine) Scan(fn func(engines.Record) error) error {
 // find a key's previous version); the memory store leaves them 0.
 func (e *Engine) Stats() engines.Stats {
 	s := engines.Stats{Keys: uint64(e.ix.Len()), IndexBytes: e.ix.MemoryBytes()}
-	var b int64
+	var b, reserved int64
 	for i := range e.shards {
 		sh := &e.shards[i]
 		s.Reads += uint64(sh.reads.Load())
 		s.Writes += uint64(sh.writes.Load())
 		b += sh.bytes.Load()
+		reserved += sh.reserved.Load()
 	}
 	s.Bytes = uint64(max(b, 0))
+	s.ReservedKeys = uint64(min(max(reserved, 0), int64(s.Keys)))
 	if e.disk != nil {
 		ds := e.disk.Stats()
 		s.LiveBytes = uint64(ds.LiveBytes)
@@ -449,6 +454,9 @@ func (e *Engine) upsertLocked(h uint64, key []byte, loc uint64, n, exp int64) (o
 	sh.bytes.Add(n)
 	if !replaced {
 		old = 0
+		if engines.SharedKey(key) {
+			sh.reserved.Add(1)
+		}
 	}
 	e.notePut(h, key, loc, old, n, exp)
 	if replaced {
@@ -485,6 +493,9 @@ func (e *Engine) unlinkLocked(h, loc uint64, rec engines.Record) error {
 		return fmt.Errorf("unlink record at %d: entry gone under the stripe lock", loc)
 	}
 	e.shard(h).bytes.Add(-recordBytes(rec))
+	if engines.SharedKey(rec.Key) {
+		e.shard(h).reserved.Add(-1)
+	}
 	if e.disk != nil {
 		e.disk.NoteIndexDelete(h, loc)
 		e.recovDrop(loc)
