@@ -268,7 +268,7 @@ func elSplit(ctx context.Context, out io.Writer, dir string, cfg *elConfig) erro
 	mc := api.NewMasterClient(cc)
 	load := startLoad(ctx, tab, cfg)
 	defer load.halt()
-	if err := elWait(ctx, cfg.steady); err != nil {
+	if err := clSleep(ctx, cfg.steady); err != nil {
 		return err
 	}
 	load.setPhase("splits")
@@ -297,7 +297,7 @@ func elSplit(ctx context.Context, out io.Writer, dir string, cfg *elConfig) erro
 		fmt.Fprintf(os.Stderr, "elastic: split %d/%d: partition %d into %d and %d in %v\n", i+1, cfg.splits, resp.GetParentId(), resp.GetLeft().GetId(), resp.GetRight().GetId(), d.Round(time.Millisecond))
 	}
 	load.setPhase("after")
-	if err := elWait(ctx, time.Second); err != nil {
+	if err := clSleep(ctx, time.Second); err != nil {
 		return err
 	}
 	load.halt()
@@ -320,7 +320,7 @@ func elJoin(ctx context.Context, out io.Writer, dir string, cfg *elConfig) error
 	defer tab.close()
 	load := startLoad(ctx, tab, cfg)
 	defer load.halt()
-	if err := elWait(ctx, cfg.steady); err != nil {
+	if err := clSleep(ctx, cfg.steady); err != nil {
 		return err
 	}
 	addrs, err := clFreeAddrs(2)
@@ -372,7 +372,7 @@ func elJoin(ctx context.Context, out io.Writer, dir string, cfg *elConfig) error
 	perr := clPoll(ctx, cfg.joinLimit, 200*time.Millisecond, balanced, "every server within the band of the mean replica count")
 	took := time.Since(t0)
 	load.setPhase("after")
-	if err := elWait(ctx, time.Second); err != nil {
+	if err := clSleep(ctx, time.Second); err != nil {
 		return err
 	}
 	load.halt()
@@ -398,15 +398,4 @@ func elCounts(m map[string]int) string {
 		fmt.Fprintf(&b, "%s=%d ", k, m[k])
 	}
 	return strings.TrimSpace(b.String())
-}
-
-func elWait(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }

@@ -275,7 +275,7 @@ func runMaster(out io.Writer, args []string) (err error) {
 	}
 
 	// Settle, then heartbeats only.
-	if err := msSleep(ctx, cfg.settle); err != nil {
+	if err := clSleep(ctx, cfg.settle); err != nil {
 		return err
 	}
 	hb.reset()
@@ -283,7 +283,7 @@ func runMaster(out io.Writer, args []string) (err error) {
 	if err != nil {
 		return err
 	}
-	if err := msSleep(ctx, cfg.window); err != nil {
+	if err := clSleep(ctx, cfg.window); err != nil {
 		return err
 	}
 	cpu1, wall1, err := msCPU(pid)
@@ -349,7 +349,7 @@ func (s *msSim) addStatus(r *api.ReplicaStatus) {
 // heartbeat sends a heartbeat every interval (starting after phase) until
 // ctx ends, re-registering when told to.
 func (s *msSim) heartbeat(ctx context.Context, interval, phase time.Duration, hb *msHeartbeats) {
-	if msSleep(ctx, phase) != nil {
+	if clSleep(ctx, phase) != nil {
 		return
 	}
 	t := time.NewTicker(interval)
@@ -456,7 +456,7 @@ func (w *msWatcher) run(ctx context.Context, cc *grpc.ClientConn) {
 			return
 		}
 		w.reconnects.Add(1)
-		if msSleep(ctx, 100*time.Millisecond) != nil {
+		if clSleep(ctx, 100*time.Millisecond) != nil {
 			return
 		}
 	}
@@ -604,17 +604,6 @@ func msParallel(ctx context.Context, n, k int, fn func(i int) error) error {
 		err = errors.Join(err, <-errs)
 	}
 	return err
-}
-
-func msSleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }
 
 // msTabulaBin returns bin, or builds the tabula binary of this checkout

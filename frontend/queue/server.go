@@ -18,6 +18,7 @@ import (
 
 	"github.com/tabuladb/tabula/client"
 	"github.com/tabuladb/tabula/frontend/sharedkey"
+	"github.com/tabuladb/tabula/frontend/tenantkeys"
 )
 
 // DefaultVersion is the x-ms-version the server answers with when a
@@ -53,7 +54,7 @@ type Options struct {
 type Server struct {
 	opts Options
 	log  *slog.Logger
-	keys *tenantKeys
+	keys *tenantkeys.Cache // the tenants' keys, shared code with the Table gateway
 
 	mu sync.Mutex
 	// Guarded by mu.
@@ -75,12 +76,12 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 	if opts.KeyRefresh <= 0 {
 		opts.KeyRefresh = time.Second
 	}
-	keys, err := newTenantKeys(opts)
+	keys, err := tenantkeys.New(tenantkeys.Options{Masters: opts.Masters, Credential: opts.Credential, TLS: opts.TLS, Refresh: opts.KeyRefresh, Now: opts.Now})
 	if err != nil {
 		return nil, err
 	}
 	s := &Server{opts: opts, log: opts.Logger, keys: keys, accounts: map[string]*store{}}
-	if err := keys.refresh(ctx, true); err != nil {
+	if err := keys.Refresh(ctx, true); err != nil {
 		s.log.Warn("could not read the tenants' keys yet; retrying on the first request", "err", err)
 	}
 	return s, nil
@@ -102,7 +103,7 @@ func (s *Server) Close() error {
 	for _, a := range accts {
 		errs = append(errs, a.c.Close())
 	}
-	errs = append(errs, s.keys.close())
+	errs = append(errs, s.keys.Close())
 	return errors.Join(errs...)
 }
 
@@ -219,7 +220,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		if se := toSvc(err); se.code == sharedkey.CodeAuthenticationFailed {
 			// Perhaps a new tenant or a rotated key: read the keys again.
-			if rerr := s.keys.refresh(ctx, false); rerr == nil {
+			if rerr := s.keys.Refresh(ctx, false); rerr == nil {
 				p, err = verify(r, acct, queue, s.keys, policies, q.now)
 			}
 		}
