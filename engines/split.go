@@ -9,6 +9,8 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
+	"sync"
 
 	"github.com/tabuladb/tabula/api"
 	"github.com/tabuladb/tabula/engines/vfs"
@@ -323,12 +325,76 @@ func removeTree(fs vfs.FS, dir string) error {
 	return nil
 }
 
+// Pending is what a split or merge changed on disk and has not synced yet:
+// directories whose entries changed and files written. A split builds its
+// children with the Stage functions and syncs everything once, all at
+// once (Sync), before its commit point, instead of after each step: a
+// journaling file system takes concurrent syncs in one commit, and under
+// other writers each commit can take a hundred milliseconds, while the
+// partition refuses writes. Nothing staged counts before the commit
+// point: a crash discards children without their marker. Safe for
+// concurrent use.
+type Pending struct {
+	mu    sync.Mutex
+	dirs  []string
+	files []vfs.File
+}
+
+func (p *Pending) addDir(dir string) {
+	dir = filepath.Clean(dir)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !slices.Contains(p.dirs, dir) {
+		p.dirs = append(p.dirs, dir)
+	}
+}
+
+// Sync makes everything staged durable: each file and directory synced
+// concurrently; the files are closed. Nothing stays pending, whatever it
+// returns.
+func (p *Pending) Sync(fs vfs.FS) error {
+	p.mu.Lock()
+	dirs, files := p.dirs, p.files
+	p.dirs, p.files = nil, nil
+	p.mu.Unlock()
+	errs := make([]error, len(dirs)+len(files))
+	var wg sync.WaitGroup
+	for i, d := range dirs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := fs.SyncDir(d); err != nil {
+				errs[i] = fmt.Errorf("sync %s: %w", d, err)
+			}
+		}()
+	}
+	for i, f := range files {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[len(dirs)+i] = errors.Join(f.Sync(), f.Close())
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
 // PrepareDir makes dir a new, empty directory, durably: whatever a crashed
 // split or merge left there is removed first.
 func PrepareDir(fs vfs.FS, dir string) error {
-	if err := RemoveDir(fs, dir); err != nil {
+	var p Pending
+	if err := StageDir(fs, dir, &p); err != nil {
 		return err
 	}
+	return p.Sync(fs)
+}
+
+// StageDir is PrepareDir with the syncs left in p.
+func StageDir(fs vfs.FS, dir string, p *Pending) error {
+	if err := removeTree(fs, dir); err != nil {
+		return fmt.Errorf("remove %s: %w", dir, err)
+	}
+	p.addDir(filepath.Dir(filepath.Clean(dir)))
 	// The directories MkdirAll makes: dir and its missing ancestors.
 	var made []string
 	for d := filepath.Clean(dir); ; d = filepath.Dir(d) {
@@ -347,10 +413,7 @@ func PrepareDir(fs vfs.FS, dir string) error {
 	// a split's latency pays for every sync, and the ancestors above the
 	// first that existed did not change.
 	for _, d := range made {
-		p := filepath.Dir(d)
-		if err := fs.SyncDir(p); err != nil {
-			return fmt.Errorf("make %s: sync %s: %w", dir, p, err)
-		}
+		p.addDir(filepath.Dir(d))
 	}
 	return nil
 }
@@ -359,6 +422,15 @@ func PrepareDir(fs vfs.FS, dir string) error {
 // (which exists) and syncs to: the children of a split share the parent's
 // immutable files instead of copying them. fs must implement vfs.Linker.
 func LinkFiles(fs vfs.FS, from, to string, keep func(name string) bool) error {
+	var p Pending
+	if err := StageLinks(fs, from, to, keep, &p); err != nil {
+		return err
+	}
+	return p.Sync(fs)
+}
+
+// StageLinks is LinkFiles with the sync left in p.
+func StageLinks(fs vfs.FS, from, to string, keep func(name string) bool, p *Pending) error {
 	ln, ok := fs.(vfs.Linker)
 	if !ok {
 		return fmt.Errorf("link files of %s: file system %T cannot hard-link: %w", from, fs, ErrSplitSpec)
@@ -375,9 +447,24 @@ func LinkFiles(fs vfs.FS, from, to string, keep func(name string) bool) error {
 			return fmt.Errorf("link %s into %s: %w", n, to, err)
 		}
 	}
-	if err := fs.SyncDir(to); err != nil {
-		return fmt.Errorf("link files into %s: %w", to, err)
+	p.addDir(to)
+	return nil
+}
+
+// StageFile writes a new file path (which must not exist: a directory
+// StageDir made) with data, its sync and its directory's left in p.
+func StageFile(fs vfs.FS, path string, data []byte, p *Pending) error {
+	f, err := fs.Create(path)
+	if err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
 	}
+	if _, err := f.Write(data); err != nil {
+		return errors.Join(fmt.Errorf("write %s: %w", path, err), f.Close())
+	}
+	p.mu.Lock()
+	p.files = append(p.files, f)
+	p.mu.Unlock()
+	p.addDir(filepath.Dir(path))
 	return nil
 }
 

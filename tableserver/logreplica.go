@@ -9,6 +9,7 @@ import (
 	"hash/crc32"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tabuladb/tabula/api"
@@ -54,9 +55,12 @@ type logReplica struct {
 	// acker (ackLoop).
 	acks chan pendingAppend
 	tick chan struct{} // wakes the tailer
-	ctx  context.Context
-	stop context.CancelFunc
-	wg   sync.WaitGroup
+	// followAgain: the tailer's last round waited on the open extent's
+	// commit point (follow); it starts the next at once.
+	followAgain atomic.Bool
+	ctx         context.Context
+	stop        context.CancelFunc
+	wg          sync.WaitGroup
 
 	// applyMu is held by the pump from taking records off the core to
 	// advancing it, and by a reopen while it installs the new engine and

@@ -144,7 +144,10 @@ func (rc *readCache) counts() (hits, misses int64) {
 }
 
 // close stops ristretto's goroutines once no call is inside it; calls after
-// it miss. Idempotent.
+// it miss. Idempotent. ristretto's own Close (which clears its counters and
+// waits for its goroutines, tens to hundreds of milliseconds on a loaded
+// machine) runs in the background: nothing reaches the cache after this
+// returns, and a split closes its parent's store with writes waiting.
 func (rc *readCache) close() {
 	for i := range rc.shards {
 		rc.shards[i].mu.Lock()
@@ -158,6 +161,6 @@ func (rc *readCache) close() {
 		if rc.leave != nil {
 			rc.leave()
 		}
-		rc.c.Close()
+		go rc.c.Close()
 	}
 }

@@ -161,6 +161,23 @@ func WriteView(fs vfs.FS, dir string, rules []ViewRule) error {
 	return nil
 }
 
+// StageView writes the view file of a new store in dir (made by
+// engines.StageDir: it holds no view yet), its syncs left in p.
+func StageView(fs vfs.FS, dir string, rules []ViewRule, p *engines.Pending) error {
+	if fs == nil {
+		fs = vfs.Default
+	}
+	for i, r := range rules {
+		if r.Lo > r.Hi {
+			return fmt.Errorf("write view of %s: rule %d: range [%d, %d] is empty", dir, i, r.Lo, r.Hi)
+		}
+	}
+	if err := engines.StageFile(fs, filepath.Join(dir, ViewName), encodeView(rules), p); err != nil {
+		return fmt.Errorf("write view of %s: %w", dir, err)
+	}
+	return nil
+}
+
 // SharedFiles lists the files of the closed store in dir that a split's
 // children share (segments and index blocks; the view each writes its
 // own) and the sequence number of its newest segment (0: none), up to

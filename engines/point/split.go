@@ -106,18 +106,24 @@ func (e *Engine) splitDisk(spec engines.SplitSpec) (_, _ engines.Engine, err err
 		}
 	}()
 	ranges := [2][2]uint64{{0, spec.Hash - 1}, {spec.Hash, math.MaxUint64}}
-	// Both children at once: each is a few fsyncs and an open, and the
-	// partition refuses writes until they are done.
+	// The partition refuses writes until the split is done: both children
+	// are made with their syncs left pending, synced in one round, and
+	// opened at once.
+	var pend engines.Pending
+	for i, o := range []engines.Options{spec.Left, spec.Right} {
+		if err := makeChild(fs, dir, o.Dir, names, rules, diskstore.ViewRule{UpTo: last, Lo: ranges[i][0], Hi: ranges[i][1]}, &pend); err != nil {
+			return nil, nil, errors.Join(fmt.Errorf("split point engine: %w", err), pend.Sync(fs))
+		}
+	}
+	if err := pend.Sync(fs); err != nil {
+		return nil, nil, fmt.Errorf("split point engine: %w", err)
+	}
 	var errs [2]error
 	var wg sync.WaitGroup
 	for i, o := range []engines.Options{spec.Left, spec.Right} {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := makeChild(fs, dir, o.Dir, names, rules, diskstore.ViewRule{UpTo: last, Lo: ranges[i][0], Hi: ranges[i][1]}); err != nil {
-				errs[i] = err
-				return
-			}
 			if kids[i], errs[i] = e.openLike(o); errs[i] != nil {
 				errs[i] = fmt.Errorf("open child in %s: %w", o.Dir, errs[i])
 			}
@@ -142,12 +148,13 @@ func (e *Engine) openLike(o engines.Options) (*Engine, error) {
 }
 
 // makeChild makes dir a new store sharing names of parent, with the
-// parent's view rules and rule more (none when the parent had no segment).
-func makeChild(fs vfs.FS, parent, dir string, names []string, rules []diskstore.ViewRule, rule diskstore.ViewRule) error {
-	if err := engines.PrepareDir(fs, dir); err != nil {
+// parent's view rules and rule more (none when the parent had no segment),
+// its syncs left in pend.
+func makeChild(fs vfs.FS, parent, dir string, names []string, rules []diskstore.ViewRule, rule diskstore.ViewRule, pend *engines.Pending) error {
+	if err := engines.StageDir(fs, dir, pend); err != nil {
 		return err
 	}
-	if err := engines.LinkFiles(fs, parent, dir, func(n string) bool { return slices.Contains(names, n) }); err != nil {
+	if err := engines.StageLinks(fs, parent, dir, func(n string) bool { return slices.Contains(names, n) }, pend); err != nil {
 		return err
 	}
 	if rule.UpTo != 0 {
@@ -156,7 +163,7 @@ func makeChild(fs vfs.FS, parent, dir string, names []string, rules []diskstore.
 	if len(rules) == 0 {
 		return nil
 	}
-	return diskstore.WriteView(fs, dir, rules)
+	return diskstore.StageView(fs, dir, rules, pend)
 }
 
 // Merge makes one engine in opts.Dir of e and right (see engines.Merger).
@@ -207,7 +214,9 @@ func (e *Engine) Merge(right engines.Engine, opts engines.Options) (_ engines.En
 	if err != nil {
 		return nil, fmt.Errorf("merge point engines: %w", err)
 	}
-	if err := makeChild(fs, dir, opts.Dir, names, rules, diskstore.ViewRule{}); err != nil {
+	var pend engines.Pending
+	err = makeChild(fs, dir, opts.Dir, names, rules, diskstore.ViewRule{}, &pend)
+	if err = errors.Join(err, pend.Sync(fs)); err != nil {
 		return nil, fmt.Errorf("merge point engines: %w", err)
 	}
 	if m, err = e.openLike(opts); err != nil {
