@@ -26,7 +26,7 @@ func (m *Master) BalancePlan(ctx context.Context, req *api.BalancePlanRequest) (
 		if !m.leads() {
 			return nil, m.notLeader()
 		}
-		r := m.rebalanceRound(ctx)
+		r := m.rebalanceRound(ctx, false)
 		res, refs, errs, version, warm = r.plan, r.refs, r.errs, r.version, r.warm
 		if errs == nil {
 			errs = []error{} // started nothing, but applied: no action without its answer

@@ -2,6 +2,7 @@ package tablemaster
 
 import (
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -158,11 +159,43 @@ func (v *loadView) snapshot(st *State) (balance.Snapshot, map[uint64]partRef) {
 				}
 				bp.Replicas = append(bp.Replicas, br)
 			}
+			byRole(bp.Replicas)
 			snap.Partitions = append(snap.Partitions, bp)
 			refs[p.ID] = partRef{tenant: t.Tenant, table: t.Name, index: p.Index}
 		}
 	}
 	return snap, refs
+}
+
+// byRole gives a partition's load to its replicas by their roles now, not
+// by what each reported: the strong reads (all the reads reported) to the
+// primary, the primary's writes to every replica (each applies them; a
+// replica copying or catching up reports its burst of applies), and of
+// the engine time each secondary's share of applying (the least any
+// replica reported) with the rest to the primary. What a replica reports
+// is smoothed over seconds, so after its primary role moved the old
+// primary still shows the reads for a while and the new one not yet;
+// planning on that lag would move the role back. Bytes stay each
+// replica's own.
+func byRole(rs []balance.Replica) {
+	k := slices.IndexFunc(rs, func(r balance.Replica) bool { return r.Primary })
+	if k < 0 || len(rs) < 2 {
+		return
+	}
+	var reads, busy float64
+	writes := rs[k].Load[balance.DimWrites]
+	minBusy := rs[0].Load[balance.DimBusy]
+	for _, r := range rs {
+		reads += r.Load[balance.DimReads]
+		busy += r.Load[balance.DimBusy]
+		minBusy = min(minBusy, r.Load[balance.DimBusy])
+	}
+	for i := range rs {
+		rs[i].Load[balance.DimWrites] = writes
+		rs[i].Load[balance.DimReads], rs[i].Load[balance.DimBusy] = 0, minBusy
+	}
+	rs[k].Load[balance.DimReads] = reads
+	rs[k].Load[balance.DimBusy] = busy - float64(len(rs)-1)*minBusy
 }
 
 // partRef names a partition for an answer.

@@ -72,11 +72,21 @@ type Options struct {
 	// Rebalance: the leader carries out the balancer's plan
 	// (tablemaster/balance) every RebalanceInterval and when a server
 	// joins: primary transfers and replica moves, a few at a time
-	// (rebalance.go). Off by default for now: `tabula cluster balance`
-	// runs one round on demand either way.
+	// (rebalance.go). `tabula master` and `tabula dev` set it unless
+	// --rebalance=false; the zero Options leave it off (an embedded master,
+	// a test that places by hand). `tabula cluster balance` runs one round
+	// on demand either way.
 	Rebalance bool `json:"rebalance,omitempty"`
 	// RebalanceInterval is the time between balancing rounds. Default 5s.
 	RebalanceInterval time.Duration `json:"rebalance_interval,omitempty"`
+	// RebalanceSustain: the automatic rounds start an action only once
+	// the plan has asked for the same kind of action between the same two
+	// servers for this long (every round since): the rates follow the
+	// traffic of the moment, and a copy or a handoff made for a few
+	// seconds' noise would be undone by the next. A draining server's
+	// actions, and rounds run on demand (tabula cluster balance), do not
+	// wait. Default 2 × RebalanceInterval; negative: none.
+	RebalanceSustain time.Duration `json:"rebalance_sustain,omitempty"`
 	// Balance tunes the planner of BalancePlan and the balancing rounds
 	// (band, floors, move limits). Default: balance.Options' defaults.
 	Balance balance.Options `json:"-"`
@@ -186,6 +196,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.RebalanceInterval <= 0 {
 		o.RebalanceInterval = 5 * time.Second
+	}
+	if o.RebalanceSustain == 0 {
+		o.RebalanceSustain = 2 * o.RebalanceInterval
 	}
 	if o.SyncLag <= 0 {
 		o.SyncLag = api.DefaultMaxStalenessMs * time.Millisecond

@@ -24,11 +24,17 @@ import (
 // starts only what fits. Rounds run every Options.RebalanceInterval and as
 // soon as the set of live servers changes (a server joined) when
 // Options.Rebalance is set, and on demand (BalancePlan with apply, `tabula
-// cluster balance`). The servers a partition's replicas left are
+// cluster balance`). The automatic rounds start an action only once the
+// plans asked for its kind between its two servers for
+// Options.RebalanceSustain (every round since), so a few seconds' noise
+// in the rates moves nothing. The servers a partition's replicas left are
 // remembered for rebalanceCooldown and fed to the planner (Snapshot.Left),
-// so a move is not undone by the next round's view of noisy load. That
-// memory is the leader's only: a new leader starts without it, at worst
-// moving a replica back once.
+// so a move is not undone by the next round's view of noisy load, and the
+// partitions whose primary it transferred for transferSettle
+// (Partition.Settling). That memory is the leader's only: a new leader
+// starts without it, at worst moving a replica back once. The planner
+// sees each partition's load by its replicas' roles now (load.go,
+// byRole), not by their lagging reports.
 
 // EventTransfer: a partition's primary role was transferred by the
 // balancer.
@@ -45,8 +51,39 @@ type rebalancer struct {
 	// count the same room under the move limits.
 	round sync.Mutex
 	mu    sync.Mutex
-	// Guarded by mu: the servers each partition left, and when.
-	left map[uint64][]leftAt
+	// Guarded by mu: the servers each partition left, and when; the
+	// partitions whose primary role the balancer transferred, and when.
+	left        map[uint64][]leftAt
+	transferred map[uint64]time.Time
+	// wanted: since when the automatic rounds' plans have asked, every
+	// round, for an action of its kind between its two servers.
+	wanted map[wantKey]time.Time
+}
+
+type wantKey struct {
+	kind     balance.Kind
+	from, to string
+}
+
+// sustained reports, for each of plan's actions, whether the plans have
+// asked for its kind between its servers for at least sustain (now
+// included); what the plan no longer asks for is forgotten.
+func (r *rebalancer) sustained(acts []balance.Action, draining func(string) bool, now time.Time, sustain time.Duration) []bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	next := map[wantKey]time.Time{}
+	out := make([]bool, len(acts))
+	for i, a := range acts {
+		k := wantKey{a.Kind, a.From, a.To}
+		since, ok := r.wanted[k]
+		if !ok {
+			since = now
+		}
+		next[k] = since
+		out[i] = sustain <= 0 || now.Sub(since) >= sustain || draining(a.From)
+	}
+	r.wanted = next
+	return out
 }
 
 type leftAt struct {
@@ -74,6 +111,36 @@ func (r *rebalancer) recentLeft(now time.Time) map[uint64][]string {
 	return out
 }
 
+// transferSettle is how long a partition whose primary role the balancer
+// transferred stays as it is (balance.Partition.Settling): long enough
+// for the servers' smoothed reports to follow the role.
+const transferSettle = time.Minute
+
+// settling is the planner's Settling: the partitions transferred within
+// transferSettle (older entries are forgotten).
+func (r *rebalancer) settling(now time.Time) map[uint64]bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := map[uint64]bool{}
+	for pid, at := range r.transferred {
+		if now.Sub(at) > transferSettle {
+			delete(r.transferred, pid)
+			continue
+		}
+		out[pid] = true
+	}
+	return out
+}
+
+func (r *rebalancer) noteTransferred(pid uint64, now time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.transferred == nil {
+		r.transferred = map[uint64]time.Time{}
+	}
+	r.transferred[pid] = now
+}
+
 func (r *rebalancer) noteLeft(pid uint64, server string, now time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -93,21 +160,34 @@ type roundResult struct {
 	warm    bool
 }
 
+// errNotSustained: an automatic round's action the plans have not asked
+// for long enough yet (Options.RebalanceSustain).
+var errNotSustained = errors.New("rebalance: not asked for long enough yet")
+
 // rebalanceRound plans from the current state and starts the plan's
-// actions. It returns the plan even when it started nothing.
-func (m *Master) rebalanceRound(ctx context.Context) roundResult {
+// actions: all of them on demand, and in the automatic rounds (auto)
+// those sustained. It returns the plan even when it started nothing.
+func (m *Master) rebalanceRound(ctx context.Context, auto bool) roundResult {
 	m.rebal.round.Lock()
 	defer m.rebal.round.Unlock()
 	st := m.State()
 	now := m.opts.Now()
 	res, refs := m.plan(st, now)
 	out := roundResult{plan: res, refs: refs, version: st.Version, warm: m.load.warm(st)}
-	for _, a := range res.Actions {
-		if ctx.Err() != nil {
+	ok := make([]bool, len(res.Actions))
+	if auto {
+		draining := func(id string) bool { srv := st.Servers[id]; return srv != nil && srv.Draining }
+		ok = m.rebal.sustained(res.Actions, draining, now, m.opts.RebalanceSustain)
+	}
+	for i, a := range res.Actions {
+		switch {
+		case ctx.Err() != nil:
 			out.errs = append(out.errs, ctx.Err())
-			continue
+		case auto && !ok[i]:
+			out.errs = append(out.errs, errNotSustained)
+		default:
+			out.errs = append(out.errs, m.startAction(a, now))
 		}
-		out.errs = append(out.errs, m.startAction(a, now))
 	}
 	return out
 }
@@ -122,6 +202,10 @@ func (m *Master) rebalanceRound(ctx context.Context) roundResult {
 func (m *Master) plan(st *State, now time.Time) (balance.Result, map[uint64]partRef) {
 	snap, refs := m.load.snapshot(st)
 	snap.Left = m.rebal.recentLeft(now)
+	settling := m.rebal.settling(now)
+	for i := range snap.Partitions {
+		snap.Partitions[i].Settling = settling[snap.Partitions[i].ID]
+	}
 	res := balance.Plan(snap, m.opts.Balance)
 	if len(res.Actions) == 0 && len(snap.Left) > 0 && !strings.HasPrefix(res.Note, "balanced") {
 		snap.Left = nil
@@ -153,6 +237,7 @@ func (m *Master) startAction(a balance.Action, now time.Time) error {
 	}
 	switch a.Kind {
 	case balance.TransferPrimary:
+		m.rebal.noteTransferred(a.Partition, now)
 		m.logger.Info("tablemaster: balancing: primary transferred", "partition", a.Partition, "from", a.From, "to", a.To, "reason", a.Reason)
 		m.event(EventTransfer, a.From, a.Partition, "partition %d: primary transferred %s -> %s (%s)", a.Partition, a.From, a.To, a.Reason)
 	case balance.MoveReplica:
@@ -194,9 +279,9 @@ func (m *Master) rebalanceLoop() {
 			continue
 		}
 		servers, last = ids, now
-		r := m.rebalanceRound(m.streamCtx)
+		r := m.rebalanceRound(m.streamCtx, true)
 		for i, err := range r.errs {
-			if err != nil && !errors.Is(err, ErrClosed) && m.streamCtx.Err() == nil {
+			if err != nil && !errors.Is(err, ErrClosed) && !errors.Is(err, errNotSustained) && m.streamCtx.Err() == nil {
 				m.logger.Debug("tablemaster: balancing: an action did not start", "action", r.plan.Actions[i].String(), "err", err)
 			}
 		}

@@ -314,3 +314,66 @@ func replicasOff(plan *api.BalancePlanResponse) string {
 	}
 	return strings.Join(off, ", ")
 }
+
+// TestRebalanceSettlesUnderLoad: as TestRebalanceAddedServers, with the
+// planner's default load dimensions on and the writers running: the rounds
+// reach a plan with nothing to do (the replica counts in the band) instead
+// of handing primary roles back and forth on the servers' lagging reports,
+// and once there, a further second of rounds transfers no primary.
+func TestRebalanceSettlesUnderLoad(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	r := startRebalCluster(t, ctx, func(o *tablemaster.Options) {
+		// Rounds 25× the default's pace; the sustain window (10 s by
+		// default) shrunk less, as the servers' rates are no faster.
+		o.Rebalance, o.RebalanceInterval, o.RebalanceSustain = true, 200*time.Millisecond, 3*time.Second
+	})
+	for range 2 {
+		if _, err := r.tc.AddServer(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	epochs := func() map[uint64]string {
+		pm, err := r.describe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[uint64]string{}
+		for _, p := range pm.GetPartitions() {
+			for _, rep := range p.GetReplicas() {
+				if rep.GetRole() == api.ReplicaRole_REPLICA_ROLE_PRIMARY {
+					out[p.GetId()] = rep.GetServerId()
+				}
+			}
+		}
+		return out
+	}
+	var plan *api.BalancePlanResponse
+	r.waitUntil("a plan with nothing to do", func() (bool, string) {
+		var err error
+		plan, err = r.master.BalancePlan(ctx, &api.BalancePlanRequest{})
+		if err != nil {
+			return false, err.Error()
+		}
+		seen := 0
+		for _, s := range plan.GetBefore() {
+			seen += int(s.GetReplicas())
+		}
+		settled := strings.HasPrefix(plan.GetNote(), "balanced") || strings.HasPrefix(plan.GetNote(), "no action")
+		if len(plan.GetActions()) != 0 || !settled || len(plan.GetBefore()) != 5 || seen != 36 || replicasOff(plan) != "" {
+			return false, fmt.Sprintf("%d actions %v; %s; %d replicas seen; off: %s; %s", len(plan.GetActions()), plan.GetActions(), plan.GetNote(), seen, replicasOff(plan), r.notInSync())
+		}
+		return true, ""
+	})
+	before := epochs()
+	// Five more rounds.
+	deadline := time.Now().Add(time.Second)
+	r.waitUntil("a second of rounds", func() (bool, string) { return !time.Now().Before(deadline), "" })
+	after := epochs()
+	for pid, srv := range before {
+		if after[pid] != srv {
+			t.Errorf("partition %d: primary moved %s -> %s after the plan was empty (%s)", pid, srv, after[pid], plan.GetNote())
+		}
+	}
+	r.finish()
+}

@@ -16,8 +16,10 @@ import (
 	"github.com/tabuladb/tabula/internal/keyspace"
 )
 
-// fastTiming makes failure detection quick enough for tests.
-var fastTiming = []string{"--heartbeat-interval", "50ms", "--lease", "500ms", "--dead-after", "1500ms"}
+// fastTiming makes failure detection quick enough for tests, and leaves
+// the balancer to the tests that turn it on (--rebalance): the others
+// place partitions by hand and kill, pause or move chosen replicas.
+var fastTiming = []string{"--heartbeat-interval", "50ms", "--lease", "500ms", "--dead-after", "1500ms", "--rebalance=false"}
 
 func primaryID(p *api.Partition) string {
 	for _, r := range p.GetReplicas() {

@@ -79,6 +79,7 @@ prints the endpoints and "tabula dev ready" once it serves, and runs until inter
 				DeadAfter:         tablemaster.DefaultDeadAfter,
 				ReplaceAfter:      tablemaster.DefaultReplaceAfter,
 				MasterOptions: func(o *tablemaster.Options) {
+					o.Rebalance = true
 					var labels prometheus.Labels
 					if o.RaftID != 0 {
 						labels = prometheus.Labels{"master": strconv.FormatUint(o.RaftID, 10)}

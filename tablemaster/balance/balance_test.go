@@ -72,6 +72,13 @@ func TestPlan(t *testing.T) {
 				}
 				snap.Partitions = append(snap.Partitions, p)
 				return ""
+			case "settling":
+				for i := range snap.Partitions {
+					if snap.Partitions[i].ID == uint64(num("id", 0)) {
+						snap.Partitions[i].Settling = true
+					}
+				}
+				return ""
 			case "hot":
 				for i := range snap.Partitions {
 					if snap.Partitions[i].ID == uint64(num("id", 0)) {
@@ -446,20 +453,26 @@ func TestRate(t *testing.T) {
 	if !r.Warm() || r.PerSec() != 100 {
 		t.Fatalf("rate = %v, want 100", r.PerSec())
 	}
-	// 10 s (one half-life) at 300/s: half way from 100 to 300.
-	r.Observe(3200, testTime(11), 10e9)
-	if math.Abs(r.PerSec()-200) > 1e-9 {
-		t.Fatalf("rate = %v, want 200", r.PerSec())
+	// Within the first half-life: the average since the first sample.
+	r.Observe(1200, testTime(5), 10e9) // 250/s for 4 s
+	if r.PerSec() != 1100.0/5 {
+		t.Fatalf("rate = %v, want the average %v", r.PerSec(), 1100.0/5)
 	}
+	// Then smoothed: 10 s (one half-life) at 300/s from 220: half way.
+	r.Observe(4200, testTime(15), 10e9)
+	if math.Abs(r.PerSec()-260) > 1e-9 {
+		t.Fatalf("rate = %v, want 260", r.PerSec())
+	}
+	r.rate = 200 // as the rest of the test assumes
 	// A counter that went down (a reopened replica) restarts the base, not
 	// the rate.
-	r.Observe(5, testTime(12), 10e9)
+	r.Observe(5, testTime(16), 10e9)
 	if math.Abs(r.PerSec()-200) > 1e-9 {
 		t.Fatalf("after a reset: rate = %v, want 200 kept", r.PerSec())
 	}
-	r.Observe(5, testTime(12), 10e9) // no time passed: ignored
+	r.Observe(5, testTime(16), 10e9) // no time passed: ignored
 	// 1 s at 400/s moves it 1-2^(-1/10) of the way: to 213.4.
-	r.Observe(5+400, testTime(13), 10e9)
+	r.Observe(5+400, testTime(17), 10e9)
 	if want := 200 + 200*(1-math.Exp2(-0.1)); math.Abs(r.PerSec()-want) > 1e-9 {
 		t.Fatalf("rate = %v, want %v", r.PerSec(), want)
 	}

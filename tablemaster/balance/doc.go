@@ -53,9 +53,10 @@
 //     under way count), MaxMovesPerServer per source or target, and
 //     MaxTransfers primary transfers per plan;
 //   - hysteresis: the band itself (a server inside it is never a
-//     source), one action per partition per plan, and never back onto a
-//     server the partition left recently (Snapshot.Left), unless it
-//     leaves a draining server.
+//     source), one action per partition per plan, never back onto a
+//     server the partition left recently (Snapshot.Left), and a primary
+//     role that moved recently (Partition.Settling) moves no further,
+//     unless it leaves a draining server.
 //
 // The master plans again after the moves of a plan finish; applying
 // plans to the model until they come back empty converges within the

@@ -88,6 +88,12 @@ type Partition struct {
 	// MovingFrom and MovingTo are that move's ends, for the per-server
 	// limit.
 	MovingFrom, MovingTo string
+	// Settling: its primary role moved recently (the master remembers its
+	// transfers for a while). The role moves no further (no transfer, no
+	// move of the primary replica) unless off a draining server: planning
+	// on noisy rates right after would hand roles back and forth. Its
+	// secondaries may move.
+	Settling bool
 }
 
 func (p *Partition) primary() int {

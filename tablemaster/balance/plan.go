@@ -35,13 +35,13 @@ type Options struct {
 	MinGain float64
 }
 
-// DefaultFloors: below 1 read or write a second, 1% of a core, 64 MiB on
+// DefaultFloors: below 1 read or write a second, 10% of a core, 64 MiB on
 // disk or 16 MiB in memory per server on average, a dimension is noise.
 var DefaultFloors = Vec{
 	DimReplicas: 0,
 	DimReads:    1,
 	DimWrites:   1,
-	DimBusy:     0.01,
+	DimBusy:     0.1,
 	DimDisk:     64 << 20,
 	DimMemory:   16 << 20,
 }
@@ -255,6 +255,9 @@ func (m *model) bestTransfer() (best candidate, ok bool) {
 			continue
 		}
 		a := m.byID[p.Replicas[k].Server]
+		if p.Settling && !a.Draining {
+			continue
+		}
 		ca := m.costNow(a)
 		pl := p.Replicas[k].Load
 		for j, r := range p.Replicas {
@@ -297,6 +300,9 @@ func (m *model) bestMove() (best candidate, ok bool) {
 		p := &m.parts[pi]
 		for k, r := range p.Replicas {
 			a := m.byID[r.Server]
+			if p.Settling && r.Primary && !a.Draining {
+				continue
+			}
 			ca := m.costNow(a)
 			if a.moves >= m.o.MaxMovesPerServer || ca == 0 && len(needy) == 0 {
 				continue
