@@ -1,6 +1,7 @@
 package tablemaster
 
 import (
+	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -62,6 +63,11 @@ type Options struct {
 	StreamSyncInterval time.Duration `json:"stream_sync_interval"`
 	// Now is the clock. Default time.Now.
 	Now func() time.Time `json:"-"`
+	// OnSplitStep, when set, is called on the leader at each step of a
+	// split of partition pid (SplitMarked, SplitReady, SplitFinished): a
+	// fault point for tests. ctx ends when the master closes; a master
+	// closed meanwhile goes no further, as after a crash there.
+	OnSplitStep func(ctx context.Context, step SplitStep, pid uint64) `json:"-"`
 	// ReplaceAfter is how long a dead (or drained) server's replicas of
 	// replicated partitions stay in their replica sets, as secondaries out
 	// of the log, before new ones are placed elsewhere (and copy the data):

@@ -55,6 +55,29 @@ type Split struct {
 	SinceMs int64  `json:"since_ms"`
 }
 
+// SplitStep names a step of a split on the master (Options.OnSplitStep).
+type SplitStep string
+
+// The master's steps of a split.
+const (
+	// SplitMarked: OpSplitPartition committed (the primary appends the
+	// record once its map shows it).
+	SplitMarked SplitStep = "marked"
+	// SplitReady: the replicas reported the split; OpSplitDone is next.
+	SplitReady SplitStep = "ready"
+	// SplitFinished: OpSplitDone committed; the children's logs are next.
+	SplitFinished SplitStep = "finished"
+)
+
+// splitStep runs Options.OnSplitStep and reports whether the master
+// closed meanwhile (the split goes no further here).
+func (m *Master) splitStep(step SplitStep, pid uint64) bool {
+	if f := m.opts.OnSplitStep; f != nil {
+		f(m.streamCtx, step, pid)
+	}
+	return m.streamCtx.Err() != nil
+}
+
 // midpoint is the default split point of hash range [start, end].
 func midpoint(start, end uint64) uint64 { return start + (end-start)/2 + 1 }
 
@@ -221,7 +244,13 @@ func (m *Master) splitLoop() (finished bool) {
 		if !all && now-p.Split.SinceMs < m.opts.SplitAllWait.Milliseconds() {
 			continue // the others apply it within milliseconds, as a rule
 		}
+		if m.splitStep(SplitReady, p.ID) {
+			return finished
+		}
 		res, _, err := m.propose(Command{UnixMs: now, Payload: SplitDone{PartitionID: p.ID, LSN: lsn}}, nil, nil)
+		if err == nil && res.Changed && m.splitStep(SplitFinished, p.ID) {
+			return finished
+		}
 		if err == nil && res.Changed {
 			m.logger.Info("tablemaster: partition split", "partition", p.ID, "lsn", lsn, "left", p.Split.Left, "right", p.Split.Right, "all_replicas", all)
 			m.event(EventSplitDone, primaryID(p), p.ID, "partition %d split at LSN %d into %d and %d", p.ID, lsn, p.Split.Left, p.Split.Right)
@@ -261,6 +290,9 @@ func (m *Master) SplitPartition(ctx context.Context, req *api.SplitPartitionRequ
 		return nil, rpcError("split partition", errCode(ErrInvalidArgument, api.ErrorCode_ERROR_CODE_UNAVAILABLE, "split_in_progress", "partition %d changed meanwhile", p.ID))
 	}
 	sp := *np.Split
+	if m.splitStep(SplitMarked, p.ID) {
+		return nil, rpcError("split partition", ErrClosed)
+	}
 	m.logger.Info("tablemaster: splitting a partition", "partition", p.ID, "left", sp.Left, "right", sp.Right, "hash", sp.Hash, "key", sp.Key)
 	m.event(EventSplit, primaryID(np), p.ID, "partition %d splitting into %d and %d", p.ID, sp.Left, sp.Right)
 	out := &api.SplitPartitionResponse{ParentId: p.ID, MapVersion: next.Version, Left: &api.Partition{Id: sp.Left}, Right: &api.Partition{Id: sp.Right}}
