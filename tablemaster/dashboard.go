@@ -84,6 +84,11 @@ type dashSnapshot struct {
 	Streams      dashStreams      `json:"streams"`
 	Events       []Event          `json:"events"`
 	Summary      map[string]int64 `json:"summary"`
+	// Hot: the busiest partitions (reads + writes per second, at most
+	// dashHot), and their share of the cluster's operations.
+	Hot []dashHot `json:"hot"`
+	// Changes: the partitions moving a replica or splitting now.
+	Changes []dashChange `json:"changes"`
 }
 
 type dashMaster struct {
@@ -168,6 +173,36 @@ type dashTable struct {
 	Coprocs     []dashCoproc    `json:"coprocs,omitempty"`
 }
 
+// dashHot is one of the busiest partitions.
+type dashHot struct {
+	Tenant       string  `json:"tenant"`
+	Table        string  `json:"table"`
+	Index        uint32  `json:"index"`
+	ID           uint64  `json:"id"`
+	Primary      string  `json:"primary"`
+	ReadsPerSec  float64 `json:"reads_per_sec"`
+	WritesPerSec float64 `json:"writes_per_sec"`
+	// Share is its part of every partition's reads and writes (0..1).
+	Share float64 `json:"share"`
+}
+
+// dashChange is a partition changing shape or place now.
+type dashChange struct {
+	Tenant string `json:"tenant"`
+	Table  string `json:"table"`
+	Index  uint32 `json:"index"`
+	ID     uint64 `json:"id"`
+	// Kind is "move" (a replica From → To) or "split" (into Into).
+	Kind    string   `json:"kind"`
+	From    string   `json:"from,omitempty"`
+	To      string   `json:"to,omitempty"`
+	Into    []uint64 `json:"into,omitempty"`
+	SinceMs int64    `json:"since_ms,omitempty"`
+}
+
+// dashHotMax is how many hot partitions the dashboard lists.
+const dashHotMax = 5
+
 type dashPartition struct {
 	ID       uint64        `json:"id"`
 	Index    uint32        `json:"index"`
@@ -186,6 +221,11 @@ type dashPartition struct {
 	// in-sync bound first); UnderReason says which and why.
 	UnderReplicated bool   `json:"under_replicated,omitempty"`
 	UnderReason     string `json:"under_reason,omitempty"`
+	// The partition's smoothed load (replicated partitions).
+	ReadsPerSec  float64 `json:"reads_per_sec,omitempty"`
+	WritesPerSec float64 `json:"writes_per_sec,omitempty"`
+	// SplitInto: the children of a split under way.
+	SplitInto []uint64 `json:"split_into,omitempty"`
 }
 
 type dashReplica struct {
@@ -357,6 +397,8 @@ func (m *Master) dashboardSnapshot() *dashSnapshot {
 	// Tables, partitions and replicas.
 	sr := m.syncReports(st, now)
 	shown := 0
+	var total float64 // every partition's reads and writes per second
+	out.Hot, out.Changes = []dashHot{}, []dashChange{}
 	for _, t := range st.TablesOf("") {
 		dt := dashTable{Tenant: t.Tenant, Name: t.Name, ID: t.ID, Kind: enumLabel(t.Kind.String(), "TABLE_KIND_"),
 			Storage: t.Options.Storage, Durability: t.Options.Durability, Replication: t.Options.Replication,
@@ -387,12 +429,26 @@ func (m *Master) dashboardSnapshot() *dashSnapshot {
 					out.Summary["partitions_under_replicated"]++
 				}
 			}
+			var reads, writes float64
+			if p.Log != nil {
+				reads, writes = m.load.partitionRates(p)
+				total += reads + writes
+				out.Hot = append(out.Hot, dashHot{Tenant: t.Tenant, Table: t.Name, Index: p.Index, ID: p.ID, Primary: primaryID(p), ReadsPerSec: reads, WritesPerSec: writes})
+			}
+			if p.Move != nil {
+				out.Changes = append(out.Changes, dashChange{Tenant: t.Tenant, Table: t.Name, Index: p.Index, ID: p.ID, Kind: "move", From: p.Move.From, To: p.Move.To})
+			}
+			if p.Split != nil {
+				out.Changes = append(out.Changes, dashChange{Tenant: t.Tenant, Table: t.Name, Index: p.Index, ID: p.ID, Kind: "split", Into: []uint64{p.Split.Left, p.Split.Right}, SinceMs: p.Split.SinceMs})
+			}
 			if shown >= dashMaxPartitions {
 				out.Omitted++
 				continue
 			}
 			shown++
-			dt.Partitions = append(dt.Partitions, dashPartitionOf(p, reports, serverState, ps))
+			dp := dashPartitionOf(p, reports, serverState, ps)
+			dp.ReadsPerSec, dp.WritesPerSec = reads, writes
+			dt.Partitions = append(dt.Partitions, dp)
 		}
 		if t.Bulk != nil {
 			dt.Bulk = dashBulkOf(t)
@@ -400,6 +456,16 @@ func (m *Master) dashboardSnapshot() *dashSnapshot {
 		dt.Coprocs = dashCoprocsOf(t.Coprocs, len(hosts))
 		out.Tables = append(out.Tables, dt)
 	}
+	// The busiest partitions, with at least one operation a second.
+	slices.SortStableFunc(out.Hot, func(a, b dashHot) int {
+		return cmp.Compare(b.ReadsPerSec+b.WritesPerSec, a.ReadsPerSec+a.WritesPerSec)
+	})
+	out.Hot = slices.DeleteFunc(out.Hot, func(h dashHot) bool { return h.ReadsPerSec+h.WritesPerSec < 1 })
+	out.Hot = out.Hot[:min(len(out.Hot), dashHotMax)]
+	for i := range out.Hot {
+		out.Hot[i].Share = (out.Hot[i].ReadsPerSec + out.Hot[i].WritesPerSec) / total
+	}
+	out.Summary["changes_in_progress"] = int64(len(out.Changes))
 	out.Summary["tables"] = int64(len(st.Tables))
 	out.Summary["partitions"] = int64(out.Partitions)
 	out.Summary["tenants"] = int64(len(st.Tenants))
@@ -472,6 +538,9 @@ func dashPartitionOf(p *Partition, reports map[string]map[uint64]*api.ReplicaSta
 	}
 	if p.Move != nil {
 		dp.MoveFrom, dp.MoveTo = p.Move.From, p.Move.To
+	}
+	if p.Split != nil {
+		dp.SplitInto = []uint64{p.Split.Left, p.Split.Right}
 	}
 	for i, r := range p.Replicas {
 		dr := dashReplica{Server: r.ServerID, Role: enumLabel(r.Role.String(), "REPLICA_ROLE_"), FaultDomain: r.FaultDomain, ServerState: serverState(r.ServerID), LagMs: -1}

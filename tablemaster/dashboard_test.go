@@ -352,3 +352,94 @@ func TestDashboardFollower(t *testing.T) {
 		}
 	}
 }
+
+// TestDashboardHotAndChanges: the snapshot lists the busiest partitions
+// from the load view (reads of every replica, writes of the primary)
+// with their share, the load on each partition's row, and the moves and
+// splits under way.
+func TestDashboardHotAndChanges(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	r := start(t, Options{DataDir: t.TempDir(), Logger: testLogger(t)})
+	defer r.stop(t)
+	var ids []string
+	for _, fd := range []string{"fd-a", "fd-b", "fd-c", "fd-d"} {
+		resp, err := r.c.RegisterServer(ctx, &api.RegisterServerRequest{Addr: "10.0.0.1:" + fd, FaultDomain: fd})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, resp.ServerId)
+	}
+	created, err := r.c.CreateTable(ctx, &api.CreateTableRequest{Tenant: api.DefaultTenant, Name: "t", Kind: api.TableKind_TABLE_KIND_POINT,
+		Options: &api.TableOptions{Partitions: 3, Replication: 3}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	parts := created.Map.Partitions
+	// Two reports a second apart: partition 0 takes 900 reads/s on its
+	// primary and 100 on a secondary and 300 writes/s; the others 10
+	// reads/s.
+	t0 := time.Unix(1_800_000_000, 0)
+	for n, at := range []time.Time{t0, t0.Add(time.Second)} {
+		for _, id := range ids {
+			var sts []*api.ReplicaStatus
+			for i, p := range parts {
+				for _, rp := range p.Replicas {
+					if rp.ServerId != id {
+						continue
+					}
+					st := &api.ReplicaStatus{PartitionId: p.Id, Role: rp.Role, State: api.ReplicaState_REPLICA_STATE_IN_SYNC}
+					primary := rp.Role == api.ReplicaRole_REPLICA_ROLE_PRIMARY
+					switch {
+					case i == 0 && primary:
+						st.Reads, st.Writes = uint64(n*900), uint64(n*300)
+					case i == 0 && rp.ServerId == p.Replicas[1].ServerId:
+						st.Reads, st.Writes = uint64(n*100), uint64(n*300)
+					case primary:
+						st.Reads = uint64(n * 10)
+					}
+					sts = append(sts, st)
+				}
+			}
+			r.m.load.report(id, at, sts, nil)
+		}
+	}
+	// A split under way and a move.
+	if _, _, err := r.m.propose(Command{UnixMs: 1, Payload: SplitPartition{PartitionID: parts[1].Id}}, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	spare := ids[3]
+	for _, rp := range parts[2].Replicas {
+		if rp.ServerId == spare {
+			spare = ""
+		}
+	}
+	if spare != "" {
+		if _, _, err := r.m.propose(Command{UnixMs: 2, Payload: MoveReplica{PartitionID: parts[2].Id, ServerID: parts[2].Replicas[1].ServerId, To: spare}}, nil, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s, _ := snapshotOf(t, r.m.DashboardHandler())
+	if len(s.Hot) != 3 || s.Hot[0].ID != parts[0].Id || s.Hot[0].ReadsPerSec != 1000 || s.Hot[0].WritesPerSec != 300 {
+		t.Fatalf("hot partitions %+v, want partition %d first with 1000 reads/s and 300 writes/s", s.Hot, parts[0].Id)
+	}
+	if share := s.Hot[0].Share; share < 1300.0/1320-1e-9 || share > 1300.0/1320+1e-9 {
+		t.Fatalf("hot share %v, want %v", share, 1300.0/1320)
+	}
+	if p := s.Tables[0].Partitions[0]; p.ReadsPerSec != 1000 || p.WritesPerSec != 300 {
+		t.Fatalf("partition row %+v: want its load", p)
+	}
+	kinds := map[string]dashChange{}
+	for _, c := range s.Changes {
+		kinds[c.Kind] = c
+	}
+	if c, ok := kinds["split"]; !ok || c.ID != parts[1].Id || len(c.Into) != 2 {
+		t.Fatalf("changes %+v: want partition %d splitting", s.Changes, parts[1].Id)
+	}
+	if c, ok := kinds["move"]; spare != "" && (!ok || c.ID != parts[2].Id || c.To != spare) {
+		t.Fatalf("changes %+v: want partition %d moving to %s", s.Changes, parts[2].Id, spare)
+	}
+	if s.Summary["changes_in_progress"] != int64(len(s.Changes)) {
+		t.Fatalf("summary %v", s.Summary)
+	}
+}

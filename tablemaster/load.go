@@ -95,6 +95,25 @@ func (v *loadView) vecLocked(server string, pid uint64) (vec balance.Vec, inSync
 	return vec, rl.inSync, true
 }
 
+// partitionRates is partition p's smoothed reads and writes per second
+// as its replicas reported them: the reads of all (ReadAny reads land on
+// secondaries), the writes of its primary (each replica applies them).
+func (v *loadView) partitionRates(p *Partition) (reads, writes float64) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	for _, r := range p.Replicas {
+		vec, _, ok := v.vecLocked(r.ServerID, p.ID)
+		if !ok {
+			continue
+		}
+		reads += vec[balance.DimReads]
+		if r.Role == api.ReplicaRole_REPLICA_ROLE_PRIMARY {
+			writes = vec[balance.DimWrites]
+		}
+	}
+	return reads, writes
+}
+
 // replicaLoadProto is the replica's smoothed rates for a DescribeTable
 // answer; nil when its server has not reported it.
 func (v *loadView) replicaLoadProto(server string, pid uint64) *api.ReplicaLoad {

@@ -135,6 +135,28 @@ function renderEvents(s) {
     el("time", { text: clock(e.unix_ms) }), el("span", { class: "pill kind kind-" + e.kind, text: e.kind.replace(/_/g, " ") }), e.message)));
 }
 
+// renderElastic lists the busiest partitions (their share of every
+// partition's operations) and the moves and splits under way.
+function renderElastic(s) {
+  const hot = s.hot || [], changes = s.changes || [];
+  document.getElementById("hot").replaceChildren(hot.length ?
+    table(["partition", ["#", "num"], ["id", "num"], "primary", ["reads/s", "num"], ["writes/s", "num"], ["share", "num"]],
+      hot.map(h => el("tr", { "data-hot": h.id },
+        td(el("code", { text: h.tenant + "/" + h.table })), td(num(h.index), "num"), td(num(h.id), "num"),
+        td(h.primary ? el("code", { text: h.primary }) : pill("none", "bad")),
+        td(rate(h.reads_per_sec), "num"), td(rate(h.writes_per_sec), "num"),
+        td(pill(Math.round(h.share * 100) + "%", h.share >= 0.5 ? "warn" : ""), "num")))) :
+    el("p", { class: "muted", text: "No partition takes an operation a second." }));
+  document.getElementById("changes").replaceChildren(changes.length ?
+    table(["partition", ["#", "num"], ["id", "num"], "change", "since"],
+      changes.map(c => el("tr", { "data-change": c.kind, "data-partition": c.id },
+        td(el("code", { text: c.tenant + "/" + c.table })), td(num(c.index), "num"), td(num(c.id), "num"),
+        td(c.kind === "move" ? pill("moving a replica " + c.from + " → " + c.to, "warn") :
+          pill("splitting into " + (c.into || []).join(" and "), "warn")),
+        td(c.since_ms ? ago(s.now_ms - c.since_ms) : "–")))) :
+    el("p", { class: "muted", text: "No move or split under way." }));
+}
+
 function renderTenants(s) {
   const rows = s.tenants.map(t => {
     const u = t.usage || {};
@@ -185,6 +207,8 @@ function renderTables(s) {
       if (p.data_lost) notes.push(pill("data lost", "bad"));
       if (p.under_replicated) notes.push(el("span", { title: p.under_reason || "" }, pill("under-replicated", "bad")));
       if (p.move_from) notes.push(pill("moving " + p.move_from + " → " + p.move_to, "warn"));
+      if (p.split_into) notes.push(pill("splitting into " + p.split_into.join(" and "), "warn"));
+      if (p.reads_per_sec || p.writes_per_sec) notes.push(el("span", { class: "muted", text: (notes.length ? " " : "") + rate(p.reads_per_sec) + " r/s, " + rate(p.writes_per_sec) + " w/s" }));
       if (p.log_stream) notes.push(el("span", { class: "muted", text: (notes.length ? " " : "") + p.log_stream + (p.log_extent ? " @" + p.log_extent : " (reconfiguring)") }));
       rows.push(el("tr", { "data-partition": p.id, "data-primary": p.primary },
         td(num(p.index), "num"), td(num(p.id), "num"), td(num(p.epoch), "num"),
@@ -241,6 +265,7 @@ function render(s) {
   renderHeader(s);
   renderServers(s);
   renderEvents(s);
+  renderElastic(s);
   renderTenants(s);
   renderTables(s);
   renderStreams(s);
