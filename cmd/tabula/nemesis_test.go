@@ -124,6 +124,16 @@ func TestNemesisHandoffs(t *testing.T) {
 	runNemesis(t, nemesisConfig{faults: []string{"flap", "move", "drain"}, readAny: true, inStep: true})
 }
 
+// TestNemesisElastic changes the table's shape while it crashes: the
+// nemesis splits partitions, merges adjacent ones back, runs balancing
+// rounds (which move replicas and primary roles), and kills (kill -9),
+// pauses (SIGSTOP) and cuts servers off. The history must be
+// linearizable and every key read back, whatever partition holds it by
+// then.
+func TestNemesisElastic(t *testing.T) {
+	runNemesis(t, nemesisConfig{faults: []string{"split", "split", "merge", "balance", "kill", "stop", "blackhole"}})
+}
+
 // nemesisConfig is what a nemesis run varies.
 type nemesisConfig struct {
 	faults  []string // picked from at random (TABULA_NEMESIS_FAULTS overrides)
@@ -132,7 +142,7 @@ type nemesisConfig struct {
 }
 
 // nemesisFaults are every fault the nemesis knows.
-var nemesisFaults = []string{"kill", "stop", "blackhole", "delay", "reset", "flap", "move", "drain"}
+var nemesisFaults = []string{"kill", "stop", "blackhole", "delay", "reset", "flap", "move", "drain", "split", "merge", "balance"}
 
 func runNemesis(t *testing.T, cfg nemesisConfig) {
 	if testing.Short() {
@@ -502,6 +512,24 @@ func runNemesis(t *testing.T, cfg nemesisConfig) {
 					continue // once per run: a drained server gets nothing back
 				}
 				desc = fmt.Sprintf("drain server-%d", s.idx)
+			case "split", "merge":
+				n := nemesisPartsNum
+				dctx, dcancel := context.WithTimeout(ctx, time.Second)
+				if d, err := admin.DescribeTable(dctx, "nemesis"); err == nil {
+					n = len(d.GetMap().GetPartitions())
+				}
+				dcancel()
+				if fault == "merge" && n < 2 {
+					continue
+				}
+				if fault == "merge" {
+					moveIdx = nemRand.IntN(n - 1) // with moveIdx+1
+				} else {
+					moveIdx = nemRand.IntN(n)
+				}
+				desc = fmt.Sprintf("%s partition %d of %d", fault, moveIdx, n)
+			case "balance":
+				desc = "a balancing round"
 			}
 			injected = append(injected, fmt.Sprintf("%.1fs %s", float64(rec.Now())/1e9, desc))
 			end := rec.Note("nemesis", desc)
@@ -546,6 +574,14 @@ func runNemesis(t *testing.T, cfg nemesisConfig) {
 				}
 			case "move":
 				if _, errOut, err := cli(t, masterAddr, nil, "partition", "move", "nemesis", strconv.Itoa(moveIdx)); err != nil {
+					injected = append(injected, fmt.Sprintf("  (refused: %v: %s)", err, strings.TrimSpace(errOut)))
+				}
+			case "split", "merge", "balance":
+				args := []string{"partition", fault, "nemesis", strconv.Itoa(moveIdx)}
+				if fault == "balance" {
+					args = []string{"cluster", "balance"}
+				}
+				if _, errOut, err := cli(t, masterAddr, nil, args...); err != nil {
 					injected = append(injected, fmt.Sprintf("  (refused: %v: %s)", err, strings.TrimSpace(errOut)))
 				}
 			case "drain":
