@@ -617,7 +617,7 @@ func (x Mutation_Op) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Mutation_Op.Descriptor instead.
 func (Mutation_Op) EnumDescriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{118, 0}
+	return file_tabula_proto_rawDescGZIP(), []int{119, 0}
 }
 
 type Condition_Kind int32
@@ -675,7 +675,7 @@ func (x Condition_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Condition_Kind.Descriptor instead.
 func (Condition_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{119, 0}
+	return file_tabula_proto_rawDescGZIP(), []int{120, 0}
 }
 
 // TableOptions are fixed at CreateTable. Zero values take the defaults the
@@ -2950,7 +2950,17 @@ type ReplicaStatus struct {
 	BusyNs uint64 `protobuf:"varint,26,opt,name=busy_ns,json=busyNs,proto3" json:"busy_ns,omitempty"`
 	// Set by the master in DescribeTable answers, never by a server: the
 	// replica's smoothed rates from its reports (tablemaster/load.go).
-	Load          *ReplicaLoad `protobuf:"bytes,27,opt,name=load,proto3" json:"load,omitempty"`
+	Load *ReplicaLoad `protobuf:"bytes,27,opt,name=load,proto3" json:"load,omitempty"`
+	// A primary of a point or ordered table: where a split would halve the
+	// partition's load, from a sample of its requests' keys
+	// (tableserver/splitsample.go); unset while the sample is too small or
+	// no cut halves it (one hot key).
+	LoadSplit *SplitHint `protobuf:"bytes,220,opt,name=load_split,json=loadSplit,proto3" json:"load_split,omitempty"`
+	// A primary of an ordered table: the key that halves the partition's
+	// data by bytes, estimated from its files (unset while they are too
+	// few to say). Point tables send none: keys hash uniformly, so the
+	// midpoint of the hash range is the median of the data.
+	SizeSplit     *SplitHint `protobuf:"bytes,221,opt,name=size_split,json=sizeSplit,proto3" json:"size_split,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3181,6 +3191,92 @@ func (x *ReplicaStatus) GetLoad() *ReplicaLoad {
 	return nil
 }
 
+func (x *ReplicaStatus) GetLoadSplit() *SplitHint {
+	if x != nil {
+		return x.LoadSplit
+	}
+	return nil
+}
+
+func (x *ReplicaStatus) GetSizeSplit() *SplitHint {
+	if x != nil {
+		return x.SizeSplit
+	}
+	return nil
+}
+
+// SplitHint is a point where a partition would split: the right child's
+// first hash (point tables) or key (ordered tables).
+type SplitHint struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Hash  uint64                 `protobuf:"varint,1,opt,name=hash,proto3" json:"hash,omitempty"`
+	Key   []byte                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	// The samples (load) or files (size) it was computed from.
+	Samples uint32 `protobuf:"varint,3,opt,name=samples,proto3" json:"samples,omitempty"`
+	// The share of the load or bytes left of the point, 0..1.
+	LeftShare     float64 `protobuf:"fixed64,4,opt,name=left_share,json=leftShare,proto3" json:"left_share,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SplitHint) Reset() {
+	*x = SplitHint{}
+	mi := &file_tabula_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SplitHint) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SplitHint) ProtoMessage() {}
+
+func (x *SplitHint) ProtoReflect() protoreflect.Message {
+	mi := &file_tabula_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SplitHint.ProtoReflect.Descriptor instead.
+func (*SplitHint) Descriptor() ([]byte, []int) {
+	return file_tabula_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *SplitHint) GetHash() uint64 {
+	if x != nil {
+		return x.Hash
+	}
+	return 0
+}
+
+func (x *SplitHint) GetKey() []byte {
+	if x != nil {
+		return x.Key
+	}
+	return nil
+}
+
+func (x *SplitHint) GetSamples() uint32 {
+	if x != nil {
+		return x.Samples
+	}
+	return 0
+}
+
+func (x *SplitHint) GetLeftShare() float64 {
+	if x != nil {
+		return x.LeftShare
+	}
+	return 0
+}
+
 // ReplicaLoad is the master's smoothed view of a replica's load.
 type ReplicaLoad struct {
 	state        protoimpl.MessageState `protogen:"open.v1"`
@@ -3194,7 +3290,7 @@ type ReplicaLoad struct {
 
 func (x *ReplicaLoad) Reset() {
 	*x = ReplicaLoad{}
-	mi := &file_tabula_proto_msgTypes[28]
+	mi := &file_tabula_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3206,7 +3302,7 @@ func (x *ReplicaLoad) String() string {
 func (*ReplicaLoad) ProtoMessage() {}
 
 func (x *ReplicaLoad) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[28]
+	mi := &file_tabula_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3219,7 +3315,7 @@ func (x *ReplicaLoad) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaLoad.ProtoReflect.Descriptor instead.
 func (*ReplicaLoad) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{28}
+	return file_tabula_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ReplicaLoad) GetReadsPerSec() float64 {
@@ -3265,7 +3361,7 @@ type ServerCapacity struct {
 
 func (x *ServerCapacity) Reset() {
 	*x = ServerCapacity{}
-	mi := &file_tabula_proto_msgTypes[29]
+	mi := &file_tabula_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3277,7 +3373,7 @@ func (x *ServerCapacity) String() string {
 func (*ServerCapacity) ProtoMessage() {}
 
 func (x *ServerCapacity) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[29]
+	mi := &file_tabula_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3290,7 +3386,7 @@ func (x *ServerCapacity) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServerCapacity.ProtoReflect.Descriptor instead.
 func (*ServerCapacity) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{29}
+	return file_tabula_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ServerCapacity) GetDiskBytes() uint64 {
@@ -3357,7 +3453,7 @@ type AckSetMember struct {
 
 func (x *AckSetMember) Reset() {
 	*x = AckSetMember{}
-	mi := &file_tabula_proto_msgTypes[30]
+	mi := &file_tabula_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3369,7 +3465,7 @@ func (x *AckSetMember) String() string {
 func (*AckSetMember) ProtoMessage() {}
 
 func (x *AckSetMember) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[30]
+	mi := &file_tabula_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3382,7 +3478,7 @@ func (x *AckSetMember) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AckSetMember.ProtoReflect.Descriptor instead.
 func (*AckSetMember) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{30}
+	return file_tabula_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *AckSetMember) GetServerId() string {
@@ -3450,7 +3546,7 @@ type ReplicaSync struct {
 
 func (x *ReplicaSync) Reset() {
 	*x = ReplicaSync{}
-	mi := &file_tabula_proto_msgTypes[31]
+	mi := &file_tabula_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3462,7 +3558,7 @@ func (x *ReplicaSync) String() string {
 func (*ReplicaSync) ProtoMessage() {}
 
 func (x *ReplicaSync) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[31]
+	mi := &file_tabula_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3475,7 +3571,7 @@ func (x *ReplicaSync) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaSync.ProtoReflect.Descriptor instead.
 func (*ReplicaSync) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{31}
+	return file_tabula_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ReplicaSync) GetState() ReplicaState {
@@ -3528,7 +3624,7 @@ type BulkLoaded struct {
 
 func (x *BulkLoaded) Reset() {
 	*x = BulkLoaded{}
-	mi := &file_tabula_proto_msgTypes[32]
+	mi := &file_tabula_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3540,7 +3636,7 @@ func (x *BulkLoaded) String() string {
 func (*BulkLoaded) ProtoMessage() {}
 
 func (x *BulkLoaded) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[32]
+	mi := &file_tabula_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3553,7 +3649,7 @@ func (x *BulkLoaded) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkLoaded.ProtoReflect.Descriptor instead.
 func (*BulkLoaded) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{32}
+	return file_tabula_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *BulkLoaded) GetVersion() uint64 {
@@ -3614,7 +3710,7 @@ type ErrorDetail struct {
 
 func (x *ErrorDetail) Reset() {
 	*x = ErrorDetail{}
-	mi := &file_tabula_proto_msgTypes[33]
+	mi := &file_tabula_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3626,7 +3722,7 @@ func (x *ErrorDetail) String() string {
 func (*ErrorDetail) ProtoMessage() {}
 
 func (x *ErrorDetail) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[33]
+	mi := &file_tabula_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3639,7 +3735,7 @@ func (x *ErrorDetail) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ErrorDetail.ProtoReflect.Descriptor instead.
 func (*ErrorDetail) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{33}
+	return file_tabula_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ErrorDetail) GetCode() ErrorCode {
@@ -3730,7 +3826,7 @@ type TenantInfo struct {
 
 func (x *TenantInfo) Reset() {
 	*x = TenantInfo{}
-	mi := &file_tabula_proto_msgTypes[34]
+	mi := &file_tabula_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3742,7 +3838,7 @@ func (x *TenantInfo) String() string {
 func (*TenantInfo) ProtoMessage() {}
 
 func (x *TenantInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[34]
+	mi := &file_tabula_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3755,7 +3851,7 @@ func (x *TenantInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TenantInfo.ProtoReflect.Descriptor instead.
 func (*TenantInfo) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{34}
+	return file_tabula_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *TenantInfo) GetName() string {
@@ -3822,7 +3918,7 @@ type TenantQuota struct {
 
 func (x *TenantQuota) Reset() {
 	*x = TenantQuota{}
-	mi := &file_tabula_proto_msgTypes[35]
+	mi := &file_tabula_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3834,7 +3930,7 @@ func (x *TenantQuota) String() string {
 func (*TenantQuota) ProtoMessage() {}
 
 func (x *TenantQuota) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[35]
+	mi := &file_tabula_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3847,7 +3943,7 @@ func (x *TenantQuota) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TenantQuota.ProtoReflect.Descriptor instead.
 func (*TenantQuota) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{35}
+	return file_tabula_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *TenantQuota) GetStoredBytes() uint64 {
@@ -3905,7 +4001,7 @@ type TenantUsage struct {
 
 func (x *TenantUsage) Reset() {
 	*x = TenantUsage{}
-	mi := &file_tabula_proto_msgTypes[36]
+	mi := &file_tabula_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3917,7 +4013,7 @@ func (x *TenantUsage) String() string {
 func (*TenantUsage) ProtoMessage() {}
 
 func (x *TenantUsage) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[36]
+	mi := &file_tabula_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3930,7 +4026,7 @@ func (x *TenantUsage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TenantUsage.ProtoReflect.Descriptor instead.
 func (*TenantUsage) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{36}
+	return file_tabula_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *TenantUsage) GetStoredBytes() uint64 {
@@ -3992,7 +4088,7 @@ type SetTenantQuotaRequest struct {
 
 func (x *SetTenantQuotaRequest) Reset() {
 	*x = SetTenantQuotaRequest{}
-	mi := &file_tabula_proto_msgTypes[37]
+	mi := &file_tabula_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4004,7 +4100,7 @@ func (x *SetTenantQuotaRequest) String() string {
 func (*SetTenantQuotaRequest) ProtoMessage() {}
 
 func (x *SetTenantQuotaRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[37]
+	mi := &file_tabula_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4017,7 +4113,7 @@ func (x *SetTenantQuotaRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetTenantQuotaRequest.ProtoReflect.Descriptor instead.
 func (*SetTenantQuotaRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{37}
+	return file_tabula_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *SetTenantQuotaRequest) GetTenant() string {
@@ -4043,7 +4139,7 @@ type SetTenantQuotaResponse struct {
 
 func (x *SetTenantQuotaResponse) Reset() {
 	*x = SetTenantQuotaResponse{}
-	mi := &file_tabula_proto_msgTypes[38]
+	mi := &file_tabula_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4055,7 +4151,7 @@ func (x *SetTenantQuotaResponse) String() string {
 func (*SetTenantQuotaResponse) ProtoMessage() {}
 
 func (x *SetTenantQuotaResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[38]
+	mi := &file_tabula_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4068,7 +4164,7 @@ func (x *SetTenantQuotaResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetTenantQuotaResponse.ProtoReflect.Descriptor instead.
 func (*SetTenantQuotaResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{38}
+	return file_tabula_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *SetTenantQuotaResponse) GetTenant() *TenantInfo {
@@ -4107,7 +4203,7 @@ type TenantLoad struct {
 
 func (x *TenantLoad) Reset() {
 	*x = TenantLoad{}
-	mi := &file_tabula_proto_msgTypes[39]
+	mi := &file_tabula_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4119,7 +4215,7 @@ func (x *TenantLoad) String() string {
 func (*TenantLoad) ProtoMessage() {}
 
 func (x *TenantLoad) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[39]
+	mi := &file_tabula_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4132,7 +4228,7 @@ func (x *TenantLoad) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TenantLoad.ProtoReflect.Descriptor instead.
 func (*TenantLoad) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{39}
+	return file_tabula_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *TenantLoad) GetTenant() string {
@@ -4234,7 +4330,7 @@ type TenantShare struct {
 
 func (x *TenantShare) Reset() {
 	*x = TenantShare{}
-	mi := &file_tabula_proto_msgTypes[40]
+	mi := &file_tabula_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4246,7 +4342,7 @@ func (x *TenantShare) String() string {
 func (*TenantShare) ProtoMessage() {}
 
 func (x *TenantShare) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[40]
+	mi := &file_tabula_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4259,7 +4355,7 @@ func (x *TenantShare) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TenantShare.ProtoReflect.Descriptor instead.
 func (*TenantShare) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{40}
+	return file_tabula_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *TenantShare) GetTenant() string {
@@ -4349,7 +4445,7 @@ type CreateTenantRequest struct {
 
 func (x *CreateTenantRequest) Reset() {
 	*x = CreateTenantRequest{}
-	mi := &file_tabula_proto_msgTypes[41]
+	mi := &file_tabula_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4361,7 +4457,7 @@ func (x *CreateTenantRequest) String() string {
 func (*CreateTenantRequest) ProtoMessage() {}
 
 func (x *CreateTenantRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[41]
+	mi := &file_tabula_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4374,7 +4470,7 @@ func (x *CreateTenantRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTenantRequest.ProtoReflect.Descriptor instead.
 func (*CreateTenantRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{41}
+	return file_tabula_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *CreateTenantRequest) GetTenant() string {
@@ -4407,7 +4503,7 @@ type CreateTenantResponse struct {
 
 func (x *CreateTenantResponse) Reset() {
 	*x = CreateTenantResponse{}
-	mi := &file_tabula_proto_msgTypes[42]
+	mi := &file_tabula_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4419,7 +4515,7 @@ func (x *CreateTenantResponse) String() string {
 func (*CreateTenantResponse) ProtoMessage() {}
 
 func (x *CreateTenantResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[42]
+	mi := &file_tabula_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4432,7 +4528,7 @@ func (x *CreateTenantResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTenantResponse.ProtoReflect.Descriptor instead.
 func (*CreateTenantResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{42}
+	return file_tabula_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *CreateTenantResponse) GetTenant() *TenantInfo {
@@ -4450,7 +4546,7 @@ type ListTenantsRequest struct {
 
 func (x *ListTenantsRequest) Reset() {
 	*x = ListTenantsRequest{}
-	mi := &file_tabula_proto_msgTypes[43]
+	mi := &file_tabula_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4462,7 +4558,7 @@ func (x *ListTenantsRequest) String() string {
 func (*ListTenantsRequest) ProtoMessage() {}
 
 func (x *ListTenantsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[43]
+	mi := &file_tabula_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4475,7 +4571,7 @@ func (x *ListTenantsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTenantsRequest.ProtoReflect.Descriptor instead.
 func (*ListTenantsRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{43}
+	return file_tabula_proto_rawDescGZIP(), []int{44}
 }
 
 type ListTenantsResponse struct {
@@ -4487,7 +4583,7 @@ type ListTenantsResponse struct {
 
 func (x *ListTenantsResponse) Reset() {
 	*x = ListTenantsResponse{}
-	mi := &file_tabula_proto_msgTypes[44]
+	mi := &file_tabula_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4499,7 +4595,7 @@ func (x *ListTenantsResponse) String() string {
 func (*ListTenantsResponse) ProtoMessage() {}
 
 func (x *ListTenantsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[44]
+	mi := &file_tabula_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4512,7 +4608,7 @@ func (x *ListTenantsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTenantsResponse.ProtoReflect.Descriptor instead.
 func (*ListTenantsResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{44}
+	return file_tabula_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ListTenantsResponse) GetTenants() []*TenantInfo {
@@ -4531,7 +4627,7 @@ type DescribeTenantRequest struct {
 
 func (x *DescribeTenantRequest) Reset() {
 	*x = DescribeTenantRequest{}
-	mi := &file_tabula_proto_msgTypes[45]
+	mi := &file_tabula_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4543,7 +4639,7 @@ func (x *DescribeTenantRequest) String() string {
 func (*DescribeTenantRequest) ProtoMessage() {}
 
 func (x *DescribeTenantRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[45]
+	mi := &file_tabula_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4556,7 +4652,7 @@ func (x *DescribeTenantRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeTenantRequest.ProtoReflect.Descriptor instead.
 func (*DescribeTenantRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{45}
+	return file_tabula_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *DescribeTenantRequest) GetTenant() string {
@@ -4576,7 +4672,7 @@ type DescribeTenantResponse struct {
 
 func (x *DescribeTenantResponse) Reset() {
 	*x = DescribeTenantResponse{}
-	mi := &file_tabula_proto_msgTypes[46]
+	mi := &file_tabula_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4588,7 +4684,7 @@ func (x *DescribeTenantResponse) String() string {
 func (*DescribeTenantResponse) ProtoMessage() {}
 
 func (x *DescribeTenantResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[46]
+	mi := &file_tabula_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4601,7 +4697,7 @@ func (x *DescribeTenantResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeTenantResponse.ProtoReflect.Descriptor instead.
 func (*DescribeTenantResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{46}
+	return file_tabula_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *DescribeTenantResponse) GetTenant() *TenantInfo {
@@ -4627,7 +4723,7 @@ type DeleteTenantRequest struct {
 
 func (x *DeleteTenantRequest) Reset() {
 	*x = DeleteTenantRequest{}
-	mi := &file_tabula_proto_msgTypes[47]
+	mi := &file_tabula_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4639,7 +4735,7 @@ func (x *DeleteTenantRequest) String() string {
 func (*DeleteTenantRequest) ProtoMessage() {}
 
 func (x *DeleteTenantRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[47]
+	mi := &file_tabula_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4652,7 +4748,7 @@ func (x *DeleteTenantRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteTenantRequest.ProtoReflect.Descriptor instead.
 func (*DeleteTenantRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{47}
+	return file_tabula_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *DeleteTenantRequest) GetTenant() string {
@@ -4670,7 +4766,7 @@ type DeleteTenantResponse struct {
 
 func (x *DeleteTenantResponse) Reset() {
 	*x = DeleteTenantResponse{}
-	mi := &file_tabula_proto_msgTypes[48]
+	mi := &file_tabula_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4682,7 +4778,7 @@ func (x *DeleteTenantResponse) String() string {
 func (*DeleteTenantResponse) ProtoMessage() {}
 
 func (x *DeleteTenantResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[48]
+	mi := &file_tabula_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4695,7 +4791,7 @@ func (x *DeleteTenantResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteTenantResponse.ProtoReflect.Descriptor instead.
 func (*DeleteTenantResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{48}
+	return file_tabula_proto_rawDescGZIP(), []int{49}
 }
 
 type RotateTenantKeyRequest struct {
@@ -4709,7 +4805,7 @@ type RotateTenantKeyRequest struct {
 
 func (x *RotateTenantKeyRequest) Reset() {
 	*x = RotateTenantKeyRequest{}
-	mi := &file_tabula_proto_msgTypes[49]
+	mi := &file_tabula_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4721,7 +4817,7 @@ func (x *RotateTenantKeyRequest) String() string {
 func (*RotateTenantKeyRequest) ProtoMessage() {}
 
 func (x *RotateTenantKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[49]
+	mi := &file_tabula_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4734,7 +4830,7 @@ func (x *RotateTenantKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RotateTenantKeyRequest.ProtoReflect.Descriptor instead.
 func (*RotateTenantKeyRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{49}
+	return file_tabula_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *RotateTenantKeyRequest) GetTenant() string {
@@ -4760,7 +4856,7 @@ type RotateTenantKeyResponse struct {
 
 func (x *RotateTenantKeyResponse) Reset() {
 	*x = RotateTenantKeyResponse{}
-	mi := &file_tabula_proto_msgTypes[50]
+	mi := &file_tabula_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4772,7 +4868,7 @@ func (x *RotateTenantKeyResponse) String() string {
 func (*RotateTenantKeyResponse) ProtoMessage() {}
 
 func (x *RotateTenantKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[50]
+	mi := &file_tabula_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4785,7 +4881,7 @@ func (x *RotateTenantKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RotateTenantKeyResponse.ProtoReflect.Descriptor instead.
 func (*RotateTenantKeyResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{50}
+	return file_tabula_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *RotateTenantKeyResponse) GetTenant() *TenantInfo {
@@ -4803,7 +4899,7 @@ type TenantKeysRequest struct {
 
 func (x *TenantKeysRequest) Reset() {
 	*x = TenantKeysRequest{}
-	mi := &file_tabula_proto_msgTypes[51]
+	mi := &file_tabula_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4815,7 +4911,7 @@ func (x *TenantKeysRequest) String() string {
 func (*TenantKeysRequest) ProtoMessage() {}
 
 func (x *TenantKeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[51]
+	mi := &file_tabula_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4828,7 +4924,7 @@ func (x *TenantKeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TenantKeysRequest.ProtoReflect.Descriptor instead.
 func (*TenantKeysRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{51}
+	return file_tabula_proto_rawDescGZIP(), []int{52}
 }
 
 type TenantKeysResponse struct {
@@ -4842,7 +4938,7 @@ type TenantKeysResponse struct {
 
 func (x *TenantKeysResponse) Reset() {
 	*x = TenantKeysResponse{}
-	mi := &file_tabula_proto_msgTypes[52]
+	mi := &file_tabula_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4854,7 +4950,7 @@ func (x *TenantKeysResponse) String() string {
 func (*TenantKeysResponse) ProtoMessage() {}
 
 func (x *TenantKeysResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[52]
+	mi := &file_tabula_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4867,7 +4963,7 @@ func (x *TenantKeysResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TenantKeysResponse.ProtoReflect.Descriptor instead.
 func (*TenantKeysResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{52}
+	return file_tabula_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *TenantKeysResponse) GetVersion() uint64 {
@@ -4899,7 +4995,7 @@ type MovePartitionRequest struct {
 
 func (x *MovePartitionRequest) Reset() {
 	*x = MovePartitionRequest{}
-	mi := &file_tabula_proto_msgTypes[53]
+	mi := &file_tabula_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4911,7 +5007,7 @@ func (x *MovePartitionRequest) String() string {
 func (*MovePartitionRequest) ProtoMessage() {}
 
 func (x *MovePartitionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[53]
+	mi := &file_tabula_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4924,7 +5020,7 @@ func (x *MovePartitionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MovePartitionRequest.ProtoReflect.Descriptor instead.
 func (*MovePartitionRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{53}
+	return file_tabula_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *MovePartitionRequest) GetTenant() string {
@@ -4973,7 +5069,7 @@ type MovePartitionResponse struct {
 
 func (x *MovePartitionResponse) Reset() {
 	*x = MovePartitionResponse{}
-	mi := &file_tabula_proto_msgTypes[54]
+	mi := &file_tabula_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4985,7 +5081,7 @@ func (x *MovePartitionResponse) String() string {
 func (*MovePartitionResponse) ProtoMessage() {}
 
 func (x *MovePartitionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[54]
+	mi := &file_tabula_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4998,7 +5094,7 @@ func (x *MovePartitionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MovePartitionResponse.ProtoReflect.Descriptor instead.
 func (*MovePartitionResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{54}
+	return file_tabula_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *MovePartitionResponse) GetFrom() string {
@@ -5040,7 +5136,7 @@ type SplitPartitionRequest struct {
 
 func (x *SplitPartitionRequest) Reset() {
 	*x = SplitPartitionRequest{}
-	mi := &file_tabula_proto_msgTypes[55]
+	mi := &file_tabula_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5052,7 +5148,7 @@ func (x *SplitPartitionRequest) String() string {
 func (*SplitPartitionRequest) ProtoMessage() {}
 
 func (x *SplitPartitionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[55]
+	mi := &file_tabula_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5065,7 +5161,7 @@ func (x *SplitPartitionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SplitPartitionRequest.ProtoReflect.Descriptor instead.
 func (*SplitPartitionRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{55}
+	return file_tabula_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *SplitPartitionRequest) GetTenant() string {
@@ -5126,7 +5222,7 @@ type SplitPartitionResponse struct {
 
 func (x *SplitPartitionResponse) Reset() {
 	*x = SplitPartitionResponse{}
-	mi := &file_tabula_proto_msgTypes[56]
+	mi := &file_tabula_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5138,7 +5234,7 @@ func (x *SplitPartitionResponse) String() string {
 func (*SplitPartitionResponse) ProtoMessage() {}
 
 func (x *SplitPartitionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[56]
+	mi := &file_tabula_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5151,7 +5247,7 @@ func (x *SplitPartitionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SplitPartitionResponse.ProtoReflect.Descriptor instead.
 func (*SplitPartitionResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{56}
+	return file_tabula_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *SplitPartitionResponse) GetParentId() uint64 {
@@ -5198,7 +5294,7 @@ type DrainServerRequest struct {
 
 func (x *DrainServerRequest) Reset() {
 	*x = DrainServerRequest{}
-	mi := &file_tabula_proto_msgTypes[57]
+	mi := &file_tabula_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5210,7 +5306,7 @@ func (x *DrainServerRequest) String() string {
 func (*DrainServerRequest) ProtoMessage() {}
 
 func (x *DrainServerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[57]
+	mi := &file_tabula_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5223,7 +5319,7 @@ func (x *DrainServerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainServerRequest.ProtoReflect.Descriptor instead.
 func (*DrainServerRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{57}
+	return file_tabula_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *DrainServerRequest) GetServerId() string {
@@ -5244,7 +5340,7 @@ type DrainServerResponse struct {
 
 func (x *DrainServerResponse) Reset() {
 	*x = DrainServerResponse{}
-	mi := &file_tabula_proto_msgTypes[58]
+	mi := &file_tabula_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5256,7 +5352,7 @@ func (x *DrainServerResponse) String() string {
 func (*DrainServerResponse) ProtoMessage() {}
 
 func (x *DrainServerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[58]
+	mi := &file_tabula_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5269,7 +5365,7 @@ func (x *DrainServerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainServerResponse.ProtoReflect.Descriptor instead.
 func (*DrainServerResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{58}
+	return file_tabula_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *DrainServerResponse) GetReplicas() uint32 {
@@ -5298,7 +5394,7 @@ type BalancePlanRequest struct {
 
 func (x *BalancePlanRequest) Reset() {
 	*x = BalancePlanRequest{}
-	mi := &file_tabula_proto_msgTypes[59]
+	mi := &file_tabula_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5310,7 +5406,7 @@ func (x *BalancePlanRequest) String() string {
 func (*BalancePlanRequest) ProtoMessage() {}
 
 func (x *BalancePlanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[59]
+	mi := &file_tabula_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5323,7 +5419,7 @@ func (x *BalancePlanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BalancePlanRequest.ProtoReflect.Descriptor instead.
 func (*BalancePlanRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{59}
+	return file_tabula_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *BalancePlanRequest) GetApply() bool {
@@ -5353,7 +5449,7 @@ type BalancePlanResponse struct {
 
 func (x *BalancePlanResponse) Reset() {
 	*x = BalancePlanResponse{}
-	mi := &file_tabula_proto_msgTypes[60]
+	mi := &file_tabula_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5365,7 +5461,7 @@ func (x *BalancePlanResponse) String() string {
 func (*BalancePlanResponse) ProtoMessage() {}
 
 func (x *BalancePlanResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[60]
+	mi := &file_tabula_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5378,7 +5474,7 @@ func (x *BalancePlanResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BalancePlanResponse.ProtoReflect.Descriptor instead.
 func (*BalancePlanResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{60}
+	return file_tabula_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *BalancePlanResponse) GetActions() []*BalanceAction {
@@ -5444,7 +5540,7 @@ type BalanceAction struct {
 
 func (x *BalanceAction) Reset() {
 	*x = BalanceAction{}
-	mi := &file_tabula_proto_msgTypes[61]
+	mi := &file_tabula_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5456,7 +5552,7 @@ func (x *BalanceAction) String() string {
 func (*BalanceAction) ProtoMessage() {}
 
 func (x *BalanceAction) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[61]
+	mi := &file_tabula_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5469,7 +5565,7 @@ func (x *BalanceAction) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BalanceAction.ProtoReflect.Descriptor instead.
 func (*BalanceAction) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{61}
+	return file_tabula_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *BalanceAction) GetKind() BalanceActionKind {
@@ -5567,7 +5663,7 @@ type BalanceServer struct {
 
 func (x *BalanceServer) Reset() {
 	*x = BalanceServer{}
-	mi := &file_tabula_proto_msgTypes[62]
+	mi := &file_tabula_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5579,7 +5675,7 @@ func (x *BalanceServer) String() string {
 func (*BalanceServer) ProtoMessage() {}
 
 func (x *BalanceServer) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[62]
+	mi := &file_tabula_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5592,7 +5688,7 @@ func (x *BalanceServer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BalanceServer.ProtoReflect.Descriptor instead.
 func (*BalanceServer) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{62}
+	return file_tabula_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *BalanceServer) GetId() string {
@@ -5702,7 +5798,7 @@ type MasterMember struct {
 
 func (x *MasterMember) Reset() {
 	*x = MasterMember{}
-	mi := &file_tabula_proto_msgTypes[63]
+	mi := &file_tabula_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5714,7 +5810,7 @@ func (x *MasterMember) String() string {
 func (*MasterMember) ProtoMessage() {}
 
 func (x *MasterMember) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[63]
+	mi := &file_tabula_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5727,7 +5823,7 @@ func (x *MasterMember) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MasterMember.ProtoReflect.Descriptor instead.
 func (*MasterMember) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{63}
+	return file_tabula_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *MasterMember) GetId() uint64 {
@@ -5773,7 +5869,7 @@ type MasterMembersRequest struct {
 
 func (x *MasterMembersRequest) Reset() {
 	*x = MasterMembersRequest{}
-	mi := &file_tabula_proto_msgTypes[64]
+	mi := &file_tabula_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5785,7 +5881,7 @@ func (x *MasterMembersRequest) String() string {
 func (*MasterMembersRequest) ProtoMessage() {}
 
 func (x *MasterMembersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[64]
+	mi := &file_tabula_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5798,7 +5894,7 @@ func (x *MasterMembersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MasterMembersRequest.ProtoReflect.Descriptor instead.
 func (*MasterMembersRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{64}
+	return file_tabula_proto_rawDescGZIP(), []int{65}
 }
 
 type MasterMembersResponse struct {
@@ -5816,7 +5912,7 @@ type MasterMembersResponse struct {
 
 func (x *MasterMembersResponse) Reset() {
 	*x = MasterMembersResponse{}
-	mi := &file_tabula_proto_msgTypes[65]
+	mi := &file_tabula_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5828,7 +5924,7 @@ func (x *MasterMembersResponse) String() string {
 func (*MasterMembersResponse) ProtoMessage() {}
 
 func (x *MasterMembersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[65]
+	mi := &file_tabula_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5841,7 +5937,7 @@ func (x *MasterMembersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MasterMembersResponse.ProtoReflect.Descriptor instead.
 func (*MasterMembersResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{65}
+	return file_tabula_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *MasterMembersResponse) GetReplicated() bool {
@@ -5892,7 +5988,7 @@ type AddMasterRequest struct {
 
 func (x *AddMasterRequest) Reset() {
 	*x = AddMasterRequest{}
-	mi := &file_tabula_proto_msgTypes[66]
+	mi := &file_tabula_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5904,7 +6000,7 @@ func (x *AddMasterRequest) String() string {
 func (*AddMasterRequest) ProtoMessage() {}
 
 func (x *AddMasterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[66]
+	mi := &file_tabula_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5917,7 +6013,7 @@ func (x *AddMasterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddMasterRequest.ProtoReflect.Descriptor instead.
 func (*AddMasterRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{66}
+	return file_tabula_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *AddMasterRequest) GetId() uint64 {
@@ -5949,7 +6045,7 @@ type AddMasterResponse struct {
 
 func (x *AddMasterResponse) Reset() {
 	*x = AddMasterResponse{}
-	mi := &file_tabula_proto_msgTypes[67]
+	mi := &file_tabula_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5961,7 +6057,7 @@ func (x *AddMasterResponse) String() string {
 func (*AddMasterResponse) ProtoMessage() {}
 
 func (x *AddMasterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[67]
+	mi := &file_tabula_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5974,7 +6070,7 @@ func (x *AddMasterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddMasterResponse.ProtoReflect.Descriptor instead.
 func (*AddMasterResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{67}
+	return file_tabula_proto_rawDescGZIP(), []int{68}
 }
 
 type RemoveMasterRequest struct {
@@ -5986,7 +6082,7 @@ type RemoveMasterRequest struct {
 
 func (x *RemoveMasterRequest) Reset() {
 	*x = RemoveMasterRequest{}
-	mi := &file_tabula_proto_msgTypes[68]
+	mi := &file_tabula_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5998,7 +6094,7 @@ func (x *RemoveMasterRequest) String() string {
 func (*RemoveMasterRequest) ProtoMessage() {}
 
 func (x *RemoveMasterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[68]
+	mi := &file_tabula_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6011,7 +6107,7 @@ func (x *RemoveMasterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveMasterRequest.ProtoReflect.Descriptor instead.
 func (*RemoveMasterRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{68}
+	return file_tabula_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *RemoveMasterRequest) GetId() uint64 {
@@ -6029,7 +6125,7 @@ type RemoveMasterResponse struct {
 
 func (x *RemoveMasterResponse) Reset() {
 	*x = RemoveMasterResponse{}
-	mi := &file_tabula_proto_msgTypes[69]
+	mi := &file_tabula_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6041,7 +6137,7 @@ func (x *RemoveMasterResponse) String() string {
 func (*RemoveMasterResponse) ProtoMessage() {}
 
 func (x *RemoveMasterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[69]
+	mi := &file_tabula_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6054,7 +6150,7 @@ func (x *RemoveMasterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveMasterResponse.ProtoReflect.Descriptor instead.
 func (*RemoveMasterResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{69}
+	return file_tabula_proto_rawDescGZIP(), []int{70}
 }
 
 type TransferLeaderRequest struct {
@@ -6066,7 +6162,7 @@ type TransferLeaderRequest struct {
 
 func (x *TransferLeaderRequest) Reset() {
 	*x = TransferLeaderRequest{}
-	mi := &file_tabula_proto_msgTypes[70]
+	mi := &file_tabula_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6078,7 +6174,7 @@ func (x *TransferLeaderRequest) String() string {
 func (*TransferLeaderRequest) ProtoMessage() {}
 
 func (x *TransferLeaderRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[70]
+	mi := &file_tabula_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6091,7 +6187,7 @@ func (x *TransferLeaderRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeaderRequest.ProtoReflect.Descriptor instead.
 func (*TransferLeaderRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{70}
+	return file_tabula_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *TransferLeaderRequest) GetTo() uint64 {
@@ -6109,7 +6205,7 @@ type TransferLeaderResponse struct {
 
 func (x *TransferLeaderResponse) Reset() {
 	*x = TransferLeaderResponse{}
-	mi := &file_tabula_proto_msgTypes[71]
+	mi := &file_tabula_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6121,7 +6217,7 @@ func (x *TransferLeaderResponse) String() string {
 func (*TransferLeaderResponse) ProtoMessage() {}
 
 func (x *TransferLeaderResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[71]
+	mi := &file_tabula_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6134,7 +6230,7 @@ func (x *TransferLeaderResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeaderResponse.ProtoReflect.Descriptor instead.
 func (*TransferLeaderResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{71}
+	return file_tabula_proto_rawDescGZIP(), []int{72}
 }
 
 type StreamRequest struct {
@@ -6154,7 +6250,7 @@ type StreamRequest struct {
 
 func (x *StreamRequest) Reset() {
 	*x = StreamRequest{}
-	mi := &file_tabula_proto_msgTypes[72]
+	mi := &file_tabula_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6166,7 +6262,7 @@ func (x *StreamRequest) String() string {
 func (*StreamRequest) ProtoMessage() {}
 
 func (x *StreamRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[72]
+	mi := &file_tabula_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6179,7 +6275,7 @@ func (x *StreamRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamRequest.ProtoReflect.Descriptor instead.
 func (*StreamRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{72}
+	return file_tabula_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *StreamRequest) GetOp() StreamOp {
@@ -6242,7 +6338,7 @@ type StreamResponse struct {
 
 func (x *StreamResponse) Reset() {
 	*x = StreamResponse{}
-	mi := &file_tabula_proto_msgTypes[73]
+	mi := &file_tabula_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6254,7 +6350,7 @@ func (x *StreamResponse) String() string {
 func (*StreamResponse) ProtoMessage() {}
 
 func (x *StreamResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[73]
+	mi := &file_tabula_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6267,7 +6363,7 @@ func (x *StreamResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamResponse.ProtoReflect.Descriptor instead.
 func (*StreamResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{73}
+	return file_tabula_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *StreamResponse) GetJson() []byte {
@@ -6289,7 +6385,7 @@ type CreateTableRequest struct {
 
 func (x *CreateTableRequest) Reset() {
 	*x = CreateTableRequest{}
-	mi := &file_tabula_proto_msgTypes[74]
+	mi := &file_tabula_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6301,7 +6397,7 @@ func (x *CreateTableRequest) String() string {
 func (*CreateTableRequest) ProtoMessage() {}
 
 func (x *CreateTableRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[74]
+	mi := &file_tabula_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6314,7 +6410,7 @@ func (x *CreateTableRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTableRequest.ProtoReflect.Descriptor instead.
 func (*CreateTableRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{74}
+	return file_tabula_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *CreateTableRequest) GetTenant() string {
@@ -6354,7 +6450,7 @@ type CreateTableResponse struct {
 
 func (x *CreateTableResponse) Reset() {
 	*x = CreateTableResponse{}
-	mi := &file_tabula_proto_msgTypes[75]
+	mi := &file_tabula_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6366,7 +6462,7 @@ func (x *CreateTableResponse) String() string {
 func (*CreateTableResponse) ProtoMessage() {}
 
 func (x *CreateTableResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[75]
+	mi := &file_tabula_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6379,7 +6475,7 @@ func (x *CreateTableResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTableResponse.ProtoReflect.Descriptor instead.
 func (*CreateTableResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{75}
+	return file_tabula_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *CreateTableResponse) GetMap() *PartitionMap {
@@ -6399,7 +6495,7 @@ type DropTableRequest struct {
 
 func (x *DropTableRequest) Reset() {
 	*x = DropTableRequest{}
-	mi := &file_tabula_proto_msgTypes[76]
+	mi := &file_tabula_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6411,7 +6507,7 @@ func (x *DropTableRequest) String() string {
 func (*DropTableRequest) ProtoMessage() {}
 
 func (x *DropTableRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[76]
+	mi := &file_tabula_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6424,7 +6520,7 @@ func (x *DropTableRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DropTableRequest.ProtoReflect.Descriptor instead.
 func (*DropTableRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{76}
+	return file_tabula_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *DropTableRequest) GetTenant() string {
@@ -6449,7 +6545,7 @@ type DropTableResponse struct {
 
 func (x *DropTableResponse) Reset() {
 	*x = DropTableResponse{}
-	mi := &file_tabula_proto_msgTypes[77]
+	mi := &file_tabula_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6461,7 +6557,7 @@ func (x *DropTableResponse) String() string {
 func (*DropTableResponse) ProtoMessage() {}
 
 func (x *DropTableResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[77]
+	mi := &file_tabula_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6474,7 +6570,7 @@ func (x *DropTableResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DropTableResponse.ProtoReflect.Descriptor instead.
 func (*DropTableResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{77}
+	return file_tabula_proto_rawDescGZIP(), []int{78}
 }
 
 type ListTablesRequest struct {
@@ -6486,7 +6582,7 @@ type ListTablesRequest struct {
 
 func (x *ListTablesRequest) Reset() {
 	*x = ListTablesRequest{}
-	mi := &file_tabula_proto_msgTypes[78]
+	mi := &file_tabula_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6498,7 +6594,7 @@ func (x *ListTablesRequest) String() string {
 func (*ListTablesRequest) ProtoMessage() {}
 
 func (x *ListTablesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[78]
+	mi := &file_tabula_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6511,7 +6607,7 @@ func (x *ListTablesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTablesRequest.ProtoReflect.Descriptor instead.
 func (*ListTablesRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{78}
+	return file_tabula_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *ListTablesRequest) GetTenant() string {
@@ -6530,7 +6626,7 @@ type ListTablesResponse struct {
 
 func (x *ListTablesResponse) Reset() {
 	*x = ListTablesResponse{}
-	mi := &file_tabula_proto_msgTypes[79]
+	mi := &file_tabula_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6542,7 +6638,7 @@ func (x *ListTablesResponse) String() string {
 func (*ListTablesResponse) ProtoMessage() {}
 
 func (x *ListTablesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[79]
+	mi := &file_tabula_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6555,7 +6651,7 @@ func (x *ListTablesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTablesResponse.ProtoReflect.Descriptor instead.
 func (*ListTablesResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{79}
+	return file_tabula_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *ListTablesResponse) GetTables() []*Table {
@@ -6575,7 +6671,7 @@ type DescribeTableRequest struct {
 
 func (x *DescribeTableRequest) Reset() {
 	*x = DescribeTableRequest{}
-	mi := &file_tabula_proto_msgTypes[80]
+	mi := &file_tabula_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6587,7 +6683,7 @@ func (x *DescribeTableRequest) String() string {
 func (*DescribeTableRequest) ProtoMessage() {}
 
 func (x *DescribeTableRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[80]
+	mi := &file_tabula_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6600,7 +6696,7 @@ func (x *DescribeTableRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeTableRequest.ProtoReflect.Descriptor instead.
 func (*DescribeTableRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{80}
+	return file_tabula_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *DescribeTableRequest) GetTenant() string {
@@ -6628,7 +6724,7 @@ type DescribeTableResponse struct {
 
 func (x *DescribeTableResponse) Reset() {
 	*x = DescribeTableResponse{}
-	mi := &file_tabula_proto_msgTypes[81]
+	mi := &file_tabula_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6640,7 +6736,7 @@ func (x *DescribeTableResponse) String() string {
 func (*DescribeTableResponse) ProtoMessage() {}
 
 func (x *DescribeTableResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[81]
+	mi := &file_tabula_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6653,7 +6749,7 @@ func (x *DescribeTableResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeTableResponse.ProtoReflect.Descriptor instead.
 func (*DescribeTableResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{81}
+	return file_tabula_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *DescribeTableResponse) GetMap() *PartitionMap {
@@ -6680,7 +6776,7 @@ type GetPartitionMapRequest struct {
 
 func (x *GetPartitionMapRequest) Reset() {
 	*x = GetPartitionMapRequest{}
-	mi := &file_tabula_proto_msgTypes[82]
+	mi := &file_tabula_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6692,7 +6788,7 @@ func (x *GetPartitionMapRequest) String() string {
 func (*GetPartitionMapRequest) ProtoMessage() {}
 
 func (x *GetPartitionMapRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[82]
+	mi := &file_tabula_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6705,7 +6801,7 @@ func (x *GetPartitionMapRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPartitionMapRequest.ProtoReflect.Descriptor instead.
 func (*GetPartitionMapRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{82}
+	return file_tabula_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *GetPartitionMapRequest) GetTenant() string {
@@ -6731,7 +6827,7 @@ type GetPartitionMapResponse struct {
 
 func (x *GetPartitionMapResponse) Reset() {
 	*x = GetPartitionMapResponse{}
-	mi := &file_tabula_proto_msgTypes[83]
+	mi := &file_tabula_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6743,7 +6839,7 @@ func (x *GetPartitionMapResponse) String() string {
 func (*GetPartitionMapResponse) ProtoMessage() {}
 
 func (x *GetPartitionMapResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[83]
+	mi := &file_tabula_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6756,7 +6852,7 @@ func (x *GetPartitionMapResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPartitionMapResponse.ProtoReflect.Descriptor instead.
 func (*GetPartitionMapResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{83}
+	return file_tabula_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *GetPartitionMapResponse) GetMap() *PartitionMap {
@@ -6785,7 +6881,7 @@ type WatchPartitionMapRequest struct {
 
 func (x *WatchPartitionMapRequest) Reset() {
 	*x = WatchPartitionMapRequest{}
-	mi := &file_tabula_proto_msgTypes[84]
+	mi := &file_tabula_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6797,7 +6893,7 @@ func (x *WatchPartitionMapRequest) String() string {
 func (*WatchPartitionMapRequest) ProtoMessage() {}
 
 func (x *WatchPartitionMapRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[84]
+	mi := &file_tabula_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6810,7 +6906,7 @@ func (x *WatchPartitionMapRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchPartitionMapRequest.ProtoReflect.Descriptor instead.
 func (*WatchPartitionMapRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{84}
+	return file_tabula_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *WatchPartitionMapRequest) GetTenant() string {
@@ -6881,7 +6977,7 @@ type WatchPartitionMapResponse struct {
 
 func (x *WatchPartitionMapResponse) Reset() {
 	*x = WatchPartitionMapResponse{}
-	mi := &file_tabula_proto_msgTypes[85]
+	mi := &file_tabula_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6893,7 +6989,7 @@ func (x *WatchPartitionMapResponse) String() string {
 func (*WatchPartitionMapResponse) ProtoMessage() {}
 
 func (x *WatchPartitionMapResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[85]
+	mi := &file_tabula_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6906,7 +7002,7 @@ func (x *WatchPartitionMapResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchPartitionMapResponse.ProtoReflect.Descriptor instead.
 func (*WatchPartitionMapResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{85}
+	return file_tabula_proto_rawDescGZIP(), []int{86}
 }
 
 func (x *WatchPartitionMapResponse) GetVersion() uint64 {
@@ -6978,7 +7074,7 @@ type RegisterServerRequest struct {
 
 func (x *RegisterServerRequest) Reset() {
 	*x = RegisterServerRequest{}
-	mi := &file_tabula_proto_msgTypes[86]
+	mi := &file_tabula_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6990,7 +7086,7 @@ func (x *RegisterServerRequest) String() string {
 func (*RegisterServerRequest) ProtoMessage() {}
 
 func (x *RegisterServerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[86]
+	mi := &file_tabula_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7003,7 +7099,7 @@ func (x *RegisterServerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterServerRequest.ProtoReflect.Descriptor instead.
 func (*RegisterServerRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{86}
+	return file_tabula_proto_rawDescGZIP(), []int{87}
 }
 
 func (x *RegisterServerRequest) GetServerId() string {
@@ -7069,7 +7165,7 @@ type RegisterServerResponse struct {
 
 func (x *RegisterServerResponse) Reset() {
 	*x = RegisterServerResponse{}
-	mi := &file_tabula_proto_msgTypes[87]
+	mi := &file_tabula_proto_msgTypes[88]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7081,7 +7177,7 @@ func (x *RegisterServerResponse) String() string {
 func (*RegisterServerResponse) ProtoMessage() {}
 
 func (x *RegisterServerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[87]
+	mi := &file_tabula_proto_msgTypes[88]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7094,7 +7190,7 @@ func (x *RegisterServerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterServerResponse.ProtoReflect.Descriptor instead.
 func (*RegisterServerResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{87}
+	return file_tabula_proto_rawDescGZIP(), []int{88}
 }
 
 func (x *RegisterServerResponse) GetServerId() string {
@@ -7163,7 +7259,7 @@ type HeartbeatRequest struct {
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_tabula_proto_msgTypes[88]
+	mi := &file_tabula_proto_msgTypes[89]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7175,7 +7271,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[88]
+	mi := &file_tabula_proto_msgTypes[89]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7188,7 +7284,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{88}
+	return file_tabula_proto_rawDescGZIP(), []int{89}
 }
 
 func (x *HeartbeatRequest) GetServerId() string {
@@ -7268,7 +7364,7 @@ type HeartbeatResponse struct {
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_tabula_proto_msgTypes[89]
+	mi := &file_tabula_proto_msgTypes[90]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7280,7 +7376,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[89]
+	mi := &file_tabula_proto_msgTypes[90]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7293,7 +7389,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{89}
+	return file_tabula_proto_rawDescGZIP(), []int{90}
 }
 
 func (x *HeartbeatResponse) GetMapVersion() uint64 {
@@ -7353,7 +7449,7 @@ type BulkPublishRequest struct {
 
 func (x *BulkPublishRequest) Reset() {
 	*x = BulkPublishRequest{}
-	mi := &file_tabula_proto_msgTypes[90]
+	mi := &file_tabula_proto_msgTypes[91]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7365,7 +7461,7 @@ func (x *BulkPublishRequest) String() string {
 func (*BulkPublishRequest) ProtoMessage() {}
 
 func (x *BulkPublishRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[90]
+	mi := &file_tabula_proto_msgTypes[91]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7378,7 +7474,7 @@ func (x *BulkPublishRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkPublishRequest.ProtoReflect.Descriptor instead.
 func (*BulkPublishRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{90}
+	return file_tabula_proto_rawDescGZIP(), []int{91}
 }
 
 func (x *BulkPublishRequest) GetTenant() string {
@@ -7428,7 +7524,7 @@ type BulkPublishResponse struct {
 
 func (x *BulkPublishResponse) Reset() {
 	*x = BulkPublishResponse{}
-	mi := &file_tabula_proto_msgTypes[91]
+	mi := &file_tabula_proto_msgTypes[92]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7440,7 +7536,7 @@ func (x *BulkPublishResponse) String() string {
 func (*BulkPublishResponse) ProtoMessage() {}
 
 func (x *BulkPublishResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[91]
+	mi := &file_tabula_proto_msgTypes[92]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7453,7 +7549,7 @@ func (x *BulkPublishResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkPublishResponse.ProtoReflect.Descriptor instead.
 func (*BulkPublishResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{91}
+	return file_tabula_proto_rawDescGZIP(), []int{92}
 }
 
 func (x *BulkPublishResponse) GetMap() *PartitionMap {
@@ -7485,7 +7581,7 @@ type BulkStoredRequest struct {
 
 func (x *BulkStoredRequest) Reset() {
 	*x = BulkStoredRequest{}
-	mi := &file_tabula_proto_msgTypes[92]
+	mi := &file_tabula_proto_msgTypes[93]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7497,7 +7593,7 @@ func (x *BulkStoredRequest) String() string {
 func (*BulkStoredRequest) ProtoMessage() {}
 
 func (x *BulkStoredRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[92]
+	mi := &file_tabula_proto_msgTypes[93]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7510,7 +7606,7 @@ func (x *BulkStoredRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkStoredRequest.ProtoReflect.Descriptor instead.
 func (*BulkStoredRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{92}
+	return file_tabula_proto_rawDescGZIP(), []int{93}
 }
 
 func (x *BulkStoredRequest) GetTenant() string {
@@ -7557,7 +7653,7 @@ type BulkStoredResponse struct {
 
 func (x *BulkStoredResponse) Reset() {
 	*x = BulkStoredResponse{}
-	mi := &file_tabula_proto_msgTypes[93]
+	mi := &file_tabula_proto_msgTypes[94]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7569,7 +7665,7 @@ func (x *BulkStoredResponse) String() string {
 func (*BulkStoredResponse) ProtoMessage() {}
 
 func (x *BulkStoredResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[93]
+	mi := &file_tabula_proto_msgTypes[94]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7582,7 +7678,7 @@ func (x *BulkStoredResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkStoredResponse.ProtoReflect.Descriptor instead.
 func (*BulkStoredResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{93}
+	return file_tabula_proto_rawDescGZIP(), []int{94}
 }
 
 func (x *BulkStoredResponse) GetMap() *PartitionMap {
@@ -7602,7 +7698,7 @@ type BulkStatusRequest struct {
 
 func (x *BulkStatusRequest) Reset() {
 	*x = BulkStatusRequest{}
-	mi := &file_tabula_proto_msgTypes[94]
+	mi := &file_tabula_proto_msgTypes[95]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7614,7 +7710,7 @@ func (x *BulkStatusRequest) String() string {
 func (*BulkStatusRequest) ProtoMessage() {}
 
 func (x *BulkStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[94]
+	mi := &file_tabula_proto_msgTypes[95]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7627,7 +7723,7 @@ func (x *BulkStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkStatusRequest.ProtoReflect.Descriptor instead.
 func (*BulkStatusRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{94}
+	return file_tabula_proto_rawDescGZIP(), []int{95}
 }
 
 func (x *BulkStatusRequest) GetTenant() string {
@@ -7655,7 +7751,7 @@ type BulkStatusResponse struct {
 
 func (x *BulkStatusResponse) Reset() {
 	*x = BulkStatusResponse{}
-	mi := &file_tabula_proto_msgTypes[95]
+	mi := &file_tabula_proto_msgTypes[96]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7667,7 +7763,7 @@ func (x *BulkStatusResponse) String() string {
 func (*BulkStatusResponse) ProtoMessage() {}
 
 func (x *BulkStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[95]
+	mi := &file_tabula_proto_msgTypes[96]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7680,7 +7776,7 @@ func (x *BulkStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkStatusResponse.ProtoReflect.Descriptor instead.
 func (*BulkStatusResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{95}
+	return file_tabula_proto_rawDescGZIP(), []int{96}
 }
 
 func (x *BulkStatusResponse) GetMap() *PartitionMap {
@@ -7708,7 +7804,7 @@ type BulkRollbackRequest struct {
 
 func (x *BulkRollbackRequest) Reset() {
 	*x = BulkRollbackRequest{}
-	mi := &file_tabula_proto_msgTypes[96]
+	mi := &file_tabula_proto_msgTypes[97]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7720,7 +7816,7 @@ func (x *BulkRollbackRequest) String() string {
 func (*BulkRollbackRequest) ProtoMessage() {}
 
 func (x *BulkRollbackRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[96]
+	mi := &file_tabula_proto_msgTypes[97]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7733,7 +7829,7 @@ func (x *BulkRollbackRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkRollbackRequest.ProtoReflect.Descriptor instead.
 func (*BulkRollbackRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{96}
+	return file_tabula_proto_rawDescGZIP(), []int{97}
 }
 
 func (x *BulkRollbackRequest) GetTenant() string {
@@ -7766,7 +7862,7 @@ type BulkRollbackResponse struct {
 
 func (x *BulkRollbackResponse) Reset() {
 	*x = BulkRollbackResponse{}
-	mi := &file_tabula_proto_msgTypes[97]
+	mi := &file_tabula_proto_msgTypes[98]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7778,7 +7874,7 @@ func (x *BulkRollbackResponse) String() string {
 func (*BulkRollbackResponse) ProtoMessage() {}
 
 func (x *BulkRollbackResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[97]
+	mi := &file_tabula_proto_msgTypes[98]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7791,7 +7887,7 @@ func (x *BulkRollbackResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkRollbackResponse.ProtoReflect.Descriptor instead.
 func (*BulkRollbackResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{97}
+	return file_tabula_proto_rawDescGZIP(), []int{98}
 }
 
 func (x *BulkRollbackResponse) GetMap() *PartitionMap {
@@ -7812,7 +7908,7 @@ type BulkRolloutRequest struct {
 
 func (x *BulkRolloutRequest) Reset() {
 	*x = BulkRolloutRequest{}
-	mi := &file_tabula_proto_msgTypes[98]
+	mi := &file_tabula_proto_msgTypes[99]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7824,7 +7920,7 @@ func (x *BulkRolloutRequest) String() string {
 func (*BulkRolloutRequest) ProtoMessage() {}
 
 func (x *BulkRolloutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[98]
+	mi := &file_tabula_proto_msgTypes[99]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7837,7 +7933,7 @@ func (x *BulkRolloutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkRolloutRequest.ProtoReflect.Descriptor instead.
 func (*BulkRolloutRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{98}
+	return file_tabula_proto_rawDescGZIP(), []int{99}
 }
 
 func (x *BulkRolloutRequest) GetTenant() string {
@@ -7870,7 +7966,7 @@ type BulkRolloutResponse struct {
 
 func (x *BulkRolloutResponse) Reset() {
 	*x = BulkRolloutResponse{}
-	mi := &file_tabula_proto_msgTypes[99]
+	mi := &file_tabula_proto_msgTypes[100]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7882,7 +7978,7 @@ func (x *BulkRolloutResponse) String() string {
 func (*BulkRolloutResponse) ProtoMessage() {}
 
 func (x *BulkRolloutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[99]
+	mi := &file_tabula_proto_msgTypes[100]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7895,7 +7991,7 @@ func (x *BulkRolloutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkRolloutResponse.ProtoReflect.Descriptor instead.
 func (*BulkRolloutResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{99}
+	return file_tabula_proto_rawDescGZIP(), []int{100}
 }
 
 func (x *BulkRolloutResponse) GetMap() *PartitionMap {
@@ -7913,7 +8009,7 @@ type ListServersRequest struct {
 
 func (x *ListServersRequest) Reset() {
 	*x = ListServersRequest{}
-	mi := &file_tabula_proto_msgTypes[100]
+	mi := &file_tabula_proto_msgTypes[101]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7925,7 +8021,7 @@ func (x *ListServersRequest) String() string {
 func (*ListServersRequest) ProtoMessage() {}
 
 func (x *ListServersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[100]
+	mi := &file_tabula_proto_msgTypes[101]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7938,7 +8034,7 @@ func (x *ListServersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListServersRequest.ProtoReflect.Descriptor instead.
 func (*ListServersRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{100}
+	return file_tabula_proto_rawDescGZIP(), []int{101}
 }
 
 type ListServersResponse struct {
@@ -7950,7 +8046,7 @@ type ListServersResponse struct {
 
 func (x *ListServersResponse) Reset() {
 	*x = ListServersResponse{}
-	mi := &file_tabula_proto_msgTypes[101]
+	mi := &file_tabula_proto_msgTypes[102]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7962,7 +8058,7 @@ func (x *ListServersResponse) String() string {
 func (*ListServersResponse) ProtoMessage() {}
 
 func (x *ListServersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[101]
+	mi := &file_tabula_proto_msgTypes[102]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7975,7 +8071,7 @@ func (x *ListServersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListServersResponse.ProtoReflect.Descriptor instead.
 func (*ListServersResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{101}
+	return file_tabula_proto_rawDescGZIP(), []int{102}
 }
 
 func (x *ListServersResponse) GetServers() []*ServerInfo {
@@ -8006,7 +8102,7 @@ type CallRequest struct {
 
 func (x *CallRequest) Reset() {
 	*x = CallRequest{}
-	mi := &file_tabula_proto_msgTypes[102]
+	mi := &file_tabula_proto_msgTypes[103]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8018,7 +8114,7 @@ func (x *CallRequest) String() string {
 func (*CallRequest) ProtoMessage() {}
 
 func (x *CallRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[102]
+	mi := &file_tabula_proto_msgTypes[103]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8031,7 +8127,7 @@ func (x *CallRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CallRequest.ProtoReflect.Descriptor instead.
 func (*CallRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{102}
+	return file_tabula_proto_rawDescGZIP(), []int{103}
 }
 
 func (x *CallRequest) GetId() uint64 {
@@ -8154,7 +8250,7 @@ type CallResponse struct {
 
 func (x *CallResponse) Reset() {
 	*x = CallResponse{}
-	mi := &file_tabula_proto_msgTypes[103]
+	mi := &file_tabula_proto_msgTypes[104]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8166,7 +8262,7 @@ func (x *CallResponse) String() string {
 func (*CallResponse) ProtoMessage() {}
 
 func (x *CallResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[103]
+	mi := &file_tabula_proto_msgTypes[104]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8179,7 +8275,7 @@ func (x *CallResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CallResponse.ProtoReflect.Descriptor instead.
 func (*CallResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{103}
+	return file_tabula_proto_rawDescGZIP(), []int{104}
 }
 
 func (x *CallResponse) GetId() uint64 {
@@ -8310,7 +8406,7 @@ type RequestHeader struct {
 
 func (x *RequestHeader) Reset() {
 	*x = RequestHeader{}
-	mi := &file_tabula_proto_msgTypes[104]
+	mi := &file_tabula_proto_msgTypes[105]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8322,7 +8418,7 @@ func (x *RequestHeader) String() string {
 func (*RequestHeader) ProtoMessage() {}
 
 func (x *RequestHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[104]
+	mi := &file_tabula_proto_msgTypes[105]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8335,7 +8431,7 @@ func (x *RequestHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestHeader.ProtoReflect.Descriptor instead.
 func (*RequestHeader) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{104}
+	return file_tabula_proto_rawDescGZIP(), []int{105}
 }
 
 func (x *RequestHeader) GetTenant() string {
@@ -8404,7 +8500,7 @@ type GetRequest struct {
 
 func (x *GetRequest) Reset() {
 	*x = GetRequest{}
-	mi := &file_tabula_proto_msgTypes[105]
+	mi := &file_tabula_proto_msgTypes[106]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8416,7 +8512,7 @@ func (x *GetRequest) String() string {
 func (*GetRequest) ProtoMessage() {}
 
 func (x *GetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[105]
+	mi := &file_tabula_proto_msgTypes[106]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8429,7 +8525,7 @@ func (x *GetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRequest.ProtoReflect.Descriptor instead.
 func (*GetRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{105}
+	return file_tabula_proto_rawDescGZIP(), []int{106}
 }
 
 func (x *GetRequest) GetHeader() *RequestHeader {
@@ -8460,7 +8556,7 @@ type GetResponse struct {
 
 func (x *GetResponse) Reset() {
 	*x = GetResponse{}
-	mi := &file_tabula_proto_msgTypes[106]
+	mi := &file_tabula_proto_msgTypes[107]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8472,7 +8568,7 @@ func (x *GetResponse) String() string {
 func (*GetResponse) ProtoMessage() {}
 
 func (x *GetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[106]
+	mi := &file_tabula_proto_msgTypes[107]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8485,7 +8581,7 @@ func (x *GetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetResponse.ProtoReflect.Descriptor instead.
 func (*GetResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{106}
+	return file_tabula_proto_rawDescGZIP(), []int{107}
 }
 
 func (x *GetResponse) GetFound() bool {
@@ -8526,7 +8622,7 @@ type BatchGetRequest struct {
 
 func (x *BatchGetRequest) Reset() {
 	*x = BatchGetRequest{}
-	mi := &file_tabula_proto_msgTypes[107]
+	mi := &file_tabula_proto_msgTypes[108]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8538,7 +8634,7 @@ func (x *BatchGetRequest) String() string {
 func (*BatchGetRequest) ProtoMessage() {}
 
 func (x *BatchGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[107]
+	mi := &file_tabula_proto_msgTypes[108]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8551,7 +8647,7 @@ func (x *BatchGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchGetRequest.ProtoReflect.Descriptor instead.
 func (*BatchGetRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{107}
+	return file_tabula_proto_rawDescGZIP(), []int{108}
 }
 
 func (x *BatchGetRequest) GetHeader() *RequestHeader {
@@ -8580,7 +8676,7 @@ type BatchGetResponse struct {
 
 func (x *BatchGetResponse) Reset() {
 	*x = BatchGetResponse{}
-	mi := &file_tabula_proto_msgTypes[108]
+	mi := &file_tabula_proto_msgTypes[109]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8592,7 +8688,7 @@ func (x *BatchGetResponse) String() string {
 func (*BatchGetResponse) ProtoMessage() {}
 
 func (x *BatchGetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[108]
+	mi := &file_tabula_proto_msgTypes[109]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8605,7 +8701,7 @@ func (x *BatchGetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchGetResponse.ProtoReflect.Descriptor instead.
 func (*BatchGetResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{108}
+	return file_tabula_proto_rawDescGZIP(), []int{109}
 }
 
 func (x *BatchGetResponse) GetResults() []*GetResponse {
@@ -8632,7 +8728,7 @@ type MultiGetRequest struct {
 
 func (x *MultiGetRequest) Reset() {
 	*x = MultiGetRequest{}
-	mi := &file_tabula_proto_msgTypes[109]
+	mi := &file_tabula_proto_msgTypes[110]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8644,7 +8740,7 @@ func (x *MultiGetRequest) String() string {
 func (*MultiGetRequest) ProtoMessage() {}
 
 func (x *MultiGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[109]
+	mi := &file_tabula_proto_msgTypes[110]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8657,7 +8753,7 @@ func (x *MultiGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MultiGetRequest.ProtoReflect.Descriptor instead.
 func (*MultiGetRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{109}
+	return file_tabula_proto_rawDescGZIP(), []int{110}
 }
 
 func (x *MultiGetRequest) GetGets() []*GetRequest {
@@ -8677,7 +8773,7 @@ type MultiGetResponse struct {
 
 func (x *MultiGetResponse) Reset() {
 	*x = MultiGetResponse{}
-	mi := &file_tabula_proto_msgTypes[110]
+	mi := &file_tabula_proto_msgTypes[111]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8689,7 +8785,7 @@ func (x *MultiGetResponse) String() string {
 func (*MultiGetResponse) ProtoMessage() {}
 
 func (x *MultiGetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[110]
+	mi := &file_tabula_proto_msgTypes[111]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8702,7 +8798,7 @@ func (x *MultiGetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MultiGetResponse.ProtoReflect.Descriptor instead.
 func (*MultiGetResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{110}
+	return file_tabula_proto_rawDescGZIP(), []int{111}
 }
 
 func (x *MultiGetResponse) GetResults() []*MultiGetResult {
@@ -8725,7 +8821,7 @@ type MultiGetResult struct {
 
 func (x *MultiGetResult) Reset() {
 	*x = MultiGetResult{}
-	mi := &file_tabula_proto_msgTypes[111]
+	mi := &file_tabula_proto_msgTypes[112]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8737,7 +8833,7 @@ func (x *MultiGetResult) String() string {
 func (*MultiGetResult) ProtoMessage() {}
 
 func (x *MultiGetResult) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[111]
+	mi := &file_tabula_proto_msgTypes[112]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8750,7 +8846,7 @@ func (x *MultiGetResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MultiGetResult.ProtoReflect.Descriptor instead.
 func (*MultiGetResult) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{111}
+	return file_tabula_proto_rawDescGZIP(), []int{112}
 }
 
 func (x *MultiGetResult) GetResponse() *GetResponse {
@@ -8783,7 +8879,7 @@ type PutRequest struct {
 
 func (x *PutRequest) Reset() {
 	*x = PutRequest{}
-	mi := &file_tabula_proto_msgTypes[112]
+	mi := &file_tabula_proto_msgTypes[113]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8795,7 +8891,7 @@ func (x *PutRequest) String() string {
 func (*PutRequest) ProtoMessage() {}
 
 func (x *PutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[112]
+	mi := &file_tabula_proto_msgTypes[113]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8808,7 +8904,7 @@ func (x *PutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutRequest.ProtoReflect.Descriptor instead.
 func (*PutRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{112}
+	return file_tabula_proto_rawDescGZIP(), []int{113}
 }
 
 func (x *PutRequest) GetHeader() *RequestHeader {
@@ -8856,7 +8952,7 @@ type PutResponse struct {
 
 func (x *PutResponse) Reset() {
 	*x = PutResponse{}
-	mi := &file_tabula_proto_msgTypes[113]
+	mi := &file_tabula_proto_msgTypes[114]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8868,7 +8964,7 @@ func (x *PutResponse) String() string {
 func (*PutResponse) ProtoMessage() {}
 
 func (x *PutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[113]
+	mi := &file_tabula_proto_msgTypes[114]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8881,7 +8977,7 @@ func (x *PutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutResponse.ProtoReflect.Descriptor instead.
 func (*PutResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{113}
+	return file_tabula_proto_rawDescGZIP(), []int{114}
 }
 
 func (x *PutResponse) GetLsn() uint64 {
@@ -8902,7 +8998,7 @@ type DeleteRequest struct {
 
 func (x *DeleteRequest) Reset() {
 	*x = DeleteRequest{}
-	mi := &file_tabula_proto_msgTypes[114]
+	mi := &file_tabula_proto_msgTypes[115]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8914,7 +9010,7 @@ func (x *DeleteRequest) String() string {
 func (*DeleteRequest) ProtoMessage() {}
 
 func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[114]
+	mi := &file_tabula_proto_msgTypes[115]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8927,7 +9023,7 @@ func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRequest.ProtoReflect.Descriptor instead.
 func (*DeleteRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{114}
+	return file_tabula_proto_rawDescGZIP(), []int{115}
 }
 
 func (x *DeleteRequest) GetHeader() *RequestHeader {
@@ -8961,7 +9057,7 @@ type DeleteResponse struct {
 
 func (x *DeleteResponse) Reset() {
 	*x = DeleteResponse{}
-	mi := &file_tabula_proto_msgTypes[115]
+	mi := &file_tabula_proto_msgTypes[116]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8973,7 +9069,7 @@ func (x *DeleteResponse) String() string {
 func (*DeleteResponse) ProtoMessage() {}
 
 func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[115]
+	mi := &file_tabula_proto_msgTypes[116]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8986,7 +9082,7 @@ func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteResponse.ProtoReflect.Descriptor instead.
 func (*DeleteResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{115}
+	return file_tabula_proto_rawDescGZIP(), []int{116}
 }
 
 func (x *DeleteResponse) GetExisted() bool {
@@ -9022,7 +9118,7 @@ type CompareAndSwapRequest struct {
 
 func (x *CompareAndSwapRequest) Reset() {
 	*x = CompareAndSwapRequest{}
-	mi := &file_tabula_proto_msgTypes[116]
+	mi := &file_tabula_proto_msgTypes[117]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9034,7 +9130,7 @@ func (x *CompareAndSwapRequest) String() string {
 func (*CompareAndSwapRequest) ProtoMessage() {}
 
 func (x *CompareAndSwapRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[116]
+	mi := &file_tabula_proto_msgTypes[117]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9047,7 +9143,7 @@ func (x *CompareAndSwapRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompareAndSwapRequest.ProtoReflect.Descriptor instead.
 func (*CompareAndSwapRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{116}
+	return file_tabula_proto_rawDescGZIP(), []int{117}
 }
 
 func (x *CompareAndSwapRequest) GetHeader() *RequestHeader {
@@ -9119,7 +9215,7 @@ type CompareAndSwapResponse struct {
 
 func (x *CompareAndSwapResponse) Reset() {
 	*x = CompareAndSwapResponse{}
-	mi := &file_tabula_proto_msgTypes[117]
+	mi := &file_tabula_proto_msgTypes[118]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9131,7 +9227,7 @@ func (x *CompareAndSwapResponse) String() string {
 func (*CompareAndSwapResponse) ProtoMessage() {}
 
 func (x *CompareAndSwapResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[117]
+	mi := &file_tabula_proto_msgTypes[118]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9144,7 +9240,7 @@ func (x *CompareAndSwapResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompareAndSwapResponse.ProtoReflect.Descriptor instead.
 func (*CompareAndSwapResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{117}
+	return file_tabula_proto_rawDescGZIP(), []int{118}
 }
 
 func (x *CompareAndSwapResponse) GetSwapped() bool {
@@ -9189,7 +9285,7 @@ type Mutation struct {
 
 func (x *Mutation) Reset() {
 	*x = Mutation{}
-	mi := &file_tabula_proto_msgTypes[118]
+	mi := &file_tabula_proto_msgTypes[119]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9201,7 +9297,7 @@ func (x *Mutation) String() string {
 func (*Mutation) ProtoMessage() {}
 
 func (x *Mutation) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[118]
+	mi := &file_tabula_proto_msgTypes[119]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9214,7 +9310,7 @@ func (x *Mutation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Mutation.ProtoReflect.Descriptor instead.
 func (*Mutation) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{118}
+	return file_tabula_proto_rawDescGZIP(), []int{119}
 }
 
 func (x *Mutation) GetOp() Mutation_Op {
@@ -9266,7 +9362,7 @@ type Condition struct {
 
 func (x *Condition) Reset() {
 	*x = Condition{}
-	mi := &file_tabula_proto_msgTypes[119]
+	mi := &file_tabula_proto_msgTypes[120]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9278,7 +9374,7 @@ func (x *Condition) String() string {
 func (*Condition) ProtoMessage() {}
 
 func (x *Condition) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[119]
+	mi := &file_tabula_proto_msgTypes[120]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9291,7 +9387,7 @@ func (x *Condition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Condition.ProtoReflect.Descriptor instead.
 func (*Condition) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{119}
+	return file_tabula_proto_rawDescGZIP(), []int{120}
 }
 
 func (x *Condition) GetKind() Condition_Kind {
@@ -9329,7 +9425,7 @@ type BatchWriteRequest struct {
 
 func (x *BatchWriteRequest) Reset() {
 	*x = BatchWriteRequest{}
-	mi := &file_tabula_proto_msgTypes[120]
+	mi := &file_tabula_proto_msgTypes[121]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9341,7 +9437,7 @@ func (x *BatchWriteRequest) String() string {
 func (*BatchWriteRequest) ProtoMessage() {}
 
 func (x *BatchWriteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[120]
+	mi := &file_tabula_proto_msgTypes[121]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9354,7 +9450,7 @@ func (x *BatchWriteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchWriteRequest.ProtoReflect.Descriptor instead.
 func (*BatchWriteRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{120}
+	return file_tabula_proto_rawDescGZIP(), []int{121}
 }
 
 func (x *BatchWriteRequest) GetHeader() *RequestHeader {
@@ -9387,7 +9483,7 @@ type BatchWriteResponse struct {
 
 func (x *BatchWriteResponse) Reset() {
 	*x = BatchWriteResponse{}
-	mi := &file_tabula_proto_msgTypes[121]
+	mi := &file_tabula_proto_msgTypes[122]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9399,7 +9495,7 @@ func (x *BatchWriteResponse) String() string {
 func (*BatchWriteResponse) ProtoMessage() {}
 
 func (x *BatchWriteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[121]
+	mi := &file_tabula_proto_msgTypes[122]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9412,7 +9508,7 @@ func (x *BatchWriteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchWriteResponse.ProtoReflect.Descriptor instead.
 func (*BatchWriteResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{121}
+	return file_tabula_proto_rawDescGZIP(), []int{122}
 }
 
 func (x *BatchWriteResponse) GetLsn() uint64 {
@@ -9439,7 +9535,7 @@ type ScanRequest struct {
 
 func (x *ScanRequest) Reset() {
 	*x = ScanRequest{}
-	mi := &file_tabula_proto_msgTypes[122]
+	mi := &file_tabula_proto_msgTypes[123]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9451,7 +9547,7 @@ func (x *ScanRequest) String() string {
 func (*ScanRequest) ProtoMessage() {}
 
 func (x *ScanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[122]
+	mi := &file_tabula_proto_msgTypes[123]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9464,7 +9560,7 @@ func (x *ScanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScanRequest.ProtoReflect.Descriptor instead.
 func (*ScanRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{122}
+	return file_tabula_proto_rawDescGZIP(), []int{123}
 }
 
 func (x *ScanRequest) GetHeader() *RequestHeader {
@@ -9513,7 +9609,7 @@ type KeyValue struct {
 
 func (x *KeyValue) Reset() {
 	*x = KeyValue{}
-	mi := &file_tabula_proto_msgTypes[123]
+	mi := &file_tabula_proto_msgTypes[124]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9525,7 +9621,7 @@ func (x *KeyValue) String() string {
 func (*KeyValue) ProtoMessage() {}
 
 func (x *KeyValue) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[123]
+	mi := &file_tabula_proto_msgTypes[124]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9538,7 +9634,7 @@ func (x *KeyValue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyValue.ProtoReflect.Descriptor instead.
 func (*KeyValue) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{123}
+	return file_tabula_proto_rawDescGZIP(), []int{124}
 }
 
 func (x *KeyValue) GetKey() []byte {
@@ -9571,7 +9667,7 @@ type ScanResponse struct {
 
 func (x *ScanResponse) Reset() {
 	*x = ScanResponse{}
-	mi := &file_tabula_proto_msgTypes[124]
+	mi := &file_tabula_proto_msgTypes[125]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9583,7 +9679,7 @@ func (x *ScanResponse) String() string {
 func (*ScanResponse) ProtoMessage() {}
 
 func (x *ScanResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[124]
+	mi := &file_tabula_proto_msgTypes[125]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9596,7 +9692,7 @@ func (x *ScanResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScanResponse.ProtoReflect.Descriptor instead.
 func (*ScanResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{124}
+	return file_tabula_proto_rawDescGZIP(), []int{125}
 }
 
 func (x *ScanResponse) GetRecords() []*KeyValue {
@@ -9618,7 +9714,7 @@ type CopyReplicaRequest struct {
 
 func (x *CopyReplicaRequest) Reset() {
 	*x = CopyReplicaRequest{}
-	mi := &file_tabula_proto_msgTypes[125]
+	mi := &file_tabula_proto_msgTypes[126]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9630,7 +9726,7 @@ func (x *CopyReplicaRequest) String() string {
 func (*CopyReplicaRequest) ProtoMessage() {}
 
 func (x *CopyReplicaRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[125]
+	mi := &file_tabula_proto_msgTypes[126]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9643,7 +9739,7 @@ func (x *CopyReplicaRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CopyReplicaRequest.ProtoReflect.Descriptor instead.
 func (*CopyReplicaRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{125}
+	return file_tabula_proto_rawDescGZIP(), []int{126}
 }
 
 func (x *CopyReplicaRequest) GetHeader() *RequestHeader {
@@ -9676,7 +9772,7 @@ type CopyReplicaChunk struct {
 
 func (x *CopyReplicaChunk) Reset() {
 	*x = CopyReplicaChunk{}
-	mi := &file_tabula_proto_msgTypes[126]
+	mi := &file_tabula_proto_msgTypes[127]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9688,7 +9784,7 @@ func (x *CopyReplicaChunk) String() string {
 func (*CopyReplicaChunk) ProtoMessage() {}
 
 func (x *CopyReplicaChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[126]
+	mi := &file_tabula_proto_msgTypes[127]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9701,7 +9797,7 @@ func (x *CopyReplicaChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CopyReplicaChunk.ProtoReflect.Descriptor instead.
 func (*CopyReplicaChunk) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{126}
+	return file_tabula_proto_rawDescGZIP(), []int{127}
 }
 
 func (x *CopyReplicaChunk) GetLsn() uint64 {
@@ -9764,7 +9860,7 @@ type BulkUploadRequest struct {
 
 func (x *BulkUploadRequest) Reset() {
 	*x = BulkUploadRequest{}
-	mi := &file_tabula_proto_msgTypes[127]
+	mi := &file_tabula_proto_msgTypes[128]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9776,7 +9872,7 @@ func (x *BulkUploadRequest) String() string {
 func (*BulkUploadRequest) ProtoMessage() {}
 
 func (x *BulkUploadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[127]
+	mi := &file_tabula_proto_msgTypes[128]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9789,7 +9885,7 @@ func (x *BulkUploadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkUploadRequest.ProtoReflect.Descriptor instead.
 func (*BulkUploadRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{127}
+	return file_tabula_proto_rawDescGZIP(), []int{128}
 }
 
 func (x *BulkUploadRequest) GetHeader() *RequestHeader {
@@ -9851,7 +9947,7 @@ type BulkUploadStatusRequest struct {
 
 func (x *BulkUploadStatusRequest) Reset() {
 	*x = BulkUploadStatusRequest{}
-	mi := &file_tabula_proto_msgTypes[128]
+	mi := &file_tabula_proto_msgTypes[129]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9863,7 +9959,7 @@ func (x *BulkUploadStatusRequest) String() string {
 func (*BulkUploadStatusRequest) ProtoMessage() {}
 
 func (x *BulkUploadStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[128]
+	mi := &file_tabula_proto_msgTypes[129]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9876,7 +9972,7 @@ func (x *BulkUploadStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkUploadStatusRequest.ProtoReflect.Descriptor instead.
 func (*BulkUploadStatusRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{128}
+	return file_tabula_proto_rawDescGZIP(), []int{129}
 }
 
 func (x *BulkUploadStatusRequest) GetHeader() *RequestHeader {
@@ -9907,7 +10003,7 @@ type BulkUploadResponse struct {
 
 func (x *BulkUploadResponse) Reset() {
 	*x = BulkUploadResponse{}
-	mi := &file_tabula_proto_msgTypes[129]
+	mi := &file_tabula_proto_msgTypes[130]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9919,7 +10015,7 @@ func (x *BulkUploadResponse) String() string {
 func (*BulkUploadResponse) ProtoMessage() {}
 
 func (x *BulkUploadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[129]
+	mi := &file_tabula_proto_msgTypes[130]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9932,7 +10028,7 @@ func (x *BulkUploadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkUploadResponse.ProtoReflect.Descriptor instead.
 func (*BulkUploadResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{129}
+	return file_tabula_proto_rawDescGZIP(), []int{130}
 }
 
 func (x *BulkUploadResponse) GetReceived() uint64 {
@@ -9970,7 +10066,7 @@ type PartitionLogFailedRequest struct {
 
 func (x *PartitionLogFailedRequest) Reset() {
 	*x = PartitionLogFailedRequest{}
-	mi := &file_tabula_proto_msgTypes[130]
+	mi := &file_tabula_proto_msgTypes[131]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9982,7 +10078,7 @@ func (x *PartitionLogFailedRequest) String() string {
 func (*PartitionLogFailedRequest) ProtoMessage() {}
 
 func (x *PartitionLogFailedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[130]
+	mi := &file_tabula_proto_msgTypes[131]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9995,7 +10091,7 @@ func (x *PartitionLogFailedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionLogFailedRequest.ProtoReflect.Descriptor instead.
 func (*PartitionLogFailedRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{130}
+	return file_tabula_proto_rawDescGZIP(), []int{131}
 }
 
 func (x *PartitionLogFailedRequest) GetServerId() string {
@@ -10043,7 +10139,7 @@ type PartitionLogFailedResponse struct {
 
 func (x *PartitionLogFailedResponse) Reset() {
 	*x = PartitionLogFailedResponse{}
-	mi := &file_tabula_proto_msgTypes[131]
+	mi := &file_tabula_proto_msgTypes[132]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -10055,7 +10151,7 @@ func (x *PartitionLogFailedResponse) String() string {
 func (*PartitionLogFailedResponse) ProtoMessage() {}
 
 func (x *PartitionLogFailedResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[131]
+	mi := &file_tabula_proto_msgTypes[132]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -10068,7 +10164,7 @@ func (x *PartitionLogFailedResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionLogFailedResponse.ProtoReflect.Descriptor instead.
 func (*PartitionLogFailedResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{131}
+	return file_tabula_proto_rawDescGZIP(), []int{132}
 }
 
 func (x *PartitionLogFailedResponse) GetPartition() *Partition {
@@ -10097,7 +10193,7 @@ type ForgetServerRequest struct {
 
 func (x *ForgetServerRequest) Reset() {
 	*x = ForgetServerRequest{}
-	mi := &file_tabula_proto_msgTypes[132]
+	mi := &file_tabula_proto_msgTypes[133]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -10109,7 +10205,7 @@ func (x *ForgetServerRequest) String() string {
 func (*ForgetServerRequest) ProtoMessage() {}
 
 func (x *ForgetServerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[132]
+	mi := &file_tabula_proto_msgTypes[133]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -10122,7 +10218,7 @@ func (x *ForgetServerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForgetServerRequest.ProtoReflect.Descriptor instead.
 func (*ForgetServerRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{132}
+	return file_tabula_proto_rawDescGZIP(), []int{133}
 }
 
 func (x *ForgetServerRequest) GetServerId() string {
@@ -10152,7 +10248,7 @@ type ForgetServerResponse struct {
 
 func (x *ForgetServerResponse) Reset() {
 	*x = ForgetServerResponse{}
-	mi := &file_tabula_proto_msgTypes[133]
+	mi := &file_tabula_proto_msgTypes[134]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -10164,7 +10260,7 @@ func (x *ForgetServerResponse) String() string {
 func (*ForgetServerResponse) ProtoMessage() {}
 
 func (x *ForgetServerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[133]
+	mi := &file_tabula_proto_msgTypes[134]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -10177,7 +10273,7 @@ func (x *ForgetServerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForgetServerResponse.ProtoReflect.Descriptor instead.
 func (*ForgetServerResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{133}
+	return file_tabula_proto_rawDescGZIP(), []int{134}
 }
 
 func (x *ForgetServerResponse) GetMoved() uint32 {
@@ -10220,7 +10316,7 @@ type LostPartition struct {
 
 func (x *LostPartition) Reset() {
 	*x = LostPartition{}
-	mi := &file_tabula_proto_msgTypes[134]
+	mi := &file_tabula_proto_msgTypes[135]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -10232,7 +10328,7 @@ func (x *LostPartition) String() string {
 func (*LostPartition) ProtoMessage() {}
 
 func (x *LostPartition) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[134]
+	mi := &file_tabula_proto_msgTypes[135]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -10245,7 +10341,7 @@ func (x *LostPartition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LostPartition.ProtoReflect.Descriptor instead.
 func (*LostPartition) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{134}
+	return file_tabula_proto_rawDescGZIP(), []int{135}
 }
 
 func (x *LostPartition) GetTenant() string {
@@ -10308,7 +10404,7 @@ type ListDataLossRequest struct {
 
 func (x *ListDataLossRequest) Reset() {
 	*x = ListDataLossRequest{}
-	mi := &file_tabula_proto_msgTypes[135]
+	mi := &file_tabula_proto_msgTypes[136]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -10320,7 +10416,7 @@ func (x *ListDataLossRequest) String() string {
 func (*ListDataLossRequest) ProtoMessage() {}
 
 func (x *ListDataLossRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[135]
+	mi := &file_tabula_proto_msgTypes[136]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -10333,7 +10429,7 @@ func (x *ListDataLossRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDataLossRequest.ProtoReflect.Descriptor instead.
 func (*ListDataLossRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{135}
+	return file_tabula_proto_rawDescGZIP(), []int{136}
 }
 
 func (x *ListDataLossRequest) GetTenant() string {
@@ -10360,7 +10456,7 @@ type ListDataLossResponse struct {
 
 func (x *ListDataLossResponse) Reset() {
 	*x = ListDataLossResponse{}
-	mi := &file_tabula_proto_msgTypes[136]
+	mi := &file_tabula_proto_msgTypes[137]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -10372,7 +10468,7 @@ func (x *ListDataLossResponse) String() string {
 func (*ListDataLossResponse) ProtoMessage() {}
 
 func (x *ListDataLossResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[136]
+	mi := &file_tabula_proto_msgTypes[137]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -10385,7 +10481,7 @@ func (x *ListDataLossResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDataLossResponse.ProtoReflect.Descriptor instead.
 func (*ListDataLossResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{136}
+	return file_tabula_proto_rawDescGZIP(), []int{137}
 }
 
 func (x *ListDataLossResponse) GetLost() []*LostPartition {
@@ -10408,7 +10504,7 @@ type ClearDataLossRequest struct {
 
 func (x *ClearDataLossRequest) Reset() {
 	*x = ClearDataLossRequest{}
-	mi := &file_tabula_proto_msgTypes[137]
+	mi := &file_tabula_proto_msgTypes[138]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -10420,7 +10516,7 @@ func (x *ClearDataLossRequest) String() string {
 func (*ClearDataLossRequest) ProtoMessage() {}
 
 func (x *ClearDataLossRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[137]
+	mi := &file_tabula_proto_msgTypes[138]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -10433,7 +10529,7 @@ func (x *ClearDataLossRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClearDataLossRequest.ProtoReflect.Descriptor instead.
 func (*ClearDataLossRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{137}
+	return file_tabula_proto_rawDescGZIP(), []int{138}
 }
 
 func (x *ClearDataLossRequest) GetTenant() string {
@@ -10468,7 +10564,7 @@ type ClearDataLossResponse struct {
 
 func (x *ClearDataLossResponse) Reset() {
 	*x = ClearDataLossResponse{}
-	mi := &file_tabula_proto_msgTypes[138]
+	mi := &file_tabula_proto_msgTypes[139]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -10480,7 +10576,7 @@ func (x *ClearDataLossResponse) String() string {
 func (*ClearDataLossResponse) ProtoMessage() {}
 
 func (x *ClearDataLossResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[138]
+	mi := &file_tabula_proto_msgTypes[139]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -10493,7 +10589,7 @@ func (x *ClearDataLossResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClearDataLossResponse.ProtoReflect.Descriptor instead.
 func (*ClearDataLossResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{138}
+	return file_tabula_proto_rawDescGZIP(), []int{139}
 }
 
 func (x *ClearDataLossResponse) GetCleared() []uint64 {
@@ -10700,7 +10796,7 @@ const file_tabula_proto_rawDesc = "" +
 	"\breplicas\x18\x05 \x01(\rR\breplicas\x123\n" +
 	"\x16last_heartbeat_unix_ms\x18\x06 \x01(\x03R\x13lastHeartbeatUnixMs\x12\x1a\n" +
 	"\bdraining\x18\a \x01(\bR\bdraining\x12#\n" +
-	"\rinternal_addr\x18\b \x01(\tR\finternalAddr\"\xc2\a\n" +
+	"\rinternal_addr\x18\b \x01(\tR\finternalAddr\"\xae\b\n" +
 	"\rReplicaStatus\x12!\n" +
 	"\fpartition_id\x18\x01 \x01(\x04R\vpartitionId\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12*\n" +
@@ -10737,7 +10833,17 @@ const file_tabula_proto_rawDesc = "" +
 	"\x04sync\x18\x19 \x01(\v2\x16.tabula.v1.ReplicaSyncR\x04sync\x12\x1b\n" +
 	"\tsplit_lsn\x18( \x01(\x04R\bsplitLsn\x12\x17\n" +
 	"\abusy_ns\x18\x1a \x01(\x04R\x06busyNs\x12*\n" +
-	"\x04load\x18\x1b \x01(\v2\x16.tabula.v1.ReplicaLoadR\x04load\"v\n" +
+	"\x04load\x18\x1b \x01(\v2\x16.tabula.v1.ReplicaLoadR\x04load\x124\n" +
+	"\n" +
+	"load_split\x18\xdc\x01 \x01(\v2\x14.tabula.v1.SplitHintR\tloadSplit\x124\n" +
+	"\n" +
+	"size_split\x18\xdd\x01 \x01(\v2\x14.tabula.v1.SplitHintR\tsizeSplit\"j\n" +
+	"\tSplitHint\x12\x12\n" +
+	"\x04hash\x18\x01 \x01(\x04R\x04hash\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\fR\x03key\x12\x18\n" +
+	"\asamples\x18\x03 \x01(\rR\asamples\x12\x1d\n" +
+	"\n" +
+	"left_share\x18\x04 \x01(\x01R\tleftShare\"v\n" +
 	"\vReplicaLoad\x12\"\n" +
 	"\rreads_per_sec\x18\x01 \x01(\x01R\vreadsPerSec\x12$\n" +
 	"\x0ewrites_per_sec\x18\x02 \x01(\x01R\fwritesPerSec\x12\x1d\n" +
@@ -11408,7 +11514,7 @@ func file_tabula_proto_rawDescGZIP() []byte {
 }
 
 var file_tabula_proto_enumTypes = make([]protoimpl.EnumInfo, 10)
-var file_tabula_proto_msgTypes = make([]protoimpl.MessageInfo, 139)
+var file_tabula_proto_msgTypes = make([]protoimpl.MessageInfo, 140)
 var file_tabula_proto_goTypes = []any{
 	(TableKind)(0),                     // 0: tabula.v1.TableKind
 	(ReplicaRole)(0),                   // 1: tabula.v1.ReplicaRole
@@ -11448,117 +11554,118 @@ var file_tabula_proto_goTypes = []any{
 	(*BulkRollout)(nil),                // 35: tabula.v1.BulkRollout
 	(*ServerInfo)(nil),                 // 36: tabula.v1.ServerInfo
 	(*ReplicaStatus)(nil),              // 37: tabula.v1.ReplicaStatus
-	(*ReplicaLoad)(nil),                // 38: tabula.v1.ReplicaLoad
-	(*ServerCapacity)(nil),             // 39: tabula.v1.ServerCapacity
-	(*AckSetMember)(nil),               // 40: tabula.v1.AckSetMember
-	(*ReplicaSync)(nil),                // 41: tabula.v1.ReplicaSync
-	(*BulkLoaded)(nil),                 // 42: tabula.v1.BulkLoaded
-	(*ErrorDetail)(nil),                // 43: tabula.v1.ErrorDetail
-	(*TenantInfo)(nil),                 // 44: tabula.v1.TenantInfo
-	(*TenantQuota)(nil),                // 45: tabula.v1.TenantQuota
-	(*TenantUsage)(nil),                // 46: tabula.v1.TenantUsage
-	(*SetTenantQuotaRequest)(nil),      // 47: tabula.v1.SetTenantQuotaRequest
-	(*SetTenantQuotaResponse)(nil),     // 48: tabula.v1.SetTenantQuotaResponse
-	(*TenantLoad)(nil),                 // 49: tabula.v1.TenantLoad
-	(*TenantShare)(nil),                // 50: tabula.v1.TenantShare
-	(*CreateTenantRequest)(nil),        // 51: tabula.v1.CreateTenantRequest
-	(*CreateTenantResponse)(nil),       // 52: tabula.v1.CreateTenantResponse
-	(*ListTenantsRequest)(nil),         // 53: tabula.v1.ListTenantsRequest
-	(*ListTenantsResponse)(nil),        // 54: tabula.v1.ListTenantsResponse
-	(*DescribeTenantRequest)(nil),      // 55: tabula.v1.DescribeTenantRequest
-	(*DescribeTenantResponse)(nil),     // 56: tabula.v1.DescribeTenantResponse
-	(*DeleteTenantRequest)(nil),        // 57: tabula.v1.DeleteTenantRequest
-	(*DeleteTenantResponse)(nil),       // 58: tabula.v1.DeleteTenantResponse
-	(*RotateTenantKeyRequest)(nil),     // 59: tabula.v1.RotateTenantKeyRequest
-	(*RotateTenantKeyResponse)(nil),    // 60: tabula.v1.RotateTenantKeyResponse
-	(*TenantKeysRequest)(nil),          // 61: tabula.v1.TenantKeysRequest
-	(*TenantKeysResponse)(nil),         // 62: tabula.v1.TenantKeysResponse
-	(*MovePartitionRequest)(nil),       // 63: tabula.v1.MovePartitionRequest
-	(*MovePartitionResponse)(nil),      // 64: tabula.v1.MovePartitionResponse
-	(*SplitPartitionRequest)(nil),      // 65: tabula.v1.SplitPartitionRequest
-	(*SplitPartitionResponse)(nil),     // 66: tabula.v1.SplitPartitionResponse
-	(*DrainServerRequest)(nil),         // 67: tabula.v1.DrainServerRequest
-	(*DrainServerResponse)(nil),        // 68: tabula.v1.DrainServerResponse
-	(*BalancePlanRequest)(nil),         // 69: tabula.v1.BalancePlanRequest
-	(*BalancePlanResponse)(nil),        // 70: tabula.v1.BalancePlanResponse
-	(*BalanceAction)(nil),              // 71: tabula.v1.BalanceAction
-	(*BalanceServer)(nil),              // 72: tabula.v1.BalanceServer
-	(*MasterMember)(nil),               // 73: tabula.v1.MasterMember
-	(*MasterMembersRequest)(nil),       // 74: tabula.v1.MasterMembersRequest
-	(*MasterMembersResponse)(nil),      // 75: tabula.v1.MasterMembersResponse
-	(*AddMasterRequest)(nil),           // 76: tabula.v1.AddMasterRequest
-	(*AddMasterResponse)(nil),          // 77: tabula.v1.AddMasterResponse
-	(*RemoveMasterRequest)(nil),        // 78: tabula.v1.RemoveMasterRequest
-	(*RemoveMasterResponse)(nil),       // 79: tabula.v1.RemoveMasterResponse
-	(*TransferLeaderRequest)(nil),      // 80: tabula.v1.TransferLeaderRequest
-	(*TransferLeaderResponse)(nil),     // 81: tabula.v1.TransferLeaderResponse
-	(*StreamRequest)(nil),              // 82: tabula.v1.StreamRequest
-	(*StreamResponse)(nil),             // 83: tabula.v1.StreamResponse
-	(*CreateTableRequest)(nil),         // 84: tabula.v1.CreateTableRequest
-	(*CreateTableResponse)(nil),        // 85: tabula.v1.CreateTableResponse
-	(*DropTableRequest)(nil),           // 86: tabula.v1.DropTableRequest
-	(*DropTableResponse)(nil),          // 87: tabula.v1.DropTableResponse
-	(*ListTablesRequest)(nil),          // 88: tabula.v1.ListTablesRequest
-	(*ListTablesResponse)(nil),         // 89: tabula.v1.ListTablesResponse
-	(*DescribeTableRequest)(nil),       // 90: tabula.v1.DescribeTableRequest
-	(*DescribeTableResponse)(nil),      // 91: tabula.v1.DescribeTableResponse
-	(*GetPartitionMapRequest)(nil),     // 92: tabula.v1.GetPartitionMapRequest
-	(*GetPartitionMapResponse)(nil),    // 93: tabula.v1.GetPartitionMapResponse
-	(*WatchPartitionMapRequest)(nil),   // 94: tabula.v1.WatchPartitionMapRequest
-	(*WatchPartitionMapResponse)(nil),  // 95: tabula.v1.WatchPartitionMapResponse
-	(*RegisterServerRequest)(nil),      // 96: tabula.v1.RegisterServerRequest
-	(*RegisterServerResponse)(nil),     // 97: tabula.v1.RegisterServerResponse
-	(*HeartbeatRequest)(nil),           // 98: tabula.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),          // 99: tabula.v1.HeartbeatResponse
-	(*BulkPublishRequest)(nil),         // 100: tabula.v1.BulkPublishRequest
-	(*BulkPublishResponse)(nil),        // 101: tabula.v1.BulkPublishResponse
-	(*BulkStoredRequest)(nil),          // 102: tabula.v1.BulkStoredRequest
-	(*BulkStoredResponse)(nil),         // 103: tabula.v1.BulkStoredResponse
-	(*BulkStatusRequest)(nil),          // 104: tabula.v1.BulkStatusRequest
-	(*BulkStatusResponse)(nil),         // 105: tabula.v1.BulkStatusResponse
-	(*BulkRollbackRequest)(nil),        // 106: tabula.v1.BulkRollbackRequest
-	(*BulkRollbackResponse)(nil),       // 107: tabula.v1.BulkRollbackResponse
-	(*BulkRolloutRequest)(nil),         // 108: tabula.v1.BulkRolloutRequest
-	(*BulkRolloutResponse)(nil),        // 109: tabula.v1.BulkRolloutResponse
-	(*ListServersRequest)(nil),         // 110: tabula.v1.ListServersRequest
-	(*ListServersResponse)(nil),        // 111: tabula.v1.ListServersResponse
-	(*CallRequest)(nil),                // 112: tabula.v1.CallRequest
-	(*CallResponse)(nil),               // 113: tabula.v1.CallResponse
-	(*RequestHeader)(nil),              // 114: tabula.v1.RequestHeader
-	(*GetRequest)(nil),                 // 115: tabula.v1.GetRequest
-	(*GetResponse)(nil),                // 116: tabula.v1.GetResponse
-	(*BatchGetRequest)(nil),            // 117: tabula.v1.BatchGetRequest
-	(*BatchGetResponse)(nil),           // 118: tabula.v1.BatchGetResponse
-	(*MultiGetRequest)(nil),            // 119: tabula.v1.MultiGetRequest
-	(*MultiGetResponse)(nil),           // 120: tabula.v1.MultiGetResponse
-	(*MultiGetResult)(nil),             // 121: tabula.v1.MultiGetResult
-	(*PutRequest)(nil),                 // 122: tabula.v1.PutRequest
-	(*PutResponse)(nil),                // 123: tabula.v1.PutResponse
-	(*DeleteRequest)(nil),              // 124: tabula.v1.DeleteRequest
-	(*DeleteResponse)(nil),             // 125: tabula.v1.DeleteResponse
-	(*CompareAndSwapRequest)(nil),      // 126: tabula.v1.CompareAndSwapRequest
-	(*CompareAndSwapResponse)(nil),     // 127: tabula.v1.CompareAndSwapResponse
-	(*Mutation)(nil),                   // 128: tabula.v1.Mutation
-	(*Condition)(nil),                  // 129: tabula.v1.Condition
-	(*BatchWriteRequest)(nil),          // 130: tabula.v1.BatchWriteRequest
-	(*BatchWriteResponse)(nil),         // 131: tabula.v1.BatchWriteResponse
-	(*ScanRequest)(nil),                // 132: tabula.v1.ScanRequest
-	(*KeyValue)(nil),                   // 133: tabula.v1.KeyValue
-	(*ScanResponse)(nil),               // 134: tabula.v1.ScanResponse
-	(*CopyReplicaRequest)(nil),         // 135: tabula.v1.CopyReplicaRequest
-	(*CopyReplicaChunk)(nil),           // 136: tabula.v1.CopyReplicaChunk
-	(*BulkUploadRequest)(nil),          // 137: tabula.v1.BulkUploadRequest
-	(*BulkUploadStatusRequest)(nil),    // 138: tabula.v1.BulkUploadStatusRequest
-	(*BulkUploadResponse)(nil),         // 139: tabula.v1.BulkUploadResponse
-	(*PartitionLogFailedRequest)(nil),  // 140: tabula.v1.PartitionLogFailedRequest
-	(*PartitionLogFailedResponse)(nil), // 141: tabula.v1.PartitionLogFailedResponse
-	(*ForgetServerRequest)(nil),        // 142: tabula.v1.ForgetServerRequest
-	(*ForgetServerResponse)(nil),       // 143: tabula.v1.ForgetServerResponse
-	(*LostPartition)(nil),              // 144: tabula.v1.LostPartition
-	(*ListDataLossRequest)(nil),        // 145: tabula.v1.ListDataLossRequest
-	(*ListDataLossResponse)(nil),       // 146: tabula.v1.ListDataLossResponse
-	(*ClearDataLossRequest)(nil),       // 147: tabula.v1.ClearDataLossRequest
-	(*ClearDataLossResponse)(nil),      // 148: tabula.v1.ClearDataLossResponse
+	(*SplitHint)(nil),                  // 38: tabula.v1.SplitHint
+	(*ReplicaLoad)(nil),                // 39: tabula.v1.ReplicaLoad
+	(*ServerCapacity)(nil),             // 40: tabula.v1.ServerCapacity
+	(*AckSetMember)(nil),               // 41: tabula.v1.AckSetMember
+	(*ReplicaSync)(nil),                // 42: tabula.v1.ReplicaSync
+	(*BulkLoaded)(nil),                 // 43: tabula.v1.BulkLoaded
+	(*ErrorDetail)(nil),                // 44: tabula.v1.ErrorDetail
+	(*TenantInfo)(nil),                 // 45: tabula.v1.TenantInfo
+	(*TenantQuota)(nil),                // 46: tabula.v1.TenantQuota
+	(*TenantUsage)(nil),                // 47: tabula.v1.TenantUsage
+	(*SetTenantQuotaRequest)(nil),      // 48: tabula.v1.SetTenantQuotaRequest
+	(*SetTenantQuotaResponse)(nil),     // 49: tabula.v1.SetTenantQuotaResponse
+	(*TenantLoad)(nil),                 // 50: tabula.v1.TenantLoad
+	(*TenantShare)(nil),                // 51: tabula.v1.TenantShare
+	(*CreateTenantRequest)(nil),        // 52: tabula.v1.CreateTenantRequest
+	(*CreateTenantResponse)(nil),       // 53: tabula.v1.CreateTenantResponse
+	(*ListTenantsRequest)(nil),         // 54: tabula.v1.ListTenantsRequest
+	(*ListTenantsResponse)(nil),        // 55: tabula.v1.ListTenantsResponse
+	(*DescribeTenantRequest)(nil),      // 56: tabula.v1.DescribeTenantRequest
+	(*DescribeTenantResponse)(nil),     // 57: tabula.v1.DescribeTenantResponse
+	(*DeleteTenantRequest)(nil),        // 58: tabula.v1.DeleteTenantRequest
+	(*DeleteTenantResponse)(nil),       // 59: tabula.v1.DeleteTenantResponse
+	(*RotateTenantKeyRequest)(nil),     // 60: tabula.v1.RotateTenantKeyRequest
+	(*RotateTenantKeyResponse)(nil),    // 61: tabula.v1.RotateTenantKeyResponse
+	(*TenantKeysRequest)(nil),          // 62: tabula.v1.TenantKeysRequest
+	(*TenantKeysResponse)(nil),         // 63: tabula.v1.TenantKeysResponse
+	(*MovePartitionRequest)(nil),       // 64: tabula.v1.MovePartitionRequest
+	(*MovePartitionResponse)(nil),      // 65: tabula.v1.MovePartitionResponse
+	(*SplitPartitionRequest)(nil),      // 66: tabula.v1.SplitPartitionRequest
+	(*SplitPartitionResponse)(nil),     // 67: tabula.v1.SplitPartitionResponse
+	(*DrainServerRequest)(nil),         // 68: tabula.v1.DrainServerRequest
+	(*DrainServerResponse)(nil),        // 69: tabula.v1.DrainServerResponse
+	(*BalancePlanRequest)(nil),         // 70: tabula.v1.BalancePlanRequest
+	(*BalancePlanResponse)(nil),        // 71: tabula.v1.BalancePlanResponse
+	(*BalanceAction)(nil),              // 72: tabula.v1.BalanceAction
+	(*BalanceServer)(nil),              // 73: tabula.v1.BalanceServer
+	(*MasterMember)(nil),               // 74: tabula.v1.MasterMember
+	(*MasterMembersRequest)(nil),       // 75: tabula.v1.MasterMembersRequest
+	(*MasterMembersResponse)(nil),      // 76: tabula.v1.MasterMembersResponse
+	(*AddMasterRequest)(nil),           // 77: tabula.v1.AddMasterRequest
+	(*AddMasterResponse)(nil),          // 78: tabula.v1.AddMasterResponse
+	(*RemoveMasterRequest)(nil),        // 79: tabula.v1.RemoveMasterRequest
+	(*RemoveMasterResponse)(nil),       // 80: tabula.v1.RemoveMasterResponse
+	(*TransferLeaderRequest)(nil),      // 81: tabula.v1.TransferLeaderRequest
+	(*TransferLeaderResponse)(nil),     // 82: tabula.v1.TransferLeaderResponse
+	(*StreamRequest)(nil),              // 83: tabula.v1.StreamRequest
+	(*StreamResponse)(nil),             // 84: tabula.v1.StreamResponse
+	(*CreateTableRequest)(nil),         // 85: tabula.v1.CreateTableRequest
+	(*CreateTableResponse)(nil),        // 86: tabula.v1.CreateTableResponse
+	(*DropTableRequest)(nil),           // 87: tabula.v1.DropTableRequest
+	(*DropTableResponse)(nil),          // 88: tabula.v1.DropTableResponse
+	(*ListTablesRequest)(nil),          // 89: tabula.v1.ListTablesRequest
+	(*ListTablesResponse)(nil),         // 90: tabula.v1.ListTablesResponse
+	(*DescribeTableRequest)(nil),       // 91: tabula.v1.DescribeTableRequest
+	(*DescribeTableResponse)(nil),      // 92: tabula.v1.DescribeTableResponse
+	(*GetPartitionMapRequest)(nil),     // 93: tabula.v1.GetPartitionMapRequest
+	(*GetPartitionMapResponse)(nil),    // 94: tabula.v1.GetPartitionMapResponse
+	(*WatchPartitionMapRequest)(nil),   // 95: tabula.v1.WatchPartitionMapRequest
+	(*WatchPartitionMapResponse)(nil),  // 96: tabula.v1.WatchPartitionMapResponse
+	(*RegisterServerRequest)(nil),      // 97: tabula.v1.RegisterServerRequest
+	(*RegisterServerResponse)(nil),     // 98: tabula.v1.RegisterServerResponse
+	(*HeartbeatRequest)(nil),           // 99: tabula.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),          // 100: tabula.v1.HeartbeatResponse
+	(*BulkPublishRequest)(nil),         // 101: tabula.v1.BulkPublishRequest
+	(*BulkPublishResponse)(nil),        // 102: tabula.v1.BulkPublishResponse
+	(*BulkStoredRequest)(nil),          // 103: tabula.v1.BulkStoredRequest
+	(*BulkStoredResponse)(nil),         // 104: tabula.v1.BulkStoredResponse
+	(*BulkStatusRequest)(nil),          // 105: tabula.v1.BulkStatusRequest
+	(*BulkStatusResponse)(nil),         // 106: tabula.v1.BulkStatusResponse
+	(*BulkRollbackRequest)(nil),        // 107: tabula.v1.BulkRollbackRequest
+	(*BulkRollbackResponse)(nil),       // 108: tabula.v1.BulkRollbackResponse
+	(*BulkRolloutRequest)(nil),         // 109: tabula.v1.BulkRolloutRequest
+	(*BulkRolloutResponse)(nil),        // 110: tabula.v1.BulkRolloutResponse
+	(*ListServersRequest)(nil),         // 111: tabula.v1.ListServersRequest
+	(*ListServersResponse)(nil),        // 112: tabula.v1.ListServersResponse
+	(*CallRequest)(nil),                // 113: tabula.v1.CallRequest
+	(*CallResponse)(nil),               // 114: tabula.v1.CallResponse
+	(*RequestHeader)(nil),              // 115: tabula.v1.RequestHeader
+	(*GetRequest)(nil),                 // 116: tabula.v1.GetRequest
+	(*GetResponse)(nil),                // 117: tabula.v1.GetResponse
+	(*BatchGetRequest)(nil),            // 118: tabula.v1.BatchGetRequest
+	(*BatchGetResponse)(nil),           // 119: tabula.v1.BatchGetResponse
+	(*MultiGetRequest)(nil),            // 120: tabula.v1.MultiGetRequest
+	(*MultiGetResponse)(nil),           // 121: tabula.v1.MultiGetResponse
+	(*MultiGetResult)(nil),             // 122: tabula.v1.MultiGetResult
+	(*PutRequest)(nil),                 // 123: tabula.v1.PutRequest
+	(*PutResponse)(nil),                // 124: tabula.v1.PutResponse
+	(*DeleteRequest)(nil),              // 125: tabula.v1.DeleteRequest
+	(*DeleteResponse)(nil),             // 126: tabula.v1.DeleteResponse
+	(*CompareAndSwapRequest)(nil),      // 127: tabula.v1.CompareAndSwapRequest
+	(*CompareAndSwapResponse)(nil),     // 128: tabula.v1.CompareAndSwapResponse
+	(*Mutation)(nil),                   // 129: tabula.v1.Mutation
+	(*Condition)(nil),                  // 130: tabula.v1.Condition
+	(*BatchWriteRequest)(nil),          // 131: tabula.v1.BatchWriteRequest
+	(*BatchWriteResponse)(nil),         // 132: tabula.v1.BatchWriteResponse
+	(*ScanRequest)(nil),                // 133: tabula.v1.ScanRequest
+	(*KeyValue)(nil),                   // 134: tabula.v1.KeyValue
+	(*ScanResponse)(nil),               // 135: tabula.v1.ScanResponse
+	(*CopyReplicaRequest)(nil),         // 136: tabula.v1.CopyReplicaRequest
+	(*CopyReplicaChunk)(nil),           // 137: tabula.v1.CopyReplicaChunk
+	(*BulkUploadRequest)(nil),          // 138: tabula.v1.BulkUploadRequest
+	(*BulkUploadStatusRequest)(nil),    // 139: tabula.v1.BulkUploadStatusRequest
+	(*BulkUploadResponse)(nil),         // 140: tabula.v1.BulkUploadResponse
+	(*PartitionLogFailedRequest)(nil),  // 141: tabula.v1.PartitionLogFailedRequest
+	(*PartitionLogFailedResponse)(nil), // 142: tabula.v1.PartitionLogFailedResponse
+	(*ForgetServerRequest)(nil),        // 143: tabula.v1.ForgetServerRequest
+	(*ForgetServerResponse)(nil),       // 144: tabula.v1.ForgetServerResponse
+	(*LostPartition)(nil),              // 145: tabula.v1.LostPartition
+	(*ListDataLossRequest)(nil),        // 146: tabula.v1.ListDataLossRequest
+	(*ListDataLossResponse)(nil),       // 147: tabula.v1.ListDataLossResponse
+	(*ClearDataLossRequest)(nil),       // 148: tabula.v1.ClearDataLossRequest
+	(*ClearDataLossResponse)(nil),      // 149: tabula.v1.ClearDataLossResponse
 }
 var file_tabula_proto_depIdxs = []int32{
 	0,   // 0: tabula.v1.Table.kind:type_name -> tabula.v1.TableKind
@@ -11575,208 +11682,210 @@ var file_tabula_proto_depIdxs = []int32{
 	18,  // 11: tabula.v1.CoprocDeployResponse.coprocessor:type_name -> tabula.v1.Coprocessor
 	18,  // 12: tabula.v1.CoprocListResponse.coprocessors:type_name -> tabula.v1.Coprocessor
 	18,  // 13: tabula.v1.CoprocRollbackResponse.coprocessor:type_name -> tabula.v1.Coprocessor
-	114, // 14: tabula.v1.InvokeRequest.header:type_name -> tabula.v1.RequestHeader
-	114, // 15: tabula.v1.CoprocMergeRequest.header:type_name -> tabula.v1.RequestHeader
+	115, // 14: tabula.v1.InvokeRequest.header:type_name -> tabula.v1.RequestHeader
+	115, // 15: tabula.v1.CoprocMergeRequest.header:type_name -> tabula.v1.RequestHeader
 	2,   // 16: tabula.v1.BulkVersion.state:type_name -> tabula.v1.BulkVersionState
 	32,  // 17: tabula.v1.BulkVersion.files:type_name -> tabula.v1.BulkFile
 	33,  // 18: tabula.v1.BulkInfo.versions:type_name -> tabula.v1.BulkVersion
 	35,  // 19: tabula.v1.BulkInfo.rollout:type_name -> tabula.v1.BulkRollout
 	1,   // 20: tabula.v1.ReplicaStatus.role:type_name -> tabula.v1.ReplicaRole
-	42,  // 21: tabula.v1.ReplicaStatus.bulk_loaded:type_name -> tabula.v1.BulkLoaded
+	43,  // 21: tabula.v1.ReplicaStatus.bulk_loaded:type_name -> tabula.v1.BulkLoaded
 	3,   // 22: tabula.v1.ReplicaStatus.state:type_name -> tabula.v1.ReplicaState
-	40,  // 23: tabula.v1.ReplicaStatus.ack_set:type_name -> tabula.v1.AckSetMember
-	41,  // 24: tabula.v1.ReplicaStatus.sync:type_name -> tabula.v1.ReplicaSync
-	38,  // 25: tabula.v1.ReplicaStatus.load:type_name -> tabula.v1.ReplicaLoad
-	3,   // 26: tabula.v1.ReplicaSync.state:type_name -> tabula.v1.ReplicaState
-	4,   // 27: tabula.v1.ErrorDetail.code:type_name -> tabula.v1.ErrorCode
-	13,  // 28: tabula.v1.ErrorDetail.partition:type_name -> tabula.v1.Partition
-	45,  // 29: tabula.v1.TenantInfo.quota:type_name -> tabula.v1.TenantQuota
-	46,  // 30: tabula.v1.TenantInfo.usage:type_name -> tabula.v1.TenantUsage
-	45,  // 31: tabula.v1.SetTenantQuotaRequest.quota:type_name -> tabula.v1.TenantQuota
-	44,  // 32: tabula.v1.SetTenantQuotaResponse.tenant:type_name -> tabula.v1.TenantInfo
-	45,  // 33: tabula.v1.CreateTenantRequest.quota:type_name -> tabula.v1.TenantQuota
-	44,  // 34: tabula.v1.CreateTenantResponse.tenant:type_name -> tabula.v1.TenantInfo
-	44,  // 35: tabula.v1.ListTenantsResponse.tenants:type_name -> tabula.v1.TenantInfo
-	44,  // 36: tabula.v1.DescribeTenantResponse.tenant:type_name -> tabula.v1.TenantInfo
-	11,  // 37: tabula.v1.DescribeTenantResponse.tables:type_name -> tabula.v1.Table
-	44,  // 38: tabula.v1.RotateTenantKeyResponse.tenant:type_name -> tabula.v1.TenantInfo
-	44,  // 39: tabula.v1.TenantKeysResponse.tenants:type_name -> tabula.v1.TenantInfo
-	13,  // 40: tabula.v1.SplitPartitionResponse.left:type_name -> tabula.v1.Partition
-	13,  // 41: tabula.v1.SplitPartitionResponse.right:type_name -> tabula.v1.Partition
-	71,  // 42: tabula.v1.BalancePlanResponse.actions:type_name -> tabula.v1.BalanceAction
-	72,  // 43: tabula.v1.BalancePlanResponse.before:type_name -> tabula.v1.BalanceServer
-	72,  // 44: tabula.v1.BalancePlanResponse.after:type_name -> tabula.v1.BalanceServer
-	5,   // 45: tabula.v1.BalanceAction.kind:type_name -> tabula.v1.BalanceActionKind
-	73,  // 46: tabula.v1.MasterMembersResponse.members:type_name -> tabula.v1.MasterMember
-	6,   // 47: tabula.v1.StreamRequest.op:type_name -> tabula.v1.StreamOp
-	0,   // 48: tabula.v1.CreateTableRequest.kind:type_name -> tabula.v1.TableKind
-	10,  // 49: tabula.v1.CreateTableRequest.options:type_name -> tabula.v1.TableOptions
-	16,  // 50: tabula.v1.CreateTableResponse.map:type_name -> tabula.v1.PartitionMap
-	11,  // 51: tabula.v1.ListTablesResponse.tables:type_name -> tabula.v1.Table
-	16,  // 52: tabula.v1.DescribeTableResponse.map:type_name -> tabula.v1.PartitionMap
-	37,  // 53: tabula.v1.DescribeTableResponse.replicas:type_name -> tabula.v1.ReplicaStatus
-	16,  // 54: tabula.v1.GetPartitionMapResponse.map:type_name -> tabula.v1.PartitionMap
-	16,  // 55: tabula.v1.WatchPartitionMapResponse.maps:type_name -> tabula.v1.PartitionMap
-	11,  // 56: tabula.v1.WatchPartitionMapResponse.removed:type_name -> tabula.v1.Table
-	16,  // 57: tabula.v1.WatchPartitionMapResponse.patches:type_name -> tabula.v1.PartitionMap
-	37,  // 58: tabula.v1.HeartbeatRequest.replicas:type_name -> tabula.v1.ReplicaStatus
-	27,  // 59: tabula.v1.HeartbeatRequest.coproc_ready:type_name -> tabula.v1.CoprocReady
-	49,  // 60: tabula.v1.HeartbeatRequest.tenant_load:type_name -> tabula.v1.TenantLoad
-	39,  // 61: tabula.v1.HeartbeatRequest.capacity:type_name -> tabula.v1.ServerCapacity
-	50,  // 62: tabula.v1.HeartbeatResponse.tenant_shares:type_name -> tabula.v1.TenantShare
-	32,  // 63: tabula.v1.BulkPublishRequest.files:type_name -> tabula.v1.BulkFile
-	16,  // 64: tabula.v1.BulkPublishResponse.map:type_name -> tabula.v1.PartitionMap
-	16,  // 65: tabula.v1.BulkStoredResponse.map:type_name -> tabula.v1.PartitionMap
-	16,  // 66: tabula.v1.BulkStatusResponse.map:type_name -> tabula.v1.PartitionMap
-	34,  // 67: tabula.v1.BulkStatusResponse.bulk:type_name -> tabula.v1.BulkInfo
-	16,  // 68: tabula.v1.BulkRollbackResponse.map:type_name -> tabula.v1.PartitionMap
-	7,   // 69: tabula.v1.BulkRolloutRequest.action:type_name -> tabula.v1.BulkRolloutAction
-	16,  // 70: tabula.v1.BulkRolloutResponse.map:type_name -> tabula.v1.PartitionMap
-	36,  // 71: tabula.v1.ListServersResponse.servers:type_name -> tabula.v1.ServerInfo
-	115, // 72: tabula.v1.CallRequest.get:type_name -> tabula.v1.GetRequest
-	119, // 73: tabula.v1.CallRequest.multi_get:type_name -> tabula.v1.MultiGetRequest
-	122, // 74: tabula.v1.CallRequest.put:type_name -> tabula.v1.PutRequest
-	124, // 75: tabula.v1.CallRequest.delete:type_name -> tabula.v1.DeleteRequest
-	126, // 76: tabula.v1.CallRequest.compare_and_swap:type_name -> tabula.v1.CompareAndSwapRequest
-	116, // 77: tabula.v1.CallResponse.get:type_name -> tabula.v1.GetResponse
-	120, // 78: tabula.v1.CallResponse.multi_get:type_name -> tabula.v1.MultiGetResponse
-	123, // 79: tabula.v1.CallResponse.put:type_name -> tabula.v1.PutResponse
-	125, // 80: tabula.v1.CallResponse.delete:type_name -> tabula.v1.DeleteResponse
-	127, // 81: tabula.v1.CallResponse.compare_and_swap:type_name -> tabula.v1.CompareAndSwapResponse
-	114, // 82: tabula.v1.GetRequest.header:type_name -> tabula.v1.RequestHeader
-	114, // 83: tabula.v1.BatchGetRequest.header:type_name -> tabula.v1.RequestHeader
-	116, // 84: tabula.v1.BatchGetResponse.results:type_name -> tabula.v1.GetResponse
-	115, // 85: tabula.v1.MultiGetRequest.gets:type_name -> tabula.v1.GetRequest
-	121, // 86: tabula.v1.MultiGetResponse.results:type_name -> tabula.v1.MultiGetResult
-	116, // 87: tabula.v1.MultiGetResult.response:type_name -> tabula.v1.GetResponse
-	114, // 88: tabula.v1.PutRequest.header:type_name -> tabula.v1.RequestHeader
-	114, // 89: tabula.v1.DeleteRequest.header:type_name -> tabula.v1.RequestHeader
-	114, // 90: tabula.v1.CompareAndSwapRequest.header:type_name -> tabula.v1.RequestHeader
-	8,   // 91: tabula.v1.Mutation.op:type_name -> tabula.v1.Mutation.Op
-	129, // 92: tabula.v1.Mutation.condition:type_name -> tabula.v1.Condition
-	9,   // 93: tabula.v1.Condition.kind:type_name -> tabula.v1.Condition.Kind
-	114, // 94: tabula.v1.BatchWriteRequest.header:type_name -> tabula.v1.RequestHeader
-	128, // 95: tabula.v1.BatchWriteRequest.mutations:type_name -> tabula.v1.Mutation
-	114, // 96: tabula.v1.ScanRequest.header:type_name -> tabula.v1.RequestHeader
-	133, // 97: tabula.v1.ScanResponse.records:type_name -> tabula.v1.KeyValue
-	114, // 98: tabula.v1.CopyReplicaRequest.header:type_name -> tabula.v1.RequestHeader
-	133, // 99: tabula.v1.CopyReplicaChunk.records:type_name -> tabula.v1.KeyValue
-	114, // 100: tabula.v1.BulkUploadRequest.header:type_name -> tabula.v1.RequestHeader
-	32,  // 101: tabula.v1.BulkUploadRequest.file:type_name -> tabula.v1.BulkFile
-	114, // 102: tabula.v1.BulkUploadStatusRequest.header:type_name -> tabula.v1.RequestHeader
-	13,  // 103: tabula.v1.PartitionLogFailedResponse.partition:type_name -> tabula.v1.Partition
-	144, // 104: tabula.v1.ForgetServerResponse.lost:type_name -> tabula.v1.LostPartition
-	144, // 105: tabula.v1.ListDataLossResponse.lost:type_name -> tabula.v1.LostPartition
-	16,  // 106: tabula.v1.ClearDataLossResponse.map:type_name -> tabula.v1.PartitionMap
-	84,  // 107: tabula.v1.Master.CreateTable:input_type -> tabula.v1.CreateTableRequest
-	86,  // 108: tabula.v1.Master.DropTable:input_type -> tabula.v1.DropTableRequest
-	88,  // 109: tabula.v1.Master.ListTables:input_type -> tabula.v1.ListTablesRequest
-	90,  // 110: tabula.v1.Master.DescribeTable:input_type -> tabula.v1.DescribeTableRequest
-	92,  // 111: tabula.v1.Master.GetPartitionMap:input_type -> tabula.v1.GetPartitionMapRequest
-	94,  // 112: tabula.v1.Master.WatchPartitionMap:input_type -> tabula.v1.WatchPartitionMapRequest
-	96,  // 113: tabula.v1.Master.RegisterServer:input_type -> tabula.v1.RegisterServerRequest
-	98,  // 114: tabula.v1.Master.Heartbeat:input_type -> tabula.v1.HeartbeatRequest
-	140, // 115: tabula.v1.Master.PartitionLogFailed:input_type -> tabula.v1.PartitionLogFailedRequest
-	110, // 116: tabula.v1.Master.ListServers:input_type -> tabula.v1.ListServersRequest
-	100, // 117: tabula.v1.Master.BulkPublish:input_type -> tabula.v1.BulkPublishRequest
-	102, // 118: tabula.v1.Master.BulkStored:input_type -> tabula.v1.BulkStoredRequest
-	104, // 119: tabula.v1.Master.BulkStatus:input_type -> tabula.v1.BulkStatusRequest
-	106, // 120: tabula.v1.Master.BulkRollback:input_type -> tabula.v1.BulkRollbackRequest
-	108, // 121: tabula.v1.Master.BulkRollout:input_type -> tabula.v1.BulkRolloutRequest
-	82,  // 122: tabula.v1.Master.Stream:input_type -> tabula.v1.StreamRequest
-	19,  // 123: tabula.v1.Master.CoprocDeploy:input_type -> tabula.v1.CoprocDeployRequest
-	21,  // 124: tabula.v1.Master.CoprocList:input_type -> tabula.v1.CoprocListRequest
-	23,  // 125: tabula.v1.Master.CoprocRollback:input_type -> tabula.v1.CoprocRollbackRequest
-	25,  // 126: tabula.v1.Master.CoprocFetch:input_type -> tabula.v1.CoprocFetchRequest
-	142, // 127: tabula.v1.Master.ForgetServer:input_type -> tabula.v1.ForgetServerRequest
-	145, // 128: tabula.v1.Master.ListDataLoss:input_type -> tabula.v1.ListDataLossRequest
-	147, // 129: tabula.v1.Master.ClearDataLoss:input_type -> tabula.v1.ClearDataLossRequest
-	74,  // 130: tabula.v1.Master.MasterMembers:input_type -> tabula.v1.MasterMembersRequest
-	76,  // 131: tabula.v1.Master.AddMaster:input_type -> tabula.v1.AddMasterRequest
-	78,  // 132: tabula.v1.Master.RemoveMaster:input_type -> tabula.v1.RemoveMasterRequest
-	80,  // 133: tabula.v1.Master.TransferLeader:input_type -> tabula.v1.TransferLeaderRequest
-	63,  // 134: tabula.v1.Master.MovePartition:input_type -> tabula.v1.MovePartitionRequest
-	67,  // 135: tabula.v1.Master.DrainServer:input_type -> tabula.v1.DrainServerRequest
-	69,  // 136: tabula.v1.Master.BalancePlan:input_type -> tabula.v1.BalancePlanRequest
-	51,  // 137: tabula.v1.Master.CreateTenant:input_type -> tabula.v1.CreateTenantRequest
-	53,  // 138: tabula.v1.Master.ListTenants:input_type -> tabula.v1.ListTenantsRequest
-	55,  // 139: tabula.v1.Master.DescribeTenant:input_type -> tabula.v1.DescribeTenantRequest
-	57,  // 140: tabula.v1.Master.DeleteTenant:input_type -> tabula.v1.DeleteTenantRequest
-	59,  // 141: tabula.v1.Master.RotateTenantKey:input_type -> tabula.v1.RotateTenantKeyRequest
-	61,  // 142: tabula.v1.Master.TenantKeys:input_type -> tabula.v1.TenantKeysRequest
-	47,  // 143: tabula.v1.Master.SetTenantQuota:input_type -> tabula.v1.SetTenantQuotaRequest
-	65,  // 144: tabula.v1.Master.SplitPartition:input_type -> tabula.v1.SplitPartitionRequest
-	115, // 145: tabula.v1.TableServer.Get:input_type -> tabula.v1.GetRequest
-	117, // 146: tabula.v1.TableServer.BatchGet:input_type -> tabula.v1.BatchGetRequest
-	119, // 147: tabula.v1.TableServer.MultiGet:input_type -> tabula.v1.MultiGetRequest
-	122, // 148: tabula.v1.TableServer.Put:input_type -> tabula.v1.PutRequest
-	124, // 149: tabula.v1.TableServer.Delete:input_type -> tabula.v1.DeleteRequest
-	126, // 150: tabula.v1.TableServer.CompareAndSwap:input_type -> tabula.v1.CompareAndSwapRequest
-	130, // 151: tabula.v1.TableServer.BatchWrite:input_type -> tabula.v1.BatchWriteRequest
-	132, // 152: tabula.v1.TableServer.Scan:input_type -> tabula.v1.ScanRequest
-	135, // 153: tabula.v1.TableServer.CopyReplica:input_type -> tabula.v1.CopyReplicaRequest
-	137, // 154: tabula.v1.TableServer.BulkUpload:input_type -> tabula.v1.BulkUploadRequest
-	138, // 155: tabula.v1.TableServer.BulkUploadStatus:input_type -> tabula.v1.BulkUploadStatusRequest
-	28,  // 156: tabula.v1.TableServer.Invoke:input_type -> tabula.v1.InvokeRequest
-	30,  // 157: tabula.v1.TableServer.CoprocMerge:input_type -> tabula.v1.CoprocMergeRequest
-	112, // 158: tabula.v1.TableServer.Calls:input_type -> tabula.v1.CallRequest
-	85,  // 159: tabula.v1.Master.CreateTable:output_type -> tabula.v1.CreateTableResponse
-	87,  // 160: tabula.v1.Master.DropTable:output_type -> tabula.v1.DropTableResponse
-	89,  // 161: tabula.v1.Master.ListTables:output_type -> tabula.v1.ListTablesResponse
-	91,  // 162: tabula.v1.Master.DescribeTable:output_type -> tabula.v1.DescribeTableResponse
-	93,  // 163: tabula.v1.Master.GetPartitionMap:output_type -> tabula.v1.GetPartitionMapResponse
-	95,  // 164: tabula.v1.Master.WatchPartitionMap:output_type -> tabula.v1.WatchPartitionMapResponse
-	97,  // 165: tabula.v1.Master.RegisterServer:output_type -> tabula.v1.RegisterServerResponse
-	99,  // 166: tabula.v1.Master.Heartbeat:output_type -> tabula.v1.HeartbeatResponse
-	141, // 167: tabula.v1.Master.PartitionLogFailed:output_type -> tabula.v1.PartitionLogFailedResponse
-	111, // 168: tabula.v1.Master.ListServers:output_type -> tabula.v1.ListServersResponse
-	101, // 169: tabula.v1.Master.BulkPublish:output_type -> tabula.v1.BulkPublishResponse
-	103, // 170: tabula.v1.Master.BulkStored:output_type -> tabula.v1.BulkStoredResponse
-	105, // 171: tabula.v1.Master.BulkStatus:output_type -> tabula.v1.BulkStatusResponse
-	107, // 172: tabula.v1.Master.BulkRollback:output_type -> tabula.v1.BulkRollbackResponse
-	109, // 173: tabula.v1.Master.BulkRollout:output_type -> tabula.v1.BulkRolloutResponse
-	83,  // 174: tabula.v1.Master.Stream:output_type -> tabula.v1.StreamResponse
-	20,  // 175: tabula.v1.Master.CoprocDeploy:output_type -> tabula.v1.CoprocDeployResponse
-	22,  // 176: tabula.v1.Master.CoprocList:output_type -> tabula.v1.CoprocListResponse
-	24,  // 177: tabula.v1.Master.CoprocRollback:output_type -> tabula.v1.CoprocRollbackResponse
-	26,  // 178: tabula.v1.Master.CoprocFetch:output_type -> tabula.v1.CoprocFetchResponse
-	143, // 179: tabula.v1.Master.ForgetServer:output_type -> tabula.v1.ForgetServerResponse
-	146, // 180: tabula.v1.Master.ListDataLoss:output_type -> tabula.v1.ListDataLossResponse
-	148, // 181: tabula.v1.Master.ClearDataLoss:output_type -> tabula.v1.ClearDataLossResponse
-	75,  // 182: tabula.v1.Master.MasterMembers:output_type -> tabula.v1.MasterMembersResponse
-	77,  // 183: tabula.v1.Master.AddMaster:output_type -> tabula.v1.AddMasterResponse
-	79,  // 184: tabula.v1.Master.RemoveMaster:output_type -> tabula.v1.RemoveMasterResponse
-	81,  // 185: tabula.v1.Master.TransferLeader:output_type -> tabula.v1.TransferLeaderResponse
-	64,  // 186: tabula.v1.Master.MovePartition:output_type -> tabula.v1.MovePartitionResponse
-	68,  // 187: tabula.v1.Master.DrainServer:output_type -> tabula.v1.DrainServerResponse
-	70,  // 188: tabula.v1.Master.BalancePlan:output_type -> tabula.v1.BalancePlanResponse
-	52,  // 189: tabula.v1.Master.CreateTenant:output_type -> tabula.v1.CreateTenantResponse
-	54,  // 190: tabula.v1.Master.ListTenants:output_type -> tabula.v1.ListTenantsResponse
-	56,  // 191: tabula.v1.Master.DescribeTenant:output_type -> tabula.v1.DescribeTenantResponse
-	58,  // 192: tabula.v1.Master.DeleteTenant:output_type -> tabula.v1.DeleteTenantResponse
-	60,  // 193: tabula.v1.Master.RotateTenantKey:output_type -> tabula.v1.RotateTenantKeyResponse
-	62,  // 194: tabula.v1.Master.TenantKeys:output_type -> tabula.v1.TenantKeysResponse
-	48,  // 195: tabula.v1.Master.SetTenantQuota:output_type -> tabula.v1.SetTenantQuotaResponse
-	66,  // 196: tabula.v1.Master.SplitPartition:output_type -> tabula.v1.SplitPartitionResponse
-	116, // 197: tabula.v1.TableServer.Get:output_type -> tabula.v1.GetResponse
-	118, // 198: tabula.v1.TableServer.BatchGet:output_type -> tabula.v1.BatchGetResponse
-	120, // 199: tabula.v1.TableServer.MultiGet:output_type -> tabula.v1.MultiGetResponse
-	123, // 200: tabula.v1.TableServer.Put:output_type -> tabula.v1.PutResponse
-	125, // 201: tabula.v1.TableServer.Delete:output_type -> tabula.v1.DeleteResponse
-	127, // 202: tabula.v1.TableServer.CompareAndSwap:output_type -> tabula.v1.CompareAndSwapResponse
-	131, // 203: tabula.v1.TableServer.BatchWrite:output_type -> tabula.v1.BatchWriteResponse
-	134, // 204: tabula.v1.TableServer.Scan:output_type -> tabula.v1.ScanResponse
-	136, // 205: tabula.v1.TableServer.CopyReplica:output_type -> tabula.v1.CopyReplicaChunk
-	139, // 206: tabula.v1.TableServer.BulkUpload:output_type -> tabula.v1.BulkUploadResponse
-	139, // 207: tabula.v1.TableServer.BulkUploadStatus:output_type -> tabula.v1.BulkUploadResponse
-	29,  // 208: tabula.v1.TableServer.Invoke:output_type -> tabula.v1.InvokeResponse
-	31,  // 209: tabula.v1.TableServer.CoprocMerge:output_type -> tabula.v1.CoprocMergeResponse
-	113, // 210: tabula.v1.TableServer.Calls:output_type -> tabula.v1.CallResponse
-	159, // [159:211] is the sub-list for method output_type
-	107, // [107:159] is the sub-list for method input_type
-	107, // [107:107] is the sub-list for extension type_name
-	107, // [107:107] is the sub-list for extension extendee
-	0,   // [0:107] is the sub-list for field type_name
+	41,  // 23: tabula.v1.ReplicaStatus.ack_set:type_name -> tabula.v1.AckSetMember
+	42,  // 24: tabula.v1.ReplicaStatus.sync:type_name -> tabula.v1.ReplicaSync
+	39,  // 25: tabula.v1.ReplicaStatus.load:type_name -> tabula.v1.ReplicaLoad
+	38,  // 26: tabula.v1.ReplicaStatus.load_split:type_name -> tabula.v1.SplitHint
+	38,  // 27: tabula.v1.ReplicaStatus.size_split:type_name -> tabula.v1.SplitHint
+	3,   // 28: tabula.v1.ReplicaSync.state:type_name -> tabula.v1.ReplicaState
+	4,   // 29: tabula.v1.ErrorDetail.code:type_name -> tabula.v1.ErrorCode
+	13,  // 30: tabula.v1.ErrorDetail.partition:type_name -> tabula.v1.Partition
+	46,  // 31: tabula.v1.TenantInfo.quota:type_name -> tabula.v1.TenantQuota
+	47,  // 32: tabula.v1.TenantInfo.usage:type_name -> tabula.v1.TenantUsage
+	46,  // 33: tabula.v1.SetTenantQuotaRequest.quota:type_name -> tabula.v1.TenantQuota
+	45,  // 34: tabula.v1.SetTenantQuotaResponse.tenant:type_name -> tabula.v1.TenantInfo
+	46,  // 35: tabula.v1.CreateTenantRequest.quota:type_name -> tabula.v1.TenantQuota
+	45,  // 36: tabula.v1.CreateTenantResponse.tenant:type_name -> tabula.v1.TenantInfo
+	45,  // 37: tabula.v1.ListTenantsResponse.tenants:type_name -> tabula.v1.TenantInfo
+	45,  // 38: tabula.v1.DescribeTenantResponse.tenant:type_name -> tabula.v1.TenantInfo
+	11,  // 39: tabula.v1.DescribeTenantResponse.tables:type_name -> tabula.v1.Table
+	45,  // 40: tabula.v1.RotateTenantKeyResponse.tenant:type_name -> tabula.v1.TenantInfo
+	45,  // 41: tabula.v1.TenantKeysResponse.tenants:type_name -> tabula.v1.TenantInfo
+	13,  // 42: tabula.v1.SplitPartitionResponse.left:type_name -> tabula.v1.Partition
+	13,  // 43: tabula.v1.SplitPartitionResponse.right:type_name -> tabula.v1.Partition
+	72,  // 44: tabula.v1.BalancePlanResponse.actions:type_name -> tabula.v1.BalanceAction
+	73,  // 45: tabula.v1.BalancePlanResponse.before:type_name -> tabula.v1.BalanceServer
+	73,  // 46: tabula.v1.BalancePlanResponse.after:type_name -> tabula.v1.BalanceServer
+	5,   // 47: tabula.v1.BalanceAction.kind:type_name -> tabula.v1.BalanceActionKind
+	74,  // 48: tabula.v1.MasterMembersResponse.members:type_name -> tabula.v1.MasterMember
+	6,   // 49: tabula.v1.StreamRequest.op:type_name -> tabula.v1.StreamOp
+	0,   // 50: tabula.v1.CreateTableRequest.kind:type_name -> tabula.v1.TableKind
+	10,  // 51: tabula.v1.CreateTableRequest.options:type_name -> tabula.v1.TableOptions
+	16,  // 52: tabula.v1.CreateTableResponse.map:type_name -> tabula.v1.PartitionMap
+	11,  // 53: tabula.v1.ListTablesResponse.tables:type_name -> tabula.v1.Table
+	16,  // 54: tabula.v1.DescribeTableResponse.map:type_name -> tabula.v1.PartitionMap
+	37,  // 55: tabula.v1.DescribeTableResponse.replicas:type_name -> tabula.v1.ReplicaStatus
+	16,  // 56: tabula.v1.GetPartitionMapResponse.map:type_name -> tabula.v1.PartitionMap
+	16,  // 57: tabula.v1.WatchPartitionMapResponse.maps:type_name -> tabula.v1.PartitionMap
+	11,  // 58: tabula.v1.WatchPartitionMapResponse.removed:type_name -> tabula.v1.Table
+	16,  // 59: tabula.v1.WatchPartitionMapResponse.patches:type_name -> tabula.v1.PartitionMap
+	37,  // 60: tabula.v1.HeartbeatRequest.replicas:type_name -> tabula.v1.ReplicaStatus
+	27,  // 61: tabula.v1.HeartbeatRequest.coproc_ready:type_name -> tabula.v1.CoprocReady
+	50,  // 62: tabula.v1.HeartbeatRequest.tenant_load:type_name -> tabula.v1.TenantLoad
+	40,  // 63: tabula.v1.HeartbeatRequest.capacity:type_name -> tabula.v1.ServerCapacity
+	51,  // 64: tabula.v1.HeartbeatResponse.tenant_shares:type_name -> tabula.v1.TenantShare
+	32,  // 65: tabula.v1.BulkPublishRequest.files:type_name -> tabula.v1.BulkFile
+	16,  // 66: tabula.v1.BulkPublishResponse.map:type_name -> tabula.v1.PartitionMap
+	16,  // 67: tabula.v1.BulkStoredResponse.map:type_name -> tabula.v1.PartitionMap
+	16,  // 68: tabula.v1.BulkStatusResponse.map:type_name -> tabula.v1.PartitionMap
+	34,  // 69: tabula.v1.BulkStatusResponse.bulk:type_name -> tabula.v1.BulkInfo
+	16,  // 70: tabula.v1.BulkRollbackResponse.map:type_name -> tabula.v1.PartitionMap
+	7,   // 71: tabula.v1.BulkRolloutRequest.action:type_name -> tabula.v1.BulkRolloutAction
+	16,  // 72: tabula.v1.BulkRolloutResponse.map:type_name -> tabula.v1.PartitionMap
+	36,  // 73: tabula.v1.ListServersResponse.servers:type_name -> tabula.v1.ServerInfo
+	116, // 74: tabula.v1.CallRequest.get:type_name -> tabula.v1.GetRequest
+	120, // 75: tabula.v1.CallRequest.multi_get:type_name -> tabula.v1.MultiGetRequest
+	123, // 76: tabula.v1.CallRequest.put:type_name -> tabula.v1.PutRequest
+	125, // 77: tabula.v1.CallRequest.delete:type_name -> tabula.v1.DeleteRequest
+	127, // 78: tabula.v1.CallRequest.compare_and_swap:type_name -> tabula.v1.CompareAndSwapRequest
+	117, // 79: tabula.v1.CallResponse.get:type_name -> tabula.v1.GetResponse
+	121, // 80: tabula.v1.CallResponse.multi_get:type_name -> tabula.v1.MultiGetResponse
+	124, // 81: tabula.v1.CallResponse.put:type_name -> tabula.v1.PutResponse
+	126, // 82: tabula.v1.CallResponse.delete:type_name -> tabula.v1.DeleteResponse
+	128, // 83: tabula.v1.CallResponse.compare_and_swap:type_name -> tabula.v1.CompareAndSwapResponse
+	115, // 84: tabula.v1.GetRequest.header:type_name -> tabula.v1.RequestHeader
+	115, // 85: tabula.v1.BatchGetRequest.header:type_name -> tabula.v1.RequestHeader
+	117, // 86: tabula.v1.BatchGetResponse.results:type_name -> tabula.v1.GetResponse
+	116, // 87: tabula.v1.MultiGetRequest.gets:type_name -> tabula.v1.GetRequest
+	122, // 88: tabula.v1.MultiGetResponse.results:type_name -> tabula.v1.MultiGetResult
+	117, // 89: tabula.v1.MultiGetResult.response:type_name -> tabula.v1.GetResponse
+	115, // 90: tabula.v1.PutRequest.header:type_name -> tabula.v1.RequestHeader
+	115, // 91: tabula.v1.DeleteRequest.header:type_name -> tabula.v1.RequestHeader
+	115, // 92: tabula.v1.CompareAndSwapRequest.header:type_name -> tabula.v1.RequestHeader
+	8,   // 93: tabula.v1.Mutation.op:type_name -> tabula.v1.Mutation.Op
+	130, // 94: tabula.v1.Mutation.condition:type_name -> tabula.v1.Condition
+	9,   // 95: tabula.v1.Condition.kind:type_name -> tabula.v1.Condition.Kind
+	115, // 96: tabula.v1.BatchWriteRequest.header:type_name -> tabula.v1.RequestHeader
+	129, // 97: tabula.v1.BatchWriteRequest.mutations:type_name -> tabula.v1.Mutation
+	115, // 98: tabula.v1.ScanRequest.header:type_name -> tabula.v1.RequestHeader
+	134, // 99: tabula.v1.ScanResponse.records:type_name -> tabula.v1.KeyValue
+	115, // 100: tabula.v1.CopyReplicaRequest.header:type_name -> tabula.v1.RequestHeader
+	134, // 101: tabula.v1.CopyReplicaChunk.records:type_name -> tabula.v1.KeyValue
+	115, // 102: tabula.v1.BulkUploadRequest.header:type_name -> tabula.v1.RequestHeader
+	32,  // 103: tabula.v1.BulkUploadRequest.file:type_name -> tabula.v1.BulkFile
+	115, // 104: tabula.v1.BulkUploadStatusRequest.header:type_name -> tabula.v1.RequestHeader
+	13,  // 105: tabula.v1.PartitionLogFailedResponse.partition:type_name -> tabula.v1.Partition
+	145, // 106: tabula.v1.ForgetServerResponse.lost:type_name -> tabula.v1.LostPartition
+	145, // 107: tabula.v1.ListDataLossResponse.lost:type_name -> tabula.v1.LostPartition
+	16,  // 108: tabula.v1.ClearDataLossResponse.map:type_name -> tabula.v1.PartitionMap
+	85,  // 109: tabula.v1.Master.CreateTable:input_type -> tabula.v1.CreateTableRequest
+	87,  // 110: tabula.v1.Master.DropTable:input_type -> tabula.v1.DropTableRequest
+	89,  // 111: tabula.v1.Master.ListTables:input_type -> tabula.v1.ListTablesRequest
+	91,  // 112: tabula.v1.Master.DescribeTable:input_type -> tabula.v1.DescribeTableRequest
+	93,  // 113: tabula.v1.Master.GetPartitionMap:input_type -> tabula.v1.GetPartitionMapRequest
+	95,  // 114: tabula.v1.Master.WatchPartitionMap:input_type -> tabula.v1.WatchPartitionMapRequest
+	97,  // 115: tabula.v1.Master.RegisterServer:input_type -> tabula.v1.RegisterServerRequest
+	99,  // 116: tabula.v1.Master.Heartbeat:input_type -> tabula.v1.HeartbeatRequest
+	141, // 117: tabula.v1.Master.PartitionLogFailed:input_type -> tabula.v1.PartitionLogFailedRequest
+	111, // 118: tabula.v1.Master.ListServers:input_type -> tabula.v1.ListServersRequest
+	101, // 119: tabula.v1.Master.BulkPublish:input_type -> tabula.v1.BulkPublishRequest
+	103, // 120: tabula.v1.Master.BulkStored:input_type -> tabula.v1.BulkStoredRequest
+	105, // 121: tabula.v1.Master.BulkStatus:input_type -> tabula.v1.BulkStatusRequest
+	107, // 122: tabula.v1.Master.BulkRollback:input_type -> tabula.v1.BulkRollbackRequest
+	109, // 123: tabula.v1.Master.BulkRollout:input_type -> tabula.v1.BulkRolloutRequest
+	83,  // 124: tabula.v1.Master.Stream:input_type -> tabula.v1.StreamRequest
+	19,  // 125: tabula.v1.Master.CoprocDeploy:input_type -> tabula.v1.CoprocDeployRequest
+	21,  // 126: tabula.v1.Master.CoprocList:input_type -> tabula.v1.CoprocListRequest
+	23,  // 127: tabula.v1.Master.CoprocRollback:input_type -> tabula.v1.CoprocRollbackRequest
+	25,  // 128: tabula.v1.Master.CoprocFetch:input_type -> tabula.v1.CoprocFetchRequest
+	143, // 129: tabula.v1.Master.ForgetServer:input_type -> tabula.v1.ForgetServerRequest
+	146, // 130: tabula.v1.Master.ListDataLoss:input_type -> tabula.v1.ListDataLossRequest
+	148, // 131: tabula.v1.Master.ClearDataLoss:input_type -> tabula.v1.ClearDataLossRequest
+	75,  // 132: tabula.v1.Master.MasterMembers:input_type -> tabula.v1.MasterMembersRequest
+	77,  // 133: tabula.v1.Master.AddMaster:input_type -> tabula.v1.AddMasterRequest
+	79,  // 134: tabula.v1.Master.RemoveMaster:input_type -> tabula.v1.RemoveMasterRequest
+	81,  // 135: tabula.v1.Master.TransferLeader:input_type -> tabula.v1.TransferLeaderRequest
+	64,  // 136: tabula.v1.Master.MovePartition:input_type -> tabula.v1.MovePartitionRequest
+	68,  // 137: tabula.v1.Master.DrainServer:input_type -> tabula.v1.DrainServerRequest
+	70,  // 138: tabula.v1.Master.BalancePlan:input_type -> tabula.v1.BalancePlanRequest
+	52,  // 139: tabula.v1.Master.CreateTenant:input_type -> tabula.v1.CreateTenantRequest
+	54,  // 140: tabula.v1.Master.ListTenants:input_type -> tabula.v1.ListTenantsRequest
+	56,  // 141: tabula.v1.Master.DescribeTenant:input_type -> tabula.v1.DescribeTenantRequest
+	58,  // 142: tabula.v1.Master.DeleteTenant:input_type -> tabula.v1.DeleteTenantRequest
+	60,  // 143: tabula.v1.Master.RotateTenantKey:input_type -> tabula.v1.RotateTenantKeyRequest
+	62,  // 144: tabula.v1.Master.TenantKeys:input_type -> tabula.v1.TenantKeysRequest
+	48,  // 145: tabula.v1.Master.SetTenantQuota:input_type -> tabula.v1.SetTenantQuotaRequest
+	66,  // 146: tabula.v1.Master.SplitPartition:input_type -> tabula.v1.SplitPartitionRequest
+	116, // 147: tabula.v1.TableServer.Get:input_type -> tabula.v1.GetRequest
+	118, // 148: tabula.v1.TableServer.BatchGet:input_type -> tabula.v1.BatchGetRequest
+	120, // 149: tabula.v1.TableServer.MultiGet:input_type -> tabula.v1.MultiGetRequest
+	123, // 150: tabula.v1.TableServer.Put:input_type -> tabula.v1.PutRequest
+	125, // 151: tabula.v1.TableServer.Delete:input_type -> tabula.v1.DeleteRequest
+	127, // 152: tabula.v1.TableServer.CompareAndSwap:input_type -> tabula.v1.CompareAndSwapRequest
+	131, // 153: tabula.v1.TableServer.BatchWrite:input_type -> tabula.v1.BatchWriteRequest
+	133, // 154: tabula.v1.TableServer.Scan:input_type -> tabula.v1.ScanRequest
+	136, // 155: tabula.v1.TableServer.CopyReplica:input_type -> tabula.v1.CopyReplicaRequest
+	138, // 156: tabula.v1.TableServer.BulkUpload:input_type -> tabula.v1.BulkUploadRequest
+	139, // 157: tabula.v1.TableServer.BulkUploadStatus:input_type -> tabula.v1.BulkUploadStatusRequest
+	28,  // 158: tabula.v1.TableServer.Invoke:input_type -> tabula.v1.InvokeRequest
+	30,  // 159: tabula.v1.TableServer.CoprocMerge:input_type -> tabula.v1.CoprocMergeRequest
+	113, // 160: tabula.v1.TableServer.Calls:input_type -> tabula.v1.CallRequest
+	86,  // 161: tabula.v1.Master.CreateTable:output_type -> tabula.v1.CreateTableResponse
+	88,  // 162: tabula.v1.Master.DropTable:output_type -> tabula.v1.DropTableResponse
+	90,  // 163: tabula.v1.Master.ListTables:output_type -> tabula.v1.ListTablesResponse
+	92,  // 164: tabula.v1.Master.DescribeTable:output_type -> tabula.v1.DescribeTableResponse
+	94,  // 165: tabula.v1.Master.GetPartitionMap:output_type -> tabula.v1.GetPartitionMapResponse
+	96,  // 166: tabula.v1.Master.WatchPartitionMap:output_type -> tabula.v1.WatchPartitionMapResponse
+	98,  // 167: tabula.v1.Master.RegisterServer:output_type -> tabula.v1.RegisterServerResponse
+	100, // 168: tabula.v1.Master.Heartbeat:output_type -> tabula.v1.HeartbeatResponse
+	142, // 169: tabula.v1.Master.PartitionLogFailed:output_type -> tabula.v1.PartitionLogFailedResponse
+	112, // 170: tabula.v1.Master.ListServers:output_type -> tabula.v1.ListServersResponse
+	102, // 171: tabula.v1.Master.BulkPublish:output_type -> tabula.v1.BulkPublishResponse
+	104, // 172: tabula.v1.Master.BulkStored:output_type -> tabula.v1.BulkStoredResponse
+	106, // 173: tabula.v1.Master.BulkStatus:output_type -> tabula.v1.BulkStatusResponse
+	108, // 174: tabula.v1.Master.BulkRollback:output_type -> tabula.v1.BulkRollbackResponse
+	110, // 175: tabula.v1.Master.BulkRollout:output_type -> tabula.v1.BulkRolloutResponse
+	84,  // 176: tabula.v1.Master.Stream:output_type -> tabula.v1.StreamResponse
+	20,  // 177: tabula.v1.Master.CoprocDeploy:output_type -> tabula.v1.CoprocDeployResponse
+	22,  // 178: tabula.v1.Master.CoprocList:output_type -> tabula.v1.CoprocListResponse
+	24,  // 179: tabula.v1.Master.CoprocRollback:output_type -> tabula.v1.CoprocRollbackResponse
+	26,  // 180: tabula.v1.Master.CoprocFetch:output_type -> tabula.v1.CoprocFetchResponse
+	144, // 181: tabula.v1.Master.ForgetServer:output_type -> tabula.v1.ForgetServerResponse
+	147, // 182: tabula.v1.Master.ListDataLoss:output_type -> tabula.v1.ListDataLossResponse
+	149, // 183: tabula.v1.Master.ClearDataLoss:output_type -> tabula.v1.ClearDataLossResponse
+	76,  // 184: tabula.v1.Master.MasterMembers:output_type -> tabula.v1.MasterMembersResponse
+	78,  // 185: tabula.v1.Master.AddMaster:output_type -> tabula.v1.AddMasterResponse
+	80,  // 186: tabula.v1.Master.RemoveMaster:output_type -> tabula.v1.RemoveMasterResponse
+	82,  // 187: tabula.v1.Master.TransferLeader:output_type -> tabula.v1.TransferLeaderResponse
+	65,  // 188: tabula.v1.Master.MovePartition:output_type -> tabula.v1.MovePartitionResponse
+	69,  // 189: tabula.v1.Master.DrainServer:output_type -> tabula.v1.DrainServerResponse
+	71,  // 190: tabula.v1.Master.BalancePlan:output_type -> tabula.v1.BalancePlanResponse
+	53,  // 191: tabula.v1.Master.CreateTenant:output_type -> tabula.v1.CreateTenantResponse
+	55,  // 192: tabula.v1.Master.ListTenants:output_type -> tabula.v1.ListTenantsResponse
+	57,  // 193: tabula.v1.Master.DescribeTenant:output_type -> tabula.v1.DescribeTenantResponse
+	59,  // 194: tabula.v1.Master.DeleteTenant:output_type -> tabula.v1.DeleteTenantResponse
+	61,  // 195: tabula.v1.Master.RotateTenantKey:output_type -> tabula.v1.RotateTenantKeyResponse
+	63,  // 196: tabula.v1.Master.TenantKeys:output_type -> tabula.v1.TenantKeysResponse
+	49,  // 197: tabula.v1.Master.SetTenantQuota:output_type -> tabula.v1.SetTenantQuotaResponse
+	67,  // 198: tabula.v1.Master.SplitPartition:output_type -> tabula.v1.SplitPartitionResponse
+	117, // 199: tabula.v1.TableServer.Get:output_type -> tabula.v1.GetResponse
+	119, // 200: tabula.v1.TableServer.BatchGet:output_type -> tabula.v1.BatchGetResponse
+	121, // 201: tabula.v1.TableServer.MultiGet:output_type -> tabula.v1.MultiGetResponse
+	124, // 202: tabula.v1.TableServer.Put:output_type -> tabula.v1.PutResponse
+	126, // 203: tabula.v1.TableServer.Delete:output_type -> tabula.v1.DeleteResponse
+	128, // 204: tabula.v1.TableServer.CompareAndSwap:output_type -> tabula.v1.CompareAndSwapResponse
+	132, // 205: tabula.v1.TableServer.BatchWrite:output_type -> tabula.v1.BatchWriteResponse
+	135, // 206: tabula.v1.TableServer.Scan:output_type -> tabula.v1.ScanResponse
+	137, // 207: tabula.v1.TableServer.CopyReplica:output_type -> tabula.v1.CopyReplicaChunk
+	140, // 208: tabula.v1.TableServer.BulkUpload:output_type -> tabula.v1.BulkUploadResponse
+	140, // 209: tabula.v1.TableServer.BulkUploadStatus:output_type -> tabula.v1.BulkUploadResponse
+	29,  // 210: tabula.v1.TableServer.Invoke:output_type -> tabula.v1.InvokeResponse
+	31,  // 211: tabula.v1.TableServer.CoprocMerge:output_type -> tabula.v1.CoprocMergeResponse
+	114, // 212: tabula.v1.TableServer.Calls:output_type -> tabula.v1.CallResponse
+	161, // [161:213] is the sub-list for method output_type
+	109, // [109:161] is the sub-list for method input_type
+	109, // [109:109] is the sub-list for extension type_name
+	109, // [109:109] is the sub-list for extension extendee
+	0,   // [0:109] is the sub-list for field type_name
 }
 
 func init() { file_tabula_proto_init() }
@@ -11784,14 +11893,14 @@ func file_tabula_proto_init() {
 	if File_tabula_proto != nil {
 		return
 	}
-	file_tabula_proto_msgTypes[102].OneofWrappers = []any{
+	file_tabula_proto_msgTypes[103].OneofWrappers = []any{
 		(*CallRequest_Get)(nil),
 		(*CallRequest_MultiGet)(nil),
 		(*CallRequest_Put)(nil),
 		(*CallRequest_Delete)(nil),
 		(*CallRequest_CompareAndSwap)(nil),
 	}
-	file_tabula_proto_msgTypes[103].OneofWrappers = []any{
+	file_tabula_proto_msgTypes[104].OneofWrappers = []any{
 		(*CallResponse_Get)(nil),
 		(*CallResponse_MultiGet)(nil),
 		(*CallResponse_Put)(nil),
@@ -11804,7 +11913,7 @@ func file_tabula_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tabula_proto_rawDesc), len(file_tabula_proto_rawDesc)),
 			NumEnums:      10,
-			NumMessages:   139,
+			NumMessages:   140,
 			NumExtensions: 0,
 			NumServices:   2,
 		},
