@@ -617,7 +617,7 @@ func (x Mutation_Op) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Mutation_Op.Descriptor instead.
 func (Mutation_Op) EnumDescriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{119, 0}
+	return file_tabula_proto_rawDescGZIP(), []int{121, 0}
 }
 
 type Condition_Kind int32
@@ -675,7 +675,7 @@ func (x Condition_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Condition_Kind.Descriptor instead.
 func (Condition_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{120, 0}
+	return file_tabula_proto_rawDescGZIP(), []int{122, 0}
 }
 
 // TableOptions are fixed at CreateTable. Zero values take the defaults the
@@ -712,9 +712,17 @@ type TableOptions struct {
 	// Ordered tables: the keys where one partition ends and the next
 	// begins, strictly increasing (none: one partition holding every key).
 	// Partition i holds [split_points[i-1], split_points[i]).
-	SplitPoints   [][]byte `protobuf:"bytes,9,rep,name=split_points,json=splitPoints,proto3" json:"split_points,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	SplitPoints [][]byte `protobuf:"bytes,9,rep,name=split_points,json=splitPoints,proto3" json:"split_points,omitempty"`
+	// Automatic splits (tablemaster/autosplit.go); 0: the cluster's
+	// setting (tabula master --split-size, --split-qps; 256 partitions at
+	// most). min_partitions is kept for merges: they never take the table
+	// below it. Bulk tables take none of these (they do not split).
+	MinPartitions  uint32 `protobuf:"varint,220,opt,name=min_partitions,json=minPartitions,proto3" json:"min_partitions,omitempty"`
+	MaxPartitions  uint32 `protobuf:"varint,221,opt,name=max_partitions,json=maxPartitions,proto3" json:"max_partitions,omitempty"`
+	SplitSizeBytes uint64 `protobuf:"varint,222,opt,name=split_size_bytes,json=splitSizeBytes,proto3" json:"split_size_bytes,omitempty"`
+	SplitQps       uint64 `protobuf:"varint,223,opt,name=split_qps,json=splitQps,proto3" json:"split_qps,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *TableOptions) Reset() {
@@ -808,6 +816,34 @@ func (x *TableOptions) GetSplitPoints() [][]byte {
 		return x.SplitPoints
 	}
 	return nil
+}
+
+func (x *TableOptions) GetMinPartitions() uint32 {
+	if x != nil {
+		return x.MinPartitions
+	}
+	return 0
+}
+
+func (x *TableOptions) GetMaxPartitions() uint32 {
+	if x != nil {
+		return x.MaxPartitions
+	}
+	return 0
+}
+
+func (x *TableOptions) GetSplitSizeBytes() uint64 {
+	if x != nil {
+		return x.SplitSizeBytes
+	}
+	return 0
+}
+
+func (x *TableOptions) GetSplitQps() uint64 {
+	if x != nil {
+		return x.SplitQps
+	}
+	return 0
 }
 
 type Table struct {
@@ -1027,8 +1063,13 @@ type Partition struct {
 	// the parent's log. A replica of the parent on the same server holds the
 	// child's data (its engine split at that LSN); the child's own log
 	// continues the LSNs after it. 0: not a split's child.
-	SplitFrom     uint64 `protobuf:"varint,13,opt,name=split_from,json=splitFrom,proto3" json:"split_from,omitempty"`
-	SplitLsn      uint64 `protobuf:"varint,14,opt,name=split_lsn,json=splitLsn,proto3" json:"split_lsn,omitempty"`
+	SplitFrom uint64 `protobuf:"varint,13,opt,name=split_from,json=splitFrom,proto3" json:"split_from,omitempty"`
+	SplitLsn  uint64 `protobuf:"varint,14,opt,name=split_lsn,json=splitLsn,proto3" json:"split_lsn,omitempty"`
+	// A split's child: why the split was made ("load", "size"; empty: by
+	// an operator) and when it finished. A partition split by load is not
+	// merged back while warm, nor split by load again within the cooldown.
+	SplitReason   string `protobuf:"bytes,220,opt,name=split_reason,json=splitReason,proto3" json:"split_reason,omitempty"`
+	SplitUnixMs   int64  `protobuf:"varint,221,opt,name=split_unix_ms,json=splitUnixMs,proto3" json:"split_unix_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1157,6 +1198,20 @@ func (x *Partition) GetSplitFrom() uint64 {
 func (x *Partition) GetSplitLsn() uint64 {
 	if x != nil {
 		return x.SplitLsn
+	}
+	return 0
+}
+
+func (x *Partition) GetSplitReason() string {
+	if x != nil {
+		return x.SplitReason
+	}
+	return ""
+}
+
+func (x *Partition) GetSplitUnixMs() int64 {
+	if x != nil {
+		return x.SplitUnixMs
 	}
 	return 0
 }
@@ -5285,6 +5340,143 @@ func (x *SplitPartitionResponse) GetDone() bool {
 	return false
 }
 
+type AlterTableRequest struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Tenant string                 `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	Table  string                 `protobuf:"bytes,2,opt,name=table,proto3" json:"table,omitempty"`
+	// Set: the new value (0: the cluster's setting); unset: unchanged.
+	MinPartitions  *uint32 `protobuf:"varint,3,opt,name=min_partitions,json=minPartitions,proto3,oneof" json:"min_partitions,omitempty"`
+	MaxPartitions  *uint32 `protobuf:"varint,4,opt,name=max_partitions,json=maxPartitions,proto3,oneof" json:"max_partitions,omitempty"`
+	SplitSizeBytes *uint64 `protobuf:"varint,5,opt,name=split_size_bytes,json=splitSizeBytes,proto3,oneof" json:"split_size_bytes,omitempty"`
+	SplitQps       *uint64 `protobuf:"varint,6,opt,name=split_qps,json=splitQps,proto3,oneof" json:"split_qps,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *AlterTableRequest) Reset() {
+	*x = AlterTableRequest{}
+	mi := &file_tabula_proto_msgTypes[58]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AlterTableRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AlterTableRequest) ProtoMessage() {}
+
+func (x *AlterTableRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tabula_proto_msgTypes[58]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AlterTableRequest.ProtoReflect.Descriptor instead.
+func (*AlterTableRequest) Descriptor() ([]byte, []int) {
+	return file_tabula_proto_rawDescGZIP(), []int{58}
+}
+
+func (x *AlterTableRequest) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *AlterTableRequest) GetTable() string {
+	if x != nil {
+		return x.Table
+	}
+	return ""
+}
+
+func (x *AlterTableRequest) GetMinPartitions() uint32 {
+	if x != nil && x.MinPartitions != nil {
+		return *x.MinPartitions
+	}
+	return 0
+}
+
+func (x *AlterTableRequest) GetMaxPartitions() uint32 {
+	if x != nil && x.MaxPartitions != nil {
+		return *x.MaxPartitions
+	}
+	return 0
+}
+
+func (x *AlterTableRequest) GetSplitSizeBytes() uint64 {
+	if x != nil && x.SplitSizeBytes != nil {
+		return *x.SplitSizeBytes
+	}
+	return 0
+}
+
+func (x *AlterTableRequest) GetSplitQps() uint64 {
+	if x != nil && x.SplitQps != nil {
+		return *x.SplitQps
+	}
+	return 0
+}
+
+type AlterTableResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Table         *Table                 `protobuf:"bytes,1,opt,name=table,proto3" json:"table,omitempty"`
+	MapVersion    uint64                 `protobuf:"varint,2,opt,name=map_version,json=mapVersion,proto3" json:"map_version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AlterTableResponse) Reset() {
+	*x = AlterTableResponse{}
+	mi := &file_tabula_proto_msgTypes[59]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AlterTableResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AlterTableResponse) ProtoMessage() {}
+
+func (x *AlterTableResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tabula_proto_msgTypes[59]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AlterTableResponse.ProtoReflect.Descriptor instead.
+func (*AlterTableResponse) Descriptor() ([]byte, []int) {
+	return file_tabula_proto_rawDescGZIP(), []int{59}
+}
+
+func (x *AlterTableResponse) GetTable() *Table {
+	if x != nil {
+		return x.Table
+	}
+	return nil
+}
+
+func (x *AlterTableResponse) GetMapVersion() uint64 {
+	if x != nil {
+		return x.MapVersion
+	}
+	return 0
+}
+
 type DrainServerRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	ServerId      string                 `protobuf:"bytes,1,opt,name=server_id,json=serverId,proto3" json:"server_id,omitempty"`
@@ -5294,7 +5486,7 @@ type DrainServerRequest struct {
 
 func (x *DrainServerRequest) Reset() {
 	*x = DrainServerRequest{}
-	mi := &file_tabula_proto_msgTypes[58]
+	mi := &file_tabula_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5306,7 +5498,7 @@ func (x *DrainServerRequest) String() string {
 func (*DrainServerRequest) ProtoMessage() {}
 
 func (x *DrainServerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[58]
+	mi := &file_tabula_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5319,7 +5511,7 @@ func (x *DrainServerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainServerRequest.ProtoReflect.Descriptor instead.
 func (*DrainServerRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{58}
+	return file_tabula_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *DrainServerRequest) GetServerId() string {
@@ -5340,7 +5532,7 @@ type DrainServerResponse struct {
 
 func (x *DrainServerResponse) Reset() {
 	*x = DrainServerResponse{}
-	mi := &file_tabula_proto_msgTypes[59]
+	mi := &file_tabula_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5352,7 +5544,7 @@ func (x *DrainServerResponse) String() string {
 func (*DrainServerResponse) ProtoMessage() {}
 
 func (x *DrainServerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[59]
+	mi := &file_tabula_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5365,7 +5557,7 @@ func (x *DrainServerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainServerResponse.ProtoReflect.Descriptor instead.
 func (*DrainServerResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{59}
+	return file_tabula_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *DrainServerResponse) GetReplicas() uint32 {
@@ -5394,7 +5586,7 @@ type BalancePlanRequest struct {
 
 func (x *BalancePlanRequest) Reset() {
 	*x = BalancePlanRequest{}
-	mi := &file_tabula_proto_msgTypes[60]
+	mi := &file_tabula_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5406,7 +5598,7 @@ func (x *BalancePlanRequest) String() string {
 func (*BalancePlanRequest) ProtoMessage() {}
 
 func (x *BalancePlanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[60]
+	mi := &file_tabula_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5419,7 +5611,7 @@ func (x *BalancePlanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BalancePlanRequest.ProtoReflect.Descriptor instead.
 func (*BalancePlanRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{60}
+	return file_tabula_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *BalancePlanRequest) GetApply() bool {
@@ -5449,7 +5641,7 @@ type BalancePlanResponse struct {
 
 func (x *BalancePlanResponse) Reset() {
 	*x = BalancePlanResponse{}
-	mi := &file_tabula_proto_msgTypes[61]
+	mi := &file_tabula_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5461,7 +5653,7 @@ func (x *BalancePlanResponse) String() string {
 func (*BalancePlanResponse) ProtoMessage() {}
 
 func (x *BalancePlanResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[61]
+	mi := &file_tabula_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5474,7 +5666,7 @@ func (x *BalancePlanResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BalancePlanResponse.ProtoReflect.Descriptor instead.
 func (*BalancePlanResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{61}
+	return file_tabula_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *BalancePlanResponse) GetActions() []*BalanceAction {
@@ -5540,7 +5732,7 @@ type BalanceAction struct {
 
 func (x *BalanceAction) Reset() {
 	*x = BalanceAction{}
-	mi := &file_tabula_proto_msgTypes[62]
+	mi := &file_tabula_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5552,7 +5744,7 @@ func (x *BalanceAction) String() string {
 func (*BalanceAction) ProtoMessage() {}
 
 func (x *BalanceAction) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[62]
+	mi := &file_tabula_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5565,7 +5757,7 @@ func (x *BalanceAction) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BalanceAction.ProtoReflect.Descriptor instead.
 func (*BalanceAction) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{62}
+	return file_tabula_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *BalanceAction) GetKind() BalanceActionKind {
@@ -5663,7 +5855,7 @@ type BalanceServer struct {
 
 func (x *BalanceServer) Reset() {
 	*x = BalanceServer{}
-	mi := &file_tabula_proto_msgTypes[63]
+	mi := &file_tabula_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5675,7 +5867,7 @@ func (x *BalanceServer) String() string {
 func (*BalanceServer) ProtoMessage() {}
 
 func (x *BalanceServer) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[63]
+	mi := &file_tabula_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5688,7 +5880,7 @@ func (x *BalanceServer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BalanceServer.ProtoReflect.Descriptor instead.
 func (*BalanceServer) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{63}
+	return file_tabula_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *BalanceServer) GetId() string {
@@ -5798,7 +5990,7 @@ type MasterMember struct {
 
 func (x *MasterMember) Reset() {
 	*x = MasterMember{}
-	mi := &file_tabula_proto_msgTypes[64]
+	mi := &file_tabula_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5810,7 +6002,7 @@ func (x *MasterMember) String() string {
 func (*MasterMember) ProtoMessage() {}
 
 func (x *MasterMember) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[64]
+	mi := &file_tabula_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5823,7 +6015,7 @@ func (x *MasterMember) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MasterMember.ProtoReflect.Descriptor instead.
 func (*MasterMember) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{64}
+	return file_tabula_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *MasterMember) GetId() uint64 {
@@ -5869,7 +6061,7 @@ type MasterMembersRequest struct {
 
 func (x *MasterMembersRequest) Reset() {
 	*x = MasterMembersRequest{}
-	mi := &file_tabula_proto_msgTypes[65]
+	mi := &file_tabula_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5881,7 +6073,7 @@ func (x *MasterMembersRequest) String() string {
 func (*MasterMembersRequest) ProtoMessage() {}
 
 func (x *MasterMembersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[65]
+	mi := &file_tabula_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5894,7 +6086,7 @@ func (x *MasterMembersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MasterMembersRequest.ProtoReflect.Descriptor instead.
 func (*MasterMembersRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{65}
+	return file_tabula_proto_rawDescGZIP(), []int{67}
 }
 
 type MasterMembersResponse struct {
@@ -5912,7 +6104,7 @@ type MasterMembersResponse struct {
 
 func (x *MasterMembersResponse) Reset() {
 	*x = MasterMembersResponse{}
-	mi := &file_tabula_proto_msgTypes[66]
+	mi := &file_tabula_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5924,7 +6116,7 @@ func (x *MasterMembersResponse) String() string {
 func (*MasterMembersResponse) ProtoMessage() {}
 
 func (x *MasterMembersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[66]
+	mi := &file_tabula_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5937,7 +6129,7 @@ func (x *MasterMembersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MasterMembersResponse.ProtoReflect.Descriptor instead.
 func (*MasterMembersResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{66}
+	return file_tabula_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *MasterMembersResponse) GetReplicated() bool {
@@ -5988,7 +6180,7 @@ type AddMasterRequest struct {
 
 func (x *AddMasterRequest) Reset() {
 	*x = AddMasterRequest{}
-	mi := &file_tabula_proto_msgTypes[67]
+	mi := &file_tabula_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6000,7 +6192,7 @@ func (x *AddMasterRequest) String() string {
 func (*AddMasterRequest) ProtoMessage() {}
 
 func (x *AddMasterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[67]
+	mi := &file_tabula_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6013,7 +6205,7 @@ func (x *AddMasterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddMasterRequest.ProtoReflect.Descriptor instead.
 func (*AddMasterRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{67}
+	return file_tabula_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *AddMasterRequest) GetId() uint64 {
@@ -6045,7 +6237,7 @@ type AddMasterResponse struct {
 
 func (x *AddMasterResponse) Reset() {
 	*x = AddMasterResponse{}
-	mi := &file_tabula_proto_msgTypes[68]
+	mi := &file_tabula_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6057,7 +6249,7 @@ func (x *AddMasterResponse) String() string {
 func (*AddMasterResponse) ProtoMessage() {}
 
 func (x *AddMasterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[68]
+	mi := &file_tabula_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6070,7 +6262,7 @@ func (x *AddMasterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddMasterResponse.ProtoReflect.Descriptor instead.
 func (*AddMasterResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{68}
+	return file_tabula_proto_rawDescGZIP(), []int{70}
 }
 
 type RemoveMasterRequest struct {
@@ -6082,7 +6274,7 @@ type RemoveMasterRequest struct {
 
 func (x *RemoveMasterRequest) Reset() {
 	*x = RemoveMasterRequest{}
-	mi := &file_tabula_proto_msgTypes[69]
+	mi := &file_tabula_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6094,7 +6286,7 @@ func (x *RemoveMasterRequest) String() string {
 func (*RemoveMasterRequest) ProtoMessage() {}
 
 func (x *RemoveMasterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[69]
+	mi := &file_tabula_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6107,7 +6299,7 @@ func (x *RemoveMasterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveMasterRequest.ProtoReflect.Descriptor instead.
 func (*RemoveMasterRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{69}
+	return file_tabula_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *RemoveMasterRequest) GetId() uint64 {
@@ -6125,7 +6317,7 @@ type RemoveMasterResponse struct {
 
 func (x *RemoveMasterResponse) Reset() {
 	*x = RemoveMasterResponse{}
-	mi := &file_tabula_proto_msgTypes[70]
+	mi := &file_tabula_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6137,7 +6329,7 @@ func (x *RemoveMasterResponse) String() string {
 func (*RemoveMasterResponse) ProtoMessage() {}
 
 func (x *RemoveMasterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[70]
+	mi := &file_tabula_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6150,7 +6342,7 @@ func (x *RemoveMasterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveMasterResponse.ProtoReflect.Descriptor instead.
 func (*RemoveMasterResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{70}
+	return file_tabula_proto_rawDescGZIP(), []int{72}
 }
 
 type TransferLeaderRequest struct {
@@ -6162,7 +6354,7 @@ type TransferLeaderRequest struct {
 
 func (x *TransferLeaderRequest) Reset() {
 	*x = TransferLeaderRequest{}
-	mi := &file_tabula_proto_msgTypes[71]
+	mi := &file_tabula_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6174,7 +6366,7 @@ func (x *TransferLeaderRequest) String() string {
 func (*TransferLeaderRequest) ProtoMessage() {}
 
 func (x *TransferLeaderRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[71]
+	mi := &file_tabula_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6187,7 +6379,7 @@ func (x *TransferLeaderRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeaderRequest.ProtoReflect.Descriptor instead.
 func (*TransferLeaderRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{71}
+	return file_tabula_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *TransferLeaderRequest) GetTo() uint64 {
@@ -6205,7 +6397,7 @@ type TransferLeaderResponse struct {
 
 func (x *TransferLeaderResponse) Reset() {
 	*x = TransferLeaderResponse{}
-	mi := &file_tabula_proto_msgTypes[72]
+	mi := &file_tabula_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6217,7 +6409,7 @@ func (x *TransferLeaderResponse) String() string {
 func (*TransferLeaderResponse) ProtoMessage() {}
 
 func (x *TransferLeaderResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[72]
+	mi := &file_tabula_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6230,7 +6422,7 @@ func (x *TransferLeaderResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeaderResponse.ProtoReflect.Descriptor instead.
 func (*TransferLeaderResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{72}
+	return file_tabula_proto_rawDescGZIP(), []int{74}
 }
 
 type StreamRequest struct {
@@ -6250,7 +6442,7 @@ type StreamRequest struct {
 
 func (x *StreamRequest) Reset() {
 	*x = StreamRequest{}
-	mi := &file_tabula_proto_msgTypes[73]
+	mi := &file_tabula_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6262,7 +6454,7 @@ func (x *StreamRequest) String() string {
 func (*StreamRequest) ProtoMessage() {}
 
 func (x *StreamRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[73]
+	mi := &file_tabula_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6275,7 +6467,7 @@ func (x *StreamRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamRequest.ProtoReflect.Descriptor instead.
 func (*StreamRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{73}
+	return file_tabula_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *StreamRequest) GetOp() StreamOp {
@@ -6338,7 +6530,7 @@ type StreamResponse struct {
 
 func (x *StreamResponse) Reset() {
 	*x = StreamResponse{}
-	mi := &file_tabula_proto_msgTypes[74]
+	mi := &file_tabula_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6350,7 +6542,7 @@ func (x *StreamResponse) String() string {
 func (*StreamResponse) ProtoMessage() {}
 
 func (x *StreamResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[74]
+	mi := &file_tabula_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6363,7 +6555,7 @@ func (x *StreamResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamResponse.ProtoReflect.Descriptor instead.
 func (*StreamResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{74}
+	return file_tabula_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *StreamResponse) GetJson() []byte {
@@ -6385,7 +6577,7 @@ type CreateTableRequest struct {
 
 func (x *CreateTableRequest) Reset() {
 	*x = CreateTableRequest{}
-	mi := &file_tabula_proto_msgTypes[75]
+	mi := &file_tabula_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6397,7 +6589,7 @@ func (x *CreateTableRequest) String() string {
 func (*CreateTableRequest) ProtoMessage() {}
 
 func (x *CreateTableRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[75]
+	mi := &file_tabula_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6410,7 +6602,7 @@ func (x *CreateTableRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTableRequest.ProtoReflect.Descriptor instead.
 func (*CreateTableRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{75}
+	return file_tabula_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *CreateTableRequest) GetTenant() string {
@@ -6450,7 +6642,7 @@ type CreateTableResponse struct {
 
 func (x *CreateTableResponse) Reset() {
 	*x = CreateTableResponse{}
-	mi := &file_tabula_proto_msgTypes[76]
+	mi := &file_tabula_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6462,7 +6654,7 @@ func (x *CreateTableResponse) String() string {
 func (*CreateTableResponse) ProtoMessage() {}
 
 func (x *CreateTableResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[76]
+	mi := &file_tabula_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6475,7 +6667,7 @@ func (x *CreateTableResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTableResponse.ProtoReflect.Descriptor instead.
 func (*CreateTableResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{76}
+	return file_tabula_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *CreateTableResponse) GetMap() *PartitionMap {
@@ -6495,7 +6687,7 @@ type DropTableRequest struct {
 
 func (x *DropTableRequest) Reset() {
 	*x = DropTableRequest{}
-	mi := &file_tabula_proto_msgTypes[77]
+	mi := &file_tabula_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6507,7 +6699,7 @@ func (x *DropTableRequest) String() string {
 func (*DropTableRequest) ProtoMessage() {}
 
 func (x *DropTableRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[77]
+	mi := &file_tabula_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6520,7 +6712,7 @@ func (x *DropTableRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DropTableRequest.ProtoReflect.Descriptor instead.
 func (*DropTableRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{77}
+	return file_tabula_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *DropTableRequest) GetTenant() string {
@@ -6545,7 +6737,7 @@ type DropTableResponse struct {
 
 func (x *DropTableResponse) Reset() {
 	*x = DropTableResponse{}
-	mi := &file_tabula_proto_msgTypes[78]
+	mi := &file_tabula_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6557,7 +6749,7 @@ func (x *DropTableResponse) String() string {
 func (*DropTableResponse) ProtoMessage() {}
 
 func (x *DropTableResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[78]
+	mi := &file_tabula_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6570,7 +6762,7 @@ func (x *DropTableResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DropTableResponse.ProtoReflect.Descriptor instead.
 func (*DropTableResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{78}
+	return file_tabula_proto_rawDescGZIP(), []int{80}
 }
 
 type ListTablesRequest struct {
@@ -6582,7 +6774,7 @@ type ListTablesRequest struct {
 
 func (x *ListTablesRequest) Reset() {
 	*x = ListTablesRequest{}
-	mi := &file_tabula_proto_msgTypes[79]
+	mi := &file_tabula_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6594,7 +6786,7 @@ func (x *ListTablesRequest) String() string {
 func (*ListTablesRequest) ProtoMessage() {}
 
 func (x *ListTablesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[79]
+	mi := &file_tabula_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6607,7 +6799,7 @@ func (x *ListTablesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTablesRequest.ProtoReflect.Descriptor instead.
 func (*ListTablesRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{79}
+	return file_tabula_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *ListTablesRequest) GetTenant() string {
@@ -6626,7 +6818,7 @@ type ListTablesResponse struct {
 
 func (x *ListTablesResponse) Reset() {
 	*x = ListTablesResponse{}
-	mi := &file_tabula_proto_msgTypes[80]
+	mi := &file_tabula_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6638,7 +6830,7 @@ func (x *ListTablesResponse) String() string {
 func (*ListTablesResponse) ProtoMessage() {}
 
 func (x *ListTablesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[80]
+	mi := &file_tabula_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6651,7 +6843,7 @@ func (x *ListTablesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTablesResponse.ProtoReflect.Descriptor instead.
 func (*ListTablesResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{80}
+	return file_tabula_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *ListTablesResponse) GetTables() []*Table {
@@ -6671,7 +6863,7 @@ type DescribeTableRequest struct {
 
 func (x *DescribeTableRequest) Reset() {
 	*x = DescribeTableRequest{}
-	mi := &file_tabula_proto_msgTypes[81]
+	mi := &file_tabula_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6683,7 +6875,7 @@ func (x *DescribeTableRequest) String() string {
 func (*DescribeTableRequest) ProtoMessage() {}
 
 func (x *DescribeTableRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[81]
+	mi := &file_tabula_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6696,7 +6888,7 @@ func (x *DescribeTableRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeTableRequest.ProtoReflect.Descriptor instead.
 func (*DescribeTableRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{81}
+	return file_tabula_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *DescribeTableRequest) GetTenant() string {
@@ -6724,7 +6916,7 @@ type DescribeTableResponse struct {
 
 func (x *DescribeTableResponse) Reset() {
 	*x = DescribeTableResponse{}
-	mi := &file_tabula_proto_msgTypes[82]
+	mi := &file_tabula_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6736,7 +6928,7 @@ func (x *DescribeTableResponse) String() string {
 func (*DescribeTableResponse) ProtoMessage() {}
 
 func (x *DescribeTableResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[82]
+	mi := &file_tabula_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6749,7 +6941,7 @@ func (x *DescribeTableResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeTableResponse.ProtoReflect.Descriptor instead.
 func (*DescribeTableResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{82}
+	return file_tabula_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *DescribeTableResponse) GetMap() *PartitionMap {
@@ -6776,7 +6968,7 @@ type GetPartitionMapRequest struct {
 
 func (x *GetPartitionMapRequest) Reset() {
 	*x = GetPartitionMapRequest{}
-	mi := &file_tabula_proto_msgTypes[83]
+	mi := &file_tabula_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6788,7 +6980,7 @@ func (x *GetPartitionMapRequest) String() string {
 func (*GetPartitionMapRequest) ProtoMessage() {}
 
 func (x *GetPartitionMapRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[83]
+	mi := &file_tabula_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6801,7 +6993,7 @@ func (x *GetPartitionMapRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPartitionMapRequest.ProtoReflect.Descriptor instead.
 func (*GetPartitionMapRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{83}
+	return file_tabula_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *GetPartitionMapRequest) GetTenant() string {
@@ -6827,7 +7019,7 @@ type GetPartitionMapResponse struct {
 
 func (x *GetPartitionMapResponse) Reset() {
 	*x = GetPartitionMapResponse{}
-	mi := &file_tabula_proto_msgTypes[84]
+	mi := &file_tabula_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6839,7 +7031,7 @@ func (x *GetPartitionMapResponse) String() string {
 func (*GetPartitionMapResponse) ProtoMessage() {}
 
 func (x *GetPartitionMapResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[84]
+	mi := &file_tabula_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6852,7 +7044,7 @@ func (x *GetPartitionMapResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPartitionMapResponse.ProtoReflect.Descriptor instead.
 func (*GetPartitionMapResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{84}
+	return file_tabula_proto_rawDescGZIP(), []int{86}
 }
 
 func (x *GetPartitionMapResponse) GetMap() *PartitionMap {
@@ -6881,7 +7073,7 @@ type WatchPartitionMapRequest struct {
 
 func (x *WatchPartitionMapRequest) Reset() {
 	*x = WatchPartitionMapRequest{}
-	mi := &file_tabula_proto_msgTypes[85]
+	mi := &file_tabula_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6893,7 +7085,7 @@ func (x *WatchPartitionMapRequest) String() string {
 func (*WatchPartitionMapRequest) ProtoMessage() {}
 
 func (x *WatchPartitionMapRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[85]
+	mi := &file_tabula_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6906,7 +7098,7 @@ func (x *WatchPartitionMapRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchPartitionMapRequest.ProtoReflect.Descriptor instead.
 func (*WatchPartitionMapRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{85}
+	return file_tabula_proto_rawDescGZIP(), []int{87}
 }
 
 func (x *WatchPartitionMapRequest) GetTenant() string {
@@ -6977,7 +7169,7 @@ type WatchPartitionMapResponse struct {
 
 func (x *WatchPartitionMapResponse) Reset() {
 	*x = WatchPartitionMapResponse{}
-	mi := &file_tabula_proto_msgTypes[86]
+	mi := &file_tabula_proto_msgTypes[88]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6989,7 +7181,7 @@ func (x *WatchPartitionMapResponse) String() string {
 func (*WatchPartitionMapResponse) ProtoMessage() {}
 
 func (x *WatchPartitionMapResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[86]
+	mi := &file_tabula_proto_msgTypes[88]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7002,7 +7194,7 @@ func (x *WatchPartitionMapResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchPartitionMapResponse.ProtoReflect.Descriptor instead.
 func (*WatchPartitionMapResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{86}
+	return file_tabula_proto_rawDescGZIP(), []int{88}
 }
 
 func (x *WatchPartitionMapResponse) GetVersion() uint64 {
@@ -7074,7 +7266,7 @@ type RegisterServerRequest struct {
 
 func (x *RegisterServerRequest) Reset() {
 	*x = RegisterServerRequest{}
-	mi := &file_tabula_proto_msgTypes[87]
+	mi := &file_tabula_proto_msgTypes[89]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7086,7 +7278,7 @@ func (x *RegisterServerRequest) String() string {
 func (*RegisterServerRequest) ProtoMessage() {}
 
 func (x *RegisterServerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[87]
+	mi := &file_tabula_proto_msgTypes[89]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7099,7 +7291,7 @@ func (x *RegisterServerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterServerRequest.ProtoReflect.Descriptor instead.
 func (*RegisterServerRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{87}
+	return file_tabula_proto_rawDescGZIP(), []int{89}
 }
 
 func (x *RegisterServerRequest) GetServerId() string {
@@ -7165,7 +7357,7 @@ type RegisterServerResponse struct {
 
 func (x *RegisterServerResponse) Reset() {
 	*x = RegisterServerResponse{}
-	mi := &file_tabula_proto_msgTypes[88]
+	mi := &file_tabula_proto_msgTypes[90]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7177,7 +7369,7 @@ func (x *RegisterServerResponse) String() string {
 func (*RegisterServerResponse) ProtoMessage() {}
 
 func (x *RegisterServerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[88]
+	mi := &file_tabula_proto_msgTypes[90]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7190,7 +7382,7 @@ func (x *RegisterServerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterServerResponse.ProtoReflect.Descriptor instead.
 func (*RegisterServerResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{88}
+	return file_tabula_proto_rawDescGZIP(), []int{90}
 }
 
 func (x *RegisterServerResponse) GetServerId() string {
@@ -7259,7 +7451,7 @@ type HeartbeatRequest struct {
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_tabula_proto_msgTypes[89]
+	mi := &file_tabula_proto_msgTypes[91]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7271,7 +7463,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[89]
+	mi := &file_tabula_proto_msgTypes[91]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7284,7 +7476,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{89}
+	return file_tabula_proto_rawDescGZIP(), []int{91}
 }
 
 func (x *HeartbeatRequest) GetServerId() string {
@@ -7364,7 +7556,7 @@ type HeartbeatResponse struct {
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_tabula_proto_msgTypes[90]
+	mi := &file_tabula_proto_msgTypes[92]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7376,7 +7568,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[90]
+	mi := &file_tabula_proto_msgTypes[92]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7389,7 +7581,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{90}
+	return file_tabula_proto_rawDescGZIP(), []int{92}
 }
 
 func (x *HeartbeatResponse) GetMapVersion() uint64 {
@@ -7449,7 +7641,7 @@ type BulkPublishRequest struct {
 
 func (x *BulkPublishRequest) Reset() {
 	*x = BulkPublishRequest{}
-	mi := &file_tabula_proto_msgTypes[91]
+	mi := &file_tabula_proto_msgTypes[93]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7461,7 +7653,7 @@ func (x *BulkPublishRequest) String() string {
 func (*BulkPublishRequest) ProtoMessage() {}
 
 func (x *BulkPublishRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[91]
+	mi := &file_tabula_proto_msgTypes[93]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7474,7 +7666,7 @@ func (x *BulkPublishRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkPublishRequest.ProtoReflect.Descriptor instead.
 func (*BulkPublishRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{91}
+	return file_tabula_proto_rawDescGZIP(), []int{93}
 }
 
 func (x *BulkPublishRequest) GetTenant() string {
@@ -7524,7 +7716,7 @@ type BulkPublishResponse struct {
 
 func (x *BulkPublishResponse) Reset() {
 	*x = BulkPublishResponse{}
-	mi := &file_tabula_proto_msgTypes[92]
+	mi := &file_tabula_proto_msgTypes[94]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7536,7 +7728,7 @@ func (x *BulkPublishResponse) String() string {
 func (*BulkPublishResponse) ProtoMessage() {}
 
 func (x *BulkPublishResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[92]
+	mi := &file_tabula_proto_msgTypes[94]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7549,7 +7741,7 @@ func (x *BulkPublishResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkPublishResponse.ProtoReflect.Descriptor instead.
 func (*BulkPublishResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{92}
+	return file_tabula_proto_rawDescGZIP(), []int{94}
 }
 
 func (x *BulkPublishResponse) GetMap() *PartitionMap {
@@ -7581,7 +7773,7 @@ type BulkStoredRequest struct {
 
 func (x *BulkStoredRequest) Reset() {
 	*x = BulkStoredRequest{}
-	mi := &file_tabula_proto_msgTypes[93]
+	mi := &file_tabula_proto_msgTypes[95]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7593,7 +7785,7 @@ func (x *BulkStoredRequest) String() string {
 func (*BulkStoredRequest) ProtoMessage() {}
 
 func (x *BulkStoredRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[93]
+	mi := &file_tabula_proto_msgTypes[95]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7606,7 +7798,7 @@ func (x *BulkStoredRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkStoredRequest.ProtoReflect.Descriptor instead.
 func (*BulkStoredRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{93}
+	return file_tabula_proto_rawDescGZIP(), []int{95}
 }
 
 func (x *BulkStoredRequest) GetTenant() string {
@@ -7653,7 +7845,7 @@ type BulkStoredResponse struct {
 
 func (x *BulkStoredResponse) Reset() {
 	*x = BulkStoredResponse{}
-	mi := &file_tabula_proto_msgTypes[94]
+	mi := &file_tabula_proto_msgTypes[96]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7665,7 +7857,7 @@ func (x *BulkStoredResponse) String() string {
 func (*BulkStoredResponse) ProtoMessage() {}
 
 func (x *BulkStoredResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[94]
+	mi := &file_tabula_proto_msgTypes[96]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7678,7 +7870,7 @@ func (x *BulkStoredResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkStoredResponse.ProtoReflect.Descriptor instead.
 func (*BulkStoredResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{94}
+	return file_tabula_proto_rawDescGZIP(), []int{96}
 }
 
 func (x *BulkStoredResponse) GetMap() *PartitionMap {
@@ -7698,7 +7890,7 @@ type BulkStatusRequest struct {
 
 func (x *BulkStatusRequest) Reset() {
 	*x = BulkStatusRequest{}
-	mi := &file_tabula_proto_msgTypes[95]
+	mi := &file_tabula_proto_msgTypes[97]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7710,7 +7902,7 @@ func (x *BulkStatusRequest) String() string {
 func (*BulkStatusRequest) ProtoMessage() {}
 
 func (x *BulkStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[95]
+	mi := &file_tabula_proto_msgTypes[97]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7723,7 +7915,7 @@ func (x *BulkStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkStatusRequest.ProtoReflect.Descriptor instead.
 func (*BulkStatusRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{95}
+	return file_tabula_proto_rawDescGZIP(), []int{97}
 }
 
 func (x *BulkStatusRequest) GetTenant() string {
@@ -7751,7 +7943,7 @@ type BulkStatusResponse struct {
 
 func (x *BulkStatusResponse) Reset() {
 	*x = BulkStatusResponse{}
-	mi := &file_tabula_proto_msgTypes[96]
+	mi := &file_tabula_proto_msgTypes[98]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7763,7 +7955,7 @@ func (x *BulkStatusResponse) String() string {
 func (*BulkStatusResponse) ProtoMessage() {}
 
 func (x *BulkStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[96]
+	mi := &file_tabula_proto_msgTypes[98]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7776,7 +7968,7 @@ func (x *BulkStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkStatusResponse.ProtoReflect.Descriptor instead.
 func (*BulkStatusResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{96}
+	return file_tabula_proto_rawDescGZIP(), []int{98}
 }
 
 func (x *BulkStatusResponse) GetMap() *PartitionMap {
@@ -7804,7 +7996,7 @@ type BulkRollbackRequest struct {
 
 func (x *BulkRollbackRequest) Reset() {
 	*x = BulkRollbackRequest{}
-	mi := &file_tabula_proto_msgTypes[97]
+	mi := &file_tabula_proto_msgTypes[99]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7816,7 +8008,7 @@ func (x *BulkRollbackRequest) String() string {
 func (*BulkRollbackRequest) ProtoMessage() {}
 
 func (x *BulkRollbackRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[97]
+	mi := &file_tabula_proto_msgTypes[99]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7829,7 +8021,7 @@ func (x *BulkRollbackRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkRollbackRequest.ProtoReflect.Descriptor instead.
 func (*BulkRollbackRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{97}
+	return file_tabula_proto_rawDescGZIP(), []int{99}
 }
 
 func (x *BulkRollbackRequest) GetTenant() string {
@@ -7862,7 +8054,7 @@ type BulkRollbackResponse struct {
 
 func (x *BulkRollbackResponse) Reset() {
 	*x = BulkRollbackResponse{}
-	mi := &file_tabula_proto_msgTypes[98]
+	mi := &file_tabula_proto_msgTypes[100]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7874,7 +8066,7 @@ func (x *BulkRollbackResponse) String() string {
 func (*BulkRollbackResponse) ProtoMessage() {}
 
 func (x *BulkRollbackResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[98]
+	mi := &file_tabula_proto_msgTypes[100]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7887,7 +8079,7 @@ func (x *BulkRollbackResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkRollbackResponse.ProtoReflect.Descriptor instead.
 func (*BulkRollbackResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{98}
+	return file_tabula_proto_rawDescGZIP(), []int{100}
 }
 
 func (x *BulkRollbackResponse) GetMap() *PartitionMap {
@@ -7908,7 +8100,7 @@ type BulkRolloutRequest struct {
 
 func (x *BulkRolloutRequest) Reset() {
 	*x = BulkRolloutRequest{}
-	mi := &file_tabula_proto_msgTypes[99]
+	mi := &file_tabula_proto_msgTypes[101]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7920,7 +8112,7 @@ func (x *BulkRolloutRequest) String() string {
 func (*BulkRolloutRequest) ProtoMessage() {}
 
 func (x *BulkRolloutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[99]
+	mi := &file_tabula_proto_msgTypes[101]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7933,7 +8125,7 @@ func (x *BulkRolloutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkRolloutRequest.ProtoReflect.Descriptor instead.
 func (*BulkRolloutRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{99}
+	return file_tabula_proto_rawDescGZIP(), []int{101}
 }
 
 func (x *BulkRolloutRequest) GetTenant() string {
@@ -7966,7 +8158,7 @@ type BulkRolloutResponse struct {
 
 func (x *BulkRolloutResponse) Reset() {
 	*x = BulkRolloutResponse{}
-	mi := &file_tabula_proto_msgTypes[100]
+	mi := &file_tabula_proto_msgTypes[102]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7978,7 +8170,7 @@ func (x *BulkRolloutResponse) String() string {
 func (*BulkRolloutResponse) ProtoMessage() {}
 
 func (x *BulkRolloutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[100]
+	mi := &file_tabula_proto_msgTypes[102]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7991,7 +8183,7 @@ func (x *BulkRolloutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkRolloutResponse.ProtoReflect.Descriptor instead.
 func (*BulkRolloutResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{100}
+	return file_tabula_proto_rawDescGZIP(), []int{102}
 }
 
 func (x *BulkRolloutResponse) GetMap() *PartitionMap {
@@ -8009,7 +8201,7 @@ type ListServersRequest struct {
 
 func (x *ListServersRequest) Reset() {
 	*x = ListServersRequest{}
-	mi := &file_tabula_proto_msgTypes[101]
+	mi := &file_tabula_proto_msgTypes[103]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8021,7 +8213,7 @@ func (x *ListServersRequest) String() string {
 func (*ListServersRequest) ProtoMessage() {}
 
 func (x *ListServersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[101]
+	mi := &file_tabula_proto_msgTypes[103]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8034,7 +8226,7 @@ func (x *ListServersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListServersRequest.ProtoReflect.Descriptor instead.
 func (*ListServersRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{101}
+	return file_tabula_proto_rawDescGZIP(), []int{103}
 }
 
 type ListServersResponse struct {
@@ -8046,7 +8238,7 @@ type ListServersResponse struct {
 
 func (x *ListServersResponse) Reset() {
 	*x = ListServersResponse{}
-	mi := &file_tabula_proto_msgTypes[102]
+	mi := &file_tabula_proto_msgTypes[104]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8058,7 +8250,7 @@ func (x *ListServersResponse) String() string {
 func (*ListServersResponse) ProtoMessage() {}
 
 func (x *ListServersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[102]
+	mi := &file_tabula_proto_msgTypes[104]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8071,7 +8263,7 @@ func (x *ListServersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListServersResponse.ProtoReflect.Descriptor instead.
 func (*ListServersResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{102}
+	return file_tabula_proto_rawDescGZIP(), []int{104}
 }
 
 func (x *ListServersResponse) GetServers() []*ServerInfo {
@@ -8102,7 +8294,7 @@ type CallRequest struct {
 
 func (x *CallRequest) Reset() {
 	*x = CallRequest{}
-	mi := &file_tabula_proto_msgTypes[103]
+	mi := &file_tabula_proto_msgTypes[105]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8114,7 +8306,7 @@ func (x *CallRequest) String() string {
 func (*CallRequest) ProtoMessage() {}
 
 func (x *CallRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[103]
+	mi := &file_tabula_proto_msgTypes[105]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8127,7 +8319,7 @@ func (x *CallRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CallRequest.ProtoReflect.Descriptor instead.
 func (*CallRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{103}
+	return file_tabula_proto_rawDescGZIP(), []int{105}
 }
 
 func (x *CallRequest) GetId() uint64 {
@@ -8250,7 +8442,7 @@ type CallResponse struct {
 
 func (x *CallResponse) Reset() {
 	*x = CallResponse{}
-	mi := &file_tabula_proto_msgTypes[104]
+	mi := &file_tabula_proto_msgTypes[106]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8262,7 +8454,7 @@ func (x *CallResponse) String() string {
 func (*CallResponse) ProtoMessage() {}
 
 func (x *CallResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[104]
+	mi := &file_tabula_proto_msgTypes[106]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8275,7 +8467,7 @@ func (x *CallResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CallResponse.ProtoReflect.Descriptor instead.
 func (*CallResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{104}
+	return file_tabula_proto_rawDescGZIP(), []int{106}
 }
 
 func (x *CallResponse) GetId() uint64 {
@@ -8406,7 +8598,7 @@ type RequestHeader struct {
 
 func (x *RequestHeader) Reset() {
 	*x = RequestHeader{}
-	mi := &file_tabula_proto_msgTypes[105]
+	mi := &file_tabula_proto_msgTypes[107]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8418,7 +8610,7 @@ func (x *RequestHeader) String() string {
 func (*RequestHeader) ProtoMessage() {}
 
 func (x *RequestHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[105]
+	mi := &file_tabula_proto_msgTypes[107]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8431,7 +8623,7 @@ func (x *RequestHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestHeader.ProtoReflect.Descriptor instead.
 func (*RequestHeader) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{105}
+	return file_tabula_proto_rawDescGZIP(), []int{107}
 }
 
 func (x *RequestHeader) GetTenant() string {
@@ -8500,7 +8692,7 @@ type GetRequest struct {
 
 func (x *GetRequest) Reset() {
 	*x = GetRequest{}
-	mi := &file_tabula_proto_msgTypes[106]
+	mi := &file_tabula_proto_msgTypes[108]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8512,7 +8704,7 @@ func (x *GetRequest) String() string {
 func (*GetRequest) ProtoMessage() {}
 
 func (x *GetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[106]
+	mi := &file_tabula_proto_msgTypes[108]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8525,7 +8717,7 @@ func (x *GetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRequest.ProtoReflect.Descriptor instead.
 func (*GetRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{106}
+	return file_tabula_proto_rawDescGZIP(), []int{108}
 }
 
 func (x *GetRequest) GetHeader() *RequestHeader {
@@ -8556,7 +8748,7 @@ type GetResponse struct {
 
 func (x *GetResponse) Reset() {
 	*x = GetResponse{}
-	mi := &file_tabula_proto_msgTypes[107]
+	mi := &file_tabula_proto_msgTypes[109]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8568,7 +8760,7 @@ func (x *GetResponse) String() string {
 func (*GetResponse) ProtoMessage() {}
 
 func (x *GetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[107]
+	mi := &file_tabula_proto_msgTypes[109]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8581,7 +8773,7 @@ func (x *GetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetResponse.ProtoReflect.Descriptor instead.
 func (*GetResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{107}
+	return file_tabula_proto_rawDescGZIP(), []int{109}
 }
 
 func (x *GetResponse) GetFound() bool {
@@ -8622,7 +8814,7 @@ type BatchGetRequest struct {
 
 func (x *BatchGetRequest) Reset() {
 	*x = BatchGetRequest{}
-	mi := &file_tabula_proto_msgTypes[108]
+	mi := &file_tabula_proto_msgTypes[110]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8634,7 +8826,7 @@ func (x *BatchGetRequest) String() string {
 func (*BatchGetRequest) ProtoMessage() {}
 
 func (x *BatchGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[108]
+	mi := &file_tabula_proto_msgTypes[110]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8647,7 +8839,7 @@ func (x *BatchGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchGetRequest.ProtoReflect.Descriptor instead.
 func (*BatchGetRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{108}
+	return file_tabula_proto_rawDescGZIP(), []int{110}
 }
 
 func (x *BatchGetRequest) GetHeader() *RequestHeader {
@@ -8676,7 +8868,7 @@ type BatchGetResponse struct {
 
 func (x *BatchGetResponse) Reset() {
 	*x = BatchGetResponse{}
-	mi := &file_tabula_proto_msgTypes[109]
+	mi := &file_tabula_proto_msgTypes[111]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8688,7 +8880,7 @@ func (x *BatchGetResponse) String() string {
 func (*BatchGetResponse) ProtoMessage() {}
 
 func (x *BatchGetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[109]
+	mi := &file_tabula_proto_msgTypes[111]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8701,7 +8893,7 @@ func (x *BatchGetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchGetResponse.ProtoReflect.Descriptor instead.
 func (*BatchGetResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{109}
+	return file_tabula_proto_rawDescGZIP(), []int{111}
 }
 
 func (x *BatchGetResponse) GetResults() []*GetResponse {
@@ -8728,7 +8920,7 @@ type MultiGetRequest struct {
 
 func (x *MultiGetRequest) Reset() {
 	*x = MultiGetRequest{}
-	mi := &file_tabula_proto_msgTypes[110]
+	mi := &file_tabula_proto_msgTypes[112]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8740,7 +8932,7 @@ func (x *MultiGetRequest) String() string {
 func (*MultiGetRequest) ProtoMessage() {}
 
 func (x *MultiGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[110]
+	mi := &file_tabula_proto_msgTypes[112]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8753,7 +8945,7 @@ func (x *MultiGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MultiGetRequest.ProtoReflect.Descriptor instead.
 func (*MultiGetRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{110}
+	return file_tabula_proto_rawDescGZIP(), []int{112}
 }
 
 func (x *MultiGetRequest) GetGets() []*GetRequest {
@@ -8773,7 +8965,7 @@ type MultiGetResponse struct {
 
 func (x *MultiGetResponse) Reset() {
 	*x = MultiGetResponse{}
-	mi := &file_tabula_proto_msgTypes[111]
+	mi := &file_tabula_proto_msgTypes[113]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8785,7 +8977,7 @@ func (x *MultiGetResponse) String() string {
 func (*MultiGetResponse) ProtoMessage() {}
 
 func (x *MultiGetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[111]
+	mi := &file_tabula_proto_msgTypes[113]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8798,7 +8990,7 @@ func (x *MultiGetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MultiGetResponse.ProtoReflect.Descriptor instead.
 func (*MultiGetResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{111}
+	return file_tabula_proto_rawDescGZIP(), []int{113}
 }
 
 func (x *MultiGetResponse) GetResults() []*MultiGetResult {
@@ -8821,7 +9013,7 @@ type MultiGetResult struct {
 
 func (x *MultiGetResult) Reset() {
 	*x = MultiGetResult{}
-	mi := &file_tabula_proto_msgTypes[112]
+	mi := &file_tabula_proto_msgTypes[114]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8833,7 +9025,7 @@ func (x *MultiGetResult) String() string {
 func (*MultiGetResult) ProtoMessage() {}
 
 func (x *MultiGetResult) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[112]
+	mi := &file_tabula_proto_msgTypes[114]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8846,7 +9038,7 @@ func (x *MultiGetResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MultiGetResult.ProtoReflect.Descriptor instead.
 func (*MultiGetResult) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{112}
+	return file_tabula_proto_rawDescGZIP(), []int{114}
 }
 
 func (x *MultiGetResult) GetResponse() *GetResponse {
@@ -8879,7 +9071,7 @@ type PutRequest struct {
 
 func (x *PutRequest) Reset() {
 	*x = PutRequest{}
-	mi := &file_tabula_proto_msgTypes[113]
+	mi := &file_tabula_proto_msgTypes[115]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8891,7 +9083,7 @@ func (x *PutRequest) String() string {
 func (*PutRequest) ProtoMessage() {}
 
 func (x *PutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[113]
+	mi := &file_tabula_proto_msgTypes[115]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8904,7 +9096,7 @@ func (x *PutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutRequest.ProtoReflect.Descriptor instead.
 func (*PutRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{113}
+	return file_tabula_proto_rawDescGZIP(), []int{115}
 }
 
 func (x *PutRequest) GetHeader() *RequestHeader {
@@ -8952,7 +9144,7 @@ type PutResponse struct {
 
 func (x *PutResponse) Reset() {
 	*x = PutResponse{}
-	mi := &file_tabula_proto_msgTypes[114]
+	mi := &file_tabula_proto_msgTypes[116]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8964,7 +9156,7 @@ func (x *PutResponse) String() string {
 func (*PutResponse) ProtoMessage() {}
 
 func (x *PutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[114]
+	mi := &file_tabula_proto_msgTypes[116]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8977,7 +9169,7 @@ func (x *PutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutResponse.ProtoReflect.Descriptor instead.
 func (*PutResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{114}
+	return file_tabula_proto_rawDescGZIP(), []int{116}
 }
 
 func (x *PutResponse) GetLsn() uint64 {
@@ -8998,7 +9190,7 @@ type DeleteRequest struct {
 
 func (x *DeleteRequest) Reset() {
 	*x = DeleteRequest{}
-	mi := &file_tabula_proto_msgTypes[115]
+	mi := &file_tabula_proto_msgTypes[117]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9010,7 +9202,7 @@ func (x *DeleteRequest) String() string {
 func (*DeleteRequest) ProtoMessage() {}
 
 func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[115]
+	mi := &file_tabula_proto_msgTypes[117]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9023,7 +9215,7 @@ func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRequest.ProtoReflect.Descriptor instead.
 func (*DeleteRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{115}
+	return file_tabula_proto_rawDescGZIP(), []int{117}
 }
 
 func (x *DeleteRequest) GetHeader() *RequestHeader {
@@ -9057,7 +9249,7 @@ type DeleteResponse struct {
 
 func (x *DeleteResponse) Reset() {
 	*x = DeleteResponse{}
-	mi := &file_tabula_proto_msgTypes[116]
+	mi := &file_tabula_proto_msgTypes[118]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9069,7 +9261,7 @@ func (x *DeleteResponse) String() string {
 func (*DeleteResponse) ProtoMessage() {}
 
 func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[116]
+	mi := &file_tabula_proto_msgTypes[118]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9082,7 +9274,7 @@ func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteResponse.ProtoReflect.Descriptor instead.
 func (*DeleteResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{116}
+	return file_tabula_proto_rawDescGZIP(), []int{118}
 }
 
 func (x *DeleteResponse) GetExisted() bool {
@@ -9118,7 +9310,7 @@ type CompareAndSwapRequest struct {
 
 func (x *CompareAndSwapRequest) Reset() {
 	*x = CompareAndSwapRequest{}
-	mi := &file_tabula_proto_msgTypes[117]
+	mi := &file_tabula_proto_msgTypes[119]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9130,7 +9322,7 @@ func (x *CompareAndSwapRequest) String() string {
 func (*CompareAndSwapRequest) ProtoMessage() {}
 
 func (x *CompareAndSwapRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[117]
+	mi := &file_tabula_proto_msgTypes[119]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9143,7 +9335,7 @@ func (x *CompareAndSwapRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompareAndSwapRequest.ProtoReflect.Descriptor instead.
 func (*CompareAndSwapRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{117}
+	return file_tabula_proto_rawDescGZIP(), []int{119}
 }
 
 func (x *CompareAndSwapRequest) GetHeader() *RequestHeader {
@@ -9215,7 +9407,7 @@ type CompareAndSwapResponse struct {
 
 func (x *CompareAndSwapResponse) Reset() {
 	*x = CompareAndSwapResponse{}
-	mi := &file_tabula_proto_msgTypes[118]
+	mi := &file_tabula_proto_msgTypes[120]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9227,7 +9419,7 @@ func (x *CompareAndSwapResponse) String() string {
 func (*CompareAndSwapResponse) ProtoMessage() {}
 
 func (x *CompareAndSwapResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[118]
+	mi := &file_tabula_proto_msgTypes[120]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9240,7 +9432,7 @@ func (x *CompareAndSwapResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompareAndSwapResponse.ProtoReflect.Descriptor instead.
 func (*CompareAndSwapResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{118}
+	return file_tabula_proto_rawDescGZIP(), []int{120}
 }
 
 func (x *CompareAndSwapResponse) GetSwapped() bool {
@@ -9285,7 +9477,7 @@ type Mutation struct {
 
 func (x *Mutation) Reset() {
 	*x = Mutation{}
-	mi := &file_tabula_proto_msgTypes[119]
+	mi := &file_tabula_proto_msgTypes[121]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9297,7 +9489,7 @@ func (x *Mutation) String() string {
 func (*Mutation) ProtoMessage() {}
 
 func (x *Mutation) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[119]
+	mi := &file_tabula_proto_msgTypes[121]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9310,7 +9502,7 @@ func (x *Mutation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Mutation.ProtoReflect.Descriptor instead.
 func (*Mutation) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{119}
+	return file_tabula_proto_rawDescGZIP(), []int{121}
 }
 
 func (x *Mutation) GetOp() Mutation_Op {
@@ -9362,7 +9554,7 @@ type Condition struct {
 
 func (x *Condition) Reset() {
 	*x = Condition{}
-	mi := &file_tabula_proto_msgTypes[120]
+	mi := &file_tabula_proto_msgTypes[122]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9374,7 +9566,7 @@ func (x *Condition) String() string {
 func (*Condition) ProtoMessage() {}
 
 func (x *Condition) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[120]
+	mi := &file_tabula_proto_msgTypes[122]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9387,7 +9579,7 @@ func (x *Condition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Condition.ProtoReflect.Descriptor instead.
 func (*Condition) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{120}
+	return file_tabula_proto_rawDescGZIP(), []int{122}
 }
 
 func (x *Condition) GetKind() Condition_Kind {
@@ -9425,7 +9617,7 @@ type BatchWriteRequest struct {
 
 func (x *BatchWriteRequest) Reset() {
 	*x = BatchWriteRequest{}
-	mi := &file_tabula_proto_msgTypes[121]
+	mi := &file_tabula_proto_msgTypes[123]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9437,7 +9629,7 @@ func (x *BatchWriteRequest) String() string {
 func (*BatchWriteRequest) ProtoMessage() {}
 
 func (x *BatchWriteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[121]
+	mi := &file_tabula_proto_msgTypes[123]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9450,7 +9642,7 @@ func (x *BatchWriteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchWriteRequest.ProtoReflect.Descriptor instead.
 func (*BatchWriteRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{121}
+	return file_tabula_proto_rawDescGZIP(), []int{123}
 }
 
 func (x *BatchWriteRequest) GetHeader() *RequestHeader {
@@ -9483,7 +9675,7 @@ type BatchWriteResponse struct {
 
 func (x *BatchWriteResponse) Reset() {
 	*x = BatchWriteResponse{}
-	mi := &file_tabula_proto_msgTypes[122]
+	mi := &file_tabula_proto_msgTypes[124]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9495,7 +9687,7 @@ func (x *BatchWriteResponse) String() string {
 func (*BatchWriteResponse) ProtoMessage() {}
 
 func (x *BatchWriteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[122]
+	mi := &file_tabula_proto_msgTypes[124]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9508,7 +9700,7 @@ func (x *BatchWriteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchWriteResponse.ProtoReflect.Descriptor instead.
 func (*BatchWriteResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{122}
+	return file_tabula_proto_rawDescGZIP(), []int{124}
 }
 
 func (x *BatchWriteResponse) GetLsn() uint64 {
@@ -9535,7 +9727,7 @@ type ScanRequest struct {
 
 func (x *ScanRequest) Reset() {
 	*x = ScanRequest{}
-	mi := &file_tabula_proto_msgTypes[123]
+	mi := &file_tabula_proto_msgTypes[125]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9547,7 +9739,7 @@ func (x *ScanRequest) String() string {
 func (*ScanRequest) ProtoMessage() {}
 
 func (x *ScanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[123]
+	mi := &file_tabula_proto_msgTypes[125]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9560,7 +9752,7 @@ func (x *ScanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScanRequest.ProtoReflect.Descriptor instead.
 func (*ScanRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{123}
+	return file_tabula_proto_rawDescGZIP(), []int{125}
 }
 
 func (x *ScanRequest) GetHeader() *RequestHeader {
@@ -9609,7 +9801,7 @@ type KeyValue struct {
 
 func (x *KeyValue) Reset() {
 	*x = KeyValue{}
-	mi := &file_tabula_proto_msgTypes[124]
+	mi := &file_tabula_proto_msgTypes[126]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9621,7 +9813,7 @@ func (x *KeyValue) String() string {
 func (*KeyValue) ProtoMessage() {}
 
 func (x *KeyValue) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[124]
+	mi := &file_tabula_proto_msgTypes[126]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9634,7 +9826,7 @@ func (x *KeyValue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyValue.ProtoReflect.Descriptor instead.
 func (*KeyValue) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{124}
+	return file_tabula_proto_rawDescGZIP(), []int{126}
 }
 
 func (x *KeyValue) GetKey() []byte {
@@ -9667,7 +9859,7 @@ type ScanResponse struct {
 
 func (x *ScanResponse) Reset() {
 	*x = ScanResponse{}
-	mi := &file_tabula_proto_msgTypes[125]
+	mi := &file_tabula_proto_msgTypes[127]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9679,7 +9871,7 @@ func (x *ScanResponse) String() string {
 func (*ScanResponse) ProtoMessage() {}
 
 func (x *ScanResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[125]
+	mi := &file_tabula_proto_msgTypes[127]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9692,7 +9884,7 @@ func (x *ScanResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScanResponse.ProtoReflect.Descriptor instead.
 func (*ScanResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{125}
+	return file_tabula_proto_rawDescGZIP(), []int{127}
 }
 
 func (x *ScanResponse) GetRecords() []*KeyValue {
@@ -9714,7 +9906,7 @@ type CopyReplicaRequest struct {
 
 func (x *CopyReplicaRequest) Reset() {
 	*x = CopyReplicaRequest{}
-	mi := &file_tabula_proto_msgTypes[126]
+	mi := &file_tabula_proto_msgTypes[128]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9726,7 +9918,7 @@ func (x *CopyReplicaRequest) String() string {
 func (*CopyReplicaRequest) ProtoMessage() {}
 
 func (x *CopyReplicaRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[126]
+	mi := &file_tabula_proto_msgTypes[128]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9739,7 +9931,7 @@ func (x *CopyReplicaRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CopyReplicaRequest.ProtoReflect.Descriptor instead.
 func (*CopyReplicaRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{126}
+	return file_tabula_proto_rawDescGZIP(), []int{128}
 }
 
 func (x *CopyReplicaRequest) GetHeader() *RequestHeader {
@@ -9772,7 +9964,7 @@ type CopyReplicaChunk struct {
 
 func (x *CopyReplicaChunk) Reset() {
 	*x = CopyReplicaChunk{}
-	mi := &file_tabula_proto_msgTypes[127]
+	mi := &file_tabula_proto_msgTypes[129]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9784,7 +9976,7 @@ func (x *CopyReplicaChunk) String() string {
 func (*CopyReplicaChunk) ProtoMessage() {}
 
 func (x *CopyReplicaChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[127]
+	mi := &file_tabula_proto_msgTypes[129]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9797,7 +9989,7 @@ func (x *CopyReplicaChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CopyReplicaChunk.ProtoReflect.Descriptor instead.
 func (*CopyReplicaChunk) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{127}
+	return file_tabula_proto_rawDescGZIP(), []int{129}
 }
 
 func (x *CopyReplicaChunk) GetLsn() uint64 {
@@ -9860,7 +10052,7 @@ type BulkUploadRequest struct {
 
 func (x *BulkUploadRequest) Reset() {
 	*x = BulkUploadRequest{}
-	mi := &file_tabula_proto_msgTypes[128]
+	mi := &file_tabula_proto_msgTypes[130]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9872,7 +10064,7 @@ func (x *BulkUploadRequest) String() string {
 func (*BulkUploadRequest) ProtoMessage() {}
 
 func (x *BulkUploadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[128]
+	mi := &file_tabula_proto_msgTypes[130]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9885,7 +10077,7 @@ func (x *BulkUploadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkUploadRequest.ProtoReflect.Descriptor instead.
 func (*BulkUploadRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{128}
+	return file_tabula_proto_rawDescGZIP(), []int{130}
 }
 
 func (x *BulkUploadRequest) GetHeader() *RequestHeader {
@@ -9947,7 +10139,7 @@ type BulkUploadStatusRequest struct {
 
 func (x *BulkUploadStatusRequest) Reset() {
 	*x = BulkUploadStatusRequest{}
-	mi := &file_tabula_proto_msgTypes[129]
+	mi := &file_tabula_proto_msgTypes[131]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9959,7 +10151,7 @@ func (x *BulkUploadStatusRequest) String() string {
 func (*BulkUploadStatusRequest) ProtoMessage() {}
 
 func (x *BulkUploadStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[129]
+	mi := &file_tabula_proto_msgTypes[131]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9972,7 +10164,7 @@ func (x *BulkUploadStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkUploadStatusRequest.ProtoReflect.Descriptor instead.
 func (*BulkUploadStatusRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{129}
+	return file_tabula_proto_rawDescGZIP(), []int{131}
 }
 
 func (x *BulkUploadStatusRequest) GetHeader() *RequestHeader {
@@ -10003,7 +10195,7 @@ type BulkUploadResponse struct {
 
 func (x *BulkUploadResponse) Reset() {
 	*x = BulkUploadResponse{}
-	mi := &file_tabula_proto_msgTypes[130]
+	mi := &file_tabula_proto_msgTypes[132]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -10015,7 +10207,7 @@ func (x *BulkUploadResponse) String() string {
 func (*BulkUploadResponse) ProtoMessage() {}
 
 func (x *BulkUploadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[130]
+	mi := &file_tabula_proto_msgTypes[132]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -10028,7 +10220,7 @@ func (x *BulkUploadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkUploadResponse.ProtoReflect.Descriptor instead.
 func (*BulkUploadResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{130}
+	return file_tabula_proto_rawDescGZIP(), []int{132}
 }
 
 func (x *BulkUploadResponse) GetReceived() uint64 {
@@ -10066,7 +10258,7 @@ type PartitionLogFailedRequest struct {
 
 func (x *PartitionLogFailedRequest) Reset() {
 	*x = PartitionLogFailedRequest{}
-	mi := &file_tabula_proto_msgTypes[131]
+	mi := &file_tabula_proto_msgTypes[133]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -10078,7 +10270,7 @@ func (x *PartitionLogFailedRequest) String() string {
 func (*PartitionLogFailedRequest) ProtoMessage() {}
 
 func (x *PartitionLogFailedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[131]
+	mi := &file_tabula_proto_msgTypes[133]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -10091,7 +10283,7 @@ func (x *PartitionLogFailedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionLogFailedRequest.ProtoReflect.Descriptor instead.
 func (*PartitionLogFailedRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{131}
+	return file_tabula_proto_rawDescGZIP(), []int{133}
 }
 
 func (x *PartitionLogFailedRequest) GetServerId() string {
@@ -10139,7 +10331,7 @@ type PartitionLogFailedResponse struct {
 
 func (x *PartitionLogFailedResponse) Reset() {
 	*x = PartitionLogFailedResponse{}
-	mi := &file_tabula_proto_msgTypes[132]
+	mi := &file_tabula_proto_msgTypes[134]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -10151,7 +10343,7 @@ func (x *PartitionLogFailedResponse) String() string {
 func (*PartitionLogFailedResponse) ProtoMessage() {}
 
 func (x *PartitionLogFailedResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[132]
+	mi := &file_tabula_proto_msgTypes[134]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -10164,7 +10356,7 @@ func (x *PartitionLogFailedResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionLogFailedResponse.ProtoReflect.Descriptor instead.
 func (*PartitionLogFailedResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{132}
+	return file_tabula_proto_rawDescGZIP(), []int{134}
 }
 
 func (x *PartitionLogFailedResponse) GetPartition() *Partition {
@@ -10193,7 +10385,7 @@ type ForgetServerRequest struct {
 
 func (x *ForgetServerRequest) Reset() {
 	*x = ForgetServerRequest{}
-	mi := &file_tabula_proto_msgTypes[133]
+	mi := &file_tabula_proto_msgTypes[135]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -10205,7 +10397,7 @@ func (x *ForgetServerRequest) String() string {
 func (*ForgetServerRequest) ProtoMessage() {}
 
 func (x *ForgetServerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[133]
+	mi := &file_tabula_proto_msgTypes[135]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -10218,7 +10410,7 @@ func (x *ForgetServerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForgetServerRequest.ProtoReflect.Descriptor instead.
 func (*ForgetServerRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{133}
+	return file_tabula_proto_rawDescGZIP(), []int{135}
 }
 
 func (x *ForgetServerRequest) GetServerId() string {
@@ -10248,7 +10440,7 @@ type ForgetServerResponse struct {
 
 func (x *ForgetServerResponse) Reset() {
 	*x = ForgetServerResponse{}
-	mi := &file_tabula_proto_msgTypes[134]
+	mi := &file_tabula_proto_msgTypes[136]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -10260,7 +10452,7 @@ func (x *ForgetServerResponse) String() string {
 func (*ForgetServerResponse) ProtoMessage() {}
 
 func (x *ForgetServerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[134]
+	mi := &file_tabula_proto_msgTypes[136]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -10273,7 +10465,7 @@ func (x *ForgetServerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForgetServerResponse.ProtoReflect.Descriptor instead.
 func (*ForgetServerResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{134}
+	return file_tabula_proto_rawDescGZIP(), []int{136}
 }
 
 func (x *ForgetServerResponse) GetMoved() uint32 {
@@ -10316,7 +10508,7 @@ type LostPartition struct {
 
 func (x *LostPartition) Reset() {
 	*x = LostPartition{}
-	mi := &file_tabula_proto_msgTypes[135]
+	mi := &file_tabula_proto_msgTypes[137]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -10328,7 +10520,7 @@ func (x *LostPartition) String() string {
 func (*LostPartition) ProtoMessage() {}
 
 func (x *LostPartition) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[135]
+	mi := &file_tabula_proto_msgTypes[137]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -10341,7 +10533,7 @@ func (x *LostPartition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LostPartition.ProtoReflect.Descriptor instead.
 func (*LostPartition) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{135}
+	return file_tabula_proto_rawDescGZIP(), []int{137}
 }
 
 func (x *LostPartition) GetTenant() string {
@@ -10404,7 +10596,7 @@ type ListDataLossRequest struct {
 
 func (x *ListDataLossRequest) Reset() {
 	*x = ListDataLossRequest{}
-	mi := &file_tabula_proto_msgTypes[136]
+	mi := &file_tabula_proto_msgTypes[138]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -10416,7 +10608,7 @@ func (x *ListDataLossRequest) String() string {
 func (*ListDataLossRequest) ProtoMessage() {}
 
 func (x *ListDataLossRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[136]
+	mi := &file_tabula_proto_msgTypes[138]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -10429,7 +10621,7 @@ func (x *ListDataLossRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDataLossRequest.ProtoReflect.Descriptor instead.
 func (*ListDataLossRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{136}
+	return file_tabula_proto_rawDescGZIP(), []int{138}
 }
 
 func (x *ListDataLossRequest) GetTenant() string {
@@ -10456,7 +10648,7 @@ type ListDataLossResponse struct {
 
 func (x *ListDataLossResponse) Reset() {
 	*x = ListDataLossResponse{}
-	mi := &file_tabula_proto_msgTypes[137]
+	mi := &file_tabula_proto_msgTypes[139]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -10468,7 +10660,7 @@ func (x *ListDataLossResponse) String() string {
 func (*ListDataLossResponse) ProtoMessage() {}
 
 func (x *ListDataLossResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[137]
+	mi := &file_tabula_proto_msgTypes[139]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -10481,7 +10673,7 @@ func (x *ListDataLossResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDataLossResponse.ProtoReflect.Descriptor instead.
 func (*ListDataLossResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{137}
+	return file_tabula_proto_rawDescGZIP(), []int{139}
 }
 
 func (x *ListDataLossResponse) GetLost() []*LostPartition {
@@ -10504,7 +10696,7 @@ type ClearDataLossRequest struct {
 
 func (x *ClearDataLossRequest) Reset() {
 	*x = ClearDataLossRequest{}
-	mi := &file_tabula_proto_msgTypes[138]
+	mi := &file_tabula_proto_msgTypes[140]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -10516,7 +10708,7 @@ func (x *ClearDataLossRequest) String() string {
 func (*ClearDataLossRequest) ProtoMessage() {}
 
 func (x *ClearDataLossRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[138]
+	mi := &file_tabula_proto_msgTypes[140]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -10529,7 +10721,7 @@ func (x *ClearDataLossRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClearDataLossRequest.ProtoReflect.Descriptor instead.
 func (*ClearDataLossRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{138}
+	return file_tabula_proto_rawDescGZIP(), []int{140}
 }
 
 func (x *ClearDataLossRequest) GetTenant() string {
@@ -10564,7 +10756,7 @@ type ClearDataLossResponse struct {
 
 func (x *ClearDataLossResponse) Reset() {
 	*x = ClearDataLossResponse{}
-	mi := &file_tabula_proto_msgTypes[139]
+	mi := &file_tabula_proto_msgTypes[141]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -10576,7 +10768,7 @@ func (x *ClearDataLossResponse) String() string {
 func (*ClearDataLossResponse) ProtoMessage() {}
 
 func (x *ClearDataLossResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[139]
+	mi := &file_tabula_proto_msgTypes[141]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -10589,7 +10781,7 @@ func (x *ClearDataLossResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClearDataLossResponse.ProtoReflect.Descriptor instead.
 func (*ClearDataLossResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{139}
+	return file_tabula_proto_rawDescGZIP(), []int{141}
 }
 
 func (x *ClearDataLossResponse) GetCleared() []uint64 {
@@ -10610,7 +10802,7 @@ var File_tabula_proto protoreflect.FileDescriptor
 
 const file_tabula_proto_rawDesc = "" +
 	"\n" +
-	"\ftabula.proto\x12\ttabula.v1\"\xd3\x02\n" +
+	"\ftabula.proto\x12\ttabula.v1\"\xec\x03\n" +
 	"\fTableOptions\x12\x1e\n" +
 	"\n" +
 	"partitions\x18\x01 \x01(\rR\n" +
@@ -10624,7 +10816,11 @@ const file_tabula_proto_rawDesc = "" +
 	"durability\x12 \n" +
 	"\vcompression\x18\a \x01(\tR\vcompression\x124\n" +
 	"\x16bulk_retained_versions\x18\b \x01(\rR\x14bulkRetainedVersions\x12!\n" +
-	"\fsplit_points\x18\t \x03(\fR\vsplitPoints\"\xc8\x01\n" +
+	"\fsplit_points\x18\t \x03(\fR\vsplitPoints\x12&\n" +
+	"\x0emin_partitions\x18\xdc\x01 \x01(\rR\rminPartitions\x12&\n" +
+	"\x0emax_partitions\x18\xdd\x01 \x01(\rR\rmaxPartitions\x12)\n" +
+	"\x10split_size_bytes\x18\xde\x01 \x01(\x04R\x0esplitSizeBytes\x12\x1c\n" +
+	"\tsplit_qps\x18\xdf\x01 \x01(\x04R\bsplitQps\"\xc8\x01\n" +
 	"\x05Table\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12(\n" +
@@ -10640,7 +10836,7 @@ const file_tabula_proto_rawDesc = "" +
 	"\vbulk_serves\x18\x05 \x01(\x04R\n" +
 	"bulkServes\x12\x1d\n" +
 	"\n" +
-	"bulk_holds\x18\x06 \x03(\x04R\tbulkHolds\"\xad\x03\n" +
+	"bulk_holds\x18\x06 \x03(\x04R\tbulkHolds\"\xf6\x03\n" +
 	"\tPartition\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x14\n" +
 	"\x05start\x18\x02 \x01(\x04R\x05start\x12\x10\n" +
@@ -10657,7 +10853,9 @@ const file_tabula_proto_rawDesc = "" +
 	"\x05split\x18\f \x01(\v2\x19.tabula.v1.PartitionSplitR\x05split\x12\x1d\n" +
 	"\n" +
 	"split_from\x18\r \x01(\x04R\tsplitFrom\x12\x1b\n" +
-	"\tsplit_lsn\x18\x0e \x01(\x04R\bsplitLsn\"j\n" +
+	"\tsplit_lsn\x18\x0e \x01(\x04R\bsplitLsn\x12\"\n" +
+	"\fsplit_reason\x18\xdc\x01 \x01(\tR\vsplitReason\x12#\n" +
+	"\rsplit_unix_ms\x18\xdd\x01 \x01(\x03R\vsplitUnixMs\"j\n" +
 	"\x0ePartitionSplit\x12\x17\n" +
 	"\aleft_id\x18\x01 \x01(\x04R\x06leftId\x12\x19\n" +
 	"\bright_id\x18\x02 \x01(\x04R\arightId\x12\x12\n" +
@@ -10999,7 +11197,23 @@ const file_tabula_proto_rawDesc = "" +
 	"\x05right\x18\x03 \x01(\v2\x14.tabula.v1.PartitionR\x05right\x12\x1f\n" +
 	"\vmap_version\x18\x04 \x01(\x04R\n" +
 	"mapVersion\x12\x12\n" +
-	"\x04done\x18\x05 \x01(\bR\x04done\"1\n" +
+	"\x04done\x18\x05 \x01(\bR\x04done\"\xb3\x02\n" +
+	"\x11AlterTableRequest\x12\x16\n" +
+	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x14\n" +
+	"\x05table\x18\x02 \x01(\tR\x05table\x12*\n" +
+	"\x0emin_partitions\x18\x03 \x01(\rH\x00R\rminPartitions\x88\x01\x01\x12*\n" +
+	"\x0emax_partitions\x18\x04 \x01(\rH\x01R\rmaxPartitions\x88\x01\x01\x12-\n" +
+	"\x10split_size_bytes\x18\x05 \x01(\x04H\x02R\x0esplitSizeBytes\x88\x01\x01\x12 \n" +
+	"\tsplit_qps\x18\x06 \x01(\x04H\x03R\bsplitQps\x88\x01\x01B\x11\n" +
+	"\x0f_min_partitionsB\x11\n" +
+	"\x0f_max_partitionsB\x13\n" +
+	"\x11_split_size_bytesB\f\n" +
+	"\n" +
+	"_split_qps\"]\n" +
+	"\x12AlterTableResponse\x12&\n" +
+	"\x05table\x18\x01 \x01(\v2\x10.tabula.v1.TableR\x05table\x12\x1f\n" +
+	"\vmap_version\x18\x02 \x01(\x04R\n" +
+	"mapVersion\"1\n" +
 	"\x12DrainServerRequest\x12\x1b\n" +
 	"\tserver_id\x18\x01 \x01(\tR\bserverId\"R\n" +
 	"\x13DrainServerResponse\x12\x1a\n" +
@@ -11438,7 +11652,7 @@ const file_tabula_proto_rawDesc = "" +
 	"\x1fBULK_ROLLOUT_ACTION_UNSPECIFIED\x10\x00\x12\x1d\n" +
 	"\x19BULK_ROLLOUT_ACTION_PAUSE\x10\x01\x12\x1e\n" +
 	"\x1aBULK_ROLLOUT_ACTION_RESUME\x10\x02\x12\x1d\n" +
-	"\x19BULK_ROLLOUT_ACTION_ABORT\x10\x032\x90\x18\n" +
+	"\x19BULK_ROLLOUT_ACTION_ABORT\x10\x032\xdb\x18\n" +
 	"\x06Master\x12L\n" +
 	"\vCreateTable\x12\x1d.tabula.v1.CreateTableRequest\x1a\x1e.tabula.v1.CreateTableResponse\x12F\n" +
 	"\tDropTable\x12\x1b.tabula.v1.DropTableRequest\x1a\x1c.tabula.v1.DropTableResponse\x12I\n" +
@@ -11482,7 +11696,9 @@ const file_tabula_proto_rawDesc = "" +
 	"\n" +
 	"TenantKeys\x12\x1c.tabula.v1.TenantKeysRequest\x1a\x1d.tabula.v1.TenantKeysResponse\x12U\n" +
 	"\x0eSetTenantQuota\x12 .tabula.v1.SetTenantQuotaRequest\x1a!.tabula.v1.SetTenantQuotaResponse\x12U\n" +
-	"\x0eSplitPartition\x12 .tabula.v1.SplitPartitionRequest\x1a!.tabula.v1.SplitPartitionResponse2\xdb\a\n" +
+	"\x0eSplitPartition\x12 .tabula.v1.SplitPartitionRequest\x1a!.tabula.v1.SplitPartitionResponse\x12I\n" +
+	"\n" +
+	"AlterTable\x12\x1c.tabula.v1.AlterTableRequest\x1a\x1d.tabula.v1.AlterTableResponse2\xdb\a\n" +
 	"\vTableServer\x124\n" +
 	"\x03Get\x12\x15.tabula.v1.GetRequest\x1a\x16.tabula.v1.GetResponse\x12C\n" +
 	"\bBatchGet\x12\x1a.tabula.v1.BatchGetRequest\x1a\x1b.tabula.v1.BatchGetResponse\x12C\n" +
@@ -11514,7 +11730,7 @@ func file_tabula_proto_rawDescGZIP() []byte {
 }
 
 var file_tabula_proto_enumTypes = make([]protoimpl.EnumInfo, 10)
-var file_tabula_proto_msgTypes = make([]protoimpl.MessageInfo, 140)
+var file_tabula_proto_msgTypes = make([]protoimpl.MessageInfo, 142)
 var file_tabula_proto_goTypes = []any{
 	(TableKind)(0),                     // 0: tabula.v1.TableKind
 	(ReplicaRole)(0),                   // 1: tabula.v1.ReplicaRole
@@ -11584,88 +11800,90 @@ var file_tabula_proto_goTypes = []any{
 	(*MovePartitionResponse)(nil),      // 65: tabula.v1.MovePartitionResponse
 	(*SplitPartitionRequest)(nil),      // 66: tabula.v1.SplitPartitionRequest
 	(*SplitPartitionResponse)(nil),     // 67: tabula.v1.SplitPartitionResponse
-	(*DrainServerRequest)(nil),         // 68: tabula.v1.DrainServerRequest
-	(*DrainServerResponse)(nil),        // 69: tabula.v1.DrainServerResponse
-	(*BalancePlanRequest)(nil),         // 70: tabula.v1.BalancePlanRequest
-	(*BalancePlanResponse)(nil),        // 71: tabula.v1.BalancePlanResponse
-	(*BalanceAction)(nil),              // 72: tabula.v1.BalanceAction
-	(*BalanceServer)(nil),              // 73: tabula.v1.BalanceServer
-	(*MasterMember)(nil),               // 74: tabula.v1.MasterMember
-	(*MasterMembersRequest)(nil),       // 75: tabula.v1.MasterMembersRequest
-	(*MasterMembersResponse)(nil),      // 76: tabula.v1.MasterMembersResponse
-	(*AddMasterRequest)(nil),           // 77: tabula.v1.AddMasterRequest
-	(*AddMasterResponse)(nil),          // 78: tabula.v1.AddMasterResponse
-	(*RemoveMasterRequest)(nil),        // 79: tabula.v1.RemoveMasterRequest
-	(*RemoveMasterResponse)(nil),       // 80: tabula.v1.RemoveMasterResponse
-	(*TransferLeaderRequest)(nil),      // 81: tabula.v1.TransferLeaderRequest
-	(*TransferLeaderResponse)(nil),     // 82: tabula.v1.TransferLeaderResponse
-	(*StreamRequest)(nil),              // 83: tabula.v1.StreamRequest
-	(*StreamResponse)(nil),             // 84: tabula.v1.StreamResponse
-	(*CreateTableRequest)(nil),         // 85: tabula.v1.CreateTableRequest
-	(*CreateTableResponse)(nil),        // 86: tabula.v1.CreateTableResponse
-	(*DropTableRequest)(nil),           // 87: tabula.v1.DropTableRequest
-	(*DropTableResponse)(nil),          // 88: tabula.v1.DropTableResponse
-	(*ListTablesRequest)(nil),          // 89: tabula.v1.ListTablesRequest
-	(*ListTablesResponse)(nil),         // 90: tabula.v1.ListTablesResponse
-	(*DescribeTableRequest)(nil),       // 91: tabula.v1.DescribeTableRequest
-	(*DescribeTableResponse)(nil),      // 92: tabula.v1.DescribeTableResponse
-	(*GetPartitionMapRequest)(nil),     // 93: tabula.v1.GetPartitionMapRequest
-	(*GetPartitionMapResponse)(nil),    // 94: tabula.v1.GetPartitionMapResponse
-	(*WatchPartitionMapRequest)(nil),   // 95: tabula.v1.WatchPartitionMapRequest
-	(*WatchPartitionMapResponse)(nil),  // 96: tabula.v1.WatchPartitionMapResponse
-	(*RegisterServerRequest)(nil),      // 97: tabula.v1.RegisterServerRequest
-	(*RegisterServerResponse)(nil),     // 98: tabula.v1.RegisterServerResponse
-	(*HeartbeatRequest)(nil),           // 99: tabula.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),          // 100: tabula.v1.HeartbeatResponse
-	(*BulkPublishRequest)(nil),         // 101: tabula.v1.BulkPublishRequest
-	(*BulkPublishResponse)(nil),        // 102: tabula.v1.BulkPublishResponse
-	(*BulkStoredRequest)(nil),          // 103: tabula.v1.BulkStoredRequest
-	(*BulkStoredResponse)(nil),         // 104: tabula.v1.BulkStoredResponse
-	(*BulkStatusRequest)(nil),          // 105: tabula.v1.BulkStatusRequest
-	(*BulkStatusResponse)(nil),         // 106: tabula.v1.BulkStatusResponse
-	(*BulkRollbackRequest)(nil),        // 107: tabula.v1.BulkRollbackRequest
-	(*BulkRollbackResponse)(nil),       // 108: tabula.v1.BulkRollbackResponse
-	(*BulkRolloutRequest)(nil),         // 109: tabula.v1.BulkRolloutRequest
-	(*BulkRolloutResponse)(nil),        // 110: tabula.v1.BulkRolloutResponse
-	(*ListServersRequest)(nil),         // 111: tabula.v1.ListServersRequest
-	(*ListServersResponse)(nil),        // 112: tabula.v1.ListServersResponse
-	(*CallRequest)(nil),                // 113: tabula.v1.CallRequest
-	(*CallResponse)(nil),               // 114: tabula.v1.CallResponse
-	(*RequestHeader)(nil),              // 115: tabula.v1.RequestHeader
-	(*GetRequest)(nil),                 // 116: tabula.v1.GetRequest
-	(*GetResponse)(nil),                // 117: tabula.v1.GetResponse
-	(*BatchGetRequest)(nil),            // 118: tabula.v1.BatchGetRequest
-	(*BatchGetResponse)(nil),           // 119: tabula.v1.BatchGetResponse
-	(*MultiGetRequest)(nil),            // 120: tabula.v1.MultiGetRequest
-	(*MultiGetResponse)(nil),           // 121: tabula.v1.MultiGetResponse
-	(*MultiGetResult)(nil),             // 122: tabula.v1.MultiGetResult
-	(*PutRequest)(nil),                 // 123: tabula.v1.PutRequest
-	(*PutResponse)(nil),                // 124: tabula.v1.PutResponse
-	(*DeleteRequest)(nil),              // 125: tabula.v1.DeleteRequest
-	(*DeleteResponse)(nil),             // 126: tabula.v1.DeleteResponse
-	(*CompareAndSwapRequest)(nil),      // 127: tabula.v1.CompareAndSwapRequest
-	(*CompareAndSwapResponse)(nil),     // 128: tabula.v1.CompareAndSwapResponse
-	(*Mutation)(nil),                   // 129: tabula.v1.Mutation
-	(*Condition)(nil),                  // 130: tabula.v1.Condition
-	(*BatchWriteRequest)(nil),          // 131: tabula.v1.BatchWriteRequest
-	(*BatchWriteResponse)(nil),         // 132: tabula.v1.BatchWriteResponse
-	(*ScanRequest)(nil),                // 133: tabula.v1.ScanRequest
-	(*KeyValue)(nil),                   // 134: tabula.v1.KeyValue
-	(*ScanResponse)(nil),               // 135: tabula.v1.ScanResponse
-	(*CopyReplicaRequest)(nil),         // 136: tabula.v1.CopyReplicaRequest
-	(*CopyReplicaChunk)(nil),           // 137: tabula.v1.CopyReplicaChunk
-	(*BulkUploadRequest)(nil),          // 138: tabula.v1.BulkUploadRequest
-	(*BulkUploadStatusRequest)(nil),    // 139: tabula.v1.BulkUploadStatusRequest
-	(*BulkUploadResponse)(nil),         // 140: tabula.v1.BulkUploadResponse
-	(*PartitionLogFailedRequest)(nil),  // 141: tabula.v1.PartitionLogFailedRequest
-	(*PartitionLogFailedResponse)(nil), // 142: tabula.v1.PartitionLogFailedResponse
-	(*ForgetServerRequest)(nil),        // 143: tabula.v1.ForgetServerRequest
-	(*ForgetServerResponse)(nil),       // 144: tabula.v1.ForgetServerResponse
-	(*LostPartition)(nil),              // 145: tabula.v1.LostPartition
-	(*ListDataLossRequest)(nil),        // 146: tabula.v1.ListDataLossRequest
-	(*ListDataLossResponse)(nil),       // 147: tabula.v1.ListDataLossResponse
-	(*ClearDataLossRequest)(nil),       // 148: tabula.v1.ClearDataLossRequest
-	(*ClearDataLossResponse)(nil),      // 149: tabula.v1.ClearDataLossResponse
+	(*AlterTableRequest)(nil),          // 68: tabula.v1.AlterTableRequest
+	(*AlterTableResponse)(nil),         // 69: tabula.v1.AlterTableResponse
+	(*DrainServerRequest)(nil),         // 70: tabula.v1.DrainServerRequest
+	(*DrainServerResponse)(nil),        // 71: tabula.v1.DrainServerResponse
+	(*BalancePlanRequest)(nil),         // 72: tabula.v1.BalancePlanRequest
+	(*BalancePlanResponse)(nil),        // 73: tabula.v1.BalancePlanResponse
+	(*BalanceAction)(nil),              // 74: tabula.v1.BalanceAction
+	(*BalanceServer)(nil),              // 75: tabula.v1.BalanceServer
+	(*MasterMember)(nil),               // 76: tabula.v1.MasterMember
+	(*MasterMembersRequest)(nil),       // 77: tabula.v1.MasterMembersRequest
+	(*MasterMembersResponse)(nil),      // 78: tabula.v1.MasterMembersResponse
+	(*AddMasterRequest)(nil),           // 79: tabula.v1.AddMasterRequest
+	(*AddMasterResponse)(nil),          // 80: tabula.v1.AddMasterResponse
+	(*RemoveMasterRequest)(nil),        // 81: tabula.v1.RemoveMasterRequest
+	(*RemoveMasterResponse)(nil),       // 82: tabula.v1.RemoveMasterResponse
+	(*TransferLeaderRequest)(nil),      // 83: tabula.v1.TransferLeaderRequest
+	(*TransferLeaderResponse)(nil),     // 84: tabula.v1.TransferLeaderResponse
+	(*StreamRequest)(nil),              // 85: tabula.v1.StreamRequest
+	(*StreamResponse)(nil),             // 86: tabula.v1.StreamResponse
+	(*CreateTableRequest)(nil),         // 87: tabula.v1.CreateTableRequest
+	(*CreateTableResponse)(nil),        // 88: tabula.v1.CreateTableResponse
+	(*DropTableRequest)(nil),           // 89: tabula.v1.DropTableRequest
+	(*DropTableResponse)(nil),          // 90: tabula.v1.DropTableResponse
+	(*ListTablesRequest)(nil),          // 91: tabula.v1.ListTablesRequest
+	(*ListTablesResponse)(nil),         // 92: tabula.v1.ListTablesResponse
+	(*DescribeTableRequest)(nil),       // 93: tabula.v1.DescribeTableRequest
+	(*DescribeTableResponse)(nil),      // 94: tabula.v1.DescribeTableResponse
+	(*GetPartitionMapRequest)(nil),     // 95: tabula.v1.GetPartitionMapRequest
+	(*GetPartitionMapResponse)(nil),    // 96: tabula.v1.GetPartitionMapResponse
+	(*WatchPartitionMapRequest)(nil),   // 97: tabula.v1.WatchPartitionMapRequest
+	(*WatchPartitionMapResponse)(nil),  // 98: tabula.v1.WatchPartitionMapResponse
+	(*RegisterServerRequest)(nil),      // 99: tabula.v1.RegisterServerRequest
+	(*RegisterServerResponse)(nil),     // 100: tabula.v1.RegisterServerResponse
+	(*HeartbeatRequest)(nil),           // 101: tabula.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),          // 102: tabula.v1.HeartbeatResponse
+	(*BulkPublishRequest)(nil),         // 103: tabula.v1.BulkPublishRequest
+	(*BulkPublishResponse)(nil),        // 104: tabula.v1.BulkPublishResponse
+	(*BulkStoredRequest)(nil),          // 105: tabula.v1.BulkStoredRequest
+	(*BulkStoredResponse)(nil),         // 106: tabula.v1.BulkStoredResponse
+	(*BulkStatusRequest)(nil),          // 107: tabula.v1.BulkStatusRequest
+	(*BulkStatusResponse)(nil),         // 108: tabula.v1.BulkStatusResponse
+	(*BulkRollbackRequest)(nil),        // 109: tabula.v1.BulkRollbackRequest
+	(*BulkRollbackResponse)(nil),       // 110: tabula.v1.BulkRollbackResponse
+	(*BulkRolloutRequest)(nil),         // 111: tabula.v1.BulkRolloutRequest
+	(*BulkRolloutResponse)(nil),        // 112: tabula.v1.BulkRolloutResponse
+	(*ListServersRequest)(nil),         // 113: tabula.v1.ListServersRequest
+	(*ListServersResponse)(nil),        // 114: tabula.v1.ListServersResponse
+	(*CallRequest)(nil),                // 115: tabula.v1.CallRequest
+	(*CallResponse)(nil),               // 116: tabula.v1.CallResponse
+	(*RequestHeader)(nil),              // 117: tabula.v1.RequestHeader
+	(*GetRequest)(nil),                 // 118: tabula.v1.GetRequest
+	(*GetResponse)(nil),                // 119: tabula.v1.GetResponse
+	(*BatchGetRequest)(nil),            // 120: tabula.v1.BatchGetRequest
+	(*BatchGetResponse)(nil),           // 121: tabula.v1.BatchGetResponse
+	(*MultiGetRequest)(nil),            // 122: tabula.v1.MultiGetRequest
+	(*MultiGetResponse)(nil),           // 123: tabula.v1.MultiGetResponse
+	(*MultiGetResult)(nil),             // 124: tabula.v1.MultiGetResult
+	(*PutRequest)(nil),                 // 125: tabula.v1.PutRequest
+	(*PutResponse)(nil),                // 126: tabula.v1.PutResponse
+	(*DeleteRequest)(nil),              // 127: tabula.v1.DeleteRequest
+	(*DeleteResponse)(nil),             // 128: tabula.v1.DeleteResponse
+	(*CompareAndSwapRequest)(nil),      // 129: tabula.v1.CompareAndSwapRequest
+	(*CompareAndSwapResponse)(nil),     // 130: tabula.v1.CompareAndSwapResponse
+	(*Mutation)(nil),                   // 131: tabula.v1.Mutation
+	(*Condition)(nil),                  // 132: tabula.v1.Condition
+	(*BatchWriteRequest)(nil),          // 133: tabula.v1.BatchWriteRequest
+	(*BatchWriteResponse)(nil),         // 134: tabula.v1.BatchWriteResponse
+	(*ScanRequest)(nil),                // 135: tabula.v1.ScanRequest
+	(*KeyValue)(nil),                   // 136: tabula.v1.KeyValue
+	(*ScanResponse)(nil),               // 137: tabula.v1.ScanResponse
+	(*CopyReplicaRequest)(nil),         // 138: tabula.v1.CopyReplicaRequest
+	(*CopyReplicaChunk)(nil),           // 139: tabula.v1.CopyReplicaChunk
+	(*BulkUploadRequest)(nil),          // 140: tabula.v1.BulkUploadRequest
+	(*BulkUploadStatusRequest)(nil),    // 141: tabula.v1.BulkUploadStatusRequest
+	(*BulkUploadResponse)(nil),         // 142: tabula.v1.BulkUploadResponse
+	(*PartitionLogFailedRequest)(nil),  // 143: tabula.v1.PartitionLogFailedRequest
+	(*PartitionLogFailedResponse)(nil), // 144: tabula.v1.PartitionLogFailedResponse
+	(*ForgetServerRequest)(nil),        // 145: tabula.v1.ForgetServerRequest
+	(*ForgetServerResponse)(nil),       // 146: tabula.v1.ForgetServerResponse
+	(*LostPartition)(nil),              // 147: tabula.v1.LostPartition
+	(*ListDataLossRequest)(nil),        // 148: tabula.v1.ListDataLossRequest
+	(*ListDataLossResponse)(nil),       // 149: tabula.v1.ListDataLossResponse
+	(*ClearDataLossRequest)(nil),       // 150: tabula.v1.ClearDataLossRequest
+	(*ClearDataLossResponse)(nil),      // 151: tabula.v1.ClearDataLossResponse
 }
 var file_tabula_proto_depIdxs = []int32{
 	0,   // 0: tabula.v1.Table.kind:type_name -> tabula.v1.TableKind
@@ -11682,8 +11900,8 @@ var file_tabula_proto_depIdxs = []int32{
 	18,  // 11: tabula.v1.CoprocDeployResponse.coprocessor:type_name -> tabula.v1.Coprocessor
 	18,  // 12: tabula.v1.CoprocListResponse.coprocessors:type_name -> tabula.v1.Coprocessor
 	18,  // 13: tabula.v1.CoprocRollbackResponse.coprocessor:type_name -> tabula.v1.Coprocessor
-	115, // 14: tabula.v1.InvokeRequest.header:type_name -> tabula.v1.RequestHeader
-	115, // 15: tabula.v1.CoprocMergeRequest.header:type_name -> tabula.v1.RequestHeader
+	117, // 14: tabula.v1.InvokeRequest.header:type_name -> tabula.v1.RequestHeader
+	117, // 15: tabula.v1.CoprocMergeRequest.header:type_name -> tabula.v1.RequestHeader
 	2,   // 16: tabula.v1.BulkVersion.state:type_name -> tabula.v1.BulkVersionState
 	32,  // 17: tabula.v1.BulkVersion.files:type_name -> tabula.v1.BulkFile
 	33,  // 18: tabula.v1.BulkInfo.versions:type_name -> tabula.v1.BulkVersion
@@ -11712,180 +11930,183 @@ var file_tabula_proto_depIdxs = []int32{
 	45,  // 41: tabula.v1.TenantKeysResponse.tenants:type_name -> tabula.v1.TenantInfo
 	13,  // 42: tabula.v1.SplitPartitionResponse.left:type_name -> tabula.v1.Partition
 	13,  // 43: tabula.v1.SplitPartitionResponse.right:type_name -> tabula.v1.Partition
-	72,  // 44: tabula.v1.BalancePlanResponse.actions:type_name -> tabula.v1.BalanceAction
-	73,  // 45: tabula.v1.BalancePlanResponse.before:type_name -> tabula.v1.BalanceServer
-	73,  // 46: tabula.v1.BalancePlanResponse.after:type_name -> tabula.v1.BalanceServer
-	5,   // 47: tabula.v1.BalanceAction.kind:type_name -> tabula.v1.BalanceActionKind
-	74,  // 48: tabula.v1.MasterMembersResponse.members:type_name -> tabula.v1.MasterMember
-	6,   // 49: tabula.v1.StreamRequest.op:type_name -> tabula.v1.StreamOp
-	0,   // 50: tabula.v1.CreateTableRequest.kind:type_name -> tabula.v1.TableKind
-	10,  // 51: tabula.v1.CreateTableRequest.options:type_name -> tabula.v1.TableOptions
-	16,  // 52: tabula.v1.CreateTableResponse.map:type_name -> tabula.v1.PartitionMap
-	11,  // 53: tabula.v1.ListTablesResponse.tables:type_name -> tabula.v1.Table
-	16,  // 54: tabula.v1.DescribeTableResponse.map:type_name -> tabula.v1.PartitionMap
-	37,  // 55: tabula.v1.DescribeTableResponse.replicas:type_name -> tabula.v1.ReplicaStatus
-	16,  // 56: tabula.v1.GetPartitionMapResponse.map:type_name -> tabula.v1.PartitionMap
-	16,  // 57: tabula.v1.WatchPartitionMapResponse.maps:type_name -> tabula.v1.PartitionMap
-	11,  // 58: tabula.v1.WatchPartitionMapResponse.removed:type_name -> tabula.v1.Table
-	16,  // 59: tabula.v1.WatchPartitionMapResponse.patches:type_name -> tabula.v1.PartitionMap
-	37,  // 60: tabula.v1.HeartbeatRequest.replicas:type_name -> tabula.v1.ReplicaStatus
-	27,  // 61: tabula.v1.HeartbeatRequest.coproc_ready:type_name -> tabula.v1.CoprocReady
-	50,  // 62: tabula.v1.HeartbeatRequest.tenant_load:type_name -> tabula.v1.TenantLoad
-	40,  // 63: tabula.v1.HeartbeatRequest.capacity:type_name -> tabula.v1.ServerCapacity
-	51,  // 64: tabula.v1.HeartbeatResponse.tenant_shares:type_name -> tabula.v1.TenantShare
-	32,  // 65: tabula.v1.BulkPublishRequest.files:type_name -> tabula.v1.BulkFile
-	16,  // 66: tabula.v1.BulkPublishResponse.map:type_name -> tabula.v1.PartitionMap
-	16,  // 67: tabula.v1.BulkStoredResponse.map:type_name -> tabula.v1.PartitionMap
-	16,  // 68: tabula.v1.BulkStatusResponse.map:type_name -> tabula.v1.PartitionMap
-	34,  // 69: tabula.v1.BulkStatusResponse.bulk:type_name -> tabula.v1.BulkInfo
-	16,  // 70: tabula.v1.BulkRollbackResponse.map:type_name -> tabula.v1.PartitionMap
-	7,   // 71: tabula.v1.BulkRolloutRequest.action:type_name -> tabula.v1.BulkRolloutAction
-	16,  // 72: tabula.v1.BulkRolloutResponse.map:type_name -> tabula.v1.PartitionMap
-	36,  // 73: tabula.v1.ListServersResponse.servers:type_name -> tabula.v1.ServerInfo
-	116, // 74: tabula.v1.CallRequest.get:type_name -> tabula.v1.GetRequest
-	120, // 75: tabula.v1.CallRequest.multi_get:type_name -> tabula.v1.MultiGetRequest
-	123, // 76: tabula.v1.CallRequest.put:type_name -> tabula.v1.PutRequest
-	125, // 77: tabula.v1.CallRequest.delete:type_name -> tabula.v1.DeleteRequest
-	127, // 78: tabula.v1.CallRequest.compare_and_swap:type_name -> tabula.v1.CompareAndSwapRequest
-	117, // 79: tabula.v1.CallResponse.get:type_name -> tabula.v1.GetResponse
-	121, // 80: tabula.v1.CallResponse.multi_get:type_name -> tabula.v1.MultiGetResponse
-	124, // 81: tabula.v1.CallResponse.put:type_name -> tabula.v1.PutResponse
-	126, // 82: tabula.v1.CallResponse.delete:type_name -> tabula.v1.DeleteResponse
-	128, // 83: tabula.v1.CallResponse.compare_and_swap:type_name -> tabula.v1.CompareAndSwapResponse
-	115, // 84: tabula.v1.GetRequest.header:type_name -> tabula.v1.RequestHeader
-	115, // 85: tabula.v1.BatchGetRequest.header:type_name -> tabula.v1.RequestHeader
-	117, // 86: tabula.v1.BatchGetResponse.results:type_name -> tabula.v1.GetResponse
-	116, // 87: tabula.v1.MultiGetRequest.gets:type_name -> tabula.v1.GetRequest
-	122, // 88: tabula.v1.MultiGetResponse.results:type_name -> tabula.v1.MultiGetResult
-	117, // 89: tabula.v1.MultiGetResult.response:type_name -> tabula.v1.GetResponse
-	115, // 90: tabula.v1.PutRequest.header:type_name -> tabula.v1.RequestHeader
-	115, // 91: tabula.v1.DeleteRequest.header:type_name -> tabula.v1.RequestHeader
-	115, // 92: tabula.v1.CompareAndSwapRequest.header:type_name -> tabula.v1.RequestHeader
-	8,   // 93: tabula.v1.Mutation.op:type_name -> tabula.v1.Mutation.Op
-	130, // 94: tabula.v1.Mutation.condition:type_name -> tabula.v1.Condition
-	9,   // 95: tabula.v1.Condition.kind:type_name -> tabula.v1.Condition.Kind
-	115, // 96: tabula.v1.BatchWriteRequest.header:type_name -> tabula.v1.RequestHeader
-	129, // 97: tabula.v1.BatchWriteRequest.mutations:type_name -> tabula.v1.Mutation
-	115, // 98: tabula.v1.ScanRequest.header:type_name -> tabula.v1.RequestHeader
-	134, // 99: tabula.v1.ScanResponse.records:type_name -> tabula.v1.KeyValue
-	115, // 100: tabula.v1.CopyReplicaRequest.header:type_name -> tabula.v1.RequestHeader
-	134, // 101: tabula.v1.CopyReplicaChunk.records:type_name -> tabula.v1.KeyValue
-	115, // 102: tabula.v1.BulkUploadRequest.header:type_name -> tabula.v1.RequestHeader
-	32,  // 103: tabula.v1.BulkUploadRequest.file:type_name -> tabula.v1.BulkFile
-	115, // 104: tabula.v1.BulkUploadStatusRequest.header:type_name -> tabula.v1.RequestHeader
-	13,  // 105: tabula.v1.PartitionLogFailedResponse.partition:type_name -> tabula.v1.Partition
-	145, // 106: tabula.v1.ForgetServerResponse.lost:type_name -> tabula.v1.LostPartition
-	145, // 107: tabula.v1.ListDataLossResponse.lost:type_name -> tabula.v1.LostPartition
-	16,  // 108: tabula.v1.ClearDataLossResponse.map:type_name -> tabula.v1.PartitionMap
-	85,  // 109: tabula.v1.Master.CreateTable:input_type -> tabula.v1.CreateTableRequest
-	87,  // 110: tabula.v1.Master.DropTable:input_type -> tabula.v1.DropTableRequest
-	89,  // 111: tabula.v1.Master.ListTables:input_type -> tabula.v1.ListTablesRequest
-	91,  // 112: tabula.v1.Master.DescribeTable:input_type -> tabula.v1.DescribeTableRequest
-	93,  // 113: tabula.v1.Master.GetPartitionMap:input_type -> tabula.v1.GetPartitionMapRequest
-	95,  // 114: tabula.v1.Master.WatchPartitionMap:input_type -> tabula.v1.WatchPartitionMapRequest
-	97,  // 115: tabula.v1.Master.RegisterServer:input_type -> tabula.v1.RegisterServerRequest
-	99,  // 116: tabula.v1.Master.Heartbeat:input_type -> tabula.v1.HeartbeatRequest
-	141, // 117: tabula.v1.Master.PartitionLogFailed:input_type -> tabula.v1.PartitionLogFailedRequest
-	111, // 118: tabula.v1.Master.ListServers:input_type -> tabula.v1.ListServersRequest
-	101, // 119: tabula.v1.Master.BulkPublish:input_type -> tabula.v1.BulkPublishRequest
-	103, // 120: tabula.v1.Master.BulkStored:input_type -> tabula.v1.BulkStoredRequest
-	105, // 121: tabula.v1.Master.BulkStatus:input_type -> tabula.v1.BulkStatusRequest
-	107, // 122: tabula.v1.Master.BulkRollback:input_type -> tabula.v1.BulkRollbackRequest
-	109, // 123: tabula.v1.Master.BulkRollout:input_type -> tabula.v1.BulkRolloutRequest
-	83,  // 124: tabula.v1.Master.Stream:input_type -> tabula.v1.StreamRequest
-	19,  // 125: tabula.v1.Master.CoprocDeploy:input_type -> tabula.v1.CoprocDeployRequest
-	21,  // 126: tabula.v1.Master.CoprocList:input_type -> tabula.v1.CoprocListRequest
-	23,  // 127: tabula.v1.Master.CoprocRollback:input_type -> tabula.v1.CoprocRollbackRequest
-	25,  // 128: tabula.v1.Master.CoprocFetch:input_type -> tabula.v1.CoprocFetchRequest
-	143, // 129: tabula.v1.Master.ForgetServer:input_type -> tabula.v1.ForgetServerRequest
-	146, // 130: tabula.v1.Master.ListDataLoss:input_type -> tabula.v1.ListDataLossRequest
-	148, // 131: tabula.v1.Master.ClearDataLoss:input_type -> tabula.v1.ClearDataLossRequest
-	75,  // 132: tabula.v1.Master.MasterMembers:input_type -> tabula.v1.MasterMembersRequest
-	77,  // 133: tabula.v1.Master.AddMaster:input_type -> tabula.v1.AddMasterRequest
-	79,  // 134: tabula.v1.Master.RemoveMaster:input_type -> tabula.v1.RemoveMasterRequest
-	81,  // 135: tabula.v1.Master.TransferLeader:input_type -> tabula.v1.TransferLeaderRequest
-	64,  // 136: tabula.v1.Master.MovePartition:input_type -> tabula.v1.MovePartitionRequest
-	68,  // 137: tabula.v1.Master.DrainServer:input_type -> tabula.v1.DrainServerRequest
-	70,  // 138: tabula.v1.Master.BalancePlan:input_type -> tabula.v1.BalancePlanRequest
-	52,  // 139: tabula.v1.Master.CreateTenant:input_type -> tabula.v1.CreateTenantRequest
-	54,  // 140: tabula.v1.Master.ListTenants:input_type -> tabula.v1.ListTenantsRequest
-	56,  // 141: tabula.v1.Master.DescribeTenant:input_type -> tabula.v1.DescribeTenantRequest
-	58,  // 142: tabula.v1.Master.DeleteTenant:input_type -> tabula.v1.DeleteTenantRequest
-	60,  // 143: tabula.v1.Master.RotateTenantKey:input_type -> tabula.v1.RotateTenantKeyRequest
-	62,  // 144: tabula.v1.Master.TenantKeys:input_type -> tabula.v1.TenantKeysRequest
-	48,  // 145: tabula.v1.Master.SetTenantQuota:input_type -> tabula.v1.SetTenantQuotaRequest
-	66,  // 146: tabula.v1.Master.SplitPartition:input_type -> tabula.v1.SplitPartitionRequest
-	116, // 147: tabula.v1.TableServer.Get:input_type -> tabula.v1.GetRequest
-	118, // 148: tabula.v1.TableServer.BatchGet:input_type -> tabula.v1.BatchGetRequest
-	120, // 149: tabula.v1.TableServer.MultiGet:input_type -> tabula.v1.MultiGetRequest
-	123, // 150: tabula.v1.TableServer.Put:input_type -> tabula.v1.PutRequest
-	125, // 151: tabula.v1.TableServer.Delete:input_type -> tabula.v1.DeleteRequest
-	127, // 152: tabula.v1.TableServer.CompareAndSwap:input_type -> tabula.v1.CompareAndSwapRequest
-	131, // 153: tabula.v1.TableServer.BatchWrite:input_type -> tabula.v1.BatchWriteRequest
-	133, // 154: tabula.v1.TableServer.Scan:input_type -> tabula.v1.ScanRequest
-	136, // 155: tabula.v1.TableServer.CopyReplica:input_type -> tabula.v1.CopyReplicaRequest
-	138, // 156: tabula.v1.TableServer.BulkUpload:input_type -> tabula.v1.BulkUploadRequest
-	139, // 157: tabula.v1.TableServer.BulkUploadStatus:input_type -> tabula.v1.BulkUploadStatusRequest
-	28,  // 158: tabula.v1.TableServer.Invoke:input_type -> tabula.v1.InvokeRequest
-	30,  // 159: tabula.v1.TableServer.CoprocMerge:input_type -> tabula.v1.CoprocMergeRequest
-	113, // 160: tabula.v1.TableServer.Calls:input_type -> tabula.v1.CallRequest
-	86,  // 161: tabula.v1.Master.CreateTable:output_type -> tabula.v1.CreateTableResponse
-	88,  // 162: tabula.v1.Master.DropTable:output_type -> tabula.v1.DropTableResponse
-	90,  // 163: tabula.v1.Master.ListTables:output_type -> tabula.v1.ListTablesResponse
-	92,  // 164: tabula.v1.Master.DescribeTable:output_type -> tabula.v1.DescribeTableResponse
-	94,  // 165: tabula.v1.Master.GetPartitionMap:output_type -> tabula.v1.GetPartitionMapResponse
-	96,  // 166: tabula.v1.Master.WatchPartitionMap:output_type -> tabula.v1.WatchPartitionMapResponse
-	98,  // 167: tabula.v1.Master.RegisterServer:output_type -> tabula.v1.RegisterServerResponse
-	100, // 168: tabula.v1.Master.Heartbeat:output_type -> tabula.v1.HeartbeatResponse
-	142, // 169: tabula.v1.Master.PartitionLogFailed:output_type -> tabula.v1.PartitionLogFailedResponse
-	112, // 170: tabula.v1.Master.ListServers:output_type -> tabula.v1.ListServersResponse
-	102, // 171: tabula.v1.Master.BulkPublish:output_type -> tabula.v1.BulkPublishResponse
-	104, // 172: tabula.v1.Master.BulkStored:output_type -> tabula.v1.BulkStoredResponse
-	106, // 173: tabula.v1.Master.BulkStatus:output_type -> tabula.v1.BulkStatusResponse
-	108, // 174: tabula.v1.Master.BulkRollback:output_type -> tabula.v1.BulkRollbackResponse
-	110, // 175: tabula.v1.Master.BulkRollout:output_type -> tabula.v1.BulkRolloutResponse
-	84,  // 176: tabula.v1.Master.Stream:output_type -> tabula.v1.StreamResponse
-	20,  // 177: tabula.v1.Master.CoprocDeploy:output_type -> tabula.v1.CoprocDeployResponse
-	22,  // 178: tabula.v1.Master.CoprocList:output_type -> tabula.v1.CoprocListResponse
-	24,  // 179: tabula.v1.Master.CoprocRollback:output_type -> tabula.v1.CoprocRollbackResponse
-	26,  // 180: tabula.v1.Master.CoprocFetch:output_type -> tabula.v1.CoprocFetchResponse
-	144, // 181: tabula.v1.Master.ForgetServer:output_type -> tabula.v1.ForgetServerResponse
-	147, // 182: tabula.v1.Master.ListDataLoss:output_type -> tabula.v1.ListDataLossResponse
-	149, // 183: tabula.v1.Master.ClearDataLoss:output_type -> tabula.v1.ClearDataLossResponse
-	76,  // 184: tabula.v1.Master.MasterMembers:output_type -> tabula.v1.MasterMembersResponse
-	78,  // 185: tabula.v1.Master.AddMaster:output_type -> tabula.v1.AddMasterResponse
-	80,  // 186: tabula.v1.Master.RemoveMaster:output_type -> tabula.v1.RemoveMasterResponse
-	82,  // 187: tabula.v1.Master.TransferLeader:output_type -> tabula.v1.TransferLeaderResponse
-	65,  // 188: tabula.v1.Master.MovePartition:output_type -> tabula.v1.MovePartitionResponse
-	69,  // 189: tabula.v1.Master.DrainServer:output_type -> tabula.v1.DrainServerResponse
-	71,  // 190: tabula.v1.Master.BalancePlan:output_type -> tabula.v1.BalancePlanResponse
-	53,  // 191: tabula.v1.Master.CreateTenant:output_type -> tabula.v1.CreateTenantResponse
-	55,  // 192: tabula.v1.Master.ListTenants:output_type -> tabula.v1.ListTenantsResponse
-	57,  // 193: tabula.v1.Master.DescribeTenant:output_type -> tabula.v1.DescribeTenantResponse
-	59,  // 194: tabula.v1.Master.DeleteTenant:output_type -> tabula.v1.DeleteTenantResponse
-	61,  // 195: tabula.v1.Master.RotateTenantKey:output_type -> tabula.v1.RotateTenantKeyResponse
-	63,  // 196: tabula.v1.Master.TenantKeys:output_type -> tabula.v1.TenantKeysResponse
-	49,  // 197: tabula.v1.Master.SetTenantQuota:output_type -> tabula.v1.SetTenantQuotaResponse
-	67,  // 198: tabula.v1.Master.SplitPartition:output_type -> tabula.v1.SplitPartitionResponse
-	117, // 199: tabula.v1.TableServer.Get:output_type -> tabula.v1.GetResponse
-	119, // 200: tabula.v1.TableServer.BatchGet:output_type -> tabula.v1.BatchGetResponse
-	121, // 201: tabula.v1.TableServer.MultiGet:output_type -> tabula.v1.MultiGetResponse
-	124, // 202: tabula.v1.TableServer.Put:output_type -> tabula.v1.PutResponse
-	126, // 203: tabula.v1.TableServer.Delete:output_type -> tabula.v1.DeleteResponse
-	128, // 204: tabula.v1.TableServer.CompareAndSwap:output_type -> tabula.v1.CompareAndSwapResponse
-	132, // 205: tabula.v1.TableServer.BatchWrite:output_type -> tabula.v1.BatchWriteResponse
-	135, // 206: tabula.v1.TableServer.Scan:output_type -> tabula.v1.ScanResponse
-	137, // 207: tabula.v1.TableServer.CopyReplica:output_type -> tabula.v1.CopyReplicaChunk
-	140, // 208: tabula.v1.TableServer.BulkUpload:output_type -> tabula.v1.BulkUploadResponse
-	140, // 209: tabula.v1.TableServer.BulkUploadStatus:output_type -> tabula.v1.BulkUploadResponse
-	29,  // 210: tabula.v1.TableServer.Invoke:output_type -> tabula.v1.InvokeResponse
-	31,  // 211: tabula.v1.TableServer.CoprocMerge:output_type -> tabula.v1.CoprocMergeResponse
-	114, // 212: tabula.v1.TableServer.Calls:output_type -> tabula.v1.CallResponse
-	161, // [161:213] is the sub-list for method output_type
-	109, // [109:161] is the sub-list for method input_type
-	109, // [109:109] is the sub-list for extension type_name
-	109, // [109:109] is the sub-list for extension extendee
-	0,   // [0:109] is the sub-list for field type_name
+	11,  // 44: tabula.v1.AlterTableResponse.table:type_name -> tabula.v1.Table
+	74,  // 45: tabula.v1.BalancePlanResponse.actions:type_name -> tabula.v1.BalanceAction
+	75,  // 46: tabula.v1.BalancePlanResponse.before:type_name -> tabula.v1.BalanceServer
+	75,  // 47: tabula.v1.BalancePlanResponse.after:type_name -> tabula.v1.BalanceServer
+	5,   // 48: tabula.v1.BalanceAction.kind:type_name -> tabula.v1.BalanceActionKind
+	76,  // 49: tabula.v1.MasterMembersResponse.members:type_name -> tabula.v1.MasterMember
+	6,   // 50: tabula.v1.StreamRequest.op:type_name -> tabula.v1.StreamOp
+	0,   // 51: tabula.v1.CreateTableRequest.kind:type_name -> tabula.v1.TableKind
+	10,  // 52: tabula.v1.CreateTableRequest.options:type_name -> tabula.v1.TableOptions
+	16,  // 53: tabula.v1.CreateTableResponse.map:type_name -> tabula.v1.PartitionMap
+	11,  // 54: tabula.v1.ListTablesResponse.tables:type_name -> tabula.v1.Table
+	16,  // 55: tabula.v1.DescribeTableResponse.map:type_name -> tabula.v1.PartitionMap
+	37,  // 56: tabula.v1.DescribeTableResponse.replicas:type_name -> tabula.v1.ReplicaStatus
+	16,  // 57: tabula.v1.GetPartitionMapResponse.map:type_name -> tabula.v1.PartitionMap
+	16,  // 58: tabula.v1.WatchPartitionMapResponse.maps:type_name -> tabula.v1.PartitionMap
+	11,  // 59: tabula.v1.WatchPartitionMapResponse.removed:type_name -> tabula.v1.Table
+	16,  // 60: tabula.v1.WatchPartitionMapResponse.patches:type_name -> tabula.v1.PartitionMap
+	37,  // 61: tabula.v1.HeartbeatRequest.replicas:type_name -> tabula.v1.ReplicaStatus
+	27,  // 62: tabula.v1.HeartbeatRequest.coproc_ready:type_name -> tabula.v1.CoprocReady
+	50,  // 63: tabula.v1.HeartbeatRequest.tenant_load:type_name -> tabula.v1.TenantLoad
+	40,  // 64: tabula.v1.HeartbeatRequest.capacity:type_name -> tabula.v1.ServerCapacity
+	51,  // 65: tabula.v1.HeartbeatResponse.tenant_shares:type_name -> tabula.v1.TenantShare
+	32,  // 66: tabula.v1.BulkPublishRequest.files:type_name -> tabula.v1.BulkFile
+	16,  // 67: tabula.v1.BulkPublishResponse.map:type_name -> tabula.v1.PartitionMap
+	16,  // 68: tabula.v1.BulkStoredResponse.map:type_name -> tabula.v1.PartitionMap
+	16,  // 69: tabula.v1.BulkStatusResponse.map:type_name -> tabula.v1.PartitionMap
+	34,  // 70: tabula.v1.BulkStatusResponse.bulk:type_name -> tabula.v1.BulkInfo
+	16,  // 71: tabula.v1.BulkRollbackResponse.map:type_name -> tabula.v1.PartitionMap
+	7,   // 72: tabula.v1.BulkRolloutRequest.action:type_name -> tabula.v1.BulkRolloutAction
+	16,  // 73: tabula.v1.BulkRolloutResponse.map:type_name -> tabula.v1.PartitionMap
+	36,  // 74: tabula.v1.ListServersResponse.servers:type_name -> tabula.v1.ServerInfo
+	118, // 75: tabula.v1.CallRequest.get:type_name -> tabula.v1.GetRequest
+	122, // 76: tabula.v1.CallRequest.multi_get:type_name -> tabula.v1.MultiGetRequest
+	125, // 77: tabula.v1.CallRequest.put:type_name -> tabula.v1.PutRequest
+	127, // 78: tabula.v1.CallRequest.delete:type_name -> tabula.v1.DeleteRequest
+	129, // 79: tabula.v1.CallRequest.compare_and_swap:type_name -> tabula.v1.CompareAndSwapRequest
+	119, // 80: tabula.v1.CallResponse.get:type_name -> tabula.v1.GetResponse
+	123, // 81: tabula.v1.CallResponse.multi_get:type_name -> tabula.v1.MultiGetResponse
+	126, // 82: tabula.v1.CallResponse.put:type_name -> tabula.v1.PutResponse
+	128, // 83: tabula.v1.CallResponse.delete:type_name -> tabula.v1.DeleteResponse
+	130, // 84: tabula.v1.CallResponse.compare_and_swap:type_name -> tabula.v1.CompareAndSwapResponse
+	117, // 85: tabula.v1.GetRequest.header:type_name -> tabula.v1.RequestHeader
+	117, // 86: tabula.v1.BatchGetRequest.header:type_name -> tabula.v1.RequestHeader
+	119, // 87: tabula.v1.BatchGetResponse.results:type_name -> tabula.v1.GetResponse
+	118, // 88: tabula.v1.MultiGetRequest.gets:type_name -> tabula.v1.GetRequest
+	124, // 89: tabula.v1.MultiGetResponse.results:type_name -> tabula.v1.MultiGetResult
+	119, // 90: tabula.v1.MultiGetResult.response:type_name -> tabula.v1.GetResponse
+	117, // 91: tabula.v1.PutRequest.header:type_name -> tabula.v1.RequestHeader
+	117, // 92: tabula.v1.DeleteRequest.header:type_name -> tabula.v1.RequestHeader
+	117, // 93: tabula.v1.CompareAndSwapRequest.header:type_name -> tabula.v1.RequestHeader
+	8,   // 94: tabula.v1.Mutation.op:type_name -> tabula.v1.Mutation.Op
+	132, // 95: tabula.v1.Mutation.condition:type_name -> tabula.v1.Condition
+	9,   // 96: tabula.v1.Condition.kind:type_name -> tabula.v1.Condition.Kind
+	117, // 97: tabula.v1.BatchWriteRequest.header:type_name -> tabula.v1.RequestHeader
+	131, // 98: tabula.v1.BatchWriteRequest.mutations:type_name -> tabula.v1.Mutation
+	117, // 99: tabula.v1.ScanRequest.header:type_name -> tabula.v1.RequestHeader
+	136, // 100: tabula.v1.ScanResponse.records:type_name -> tabula.v1.KeyValue
+	117, // 101: tabula.v1.CopyReplicaRequest.header:type_name -> tabula.v1.RequestHeader
+	136, // 102: tabula.v1.CopyReplicaChunk.records:type_name -> tabula.v1.KeyValue
+	117, // 103: tabula.v1.BulkUploadRequest.header:type_name -> tabula.v1.RequestHeader
+	32,  // 104: tabula.v1.BulkUploadRequest.file:type_name -> tabula.v1.BulkFile
+	117, // 105: tabula.v1.BulkUploadStatusRequest.header:type_name -> tabula.v1.RequestHeader
+	13,  // 106: tabula.v1.PartitionLogFailedResponse.partition:type_name -> tabula.v1.Partition
+	147, // 107: tabula.v1.ForgetServerResponse.lost:type_name -> tabula.v1.LostPartition
+	147, // 108: tabula.v1.ListDataLossResponse.lost:type_name -> tabula.v1.LostPartition
+	16,  // 109: tabula.v1.ClearDataLossResponse.map:type_name -> tabula.v1.PartitionMap
+	87,  // 110: tabula.v1.Master.CreateTable:input_type -> tabula.v1.CreateTableRequest
+	89,  // 111: tabula.v1.Master.DropTable:input_type -> tabula.v1.DropTableRequest
+	91,  // 112: tabula.v1.Master.ListTables:input_type -> tabula.v1.ListTablesRequest
+	93,  // 113: tabula.v1.Master.DescribeTable:input_type -> tabula.v1.DescribeTableRequest
+	95,  // 114: tabula.v1.Master.GetPartitionMap:input_type -> tabula.v1.GetPartitionMapRequest
+	97,  // 115: tabula.v1.Master.WatchPartitionMap:input_type -> tabula.v1.WatchPartitionMapRequest
+	99,  // 116: tabula.v1.Master.RegisterServer:input_type -> tabula.v1.RegisterServerRequest
+	101, // 117: tabula.v1.Master.Heartbeat:input_type -> tabula.v1.HeartbeatRequest
+	143, // 118: tabula.v1.Master.PartitionLogFailed:input_type -> tabula.v1.PartitionLogFailedRequest
+	113, // 119: tabula.v1.Master.ListServers:input_type -> tabula.v1.ListServersRequest
+	103, // 120: tabula.v1.Master.BulkPublish:input_type -> tabula.v1.BulkPublishRequest
+	105, // 121: tabula.v1.Master.BulkStored:input_type -> tabula.v1.BulkStoredRequest
+	107, // 122: tabula.v1.Master.BulkStatus:input_type -> tabula.v1.BulkStatusRequest
+	109, // 123: tabula.v1.Master.BulkRollback:input_type -> tabula.v1.BulkRollbackRequest
+	111, // 124: tabula.v1.Master.BulkRollout:input_type -> tabula.v1.BulkRolloutRequest
+	85,  // 125: tabula.v1.Master.Stream:input_type -> tabula.v1.StreamRequest
+	19,  // 126: tabula.v1.Master.CoprocDeploy:input_type -> tabula.v1.CoprocDeployRequest
+	21,  // 127: tabula.v1.Master.CoprocList:input_type -> tabula.v1.CoprocListRequest
+	23,  // 128: tabula.v1.Master.CoprocRollback:input_type -> tabula.v1.CoprocRollbackRequest
+	25,  // 129: tabula.v1.Master.CoprocFetch:input_type -> tabula.v1.CoprocFetchRequest
+	145, // 130: tabula.v1.Master.ForgetServer:input_type -> tabula.v1.ForgetServerRequest
+	148, // 131: tabula.v1.Master.ListDataLoss:input_type -> tabula.v1.ListDataLossRequest
+	150, // 132: tabula.v1.Master.ClearDataLoss:input_type -> tabula.v1.ClearDataLossRequest
+	77,  // 133: tabula.v1.Master.MasterMembers:input_type -> tabula.v1.MasterMembersRequest
+	79,  // 134: tabula.v1.Master.AddMaster:input_type -> tabula.v1.AddMasterRequest
+	81,  // 135: tabula.v1.Master.RemoveMaster:input_type -> tabula.v1.RemoveMasterRequest
+	83,  // 136: tabula.v1.Master.TransferLeader:input_type -> tabula.v1.TransferLeaderRequest
+	64,  // 137: tabula.v1.Master.MovePartition:input_type -> tabula.v1.MovePartitionRequest
+	70,  // 138: tabula.v1.Master.DrainServer:input_type -> tabula.v1.DrainServerRequest
+	72,  // 139: tabula.v1.Master.BalancePlan:input_type -> tabula.v1.BalancePlanRequest
+	52,  // 140: tabula.v1.Master.CreateTenant:input_type -> tabula.v1.CreateTenantRequest
+	54,  // 141: tabula.v1.Master.ListTenants:input_type -> tabula.v1.ListTenantsRequest
+	56,  // 142: tabula.v1.Master.DescribeTenant:input_type -> tabula.v1.DescribeTenantRequest
+	58,  // 143: tabula.v1.Master.DeleteTenant:input_type -> tabula.v1.DeleteTenantRequest
+	60,  // 144: tabula.v1.Master.RotateTenantKey:input_type -> tabula.v1.RotateTenantKeyRequest
+	62,  // 145: tabula.v1.Master.TenantKeys:input_type -> tabula.v1.TenantKeysRequest
+	48,  // 146: tabula.v1.Master.SetTenantQuota:input_type -> tabula.v1.SetTenantQuotaRequest
+	66,  // 147: tabula.v1.Master.SplitPartition:input_type -> tabula.v1.SplitPartitionRequest
+	68,  // 148: tabula.v1.Master.AlterTable:input_type -> tabula.v1.AlterTableRequest
+	118, // 149: tabula.v1.TableServer.Get:input_type -> tabula.v1.GetRequest
+	120, // 150: tabula.v1.TableServer.BatchGet:input_type -> tabula.v1.BatchGetRequest
+	122, // 151: tabula.v1.TableServer.MultiGet:input_type -> tabula.v1.MultiGetRequest
+	125, // 152: tabula.v1.TableServer.Put:input_type -> tabula.v1.PutRequest
+	127, // 153: tabula.v1.TableServer.Delete:input_type -> tabula.v1.DeleteRequest
+	129, // 154: tabula.v1.TableServer.CompareAndSwap:input_type -> tabula.v1.CompareAndSwapRequest
+	133, // 155: tabula.v1.TableServer.BatchWrite:input_type -> tabula.v1.BatchWriteRequest
+	135, // 156: tabula.v1.TableServer.Scan:input_type -> tabula.v1.ScanRequest
+	138, // 157: tabula.v1.TableServer.CopyReplica:input_type -> tabula.v1.CopyReplicaRequest
+	140, // 158: tabula.v1.TableServer.BulkUpload:input_type -> tabula.v1.BulkUploadRequest
+	141, // 159: tabula.v1.TableServer.BulkUploadStatus:input_type -> tabula.v1.BulkUploadStatusRequest
+	28,  // 160: tabula.v1.TableServer.Invoke:input_type -> tabula.v1.InvokeRequest
+	30,  // 161: tabula.v1.TableServer.CoprocMerge:input_type -> tabula.v1.CoprocMergeRequest
+	115, // 162: tabula.v1.TableServer.Calls:input_type -> tabula.v1.CallRequest
+	88,  // 163: tabula.v1.Master.CreateTable:output_type -> tabula.v1.CreateTableResponse
+	90,  // 164: tabula.v1.Master.DropTable:output_type -> tabula.v1.DropTableResponse
+	92,  // 165: tabula.v1.Master.ListTables:output_type -> tabula.v1.ListTablesResponse
+	94,  // 166: tabula.v1.Master.DescribeTable:output_type -> tabula.v1.DescribeTableResponse
+	96,  // 167: tabula.v1.Master.GetPartitionMap:output_type -> tabula.v1.GetPartitionMapResponse
+	98,  // 168: tabula.v1.Master.WatchPartitionMap:output_type -> tabula.v1.WatchPartitionMapResponse
+	100, // 169: tabula.v1.Master.RegisterServer:output_type -> tabula.v1.RegisterServerResponse
+	102, // 170: tabula.v1.Master.Heartbeat:output_type -> tabula.v1.HeartbeatResponse
+	144, // 171: tabula.v1.Master.PartitionLogFailed:output_type -> tabula.v1.PartitionLogFailedResponse
+	114, // 172: tabula.v1.Master.ListServers:output_type -> tabula.v1.ListServersResponse
+	104, // 173: tabula.v1.Master.BulkPublish:output_type -> tabula.v1.BulkPublishResponse
+	106, // 174: tabula.v1.Master.BulkStored:output_type -> tabula.v1.BulkStoredResponse
+	108, // 175: tabula.v1.Master.BulkStatus:output_type -> tabula.v1.BulkStatusResponse
+	110, // 176: tabula.v1.Master.BulkRollback:output_type -> tabula.v1.BulkRollbackResponse
+	112, // 177: tabula.v1.Master.BulkRollout:output_type -> tabula.v1.BulkRolloutResponse
+	86,  // 178: tabula.v1.Master.Stream:output_type -> tabula.v1.StreamResponse
+	20,  // 179: tabula.v1.Master.CoprocDeploy:output_type -> tabula.v1.CoprocDeployResponse
+	22,  // 180: tabula.v1.Master.CoprocList:output_type -> tabula.v1.CoprocListResponse
+	24,  // 181: tabula.v1.Master.CoprocRollback:output_type -> tabula.v1.CoprocRollbackResponse
+	26,  // 182: tabula.v1.Master.CoprocFetch:output_type -> tabula.v1.CoprocFetchResponse
+	146, // 183: tabula.v1.Master.ForgetServer:output_type -> tabula.v1.ForgetServerResponse
+	149, // 184: tabula.v1.Master.ListDataLoss:output_type -> tabula.v1.ListDataLossResponse
+	151, // 185: tabula.v1.Master.ClearDataLoss:output_type -> tabula.v1.ClearDataLossResponse
+	78,  // 186: tabula.v1.Master.MasterMembers:output_type -> tabula.v1.MasterMembersResponse
+	80,  // 187: tabula.v1.Master.AddMaster:output_type -> tabula.v1.AddMasterResponse
+	82,  // 188: tabula.v1.Master.RemoveMaster:output_type -> tabula.v1.RemoveMasterResponse
+	84,  // 189: tabula.v1.Master.TransferLeader:output_type -> tabula.v1.TransferLeaderResponse
+	65,  // 190: tabula.v1.Master.MovePartition:output_type -> tabula.v1.MovePartitionResponse
+	71,  // 191: tabula.v1.Master.DrainServer:output_type -> tabula.v1.DrainServerResponse
+	73,  // 192: tabula.v1.Master.BalancePlan:output_type -> tabula.v1.BalancePlanResponse
+	53,  // 193: tabula.v1.Master.CreateTenant:output_type -> tabula.v1.CreateTenantResponse
+	55,  // 194: tabula.v1.Master.ListTenants:output_type -> tabula.v1.ListTenantsResponse
+	57,  // 195: tabula.v1.Master.DescribeTenant:output_type -> tabula.v1.DescribeTenantResponse
+	59,  // 196: tabula.v1.Master.DeleteTenant:output_type -> tabula.v1.DeleteTenantResponse
+	61,  // 197: tabula.v1.Master.RotateTenantKey:output_type -> tabula.v1.RotateTenantKeyResponse
+	63,  // 198: tabula.v1.Master.TenantKeys:output_type -> tabula.v1.TenantKeysResponse
+	49,  // 199: tabula.v1.Master.SetTenantQuota:output_type -> tabula.v1.SetTenantQuotaResponse
+	67,  // 200: tabula.v1.Master.SplitPartition:output_type -> tabula.v1.SplitPartitionResponse
+	69,  // 201: tabula.v1.Master.AlterTable:output_type -> tabula.v1.AlterTableResponse
+	119, // 202: tabula.v1.TableServer.Get:output_type -> tabula.v1.GetResponse
+	121, // 203: tabula.v1.TableServer.BatchGet:output_type -> tabula.v1.BatchGetResponse
+	123, // 204: tabula.v1.TableServer.MultiGet:output_type -> tabula.v1.MultiGetResponse
+	126, // 205: tabula.v1.TableServer.Put:output_type -> tabula.v1.PutResponse
+	128, // 206: tabula.v1.TableServer.Delete:output_type -> tabula.v1.DeleteResponse
+	130, // 207: tabula.v1.TableServer.CompareAndSwap:output_type -> tabula.v1.CompareAndSwapResponse
+	134, // 208: tabula.v1.TableServer.BatchWrite:output_type -> tabula.v1.BatchWriteResponse
+	137, // 209: tabula.v1.TableServer.Scan:output_type -> tabula.v1.ScanResponse
+	139, // 210: tabula.v1.TableServer.CopyReplica:output_type -> tabula.v1.CopyReplicaChunk
+	142, // 211: tabula.v1.TableServer.BulkUpload:output_type -> tabula.v1.BulkUploadResponse
+	142, // 212: tabula.v1.TableServer.BulkUploadStatus:output_type -> tabula.v1.BulkUploadResponse
+	29,  // 213: tabula.v1.TableServer.Invoke:output_type -> tabula.v1.InvokeResponse
+	31,  // 214: tabula.v1.TableServer.CoprocMerge:output_type -> tabula.v1.CoprocMergeResponse
+	116, // 215: tabula.v1.TableServer.Calls:output_type -> tabula.v1.CallResponse
+	163, // [163:216] is the sub-list for method output_type
+	110, // [110:163] is the sub-list for method input_type
+	110, // [110:110] is the sub-list for extension type_name
+	110, // [110:110] is the sub-list for extension extendee
+	0,   // [0:110] is the sub-list for field type_name
 }
 
 func init() { file_tabula_proto_init() }
@@ -11893,14 +12114,15 @@ func file_tabula_proto_init() {
 	if File_tabula_proto != nil {
 		return
 	}
-	file_tabula_proto_msgTypes[103].OneofWrappers = []any{
+	file_tabula_proto_msgTypes[58].OneofWrappers = []any{}
+	file_tabula_proto_msgTypes[105].OneofWrappers = []any{
 		(*CallRequest_Get)(nil),
 		(*CallRequest_MultiGet)(nil),
 		(*CallRequest_Put)(nil),
 		(*CallRequest_Delete)(nil),
 		(*CallRequest_CompareAndSwap)(nil),
 	}
-	file_tabula_proto_msgTypes[104].OneofWrappers = []any{
+	file_tabula_proto_msgTypes[106].OneofWrappers = []any{
 		(*CallResponse_Get)(nil),
 		(*CallResponse_MultiGet)(nil),
 		(*CallResponse_Put)(nil),
@@ -11913,7 +12135,7 @@ func file_tabula_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tabula_proto_rawDesc), len(file_tabula_proto_rawDesc)),
 			NumEnums:      10,
-			NumMessages:   140,
+			NumMessages:   142,
 			NumExtensions: 0,
 			NumServices:   2,
 		},
