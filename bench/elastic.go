@@ -65,6 +65,9 @@ type elConfig struct {
 	hotLimit  time.Duration
 	hotQuiet  time.Duration
 	hotQPS    int
+	// hotRebalance: 1 s rounds (as join uses) transferred the hot
+	// children's primaries back and forth every round on this machine.
+	hotRebalance time.Duration
 }
 
 func runElastic(out io.Writer, args []string) (err error) {
@@ -79,7 +82,8 @@ func runElastic(out io.Writer, args []string) (err error) {
 	fs.Float64Var(&cfg.band, "band", 0.15, "join: balanced within mean × (1 ± band) replicas per server")
 	fs.DurationVar(&cfg.hotLimit, "hot-limit", 90*time.Second, "hot: the longest the hot load runs")
 	fs.DurationVar(&cfg.hotQuiet, "hot-quiet", 10*time.Second, "hot: settled = no split, move or primary change for this long (the after window)")
-	fs.IntVar(&cfg.hotQPS, "hot-split-qps", 1000, "hot: the master's --split-qps (lowered from 2,500 so it acts within the run on this machine)")
+	fs.IntVar(&cfg.hotQPS, "hot-split-qps", 2500, "hot: the master's --split-qps")
+	fs.DurationVar(&cfg.hotRebalance, "hot-rebalance-interval", 5*time.Second, "hot: the master's --rebalance-interval (0: no --rebalance, the children's primaries stay where the split left them)")
 	workloads := fs.String("workloads", "split,join,hot", "workloads to run (comma list)")
 	fs.StringVar(&cfg.dir, "dir", "", "directory for data and logs (default: a new temp dir, removed after a successful run)")
 	fs.StringVar(&cfg.tabulaBin, "tabula-bin", "", "tabula binary to run (default: built from this checkout)")
@@ -432,8 +436,11 @@ func elCounts(m map[string]int) string {
 // cluster settles ÷ before its first split.
 func elHot(ctx context.Context, out io.Writer, dir string, cfg *elConfig) error {
 	const sustain, cooldown = 5 * time.Second, 10 * time.Second
-	tab, procs, err := elStart(ctx, out, dir, cfg, 5, 3, "--rebalance", "--rebalance-interval", "1s",
-		"--split-qps", fmt.Sprint(cfg.hotQPS), "--split-sustain", sustain.String(), "--split-cooldown", cooldown.String())
+	flags := []string{"--split-qps", fmt.Sprint(cfg.hotQPS), "--split-sustain", sustain.String(), "--split-cooldown", cooldown.String()}
+	if cfg.hotRebalance > 0 {
+		flags = append(flags, "--rebalance", "--rebalance-interval", cfg.hotRebalance.String())
+	}
+	tab, procs, err := elStart(ctx, out, dir, cfg, 5, 3, flags...)
 	if err != nil {
 		return err
 	}
@@ -466,6 +473,7 @@ func elHot(ctx context.Context, out io.Writer, dir string, cfg *elConfig) error 
 	var samples []sample
 	t0 := time.Now()
 	var lastShape string
+	var lastParts []string // partition id -> its replicas, at the last change
 	var lastChange, firstSplit time.Duration = 0, -1
 	tick := time.NewTicker(500 * time.Millisecond)
 	defer tick.Stop()
@@ -495,12 +503,20 @@ func elHot(ctx context.Context, out io.Writer, dir string, cfg *elConfig) error 
 			s.parts, s.shape = len(m.GetPartitions()), b.String()
 			if lastShape != "" && s.shape != lastShape {
 				lastChange = now
+				parts := strings.Fields(s.shape)
+				var changed []string
+				for _, p := range parts {
+					if !slices.Contains(lastParts, p) {
+						changed = append(changed, p)
+					}
+				}
+				fmt.Fprintf(os.Stderr, "elastic: hot: %v: %d partitions; now %v\n", now.Round(100*time.Millisecond), s.parts, changed)
 				if firstSplit < 0 && s.parts > 3 || firstSplit < 0 && strings.Contains(s.shape, "splitting") {
 					firstSplit = now
 					fmt.Fprintf(os.Stderr, "elastic: hot: first split at %v\n", now.Round(100*time.Millisecond))
 				}
 			}
-			lastShape = s.shape
+			lastShape, lastParts = s.shape, strings.Fields(s.shape)
 		}
 		samples = append(samples, s)
 		if firstSplit >= 0 && now-lastChange >= cfg.hotQuiet || now >= cfg.hotLimit {
@@ -529,17 +545,22 @@ func elHot(ctx context.Context, out io.Writer, dir string, cfg *elConfig) error 
 	if beforeTo < 0 {
 		beforeTo = end
 	}
-	before, after := rate(time.Second, beforeTo), rate(max(lastChange, end-cfg.hotQuiet), end)
-	fmt.Fprintf(out, "# hot: master (automatic splits: --split-qps %d lowered from 2,500 to act within the run, --split-sustain %v, --split-cooldown %v; --rebalance, 1 s rounds) + 5 servers, point table of 3 partitions × 3 replicas (ssd, sync); %d goroutines (half puts, half gets) on a Zipfian (s = 1.1) over %d keys of partition 0\n",
-		cfg.hotQPS, sustain, cooldown, cfg.goroutines, len(keys))
+	before, after := rate(time.Second, beforeTo), rate(end-cfg.hotQuiet, end)
+	var timeline []string
+	for from := time.Duration(0); from < end; from += 5 * time.Second {
+		timeline = append(timeline, fmt.Sprintf("%.0f", rate(from, from+5*time.Second)))
+	}
+	fmt.Fprintf(out, "# hot: master (automatic splits: --split-qps %d, --split-sustain %v and --split-cooldown %v lowered from 10 s and 30 s to act within the run; --rebalance rounds every %v, 0: off) + 5 servers, point table of 3 partitions × 3 replicas (ssd, sync); %d goroutines (half puts, half gets) on a Zipfian (s = 1.1) over %d keys of partition 0\n",
+		cfg.hotQPS, sustain, cooldown, cfg.hotRebalance, cfg.goroutines, len(keys))
 	fmt.Fprintf(out, "# partitions at the end: %d; before = answered/s from 1 s to the first split (%v), after = the last %v with no split, move or primary change; settle = from the load's start to the last such change\n",
 		samples[len(samples)-1].parts, firstSplit.Round(100*time.Millisecond), cfg.hotQuiet)
+	fmt.Fprintf(out, "# answered/s every 5 s: %s\n", strings.Join(timeline, " "))
 	fmt.Fprintf(out, "figure elastic-hot-before %.0f req/s\n", before)
 	fmt.Fprintf(out, "figure elastic-hot-after %.0f req/s\n", after)
 	if firstSplit < 0 {
 		fmt.Fprintf(out, "# no split within %v: nothing settled\n", cfg.hotLimit)
 	} else if now := end; now-lastChange < cfg.hotQuiet {
-		fmt.Fprintf(out, "# not settled within %v (last change at %v)\n", cfg.hotLimit, lastChange.Round(100*time.Millisecond))
+		fmt.Fprintf(out, "# not settled within %v (last change at %v): after = the last %v\n", cfg.hotLimit, lastChange.Round(100*time.Millisecond), cfg.hotQuiet)
 	} else {
 		fmt.Fprintf(out, "figure elastic-hot-settle-s %.1f s\n", lastChange.Seconds())
 	}
