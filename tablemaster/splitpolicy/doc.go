@@ -22,6 +22,8 @@
 //     Options.Sustain (10 s) splits at its load hint, the point where its
 //     sampled load halves; with none, a point partition splits at its
 //     midpoint and an ordered one waits (there is no midpoint of keys).
+//     An ordered split point is cut back to its Azure PartitionKey's
+//     first key when it is an entity key (GroupStart).
 //   - Guard rails: at most Options.MaxConcurrent splits in flight in the
 //     cluster (the most loaded candidates first); no table beyond its
 //     maximum partitions; nothing for a partition with a split or a move

@@ -276,10 +276,14 @@ func point(p *Partition, ordered bool, reason Reason) (Split, bool) {
 		h = p.SizeHint
 	}
 	if ordered {
-		if h == nil || len(h.Key) == 0 || bytes.Compare(h.Key, p.KeyStart) <= 0 || len(p.KeyEnd) > 0 && bytes.Compare(h.Key, p.KeyEnd) >= 0 {
+		if h == nil {
 			return Split{}, false
 		}
-		return Split{Partition: p.ID, Key: h.Key}, true
+		k := GroupStart(h.Key)
+		if len(k) == 0 || bytes.Compare(k, p.KeyStart) <= 0 || len(p.KeyEnd) > 0 && bytes.Compare(k, p.KeyEnd) >= 0 {
+			return Split{}, false
+		}
+		return Split{Partition: p.ID, Key: k}, true
 	}
 	if reason == ByLoad && h != nil && h.Hash > p.Start && h.Hash <= p.End {
 		return Split{Partition: p.ID, Hash: h.Hash}, true
@@ -293,3 +297,23 @@ func point(p *Partition, ordered bool, reason Reason) (Split, bool) {
 // Midpoint is the first hash of the right half of hash range [start,
 // end] (tablemaster's default split point).
 func Midpoint(start, end uint64) uint64 { return start + (end-start)/2 + 1 }
+
+// GroupStart is the split point an automatic split of an ordered table
+// uses for key k: k itself, unless k is an Azure Table entity key
+// (frontend/entity.Key: the PartitionKey with each 0x00 written 0x00
+// 0xFF, then 0x00 0x01, then the RowKey), which is cut back to its
+// PartitionKey's first key, so the entities of one PartitionKey (an
+// entity group transaction's scope) always stay in one partition. Other
+// keys seldom hold 0x00 0x01; cutting them there is still a split point.
+func GroupStart(k []byte) []byte {
+	for i := 0; i+1 < len(k); i++ {
+		if k[i] != 0 {
+			continue
+		}
+		if k[i+1] == 0x01 {
+			return k[:i+2]
+		}
+		i++ // an escaped 0x00 (0x00 0xFF)
+	}
+	return k
+}

@@ -94,13 +94,14 @@ func TestDecide(t *testing.T) {
 				return ""
 			case "partition":
 				p := Partition{ID: u64("id"), Table: args["table"], Start: u64("start"), End: u64("end"),
-					KeyStart: []byte(args["key-start"]), KeyEnd: []byte(args["key-end"]), QPS: num("qps"), SizeBytes: u64("size"),
+					KeyStart: []byte(unescape(d, t, args["key-start"])), KeyEnd: []byte(unescape(d, t, args["key-end"])), QPS: num("qps"), SizeBytes: u64("size"),
 					Busy: d.HasArg("busy"), SplitAtMs: int64(num("split-at"))}
 				_, ordered := args["key-start"]
 				if _, ok := args["end"]; !ok && !ordered {
 					p.End = ^uint64(0)
 				}
 				if h, ok := args["hint"]; ok {
+					h = unescape(d, t, h)
 					p.LoadHint = &Hint{}
 					if n, err := strconv.ParseUint(h, 0, 64); err == nil {
 						p.LoadHint.Hash = n
@@ -169,4 +170,16 @@ func TestDecide(t *testing.T) {
 			return ""
 		})
 	})
+}
+
+// unescape reads \xNN escapes in a transcript's key.
+func unescape(d *datadriven.TestData, t *testing.T, s string) string {
+	if !strings.Contains(s, `\x`) {
+		return s
+	}
+	u, err := strconv.Unquote(`"` + s + `"`)
+	if err != nil {
+		d.Fatalf(t, "key %s: %v", s, err)
+	}
+	return u
 }
