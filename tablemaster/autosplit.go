@@ -182,7 +182,7 @@ func (m *Master) autoSplitRound(mem *splitpolicy.Memory) splitpolicy.Decision {
 // on every replica, writes on the primary), their primary's bytes and
 // split hints.
 func (m *Master) splitSnapshot(st *State, now time.Time) splitpolicy.Snapshot {
-	snap := splitpolicy.Snapshot{NowMs: now.UnixMilli()}
+	snap := splitpolicy.Snapshot{NowMs: now.UnixMilli(), TotalPartitions: st.partitionCount(), MaxTotalPartitions: api.MaxClusterPartitions}
 	type at struct {
 		pid    uint64
 		server string

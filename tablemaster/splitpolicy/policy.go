@@ -121,6 +121,10 @@ type Snapshot struct {
 	Partitions []Partition
 	// Splitting counts the splits in flight (started, not done).
 	Splitting int
+	// TotalPartitions is the cluster's partitions, of every table, and
+	// MaxTotalPartitions the most it may hold (0: no limit): a split
+	// adds one.
+	TotalPartitions, MaxTotalPartitions int
 }
 
 // Memory is what Decide remembers between calls: since when each
@@ -229,7 +233,7 @@ func Decide(s Snapshot, o Options, m *Memory) Decision {
 	for _, t := range s.Tables {
 		count[t.Name] = t.Partitions
 	}
-	inFlight := s.Splitting
+	inFlight, total := s.Splitting, s.TotalPartitions
 	for _, c := range cands {
 		p, t := c.p, tables[c.p.Table]
 		maxParts := o.MaxPartitions
@@ -245,6 +249,9 @@ func Decide(s Snapshot, o Options, m *Memory) Decision {
 			continue
 		case count[t.Name] >= maxParts:
 			note("table %s has %d partitions, its maximum", t.Name, count[t.Name])
+			continue
+		case s.MaxTotalPartitions > 0 && total >= s.MaxTotalPartitions:
+			note("the cluster has %d partitions, its limit", total)
 			continue
 		case c.reason == ByLoad && p.SplitAtMs > 0 && s.NowMs-p.SplitAtMs < o.Cooldown.Milliseconds():
 			// (A cooling partition over its size splits by size, above.)
@@ -264,6 +271,7 @@ func Decide(s Snapshot, o Options, m *Memory) Decision {
 		out.Splits = append(out.Splits, sp)
 		inFlight++
 		count[t.Name]++
+		total++
 	}
 	return out
 }

@@ -25,6 +25,7 @@ import (
 //	set id= [qps=] [size=] [busy] [idle]  (changes a partition)
 //	drop id=                               (a partition split or went away)
 //	splitting n=                           (splits in flight)
+//	cluster partitions= max=               (the cluster's partition count and limit)
 //	tick [ms=]                             (default 1000)
 //	decide
 func TestDecide(t *testing.T) {
@@ -140,6 +141,9 @@ func TestDecide(t *testing.T) {
 				return ""
 			case "splitting":
 				snap.Splitting = int(num("n"))
+				return ""
+			case "cluster":
+				snap.TotalPartitions, snap.MaxTotalPartitions = int(num("partitions")), int(num("max"))
 				return ""
 			case "tick":
 				ms := int64(1000)
