@@ -10,7 +10,8 @@ import (
 	"github.com/tabuladb/tabula/tablemaster/splitpolicy"
 )
 
-// Automatic splits. The leader decides, every heartbeat interval, which
+// Automatic splits. The leader decides, every Options.AutoSplitInterval
+// (1 s: the sustain window is 10 s, and a round walks the map), which
 // partitions of point and ordered tables to split (splitpolicy.Decide, a
 // pure function of the map, the load view and the split hints the
 // primaries report with their heartbeats), and starts each split through
@@ -127,14 +128,14 @@ func (m *Master) AlterTable(ctx context.Context, req *api.AlterTableRequest) (*a
 	return &api.AlterTableResponse{Table: nt.Proto(), MapVersion: next.Version}, nil
 }
 
-// autoSplitLoop runs the split policy on the leader every heartbeat
-// interval unless Options.DisableAutoSplit.
+// autoSplitLoop runs the split policy on the leader every
+// Options.AutoSplitInterval unless Options.DisableAutoSplit.
 func (m *Master) autoSplitLoop() {
 	defer m.wg.Done()
 	if m.opts.DisableAutoSplit {
 		return
 	}
-	t := time.NewTicker(m.opts.HeartbeatInterval)
+	t := time.NewTicker(m.opts.AutoSplitInterval)
 	defer t.Stop()
 	var mem splitpolicy.Memory
 	for {
@@ -179,35 +180,16 @@ func (m *Master) autoSplitRound(mem *splitpolicy.Memory) splitpolicy.Decision {
 
 // splitSnapshot is the cluster as the split policy sees it: the
 // partitions of point and ordered tables with their smoothed load (reads
-// on every replica, writes on the primary), their primary's bytes and
-// split hints.
+// on every replica, writes on the primary) and bytes from the load view,
+// and, for those over a threshold, the split hints their primary
+// reported. The hints are looked up for those alone, so a round over a
+// large map costs a pass over its partitions, not over every status.
 func (m *Master) splitSnapshot(st *State, now time.Time) splitpolicy.Snapshot {
 	snap := splitpolicy.Snapshot{NowMs: now.UnixMilli(), TotalPartitions: st.partitionCount(), MaxTotalPartitions: api.MaxClusterPartitions}
-	type at struct {
-		pid    uint64
-		server string
-	}
-	reports := map[at]*api.ReplicaStatus{} // the primaries' reports
-	m.liveMu.Lock()
-	for id, l := range m.live {
-		if l.dead {
-			continue
-		}
-		for _, r := range l.statuses {
-			if r.GetRole() == api.ReplicaRole_REPLICA_ROLE_PRIMARY {
-				reports[at{r.GetPartitionId(), id}] = r
-			}
-		}
-	}
-	m.liveMu.Unlock()
-	hint := func(h *api.SplitHint) *splitpolicy.Hint {
-		if h == nil {
-			return nil
-		}
-		return &splitpolicy.Hint{Hash: h.GetHash(), Key: h.GetKey()}
-	}
+	def := m.opts.AutoSplit.WithDefaults()
+	var over []int // indexes in snap.Partitions of those that want hints
+	var primaries []string
 	m.load.mu.Lock()
-	defer m.load.mu.Unlock()
 	for _, t := range st.tablesByID() {
 		if !t.replicatesByLog() {
 			continue
@@ -215,6 +197,13 @@ func (m *Master) splitSnapshot(st *State, now time.Time) splitpolicy.Snapshot {
 		name := tableKey(t.Tenant, t.Name)
 		snap.Tables = append(snap.Tables, splitpolicy.Table{Name: name, Ordered: t.Kind == api.TableKind_TABLE_KIND_ORDERED,
 			Partitions: len(t.Partitions), MaxPartitions: int(t.Options.MaxPartitions), SizeBytes: t.Options.SplitSizeBytes, QPS: float64(t.Options.SplitQPS)})
+		qps, size := def.QPS, def.SizeBytes
+		if t.Options.SplitQPS > 0 {
+			qps = float64(t.Options.SplitQPS)
+		}
+		if t.Options.SplitSizeBytes > 0 {
+			size = t.Options.SplitSizeBytes
+		}
 		for i := range t.Partitions {
 			p := &t.Partitions[i]
 			if p.Split != nil {
@@ -232,13 +221,42 @@ func (m *Master) splitSnapshot(st *State, now time.Time) splitpolicy.Snapshot {
 				sp.QPS += vec[balance.DimReads]
 				if r.ServerID == prim {
 					sp.QPS += vec[balance.DimWrites]
+					// A disk store's bytes on disk; a memory engine's in memory.
+					sp.SizeBytes = uint64(vec[balance.DimDisk])
+					if sp.SizeBytes == 0 {
+						sp.SizeBytes = uint64(vec[balance.DimMemory])
+					}
 				}
 			}
-			if r := reports[at{p.ID, prim}]; r != nil && r.GetEpoch() == p.Epoch {
-				sp.SizeBytes = max(r.GetBytes(), r.GetLiveBytes())
+			snap.Partitions = append(snap.Partitions, sp)
+			if sp.QPS >= qps || sp.SizeBytes >= size {
+				over = append(over, len(snap.Partitions)-1)
+				primaries = append(primaries, prim)
+			}
+		}
+	}
+	m.load.mu.Unlock()
+	if len(over) == 0 {
+		return snap
+	}
+	hint := func(h *api.SplitHint) *splitpolicy.Hint {
+		if h == nil {
+			return nil
+		}
+		return &splitpolicy.Hint{Hash: h.GetHash(), Key: h.GetKey()}
+	}
+	m.liveMu.Lock()
+	defer m.liveMu.Unlock()
+	for i, k := range over {
+		sp := &snap.Partitions[k]
+		l := m.live[primaries[i]]
+		if l == nil || l.dead {
+			continue
+		}
+		for _, r := range l.statuses {
+			if r.GetPartitionId() == sp.ID && r.GetRole() == api.ReplicaRole_REPLICA_ROLE_PRIMARY {
 				sp.LoadHint, sp.SizeHint = hint(r.GetLoadSplit()), hint(r.GetSizeSplit())
 			}
-			snap.Partitions = append(snap.Partitions, sp)
 		}
 	}
 	return snap

@@ -31,6 +31,7 @@ func TestAutoSplitHotPartition(t *testing.T) {
 	defer cancel()
 	tc, err := testcluster.Start(ctx, testcluster.Options{Servers: 3, Dir: t.TempDir(), MasterOptions: func(o *tablemaster.Options) {
 		o.AutoSplit = splitpolicy.Options{QPS: 50, Sustain: time.Second, Cooldown: time.Hour}
+		o.AutoSplitInterval = 100 * time.Millisecond
 	}})
 	if err != nil {
 		t.Fatal(err)

@@ -90,6 +90,8 @@ type Options struct {
 	// 10 s, 4 splits in flight, 256 partitions per table, 30 s cooldown);
 	// a table's own settings (TableOptions) override the thresholds.
 	AutoSplit splitpolicy.Options `json:"auto_split"`
+	// AutoSplitInterval is how often the leader decides. Default 1s.
+	AutoSplitInterval time.Duration `json:"auto_split_interval,omitempty"`
 	// SplitAllWait is how long a split waits for every live replica to
 	// report it before it completes on the primary's report alone (the
 	// others then get copies). Default 3 s.
@@ -190,6 +192,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.SplitAllWait == 0 {
 		o.SplitAllWait = 3 * time.Second
+	}
+	if o.AutoSplitInterval <= 0 {
+		o.AutoSplitInterval = time.Second
 	}
 	if o.TruncateInterval == 0 {
 		o.TruncateInterval = 10 * time.Second
