@@ -187,3 +187,22 @@ func unescape(d *datadriven.TestData, t *testing.T, s string) string {
 	}
 	return u
 }
+
+// BenchmarkDecide is one round over 100,000 partitions (the cluster
+// limit), 1% of them hot: the leader runs one a second.
+func BenchmarkDecide(b *testing.B) {
+	const n = 100000
+	snap := Snapshot{NowMs: 1000, Tables: []Table{{Name: "t", Partitions: n, MaxPartitions: 2 * n}}}
+	for i := range n {
+		p := Partition{ID: uint64(i + 1), Table: "t", Start: uint64(i) << 40, End: uint64(i+1)<<40 - 1, QPS: 10}
+		if i%100 == 0 {
+			p.QPS = 5000
+		}
+		snap.Partitions = append(snap.Partitions, p)
+	}
+	var m Memory
+	b.ReportAllocs()
+	for b.Loop() {
+		Decide(snap, Options{}, &m)
+	}
+}
