@@ -617,7 +617,7 @@ func (x Mutation_Op) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Mutation_Op.Descriptor instead.
 func (Mutation_Op) EnumDescriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{118, 0}
+	return file_tabula_proto_rawDescGZIP(), []int{121, 0}
 }
 
 type Condition_Kind int32
@@ -675,7 +675,7 @@ func (x Condition_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Condition_Kind.Descriptor instead.
 func (Condition_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{119, 0}
+	return file_tabula_proto_rawDescGZIP(), []int{122, 0}
 }
 
 // TableOptions are fixed at CreateTable. Zero values take the defaults the
@@ -712,9 +712,17 @@ type TableOptions struct {
 	// Ordered tables: the keys where one partition ends and the next
 	// begins, strictly increasing (none: one partition holding every key).
 	// Partition i holds [split_points[i-1], split_points[i]).
-	SplitPoints   [][]byte `protobuf:"bytes,9,rep,name=split_points,json=splitPoints,proto3" json:"split_points,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	SplitPoints [][]byte `protobuf:"bytes,9,rep,name=split_points,json=splitPoints,proto3" json:"split_points,omitempty"`
+	// Automatic splits (tablemaster/autosplit.go); 0: the cluster's
+	// setting (tabula master --split-size, --split-qps; 256 partitions at
+	// most). min_partitions is kept for merges: they never take the table
+	// below it. Bulk tables take none of these (they do not split).
+	MinPartitions  uint32 `protobuf:"varint,220,opt,name=min_partitions,json=minPartitions,proto3" json:"min_partitions,omitempty"`
+	MaxPartitions  uint32 `protobuf:"varint,221,opt,name=max_partitions,json=maxPartitions,proto3" json:"max_partitions,omitempty"`
+	SplitSizeBytes uint64 `protobuf:"varint,222,opt,name=split_size_bytes,json=splitSizeBytes,proto3" json:"split_size_bytes,omitempty"`
+	SplitQps       uint64 `protobuf:"varint,223,opt,name=split_qps,json=splitQps,proto3" json:"split_qps,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *TableOptions) Reset() {
@@ -808,6 +816,34 @@ func (x *TableOptions) GetSplitPoints() [][]byte {
 		return x.SplitPoints
 	}
 	return nil
+}
+
+func (x *TableOptions) GetMinPartitions() uint32 {
+	if x != nil {
+		return x.MinPartitions
+	}
+	return 0
+}
+
+func (x *TableOptions) GetMaxPartitions() uint32 {
+	if x != nil {
+		return x.MaxPartitions
+	}
+	return 0
+}
+
+func (x *TableOptions) GetSplitSizeBytes() uint64 {
+	if x != nil {
+		return x.SplitSizeBytes
+	}
+	return 0
+}
+
+func (x *TableOptions) GetSplitQps() uint64 {
+	if x != nil {
+		return x.SplitQps
+	}
+	return 0
 }
 
 type Table struct {
@@ -1027,8 +1063,13 @@ type Partition struct {
 	// the parent's log. A replica of the parent on the same server holds the
 	// child's data (its engine split at that LSN); the child's own log
 	// continues the LSNs after it. 0: not a split's child.
-	SplitFrom     uint64 `protobuf:"varint,13,opt,name=split_from,json=splitFrom,proto3" json:"split_from,omitempty"`
-	SplitLsn      uint64 `protobuf:"varint,14,opt,name=split_lsn,json=splitLsn,proto3" json:"split_lsn,omitempty"`
+	SplitFrom uint64 `protobuf:"varint,13,opt,name=split_from,json=splitFrom,proto3" json:"split_from,omitempty"`
+	SplitLsn  uint64 `protobuf:"varint,14,opt,name=split_lsn,json=splitLsn,proto3" json:"split_lsn,omitempty"`
+	// A split's child: why the split was made ("load", "size"; empty: by
+	// an operator) and when it finished. A partition split by load is not
+	// merged back while warm, nor split by load again within the cooldown.
+	SplitReason   string `protobuf:"bytes,220,opt,name=split_reason,json=splitReason,proto3" json:"split_reason,omitempty"`
+	SplitUnixMs   int64  `protobuf:"varint,221,opt,name=split_unix_ms,json=splitUnixMs,proto3" json:"split_unix_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1157,6 +1198,20 @@ func (x *Partition) GetSplitFrom() uint64 {
 func (x *Partition) GetSplitLsn() uint64 {
 	if x != nil {
 		return x.SplitLsn
+	}
+	return 0
+}
+
+func (x *Partition) GetSplitReason() string {
+	if x != nil {
+		return x.SplitReason
+	}
+	return ""
+}
+
+func (x *Partition) GetSplitUnixMs() int64 {
+	if x != nil {
+		return x.SplitUnixMs
 	}
 	return 0
 }
@@ -2950,7 +3005,17 @@ type ReplicaStatus struct {
 	BusyNs uint64 `protobuf:"varint,26,opt,name=busy_ns,json=busyNs,proto3" json:"busy_ns,omitempty"`
 	// Set by the master in DescribeTable answers, never by a server: the
 	// replica's smoothed rates from its reports (tablemaster/load.go).
-	Load          *ReplicaLoad `protobuf:"bytes,27,opt,name=load,proto3" json:"load,omitempty"`
+	Load *ReplicaLoad `protobuf:"bytes,27,opt,name=load,proto3" json:"load,omitempty"`
+	// A primary of a point or ordered table: where a split would halve the
+	// partition's load, from a sample of its requests' keys
+	// (tableserver/splitsample.go); unset while the sample is too small or
+	// no cut halves it (one hot key).
+	LoadSplit *SplitHint `protobuf:"bytes,220,opt,name=load_split,json=loadSplit,proto3" json:"load_split,omitempty"`
+	// A primary of an ordered table: the key that halves the partition's
+	// data by bytes, estimated from its files (unset while they are too
+	// few to say). Point tables send none: keys hash uniformly, so the
+	// midpoint of the hash range is the median of the data.
+	SizeSplit     *SplitHint `protobuf:"bytes,221,opt,name=size_split,json=sizeSplit,proto3" json:"size_split,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3181,6 +3246,92 @@ func (x *ReplicaStatus) GetLoad() *ReplicaLoad {
 	return nil
 }
 
+func (x *ReplicaStatus) GetLoadSplit() *SplitHint {
+	if x != nil {
+		return x.LoadSplit
+	}
+	return nil
+}
+
+func (x *ReplicaStatus) GetSizeSplit() *SplitHint {
+	if x != nil {
+		return x.SizeSplit
+	}
+	return nil
+}
+
+// SplitHint is a point where a partition would split: the right child's
+// first hash (point tables) or key (ordered tables).
+type SplitHint struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Hash  uint64                 `protobuf:"varint,1,opt,name=hash,proto3" json:"hash,omitempty"`
+	Key   []byte                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	// The samples (load) or files (size) it was computed from.
+	Samples uint32 `protobuf:"varint,3,opt,name=samples,proto3" json:"samples,omitempty"`
+	// The share of the load or bytes left of the point, 0..1.
+	LeftShare     float64 `protobuf:"fixed64,4,opt,name=left_share,json=leftShare,proto3" json:"left_share,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SplitHint) Reset() {
+	*x = SplitHint{}
+	mi := &file_tabula_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SplitHint) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SplitHint) ProtoMessage() {}
+
+func (x *SplitHint) ProtoReflect() protoreflect.Message {
+	mi := &file_tabula_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SplitHint.ProtoReflect.Descriptor instead.
+func (*SplitHint) Descriptor() ([]byte, []int) {
+	return file_tabula_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *SplitHint) GetHash() uint64 {
+	if x != nil {
+		return x.Hash
+	}
+	return 0
+}
+
+func (x *SplitHint) GetKey() []byte {
+	if x != nil {
+		return x.Key
+	}
+	return nil
+}
+
+func (x *SplitHint) GetSamples() uint32 {
+	if x != nil {
+		return x.Samples
+	}
+	return 0
+}
+
+func (x *SplitHint) GetLeftShare() float64 {
+	if x != nil {
+		return x.LeftShare
+	}
+	return 0
+}
+
 // ReplicaLoad is the master's smoothed view of a replica's load.
 type ReplicaLoad struct {
 	state        protoimpl.MessageState `protogen:"open.v1"`
@@ -3194,7 +3345,7 @@ type ReplicaLoad struct {
 
 func (x *ReplicaLoad) Reset() {
 	*x = ReplicaLoad{}
-	mi := &file_tabula_proto_msgTypes[28]
+	mi := &file_tabula_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3206,7 +3357,7 @@ func (x *ReplicaLoad) String() string {
 func (*ReplicaLoad) ProtoMessage() {}
 
 func (x *ReplicaLoad) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[28]
+	mi := &file_tabula_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3219,7 +3370,7 @@ func (x *ReplicaLoad) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaLoad.ProtoReflect.Descriptor instead.
 func (*ReplicaLoad) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{28}
+	return file_tabula_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ReplicaLoad) GetReadsPerSec() float64 {
@@ -3265,7 +3416,7 @@ type ServerCapacity struct {
 
 func (x *ServerCapacity) Reset() {
 	*x = ServerCapacity{}
-	mi := &file_tabula_proto_msgTypes[29]
+	mi := &file_tabula_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3277,7 +3428,7 @@ func (x *ServerCapacity) String() string {
 func (*ServerCapacity) ProtoMessage() {}
 
 func (x *ServerCapacity) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[29]
+	mi := &file_tabula_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3290,7 +3441,7 @@ func (x *ServerCapacity) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServerCapacity.ProtoReflect.Descriptor instead.
 func (*ServerCapacity) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{29}
+	return file_tabula_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ServerCapacity) GetDiskBytes() uint64 {
@@ -3357,7 +3508,7 @@ type AckSetMember struct {
 
 func (x *AckSetMember) Reset() {
 	*x = AckSetMember{}
-	mi := &file_tabula_proto_msgTypes[30]
+	mi := &file_tabula_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3369,7 +3520,7 @@ func (x *AckSetMember) String() string {
 func (*AckSetMember) ProtoMessage() {}
 
 func (x *AckSetMember) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[30]
+	mi := &file_tabula_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3382,7 +3533,7 @@ func (x *AckSetMember) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AckSetMember.ProtoReflect.Descriptor instead.
 func (*AckSetMember) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{30}
+	return file_tabula_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *AckSetMember) GetServerId() string {
@@ -3450,7 +3601,7 @@ type ReplicaSync struct {
 
 func (x *ReplicaSync) Reset() {
 	*x = ReplicaSync{}
-	mi := &file_tabula_proto_msgTypes[31]
+	mi := &file_tabula_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3462,7 +3613,7 @@ func (x *ReplicaSync) String() string {
 func (*ReplicaSync) ProtoMessage() {}
 
 func (x *ReplicaSync) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[31]
+	mi := &file_tabula_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3475,7 +3626,7 @@ func (x *ReplicaSync) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaSync.ProtoReflect.Descriptor instead.
 func (*ReplicaSync) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{31}
+	return file_tabula_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ReplicaSync) GetState() ReplicaState {
@@ -3528,7 +3679,7 @@ type BulkLoaded struct {
 
 func (x *BulkLoaded) Reset() {
 	*x = BulkLoaded{}
-	mi := &file_tabula_proto_msgTypes[32]
+	mi := &file_tabula_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3540,7 +3691,7 @@ func (x *BulkLoaded) String() string {
 func (*BulkLoaded) ProtoMessage() {}
 
 func (x *BulkLoaded) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[32]
+	mi := &file_tabula_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3553,7 +3704,7 @@ func (x *BulkLoaded) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkLoaded.ProtoReflect.Descriptor instead.
 func (*BulkLoaded) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{32}
+	return file_tabula_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *BulkLoaded) GetVersion() uint64 {
@@ -3614,7 +3765,7 @@ type ErrorDetail struct {
 
 func (x *ErrorDetail) Reset() {
 	*x = ErrorDetail{}
-	mi := &file_tabula_proto_msgTypes[33]
+	mi := &file_tabula_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3626,7 +3777,7 @@ func (x *ErrorDetail) String() string {
 func (*ErrorDetail) ProtoMessage() {}
 
 func (x *ErrorDetail) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[33]
+	mi := &file_tabula_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3639,7 +3790,7 @@ func (x *ErrorDetail) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ErrorDetail.ProtoReflect.Descriptor instead.
 func (*ErrorDetail) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{33}
+	return file_tabula_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ErrorDetail) GetCode() ErrorCode {
@@ -3730,7 +3881,7 @@ type TenantInfo struct {
 
 func (x *TenantInfo) Reset() {
 	*x = TenantInfo{}
-	mi := &file_tabula_proto_msgTypes[34]
+	mi := &file_tabula_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3742,7 +3893,7 @@ func (x *TenantInfo) String() string {
 func (*TenantInfo) ProtoMessage() {}
 
 func (x *TenantInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[34]
+	mi := &file_tabula_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3755,7 +3906,7 @@ func (x *TenantInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TenantInfo.ProtoReflect.Descriptor instead.
 func (*TenantInfo) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{34}
+	return file_tabula_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *TenantInfo) GetName() string {
@@ -3822,7 +3973,7 @@ type TenantQuota struct {
 
 func (x *TenantQuota) Reset() {
 	*x = TenantQuota{}
-	mi := &file_tabula_proto_msgTypes[35]
+	mi := &file_tabula_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3834,7 +3985,7 @@ func (x *TenantQuota) String() string {
 func (*TenantQuota) ProtoMessage() {}
 
 func (x *TenantQuota) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[35]
+	mi := &file_tabula_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3847,7 +3998,7 @@ func (x *TenantQuota) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TenantQuota.ProtoReflect.Descriptor instead.
 func (*TenantQuota) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{35}
+	return file_tabula_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *TenantQuota) GetStoredBytes() uint64 {
@@ -3905,7 +4056,7 @@ type TenantUsage struct {
 
 func (x *TenantUsage) Reset() {
 	*x = TenantUsage{}
-	mi := &file_tabula_proto_msgTypes[36]
+	mi := &file_tabula_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3917,7 +4068,7 @@ func (x *TenantUsage) String() string {
 func (*TenantUsage) ProtoMessage() {}
 
 func (x *TenantUsage) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[36]
+	mi := &file_tabula_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3930,7 +4081,7 @@ func (x *TenantUsage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TenantUsage.ProtoReflect.Descriptor instead.
 func (*TenantUsage) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{36}
+	return file_tabula_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *TenantUsage) GetStoredBytes() uint64 {
@@ -3992,7 +4143,7 @@ type SetTenantQuotaRequest struct {
 
 func (x *SetTenantQuotaRequest) Reset() {
 	*x = SetTenantQuotaRequest{}
-	mi := &file_tabula_proto_msgTypes[37]
+	mi := &file_tabula_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4004,7 +4155,7 @@ func (x *SetTenantQuotaRequest) String() string {
 func (*SetTenantQuotaRequest) ProtoMessage() {}
 
 func (x *SetTenantQuotaRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[37]
+	mi := &file_tabula_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4017,7 +4168,7 @@ func (x *SetTenantQuotaRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetTenantQuotaRequest.ProtoReflect.Descriptor instead.
 func (*SetTenantQuotaRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{37}
+	return file_tabula_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *SetTenantQuotaRequest) GetTenant() string {
@@ -4043,7 +4194,7 @@ type SetTenantQuotaResponse struct {
 
 func (x *SetTenantQuotaResponse) Reset() {
 	*x = SetTenantQuotaResponse{}
-	mi := &file_tabula_proto_msgTypes[38]
+	mi := &file_tabula_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4055,7 +4206,7 @@ func (x *SetTenantQuotaResponse) String() string {
 func (*SetTenantQuotaResponse) ProtoMessage() {}
 
 func (x *SetTenantQuotaResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[38]
+	mi := &file_tabula_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4068,7 +4219,7 @@ func (x *SetTenantQuotaResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetTenantQuotaResponse.ProtoReflect.Descriptor instead.
 func (*SetTenantQuotaResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{38}
+	return file_tabula_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *SetTenantQuotaResponse) GetTenant() *TenantInfo {
@@ -4107,7 +4258,7 @@ type TenantLoad struct {
 
 func (x *TenantLoad) Reset() {
 	*x = TenantLoad{}
-	mi := &file_tabula_proto_msgTypes[39]
+	mi := &file_tabula_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4119,7 +4270,7 @@ func (x *TenantLoad) String() string {
 func (*TenantLoad) ProtoMessage() {}
 
 func (x *TenantLoad) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[39]
+	mi := &file_tabula_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4132,7 +4283,7 @@ func (x *TenantLoad) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TenantLoad.ProtoReflect.Descriptor instead.
 func (*TenantLoad) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{39}
+	return file_tabula_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *TenantLoad) GetTenant() string {
@@ -4234,7 +4385,7 @@ type TenantShare struct {
 
 func (x *TenantShare) Reset() {
 	*x = TenantShare{}
-	mi := &file_tabula_proto_msgTypes[40]
+	mi := &file_tabula_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4246,7 +4397,7 @@ func (x *TenantShare) String() string {
 func (*TenantShare) ProtoMessage() {}
 
 func (x *TenantShare) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[40]
+	mi := &file_tabula_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4259,7 +4410,7 @@ func (x *TenantShare) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TenantShare.ProtoReflect.Descriptor instead.
 func (*TenantShare) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{40}
+	return file_tabula_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *TenantShare) GetTenant() string {
@@ -4349,7 +4500,7 @@ type CreateTenantRequest struct {
 
 func (x *CreateTenantRequest) Reset() {
 	*x = CreateTenantRequest{}
-	mi := &file_tabula_proto_msgTypes[41]
+	mi := &file_tabula_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4361,7 +4512,7 @@ func (x *CreateTenantRequest) String() string {
 func (*CreateTenantRequest) ProtoMessage() {}
 
 func (x *CreateTenantRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[41]
+	mi := &file_tabula_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4374,7 +4525,7 @@ func (x *CreateTenantRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTenantRequest.ProtoReflect.Descriptor instead.
 func (*CreateTenantRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{41}
+	return file_tabula_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *CreateTenantRequest) GetTenant() string {
@@ -4407,7 +4558,7 @@ type CreateTenantResponse struct {
 
 func (x *CreateTenantResponse) Reset() {
 	*x = CreateTenantResponse{}
-	mi := &file_tabula_proto_msgTypes[42]
+	mi := &file_tabula_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4419,7 +4570,7 @@ func (x *CreateTenantResponse) String() string {
 func (*CreateTenantResponse) ProtoMessage() {}
 
 func (x *CreateTenantResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[42]
+	mi := &file_tabula_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4432,7 +4583,7 @@ func (x *CreateTenantResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTenantResponse.ProtoReflect.Descriptor instead.
 func (*CreateTenantResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{42}
+	return file_tabula_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *CreateTenantResponse) GetTenant() *TenantInfo {
@@ -4450,7 +4601,7 @@ type ListTenantsRequest struct {
 
 func (x *ListTenantsRequest) Reset() {
 	*x = ListTenantsRequest{}
-	mi := &file_tabula_proto_msgTypes[43]
+	mi := &file_tabula_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4462,7 +4613,7 @@ func (x *ListTenantsRequest) String() string {
 func (*ListTenantsRequest) ProtoMessage() {}
 
 func (x *ListTenantsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[43]
+	mi := &file_tabula_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4475,7 +4626,7 @@ func (x *ListTenantsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTenantsRequest.ProtoReflect.Descriptor instead.
 func (*ListTenantsRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{43}
+	return file_tabula_proto_rawDescGZIP(), []int{44}
 }
 
 type ListTenantsResponse struct {
@@ -4487,7 +4638,7 @@ type ListTenantsResponse struct {
 
 func (x *ListTenantsResponse) Reset() {
 	*x = ListTenantsResponse{}
-	mi := &file_tabula_proto_msgTypes[44]
+	mi := &file_tabula_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4499,7 +4650,7 @@ func (x *ListTenantsResponse) String() string {
 func (*ListTenantsResponse) ProtoMessage() {}
 
 func (x *ListTenantsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[44]
+	mi := &file_tabula_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4512,7 +4663,7 @@ func (x *ListTenantsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTenantsResponse.ProtoReflect.Descriptor instead.
 func (*ListTenantsResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{44}
+	return file_tabula_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ListTenantsResponse) GetTenants() []*TenantInfo {
@@ -4531,7 +4682,7 @@ type DescribeTenantRequest struct {
 
 func (x *DescribeTenantRequest) Reset() {
 	*x = DescribeTenantRequest{}
-	mi := &file_tabula_proto_msgTypes[45]
+	mi := &file_tabula_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4543,7 +4694,7 @@ func (x *DescribeTenantRequest) String() string {
 func (*DescribeTenantRequest) ProtoMessage() {}
 
 func (x *DescribeTenantRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[45]
+	mi := &file_tabula_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4556,7 +4707,7 @@ func (x *DescribeTenantRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeTenantRequest.ProtoReflect.Descriptor instead.
 func (*DescribeTenantRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{45}
+	return file_tabula_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *DescribeTenantRequest) GetTenant() string {
@@ -4576,7 +4727,7 @@ type DescribeTenantResponse struct {
 
 func (x *DescribeTenantResponse) Reset() {
 	*x = DescribeTenantResponse{}
-	mi := &file_tabula_proto_msgTypes[46]
+	mi := &file_tabula_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4588,7 +4739,7 @@ func (x *DescribeTenantResponse) String() string {
 func (*DescribeTenantResponse) ProtoMessage() {}
 
 func (x *DescribeTenantResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[46]
+	mi := &file_tabula_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4601,7 +4752,7 @@ func (x *DescribeTenantResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeTenantResponse.ProtoReflect.Descriptor instead.
 func (*DescribeTenantResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{46}
+	return file_tabula_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *DescribeTenantResponse) GetTenant() *TenantInfo {
@@ -4627,7 +4778,7 @@ type DeleteTenantRequest struct {
 
 func (x *DeleteTenantRequest) Reset() {
 	*x = DeleteTenantRequest{}
-	mi := &file_tabula_proto_msgTypes[47]
+	mi := &file_tabula_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4639,7 +4790,7 @@ func (x *DeleteTenantRequest) String() string {
 func (*DeleteTenantRequest) ProtoMessage() {}
 
 func (x *DeleteTenantRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[47]
+	mi := &file_tabula_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4652,7 +4803,7 @@ func (x *DeleteTenantRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteTenantRequest.ProtoReflect.Descriptor instead.
 func (*DeleteTenantRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{47}
+	return file_tabula_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *DeleteTenantRequest) GetTenant() string {
@@ -4670,7 +4821,7 @@ type DeleteTenantResponse struct {
 
 func (x *DeleteTenantResponse) Reset() {
 	*x = DeleteTenantResponse{}
-	mi := &file_tabula_proto_msgTypes[48]
+	mi := &file_tabula_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4682,7 +4833,7 @@ func (x *DeleteTenantResponse) String() string {
 func (*DeleteTenantResponse) ProtoMessage() {}
 
 func (x *DeleteTenantResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[48]
+	mi := &file_tabula_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4695,7 +4846,7 @@ func (x *DeleteTenantResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteTenantResponse.ProtoReflect.Descriptor instead.
 func (*DeleteTenantResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{48}
+	return file_tabula_proto_rawDescGZIP(), []int{49}
 }
 
 type RotateTenantKeyRequest struct {
@@ -4709,7 +4860,7 @@ type RotateTenantKeyRequest struct {
 
 func (x *RotateTenantKeyRequest) Reset() {
 	*x = RotateTenantKeyRequest{}
-	mi := &file_tabula_proto_msgTypes[49]
+	mi := &file_tabula_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4721,7 +4872,7 @@ func (x *RotateTenantKeyRequest) String() string {
 func (*RotateTenantKeyRequest) ProtoMessage() {}
 
 func (x *RotateTenantKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[49]
+	mi := &file_tabula_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4734,7 +4885,7 @@ func (x *RotateTenantKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RotateTenantKeyRequest.ProtoReflect.Descriptor instead.
 func (*RotateTenantKeyRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{49}
+	return file_tabula_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *RotateTenantKeyRequest) GetTenant() string {
@@ -4760,7 +4911,7 @@ type RotateTenantKeyResponse struct {
 
 func (x *RotateTenantKeyResponse) Reset() {
 	*x = RotateTenantKeyResponse{}
-	mi := &file_tabula_proto_msgTypes[50]
+	mi := &file_tabula_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4772,7 +4923,7 @@ func (x *RotateTenantKeyResponse) String() string {
 func (*RotateTenantKeyResponse) ProtoMessage() {}
 
 func (x *RotateTenantKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[50]
+	mi := &file_tabula_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4785,7 +4936,7 @@ func (x *RotateTenantKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RotateTenantKeyResponse.ProtoReflect.Descriptor instead.
 func (*RotateTenantKeyResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{50}
+	return file_tabula_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *RotateTenantKeyResponse) GetTenant() *TenantInfo {
@@ -4803,7 +4954,7 @@ type TenantKeysRequest struct {
 
 func (x *TenantKeysRequest) Reset() {
 	*x = TenantKeysRequest{}
-	mi := &file_tabula_proto_msgTypes[51]
+	mi := &file_tabula_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4815,7 +4966,7 @@ func (x *TenantKeysRequest) String() string {
 func (*TenantKeysRequest) ProtoMessage() {}
 
 func (x *TenantKeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[51]
+	mi := &file_tabula_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4828,7 +4979,7 @@ func (x *TenantKeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TenantKeysRequest.ProtoReflect.Descriptor instead.
 func (*TenantKeysRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{51}
+	return file_tabula_proto_rawDescGZIP(), []int{52}
 }
 
 type TenantKeysResponse struct {
@@ -4842,7 +4993,7 @@ type TenantKeysResponse struct {
 
 func (x *TenantKeysResponse) Reset() {
 	*x = TenantKeysResponse{}
-	mi := &file_tabula_proto_msgTypes[52]
+	mi := &file_tabula_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4854,7 +5005,7 @@ func (x *TenantKeysResponse) String() string {
 func (*TenantKeysResponse) ProtoMessage() {}
 
 func (x *TenantKeysResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[52]
+	mi := &file_tabula_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4867,7 +5018,7 @@ func (x *TenantKeysResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TenantKeysResponse.ProtoReflect.Descriptor instead.
 func (*TenantKeysResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{52}
+	return file_tabula_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *TenantKeysResponse) GetVersion() uint64 {
@@ -4899,7 +5050,7 @@ type MovePartitionRequest struct {
 
 func (x *MovePartitionRequest) Reset() {
 	*x = MovePartitionRequest{}
-	mi := &file_tabula_proto_msgTypes[53]
+	mi := &file_tabula_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4911,7 +5062,7 @@ func (x *MovePartitionRequest) String() string {
 func (*MovePartitionRequest) ProtoMessage() {}
 
 func (x *MovePartitionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[53]
+	mi := &file_tabula_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4924,7 +5075,7 @@ func (x *MovePartitionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MovePartitionRequest.ProtoReflect.Descriptor instead.
 func (*MovePartitionRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{53}
+	return file_tabula_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *MovePartitionRequest) GetTenant() string {
@@ -4973,7 +5124,7 @@ type MovePartitionResponse struct {
 
 func (x *MovePartitionResponse) Reset() {
 	*x = MovePartitionResponse{}
-	mi := &file_tabula_proto_msgTypes[54]
+	mi := &file_tabula_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4985,7 +5136,7 @@ func (x *MovePartitionResponse) String() string {
 func (*MovePartitionResponse) ProtoMessage() {}
 
 func (x *MovePartitionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[54]
+	mi := &file_tabula_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4998,7 +5149,7 @@ func (x *MovePartitionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MovePartitionResponse.ProtoReflect.Descriptor instead.
 func (*MovePartitionResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{54}
+	return file_tabula_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *MovePartitionResponse) GetFrom() string {
@@ -5040,7 +5191,7 @@ type SplitPartitionRequest struct {
 
 func (x *SplitPartitionRequest) Reset() {
 	*x = SplitPartitionRequest{}
-	mi := &file_tabula_proto_msgTypes[55]
+	mi := &file_tabula_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5052,7 +5203,7 @@ func (x *SplitPartitionRequest) String() string {
 func (*SplitPartitionRequest) ProtoMessage() {}
 
 func (x *SplitPartitionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[55]
+	mi := &file_tabula_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5065,7 +5216,7 @@ func (x *SplitPartitionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SplitPartitionRequest.ProtoReflect.Descriptor instead.
 func (*SplitPartitionRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{55}
+	return file_tabula_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *SplitPartitionRequest) GetTenant() string {
@@ -5126,7 +5277,7 @@ type SplitPartitionResponse struct {
 
 func (x *SplitPartitionResponse) Reset() {
 	*x = SplitPartitionResponse{}
-	mi := &file_tabula_proto_msgTypes[56]
+	mi := &file_tabula_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5138,7 +5289,7 @@ func (x *SplitPartitionResponse) String() string {
 func (*SplitPartitionResponse) ProtoMessage() {}
 
 func (x *SplitPartitionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[56]
+	mi := &file_tabula_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5151,7 +5302,7 @@ func (x *SplitPartitionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SplitPartitionResponse.ProtoReflect.Descriptor instead.
 func (*SplitPartitionResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{56}
+	return file_tabula_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *SplitPartitionResponse) GetParentId() uint64 {
@@ -5189,6 +5340,143 @@ func (x *SplitPartitionResponse) GetDone() bool {
 	return false
 }
 
+type AlterTableRequest struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Tenant string                 `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	Table  string                 `protobuf:"bytes,2,opt,name=table,proto3" json:"table,omitempty"`
+	// Set: the new value (0: the cluster's setting); unset: unchanged.
+	MinPartitions  *uint32 `protobuf:"varint,3,opt,name=min_partitions,json=minPartitions,proto3,oneof" json:"min_partitions,omitempty"`
+	MaxPartitions  *uint32 `protobuf:"varint,4,opt,name=max_partitions,json=maxPartitions,proto3,oneof" json:"max_partitions,omitempty"`
+	SplitSizeBytes *uint64 `protobuf:"varint,5,opt,name=split_size_bytes,json=splitSizeBytes,proto3,oneof" json:"split_size_bytes,omitempty"`
+	SplitQps       *uint64 `protobuf:"varint,6,opt,name=split_qps,json=splitQps,proto3,oneof" json:"split_qps,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *AlterTableRequest) Reset() {
+	*x = AlterTableRequest{}
+	mi := &file_tabula_proto_msgTypes[58]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AlterTableRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AlterTableRequest) ProtoMessage() {}
+
+func (x *AlterTableRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tabula_proto_msgTypes[58]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AlterTableRequest.ProtoReflect.Descriptor instead.
+func (*AlterTableRequest) Descriptor() ([]byte, []int) {
+	return file_tabula_proto_rawDescGZIP(), []int{58}
+}
+
+func (x *AlterTableRequest) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *AlterTableRequest) GetTable() string {
+	if x != nil {
+		return x.Table
+	}
+	return ""
+}
+
+func (x *AlterTableRequest) GetMinPartitions() uint32 {
+	if x != nil && x.MinPartitions != nil {
+		return *x.MinPartitions
+	}
+	return 0
+}
+
+func (x *AlterTableRequest) GetMaxPartitions() uint32 {
+	if x != nil && x.MaxPartitions != nil {
+		return *x.MaxPartitions
+	}
+	return 0
+}
+
+func (x *AlterTableRequest) GetSplitSizeBytes() uint64 {
+	if x != nil && x.SplitSizeBytes != nil {
+		return *x.SplitSizeBytes
+	}
+	return 0
+}
+
+func (x *AlterTableRequest) GetSplitQps() uint64 {
+	if x != nil && x.SplitQps != nil {
+		return *x.SplitQps
+	}
+	return 0
+}
+
+type AlterTableResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Table         *Table                 `protobuf:"bytes,1,opt,name=table,proto3" json:"table,omitempty"`
+	MapVersion    uint64                 `protobuf:"varint,2,opt,name=map_version,json=mapVersion,proto3" json:"map_version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AlterTableResponse) Reset() {
+	*x = AlterTableResponse{}
+	mi := &file_tabula_proto_msgTypes[59]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AlterTableResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AlterTableResponse) ProtoMessage() {}
+
+func (x *AlterTableResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tabula_proto_msgTypes[59]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AlterTableResponse.ProtoReflect.Descriptor instead.
+func (*AlterTableResponse) Descriptor() ([]byte, []int) {
+	return file_tabula_proto_rawDescGZIP(), []int{59}
+}
+
+func (x *AlterTableResponse) GetTable() *Table {
+	if x != nil {
+		return x.Table
+	}
+	return nil
+}
+
+func (x *AlterTableResponse) GetMapVersion() uint64 {
+	if x != nil {
+		return x.MapVersion
+	}
+	return 0
+}
+
 type DrainServerRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	ServerId      string                 `protobuf:"bytes,1,opt,name=server_id,json=serverId,proto3" json:"server_id,omitempty"`
@@ -5198,7 +5486,7 @@ type DrainServerRequest struct {
 
 func (x *DrainServerRequest) Reset() {
 	*x = DrainServerRequest{}
-	mi := &file_tabula_proto_msgTypes[57]
+	mi := &file_tabula_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5210,7 +5498,7 @@ func (x *DrainServerRequest) String() string {
 func (*DrainServerRequest) ProtoMessage() {}
 
 func (x *DrainServerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[57]
+	mi := &file_tabula_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5223,7 +5511,7 @@ func (x *DrainServerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainServerRequest.ProtoReflect.Descriptor instead.
 func (*DrainServerRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{57}
+	return file_tabula_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *DrainServerRequest) GetServerId() string {
@@ -5244,7 +5532,7 @@ type DrainServerResponse struct {
 
 func (x *DrainServerResponse) Reset() {
 	*x = DrainServerResponse{}
-	mi := &file_tabula_proto_msgTypes[58]
+	mi := &file_tabula_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5256,7 +5544,7 @@ func (x *DrainServerResponse) String() string {
 func (*DrainServerResponse) ProtoMessage() {}
 
 func (x *DrainServerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[58]
+	mi := &file_tabula_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5269,7 +5557,7 @@ func (x *DrainServerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainServerResponse.ProtoReflect.Descriptor instead.
 func (*DrainServerResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{58}
+	return file_tabula_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *DrainServerResponse) GetReplicas() uint32 {
@@ -5298,7 +5586,7 @@ type BalancePlanRequest struct {
 
 func (x *BalancePlanRequest) Reset() {
 	*x = BalancePlanRequest{}
-	mi := &file_tabula_proto_msgTypes[59]
+	mi := &file_tabula_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5310,7 +5598,7 @@ func (x *BalancePlanRequest) String() string {
 func (*BalancePlanRequest) ProtoMessage() {}
 
 func (x *BalancePlanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[59]
+	mi := &file_tabula_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5323,7 +5611,7 @@ func (x *BalancePlanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BalancePlanRequest.ProtoReflect.Descriptor instead.
 func (*BalancePlanRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{59}
+	return file_tabula_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *BalancePlanRequest) GetApply() bool {
@@ -5353,7 +5641,7 @@ type BalancePlanResponse struct {
 
 func (x *BalancePlanResponse) Reset() {
 	*x = BalancePlanResponse{}
-	mi := &file_tabula_proto_msgTypes[60]
+	mi := &file_tabula_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5365,7 +5653,7 @@ func (x *BalancePlanResponse) String() string {
 func (*BalancePlanResponse) ProtoMessage() {}
 
 func (x *BalancePlanResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[60]
+	mi := &file_tabula_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5378,7 +5666,7 @@ func (x *BalancePlanResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BalancePlanResponse.ProtoReflect.Descriptor instead.
 func (*BalancePlanResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{60}
+	return file_tabula_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *BalancePlanResponse) GetActions() []*BalanceAction {
@@ -5444,7 +5732,7 @@ type BalanceAction struct {
 
 func (x *BalanceAction) Reset() {
 	*x = BalanceAction{}
-	mi := &file_tabula_proto_msgTypes[61]
+	mi := &file_tabula_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5456,7 +5744,7 @@ func (x *BalanceAction) String() string {
 func (*BalanceAction) ProtoMessage() {}
 
 func (x *BalanceAction) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[61]
+	mi := &file_tabula_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5469,7 +5757,7 @@ func (x *BalanceAction) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BalanceAction.ProtoReflect.Descriptor instead.
 func (*BalanceAction) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{61}
+	return file_tabula_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *BalanceAction) GetKind() BalanceActionKind {
@@ -5567,7 +5855,7 @@ type BalanceServer struct {
 
 func (x *BalanceServer) Reset() {
 	*x = BalanceServer{}
-	mi := &file_tabula_proto_msgTypes[62]
+	mi := &file_tabula_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5579,7 +5867,7 @@ func (x *BalanceServer) String() string {
 func (*BalanceServer) ProtoMessage() {}
 
 func (x *BalanceServer) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[62]
+	mi := &file_tabula_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5592,7 +5880,7 @@ func (x *BalanceServer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BalanceServer.ProtoReflect.Descriptor instead.
 func (*BalanceServer) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{62}
+	return file_tabula_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *BalanceServer) GetId() string {
@@ -5702,7 +5990,7 @@ type MasterMember struct {
 
 func (x *MasterMember) Reset() {
 	*x = MasterMember{}
-	mi := &file_tabula_proto_msgTypes[63]
+	mi := &file_tabula_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5714,7 +6002,7 @@ func (x *MasterMember) String() string {
 func (*MasterMember) ProtoMessage() {}
 
 func (x *MasterMember) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[63]
+	mi := &file_tabula_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5727,7 +6015,7 @@ func (x *MasterMember) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MasterMember.ProtoReflect.Descriptor instead.
 func (*MasterMember) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{63}
+	return file_tabula_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *MasterMember) GetId() uint64 {
@@ -5773,7 +6061,7 @@ type MasterMembersRequest struct {
 
 func (x *MasterMembersRequest) Reset() {
 	*x = MasterMembersRequest{}
-	mi := &file_tabula_proto_msgTypes[64]
+	mi := &file_tabula_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5785,7 +6073,7 @@ func (x *MasterMembersRequest) String() string {
 func (*MasterMembersRequest) ProtoMessage() {}
 
 func (x *MasterMembersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[64]
+	mi := &file_tabula_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5798,7 +6086,7 @@ func (x *MasterMembersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MasterMembersRequest.ProtoReflect.Descriptor instead.
 func (*MasterMembersRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{64}
+	return file_tabula_proto_rawDescGZIP(), []int{67}
 }
 
 type MasterMembersResponse struct {
@@ -5816,7 +6104,7 @@ type MasterMembersResponse struct {
 
 func (x *MasterMembersResponse) Reset() {
 	*x = MasterMembersResponse{}
-	mi := &file_tabula_proto_msgTypes[65]
+	mi := &file_tabula_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5828,7 +6116,7 @@ func (x *MasterMembersResponse) String() string {
 func (*MasterMembersResponse) ProtoMessage() {}
 
 func (x *MasterMembersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[65]
+	mi := &file_tabula_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5841,7 +6129,7 @@ func (x *MasterMembersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MasterMembersResponse.ProtoReflect.Descriptor instead.
 func (*MasterMembersResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{65}
+	return file_tabula_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *MasterMembersResponse) GetReplicated() bool {
@@ -5892,7 +6180,7 @@ type AddMasterRequest struct {
 
 func (x *AddMasterRequest) Reset() {
 	*x = AddMasterRequest{}
-	mi := &file_tabula_proto_msgTypes[66]
+	mi := &file_tabula_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5904,7 +6192,7 @@ func (x *AddMasterRequest) String() string {
 func (*AddMasterRequest) ProtoMessage() {}
 
 func (x *AddMasterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[66]
+	mi := &file_tabula_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5917,7 +6205,7 @@ func (x *AddMasterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddMasterRequest.ProtoReflect.Descriptor instead.
 func (*AddMasterRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{66}
+	return file_tabula_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *AddMasterRequest) GetId() uint64 {
@@ -5949,7 +6237,7 @@ type AddMasterResponse struct {
 
 func (x *AddMasterResponse) Reset() {
 	*x = AddMasterResponse{}
-	mi := &file_tabula_proto_msgTypes[67]
+	mi := &file_tabula_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5961,7 +6249,7 @@ func (x *AddMasterResponse) String() string {
 func (*AddMasterResponse) ProtoMessage() {}
 
 func (x *AddMasterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[67]
+	mi := &file_tabula_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5974,7 +6262,7 @@ func (x *AddMasterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddMasterResponse.ProtoReflect.Descriptor instead.
 func (*AddMasterResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{67}
+	return file_tabula_proto_rawDescGZIP(), []int{70}
 }
 
 type RemoveMasterRequest struct {
@@ -5986,7 +6274,7 @@ type RemoveMasterRequest struct {
 
 func (x *RemoveMasterRequest) Reset() {
 	*x = RemoveMasterRequest{}
-	mi := &file_tabula_proto_msgTypes[68]
+	mi := &file_tabula_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5998,7 +6286,7 @@ func (x *RemoveMasterRequest) String() string {
 func (*RemoveMasterRequest) ProtoMessage() {}
 
 func (x *RemoveMasterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[68]
+	mi := &file_tabula_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6011,7 +6299,7 @@ func (x *RemoveMasterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveMasterRequest.ProtoReflect.Descriptor instead.
 func (*RemoveMasterRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{68}
+	return file_tabula_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *RemoveMasterRequest) GetId() uint64 {
@@ -6029,7 +6317,7 @@ type RemoveMasterResponse struct {
 
 func (x *RemoveMasterResponse) Reset() {
 	*x = RemoveMasterResponse{}
-	mi := &file_tabula_proto_msgTypes[69]
+	mi := &file_tabula_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6041,7 +6329,7 @@ func (x *RemoveMasterResponse) String() string {
 func (*RemoveMasterResponse) ProtoMessage() {}
 
 func (x *RemoveMasterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[69]
+	mi := &file_tabula_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6054,7 +6342,7 @@ func (x *RemoveMasterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveMasterResponse.ProtoReflect.Descriptor instead.
 func (*RemoveMasterResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{69}
+	return file_tabula_proto_rawDescGZIP(), []int{72}
 }
 
 type TransferLeaderRequest struct {
@@ -6066,7 +6354,7 @@ type TransferLeaderRequest struct {
 
 func (x *TransferLeaderRequest) Reset() {
 	*x = TransferLeaderRequest{}
-	mi := &file_tabula_proto_msgTypes[70]
+	mi := &file_tabula_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6078,7 +6366,7 @@ func (x *TransferLeaderRequest) String() string {
 func (*TransferLeaderRequest) ProtoMessage() {}
 
 func (x *TransferLeaderRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[70]
+	mi := &file_tabula_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6091,7 +6379,7 @@ func (x *TransferLeaderRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeaderRequest.ProtoReflect.Descriptor instead.
 func (*TransferLeaderRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{70}
+	return file_tabula_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *TransferLeaderRequest) GetTo() uint64 {
@@ -6109,7 +6397,7 @@ type TransferLeaderResponse struct {
 
 func (x *TransferLeaderResponse) Reset() {
 	*x = TransferLeaderResponse{}
-	mi := &file_tabula_proto_msgTypes[71]
+	mi := &file_tabula_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6121,7 +6409,7 @@ func (x *TransferLeaderResponse) String() string {
 func (*TransferLeaderResponse) ProtoMessage() {}
 
 func (x *TransferLeaderResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[71]
+	mi := &file_tabula_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6134,7 +6422,7 @@ func (x *TransferLeaderResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeaderResponse.ProtoReflect.Descriptor instead.
 func (*TransferLeaderResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{71}
+	return file_tabula_proto_rawDescGZIP(), []int{74}
 }
 
 type StreamRequest struct {
@@ -6154,7 +6442,7 @@ type StreamRequest struct {
 
 func (x *StreamRequest) Reset() {
 	*x = StreamRequest{}
-	mi := &file_tabula_proto_msgTypes[72]
+	mi := &file_tabula_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6166,7 +6454,7 @@ func (x *StreamRequest) String() string {
 func (*StreamRequest) ProtoMessage() {}
 
 func (x *StreamRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[72]
+	mi := &file_tabula_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6179,7 +6467,7 @@ func (x *StreamRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamRequest.ProtoReflect.Descriptor instead.
 func (*StreamRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{72}
+	return file_tabula_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *StreamRequest) GetOp() StreamOp {
@@ -6242,7 +6530,7 @@ type StreamResponse struct {
 
 func (x *StreamResponse) Reset() {
 	*x = StreamResponse{}
-	mi := &file_tabula_proto_msgTypes[73]
+	mi := &file_tabula_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6254,7 +6542,7 @@ func (x *StreamResponse) String() string {
 func (*StreamResponse) ProtoMessage() {}
 
 func (x *StreamResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[73]
+	mi := &file_tabula_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6267,7 +6555,7 @@ func (x *StreamResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamResponse.ProtoReflect.Descriptor instead.
 func (*StreamResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{73}
+	return file_tabula_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *StreamResponse) GetJson() []byte {
@@ -6289,7 +6577,7 @@ type CreateTableRequest struct {
 
 func (x *CreateTableRequest) Reset() {
 	*x = CreateTableRequest{}
-	mi := &file_tabula_proto_msgTypes[74]
+	mi := &file_tabula_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6301,7 +6589,7 @@ func (x *CreateTableRequest) String() string {
 func (*CreateTableRequest) ProtoMessage() {}
 
 func (x *CreateTableRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[74]
+	mi := &file_tabula_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6314,7 +6602,7 @@ func (x *CreateTableRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTableRequest.ProtoReflect.Descriptor instead.
 func (*CreateTableRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{74}
+	return file_tabula_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *CreateTableRequest) GetTenant() string {
@@ -6354,7 +6642,7 @@ type CreateTableResponse struct {
 
 func (x *CreateTableResponse) Reset() {
 	*x = CreateTableResponse{}
-	mi := &file_tabula_proto_msgTypes[75]
+	mi := &file_tabula_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6366,7 +6654,7 @@ func (x *CreateTableResponse) String() string {
 func (*CreateTableResponse) ProtoMessage() {}
 
 func (x *CreateTableResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[75]
+	mi := &file_tabula_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6379,7 +6667,7 @@ func (x *CreateTableResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTableResponse.ProtoReflect.Descriptor instead.
 func (*CreateTableResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{75}
+	return file_tabula_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *CreateTableResponse) GetMap() *PartitionMap {
@@ -6399,7 +6687,7 @@ type DropTableRequest struct {
 
 func (x *DropTableRequest) Reset() {
 	*x = DropTableRequest{}
-	mi := &file_tabula_proto_msgTypes[76]
+	mi := &file_tabula_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6411,7 +6699,7 @@ func (x *DropTableRequest) String() string {
 func (*DropTableRequest) ProtoMessage() {}
 
 func (x *DropTableRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[76]
+	mi := &file_tabula_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6424,7 +6712,7 @@ func (x *DropTableRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DropTableRequest.ProtoReflect.Descriptor instead.
 func (*DropTableRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{76}
+	return file_tabula_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *DropTableRequest) GetTenant() string {
@@ -6449,7 +6737,7 @@ type DropTableResponse struct {
 
 func (x *DropTableResponse) Reset() {
 	*x = DropTableResponse{}
-	mi := &file_tabula_proto_msgTypes[77]
+	mi := &file_tabula_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6461,7 +6749,7 @@ func (x *DropTableResponse) String() string {
 func (*DropTableResponse) ProtoMessage() {}
 
 func (x *DropTableResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[77]
+	mi := &file_tabula_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6474,7 +6762,7 @@ func (x *DropTableResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DropTableResponse.ProtoReflect.Descriptor instead.
 func (*DropTableResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{77}
+	return file_tabula_proto_rawDescGZIP(), []int{80}
 }
 
 type ListTablesRequest struct {
@@ -6486,7 +6774,7 @@ type ListTablesRequest struct {
 
 func (x *ListTablesRequest) Reset() {
 	*x = ListTablesRequest{}
-	mi := &file_tabula_proto_msgTypes[78]
+	mi := &file_tabula_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6498,7 +6786,7 @@ func (x *ListTablesRequest) String() string {
 func (*ListTablesRequest) ProtoMessage() {}
 
 func (x *ListTablesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[78]
+	mi := &file_tabula_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6511,7 +6799,7 @@ func (x *ListTablesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTablesRequest.ProtoReflect.Descriptor instead.
 func (*ListTablesRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{78}
+	return file_tabula_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *ListTablesRequest) GetTenant() string {
@@ -6530,7 +6818,7 @@ type ListTablesResponse struct {
 
 func (x *ListTablesResponse) Reset() {
 	*x = ListTablesResponse{}
-	mi := &file_tabula_proto_msgTypes[79]
+	mi := &file_tabula_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6542,7 +6830,7 @@ func (x *ListTablesResponse) String() string {
 func (*ListTablesResponse) ProtoMessage() {}
 
 func (x *ListTablesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[79]
+	mi := &file_tabula_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6555,7 +6843,7 @@ func (x *ListTablesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTablesResponse.ProtoReflect.Descriptor instead.
 func (*ListTablesResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{79}
+	return file_tabula_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *ListTablesResponse) GetTables() []*Table {
@@ -6575,7 +6863,7 @@ type DescribeTableRequest struct {
 
 func (x *DescribeTableRequest) Reset() {
 	*x = DescribeTableRequest{}
-	mi := &file_tabula_proto_msgTypes[80]
+	mi := &file_tabula_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6587,7 +6875,7 @@ func (x *DescribeTableRequest) String() string {
 func (*DescribeTableRequest) ProtoMessage() {}
 
 func (x *DescribeTableRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[80]
+	mi := &file_tabula_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6600,7 +6888,7 @@ func (x *DescribeTableRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeTableRequest.ProtoReflect.Descriptor instead.
 func (*DescribeTableRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{80}
+	return file_tabula_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *DescribeTableRequest) GetTenant() string {
@@ -6628,7 +6916,7 @@ type DescribeTableResponse struct {
 
 func (x *DescribeTableResponse) Reset() {
 	*x = DescribeTableResponse{}
-	mi := &file_tabula_proto_msgTypes[81]
+	mi := &file_tabula_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6640,7 +6928,7 @@ func (x *DescribeTableResponse) String() string {
 func (*DescribeTableResponse) ProtoMessage() {}
 
 func (x *DescribeTableResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[81]
+	mi := &file_tabula_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6653,7 +6941,7 @@ func (x *DescribeTableResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeTableResponse.ProtoReflect.Descriptor instead.
 func (*DescribeTableResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{81}
+	return file_tabula_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *DescribeTableResponse) GetMap() *PartitionMap {
@@ -6680,7 +6968,7 @@ type GetPartitionMapRequest struct {
 
 func (x *GetPartitionMapRequest) Reset() {
 	*x = GetPartitionMapRequest{}
-	mi := &file_tabula_proto_msgTypes[82]
+	mi := &file_tabula_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6692,7 +6980,7 @@ func (x *GetPartitionMapRequest) String() string {
 func (*GetPartitionMapRequest) ProtoMessage() {}
 
 func (x *GetPartitionMapRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[82]
+	mi := &file_tabula_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6705,7 +6993,7 @@ func (x *GetPartitionMapRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPartitionMapRequest.ProtoReflect.Descriptor instead.
 func (*GetPartitionMapRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{82}
+	return file_tabula_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *GetPartitionMapRequest) GetTenant() string {
@@ -6731,7 +7019,7 @@ type GetPartitionMapResponse struct {
 
 func (x *GetPartitionMapResponse) Reset() {
 	*x = GetPartitionMapResponse{}
-	mi := &file_tabula_proto_msgTypes[83]
+	mi := &file_tabula_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6743,7 +7031,7 @@ func (x *GetPartitionMapResponse) String() string {
 func (*GetPartitionMapResponse) ProtoMessage() {}
 
 func (x *GetPartitionMapResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[83]
+	mi := &file_tabula_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6756,7 +7044,7 @@ func (x *GetPartitionMapResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPartitionMapResponse.ProtoReflect.Descriptor instead.
 func (*GetPartitionMapResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{83}
+	return file_tabula_proto_rawDescGZIP(), []int{86}
 }
 
 func (x *GetPartitionMapResponse) GetMap() *PartitionMap {
@@ -6785,7 +7073,7 @@ type WatchPartitionMapRequest struct {
 
 func (x *WatchPartitionMapRequest) Reset() {
 	*x = WatchPartitionMapRequest{}
-	mi := &file_tabula_proto_msgTypes[84]
+	mi := &file_tabula_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6797,7 +7085,7 @@ func (x *WatchPartitionMapRequest) String() string {
 func (*WatchPartitionMapRequest) ProtoMessage() {}
 
 func (x *WatchPartitionMapRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[84]
+	mi := &file_tabula_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6810,7 +7098,7 @@ func (x *WatchPartitionMapRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchPartitionMapRequest.ProtoReflect.Descriptor instead.
 func (*WatchPartitionMapRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{84}
+	return file_tabula_proto_rawDescGZIP(), []int{87}
 }
 
 func (x *WatchPartitionMapRequest) GetTenant() string {
@@ -6881,7 +7169,7 @@ type WatchPartitionMapResponse struct {
 
 func (x *WatchPartitionMapResponse) Reset() {
 	*x = WatchPartitionMapResponse{}
-	mi := &file_tabula_proto_msgTypes[85]
+	mi := &file_tabula_proto_msgTypes[88]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6893,7 +7181,7 @@ func (x *WatchPartitionMapResponse) String() string {
 func (*WatchPartitionMapResponse) ProtoMessage() {}
 
 func (x *WatchPartitionMapResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[85]
+	mi := &file_tabula_proto_msgTypes[88]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6906,7 +7194,7 @@ func (x *WatchPartitionMapResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchPartitionMapResponse.ProtoReflect.Descriptor instead.
 func (*WatchPartitionMapResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{85}
+	return file_tabula_proto_rawDescGZIP(), []int{88}
 }
 
 func (x *WatchPartitionMapResponse) GetVersion() uint64 {
@@ -6978,7 +7266,7 @@ type RegisterServerRequest struct {
 
 func (x *RegisterServerRequest) Reset() {
 	*x = RegisterServerRequest{}
-	mi := &file_tabula_proto_msgTypes[86]
+	mi := &file_tabula_proto_msgTypes[89]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6990,7 +7278,7 @@ func (x *RegisterServerRequest) String() string {
 func (*RegisterServerRequest) ProtoMessage() {}
 
 func (x *RegisterServerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[86]
+	mi := &file_tabula_proto_msgTypes[89]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7003,7 +7291,7 @@ func (x *RegisterServerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterServerRequest.ProtoReflect.Descriptor instead.
 func (*RegisterServerRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{86}
+	return file_tabula_proto_rawDescGZIP(), []int{89}
 }
 
 func (x *RegisterServerRequest) GetServerId() string {
@@ -7069,7 +7357,7 @@ type RegisterServerResponse struct {
 
 func (x *RegisterServerResponse) Reset() {
 	*x = RegisterServerResponse{}
-	mi := &file_tabula_proto_msgTypes[87]
+	mi := &file_tabula_proto_msgTypes[90]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7081,7 +7369,7 @@ func (x *RegisterServerResponse) String() string {
 func (*RegisterServerResponse) ProtoMessage() {}
 
 func (x *RegisterServerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[87]
+	mi := &file_tabula_proto_msgTypes[90]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7094,7 +7382,7 @@ func (x *RegisterServerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterServerResponse.ProtoReflect.Descriptor instead.
 func (*RegisterServerResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{87}
+	return file_tabula_proto_rawDescGZIP(), []int{90}
 }
 
 func (x *RegisterServerResponse) GetServerId() string {
@@ -7163,7 +7451,7 @@ type HeartbeatRequest struct {
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_tabula_proto_msgTypes[88]
+	mi := &file_tabula_proto_msgTypes[91]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7175,7 +7463,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[88]
+	mi := &file_tabula_proto_msgTypes[91]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7188,7 +7476,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{88}
+	return file_tabula_proto_rawDescGZIP(), []int{91}
 }
 
 func (x *HeartbeatRequest) GetServerId() string {
@@ -7268,7 +7556,7 @@ type HeartbeatResponse struct {
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_tabula_proto_msgTypes[89]
+	mi := &file_tabula_proto_msgTypes[92]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7280,7 +7568,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[89]
+	mi := &file_tabula_proto_msgTypes[92]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7293,7 +7581,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{89}
+	return file_tabula_proto_rawDescGZIP(), []int{92}
 }
 
 func (x *HeartbeatResponse) GetMapVersion() uint64 {
@@ -7353,7 +7641,7 @@ type BulkPublishRequest struct {
 
 func (x *BulkPublishRequest) Reset() {
 	*x = BulkPublishRequest{}
-	mi := &file_tabula_proto_msgTypes[90]
+	mi := &file_tabula_proto_msgTypes[93]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7365,7 +7653,7 @@ func (x *BulkPublishRequest) String() string {
 func (*BulkPublishRequest) ProtoMessage() {}
 
 func (x *BulkPublishRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[90]
+	mi := &file_tabula_proto_msgTypes[93]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7378,7 +7666,7 @@ func (x *BulkPublishRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkPublishRequest.ProtoReflect.Descriptor instead.
 func (*BulkPublishRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{90}
+	return file_tabula_proto_rawDescGZIP(), []int{93}
 }
 
 func (x *BulkPublishRequest) GetTenant() string {
@@ -7428,7 +7716,7 @@ type BulkPublishResponse struct {
 
 func (x *BulkPublishResponse) Reset() {
 	*x = BulkPublishResponse{}
-	mi := &file_tabula_proto_msgTypes[91]
+	mi := &file_tabula_proto_msgTypes[94]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7440,7 +7728,7 @@ func (x *BulkPublishResponse) String() string {
 func (*BulkPublishResponse) ProtoMessage() {}
 
 func (x *BulkPublishResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[91]
+	mi := &file_tabula_proto_msgTypes[94]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7453,7 +7741,7 @@ func (x *BulkPublishResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkPublishResponse.ProtoReflect.Descriptor instead.
 func (*BulkPublishResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{91}
+	return file_tabula_proto_rawDescGZIP(), []int{94}
 }
 
 func (x *BulkPublishResponse) GetMap() *PartitionMap {
@@ -7485,7 +7773,7 @@ type BulkStoredRequest struct {
 
 func (x *BulkStoredRequest) Reset() {
 	*x = BulkStoredRequest{}
-	mi := &file_tabula_proto_msgTypes[92]
+	mi := &file_tabula_proto_msgTypes[95]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7497,7 +7785,7 @@ func (x *BulkStoredRequest) String() string {
 func (*BulkStoredRequest) ProtoMessage() {}
 
 func (x *BulkStoredRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[92]
+	mi := &file_tabula_proto_msgTypes[95]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7510,7 +7798,7 @@ func (x *BulkStoredRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkStoredRequest.ProtoReflect.Descriptor instead.
 func (*BulkStoredRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{92}
+	return file_tabula_proto_rawDescGZIP(), []int{95}
 }
 
 func (x *BulkStoredRequest) GetTenant() string {
@@ -7557,7 +7845,7 @@ type BulkStoredResponse struct {
 
 func (x *BulkStoredResponse) Reset() {
 	*x = BulkStoredResponse{}
-	mi := &file_tabula_proto_msgTypes[93]
+	mi := &file_tabula_proto_msgTypes[96]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7569,7 +7857,7 @@ func (x *BulkStoredResponse) String() string {
 func (*BulkStoredResponse) ProtoMessage() {}
 
 func (x *BulkStoredResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[93]
+	mi := &file_tabula_proto_msgTypes[96]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7582,7 +7870,7 @@ func (x *BulkStoredResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkStoredResponse.ProtoReflect.Descriptor instead.
 func (*BulkStoredResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{93}
+	return file_tabula_proto_rawDescGZIP(), []int{96}
 }
 
 func (x *BulkStoredResponse) GetMap() *PartitionMap {
@@ -7602,7 +7890,7 @@ type BulkStatusRequest struct {
 
 func (x *BulkStatusRequest) Reset() {
 	*x = BulkStatusRequest{}
-	mi := &file_tabula_proto_msgTypes[94]
+	mi := &file_tabula_proto_msgTypes[97]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7614,7 +7902,7 @@ func (x *BulkStatusRequest) String() string {
 func (*BulkStatusRequest) ProtoMessage() {}
 
 func (x *BulkStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[94]
+	mi := &file_tabula_proto_msgTypes[97]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7627,7 +7915,7 @@ func (x *BulkStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkStatusRequest.ProtoReflect.Descriptor instead.
 func (*BulkStatusRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{94}
+	return file_tabula_proto_rawDescGZIP(), []int{97}
 }
 
 func (x *BulkStatusRequest) GetTenant() string {
@@ -7655,7 +7943,7 @@ type BulkStatusResponse struct {
 
 func (x *BulkStatusResponse) Reset() {
 	*x = BulkStatusResponse{}
-	mi := &file_tabula_proto_msgTypes[95]
+	mi := &file_tabula_proto_msgTypes[98]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7667,7 +7955,7 @@ func (x *BulkStatusResponse) String() string {
 func (*BulkStatusResponse) ProtoMessage() {}
 
 func (x *BulkStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[95]
+	mi := &file_tabula_proto_msgTypes[98]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7680,7 +7968,7 @@ func (x *BulkStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkStatusResponse.ProtoReflect.Descriptor instead.
 func (*BulkStatusResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{95}
+	return file_tabula_proto_rawDescGZIP(), []int{98}
 }
 
 func (x *BulkStatusResponse) GetMap() *PartitionMap {
@@ -7708,7 +7996,7 @@ type BulkRollbackRequest struct {
 
 func (x *BulkRollbackRequest) Reset() {
 	*x = BulkRollbackRequest{}
-	mi := &file_tabula_proto_msgTypes[96]
+	mi := &file_tabula_proto_msgTypes[99]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7720,7 +8008,7 @@ func (x *BulkRollbackRequest) String() string {
 func (*BulkRollbackRequest) ProtoMessage() {}
 
 func (x *BulkRollbackRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[96]
+	mi := &file_tabula_proto_msgTypes[99]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7733,7 +8021,7 @@ func (x *BulkRollbackRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkRollbackRequest.ProtoReflect.Descriptor instead.
 func (*BulkRollbackRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{96}
+	return file_tabula_proto_rawDescGZIP(), []int{99}
 }
 
 func (x *BulkRollbackRequest) GetTenant() string {
@@ -7766,7 +8054,7 @@ type BulkRollbackResponse struct {
 
 func (x *BulkRollbackResponse) Reset() {
 	*x = BulkRollbackResponse{}
-	mi := &file_tabula_proto_msgTypes[97]
+	mi := &file_tabula_proto_msgTypes[100]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7778,7 +8066,7 @@ func (x *BulkRollbackResponse) String() string {
 func (*BulkRollbackResponse) ProtoMessage() {}
 
 func (x *BulkRollbackResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[97]
+	mi := &file_tabula_proto_msgTypes[100]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7791,7 +8079,7 @@ func (x *BulkRollbackResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkRollbackResponse.ProtoReflect.Descriptor instead.
 func (*BulkRollbackResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{97}
+	return file_tabula_proto_rawDescGZIP(), []int{100}
 }
 
 func (x *BulkRollbackResponse) GetMap() *PartitionMap {
@@ -7812,7 +8100,7 @@ type BulkRolloutRequest struct {
 
 func (x *BulkRolloutRequest) Reset() {
 	*x = BulkRolloutRequest{}
-	mi := &file_tabula_proto_msgTypes[98]
+	mi := &file_tabula_proto_msgTypes[101]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7824,7 +8112,7 @@ func (x *BulkRolloutRequest) String() string {
 func (*BulkRolloutRequest) ProtoMessage() {}
 
 func (x *BulkRolloutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[98]
+	mi := &file_tabula_proto_msgTypes[101]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7837,7 +8125,7 @@ func (x *BulkRolloutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkRolloutRequest.ProtoReflect.Descriptor instead.
 func (*BulkRolloutRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{98}
+	return file_tabula_proto_rawDescGZIP(), []int{101}
 }
 
 func (x *BulkRolloutRequest) GetTenant() string {
@@ -7870,7 +8158,7 @@ type BulkRolloutResponse struct {
 
 func (x *BulkRolloutResponse) Reset() {
 	*x = BulkRolloutResponse{}
-	mi := &file_tabula_proto_msgTypes[99]
+	mi := &file_tabula_proto_msgTypes[102]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7882,7 +8170,7 @@ func (x *BulkRolloutResponse) String() string {
 func (*BulkRolloutResponse) ProtoMessage() {}
 
 func (x *BulkRolloutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[99]
+	mi := &file_tabula_proto_msgTypes[102]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7895,7 +8183,7 @@ func (x *BulkRolloutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkRolloutResponse.ProtoReflect.Descriptor instead.
 func (*BulkRolloutResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{99}
+	return file_tabula_proto_rawDescGZIP(), []int{102}
 }
 
 func (x *BulkRolloutResponse) GetMap() *PartitionMap {
@@ -7913,7 +8201,7 @@ type ListServersRequest struct {
 
 func (x *ListServersRequest) Reset() {
 	*x = ListServersRequest{}
-	mi := &file_tabula_proto_msgTypes[100]
+	mi := &file_tabula_proto_msgTypes[103]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7925,7 +8213,7 @@ func (x *ListServersRequest) String() string {
 func (*ListServersRequest) ProtoMessage() {}
 
 func (x *ListServersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[100]
+	mi := &file_tabula_proto_msgTypes[103]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7938,7 +8226,7 @@ func (x *ListServersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListServersRequest.ProtoReflect.Descriptor instead.
 func (*ListServersRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{100}
+	return file_tabula_proto_rawDescGZIP(), []int{103}
 }
 
 type ListServersResponse struct {
@@ -7950,7 +8238,7 @@ type ListServersResponse struct {
 
 func (x *ListServersResponse) Reset() {
 	*x = ListServersResponse{}
-	mi := &file_tabula_proto_msgTypes[101]
+	mi := &file_tabula_proto_msgTypes[104]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7962,7 +8250,7 @@ func (x *ListServersResponse) String() string {
 func (*ListServersResponse) ProtoMessage() {}
 
 func (x *ListServersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[101]
+	mi := &file_tabula_proto_msgTypes[104]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7975,7 +8263,7 @@ func (x *ListServersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListServersResponse.ProtoReflect.Descriptor instead.
 func (*ListServersResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{101}
+	return file_tabula_proto_rawDescGZIP(), []int{104}
 }
 
 func (x *ListServersResponse) GetServers() []*ServerInfo {
@@ -8006,7 +8294,7 @@ type CallRequest struct {
 
 func (x *CallRequest) Reset() {
 	*x = CallRequest{}
-	mi := &file_tabula_proto_msgTypes[102]
+	mi := &file_tabula_proto_msgTypes[105]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8018,7 +8306,7 @@ func (x *CallRequest) String() string {
 func (*CallRequest) ProtoMessage() {}
 
 func (x *CallRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[102]
+	mi := &file_tabula_proto_msgTypes[105]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8031,7 +8319,7 @@ func (x *CallRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CallRequest.ProtoReflect.Descriptor instead.
 func (*CallRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{102}
+	return file_tabula_proto_rawDescGZIP(), []int{105}
 }
 
 func (x *CallRequest) GetId() uint64 {
@@ -8154,7 +8442,7 @@ type CallResponse struct {
 
 func (x *CallResponse) Reset() {
 	*x = CallResponse{}
-	mi := &file_tabula_proto_msgTypes[103]
+	mi := &file_tabula_proto_msgTypes[106]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8166,7 +8454,7 @@ func (x *CallResponse) String() string {
 func (*CallResponse) ProtoMessage() {}
 
 func (x *CallResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[103]
+	mi := &file_tabula_proto_msgTypes[106]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8179,7 +8467,7 @@ func (x *CallResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CallResponse.ProtoReflect.Descriptor instead.
 func (*CallResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{103}
+	return file_tabula_proto_rawDescGZIP(), []int{106}
 }
 
 func (x *CallResponse) GetId() uint64 {
@@ -8310,7 +8598,7 @@ type RequestHeader struct {
 
 func (x *RequestHeader) Reset() {
 	*x = RequestHeader{}
-	mi := &file_tabula_proto_msgTypes[104]
+	mi := &file_tabula_proto_msgTypes[107]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8322,7 +8610,7 @@ func (x *RequestHeader) String() string {
 func (*RequestHeader) ProtoMessage() {}
 
 func (x *RequestHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[104]
+	mi := &file_tabula_proto_msgTypes[107]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8335,7 +8623,7 @@ func (x *RequestHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestHeader.ProtoReflect.Descriptor instead.
 func (*RequestHeader) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{104}
+	return file_tabula_proto_rawDescGZIP(), []int{107}
 }
 
 func (x *RequestHeader) GetTenant() string {
@@ -8404,7 +8692,7 @@ type GetRequest struct {
 
 func (x *GetRequest) Reset() {
 	*x = GetRequest{}
-	mi := &file_tabula_proto_msgTypes[105]
+	mi := &file_tabula_proto_msgTypes[108]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8416,7 +8704,7 @@ func (x *GetRequest) String() string {
 func (*GetRequest) ProtoMessage() {}
 
 func (x *GetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[105]
+	mi := &file_tabula_proto_msgTypes[108]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8429,7 +8717,7 @@ func (x *GetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRequest.ProtoReflect.Descriptor instead.
 func (*GetRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{105}
+	return file_tabula_proto_rawDescGZIP(), []int{108}
 }
 
 func (x *GetRequest) GetHeader() *RequestHeader {
@@ -8460,7 +8748,7 @@ type GetResponse struct {
 
 func (x *GetResponse) Reset() {
 	*x = GetResponse{}
-	mi := &file_tabula_proto_msgTypes[106]
+	mi := &file_tabula_proto_msgTypes[109]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8472,7 +8760,7 @@ func (x *GetResponse) String() string {
 func (*GetResponse) ProtoMessage() {}
 
 func (x *GetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[106]
+	mi := &file_tabula_proto_msgTypes[109]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8485,7 +8773,7 @@ func (x *GetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetResponse.ProtoReflect.Descriptor instead.
 func (*GetResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{106}
+	return file_tabula_proto_rawDescGZIP(), []int{109}
 }
 
 func (x *GetResponse) GetFound() bool {
@@ -8526,7 +8814,7 @@ type BatchGetRequest struct {
 
 func (x *BatchGetRequest) Reset() {
 	*x = BatchGetRequest{}
-	mi := &file_tabula_proto_msgTypes[107]
+	mi := &file_tabula_proto_msgTypes[110]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8538,7 +8826,7 @@ func (x *BatchGetRequest) String() string {
 func (*BatchGetRequest) ProtoMessage() {}
 
 func (x *BatchGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[107]
+	mi := &file_tabula_proto_msgTypes[110]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8551,7 +8839,7 @@ func (x *BatchGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchGetRequest.ProtoReflect.Descriptor instead.
 func (*BatchGetRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{107}
+	return file_tabula_proto_rawDescGZIP(), []int{110}
 }
 
 func (x *BatchGetRequest) GetHeader() *RequestHeader {
@@ -8580,7 +8868,7 @@ type BatchGetResponse struct {
 
 func (x *BatchGetResponse) Reset() {
 	*x = BatchGetResponse{}
-	mi := &file_tabula_proto_msgTypes[108]
+	mi := &file_tabula_proto_msgTypes[111]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8592,7 +8880,7 @@ func (x *BatchGetResponse) String() string {
 func (*BatchGetResponse) ProtoMessage() {}
 
 func (x *BatchGetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[108]
+	mi := &file_tabula_proto_msgTypes[111]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8605,7 +8893,7 @@ func (x *BatchGetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchGetResponse.ProtoReflect.Descriptor instead.
 func (*BatchGetResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{108}
+	return file_tabula_proto_rawDescGZIP(), []int{111}
 }
 
 func (x *BatchGetResponse) GetResults() []*GetResponse {
@@ -8632,7 +8920,7 @@ type MultiGetRequest struct {
 
 func (x *MultiGetRequest) Reset() {
 	*x = MultiGetRequest{}
-	mi := &file_tabula_proto_msgTypes[109]
+	mi := &file_tabula_proto_msgTypes[112]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8644,7 +8932,7 @@ func (x *MultiGetRequest) String() string {
 func (*MultiGetRequest) ProtoMessage() {}
 
 func (x *MultiGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[109]
+	mi := &file_tabula_proto_msgTypes[112]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8657,7 +8945,7 @@ func (x *MultiGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MultiGetRequest.ProtoReflect.Descriptor instead.
 func (*MultiGetRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{109}
+	return file_tabula_proto_rawDescGZIP(), []int{112}
 }
 
 func (x *MultiGetRequest) GetGets() []*GetRequest {
@@ -8677,7 +8965,7 @@ type MultiGetResponse struct {
 
 func (x *MultiGetResponse) Reset() {
 	*x = MultiGetResponse{}
-	mi := &file_tabula_proto_msgTypes[110]
+	mi := &file_tabula_proto_msgTypes[113]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8689,7 +8977,7 @@ func (x *MultiGetResponse) String() string {
 func (*MultiGetResponse) ProtoMessage() {}
 
 func (x *MultiGetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[110]
+	mi := &file_tabula_proto_msgTypes[113]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8702,7 +8990,7 @@ func (x *MultiGetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MultiGetResponse.ProtoReflect.Descriptor instead.
 func (*MultiGetResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{110}
+	return file_tabula_proto_rawDescGZIP(), []int{113}
 }
 
 func (x *MultiGetResponse) GetResults() []*MultiGetResult {
@@ -8725,7 +9013,7 @@ type MultiGetResult struct {
 
 func (x *MultiGetResult) Reset() {
 	*x = MultiGetResult{}
-	mi := &file_tabula_proto_msgTypes[111]
+	mi := &file_tabula_proto_msgTypes[114]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8737,7 +9025,7 @@ func (x *MultiGetResult) String() string {
 func (*MultiGetResult) ProtoMessage() {}
 
 func (x *MultiGetResult) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[111]
+	mi := &file_tabula_proto_msgTypes[114]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8750,7 +9038,7 @@ func (x *MultiGetResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MultiGetResult.ProtoReflect.Descriptor instead.
 func (*MultiGetResult) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{111}
+	return file_tabula_proto_rawDescGZIP(), []int{114}
 }
 
 func (x *MultiGetResult) GetResponse() *GetResponse {
@@ -8783,7 +9071,7 @@ type PutRequest struct {
 
 func (x *PutRequest) Reset() {
 	*x = PutRequest{}
-	mi := &file_tabula_proto_msgTypes[112]
+	mi := &file_tabula_proto_msgTypes[115]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8795,7 +9083,7 @@ func (x *PutRequest) String() string {
 func (*PutRequest) ProtoMessage() {}
 
 func (x *PutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[112]
+	mi := &file_tabula_proto_msgTypes[115]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8808,7 +9096,7 @@ func (x *PutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutRequest.ProtoReflect.Descriptor instead.
 func (*PutRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{112}
+	return file_tabula_proto_rawDescGZIP(), []int{115}
 }
 
 func (x *PutRequest) GetHeader() *RequestHeader {
@@ -8856,7 +9144,7 @@ type PutResponse struct {
 
 func (x *PutResponse) Reset() {
 	*x = PutResponse{}
-	mi := &file_tabula_proto_msgTypes[113]
+	mi := &file_tabula_proto_msgTypes[116]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8868,7 +9156,7 @@ func (x *PutResponse) String() string {
 func (*PutResponse) ProtoMessage() {}
 
 func (x *PutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[113]
+	mi := &file_tabula_proto_msgTypes[116]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8881,7 +9169,7 @@ func (x *PutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutResponse.ProtoReflect.Descriptor instead.
 func (*PutResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{113}
+	return file_tabula_proto_rawDescGZIP(), []int{116}
 }
 
 func (x *PutResponse) GetLsn() uint64 {
@@ -8902,7 +9190,7 @@ type DeleteRequest struct {
 
 func (x *DeleteRequest) Reset() {
 	*x = DeleteRequest{}
-	mi := &file_tabula_proto_msgTypes[114]
+	mi := &file_tabula_proto_msgTypes[117]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8914,7 +9202,7 @@ func (x *DeleteRequest) String() string {
 func (*DeleteRequest) ProtoMessage() {}
 
 func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[114]
+	mi := &file_tabula_proto_msgTypes[117]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8927,7 +9215,7 @@ func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRequest.ProtoReflect.Descriptor instead.
 func (*DeleteRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{114}
+	return file_tabula_proto_rawDescGZIP(), []int{117}
 }
 
 func (x *DeleteRequest) GetHeader() *RequestHeader {
@@ -8961,7 +9249,7 @@ type DeleteResponse struct {
 
 func (x *DeleteResponse) Reset() {
 	*x = DeleteResponse{}
-	mi := &file_tabula_proto_msgTypes[115]
+	mi := &file_tabula_proto_msgTypes[118]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8973,7 +9261,7 @@ func (x *DeleteResponse) String() string {
 func (*DeleteResponse) ProtoMessage() {}
 
 func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[115]
+	mi := &file_tabula_proto_msgTypes[118]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8986,7 +9274,7 @@ func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteResponse.ProtoReflect.Descriptor instead.
 func (*DeleteResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{115}
+	return file_tabula_proto_rawDescGZIP(), []int{118}
 }
 
 func (x *DeleteResponse) GetExisted() bool {
@@ -9022,7 +9310,7 @@ type CompareAndSwapRequest struct {
 
 func (x *CompareAndSwapRequest) Reset() {
 	*x = CompareAndSwapRequest{}
-	mi := &file_tabula_proto_msgTypes[116]
+	mi := &file_tabula_proto_msgTypes[119]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9034,7 +9322,7 @@ func (x *CompareAndSwapRequest) String() string {
 func (*CompareAndSwapRequest) ProtoMessage() {}
 
 func (x *CompareAndSwapRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[116]
+	mi := &file_tabula_proto_msgTypes[119]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9047,7 +9335,7 @@ func (x *CompareAndSwapRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompareAndSwapRequest.ProtoReflect.Descriptor instead.
 func (*CompareAndSwapRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{116}
+	return file_tabula_proto_rawDescGZIP(), []int{119}
 }
 
 func (x *CompareAndSwapRequest) GetHeader() *RequestHeader {
@@ -9119,7 +9407,7 @@ type CompareAndSwapResponse struct {
 
 func (x *CompareAndSwapResponse) Reset() {
 	*x = CompareAndSwapResponse{}
-	mi := &file_tabula_proto_msgTypes[117]
+	mi := &file_tabula_proto_msgTypes[120]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9131,7 +9419,7 @@ func (x *CompareAndSwapResponse) String() string {
 func (*CompareAndSwapResponse) ProtoMessage() {}
 
 func (x *CompareAndSwapResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[117]
+	mi := &file_tabula_proto_msgTypes[120]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9144,7 +9432,7 @@ func (x *CompareAndSwapResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompareAndSwapResponse.ProtoReflect.Descriptor instead.
 func (*CompareAndSwapResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{117}
+	return file_tabula_proto_rawDescGZIP(), []int{120}
 }
 
 func (x *CompareAndSwapResponse) GetSwapped() bool {
@@ -9189,7 +9477,7 @@ type Mutation struct {
 
 func (x *Mutation) Reset() {
 	*x = Mutation{}
-	mi := &file_tabula_proto_msgTypes[118]
+	mi := &file_tabula_proto_msgTypes[121]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9201,7 +9489,7 @@ func (x *Mutation) String() string {
 func (*Mutation) ProtoMessage() {}
 
 func (x *Mutation) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[118]
+	mi := &file_tabula_proto_msgTypes[121]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9214,7 +9502,7 @@ func (x *Mutation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Mutation.ProtoReflect.Descriptor instead.
 func (*Mutation) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{118}
+	return file_tabula_proto_rawDescGZIP(), []int{121}
 }
 
 func (x *Mutation) GetOp() Mutation_Op {
@@ -9266,7 +9554,7 @@ type Condition struct {
 
 func (x *Condition) Reset() {
 	*x = Condition{}
-	mi := &file_tabula_proto_msgTypes[119]
+	mi := &file_tabula_proto_msgTypes[122]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9278,7 +9566,7 @@ func (x *Condition) String() string {
 func (*Condition) ProtoMessage() {}
 
 func (x *Condition) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[119]
+	mi := &file_tabula_proto_msgTypes[122]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9291,7 +9579,7 @@ func (x *Condition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Condition.ProtoReflect.Descriptor instead.
 func (*Condition) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{119}
+	return file_tabula_proto_rawDescGZIP(), []int{122}
 }
 
 func (x *Condition) GetKind() Condition_Kind {
@@ -9329,7 +9617,7 @@ type BatchWriteRequest struct {
 
 func (x *BatchWriteRequest) Reset() {
 	*x = BatchWriteRequest{}
-	mi := &file_tabula_proto_msgTypes[120]
+	mi := &file_tabula_proto_msgTypes[123]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9341,7 +9629,7 @@ func (x *BatchWriteRequest) String() string {
 func (*BatchWriteRequest) ProtoMessage() {}
 
 func (x *BatchWriteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[120]
+	mi := &file_tabula_proto_msgTypes[123]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9354,7 +9642,7 @@ func (x *BatchWriteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchWriteRequest.ProtoReflect.Descriptor instead.
 func (*BatchWriteRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{120}
+	return file_tabula_proto_rawDescGZIP(), []int{123}
 }
 
 func (x *BatchWriteRequest) GetHeader() *RequestHeader {
@@ -9387,7 +9675,7 @@ type BatchWriteResponse struct {
 
 func (x *BatchWriteResponse) Reset() {
 	*x = BatchWriteResponse{}
-	mi := &file_tabula_proto_msgTypes[121]
+	mi := &file_tabula_proto_msgTypes[124]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9399,7 +9687,7 @@ func (x *BatchWriteResponse) String() string {
 func (*BatchWriteResponse) ProtoMessage() {}
 
 func (x *BatchWriteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[121]
+	mi := &file_tabula_proto_msgTypes[124]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9412,7 +9700,7 @@ func (x *BatchWriteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchWriteResponse.ProtoReflect.Descriptor instead.
 func (*BatchWriteResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{121}
+	return file_tabula_proto_rawDescGZIP(), []int{124}
 }
 
 func (x *BatchWriteResponse) GetLsn() uint64 {
@@ -9439,7 +9727,7 @@ type ScanRequest struct {
 
 func (x *ScanRequest) Reset() {
 	*x = ScanRequest{}
-	mi := &file_tabula_proto_msgTypes[122]
+	mi := &file_tabula_proto_msgTypes[125]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9451,7 +9739,7 @@ func (x *ScanRequest) String() string {
 func (*ScanRequest) ProtoMessage() {}
 
 func (x *ScanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[122]
+	mi := &file_tabula_proto_msgTypes[125]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9464,7 +9752,7 @@ func (x *ScanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScanRequest.ProtoReflect.Descriptor instead.
 func (*ScanRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{122}
+	return file_tabula_proto_rawDescGZIP(), []int{125}
 }
 
 func (x *ScanRequest) GetHeader() *RequestHeader {
@@ -9513,7 +9801,7 @@ type KeyValue struct {
 
 func (x *KeyValue) Reset() {
 	*x = KeyValue{}
-	mi := &file_tabula_proto_msgTypes[123]
+	mi := &file_tabula_proto_msgTypes[126]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9525,7 +9813,7 @@ func (x *KeyValue) String() string {
 func (*KeyValue) ProtoMessage() {}
 
 func (x *KeyValue) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[123]
+	mi := &file_tabula_proto_msgTypes[126]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9538,7 +9826,7 @@ func (x *KeyValue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyValue.ProtoReflect.Descriptor instead.
 func (*KeyValue) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{123}
+	return file_tabula_proto_rawDescGZIP(), []int{126}
 }
 
 func (x *KeyValue) GetKey() []byte {
@@ -9571,7 +9859,7 @@ type ScanResponse struct {
 
 func (x *ScanResponse) Reset() {
 	*x = ScanResponse{}
-	mi := &file_tabula_proto_msgTypes[124]
+	mi := &file_tabula_proto_msgTypes[127]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9583,7 +9871,7 @@ func (x *ScanResponse) String() string {
 func (*ScanResponse) ProtoMessage() {}
 
 func (x *ScanResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[124]
+	mi := &file_tabula_proto_msgTypes[127]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9596,7 +9884,7 @@ func (x *ScanResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScanResponse.ProtoReflect.Descriptor instead.
 func (*ScanResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{124}
+	return file_tabula_proto_rawDescGZIP(), []int{127}
 }
 
 func (x *ScanResponse) GetRecords() []*KeyValue {
@@ -9618,7 +9906,7 @@ type CopyReplicaRequest struct {
 
 func (x *CopyReplicaRequest) Reset() {
 	*x = CopyReplicaRequest{}
-	mi := &file_tabula_proto_msgTypes[125]
+	mi := &file_tabula_proto_msgTypes[128]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9630,7 +9918,7 @@ func (x *CopyReplicaRequest) String() string {
 func (*CopyReplicaRequest) ProtoMessage() {}
 
 func (x *CopyReplicaRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[125]
+	mi := &file_tabula_proto_msgTypes[128]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9643,7 +9931,7 @@ func (x *CopyReplicaRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CopyReplicaRequest.ProtoReflect.Descriptor instead.
 func (*CopyReplicaRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{125}
+	return file_tabula_proto_rawDescGZIP(), []int{128}
 }
 
 func (x *CopyReplicaRequest) GetHeader() *RequestHeader {
@@ -9676,7 +9964,7 @@ type CopyReplicaChunk struct {
 
 func (x *CopyReplicaChunk) Reset() {
 	*x = CopyReplicaChunk{}
-	mi := &file_tabula_proto_msgTypes[126]
+	mi := &file_tabula_proto_msgTypes[129]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9688,7 +9976,7 @@ func (x *CopyReplicaChunk) String() string {
 func (*CopyReplicaChunk) ProtoMessage() {}
 
 func (x *CopyReplicaChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[126]
+	mi := &file_tabula_proto_msgTypes[129]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9701,7 +9989,7 @@ func (x *CopyReplicaChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CopyReplicaChunk.ProtoReflect.Descriptor instead.
 func (*CopyReplicaChunk) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{126}
+	return file_tabula_proto_rawDescGZIP(), []int{129}
 }
 
 func (x *CopyReplicaChunk) GetLsn() uint64 {
@@ -9764,7 +10052,7 @@ type BulkUploadRequest struct {
 
 func (x *BulkUploadRequest) Reset() {
 	*x = BulkUploadRequest{}
-	mi := &file_tabula_proto_msgTypes[127]
+	mi := &file_tabula_proto_msgTypes[130]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9776,7 +10064,7 @@ func (x *BulkUploadRequest) String() string {
 func (*BulkUploadRequest) ProtoMessage() {}
 
 func (x *BulkUploadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[127]
+	mi := &file_tabula_proto_msgTypes[130]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9789,7 +10077,7 @@ func (x *BulkUploadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkUploadRequest.ProtoReflect.Descriptor instead.
 func (*BulkUploadRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{127}
+	return file_tabula_proto_rawDescGZIP(), []int{130}
 }
 
 func (x *BulkUploadRequest) GetHeader() *RequestHeader {
@@ -9851,7 +10139,7 @@ type BulkUploadStatusRequest struct {
 
 func (x *BulkUploadStatusRequest) Reset() {
 	*x = BulkUploadStatusRequest{}
-	mi := &file_tabula_proto_msgTypes[128]
+	mi := &file_tabula_proto_msgTypes[131]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9863,7 +10151,7 @@ func (x *BulkUploadStatusRequest) String() string {
 func (*BulkUploadStatusRequest) ProtoMessage() {}
 
 func (x *BulkUploadStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[128]
+	mi := &file_tabula_proto_msgTypes[131]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9876,7 +10164,7 @@ func (x *BulkUploadStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkUploadStatusRequest.ProtoReflect.Descriptor instead.
 func (*BulkUploadStatusRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{128}
+	return file_tabula_proto_rawDescGZIP(), []int{131}
 }
 
 func (x *BulkUploadStatusRequest) GetHeader() *RequestHeader {
@@ -9907,7 +10195,7 @@ type BulkUploadResponse struct {
 
 func (x *BulkUploadResponse) Reset() {
 	*x = BulkUploadResponse{}
-	mi := &file_tabula_proto_msgTypes[129]
+	mi := &file_tabula_proto_msgTypes[132]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9919,7 +10207,7 @@ func (x *BulkUploadResponse) String() string {
 func (*BulkUploadResponse) ProtoMessage() {}
 
 func (x *BulkUploadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[129]
+	mi := &file_tabula_proto_msgTypes[132]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9932,7 +10220,7 @@ func (x *BulkUploadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkUploadResponse.ProtoReflect.Descriptor instead.
 func (*BulkUploadResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{129}
+	return file_tabula_proto_rawDescGZIP(), []int{132}
 }
 
 func (x *BulkUploadResponse) GetReceived() uint64 {
@@ -9970,7 +10258,7 @@ type PartitionLogFailedRequest struct {
 
 func (x *PartitionLogFailedRequest) Reset() {
 	*x = PartitionLogFailedRequest{}
-	mi := &file_tabula_proto_msgTypes[130]
+	mi := &file_tabula_proto_msgTypes[133]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9982,7 +10270,7 @@ func (x *PartitionLogFailedRequest) String() string {
 func (*PartitionLogFailedRequest) ProtoMessage() {}
 
 func (x *PartitionLogFailedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[130]
+	mi := &file_tabula_proto_msgTypes[133]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9995,7 +10283,7 @@ func (x *PartitionLogFailedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionLogFailedRequest.ProtoReflect.Descriptor instead.
 func (*PartitionLogFailedRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{130}
+	return file_tabula_proto_rawDescGZIP(), []int{133}
 }
 
 func (x *PartitionLogFailedRequest) GetServerId() string {
@@ -10043,7 +10331,7 @@ type PartitionLogFailedResponse struct {
 
 func (x *PartitionLogFailedResponse) Reset() {
 	*x = PartitionLogFailedResponse{}
-	mi := &file_tabula_proto_msgTypes[131]
+	mi := &file_tabula_proto_msgTypes[134]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -10055,7 +10343,7 @@ func (x *PartitionLogFailedResponse) String() string {
 func (*PartitionLogFailedResponse) ProtoMessage() {}
 
 func (x *PartitionLogFailedResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[131]
+	mi := &file_tabula_proto_msgTypes[134]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -10068,7 +10356,7 @@ func (x *PartitionLogFailedResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionLogFailedResponse.ProtoReflect.Descriptor instead.
 func (*PartitionLogFailedResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{131}
+	return file_tabula_proto_rawDescGZIP(), []int{134}
 }
 
 func (x *PartitionLogFailedResponse) GetPartition() *Partition {
@@ -10097,7 +10385,7 @@ type ForgetServerRequest struct {
 
 func (x *ForgetServerRequest) Reset() {
 	*x = ForgetServerRequest{}
-	mi := &file_tabula_proto_msgTypes[132]
+	mi := &file_tabula_proto_msgTypes[135]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -10109,7 +10397,7 @@ func (x *ForgetServerRequest) String() string {
 func (*ForgetServerRequest) ProtoMessage() {}
 
 func (x *ForgetServerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[132]
+	mi := &file_tabula_proto_msgTypes[135]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -10122,7 +10410,7 @@ func (x *ForgetServerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForgetServerRequest.ProtoReflect.Descriptor instead.
 func (*ForgetServerRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{132}
+	return file_tabula_proto_rawDescGZIP(), []int{135}
 }
 
 func (x *ForgetServerRequest) GetServerId() string {
@@ -10152,7 +10440,7 @@ type ForgetServerResponse struct {
 
 func (x *ForgetServerResponse) Reset() {
 	*x = ForgetServerResponse{}
-	mi := &file_tabula_proto_msgTypes[133]
+	mi := &file_tabula_proto_msgTypes[136]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -10164,7 +10452,7 @@ func (x *ForgetServerResponse) String() string {
 func (*ForgetServerResponse) ProtoMessage() {}
 
 func (x *ForgetServerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[133]
+	mi := &file_tabula_proto_msgTypes[136]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -10177,7 +10465,7 @@ func (x *ForgetServerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForgetServerResponse.ProtoReflect.Descriptor instead.
 func (*ForgetServerResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{133}
+	return file_tabula_proto_rawDescGZIP(), []int{136}
 }
 
 func (x *ForgetServerResponse) GetMoved() uint32 {
@@ -10220,7 +10508,7 @@ type LostPartition struct {
 
 func (x *LostPartition) Reset() {
 	*x = LostPartition{}
-	mi := &file_tabula_proto_msgTypes[134]
+	mi := &file_tabula_proto_msgTypes[137]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -10232,7 +10520,7 @@ func (x *LostPartition) String() string {
 func (*LostPartition) ProtoMessage() {}
 
 func (x *LostPartition) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[134]
+	mi := &file_tabula_proto_msgTypes[137]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -10245,7 +10533,7 @@ func (x *LostPartition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LostPartition.ProtoReflect.Descriptor instead.
 func (*LostPartition) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{134}
+	return file_tabula_proto_rawDescGZIP(), []int{137}
 }
 
 func (x *LostPartition) GetTenant() string {
@@ -10308,7 +10596,7 @@ type ListDataLossRequest struct {
 
 func (x *ListDataLossRequest) Reset() {
 	*x = ListDataLossRequest{}
-	mi := &file_tabula_proto_msgTypes[135]
+	mi := &file_tabula_proto_msgTypes[138]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -10320,7 +10608,7 @@ func (x *ListDataLossRequest) String() string {
 func (*ListDataLossRequest) ProtoMessage() {}
 
 func (x *ListDataLossRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[135]
+	mi := &file_tabula_proto_msgTypes[138]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -10333,7 +10621,7 @@ func (x *ListDataLossRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDataLossRequest.ProtoReflect.Descriptor instead.
 func (*ListDataLossRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{135}
+	return file_tabula_proto_rawDescGZIP(), []int{138}
 }
 
 func (x *ListDataLossRequest) GetTenant() string {
@@ -10360,7 +10648,7 @@ type ListDataLossResponse struct {
 
 func (x *ListDataLossResponse) Reset() {
 	*x = ListDataLossResponse{}
-	mi := &file_tabula_proto_msgTypes[136]
+	mi := &file_tabula_proto_msgTypes[139]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -10372,7 +10660,7 @@ func (x *ListDataLossResponse) String() string {
 func (*ListDataLossResponse) ProtoMessage() {}
 
 func (x *ListDataLossResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[136]
+	mi := &file_tabula_proto_msgTypes[139]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -10385,7 +10673,7 @@ func (x *ListDataLossResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDataLossResponse.ProtoReflect.Descriptor instead.
 func (*ListDataLossResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{136}
+	return file_tabula_proto_rawDescGZIP(), []int{139}
 }
 
 func (x *ListDataLossResponse) GetLost() []*LostPartition {
@@ -10408,7 +10696,7 @@ type ClearDataLossRequest struct {
 
 func (x *ClearDataLossRequest) Reset() {
 	*x = ClearDataLossRequest{}
-	mi := &file_tabula_proto_msgTypes[137]
+	mi := &file_tabula_proto_msgTypes[140]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -10420,7 +10708,7 @@ func (x *ClearDataLossRequest) String() string {
 func (*ClearDataLossRequest) ProtoMessage() {}
 
 func (x *ClearDataLossRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[137]
+	mi := &file_tabula_proto_msgTypes[140]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -10433,7 +10721,7 @@ func (x *ClearDataLossRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClearDataLossRequest.ProtoReflect.Descriptor instead.
 func (*ClearDataLossRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{137}
+	return file_tabula_proto_rawDescGZIP(), []int{140}
 }
 
 func (x *ClearDataLossRequest) GetTenant() string {
@@ -10468,7 +10756,7 @@ type ClearDataLossResponse struct {
 
 func (x *ClearDataLossResponse) Reset() {
 	*x = ClearDataLossResponse{}
-	mi := &file_tabula_proto_msgTypes[138]
+	mi := &file_tabula_proto_msgTypes[141]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -10480,7 +10768,7 @@ func (x *ClearDataLossResponse) String() string {
 func (*ClearDataLossResponse) ProtoMessage() {}
 
 func (x *ClearDataLossResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[138]
+	mi := &file_tabula_proto_msgTypes[141]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -10493,7 +10781,7 @@ func (x *ClearDataLossResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClearDataLossResponse.ProtoReflect.Descriptor instead.
 func (*ClearDataLossResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{138}
+	return file_tabula_proto_rawDescGZIP(), []int{141}
 }
 
 func (x *ClearDataLossResponse) GetCleared() []uint64 {
@@ -10514,7 +10802,7 @@ var File_tabula_proto protoreflect.FileDescriptor
 
 const file_tabula_proto_rawDesc = "" +
 	"\n" +
-	"\ftabula.proto\x12\ttabula.v1\"\xd3\x02\n" +
+	"\ftabula.proto\x12\ttabula.v1\"\xec\x03\n" +
 	"\fTableOptions\x12\x1e\n" +
 	"\n" +
 	"partitions\x18\x01 \x01(\rR\n" +
@@ -10528,7 +10816,11 @@ const file_tabula_proto_rawDesc = "" +
 	"durability\x12 \n" +
 	"\vcompression\x18\a \x01(\tR\vcompression\x124\n" +
 	"\x16bulk_retained_versions\x18\b \x01(\rR\x14bulkRetainedVersions\x12!\n" +
-	"\fsplit_points\x18\t \x03(\fR\vsplitPoints\"\xc8\x01\n" +
+	"\fsplit_points\x18\t \x03(\fR\vsplitPoints\x12&\n" +
+	"\x0emin_partitions\x18\xdc\x01 \x01(\rR\rminPartitions\x12&\n" +
+	"\x0emax_partitions\x18\xdd\x01 \x01(\rR\rmaxPartitions\x12)\n" +
+	"\x10split_size_bytes\x18\xde\x01 \x01(\x04R\x0esplitSizeBytes\x12\x1c\n" +
+	"\tsplit_qps\x18\xdf\x01 \x01(\x04R\bsplitQps\"\xc8\x01\n" +
 	"\x05Table\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12(\n" +
@@ -10544,7 +10836,7 @@ const file_tabula_proto_rawDesc = "" +
 	"\vbulk_serves\x18\x05 \x01(\x04R\n" +
 	"bulkServes\x12\x1d\n" +
 	"\n" +
-	"bulk_holds\x18\x06 \x03(\x04R\tbulkHolds\"\xad\x03\n" +
+	"bulk_holds\x18\x06 \x03(\x04R\tbulkHolds\"\xf6\x03\n" +
 	"\tPartition\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x14\n" +
 	"\x05start\x18\x02 \x01(\x04R\x05start\x12\x10\n" +
@@ -10561,7 +10853,9 @@ const file_tabula_proto_rawDesc = "" +
 	"\x05split\x18\f \x01(\v2\x19.tabula.v1.PartitionSplitR\x05split\x12\x1d\n" +
 	"\n" +
 	"split_from\x18\r \x01(\x04R\tsplitFrom\x12\x1b\n" +
-	"\tsplit_lsn\x18\x0e \x01(\x04R\bsplitLsn\"j\n" +
+	"\tsplit_lsn\x18\x0e \x01(\x04R\bsplitLsn\x12\"\n" +
+	"\fsplit_reason\x18\xdc\x01 \x01(\tR\vsplitReason\x12#\n" +
+	"\rsplit_unix_ms\x18\xdd\x01 \x01(\x03R\vsplitUnixMs\"j\n" +
 	"\x0ePartitionSplit\x12\x17\n" +
 	"\aleft_id\x18\x01 \x01(\x04R\x06leftId\x12\x19\n" +
 	"\bright_id\x18\x02 \x01(\x04R\arightId\x12\x12\n" +
@@ -10700,7 +10994,7 @@ const file_tabula_proto_rawDesc = "" +
 	"\breplicas\x18\x05 \x01(\rR\breplicas\x123\n" +
 	"\x16last_heartbeat_unix_ms\x18\x06 \x01(\x03R\x13lastHeartbeatUnixMs\x12\x1a\n" +
 	"\bdraining\x18\a \x01(\bR\bdraining\x12#\n" +
-	"\rinternal_addr\x18\b \x01(\tR\finternalAddr\"\xc2\a\n" +
+	"\rinternal_addr\x18\b \x01(\tR\finternalAddr\"\xae\b\n" +
 	"\rReplicaStatus\x12!\n" +
 	"\fpartition_id\x18\x01 \x01(\x04R\vpartitionId\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12*\n" +
@@ -10737,7 +11031,17 @@ const file_tabula_proto_rawDesc = "" +
 	"\x04sync\x18\x19 \x01(\v2\x16.tabula.v1.ReplicaSyncR\x04sync\x12\x1b\n" +
 	"\tsplit_lsn\x18( \x01(\x04R\bsplitLsn\x12\x17\n" +
 	"\abusy_ns\x18\x1a \x01(\x04R\x06busyNs\x12*\n" +
-	"\x04load\x18\x1b \x01(\v2\x16.tabula.v1.ReplicaLoadR\x04load\"v\n" +
+	"\x04load\x18\x1b \x01(\v2\x16.tabula.v1.ReplicaLoadR\x04load\x124\n" +
+	"\n" +
+	"load_split\x18\xdc\x01 \x01(\v2\x14.tabula.v1.SplitHintR\tloadSplit\x124\n" +
+	"\n" +
+	"size_split\x18\xdd\x01 \x01(\v2\x14.tabula.v1.SplitHintR\tsizeSplit\"j\n" +
+	"\tSplitHint\x12\x12\n" +
+	"\x04hash\x18\x01 \x01(\x04R\x04hash\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\fR\x03key\x12\x18\n" +
+	"\asamples\x18\x03 \x01(\rR\asamples\x12\x1d\n" +
+	"\n" +
+	"left_share\x18\x04 \x01(\x01R\tleftShare\"v\n" +
 	"\vReplicaLoad\x12\"\n" +
 	"\rreads_per_sec\x18\x01 \x01(\x01R\vreadsPerSec\x12$\n" +
 	"\x0ewrites_per_sec\x18\x02 \x01(\x01R\fwritesPerSec\x12\x1d\n" +
@@ -10893,7 +11197,23 @@ const file_tabula_proto_rawDesc = "" +
 	"\x05right\x18\x03 \x01(\v2\x14.tabula.v1.PartitionR\x05right\x12\x1f\n" +
 	"\vmap_version\x18\x04 \x01(\x04R\n" +
 	"mapVersion\x12\x12\n" +
-	"\x04done\x18\x05 \x01(\bR\x04done\"1\n" +
+	"\x04done\x18\x05 \x01(\bR\x04done\"\xb3\x02\n" +
+	"\x11AlterTableRequest\x12\x16\n" +
+	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x14\n" +
+	"\x05table\x18\x02 \x01(\tR\x05table\x12*\n" +
+	"\x0emin_partitions\x18\x03 \x01(\rH\x00R\rminPartitions\x88\x01\x01\x12*\n" +
+	"\x0emax_partitions\x18\x04 \x01(\rH\x01R\rmaxPartitions\x88\x01\x01\x12-\n" +
+	"\x10split_size_bytes\x18\x05 \x01(\x04H\x02R\x0esplitSizeBytes\x88\x01\x01\x12 \n" +
+	"\tsplit_qps\x18\x06 \x01(\x04H\x03R\bsplitQps\x88\x01\x01B\x11\n" +
+	"\x0f_min_partitionsB\x11\n" +
+	"\x0f_max_partitionsB\x13\n" +
+	"\x11_split_size_bytesB\f\n" +
+	"\n" +
+	"_split_qps\"]\n" +
+	"\x12AlterTableResponse\x12&\n" +
+	"\x05table\x18\x01 \x01(\v2\x10.tabula.v1.TableR\x05table\x12\x1f\n" +
+	"\vmap_version\x18\x02 \x01(\x04R\n" +
+	"mapVersion\"1\n" +
 	"\x12DrainServerRequest\x12\x1b\n" +
 	"\tserver_id\x18\x01 \x01(\tR\bserverId\"R\n" +
 	"\x13DrainServerResponse\x12\x1a\n" +
@@ -11332,7 +11652,7 @@ const file_tabula_proto_rawDesc = "" +
 	"\x1fBULK_ROLLOUT_ACTION_UNSPECIFIED\x10\x00\x12\x1d\n" +
 	"\x19BULK_ROLLOUT_ACTION_PAUSE\x10\x01\x12\x1e\n" +
 	"\x1aBULK_ROLLOUT_ACTION_RESUME\x10\x02\x12\x1d\n" +
-	"\x19BULK_ROLLOUT_ACTION_ABORT\x10\x032\x90\x18\n" +
+	"\x19BULK_ROLLOUT_ACTION_ABORT\x10\x032\xdb\x18\n" +
 	"\x06Master\x12L\n" +
 	"\vCreateTable\x12\x1d.tabula.v1.CreateTableRequest\x1a\x1e.tabula.v1.CreateTableResponse\x12F\n" +
 	"\tDropTable\x12\x1b.tabula.v1.DropTableRequest\x1a\x1c.tabula.v1.DropTableResponse\x12I\n" +
@@ -11376,7 +11696,9 @@ const file_tabula_proto_rawDesc = "" +
 	"\n" +
 	"TenantKeys\x12\x1c.tabula.v1.TenantKeysRequest\x1a\x1d.tabula.v1.TenantKeysResponse\x12U\n" +
 	"\x0eSetTenantQuota\x12 .tabula.v1.SetTenantQuotaRequest\x1a!.tabula.v1.SetTenantQuotaResponse\x12U\n" +
-	"\x0eSplitPartition\x12 .tabula.v1.SplitPartitionRequest\x1a!.tabula.v1.SplitPartitionResponse2\xdb\a\n" +
+	"\x0eSplitPartition\x12 .tabula.v1.SplitPartitionRequest\x1a!.tabula.v1.SplitPartitionResponse\x12I\n" +
+	"\n" +
+	"AlterTable\x12\x1c.tabula.v1.AlterTableRequest\x1a\x1d.tabula.v1.AlterTableResponse2\xdb\a\n" +
 	"\vTableServer\x124\n" +
 	"\x03Get\x12\x15.tabula.v1.GetRequest\x1a\x16.tabula.v1.GetResponse\x12C\n" +
 	"\bBatchGet\x12\x1a.tabula.v1.BatchGetRequest\x1a\x1b.tabula.v1.BatchGetResponse\x12C\n" +
@@ -11408,7 +11730,7 @@ func file_tabula_proto_rawDescGZIP() []byte {
 }
 
 var file_tabula_proto_enumTypes = make([]protoimpl.EnumInfo, 10)
-var file_tabula_proto_msgTypes = make([]protoimpl.MessageInfo, 139)
+var file_tabula_proto_msgTypes = make([]protoimpl.MessageInfo, 142)
 var file_tabula_proto_goTypes = []any{
 	(TableKind)(0),                     // 0: tabula.v1.TableKind
 	(ReplicaRole)(0),                   // 1: tabula.v1.ReplicaRole
@@ -11448,117 +11770,120 @@ var file_tabula_proto_goTypes = []any{
 	(*BulkRollout)(nil),                // 35: tabula.v1.BulkRollout
 	(*ServerInfo)(nil),                 // 36: tabula.v1.ServerInfo
 	(*ReplicaStatus)(nil),              // 37: tabula.v1.ReplicaStatus
-	(*ReplicaLoad)(nil),                // 38: tabula.v1.ReplicaLoad
-	(*ServerCapacity)(nil),             // 39: tabula.v1.ServerCapacity
-	(*AckSetMember)(nil),               // 40: tabula.v1.AckSetMember
-	(*ReplicaSync)(nil),                // 41: tabula.v1.ReplicaSync
-	(*BulkLoaded)(nil),                 // 42: tabula.v1.BulkLoaded
-	(*ErrorDetail)(nil),                // 43: tabula.v1.ErrorDetail
-	(*TenantInfo)(nil),                 // 44: tabula.v1.TenantInfo
-	(*TenantQuota)(nil),                // 45: tabula.v1.TenantQuota
-	(*TenantUsage)(nil),                // 46: tabula.v1.TenantUsage
-	(*SetTenantQuotaRequest)(nil),      // 47: tabula.v1.SetTenantQuotaRequest
-	(*SetTenantQuotaResponse)(nil),     // 48: tabula.v1.SetTenantQuotaResponse
-	(*TenantLoad)(nil),                 // 49: tabula.v1.TenantLoad
-	(*TenantShare)(nil),                // 50: tabula.v1.TenantShare
-	(*CreateTenantRequest)(nil),        // 51: tabula.v1.CreateTenantRequest
-	(*CreateTenantResponse)(nil),       // 52: tabula.v1.CreateTenantResponse
-	(*ListTenantsRequest)(nil),         // 53: tabula.v1.ListTenantsRequest
-	(*ListTenantsResponse)(nil),        // 54: tabula.v1.ListTenantsResponse
-	(*DescribeTenantRequest)(nil),      // 55: tabula.v1.DescribeTenantRequest
-	(*DescribeTenantResponse)(nil),     // 56: tabula.v1.DescribeTenantResponse
-	(*DeleteTenantRequest)(nil),        // 57: tabula.v1.DeleteTenantRequest
-	(*DeleteTenantResponse)(nil),       // 58: tabula.v1.DeleteTenantResponse
-	(*RotateTenantKeyRequest)(nil),     // 59: tabula.v1.RotateTenantKeyRequest
-	(*RotateTenantKeyResponse)(nil),    // 60: tabula.v1.RotateTenantKeyResponse
-	(*TenantKeysRequest)(nil),          // 61: tabula.v1.TenantKeysRequest
-	(*TenantKeysResponse)(nil),         // 62: tabula.v1.TenantKeysResponse
-	(*MovePartitionRequest)(nil),       // 63: tabula.v1.MovePartitionRequest
-	(*MovePartitionResponse)(nil),      // 64: tabula.v1.MovePartitionResponse
-	(*SplitPartitionRequest)(nil),      // 65: tabula.v1.SplitPartitionRequest
-	(*SplitPartitionResponse)(nil),     // 66: tabula.v1.SplitPartitionResponse
-	(*DrainServerRequest)(nil),         // 67: tabula.v1.DrainServerRequest
-	(*DrainServerResponse)(nil),        // 68: tabula.v1.DrainServerResponse
-	(*BalancePlanRequest)(nil),         // 69: tabula.v1.BalancePlanRequest
-	(*BalancePlanResponse)(nil),        // 70: tabula.v1.BalancePlanResponse
-	(*BalanceAction)(nil),              // 71: tabula.v1.BalanceAction
-	(*BalanceServer)(nil),              // 72: tabula.v1.BalanceServer
-	(*MasterMember)(nil),               // 73: tabula.v1.MasterMember
-	(*MasterMembersRequest)(nil),       // 74: tabula.v1.MasterMembersRequest
-	(*MasterMembersResponse)(nil),      // 75: tabula.v1.MasterMembersResponse
-	(*AddMasterRequest)(nil),           // 76: tabula.v1.AddMasterRequest
-	(*AddMasterResponse)(nil),          // 77: tabula.v1.AddMasterResponse
-	(*RemoveMasterRequest)(nil),        // 78: tabula.v1.RemoveMasterRequest
-	(*RemoveMasterResponse)(nil),       // 79: tabula.v1.RemoveMasterResponse
-	(*TransferLeaderRequest)(nil),      // 80: tabula.v1.TransferLeaderRequest
-	(*TransferLeaderResponse)(nil),     // 81: tabula.v1.TransferLeaderResponse
-	(*StreamRequest)(nil),              // 82: tabula.v1.StreamRequest
-	(*StreamResponse)(nil),             // 83: tabula.v1.StreamResponse
-	(*CreateTableRequest)(nil),         // 84: tabula.v1.CreateTableRequest
-	(*CreateTableResponse)(nil),        // 85: tabula.v1.CreateTableResponse
-	(*DropTableRequest)(nil),           // 86: tabula.v1.DropTableRequest
-	(*DropTableResponse)(nil),          // 87: tabula.v1.DropTableResponse
-	(*ListTablesRequest)(nil),          // 88: tabula.v1.ListTablesRequest
-	(*ListTablesResponse)(nil),         // 89: tabula.v1.ListTablesResponse
-	(*DescribeTableRequest)(nil),       // 90: tabula.v1.DescribeTableRequest
-	(*DescribeTableResponse)(nil),      // 91: tabula.v1.DescribeTableResponse
-	(*GetPartitionMapRequest)(nil),     // 92: tabula.v1.GetPartitionMapRequest
-	(*GetPartitionMapResponse)(nil),    // 93: tabula.v1.GetPartitionMapResponse
-	(*WatchPartitionMapRequest)(nil),   // 94: tabula.v1.WatchPartitionMapRequest
-	(*WatchPartitionMapResponse)(nil),  // 95: tabula.v1.WatchPartitionMapResponse
-	(*RegisterServerRequest)(nil),      // 96: tabula.v1.RegisterServerRequest
-	(*RegisterServerResponse)(nil),     // 97: tabula.v1.RegisterServerResponse
-	(*HeartbeatRequest)(nil),           // 98: tabula.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),          // 99: tabula.v1.HeartbeatResponse
-	(*BulkPublishRequest)(nil),         // 100: tabula.v1.BulkPublishRequest
-	(*BulkPublishResponse)(nil),        // 101: tabula.v1.BulkPublishResponse
-	(*BulkStoredRequest)(nil),          // 102: tabula.v1.BulkStoredRequest
-	(*BulkStoredResponse)(nil),         // 103: tabula.v1.BulkStoredResponse
-	(*BulkStatusRequest)(nil),          // 104: tabula.v1.BulkStatusRequest
-	(*BulkStatusResponse)(nil),         // 105: tabula.v1.BulkStatusResponse
-	(*BulkRollbackRequest)(nil),        // 106: tabula.v1.BulkRollbackRequest
-	(*BulkRollbackResponse)(nil),       // 107: tabula.v1.BulkRollbackResponse
-	(*BulkRolloutRequest)(nil),         // 108: tabula.v1.BulkRolloutRequest
-	(*BulkRolloutResponse)(nil),        // 109: tabula.v1.BulkRolloutResponse
-	(*ListServersRequest)(nil),         // 110: tabula.v1.ListServersRequest
-	(*ListServersResponse)(nil),        // 111: tabula.v1.ListServersResponse
-	(*CallRequest)(nil),                // 112: tabula.v1.CallRequest
-	(*CallResponse)(nil),               // 113: tabula.v1.CallResponse
-	(*RequestHeader)(nil),              // 114: tabula.v1.RequestHeader
-	(*GetRequest)(nil),                 // 115: tabula.v1.GetRequest
-	(*GetResponse)(nil),                // 116: tabula.v1.GetResponse
-	(*BatchGetRequest)(nil),            // 117: tabula.v1.BatchGetRequest
-	(*BatchGetResponse)(nil),           // 118: tabula.v1.BatchGetResponse
-	(*MultiGetRequest)(nil),            // 119: tabula.v1.MultiGetRequest
-	(*MultiGetResponse)(nil),           // 120: tabula.v1.MultiGetResponse
-	(*MultiGetResult)(nil),             // 121: tabula.v1.MultiGetResult
-	(*PutRequest)(nil),                 // 122: tabula.v1.PutRequest
-	(*PutResponse)(nil),                // 123: tabula.v1.PutResponse
-	(*DeleteRequest)(nil),              // 124: tabula.v1.DeleteRequest
-	(*DeleteResponse)(nil),             // 125: tabula.v1.DeleteResponse
-	(*CompareAndSwapRequest)(nil),      // 126: tabula.v1.CompareAndSwapRequest
-	(*CompareAndSwapResponse)(nil),     // 127: tabula.v1.CompareAndSwapResponse
-	(*Mutation)(nil),                   // 128: tabula.v1.Mutation
-	(*Condition)(nil),                  // 129: tabula.v1.Condition
-	(*BatchWriteRequest)(nil),          // 130: tabula.v1.BatchWriteRequest
-	(*BatchWriteResponse)(nil),         // 131: tabula.v1.BatchWriteResponse
-	(*ScanRequest)(nil),                // 132: tabula.v1.ScanRequest
-	(*KeyValue)(nil),                   // 133: tabula.v1.KeyValue
-	(*ScanResponse)(nil),               // 134: tabula.v1.ScanResponse
-	(*CopyReplicaRequest)(nil),         // 135: tabula.v1.CopyReplicaRequest
-	(*CopyReplicaChunk)(nil),           // 136: tabula.v1.CopyReplicaChunk
-	(*BulkUploadRequest)(nil),          // 137: tabula.v1.BulkUploadRequest
-	(*BulkUploadStatusRequest)(nil),    // 138: tabula.v1.BulkUploadStatusRequest
-	(*BulkUploadResponse)(nil),         // 139: tabula.v1.BulkUploadResponse
-	(*PartitionLogFailedRequest)(nil),  // 140: tabula.v1.PartitionLogFailedRequest
-	(*PartitionLogFailedResponse)(nil), // 141: tabula.v1.PartitionLogFailedResponse
-	(*ForgetServerRequest)(nil),        // 142: tabula.v1.ForgetServerRequest
-	(*ForgetServerResponse)(nil),       // 143: tabula.v1.ForgetServerResponse
-	(*LostPartition)(nil),              // 144: tabula.v1.LostPartition
-	(*ListDataLossRequest)(nil),        // 145: tabula.v1.ListDataLossRequest
-	(*ListDataLossResponse)(nil),       // 146: tabula.v1.ListDataLossResponse
-	(*ClearDataLossRequest)(nil),       // 147: tabula.v1.ClearDataLossRequest
-	(*ClearDataLossResponse)(nil),      // 148: tabula.v1.ClearDataLossResponse
+	(*SplitHint)(nil),                  // 38: tabula.v1.SplitHint
+	(*ReplicaLoad)(nil),                // 39: tabula.v1.ReplicaLoad
+	(*ServerCapacity)(nil),             // 40: tabula.v1.ServerCapacity
+	(*AckSetMember)(nil),               // 41: tabula.v1.AckSetMember
+	(*ReplicaSync)(nil),                // 42: tabula.v1.ReplicaSync
+	(*BulkLoaded)(nil),                 // 43: tabula.v1.BulkLoaded
+	(*ErrorDetail)(nil),                // 44: tabula.v1.ErrorDetail
+	(*TenantInfo)(nil),                 // 45: tabula.v1.TenantInfo
+	(*TenantQuota)(nil),                // 46: tabula.v1.TenantQuota
+	(*TenantUsage)(nil),                // 47: tabula.v1.TenantUsage
+	(*SetTenantQuotaRequest)(nil),      // 48: tabula.v1.SetTenantQuotaRequest
+	(*SetTenantQuotaResponse)(nil),     // 49: tabula.v1.SetTenantQuotaResponse
+	(*TenantLoad)(nil),                 // 50: tabula.v1.TenantLoad
+	(*TenantShare)(nil),                // 51: tabula.v1.TenantShare
+	(*CreateTenantRequest)(nil),        // 52: tabula.v1.CreateTenantRequest
+	(*CreateTenantResponse)(nil),       // 53: tabula.v1.CreateTenantResponse
+	(*ListTenantsRequest)(nil),         // 54: tabula.v1.ListTenantsRequest
+	(*ListTenantsResponse)(nil),        // 55: tabula.v1.ListTenantsResponse
+	(*DescribeTenantRequest)(nil),      // 56: tabula.v1.DescribeTenantRequest
+	(*DescribeTenantResponse)(nil),     // 57: tabula.v1.DescribeTenantResponse
+	(*DeleteTenantRequest)(nil),        // 58: tabula.v1.DeleteTenantRequest
+	(*DeleteTenantResponse)(nil),       // 59: tabula.v1.DeleteTenantResponse
+	(*RotateTenantKeyRequest)(nil),     // 60: tabula.v1.RotateTenantKeyRequest
+	(*RotateTenantKeyResponse)(nil),    // 61: tabula.v1.RotateTenantKeyResponse
+	(*TenantKeysRequest)(nil),          // 62: tabula.v1.TenantKeysRequest
+	(*TenantKeysResponse)(nil),         // 63: tabula.v1.TenantKeysResponse
+	(*MovePartitionRequest)(nil),       // 64: tabula.v1.MovePartitionRequest
+	(*MovePartitionResponse)(nil),      // 65: tabula.v1.MovePartitionResponse
+	(*SplitPartitionRequest)(nil),      // 66: tabula.v1.SplitPartitionRequest
+	(*SplitPartitionResponse)(nil),     // 67: tabula.v1.SplitPartitionResponse
+	(*AlterTableRequest)(nil),          // 68: tabula.v1.AlterTableRequest
+	(*AlterTableResponse)(nil),         // 69: tabula.v1.AlterTableResponse
+	(*DrainServerRequest)(nil),         // 70: tabula.v1.DrainServerRequest
+	(*DrainServerResponse)(nil),        // 71: tabula.v1.DrainServerResponse
+	(*BalancePlanRequest)(nil),         // 72: tabula.v1.BalancePlanRequest
+	(*BalancePlanResponse)(nil),        // 73: tabula.v1.BalancePlanResponse
+	(*BalanceAction)(nil),              // 74: tabula.v1.BalanceAction
+	(*BalanceServer)(nil),              // 75: tabula.v1.BalanceServer
+	(*MasterMember)(nil),               // 76: tabula.v1.MasterMember
+	(*MasterMembersRequest)(nil),       // 77: tabula.v1.MasterMembersRequest
+	(*MasterMembersResponse)(nil),      // 78: tabula.v1.MasterMembersResponse
+	(*AddMasterRequest)(nil),           // 79: tabula.v1.AddMasterRequest
+	(*AddMasterResponse)(nil),          // 80: tabula.v1.AddMasterResponse
+	(*RemoveMasterRequest)(nil),        // 81: tabula.v1.RemoveMasterRequest
+	(*RemoveMasterResponse)(nil),       // 82: tabula.v1.RemoveMasterResponse
+	(*TransferLeaderRequest)(nil),      // 83: tabula.v1.TransferLeaderRequest
+	(*TransferLeaderResponse)(nil),     // 84: tabula.v1.TransferLeaderResponse
+	(*StreamRequest)(nil),              // 85: tabula.v1.StreamRequest
+	(*StreamResponse)(nil),             // 86: tabula.v1.StreamResponse
+	(*CreateTableRequest)(nil),         // 87: tabula.v1.CreateTableRequest
+	(*CreateTableResponse)(nil),        // 88: tabula.v1.CreateTableResponse
+	(*DropTableRequest)(nil),           // 89: tabula.v1.DropTableRequest
+	(*DropTableResponse)(nil),          // 90: tabula.v1.DropTableResponse
+	(*ListTablesRequest)(nil),          // 91: tabula.v1.ListTablesRequest
+	(*ListTablesResponse)(nil),         // 92: tabula.v1.ListTablesResponse
+	(*DescribeTableRequest)(nil),       // 93: tabula.v1.DescribeTableRequest
+	(*DescribeTableResponse)(nil),      // 94: tabula.v1.DescribeTableResponse
+	(*GetPartitionMapRequest)(nil),     // 95: tabula.v1.GetPartitionMapRequest
+	(*GetPartitionMapResponse)(nil),    // 96: tabula.v1.GetPartitionMapResponse
+	(*WatchPartitionMapRequest)(nil),   // 97: tabula.v1.WatchPartitionMapRequest
+	(*WatchPartitionMapResponse)(nil),  // 98: tabula.v1.WatchPartitionMapResponse
+	(*RegisterServerRequest)(nil),      // 99: tabula.v1.RegisterServerRequest
+	(*RegisterServerResponse)(nil),     // 100: tabula.v1.RegisterServerResponse
+	(*HeartbeatRequest)(nil),           // 101: tabula.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),          // 102: tabula.v1.HeartbeatResponse
+	(*BulkPublishRequest)(nil),         // 103: tabula.v1.BulkPublishRequest
+	(*BulkPublishResponse)(nil),        // 104: tabula.v1.BulkPublishResponse
+	(*BulkStoredRequest)(nil),          // 105: tabula.v1.BulkStoredRequest
+	(*BulkStoredResponse)(nil),         // 106: tabula.v1.BulkStoredResponse
+	(*BulkStatusRequest)(nil),          // 107: tabula.v1.BulkStatusRequest
+	(*BulkStatusResponse)(nil),         // 108: tabula.v1.BulkStatusResponse
+	(*BulkRollbackRequest)(nil),        // 109: tabula.v1.BulkRollbackRequest
+	(*BulkRollbackResponse)(nil),       // 110: tabula.v1.BulkRollbackResponse
+	(*BulkRolloutRequest)(nil),         // 111: tabula.v1.BulkRolloutRequest
+	(*BulkRolloutResponse)(nil),        // 112: tabula.v1.BulkRolloutResponse
+	(*ListServersRequest)(nil),         // 113: tabula.v1.ListServersRequest
+	(*ListServersResponse)(nil),        // 114: tabula.v1.ListServersResponse
+	(*CallRequest)(nil),                // 115: tabula.v1.CallRequest
+	(*CallResponse)(nil),               // 116: tabula.v1.CallResponse
+	(*RequestHeader)(nil),              // 117: tabula.v1.RequestHeader
+	(*GetRequest)(nil),                 // 118: tabula.v1.GetRequest
+	(*GetResponse)(nil),                // 119: tabula.v1.GetResponse
+	(*BatchGetRequest)(nil),            // 120: tabula.v1.BatchGetRequest
+	(*BatchGetResponse)(nil),           // 121: tabula.v1.BatchGetResponse
+	(*MultiGetRequest)(nil),            // 122: tabula.v1.MultiGetRequest
+	(*MultiGetResponse)(nil),           // 123: tabula.v1.MultiGetResponse
+	(*MultiGetResult)(nil),             // 124: tabula.v1.MultiGetResult
+	(*PutRequest)(nil),                 // 125: tabula.v1.PutRequest
+	(*PutResponse)(nil),                // 126: tabula.v1.PutResponse
+	(*DeleteRequest)(nil),              // 127: tabula.v1.DeleteRequest
+	(*DeleteResponse)(nil),             // 128: tabula.v1.DeleteResponse
+	(*CompareAndSwapRequest)(nil),      // 129: tabula.v1.CompareAndSwapRequest
+	(*CompareAndSwapResponse)(nil),     // 130: tabula.v1.CompareAndSwapResponse
+	(*Mutation)(nil),                   // 131: tabula.v1.Mutation
+	(*Condition)(nil),                  // 132: tabula.v1.Condition
+	(*BatchWriteRequest)(nil),          // 133: tabula.v1.BatchWriteRequest
+	(*BatchWriteResponse)(nil),         // 134: tabula.v1.BatchWriteResponse
+	(*ScanRequest)(nil),                // 135: tabula.v1.ScanRequest
+	(*KeyValue)(nil),                   // 136: tabula.v1.KeyValue
+	(*ScanResponse)(nil),               // 137: tabula.v1.ScanResponse
+	(*CopyReplicaRequest)(nil),         // 138: tabula.v1.CopyReplicaRequest
+	(*CopyReplicaChunk)(nil),           // 139: tabula.v1.CopyReplicaChunk
+	(*BulkUploadRequest)(nil),          // 140: tabula.v1.BulkUploadRequest
+	(*BulkUploadStatusRequest)(nil),    // 141: tabula.v1.BulkUploadStatusRequest
+	(*BulkUploadResponse)(nil),         // 142: tabula.v1.BulkUploadResponse
+	(*PartitionLogFailedRequest)(nil),  // 143: tabula.v1.PartitionLogFailedRequest
+	(*PartitionLogFailedResponse)(nil), // 144: tabula.v1.PartitionLogFailedResponse
+	(*ForgetServerRequest)(nil),        // 145: tabula.v1.ForgetServerRequest
+	(*ForgetServerResponse)(nil),       // 146: tabula.v1.ForgetServerResponse
+	(*LostPartition)(nil),              // 147: tabula.v1.LostPartition
+	(*ListDataLossRequest)(nil),        // 148: tabula.v1.ListDataLossRequest
+	(*ListDataLossResponse)(nil),       // 149: tabula.v1.ListDataLossResponse
+	(*ClearDataLossRequest)(nil),       // 150: tabula.v1.ClearDataLossRequest
+	(*ClearDataLossResponse)(nil),      // 151: tabula.v1.ClearDataLossResponse
 }
 var file_tabula_proto_depIdxs = []int32{
 	0,   // 0: tabula.v1.Table.kind:type_name -> tabula.v1.TableKind
@@ -11575,208 +11900,213 @@ var file_tabula_proto_depIdxs = []int32{
 	18,  // 11: tabula.v1.CoprocDeployResponse.coprocessor:type_name -> tabula.v1.Coprocessor
 	18,  // 12: tabula.v1.CoprocListResponse.coprocessors:type_name -> tabula.v1.Coprocessor
 	18,  // 13: tabula.v1.CoprocRollbackResponse.coprocessor:type_name -> tabula.v1.Coprocessor
-	114, // 14: tabula.v1.InvokeRequest.header:type_name -> tabula.v1.RequestHeader
-	114, // 15: tabula.v1.CoprocMergeRequest.header:type_name -> tabula.v1.RequestHeader
+	117, // 14: tabula.v1.InvokeRequest.header:type_name -> tabula.v1.RequestHeader
+	117, // 15: tabula.v1.CoprocMergeRequest.header:type_name -> tabula.v1.RequestHeader
 	2,   // 16: tabula.v1.BulkVersion.state:type_name -> tabula.v1.BulkVersionState
 	32,  // 17: tabula.v1.BulkVersion.files:type_name -> tabula.v1.BulkFile
 	33,  // 18: tabula.v1.BulkInfo.versions:type_name -> tabula.v1.BulkVersion
 	35,  // 19: tabula.v1.BulkInfo.rollout:type_name -> tabula.v1.BulkRollout
 	1,   // 20: tabula.v1.ReplicaStatus.role:type_name -> tabula.v1.ReplicaRole
-	42,  // 21: tabula.v1.ReplicaStatus.bulk_loaded:type_name -> tabula.v1.BulkLoaded
+	43,  // 21: tabula.v1.ReplicaStatus.bulk_loaded:type_name -> tabula.v1.BulkLoaded
 	3,   // 22: tabula.v1.ReplicaStatus.state:type_name -> tabula.v1.ReplicaState
-	40,  // 23: tabula.v1.ReplicaStatus.ack_set:type_name -> tabula.v1.AckSetMember
-	41,  // 24: tabula.v1.ReplicaStatus.sync:type_name -> tabula.v1.ReplicaSync
-	38,  // 25: tabula.v1.ReplicaStatus.load:type_name -> tabula.v1.ReplicaLoad
-	3,   // 26: tabula.v1.ReplicaSync.state:type_name -> tabula.v1.ReplicaState
-	4,   // 27: tabula.v1.ErrorDetail.code:type_name -> tabula.v1.ErrorCode
-	13,  // 28: tabula.v1.ErrorDetail.partition:type_name -> tabula.v1.Partition
-	45,  // 29: tabula.v1.TenantInfo.quota:type_name -> tabula.v1.TenantQuota
-	46,  // 30: tabula.v1.TenantInfo.usage:type_name -> tabula.v1.TenantUsage
-	45,  // 31: tabula.v1.SetTenantQuotaRequest.quota:type_name -> tabula.v1.TenantQuota
-	44,  // 32: tabula.v1.SetTenantQuotaResponse.tenant:type_name -> tabula.v1.TenantInfo
-	45,  // 33: tabula.v1.CreateTenantRequest.quota:type_name -> tabula.v1.TenantQuota
-	44,  // 34: tabula.v1.CreateTenantResponse.tenant:type_name -> tabula.v1.TenantInfo
-	44,  // 35: tabula.v1.ListTenantsResponse.tenants:type_name -> tabula.v1.TenantInfo
-	44,  // 36: tabula.v1.DescribeTenantResponse.tenant:type_name -> tabula.v1.TenantInfo
-	11,  // 37: tabula.v1.DescribeTenantResponse.tables:type_name -> tabula.v1.Table
-	44,  // 38: tabula.v1.RotateTenantKeyResponse.tenant:type_name -> tabula.v1.TenantInfo
-	44,  // 39: tabula.v1.TenantKeysResponse.tenants:type_name -> tabula.v1.TenantInfo
-	13,  // 40: tabula.v1.SplitPartitionResponse.left:type_name -> tabula.v1.Partition
-	13,  // 41: tabula.v1.SplitPartitionResponse.right:type_name -> tabula.v1.Partition
-	71,  // 42: tabula.v1.BalancePlanResponse.actions:type_name -> tabula.v1.BalanceAction
-	72,  // 43: tabula.v1.BalancePlanResponse.before:type_name -> tabula.v1.BalanceServer
-	72,  // 44: tabula.v1.BalancePlanResponse.after:type_name -> tabula.v1.BalanceServer
-	5,   // 45: tabula.v1.BalanceAction.kind:type_name -> tabula.v1.BalanceActionKind
-	73,  // 46: tabula.v1.MasterMembersResponse.members:type_name -> tabula.v1.MasterMember
-	6,   // 47: tabula.v1.StreamRequest.op:type_name -> tabula.v1.StreamOp
-	0,   // 48: tabula.v1.CreateTableRequest.kind:type_name -> tabula.v1.TableKind
-	10,  // 49: tabula.v1.CreateTableRequest.options:type_name -> tabula.v1.TableOptions
-	16,  // 50: tabula.v1.CreateTableResponse.map:type_name -> tabula.v1.PartitionMap
-	11,  // 51: tabula.v1.ListTablesResponse.tables:type_name -> tabula.v1.Table
-	16,  // 52: tabula.v1.DescribeTableResponse.map:type_name -> tabula.v1.PartitionMap
-	37,  // 53: tabula.v1.DescribeTableResponse.replicas:type_name -> tabula.v1.ReplicaStatus
-	16,  // 54: tabula.v1.GetPartitionMapResponse.map:type_name -> tabula.v1.PartitionMap
-	16,  // 55: tabula.v1.WatchPartitionMapResponse.maps:type_name -> tabula.v1.PartitionMap
-	11,  // 56: tabula.v1.WatchPartitionMapResponse.removed:type_name -> tabula.v1.Table
-	16,  // 57: tabula.v1.WatchPartitionMapResponse.patches:type_name -> tabula.v1.PartitionMap
-	37,  // 58: tabula.v1.HeartbeatRequest.replicas:type_name -> tabula.v1.ReplicaStatus
-	27,  // 59: tabula.v1.HeartbeatRequest.coproc_ready:type_name -> tabula.v1.CoprocReady
-	49,  // 60: tabula.v1.HeartbeatRequest.tenant_load:type_name -> tabula.v1.TenantLoad
-	39,  // 61: tabula.v1.HeartbeatRequest.capacity:type_name -> tabula.v1.ServerCapacity
-	50,  // 62: tabula.v1.HeartbeatResponse.tenant_shares:type_name -> tabula.v1.TenantShare
-	32,  // 63: tabula.v1.BulkPublishRequest.files:type_name -> tabula.v1.BulkFile
-	16,  // 64: tabula.v1.BulkPublishResponse.map:type_name -> tabula.v1.PartitionMap
-	16,  // 65: tabula.v1.BulkStoredResponse.map:type_name -> tabula.v1.PartitionMap
-	16,  // 66: tabula.v1.BulkStatusResponse.map:type_name -> tabula.v1.PartitionMap
-	34,  // 67: tabula.v1.BulkStatusResponse.bulk:type_name -> tabula.v1.BulkInfo
-	16,  // 68: tabula.v1.BulkRollbackResponse.map:type_name -> tabula.v1.PartitionMap
-	7,   // 69: tabula.v1.BulkRolloutRequest.action:type_name -> tabula.v1.BulkRolloutAction
-	16,  // 70: tabula.v1.BulkRolloutResponse.map:type_name -> tabula.v1.PartitionMap
-	36,  // 71: tabula.v1.ListServersResponse.servers:type_name -> tabula.v1.ServerInfo
-	115, // 72: tabula.v1.CallRequest.get:type_name -> tabula.v1.GetRequest
-	119, // 73: tabula.v1.CallRequest.multi_get:type_name -> tabula.v1.MultiGetRequest
-	122, // 74: tabula.v1.CallRequest.put:type_name -> tabula.v1.PutRequest
-	124, // 75: tabula.v1.CallRequest.delete:type_name -> tabula.v1.DeleteRequest
-	126, // 76: tabula.v1.CallRequest.compare_and_swap:type_name -> tabula.v1.CompareAndSwapRequest
-	116, // 77: tabula.v1.CallResponse.get:type_name -> tabula.v1.GetResponse
-	120, // 78: tabula.v1.CallResponse.multi_get:type_name -> tabula.v1.MultiGetResponse
-	123, // 79: tabula.v1.CallResponse.put:type_name -> tabula.v1.PutResponse
-	125, // 80: tabula.v1.CallResponse.delete:type_name -> tabula.v1.DeleteResponse
-	127, // 81: tabula.v1.CallResponse.compare_and_swap:type_name -> tabula.v1.CompareAndSwapResponse
-	114, // 82: tabula.v1.GetRequest.header:type_name -> tabula.v1.RequestHeader
-	114, // 83: tabula.v1.BatchGetRequest.header:type_name -> tabula.v1.RequestHeader
-	116, // 84: tabula.v1.BatchGetResponse.results:type_name -> tabula.v1.GetResponse
-	115, // 85: tabula.v1.MultiGetRequest.gets:type_name -> tabula.v1.GetRequest
-	121, // 86: tabula.v1.MultiGetResponse.results:type_name -> tabula.v1.MultiGetResult
-	116, // 87: tabula.v1.MultiGetResult.response:type_name -> tabula.v1.GetResponse
-	114, // 88: tabula.v1.PutRequest.header:type_name -> tabula.v1.RequestHeader
-	114, // 89: tabula.v1.DeleteRequest.header:type_name -> tabula.v1.RequestHeader
-	114, // 90: tabula.v1.CompareAndSwapRequest.header:type_name -> tabula.v1.RequestHeader
-	8,   // 91: tabula.v1.Mutation.op:type_name -> tabula.v1.Mutation.Op
-	129, // 92: tabula.v1.Mutation.condition:type_name -> tabula.v1.Condition
-	9,   // 93: tabula.v1.Condition.kind:type_name -> tabula.v1.Condition.Kind
-	114, // 94: tabula.v1.BatchWriteRequest.header:type_name -> tabula.v1.RequestHeader
-	128, // 95: tabula.v1.BatchWriteRequest.mutations:type_name -> tabula.v1.Mutation
-	114, // 96: tabula.v1.ScanRequest.header:type_name -> tabula.v1.RequestHeader
-	133, // 97: tabula.v1.ScanResponse.records:type_name -> tabula.v1.KeyValue
-	114, // 98: tabula.v1.CopyReplicaRequest.header:type_name -> tabula.v1.RequestHeader
-	133, // 99: tabula.v1.CopyReplicaChunk.records:type_name -> tabula.v1.KeyValue
-	114, // 100: tabula.v1.BulkUploadRequest.header:type_name -> tabula.v1.RequestHeader
-	32,  // 101: tabula.v1.BulkUploadRequest.file:type_name -> tabula.v1.BulkFile
-	114, // 102: tabula.v1.BulkUploadStatusRequest.header:type_name -> tabula.v1.RequestHeader
-	13,  // 103: tabula.v1.PartitionLogFailedResponse.partition:type_name -> tabula.v1.Partition
-	144, // 104: tabula.v1.ForgetServerResponse.lost:type_name -> tabula.v1.LostPartition
-	144, // 105: tabula.v1.ListDataLossResponse.lost:type_name -> tabula.v1.LostPartition
-	16,  // 106: tabula.v1.ClearDataLossResponse.map:type_name -> tabula.v1.PartitionMap
-	84,  // 107: tabula.v1.Master.CreateTable:input_type -> tabula.v1.CreateTableRequest
-	86,  // 108: tabula.v1.Master.DropTable:input_type -> tabula.v1.DropTableRequest
-	88,  // 109: tabula.v1.Master.ListTables:input_type -> tabula.v1.ListTablesRequest
-	90,  // 110: tabula.v1.Master.DescribeTable:input_type -> tabula.v1.DescribeTableRequest
-	92,  // 111: tabula.v1.Master.GetPartitionMap:input_type -> tabula.v1.GetPartitionMapRequest
-	94,  // 112: tabula.v1.Master.WatchPartitionMap:input_type -> tabula.v1.WatchPartitionMapRequest
-	96,  // 113: tabula.v1.Master.RegisterServer:input_type -> tabula.v1.RegisterServerRequest
-	98,  // 114: tabula.v1.Master.Heartbeat:input_type -> tabula.v1.HeartbeatRequest
-	140, // 115: tabula.v1.Master.PartitionLogFailed:input_type -> tabula.v1.PartitionLogFailedRequest
-	110, // 116: tabula.v1.Master.ListServers:input_type -> tabula.v1.ListServersRequest
-	100, // 117: tabula.v1.Master.BulkPublish:input_type -> tabula.v1.BulkPublishRequest
-	102, // 118: tabula.v1.Master.BulkStored:input_type -> tabula.v1.BulkStoredRequest
-	104, // 119: tabula.v1.Master.BulkStatus:input_type -> tabula.v1.BulkStatusRequest
-	106, // 120: tabula.v1.Master.BulkRollback:input_type -> tabula.v1.BulkRollbackRequest
-	108, // 121: tabula.v1.Master.BulkRollout:input_type -> tabula.v1.BulkRolloutRequest
-	82,  // 122: tabula.v1.Master.Stream:input_type -> tabula.v1.StreamRequest
-	19,  // 123: tabula.v1.Master.CoprocDeploy:input_type -> tabula.v1.CoprocDeployRequest
-	21,  // 124: tabula.v1.Master.CoprocList:input_type -> tabula.v1.CoprocListRequest
-	23,  // 125: tabula.v1.Master.CoprocRollback:input_type -> tabula.v1.CoprocRollbackRequest
-	25,  // 126: tabula.v1.Master.CoprocFetch:input_type -> tabula.v1.CoprocFetchRequest
-	142, // 127: tabula.v1.Master.ForgetServer:input_type -> tabula.v1.ForgetServerRequest
-	145, // 128: tabula.v1.Master.ListDataLoss:input_type -> tabula.v1.ListDataLossRequest
-	147, // 129: tabula.v1.Master.ClearDataLoss:input_type -> tabula.v1.ClearDataLossRequest
-	74,  // 130: tabula.v1.Master.MasterMembers:input_type -> tabula.v1.MasterMembersRequest
-	76,  // 131: tabula.v1.Master.AddMaster:input_type -> tabula.v1.AddMasterRequest
-	78,  // 132: tabula.v1.Master.RemoveMaster:input_type -> tabula.v1.RemoveMasterRequest
-	80,  // 133: tabula.v1.Master.TransferLeader:input_type -> tabula.v1.TransferLeaderRequest
-	63,  // 134: tabula.v1.Master.MovePartition:input_type -> tabula.v1.MovePartitionRequest
-	67,  // 135: tabula.v1.Master.DrainServer:input_type -> tabula.v1.DrainServerRequest
-	69,  // 136: tabula.v1.Master.BalancePlan:input_type -> tabula.v1.BalancePlanRequest
-	51,  // 137: tabula.v1.Master.CreateTenant:input_type -> tabula.v1.CreateTenantRequest
-	53,  // 138: tabula.v1.Master.ListTenants:input_type -> tabula.v1.ListTenantsRequest
-	55,  // 139: tabula.v1.Master.DescribeTenant:input_type -> tabula.v1.DescribeTenantRequest
-	57,  // 140: tabula.v1.Master.DeleteTenant:input_type -> tabula.v1.DeleteTenantRequest
-	59,  // 141: tabula.v1.Master.RotateTenantKey:input_type -> tabula.v1.RotateTenantKeyRequest
-	61,  // 142: tabula.v1.Master.TenantKeys:input_type -> tabula.v1.TenantKeysRequest
-	47,  // 143: tabula.v1.Master.SetTenantQuota:input_type -> tabula.v1.SetTenantQuotaRequest
-	65,  // 144: tabula.v1.Master.SplitPartition:input_type -> tabula.v1.SplitPartitionRequest
-	115, // 145: tabula.v1.TableServer.Get:input_type -> tabula.v1.GetRequest
-	117, // 146: tabula.v1.TableServer.BatchGet:input_type -> tabula.v1.BatchGetRequest
-	119, // 147: tabula.v1.TableServer.MultiGet:input_type -> tabula.v1.MultiGetRequest
-	122, // 148: tabula.v1.TableServer.Put:input_type -> tabula.v1.PutRequest
-	124, // 149: tabula.v1.TableServer.Delete:input_type -> tabula.v1.DeleteRequest
-	126, // 150: tabula.v1.TableServer.CompareAndSwap:input_type -> tabula.v1.CompareAndSwapRequest
-	130, // 151: tabula.v1.TableServer.BatchWrite:input_type -> tabula.v1.BatchWriteRequest
-	132, // 152: tabula.v1.TableServer.Scan:input_type -> tabula.v1.ScanRequest
-	135, // 153: tabula.v1.TableServer.CopyReplica:input_type -> tabula.v1.CopyReplicaRequest
-	137, // 154: tabula.v1.TableServer.BulkUpload:input_type -> tabula.v1.BulkUploadRequest
-	138, // 155: tabula.v1.TableServer.BulkUploadStatus:input_type -> tabula.v1.BulkUploadStatusRequest
-	28,  // 156: tabula.v1.TableServer.Invoke:input_type -> tabula.v1.InvokeRequest
-	30,  // 157: tabula.v1.TableServer.CoprocMerge:input_type -> tabula.v1.CoprocMergeRequest
-	112, // 158: tabula.v1.TableServer.Calls:input_type -> tabula.v1.CallRequest
-	85,  // 159: tabula.v1.Master.CreateTable:output_type -> tabula.v1.CreateTableResponse
-	87,  // 160: tabula.v1.Master.DropTable:output_type -> tabula.v1.DropTableResponse
-	89,  // 161: tabula.v1.Master.ListTables:output_type -> tabula.v1.ListTablesResponse
-	91,  // 162: tabula.v1.Master.DescribeTable:output_type -> tabula.v1.DescribeTableResponse
-	93,  // 163: tabula.v1.Master.GetPartitionMap:output_type -> tabula.v1.GetPartitionMapResponse
-	95,  // 164: tabula.v1.Master.WatchPartitionMap:output_type -> tabula.v1.WatchPartitionMapResponse
-	97,  // 165: tabula.v1.Master.RegisterServer:output_type -> tabula.v1.RegisterServerResponse
-	99,  // 166: tabula.v1.Master.Heartbeat:output_type -> tabula.v1.HeartbeatResponse
-	141, // 167: tabula.v1.Master.PartitionLogFailed:output_type -> tabula.v1.PartitionLogFailedResponse
-	111, // 168: tabula.v1.Master.ListServers:output_type -> tabula.v1.ListServersResponse
-	101, // 169: tabula.v1.Master.BulkPublish:output_type -> tabula.v1.BulkPublishResponse
-	103, // 170: tabula.v1.Master.BulkStored:output_type -> tabula.v1.BulkStoredResponse
-	105, // 171: tabula.v1.Master.BulkStatus:output_type -> tabula.v1.BulkStatusResponse
-	107, // 172: tabula.v1.Master.BulkRollback:output_type -> tabula.v1.BulkRollbackResponse
-	109, // 173: tabula.v1.Master.BulkRollout:output_type -> tabula.v1.BulkRolloutResponse
-	83,  // 174: tabula.v1.Master.Stream:output_type -> tabula.v1.StreamResponse
-	20,  // 175: tabula.v1.Master.CoprocDeploy:output_type -> tabula.v1.CoprocDeployResponse
-	22,  // 176: tabula.v1.Master.CoprocList:output_type -> tabula.v1.CoprocListResponse
-	24,  // 177: tabula.v1.Master.CoprocRollback:output_type -> tabula.v1.CoprocRollbackResponse
-	26,  // 178: tabula.v1.Master.CoprocFetch:output_type -> tabula.v1.CoprocFetchResponse
-	143, // 179: tabula.v1.Master.ForgetServer:output_type -> tabula.v1.ForgetServerResponse
-	146, // 180: tabula.v1.Master.ListDataLoss:output_type -> tabula.v1.ListDataLossResponse
-	148, // 181: tabula.v1.Master.ClearDataLoss:output_type -> tabula.v1.ClearDataLossResponse
-	75,  // 182: tabula.v1.Master.MasterMembers:output_type -> tabula.v1.MasterMembersResponse
-	77,  // 183: tabula.v1.Master.AddMaster:output_type -> tabula.v1.AddMasterResponse
-	79,  // 184: tabula.v1.Master.RemoveMaster:output_type -> tabula.v1.RemoveMasterResponse
-	81,  // 185: tabula.v1.Master.TransferLeader:output_type -> tabula.v1.TransferLeaderResponse
-	64,  // 186: tabula.v1.Master.MovePartition:output_type -> tabula.v1.MovePartitionResponse
-	68,  // 187: tabula.v1.Master.DrainServer:output_type -> tabula.v1.DrainServerResponse
-	70,  // 188: tabula.v1.Master.BalancePlan:output_type -> tabula.v1.BalancePlanResponse
-	52,  // 189: tabula.v1.Master.CreateTenant:output_type -> tabula.v1.CreateTenantResponse
-	54,  // 190: tabula.v1.Master.ListTenants:output_type -> tabula.v1.ListTenantsResponse
-	56,  // 191: tabula.v1.Master.DescribeTenant:output_type -> tabula.v1.DescribeTenantResponse
-	58,  // 192: tabula.v1.Master.DeleteTenant:output_type -> tabula.v1.DeleteTenantResponse
-	60,  // 193: tabula.v1.Master.RotateTenantKey:output_type -> tabula.v1.RotateTenantKeyResponse
-	62,  // 194: tabula.v1.Master.TenantKeys:output_type -> tabula.v1.TenantKeysResponse
-	48,  // 195: tabula.v1.Master.SetTenantQuota:output_type -> tabula.v1.SetTenantQuotaResponse
-	66,  // 196: tabula.v1.Master.SplitPartition:output_type -> tabula.v1.SplitPartitionResponse
-	116, // 197: tabula.v1.TableServer.Get:output_type -> tabula.v1.GetResponse
-	118, // 198: tabula.v1.TableServer.BatchGet:output_type -> tabula.v1.BatchGetResponse
-	120, // 199: tabula.v1.TableServer.MultiGet:output_type -> tabula.v1.MultiGetResponse
-	123, // 200: tabula.v1.TableServer.Put:output_type -> tabula.v1.PutResponse
-	125, // 201: tabula.v1.TableServer.Delete:output_type -> tabula.v1.DeleteResponse
-	127, // 202: tabula.v1.TableServer.CompareAndSwap:output_type -> tabula.v1.CompareAndSwapResponse
-	131, // 203: tabula.v1.TableServer.BatchWrite:output_type -> tabula.v1.BatchWriteResponse
-	134, // 204: tabula.v1.TableServer.Scan:output_type -> tabula.v1.ScanResponse
-	136, // 205: tabula.v1.TableServer.CopyReplica:output_type -> tabula.v1.CopyReplicaChunk
-	139, // 206: tabula.v1.TableServer.BulkUpload:output_type -> tabula.v1.BulkUploadResponse
-	139, // 207: tabula.v1.TableServer.BulkUploadStatus:output_type -> tabula.v1.BulkUploadResponse
-	29,  // 208: tabula.v1.TableServer.Invoke:output_type -> tabula.v1.InvokeResponse
-	31,  // 209: tabula.v1.TableServer.CoprocMerge:output_type -> tabula.v1.CoprocMergeResponse
-	113, // 210: tabula.v1.TableServer.Calls:output_type -> tabula.v1.CallResponse
-	159, // [159:211] is the sub-list for method output_type
-	107, // [107:159] is the sub-list for method input_type
-	107, // [107:107] is the sub-list for extension type_name
-	107, // [107:107] is the sub-list for extension extendee
-	0,   // [0:107] is the sub-list for field type_name
+	41,  // 23: tabula.v1.ReplicaStatus.ack_set:type_name -> tabula.v1.AckSetMember
+	42,  // 24: tabula.v1.ReplicaStatus.sync:type_name -> tabula.v1.ReplicaSync
+	39,  // 25: tabula.v1.ReplicaStatus.load:type_name -> tabula.v1.ReplicaLoad
+	38,  // 26: tabula.v1.ReplicaStatus.load_split:type_name -> tabula.v1.SplitHint
+	38,  // 27: tabula.v1.ReplicaStatus.size_split:type_name -> tabula.v1.SplitHint
+	3,   // 28: tabula.v1.ReplicaSync.state:type_name -> tabula.v1.ReplicaState
+	4,   // 29: tabula.v1.ErrorDetail.code:type_name -> tabula.v1.ErrorCode
+	13,  // 30: tabula.v1.ErrorDetail.partition:type_name -> tabula.v1.Partition
+	46,  // 31: tabula.v1.TenantInfo.quota:type_name -> tabula.v1.TenantQuota
+	47,  // 32: tabula.v1.TenantInfo.usage:type_name -> tabula.v1.TenantUsage
+	46,  // 33: tabula.v1.SetTenantQuotaRequest.quota:type_name -> tabula.v1.TenantQuota
+	45,  // 34: tabula.v1.SetTenantQuotaResponse.tenant:type_name -> tabula.v1.TenantInfo
+	46,  // 35: tabula.v1.CreateTenantRequest.quota:type_name -> tabula.v1.TenantQuota
+	45,  // 36: tabula.v1.CreateTenantResponse.tenant:type_name -> tabula.v1.TenantInfo
+	45,  // 37: tabula.v1.ListTenantsResponse.tenants:type_name -> tabula.v1.TenantInfo
+	45,  // 38: tabula.v1.DescribeTenantResponse.tenant:type_name -> tabula.v1.TenantInfo
+	11,  // 39: tabula.v1.DescribeTenantResponse.tables:type_name -> tabula.v1.Table
+	45,  // 40: tabula.v1.RotateTenantKeyResponse.tenant:type_name -> tabula.v1.TenantInfo
+	45,  // 41: tabula.v1.TenantKeysResponse.tenants:type_name -> tabula.v1.TenantInfo
+	13,  // 42: tabula.v1.SplitPartitionResponse.left:type_name -> tabula.v1.Partition
+	13,  // 43: tabula.v1.SplitPartitionResponse.right:type_name -> tabula.v1.Partition
+	11,  // 44: tabula.v1.AlterTableResponse.table:type_name -> tabula.v1.Table
+	74,  // 45: tabula.v1.BalancePlanResponse.actions:type_name -> tabula.v1.BalanceAction
+	75,  // 46: tabula.v1.BalancePlanResponse.before:type_name -> tabula.v1.BalanceServer
+	75,  // 47: tabula.v1.BalancePlanResponse.after:type_name -> tabula.v1.BalanceServer
+	5,   // 48: tabula.v1.BalanceAction.kind:type_name -> tabula.v1.BalanceActionKind
+	76,  // 49: tabula.v1.MasterMembersResponse.members:type_name -> tabula.v1.MasterMember
+	6,   // 50: tabula.v1.StreamRequest.op:type_name -> tabula.v1.StreamOp
+	0,   // 51: tabula.v1.CreateTableRequest.kind:type_name -> tabula.v1.TableKind
+	10,  // 52: tabula.v1.CreateTableRequest.options:type_name -> tabula.v1.TableOptions
+	16,  // 53: tabula.v1.CreateTableResponse.map:type_name -> tabula.v1.PartitionMap
+	11,  // 54: tabula.v1.ListTablesResponse.tables:type_name -> tabula.v1.Table
+	16,  // 55: tabula.v1.DescribeTableResponse.map:type_name -> tabula.v1.PartitionMap
+	37,  // 56: tabula.v1.DescribeTableResponse.replicas:type_name -> tabula.v1.ReplicaStatus
+	16,  // 57: tabula.v1.GetPartitionMapResponse.map:type_name -> tabula.v1.PartitionMap
+	16,  // 58: tabula.v1.WatchPartitionMapResponse.maps:type_name -> tabula.v1.PartitionMap
+	11,  // 59: tabula.v1.WatchPartitionMapResponse.removed:type_name -> tabula.v1.Table
+	16,  // 60: tabula.v1.WatchPartitionMapResponse.patches:type_name -> tabula.v1.PartitionMap
+	37,  // 61: tabula.v1.HeartbeatRequest.replicas:type_name -> tabula.v1.ReplicaStatus
+	27,  // 62: tabula.v1.HeartbeatRequest.coproc_ready:type_name -> tabula.v1.CoprocReady
+	50,  // 63: tabula.v1.HeartbeatRequest.tenant_load:type_name -> tabula.v1.TenantLoad
+	40,  // 64: tabula.v1.HeartbeatRequest.capacity:type_name -> tabula.v1.ServerCapacity
+	51,  // 65: tabula.v1.HeartbeatResponse.tenant_shares:type_name -> tabula.v1.TenantShare
+	32,  // 66: tabula.v1.BulkPublishRequest.files:type_name -> tabula.v1.BulkFile
+	16,  // 67: tabula.v1.BulkPublishResponse.map:type_name -> tabula.v1.PartitionMap
+	16,  // 68: tabula.v1.BulkStoredResponse.map:type_name -> tabula.v1.PartitionMap
+	16,  // 69: tabula.v1.BulkStatusResponse.map:type_name -> tabula.v1.PartitionMap
+	34,  // 70: tabula.v1.BulkStatusResponse.bulk:type_name -> tabula.v1.BulkInfo
+	16,  // 71: tabula.v1.BulkRollbackResponse.map:type_name -> tabula.v1.PartitionMap
+	7,   // 72: tabula.v1.BulkRolloutRequest.action:type_name -> tabula.v1.BulkRolloutAction
+	16,  // 73: tabula.v1.BulkRolloutResponse.map:type_name -> tabula.v1.PartitionMap
+	36,  // 74: tabula.v1.ListServersResponse.servers:type_name -> tabula.v1.ServerInfo
+	118, // 75: tabula.v1.CallRequest.get:type_name -> tabula.v1.GetRequest
+	122, // 76: tabula.v1.CallRequest.multi_get:type_name -> tabula.v1.MultiGetRequest
+	125, // 77: tabula.v1.CallRequest.put:type_name -> tabula.v1.PutRequest
+	127, // 78: tabula.v1.CallRequest.delete:type_name -> tabula.v1.DeleteRequest
+	129, // 79: tabula.v1.CallRequest.compare_and_swap:type_name -> tabula.v1.CompareAndSwapRequest
+	119, // 80: tabula.v1.CallResponse.get:type_name -> tabula.v1.GetResponse
+	123, // 81: tabula.v1.CallResponse.multi_get:type_name -> tabula.v1.MultiGetResponse
+	126, // 82: tabula.v1.CallResponse.put:type_name -> tabula.v1.PutResponse
+	128, // 83: tabula.v1.CallResponse.delete:type_name -> tabula.v1.DeleteResponse
+	130, // 84: tabula.v1.CallResponse.compare_and_swap:type_name -> tabula.v1.CompareAndSwapResponse
+	117, // 85: tabula.v1.GetRequest.header:type_name -> tabula.v1.RequestHeader
+	117, // 86: tabula.v1.BatchGetRequest.header:type_name -> tabula.v1.RequestHeader
+	119, // 87: tabula.v1.BatchGetResponse.results:type_name -> tabula.v1.GetResponse
+	118, // 88: tabula.v1.MultiGetRequest.gets:type_name -> tabula.v1.GetRequest
+	124, // 89: tabula.v1.MultiGetResponse.results:type_name -> tabula.v1.MultiGetResult
+	119, // 90: tabula.v1.MultiGetResult.response:type_name -> tabula.v1.GetResponse
+	117, // 91: tabula.v1.PutRequest.header:type_name -> tabula.v1.RequestHeader
+	117, // 92: tabula.v1.DeleteRequest.header:type_name -> tabula.v1.RequestHeader
+	117, // 93: tabula.v1.CompareAndSwapRequest.header:type_name -> tabula.v1.RequestHeader
+	8,   // 94: tabula.v1.Mutation.op:type_name -> tabula.v1.Mutation.Op
+	132, // 95: tabula.v1.Mutation.condition:type_name -> tabula.v1.Condition
+	9,   // 96: tabula.v1.Condition.kind:type_name -> tabula.v1.Condition.Kind
+	117, // 97: tabula.v1.BatchWriteRequest.header:type_name -> tabula.v1.RequestHeader
+	131, // 98: tabula.v1.BatchWriteRequest.mutations:type_name -> tabula.v1.Mutation
+	117, // 99: tabula.v1.ScanRequest.header:type_name -> tabula.v1.RequestHeader
+	136, // 100: tabula.v1.ScanResponse.records:type_name -> tabula.v1.KeyValue
+	117, // 101: tabula.v1.CopyReplicaRequest.header:type_name -> tabula.v1.RequestHeader
+	136, // 102: tabula.v1.CopyReplicaChunk.records:type_name -> tabula.v1.KeyValue
+	117, // 103: tabula.v1.BulkUploadRequest.header:type_name -> tabula.v1.RequestHeader
+	32,  // 104: tabula.v1.BulkUploadRequest.file:type_name -> tabula.v1.BulkFile
+	117, // 105: tabula.v1.BulkUploadStatusRequest.header:type_name -> tabula.v1.RequestHeader
+	13,  // 106: tabula.v1.PartitionLogFailedResponse.partition:type_name -> tabula.v1.Partition
+	147, // 107: tabula.v1.ForgetServerResponse.lost:type_name -> tabula.v1.LostPartition
+	147, // 108: tabula.v1.ListDataLossResponse.lost:type_name -> tabula.v1.LostPartition
+	16,  // 109: tabula.v1.ClearDataLossResponse.map:type_name -> tabula.v1.PartitionMap
+	87,  // 110: tabula.v1.Master.CreateTable:input_type -> tabula.v1.CreateTableRequest
+	89,  // 111: tabula.v1.Master.DropTable:input_type -> tabula.v1.DropTableRequest
+	91,  // 112: tabula.v1.Master.ListTables:input_type -> tabula.v1.ListTablesRequest
+	93,  // 113: tabula.v1.Master.DescribeTable:input_type -> tabula.v1.DescribeTableRequest
+	95,  // 114: tabula.v1.Master.GetPartitionMap:input_type -> tabula.v1.GetPartitionMapRequest
+	97,  // 115: tabula.v1.Master.WatchPartitionMap:input_type -> tabula.v1.WatchPartitionMapRequest
+	99,  // 116: tabula.v1.Master.RegisterServer:input_type -> tabula.v1.RegisterServerRequest
+	101, // 117: tabula.v1.Master.Heartbeat:input_type -> tabula.v1.HeartbeatRequest
+	143, // 118: tabula.v1.Master.PartitionLogFailed:input_type -> tabula.v1.PartitionLogFailedRequest
+	113, // 119: tabula.v1.Master.ListServers:input_type -> tabula.v1.ListServersRequest
+	103, // 120: tabula.v1.Master.BulkPublish:input_type -> tabula.v1.BulkPublishRequest
+	105, // 121: tabula.v1.Master.BulkStored:input_type -> tabula.v1.BulkStoredRequest
+	107, // 122: tabula.v1.Master.BulkStatus:input_type -> tabula.v1.BulkStatusRequest
+	109, // 123: tabula.v1.Master.BulkRollback:input_type -> tabula.v1.BulkRollbackRequest
+	111, // 124: tabula.v1.Master.BulkRollout:input_type -> tabula.v1.BulkRolloutRequest
+	85,  // 125: tabula.v1.Master.Stream:input_type -> tabula.v1.StreamRequest
+	19,  // 126: tabula.v1.Master.CoprocDeploy:input_type -> tabula.v1.CoprocDeployRequest
+	21,  // 127: tabula.v1.Master.CoprocList:input_type -> tabula.v1.CoprocListRequest
+	23,  // 128: tabula.v1.Master.CoprocRollback:input_type -> tabula.v1.CoprocRollbackRequest
+	25,  // 129: tabula.v1.Master.CoprocFetch:input_type -> tabula.v1.CoprocFetchRequest
+	145, // 130: tabula.v1.Master.ForgetServer:input_type -> tabula.v1.ForgetServerRequest
+	148, // 131: tabula.v1.Master.ListDataLoss:input_type -> tabula.v1.ListDataLossRequest
+	150, // 132: tabula.v1.Master.ClearDataLoss:input_type -> tabula.v1.ClearDataLossRequest
+	77,  // 133: tabula.v1.Master.MasterMembers:input_type -> tabula.v1.MasterMembersRequest
+	79,  // 134: tabula.v1.Master.AddMaster:input_type -> tabula.v1.AddMasterRequest
+	81,  // 135: tabula.v1.Master.RemoveMaster:input_type -> tabula.v1.RemoveMasterRequest
+	83,  // 136: tabula.v1.Master.TransferLeader:input_type -> tabula.v1.TransferLeaderRequest
+	64,  // 137: tabula.v1.Master.MovePartition:input_type -> tabula.v1.MovePartitionRequest
+	70,  // 138: tabula.v1.Master.DrainServer:input_type -> tabula.v1.DrainServerRequest
+	72,  // 139: tabula.v1.Master.BalancePlan:input_type -> tabula.v1.BalancePlanRequest
+	52,  // 140: tabula.v1.Master.CreateTenant:input_type -> tabula.v1.CreateTenantRequest
+	54,  // 141: tabula.v1.Master.ListTenants:input_type -> tabula.v1.ListTenantsRequest
+	56,  // 142: tabula.v1.Master.DescribeTenant:input_type -> tabula.v1.DescribeTenantRequest
+	58,  // 143: tabula.v1.Master.DeleteTenant:input_type -> tabula.v1.DeleteTenantRequest
+	60,  // 144: tabula.v1.Master.RotateTenantKey:input_type -> tabula.v1.RotateTenantKeyRequest
+	62,  // 145: tabula.v1.Master.TenantKeys:input_type -> tabula.v1.TenantKeysRequest
+	48,  // 146: tabula.v1.Master.SetTenantQuota:input_type -> tabula.v1.SetTenantQuotaRequest
+	66,  // 147: tabula.v1.Master.SplitPartition:input_type -> tabula.v1.SplitPartitionRequest
+	68,  // 148: tabula.v1.Master.AlterTable:input_type -> tabula.v1.AlterTableRequest
+	118, // 149: tabula.v1.TableServer.Get:input_type -> tabula.v1.GetRequest
+	120, // 150: tabula.v1.TableServer.BatchGet:input_type -> tabula.v1.BatchGetRequest
+	122, // 151: tabula.v1.TableServer.MultiGet:input_type -> tabula.v1.MultiGetRequest
+	125, // 152: tabula.v1.TableServer.Put:input_type -> tabula.v1.PutRequest
+	127, // 153: tabula.v1.TableServer.Delete:input_type -> tabula.v1.DeleteRequest
+	129, // 154: tabula.v1.TableServer.CompareAndSwap:input_type -> tabula.v1.CompareAndSwapRequest
+	133, // 155: tabula.v1.TableServer.BatchWrite:input_type -> tabula.v1.BatchWriteRequest
+	135, // 156: tabula.v1.TableServer.Scan:input_type -> tabula.v1.ScanRequest
+	138, // 157: tabula.v1.TableServer.CopyReplica:input_type -> tabula.v1.CopyReplicaRequest
+	140, // 158: tabula.v1.TableServer.BulkUpload:input_type -> tabula.v1.BulkUploadRequest
+	141, // 159: tabula.v1.TableServer.BulkUploadStatus:input_type -> tabula.v1.BulkUploadStatusRequest
+	28,  // 160: tabula.v1.TableServer.Invoke:input_type -> tabula.v1.InvokeRequest
+	30,  // 161: tabula.v1.TableServer.CoprocMerge:input_type -> tabula.v1.CoprocMergeRequest
+	115, // 162: tabula.v1.TableServer.Calls:input_type -> tabula.v1.CallRequest
+	88,  // 163: tabula.v1.Master.CreateTable:output_type -> tabula.v1.CreateTableResponse
+	90,  // 164: tabula.v1.Master.DropTable:output_type -> tabula.v1.DropTableResponse
+	92,  // 165: tabula.v1.Master.ListTables:output_type -> tabula.v1.ListTablesResponse
+	94,  // 166: tabula.v1.Master.DescribeTable:output_type -> tabula.v1.DescribeTableResponse
+	96,  // 167: tabula.v1.Master.GetPartitionMap:output_type -> tabula.v1.GetPartitionMapResponse
+	98,  // 168: tabula.v1.Master.WatchPartitionMap:output_type -> tabula.v1.WatchPartitionMapResponse
+	100, // 169: tabula.v1.Master.RegisterServer:output_type -> tabula.v1.RegisterServerResponse
+	102, // 170: tabula.v1.Master.Heartbeat:output_type -> tabula.v1.HeartbeatResponse
+	144, // 171: tabula.v1.Master.PartitionLogFailed:output_type -> tabula.v1.PartitionLogFailedResponse
+	114, // 172: tabula.v1.Master.ListServers:output_type -> tabula.v1.ListServersResponse
+	104, // 173: tabula.v1.Master.BulkPublish:output_type -> tabula.v1.BulkPublishResponse
+	106, // 174: tabula.v1.Master.BulkStored:output_type -> tabula.v1.BulkStoredResponse
+	108, // 175: tabula.v1.Master.BulkStatus:output_type -> tabula.v1.BulkStatusResponse
+	110, // 176: tabula.v1.Master.BulkRollback:output_type -> tabula.v1.BulkRollbackResponse
+	112, // 177: tabula.v1.Master.BulkRollout:output_type -> tabula.v1.BulkRolloutResponse
+	86,  // 178: tabula.v1.Master.Stream:output_type -> tabula.v1.StreamResponse
+	20,  // 179: tabula.v1.Master.CoprocDeploy:output_type -> tabula.v1.CoprocDeployResponse
+	22,  // 180: tabula.v1.Master.CoprocList:output_type -> tabula.v1.CoprocListResponse
+	24,  // 181: tabula.v1.Master.CoprocRollback:output_type -> tabula.v1.CoprocRollbackResponse
+	26,  // 182: tabula.v1.Master.CoprocFetch:output_type -> tabula.v1.CoprocFetchResponse
+	146, // 183: tabula.v1.Master.ForgetServer:output_type -> tabula.v1.ForgetServerResponse
+	149, // 184: tabula.v1.Master.ListDataLoss:output_type -> tabula.v1.ListDataLossResponse
+	151, // 185: tabula.v1.Master.ClearDataLoss:output_type -> tabula.v1.ClearDataLossResponse
+	78,  // 186: tabula.v1.Master.MasterMembers:output_type -> tabula.v1.MasterMembersResponse
+	80,  // 187: tabula.v1.Master.AddMaster:output_type -> tabula.v1.AddMasterResponse
+	82,  // 188: tabula.v1.Master.RemoveMaster:output_type -> tabula.v1.RemoveMasterResponse
+	84,  // 189: tabula.v1.Master.TransferLeader:output_type -> tabula.v1.TransferLeaderResponse
+	65,  // 190: tabula.v1.Master.MovePartition:output_type -> tabula.v1.MovePartitionResponse
+	71,  // 191: tabula.v1.Master.DrainServer:output_type -> tabula.v1.DrainServerResponse
+	73,  // 192: tabula.v1.Master.BalancePlan:output_type -> tabula.v1.BalancePlanResponse
+	53,  // 193: tabula.v1.Master.CreateTenant:output_type -> tabula.v1.CreateTenantResponse
+	55,  // 194: tabula.v1.Master.ListTenants:output_type -> tabula.v1.ListTenantsResponse
+	57,  // 195: tabula.v1.Master.DescribeTenant:output_type -> tabula.v1.DescribeTenantResponse
+	59,  // 196: tabula.v1.Master.DeleteTenant:output_type -> tabula.v1.DeleteTenantResponse
+	61,  // 197: tabula.v1.Master.RotateTenantKey:output_type -> tabula.v1.RotateTenantKeyResponse
+	63,  // 198: tabula.v1.Master.TenantKeys:output_type -> tabula.v1.TenantKeysResponse
+	49,  // 199: tabula.v1.Master.SetTenantQuota:output_type -> tabula.v1.SetTenantQuotaResponse
+	67,  // 200: tabula.v1.Master.SplitPartition:output_type -> tabula.v1.SplitPartitionResponse
+	69,  // 201: tabula.v1.Master.AlterTable:output_type -> tabula.v1.AlterTableResponse
+	119, // 202: tabula.v1.TableServer.Get:output_type -> tabula.v1.GetResponse
+	121, // 203: tabula.v1.TableServer.BatchGet:output_type -> tabula.v1.BatchGetResponse
+	123, // 204: tabula.v1.TableServer.MultiGet:output_type -> tabula.v1.MultiGetResponse
+	126, // 205: tabula.v1.TableServer.Put:output_type -> tabula.v1.PutResponse
+	128, // 206: tabula.v1.TableServer.Delete:output_type -> tabula.v1.DeleteResponse
+	130, // 207: tabula.v1.TableServer.CompareAndSwap:output_type -> tabula.v1.CompareAndSwapResponse
+	134, // 208: tabula.v1.TableServer.BatchWrite:output_type -> tabula.v1.BatchWriteResponse
+	137, // 209: tabula.v1.TableServer.Scan:output_type -> tabula.v1.ScanResponse
+	139, // 210: tabula.v1.TableServer.CopyReplica:output_type -> tabula.v1.CopyReplicaChunk
+	142, // 211: tabula.v1.TableServer.BulkUpload:output_type -> tabula.v1.BulkUploadResponse
+	142, // 212: tabula.v1.TableServer.BulkUploadStatus:output_type -> tabula.v1.BulkUploadResponse
+	29,  // 213: tabula.v1.TableServer.Invoke:output_type -> tabula.v1.InvokeResponse
+	31,  // 214: tabula.v1.TableServer.CoprocMerge:output_type -> tabula.v1.CoprocMergeResponse
+	116, // 215: tabula.v1.TableServer.Calls:output_type -> tabula.v1.CallResponse
+	163, // [163:216] is the sub-list for method output_type
+	110, // [110:163] is the sub-list for method input_type
+	110, // [110:110] is the sub-list for extension type_name
+	110, // [110:110] is the sub-list for extension extendee
+	0,   // [0:110] is the sub-list for field type_name
 }
 
 func init() { file_tabula_proto_init() }
@@ -11784,14 +12114,15 @@ func file_tabula_proto_init() {
 	if File_tabula_proto != nil {
 		return
 	}
-	file_tabula_proto_msgTypes[102].OneofWrappers = []any{
+	file_tabula_proto_msgTypes[58].OneofWrappers = []any{}
+	file_tabula_proto_msgTypes[105].OneofWrappers = []any{
 		(*CallRequest_Get)(nil),
 		(*CallRequest_MultiGet)(nil),
 		(*CallRequest_Put)(nil),
 		(*CallRequest_Delete)(nil),
 		(*CallRequest_CompareAndSwap)(nil),
 	}
-	file_tabula_proto_msgTypes[103].OneofWrappers = []any{
+	file_tabula_proto_msgTypes[106].OneofWrappers = []any{
 		(*CallResponse_Get)(nil),
 		(*CallResponse_MultiGet)(nil),
 		(*CallResponse_Put)(nil),
@@ -11804,7 +12135,7 @@ func file_tabula_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tabula_proto_rawDesc), len(file_tabula_proto_rawDesc)),
 			NumEnums:      10,
-			NumMessages:   139,
+			NumMessages:   142,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

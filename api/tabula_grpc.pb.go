@@ -65,6 +65,7 @@ const (
 	Master_TenantKeys_FullMethodName         = "/tabula.v1.Master/TenantKeys"
 	Master_SetTenantQuota_FullMethodName     = "/tabula.v1.Master/SetTenantQuota"
 	Master_SplitPartition_FullMethodName     = "/tabula.v1.Master/SplitPartition"
+	Master_AlterTable_FullMethodName         = "/tabula.v1.Master/AlterTable"
 )
 
 // MasterClient is the client API for Master service.
@@ -174,6 +175,9 @@ type MasterClient interface {
 	// or at a key. The data is not copied. With wait, it returns once both
 	// children take writes.
 	SplitPartition(ctx context.Context, in *SplitPartitionRequest, opts ...grpc.CallOption) (*SplitPartitionResponse, error)
+	// AlterTable changes a live table's split settings (the fields set in
+	// the request; the others stay).
+	AlterTable(ctx context.Context, in *AlterTableRequest, opts ...grpc.CallOption) (*AlterTableResponse, error)
 }
 
 type masterClient struct {
@@ -573,6 +577,16 @@ func (c *masterClient) SplitPartition(ctx context.Context, in *SplitPartitionReq
 	return out, nil
 }
 
+func (c *masterClient) AlterTable(ctx context.Context, in *AlterTableRequest, opts ...grpc.CallOption) (*AlterTableResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AlterTableResponse)
+	err := c.cc.Invoke(ctx, Master_AlterTable_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // MasterServer is the server API for Master service.
 // All implementations must embed UnimplementedMasterServer
 // for forward compatibility.
@@ -680,6 +694,9 @@ type MasterServer interface {
 	// or at a key. The data is not copied. With wait, it returns once both
 	// children take writes.
 	SplitPartition(context.Context, *SplitPartitionRequest) (*SplitPartitionResponse, error)
+	// AlterTable changes a live table's split settings (the fields set in
+	// the request; the others stay).
+	AlterTable(context.Context, *AlterTableRequest) (*AlterTableResponse, error)
 	mustEmbedUnimplementedMasterServer()
 }
 
@@ -803,6 +820,9 @@ func (UnimplementedMasterServer) SetTenantQuota(context.Context, *SetTenantQuota
 }
 func (UnimplementedMasterServer) SplitPartition(context.Context, *SplitPartitionRequest) (*SplitPartitionResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method SplitPartition not implemented")
+}
+func (UnimplementedMasterServer) AlterTable(context.Context, *AlterTableRequest) (*AlterTableResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method AlterTable not implemented")
 }
 func (UnimplementedMasterServer) mustEmbedUnimplementedMasterServer() {}
 func (UnimplementedMasterServer) testEmbeddedByValue()                {}
@@ -1502,6 +1522,24 @@ func _Master_SplitPartition_Handler(srv interface{}, ctx context.Context, dec fu
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Master_AlterTable_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AlterTableRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MasterServer).AlterTable(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Master_AlterTable_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MasterServer).AlterTable(ctx, req.(*AlterTableRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Master_ServiceDesc is the grpc.ServiceDesc for Master service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1656,6 +1694,10 @@ var Master_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "SplitPartition",
 			Handler:    _Master_SplitPartition_Handler,
+		},
+		{
+			MethodName: "AlterTable",
+			Handler:    _Master_AlterTable_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -23,6 +23,7 @@ import (
 
 	"github.com/tabuladb/tabula/api"
 	"github.com/tabuladb/tabula/client"
+	"github.com/tabuladb/tabula/internal/keyspace"
 )
 
 // The elastic suite: a table's partitions split under load, and servers
@@ -37,13 +38,19 @@ import (
 //     master rebalancing; 2 servers join: the time until every server's
 //     replica count is within ±15% of the mean, the p99 while moving ÷
 //     steady, failed requests.
+//   - hot: 5 servers, a 3-partition table, 16 clients on a Zipfian
+//     (s = 1.1) load over keys of its first partition only, the master
+//     splitting by itself (automatic splits, thresholds lowered so it acts
+//     within the run) and rebalancing: throughput once the cluster
+//     settled ÷ before its first split, and the time to settle.
 //
-// The hot-partition (automatic split by load) and merge workloads
-// are not here: neither automatic splitting nor merge is built yet.
+// The merge workload is not here: merge is not built yet. The
+// split and join workloads run with automatic splits off, so only the
+// splits they make happen.
 func init() {
 	register(suite{
 		name:  "elastic",
-		about: "real processes on loopback: splits under a 16-client load (time to both children writable, write p99 during ÷ steady) and 2 servers joining a loaded 3-server cluster (time to balance)",
+		about: "real processes on loopback: splits under a 16-client load (time to both children writable, write p99 during ÷ steady), 2 servers joining a loaded 3-server cluster (time to balance) and a hot partition split automatically (throughput after ÷ before)",
 		run:   runElastic,
 	})
 }
@@ -55,6 +62,12 @@ type elConfig struct {
 	steady    time.Duration
 	joinLimit time.Duration
 	band      float64
+	hotLimit  time.Duration
+	hotQuiet  time.Duration
+	hotQPS    int
+	// hotRebalance: 1 s rounds (as join uses) transferred the hot
+	// children's primaries back and forth every round on this machine.
+	hotRebalance time.Duration
 }
 
 func runElastic(out io.Writer, args []string) (err error) {
@@ -67,7 +80,11 @@ func runElastic(out io.Writer, args []string) (err error) {
 	fs.DurationVar(&cfg.steady, "steady", 5*time.Second, "load before the splits or the join (the steady p99)")
 	fs.DurationVar(&cfg.joinLimit, "join-limit", 5*time.Minute, "join: give up waiting for balance after this long")
 	fs.Float64Var(&cfg.band, "band", 0.15, "join: balanced within mean × (1 ± band) replicas per server")
-	workloads := fs.String("workloads", "split,join", "workloads to run (comma list)")
+	fs.DurationVar(&cfg.hotLimit, "hot-limit", 90*time.Second, "hot: the longest the hot load runs")
+	fs.DurationVar(&cfg.hotQuiet, "hot-quiet", 10*time.Second, "hot: settled = no split, move or primary change for this long (the after window)")
+	fs.IntVar(&cfg.hotQPS, "hot-split-qps", 2500, "hot: the master's --split-qps")
+	fs.DurationVar(&cfg.hotRebalance, "hot-rebalance-interval", 5*time.Second, "hot: the master's --rebalance-interval (0: no --rebalance, the children's primaries stay where the split left them)")
+	workloads := fs.String("workloads", "split,join,hot", "workloads to run (comma list)")
 	fs.StringVar(&cfg.dir, "dir", "", "directory for data and logs (default: a new temp dir, removed after a successful run)")
 	fs.StringVar(&cfg.tabulaBin, "tabula-bin", "", "tabula binary to run (default: built from this checkout)")
 	fs.Uint64Var(&cfg.seed, "seed", rand.Uint64(), "random seed")
@@ -76,8 +93,8 @@ func runElastic(out io.Writer, args []string) (err error) {
 	}
 	cfg.workloads = clSet(*workloads)
 	for w := range cfg.workloads {
-		if w != "split" && w != "join" {
-			return fmt.Errorf("unknown workload %q (split, join; hot and merge are not built: no automatic split or merge yet)", w)
+		if w != "split" && w != "join" && w != "hot" {
+			return fmt.Errorf("unknown workload %q (split, join, hot; merge is not built yet)", w)
 		}
 	}
 	if cfg.goroutines < 1 || cfg.keys < cfg.goroutines || cfg.splits < 1 {
@@ -92,13 +109,16 @@ func runElastic(out io.Writer, args []string) (err error) {
 	defer stop()
 	fmt.Fprintf(out, "# elastic: loopback, %d goroutines (half puts, half gets), %d-byte values, %d keys; GOMAXPROCS %d; dir %s; seed %d (rerun with -seed %d)\n",
 		cfg.goroutines, cfg.valueSize, cfg.keys, runtime.GOMAXPROCS(0), dir, cfg.seed, cfg.seed)
-	for _, w := range []string{"split", "join"} {
+	for _, w := range []string{"split", "join", "hot"} {
 		if !cfg.workloads[w] {
 			continue
 		}
 		run := elSplit
-		if w == "join" {
+		switch w {
+		case "join":
 			run = elJoin
+		case "hot":
+			run = elHot
 		}
 		if err := run(ctx, out, filepath.Join(dir, w), &cfg); err != nil {
 			return fmt.Errorf("%s: %w", w, err)
@@ -133,6 +153,7 @@ type elLoad struct {
 	phase   string
 	hists   map[string]*elHist
 	failed  atomic.Int64
+	ops     atomic.Int64 // requests answered
 	lastErr atomic.Value
 	stop    chan struct{}
 	once    sync.Once
@@ -162,11 +183,20 @@ func (l *elLoad) record(put bool, d time.Duration) {
 }
 
 func startLoad(ctx context.Context, tab *clTabula, cfg *elConfig) *elLoad {
+	return startLoadOn(ctx, tab, cfg, func(rng *rand.Rand) func() []byte {
+		return func() []byte { return fmt.Appendf(nil, "key-%07d", rng.IntN(cfg.keys)) }
+	})
+}
+
+// startLoadOn is startLoad with each goroutine's keys drawn by the
+// picker keys makes from its random source.
+func startLoadOn(ctx context.Context, tab *clTabula, cfg *elConfig, keys func(*rand.Rand) func() []byte) *elLoad {
 	l := &elLoad{hists: map[string]*elHist{}, stop: make(chan struct{})}
 	l.setPhase("steady")
 	for g := range cfg.goroutines {
 		l.wg.Go(func() {
 			rng := rand.New(rand.NewPCG(cfg.seed, uint64(g)))
+			pick := keys(rng)
 			val := make([]byte, cfg.valueSize)
 			for {
 				select {
@@ -176,7 +206,7 @@ func startLoad(ctx context.Context, tab *clTabula, cfg *elConfig) *elLoad {
 					return
 				default:
 				}
-				key := fmt.Appendf(nil, "key-%07d", rng.IntN(cfg.keys))
+				key := pick()
 				put := g%2 == 0
 				t0 := time.Now()
 				var err error
@@ -198,6 +228,7 @@ func startLoad(ctx context.Context, tab *clTabula, cfg *elConfig) *elLoad {
 					continue
 				}
 				l.record(put, time.Since(t0))
+				l.ops.Add(1)
 			}
 		})
 	}
@@ -254,7 +285,7 @@ func (l *elLoad) report(out io.Writer, name, phase string) {
 // elSplit splits the widest partition of a 3-partition table on 5
 // servers, cfg.splits times, under load.
 func elSplit(ctx context.Context, out io.Writer, dir string, cfg *elConfig) error {
-	tab, procs, err := elStart(ctx, out, dir, cfg, 5, 3)
+	tab, procs, err := elStart(ctx, out, dir, cfg, 5, 3, "--auto-split=false")
 	if err != nil {
 		return err
 	}
@@ -312,7 +343,7 @@ func elSplit(ctx context.Context, out io.Writer, dir string, cfg *elConfig) erro
 // elJoin adds 2 servers to a loaded 3-server cluster of 30 partitions,
 // the master rebalancing, and times the balance.
 func elJoin(ctx context.Context, out io.Writer, dir string, cfg *elConfig) error {
-	tab, procs, err := elStart(ctx, out, dir, cfg, 3, 30, "--rebalance", "--rebalance-interval", "1s")
+	tab, procs, err := elStart(ctx, out, dir, cfg, 3, 30, "--rebalance", "--rebalance-interval", "1s", "--auto-split=false")
 	if err != nil {
 		return err
 	}
@@ -398,4 +429,149 @@ func elCounts(m map[string]int) string {
 		fmt.Fprintf(&b, "%s=%d ", k, m[k])
 	}
 	return strings.TrimSpace(b.String())
+}
+
+// elHot runs the hot-partition workload: a Zipfian load on one partition
+// of three, automatic splits and rebalancing on, throughput after the
+// cluster settles ÷ before its first split.
+func elHot(ctx context.Context, out io.Writer, dir string, cfg *elConfig) error {
+	// The default sustain (10 s) leaves a before window of ~10 s; the
+	// cooldown is lowered from 30 s so a second round fits the run.
+	const sustain, cooldown = 10 * time.Second, 10 * time.Second
+	flags := []string{"--split-qps", fmt.Sprint(cfg.hotQPS), "--split-sustain", sustain.String(), "--split-cooldown", cooldown.String()}
+	if cfg.hotRebalance > 0 {
+		flags = append(flags, "--rebalance", "--rebalance-interval", cfg.hotRebalance.String())
+	}
+	tab, procs, err := elStart(ctx, out, dir, cfg, 5, 3, flags...)
+	if err != nil {
+		return err
+	}
+	defer procs.killAll()
+	defer tab.close()
+	// cfg.keys keys of the first partition, in random order of rank: the
+	// Zipfian's hot keys spread over the partition's hash range.
+	_, end0 := keyspace.Range(0, 3)
+	keys := make([][]byte, 0, cfg.keys)
+	for i := 0; len(keys) < cfg.keys; i++ {
+		if k := fmt.Appendf(nil, "hot-%08d", i); keyspace.Hash(k) <= end0 {
+			keys = append(keys, k)
+		}
+	}
+	rand.New(rand.NewPCG(cfg.seed, 99)).Shuffle(len(keys), func(i, j int) { keys[i], keys[j] = keys[j], keys[i] })
+	load := startLoadOn(ctx, tab, cfg, func(rng *rand.Rand) func() []byte {
+		z := rand.NewZipf(rng, 1.1, 1, uint64(len(keys)-1))
+		return func() []byte { return keys[z.Uint64()] }
+	})
+	defer load.halt()
+	// Every 500 ms: the requests answered since, and the map's shape
+	// (partitions, primaries, replicas): a change is a split, a move or
+	// a primary transfer.
+	type sample struct {
+		at    time.Duration
+		ops   int64
+		parts int
+		shape string
+	}
+	var samples []sample
+	t0 := time.Now()
+	var lastShape string
+	var lastParts []string // partition id -> its replicas, at the last change
+	var lastChange, firstSplit time.Duration = 0, -1
+	tick := time.NewTicker(500 * time.Millisecond)
+	defer tick.Stop()
+	prev := load.ops.Load()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+		}
+		now := time.Since(t0)
+		n := load.ops.Load()
+		s := sample{at: now, ops: n - prev}
+		prev = n
+		if m, err := tab.freshMap(ctx, tab.tableName); err == nil {
+			var b strings.Builder
+			for _, p := range m.GetPartitions() {
+				fmt.Fprintf(&b, "%d:", p.GetId())
+				for _, r := range p.GetReplicas() {
+					fmt.Fprintf(&b, "%s/%d,", r.GetServerId(), r.GetRole())
+				}
+				if p.GetSplit() != nil {
+					b.WriteString("splitting")
+				}
+				b.WriteByte(' ')
+			}
+			s.parts, s.shape = len(m.GetPartitions()), b.String()
+			if lastShape != "" && s.shape != lastShape {
+				lastChange = now
+				parts := strings.Fields(s.shape)
+				var changed []string
+				for _, p := range parts {
+					if !slices.Contains(lastParts, p) {
+						changed = append(changed, p)
+					}
+				}
+				fmt.Fprintf(os.Stderr, "elastic: hot: %v: %d partitions; now %v\n", now.Round(100*time.Millisecond), s.parts, changed)
+				if firstSplit < 0 && s.parts > 3 || firstSplit < 0 && strings.Contains(s.shape, "splitting") {
+					firstSplit = now
+					fmt.Fprintf(os.Stderr, "elastic: hot: first split at %v\n", now.Round(100*time.Millisecond))
+				}
+			}
+			lastShape, lastParts = s.shape, strings.Fields(s.shape)
+		}
+		samples = append(samples, s)
+		if firstSplit >= 0 && now-lastChange >= cfg.hotQuiet || now >= cfg.hotLimit {
+			break
+		}
+	}
+	load.halt()
+	rate := func(from, to time.Duration) float64 {
+		var ops int64
+		var span time.Duration
+		for i, s := range samples {
+			if s.at > from && s.at <= to && i > 0 {
+				ops += s.ops
+				span += s.at - samples[i-1].at
+			}
+		}
+		if span == 0 {
+			return 0
+		}
+		return float64(ops) / span.Seconds()
+	}
+	end := samples[len(samples)-1].at
+	// Before: from 2 s (the clients' connections warm up) to the first
+	// split; after: the quiet window at the end.
+	beforeTo := firstSplit
+	if beforeTo < 0 {
+		beforeTo = end
+	}
+	before, after := rate(2*time.Second, beforeTo), rate(end-cfg.hotQuiet, end)
+	var timeline []string
+	for from := time.Duration(0); from < end; from += 5 * time.Second {
+		timeline = append(timeline, fmt.Sprintf("%.0f", rate(from, from+5*time.Second)))
+	}
+	fmt.Fprintf(out, "# hot: master (automatic splits: --split-qps %d, --split-sustain %v, --split-cooldown %v lowered from 30 s so a second round fits the run; --rebalance rounds every %v, 0: off) + 5 servers, point table of 3 partitions × 3 replicas (ssd, sync); %d goroutines (half puts, half gets) on a Zipfian (s = 1.1) over %d keys of partition 0\n",
+		cfg.hotQPS, sustain, cooldown, cfg.hotRebalance, cfg.goroutines, len(keys))
+	fmt.Fprintf(out, "# partitions at the end: %d; before = answered/s from 2 s to the first split (%v), after = the last %v with no split, move or primary change; settle = from the load's start to the last such change\n",
+		samples[len(samples)-1].parts, firstSplit.Round(100*time.Millisecond), cfg.hotQuiet)
+	fmt.Fprintf(out, "# answered/s every 5 s: %s\n", strings.Join(timeline, " "))
+	fmt.Fprintf(out, "figure elastic-hot-before %.0f req/s\n", before)
+	fmt.Fprintf(out, "figure elastic-hot-after %.0f req/s\n", after)
+	if firstSplit < 0 {
+		fmt.Fprintf(out, "# no split within %v: nothing settled\n", cfg.hotLimit)
+	} else if now := end; now-lastChange < cfg.hotQuiet {
+		fmt.Fprintf(out, "# not settled within %v (last change at %v): after = the last %v\n", cfg.hotLimit, lastChange.Round(100*time.Millisecond), cfg.hotQuiet)
+	} else {
+		fmt.Fprintf(out, "figure elastic-hot-settle-s %.1f s\n", lastChange.Seconds())
+	}
+	if before > 0 {
+		fmt.Fprintf(out, "ratio elastic-hot after/before %.2f\n", after/before)
+	}
+	fmt.Fprintf(out, "figure elastic-hot-failed-requests %d requests\n", load.failed.Load())
+	if e, ok := load.lastErr.Load().(string); ok {
+		fmt.Fprintf(out, "# last failure: %s\n", e)
+	}
+	return nil
 }

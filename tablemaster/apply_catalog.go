@@ -78,6 +78,11 @@ func (s *State) checkReplicationFits(n uint32) error {
 // NormalizeOptions checks a table's kind and options and fills in defaults
 // (replication: defaultReplication).
 func NormalizeOptions(kind api.TableKind, o *TableOptions) (TableOptions, error) {
+	if o != nil {
+		if err := checkSplitSettings(kind, o.splitSettings()); err != nil {
+			return TableOptions{}, err
+		}
+	}
 	if o != nil && len(o.SplitPoints) > 0 && kind != api.TableKind_TABLE_KIND_ORDERED {
 		return TableOptions{}, errInvalid("options.split_points", "split_points_not_ordered", 0,
 			"split points apply to ordered tables only; %s tables are partitioned by key hash (options.partitions)", api.KindName(kind))

@@ -19,6 +19,10 @@ func (t *Table) Proto() *api.Table {
 
 			BulkRetainedVersions: t.Options.BulkRetainedVersions,
 			SplitPoints:          t.Options.SplitPoints,
+			MinPartitions:        t.Options.MinPartitions,
+			MaxPartitions:        t.Options.MaxPartitions,
+			SplitSizeBytes:       t.Options.SplitSizeBytes,
+			SplitQps:             t.Options.SplitQPS,
 		},
 		Id:            t.ID,
 		CreatedUnixMs: t.CreatedUnixMs,
@@ -70,6 +74,7 @@ func (p Partition) Proto() *api.Partition {
 		ap.Split = &api.PartitionSplit{LeftId: sp.Left, RightId: sp.Right, Hash: sp.Hash, Key: sp.Key}
 	}
 	ap.SplitFrom, ap.SplitLsn = p.SplitFrom, p.SplitLSN
+	ap.SplitReason, ap.SplitUnixMs = p.SplitReason, p.SplitUnixMs
 	return ap
 }
 
@@ -89,6 +94,10 @@ func optionsFromProto(o *api.TableOptions) *TableOptions {
 
 		BulkRetainedVersions: o.GetBulkRetainedVersions(),
 		SplitPoints:          o.GetSplitPoints(),
+		MinPartitions:        o.GetMinPartitions(),
+		MaxPartitions:        o.GetMaxPartitions(),
+		SplitSizeBytes:       o.GetSplitSizeBytes(),
+		SplitQPS:             o.GetSplitQps(),
 	}
 }
 

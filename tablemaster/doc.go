@@ -29,6 +29,10 @@
 // its own (it would be served empty); only OpForgetServer, the operator's
 // command with AcceptDataLoss, moves it, and marks it DataLost.
 //
+// Partitions of point and ordered tables also split, by an operator
+// (split.go) or by the leader itself when their size or load stays over
+// the thresholds (autosplit.go, deciding with tablemaster/splitpolicy).
+//
 // A live server id belongs to one process, named by the incarnation it
 // registers with: another process registering that id is refused until the
 // first drains or has been silent longer than its lease (see

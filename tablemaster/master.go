@@ -235,7 +235,8 @@ func Open(opts Options) (*Master, error) {
 func (m *Master) startLoops() {
 	m.streamConns = stream.NewConns(m.dialOptions()...)
 	m.streamDriver = stream.NewDriver(masterStreamLog{m}, stream.DriverOptions{Logger: m.logger.With("part", "stream-manager"), Conns: m.streamConns})
-	m.wg.Add(5)
+	m.wg.Add(6)
+	go m.autoSplitLoop()
 	go m.snapLoop()
 	go m.livenessLoop()
 	go m.streamLoop()

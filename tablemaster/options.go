@@ -13,6 +13,7 @@ import (
 
 	"github.com/tabuladb/tabula/api"
 	"github.com/tabuladb/tabula/tablemaster/balance"
+	"github.com/tabuladb/tabula/tablemaster/splitpolicy"
 )
 
 // Defaults of Options.
@@ -96,6 +97,17 @@ type Options struct {
 	// Balance tunes the planner of BalancePlan and the balancing rounds
 	// (band, floors, move limits). Default: balance.Options' defaults.
 	Balance balance.Options `json:"-"`
+	// DisableAutoSplit turns automatic splits off (autosplit.go). By
+	// default the leader splits the partitions of point and ordered tables
+	// that pass AutoSplit's thresholds.
+	DisableAutoSplit bool `json:"disable_auto_split,omitempty"`
+	// AutoSplit are the automatic splits' thresholds and limits (zero
+	// fields: splitpolicy's defaults, 512 MiB, 2,500 reads+writes/s held
+	// 10 s, 4 splits in flight, 256 partitions per table, 30 s cooldown);
+	// a table's own settings (TableOptions) override the thresholds.
+	AutoSplit splitpolicy.Options `json:"auto_split"`
+	// AutoSplitInterval is how often the leader decides. Default 1s.
+	AutoSplitInterval time.Duration `json:"auto_split_interval,omitempty"`
 	// SplitAllWait is how long a split waits for every live replica to
 	// report it before it completes on the primary's report alone (the
 	// others then get copies). Default 3 s.
@@ -197,6 +209,9 @@ func (o Options) withDefaults() Options {
 	if o.SplitAllWait == 0 {
 		o.SplitAllWait = 3 * time.Second
 	}
+	if o.AutoSplitInterval <= 0 {
+		o.AutoSplitInterval = time.Second
+	}
 	if o.TruncateInterval == 0 {
 		o.TruncateInterval = 10 * time.Second
 	}
@@ -266,6 +281,9 @@ func (o Options) Validate() error {
 		if err := g.Check(o.LeaseDuration); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	if err := o.AutoSplit.Validate(); err != nil {
+		errs = append(errs, err)
 	}
 	if o.StreamTaskInterval < 0 || o.StreamSyncInterval < 0 {
 		errs = append(errs, fmt.Errorf("tablemaster: Options.StreamTaskInterval %v and StreamSyncInterval %v must not be negative", o.StreamTaskInterval, o.StreamSyncInterval))

@@ -302,6 +302,8 @@ type SplitPartition struct {
 	PartitionID uint64 `json:"partition_id,omitempty"`
 	Hash        uint64 `json:"hash,omitempty"`
 	Key         []byte `json:"key,omitempty"`
+	// Reason: why the master split it (autosplit.go); empty: an operator.
+	Reason string `json:"split_reason,omitempty"`
 }
 
 // Op returns OpSplitPartition.
@@ -316,6 +318,17 @@ type SplitDone struct {
 
 // Op returns OpSplitDone.
 func (SplitDone) Op() Op { return OpSplitDone }
+
+// AlterTable replaces a table's split settings (OpAlterTable;
+// autosplit.go).
+type AlterTable struct {
+	Tenant   string         `json:"tenant,omitempty"`
+	Table    string         `json:"table,omitempty"`
+	Settings *SplitSettings `json:"split_settings,omitempty"`
+}
+
+// Op returns OpAlterTable.
+func (AlterTable) Op() Op { return OpAlterTable }
 
 // payloadOf returns the payload of flat command c (nil for an unknown op).
 func payloadOf(c *flatCommand) Payload {
@@ -375,7 +388,9 @@ func payloadOf(c *flatCommand) Payload {
 	case OpHandoffDone:
 		return HandoffDone{Handoffs: c.Handoffs}
 	case OpSplitPartition:
-		return SplitPartition{PartitionID: c.PartitionID, Hash: c.Hash, Key: c.Key}
+		return SplitPartition{PartitionID: c.PartitionID, Hash: c.Hash, Key: c.Key, Reason: c.SplitReason}
+	case OpAlterTable:
+		return AlterTable{Tenant: c.Tenant, Table: c.Table, Settings: c.SplitSettings}
 	case OpSplitDone:
 		return SplitDone{PartitionID: c.PartitionID, LSN: c.LSN}
 	case OpTransferPrimary:
@@ -509,6 +524,11 @@ func (c *flatCommand) setPayload(p Payload) {
 		c.PartitionID = p.PartitionID
 		c.Hash = p.Hash
 		c.Key = p.Key
+		c.SplitReason = p.Reason
+	case AlterTable:
+		c.Tenant = p.Tenant
+		c.Table = p.Table
+		c.SplitSettings = p.Settings
 	case SplitDone:
 		c.PartitionID = p.PartitionID
 		c.LSN = p.LSN

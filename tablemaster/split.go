@@ -53,6 +53,9 @@ type Split struct {
 	Hash    uint64 `json:"hash,omitempty"`
 	Key     []byte `json:"key,omitempty"`
 	SinceMs int64  `json:"since_ms"`
+	// Reason is why (splitpolicy.ByLoad, BySize; empty: an operator's
+	// split); the children keep it.
+	Reason string `json:"reason,omitempty"`
 }
 
 // SplitStep names a step of a split on the master (Options.OnSplitStep).
@@ -129,12 +132,12 @@ func (s *State) splitPartition(cmd *SplitPartition, unixMs int64, chk bool) (Res
 	}
 	t = s.mutTable(t)
 	p = &t.Partitions[p.Index]
-	p.Split = &Split{Left: s.NextPartitionID, Right: s.NextPartitionID + 1, Hash: cmd.Hash, Key: cmd.Key, SinceMs: unixMs}
+	p.Split = &Split{Left: s.NextPartitionID, Right: s.NextPartitionID + 1, Hash: cmd.Hash, Key: cmd.Key, SinceMs: unixMs, Reason: cmd.Reason}
 	s.NextPartitionID += 2
 	return Result{Changed: true, Moved: []uint64{p.ID}}, nil
 }
 
-func (s *State) splitDone(cmd *SplitDone) (Result, error) {
+func (s *State) splitDone(cmd *SplitDone, unixMs int64) (Result, error) {
 	t, p := s.partition(cmd.PartitionID)
 	if p == nil || p.Split == nil {
 		return Result{}, nil // done already
@@ -147,7 +150,8 @@ func (s *State) splitDone(cmd *SplitDone) (Result, error) {
 	for k, id := range []uint64{sp.Left, sp.Right} {
 		c := Partition{ID: id, Start: parent.Start, End: parent.End, KeyStart: parent.KeyStart, KeyEnd: parent.KeyEnd,
 			Epoch: parent.Epoch + 1, Replicas: slices.Clone(parent.Replicas), Log: &PartitionLog{Stream: LogStreamName(id)},
-			DataLost: parent.DataLost, Handoff: parent.Handoff, SplitFrom: parent.ID, SplitLSN: cmd.LSN}
+			DataLost: parent.DataLost, Handoff: parent.Handoff, SplitFrom: parent.ID, SplitLSN: cmd.LSN,
+			SplitReason: sp.Reason, SplitUnixMs: unixMs}
 		if t.Kind == api.TableKind_TABLE_KIND_ORDERED {
 			if k == 0 {
 				c.KeyEnd = sp.Key

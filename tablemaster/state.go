@@ -192,6 +192,11 @@ type flatCommand struct {
 	Hash uint64 `json:"hash,omitempty"`
 	Key  []byte `json:"key,omitempty"`
 	LSN  uint64 `json:"lsn,omitempty"`
+	// SplitReason: OpSplitPartition's reason ("load", "size"; empty: an
+	// operator's split).
+	SplitReason string `json:"split_reason,omitempty"`
+	// SplitSettings: OpAlterTable's new split settings.
+	SplitSettings *SplitSettings `json:"split_settings,omitempty"`
 }
 
 // Result is what Apply reports about an applied command.
@@ -242,6 +247,12 @@ type TableOptions struct {
 	// SplitPoints are an ordered table's partition boundaries (none for
 	// other kinds): partition i holds [SplitPoints[i-1], SplitPoints[i]).
 	SplitPoints [][]byte `json:"split_points,omitempty"`
+	// Automatic splits (autosplit.go), 0: the cluster's setting.
+	// MinPartitions is kept for merges (they never go below it).
+	MinPartitions  uint32 `json:"min_partitions,omitempty"`
+	MaxPartitions  uint32 `json:"max_partitions,omitempty"`
+	SplitSizeBytes uint64 `json:"split_size_bytes,omitempty"`
+	SplitQPS       uint64 `json:"split_qps,omitempty"`
 }
 
 // Storages of point tables. A table on durable storage (anything but
@@ -358,6 +369,12 @@ type Partition struct {
 	Split     *Split `json:"split,omitempty"`
 	SplitFrom uint64 `json:"split_from,omitempty"`
 	SplitLSN  uint64 `json:"split_lsn,omitempty"`
+	// SplitReason and SplitUnixMs: in a split's child, why the split was
+	// made (splitpolicy.ByLoad, BySize; empty: by an operator) and when
+	// it finished. A child is not split again by load within the
+	// cooldown, and one split by load is not merged back while warm.
+	SplitReason string `json:"split_reason,omitempty"`
+	SplitUnixMs int64  `json:"split_unix_ms,omitempty"`
 }
 
 // DataLoss records how a partition lost every copy of its data.
@@ -651,7 +668,9 @@ func (s *State) apply(cmd *Command, chk bool) (Result, error) {
 		res, err = s.splitPartition(&p, at, chk)
 		cmd.setPayload(p)
 	case SplitDone:
-		res, err = s.splitDone(&p)
+		res, err = s.splitDone(&p, at)
+	case AlterTable:
+		res, err = s.alterTable(&p, chk)
 	// Streams (apply_streams.go).
 	case StreamCommand:
 		res, err = s.applyStream(&p)

@@ -31,7 +31,10 @@ import (
 //	set-quota name= [quota=...]
 //	create-table [tenant=acme] name= [kind=point|ordered|bulk] [partitions=] [replication=]
 //	             [storage=] [durability=] [compression=] [splits=a,b] [retain=] [ttl=] [req=]
+//	             [min-parts=] [max-parts=] [split-size=] [split-qps=]
 //	drop-table [tenant=acme] name=
+//	alter-table [tenant=acme] name= [min=] [max=] [size=] [qps=]   (unset: unchanged)
+//	split partition= [hash=] [key=] [reason=load|size]   split-done partition= [lsn=]
 //	register-server [id=] [addr=] [domain=] [internal=] [capacity=] [inc=] [silent]
 //	server-down id= [draining] [keep] [replace] [force] [hold=pid,...] [promote=pid:srv,...]
 //	forget-server id= [accept-loss]          clear-loss [tenant=acme] table= [partition=]
@@ -264,13 +267,32 @@ func (tr *transcript) flatOf(t *testing.T, d *datadriven.TestData) (flatCommand,
 		}
 		o := &TableOptions{Partitions: uint32(a.u64("partitions", 0)), Replication: uint32(a.u64("replication", 0)),
 			Storage: a.str("storage", ""), Durability: a.str("durability", ""), Compression: a.str("compression", ""),
-			BulkRetainedVersions: uint32(a.u64("retain", 0)), DefaultTTLMs: a.u64("ttl", 0)}
+			BulkRetainedVersions: uint32(a.u64("retain", 0)), DefaultTTLMs: a.u64("ttl", 0),
+			MinPartitions: uint32(a.u64("min-parts", 0)), MaxPartitions: uint32(a.u64("max-parts", 0)),
+			SplitSizeBytes: a.u64("split-size", 0), SplitQPS: a.u64("split-qps", 0)}
 		for _, sp := range a.list("splits") {
 			o.SplitPoints = append(o.SplitPoints, []byte(sp))
 		}
 		c.Op, c.Tenant, c.Table, c.Kind, c.Options = OpCreateTable, tenant, a.str("name", ""), kind, o
 	case "drop-table":
 		c.Op, c.Tenant, c.Table = OpDropTable, tenant, a.str("name", "")
+	case "alter-table":
+		set := &SplitSettings{}
+		if t, err := s.Table(tenant, a.str("name", "")); err == nil {
+			*set = t.Options.splitSettings()
+		}
+		set.MinPartitions = uint32(a.u64("min", uint64(set.MinPartitions)))
+		set.MaxPartitions = uint32(a.u64("max", uint64(set.MaxPartitions)))
+		set.SplitSizeBytes = a.u64("size", set.SplitSizeBytes)
+		set.SplitQPS = a.u64("qps", set.SplitQPS)
+		c.Op, c.Tenant, c.Table, c.SplitSettings = OpAlterTable, tenant, a.str("name", ""), set
+	case "split":
+		c.Op, c.PartitionID, c.Hash, c.SplitReason = OpSplitPartition, a.u64("partition", 0), a.u64("hash", 0), a.str("reason", "")
+		if a.has("key") {
+			c.Key = []byte(a.str("key", ""))
+		}
+	case "split-done":
+		c.Op, c.PartitionID, c.LSN = OpSplitDone, a.u64("partition", 0), a.u64("lsn", 1)
 	case "register-server":
 		c.Op, c.ServerID, c.Addr, c.FaultDomain = OpRegisterServer, a.str("id", ""), a.str("addr", ""), a.str("domain", "")
 		c.InternalAddr, c.BulkCapacity, c.Incarnation, c.HolderSilent = a.str("internal", ""), a.u64("capacity", 0), a.u64("inc", 0), a.has("silent")
@@ -461,13 +483,29 @@ func dumpDomain(s *State, domain string) string {
 			if o.DefaultTTLMs > 0 {
 				w(" ttl=%d", o.DefaultTTLMs)
 			}
+			if set := o.splitSettings(); set != (SplitSettings{}) {
+				w(" split={min=%d max=%d size=%d qps=%d}", set.MinPartitions, set.MaxPartitions, set.SplitSizeBytes, set.SplitQPS)
+			}
 			w("\n")
 			for _, p := range t.Partitions {
 				if t.Kind == api.TableKind_TABLE_KIND_ORDERED {
-					w("    p%d [%q, %q)\n", p.ID, p.KeyStart, p.KeyEnd)
+					w("    p%d [%q, %q)", p.ID, p.KeyStart, p.KeyEnd)
 				} else {
-					w("    p%d [%#x, %#x]\n", p.ID, p.Start, p.End)
+					w("    p%d [%#x, %#x]", p.ID, p.Start, p.End)
 				}
+				if sp := p.Split; sp != nil {
+					w(" splitting=%d,%d@%#x%q", sp.Left, sp.Right, sp.Hash, sp.Key)
+					if sp.Reason != "" {
+						w(" by=%s", sp.Reason)
+					}
+				}
+				if p.SplitFrom != 0 {
+					w(" from=p%d@%d", p.SplitFrom, p.SplitUnixMs)
+					if p.SplitReason != "" {
+						w(" by=%s", p.SplitReason)
+					}
+				}
+				w("\n")
 			}
 		}
 		if len(s.Requests) > 0 {

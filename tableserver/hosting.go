@@ -327,7 +327,7 @@ func (s *Server) openReplica(t *api.Table, p *api.Partition, kid engines.Engine)
 		}
 		order := new(sync.RWMutex)
 		return &replica{table: t, part: p, engine: b.Engine, batch: b.Engine, bulk: b, cpart: coproc.PartitionFromEngine(b.Engine, info, order), order: order,
-			logger: s.log.With("partition", p.GetId()), load: new(partLoad)}, nil
+			logger: s.log.With("partition", p.GetId()), load: newPartLoad(t)}, nil
 	}
 	e, err := kid, error(nil)
 	if _, gone := kid.(*splitGone); !gone && kid != nil && p.GetLog() != nil && durable(t) {
@@ -342,7 +342,7 @@ func (s *Server) openReplica(t *api.Table, p *api.Partition, kid engines.Engine)
 	}
 	order := new(sync.RWMutex)
 	r := &replica{table: t, part: p, engine: e, cpart: coproc.PartitionFromEngine(e, info, order), order: order,
-		logger: s.log.With("partition", p.GetId()), load: new(partLoad)}
+		logger: s.log.With("partition", p.GetId()), load: newPartLoad(t)}
 	r.writer, _ = e.(engines.Writer)
 	r.batch, _ = e.(engines.BatchGetter)
 	if lg := p.GetLog(); lg != nil {
@@ -426,6 +426,9 @@ func (h *hosting) status(serverID string) []*api.ReplicaStatus {
 			out[len(out)-1].LagMs = r.log.lagMs(now)
 			out[len(out)-1].AckSet = r.log.ackSet()
 			out[len(out)-1].SplitLsn = r.log.splitLSN()
+			if role == api.ReplicaRole_REPLICA_ROLE_PRIMARY {
+				out[len(out)-1].LoadSplit, out[len(out)-1].SizeSplit = r.splitHints(now)
+			}
 		}
 	}
 	return out

@@ -623,3 +623,17 @@ func (l *logReplica) releaseHoldLocked() {
 	l.holdUntil = 0
 	l.re.serve()
 }
+
+// SizeMedian implements engines.SizeMedianer when the engine does.
+func (r *reopenable) SizeMedian(lo, hi []byte) ([]byte, float64, int, error) {
+	g, err := r.acquire()
+	if err != nil {
+		return nil, 0, 0, err
+	}
+	defer g.release()
+	sm, ok := g.e.(engines.SizeMedianer)
+	if !ok {
+		return nil, 0, 0, nil
+	}
+	return sm.SizeMedian(lo, hi)
+}

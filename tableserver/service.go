@@ -175,6 +175,7 @@ func checkKey(r *replica, h *hosting, field string, key []byte) error {
 	m := h.tables[tableKey(r.table.GetTenant(), r.table.GetName())]
 	if r.table.GetKind() == api.TableKind_TABLE_KIND_ORDERED {
 		if keyInRange(key, r.part.GetKeyStart(), r.part.GetKeyEnd()) {
+			r.load.sample(0, key)
 			return nil
 		}
 		d := &api.ErrorDetail{Code: api.ErrorCode_ERROR_CODE_NOT_OWNER, Reason: "key_not_in_partition", MapVersion: h.version}
@@ -187,6 +188,7 @@ func checkKey(r *replica, h *hosting, field string, key []byte) error {
 	}
 	hash := keyspace.Hash(key)
 	if hash >= r.part.GetStart() && hash <= r.part.GetEnd() {
+		r.load.sample(hash, nil)
 		return nil
 	}
 	d := &api.ErrorDetail{Code: api.ErrorCode_ERROR_CODE_NOT_OWNER, Reason: "key_not_in_partition", MapVersion: h.version}

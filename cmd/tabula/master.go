@@ -15,6 +15,7 @@ import (
 
 	"github.com/tabuladb/tabula/api"
 	"github.com/tabuladb/tabula/tablemaster"
+	"github.com/tabuladb/tabula/tablemaster/splitpolicy"
 )
 
 func masterCmd(g *globals) *cobra.Command {
@@ -26,6 +27,7 @@ func masterCmd(g *globals) *cobra.Command {
 		metricsListen  string
 		dashListen     string
 		debug          string
+		autoSplit      bool
 		opts           tablemaster.Options
 	)
 	cmd := &cobra.Command{
@@ -50,6 +52,7 @@ A member joining a running group starts with --id and no --peers, then is added 
 				return err
 			}
 			opts.DataDir, opts.Logger = dir, log
+			opts.DisableAutoSplit = !autoSplit
 			if peers != "" && g.clusterKeyPath("") == "" {
 				if _, err := os.Stat(filepath.Join(dir, "cluster.key")); err != nil {
 					return fmt.Errorf("the members of a raft group share one cluster credential: give every member the same --cluster-key FILE (the first to start creates it)")
@@ -132,6 +135,13 @@ A member joining a running group starts with --id and no --peers, then is added 
 	f.DurationVar(&opts.TruncateInterval, "truncate-interval", 10*time.Second, "how often partition logs are truncated below what every replica flushed")
 	f.BoolVar(&opts.Rebalance, "rebalance", true, "carry out the balance plan (tabula cluster balance --dry-run shows it) every --rebalance-interval and when a server joins: primary transfers and replica moves, a few at a time (false: only on tabula cluster balance)")
 	f.DurationVar(&opts.RebalanceInterval, "rebalance-interval", 5*time.Second, "time between balancing rounds with --rebalance")
+	f.BoolVar(&autoSplit, "auto-split", true, "split partitions of point and ordered tables by themselves: by size (--split-size) or by load held over --split-qps for --split-sustain; tables may set their own (tabula table create/alter)")
+	f.Uint64Var(&opts.AutoSplit.SizeBytes, "split-size", splitpolicy.DefaultSizeBytes, "split a partition once it holds this many bytes")
+	f.Float64Var(&opts.AutoSplit.QPS, "split-qps", splitpolicy.DefaultQPS, "split a partition whose reads+writes per second stay at or above this for --split-sustain")
+	f.DurationVar(&opts.AutoSplit.Sustain, "split-sustain", splitpolicy.DefaultSustain, "how long a partition's load must stay over --split-qps before it splits")
+	f.IntVar(&opts.AutoSplit.MaxConcurrent, "max-concurrent-splits", splitpolicy.DefaultMaxConcurrent, "automatic splits in flight in the cluster at most")
+	f.IntVar(&opts.AutoSplit.MaxPartitions, "max-table-partitions", splitpolicy.DefaultMaxPartitions, "automatic splits stop at this many partitions per table (a table's --max-partitions overrides it)")
+	f.DurationVar(&opts.AutoSplit.Cooldown, "split-cooldown", splitpolicy.DefaultCooldown, "a split's children are not split again by load for this long (by size they are)")
 	f.Uint64Var(&opts.MaxLogLag, "max-log-lag", 1_000_000, "records a replica may fall behind its partition's best before it no longer holds the log back (it copies a snapshot instead)")
 	f.IntVar(&opts.MaxRequests, "max-requests", tablemaster.DefaultMaxRequests, "client calls in flight before SERVER_BUSY (servers' calls and map watches have caps of their own)")
 	f.Int64Var(&opts.MaxInFlightBytes, "max-in-flight-bytes", tablemaster.DefaultMaxInFlightBytes, "bytes of client requests in flight before SERVER_BUSY")

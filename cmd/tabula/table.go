@@ -2,19 +2,21 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"sort"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/tabuladb/tabula/api"
 )
 
 func tableCmd(g *globals) *cobra.Command {
-	cmd := &cobra.Command{Use: "table", Short: "Create, list, describe and drop tables"}
-	cmd.AddCommand(tableCreateCmd(g), tableListCmd(g), tableDescribeCmd(g), tableDropCmd(g), tableClearLossCmd(g))
+	cmd := &cobra.Command{Use: "table", Short: "Create, list, describe, alter and drop tables"}
+	cmd.AddCommand(tableCreateCmd(g), tableListCmd(g), tableDescribeCmd(g), tableDropCmd(g), tableClearLossCmd(g), tableAlterCmd(g))
 	return cmd
 }
 
@@ -117,7 +119,76 @@ func tableCreateCmd(g *globals) *cobra.Command {
 	f.Uint32Var(&opts.BulkRetainedVersions, "retain", 0, "bulk tables: versions kept loaded for rollback, the serving one included (default 2, at most 8)")
 	f.StringVar(&opts.Compression, "compression", "", "ssd tables: none (default) or s2 (compress values of 64 bytes or more)")
 	f.StringVar(&opts.Durability, "durability", "", "ssd tables: sync (default: acknowledged once on disk) or lazy (acknowledged at once; a crash can lose the last ~50 ms of writes)")
+	splitSettingFlags(f, &opts)
 	return cmd
+}
+
+// splitSettingFlags are the automatic split settings of table create and
+// alter (0: the cluster's, tabula master --split-size and the like).
+func splitSettingFlags(f *pflag.FlagSet, o *api.TableOptions) {
+	f.Uint32Var(&o.MinPartitions, "min-partitions", 0, "point and ordered tables: merges never take the table below this many partitions (0: no minimum)")
+	f.Uint32Var(&o.MaxPartitions, "max-partitions", 0, fmt.Sprintf("point and ordered tables: automatic splits stop at this many partitions (0: the master's --max-table-partitions, 256; at most %d)", api.MaxPartitions))
+	f.Uint64Var(&o.SplitSizeBytes, "split-size", 0, "point and ordered tables: split a partition once it holds this many bytes (0: the master's --split-size, 512 MiB)")
+	f.Uint64Var(&o.SplitQps, "split-qps", 0, "point and ordered tables: split a partition whose reads+writes per second stay over this (0: the master's --split-qps, 2500)")
+}
+
+func tableAlterCmd(g *globals) *cobra.Command {
+	var opts api.TableOptions
+	cmd := &cobra.Command{
+		Use:   "alter NAME",
+		Short: "Change a live table's split settings",
+		Long: "Change a live table's automatic split settings: the flags given change, the others stay " +
+			"(0 returns a setting to the cluster's). Bulk tables take none (they do not split).",
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			req := &api.AlterTableRequest{Tenant: g.tenant, Table: args[0]}
+			fl := cmd.Flags()
+			if fl.Changed("min-partitions") {
+				req.MinPartitions = &opts.MinPartitions
+			}
+			if fl.Changed("max-partitions") {
+				req.MaxPartitions = &opts.MaxPartitions
+			}
+			if fl.Changed("split-size") {
+				req.SplitSizeBytes = &opts.SplitSizeBytes
+			}
+			if fl.Changed("split-qps") {
+				req.SplitQps = &opts.SplitQps
+			}
+			if req.MinPartitions == nil && req.MaxPartitions == nil && req.SplitSizeBytes == nil && req.SplitQps == nil {
+				return fmt.Errorf("nothing to change: give --min-partitions, --max-partitions, --split-size or --split-qps")
+			}
+			ctx, cancel := g.withTimeout(cmd.Context())
+			defer cancel()
+			resp, err := masterCallFor(ctx, g, func(mc api.MasterClient) (*api.AlterTableResponse, error) {
+				return mc.AlterTable(ctx, req)
+			})
+			if err != nil {
+				return fmt.Errorf("alter table %s: %w", args[0], err)
+			}
+			t := resp.GetTable()
+			fmt.Fprintf(cmd.OutOrStdout(), "altered table %s/%s: %s\n", t.GetTenant(), t.GetName(), splitSettingsLine(t.GetOptions()))
+			return nil
+		},
+	}
+	splitSettingFlags(cmd.Flags(), &opts)
+	return cmd
+}
+
+// splitSettingsLine says a table's split settings in words.
+func splitSettingsLine(o *api.TableOptions) string {
+	or := func(v uint64, unit string) string {
+		if v == 0 {
+			return "the cluster's"
+		}
+		return fmt.Sprintf("%d%s", v, unit)
+	}
+	lo := "none"
+	if o.GetMinPartitions() > 0 {
+		lo = fmt.Sprint(o.GetMinPartitions())
+	}
+	return fmt.Sprintf("min partitions %s, max partitions %s, split at %s or %s", lo, or(uint64(o.GetMaxPartitions()), ""),
+		or(o.GetSplitSizeBytes(), " bytes"), or(o.GetSplitQps(), " reads+writes/s"))
 }
 
 func tableListCmd(g *globals) *cobra.Command {
@@ -175,6 +246,9 @@ func tableDescribeCmd(g *globals) *cobra.Command {
 				fmt.Fprintf(out, "durability   %s\n", d)
 			}
 			fmt.Fprintf(out, "partitions   %d\nreplication  %d\n", o.GetPartitions(), o.GetReplication())
+			if t.GetKind() != api.TableKind_TABLE_KIND_BULK {
+				fmt.Fprintf(out, "splits       %s\n", splitSettingsLine(o))
+			}
 			if b := d.GetMap().GetBulk(); t.GetKind() == api.TableKind_TABLE_KIND_BULK {
 				fmt.Fprintf(out, "version      %d serving, %d retained (keeps %d)\n", b.GetCurrent(), len(b.GetVersions()), o.GetBulkRetainedVersions())
 			}
@@ -286,6 +360,7 @@ func tableDescribeCmd(g *globals) *cobra.Command {
 			if err := w.Flush(); err != nil {
 				return err
 			}
+			printSplitNotes(out, t, parts, status)
 			if len(short) > 0 {
 				fmt.Fprintf(out, "\nUNDER-REPLICATED  %d partition(s) have fewer in-sync replicas (in the log's ack set, within the master's in-sync bound, default 1s) than the replication factor:\n%s\n", len(short), strings.Join(short, "\n"))
 			}
@@ -393,4 +468,40 @@ func humanBytes(n uint64) string {
 		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
 	}
 	return fmt.Sprintf("%d B", n)
+}
+
+// printSplitNotes lists, per partition, the split points its primary
+// reports (by load, by size) and, for a split's child, why and when it
+// was made.
+func printSplitNotes(out io.Writer, t *api.Table, parts []*api.Partition, status map[uint64]*api.ReplicaStatus) {
+	point := func(h *api.SplitHint) string {
+		if t.GetKind() == api.TableKind_TABLE_KIND_ORDERED {
+			return "key " + printable(h.GetKey())
+		}
+		return fmt.Sprintf("hash %016x", h.GetHash())
+	}
+	var lines []string
+	for _, p := range parts {
+		var notes []string
+		st := status[p.GetId()]
+		if h := st.GetLoadSplit(); h != nil {
+			notes = append(notes, fmt.Sprintf("load halves at %s (%.0f%% left of it, %d samples)", point(h), 100*h.GetLeftShare(), h.GetSamples()))
+		}
+		if h := st.GetSizeSplit(); h != nil {
+			notes = append(notes, fmt.Sprintf("data halves at %s (%.0f%% left of it, from %d files)", point(h), 100*h.GetLeftShare(), h.GetSamples()))
+		}
+		if p.GetSplitFrom() != 0 && p.GetSplitUnixMs() != 0 {
+			by := "an operator"
+			if r := p.GetSplitReason(); r != "" {
+				by = r
+			}
+			notes = append(notes, fmt.Sprintf("split from %d by %s at %s", p.GetSplitFrom(), by, time.UnixMilli(p.GetSplitUnixMs()).UTC().Format(time.RFC3339)))
+		}
+		if len(notes) > 0 {
+			lines = append(lines, fmt.Sprintf("  #%d (id %d): %s", p.GetIndex(), p.GetId(), strings.Join(notes, "; ")))
+		}
+	}
+	if len(lines) > 0 {
+		fmt.Fprintf(out, "\nSPLITS\n%s\n", strings.Join(lines, "\n"))
+	}
 }
