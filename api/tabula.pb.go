@@ -617,7 +617,7 @@ func (x Mutation_Op) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Mutation_Op.Descriptor instead.
 func (Mutation_Op) EnumDescriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{118, 0}
+	return file_tabula_proto_rawDescGZIP(), []int{121, 0}
 }
 
 type Condition_Kind int32
@@ -675,7 +675,7 @@ func (x Condition_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Condition_Kind.Descriptor instead.
 func (Condition_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{119, 0}
+	return file_tabula_proto_rawDescGZIP(), []int{122, 0}
 }
 
 // TableOptions are fixed at CreateTable. Zero values take the defaults the
@@ -1027,8 +1027,21 @@ type Partition struct {
 	// the parent's log. A replica of the parent on the same server holds the
 	// child's data (its engine split at that LSN); the child's own log
 	// continues the LSNs after it. 0: not a split's child.
-	SplitFrom     uint64 `protobuf:"varint,13,opt,name=split_from,json=splitFrom,proto3" json:"split_from,omitempty"`
-	SplitLsn      uint64 `protobuf:"varint,14,opt,name=split_lsn,json=splitLsn,proto3" json:"split_lsn,omitempty"`
+	SplitFrom uint64 `protobuf:"varint,13,opt,name=split_from,json=splitFrom,proto3" json:"split_from,omitempty"`
+	SplitLsn  uint64 `protobuf:"varint,14,opt,name=split_lsn,json=splitLsn,proto3" json:"split_lsn,omitempty"`
+	// A merge in progress (tablemaster/merge.go), set on both partitions:
+	// once their replicas are on the same servers with the same primary,
+	// each primary appends one merge record to its log, and every replica
+	// server, having applied both, merges the two engines into the child's
+	// directory. Unset: none.
+	Merge *PartitionMerge `protobuf:"bytes,200,opt,name=merge,proto3" json:"merge,omitempty"`
+	// A merge's child: its parents' ids and the LSN its log continues
+	// after (the larger of the two merge records' LSNs). A server that
+	// held both parents holds the child's data (the merged engine). 0: not
+	// a merge's child.
+	MergeLeft     uint64 `protobuf:"varint,201,opt,name=merge_left,json=mergeLeft,proto3" json:"merge_left,omitempty"`
+	MergeRight    uint64 `protobuf:"varint,202,opt,name=merge_right,json=mergeRight,proto3" json:"merge_right,omitempty"`
+	MergeLsn      uint64 `protobuf:"varint,203,opt,name=merge_lsn,json=mergeLsn,proto3" json:"merge_lsn,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1161,6 +1174,96 @@ func (x *Partition) GetSplitLsn() uint64 {
 	return 0
 }
 
+func (x *Partition) GetMerge() *PartitionMerge {
+	if x != nil {
+		return x.Merge
+	}
+	return nil
+}
+
+func (x *Partition) GetMergeLeft() uint64 {
+	if x != nil {
+		return x.MergeLeft
+	}
+	return 0
+}
+
+func (x *Partition) GetMergeRight() uint64 {
+	if x != nil {
+		return x.MergeRight
+	}
+	return 0
+}
+
+func (x *Partition) GetMergeLsn() uint64 {
+	if x != nil {
+		return x.MergeLsn
+	}
+	return 0
+}
+
+// PartitionMerge is a merge of two adjacent partitions: left (the lower
+// keys) and right, into child.
+type PartitionMerge struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	LeftId        uint64                 `protobuf:"varint,1,opt,name=left_id,json=leftId,proto3" json:"left_id,omitempty"`
+	RightId       uint64                 `protobuf:"varint,2,opt,name=right_id,json=rightId,proto3" json:"right_id,omitempty"`
+	ChildId       uint64                 `protobuf:"varint,3,opt,name=child_id,json=childId,proto3" json:"child_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PartitionMerge) Reset() {
+	*x = PartitionMerge{}
+	mi := &file_tabula_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PartitionMerge) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PartitionMerge) ProtoMessage() {}
+
+func (x *PartitionMerge) ProtoReflect() protoreflect.Message {
+	mi := &file_tabula_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PartitionMerge.ProtoReflect.Descriptor instead.
+func (*PartitionMerge) Descriptor() ([]byte, []int) {
+	return file_tabula_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *PartitionMerge) GetLeftId() uint64 {
+	if x != nil {
+		return x.LeftId
+	}
+	return 0
+}
+
+func (x *PartitionMerge) GetRightId() uint64 {
+	if x != nil {
+		return x.RightId
+	}
+	return 0
+}
+
+func (x *PartitionMerge) GetChildId() uint64 {
+	if x != nil {
+		return x.ChildId
+	}
+	return 0
+}
+
 // PartitionSplit is where a partition splits and the ids of its children.
 type PartitionSplit struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1178,7 +1281,7 @@ type PartitionSplit struct {
 
 func (x *PartitionSplit) Reset() {
 	*x = PartitionSplit{}
-	mi := &file_tabula_proto_msgTypes[4]
+	mi := &file_tabula_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1190,7 +1293,7 @@ func (x *PartitionSplit) String() string {
 func (*PartitionSplit) ProtoMessage() {}
 
 func (x *PartitionSplit) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[4]
+	mi := &file_tabula_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1203,7 +1306,7 @@ func (x *PartitionSplit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionSplit.ProtoReflect.Descriptor instead.
 func (*PartitionSplit) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{4}
+	return file_tabula_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *PartitionSplit) GetLeftId() uint64 {
@@ -1249,7 +1352,7 @@ type PartitionLog struct {
 
 func (x *PartitionLog) Reset() {
 	*x = PartitionLog{}
-	mi := &file_tabula_proto_msgTypes[5]
+	mi := &file_tabula_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1261,7 +1364,7 @@ func (x *PartitionLog) String() string {
 func (*PartitionLog) ProtoMessage() {}
 
 func (x *PartitionLog) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[5]
+	mi := &file_tabula_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1274,7 +1377,7 @@ func (x *PartitionLog) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionLog.ProtoReflect.Descriptor instead.
 func (*PartitionLog) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{5}
+	return file_tabula_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *PartitionLog) GetStream() string {
@@ -1308,7 +1411,7 @@ type PartitionMap struct {
 
 func (x *PartitionMap) Reset() {
 	*x = PartitionMap{}
-	mi := &file_tabula_proto_msgTypes[6]
+	mi := &file_tabula_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1320,7 +1423,7 @@ func (x *PartitionMap) String() string {
 func (*PartitionMap) ProtoMessage() {}
 
 func (x *PartitionMap) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[6]
+	mi := &file_tabula_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1333,7 +1436,7 @@ func (x *PartitionMap) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionMap.ProtoReflect.Descriptor instead.
 func (*PartitionMap) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{6}
+	return file_tabula_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *PartitionMap) GetTable() *Table {
@@ -1391,7 +1494,7 @@ type CoprocVersion struct {
 
 func (x *CoprocVersion) Reset() {
 	*x = CoprocVersion{}
-	mi := &file_tabula_proto_msgTypes[7]
+	mi := &file_tabula_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1403,7 +1506,7 @@ func (x *CoprocVersion) String() string {
 func (*CoprocVersion) ProtoMessage() {}
 
 func (x *CoprocVersion) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[7]
+	mi := &file_tabula_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1416,7 +1519,7 @@ func (x *CoprocVersion) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CoprocVersion.ProtoReflect.Descriptor instead.
 func (*CoprocVersion) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{7}
+	return file_tabula_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *CoprocVersion) GetVersion() uint64 {
@@ -1483,7 +1586,7 @@ type Coprocessor struct {
 
 func (x *Coprocessor) Reset() {
 	*x = Coprocessor{}
-	mi := &file_tabula_proto_msgTypes[8]
+	mi := &file_tabula_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1495,7 +1598,7 @@ func (x *Coprocessor) String() string {
 func (*Coprocessor) ProtoMessage() {}
 
 func (x *Coprocessor) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[8]
+	mi := &file_tabula_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1508,7 +1611,7 @@ func (x *Coprocessor) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Coprocessor.ProtoReflect.Descriptor instead.
 func (*Coprocessor) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{8}
+	return file_tabula_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Coprocessor) GetName() string {
@@ -1551,7 +1654,7 @@ type CoprocDeployRequest struct {
 
 func (x *CoprocDeployRequest) Reset() {
 	*x = CoprocDeployRequest{}
-	mi := &file_tabula_proto_msgTypes[9]
+	mi := &file_tabula_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1563,7 +1666,7 @@ func (x *CoprocDeployRequest) String() string {
 func (*CoprocDeployRequest) ProtoMessage() {}
 
 func (x *CoprocDeployRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[9]
+	mi := &file_tabula_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1576,7 +1679,7 @@ func (x *CoprocDeployRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CoprocDeployRequest.ProtoReflect.Descriptor instead.
 func (*CoprocDeployRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{9}
+	return file_tabula_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *CoprocDeployRequest) GetTenant() string {
@@ -1617,7 +1720,7 @@ type CoprocDeployResponse struct {
 
 func (x *CoprocDeployResponse) Reset() {
 	*x = CoprocDeployResponse{}
-	mi := &file_tabula_proto_msgTypes[10]
+	mi := &file_tabula_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1629,7 +1732,7 @@ func (x *CoprocDeployResponse) String() string {
 func (*CoprocDeployResponse) ProtoMessage() {}
 
 func (x *CoprocDeployResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[10]
+	mi := &file_tabula_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1642,7 +1745,7 @@ func (x *CoprocDeployResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CoprocDeployResponse.ProtoReflect.Descriptor instead.
 func (*CoprocDeployResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{10}
+	return file_tabula_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *CoprocDeployResponse) GetCoprocessor() *Coprocessor {
@@ -1669,7 +1772,7 @@ type CoprocListRequest struct {
 
 func (x *CoprocListRequest) Reset() {
 	*x = CoprocListRequest{}
-	mi := &file_tabula_proto_msgTypes[11]
+	mi := &file_tabula_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1681,7 +1784,7 @@ func (x *CoprocListRequest) String() string {
 func (*CoprocListRequest) ProtoMessage() {}
 
 func (x *CoprocListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[11]
+	mi := &file_tabula_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1694,7 +1797,7 @@ func (x *CoprocListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CoprocListRequest.ProtoReflect.Descriptor instead.
 func (*CoprocListRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{11}
+	return file_tabula_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *CoprocListRequest) GetTenant() string {
@@ -1720,7 +1823,7 @@ type CoprocListResponse struct {
 
 func (x *CoprocListResponse) Reset() {
 	*x = CoprocListResponse{}
-	mi := &file_tabula_proto_msgTypes[12]
+	mi := &file_tabula_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1732,7 +1835,7 @@ func (x *CoprocListResponse) String() string {
 func (*CoprocListResponse) ProtoMessage() {}
 
 func (x *CoprocListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[12]
+	mi := &file_tabula_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1745,7 +1848,7 @@ func (x *CoprocListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CoprocListResponse.ProtoReflect.Descriptor instead.
 func (*CoprocListResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{12}
+	return file_tabula_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *CoprocListResponse) GetCoprocessors() []*Coprocessor {
@@ -1767,7 +1870,7 @@ type CoprocRollbackRequest struct {
 
 func (x *CoprocRollbackRequest) Reset() {
 	*x = CoprocRollbackRequest{}
-	mi := &file_tabula_proto_msgTypes[13]
+	mi := &file_tabula_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1779,7 +1882,7 @@ func (x *CoprocRollbackRequest) String() string {
 func (*CoprocRollbackRequest) ProtoMessage() {}
 
 func (x *CoprocRollbackRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[13]
+	mi := &file_tabula_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1792,7 +1895,7 @@ func (x *CoprocRollbackRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CoprocRollbackRequest.ProtoReflect.Descriptor instead.
 func (*CoprocRollbackRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{13}
+	return file_tabula_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *CoprocRollbackRequest) GetTenant() string {
@@ -1832,7 +1935,7 @@ type CoprocRollbackResponse struct {
 
 func (x *CoprocRollbackResponse) Reset() {
 	*x = CoprocRollbackResponse{}
-	mi := &file_tabula_proto_msgTypes[14]
+	mi := &file_tabula_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1844,7 +1947,7 @@ func (x *CoprocRollbackResponse) String() string {
 func (*CoprocRollbackResponse) ProtoMessage() {}
 
 func (x *CoprocRollbackResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[14]
+	mi := &file_tabula_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1857,7 +1960,7 @@ func (x *CoprocRollbackResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CoprocRollbackResponse.ProtoReflect.Descriptor instead.
 func (*CoprocRollbackResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{14}
+	return file_tabula_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *CoprocRollbackResponse) GetCoprocessor() *Coprocessor {
@@ -1879,7 +1982,7 @@ type CoprocFetchRequest struct {
 
 func (x *CoprocFetchRequest) Reset() {
 	*x = CoprocFetchRequest{}
-	mi := &file_tabula_proto_msgTypes[15]
+	mi := &file_tabula_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1891,7 +1994,7 @@ func (x *CoprocFetchRequest) String() string {
 func (*CoprocFetchRequest) ProtoMessage() {}
 
 func (x *CoprocFetchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[15]
+	mi := &file_tabula_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1904,7 +2007,7 @@ func (x *CoprocFetchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CoprocFetchRequest.ProtoReflect.Descriptor instead.
 func (*CoprocFetchRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{15}
+	return file_tabula_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *CoprocFetchRequest) GetTenant() string {
@@ -1945,7 +2048,7 @@ type CoprocFetchResponse struct {
 
 func (x *CoprocFetchResponse) Reset() {
 	*x = CoprocFetchResponse{}
-	mi := &file_tabula_proto_msgTypes[16]
+	mi := &file_tabula_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1957,7 +2060,7 @@ func (x *CoprocFetchResponse) String() string {
 func (*CoprocFetchResponse) ProtoMessage() {}
 
 func (x *CoprocFetchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[16]
+	mi := &file_tabula_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1970,7 +2073,7 @@ func (x *CoprocFetchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CoprocFetchResponse.ProtoReflect.Descriptor instead.
 func (*CoprocFetchResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{16}
+	return file_tabula_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *CoprocFetchResponse) GetWasm() []byte {
@@ -2000,7 +2103,7 @@ type CoprocReady struct {
 
 func (x *CoprocReady) Reset() {
 	*x = CoprocReady{}
-	mi := &file_tabula_proto_msgTypes[17]
+	mi := &file_tabula_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2012,7 +2115,7 @@ func (x *CoprocReady) String() string {
 func (*CoprocReady) ProtoMessage() {}
 
 func (x *CoprocReady) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[17]
+	mi := &file_tabula_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2025,7 +2128,7 @@ func (x *CoprocReady) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CoprocReady.ProtoReflect.Descriptor instead.
 func (*CoprocReady) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{17}
+	return file_tabula_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *CoprocReady) GetTenant() string {
@@ -2081,7 +2184,7 @@ type InvokeRequest struct {
 
 func (x *InvokeRequest) Reset() {
 	*x = InvokeRequest{}
-	mi := &file_tabula_proto_msgTypes[18]
+	mi := &file_tabula_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2093,7 +2196,7 @@ func (x *InvokeRequest) String() string {
 func (*InvokeRequest) ProtoMessage() {}
 
 func (x *InvokeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[18]
+	mi := &file_tabula_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2106,7 +2209,7 @@ func (x *InvokeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InvokeRequest.ProtoReflect.Descriptor instead.
 func (*InvokeRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{18}
+	return file_tabula_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *InvokeRequest) GetHeader() *RequestHeader {
@@ -2197,7 +2300,7 @@ type InvokeResponse struct {
 
 func (x *InvokeResponse) Reset() {
 	*x = InvokeResponse{}
-	mi := &file_tabula_proto_msgTypes[19]
+	mi := &file_tabula_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2209,7 +2312,7 @@ func (x *InvokeResponse) String() string {
 func (*InvokeResponse) ProtoMessage() {}
 
 func (x *InvokeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[19]
+	mi := &file_tabula_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2222,7 +2325,7 @@ func (x *InvokeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InvokeResponse.ProtoReflect.Descriptor instead.
 func (*InvokeResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{19}
+	return file_tabula_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *InvokeResponse) GetOutput() []byte {
@@ -2252,7 +2355,7 @@ type CoprocMergeRequest struct {
 
 func (x *CoprocMergeRequest) Reset() {
 	*x = CoprocMergeRequest{}
-	mi := &file_tabula_proto_msgTypes[20]
+	mi := &file_tabula_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2264,7 +2367,7 @@ func (x *CoprocMergeRequest) String() string {
 func (*CoprocMergeRequest) ProtoMessage() {}
 
 func (x *CoprocMergeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[20]
+	mi := &file_tabula_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2277,7 +2380,7 @@ func (x *CoprocMergeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CoprocMergeRequest.ProtoReflect.Descriptor instead.
 func (*CoprocMergeRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{20}
+	return file_tabula_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *CoprocMergeRequest) GetHeader() *RequestHeader {
@@ -2324,7 +2427,7 @@ type CoprocMergeResponse struct {
 
 func (x *CoprocMergeResponse) Reset() {
 	*x = CoprocMergeResponse{}
-	mi := &file_tabula_proto_msgTypes[21]
+	mi := &file_tabula_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2336,7 +2439,7 @@ func (x *CoprocMergeResponse) String() string {
 func (*CoprocMergeResponse) ProtoMessage() {}
 
 func (x *CoprocMergeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[21]
+	mi := &file_tabula_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2349,7 +2452,7 @@ func (x *CoprocMergeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CoprocMergeResponse.ProtoReflect.Descriptor instead.
 func (*CoprocMergeResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{21}
+	return file_tabula_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *CoprocMergeResponse) GetOutput() []byte {
@@ -2377,7 +2480,7 @@ type BulkFile struct {
 
 func (x *BulkFile) Reset() {
 	*x = BulkFile{}
-	mi := &file_tabula_proto_msgTypes[22]
+	mi := &file_tabula_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2389,7 +2492,7 @@ func (x *BulkFile) String() string {
 func (*BulkFile) ProtoMessage() {}
 
 func (x *BulkFile) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[22]
+	mi := &file_tabula_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2402,7 +2505,7 @@ func (x *BulkFile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkFile.ProtoReflect.Descriptor instead.
 func (*BulkFile) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{22}
+	return file_tabula_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *BulkFile) GetPartition() uint32 {
@@ -2468,7 +2571,7 @@ type BulkVersion struct {
 
 func (x *BulkVersion) Reset() {
 	*x = BulkVersion{}
-	mi := &file_tabula_proto_msgTypes[23]
+	mi := &file_tabula_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2480,7 +2583,7 @@ func (x *BulkVersion) String() string {
 func (*BulkVersion) ProtoMessage() {}
 
 func (x *BulkVersion) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[23]
+	mi := &file_tabula_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2493,7 +2596,7 @@ func (x *BulkVersion) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkVersion.ProtoReflect.Descriptor instead.
 func (*BulkVersion) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{23}
+	return file_tabula_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *BulkVersion) GetVersion() uint64 {
@@ -2596,7 +2699,7 @@ type BulkInfo struct {
 
 func (x *BulkInfo) Reset() {
 	*x = BulkInfo{}
-	mi := &file_tabula_proto_msgTypes[24]
+	mi := &file_tabula_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2608,7 +2711,7 @@ func (x *BulkInfo) String() string {
 func (*BulkInfo) ProtoMessage() {}
 
 func (x *BulkInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[24]
+	mi := &file_tabula_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2621,7 +2724,7 @@ func (x *BulkInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkInfo.ProtoReflect.Descriptor instead.
 func (*BulkInfo) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{24}
+	return file_tabula_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *BulkInfo) GetCurrent() uint64 {
@@ -2675,7 +2778,7 @@ type BulkRollout struct {
 
 func (x *BulkRollout) Reset() {
 	*x = BulkRollout{}
-	mi := &file_tabula_proto_msgTypes[25]
+	mi := &file_tabula_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2687,7 +2790,7 @@ func (x *BulkRollout) String() string {
 func (*BulkRollout) ProtoMessage() {}
 
 func (x *BulkRollout) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[25]
+	mi := &file_tabula_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2700,7 +2803,7 @@ func (x *BulkRollout) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkRollout.ProtoReflect.Descriptor instead.
 func (*BulkRollout) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{25}
+	return file_tabula_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *BulkRollout) GetVersion() uint64 {
@@ -2798,7 +2901,7 @@ type ServerInfo struct {
 
 func (x *ServerInfo) Reset() {
 	*x = ServerInfo{}
-	mi := &file_tabula_proto_msgTypes[26]
+	mi := &file_tabula_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2810,7 +2913,7 @@ func (x *ServerInfo) String() string {
 func (*ServerInfo) ProtoMessage() {}
 
 func (x *ServerInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[26]
+	mi := &file_tabula_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2823,7 +2926,7 @@ func (x *ServerInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServerInfo.ProtoReflect.Descriptor instead.
 func (*ServerInfo) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{26}
+	return file_tabula_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ServerInfo) GetId() string {
@@ -2940,6 +3043,10 @@ type ReplicaStatus struct {
 	// Replicated tables: the LSN of the split record (Partition.split) this
 	// replica applied and split its engine at; 0: none.
 	SplitLsn uint64 `protobuf:"varint,40,opt,name=split_lsn,json=splitLsn,proto3" json:"split_lsn,omitempty"`
+	// Replicated tables: the LSN of this partition's merge record
+	// (Partition.merge), set once the server applied both parents' records
+	// and merged their engines; 0: none.
+	MergeLsn uint64 `protobuf:"varint,200,opt,name=merge_lsn,json=mergeLsn,proto3" json:"merge_lsn,omitempty"`
 	// Nanoseconds of wall time this server spent in the replica's engine:
 	// serving reads (gets, batch gets, scans) and applying log records or
 	// unlogged writes. A counter since the replica was opened here, like
@@ -2957,7 +3064,7 @@ type ReplicaStatus struct {
 
 func (x *ReplicaStatus) Reset() {
 	*x = ReplicaStatus{}
-	mi := &file_tabula_proto_msgTypes[27]
+	mi := &file_tabula_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2969,7 +3076,7 @@ func (x *ReplicaStatus) String() string {
 func (*ReplicaStatus) ProtoMessage() {}
 
 func (x *ReplicaStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[27]
+	mi := &file_tabula_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2982,7 +3089,7 @@ func (x *ReplicaStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaStatus.ProtoReflect.Descriptor instead.
 func (*ReplicaStatus) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{27}
+	return file_tabula_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ReplicaStatus) GetPartitionId() uint64 {
@@ -3167,6 +3274,13 @@ func (x *ReplicaStatus) GetSplitLsn() uint64 {
 	return 0
 }
 
+func (x *ReplicaStatus) GetMergeLsn() uint64 {
+	if x != nil {
+		return x.MergeLsn
+	}
+	return 0
+}
+
 func (x *ReplicaStatus) GetBusyNs() uint64 {
 	if x != nil {
 		return x.BusyNs
@@ -3194,7 +3308,7 @@ type ReplicaLoad struct {
 
 func (x *ReplicaLoad) Reset() {
 	*x = ReplicaLoad{}
-	mi := &file_tabula_proto_msgTypes[28]
+	mi := &file_tabula_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3206,7 +3320,7 @@ func (x *ReplicaLoad) String() string {
 func (*ReplicaLoad) ProtoMessage() {}
 
 func (x *ReplicaLoad) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[28]
+	mi := &file_tabula_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3219,7 +3333,7 @@ func (x *ReplicaLoad) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaLoad.ProtoReflect.Descriptor instead.
 func (*ReplicaLoad) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{28}
+	return file_tabula_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ReplicaLoad) GetReadsPerSec() float64 {
@@ -3265,7 +3379,7 @@ type ServerCapacity struct {
 
 func (x *ServerCapacity) Reset() {
 	*x = ServerCapacity{}
-	mi := &file_tabula_proto_msgTypes[29]
+	mi := &file_tabula_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3277,7 +3391,7 @@ func (x *ServerCapacity) String() string {
 func (*ServerCapacity) ProtoMessage() {}
 
 func (x *ServerCapacity) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[29]
+	mi := &file_tabula_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3290,7 +3404,7 @@ func (x *ServerCapacity) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServerCapacity.ProtoReflect.Descriptor instead.
 func (*ServerCapacity) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{29}
+	return file_tabula_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ServerCapacity) GetDiskBytes() uint64 {
@@ -3357,7 +3471,7 @@ type AckSetMember struct {
 
 func (x *AckSetMember) Reset() {
 	*x = AckSetMember{}
-	mi := &file_tabula_proto_msgTypes[30]
+	mi := &file_tabula_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3369,7 +3483,7 @@ func (x *AckSetMember) String() string {
 func (*AckSetMember) ProtoMessage() {}
 
 func (x *AckSetMember) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[30]
+	mi := &file_tabula_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3382,7 +3496,7 @@ func (x *AckSetMember) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AckSetMember.ProtoReflect.Descriptor instead.
 func (*AckSetMember) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{30}
+	return file_tabula_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *AckSetMember) GetServerId() string {
@@ -3450,7 +3564,7 @@ type ReplicaSync struct {
 
 func (x *ReplicaSync) Reset() {
 	*x = ReplicaSync{}
-	mi := &file_tabula_proto_msgTypes[31]
+	mi := &file_tabula_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3462,7 +3576,7 @@ func (x *ReplicaSync) String() string {
 func (*ReplicaSync) ProtoMessage() {}
 
 func (x *ReplicaSync) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[31]
+	mi := &file_tabula_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3475,7 +3589,7 @@ func (x *ReplicaSync) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaSync.ProtoReflect.Descriptor instead.
 func (*ReplicaSync) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{31}
+	return file_tabula_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ReplicaSync) GetState() ReplicaState {
@@ -3528,7 +3642,7 @@ type BulkLoaded struct {
 
 func (x *BulkLoaded) Reset() {
 	*x = BulkLoaded{}
-	mi := &file_tabula_proto_msgTypes[32]
+	mi := &file_tabula_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3540,7 +3654,7 @@ func (x *BulkLoaded) String() string {
 func (*BulkLoaded) ProtoMessage() {}
 
 func (x *BulkLoaded) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[32]
+	mi := &file_tabula_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3553,7 +3667,7 @@ func (x *BulkLoaded) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkLoaded.ProtoReflect.Descriptor instead.
 func (*BulkLoaded) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{32}
+	return file_tabula_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *BulkLoaded) GetVersion() uint64 {
@@ -3614,7 +3728,7 @@ type ErrorDetail struct {
 
 func (x *ErrorDetail) Reset() {
 	*x = ErrorDetail{}
-	mi := &file_tabula_proto_msgTypes[33]
+	mi := &file_tabula_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3626,7 +3740,7 @@ func (x *ErrorDetail) String() string {
 func (*ErrorDetail) ProtoMessage() {}
 
 func (x *ErrorDetail) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[33]
+	mi := &file_tabula_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3639,7 +3753,7 @@ func (x *ErrorDetail) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ErrorDetail.ProtoReflect.Descriptor instead.
 func (*ErrorDetail) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{33}
+	return file_tabula_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ErrorDetail) GetCode() ErrorCode {
@@ -3730,7 +3844,7 @@ type TenantInfo struct {
 
 func (x *TenantInfo) Reset() {
 	*x = TenantInfo{}
-	mi := &file_tabula_proto_msgTypes[34]
+	mi := &file_tabula_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3742,7 +3856,7 @@ func (x *TenantInfo) String() string {
 func (*TenantInfo) ProtoMessage() {}
 
 func (x *TenantInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[34]
+	mi := &file_tabula_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3755,7 +3869,7 @@ func (x *TenantInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TenantInfo.ProtoReflect.Descriptor instead.
 func (*TenantInfo) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{34}
+	return file_tabula_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *TenantInfo) GetName() string {
@@ -3822,7 +3936,7 @@ type TenantQuota struct {
 
 func (x *TenantQuota) Reset() {
 	*x = TenantQuota{}
-	mi := &file_tabula_proto_msgTypes[35]
+	mi := &file_tabula_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3834,7 +3948,7 @@ func (x *TenantQuota) String() string {
 func (*TenantQuota) ProtoMessage() {}
 
 func (x *TenantQuota) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[35]
+	mi := &file_tabula_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3847,7 +3961,7 @@ func (x *TenantQuota) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TenantQuota.ProtoReflect.Descriptor instead.
 func (*TenantQuota) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{35}
+	return file_tabula_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *TenantQuota) GetStoredBytes() uint64 {
@@ -3905,7 +4019,7 @@ type TenantUsage struct {
 
 func (x *TenantUsage) Reset() {
 	*x = TenantUsage{}
-	mi := &file_tabula_proto_msgTypes[36]
+	mi := &file_tabula_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3917,7 +4031,7 @@ func (x *TenantUsage) String() string {
 func (*TenantUsage) ProtoMessage() {}
 
 func (x *TenantUsage) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[36]
+	mi := &file_tabula_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3930,7 +4044,7 @@ func (x *TenantUsage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TenantUsage.ProtoReflect.Descriptor instead.
 func (*TenantUsage) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{36}
+	return file_tabula_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *TenantUsage) GetStoredBytes() uint64 {
@@ -3992,7 +4106,7 @@ type SetTenantQuotaRequest struct {
 
 func (x *SetTenantQuotaRequest) Reset() {
 	*x = SetTenantQuotaRequest{}
-	mi := &file_tabula_proto_msgTypes[37]
+	mi := &file_tabula_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4004,7 +4118,7 @@ func (x *SetTenantQuotaRequest) String() string {
 func (*SetTenantQuotaRequest) ProtoMessage() {}
 
 func (x *SetTenantQuotaRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[37]
+	mi := &file_tabula_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4017,7 +4131,7 @@ func (x *SetTenantQuotaRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetTenantQuotaRequest.ProtoReflect.Descriptor instead.
 func (*SetTenantQuotaRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{37}
+	return file_tabula_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *SetTenantQuotaRequest) GetTenant() string {
@@ -4043,7 +4157,7 @@ type SetTenantQuotaResponse struct {
 
 func (x *SetTenantQuotaResponse) Reset() {
 	*x = SetTenantQuotaResponse{}
-	mi := &file_tabula_proto_msgTypes[38]
+	mi := &file_tabula_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4055,7 +4169,7 @@ func (x *SetTenantQuotaResponse) String() string {
 func (*SetTenantQuotaResponse) ProtoMessage() {}
 
 func (x *SetTenantQuotaResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[38]
+	mi := &file_tabula_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4068,7 +4182,7 @@ func (x *SetTenantQuotaResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetTenantQuotaResponse.ProtoReflect.Descriptor instead.
 func (*SetTenantQuotaResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{38}
+	return file_tabula_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *SetTenantQuotaResponse) GetTenant() *TenantInfo {
@@ -4107,7 +4221,7 @@ type TenantLoad struct {
 
 func (x *TenantLoad) Reset() {
 	*x = TenantLoad{}
-	mi := &file_tabula_proto_msgTypes[39]
+	mi := &file_tabula_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4119,7 +4233,7 @@ func (x *TenantLoad) String() string {
 func (*TenantLoad) ProtoMessage() {}
 
 func (x *TenantLoad) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[39]
+	mi := &file_tabula_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4132,7 +4246,7 @@ func (x *TenantLoad) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TenantLoad.ProtoReflect.Descriptor instead.
 func (*TenantLoad) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{39}
+	return file_tabula_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *TenantLoad) GetTenant() string {
@@ -4234,7 +4348,7 @@ type TenantShare struct {
 
 func (x *TenantShare) Reset() {
 	*x = TenantShare{}
-	mi := &file_tabula_proto_msgTypes[40]
+	mi := &file_tabula_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4246,7 +4360,7 @@ func (x *TenantShare) String() string {
 func (*TenantShare) ProtoMessage() {}
 
 func (x *TenantShare) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[40]
+	mi := &file_tabula_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4259,7 +4373,7 @@ func (x *TenantShare) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TenantShare.ProtoReflect.Descriptor instead.
 func (*TenantShare) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{40}
+	return file_tabula_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *TenantShare) GetTenant() string {
@@ -4349,7 +4463,7 @@ type CreateTenantRequest struct {
 
 func (x *CreateTenantRequest) Reset() {
 	*x = CreateTenantRequest{}
-	mi := &file_tabula_proto_msgTypes[41]
+	mi := &file_tabula_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4361,7 +4475,7 @@ func (x *CreateTenantRequest) String() string {
 func (*CreateTenantRequest) ProtoMessage() {}
 
 func (x *CreateTenantRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[41]
+	mi := &file_tabula_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4374,7 +4488,7 @@ func (x *CreateTenantRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTenantRequest.ProtoReflect.Descriptor instead.
 func (*CreateTenantRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{41}
+	return file_tabula_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *CreateTenantRequest) GetTenant() string {
@@ -4407,7 +4521,7 @@ type CreateTenantResponse struct {
 
 func (x *CreateTenantResponse) Reset() {
 	*x = CreateTenantResponse{}
-	mi := &file_tabula_proto_msgTypes[42]
+	mi := &file_tabula_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4419,7 +4533,7 @@ func (x *CreateTenantResponse) String() string {
 func (*CreateTenantResponse) ProtoMessage() {}
 
 func (x *CreateTenantResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[42]
+	mi := &file_tabula_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4432,7 +4546,7 @@ func (x *CreateTenantResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTenantResponse.ProtoReflect.Descriptor instead.
 func (*CreateTenantResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{42}
+	return file_tabula_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *CreateTenantResponse) GetTenant() *TenantInfo {
@@ -4450,7 +4564,7 @@ type ListTenantsRequest struct {
 
 func (x *ListTenantsRequest) Reset() {
 	*x = ListTenantsRequest{}
-	mi := &file_tabula_proto_msgTypes[43]
+	mi := &file_tabula_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4462,7 +4576,7 @@ func (x *ListTenantsRequest) String() string {
 func (*ListTenantsRequest) ProtoMessage() {}
 
 func (x *ListTenantsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[43]
+	mi := &file_tabula_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4475,7 +4589,7 @@ func (x *ListTenantsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTenantsRequest.ProtoReflect.Descriptor instead.
 func (*ListTenantsRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{43}
+	return file_tabula_proto_rawDescGZIP(), []int{44}
 }
 
 type ListTenantsResponse struct {
@@ -4487,7 +4601,7 @@ type ListTenantsResponse struct {
 
 func (x *ListTenantsResponse) Reset() {
 	*x = ListTenantsResponse{}
-	mi := &file_tabula_proto_msgTypes[44]
+	mi := &file_tabula_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4499,7 +4613,7 @@ func (x *ListTenantsResponse) String() string {
 func (*ListTenantsResponse) ProtoMessage() {}
 
 func (x *ListTenantsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[44]
+	mi := &file_tabula_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4512,7 +4626,7 @@ func (x *ListTenantsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTenantsResponse.ProtoReflect.Descriptor instead.
 func (*ListTenantsResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{44}
+	return file_tabula_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ListTenantsResponse) GetTenants() []*TenantInfo {
@@ -4531,7 +4645,7 @@ type DescribeTenantRequest struct {
 
 func (x *DescribeTenantRequest) Reset() {
 	*x = DescribeTenantRequest{}
-	mi := &file_tabula_proto_msgTypes[45]
+	mi := &file_tabula_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4543,7 +4657,7 @@ func (x *DescribeTenantRequest) String() string {
 func (*DescribeTenantRequest) ProtoMessage() {}
 
 func (x *DescribeTenantRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[45]
+	mi := &file_tabula_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4556,7 +4670,7 @@ func (x *DescribeTenantRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeTenantRequest.ProtoReflect.Descriptor instead.
 func (*DescribeTenantRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{45}
+	return file_tabula_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *DescribeTenantRequest) GetTenant() string {
@@ -4576,7 +4690,7 @@ type DescribeTenantResponse struct {
 
 func (x *DescribeTenantResponse) Reset() {
 	*x = DescribeTenantResponse{}
-	mi := &file_tabula_proto_msgTypes[46]
+	mi := &file_tabula_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4588,7 +4702,7 @@ func (x *DescribeTenantResponse) String() string {
 func (*DescribeTenantResponse) ProtoMessage() {}
 
 func (x *DescribeTenantResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[46]
+	mi := &file_tabula_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4601,7 +4715,7 @@ func (x *DescribeTenantResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeTenantResponse.ProtoReflect.Descriptor instead.
 func (*DescribeTenantResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{46}
+	return file_tabula_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *DescribeTenantResponse) GetTenant() *TenantInfo {
@@ -4627,7 +4741,7 @@ type DeleteTenantRequest struct {
 
 func (x *DeleteTenantRequest) Reset() {
 	*x = DeleteTenantRequest{}
-	mi := &file_tabula_proto_msgTypes[47]
+	mi := &file_tabula_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4639,7 +4753,7 @@ func (x *DeleteTenantRequest) String() string {
 func (*DeleteTenantRequest) ProtoMessage() {}
 
 func (x *DeleteTenantRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[47]
+	mi := &file_tabula_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4652,7 +4766,7 @@ func (x *DeleteTenantRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteTenantRequest.ProtoReflect.Descriptor instead.
 func (*DeleteTenantRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{47}
+	return file_tabula_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *DeleteTenantRequest) GetTenant() string {
@@ -4670,7 +4784,7 @@ type DeleteTenantResponse struct {
 
 func (x *DeleteTenantResponse) Reset() {
 	*x = DeleteTenantResponse{}
-	mi := &file_tabula_proto_msgTypes[48]
+	mi := &file_tabula_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4682,7 +4796,7 @@ func (x *DeleteTenantResponse) String() string {
 func (*DeleteTenantResponse) ProtoMessage() {}
 
 func (x *DeleteTenantResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[48]
+	mi := &file_tabula_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4695,7 +4809,7 @@ func (x *DeleteTenantResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteTenantResponse.ProtoReflect.Descriptor instead.
 func (*DeleteTenantResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{48}
+	return file_tabula_proto_rawDescGZIP(), []int{49}
 }
 
 type RotateTenantKeyRequest struct {
@@ -4709,7 +4823,7 @@ type RotateTenantKeyRequest struct {
 
 func (x *RotateTenantKeyRequest) Reset() {
 	*x = RotateTenantKeyRequest{}
-	mi := &file_tabula_proto_msgTypes[49]
+	mi := &file_tabula_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4721,7 +4835,7 @@ func (x *RotateTenantKeyRequest) String() string {
 func (*RotateTenantKeyRequest) ProtoMessage() {}
 
 func (x *RotateTenantKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[49]
+	mi := &file_tabula_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4734,7 +4848,7 @@ func (x *RotateTenantKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RotateTenantKeyRequest.ProtoReflect.Descriptor instead.
 func (*RotateTenantKeyRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{49}
+	return file_tabula_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *RotateTenantKeyRequest) GetTenant() string {
@@ -4760,7 +4874,7 @@ type RotateTenantKeyResponse struct {
 
 func (x *RotateTenantKeyResponse) Reset() {
 	*x = RotateTenantKeyResponse{}
-	mi := &file_tabula_proto_msgTypes[50]
+	mi := &file_tabula_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4772,7 +4886,7 @@ func (x *RotateTenantKeyResponse) String() string {
 func (*RotateTenantKeyResponse) ProtoMessage() {}
 
 func (x *RotateTenantKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[50]
+	mi := &file_tabula_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4785,7 +4899,7 @@ func (x *RotateTenantKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RotateTenantKeyResponse.ProtoReflect.Descriptor instead.
 func (*RotateTenantKeyResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{50}
+	return file_tabula_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *RotateTenantKeyResponse) GetTenant() *TenantInfo {
@@ -4803,7 +4917,7 @@ type TenantKeysRequest struct {
 
 func (x *TenantKeysRequest) Reset() {
 	*x = TenantKeysRequest{}
-	mi := &file_tabula_proto_msgTypes[51]
+	mi := &file_tabula_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4815,7 +4929,7 @@ func (x *TenantKeysRequest) String() string {
 func (*TenantKeysRequest) ProtoMessage() {}
 
 func (x *TenantKeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[51]
+	mi := &file_tabula_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4828,7 +4942,7 @@ func (x *TenantKeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TenantKeysRequest.ProtoReflect.Descriptor instead.
 func (*TenantKeysRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{51}
+	return file_tabula_proto_rawDescGZIP(), []int{52}
 }
 
 type TenantKeysResponse struct {
@@ -4842,7 +4956,7 @@ type TenantKeysResponse struct {
 
 func (x *TenantKeysResponse) Reset() {
 	*x = TenantKeysResponse{}
-	mi := &file_tabula_proto_msgTypes[52]
+	mi := &file_tabula_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4854,7 +4968,7 @@ func (x *TenantKeysResponse) String() string {
 func (*TenantKeysResponse) ProtoMessage() {}
 
 func (x *TenantKeysResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[52]
+	mi := &file_tabula_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4867,7 +4981,7 @@ func (x *TenantKeysResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TenantKeysResponse.ProtoReflect.Descriptor instead.
 func (*TenantKeysResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{52}
+	return file_tabula_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *TenantKeysResponse) GetVersion() uint64 {
@@ -4899,7 +5013,7 @@ type MovePartitionRequest struct {
 
 func (x *MovePartitionRequest) Reset() {
 	*x = MovePartitionRequest{}
-	mi := &file_tabula_proto_msgTypes[53]
+	mi := &file_tabula_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4911,7 +5025,7 @@ func (x *MovePartitionRequest) String() string {
 func (*MovePartitionRequest) ProtoMessage() {}
 
 func (x *MovePartitionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[53]
+	mi := &file_tabula_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4924,7 +5038,7 @@ func (x *MovePartitionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MovePartitionRequest.ProtoReflect.Descriptor instead.
 func (*MovePartitionRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{53}
+	return file_tabula_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *MovePartitionRequest) GetTenant() string {
@@ -4973,7 +5087,7 @@ type MovePartitionResponse struct {
 
 func (x *MovePartitionResponse) Reset() {
 	*x = MovePartitionResponse{}
-	mi := &file_tabula_proto_msgTypes[54]
+	mi := &file_tabula_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4985,7 +5099,7 @@ func (x *MovePartitionResponse) String() string {
 func (*MovePartitionResponse) ProtoMessage() {}
 
 func (x *MovePartitionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[54]
+	mi := &file_tabula_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4998,7 +5112,7 @@ func (x *MovePartitionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MovePartitionResponse.ProtoReflect.Descriptor instead.
 func (*MovePartitionResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{54}
+	return file_tabula_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *MovePartitionResponse) GetFrom() string {
@@ -5040,7 +5154,7 @@ type SplitPartitionRequest struct {
 
 func (x *SplitPartitionRequest) Reset() {
 	*x = SplitPartitionRequest{}
-	mi := &file_tabula_proto_msgTypes[55]
+	mi := &file_tabula_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5052,7 +5166,7 @@ func (x *SplitPartitionRequest) String() string {
 func (*SplitPartitionRequest) ProtoMessage() {}
 
 func (x *SplitPartitionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[55]
+	mi := &file_tabula_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5065,7 +5179,7 @@ func (x *SplitPartitionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SplitPartitionRequest.ProtoReflect.Descriptor instead.
 func (*SplitPartitionRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{55}
+	return file_tabula_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *SplitPartitionRequest) GetTenant() string {
@@ -5110,6 +5224,173 @@ func (x *SplitPartitionRequest) GetWait() bool {
 	return false
 }
 
+type MergePartitionsRequest struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Tenant string                 `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	Table  string                 `protobuf:"bytes,2,opt,name=table,proto3" json:"table,omitempty"`
+	// The left partition's index: it merges with index+1.
+	Index uint32 `protobuf:"varint,3,opt,name=index,proto3" json:"index,omitempty"`
+	// Return once the child serves writes (or the deadline passes).
+	Wait          bool `protobuf:"varint,4,opt,name=wait,proto3" json:"wait,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MergePartitionsRequest) Reset() {
+	*x = MergePartitionsRequest{}
+	mi := &file_tabula_proto_msgTypes[57]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MergePartitionsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MergePartitionsRequest) ProtoMessage() {}
+
+func (x *MergePartitionsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tabula_proto_msgTypes[57]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MergePartitionsRequest.ProtoReflect.Descriptor instead.
+func (*MergePartitionsRequest) Descriptor() ([]byte, []int) {
+	return file_tabula_proto_rawDescGZIP(), []int{57}
+}
+
+func (x *MergePartitionsRequest) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *MergePartitionsRequest) GetTable() string {
+	if x != nil {
+		return x.Table
+	}
+	return ""
+}
+
+func (x *MergePartitionsRequest) GetIndex() uint32 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *MergePartitionsRequest) GetWait() bool {
+	if x != nil {
+		return x.Wait
+	}
+	return false
+}
+
+type MergePartitionsResponse struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	LeftId  uint64                 `protobuf:"varint,1,opt,name=left_id,json=leftId,proto3" json:"left_id,omitempty"`
+	RightId uint64                 `protobuf:"varint,2,opt,name=right_id,json=rightId,proto3" json:"right_id,omitempty"`
+	ChildId uint64                 `protobuf:"varint,3,opt,name=child_id,json=childId,proto3" json:"child_id,omitempty"`
+	// The child once it is in the map (its epoch and log once done).
+	Child      *Partition `protobuf:"bytes,4,opt,name=child,proto3" json:"child,omitempty"`
+	MapVersion uint64     `protobuf:"varint,5,opt,name=map_version,json=mapVersion,proto3" json:"map_version,omitempty"`
+	// The child is in the map and has its log (wait).
+	Done bool `protobuf:"varint,6,opt,name=done,proto3" json:"done,omitempty"`
+	// What the merge waits for, when it is not done: "aligning" (the right
+	// partition's replicas move to the left's servers), "records" (the
+	// merge records and the engines' merge), "log" (the child's log).
+	Phase         string `protobuf:"bytes,7,opt,name=phase,proto3" json:"phase,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MergePartitionsResponse) Reset() {
+	*x = MergePartitionsResponse{}
+	mi := &file_tabula_proto_msgTypes[58]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MergePartitionsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MergePartitionsResponse) ProtoMessage() {}
+
+func (x *MergePartitionsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tabula_proto_msgTypes[58]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MergePartitionsResponse.ProtoReflect.Descriptor instead.
+func (*MergePartitionsResponse) Descriptor() ([]byte, []int) {
+	return file_tabula_proto_rawDescGZIP(), []int{58}
+}
+
+func (x *MergePartitionsResponse) GetLeftId() uint64 {
+	if x != nil {
+		return x.LeftId
+	}
+	return 0
+}
+
+func (x *MergePartitionsResponse) GetRightId() uint64 {
+	if x != nil {
+		return x.RightId
+	}
+	return 0
+}
+
+func (x *MergePartitionsResponse) GetChildId() uint64 {
+	if x != nil {
+		return x.ChildId
+	}
+	return 0
+}
+
+func (x *MergePartitionsResponse) GetChild() *Partition {
+	if x != nil {
+		return x.Child
+	}
+	return nil
+}
+
+func (x *MergePartitionsResponse) GetMapVersion() uint64 {
+	if x != nil {
+		return x.MapVersion
+	}
+	return 0
+}
+
+func (x *MergePartitionsResponse) GetDone() bool {
+	if x != nil {
+		return x.Done
+	}
+	return false
+}
+
+func (x *MergePartitionsResponse) GetPhase() string {
+	if x != nil {
+		return x.Phase
+	}
+	return ""
+}
+
 type SplitPartitionResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The split partition and its children as the map has them when the
@@ -5126,7 +5407,7 @@ type SplitPartitionResponse struct {
 
 func (x *SplitPartitionResponse) Reset() {
 	*x = SplitPartitionResponse{}
-	mi := &file_tabula_proto_msgTypes[56]
+	mi := &file_tabula_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5138,7 +5419,7 @@ func (x *SplitPartitionResponse) String() string {
 func (*SplitPartitionResponse) ProtoMessage() {}
 
 func (x *SplitPartitionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[56]
+	mi := &file_tabula_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5151,7 +5432,7 @@ func (x *SplitPartitionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SplitPartitionResponse.ProtoReflect.Descriptor instead.
 func (*SplitPartitionResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{56}
+	return file_tabula_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *SplitPartitionResponse) GetParentId() uint64 {
@@ -5198,7 +5479,7 @@ type DrainServerRequest struct {
 
 func (x *DrainServerRequest) Reset() {
 	*x = DrainServerRequest{}
-	mi := &file_tabula_proto_msgTypes[57]
+	mi := &file_tabula_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5210,7 +5491,7 @@ func (x *DrainServerRequest) String() string {
 func (*DrainServerRequest) ProtoMessage() {}
 
 func (x *DrainServerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[57]
+	mi := &file_tabula_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5223,7 +5504,7 @@ func (x *DrainServerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainServerRequest.ProtoReflect.Descriptor instead.
 func (*DrainServerRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{57}
+	return file_tabula_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *DrainServerRequest) GetServerId() string {
@@ -5244,7 +5525,7 @@ type DrainServerResponse struct {
 
 func (x *DrainServerResponse) Reset() {
 	*x = DrainServerResponse{}
-	mi := &file_tabula_proto_msgTypes[58]
+	mi := &file_tabula_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5256,7 +5537,7 @@ func (x *DrainServerResponse) String() string {
 func (*DrainServerResponse) ProtoMessage() {}
 
 func (x *DrainServerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[58]
+	mi := &file_tabula_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5269,7 +5550,7 @@ func (x *DrainServerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainServerResponse.ProtoReflect.Descriptor instead.
 func (*DrainServerResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{58}
+	return file_tabula_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *DrainServerResponse) GetReplicas() uint32 {
@@ -5298,7 +5579,7 @@ type BalancePlanRequest struct {
 
 func (x *BalancePlanRequest) Reset() {
 	*x = BalancePlanRequest{}
-	mi := &file_tabula_proto_msgTypes[59]
+	mi := &file_tabula_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5310,7 +5591,7 @@ func (x *BalancePlanRequest) String() string {
 func (*BalancePlanRequest) ProtoMessage() {}
 
 func (x *BalancePlanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[59]
+	mi := &file_tabula_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5323,7 +5604,7 @@ func (x *BalancePlanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BalancePlanRequest.ProtoReflect.Descriptor instead.
 func (*BalancePlanRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{59}
+	return file_tabula_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *BalancePlanRequest) GetApply() bool {
@@ -5353,7 +5634,7 @@ type BalancePlanResponse struct {
 
 func (x *BalancePlanResponse) Reset() {
 	*x = BalancePlanResponse{}
-	mi := &file_tabula_proto_msgTypes[60]
+	mi := &file_tabula_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5365,7 +5646,7 @@ func (x *BalancePlanResponse) String() string {
 func (*BalancePlanResponse) ProtoMessage() {}
 
 func (x *BalancePlanResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[60]
+	mi := &file_tabula_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5378,7 +5659,7 @@ func (x *BalancePlanResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BalancePlanResponse.ProtoReflect.Descriptor instead.
 func (*BalancePlanResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{60}
+	return file_tabula_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *BalancePlanResponse) GetActions() []*BalanceAction {
@@ -5444,7 +5725,7 @@ type BalanceAction struct {
 
 func (x *BalanceAction) Reset() {
 	*x = BalanceAction{}
-	mi := &file_tabula_proto_msgTypes[61]
+	mi := &file_tabula_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5456,7 +5737,7 @@ func (x *BalanceAction) String() string {
 func (*BalanceAction) ProtoMessage() {}
 
 func (x *BalanceAction) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[61]
+	mi := &file_tabula_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5469,7 +5750,7 @@ func (x *BalanceAction) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BalanceAction.ProtoReflect.Descriptor instead.
 func (*BalanceAction) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{61}
+	return file_tabula_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *BalanceAction) GetKind() BalanceActionKind {
@@ -5567,7 +5848,7 @@ type BalanceServer struct {
 
 func (x *BalanceServer) Reset() {
 	*x = BalanceServer{}
-	mi := &file_tabula_proto_msgTypes[62]
+	mi := &file_tabula_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5579,7 +5860,7 @@ func (x *BalanceServer) String() string {
 func (*BalanceServer) ProtoMessage() {}
 
 func (x *BalanceServer) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[62]
+	mi := &file_tabula_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5592,7 +5873,7 @@ func (x *BalanceServer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BalanceServer.ProtoReflect.Descriptor instead.
 func (*BalanceServer) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{62}
+	return file_tabula_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *BalanceServer) GetId() string {
@@ -5702,7 +5983,7 @@ type MasterMember struct {
 
 func (x *MasterMember) Reset() {
 	*x = MasterMember{}
-	mi := &file_tabula_proto_msgTypes[63]
+	mi := &file_tabula_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5714,7 +5995,7 @@ func (x *MasterMember) String() string {
 func (*MasterMember) ProtoMessage() {}
 
 func (x *MasterMember) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[63]
+	mi := &file_tabula_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5727,7 +6008,7 @@ func (x *MasterMember) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MasterMember.ProtoReflect.Descriptor instead.
 func (*MasterMember) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{63}
+	return file_tabula_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *MasterMember) GetId() uint64 {
@@ -5773,7 +6054,7 @@ type MasterMembersRequest struct {
 
 func (x *MasterMembersRequest) Reset() {
 	*x = MasterMembersRequest{}
-	mi := &file_tabula_proto_msgTypes[64]
+	mi := &file_tabula_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5785,7 +6066,7 @@ func (x *MasterMembersRequest) String() string {
 func (*MasterMembersRequest) ProtoMessage() {}
 
 func (x *MasterMembersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[64]
+	mi := &file_tabula_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5798,7 +6079,7 @@ func (x *MasterMembersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MasterMembersRequest.ProtoReflect.Descriptor instead.
 func (*MasterMembersRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{64}
+	return file_tabula_proto_rawDescGZIP(), []int{67}
 }
 
 type MasterMembersResponse struct {
@@ -5816,7 +6097,7 @@ type MasterMembersResponse struct {
 
 func (x *MasterMembersResponse) Reset() {
 	*x = MasterMembersResponse{}
-	mi := &file_tabula_proto_msgTypes[65]
+	mi := &file_tabula_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5828,7 +6109,7 @@ func (x *MasterMembersResponse) String() string {
 func (*MasterMembersResponse) ProtoMessage() {}
 
 func (x *MasterMembersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[65]
+	mi := &file_tabula_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5841,7 +6122,7 @@ func (x *MasterMembersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MasterMembersResponse.ProtoReflect.Descriptor instead.
 func (*MasterMembersResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{65}
+	return file_tabula_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *MasterMembersResponse) GetReplicated() bool {
@@ -5892,7 +6173,7 @@ type AddMasterRequest struct {
 
 func (x *AddMasterRequest) Reset() {
 	*x = AddMasterRequest{}
-	mi := &file_tabula_proto_msgTypes[66]
+	mi := &file_tabula_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5904,7 +6185,7 @@ func (x *AddMasterRequest) String() string {
 func (*AddMasterRequest) ProtoMessage() {}
 
 func (x *AddMasterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[66]
+	mi := &file_tabula_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5917,7 +6198,7 @@ func (x *AddMasterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddMasterRequest.ProtoReflect.Descriptor instead.
 func (*AddMasterRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{66}
+	return file_tabula_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *AddMasterRequest) GetId() uint64 {
@@ -5949,7 +6230,7 @@ type AddMasterResponse struct {
 
 func (x *AddMasterResponse) Reset() {
 	*x = AddMasterResponse{}
-	mi := &file_tabula_proto_msgTypes[67]
+	mi := &file_tabula_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5961,7 +6242,7 @@ func (x *AddMasterResponse) String() string {
 func (*AddMasterResponse) ProtoMessage() {}
 
 func (x *AddMasterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[67]
+	mi := &file_tabula_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5974,7 +6255,7 @@ func (x *AddMasterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddMasterResponse.ProtoReflect.Descriptor instead.
 func (*AddMasterResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{67}
+	return file_tabula_proto_rawDescGZIP(), []int{70}
 }
 
 type RemoveMasterRequest struct {
@@ -5986,7 +6267,7 @@ type RemoveMasterRequest struct {
 
 func (x *RemoveMasterRequest) Reset() {
 	*x = RemoveMasterRequest{}
-	mi := &file_tabula_proto_msgTypes[68]
+	mi := &file_tabula_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5998,7 +6279,7 @@ func (x *RemoveMasterRequest) String() string {
 func (*RemoveMasterRequest) ProtoMessage() {}
 
 func (x *RemoveMasterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[68]
+	mi := &file_tabula_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6011,7 +6292,7 @@ func (x *RemoveMasterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveMasterRequest.ProtoReflect.Descriptor instead.
 func (*RemoveMasterRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{68}
+	return file_tabula_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *RemoveMasterRequest) GetId() uint64 {
@@ -6029,7 +6310,7 @@ type RemoveMasterResponse struct {
 
 func (x *RemoveMasterResponse) Reset() {
 	*x = RemoveMasterResponse{}
-	mi := &file_tabula_proto_msgTypes[69]
+	mi := &file_tabula_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6041,7 +6322,7 @@ func (x *RemoveMasterResponse) String() string {
 func (*RemoveMasterResponse) ProtoMessage() {}
 
 func (x *RemoveMasterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[69]
+	mi := &file_tabula_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6054,7 +6335,7 @@ func (x *RemoveMasterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveMasterResponse.ProtoReflect.Descriptor instead.
 func (*RemoveMasterResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{69}
+	return file_tabula_proto_rawDescGZIP(), []int{72}
 }
 
 type TransferLeaderRequest struct {
@@ -6066,7 +6347,7 @@ type TransferLeaderRequest struct {
 
 func (x *TransferLeaderRequest) Reset() {
 	*x = TransferLeaderRequest{}
-	mi := &file_tabula_proto_msgTypes[70]
+	mi := &file_tabula_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6078,7 +6359,7 @@ func (x *TransferLeaderRequest) String() string {
 func (*TransferLeaderRequest) ProtoMessage() {}
 
 func (x *TransferLeaderRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[70]
+	mi := &file_tabula_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6091,7 +6372,7 @@ func (x *TransferLeaderRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeaderRequest.ProtoReflect.Descriptor instead.
 func (*TransferLeaderRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{70}
+	return file_tabula_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *TransferLeaderRequest) GetTo() uint64 {
@@ -6109,7 +6390,7 @@ type TransferLeaderResponse struct {
 
 func (x *TransferLeaderResponse) Reset() {
 	*x = TransferLeaderResponse{}
-	mi := &file_tabula_proto_msgTypes[71]
+	mi := &file_tabula_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6121,7 +6402,7 @@ func (x *TransferLeaderResponse) String() string {
 func (*TransferLeaderResponse) ProtoMessage() {}
 
 func (x *TransferLeaderResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[71]
+	mi := &file_tabula_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6134,7 +6415,7 @@ func (x *TransferLeaderResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeaderResponse.ProtoReflect.Descriptor instead.
 func (*TransferLeaderResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{71}
+	return file_tabula_proto_rawDescGZIP(), []int{74}
 }
 
 type StreamRequest struct {
@@ -6154,7 +6435,7 @@ type StreamRequest struct {
 
 func (x *StreamRequest) Reset() {
 	*x = StreamRequest{}
-	mi := &file_tabula_proto_msgTypes[72]
+	mi := &file_tabula_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6166,7 +6447,7 @@ func (x *StreamRequest) String() string {
 func (*StreamRequest) ProtoMessage() {}
 
 func (x *StreamRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[72]
+	mi := &file_tabula_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6179,7 +6460,7 @@ func (x *StreamRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamRequest.ProtoReflect.Descriptor instead.
 func (*StreamRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{72}
+	return file_tabula_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *StreamRequest) GetOp() StreamOp {
@@ -6242,7 +6523,7 @@ type StreamResponse struct {
 
 func (x *StreamResponse) Reset() {
 	*x = StreamResponse{}
-	mi := &file_tabula_proto_msgTypes[73]
+	mi := &file_tabula_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6254,7 +6535,7 @@ func (x *StreamResponse) String() string {
 func (*StreamResponse) ProtoMessage() {}
 
 func (x *StreamResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[73]
+	mi := &file_tabula_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6267,7 +6548,7 @@ func (x *StreamResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamResponse.ProtoReflect.Descriptor instead.
 func (*StreamResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{73}
+	return file_tabula_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *StreamResponse) GetJson() []byte {
@@ -6289,7 +6570,7 @@ type CreateTableRequest struct {
 
 func (x *CreateTableRequest) Reset() {
 	*x = CreateTableRequest{}
-	mi := &file_tabula_proto_msgTypes[74]
+	mi := &file_tabula_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6301,7 +6582,7 @@ func (x *CreateTableRequest) String() string {
 func (*CreateTableRequest) ProtoMessage() {}
 
 func (x *CreateTableRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[74]
+	mi := &file_tabula_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6314,7 +6595,7 @@ func (x *CreateTableRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTableRequest.ProtoReflect.Descriptor instead.
 func (*CreateTableRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{74}
+	return file_tabula_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *CreateTableRequest) GetTenant() string {
@@ -6354,7 +6635,7 @@ type CreateTableResponse struct {
 
 func (x *CreateTableResponse) Reset() {
 	*x = CreateTableResponse{}
-	mi := &file_tabula_proto_msgTypes[75]
+	mi := &file_tabula_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6366,7 +6647,7 @@ func (x *CreateTableResponse) String() string {
 func (*CreateTableResponse) ProtoMessage() {}
 
 func (x *CreateTableResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[75]
+	mi := &file_tabula_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6379,7 +6660,7 @@ func (x *CreateTableResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTableResponse.ProtoReflect.Descriptor instead.
 func (*CreateTableResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{75}
+	return file_tabula_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *CreateTableResponse) GetMap() *PartitionMap {
@@ -6399,7 +6680,7 @@ type DropTableRequest struct {
 
 func (x *DropTableRequest) Reset() {
 	*x = DropTableRequest{}
-	mi := &file_tabula_proto_msgTypes[76]
+	mi := &file_tabula_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6411,7 +6692,7 @@ func (x *DropTableRequest) String() string {
 func (*DropTableRequest) ProtoMessage() {}
 
 func (x *DropTableRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[76]
+	mi := &file_tabula_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6424,7 +6705,7 @@ func (x *DropTableRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DropTableRequest.ProtoReflect.Descriptor instead.
 func (*DropTableRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{76}
+	return file_tabula_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *DropTableRequest) GetTenant() string {
@@ -6449,7 +6730,7 @@ type DropTableResponse struct {
 
 func (x *DropTableResponse) Reset() {
 	*x = DropTableResponse{}
-	mi := &file_tabula_proto_msgTypes[77]
+	mi := &file_tabula_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6461,7 +6742,7 @@ func (x *DropTableResponse) String() string {
 func (*DropTableResponse) ProtoMessage() {}
 
 func (x *DropTableResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[77]
+	mi := &file_tabula_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6474,7 +6755,7 @@ func (x *DropTableResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DropTableResponse.ProtoReflect.Descriptor instead.
 func (*DropTableResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{77}
+	return file_tabula_proto_rawDescGZIP(), []int{80}
 }
 
 type ListTablesRequest struct {
@@ -6486,7 +6767,7 @@ type ListTablesRequest struct {
 
 func (x *ListTablesRequest) Reset() {
 	*x = ListTablesRequest{}
-	mi := &file_tabula_proto_msgTypes[78]
+	mi := &file_tabula_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6498,7 +6779,7 @@ func (x *ListTablesRequest) String() string {
 func (*ListTablesRequest) ProtoMessage() {}
 
 func (x *ListTablesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[78]
+	mi := &file_tabula_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6511,7 +6792,7 @@ func (x *ListTablesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTablesRequest.ProtoReflect.Descriptor instead.
 func (*ListTablesRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{78}
+	return file_tabula_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *ListTablesRequest) GetTenant() string {
@@ -6530,7 +6811,7 @@ type ListTablesResponse struct {
 
 func (x *ListTablesResponse) Reset() {
 	*x = ListTablesResponse{}
-	mi := &file_tabula_proto_msgTypes[79]
+	mi := &file_tabula_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6542,7 +6823,7 @@ func (x *ListTablesResponse) String() string {
 func (*ListTablesResponse) ProtoMessage() {}
 
 func (x *ListTablesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[79]
+	mi := &file_tabula_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6555,7 +6836,7 @@ func (x *ListTablesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTablesResponse.ProtoReflect.Descriptor instead.
 func (*ListTablesResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{79}
+	return file_tabula_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *ListTablesResponse) GetTables() []*Table {
@@ -6575,7 +6856,7 @@ type DescribeTableRequest struct {
 
 func (x *DescribeTableRequest) Reset() {
 	*x = DescribeTableRequest{}
-	mi := &file_tabula_proto_msgTypes[80]
+	mi := &file_tabula_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6587,7 +6868,7 @@ func (x *DescribeTableRequest) String() string {
 func (*DescribeTableRequest) ProtoMessage() {}
 
 func (x *DescribeTableRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[80]
+	mi := &file_tabula_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6600,7 +6881,7 @@ func (x *DescribeTableRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeTableRequest.ProtoReflect.Descriptor instead.
 func (*DescribeTableRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{80}
+	return file_tabula_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *DescribeTableRequest) GetTenant() string {
@@ -6628,7 +6909,7 @@ type DescribeTableResponse struct {
 
 func (x *DescribeTableResponse) Reset() {
 	*x = DescribeTableResponse{}
-	mi := &file_tabula_proto_msgTypes[81]
+	mi := &file_tabula_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6640,7 +6921,7 @@ func (x *DescribeTableResponse) String() string {
 func (*DescribeTableResponse) ProtoMessage() {}
 
 func (x *DescribeTableResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[81]
+	mi := &file_tabula_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6653,7 +6934,7 @@ func (x *DescribeTableResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeTableResponse.ProtoReflect.Descriptor instead.
 func (*DescribeTableResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{81}
+	return file_tabula_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *DescribeTableResponse) GetMap() *PartitionMap {
@@ -6680,7 +6961,7 @@ type GetPartitionMapRequest struct {
 
 func (x *GetPartitionMapRequest) Reset() {
 	*x = GetPartitionMapRequest{}
-	mi := &file_tabula_proto_msgTypes[82]
+	mi := &file_tabula_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6692,7 +6973,7 @@ func (x *GetPartitionMapRequest) String() string {
 func (*GetPartitionMapRequest) ProtoMessage() {}
 
 func (x *GetPartitionMapRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[82]
+	mi := &file_tabula_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6705,7 +6986,7 @@ func (x *GetPartitionMapRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPartitionMapRequest.ProtoReflect.Descriptor instead.
 func (*GetPartitionMapRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{82}
+	return file_tabula_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *GetPartitionMapRequest) GetTenant() string {
@@ -6731,7 +7012,7 @@ type GetPartitionMapResponse struct {
 
 func (x *GetPartitionMapResponse) Reset() {
 	*x = GetPartitionMapResponse{}
-	mi := &file_tabula_proto_msgTypes[83]
+	mi := &file_tabula_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6743,7 +7024,7 @@ func (x *GetPartitionMapResponse) String() string {
 func (*GetPartitionMapResponse) ProtoMessage() {}
 
 func (x *GetPartitionMapResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[83]
+	mi := &file_tabula_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6756,7 +7037,7 @@ func (x *GetPartitionMapResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPartitionMapResponse.ProtoReflect.Descriptor instead.
 func (*GetPartitionMapResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{83}
+	return file_tabula_proto_rawDescGZIP(), []int{86}
 }
 
 func (x *GetPartitionMapResponse) GetMap() *PartitionMap {
@@ -6785,7 +7066,7 @@ type WatchPartitionMapRequest struct {
 
 func (x *WatchPartitionMapRequest) Reset() {
 	*x = WatchPartitionMapRequest{}
-	mi := &file_tabula_proto_msgTypes[84]
+	mi := &file_tabula_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6797,7 +7078,7 @@ func (x *WatchPartitionMapRequest) String() string {
 func (*WatchPartitionMapRequest) ProtoMessage() {}
 
 func (x *WatchPartitionMapRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[84]
+	mi := &file_tabula_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6810,7 +7091,7 @@ func (x *WatchPartitionMapRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchPartitionMapRequest.ProtoReflect.Descriptor instead.
 func (*WatchPartitionMapRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{84}
+	return file_tabula_proto_rawDescGZIP(), []int{87}
 }
 
 func (x *WatchPartitionMapRequest) GetTenant() string {
@@ -6881,7 +7162,7 @@ type WatchPartitionMapResponse struct {
 
 func (x *WatchPartitionMapResponse) Reset() {
 	*x = WatchPartitionMapResponse{}
-	mi := &file_tabula_proto_msgTypes[85]
+	mi := &file_tabula_proto_msgTypes[88]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6893,7 +7174,7 @@ func (x *WatchPartitionMapResponse) String() string {
 func (*WatchPartitionMapResponse) ProtoMessage() {}
 
 func (x *WatchPartitionMapResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[85]
+	mi := &file_tabula_proto_msgTypes[88]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6906,7 +7187,7 @@ func (x *WatchPartitionMapResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchPartitionMapResponse.ProtoReflect.Descriptor instead.
 func (*WatchPartitionMapResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{85}
+	return file_tabula_proto_rawDescGZIP(), []int{88}
 }
 
 func (x *WatchPartitionMapResponse) GetVersion() uint64 {
@@ -6978,7 +7259,7 @@ type RegisterServerRequest struct {
 
 func (x *RegisterServerRequest) Reset() {
 	*x = RegisterServerRequest{}
-	mi := &file_tabula_proto_msgTypes[86]
+	mi := &file_tabula_proto_msgTypes[89]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6990,7 +7271,7 @@ func (x *RegisterServerRequest) String() string {
 func (*RegisterServerRequest) ProtoMessage() {}
 
 func (x *RegisterServerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[86]
+	mi := &file_tabula_proto_msgTypes[89]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7003,7 +7284,7 @@ func (x *RegisterServerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterServerRequest.ProtoReflect.Descriptor instead.
 func (*RegisterServerRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{86}
+	return file_tabula_proto_rawDescGZIP(), []int{89}
 }
 
 func (x *RegisterServerRequest) GetServerId() string {
@@ -7069,7 +7350,7 @@ type RegisterServerResponse struct {
 
 func (x *RegisterServerResponse) Reset() {
 	*x = RegisterServerResponse{}
-	mi := &file_tabula_proto_msgTypes[87]
+	mi := &file_tabula_proto_msgTypes[90]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7081,7 +7362,7 @@ func (x *RegisterServerResponse) String() string {
 func (*RegisterServerResponse) ProtoMessage() {}
 
 func (x *RegisterServerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[87]
+	mi := &file_tabula_proto_msgTypes[90]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7094,7 +7375,7 @@ func (x *RegisterServerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterServerResponse.ProtoReflect.Descriptor instead.
 func (*RegisterServerResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{87}
+	return file_tabula_proto_rawDescGZIP(), []int{90}
 }
 
 func (x *RegisterServerResponse) GetServerId() string {
@@ -7163,7 +7444,7 @@ type HeartbeatRequest struct {
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_tabula_proto_msgTypes[88]
+	mi := &file_tabula_proto_msgTypes[91]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7175,7 +7456,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[88]
+	mi := &file_tabula_proto_msgTypes[91]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7188,7 +7469,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{88}
+	return file_tabula_proto_rawDescGZIP(), []int{91}
 }
 
 func (x *HeartbeatRequest) GetServerId() string {
@@ -7268,7 +7549,7 @@ type HeartbeatResponse struct {
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_tabula_proto_msgTypes[89]
+	mi := &file_tabula_proto_msgTypes[92]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7280,7 +7561,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[89]
+	mi := &file_tabula_proto_msgTypes[92]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7293,7 +7574,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{89}
+	return file_tabula_proto_rawDescGZIP(), []int{92}
 }
 
 func (x *HeartbeatResponse) GetMapVersion() uint64 {
@@ -7353,7 +7634,7 @@ type BulkPublishRequest struct {
 
 func (x *BulkPublishRequest) Reset() {
 	*x = BulkPublishRequest{}
-	mi := &file_tabula_proto_msgTypes[90]
+	mi := &file_tabula_proto_msgTypes[93]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7365,7 +7646,7 @@ func (x *BulkPublishRequest) String() string {
 func (*BulkPublishRequest) ProtoMessage() {}
 
 func (x *BulkPublishRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[90]
+	mi := &file_tabula_proto_msgTypes[93]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7378,7 +7659,7 @@ func (x *BulkPublishRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkPublishRequest.ProtoReflect.Descriptor instead.
 func (*BulkPublishRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{90}
+	return file_tabula_proto_rawDescGZIP(), []int{93}
 }
 
 func (x *BulkPublishRequest) GetTenant() string {
@@ -7428,7 +7709,7 @@ type BulkPublishResponse struct {
 
 func (x *BulkPublishResponse) Reset() {
 	*x = BulkPublishResponse{}
-	mi := &file_tabula_proto_msgTypes[91]
+	mi := &file_tabula_proto_msgTypes[94]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7440,7 +7721,7 @@ func (x *BulkPublishResponse) String() string {
 func (*BulkPublishResponse) ProtoMessage() {}
 
 func (x *BulkPublishResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[91]
+	mi := &file_tabula_proto_msgTypes[94]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7453,7 +7734,7 @@ func (x *BulkPublishResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkPublishResponse.ProtoReflect.Descriptor instead.
 func (*BulkPublishResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{91}
+	return file_tabula_proto_rawDescGZIP(), []int{94}
 }
 
 func (x *BulkPublishResponse) GetMap() *PartitionMap {
@@ -7485,7 +7766,7 @@ type BulkStoredRequest struct {
 
 func (x *BulkStoredRequest) Reset() {
 	*x = BulkStoredRequest{}
-	mi := &file_tabula_proto_msgTypes[92]
+	mi := &file_tabula_proto_msgTypes[95]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7497,7 +7778,7 @@ func (x *BulkStoredRequest) String() string {
 func (*BulkStoredRequest) ProtoMessage() {}
 
 func (x *BulkStoredRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[92]
+	mi := &file_tabula_proto_msgTypes[95]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7510,7 +7791,7 @@ func (x *BulkStoredRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkStoredRequest.ProtoReflect.Descriptor instead.
 func (*BulkStoredRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{92}
+	return file_tabula_proto_rawDescGZIP(), []int{95}
 }
 
 func (x *BulkStoredRequest) GetTenant() string {
@@ -7557,7 +7838,7 @@ type BulkStoredResponse struct {
 
 func (x *BulkStoredResponse) Reset() {
 	*x = BulkStoredResponse{}
-	mi := &file_tabula_proto_msgTypes[93]
+	mi := &file_tabula_proto_msgTypes[96]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7569,7 +7850,7 @@ func (x *BulkStoredResponse) String() string {
 func (*BulkStoredResponse) ProtoMessage() {}
 
 func (x *BulkStoredResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[93]
+	mi := &file_tabula_proto_msgTypes[96]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7582,7 +7863,7 @@ func (x *BulkStoredResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkStoredResponse.ProtoReflect.Descriptor instead.
 func (*BulkStoredResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{93}
+	return file_tabula_proto_rawDescGZIP(), []int{96}
 }
 
 func (x *BulkStoredResponse) GetMap() *PartitionMap {
@@ -7602,7 +7883,7 @@ type BulkStatusRequest struct {
 
 func (x *BulkStatusRequest) Reset() {
 	*x = BulkStatusRequest{}
-	mi := &file_tabula_proto_msgTypes[94]
+	mi := &file_tabula_proto_msgTypes[97]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7614,7 +7895,7 @@ func (x *BulkStatusRequest) String() string {
 func (*BulkStatusRequest) ProtoMessage() {}
 
 func (x *BulkStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[94]
+	mi := &file_tabula_proto_msgTypes[97]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7627,7 +7908,7 @@ func (x *BulkStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkStatusRequest.ProtoReflect.Descriptor instead.
 func (*BulkStatusRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{94}
+	return file_tabula_proto_rawDescGZIP(), []int{97}
 }
 
 func (x *BulkStatusRequest) GetTenant() string {
@@ -7655,7 +7936,7 @@ type BulkStatusResponse struct {
 
 func (x *BulkStatusResponse) Reset() {
 	*x = BulkStatusResponse{}
-	mi := &file_tabula_proto_msgTypes[95]
+	mi := &file_tabula_proto_msgTypes[98]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7667,7 +7948,7 @@ func (x *BulkStatusResponse) String() string {
 func (*BulkStatusResponse) ProtoMessage() {}
 
 func (x *BulkStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[95]
+	mi := &file_tabula_proto_msgTypes[98]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7680,7 +7961,7 @@ func (x *BulkStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkStatusResponse.ProtoReflect.Descriptor instead.
 func (*BulkStatusResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{95}
+	return file_tabula_proto_rawDescGZIP(), []int{98}
 }
 
 func (x *BulkStatusResponse) GetMap() *PartitionMap {
@@ -7708,7 +7989,7 @@ type BulkRollbackRequest struct {
 
 func (x *BulkRollbackRequest) Reset() {
 	*x = BulkRollbackRequest{}
-	mi := &file_tabula_proto_msgTypes[96]
+	mi := &file_tabula_proto_msgTypes[99]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7720,7 +8001,7 @@ func (x *BulkRollbackRequest) String() string {
 func (*BulkRollbackRequest) ProtoMessage() {}
 
 func (x *BulkRollbackRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[96]
+	mi := &file_tabula_proto_msgTypes[99]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7733,7 +8014,7 @@ func (x *BulkRollbackRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkRollbackRequest.ProtoReflect.Descriptor instead.
 func (*BulkRollbackRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{96}
+	return file_tabula_proto_rawDescGZIP(), []int{99}
 }
 
 func (x *BulkRollbackRequest) GetTenant() string {
@@ -7766,7 +8047,7 @@ type BulkRollbackResponse struct {
 
 func (x *BulkRollbackResponse) Reset() {
 	*x = BulkRollbackResponse{}
-	mi := &file_tabula_proto_msgTypes[97]
+	mi := &file_tabula_proto_msgTypes[100]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7778,7 +8059,7 @@ func (x *BulkRollbackResponse) String() string {
 func (*BulkRollbackResponse) ProtoMessage() {}
 
 func (x *BulkRollbackResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[97]
+	mi := &file_tabula_proto_msgTypes[100]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7791,7 +8072,7 @@ func (x *BulkRollbackResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkRollbackResponse.ProtoReflect.Descriptor instead.
 func (*BulkRollbackResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{97}
+	return file_tabula_proto_rawDescGZIP(), []int{100}
 }
 
 func (x *BulkRollbackResponse) GetMap() *PartitionMap {
@@ -7812,7 +8093,7 @@ type BulkRolloutRequest struct {
 
 func (x *BulkRolloutRequest) Reset() {
 	*x = BulkRolloutRequest{}
-	mi := &file_tabula_proto_msgTypes[98]
+	mi := &file_tabula_proto_msgTypes[101]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7824,7 +8105,7 @@ func (x *BulkRolloutRequest) String() string {
 func (*BulkRolloutRequest) ProtoMessage() {}
 
 func (x *BulkRolloutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[98]
+	mi := &file_tabula_proto_msgTypes[101]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7837,7 +8118,7 @@ func (x *BulkRolloutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkRolloutRequest.ProtoReflect.Descriptor instead.
 func (*BulkRolloutRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{98}
+	return file_tabula_proto_rawDescGZIP(), []int{101}
 }
 
 func (x *BulkRolloutRequest) GetTenant() string {
@@ -7870,7 +8151,7 @@ type BulkRolloutResponse struct {
 
 func (x *BulkRolloutResponse) Reset() {
 	*x = BulkRolloutResponse{}
-	mi := &file_tabula_proto_msgTypes[99]
+	mi := &file_tabula_proto_msgTypes[102]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7882,7 +8163,7 @@ func (x *BulkRolloutResponse) String() string {
 func (*BulkRolloutResponse) ProtoMessage() {}
 
 func (x *BulkRolloutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[99]
+	mi := &file_tabula_proto_msgTypes[102]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7895,7 +8176,7 @@ func (x *BulkRolloutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkRolloutResponse.ProtoReflect.Descriptor instead.
 func (*BulkRolloutResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{99}
+	return file_tabula_proto_rawDescGZIP(), []int{102}
 }
 
 func (x *BulkRolloutResponse) GetMap() *PartitionMap {
@@ -7913,7 +8194,7 @@ type ListServersRequest struct {
 
 func (x *ListServersRequest) Reset() {
 	*x = ListServersRequest{}
-	mi := &file_tabula_proto_msgTypes[100]
+	mi := &file_tabula_proto_msgTypes[103]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7925,7 +8206,7 @@ func (x *ListServersRequest) String() string {
 func (*ListServersRequest) ProtoMessage() {}
 
 func (x *ListServersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[100]
+	mi := &file_tabula_proto_msgTypes[103]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7938,7 +8219,7 @@ func (x *ListServersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListServersRequest.ProtoReflect.Descriptor instead.
 func (*ListServersRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{100}
+	return file_tabula_proto_rawDescGZIP(), []int{103}
 }
 
 type ListServersResponse struct {
@@ -7950,7 +8231,7 @@ type ListServersResponse struct {
 
 func (x *ListServersResponse) Reset() {
 	*x = ListServersResponse{}
-	mi := &file_tabula_proto_msgTypes[101]
+	mi := &file_tabula_proto_msgTypes[104]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7962,7 +8243,7 @@ func (x *ListServersResponse) String() string {
 func (*ListServersResponse) ProtoMessage() {}
 
 func (x *ListServersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[101]
+	mi := &file_tabula_proto_msgTypes[104]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7975,7 +8256,7 @@ func (x *ListServersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListServersResponse.ProtoReflect.Descriptor instead.
 func (*ListServersResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{101}
+	return file_tabula_proto_rawDescGZIP(), []int{104}
 }
 
 func (x *ListServersResponse) GetServers() []*ServerInfo {
@@ -8006,7 +8287,7 @@ type CallRequest struct {
 
 func (x *CallRequest) Reset() {
 	*x = CallRequest{}
-	mi := &file_tabula_proto_msgTypes[102]
+	mi := &file_tabula_proto_msgTypes[105]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8018,7 +8299,7 @@ func (x *CallRequest) String() string {
 func (*CallRequest) ProtoMessage() {}
 
 func (x *CallRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[102]
+	mi := &file_tabula_proto_msgTypes[105]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8031,7 +8312,7 @@ func (x *CallRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CallRequest.ProtoReflect.Descriptor instead.
 func (*CallRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{102}
+	return file_tabula_proto_rawDescGZIP(), []int{105}
 }
 
 func (x *CallRequest) GetId() uint64 {
@@ -8154,7 +8435,7 @@ type CallResponse struct {
 
 func (x *CallResponse) Reset() {
 	*x = CallResponse{}
-	mi := &file_tabula_proto_msgTypes[103]
+	mi := &file_tabula_proto_msgTypes[106]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8166,7 +8447,7 @@ func (x *CallResponse) String() string {
 func (*CallResponse) ProtoMessage() {}
 
 func (x *CallResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[103]
+	mi := &file_tabula_proto_msgTypes[106]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8179,7 +8460,7 @@ func (x *CallResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CallResponse.ProtoReflect.Descriptor instead.
 func (*CallResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{103}
+	return file_tabula_proto_rawDescGZIP(), []int{106}
 }
 
 func (x *CallResponse) GetId() uint64 {
@@ -8310,7 +8591,7 @@ type RequestHeader struct {
 
 func (x *RequestHeader) Reset() {
 	*x = RequestHeader{}
-	mi := &file_tabula_proto_msgTypes[104]
+	mi := &file_tabula_proto_msgTypes[107]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8322,7 +8603,7 @@ func (x *RequestHeader) String() string {
 func (*RequestHeader) ProtoMessage() {}
 
 func (x *RequestHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[104]
+	mi := &file_tabula_proto_msgTypes[107]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8335,7 +8616,7 @@ func (x *RequestHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestHeader.ProtoReflect.Descriptor instead.
 func (*RequestHeader) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{104}
+	return file_tabula_proto_rawDescGZIP(), []int{107}
 }
 
 func (x *RequestHeader) GetTenant() string {
@@ -8404,7 +8685,7 @@ type GetRequest struct {
 
 func (x *GetRequest) Reset() {
 	*x = GetRequest{}
-	mi := &file_tabula_proto_msgTypes[105]
+	mi := &file_tabula_proto_msgTypes[108]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8416,7 +8697,7 @@ func (x *GetRequest) String() string {
 func (*GetRequest) ProtoMessage() {}
 
 func (x *GetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[105]
+	mi := &file_tabula_proto_msgTypes[108]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8429,7 +8710,7 @@ func (x *GetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRequest.ProtoReflect.Descriptor instead.
 func (*GetRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{105}
+	return file_tabula_proto_rawDescGZIP(), []int{108}
 }
 
 func (x *GetRequest) GetHeader() *RequestHeader {
@@ -8460,7 +8741,7 @@ type GetResponse struct {
 
 func (x *GetResponse) Reset() {
 	*x = GetResponse{}
-	mi := &file_tabula_proto_msgTypes[106]
+	mi := &file_tabula_proto_msgTypes[109]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8472,7 +8753,7 @@ func (x *GetResponse) String() string {
 func (*GetResponse) ProtoMessage() {}
 
 func (x *GetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[106]
+	mi := &file_tabula_proto_msgTypes[109]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8485,7 +8766,7 @@ func (x *GetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetResponse.ProtoReflect.Descriptor instead.
 func (*GetResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{106}
+	return file_tabula_proto_rawDescGZIP(), []int{109}
 }
 
 func (x *GetResponse) GetFound() bool {
@@ -8526,7 +8807,7 @@ type BatchGetRequest struct {
 
 func (x *BatchGetRequest) Reset() {
 	*x = BatchGetRequest{}
-	mi := &file_tabula_proto_msgTypes[107]
+	mi := &file_tabula_proto_msgTypes[110]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8538,7 +8819,7 @@ func (x *BatchGetRequest) String() string {
 func (*BatchGetRequest) ProtoMessage() {}
 
 func (x *BatchGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[107]
+	mi := &file_tabula_proto_msgTypes[110]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8551,7 +8832,7 @@ func (x *BatchGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchGetRequest.ProtoReflect.Descriptor instead.
 func (*BatchGetRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{107}
+	return file_tabula_proto_rawDescGZIP(), []int{110}
 }
 
 func (x *BatchGetRequest) GetHeader() *RequestHeader {
@@ -8580,7 +8861,7 @@ type BatchGetResponse struct {
 
 func (x *BatchGetResponse) Reset() {
 	*x = BatchGetResponse{}
-	mi := &file_tabula_proto_msgTypes[108]
+	mi := &file_tabula_proto_msgTypes[111]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8592,7 +8873,7 @@ func (x *BatchGetResponse) String() string {
 func (*BatchGetResponse) ProtoMessage() {}
 
 func (x *BatchGetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[108]
+	mi := &file_tabula_proto_msgTypes[111]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8605,7 +8886,7 @@ func (x *BatchGetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchGetResponse.ProtoReflect.Descriptor instead.
 func (*BatchGetResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{108}
+	return file_tabula_proto_rawDescGZIP(), []int{111}
 }
 
 func (x *BatchGetResponse) GetResults() []*GetResponse {
@@ -8632,7 +8913,7 @@ type MultiGetRequest struct {
 
 func (x *MultiGetRequest) Reset() {
 	*x = MultiGetRequest{}
-	mi := &file_tabula_proto_msgTypes[109]
+	mi := &file_tabula_proto_msgTypes[112]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8644,7 +8925,7 @@ func (x *MultiGetRequest) String() string {
 func (*MultiGetRequest) ProtoMessage() {}
 
 func (x *MultiGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[109]
+	mi := &file_tabula_proto_msgTypes[112]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8657,7 +8938,7 @@ func (x *MultiGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MultiGetRequest.ProtoReflect.Descriptor instead.
 func (*MultiGetRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{109}
+	return file_tabula_proto_rawDescGZIP(), []int{112}
 }
 
 func (x *MultiGetRequest) GetGets() []*GetRequest {
@@ -8677,7 +8958,7 @@ type MultiGetResponse struct {
 
 func (x *MultiGetResponse) Reset() {
 	*x = MultiGetResponse{}
-	mi := &file_tabula_proto_msgTypes[110]
+	mi := &file_tabula_proto_msgTypes[113]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8689,7 +8970,7 @@ func (x *MultiGetResponse) String() string {
 func (*MultiGetResponse) ProtoMessage() {}
 
 func (x *MultiGetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[110]
+	mi := &file_tabula_proto_msgTypes[113]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8702,7 +8983,7 @@ func (x *MultiGetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MultiGetResponse.ProtoReflect.Descriptor instead.
 func (*MultiGetResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{110}
+	return file_tabula_proto_rawDescGZIP(), []int{113}
 }
 
 func (x *MultiGetResponse) GetResults() []*MultiGetResult {
@@ -8725,7 +9006,7 @@ type MultiGetResult struct {
 
 func (x *MultiGetResult) Reset() {
 	*x = MultiGetResult{}
-	mi := &file_tabula_proto_msgTypes[111]
+	mi := &file_tabula_proto_msgTypes[114]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8737,7 +9018,7 @@ func (x *MultiGetResult) String() string {
 func (*MultiGetResult) ProtoMessage() {}
 
 func (x *MultiGetResult) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[111]
+	mi := &file_tabula_proto_msgTypes[114]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8750,7 +9031,7 @@ func (x *MultiGetResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MultiGetResult.ProtoReflect.Descriptor instead.
 func (*MultiGetResult) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{111}
+	return file_tabula_proto_rawDescGZIP(), []int{114}
 }
 
 func (x *MultiGetResult) GetResponse() *GetResponse {
@@ -8783,7 +9064,7 @@ type PutRequest struct {
 
 func (x *PutRequest) Reset() {
 	*x = PutRequest{}
-	mi := &file_tabula_proto_msgTypes[112]
+	mi := &file_tabula_proto_msgTypes[115]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8795,7 +9076,7 @@ func (x *PutRequest) String() string {
 func (*PutRequest) ProtoMessage() {}
 
 func (x *PutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[112]
+	mi := &file_tabula_proto_msgTypes[115]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8808,7 +9089,7 @@ func (x *PutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutRequest.ProtoReflect.Descriptor instead.
 func (*PutRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{112}
+	return file_tabula_proto_rawDescGZIP(), []int{115}
 }
 
 func (x *PutRequest) GetHeader() *RequestHeader {
@@ -8856,7 +9137,7 @@ type PutResponse struct {
 
 func (x *PutResponse) Reset() {
 	*x = PutResponse{}
-	mi := &file_tabula_proto_msgTypes[113]
+	mi := &file_tabula_proto_msgTypes[116]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8868,7 +9149,7 @@ func (x *PutResponse) String() string {
 func (*PutResponse) ProtoMessage() {}
 
 func (x *PutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[113]
+	mi := &file_tabula_proto_msgTypes[116]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8881,7 +9162,7 @@ func (x *PutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutResponse.ProtoReflect.Descriptor instead.
 func (*PutResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{113}
+	return file_tabula_proto_rawDescGZIP(), []int{116}
 }
 
 func (x *PutResponse) GetLsn() uint64 {
@@ -8902,7 +9183,7 @@ type DeleteRequest struct {
 
 func (x *DeleteRequest) Reset() {
 	*x = DeleteRequest{}
-	mi := &file_tabula_proto_msgTypes[114]
+	mi := &file_tabula_proto_msgTypes[117]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8914,7 +9195,7 @@ func (x *DeleteRequest) String() string {
 func (*DeleteRequest) ProtoMessage() {}
 
 func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[114]
+	mi := &file_tabula_proto_msgTypes[117]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8927,7 +9208,7 @@ func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRequest.ProtoReflect.Descriptor instead.
 func (*DeleteRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{114}
+	return file_tabula_proto_rawDescGZIP(), []int{117}
 }
 
 func (x *DeleteRequest) GetHeader() *RequestHeader {
@@ -8961,7 +9242,7 @@ type DeleteResponse struct {
 
 func (x *DeleteResponse) Reset() {
 	*x = DeleteResponse{}
-	mi := &file_tabula_proto_msgTypes[115]
+	mi := &file_tabula_proto_msgTypes[118]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8973,7 +9254,7 @@ func (x *DeleteResponse) String() string {
 func (*DeleteResponse) ProtoMessage() {}
 
 func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[115]
+	mi := &file_tabula_proto_msgTypes[118]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8986,7 +9267,7 @@ func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteResponse.ProtoReflect.Descriptor instead.
 func (*DeleteResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{115}
+	return file_tabula_proto_rawDescGZIP(), []int{118}
 }
 
 func (x *DeleteResponse) GetExisted() bool {
@@ -9022,7 +9303,7 @@ type CompareAndSwapRequest struct {
 
 func (x *CompareAndSwapRequest) Reset() {
 	*x = CompareAndSwapRequest{}
-	mi := &file_tabula_proto_msgTypes[116]
+	mi := &file_tabula_proto_msgTypes[119]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9034,7 +9315,7 @@ func (x *CompareAndSwapRequest) String() string {
 func (*CompareAndSwapRequest) ProtoMessage() {}
 
 func (x *CompareAndSwapRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[116]
+	mi := &file_tabula_proto_msgTypes[119]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9047,7 +9328,7 @@ func (x *CompareAndSwapRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompareAndSwapRequest.ProtoReflect.Descriptor instead.
 func (*CompareAndSwapRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{116}
+	return file_tabula_proto_rawDescGZIP(), []int{119}
 }
 
 func (x *CompareAndSwapRequest) GetHeader() *RequestHeader {
@@ -9119,7 +9400,7 @@ type CompareAndSwapResponse struct {
 
 func (x *CompareAndSwapResponse) Reset() {
 	*x = CompareAndSwapResponse{}
-	mi := &file_tabula_proto_msgTypes[117]
+	mi := &file_tabula_proto_msgTypes[120]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9131,7 +9412,7 @@ func (x *CompareAndSwapResponse) String() string {
 func (*CompareAndSwapResponse) ProtoMessage() {}
 
 func (x *CompareAndSwapResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[117]
+	mi := &file_tabula_proto_msgTypes[120]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9144,7 +9425,7 @@ func (x *CompareAndSwapResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompareAndSwapResponse.ProtoReflect.Descriptor instead.
 func (*CompareAndSwapResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{117}
+	return file_tabula_proto_rawDescGZIP(), []int{120}
 }
 
 func (x *CompareAndSwapResponse) GetSwapped() bool {
@@ -9189,7 +9470,7 @@ type Mutation struct {
 
 func (x *Mutation) Reset() {
 	*x = Mutation{}
-	mi := &file_tabula_proto_msgTypes[118]
+	mi := &file_tabula_proto_msgTypes[121]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9201,7 +9482,7 @@ func (x *Mutation) String() string {
 func (*Mutation) ProtoMessage() {}
 
 func (x *Mutation) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[118]
+	mi := &file_tabula_proto_msgTypes[121]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9214,7 +9495,7 @@ func (x *Mutation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Mutation.ProtoReflect.Descriptor instead.
 func (*Mutation) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{118}
+	return file_tabula_proto_rawDescGZIP(), []int{121}
 }
 
 func (x *Mutation) GetOp() Mutation_Op {
@@ -9266,7 +9547,7 @@ type Condition struct {
 
 func (x *Condition) Reset() {
 	*x = Condition{}
-	mi := &file_tabula_proto_msgTypes[119]
+	mi := &file_tabula_proto_msgTypes[122]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9278,7 +9559,7 @@ func (x *Condition) String() string {
 func (*Condition) ProtoMessage() {}
 
 func (x *Condition) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[119]
+	mi := &file_tabula_proto_msgTypes[122]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9291,7 +9572,7 @@ func (x *Condition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Condition.ProtoReflect.Descriptor instead.
 func (*Condition) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{119}
+	return file_tabula_proto_rawDescGZIP(), []int{122}
 }
 
 func (x *Condition) GetKind() Condition_Kind {
@@ -9329,7 +9610,7 @@ type BatchWriteRequest struct {
 
 func (x *BatchWriteRequest) Reset() {
 	*x = BatchWriteRequest{}
-	mi := &file_tabula_proto_msgTypes[120]
+	mi := &file_tabula_proto_msgTypes[123]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9341,7 +9622,7 @@ func (x *BatchWriteRequest) String() string {
 func (*BatchWriteRequest) ProtoMessage() {}
 
 func (x *BatchWriteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[120]
+	mi := &file_tabula_proto_msgTypes[123]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9354,7 +9635,7 @@ func (x *BatchWriteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchWriteRequest.ProtoReflect.Descriptor instead.
 func (*BatchWriteRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{120}
+	return file_tabula_proto_rawDescGZIP(), []int{123}
 }
 
 func (x *BatchWriteRequest) GetHeader() *RequestHeader {
@@ -9387,7 +9668,7 @@ type BatchWriteResponse struct {
 
 func (x *BatchWriteResponse) Reset() {
 	*x = BatchWriteResponse{}
-	mi := &file_tabula_proto_msgTypes[121]
+	mi := &file_tabula_proto_msgTypes[124]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9399,7 +9680,7 @@ func (x *BatchWriteResponse) String() string {
 func (*BatchWriteResponse) ProtoMessage() {}
 
 func (x *BatchWriteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[121]
+	mi := &file_tabula_proto_msgTypes[124]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9412,7 +9693,7 @@ func (x *BatchWriteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchWriteResponse.ProtoReflect.Descriptor instead.
 func (*BatchWriteResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{121}
+	return file_tabula_proto_rawDescGZIP(), []int{124}
 }
 
 func (x *BatchWriteResponse) GetLsn() uint64 {
@@ -9439,7 +9720,7 @@ type ScanRequest struct {
 
 func (x *ScanRequest) Reset() {
 	*x = ScanRequest{}
-	mi := &file_tabula_proto_msgTypes[122]
+	mi := &file_tabula_proto_msgTypes[125]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9451,7 +9732,7 @@ func (x *ScanRequest) String() string {
 func (*ScanRequest) ProtoMessage() {}
 
 func (x *ScanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[122]
+	mi := &file_tabula_proto_msgTypes[125]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9464,7 +9745,7 @@ func (x *ScanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScanRequest.ProtoReflect.Descriptor instead.
 func (*ScanRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{122}
+	return file_tabula_proto_rawDescGZIP(), []int{125}
 }
 
 func (x *ScanRequest) GetHeader() *RequestHeader {
@@ -9513,7 +9794,7 @@ type KeyValue struct {
 
 func (x *KeyValue) Reset() {
 	*x = KeyValue{}
-	mi := &file_tabula_proto_msgTypes[123]
+	mi := &file_tabula_proto_msgTypes[126]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9525,7 +9806,7 @@ func (x *KeyValue) String() string {
 func (*KeyValue) ProtoMessage() {}
 
 func (x *KeyValue) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[123]
+	mi := &file_tabula_proto_msgTypes[126]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9538,7 +9819,7 @@ func (x *KeyValue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyValue.ProtoReflect.Descriptor instead.
 func (*KeyValue) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{123}
+	return file_tabula_proto_rawDescGZIP(), []int{126}
 }
 
 func (x *KeyValue) GetKey() []byte {
@@ -9571,7 +9852,7 @@ type ScanResponse struct {
 
 func (x *ScanResponse) Reset() {
 	*x = ScanResponse{}
-	mi := &file_tabula_proto_msgTypes[124]
+	mi := &file_tabula_proto_msgTypes[127]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9583,7 +9864,7 @@ func (x *ScanResponse) String() string {
 func (*ScanResponse) ProtoMessage() {}
 
 func (x *ScanResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[124]
+	mi := &file_tabula_proto_msgTypes[127]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9596,7 +9877,7 @@ func (x *ScanResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScanResponse.ProtoReflect.Descriptor instead.
 func (*ScanResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{124}
+	return file_tabula_proto_rawDescGZIP(), []int{127}
 }
 
 func (x *ScanResponse) GetRecords() []*KeyValue {
@@ -9618,7 +9899,7 @@ type CopyReplicaRequest struct {
 
 func (x *CopyReplicaRequest) Reset() {
 	*x = CopyReplicaRequest{}
-	mi := &file_tabula_proto_msgTypes[125]
+	mi := &file_tabula_proto_msgTypes[128]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9630,7 +9911,7 @@ func (x *CopyReplicaRequest) String() string {
 func (*CopyReplicaRequest) ProtoMessage() {}
 
 func (x *CopyReplicaRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[125]
+	mi := &file_tabula_proto_msgTypes[128]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9643,7 +9924,7 @@ func (x *CopyReplicaRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CopyReplicaRequest.ProtoReflect.Descriptor instead.
 func (*CopyReplicaRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{125}
+	return file_tabula_proto_rawDescGZIP(), []int{128}
 }
 
 func (x *CopyReplicaRequest) GetHeader() *RequestHeader {
@@ -9676,7 +9957,7 @@ type CopyReplicaChunk struct {
 
 func (x *CopyReplicaChunk) Reset() {
 	*x = CopyReplicaChunk{}
-	mi := &file_tabula_proto_msgTypes[126]
+	mi := &file_tabula_proto_msgTypes[129]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9688,7 +9969,7 @@ func (x *CopyReplicaChunk) String() string {
 func (*CopyReplicaChunk) ProtoMessage() {}
 
 func (x *CopyReplicaChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[126]
+	mi := &file_tabula_proto_msgTypes[129]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9701,7 +9982,7 @@ func (x *CopyReplicaChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CopyReplicaChunk.ProtoReflect.Descriptor instead.
 func (*CopyReplicaChunk) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{126}
+	return file_tabula_proto_rawDescGZIP(), []int{129}
 }
 
 func (x *CopyReplicaChunk) GetLsn() uint64 {
@@ -9764,7 +10045,7 @@ type BulkUploadRequest struct {
 
 func (x *BulkUploadRequest) Reset() {
 	*x = BulkUploadRequest{}
-	mi := &file_tabula_proto_msgTypes[127]
+	mi := &file_tabula_proto_msgTypes[130]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9776,7 +10057,7 @@ func (x *BulkUploadRequest) String() string {
 func (*BulkUploadRequest) ProtoMessage() {}
 
 func (x *BulkUploadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[127]
+	mi := &file_tabula_proto_msgTypes[130]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9789,7 +10070,7 @@ func (x *BulkUploadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkUploadRequest.ProtoReflect.Descriptor instead.
 func (*BulkUploadRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{127}
+	return file_tabula_proto_rawDescGZIP(), []int{130}
 }
 
 func (x *BulkUploadRequest) GetHeader() *RequestHeader {
@@ -9851,7 +10132,7 @@ type BulkUploadStatusRequest struct {
 
 func (x *BulkUploadStatusRequest) Reset() {
 	*x = BulkUploadStatusRequest{}
-	mi := &file_tabula_proto_msgTypes[128]
+	mi := &file_tabula_proto_msgTypes[131]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9863,7 +10144,7 @@ func (x *BulkUploadStatusRequest) String() string {
 func (*BulkUploadStatusRequest) ProtoMessage() {}
 
 func (x *BulkUploadStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[128]
+	mi := &file_tabula_proto_msgTypes[131]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9876,7 +10157,7 @@ func (x *BulkUploadStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkUploadStatusRequest.ProtoReflect.Descriptor instead.
 func (*BulkUploadStatusRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{128}
+	return file_tabula_proto_rawDescGZIP(), []int{131}
 }
 
 func (x *BulkUploadStatusRequest) GetHeader() *RequestHeader {
@@ -9907,7 +10188,7 @@ type BulkUploadResponse struct {
 
 func (x *BulkUploadResponse) Reset() {
 	*x = BulkUploadResponse{}
-	mi := &file_tabula_proto_msgTypes[129]
+	mi := &file_tabula_proto_msgTypes[132]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9919,7 +10200,7 @@ func (x *BulkUploadResponse) String() string {
 func (*BulkUploadResponse) ProtoMessage() {}
 
 func (x *BulkUploadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[129]
+	mi := &file_tabula_proto_msgTypes[132]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9932,7 +10213,7 @@ func (x *BulkUploadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkUploadResponse.ProtoReflect.Descriptor instead.
 func (*BulkUploadResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{129}
+	return file_tabula_proto_rawDescGZIP(), []int{132}
 }
 
 func (x *BulkUploadResponse) GetReceived() uint64 {
@@ -9970,7 +10251,7 @@ type PartitionLogFailedRequest struct {
 
 func (x *PartitionLogFailedRequest) Reset() {
 	*x = PartitionLogFailedRequest{}
-	mi := &file_tabula_proto_msgTypes[130]
+	mi := &file_tabula_proto_msgTypes[133]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9982,7 +10263,7 @@ func (x *PartitionLogFailedRequest) String() string {
 func (*PartitionLogFailedRequest) ProtoMessage() {}
 
 func (x *PartitionLogFailedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[130]
+	mi := &file_tabula_proto_msgTypes[133]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9995,7 +10276,7 @@ func (x *PartitionLogFailedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionLogFailedRequest.ProtoReflect.Descriptor instead.
 func (*PartitionLogFailedRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{130}
+	return file_tabula_proto_rawDescGZIP(), []int{133}
 }
 
 func (x *PartitionLogFailedRequest) GetServerId() string {
@@ -10043,7 +10324,7 @@ type PartitionLogFailedResponse struct {
 
 func (x *PartitionLogFailedResponse) Reset() {
 	*x = PartitionLogFailedResponse{}
-	mi := &file_tabula_proto_msgTypes[131]
+	mi := &file_tabula_proto_msgTypes[134]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -10055,7 +10336,7 @@ func (x *PartitionLogFailedResponse) String() string {
 func (*PartitionLogFailedResponse) ProtoMessage() {}
 
 func (x *PartitionLogFailedResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[131]
+	mi := &file_tabula_proto_msgTypes[134]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -10068,7 +10349,7 @@ func (x *PartitionLogFailedResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionLogFailedResponse.ProtoReflect.Descriptor instead.
 func (*PartitionLogFailedResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{131}
+	return file_tabula_proto_rawDescGZIP(), []int{134}
 }
 
 func (x *PartitionLogFailedResponse) GetPartition() *Partition {
@@ -10097,7 +10378,7 @@ type ForgetServerRequest struct {
 
 func (x *ForgetServerRequest) Reset() {
 	*x = ForgetServerRequest{}
-	mi := &file_tabula_proto_msgTypes[132]
+	mi := &file_tabula_proto_msgTypes[135]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -10109,7 +10390,7 @@ func (x *ForgetServerRequest) String() string {
 func (*ForgetServerRequest) ProtoMessage() {}
 
 func (x *ForgetServerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[132]
+	mi := &file_tabula_proto_msgTypes[135]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -10122,7 +10403,7 @@ func (x *ForgetServerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForgetServerRequest.ProtoReflect.Descriptor instead.
 func (*ForgetServerRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{132}
+	return file_tabula_proto_rawDescGZIP(), []int{135}
 }
 
 func (x *ForgetServerRequest) GetServerId() string {
@@ -10152,7 +10433,7 @@ type ForgetServerResponse struct {
 
 func (x *ForgetServerResponse) Reset() {
 	*x = ForgetServerResponse{}
-	mi := &file_tabula_proto_msgTypes[133]
+	mi := &file_tabula_proto_msgTypes[136]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -10164,7 +10445,7 @@ func (x *ForgetServerResponse) String() string {
 func (*ForgetServerResponse) ProtoMessage() {}
 
 func (x *ForgetServerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[133]
+	mi := &file_tabula_proto_msgTypes[136]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -10177,7 +10458,7 @@ func (x *ForgetServerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForgetServerResponse.ProtoReflect.Descriptor instead.
 func (*ForgetServerResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{133}
+	return file_tabula_proto_rawDescGZIP(), []int{136}
 }
 
 func (x *ForgetServerResponse) GetMoved() uint32 {
@@ -10220,7 +10501,7 @@ type LostPartition struct {
 
 func (x *LostPartition) Reset() {
 	*x = LostPartition{}
-	mi := &file_tabula_proto_msgTypes[134]
+	mi := &file_tabula_proto_msgTypes[137]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -10232,7 +10513,7 @@ func (x *LostPartition) String() string {
 func (*LostPartition) ProtoMessage() {}
 
 func (x *LostPartition) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[134]
+	mi := &file_tabula_proto_msgTypes[137]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -10245,7 +10526,7 @@ func (x *LostPartition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LostPartition.ProtoReflect.Descriptor instead.
 func (*LostPartition) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{134}
+	return file_tabula_proto_rawDescGZIP(), []int{137}
 }
 
 func (x *LostPartition) GetTenant() string {
@@ -10308,7 +10589,7 @@ type ListDataLossRequest struct {
 
 func (x *ListDataLossRequest) Reset() {
 	*x = ListDataLossRequest{}
-	mi := &file_tabula_proto_msgTypes[135]
+	mi := &file_tabula_proto_msgTypes[138]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -10320,7 +10601,7 @@ func (x *ListDataLossRequest) String() string {
 func (*ListDataLossRequest) ProtoMessage() {}
 
 func (x *ListDataLossRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[135]
+	mi := &file_tabula_proto_msgTypes[138]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -10333,7 +10614,7 @@ func (x *ListDataLossRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDataLossRequest.ProtoReflect.Descriptor instead.
 func (*ListDataLossRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{135}
+	return file_tabula_proto_rawDescGZIP(), []int{138}
 }
 
 func (x *ListDataLossRequest) GetTenant() string {
@@ -10360,7 +10641,7 @@ type ListDataLossResponse struct {
 
 func (x *ListDataLossResponse) Reset() {
 	*x = ListDataLossResponse{}
-	mi := &file_tabula_proto_msgTypes[136]
+	mi := &file_tabula_proto_msgTypes[139]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -10372,7 +10653,7 @@ func (x *ListDataLossResponse) String() string {
 func (*ListDataLossResponse) ProtoMessage() {}
 
 func (x *ListDataLossResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[136]
+	mi := &file_tabula_proto_msgTypes[139]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -10385,7 +10666,7 @@ func (x *ListDataLossResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDataLossResponse.ProtoReflect.Descriptor instead.
 func (*ListDataLossResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{136}
+	return file_tabula_proto_rawDescGZIP(), []int{139}
 }
 
 func (x *ListDataLossResponse) GetLost() []*LostPartition {
@@ -10408,7 +10689,7 @@ type ClearDataLossRequest struct {
 
 func (x *ClearDataLossRequest) Reset() {
 	*x = ClearDataLossRequest{}
-	mi := &file_tabula_proto_msgTypes[137]
+	mi := &file_tabula_proto_msgTypes[140]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -10420,7 +10701,7 @@ func (x *ClearDataLossRequest) String() string {
 func (*ClearDataLossRequest) ProtoMessage() {}
 
 func (x *ClearDataLossRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[137]
+	mi := &file_tabula_proto_msgTypes[140]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -10433,7 +10714,7 @@ func (x *ClearDataLossRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClearDataLossRequest.ProtoReflect.Descriptor instead.
 func (*ClearDataLossRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{137}
+	return file_tabula_proto_rawDescGZIP(), []int{140}
 }
 
 func (x *ClearDataLossRequest) GetTenant() string {
@@ -10468,7 +10749,7 @@ type ClearDataLossResponse struct {
 
 func (x *ClearDataLossResponse) Reset() {
 	*x = ClearDataLossResponse{}
-	mi := &file_tabula_proto_msgTypes[138]
+	mi := &file_tabula_proto_msgTypes[141]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -10480,7 +10761,7 @@ func (x *ClearDataLossResponse) String() string {
 func (*ClearDataLossResponse) ProtoMessage() {}
 
 func (x *ClearDataLossResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[138]
+	mi := &file_tabula_proto_msgTypes[141]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -10493,7 +10774,7 @@ func (x *ClearDataLossResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClearDataLossResponse.ProtoReflect.Descriptor instead.
 func (*ClearDataLossResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{138}
+	return file_tabula_proto_rawDescGZIP(), []int{141}
 }
 
 func (x *ClearDataLossResponse) GetCleared() []uint64 {
@@ -10544,7 +10825,7 @@ const file_tabula_proto_rawDesc = "" +
 	"\vbulk_serves\x18\x05 \x01(\x04R\n" +
 	"bulkServes\x12\x1d\n" +
 	"\n" +
-	"bulk_holds\x18\x06 \x03(\x04R\tbulkHolds\"\xad\x03\n" +
+	"bulk_holds\x18\x06 \x03(\x04R\tbulkHolds\"\xbf\x04\n" +
 	"\tPartition\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x14\n" +
 	"\x05start\x18\x02 \x01(\x04R\x05start\x12\x10\n" +
@@ -10561,7 +10842,17 @@ const file_tabula_proto_rawDesc = "" +
 	"\x05split\x18\f \x01(\v2\x19.tabula.v1.PartitionSplitR\x05split\x12\x1d\n" +
 	"\n" +
 	"split_from\x18\r \x01(\x04R\tsplitFrom\x12\x1b\n" +
-	"\tsplit_lsn\x18\x0e \x01(\x04R\bsplitLsn\"j\n" +
+	"\tsplit_lsn\x18\x0e \x01(\x04R\bsplitLsn\x120\n" +
+	"\x05merge\x18\xc8\x01 \x01(\v2\x19.tabula.v1.PartitionMergeR\x05merge\x12\x1e\n" +
+	"\n" +
+	"merge_left\x18\xc9\x01 \x01(\x04R\tmergeLeft\x12 \n" +
+	"\vmerge_right\x18\xca\x01 \x01(\x04R\n" +
+	"mergeRight\x12\x1c\n" +
+	"\tmerge_lsn\x18\xcb\x01 \x01(\x04R\bmergeLsn\"_\n" +
+	"\x0ePartitionMerge\x12\x17\n" +
+	"\aleft_id\x18\x01 \x01(\x04R\x06leftId\x12\x19\n" +
+	"\bright_id\x18\x02 \x01(\x04R\arightId\x12\x19\n" +
+	"\bchild_id\x18\x03 \x01(\x04R\achildId\"j\n" +
 	"\x0ePartitionSplit\x12\x17\n" +
 	"\aleft_id\x18\x01 \x01(\x04R\x06leftId\x12\x19\n" +
 	"\bright_id\x18\x02 \x01(\x04R\arightId\x12\x12\n" +
@@ -10700,7 +10991,7 @@ const file_tabula_proto_rawDesc = "" +
 	"\breplicas\x18\x05 \x01(\rR\breplicas\x123\n" +
 	"\x16last_heartbeat_unix_ms\x18\x06 \x01(\x03R\x13lastHeartbeatUnixMs\x12\x1a\n" +
 	"\bdraining\x18\a \x01(\bR\bdraining\x12#\n" +
-	"\rinternal_addr\x18\b \x01(\tR\finternalAddr\"\xc2\a\n" +
+	"\rinternal_addr\x18\b \x01(\tR\finternalAddr\"\xe0\a\n" +
 	"\rReplicaStatus\x12!\n" +
 	"\fpartition_id\x18\x01 \x01(\x04R\vpartitionId\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12*\n" +
@@ -10735,7 +11026,8 @@ const file_tabula_proto_rawDesc = "" +
 	"\x06lag_ms\x18\x17 \x01(\x03R\x05lagMs\x120\n" +
 	"\aack_set\x18\x18 \x03(\v2\x17.tabula.v1.AckSetMemberR\x06ackSet\x12*\n" +
 	"\x04sync\x18\x19 \x01(\v2\x16.tabula.v1.ReplicaSyncR\x04sync\x12\x1b\n" +
-	"\tsplit_lsn\x18( \x01(\x04R\bsplitLsn\x12\x17\n" +
+	"\tsplit_lsn\x18( \x01(\x04R\bsplitLsn\x12\x1c\n" +
+	"\tmerge_lsn\x18\xc8\x01 \x01(\x04R\bmergeLsn\x12\x17\n" +
 	"\abusy_ns\x18\x1a \x01(\x04R\x06busyNs\x12*\n" +
 	"\x04load\x18\x1b \x01(\v2\x16.tabula.v1.ReplicaLoadR\x04load\"v\n" +
 	"\vReplicaLoad\x12\"\n" +
@@ -10886,7 +11178,21 @@ const file_tabula_proto_rawDesc = "" +
 	"\x05index\x18\x03 \x01(\rR\x05index\x12\x12\n" +
 	"\x04hash\x18\x04 \x01(\x04R\x04hash\x12\x10\n" +
 	"\x03key\x18\x05 \x01(\fR\x03key\x12\x12\n" +
-	"\x04wait\x18\x06 \x01(\bR\x04wait\"\xc0\x01\n" +
+	"\x04wait\x18\x06 \x01(\bR\x04wait\"p\n" +
+	"\x16MergePartitionsRequest\x12\x16\n" +
+	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x14\n" +
+	"\x05table\x18\x02 \x01(\tR\x05table\x12\x14\n" +
+	"\x05index\x18\x03 \x01(\rR\x05index\x12\x12\n" +
+	"\x04wait\x18\x04 \x01(\bR\x04wait\"\xdf\x01\n" +
+	"\x17MergePartitionsResponse\x12\x17\n" +
+	"\aleft_id\x18\x01 \x01(\x04R\x06leftId\x12\x19\n" +
+	"\bright_id\x18\x02 \x01(\x04R\arightId\x12\x19\n" +
+	"\bchild_id\x18\x03 \x01(\x04R\achildId\x12*\n" +
+	"\x05child\x18\x04 \x01(\v2\x14.tabula.v1.PartitionR\x05child\x12\x1f\n" +
+	"\vmap_version\x18\x05 \x01(\x04R\n" +
+	"mapVersion\x12\x12\n" +
+	"\x04done\x18\x06 \x01(\bR\x04done\x12\x14\n" +
+	"\x05phase\x18\a \x01(\tR\x05phase\"\xc0\x01\n" +
 	"\x16SplitPartitionResponse\x12\x1b\n" +
 	"\tparent_id\x18\x01 \x01(\x04R\bparentId\x12(\n" +
 	"\x04left\x18\x02 \x01(\v2\x14.tabula.v1.PartitionR\x04left\x12*\n" +
@@ -11332,7 +11638,7 @@ const file_tabula_proto_rawDesc = "" +
 	"\x1fBULK_ROLLOUT_ACTION_UNSPECIFIED\x10\x00\x12\x1d\n" +
 	"\x19BULK_ROLLOUT_ACTION_PAUSE\x10\x01\x12\x1e\n" +
 	"\x1aBULK_ROLLOUT_ACTION_RESUME\x10\x02\x12\x1d\n" +
-	"\x19BULK_ROLLOUT_ACTION_ABORT\x10\x032\x90\x18\n" +
+	"\x19BULK_ROLLOUT_ACTION_ABORT\x10\x032\xea\x18\n" +
 	"\x06Master\x12L\n" +
 	"\vCreateTable\x12\x1d.tabula.v1.CreateTableRequest\x1a\x1e.tabula.v1.CreateTableResponse\x12F\n" +
 	"\tDropTable\x12\x1b.tabula.v1.DropTableRequest\x1a\x1c.tabula.v1.DropTableResponse\x12I\n" +
@@ -11376,7 +11682,8 @@ const file_tabula_proto_rawDesc = "" +
 	"\n" +
 	"TenantKeys\x12\x1c.tabula.v1.TenantKeysRequest\x1a\x1d.tabula.v1.TenantKeysResponse\x12U\n" +
 	"\x0eSetTenantQuota\x12 .tabula.v1.SetTenantQuotaRequest\x1a!.tabula.v1.SetTenantQuotaResponse\x12U\n" +
-	"\x0eSplitPartition\x12 .tabula.v1.SplitPartitionRequest\x1a!.tabula.v1.SplitPartitionResponse2\xdb\a\n" +
+	"\x0eSplitPartition\x12 .tabula.v1.SplitPartitionRequest\x1a!.tabula.v1.SplitPartitionResponse\x12X\n" +
+	"\x0fMergePartitions\x12!.tabula.v1.MergePartitionsRequest\x1a\".tabula.v1.MergePartitionsResponse2\xdb\a\n" +
 	"\vTableServer\x124\n" +
 	"\x03Get\x12\x15.tabula.v1.GetRequest\x1a\x16.tabula.v1.GetResponse\x12C\n" +
 	"\bBatchGet\x12\x1a.tabula.v1.BatchGetRequest\x1a\x1b.tabula.v1.BatchGetResponse\x12C\n" +
@@ -11408,7 +11715,7 @@ func file_tabula_proto_rawDescGZIP() []byte {
 }
 
 var file_tabula_proto_enumTypes = make([]protoimpl.EnumInfo, 10)
-var file_tabula_proto_msgTypes = make([]protoimpl.MessageInfo, 139)
+var file_tabula_proto_msgTypes = make([]protoimpl.MessageInfo, 142)
 var file_tabula_proto_goTypes = []any{
 	(TableKind)(0),                     // 0: tabula.v1.TableKind
 	(ReplicaRole)(0),                   // 1: tabula.v1.ReplicaRole
@@ -11424,359 +11731,366 @@ var file_tabula_proto_goTypes = []any{
 	(*Table)(nil),                      // 11: tabula.v1.Table
 	(*Replica)(nil),                    // 12: tabula.v1.Replica
 	(*Partition)(nil),                  // 13: tabula.v1.Partition
-	(*PartitionSplit)(nil),             // 14: tabula.v1.PartitionSplit
-	(*PartitionLog)(nil),               // 15: tabula.v1.PartitionLog
-	(*PartitionMap)(nil),               // 16: tabula.v1.PartitionMap
-	(*CoprocVersion)(nil),              // 17: tabula.v1.CoprocVersion
-	(*Coprocessor)(nil),                // 18: tabula.v1.Coprocessor
-	(*CoprocDeployRequest)(nil),        // 19: tabula.v1.CoprocDeployRequest
-	(*CoprocDeployResponse)(nil),       // 20: tabula.v1.CoprocDeployResponse
-	(*CoprocListRequest)(nil),          // 21: tabula.v1.CoprocListRequest
-	(*CoprocListResponse)(nil),         // 22: tabula.v1.CoprocListResponse
-	(*CoprocRollbackRequest)(nil),      // 23: tabula.v1.CoprocRollbackRequest
-	(*CoprocRollbackResponse)(nil),     // 24: tabula.v1.CoprocRollbackResponse
-	(*CoprocFetchRequest)(nil),         // 25: tabula.v1.CoprocFetchRequest
-	(*CoprocFetchResponse)(nil),        // 26: tabula.v1.CoprocFetchResponse
-	(*CoprocReady)(nil),                // 27: tabula.v1.CoprocReady
-	(*InvokeRequest)(nil),              // 28: tabula.v1.InvokeRequest
-	(*InvokeResponse)(nil),             // 29: tabula.v1.InvokeResponse
-	(*CoprocMergeRequest)(nil),         // 30: tabula.v1.CoprocMergeRequest
-	(*CoprocMergeResponse)(nil),        // 31: tabula.v1.CoprocMergeResponse
-	(*BulkFile)(nil),                   // 32: tabula.v1.BulkFile
-	(*BulkVersion)(nil),                // 33: tabula.v1.BulkVersion
-	(*BulkInfo)(nil),                   // 34: tabula.v1.BulkInfo
-	(*BulkRollout)(nil),                // 35: tabula.v1.BulkRollout
-	(*ServerInfo)(nil),                 // 36: tabula.v1.ServerInfo
-	(*ReplicaStatus)(nil),              // 37: tabula.v1.ReplicaStatus
-	(*ReplicaLoad)(nil),                // 38: tabula.v1.ReplicaLoad
-	(*ServerCapacity)(nil),             // 39: tabula.v1.ServerCapacity
-	(*AckSetMember)(nil),               // 40: tabula.v1.AckSetMember
-	(*ReplicaSync)(nil),                // 41: tabula.v1.ReplicaSync
-	(*BulkLoaded)(nil),                 // 42: tabula.v1.BulkLoaded
-	(*ErrorDetail)(nil),                // 43: tabula.v1.ErrorDetail
-	(*TenantInfo)(nil),                 // 44: tabula.v1.TenantInfo
-	(*TenantQuota)(nil),                // 45: tabula.v1.TenantQuota
-	(*TenantUsage)(nil),                // 46: tabula.v1.TenantUsage
-	(*SetTenantQuotaRequest)(nil),      // 47: tabula.v1.SetTenantQuotaRequest
-	(*SetTenantQuotaResponse)(nil),     // 48: tabula.v1.SetTenantQuotaResponse
-	(*TenantLoad)(nil),                 // 49: tabula.v1.TenantLoad
-	(*TenantShare)(nil),                // 50: tabula.v1.TenantShare
-	(*CreateTenantRequest)(nil),        // 51: tabula.v1.CreateTenantRequest
-	(*CreateTenantResponse)(nil),       // 52: tabula.v1.CreateTenantResponse
-	(*ListTenantsRequest)(nil),         // 53: tabula.v1.ListTenantsRequest
-	(*ListTenantsResponse)(nil),        // 54: tabula.v1.ListTenantsResponse
-	(*DescribeTenantRequest)(nil),      // 55: tabula.v1.DescribeTenantRequest
-	(*DescribeTenantResponse)(nil),     // 56: tabula.v1.DescribeTenantResponse
-	(*DeleteTenantRequest)(nil),        // 57: tabula.v1.DeleteTenantRequest
-	(*DeleteTenantResponse)(nil),       // 58: tabula.v1.DeleteTenantResponse
-	(*RotateTenantKeyRequest)(nil),     // 59: tabula.v1.RotateTenantKeyRequest
-	(*RotateTenantKeyResponse)(nil),    // 60: tabula.v1.RotateTenantKeyResponse
-	(*TenantKeysRequest)(nil),          // 61: tabula.v1.TenantKeysRequest
-	(*TenantKeysResponse)(nil),         // 62: tabula.v1.TenantKeysResponse
-	(*MovePartitionRequest)(nil),       // 63: tabula.v1.MovePartitionRequest
-	(*MovePartitionResponse)(nil),      // 64: tabula.v1.MovePartitionResponse
-	(*SplitPartitionRequest)(nil),      // 65: tabula.v1.SplitPartitionRequest
-	(*SplitPartitionResponse)(nil),     // 66: tabula.v1.SplitPartitionResponse
-	(*DrainServerRequest)(nil),         // 67: tabula.v1.DrainServerRequest
-	(*DrainServerResponse)(nil),        // 68: tabula.v1.DrainServerResponse
-	(*BalancePlanRequest)(nil),         // 69: tabula.v1.BalancePlanRequest
-	(*BalancePlanResponse)(nil),        // 70: tabula.v1.BalancePlanResponse
-	(*BalanceAction)(nil),              // 71: tabula.v1.BalanceAction
-	(*BalanceServer)(nil),              // 72: tabula.v1.BalanceServer
-	(*MasterMember)(nil),               // 73: tabula.v1.MasterMember
-	(*MasterMembersRequest)(nil),       // 74: tabula.v1.MasterMembersRequest
-	(*MasterMembersResponse)(nil),      // 75: tabula.v1.MasterMembersResponse
-	(*AddMasterRequest)(nil),           // 76: tabula.v1.AddMasterRequest
-	(*AddMasterResponse)(nil),          // 77: tabula.v1.AddMasterResponse
-	(*RemoveMasterRequest)(nil),        // 78: tabula.v1.RemoveMasterRequest
-	(*RemoveMasterResponse)(nil),       // 79: tabula.v1.RemoveMasterResponse
-	(*TransferLeaderRequest)(nil),      // 80: tabula.v1.TransferLeaderRequest
-	(*TransferLeaderResponse)(nil),     // 81: tabula.v1.TransferLeaderResponse
-	(*StreamRequest)(nil),              // 82: tabula.v1.StreamRequest
-	(*StreamResponse)(nil),             // 83: tabula.v1.StreamResponse
-	(*CreateTableRequest)(nil),         // 84: tabula.v1.CreateTableRequest
-	(*CreateTableResponse)(nil),        // 85: tabula.v1.CreateTableResponse
-	(*DropTableRequest)(nil),           // 86: tabula.v1.DropTableRequest
-	(*DropTableResponse)(nil),          // 87: tabula.v1.DropTableResponse
-	(*ListTablesRequest)(nil),          // 88: tabula.v1.ListTablesRequest
-	(*ListTablesResponse)(nil),         // 89: tabula.v1.ListTablesResponse
-	(*DescribeTableRequest)(nil),       // 90: tabula.v1.DescribeTableRequest
-	(*DescribeTableResponse)(nil),      // 91: tabula.v1.DescribeTableResponse
-	(*GetPartitionMapRequest)(nil),     // 92: tabula.v1.GetPartitionMapRequest
-	(*GetPartitionMapResponse)(nil),    // 93: tabula.v1.GetPartitionMapResponse
-	(*WatchPartitionMapRequest)(nil),   // 94: tabula.v1.WatchPartitionMapRequest
-	(*WatchPartitionMapResponse)(nil),  // 95: tabula.v1.WatchPartitionMapResponse
-	(*RegisterServerRequest)(nil),      // 96: tabula.v1.RegisterServerRequest
-	(*RegisterServerResponse)(nil),     // 97: tabula.v1.RegisterServerResponse
-	(*HeartbeatRequest)(nil),           // 98: tabula.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),          // 99: tabula.v1.HeartbeatResponse
-	(*BulkPublishRequest)(nil),         // 100: tabula.v1.BulkPublishRequest
-	(*BulkPublishResponse)(nil),        // 101: tabula.v1.BulkPublishResponse
-	(*BulkStoredRequest)(nil),          // 102: tabula.v1.BulkStoredRequest
-	(*BulkStoredResponse)(nil),         // 103: tabula.v1.BulkStoredResponse
-	(*BulkStatusRequest)(nil),          // 104: tabula.v1.BulkStatusRequest
-	(*BulkStatusResponse)(nil),         // 105: tabula.v1.BulkStatusResponse
-	(*BulkRollbackRequest)(nil),        // 106: tabula.v1.BulkRollbackRequest
-	(*BulkRollbackResponse)(nil),       // 107: tabula.v1.BulkRollbackResponse
-	(*BulkRolloutRequest)(nil),         // 108: tabula.v1.BulkRolloutRequest
-	(*BulkRolloutResponse)(nil),        // 109: tabula.v1.BulkRolloutResponse
-	(*ListServersRequest)(nil),         // 110: tabula.v1.ListServersRequest
-	(*ListServersResponse)(nil),        // 111: tabula.v1.ListServersResponse
-	(*CallRequest)(nil),                // 112: tabula.v1.CallRequest
-	(*CallResponse)(nil),               // 113: tabula.v1.CallResponse
-	(*RequestHeader)(nil),              // 114: tabula.v1.RequestHeader
-	(*GetRequest)(nil),                 // 115: tabula.v1.GetRequest
-	(*GetResponse)(nil),                // 116: tabula.v1.GetResponse
-	(*BatchGetRequest)(nil),            // 117: tabula.v1.BatchGetRequest
-	(*BatchGetResponse)(nil),           // 118: tabula.v1.BatchGetResponse
-	(*MultiGetRequest)(nil),            // 119: tabula.v1.MultiGetRequest
-	(*MultiGetResponse)(nil),           // 120: tabula.v1.MultiGetResponse
-	(*MultiGetResult)(nil),             // 121: tabula.v1.MultiGetResult
-	(*PutRequest)(nil),                 // 122: tabula.v1.PutRequest
-	(*PutResponse)(nil),                // 123: tabula.v1.PutResponse
-	(*DeleteRequest)(nil),              // 124: tabula.v1.DeleteRequest
-	(*DeleteResponse)(nil),             // 125: tabula.v1.DeleteResponse
-	(*CompareAndSwapRequest)(nil),      // 126: tabula.v1.CompareAndSwapRequest
-	(*CompareAndSwapResponse)(nil),     // 127: tabula.v1.CompareAndSwapResponse
-	(*Mutation)(nil),                   // 128: tabula.v1.Mutation
-	(*Condition)(nil),                  // 129: tabula.v1.Condition
-	(*BatchWriteRequest)(nil),          // 130: tabula.v1.BatchWriteRequest
-	(*BatchWriteResponse)(nil),         // 131: tabula.v1.BatchWriteResponse
-	(*ScanRequest)(nil),                // 132: tabula.v1.ScanRequest
-	(*KeyValue)(nil),                   // 133: tabula.v1.KeyValue
-	(*ScanResponse)(nil),               // 134: tabula.v1.ScanResponse
-	(*CopyReplicaRequest)(nil),         // 135: tabula.v1.CopyReplicaRequest
-	(*CopyReplicaChunk)(nil),           // 136: tabula.v1.CopyReplicaChunk
-	(*BulkUploadRequest)(nil),          // 137: tabula.v1.BulkUploadRequest
-	(*BulkUploadStatusRequest)(nil),    // 138: tabula.v1.BulkUploadStatusRequest
-	(*BulkUploadResponse)(nil),         // 139: tabula.v1.BulkUploadResponse
-	(*PartitionLogFailedRequest)(nil),  // 140: tabula.v1.PartitionLogFailedRequest
-	(*PartitionLogFailedResponse)(nil), // 141: tabula.v1.PartitionLogFailedResponse
-	(*ForgetServerRequest)(nil),        // 142: tabula.v1.ForgetServerRequest
-	(*ForgetServerResponse)(nil),       // 143: tabula.v1.ForgetServerResponse
-	(*LostPartition)(nil),              // 144: tabula.v1.LostPartition
-	(*ListDataLossRequest)(nil),        // 145: tabula.v1.ListDataLossRequest
-	(*ListDataLossResponse)(nil),       // 146: tabula.v1.ListDataLossResponse
-	(*ClearDataLossRequest)(nil),       // 147: tabula.v1.ClearDataLossRequest
-	(*ClearDataLossResponse)(nil),      // 148: tabula.v1.ClearDataLossResponse
+	(*PartitionMerge)(nil),             // 14: tabula.v1.PartitionMerge
+	(*PartitionSplit)(nil),             // 15: tabula.v1.PartitionSplit
+	(*PartitionLog)(nil),               // 16: tabula.v1.PartitionLog
+	(*PartitionMap)(nil),               // 17: tabula.v1.PartitionMap
+	(*CoprocVersion)(nil),              // 18: tabula.v1.CoprocVersion
+	(*Coprocessor)(nil),                // 19: tabula.v1.Coprocessor
+	(*CoprocDeployRequest)(nil),        // 20: tabula.v1.CoprocDeployRequest
+	(*CoprocDeployResponse)(nil),       // 21: tabula.v1.CoprocDeployResponse
+	(*CoprocListRequest)(nil),          // 22: tabula.v1.CoprocListRequest
+	(*CoprocListResponse)(nil),         // 23: tabula.v1.CoprocListResponse
+	(*CoprocRollbackRequest)(nil),      // 24: tabula.v1.CoprocRollbackRequest
+	(*CoprocRollbackResponse)(nil),     // 25: tabula.v1.CoprocRollbackResponse
+	(*CoprocFetchRequest)(nil),         // 26: tabula.v1.CoprocFetchRequest
+	(*CoprocFetchResponse)(nil),        // 27: tabula.v1.CoprocFetchResponse
+	(*CoprocReady)(nil),                // 28: tabula.v1.CoprocReady
+	(*InvokeRequest)(nil),              // 29: tabula.v1.InvokeRequest
+	(*InvokeResponse)(nil),             // 30: tabula.v1.InvokeResponse
+	(*CoprocMergeRequest)(nil),         // 31: tabula.v1.CoprocMergeRequest
+	(*CoprocMergeResponse)(nil),        // 32: tabula.v1.CoprocMergeResponse
+	(*BulkFile)(nil),                   // 33: tabula.v1.BulkFile
+	(*BulkVersion)(nil),                // 34: tabula.v1.BulkVersion
+	(*BulkInfo)(nil),                   // 35: tabula.v1.BulkInfo
+	(*BulkRollout)(nil),                // 36: tabula.v1.BulkRollout
+	(*ServerInfo)(nil),                 // 37: tabula.v1.ServerInfo
+	(*ReplicaStatus)(nil),              // 38: tabula.v1.ReplicaStatus
+	(*ReplicaLoad)(nil),                // 39: tabula.v1.ReplicaLoad
+	(*ServerCapacity)(nil),             // 40: tabula.v1.ServerCapacity
+	(*AckSetMember)(nil),               // 41: tabula.v1.AckSetMember
+	(*ReplicaSync)(nil),                // 42: tabula.v1.ReplicaSync
+	(*BulkLoaded)(nil),                 // 43: tabula.v1.BulkLoaded
+	(*ErrorDetail)(nil),                // 44: tabula.v1.ErrorDetail
+	(*TenantInfo)(nil),                 // 45: tabula.v1.TenantInfo
+	(*TenantQuota)(nil),                // 46: tabula.v1.TenantQuota
+	(*TenantUsage)(nil),                // 47: tabula.v1.TenantUsage
+	(*SetTenantQuotaRequest)(nil),      // 48: tabula.v1.SetTenantQuotaRequest
+	(*SetTenantQuotaResponse)(nil),     // 49: tabula.v1.SetTenantQuotaResponse
+	(*TenantLoad)(nil),                 // 50: tabula.v1.TenantLoad
+	(*TenantShare)(nil),                // 51: tabula.v1.TenantShare
+	(*CreateTenantRequest)(nil),        // 52: tabula.v1.CreateTenantRequest
+	(*CreateTenantResponse)(nil),       // 53: tabula.v1.CreateTenantResponse
+	(*ListTenantsRequest)(nil),         // 54: tabula.v1.ListTenantsRequest
+	(*ListTenantsResponse)(nil),        // 55: tabula.v1.ListTenantsResponse
+	(*DescribeTenantRequest)(nil),      // 56: tabula.v1.DescribeTenantRequest
+	(*DescribeTenantResponse)(nil),     // 57: tabula.v1.DescribeTenantResponse
+	(*DeleteTenantRequest)(nil),        // 58: tabula.v1.DeleteTenantRequest
+	(*DeleteTenantResponse)(nil),       // 59: tabula.v1.DeleteTenantResponse
+	(*RotateTenantKeyRequest)(nil),     // 60: tabula.v1.RotateTenantKeyRequest
+	(*RotateTenantKeyResponse)(nil),    // 61: tabula.v1.RotateTenantKeyResponse
+	(*TenantKeysRequest)(nil),          // 62: tabula.v1.TenantKeysRequest
+	(*TenantKeysResponse)(nil),         // 63: tabula.v1.TenantKeysResponse
+	(*MovePartitionRequest)(nil),       // 64: tabula.v1.MovePartitionRequest
+	(*MovePartitionResponse)(nil),      // 65: tabula.v1.MovePartitionResponse
+	(*SplitPartitionRequest)(nil),      // 66: tabula.v1.SplitPartitionRequest
+	(*MergePartitionsRequest)(nil),     // 67: tabula.v1.MergePartitionsRequest
+	(*MergePartitionsResponse)(nil),    // 68: tabula.v1.MergePartitionsResponse
+	(*SplitPartitionResponse)(nil),     // 69: tabula.v1.SplitPartitionResponse
+	(*DrainServerRequest)(nil),         // 70: tabula.v1.DrainServerRequest
+	(*DrainServerResponse)(nil),        // 71: tabula.v1.DrainServerResponse
+	(*BalancePlanRequest)(nil),         // 72: tabula.v1.BalancePlanRequest
+	(*BalancePlanResponse)(nil),        // 73: tabula.v1.BalancePlanResponse
+	(*BalanceAction)(nil),              // 74: tabula.v1.BalanceAction
+	(*BalanceServer)(nil),              // 75: tabula.v1.BalanceServer
+	(*MasterMember)(nil),               // 76: tabula.v1.MasterMember
+	(*MasterMembersRequest)(nil),       // 77: tabula.v1.MasterMembersRequest
+	(*MasterMembersResponse)(nil),      // 78: tabula.v1.MasterMembersResponse
+	(*AddMasterRequest)(nil),           // 79: tabula.v1.AddMasterRequest
+	(*AddMasterResponse)(nil),          // 80: tabula.v1.AddMasterResponse
+	(*RemoveMasterRequest)(nil),        // 81: tabula.v1.RemoveMasterRequest
+	(*RemoveMasterResponse)(nil),       // 82: tabula.v1.RemoveMasterResponse
+	(*TransferLeaderRequest)(nil),      // 83: tabula.v1.TransferLeaderRequest
+	(*TransferLeaderResponse)(nil),     // 84: tabula.v1.TransferLeaderResponse
+	(*StreamRequest)(nil),              // 85: tabula.v1.StreamRequest
+	(*StreamResponse)(nil),             // 86: tabula.v1.StreamResponse
+	(*CreateTableRequest)(nil),         // 87: tabula.v1.CreateTableRequest
+	(*CreateTableResponse)(nil),        // 88: tabula.v1.CreateTableResponse
+	(*DropTableRequest)(nil),           // 89: tabula.v1.DropTableRequest
+	(*DropTableResponse)(nil),          // 90: tabula.v1.DropTableResponse
+	(*ListTablesRequest)(nil),          // 91: tabula.v1.ListTablesRequest
+	(*ListTablesResponse)(nil),         // 92: tabula.v1.ListTablesResponse
+	(*DescribeTableRequest)(nil),       // 93: tabula.v1.DescribeTableRequest
+	(*DescribeTableResponse)(nil),      // 94: tabula.v1.DescribeTableResponse
+	(*GetPartitionMapRequest)(nil),     // 95: tabula.v1.GetPartitionMapRequest
+	(*GetPartitionMapResponse)(nil),    // 96: tabula.v1.GetPartitionMapResponse
+	(*WatchPartitionMapRequest)(nil),   // 97: tabula.v1.WatchPartitionMapRequest
+	(*WatchPartitionMapResponse)(nil),  // 98: tabula.v1.WatchPartitionMapResponse
+	(*RegisterServerRequest)(nil),      // 99: tabula.v1.RegisterServerRequest
+	(*RegisterServerResponse)(nil),     // 100: tabula.v1.RegisterServerResponse
+	(*HeartbeatRequest)(nil),           // 101: tabula.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),          // 102: tabula.v1.HeartbeatResponse
+	(*BulkPublishRequest)(nil),         // 103: tabula.v1.BulkPublishRequest
+	(*BulkPublishResponse)(nil),        // 104: tabula.v1.BulkPublishResponse
+	(*BulkStoredRequest)(nil),          // 105: tabula.v1.BulkStoredRequest
+	(*BulkStoredResponse)(nil),         // 106: tabula.v1.BulkStoredResponse
+	(*BulkStatusRequest)(nil),          // 107: tabula.v1.BulkStatusRequest
+	(*BulkStatusResponse)(nil),         // 108: tabula.v1.BulkStatusResponse
+	(*BulkRollbackRequest)(nil),        // 109: tabula.v1.BulkRollbackRequest
+	(*BulkRollbackResponse)(nil),       // 110: tabula.v1.BulkRollbackResponse
+	(*BulkRolloutRequest)(nil),         // 111: tabula.v1.BulkRolloutRequest
+	(*BulkRolloutResponse)(nil),        // 112: tabula.v1.BulkRolloutResponse
+	(*ListServersRequest)(nil),         // 113: tabula.v1.ListServersRequest
+	(*ListServersResponse)(nil),        // 114: tabula.v1.ListServersResponse
+	(*CallRequest)(nil),                // 115: tabula.v1.CallRequest
+	(*CallResponse)(nil),               // 116: tabula.v1.CallResponse
+	(*RequestHeader)(nil),              // 117: tabula.v1.RequestHeader
+	(*GetRequest)(nil),                 // 118: tabula.v1.GetRequest
+	(*GetResponse)(nil),                // 119: tabula.v1.GetResponse
+	(*BatchGetRequest)(nil),            // 120: tabula.v1.BatchGetRequest
+	(*BatchGetResponse)(nil),           // 121: tabula.v1.BatchGetResponse
+	(*MultiGetRequest)(nil),            // 122: tabula.v1.MultiGetRequest
+	(*MultiGetResponse)(nil),           // 123: tabula.v1.MultiGetResponse
+	(*MultiGetResult)(nil),             // 124: tabula.v1.MultiGetResult
+	(*PutRequest)(nil),                 // 125: tabula.v1.PutRequest
+	(*PutResponse)(nil),                // 126: tabula.v1.PutResponse
+	(*DeleteRequest)(nil),              // 127: tabula.v1.DeleteRequest
+	(*DeleteResponse)(nil),             // 128: tabula.v1.DeleteResponse
+	(*CompareAndSwapRequest)(nil),      // 129: tabula.v1.CompareAndSwapRequest
+	(*CompareAndSwapResponse)(nil),     // 130: tabula.v1.CompareAndSwapResponse
+	(*Mutation)(nil),                   // 131: tabula.v1.Mutation
+	(*Condition)(nil),                  // 132: tabula.v1.Condition
+	(*BatchWriteRequest)(nil),          // 133: tabula.v1.BatchWriteRequest
+	(*BatchWriteResponse)(nil),         // 134: tabula.v1.BatchWriteResponse
+	(*ScanRequest)(nil),                // 135: tabula.v1.ScanRequest
+	(*KeyValue)(nil),                   // 136: tabula.v1.KeyValue
+	(*ScanResponse)(nil),               // 137: tabula.v1.ScanResponse
+	(*CopyReplicaRequest)(nil),         // 138: tabula.v1.CopyReplicaRequest
+	(*CopyReplicaChunk)(nil),           // 139: tabula.v1.CopyReplicaChunk
+	(*BulkUploadRequest)(nil),          // 140: tabula.v1.BulkUploadRequest
+	(*BulkUploadStatusRequest)(nil),    // 141: tabula.v1.BulkUploadStatusRequest
+	(*BulkUploadResponse)(nil),         // 142: tabula.v1.BulkUploadResponse
+	(*PartitionLogFailedRequest)(nil),  // 143: tabula.v1.PartitionLogFailedRequest
+	(*PartitionLogFailedResponse)(nil), // 144: tabula.v1.PartitionLogFailedResponse
+	(*ForgetServerRequest)(nil),        // 145: tabula.v1.ForgetServerRequest
+	(*ForgetServerResponse)(nil),       // 146: tabula.v1.ForgetServerResponse
+	(*LostPartition)(nil),              // 147: tabula.v1.LostPartition
+	(*ListDataLossRequest)(nil),        // 148: tabula.v1.ListDataLossRequest
+	(*ListDataLossResponse)(nil),       // 149: tabula.v1.ListDataLossResponse
+	(*ClearDataLossRequest)(nil),       // 150: tabula.v1.ClearDataLossRequest
+	(*ClearDataLossResponse)(nil),      // 151: tabula.v1.ClearDataLossResponse
 }
 var file_tabula_proto_depIdxs = []int32{
 	0,   // 0: tabula.v1.Table.kind:type_name -> tabula.v1.TableKind
 	10,  // 1: tabula.v1.Table.options:type_name -> tabula.v1.TableOptions
 	1,   // 2: tabula.v1.Replica.role:type_name -> tabula.v1.ReplicaRole
 	12,  // 3: tabula.v1.Partition.replicas:type_name -> tabula.v1.Replica
-	15,  // 4: tabula.v1.Partition.log:type_name -> tabula.v1.PartitionLog
-	14,  // 5: tabula.v1.Partition.split:type_name -> tabula.v1.PartitionSplit
-	11,  // 6: tabula.v1.PartitionMap.table:type_name -> tabula.v1.Table
-	13,  // 7: tabula.v1.PartitionMap.partitions:type_name -> tabula.v1.Partition
-	34,  // 8: tabula.v1.PartitionMap.bulk:type_name -> tabula.v1.BulkInfo
-	18,  // 9: tabula.v1.PartitionMap.coprocessors:type_name -> tabula.v1.Coprocessor
-	17,  // 10: tabula.v1.Coprocessor.versions:type_name -> tabula.v1.CoprocVersion
-	18,  // 11: tabula.v1.CoprocDeployResponse.coprocessor:type_name -> tabula.v1.Coprocessor
-	18,  // 12: tabula.v1.CoprocListResponse.coprocessors:type_name -> tabula.v1.Coprocessor
-	18,  // 13: tabula.v1.CoprocRollbackResponse.coprocessor:type_name -> tabula.v1.Coprocessor
-	114, // 14: tabula.v1.InvokeRequest.header:type_name -> tabula.v1.RequestHeader
-	114, // 15: tabula.v1.CoprocMergeRequest.header:type_name -> tabula.v1.RequestHeader
-	2,   // 16: tabula.v1.BulkVersion.state:type_name -> tabula.v1.BulkVersionState
-	32,  // 17: tabula.v1.BulkVersion.files:type_name -> tabula.v1.BulkFile
-	33,  // 18: tabula.v1.BulkInfo.versions:type_name -> tabula.v1.BulkVersion
-	35,  // 19: tabula.v1.BulkInfo.rollout:type_name -> tabula.v1.BulkRollout
-	1,   // 20: tabula.v1.ReplicaStatus.role:type_name -> tabula.v1.ReplicaRole
-	42,  // 21: tabula.v1.ReplicaStatus.bulk_loaded:type_name -> tabula.v1.BulkLoaded
-	3,   // 22: tabula.v1.ReplicaStatus.state:type_name -> tabula.v1.ReplicaState
-	40,  // 23: tabula.v1.ReplicaStatus.ack_set:type_name -> tabula.v1.AckSetMember
-	41,  // 24: tabula.v1.ReplicaStatus.sync:type_name -> tabula.v1.ReplicaSync
-	38,  // 25: tabula.v1.ReplicaStatus.load:type_name -> tabula.v1.ReplicaLoad
-	3,   // 26: tabula.v1.ReplicaSync.state:type_name -> tabula.v1.ReplicaState
-	4,   // 27: tabula.v1.ErrorDetail.code:type_name -> tabula.v1.ErrorCode
-	13,  // 28: tabula.v1.ErrorDetail.partition:type_name -> tabula.v1.Partition
-	45,  // 29: tabula.v1.TenantInfo.quota:type_name -> tabula.v1.TenantQuota
-	46,  // 30: tabula.v1.TenantInfo.usage:type_name -> tabula.v1.TenantUsage
-	45,  // 31: tabula.v1.SetTenantQuotaRequest.quota:type_name -> tabula.v1.TenantQuota
-	44,  // 32: tabula.v1.SetTenantQuotaResponse.tenant:type_name -> tabula.v1.TenantInfo
-	45,  // 33: tabula.v1.CreateTenantRequest.quota:type_name -> tabula.v1.TenantQuota
-	44,  // 34: tabula.v1.CreateTenantResponse.tenant:type_name -> tabula.v1.TenantInfo
-	44,  // 35: tabula.v1.ListTenantsResponse.tenants:type_name -> tabula.v1.TenantInfo
-	44,  // 36: tabula.v1.DescribeTenantResponse.tenant:type_name -> tabula.v1.TenantInfo
-	11,  // 37: tabula.v1.DescribeTenantResponse.tables:type_name -> tabula.v1.Table
-	44,  // 38: tabula.v1.RotateTenantKeyResponse.tenant:type_name -> tabula.v1.TenantInfo
-	44,  // 39: tabula.v1.TenantKeysResponse.tenants:type_name -> tabula.v1.TenantInfo
-	13,  // 40: tabula.v1.SplitPartitionResponse.left:type_name -> tabula.v1.Partition
-	13,  // 41: tabula.v1.SplitPartitionResponse.right:type_name -> tabula.v1.Partition
-	71,  // 42: tabula.v1.BalancePlanResponse.actions:type_name -> tabula.v1.BalanceAction
-	72,  // 43: tabula.v1.BalancePlanResponse.before:type_name -> tabula.v1.BalanceServer
-	72,  // 44: tabula.v1.BalancePlanResponse.after:type_name -> tabula.v1.BalanceServer
-	5,   // 45: tabula.v1.BalanceAction.kind:type_name -> tabula.v1.BalanceActionKind
-	73,  // 46: tabula.v1.MasterMembersResponse.members:type_name -> tabula.v1.MasterMember
-	6,   // 47: tabula.v1.StreamRequest.op:type_name -> tabula.v1.StreamOp
-	0,   // 48: tabula.v1.CreateTableRequest.kind:type_name -> tabula.v1.TableKind
-	10,  // 49: tabula.v1.CreateTableRequest.options:type_name -> tabula.v1.TableOptions
-	16,  // 50: tabula.v1.CreateTableResponse.map:type_name -> tabula.v1.PartitionMap
-	11,  // 51: tabula.v1.ListTablesResponse.tables:type_name -> tabula.v1.Table
-	16,  // 52: tabula.v1.DescribeTableResponse.map:type_name -> tabula.v1.PartitionMap
-	37,  // 53: tabula.v1.DescribeTableResponse.replicas:type_name -> tabula.v1.ReplicaStatus
-	16,  // 54: tabula.v1.GetPartitionMapResponse.map:type_name -> tabula.v1.PartitionMap
-	16,  // 55: tabula.v1.WatchPartitionMapResponse.maps:type_name -> tabula.v1.PartitionMap
-	11,  // 56: tabula.v1.WatchPartitionMapResponse.removed:type_name -> tabula.v1.Table
-	16,  // 57: tabula.v1.WatchPartitionMapResponse.patches:type_name -> tabula.v1.PartitionMap
-	37,  // 58: tabula.v1.HeartbeatRequest.replicas:type_name -> tabula.v1.ReplicaStatus
-	27,  // 59: tabula.v1.HeartbeatRequest.coproc_ready:type_name -> tabula.v1.CoprocReady
-	49,  // 60: tabula.v1.HeartbeatRequest.tenant_load:type_name -> tabula.v1.TenantLoad
-	39,  // 61: tabula.v1.HeartbeatRequest.capacity:type_name -> tabula.v1.ServerCapacity
-	50,  // 62: tabula.v1.HeartbeatResponse.tenant_shares:type_name -> tabula.v1.TenantShare
-	32,  // 63: tabula.v1.BulkPublishRequest.files:type_name -> tabula.v1.BulkFile
-	16,  // 64: tabula.v1.BulkPublishResponse.map:type_name -> tabula.v1.PartitionMap
-	16,  // 65: tabula.v1.BulkStoredResponse.map:type_name -> tabula.v1.PartitionMap
-	16,  // 66: tabula.v1.BulkStatusResponse.map:type_name -> tabula.v1.PartitionMap
-	34,  // 67: tabula.v1.BulkStatusResponse.bulk:type_name -> tabula.v1.BulkInfo
-	16,  // 68: tabula.v1.BulkRollbackResponse.map:type_name -> tabula.v1.PartitionMap
-	7,   // 69: tabula.v1.BulkRolloutRequest.action:type_name -> tabula.v1.BulkRolloutAction
-	16,  // 70: tabula.v1.BulkRolloutResponse.map:type_name -> tabula.v1.PartitionMap
-	36,  // 71: tabula.v1.ListServersResponse.servers:type_name -> tabula.v1.ServerInfo
-	115, // 72: tabula.v1.CallRequest.get:type_name -> tabula.v1.GetRequest
-	119, // 73: tabula.v1.CallRequest.multi_get:type_name -> tabula.v1.MultiGetRequest
-	122, // 74: tabula.v1.CallRequest.put:type_name -> tabula.v1.PutRequest
-	124, // 75: tabula.v1.CallRequest.delete:type_name -> tabula.v1.DeleteRequest
-	126, // 76: tabula.v1.CallRequest.compare_and_swap:type_name -> tabula.v1.CompareAndSwapRequest
-	116, // 77: tabula.v1.CallResponse.get:type_name -> tabula.v1.GetResponse
-	120, // 78: tabula.v1.CallResponse.multi_get:type_name -> tabula.v1.MultiGetResponse
-	123, // 79: tabula.v1.CallResponse.put:type_name -> tabula.v1.PutResponse
-	125, // 80: tabula.v1.CallResponse.delete:type_name -> tabula.v1.DeleteResponse
-	127, // 81: tabula.v1.CallResponse.compare_and_swap:type_name -> tabula.v1.CompareAndSwapResponse
-	114, // 82: tabula.v1.GetRequest.header:type_name -> tabula.v1.RequestHeader
-	114, // 83: tabula.v1.BatchGetRequest.header:type_name -> tabula.v1.RequestHeader
-	116, // 84: tabula.v1.BatchGetResponse.results:type_name -> tabula.v1.GetResponse
-	115, // 85: tabula.v1.MultiGetRequest.gets:type_name -> tabula.v1.GetRequest
-	121, // 86: tabula.v1.MultiGetResponse.results:type_name -> tabula.v1.MultiGetResult
-	116, // 87: tabula.v1.MultiGetResult.response:type_name -> tabula.v1.GetResponse
-	114, // 88: tabula.v1.PutRequest.header:type_name -> tabula.v1.RequestHeader
-	114, // 89: tabula.v1.DeleteRequest.header:type_name -> tabula.v1.RequestHeader
-	114, // 90: tabula.v1.CompareAndSwapRequest.header:type_name -> tabula.v1.RequestHeader
-	8,   // 91: tabula.v1.Mutation.op:type_name -> tabula.v1.Mutation.Op
-	129, // 92: tabula.v1.Mutation.condition:type_name -> tabula.v1.Condition
-	9,   // 93: tabula.v1.Condition.kind:type_name -> tabula.v1.Condition.Kind
-	114, // 94: tabula.v1.BatchWriteRequest.header:type_name -> tabula.v1.RequestHeader
-	128, // 95: tabula.v1.BatchWriteRequest.mutations:type_name -> tabula.v1.Mutation
-	114, // 96: tabula.v1.ScanRequest.header:type_name -> tabula.v1.RequestHeader
-	133, // 97: tabula.v1.ScanResponse.records:type_name -> tabula.v1.KeyValue
-	114, // 98: tabula.v1.CopyReplicaRequest.header:type_name -> tabula.v1.RequestHeader
-	133, // 99: tabula.v1.CopyReplicaChunk.records:type_name -> tabula.v1.KeyValue
-	114, // 100: tabula.v1.BulkUploadRequest.header:type_name -> tabula.v1.RequestHeader
-	32,  // 101: tabula.v1.BulkUploadRequest.file:type_name -> tabula.v1.BulkFile
-	114, // 102: tabula.v1.BulkUploadStatusRequest.header:type_name -> tabula.v1.RequestHeader
-	13,  // 103: tabula.v1.PartitionLogFailedResponse.partition:type_name -> tabula.v1.Partition
-	144, // 104: tabula.v1.ForgetServerResponse.lost:type_name -> tabula.v1.LostPartition
-	144, // 105: tabula.v1.ListDataLossResponse.lost:type_name -> tabula.v1.LostPartition
-	16,  // 106: tabula.v1.ClearDataLossResponse.map:type_name -> tabula.v1.PartitionMap
-	84,  // 107: tabula.v1.Master.CreateTable:input_type -> tabula.v1.CreateTableRequest
-	86,  // 108: tabula.v1.Master.DropTable:input_type -> tabula.v1.DropTableRequest
-	88,  // 109: tabula.v1.Master.ListTables:input_type -> tabula.v1.ListTablesRequest
-	90,  // 110: tabula.v1.Master.DescribeTable:input_type -> tabula.v1.DescribeTableRequest
-	92,  // 111: tabula.v1.Master.GetPartitionMap:input_type -> tabula.v1.GetPartitionMapRequest
-	94,  // 112: tabula.v1.Master.WatchPartitionMap:input_type -> tabula.v1.WatchPartitionMapRequest
-	96,  // 113: tabula.v1.Master.RegisterServer:input_type -> tabula.v1.RegisterServerRequest
-	98,  // 114: tabula.v1.Master.Heartbeat:input_type -> tabula.v1.HeartbeatRequest
-	140, // 115: tabula.v1.Master.PartitionLogFailed:input_type -> tabula.v1.PartitionLogFailedRequest
-	110, // 116: tabula.v1.Master.ListServers:input_type -> tabula.v1.ListServersRequest
-	100, // 117: tabula.v1.Master.BulkPublish:input_type -> tabula.v1.BulkPublishRequest
-	102, // 118: tabula.v1.Master.BulkStored:input_type -> tabula.v1.BulkStoredRequest
-	104, // 119: tabula.v1.Master.BulkStatus:input_type -> tabula.v1.BulkStatusRequest
-	106, // 120: tabula.v1.Master.BulkRollback:input_type -> tabula.v1.BulkRollbackRequest
-	108, // 121: tabula.v1.Master.BulkRollout:input_type -> tabula.v1.BulkRolloutRequest
-	82,  // 122: tabula.v1.Master.Stream:input_type -> tabula.v1.StreamRequest
-	19,  // 123: tabula.v1.Master.CoprocDeploy:input_type -> tabula.v1.CoprocDeployRequest
-	21,  // 124: tabula.v1.Master.CoprocList:input_type -> tabula.v1.CoprocListRequest
-	23,  // 125: tabula.v1.Master.CoprocRollback:input_type -> tabula.v1.CoprocRollbackRequest
-	25,  // 126: tabula.v1.Master.CoprocFetch:input_type -> tabula.v1.CoprocFetchRequest
-	142, // 127: tabula.v1.Master.ForgetServer:input_type -> tabula.v1.ForgetServerRequest
-	145, // 128: tabula.v1.Master.ListDataLoss:input_type -> tabula.v1.ListDataLossRequest
-	147, // 129: tabula.v1.Master.ClearDataLoss:input_type -> tabula.v1.ClearDataLossRequest
-	74,  // 130: tabula.v1.Master.MasterMembers:input_type -> tabula.v1.MasterMembersRequest
-	76,  // 131: tabula.v1.Master.AddMaster:input_type -> tabula.v1.AddMasterRequest
-	78,  // 132: tabula.v1.Master.RemoveMaster:input_type -> tabula.v1.RemoveMasterRequest
-	80,  // 133: tabula.v1.Master.TransferLeader:input_type -> tabula.v1.TransferLeaderRequest
-	63,  // 134: tabula.v1.Master.MovePartition:input_type -> tabula.v1.MovePartitionRequest
-	67,  // 135: tabula.v1.Master.DrainServer:input_type -> tabula.v1.DrainServerRequest
-	69,  // 136: tabula.v1.Master.BalancePlan:input_type -> tabula.v1.BalancePlanRequest
-	51,  // 137: tabula.v1.Master.CreateTenant:input_type -> tabula.v1.CreateTenantRequest
-	53,  // 138: tabula.v1.Master.ListTenants:input_type -> tabula.v1.ListTenantsRequest
-	55,  // 139: tabula.v1.Master.DescribeTenant:input_type -> tabula.v1.DescribeTenantRequest
-	57,  // 140: tabula.v1.Master.DeleteTenant:input_type -> tabula.v1.DeleteTenantRequest
-	59,  // 141: tabula.v1.Master.RotateTenantKey:input_type -> tabula.v1.RotateTenantKeyRequest
-	61,  // 142: tabula.v1.Master.TenantKeys:input_type -> tabula.v1.TenantKeysRequest
-	47,  // 143: tabula.v1.Master.SetTenantQuota:input_type -> tabula.v1.SetTenantQuotaRequest
-	65,  // 144: tabula.v1.Master.SplitPartition:input_type -> tabula.v1.SplitPartitionRequest
-	115, // 145: tabula.v1.TableServer.Get:input_type -> tabula.v1.GetRequest
-	117, // 146: tabula.v1.TableServer.BatchGet:input_type -> tabula.v1.BatchGetRequest
-	119, // 147: tabula.v1.TableServer.MultiGet:input_type -> tabula.v1.MultiGetRequest
-	122, // 148: tabula.v1.TableServer.Put:input_type -> tabula.v1.PutRequest
-	124, // 149: tabula.v1.TableServer.Delete:input_type -> tabula.v1.DeleteRequest
-	126, // 150: tabula.v1.TableServer.CompareAndSwap:input_type -> tabula.v1.CompareAndSwapRequest
-	130, // 151: tabula.v1.TableServer.BatchWrite:input_type -> tabula.v1.BatchWriteRequest
-	132, // 152: tabula.v1.TableServer.Scan:input_type -> tabula.v1.ScanRequest
-	135, // 153: tabula.v1.TableServer.CopyReplica:input_type -> tabula.v1.CopyReplicaRequest
-	137, // 154: tabula.v1.TableServer.BulkUpload:input_type -> tabula.v1.BulkUploadRequest
-	138, // 155: tabula.v1.TableServer.BulkUploadStatus:input_type -> tabula.v1.BulkUploadStatusRequest
-	28,  // 156: tabula.v1.TableServer.Invoke:input_type -> tabula.v1.InvokeRequest
-	30,  // 157: tabula.v1.TableServer.CoprocMerge:input_type -> tabula.v1.CoprocMergeRequest
-	112, // 158: tabula.v1.TableServer.Calls:input_type -> tabula.v1.CallRequest
-	85,  // 159: tabula.v1.Master.CreateTable:output_type -> tabula.v1.CreateTableResponse
-	87,  // 160: tabula.v1.Master.DropTable:output_type -> tabula.v1.DropTableResponse
-	89,  // 161: tabula.v1.Master.ListTables:output_type -> tabula.v1.ListTablesResponse
-	91,  // 162: tabula.v1.Master.DescribeTable:output_type -> tabula.v1.DescribeTableResponse
-	93,  // 163: tabula.v1.Master.GetPartitionMap:output_type -> tabula.v1.GetPartitionMapResponse
-	95,  // 164: tabula.v1.Master.WatchPartitionMap:output_type -> tabula.v1.WatchPartitionMapResponse
-	97,  // 165: tabula.v1.Master.RegisterServer:output_type -> tabula.v1.RegisterServerResponse
-	99,  // 166: tabula.v1.Master.Heartbeat:output_type -> tabula.v1.HeartbeatResponse
-	141, // 167: tabula.v1.Master.PartitionLogFailed:output_type -> tabula.v1.PartitionLogFailedResponse
-	111, // 168: tabula.v1.Master.ListServers:output_type -> tabula.v1.ListServersResponse
-	101, // 169: tabula.v1.Master.BulkPublish:output_type -> tabula.v1.BulkPublishResponse
-	103, // 170: tabula.v1.Master.BulkStored:output_type -> tabula.v1.BulkStoredResponse
-	105, // 171: tabula.v1.Master.BulkStatus:output_type -> tabula.v1.BulkStatusResponse
-	107, // 172: tabula.v1.Master.BulkRollback:output_type -> tabula.v1.BulkRollbackResponse
-	109, // 173: tabula.v1.Master.BulkRollout:output_type -> tabula.v1.BulkRolloutResponse
-	83,  // 174: tabula.v1.Master.Stream:output_type -> tabula.v1.StreamResponse
-	20,  // 175: tabula.v1.Master.CoprocDeploy:output_type -> tabula.v1.CoprocDeployResponse
-	22,  // 176: tabula.v1.Master.CoprocList:output_type -> tabula.v1.CoprocListResponse
-	24,  // 177: tabula.v1.Master.CoprocRollback:output_type -> tabula.v1.CoprocRollbackResponse
-	26,  // 178: tabula.v1.Master.CoprocFetch:output_type -> tabula.v1.CoprocFetchResponse
-	143, // 179: tabula.v1.Master.ForgetServer:output_type -> tabula.v1.ForgetServerResponse
-	146, // 180: tabula.v1.Master.ListDataLoss:output_type -> tabula.v1.ListDataLossResponse
-	148, // 181: tabula.v1.Master.ClearDataLoss:output_type -> tabula.v1.ClearDataLossResponse
-	75,  // 182: tabula.v1.Master.MasterMembers:output_type -> tabula.v1.MasterMembersResponse
-	77,  // 183: tabula.v1.Master.AddMaster:output_type -> tabula.v1.AddMasterResponse
-	79,  // 184: tabula.v1.Master.RemoveMaster:output_type -> tabula.v1.RemoveMasterResponse
-	81,  // 185: tabula.v1.Master.TransferLeader:output_type -> tabula.v1.TransferLeaderResponse
-	64,  // 186: tabula.v1.Master.MovePartition:output_type -> tabula.v1.MovePartitionResponse
-	68,  // 187: tabula.v1.Master.DrainServer:output_type -> tabula.v1.DrainServerResponse
-	70,  // 188: tabula.v1.Master.BalancePlan:output_type -> tabula.v1.BalancePlanResponse
-	52,  // 189: tabula.v1.Master.CreateTenant:output_type -> tabula.v1.CreateTenantResponse
-	54,  // 190: tabula.v1.Master.ListTenants:output_type -> tabula.v1.ListTenantsResponse
-	56,  // 191: tabula.v1.Master.DescribeTenant:output_type -> tabula.v1.DescribeTenantResponse
-	58,  // 192: tabula.v1.Master.DeleteTenant:output_type -> tabula.v1.DeleteTenantResponse
-	60,  // 193: tabula.v1.Master.RotateTenantKey:output_type -> tabula.v1.RotateTenantKeyResponse
-	62,  // 194: tabula.v1.Master.TenantKeys:output_type -> tabula.v1.TenantKeysResponse
-	48,  // 195: tabula.v1.Master.SetTenantQuota:output_type -> tabula.v1.SetTenantQuotaResponse
-	66,  // 196: tabula.v1.Master.SplitPartition:output_type -> tabula.v1.SplitPartitionResponse
-	116, // 197: tabula.v1.TableServer.Get:output_type -> tabula.v1.GetResponse
-	118, // 198: tabula.v1.TableServer.BatchGet:output_type -> tabula.v1.BatchGetResponse
-	120, // 199: tabula.v1.TableServer.MultiGet:output_type -> tabula.v1.MultiGetResponse
-	123, // 200: tabula.v1.TableServer.Put:output_type -> tabula.v1.PutResponse
-	125, // 201: tabula.v1.TableServer.Delete:output_type -> tabula.v1.DeleteResponse
-	127, // 202: tabula.v1.TableServer.CompareAndSwap:output_type -> tabula.v1.CompareAndSwapResponse
-	131, // 203: tabula.v1.TableServer.BatchWrite:output_type -> tabula.v1.BatchWriteResponse
-	134, // 204: tabula.v1.TableServer.Scan:output_type -> tabula.v1.ScanResponse
-	136, // 205: tabula.v1.TableServer.CopyReplica:output_type -> tabula.v1.CopyReplicaChunk
-	139, // 206: tabula.v1.TableServer.BulkUpload:output_type -> tabula.v1.BulkUploadResponse
-	139, // 207: tabula.v1.TableServer.BulkUploadStatus:output_type -> tabula.v1.BulkUploadResponse
-	29,  // 208: tabula.v1.TableServer.Invoke:output_type -> tabula.v1.InvokeResponse
-	31,  // 209: tabula.v1.TableServer.CoprocMerge:output_type -> tabula.v1.CoprocMergeResponse
-	113, // 210: tabula.v1.TableServer.Calls:output_type -> tabula.v1.CallResponse
-	159, // [159:211] is the sub-list for method output_type
-	107, // [107:159] is the sub-list for method input_type
-	107, // [107:107] is the sub-list for extension type_name
-	107, // [107:107] is the sub-list for extension extendee
-	0,   // [0:107] is the sub-list for field type_name
+	16,  // 4: tabula.v1.Partition.log:type_name -> tabula.v1.PartitionLog
+	15,  // 5: tabula.v1.Partition.split:type_name -> tabula.v1.PartitionSplit
+	14,  // 6: tabula.v1.Partition.merge:type_name -> tabula.v1.PartitionMerge
+	11,  // 7: tabula.v1.PartitionMap.table:type_name -> tabula.v1.Table
+	13,  // 8: tabula.v1.PartitionMap.partitions:type_name -> tabula.v1.Partition
+	35,  // 9: tabula.v1.PartitionMap.bulk:type_name -> tabula.v1.BulkInfo
+	19,  // 10: tabula.v1.PartitionMap.coprocessors:type_name -> tabula.v1.Coprocessor
+	18,  // 11: tabula.v1.Coprocessor.versions:type_name -> tabula.v1.CoprocVersion
+	19,  // 12: tabula.v1.CoprocDeployResponse.coprocessor:type_name -> tabula.v1.Coprocessor
+	19,  // 13: tabula.v1.CoprocListResponse.coprocessors:type_name -> tabula.v1.Coprocessor
+	19,  // 14: tabula.v1.CoprocRollbackResponse.coprocessor:type_name -> tabula.v1.Coprocessor
+	117, // 15: tabula.v1.InvokeRequest.header:type_name -> tabula.v1.RequestHeader
+	117, // 16: tabula.v1.CoprocMergeRequest.header:type_name -> tabula.v1.RequestHeader
+	2,   // 17: tabula.v1.BulkVersion.state:type_name -> tabula.v1.BulkVersionState
+	33,  // 18: tabula.v1.BulkVersion.files:type_name -> tabula.v1.BulkFile
+	34,  // 19: tabula.v1.BulkInfo.versions:type_name -> tabula.v1.BulkVersion
+	36,  // 20: tabula.v1.BulkInfo.rollout:type_name -> tabula.v1.BulkRollout
+	1,   // 21: tabula.v1.ReplicaStatus.role:type_name -> tabula.v1.ReplicaRole
+	43,  // 22: tabula.v1.ReplicaStatus.bulk_loaded:type_name -> tabula.v1.BulkLoaded
+	3,   // 23: tabula.v1.ReplicaStatus.state:type_name -> tabula.v1.ReplicaState
+	41,  // 24: tabula.v1.ReplicaStatus.ack_set:type_name -> tabula.v1.AckSetMember
+	42,  // 25: tabula.v1.ReplicaStatus.sync:type_name -> tabula.v1.ReplicaSync
+	39,  // 26: tabula.v1.ReplicaStatus.load:type_name -> tabula.v1.ReplicaLoad
+	3,   // 27: tabula.v1.ReplicaSync.state:type_name -> tabula.v1.ReplicaState
+	4,   // 28: tabula.v1.ErrorDetail.code:type_name -> tabula.v1.ErrorCode
+	13,  // 29: tabula.v1.ErrorDetail.partition:type_name -> tabula.v1.Partition
+	46,  // 30: tabula.v1.TenantInfo.quota:type_name -> tabula.v1.TenantQuota
+	47,  // 31: tabula.v1.TenantInfo.usage:type_name -> tabula.v1.TenantUsage
+	46,  // 32: tabula.v1.SetTenantQuotaRequest.quota:type_name -> tabula.v1.TenantQuota
+	45,  // 33: tabula.v1.SetTenantQuotaResponse.tenant:type_name -> tabula.v1.TenantInfo
+	46,  // 34: tabula.v1.CreateTenantRequest.quota:type_name -> tabula.v1.TenantQuota
+	45,  // 35: tabula.v1.CreateTenantResponse.tenant:type_name -> tabula.v1.TenantInfo
+	45,  // 36: tabula.v1.ListTenantsResponse.tenants:type_name -> tabula.v1.TenantInfo
+	45,  // 37: tabula.v1.DescribeTenantResponse.tenant:type_name -> tabula.v1.TenantInfo
+	11,  // 38: tabula.v1.DescribeTenantResponse.tables:type_name -> tabula.v1.Table
+	45,  // 39: tabula.v1.RotateTenantKeyResponse.tenant:type_name -> tabula.v1.TenantInfo
+	45,  // 40: tabula.v1.TenantKeysResponse.tenants:type_name -> tabula.v1.TenantInfo
+	13,  // 41: tabula.v1.MergePartitionsResponse.child:type_name -> tabula.v1.Partition
+	13,  // 42: tabula.v1.SplitPartitionResponse.left:type_name -> tabula.v1.Partition
+	13,  // 43: tabula.v1.SplitPartitionResponse.right:type_name -> tabula.v1.Partition
+	74,  // 44: tabula.v1.BalancePlanResponse.actions:type_name -> tabula.v1.BalanceAction
+	75,  // 45: tabula.v1.BalancePlanResponse.before:type_name -> tabula.v1.BalanceServer
+	75,  // 46: tabula.v1.BalancePlanResponse.after:type_name -> tabula.v1.BalanceServer
+	5,   // 47: tabula.v1.BalanceAction.kind:type_name -> tabula.v1.BalanceActionKind
+	76,  // 48: tabula.v1.MasterMembersResponse.members:type_name -> tabula.v1.MasterMember
+	6,   // 49: tabula.v1.StreamRequest.op:type_name -> tabula.v1.StreamOp
+	0,   // 50: tabula.v1.CreateTableRequest.kind:type_name -> tabula.v1.TableKind
+	10,  // 51: tabula.v1.CreateTableRequest.options:type_name -> tabula.v1.TableOptions
+	17,  // 52: tabula.v1.CreateTableResponse.map:type_name -> tabula.v1.PartitionMap
+	11,  // 53: tabula.v1.ListTablesResponse.tables:type_name -> tabula.v1.Table
+	17,  // 54: tabula.v1.DescribeTableResponse.map:type_name -> tabula.v1.PartitionMap
+	38,  // 55: tabula.v1.DescribeTableResponse.replicas:type_name -> tabula.v1.ReplicaStatus
+	17,  // 56: tabula.v1.GetPartitionMapResponse.map:type_name -> tabula.v1.PartitionMap
+	17,  // 57: tabula.v1.WatchPartitionMapResponse.maps:type_name -> tabula.v1.PartitionMap
+	11,  // 58: tabula.v1.WatchPartitionMapResponse.removed:type_name -> tabula.v1.Table
+	17,  // 59: tabula.v1.WatchPartitionMapResponse.patches:type_name -> tabula.v1.PartitionMap
+	38,  // 60: tabula.v1.HeartbeatRequest.replicas:type_name -> tabula.v1.ReplicaStatus
+	28,  // 61: tabula.v1.HeartbeatRequest.coproc_ready:type_name -> tabula.v1.CoprocReady
+	50,  // 62: tabula.v1.HeartbeatRequest.tenant_load:type_name -> tabula.v1.TenantLoad
+	40,  // 63: tabula.v1.HeartbeatRequest.capacity:type_name -> tabula.v1.ServerCapacity
+	51,  // 64: tabula.v1.HeartbeatResponse.tenant_shares:type_name -> tabula.v1.TenantShare
+	33,  // 65: tabula.v1.BulkPublishRequest.files:type_name -> tabula.v1.BulkFile
+	17,  // 66: tabula.v1.BulkPublishResponse.map:type_name -> tabula.v1.PartitionMap
+	17,  // 67: tabula.v1.BulkStoredResponse.map:type_name -> tabula.v1.PartitionMap
+	17,  // 68: tabula.v1.BulkStatusResponse.map:type_name -> tabula.v1.PartitionMap
+	35,  // 69: tabula.v1.BulkStatusResponse.bulk:type_name -> tabula.v1.BulkInfo
+	17,  // 70: tabula.v1.BulkRollbackResponse.map:type_name -> tabula.v1.PartitionMap
+	7,   // 71: tabula.v1.BulkRolloutRequest.action:type_name -> tabula.v1.BulkRolloutAction
+	17,  // 72: tabula.v1.BulkRolloutResponse.map:type_name -> tabula.v1.PartitionMap
+	37,  // 73: tabula.v1.ListServersResponse.servers:type_name -> tabula.v1.ServerInfo
+	118, // 74: tabula.v1.CallRequest.get:type_name -> tabula.v1.GetRequest
+	122, // 75: tabula.v1.CallRequest.multi_get:type_name -> tabula.v1.MultiGetRequest
+	125, // 76: tabula.v1.CallRequest.put:type_name -> tabula.v1.PutRequest
+	127, // 77: tabula.v1.CallRequest.delete:type_name -> tabula.v1.DeleteRequest
+	129, // 78: tabula.v1.CallRequest.compare_and_swap:type_name -> tabula.v1.CompareAndSwapRequest
+	119, // 79: tabula.v1.CallResponse.get:type_name -> tabula.v1.GetResponse
+	123, // 80: tabula.v1.CallResponse.multi_get:type_name -> tabula.v1.MultiGetResponse
+	126, // 81: tabula.v1.CallResponse.put:type_name -> tabula.v1.PutResponse
+	128, // 82: tabula.v1.CallResponse.delete:type_name -> tabula.v1.DeleteResponse
+	130, // 83: tabula.v1.CallResponse.compare_and_swap:type_name -> tabula.v1.CompareAndSwapResponse
+	117, // 84: tabula.v1.GetRequest.header:type_name -> tabula.v1.RequestHeader
+	117, // 85: tabula.v1.BatchGetRequest.header:type_name -> tabula.v1.RequestHeader
+	119, // 86: tabula.v1.BatchGetResponse.results:type_name -> tabula.v1.GetResponse
+	118, // 87: tabula.v1.MultiGetRequest.gets:type_name -> tabula.v1.GetRequest
+	124, // 88: tabula.v1.MultiGetResponse.results:type_name -> tabula.v1.MultiGetResult
+	119, // 89: tabula.v1.MultiGetResult.response:type_name -> tabula.v1.GetResponse
+	117, // 90: tabula.v1.PutRequest.header:type_name -> tabula.v1.RequestHeader
+	117, // 91: tabula.v1.DeleteRequest.header:type_name -> tabula.v1.RequestHeader
+	117, // 92: tabula.v1.CompareAndSwapRequest.header:type_name -> tabula.v1.RequestHeader
+	8,   // 93: tabula.v1.Mutation.op:type_name -> tabula.v1.Mutation.Op
+	132, // 94: tabula.v1.Mutation.condition:type_name -> tabula.v1.Condition
+	9,   // 95: tabula.v1.Condition.kind:type_name -> tabula.v1.Condition.Kind
+	117, // 96: tabula.v1.BatchWriteRequest.header:type_name -> tabula.v1.RequestHeader
+	131, // 97: tabula.v1.BatchWriteRequest.mutations:type_name -> tabula.v1.Mutation
+	117, // 98: tabula.v1.ScanRequest.header:type_name -> tabula.v1.RequestHeader
+	136, // 99: tabula.v1.ScanResponse.records:type_name -> tabula.v1.KeyValue
+	117, // 100: tabula.v1.CopyReplicaRequest.header:type_name -> tabula.v1.RequestHeader
+	136, // 101: tabula.v1.CopyReplicaChunk.records:type_name -> tabula.v1.KeyValue
+	117, // 102: tabula.v1.BulkUploadRequest.header:type_name -> tabula.v1.RequestHeader
+	33,  // 103: tabula.v1.BulkUploadRequest.file:type_name -> tabula.v1.BulkFile
+	117, // 104: tabula.v1.BulkUploadStatusRequest.header:type_name -> tabula.v1.RequestHeader
+	13,  // 105: tabula.v1.PartitionLogFailedResponse.partition:type_name -> tabula.v1.Partition
+	147, // 106: tabula.v1.ForgetServerResponse.lost:type_name -> tabula.v1.LostPartition
+	147, // 107: tabula.v1.ListDataLossResponse.lost:type_name -> tabula.v1.LostPartition
+	17,  // 108: tabula.v1.ClearDataLossResponse.map:type_name -> tabula.v1.PartitionMap
+	87,  // 109: tabula.v1.Master.CreateTable:input_type -> tabula.v1.CreateTableRequest
+	89,  // 110: tabula.v1.Master.DropTable:input_type -> tabula.v1.DropTableRequest
+	91,  // 111: tabula.v1.Master.ListTables:input_type -> tabula.v1.ListTablesRequest
+	93,  // 112: tabula.v1.Master.DescribeTable:input_type -> tabula.v1.DescribeTableRequest
+	95,  // 113: tabula.v1.Master.GetPartitionMap:input_type -> tabula.v1.GetPartitionMapRequest
+	97,  // 114: tabula.v1.Master.WatchPartitionMap:input_type -> tabula.v1.WatchPartitionMapRequest
+	99,  // 115: tabula.v1.Master.RegisterServer:input_type -> tabula.v1.RegisterServerRequest
+	101, // 116: tabula.v1.Master.Heartbeat:input_type -> tabula.v1.HeartbeatRequest
+	143, // 117: tabula.v1.Master.PartitionLogFailed:input_type -> tabula.v1.PartitionLogFailedRequest
+	113, // 118: tabula.v1.Master.ListServers:input_type -> tabula.v1.ListServersRequest
+	103, // 119: tabula.v1.Master.BulkPublish:input_type -> tabula.v1.BulkPublishRequest
+	105, // 120: tabula.v1.Master.BulkStored:input_type -> tabula.v1.BulkStoredRequest
+	107, // 121: tabula.v1.Master.BulkStatus:input_type -> tabula.v1.BulkStatusRequest
+	109, // 122: tabula.v1.Master.BulkRollback:input_type -> tabula.v1.BulkRollbackRequest
+	111, // 123: tabula.v1.Master.BulkRollout:input_type -> tabula.v1.BulkRolloutRequest
+	85,  // 124: tabula.v1.Master.Stream:input_type -> tabula.v1.StreamRequest
+	20,  // 125: tabula.v1.Master.CoprocDeploy:input_type -> tabula.v1.CoprocDeployRequest
+	22,  // 126: tabula.v1.Master.CoprocList:input_type -> tabula.v1.CoprocListRequest
+	24,  // 127: tabula.v1.Master.CoprocRollback:input_type -> tabula.v1.CoprocRollbackRequest
+	26,  // 128: tabula.v1.Master.CoprocFetch:input_type -> tabula.v1.CoprocFetchRequest
+	145, // 129: tabula.v1.Master.ForgetServer:input_type -> tabula.v1.ForgetServerRequest
+	148, // 130: tabula.v1.Master.ListDataLoss:input_type -> tabula.v1.ListDataLossRequest
+	150, // 131: tabula.v1.Master.ClearDataLoss:input_type -> tabula.v1.ClearDataLossRequest
+	77,  // 132: tabula.v1.Master.MasterMembers:input_type -> tabula.v1.MasterMembersRequest
+	79,  // 133: tabula.v1.Master.AddMaster:input_type -> tabula.v1.AddMasterRequest
+	81,  // 134: tabula.v1.Master.RemoveMaster:input_type -> tabula.v1.RemoveMasterRequest
+	83,  // 135: tabula.v1.Master.TransferLeader:input_type -> tabula.v1.TransferLeaderRequest
+	64,  // 136: tabula.v1.Master.MovePartition:input_type -> tabula.v1.MovePartitionRequest
+	70,  // 137: tabula.v1.Master.DrainServer:input_type -> tabula.v1.DrainServerRequest
+	72,  // 138: tabula.v1.Master.BalancePlan:input_type -> tabula.v1.BalancePlanRequest
+	52,  // 139: tabula.v1.Master.CreateTenant:input_type -> tabula.v1.CreateTenantRequest
+	54,  // 140: tabula.v1.Master.ListTenants:input_type -> tabula.v1.ListTenantsRequest
+	56,  // 141: tabula.v1.Master.DescribeTenant:input_type -> tabula.v1.DescribeTenantRequest
+	58,  // 142: tabula.v1.Master.DeleteTenant:input_type -> tabula.v1.DeleteTenantRequest
+	60,  // 143: tabula.v1.Master.RotateTenantKey:input_type -> tabula.v1.RotateTenantKeyRequest
+	62,  // 144: tabula.v1.Master.TenantKeys:input_type -> tabula.v1.TenantKeysRequest
+	48,  // 145: tabula.v1.Master.SetTenantQuota:input_type -> tabula.v1.SetTenantQuotaRequest
+	66,  // 146: tabula.v1.Master.SplitPartition:input_type -> tabula.v1.SplitPartitionRequest
+	67,  // 147: tabula.v1.Master.MergePartitions:input_type -> tabula.v1.MergePartitionsRequest
+	118, // 148: tabula.v1.TableServer.Get:input_type -> tabula.v1.GetRequest
+	120, // 149: tabula.v1.TableServer.BatchGet:input_type -> tabula.v1.BatchGetRequest
+	122, // 150: tabula.v1.TableServer.MultiGet:input_type -> tabula.v1.MultiGetRequest
+	125, // 151: tabula.v1.TableServer.Put:input_type -> tabula.v1.PutRequest
+	127, // 152: tabula.v1.TableServer.Delete:input_type -> tabula.v1.DeleteRequest
+	129, // 153: tabula.v1.TableServer.CompareAndSwap:input_type -> tabula.v1.CompareAndSwapRequest
+	133, // 154: tabula.v1.TableServer.BatchWrite:input_type -> tabula.v1.BatchWriteRequest
+	135, // 155: tabula.v1.TableServer.Scan:input_type -> tabula.v1.ScanRequest
+	138, // 156: tabula.v1.TableServer.CopyReplica:input_type -> tabula.v1.CopyReplicaRequest
+	140, // 157: tabula.v1.TableServer.BulkUpload:input_type -> tabula.v1.BulkUploadRequest
+	141, // 158: tabula.v1.TableServer.BulkUploadStatus:input_type -> tabula.v1.BulkUploadStatusRequest
+	29,  // 159: tabula.v1.TableServer.Invoke:input_type -> tabula.v1.InvokeRequest
+	31,  // 160: tabula.v1.TableServer.CoprocMerge:input_type -> tabula.v1.CoprocMergeRequest
+	115, // 161: tabula.v1.TableServer.Calls:input_type -> tabula.v1.CallRequest
+	88,  // 162: tabula.v1.Master.CreateTable:output_type -> tabula.v1.CreateTableResponse
+	90,  // 163: tabula.v1.Master.DropTable:output_type -> tabula.v1.DropTableResponse
+	92,  // 164: tabula.v1.Master.ListTables:output_type -> tabula.v1.ListTablesResponse
+	94,  // 165: tabula.v1.Master.DescribeTable:output_type -> tabula.v1.DescribeTableResponse
+	96,  // 166: tabula.v1.Master.GetPartitionMap:output_type -> tabula.v1.GetPartitionMapResponse
+	98,  // 167: tabula.v1.Master.WatchPartitionMap:output_type -> tabula.v1.WatchPartitionMapResponse
+	100, // 168: tabula.v1.Master.RegisterServer:output_type -> tabula.v1.RegisterServerResponse
+	102, // 169: tabula.v1.Master.Heartbeat:output_type -> tabula.v1.HeartbeatResponse
+	144, // 170: tabula.v1.Master.PartitionLogFailed:output_type -> tabula.v1.PartitionLogFailedResponse
+	114, // 171: tabula.v1.Master.ListServers:output_type -> tabula.v1.ListServersResponse
+	104, // 172: tabula.v1.Master.BulkPublish:output_type -> tabula.v1.BulkPublishResponse
+	106, // 173: tabula.v1.Master.BulkStored:output_type -> tabula.v1.BulkStoredResponse
+	108, // 174: tabula.v1.Master.BulkStatus:output_type -> tabula.v1.BulkStatusResponse
+	110, // 175: tabula.v1.Master.BulkRollback:output_type -> tabula.v1.BulkRollbackResponse
+	112, // 176: tabula.v1.Master.BulkRollout:output_type -> tabula.v1.BulkRolloutResponse
+	86,  // 177: tabula.v1.Master.Stream:output_type -> tabula.v1.StreamResponse
+	21,  // 178: tabula.v1.Master.CoprocDeploy:output_type -> tabula.v1.CoprocDeployResponse
+	23,  // 179: tabula.v1.Master.CoprocList:output_type -> tabula.v1.CoprocListResponse
+	25,  // 180: tabula.v1.Master.CoprocRollback:output_type -> tabula.v1.CoprocRollbackResponse
+	27,  // 181: tabula.v1.Master.CoprocFetch:output_type -> tabula.v1.CoprocFetchResponse
+	146, // 182: tabula.v1.Master.ForgetServer:output_type -> tabula.v1.ForgetServerResponse
+	149, // 183: tabula.v1.Master.ListDataLoss:output_type -> tabula.v1.ListDataLossResponse
+	151, // 184: tabula.v1.Master.ClearDataLoss:output_type -> tabula.v1.ClearDataLossResponse
+	78,  // 185: tabula.v1.Master.MasterMembers:output_type -> tabula.v1.MasterMembersResponse
+	80,  // 186: tabula.v1.Master.AddMaster:output_type -> tabula.v1.AddMasterResponse
+	82,  // 187: tabula.v1.Master.RemoveMaster:output_type -> tabula.v1.RemoveMasterResponse
+	84,  // 188: tabula.v1.Master.TransferLeader:output_type -> tabula.v1.TransferLeaderResponse
+	65,  // 189: tabula.v1.Master.MovePartition:output_type -> tabula.v1.MovePartitionResponse
+	71,  // 190: tabula.v1.Master.DrainServer:output_type -> tabula.v1.DrainServerResponse
+	73,  // 191: tabula.v1.Master.BalancePlan:output_type -> tabula.v1.BalancePlanResponse
+	53,  // 192: tabula.v1.Master.CreateTenant:output_type -> tabula.v1.CreateTenantResponse
+	55,  // 193: tabula.v1.Master.ListTenants:output_type -> tabula.v1.ListTenantsResponse
+	57,  // 194: tabula.v1.Master.DescribeTenant:output_type -> tabula.v1.DescribeTenantResponse
+	59,  // 195: tabula.v1.Master.DeleteTenant:output_type -> tabula.v1.DeleteTenantResponse
+	61,  // 196: tabula.v1.Master.RotateTenantKey:output_type -> tabula.v1.RotateTenantKeyResponse
+	63,  // 197: tabula.v1.Master.TenantKeys:output_type -> tabula.v1.TenantKeysResponse
+	49,  // 198: tabula.v1.Master.SetTenantQuota:output_type -> tabula.v1.SetTenantQuotaResponse
+	69,  // 199: tabula.v1.Master.SplitPartition:output_type -> tabula.v1.SplitPartitionResponse
+	68,  // 200: tabula.v1.Master.MergePartitions:output_type -> tabula.v1.MergePartitionsResponse
+	119, // 201: tabula.v1.TableServer.Get:output_type -> tabula.v1.GetResponse
+	121, // 202: tabula.v1.TableServer.BatchGet:output_type -> tabula.v1.BatchGetResponse
+	123, // 203: tabula.v1.TableServer.MultiGet:output_type -> tabula.v1.MultiGetResponse
+	126, // 204: tabula.v1.TableServer.Put:output_type -> tabula.v1.PutResponse
+	128, // 205: tabula.v1.TableServer.Delete:output_type -> tabula.v1.DeleteResponse
+	130, // 206: tabula.v1.TableServer.CompareAndSwap:output_type -> tabula.v1.CompareAndSwapResponse
+	134, // 207: tabula.v1.TableServer.BatchWrite:output_type -> tabula.v1.BatchWriteResponse
+	137, // 208: tabula.v1.TableServer.Scan:output_type -> tabula.v1.ScanResponse
+	139, // 209: tabula.v1.TableServer.CopyReplica:output_type -> tabula.v1.CopyReplicaChunk
+	142, // 210: tabula.v1.TableServer.BulkUpload:output_type -> tabula.v1.BulkUploadResponse
+	142, // 211: tabula.v1.TableServer.BulkUploadStatus:output_type -> tabula.v1.BulkUploadResponse
+	30,  // 212: tabula.v1.TableServer.Invoke:output_type -> tabula.v1.InvokeResponse
+	32,  // 213: tabula.v1.TableServer.CoprocMerge:output_type -> tabula.v1.CoprocMergeResponse
+	116, // 214: tabula.v1.TableServer.Calls:output_type -> tabula.v1.CallResponse
+	162, // [162:215] is the sub-list for method output_type
+	109, // [109:162] is the sub-list for method input_type
+	109, // [109:109] is the sub-list for extension type_name
+	109, // [109:109] is the sub-list for extension extendee
+	0,   // [0:109] is the sub-list for field type_name
 }
 
 func init() { file_tabula_proto_init() }
@@ -11784,14 +12098,14 @@ func file_tabula_proto_init() {
 	if File_tabula_proto != nil {
 		return
 	}
-	file_tabula_proto_msgTypes[102].OneofWrappers = []any{
+	file_tabula_proto_msgTypes[105].OneofWrappers = []any{
 		(*CallRequest_Get)(nil),
 		(*CallRequest_MultiGet)(nil),
 		(*CallRequest_Put)(nil),
 		(*CallRequest_Delete)(nil),
 		(*CallRequest_CompareAndSwap)(nil),
 	}
-	file_tabula_proto_msgTypes[103].OneofWrappers = []any{
+	file_tabula_proto_msgTypes[106].OneofWrappers = []any{
 		(*CallResponse_Get)(nil),
 		(*CallResponse_MultiGet)(nil),
 		(*CallResponse_Put)(nil),
@@ -11804,7 +12118,7 @@ func file_tabula_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tabula_proto_rawDesc), len(file_tabula_proto_rawDesc)),
 			NumEnums:      10,
-			NumMessages:   139,
+			NumMessages:   142,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -65,6 +65,7 @@ const (
 	Master_TenantKeys_FullMethodName         = "/tabula.v1.Master/TenantKeys"
 	Master_SetTenantQuota_FullMethodName     = "/tabula.v1.Master/SetTenantQuota"
 	Master_SplitPartition_FullMethodName     = "/tabula.v1.Master/SplitPartition"
+	Master_MergePartitions_FullMethodName    = "/tabula.v1.Master/MergePartitions"
 )
 
 // MasterClient is the client API for Master service.
@@ -174,6 +175,11 @@ type MasterClient interface {
 	// or at a key. The data is not copied. With wait, it returns once both
 	// children take writes.
 	SplitPartition(ctx context.Context, in *SplitPartitionRequest, opts ...grpc.CallOption) (*SplitPartitionResponse, error)
+	// MergePartitions merges partition index and index+1 of a point or
+	// ordered table into one while they serve. The right partition's
+	// replicas move onto the left's servers first if they are elsewhere.
+	// With wait, it returns once the child takes writes.
+	MergePartitions(ctx context.Context, in *MergePartitionsRequest, opts ...grpc.CallOption) (*MergePartitionsResponse, error)
 }
 
 type masterClient struct {
@@ -573,6 +579,16 @@ func (c *masterClient) SplitPartition(ctx context.Context, in *SplitPartitionReq
 	return out, nil
 }
 
+func (c *masterClient) MergePartitions(ctx context.Context, in *MergePartitionsRequest, opts ...grpc.CallOption) (*MergePartitionsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(MergePartitionsResponse)
+	err := c.cc.Invoke(ctx, Master_MergePartitions_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // MasterServer is the server API for Master service.
 // All implementations must embed UnimplementedMasterServer
 // for forward compatibility.
@@ -680,6 +696,11 @@ type MasterServer interface {
 	// or at a key. The data is not copied. With wait, it returns once both
 	// children take writes.
 	SplitPartition(context.Context, *SplitPartitionRequest) (*SplitPartitionResponse, error)
+	// MergePartitions merges partition index and index+1 of a point or
+	// ordered table into one while they serve. The right partition's
+	// replicas move onto the left's servers first if they are elsewhere.
+	// With wait, it returns once the child takes writes.
+	MergePartitions(context.Context, *MergePartitionsRequest) (*MergePartitionsResponse, error)
 	mustEmbedUnimplementedMasterServer()
 }
 
@@ -803,6 +824,9 @@ func (UnimplementedMasterServer) SetTenantQuota(context.Context, *SetTenantQuota
 }
 func (UnimplementedMasterServer) SplitPartition(context.Context, *SplitPartitionRequest) (*SplitPartitionResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method SplitPartition not implemented")
+}
+func (UnimplementedMasterServer) MergePartitions(context.Context, *MergePartitionsRequest) (*MergePartitionsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method MergePartitions not implemented")
 }
 func (UnimplementedMasterServer) mustEmbedUnimplementedMasterServer() {}
 func (UnimplementedMasterServer) testEmbeddedByValue()                {}
@@ -1502,6 +1526,24 @@ func _Master_SplitPartition_Handler(srv interface{}, ctx context.Context, dec fu
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Master_MergePartitions_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(MergePartitionsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MasterServer).MergePartitions(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Master_MergePartitions_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MasterServer).MergePartitions(ctx, req.(*MergePartitionsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Master_ServiceDesc is the grpc.ServiceDesc for Master service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1656,6 +1698,10 @@ var Master_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "SplitPartition",
 			Handler:    _Master_SplitPartition_Handler,
+		},
+		{
+			MethodName: "MergePartitions",
+			Handler:    _Master_MergePartitions_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -70,6 +70,10 @@ func (p Partition) Proto() *api.Partition {
 		ap.Split = &api.PartitionSplit{LeftId: sp.Left, RightId: sp.Right, Hash: sp.Hash, Key: sp.Key}
 	}
 	ap.SplitFrom, ap.SplitLsn = p.SplitFrom, p.SplitLSN
+	if mg := p.Merge; mg != nil {
+		ap.Merge = &api.PartitionMerge{LeftId: mg.Left, RightId: mg.Right, ChildId: mg.Child}
+	}
+	ap.MergeLeft, ap.MergeRight, ap.MergeLsn = p.MergeLeft, p.MergeRight, p.MergeLSN
 	return ap
 }
 
