@@ -1,8 +1,10 @@
 package tableserver_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -16,9 +18,14 @@ import (
 	"github.com/tabuladb/tabula/tableserver"
 )
 
-// mergeFixture starts servers and a point table t of two partitions.
+// mergeFixture starts servers and a point table t of two partitions (an
+// ordered one, split at key-2, if storage ends in "/ordered").
 func mergeFixture(t *testing.T, ctx context.Context, servers, replicas int, storage string, opts testcluster.Options) (*fixture, []*api.Partition) {
 	t.Helper()
+	kind, topts := api.TableKind_TABLE_KIND_POINT, &api.TableOptions{Partitions: 2, Replication: uint32(replicas), Storage: storage}
+	if st, ok := strings.CutSuffix(storage, "/ordered"); ok {
+		kind, topts = api.TableKind_TABLE_KIND_ORDERED, &api.TableOptions{Replication: uint32(replicas), Storage: st, SplitPoints: [][]byte{[]byte("key-2")}}
+	}
 	opts.Servers = servers
 	c, err := testcluster.Start(ctx, opts)
 	if err != nil {
@@ -27,19 +34,24 @@ func mergeFixture(t *testing.T, ctx context.Context, servers, replicas int, stor
 	t.Cleanup(func() { _ = c.Close() })
 	f := &fixture{c: c, conns: map[string]*grpc.ClientConn{}}
 	f.master = api.NewMasterClient(f.dial(t, c.MasterAddr()))
-	resp, err := f.master.CreateTable(ctx, &api.CreateTableRequest{Tenant: api.DefaultTenant, Name: "t", Kind: api.TableKind_TABLE_KIND_POINT,
-		Options: &api.TableOptions{Partitions: 2, Replication: uint32(replicas), Storage: storage}})
+	resp, err := f.master.CreateTable(ctx, &api.CreateTableRequest{Tenant: api.DefaultTenant, Name: "t", Kind: kind, Options: topts})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return f, resp.GetMap().GetPartitions()
 }
 
-// owner is the partition of ps whose hash range holds k.
+// owner is the partition of ps whose hash (or key) range holds k.
 func owner(t *testing.T, ps []*api.Partition, k []byte) *api.Partition {
 	t.Helper()
 	h := keyspace.Hash(k)
 	for _, p := range ps {
+		if p.GetKeyStart() != nil || p.GetKeyEnd() != nil || len(ps) > 1 && ps[1].GetKeyStart() != nil {
+			if bytes.Compare(k, p.GetKeyStart()) >= 0 && (len(p.GetKeyEnd()) == 0 || bytes.Compare(k, p.GetKeyEnd()) < 0) {
+				return p
+			}
+			continue
+		}
 		if h >= p.GetStart() && h <= p.GetEnd() {
 			return p
 		}
@@ -112,8 +124,8 @@ func (f *fixture) checkChild(t *testing.T, ctx context.Context, c *api.Partition
 // still knows a write's request id from before the merge (its retry
 // returns the first outcome and applies nothing).
 func TestMergePartitions(t *testing.T) {
-	for _, storage := range []string{"ssd", "memory"} {
-		t.Run(storage, func(t *testing.T) {
+	for _, storage := range []string{"ssd", "memory", "ssd/ordered"} {
+		t.Run(strings.ReplaceAll(storage, "/", "-"), func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
 			f, ps := mergeFixture(t, ctx, 3, 2, storage, testcluster.Options{})
@@ -132,7 +144,8 @@ func TestMergePartitions(t *testing.T) {
 				t.Fatalf("merge answered %v", resp)
 			}
 			c := f.mergedChild(t, ctx)
-			if c.GetStart() != 0 || c.GetEnd() != ^uint64(0) || c.GetEpoch() <= max(ps[0].GetEpoch(), ps[1].GetEpoch()) {
+			if c.GetStart() != ps[0].GetStart() || c.GetEnd() != ps[1].GetEnd() || len(c.GetKeyStart()) != 0 || len(c.GetKeyEnd()) != 0 ||
+				c.GetEpoch() <= max(ps[0].GetEpoch(), ps[1].GetEpoch()) {
 				t.Fatalf("child %v", c)
 			}
 			// The request id outcome survived: the retry answers the first
