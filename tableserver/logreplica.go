@@ -307,7 +307,7 @@ func newLogReplica(s *Server, t *api.Table, pid uint64, streamName string, e eng
 		return nil, err
 	}
 	if g, ok := e.(*mergeGone); ok {
-		l.merge.applied, l.merge.lsn, l.merge.rec, l.merge.child = g.lsn, g.lsn, g.mg, g.child
+		l.merge.applied, l.merge.lsn, l.merge.rec, l.merge.child = g.lsn, g.lsn, g.mg, g.take()
 	} else if err := l.redoMerge(applied); err != nil {
 		return nil, err
 	}

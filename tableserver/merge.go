@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -237,7 +238,10 @@ func (l *logReplica) redoMerge(applied uint64) error {
 	return nil
 }
 
-// mergeJob pairs the two parents' replicas of a merge on this server.
+// mergeJob pairs the two parents' replicas of a merge on this server. A
+// replica closing leaves it (forgetMerge) before it waits for its
+// goroutines, the merge's among them: a merge starts only with both
+// replicas open.
 type mergeJob struct {
 	left, right *logReplica
 	running     bool
@@ -282,8 +286,17 @@ func (s *Server) mergeReady(l *logReplica, mg *api.PartitionMerge) {
 		}
 		go s.reportMerge()
 	default:
+		// Both replicas wait for the merge as they close (close waits for
+		// wg): the child's replica takes the merged engine only once the
+		// merge is over, and neither engine closes under it.
 		j.running = true
-		go s.runMerge(j, mg)
+		j.left.wg.Add(1)
+		j.right.wg.Add(1)
+		go func() {
+			defer j.left.wg.Done()
+			defer j.right.wg.Done()
+			s.runMerge(j, mg)
+		}()
 	}
 }
 
@@ -319,7 +332,7 @@ func (s *Server) runMerge(j *mergeJob, mg *api.PartitionMerge) {
 		}
 		return
 	}
-	s.reportMerge() // the master replaces the parents on this report
+	go s.reportMerge() // the master replaces the parents on this report
 }
 
 func (s *Server) mergeEngines(L, R *logReplica, child uint64) error {
@@ -515,6 +528,16 @@ type mergeGone struct {
 	lsn   uint64
 	mg    *api.PartitionMerge
 	child engines.Engine
+	// taken: the log replica took child (else Close closes it).
+	taken atomic.Bool
+}
+
+// take hands child over to the log replica, once.
+func (g *mergeGone) take() engines.Engine {
+	if g.taken.CompareAndSwap(false, true) {
+		return g.child
+	}
+	return nil
 }
 
 func (g *mergeGone) Get(key []byte) ([]byte, int64, error) {
@@ -525,9 +548,14 @@ func (g *mergeGone) Get(key []byte) ([]byte, int64, error) {
 }
 func (g *mergeGone) Scan(func(engines.Record) error) error { return engines.ErrClosed }
 func (g *mergeGone) Stats() engines.Stats                  { return engines.Stats{} }
-func (g *mergeGone) Close() error                          { return nil }
-func (g *mergeGone) Apply([]engines.Mutation) error        { return engines.ErrClosed }
-func (g *mergeGone) Delete([]byte) (bool, error)           { return false, engines.ErrClosed }
+func (g *mergeGone) Close() error {
+	if e := g.take(); e != nil {
+		return e.Close() // never handed over (the replica did not open)
+	}
+	return nil
+}
+func (g *mergeGone) Apply([]engines.Mutation) error { return engines.ErrClosed }
+func (g *mergeGone) Delete([]byte) (bool, error)    { return false, engines.ErrClosed }
 func (g *mergeGone) CompareAndSwap(engines.CAS) (engines.CASResult, error) {
 	return engines.CASResult{}, engines.ErrClosed
 }
