@@ -48,7 +48,7 @@ import (
 func init() {
 	register(suite{
 		name:  "elastic",
-		about: "real processes on loopback: splits under a 16-client load (time to both children writable, write p99 during ÷ steady) and 2 servers joining a loaded 3-server cluster (time to balance)",
+		about: "real processes on loopback: splits under a 16-client load (time to both children writable, write p99 during ÷ steady), 2 servers joining a loaded 3-server cluster (time to balance), and 20 pairs merging under a light load (time to the child writable)",
 		run:   runElastic,
 	})
 }
