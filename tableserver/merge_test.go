@@ -221,8 +221,10 @@ func testMergeRestart(t *testing.T, replicas int, committed bool) {
 	c := f.mergedChild(t, ctx)
 	f.checkChild(t, ctx, c, keys)
 	// After the marker the restarted server takes the merged engine as
-	// it is; before it, it merges again.
-	if n := again.Load(); committed && n != 0 || !committed && n == 0 {
+	// it is; before it, it merges again (the only server: with three,
+	// the master may finish the merge with the two live ones while the
+	// victim is down, and the victim copies the child).
+	if n := again.Load(); committed && n != 0 || !committed && n == 0 && replicas == 1 {
 		t.Fatalf("the restarted server merged %d more times (committed %v)", n, committed)
 	}
 }
