@@ -133,3 +133,25 @@ func replicasLine(p *api.Partition) string {
 	slices.Sort(rs)
 	return "[" + strings.Join(rs, " ") + "]"
 }
+
+// reshaping describes the pending splits and merges of a table's
+// partitions (sorted by index), one line each.
+func reshaping(parts []*api.Partition) []string {
+	var out []string
+	for i, p := range parts {
+		if sp := p.GetSplit(); sp != nil {
+			out = append(out, fmt.Sprintf("  #%d (id %d): splitting into %d and %d", p.GetIndex(), p.GetId(), sp.GetLeftId(), sp.GetRightId()))
+		}
+		mg := p.GetMerge()
+		if mg == nil || mg.GetLeftId() != p.GetId() || i+1 >= len(parts) {
+			continue
+		}
+		r := parts[i+1]
+		state := "aligned: merge records and the engines' merge"
+		if !sameReplicas(p, r) {
+			state = fmt.Sprintf("aligning (replicas %s and %s)", replicasLine(p), replicasLine(r))
+		}
+		out = append(out, fmt.Sprintf("  #%d (id %d) and #%d (id %d): merging into %d, %s", p.GetIndex(), p.GetId(), r.GetIndex(), r.GetId(), mg.GetChildId(), state))
+	}
+	return out
+}

@@ -244,3 +244,29 @@ func TestMergeUnderLoad(t *testing.T) {
 	}
 	t.Logf("engine merges took %v", engineMerges)
 }
+
+// TestReshaping: describe's lines for pending splits and merges.
+func TestReshaping(t *testing.T) {
+	rep := func(id string, primary bool) *api.Replica {
+		role := api.ReplicaRole_REPLICA_ROLE_SECONDARY
+		if primary {
+			role = api.ReplicaRole_REPLICA_ROLE_PRIMARY
+		}
+		return &api.Replica{ServerId: id, Role: role}
+	}
+	mg := &api.PartitionMerge{LeftId: 4, RightId: 5, ChildId: 9}
+	parts := []*api.Partition{
+		{Id: 3, Index: 0, Split: &api.PartitionSplit{LeftId: 7, RightId: 8}},
+		{Id: 4, Index: 1, Merge: mg, Replicas: []*api.Replica{rep("a", true), rep("b", false)}},
+		{Id: 5, Index: 2, Merge: mg, Replicas: []*api.Replica{rep("b", true), rep("c", false)}},
+	}
+	got := strings.Join(reshaping(parts), "\n")
+	want := "  #0 (id 3): splitting into 7 and 8\n  #1 (id 4) and #2 (id 5): merging into 9, aligning (replicas [a* b] and [b* c])"
+	if got != want {
+		t.Fatalf("got\n%s\nwant\n%s", got, want)
+	}
+	parts[2].Replicas = []*api.Replica{rep("b", false), rep("a", true)}
+	if got := reshaping(parts)[1]; !strings.HasSuffix(got, "merging into 9, aligned: merge records and the engines' merge") {
+		t.Fatalf("aligned: %s", got)
+	}
+}
