@@ -211,6 +211,10 @@ func TestMergeUnderLoad(t *testing.T) {
 	if n := len(d.GetMap().GetPartitions()); n != 2 {
 		t.Fatalf("%d partitions at the end, want 2", n)
 	}
+	// The last partition has none after it: refused, with the reason.
+	if out, errOut, err := cli(t, masterAddr, nil, "partition", "merge", table, "1"); err == nil || !strings.Contains(errOut, "partition_not_found") {
+		t.Fatalf("merge of the last partition: %v\nstdout: %s\nstderr: %s", err, out, errOut)
+	}
 	for k := range keys {
 		key := fmt.Sprintf("k%d", k)
 		c := rec.Begin(99, linearize.Input{Kind: linearize.Get, Key: key})
