@@ -617,7 +617,7 @@ func (x Mutation_Op) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Mutation_Op.Descriptor instead.
 func (Mutation_Op) EnumDescriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{121, 0}
+	return file_tabula_proto_rawDescGZIP(), []int{124, 0}
 }
 
 type Condition_Kind int32
@@ -675,7 +675,7 @@ func (x Condition_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Condition_Kind.Descriptor instead.
 func (Condition_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{122, 0}
+	return file_tabula_proto_rawDescGZIP(), []int{125, 0}
 }
 
 // TableOptions are fixed at CreateTable. Zero values take the defaults the
@@ -1068,8 +1068,21 @@ type Partition struct {
 	// A split's child: why the split was made ("load", "size"; empty: by
 	// an operator) and when it finished. A partition split by load is not
 	// merged back while warm, nor split by load again within the cooldown.
-	SplitReason   string `protobuf:"bytes,220,opt,name=split_reason,json=splitReason,proto3" json:"split_reason,omitempty"`
-	SplitUnixMs   int64  `protobuf:"varint,221,opt,name=split_unix_ms,json=splitUnixMs,proto3" json:"split_unix_ms,omitempty"`
+	SplitReason string `protobuf:"bytes,220,opt,name=split_reason,json=splitReason,proto3" json:"split_reason,omitempty"`
+	SplitUnixMs int64  `protobuf:"varint,221,opt,name=split_unix_ms,json=splitUnixMs,proto3" json:"split_unix_ms,omitempty"`
+	// A merge in progress (tablemaster/merge.go), set on both partitions:
+	// once their replicas are on the same servers with the same primary,
+	// each primary appends one merge record to its log, and every replica
+	// server, having applied both, merges the two engines into the child's
+	// directory. Unset: none.
+	Merge *PartitionMerge `protobuf:"bytes,200,opt,name=merge,proto3" json:"merge,omitempty"`
+	// A merge's child: its parents' ids and the LSN its log continues
+	// after (the larger of the two merge records' LSNs). A server that
+	// held both parents holds the child's data (the merged engine). 0: not
+	// a merge's child.
+	MergeLeft     uint64 `protobuf:"varint,201,opt,name=merge_left,json=mergeLeft,proto3" json:"merge_left,omitempty"`
+	MergeRight    uint64 `protobuf:"varint,202,opt,name=merge_right,json=mergeRight,proto3" json:"merge_right,omitempty"`
+	MergeLsn      uint64 `protobuf:"varint,203,opt,name=merge_lsn,json=mergeLsn,proto3" json:"merge_lsn,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1216,6 +1229,96 @@ func (x *Partition) GetSplitUnixMs() int64 {
 	return 0
 }
 
+func (x *Partition) GetMerge() *PartitionMerge {
+	if x != nil {
+		return x.Merge
+	}
+	return nil
+}
+
+func (x *Partition) GetMergeLeft() uint64 {
+	if x != nil {
+		return x.MergeLeft
+	}
+	return 0
+}
+
+func (x *Partition) GetMergeRight() uint64 {
+	if x != nil {
+		return x.MergeRight
+	}
+	return 0
+}
+
+func (x *Partition) GetMergeLsn() uint64 {
+	if x != nil {
+		return x.MergeLsn
+	}
+	return 0
+}
+
+// PartitionMerge is a merge of two adjacent partitions: left (the lower
+// keys) and right, into child.
+type PartitionMerge struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	LeftId        uint64                 `protobuf:"varint,1,opt,name=left_id,json=leftId,proto3" json:"left_id,omitempty"`
+	RightId       uint64                 `protobuf:"varint,2,opt,name=right_id,json=rightId,proto3" json:"right_id,omitempty"`
+	ChildId       uint64                 `protobuf:"varint,3,opt,name=child_id,json=childId,proto3" json:"child_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PartitionMerge) Reset() {
+	*x = PartitionMerge{}
+	mi := &file_tabula_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PartitionMerge) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PartitionMerge) ProtoMessage() {}
+
+func (x *PartitionMerge) ProtoReflect() protoreflect.Message {
+	mi := &file_tabula_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PartitionMerge.ProtoReflect.Descriptor instead.
+func (*PartitionMerge) Descriptor() ([]byte, []int) {
+	return file_tabula_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *PartitionMerge) GetLeftId() uint64 {
+	if x != nil {
+		return x.LeftId
+	}
+	return 0
+}
+
+func (x *PartitionMerge) GetRightId() uint64 {
+	if x != nil {
+		return x.RightId
+	}
+	return 0
+}
+
+func (x *PartitionMerge) GetChildId() uint64 {
+	if x != nil {
+		return x.ChildId
+	}
+	return 0
+}
+
 // PartitionSplit is where a partition splits and the ids of its children.
 type PartitionSplit struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1233,7 +1336,7 @@ type PartitionSplit struct {
 
 func (x *PartitionSplit) Reset() {
 	*x = PartitionSplit{}
-	mi := &file_tabula_proto_msgTypes[4]
+	mi := &file_tabula_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1245,7 +1348,7 @@ func (x *PartitionSplit) String() string {
 func (*PartitionSplit) ProtoMessage() {}
 
 func (x *PartitionSplit) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[4]
+	mi := &file_tabula_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1258,7 +1361,7 @@ func (x *PartitionSplit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionSplit.ProtoReflect.Descriptor instead.
 func (*PartitionSplit) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{4}
+	return file_tabula_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *PartitionSplit) GetLeftId() uint64 {
@@ -1304,7 +1407,7 @@ type PartitionLog struct {
 
 func (x *PartitionLog) Reset() {
 	*x = PartitionLog{}
-	mi := &file_tabula_proto_msgTypes[5]
+	mi := &file_tabula_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1316,7 +1419,7 @@ func (x *PartitionLog) String() string {
 func (*PartitionLog) ProtoMessage() {}
 
 func (x *PartitionLog) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[5]
+	mi := &file_tabula_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1329,7 +1432,7 @@ func (x *PartitionLog) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionLog.ProtoReflect.Descriptor instead.
 func (*PartitionLog) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{5}
+	return file_tabula_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *PartitionLog) GetStream() string {
@@ -1363,7 +1466,7 @@ type PartitionMap struct {
 
 func (x *PartitionMap) Reset() {
 	*x = PartitionMap{}
-	mi := &file_tabula_proto_msgTypes[6]
+	mi := &file_tabula_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1375,7 +1478,7 @@ func (x *PartitionMap) String() string {
 func (*PartitionMap) ProtoMessage() {}
 
 func (x *PartitionMap) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[6]
+	mi := &file_tabula_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1388,7 +1491,7 @@ func (x *PartitionMap) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionMap.ProtoReflect.Descriptor instead.
 func (*PartitionMap) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{6}
+	return file_tabula_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *PartitionMap) GetTable() *Table {
@@ -1446,7 +1549,7 @@ type CoprocVersion struct {
 
 func (x *CoprocVersion) Reset() {
 	*x = CoprocVersion{}
-	mi := &file_tabula_proto_msgTypes[7]
+	mi := &file_tabula_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1458,7 +1561,7 @@ func (x *CoprocVersion) String() string {
 func (*CoprocVersion) ProtoMessage() {}
 
 func (x *CoprocVersion) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[7]
+	mi := &file_tabula_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1471,7 +1574,7 @@ func (x *CoprocVersion) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CoprocVersion.ProtoReflect.Descriptor instead.
 func (*CoprocVersion) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{7}
+	return file_tabula_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *CoprocVersion) GetVersion() uint64 {
@@ -1538,7 +1641,7 @@ type Coprocessor struct {
 
 func (x *Coprocessor) Reset() {
 	*x = Coprocessor{}
-	mi := &file_tabula_proto_msgTypes[8]
+	mi := &file_tabula_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1550,7 +1653,7 @@ func (x *Coprocessor) String() string {
 func (*Coprocessor) ProtoMessage() {}
 
 func (x *Coprocessor) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[8]
+	mi := &file_tabula_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1563,7 +1666,7 @@ func (x *Coprocessor) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Coprocessor.ProtoReflect.Descriptor instead.
 func (*Coprocessor) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{8}
+	return file_tabula_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Coprocessor) GetName() string {
@@ -1606,7 +1709,7 @@ type CoprocDeployRequest struct {
 
 func (x *CoprocDeployRequest) Reset() {
 	*x = CoprocDeployRequest{}
-	mi := &file_tabula_proto_msgTypes[9]
+	mi := &file_tabula_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1618,7 +1721,7 @@ func (x *CoprocDeployRequest) String() string {
 func (*CoprocDeployRequest) ProtoMessage() {}
 
 func (x *CoprocDeployRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[9]
+	mi := &file_tabula_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1631,7 +1734,7 @@ func (x *CoprocDeployRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CoprocDeployRequest.ProtoReflect.Descriptor instead.
 func (*CoprocDeployRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{9}
+	return file_tabula_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *CoprocDeployRequest) GetTenant() string {
@@ -1672,7 +1775,7 @@ type CoprocDeployResponse struct {
 
 func (x *CoprocDeployResponse) Reset() {
 	*x = CoprocDeployResponse{}
-	mi := &file_tabula_proto_msgTypes[10]
+	mi := &file_tabula_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1684,7 +1787,7 @@ func (x *CoprocDeployResponse) String() string {
 func (*CoprocDeployResponse) ProtoMessage() {}
 
 func (x *CoprocDeployResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[10]
+	mi := &file_tabula_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1697,7 +1800,7 @@ func (x *CoprocDeployResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CoprocDeployResponse.ProtoReflect.Descriptor instead.
 func (*CoprocDeployResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{10}
+	return file_tabula_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *CoprocDeployResponse) GetCoprocessor() *Coprocessor {
@@ -1724,7 +1827,7 @@ type CoprocListRequest struct {
 
 func (x *CoprocListRequest) Reset() {
 	*x = CoprocListRequest{}
-	mi := &file_tabula_proto_msgTypes[11]
+	mi := &file_tabula_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1736,7 +1839,7 @@ func (x *CoprocListRequest) String() string {
 func (*CoprocListRequest) ProtoMessage() {}
 
 func (x *CoprocListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[11]
+	mi := &file_tabula_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1749,7 +1852,7 @@ func (x *CoprocListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CoprocListRequest.ProtoReflect.Descriptor instead.
 func (*CoprocListRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{11}
+	return file_tabula_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *CoprocListRequest) GetTenant() string {
@@ -1775,7 +1878,7 @@ type CoprocListResponse struct {
 
 func (x *CoprocListResponse) Reset() {
 	*x = CoprocListResponse{}
-	mi := &file_tabula_proto_msgTypes[12]
+	mi := &file_tabula_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1787,7 +1890,7 @@ func (x *CoprocListResponse) String() string {
 func (*CoprocListResponse) ProtoMessage() {}
 
 func (x *CoprocListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[12]
+	mi := &file_tabula_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1800,7 +1903,7 @@ func (x *CoprocListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CoprocListResponse.ProtoReflect.Descriptor instead.
 func (*CoprocListResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{12}
+	return file_tabula_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *CoprocListResponse) GetCoprocessors() []*Coprocessor {
@@ -1822,7 +1925,7 @@ type CoprocRollbackRequest struct {
 
 func (x *CoprocRollbackRequest) Reset() {
 	*x = CoprocRollbackRequest{}
-	mi := &file_tabula_proto_msgTypes[13]
+	mi := &file_tabula_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1834,7 +1937,7 @@ func (x *CoprocRollbackRequest) String() string {
 func (*CoprocRollbackRequest) ProtoMessage() {}
 
 func (x *CoprocRollbackRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[13]
+	mi := &file_tabula_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1847,7 +1950,7 @@ func (x *CoprocRollbackRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CoprocRollbackRequest.ProtoReflect.Descriptor instead.
 func (*CoprocRollbackRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{13}
+	return file_tabula_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *CoprocRollbackRequest) GetTenant() string {
@@ -1887,7 +1990,7 @@ type CoprocRollbackResponse struct {
 
 func (x *CoprocRollbackResponse) Reset() {
 	*x = CoprocRollbackResponse{}
-	mi := &file_tabula_proto_msgTypes[14]
+	mi := &file_tabula_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1899,7 +2002,7 @@ func (x *CoprocRollbackResponse) String() string {
 func (*CoprocRollbackResponse) ProtoMessage() {}
 
 func (x *CoprocRollbackResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[14]
+	mi := &file_tabula_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1912,7 +2015,7 @@ func (x *CoprocRollbackResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CoprocRollbackResponse.ProtoReflect.Descriptor instead.
 func (*CoprocRollbackResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{14}
+	return file_tabula_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *CoprocRollbackResponse) GetCoprocessor() *Coprocessor {
@@ -1934,7 +2037,7 @@ type CoprocFetchRequest struct {
 
 func (x *CoprocFetchRequest) Reset() {
 	*x = CoprocFetchRequest{}
-	mi := &file_tabula_proto_msgTypes[15]
+	mi := &file_tabula_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1946,7 +2049,7 @@ func (x *CoprocFetchRequest) String() string {
 func (*CoprocFetchRequest) ProtoMessage() {}
 
 func (x *CoprocFetchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[15]
+	mi := &file_tabula_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1959,7 +2062,7 @@ func (x *CoprocFetchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CoprocFetchRequest.ProtoReflect.Descriptor instead.
 func (*CoprocFetchRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{15}
+	return file_tabula_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *CoprocFetchRequest) GetTenant() string {
@@ -2000,7 +2103,7 @@ type CoprocFetchResponse struct {
 
 func (x *CoprocFetchResponse) Reset() {
 	*x = CoprocFetchResponse{}
-	mi := &file_tabula_proto_msgTypes[16]
+	mi := &file_tabula_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2012,7 +2115,7 @@ func (x *CoprocFetchResponse) String() string {
 func (*CoprocFetchResponse) ProtoMessage() {}
 
 func (x *CoprocFetchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[16]
+	mi := &file_tabula_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2025,7 +2128,7 @@ func (x *CoprocFetchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CoprocFetchResponse.ProtoReflect.Descriptor instead.
 func (*CoprocFetchResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{16}
+	return file_tabula_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *CoprocFetchResponse) GetWasm() []byte {
@@ -2055,7 +2158,7 @@ type CoprocReady struct {
 
 func (x *CoprocReady) Reset() {
 	*x = CoprocReady{}
-	mi := &file_tabula_proto_msgTypes[17]
+	mi := &file_tabula_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2067,7 +2170,7 @@ func (x *CoprocReady) String() string {
 func (*CoprocReady) ProtoMessage() {}
 
 func (x *CoprocReady) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[17]
+	mi := &file_tabula_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2080,7 +2183,7 @@ func (x *CoprocReady) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CoprocReady.ProtoReflect.Descriptor instead.
 func (*CoprocReady) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{17}
+	return file_tabula_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *CoprocReady) GetTenant() string {
@@ -2136,7 +2239,7 @@ type InvokeRequest struct {
 
 func (x *InvokeRequest) Reset() {
 	*x = InvokeRequest{}
-	mi := &file_tabula_proto_msgTypes[18]
+	mi := &file_tabula_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2148,7 +2251,7 @@ func (x *InvokeRequest) String() string {
 func (*InvokeRequest) ProtoMessage() {}
 
 func (x *InvokeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[18]
+	mi := &file_tabula_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2161,7 +2264,7 @@ func (x *InvokeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InvokeRequest.ProtoReflect.Descriptor instead.
 func (*InvokeRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{18}
+	return file_tabula_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *InvokeRequest) GetHeader() *RequestHeader {
@@ -2252,7 +2355,7 @@ type InvokeResponse struct {
 
 func (x *InvokeResponse) Reset() {
 	*x = InvokeResponse{}
-	mi := &file_tabula_proto_msgTypes[19]
+	mi := &file_tabula_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2264,7 +2367,7 @@ func (x *InvokeResponse) String() string {
 func (*InvokeResponse) ProtoMessage() {}
 
 func (x *InvokeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[19]
+	mi := &file_tabula_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2277,7 +2380,7 @@ func (x *InvokeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InvokeResponse.ProtoReflect.Descriptor instead.
 func (*InvokeResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{19}
+	return file_tabula_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *InvokeResponse) GetOutput() []byte {
@@ -2307,7 +2410,7 @@ type CoprocMergeRequest struct {
 
 func (x *CoprocMergeRequest) Reset() {
 	*x = CoprocMergeRequest{}
-	mi := &file_tabula_proto_msgTypes[20]
+	mi := &file_tabula_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2319,7 +2422,7 @@ func (x *CoprocMergeRequest) String() string {
 func (*CoprocMergeRequest) ProtoMessage() {}
 
 func (x *CoprocMergeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[20]
+	mi := &file_tabula_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2332,7 +2435,7 @@ func (x *CoprocMergeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CoprocMergeRequest.ProtoReflect.Descriptor instead.
 func (*CoprocMergeRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{20}
+	return file_tabula_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *CoprocMergeRequest) GetHeader() *RequestHeader {
@@ -2379,7 +2482,7 @@ type CoprocMergeResponse struct {
 
 func (x *CoprocMergeResponse) Reset() {
 	*x = CoprocMergeResponse{}
-	mi := &file_tabula_proto_msgTypes[21]
+	mi := &file_tabula_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2391,7 +2494,7 @@ func (x *CoprocMergeResponse) String() string {
 func (*CoprocMergeResponse) ProtoMessage() {}
 
 func (x *CoprocMergeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[21]
+	mi := &file_tabula_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2404,7 +2507,7 @@ func (x *CoprocMergeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CoprocMergeResponse.ProtoReflect.Descriptor instead.
 func (*CoprocMergeResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{21}
+	return file_tabula_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *CoprocMergeResponse) GetOutput() []byte {
@@ -2432,7 +2535,7 @@ type BulkFile struct {
 
 func (x *BulkFile) Reset() {
 	*x = BulkFile{}
-	mi := &file_tabula_proto_msgTypes[22]
+	mi := &file_tabula_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2444,7 +2547,7 @@ func (x *BulkFile) String() string {
 func (*BulkFile) ProtoMessage() {}
 
 func (x *BulkFile) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[22]
+	mi := &file_tabula_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2457,7 +2560,7 @@ func (x *BulkFile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkFile.ProtoReflect.Descriptor instead.
 func (*BulkFile) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{22}
+	return file_tabula_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *BulkFile) GetPartition() uint32 {
@@ -2523,7 +2626,7 @@ type BulkVersion struct {
 
 func (x *BulkVersion) Reset() {
 	*x = BulkVersion{}
-	mi := &file_tabula_proto_msgTypes[23]
+	mi := &file_tabula_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2535,7 +2638,7 @@ func (x *BulkVersion) String() string {
 func (*BulkVersion) ProtoMessage() {}
 
 func (x *BulkVersion) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[23]
+	mi := &file_tabula_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2548,7 +2651,7 @@ func (x *BulkVersion) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkVersion.ProtoReflect.Descriptor instead.
 func (*BulkVersion) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{23}
+	return file_tabula_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *BulkVersion) GetVersion() uint64 {
@@ -2651,7 +2754,7 @@ type BulkInfo struct {
 
 func (x *BulkInfo) Reset() {
 	*x = BulkInfo{}
-	mi := &file_tabula_proto_msgTypes[24]
+	mi := &file_tabula_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2663,7 +2766,7 @@ func (x *BulkInfo) String() string {
 func (*BulkInfo) ProtoMessage() {}
 
 func (x *BulkInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[24]
+	mi := &file_tabula_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2676,7 +2779,7 @@ func (x *BulkInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkInfo.ProtoReflect.Descriptor instead.
 func (*BulkInfo) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{24}
+	return file_tabula_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *BulkInfo) GetCurrent() uint64 {
@@ -2730,7 +2833,7 @@ type BulkRollout struct {
 
 func (x *BulkRollout) Reset() {
 	*x = BulkRollout{}
-	mi := &file_tabula_proto_msgTypes[25]
+	mi := &file_tabula_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2742,7 +2845,7 @@ func (x *BulkRollout) String() string {
 func (*BulkRollout) ProtoMessage() {}
 
 func (x *BulkRollout) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[25]
+	mi := &file_tabula_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2755,7 +2858,7 @@ func (x *BulkRollout) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkRollout.ProtoReflect.Descriptor instead.
 func (*BulkRollout) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{25}
+	return file_tabula_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *BulkRollout) GetVersion() uint64 {
@@ -2853,7 +2956,7 @@ type ServerInfo struct {
 
 func (x *ServerInfo) Reset() {
 	*x = ServerInfo{}
-	mi := &file_tabula_proto_msgTypes[26]
+	mi := &file_tabula_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2865,7 +2968,7 @@ func (x *ServerInfo) String() string {
 func (*ServerInfo) ProtoMessage() {}
 
 func (x *ServerInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[26]
+	mi := &file_tabula_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2878,7 +2981,7 @@ func (x *ServerInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServerInfo.ProtoReflect.Descriptor instead.
 func (*ServerInfo) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{26}
+	return file_tabula_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ServerInfo) GetId() string {
@@ -2995,6 +3098,10 @@ type ReplicaStatus struct {
 	// Replicated tables: the LSN of the split record (Partition.split) this
 	// replica applied and split its engine at; 0: none.
 	SplitLsn uint64 `protobuf:"varint,40,opt,name=split_lsn,json=splitLsn,proto3" json:"split_lsn,omitempty"`
+	// Replicated tables: the LSN of this partition's merge record
+	// (Partition.merge), set once the server applied both parents' records
+	// and merged their engines; 0: none.
+	MergeLsn uint64 `protobuf:"varint,200,opt,name=merge_lsn,json=mergeLsn,proto3" json:"merge_lsn,omitempty"`
 	// Nanoseconds of wall time this server spent in the replica's engine:
 	// serving reads (gets, batch gets, scans) and applying log records or
 	// unlogged writes. A counter since the replica was opened here, like
@@ -3022,7 +3129,7 @@ type ReplicaStatus struct {
 
 func (x *ReplicaStatus) Reset() {
 	*x = ReplicaStatus{}
-	mi := &file_tabula_proto_msgTypes[27]
+	mi := &file_tabula_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3034,7 +3141,7 @@ func (x *ReplicaStatus) String() string {
 func (*ReplicaStatus) ProtoMessage() {}
 
 func (x *ReplicaStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[27]
+	mi := &file_tabula_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3047,7 +3154,7 @@ func (x *ReplicaStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaStatus.ProtoReflect.Descriptor instead.
 func (*ReplicaStatus) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{27}
+	return file_tabula_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ReplicaStatus) GetPartitionId() uint64 {
@@ -3232,6 +3339,13 @@ func (x *ReplicaStatus) GetSplitLsn() uint64 {
 	return 0
 }
 
+func (x *ReplicaStatus) GetMergeLsn() uint64 {
+	if x != nil {
+		return x.MergeLsn
+	}
+	return 0
+}
+
 func (x *ReplicaStatus) GetBusyNs() uint64 {
 	if x != nil {
 		return x.BusyNs
@@ -3276,7 +3390,7 @@ type SplitHint struct {
 
 func (x *SplitHint) Reset() {
 	*x = SplitHint{}
-	mi := &file_tabula_proto_msgTypes[28]
+	mi := &file_tabula_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3288,7 +3402,7 @@ func (x *SplitHint) String() string {
 func (*SplitHint) ProtoMessage() {}
 
 func (x *SplitHint) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[28]
+	mi := &file_tabula_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3301,7 +3415,7 @@ func (x *SplitHint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SplitHint.ProtoReflect.Descriptor instead.
 func (*SplitHint) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{28}
+	return file_tabula_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *SplitHint) GetHash() uint64 {
@@ -3345,7 +3459,7 @@ type ReplicaLoad struct {
 
 func (x *ReplicaLoad) Reset() {
 	*x = ReplicaLoad{}
-	mi := &file_tabula_proto_msgTypes[29]
+	mi := &file_tabula_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3357,7 +3471,7 @@ func (x *ReplicaLoad) String() string {
 func (*ReplicaLoad) ProtoMessage() {}
 
 func (x *ReplicaLoad) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[29]
+	mi := &file_tabula_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3370,7 +3484,7 @@ func (x *ReplicaLoad) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaLoad.ProtoReflect.Descriptor instead.
 func (*ReplicaLoad) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{29}
+	return file_tabula_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ReplicaLoad) GetReadsPerSec() float64 {
@@ -3416,7 +3530,7 @@ type ServerCapacity struct {
 
 func (x *ServerCapacity) Reset() {
 	*x = ServerCapacity{}
-	mi := &file_tabula_proto_msgTypes[30]
+	mi := &file_tabula_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3428,7 +3542,7 @@ func (x *ServerCapacity) String() string {
 func (*ServerCapacity) ProtoMessage() {}
 
 func (x *ServerCapacity) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[30]
+	mi := &file_tabula_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3441,7 +3555,7 @@ func (x *ServerCapacity) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServerCapacity.ProtoReflect.Descriptor instead.
 func (*ServerCapacity) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{30}
+	return file_tabula_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ServerCapacity) GetDiskBytes() uint64 {
@@ -3508,7 +3622,7 @@ type AckSetMember struct {
 
 func (x *AckSetMember) Reset() {
 	*x = AckSetMember{}
-	mi := &file_tabula_proto_msgTypes[31]
+	mi := &file_tabula_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3520,7 +3634,7 @@ func (x *AckSetMember) String() string {
 func (*AckSetMember) ProtoMessage() {}
 
 func (x *AckSetMember) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[31]
+	mi := &file_tabula_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3533,7 +3647,7 @@ func (x *AckSetMember) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AckSetMember.ProtoReflect.Descriptor instead.
 func (*AckSetMember) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{31}
+	return file_tabula_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *AckSetMember) GetServerId() string {
@@ -3601,7 +3715,7 @@ type ReplicaSync struct {
 
 func (x *ReplicaSync) Reset() {
 	*x = ReplicaSync{}
-	mi := &file_tabula_proto_msgTypes[32]
+	mi := &file_tabula_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3613,7 +3727,7 @@ func (x *ReplicaSync) String() string {
 func (*ReplicaSync) ProtoMessage() {}
 
 func (x *ReplicaSync) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[32]
+	mi := &file_tabula_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3626,7 +3740,7 @@ func (x *ReplicaSync) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaSync.ProtoReflect.Descriptor instead.
 func (*ReplicaSync) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{32}
+	return file_tabula_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ReplicaSync) GetState() ReplicaState {
@@ -3679,7 +3793,7 @@ type BulkLoaded struct {
 
 func (x *BulkLoaded) Reset() {
 	*x = BulkLoaded{}
-	mi := &file_tabula_proto_msgTypes[33]
+	mi := &file_tabula_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3691,7 +3805,7 @@ func (x *BulkLoaded) String() string {
 func (*BulkLoaded) ProtoMessage() {}
 
 func (x *BulkLoaded) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[33]
+	mi := &file_tabula_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3704,7 +3818,7 @@ func (x *BulkLoaded) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkLoaded.ProtoReflect.Descriptor instead.
 func (*BulkLoaded) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{33}
+	return file_tabula_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *BulkLoaded) GetVersion() uint64 {
@@ -3765,7 +3879,7 @@ type ErrorDetail struct {
 
 func (x *ErrorDetail) Reset() {
 	*x = ErrorDetail{}
-	mi := &file_tabula_proto_msgTypes[34]
+	mi := &file_tabula_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3777,7 +3891,7 @@ func (x *ErrorDetail) String() string {
 func (*ErrorDetail) ProtoMessage() {}
 
 func (x *ErrorDetail) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[34]
+	mi := &file_tabula_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3790,7 +3904,7 @@ func (x *ErrorDetail) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ErrorDetail.ProtoReflect.Descriptor instead.
 func (*ErrorDetail) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{34}
+	return file_tabula_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ErrorDetail) GetCode() ErrorCode {
@@ -3881,7 +3995,7 @@ type TenantInfo struct {
 
 func (x *TenantInfo) Reset() {
 	*x = TenantInfo{}
-	mi := &file_tabula_proto_msgTypes[35]
+	mi := &file_tabula_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3893,7 +4007,7 @@ func (x *TenantInfo) String() string {
 func (*TenantInfo) ProtoMessage() {}
 
 func (x *TenantInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[35]
+	mi := &file_tabula_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3906,7 +4020,7 @@ func (x *TenantInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TenantInfo.ProtoReflect.Descriptor instead.
 func (*TenantInfo) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{35}
+	return file_tabula_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *TenantInfo) GetName() string {
@@ -3973,7 +4087,7 @@ type TenantQuota struct {
 
 func (x *TenantQuota) Reset() {
 	*x = TenantQuota{}
-	mi := &file_tabula_proto_msgTypes[36]
+	mi := &file_tabula_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3985,7 +4099,7 @@ func (x *TenantQuota) String() string {
 func (*TenantQuota) ProtoMessage() {}
 
 func (x *TenantQuota) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[36]
+	mi := &file_tabula_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3998,7 +4112,7 @@ func (x *TenantQuota) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TenantQuota.ProtoReflect.Descriptor instead.
 func (*TenantQuota) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{36}
+	return file_tabula_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *TenantQuota) GetStoredBytes() uint64 {
@@ -4056,7 +4170,7 @@ type TenantUsage struct {
 
 func (x *TenantUsage) Reset() {
 	*x = TenantUsage{}
-	mi := &file_tabula_proto_msgTypes[37]
+	mi := &file_tabula_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4068,7 +4182,7 @@ func (x *TenantUsage) String() string {
 func (*TenantUsage) ProtoMessage() {}
 
 func (x *TenantUsage) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[37]
+	mi := &file_tabula_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4081,7 +4195,7 @@ func (x *TenantUsage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TenantUsage.ProtoReflect.Descriptor instead.
 func (*TenantUsage) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{37}
+	return file_tabula_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *TenantUsage) GetStoredBytes() uint64 {
@@ -4143,7 +4257,7 @@ type SetTenantQuotaRequest struct {
 
 func (x *SetTenantQuotaRequest) Reset() {
 	*x = SetTenantQuotaRequest{}
-	mi := &file_tabula_proto_msgTypes[38]
+	mi := &file_tabula_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4155,7 +4269,7 @@ func (x *SetTenantQuotaRequest) String() string {
 func (*SetTenantQuotaRequest) ProtoMessage() {}
 
 func (x *SetTenantQuotaRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[38]
+	mi := &file_tabula_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4168,7 +4282,7 @@ func (x *SetTenantQuotaRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetTenantQuotaRequest.ProtoReflect.Descriptor instead.
 func (*SetTenantQuotaRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{38}
+	return file_tabula_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *SetTenantQuotaRequest) GetTenant() string {
@@ -4194,7 +4308,7 @@ type SetTenantQuotaResponse struct {
 
 func (x *SetTenantQuotaResponse) Reset() {
 	*x = SetTenantQuotaResponse{}
-	mi := &file_tabula_proto_msgTypes[39]
+	mi := &file_tabula_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4206,7 +4320,7 @@ func (x *SetTenantQuotaResponse) String() string {
 func (*SetTenantQuotaResponse) ProtoMessage() {}
 
 func (x *SetTenantQuotaResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[39]
+	mi := &file_tabula_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4219,7 +4333,7 @@ func (x *SetTenantQuotaResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetTenantQuotaResponse.ProtoReflect.Descriptor instead.
 func (*SetTenantQuotaResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{39}
+	return file_tabula_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *SetTenantQuotaResponse) GetTenant() *TenantInfo {
@@ -4258,7 +4372,7 @@ type TenantLoad struct {
 
 func (x *TenantLoad) Reset() {
 	*x = TenantLoad{}
-	mi := &file_tabula_proto_msgTypes[40]
+	mi := &file_tabula_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4270,7 +4384,7 @@ func (x *TenantLoad) String() string {
 func (*TenantLoad) ProtoMessage() {}
 
 func (x *TenantLoad) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[40]
+	mi := &file_tabula_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4283,7 +4397,7 @@ func (x *TenantLoad) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TenantLoad.ProtoReflect.Descriptor instead.
 func (*TenantLoad) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{40}
+	return file_tabula_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *TenantLoad) GetTenant() string {
@@ -4385,7 +4499,7 @@ type TenantShare struct {
 
 func (x *TenantShare) Reset() {
 	*x = TenantShare{}
-	mi := &file_tabula_proto_msgTypes[41]
+	mi := &file_tabula_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4397,7 +4511,7 @@ func (x *TenantShare) String() string {
 func (*TenantShare) ProtoMessage() {}
 
 func (x *TenantShare) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[41]
+	mi := &file_tabula_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4410,7 +4524,7 @@ func (x *TenantShare) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TenantShare.ProtoReflect.Descriptor instead.
 func (*TenantShare) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{41}
+	return file_tabula_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *TenantShare) GetTenant() string {
@@ -4500,7 +4614,7 @@ type CreateTenantRequest struct {
 
 func (x *CreateTenantRequest) Reset() {
 	*x = CreateTenantRequest{}
-	mi := &file_tabula_proto_msgTypes[42]
+	mi := &file_tabula_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4512,7 +4626,7 @@ func (x *CreateTenantRequest) String() string {
 func (*CreateTenantRequest) ProtoMessage() {}
 
 func (x *CreateTenantRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[42]
+	mi := &file_tabula_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4525,7 +4639,7 @@ func (x *CreateTenantRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTenantRequest.ProtoReflect.Descriptor instead.
 func (*CreateTenantRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{42}
+	return file_tabula_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *CreateTenantRequest) GetTenant() string {
@@ -4558,7 +4672,7 @@ type CreateTenantResponse struct {
 
 func (x *CreateTenantResponse) Reset() {
 	*x = CreateTenantResponse{}
-	mi := &file_tabula_proto_msgTypes[43]
+	mi := &file_tabula_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4570,7 +4684,7 @@ func (x *CreateTenantResponse) String() string {
 func (*CreateTenantResponse) ProtoMessage() {}
 
 func (x *CreateTenantResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[43]
+	mi := &file_tabula_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4583,7 +4697,7 @@ func (x *CreateTenantResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTenantResponse.ProtoReflect.Descriptor instead.
 func (*CreateTenantResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{43}
+	return file_tabula_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *CreateTenantResponse) GetTenant() *TenantInfo {
@@ -4601,7 +4715,7 @@ type ListTenantsRequest struct {
 
 func (x *ListTenantsRequest) Reset() {
 	*x = ListTenantsRequest{}
-	mi := &file_tabula_proto_msgTypes[44]
+	mi := &file_tabula_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4613,7 +4727,7 @@ func (x *ListTenantsRequest) String() string {
 func (*ListTenantsRequest) ProtoMessage() {}
 
 func (x *ListTenantsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[44]
+	mi := &file_tabula_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4626,7 +4740,7 @@ func (x *ListTenantsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTenantsRequest.ProtoReflect.Descriptor instead.
 func (*ListTenantsRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{44}
+	return file_tabula_proto_rawDescGZIP(), []int{45}
 }
 
 type ListTenantsResponse struct {
@@ -4638,7 +4752,7 @@ type ListTenantsResponse struct {
 
 func (x *ListTenantsResponse) Reset() {
 	*x = ListTenantsResponse{}
-	mi := &file_tabula_proto_msgTypes[45]
+	mi := &file_tabula_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4650,7 +4764,7 @@ func (x *ListTenantsResponse) String() string {
 func (*ListTenantsResponse) ProtoMessage() {}
 
 func (x *ListTenantsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[45]
+	mi := &file_tabula_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4663,7 +4777,7 @@ func (x *ListTenantsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTenantsResponse.ProtoReflect.Descriptor instead.
 func (*ListTenantsResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{45}
+	return file_tabula_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ListTenantsResponse) GetTenants() []*TenantInfo {
@@ -4682,7 +4796,7 @@ type DescribeTenantRequest struct {
 
 func (x *DescribeTenantRequest) Reset() {
 	*x = DescribeTenantRequest{}
-	mi := &file_tabula_proto_msgTypes[46]
+	mi := &file_tabula_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4694,7 +4808,7 @@ func (x *DescribeTenantRequest) String() string {
 func (*DescribeTenantRequest) ProtoMessage() {}
 
 func (x *DescribeTenantRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[46]
+	mi := &file_tabula_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4707,7 +4821,7 @@ func (x *DescribeTenantRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeTenantRequest.ProtoReflect.Descriptor instead.
 func (*DescribeTenantRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{46}
+	return file_tabula_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *DescribeTenantRequest) GetTenant() string {
@@ -4727,7 +4841,7 @@ type DescribeTenantResponse struct {
 
 func (x *DescribeTenantResponse) Reset() {
 	*x = DescribeTenantResponse{}
-	mi := &file_tabula_proto_msgTypes[47]
+	mi := &file_tabula_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4739,7 +4853,7 @@ func (x *DescribeTenantResponse) String() string {
 func (*DescribeTenantResponse) ProtoMessage() {}
 
 func (x *DescribeTenantResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[47]
+	mi := &file_tabula_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4752,7 +4866,7 @@ func (x *DescribeTenantResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeTenantResponse.ProtoReflect.Descriptor instead.
 func (*DescribeTenantResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{47}
+	return file_tabula_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *DescribeTenantResponse) GetTenant() *TenantInfo {
@@ -4778,7 +4892,7 @@ type DeleteTenantRequest struct {
 
 func (x *DeleteTenantRequest) Reset() {
 	*x = DeleteTenantRequest{}
-	mi := &file_tabula_proto_msgTypes[48]
+	mi := &file_tabula_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4790,7 +4904,7 @@ func (x *DeleteTenantRequest) String() string {
 func (*DeleteTenantRequest) ProtoMessage() {}
 
 func (x *DeleteTenantRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[48]
+	mi := &file_tabula_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4803,7 +4917,7 @@ func (x *DeleteTenantRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteTenantRequest.ProtoReflect.Descriptor instead.
 func (*DeleteTenantRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{48}
+	return file_tabula_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *DeleteTenantRequest) GetTenant() string {
@@ -4821,7 +4935,7 @@ type DeleteTenantResponse struct {
 
 func (x *DeleteTenantResponse) Reset() {
 	*x = DeleteTenantResponse{}
-	mi := &file_tabula_proto_msgTypes[49]
+	mi := &file_tabula_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4833,7 +4947,7 @@ func (x *DeleteTenantResponse) String() string {
 func (*DeleteTenantResponse) ProtoMessage() {}
 
 func (x *DeleteTenantResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[49]
+	mi := &file_tabula_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4846,7 +4960,7 @@ func (x *DeleteTenantResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteTenantResponse.ProtoReflect.Descriptor instead.
 func (*DeleteTenantResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{49}
+	return file_tabula_proto_rawDescGZIP(), []int{50}
 }
 
 type RotateTenantKeyRequest struct {
@@ -4860,7 +4974,7 @@ type RotateTenantKeyRequest struct {
 
 func (x *RotateTenantKeyRequest) Reset() {
 	*x = RotateTenantKeyRequest{}
-	mi := &file_tabula_proto_msgTypes[50]
+	mi := &file_tabula_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4872,7 +4986,7 @@ func (x *RotateTenantKeyRequest) String() string {
 func (*RotateTenantKeyRequest) ProtoMessage() {}
 
 func (x *RotateTenantKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[50]
+	mi := &file_tabula_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4885,7 +4999,7 @@ func (x *RotateTenantKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RotateTenantKeyRequest.ProtoReflect.Descriptor instead.
 func (*RotateTenantKeyRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{50}
+	return file_tabula_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *RotateTenantKeyRequest) GetTenant() string {
@@ -4911,7 +5025,7 @@ type RotateTenantKeyResponse struct {
 
 func (x *RotateTenantKeyResponse) Reset() {
 	*x = RotateTenantKeyResponse{}
-	mi := &file_tabula_proto_msgTypes[51]
+	mi := &file_tabula_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4923,7 +5037,7 @@ func (x *RotateTenantKeyResponse) String() string {
 func (*RotateTenantKeyResponse) ProtoMessage() {}
 
 func (x *RotateTenantKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[51]
+	mi := &file_tabula_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4936,7 +5050,7 @@ func (x *RotateTenantKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RotateTenantKeyResponse.ProtoReflect.Descriptor instead.
 func (*RotateTenantKeyResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{51}
+	return file_tabula_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *RotateTenantKeyResponse) GetTenant() *TenantInfo {
@@ -4954,7 +5068,7 @@ type TenantKeysRequest struct {
 
 func (x *TenantKeysRequest) Reset() {
 	*x = TenantKeysRequest{}
-	mi := &file_tabula_proto_msgTypes[52]
+	mi := &file_tabula_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4966,7 +5080,7 @@ func (x *TenantKeysRequest) String() string {
 func (*TenantKeysRequest) ProtoMessage() {}
 
 func (x *TenantKeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[52]
+	mi := &file_tabula_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4979,7 +5093,7 @@ func (x *TenantKeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TenantKeysRequest.ProtoReflect.Descriptor instead.
 func (*TenantKeysRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{52}
+	return file_tabula_proto_rawDescGZIP(), []int{53}
 }
 
 type TenantKeysResponse struct {
@@ -4993,7 +5107,7 @@ type TenantKeysResponse struct {
 
 func (x *TenantKeysResponse) Reset() {
 	*x = TenantKeysResponse{}
-	mi := &file_tabula_proto_msgTypes[53]
+	mi := &file_tabula_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5005,7 +5119,7 @@ func (x *TenantKeysResponse) String() string {
 func (*TenantKeysResponse) ProtoMessage() {}
 
 func (x *TenantKeysResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[53]
+	mi := &file_tabula_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5018,7 +5132,7 @@ func (x *TenantKeysResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TenantKeysResponse.ProtoReflect.Descriptor instead.
 func (*TenantKeysResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{53}
+	return file_tabula_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *TenantKeysResponse) GetVersion() uint64 {
@@ -5050,7 +5164,7 @@ type MovePartitionRequest struct {
 
 func (x *MovePartitionRequest) Reset() {
 	*x = MovePartitionRequest{}
-	mi := &file_tabula_proto_msgTypes[54]
+	mi := &file_tabula_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5062,7 +5176,7 @@ func (x *MovePartitionRequest) String() string {
 func (*MovePartitionRequest) ProtoMessage() {}
 
 func (x *MovePartitionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[54]
+	mi := &file_tabula_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5075,7 +5189,7 @@ func (x *MovePartitionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MovePartitionRequest.ProtoReflect.Descriptor instead.
 func (*MovePartitionRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{54}
+	return file_tabula_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *MovePartitionRequest) GetTenant() string {
@@ -5124,7 +5238,7 @@ type MovePartitionResponse struct {
 
 func (x *MovePartitionResponse) Reset() {
 	*x = MovePartitionResponse{}
-	mi := &file_tabula_proto_msgTypes[55]
+	mi := &file_tabula_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5136,7 +5250,7 @@ func (x *MovePartitionResponse) String() string {
 func (*MovePartitionResponse) ProtoMessage() {}
 
 func (x *MovePartitionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[55]
+	mi := &file_tabula_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5149,7 +5263,7 @@ func (x *MovePartitionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MovePartitionResponse.ProtoReflect.Descriptor instead.
 func (*MovePartitionResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{55}
+	return file_tabula_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *MovePartitionResponse) GetFrom() string {
@@ -5191,7 +5305,7 @@ type SplitPartitionRequest struct {
 
 func (x *SplitPartitionRequest) Reset() {
 	*x = SplitPartitionRequest{}
-	mi := &file_tabula_proto_msgTypes[56]
+	mi := &file_tabula_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5203,7 +5317,7 @@ func (x *SplitPartitionRequest) String() string {
 func (*SplitPartitionRequest) ProtoMessage() {}
 
 func (x *SplitPartitionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[56]
+	mi := &file_tabula_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5216,7 +5330,7 @@ func (x *SplitPartitionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SplitPartitionRequest.ProtoReflect.Descriptor instead.
 func (*SplitPartitionRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{56}
+	return file_tabula_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *SplitPartitionRequest) GetTenant() string {
@@ -5261,6 +5375,173 @@ func (x *SplitPartitionRequest) GetWait() bool {
 	return false
 }
 
+type MergePartitionsRequest struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Tenant string                 `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	Table  string                 `protobuf:"bytes,2,opt,name=table,proto3" json:"table,omitempty"`
+	// The left partition's index: it merges with index+1.
+	Index uint32 `protobuf:"varint,3,opt,name=index,proto3" json:"index,omitempty"`
+	// Return once the child serves writes (or the deadline passes).
+	Wait          bool `protobuf:"varint,4,opt,name=wait,proto3" json:"wait,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MergePartitionsRequest) Reset() {
+	*x = MergePartitionsRequest{}
+	mi := &file_tabula_proto_msgTypes[58]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MergePartitionsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MergePartitionsRequest) ProtoMessage() {}
+
+func (x *MergePartitionsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tabula_proto_msgTypes[58]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MergePartitionsRequest.ProtoReflect.Descriptor instead.
+func (*MergePartitionsRequest) Descriptor() ([]byte, []int) {
+	return file_tabula_proto_rawDescGZIP(), []int{58}
+}
+
+func (x *MergePartitionsRequest) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *MergePartitionsRequest) GetTable() string {
+	if x != nil {
+		return x.Table
+	}
+	return ""
+}
+
+func (x *MergePartitionsRequest) GetIndex() uint32 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *MergePartitionsRequest) GetWait() bool {
+	if x != nil {
+		return x.Wait
+	}
+	return false
+}
+
+type MergePartitionsResponse struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	LeftId  uint64                 `protobuf:"varint,1,opt,name=left_id,json=leftId,proto3" json:"left_id,omitempty"`
+	RightId uint64                 `protobuf:"varint,2,opt,name=right_id,json=rightId,proto3" json:"right_id,omitempty"`
+	ChildId uint64                 `protobuf:"varint,3,opt,name=child_id,json=childId,proto3" json:"child_id,omitempty"`
+	// The child once it is in the map (its epoch and log once done).
+	Child      *Partition `protobuf:"bytes,4,opt,name=child,proto3" json:"child,omitempty"`
+	MapVersion uint64     `protobuf:"varint,5,opt,name=map_version,json=mapVersion,proto3" json:"map_version,omitempty"`
+	// The child is in the map and has its log (wait).
+	Done bool `protobuf:"varint,6,opt,name=done,proto3" json:"done,omitempty"`
+	// What the merge waits for, when it is not done: "aligning" (the right
+	// partition's replicas move to the left's servers), "records" (the
+	// merge records and the engines' merge), "log" (the child's log).
+	Phase         string `protobuf:"bytes,7,opt,name=phase,proto3" json:"phase,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MergePartitionsResponse) Reset() {
+	*x = MergePartitionsResponse{}
+	mi := &file_tabula_proto_msgTypes[59]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MergePartitionsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MergePartitionsResponse) ProtoMessage() {}
+
+func (x *MergePartitionsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tabula_proto_msgTypes[59]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MergePartitionsResponse.ProtoReflect.Descriptor instead.
+func (*MergePartitionsResponse) Descriptor() ([]byte, []int) {
+	return file_tabula_proto_rawDescGZIP(), []int{59}
+}
+
+func (x *MergePartitionsResponse) GetLeftId() uint64 {
+	if x != nil {
+		return x.LeftId
+	}
+	return 0
+}
+
+func (x *MergePartitionsResponse) GetRightId() uint64 {
+	if x != nil {
+		return x.RightId
+	}
+	return 0
+}
+
+func (x *MergePartitionsResponse) GetChildId() uint64 {
+	if x != nil {
+		return x.ChildId
+	}
+	return 0
+}
+
+func (x *MergePartitionsResponse) GetChild() *Partition {
+	if x != nil {
+		return x.Child
+	}
+	return nil
+}
+
+func (x *MergePartitionsResponse) GetMapVersion() uint64 {
+	if x != nil {
+		return x.MapVersion
+	}
+	return 0
+}
+
+func (x *MergePartitionsResponse) GetDone() bool {
+	if x != nil {
+		return x.Done
+	}
+	return false
+}
+
+func (x *MergePartitionsResponse) GetPhase() string {
+	if x != nil {
+		return x.Phase
+	}
+	return ""
+}
+
 type SplitPartitionResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The split partition and its children as the map has them when the
@@ -5277,7 +5558,7 @@ type SplitPartitionResponse struct {
 
 func (x *SplitPartitionResponse) Reset() {
 	*x = SplitPartitionResponse{}
-	mi := &file_tabula_proto_msgTypes[57]
+	mi := &file_tabula_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5289,7 +5570,7 @@ func (x *SplitPartitionResponse) String() string {
 func (*SplitPartitionResponse) ProtoMessage() {}
 
 func (x *SplitPartitionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[57]
+	mi := &file_tabula_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5302,7 +5583,7 @@ func (x *SplitPartitionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SplitPartitionResponse.ProtoReflect.Descriptor instead.
 func (*SplitPartitionResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{57}
+	return file_tabula_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *SplitPartitionResponse) GetParentId() uint64 {
@@ -5355,7 +5636,7 @@ type AlterTableRequest struct {
 
 func (x *AlterTableRequest) Reset() {
 	*x = AlterTableRequest{}
-	mi := &file_tabula_proto_msgTypes[58]
+	mi := &file_tabula_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5367,7 +5648,7 @@ func (x *AlterTableRequest) String() string {
 func (*AlterTableRequest) ProtoMessage() {}
 
 func (x *AlterTableRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[58]
+	mi := &file_tabula_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5380,7 +5661,7 @@ func (x *AlterTableRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AlterTableRequest.ProtoReflect.Descriptor instead.
 func (*AlterTableRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{58}
+	return file_tabula_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *AlterTableRequest) GetTenant() string {
@@ -5435,7 +5716,7 @@ type AlterTableResponse struct {
 
 func (x *AlterTableResponse) Reset() {
 	*x = AlterTableResponse{}
-	mi := &file_tabula_proto_msgTypes[59]
+	mi := &file_tabula_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5447,7 +5728,7 @@ func (x *AlterTableResponse) String() string {
 func (*AlterTableResponse) ProtoMessage() {}
 
 func (x *AlterTableResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[59]
+	mi := &file_tabula_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5460,7 +5741,7 @@ func (x *AlterTableResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AlterTableResponse.ProtoReflect.Descriptor instead.
 func (*AlterTableResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{59}
+	return file_tabula_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *AlterTableResponse) GetTable() *Table {
@@ -5486,7 +5767,7 @@ type DrainServerRequest struct {
 
 func (x *DrainServerRequest) Reset() {
 	*x = DrainServerRequest{}
-	mi := &file_tabula_proto_msgTypes[60]
+	mi := &file_tabula_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5498,7 +5779,7 @@ func (x *DrainServerRequest) String() string {
 func (*DrainServerRequest) ProtoMessage() {}
 
 func (x *DrainServerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[60]
+	mi := &file_tabula_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5511,7 +5792,7 @@ func (x *DrainServerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainServerRequest.ProtoReflect.Descriptor instead.
 func (*DrainServerRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{60}
+	return file_tabula_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *DrainServerRequest) GetServerId() string {
@@ -5532,7 +5813,7 @@ type DrainServerResponse struct {
 
 func (x *DrainServerResponse) Reset() {
 	*x = DrainServerResponse{}
-	mi := &file_tabula_proto_msgTypes[61]
+	mi := &file_tabula_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5544,7 +5825,7 @@ func (x *DrainServerResponse) String() string {
 func (*DrainServerResponse) ProtoMessage() {}
 
 func (x *DrainServerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[61]
+	mi := &file_tabula_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5557,7 +5838,7 @@ func (x *DrainServerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainServerResponse.ProtoReflect.Descriptor instead.
 func (*DrainServerResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{61}
+	return file_tabula_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *DrainServerResponse) GetReplicas() uint32 {
@@ -5586,7 +5867,7 @@ type BalancePlanRequest struct {
 
 func (x *BalancePlanRequest) Reset() {
 	*x = BalancePlanRequest{}
-	mi := &file_tabula_proto_msgTypes[62]
+	mi := &file_tabula_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5598,7 +5879,7 @@ func (x *BalancePlanRequest) String() string {
 func (*BalancePlanRequest) ProtoMessage() {}
 
 func (x *BalancePlanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[62]
+	mi := &file_tabula_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5611,7 +5892,7 @@ func (x *BalancePlanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BalancePlanRequest.ProtoReflect.Descriptor instead.
 func (*BalancePlanRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{62}
+	return file_tabula_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *BalancePlanRequest) GetApply() bool {
@@ -5641,7 +5922,7 @@ type BalancePlanResponse struct {
 
 func (x *BalancePlanResponse) Reset() {
 	*x = BalancePlanResponse{}
-	mi := &file_tabula_proto_msgTypes[63]
+	mi := &file_tabula_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5653,7 +5934,7 @@ func (x *BalancePlanResponse) String() string {
 func (*BalancePlanResponse) ProtoMessage() {}
 
 func (x *BalancePlanResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[63]
+	mi := &file_tabula_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5666,7 +5947,7 @@ func (x *BalancePlanResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BalancePlanResponse.ProtoReflect.Descriptor instead.
 func (*BalancePlanResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{63}
+	return file_tabula_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *BalancePlanResponse) GetActions() []*BalanceAction {
@@ -5732,7 +6013,7 @@ type BalanceAction struct {
 
 func (x *BalanceAction) Reset() {
 	*x = BalanceAction{}
-	mi := &file_tabula_proto_msgTypes[64]
+	mi := &file_tabula_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5744,7 +6025,7 @@ func (x *BalanceAction) String() string {
 func (*BalanceAction) ProtoMessage() {}
 
 func (x *BalanceAction) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[64]
+	mi := &file_tabula_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5757,7 +6038,7 @@ func (x *BalanceAction) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BalanceAction.ProtoReflect.Descriptor instead.
 func (*BalanceAction) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{64}
+	return file_tabula_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *BalanceAction) GetKind() BalanceActionKind {
@@ -5855,7 +6136,7 @@ type BalanceServer struct {
 
 func (x *BalanceServer) Reset() {
 	*x = BalanceServer{}
-	mi := &file_tabula_proto_msgTypes[65]
+	mi := &file_tabula_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5867,7 +6148,7 @@ func (x *BalanceServer) String() string {
 func (*BalanceServer) ProtoMessage() {}
 
 func (x *BalanceServer) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[65]
+	mi := &file_tabula_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5880,7 +6161,7 @@ func (x *BalanceServer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BalanceServer.ProtoReflect.Descriptor instead.
 func (*BalanceServer) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{65}
+	return file_tabula_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *BalanceServer) GetId() string {
@@ -5990,7 +6271,7 @@ type MasterMember struct {
 
 func (x *MasterMember) Reset() {
 	*x = MasterMember{}
-	mi := &file_tabula_proto_msgTypes[66]
+	mi := &file_tabula_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6002,7 +6283,7 @@ func (x *MasterMember) String() string {
 func (*MasterMember) ProtoMessage() {}
 
 func (x *MasterMember) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[66]
+	mi := &file_tabula_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6015,7 +6296,7 @@ func (x *MasterMember) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MasterMember.ProtoReflect.Descriptor instead.
 func (*MasterMember) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{66}
+	return file_tabula_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *MasterMember) GetId() uint64 {
@@ -6061,7 +6342,7 @@ type MasterMembersRequest struct {
 
 func (x *MasterMembersRequest) Reset() {
 	*x = MasterMembersRequest{}
-	mi := &file_tabula_proto_msgTypes[67]
+	mi := &file_tabula_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6073,7 +6354,7 @@ func (x *MasterMembersRequest) String() string {
 func (*MasterMembersRequest) ProtoMessage() {}
 
 func (x *MasterMembersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[67]
+	mi := &file_tabula_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6086,7 +6367,7 @@ func (x *MasterMembersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MasterMembersRequest.ProtoReflect.Descriptor instead.
 func (*MasterMembersRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{67}
+	return file_tabula_proto_rawDescGZIP(), []int{70}
 }
 
 type MasterMembersResponse struct {
@@ -6104,7 +6385,7 @@ type MasterMembersResponse struct {
 
 func (x *MasterMembersResponse) Reset() {
 	*x = MasterMembersResponse{}
-	mi := &file_tabula_proto_msgTypes[68]
+	mi := &file_tabula_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6116,7 +6397,7 @@ func (x *MasterMembersResponse) String() string {
 func (*MasterMembersResponse) ProtoMessage() {}
 
 func (x *MasterMembersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[68]
+	mi := &file_tabula_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6129,7 +6410,7 @@ func (x *MasterMembersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MasterMembersResponse.ProtoReflect.Descriptor instead.
 func (*MasterMembersResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{68}
+	return file_tabula_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *MasterMembersResponse) GetReplicated() bool {
@@ -6180,7 +6461,7 @@ type AddMasterRequest struct {
 
 func (x *AddMasterRequest) Reset() {
 	*x = AddMasterRequest{}
-	mi := &file_tabula_proto_msgTypes[69]
+	mi := &file_tabula_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6192,7 +6473,7 @@ func (x *AddMasterRequest) String() string {
 func (*AddMasterRequest) ProtoMessage() {}
 
 func (x *AddMasterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[69]
+	mi := &file_tabula_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6205,7 +6486,7 @@ func (x *AddMasterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddMasterRequest.ProtoReflect.Descriptor instead.
 func (*AddMasterRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{69}
+	return file_tabula_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *AddMasterRequest) GetId() uint64 {
@@ -6237,7 +6518,7 @@ type AddMasterResponse struct {
 
 func (x *AddMasterResponse) Reset() {
 	*x = AddMasterResponse{}
-	mi := &file_tabula_proto_msgTypes[70]
+	mi := &file_tabula_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6249,7 +6530,7 @@ func (x *AddMasterResponse) String() string {
 func (*AddMasterResponse) ProtoMessage() {}
 
 func (x *AddMasterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[70]
+	mi := &file_tabula_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6262,7 +6543,7 @@ func (x *AddMasterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddMasterResponse.ProtoReflect.Descriptor instead.
 func (*AddMasterResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{70}
+	return file_tabula_proto_rawDescGZIP(), []int{73}
 }
 
 type RemoveMasterRequest struct {
@@ -6274,7 +6555,7 @@ type RemoveMasterRequest struct {
 
 func (x *RemoveMasterRequest) Reset() {
 	*x = RemoveMasterRequest{}
-	mi := &file_tabula_proto_msgTypes[71]
+	mi := &file_tabula_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6286,7 +6567,7 @@ func (x *RemoveMasterRequest) String() string {
 func (*RemoveMasterRequest) ProtoMessage() {}
 
 func (x *RemoveMasterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[71]
+	mi := &file_tabula_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6299,7 +6580,7 @@ func (x *RemoveMasterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveMasterRequest.ProtoReflect.Descriptor instead.
 func (*RemoveMasterRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{71}
+	return file_tabula_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *RemoveMasterRequest) GetId() uint64 {
@@ -6317,7 +6598,7 @@ type RemoveMasterResponse struct {
 
 func (x *RemoveMasterResponse) Reset() {
 	*x = RemoveMasterResponse{}
-	mi := &file_tabula_proto_msgTypes[72]
+	mi := &file_tabula_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6329,7 +6610,7 @@ func (x *RemoveMasterResponse) String() string {
 func (*RemoveMasterResponse) ProtoMessage() {}
 
 func (x *RemoveMasterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[72]
+	mi := &file_tabula_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6342,7 +6623,7 @@ func (x *RemoveMasterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveMasterResponse.ProtoReflect.Descriptor instead.
 func (*RemoveMasterResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{72}
+	return file_tabula_proto_rawDescGZIP(), []int{75}
 }
 
 type TransferLeaderRequest struct {
@@ -6354,7 +6635,7 @@ type TransferLeaderRequest struct {
 
 func (x *TransferLeaderRequest) Reset() {
 	*x = TransferLeaderRequest{}
-	mi := &file_tabula_proto_msgTypes[73]
+	mi := &file_tabula_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6366,7 +6647,7 @@ func (x *TransferLeaderRequest) String() string {
 func (*TransferLeaderRequest) ProtoMessage() {}
 
 func (x *TransferLeaderRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[73]
+	mi := &file_tabula_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6379,7 +6660,7 @@ func (x *TransferLeaderRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeaderRequest.ProtoReflect.Descriptor instead.
 func (*TransferLeaderRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{73}
+	return file_tabula_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *TransferLeaderRequest) GetTo() uint64 {
@@ -6397,7 +6678,7 @@ type TransferLeaderResponse struct {
 
 func (x *TransferLeaderResponse) Reset() {
 	*x = TransferLeaderResponse{}
-	mi := &file_tabula_proto_msgTypes[74]
+	mi := &file_tabula_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6409,7 +6690,7 @@ func (x *TransferLeaderResponse) String() string {
 func (*TransferLeaderResponse) ProtoMessage() {}
 
 func (x *TransferLeaderResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[74]
+	mi := &file_tabula_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6422,7 +6703,7 @@ func (x *TransferLeaderResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeaderResponse.ProtoReflect.Descriptor instead.
 func (*TransferLeaderResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{74}
+	return file_tabula_proto_rawDescGZIP(), []int{77}
 }
 
 type StreamRequest struct {
@@ -6442,7 +6723,7 @@ type StreamRequest struct {
 
 func (x *StreamRequest) Reset() {
 	*x = StreamRequest{}
-	mi := &file_tabula_proto_msgTypes[75]
+	mi := &file_tabula_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6454,7 +6735,7 @@ func (x *StreamRequest) String() string {
 func (*StreamRequest) ProtoMessage() {}
 
 func (x *StreamRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[75]
+	mi := &file_tabula_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6467,7 +6748,7 @@ func (x *StreamRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamRequest.ProtoReflect.Descriptor instead.
 func (*StreamRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{75}
+	return file_tabula_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *StreamRequest) GetOp() StreamOp {
@@ -6530,7 +6811,7 @@ type StreamResponse struct {
 
 func (x *StreamResponse) Reset() {
 	*x = StreamResponse{}
-	mi := &file_tabula_proto_msgTypes[76]
+	mi := &file_tabula_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6542,7 +6823,7 @@ func (x *StreamResponse) String() string {
 func (*StreamResponse) ProtoMessage() {}
 
 func (x *StreamResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[76]
+	mi := &file_tabula_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6555,7 +6836,7 @@ func (x *StreamResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamResponse.ProtoReflect.Descriptor instead.
 func (*StreamResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{76}
+	return file_tabula_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *StreamResponse) GetJson() []byte {
@@ -6577,7 +6858,7 @@ type CreateTableRequest struct {
 
 func (x *CreateTableRequest) Reset() {
 	*x = CreateTableRequest{}
-	mi := &file_tabula_proto_msgTypes[77]
+	mi := &file_tabula_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6589,7 +6870,7 @@ func (x *CreateTableRequest) String() string {
 func (*CreateTableRequest) ProtoMessage() {}
 
 func (x *CreateTableRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[77]
+	mi := &file_tabula_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6602,7 +6883,7 @@ func (x *CreateTableRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTableRequest.ProtoReflect.Descriptor instead.
 func (*CreateTableRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{77}
+	return file_tabula_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *CreateTableRequest) GetTenant() string {
@@ -6642,7 +6923,7 @@ type CreateTableResponse struct {
 
 func (x *CreateTableResponse) Reset() {
 	*x = CreateTableResponse{}
-	mi := &file_tabula_proto_msgTypes[78]
+	mi := &file_tabula_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6654,7 +6935,7 @@ func (x *CreateTableResponse) String() string {
 func (*CreateTableResponse) ProtoMessage() {}
 
 func (x *CreateTableResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[78]
+	mi := &file_tabula_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6667,7 +6948,7 @@ func (x *CreateTableResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTableResponse.ProtoReflect.Descriptor instead.
 func (*CreateTableResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{78}
+	return file_tabula_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *CreateTableResponse) GetMap() *PartitionMap {
@@ -6687,7 +6968,7 @@ type DropTableRequest struct {
 
 func (x *DropTableRequest) Reset() {
 	*x = DropTableRequest{}
-	mi := &file_tabula_proto_msgTypes[79]
+	mi := &file_tabula_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6699,7 +6980,7 @@ func (x *DropTableRequest) String() string {
 func (*DropTableRequest) ProtoMessage() {}
 
 func (x *DropTableRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[79]
+	mi := &file_tabula_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6712,7 +6993,7 @@ func (x *DropTableRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DropTableRequest.ProtoReflect.Descriptor instead.
 func (*DropTableRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{79}
+	return file_tabula_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *DropTableRequest) GetTenant() string {
@@ -6737,7 +7018,7 @@ type DropTableResponse struct {
 
 func (x *DropTableResponse) Reset() {
 	*x = DropTableResponse{}
-	mi := &file_tabula_proto_msgTypes[80]
+	mi := &file_tabula_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6749,7 +7030,7 @@ func (x *DropTableResponse) String() string {
 func (*DropTableResponse) ProtoMessage() {}
 
 func (x *DropTableResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[80]
+	mi := &file_tabula_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6762,7 +7043,7 @@ func (x *DropTableResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DropTableResponse.ProtoReflect.Descriptor instead.
 func (*DropTableResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{80}
+	return file_tabula_proto_rawDescGZIP(), []int{83}
 }
 
 type ListTablesRequest struct {
@@ -6774,7 +7055,7 @@ type ListTablesRequest struct {
 
 func (x *ListTablesRequest) Reset() {
 	*x = ListTablesRequest{}
-	mi := &file_tabula_proto_msgTypes[81]
+	mi := &file_tabula_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6786,7 +7067,7 @@ func (x *ListTablesRequest) String() string {
 func (*ListTablesRequest) ProtoMessage() {}
 
 func (x *ListTablesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[81]
+	mi := &file_tabula_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6799,7 +7080,7 @@ func (x *ListTablesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTablesRequest.ProtoReflect.Descriptor instead.
 func (*ListTablesRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{81}
+	return file_tabula_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *ListTablesRequest) GetTenant() string {
@@ -6818,7 +7099,7 @@ type ListTablesResponse struct {
 
 func (x *ListTablesResponse) Reset() {
 	*x = ListTablesResponse{}
-	mi := &file_tabula_proto_msgTypes[82]
+	mi := &file_tabula_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6830,7 +7111,7 @@ func (x *ListTablesResponse) String() string {
 func (*ListTablesResponse) ProtoMessage() {}
 
 func (x *ListTablesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[82]
+	mi := &file_tabula_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6843,7 +7124,7 @@ func (x *ListTablesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTablesResponse.ProtoReflect.Descriptor instead.
 func (*ListTablesResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{82}
+	return file_tabula_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *ListTablesResponse) GetTables() []*Table {
@@ -6863,7 +7144,7 @@ type DescribeTableRequest struct {
 
 func (x *DescribeTableRequest) Reset() {
 	*x = DescribeTableRequest{}
-	mi := &file_tabula_proto_msgTypes[83]
+	mi := &file_tabula_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6875,7 +7156,7 @@ func (x *DescribeTableRequest) String() string {
 func (*DescribeTableRequest) ProtoMessage() {}
 
 func (x *DescribeTableRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[83]
+	mi := &file_tabula_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6888,7 +7169,7 @@ func (x *DescribeTableRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeTableRequest.ProtoReflect.Descriptor instead.
 func (*DescribeTableRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{83}
+	return file_tabula_proto_rawDescGZIP(), []int{86}
 }
 
 func (x *DescribeTableRequest) GetTenant() string {
@@ -6916,7 +7197,7 @@ type DescribeTableResponse struct {
 
 func (x *DescribeTableResponse) Reset() {
 	*x = DescribeTableResponse{}
-	mi := &file_tabula_proto_msgTypes[84]
+	mi := &file_tabula_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6928,7 +7209,7 @@ func (x *DescribeTableResponse) String() string {
 func (*DescribeTableResponse) ProtoMessage() {}
 
 func (x *DescribeTableResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[84]
+	mi := &file_tabula_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6941,7 +7222,7 @@ func (x *DescribeTableResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeTableResponse.ProtoReflect.Descriptor instead.
 func (*DescribeTableResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{84}
+	return file_tabula_proto_rawDescGZIP(), []int{87}
 }
 
 func (x *DescribeTableResponse) GetMap() *PartitionMap {
@@ -6968,7 +7249,7 @@ type GetPartitionMapRequest struct {
 
 func (x *GetPartitionMapRequest) Reset() {
 	*x = GetPartitionMapRequest{}
-	mi := &file_tabula_proto_msgTypes[85]
+	mi := &file_tabula_proto_msgTypes[88]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6980,7 +7261,7 @@ func (x *GetPartitionMapRequest) String() string {
 func (*GetPartitionMapRequest) ProtoMessage() {}
 
 func (x *GetPartitionMapRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[85]
+	mi := &file_tabula_proto_msgTypes[88]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6993,7 +7274,7 @@ func (x *GetPartitionMapRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPartitionMapRequest.ProtoReflect.Descriptor instead.
 func (*GetPartitionMapRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{85}
+	return file_tabula_proto_rawDescGZIP(), []int{88}
 }
 
 func (x *GetPartitionMapRequest) GetTenant() string {
@@ -7019,7 +7300,7 @@ type GetPartitionMapResponse struct {
 
 func (x *GetPartitionMapResponse) Reset() {
 	*x = GetPartitionMapResponse{}
-	mi := &file_tabula_proto_msgTypes[86]
+	mi := &file_tabula_proto_msgTypes[89]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7031,7 +7312,7 @@ func (x *GetPartitionMapResponse) String() string {
 func (*GetPartitionMapResponse) ProtoMessage() {}
 
 func (x *GetPartitionMapResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[86]
+	mi := &file_tabula_proto_msgTypes[89]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7044,7 +7325,7 @@ func (x *GetPartitionMapResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPartitionMapResponse.ProtoReflect.Descriptor instead.
 func (*GetPartitionMapResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{86}
+	return file_tabula_proto_rawDescGZIP(), []int{89}
 }
 
 func (x *GetPartitionMapResponse) GetMap() *PartitionMap {
@@ -7073,7 +7354,7 @@ type WatchPartitionMapRequest struct {
 
 func (x *WatchPartitionMapRequest) Reset() {
 	*x = WatchPartitionMapRequest{}
-	mi := &file_tabula_proto_msgTypes[87]
+	mi := &file_tabula_proto_msgTypes[90]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7085,7 +7366,7 @@ func (x *WatchPartitionMapRequest) String() string {
 func (*WatchPartitionMapRequest) ProtoMessage() {}
 
 func (x *WatchPartitionMapRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[87]
+	mi := &file_tabula_proto_msgTypes[90]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7098,7 +7379,7 @@ func (x *WatchPartitionMapRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchPartitionMapRequest.ProtoReflect.Descriptor instead.
 func (*WatchPartitionMapRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{87}
+	return file_tabula_proto_rawDescGZIP(), []int{90}
 }
 
 func (x *WatchPartitionMapRequest) GetTenant() string {
@@ -7169,7 +7450,7 @@ type WatchPartitionMapResponse struct {
 
 func (x *WatchPartitionMapResponse) Reset() {
 	*x = WatchPartitionMapResponse{}
-	mi := &file_tabula_proto_msgTypes[88]
+	mi := &file_tabula_proto_msgTypes[91]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7181,7 +7462,7 @@ func (x *WatchPartitionMapResponse) String() string {
 func (*WatchPartitionMapResponse) ProtoMessage() {}
 
 func (x *WatchPartitionMapResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[88]
+	mi := &file_tabula_proto_msgTypes[91]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7194,7 +7475,7 @@ func (x *WatchPartitionMapResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchPartitionMapResponse.ProtoReflect.Descriptor instead.
 func (*WatchPartitionMapResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{88}
+	return file_tabula_proto_rawDescGZIP(), []int{91}
 }
 
 func (x *WatchPartitionMapResponse) GetVersion() uint64 {
@@ -7266,7 +7547,7 @@ type RegisterServerRequest struct {
 
 func (x *RegisterServerRequest) Reset() {
 	*x = RegisterServerRequest{}
-	mi := &file_tabula_proto_msgTypes[89]
+	mi := &file_tabula_proto_msgTypes[92]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7278,7 +7559,7 @@ func (x *RegisterServerRequest) String() string {
 func (*RegisterServerRequest) ProtoMessage() {}
 
 func (x *RegisterServerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[89]
+	mi := &file_tabula_proto_msgTypes[92]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7291,7 +7572,7 @@ func (x *RegisterServerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterServerRequest.ProtoReflect.Descriptor instead.
 func (*RegisterServerRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{89}
+	return file_tabula_proto_rawDescGZIP(), []int{92}
 }
 
 func (x *RegisterServerRequest) GetServerId() string {
@@ -7357,7 +7638,7 @@ type RegisterServerResponse struct {
 
 func (x *RegisterServerResponse) Reset() {
 	*x = RegisterServerResponse{}
-	mi := &file_tabula_proto_msgTypes[90]
+	mi := &file_tabula_proto_msgTypes[93]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7369,7 +7650,7 @@ func (x *RegisterServerResponse) String() string {
 func (*RegisterServerResponse) ProtoMessage() {}
 
 func (x *RegisterServerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[90]
+	mi := &file_tabula_proto_msgTypes[93]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7382,7 +7663,7 @@ func (x *RegisterServerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterServerResponse.ProtoReflect.Descriptor instead.
 func (*RegisterServerResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{90}
+	return file_tabula_proto_rawDescGZIP(), []int{93}
 }
 
 func (x *RegisterServerResponse) GetServerId() string {
@@ -7451,7 +7732,7 @@ type HeartbeatRequest struct {
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_tabula_proto_msgTypes[91]
+	mi := &file_tabula_proto_msgTypes[94]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7463,7 +7744,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[91]
+	mi := &file_tabula_proto_msgTypes[94]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7476,7 +7757,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{91}
+	return file_tabula_proto_rawDescGZIP(), []int{94}
 }
 
 func (x *HeartbeatRequest) GetServerId() string {
@@ -7556,7 +7837,7 @@ type HeartbeatResponse struct {
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_tabula_proto_msgTypes[92]
+	mi := &file_tabula_proto_msgTypes[95]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7568,7 +7849,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[92]
+	mi := &file_tabula_proto_msgTypes[95]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7581,7 +7862,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{92}
+	return file_tabula_proto_rawDescGZIP(), []int{95}
 }
 
 func (x *HeartbeatResponse) GetMapVersion() uint64 {
@@ -7641,7 +7922,7 @@ type BulkPublishRequest struct {
 
 func (x *BulkPublishRequest) Reset() {
 	*x = BulkPublishRequest{}
-	mi := &file_tabula_proto_msgTypes[93]
+	mi := &file_tabula_proto_msgTypes[96]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7653,7 +7934,7 @@ func (x *BulkPublishRequest) String() string {
 func (*BulkPublishRequest) ProtoMessage() {}
 
 func (x *BulkPublishRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[93]
+	mi := &file_tabula_proto_msgTypes[96]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7666,7 +7947,7 @@ func (x *BulkPublishRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkPublishRequest.ProtoReflect.Descriptor instead.
 func (*BulkPublishRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{93}
+	return file_tabula_proto_rawDescGZIP(), []int{96}
 }
 
 func (x *BulkPublishRequest) GetTenant() string {
@@ -7716,7 +7997,7 @@ type BulkPublishResponse struct {
 
 func (x *BulkPublishResponse) Reset() {
 	*x = BulkPublishResponse{}
-	mi := &file_tabula_proto_msgTypes[94]
+	mi := &file_tabula_proto_msgTypes[97]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7728,7 +8009,7 @@ func (x *BulkPublishResponse) String() string {
 func (*BulkPublishResponse) ProtoMessage() {}
 
 func (x *BulkPublishResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[94]
+	mi := &file_tabula_proto_msgTypes[97]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7741,7 +8022,7 @@ func (x *BulkPublishResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkPublishResponse.ProtoReflect.Descriptor instead.
 func (*BulkPublishResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{94}
+	return file_tabula_proto_rawDescGZIP(), []int{97}
 }
 
 func (x *BulkPublishResponse) GetMap() *PartitionMap {
@@ -7773,7 +8054,7 @@ type BulkStoredRequest struct {
 
 func (x *BulkStoredRequest) Reset() {
 	*x = BulkStoredRequest{}
-	mi := &file_tabula_proto_msgTypes[95]
+	mi := &file_tabula_proto_msgTypes[98]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7785,7 +8066,7 @@ func (x *BulkStoredRequest) String() string {
 func (*BulkStoredRequest) ProtoMessage() {}
 
 func (x *BulkStoredRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[95]
+	mi := &file_tabula_proto_msgTypes[98]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7798,7 +8079,7 @@ func (x *BulkStoredRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkStoredRequest.ProtoReflect.Descriptor instead.
 func (*BulkStoredRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{95}
+	return file_tabula_proto_rawDescGZIP(), []int{98}
 }
 
 func (x *BulkStoredRequest) GetTenant() string {
@@ -7845,7 +8126,7 @@ type BulkStoredResponse struct {
 
 func (x *BulkStoredResponse) Reset() {
 	*x = BulkStoredResponse{}
-	mi := &file_tabula_proto_msgTypes[96]
+	mi := &file_tabula_proto_msgTypes[99]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7857,7 +8138,7 @@ func (x *BulkStoredResponse) String() string {
 func (*BulkStoredResponse) ProtoMessage() {}
 
 func (x *BulkStoredResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[96]
+	mi := &file_tabula_proto_msgTypes[99]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7870,7 +8151,7 @@ func (x *BulkStoredResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkStoredResponse.ProtoReflect.Descriptor instead.
 func (*BulkStoredResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{96}
+	return file_tabula_proto_rawDescGZIP(), []int{99}
 }
 
 func (x *BulkStoredResponse) GetMap() *PartitionMap {
@@ -7890,7 +8171,7 @@ type BulkStatusRequest struct {
 
 func (x *BulkStatusRequest) Reset() {
 	*x = BulkStatusRequest{}
-	mi := &file_tabula_proto_msgTypes[97]
+	mi := &file_tabula_proto_msgTypes[100]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7902,7 +8183,7 @@ func (x *BulkStatusRequest) String() string {
 func (*BulkStatusRequest) ProtoMessage() {}
 
 func (x *BulkStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[97]
+	mi := &file_tabula_proto_msgTypes[100]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7915,7 +8196,7 @@ func (x *BulkStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkStatusRequest.ProtoReflect.Descriptor instead.
 func (*BulkStatusRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{97}
+	return file_tabula_proto_rawDescGZIP(), []int{100}
 }
 
 func (x *BulkStatusRequest) GetTenant() string {
@@ -7943,7 +8224,7 @@ type BulkStatusResponse struct {
 
 func (x *BulkStatusResponse) Reset() {
 	*x = BulkStatusResponse{}
-	mi := &file_tabula_proto_msgTypes[98]
+	mi := &file_tabula_proto_msgTypes[101]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7955,7 +8236,7 @@ func (x *BulkStatusResponse) String() string {
 func (*BulkStatusResponse) ProtoMessage() {}
 
 func (x *BulkStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[98]
+	mi := &file_tabula_proto_msgTypes[101]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7968,7 +8249,7 @@ func (x *BulkStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkStatusResponse.ProtoReflect.Descriptor instead.
 func (*BulkStatusResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{98}
+	return file_tabula_proto_rawDescGZIP(), []int{101}
 }
 
 func (x *BulkStatusResponse) GetMap() *PartitionMap {
@@ -7996,7 +8277,7 @@ type BulkRollbackRequest struct {
 
 func (x *BulkRollbackRequest) Reset() {
 	*x = BulkRollbackRequest{}
-	mi := &file_tabula_proto_msgTypes[99]
+	mi := &file_tabula_proto_msgTypes[102]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8008,7 +8289,7 @@ func (x *BulkRollbackRequest) String() string {
 func (*BulkRollbackRequest) ProtoMessage() {}
 
 func (x *BulkRollbackRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[99]
+	mi := &file_tabula_proto_msgTypes[102]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8021,7 +8302,7 @@ func (x *BulkRollbackRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkRollbackRequest.ProtoReflect.Descriptor instead.
 func (*BulkRollbackRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{99}
+	return file_tabula_proto_rawDescGZIP(), []int{102}
 }
 
 func (x *BulkRollbackRequest) GetTenant() string {
@@ -8054,7 +8335,7 @@ type BulkRollbackResponse struct {
 
 func (x *BulkRollbackResponse) Reset() {
 	*x = BulkRollbackResponse{}
-	mi := &file_tabula_proto_msgTypes[100]
+	mi := &file_tabula_proto_msgTypes[103]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8066,7 +8347,7 @@ func (x *BulkRollbackResponse) String() string {
 func (*BulkRollbackResponse) ProtoMessage() {}
 
 func (x *BulkRollbackResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[100]
+	mi := &file_tabula_proto_msgTypes[103]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8079,7 +8360,7 @@ func (x *BulkRollbackResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkRollbackResponse.ProtoReflect.Descriptor instead.
 func (*BulkRollbackResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{100}
+	return file_tabula_proto_rawDescGZIP(), []int{103}
 }
 
 func (x *BulkRollbackResponse) GetMap() *PartitionMap {
@@ -8100,7 +8381,7 @@ type BulkRolloutRequest struct {
 
 func (x *BulkRolloutRequest) Reset() {
 	*x = BulkRolloutRequest{}
-	mi := &file_tabula_proto_msgTypes[101]
+	mi := &file_tabula_proto_msgTypes[104]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8112,7 +8393,7 @@ func (x *BulkRolloutRequest) String() string {
 func (*BulkRolloutRequest) ProtoMessage() {}
 
 func (x *BulkRolloutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[101]
+	mi := &file_tabula_proto_msgTypes[104]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8125,7 +8406,7 @@ func (x *BulkRolloutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkRolloutRequest.ProtoReflect.Descriptor instead.
 func (*BulkRolloutRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{101}
+	return file_tabula_proto_rawDescGZIP(), []int{104}
 }
 
 func (x *BulkRolloutRequest) GetTenant() string {
@@ -8158,7 +8439,7 @@ type BulkRolloutResponse struct {
 
 func (x *BulkRolloutResponse) Reset() {
 	*x = BulkRolloutResponse{}
-	mi := &file_tabula_proto_msgTypes[102]
+	mi := &file_tabula_proto_msgTypes[105]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8170,7 +8451,7 @@ func (x *BulkRolloutResponse) String() string {
 func (*BulkRolloutResponse) ProtoMessage() {}
 
 func (x *BulkRolloutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[102]
+	mi := &file_tabula_proto_msgTypes[105]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8183,7 +8464,7 @@ func (x *BulkRolloutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkRolloutResponse.ProtoReflect.Descriptor instead.
 func (*BulkRolloutResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{102}
+	return file_tabula_proto_rawDescGZIP(), []int{105}
 }
 
 func (x *BulkRolloutResponse) GetMap() *PartitionMap {
@@ -8201,7 +8482,7 @@ type ListServersRequest struct {
 
 func (x *ListServersRequest) Reset() {
 	*x = ListServersRequest{}
-	mi := &file_tabula_proto_msgTypes[103]
+	mi := &file_tabula_proto_msgTypes[106]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8213,7 +8494,7 @@ func (x *ListServersRequest) String() string {
 func (*ListServersRequest) ProtoMessage() {}
 
 func (x *ListServersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[103]
+	mi := &file_tabula_proto_msgTypes[106]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8226,7 +8507,7 @@ func (x *ListServersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListServersRequest.ProtoReflect.Descriptor instead.
 func (*ListServersRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{103}
+	return file_tabula_proto_rawDescGZIP(), []int{106}
 }
 
 type ListServersResponse struct {
@@ -8238,7 +8519,7 @@ type ListServersResponse struct {
 
 func (x *ListServersResponse) Reset() {
 	*x = ListServersResponse{}
-	mi := &file_tabula_proto_msgTypes[104]
+	mi := &file_tabula_proto_msgTypes[107]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8250,7 +8531,7 @@ func (x *ListServersResponse) String() string {
 func (*ListServersResponse) ProtoMessage() {}
 
 func (x *ListServersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[104]
+	mi := &file_tabula_proto_msgTypes[107]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8263,7 +8544,7 @@ func (x *ListServersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListServersResponse.ProtoReflect.Descriptor instead.
 func (*ListServersResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{104}
+	return file_tabula_proto_rawDescGZIP(), []int{107}
 }
 
 func (x *ListServersResponse) GetServers() []*ServerInfo {
@@ -8294,7 +8575,7 @@ type CallRequest struct {
 
 func (x *CallRequest) Reset() {
 	*x = CallRequest{}
-	mi := &file_tabula_proto_msgTypes[105]
+	mi := &file_tabula_proto_msgTypes[108]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8306,7 +8587,7 @@ func (x *CallRequest) String() string {
 func (*CallRequest) ProtoMessage() {}
 
 func (x *CallRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[105]
+	mi := &file_tabula_proto_msgTypes[108]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8319,7 +8600,7 @@ func (x *CallRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CallRequest.ProtoReflect.Descriptor instead.
 func (*CallRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{105}
+	return file_tabula_proto_rawDescGZIP(), []int{108}
 }
 
 func (x *CallRequest) GetId() uint64 {
@@ -8442,7 +8723,7 @@ type CallResponse struct {
 
 func (x *CallResponse) Reset() {
 	*x = CallResponse{}
-	mi := &file_tabula_proto_msgTypes[106]
+	mi := &file_tabula_proto_msgTypes[109]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8454,7 +8735,7 @@ func (x *CallResponse) String() string {
 func (*CallResponse) ProtoMessage() {}
 
 func (x *CallResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[106]
+	mi := &file_tabula_proto_msgTypes[109]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8467,7 +8748,7 @@ func (x *CallResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CallResponse.ProtoReflect.Descriptor instead.
 func (*CallResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{106}
+	return file_tabula_proto_rawDescGZIP(), []int{109}
 }
 
 func (x *CallResponse) GetId() uint64 {
@@ -8598,7 +8879,7 @@ type RequestHeader struct {
 
 func (x *RequestHeader) Reset() {
 	*x = RequestHeader{}
-	mi := &file_tabula_proto_msgTypes[107]
+	mi := &file_tabula_proto_msgTypes[110]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8610,7 +8891,7 @@ func (x *RequestHeader) String() string {
 func (*RequestHeader) ProtoMessage() {}
 
 func (x *RequestHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[107]
+	mi := &file_tabula_proto_msgTypes[110]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8623,7 +8904,7 @@ func (x *RequestHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestHeader.ProtoReflect.Descriptor instead.
 func (*RequestHeader) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{107}
+	return file_tabula_proto_rawDescGZIP(), []int{110}
 }
 
 func (x *RequestHeader) GetTenant() string {
@@ -8692,7 +8973,7 @@ type GetRequest struct {
 
 func (x *GetRequest) Reset() {
 	*x = GetRequest{}
-	mi := &file_tabula_proto_msgTypes[108]
+	mi := &file_tabula_proto_msgTypes[111]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8704,7 +8985,7 @@ func (x *GetRequest) String() string {
 func (*GetRequest) ProtoMessage() {}
 
 func (x *GetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[108]
+	mi := &file_tabula_proto_msgTypes[111]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8717,7 +8998,7 @@ func (x *GetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRequest.ProtoReflect.Descriptor instead.
 func (*GetRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{108}
+	return file_tabula_proto_rawDescGZIP(), []int{111}
 }
 
 func (x *GetRequest) GetHeader() *RequestHeader {
@@ -8748,7 +9029,7 @@ type GetResponse struct {
 
 func (x *GetResponse) Reset() {
 	*x = GetResponse{}
-	mi := &file_tabula_proto_msgTypes[109]
+	mi := &file_tabula_proto_msgTypes[112]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8760,7 +9041,7 @@ func (x *GetResponse) String() string {
 func (*GetResponse) ProtoMessage() {}
 
 func (x *GetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[109]
+	mi := &file_tabula_proto_msgTypes[112]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8773,7 +9054,7 @@ func (x *GetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetResponse.ProtoReflect.Descriptor instead.
 func (*GetResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{109}
+	return file_tabula_proto_rawDescGZIP(), []int{112}
 }
 
 func (x *GetResponse) GetFound() bool {
@@ -8814,7 +9095,7 @@ type BatchGetRequest struct {
 
 func (x *BatchGetRequest) Reset() {
 	*x = BatchGetRequest{}
-	mi := &file_tabula_proto_msgTypes[110]
+	mi := &file_tabula_proto_msgTypes[113]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8826,7 +9107,7 @@ func (x *BatchGetRequest) String() string {
 func (*BatchGetRequest) ProtoMessage() {}
 
 func (x *BatchGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[110]
+	mi := &file_tabula_proto_msgTypes[113]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8839,7 +9120,7 @@ func (x *BatchGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchGetRequest.ProtoReflect.Descriptor instead.
 func (*BatchGetRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{110}
+	return file_tabula_proto_rawDescGZIP(), []int{113}
 }
 
 func (x *BatchGetRequest) GetHeader() *RequestHeader {
@@ -8868,7 +9149,7 @@ type BatchGetResponse struct {
 
 func (x *BatchGetResponse) Reset() {
 	*x = BatchGetResponse{}
-	mi := &file_tabula_proto_msgTypes[111]
+	mi := &file_tabula_proto_msgTypes[114]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8880,7 +9161,7 @@ func (x *BatchGetResponse) String() string {
 func (*BatchGetResponse) ProtoMessage() {}
 
 func (x *BatchGetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[111]
+	mi := &file_tabula_proto_msgTypes[114]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8893,7 +9174,7 @@ func (x *BatchGetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchGetResponse.ProtoReflect.Descriptor instead.
 func (*BatchGetResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{111}
+	return file_tabula_proto_rawDescGZIP(), []int{114}
 }
 
 func (x *BatchGetResponse) GetResults() []*GetResponse {
@@ -8920,7 +9201,7 @@ type MultiGetRequest struct {
 
 func (x *MultiGetRequest) Reset() {
 	*x = MultiGetRequest{}
-	mi := &file_tabula_proto_msgTypes[112]
+	mi := &file_tabula_proto_msgTypes[115]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8932,7 +9213,7 @@ func (x *MultiGetRequest) String() string {
 func (*MultiGetRequest) ProtoMessage() {}
 
 func (x *MultiGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[112]
+	mi := &file_tabula_proto_msgTypes[115]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8945,7 +9226,7 @@ func (x *MultiGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MultiGetRequest.ProtoReflect.Descriptor instead.
 func (*MultiGetRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{112}
+	return file_tabula_proto_rawDescGZIP(), []int{115}
 }
 
 func (x *MultiGetRequest) GetGets() []*GetRequest {
@@ -8965,7 +9246,7 @@ type MultiGetResponse struct {
 
 func (x *MultiGetResponse) Reset() {
 	*x = MultiGetResponse{}
-	mi := &file_tabula_proto_msgTypes[113]
+	mi := &file_tabula_proto_msgTypes[116]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8977,7 +9258,7 @@ func (x *MultiGetResponse) String() string {
 func (*MultiGetResponse) ProtoMessage() {}
 
 func (x *MultiGetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[113]
+	mi := &file_tabula_proto_msgTypes[116]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8990,7 +9271,7 @@ func (x *MultiGetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MultiGetResponse.ProtoReflect.Descriptor instead.
 func (*MultiGetResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{113}
+	return file_tabula_proto_rawDescGZIP(), []int{116}
 }
 
 func (x *MultiGetResponse) GetResults() []*MultiGetResult {
@@ -9013,7 +9294,7 @@ type MultiGetResult struct {
 
 func (x *MultiGetResult) Reset() {
 	*x = MultiGetResult{}
-	mi := &file_tabula_proto_msgTypes[114]
+	mi := &file_tabula_proto_msgTypes[117]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9025,7 +9306,7 @@ func (x *MultiGetResult) String() string {
 func (*MultiGetResult) ProtoMessage() {}
 
 func (x *MultiGetResult) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[114]
+	mi := &file_tabula_proto_msgTypes[117]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9038,7 +9319,7 @@ func (x *MultiGetResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MultiGetResult.ProtoReflect.Descriptor instead.
 func (*MultiGetResult) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{114}
+	return file_tabula_proto_rawDescGZIP(), []int{117}
 }
 
 func (x *MultiGetResult) GetResponse() *GetResponse {
@@ -9071,7 +9352,7 @@ type PutRequest struct {
 
 func (x *PutRequest) Reset() {
 	*x = PutRequest{}
-	mi := &file_tabula_proto_msgTypes[115]
+	mi := &file_tabula_proto_msgTypes[118]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9083,7 +9364,7 @@ func (x *PutRequest) String() string {
 func (*PutRequest) ProtoMessage() {}
 
 func (x *PutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[115]
+	mi := &file_tabula_proto_msgTypes[118]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9096,7 +9377,7 @@ func (x *PutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutRequest.ProtoReflect.Descriptor instead.
 func (*PutRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{115}
+	return file_tabula_proto_rawDescGZIP(), []int{118}
 }
 
 func (x *PutRequest) GetHeader() *RequestHeader {
@@ -9144,7 +9425,7 @@ type PutResponse struct {
 
 func (x *PutResponse) Reset() {
 	*x = PutResponse{}
-	mi := &file_tabula_proto_msgTypes[116]
+	mi := &file_tabula_proto_msgTypes[119]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9156,7 +9437,7 @@ func (x *PutResponse) String() string {
 func (*PutResponse) ProtoMessage() {}
 
 func (x *PutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[116]
+	mi := &file_tabula_proto_msgTypes[119]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9169,7 +9450,7 @@ func (x *PutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutResponse.ProtoReflect.Descriptor instead.
 func (*PutResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{116}
+	return file_tabula_proto_rawDescGZIP(), []int{119}
 }
 
 func (x *PutResponse) GetLsn() uint64 {
@@ -9190,7 +9471,7 @@ type DeleteRequest struct {
 
 func (x *DeleteRequest) Reset() {
 	*x = DeleteRequest{}
-	mi := &file_tabula_proto_msgTypes[117]
+	mi := &file_tabula_proto_msgTypes[120]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9202,7 +9483,7 @@ func (x *DeleteRequest) String() string {
 func (*DeleteRequest) ProtoMessage() {}
 
 func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[117]
+	mi := &file_tabula_proto_msgTypes[120]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9215,7 +9496,7 @@ func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRequest.ProtoReflect.Descriptor instead.
 func (*DeleteRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{117}
+	return file_tabula_proto_rawDescGZIP(), []int{120}
 }
 
 func (x *DeleteRequest) GetHeader() *RequestHeader {
@@ -9249,7 +9530,7 @@ type DeleteResponse struct {
 
 func (x *DeleteResponse) Reset() {
 	*x = DeleteResponse{}
-	mi := &file_tabula_proto_msgTypes[118]
+	mi := &file_tabula_proto_msgTypes[121]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9261,7 +9542,7 @@ func (x *DeleteResponse) String() string {
 func (*DeleteResponse) ProtoMessage() {}
 
 func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[118]
+	mi := &file_tabula_proto_msgTypes[121]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9274,7 +9555,7 @@ func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteResponse.ProtoReflect.Descriptor instead.
 func (*DeleteResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{118}
+	return file_tabula_proto_rawDescGZIP(), []int{121}
 }
 
 func (x *DeleteResponse) GetExisted() bool {
@@ -9310,7 +9591,7 @@ type CompareAndSwapRequest struct {
 
 func (x *CompareAndSwapRequest) Reset() {
 	*x = CompareAndSwapRequest{}
-	mi := &file_tabula_proto_msgTypes[119]
+	mi := &file_tabula_proto_msgTypes[122]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9322,7 +9603,7 @@ func (x *CompareAndSwapRequest) String() string {
 func (*CompareAndSwapRequest) ProtoMessage() {}
 
 func (x *CompareAndSwapRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[119]
+	mi := &file_tabula_proto_msgTypes[122]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9335,7 +9616,7 @@ func (x *CompareAndSwapRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompareAndSwapRequest.ProtoReflect.Descriptor instead.
 func (*CompareAndSwapRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{119}
+	return file_tabula_proto_rawDescGZIP(), []int{122}
 }
 
 func (x *CompareAndSwapRequest) GetHeader() *RequestHeader {
@@ -9407,7 +9688,7 @@ type CompareAndSwapResponse struct {
 
 func (x *CompareAndSwapResponse) Reset() {
 	*x = CompareAndSwapResponse{}
-	mi := &file_tabula_proto_msgTypes[120]
+	mi := &file_tabula_proto_msgTypes[123]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9419,7 +9700,7 @@ func (x *CompareAndSwapResponse) String() string {
 func (*CompareAndSwapResponse) ProtoMessage() {}
 
 func (x *CompareAndSwapResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[120]
+	mi := &file_tabula_proto_msgTypes[123]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9432,7 +9713,7 @@ func (x *CompareAndSwapResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompareAndSwapResponse.ProtoReflect.Descriptor instead.
 func (*CompareAndSwapResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{120}
+	return file_tabula_proto_rawDescGZIP(), []int{123}
 }
 
 func (x *CompareAndSwapResponse) GetSwapped() bool {
@@ -9477,7 +9758,7 @@ type Mutation struct {
 
 func (x *Mutation) Reset() {
 	*x = Mutation{}
-	mi := &file_tabula_proto_msgTypes[121]
+	mi := &file_tabula_proto_msgTypes[124]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9489,7 +9770,7 @@ func (x *Mutation) String() string {
 func (*Mutation) ProtoMessage() {}
 
 func (x *Mutation) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[121]
+	mi := &file_tabula_proto_msgTypes[124]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9502,7 +9783,7 @@ func (x *Mutation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Mutation.ProtoReflect.Descriptor instead.
 func (*Mutation) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{121}
+	return file_tabula_proto_rawDescGZIP(), []int{124}
 }
 
 func (x *Mutation) GetOp() Mutation_Op {
@@ -9554,7 +9835,7 @@ type Condition struct {
 
 func (x *Condition) Reset() {
 	*x = Condition{}
-	mi := &file_tabula_proto_msgTypes[122]
+	mi := &file_tabula_proto_msgTypes[125]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9566,7 +9847,7 @@ func (x *Condition) String() string {
 func (*Condition) ProtoMessage() {}
 
 func (x *Condition) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[122]
+	mi := &file_tabula_proto_msgTypes[125]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9579,7 +9860,7 @@ func (x *Condition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Condition.ProtoReflect.Descriptor instead.
 func (*Condition) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{122}
+	return file_tabula_proto_rawDescGZIP(), []int{125}
 }
 
 func (x *Condition) GetKind() Condition_Kind {
@@ -9617,7 +9898,7 @@ type BatchWriteRequest struct {
 
 func (x *BatchWriteRequest) Reset() {
 	*x = BatchWriteRequest{}
-	mi := &file_tabula_proto_msgTypes[123]
+	mi := &file_tabula_proto_msgTypes[126]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9629,7 +9910,7 @@ func (x *BatchWriteRequest) String() string {
 func (*BatchWriteRequest) ProtoMessage() {}
 
 func (x *BatchWriteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[123]
+	mi := &file_tabula_proto_msgTypes[126]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9642,7 +9923,7 @@ func (x *BatchWriteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchWriteRequest.ProtoReflect.Descriptor instead.
 func (*BatchWriteRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{123}
+	return file_tabula_proto_rawDescGZIP(), []int{126}
 }
 
 func (x *BatchWriteRequest) GetHeader() *RequestHeader {
@@ -9675,7 +9956,7 @@ type BatchWriteResponse struct {
 
 func (x *BatchWriteResponse) Reset() {
 	*x = BatchWriteResponse{}
-	mi := &file_tabula_proto_msgTypes[124]
+	mi := &file_tabula_proto_msgTypes[127]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9687,7 +9968,7 @@ func (x *BatchWriteResponse) String() string {
 func (*BatchWriteResponse) ProtoMessage() {}
 
 func (x *BatchWriteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[124]
+	mi := &file_tabula_proto_msgTypes[127]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9700,7 +9981,7 @@ func (x *BatchWriteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchWriteResponse.ProtoReflect.Descriptor instead.
 func (*BatchWriteResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{124}
+	return file_tabula_proto_rawDescGZIP(), []int{127}
 }
 
 func (x *BatchWriteResponse) GetLsn() uint64 {
@@ -9727,7 +10008,7 @@ type ScanRequest struct {
 
 func (x *ScanRequest) Reset() {
 	*x = ScanRequest{}
-	mi := &file_tabula_proto_msgTypes[125]
+	mi := &file_tabula_proto_msgTypes[128]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9739,7 +10020,7 @@ func (x *ScanRequest) String() string {
 func (*ScanRequest) ProtoMessage() {}
 
 func (x *ScanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[125]
+	mi := &file_tabula_proto_msgTypes[128]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9752,7 +10033,7 @@ func (x *ScanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScanRequest.ProtoReflect.Descriptor instead.
 func (*ScanRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{125}
+	return file_tabula_proto_rawDescGZIP(), []int{128}
 }
 
 func (x *ScanRequest) GetHeader() *RequestHeader {
@@ -9801,7 +10082,7 @@ type KeyValue struct {
 
 func (x *KeyValue) Reset() {
 	*x = KeyValue{}
-	mi := &file_tabula_proto_msgTypes[126]
+	mi := &file_tabula_proto_msgTypes[129]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9813,7 +10094,7 @@ func (x *KeyValue) String() string {
 func (*KeyValue) ProtoMessage() {}
 
 func (x *KeyValue) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[126]
+	mi := &file_tabula_proto_msgTypes[129]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9826,7 +10107,7 @@ func (x *KeyValue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyValue.ProtoReflect.Descriptor instead.
 func (*KeyValue) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{126}
+	return file_tabula_proto_rawDescGZIP(), []int{129}
 }
 
 func (x *KeyValue) GetKey() []byte {
@@ -9859,7 +10140,7 @@ type ScanResponse struct {
 
 func (x *ScanResponse) Reset() {
 	*x = ScanResponse{}
-	mi := &file_tabula_proto_msgTypes[127]
+	mi := &file_tabula_proto_msgTypes[130]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9871,7 +10152,7 @@ func (x *ScanResponse) String() string {
 func (*ScanResponse) ProtoMessage() {}
 
 func (x *ScanResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[127]
+	mi := &file_tabula_proto_msgTypes[130]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9884,7 +10165,7 @@ func (x *ScanResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScanResponse.ProtoReflect.Descriptor instead.
 func (*ScanResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{127}
+	return file_tabula_proto_rawDescGZIP(), []int{130}
 }
 
 func (x *ScanResponse) GetRecords() []*KeyValue {
@@ -9906,7 +10187,7 @@ type CopyReplicaRequest struct {
 
 func (x *CopyReplicaRequest) Reset() {
 	*x = CopyReplicaRequest{}
-	mi := &file_tabula_proto_msgTypes[128]
+	mi := &file_tabula_proto_msgTypes[131]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9918,7 +10199,7 @@ func (x *CopyReplicaRequest) String() string {
 func (*CopyReplicaRequest) ProtoMessage() {}
 
 func (x *CopyReplicaRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[128]
+	mi := &file_tabula_proto_msgTypes[131]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9931,7 +10212,7 @@ func (x *CopyReplicaRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CopyReplicaRequest.ProtoReflect.Descriptor instead.
 func (*CopyReplicaRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{128}
+	return file_tabula_proto_rawDescGZIP(), []int{131}
 }
 
 func (x *CopyReplicaRequest) GetHeader() *RequestHeader {
@@ -9964,7 +10245,7 @@ type CopyReplicaChunk struct {
 
 func (x *CopyReplicaChunk) Reset() {
 	*x = CopyReplicaChunk{}
-	mi := &file_tabula_proto_msgTypes[129]
+	mi := &file_tabula_proto_msgTypes[132]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9976,7 +10257,7 @@ func (x *CopyReplicaChunk) String() string {
 func (*CopyReplicaChunk) ProtoMessage() {}
 
 func (x *CopyReplicaChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[129]
+	mi := &file_tabula_proto_msgTypes[132]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9989,7 +10270,7 @@ func (x *CopyReplicaChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CopyReplicaChunk.ProtoReflect.Descriptor instead.
 func (*CopyReplicaChunk) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{129}
+	return file_tabula_proto_rawDescGZIP(), []int{132}
 }
 
 func (x *CopyReplicaChunk) GetLsn() uint64 {
@@ -10052,7 +10333,7 @@ type BulkUploadRequest struct {
 
 func (x *BulkUploadRequest) Reset() {
 	*x = BulkUploadRequest{}
-	mi := &file_tabula_proto_msgTypes[130]
+	mi := &file_tabula_proto_msgTypes[133]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -10064,7 +10345,7 @@ func (x *BulkUploadRequest) String() string {
 func (*BulkUploadRequest) ProtoMessage() {}
 
 func (x *BulkUploadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[130]
+	mi := &file_tabula_proto_msgTypes[133]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -10077,7 +10358,7 @@ func (x *BulkUploadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkUploadRequest.ProtoReflect.Descriptor instead.
 func (*BulkUploadRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{130}
+	return file_tabula_proto_rawDescGZIP(), []int{133}
 }
 
 func (x *BulkUploadRequest) GetHeader() *RequestHeader {
@@ -10139,7 +10420,7 @@ type BulkUploadStatusRequest struct {
 
 func (x *BulkUploadStatusRequest) Reset() {
 	*x = BulkUploadStatusRequest{}
-	mi := &file_tabula_proto_msgTypes[131]
+	mi := &file_tabula_proto_msgTypes[134]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -10151,7 +10432,7 @@ func (x *BulkUploadStatusRequest) String() string {
 func (*BulkUploadStatusRequest) ProtoMessage() {}
 
 func (x *BulkUploadStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[131]
+	mi := &file_tabula_proto_msgTypes[134]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -10164,7 +10445,7 @@ func (x *BulkUploadStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkUploadStatusRequest.ProtoReflect.Descriptor instead.
 func (*BulkUploadStatusRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{131}
+	return file_tabula_proto_rawDescGZIP(), []int{134}
 }
 
 func (x *BulkUploadStatusRequest) GetHeader() *RequestHeader {
@@ -10195,7 +10476,7 @@ type BulkUploadResponse struct {
 
 func (x *BulkUploadResponse) Reset() {
 	*x = BulkUploadResponse{}
-	mi := &file_tabula_proto_msgTypes[132]
+	mi := &file_tabula_proto_msgTypes[135]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -10207,7 +10488,7 @@ func (x *BulkUploadResponse) String() string {
 func (*BulkUploadResponse) ProtoMessage() {}
 
 func (x *BulkUploadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[132]
+	mi := &file_tabula_proto_msgTypes[135]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -10220,7 +10501,7 @@ func (x *BulkUploadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkUploadResponse.ProtoReflect.Descriptor instead.
 func (*BulkUploadResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{132}
+	return file_tabula_proto_rawDescGZIP(), []int{135}
 }
 
 func (x *BulkUploadResponse) GetReceived() uint64 {
@@ -10258,7 +10539,7 @@ type PartitionLogFailedRequest struct {
 
 func (x *PartitionLogFailedRequest) Reset() {
 	*x = PartitionLogFailedRequest{}
-	mi := &file_tabula_proto_msgTypes[133]
+	mi := &file_tabula_proto_msgTypes[136]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -10270,7 +10551,7 @@ func (x *PartitionLogFailedRequest) String() string {
 func (*PartitionLogFailedRequest) ProtoMessage() {}
 
 func (x *PartitionLogFailedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[133]
+	mi := &file_tabula_proto_msgTypes[136]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -10283,7 +10564,7 @@ func (x *PartitionLogFailedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionLogFailedRequest.ProtoReflect.Descriptor instead.
 func (*PartitionLogFailedRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{133}
+	return file_tabula_proto_rawDescGZIP(), []int{136}
 }
 
 func (x *PartitionLogFailedRequest) GetServerId() string {
@@ -10331,7 +10612,7 @@ type PartitionLogFailedResponse struct {
 
 func (x *PartitionLogFailedResponse) Reset() {
 	*x = PartitionLogFailedResponse{}
-	mi := &file_tabula_proto_msgTypes[134]
+	mi := &file_tabula_proto_msgTypes[137]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -10343,7 +10624,7 @@ func (x *PartitionLogFailedResponse) String() string {
 func (*PartitionLogFailedResponse) ProtoMessage() {}
 
 func (x *PartitionLogFailedResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[134]
+	mi := &file_tabula_proto_msgTypes[137]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -10356,7 +10637,7 @@ func (x *PartitionLogFailedResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionLogFailedResponse.ProtoReflect.Descriptor instead.
 func (*PartitionLogFailedResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{134}
+	return file_tabula_proto_rawDescGZIP(), []int{137}
 }
 
 func (x *PartitionLogFailedResponse) GetPartition() *Partition {
@@ -10385,7 +10666,7 @@ type ForgetServerRequest struct {
 
 func (x *ForgetServerRequest) Reset() {
 	*x = ForgetServerRequest{}
-	mi := &file_tabula_proto_msgTypes[135]
+	mi := &file_tabula_proto_msgTypes[138]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -10397,7 +10678,7 @@ func (x *ForgetServerRequest) String() string {
 func (*ForgetServerRequest) ProtoMessage() {}
 
 func (x *ForgetServerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[135]
+	mi := &file_tabula_proto_msgTypes[138]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -10410,7 +10691,7 @@ func (x *ForgetServerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForgetServerRequest.ProtoReflect.Descriptor instead.
 func (*ForgetServerRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{135}
+	return file_tabula_proto_rawDescGZIP(), []int{138}
 }
 
 func (x *ForgetServerRequest) GetServerId() string {
@@ -10440,7 +10721,7 @@ type ForgetServerResponse struct {
 
 func (x *ForgetServerResponse) Reset() {
 	*x = ForgetServerResponse{}
-	mi := &file_tabula_proto_msgTypes[136]
+	mi := &file_tabula_proto_msgTypes[139]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -10452,7 +10733,7 @@ func (x *ForgetServerResponse) String() string {
 func (*ForgetServerResponse) ProtoMessage() {}
 
 func (x *ForgetServerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[136]
+	mi := &file_tabula_proto_msgTypes[139]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -10465,7 +10746,7 @@ func (x *ForgetServerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForgetServerResponse.ProtoReflect.Descriptor instead.
 func (*ForgetServerResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{136}
+	return file_tabula_proto_rawDescGZIP(), []int{139}
 }
 
 func (x *ForgetServerResponse) GetMoved() uint32 {
@@ -10508,7 +10789,7 @@ type LostPartition struct {
 
 func (x *LostPartition) Reset() {
 	*x = LostPartition{}
-	mi := &file_tabula_proto_msgTypes[137]
+	mi := &file_tabula_proto_msgTypes[140]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -10520,7 +10801,7 @@ func (x *LostPartition) String() string {
 func (*LostPartition) ProtoMessage() {}
 
 func (x *LostPartition) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[137]
+	mi := &file_tabula_proto_msgTypes[140]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -10533,7 +10814,7 @@ func (x *LostPartition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LostPartition.ProtoReflect.Descriptor instead.
 func (*LostPartition) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{137}
+	return file_tabula_proto_rawDescGZIP(), []int{140}
 }
 
 func (x *LostPartition) GetTenant() string {
@@ -10596,7 +10877,7 @@ type ListDataLossRequest struct {
 
 func (x *ListDataLossRequest) Reset() {
 	*x = ListDataLossRequest{}
-	mi := &file_tabula_proto_msgTypes[138]
+	mi := &file_tabula_proto_msgTypes[141]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -10608,7 +10889,7 @@ func (x *ListDataLossRequest) String() string {
 func (*ListDataLossRequest) ProtoMessage() {}
 
 func (x *ListDataLossRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[138]
+	mi := &file_tabula_proto_msgTypes[141]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -10621,7 +10902,7 @@ func (x *ListDataLossRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDataLossRequest.ProtoReflect.Descriptor instead.
 func (*ListDataLossRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{138}
+	return file_tabula_proto_rawDescGZIP(), []int{141}
 }
 
 func (x *ListDataLossRequest) GetTenant() string {
@@ -10648,7 +10929,7 @@ type ListDataLossResponse struct {
 
 func (x *ListDataLossResponse) Reset() {
 	*x = ListDataLossResponse{}
-	mi := &file_tabula_proto_msgTypes[139]
+	mi := &file_tabula_proto_msgTypes[142]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -10660,7 +10941,7 @@ func (x *ListDataLossResponse) String() string {
 func (*ListDataLossResponse) ProtoMessage() {}
 
 func (x *ListDataLossResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[139]
+	mi := &file_tabula_proto_msgTypes[142]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -10673,7 +10954,7 @@ func (x *ListDataLossResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDataLossResponse.ProtoReflect.Descriptor instead.
 func (*ListDataLossResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{139}
+	return file_tabula_proto_rawDescGZIP(), []int{142}
 }
 
 func (x *ListDataLossResponse) GetLost() []*LostPartition {
@@ -10696,7 +10977,7 @@ type ClearDataLossRequest struct {
 
 func (x *ClearDataLossRequest) Reset() {
 	*x = ClearDataLossRequest{}
-	mi := &file_tabula_proto_msgTypes[140]
+	mi := &file_tabula_proto_msgTypes[143]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -10708,7 +10989,7 @@ func (x *ClearDataLossRequest) String() string {
 func (*ClearDataLossRequest) ProtoMessage() {}
 
 func (x *ClearDataLossRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[140]
+	mi := &file_tabula_proto_msgTypes[143]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -10721,7 +11002,7 @@ func (x *ClearDataLossRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClearDataLossRequest.ProtoReflect.Descriptor instead.
 func (*ClearDataLossRequest) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{140}
+	return file_tabula_proto_rawDescGZIP(), []int{143}
 }
 
 func (x *ClearDataLossRequest) GetTenant() string {
@@ -10756,7 +11037,7 @@ type ClearDataLossResponse struct {
 
 func (x *ClearDataLossResponse) Reset() {
 	*x = ClearDataLossResponse{}
-	mi := &file_tabula_proto_msgTypes[141]
+	mi := &file_tabula_proto_msgTypes[144]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -10768,7 +11049,7 @@ func (x *ClearDataLossResponse) String() string {
 func (*ClearDataLossResponse) ProtoMessage() {}
 
 func (x *ClearDataLossResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tabula_proto_msgTypes[141]
+	mi := &file_tabula_proto_msgTypes[144]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -10781,7 +11062,7 @@ func (x *ClearDataLossResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClearDataLossResponse.ProtoReflect.Descriptor instead.
 func (*ClearDataLossResponse) Descriptor() ([]byte, []int) {
-	return file_tabula_proto_rawDescGZIP(), []int{141}
+	return file_tabula_proto_rawDescGZIP(), []int{144}
 }
 
 func (x *ClearDataLossResponse) GetCleared() []uint64 {
@@ -10836,7 +11117,7 @@ const file_tabula_proto_rawDesc = "" +
 	"\vbulk_serves\x18\x05 \x01(\x04R\n" +
 	"bulkServes\x12\x1d\n" +
 	"\n" +
-	"bulk_holds\x18\x06 \x03(\x04R\tbulkHolds\"\xf6\x03\n" +
+	"bulk_holds\x18\x06 \x03(\x04R\tbulkHolds\"\x88\x05\n" +
 	"\tPartition\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x14\n" +
 	"\x05start\x18\x02 \x01(\x04R\x05start\x12\x10\n" +
@@ -10855,7 +11136,17 @@ const file_tabula_proto_rawDesc = "" +
 	"split_from\x18\r \x01(\x04R\tsplitFrom\x12\x1b\n" +
 	"\tsplit_lsn\x18\x0e \x01(\x04R\bsplitLsn\x12\"\n" +
 	"\fsplit_reason\x18\xdc\x01 \x01(\tR\vsplitReason\x12#\n" +
-	"\rsplit_unix_ms\x18\xdd\x01 \x01(\x03R\vsplitUnixMs\"j\n" +
+	"\rsplit_unix_ms\x18\xdd\x01 \x01(\x03R\vsplitUnixMs\x120\n" +
+	"\x05merge\x18\xc8\x01 \x01(\v2\x19.tabula.v1.PartitionMergeR\x05merge\x12\x1e\n" +
+	"\n" +
+	"merge_left\x18\xc9\x01 \x01(\x04R\tmergeLeft\x12 \n" +
+	"\vmerge_right\x18\xca\x01 \x01(\x04R\n" +
+	"mergeRight\x12\x1c\n" +
+	"\tmerge_lsn\x18\xcb\x01 \x01(\x04R\bmergeLsn\"_\n" +
+	"\x0ePartitionMerge\x12\x17\n" +
+	"\aleft_id\x18\x01 \x01(\x04R\x06leftId\x12\x19\n" +
+	"\bright_id\x18\x02 \x01(\x04R\arightId\x12\x19\n" +
+	"\bchild_id\x18\x03 \x01(\x04R\achildId\"j\n" +
 	"\x0ePartitionSplit\x12\x17\n" +
 	"\aleft_id\x18\x01 \x01(\x04R\x06leftId\x12\x19\n" +
 	"\bright_id\x18\x02 \x01(\x04R\arightId\x12\x12\n" +
@@ -10994,7 +11285,7 @@ const file_tabula_proto_rawDesc = "" +
 	"\breplicas\x18\x05 \x01(\rR\breplicas\x123\n" +
 	"\x16last_heartbeat_unix_ms\x18\x06 \x01(\x03R\x13lastHeartbeatUnixMs\x12\x1a\n" +
 	"\bdraining\x18\a \x01(\bR\bdraining\x12#\n" +
-	"\rinternal_addr\x18\b \x01(\tR\finternalAddr\"\xae\b\n" +
+	"\rinternal_addr\x18\b \x01(\tR\finternalAddr\"\xcc\b\n" +
 	"\rReplicaStatus\x12!\n" +
 	"\fpartition_id\x18\x01 \x01(\x04R\vpartitionId\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12*\n" +
@@ -11029,7 +11320,8 @@ const file_tabula_proto_rawDesc = "" +
 	"\x06lag_ms\x18\x17 \x01(\x03R\x05lagMs\x120\n" +
 	"\aack_set\x18\x18 \x03(\v2\x17.tabula.v1.AckSetMemberR\x06ackSet\x12*\n" +
 	"\x04sync\x18\x19 \x01(\v2\x16.tabula.v1.ReplicaSyncR\x04sync\x12\x1b\n" +
-	"\tsplit_lsn\x18( \x01(\x04R\bsplitLsn\x12\x17\n" +
+	"\tsplit_lsn\x18( \x01(\x04R\bsplitLsn\x12\x1c\n" +
+	"\tmerge_lsn\x18\xc8\x01 \x01(\x04R\bmergeLsn\x12\x17\n" +
 	"\abusy_ns\x18\x1a \x01(\x04R\x06busyNs\x12*\n" +
 	"\x04load\x18\x1b \x01(\v2\x16.tabula.v1.ReplicaLoadR\x04load\x124\n" +
 	"\n" +
@@ -11190,7 +11482,21 @@ const file_tabula_proto_rawDesc = "" +
 	"\x05index\x18\x03 \x01(\rR\x05index\x12\x12\n" +
 	"\x04hash\x18\x04 \x01(\x04R\x04hash\x12\x10\n" +
 	"\x03key\x18\x05 \x01(\fR\x03key\x12\x12\n" +
-	"\x04wait\x18\x06 \x01(\bR\x04wait\"\xc0\x01\n" +
+	"\x04wait\x18\x06 \x01(\bR\x04wait\"p\n" +
+	"\x16MergePartitionsRequest\x12\x16\n" +
+	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x14\n" +
+	"\x05table\x18\x02 \x01(\tR\x05table\x12\x14\n" +
+	"\x05index\x18\x03 \x01(\rR\x05index\x12\x12\n" +
+	"\x04wait\x18\x04 \x01(\bR\x04wait\"\xdf\x01\n" +
+	"\x17MergePartitionsResponse\x12\x17\n" +
+	"\aleft_id\x18\x01 \x01(\x04R\x06leftId\x12\x19\n" +
+	"\bright_id\x18\x02 \x01(\x04R\arightId\x12\x19\n" +
+	"\bchild_id\x18\x03 \x01(\x04R\achildId\x12*\n" +
+	"\x05child\x18\x04 \x01(\v2\x14.tabula.v1.PartitionR\x05child\x12\x1f\n" +
+	"\vmap_version\x18\x05 \x01(\x04R\n" +
+	"mapVersion\x12\x12\n" +
+	"\x04done\x18\x06 \x01(\bR\x04done\x12\x14\n" +
+	"\x05phase\x18\a \x01(\tR\x05phase\"\xc0\x01\n" +
 	"\x16SplitPartitionResponse\x12\x1b\n" +
 	"\tparent_id\x18\x01 \x01(\x04R\bparentId\x12(\n" +
 	"\x04left\x18\x02 \x01(\v2\x14.tabula.v1.PartitionR\x04left\x12*\n" +
@@ -11652,7 +11958,7 @@ const file_tabula_proto_rawDesc = "" +
 	"\x1fBULK_ROLLOUT_ACTION_UNSPECIFIED\x10\x00\x12\x1d\n" +
 	"\x19BULK_ROLLOUT_ACTION_PAUSE\x10\x01\x12\x1e\n" +
 	"\x1aBULK_ROLLOUT_ACTION_RESUME\x10\x02\x12\x1d\n" +
-	"\x19BULK_ROLLOUT_ACTION_ABORT\x10\x032\xdb\x18\n" +
+	"\x19BULK_ROLLOUT_ACTION_ABORT\x10\x032\xb5\x19\n" +
 	"\x06Master\x12L\n" +
 	"\vCreateTable\x12\x1d.tabula.v1.CreateTableRequest\x1a\x1e.tabula.v1.CreateTableResponse\x12F\n" +
 	"\tDropTable\x12\x1b.tabula.v1.DropTableRequest\x1a\x1c.tabula.v1.DropTableResponse\x12I\n" +
@@ -11698,7 +12004,8 @@ const file_tabula_proto_rawDesc = "" +
 	"\x0eSetTenantQuota\x12 .tabula.v1.SetTenantQuotaRequest\x1a!.tabula.v1.SetTenantQuotaResponse\x12U\n" +
 	"\x0eSplitPartition\x12 .tabula.v1.SplitPartitionRequest\x1a!.tabula.v1.SplitPartitionResponse\x12I\n" +
 	"\n" +
-	"AlterTable\x12\x1c.tabula.v1.AlterTableRequest\x1a\x1d.tabula.v1.AlterTableResponse2\xdb\a\n" +
+	"AlterTable\x12\x1c.tabula.v1.AlterTableRequest\x1a\x1d.tabula.v1.AlterTableResponse\x12X\n" +
+	"\x0fMergePartitions\x12!.tabula.v1.MergePartitionsRequest\x1a\".tabula.v1.MergePartitionsResponse2\xdb\a\n" +
 	"\vTableServer\x124\n" +
 	"\x03Get\x12\x15.tabula.v1.GetRequest\x1a\x16.tabula.v1.GetResponse\x12C\n" +
 	"\bBatchGet\x12\x1a.tabula.v1.BatchGetRequest\x1a\x1b.tabula.v1.BatchGetResponse\x12C\n" +
@@ -11730,7 +12037,7 @@ func file_tabula_proto_rawDescGZIP() []byte {
 }
 
 var file_tabula_proto_enumTypes = make([]protoimpl.EnumInfo, 10)
-var file_tabula_proto_msgTypes = make([]protoimpl.MessageInfo, 142)
+var file_tabula_proto_msgTypes = make([]protoimpl.MessageInfo, 145)
 var file_tabula_proto_goTypes = []any{
 	(TableKind)(0),                     // 0: tabula.v1.TableKind
 	(ReplicaRole)(0),                   // 1: tabula.v1.ReplicaRole
@@ -11746,367 +12053,374 @@ var file_tabula_proto_goTypes = []any{
 	(*Table)(nil),                      // 11: tabula.v1.Table
 	(*Replica)(nil),                    // 12: tabula.v1.Replica
 	(*Partition)(nil),                  // 13: tabula.v1.Partition
-	(*PartitionSplit)(nil),             // 14: tabula.v1.PartitionSplit
-	(*PartitionLog)(nil),               // 15: tabula.v1.PartitionLog
-	(*PartitionMap)(nil),               // 16: tabula.v1.PartitionMap
-	(*CoprocVersion)(nil),              // 17: tabula.v1.CoprocVersion
-	(*Coprocessor)(nil),                // 18: tabula.v1.Coprocessor
-	(*CoprocDeployRequest)(nil),        // 19: tabula.v1.CoprocDeployRequest
-	(*CoprocDeployResponse)(nil),       // 20: tabula.v1.CoprocDeployResponse
-	(*CoprocListRequest)(nil),          // 21: tabula.v1.CoprocListRequest
-	(*CoprocListResponse)(nil),         // 22: tabula.v1.CoprocListResponse
-	(*CoprocRollbackRequest)(nil),      // 23: tabula.v1.CoprocRollbackRequest
-	(*CoprocRollbackResponse)(nil),     // 24: tabula.v1.CoprocRollbackResponse
-	(*CoprocFetchRequest)(nil),         // 25: tabula.v1.CoprocFetchRequest
-	(*CoprocFetchResponse)(nil),        // 26: tabula.v1.CoprocFetchResponse
-	(*CoprocReady)(nil),                // 27: tabula.v1.CoprocReady
-	(*InvokeRequest)(nil),              // 28: tabula.v1.InvokeRequest
-	(*InvokeResponse)(nil),             // 29: tabula.v1.InvokeResponse
-	(*CoprocMergeRequest)(nil),         // 30: tabula.v1.CoprocMergeRequest
-	(*CoprocMergeResponse)(nil),        // 31: tabula.v1.CoprocMergeResponse
-	(*BulkFile)(nil),                   // 32: tabula.v1.BulkFile
-	(*BulkVersion)(nil),                // 33: tabula.v1.BulkVersion
-	(*BulkInfo)(nil),                   // 34: tabula.v1.BulkInfo
-	(*BulkRollout)(nil),                // 35: tabula.v1.BulkRollout
-	(*ServerInfo)(nil),                 // 36: tabula.v1.ServerInfo
-	(*ReplicaStatus)(nil),              // 37: tabula.v1.ReplicaStatus
-	(*SplitHint)(nil),                  // 38: tabula.v1.SplitHint
-	(*ReplicaLoad)(nil),                // 39: tabula.v1.ReplicaLoad
-	(*ServerCapacity)(nil),             // 40: tabula.v1.ServerCapacity
-	(*AckSetMember)(nil),               // 41: tabula.v1.AckSetMember
-	(*ReplicaSync)(nil),                // 42: tabula.v1.ReplicaSync
-	(*BulkLoaded)(nil),                 // 43: tabula.v1.BulkLoaded
-	(*ErrorDetail)(nil),                // 44: tabula.v1.ErrorDetail
-	(*TenantInfo)(nil),                 // 45: tabula.v1.TenantInfo
-	(*TenantQuota)(nil),                // 46: tabula.v1.TenantQuota
-	(*TenantUsage)(nil),                // 47: tabula.v1.TenantUsage
-	(*SetTenantQuotaRequest)(nil),      // 48: tabula.v1.SetTenantQuotaRequest
-	(*SetTenantQuotaResponse)(nil),     // 49: tabula.v1.SetTenantQuotaResponse
-	(*TenantLoad)(nil),                 // 50: tabula.v1.TenantLoad
-	(*TenantShare)(nil),                // 51: tabula.v1.TenantShare
-	(*CreateTenantRequest)(nil),        // 52: tabula.v1.CreateTenantRequest
-	(*CreateTenantResponse)(nil),       // 53: tabula.v1.CreateTenantResponse
-	(*ListTenantsRequest)(nil),         // 54: tabula.v1.ListTenantsRequest
-	(*ListTenantsResponse)(nil),        // 55: tabula.v1.ListTenantsResponse
-	(*DescribeTenantRequest)(nil),      // 56: tabula.v1.DescribeTenantRequest
-	(*DescribeTenantResponse)(nil),     // 57: tabula.v1.DescribeTenantResponse
-	(*DeleteTenantRequest)(nil),        // 58: tabula.v1.DeleteTenantRequest
-	(*DeleteTenantResponse)(nil),       // 59: tabula.v1.DeleteTenantResponse
-	(*RotateTenantKeyRequest)(nil),     // 60: tabula.v1.RotateTenantKeyRequest
-	(*RotateTenantKeyResponse)(nil),    // 61: tabula.v1.RotateTenantKeyResponse
-	(*TenantKeysRequest)(nil),          // 62: tabula.v1.TenantKeysRequest
-	(*TenantKeysResponse)(nil),         // 63: tabula.v1.TenantKeysResponse
-	(*MovePartitionRequest)(nil),       // 64: tabula.v1.MovePartitionRequest
-	(*MovePartitionResponse)(nil),      // 65: tabula.v1.MovePartitionResponse
-	(*SplitPartitionRequest)(nil),      // 66: tabula.v1.SplitPartitionRequest
-	(*SplitPartitionResponse)(nil),     // 67: tabula.v1.SplitPartitionResponse
-	(*AlterTableRequest)(nil),          // 68: tabula.v1.AlterTableRequest
-	(*AlterTableResponse)(nil),         // 69: tabula.v1.AlterTableResponse
-	(*DrainServerRequest)(nil),         // 70: tabula.v1.DrainServerRequest
-	(*DrainServerResponse)(nil),        // 71: tabula.v1.DrainServerResponse
-	(*BalancePlanRequest)(nil),         // 72: tabula.v1.BalancePlanRequest
-	(*BalancePlanResponse)(nil),        // 73: tabula.v1.BalancePlanResponse
-	(*BalanceAction)(nil),              // 74: tabula.v1.BalanceAction
-	(*BalanceServer)(nil),              // 75: tabula.v1.BalanceServer
-	(*MasterMember)(nil),               // 76: tabula.v1.MasterMember
-	(*MasterMembersRequest)(nil),       // 77: tabula.v1.MasterMembersRequest
-	(*MasterMembersResponse)(nil),      // 78: tabula.v1.MasterMembersResponse
-	(*AddMasterRequest)(nil),           // 79: tabula.v1.AddMasterRequest
-	(*AddMasterResponse)(nil),          // 80: tabula.v1.AddMasterResponse
-	(*RemoveMasterRequest)(nil),        // 81: tabula.v1.RemoveMasterRequest
-	(*RemoveMasterResponse)(nil),       // 82: tabula.v1.RemoveMasterResponse
-	(*TransferLeaderRequest)(nil),      // 83: tabula.v1.TransferLeaderRequest
-	(*TransferLeaderResponse)(nil),     // 84: tabula.v1.TransferLeaderResponse
-	(*StreamRequest)(nil),              // 85: tabula.v1.StreamRequest
-	(*StreamResponse)(nil),             // 86: tabula.v1.StreamResponse
-	(*CreateTableRequest)(nil),         // 87: tabula.v1.CreateTableRequest
-	(*CreateTableResponse)(nil),        // 88: tabula.v1.CreateTableResponse
-	(*DropTableRequest)(nil),           // 89: tabula.v1.DropTableRequest
-	(*DropTableResponse)(nil),          // 90: tabula.v1.DropTableResponse
-	(*ListTablesRequest)(nil),          // 91: tabula.v1.ListTablesRequest
-	(*ListTablesResponse)(nil),         // 92: tabula.v1.ListTablesResponse
-	(*DescribeTableRequest)(nil),       // 93: tabula.v1.DescribeTableRequest
-	(*DescribeTableResponse)(nil),      // 94: tabula.v1.DescribeTableResponse
-	(*GetPartitionMapRequest)(nil),     // 95: tabula.v1.GetPartitionMapRequest
-	(*GetPartitionMapResponse)(nil),    // 96: tabula.v1.GetPartitionMapResponse
-	(*WatchPartitionMapRequest)(nil),   // 97: tabula.v1.WatchPartitionMapRequest
-	(*WatchPartitionMapResponse)(nil),  // 98: tabula.v1.WatchPartitionMapResponse
-	(*RegisterServerRequest)(nil),      // 99: tabula.v1.RegisterServerRequest
-	(*RegisterServerResponse)(nil),     // 100: tabula.v1.RegisterServerResponse
-	(*HeartbeatRequest)(nil),           // 101: tabula.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),          // 102: tabula.v1.HeartbeatResponse
-	(*BulkPublishRequest)(nil),         // 103: tabula.v1.BulkPublishRequest
-	(*BulkPublishResponse)(nil),        // 104: tabula.v1.BulkPublishResponse
-	(*BulkStoredRequest)(nil),          // 105: tabula.v1.BulkStoredRequest
-	(*BulkStoredResponse)(nil),         // 106: tabula.v1.BulkStoredResponse
-	(*BulkStatusRequest)(nil),          // 107: tabula.v1.BulkStatusRequest
-	(*BulkStatusResponse)(nil),         // 108: tabula.v1.BulkStatusResponse
-	(*BulkRollbackRequest)(nil),        // 109: tabula.v1.BulkRollbackRequest
-	(*BulkRollbackResponse)(nil),       // 110: tabula.v1.BulkRollbackResponse
-	(*BulkRolloutRequest)(nil),         // 111: tabula.v1.BulkRolloutRequest
-	(*BulkRolloutResponse)(nil),        // 112: tabula.v1.BulkRolloutResponse
-	(*ListServersRequest)(nil),         // 113: tabula.v1.ListServersRequest
-	(*ListServersResponse)(nil),        // 114: tabula.v1.ListServersResponse
-	(*CallRequest)(nil),                // 115: tabula.v1.CallRequest
-	(*CallResponse)(nil),               // 116: tabula.v1.CallResponse
-	(*RequestHeader)(nil),              // 117: tabula.v1.RequestHeader
-	(*GetRequest)(nil),                 // 118: tabula.v1.GetRequest
-	(*GetResponse)(nil),                // 119: tabula.v1.GetResponse
-	(*BatchGetRequest)(nil),            // 120: tabula.v1.BatchGetRequest
-	(*BatchGetResponse)(nil),           // 121: tabula.v1.BatchGetResponse
-	(*MultiGetRequest)(nil),            // 122: tabula.v1.MultiGetRequest
-	(*MultiGetResponse)(nil),           // 123: tabula.v1.MultiGetResponse
-	(*MultiGetResult)(nil),             // 124: tabula.v1.MultiGetResult
-	(*PutRequest)(nil),                 // 125: tabula.v1.PutRequest
-	(*PutResponse)(nil),                // 126: tabula.v1.PutResponse
-	(*DeleteRequest)(nil),              // 127: tabula.v1.DeleteRequest
-	(*DeleteResponse)(nil),             // 128: tabula.v1.DeleteResponse
-	(*CompareAndSwapRequest)(nil),      // 129: tabula.v1.CompareAndSwapRequest
-	(*CompareAndSwapResponse)(nil),     // 130: tabula.v1.CompareAndSwapResponse
-	(*Mutation)(nil),                   // 131: tabula.v1.Mutation
-	(*Condition)(nil),                  // 132: tabula.v1.Condition
-	(*BatchWriteRequest)(nil),          // 133: tabula.v1.BatchWriteRequest
-	(*BatchWriteResponse)(nil),         // 134: tabula.v1.BatchWriteResponse
-	(*ScanRequest)(nil),                // 135: tabula.v1.ScanRequest
-	(*KeyValue)(nil),                   // 136: tabula.v1.KeyValue
-	(*ScanResponse)(nil),               // 137: tabula.v1.ScanResponse
-	(*CopyReplicaRequest)(nil),         // 138: tabula.v1.CopyReplicaRequest
-	(*CopyReplicaChunk)(nil),           // 139: tabula.v1.CopyReplicaChunk
-	(*BulkUploadRequest)(nil),          // 140: tabula.v1.BulkUploadRequest
-	(*BulkUploadStatusRequest)(nil),    // 141: tabula.v1.BulkUploadStatusRequest
-	(*BulkUploadResponse)(nil),         // 142: tabula.v1.BulkUploadResponse
-	(*PartitionLogFailedRequest)(nil),  // 143: tabula.v1.PartitionLogFailedRequest
-	(*PartitionLogFailedResponse)(nil), // 144: tabula.v1.PartitionLogFailedResponse
-	(*ForgetServerRequest)(nil),        // 145: tabula.v1.ForgetServerRequest
-	(*ForgetServerResponse)(nil),       // 146: tabula.v1.ForgetServerResponse
-	(*LostPartition)(nil),              // 147: tabula.v1.LostPartition
-	(*ListDataLossRequest)(nil),        // 148: tabula.v1.ListDataLossRequest
-	(*ListDataLossResponse)(nil),       // 149: tabula.v1.ListDataLossResponse
-	(*ClearDataLossRequest)(nil),       // 150: tabula.v1.ClearDataLossRequest
-	(*ClearDataLossResponse)(nil),      // 151: tabula.v1.ClearDataLossResponse
+	(*PartitionMerge)(nil),             // 14: tabula.v1.PartitionMerge
+	(*PartitionSplit)(nil),             // 15: tabula.v1.PartitionSplit
+	(*PartitionLog)(nil),               // 16: tabula.v1.PartitionLog
+	(*PartitionMap)(nil),               // 17: tabula.v1.PartitionMap
+	(*CoprocVersion)(nil),              // 18: tabula.v1.CoprocVersion
+	(*Coprocessor)(nil),                // 19: tabula.v1.Coprocessor
+	(*CoprocDeployRequest)(nil),        // 20: tabula.v1.CoprocDeployRequest
+	(*CoprocDeployResponse)(nil),       // 21: tabula.v1.CoprocDeployResponse
+	(*CoprocListRequest)(nil),          // 22: tabula.v1.CoprocListRequest
+	(*CoprocListResponse)(nil),         // 23: tabula.v1.CoprocListResponse
+	(*CoprocRollbackRequest)(nil),      // 24: tabula.v1.CoprocRollbackRequest
+	(*CoprocRollbackResponse)(nil),     // 25: tabula.v1.CoprocRollbackResponse
+	(*CoprocFetchRequest)(nil),         // 26: tabula.v1.CoprocFetchRequest
+	(*CoprocFetchResponse)(nil),        // 27: tabula.v1.CoprocFetchResponse
+	(*CoprocReady)(nil),                // 28: tabula.v1.CoprocReady
+	(*InvokeRequest)(nil),              // 29: tabula.v1.InvokeRequest
+	(*InvokeResponse)(nil),             // 30: tabula.v1.InvokeResponse
+	(*CoprocMergeRequest)(nil),         // 31: tabula.v1.CoprocMergeRequest
+	(*CoprocMergeResponse)(nil),        // 32: tabula.v1.CoprocMergeResponse
+	(*BulkFile)(nil),                   // 33: tabula.v1.BulkFile
+	(*BulkVersion)(nil),                // 34: tabula.v1.BulkVersion
+	(*BulkInfo)(nil),                   // 35: tabula.v1.BulkInfo
+	(*BulkRollout)(nil),                // 36: tabula.v1.BulkRollout
+	(*ServerInfo)(nil),                 // 37: tabula.v1.ServerInfo
+	(*ReplicaStatus)(nil),              // 38: tabula.v1.ReplicaStatus
+	(*SplitHint)(nil),                  // 39: tabula.v1.SplitHint
+	(*ReplicaLoad)(nil),                // 40: tabula.v1.ReplicaLoad
+	(*ServerCapacity)(nil),             // 41: tabula.v1.ServerCapacity
+	(*AckSetMember)(nil),               // 42: tabula.v1.AckSetMember
+	(*ReplicaSync)(nil),                // 43: tabula.v1.ReplicaSync
+	(*BulkLoaded)(nil),                 // 44: tabula.v1.BulkLoaded
+	(*ErrorDetail)(nil),                // 45: tabula.v1.ErrorDetail
+	(*TenantInfo)(nil),                 // 46: tabula.v1.TenantInfo
+	(*TenantQuota)(nil),                // 47: tabula.v1.TenantQuota
+	(*TenantUsage)(nil),                // 48: tabula.v1.TenantUsage
+	(*SetTenantQuotaRequest)(nil),      // 49: tabula.v1.SetTenantQuotaRequest
+	(*SetTenantQuotaResponse)(nil),     // 50: tabula.v1.SetTenantQuotaResponse
+	(*TenantLoad)(nil),                 // 51: tabula.v1.TenantLoad
+	(*TenantShare)(nil),                // 52: tabula.v1.TenantShare
+	(*CreateTenantRequest)(nil),        // 53: tabula.v1.CreateTenantRequest
+	(*CreateTenantResponse)(nil),       // 54: tabula.v1.CreateTenantResponse
+	(*ListTenantsRequest)(nil),         // 55: tabula.v1.ListTenantsRequest
+	(*ListTenantsResponse)(nil),        // 56: tabula.v1.ListTenantsResponse
+	(*DescribeTenantRequest)(nil),      // 57: tabula.v1.DescribeTenantRequest
+	(*DescribeTenantResponse)(nil),     // 58: tabula.v1.DescribeTenantResponse
+	(*DeleteTenantRequest)(nil),        // 59: tabula.v1.DeleteTenantRequest
+	(*DeleteTenantResponse)(nil),       // 60: tabula.v1.DeleteTenantResponse
+	(*RotateTenantKeyRequest)(nil),     // 61: tabula.v1.RotateTenantKeyRequest
+	(*RotateTenantKeyResponse)(nil),    // 62: tabula.v1.RotateTenantKeyResponse
+	(*TenantKeysRequest)(nil),          // 63: tabula.v1.TenantKeysRequest
+	(*TenantKeysResponse)(nil),         // 64: tabula.v1.TenantKeysResponse
+	(*MovePartitionRequest)(nil),       // 65: tabula.v1.MovePartitionRequest
+	(*MovePartitionResponse)(nil),      // 66: tabula.v1.MovePartitionResponse
+	(*SplitPartitionRequest)(nil),      // 67: tabula.v1.SplitPartitionRequest
+	(*MergePartitionsRequest)(nil),     // 68: tabula.v1.MergePartitionsRequest
+	(*MergePartitionsResponse)(nil),    // 69: tabula.v1.MergePartitionsResponse
+	(*SplitPartitionResponse)(nil),     // 70: tabula.v1.SplitPartitionResponse
+	(*AlterTableRequest)(nil),          // 71: tabula.v1.AlterTableRequest
+	(*AlterTableResponse)(nil),         // 72: tabula.v1.AlterTableResponse
+	(*DrainServerRequest)(nil),         // 73: tabula.v1.DrainServerRequest
+	(*DrainServerResponse)(nil),        // 74: tabula.v1.DrainServerResponse
+	(*BalancePlanRequest)(nil),         // 75: tabula.v1.BalancePlanRequest
+	(*BalancePlanResponse)(nil),        // 76: tabula.v1.BalancePlanResponse
+	(*BalanceAction)(nil),              // 77: tabula.v1.BalanceAction
+	(*BalanceServer)(nil),              // 78: tabula.v1.BalanceServer
+	(*MasterMember)(nil),               // 79: tabula.v1.MasterMember
+	(*MasterMembersRequest)(nil),       // 80: tabula.v1.MasterMembersRequest
+	(*MasterMembersResponse)(nil),      // 81: tabula.v1.MasterMembersResponse
+	(*AddMasterRequest)(nil),           // 82: tabula.v1.AddMasterRequest
+	(*AddMasterResponse)(nil),          // 83: tabula.v1.AddMasterResponse
+	(*RemoveMasterRequest)(nil),        // 84: tabula.v1.RemoveMasterRequest
+	(*RemoveMasterResponse)(nil),       // 85: tabula.v1.RemoveMasterResponse
+	(*TransferLeaderRequest)(nil),      // 86: tabula.v1.TransferLeaderRequest
+	(*TransferLeaderResponse)(nil),     // 87: tabula.v1.TransferLeaderResponse
+	(*StreamRequest)(nil),              // 88: tabula.v1.StreamRequest
+	(*StreamResponse)(nil),             // 89: tabula.v1.StreamResponse
+	(*CreateTableRequest)(nil),         // 90: tabula.v1.CreateTableRequest
+	(*CreateTableResponse)(nil),        // 91: tabula.v1.CreateTableResponse
+	(*DropTableRequest)(nil),           // 92: tabula.v1.DropTableRequest
+	(*DropTableResponse)(nil),          // 93: tabula.v1.DropTableResponse
+	(*ListTablesRequest)(nil),          // 94: tabula.v1.ListTablesRequest
+	(*ListTablesResponse)(nil),         // 95: tabula.v1.ListTablesResponse
+	(*DescribeTableRequest)(nil),       // 96: tabula.v1.DescribeTableRequest
+	(*DescribeTableResponse)(nil),      // 97: tabula.v1.DescribeTableResponse
+	(*GetPartitionMapRequest)(nil),     // 98: tabula.v1.GetPartitionMapRequest
+	(*GetPartitionMapResponse)(nil),    // 99: tabula.v1.GetPartitionMapResponse
+	(*WatchPartitionMapRequest)(nil),   // 100: tabula.v1.WatchPartitionMapRequest
+	(*WatchPartitionMapResponse)(nil),  // 101: tabula.v1.WatchPartitionMapResponse
+	(*RegisterServerRequest)(nil),      // 102: tabula.v1.RegisterServerRequest
+	(*RegisterServerResponse)(nil),     // 103: tabula.v1.RegisterServerResponse
+	(*HeartbeatRequest)(nil),           // 104: tabula.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),          // 105: tabula.v1.HeartbeatResponse
+	(*BulkPublishRequest)(nil),         // 106: tabula.v1.BulkPublishRequest
+	(*BulkPublishResponse)(nil),        // 107: tabula.v1.BulkPublishResponse
+	(*BulkStoredRequest)(nil),          // 108: tabula.v1.BulkStoredRequest
+	(*BulkStoredResponse)(nil),         // 109: tabula.v1.BulkStoredResponse
+	(*BulkStatusRequest)(nil),          // 110: tabula.v1.BulkStatusRequest
+	(*BulkStatusResponse)(nil),         // 111: tabula.v1.BulkStatusResponse
+	(*BulkRollbackRequest)(nil),        // 112: tabula.v1.BulkRollbackRequest
+	(*BulkRollbackResponse)(nil),       // 113: tabula.v1.BulkRollbackResponse
+	(*BulkRolloutRequest)(nil),         // 114: tabula.v1.BulkRolloutRequest
+	(*BulkRolloutResponse)(nil),        // 115: tabula.v1.BulkRolloutResponse
+	(*ListServersRequest)(nil),         // 116: tabula.v1.ListServersRequest
+	(*ListServersResponse)(nil),        // 117: tabula.v1.ListServersResponse
+	(*CallRequest)(nil),                // 118: tabula.v1.CallRequest
+	(*CallResponse)(nil),               // 119: tabula.v1.CallResponse
+	(*RequestHeader)(nil),              // 120: tabula.v1.RequestHeader
+	(*GetRequest)(nil),                 // 121: tabula.v1.GetRequest
+	(*GetResponse)(nil),                // 122: tabula.v1.GetResponse
+	(*BatchGetRequest)(nil),            // 123: tabula.v1.BatchGetRequest
+	(*BatchGetResponse)(nil),           // 124: tabula.v1.BatchGetResponse
+	(*MultiGetRequest)(nil),            // 125: tabula.v1.MultiGetRequest
+	(*MultiGetResponse)(nil),           // 126: tabula.v1.MultiGetResponse
+	(*MultiGetResult)(nil),             // 127: tabula.v1.MultiGetResult
+	(*PutRequest)(nil),                 // 128: tabula.v1.PutRequest
+	(*PutResponse)(nil),                // 129: tabula.v1.PutResponse
+	(*DeleteRequest)(nil),              // 130: tabula.v1.DeleteRequest
+	(*DeleteResponse)(nil),             // 131: tabula.v1.DeleteResponse
+	(*CompareAndSwapRequest)(nil),      // 132: tabula.v1.CompareAndSwapRequest
+	(*CompareAndSwapResponse)(nil),     // 133: tabula.v1.CompareAndSwapResponse
+	(*Mutation)(nil),                   // 134: tabula.v1.Mutation
+	(*Condition)(nil),                  // 135: tabula.v1.Condition
+	(*BatchWriteRequest)(nil),          // 136: tabula.v1.BatchWriteRequest
+	(*BatchWriteResponse)(nil),         // 137: tabula.v1.BatchWriteResponse
+	(*ScanRequest)(nil),                // 138: tabula.v1.ScanRequest
+	(*KeyValue)(nil),                   // 139: tabula.v1.KeyValue
+	(*ScanResponse)(nil),               // 140: tabula.v1.ScanResponse
+	(*CopyReplicaRequest)(nil),         // 141: tabula.v1.CopyReplicaRequest
+	(*CopyReplicaChunk)(nil),           // 142: tabula.v1.CopyReplicaChunk
+	(*BulkUploadRequest)(nil),          // 143: tabula.v1.BulkUploadRequest
+	(*BulkUploadStatusRequest)(nil),    // 144: tabula.v1.BulkUploadStatusRequest
+	(*BulkUploadResponse)(nil),         // 145: tabula.v1.BulkUploadResponse
+	(*PartitionLogFailedRequest)(nil),  // 146: tabula.v1.PartitionLogFailedRequest
+	(*PartitionLogFailedResponse)(nil), // 147: tabula.v1.PartitionLogFailedResponse
+	(*ForgetServerRequest)(nil),        // 148: tabula.v1.ForgetServerRequest
+	(*ForgetServerResponse)(nil),       // 149: tabula.v1.ForgetServerResponse
+	(*LostPartition)(nil),              // 150: tabula.v1.LostPartition
+	(*ListDataLossRequest)(nil),        // 151: tabula.v1.ListDataLossRequest
+	(*ListDataLossResponse)(nil),       // 152: tabula.v1.ListDataLossResponse
+	(*ClearDataLossRequest)(nil),       // 153: tabula.v1.ClearDataLossRequest
+	(*ClearDataLossResponse)(nil),      // 154: tabula.v1.ClearDataLossResponse
 }
 var file_tabula_proto_depIdxs = []int32{
 	0,   // 0: tabula.v1.Table.kind:type_name -> tabula.v1.TableKind
 	10,  // 1: tabula.v1.Table.options:type_name -> tabula.v1.TableOptions
 	1,   // 2: tabula.v1.Replica.role:type_name -> tabula.v1.ReplicaRole
 	12,  // 3: tabula.v1.Partition.replicas:type_name -> tabula.v1.Replica
-	15,  // 4: tabula.v1.Partition.log:type_name -> tabula.v1.PartitionLog
-	14,  // 5: tabula.v1.Partition.split:type_name -> tabula.v1.PartitionSplit
-	11,  // 6: tabula.v1.PartitionMap.table:type_name -> tabula.v1.Table
-	13,  // 7: tabula.v1.PartitionMap.partitions:type_name -> tabula.v1.Partition
-	34,  // 8: tabula.v1.PartitionMap.bulk:type_name -> tabula.v1.BulkInfo
-	18,  // 9: tabula.v1.PartitionMap.coprocessors:type_name -> tabula.v1.Coprocessor
-	17,  // 10: tabula.v1.Coprocessor.versions:type_name -> tabula.v1.CoprocVersion
-	18,  // 11: tabula.v1.CoprocDeployResponse.coprocessor:type_name -> tabula.v1.Coprocessor
-	18,  // 12: tabula.v1.CoprocListResponse.coprocessors:type_name -> tabula.v1.Coprocessor
-	18,  // 13: tabula.v1.CoprocRollbackResponse.coprocessor:type_name -> tabula.v1.Coprocessor
-	117, // 14: tabula.v1.InvokeRequest.header:type_name -> tabula.v1.RequestHeader
-	117, // 15: tabula.v1.CoprocMergeRequest.header:type_name -> tabula.v1.RequestHeader
-	2,   // 16: tabula.v1.BulkVersion.state:type_name -> tabula.v1.BulkVersionState
-	32,  // 17: tabula.v1.BulkVersion.files:type_name -> tabula.v1.BulkFile
-	33,  // 18: tabula.v1.BulkInfo.versions:type_name -> tabula.v1.BulkVersion
-	35,  // 19: tabula.v1.BulkInfo.rollout:type_name -> tabula.v1.BulkRollout
-	1,   // 20: tabula.v1.ReplicaStatus.role:type_name -> tabula.v1.ReplicaRole
-	43,  // 21: tabula.v1.ReplicaStatus.bulk_loaded:type_name -> tabula.v1.BulkLoaded
-	3,   // 22: tabula.v1.ReplicaStatus.state:type_name -> tabula.v1.ReplicaState
-	41,  // 23: tabula.v1.ReplicaStatus.ack_set:type_name -> tabula.v1.AckSetMember
-	42,  // 24: tabula.v1.ReplicaStatus.sync:type_name -> tabula.v1.ReplicaSync
-	39,  // 25: tabula.v1.ReplicaStatus.load:type_name -> tabula.v1.ReplicaLoad
-	38,  // 26: tabula.v1.ReplicaStatus.load_split:type_name -> tabula.v1.SplitHint
-	38,  // 27: tabula.v1.ReplicaStatus.size_split:type_name -> tabula.v1.SplitHint
-	3,   // 28: tabula.v1.ReplicaSync.state:type_name -> tabula.v1.ReplicaState
-	4,   // 29: tabula.v1.ErrorDetail.code:type_name -> tabula.v1.ErrorCode
-	13,  // 30: tabula.v1.ErrorDetail.partition:type_name -> tabula.v1.Partition
-	46,  // 31: tabula.v1.TenantInfo.quota:type_name -> tabula.v1.TenantQuota
-	47,  // 32: tabula.v1.TenantInfo.usage:type_name -> tabula.v1.TenantUsage
-	46,  // 33: tabula.v1.SetTenantQuotaRequest.quota:type_name -> tabula.v1.TenantQuota
-	45,  // 34: tabula.v1.SetTenantQuotaResponse.tenant:type_name -> tabula.v1.TenantInfo
-	46,  // 35: tabula.v1.CreateTenantRequest.quota:type_name -> tabula.v1.TenantQuota
-	45,  // 36: tabula.v1.CreateTenantResponse.tenant:type_name -> tabula.v1.TenantInfo
-	45,  // 37: tabula.v1.ListTenantsResponse.tenants:type_name -> tabula.v1.TenantInfo
-	45,  // 38: tabula.v1.DescribeTenantResponse.tenant:type_name -> tabula.v1.TenantInfo
-	11,  // 39: tabula.v1.DescribeTenantResponse.tables:type_name -> tabula.v1.Table
-	45,  // 40: tabula.v1.RotateTenantKeyResponse.tenant:type_name -> tabula.v1.TenantInfo
-	45,  // 41: tabula.v1.TenantKeysResponse.tenants:type_name -> tabula.v1.TenantInfo
-	13,  // 42: tabula.v1.SplitPartitionResponse.left:type_name -> tabula.v1.Partition
-	13,  // 43: tabula.v1.SplitPartitionResponse.right:type_name -> tabula.v1.Partition
-	11,  // 44: tabula.v1.AlterTableResponse.table:type_name -> tabula.v1.Table
-	74,  // 45: tabula.v1.BalancePlanResponse.actions:type_name -> tabula.v1.BalanceAction
-	75,  // 46: tabula.v1.BalancePlanResponse.before:type_name -> tabula.v1.BalanceServer
-	75,  // 47: tabula.v1.BalancePlanResponse.after:type_name -> tabula.v1.BalanceServer
-	5,   // 48: tabula.v1.BalanceAction.kind:type_name -> tabula.v1.BalanceActionKind
-	76,  // 49: tabula.v1.MasterMembersResponse.members:type_name -> tabula.v1.MasterMember
-	6,   // 50: tabula.v1.StreamRequest.op:type_name -> tabula.v1.StreamOp
-	0,   // 51: tabula.v1.CreateTableRequest.kind:type_name -> tabula.v1.TableKind
-	10,  // 52: tabula.v1.CreateTableRequest.options:type_name -> tabula.v1.TableOptions
-	16,  // 53: tabula.v1.CreateTableResponse.map:type_name -> tabula.v1.PartitionMap
-	11,  // 54: tabula.v1.ListTablesResponse.tables:type_name -> tabula.v1.Table
-	16,  // 55: tabula.v1.DescribeTableResponse.map:type_name -> tabula.v1.PartitionMap
-	37,  // 56: tabula.v1.DescribeTableResponse.replicas:type_name -> tabula.v1.ReplicaStatus
-	16,  // 57: tabula.v1.GetPartitionMapResponse.map:type_name -> tabula.v1.PartitionMap
-	16,  // 58: tabula.v1.WatchPartitionMapResponse.maps:type_name -> tabula.v1.PartitionMap
-	11,  // 59: tabula.v1.WatchPartitionMapResponse.removed:type_name -> tabula.v1.Table
-	16,  // 60: tabula.v1.WatchPartitionMapResponse.patches:type_name -> tabula.v1.PartitionMap
-	37,  // 61: tabula.v1.HeartbeatRequest.replicas:type_name -> tabula.v1.ReplicaStatus
-	27,  // 62: tabula.v1.HeartbeatRequest.coproc_ready:type_name -> tabula.v1.CoprocReady
-	50,  // 63: tabula.v1.HeartbeatRequest.tenant_load:type_name -> tabula.v1.TenantLoad
-	40,  // 64: tabula.v1.HeartbeatRequest.capacity:type_name -> tabula.v1.ServerCapacity
-	51,  // 65: tabula.v1.HeartbeatResponse.tenant_shares:type_name -> tabula.v1.TenantShare
-	32,  // 66: tabula.v1.BulkPublishRequest.files:type_name -> tabula.v1.BulkFile
-	16,  // 67: tabula.v1.BulkPublishResponse.map:type_name -> tabula.v1.PartitionMap
-	16,  // 68: tabula.v1.BulkStoredResponse.map:type_name -> tabula.v1.PartitionMap
-	16,  // 69: tabula.v1.BulkStatusResponse.map:type_name -> tabula.v1.PartitionMap
-	34,  // 70: tabula.v1.BulkStatusResponse.bulk:type_name -> tabula.v1.BulkInfo
-	16,  // 71: tabula.v1.BulkRollbackResponse.map:type_name -> tabula.v1.PartitionMap
-	7,   // 72: tabula.v1.BulkRolloutRequest.action:type_name -> tabula.v1.BulkRolloutAction
-	16,  // 73: tabula.v1.BulkRolloutResponse.map:type_name -> tabula.v1.PartitionMap
-	36,  // 74: tabula.v1.ListServersResponse.servers:type_name -> tabula.v1.ServerInfo
-	118, // 75: tabula.v1.CallRequest.get:type_name -> tabula.v1.GetRequest
-	122, // 76: tabula.v1.CallRequest.multi_get:type_name -> tabula.v1.MultiGetRequest
-	125, // 77: tabula.v1.CallRequest.put:type_name -> tabula.v1.PutRequest
-	127, // 78: tabula.v1.CallRequest.delete:type_name -> tabula.v1.DeleteRequest
-	129, // 79: tabula.v1.CallRequest.compare_and_swap:type_name -> tabula.v1.CompareAndSwapRequest
-	119, // 80: tabula.v1.CallResponse.get:type_name -> tabula.v1.GetResponse
-	123, // 81: tabula.v1.CallResponse.multi_get:type_name -> tabula.v1.MultiGetResponse
-	126, // 82: tabula.v1.CallResponse.put:type_name -> tabula.v1.PutResponse
-	128, // 83: tabula.v1.CallResponse.delete:type_name -> tabula.v1.DeleteResponse
-	130, // 84: tabula.v1.CallResponse.compare_and_swap:type_name -> tabula.v1.CompareAndSwapResponse
-	117, // 85: tabula.v1.GetRequest.header:type_name -> tabula.v1.RequestHeader
-	117, // 86: tabula.v1.BatchGetRequest.header:type_name -> tabula.v1.RequestHeader
-	119, // 87: tabula.v1.BatchGetResponse.results:type_name -> tabula.v1.GetResponse
-	118, // 88: tabula.v1.MultiGetRequest.gets:type_name -> tabula.v1.GetRequest
-	124, // 89: tabula.v1.MultiGetResponse.results:type_name -> tabula.v1.MultiGetResult
-	119, // 90: tabula.v1.MultiGetResult.response:type_name -> tabula.v1.GetResponse
-	117, // 91: tabula.v1.PutRequest.header:type_name -> tabula.v1.RequestHeader
-	117, // 92: tabula.v1.DeleteRequest.header:type_name -> tabula.v1.RequestHeader
-	117, // 93: tabula.v1.CompareAndSwapRequest.header:type_name -> tabula.v1.RequestHeader
-	8,   // 94: tabula.v1.Mutation.op:type_name -> tabula.v1.Mutation.Op
-	132, // 95: tabula.v1.Mutation.condition:type_name -> tabula.v1.Condition
-	9,   // 96: tabula.v1.Condition.kind:type_name -> tabula.v1.Condition.Kind
-	117, // 97: tabula.v1.BatchWriteRequest.header:type_name -> tabula.v1.RequestHeader
-	131, // 98: tabula.v1.BatchWriteRequest.mutations:type_name -> tabula.v1.Mutation
-	117, // 99: tabula.v1.ScanRequest.header:type_name -> tabula.v1.RequestHeader
-	136, // 100: tabula.v1.ScanResponse.records:type_name -> tabula.v1.KeyValue
-	117, // 101: tabula.v1.CopyReplicaRequest.header:type_name -> tabula.v1.RequestHeader
-	136, // 102: tabula.v1.CopyReplicaChunk.records:type_name -> tabula.v1.KeyValue
-	117, // 103: tabula.v1.BulkUploadRequest.header:type_name -> tabula.v1.RequestHeader
-	32,  // 104: tabula.v1.BulkUploadRequest.file:type_name -> tabula.v1.BulkFile
-	117, // 105: tabula.v1.BulkUploadStatusRequest.header:type_name -> tabula.v1.RequestHeader
-	13,  // 106: tabula.v1.PartitionLogFailedResponse.partition:type_name -> tabula.v1.Partition
-	147, // 107: tabula.v1.ForgetServerResponse.lost:type_name -> tabula.v1.LostPartition
-	147, // 108: tabula.v1.ListDataLossResponse.lost:type_name -> tabula.v1.LostPartition
-	16,  // 109: tabula.v1.ClearDataLossResponse.map:type_name -> tabula.v1.PartitionMap
-	87,  // 110: tabula.v1.Master.CreateTable:input_type -> tabula.v1.CreateTableRequest
-	89,  // 111: tabula.v1.Master.DropTable:input_type -> tabula.v1.DropTableRequest
-	91,  // 112: tabula.v1.Master.ListTables:input_type -> tabula.v1.ListTablesRequest
-	93,  // 113: tabula.v1.Master.DescribeTable:input_type -> tabula.v1.DescribeTableRequest
-	95,  // 114: tabula.v1.Master.GetPartitionMap:input_type -> tabula.v1.GetPartitionMapRequest
-	97,  // 115: tabula.v1.Master.WatchPartitionMap:input_type -> tabula.v1.WatchPartitionMapRequest
-	99,  // 116: tabula.v1.Master.RegisterServer:input_type -> tabula.v1.RegisterServerRequest
-	101, // 117: tabula.v1.Master.Heartbeat:input_type -> tabula.v1.HeartbeatRequest
-	143, // 118: tabula.v1.Master.PartitionLogFailed:input_type -> tabula.v1.PartitionLogFailedRequest
-	113, // 119: tabula.v1.Master.ListServers:input_type -> tabula.v1.ListServersRequest
-	103, // 120: tabula.v1.Master.BulkPublish:input_type -> tabula.v1.BulkPublishRequest
-	105, // 121: tabula.v1.Master.BulkStored:input_type -> tabula.v1.BulkStoredRequest
-	107, // 122: tabula.v1.Master.BulkStatus:input_type -> tabula.v1.BulkStatusRequest
-	109, // 123: tabula.v1.Master.BulkRollback:input_type -> tabula.v1.BulkRollbackRequest
-	111, // 124: tabula.v1.Master.BulkRollout:input_type -> tabula.v1.BulkRolloutRequest
-	85,  // 125: tabula.v1.Master.Stream:input_type -> tabula.v1.StreamRequest
-	19,  // 126: tabula.v1.Master.CoprocDeploy:input_type -> tabula.v1.CoprocDeployRequest
-	21,  // 127: tabula.v1.Master.CoprocList:input_type -> tabula.v1.CoprocListRequest
-	23,  // 128: tabula.v1.Master.CoprocRollback:input_type -> tabula.v1.CoprocRollbackRequest
-	25,  // 129: tabula.v1.Master.CoprocFetch:input_type -> tabula.v1.CoprocFetchRequest
-	145, // 130: tabula.v1.Master.ForgetServer:input_type -> tabula.v1.ForgetServerRequest
-	148, // 131: tabula.v1.Master.ListDataLoss:input_type -> tabula.v1.ListDataLossRequest
-	150, // 132: tabula.v1.Master.ClearDataLoss:input_type -> tabula.v1.ClearDataLossRequest
-	77,  // 133: tabula.v1.Master.MasterMembers:input_type -> tabula.v1.MasterMembersRequest
-	79,  // 134: tabula.v1.Master.AddMaster:input_type -> tabula.v1.AddMasterRequest
-	81,  // 135: tabula.v1.Master.RemoveMaster:input_type -> tabula.v1.RemoveMasterRequest
-	83,  // 136: tabula.v1.Master.TransferLeader:input_type -> tabula.v1.TransferLeaderRequest
-	64,  // 137: tabula.v1.Master.MovePartition:input_type -> tabula.v1.MovePartitionRequest
-	70,  // 138: tabula.v1.Master.DrainServer:input_type -> tabula.v1.DrainServerRequest
-	72,  // 139: tabula.v1.Master.BalancePlan:input_type -> tabula.v1.BalancePlanRequest
-	52,  // 140: tabula.v1.Master.CreateTenant:input_type -> tabula.v1.CreateTenantRequest
-	54,  // 141: tabula.v1.Master.ListTenants:input_type -> tabula.v1.ListTenantsRequest
-	56,  // 142: tabula.v1.Master.DescribeTenant:input_type -> tabula.v1.DescribeTenantRequest
-	58,  // 143: tabula.v1.Master.DeleteTenant:input_type -> tabula.v1.DeleteTenantRequest
-	60,  // 144: tabula.v1.Master.RotateTenantKey:input_type -> tabula.v1.RotateTenantKeyRequest
-	62,  // 145: tabula.v1.Master.TenantKeys:input_type -> tabula.v1.TenantKeysRequest
-	48,  // 146: tabula.v1.Master.SetTenantQuota:input_type -> tabula.v1.SetTenantQuotaRequest
-	66,  // 147: tabula.v1.Master.SplitPartition:input_type -> tabula.v1.SplitPartitionRequest
-	68,  // 148: tabula.v1.Master.AlterTable:input_type -> tabula.v1.AlterTableRequest
-	118, // 149: tabula.v1.TableServer.Get:input_type -> tabula.v1.GetRequest
-	120, // 150: tabula.v1.TableServer.BatchGet:input_type -> tabula.v1.BatchGetRequest
-	122, // 151: tabula.v1.TableServer.MultiGet:input_type -> tabula.v1.MultiGetRequest
-	125, // 152: tabula.v1.TableServer.Put:input_type -> tabula.v1.PutRequest
-	127, // 153: tabula.v1.TableServer.Delete:input_type -> tabula.v1.DeleteRequest
-	129, // 154: tabula.v1.TableServer.CompareAndSwap:input_type -> tabula.v1.CompareAndSwapRequest
-	133, // 155: tabula.v1.TableServer.BatchWrite:input_type -> tabula.v1.BatchWriteRequest
-	135, // 156: tabula.v1.TableServer.Scan:input_type -> tabula.v1.ScanRequest
-	138, // 157: tabula.v1.TableServer.CopyReplica:input_type -> tabula.v1.CopyReplicaRequest
-	140, // 158: tabula.v1.TableServer.BulkUpload:input_type -> tabula.v1.BulkUploadRequest
-	141, // 159: tabula.v1.TableServer.BulkUploadStatus:input_type -> tabula.v1.BulkUploadStatusRequest
-	28,  // 160: tabula.v1.TableServer.Invoke:input_type -> tabula.v1.InvokeRequest
-	30,  // 161: tabula.v1.TableServer.CoprocMerge:input_type -> tabula.v1.CoprocMergeRequest
-	115, // 162: tabula.v1.TableServer.Calls:input_type -> tabula.v1.CallRequest
-	88,  // 163: tabula.v1.Master.CreateTable:output_type -> tabula.v1.CreateTableResponse
-	90,  // 164: tabula.v1.Master.DropTable:output_type -> tabula.v1.DropTableResponse
-	92,  // 165: tabula.v1.Master.ListTables:output_type -> tabula.v1.ListTablesResponse
-	94,  // 166: tabula.v1.Master.DescribeTable:output_type -> tabula.v1.DescribeTableResponse
-	96,  // 167: tabula.v1.Master.GetPartitionMap:output_type -> tabula.v1.GetPartitionMapResponse
-	98,  // 168: tabula.v1.Master.WatchPartitionMap:output_type -> tabula.v1.WatchPartitionMapResponse
-	100, // 169: tabula.v1.Master.RegisterServer:output_type -> tabula.v1.RegisterServerResponse
-	102, // 170: tabula.v1.Master.Heartbeat:output_type -> tabula.v1.HeartbeatResponse
-	144, // 171: tabula.v1.Master.PartitionLogFailed:output_type -> tabula.v1.PartitionLogFailedResponse
-	114, // 172: tabula.v1.Master.ListServers:output_type -> tabula.v1.ListServersResponse
-	104, // 173: tabula.v1.Master.BulkPublish:output_type -> tabula.v1.BulkPublishResponse
-	106, // 174: tabula.v1.Master.BulkStored:output_type -> tabula.v1.BulkStoredResponse
-	108, // 175: tabula.v1.Master.BulkStatus:output_type -> tabula.v1.BulkStatusResponse
-	110, // 176: tabula.v1.Master.BulkRollback:output_type -> tabula.v1.BulkRollbackResponse
-	112, // 177: tabula.v1.Master.BulkRollout:output_type -> tabula.v1.BulkRolloutResponse
-	86,  // 178: tabula.v1.Master.Stream:output_type -> tabula.v1.StreamResponse
-	20,  // 179: tabula.v1.Master.CoprocDeploy:output_type -> tabula.v1.CoprocDeployResponse
-	22,  // 180: tabula.v1.Master.CoprocList:output_type -> tabula.v1.CoprocListResponse
-	24,  // 181: tabula.v1.Master.CoprocRollback:output_type -> tabula.v1.CoprocRollbackResponse
-	26,  // 182: tabula.v1.Master.CoprocFetch:output_type -> tabula.v1.CoprocFetchResponse
-	146, // 183: tabula.v1.Master.ForgetServer:output_type -> tabula.v1.ForgetServerResponse
-	149, // 184: tabula.v1.Master.ListDataLoss:output_type -> tabula.v1.ListDataLossResponse
-	151, // 185: tabula.v1.Master.ClearDataLoss:output_type -> tabula.v1.ClearDataLossResponse
-	78,  // 186: tabula.v1.Master.MasterMembers:output_type -> tabula.v1.MasterMembersResponse
-	80,  // 187: tabula.v1.Master.AddMaster:output_type -> tabula.v1.AddMasterResponse
-	82,  // 188: tabula.v1.Master.RemoveMaster:output_type -> tabula.v1.RemoveMasterResponse
-	84,  // 189: tabula.v1.Master.TransferLeader:output_type -> tabula.v1.TransferLeaderResponse
-	65,  // 190: tabula.v1.Master.MovePartition:output_type -> tabula.v1.MovePartitionResponse
-	71,  // 191: tabula.v1.Master.DrainServer:output_type -> tabula.v1.DrainServerResponse
-	73,  // 192: tabula.v1.Master.BalancePlan:output_type -> tabula.v1.BalancePlanResponse
-	53,  // 193: tabula.v1.Master.CreateTenant:output_type -> tabula.v1.CreateTenantResponse
-	55,  // 194: tabula.v1.Master.ListTenants:output_type -> tabula.v1.ListTenantsResponse
-	57,  // 195: tabula.v1.Master.DescribeTenant:output_type -> tabula.v1.DescribeTenantResponse
-	59,  // 196: tabula.v1.Master.DeleteTenant:output_type -> tabula.v1.DeleteTenantResponse
-	61,  // 197: tabula.v1.Master.RotateTenantKey:output_type -> tabula.v1.RotateTenantKeyResponse
-	63,  // 198: tabula.v1.Master.TenantKeys:output_type -> tabula.v1.TenantKeysResponse
-	49,  // 199: tabula.v1.Master.SetTenantQuota:output_type -> tabula.v1.SetTenantQuotaResponse
-	67,  // 200: tabula.v1.Master.SplitPartition:output_type -> tabula.v1.SplitPartitionResponse
-	69,  // 201: tabula.v1.Master.AlterTable:output_type -> tabula.v1.AlterTableResponse
-	119, // 202: tabula.v1.TableServer.Get:output_type -> tabula.v1.GetResponse
-	121, // 203: tabula.v1.TableServer.BatchGet:output_type -> tabula.v1.BatchGetResponse
-	123, // 204: tabula.v1.TableServer.MultiGet:output_type -> tabula.v1.MultiGetResponse
-	126, // 205: tabula.v1.TableServer.Put:output_type -> tabula.v1.PutResponse
-	128, // 206: tabula.v1.TableServer.Delete:output_type -> tabula.v1.DeleteResponse
-	130, // 207: tabula.v1.TableServer.CompareAndSwap:output_type -> tabula.v1.CompareAndSwapResponse
-	134, // 208: tabula.v1.TableServer.BatchWrite:output_type -> tabula.v1.BatchWriteResponse
-	137, // 209: tabula.v1.TableServer.Scan:output_type -> tabula.v1.ScanResponse
-	139, // 210: tabula.v1.TableServer.CopyReplica:output_type -> tabula.v1.CopyReplicaChunk
-	142, // 211: tabula.v1.TableServer.BulkUpload:output_type -> tabula.v1.BulkUploadResponse
-	142, // 212: tabula.v1.TableServer.BulkUploadStatus:output_type -> tabula.v1.BulkUploadResponse
-	29,  // 213: tabula.v1.TableServer.Invoke:output_type -> tabula.v1.InvokeResponse
-	31,  // 214: tabula.v1.TableServer.CoprocMerge:output_type -> tabula.v1.CoprocMergeResponse
-	116, // 215: tabula.v1.TableServer.Calls:output_type -> tabula.v1.CallResponse
-	163, // [163:216] is the sub-list for method output_type
-	110, // [110:163] is the sub-list for method input_type
-	110, // [110:110] is the sub-list for extension type_name
-	110, // [110:110] is the sub-list for extension extendee
-	0,   // [0:110] is the sub-list for field type_name
+	16,  // 4: tabula.v1.Partition.log:type_name -> tabula.v1.PartitionLog
+	15,  // 5: tabula.v1.Partition.split:type_name -> tabula.v1.PartitionSplit
+	14,  // 6: tabula.v1.Partition.merge:type_name -> tabula.v1.PartitionMerge
+	11,  // 7: tabula.v1.PartitionMap.table:type_name -> tabula.v1.Table
+	13,  // 8: tabula.v1.PartitionMap.partitions:type_name -> tabula.v1.Partition
+	35,  // 9: tabula.v1.PartitionMap.bulk:type_name -> tabula.v1.BulkInfo
+	19,  // 10: tabula.v1.PartitionMap.coprocessors:type_name -> tabula.v1.Coprocessor
+	18,  // 11: tabula.v1.Coprocessor.versions:type_name -> tabula.v1.CoprocVersion
+	19,  // 12: tabula.v1.CoprocDeployResponse.coprocessor:type_name -> tabula.v1.Coprocessor
+	19,  // 13: tabula.v1.CoprocListResponse.coprocessors:type_name -> tabula.v1.Coprocessor
+	19,  // 14: tabula.v1.CoprocRollbackResponse.coprocessor:type_name -> tabula.v1.Coprocessor
+	120, // 15: tabula.v1.InvokeRequest.header:type_name -> tabula.v1.RequestHeader
+	120, // 16: tabula.v1.CoprocMergeRequest.header:type_name -> tabula.v1.RequestHeader
+	2,   // 17: tabula.v1.BulkVersion.state:type_name -> tabula.v1.BulkVersionState
+	33,  // 18: tabula.v1.BulkVersion.files:type_name -> tabula.v1.BulkFile
+	34,  // 19: tabula.v1.BulkInfo.versions:type_name -> tabula.v1.BulkVersion
+	36,  // 20: tabula.v1.BulkInfo.rollout:type_name -> tabula.v1.BulkRollout
+	1,   // 21: tabula.v1.ReplicaStatus.role:type_name -> tabula.v1.ReplicaRole
+	44,  // 22: tabula.v1.ReplicaStatus.bulk_loaded:type_name -> tabula.v1.BulkLoaded
+	3,   // 23: tabula.v1.ReplicaStatus.state:type_name -> tabula.v1.ReplicaState
+	42,  // 24: tabula.v1.ReplicaStatus.ack_set:type_name -> tabula.v1.AckSetMember
+	43,  // 25: tabula.v1.ReplicaStatus.sync:type_name -> tabula.v1.ReplicaSync
+	40,  // 26: tabula.v1.ReplicaStatus.load:type_name -> tabula.v1.ReplicaLoad
+	39,  // 27: tabula.v1.ReplicaStatus.load_split:type_name -> tabula.v1.SplitHint
+	39,  // 28: tabula.v1.ReplicaStatus.size_split:type_name -> tabula.v1.SplitHint
+	3,   // 29: tabula.v1.ReplicaSync.state:type_name -> tabula.v1.ReplicaState
+	4,   // 30: tabula.v1.ErrorDetail.code:type_name -> tabula.v1.ErrorCode
+	13,  // 31: tabula.v1.ErrorDetail.partition:type_name -> tabula.v1.Partition
+	47,  // 32: tabula.v1.TenantInfo.quota:type_name -> tabula.v1.TenantQuota
+	48,  // 33: tabula.v1.TenantInfo.usage:type_name -> tabula.v1.TenantUsage
+	47,  // 34: tabula.v1.SetTenantQuotaRequest.quota:type_name -> tabula.v1.TenantQuota
+	46,  // 35: tabula.v1.SetTenantQuotaResponse.tenant:type_name -> tabula.v1.TenantInfo
+	47,  // 36: tabula.v1.CreateTenantRequest.quota:type_name -> tabula.v1.TenantQuota
+	46,  // 37: tabula.v1.CreateTenantResponse.tenant:type_name -> tabula.v1.TenantInfo
+	46,  // 38: tabula.v1.ListTenantsResponse.tenants:type_name -> tabula.v1.TenantInfo
+	46,  // 39: tabula.v1.DescribeTenantResponse.tenant:type_name -> tabula.v1.TenantInfo
+	11,  // 40: tabula.v1.DescribeTenantResponse.tables:type_name -> tabula.v1.Table
+	46,  // 41: tabula.v1.RotateTenantKeyResponse.tenant:type_name -> tabula.v1.TenantInfo
+	46,  // 42: tabula.v1.TenantKeysResponse.tenants:type_name -> tabula.v1.TenantInfo
+	13,  // 43: tabula.v1.MergePartitionsResponse.child:type_name -> tabula.v1.Partition
+	13,  // 44: tabula.v1.SplitPartitionResponse.left:type_name -> tabula.v1.Partition
+	13,  // 45: tabula.v1.SplitPartitionResponse.right:type_name -> tabula.v1.Partition
+	11,  // 46: tabula.v1.AlterTableResponse.table:type_name -> tabula.v1.Table
+	77,  // 47: tabula.v1.BalancePlanResponse.actions:type_name -> tabula.v1.BalanceAction
+	78,  // 48: tabula.v1.BalancePlanResponse.before:type_name -> tabula.v1.BalanceServer
+	78,  // 49: tabula.v1.BalancePlanResponse.after:type_name -> tabula.v1.BalanceServer
+	5,   // 50: tabula.v1.BalanceAction.kind:type_name -> tabula.v1.BalanceActionKind
+	79,  // 51: tabula.v1.MasterMembersResponse.members:type_name -> tabula.v1.MasterMember
+	6,   // 52: tabula.v1.StreamRequest.op:type_name -> tabula.v1.StreamOp
+	0,   // 53: tabula.v1.CreateTableRequest.kind:type_name -> tabula.v1.TableKind
+	10,  // 54: tabula.v1.CreateTableRequest.options:type_name -> tabula.v1.TableOptions
+	17,  // 55: tabula.v1.CreateTableResponse.map:type_name -> tabula.v1.PartitionMap
+	11,  // 56: tabula.v1.ListTablesResponse.tables:type_name -> tabula.v1.Table
+	17,  // 57: tabula.v1.DescribeTableResponse.map:type_name -> tabula.v1.PartitionMap
+	38,  // 58: tabula.v1.DescribeTableResponse.replicas:type_name -> tabula.v1.ReplicaStatus
+	17,  // 59: tabula.v1.GetPartitionMapResponse.map:type_name -> tabula.v1.PartitionMap
+	17,  // 60: tabula.v1.WatchPartitionMapResponse.maps:type_name -> tabula.v1.PartitionMap
+	11,  // 61: tabula.v1.WatchPartitionMapResponse.removed:type_name -> tabula.v1.Table
+	17,  // 62: tabula.v1.WatchPartitionMapResponse.patches:type_name -> tabula.v1.PartitionMap
+	38,  // 63: tabula.v1.HeartbeatRequest.replicas:type_name -> tabula.v1.ReplicaStatus
+	28,  // 64: tabula.v1.HeartbeatRequest.coproc_ready:type_name -> tabula.v1.CoprocReady
+	51,  // 65: tabula.v1.HeartbeatRequest.tenant_load:type_name -> tabula.v1.TenantLoad
+	41,  // 66: tabula.v1.HeartbeatRequest.capacity:type_name -> tabula.v1.ServerCapacity
+	52,  // 67: tabula.v1.HeartbeatResponse.tenant_shares:type_name -> tabula.v1.TenantShare
+	33,  // 68: tabula.v1.BulkPublishRequest.files:type_name -> tabula.v1.BulkFile
+	17,  // 69: tabula.v1.BulkPublishResponse.map:type_name -> tabula.v1.PartitionMap
+	17,  // 70: tabula.v1.BulkStoredResponse.map:type_name -> tabula.v1.PartitionMap
+	17,  // 71: tabula.v1.BulkStatusResponse.map:type_name -> tabula.v1.PartitionMap
+	35,  // 72: tabula.v1.BulkStatusResponse.bulk:type_name -> tabula.v1.BulkInfo
+	17,  // 73: tabula.v1.BulkRollbackResponse.map:type_name -> tabula.v1.PartitionMap
+	7,   // 74: tabula.v1.BulkRolloutRequest.action:type_name -> tabula.v1.BulkRolloutAction
+	17,  // 75: tabula.v1.BulkRolloutResponse.map:type_name -> tabula.v1.PartitionMap
+	37,  // 76: tabula.v1.ListServersResponse.servers:type_name -> tabula.v1.ServerInfo
+	121, // 77: tabula.v1.CallRequest.get:type_name -> tabula.v1.GetRequest
+	125, // 78: tabula.v1.CallRequest.multi_get:type_name -> tabula.v1.MultiGetRequest
+	128, // 79: tabula.v1.CallRequest.put:type_name -> tabula.v1.PutRequest
+	130, // 80: tabula.v1.CallRequest.delete:type_name -> tabula.v1.DeleteRequest
+	132, // 81: tabula.v1.CallRequest.compare_and_swap:type_name -> tabula.v1.CompareAndSwapRequest
+	122, // 82: tabula.v1.CallResponse.get:type_name -> tabula.v1.GetResponse
+	126, // 83: tabula.v1.CallResponse.multi_get:type_name -> tabula.v1.MultiGetResponse
+	129, // 84: tabula.v1.CallResponse.put:type_name -> tabula.v1.PutResponse
+	131, // 85: tabula.v1.CallResponse.delete:type_name -> tabula.v1.DeleteResponse
+	133, // 86: tabula.v1.CallResponse.compare_and_swap:type_name -> tabula.v1.CompareAndSwapResponse
+	120, // 87: tabula.v1.GetRequest.header:type_name -> tabula.v1.RequestHeader
+	120, // 88: tabula.v1.BatchGetRequest.header:type_name -> tabula.v1.RequestHeader
+	122, // 89: tabula.v1.BatchGetResponse.results:type_name -> tabula.v1.GetResponse
+	121, // 90: tabula.v1.MultiGetRequest.gets:type_name -> tabula.v1.GetRequest
+	127, // 91: tabula.v1.MultiGetResponse.results:type_name -> tabula.v1.MultiGetResult
+	122, // 92: tabula.v1.MultiGetResult.response:type_name -> tabula.v1.GetResponse
+	120, // 93: tabula.v1.PutRequest.header:type_name -> tabula.v1.RequestHeader
+	120, // 94: tabula.v1.DeleteRequest.header:type_name -> tabula.v1.RequestHeader
+	120, // 95: tabula.v1.CompareAndSwapRequest.header:type_name -> tabula.v1.RequestHeader
+	8,   // 96: tabula.v1.Mutation.op:type_name -> tabula.v1.Mutation.Op
+	135, // 97: tabula.v1.Mutation.condition:type_name -> tabula.v1.Condition
+	9,   // 98: tabula.v1.Condition.kind:type_name -> tabula.v1.Condition.Kind
+	120, // 99: tabula.v1.BatchWriteRequest.header:type_name -> tabula.v1.RequestHeader
+	134, // 100: tabula.v1.BatchWriteRequest.mutations:type_name -> tabula.v1.Mutation
+	120, // 101: tabula.v1.ScanRequest.header:type_name -> tabula.v1.RequestHeader
+	139, // 102: tabula.v1.ScanResponse.records:type_name -> tabula.v1.KeyValue
+	120, // 103: tabula.v1.CopyReplicaRequest.header:type_name -> tabula.v1.RequestHeader
+	139, // 104: tabula.v1.CopyReplicaChunk.records:type_name -> tabula.v1.KeyValue
+	120, // 105: tabula.v1.BulkUploadRequest.header:type_name -> tabula.v1.RequestHeader
+	33,  // 106: tabula.v1.BulkUploadRequest.file:type_name -> tabula.v1.BulkFile
+	120, // 107: tabula.v1.BulkUploadStatusRequest.header:type_name -> tabula.v1.RequestHeader
+	13,  // 108: tabula.v1.PartitionLogFailedResponse.partition:type_name -> tabula.v1.Partition
+	150, // 109: tabula.v1.ForgetServerResponse.lost:type_name -> tabula.v1.LostPartition
+	150, // 110: tabula.v1.ListDataLossResponse.lost:type_name -> tabula.v1.LostPartition
+	17,  // 111: tabula.v1.ClearDataLossResponse.map:type_name -> tabula.v1.PartitionMap
+	90,  // 112: tabula.v1.Master.CreateTable:input_type -> tabula.v1.CreateTableRequest
+	92,  // 113: tabula.v1.Master.DropTable:input_type -> tabula.v1.DropTableRequest
+	94,  // 114: tabula.v1.Master.ListTables:input_type -> tabula.v1.ListTablesRequest
+	96,  // 115: tabula.v1.Master.DescribeTable:input_type -> tabula.v1.DescribeTableRequest
+	98,  // 116: tabula.v1.Master.GetPartitionMap:input_type -> tabula.v1.GetPartitionMapRequest
+	100, // 117: tabula.v1.Master.WatchPartitionMap:input_type -> tabula.v1.WatchPartitionMapRequest
+	102, // 118: tabula.v1.Master.RegisterServer:input_type -> tabula.v1.RegisterServerRequest
+	104, // 119: tabula.v1.Master.Heartbeat:input_type -> tabula.v1.HeartbeatRequest
+	146, // 120: tabula.v1.Master.PartitionLogFailed:input_type -> tabula.v1.PartitionLogFailedRequest
+	116, // 121: tabula.v1.Master.ListServers:input_type -> tabula.v1.ListServersRequest
+	106, // 122: tabula.v1.Master.BulkPublish:input_type -> tabula.v1.BulkPublishRequest
+	108, // 123: tabula.v1.Master.BulkStored:input_type -> tabula.v1.BulkStoredRequest
+	110, // 124: tabula.v1.Master.BulkStatus:input_type -> tabula.v1.BulkStatusRequest
+	112, // 125: tabula.v1.Master.BulkRollback:input_type -> tabula.v1.BulkRollbackRequest
+	114, // 126: tabula.v1.Master.BulkRollout:input_type -> tabula.v1.BulkRolloutRequest
+	88,  // 127: tabula.v1.Master.Stream:input_type -> tabula.v1.StreamRequest
+	20,  // 128: tabula.v1.Master.CoprocDeploy:input_type -> tabula.v1.CoprocDeployRequest
+	22,  // 129: tabula.v1.Master.CoprocList:input_type -> tabula.v1.CoprocListRequest
+	24,  // 130: tabula.v1.Master.CoprocRollback:input_type -> tabula.v1.CoprocRollbackRequest
+	26,  // 131: tabula.v1.Master.CoprocFetch:input_type -> tabula.v1.CoprocFetchRequest
+	148, // 132: tabula.v1.Master.ForgetServer:input_type -> tabula.v1.ForgetServerRequest
+	151, // 133: tabula.v1.Master.ListDataLoss:input_type -> tabula.v1.ListDataLossRequest
+	153, // 134: tabula.v1.Master.ClearDataLoss:input_type -> tabula.v1.ClearDataLossRequest
+	80,  // 135: tabula.v1.Master.MasterMembers:input_type -> tabula.v1.MasterMembersRequest
+	82,  // 136: tabula.v1.Master.AddMaster:input_type -> tabula.v1.AddMasterRequest
+	84,  // 137: tabula.v1.Master.RemoveMaster:input_type -> tabula.v1.RemoveMasterRequest
+	86,  // 138: tabula.v1.Master.TransferLeader:input_type -> tabula.v1.TransferLeaderRequest
+	65,  // 139: tabula.v1.Master.MovePartition:input_type -> tabula.v1.MovePartitionRequest
+	73,  // 140: tabula.v1.Master.DrainServer:input_type -> tabula.v1.DrainServerRequest
+	75,  // 141: tabula.v1.Master.BalancePlan:input_type -> tabula.v1.BalancePlanRequest
+	53,  // 142: tabula.v1.Master.CreateTenant:input_type -> tabula.v1.CreateTenantRequest
+	55,  // 143: tabula.v1.Master.ListTenants:input_type -> tabula.v1.ListTenantsRequest
+	57,  // 144: tabula.v1.Master.DescribeTenant:input_type -> tabula.v1.DescribeTenantRequest
+	59,  // 145: tabula.v1.Master.DeleteTenant:input_type -> tabula.v1.DeleteTenantRequest
+	61,  // 146: tabula.v1.Master.RotateTenantKey:input_type -> tabula.v1.RotateTenantKeyRequest
+	63,  // 147: tabula.v1.Master.TenantKeys:input_type -> tabula.v1.TenantKeysRequest
+	49,  // 148: tabula.v1.Master.SetTenantQuota:input_type -> tabula.v1.SetTenantQuotaRequest
+	67,  // 149: tabula.v1.Master.SplitPartition:input_type -> tabula.v1.SplitPartitionRequest
+	71,  // 150: tabula.v1.Master.AlterTable:input_type -> tabula.v1.AlterTableRequest
+	68,  // 151: tabula.v1.Master.MergePartitions:input_type -> tabula.v1.MergePartitionsRequest
+	121, // 152: tabula.v1.TableServer.Get:input_type -> tabula.v1.GetRequest
+	123, // 153: tabula.v1.TableServer.BatchGet:input_type -> tabula.v1.BatchGetRequest
+	125, // 154: tabula.v1.TableServer.MultiGet:input_type -> tabula.v1.MultiGetRequest
+	128, // 155: tabula.v1.TableServer.Put:input_type -> tabula.v1.PutRequest
+	130, // 156: tabula.v1.TableServer.Delete:input_type -> tabula.v1.DeleteRequest
+	132, // 157: tabula.v1.TableServer.CompareAndSwap:input_type -> tabula.v1.CompareAndSwapRequest
+	136, // 158: tabula.v1.TableServer.BatchWrite:input_type -> tabula.v1.BatchWriteRequest
+	138, // 159: tabula.v1.TableServer.Scan:input_type -> tabula.v1.ScanRequest
+	141, // 160: tabula.v1.TableServer.CopyReplica:input_type -> tabula.v1.CopyReplicaRequest
+	143, // 161: tabula.v1.TableServer.BulkUpload:input_type -> tabula.v1.BulkUploadRequest
+	144, // 162: tabula.v1.TableServer.BulkUploadStatus:input_type -> tabula.v1.BulkUploadStatusRequest
+	29,  // 163: tabula.v1.TableServer.Invoke:input_type -> tabula.v1.InvokeRequest
+	31,  // 164: tabula.v1.TableServer.CoprocMerge:input_type -> tabula.v1.CoprocMergeRequest
+	118, // 165: tabula.v1.TableServer.Calls:input_type -> tabula.v1.CallRequest
+	91,  // 166: tabula.v1.Master.CreateTable:output_type -> tabula.v1.CreateTableResponse
+	93,  // 167: tabula.v1.Master.DropTable:output_type -> tabula.v1.DropTableResponse
+	95,  // 168: tabula.v1.Master.ListTables:output_type -> tabula.v1.ListTablesResponse
+	97,  // 169: tabula.v1.Master.DescribeTable:output_type -> tabula.v1.DescribeTableResponse
+	99,  // 170: tabula.v1.Master.GetPartitionMap:output_type -> tabula.v1.GetPartitionMapResponse
+	101, // 171: tabula.v1.Master.WatchPartitionMap:output_type -> tabula.v1.WatchPartitionMapResponse
+	103, // 172: tabula.v1.Master.RegisterServer:output_type -> tabula.v1.RegisterServerResponse
+	105, // 173: tabula.v1.Master.Heartbeat:output_type -> tabula.v1.HeartbeatResponse
+	147, // 174: tabula.v1.Master.PartitionLogFailed:output_type -> tabula.v1.PartitionLogFailedResponse
+	117, // 175: tabula.v1.Master.ListServers:output_type -> tabula.v1.ListServersResponse
+	107, // 176: tabula.v1.Master.BulkPublish:output_type -> tabula.v1.BulkPublishResponse
+	109, // 177: tabula.v1.Master.BulkStored:output_type -> tabula.v1.BulkStoredResponse
+	111, // 178: tabula.v1.Master.BulkStatus:output_type -> tabula.v1.BulkStatusResponse
+	113, // 179: tabula.v1.Master.BulkRollback:output_type -> tabula.v1.BulkRollbackResponse
+	115, // 180: tabula.v1.Master.BulkRollout:output_type -> tabula.v1.BulkRolloutResponse
+	89,  // 181: tabula.v1.Master.Stream:output_type -> tabula.v1.StreamResponse
+	21,  // 182: tabula.v1.Master.CoprocDeploy:output_type -> tabula.v1.CoprocDeployResponse
+	23,  // 183: tabula.v1.Master.CoprocList:output_type -> tabula.v1.CoprocListResponse
+	25,  // 184: tabula.v1.Master.CoprocRollback:output_type -> tabula.v1.CoprocRollbackResponse
+	27,  // 185: tabula.v1.Master.CoprocFetch:output_type -> tabula.v1.CoprocFetchResponse
+	149, // 186: tabula.v1.Master.ForgetServer:output_type -> tabula.v1.ForgetServerResponse
+	152, // 187: tabula.v1.Master.ListDataLoss:output_type -> tabula.v1.ListDataLossResponse
+	154, // 188: tabula.v1.Master.ClearDataLoss:output_type -> tabula.v1.ClearDataLossResponse
+	81,  // 189: tabula.v1.Master.MasterMembers:output_type -> tabula.v1.MasterMembersResponse
+	83,  // 190: tabula.v1.Master.AddMaster:output_type -> tabula.v1.AddMasterResponse
+	85,  // 191: tabula.v1.Master.RemoveMaster:output_type -> tabula.v1.RemoveMasterResponse
+	87,  // 192: tabula.v1.Master.TransferLeader:output_type -> tabula.v1.TransferLeaderResponse
+	66,  // 193: tabula.v1.Master.MovePartition:output_type -> tabula.v1.MovePartitionResponse
+	74,  // 194: tabula.v1.Master.DrainServer:output_type -> tabula.v1.DrainServerResponse
+	76,  // 195: tabula.v1.Master.BalancePlan:output_type -> tabula.v1.BalancePlanResponse
+	54,  // 196: tabula.v1.Master.CreateTenant:output_type -> tabula.v1.CreateTenantResponse
+	56,  // 197: tabula.v1.Master.ListTenants:output_type -> tabula.v1.ListTenantsResponse
+	58,  // 198: tabula.v1.Master.DescribeTenant:output_type -> tabula.v1.DescribeTenantResponse
+	60,  // 199: tabula.v1.Master.DeleteTenant:output_type -> tabula.v1.DeleteTenantResponse
+	62,  // 200: tabula.v1.Master.RotateTenantKey:output_type -> tabula.v1.RotateTenantKeyResponse
+	64,  // 201: tabula.v1.Master.TenantKeys:output_type -> tabula.v1.TenantKeysResponse
+	50,  // 202: tabula.v1.Master.SetTenantQuota:output_type -> tabula.v1.SetTenantQuotaResponse
+	70,  // 203: tabula.v1.Master.SplitPartition:output_type -> tabula.v1.SplitPartitionResponse
+	72,  // 204: tabula.v1.Master.AlterTable:output_type -> tabula.v1.AlterTableResponse
+	69,  // 205: tabula.v1.Master.MergePartitions:output_type -> tabula.v1.MergePartitionsResponse
+	122, // 206: tabula.v1.TableServer.Get:output_type -> tabula.v1.GetResponse
+	124, // 207: tabula.v1.TableServer.BatchGet:output_type -> tabula.v1.BatchGetResponse
+	126, // 208: tabula.v1.TableServer.MultiGet:output_type -> tabula.v1.MultiGetResponse
+	129, // 209: tabula.v1.TableServer.Put:output_type -> tabula.v1.PutResponse
+	131, // 210: tabula.v1.TableServer.Delete:output_type -> tabula.v1.DeleteResponse
+	133, // 211: tabula.v1.TableServer.CompareAndSwap:output_type -> tabula.v1.CompareAndSwapResponse
+	137, // 212: tabula.v1.TableServer.BatchWrite:output_type -> tabula.v1.BatchWriteResponse
+	140, // 213: tabula.v1.TableServer.Scan:output_type -> tabula.v1.ScanResponse
+	142, // 214: tabula.v1.TableServer.CopyReplica:output_type -> tabula.v1.CopyReplicaChunk
+	145, // 215: tabula.v1.TableServer.BulkUpload:output_type -> tabula.v1.BulkUploadResponse
+	145, // 216: tabula.v1.TableServer.BulkUploadStatus:output_type -> tabula.v1.BulkUploadResponse
+	30,  // 217: tabula.v1.TableServer.Invoke:output_type -> tabula.v1.InvokeResponse
+	32,  // 218: tabula.v1.TableServer.CoprocMerge:output_type -> tabula.v1.CoprocMergeResponse
+	119, // 219: tabula.v1.TableServer.Calls:output_type -> tabula.v1.CallResponse
+	166, // [166:220] is the sub-list for method output_type
+	112, // [112:166] is the sub-list for method input_type
+	112, // [112:112] is the sub-list for extension type_name
+	112, // [112:112] is the sub-list for extension extendee
+	0,   // [0:112] is the sub-list for field type_name
 }
 
 func init() { file_tabula_proto_init() }
@@ -12114,15 +12428,15 @@ func file_tabula_proto_init() {
 	if File_tabula_proto != nil {
 		return
 	}
-	file_tabula_proto_msgTypes[58].OneofWrappers = []any{}
-	file_tabula_proto_msgTypes[105].OneofWrappers = []any{
+	file_tabula_proto_msgTypes[61].OneofWrappers = []any{}
+	file_tabula_proto_msgTypes[108].OneofWrappers = []any{
 		(*CallRequest_Get)(nil),
 		(*CallRequest_MultiGet)(nil),
 		(*CallRequest_Put)(nil),
 		(*CallRequest_Delete)(nil),
 		(*CallRequest_CompareAndSwap)(nil),
 	}
-	file_tabula_proto_msgTypes[106].OneofWrappers = []any{
+	file_tabula_proto_msgTypes[109].OneofWrappers = []any{
 		(*CallResponse_Get)(nil),
 		(*CallResponse_MultiGet)(nil),
 		(*CallResponse_Put)(nil),
@@ -12135,7 +12449,7 @@ func file_tabula_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tabula_proto_rawDesc), len(file_tabula_proto_rawDesc)),
 			NumEnums:      10,
-			NumMessages:   142,
+			NumMessages:   145,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -66,6 +66,7 @@ const (
 	Master_SetTenantQuota_FullMethodName     = "/tabula.v1.Master/SetTenantQuota"
 	Master_SplitPartition_FullMethodName     = "/tabula.v1.Master/SplitPartition"
 	Master_AlterTable_FullMethodName         = "/tabula.v1.Master/AlterTable"
+	Master_MergePartitions_FullMethodName    = "/tabula.v1.Master/MergePartitions"
 )
 
 // MasterClient is the client API for Master service.
@@ -178,6 +179,11 @@ type MasterClient interface {
 	// AlterTable changes a live table's split settings (the fields set in
 	// the request; the others stay).
 	AlterTable(ctx context.Context, in *AlterTableRequest, opts ...grpc.CallOption) (*AlterTableResponse, error)
+	// MergePartitions merges partition index and index+1 of a point or
+	// ordered table into one while they serve. The right partition's
+	// replicas move onto the left's servers first if they are elsewhere.
+	// With wait, it returns once the child takes writes.
+	MergePartitions(ctx context.Context, in *MergePartitionsRequest, opts ...grpc.CallOption) (*MergePartitionsResponse, error)
 }
 
 type masterClient struct {
@@ -587,6 +593,16 @@ func (c *masterClient) AlterTable(ctx context.Context, in *AlterTableRequest, op
 	return out, nil
 }
 
+func (c *masterClient) MergePartitions(ctx context.Context, in *MergePartitionsRequest, opts ...grpc.CallOption) (*MergePartitionsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(MergePartitionsResponse)
+	err := c.cc.Invoke(ctx, Master_MergePartitions_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // MasterServer is the server API for Master service.
 // All implementations must embed UnimplementedMasterServer
 // for forward compatibility.
@@ -697,6 +713,11 @@ type MasterServer interface {
 	// AlterTable changes a live table's split settings (the fields set in
 	// the request; the others stay).
 	AlterTable(context.Context, *AlterTableRequest) (*AlterTableResponse, error)
+	// MergePartitions merges partition index and index+1 of a point or
+	// ordered table into one while they serve. The right partition's
+	// replicas move onto the left's servers first if they are elsewhere.
+	// With wait, it returns once the child takes writes.
+	MergePartitions(context.Context, *MergePartitionsRequest) (*MergePartitionsResponse, error)
 	mustEmbedUnimplementedMasterServer()
 }
 
@@ -823,6 +844,9 @@ func (UnimplementedMasterServer) SplitPartition(context.Context, *SplitPartition
 }
 func (UnimplementedMasterServer) AlterTable(context.Context, *AlterTableRequest) (*AlterTableResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method AlterTable not implemented")
+}
+func (UnimplementedMasterServer) MergePartitions(context.Context, *MergePartitionsRequest) (*MergePartitionsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method MergePartitions not implemented")
 }
 func (UnimplementedMasterServer) mustEmbedUnimplementedMasterServer() {}
 func (UnimplementedMasterServer) testEmbeddedByValue()                {}
@@ -1540,6 +1564,24 @@ func _Master_AlterTable_Handler(srv interface{}, ctx context.Context, dec func(i
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Master_MergePartitions_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(MergePartitionsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MasterServer).MergePartitions(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Master_MergePartitions_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MasterServer).MergePartitions(ctx, req.(*MergePartitionsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Master_ServiceDesc is the grpc.ServiceDesc for Master service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1698,6 +1740,10 @@ var Master_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "AlterTable",
 			Handler:    _Master_AlterTable_Handler,
+		},
+		{
+			MethodName: "MergePartitions",
+			Handler:    _Master_MergePartitions_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

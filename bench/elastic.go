@@ -43,14 +43,18 @@ import (
 //     splitting by itself (automatic splits, thresholds lowered so it acts
 //     within the run) and rebalancing: throughput once the cluster
 //     settled ÷ before its first split, and the time to settle.
+//   - merge: 3 servers, a table of 20 partitions × 3 replicas, each split
+//     once (20 pairs of siblings, cold: a light load of -merge-goroutines
+//     spread over the 40); the 20 pairs merge back one after another: the
+//     time from the merge command to the child taking writes (the
+//     master's MergePartitions with wait), failed requests.
 //
-// The merge workload is not here: merge is not built yet. The
-// split and join workloads run with automatic splits off, so only the
-// splits they make happen.
+// The split, join and merge workloads run with automatic splits off, so
+// only the splits they make happen.
 func init() {
 	register(suite{
 		name:  "elastic",
-		about: "real processes on loopback: splits under a 16-client load (time to both children writable, write p99 during ÷ steady), 2 servers joining a loaded 3-server cluster (time to balance) and a hot partition split automatically (throughput after ÷ before)",
+		about: "real processes on loopback: splits under a 16-client load (time to both children writable, write p99 during ÷ steady), 2 servers joining a loaded 3-server cluster (time to balance), a hot partition split automatically (throughput after ÷ before) and 20 pairs merging under a light load (time to the child writable)",
 		run:   runElastic,
 	})
 }
@@ -59,6 +63,8 @@ func init() {
 type elConfig struct {
 	clConfig
 	splits    int
+	merges    int
+	mergeLoad int
 	steady    time.Duration
 	joinLimit time.Duration
 	band      float64
@@ -77,6 +83,8 @@ func runElastic(out io.Writer, args []string) (err error) {
 	fs.IntVar(&cfg.keys, "keys", 20000, "distinct keys")
 	fs.IntVar(&cfg.valueSize, "value-size", 100, "value bytes")
 	fs.IntVar(&cfg.splits, "splits", 20, "split: splits, one after another")
+	fs.IntVar(&cfg.merges, "merges", 20, "merge: pairs merged, one after another")
+	fs.IntVar(&cfg.mergeLoad, "merge-goroutines", 4, "merge: client goroutines of the light load")
 	fs.DurationVar(&cfg.steady, "steady", 5*time.Second, "load before the splits or the join (the steady p99)")
 	fs.DurationVar(&cfg.joinLimit, "join-limit", 5*time.Minute, "join: give up waiting for balance after this long")
 	fs.Float64Var(&cfg.band, "band", 0.15, "join: balanced within mean × (1 ± band) replicas per server")
@@ -84,7 +92,7 @@ func runElastic(out io.Writer, args []string) (err error) {
 	fs.DurationVar(&cfg.hotQuiet, "hot-quiet", 10*time.Second, "hot: settled = no split, move or primary change for this long (the after window)")
 	fs.IntVar(&cfg.hotQPS, "hot-split-qps", 2500, "hot: the master's --split-qps")
 	fs.DurationVar(&cfg.hotRebalance, "hot-rebalance-interval", 5*time.Second, "hot: the master's --rebalance-interval (0: no --rebalance, the children's primaries stay where the split left them)")
-	workloads := fs.String("workloads", "split,join,hot", "workloads to run (comma list)")
+	workloads := fs.String("workloads", "split,join,hot,merge", "workloads to run (comma list)")
 	fs.StringVar(&cfg.dir, "dir", "", "directory for data and logs (default: a new temp dir, removed after a successful run)")
 	fs.StringVar(&cfg.tabulaBin, "tabula-bin", "", "tabula binary to run (default: built from this checkout)")
 	fs.Uint64Var(&cfg.seed, "seed", rand.Uint64(), "random seed")
@@ -93,12 +101,12 @@ func runElastic(out io.Writer, args []string) (err error) {
 	}
 	cfg.workloads = clSet(*workloads)
 	for w := range cfg.workloads {
-		if w != "split" && w != "join" && w != "hot" {
-			return fmt.Errorf("unknown workload %q (split, join, hot; merge is not built yet)", w)
+		if w != "split" && w != "join" && w != "hot" && w != "merge" {
+			return fmt.Errorf("unknown workload %q (split, join, hot, merge)", w)
 		}
 	}
-	if cfg.goroutines < 1 || cfg.keys < cfg.goroutines || cfg.splits < 1 {
-		return errors.New("-goroutines and -splits must be ≥ 1 and -keys ≥ -goroutines")
+	if cfg.goroutines < 1 || cfg.keys < cfg.goroutines || cfg.splits < 1 || cfg.merges < 1 || cfg.mergeLoad < 1 {
+		return errors.New("-goroutines, -splits, -merges and -merge-goroutines must be ≥ 1 and -keys ≥ -goroutines")
 	}
 	dir, keep, err := suiteDir("elastic", cfg.dir)
 	if err != nil {
@@ -109,7 +117,7 @@ func runElastic(out io.Writer, args []string) (err error) {
 	defer stop()
 	fmt.Fprintf(out, "# elastic: loopback, %d goroutines (half puts, half gets), %d-byte values, %d keys; GOMAXPROCS %d; dir %s; seed %d (rerun with -seed %d)\n",
 		cfg.goroutines, cfg.valueSize, cfg.keys, runtime.GOMAXPROCS(0), dir, cfg.seed, cfg.seed)
-	for _, w := range []string{"split", "join", "hot"} {
+	for _, w := range []string{"split", "join", "hot", "merge"} {
 		if !cfg.workloads[w] {
 			continue
 		}
@@ -119,6 +127,8 @@ func runElastic(out io.Writer, args []string) (err error) {
 			run = elJoin
 		case "hot":
 			run = elHot
+		case "merge":
+			run = elMerge
 		}
 		if err := run(ctx, out, filepath.Join(dir, w), &cfg); err != nil {
 			return fmt.Errorf("%s: %w", w, err)
@@ -285,7 +295,7 @@ func (l *elLoad) report(out io.Writer, name, phase string) {
 // elSplit splits the widest partition of a 3-partition table on 5
 // servers, cfg.splits times, under load.
 func elSplit(ctx context.Context, out io.Writer, dir string, cfg *elConfig) error {
-	tab, procs, err := elStart(ctx, out, dir, cfg, 5, 3, "--auto-split=false")
+	tab, procs, err := elStart(ctx, out, dir, cfg, 5, 3, "--auto-split=false", "--rebalance=false")
 	if err != nil {
 		return err
 	}
@@ -573,5 +583,73 @@ func elHot(ctx context.Context, out io.Writer, dir string, cfg *elConfig) error 
 	if e, ok := load.lastErr.Load().(string); ok {
 		fmt.Fprintf(out, "# last failure: %s\n", e)
 	}
+	return nil
+}
+
+// elMerge splits each of a 20-partition table's partitions once, then
+// merges the pairs of siblings back, cfg.merges of them one after
+// another, under a light load.
+func elMerge(ctx context.Context, out io.Writer, dir string, cfg *elConfig) error {
+	const parts = 20
+	if cfg.merges > parts {
+		return fmt.Errorf("-merges %d: the table has %d pairs", cfg.merges, parts)
+	}
+	tab, procs, err := elStart(ctx, out, dir, cfg, 3, parts, "--auto-split=false", "--rebalance=false")
+	if err != nil {
+		return err
+	}
+	defer procs.killAll()
+	defer tab.close()
+	cc, err := grpc.NewClient(tab.masterAddr, append(benchCred.DialOptions(), grpc.WithTransportCredentials(insecure.NewCredentials()))...)
+	if err != nil {
+		return err
+	}
+	defer cc.Close()
+	mc := api.NewMasterClient(cc)
+	light := *cfg
+	light.goroutines = cfg.mergeLoad
+	load := startLoad(ctx, tab, &light)
+	defer load.halt()
+	// Partition i is at index 2i once the ones before it split.
+	for i := range parts {
+		sctx, cancel := context.WithTimeout(ctx, time.Minute)
+		_, err := mc.SplitPartition(sctx, &api.SplitPartitionRequest{Tenant: api.DefaultTenant, Table: tab.tableName, Index: uint32(2 * i), Wait: true})
+		cancel()
+		if err != nil {
+			return fmt.Errorf("split %d: %w", i+1, err)
+		}
+	}
+	fmt.Fprintf(os.Stderr, "elastic: merge: %d partitions split once each\n", parts)
+	if err := clSleep(ctx, cfg.steady); err != nil {
+		return err
+	}
+	load.setPhase("merges")
+	var took []time.Duration
+	for i := range cfg.merges {
+		// The pairs before this one merged: its left is at index i.
+		t0 := time.Now()
+		mctx, cancel := context.WithTimeout(ctx, time.Minute)
+		resp, err := mc.MergePartitions(mctx, &api.MergePartitionsRequest{Tenant: api.DefaultTenant, Table: tab.tableName, Index: uint32(i), Wait: true})
+		cancel()
+		if err != nil {
+			return fmt.Errorf("merge %d (partition index %d): %w", i+1, i, err)
+		}
+		if !resp.GetDone() {
+			return fmt.Errorf("merge %d (partition index %d): not done within a minute (%s)", i+1, i, resp.GetPhase())
+		}
+		d := time.Since(t0)
+		took = append(took, d)
+		fmt.Fprintf(os.Stderr, "elastic: merge %d/%d: partitions %d and %d into %d in %v\n", i+1, cfg.merges, resp.GetLeftId(), resp.GetRightId(), resp.GetChildId(), d.Round(time.Millisecond))
+	}
+	load.setPhase("after")
+	if err := clSleep(ctx, time.Second); err != nil {
+		return err
+	}
+	load.halt()
+	fmt.Fprintf(out, "# merge: master + 3 servers, point table of %d partitions × 3 replicas (ssd, sync), each split once; %d pairs of siblings (on the same servers: no alignment) merged back one after another under a light load (%d goroutines); a merge's time is the master's MergePartitions with wait (returns once the child takes writes)\n", parts, cfg.merges, cfg.mergeLoad)
+	fmt.Fprintf(out, "figure elastic-merge-ms-p50 %.1f ms\n", ms(elQuantile(took, 0.5)))
+	fmt.Fprintf(out, "figure elastic-merge-ms-p99 %.1f ms\n", ms(elQuantile(took, 0.99)))
+	fmt.Fprintf(out, "figure elastic-merge-ms-max %.1f ms\n", ms(slices.Max(took)))
+	load.report(out, "merge", "merges")
 	return nil
 }

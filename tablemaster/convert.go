@@ -75,6 +75,10 @@ func (p Partition) Proto() *api.Partition {
 	}
 	ap.SplitFrom, ap.SplitLsn = p.SplitFrom, p.SplitLSN
 	ap.SplitReason, ap.SplitUnixMs = p.SplitReason, p.SplitUnixMs
+	if mg := p.Merge; mg != nil {
+		ap.Merge = &api.PartitionMerge{LeftId: mg.Left, RightId: mg.Right, ChildId: mg.Child}
+	}
+	ap.MergeLeft, ap.MergeRight, ap.MergeLsn = p.MergeLeft, p.MergeRight, p.MergeLSN
 	return ap
 }
 

@@ -66,6 +66,11 @@ type Master struct {
 	liveMu sync.Mutex
 	live   map[string]*liveness // by server id
 
+	// mergeMu guards mergeSeen: when the leader first saw a pending
+	// merge's primary report both records (merge.go).
+	mergeMu   sync.Mutex
+	mergeSeen map[uint64]time.Time
+
 	// handoffMu guards handoffs, the leader's clocks of the live
 	// handoffs pending (handoff.go). Lock order: handoffMu, then liveMu.
 	handoffMu sync.Mutex

@@ -330,6 +330,27 @@ type AlterTable struct {
 // Op returns OpAlterTable.
 func (AlterTable) Op() Op { return OpAlterTable }
 
+// MergePartitions starts merging partition PartitionID with the next one
+// of its table (OpMergePartitions; merge.go).
+type MergePartitions struct {
+	PartitionID uint64 `json:"partition_id,omitempty"`
+}
+
+// Op returns OpMergePartitions.
+func (MergePartitions) Op() Op { return OpMergePartitions }
+
+// MergeDone puts a merge's child in the place of its parents, PartitionID
+// (the left) merged at the record at LSN of its log and the right at
+// RightLSN of its own (OpMergeDone; merge.go).
+type MergeDone struct {
+	PartitionID uint64 `json:"partition_id,omitempty"`
+	LSN         uint64 `json:"lsn,omitempty"`
+	RightLSN    uint64 `json:"right_lsn,omitempty"`
+}
+
+// Op returns OpMergeDone.
+func (MergeDone) Op() Op { return OpMergeDone }
+
 // payloadOf returns the payload of flat command c (nil for an unknown op).
 func payloadOf(c *flatCommand) Payload {
 	switch c.Op {
@@ -393,6 +414,10 @@ func payloadOf(c *flatCommand) Payload {
 		return AlterTable{Tenant: c.Tenant, Table: c.Table, Settings: c.SplitSettings}
 	case OpSplitDone:
 		return SplitDone{PartitionID: c.PartitionID, LSN: c.LSN}
+	case OpMergePartitions:
+		return MergePartitions{PartitionID: c.PartitionID}
+	case OpMergeDone:
+		return MergeDone{PartitionID: c.PartitionID, LSN: c.LSN, RightLSN: c.RightLSN}
 	case OpTransferPrimary:
 		return TransferPrimary{PartitionID: c.PartitionID, ServerID: c.ServerID, To: c.To}
 	}
@@ -532,6 +557,12 @@ func (c *flatCommand) setPayload(p Payload) {
 	case SplitDone:
 		c.PartitionID = p.PartitionID
 		c.LSN = p.LSN
+	case MergePartitions:
+		c.PartitionID = p.PartitionID
+	case MergeDone:
+		c.PartitionID = p.PartitionID
+		c.LSN = p.LSN
+		c.RightLSN = p.RightLSN
 	case TransferPrimary:
 		c.PartitionID = p.PartitionID
 		c.ServerID = p.ServerID

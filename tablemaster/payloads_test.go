@@ -17,7 +17,7 @@ func allPayloads(t testing.TB) []Payload {
 		BulkPublish{}, BulkLoaded{}, BulkRollback{}, BulkStored{}, BulkRolloutAction{}, BulkAdvance{},
 		StreamCommand{}, CoprocDeploy{}, CoprocReady{}, CoprocRollback{},
 		PartitionLogAllocated{}, PartitionLogReset{}, MoveReplica{}, MoveDone{}, ReplicaFailed{}, HandoffDone{},
-		TransferPrimary{}, SplitPartition{}, SplitDone{}, AlterTable{},
+		TransferPrimary{}, SplitPartition{}, SplitDone{}, AlterTable{}, MergePartitions{}, MergeDone{},
 	}
 	seen := map[Op]bool{}
 	for i, p := range ps {
@@ -34,7 +34,7 @@ func allPayloads(t testing.TB) []Payload {
 
 // opsAfterFixture are the ops of allPayloads newer than the replay
 // fixture's log, which TestPayloadsLegacyLog cannot find there.
-var opsAfterFixture = []Op{OpTransferPrimary, OpSplitPartition, OpSplitDone, OpAlterTable}
+var opsAfterFixture = []Op{OpTransferPrimary, OpSplitPartition, OpSplitDone, OpAlterTable, OpMergePartitions, OpMergeDone}
 
 // fillValue sets every field of v to a value that is not zero.
 func fillValue(v reflect.Value, depth int) {

@@ -219,6 +219,9 @@ func (m *Master) plan(st *State, now time.Time) (balance.Result, map[uint64]part
 
 // startAction proposes a: its command, logged, events and all.
 func (m *Master) startAction(a balance.Action, now time.Time) error {
+	if _, pp := m.State().partition(a.Partition); pp != nil && pp.Merge != nil {
+		return fmt.Errorf("rebalance: %v: partition %d is merging (its replicas align with its neighbour's)", a, a.Partition)
+	}
 	var p Payload
 	switch a.Kind {
 	case balance.TransferPrimary:

@@ -159,7 +159,8 @@ func (m *Master) logLoop() {
 		}
 		m.reconfigureLogs()
 		m.moveLoop(m.streamCtx)
-		if m.splitLoop() {
+		merged := m.mergeLoop(m.streamCtx)
+		if m.splitLoop() || merged {
 			// Allocate the children's logs now, not a round later: they
 			// serve writes only once they have one.
 			m.reconfigureLogs()

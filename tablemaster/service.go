@@ -249,6 +249,7 @@ func (m *Master) Heartbeat(_ context.Context, req *api.HeartbeatRequest) (*api.H
 	if !req.ReplicasOmitted {
 		m.bulkReports(req.ServerId, statuses)
 		m.splitReports(statuses)
+		m.mergeReports(statuses)
 		m.load.report(req.ServerId, m.opts.Now(), statuses, req.Capacity)
 	}
 	m.coprocReports(req.ServerId, req.CoprocReady)

@@ -100,6 +100,8 @@ func (s *State) splitPartition(cmd *SplitPartition, unixMs int64, chk bool) (Res
 			return Result{}, errCode(ErrInvalidArgument, api.ErrorCode_ERROR_CODE_UNAVAILABLE, "split_in_progress", "partition %d is splitting already (into %d and %d)", p.ID, p.Split.Left, p.Split.Right)
 		case p.Move != nil:
 			return Result{}, errCode(ErrInvalidArgument, api.ErrorCode_ERROR_CODE_UNAVAILABLE, "move_in_progress", "partition %d is moving a replica from %s to %s: split it once the move is done", p.ID, p.Move.From, p.Move.To)
+		case p.Merge != nil:
+			return Result{}, errCode(ErrInvalidArgument, api.ErrorCode_ERROR_CODE_UNAVAILABLE, "merge_in_progress", "partition %d is merging (into %d)", p.ID, p.Merge.Child)
 		case primaryID(p) == "":
 			return Result{}, errCode(ErrInvalidArgument, api.ErrorCode_ERROR_CODE_UNAVAILABLE, "no_primary", "partition %d has no primary to split it", p.ID)
 		}
@@ -127,7 +129,7 @@ func (s *State) splitPartition(cmd *SplitPartition, unixMs int64, chk bool) (Res
 			cmd.Key = nil
 		}
 	}
-	if p.Split != nil || p.Log == nil {
+	if p.Split != nil || p.Merge != nil || p.Log == nil {
 		return Result{}, nil
 	}
 	t = s.mutTable(t)

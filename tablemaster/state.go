@@ -197,6 +197,9 @@ type flatCommand struct {
 	SplitReason string `json:"split_reason,omitempty"`
 	// SplitSettings: OpAlterTable's new split settings.
 	SplitSettings *SplitSettings `json:"split_settings,omitempty"`
+	// RightLSN is OpMergeDone's merge record LSN in the right partition's
+	// log (LSN: the left's); merge.go.
+	RightLSN uint64 `json:"right_lsn,omitempty"`
 }
 
 // Result is what Apply reports about an applied command.
@@ -375,6 +378,14 @@ type Partition struct {
 	// cooldown, and one split by load is not merged back while warm.
 	SplitReason string `json:"split_reason,omitempty"`
 	SplitUnixMs int64  `json:"split_unix_ms,omitempty"`
+	// Merge is the merge in progress, if any, on both partitions merging
+	// (merge.go); MergeLeft, MergeRight and MergeLSN name, in a merge's
+	// child, its parents and the LSN its log continues after (0: not a
+	// child).
+	Merge      *Merge `json:"merge,omitempty"`
+	MergeLeft  uint64 `json:"merge_left,omitempty"`
+	MergeRight uint64 `json:"merge_right,omitempty"`
+	MergeLSN   uint64 `json:"merge_lsn,omitempty"`
 }
 
 // DataLoss records how a partition lost every copy of its data.
@@ -667,6 +678,10 @@ func (s *State) apply(cmd *Command, chk bool) (Result, error) {
 	case SplitPartition:
 		res, err = s.splitPartition(&p, at, chk)
 		cmd.setPayload(p)
+	case MergePartitions:
+		res, err = s.mergePartitions(&p, at, chk)
+	case MergeDone:
+		res, err = s.mergeDone(&p)
 	case SplitDone:
 		res, err = s.splitDone(&p, at)
 	case AlterTable:

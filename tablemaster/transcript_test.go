@@ -43,6 +43,7 @@ import (
 //	partition-log-reset partition= [extent=] [epoch=] [servers=a,b]
 //	move partition= from= [to=]     move-done partition= from= to=
 //	replica-failed partition= server= [promote=srv]
+//	merge partition=                  merge-done partition= lsn= right-lsn=
 //	handoff-done partition= [version=]
 //	write-stream name= [length=]    (create, allocate and seal a stream)
 //	stream op= [stream=] [node=] [extent=] [length=] [used=]
@@ -337,6 +338,10 @@ func (tr *transcript) flatOf(t *testing.T, d *datadriven.TestData) (flatCommand,
 		}
 	case "move":
 		c.Op, c.PartitionID, c.ServerID, c.To = OpMoveReplica, a.u64("partition", 0), a.str("from", ""), a.str("to", "")
+	case "merge":
+		c.Op, c.PartitionID = OpMergePartitions, a.u64("partition", 0)
+	case "merge-done":
+		c.Op, c.PartitionID, c.LSN, c.RightLSN = OpMergeDone, a.u64("partition", 0), a.u64("lsn", 0), a.u64("right-lsn", 0)
 	case "transfer-primary":
 		c.Op, c.PartitionID, c.ServerID, c.To = OpTransferPrimary, a.u64("partition", 0), a.str("from", ""), a.str("to", "")
 	case "move-done":
@@ -519,6 +524,9 @@ func dumpDomain(s *State, domain string) string {
 		w("version=%d\n", s.Version)
 		for _, t := range tables {
 			w("  %s/%s\n", t.Tenant, t.Name)
+			if t.Resplit && t.Kind == api.TableKind_TABLE_KIND_ORDERED {
+				w("    split-points=%q\n", t.Options.SplitPoints)
+			}
 			for _, p := range t.Partitions {
 				w("    p%d e%d %s", p.ID, p.Epoch, replicasString(p.Replicas))
 				if p.Log != nil {
@@ -532,6 +540,25 @@ func dumpDomain(s *State, domain string) string {
 				}
 				if p.DataLost != nil {
 					w(" lost=%s@e%d", p.DataLost.ServerID, p.DataLost.Epoch)
+				}
+				if t.Resplit || p.Split != nil || p.Merge != nil {
+					if t.Kind == api.TableKind_TABLE_KIND_ORDERED {
+						w(" keys=[%q,%q)", p.KeyStart, p.KeyEnd)
+					} else {
+						w(" hashes=[%#x,%#x]", p.Start, p.End)
+					}
+				}
+				if sp := p.Split; sp != nil {
+					w(" split=%d+%d@%#x%q", sp.Left, sp.Right, sp.Hash, sp.Key)
+				}
+				if p.SplitFrom != 0 {
+					w(" split-from=%d@%d", p.SplitFrom, p.SplitLSN)
+				}
+				if mg := p.Merge; mg != nil {
+					w(" merge=%d+%d->%d", mg.Left, mg.Right, mg.Child)
+				}
+				if p.MergeLeft != 0 {
+					w(" merge-from=%d+%d@%d", p.MergeLeft, p.MergeRight, p.MergeLSN)
 				}
 				w("\n")
 			}

@@ -187,7 +187,8 @@ func samePartition(a, b *Partition) bool {
 		(a.Log == b.Log || a.Log != nil && b.Log != nil && *a.Log == *b.Log) &&
 		(a.DataLost == b.DataLost || a.DataLost != nil && b.DataLost != nil && *a.DataLost == *b.DataLost) &&
 		(a.Handoff == nil) == (b.Handoff == nil) && (a.Handoff == nil || a.Handoff.From == b.Handoff.From) &&
-		a.Split == b.Split && a.SplitFrom == b.SplitFrom
+		a.Split == b.Split && a.SplitFrom == b.SplitFrom &&
+		a.Merge == b.Merge && a.MergeLeft == b.MergeLeft
 }
 
 // newMapVersion returns the map version of s, the first State published

@@ -189,6 +189,7 @@ func (s *Server) hostTable(old, h *hosting, id string, m *api.PartitionMap) {
 		if prev := old.replicas[p.GetId()]; prev != nil && prev.table.GetId() == t.GetId() {
 			if prev.log != nil {
 				prev.log.update(p, id)
+				prev.log.setMerge(p.GetMerge(), mergeAligned(m, p))
 			}
 			if durable(t) && prev.log == nil && prev.part.GetEpoch() != p.GetEpoch() {
 				// Still ours at a new epoch: record it, so a restart
@@ -214,6 +215,11 @@ func (s *Server) hostTable(old, h *hosting, id string, m *api.PartitionMap) {
 			// directory (split.go).
 			kid, _ = par.log.takeChild(p.GetId())
 		}
+		if par := old.replicas[p.GetMergeLeft()]; p.GetMergeLeft() != 0 && par != nil && par.log != nil {
+			// A merge's child: the left parent's replica here stops and
+			// hands over the merged engine (merge.go).
+			kid = par.log.takeMerged()
+		}
 		r, err := s.openReplica(t, p, kid)
 		if err != nil {
 			s.log.Error("open partition failed", "table", tableKey(t.GetTenant(), t.GetName()), "partition", p.GetId(), "err", err)
@@ -223,6 +229,9 @@ func (s *Server) hostTable(old, h *hosting, id string, m *api.PartitionMap) {
 		}
 		if r.bulk != nil {
 			r.setBulkView(m, p, id)
+		}
+		if r.log != nil {
+			r.log.setMerge(p.GetMerge(), mergeAligned(m, p))
 		}
 		s.log.Info("serving partition", "table", tableKey(t.GetTenant(), t.GetName()), "partition", p.GetId(), "index", p.GetIndex(), "epoch", p.GetEpoch())
 		h.replicas[p.GetId()] = r
@@ -297,6 +306,11 @@ func (s *Server) openReplica(t *api.Table, p *api.Partition, kid engines.Engine)
 				return nil, err
 			}
 		}
+		if p.GetMergeLeft() != 0 {
+			if err := s.prepareMergeChild(p); err != nil {
+				return nil, err
+			}
+		}
 		if dir, err = s.prepareLogPartitionDir(p.GetId()); err != nil {
 			return nil, err
 		}
@@ -309,6 +323,17 @@ func (s *Server) openReplica(t *api.Table, p *api.Partition, kid engines.Engine)
 			// could write into them. The split finished here before a
 			// restart: report it from the children (split.go).
 			if kid, err = s.openSplitParent(t, p, left, right); err != nil {
+				return nil, err
+			}
+		}
+		merged, err := s.mergedHere(p)
+		if err != nil {
+			return nil, err
+		}
+		if merged {
+			// Likewise for the left parent of a merge that finished here
+			// (merge.go).
+			if kid, err = s.openMergeParent(t, p); err != nil {
 				return nil, err
 			}
 		}
@@ -330,7 +355,8 @@ func (s *Server) openReplica(t *api.Table, p *api.Partition, kid engines.Engine)
 			logger: s.log.With("partition", p.GetId()), load: newPartLoad(t)}, nil
 	}
 	e, err := kid, error(nil)
-	if _, gone := kid.(*splitGone); !gone && kid != nil && p.GetLog() != nil && durable(t) {
+	_, mgone := kid.(*mergeGone)
+	if _, gone := kid.(*splitGone); !gone && !mgone && kid != nil && p.GetLog() != nil && durable(t) {
 		opts := s.engineOptions(t, p.GetId(), dir, true)
 		e = newReopenable(kid, func() (engines.Engine, error) { return engines.Open(kind, opts) })
 	}
@@ -429,6 +455,7 @@ func (h *hosting) status(serverID string) []*api.ReplicaStatus {
 			if role == api.ReplicaRole_REPLICA_ROLE_PRIMARY {
 				out[len(out)-1].LoadSplit, out[len(out)-1].SizeSplit = r.splitHints(now)
 			}
+			out[len(out)-1].MergeLsn = r.log.mergeLSN()
 		}
 	}
 	return out

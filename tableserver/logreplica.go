@@ -125,6 +125,8 @@ type logReplica struct {
 	holdUntil   uint64
 	// split is the replica's part in a split of the partition (split.go).
 	split splitState
+	// merge is the replica's part in a merge of the partition (merge.go).
+	merge mergeState
 }
 
 // roleWant is what the map says this replica is.
@@ -308,10 +310,18 @@ func newLogReplica(s *Server, t *api.Table, pid uint64, streamName string, e eng
 	if err := l.redoSplit(applied); err != nil {
 		return nil, err
 	}
+	if g, ok := e.(*mergeGone); ok {
+		l.merge.applied, l.merge.lsn, l.merge.rec, l.merge.child = g.lsn, g.lsn, g.mg, g.take()
+	} else if err := l.redoMerge(applied); err != nil {
+		return nil, err
+	}
 	l.wg.Add(3)
 	go l.pumpLoop()
 	go l.ackLoop()
 	go l.tailLoop()
+	if l.merge.applied != 0 {
+		s.mergeReady(l, l.merge.rec)
+	}
 	return l, nil
 }
 
@@ -331,6 +341,7 @@ func readAppliedLSN(e engines.Engine) (uint64, error) {
 // close stops the goroutines; writes waiting fail as of unknown outcome.
 // The engine is the caller's to close.
 func (l *logReplica) close() {
+	l.s.forgetMerge(l)
 	l.stop()
 	l.wg.Wait()
 	l.mu.Lock()
@@ -371,6 +382,9 @@ func (l *logReplica) update(p *api.Partition, serverID string) {
 		// A new role or term: a split record this primary proposed and
 		// the log did not keep is proposed again once caught up.
 		l.split.launched, l.split.numbered = false, false
+	}
+	if l.merge.applied == 0 {
+		l.merge.launched, l.merge.numbered = false, false
 	}
 	prev := l.want
 	l.want = w
@@ -646,7 +660,10 @@ func (l *logReplica) writableLocked(epoch uint64) error {
 	case l.handoff != "":
 		return api.Errorf(api.ErrorCode_ERROR_CODE_UNAVAILABLE, "handoff_pending", "partition %d: the primary role is being handed over from %s, which may still serve until it lets go; retry shortly", l.pid, l.handoff)
 	}
-	return l.splitRefusalLocked()
+	if err := l.splitRefusalLocked(); err != nil {
+		return err
+	}
+	return l.mergeRefusalLocked()
 }
 
 func (l *logReplica) proposeErr(err error) error {
@@ -714,7 +731,7 @@ func (l *logReplica) pump() {
 	for l.ctx.Err() == nil {
 		l.applyMu.Lock()
 		l.mu.Lock()
-		if l.reopening != nil || l.split.lsn != 0 {
+		if l.reopening != nil || l.split.lsn != 0 || l.merge.applied != 0 {
 			// A split engine applies nothing more: the children do.
 			// Nothing applies until the engine is back (reopen.go resets
 			// the core).
@@ -826,6 +843,12 @@ func (l *logReplica) apply(recs []partition.Record) error {
 			// The primary writes nothing after the split record: the
 			// engine splits at it (split.go).
 			return l.splitEngine(rec.LSN, sp)
+		}
+		if mg := mergeOf(l.pid, w); mg != nil {
+			// Likewise after the merge record: the engines merge once
+			// both parents applied theirs (merge.go).
+			l.mergeApplied(rec.LSN, mg)
+			return nil
 		}
 	}
 	return nil

@@ -100,9 +100,16 @@ func (l *logReplica) tailOnce() error {
 		l.wg.Add(1)
 		go l.proposeSplit(want.epoch, l.split.pending)
 	}
+	merging := l.merge.applied != 0
+	if l.merge.pending != nil && l.merge.aligned && !l.merge.launched && !merging && l.split.pending == nil &&
+		want.role == partition.RolePrimary && caught && l.core.Role() == partition.RolePrimary {
+		l.merge.launched = true
+		l.wg.Add(1)
+		go l.proposeMerge(want.epoch, l.merge.pending)
+	}
 	l.mu.Unlock()
 	switch {
-	case split:
+	case split, merging:
 		return nil // the children read their own logs
 	case want.role == partition.RoleSecondary && copying:
 		return l.copyIn(want)

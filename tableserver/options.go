@@ -166,6 +166,13 @@ type Options struct {
 	// ctx (the replica's) is done when it returns, the split stops there
 	// as a crash would stop it.
 	OnSplit func(ctx context.Context, pid, lsn uint64, committed bool)
+	// OnMerge, when set, is called as a server merges the engines of two
+	// partitions into child: once both parents applied their merge
+	// records, before the engines' merge (committed false), and once
+	// after it (the MERGED marker written), before it is reported. A
+	// crash point for tests: if ctx (the left parent's replica's) is done
+	// when it returns, the merge stops there as a crash would stop it.
+	OnMerge func(ctx context.Context, child uint64, committed bool)
 	// Metrics, when set, receives the server's figures (engines, extent
 	// node, replication, coprocessors; metrics.go): Open registers a
 	// collector that reads them at scrape time, Close unregisters it.

@@ -444,7 +444,7 @@ func (r *reopenable) install(e engines.Engine, held bool) error {
 // The replica stops serving and its tailer reopens the engine.
 func (l *logReplica) engineFault(err error) {
 	l.mu.Lock()
-	if l.fatal != nil || l.reopening != nil || l.split.lsn != 0 {
+	if l.fatal != nil || l.reopening != nil || l.split.lsn != 0 || l.merge.applied != 0 {
 		l.mu.Unlock()
 		return
 	}

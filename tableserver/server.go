@@ -38,6 +38,10 @@ import (
 type Server struct {
 	opts Options
 	log  *slog.Logger
+	// mergeMu guards merges: the merges whose parents' replicas here
+	// applied their records, by child id (merge.go).
+	mergeMu sync.Mutex
+	merges  map[uint64]*mergeJob
 	// keys checks incoming signatures (nil when authentication is off);
 	// streamConns dial extent nodes, signed with the cluster credential.
 	keys        *keyring
@@ -688,6 +692,7 @@ func (s *Server) apply(resp *api.WatchPartitionMapResponse) error {
 		if r.log != nil {
 			r.log.close()
 			r.log.closeKids()
+			r.log.closeMerged()
 		}
 		if err := r.engine.Close(); err != nil {
 			s.log.Error("close partition engine", "partition", id, "err", err)

@@ -298,7 +298,7 @@ func (s *Server) prepareChild(p *api.Partition) error {
 // now, before the pump runs. applied is the engine's applied LSN, the
 // record's (the record and the LSN apply in one batch).
 func (l *logReplica) redoSplit(applied uint64) error {
-	if l.split.lsn != 0 {
+	if _, ok := l.engine.(*mergeGone); l.split.lsn != 0 || ok {
 		return nil
 	}
 	v, _, err := l.engine.Get(splitKey)

@@ -32,9 +32,22 @@ func (s *Server) sweep(h *hosting) {
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		s.log.Warn("sweep: list partitions", "err", err)
 	}
+	// The children of pending splits and merges are not in the map yet,
+	// but their directories may hold the split's or merge's output.
+	coming := map[uint64]bool{}
+	for _, m := range h.tables {
+		for _, p := range m.GetPartitions() {
+			if sp := p.GetSplit(); sp != nil {
+				coming[sp.GetLeftId()], coming[sp.GetRightId()] = true, true
+			}
+			if mg := p.GetMerge(); mg != nil {
+				coming[mg.GetChildId()] = true
+			}
+		}
+	}
 	for _, e := range ents {
 		id, err := strconv.ParseUint(e.Name(), 10, 64)
-		if err != nil || !e.IsDir() || h.replicas[id] != nil || h.failed[id] != nil {
+		if err != nil || !e.IsDir() || h.replicas[id] != nil || h.failed[id] != nil || coming[id] {
 			continue
 		}
 		p := h.part(id)

@@ -107,7 +107,7 @@ func (l *logReplica) flush() error {
 	copying := l.needCopy
 	reopening := l.reopening != nil
 	inc := l.incarnation
-	split := l.split.lsn != 0 // the engine is closed: the children flush
+	split := l.split.lsn != 0 || l.merge.applied != 0 // the engine is closed (or merging): the children flush
 	l.mu.Unlock()
 	if copying || reopening || split || applied == 0 {
 		return nil

@@ -14,6 +14,7 @@ func partitionCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "partition", Short: "Operate on one partition of a table"}
 	cmd.AddCommand(partitionMoveCmd(g))
 	cmd.AddCommand(partitionSplitCmd(g))
+	cmd.AddCommand(partitionMergeCmd(g))
 	return cmd
 }
 

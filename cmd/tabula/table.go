@@ -361,6 +361,9 @@ func tableDescribeCmd(g *globals) *cobra.Command {
 				return err
 			}
 			printSplitNotes(out, t, parts, status)
+			if lines := reshaping(parts); len(lines) > 0 {
+				fmt.Fprintf(out, "\nSPLITS AND MERGES IN PROGRESS\n%s\n", strings.Join(lines, "\n"))
+			}
 			if len(short) > 0 {
 				fmt.Fprintf(out, "\nUNDER-REPLICATED  %d partition(s) have fewer in-sync replicas (in the log's ack set, within the master's in-sync bound, default 1s) than the replication factor:\n%s\n", len(short), strings.Join(short, "\n"))
 			}
