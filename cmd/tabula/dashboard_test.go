@@ -121,6 +121,13 @@ func TestDashboardKill9(t *testing.T) {
 		return strings.HasPrefix(row, "alive|") && strings.Contains(row, "alive") && parts == 6, fmt.Errorf("row %q, %d partitions", row, parts)
 	})
 
+	// The Load section renders (this table is not replicated by a log:
+	// it has no load view, and nothing moves).
+	load, err := chromedp.Run(browser, chromedp.Evaluate[string](`document.getElementById("elastic-section").innerText`))
+	if err != nil || !strings.Contains(load, "No move or split under way") {
+		t.Fatalf("the Load section: %q (%v)", load, err)
+	}
+
 	servers[fdOf[victim]].kill() // SIGKILL
 
 	// The page shows it dead (no reload: it updates itself).
