@@ -77,8 +77,9 @@ package tablemaster
 // logged are replayed (ApplyLogged) and must rebuild the same State.
 //
 // TestElasticSimulation runs -elasticsim.scenarios scenarios (default
-// 1500; 150 with -short or -race) from seed 1; -elasticsim.seed=N runs one
-// and -elasticsim.v prints its trace. Every failure starts with its seed
+// 1500; 150 with -short or -race) from seed 1 (-elasticsim.random: from a
+// random one); -elasticsim.seed=N runs one and -elasticsim.v prints its
+// trace; -elasticsim.steps sets the steps per scenario (300). Every failure starts with its seed
 // and the step trace. TestElasticSimulationCatches plants bugs (children
 // with overlapping ranges, a split that drops a key, a move finished
 // before its copy, a replica applying beyond the commit point) and
@@ -113,6 +114,7 @@ var (
 	esimSeed      = flag.Uint64("elasticsim.seed", 0, "run only this elastic simulation seed (seeds start at 1)")
 	esimSteps     = flag.Int("elasticsim.steps", 0, "random steps per elastic scenario (default 300)")
 	esimVerbose   = flag.Bool("elasticsim.v", false, "log the step trace of the scenarios run")
+	esimRandom    = flag.Bool("elasticsim.random", false, "start at a random seed instead of the fixed range CI runs")
 	// esimStaleTransfers: see transfer.
 	esimStaleTransfers = flag.Bool("elasticsim.stale-transfers", false, "transfer primaries on in-sync reports from before the replica joined (the real balancer's rule today)")
 )
@@ -876,14 +878,14 @@ func (s *esim) logLoop() {
 			s.failf("p%d's extent %d sealed at %d, below its commit point %d: committed records lost", pid, lg.ext, l, lg.commit)
 			return
 		}
+		if l < lg.end() {
+			s.stats["seals dropping uncommitted records"]++
+		}
 		lg.recs = lg.recs[:l-lg.base]
 		for _, sv := range s.srv {
 			if sv.logRecv[pid] > l {
 				sv.logRecv[pid] = l
 			}
-		}
-		if l < lg.end() {
-			s.stats["seals dropping uncommitted records"]++
 		}
 		lg.sealed, lg.commit, lg.ext, lg.servers = l, max(lg.commit, l), 0, nil
 		s.tracef("log loop p%d: sealed at %d", pid, l)
@@ -1618,7 +1620,12 @@ func TestElasticSimulation(t *testing.T) {
 			n = 150
 		}
 	}
+	// CI runs a fixed range of seeds, so a run is repeatable;
+	// -elasticsim.random explores new ones (a failure prints its seed).
 	first := uint64(1)
+	if *esimRandom {
+		first = 1 + rand.Uint64N(1<<40)
+	}
 	if *esimSeed != 0 {
 		first, n = *esimSeed, 1
 	}
