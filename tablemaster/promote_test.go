@@ -39,7 +39,36 @@ func TestPromotionSkipsCopyingReplicas(t *testing.T) {
 		t.Fatalf("promoted %q, want the in-sync %s over the copying %s", got, secs[1], secs[0])
 	}
 	report(secs[1], api.ReplicaState_REPLICA_STATE_FAILED, 500)
-	if got, ok := m.promotions(st, prim)[p.ID]; ok {
-		t.Fatalf("promoted %q though every other replica is copying or failed", got)
+	promote := m.promotions(st, prim)
+	if got, ok := promote[p.ID]; !ok || got != "" {
+		t.Fatalf("promoted %q (named: %v) though every other replica is copying or failed; want nobody named", got, ok)
+	}
+	// Applied, the primary stays on the dead server: the partition waits
+	// for a replica holding the data rather than have the state machine
+	// take the first live one (a copying one, here). The elastic
+	// simulation found that fallback.
+	v := st.Version
+	if _, err := st.Apply(Command{UnixMs: 1, Payload: ServerDown{ServerID: prim, Promote: promote, Keep: true}}); err != nil {
+		t.Fatal(err)
+	}
+	np := st.Tables["default/t"].Partitions[0]
+	if st.Version == v || primaryID(&np) != prim || np.Epoch != p.Epoch || len(np.Replicas) != 3 {
+		t.Fatalf("after the primary's death with no fit replica: primary %s epoch %d replicas %d, want %s kept, epoch %d, 3 replicas", primaryID(&np), np.Epoch, len(np.Replicas), prim, p.Epoch)
+	}
+	// Without the proposer's word (a log from before it), the first live
+	// replica still takes over, as it always did.
+	st2 := NewState()
+	for _, c := range []Command{
+		{Payload: CreateTenant{Tenant: "default"}},
+		register("srv-1", "a:1", "fd-1"), register("srv-2", "a:2", "fd-2"), register("srv-3", "a:3", "fd-3"),
+		{Payload: CreateTable{Tenant: "default", Table: "t", Kind: point, Options: &TableOptions{Partitions: 1, Replication: 3}}},
+		{UnixMs: 1, Payload: ServerDown{ServerID: prim, Keep: true}},
+	} {
+		if _, err := st2.Apply(c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if q := st2.Tables["default/t"].Partitions[0]; primaryID(&q) == prim {
+		t.Fatalf("with no promotion named, the primary stayed on the dead %s", prim)
 	}
 }

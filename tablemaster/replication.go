@@ -392,8 +392,13 @@ func sameNodes(e *stream.ExtentPlacement, nodes []string) bool {
 // promotions chooses, for every partition whose primary is on server, the
 // secondary that reported the highest applied LSN: it has the least of
 // the log to apply before it serves. Reports are the latest heartbeats;
-// a secondary that sent none is a last resort (the state machine takes
-// the first replica when the choice is absent).
+// a secondary that sent none, or only copying or failed, is not chosen. A
+// partition none of whose other replicas qualifies gets "": nobody; its
+// primary stays on the dead server (OpServerDown with Keep) and the
+// partition waits for a replica that has the data (a live replica that
+// never reported the partition is new to it, or silent itself). The state
+// machine takes the first live replica only when a command names no
+// choice at all (logs from before this rule).
 func (m *Master) promotions(st *State, server string) map[uint64]string {
 	applied := map[uint64]map[string]uint64{} // partition -> server -> LSN
 	m.liveMu.Lock()
@@ -431,9 +436,7 @@ func (m *Master) promotions(st *State, server string) map[uint64]string {
 					best, bestLSN = r.ServerID, lsn
 				}
 			}
-			if best != "" {
-				out[p.ID] = best
-			}
+			out[p.ID] = best
 		}
 	}
 	return out
