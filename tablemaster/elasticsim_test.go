@@ -86,13 +86,16 @@ package tablemaster
 // its copy, replicas applying beyond the commit point) and requires each
 // to be caught, so the checks provably fail.
 //
-// Found by it: a replica move of a splitting partition was accepted, and
-// left both children with four replicas (move.go refuses it now); and the
-// balancer's primary transfers trust a secondary's last in-sync report
-// even when that replica left and was placed on the server again since
-// (the report is about the one before, and the new one may still copy):
-// the model's balancer reads only reports from maps at least as new as
-// the replica, and -elasticsim.stale-transfers runs the real rule.
+// Found by it, and fixed: a replica move of a splitting partition was
+// accepted, and left both children with four replicas (move.go refuses
+// it); a dead primary's partition was handed to a live replica that held
+// no data (still copying, or placed there a moment before) when none had
+// reported holding it (promotions names nobody now, and the partition
+// waits); and the master trusted a server's last in-sync report about a
+// replica that had left and been placed there again, for a primary
+// transfer or a promotion, while the new replica copied
+// (Master.forgetJoined; -elasticsim.stale-reports brings the old rule
+// back).
 //
 // Merge (OpMergePartitions / OpMergeDone) slots in as one more entry of
 // esSteps proposing the merge, a server step appending the merge record
@@ -120,13 +123,12 @@ import (
 )
 
 var (
-	esimScenarios = flag.Int("elasticsim.scenarios", 0, "elastic simulation scenarios (default 1500; 150 with -short or -race)")
-	esimSeed      = flag.Uint64("elasticsim.seed", 0, "run only this elastic simulation seed (seeds start at 1)")
-	esimSteps     = flag.Int("elasticsim.steps", 0, "random steps per elastic scenario (default 300)")
-	esimVerbose   = flag.Bool("elasticsim.v", false, "log the step trace of the scenarios run")
-	esimRandom    = flag.Bool("elasticsim.random", false, "start at a random seed instead of the fixed range CI runs")
-	// esimStaleTransfers: see transfer.
-	esimStaleTransfers = flag.Bool("elasticsim.stale-transfers", false, "transfer primaries on in-sync reports from before the replica joined (the real balancer's rule today)")
+	esimScenarios    = flag.Int("elasticsim.scenarios", 0, "elastic simulation scenarios (default 1500; 150 with -short or -race)")
+	esimSeed         = flag.Uint64("elasticsim.seed", 0, "run only this elastic simulation seed (seeds start at 1)")
+	esimSteps        = flag.Int("elasticsim.steps", 0, "random steps per elastic scenario (default 300)")
+	esimVerbose      = flag.Bool("elasticsim.v", false, "log the step trace of the scenarios run")
+	esimRandom       = flag.Bool("elasticsim.random", false, "start at a random seed instead of the fixed range CI runs")
+	esimStaleReports = flag.Bool("elasticsim.stale-reports", false, "keep the master's reports about a replica its server held before it was placed there again (the bug Master.forgetJoined fixed)")
 )
 
 const (
@@ -262,7 +264,7 @@ type esim struct {
 	trace      []string
 	failure    string
 	// joined is the map version each replica (server, partition) joined
-	// at (the model's balancer reads only reports from maps as new).
+	// at: a report from before is about another replica (forgetJoined).
 	joined map[esJoin]uint64
 	// stats counts what happened (the test requires each to happen).
 	stats map[string]int
@@ -361,6 +363,11 @@ func (s *esim) propose(p Payload) (Result, error) {
 				k := esJoin{r.ServerID, p.ID}
 				if _, ok := s.joined[k]; !ok {
 					s.joined[k] = s.st.Version
+					if !*esimStaleReports {
+						// Master.forgetJoined: a report is about the
+						// replica the server held before, if any.
+						delete(s.reports[r.ServerID].statuses, p.ID)
+					}
 				}
 			}
 			for k := range s.joined {
@@ -1113,15 +1120,6 @@ func (s *esim) transfer() {
 		st, ok := s.status(r.ServerID, p.ID)
 		if !ok || r.Role == api.ReplicaRole_REPLICA_ROLE_PRIMARY || st.copying || st.splitLSN != 0 {
 			continue // the balancer's rule: an in-sync secondary
-		}
-		if s.reports[r.ServerID].ver < s.joined[esJoin{r.ServerID, p.ID}] && !*esimStaleTransfers {
-			// A report from before the replica joined may be about one
-			// its server held before (removed, then placed there again).
-			// The real balancer does not check this yet (its reports
-			// carry no such version); -elasticsim.stale-transfers runs
-			// its rule, which seeds 11027 and 19956 show handing the
-			// primary role to a replica still copying.
-			continue
 		}
 		tos = append(tos, r.ServerID)
 	}

@@ -72,3 +72,55 @@ func TestPromotionSkipsCopyingReplicas(t *testing.T) {
 		t.Fatalf("with no promotion named, the primary stayed on the dead %s", prim)
 	}
 }
+
+// A report about a replica a server held before it left the partition
+// and was placed there again is forgotten when the map places it: it may
+// say in sync while the new replica copies, and neither a primary
+// transfer (the balancer reads the load view) nor a promotion may trust
+// it. Reports about the other replicas stay. The elastic simulation
+// found the transfer.
+func TestReportsOfRejoinedReplicasForgotten(t *testing.T) {
+	st := NewState()
+	for _, c := range []Command{
+		{Payload: CreateTenant{Tenant: "default"}},
+		register("srv-1", "a:1", "fd-1"), register("srv-2", "a:2", "fd-2"), register("srv-3", "a:3", "fd-3"), register("srv-4", "a:4", "fd-4"),
+		{Payload: CreateTable{Tenant: "default", Table: "t", Kind: point, Options: &TableOptions{Partitions: 1, Replication: 3}}},
+	} {
+		if _, err := st.Apply(c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p := st.Tables["default/t"].Partitions[0]
+	var out string // the server without a replica
+	for _, id := range st.ServerIDs() {
+		if !hostsReplica(&p, id) {
+			out = id
+		}
+	}
+	other := p.Replicas[1].ServerID
+	m := &Master{live: map[string]*liveness{}}
+	now := time.Now()
+	for _, id := range []string{out, other} {
+		// out's report is about the replica it held before.
+		statuses := []*api.ReplicaStatus{{PartitionId: p.ID, ServerId: id, State: api.ReplicaState_REPLICA_STATE_IN_SYNC, AppliedLsn: 7}}
+		m.live[id] = &liveness{lastHeard: now, statuses: statuses}
+		m.load.report(id, now, statuses, nil)
+	}
+	prev := st.Clone()
+	if _, err := st.Apply(Command{UnixMs: 1, Payload: MoveReplica{PartitionID: p.ID, ServerID: other, To: out}}); err != nil {
+		t.Fatal(err)
+	}
+	m.forgetJoined(prev, st)
+	if n := len(m.live[out].statuses); n != 0 {
+		t.Errorf("%s's report about its earlier replica kept (%d statuses)", out, n)
+	}
+	if _, inSync, ok := m.load.vecLocked(out, p.ID); ok || inSync {
+		t.Errorf("the load view still has %s's earlier replica (in sync %v)", out, inSync)
+	}
+	if len(m.live[other].statuses) != 1 {
+		t.Errorf("%s's report about a replica it kept was dropped", other)
+	}
+	if _, inSync, ok := m.load.vecLocked(other, p.ID); !ok || !inSync {
+		t.Errorf("the load view lost %s's replica (ok %v, in sync %v)", other, ok, inSync)
+	}
+}
