@@ -95,7 +95,7 @@ package tablemaster
 // replica that had left and been placed there again, for a primary
 // transfer or a promotion, while the new replica copied
 // (Master.forgetJoined; -elasticsim.stale-reports brings the old rule
-// back).
+// back: seeds 10641 and 11027 fail with it).
 //
 // Merge (OpMergePartitions / OpMergeDone) slots in as one more entry of
 // esSteps proposing the merge, a server step appending the merge record
