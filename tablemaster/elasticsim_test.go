@@ -418,12 +418,14 @@ var esSteps = []esStep{
 	{"handoff-done", 3, (*esim).handoffDone},
 	{"liveness", 3, (*esim).liveness},
 	{"replace", 1, (*esim).replaceDead},
+	{"drain-moves", 3, (*esim).drainMoves},
 	{"place", 1, (*esim).place},
 	// Elastic changes and faults.
 	{"split", 4, (*esim).split},
 	{"move", 2, (*esim).move},
 	{"transfer", 2, (*esim).transfer},
 	{"crash", 1, (*esim).crash},
+	{"drain", 1, (*esim).drain},
 	{"restart", 2, (*esim).restart},
 	{"cut", 1, (*esim).cutLink},
 	{"heal", 2, (*esim).healLink},
@@ -432,7 +434,7 @@ var esSteps = []esStep{
 
 // esSettleSteps are the steps run, round-robin, once the faults stop.
 var esSettleSteps = []string{"tick", "heartbeat", "map", "log-loop", "replicate", "replicate", "apply", "apply", "apply", "ack",
-	"split-record", "copy", "append-failed", "split-done", "move-done", "handoff-done", "liveness", "replace", "place"}
+	"split-record", "copy", "append-failed", "split-done", "move-done", "drain-moves", "handoff-done", "liveness", "replace", "place"}
 
 func esStepNamed(name string) func(*esim) {
 	for _, st := range esSteps {
@@ -973,6 +975,34 @@ func (s *esim) moveDone() {
 	}
 }
 
+// drainMoves is moveLoop's other half: it starts moves off draining
+// servers, a few at a time, skipping partitions moving or splitting.
+func (s *esim) drainMoves() {
+	for _, id := range s.st.ServerIDs() {
+		if !s.st.Servers[id].Draining {
+			continue
+		}
+		moving := 0
+		var ids []uint64
+		for _, p := range s.partitions() {
+			if p.Move != nil && p.Move.From == id {
+				moving++
+			}
+			if p.Move == nil && p.Split == nil && hostsReplica(p, id) {
+				ids = append(ids, p.ID)
+			}
+		}
+		for _, pid := range ids {
+			if moving >= movesPerServer {
+				break
+			}
+			if res, err := s.propose(MoveReplica{PartitionID: pid, ServerID: id}); err == nil && res.Changed {
+				moving++
+			}
+		}
+	}
+}
+
 func (s *esim) handoffDone() {
 	done := map[uint64]uint64{}
 	for _, p := range s.partitions() {
@@ -1005,7 +1035,7 @@ func (s *esim) promotions(server string) map[uint64]string {
 		}
 		best, bestLSN := "", uint64(0)
 		for _, r := range p.Replicas {
-			if r.ServerID == server {
+			if r.ServerID == server || s.st.Servers[r.ServerID].Draining {
 				continue
 			}
 			if st, ok := s.status(r.ServerID, p.ID); ok && !st.copying && (best == "" || st.applied > bestLSN) {
@@ -1130,6 +1160,32 @@ func (s *esim) transfer() {
 	s.tracef("transfer p%d to %s", p.ID, to)
 	if res, err := s.propose(TransferPrimary{PartitionID: p.ID, ServerID: primaryID(p), To: to}); err == nil && res.Changed {
 		s.stats["primary transfers"]++
+	}
+}
+
+// drain: a server is drained (SIGTERM, or tabula server drain); once it
+// holds no replica it exits (a restart registers it again, not draining).
+func (s *esim) drain() {
+	for _, id := range s.st.ServerIDs() {
+		if srv := s.st.Servers[id]; srv.Draining && srv.Alive && !s.st.holdsLogReplicas(id) && s.byID[id].alive {
+			s.byID[id].alive = false
+			s.tracef("%s drained: exits", id)
+			return
+		}
+	}
+	sv := s.srv[s.pick(len(s.srv))]
+	srv := s.st.Servers[sv.id]
+	if !s.up(sv.id, esMaster) || srv == nil || !srv.Alive || srv.Draining {
+		return
+	}
+	for _, id := range s.st.ServerIDs() {
+		if s.st.Servers[id].Draining {
+			return // one at a time
+		}
+	}
+	s.tracef("drain %s", sv.id)
+	if res, err := s.propose(ServerDown{ServerID: sv.id, Draining: true, Keep: true}); err == nil && res.Changed {
+		s.stats["drains"]++
 	}
 }
 
@@ -1708,7 +1764,7 @@ func TestElasticSimulation(t *testing.T) {
 // esStats are the events TestElasticSimulation counts and requires.
 var esStats = []string{"acknowledged writes", "splits done", "splits done without every replica (SplitAllWait)",
 	"children copied (not split here)", "moves done", "snapshots copied", "primary transfers", "crashes",
-	"servers declared dead", "seals dropping uncommitted records"}
+	"servers declared dead", "seals dropping uncommitted records", "drains"}
 
 // TestElasticSimulationCatches plants each bug and requires the
 // simulation to catch it within a few dozen seeds: the checks can fail.

@@ -124,3 +124,39 @@ func TestReportsOfRejoinedReplicasForgotten(t *testing.T) {
 		t.Errorf("the load view lost %s's replica (ok %v, in sync %v)", other, ok, inSync)
 	}
 }
+
+// A replica on a draining server is not named to take over a dead
+// primary's partition (the state machine would not take it and fall
+// back to any live replica, a copying one say): the in-sync replica on a
+// live server is, and with none the partition waits. The elastic
+// simulation found it.
+func TestPromotionSkipsDrainingServers(t *testing.T) {
+	st := NewState()
+	for _, c := range []Command{
+		{Payload: CreateTenant{Tenant: "default"}},
+		register("srv-1", "a:1", "fd-1"), register("srv-2", "a:2", "fd-2"), register("srv-3", "a:3", "fd-3"),
+		{Payload: CreateTable{Tenant: "default", Table: "t", Kind: point, Options: &TableOptions{Partitions: 1, Replication: 3}}},
+	} {
+		if _, err := st.Apply(c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p := st.Tables["default/t"].Partitions[0]
+	prim, drained, other := p.Replicas[0].ServerID, p.Replicas[1].ServerID, p.Replicas[2].ServerID
+	if _, err := st.Apply(Command{UnixMs: 1, Payload: ServerDown{ServerID: drained, Draining: true, Keep: true}}); err != nil {
+		t.Fatal(err)
+	}
+	m := &Master{live: map[string]*liveness{}}
+	report := func(id string, state api.ReplicaState, lsn uint64) {
+		m.live[id] = &liveness{lastHeard: time.Now(), statuses: []*api.ReplicaStatus{{PartitionId: p.ID, ServerId: id, State: state, AppliedLsn: lsn}}}
+	}
+	report(drained, api.ReplicaState_REPLICA_STATE_IN_SYNC, 900)
+	report(other, api.ReplicaState_REPLICA_STATE_IN_SYNC, 500)
+	if got := m.promotions(st, prim)[p.ID]; got != other {
+		t.Fatalf("promoted %q, want %s over the draining %s", got, other, drained)
+	}
+	report(other, api.ReplicaState_REPLICA_STATE_COPYING, 0)
+	if got, ok := m.promotions(st, prim)[p.ID]; !ok || got != "" {
+		t.Fatalf("promoted %q (named %v), want nobody: the draining replica cannot take it, the other copies", got, ok)
+	}
+}
