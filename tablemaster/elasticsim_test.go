@@ -1184,7 +1184,7 @@ func (s *esim) drain() {
 		}
 	}
 	s.tracef("drain %s", sv.id)
-	if res, err := s.propose(ServerDown{ServerID: sv.id, Draining: true, Keep: true}); err == nil && res.Changed {
+	if res, err := s.propose(ServerDown{ServerID: sv.id, Draining: true, Keep: true, Promote: s.promotions(sv.id)}); err == nil && res.Changed {
 		s.stats["drains"]++
 	}
 }

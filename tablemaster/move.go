@@ -306,7 +306,9 @@ func (m *Master) DrainServer(_ context.Context, req *api.DrainServerRequest) (*a
 		return nil, rpcError("drain server", errInvalid("server_id", "server_dead", 0,
 			"server %s is dead: its replicas are placed again after --replace-after (or forget it: tabula server forget)", req.GetServerId()))
 	}
-	_, next, err := m.propose(Command{UnixMs: m.opts.Now().UnixMilli(), Payload: ServerDown{ServerID: req.GetServerId(), Draining: true, Keep: true}}, nil, nil)
+	// Its primaries go to the replicas that reported holding the data
+	// (promotions); with none, a primary stays until a move takes it.
+	_, next, err := m.propose(Command{UnixMs: m.opts.Now().UnixMilli(), Payload: ServerDown{ServerID: req.GetServerId(), Draining: true, Keep: true, Promote: m.promotions(st, req.GetServerId())}}, nil, nil)
 	if err != nil {
 		return nil, rpcError("drain server", err)
 	}

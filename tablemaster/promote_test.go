@@ -160,3 +160,29 @@ func TestPromotionSkipsDrainingServers(t *testing.T) {
 		t.Fatalf("promoted %q (named %v), want nobody: the draining replica cannot take it, the other copies", got, ok)
 	}
 }
+
+// A drain hands a primary only to the replica the proposer named (Drain
+// and the heartbeat's drain name promotions'): with nobody named, the
+// draining server keeps the role (it is alive and has the data) until a
+// move takes it off, rather than the first live replica, which may copy.
+func TestDrainKeepsPrimaryWithNobodyNamed(t *testing.T) {
+	st := NewState()
+	for _, c := range []Command{
+		{Payload: CreateTenant{Tenant: "default"}},
+		register("srv-1", "a:1", "fd-1"), register("srv-2", "a:2", "fd-2"), register("srv-3", "a:3", "fd-3"),
+		{Payload: CreateTable{Tenant: "default", Table: "t", Kind: point, Options: &TableOptions{Partitions: 1, Replication: 3}}},
+	} {
+		if _, err := st.Apply(c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p := st.Tables["default/t"].Partitions[0]
+	prim := primaryID(&p)
+	if _, err := st.Apply(Command{UnixMs: 1, Payload: ServerDown{ServerID: prim, Draining: true, Keep: true, Promote: map[uint64]string{p.ID: ""}}}); err != nil {
+		t.Fatal(err)
+	}
+	np := st.Tables["default/t"].Partitions[0]
+	if !st.Servers[prim].Draining || primaryID(&np) != prim || np.Epoch != p.Epoch {
+		t.Fatalf("draining %v, primary %s epoch %d; want %s draining and still primary at epoch %d", st.Servers[prim].Draining, primaryID(&np), np.Epoch, prim, p.Epoch)
+	}
+}
