@@ -91,7 +91,8 @@ package tablemaster
 // it); a dead primary's partition was handed to a live replica that held
 // no data (still copying, or placed there a moment before) when none had
 // reported holding it (promotions names nobody now, and the partition
-// waits); and the master trusted a server's last in-sync report about a
+// waits), also when the named one was draining, and on a drain (which
+// named nobody and took the first live replica); and the master trusted a server's last in-sync report about a
 // replica that had left and been placed there again, for a primary
 // transfer or a promotion, while the new replica copied
 // (Master.forgetJoined; -elasticsim.stale-reports brings the old rule
