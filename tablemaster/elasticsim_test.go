@@ -90,13 +90,14 @@ package tablemaster
 // accepted, and left both children with four replicas (move.go refuses
 // it); a dead primary's partition was handed to a live replica that held
 // no data (still copying, or placed there a moment before) when none had
-// reported holding it (promotions names nobody now, and the partition
-// waits), also when the named one was draining, and on a drain (which
-// named nobody and took the first live replica); and the master trusted a server's last in-sync report about a
-// replica that had left and been placed there again, for a primary
-// transfer or a promotion, while the new replica copied
-// (Master.forgetJoined; -elasticsim.stale-reports brings the old rule
-// back: seeds 10641 and 11027 fail with it).
+// reported holding it, or when the one named was draining, and a drain
+// handed its primaries to the first live replica (promotions names only
+// replicas holding the data, or nobody, and the partition waits); and
+// the master trusted a server's last in-sync report about a replica that
+// had left and been placed there again, for a primary transfer or a
+// promotion, while the new replica copied (Master.forgetJoined;
+// -elasticsim.stale-reports brings the old rule back: with today's step
+// table, seeds 12830 and 24304 fail).
 //
 // Merge (OpMergePartitions / OpMergeDone) slots in as one more entry of
 // esSteps proposing the merge, a server step appending the merge record
