@@ -208,7 +208,8 @@ func (s *State) serverDown(cmd *ServerDown, unixMs int64, chk bool) (Result, err
 			}
 			if cmd.Keep && !cmd.Replace && t.replicatesByLog() && len(p.Replicas) > 1 {
 				t = s.mutTable(t)
-				s.demoteReplica(t, i, k, cmd.Promote[t.Partitions[i].ID])
+				promote, named := cmd.Promote[t.Partitions[i].ID]
+				s.demoteReplica(t, i, k, promote, named && promote == "")
 				moved = append(moved, t.Partitions[i].ID)
 				continue
 			}
@@ -225,12 +226,14 @@ func (s *State) serverDown(cmd *ServerDown, unixMs int64, chk bool) (Result, err
 // drains; see Command.Keep): if it was the primary, a live replica
 // (promote, the proposer's choice, else the first live one) takes the
 // role and the epoch is bumped once; the log is reconfigured either way,
-// so its next extent leaves the replica out. With no live replica left the
-// primary stays where it is: the partition waits for its server.
-func (s *State) demoteReplica(t *Table, i, k int, promote string) {
+// so its next extent leaves the replica out. With no live replica left, or
+// none fit (wait: the proposer named nobody, no other replica having
+// reported holding the data), the primary stays where it is: the
+// partition waits for its server.
+func (s *State) demoteReplica(t *Table, i, k int, promote string, wait bool) {
 	p := &t.Partitions[i]
 	p.resetLog()
-	if p.Replicas[k].Role != api.ReplicaRole_REPLICA_ROLE_PRIMARY {
+	if p.Replicas[k].Role != api.ReplicaRole_REPLICA_ROLE_PRIMARY || wait {
 		return
 	}
 	live := func(j int) bool {

@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -474,6 +475,61 @@ func (m *Master) publishLocked(next *State) {
 	m.view.Store(&view{state: next, changed: make(chan struct{}), mv: newMapVersion(old.mv, next)})
 	old.mv.superseded()
 	close(old.changed)
+	m.forgetJoined(old.state, next)
+}
+
+// forgetJoined drops the last reports about the replicas next places on a
+// server that held no replica of the partition in prev. Such a report is
+// about the replica the server held before (it left the partition and was
+// placed there again): it may say in sync while the new one copies, and
+// the balancer's transfers (load.go) and the promotions of a dead
+// primary's partitions read it. The server's next heartbeat reports the
+// new replica; one built from an older map is true of the replica the
+// server still held then. Found by the elastic simulation.
+func (m *Master) forgetJoined(prev, next *State) {
+	type joined struct {
+		server string
+		pid    uint64
+	}
+	var js []joined
+	for k, t := range next.Tables {
+		o := prev.Tables[k]
+		if o == nil || o == t || o.ID != t.ID || !t.replicatesByLog() {
+			continue // unchanged, or new: no report is about its replicas yet
+		}
+		before := make(map[uint64]*Partition, len(o.Partitions))
+		for i := range o.Partitions {
+			before[o.Partitions[i].ID] = &o.Partitions[i]
+		}
+		for i := range t.Partitions {
+			p := &t.Partitions[i]
+			op := before[p.ID]
+			if op == nil {
+				continue // a split's child: reported only as itself
+			}
+			for _, r := range p.Replicas {
+				if !hostsReplica(op, r.ServerID) {
+					js = append(js, joined{r.ServerID, p.ID})
+				}
+			}
+		}
+	}
+	if len(js) == 0 {
+		return
+	}
+	m.liveMu.Lock()
+	for _, j := range js {
+		of := func(r *api.ReplicaStatus) bool { return r.GetPartitionId() == j.pid }
+		if l := m.live[j.server]; l != nil && slices.ContainsFunc(l.statuses, of) {
+			l.statuses = slices.DeleteFunc(slices.Clone(l.statuses), of) // the slice may be a heartbeat's
+		}
+	}
+	m.liveMu.Unlock()
+	m.load.mu.Lock()
+	for _, j := range js {
+		delete(m.load.replicas[j.server], j.pid)
+	}
+	m.load.mu.Unlock()
 }
 
 // livenessLoop declares silent servers dead every half HeartbeatInterval

@@ -63,6 +63,11 @@ func (s *State) moveReplica(cmd *MoveReplica, unixMs int64, chk bool) (Result, e
 			return Result{}, errInvalid("partition_id", "not_replicated", 0, "partition %d is not replicated through a commit log: only those move with their data", p.ID)
 		case p.Move != nil:
 			return Result{}, errCode(ErrInvalidArgument, api.ErrorCode_ERROR_CODE_UNAVAILABLE, "move_in_progress", "partition %d is moving from %s to %s already", p.ID, p.Move.From, p.Move.To)
+		case p.Split != nil:
+			// Its children would inherit the target and keep the source
+			// (OpSplitDone copies the replicas, not the move): move a
+			// child's replica once the split is done.
+			return Result{}, errCode(ErrInvalidArgument, api.ErrorCode_ERROR_CODE_UNAVAILABLE, "split_in_progress", "partition %d is splitting (into %d and %d): move a replica of a child once the split is done", p.ID, p.Split.Left, p.Split.Right)
 		case !hostsReplica(p, cmd.ServerID):
 			return Result{}, errInvalid("server_id", "no_replica", 0, "server %s holds no replica of partition %d", cmd.ServerID, p.ID)
 		}
@@ -237,7 +242,7 @@ func (m *Master) moveLoop(ctx context.Context) {
 				continue
 			}
 			for _, p := range t.Partitions {
-				if moving[id] >= movesPerServer || p.Move != nil || !hostsReplica(&p, id) {
+				if moving[id] >= movesPerServer || p.Move != nil || p.Split != nil || !hostsReplica(&p, id) {
 					continue
 				}
 				res, _, err := m.propose(Command{UnixMs: m.opts.Now().UnixMilli(), Payload: MoveReplica{PartitionID: p.ID, ServerID: id}}, nil, nil)
@@ -301,7 +306,9 @@ func (m *Master) DrainServer(_ context.Context, req *api.DrainServerRequest) (*a
 		return nil, rpcError("drain server", errInvalid("server_id", "server_dead", 0,
 			"server %s is dead: its replicas are placed again after --replace-after (or forget it: tabula server forget)", req.GetServerId()))
 	}
-	_, next, err := m.propose(Command{UnixMs: m.opts.Now().UnixMilli(), Payload: ServerDown{ServerID: req.GetServerId(), Draining: true, Keep: true}}, nil, nil)
+	// Its primaries go to the replicas that reported holding the data
+	// (promotions); with none, a primary stays until a move takes it.
+	_, next, err := m.propose(Command{UnixMs: m.opts.Now().UnixMilli(), Payload: ServerDown{ServerID: req.GetServerId(), Draining: true, Keep: true, Promote: m.promotions(st, req.GetServerId())}}, nil, nil)
 	if err != nil {
 		return nil, rpcError("drain server", err)
 	}

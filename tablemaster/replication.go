@@ -393,8 +393,14 @@ func sameNodes(e *stream.ExtentPlacement, nodes []string) bool {
 // promotions chooses, for every partition whose primary is on server, the
 // secondary that reported the highest applied LSN: it has the least of
 // the log to apply before it serves. Reports are the latest heartbeats;
-// a secondary that sent none is a last resort (the state machine takes
-// the first replica when the choice is absent).
+// a secondary that sent none, or only copying or failed, or on a draining
+// server, is not chosen. A
+// partition none of whose other replicas qualifies gets "": nobody; its
+// primary stays on the dead server (OpServerDown with Keep) and the
+// partition waits for a replica that has the data (a live replica that
+// never reported the partition is new to it, or silent itself). The state
+// machine takes the first live replica only when a command names no
+// choice at all (logs from before this rule).
 func (m *Master) promotions(st *State, server string) map[uint64]string {
 	applied := map[uint64]map[string]uint64{} // partition -> server -> LSN
 	m.liveMu.Lock()
@@ -425,16 +431,17 @@ func (m *Master) promotions(st *State, server string) map[uint64]string {
 			}
 			best, bestLSN := "", uint64(0)
 			for _, r := range p.Replicas {
-				if r.ServerID == server {
+				if srv := st.Servers[r.ServerID]; r.ServerID == server || srv == nil || !srv.Alive || srv.Draining {
+					// A draining server gives its primaries away: the
+					// state machine would not take it, and fall back
+					// to any live replica.
 					continue
 				}
 				if lsn, ok := applied[p.ID][r.ServerID]; ok && (best == "" || lsn > bestLSN) {
 					best, bestLSN = r.ServerID, lsn
 				}
 			}
-			if best != "" {
-				out[p.ID] = best
-			}
+			out[p.ID] = best
 		}
 	}
 	return out

@@ -256,7 +256,8 @@ func (m *Master) Heartbeat(_ context.Context, req *api.HeartbeatRequest) (*api.H
 	m.quotas.report(req.ServerId, m.opts.Now(), req.TenantLoad)
 	resp.TenantShares = m.quotaShares(st, req.ServerId)
 	if req.Draining && !srv.Draining {
-		res, next, err := m.propose(Command{UnixMs: m.opts.Now().UnixMilli(), Payload: ServerDown{ServerID: req.ServerId, Draining: true, Keep: m.opts.ReplaceAfter > 0}}, nil, nil)
+		// As DrainServer: primaries only to replicas holding the data.
+		res, next, err := m.propose(Command{UnixMs: m.opts.Now().UnixMilli(), Payload: ServerDown{ServerID: req.ServerId, Draining: true, Keep: m.opts.ReplaceAfter > 0, Promote: m.promotions(st, req.ServerId)}}, nil, nil)
 		if err != nil {
 			return nil, rpcError("drain server", err)
 		}

@@ -63,6 +63,16 @@ func TestSplitRefusals(t *testing.T) {
 	if _, err := s.Apply(Command{Payload: SplitPartition{PartitionID: p1.ID}}); !errors.Is(err, ErrInvalidArgument) || api.DetailOf(err).GetReason() != "move_in_progress" {
 		t.Errorf("split of a moving partition: %v, want move_in_progress", err)
 	}
+	// The other way round: a splitting partition's replicas do not move
+	// (the children would keep the source and the target, four replicas
+	// each, and no move to finish). The elastic simulation found it.
+	v := s.Version
+	if _, err := s.Apply(Command{Payload: MoveReplica{PartitionID: p0.ID, ServerID: primaryID(&p0), To: "d"}}); !errors.Is(err, ErrInvalidArgument) || api.DetailOf(err).GetReason() != "split_in_progress" {
+		t.Errorf("move off a splitting partition: %v, want split_in_progress", err)
+	}
+	if s.Version != v {
+		t.Errorf("a refused move changed the state")
+	}
 }
 
 // TestSplitPointTable: the midpoint by default, ids from NextPartitionID,

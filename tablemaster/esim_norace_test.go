@@ -1,0 +1,5 @@
+//go:build !race
+
+package tablemaster
+
+const esimRace = false
