@@ -121,6 +121,18 @@ func (s *State) mergePartitions(cmd *MergePartitions, unixMs int64, chk bool) (R
 				return unavailable("no_primary", "partition %d has no primary to merge it", p.ID)
 			}
 		}
+		if minParts := t.Options.MinPartitions; minParts > 0 {
+			merging := 0
+			for i := range t.Partitions {
+				if t.Partitions[i].Merge != nil {
+					merging++
+				}
+			}
+			// Each merge under way marks two partitions and removes one.
+			if after := len(t.Partitions) - merging/2 - 1; after < int(minParts) {
+				return Result{}, errInvalid("partition_id", "min_partitions", uint64(minParts), "table %s keeps at least %d partitions (tabula table alter --min-partitions); this merge would leave %d", t.Name, minParts, after)
+			}
+		}
 		if len(l.Replicas) != len(r.Replicas) {
 			return unavailable("replicas_differ", "partitions %d and %d have %d and %d replicas: each replica of one merges with one of the other (wait until the missing ones are placed again)", l.Index, r.Index, len(l.Replicas), len(r.Replicas))
 		}

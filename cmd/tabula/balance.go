@@ -28,7 +28,8 @@ func clusterBalanceCmd(g *globals) *cobra.Command {
 			"flight. --dry-run prints the plan (what moves where and why) and the servers' loads before\n" +
 			"and after it; nothing changes. Without --dry-run the master runs one balancing round now: it\n" +
 			"starts the plan's primary transfers and replica moves (the moves copy in the background; run\n" +
-			"it again, or start the master with --rebalance, to go on until the plan is empty) and this\n" +
+			"it again to go on until the plan is empty; the master does so itself unless started with\n" +
+			"--rebalance=false) and this\n" +
 			"prints what it started.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
