@@ -303,7 +303,12 @@ func clStartTabulaAs(ctx context.Context, out io.Writer, procs *clProcs, dir str
 		return nil, err
 	}
 	t := &clTabula{masterAddr: addrs[0], tableName: clTable, serverCount: cfg.servers, bin: bin, procs: procs, dir: dir}
-	t.master, err = procs.start(prefix+"tabula-master", bin, append([]string{"master", "--listen", t.masterAddr, "--data", filepath.Join(dir, "master")}, cfg.masterFlags...)...)
+	// The partitions stay as placed unless a suite asks otherwise (the
+	// elastic suite's flags come after and win): the other suites compare
+	// fixed layouts with their peers, and an automatic split or a
+	// balancing move in the middle of a run would change what is measured.
+	masterArgs := append([]string{"master", "--listen", t.masterAddr, "--data", filepath.Join(dir, "master"), "--auto-split=false", "--rebalance=false"}, cfg.masterFlags...)
+	t.master, err = procs.start(prefix+"tabula-master", bin, masterArgs...)
 	if err != nil {
 		return nil, err
 	}
