@@ -448,7 +448,7 @@ func elHot(ctx context.Context, out io.Writer, dir string, cfg *elConfig) error 
 	// The default sustain (10 s) leaves a before window of ~10 s; the
 	// cooldown is lowered from 30 s so a second round fits the run.
 	const sustain, cooldown = 10 * time.Second, 10 * time.Second
-	flags := []string{"--split-qps", fmt.Sprint(cfg.hotQPS), "--split-sustain", sustain.String(), "--split-cooldown", cooldown.String()}
+	flags := []string{"--auto-split", "--split-qps", fmt.Sprint(cfg.hotQPS), "--split-sustain", sustain.String(), "--split-cooldown", cooldown.String()}
 	if cfg.hotRebalance > 0 {
 		flags = append(flags, "--rebalance", "--rebalance-interval", cfg.hotRebalance.String())
 	}
