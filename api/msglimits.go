@@ -133,7 +133,7 @@ func MasterLimits() MessageLimits {
 		&GetPartitionMapRequest{}, &ListServersRequest{}, &BulkStatusRequest{}, &BulkRollbackRequest{}, &BulkRolloutRequest{},
 		&CoprocListRequest{}, &CoprocRollbackRequest{}, &ForgetServerRequest{}, &ListDataLossRequest{}, &ClearDataLossRequest{},
 		&MasterMembersRequest{}, &AddMasterRequest{}, &RemoveMasterRequest{}, &TransferLeaderRequest{},
-		&MovePartitionRequest{}, &DrainServerRequest{}, &SplitPartitionRequest{}, &MergePartitionsRequest{}, &BalancePlanRequest{},
+		&MovePartitionRequest{}, &DrainServerRequest{}, &SplitPartitionRequest{}, &MergePartitionsRequest{}, &AlterTableRequest{}, &BalancePlanRequest{},
 		&CreateTenantRequest{}, &ListTenantsRequest{}, &DescribeTenantRequest{}, &DeleteTenantRequest{},
 		&RotateTenantKeyRequest{}, &SetTenantQuotaRequest{},
 	} {
