@@ -50,6 +50,9 @@ func TestLateTimerIsTheNodesSilence(t *testing.T) {
 	release := c.Nodes[2].HoldReplicate()
 	t.Cleanup(release)
 	appendOne()
+	// The batch reached en-2, so its timer runs on the clock before the
+	// jump (a loaded machine may send it after appendOne returns).
+	waitFor(t, 5*time.Second, "en-2 holding the second append", func() bool { return c.Nodes[2].Holding() >= 1 })
 	offset.Store(int64(3 * time.Second))
 	waitFor(t, 5*time.Second, "the late timer to be noticed", func() bool { return primary.Stats().LateTimeouts >= 1 })
 	release()

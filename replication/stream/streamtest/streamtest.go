@@ -89,6 +89,7 @@ type Node struct {
 	batches     []int         // extents with data in each batch received (ReplicateBatch or ReplicateStream)
 	inBatch     int           // batches being handled now
 	mostInBatch int           // the most at once so far
+	holding     int           // calls and batches waiting on held now
 }
 
 // ReplicateBatches returns, for every ReplicateBatch the node received so
@@ -97,6 +98,15 @@ func (n *Node) ReplicateBatches() []int {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	return append([]int(nil), n.batches...)
+}
+
+// Holding is how many Replicate calls and stream batches HoldReplicate
+// holds now: a test waits for it before it acts on a batch being held
+// (the primary sent it, and timed it, already).
+func (n *Node) Holding() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.holding
 }
 
 // MostReplicateBatches is the most ReplicateBatch calls the node was
@@ -231,12 +241,22 @@ func (n *Node) holdIfPaused(ctx context.Context) error {
 	n.mu.Lock()
 	wait := time.Until(n.pausedUntil)
 	held := n.held
+	if held != nil {
+		n.holding++
+	}
 	n.mu.Unlock()
 	if held != nil {
+		var err error
 		select {
 		case <-held:
 		case <-ctx.Done():
-			return ctx.Err()
+			err = ctx.Err()
+		}
+		n.mu.Lock()
+		n.holding--
+		n.mu.Unlock()
+		if err != nil {
+			return err
 		}
 	}
 	if wait <= 0 {
