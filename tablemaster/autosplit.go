@@ -211,7 +211,7 @@ func (m *Master) splitSnapshot(st *State, now time.Time) splitpolicy.Snapshot {
 			}
 			prim := primaryID(p)
 			sp := splitpolicy.Partition{ID: p.ID, Table: name, Start: p.Start, End: p.End, KeyStart: p.KeyStart, KeyEnd: p.KeyEnd,
-				Busy:      p.Split != nil || p.Move != nil || prim == "" || p.Log == nil || p.Log.Extent == 0,
+				Busy:      p.Split != nil || p.Merge != nil || p.Move != nil || prim == "" || p.Log == nil || p.Log.Extent == 0,
 				SplitAtMs: p.SplitUnixMs}
 			for _, r := range p.Replicas {
 				vec, _, ok := m.load.vecLocked(r.ServerID, p.ID)
