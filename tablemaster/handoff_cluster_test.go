@@ -223,6 +223,28 @@ func TestLiveHandoffNoStaleRead(t *testing.T) {
 			nextPoll(ctx)
 		}
 	}
+	// And reported its replica in sync: a drain hands the primary role
+	// at once only to a secondary known to hold the data (else the
+	// draining server keeps it until its move hands it over).
+	for {
+		d, err := h.master.DescribeTable(ctx, &api.DescribeTableRequest{Tenant: api.DefaultTenant, Name: "t"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		inSync := 0
+		for _, r := range d.GetReplicas() {
+			if r.GetState() == api.ReplicaState_REPLICA_STATE_IN_SYNC {
+				inSync++
+			}
+		}
+		if inSync == 3 {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("replicas never all reported in sync: %v", d.GetReplicas())
+		}
+		nextPoll(ctx)
+	}
 	st.start(old.GetServerId())
 	began := time.Now()
 	if _, err := h.master.DrainServer(ctx, &api.DrainServerRequest{ServerId: old.GetServerId()}); err != nil {

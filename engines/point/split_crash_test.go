@@ -140,7 +140,7 @@ func TestSplitCrash(t *testing.T) {
 	if testing.Short() { // the race run: every few ops, still each phase
 		step = max(1, total/20)
 	}
-	for k := 0; k <= total; k += step {
+	for k := 0; k <= total; k = nextCrashPoint(k, step, total) {
 		what := fmt.Sprintf("crash at op %d of %d", k, total)
 		fs := vfs.NewMem()
 		splitFixture(t, fs, clock)
@@ -292,7 +292,7 @@ func TestMergeCrash(t *testing.T) {
 	if testing.Short() { // the race run
 		samples = 15
 	}
-	for k := 0; k <= total; k += max(1, total/samples) {
+	for k := 0; k <= total; k = nextCrashPoint(k, max(1, total/samples), total) {
 		what := fmt.Sprintf("crash at op %d of %d", k, total)
 		fs, l, r, wl, wr := setup()
 		fs.Inject(vfs.Fault{Ops: mutating, After: k, Sticky: true})
@@ -331,4 +331,18 @@ func TestMergeCrash(t *testing.T) {
 		t.Fatalf("%d crashes left the merge committed, %d abandoned: want both", committed, abandoned)
 	}
 	t.Logf("%d operations: %d crashes after the commit point, %d before", total, committed, abandoned)
+}
+
+// nextCrashPoint is the crash point after k when sampling every step of
+// total operations: the last two are always taken (a crash there leaves
+// the split or merge committed, or all but its last sync done), whatever
+// step skips.
+func nextCrashPoint(k, step, total int) int {
+	switch {
+	case k+step < total-1:
+		return k + step
+	case k < total-1:
+		return total - 1
+	}
+	return k + 1
 }
