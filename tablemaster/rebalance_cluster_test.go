@@ -321,6 +321,9 @@ func replicasOff(plan *api.BalancePlanResponse) string {
 // of handing primary roles back and forth on the servers' lagging reports,
 // and once there, a further second of rounds transfers no primary.
 func TestRebalanceSettlesUnderLoad(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a 30-second cluster run: the plain run has it (-short is the race run)")
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	r := startRebalCluster(t, ctx, func(o *tablemaster.Options) {
