@@ -2,24 +2,17 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"math/rand/v2"
-	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/anishathalye/porcupine"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/tabuladb/tabula/api"
 	"github.com/tabuladb/tabula/client"
-	"github.com/tabuladb/tabula/internal/linearize"
 )
 
 // TestMergeUnderLoad: on a live cluster of real processes (four servers,
@@ -36,92 +29,11 @@ func TestMergeUnderLoad(t *testing.T) {
 	if testing.Short() {
 		t.Skip("multi-process: skipped with -short")
 	}
-	dir := t.TempDir()
-	masterAddr := freeAddr(t)
-	master := start(t, "master", append([]string{"master", "--listen", masterAddr, "--data", filepath.Join(dir, "master")}, fastTiming...)...)
-	master.waitOutput("master serving", 15*time.Second)
-	const nservers = 4
-	servers := make([]*proc, nservers)
-	for i := range servers {
-		servers[i] = start(t, fmt.Sprintf("server-%d", i), "server", "--master", masterAddr, "--listen", freeAddr(t),
-			"--data", filepath.Join(dir, fmt.Sprintf("server-%d", i)), "--fault-domain", fmt.Sprintf("fd-%d", i))
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	admin, err := client.New(ctx, client.Options{Credential: testCred, Masters: []string{masterAddr}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer admin.Close()
-	waitFor(t, 20*time.Second, "4 live servers", func() (bool, error) {
-		ss, err := admin.ListServers(ctx)
-		n := 0
-		for _, s := range ss {
-			if s.GetAlive() {
-				n++
-			}
-		}
-		return n == nservers, err
-	})
 	const table = "mg"
-	if _, err := admin.CreateTable(ctx, table, api.TableKind_TABLE_KIND_POINT, &api.TableOptions{Partitions: 4, Storage: "ssd", Replication: 3}); err != nil {
-		t.Fatal(err)
-	}
-	tbl := admin.Table(table)
-	waitFor(t, 20*time.Second, "the table takes writes", func() (bool, error) {
-		return tbl.Put(ctx, []byte("probe"), []byte("x")) == nil, nil
-	})
-
-	rec := linearize.NewRecorder(linearize.Options{})
-	const keys = 300
-	var ops, failed atomic.Int64
-	var failMu sync.Mutex
-	var failures []string
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for w := range 4 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			rng := rand.New(rand.NewPCG(uint64(w), 2))
-			for i := 0; ; i++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				k := fmt.Sprintf("k%d", rng.IntN(keys))
-				octx, ocancel := context.WithTimeout(ctx, 20*time.Second)
-				var err error
-				if rng.IntN(2) == 0 {
-					v := fmt.Sprintf("w%d-%d", w, i)
-					c := rec.Begin(w, linearize.Input{Kind: linearize.Put, Key: k, Value: v})
-					err = tbl.Put(octx, []byte(k), []byte(v))
-					c.Finish(linearize.Output{}, err)
-				} else {
-					c := rec.Begin(w, linearize.Input{Kind: linearize.Get, Key: k})
-					var v []byte
-					v, err = tbl.Get(octx, []byte(k))
-					found := err == nil
-					if errors.Is(err, client.ErrKeyNotFound) {
-						err = nil
-					}
-					c.Finish(linearize.Output{Found: found, Value: string(v)}, err)
-				}
-				ocancel()
-				ops.Add(1)
-				if err != nil {
-					failed.Add(1)
-					failMu.Lock()
-					failures = append(failures, err.Error())
-					failMu.Unlock()
-				}
-			}
-		}()
-	}
-	stopLoad := sync.OnceFunc(func() { close(stop); wg.Wait() })
-	defer stopLoad()
-	waitFor(t, 20*time.Second, "300 operations", func() (bool, error) { return ops.Load() >= 300, nil })
+	r := startReshape(t, ctx, 4, 4, table)
+	masterAddr, admin := r.masterAddr, r.admin
 
 	cc, err := grpc.NewClient(masterAddr, append(testCred.DialOptions(), grpc.WithTransportCredentials(insecure.NewCredentials()))...)
 	if err != nil {
@@ -144,11 +56,7 @@ func TestMergeUnderLoad(t *testing.T) {
 			return wt.Put(wctx, key, []byte("probe")) == nil, nil
 		})
 	}
-	loadRuns := func(what string) {
-		t.Helper()
-		base := ops.Load()
-		waitFor(t, 30*time.Second, "operations after "+what, func() (bool, error) { return ops.Load() >= base+100, nil })
-	}
+	loadRuns := func(what string) { t.Helper(); r.loadRuns(what, 100) }
 	// [A B C D] -> split 0 and 4 -> [a1 a2 B C d1 d2].
 	for _, idx := range []uint32{0, 4} {
 		resp, err := mc.SplitPartition(ctx, &api.SplitPartitionRequest{Tenant: api.DefaultTenant, Table: table, Index: idx, Wait: true})
@@ -202,7 +110,7 @@ func TestMergeUnderLoad(t *testing.T) {
 	loadRuns("the CLI's merge")
 	// A merge's child with its neighbour: [aBC d].
 	merge(0)
-	stopLoad()
+	r.check("the merges")
 
 	d, err = admin.DescribeTable(ctx, table)
 	if err != nil {
@@ -215,38 +123,10 @@ func TestMergeUnderLoad(t *testing.T) {
 	if out, errOut, err := cli(t, masterAddr, nil, "partition", "merge", table, "1"); err == nil || !strings.Contains(errOut, "partition_not_found") {
 		t.Fatalf("merge of the last partition: %v\nstdout: %s\nstderr: %s", err, out, errOut)
 	}
-	for k := range keys {
-		key := fmt.Sprintf("k%d", k)
-		c := rec.Begin(99, linearize.Input{Kind: linearize.Get, Key: key})
-		v, err := tbl.Get(ctx, []byte(key))
-		found := err == nil
-		if errors.Is(err, client.ErrKeyNotFound) {
-			err = nil
-		}
-		if err != nil {
-			t.Errorf("final read of %s: %v", key, err)
-		}
-		c.Finish(linearize.Output{Found: found, Value: string(v)}, err)
-	}
-	if n := failed.Load(); n > 0 {
-		t.Errorf("%d of %d requests failed across the merges; first: %v", n, ops.Load(), failures[:min(5, len(failures))])
-	}
-	res := rec.Check(30 * time.Second)
-	if res.Verdict != porcupine.Ok {
-		t.Fatalf("history of %d operations not linearizable (%v):\n%s", res.Ops, res.Verdict, res.Report(20))
-	}
 	slices.Sort(took)
 	t.Logf("%d operations, 0 failed; merge command -> the child took a write: p50 %v, p99 %v, max %v (of %d)",
-		ops.Load(), took[len(took)/2], took[len(took)*99/100], took[len(took)-1], len(took))
-	var engineMerges []string
-	for _, s := range servers {
-		for _, line := range strings.Split(s.output(), "\n") {
-			if i := strings.Index(line, "took="); i >= 0 && strings.Contains(line, "partitions merged") {
-				engineMerges = append(engineMerges, strings.Fields(line[i+5:])[0])
-			}
-		}
-	}
-	t.Logf("engine merges took %v", engineMerges)
+		r.ops.Load(), took[len(took)/2], took[len(took)*99/100], took[len(took)-1], len(took))
+	t.Logf("engine merges took %v", r.engineTimes("partitions merged"))
 }
 
 // TestReshaping: describe's lines for pending splits and merges.
