@@ -235,22 +235,7 @@ func (m *Master) mergeLoop(ctx context.Context) (finished bool) {
 		m.mergeMu.Unlock()
 		return false
 	}
-	reported := map[uint64]map[string]uint64{} // partition -> server -> merge LSN
-	m.liveMu.Lock()
-	for id, l := range m.live {
-		if l.dead {
-			continue
-		}
-		for _, r := range l.statuses {
-			if r.GetMergeLsn() != 0 {
-				if reported[r.PartitionId] == nil {
-					reported[r.PartitionId] = map[string]uint64{}
-				}
-				reported[r.PartitionId][id] = r.GetMergeLsn()
-			}
-		}
-	}
-	m.liveMu.Unlock()
+	reported := m.reportedLSNs((*api.ReplicaStatus).GetMergeLsn) // partition -> server -> merge LSN
 	now := m.opts.Now()
 	for _, pr := range pending {
 		l, r := pr.l, pr.r

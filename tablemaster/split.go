@@ -219,22 +219,7 @@ func (m *Master) splitLoop() (finished bool) {
 	if len(pending) == 0 {
 		return false
 	}
-	reported := map[uint64]map[string]uint64{} // partition -> server -> split LSN
-	m.liveMu.Lock()
-	for id, l := range m.live {
-		if l.dead {
-			continue
-		}
-		for _, r := range l.statuses {
-			if r.GetSplitLsn() != 0 {
-				if reported[r.PartitionId] == nil {
-					reported[r.PartitionId] = map[string]uint64{}
-				}
-				reported[r.PartitionId][id] = r.GetSplitLsn()
-			}
-		}
-	}
-	m.liveMu.Unlock()
+	reported := m.reportedLSNs((*api.ReplicaStatus).GetSplitLsn) // partition -> server -> split LSN
 	now := m.opts.Now().UnixMilli()
 	for _, p := range pending {
 		lsn, ok := reported[p.ID][primaryID(p)]
@@ -264,6 +249,29 @@ func (m *Master) splitLoop() (finished bool) {
 		}
 	}
 	return finished
+}
+
+// reportedLSNs is, per partition and live server, the non-zero LSN lsn
+// reads from the server's last report of the replica: where a split or
+// a merge record applied there.
+func (m *Master) reportedLSNs(lsn func(*api.ReplicaStatus) uint64) map[uint64]map[string]uint64 {
+	out := map[uint64]map[string]uint64{}
+	m.liveMu.Lock()
+	defer m.liveMu.Unlock()
+	for id, l := range m.live {
+		if l.dead {
+			continue
+		}
+		for _, r := range l.statuses {
+			if v := lsn(r); v != 0 {
+				if out[r.GetPartitionId()] == nil {
+					out[r.GetPartitionId()] = map[string]uint64{}
+				}
+				out[r.GetPartitionId()][id] = v
+			}
+		}
+	}
+	return out
 }
 
 // Split event kinds (dashboard JSON: never change or reuse).
