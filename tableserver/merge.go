@@ -11,8 +11,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"google.golang.org/protobuf/proto"
-
 	"github.com/tabuladb/tabula/api"
 	"github.com/tabuladb/tabula/engines"
 	"github.com/tabuladb/tabula/replication/partition"
@@ -63,23 +61,17 @@ var mergeLSNsKey = []byte(api.ReservedKeyPrefix + "log/merge-lsns")
 const mergeRecordV1 = 1
 
 func encodeMergeRecord(pid uint64, mg *api.PartitionMerge) ([]byte, error) {
-	b := []byte{mergeRecordV1}
-	b = binary.LittleEndian.AppendUint64(b, pid)
-	return proto.MarshalOptions{Deterministic: true}.MarshalAppend(b, mg)
+	return encodeLogRecord(mergeRecordV1, pid, mg)
 }
 
 // errMergeRecord: a merge record this build cannot read.
 var errMergeRecord = errors.New("tableserver: bad merge record")
 
 func decodeMergeRecord(v []byte) (pid uint64, mg *api.PartitionMerge, err error) {
-	if len(v) < 9 || v[0] != mergeRecordV1 {
-		return 0, nil, fmt.Errorf("%w: %d bytes, version %v", errMergeRecord, len(v), v[:min(1, len(v))])
-	}
 	mg = &api.PartitionMerge{}
-	if err := proto.Unmarshal(v[9:], mg); err != nil {
-		return 0, nil, fmt.Errorf("%w: %v", errMergeRecord, err)
+	if pid, err = decodeLogRecord(v, mergeRecordV1, mg, errMergeRecord); err != nil {
+		return 0, nil, err
 	}
-	pid = binary.LittleEndian.Uint64(v[1:])
 	l, r, c := mg.GetLeftId(), mg.GetRightId(), mg.GetChildId()
 	if l == 0 || r == 0 || c == 0 || l == r || c == l || c == r || pid != l && pid != r {
 		return 0, nil, fmt.Errorf("%w: partition %d, left %d, right %d, child %d", errMergeRecord, pid, l, r, c)
@@ -90,14 +82,8 @@ func decodeMergeRecord(v []byte) (pid uint64, mg *api.PartitionMerge, err error)
 // mergeOf returns the merge a record's write carries, if it is the merge
 // record of partition pid.
 func mergeOf(pid uint64, w partition.Write) *api.PartitionMerge {
-	for _, m := range w.Mutations {
-		if m.Kind == partition.MutPut && bytes.Equal(m.Key, mergeKey) {
-			if p, mg, err := decodeMergeRecord(m.Value); err == nil && p == pid {
-				return mg
-			}
-		}
-	}
-	return nil
+	mg, _ := logRecordOf(pid, w, mergeKey, decodeMergeRecord)
+	return mg
 }
 
 // mergeState is a log replica's part in a merge, under logReplica.mu.

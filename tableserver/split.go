@@ -51,42 +51,59 @@ var splitKey = []byte(api.ReservedKeyPrefix + "log/split")
 const splitRecordV1 = 1
 
 func encodeSplitRecord(parent uint64, sp *api.PartitionSplit) ([]byte, error) {
-	b := []byte{splitRecordV1}
-	b = binary.LittleEndian.AppendUint64(b, parent)
-	return proto.MarshalOptions{Deterministic: true}.MarshalAppend(b, sp)
+	return encodeLogRecord(splitRecordV1, parent, sp)
+}
+
+// encodeLogRecord and decodeLogRecord are the layout the split and the
+// merge records share: | version (1) | partition id (8) | protobuf m |.
+func encodeLogRecord(version byte, pid uint64, m proto.Message) ([]byte, error) {
+	b := binary.LittleEndian.AppendUint64([]byte{version}, pid)
+	return proto.MarshalOptions{Deterministic: true}.MarshalAppend(b, m)
+}
+
+// decodeLogRecord decodes v into m; errors wrap bad.
+func decodeLogRecord(v []byte, version byte, m proto.Message, bad error) (pid uint64, err error) {
+	if len(v) < 9 || v[0] != version {
+		return 0, fmt.Errorf("%w: %d bytes, version %v", bad, len(v), v[:min(1, len(v))])
+	}
+	if err := proto.Unmarshal(v[9:], m); err != nil {
+		return 0, fmt.Errorf("%w: %v", bad, err)
+	}
+	return binary.LittleEndian.Uint64(v[1:]), nil
+}
+
+// logRecordOf is the record a write carries under key, decoded, if it is
+// partition pid's.
+func logRecordOf[M any](pid uint64, w partition.Write, key []byte, decode func([]byte) (uint64, M, error)) (m M, ok bool) {
+	for _, mu := range w.Mutations {
+		if mu.Kind == partition.MutPut && bytes.Equal(mu.Key, key) {
+			if p, rec, err := decode(mu.Value); err == nil && p == pid {
+				return rec, true
+			}
+		}
+	}
+	return m, false
 }
 
 // errSplitRecord: a split record this build cannot read.
 var errSplitRecord = errors.New("tableserver: bad split record")
 
 func decodeSplitRecord(v []byte) (parent uint64, sp *api.PartitionSplit, err error) {
-	if len(v) < 9 || v[0] != splitRecordV1 {
-		return 0, nil, fmt.Errorf("%w: %d bytes, version %v", errSplitRecord, len(v), v[:min(1, len(v))])
-	}
 	sp = &api.PartitionSplit{}
-	if err := proto.Unmarshal(v[9:], sp); err != nil {
-		return 0, nil, fmt.Errorf("%w: %v", errSplitRecord, err)
+	if parent, err = decodeLogRecord(v, splitRecordV1, sp, errSplitRecord); err != nil {
+		return 0, nil, err
 	}
 	if sp.GetLeftId() == 0 || sp.GetRightId() == 0 || sp.GetLeftId() == sp.GetRightId() || sp.GetHash() == 0 && len(sp.GetKey()) == 0 {
 		return 0, nil, fmt.Errorf("%w: children %d and %d, hash %#x, key %q", errSplitRecord, sp.GetLeftId(), sp.GetRightId(), sp.GetHash(), sp.GetKey())
 	}
-	return binary.LittleEndian.Uint64(v[1:]), sp, nil
+	return parent, sp, nil
 }
 
 // splitOf returns the split a record's write carries, if it is the split
 // record of partition pid.
 func splitOf(pid uint64, w partition.Write) *api.PartitionSplit {
-	if len(w.Mutations) == 0 {
-		return nil
-	}
-	for _, m := range w.Mutations {
-		if m.Kind == partition.MutPut && bytes.Equal(m.Key, splitKey) {
-			if parent, sp, err := decodeSplitRecord(m.Value); err == nil && parent == pid {
-				return sp
-			}
-		}
-	}
-	return nil
+	sp, _ := logRecordOf(pid, w, splitKey, decodeSplitRecord)
+	return sp
 }
 
 // splitState is a log replica's part in a split, under logReplica.mu.
